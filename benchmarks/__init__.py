@@ -1,0 +1,1 @@
+"""Benchmarks for rulegen: `python -m benchmarks.build_speed`."""

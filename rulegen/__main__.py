@@ -1,0 +1,3 @@
+from rulegen.cli import main
+
+main()

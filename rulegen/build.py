@@ -1,0 +1,164 @@
+"""The pipeline from rule files to a package on disk, stage after stage.
+
+read (spec) -> derive -> plan -> render -> format and write.  Each stage
+takes the previous one's immutable output; this module only sequences them,
+skips rule files that have not changed since the last build, and gathers
+every error of every file before deciding to write anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sympy
+
+from rulegen.derive import derive_rule
+from rulegen.errors import Loc, SpecError, SpecErrors
+from rulegen.plan import plan_jax, plan_torch
+from rulegen.render import render_jax, render_package, render_torch, template_files
+from rulegen.spec import Rule, read_rule_file, rule_files
+from rulegen.write import (
+    Difference,
+    Manifest,
+    Plan,
+    SourceRecord,
+    compare,
+    format_sources,
+    sha256,
+    write_package,
+)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    out: Path
+    difference: Difference
+    rebuilt: tuple[str, ...]  # rule files derived in this build
+    reused: tuple[str, ...]  # rule files whose modules were up to date
+    rules: int
+
+
+@functools.cache
+def compiler_fingerprint() -> str:
+    """A hash of everything besides the rules that decides the output."""
+    package = Path(__file__).resolve().parent
+    parts = [f"sympy {sympy.__version__}"]
+    for path in sorted(package.glob("*.py")) + template_files():
+        parts.append(f"{path.name} {sha256(path.read_bytes())}")
+    return sha256("\n".join(parts))
+
+
+def display_path(path: Path) -> Path:
+    """The path as it should appear in headers: relative to the working directory when inside it."""
+    try:
+        return Path(os.path.relpath(path.resolve(), Path.cwd())) if path.resolve().is_relative_to(Path.cwd()) else path
+    except ValueError:
+        return path
+
+
+def generate_rule(rule: Rule) -> dict[str, str]:
+    """The two unformatted modules of one rule."""
+    derivation = derive_rule(rule)
+    return {
+        f"jax/{rule.name}.py": render_jax(plan_jax(derivation)),
+        f"torch/{rule.name}.py": render_torch(plan_torch(derivation)),
+    }
+
+
+def _unchanged(record: SourceRecord | None, digest: str, out: Path, previous: Manifest, compiler: str) -> bool:
+    if record is None or record.hash != digest or previous.compiler != compiler:
+        return False
+    for rel in record.files:
+        try:
+            if sha256((out / rel).read_bytes()) != previous.files.get(rel):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def plan_build(paths: Iterable[Path], out: Path) -> tuple[Plan, Manifest, tuple[str, ...], tuple[str, ...]]:
+    """What `out` should hold for the rules in `paths`; SpecErrors if any rule is bad."""
+    compiler = compiler_fingerprint()
+    previous = Manifest.load(out)
+    errors: list[SpecError] = []
+    sources: dict[str, SourceRecord] = {}
+    texts: dict[str, str] = {}
+    fresh: dict[str, str] = {}
+    rebuilt: list[str] = []
+    reused: list[str] = []
+    owners: dict[str, str] = {}
+    for path in rule_files(paths):
+        path = display_path(path)
+        key = path.as_posix()
+        try:
+            digest = sha256(path.read_bytes())
+        except OSError as exc:
+            errors.append(SpecError(Loc(key), f"cannot read: {exc.strerror}"))
+            continue
+        record = previous.sources.get(key)
+        if _unchanged(record, digest, out, previous, compiler):
+            assert record is not None
+            texts.update({rel: (out / rel).read_text() for rel in record.files})
+            sources[key] = record
+            reused.append(key)
+            _claim(owners, record.rules, key, errors)
+            continue
+        try:
+            rules = read_rule_file(path)
+        except SpecErrors as exc:
+            errors.extend(exc.errors)
+            continue
+        files: dict[str, str] = {}
+        for rule in rules:
+            try:
+                files.update(generate_rule(rule))
+            except SpecErrors as exc:
+                errors.extend(exc.errors)
+        names = tuple((r.name, r.torch_class) for r in rules)
+        _claim(owners, names, key, errors)
+        fresh.update(files)
+        sources[key] = SourceRecord(hash=digest, rules=names, files=tuple(sorted(files)))
+        rebuilt.append(key)
+    if errors:
+        raise SpecErrors(errors)
+    all_rules = [r for record in sources.values() for r in record.rules]
+    uses_util = any("from ._util import" in text for text in [*texts.values(), *fresh.values()])
+    package = render_package(all_rules, uses_jax_util=uses_util)
+    formatted = format_sources({**fresh, **package})
+    files = {**texts, **formatted}
+    manifest = Manifest(compiler=compiler, sources=sources, files={rel: sha256(t) for rel, t in files.items()})
+    return Plan(files=files, manifest=manifest), previous, tuple(rebuilt), tuple(reused)
+
+
+def _claim(owners: dict[str, str], rules: Sequence[tuple[str, str]], key: str, errors: list[SpecError]) -> None:
+    for name, _ in rules:
+        if name in owners:
+            errors.append(SpecError(Loc(key), f"rule {name!r} is already defined in {owners[name]}"))
+        else:
+            owners[name] = key
+
+
+class HandEditedError(Exception):
+    """A generated module was changed by hand; rulegen will not overwrite it without --force."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        super().__init__(", ".join(paths))
+        self.paths = tuple(paths)
+
+
+def build(paths: Iterable[Path], out: Path, *, check: bool = False, force: bool = False) -> BuildResult:
+    """Build the package at `out`; with `check`, only report what a build would change."""
+    plan, previous, rebuilt, reused = plan_build(paths, out)
+    difference = compare(out, plan, previous)
+    if not check:
+        if difference.edited and not force:
+            raise HandEditedError(difference.edited)
+        if difference.written or difference.removed:
+            write_package(out, plan, difference)
+    rules = sum(len(s.rules) for s in plan.manifest.sources.values())
+    return BuildResult(out=out, difference=difference, rebuilt=rebuilt, reused=reused, rules=rules)

@@ -1,0 +1,195 @@
+"""The `rulegen` command line: build, show, new, schema (and test, see `rulegen.check`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Compile YAML derivative rules into JAX and PyTorch code.",
+    pretty_exceptions_enable=False,
+)
+out_console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+EXIT_STALE = 1
+EXIT_SPEC = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    rules: tuple[Path, ...]
+    out: Path
+
+
+def load_config(start: Path | None = None) -> Config:
+    """`[tool.rulegen]` of the nearest pyproject.toml; paths are relative to it."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                table = tomllib.loads(pyproject.read_text()).get("tool", {}).get("rulegen")
+            except (OSError, tomllib.TOMLDecodeError):
+                table = None
+            if table is not None:
+                rules = table.get("rules", ["rules"])
+                rules = [rules] if isinstance(rules, str) else rules
+                return Config(tuple(folder / r for r in rules), folder / table.get("out", "generated"))
+    return Config((here / "rules",), here / "generated")
+
+
+def _report_spec_errors(exc: BaseException) -> typer.Exit:
+    from rulegen.errors import SpecErrors
+
+    assert isinstance(exc, SpecErrors)
+    for error in exc.errors:
+        err_console.print(f"[bold]{error.loc}[/bold]: [red]error:[/red] {error.message}", soft_wrap=True)
+    count = len(exc.errors)
+    err_console.print(f"{count} error{'s' if count != 1 else ''}; nothing was written.")
+    return typer.Exit(EXIT_SPEC)
+
+
+RulesArg = Annotated[
+    list[Path] | None,
+    typer.Argument(help="Rule files or folders (default: [tool.rulegen] rules)", show_default=False),
+]
+
+
+@app.command()
+def build(
+    rules: RulesArg = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Package folder to write")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 if OUT is stale")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite generated files edited by hand")] = False,
+) -> None:
+    """Validate the rules, derive what they lack, and write the package."""
+    from rulegen.build import HandEditedError
+    from rulegen.build import build as run_build
+    from rulegen.errors import SpecErrors
+
+    config = load_config()
+    paths = list(rules) if rules else list(config.rules)
+    target = out or config.out
+    started = time.perf_counter()
+    try:
+        result = run_build(paths, target, check=check, force=force)
+    except SpecErrors as exc:
+        raise _report_spec_errors(exc) from None
+    except HandEditedError as exc:
+        for path in exc.paths:
+            err_console.print(f"{target / path}: [red]edited by hand[/red] since rulegen wrote it")
+        err_console.print("Move your change into the rule, or pass --force to overwrite.")
+        raise typer.Exit(EXIT_STALE) from None
+    seconds = time.perf_counter() - started
+    changed = [*result.difference.written, *result.difference.removed]
+    if check:
+        if changed:
+            for rel in changed:
+                err_console.print(f"stale: {target / rel}")
+            err_console.print(f"{target} is stale; run `rulegen build`.")
+            raise typer.Exit(EXIT_STALE)
+        out_console.print(f"{target} is up to date ({result.rules} rules, {seconds:.2f} s)")
+        return
+    out_console.print(
+        f"{result.rules} rules -> {target}: {len(result.rebuilt)} file(s) derived, "
+        f"{len(result.reused)} unchanged, {len(changed)} written, {seconds:.2f} s"
+    )
+
+
+class Backend(str, Enum):
+    jax = "jax"
+    torch = "torch"
+
+
+@app.command()
+def show(
+    name: Annotated[str, typer.Argument(help="Rule name")],
+    backend: Annotated[Backend | None, typer.Option("--backend", "-b")] = None,
+    rules: Annotated[list[Path] | None, typer.Option("--rules", help="Rule files or folders")] = None,
+) -> None:
+    """Print the generated code of one rule."""
+    from rich.syntax import Syntax
+
+    from rulegen.build import display_path, generate_rule
+    from rulegen.errors import SpecErrors
+    from rulegen.spec import read_rule_file, rule_files
+    from rulegen.write import format_sources
+
+    config = load_config()
+    try:
+        for path in rule_files(rules or config.rules):
+            for rule in read_rule_file(display_path(path)):
+                if rule.name == name:
+                    files = format_sources(generate_rule(rule))
+                    for rel, text in sorted(files.items()):
+                        if backend is None or rel.startswith(backend.value):
+                            out_console.rule(rel)
+                            out_console.print(Syntax(text, "python", theme="ansi_dark", background_color="default"))
+                    return
+    except SpecErrors as exc:
+        raise _report_spec_errors(exc) from None
+    err_console.print(f"no rule named {name!r}")
+    raise typer.Exit(EXIT_SPEC)
+
+
+STARTER = """\
+# A rulegen rule: `rulegen build` turns it into JAX and PyTorch code.
+# The contract of this format is `rulegen schema` (JSON Schema) and SPEC.md.
+name: {name}
+doc: What {name} computes, in one line; it becomes the docstring.
+inputs: [x]                 # or a mapping: x: {{diff: true, domain: [-3, 3], shape: [3, 4]}}
+forward: x * tanh(x)        # a sympy expression, applied elementwise
+# Optional: partials (derived by sympy.diff when left out), or a jvp / vjp.
+# derivatives:
+#   x: tanh(x) + x * (1 - tanh(x)**2)
+checks:
+  points:
+    - at: {{x: 0.0}}
+      value: 0.0
+      grad: {{x: 0.0}}
+"""
+
+
+@app.command()
+def new(
+    name: Annotated[str, typer.Argument(help="snake_case name of the new rule")],
+    folder: Annotated[Path | None, typer.Option("--dir", help="Where to write it (default: the first rules folder)")] = None,
+) -> None:
+    """Write a commented starter rule."""
+    import re
+
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+        err_console.print(f"{name!r} is not a snake_case identifier")
+        raise typer.Exit(EXIT_SPEC)
+    target_dir = folder or load_config().rules[0]
+    path = target_dir / f"{name}.yaml"
+    if path.exists():
+        err_console.print(f"{path} exists; not overwritten")
+        raise typer.Exit(EXIT_SPEC)
+    target_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(STARTER.format(name=name))
+    out_console.print(f"wrote {path}")
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the rule format (for editors' YAML support)."""
+    from rulegen.spec import json_schema
+
+    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+
+
+def main() -> None:
+    app()

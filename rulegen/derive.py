@@ -1,0 +1,343 @@
+"""Stage 2: parse symbolic bodies and derive every derivative a rule lacks.
+
+A symbolic rule is elementwise, so each of its derivatives is a linear map
+given by one partial per (output, input) pair: the JVP is
+`sum_j partial_ij * x_j_dot`, the VJP is `sum_i partial_ij * y_i_bar`.  A
+rule may state the partials (`derivatives`), a JVP (linear in the tangents)
+or a VJP (linear in the cotangents); either way they are read back into
+partials, checked, and transposed for the other mode.  Residuals are values
+the forward pass saves; their own partials are derived too, because a
+backward that reads a residual is differentiated through it at second order.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import sympy as sp
+
+from rulegen.errors import Loc, SpecError, SpecErrors
+from rulegen.expr import parse_expression
+from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
+
+#: Seconds sympy may spend deriving one rule before the rule is refused.
+DERIVE_SECONDS = 20.0
+
+Partials = Mapping[tuple[str, str], sp.Expr]
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """A symbolic rule with every derivative in closed form.
+
+    Expressions are in the symbols named in `symbols`: inputs (static ones
+    included), outputs, residuals, tangents `x_dot` and cotangents `y_bar`.
+    Partials of an (output, input) pair that is absent are zero.
+    """
+
+    rule: Rule
+    symbols: Mapping[str, sp.Symbol]
+    forward: tuple[tuple[str, sp.Expr], ...]
+    residuals: tuple[tuple[str, sp.Expr], ...]
+    jvp_partials: Partials
+    vjp_partials: Partials
+    residual_partials: Partials
+    mode: str
+
+    @property
+    def diff_inputs(self) -> tuple[Input, ...]:
+        return tuple(i for i in self.rule.inputs if i.differentiable)
+
+    @property
+    def array_inputs(self) -> tuple[Input, ...]:
+        return tuple(i for i in self.rule.inputs if not i.static)
+
+
+class _Timeout(Exception):
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Stop sympy if it runs away; only the main thread can take signals."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise _Timeout
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _input_symbol(spec: Input) -> sp.Symbol:
+    lo, hi = spec.domain
+    assumptions: dict[str, bool] = {"real": True}
+    if spec.dtype == "int":
+        assumptions["integer"] = True
+    if lo > 0:
+        assumptions["positive"] = True
+    elif lo >= 0:
+        assumptions["nonnegative"] = True
+    if hi < 0:
+        assumptions["negative"] = True
+    elif hi <= 0:
+        assumptions["nonpositive"] = True
+    return sp.Symbol(spec.name, **assumptions)
+
+
+def _symbols(rule: Rule) -> dict[str, sp.Symbol]:
+    symbols = {i.name: _input_symbol(i) for i in rule.inputs}
+    for name in [o.name for o in rule.outputs] + list(rule.residual_names):
+        symbols[name] = sp.Symbol(name, real=True)
+    for i in rule.inputs:
+        if i.differentiable:
+            symbols[f"{i.name}_dot"] = sp.Symbol(f"{i.name}_dot", real=True)
+    for name in [o.name for o in rule.outputs]:
+        symbols[f"{name}_bar"] = sp.Symbol(f"{name}_bar", real=True)
+    return symbols
+
+
+class _Deriver:
+    """Derives one rule; collects errors instead of stopping at the first."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.symbols = _symbols(rule)
+        self.errors: list[SpecError] = []
+        self.outputs = [o.name for o in rule.outputs]
+        self.diff_outputs = [o.name for o in rule.outputs if o.differentiable]
+        self.diff_inputs = [i.name for i in rule.inputs if i.differentiable]
+
+    def scope(self, *groups: str) -> dict[str, sp.Symbol]:
+        """The symbols a body of some kind may name."""
+        names = {i.name for i in self.rule.inputs}
+        if "outputs" in groups:
+            names |= set(self.outputs)
+        if "residuals" in groups:
+            names |= set(self.rule.residual_names)
+        if "tangents" in groups:
+            names |= {f"{n}_dot" for n in self.diff_inputs}
+        if "cotangents" in groups:
+            names |= {f"{n}_bar" for n in self.outputs}
+        return {n: self.symbols[n] for n in names}
+
+    def parse(self, text: Text, scope: Mapping[str, sp.Symbol]) -> sp.Expr | None:
+        try:
+            return parse_expression(text.value, scope, text.loc)
+        except SpecError as exc:
+            self.errors.append(exc)
+            return None
+
+    def fail(self, loc: Loc, message: str) -> None:
+        self.errors.append(SpecError(loc, message))
+
+    def per_name(self, body: SympyBody, names: list[str], what: str) -> dict[str, Text]:
+        """The texts of a body that has one expression per name in `names`."""
+        exprs = body.exprs
+        if None in exprs:
+            if len(names) != 1:
+                self.fail(body.loc, f"this {what} needs one expression per name: {', '.join(names)}")
+                return {}
+            return {names[0]: exprs[None]}
+        found: dict[str, Text] = {}
+        for name, text in exprs.items():
+            if name not in names:
+                self.fail(text.loc, f"{name!r} is not one of {', '.join(names) or 'nothing'} ({what})")
+            else:
+                found[name] = text
+        return found
+
+    def derive(self) -> Derivation:
+        rule = self.rule
+        if not isinstance(rule.forward, SympyBody):
+            raise SpecErrors([SpecError(rule.forward.loc, "snippet forward bodies are not supported yet")])
+        for body in (rule.jvp, rule.vjp):
+            if isinstance(body, SnippetBody):
+                raise SpecErrors([SpecError(body.loc, "snippet jvp/vjp bodies are not supported yet")])
+
+        forward_texts = self.per_name(rule.forward, self.outputs, "forward")
+        forward = {}
+        for name, text in forward_texts.items():
+            expr = self.parse(text, self.scope())
+            if expr is not None:
+                forward[name] = expr
+        for name in self.outputs:
+            if name not in forward_texts and not self.errors:
+                self.fail(rule.forward.loc, f"the forward body computes no value for output {name!r}")
+
+        residuals = self.derive_residuals()
+        if self.errors:
+            raise SpecErrors(self.errors)
+
+        jvp_partials, vjp_partials = self.derive_partials(forward)
+        residual_partials = self.residual_partials(forward, residuals, jvp_partials)
+        if self.errors:
+            raise SpecErrors(self.errors)
+        mode = "vjp" if rule.mode == "vjp" else "jvp"
+        return Derivation(
+            rule=rule,
+            symbols=MappingProxyType(self.symbols),
+            forward=tuple((n, forward[n]) for n in self.outputs),
+            residuals=tuple(residuals.items()),
+            jvp_partials=MappingProxyType(jvp_partials),
+            vjp_partials=MappingProxyType(vjp_partials),
+            residual_partials=MappingProxyType(residual_partials),
+            mode=mode,
+        )
+
+    def derive_residuals(self) -> dict[str, sp.Expr]:
+        residuals = self.rule.residuals
+        if residuals is None:
+            return {}
+        if isinstance(residuals, list):
+            self.fail(self.rule.loc, "residuals returned by the forward body need a snippet forward (not supported yet)")
+            return {}
+        found: dict[str, sp.Expr] = {}
+        for name, body in residuals.items():
+            if not isinstance(body, SympyBody):
+                self.fail(body.loc, "snippet residual bodies are not supported yet")
+                continue
+            texts = self.per_name(body, [name], f"residual {name!r}")
+            if name in texts:
+                expr = self.parse(texts[name], self.scope("outputs"))
+                if expr is not None:
+                    found[name] = expr
+        return found
+
+    def derive_partials(self, forward: Mapping[str, sp.Expr]) -> tuple[dict, dict]:
+        rule = self.rule
+        given = self.given_partials() if rule.derivatives is not None else {}
+        jvp = vjp = dict(given)
+        if rule.jvp is None or rule.vjp is None:
+            for o in self.diff_outputs:
+                for i in self.diff_inputs:
+                    if (o, i) not in given:
+                        jvp[(o, i)] = self.diff(forward[o], i, rule.forward.loc)
+        if isinstance(rule.jvp, SympyBody):
+            jvp = self.partials_of_linear(rule.jvp, self.diff_outputs, self.diff_inputs, "_dot", "jvp")
+            if rule.vjp is None:
+                vjp = jvp
+        if isinstance(rule.vjp, SympyBody):
+            transposed = self.partials_of_linear(rule.vjp, self.diff_inputs, self.diff_outputs, "_bar", "vjp")
+            vjp = {(o, i): e for (i, o), e in transposed.items()}
+            if rule.jvp is None:
+                jvp = vjp
+        return _nonzero(jvp), _nonzero(vjp)
+
+    def given_partials(self) -> dict[tuple[str, str], sp.Expr]:
+        assert self.rule.derivatives is not None
+        found: dict[tuple[str, str], sp.Expr] = {}
+        entries = self.rule.derivatives
+        nested = {k: v for k, v in entries.items() if isinstance(v, dict)}
+        flat = {k: v for k, v in entries.items() if isinstance(v, Text)}
+        table: dict[str, dict[str, Text]] = {}
+        if flat:
+            if nested or len(self.outputs) != 1:
+                loc = next(iter(flat.values())).loc
+                self.fail(loc, "with several outputs, `derivatives` maps each output to {input: partial}")
+                return found
+            table[self.outputs[0]] = flat
+        table.update(nested)
+        scope = self.scope("outputs", "residuals")
+        for out, row in table.items():
+            if out not in self.diff_outputs:
+                loc = next(iter(row.values())).loc if row else self.rule.loc
+                self.fail(loc, f"{out!r} is not a differentiable output")
+                continue
+            for name, text in row.items():
+                if name not in self.diff_inputs:
+                    self.fail(text.loc, f"{name!r} is not a differentiable input")
+                    continue
+                expr = self.parse(text, scope)
+                if expr is not None:
+                    found[(out, name)] = expr
+        return found
+
+    def partials_of_linear(
+        self, body: SympyBody, results: list[str], variables: list[str], suffix: str, what: str
+    ) -> dict[tuple[str, str], sp.Expr]:
+        """Read `result = sum_v coefficient * v<suffix>` back into coefficients."""
+        groups = ("outputs", "residuals", "tangents" if suffix == "_dot" else "cotangents")
+        scope = self.scope(*groups)
+        found: dict[tuple[str, str], sp.Expr] = {}
+        linear_symbols = [self.symbols[f"{v}{suffix}"] for v in variables]
+        zero = dict.fromkeys(linear_symbols, 0)
+        for result, text in self.per_name(body, results, what).items():
+            expr = self.parse(text, scope)
+            if expr is None:
+                continue
+            with self.guard(text.loc):
+                coefficients = [sp.diff(expr, s) for s in linear_symbols]
+                offset = expr.subs(zero)
+                nonlinear = any(c.has(*linear_symbols) for c in coefficients)
+            kind = "tangents" if suffix == "_dot" else "cotangents"
+            if nonlinear or not _is_zero(offset):
+                self.fail(text.loc, f"the {what} must be linear in its {kind} ({', '.join(map(str, linear_symbols))})")
+                continue
+            for v, c in zip(variables, coefficients, strict=True):
+                found[(result, v)] = c
+        return found
+
+    def residual_partials(
+        self, forward: Mapping[str, sp.Expr], residuals: Mapping[str, sp.Expr], partials: Partials
+    ) -> dict[tuple[str, str], sp.Expr]:
+        """d residual / d input, through the outputs a residual reads."""
+        found: dict[tuple[str, str], sp.Expr] = {}
+        for name, expr in residuals.items():
+            for i in self.diff_inputs:
+                total = self.diff(expr, i, self.rule.loc)
+                for out in self.outputs:
+                    if expr.has(self.symbols[out]):
+                        inner = partials.get((out, i), 0)
+                        total += self.diff(expr, out, self.rule.loc) * inner
+                found[(name, i)] = total
+        return _nonzero(found)
+
+    def diff(self, expr: sp.Expr, name: str, loc: Loc) -> sp.Expr:
+        with self.guard(loc):
+            result = sp.diff(expr, self.symbols[name])
+        if result.has(sp.Derivative, sp.Subs):
+            self.fail(loc, f"sympy cannot differentiate {expr} with respect to {name}; give `derivatives`")
+            return sp.S.Zero
+        return result
+
+    @contextmanager
+    def guard(self, loc: Loc) -> Iterator[None]:
+        try:
+            yield
+        except _Timeout:
+            raise SpecErrors([SpecError(loc, f"sympy needs more than {DERIVE_SECONDS:g} s for this rule")]) from None
+        except (RecursionError, MemoryError):
+            raise SpecErrors([SpecError(loc, "this expression is too large or too deep for sympy")]) from None
+
+
+def _is_zero(expr: sp.Expr) -> bool:
+    return expr == 0 or sp.simplify(expr) == 0
+
+
+def _nonzero(partials: Mapping[tuple[str, str], sp.Expr]) -> dict[tuple[str, str], sp.Expr]:
+    return {k: v for k, v in partials.items() if v != 0}
+
+
+def derive_rule(rule: Rule) -> Derivation:
+    """Every derivative of `rule` in closed form, or SpecErrors saying why not."""
+    deriver = _Deriver(rule)
+    try:
+        with _time_limit(DERIVE_SECONDS):
+            return deriver.derive()
+    except _Timeout:
+        raise SpecErrors([SpecError(rule.loc, f"sympy needs more than {DERIVE_SECONDS:g} s for this rule")]) from None
+    except (RecursionError, MemoryError):
+        raise SpecErrors([SpecError(rule.loc, "this rule is too large or too deep for sympy")]) from None

@@ -1,0 +1,51 @@
+"""Source locations and the errors that carry them.
+
+Every stage reports a problem in a rule file as `file:line:col: message`, so
+each value read from YAML keeps where it came from, and an error raised about
+it names that place.  Errors are collected, not raised one by one, so that a
+user sees every problem of every file in one run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class Loc:
+    """A position in a rule file; line and col count from 1."""
+
+    file: str
+    line: int = 1
+    col: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+    def offset(self, line: int, col: int) -> Loc:
+        """The position of (line, col) of a text that starts at this location.
+
+        `line` counts from 1 and `col` from 0, as `ast` reports them.  A block
+        scalar's lines all start at the same column (its indentation), which
+        is where a loader places the text's location; a one-line scalar is
+        offset along its own line.
+        """
+        return Loc(self.file, self.line + line - 1, self.col + col)
+
+
+class SpecError(Exception):
+    """One problem in a rule file, at a known place."""
+
+    def __init__(self, loc: Loc, message: str) -> None:
+        super().__init__(f"{loc}: {message}")
+        self.loc = loc
+        self.message = message
+
+
+class SpecErrors(Exception):
+    """Every problem found in one pass, in file order."""
+
+    def __init__(self, errors: Iterable[SpecError]) -> None:
+        self.errors = sorted(errors, key=lambda e: e.loc)
+        super().__init__("\n".join(str(e) for e in self.errors))

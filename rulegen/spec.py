@@ -1,0 +1,503 @@
+"""Stage 1: read rule files into validated, immutable models.
+
+The pydantic models here mirror the YAML format (so `rulegen schema` can print
+its JSON Schema and validation errors point at YAML paths) and carry the
+source location of every object and every text, so that later stages report
+problems at `file:line:col` without reaching back into the YAML.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import keyword
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
+
+from rulegen.errors import Loc, SpecError, SpecErrors
+from rulegen.source import YamlList, YamlMap, load_yaml, locate
+
+#: Keys that mark a body's form; no input or output may take these names.
+SNIPPET_KEYS = ("python", "jax", "torch", "numpy")
+RESERVED_NAMES = frozenset({"sympy", *SNIPPET_KEYS, "xp", "np", "jnp", "lax", "ctx", "rng"})
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SNAKE = re.compile(r"^[a-z_][a-z0-9_]*$")
+_UNKNOWN = Loc("<unknown>")
+
+
+@dataclass(frozen=True)
+class Text:
+    """A string from a rule file and where its first character is."""
+
+    value: str
+    loc: Loc = _UNKNOWN
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _to_text(value: object) -> Text:
+    if isinstance(value, Text):
+        return value
+    if isinstance(value, str):
+        return Text(str(value), getattr(value, "loc", _UNKNOWN))
+    raise ValueError(f"expected a string, got {type(value).__name__}")
+
+
+def _to_name(value: object) -> str:
+    if not isinstance(value, str) or not _IDENTIFIER.match(value) or keyword.iskeyword(value):
+        raise ValueError(f"{value!r} is not a valid Python identifier")
+    if value in RESERVED_NAMES:
+        raise ValueError(f"{value!r} is reserved; choose another name")
+    return str(value)
+
+
+TextField = Annotated[Text, BeforeValidator(_to_text, json_schema_input_type=str)]
+Name = Annotated[str, BeforeValidator(_to_name, json_schema_input_type=str)]
+Number = float | int
+
+
+class Node(BaseModel):
+    """A YAML mapping: frozen, strict about keys, and aware of where it is."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    loc: SkipJsonSchema[Loc] = Field(default=_UNKNOWN, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _take_loc(cls, data: Any) -> Any:
+        if isinstance(data, YamlMap):
+            if "loc" in data:
+                raise ValueError("unknown key 'loc'")
+            return {**data, "loc": data.loc}
+        return data
+
+
+# ---------------------------------------------------------------- bodies
+
+
+class SympyBody(Node):
+    """One sympy expression, or one per output (or per input for a VJP)."""
+
+    sympy: TextField | dict[Name, TextField]
+
+    @property
+    def exprs(self) -> dict[str | None, Text]:
+        if isinstance(self.sympy, Text):
+            return {None: self.sympy}
+        return dict(self.sympy)
+
+
+class SnippetBody(Node):
+    """Python function bodies: array-API (`python`), per backend, or host (`numpy`)."""
+
+    python: TextField | None = None
+    jax: TextField | None = None
+    torch: TextField | None = None
+    numpy: TextField | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SnippetBody:
+        if self.numpy is not None and any((self.python, self.jax, self.torch)):
+            raise ValueError("a `numpy` body runs outside autodiff and cannot sit beside other bodies")
+        if not any((self.python, self.jax, self.torch, self.numpy)):
+            raise ValueError("an empty body")
+        if self.python is None and self.numpy is None and (self.jax is None) != (self.torch is None):
+            # A torch-only body is usable from JAX through a callback (a later
+            # stage decides); a JAX-only body has no torch counterpart.
+            if self.torch is None:
+                raise ValueError("a `jax` body needs a `torch` (or `python`) body beside it")
+        return self
+
+
+def _to_body(value: Any) -> Any:
+    if isinstance(value, str):
+        return {"sympy": value} if not isinstance(value, YamlMap) else value
+    if isinstance(value, dict):
+        if "sympy" in value:
+            return value
+        if value and all(k in SNIPPET_KEYS for k in value):
+            return value
+        if not value:
+            raise ValueError("an empty body")
+        if any(k in SNIPPET_KEYS for k in value):
+            extra = sorted(k for k in value if k not in SNIPPET_KEYS)
+            raise ValueError(f"a snippet body takes only {', '.join(SNIPPET_KEYS)}; got {extra}")
+        body = {"sympy": value}
+        if isinstance(value, YamlMap):
+            body = YamlMap(body)
+            body.loc = value.loc
+            body.key_locs = {"sympy": value.loc}
+            body.value_locs = {"sympy": value.loc}
+        return body
+    raise ValueError("a body is an expression string or a mapping")
+
+
+def _body_form(value: Any) -> str:
+    return "sympy" if isinstance(value, dict) and "sympy" in value else "snippet"
+
+
+Body = Annotated[
+    Annotated[SympyBody, Tag("sympy")] | Annotated[SnippetBody, Tag("snippet")],
+    Discriminator(_body_form),
+    BeforeValidator(_to_body, json_schema_input_type=str | SympyBody | SnippetBody | dict[str, str]),
+]
+
+
+# ---------------------------------------------------------------- inputs and outputs
+
+
+class Input(Node):
+    """One argument of the generated function."""
+
+    name: Name
+    diff: bool = True
+    static: bool = False
+    default: Any = None
+    has_default: SkipJsonSchema[bool] = Field(default=False, exclude=True)
+    dtype: Literal["float", "int", "bool"] = "float"
+    domain: tuple[Number, Number] = (-3.0, 3.0)
+    shape: tuple[Annotated[int, Field(ge=0)], ...] = (3, 4)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _note_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "default" in data:
+            return {**data, "has_default": True}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Input:
+        lo, hi = self.domain
+        if not lo < hi:
+            raise ValueError(f"domain [{lo}, {hi}] is empty")
+        if self.static and "diff" in self.model_fields_set and self.diff:
+            raise ValueError("a static input is never differentiated; drop `diff: true`")
+        return self
+
+    @property
+    def is_array(self) -> bool:
+        return not self.static
+
+    @property
+    def differentiable(self) -> bool:
+        return self.diff and not self.static and self.dtype == "float"
+
+
+class Output(Node):
+    """One result of the generated function."""
+
+    name: Name
+    diff: bool = True
+    dtype: Literal["float", "int", "bool"] = "float"
+
+    @property
+    def differentiable(self) -> bool:
+        return self.diff and self.dtype == "float"
+
+
+def _named_entries(value: Any) -> Any:
+    """`[x, y]` or `{x: {...}, y: {...}}` -> a list of mappings with names."""
+    if isinstance(value, list):
+        entries = []
+        for i, item in enumerate(value):
+            if isinstance(item, str):
+                entry: dict[str, Any] = {"name": item}
+                if isinstance(value, YamlList):
+                    entry = {"name": item, "loc": value.item_locs[i]}
+                entries.append(entry)
+            else:
+                entries.append(item)
+        return entries
+    if isinstance(value, dict):
+        entries = []
+        for key, options in value.items():
+            if options is None:
+                options = {}
+            if not isinstance(options, dict):
+                raise ValueError(f"options of {key!r} must be a mapping")
+            entry = {"name": key, **options}
+            if isinstance(value, YamlMap):
+                entry["loc"] = value.key_locs[key]
+            entries.append(entry)
+        return entries
+    raise ValueError("expected a list of names or a mapping of name -> options")
+
+
+InputList = Annotated[
+    tuple[Input, ...],
+    BeforeValidator(_named_entries, json_schema_input_type=list[str] | dict[str, Input | None]),
+]
+OutputList = Annotated[
+    tuple[Output, ...],
+    BeforeValidator(_named_entries, json_schema_input_type=list[str] | dict[str, Output | None]),
+]
+
+
+# ---------------------------------------------------------------- checks
+
+
+class Tolerance(Node):
+    rtol: float = 1e-7
+    atol: float = 1e-9
+
+
+class Point(Node):
+    """A point where the rule's value, gradient or JVP is known."""
+
+    at: dict[str, Any]
+    value: Any = None
+    grad: dict[str, Any] | None = None
+    jvp: Any = None
+
+
+class Checks(Node):
+    points: tuple[Point, ...] = ()
+    sample: Body | None = None
+    tolerance: Tolerance | None = None
+    skip: dict[str, str] = Field(default_factory=dict)
+    true_derivative: bool = True
+
+
+# ---------------------------------------------------------------- rules
+
+
+class Rule(Node):
+    """One differentiable function, as its rule file states it."""
+
+    name: Annotated[str, Field(pattern=_SNAKE.pattern)]
+    class_name: Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]*$")] | None = None
+    doc: str = ""
+    inputs: InputList
+    outputs: OutputList = (Output(name="out"),)
+    forward: Body
+    derivatives: dict[Name, TextField | dict[Name, TextField]] | None = None
+    jvp: Body | None = None
+    vjp: Body | None = None
+    residuals: dict[Name, Body] | list[Name] | None = None
+    mode: Literal["auto", "jvp", "vjp"] = "auto"
+    batching: Literal["elementwise", "sequential"] | Body = "sequential"
+    checks: Checks = Field(default_factory=Checks)
+    source: SkipJsonSchema[str] = Field(default="", exclude=True)
+    source_hash: SkipJsonSchema[str] = Field(default="", exclude=True)
+
+    @property
+    def torch_class(self) -> str:
+        return self.class_name or "".join(p.capitalize() for p in self.name.split("_") if p)
+
+    @property
+    def residual_names(self) -> tuple[str, ...]:
+        if self.residuals is None:
+            return ()
+        return tuple(self.residuals)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Rule:
+        names = [i.name for i in self.inputs] + [o.name for o in self.outputs]
+        names += list(self.residual_names)
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise ValueError(f"the name {name!r} is used twice among inputs, outputs and residuals")
+            seen.add(name)
+        taken = set(names)
+        for name in names:
+            for suffix in ("_dot", "_bar"):
+                if name.endswith(suffix) and name[: -len(suffix)] in taken:
+                    raise ValueError(f"{name!r} clashes with the tangent/cotangent name of {name[: -len(suffix)]!r}")
+        defaulted = False
+        for i in self.inputs:
+            if i.has_default:
+                defaulted = True
+            elif defaulted:
+                raise ValueError(f"input {i.name!r} has no default but follows one that has: inputs with defaults come last")
+        return self
+
+
+class RuleFile(BaseModel):
+    """A file of several rules."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rules: list[Rule]
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _yaml_path(root: object, path: Sequence[str | int]) -> list[str | int]:
+    """Turn a pydantic error path into a path through the YAML document.
+
+    Inputs and outputs are validated as lists even when the YAML gives a
+    mapping; an index into such a mapping stands for its index-th key.
+    """
+    node = root
+    out: list[str | int] = []
+    for part in path:
+        if isinstance(node, dict):
+            key = part
+            if isinstance(part, int) and part not in node:
+                keys = list(node)
+                if part >= len(keys):
+                    break
+                key = keys[part]
+            if key not in node:
+                out.append(key)
+                break
+            out.append(key)
+            node = node[key]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            out.append(part)
+            node = node[part]
+        else:
+            break
+    return out
+
+
+def _message(error: dict[str, Any]) -> str:
+    kind = error["type"]
+    where = ".".join(str(p) for p in error["loc"] if not isinstance(p, int) and p not in ("function-after[_to_name(), str]",))
+    msg = str(error["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix) :]
+    if kind == "extra_forbidden":
+        return f"unknown key {error['loc'][-1]!r}"
+    if kind == "missing":
+        return f"missing required key {error['loc'][-1]!r}"
+    return f"{where}: {msg}" if where else msg
+
+
+def _located_errors(root: object, error: ValidationError, path_prefix: Sequence[str | int]) -> list[SpecError]:
+    found: list[SpecError] = []
+    seen: set[tuple[Loc, str]] = set()
+    for e in error.errors():
+        # Tagged unions add their tag to the path; it is no key of the document.
+        loc_path = [p for p in e["loc"] if p != "snippet"]
+        yaml_path = _yaml_path(root, [*path_prefix, *loc_path])
+        loc = locate(root, yaml_path) or getattr(root, "loc", None) or _UNKNOWN
+        if e["type"] == "extra_forbidden":
+            parent = locate(root, yaml_path[:-1])
+            node = root
+            for part in yaml_path[:-1]:
+                node = node[part]  # type: ignore[index]
+            key = yaml_path[-1] if yaml_path else None
+            if isinstance(node, YamlMap) and isinstance(key, str) and key in node.key_locs:
+                loc = node.key_locs[key]
+                message = f"unknown key {key!r}"
+                close = difflib.get_close_matches(key, _allowed_keys(node, e), n=1)
+                if close:
+                    message += f"; did you mean {close[0]!r}?"
+                _add(found, seen, loc, message)
+                continue
+            loc = parent or loc
+        _add(found, seen, loc, _message(e))
+    return found
+
+
+def _allowed_keys(node: YamlMap, error: dict[str, Any]) -> list[str]:
+    keys: set[str] = set()
+    for model in (Rule, Input, Output, Checks, Point, Tolerance, SnippetBody):
+        keys |= set(model.model_fields)
+    return sorted(keys - {"loc", "source", "source_hash", "has_default"})
+
+
+def _add(found: list[SpecError], seen: set[tuple[Loc, str]], loc: Loc, message: str) -> None:
+    if (loc, message) not in seen:
+        seen.add((loc, message))
+        found.append(SpecError(loc, message))
+
+
+def read_rule_file(path: Path) -> tuple[Rule, ...]:
+    """Every rule of one file, or SpecErrors naming every problem in it."""
+    try:
+        raw_bytes = path.read_bytes()
+    except OSError as exc:
+        raise SpecErrors([SpecError(Loc(str(path)), f"cannot read: {exc.strerror}")]) from None
+    digest = hashlib.sha256(raw_bytes).hexdigest()
+    try:
+        text = raw_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    root = load_yaml(path, text)
+    file_loc = Loc(str(path))
+    if not isinstance(root, dict):
+        raise SpecErrors([SpecError(getattr(root, "loc", file_loc), "a rule file holds a mapping: one rule, or `rules:` with a list")])
+    if "rules" in root:
+        entries = root["rules"]
+        if set(root) != {"rules"}:
+            extra = sorted(set(root) - {"rules"})
+            raise SpecErrors([SpecError(root.key_locs[extra[0]], "a file with `rules:` holds nothing else")])
+        if not isinstance(entries, list) or not entries:
+            raise SpecErrors([SpecError(root.value_locs["rules"], "`rules:` must be a non-empty list of rules")])
+        items = [(entry, ["rules", i]) for i, entry in enumerate(entries)]
+    else:
+        items = [(root, [])]
+    rules: list[Rule] = []
+    errors: list[SpecError] = []
+    for entry, prefix in items:
+        data = entry
+        if isinstance(entry, YamlMap):
+            data = YamlMap({**entry, "source": str(path), "source_hash": digest})
+            data.loc, data.key_locs, data.value_locs = entry.loc, entry.key_locs, entry.value_locs
+        try:
+            rules.append(Rule.model_validate(data))
+        except ValidationError as exc:
+            errors.extend(_located_errors(root, exc, prefix))
+    if errors:
+        raise SpecErrors(errors)
+    return tuple(rules)
+
+
+def read_rules(paths: Iterable[Path]) -> tuple[Rule, ...]:
+    """All rules of all files; SpecErrors lists the problems of every file."""
+    rules: list[Rule] = []
+    errors: list[SpecError] = []
+    for path in paths:
+        try:
+            rules.extend(read_rule_file(path))
+        except SpecErrors as exc:
+            errors.extend(exc.errors)
+    first: dict[str, Rule] = {}
+    for rule in rules:
+        if rule.name in first:
+            errors.append(SpecError(rule.loc, f"rule {rule.name!r} is already defined at {first[rule.name].loc}"))
+        else:
+            first[rule.name] = rule
+    if errors:
+        raise SpecErrors(errors)
+    return tuple(rules)
+
+
+def rule_files(paths: Iterable[Path]) -> list[Path]:
+    """The rule files named by `paths`: files as given, directories searched for *.yaml."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")))
+        else:
+            found.append(path)
+    return found
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a rule file, for editors' YAML support."""
+    schema = Rule.model_json_schema(mode="validation")
+    schema["title"] = "rulegen rule"
+    return schema

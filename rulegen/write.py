@@ -1,0 +1,178 @@
+"""Stage 5: format generated modules and write them without ever leaving a half-built package.
+
+Everything is rendered and formatted in memory first; only then is any file
+touched, each replaced atomically (`os.replace`).  A manifest beside the
+modules records the hash of every rule file and of every module written, so
+that a rebuild skips unchanged rules and a module edited by hand is noticed
+instead of overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MANIFEST = ".rulegen-manifest.json"
+RUFF_ARGS = ("--isolated", "--line-length", "100")
+
+
+def sha256(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """What one rule file produced last time."""
+
+    hash: str
+    rules: tuple[tuple[str, str], ...]  # (function name, torch class name)
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    compiler: str = ""
+    sources: Mapping[str, SourceRecord] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)  # relative path -> sha256
+
+    @staticmethod
+    def load(out: Path) -> Manifest:
+        try:
+            data = json.loads((out / MANIFEST).read_text())
+            sources = {
+                path: SourceRecord(
+                    hash=s["hash"],
+                    rules=tuple((r[0], r[1]) for r in s["rules"]),
+                    files=tuple(s["files"]),
+                )
+                for path, s in data["sources"].items()
+            }
+            return Manifest(compiler=data["compiler"], sources=sources, files=dict(data["files"]))
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return Manifest()
+
+    def dumps(self) -> str:
+        data = {
+            "compiler": self.compiler,
+            "sources": {
+                path: {"hash": s.hash, "rules": [list(r) for r in s.rules], "files": list(s.files)}
+                for path, s in sorted(self.sources.items())
+            },
+            "files": dict(sorted(self.files.items())),
+        }
+        return json.dumps(data, indent=1) + "\n"
+
+
+def ruff_executable() -> list[str]:
+    try:
+        from ruff.__main__ import find_ruff_bin
+
+        return [os.fsdecode(find_ruff_bin())]
+    except ImportError:
+        return [sys.executable, "-m", "ruff"]
+
+
+def format_sources(files: Mapping[str, str]) -> dict[str, str]:
+    """`ruff format` every module in one run; generated code is formatted like hand-written code."""
+    if not files:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="rulegen-format-") as tmp:
+        root = Path(tmp)
+        for rel, text in files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        proc = subprocess.run(
+            [*ruff_executable(), "format", *RUFF_ARGS, "--quiet", "."],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"ruff format failed on generated code (a rulegen bug):\n{proc.stderr}")
+        return {rel: (root / rel).read_text() for rel in files}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a build wants the output directory to hold."""
+
+    files: Mapping[str, str]  # relative path -> text, every module of the package
+    manifest: Manifest
+
+
+@dataclass(frozen=True)
+class Difference:
+    written: tuple[str, ...]
+    removed: tuple[str, ...]
+    edited: tuple[str, ...]  # modules changed by hand since rulegen wrote them
+
+
+def compare(out: Path, plan: Plan, previous: Manifest) -> Difference:
+    """Which files a write of `plan` would change, and which were edited by hand."""
+    written: list[str] = []
+    edited: list[str] = []
+    for rel, text in sorted(plan.files.items()):
+        path = out / rel
+        try:
+            current = path.read_bytes()
+        except OSError:
+            written.append(rel)
+            continue
+        digest = sha256(current)
+        if digest != sha256(text):
+            written.append(rel)
+            if previous.files.get(rel) != digest:
+                edited.append(rel)
+    removed = sorted(rel for rel in previous.files if rel not in plan.files and (out / rel).exists())
+    for rel in removed:
+        if sha256((out / rel).read_bytes()) != previous.files[rel]:
+            edited.append(rel)
+    manifest_path = out / MANIFEST
+    if not manifest_path.exists() or manifest_path.read_text() != plan.manifest.dumps():
+        written.append(MANIFEST)
+    return Difference(tuple(written), tuple(removed), tuple(sorted(edited)))
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates files readable by their owner only; generated modules are
+# ordinary source files.
+_UMASK = _current_umask()
+
+
+def _replace(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_package(out: Path, plan: Plan, difference: Difference) -> None:
+    """Make `out` hold exactly `plan`, one atomic replacement per file."""
+    for rel in difference.written:
+        if rel != MANIFEST:
+            _replace(out / rel, plan.files[rel])
+    for rel in difference.removed:
+        (out / rel).unlink(missing_ok=True)
+    # The manifest goes last: if anything above fails, the next build sees
+    # the old hashes and redoes the work.
+    _replace(out / MANIFEST, plan.manifest.dumps())

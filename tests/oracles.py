@@ -1,0 +1,58 @@
+"""Reference implementations for the tests: the frameworks' own autodiff of a rule's forward.
+
+A rule's forward expression is printed with the same printers the generator
+uses, but without any custom derivative: whatever jax.grad or torch.func.grad
+make of it is the oracle the generated rules must match.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rulegen.derive import derive_rule
+from rulegen.printers import print_jax, print_torch
+from rulegen.spec import Rule
+
+
+def _compile(rule: Rule, printer: Callable[[Any], tuple[str, frozenset[str]]]) -> Callable[..., Any]:
+    derivation = derive_rule(rule)
+    imports: set[str] = set()
+    results = []
+    for _, expr in derivation.forward:
+        code, needed = printer(expr)
+        imports |= needed
+        results.append(code)
+    params = ", ".join(i.name for i in rule.inputs)
+    source = "\n".join(sorted(imports)) + f"\ndef reference({params}):\n    return {', '.join(results)}\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<reference {rule.name}>", "exec"), namespace)  # noqa: S102 - test oracle
+    return namespace["reference"]
+
+
+def jax_reference(rule: Rule) -> Callable[..., Any]:
+    return _compile(rule, print_jax)
+
+
+def torch_reference(rule: Rule) -> Callable[..., Any]:
+    return _compile(rule, print_torch)
+
+
+def sample_inputs(rule: Rule, shape: tuple[int, ...], seed: int = 0, statics: dict | None = None) -> list[Any]:
+    """NumPy float64 arrays inside each input's domain; statics from `statics` or defaults."""
+    rng = np.random.default_rng(seed)
+    values: list[Any] = []
+    for spec in rule.inputs:
+        if spec.static:
+            values.append((statics or {}).get(spec.name, spec.default if spec.has_default else 1.0))
+            continue
+        lo, hi = spec.domain
+        lo = lo if math.isfinite(lo) else (hi - 6 if math.isfinite(hi) else -3.0)
+        hi = hi if math.isfinite(hi) else lo + 6
+        # Keep away from the ends, where some functions (acosh, atanh) have kinks or poles.
+        width = hi - lo
+        values.append(rng.uniform(lo + 0.05 * width, hi - 0.05 * width, size=shape))
+    return values
