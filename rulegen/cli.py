@@ -108,6 +108,44 @@ def build(
     )
 
 
+@app.command()
+def test(
+    rules: RulesArg = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random points")] = 0,
+    compile_: Annotated[bool, typer.Option("--compile", help="Also check torch.compile(fullgraph=True) (slow)")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcomes as JSON")] = False,
+) -> None:
+    """Build the rules into a temporary package and run the checks on every rule."""
+    from rich.progress import Progress
+
+    from rulegen.check import outcomes_json, report_table, run_checks, summary
+    from rulegen.errors import SpecErrors
+    from rulegen.spec import read_rules, rule_files
+
+    config = load_config()
+    try:
+        found = read_rules(rule_files(list(rules) if rules else list(config.rules)))
+    except SpecErrors as exc:
+        raise _report_spec_errors(exc) from None
+    with Progress(console=err_console, transient=True, disable=as_json) as progress:
+        task = progress.add_task("checking", total=None)
+
+        def advance(outcome: object) -> None:
+            progress.update(task, description=f"{outcome.rule}: {outcome.check}")  # type: ignore[attr-defined]
+
+        try:
+            outcomes = run_checks(found, seed=seed, include_compile=compile_, progress=advance)
+        except SpecErrors as exc:
+            raise _report_spec_errors(exc) from None
+    if as_json:
+        sys.stdout.write(outcomes_json(outcomes) + "\n")
+    else:
+        out_console.print(report_table(outcomes))
+        out_console.print(summary(outcomes))
+    if any(o.status == "fail" for o in outcomes):
+        raise typer.Exit(1)
+
+
 class Backend(str, Enum):
     jax = "jax"
     torch = "torch"

@@ -67,6 +67,18 @@ def _to_name(value: object) -> str:
     return str(value)
 
 
+def _to_rule_name(value: object) -> str:
+    if not isinstance(value, str) or not _SNAKE.match(value) or keyword.iskeyword(value):
+        raise ValueError(f"a rule name is a snake_case identifier (it names a Python function), not {value!r}")
+    return str(value)
+
+
+def _to_class_name(value: object) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]*", value):
+        raise ValueError(f"class_name is a CamelCase identifier, not {value!r}")
+    return str(value)
+
+
 TextField = Annotated[Text, BeforeValidator(_to_text, json_schema_input_type=str)]
 Name = Annotated[str, BeforeValidator(_to_name, json_schema_input_type=str)]
 Number = float | int
@@ -149,12 +161,16 @@ def _to_body(value: Any) -> Any:
     raise ValueError("a body is an expression string or a mapping")
 
 
+# Tags of the body union; pydantic puts them in error paths, where they are no YAML key.
+SYMPY_TAG, SNIPPET_TAG = "<sympy body>", "<snippet body>"
+
+
 def _body_form(value: Any) -> str:
-    return "sympy" if isinstance(value, dict) and "sympy" in value else "snippet"
+    return SYMPY_TAG if isinstance(value, dict) and "sympy" in value else SNIPPET_TAG
 
 
 Body = Annotated[
-    Annotated[SympyBody, Tag("sympy")] | Annotated[SnippetBody, Tag("snippet")],
+    Annotated[SympyBody, Tag(SYMPY_TAG)] | Annotated[SnippetBody, Tag(SNIPPET_TAG)],
     Discriminator(_body_form),
     BeforeValidator(_to_body, json_schema_input_type=str | SympyBody | SnippetBody | dict[str, str]),
 ]
@@ -217,13 +233,12 @@ def _named_entries(value: Any) -> Any:
     if isinstance(value, list):
         entries = []
         for i, item in enumerate(value):
-            if isinstance(item, str):
-                entry: dict[str, Any] = {"name": item}
-                if isinstance(value, YamlList):
-                    entry = {"name": item, "loc": value.item_locs[i]}
-                entries.append(entry)
-            else:
-                entries.append(item)
+            if not isinstance(item, str):
+                raise ValueError(f"expected a name, got {item!r}; give options as a mapping name -> options")
+            entry: dict[str, Any] = {"name": item}
+            if isinstance(value, YamlList):
+                entry["loc"] = value.item_locs[i]
+            entries.append(entry)
         return entries
     if isinstance(value, dict):
         entries = []
@@ -281,8 +296,8 @@ class Checks(Node):
 class Rule(Node):
     """One differentiable function, as its rule file states it."""
 
-    name: Annotated[str, Field(pattern=_SNAKE.pattern)]
-    class_name: Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]*$")] | None = None
+    name: Annotated[str, BeforeValidator(_to_rule_name, json_schema_input_type=str)]
+    class_name: Annotated[str, BeforeValidator(_to_class_name, json_schema_input_type=str)] | None = None
     doc: str = ""
     inputs: InputList
     outputs: OutputList = (Output(name="out"),)
@@ -307,27 +322,29 @@ class Rule(Node):
             return ()
         return tuple(self.residuals)
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Rule:
-        names = [i.name for i in self.inputs] + [o.name for o in self.outputs]
-        names += list(self.residual_names)
-        seen: set[str] = set()
-        for name in names:
-            if name in seen:
-                raise ValueError(f"the name {name!r} is used twice among inputs, outputs and residuals")
-            seen.add(name)
-        taken = set(names)
-        for name in names:
-            for suffix in ("_dot", "_bar"):
-                if name.endswith(suffix) and name[: -len(suffix)] in taken:
-                    raise ValueError(f"{name!r} clashes with the tangent/cotangent name of {name[: -len(suffix)]!r}")
-        defaulted = False
-        for i in self.inputs:
-            if i.has_default:
-                defaulted = True
-            elif defaulted:
-                raise ValueError(f"input {i.name!r} has no default but follows one that has: inputs with defaults come last")
-        return self
+
+
+def consistency_errors(rule: Rule) -> list[SpecError]:
+    """What pydantic cannot see field by field: names clashing, defaults out of order."""
+    errors: list[SpecError] = []
+    places: dict[str, Loc] = {}
+    named = [(i.name, i.loc) for i in rule.inputs] + [(o.name, o.loc) for o in rule.outputs]
+    named += [(n, rule.loc) for n in rule.residual_names]
+    for name, loc in named:
+        if name in places:
+            errors.append(SpecError(loc, f"the name {name!r} is used twice (first at {places[name]})"))
+        places.setdefault(name, loc)
+    for name, loc in named:
+        for suffix in ("_dot", "_bar"):
+            if name.endswith(suffix) and name[: -len(suffix)] in places:
+                errors.append(SpecError(loc, f"{name!r} clashes with the {suffix[1:]} name of {name[: -len(suffix)]!r}"))
+    defaulted = False
+    for i in rule.inputs:
+        if i.has_default:
+            defaulted = True
+        elif defaulted:
+            errors.append(SpecError(i.loc, f"input {i.name!r} has no default but follows one that has: inputs with defaults come last"))
+    return errors
 
 
 class RuleFile(BaseModel):
@@ -372,7 +389,6 @@ def _yaml_path(root: object, path: Sequence[str | int]) -> list[str | int]:
 
 def _message(error: dict[str, Any]) -> str:
     kind = error["type"]
-    where = ".".join(str(p) for p in error["loc"] if not isinstance(p, int) and p not in ("function-after[_to_name(), str]",))
     msg = str(error["msg"])
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
@@ -381,7 +397,8 @@ def _message(error: dict[str, Any]) -> str:
         return f"unknown key {error['loc'][-1]!r}"
     if kind == "missing":
         return f"missing required key {error['loc'][-1]!r}"
-    return f"{where}: {msg}" if where else msg
+    field = next((p for p in reversed(error["loc"]) if isinstance(p, str) and not p.startswith("<")), None)
+    return f"{field}: {msg}" if field and msg.startswith("Input should") else msg
 
 
 def _located_errors(root: object, error: ValidationError, path_prefix: Sequence[str | int]) -> list[SpecError]:
@@ -389,7 +406,7 @@ def _located_errors(root: object, error: ValidationError, path_prefix: Sequence[
     seen: set[tuple[Loc, str]] = set()
     for e in error.errors():
         # Tagged unions add their tag to the path; it is no key of the document.
-        loc_path = [p for p in e["loc"] if p != "snippet"]
+        loc_path = [p for p in e["loc"] if p not in (SYMPY_TAG, SNIPPET_TAG)]
         yaml_path = _yaml_path(root, [*path_prefix, *loc_path])
         loc = locate(root, yaml_path) or getattr(root, "loc", None) or _UNKNOWN
         if e["type"] == "extra_forbidden":
@@ -401,8 +418,8 @@ def _located_errors(root: object, error: ValidationError, path_prefix: Sequence[
             if isinstance(node, YamlMap) and isinstance(key, str) and key in node.key_locs:
                 loc = node.key_locs[key]
                 message = f"unknown key {key!r}"
-                close = difflib.get_close_matches(key, _allowed_keys(node, e), n=1)
-                if close:
+                close = difflib.get_close_matches(key, _allowed_keys(), n=1)
+                if close and close[0] != key:
                     message += f"; did you mean {close[0]!r}?"
                 _add(found, seen, loc, message)
                 continue
@@ -411,7 +428,7 @@ def _located_errors(root: object, error: ValidationError, path_prefix: Sequence[
     return found
 
 
-def _allowed_keys(node: YamlMap, error: dict[str, Any]) -> list[str]:
+def _allowed_keys() -> list[str]:
     keys: set[str] = set()
     for model in (Rule, Input, Output, Checks, Point, Tolerance, SnippetBody):
         keys |= set(model.model_fields)
@@ -457,9 +474,12 @@ def read_rule_file(path: Path) -> tuple[Rule, ...]:
             data = YamlMap({**entry, "source": str(path), "source_hash": digest})
             data.loc, data.key_locs, data.value_locs = entry.loc, entry.key_locs, entry.value_locs
         try:
-            rules.append(Rule.model_validate(data))
+            rule = Rule.model_validate(data)
         except ValidationError as exc:
             errors.extend(_located_errors(root, exc, prefix))
+            continue
+        errors.extend(consistency_errors(rule))
+        rules.append(rule)
     if errors:
         raise SpecErrors(errors)
     return tuple(rules)

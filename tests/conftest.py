@@ -13,7 +13,7 @@ os.environ.setdefault("JAX_ENABLE_X64", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 ROOT = Path(__file__).resolve().parent.parent
-RULES = Path("/tmp/shimrules") if os.environ.get("SHIM") else ROOT / "rules"
+RULES = ROOT / "rules"
 SHARED_EXAMPLES = ROOT.parent / "shared" / "examples"
 
 

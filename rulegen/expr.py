@@ -1,0 +1,324 @@
+"""Parse a symbolic expression from a rule file as data, never as code.
+
+`sympify` and `parse_expr` evaluate their input with Python's `eval`; a rule
+file is untrusted, so expressions are parsed with `ast` instead, checked
+against a whitelist of node types, names and functions, and built into sympy
+objects node by node.  Before sympy sees anything, limits on size, depth,
+exponents and special-function arguments keep a hostile expression from
+making it hang or exhaust memory.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import operator
+import re
+from collections.abc import Callable, Mapping
+
+import sympy as sp
+
+from rulegen.errors import Loc, SpecError
+from rulegen.functions import CONSTANTS, FUNCTIONS
+
+MAX_CHARS = 20_000
+MAX_NODES = 5_000
+MAX_DEPTH = 100
+MAX_EXPONENT = 64
+MAX_INT_DIGITS = 30
+MAX_SPECIAL_ARG = 1000
+MAX_POLYGAMMA_ORDER = 8
+
+_BINARY: dict[type[ast.operator], Callable[[sp.Expr, sp.Expr], sp.Expr]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
+_REFUSED_BINARY = {
+    ast.BitXor: "^ is not a power in Python; use ** for powers",
+    ast.Mod: "% is not supported in a symbolic expression",
+    ast.FloorDiv: "// is not supported in a symbolic expression",
+    ast.MatMult: "@ is not supported in a symbolic expression",
+    ast.BitAnd: "use `and` in conditions (& is not supported)",
+    ast.BitOr: "use `or` in conditions (| is not supported)",
+    ast.LShift: "<< is not supported in a symbolic expression",
+    ast.RShift: ">> is not supported in a symbolic expression",
+}
+_COMPARE: dict[type[ast.cmpop], Callable[[sp.Expr, sp.Expr], sp.Basic]] = {
+    ast.Lt: sp.Lt,
+    ast.LtE: sp.Le,
+    ast.Gt: sp.Gt,
+    ast.GtE: sp.Ge,
+    ast.Eq: sp.Eq,
+    ast.NotEq: sp.Ne,
+}
+# Arity of the functions whose sympy class does not say it (or says it loosely).
+_ARITY: dict[str, tuple[int, int]] = {
+    "log": (1, 1),
+    "Min": (2, 32),
+    "Max": (2, 32),
+    "min": (2, 32),
+    "max": (2, 32),
+    "where": (3, 3),
+    "clip": (3, 3),
+    "polygamma": (2, 2),
+    "Piecewise": (1, 32),
+}
+_SPECIAL = {"gamma", "loggamma", "digamma", "polygamma"}
+_NODE_NAMES = {
+    ast.Attribute: "attributes",
+    ast.Subscript: "subscripts",
+    ast.Lambda: "lambdas",
+    ast.ListComp: "comprehensions",
+    ast.SetComp: "comprehensions",
+    ast.DictComp: "comprehensions",
+    ast.GeneratorExp: "comprehensions",
+    ast.Starred: "starred arguments",
+    ast.Dict: "dicts",
+    ast.Set: "sets",
+    ast.List: "lists",
+    ast.JoinedStr: "f-strings",
+    ast.NamedExpr: "assignment expressions",
+    ast.Await: "await",
+    ast.Yield: "yield",
+    ast.YieldFrom: "yield",
+    ast.Slice: "slices",
+}
+
+
+def _condition(value: object) -> bool:
+    return isinstance(value, sp.logic.boolalg.Boolean) and not isinstance(value, sp.Expr)
+
+
+class _Builder:
+    def __init__(self, symbols: Mapping[str, sp.Symbol], loc: Loc) -> None:
+        self.symbols = symbols
+        self.loc = loc
+
+    def error(self, node: ast.AST, message: str) -> SpecError:
+        return SpecError(self.loc.offset(getattr(node, "lineno", 1), getattr(node, "col_offset", 0)), message)
+
+    def value(self, node: ast.AST) -> sp.Expr:
+        """An arithmetic value (not a condition)."""
+        result = self.build(node)
+        if _condition(result) or isinstance(result, tuple):
+            raise self.error(node, "a condition is used where a value is expected")
+        return result
+
+    def condition(self, node: ast.AST) -> sp.Basic:
+        result = self.build(node)
+        if result in (sp.true, sp.false):
+            return result
+        if not _condition(result):
+            raise self.error(node, "a value is used where a condition (a comparison) is expected")
+        return result
+
+    def build(self, node: ast.AST) -> sp.Basic:
+        kind = type(node)
+        if kind is ast.Constant:
+            return self.constant(node)  # type: ignore[arg-type]
+        if kind is ast.Name:
+            return self.name(node)  # type: ignore[arg-type]
+        if kind is ast.BinOp:
+            return self.binary(node)  # type: ignore[arg-type]
+        if kind is ast.UnaryOp:
+            return self.unary(node)  # type: ignore[arg-type]
+        if kind is ast.Compare:
+            return self.compare(node)  # type: ignore[arg-type]
+        if kind is ast.BoolOp:
+            parts = [self.condition(v) for v in node.values]  # type: ignore[attr-defined]
+            return sp.And(*parts) if isinstance(node.op, ast.And) else sp.Or(*parts)  # type: ignore[attr-defined]
+        if kind is ast.IfExp:
+            cond = self.condition(node.test)  # type: ignore[attr-defined]
+            return sp.Piecewise((self.value(node.body), cond), (self.value(node.orelse), True))  # type: ignore[attr-defined]
+        if kind is ast.Call:
+            return self.call(node)  # type: ignore[arg-type]
+        if kind is ast.Tuple:
+            raise self.error(node, "tuples are only allowed as Piecewise arguments: Piecewise((value, condition), ...)")
+        what = _NODE_NAMES.get(kind, type(node).__name__)
+        raise self.error(node, f"{what} are not allowed in a symbolic expression")
+
+    def constant(self, node: ast.Constant) -> sp.Basic:
+        value = node.value
+        if isinstance(value, bool):
+            return sp.true if value else sp.false
+        if isinstance(value, int):
+            if len(str(abs(value))) > MAX_INT_DIGITS:
+                raise self.error(node, f"integer literal longer than {MAX_INT_DIGITS} digits")
+            return sp.Integer(value)
+        if isinstance(value, float):
+            return sp.Float(value, 17) if value == value else sp.nan
+        raise self.error(node, f"{type(value).__name__} literals are not allowed in a symbolic expression")
+
+    def name(self, node: ast.Name) -> sp.Basic:
+        if node.id in self.symbols:
+            return self.symbols[node.id]
+        if node.id in CONSTANTS:
+            return CONSTANTS[node.id]
+        if node.id in ("True", "False"):
+            return sp.true if node.id == "True" else sp.false
+        if node.id in FUNCTIONS:
+            raise self.error(node, f"{node.id!r} is a function; call it, e.g. {node.id}(x)")
+        known = [*self.symbols, *CONSTANTS]
+        close = difflib.get_close_matches(node.id, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; names in scope: {', '.join(sorted(self.symbols))}"
+        raise self.error(node, f"unknown name {node.id!r}{hint}")
+
+    def binary(self, node: ast.BinOp) -> sp.Expr:
+        # A long sum or product is a deep left spine; fold it with a loop so
+        # that its length costs no recursion.
+        spine = [node]
+        while isinstance(spine[-1].left, ast.BinOp) and not isinstance(spine[-1].op, ast.Pow):
+            spine.append(spine[-1].left)
+        result = self.value(spine[-1].left)
+        for step in reversed(spine):
+            op = type(step.op)
+            if op in _REFUSED_BINARY:
+                raise self.error(step, _REFUSED_BINARY[op])
+            right = self.value(step.right)
+            if op is ast.Pow:
+                self.check_power(step, result, right)
+            result = _BINARY[op](result, right)
+        return result
+
+    def check_power(self, node: ast.BinOp, base: sp.Expr, exponent: sp.Expr) -> None:
+        if exponent.is_number:
+            if not exponent.is_finite or abs(float(exponent)) > MAX_EXPONENT:
+                raise self.error(node, f"exponent {exponent} is larger than {MAX_EXPONENT}")
+        elif base.is_number and base.is_finite and abs(float(base)) > 1e6:
+            raise self.error(node, "the base of a symbolic power must be at most 1e6")
+        if base.is_number and exponent.is_number:
+            digits = len(str(abs(int(base)))) if base.is_Integer else 1
+            if digits * abs(float(exponent)) > 300:
+                raise self.error(node, "this power of numbers is too large")
+
+    def unary(self, node: ast.UnaryOp) -> sp.Basic:
+        if isinstance(node.op, ast.USub):
+            return -self.value(node.operand)
+        if isinstance(node.op, ast.UAdd):
+            return self.value(node.operand)
+        if isinstance(node.op, ast.Not):
+            return sp.Not(self.condition(node.operand))
+        raise self.error(node, "~ is not supported in a symbolic expression")
+
+    def compare(self, node: ast.Compare) -> sp.Basic:
+        parts = []
+        left = self.value(node.left)
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            if type(op) not in _COMPARE:
+                raise self.error(node, f"{type(op).__name__} comparisons are not supported")
+            right = self.value(right_node)
+            parts.append(_COMPARE[type(op)](left, right))
+            left = right
+        return parts[0] if len(parts) == 1 else sp.And(*parts)
+
+    def call(self, node: ast.Call) -> sp.Basic:
+        if not isinstance(node.func, ast.Name):
+            raise self.error(node, "only whitelisted functions may be called, by name (e.g. exp(x))")
+        name = node.func.id
+        if name not in FUNCTIONS:
+            close = difflib.get_close_matches(name, list(FUNCTIONS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise self.error(node.func, f"unknown function {name!r}{hint}")
+        if node.keywords:
+            raise self.error(node, f"{name}() takes positional arguments only")
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.error(node, "starred arguments are not allowed in a symbolic expression")
+        low, high = _ARITY.get(name) or _nargs(FUNCTIONS[name])
+        if not low <= len(node.args) <= high:
+            expected = str(low) if low == high else f"{low} to {high}"
+            raise self.error(node, f"{name}() takes {expected} argument(s), got {len(node.args)}")
+        if name == "Piecewise":
+            return self.piecewise(node)
+        if name == "where":
+            cond = self.condition(node.args[0])
+            return FUNCTIONS[name](cond, self.value(node.args[1]), self.value(node.args[2]))
+        args = [self.value(a) for a in node.args]
+        if name == "polygamma" and not (args[0].is_Integer and 0 <= int(args[0]) <= MAX_POLYGAMMA_ORDER):
+            raise self.error(node, f"polygamma's order must be an integer literal from 0 to {MAX_POLYGAMMA_ORDER}")
+        if name in _SPECIAL and any(a.is_number and a.is_finite and abs(float(a)) > MAX_SPECIAL_ARG for a in args):
+            raise self.error(node, f"{name}() of a number larger than {MAX_SPECIAL_ARG} is not allowed")
+        return FUNCTIONS[name](*args)
+
+    def piecewise(self, node: ast.Call) -> sp.Expr:
+        pieces = []
+        for arg in node.args:
+            if not (isinstance(arg, ast.Tuple) and len(arg.elts) == 2):
+                raise self.error(arg, "each Piecewise argument is a pair (value, condition)")
+            pieces.append((self.value(arg.elts[0]), self.condition(arg.elts[1])))
+        return sp.Piecewise(*pieces)
+
+
+def _nargs(function: Callable[..., sp.Basic]) -> tuple[int, int]:
+    nargs = getattr(function, "nargs", None)
+    if isinstance(nargs, sp.FiniteSet) and nargs:
+        values = sorted(int(n) for n in nargs)
+        return values[0], values[-1]
+    return 1, 1
+
+
+def _depth_and_size(tree: ast.AST, builder: _Builder) -> None:
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
+    count = 0
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise builder.error(tree, f"expression has more than {MAX_NODES} parts")
+        if depth > MAX_DEPTH:
+            raise builder.error(node, f"expression nested deeper than {MAX_DEPTH} levels")
+        for child in ast.iter_child_nodes(node):
+            on_spine = isinstance(node, ast.BinOp) and child is node.left and not isinstance(node.op, ast.Pow)
+            stack.append((child, depth if on_spine else depth + 1))
+
+
+_UNARY_RUN = re.compile(r"(?:[-+~]\s*){%d,}" % MAX_DEPTH)
+
+
+def _bracket_depth(text: str) -> int:
+    depth = deepest = 0
+    for char in text:
+        if char in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")]}":
+            depth -= 1
+    return deepest
+
+
+def parse_expression(text: str, symbols: Mapping[str, sp.Symbol], loc: Loc) -> sp.Expr:
+    """The sympy expression written in `text`, or a SpecError at the offending place."""
+    if len(text) > MAX_CHARS:
+        raise SpecError(loc, f"expression longer than {MAX_CHARS} characters")
+    stripped = text.strip()
+    if not stripped:
+        raise SpecError(loc, "empty expression")
+    # ast.parse recurses once per nesting level and per unary operator; refuse
+    # texts that would take it near Python's recursion limit.
+    if _bracket_depth(stripped) > MAX_DEPTH:
+        raise SpecError(loc, f"expression nested deeper than {MAX_DEPTH} levels")
+    if _UNARY_RUN.search(stripped):
+        raise SpecError(loc, f"more than {MAX_DEPTH} unary operators in a row")
+    lead = len(text) - len(text.lstrip())
+    lead_lines = text[:lead].count("\n")
+    start = loc if not lead_lines else loc.offset(lead_lines + 1, 0)
+    try:
+        tree = ast.parse(stripped, mode="eval")
+    except SyntaxError as exc:
+        where = start.offset(exc.lineno or 1, max((exc.offset or 1) - 1, 0))
+        raise SpecError(where, f"invalid expression syntax: {exc.msg}") from None
+    except (RecursionError, MemoryError, ValueError) as exc:
+        raise SpecError(start, f"expression cannot be parsed: {type(exc).__name__}") from None
+    builder = _Builder(symbols, start)
+    _depth_and_size(tree.body, builder)
+    try:
+        result = builder.value(tree.body)
+    except SpecError:
+        raise
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError, RecursionError) as exc:
+        raise SpecError(start, f"sympy cannot build this expression: {exc}") from None
+    if result.has(sp.zoo, sp.nan) or result in (sp.oo, -sp.oo):
+        raise SpecError(start, "the expression is not a finite value (division by zero?)")
+    return result

@@ -1,0 +1,424 @@
+"""Print sympy expressions as JAX and PyTorch array code.
+
+sympy 1.14 ships a JaxPrinter and a TorchPrinter, written for scalar or
+host code in places: JAX gets `math.erf` and `math.lgamma`, torch gets
+`torch.special.gamma` (which does not exist) and `torch.max(0, x)`, neither
+prints `erfinv` or `polygamma(n, x)`, rationals become `(1/3)*x`, and
+numeric constants such as `sqrt(2)` become array calls on Python numbers
+(`torch.sqrt(2)` raises).  The printers here subclass them and override one
+`_print_<Node>` method per fix.  Imports are collected through
+`_module_format`, never guessed from the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import sympy as sp
+from sympy.printing.numpy import JaxPrinter
+from sympy.printing.precedence import PRECEDENCE, precedence
+from sympy.printing.pycode import PythonCodePrinter
+from sympy.printing.pytorch import TorchPrinter
+
+from rulegen import functions as fn
+
+#: Module prefixes the generated code spells, and the import each needs.
+_IMPORTS = {
+    "jnp": "import jax.numpy as jnp",
+    "jax.scipy.special": "import jax.scipy.special",
+    "jax.nn": "import jax",
+    "jax.lax": "import jax",
+    "torch": "import torch",
+    "torch.special": "import torch",
+    "torch.nn.functional": "import torch",
+    "math": "import math",
+}
+
+_JAX_FUNCTIONS = {
+    "exp": "jnp.exp",
+    "log": "jnp.log",
+    "sin": "jnp.sin",
+    "cos": "jnp.cos",
+    "tan": "jnp.tan",
+    "asin": "jnp.arcsin",
+    "acos": "jnp.arccos",
+    "atan": "jnp.arctan",
+    "atan2": "jnp.arctan2",
+    "sinh": "jnp.sinh",
+    "cosh": "jnp.cosh",
+    "tanh": "jnp.tanh",
+    "asinh": "jnp.arcsinh",
+    "acosh": "jnp.arccosh",
+    "atanh": "jnp.arctanh",
+    "log1p": "jnp.log1p",
+    "expm1": "jnp.expm1",
+    "hypot": "jnp.hypot",
+    "Abs": "jnp.abs",
+    "sign": "jnp.sign",
+    "floor": "jnp.floor",
+    "ceiling": "jnp.ceil",
+    "erf": "jax.scipy.special.erf",
+    "erfc": "jax.scipy.special.erfc",
+    "erfinv": "jax.scipy.special.erfinv",
+    "gamma": "jax.scipy.special.gamma",
+    "loggamma": "jax.scipy.special.gammaln",
+    "sigmoid": "jax.nn.sigmoid",
+    "softplus": "jax.nn.softplus",
+    "logaddexp": "jnp.logaddexp",
+    "xlogy": "jax.scipy.special.xlogy",
+    "bessel_i0": "jax.scipy.special.i0",
+    "bessel_i1": "jax.scipy.special.i1",
+    "bessel_i0e": "jax.scipy.special.i0e",
+    "bessel_i1e": "jax.scipy.special.i1e",
+}
+
+_TORCH_FUNCTIONS = {
+    "exp": "torch.exp",
+    "log": "torch.log",
+    "sin": "torch.sin",
+    "cos": "torch.cos",
+    "tan": "torch.tan",
+    "asin": "torch.asin",
+    "acos": "torch.acos",
+    "atan": "torch.atan",
+    "atan2": "torch.atan2",
+    "sinh": "torch.sinh",
+    "cosh": "torch.cosh",
+    "tanh": "torch.tanh",
+    "asinh": "torch.asinh",
+    "acosh": "torch.acosh",
+    "atanh": "torch.atanh",
+    "log1p": "torch.log1p",
+    "expm1": "torch.expm1",
+    "hypot": "torch.hypot",
+    "Abs": "torch.abs",
+    "sign": "torch.sign",
+    "floor": "torch.floor",
+    "ceiling": "torch.ceil",
+    "erf": "torch.special.erf",
+    "erfc": "torch.special.erfc",
+    "erfinv": "torch.special.erfinv",
+    "loggamma": "torch.special.gammaln",
+    "sigmoid": "torch.sigmoid",
+    "logaddexp": "torch.logaddexp",
+    "xlogy": "torch.special.xlogy",
+    "bessel_i0": "torch.special.i0",
+    "bessel_i1": "torch.special.i1",
+    "bessel_i0e": "torch.special.i0e",
+    "bessel_i1e": "torch.special.i1e",
+}
+
+#: torch functions of two arguments that refuse a Python number in either place.
+_TORCH_TENSOR_ONLY = {"atan2", "hypot", "logaddexp"}
+
+_MATH_FUNCTIONS = {
+    "exp": "math.exp",
+    "log": "math.log",
+    "sqrt": "math.sqrt",
+    "sin": "math.sin",
+    "cos": "math.cos",
+    "tan": "math.tan",
+    "atan": "math.atan",
+    "sinh": "math.sinh",
+    "cosh": "math.cosh",
+    "tanh": "math.tanh",
+    "erf": "math.erf",
+    "erfc": "math.erfc",
+}
+
+
+class _ArrayCode:
+    """What both array printers (and the constant printer) print alike."""
+
+    functions: dict[str, str] = {}
+    module_imports_: set[str]
+
+    def _record(self, path: str) -> str:
+        prefix = path.rsplit(".", 1)[0]
+        self.module_imports_.add(_IMPORTS[prefix])
+        return path
+
+    def _call(self, path: str, *args: sp.Basic) -> str:
+        return f"{self._record(path)}({', '.join(self._print(a) for a in args)})"  # type: ignore[attr-defined]
+
+    # -- numbers
+
+    def _print_Integer(self, expr: sp.Integer) -> str:
+        return str(int(expr))
+
+    def _print_Rational(self, expr: sp.Rational) -> str:
+        return f"{expr.p} / {expr.q}"
+
+    def _print_Half(self, expr: sp.Rational) -> str:
+        return "1 / 2"
+
+    def _print_Float(self, expr: sp.Float) -> str:
+        return repr(float(expr))
+
+    def _print_NaN(self, expr: sp.Basic) -> str:
+        return self._record("math.nan")
+
+    def _print_Infinity(self, expr: sp.Basic) -> str:
+        return self._record("math.inf")
+
+    def _print_NegativeInfinity(self, expr: sp.Basic) -> str:
+        return "-" + self._record("math.inf")
+
+    def _print_Pi(self, expr: sp.Basic) -> str:
+        return self._record("math.pi")
+
+    def _print_Exp1(self, expr: sp.Basic) -> str:
+        return self._record("math.e")
+
+    def _print_BooleanTrue(self, expr: sp.Basic) -> str:
+        return "True"
+
+    def _print_BooleanFalse(self, expr: sp.Basic) -> str:
+        return "False"
+
+    def _print_constant(self, expr: sp.Expr) -> str:
+        """A number such as sqrt(2)/2 as Python float arithmetic, readable where `math` has the functions."""
+        if all(f.func.__name__ in _MATH_FUNCTIONS for f in expr.atoms(sp.Function)):
+            printer = _ConstantPrinter()
+            text = printer.doprint(expr)
+            self.module_imports_ |= printer.module_imports_
+            return text
+        return repr(float(expr.evalf(30)))
+
+    def _print(self, expr: Any, **kwargs: Any) -> str:
+        if (
+            isinstance(expr, sp.Expr)
+            and not isinstance(self, _ConstantPrinter)
+            and not expr.is_Atom
+            and expr.is_number
+            and expr.is_real is not False
+        ):
+            return self._print_constant(expr)
+        return super()._print(expr, **kwargs)  # type: ignore[misc]
+
+    # -- arithmetic
+
+    def _print_Pow(self, expr: sp.Pow, rational: bool = False) -> str:
+        base, exponent = expr.as_base_exp()
+        if exponent == sp.S.Half:
+            return self._print_sqrt(base)
+        if exponent == -sp.S.Half:
+            return self._print_rsqrt(base)
+        if exponent.is_Integer and exponent < 0:
+            return f"1 / {self.parenthesize(base ** -exponent, PRECEDENCE['Mul'] + 1)}"  # type: ignore[attr-defined]
+        base_text = self.parenthesize(base, PRECEDENCE["Pow"] + 1)  # type: ignore[attr-defined]
+        if exponent.is_Integer:
+            return f"{base_text}**{exponent}"
+        exponent_text = self._print(exponent)
+        if not (exponent.is_Atom and not exponent.is_Rational):
+            exponent_text = f"({exponent_text})"
+        return f"{base_text}**{exponent_text}"
+
+    def _print_sqrt(self, base: sp.Expr) -> str:
+        raise NotImplementedError
+
+    def _print_rsqrt(self, base: sp.Expr) -> str:
+        raise NotImplementedError
+
+    def _print_Mul(self, expr: sp.Mul) -> str:
+        # Rationals as `2 * x / 3` rather than `(2/3)*x`.
+        coefficient, rest = expr.as_coeff_Mul()
+        if coefficient.is_Rational and not coefficient.is_Integer and rest != 1:
+            p, q = coefficient.p, coefficient.q
+            body = self._print_Mul(rest) if isinstance(rest, sp.Mul) else self.parenthesize(rest, PRECEDENCE["Mul"])  # type: ignore[attr-defined]
+            if p == -1:
+                return f"-{body} / {q}"
+            if p == 1:
+                return f"{body} / {q}"
+            return f"{p} * {body} / {q}"
+        return super()._print_Mul(expr)  # type: ignore[misc]
+
+    # -- functions
+
+    def _print_Function(self, expr: sp.Function) -> str:
+        name = type(expr).__name__
+        if name not in self.functions:
+            raise sp.printing.codeprinter.PrintMethodNotImplementedError(
+                f"{type(self).__name__} cannot print {name}"
+            )
+        return self._call(self.functions[name], *expr.args)
+
+    _print_exp = _print_log = _print_sin = _print_cos = _print_tan = _print_Function
+    _print_asin = _print_acos = _print_atan = _print_atan2 = _print_Function
+    _print_sinh = _print_cosh = _print_tanh = _print_asinh = _print_acosh = _print_atanh = _print_Function
+    _print_log1p = _print_expm1 = _print_hypot = _print_Abs = _print_sign = _print_Function
+    _print_floor = _print_ceiling = _print_erf = _print_erfc = _print_erfinv = _print_Function
+    _print_gamma = _print_loggamma = _print_Function
+    _print_sigmoid = _print_softplus = _print_logaddexp = _print_xlogy = _print_Function
+    _print_bessel_i0 = _print_bessel_i1 = _print_bessel_i0e = _print_bessel_i1e = _print_Function
+
+    def _print_Heaviside(self, expr: sp.Heaviside) -> str:
+        # Heaviside(0) is 1/2 in sympy and in the frameworks' own derivative
+        # of maximum at a tie; (sign(x) + 1) / 2 is exactly that, with no
+        # tensors to build for the constants.
+        return f"({self._call(self.functions['sign'], expr.args[0])} + 1) / 2"
+
+    def _print_Relational(self, expr: sp.core.relational.Relational) -> str:
+        op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
+        prec = PRECEDENCE["Relational"]
+        return f"{self.parenthesize(expr.lhs, prec)} {op} {self.parenthesize(expr.rhs, prec)}"  # type: ignore[attr-defined]
+
+    def _print_And(self, expr: sp.And) -> str:
+        return " & ".join(f"({self._print(a)})" for a in expr.args)
+
+    def _print_Or(self, expr: sp.Or) -> str:
+        return " | ".join(f"({self._print(a)})" for a in expr.args)
+
+    def _print_Not(self, expr: sp.Not) -> str:
+        return f"~({self._print(expr.args[0])})"
+
+    def _print_Piecewise(self, expr: sp.Piecewise) -> str:
+        pieces = list(expr.args)
+        value, cond = pieces[-1]
+        text = self._print(value) if cond == sp.true else self._print(sp.nan)
+        if cond != sp.true:
+            pieces.append((sp.nan, sp.true))
+        for value, cond in reversed(pieces[:-1]):
+            text = f"{self._record(self.where)}({self._print(cond)}, {self._print(value)}, {text})"
+        return text
+
+    where = ""
+
+
+class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
+    """Python floats for numeric subexpressions (`math.sqrt(2) / 2`)."""
+
+    functions = _MATH_FUNCTIONS
+
+    def __init__(self) -> None:
+        super().__init__({"fully_qualified_modules": True})
+        self.module_imports_ = set()
+
+    def _print_sqrt(self, base: sp.Expr) -> str:
+        return self._call("math.sqrt", base)
+
+    def _print_rsqrt(self, base: sp.Expr) -> str:
+        return f"1 / {self._call('math.sqrt', base)}"
+
+
+class JaxArrayPrinter(_ArrayCode, JaxPrinter):
+    """jax.numpy / jax.scipy.special code."""
+
+    functions = _JAX_FUNCTIONS
+    where = "jnp.where"
+
+    def __init__(self) -> None:
+        super().__init__({"fully_qualified_modules": True})
+        self.module_imports_ = set()
+
+    def _print_sqrt(self, base: sp.Expr) -> str:
+        return self._call("jnp.sqrt", base)
+
+    def _print_rsqrt(self, base: sp.Expr) -> str:
+        return self._call("jax.lax.rsqrt", base)
+
+    def _print_polygamma(self, expr: sp.polygamma) -> str:
+        order, x = expr.args
+        if order == 0:
+            return self._call("jax.scipy.special.digamma", x)
+        return f"{self._record('jax.scipy.special.polygamma')}({int(order)}, {self._print(x)})"
+
+    def _print_Max(self, expr: sp.Max) -> str:
+        return self._nested("jnp.maximum", expr.args)
+
+    def _print_Min(self, expr: sp.Min) -> str:
+        return self._nested("jnp.minimum", expr.args)
+
+    def _nested(self, path: str, args: tuple[sp.Expr, ...]) -> str:
+        text = self._print(args[0])
+        for arg in args[1:]:
+            text = f"{self._record(path)}({text}, {self._print(arg)})"
+        return text
+
+    def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
+        # The frameworks' own autodiff differentiates a kink to 0 away from it.
+        return self._call("jnp.zeros_like", expr.args[0])
+
+
+class TorchArrayPrinter(_ArrayCode, TorchPrinter):
+    """torch / torch.special code that accepts Python numbers where torch does not."""
+
+    functions = _TORCH_FUNCTIONS
+    where = "torch.where"
+
+    def __init__(self) -> None:
+        super().__init__({"fully_qualified_modules": True})
+        self.module_imports_ = set()
+
+    def _print_sqrt(self, base: sp.Expr) -> str:
+        return self._call("torch.sqrt", base)
+
+    def _print_rsqrt(self, base: sp.Expr) -> str:
+        return self._call("torch.rsqrt", base)
+
+    def _print_Function(self, expr: sp.Function) -> str:
+        name = type(expr).__name__
+        if name in _TORCH_TENSOR_ONLY and any(a.is_number for a in expr.args):
+            # torch.atan2(x, 2.0) raises; a 0-d tensor promotes to x's dtype
+            # and device like the number would.
+            args = ", ".join(
+                f"{self._record('torch.tensor')}({float(a)!r})" if a.is_number else self._print(a)
+                for a in expr.args
+            )
+            return f"{self._record(self.functions[name])}({args})"
+        return super()._print_Function(expr)
+
+    _print_atan2 = _print_hypot = _print_logaddexp = _print_Function
+
+    def _print_softplus(self, expr: fn.softplus) -> str:
+        # F.softplus returns x itself above `threshold` (20 by default), an
+        # error of exp(-20) ~ 2e-9; past 40 that error is below float64's.
+        return f"{self._call('torch.nn.functional.softplus', expr.args[0])[:-1]}, threshold=40.0)"
+
+    def _print_gamma(self, expr: sp.gamma) -> str:
+        x = self._print(expr.args[0])
+        magnitude = f"{self._record('torch.exp')}({self._record('torch.special.gammaln')}({x}))"
+        # Gamma is negative on (-1, 0), (-3, -2), ...: where floor(x) is odd.
+        sign = f"{self._record('torch.where')}(({x} < 0) & ({self._record('torch.floor')}({x}) % 2 == 1), -1.0, 1.0)"
+        return f"{magnitude} * {sign}"
+
+    def _print_polygamma(self, expr: sp.polygamma) -> str:
+        order, x = expr.args
+        if order == 0:
+            return self._call("torch.special.digamma", x)
+        return f"{self._record('torch.special.polygamma')}({int(order)}, {self._print(x)})"
+
+    def _print_Max(self, expr: sp.Max) -> str:
+        return self._extreme(expr.args, "torch.maximum", "min")
+
+    def _print_Min(self, expr: sp.Min) -> str:
+        return self._extreme(expr.args, "torch.minimum", "max")
+
+    def _extreme(self, args: tuple[sp.Expr, ...], path: str, bound: str) -> str:
+        numbers = [a for a in args if a.is_number]
+        tensors = [a for a in args if not a.is_number]
+        text = self._print(tensors[0])
+        for arg in tensors[1:]:
+            text = f"{self._record(path)}({text}, {self._print(arg)})"
+        for number in numbers:
+            text = f"{self._record('torch.clamp')}({text}, {bound}={self._print(number)})"
+        return text
+
+    def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
+        return self._call("torch.zeros_like", expr.args[0])
+
+
+def _printer(cls: Callable[[], _ArrayCode]) -> Callable[[sp.Expr], tuple[str, frozenset[str]]]:
+    def print_expr(expr: sp.Expr) -> tuple[str, frozenset[str]]:
+        printer = cls()
+        text = printer.doprint(expr)  # type: ignore[attr-defined]
+        return text, frozenset(printer.module_imports_)
+
+    return print_expr
+
+
+print_jax = _printer(JaxArrayPrinter)
+print_torch = _printer(TorchArrayPrinter)
+
+__all__ = ["JaxArrayPrinter", "TorchArrayPrinter", "print_jax", "print_torch"]
