@@ -28,4 +28,9 @@ print("                   torch grads", torch_grad(sin_mul_torch, 2.0, 3.0))
 print("gelu'(1):         jax", jax.grad(gelu_jax)(1.0), " torch", torch_grad(gelu_torch, 1.0))
 x = jnp.array([1.0, 2.0, 3.0])
 print("my_cube'' = 6x:   jax", jax.vmap(jax.grad(jax.grad(my_cube_jax)))(x))
-print("                  torch", torch.func.vmap(torch.func.grad(torch.func.grad(my_cube_torch)))(torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)))
+print(
+    "                  torch",
+    torch.func.vmap(torch.func.grad(torch.func.grad(my_cube_torch)))(
+        torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    ),
+)

@@ -9,17 +9,14 @@ every error of every file before deciding to write anything.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import sympy
-
-from rulegen.derive import derive_rule
 from rulegen.errors import Loc, SpecError, SpecErrors
-from rulegen.plan import plan_jax, plan_torch
-from rulegen.render import render_jax, render_package, render_torch, template_files
+from rulegen.render import render_package, template_files
 from rulegen.spec import Rule, read_rule_file, rule_files
 from rulegen.write import (
     Difference,
@@ -46,7 +43,7 @@ class BuildResult:
 def compiler_fingerprint() -> str:
     """A hash of everything besides the rules that decides the output."""
     package = Path(__file__).resolve().parent
-    parts = [f"sympy {sympy.__version__}"]
+    parts = [f"sympy {importlib.metadata.version('sympy')}"]
     for path in sorted(package.glob("*.py")) + template_files():
         parts.append(f"{path.name} {sha256(path.read_bytes())}")
     return sha256("\n".join(parts))
@@ -62,6 +59,12 @@ def display_path(path: Path) -> Path:
 
 def generate_rule(rule: Rule) -> dict[str, str]:
     """The two unformatted modules of one rule."""
+    # Deriving and printing need sympy; a rebuild with nothing to derive
+    # should not pay for importing it.
+    from rulegen.derive import derive_rule
+    from rulegen.plan import plan_jax, plan_torch
+    from rulegen.render import render_jax, render_torch
+
     derivation = derive_rule(rule)
     return {
         f"jax/{rule.name}.py": render_jax(plan_jax(derivation)),

@@ -7,7 +7,7 @@ import sys
 import time
 import tomllib
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -20,8 +20,8 @@ app = typer.Typer(
     help="Compile YAML derivative rules into JAX and PyTorch code.",
     pretty_exceptions_enable=False,
 )
-out_console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+out_console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_STALE = 1
 EXIT_SPEC = 2
@@ -112,7 +112,9 @@ def build(
 def test(
     rules: RulesArg = None,
     seed: Annotated[int, typer.Option(help="Seed of the random points")] = 0,
-    compile_: Annotated[bool, typer.Option("--compile", help="Also check torch.compile(fullgraph=True) (slow)")] = False,
+    compile_: Annotated[
+        bool, typer.Option("--compile", help="Also check torch.compile(fullgraph=True) (slow)")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcomes as JSON")] = False,
 ) -> None:
     """Build the rules into a temporary package and run the checks on every rule."""
@@ -146,7 +148,7 @@ def test(
         raise typer.Exit(1)
 
 
-class Backend(str, Enum):
+class Backend(StrEnum):
     jax = "jax"
     torch = "torch"
 
@@ -203,7 +205,9 @@ checks:
 @app.command()
 def new(
     name: Annotated[str, typer.Argument(help="snake_case name of the new rule")],
-    folder: Annotated[Path | None, typer.Option("--dir", help="Where to write it (default: the first rules folder)")] = None,
+    folder: Annotated[
+        Path | None, typer.Option("--dir", help="Where to write it (default: the first rules folder)")
+    ] = None,
 ) -> None:
     """Write a commented starter rule."""
     import re

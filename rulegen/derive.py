@@ -202,7 +202,9 @@ class _Deriver:
         if residuals is None:
             return {}
         if isinstance(residuals, list):
-            self.fail(self.rule.loc, "residuals returned by the forward body need a snippet forward (not supported yet)")
+            self.fail(
+                self.rule.loc, "residuals returned by the forward body need a snippet forward (not supported yet)"
+            )
             return {}
         found: dict[str, sp.Expr] = {}
         for name, body in residuals.items():

@@ -274,7 +274,7 @@ def _depth_and_size(tree: ast.AST, builder: _Builder) -> None:
             stack.append((child, depth if on_spine else depth + 1))
 
 
-_UNARY_RUN = re.compile(r"(?:[-+~]\s*){%d,}" % MAX_DEPTH)
+_UNARY_RUN = re.compile(rf"(?:[-+~]\s*){{{MAX_DEPTH},}}")
 
 
 def _bracket_depth(text: str) -> int:

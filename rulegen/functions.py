@@ -234,9 +234,7 @@ FUNCTIONS: Mapping[str, Callable[..., sp.Basic]] = MappingProxyType(
 )
 
 #: Named constants a symbolic body may use.
-CONSTANTS: Mapping[str, sp.Expr] = MappingProxyType(
-    {"pi": sp.pi, "E": sp.E, "inf": sp.oo, "oo": sp.oo}
-)
+CONSTANTS: Mapping[str, sp.Expr] = MappingProxyType({"pi": sp.pi, "E": sp.E, "inf": sp.oo, "oo": sp.oo})
 
 
 def _mp_sigmoid(x: mpmath.mpf) -> mpmath.mpf:

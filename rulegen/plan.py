@@ -9,6 +9,7 @@ lay the pieces out.
 from __future__ import annotations
 
 import ast
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,8 @@ import sympy as sp
 from rulegen.derive import Derivation
 from rulegen.printers import print_jax, print_torch
 from rulegen.spec import Input
+
+DOC_WIDTH = 100
 
 Printer = Callable[[sp.Expr], tuple[str, frozenset[str]]]
 
@@ -55,7 +58,8 @@ class Header:
     rule: str
     source: str
     source_hash: str
-    doc: str
+    module_doc: str  # docstring literals, ready to place
+    doc: str  # for the function and class, indented one level; "" if the rule has no doc
 
 
 @dataclass(frozen=True)
@@ -170,17 +174,33 @@ def _params(inputs: Sequence[Input]) -> tuple[Param, ...]:
     return tuple(Param(i.name, repr(i.default) if i.has_default else None) for i in inputs)
 
 
-def _docstring(text: str) -> str:
-    """Text that stays inside a triple-quoted docstring, whatever the rule file says."""
+def _docstring(text: str, indent: int) -> str:
+    """A docstring literal for `text` at `indent`, wrapped, that no rule text can break out of."""
     text = text.strip().replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
-    return text[:-1] + '\\"' if text.endswith('"') else text
+    if not text:
+        return ""
+    if text.endswith('"'):
+        text = text[:-1] + '\\"'
+    pad = " " * indent
+    lines = textwrap.wrap(text, width=DOC_WIDTH - indent - 3, break_long_words=False, break_on_hyphens=False)
+    if len(lines) == 1:
+        return f'"""{lines[0]}"""'
+    body = "\n".join(pad + line for line in lines[1:])
+    return f'"""{lines[0]}\n{body}\n{pad}"""'
 
 
 def _header(d: Derivation) -> Header:
     rule = d.rule
     # The source path lands in a comment: no line break may end it early.
     source = rule.source.encode("unicode_escape").decode("ascii")
-    return Header(rule=rule.name, source=source, source_hash=rule.source_hash, doc=_docstring(rule.doc))
+    summary = f"{rule.name}: {rule.doc.strip()}" if rule.doc.strip() else f"{rule.name}: a rulegen rule."
+    return Header(
+        rule=rule.name,
+        source=source,
+        source_hash=rule.source_hash,
+        module_doc=_docstring(summary, 0),
+        doc=_docstring(rule.doc, 4),
+    )
 
 
 def _linear(
@@ -389,7 +409,9 @@ def plan_torch(d: Derivation) -> TorchPlan:
 
     computed = [r.expr for r in (*backward_results, *jvp_results) if r.expr is not None]
     used = _used(computed)
-    used |= {n for n in (*inputs, *outputs, *residual_names) if f"({n})" in jvp.result or f"({n}.shape)" in backward.result}
+    used |= {
+        n for n in (*inputs, *outputs, *residual_names) if f"({n})" in jvp.result or f"({n}.shape)" in backward.result
+    }
     emit.imports.add("import torch")
     statics_used = tuple(s for s in statics if s in used)
     saved = tuple(n for n in (*inputs, *outputs, *residual_names) if n in used and n not in statics)

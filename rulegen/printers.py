@@ -13,13 +13,12 @@ numeric constants such as `sqrt(2)` become array calls on Python numbers
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import sympy as sp
 from sympy.printing.numpy import JaxPrinter
-from sympy.printing.precedence import PRECEDENCE, precedence
+from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.pycode import PythonCodePrinter
-from sympy.printing.pytorch import TorchPrinter
 
 from rulegen import functions as fn
 
@@ -131,7 +130,7 @@ _MATH_FUNCTIONS = {
 class _ArrayCode:
     """What both array printers (and the constant printer) print alike."""
 
-    functions: dict[str, str] = {}
+    functions: ClassVar[dict[str, str]] = {}
     module_imports_: set[str]
 
     def _record(self, path: str) -> str:
@@ -206,7 +205,7 @@ class _ArrayCode:
         if exponent == -sp.S.Half:
             return self._print_rsqrt(base)
         if exponent.is_Integer and exponent < 0:
-            return f"1 / {self.parenthesize(base ** -exponent, PRECEDENCE['Mul'] + 1)}"  # type: ignore[attr-defined]
+            return f"1 / {self.parenthesize(base**-exponent, PRECEDENCE['Mul'] + 1)}"  # type: ignore[attr-defined]
         base_text = self.parenthesize(base, PRECEDENCE["Pow"] + 1)  # type: ignore[attr-defined]
         if exponent.is_Integer:
             return f"{base_text}**{exponent}"
@@ -239,9 +238,7 @@ class _ArrayCode:
     def _print_Function(self, expr: sp.Function) -> str:
         name = type(expr).__name__
         if name not in self.functions:
-            raise sp.printing.codeprinter.PrintMethodNotImplementedError(
-                f"{type(self).__name__} cannot print {name}"
-            )
+            raise sp.printing.codeprinter.PrintMethodNotImplementedError(f"{type(self).__name__} cannot print {name}")
         return self._call(self.functions[name], *expr.args)
 
     _print_exp = _print_log = _print_sin = _print_cos = _print_tan = _print_Function
@@ -341,8 +338,13 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
         return self._call("jnp.zeros_like", expr.args[0])
 
 
-class TorchArrayPrinter(_ArrayCode, TorchPrinter):
-    """torch / torch.special code that accepts Python numbers where torch does not."""
+class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
+    """torch / torch.special code that accepts Python numbers where torch does not.
+
+    It extends sympy's Python printer, the base of sympy's TorchPrinter:
+    that module imports torch itself (a second at every build) and every
+    method it adds is replaced here anyway.
+    """
 
     functions = _TORCH_FUNCTIONS
     where = "torch.where"
@@ -363,8 +365,7 @@ class TorchArrayPrinter(_ArrayCode, TorchPrinter):
             # torch.atan2(x, 2.0) raises; a 0-d tensor promotes to x's dtype
             # and device like the number would.
             args = ", ".join(
-                f"{self._record('torch.tensor')}({float(a)!r})" if a.is_number else self._print(a)
-                for a in expr.args
+                f"{self._record('torch.tensor')}({float(a)!r})" if a.is_number else self._print(a) for a in expr.args
             )
             return f"{self._record(self.functions[name])}({args})"
         return super()._print_Function(expr)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 
-from rulegen.plan import JaxPlan, TorchPlan
+if TYPE_CHECKING:
+    from rulegen.plan import JaxPlan, TorchPlan
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 

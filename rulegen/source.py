@@ -205,7 +205,9 @@ def load_yaml(path: Path, text: str | None = None) -> object:
         except OSError as exc:
             raise SpecErrors([SpecError(Loc(file), f"cannot read: {exc.strerror}")]) from None
         if len(raw) > MAX_BYTES:
-            raise SpecErrors([SpecError(Loc(file), f"a rule file is at most {MAX_BYTES} bytes; this one has {len(raw)}")])
+            raise SpecErrors(
+                [SpecError(Loc(file), f"a rule file is at most {MAX_BYTES} bytes; this one has {len(raw)}")]
+            )
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

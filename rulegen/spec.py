@@ -130,11 +130,10 @@ class SnippetBody(Node):
             raise ValueError("a `numpy` body runs outside autodiff and cannot sit beside other bodies")
         if not any((self.python, self.jax, self.torch, self.numpy)):
             raise ValueError("an empty body")
-        if self.python is None and self.numpy is None and (self.jax is None) != (self.torch is None):
-            # A torch-only body is usable from JAX through a callback (a later
-            # stage decides); a JAX-only body has no torch counterpart.
-            if self.torch is None:
-                raise ValueError("a `jax` body needs a `torch` (or `python`) body beside it")
+        # A torch-only body is usable from JAX through a callback (a later
+        # stage decides); a JAX-only body has no torch counterpart.
+        if self.python is None and self.numpy is None and self.jax is not None and self.torch is None:
+            raise ValueError("a `jax` body needs a `torch` (or `python`) body beside it")
         return self
 
 
@@ -323,7 +322,6 @@ class Rule(Node):
         return tuple(self.residuals)
 
 
-
 def consistency_errors(rule: Rule) -> list[SpecError]:
     """What pydantic cannot see field by field: names clashing, defaults out of order."""
     errors: list[SpecError] = []
@@ -337,13 +335,19 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
     for name, loc in named:
         for suffix in ("_dot", "_bar"):
             if name.endswith(suffix) and name[: -len(suffix)] in places:
-                errors.append(SpecError(loc, f"{name!r} clashes with the {suffix[1:]} name of {name[: -len(suffix)]!r}"))
+                errors.append(
+                    SpecError(loc, f"{name!r} clashes with the {suffix[1:]} name of {name[: -len(suffix)]!r}")
+                )
     defaulted = False
     for i in rule.inputs:
         if i.has_default:
             defaulted = True
         elif defaulted:
-            errors.append(SpecError(i.loc, f"input {i.name!r} has no default but follows one that has: inputs with defaults come last"))
+            errors.append(
+                SpecError(
+                    i.loc, f"input {i.name!r} has no default but follows one that has: inputs with defaults come last"
+                )
+            )
     return errors
 
 
@@ -455,7 +459,13 @@ def read_rule_file(path: Path) -> tuple[Rule, ...]:
     root = load_yaml(path, text)
     file_loc = Loc(str(path))
     if not isinstance(root, dict):
-        raise SpecErrors([SpecError(getattr(root, "loc", file_loc), "a rule file holds a mapping: one rule, or `rules:` with a list")])
+        raise SpecErrors(
+            [
+                SpecError(
+                    getattr(root, "loc", file_loc), "a rule file holds a mapping: one rule, or `rules:` with a list"
+                )
+            ]
+        )
     if "rules" in root:
         entries = root["rules"]
         if set(root) != {"rules"}:

@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MANIFEST = ".rulegen-manifest.json"
-RUFF_ARGS = ("--isolated", "--line-length", "100")
+# The package has `jax` and `torch` subfolders; without this, isort would
+# take `import jax` for an import of the package's own folder.
+RUFF_ARGS = (
+    "--isolated",
+    "--line-length",
+    "100",
+    "--config",
+    "lint.isort.known-third-party = ['jax', 'torch']",
+)
 
 
 def sha256(data: str | bytes) -> str:
@@ -100,7 +108,9 @@ def format_sources(files: Mapping[str, str]) -> dict[str, str]:
                 check=False,
             )
             if proc.returncode != 0:
-                raise RuntimeError(f"ruff {command[0]} failed on generated code (a rulegen bug):\n{proc.stderr}{proc.stdout}")
+                raise RuntimeError(
+                    f"ruff {command[0]} failed on generated code (a rulegen bug):\n{proc.stderr}{proc.stdout}"
+                )
         return {rel: (root / rel).read_text() for rel in files}
 
 

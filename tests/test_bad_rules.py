@@ -95,7 +95,9 @@ def test_a_failed_build_leaves_the_previous_output_untouched(tmp_path, monkeypat
     result, out = _run(tmp_path, {"good.yaml": GOOD})
     assert result.exit_code == 0, result.output
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    result, _ = _run(tmp_path, {"good.yaml": GOOD.replace("sin(x)", "sin(x"), "other.yaml": GOOD.replace("good", "other")})
+    result, _ = _run(
+        tmp_path, {"good.yaml": GOOD.replace("sin(x)", "sin(x"), "other.yaml": GOOD.replace("good", "other")}
+    )
     assert result.exit_code == 2
     after = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     assert after == before
@@ -171,6 +173,45 @@ def test_hostile_text_stays_data(tmp_path, monkeypatch):
         forward: x
         """
     )
-    result, out = _run(tmp_path, {"a.yaml": text})
+    result, _ = _run(tmp_path, {"a.yaml": text})
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "CANARY").exists()
+
+
+def test_a_doc_cannot_break_out_of_its_docstring(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    doc = 'x"""\nimport pathlib; pathlib.Path("CANARY").touch()\n"""\\'
+    text = f"name: a\ndoc: {json_quote(doc)}\ninputs: [x]\nforward: x\n"
+    result, _ = _run(tmp_path, {"a.yaml": text})
+    assert result.exit_code == 0, result.output
+    code = "import pkg.jax, pkg.torch; print(pkg.torch.a.__doc__)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "CANARY").exists()
+    assert 'pathlib.Path("CANARY")' in proc.stdout
+
+
+def json_quote(text: str) -> str:
+    import json
+
+    return json.dumps(text)
+
+
+def test_generated_code_is_lint_clean(tmp_path):
+    import subprocess
+
+    from rulegen.build import build
+    from rulegen.write import RUFF_ARGS, ruff_executable
+
+    out = tmp_path / "pkg"
+    build([Path(__file__).resolve().parent.parent / "rules"], out)
+    proc = subprocess.run(
+        [*ruff_executable(), "check", *RUFF_ARGS, "--select", "E,F,W,B,UP,I,N,SIM,RUF", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

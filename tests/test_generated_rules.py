@@ -131,9 +131,11 @@ def test_torch_matches_autodiff_of_the_forward(built, name):
 
 @pytest.mark.parametrize("name", RULE_NAMES)
 def test_backends_agree_on_value_and_gradient(built, name):
-    rule, jgen, tgen, args, diff = _case(built, name, shape=(3, 4))
+    _, jgen, tgen, args, diff = _case(built, name, shape=(3, 4))
     jargs = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
-    targs = [torch.from_numpy(a).requires_grad_(k in diff) if isinstance(a, np.ndarray) else a for k, a in enumerate(args)]
+    targs = [
+        torch.from_numpy(a).requires_grad_(k in diff) if isinstance(a, np.ndarray) else a for k, a in enumerate(args)
+    ]
     jout = jgen(*jargs)
     tout = tgen(*targs)
     for a, b in zip(jax.tree.leaves(jout), jax.tree.leaves(tout), strict=True):
