@@ -172,6 +172,100 @@ class bessel_i1e(sp.Function):  # noqa: N801
         return sp.exp(-sp.Abs(arg)) * sp.besseli(1, arg)
 
 
+class ndtr(sp.Function):  # noqa: N801
+    """The standard normal CDF, Phi(x)."""
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        x = self.args[0]
+        return sp.exp(-(x**2) / 2) / sp.sqrt(2 * sp.pi)
+
+    def _eval_rewrite_as_erf(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
+        return (1 + sp.erf(arg / sp.sqrt(2))) / 2
+
+
+class ndtri(sp.Function):  # noqa: N801
+    """The inverse of ndtr: the standard normal quantile."""
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return sp.sqrt(2 * sp.pi) * sp.exp(self**2 / 2)
+
+
+class log_ndtr(sp.Function):  # noqa: N801
+    """log(ndtr(x)), accurate far into the left tail."""
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        x = self.args[0]
+        # phi(x) / Phi(x), written so that neither factor underflows alone.
+        return sp.exp(-(x**2) / 2 - self) / sp.sqrt(2 * sp.pi)
+
+
+class logit(sp.Function):  # noqa: N801
+    """log(p / (1 - p)), the inverse of sigmoid."""
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        p = self.args[0]
+        return 1 / (p * (1 - p))
+
+    def _eval_rewrite_as_log(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
+        return sp.log(arg / (1 - arg))
+
+
+class erfcx(sp.Function):  # noqa: N801
+    """The scaled complementary error function exp(x**2) * erfc(x)."""
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        x = self.args[0]
+        return 2 * x * self - 2 / sp.sqrt(sp.pi)
+
+    def _eval_rewrite_as_erfc(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
+        return sp.exp(arg**2) * sp.erfc(arg)
+
+
+class xlog1py(sp.Function):  # noqa: N801
+    """x * log1p(y), defined as 0 where x == 0 (as in torch and jax)."""
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        x, y = self.args
+        if argindex == 1:
+            return log1p(y)
+        if argindex == 2:
+            return x / (1 + y)
+        raise ArgumentIndexError(self, argindex)
+
+
+class entr(sp.Function):  # noqa: N801
+    """-x * log(x), the elementwise entropy."""
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return -sp.log(self.args[0]) - 1
+
+
 def _clip(x: sp.Expr, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
     return sp.Min(sp.Max(x, lo), hi)
 
@@ -230,6 +324,13 @@ FUNCTIONS: Mapping[str, Callable[..., sp.Basic]] = MappingProxyType(
         "bessel_i1": bessel_i1,
         "bessel_i0e": bessel_i0e,
         "bessel_i1e": bessel_i1e,
+        "ndtr": ndtr,
+        "ndtri": ndtri,
+        "log_ndtr": log_ndtr,
+        "logit": logit,
+        "erfcx": erfcx,
+        "xlog1py": xlog1py,
+        "entr": entr,
     }
 )
 
@@ -280,5 +381,12 @@ MPMATH_IMPLEMENTATIONS: Mapping[str, Callable[..., mpmath.mpf]] = MappingProxyTy
         "erfinv": mpmath.erfinv,
         "loggamma": mpmath.loggamma,
         "polygamma": mpmath.polygamma,
+        "ndtr": lambda x: mpmath.ncdf(x),
+        "ndtri": lambda p: mpmath.sqrt(2) * mpmath.erfinv(2 * p - 1),
+        "log_ndtr": lambda x: mpmath.log(mpmath.ncdf(x)),
+        "logit": lambda p: mpmath.log(p / (1 - p)),
+        "erfcx": lambda x: mpmath.exp(x**2) * mpmath.erfc(x),
+        "xlog1py": lambda x, y: mpmath.mpf(0) if x == 0 else x * mpmath.log1p(y),
+        "entr": lambda x: -x * mpmath.log(x) if x > 0 else (mpmath.mpf(0) if x == 0 else -mpmath.inf),
     }
 )

@@ -70,6 +70,13 @@ _JAX_FUNCTIONS = {
     "bessel_i1": "jax.scipy.special.i1",
     "bessel_i0e": "jax.scipy.special.i0e",
     "bessel_i1e": "jax.scipy.special.i1e",
+    "ndtr": "jax.scipy.special.ndtr",
+    "ndtri": "jax.scipy.special.ndtri",
+    "log_ndtr": "jax.scipy.special.log_ndtr",
+    "logit": "jax.scipy.special.logit",
+    "erfcx": "jax.scipy.special.erfcx",
+    "xlog1py": "jax.scipy.special.xlog1py",
+    "entr": "jax.scipy.special.entr",
 }
 
 _TORCH_FUNCTIONS = {
@@ -106,6 +113,13 @@ _TORCH_FUNCTIONS = {
     "bessel_i1": "torch.special.i1",
     "bessel_i0e": "torch.special.i0e",
     "bessel_i1e": "torch.special.i1e",
+    "ndtr": "torch.special.ndtr",
+    "ndtri": "torch.special.ndtri",
+    "log_ndtr": "torch.special.log_ndtr",
+    "logit": "torch.special.logit",
+    "erfcx": "torch.special.erfcx",
+    "xlog1py": "torch.special.xlog1py",
+    "entr": "torch.special.entr",
 }
 
 #: torch functions of two arguments that refuse a Python number in either place.
@@ -249,6 +263,8 @@ class _ArrayCode:
     _print_gamma = _print_loggamma = _print_Function
     _print_sigmoid = _print_softplus = _print_logaddexp = _print_xlogy = _print_Function
     _print_bessel_i0 = _print_bessel_i1 = _print_bessel_i0e = _print_bessel_i1e = _print_Function
+    _print_ndtr = _print_ndtri = _print_log_ndtr = _print_logit = _print_erfcx = _print_Function
+    _print_xlog1py = _print_entr = _print_Function
 
     def _print_Heaviside(self, expr: sp.Heaviside) -> str:
         # Heaviside(0) is 1/2 in sympy and in the frameworks' own derivative

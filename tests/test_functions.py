@@ -66,6 +66,13 @@ NATIVE = {
     ),
     "f_bessel_i0": (jss.i0, torch.special.i0),
     "f_bessel_i1e": (jss.i1e, torch.special.i1e),
+    "f_ndtr": (jss.ndtr, torch.special.ndtr),
+    "f_ndtri": (jss.ndtri, torch.special.ndtri),
+    "f_log_ndtr": (jss.log_ndtr, torch.special.log_ndtr),
+    "f_logit": (jss.logit, torch.special.logit),
+    "f_erfcx": (jss.erfcx, torch.special.erfcx),
+    "f_xlog1py": (jss.xlog1py, torch.special.xlog1py),
+    "f_entr": (jss.entr, torch.special.entr),
 }
 
 

@@ -16,8 +16,10 @@ from .f_cos import f_cos
 from .f_cosh import f_cosh
 from .f_cube import f_cube
 from .f_digamma import f_digamma
+from .f_entr import f_entr
 from .f_erf import f_erf
 from .f_erfc import f_erfc
+from .f_erfcx import f_erfcx
 from .f_erfinv import f_erfinv
 from .f_exp import f_exp
 from .f_expm1 import f_expm1
@@ -26,10 +28,14 @@ from .f_gelu_tanh import f_gelu_tanh
 from .f_hypot import f_hypot
 from .f_log import f_log
 from .f_log1p import f_log1p
+from .f_log_ndtr import f_log_ndtr
 from .f_logaddexp import f_logaddexp
 from .f_loggamma import f_loggamma
+from .f_logit import f_logit
 from .f_max import f_max
 from .f_mish import f_mish
+from .f_ndtr import f_ndtr
+from .f_ndtri import f_ndtri
 from .f_piecewise import f_piecewise
 from .f_pow import f_pow
 from .f_relu import f_relu
@@ -42,6 +48,7 @@ from .f_sqrt import f_sqrt
 from .f_swish import f_swish
 from .f_tan import f_tan
 from .f_tanh import f_tanh
+from .f_xlog1py import f_xlog1py
 from .f_xlogy import f_xlogy
 from .gelu import gelu
 from .log1pexp import log1pexp
@@ -67,8 +74,10 @@ __all__ = [
     "f_cosh",
     "f_cube",
     "f_digamma",
+    "f_entr",
     "f_erf",
     "f_erfc",
+    "f_erfcx",
     "f_erfinv",
     "f_exp",
     "f_expm1",
@@ -77,10 +86,14 @@ __all__ = [
     "f_hypot",
     "f_log",
     "f_log1p",
+    "f_log_ndtr",
     "f_logaddexp",
     "f_loggamma",
+    "f_logit",
     "f_max",
     "f_mish",
+    "f_ndtr",
+    "f_ndtri",
     "f_piecewise",
     "f_pow",
     "f_relu",
@@ -93,6 +106,7 @@ __all__ = [
     "f_swish",
     "f_tan",
     "f_tanh",
+    "f_xlog1py",
     "f_xlogy",
     "gelu",
     "log1pexp",

@@ -16,8 +16,10 @@ from .f_cos import FCos, f_cos
 from .f_cosh import FCosh, f_cosh
 from .f_cube import FCube, f_cube
 from .f_digamma import FDigamma, f_digamma
+from .f_entr import FEntr, f_entr
 from .f_erf import FErf, f_erf
 from .f_erfc import FErfc, f_erfc
+from .f_erfcx import FErfcx, f_erfcx
 from .f_erfinv import FErfinv, f_erfinv
 from .f_exp import FExp, f_exp
 from .f_expm1 import FExpm1, f_expm1
@@ -26,10 +28,14 @@ from .f_gelu_tanh import FGeluTanh, f_gelu_tanh
 from .f_hypot import FHypot, f_hypot
 from .f_log import FLog, f_log
 from .f_log1p import FLog1p, f_log1p
+from .f_log_ndtr import FLogNdtr, f_log_ndtr
 from .f_logaddexp import FLogaddexp, f_logaddexp
 from .f_loggamma import FLoggamma, f_loggamma
+from .f_logit import FLogit, f_logit
 from .f_max import FMax, f_max
 from .f_mish import FMish, f_mish
+from .f_ndtr import FNdtr, f_ndtr
+from .f_ndtri import FNdtri, f_ndtri
 from .f_piecewise import FPiecewise, f_piecewise
 from .f_pow import FPow, f_pow
 from .f_relu import FRelu, f_relu
@@ -42,6 +48,7 @@ from .f_sqrt import FSqrt, f_sqrt
 from .f_swish import FSwish, f_swish
 from .f_tan import FTan, f_tan
 from .f_tanh import FTanh, f_tanh
+from .f_xlog1py import FXlog1py, f_xlog1py
 from .f_xlogy import FXlogy, f_xlogy
 from .gelu import Gelu, gelu
 from .log1pexp import Log1pexp, log1pexp
@@ -67,8 +74,10 @@ __all__ = [
     "FCosh",
     "FCube",
     "FDigamma",
+    "FEntr",
     "FErf",
     "FErfc",
+    "FErfcx",
     "FErfinv",
     "FExp",
     "FExpm1",
@@ -77,10 +86,14 @@ __all__ = [
     "FHypot",
     "FLog",
     "FLog1p",
+    "FLogNdtr",
     "FLogaddexp",
     "FLoggamma",
+    "FLogit",
     "FMax",
     "FMish",
+    "FNdtr",
+    "FNdtri",
     "FPiecewise",
     "FPow",
     "FRelu",
@@ -93,6 +106,7 @@ __all__ = [
     "FSwish",
     "FTan",
     "FTanh",
+    "FXlog1py",
     "FXlogy",
     "Gelu",
     "Log1pexp",
@@ -116,8 +130,10 @@ __all__ = [
     "f_cosh",
     "f_cube",
     "f_digamma",
+    "f_entr",
     "f_erf",
     "f_erfc",
+    "f_erfcx",
     "f_erfinv",
     "f_exp",
     "f_expm1",
@@ -126,10 +142,14 @@ __all__ = [
     "f_hypot",
     "f_log",
     "f_log1p",
+    "f_log_ndtr",
     "f_logaddexp",
     "f_loggamma",
+    "f_logit",
     "f_max",
     "f_mish",
+    "f_ndtr",
+    "f_ndtri",
     "f_piecewise",
     "f_pow",
     "f_relu",
@@ -142,6 +162,7 @@ __all__ = [
     "f_swish",
     "f_tan",
     "f_tanh",
+    "f_xlog1py",
     "f_xlogy",
     "gelu",
     "log1pexp",
