@@ -61,15 +61,15 @@ def generate_rule(rule: Rule) -> dict[str, str]:
     """The two unformatted modules of one rule."""
     # Deriving and printing need sympy; a rebuild with nothing to derive
     # should not pay for importing it.
-    from rulegen.derive import derive_rule
+    from rulegen.derive import DERIVE_SECONDS, derive_rule, sympy_time_limit
     from rulegen.plan import plan_jax, plan_torch
     from rulegen.render import render_jax, render_torch
 
-    derivation = derive_rule(rule)
-    return {
-        f"jax/{rule.name}.py": render_jax(plan_jax(derivation)),
-        f"torch/{rule.name}.py": render_torch(plan_torch(derivation)),
-    }
+    # Planning runs sympy too (cse, printing): one time limit covers both.
+    with sympy_time_limit(DERIVE_SECONDS, rule.loc):
+        derivation = derive_rule(rule)
+        jax_plan, torch_plan = plan_jax(derivation), plan_torch(derivation)
+    return {f"jax/{rule.name}.py": render_jax(jax_plan), f"torch/{rule.name}.py": render_torch(torch_plan)}
 
 
 def _unchanged(record: SourceRecord | None, digest: str, out: Path, previous: Manifest, compiler: str) -> bool:

@@ -62,10 +62,18 @@ class _Timeout(Exception):
     pass
 
 
+_limit_active = False
+
+
 @contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    """Stop sympy if it runs away; only the main thread can take signals."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+def sympy_time_limit(seconds: float, loc: Loc) -> Iterator[None]:
+    """Refuse a rule (SpecErrors at `loc`) when sympy spends more than `seconds` on it.
+
+    Only the main thread can take signals, so elsewhere this guards nothing;
+    an inner limit inside an outer one defers to the outer.
+    """
+    global _limit_active
+    if _limit_active or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
 
@@ -74,9 +82,15 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
+    _limit_active = True
     try:
         yield
+    except _Timeout:
+        raise SpecErrors([SpecError(loc, f"sympy needs more than {seconds:g} s for this rule")]) from None
+    except (RecursionError, MemoryError):
+        raise SpecErrors([SpecError(loc, "this rule is too large or too deep for sympy")]) from None
     finally:
+        _limit_active = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
@@ -335,11 +349,5 @@ def _nonzero(partials: Mapping[tuple[str, str], sp.Expr]) -> dict[tuple[str, str
 
 def derive_rule(rule: Rule) -> Derivation:
     """Every derivative of `rule` in closed form, or SpecErrors saying why not."""
-    deriver = _Deriver(rule)
-    try:
-        with _time_limit(DERIVE_SECONDS):
-            return deriver.derive()
-    except _Timeout:
-        raise SpecErrors([SpecError(rule.loc, f"sympy needs more than {DERIVE_SECONDS:g} s for this rule")]) from None
-    except (RecursionError, MemoryError):
-        raise SpecErrors([SpecError(rule.loc, "this rule is too large or too deep for sympy")]) from None
+    with sympy_time_limit(DERIVE_SECONDS, rule.loc):
+        return _Deriver(rule).derive()

@@ -215,3 +215,29 @@ def test_generated_code_is_lint_clean(tmp_path):
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_rule_that_keeps_sympy_busy_is_refused_in_time(tmp_path, monkeypatch):
+    from rulegen import derive
+    from rulegen.errors import SpecErrors
+    from rulegen.spec import read_rule_file
+
+    monkeypatch.setattr(derive, "DERIVE_SECONDS", 0.05)
+    product = " * ".join(f"(sin({k} * x) + cos(x**{k % 7 + 1}))" for k in range(1, 120))
+    path = tmp_path / "slow.yaml"
+    path.write_text(f"name: slow\ninputs: [x]\nforward: {product}\n")
+    try:
+        rules = read_rule_file(path)
+        derive.derive_rule(rules[0])
+    except SpecErrors as exc:
+        assert any("sympy needs more than" in e.message for e in exc.errors), exc
+    else:
+        pytest.fail("a rule sympy cannot derive in the time limit was accepted")
+
+
+def test_show_prints_the_generated_code_of_one_rule(monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    result = CliRunner().invoke(app, ["show", "log1pexp", "--backend", "torch"])
+    assert result.exit_code == 0, result.output
+    assert "class Log1pexp(torch.autograd.Function)" in result.output
+    assert "custom_jvp" not in result.output
