@@ -118,6 +118,7 @@ def test(
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcomes as JSON")] = False,
 ) -> None:
     """Build the rules into a temporary package and run the checks on every rule."""
+    from rich.markup import escape
     from rich.progress import Progress
 
     from rulegen.check import outcomes_json, report_table, run_checks, summary
@@ -143,6 +144,12 @@ def test(
         sys.stdout.write(outcomes_json(outcomes) + "\n")
     else:
         out_console.print(report_table(outcomes))
+        for o in outcomes:
+            if o.status == "fail":
+                out_console.print(f"[bold red]FAIL[/bold red] {o.rule} / {o.check}: {escape(o.detail)}")
+        reasons = sorted({(o.check, o.detail) for o in outcomes if o.status == "n/a"})
+        for check, reason in reasons:
+            out_console.print(f"[dim]n/a {check}: {escape(reason)}[/dim]")
         out_console.print(summary(outcomes))
     if any(o.status == "fail" for o in outcomes):
         raise typer.Exit(1)

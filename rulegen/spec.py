@@ -56,7 +56,10 @@ def _to_text(value: object) -> Text:
         return value
     if isinstance(value, str):
         return Text(str(value), getattr(value, "loc", _UNKNOWN))
-    raise ValueError(f"expected a string, got {type(value).__name__}")
+    # A bare number is an expression too (`x: 1` for a constant partial).
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return Text(repr(value))
+    raise ValueError(f"expected an expression string, got {type(value).__name__}")
 
 
 def _to_name(value: object) -> str:

@@ -1,0 +1,795 @@
+"""Stage 6: check generated rules against the mathematics and against each other.
+
+Every rule is built, imported and exercised in float64 at seeded random
+points of its inputs' domains: values against the other backend and against
+mpmath, derivatives against finite differences, JVP against VJP, each
+backend's JVP and VJP against the other's, second order, the frameworks'
+transforms, broadcasting, float32, and the rule's own `checks.points`.  Each
+check reports pass, fail with the numbers, or n/a with the reason; an
+exception inside a check is a failure of that check, never of the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from rulegen.spec import Rule, SnippetBody, SympyBody
+
+CHECKS = (
+    "forward",
+    "mpmath",
+    "jvp_fd",
+    "vjp_dot",
+    "cross_backend",
+    "second_order",
+    "transforms_jax",
+    "transforms_torch",
+    "broadcast",
+    "float32",
+    "points",
+    "compile",
+)
+Status = Literal["pass", "fail", "n/a"]
+RTOL, ATOL = 1e-7, 1e-9
+
+
+@dataclass(frozen=True)
+class Outcome:
+    rule: str
+    check: str
+    status: Status
+    detail: str = ""
+
+
+class CheckFailed(Exception):
+    """A check's finding, with the numbers that show it."""
+
+
+class NotApplicable(Exception):
+    """Why a check says nothing about this rule."""
+
+
+def compare(name: str, got: Any, expected: Any, rtol: float, atol: float) -> None:
+    """Fail with where and by how much `got` differs from `expected`."""
+    got_a = np.asarray(got, dtype=np.float64)
+    exp_a = np.asarray(expected, dtype=np.float64)
+    if got_a.shape != exp_a.shape:
+        raise CheckFailed(f"{name}: shape {got_a.shape}, expected {exp_a.shape}")
+    both_nan = np.isnan(got_a) & np.isnan(exp_a)
+    bad = ~both_nan & ~(np.abs(got_a - exp_a) <= atol + rtol * np.abs(exp_a))
+    if bad.any():
+        index = np.unravel_index(int(np.argmax(np.where(bad, np.abs(got_a - exp_a), -1.0))), bad.shape)
+        error = np.abs(got_a - exp_a)[index]
+        raise CheckFailed(
+            f"{name}: at index {tuple(int(i) for i in index)} expected {exp_a[index]:.17g}, "
+            f"got {got_a[index]:.17g} (abs error {error:.3g}; {int(bad.sum())} of {bad.size} entries off)"
+        )
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):
+        return value.detach().numpy(force=True)
+    return np.asarray(value)
+
+
+@dataclass
+class _Subject:
+    """One rule with its two implementations and a sample point."""
+
+    rule: Rule
+    jax_fn: Callable[..., Any]
+    torch_fn: Callable[..., Any]
+    values: list[Any]  # every argument, numpy arrays for arrays
+    diff: list[int]  # positions of differentiable inputs
+    outputs: list[int]  # positions of differentiable outputs
+    rtol: float
+    atol: float
+    rng: np.random.Generator
+
+    @property
+    def jax_forward_mode(self) -> bool:
+        return self.rule.mode != "vjp"
+
+    def args_with(self, xs: Sequence[Any], convert: Callable[[Any], Any]) -> list[Any]:
+        full = [convert(v) if isinstance(v, np.ndarray) else v for v in self.values]
+        for k, x in zip(self.diff, xs, strict=True):
+            full[k] = x
+        return full
+
+    def jax_f(self, *xs: Any) -> tuple[Any, ...]:
+        import jax.numpy as jnp
+
+        out = self.jax_fn(*self.args_with(xs, jnp.asarray))
+        outs = out if isinstance(out, tuple) else (out,)
+        return tuple(outs[k] for k in self.outputs)
+
+    def torch_f(self, *xs: Any) -> tuple[Any, ...]:
+        import torch
+
+        out = self.torch_fn(*self.args_with(xs, torch.from_numpy))
+        outs = out if isinstance(out, tuple) else (out,)
+        return tuple(outs[k] for k in self.outputs)
+
+    def xs(self) -> list[np.ndarray]:
+        return [self.values[k] for k in self.diff]
+
+
+def _sample(rule: Rule, rng: np.random.Generator) -> list[Any]:
+    given: dict[str, Any] = {}
+    if isinstance(rule.checks.sample, SnippetBody) and rule.checks.sample.numpy is not None:
+        namespace: dict[str, Any] = {"np": np, "rng": rng}
+        body = "def _sample(rng):\n" + "".join(f"    {line}\n" for line in rule.checks.sample.numpy.value.splitlines())
+        exec(compile(body, f"<{rule.name} checks.sample>", "exec"), namespace)
+        given = dict(namespace["_sample"](rng))
+    values: list[Any] = []
+    for spec in rule.inputs:
+        if spec.name in given:
+            value = given[spec.name]
+            values.append(np.asarray(value, dtype=np.float64) if spec.dtype == "float" and not spec.static else value)
+        elif spec.static:
+            if spec.has_default:
+                values.append(spec.default)
+            elif rule.checks.points and spec.name in rule.checks.points[0].at:
+                values.append(rule.checks.points[0].at[spec.name])
+            else:
+                raise NotApplicable(f"static input {spec.name!r} has no default, point or sample")
+        else:
+            lo, hi = spec.domain
+            lo = lo if math.isfinite(lo) else (hi - 6 if math.isfinite(hi) else -3.0)
+            hi = hi if math.isfinite(hi) else lo + 6
+            margin = 0.02 * (hi - lo)
+            if spec.dtype == "float":
+                values.append(rng.uniform(lo + margin, hi - margin, size=spec.shape))
+            else:
+                values.append(rng.integers(int(lo), int(hi) + 1, size=spec.shape))
+    return values
+
+
+def _subject(rule: Rule, jax_pkg: Any, torch_pkg: Any, seed: int) -> _Subject:
+    rng = np.random.default_rng([seed, *rule.name.encode()])
+    tolerance = rule.checks.tolerance
+    return _Subject(
+        rule=rule,
+        jax_fn=getattr(jax_pkg, rule.name),
+        torch_fn=getattr(torch_pkg, rule.name),
+        values=_sample(rule, rng),
+        diff=[k for k, i in enumerate(rule.inputs) if i.differentiable],
+        outputs=[k for k, o in enumerate(rule.outputs) if o.differentiable],
+        rtol=tolerance.rtol if tolerance else RTOL,
+        atol=tolerance.atol if tolerance else ATOL,
+        rng=rng,
+    )
+
+
+def _tangents(s: _Subject) -> list[np.ndarray]:
+    return [s.rng.standard_normal(np.shape(x)) for x in s.xs()]
+
+
+def _cotangents(s: _Subject, outs: Sequence[Any]) -> list[np.ndarray]:
+    return [s.rng.standard_normal(np.shape(o)) for o in outs]
+
+
+def _jvp_jax(s: _Subject, xs: Sequence[Any], ts: Sequence[Any]) -> list[np.ndarray]:
+    import jax
+    import jax.numpy as jnp
+
+    _, out = jax.jvp(s.jax_f, [jnp.asarray(x) for x in xs], [jnp.asarray(t) for t in ts])
+    return [_to_numpy(o) for o in out]
+
+
+def _jvp_torch(s: _Subject, xs: Sequence[Any], ts: Sequence[Any]) -> list[np.ndarray]:
+    import torch
+
+    _, out = torch.func.jvp(s.torch_f, tuple(map(torch.from_numpy, xs)), tuple(map(torch.from_numpy, ts)))
+    return [_to_numpy(o) for o in out]
+
+
+def _vjp_jax(s: _Subject, xs: Sequence[Any], cs: Sequence[Any]) -> list[np.ndarray]:
+    import jax
+    import jax.numpy as jnp
+
+    _, pullback = jax.vjp(s.jax_f, *[jnp.asarray(x) for x in xs])
+    return [_to_numpy(g) for g in pullback(tuple(jnp.asarray(c) for c in cs))]
+
+
+def _vjp_torch(s: _Subject, xs: Sequence[Any], cs: Sequence[Any]) -> list[np.ndarray]:
+    import torch
+
+    _, pullback = torch.func.vjp(s.torch_f, *map(torch.from_numpy, xs))
+    return [_to_numpy(g) for g in pullback(tuple(map(torch.from_numpy, cs)))]
+
+
+def _finite_difference(
+    f: Callable[..., Sequence[Any]], xs: Sequence[np.ndarray], ts: Sequence[np.ndarray], width: float
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Directional derivative by Richardson-extrapolated central differences, and its error estimate.
+
+    With step h ~ eps**(1/5) the truncation error of the extrapolated
+    difference is O(h**4) and the rounding error O(eps / h): both near
+    1e-12 relative for smooth functions in float64.  The step never
+    exceeds a thousandth of the narrowest input domain, so that it stays
+    inside the region the rule is meant for.
+    """
+    scale = max(1.0, max(float(np.max(np.abs(x))) if np.size(x) else 0.0 for x in xs))
+    h = 1e-3 * min(scale, width)
+
+    def central(step: float) -> list[np.ndarray]:
+        plus = f(*[x + step * t for x, t in zip(xs, ts, strict=True)])
+        minus = f(*[x - step * t for x, t in zip(xs, ts, strict=True)])
+        return [(_to_numpy(p) - _to_numpy(m)) / (2 * step) for p, m in zip(plus, minus, strict=True)]
+
+    coarse, fine = central(h), central(h / 2)
+    extrapolated = [(4 * b - a) / 3 for a, b in zip(coarse, fine, strict=True)]
+    error = [np.abs(b - a) for a, b in zip(coarse, fine, strict=True)]
+    return extrapolated, error
+
+
+def _domain_width(s: _Subject) -> float:
+    widths = [hi - lo for i in s.rule.inputs if i.differentiable for lo, hi in [i.domain]]
+    return min((w for w in widths if math.isfinite(w)), default=1.0)
+
+
+def _numpy_forward(s: _Subject) -> Callable[..., list[np.ndarray]]:
+    return lambda *xs: [_to_numpy(o) for o in s.jax_f(*xs)]
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def check_forward(s: _Subject) -> str:
+    import jax.numpy as jnp
+    import torch
+
+    jout = s.jax_fn(*[jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in s.values])
+    tout = s.torch_fn(*[torch.from_numpy(v) if isinstance(v, np.ndarray) else v for v in s.values])
+    jouts = jout if isinstance(jout, tuple) else (jout,)
+    touts = tout if isinstance(tout, tuple) else (tout,)
+    if len(jouts) != len(rule_outputs := s.rule.outputs) or len(touts) != len(rule_outputs):
+        raise CheckFailed(f"expected {len(rule_outputs)} outputs, got {len(jouts)} (jax) and {len(touts)} (torch)")
+    for o, a, b in zip(rule_outputs, jouts, touts, strict=True):
+        compare(f"output {o.name}: torch vs jax", _to_numpy(b), _to_numpy(a), s.rtol, s.atol)
+    return f"{len(rule_outputs)} output(s) agree"
+
+
+def check_mpmath(s: _Subject) -> str:
+    import mpmath
+    import sympy
+
+    from rulegen.derive import derive_rule
+    from rulegen.functions import MPMATH_IMPLEMENTATIONS
+
+    if not isinstance(s.rule.forward, SympyBody):
+        raise NotApplicable("the forward is a snippet, not a sympy expression")
+    derivation = derive_rule(s.rule)
+    names = [i.name for i in s.rule.inputs]
+    symbols = [derivation.symbols[n] for n in names]
+    jouts = s.jax_fn(*s.values)
+    jouts = jouts if isinstance(jouts, tuple) else (jouts,)
+    arrays = np.broadcast_arrays(
+        *[np.asarray(v, dtype=float) for v, i in zip(s.values, s.rule.inputs, strict=True) if not i.static]
+    )
+    count = min(8, arrays[0].size if arrays else 1)
+    for (name, expr), got in zip(derivation.forward, jouts, strict=True):
+        fn = sympy.lambdify(symbols, expr, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
+        got_flat = np.broadcast_to(_to_numpy(got), arrays[0].shape).ravel() if arrays else np.ravel(got)
+        flat = [a.ravel() for a in arrays]
+        expected = []
+        with mpmath.workdps(40):
+            for j in range(count):
+                columns = iter(flat)
+                args = [
+                    v if spec.static else mpmath.mpf(float(next(columns)[j]))
+                    for v, spec in zip(s.values, s.rule.inputs, strict=True)
+                ]
+                expected.append(float(fn(*args)))
+        compare(f"output {name} vs mpmath", got_flat[:count], np.array(expected), max(s.rtol, 1e-12), s.atol)
+    return f"{count} points agree with a 40-digit evaluation"
+
+
+def _true_derivative(s: _Subject) -> None:
+    if not s.rule.checks.true_derivative:
+        raise NotApplicable("the rule's derivative deliberately differs from the forward's (true_derivative: false)")
+    if not s.diff:
+        raise NotApplicable("no differentiable input")
+
+
+def check_jvp_fd(s: _Subject) -> str:
+    _true_derivative(s)
+    rtol, atol = max(s.rtol, 1e-6), max(s.atol, 1e-8)
+    backends = [("torch", _jvp_torch)]
+    if s.jax_forward_mode:
+        backends.insert(0, ("jax", _jvp_jax))
+    for attempt in range(3):
+        xs, ts = s.xs(), _tangents(s)
+        fd, error = _finite_difference(_numpy_forward(s), xs, ts, _domain_width(s))
+        try:
+            for backend, jvp in backends:
+                for k, (got, want) in enumerate(zip(jvp(s, xs, ts), fd, strict=True)):
+                    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 0.0)
+                    compare(f"{backend} JVP of output {k} vs finite differences", got, want, rtol, atol * scale)
+        except CheckFailed:
+            # Near a kink the two difference steps disagree; a point where
+            # they agree to far better than the tolerance shows a smooth spot.
+            if attempt < 2 and any(
+                float(np.max(e)) > 1e-3 * max(1.0, float(np.max(np.abs(w)))) for e, w in zip(error, fd, strict=True)
+            ):
+                s.values = _sample(s.rule, s.rng)
+                continue
+            raise
+        return f"{', '.join(b for b, _ in backends)} JVPs agree with finite differences"
+    raise CheckFailed("no smooth sample point found in 3 tries")
+
+
+def check_vjp_dot(s: _Subject) -> str:
+    _true_derivative(s)
+    xs, ts = s.xs(), _tangents(s)
+    done = []
+    pairs = [("torch", _jvp_torch, _vjp_torch)]
+    if s.jax_forward_mode:
+        pairs.insert(0, ("jax", _jvp_jax, _vjp_jax))
+    else:
+        pairs.append(("jax VJP / torch JVP", _jvp_torch, _vjp_jax))
+    for backend, jvp, vjp in pairs:
+        jt = jvp(s, xs, ts)
+        cs = _cotangents(s, jt)
+        grads = vjp(s, xs, cs)
+        left = sum(float(np.sum(c * j)) for c, j in zip(cs, jt, strict=True))
+        right = sum(float(np.sum(g * t)) for g, t in zip(grads, ts, strict=True))
+        scale = max(1.0, sum(float(np.sum(np.abs(c * j))) for c, j in zip(cs, jt, strict=True)))
+        if abs(left - right) > 1e-9 * scale + max(s.atol, 0.0):
+            raise CheckFailed(f"{backend}: <y_bar, J x_dot> = {left:.17g} but <J^T y_bar, x_dot> = {right:.17g}")
+        done.append(backend)
+    return f"<y_bar, J x_dot> = <J^T y_bar, x_dot> ({', '.join(done)})"
+
+
+def check_cross_backend(s: _Subject) -> str:
+    if not s.diff:
+        raise NotApplicable("no differentiable input")
+    xs, ts = s.xs(), _tangents(s)
+    tj = _jvp_torch(s, xs, ts)
+    if s.jax_forward_mode:
+        for k, (a, b) in enumerate(zip(_jvp_jax(s, xs, ts), tj, strict=True)):
+            compare(f"JVP of output {k}: torch vs jax", b, a, s.rtol, s.atol)
+    cs = _cotangents(s, tj)
+    for k, (a, b) in enumerate(zip(_vjp_jax(s, xs, cs), _vjp_torch(s, xs, cs), strict=True)):
+        compare(f"VJP for input {s.rule.inputs[s.diff[k]].name}: torch vs jax", b, a, s.rtol, s.atol)
+    return "JVP and VJP agree" if s.jax_forward_mode else "VJP agrees (the JAX rule is a custom_vjp: no JVP)"
+
+
+def _smaller_subject(s: _Subject) -> _Subject:
+    """The sample cut to four entries per array when all arrays share a shape: Jacobians stay small."""
+    shapes = {np.shape(v) for v in s.values if isinstance(v, np.ndarray)}
+    if len(shapes) != 1 or not next(iter(shapes)):
+        return s
+    return dataclasses.replace(s, values=[v.reshape(-1)[:4] if isinstance(v, np.ndarray) else v for v in s.values])
+
+
+def check_second_order(s: _Subject) -> str:
+    import jax.numpy as jnp
+    import torch
+    from jax.test_util import check_grads
+
+    _true_derivative(s)
+    small = _smaller_subject(s)
+    leaves = tuple(torch.from_numpy(x).clone().requires_grad_() for x in small.xs())
+    try:
+        torch.autograd.gradgradcheck(small.torch_f, leaves, raise_exception=True)
+    except Exception as exc:
+        raise CheckFailed(f"torch gradgradcheck: {str(exc)[:600]}") from None
+    modes = ["fwd", "rev"] if s.jax_forward_mode else ["rev"]
+    try:
+        check_grads(small.jax_f, [jnp.asarray(x) for x in small.xs()], order=2, modes=modes, eps=1e-4)
+    except AssertionError as exc:
+        raise CheckFailed(f"jax check_grads(order=2, modes={modes}): {str(exc)[:600]}") from None
+    return f"gradgradcheck and check_grads(order=2, modes={modes}) pass"
+
+
+def _sum_of(f: Callable[..., Sequence[Any]]) -> Callable[..., Any]:
+    return lambda *xs: sum(o.sum() for o in f(*xs))
+
+
+def check_transforms_jax(s: _Subject) -> str:
+    import jax
+    import jax.numpy as jnp
+
+    small = _smaller_subject(s)
+    xs = [jnp.asarray(x) for x in small.xs()]
+    if not xs:
+        raise NotApplicable("no differentiable input")
+    argnums = tuple(range(len(xs)))
+    eager = small.jax_f(*xs)
+    for k, (a, b) in enumerate(zip(jax.jit(small.jax_f)(*xs), eager, strict=True)):
+        compare(f"jit, output {k}", a, b, s.rtol, s.atol)
+    batch = [jnp.stack([x, x * 0.75 + 0.1 * jnp.sign(x)]) for x in xs]
+    mapped = jax.vmap(small.jax_f)(*batch)
+    for j in range(2):
+        looped = small.jax_f(*[b[j] for b in batch])
+        for k, (a, b) in enumerate(zip(mapped, looped, strict=True)):
+            compare(f"vmap, output {k}, batch {j}", a[j], b, s.rtol, s.atol)
+    total = _sum_of(small.jax_f)
+    grads = jax.grad(total, argnums)(*xs)
+    rev = jax.jacrev(small.jax_f, argnums)(*xs)
+    for k, g in enumerate(grads):
+        summed = sum(np.sum(_to_numpy(rev[o][k]), axis=tuple(range(np.ndim(eager[o])))) for o in range(len(eager)))
+        compare(f"grad vs jacrev, input {k}", g, summed, s.rtol, s.atol)
+    names = ["jit", "vmap", "grad", "jacrev"]
+    if s.jax_forward_mode:
+        fwd = jax.jacfwd(small.jax_f, argnums)(*xs)
+        for o in range(len(eager)):
+            for k in range(len(xs)):
+                compare(f"jacfwd vs jacrev, output {o}, input {k}", fwd[o][k], rev[o][k], s.rtol, s.atol)
+        hess = jax.hessian(total, argnums)(*xs)
+        hess_rr = jax.jacrev(jax.grad(total, argnums), argnums)(*xs)
+        for i in range(len(xs)):
+            for k in range(len(xs)):
+                compare(f"hessian vs jacrev(grad), block {i},{k}", hess[i][k], hess_rr[i][k], max(s.rtol, 1e-9), s.atol)
+        names += ["jacfwd", "hessian"]
+    return ", ".join(names) + " consistent"
+
+
+def check_transforms_torch(s: _Subject) -> str:
+    import torch
+
+    small = _smaller_subject(s)
+    xs = tuple(torch.from_numpy(x) for x in small.xs())
+    if not xs:
+        raise NotApplicable("no differentiable input")
+    argnums = tuple(range(len(xs)))
+    eager = small.torch_f(*xs)
+    batch = tuple(torch.stack([x, x * 0.75 + 0.1 * torch.sign(x)]) for x in xs)
+    mapped = torch.func.vmap(small.torch_f)(*batch)
+    for j in range(2):
+        looped = small.torch_f(*[b[j] for b in batch])
+        for k, (a, b) in enumerate(zip(mapped, looped, strict=True)):
+            compare(f"vmap, output {k}, batch {j}", _to_numpy(a[j]), _to_numpy(b), s.rtol, s.atol)
+    total = _sum_of(small.torch_f)
+    grads = torch.func.grad(total, argnums)(*xs)
+    leaves = tuple(x.clone().requires_grad_() for x in xs)
+    autograd = torch.autograd.grad(total(*leaves), leaves, allow_unused=True, materialize_grads=True)
+    for k, (a, b) in enumerate(zip(grads, autograd, strict=True)):
+        compare(f"torch.func.grad vs autograd.grad, input {k}", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+    rev = torch.func.jacrev(small.torch_f, argnums)(*xs)
+    fwd = torch.func.jacfwd(small.torch_f, argnums)(*xs)
+    for o in range(len(eager)):
+        for k in range(len(xs)):
+            compare(
+                f"jacfwd vs jacrev, output {o}, input {k}", _to_numpy(fwd[o][k]), _to_numpy(rev[o][k]), s.rtol, s.atol
+            )
+    ts = tuple(torch.ones_like(x) for x in xs)
+    _, tangent = torch.func.jvp(small.torch_f, xs, ts)
+    for o in range(len(eager)):
+        by_jac = sum(
+            (_to_numpy(fwd[o][k]).reshape(np.size(_to_numpy(eager[o])), -1).sum(axis=1)).reshape(
+                np.shape(_to_numpy(eager[o]))
+            )
+            for k in range(len(xs))
+        )
+        compare(f"jvp vs jacfwd, output {o}", _to_numpy(tangent[o]), by_jac, s.rtol, s.atol)
+    hess = torch.func.hessian(total, argnums)(*xs)
+    hess_rr = torch.func.jacrev(torch.func.jacrev(total, argnums), argnums)(*xs)
+    for i in range(len(xs)):
+        for k in range(len(xs)):
+            compare(
+                f"hessian vs jacrev(jacrev), block {i},{k}",
+                _to_numpy(hess[i][k]),
+                _to_numpy(hess_rr[i][k]),
+                max(s.rtol, 1e-9),
+                s.atol,
+            )
+    try:
+        torch.autograd.gradcheck(
+            small.torch_f, leaves, check_forward_ad=True, check_batched_grad=True, raise_exception=True
+        )
+    except Exception as exc:
+        raise CheckFailed(f"gradcheck(check_forward_ad, check_batched_grad): {str(exc)[:600]}") from None
+    return "vmap, grad, jacrev, jacfwd, jvp, hessian, gradcheck consistent"
+
+
+def check_broadcast(s: _Subject) -> str:
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    arrays = [k for k, i in enumerate(s.rule.inputs) if not i.static]
+    if len(arrays) < 2:
+        raise NotApplicable("fewer than two array inputs: nothing broadcasts")
+    if not isinstance(s.rule.forward, SympyBody):
+        raise NotApplicable("only elementwise (sympy) rules promise broadcasting")
+    shapes = [(3, 1), (1, 4), (4,), (3, 4)]
+    values = list(s.values)
+    for n, k in enumerate(arrays):
+        values[k] = np.asarray(s.values[k]).reshape(-1)[: int(np.prod(shapes[n % len(shapes)]))]
+        values[k] = np.resize(values[k], shapes[n % len(shapes)])
+    full = np.broadcast_shapes(*[np.shape(values[k]) for k in arrays])
+    expanded = list(values)
+    for k in arrays:
+        expanded[k] = np.broadcast_to(values[k], full).copy()
+    diff = [k for k in s.diff]
+    for name, fn, convert in (("jax", s.jax_fn, jnp.asarray), ("torch", s.torch_fn, torch.from_numpy)):
+
+        def total(*xs: Any, base: list[Any], fn: Any = fn, convert: Any = convert) -> Any:
+            args = [convert(v) if isinstance(v, np.ndarray) else v for v in base]
+            for k, x in zip(diff, xs, strict=True):
+                args[k] = x
+            out = fn(*args)
+            outs = out if isinstance(out, tuple) else (out,)
+            return sum(outs[o].sum() for o in s.outputs)
+
+        if name == "jax":
+            small = jax.grad(lambda *xs: total(*xs, base=values), tuple(range(len(diff))))(
+                *[jnp.asarray(values[k]) for k in diff]
+            )
+            big = jax.grad(lambda *xs: total(*xs, base=expanded), tuple(range(len(diff))))(
+                *[jnp.asarray(expanded[k]) for k in diff]
+            )
+        else:
+            leaves = [torch.from_numpy(values[k]).requires_grad_() for k in diff]
+            small = torch.autograd.grad(total(*leaves, base=values), leaves, allow_unused=True, materialize_grads=True)
+            big_leaves = [torch.from_numpy(expanded[k]).requires_grad_() for k in diff]
+            big = torch.autograd.grad(
+                total(*big_leaves, base=expanded), big_leaves, allow_unused=True, materialize_grads=True
+            )
+        for k, g, b in zip(diff, small, big, strict=True):
+            shape = np.shape(values[k])
+            got_shape = np.shape(_to_numpy(g))
+            if tuple(got_shape) != tuple(shape):
+                what = f"cotangent of {s.rule.inputs[k].name}"
+                raise CheckFailed(f"{name}: {what} has shape {got_shape}, the input has {shape}")
+            lead = len(full) - len(shape)
+            axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and full[lead + i] != 1)
+            expected = np.sum(_to_numpy(b), axis=axes).reshape(shape)
+            compare(f"{name}: cotangent of {s.rule.inputs[k].name}", _to_numpy(g), expected, s.rtol, s.atol)
+    return f"inputs of shapes {[np.shape(values[k]) for k in arrays]} get cotangents of their own shapes"
+
+
+def check_float32(s: _Subject) -> str:
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    xs64 = s.xs()
+    ref = [_to_numpy(o) for o in s.jax_f(*xs64)]
+    found = []
+    # Non-differentiable float arrays go to float32 too: the whole call is float32.
+    s32 = dataclasses.replace(
+        s, values=[v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype == np.float64 else v for v in s.values]
+    )
+    for name, convert in (
+        ("jax", lambda x: jnp.asarray(x, dtype=jnp.float32)),
+        ("torch", lambda x: torch.from_numpy(x.astype(np.float32))),
+    ):
+        f32 = s32.jax_f if name == "jax" else s32.torch_f
+        outs = f32(*[convert(x) for x in xs64])
+        for k, (o, r) in enumerate(zip(outs, ref, strict=True)):
+            o = _to_numpy(o)
+            if o.dtype != np.float32:
+                raise CheckFailed(f"{name}: output {k} is {o.dtype} for float32 inputs")
+            finite = np.isfinite(r)
+            if not np.isfinite(o[finite]).all():
+                raise CheckFailed(f"{name}: output {k} is not finite in float32 where float64 is")
+            compare(
+                f"{name}: float32 output {k} vs float64",
+                o,
+                r,
+                1e-4,
+                1e-5 * max(1.0, float(np.max(np.abs(r[finite]), initial=0.0))),
+            )
+        if s.diff:
+            if name == "jax":
+                grads = jax.grad(_sum_of(f32), tuple(range(len(xs64))))(*[convert(x) for x in xs64])
+            else:
+                leaves = [convert(x).requires_grad_() for x in xs64]
+                grads = torch.autograd.grad(_sum_of(f32)(*leaves), leaves, allow_unused=True, materialize_grads=True)
+            grads64 = jax.grad(_sum_of(s.jax_f), tuple(range(len(xs64))))(*[jnp.asarray(x) for x in xs64])
+            for k, (g, g64) in enumerate(zip(grads, grads64, strict=True)):
+                g, g64 = _to_numpy(g), _to_numpy(g64)
+                finite = np.isfinite(g64)
+                if not np.isfinite(g[finite]).all():
+                    raise CheckFailed(f"{name}: float32 gradient {k} is not finite where float64 is")
+                compare(
+                    f"{name}: float32 gradient {k} vs float64",
+                    g,
+                    g64,
+                    1e-3,
+                    1e-4 * max(1.0, float(np.max(np.abs(g64[finite]), initial=0.0))),
+                )
+        found.append(name)
+    del jax
+    return f"float32 finite and within 1e-4 of float64 ({', '.join(found)})"
+
+
+def check_points(s: _Subject) -> str:
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    points = s.rule.checks.points
+    if not points:
+        raise NotApplicable("the rule gives no checks.points")
+    for n, point in enumerate(points):
+        values = [point.at.get(i.name, i.default if i.has_default else None) for i in s.rule.inputs]
+        missing = [i.name for i, v in zip(s.rule.inputs, values, strict=True) if v is None]
+        if missing:
+            raise CheckFailed(f"point {n}: no value for {missing}")
+        jargs = [
+            v if i.static else jnp.asarray(v, dtype=jnp.float64) for i, v in zip(s.rule.inputs, values, strict=True)
+        ]
+        targs = [
+            v if i.static else torch.tensor(v, dtype=torch.float64) for i, v in zip(s.rule.inputs, values, strict=True)
+        ]
+        for name, fn, args in (("jax", s.jax_fn, jargs), ("torch", s.torch_fn, targs)):
+            out = fn(*args)
+            outs = out if isinstance(out, tuple) else (out,)
+            if point.value is not None:
+                compare(
+                    f"point {n}: {name} value",
+                    np.concatenate([np.ravel(_to_numpy(o)) for o in outs]),
+                    np.ravel(point.value),
+                    max(s.rtol, 1e-12),
+                    s.atol,
+                )
+            if point.grad is not None:
+                for input_name, expected in point.grad.items():
+                    k = next((j for j, i in enumerate(s.rule.inputs) if i.name == input_name), None)
+                    if k is None:
+                        raise CheckFailed(f"point {n}: grad names unknown input {input_name!r}")
+
+                    def total(x: Any, k: int = k, args: list[Any] = args, fn: Any = fn) -> Any:
+                        full = list(args)
+                        full[k] = x
+                        out = fn(*full)
+                        outs = out if isinstance(out, tuple) else (out,)
+                        return sum(outs[o].sum() for o in s.outputs)
+
+                    if name == "jax":
+                        got = jax.grad(total)(jargs[k])
+                    else:
+                        leaf = targs[k].clone().requires_grad_()
+                        (got,) = torch.autograd.grad(total(leaf), leaf, allow_unused=True, materialize_grads=True)
+                    got = _to_numpy(got)
+                    if not np.isfinite(got).all():
+                        raise CheckFailed(f"point {n}: {name} gradient for {input_name} is {got}")
+                    compare(f"point {n}: {name} grad {input_name}", got, expected, max(s.rtol, 1e-12), s.atol)
+            if point.jvp is not None:
+                raise NotApplicable("checks.points jvp is not supported yet")
+    return f"{len(points)} point(s) hold in both backends"
+
+
+def check_compile(s: _Subject, include: bool) -> str:
+    import torch
+
+    if not include:
+        raise NotApplicable("torch.compile is checked with --compile (it takes ~30 s)")
+    xs = tuple(torch.from_numpy(x) for x in s.xs())
+    compiled = torch.compile(_sum_of(s.torch_f), fullgraph=True)
+    leaves = tuple(x.clone().requires_grad_() for x in xs)
+    got = torch.autograd.grad(compiled(*leaves), leaves, allow_unused=True, materialize_grads=True)
+    leaves = tuple(x.clone().requires_grad_() for x in xs)
+    want = torch.autograd.grad(_sum_of(s.torch_f)(*leaves), leaves, allow_unused=True, materialize_grads=True)
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
+        compare(f"compiled gradient {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+    return "torch.compile(fullgraph=True) matches eager"
+
+
+# ---------------------------------------------------------------- running
+
+
+@contextmanager
+def _built_package(rules: Sequence[Rule]) -> Iterator[tuple[Any, Any]]:
+    from rulegen.build import build
+
+    sources = sorted({Path(r.source) for r in rules})
+    with tempfile.TemporaryDirectory(prefix="rulegen-check-") as tmp:
+        name = "rulegen_checked"
+        build(sources, Path(tmp) / name)
+        sys.path.insert(0, tmp)
+        try:
+            yield importlib.import_module(f"{name}.jax"), importlib.import_module(f"{name}.torch")
+        finally:
+            sys.path.remove(tmp)
+            for module in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+                del sys.modules[module]
+
+
+def run_checks(
+    rules: Sequence[Rule],
+    package: str | None = None,
+    *,
+    seed: int = 0,
+    include_compile: bool = False,
+    progress: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Every check on every rule; `package` names an importable built package, else one is built."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    outcomes: list[Outcome] = []
+
+    def run(jax_pkg: Any, torch_pkg: Any) -> None:
+        for rule in rules:
+            for check in CHECKS:
+                outcome = _run_one(rule, check, jax_pkg, torch_pkg, seed, include_compile)
+                outcomes.append(outcome)
+                if progress is not None:
+                    progress(outcome)
+
+    if package is not None:
+        run(importlib.import_module(f"{package}.jax"), importlib.import_module(f"{package}.torch"))
+    else:
+        with _built_package(rules) as (jax_pkg, torch_pkg):
+            run(jax_pkg, torch_pkg)
+    return outcomes
+
+
+_FUNCTIONS: dict[str, Callable[[_Subject], str]] = {
+    "forward": check_forward,
+    "mpmath": check_mpmath,
+    "jvp_fd": check_jvp_fd,
+    "vjp_dot": check_vjp_dot,
+    "cross_backend": check_cross_backend,
+    "second_order": check_second_order,
+    "transforms_jax": check_transforms_jax,
+    "transforms_torch": check_transforms_torch,
+    "broadcast": check_broadcast,
+    "float32": check_float32,
+    "points": check_points,
+}
+
+
+def _run_one(rule: Rule, check: str, jax_pkg: Any, torch_pkg: Any, seed: int, include_compile: bool) -> Outcome:
+    skip = rule.checks.skip.get(check)
+    if skip is not None:
+        return Outcome(rule.name, check, "n/a", f"skipped by the rule: {skip}")
+    try:
+        subject = _subject(rule, jax_pkg, torch_pkg, seed)
+        detail = check_compile(subject, include_compile) if check == "compile" else _FUNCTIONS[check](subject)
+        return Outcome(rule.name, check, "pass", detail)
+    except NotApplicable as why:
+        return Outcome(rule.name, check, "n/a", str(why))
+    except CheckFailed as failure:
+        return Outcome(rule.name, check, "fail", str(failure))
+    except Exception as exc:
+        return Outcome(rule.name, check, "fail", f"{type(exc).__name__}: {str(exc)[:600]}")
+
+
+def summary(outcomes: Sequence[Outcome]) -> str:
+    counts = {status: sum(o.status == status for o in outcomes) for status in ("pass", "fail", "n/a")}
+    rules = len({o.rule for o in outcomes})
+    return f"{rules} rules: {counts['pass']} passed, {counts['fail']} failed, {counts['n/a']} n/a"
+
+
+def report_table(outcomes: Sequence[Outcome]):
+    from rich.table import Table
+
+    table = Table(title="rulegen test", show_lines=False)
+    table.add_column("rule")
+    for check in CHECKS:
+        table.add_column(check, justify="center")
+    by_rule: dict[str, dict[str, Outcome]] = {}
+    for o in outcomes:
+        by_rule.setdefault(o.rule, {})[o.check] = o
+    marks = {"pass": "[green]pass[/green]", "fail": "[bold red]FAIL[/bold red]", "n/a": "[dim]n/a[/dim]"}
+    for rule, cells in by_rule.items():
+        table.add_row(rule, *(marks[cells[c].status] if c in cells else "" for c in CHECKS))
+    return table
+
+
+def failures_text(outcomes: Sequence[Outcome]) -> str:
+    lines = [f"{o.rule} / {o.check}: {o.detail}" for o in outcomes if o.status == "fail"]
+    return "\n".join(lines)
+
+
+def outcomes_json(outcomes: Sequence[Outcome]) -> str:
+    return json.dumps([asdict(o) for o in outcomes], indent=1)
