@@ -50,11 +50,19 @@ def compiler_fingerprint() -> str:
 
 
 def display_path(path: Path) -> Path:
-    """The path as it should appear in headers: relative to the working directory when inside it."""
-    try:
-        return Path(os.path.relpath(path.resolve(), Path.cwd())) if path.resolve().is_relative_to(Path.cwd()) else path
-    except ValueError:
-        return path
+    """The path as a user reads it in messages: relative to the working directory when inside it."""
+    resolved = path.resolve()
+    return Path(os.path.relpath(resolved, Path.cwd())) if resolved.is_relative_to(Path.cwd()) else path
+
+
+def source_name(path: Path, out: Path) -> str:
+    """The name generated code records for a rule file: relative to the package's parent folder.
+
+    The project root is where `generated/` sits, so headers and the manifest
+    read the same whichever folder `rulegen build` runs from.
+    """
+    resolved, root = path.resolve(), out.resolve().parent
+    return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else resolved.as_posix()
 
 
 def generate_rule(rule: Rule) -> dict[str, str]:
@@ -96,12 +104,12 @@ def plan_build(paths: Iterable[Path], out: Path) -> tuple[Plan, Manifest, tuple[
     reused: list[str] = []
     owners: dict[str, str] = {}
     for path in rule_files(paths):
+        key = source_name(path, out)
         path = display_path(path)
-        key = path.as_posix()
         try:
             digest = sha256(path.read_bytes())
         except OSError as exc:
-            errors.append(SpecError(Loc(key), f"cannot read: {exc.strerror}"))
+            errors.append(SpecError(Loc(str(path)), f"cannot read: {exc.strerror}"))
             continue
         record = previous.sources.get(key)
         if _unchanged(record, digest, out, previous, compiler):
@@ -109,10 +117,10 @@ def plan_build(paths: Iterable[Path], out: Path) -> tuple[Plan, Manifest, tuple[
             texts.update({rel: (out / rel).read_text() for rel in record.files})
             sources[key] = record
             reused.append(key)
-            _claim(owners, record.rules, key, errors)
+            _claim(owners, record.rules, str(path), errors)
             continue
         try:
-            rules = read_rule_file(path)
+            rules = read_rule_file(path, key)
         except SpecErrors as exc:
             errors.extend(exc.errors)
             continue
@@ -123,7 +131,7 @@ def plan_build(paths: Iterable[Path], out: Path) -> tuple[Plan, Manifest, tuple[
             except SpecErrors as exc:
                 errors.extend(exc.errors)
         names = tuple((r.name, r.torch_class) for r in rules)
-        _claim(owners, names, key, errors)
+        _claim(owners, names, str(path), errors)
         fresh.update(files)
         sources[key] = SourceRecord(hash=digest, rules=names, files=tuple(sorted(files)))
         rebuilt.append(key)

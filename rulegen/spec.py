@@ -448,8 +448,12 @@ def _add(found: list[SpecError], seen: set[tuple[Loc, str]], loc: Loc, message: 
         found.append(SpecError(loc, message))
 
 
-def read_rule_file(path: Path) -> tuple[Rule, ...]:
-    """Every rule of one file, or SpecErrors naming every problem in it."""
+def read_rule_file(path: Path, source_name: str | None = None) -> tuple[Rule, ...]:
+    """Every rule of one file, or SpecErrors naming every problem in it.
+
+    Errors name `path` as given; `source_name` (default: the same) is what
+    generated code records as the rule's source.
+    """
     try:
         raw_bytes = path.read_bytes()
     except OSError as exc:
@@ -484,7 +488,7 @@ def read_rule_file(path: Path) -> tuple[Rule, ...]:
     for entry, prefix in items:
         data = entry
         if isinstance(entry, YamlMap):
-            data = YamlMap({**entry, "source": str(path), "source_hash": digest})
+            data = YamlMap({**entry, "source": source_name or str(path), "source_hash": digest})
             data.loc, data.key_locs, data.value_locs = entry.loc, entry.key_locs, entry.value_locs
         try:
             rule = Rule.model_validate(data)
