@@ -75,6 +75,34 @@ class YamlStr(str):
         return (YamlStr, (str(self), self.loc, self.block))
 
 
+class YamlInt(int):
+    """An integer with its location (a number may stand for an expression, `x: 1`)."""
+
+    loc: Loc
+
+    def __new__(cls, value: int, loc: Loc) -> YamlInt:
+        obj = super().__new__(cls, value)
+        obj.loc = loc
+        return obj
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (YamlInt, (int(self), self.loc))
+
+
+class YamlFloat(float):
+    """A float with its location."""
+
+    loc: Loc
+
+    def __new__(cls, value: float, loc: Loc) -> YamlFloat:
+        obj = super().__new__(cls, value)
+        obj.loc = loc
+        return obj
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (YamlFloat, (float(self), self.loc))
+
+
 def _rebuild_map(items: dict, state: dict) -> YamlMap:
     m = YamlMap(items)
     m.__dict__.update(state)
@@ -189,7 +217,13 @@ class _Converter:
         if tag == "tag:yaml.org,2002:str" or tag == "tag:yaml.org,2002:timestamp":
             return YamlStr(str(node.value), self.text_loc(node), block=node.style in ("|", ">"))
         if tag in _STANDARD_TAGS:
-            return self.scalars.construct_object(node, deep=False)
+            value = self.scalars.construct_object(node, deep=False)
+            loc = _loc(self.file, node.start_mark)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return YamlInt(value, loc)
+            if isinstance(value, float):
+                return YamlFloat(value, loc)
+            return value
         # Implicit resolution of the safe schema gives only the tags above
         # (and binary/set/omap only when written explicitly, refused earlier).
         self.errors.append(SpecError(_loc(self.file, node.start_mark), f"unsupported YAML value ({tag})"))
@@ -197,7 +231,10 @@ class _Converter:
 
 
 def load_yaml(path: Path, text: str | None = None) -> object:
-    """The document of a rule file as YamlMap/YamlList/YamlStr and plain scalars; SpecErrors if refused."""
+    """The document of a rule file as YamlMap/YamlList/YamlStr/YamlInt/YamlFloat, bools and None.
+
+    SpecErrors if the file is refused.
+    """
     file = str(path)
     if text is None:
         try:

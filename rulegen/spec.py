@@ -58,7 +58,8 @@ def _to_text(value: object) -> Text:
         return Text(str(value), getattr(value, "loc", _UNKNOWN))
     # A bare number is an expression too (`x: 1` for a constant partial).
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return Text(repr(value))
+        number = int(value) if isinstance(value, int) else float(value)
+        return Text(repr(number), getattr(value, "loc", _UNKNOWN))
     raise ValueError(f"expected an expression string, got {type(value).__name__}")
 
 

@@ -55,6 +55,7 @@ from .log1pexp import log1pexp
 from .my_cube import my_cube
 from .polar import polar
 from .sigmoid_out import sigmoid_out
+from .sin_exp_mul import sin_exp_mul
 from .sin_mul import sin_mul
 from .softplus_beta import softplus_beta
 
@@ -113,6 +114,7 @@ __all__ = [
     "my_cube",
     "polar",
     "sigmoid_out",
+    "sin_exp_mul",
     "sin_mul",
     "softplus_beta",
 ]

@@ -55,6 +55,7 @@ from .log1pexp import Log1pexp, log1pexp
 from .my_cube import MyCube, my_cube
 from .polar import Polar, polar
 from .sigmoid_out import SigmoidOut, sigmoid_out
+from .sin_exp_mul import SinExpMul, sin_exp_mul
 from .sin_mul import SinMul, sin_mul
 from .softplus_beta import SoftplusBeta, softplus_beta
 
@@ -113,6 +114,7 @@ __all__ = [
     "MyCube",
     "Polar",
     "SigmoidOut",
+    "SinExpMul",
     "SinMul",
     "SoftplusBeta",
     "f_abs",
@@ -169,6 +171,7 @@ __all__ = [
     "my_cube",
     "polar",
     "sigmoid_out",
+    "sin_exp_mul",
     "sin_mul",
     "softplus_beta",
 ]
