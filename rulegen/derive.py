@@ -15,7 +15,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -66,6 +66,17 @@ _limit_active = False
 
 
 @contextmanager
+def _refusing(loc: Loc, seconds: float) -> Iterator[None]:
+    """Turn sympy running out of time or stack into a located refusal."""
+    try:
+        yield
+    except _Timeout:
+        raise SpecErrors([SpecError(loc, f"sympy needs more than {seconds:g} s for this rule")]) from None
+    except (RecursionError, MemoryError):
+        raise SpecErrors([SpecError(loc, "this rule is too large or too deep for sympy")]) from None
+
+
+@contextmanager
 def sympy_time_limit(seconds: float, loc: Loc) -> Iterator[None]:
     """Refuse a rule (SpecErrors at `loc`) when sympy spends more than `seconds` on it.
 
@@ -84,11 +95,8 @@ def sympy_time_limit(seconds: float, loc: Loc) -> Iterator[None]:
     signal.setitimer(signal.ITIMER_REAL, seconds)
     _limit_active = True
     try:
-        yield
-    except _Timeout:
-        raise SpecErrors([SpecError(loc, f"sympy needs more than {seconds:g} s for this rule")]) from None
-    except (RecursionError, MemoryError):
-        raise SpecErrors([SpecError(loc, "this rule is too large or too deep for sympy")]) from None
+        with _refusing(loc, seconds):
+            yield
     finally:
         _limit_active = False
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -329,14 +337,9 @@ class _Deriver:
             return sp.S.Zero
         return result
 
-    @contextmanager
-    def guard(self, loc: Loc) -> Iterator[None]:
-        try:
-            yield
-        except _Timeout:
-            raise SpecErrors([SpecError(loc, f"sympy needs more than {DERIVE_SECONDS:g} s for this rule")]) from None
-        except (RecursionError, MemoryError):
-            raise SpecErrors([SpecError(loc, "this expression is too large or too deep for sympy")]) from None
+    def guard(self, loc: Loc) -> AbstractContextManager[None]:
+        """Name the expression at `loc` when sympy gives up on it."""
+        return _refusing(loc, DERIVE_SECONDS)
 
 
 def _is_zero(expr: sp.Expr) -> bool:

@@ -35,6 +35,12 @@ _IMPORTS = {
 }
 
 _JAX_FUNCTIONS = {
+    "sqrt": "jnp.sqrt",
+    "rsqrt": "jax.lax.rsqrt",
+    "where": "jnp.where",
+    "zeros_like": "jnp.zeros_like",
+    "digamma": "jax.scipy.special.digamma",
+    "polygamma": "jax.scipy.special.polygamma",
     "exp": "jnp.exp",
     "log": "jnp.log",
     "sin": "jnp.sin",
@@ -80,6 +86,12 @@ _JAX_FUNCTIONS = {
 }
 
 _TORCH_FUNCTIONS = {
+    "sqrt": "torch.sqrt",
+    "rsqrt": "torch.rsqrt",
+    "where": "torch.where",
+    "zeros_like": "torch.zeros_like",
+    "digamma": "torch.special.digamma",
+    "polygamma": "torch.special.polygamma",
     "exp": "torch.exp",
     "log": "torch.log",
     "sin": "torch.sin",
@@ -146,6 +158,10 @@ class _ArrayCode:
 
     functions: ClassVar[dict[str, str]] = {}
     module_imports_: set[str]
+
+    def __init__(self) -> None:
+        super().__init__({"fully_qualified_modules": True})  # type: ignore[call-arg]
+        self.module_imports_ = set()
 
     def _record(self, path: str) -> str:
         prefix = path.rsplit(".", 1)[0]
@@ -229,10 +245,20 @@ class _ArrayCode:
         return f"{base_text}**{exponent_text}"
 
     def _print_sqrt(self, base: sp.Expr) -> str:
-        raise NotImplementedError
+        return self._call(self.functions["sqrt"], base)
 
     def _print_rsqrt(self, base: sp.Expr) -> str:
-        raise NotImplementedError
+        return self._call(self.functions["rsqrt"], base)
+
+    def _print_polygamma(self, expr: sp.polygamma) -> str:
+        order, x = expr.args
+        if order == 0:
+            return self._call(self.functions["digamma"], x)
+        return f"{self._record(self.functions['polygamma'])}({int(order)}, {self._print(x)})"
+
+    def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
+        # The frameworks' own autodiff differentiates a kink to 0 away from it.
+        return self._call(self.functions["zeros_like"], expr.args[0])
 
     def _print_Mul(self, expr: sp.Mul) -> str:
         # Rationals as `2 * x / 3` rather than `(2/3)*x`.
@@ -293,23 +319,14 @@ class _ArrayCode:
         if cond != sp.true:
             pieces.append((sp.nan, sp.true))
         for value, cond in reversed(pieces[:-1]):
-            text = f"{self._record(self.where)}({self._print(cond)}, {self._print(value)}, {text})"
+            text = f"{self._record(self.functions['where'])}({self._print(cond)}, {self._print(value)}, {text})"
         return text
-
-    where = ""
 
 
 class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
     """Python floats for numeric subexpressions (`math.sqrt(2) / 2`)."""
 
     functions = _MATH_FUNCTIONS
-
-    def __init__(self) -> None:
-        super().__init__({"fully_qualified_modules": True})
-        self.module_imports_ = set()
-
-    def _print_sqrt(self, base: sp.Expr) -> str:
-        return self._call("math.sqrt", base)
 
     def _print_rsqrt(self, base: sp.Expr) -> str:
         return f"1 / {self._call('math.sqrt', base)}"
@@ -319,23 +336,6 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     """jax.numpy / jax.scipy.special code."""
 
     functions = _JAX_FUNCTIONS
-    where = "jnp.where"
-
-    def __init__(self) -> None:
-        super().__init__({"fully_qualified_modules": True})
-        self.module_imports_ = set()
-
-    def _print_sqrt(self, base: sp.Expr) -> str:
-        return self._call("jnp.sqrt", base)
-
-    def _print_rsqrt(self, base: sp.Expr) -> str:
-        return self._call("jax.lax.rsqrt", base)
-
-    def _print_polygamma(self, expr: sp.polygamma) -> str:
-        order, x = expr.args
-        if order == 0:
-            return self._call("jax.scipy.special.digamma", x)
-        return f"{self._record('jax.scipy.special.polygamma')}({int(order)}, {self._print(x)})"
 
     def _print_Max(self, expr: sp.Max) -> str:
         return self._nested("jnp.maximum", expr.args)
@@ -349,10 +349,6 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
             text = f"{self._record(path)}({text}, {self._print(arg)})"
         return text
 
-    def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
-        # The frameworks' own autodiff differentiates a kink to 0 away from it.
-        return self._call("jnp.zeros_like", expr.args[0])
-
 
 class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     """torch / torch.special code that accepts Python numbers where torch does not.
@@ -363,17 +359,6 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     """
 
     functions = _TORCH_FUNCTIONS
-    where = "torch.where"
-
-    def __init__(self) -> None:
-        super().__init__({"fully_qualified_modules": True})
-        self.module_imports_ = set()
-
-    def _print_sqrt(self, base: sp.Expr) -> str:
-        return self._call("torch.sqrt", base)
-
-    def _print_rsqrt(self, base: sp.Expr) -> str:
-        return self._call("torch.rsqrt", base)
 
     def _print_Function(self, expr: sp.Function) -> str:
         name = type(expr).__name__
@@ -400,12 +385,6 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         sign = f"{self._record('torch.where')}(({x} < 0) & ({self._record('torch.floor')}({x}) % 2 == 1), -1.0, 1.0)"
         return f"{magnitude} * {sign}"
 
-    def _print_polygamma(self, expr: sp.polygamma) -> str:
-        order, x = expr.args
-        if order == 0:
-            return self._call("torch.special.digamma", x)
-        return f"{self._record('torch.special.polygamma')}({int(order)}, {self._print(x)})"
-
     def _print_Max(self, expr: sp.Max) -> str:
         return self._extreme(expr.args, "torch.maximum", "min")
 
@@ -421,9 +400,6 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         for number in numbers:
             text = f"{self._record('torch.clamp')}({text}, {bound}={self._print(number)})"
         return text
-
-    def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
-        return self._call("torch.zeros_like", expr.args[0])
 
 
 def _printer(cls: Callable[[], _ArrayCode]) -> Callable[[sp.Expr], tuple[str, frozenset[str]]]:
