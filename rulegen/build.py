@@ -65,8 +65,8 @@ def source_name(path: Path, out: Path) -> str:
     return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else resolved.as_posix()
 
 
-def generate_rule(rule: Rule) -> dict[str, str]:
-    """The two unformatted modules of one rule."""
+def generate_rule(rule: Rule, known_rules: Iterable[str] = ()) -> dict[str, str]:
+    """The two unformatted modules of one rule; `known_rules` are the build's other rules."""
     # Deriving and printing need sympy; a rebuild with nothing to derive
     # should not pay for importing it.
     from rulegen.derive import DERIVE_SECONDS, derive_rule, sympy_time_limit
@@ -75,7 +75,7 @@ def generate_rule(rule: Rule) -> dict[str, str]:
 
     # Planning runs sympy too (cse, printing): one time limit covers both.
     with sympy_time_limit(DERIVE_SECONDS, rule.loc):
-        derivation = derive_rule(rule)
+        derivation = derive_rule(rule, known_rules)
         jax_plan, torch_plan = plan_jax(derivation), plan_torch(derivation)
     return {f"jax/{rule.name}.py": render_jax(jax_plan), f"torch/{rule.name}.py": render_torch(torch_plan)}
 
@@ -103,6 +103,7 @@ def plan_build(paths: Iterable[Path], out: Path) -> tuple[Plan, Manifest, tuple[
     rebuilt: list[str] = []
     reused: list[str] = []
     owners: dict[str, str] = {}
+    to_generate: list[tuple[str, str, tuple[Rule, ...]]] = []
     for path in rule_files(paths):
         key = source_name(path, out)
         path = display_path(path)
@@ -124,15 +125,18 @@ def plan_build(paths: Iterable[Path], out: Path) -> tuple[Plan, Manifest, tuple[
         except SpecErrors as exc:
             errors.extend(exc.errors)
             continue
+        _claim(owners, tuple((r.name, r.torch_class) for r in rules), str(path), errors)
+        to_generate.append((key, digest, rules))
+    # Every rule is known before any is derived: bodies may call each other.
+    for key, digest, rules in to_generate:
         files: dict[str, str] = {}
         for rule in rules:
             try:
-                files.update(generate_rule(rule))
+                files.update(generate_rule(rule, owners))
             except SpecErrors as exc:
                 errors.extend(exc.errors)
-        names = tuple((r.name, r.torch_class) for r in rules)
-        _claim(owners, names, str(path), errors)
         fresh.update(files)
+        names = tuple((r.name, r.torch_class) for r in rules)
         sources[key] = SourceRecord(hash=digest, rules=names, files=tuple(sorted(files)))
         rebuilt.append(key)
     if errors:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -23,6 +23,7 @@ import sympy as sp
 
 from rulegen.errors import Loc, SpecError, SpecErrors
 from rulegen.expr import parse_expression
+from rulegen.snippet import parse_snippet
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
 
 #: Seconds sympy may spend deriving one rule before the rule is refused.
@@ -134,8 +135,9 @@ def _symbols(rule: Rule) -> dict[str, sp.Symbol]:
 class _Deriver:
     """Derives one rule; collects errors instead of stopping at the first."""
 
-    def __init__(self, rule: Rule) -> None:
+    def __init__(self, rule: Rule, known_rules: frozenset[str]) -> None:
         self.rule = rule
+        self.known_rules = known_rules
         self.symbols = _symbols(rule)
         self.errors: list[SpecError] = []
         self.outputs = [o.name for o in rule.outputs]
@@ -183,11 +185,16 @@ class _Deriver:
 
     def derive(self) -> Derivation:
         rule = self.rule
-        if not isinstance(rule.forward, SympyBody):
-            raise SpecErrors([SpecError(rule.forward.loc, "snippet forward bodies are not supported yet")])
-        for body in (rule.jvp, rule.vjp):
-            if isinstance(body, SnippetBody):
-                raise SpecErrors([SpecError(body.loc, "snippet jvp/vjp bodies are not supported yet")])
+        snippets = self.snippet_bodies()
+        if snippets:
+            # Checked now, so their mistakes are reported where they are;
+            # generating them is the next stage of rulegen's development.
+            for role, body in snippets:
+                self.check_snippet(role, body)
+            if not self.errors:
+                role, body = snippets[0]
+                self.fail(body.loc, f"snippet bodies ({role}) are checked but not generated yet: write it in sympy")
+            raise SpecErrors(self.errors)
 
         forward_texts = self.per_name(rule.forward, self.outputs, "forward")
         forward = {}
@@ -219,6 +226,30 @@ class _Deriver:
             mode=mode,
         )
 
+    def snippet_bodies(self) -> list[tuple[str, SnippetBody]]:
+        rule = self.rule
+        roles: list[tuple[str, object]] = [("forward", rule.forward), ("jvp", rule.jvp), ("vjp", rule.vjp)]
+        if isinstance(rule.residuals, dict):
+            roles += [(f"residual {name}", body) for name, body in rule.residuals.items()]
+        return [(role, body) for role, body in roles if isinstance(body, SnippetBody)]
+
+    def check_snippet(self, role: str, body: SnippetBody) -> None:
+        groups = {
+            "forward": (),
+            "jvp": ("outputs", "residuals", "tangents"),
+            "vjp": ("outputs", "residuals", "cotangents"),
+        }.get(role, ("outputs",))
+        scope = set(self.scope(*groups))
+        if role == "forward" and isinstance(self.rule.residuals, list):
+            scope |= set(self.rule.residuals)
+        for kind in ("python", "jax", "torch", "numpy"):
+            text = getattr(body, kind)
+            if text is not None:
+                try:
+                    parse_snippet(kind, text, scope, self.known_rules)
+                except SpecError as exc:
+                    self.errors.append(exc)
+
     def derive_residuals(self) -> dict[str, sp.Expr]:
         residuals = self.rule.residuals
         if residuals is None:
@@ -230,9 +261,7 @@ class _Deriver:
             return {}
         found: dict[str, sp.Expr] = {}
         for name, body in residuals.items():
-            if not isinstance(body, SympyBody):
-                self.fail(body.loc, "snippet residual bodies are not supported yet")
-                continue
+            assert isinstance(body, SympyBody)  # snippet residuals stop derive() earlier
             texts = self.per_name(body, [name], f"residual {name!r}")
             if name in texts:
                 expr = self.parse(texts[name], self.scope("outputs"))
@@ -350,7 +379,10 @@ def _nonzero(partials: Mapping[tuple[str, str], sp.Expr]) -> dict[tuple[str, str
     return {k: v for k, v in partials.items() if v != 0}
 
 
-def derive_rule(rule: Rule) -> Derivation:
-    """Every derivative of `rule` in closed form, or SpecErrors saying why not."""
+def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation:
+    """Every derivative of `rule` in closed form, or SpecErrors saying why not.
+
+    `known_rules` names the other rules of the build, which snippet bodies may call.
+    """
     with sympy_time_limit(DERIVE_SECONDS, rule.loc):
-        return _Deriver(rule).derive()
+        return _Deriver(rule, frozenset(known_rules) | {rule.name}).derive()

@@ -51,6 +51,25 @@ BAD = [
     ("caret-power", "name: a\ninputs: [x]\nforward: x^2\n", "3:", "**"),
     ("output-named-twice", "name: a\ninputs: [x]\noutputs: [x]\nforward: x\n", None, "twice"),
     ("gamma-of-huge-int", "name: a\ninputs: [x]\nforward: x * gamma(1000000)\n", "3:", ""),
+    (
+        "snippet-syntax",
+        "name: a\ninputs: [x]\nforward: x\nvjp:\n  python: |\n    y = out_bar +\n    return y\n",
+        "6:",
+        "syntax error in the `python` body",
+    ),
+    (
+        "snippet-unknown-name",
+        "name: a\ninputs: [x]\nforward: x\nvjp:\n  python: |\n    y = out_bar\n    return y * zz\n",
+        "7:16",
+        "unknown name 'zz'",
+    ),
+    ("snippet-no-return", "name: a\ninputs: [x]\nforward: x\nvjp:\n  python: y = out_bar\n", "5:11", "returns nothing"),
+    (
+        "snippet-import-runs-nothing",
+        "name: a\ninputs: [x]\nforward:\n  numpy: |\n    import os\n    os.system('touch CANARY')\n    return x\n",
+        "4:",
+        "not generated yet",
+    ),
 ]
 
 
