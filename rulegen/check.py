@@ -791,10 +791,5 @@ def report_table(outcomes: Sequence[Outcome]):
     return table
 
 
-def failures_text(outcomes: Sequence[Outcome]) -> str:
-    lines = [f"{o.rule} / {o.check}: {o.detail}" for o in outcomes if o.status == "fail"]
-    return "\n".join(lines)
-
-
 def outcomes_json(outcomes: Sequence[Outcome]) -> str:
     return json.dumps([asdict(o) for o in outcomes], indent=1)

@@ -54,10 +54,6 @@ class Derivation:
     def diff_inputs(self) -> tuple[Input, ...]:
         return tuple(i for i in self.rule.inputs if i.differentiable)
 
-    @property
-    def array_inputs(self) -> tuple[Input, ...]:
-        return tuple(i for i in self.rule.inputs if not i.static)
-
 
 class _Timeout(Exception):
     pass

@@ -24,6 +24,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    TypeAdapter,
     ValidationError,
     model_validator,
 )
@@ -209,10 +210,6 @@ class Input(Node):
         if self.static and "diff" in self.model_fields_set and self.diff:
             raise ValueError("a static input is never differentiated; drop `diff: true`")
         return self
-
-    @property
-    def is_array(self) -> bool:
-        return not self.static
 
     @property
     def differentiable(self) -> bool:
@@ -535,7 +532,7 @@ def rule_files(paths: Iterable[Path]) -> list[Path]:
 
 
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of a rule file, for editors' YAML support."""
-    schema = Rule.model_json_schema(mode="validation")
-    schema["title"] = "rulegen rule"
+    """The JSON Schema of a rule file (one rule, or `rules:` with several), for editors' YAML support."""
+    schema = TypeAdapter(Rule | RuleFile).json_schema(mode="validation")
+    schema["title"] = "rulegen rule file"
     return schema

@@ -178,8 +178,10 @@ def test_schema_is_json_schema_of_the_rule_format():
 
     result = CliRunner().invoke(app, ["schema"])
     schema = json.loads(result.output)
-    assert {"name", "inputs", "forward"} <= set(schema["required"])
-    assert "loc" not in schema["properties"]
+    rule = schema["$defs"]["Rule"]
+    assert {"name", "inputs", "forward"} <= set(rule["required"])
+    assert "loc" not in rule["properties"]
+    assert {"$ref": "#/$defs/RuleFile"} in schema["anyOf"]
 
 
 def test_hostile_text_stays_data(tmp_path, monkeypatch):
