@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,13 +71,17 @@ def generate_rule(rule: Rule, known_rules: Iterable[str] = ()) -> dict[str, str]
     # Deriving and printing need sympy; a rebuild with nothing to derive
     # should not pay for importing it.
     from rulegen.derive import DERIVE_SECONDS, derive_rule, sympy_time_limit
-    from rulegen.plan import plan_jax, plan_torch
+    from rulegen.plan import plan_jax, plan_jax_snippet, plan_torch, plan_torch_snippet
     from rulegen.render import render_jax, render_torch
+    from rulegen.snippet import SnippetDerivation
 
     # Planning runs sympy too (cse, printing): one time limit covers both.
     with sympy_time_limit(DERIVE_SECONDS, rule.loc):
         derivation = derive_rule(rule, known_rules)
-        jax_plan, torch_plan = plan_jax(derivation), plan_torch(derivation)
+        if isinstance(derivation, SnippetDerivation):
+            jax_plan, torch_plan = plan_jax_snippet(derivation), plan_torch_snippet(derivation)
+        else:
+            jax_plan, torch_plan = plan_jax(derivation), plan_torch(derivation)
     return {f"jax/{rule.name}.py": render_jax(jax_plan), f"torch/{rule.name}.py": render_torch(torch_plan)}
 
 
@@ -142,12 +147,19 @@ def plan_build(paths: Iterable[Path], out: Path) -> tuple[Plan, Manifest, tuple[
     if errors:
         raise SpecErrors(errors)
     all_rules = [r for record in sources.values() for r in record.rules]
-    uses_util = any("from ._util import" in text for text in [*texts.values(), *fresh.values()])
-    package = render_package(all_rules, uses_jax_util=uses_util)
+    modules = {**texts, **fresh}
+    helpers = {f"{rel.split('/')[0]}/_{m}.py" for rel, text in modules.items() for m in _HELPER_IMPORT.findall(text)}
+    classes = [
+        (name, cls if f"\nclass {cls}(" in modules.get(f"torch/{name}.py", "") else None) for name, cls in all_rules
+    ]
+    package = render_package(classes, helpers)
     formatted = format_sources({**fresh, **package})
     files = {**texts, **formatted}
     manifest = Manifest(compiler=compiler, sources=sources, files={rel: sha256(t) for rel, t in files.items()})
     return Plan(files=files, manifest=manifest), previous, tuple(rebuilt), tuple(reused)
+
+
+_HELPER_IMPORT = re.compile(r"^from \._(\w+) import", re.MULTILINE)
 
 
 def _claim(owners: dict[str, str], rules: Sequence[tuple[str, str]], key: str, errors: list[SpecError]) -> None:

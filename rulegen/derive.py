@@ -23,7 +23,7 @@ import sympy as sp
 
 from rulegen.errors import Loc, SpecError, SpecErrors
 from rulegen.expr import parse_expression
-from rulegen.snippet import parse_snippet
+from rulegen.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
 
 #: Seconds sympy may spend deriving one rule before the rule is refused.
@@ -116,7 +116,7 @@ def _input_symbol(spec: Input) -> sp.Symbol:
     return sp.Symbol(spec.name, **assumptions)
 
 
-def _symbols(rule: Rule) -> dict[str, sp.Symbol]:
+def symbols_of(rule: Rule) -> dict[str, sp.Symbol]:
     symbols = {i.name: _input_symbol(i) for i in rule.inputs}
     for name in [o.name for o in rule.outputs] + list(rule.residual_names):
         symbols[name] = sp.Symbol(name, real=True)
@@ -134,7 +134,7 @@ class _Deriver:
     def __init__(self, rule: Rule, known_rules: frozenset[str]) -> None:
         self.rule = rule
         self.known_rules = known_rules
-        self.symbols = _symbols(rule)
+        self.symbols = symbols_of(rule)
         self.errors: list[SpecError] = []
         self.outputs = [o.name for o in rule.outputs]
         self.diff_outputs = [o.name for o in rule.outputs if o.differentiable]
@@ -181,17 +181,6 @@ class _Deriver:
 
     def derive(self) -> Derivation:
         rule = self.rule
-        snippets = self.snippet_bodies()
-        if snippets:
-            # Checked now, so their mistakes are reported where they are;
-            # generating them is the next stage of rulegen's development.
-            for role, body in snippets:
-                self.check_snippet(role, body)
-            if not self.errors:
-                role, body = snippets[0]
-                self.fail(body.loc, f"snippet bodies ({role}) are checked but not generated yet: write it in sympy")
-            raise SpecErrors(self.errors)
-
         forward_texts = self.per_name(rule.forward, self.outputs, "forward")
         forward = {}
         for name, text in forward_texts.items():
@@ -222,42 +211,16 @@ class _Deriver:
             mode=mode,
         )
 
-    def snippet_bodies(self) -> list[tuple[str, SnippetBody]]:
-        rule = self.rule
-        roles: list[tuple[str, object]] = [("forward", rule.forward), ("jvp", rule.jvp), ("vjp", rule.vjp)]
-        if isinstance(rule.residuals, dict):
-            roles += [(f"residual {name}", body) for name, body in rule.residuals.items()]
-        return [(role, body) for role, body in roles if isinstance(body, SnippetBody)]
-
-    def check_snippet(self, role: str, body: SnippetBody) -> None:
-        groups = {
-            "forward": (),
-            "jvp": ("outputs", "residuals", "tangents"),
-            "vjp": ("outputs", "residuals", "cotangents"),
-        }.get(role, ("outputs",))
-        scope = set(self.scope(*groups))
-        if role == "forward" and isinstance(self.rule.residuals, list):
-            scope |= set(self.rule.residuals)
-        for kind in ("python", "jax", "torch", "numpy"):
-            text = getattr(body, kind)
-            if text is not None:
-                try:
-                    parse_snippet(kind, text, scope, self.known_rules)
-                except SpecError as exc:
-                    self.errors.append(exc)
-
     def derive_residuals(self) -> dict[str, sp.Expr]:
         residuals = self.rule.residuals
         if residuals is None:
             return {}
         if isinstance(residuals, list):
-            self.fail(
-                self.rule.loc, "residuals returned by the forward body need a snippet forward (not supported yet)"
-            )
+            self.fail(self.rule.loc, "residuals returned by the forward body need a snippet forward")
             return {}
         found: dict[str, sp.Expr] = {}
         for name, body in residuals.items():
-            assert isinstance(body, SympyBody)  # snippet residuals stop derive() earlier
+            assert isinstance(body, SympyBody)  # rules with snippets are derived by derive_snippet_rule
             texts = self.per_name(body, [name], f"residual {name!r}")
             if name in texts:
                 expr = self.parse(texts[name], self.scope("outputs"))
@@ -375,10 +338,21 @@ def _nonzero(partials: Mapping[tuple[str, str], sp.Expr]) -> dict[tuple[str, str
     return {k: v for k, v in partials.items() if v != 0}
 
 
-def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation:
+def has_snippets(rule: Rule) -> bool:
+    bodies = [rule.forward, rule.jvp, rule.vjp]
+    if isinstance(rule.residuals, dict):
+        bodies += list(rule.residuals.values())
+    return any(isinstance(b, SnippetBody) for b in bodies)
+
+
+def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation | SnippetDerivation:
     """Every derivative of `rule` in closed form, or SpecErrors saying why not.
 
-    `known_rules` names the other rules of the build, which snippet bodies may call.
+    A rule with a snippet body gets a SnippetDerivation instead: what each
+    backend runs, and from which bodies its two modes come.  `known_rules`
+    names the other rules of the build, which snippet bodies may call.
     """
     with sympy_time_limit(DERIVE_SECONDS, rule.loc):
+        if has_snippets(rule):
+            return derive_snippet_rule(rule, known_rules)
         return _Deriver(rule, frozenset(known_rules) | {rule.name}).derive()

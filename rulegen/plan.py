@@ -17,6 +17,7 @@ import sympy as sp
 
 from rulegen.derive import Derivation
 from rulegen.printers import print_jax, print_torch
+from rulegen.snippet import Code, SnippetDerivation
 from rulegen.spec import Input
 
 DOC_WIDTH = 100
@@ -182,14 +183,14 @@ def _docstring(text: str, indent: int) -> str:
     if text.endswith('"'):
         text = text[:-1] + '\\"'
     pad = " " * indent
-    lines = textwrap.wrap(text, width=DOC_WIDTH - indent - 3, break_long_words=False, break_on_hyphens=False)
+    lines = textwrap.wrap(text, width=DOC_WIDTH - indent - 6, break_long_words=False, break_on_hyphens=False)
     if len(lines) == 1:
         return f'"""{lines[0]}"""'
     body = "\n".join(pad + line for line in lines[1:])
     return f'"""{lines[0]}\n{body}\n{pad}"""'
 
 
-def _header(d: Derivation) -> Header:
+def _header(d: Derivation | SnippetDerivation) -> Header:
     rule = d.rule
     # The source path lands in a comment: no line break may end it early.
     source = rule.source.encode("unicode_escape").decode("ascii")
@@ -451,3 +452,505 @@ def _targets(names: Sequence[str], kept: set[str], *, tuple_of_one: bool) -> str
     if len(names) == 1:
         return f"({names[0]},)" if tuple_of_one else names[0]
     return ", ".join(n if n in kept else "_" for n in names)
+
+
+# ---------------------------------------------------------------- snippet rules
+
+
+@dataclass(frozen=True)
+class Function:
+    """A function of the generated module: a body, or glue around the bodies."""
+
+    name: str
+    params: tuple[str, ...]
+    lines: tuple[str, ...]
+    decorator: str = ""
+
+
+@dataclass(frozen=True)
+class SnippetPlan:
+    """A module for a rule with snippet bodies: private body functions, then the glue.
+
+    `assignments` are module-level statements placed between the bodies and
+    the public function (a HostRule or a bridge); `tail` closes the module
+    (a `defvjp`).  For torch, `methods` are the Function's staticmethods and
+    `wrapper` the public function.
+    """
+
+    header: Header
+    name: str
+    imports: tuple[str, ...]
+    bodies: tuple[Function, ...]
+    assignments: tuple[str, ...]
+    public: Function
+    methods: tuple[Function, ...]
+    tail: tuple[str, ...]
+    class_name: str = ""
+    class_attrs: tuple[str, ...] = ()
+    compiled_subclass: bool = False
+
+
+_BODY_NAMES = {"forward": "_forward", "jvp": "_jvp", "vjp": "_vjp"}
+_XP_IMPORT = {"jax": "import jax.numpy as xp", "torch": "import array_api_compat.torch as xp"}
+_MODULE_IMPORTS = {
+    "np": "import numpy as np",
+    "math": "import math",
+    "scipy": "import scipy",
+    "jax": "import jax",
+    "jnp": "import jax.numpy as jnp",
+    "lax": "from jax import lax",
+    "torch": "import torch",
+}
+
+
+def _body_name(role: str) -> str:
+    return _BODY_NAMES.get(role) or "_" + role.replace(" ", "_")
+
+
+def _call(code: Code) -> str:
+    return f"{_body_name(code.role)}({', '.join(code.params)})"
+
+
+def _tuple(names: Sequence[str]) -> str:
+    """`a` for one name, `a, b` for several: unpacking targets or a returned tuple."""
+    return ", ".join(names)
+
+
+def _packed(names: Sequence[str]) -> str:
+    """`a` for one name, `(a, b)` for several: a value inside a larger expression."""
+    return names[0] if len(names) == 1 else f"({', '.join(names)})"
+
+
+def _body_function(code: Code, backend: str, imports: set[str]) -> Function:
+    printer = print_jax if backend == "jax" else print_torch
+    if code.kind == "sympy":
+        emit = _Emitter(printer, code.params)
+        block = emit.block([], [Result(r, e) for r, e in zip(code.results, code.exprs, strict=True)])
+        imports |= emit.imports
+        lines = [f"{a.target} = {a.code}" for a in block.lines] + [f"return {block.result}"]
+    else:
+        lines = code.text.splitlines()
+        for module in code.modules:
+            imports.add(_XP_IMPORT[backend] if module == "xp" else _MODULE_IMPORTS[module])
+    for rule in code.calls:
+        imports.add(f"from .{rule} import {rule}")
+    return Function(_body_name(code.role), code.params, tuple(lines))
+
+
+class _SnippetPlanner:
+    """The shared facts about one snippet rule that both backends' plans use."""
+
+    def __init__(self, d: SnippetDerivation, backend: str) -> None:
+        self.d = d
+        self.backend = backend
+        rule = d.rule
+        self.rule = rule
+        self.arrays = tuple(i.name for i in rule.inputs if not i.static)
+        self.statics = tuple(i.name for i in rule.inputs if i.static)
+        self.inputs = tuple(i.name for i in rule.inputs)
+        self.outputs = tuple(o.name for o in rule.outputs)
+        self.diff_inputs = tuple(i.name for i in d.diff_inputs)
+        self.diff_outputs = tuple(o.name for o in rule.outputs if o.differentiable)
+        self.returned = d.returned_residuals
+        self.imports: set[str] = set()
+        codes = [d.forward, d.jvp, d.vjp, *(c for _, c in d.residuals)]
+        self.bodies = tuple(_body_function(c[backend], backend, self.imports) for c in codes if c and backend in c)
+        self.broadcastable = len(self.arrays) > 1
+
+    def code(self, role: str) -> Code | None:
+        d = self.d
+        found = {"forward": d.forward, "jvp": d.jvp, "vjp": d.vjp}.get(role)
+        if role.startswith("residual "):
+            found = dict(d.residuals)[role.split(" ", 1)[1]]
+        return found[self.backend] if found and self.backend in found else None
+
+    def forward_targets(self) -> str:
+        return _tuple([*self.outputs, *(f"_{r}" for r in self.returned)])
+
+    def residual_lines(self, needed: set[str], *, forward_call: bool) -> list[str]:
+        """Compute the residuals a body reads: returned ones by calling the forward body, the rest by theirs."""
+        lines = []
+        if forward_call and needed & set(self.returned):
+            targets = ["_" if n in self.outputs else n for n in (*self.outputs, *self.returned)]
+            targets = [t if t in needed or t == "_" else "_" for t in targets]
+            lines.append(f"{_tuple(targets)} = {_call(self.code('forward'))}")  # type: ignore[arg-type]
+        for name, _ in self.d.residuals:
+            if name in needed:
+                lines.append(f"{name} = {_call(self.code(f'residual {name}'))}")  # type: ignore[arg-type]
+        return lines
+
+    def reads(self, *roles: str) -> set[str]:
+        names: set[str] = set()
+        for role in roles:
+            code = self.code(role)
+            if code is not None:
+                names |= set(code.params)
+        # A residual's body reads names too.
+        for name, _ in self.d.residuals:
+            if name in names:
+                names |= set(self.code(f"residual {name}").params)  # type: ignore[union-attr]
+        return names
+
+
+def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
+    """The JAX module of a snippet rule, by the route the derivation chose."""
+    p = _SnippetPlanner(d, "jax")
+    rule = d.rule
+    imports = p.imports
+    if d.jax_route not in ("bridge", "primitive"):
+        imports.add("import jax")
+    header = _header(d)
+    params = _params(rule.inputs)
+    all_args = ", ".join(p.inputs)
+    nondiff = tuple(k for k, i in enumerate(rule.inputs) if i.static)
+    assignments: list[str] = []
+    methods: list[Function] = []
+    tail: list[str] = []
+    decorator = ""
+    route = d.jax_route
+
+    if route == "bridge":
+        imports.add("from ._bridge import TorchBridge")
+        imports.add(f"from ..torch.{rule.name} import {rule.name} as _torch_{rule.name}")
+        arrays = [i.name for i in rule.inputs if not i.static]
+        closure = f"lambda {', '.join(arrays)}: _torch_{rule.name}({all_args})"
+        assignments.append(f"_bridge = TorchBridge({rule.name!r}, depth={rule.depth})")
+        lines = [f"return _bridge({closure}, {', '.join(arrays)})"]
+        return SnippetPlan(
+            header=header,
+            name=rule.name,
+            imports=tuple(sorted(imports)),
+            bodies=(),
+            assignments=tuple(assignments),
+            public=Function(rule.name, tuple(map(str, params)), (*_doc_lines(header), *lines)),
+            methods=(),
+            tail=(),
+        )
+
+    if route == "primitive":
+        imports.add("from ._host import HostRule")
+        outputs = ", ".join(f"({o.name!r}, {o.dtype!r})" for o in rule.outputs)
+        fields = [
+            f"{rule.name!r}",
+            "_forward",
+            f"arrays={_str_tuple(p.arrays)}",
+            f"statics={_str_tuple(p.statics)}",
+            f"outputs=({outputs},)",
+        ]
+        if p.returned:
+            fields.append(f"residuals={_str_tuple(p.returned)}")
+        fields += [f"diff_inputs={_str_tuple(p.diff_inputs)}", f"diff_outputs={_str_tuple(p.diff_outputs)}"]
+        if d.jvp is not None:
+            fields.append("jvp=_jvp")
+        if d.vjp is not None:
+            fields.append("vjp=_vjp")
+        fields.append(f"batching={rule.batching!r}")
+        assignments.append(f"_{rule.name}_rule = HostRule(\n    " + ",\n    ".join(fields) + ",\n)")
+        statics = ", ".join(f"{s}={s}" for s in p.statics)
+        call = f"_{rule.name}_rule({', '.join([*p.arrays, *([statics] if statics else [])])})"
+        results = [*p.outputs, *(f"_{r}" for r in p.returned)]
+        lines = [f"{_tuple(results)}{',' if len(results) == 1 else ''} = {call}", f"return {_tuple(p.outputs)}"]
+        return SnippetPlan(
+            header=header,
+            name=rule.name,
+            imports=tuple(sorted(imports)),
+            bodies=p.bodies,
+            assignments=tuple(assignments),
+            public=Function(rule.name, tuple(map(str, params)), (*_doc_lines(header), *lines)),
+            methods=(),
+            tail=(),
+        )
+
+    forward = p.code("forward")
+    assert forward is not None
+    if p.returned:
+        primal_lines = [f"{p.forward_targets()} = {_call(forward)}", f"return {_tuple(p.outputs)}"]
+    else:
+        primal_lines = [f"return {_call(forward)}"]
+    if route in ("custom_jvp", "custom_vjp", "transpose"):
+        kind = "custom_vjp" if route == "custom_vjp" else "custom_jvp"
+        decorator = f"@functools.partial(jax.{kind}, nondiff_argnums={nondiff})" if nondiff else f"@jax.{kind}"
+        if nondiff:
+            imports.add("import functools")
+
+    if route in ("custom_jvp", "transpose"):
+        lines = [f"{_tuple(p.arrays)}{',' if len(p.arrays) == 1 else ''} = primals"]
+        tangent_names = [f"{a}_dot" if a in p.diff_inputs else "_" for a in p.arrays]
+        lines.append(f"{_tuple(tangent_names)}{',' if len(p.arrays) == 1 else ''} = tangents")
+        lines.append(f"{_tuple(p.outputs)} = {rule.name}({all_args})")
+        needed = p.reads("jvp" if route == "custom_jvp" else "vjp")
+        lines += p.residual_lines(needed, forward_call=True)
+        dots = [f"{o}_dot" for o in p.diff_outputs]
+        if route == "custom_jvp":
+            lines.append(f"{_tuple(dots)} = {_call(p.code('jvp'))}")  # type: ignore[arg-type]
+        else:
+            vjp = p.code("vjp")
+            assert vjp is not None
+            bars = [f"{o}_bar" for o in p.diff_outputs]
+            lines.append(f"def vjp({', '.join(bars)}):")
+            results = [f"{i}_bar" for i in p.diff_inputs]
+            lines.append(f"    {_tuple(results)} = {_call(vjp)}")
+            if p.broadcastable:
+                imports.add("from ._util import unbroadcast")
+                shaped = [f"unbroadcast({r}, {i})" for r, i in zip(results, p.diff_inputs, strict=True)]
+                lines.append(f"    return {_tuple(shaped)}")
+            else:
+                lines.append(f"    return {_tuple(results)}")
+            tangents = _packed([f"{i}_dot" for i in p.diff_inputs])
+            lines.append(f"{_tuple(dots)}, = jax.linear_transpose(vjp, {_tuple(p.diff_outputs)})({tangents})")
+        out_tangents = []
+        for o in rule.outputs:
+            if o.differentiable:
+                out_tangents.append(f"{o.name}_dot")
+            elif o.dtype == "float":
+                imports.add("import jax.numpy as jnp")
+                out_tangents.append(f"jnp.zeros_like({o.name})")
+            else:
+                imports.add("import numpy as np")
+                imports.add("import jax.numpy as jnp")
+                out_tangents.append(f"np.zeros(jnp.shape({o.name}), dtype=jax.dtypes.float0)")
+        lines.append(f"return {_packed(p.outputs)}, {_packed(out_tangents)}")
+        methods.append(
+            Function(
+                f"_{rule.name}_jvp", (*p.statics, "primals", "tangents"), tuple(lines), decorator=f"@{rule.name}.defjvp"
+            )
+        )
+    elif route == "custom_vjp":
+        vjp = p.code("vjp")
+        assert vjp is not None
+        needed = p.reads("vjp")
+        # The primal function, not the body, so that the rule holds when
+        # this fwd is itself differentiated (higher order).
+        fwd = [f"{_tuple(p.outputs)} = {rule.name}({all_args})"]
+        fwd += p.residual_lines(needed, forward_call=True)
+        saved = [n for n in (*p.arrays, *p.outputs, *p.returned, *(n for n, _ in d.residuals)) if n in needed]
+        if p.broadcastable:
+            saved += [i for i in p.diff_inputs if i not in saved]
+        fwd.append(f"return {_packed(p.outputs)}, ({_tuple(saved)}{',' if len(saved) == 1 else ''})")
+        bars = [f"{o}_bar" if o in p.diff_outputs else "_" for o in p.outputs]
+        bwd = []
+        if saved:
+            bwd.append(f"{_tuple(saved)}{',' if len(saved) == 1 else ''} = saved")
+        cotangent_param = bars[0] if len(bars) == 1 else "cotangents"
+        if len(bars) > 1:
+            bwd.append(f"{_tuple(bars)} = cotangents")
+        results = [f"{i}_bar" for i in p.diff_inputs]
+        bwd.append(f"{_tuple(results)} = {_call(vjp)}")
+        returns = []
+        for i in rule.inputs:
+            if i.static:
+                continue
+            if i.name not in p.diff_inputs:
+                returns.append("None")
+            elif p.broadcastable:
+                imports.add("from ._util import unbroadcast")
+                returns.append(f"unbroadcast({i.name}_bar, {i.name})")
+            else:
+                returns.append(f"{i.name}_bar")
+        bwd.append(f"return ({_tuple(returns)}{',' if len(returns) == 1 else ''})")
+        methods.append(Function(f"_{rule.name}_fwd", p.inputs, tuple(fwd)))
+        methods.append(Function(f"_{rule.name}_bwd", (*p.statics, "saved", cotangent_param), tuple(bwd)))
+        tail.append(f"{rule.name}.defvjp(_{rule.name}_fwd, _{rule.name}_bwd)")
+
+    return SnippetPlan(
+        header=header,
+        name=rule.name,
+        imports=tuple(sorted(imports)),
+        bodies=p.bodies,
+        assignments=tuple(assignments),
+        public=Function(rule.name, tuple(map(str, params)), (*_doc_lines(header), *primal_lines), decorator=decorator),
+        methods=tuple(methods),
+        tail=tuple(tail),
+    )
+
+
+def _str_tuple(names: Sequence[str]) -> str:
+    """A tuple literal of the names; no trailing comma that would keep the formatter from joining it."""
+    if len(names) == 1:
+        return f"({names[0]!r},)"
+    return "(" + ", ".join(repr(n) for n in names) + ")"
+
+
+def _doc_lines(header: Header) -> tuple[str, ...]:
+    return (header.doc,) if header.doc else ()
+
+
+def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
+    """The torch module of a snippet rule: a torch.func-style Function, or a plain function."""
+    p = _SnippetPlanner(d, "torch")
+    rule = d.rule
+    imports = p.imports
+    imports.add("import torch")
+    header = _header(d)
+    params = tuple(map(str, _params(rule.inputs)))
+    all_args = ", ".join(p.inputs)
+    forward = p.code("forward")
+    assert forward is not None
+    host = forward.host
+    cls = rule.torch_class
+
+    if d.jvp is None and d.vjp is None:
+        # Nothing custom: torch differentiates the body as it is.
+        if p.returned:
+            lines = [f"{p.forward_targets()} = {_call(forward)}", f"return {_tuple(p.outputs)}"]
+        else:
+            lines = [f"return {_call(forward)}"]
+        return SnippetPlan(
+            header=header,
+            name=rule.name,
+            imports=tuple(sorted(imports)),
+            bodies=p.bodies,
+            assignments=(),
+            public=Function(rule.name, params, (*_doc_lines(header), *lines)),
+            methods=(),
+            tail=(),
+        )
+
+    # Host residuals are results of the host body, saved; the others are
+    # recomputed from saved inputs where a derivative reads them, so that
+    # torch differentiates their dependence on the inputs at second order.
+    values = (*p.outputs, *p.returned) if host else p.outputs
+    needed = p.reads("vjp" if d.torch_backward == "given" else "jvp")
+    needed |= p.reads("jvp" if d.torch_jvp == "given" else "vjp") if d.torch_jvp != "none" else set()
+    if not host and needed & set(p.returned):
+        needed |= set(forward.params)
+    float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
+    like = float_arrays[0] if float_arrays else (p.arrays[0] if p.arrays else None)
+
+    methods: list[Function] = []
+    if host:
+        imports.add("from ._host import from_host, to_host")
+        args = ", ".join(f"to_host({n})" if n in p.arrays else n for n in forward.params)
+        results = list(values)
+        lines = [f"{_tuple(results)} = _forward({args})"]
+        converted = []
+        for n in results:
+            spec = next((o for o in rule.outputs if o.name == n), None)
+            if spec is not None and spec.dtype == "float" and like is not None:
+                converted.append(f"from_host({n}, {like}, {like}.dtype)")
+            else:
+                converted.append(f"from_host({n}, {like})" if like else f"torch.as_tensor({n})")
+        lines.append(f"return {_tuple(converted)}")
+    elif p.returned:
+        lines = [f"{p.forward_targets()} = {_call(forward)}", f"return {_tuple(p.outputs)}"]
+    else:
+        lines = [f"return {_call(forward)}"]
+    methods.append(Function("forward", p.inputs, tuple(lines), decorator="@staticmethod"))
+
+    saved = [n for n in (*p.arrays, *values) if n in needed]
+    statics = [s for s in p.statics if s in needed]
+    shapes = [i for i in p.diff_inputs if p.broadcastable and d.torch_backward == "given"]
+    non_diff = [o.name for o in rule.outputs if not o.differentiable] + (list(p.returned) if host else [])
+    setup = []
+    kept = set(saved) | set(statics) | set(shapes)
+    in_targets = [n if n in kept else "_" for n in p.inputs]
+    if kept & set(p.inputs):
+        setup.append(f"{_tuple(in_targets)}{',' if len(in_targets) == 1 else ''} = inputs")
+    out_kept = set(saved) | set(non_diff)
+    if out_kept & set(values):
+        setup.append(f"{_tuple([n if n in out_kept else '_' for n in values])} = output")
+    if non_diff:
+        setup.append(f"ctx.mark_non_differentiable({', '.join(non_diff)})")
+    if saved:
+        setup.append(f"ctx.save_for_backward({', '.join(saved)})")
+        setup.append(f"ctx.save_for_forward({', '.join(saved)})")
+    setup += [f"ctx.{s} = {s}" for s in statics]
+    setup += [f"ctx.{i}_shape = {i}.shape" for i in shapes]
+    methods.append(Function("setup_context", ("ctx", "inputs", "output"), tuple(setup or ["pass"]), "@staticmethod"))
+
+    def unpack() -> list[str]:
+        lines = []
+        if saved:
+            lines.append(f"{_tuple(saved)}{',' if len(saved) == 1 else ''} = ctx.saved_tensors")
+        lines += [f"{s} = ctx.{s}" for s in statics]
+        if not host:
+            lines += p.residual_lines(needed, forward_call=True)
+        return lines
+
+    # backward
+    bars = [f"{n}_bar" if n in p.diff_outputs else f"_{n}_bar" for n in values]
+    lines = unpack()
+    grads = [f"{i}_bar" for i in p.diff_inputs]
+    if d.torch_backward == "given":
+        lines.append(f"{_tuple(grads)} = {_call(p.code('vjp'))}")  # type: ignore[arg-type]
+    else:
+        dots = [f"{i}_dot" for i in p.diff_inputs]
+        lines.append(f"def jvp({', '.join(dots)}):")
+        lines.append(f"    return {_call(p.code('jvp'))}")  # type: ignore[arg-type]
+        zeros = ", ".join(f"torch.zeros_like({i})" for i in p.diff_inputs)
+        lines.append(f"_, transpose = torch.func.vjp(jvp, {zeros})")
+        out_bars = _packed([f"{o}_bar" for o in p.diff_outputs])
+        lines.append(f"{_tuple(grads)}, = transpose({out_bars})")
+    returns = []
+    for i in rule.inputs:
+        if i.name not in p.diff_inputs:
+            returns.append("None")
+        elif i.name in shapes:
+            returns.append(f"{i.name}_bar.sum_to_size(ctx.{i.name}_shape)")
+        else:
+            returns.append(f"{i.name}_bar")
+    lines.append(f"return {_tuple(returns)}")
+    methods.append(Function("backward", ("ctx", *bars), tuple(lines), "@staticmethod"))
+
+    # jvp
+    dots_in = [f"{n}_dot" if n in p.diff_inputs else f"_{n}_dot" for n in p.inputs]
+    out_dots = [f"{o}_dot" for o in p.diff_outputs]
+    if d.torch_jvp == "none":
+        reason = d.no_forward_mode.get("torch", f"{rule.name} has no forward-mode rule")
+        pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
+        lines = ["raise NotImplementedError(", *(f"    {piece!r}" for piece in pieces), ")"]
+    else:
+        lines = unpack()
+        if d.torch_jvp == "given":
+            lines.append(f"{_tuple(out_dots)} = {_call(p.code('jvp'))}")  # type: ignore[arg-type]
+        else:
+            out_bars = [f"{o}_bar" for o in p.diff_outputs]
+            lines.append(f"def vjp({', '.join(out_bars)}):")
+            lines.append(f"    {_tuple(grads)} = {_call(p.code('vjp'))}")  # type: ignore[arg-type]
+            if p.broadcastable:
+                shaped = [f"{g}.sum_to_size({i}.shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
+                lines.append(f"    return {_tuple(shaped)}")
+            else:
+                lines.append(f"    return {_tuple(grads)}")
+            # Linear, so any point will do; ones keep data-dependent loops running.
+            ones = ", ".join(f"torch.ones_like({o})" for o in p.diff_outputs)
+            lines.append(f"_, transpose = torch.func.vjp(vjp, {ones})")
+            lines.append(f"{_tuple(out_dots)}, = transpose({_packed([f'{i}_dot' for i in p.diff_inputs])})")
+        tangents = [f"{n}_dot" if n in p.diff_outputs else "None" for n in values]
+        lines.append(f"return {_tuple(tangents)}")
+    methods.append(Function("jvp", ("ctx", *dots_in), tuple(lines), "@staticmethod"))
+
+    class_attrs: tuple[str, ...] = ("generate_vmap_rule = True",)
+    if host:
+        imports.add(f"from ._host import vmap_{rule.batching}")
+        class_attrs = ()
+        methods.append(
+            Function(
+                "vmap",
+                ("info", "in_dims", *p.inputs),
+                (f"return vmap_{rule.batching}({cls}, info, in_dims, {all_args})",),
+                "@staticmethod",
+            )
+        )
+
+    wrapper = [f"function = _{cls}Compiled if torch.compiler.is_compiling() else {cls}"]
+    if len(values) > len(p.outputs):
+        wrapper.append(
+            f"{_tuple([*p.outputs, *(f'_{r}' for r in values[len(p.outputs) :])])} = function.apply({all_args})"
+        )
+        wrapper.append(f"return {_tuple(p.outputs)}")
+    else:
+        wrapper.append(f"return function.apply({all_args})")
+    return SnippetPlan(
+        header=header,
+        name=rule.name,
+        imports=tuple(sorted(imports)),
+        bodies=p.bodies,
+        assignments=(),
+        public=Function(rule.name, params, (*_doc_lines(header), *wrapper)),
+        methods=tuple(methods),
+        tail=(),
+        class_name=cls,
+        class_attrs=class_attrs,
+        compiled_subclass=True,
+    )

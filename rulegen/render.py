@@ -7,14 +7,14 @@ produced here is not yet formatted: `write` runs `ruff format` over it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import jinja2
 
 if TYPE_CHECKING:
-    from rulegen.plan import JaxPlan, TorchPlan
+    from rulegen.plan import JaxPlan, SnippetPlan, TorchPlan
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
@@ -31,16 +31,21 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render_jax(plan: JaxPlan) -> str:
-    return _environment().get_template("jax_rule.py.j2").render(plan=plan, header=plan.header)
+def render_jax(plan: JaxPlan | SnippetPlan) -> str:
+    template = "jax_snippet.py.j2" if hasattr(plan, "bodies") else "jax_rule.py.j2"
+    return _environment().get_template(template).render(plan=plan, header=plan.header)
 
 
-def render_torch(plan: TorchPlan) -> str:
-    return _environment().get_template("torch_rule.py.j2").render(plan=plan, header=plan.header)
+def render_torch(plan: TorchPlan | SnippetPlan) -> str:
+    template = "torch_snippet.py.j2" if hasattr(plan, "bodies") else "torch_rule.py.j2"
+    return _environment().get_template(template).render(plan=plan, header=plan.header)
 
 
-def render_package(rules: Sequence[tuple[str, str]], uses_jax_util: bool) -> dict[str, str]:
-    """The package's own modules, for rules given as (function name, torch class name)."""
+def render_package(rules: Sequence[tuple[str, str | None]], helpers: Iterable[str]) -> dict[str, str]:
+    """The package's own modules, for rules given as (function name, torch class name or None).
+
+    `helpers` name the shared modules the rules import, as `jax/_util.py`.
+    """
     env = _environment()
     init = env.get_template("package_init.py.j2")
     names = sorted(rules)
@@ -57,12 +62,13 @@ def render_package(rules: Sequence[tuple[str, str]], uses_jax_util: bool) -> dic
         ),
         "torch/__init__.py": init.render(
             doc="PyTorch implementations (torch.autograd.Function) of the rules.",
-            imports=[(name, [cls, name]) for name, cls in names],
-            exports=sorted([n for name, cls in names for n in (cls, name)]),
+            imports=[(name, [cls, name] if cls else [name]) for name, cls in names],
+            exports=sorted([n for name, cls in names for n in (cls, name) if n]),
         ),
     }
-    if uses_jax_util:
-        files["jax/_util.py"] = env.get_template("jax_util.py.j2").render()
+    for helper in sorted(helpers):
+        backend, module = helper.removesuffix(".py").split("/_")
+        files[helper] = env.get_template(f"{backend}_{module}.py.j2").render()
     return files
 
 

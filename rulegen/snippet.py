@@ -1,4 +1,5 @@
-"""Parse Python snippet bodies (`python:`, `jax:`, `torch:`, `numpy:`) without running them.
+"""Parse Python snippet bodies (`python:`, `jax:`, `torch:`, `numpy:`) without running them,
+and decide what each backend runs for a rule that has them.
 
 A snippet is the body of a function whose parameters are the names in scope
 (inputs, outputs, residuals, tangents, cotangents).  Building never executes
@@ -12,11 +13,16 @@ from __future__ import annotations
 import ast
 import builtins
 import difflib
-from collections.abc import Iterable
+import textwrap
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
-from rulegen.errors import SpecError
-from rulegen.spec import Text
+import sympy as sp
+
+from rulegen.errors import Loc, SpecError, SpecErrors
+from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
 
 #: Modules each kind of body sees, by the names it uses for them.
 MODULES = {
@@ -81,3 +87,283 @@ def parse_snippet(kind: str, text: Text, scope: Iterable[str], rules: Iterable[s
                 raise SpecError(where, f"unknown name {node.id!r} in the `{kind}` body{hint}")
             reads.add(node.id)
     return Snippet(kind=kind, text=text, reads=frozenset(reads))
+
+
+# ---------------------------------------------------------------- snippet rules
+
+#: What `Code.kind` a backend runs for each form a body may take, best first.
+_BACKEND_KINDS = {"jax": ("jax", "python", "numpy"), "torch": ("torch", "python", "numpy")}
+
+
+@dataclass(frozen=True)
+class Code:
+    """One body as one backend runs it: a snippet's text, or sympy expressions to print.
+
+    `params` are the names in scope that the body reads, in scope order; the
+    generated function that holds the body takes exactly these.
+    """
+
+    role: str
+    kind: str  # "sympy", "python", "jax", "torch" or "numpy"
+    params: tuple[str, ...]
+    results: tuple[str, ...]
+    loc: Loc
+    text: str = ""
+    exprs: tuple[sp.Expr, ...] = ()
+    calls: tuple[str, ...] = ()  # other rules of the build it calls
+    modules: tuple[str, ...] = ()  # module names it reads (np, jnp, torch, ...)
+
+    @property
+    def host(self) -> bool:
+        return self.kind == "numpy"
+
+
+BackendCode = Mapping[str, Code]  # backend ("jax", "torch") -> the code it runs
+
+
+@dataclass(frozen=True)
+class SnippetDerivation:
+    """A rule with at least one snippet body: what each backend runs, and which route carries it.
+
+    `jax_route`: `custom_jvp` (the JVP body; reverse mode by JAX's
+    transposition), `transpose` (a custom_jvp whose JVP is the linear
+    transpose of the VJP body), `custom_vjp`, `primitive` (a host body as a
+    JAX primitive with JVP, transpose and batching rules), `bridge` (a
+    torch-only body called from JAX), or `plain` (no rule: the body is
+    differentiated as it is).  `torch_jvp`/`torch_backward` say where torch's
+    forward and reverse mode come from; `no_forward_mode` says, per backend,
+    why a rule has none.
+    """
+
+    rule: Rule
+    forward: BackendCode
+    jvp: BackendCode | None
+    vjp: BackendCode | None
+    residuals: tuple[tuple[str, BackendCode], ...]
+    returned_residuals: tuple[str, ...]
+    jax_route: str
+    torch_jvp: str  # "given", "transpose" (of the VJP) or "none"
+    torch_backward: str  # "given", "transpose" (of the JVP) or "none"
+    no_forward_mode: Mapping[str, str]
+
+    @property
+    def diff_inputs(self) -> tuple[Input, ...]:
+        return tuple(i for i in self.rule.inputs if i.differentiable)
+
+    @property
+    def host(self) -> bool:
+        return self.forward["torch"].host
+
+
+def _scope_order(rule: Rule) -> list[str]:
+    names = [i.name for i in rule.inputs] + [o.name for o in rule.outputs] + list(rule.residual_names)
+    names += [f"{i.name}_dot" for i in rule.inputs if i.differentiable]
+    names += [f"{o.name}_bar" for o in rule.outputs if o.differentiable]
+    return names
+
+
+class _SnippetDeriver:
+    def __init__(self, rule: Rule, known_rules: frozenset[str]) -> None:
+        self.rule = rule
+        self.known_rules = known_rules
+        self.order = _scope_order(rule)
+        self.errors: list[SpecError] = []
+        self.inputs = [i.name for i in rule.inputs]
+        self.outputs = [o.name for o in rule.outputs]
+        self.diff_inputs = [i.name for i in rule.inputs if i.differentiable]
+        self.diff_outputs = [o.name for o in rule.outputs if o.differentiable]
+        self.returned = list(rule.residuals) if isinstance(rule.residuals, list) else []
+
+    def scope(self, role: str) -> list[str]:
+        rule = self.rule
+        names = set(self.inputs)
+        if role != "forward":
+            names |= set(self.outputs) | set(rule.residual_names)
+        if role == "jvp":
+            names |= {f"{n}_dot" for n in self.diff_inputs}
+        if role == "vjp":
+            names |= {f"{n}_bar" for n in self.diff_outputs}
+        if role.startswith("residual"):
+            names -= set(rule.residual_names)
+        return [n for n in self.order if n in names]
+
+    def results(self, role: str) -> tuple[str, ...]:
+        if role == "forward":
+            return (*self.outputs, *self.returned)
+        if role == "jvp":
+            return tuple(f"{n}_dot" for n in self.diff_outputs)
+        if role == "vjp":
+            return tuple(f"{n}_bar" for n in self.diff_inputs)
+        return (role.split(" ", 1)[1],)
+
+    def code(self, role: str, body: Any) -> BackendCode | None:
+        if body is None:
+            return None
+        scope = self.scope(role)
+        results = self.results(role)
+        if isinstance(body, SympyBody):
+            return self.sympy_code(role, body, scope, results)
+        found: dict[str, Code] = {}
+        parsed: dict[str, Snippet] = {}
+        for kind in ("python", "jax", "torch", "numpy"):
+            text = getattr(body, kind)
+            if text is None:
+                continue
+            try:
+                parsed[kind] = parse_snippet(kind, text, scope, self.known_rules)
+            except SpecError as exc:
+                self.errors.append(exc)
+        for backend, kinds in _BACKEND_KINDS.items():
+            kind = next((k for k in kinds if k in parsed), None)
+            if kind is None:
+                continue
+            snippet = parsed[kind]
+            found[backend] = Code(
+                role=role,
+                kind=kind,
+                params=tuple(n for n in scope if n in snippet.reads),
+                results=results,
+                loc=snippet.text.loc,
+                text=textwrap.dedent(snippet.text.value).strip("\n"),
+                calls=tuple(
+                    sorted(n for n in snippet.reads & self.known_rules if n not in scope and n != self.rule.name)
+                ),
+                modules=tuple(sorted(snippet.reads & MODULES[kind] - set(scope))),
+            )
+        return found
+
+    def sympy_code(self, role: str, body: SympyBody, scope: list[str], results: tuple[str, ...]) -> BackendCode:
+        from rulegen.derive import symbols_of
+        from rulegen.expr import parse_expression
+
+        symbols = symbols_of(self.rule)
+        names = [r for r in results if role != "forward" or r in self.outputs]
+        bare = [r.removesuffix("_dot").removesuffix("_bar") for r in names]
+        exprs_by_name = body.exprs
+        texts: list[Text] = []
+        if None in exprs_by_name:
+            if len(names) != 1:
+                self.errors.append(SpecError(body.loc, f"this {role} needs one expression per name: {', '.join(bare)}"))
+                return {}
+            texts = [exprs_by_name[None]]
+        else:
+            for name in bare:
+                if name not in exprs_by_name:
+                    self.errors.append(SpecError(body.loc, f"the {role} body gives no expression for {name!r}"))
+                    return {}
+            extra = [k for k in exprs_by_name if k not in bare]
+            if extra:
+                assert extra[0] is not None
+                self.errors.append(SpecError(exprs_by_name[extra[0]].loc, f"{extra[0]!r} is not one of {bare}"))
+                return {}
+            texts = [exprs_by_name[n] for n in bare]
+        exprs = []
+        for text in texts:
+            try:
+                exprs.append(parse_expression(text.value, {n: symbols[n] for n in scope}, text.loc))
+            except SpecError as exc:
+                self.errors.append(exc)
+        if len(exprs) != len(texts):
+            return {}
+        reads = {s.name for e in exprs for s in e.free_symbols}
+        code = Code(
+            role=role,
+            kind="sympy",
+            params=tuple(n for n in scope if n in reads),
+            results=results,
+            loc=body.loc,
+            exprs=tuple(exprs),
+        )
+        return {"jax": code, "torch": code}
+
+    def derive(self) -> SnippetDerivation:
+        rule = self.rule
+        forward = self.code("forward", rule.forward) or {}
+        jvp = self.code("jvp", rule.jvp)
+        vjp = self.code("vjp", rule.vjp)
+        residuals = []
+        if isinstance(rule.residuals, dict):
+            for name, body in rule.residuals.items():
+                residuals.append((name, self.code(f"residual {name}", body) or {}))
+        if self.errors:
+            raise SpecErrors(self.errors)
+        if "torch" not in forward:
+            raise SpecErrors([SpecError(rule.forward.loc, "the forward needs a `torch` or `python` body")])
+        host = forward["torch"].host
+        torch_only = "jax" not in forward
+        for role, code in (("jvp", jvp), ("vjp", vjp), *((f"residual {n}", c) for n, c in residuals)):
+            if code is not None and "torch" in code and code["torch"].host:
+                raise SpecErrors(
+                    [SpecError(code["torch"].loc, f"a `numpy` body is for the forward only, not the {role}")]
+                )
+            if code is not None and "jax" not in code and not torch_only:
+                raise SpecErrors([SpecError(code["torch"].loc, f"the {role} needs a `jax` or `python` body")])
+        if self.returned and not (isinstance(rule.forward, SnippetBody)):
+            raise SpecErrors([SpecError(rule.loc, "residuals returned by the forward need a snippet forward")])
+        if rule.mode == "vjp" and vjp is None:
+            raise SpecErrors([SpecError(rule.loc, "`mode: vjp` needs a `vjp` body")])
+        if rule.mode == "jvp" and jvp is None:
+            raise SpecErrors([SpecError(rule.loc, "`mode: jvp` needs a `jvp` body")])
+        if torch_only and rule.jvp is not None and rule.vjp is None:
+            raise SpecErrors([SpecError(rule.loc, "a torch-only rule reaches JAX through its VJP: give `vjp` too")])
+
+        transposable = rule.checks.true_derivative
+        not_linear = (
+            f"{rule.name} has no forward mode: its VJP is not the derivative of its forward "
+            "(true_derivative: false), so it is not a linear map that can be transposed"
+        )
+        no_forward: dict[str, str] = {}
+        if torch_only:
+            jax_route = "bridge"
+            no_forward["jax"] = "a torch-only rule reaches JAX through callbacks that carry reverse mode only"
+        elif host:
+            jax_route = "primitive"
+        elif jvp is None and vjp is None:
+            jax_route = "plain"
+        elif rule.mode == "vjp":
+            jax_route = "custom_vjp"
+            no_forward["jax"] = "mode: vjp: JAX's custom_vjp has no forward mode"
+        elif jvp is not None:
+            jax_route = "custom_jvp"
+        elif transposable:
+            jax_route = "transpose"
+        else:
+            jax_route = "custom_vjp"
+            no_forward["jax"] = not_linear
+        if jvp is not None:
+            torch_jvp = "given"
+        elif vjp is not None and transposable:
+            torch_jvp = "transpose"
+        elif vjp is not None:
+            torch_jvp = "none"
+            no_forward["torch"] = not_linear
+        else:
+            torch_jvp = "none"
+        if host and jvp is None and vjp is not None and not transposable:
+            no_forward["jax"] = not_linear
+        torch_backward = "given" if vjp is not None else ("transpose" if jvp is not None else "none")
+        if host and not isinstance(rule.batching, str):
+            raise SpecErrors(
+                [SpecError(rule.batching.loc, "batching bodies are not supported yet: use elementwise or sequential")]
+            )
+        if host and residuals:
+            raise SpecErrors([SpecError(rule.loc, "a `numpy` forward returns its residuals: list their names")])
+        if host and jvp is None and vjp is None:
+            raise SpecErrors([SpecError(rule.loc, "a `numpy` forward runs outside autodiff: give a `jvp` or `vjp`")])
+        return SnippetDerivation(
+            rule=rule,
+            forward=forward,
+            jvp=jvp,
+            vjp=vjp,
+            residuals=tuple(residuals),
+            returned_residuals=tuple(self.returned),
+            jax_route=jax_route,
+            torch_jvp=torch_jvp,
+            torch_backward=torch_backward,
+            no_forward_mode=MappingProxyType(no_forward),
+        )
+
+
+def derive_snippet_rule(rule: Rule, known_rules: Iterable[str]) -> SnippetDerivation:
+    """What each backend runs for a rule with snippet bodies, or SpecErrors saying what is wrong."""
+    return _SnippetDeriver(rule, frozenset(known_rules) | {rule.name}).derive()

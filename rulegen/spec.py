@@ -308,6 +308,7 @@ class Rule(Node):
     residuals: dict[Name, Body] | list[Name] | None = None
     mode: Literal["auto", "jvp", "vjp"] = "auto"
     batching: Literal["elementwise", "sequential"] | Body = "sequential"
+    depth: Annotated[int, Field(ge=1, le=8)] = 2
     checks: Checks = Field(default_factory=Checks)
     source: SkipJsonSchema[str] = Field(default="", exclude=True)
     source_hash: SkipJsonSchema[str] = Field(default="", exclude=True)

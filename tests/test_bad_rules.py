@@ -66,9 +66,29 @@ BAD = [
     ("snippet-no-return", "name: a\ninputs: [x]\nforward: x\nvjp:\n  python: y = out_bar\n", "5:11", "returns nothing"),
     (
         "snippet-import-runs-nothing",
-        "name: a\ninputs: [x]\nforward:\n  numpy: |\n    import os\n    os.system('touch CANARY')\n    return x\n",
+        "name: a\ninputs: [x]\nforward:\n  numpy: |\n    import os\n    os.system('touch CANARY')\n    return x\n"
+        "jvp:\n  python: return x_dot * undefined_thing\n",
+        "9:",
+        "unknown name 'undefined_thing'",
+    ),
+    (
+        "numpy-without-derivative",
+        "name: a\ninputs: [x]\nforward:\n  numpy: return x\n",
+        "1:1",
+        "runs outside autodiff: give a `jvp` or `vjp`",
+    ),
+    (
+        "numpy-vjp-body",
+        "name: a\ninputs: [x]\nforward: x\nvjp:\n  numpy: return out_bar\n",
+        "5:",
+        "is for the forward only",
+    ),
+    ("mode-vjp-without-vjp", "name: a\ninputs: [x]\nforward:\n  python: return x\nmode: vjp\n", "1:1", "needs a `vjp`"),
+    (
+        "jax-body-alone",
+        "name: a\ninputs: [x]\nforward:\n  jax: return x\n",
         "4:",
-        "not generated yet",
+        "needs a `torch` (or `python`) body",
     ),
 ]
 

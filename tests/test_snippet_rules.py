@@ -1,0 +1,144 @@
+"""Snippet, host and torch-only rules, as users call them: the acceptance behaviours of each route."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+jax.config.update("jax_enable_x64", True)
+
+
+def _newton(fixed_point, a):
+    return fixed_point(lambda a, x: 0.5 * (x + a / x), a, a)
+
+
+def test_clip_gradient_clips_the_gradient_in_both_backends(built):
+    jax_pkg, torch_pkg, _ = built
+    t = np.linspace(-3.0, 3.0, 13)
+    expected = np.clip(np.cos(t), -0.75, 0.75)
+    got = jax.vmap(jax.grad(lambda t: jnp.sin(jax_pkg.clip_gradient(-0.75, 0.75, t))))(jnp.asarray(t))
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    leaf = torch.tensor(t, requires_grad=True)
+    lo, hi = torch.tensor(-0.75, dtype=torch.float64), torch.tensor(0.75, dtype=torch.float64)
+    torch.sin(torch_pkg.clip_gradient(lo, hi, leaf)).sum().backward()
+    np.testing.assert_allclose(leaf.grad.numpy(), expected, rtol=1e-12)
+
+
+def test_clip_gradient_refuses_forward_mode_by_name(built):
+    _, torch_pkg, _ = built
+    x = torch.ones(3, dtype=torch.float64)
+    lo, hi = torch.tensor(-0.5, dtype=torch.float64), torch.tensor(0.5, dtype=torch.float64)
+    with pytest.raises(NotImplementedError, match="clip_gradient has no forward mode"):
+        torch.func.jvp(lambda x: torch_pkg.clip_gradient(lo, hi, x), (x,), (x,))
+
+
+def test_numpy_sort_gradient_is_ones_and_vmap_sorts_rows(built):
+    jax_pkg, torch_pkg, _ = built
+    x = np.array([[3.0, 1.0, 2.0], [0.5, -1.0, 4.0]])
+    np.testing.assert_array_equal(jax.grad(lambda x: jax_pkg.numpy_sort(x).sum())(jnp.asarray(x)), np.ones_like(x))
+    np.testing.assert_array_equal(jax.vmap(jax_pkg.numpy_sort)(jnp.asarray(x)), np.sort(x, axis=-1))
+    np.testing.assert_array_equal(jax.jit(jax.vmap(jax_pkg.numpy_sort))(jnp.asarray(x)), np.sort(x, axis=-1))
+    xt = torch.from_numpy(x)
+    np.testing.assert_array_equal(torch.func.grad(lambda x: torch_pkg.numpy_sort(x).sum())(xt), np.ones_like(x))
+    np.testing.assert_array_equal(torch.func.vmap(torch_pkg.numpy_sort)(xt), np.sort(x, axis=-1))
+
+
+def test_numpy_sort_forward_mode_and_jacobians_are_the_permutation(built):
+    jax_pkg, torch_pkg, _ = built
+    x = np.array([3.0, 1.0, 2.0])
+    permutation = np.eye(3)[np.argsort(x)]
+    for jac in (jax.jacfwd, jax.jacrev):
+        np.testing.assert_array_equal(jac(jax_pkg.numpy_sort)(jnp.asarray(x)), permutation)
+    for jac in (torch.func.jacfwd, torch.func.jacrev):
+        np.testing.assert_array_equal(jac(torch_pkg.numpy_sort)(torch.from_numpy(x)).numpy(), permutation)
+    t = np.array([0.1, 0.2, 0.3])
+    _, tangent = jax.jvp(jax_pkg.numpy_sort, (jnp.asarray(x),), (jnp.asarray(t),))
+    np.testing.assert_array_equal(tangent, t[np.argsort(x)])
+    _, tangent = torch.func.jvp(torch_pkg.numpy_sort, (torch.from_numpy(x),), (torch.from_numpy(t),))
+    np.testing.assert_array_equal(tangent.numpy(), t[np.argsort(x)])
+
+
+def test_newton_sqrt_through_fixed_point_to_second_order(built):
+    jax_pkg, torch_pkg, _ = built
+    value, first, second = 1.41421356, 0.35355339, -0.08838835
+    newton = lambda a: _newton(jax_pkg.fixed_point, a)  # noqa: E731
+    np.testing.assert_allclose(newton(2.0), value, atol=1e-8)
+    np.testing.assert_allclose(jax.grad(newton)(2.0), first, atol=1e-8)
+    np.testing.assert_allclose(jax.grad(jax.grad(newton))(2.0), second, atol=1e-8)
+    a = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    y = _newton(torch_pkg.fixed_point, a)
+    (g,) = torch.autograd.grad(y, a, create_graph=True)
+    (h,) = torch.autograd.grad(g, a)
+    np.testing.assert_allclose([y.item(), g.item(), h.item()], [value, first, second], atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["softmax", "logsumexp"])
+def test_snippet_vjp_rules_match_autodiff_to_second_order(built, name):
+    jax_pkg, torch_pkg, _ = built
+    reference = {"softmax": jax.nn.softmax, "logsumexp": jax.nn.logsumexp}[name]
+    x = np.random.default_rng(0).normal(size=(2, 5))
+    f = getattr(jax_pkg, name)
+
+    def total(g):
+        return lambda x: (g(x) ** 2).sum()
+
+    for transform in (jax.grad, lambda h: jax.hessian(h), lambda h: jax.jacfwd(jax.grad(h))):
+        np.testing.assert_allclose(transform(total(f))(x[0]), transform(total(reference))(x[0]), rtol=1e-10)
+    np.testing.assert_allclose(jax.vmap(jax.grad(total(f)))(x), jax.vmap(jax.grad(total(reference)))(x), rtol=1e-10)
+    g = getattr(torch_pkg, name)
+    torch_reference = {"softmax": lambda x: torch.softmax(x, -1), "logsumexp": lambda x: torch.logsumexp(x, -1)}[name]
+    xt = torch.from_numpy(x[0])
+    for transform in (torch.func.grad, torch.func.hessian):
+        got = transform(lambda x: (g(x) ** 2).sum())(xt)
+        np.testing.assert_allclose(got, transform(lambda x: (torch_reference(x) ** 2).sum())(xt), rtol=1e-10)
+    leaf = torch.from_numpy(x).requires_grad_()
+    assert torch.autograd.gradgradcheck(g, (leaf,))
+
+
+def test_static_callable_is_passed_through_both_backends(built):
+    jax_pkg, torch_pkg, _ = built
+
+    def cube(x):
+        return x * x * x
+
+    def dcube(x):
+        return 3 * x * x
+
+    x = np.array([0.5, -1.5, 2.0])
+    np.testing.assert_allclose(jax.grad(lambda x: jax_pkg.pointwise(cube, dcube, x).sum())(x), 3 * x**2)
+    np.testing.assert_allclose(jax.jit(jax.grad(lambda x: jax_pkg.pointwise(cube, dcube, x).sum()))(x), 3 * x**2)
+    np.testing.assert_allclose(jax.hessian(lambda x: jax_pkg.pointwise(cube, dcube, x).sum())(x), np.diag(6 * x))
+    grad = torch.func.grad(lambda x: torch_pkg.pointwise(cube, dcube, x).sum())(torch.from_numpy(x))
+    np.testing.assert_allclose(grad.numpy(), 3 * x**2)
+
+
+def test_host_elementwise_rule_batches_once_and_differentiates(built):
+    import scipy.special
+
+    jax_pkg, torch_pkg, _ = built
+    x = np.linspace(-2.0, 2.0, 6).reshape(2, 3)
+    derivative = 2 * x * scipy.special.erfcx(x) - 2 / np.sqrt(np.pi)
+    np.testing.assert_allclose(jax.vmap(jax_pkg.scipy_erfcx)(x), scipy.special.erfcx(x), rtol=1e-14)
+    np.testing.assert_allclose(jax.grad(lambda x: jax_pkg.scipy_erfcx(x).sum())(x), derivative, rtol=1e-12)
+    grad = torch.func.vmap(torch.func.grad(torch_pkg.scipy_erfcx))(torch.from_numpy(x.ravel()))
+    np.testing.assert_allclose(grad.numpy(), derivative.ravel(), rtol=1e-12)
+
+
+def test_torch_only_rule_from_jax_twice_differentiable_and_no_more(built):
+    jax_pkg, _, _ = built
+
+    def f(x):
+        return jax_pkg.torch_mish(x).sum()
+
+    x = np.array([0.3, -1.2, 2.0])
+    xt = torch.from_numpy(x)
+    mish = lambda x: torch.nn.functional.mish(x).sum()  # noqa: E731
+    np.testing.assert_allclose(jax.grad(f)(x), torch.func.grad(mish)(xt).numpy(), rtol=1e-12)
+    second = jax.grad(lambda x: jax.grad(f)(x).sum())(x)
+    np.testing.assert_allclose(second, torch.func.grad(lambda x: torch.func.grad(mish)(x).sum())(xt), rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(jax.vmap(jax.grad(f)))(x[:, None]).ravel(), jax.grad(f)(x), rtol=1e-12)
+    with pytest.raises(TypeError, match="differentiable 2 time"):
+        jax.grad(jax.grad(jax.grad(lambda x: jax_pkg.torch_mish(x))))(0.3)
