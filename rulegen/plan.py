@@ -667,21 +667,25 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
         primal_lines = [f"{p.forward_targets()} = {_call(forward)}", f"return {_tuple(p.outputs)}"]
     else:
         primal_lines = [f"return {_call(forward)}"]
-    if route in ("custom_jvp", "custom_vjp", "transpose"):
+    if route in ("custom_jvp", "custom_vjp", "transpose", "linear_map"):
         kind = "custom_vjp" if route == "custom_vjp" else "custom_jvp"
         decorator = f"@functools.partial(jax.{kind}, nondiff_argnums={nondiff})" if nondiff else f"@jax.{kind}"
         if nondiff:
             imports.add("import functools")
 
-    if route in ("custom_jvp", "transpose"):
+    if route in ("custom_jvp", "transpose", "linear_map"):
         lines = [f"{_tuple(p.arrays)}{',' if len(p.arrays) == 1 else ''} = primals"]
         tangent_names = [f"{a}_dot" if a in p.diff_inputs else "_" for a in p.arrays]
         lines.append(f"{_tuple(tangent_names)}{',' if len(p.arrays) == 1 else ''} = tangents")
         lines.append(f"{_tuple(p.outputs)} = {rule.name}({all_args})")
-        needed = p.reads("jvp" if route == "custom_jvp" else "vjp")
+        needed = p.reads(*{"custom_jvp": ["jvp"], "transpose": ["vjp"], "linear_map": ["jvp", "vjp"]}[route])
         lines += p.residual_lines(needed, forward_call=True)
         dots = [f"{o}_dot" for o in p.diff_outputs]
-        if route == "custom_jvp":
+        if route == "linear_map":
+            maps, call = _linear_maps(p)
+            methods += maps
+            lines.append(f"{_tuple(dots)}, = {call}")
+        elif route == "custom_jvp":
             lines.append(f"{_tuple(dots)} = {_call(p.code('jvp'))}")  # type: ignore[arg-type]
         else:
             vjp = p.code("vjp")
@@ -762,6 +766,45 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
         methods=tuple(methods),
         tail=tuple(tail),
     )
+
+
+def _linear_maps(p: _SnippetPlanner) -> tuple[list[Function], str]:
+    """The JVP and VJP bodies as the two halves of a `linear_map`, and the call that applies it.
+
+    Both take the statics and the known values (inputs, outputs, residuals)
+    they read first, then the tangents, or the cotangents.
+    """
+    jvp, vjp = p.code("jvp"), p.code("vjp")
+    assert jvp is not None and vjp is not None
+    p.imports.add("from ._linear import linear_map")
+    read = set(jvp.params) | set(vjp.params)
+    statics = [s for s in p.statics if s in read]
+    known = [n for n in (*p.arrays, *p.outputs, *p.returned, *(n for n, _ in p.d.residuals)) if n in read]
+    if p.broadcastable:
+        known += [i for i in p.diff_inputs if i not in known]
+    dots = [f"{i}_dot" for i in p.diff_inputs]
+    bars = [f"{o}_bar" for o in p.diff_outputs]
+    results = [f"{i}_bar" for i in p.diff_inputs]
+    if p.broadcastable:
+        p.imports.add("from ._util import unbroadcast")
+        returned = [f"unbroadcast({r}, {i})" for r, i in zip(results, p.diff_inputs, strict=True)]
+    else:
+        returned = results
+    name = p.rule.name
+    apply = Function(f"_{name}_jvp_map", (*statics, *known, *dots), (f"return ({_call(jvp)},)",))
+    transpose = Function(
+        f"_{name}_vjp_map",
+        (*statics, *known, *bars),
+        (f"{_tuple(results)} = {_call(vjp)}", f"return ({_tuple(returned)},)"),
+    )
+    args = [apply.name, transpose.name, _packed_tuple(known), _packed_tuple(dots)]
+    if statics:
+        args.append(_packed_tuple(statics))
+    return [apply, transpose], f"linear_map({', '.join(args)})"
+
+
+def _packed_tuple(names: Sequence[str]) -> str:
+    return f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
 
 
 def _str_tuple(names: Sequence[str]) -> str:

@@ -126,7 +126,9 @@ class SnippetDerivation:
     """A rule with at least one snippet body: what each backend runs, and which route carries it.
 
     `jax_route`: `custom_jvp` (the JVP body; reverse mode by JAX's
-    transposition), `transpose` (a custom_jvp whose JVP is the linear
+    transposition), `linear_map` (a custom_jvp whose tangent map is a
+    primitive applying the JVP body and transposed by the VJP body),
+    `transpose` (a custom_jvp whose JVP is the linear
     transpose of the VJP body), `custom_vjp`, `primitive` (a host body as a
     JAX primitive with JVP, transpose and batching rules), `bridge` (a
     torch-only body called from JAX), or `plain` (no rule: the body is
@@ -323,6 +325,8 @@ class _SnippetDeriver:
         elif rule.mode == "vjp":
             jax_route = "custom_vjp"
             no_forward["jax"] = "mode: vjp: JAX's custom_vjp has no forward mode"
+        elif jvp is not None and vjp is not None:
+            jax_route = "linear_map"
         elif jvp is not None:
             jax_route = "custom_jvp"
         elif transposable:

@@ -142,3 +142,95 @@ def test_torch_only_rule_from_jax_twice_differentiable_and_no_more(built):
     np.testing.assert_allclose(jax.jit(jax.vmap(jax.grad(f)))(x[:, None]).ravel(), jax.grad(f)(x), rtol=1e-12)
     with pytest.raises(TypeError, match="differentiable 2 time"):
         jax.grad(jax.grad(jax.grad(lambda x: jax_pkg.torch_mish(x))))(0.3)
+
+
+BOTH_BODIES = """
+name: both_bodies
+doc: A rule whose JVP and VJP differ on purpose, to see which one each mode runs.
+inputs: [x, y]
+forward:
+  python: return x * y
+jvp:
+  python: return 2.0 * (x_dot * y + x * y_dot)
+vjp:
+  python: return 3.0 * out_bar * y, 3.0 * out_bar * x
+checks:
+  true_derivative: false
+"""
+
+
+@pytest.fixture(scope="module")
+def both_bodies(tmp_path_factory):
+    import importlib
+    import sys
+
+    from rulegen.build import build
+
+    root = tmp_path_factory.mktemp("both")
+    (root / "both_bodies.yaml").write_text(BOTH_BODIES)
+    build([root / "both_bodies.yaml"], root / "rg_both")
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module("rg_both.jax"), importlib.import_module("rg_both.torch")
+    finally:
+        sys.path.remove(str(root))
+
+
+def test_rule_with_both_bodies_runs_each_for_its_own_mode(both_bodies):
+    jax_pkg, torch_pkg = both_bodies
+    x, y = np.array([0.5, -1.0, 2.0]), np.array([[1.5], [-0.5]])
+    jvp_x = 2.0 * np.broadcast_to(y, (2, 3))
+    grad_x, grad_y = 3.0 * y.sum() * np.ones(3), 3.0 * x.sum() * np.ones((2, 1))
+
+    def f_jax(x, y):
+        return jax_pkg.both_bodies(x, y).sum()
+
+    np.testing.assert_allclose(jax.jvp(jax_pkg.both_bodies, (x, y), (np.ones(3), np.zeros((2, 1))))[1], jvp_x)
+    for grad in (jax.grad(f_jax, argnums=(0, 1)), jax.jit(jax.grad(f_jax, argnums=(0, 1)))):
+        got = grad(x, y)
+        np.testing.assert_allclose(got[0], grad_x)
+        np.testing.assert_allclose(got[1], grad_y)
+    np.testing.assert_allclose(jax.jacfwd(jax_pkg.both_bodies)(x, y).sum(axis=(0, 1)), 2.0 * y.sum() * np.ones(3))
+    np.testing.assert_allclose(jax.jacrev(jax_pkg.both_bodies)(x, y).sum(axis=(0, 1)), grad_x)
+    batched = jax.vmap(jax.grad(f_jax), in_axes=(0, None))(np.stack([x, 2 * x]), y)
+    np.testing.assert_allclose(batched, np.stack([grad_x, grad_x]))
+    # d/dy of the VJP body's x-cotangent 3 * out_bar * y.
+    mixed = jax.jacfwd(jax.grad(f_jax), argnums=1)(x, y)
+    np.testing.assert_allclose(mixed, 3.0 * np.ones((3, 2, 1)))
+
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    _, tangent = torch.func.jvp(torch_pkg.both_bodies, (xt, yt), (torch.ones(3, dtype=torch.float64), 0 * yt))
+    np.testing.assert_allclose(tangent.numpy(), jvp_x)
+    got = torch.func.grad(lambda x, y: torch_pkg.both_bodies(x, y).sum(), argnums=(0, 1))(xt, yt)
+    np.testing.assert_allclose(got[0].numpy(), grad_x)
+    np.testing.assert_allclose(got[1].numpy(), grad_y)
+    jacobian = torch.func.jacfwd(torch_pkg.both_bodies)(xt, yt)
+    np.testing.assert_allclose(jacobian.sum((0, 1)).numpy(), 2.0 * y.sum() * np.ones(3))
+
+
+def test_l2_normalize_with_both_bodies_matches_autodiff_under_every_transform(built):
+    jax_pkg, torch_pkg, _ = built
+    x = np.random.default_rng(1).uniform(0.5, 2.0, size=(3, 4))
+    weights = np.arange(4.0)
+
+    def reference(x):
+        return x / jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))
+
+    def loss(f):
+        return lambda x: jnp.sum(jnp.sin(f(x)) * weights)
+
+    transforms = {
+        "jvp": lambda f: jax.jvp(f, (x,), (0.3 * np.ones_like(x),))[1],
+        "jit(grad)": lambda f: jax.jit(jax.grad(loss(f)))(x),
+        "vmap(grad)": lambda f: jax.vmap(jax.grad(loss(f)))(x),
+        "jacfwd(vmap)": lambda f: jax.jacfwd(jax.vmap(f))(x),
+        "jacrev(vmap)": lambda f: jax.jacrev(jax.vmap(f))(x),
+        "vmap(hessian)": lambda f: jax.vmap(jax.hessian(loss(f)))(x),
+        "jacrev(jacrev)": lambda f: jax.jacrev(jax.jacrev(f))(x[0]),
+        "grad(grad)": lambda f: jax.grad(lambda x: jnp.sum(jax.grad(loss(f))(x) ** 2))(x),
+    }
+    for name, transform in transforms.items():
+        np.testing.assert_allclose(transform(jax_pkg.l2_normalize), transform(reference), rtol=1e-10, err_msg=name)
+    leaf = torch.from_numpy(x).requires_grad_()
+    assert torch.autograd.gradcheck(torch_pkg.l2_normalize, (leaf,), check_forward_ad=True, check_batched_grad=True)
+    assert torch.autograd.gradgradcheck(torch_pkg.l2_normalize, (leaf,))

@@ -53,6 +53,7 @@ from .f_xlog1py import f_xlog1py
 from .f_xlogy import f_xlogy
 from .fixed_point import fixed_point
 from .gelu import gelu
+from .l2_normalize import l2_normalize
 from .log1pexp import log1pexp
 from .logsumexp import logsumexp
 from .my_cube import my_cube
@@ -121,6 +122,7 @@ __all__ = [
     "f_xlogy",
     "fixed_point",
     "gelu",
+    "l2_normalize",
     "log1pexp",
     "logsumexp",
     "my_cube",

@@ -53,6 +53,7 @@ from .f_xlog1py import FXlog1py, f_xlog1py
 from .f_xlogy import FXlogy, f_xlogy
 from .fixed_point import FixedPoint, fixed_point
 from .gelu import Gelu, gelu
+from .l2_normalize import L2Normalize, l2_normalize
 from .log1pexp import Log1pexp, log1pexp
 from .logsumexp import Logsumexp, logsumexp
 from .my_cube import MyCube, my_cube
@@ -121,6 +122,7 @@ __all__ = [
     "FXlogy",
     "FixedPoint",
     "Gelu",
+    "L2Normalize",
     "Log1pexp",
     "Logsumexp",
     "MyCube",
@@ -186,6 +188,7 @@ __all__ = [
     "f_xlogy",
     "fixed_point",
     "gelu",
+    "l2_normalize",
     "log1pexp",
     "logsumexp",
     "my_cube",
