@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rulegen.derive import Derivation
+from rulegen.derive import Derivation, Partials
+from rulegen.functions import sigmoid
 from rulegen.printers import print_jax, print_torch
 from rulegen.snippet import Code, SnippetDerivation
 from rulegen.spec import Input
@@ -100,8 +101,11 @@ class TorchPlan:
     non_differentiable: tuple[str, ...]
     saved: tuple[str, ...]
     cotangents: tuple[str, ...]
-    backward: Block
+    backward: Block  # every cotangent's terms; absent ones read as 0.0
+    first_order: Block | None  # the outputs' terms only, when no residual cotangent is present
+    first_order_test: str
     tangents: tuple[str, ...]
+    absent_tangents: tuple[str, ...]  # inputs whose tangent may arrive as None
     jvp: Block
     imports: tuple[str, ...]
     setup_inputs: str  # unpacking targets of `inputs` in setup_context, "" if none is kept
@@ -356,11 +360,139 @@ def plan_jax(d: Derivation) -> JaxPlan:
     )
 
 
+# Functions whose backward autodiff computes from their output (so it saves that).
+_SAVES_OUTPUT = (sp.exp, sp.tanh, sigmoid)
+
+
+def _autodiff_saved(exprs: Sequence[sp.Expr], arrays: set[sp.Symbol]) -> set[sp.Expr]:
+    """What torch's autodiff of these expressions keeps for backward, inputs aside.
+
+    An estimate by the rules of its derivative formulas: a product keeps its
+    factors, a power its base, a function its argument (or its value, for
+    those whose derivative reads the value).  It bounds how many
+    intermediates a generated Function may keep (saved bytes <= autodiff's).
+    """
+    kept: set[sp.Expr] = set()
+    for expr in exprs:
+        for node in sp.preorder_traversal(expr):
+            if node.is_Mul:
+                kept |= {a for a in node.args if not a.is_Number}
+            elif node.is_Pow:
+                kept.add(node.base)
+                if not node.exp.is_Number:
+                    kept |= {node.exp, node}
+            elif isinstance(node, sp.Function):
+                kept |= {node} if isinstance(node, _SAVES_OUTPUT) else {a for a in node.args if not a.is_Number}
+    return {k for k in kept if not k.is_Symbol and k.free_symbols & arrays}
+
+
+def _recompute_cost(expr: sp.Expr) -> int:
+    """Passes over memory that recomputing `expr` in eager torch costs: one per operation."""
+    return int(sp.count_ops(expr, visual=False))
+
+
+def saved_form(expr: sp.Expr, saved: Mapping[sp.Expr, sp.Symbol]) -> sp.Expr:
+    """`expr` reading the saved intermediates, larger ones first; `subs` finds them inside products too."""
+    for value, symbol in saved.items():
+        expr = expr.subs(value, symbol)
+    return expr
+
+
+def _saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symbol]:
+    """Subexpressions of the forward that torch's backward reads, worth saving instead of recomputing.
+
+    Eager torch runs one kernel per operation, so an intermediate the forward
+    computes anyway costs nothing to keep and at least one pass over memory
+    to recompute; the number kept is bounded by what autodiff would keep.
+    Outputs are free to keep and are used where the backward reads them.
+    """
+    forward = [e for _, e in d.forward]
+    partials = [*d.vjp_partials.values(), *d.jvp_partials.values()]
+    if not forward or not partials or d.residuals:
+        return {}
+    prefix = "saved"
+    replacements, reduced = sp.cse([*forward, *partials], symbols=sp.numbered_symbols("_cse"), order="none")
+    value = dict(replacements)
+    full: dict[sp.Symbol, sp.Expr] = {}
+    for sym, expr in replacements:
+        full[sym] = expr.xreplace(full)
+
+    in_forward: set[sp.Symbol] = set()
+
+    def mark(expr: sp.Expr) -> None:
+        for sym in expr.free_symbols & value.keys() - in_forward:
+            in_forward.add(sym)
+            mark(value[sym])
+
+    for expr in reduced[: len(forward)]:
+        mark(expr)
+    wanted: set[sp.Symbol] = set()
+
+    def visit(expr: sp.Expr) -> None:
+        for sym in expr.free_symbols & value.keys():
+            if sym in in_forward:
+                wanted.add(sym)
+            else:
+                visit(value[sym])
+
+    for expr in reduced[len(forward) :]:
+        visit(expr)
+    arrays = {d.symbols[i.name] for i in d.rule.inputs if not i.static}
+    outputs = {e: d.symbols[n] for n, e in d.forward}
+    candidates = sorted(
+        (full[s] for s in wanted if full[s].free_symbols & arrays),
+        key=lambda e: (e not in outputs, -_recompute_cost(e), sp.default_sort_key(e)),
+    )
+    budget = len(_autodiff_saved(forward, arrays))
+    chosen: dict[sp.Expr, sp.Symbol] = {}
+    while any(n.startswith(prefix) for n in taken):
+        prefix = "_" + prefix
+    for expr in candidates:
+        if budget == 0:
+            break
+        if expr not in outputs and any(sp.diff(expr, a).has(sp.Derivative, sp.Subs) for a in arrays):
+            continue  # double backward needs its partials, and sympy has none
+        count = len(set(chosen.values()) - set(outputs.values()))
+        symbol = outputs.get(expr) or sp.Symbol(f"{prefix}{count}", real=True)
+        rewritten = [p.subs(expr, symbol) for p in partials]
+        if rewritten == partials:
+            continue
+        partials = rewritten
+        chosen[expr] = symbol
+        budget -= 1
+    return chosen
+
+
 def plan_torch(d: Derivation) -> TorchPlan:
-    """What the torch module of a rule computes: a torch.func-style Function."""
+    """What the torch module of a rule computes: a torch.func-style Function.
+
+    Residuals, the rule's own and the intermediates chosen by
+    `_saved_intermediates`, are extra outputs of `forward`, saved in
+    `setup_context` and hidden by the wrapper.  A residual's cotangent is
+    non-None only when a backward that read it is itself differentiated;
+    with grads left unmaterialised, the first-order backward skips those
+    terms, and the second-order one adds each residual's own partials (the
+    MyCube trap).
+    """
     rule = d.rule
     symbols = dict(d.symbols)
-    residual_names = tuple(n for n, _ in d.residuals)
+    saved_map = _saved_intermediates(d, set(symbols))
+    intermediates = [(str(sym), expr) for expr, sym in saved_map.items() if str(sym) not in symbols]
+    for name, _ in intermediates:
+        symbols[name] = sp.Symbol(name, real=True)
+
+    def rewritten(partials: Partials) -> dict[tuple[str, str], sp.Expr]:
+        return {k: saved_form(v, saved_map) for k, v in partials.items()}
+
+    vjp_partials, jvp_partials = rewritten(d.vjp_partials), rewritten(d.jvp_partials)
+    residual_partials = dict(d.residual_partials)
+    for name, expr in intermediates:
+        for i in d.diff_inputs:
+            partial = sp.diff(expr, symbols[i.name])
+            if partial != 0:
+                residual_partials[(name, i.name)] = saved_form(partial, saved_map)
+    residuals = [*d.residuals, *intermediates]
+    residual_names = tuple(n for n, _ in residuals)
     for n in residual_names:
         symbols[f"{n}_bar"] = sp.Symbol(f"{n}_bar", real=True)
         symbols[f"{n}_dot"] = sp.Symbol(f"{n}_dot", real=True)
@@ -369,31 +501,45 @@ def plan_torch(d: Derivation) -> TorchPlan:
     inputs = tuple(i.name for i in rule.inputs)
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]
+    diff_outputs = [o.name for o in rule.outputs if o.differentiable]
     broadcastable = len([i for i in rule.inputs if not i.static]) > 1
 
-    values = [*d.forward, *((n, _with_outputs(d, e)) for n, e in d.residuals)]
+    values = [*d.forward, *((n, _with_outputs(d, e)) for n, e in residuals)]
     forward = emit.block([], [Result(n, e) for n, e in values])
 
-    # A residual's cotangent is non-zero only when a backward that read it is
-    # itself differentiated; its partials make double backward right.
-    backward_results = []
-    for i in rule.inputs:
-        expr = _linear(d, d.vjp_partials, i.name, outputs, "_bar", transpose=True)
-        for r in residual_names:
-            expr += d.residual_partials.get((r, i.name), sp.S.Zero) * symbols[f"{r}_bar"]
-        if i.name not in diff_inputs or expr == 0:
-            backward_results.append(Result(f"{i.name}_bar", code="None"))
-        elif broadcastable:
-            backward_results.append(Result(f"{i.name}_bar", expr, wrap=f"{{}}.sum_to_size({i.name}.shape)"))
-        else:
-            backward_results.append(Result(f"{i.name}_bar", expr))
-    backward = emit.block([], backward_results)
+    def backward_results(with_residuals: bool) -> list[Result]:
+        found = []
+        for i in rule.inputs:
+            expr = _linear(d, vjp_partials, i.name, outputs, "_bar", transpose=True)
+            if with_residuals:
+                for r in residual_names:
+                    expr += residual_partials.get((r, i.name), sp.S.Zero) * symbols[f"{r}_bar"]
+            if i.name not in diff_inputs or expr == 0:
+                found.append(Result(f"{i.name}_bar", code="None"))
+            elif with_residuals and residual_names:
+                # Absent cotangents read as 0.0: bring the sum to the input's shape either way.
+                wrap = f"({{}} + torch.zeros_like({i.name})).sum_to_size({i.name}.shape)"
+                found.append(Result(f"{i.name}_bar", expr, wrap=wrap))
+            elif broadcastable:
+                found.append(Result(f"{i.name}_bar", expr, wrap=f"{{}}.sum_to_size({i.name}.shape)"))
+            else:
+                found.append(Result(f"{i.name}_bar", expr))
+        return found
+
+    full_results = backward_results(with_residuals=True)
+    backward = emit.block([], full_results)
+    first_order_results = backward_results(with_residuals=False) if residual_names else []
+    first_order = emit.block([], first_order_results) if residual_names else None
+    absent = [f"{r}_bar is None" for r in residual_names]
+    # gradcheck (check_undefined_grad) calls backward with every cotangent absent.
+    present = [f"{o}_bar is not None" for o in diff_outputs]
+    first_order_test = " and ".join(present + absent)
 
     # Residual tangents too: torch.func.hessian runs forward mode over a
     # backward that reads them.
     jvp_results = []
     for o in rule.outputs:
-        expr = _linear(d, d.jvp_partials, o.name, diff_inputs, "_dot")
+        expr = _linear(d, jvp_partials, o.name, diff_inputs, "_dot")
         if not o.differentiable or expr == 0:
             jvp_results.append(Result(f"{o.name}_dot", code=f"torch.zeros_like({o.name})"))
         elif _needs_broadcast(d, o.name, expr):
@@ -401,23 +547,27 @@ def plan_torch(d: Derivation) -> TorchPlan:
         else:
             jvp_results.append(Result(f"{o.name}_dot", expr))
     for r in residual_names:
-        expr = sp.Add(*(d.residual_partials.get((r, n), 0) * symbols[f"{n}_dot"] for n in diff_inputs))
+        expr = sp.Add(*(residual_partials.get((r, n), 0) * symbols[f"{n}_dot"] for n in diff_inputs))
         if expr == 0:
             jvp_results.append(Result(f"{r}_dot", code=f"torch.zeros_like({r})"))
         else:
             jvp_results.append(Result(f"{r}_dot", expr))
     jvp = emit.block([], jvp_results)
+    # Unmaterialised, an input without a tangent gets None; with one array
+    # input, jvp only runs when it has one.
+    absent_tangents = tuple(diff_inputs) if residual_names and len(diff_inputs) > 1 else ()
 
-    computed = [r.expr for r in (*backward_results, *jvp_results) if r.expr is not None]
-    used = _used(computed)
+    computed = [r.expr for r in (*full_results, *first_order_results, *jvp_results) if r.expr is not None]
+    used = _used(computed) | set(absent_tangents)
+    texts = [jvp.result, backward.result]
     used |= {
-        n for n in (*inputs, *outputs, *residual_names) if f"({n})" in jvp.result or f"({n}.shape)" in backward.result
+        n for n in (*inputs, *outputs, *residual_names) if any(f"({n})" in t or f"({n}.shape)" in t for t in texts)
     }
     emit.imports.add("import torch")
     statics_used = tuple(s for s in statics if s in used)
     saved = tuple(n for n in (*inputs, *outputs, *residual_names) if n in used and n not in statics)
     non_diff = tuple(o.name for o in rule.outputs if not o.differentiable)
-    values = (*outputs, *residual_names)
+    values_out = (*outputs, *residual_names)
     return TorchPlan(
         header=_header(d),
         name=rule.name,
@@ -430,14 +580,17 @@ def plan_torch(d: Derivation) -> TorchPlan:
         residuals=residual_names,
         non_differentiable=non_diff,
         saved=saved,
-        cotangents=tuple(f"{n}_bar" for n in (*outputs, *residual_names)),
+        cotangents=tuple(f"{n}_bar" for n in values_out),
         backward=backward,
+        first_order=first_order,
+        first_order_test=first_order_test,
         tangents=tuple(f"{i.name}_dot" for i in rule.inputs),
+        absent_tangents=absent_tangents,
         jvp=jvp,
         imports=tuple(sorted(emit.imports)),
         setup_inputs=_targets(inputs, {*saved, *statics_used}, tuple_of_one=True),
-        setup_outputs=_targets(values, {*saved, *non_diff}, tuple_of_one=False),
-        wrapper_targets=", ".join(n if n in outputs else f"_{n}" for n in values),
+        setup_outputs=_targets(values_out, {*saved, *non_diff}, tuple_of_one=False),
+        wrapper_targets=", ".join(n if n in outputs else f"_{n}" for n in values_out),
     )
 
 

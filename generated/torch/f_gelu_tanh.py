@@ -12,30 +12,45 @@ class FGeluTanh(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = x * (torch.tanh(math.sqrt(2) * (0.044715 * x**3 + x) / math.sqrt(math.pi)) + 1) / 2
-        return out
+        t0 = torch.tanh(math.sqrt(2) * (0.044715 * x**3 + x) / math.sqrt(math.pi))
+        t1 = x / 2
+        return t1 * (t0 + 1), t0, t1
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        _, saved0, saved1 = output
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, saved0, saved1)
+        ctx.save_for_forward(x, saved0, saved1)
 
     @staticmethod
-    def backward(ctx, out_bar):
-        (x,) = ctx.saved_tensors
-        t0 = math.sqrt(2) / math.sqrt(math.pi)
-        t1 = torch.tanh(t0 * (0.044715 * x**3 + x))
-        x_bar = out_bar * (t0 * x * (1 - t1**2) * (0.134145 * x**2 + 1) / 2 + t1 / 2 + 1 / 2)
-        return x_bar
+    def backward(ctx, out_bar, saved0_bar, saved1_bar):
+        x, saved0, saved1 = ctx.saved_tensors
+        if out_bar is not None and saved0_bar is None and saved1_bar is None:
+            x_bar = out_bar * (
+                saved0 / 2
+                + math.sqrt(2)
+                * saved1
+                * (1 - saved0**2)
+                * (0.134145 * x**2 + 1)
+                / math.sqrt(math.pi)
+                + 1 / 2
+            )
+            return x_bar
+        # This backward is itself being differentiated: absent cotangents are zero.
+        out_bar = 0.0 if out_bar is None else out_bar
+        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
+        saved1_bar = 0.0 if saved1_bar is None else saved1_bar
+        t0 = math.sqrt(2) * (1 - saved0**2) * (0.134145 * x**2 + 1) / math.sqrt(math.pi)
+        x_bar = out_bar * (saved0 / 2 + saved1 * t0 + 1 / 2) + saved0_bar * t0 + saved1_bar / 2
+        return (x_bar + torch.zeros_like(x)).sum_to_size(x.shape)
 
     @staticmethod
     def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        t0 = math.sqrt(2) / math.sqrt(math.pi)
-        t1 = torch.tanh(t0 * (0.044715 * x**3 + x))
-        out_dot = x_dot * (t0 * x * (1 - t1**2) * (0.134145 * x**2 + 1) / 2 + t1 / 2 + 1 / 2)
-        return out_dot
+        x, saved0, saved1 = ctx.saved_tensors
+        t0 = math.sqrt(2) * (1 - saved0**2) * (0.134145 * x**2 + 1) / math.sqrt(math.pi)
+        return x_dot * (saved0 / 2 + saved1 * t0 + 1 / 2), t0 * x_dot, x_dot / 2
 
 
 class _FGeluTanhCompiled(FGeluTanh):
@@ -46,4 +61,5 @@ class _FGeluTanhCompiled(FGeluTanh):
 
 def f_gelu_tanh(x):
     function = _FGeluTanhCompiled if torch.compiler.is_compiling() else FGeluTanh
-    return function.apply(x)
+    out, _saved0, _saved1 = function.apply(x)
+    return out

@@ -10,26 +10,35 @@ class FMish(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = x * torch.tanh(torch.nn.functional.softplus(x, threshold=40.0))
-        return out
+        t0 = torch.tanh(torch.nn.functional.softplus(x, threshold=40.0))
+        return t0 * x, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        _, saved0 = output
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, saved0)
+        ctx.save_for_forward(x, saved0)
 
     @staticmethod
-    def backward(ctx, out_bar):
-        (x,) = ctx.saved_tensors
-        t0 = torch.tanh(torch.nn.functional.softplus(x, threshold=40.0))
-        return out_bar * (t0 + x * (1 - t0**2) * torch.sigmoid(x))
+    def backward(ctx, out_bar, saved0_bar):
+        x, saved0 = ctx.saved_tensors
+        if out_bar is not None and saved0_bar is None:
+            return out_bar * (saved0 + x * (1 - saved0**2) * torch.sigmoid(x))
+        # This backward is itself being differentiated: absent cotangents are zero.
+        out_bar = 0.0 if out_bar is None else out_bar
+        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
+        t0 = (1 - saved0**2) * torch.sigmoid(x)
+        return (out_bar * (saved0 + t0 * x) + saved0_bar * t0 + torch.zeros_like(x)).sum_to_size(
+            x.shape
+        )
 
     @staticmethod
     def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        t0 = torch.tanh(torch.nn.functional.softplus(x, threshold=40.0))
-        return x_dot * (t0 + x * (1 - t0**2) * torch.sigmoid(x))
+        x, saved0 = ctx.saved_tensors
+        t0 = (1 - saved0**2) * torch.sigmoid(x)
+        return x_dot * (saved0 + t0 * x), t0 * x_dot
 
 
 class _FMishCompiled(FMish):
@@ -40,4 +49,5 @@ class _FMishCompiled(FMish):
 
 def f_mish(x):
     function = _FMishCompiled if torch.compiler.is_compiling() else FMish
-    return function.apply(x)
+    out, _saved0 = function.apply(x)
+    return out

@@ -15,20 +15,20 @@ class FPow(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        out = output
+        ctx.save_for_backward(x, y, out)
+        ctx.save_for_forward(x, y, out)
 
     @staticmethod
     def backward(ctx, out_bar):
-        x, y = ctx.saved_tensors
-        t0 = out_bar * x**y
+        x, y, out = ctx.saved_tensors
+        t0 = out * out_bar
         return (t0 * y / x).sum_to_size(x.shape), (t0 * torch.log(x)).sum_to_size(y.shape)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y = ctx.saved_tensors
-        t0 = x**y
-        return t0 * y_dot * torch.log(x) + t0 * x_dot * y / x
+        x, y, out = ctx.saved_tensors
+        return out * y_dot * torch.log(x) + out * x_dot * y / x
 
 
 class _FPowCompiled(FPow):

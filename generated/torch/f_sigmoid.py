@@ -14,21 +14,19 @@ class FSigmoid(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        out = output
+        ctx.save_for_backward(out)
+        ctx.save_for_forward(out)
 
     @staticmethod
     def backward(ctx, out_bar):
-        (x,) = ctx.saved_tensors
-        t0 = torch.sigmoid(x)
-        return out_bar * t0 * (1 - t0)
+        (out,) = ctx.saved_tensors
+        return out * out_bar * (1 - out)
 
     @staticmethod
     def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        t0 = torch.sigmoid(x)
-        return t0 * x_dot * (1 - t0)
+        (out,) = ctx.saved_tensors
+        return out * x_dot * (1 - out)
 
 
 class _FSigmoidCompiled(FSigmoid):

@@ -15,20 +15,21 @@ class FSwish(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        out = output
+        ctx.save_for_backward(x, out)
+        ctx.save_for_forward(x, out)
 
     @staticmethod
     def backward(ctx, out_bar):
-        (x,) = ctx.saved_tensors
+        x, out = ctx.saved_tensors
         t0 = torch.sigmoid(x)
-        return out_bar * (t0 * x * (1 - t0) + t0)
+        return out_bar * (out * (1 - t0) + t0)
 
     @staticmethod
     def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
+        x, out = ctx.saved_tensors
         t0 = torch.sigmoid(x)
-        return x_dot * (t0 * x * (1 - t0) + t0)
+        return x_dot * (out * (1 - t0) + t0)
 
 
 class _FSwishCompiled(FSwish):

@@ -14,19 +14,19 @@ class FTanh(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        out = output
+        ctx.save_for_backward(out)
+        ctx.save_for_forward(out)
 
     @staticmethod
     def backward(ctx, out_bar):
-        (x,) = ctx.saved_tensors
-        return out_bar * (1 - torch.tanh(x) ** 2)
+        (out,) = ctx.saved_tensors
+        return out_bar * (1 - out**2)
 
     @staticmethod
     def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        return x_dot * (1 - torch.tanh(x) ** 2)
+        (out,) = ctx.saved_tensors
+        return x_dot * (1 - out**2)
 
 
 class _FTanhCompiled(FTanh):

@@ -15,31 +15,45 @@ class Gelu(torch.autograd.Function):
     @staticmethod
     def forward(x):
         t0 = x / 2
-        return t0 * (torch.special.erf(math.sqrt(2) * t0) + 1)
+        t1 = math.sqrt(2) * t0
+        t2 = torch.special.erf(t1)
+        return t0 * (t2 + 1), t2, t1
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        _, saved0, saved1 = output
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, saved0, saved1)
+        ctx.save_for_forward(x, saved0, saved1)
 
     @staticmethod
-    def backward(ctx, out_bar):
-        (x,) = ctx.saved_tensors
-        t0 = math.sqrt(2) * x / 2
-        x_bar = out_bar * (
-            t0 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + torch.special.erf(t0) / 2 + 1 / 2
+    def backward(ctx, out_bar, saved0_bar, saved1_bar):
+        x, saved0, saved1 = ctx.saved_tensors
+        if out_bar is not None and saved0_bar is None and saved1_bar is None:
+            x_bar = out_bar * (
+                saved0 / 2 + saved1 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + 1 / 2
+            )
+            return x_bar
+        # This backward is itself being differentiated: absent cotangents are zero.
+        out_bar = 0.0 if out_bar is None else out_bar
+        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
+        saved1_bar = 0.0 if saved1_bar is None else saved1_bar
+        t0 = torch.exp(-(x**2) / 2) / math.sqrt(math.pi)
+        t1 = math.sqrt(2)
+        x_bar = (
+            out_bar * (saved0 / 2 + saved1 * t0 + 1 / 2)
+            + saved0_bar * t0 * t1
+            + saved1_bar * t1 / 2
         )
-        return x_bar
+        return (x_bar + torch.zeros_like(x)).sum_to_size(x.shape)
 
     @staticmethod
     def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        t0 = math.sqrt(2) * x / 2
-        out_dot = x_dot * (
-            t0 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + torch.special.erf(t0) / 2 + 1 / 2
-        )
-        return out_dot
+        x, saved0, saved1 = ctx.saved_tensors
+        t0 = torch.exp(-(x**2) / 2) / math.sqrt(math.pi)
+        t1 = math.sqrt(2) * x_dot
+        return x_dot * (saved0 / 2 + saved1 * t0 + 1 / 2), t0 * t1, t1 / 2
 
 
 class _GeluCompiled(Gelu):
@@ -51,4 +65,5 @@ class _GeluCompiled(Gelu):
 def gelu(x):
     """Exact GELU, x * Phi(x). Only the forward is given; both derivatives are derived."""
     function = _GeluCompiled if torch.compiler.is_compiling() else Gelu
-    return function.apply(x)
+    out, _saved0, _saved1 = function.apply(x)
+    return out

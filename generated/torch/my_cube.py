@@ -18,13 +18,19 @@ class MyCube(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         (x,) = inputs
         _, dx = output
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, dx)
         ctx.save_for_forward(x, dx)
 
     @staticmethod
     def backward(ctx, out_bar, dx_bar):
         x, dx = ctx.saved_tensors
-        return dx * out_bar + 6 * dx_bar * x
+        if out_bar is not None and dx_bar is None:
+            return dx * out_bar
+        # This backward is itself being differentiated: absent cotangents are zero.
+        out_bar = 0.0 if out_bar is None else out_bar
+        dx_bar = 0.0 if dx_bar is None else dx_bar
+        return (dx * out_bar + 6 * dx_bar * x + torch.zeros_like(x)).sum_to_size(x.shape)
 
     @staticmethod
     def jvp(ctx, x_dot):

@@ -12,29 +12,52 @@ class SinExpMul(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
-        return y * torch.exp(-(x**2)) * torch.sin(x)
+        t0 = torch.exp(-(x**2))
+        t1 = t0 * torch.sin(x)
+        return t1 * y, t1, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        out, saved0, saved1 = output
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, y, out, saved0, saved1)
+        ctx.save_for_forward(x, y, out, saved0, saved1)
 
     @staticmethod
-    def backward(ctx, out_bar):
-        x, y = ctx.saved_tensors
-        t0 = torch.exp(-(x**2))
-        t1 = torch.sin(x)
-        return (out_bar * (-2 * t0 * t1 * x * y + t0 * y * torch.cos(x))).sum_to_size(x.shape), (
-            out_bar * t0 * t1
+    def backward(ctx, out_bar, saved0_bar, saved1_bar):
+        x, y, out, saved0, saved1 = ctx.saved_tensors
+        if out_bar is not None and saved0_bar is None and saved1_bar is None:
+            return (out_bar * (-2 * out * x + saved1 * y * torch.cos(x))).sum_to_size(x.shape), (
+                out_bar * saved0
+            ).sum_to_size(y.shape)
+        # This backward is itself being differentiated: absent cotangents are zero.
+        out_bar = 0.0 if out_bar is None else out_bar
+        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
+        saved1_bar = 0.0 if saved1_bar is None else saved1_bar
+        t0 = 2 * x
+        t1 = torch.cos(x)
+        x_bar = (
+            out_bar * (-out * t0 + saved1 * t1 * y)
+            + saved0_bar * (-saved0 * t0 + saved1 * t1)
+            - saved1 * saved1_bar * t0
+        )
+        return (x_bar + torch.zeros_like(x)).sum_to_size(x.shape), (
+            out_bar * saved0 + torch.zeros_like(y)
         ).sum_to_size(y.shape)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y = ctx.saved_tensors
-        t0 = torch.exp(-(x**2))
-        t1 = torch.sin(x)
-        return t0 * t1 * y_dot + x_dot * (-2 * t0 * t1 * x * y + t0 * y * torch.cos(x))
+        x, y, out, saved0, saved1 = ctx.saved_tensors
+        x_dot = torch.zeros_like(x) if x_dot is None else x_dot
+        y_dot = torch.zeros_like(y) if y_dot is None else y_dot
+        t0 = 2 * x
+        t1 = torch.cos(x)
+        return (
+            saved0 * y_dot + x_dot * (-out * t0 + saved1 * t1 * y),
+            x_dot * (-saved0 * t0 + saved1 * t1),
+            -saved1 * t0 * x_dot,
+        )
 
 
 class _SinExpMulCompiled(SinExpMul):
@@ -46,4 +69,5 @@ class _SinExpMulCompiled(SinExpMul):
 def sin_exp_mul(x, y):
     """sin(x) * exp(-x**2) * y, a two-input composite whose partials are derived."""
     function = _SinExpMulCompiled if torch.compiler.is_compiling() else SinExpMul
-    return function.apply(x, y)
+    out, _saved0, _saved1 = function.apply(x, y)
+    return out

@@ -12,25 +12,39 @@ class SinMul(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
-        return y * torch.sin(x)
+        t0 = torch.sin(x)
+        return t0 * y, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        _, saved0 = output
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, y, saved0)
+        ctx.save_for_forward(x, y, saved0)
 
     @staticmethod
-    def backward(ctx, out_bar):
-        x, y = ctx.saved_tensors
-        return (out_bar * y * torch.cos(x)).sum_to_size(x.shape), (
-            out_bar * torch.sin(x)
+    def backward(ctx, out_bar, saved0_bar):
+        x, y, saved0 = ctx.saved_tensors
+        if out_bar is not None and saved0_bar is None:
+            return (out_bar * y * torch.cos(x)).sum_to_size(x.shape), (
+                out_bar * saved0
+            ).sum_to_size(y.shape)
+        # This backward is itself being differentiated: absent cotangents are zero.
+        out_bar = 0.0 if out_bar is None else out_bar
+        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
+        t0 = torch.cos(x)
+        return (out_bar * t0 * y + saved0_bar * t0 + torch.zeros_like(x)).sum_to_size(x.shape), (
+            out_bar * saved0 + torch.zeros_like(y)
         ).sum_to_size(y.shape)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y = ctx.saved_tensors
-        return x_dot * y * torch.cos(x) + y_dot * torch.sin(x)
+        x, y, saved0 = ctx.saved_tensors
+        x_dot = torch.zeros_like(x) if x_dot is None else x_dot
+        y_dot = torch.zeros_like(y) if y_dot is None else y_dot
+        t0 = x_dot * torch.cos(x)
+        return saved0 * y_dot + t0 * y, t0
 
 
 class _SinMulCompiled(SinMul):
@@ -42,4 +56,5 @@ class _SinMulCompiled(SinMul):
 def sin_mul(x, y):
     """sin(x) * y with a hand-written JVP; reverse mode comes from transposing it."""
     function = _SinMulCompiled if torch.compiler.is_compiling() else SinMul
-    return function.apply(x, y)
+    out, _saved0 = function.apply(x, y)
+    return out

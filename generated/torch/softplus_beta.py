@@ -14,26 +14,36 @@ class SoftplusBeta(torch.autograd.Function):
 
     @staticmethod
     def forward(x, beta):
-        return torch.nn.functional.softplus(beta * x, threshold=40.0) / beta
+        t0 = beta * x
+        return torch.nn.functional.softplus(t0, threshold=40.0) / beta, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, beta = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        _, saved0 = output
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, saved0)
+        ctx.save_for_forward(x, saved0)
         ctx.beta = beta
 
     @staticmethod
-    def backward(ctx, out_bar):
-        (x,) = ctx.saved_tensors
+    def backward(ctx, out_bar, saved0_bar):
+        x, saved0 = ctx.saved_tensors
         beta = ctx.beta
-        return out_bar * torch.sigmoid(beta * x), None
+        if out_bar is not None and saved0_bar is None:
+            return out_bar * torch.sigmoid(saved0), None
+        # This backward is itself being differentiated: absent cotangents are zero.
+        out_bar = 0.0 if out_bar is None else out_bar
+        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
+        return (
+            beta * saved0_bar + out_bar * torch.sigmoid(saved0) + torch.zeros_like(x)
+        ).sum_to_size(x.shape), None
 
     @staticmethod
     def jvp(ctx, x_dot, beta_dot):
-        (x,) = ctx.saved_tensors
+        x, saved0 = ctx.saved_tensors
         beta = ctx.beta
-        return x_dot * torch.sigmoid(beta * x)
+        return x_dot * torch.sigmoid(saved0), beta * x_dot
 
 
 class _SoftplusBetaCompiled(SoftplusBeta):
@@ -45,4 +55,5 @@ class _SoftplusBetaCompiled(SoftplusBeta):
 def softplus_beta(x, beta=1.0):
     """log(1 + exp(beta * x)) / beta, a softplus whose sharpness `beta` is a static parameter."""
     function = _SoftplusBetaCompiled if torch.compiler.is_compiling() else SoftplusBeta
-    return function.apply(x, beta)
+    out, _saved0 = function.apply(x, beta)
+    return out
