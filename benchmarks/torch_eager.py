@@ -2,24 +2,30 @@
 
     python -m benchmarks.torch_eager [log2 of the element count, default 22]
 
-float32 on the CPU. The three implementations of a case run interleaved
-(A B C A B C ...); each row shows the median of the per-round ratios, with
-their min and max, so a noisy shared machine moves all three alike. The
-last columns are the bytes each saves for backward (saved_tensors_hooks).
+float32 on the CPU. The four implementations of a case (generated, autodiff
+of the composite, hand-written in the torch-docs style, generated with
+`fuse: true`) run interleaved (A B C D A B C D ...); each column shows the
+median of the per-round ratios, with their min and max, so a noisy shared
+machine moves all alike. The last columns are the bytes each saves for
+backward (saved_tensors_hooks).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F  # noqa: N812 - the conventional alias
 
 import generated.torch as gen
+from rulegen.build import build
 
 torch.set_num_threads(max(1, torch.get_num_threads()))
 
@@ -130,26 +136,59 @@ class HandSoftplusBeta(torch.autograd.Function):
         return g * torch.sigmoid(ctx.beta * x), None
 
 
-CASES: list[tuple[str, int, Callable, Callable, Callable]] = [
-    ("mish", 1, gen.f_mish, lambda x: x * torch.tanh(F.softplus(x)), HandMish.apply),
-    ("gelu (erf)", 1, gen.gelu, lambda x: x * (1 + torch.erf(x / math.sqrt(2))) / 2, HandGelu.apply),
+# The same forwards as the bundled rules, with `fuse: true`.
+FUSED_RULES = """
+rules:
+  - {name: mish, inputs: [x], forward: x * tanh(softplus(x)), fuse: true}
+  - {name: gelu, inputs: [x], forward: x * (1 + erf(x / sqrt(2))) / 2, fuse: true}
+  - {name: gelu_tanh, inputs: [x], forward: x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))) / 2, fuse: true}
+  - {name: swish, inputs: [x], forward: x * sigmoid(x), fuse: true}
+  - {name: softplus, inputs: [x], forward: softplus(x), fuse: true}
+  - {name: log1pexp, inputs: [x], forward: log(1 + exp(x)), derivatives: {x: 1 - 1/(1 + exp(x))}, fuse: true}
+  - {name: sin_exp_mul, inputs: [x, y], forward: sin(x) * exp(-x**2) * y, fuse: true}
+  - name: softplus_beta
+    inputs: {x: {}, beta: {static: true, default: 1.0}}
+    forward: softplus(beta * x) / beta
+    fuse: true
+"""
+
+
+def fused_package(folder: Path):
+    (folder / "fused.yaml").write_text(FUSED_RULES)
+    build([folder / "fused.yaml"], folder / "bench_fused")
+    sys.path.insert(0, str(folder))
+    return importlib.import_module("bench_fused.torch")
+
+
+CASES: list[tuple[str, int, Callable, Callable, Callable, str]] = [
+    ("mish", 1, gen.f_mish, lambda x: x * torch.tanh(F.softplus(x)), HandMish.apply, "mish"),
+    ("gelu (erf)", 1, gen.gelu, lambda x: x * (1 + torch.erf(x / math.sqrt(2))) / 2, HandGelu.apply, "gelu"),
     (
         "gelu (tanh)",
         1,
         gen.f_gelu_tanh,
         lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
         HandGeluTanh.apply,
+        "gelu_tanh",
     ),
-    ("swish", 1, gen.f_swish, lambda x: x * torch.sigmoid(x), HandSwish.apply),
-    ("softplus", 1, gen.f_softplus, F.softplus, HandSoftplus.apply),
-    ("log1pexp", 1, gen.log1pexp, lambda x: torch.log(1 + torch.exp(x)), HandLog1pexp.apply),
-    ("sin(x)*exp(-x^2)*y", 2, gen.sin_exp_mul, lambda x, y: torch.sin(x) * torch.exp(-x * x) * y, HandSinExpMul.apply),
+    ("swish", 1, gen.f_swish, lambda x: x * torch.sigmoid(x), HandSwish.apply, "swish"),
+    ("softplus", 1, gen.f_softplus, F.softplus, HandSoftplus.apply, "softplus"),
+    ("log1pexp", 1, gen.log1pexp, lambda x: torch.log(1 + torch.exp(x)), HandLog1pexp.apply, "log1pexp"),
+    (
+        "sin(x)*exp(-x^2)*y",
+        2,
+        gen.sin_exp_mul,
+        lambda x, y: torch.sin(x) * torch.exp(-x * x) * y,
+        HandSinExpMul.apply,
+        "sin_exp_mul",
+    ),
     (
         "softplus(beta x)/beta",
         1,
         lambda x: gen.softplus_beta(x, 1.5),
         lambda x: F.softplus(1.5 * x) / 1.5,
         lambda x: HandSoftplusBeta.apply(x, 1.5),
+        "softplus_beta",
     ),
 ]
 
@@ -181,30 +220,38 @@ def saved_bytes(f: Callable, xs: list[torch.Tensor]) -> int:
     return total - sum(x.untyped_storage().nbytes() for x in xs if x.untyped_storage().data_ptr() in seen)
 
 
+def _ratio_cell(times: list[float], base: list[float]) -> str:
+    """The median of the per-round ratios, with their min and max."""
+    ratios = [a / b for a, b in zip(times, base, strict=True)]
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
+
+
 def main(log2n: int) -> None:
     n = 1 << log2n
     rounds = 15
+    with tempfile.TemporaryDirectory() as tmp:
+        fused = fused_package(Path(tmp))
     print(f"torch eager, float32, {n} elements, forward+backward, {rounds} interleaved rounds")
-    header = f"{'case':<22} {'gen/autodiff':>22} {'gen/hand':>22} {'saved MB gen/auto/hand':>24}"
-    print(header)
-    for name, arity, generated, autodiff, hand in CASES:
+    columns = ["gen/autodiff", "gen/hand", "fused/autodiff"]
+    print(f"{'case':<22} " + " ".join(f"{c:>22}" for c in columns) + f" {'saved MB gen/auto/hand/fused':>30}")
+    for name, arity, generated, autodiff, hand, fused_name in CASES:
         gen_ = torch.Generator().manual_seed(0)
         xs = [torch.randn(n, generator=gen_) for _ in range(arity)]
-        impls = [generated, autodiff, hand]
-        for f in impls:  # warm-up
-            fwd_bwd(f, xs)
-        times: list[list[float]] = [[], [], []]
+        fused_rule = getattr(fused, fused_name)
+        if fused_name == "softplus_beta":
+            fused_rule = lambda x, f=fused_rule: f(x, 1.5)  # noqa: E731
+        impls = [generated, autodiff, hand, fused_rule]
+        for f in impls:  # warm-up; the fused rule compiles here
+            for _ in range(2):
+                fwd_bwd(f, xs)
+        times: list[list[float]] = [[] for _ in impls]
         for _ in range(rounds):
             for k, f in enumerate(impls):
                 times[k].append(fwd_bwd(f, xs))
-        vs_auto = [g / a for g, a in zip(times[0], times[1], strict=True)]
-        vs_hand = [g / h for g, h in zip(times[0], times[2], strict=True)]
 
-        def cell(r: list[float]) -> str:
-            return f"{statistics.median(r):.2f} [{min(r):.2f}, {max(r):.2f}]"
-
-        mb = [saved_bytes(f, xs) / 2**20 for f in impls]
-        print(f"{name:<22} {cell(vs_auto):>22} {cell(vs_hand):>22} {mb[0]:>8.0f}/{mb[1]:.0f}/{mb[2]:.0f}")
+        cells = [_ratio_cell(times[k], times[base]) for k, base in ((0, 1), (0, 2), (3, 1))]
+        mb = "/".join(f"{saved_bytes(f, xs) / 2**20:.0f}" for f in impls)
+        print(f"{name:<22} " + " ".join(f"{c:>22}" for c in cells) + f" {mb:>30}")
 
 
 if __name__ == "__main__":

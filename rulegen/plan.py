@@ -104,6 +104,7 @@ class TorchPlan:
     backward: Block  # every cotangent's terms; absent ones read as 0.0
     first_order: Block | None  # the outputs' terms only, when no residual cotangent is present
     first_order_test: str
+    fused_backward_params: tuple[str, ...]  # with `fuse`: what the compiled backward body takes; () without
     tangents: tuple[str, ...]
     absent_tangents: tuple[str, ...]  # inputs whose tangent may arrive as None
     jvp: Block
@@ -408,7 +409,8 @@ def _saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Sym
     """
     forward = [e for _, e in d.forward]
     partials = [*d.vjp_partials.values(), *d.jvp_partials.values()]
-    if not forward or not partials or d.residuals:
+    # Fused, recomputing costs no pass over memory and saving costs two.
+    if not forward or not partials or d.residuals or d.rule.fuse:
         return {}
     prefix = "saved"
     replacements, reduced = sp.cse([*forward, *partials], symbols=sp.numbered_symbols("_cse"), order="none")
@@ -568,6 +570,11 @@ def plan_torch(d: Derivation) -> TorchPlan:
     saved = tuple(n for n in (*inputs, *outputs, *residual_names) if n in used and n not in statics)
     non_diff = tuple(o.name for o in rule.outputs if not o.differentiable)
     values_out = (*outputs, *residual_names)
+    fused_backward_params: tuple[str, ...] = ()
+    if rule.fuse:
+        emit.imports.add("from ._fuse import fused")
+        bars = [f"{o}_bar" for o in outputs] if residual_names else [f"{n}_bar" for n in values_out]
+        fused_backward_params = (*saved, *statics_used, *bars)
     return TorchPlan(
         header=_header(d),
         name=rule.name,
@@ -584,6 +591,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         backward=backward,
         first_order=first_order,
         first_order_test=first_order_test,
+        fused_backward_params=fused_backward_params,
         tangents=tuple(f"{i.name}_dot" for i in rule.inputs),
         absent_tangents=absent_tangents,
         jvp=jvp,

@@ -273,13 +273,20 @@ class Tolerance(Node):
     atol: float = 1e-9
 
 
+class PointJvp(Node):
+    """The outputs' tangents for given input tangents at a point."""
+
+    tangents: dict[str, Any]  # input name -> its tangent; inputs left out have zero tangents
+    value: Any  # every differentiable output's tangent, concatenated in order as for a point's `value`
+
+
 class Point(Node):
     """A point where the rule's value, gradient or JVP is known."""
 
     at: dict[str, Any]
     value: Any = None
     grad: dict[str, Any] | None = None
-    jvp: Any = None
+    jvp: PointJvp | None = None
 
 
 class Checks(Node):
@@ -309,6 +316,8 @@ class Rule(Node):
     mode: Literal["auto", "jvp", "vjp"] = "auto"
     batching: Literal["elementwise", "sequential"] | Body = "sequential"
     depth: Annotated[int, Field(ge=1, le=8)] = 2
+    # torch: compile the Function's forward and first-order backward (torch.compile) where possible
+    fuse: bool = False
     checks: Checks = Field(default_factory=Checks)
     source: SkipJsonSchema[str] = Field(default="", exclude=True)
     source_hash: SkipJsonSchema[str] = Field(default="", exclude=True)
@@ -436,7 +445,7 @@ def _located_errors(root: object, error: ValidationError, path_prefix: Sequence[
 
 def _allowed_keys() -> list[str]:
     keys: set[str] = set()
-    for model in (Rule, Input, Output, Checks, Point, Tolerance, SnippetBody):
+    for model in (Rule, Input, Output, Checks, Point, PointJvp, Tolerance, SnippetBody):
         keys |= set(model.model_fields)
     return sorted(keys - {"loc", "source", "source_hash", "has_default"})
 

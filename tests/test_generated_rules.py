@@ -231,3 +231,48 @@ def test_torch_compile_fullgraph_keeps_the_rule(built):
     # Forward mode still uses the full class outside compilation.
     _, tangent = torch.func.jvp(torch_pkg.my_cube, (x.detach(),), (torch.ones(7, dtype=torch.float64),))
     _close(tangent.numpy(), 3 * x.detach().numpy() ** 2)
+
+
+FUSED = """
+rules:
+  - {name: mish, inputs: [x], forward: x * tanh(softplus(x)), fuse: true}
+  - {name: sin_exp_mul, inputs: [x, y], forward: sin(x) * exp(-x**2) * y, fuse: true}
+"""
+
+
+@pytest.mark.slow
+def test_fused_rule_compiles_its_bodies_and_keeps_every_transform(tmp_path):
+    import importlib
+    import sys
+    import warnings
+
+    from rulegen.build import build
+
+    (tmp_path / "fused.yaml").write_text(FUSED)
+    build([tmp_path / "fused.yaml"], tmp_path / "rg_fused")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        pkg = importlib.import_module("rg_fused.torch")
+    finally:
+        sys.path.remove(str(tmp_path))
+    x = torch.linspace(-3, 3, 9, dtype=torch.float64)
+    y = torch.linspace(0.5, 2, 9, dtype=torch.float64)
+
+    def mish(x):
+        return x * torch.tanh(torch.nn.functional.softplus(x))
+
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*torch.compile failed")  # a fallback to eager warns
+        leaf = x.clone().requires_grad_()
+        pkg.mish(leaf).sum().backward()
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert frames >= 2, "the forward and the backward body were compiled"
+    _close(leaf.grad.numpy(), torch.func.grad(lambda x: mish(x).sum())(x).numpy())
+    _close(torch.func.hessian(lambda x: pkg.mish(x).sum())(x).numpy(), torch.func.hessian(lambda x: mish(x).sum())(x))
+    _close(torch.func.vmap(pkg.mish)(x[:, None]).numpy(), mish(x[:, None]).numpy())
+    leaves = (x.clone().requires_grad_(), y.clone().requires_grad_())
+    assert torch.autograd.gradcheck(pkg.sin_exp_mul, leaves, check_forward_ad=True, check_batched_grad=True)
+    assert torch.autograd.gradgradcheck(pkg.sin_exp_mul, leaves)
+    compiled = torch.compile(lambda x: pkg.mish(x).sum(), fullgraph=True)
+    _close(compiled(x).numpy(), mish(x).sum().numpy())
