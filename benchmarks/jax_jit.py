@@ -2,8 +2,9 @@
 
     python -m benchmarks.jax_jit [log2 of the element count, default 20]
 
-float32 on the CPU, value and gradient of the sum, interleaved rounds; each
-row shows the median ratio with its min and max.
+float32 on the CPU, value and gradient of the sum of squares, interleaved
+rounds; each row shows the median ratio with its min and max. softmax and
+logsumexp work on rows of 1024.
 """
 
 from __future__ import annotations
@@ -53,24 +54,77 @@ def _hand_gelu_jvp(primals, tangents):
     return hand_gelu(x), (cdf + x * pdf) * x_dot
 
 
+@jax.custom_vjp
+def hand_softmax(x):
+    e = jnp.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _hand_softmax_fwd(x):
+    y = hand_softmax(x)
+    return y, y
+
+
+def _hand_softmax_bwd(y, g):
+    return (y * (g - (y * g).sum(axis=-1, keepdims=True)),)
+
+
+hand_softmax.defvjp(_hand_softmax_fwd, _hand_softmax_bwd)
+
+
+@jax.custom_vjp
+def hand_logsumexp(x):
+    m = x.max(axis=-1, keepdims=True)
+    return m[..., 0] + jnp.log(jnp.exp(x - m).sum(axis=-1))
+
+
+def _hand_logsumexp_fwd(x):
+    y = hand_logsumexp(x)
+    return y, (x, y)
+
+
+def _hand_logsumexp_bwd(saved, g):
+    x, y = saved
+    return (g[..., None] * jnp.exp(x - y[..., None]),)
+
+
+hand_logsumexp.defvjp(_hand_logsumexp_fwd, _hand_logsumexp_bwd)
+
+
+def composite_softmax(x):
+    e = jnp.exp(x - jax.lax.stop_gradient(x.max(axis=-1, keepdims=True)))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def composite_logsumexp(x):
+    m = jax.lax.stop_gradient(x.max(axis=-1, keepdims=True))
+    return m[..., 0] + jnp.log(jnp.exp(x - m).sum(axis=-1))
+
+
+ROWS = 1024  # the softmax and logsumexp cases work on rows of this length
+
 CASES: list[tuple[str, int, Callable, Callable, Callable]] = [
     ("log1pexp", 1, gen.log1pexp, hand_log1pexp, lambda x: jnp.log(1.0 + jnp.exp(x))),
     ("sin_mul", 2, gen.sin_mul, hand_sin_mul, lambda x, y: jnp.sin(x) * y),
     ("gelu", 1, gen.gelu, hand_gelu, lambda x: x * (1 + jss.erf(x / jnp.sqrt(2.0))) / 2),
+    ("softmax", 1, gen.softmax, hand_softmax, composite_softmax),
+    ("logsumexp", 1, gen.logsumexp, hand_logsumexp, composite_logsumexp),
 ]
 
 
 def main(log2n: int) -> None:
     n = 1 << log2n
     rounds = 30
-    print(f"jax.jit, float32, {n} elements, value_and_grad of the sum, {rounds} interleaved rounds")
+    print(f"jax.jit, float32, {n} elements, value_and_grad of the sum of squares, {rounds} interleaved rounds")
     print(f"{'case':<12} {'gen/hand':>22} {'gen/jax.grad(composite)':>26}")
     for name, arity, generated, hand, composite in CASES:
         keys = jax.random.split(jax.random.key(0), arity)
-        xs = [jax.random.normal(k, (n,), dtype=jnp.float32) for k in keys]
+        shape = (n // ROWS, ROWS) if name in ("softmax", "logsumexp") else (n,)
+        xs = [jax.random.normal(k, shape, dtype=jnp.float32) for k in keys]
         argnums = tuple(range(arity))
         impls = [
-            jax.jit(jax.value_and_grad(lambda *a, f=f: f(*a).sum(), argnums)) for f in (generated, hand, composite)
+            jax.jit(jax.value_and_grad(lambda *a, f=f: (f(*a) ** 2).sum(), argnums))
+            for f in (generated, hand, composite)
         ]
         for f in impls:
             jax.block_until_ready(f(*xs))
