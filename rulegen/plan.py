@@ -11,12 +11,15 @@ from __future__ import annotations
 import ast
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 import sympy as sp
+from sympy.codegen.cfunctions import log1p
+from sympy.codegen.rewriting import ReplaceOptim, expm1_opt, log1p_opt, optimize
 
 from rulegen.derive import Derivation, Partials
-from rulegen.functions import sigmoid
+from rulegen.functions import sigmoid, softplus
 from rulegen.printers import print_jax, print_torch
 from rulegen.snippet import Code, SnippetDerivation
 from rulegen.spec import Input
@@ -274,11 +277,70 @@ def _with_outputs(d: Derivation, expr: sp.Expr) -> sp.Expr:
     return expr.subs({d.symbols[n]: e for n, e in d.forward})
 
 
+def _is_one_plus_exp(expr: sp.Expr) -> bool:
+    return (
+        expr.is_Add and len(expr.args) == 2 and sp.S.One in expr.args and any(isinstance(a, sp.exp) for a in expr.args)
+    )
+
+
+def _exp_argument(expr: sp.Expr) -> sp.Expr:
+    return next(a for a in expr.args if isinstance(a, sp.exp)).args[0]
+
+
+# Forms both torch and JAX compute in one fused, more accurate operation.
+_FUSED_FORMS = (
+    log1p_opt,  # log(1 + u) -> log1p(u)
+    expm1_opt,  # exp(u) - 1 -> expm1(u)
+    ReplaceOptim(  # log1p(exp(u)) -> softplus(u)
+        lambda e: isinstance(e, log1p) and isinstance(e.args[0], sp.exp),
+        lambda e: softplus(e.args[0].args[0]),
+    ),
+    ReplaceOptim(  # 1 / (1 + exp(u)) -> sigmoid(-u)
+        lambda e: e.is_Pow and e.exp == -1 and _is_one_plus_exp(e.base),
+        lambda e: sigmoid(-_exp_argument(e.base)),
+    ),
+    ReplaceOptim(  # 1 - sigmoid(-u) -> sigmoid(u), one operation fewer
+        lambda e: e.is_Add and len(e.args) == 2 and sp.S.One in e.args and any(_is_minus_sigmoid(a) for a in e.args),
+        lambda e: sigmoid(-next(a for a in e.args if _is_minus_sigmoid(a)).args[1].args[0]),
+    ),
+)
+
+
+def _is_minus_sigmoid(expr: sp.Expr) -> bool:
+    return (
+        expr.is_Mul
+        and len(expr.args) == 2
+        and expr.args[0] == -1
+        and isinstance(expr.args[1], sigmoid)
+        and expr.args[1].args[0].could_extract_minus_sign()
+    )
+
+
+def fused_forms(expr: sp.Expr) -> sp.Expr:
+    """`expr` with the sums and compositions that have a fused form (log1p, expm1, softplus, sigmoid) rewritten."""
+    return optimize(expr, _FUSED_FORMS)
+
+
+def _with_fused_forms(d: Derivation) -> Derivation:
+    def partials(table: Partials) -> Partials:
+        return MappingProxyType({k: fused_forms(v) for k, v in table.items()})
+
+    return replace(
+        d,
+        forward=tuple((n, fused_forms(e)) for n, e in d.forward),
+        residuals=tuple((n, fused_forms(e)) for n, e in d.residuals),
+        jvp_partials=partials(d.jvp_partials),
+        vjp_partials=partials(d.vjp_partials),
+        residual_partials=partials(d.residual_partials),
+    )
+
+
 _JNP = frozenset({"import jax.numpy as jnp"})
 
 
 def plan_jax(d: Derivation) -> JaxPlan:
     """What the JAX module of a rule computes: a custom_jvp, or a custom_vjp."""
+    d = _with_fused_forms(d)
     rule = d.rule
     emit = _Emitter(print_jax, d.symbols)
     arrays = tuple(i.name for i in rule.inputs if not i.static)
@@ -476,6 +538,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
     terms, and the second-order one adds each residual's own partials (the
     MyCube trap).
     """
+    d = _with_fused_forms(d)
     rule = d.rule
     symbols = dict(d.symbols)
     saved_map = _saved_intermediates(d, set(symbols))

@@ -16,6 +16,5 @@ def _f_atan2_jvp(primals, tangents):
     y, x = primals
     y_dot, x_dot = tangents
     out = f_atan2(y, x)
-    t0 = 1 / x**2
-    t1 = 1 / (t0 * y**2 + 1)
-    return out, -t0 * t1 * x_dot * y + t1 * y_dot / x
+    t0 = 1 / (x**2 + y**2)
+    return out, t0 * x * y_dot - t0 * x_dot * y

@@ -3,13 +3,12 @@
 """log1pexp: log(1 + exp(x)) whose gradient stays exact for large x."""
 
 import jax
-import jax.numpy as jnp
 
 
 @jax.custom_jvp
 def log1pexp(x):
     """log(1 + exp(x)) whose gradient stays exact for large x."""
-    return jnp.log(jnp.exp(x) + 1)
+    return jax.nn.softplus(x)
 
 
 @log1pexp.defjvp
@@ -17,4 +16,4 @@ def _log1pexp_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = log1pexp(x)
-    return out, x_dot * (1 - 1 / (jnp.exp(x) + 1))
+    return out, x_dot * jax.nn.sigmoid(x)

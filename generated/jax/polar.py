@@ -18,6 +18,5 @@ def _polar_jvp(primals, tangents):
     x_dot, y_dot = tangents
     r, theta = polar(x, y)
     t0 = 1 / jnp.hypot(x, y)
-    t1 = 1 / x**2
-    t2 = 1 / (t1 * y**2 + 1)
-    return (r, theta), (t0 * x * x_dot + t0 * y * y_dot, -t1 * t2 * x_dot * y + t2 * y_dot / x)
+    t1 = 1 / (x**2 + y**2)
+    return (r, theta), (t0 * x * x_dot + t0 * y * y_dot, t1 * x * y_dot - t1 * x_dot * y)

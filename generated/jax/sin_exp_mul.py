@@ -19,4 +19,4 @@ def _sin_exp_mul_jvp(primals, tangents):
     out = sin_exp_mul(x, y)
     t0 = jnp.exp(-(x**2))
     t1 = jnp.sin(x)
-    return out, t0 * t1 * y_dot + x_dot * (-2 * t0 * t1 * x * y + t0 * y * jnp.cos(x))
+    return out, t0 * t1 * y_dot - t0 * x_dot * y * (2 * t1 * x - jnp.cos(x))

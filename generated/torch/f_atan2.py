@@ -10,42 +10,25 @@ class FAtan2(torch.autograd.Function):
 
     @staticmethod
     def forward(y, x):
-        t0 = 1 / x
-        return torch.atan(t0 * y), t0
+        return torch.atan(y / x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         y, x = inputs
-        _, saved0 = output
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(y, x, saved0)
-        ctx.save_for_forward(y, x, saved0)
+        ctx.save_for_backward(y, x)
+        ctx.save_for_forward(y, x)
 
     @staticmethod
-    def backward(ctx, out_bar, saved0_bar):
-        y, x, saved0 = ctx.saved_tensors
-        if out_bar is not None and saved0_bar is None:
-            t0 = saved0**2
-            t1 = out_bar / (t0 * y**2 + 1)
-            return (saved0 * t1).sum_to_size(y.shape), (-t0 * t1 * y).sum_to_size(x.shape)
-        # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
-        t0 = saved0**2
-        t1 = out_bar / (t0 * y**2 + 1)
-        return (saved0 * t1 + torch.zeros_like(y)).sum_to_size(y.shape), (
-            -saved0_bar * t0 - t0 * t1 * y + torch.zeros_like(x)
-        ).sum_to_size(x.shape)
+    def backward(ctx, out_bar):
+        y, x = ctx.saved_tensors
+        t0 = out_bar / (x**2 + y**2)
+        return (t0 * x).sum_to_size(y.shape), (-t0 * y).sum_to_size(x.shape)
 
     @staticmethod
     def jvp(ctx, y_dot, x_dot):
-        y, x, saved0 = ctx.saved_tensors
-        y_dot = torch.zeros_like(y) if y_dot is None else y_dot
-        x_dot = torch.zeros_like(x) if x_dot is None else x_dot
-        t0 = saved0**2
-        t1 = 1 / (t0 * y**2 + 1)
-        t2 = t0 * x_dot
-        return saved0 * t1 * y_dot - t1 * t2 * y, -t2
+        y, x = ctx.saved_tensors
+        t0 = 1 / (x**2 + y**2)
+        return t0 * x * y_dot - t0 * x_dot * y
 
 
 class _FAtan2Compiled(FAtan2):
@@ -56,5 +39,4 @@ class _FAtan2Compiled(FAtan2):
 
 def f_atan2(y, x):
     function = _FAtan2Compiled if torch.compiler.is_compiling() else FAtan2
-    out, _saved0 = function.apply(y, x)
-    return out
+    return function.apply(y, x)

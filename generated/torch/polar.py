@@ -12,50 +12,30 @@ class Polar(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
-        t0 = 1 / x
-        return torch.hypot(x, y), torch.atan(t0 * y), t0
+        return torch.hypot(x, y), torch.atan(y / x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        r, _, saved0 = output
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, y, r, saved0)
-        ctx.save_for_forward(x, y, r, saved0)
+        r, _ = output
+        ctx.save_for_backward(x, y, r)
+        ctx.save_for_forward(x, y, r)
 
     @staticmethod
-    def backward(ctx, r_bar, theta_bar, saved0_bar):
-        x, y, r, saved0 = ctx.saved_tensors
-        if r_bar is not None and theta_bar is not None and saved0_bar is None:
-            t0 = 1 / r
-            t1 = saved0**2
-            t2 = theta_bar / (t1 * y**2 + 1)
-            return (r_bar * t0 / saved0 - t1 * t2 * y).sum_to_size(x.shape), (
-                r_bar * t0 * y + saved0 * t2
-            ).sum_to_size(y.shape)
-        # This backward is itself being differentiated: absent cotangents are zero.
-        r_bar = 0.0 if r_bar is None else r_bar
-        theta_bar = 0.0 if theta_bar is None else theta_bar
-        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
-        t0 = saved0**2
+    def backward(ctx, r_bar, theta_bar):
+        x, y, r = ctx.saved_tensors
+        t0 = theta_bar / (x**2 + y**2)
         t1 = 1 / r
-        t2 = theta_bar / (t0 * y**2 + 1)
-        return (
-            r_bar * t1 / saved0 - saved0_bar * t0 - t0 * t2 * y + torch.zeros_like(x)
-        ).sum_to_size(x.shape), (r_bar * t1 * y + saved0 * t2 + torch.zeros_like(y)).sum_to_size(
-            y.shape
-        )
+        return (r_bar * t1 * x - t0 * y).sum_to_size(x.shape), (
+            r_bar * t1 * y + t0 * x
+        ).sum_to_size(y.shape)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, r, saved0 = ctx.saved_tensors
-        x_dot = torch.zeros_like(x) if x_dot is None else x_dot
-        y_dot = torch.zeros_like(y) if y_dot is None else y_dot
+        x, y, r = ctx.saved_tensors
         t0 = 1 / r
-        t1 = saved0**2
-        t2 = 1 / (t1 * y**2 + 1)
-        t3 = t1 * x_dot
-        return t0 * y * y_dot + t0 * x_dot / saved0, saved0 * t2 * y_dot - t2 * t3 * y, -t3
+        t1 = 1 / (x**2 + y**2)
+        return t0 * x * x_dot + t0 * y * y_dot, t1 * x * y_dot - t1 * x_dot * y
 
 
 class _PolarCompiled(Polar):
@@ -67,5 +47,4 @@ class _PolarCompiled(Polar):
 def polar(x, y):
     """Cartesian (x, y) to polar (r, theta); two inputs, two outputs, partials derived."""
     function = _PolarCompiled if torch.compiler.is_compiling() else Polar
-    r, theta, _saved0 = function.apply(x, y)
-    return r, theta
+    return function.apply(x, y)

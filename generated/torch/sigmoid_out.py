@@ -12,7 +12,7 @@ class SigmoidOut(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        return 1 / (1 + torch.exp(-x))
+        return torch.sigmoid(x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

@@ -13,34 +13,37 @@ class SinExpMul(torch.autograd.Function):
     @staticmethod
     def forward(x, y):
         t0 = torch.exp(-(x**2))
-        t1 = t0 * torch.sin(x)
-        return t1 * y, t1, t0
+        t1 = torch.sin(x)
+        t2 = t0 * t1
+        return t2 * y, t2, t0, t1
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        out, saved0, saved1 = output
+        _, saved0, saved1, saved2 = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, y, out, saved0, saved1)
-        ctx.save_for_forward(x, y, out, saved0, saved1)
+        ctx.save_for_backward(x, y, saved0, saved1, saved2)
+        ctx.save_for_forward(x, y, saved0, saved1, saved2)
 
     @staticmethod
-    def backward(ctx, out_bar, saved0_bar, saved1_bar):
-        x, y, out, saved0, saved1 = ctx.saved_tensors
-        if out_bar is not None and saved0_bar is None and saved1_bar is None:
-            return (out_bar * (-2 * out * x + saved1 * y * torch.cos(x))).sum_to_size(x.shape), (
+    def backward(ctx, out_bar, saved0_bar, saved1_bar, saved2_bar):
+        x, y, saved0, saved1, saved2 = ctx.saved_tensors
+        if out_bar is not None and saved0_bar is None and saved1_bar is None and saved2_bar is None:
+            return (-out_bar * saved1 * y * (2 * saved2 * x - torch.cos(x))).sum_to_size(x.shape), (
                 out_bar * saved0
             ).sum_to_size(y.shape)
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
         saved0_bar = 0.0 if saved0_bar is None else saved0_bar
         saved1_bar = 0.0 if saved1_bar is None else saved1_bar
-        t0 = 2 * x
-        t1 = torch.cos(x)
+        saved2_bar = 0.0 if saved2_bar is None else saved2_bar
+        t0 = torch.cos(x)
+        t1 = 2 * x
         x_bar = (
-            out_bar * (-out * t0 + saved1 * t1 * y)
-            + saved0_bar * (-saved0 * t0 + saved1 * t1)
-            - saved1 * saved1_bar * t0
+            -out_bar * saved1 * y * (saved2 * t1 - t0)
+            + saved0_bar * (-saved0 * t1 + saved1 * t0)
+            - saved1 * saved1_bar * t1
+            + saved2_bar * t0
         )
         return (x_bar + torch.zeros_like(x)).sum_to_size(x.shape), (
             out_bar * saved0 + torch.zeros_like(y)
@@ -48,15 +51,17 @@ class SinExpMul(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, out, saved0, saved1 = ctx.saved_tensors
+        x, y, saved0, saved1, saved2 = ctx.saved_tensors
         x_dot = torch.zeros_like(x) if x_dot is None else x_dot
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
-        t0 = 2 * x
-        t1 = torch.cos(x)
+        t0 = torch.cos(x)
+        t1 = 2 * x
+        t2 = saved1 * x_dot
         return (
-            saved0 * y_dot + x_dot * (-out * t0 + saved1 * t1 * y),
-            x_dot * (-saved0 * t0 + saved1 * t1),
-            -saved1 * t0 * x_dot,
+            saved0 * y_dot - t2 * y * (saved2 * t1 - t0),
+            x_dot * (-saved0 * t1 + saved1 * t0),
+            -t1 * t2,
+            t0 * x_dot,
         )
 
 
@@ -69,5 +74,5 @@ class _SinExpMulCompiled(SinExpMul):
 def sin_exp_mul(x, y):
     """sin(x) * exp(-x**2) * y, a two-input composite whose partials are derived."""
     function = _SinExpMulCompiled if torch.compiler.is_compiling() else SinExpMul
-    out, _saved0, _saved1 = function.apply(x, y)
+    out, _saved0, _saved1, _saved2 = function.apply(x, y)
     return out
