@@ -1,12 +1,19 @@
 """Cold and no-op build times of N generated rules, through the `rulegen` command as a user runs it.
 
-    python -m benchmarks.build_speed [N ...]      (default: 40)
+    python -m benchmarks.build_speed [N ...] [--jobs J] [--cold-runs R]    (default: 10 100 1000)
 
-Prints seconds for the cold build, the no-op rebuild, and the cost per rule.
+For each N: the cold build (into an empty folder; the median of R runs), the
+no-op rebuild (the median of 3) and the cold cost per rule.  Then the
+marginal cost per rule between successive N and the least-squares line
+cold = fixed + slope * N: a flat cost per rule shows as marginal costs that
+match the slope, whatever N.  `--jobs` is passed to `rulegen build`; without
+it, rulegen's default (the available cores) applies.
 """
 
 from __future__ import annotations
 
+import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,6 +35,8 @@ BODIES = [
     "logaddexp(x, 2 * x)",
 ]
 
+NOOP_RUNS = 3
+
 
 def write_rules(folder: Path, count: int) -> None:
     for k in range(count):
@@ -45,18 +54,52 @@ def timed(args: list[str], cwd: Path) -> float:
     return elapsed
 
 
-def main(counts: list[int]) -> None:
-    rulegen = [sys.executable, "-m", "rulegen"]
+def least_squares(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of the line through (xs, ys) with the least squared error."""
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum((x - mean_x) ** 2 for x in xs)
+    return mean_y - slope * mean_x, slope
+
+
+def measure(count: int, jobs: int | None, cold_runs: int) -> tuple[float, float]:
+    """(cold seconds, no-op seconds) of `rulegen build` of `count` generated rules."""
+    command = [sys.executable, "-m", "rulegen", "build", "rules", "--out", "pkg"]
+    if jobs is not None:
+        command += ["--jobs", str(jobs)]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "rules").mkdir()
+        write_rules(root / "rules", count)
+        colds = []
+        for _ in range(cold_runs):
+            shutil.rmtree(root / "pkg", ignore_errors=True)
+            colds.append(timed(command, root))
+        noop = statistics.median(timed(command, root) for _ in range(NOOP_RUNS))
+    return statistics.median(colds), noop
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("counts", nargs="*", type=int, default=[10, 100, 1000], help="numbers of rules")
+    parser.add_argument("--jobs", "-j", type=int, help="passed to `rulegen build --jobs`")
+    parser.add_argument("--cold-runs", type=int, default=1, help="cold builds per count (the median is shown)")
+    args = parser.parse_args(argv)
+    counts = sorted(set(args.counts))
+    jobs = "rulegen's default" if args.jobs is None else args.jobs
+    print(f"rulegen build, --jobs {jobs}; no-op: median of {NOOP_RUNS}")
     print(f"{'rules':>6} {'cold s':>8} {'per rule ms':>12} {'no-op s':>8}")
+    colds = []
     for count in counts:
-        with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp)
-            (root / "rules").mkdir()
-            write_rules(root / "rules", count)
-            cold = timed([*rulegen, "build", "rules", "--out", "pkg"], root)
-            noop = statistics.median(timed([*rulegen, "build", "rules", "--out", "pkg"], root) for _ in range(3))
-            print(f"{count:>6} {cold:>8.2f} {1000 * cold / count:>12.1f} {noop:>8.3f}")
+        cold, noop = measure(count, args.jobs, args.cold_runs)
+        colds.append(cold)
+        print(f"{count:>6} {cold:>8.2f} {1000 * cold / count:>12.1f} {noop:>8.3f}", flush=True)
+    for k in range(1, len(counts)):
+        marginal = (colds[k] - colds[k - 1]) / (counts[k] - counts[k - 1])
+        print(f"marginal cost {counts[k - 1]}->{counts[k]} rules: {1000 * marginal:.1f} ms per rule")
+    if len(counts) > 1:
+        fixed, slope = least_squares([float(n) for n in counts], colds)
+        print(f"least squares: cold = {fixed:.2f} s + {1000 * slope:.1f} ms x rules")
 
 
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [40])
+    main()

@@ -8,8 +8,11 @@ every error of every file before deciding to write anything.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import importlib.metadata
+import json
+import multiprocessing
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -22,6 +25,7 @@ from rulegen.spec import Rule, read_rule_file, rule_files
 from rulegen.write import (
     Difference,
     Manifest,
+    PackageRecord,
     Plan,
     SourceRecord,
     compare,
@@ -29,6 +33,11 @@ from rulegen.write import (
     sha256,
     write_package,
 )
+
+#: Fewer rules than this are derived in the calling process: starting workers
+#: (a fork server that imports sympy, each worker's first, cold derivation)
+#: costs about what 30 rules take on one core.
+PARALLEL_MIN_RULES = 32
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,13 @@ class BuildResult:
     rebuilt: tuple[str, ...]  # rule files derived in this build
     reused: tuple[str, ...]  # rule files whose modules were up to date
     rules: int
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity where the platform says, else all)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 @functools.cache
@@ -50,19 +66,23 @@ def compiler_fingerprint() -> str:
     return sha256("\n".join(parts))
 
 
-def display_path(path: Path) -> Path:
-    """The path as a user reads it in messages: relative to the working directory when inside it."""
-    resolved = path.resolve()
-    return Path(os.path.relpath(resolved, Path.cwd())) if resolved.is_relative_to(Path.cwd()) else path
+def display_path(path: Path, resolved: Path | None = None, cwd: Path | None = None) -> Path:
+    """The path as a user reads it in messages: relative to the working directory when inside it.
 
-
-def source_name(path: Path, out: Path) -> str:
-    """The name generated code records for a rule file: relative to the package's parent folder.
-
-    The project root is where `generated/` sits, so headers and the manifest
-    read the same whichever folder `rulegen build` runs from.
+    `resolved` (`path.resolve()`) and `cwd` save a build of many files the
+    system calls of finding them again.
     """
-    resolved, root = path.resolve(), out.resolve().parent
+    resolved, cwd = resolved or path.resolve(), cwd or Path.cwd()
+    return Path(os.path.relpath(resolved, cwd)) if resolved.is_relative_to(cwd) else path
+
+
+def source_name(resolved: Path, root: Path) -> str:
+    """The name generated code records for a rule file (a resolved path): relative to `root`.
+
+    `root` is the resolved parent folder of the package, the project root where
+    `generated/` sits, so headers and the manifest read the same whichever
+    folder `rulegen build` runs from.
+    """
     return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else resolved.as_posix()
 
 
@@ -85,42 +105,112 @@ def generate_rule(rule: Rule, known_rules: Iterable[str] = ()) -> dict[str, str]
     return {f"jax/{rule.name}.py": render_jax(jax_plan), f"torch/{rule.name}.py": render_torch(torch_plan)}
 
 
-def _unchanged(record: SourceRecord | None, digest: str, out: Path, previous: Manifest, compiler: str) -> bool:
-    if record is None or record.hash != digest or previous.compiler != compiler:
-        return False
-    for rel in record.files:
+def _generate_or_refuse(rule: Rule, known_rules: frozenset[str]) -> dict[str, str] | SpecErrors:
+    try:
+        return generate_rule(rule, known_rules)
+    except SpecErrors as exc:
+        return exc
+
+
+# Set in each worker process by `_start_worker`: sent once per worker rather
+# than with every rule.
+_worker_known_rules: frozenset[str] = frozenset()
+
+
+def _start_worker(known_rules: frozenset[str]) -> None:
+    global _worker_known_rules
+    _worker_known_rules = known_rules
+
+
+def _generate_in_worker(rule: Rule) -> dict[str, str] | SpecErrors:
+    return _generate_or_refuse(rule, _worker_known_rules)
+
+
+def worker_pool(workers: int, known_rules: frozenset[str]) -> concurrent.futures.ProcessPoolExecutor:
+    """Processes that derive rules, each knowing the build's rule names.
+
+    They are forked from a "forkserver": a fresh interpreter that has imported
+    sympy and the pipeline once.  Plain fork would copy whatever threads the
+    calling process runs (pytest with torch or JAX loaded), half-initialised;
+    spawn, the fallback where there is no fork server, imports sympy again in
+    every worker.  Each task runs in its worker's main thread, where
+    `sympy_time_limit` can take SIGALRM.
+    """
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        # Only takes effect when this process starts its fork server, on first use.
+        context.set_forkserver_preload(["rulegen.build", "rulegen.derive", "rulegen.plan", "rulegen.render"])
+    return concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_start_worker, initargs=(known_rules,)
+    )
+
+
+def generate_rules(rules: Sequence[Rule], known_rules: frozenset[str], jobs: int) -> list[dict[str, str] | SpecErrors]:
+    """`generate_rule` of each rule, in order, in up to `jobs` processes; a refused rule gives its SpecErrors."""
+    workers = min(jobs, len(rules))
+    if workers <= 1 or len(rules) < PARALLEL_MIN_RULES:
+        return [_generate_or_refuse(rule, known_rules) for rule in rules]
+    # Chunks amortise the round trip to a worker; several chunks per worker
+    # keep the cores busy to the end when some rules take much longer.
+    chunksize = max(1, len(rules) // (8 * workers))
+    pool = worker_pool(workers, known_rules)
+    try:
+        return list(pool.map(_generate_in_worker, rules, chunksize=chunksize))
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _read_unchanged(files: Sequence[str], out: Path, previous: Manifest) -> dict[str, str] | None:
+    """The texts of `files` in `out` if each is as the last build wrote it, else None."""
+    texts: dict[str, str] = {}
+    for rel in files:
         try:
-            if sha256((out / rel).read_bytes()) != previous.files.get(rel):
-                return False
+            data = (out / rel).read_bytes()
         except OSError:
-            return False
-    return True
+            return None
+        if sha256(data) != previous.files.get(rel):
+            return None
+        texts[rel] = data.decode()
+    return texts
 
 
-def plan_build(paths: Iterable[Path], out: Path) -> tuple[Plan, Manifest, tuple[str, ...], tuple[str, ...]]:
-    """What `out` should hold for the rules in `paths`; SpecErrors if any rule is bad."""
+def plan_build(
+    paths: Iterable[Path], out: Path, jobs: int = 1
+) -> tuple[Plan, Manifest, tuple[str, ...], tuple[str, ...], dict[str, str]]:
+    """What `out` should hold for the rules in `paths`; SpecErrors if any rule is bad.
+
+    Also returns the previous manifest, the rule files derived and reused,
+    and the hashes of the files already read from `out` (for `compare`).
+    """
     compiler = compiler_fingerprint()
     previous = Manifest.load(out)
+    same_compiler = previous.compiler == compiler
     errors: list[SpecError] = []
     sources: dict[str, SourceRecord] = {}
-    texts: dict[str, str] = {}
-    fresh: dict[str, str] = {}
+    texts: dict[str, str] = {}  # modules kept as they are in `out`
     rebuilt: list[str] = []
     reused: list[str] = []
     owners: dict[str, str] = {}
     to_generate: list[tuple[str, str, tuple[Rule, ...]]] = []
+    cwd, root = Path.cwd(), out.resolve().parent
     for path in rule_files(paths):
-        key = source_name(path, out)
-        path = display_path(path)
+        resolved = path.resolve()
+        key = source_name(resolved, root)
+        path = display_path(path, resolved, cwd)
         try:
             digest = sha256(path.read_bytes())
         except OSError as exc:
             errors.append(SpecError(Loc(str(path)), f"cannot read: {exc.strerror}"))
             continue
         record = previous.sources.get(key)
-        if _unchanged(record, digest, out, previous, compiler):
-            assert record is not None
-            texts.update({rel: (out / rel).read_text() for rel in record.files})
+        if (
+            record is not None
+            and same_compiler
+            and record.hash == digest
+            and (kept := _read_unchanged(record.files, out, previous)) is not None
+        ):
+            texts.update(kept)
             sources[key] = record
             reused.append(key)
             _claim(owners, record.rules, str(path), errors)
@@ -133,30 +223,55 @@ def plan_build(paths: Iterable[Path], out: Path) -> tuple[Plan, Manifest, tuple[
         _claim(owners, tuple((r.name, r.torch_class) for r in rules), str(path), errors)
         to_generate.append((key, digest, rules))
     # Every rule is known before any is derived: bodies may call each other.
+    generated = iter(generate_rules([r for _, _, rules in to_generate for r in rules], frozenset(owners), jobs))
+    fresh: dict[str, str] = {}
     for key, digest, rules in to_generate:
         files: dict[str, str] = {}
-        for rule in rules:
-            try:
-                files.update(generate_rule(rule, owners))
-            except SpecErrors as exc:
-                errors.extend(exc.errors)
+        for _ in rules:
+            outcome = next(generated)
+            if isinstance(outcome, SpecErrors):
+                errors.extend(outcome.errors)
+            else:
+                files.update(outcome)
         fresh.update(files)
         names = tuple((r.name, r.torch_class) for r in rules)
         sources[key] = SourceRecord(hash=digest, rules=names, files=tuple(sorted(files)))
         rebuilt.append(key)
     if errors:
         raise SpecErrors(errors)
-    all_rules = [r for record in sources.values() for r in record.rules]
+    read = {rel: previous.files[rel] for rel in texts}
     modules = {**texts, **fresh}
-    helpers = {f"{rel.split('/')[0]}/_{m}.py" for rel, text in modules.items() for m in _HELPER_IMPORT.findall(text)}
+    helpers = sorted(
+        {f"{rel.split('/')[0]}/_{m}.py" for rel, text in modules.items() for m in _HELPER_IMPORT.findall(text)}
+    )
     classes = [
-        (name, cls if f"\nclass {cls}(" in modules.get(f"torch/{name}.py", "") else None) for name, cls in all_rules
+        (name, cls if f"\nclass {cls}(" in modules.get(f"torch/{name}.py", "") else None)
+        for record in sources.values()
+        for name, cls in record.rules
     ]
-    package = render_package(classes, helpers)
-    formatted = format_sources({**fresh, **package})
-    files = {**texts, **formatted}
-    manifest = Manifest(compiler=compiler, sources=sources, files={rel: sha256(t) for rel, t in files.items()})
-    return Plan(files=files, manifest=manifest), previous, tuple(rebuilt), tuple(reused)
+    package_hash = sha256(json.dumps([sorted(classes), helpers]))
+    package = previous.package
+    if (
+        package is not None
+        and same_compiler
+        and package.hash == package_hash
+        and (kept := _read_unchanged(package.files, out, previous)) is not None
+    ):
+        read.update({rel: previous.files[rel] for rel in kept})
+        texts.update(kept)
+        package_files = tuple(kept)
+    else:
+        rendered = render_package(classes, helpers)
+        fresh.update(rendered)
+        package_files = tuple(sorted(rendered))
+    files = {**texts, **format_sources(fresh)}
+    manifest = Manifest(
+        compiler=compiler,
+        sources=sources,
+        files={rel: sha256(t) for rel, t in files.items()},
+        package=PackageRecord(hash=package_hash, files=package_files),
+    )
+    return Plan(files=files, manifest=manifest), previous, tuple(rebuilt), tuple(reused), read
 
 
 _HELPER_IMPORT = re.compile(r"^from \._(\w+) import", re.MULTILINE)
@@ -178,10 +293,15 @@ class HandEditedError(Exception):
         self.paths = tuple(paths)
 
 
-def build(paths: Iterable[Path], out: Path, *, check: bool = False, force: bool = False) -> BuildResult:
-    """Build the package at `out`; with `check`, only report what a build would change."""
-    plan, previous, rebuilt, reused = plan_build(paths, out)
-    difference = compare(out, plan, previous)
+def build(paths: Iterable[Path], out: Path, *, check: bool = False, force: bool = False, jobs: int = 1) -> BuildResult:
+    """Build the package at `out`; with `check`, only report what a build would change.
+
+    With `jobs` above 1, rules are derived in up to that many worker processes
+    (the output is the same); the calling script's main module must then be
+    guarded by `if __name__ == "__main__":`, as for any multiprocessing.
+    """
+    plan, previous, rebuilt, reused, read = plan_build(paths, out, jobs)
+    difference = compare(out, plan, previous, read)
     if not check:
         if difference.edited and not force:
             raise HandEditedError(difference.edited)

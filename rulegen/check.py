@@ -11,20 +11,24 @@ exception inside a check is a failure of that check, never of the run.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import importlib
 import json
+import logging
 import math
+import multiprocessing
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from rulegen.build import available_cores
 from rulegen.spec import Rule, SnippetBody, SympyBody
 
 CHECKS = (
@@ -43,6 +47,7 @@ CHECKS = (
 )
 Status = Literal["pass", "fail", "n/a"]
 RTOL, ATOL = 1e-7, 1e-9
+_NUMPY_DTYPES = {"float": np.float64, "int": np.int64, "bool": np.bool_}
 
 
 @dataclass(frozen=True)
@@ -648,8 +653,8 @@ def check_broadcast(s: _Subject) -> str:
     arrays = [k for k, i in enumerate(s.rule.inputs) if not i.static]
     if len(arrays) < 2:
         raise NotApplicable("fewer than two array inputs: nothing broadcasts")
-    if not isinstance(s.rule.forward, SympyBody):
-        raise NotApplicable("only elementwise (sympy) rules promise broadcasting")
+    if not s.diff:
+        raise NotApplicable("no differentiable input")
     shapes = [(3, 1), (1, 4), (4,), (3, 4)]
     values = list(s.values)
     for n, k in enumerate(arrays):
@@ -659,6 +664,15 @@ def check_broadcast(s: _Subject) -> str:
     expanded = list(values)
     for k in arrays:
         expanded[k] = np.broadcast_to(values[k], full).copy()
+    if not isinstance(s.rule.forward, SympyBody):
+        # Elementwise (sympy) rules promise broadcasting; a snippet rule is
+        # held to it only where its forward broadcasts like array code, that
+        # is, gives on stretchable shapes what it gives on the stretched
+        # arrays.  Its cotangents must then be those of the stretched
+        # inputs summed back, whatever its VJP body does by hand.
+        reason = _not_broadcasting(s, values, expanded)
+        if reason:
+            raise NotApplicable(f"the forward does not broadcast its inputs: {reason}")
     diff = [k for k in s.diff]
     for name, fn, convert in (("jax", s.jax_fn, jnp.asarray), ("torch", s.torch_fn, torch.from_numpy)):
 
@@ -695,6 +709,38 @@ def check_broadcast(s: _Subject) -> str:
             expected = np.sum(_to_numpy(b), axis=axes).reshape(shape)
             compare(f"{name}: cotangent of {s.rule.inputs[k].name}", _to_numpy(g), expected, s.rtol, s.atol)
     return f"inputs of shapes {[np.shape(values[k]) for k in arrays]} get cotangents of their own shapes"
+
+
+def _not_broadcasting(s: _Subject, values: list[Any], expanded: list[Any]) -> str:
+    """Why the rule's forward does not act on `values` as on their broadcast `expanded`; empty if it does."""
+    import jax.numpy as jnp
+    import torch
+
+    for name, fn, convert in (("jax", s.jax_fn, jnp.asarray), ("torch", s.torch_fn, torch.from_numpy)):
+        try:
+            with _quiet_host_callbacks():
+                small = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in values])
+                big = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in expanded])
+            pairs = zip(*(o if isinstance(o, tuple) else (o,) for o in (small, big)), strict=True)
+            for k, (a, b) in enumerate(pairs):
+                compare(f"output {k} vs the broadcast inputs'", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+        except Exception as exc:
+            # The last line of a host callback's error is the host's own exception.
+            lines = str(exc).strip().splitlines() or [""]
+            return f"{name}: {type(exc).__name__}: {lines[-1][:200]}"
+    return ""
+
+
+@contextmanager
+def _quiet_host_callbacks() -> Iterator[None]:
+    """Keep JAX from logging the traceback of a host body that raises where the caller expects it may."""
+    logger = logging.getLogger("jax._src.callback")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def check_float32(s: _Subject) -> str:
@@ -754,60 +800,98 @@ def check_float32(s: _Subject) -> str:
 
 
 def check_points(s: _Subject) -> str:
-    import jax
     import jax.numpy as jnp
     import torch
 
     points = s.rule.checks.points
     if not points:
         raise NotApplicable("the rule gives no checks.points")
+    rtol = max(s.rtol, 1e-12)
+    notes: set[str] = set()
     for n, point in enumerate(points):
-        values = [point.at.get(i.name, i.default if i.has_default else None) for i in s.rule.inputs]
-        missing = [i.name for i, v in zip(s.rule.inputs, values, strict=True) if v is None]
+        given = [point.at.get(i.name, i.default if i.has_default else None) for i in s.rule.inputs]
+        missing = [i.name for i, v in zip(s.rule.inputs, given, strict=True) if v is None]
         if missing:
             raise CheckFailed(f"point {n}: no value for {missing}")
-        jargs = [
-            v if i.static else jnp.asarray(v, dtype=jnp.float64) for i, v in zip(s.rule.inputs, values, strict=True)
-        ]
-        targs = [
-            v if i.static else torch.tensor(v, dtype=torch.float64) for i, v in zip(s.rule.inputs, values, strict=True)
-        ]
-        for name, fn, args in (("jax", s.jax_fn, jargs), ("torch", s.torch_fn, targs)):
-            out = fn(*args)
-            outs = out if isinstance(out, tuple) else (out,)
+        at_point = dataclasses.replace(
+            s,
+            values=[
+                v if i.static else np.asarray(v, dtype=_NUMPY_DTYPES[i.dtype])
+                for i, v in zip(s.rule.inputs, given, strict=True)
+            ],
+        )
+        for name, fn, convert in (("jax", s.jax_fn, jnp.asarray), ("torch", s.torch_fn, torch.from_numpy)):
             if point.value is not None:
-                compare(
-                    f"point {n}: {name} value",
-                    np.concatenate([np.ravel(_to_numpy(o)) for o in outs]),
-                    np.ravel(point.value),
-                    max(s.rtol, 1e-12),
-                    s.atol,
-                )
+                out = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in at_point.values])
+                outs = out if isinstance(out, tuple) else (out,)
+                got = np.concatenate([np.ravel(_to_numpy(o)) for o in outs])
+                compare(f"point {n}: {name} value", got, np.ravel(point.value), rtol, s.atol)
             if point.grad is not None:
                 for input_name, expected in point.grad.items():
-                    k = next((j for j, i in enumerate(s.rule.inputs) if i.name == input_name), None)
-                    if k is None:
-                        raise CheckFailed(f"point {n}: grad names unknown input {input_name!r}")
-
-                    def total(x: Any, k: int = k, args: list[Any] = args, fn: Any = fn) -> Any:
-                        full = list(args)
-                        full[k] = x
-                        out = fn(*full)
-                        outs = out if isinstance(out, tuple) else (out,)
-                        return sum(outs[o].sum() for o in s.outputs)
-
-                    if name == "jax":
-                        got = jax.grad(total)(jargs[k])
-                    else:
-                        leaf = targs[k].clone().requires_grad_()
-                        (got,) = torch.autograd.grad(total(leaf), leaf, allow_unused=True, materialize_grads=True)
-                    got = _to_numpy(got)
+                    k = _point_input(s, n, "grad", input_name)
+                    got = _point_grad(at_point, name, s.diff.index(k))
                     if not np.isfinite(got).all():
                         raise CheckFailed(f"point {n}: {name} gradient for {input_name} is {got}")
-                    compare(f"point {n}: {name} grad {input_name}", got, expected, max(s.rtol, 1e-12), s.atol)
+                    compare(f"point {n}: {name} grad {input_name}", got, expected, rtol, s.atol)
             if point.jvp is not None:
-                raise NotApplicable("checks.points jvp is not supported yet")
-    return f"{len(points)} point(s) hold in both backends"
+                tangents = [np.zeros_like(x) for x in at_point.xs()]
+                for input_name, tangent in point.jvp.tangents.items():
+                    k = _point_input(s, n, "jvp tangents", input_name)
+                    shape = np.shape(tangents[s.diff.index(k)])
+                    tangents[s.diff.index(k)] = np.broadcast_to(np.asarray(tangent, dtype=np.float64), shape).copy()
+                got, note = _point_jvp(at_point, name, tangents)
+                if note:
+                    notes.add(note)
+                compare(f"point {n}: {name} jvp", got, np.ravel(point.jvp.value), rtol, s.atol)
+    return f"{len(points)} point(s) hold in both backends" + "".join(sorted(notes))
+
+
+def _point_input(s: _Subject, n: int, key: str, input_name: str) -> int:
+    """The position of a differentiable input that a point's `grad` or `jvp` names."""
+    k = next((j for j, i in enumerate(s.rule.inputs) if i.name == input_name), None)
+    if k is None:
+        raise CheckFailed(f"point {n}: {key} names unknown input {input_name!r}")
+    if k not in s.diff:
+        raise CheckFailed(f"point {n}: {key} names {input_name!r}, which is not differentiable")
+    return k
+
+
+def _point_grad(s: _Subject, backend: str, position: int) -> np.ndarray:
+    """The gradient of the sum of the differentiable outputs for one input."""
+    xs = s.xs()
+    if backend == "jax":
+        import jax
+
+        return _to_numpy(jax.grad(_sum_of(s.jax_f), position)(*xs))
+    import torch
+
+    leaves = [torch.from_numpy(x).requires_grad_() for x in xs]
+    grads = torch.autograd.grad(_sum_of(s.torch_f)(*leaves), leaves, allow_unused=True, materialize_grads=True)
+    return _to_numpy(grads[position])
+
+
+def _point_jvp(s: _Subject, backend: str, tangents: Sequence[np.ndarray]) -> tuple[np.ndarray, str]:
+    """The differentiable outputs' tangents, raveled and concatenated, and a note when reverse mode gave them.
+
+    A backend without forward mode still has its derivative checked: the
+    JVP is then the Jacobian from reverse mode applied to the tangents.
+    """
+    xs = s.xs()
+    forward_mode = s.jax_forward_mode if backend == "jax" else s.torch_forward_mode
+    if forward_mode:
+        found = (_jvp_jax if backend == "jax" else _jvp_torch)(s, xs, tangents)
+        return np.concatenate([np.ravel(t) for t in found]), ""
+    outs = [_to_numpy(o) for o in s.jax_f(*xs)]
+    found = []
+    for o, out in enumerate(outs):
+        rows = []
+        for e in range(out.size):
+            cotangents = [np.zeros_like(c) for c in outs]
+            cotangents[o].flat[e] = 1.0
+            row = (_vjp_jax if backend == "jax" else _vjp_torch)(s, xs, cotangents)
+            rows.append(sum(float(np.sum(g * t)) for g, t in zip(row, tangents, strict=True)))
+        found.append(np.array(rows))
+    return np.concatenate(found), f" ({backend} JVP by reverse mode: {s.no_forward_mode[backend]})"
 
 
 def check_compile(s: _Subject, include: bool) -> str:
@@ -829,21 +913,122 @@ def check_compile(s: _Subject, include: bool) -> str:
 # ---------------------------------------------------------------- running
 
 
-@contextmanager
-def _built_package(rules: Sequence[Rule]) -> Iterator[tuple[Any, Any]]:
-    from rulegen.build import build
+class CheckSession:
+    """Rules built once and checked, rule by rule, in this process or in worker processes.
 
-    sources = sorted({Path(r.source) for r in rules})
-    with tempfile.TemporaryDirectory(prefix="rulegen-check-") as tmp:
-        name = "rulegen_checked"
-        build(sources, Path(tmp) / name)
-        sys.path.insert(0, tmp)
-        try:
-            yield importlib.import_module(f"{name}.jax"), importlib.import_module(f"{name}.torch")
-        finally:
-            sys.path.remove(tmp)
-            for module in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
-                del sys.modules[module]
+    With `jobs` above 1 each rule's checks run in one of `jobs` worker
+    processes, started with "spawn": torch and JAX hold threads and
+    runtime state that a forked child inherits half-initialised.  A rule's
+    outcomes do not depend on where it runs (its random points come from the
+    seed and its name), so they are the same as in one process, in the
+    same order.  Several seeds can be run in one session without rebuilding
+    the package or restarting the workers.
+    """
+
+    def __init__(self, rules: Sequence[Rule], package: str | None = None, *, jobs: int = 1) -> None:
+        self.rules = list(rules)
+        self.package = package
+        self.jobs = max(1, min(jobs, len(self.rules)))
+        self._stack = ExitStack()
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._modules: tuple[Any, Any] | None = None
+
+    def __enter__(self) -> CheckSession:
+        with self._stack:
+            package, folder = self.package, None
+            if package is None:
+                package = "rulegen_checked"
+                folder = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="rulegen-check-"))
+                self._stack.callback(_forget_package, package)
+                from rulegen.build import build
+
+                build(sorted({Path(r.source) for r in self.rules}), Path(folder) / package)
+            if self.jobs > 1:
+                # Each worker gets an equal share of the cores for torch's own threads.
+                threads = max(1, available_cores() // self.jobs)
+                self._pool = self._stack.enter_context(
+                    concurrent.futures.ProcessPoolExecutor(
+                        max_workers=self.jobs,
+                        mp_context=multiprocessing.get_context("spawn"),
+                        initializer=_start_worker,
+                        initargs=(self.rules, package, folder, threads),
+                    )
+                )
+            else:
+                if folder is not None:
+                    sys.path.insert(0, folder)
+                    self._stack.callback(sys.path.remove, folder)
+                self._modules = _import_package(package)
+            # Entered whole: keep what was opened until __exit__.
+            self._stack = self._stack.pop_all()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stack.close()
+        self._pool = self._modules = None
+
+    def run(
+        self, *, seed: int = 0, include_compile: bool = False, progress: Callable[[Outcome], None] | None = None
+    ) -> list[Outcome]:
+        """Every check on every rule at the points of `seed`, in rule order."""
+        if self._pool is None:
+            assert self._modules is not None, "run() is for inside `with CheckSession(...)`"
+            jax_pkg, torch_pkg = self._modules
+            names = [r.name for r in self.rules]
+            outcomes = []
+            for rule in self.rules:
+                for check in CHECKS:
+                    outcome = _run_one(rule, check, jax_pkg, torch_pkg, seed, include_compile, names)
+                    outcomes.append(outcome)
+                    if progress is not None:
+                        progress(outcome)
+            return outcomes
+        by_rule: dict[int, list[Outcome]] = {}
+        futures = {self._pool.submit(_check_in_worker, k, seed, include_compile): k for k in range(len(self.rules))}
+        for future in concurrent.futures.as_completed(futures):
+            k = futures[future]
+            try:
+                by_rule[k] = future.result()
+            except Exception as exc:  # not a check's failure (each is caught): the worker died, say in native code
+                detail = f"the worker process checking it failed: {type(exc).__name__}: {exc}"
+                by_rule[k] = [Outcome(self.rules[k].name, check, "fail", detail) for check in CHECKS]
+            if progress is not None:
+                for outcome in by_rule[k]:
+                    progress(outcome)
+        return [outcome for k in range(len(self.rules)) for outcome in by_rule[k]]
+
+
+def _import_package(package: str) -> tuple[Any, Any]:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    return importlib.import_module(f"{package}.jax"), importlib.import_module(f"{package}.torch")
+
+
+def _forget_package(package: str) -> None:
+    """Drop a temporary package's modules, so that the next one of the same name is imported afresh."""
+    for module in [m for m in sys.modules if m == package or m.startswith(f"{package}.")]:
+        del sys.modules[module]
+
+
+# A worker process's rules and imported package, set once by `_start_worker`.
+_WORKER: dict[str, Any] = {}
+
+
+def _start_worker(rules: list[Rule], package: str, folder: str | None, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    if folder is not None:
+        sys.path.insert(0, folder)
+    _WORKER.update(rules=rules, modules=_import_package(package))
+
+
+def _check_in_worker(index: int, seed: int, include_compile: bool) -> list[Outcome]:
+    rules: list[Rule] = _WORKER["rules"]
+    jax_pkg, torch_pkg = _WORKER["modules"]
+    names = [r.name for r in rules]
+    return [_run_one(rules[index], check, jax_pkg, torch_pkg, seed, include_compile, names) for check in CHECKS]
 
 
 def run_checks(
@@ -853,28 +1038,14 @@ def run_checks(
     seed: int = 0,
     include_compile: bool = False,
     progress: Callable[[Outcome], None] | None = None,
+    jobs: int = 1,
 ) -> list[Outcome]:
-    """Every check on every rule; `package` names an importable built package, else one is built."""
-    import jax
+    """Every check on every rule; `package` names an importable built package, else one is built.
 
-    jax.config.update("jax_enable_x64", True)
-    outcomes: list[Outcome] = []
-    names = [r.name for r in rules]
-
-    def run(jax_pkg: Any, torch_pkg: Any) -> None:
-        for rule in rules:
-            for check in CHECKS:
-                outcome = _run_one(rule, check, jax_pkg, torch_pkg, seed, include_compile, names)
-                outcomes.append(outcome)
-                if progress is not None:
-                    progress(outcome)
-
-    if package is not None:
-        run(importlib.import_module(f"{package}.jax"), importlib.import_module(f"{package}.torch"))
-    else:
-        with _built_package(rules) as (jax_pkg, torch_pkg):
-            run(jax_pkg, torch_pkg)
-    return outcomes
+    `jobs` above 1 checks rules in that many worker processes (see `CheckSession`).
+    """
+    with CheckSession(rules, package, jobs=jobs) as session:
+        return session.run(seed=seed, include_compile=include_compile, progress=progress)
 
 
 _FUNCTIONS: dict[str, Callable[[_Subject], str]] = {

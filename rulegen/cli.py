@@ -73,9 +73,15 @@ def build(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Package folder to write")] = None,
     check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 if OUT is stale")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite generated files edited by hand")] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", min=1, help="Derive rules in N worker processes (default: the available cores; 1: none)"
+        ),
+    ] = None,
 ) -> None:
     """Validate the rules, derive what they lack, and write the package."""
-    from rulegen.build import HandEditedError
+    from rulegen.build import HandEditedError, available_cores
     from rulegen.build import build as run_build
     from rulegen.errors import SpecErrors
 
@@ -84,7 +90,7 @@ def build(
     target = out or config.out
     started = time.perf_counter()
     try:
-        result = run_build(paths, target, check=check, force=force)
+        result = run_build(paths, target, check=check, force=force, jobs=jobs or available_cores())
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
     except HandEditedError as exc:
@@ -116,11 +122,18 @@ def test(
         bool, typer.Option("--compile", help="Also check torch.compile(fullgraph=True) (slow)")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcomes as JSON")] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", min=1, help="Check rules in N worker processes (default: the available cores; 1: none)"
+        ),
+    ] = None,
 ) -> None:
     """Build the rules into a temporary package and run the checks on every rule."""
     from rich.markup import escape
     from rich.progress import Progress
 
+    from rulegen.build import available_cores
     from rulegen.check import outcomes_json, report_table, run_checks, summary
     from rulegen.errors import SpecErrors
     from rulegen.spec import read_rules, rule_files
@@ -137,7 +150,9 @@ def test(
             progress.update(task, description=f"{outcome.rule}: {outcome.check}")  # type: ignore[attr-defined]
 
         try:
-            outcomes = run_checks(found, seed=seed, include_compile=compile_, progress=advance)
+            outcomes = run_checks(
+                found, seed=seed, include_compile=compile_, progress=advance, jobs=jobs or available_cores()
+            )
         except SpecErrors as exc:
             raise _report_spec_errors(exc) from None
     if as_json:

@@ -42,6 +42,11 @@ class SpecError(Exception):
         self.loc = loc
         self.message = message
 
+    # An exception pickles as its class called with `args`, which here is the
+    # one formatted string; build workers send these back to the parent.
+    def __reduce__(self) -> tuple[type[SpecError], tuple[Loc, str]]:
+        return type(self), (self.loc, self.message)
+
 
 class SpecErrors(Exception):
     """Every problem found in one pass, in file order."""
@@ -49,3 +54,6 @@ class SpecErrors(Exception):
     def __init__(self, errors: Iterable[SpecError]) -> None:
         self.errors = sorted(errors, key=lambda e: e.loc)
         super().__init__("\n".join(str(e) for e in self.errors))
+
+    def __reduce__(self) -> tuple[type[SpecErrors], tuple[list[SpecError]]]:
+        return type(self), (self.errors,)

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import jinja2
-
 if TYPE_CHECKING:
+    import jinja2
+
     from rulegen.plan import JaxPlan, SnippetPlan, TorchPlan
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -21,6 +21,9 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 @functools.cache
 def _environment() -> jinja2.Environment:
+    # Imported here: a rebuild with nothing to render only needs `template_files`.
+    import jinja2
+
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         trim_blocks=True,

@@ -45,10 +45,24 @@ class SourceRecord:
 
 
 @dataclass(frozen=True)
+class PackageRecord:
+    """The package's own modules (`__init__.py`s, shared helpers) as last written.
+
+    They depend only on the rules' names and the helpers the rules import;
+    `hash` is of those, so a rebuild that changes neither renders and formats
+    nothing.
+    """
+
+    hash: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Manifest:
     compiler: str = ""
     sources: Mapping[str, SourceRecord] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)  # relative path -> sha256
+    package: PackageRecord | None = None
 
     @staticmethod
     def load(out: Path) -> Manifest:
@@ -62,7 +76,13 @@ class Manifest:
                 )
                 for path, s in data["sources"].items()
             }
-            return Manifest(compiler=data["compiler"], sources=sources, files=dict(data["files"]))
+            package = data.get("package")
+            return Manifest(
+                compiler=data["compiler"],
+                sources=sources,
+                files=dict(data["files"]),
+                package=PackageRecord(hash=package["hash"], files=tuple(package["files"])) if package else None,
+            )
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return Manifest()
 
@@ -75,6 +95,8 @@ class Manifest:
             },
             "files": dict(sorted(self.files.items())),
         }
+        if self.package is not None:
+            data["package"] = {"hash": self.package.hash, "files": list(self.package.files)}
         return json.dumps(data, indent=1) + "\n"
 
 
@@ -129,18 +151,24 @@ class Difference:
     edited: tuple[str, ...]  # modules changed by hand since rulegen wrote them
 
 
-def compare(out: Path, plan: Plan, previous: Manifest) -> Difference:
-    """Which files a write of `plan` would change, and which were edited by hand."""
+def compare(out: Path, plan: Plan, previous: Manifest, read: Mapping[str, str] | None = None) -> Difference:
+    """Which files a write of `plan` would change, and which were edited by hand.
+
+    `read` gives the sha256 of files the build has already read from `out`
+    (relative path -> hash), so that they are not read again.
+    """
+    read = read or {}
     written: list[str] = []
     edited: list[str] = []
     for rel, text in sorted(plan.files.items()):
-        path = out / rel
-        try:
-            current = path.read_bytes()
-        except OSError:
-            written.append(rel)
-            continue
-        digest = sha256(current)
+        if rel in read:
+            digest = read[rel]
+        else:
+            try:
+                digest = sha256((out / rel).read_bytes())
+            except OSError:
+                written.append(rel)
+                continue
         if digest != sha256(text):
             written.append(rel)
             if previous.files.get(rel) != digest:

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from rulegen.check import CHECKS, CheckFailed, compare, run_checks, summary
 from rulegen.cli import app
+from rulegen.errors import SpecErrors
 from rulegen.spec import read_rules, rule_files
 from tests.conftest import RULES, SHARED_EXAMPLES
 
@@ -36,7 +37,7 @@ def wrong_outcomes():
 
 
 def test_the_wrong_corpus_is_large_enough():
-    assert len(WRONG_FILES) >= 20
+    assert len(WRONG_FILES) >= 30
 
 
 @pytest.mark.parametrize("path", WRONG_FILES, ids=[p.stem for p in WRONG_FILES])
@@ -109,7 +110,7 @@ def test_true_derivative_false_keeps_cross_backend_and_points(tmp_path):
 
 def test_rulegen_test_cli_exits_1_on_a_wrong_rule_and_prints_json():
     runner = CliRunner()
-    result = runner.invoke(app, ["test", str(WRONG / "wrong_sign.yaml"), "--json"])
+    result = runner.invoke(app, ["test", str(WRONG / "wrong_sign.yaml"), "--json", "--jobs", "1"])
     assert result.exit_code == 1
     outcomes = json.loads(result.stdout)
     assert {"rule": "wrong_sign", "check": "jvp_fd"}.items() <= next(
@@ -123,3 +124,85 @@ def test_rulegen_test_cli_exits_1_on_a_wrong_rule_and_prints_json():
 def test_summary_counts_outcomes(wrong_outcomes):
     text = summary(wrong_outcomes)
     assert f"{len(WRONG_FILES)} rules" in text
+
+
+# Small rules, checked once for the tests below: a wrong and a right `jvp`
+# point (the right one on a rule without forward mode in JAX, whose JVP
+# at the point comes from reverse mode), and a snippet VJP that leaves the
+# summing back over broadcast axes to the generated code.
+SMALL_RULES = """\
+rules:
+  - name: polar_wrong_point
+    inputs:
+      x: {domain: [0.5, 3]}
+      y: {}
+    outputs: [r, theta]
+    forward:
+      r: hypot(x, y)
+      theta: atan2(y, x)
+    checks:
+      points:
+        - at: {x: 3.0, y: 4.0}
+          jvp: {tangents: {x: 1.0}, value: [0.6, -0.15]}
+  - name: cube_vjp_only
+    inputs: [x]
+    forward: x**3
+    mode: vjp
+    vjp: 3 * x**2 * out_bar
+    checks:
+      points:
+        - at: {x: [1.0, 2.0]}
+          jvp: {tangents: {x: [1.0, 0.5]}, value: [3.0, 6.0]}
+  - name: mul_sin
+    inputs: [x, y]
+    forward:
+      python: return x * xp.sin(y)
+    jvp:
+      python: return x_dot * xp.sin(y) + x * xp.cos(y) * y_dot
+    vjp:
+      python: return out_bar * xp.sin(y), out_bar * x * xp.cos(y)
+"""
+
+
+@pytest.fixture(scope="module")
+def small_rules(tmp_path_factory):
+    path = tmp_path_factory.mktemp("small") / "small.yaml"
+    path.write_text(SMALL_RULES)
+    rules = read_rules([path])
+    return rules, {(o.rule, o.check): o for o in run_checks(rules, jobs=1)}
+
+
+def test_a_right_jvp_point_passes_and_a_wrong_one_fails(small_rules):
+    _, outcomes = small_rules
+    right = outcomes["cube_vjp_only", "points"]
+    assert right.status == "pass", right.detail
+    assert "jax JVP by reverse mode" in right.detail
+    wrong = outcomes["polar_wrong_point", "points"]
+    assert wrong.status == "fail"
+    assert "jvp: at index (1,) expected -0.14999999999999999, got -0.16" in wrong.detail
+
+
+def test_a_jvp_point_without_tangents_is_a_located_spec_error(tmp_path):
+    path = tmp_path / "bad_point.yaml"
+    path.write_text(
+        "name: bad_point\ninputs: [x]\nforward: sin(x)\n"
+        "checks:\n  points:\n    - at: {x: 1.0}\n      jvp: {tangent: {x: 1.0}, value: 0.54}\n"
+    )
+    with pytest.raises(SpecErrors) as raised:
+        read_rules([path])
+    messages = [f"{e.loc.line}: {e.message}" for e in raised.value.errors]
+    assert "7: unknown key 'tangent'; did you mean 'tangents'?" in messages
+
+
+def test_snippet_vjp_need_not_sum_back_over_broadcast_axes(small_rules):
+    _, outcomes = small_rules
+    broadcast = outcomes["mul_sin", "broadcast"]
+    assert broadcast.status == "pass", broadcast.detail
+    assert "(3, 1), (1, 4)" in broadcast.detail
+
+
+def test_two_jobs_give_the_outcomes_of_one(small_rules):
+    rules, serial = small_rules
+    parallel = run_checks(rules, jobs=2)
+    assert [(o.rule, o.check) for o in parallel] == list(serial)
+    assert {(o.rule, o.check): o.status for o in parallel} == {key: o.status for key, o in serial.items()}
