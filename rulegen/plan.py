@@ -9,6 +9,7 @@ lay the pieces out.
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +46,27 @@ class Block:
     @property
     def result(self) -> str:
         return ", ".join(self.results)
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What one method of a torch Function takes back from ctx: only what its code reads."""
+
+    saved: str  # unpacking targets of ctx.saved_tensors, `_` for the unread; "" if none is read
+    statics: tuple[str, ...]
+
+
+def _reads(saved: Sequence[str], statics: Sequence[str], texts: Iterable[str]) -> Reads:
+    code = "\n".join(texts)
+    read = {n for n in (*saved, *statics) if re.search(rf"\b{n}\b", code)}
+    targets = ", ".join(n if n in read else "_" for n in saved)
+    if len(saved) == 1 and targets:
+        targets += ","
+    return Reads(saved=targets if read & set(saved) else "", statics=tuple(s for s in statics if s in read))
+
+
+def _block_texts(*blocks: Block | None) -> list[str]:
+    return [t for b in blocks if b is not None for t in (*(a.code for a in b.lines), b.result)]
 
 
 @dataclass(frozen=True)
@@ -111,6 +133,8 @@ class TorchPlan:
     tangents: tuple[str, ...]
     absent_tangents: tuple[str, ...]  # inputs whose tangent may arrive as None
     jvp: Block
+    backward_reads: Reads
+    jvp_reads: Reads
     imports: tuple[str, ...]
     setup_inputs: str  # unpacking targets of `inputs` in setup_context, "" if none is kept
     setup_outputs: str  # likewise for `output`
@@ -638,6 +662,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         emit.imports.add("from ._fuse import fused")
         bars = [f"{o}_bar" for o in outputs] if residual_names else [f"{n}_bar" for n in values_out]
         fused_backward_params = (*saved, *statics_used, *bars)
+    backward_texts = [*_block_texts(backward, first_order), ", ".join(fused_backward_params)]
+    jvp_texts = _block_texts(jvp) + [f"torch.zeros_like({x})" for x in absent_tangents]
     return TorchPlan(
         header=_header(d),
         name=rule.name,
@@ -658,6 +684,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         tangents=tuple(f"{i.name}_dot" for i in rule.inputs),
         absent_tangents=absent_tangents,
         jvp=jvp,
+        backward_reads=_reads(saved, statics_used, backward_texts),
+        jvp_reads=_reads(saved, statics_used, jvp_texts),
         imports=tuple(sorted(emit.imports)),
         setup_inputs=_targets(inputs, {*saved, *statics_used}, tuple_of_one=True),
         setup_outputs=_targets(values_out, {*saved, *non_diff}, tuple_of_one=False),

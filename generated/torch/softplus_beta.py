@@ -41,7 +41,7 @@ class SoftplusBeta(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, x_dot, beta_dot):
-        x, saved0 = ctx.saved_tensors
+        _, saved0 = ctx.saved_tensors
         beta = ctx.beta
         return x_dot * torch.sigmoid(saved0), beta * x_dot
 
