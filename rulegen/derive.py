@@ -55,11 +55,20 @@ class Derivation:
         return tuple(i for i in self.rule.inputs if i.differentiable)
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """Raised by the alarm; a BaseException so that sympy's `except Exception` cannot swallow it."""
 
 
 _limit_active = False
+
+# Once the time is up the alarm fires again at this interval until the
+# timeout escapes: a raise that lands in a callback whose exceptions are
+# ignored (a garbage-collector callback of JAX's, say) is lost.
+_REFIRE_SECONDS = 0.05
+
+
+def _timeout_error(loc: Loc, seconds: float) -> SpecErrors:
+    return SpecErrors([SpecError(loc, f"sympy needs more than {seconds:g} s for this rule")])
 
 
 @contextmanager
@@ -68,7 +77,7 @@ def _refusing(loc: Loc, seconds: float) -> Iterator[None]:
     try:
         yield
     except _Timeout:
-        raise SpecErrors([SpecError(loc, f"sympy needs more than {seconds:g} s for this rule")]) from None
+        raise _timeout_error(loc, seconds) from None
     except (RecursionError, MemoryError):
         raise SpecErrors([SpecError(loc, "this rule is too large or too deep for sympy")]) from None
 
@@ -82,21 +91,38 @@ def sympy_time_limit(seconds: float, loc: Loc) -> Iterator[None]:
     """
     global _limit_active
     if _limit_active or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def on_alarm(signum: int, frame: object) -> None:
-        raise _Timeout
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    _limit_active = True
-    try:
         with _refusing(loc, seconds):
             yield
+        return
+
+    state = {"armed": True, "expired": False}
+
+    def on_alarm(signum: int, frame: object) -> None:
+        if state["armed"]:
+            state["expired"] = True
+            raise _Timeout
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds, _REFIRE_SECONDS)
+    _limit_active = True
+    try:
+        try:
+            with _refusing(loc, seconds):
+                yield
+        finally:
+            state["armed"] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except SpecErrors:
+        raise
+    except Exception as exc:
+        # The alarm can land inside C code (`ast.parse`, a sympy extension)
+        # that reports it as some other error (SystemError); once the time
+        # is up, any failure is the timeout.
+        if state["expired"]:
+            raise _timeout_error(loc, seconds) from exc
+        raise
     finally:
         _limit_active = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
 

@@ -1,0 +1,184 @@
+"""Parallel and incremental builds.
+
+`rulegen build --jobs N` derives rules in worker processes: the package and
+the errors are the same as a serial build's.  An incremental build keeps
+unchanged modules as they are on disk, the package's own modules included,
+and redoes whatever a changed rule set touches.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import rulegen.build
+from rulegen.cli import app
+from rulegen.derive import sympy_time_limit
+from rulegen.errors import Loc, SpecErrors
+
+RULES = Path(__file__).resolve().parent.parent / "rules"
+
+# Two rules in one file, the second calling the first by name: workers must
+# know every rule of the build, and regroup outcomes by file in order.
+PAIR = """\
+rules:
+  - name: halved
+    inputs: [x]
+    forward: x / 2
+  - name: halved_twice
+    inputs: [x]
+    forward:
+      python: return halved(halved(x))
+"""
+
+
+@pytest.fixture
+def pools(monkeypatch) -> list[int]:
+    """Every build derives in workers; records the size of each pool started."""
+    started: list[int] = []
+    make_pool = rulegen.build.worker_pool
+
+    def recording_pool(workers: int, known_rules: frozenset[str]):
+        started.append(workers)
+        return make_pool(workers, known_rules)
+
+    monkeypatch.setattr(rulegen.build, "PARALLEL_MIN_RULES", 1)
+    monkeypatch.setattr(rulegen.build, "worker_pool", recording_pool)
+    return started
+
+
+def _build(rules: Path, out: Path, *extra: str):
+    return CliRunner().invoke(app, ["build", str(rules), "--out", str(out), *extra], catch_exceptions=False)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_parallel_build_writes_the_same_bytes_as_a_serial_build(tmp_path, monkeypatch, pools):
+    monkeypatch.chdir(tmp_path)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for name in ("log1pexp", "softplus_beta", "l2_normalize", "fixed_point"):
+        shutil.copy(RULES / f"{name}.yaml", rules)
+    (rules / "pair.yaml").write_text(PAIR)
+
+    serial = _build(rules, tmp_path / "serial", "--jobs", "1")
+    assert serial.exit_code == 0, serial.output
+    assert pools == []
+    parallel = _build(rules, tmp_path / "parallel", "--jobs", "2")
+    assert parallel.exit_code == 0, parallel.output
+    assert pools == [2]
+    assert _files(tmp_path / "serial") == _files(tmp_path / "parallel")
+
+
+BAD = {
+    # Each is refused while deriving (in a worker), not while reading.
+    "nonlinear.yaml": ("name: nonlinear\ninputs: [x]\nforward: sin(x)\njvp: cos(x) * x_dot**2\n", "4:6", "linear"),
+    "unknown_call.yaml": (
+        "name: unknown_call\ninputs: [x]\nforward: x\nvjp:\n  python: |\n    y = out_bar\n    return y * zz\n",
+        "7:16",
+        "unknown name 'zz'",
+    ),
+    "huge_gamma.yaml": ("name: huge_gamma\ninputs: [x]\nforward: x * gamma(1000000)\n", "3:", ""),
+}
+
+
+def test_errors_raised_in_workers_are_reported_for_every_file_and_nothing_is_written(tmp_path, monkeypatch, pools):
+    monkeypatch.chdir(tmp_path)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for name, (text, _, _) in BAD.items():
+        (rules / name).write_text(text)
+    for k in range(3):
+        (rules / f"good{k}.yaml").write_text(f"name: good{k}\ninputs: [x]\nforward: sin({k + 1} * x)\n")
+
+    result = _build(rules, tmp_path / "pkg", "--jobs", "2")
+
+    assert pools == [2]
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    for name, (_, where, fragment) in BAD.items():
+        match = re.search(rf"{re.escape(name)}:(\d+):(\d+): error: (.*)", result.output)
+        assert match, result.output
+        assert f"{match.group(1)}:{match.group(2)}".startswith(where), result.output
+        assert fragment in match.group(3), result.output
+    assert not (tmp_path / "pkg").exists()
+
+
+def _sleep_past_time_limit() -> None:
+    with sympy_time_limit(0.2, Loc("slow.yaml", 3, 10)):
+        time.sleep(30)
+
+
+def test_sympy_time_limit_refuses_a_rule_inside_a_worker():
+    pool = rulegen.build.worker_pool(1, frozenset())
+    try:
+        with pytest.raises(SpecErrors, match=r"slow\.yaml:3:10: sympy needs more than 0\.2 s"):
+            pool.submit(_sleep_past_time_limit).result(timeout=20)
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def test_a_timeout_swallowed_where_it_lands_fires_again():
+    # As in a garbage-collector callback, whose exceptions Python ignores.
+    with pytest.raises(SpecErrors, match=r"slow\.yaml:3:10: sympy needs more than 0\.05 s"):
+        with sympy_time_limit(0.05, Loc("slow.yaml", 3, 10)):
+            try:
+                time.sleep(5)
+            except BaseException:
+                pass
+            time.sleep(5)
+
+
+def test_a_timeout_that_c_code_reports_as_another_error_is_still_the_timeout():
+    # `ast.parse` interrupted by the alarm fails with SystemError.
+    with pytest.raises(SpecErrors, match=r"slow\.yaml:3:10: sympy needs more than 0\.05 s"):
+        with sympy_time_limit(0.05, Loc("slow.yaml", 3, 10)):
+            try:
+                time.sleep(5)
+            except BaseException as exc:
+                raise SystemError("error return without exception set") from exc
+
+
+def test_an_error_within_the_time_limit_is_not_a_timeout():
+    with pytest.raises(ValueError, match="not a timeout"):
+        with sympy_time_limit(5, Loc("slow.yaml", 3, 10)):
+            raise ValueError("not a timeout")
+
+
+def test_an_incremental_build_redoes_the_package_modules_when_the_rule_set_changes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rules, out = tmp_path / "rules", tmp_path / "pkg"
+    rules.mkdir()
+    (rules / "first.yaml").write_text("name: first\ninputs: [x]\nforward: sin(x)\n")
+    assert _build(rules, out).exit_code == 0
+    before = _files(out)
+
+    noop = _build(rules, out)
+    assert "0 file(s) derived, 1 unchanged, 0 written" in noop.output, noop.output
+    assert _files(out) == before
+
+    # A host rule brings helper modules (`jax/_host.py`, `torch/_host.py`) into the package.
+    shutil.copy(RULES / "scipy_erfcx.yaml", rules)
+    added = _build(rules, out)
+    assert "1 file(s) derived, 1 unchanged" in added.output, added.output
+    assert "from .scipy_erfcx import scipy_erfcx" in (out / "jax" / "__init__.py").read_text()
+    assert "ScipyErfcx" in (out / "torch" / "__init__.py").read_text()
+    assert (out / "jax" / "_host.py").exists()
+    assert (out / "torch" / "_host.py").exists()
+
+    (rules / "first.yaml").unlink()
+    assert _build(rules, out).exit_code == 0
+    assert "first" not in (out / "jax" / "__init__.py").read_text()
+    assert not (out / "jax" / "first.py").exists()
+
+    (rules / "scipy_erfcx.yaml").unlink()
+    (rules / "first.yaml").write_text("name: first\ninputs: [x]\nforward: sin(x)\n")
+    assert _build(rules, out).exit_code == 0
+    assert _files(out) == before
