@@ -2,9 +2,11 @@
 
     python -m benchmarks.jax_jit [log2 of the element count, default 20]
 
-float32 on the CPU, value and gradient of the sum of squares, interleaved
-rounds; each row shows the median ratio with its min and max. softmax and
-logsumexp work on rows of 1024.
+float32 on the CPU, value and gradient of the sum of squares (reverse mode)
+and `jax.jvp` with a tangent of ones for every input (forward mode),
+interleaved rounds; each cell shows the median of the per-round ratios with
+their min and max. softmax and logsumexp work on rows of 1024 (their
+hand-written rules are `custom_vjp`s, which have no forward mode: "n/a").
 """
 
 from __future__ import annotations
@@ -112,36 +114,48 @@ CASES: list[tuple[str, int, Callable, Callable, Callable]] = [
 ]
 
 
+def _interleaved(impls: list[Callable], xs: list[jax.Array], rounds: int) -> list[list[float]]:
+    for f in impls:
+        jax.block_until_ready(f(*xs))
+    times: list[list[float]] = [[] for _ in impls]
+    for _ in range(rounds):
+        for k, f in enumerate(impls):
+            start = time.perf_counter()
+            jax.block_until_ready(f(*xs))
+            times[k].append(time.perf_counter() - start)
+    return times
+
+
+def _cell(times: list[float], base: list[float]) -> str:
+    ratios = [a / b for a, b in zip(times, base, strict=True)]
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
+
+
 def main(log2n: int) -> None:
     n = 1 << log2n
     rounds = 30
-    print(f"jax.jit, float32, {n} elements, value_and_grad of the sum of squares, {rounds} interleaved rounds")
-    print(f"{'case':<12} {'gen/hand':>22} {'gen/jax.grad(composite)':>26}")
+    print(f"jax.jit, float32, {n} elements, {rounds} interleaved rounds")
+    columns = ["grad gen/hand", "grad gen/composite", "jvp gen/hand", "jvp gen/composite"]
+    print(f"{'case':<12} " + " ".join(f"{c:>22}" for c in columns))
     for name, arity, generated, hand, composite in CASES:
         keys = jax.random.split(jax.random.key(0), arity)
         shape = (n // ROWS, ROWS) if name in ("softmax", "logsumexp") else (n,)
         xs = [jax.random.normal(k, shape, dtype=jnp.float32) for k in keys]
         argnums = tuple(range(arity))
-        impls = [
+        grads = [
             jax.jit(jax.value_and_grad(lambda *a, f=f: (f(*a) ** 2).sum(), argnums))
             for f in (generated, hand, composite)
         ]
-        for f in impls:
-            jax.block_until_ready(f(*xs))
-        times: list[list[float]] = [[], [], []]
-        for _ in range(rounds):
-            for k, f in enumerate(impls):
-                start = time.perf_counter()
-                jax.block_until_ready(f(*xs))
-                times[k].append(time.perf_counter() - start)
-
-        def cell(r: list[float]) -> str:
-            return f"{statistics.median(r):.2f} [{min(r):.2f}, {max(r):.2f}]"
-
-        print(
-            f"{name:<12} {cell([g / h for g, h in zip(times[0], times[1], strict=True)]):>22} "
-            f"{cell([g / c for g, c in zip(times[0], times[2], strict=True)]):>26}"
-        )
+        times = _interleaved(grads, xs, rounds)
+        cells = [_cell(times[0], times[1]), _cell(times[0], times[2])]
+        hand_has_jvp = not isinstance(hand, jax.custom_vjp)
+        jvps = [
+            jax.jit(lambda *a, f=f: jax.jvp(f, a, tuple(jnp.ones_like(x) for x in a)))
+            for f in ((generated, hand, composite) if hand_has_jvp else (generated, composite))
+        ]
+        times = _interleaved(jvps, xs, rounds)
+        cells += [_cell(times[0], times[1]), _cell(times[0], times[2])] if hand_has_jvp else ["n/a", _cell(*times)]
+        print(f"{name:<12} " + " ".join(f"{c:>22}" for c in cells))
 
 
 if __name__ == "__main__":

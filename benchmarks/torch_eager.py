@@ -6,8 +6,10 @@ float32 on the CPU. The four implementations of a case (generated, autodiff
 of the composite, hand-written in the torch-docs style, generated with
 `fuse: true`) run interleaved (A B C D A B C D ...); each column shows the
 median of the per-round ratios, with their min and max, so a noisy shared
-machine moves all alike. The last columns are the bytes each saves for
-backward (saved_tensors_hooks).
+machine moves all alike. "jvp gen/autodiff" is forward mode
+(`torch.func.jvp`) of the generated Function against that of the composite,
+interleaved the same way (the hand-written Functions have no `jvp`). The last
+columns are the bytes each saves for backward (saved_tensors_hooks).
 """
 
 from __future__ import annotations
@@ -201,6 +203,13 @@ def fwd_bwd(f: Callable, xs: list[torch.Tensor]) -> float:
     return time.perf_counter() - start
 
 
+def forward_mode(f: Callable, xs: list[torch.Tensor]) -> float:
+    """One JVP (torch.func.jvp, forward-mode AD), every input with a tangent."""
+    start = time.perf_counter()
+    torch.func.jvp(f, tuple(xs), tuple(torch.ones_like(x) for x in xs))
+    return time.perf_counter() - start
+
+
 def saved_bytes(f: Callable, xs: list[torch.Tensor]) -> int:
     total = 0
     seen: set[int] = set()
@@ -232,7 +241,7 @@ def main(log2n: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fused = fused_package(Path(tmp))
     print(f"torch eager, float32, {n} elements, forward+backward, {rounds} interleaved rounds")
-    columns = ["gen/autodiff", "gen/hand", "fused/autodiff"]
+    columns = ["gen/autodiff", "gen/hand", "fused/autodiff", "jvp gen/autodiff"]
     print(f"{'case':<22} " + " ".join(f"{c:>22}" for c in columns) + f" {'saved MB gen/auto/hand/fused':>30}")
     for name, arity, generated, autodiff, hand, fused_name in CASES:
         gen_ = torch.Generator().manual_seed(0)
@@ -250,6 +259,13 @@ def main(log2n: int) -> None:
                 times[k].append(fwd_bwd(f, xs))
 
         cells = [_ratio_cell(times[k], times[base]) for k, base in ((0, 1), (0, 2), (3, 1))]
+        jvp_times: list[list[float]] = [[], []]
+        for f in impls[:2]:
+            forward_mode(f, xs)
+        for _ in range(rounds):
+            for k, f in enumerate(impls[:2]):
+                jvp_times[k].append(forward_mode(f, xs))
+        cells.append(_ratio_cell(jvp_times[0], jvp_times[1]))
         mb = "/".join(f"{saved_bytes(f, xs) / 2**20:.0f}" for f in impls)
         print(f"{name:<22} " + " ".join(f"{c:>22}" for c in cells) + f" {mb:>30}")
 

@@ -1,0 +1,33 @@
+"""Every benchmark, one after the other, each printing its table of ratios.
+
+    python -m benchmarks [--quick]
+
+torch eager (2^22 elements), JAX under jit (2^20), and build speed (10, 100
+and 1000 rules). `--quick` runs smaller sizes (2^18 elements; 10 and 100
+rules) to see that everything runs. `generated/` must be built first
+(`rulegen build`). Each benchmark is also its own module (see README).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def main(argv: list[str]) -> int:
+    quick = "--quick" in argv
+    runs = [
+        ["benchmarks.torch_eager", "18" if quick else "22"],
+        ["benchmarks.jax_jit", "18" if quick else "20"],
+        ["benchmarks.build_speed", *(["10", "100"] if quick else [])],
+    ]
+    failed = 0
+    for module, *args in runs:
+        print(f"\n$ python -m {module} {' '.join(args)}".rstrip(), flush=True)
+        # One process each: torch's and JAX's thread pools do not share the cores.
+        failed |= subprocess.run([sys.executable, "-m", module, *args], check=False).returncode
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
