@@ -131,6 +131,7 @@ def test(
 ) -> None:
     """Build the rules into a temporary package and run the checks on every rule."""
     from rich.markup import escape
+    from rich.measure import Measurement
     from rich.progress import Progress
 
     from rulegen.build import available_cores
@@ -158,7 +159,10 @@ def test(
     if as_json:
         sys.stdout.write(outcomes_json(outcomes) + "\n")
     else:
-        out_console.print(report_table(outcomes))
+        table = report_table(outcomes)
+        # A file or a pipe has no width to fit: print the table whole, not cut to 80 columns.
+        whole = Measurement.get(out_console, out_console.options.update(width=10_000), table).maximum
+        (out_console if out_console.is_terminal else Console(highlight=False, width=whole)).print(table)
         for o in outcomes:
             if o.status == "fail":
                 out_console.print(f"[bold red]FAIL[/bold red] {o.rule} / {o.check}: {escape(o.detail)}")

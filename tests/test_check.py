@@ -119,6 +119,10 @@ def test_rulegen_test_cli_exits_1_on_a_wrong_rule_and_prints_json():
     result = runner.invoke(app, ["test", str(RULES / "log1pexp.yaml")])
     assert result.exit_code == 0, result.output
     assert "1 rules:" in result.output
+    # Not a terminal: the table is printed whole, not cut to 80 columns.
+    header = next(line for line in result.output.splitlines() if "forward" in line and "compile" in line)
+    assert all(check in header for check in CHECKS), header
+    assert re.search(r"log1pexp\s*│\s*pass\s*│", result.output), result.output
 
 
 def test_summary_counts_outcomes(wrong_outcomes):
