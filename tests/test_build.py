@@ -8,6 +8,7 @@ and redoes whatever a changed rule set touches.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import time
@@ -127,29 +128,30 @@ def test_sympy_time_limit_refuses_a_rule_inside_a_worker():
 
 def test_a_timeout_swallowed_where_it_lands_fires_again():
     # As in a garbage-collector callback, whose exceptions Python ignores.
-    with pytest.raises(SpecErrors, match=r"slow\.yaml:3:10: sympy needs more than 0\.05 s"):
-        with sympy_time_limit(0.05, Loc("slow.yaml", 3, 10)):
-            try:
-                time.sleep(5)
-            except BaseException:
-                pass
+    with (
+        pytest.raises(SpecErrors, match=r"slow\.yaml:3:10: sympy needs more than 0\.05 s"),
+        sympy_time_limit(0.05, Loc("slow.yaml", 3, 10)),
+    ):
+        with contextlib.suppress(BaseException):
             time.sleep(5)
+        time.sleep(5)
 
 
 def test_a_timeout_that_c_code_reports_as_another_error_is_still_the_timeout():
     # `ast.parse` interrupted by the alarm fails with SystemError.
-    with pytest.raises(SpecErrors, match=r"slow\.yaml:3:10: sympy needs more than 0\.05 s"):
-        with sympy_time_limit(0.05, Loc("slow.yaml", 3, 10)):
-            try:
-                time.sleep(5)
-            except BaseException as exc:
-                raise SystemError("error return without exception set") from exc
+    with (
+        pytest.raises(SpecErrors, match=r"slow\.yaml:3:10: sympy needs more than 0\.05 s"),
+        sympy_time_limit(0.05, Loc("slow.yaml", 3, 10)),
+    ):
+        try:
+            time.sleep(5)
+        except BaseException as exc:
+            raise SystemError("error return without exception set") from exc
 
 
 def test_an_error_within_the_time_limit_is_not_a_timeout():
-    with pytest.raises(ValueError, match="not a timeout"):
-        with sympy_time_limit(5, Loc("slow.yaml", 3, 10)):
-            raise ValueError("not a timeout")
+    with pytest.raises(ValueError, match="not a timeout"), sympy_time_limit(5, Loc("slow.yaml", 3, 10)):
+        raise ValueError("not a timeout")
 
 
 def test_an_incremental_build_redoes_the_package_modules_when_the_rule_set_changes(tmp_path, monkeypatch):
