@@ -21,6 +21,7 @@ from sympy.codegen.rewriting import ReplaceOptim, expm1_opt, log1p_opt, optimize
 
 from rulegen.derive import Derivation, Partials
 from rulegen.functions import sigmoid, softplus
+from rulegen.inplace import InPlaceWriter
 from rulegen.printers import print_jax, print_torch
 from rulegen.snippet import Code, SnippetDerivation
 from rulegen.spec import Input
@@ -32,8 +33,14 @@ Printer = Callable[[sp.Expr], tuple[str, frozenset[str]]]
 
 @dataclass(frozen=True)
 class Assign:
+    """`target = code`; with no target, the statement `code` (an in-place update)."""
+
     target: str
     code: str
+
+    @property
+    def line(self) -> str:
+        return f"{self.target} = {self.code}" if self.target else self.code
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,12 @@ class TorchPlan:
     tangents: tuple[str, ...]
     absent_tangents: tuple[str, ...]  # inputs whose tangent may arrive as None
     jvp: Block
+    # Bodies that update their own buffers in place, run when `plain(...)` of
+    # the tensors they read holds (rulegen.inplace); None where nothing would.
+    forward_in_place: Block | None
+    forward_plain: str
+    backward_in_place: Block | None  # of the first-order backward
+    backward_plain: str
     backward_reads: Reads
     jvp_reads: Reads
     imports: tuple[str, ...]
@@ -189,6 +202,28 @@ class _Emitter:
                 text = r.name
             returned.append(r.wrap.format(_atom(text) if r.wrap.startswith("{}.") else text))
         return Block(tuple(lines), tuple(returned))
+
+    def in_place_block(self, results: Sequence[Result], tensors: set[str]) -> Block:
+        """`block` of `results` as torch code that updates the buffers it allocates (see rulegen.inplace).
+
+        A line with an empty target is a statement.
+        """
+        computed = [r for r in results if r.expr is not None]
+        names = _temp_symbols(self.taken)
+        replacements, reduced = sp.cse([r.expr for r in computed], symbols=names, order="none")
+        writer = InPlaceWriter(self.code, tensors, names)
+        for sym, value in replacements:
+            writer.assign(str(sym), value)
+        texts = {r.name: writer.value(e) for r, e in zip(computed, reduced, strict=True)}
+        returned: list[str] = []
+        for r in results:
+            self.imports |= r.imports
+            if r.expr is None:
+                returned.append(r.code)
+            else:
+                text = texts[r.name]
+                returned.append(r.wrap.format(_atom(text) if r.wrap.startswith("{}.") else text))
+        return Block(tuple(Assign(step.target, step.code) for step in writer.steps), tuple(returned))
 
 
 def _is_simple(text: str) -> bool:
@@ -662,7 +697,20 @@ def plan_torch(d: Derivation) -> TorchPlan:
         emit.imports.add("from ._fuse import fused")
         bars = [f"{o}_bar" for o in outputs] if residual_names else [f"{n}_bar" for n in values_out]
         fused_backward_params = (*saved, *statics_used, *bars)
-    backward_texts = [*_block_texts(backward, first_order), ", ".join(fused_backward_params)]
+    # Fused rules compile these bodies instead.
+    forward_in_place = backward_in_place = None
+    forward_plain = backward_plain = ""
+    if not rule.fuse:
+        arrays = tuple(i.name for i in rule.inputs if not i.static)
+        tensors = {*arrays, *values_out, *(f"{n}_bar" for n in values_out)}
+        forward_in_place = _in_place(emit, [Result(n, e) for n, e in values], tensors)
+        forward_plain = _read_names(forward_in_place, arrays)
+        hot = first_order_results if residual_names else full_results
+        backward_in_place = _in_place(emit, hot, tensors)
+        backward_plain = _read_names(backward_in_place, (*saved, *(f"{n}_bar" for n in values_out)))
+        if forward_in_place or backward_in_place:
+            emit.imports.add("from ._inplace import plain")
+    backward_texts = [*_block_texts(backward, first_order, backward_in_place), ", ".join(fused_backward_params)]
     jvp_texts = _block_texts(jvp) + [f"torch.zeros_like({x})" for x in absent_tangents]
     return TorchPlan(
         header=_header(d),
@@ -684,6 +732,10 @@ def plan_torch(d: Derivation) -> TorchPlan:
         tangents=tuple(f"{i.name}_dot" for i in rule.inputs),
         absent_tangents=absent_tangents,
         jvp=jvp,
+        forward_in_place=forward_in_place,
+        forward_plain=forward_plain,
+        backward_in_place=backward_in_place,
+        backward_plain=backward_plain,
         backward_reads=_reads(saved, statics_used, backward_texts),
         jvp_reads=_reads(saved, statics_used, jvp_texts),
         imports=tuple(sorted(emit.imports)),
@@ -691,6 +743,22 @@ def plan_torch(d: Derivation) -> TorchPlan:
         setup_outputs=_targets(values_out, {*saved, *non_diff}, tuple_of_one=False),
         wrapper_targets=", ".join(n if n in outputs else f"_{n}" for n in values_out),
     )
+
+
+def _in_place(emit: _Emitter, results: Sequence[Result], tensors: set[str]) -> Block | None:
+    """The in-place form of `results`, or None where it would update nothing in place."""
+    if not any(r.expr is not None for r in results):
+        return None
+    block = emit.in_place_block(results, tensors)
+    return block if any(not a.target for a in block.lines) else None
+
+
+def _read_names(block: Block | None, names: Sequence[str]) -> str:
+    """The `names` that `block` reads, as call arguments."""
+    if block is None:
+        return ""
+    code = "\n".join(_block_texts(block))
+    return ", ".join(n for n in names if re.search(rf"\b{n}\b", code))
 
 
 def _targets(names: Sequence[str], kept: set[str], *, tuple_of_one: bool) -> str:

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FAcosh(torch.autograd.Function):
     generate_vmap_rule = True
@@ -21,6 +23,13 @@ class FAcosh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = x + 1
+            t0.rsqrt_().mul_(out_bar)
+            t1 = x - 1
+            t1.rsqrt_()
+            t0.mul_(t1)
+            return t0
         return out_bar / (torch.sqrt(x - 1) * torch.sqrt(x + 1))
 
     @staticmethod

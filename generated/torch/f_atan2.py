@@ -4,12 +4,18 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FAtan2(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(y, x):
+        if plain(y, x):
+            t0 = y / x
+            t0.atan_()
+            return t0
         return torch.atan(y / x)
 
     @staticmethod

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FBesselI1e(torch.autograd.Function):
     generate_vmap_rule = True
@@ -21,6 +23,12 @@ class FBesselI1e(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = torch.special.i0e(x)
+            t1 = 1 / x
+            t1.add_(1).mul_(torch.special.i1e(x))
+            t0.sub_(t1).mul_(out_bar)
+            return t0
         x_bar = out_bar * (-(1 + 1 / x) * torch.special.i1e(x) + torch.special.i0e(x))
         return x_bar
 

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FCos(torch.autograd.Function):
     generate_vmap_rule = True
@@ -21,6 +23,10 @@ class FCos(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = torch.sin(x)
+            t0.mul_(out_bar).neg_()
+            return t0
         return -out_bar * torch.sin(x)
 
     @staticmethod

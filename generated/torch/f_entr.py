@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FEntr(torch.autograd.Function):
     generate_vmap_rule = True
@@ -21,6 +23,10 @@ class FEntr(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = torch.log(x)
+            t0.neg_().add_(-1).mul_(out_bar)
+            return t0
         return out_bar * (-torch.log(x) - 1)
 
     @staticmethod

@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from ._inplace import plain
+
 
 class FErfcx(torch.autograd.Function):
     generate_vmap_rule = True
@@ -23,6 +25,10 @@ class FErfcx(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = torch.special.erfcx(x)
+            t0.mul_(x).mul_(2).add_(-2 / math.sqrt(math.pi)).mul_(out_bar)
+            return t0
         return out_bar * (2 * x * torch.special.erfcx(x) - 2 / math.sqrt(math.pi))
 
     @staticmethod

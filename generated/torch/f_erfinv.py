@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from ._inplace import plain
+
 
 class FErfinv(torch.autograd.Function):
     generate_vmap_rule = True
@@ -23,6 +25,10 @@ class FErfinv(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = torch.special.erfinv(x)
+            t0.square_().exp_().mul_(out_bar).mul_(math.sqrt(math.pi)).mul_(1 / 2)
+            return t0
         x_bar = math.sqrt(math.pi) * out_bar * torch.exp(torch.special.erfinv(x) ** 2) / 2
         return x_bar
 

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FExpm1(torch.autograd.Function):
     generate_vmap_rule = True
@@ -21,6 +23,10 @@ class FExpm1(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = torch.exp(x)
+            t0.mul_(out_bar)
+            return t0
         return out_bar * torch.exp(x)
 
     @staticmethod

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FGamma(torch.autograd.Function):
     generate_vmap_rule = True
@@ -24,6 +26,12 @@ class FGamma(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = torch.exp(torch.special.gammaln(x)) * torch.where(
+                (x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0
+            )
+            t0.mul_(out_bar).mul_(torch.special.digamma(x))
+            return t0
         x_bar = (
             out_bar
             * torch.exp(torch.special.gammaln(x))

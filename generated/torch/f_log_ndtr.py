@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from ._inplace import plain
+
 
 class FLogNdtr(torch.autograd.Function):
     generate_vmap_rule = True
@@ -23,6 +25,12 @@ class FLogNdtr(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = x**2
+            t0.mul_(-1 / 2).sub_(torch.special.log_ndtr(x)).exp_().mul_(out_bar).mul_(
+                math.sqrt(2)
+            ).mul_(1 / math.sqrt(math.pi)).mul_(1 / 2)
+            return t0
         x_bar = (
             math.sqrt(2)
             * out_bar

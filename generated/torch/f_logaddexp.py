@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FLogaddexp(torch.autograd.Function):
     generate_vmap_rule = True
@@ -21,6 +23,14 @@ class FLogaddexp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
+        if plain(x, y, out_bar):
+            t0 = -y
+            t0.add_(x)
+            t1 = torch.sigmoid(t0)
+            t1.mul_(out_bar)
+            t2 = -t0
+            t2.sigmoid_().mul_(out_bar)
+            return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = x - y
         return (out_bar * torch.sigmoid(t0)).sum_to_size(x.shape), (
             out_bar * torch.sigmoid(-t0)

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FMax(torch.autograd.Function):
     generate_vmap_rule = True
@@ -21,6 +23,14 @@ class FMax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
+        if plain(x, y, out_bar):
+            t0 = -y
+            t0.add_(x)
+            t1 = (torch.sign(t0) + 1) / 2
+            t1.mul_(out_bar)
+            t2 = (torch.sign(-t0) + 1) / 2
+            t2.mul_(out_bar)
+            return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = x - y
         return (out_bar * (torch.sign(t0) + 1) / 2).sum_to_size(x.shape), (
             out_bar * (torch.sign(-t0) + 1) / 2

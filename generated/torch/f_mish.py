@@ -4,12 +4,19 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FMish(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
+        if plain(x):
+            t0 = torch.nn.functional.softplus(x, threshold=40.0)
+            t0.tanh_()
+            t1 = t0 * x
+            return t1, t0
         t0 = torch.tanh(torch.nn.functional.softplus(x, threshold=40.0))
         return t0 * x, t0
 
@@ -25,6 +32,10 @@ class FMish(torch.autograd.Function):
     def backward(ctx, out_bar, saved0_bar):
         x, saved0 = ctx.saved_tensors
         if out_bar is not None and saved0_bar is None:
+            if plain(x, saved0, out_bar):
+                t0 = saved0**2
+                t0.neg_().add_(1).mul_(x).mul_(torch.sigmoid(x)).add_(saved0).mul_(out_bar)
+                return t0
             return out_bar * (saved0 + x * (1 - saved0**2) * torch.sigmoid(x))
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar

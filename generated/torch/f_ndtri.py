@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from ._inplace import plain
+
 
 class FNdtri(torch.autograd.Function):
     generate_vmap_rule = True
@@ -23,6 +25,12 @@ class FNdtri(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = torch.special.ndtri(x)
+            t0.square_().mul_(1 / 2).exp_().mul_(out_bar).mul_(math.sqrt(2)).mul_(
+                math.sqrt(math.pi)
+            )
+            return t0
         x_bar = (
             math.sqrt(2) * math.sqrt(math.pi) * out_bar * torch.exp(torch.special.ndtri(x) ** 2 / 2)
         )

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FPow(torch.autograd.Function):
     generate_vmap_rule = True
@@ -22,6 +24,12 @@ class FPow(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y, out = ctx.saved_tensors
+        if plain(x, y, out, out_bar):
+            t0 = out * out_bar
+            t1 = t0 * y / x
+            t2 = torch.log(x)
+            t2.mul_(t0)
+            return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = out * out_bar
         return (t0 * y / x).sum_to_size(x.shape), (t0 * torch.log(x)).sum_to_size(y.shape)
 

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FRsqrt(torch.autograd.Function):
     generate_vmap_rule = True
@@ -21,6 +23,10 @@ class FRsqrt(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = x ** (-3 / 2)
+            t0.mul_(out_bar).mul_(-1 / 2)
+            return t0
         return -out_bar / x ** (3 / 2) / 2
 
     @staticmethod

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FSigmoid(torch.autograd.Function):
     generate_vmap_rule = True
@@ -21,6 +23,10 @@ class FSigmoid(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (out,) = ctx.saved_tensors
+        if plain(out, out_bar):
+            t0 = -out
+            t0.add_(1).mul_(out).mul_(out_bar)
+            return t0
         return out * out_bar * (1 - out)
 
     @staticmethod

@@ -4,12 +4,18 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FSwish(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
+        if plain(x):
+            t0 = torch.sigmoid(x)
+            t0.mul_(x)
+            return t0
         return x * torch.sigmoid(x)
 
     @staticmethod
@@ -22,6 +28,11 @@ class FSwish(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, out = ctx.saved_tensors
+        if plain(x, out, out_bar):
+            t0 = torch.sigmoid(x)
+            t1 = -t0
+            t1.add_(1).mul_(out).add_(t0).mul_(out_bar)
+            return t1
         t0 = torch.sigmoid(x)
         return out_bar * (out * (1 - t0) + t0)
 

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FTanh(torch.autograd.Function):
     generate_vmap_rule = True
@@ -21,6 +23,10 @@ class FTanh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (out,) = ctx.saved_tensors
+        if plain(out, out_bar):
+            t0 = out**2
+            t0.neg_().add_(1).mul_(out_bar)
+            return t0
         return out_bar * (1 - out**2)
 
     @staticmethod

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class FXlogy(torch.autograd.Function):
     generate_vmap_rule = True
@@ -21,6 +23,11 @@ class FXlogy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
+        if plain(x, y, out_bar):
+            t0 = torch.log(y)
+            t0.mul_(out_bar)
+            t1 = out_bar * x / y
+            return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
         return (out_bar * torch.log(y)).sum_to_size(x.shape), (out_bar * x / y).sum_to_size(y.shape)
 
     @staticmethod

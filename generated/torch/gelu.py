@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from ._inplace import plain
+
 
 class Gelu(torch.autograd.Function):
     """Exact GELU, x * Phi(x). Only the forward is given; both derivatives are derived."""
@@ -14,6 +16,13 @@ class Gelu(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
+        if plain(x):
+            t0 = x / 2
+            t1 = math.sqrt(2) * t0
+            t2 = torch.special.erf(t1)
+            t3 = t2 + 1
+            t3.mul_(t0)
+            return t3, t2, t1
         t0 = x / 2
         t1 = math.sqrt(2) * t0
         t2 = torch.special.erf(t1)
@@ -31,6 +40,13 @@ class Gelu(torch.autograd.Function):
     def backward(ctx, out_bar, saved0_bar, saved1_bar):
         x, saved0, saved1 = ctx.saved_tensors
         if out_bar is not None and saved0_bar is None and saved1_bar is None:
+            if plain(x, saved0, saved1, out_bar):
+                t0 = saved0 / 2
+                t0.add_(1 / 2)
+                t1 = x**2
+                t1.mul_(-1 / 2).exp_().mul_(saved1).mul_(1 / math.sqrt(math.pi))
+                t0.add_(t1).mul_(out_bar)
+                return t0
             x_bar = out_bar * (
                 saved0 / 2 + saved1 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + 1 / 2
             )

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class Log1pexp(torch.autograd.Function):
     """log(1 + exp(x)) whose gradient stays exact for large x."""
@@ -23,6 +25,10 @@ class Log1pexp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = torch.sigmoid(x)
+            t0.mul_(out_bar)
+            return t0
         return out_bar * torch.sigmoid(x)
 
     @staticmethod

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class Polar(torch.autograd.Function):
     """Cartesian (x, y) to polar (r, theta); two inputs, two outputs, partials derived."""
@@ -12,6 +14,11 @@ class Polar(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
+        if plain(x, y):
+            t0 = torch.hypot(x, y)
+            t1 = y / x
+            t1.atan_()
+            return t0, t1
         return torch.hypot(x, y), torch.atan(y / x)
 
     @staticmethod
@@ -24,6 +31,14 @@ class Polar(torch.autograd.Function):
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
         x, y, r = ctx.saved_tensors
+        if plain(x, y, r, r_bar, theta_bar):
+            t0 = theta_bar / (x**2 + y**2)
+            t1 = 1 / r
+            t2 = r_bar * t1 * x
+            t2.sub_(t0 * y)
+            t4 = t0 * x
+            t4.add_(r_bar * t1 * y)
+            return t2.sum_to_size(x.shape), t4.sum_to_size(y.shape)
         t0 = theta_bar / (x**2 + y**2)
         t1 = 1 / r
         return (r_bar * t1 * x - t0 * y).sum_to_size(x.shape), (

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class SigmoidOut(torch.autograd.Function):
     """The logistic function, whose derivative is written with its own output."""
@@ -23,6 +25,10 @@ class SigmoidOut(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (out,) = ctx.saved_tensors
+        if plain(out, out_bar):
+            t0 = -out
+            t0.add_(1).mul_(out).mul_(out_bar)
+            return t0
         return out * out_bar * (1 - out)
 
     @staticmethod

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._inplace import plain
+
 
 class SinExpMul(torch.autograd.Function):
     """sin(x) * exp(-x**2) * y, a two-input composite whose partials are derived."""
@@ -12,6 +14,13 @@ class SinExpMul(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
+        if plain(x, y):
+            t0 = x**2
+            t0.neg_().exp_()
+            t1 = torch.sin(x)
+            t2 = t0 * t1
+            t3 = t2 * y
+            return t3, t2, t0, t1
         t0 = torch.exp(-(x**2))
         t1 = torch.sin(x)
         t2 = t0 * t1
@@ -29,6 +38,11 @@ class SinExpMul(torch.autograd.Function):
     def backward(ctx, out_bar, saved0_bar, saved1_bar, saved2_bar):
         x, y, saved0, saved1, saved2 = ctx.saved_tensors
         if out_bar is not None and saved0_bar is None and saved1_bar is None and saved2_bar is None:
+            if plain(x, y, saved0, saved1, saved2, out_bar):
+                t0 = 2 * saved2 * x
+                t0.sub_(torch.cos(x)).mul_(out_bar).mul_(saved1).mul_(y).neg_()
+                t2 = out_bar * saved0
+                return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
             return (-out_bar * saved1 * y * (2 * saved2 * x - torch.cos(x))).sum_to_size(x.shape), (
                 out_bar * saved0
             ).sum_to_size(y.shape)

@@ -6,6 +6,8 @@ parameter.
 
 import torch
 
+from ._inplace import plain
+
 
 class SoftplusBeta(torch.autograd.Function):
     """log(1 + exp(beta * x)) / beta, a softplus whose sharpness `beta` is a static parameter."""
@@ -14,6 +16,11 @@ class SoftplusBeta(torch.autograd.Function):
 
     @staticmethod
     def forward(x, beta):
+        if plain(x):
+            t0 = beta * x
+            t1 = torch.nn.functional.softplus(t0, threshold=40.0)
+            t1.div_(beta)
+            return t1, t0
         t0 = beta * x
         return torch.nn.functional.softplus(t0, threshold=40.0) / beta, t0
 
@@ -31,6 +38,10 @@ class SoftplusBeta(torch.autograd.Function):
         x, saved0 = ctx.saved_tensors
         beta = ctx.beta
         if out_bar is not None and saved0_bar is None:
+            if plain(saved0, out_bar):
+                t0 = torch.sigmoid(saved0)
+                t0.mul_(out_bar)
+                return t0, None
             return out_bar * torch.sigmoid(saved0), None
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar

@@ -1,0 +1,193 @@
+"""Straight-line torch code that updates its own temporaries in place.
+
+Eager torch allocates a fresh tensor for every operation, and on the CPU a
+large allocation costs about what the arithmetic does: its pages are mapped
+and zeroed anew.  Mish's first-order backward written out of place,
+`out_bar * (s + x * (1 - s**2) * sigmoid(x))`, allocates seven tensors;
+written as updates of buffers it owns, two:
+
+    t1 = s**2
+    t1.neg_().add_(1).mul_(x)
+    t2 = torch.sigmoid(x)
+    t1.mul_(t2).add_(s).mul_(out_bar)
+
+A buffer is only ever a tensor this code allocated itself (an input, a saved
+tensor or a shared subexpression is never written), so this is right
+whenever the tensors are plain: no autograd recording, no torch.func
+transform, one shape and dtype for all.  The generated Function checks that
+at run time (`torch/_inplace.py`) and runs the out-of-place code otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import sympy as sp
+
+from rulegen import functions as fn
+
+# Functions of one argument whose torch method has an in-place form.
+_IN_PLACE_METHODS: dict[type, str] = {
+    sp.exp: "exp_",
+    sp.log: "log_",
+    sp.sin: "sin_",
+    sp.cos: "cos_",
+    sp.tan: "tan_",
+    sp.sinh: "sinh_",
+    sp.cosh: "cosh_",
+    sp.tanh: "tanh_",
+    sp.asin: "asin_",
+    sp.acos: "acos_",
+    sp.atan: "atan_",
+    sp.asinh: "asinh_",
+    sp.acosh: "acosh_",
+    sp.atanh: "atanh_",
+    sp.erf: "erf_",
+    sp.erfc: "erfc_",
+    sp.Abs: "abs_",
+    sp.sign: "sign_",
+    sp.floor: "floor_",
+    sp.ceiling: "ceil_",
+    fn.log1p: "log1p_",
+    fn.expm1: "expm1_",
+    fn.sigmoid: "sigmoid_",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """`target = code`, or the statement `code` when there is no target."""
+
+    target: str
+    code: str
+
+
+class InPlaceWriter:
+    """Writes expressions as steps that allocate once per compound operand.
+
+    `code` prints an expression out of place; `tensors` names the symbols
+    that hold tensors (the others are Python numbers: static inputs);
+    `names` gives fresh names for buffers.
+    """
+
+    def __init__(self, code: Callable[[sp.Expr], str], tensors: set[str], names: Iterator[sp.Symbol]) -> None:
+        self.code = code
+        self.tensors = set(tensors)
+        self.names = names
+        self.steps: list[Step] = []
+
+    def assign(self, target: str, expr: sp.Expr) -> None:
+        """Compute `expr` into `target`, which later steps read but never write."""
+        if self._is_tensor(expr) and not expr.is_Atom:
+            self._owned(expr, target)
+        else:
+            self.steps.append(Step(target, self.code(expr)))
+        if self._is_tensor(expr):
+            self.tensors.add(target)
+
+    def value(self, expr: sp.Expr) -> str:
+        """The text of `expr` as a returned value: a fresh buffer when it is a compound tensor."""
+        if self._is_tensor(expr) and not expr.is_Atom:
+            return self._owned(expr)
+        return self.code(expr)
+
+    def _is_tensor(self, expr: sp.Expr) -> bool:
+        return any(s.name in self.tensors for s in expr.free_symbols)
+
+    def _compound(self, expr: sp.Expr) -> bool:
+        return not expr.is_Atom and self._is_tensor(expr)
+
+    def _operand(self, expr: sp.Expr) -> str:
+        """Text for the argument of an in-place method: inline when one out-of-place call computes it."""
+        if not self._compound(expr):
+            return self.code(expr)
+        before = len(self.steps)
+        name = self._owned(expr)
+        if len(self.steps) == before + 1 and self.steps[-1].target == name:
+            return self.steps.pop().code
+        return name
+
+    def _update(self, buffer: str, call: str) -> None:
+        """Apply `buffer.call`, chained onto the previous update of the same buffer."""
+        last = self.steps[-1] if self.steps else None
+        if last is not None and not last.target and last.code.startswith(f"{buffer}."):
+            self.steps[-1] = Step("", f"{last.code}.{call}")
+        else:
+            self.steps.append(Step("", f"{buffer}.{call}"))
+
+    def _fresh(self, expr: sp.Expr, target: str | None) -> str:
+        name = target or str(next(self.names))
+        self.steps.append(Step(name, self.code(expr)))
+        return name
+
+    def _owned(self, expr: sp.Expr, target: str | None = None) -> str:
+        """The name of a buffer allocated here that holds `expr`."""
+        if isinstance(expr, sp.Add):
+            return self._sum(expr, target)
+        if isinstance(expr, sp.Mul):
+            return self._product(expr, target)
+        if isinstance(expr, sp.Pow):
+            return self._power(expr, target)
+        method = _IN_PLACE_METHODS.get(type(expr))
+        if method is not None and len(expr.args) == 1 and self._compound(expr.args[0]):
+            buffer = self._owned(expr.args[0], target)
+            self._update(buffer, f"{method}()")
+            return buffer
+        return self._fresh(expr, target)
+
+    def _seed(self, terms: Sequence[sp.Expr]) -> int | None:
+        """Which compound tensor term to build the buffer from, if any: a negated one only when no other is."""
+        compound = [k for k, t in enumerate(terms) if self._compound(t)]
+        return next((k for k in compound if not _is_negated(terms[k])), compound[0] if compound else None)
+
+    def _sum(self, expr: sp.Add, target: str | None) -> str:
+        terms = list(expr.args)
+        k = self._seed(terms)
+        if k is None:
+            return self._fresh(expr, target)
+        buffer = self._owned(terms.pop(k), target)
+        for term in terms:
+            if _is_negated(term):
+                self._update(buffer, f"sub_({self._operand(-term)})")
+            else:
+                self._update(buffer, f"add_({self._operand(term)})")
+        return buffer
+
+    def _product(self, expr: sp.Mul, target: str | None) -> str:
+        coefficient, factors_tuple = expr.as_coeff_mul()
+        factors = [f for f in factors_tuple if not _is_reciprocal(f)]
+        divisors = [1 / f for f in factors_tuple if _is_reciprocal(f)]
+        k = self._seed(factors)
+        if k is None:
+            return self._fresh(expr, target)
+        buffer = self._owned(factors.pop(k), target)
+        for factor in factors:
+            self._update(buffer, f"mul_({self._operand(factor)})")
+        for divisor in divisors:
+            self._update(buffer, f"div_({self._operand(divisor)})")
+        if coefficient == -1:
+            self._update(buffer, "neg_()")
+        elif coefficient != 1:
+            self._update(buffer, f"mul_({self.code(coefficient)})")
+        return buffer
+
+    def _power(self, expr: sp.Pow, target: str | None) -> str:
+        base, exponent = expr.as_base_exp()
+        if not self._compound(base) or not exponent.is_number or self._is_tensor(exponent):
+            return self._fresh(expr, target)
+        special = {2: "square_()", -1: "reciprocal_()", sp.S.Half: "sqrt_()", -sp.S.Half: "rsqrt_()"}
+        buffer = self._owned(base, target)
+        self._update(buffer, special.get(exponent, f"pow_({self.code(exponent)})"))
+        return buffer
+
+
+def _is_negated(term: sp.Expr) -> bool:
+    return isinstance(term, sp.Mul) and term.as_coeff_mul()[0] == -1
+
+
+def _is_reciprocal(factor: sp.Expr) -> bool:
+    return isinstance(factor, sp.Pow) and factor.exp.is_Integer and factor.exp < 0
+
+
+__all__ = ["InPlaceWriter", "Step"]
