@@ -9,6 +9,7 @@ lay the pieces out.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -620,8 +621,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
     for n in residual_names:
         symbols[f"{n}_bar"] = sp.Symbol(f"{n}_bar", real=True)
         symbols[f"{n}_dot"] = sp.Symbol(f"{n}_dot", real=True)
-    emit = _Emitter(print_torch, symbols)
     statics = tuple(i.name for i in rule.inputs if i.static)
+    emit = _Emitter(functools.partial(print_torch, scalars=frozenset(statics)), symbols)
     inputs = tuple(i.name for i in rule.inputs)
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]

@@ -206,6 +206,21 @@ class _ArrayCode:
     def _print_BooleanFalse(self, expr: sp.Basic) -> str:
         return "False"
 
+    #: Symbols that stand for Python numbers (static inputs), not arrays.
+    scalars: frozenset[str] = frozenset()
+
+    def _of_scalars(self, expr: sp.Expr) -> bool:
+        """A function of static inputs only, where `math` has every function: Python float arithmetic.
+
+        torch.exp(beta) of the Python float beta raises; math.exp(beta) is the number.
+        """
+        symbols = expr.free_symbols
+        return (
+            bool(symbols)
+            and all(s.name in self.scalars for s in symbols)
+            and all(f.func.__name__ in _MATH_FUNCTIONS for f in expr.atoms(sp.Function))
+        )
+
     def _print_constant(self, expr: sp.Expr) -> str:
         """A number such as sqrt(2)/2 as Python float arithmetic, readable where `math` has the functions."""
         if all(f.func.__name__ in _MATH_FUNCTIONS for f in expr.atoms(sp.Function)):
@@ -220,8 +235,8 @@ class _ArrayCode:
             isinstance(expr, sp.Expr)
             and not isinstance(self, _ConstantPrinter)
             and not expr.is_Atom
-            and expr.is_number
             and expr.is_real is not False
+            and (expr.is_number or self._of_scalars(expr))
         ):
             return self._print_constant(expr)
         return super()._print(expr, **kwargs)  # type: ignore[misc]
@@ -402,9 +417,11 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         return text
 
 
-def _printer(cls: Callable[[], _ArrayCode]) -> Callable[[sp.Expr], tuple[str, frozenset[str]]]:
-    def print_expr(expr: sp.Expr) -> tuple[str, frozenset[str]]:
+def _printer(cls: Callable[[], _ArrayCode]) -> Callable[..., tuple[str, frozenset[str]]]:
+    def print_expr(expr: sp.Expr, scalars: frozenset[str] = frozenset()) -> tuple[str, frozenset[str]]:
+        """`expr` as code, and the imports it needs; `scalars` name the symbols that hold Python numbers."""
         printer = cls()
+        printer.scalars = scalars
         text = printer.doprint(expr)  # type: ignore[attr-defined]
         return text, frozenset(printer.module_imports_)
 

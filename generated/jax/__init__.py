@@ -61,6 +61,7 @@ from .numpy_sort import numpy_sort
 from .numpy_take import numpy_take
 from .pointwise import pointwise
 from .polar import polar
+from .scaled_tanh import scaled_tanh
 from .scipy_erfcx import scipy_erfcx
 from .sigmoid_out import sigmoid_out
 from .sin_exp_mul import sin_exp_mul
@@ -130,6 +131,7 @@ __all__ = [
     "numpy_take",
     "pointwise",
     "polar",
+    "scaled_tanh",
     "scipy_erfcx",
     "sigmoid_out",
     "sin_exp_mul",

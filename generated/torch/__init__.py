@@ -61,6 +61,7 @@ from .numpy_sort import NumpySort, numpy_sort
 from .numpy_take import NumpyTake, numpy_take
 from .pointwise import Pointwise, pointwise
 from .polar import Polar, polar
+from .scaled_tanh import ScaledTanh, scaled_tanh
 from .scipy_erfcx import ScipyErfcx, scipy_erfcx
 from .sigmoid_out import SigmoidOut, sigmoid_out
 from .sin_exp_mul import SinExpMul, sin_exp_mul
@@ -130,6 +131,7 @@ __all__ = [
     "NumpyTake",
     "Pointwise",
     "Polar",
+    "ScaledTanh",
     "ScipyErfcx",
     "SigmoidOut",
     "SinExpMul",
@@ -196,6 +198,7 @@ __all__ = [
     "numpy_take",
     "pointwise",
     "polar",
+    "scaled_tanh",
     "scipy_erfcx",
     "sigmoid_out",
     "sin_exp_mul",
