@@ -18,12 +18,13 @@ from rulegen.printers import print_jax, print_torch
 from rulegen.spec import Rule
 
 
-def _compile(rule: Rule, printer: Callable[[Any], tuple[str, frozenset[str]]]) -> Callable[..., Any]:
+def _compile(rule: Rule, printer: Callable[..., tuple[str, frozenset[str]]]) -> Callable[..., Any]:
     derivation = derive_rule(rule)
     imports: set[str] = set()
     results = []
+    statics = frozenset(i.name for i in rule.inputs if i.static)
     for _, expr in derivation.forward:
-        code, needed = printer(expr)
+        code, needed = printer(expr, scalars=statics)
         imports |= needed
         results.append(code)
     params = ", ".join(i.name for i in rule.inputs)
