@@ -64,9 +64,14 @@ class Reads:
     statics: tuple[str, ...]
 
 
-def _reads(saved: Sequence[str], statics: Sequence[str], texts: Iterable[str]) -> Reads:
+def _mentioned(names: Iterable[str], texts: Iterable[str]) -> list[str]:
+    """The `names` that the code `texts` reads, in order."""
     code = "\n".join(texts)
-    read = {n for n in (*saved, *statics) if re.search(rf"\b{n}\b", code)}
+    return [n for n in names if re.search(rf"\b{n}\b", code)]
+
+
+def _reads(saved: Sequence[str], statics: Sequence[str], texts: Iterable[str]) -> Reads:
+    read = set(_mentioned((*saved, *statics), texts))
     targets = ", ".join(n if n in read else "_" for n in saved)
     if len(saved) == 1 and targets:
         targets += ","
@@ -756,10 +761,7 @@ def _in_place(emit: _Emitter, results: Sequence[Result], tensors: set[str]) -> B
 
 def _read_names(block: Block | None, names: Sequence[str]) -> str:
     """The `names` that `block` reads, as call arguments."""
-    if block is None:
-        return ""
-    code = "\n".join(_block_texts(block))
-    return ", ".join(n for n in names if re.search(rf"\b{n}\b", code))
+    return ", ".join(_mentioned(names, _block_texts(block))) if block is not None else ""
 
 
 def _targets(names: Sequence[str], kept: set[str], *, tuple_of_one: bool) -> str:
