@@ -1004,27 +1004,12 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
         needed = p.reads(*{"custom_jvp": ["jvp"], "transpose": ["vjp"], "linear_map": ["jvp", "vjp"]}[route])
         lines += p.residual_lines(needed, forward_call=True)
         dots = [f"{o}_dot" for o in p.diff_outputs]
-        if route == "linear_map":
+        if route == "custom_jvp":
+            lines.append(f"{_tuple(dots)} = {_call(p.code('jvp'))}")  # type: ignore[arg-type]
+        else:
             maps, call = _linear_maps(p)
             methods += maps
             lines.append(f"{_tuple(dots)}, = {call}")
-        elif route == "custom_jvp":
-            lines.append(f"{_tuple(dots)} = {_call(p.code('jvp'))}")  # type: ignore[arg-type]
-        else:
-            vjp = p.code("vjp")
-            assert vjp is not None
-            bars = [f"{o}_bar" for o in p.diff_outputs]
-            lines.append(f"def vjp({', '.join(bars)}):")
-            results = [f"{i}_bar" for i in p.diff_inputs]
-            lines.append(f"    {_tuple(results)} = {_call(vjp)}")
-            if p.broadcastable:
-                imports.add("from ._util import unbroadcast")
-                shaped = [f"unbroadcast({r}, {i})" for r, i in zip(results, p.diff_inputs, strict=True)]
-                lines.append(f"    return {_tuple(shaped)}")
-            else:
-                lines.append(f"    return {_tuple(results)}")
-            tangents = _packed([f"{i}_dot" for i in p.diff_inputs])
-            lines.append(f"{_tuple(dots)}, = jax.linear_transpose(vjp, {_tuple(p.diff_outputs)})({tangents})")
         out_tangents = []
         for o in rule.outputs:
             if o.differentiable:
@@ -1098,9 +1083,12 @@ def _linear_maps(p: _SnippetPlanner) -> tuple[list[Function], str]:
     they read first, then the tangents, or the cotangents.
     """
     jvp, vjp = p.code("jvp"), p.code("vjp")
-    assert jvp is not None and vjp is not None
+    assert vjp is not None
     p.imports.add("from ._linear import linear_map")
-    read = set(jvp.params) | set(vjp.params)
+    # Without a JVP body, forward mode is the VJP body's linear transpose,
+    # which takes the differentiable outputs for the cotangents' shapes.
+    read = set(jvp.params) if jvp is not None else set(p.diff_outputs)
+    read |= set(vjp.params)
     statics = [s for s in p.statics if s in read]
     known = [n for n in (*p.arrays, *p.outputs, *p.returned, *(n for n, _ in p.d.residuals)) if n in read]
     if p.broadcastable:
@@ -1114,12 +1102,20 @@ def _linear_maps(p: _SnippetPlanner) -> tuple[list[Function], str]:
     else:
         returned = results
     name = p.rule.name
-    apply = Function(f"_{name}_jvp_map", (*statics, *known, *dots), (f"return ({_call(jvp)},)",))
     transpose = Function(
         f"_{name}_vjp_map",
         (*statics, *known, *bars),
         (f"{_tuple(results)} = {_call(vjp)}", f"return ({_tuple(returned)},)"),
     )
+    if jvp is not None:
+        apply_lines: tuple[str, ...] = (f"return ({_call(jvp)},)",)
+    else:
+        p.imports.add("import functools")
+        apply_lines = (
+            f"vjp = functools.partial({transpose.name}, {', '.join((*statics, *known))})",
+            f"return jax.linear_transpose(vjp, {', '.join(p.diff_outputs)})(({_tuple(dots)},))",
+        )
+    apply = Function(f"_{name}_jvp_map", (*statics, *known, *dots), apply_lines)
     args = [apply.name, transpose.name, _packed_tuple(known), _packed_tuple(dots)]
     if statics:
         args.append(_packed_tuple(statics))

@@ -4,8 +4,12 @@
 hand.
 """
 
+import functools
+
 import jax
 import jax.numpy as xp
+
+from ._linear import linear_map
 
 
 def _forward(x):
@@ -23,15 +27,20 @@ def logsumexp(x):
     return _forward(x)
 
 
+def _logsumexp_jvp_map(x, out, x_dot):
+    vjp = functools.partial(_logsumexp_vjp_map, x, out)
+    return jax.linear_transpose(vjp, out)((x_dot,))
+
+
+def _logsumexp_vjp_map(x, out, out_bar):
+    x_bar = _vjp(x, out, out_bar)
+    return (x_bar,)
+
+
 @logsumexp.defjvp
 def _logsumexp_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = logsumexp(x)
-
-    def vjp(out_bar):
-        x_bar = _vjp(x, out, out_bar)
-        return x_bar
-
-    (out_dot,) = jax.linear_transpose(vjp, out)(x_dot)
+    (out_dot,) = linear_map(_logsumexp_jvp_map, _logsumexp_vjp_map, (x, out), (x_dot,))
     return out, out_dot

@@ -2,8 +2,12 @@
 # Source: rules/softmax.yaml (sha256 20941eae527c2b6e)
 """softmax: Softmax over the last axis, with the VJP written by hand."""
 
+import functools
+
 import jax
 import jax.numpy as xp
+
+from ._linear import linear_map
 
 
 def _forward(x):
@@ -21,15 +25,20 @@ def softmax(x):
     return _forward(x)
 
 
+def _softmax_jvp_map(out, x_dot):
+    vjp = functools.partial(_softmax_vjp_map, out)
+    return jax.linear_transpose(vjp, out)((x_dot,))
+
+
+def _softmax_vjp_map(out, out_bar):
+    x_bar = _vjp(out, out_bar)
+    return (x_bar,)
+
+
 @softmax.defjvp
 def _softmax_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = softmax(x)
-
-    def vjp(out_bar):
-        x_bar = _vjp(out, out_bar)
-        return x_bar
-
-    (out_dot,) = jax.linear_transpose(vjp, out)(x_dot)
+    (out_dot,) = linear_map(_softmax_jvp_map, _softmax_vjp_map, (out,), (x_dot,))
     return out, out_dot
