@@ -844,13 +844,13 @@ def _packed(names: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else f"({', '.join(names)})"
 
 
-def _body_function(code: Code, backend: str, imports: set[str]) -> Function:
-    printer = print_jax if backend == "jax" else print_torch
+def _body_function(code: Code, backend: str, imports: set[str], statics: Sequence[str] = ()) -> Function:
     if code.kind == "sympy":
+        printer = print_jax if backend == "jax" else functools.partial(print_torch, scalars=frozenset(statics))
         emit = _Emitter(printer, code.params)
         block = emit.block([], [Result(r, e) for r, e in zip(code.results, code.exprs, strict=True)])
         imports |= emit.imports
-        lines = [f"{a.target} = {a.code}" for a in block.lines] + [f"return {block.result}"]
+        lines = [a.line for a in block.lines] + [f"return {block.result}"]
     else:
         lines = code.text.splitlines()
         for module in code.modules:
@@ -877,7 +877,9 @@ class _SnippetPlanner:
         self.returned = d.returned_residuals
         self.imports: set[str] = set()
         codes = [d.forward, d.jvp, d.vjp, *(c for _, c in d.residuals)]
-        self.bodies = tuple(_body_function(c[backend], backend, self.imports) for c in codes if c and backend in c)
+        self.bodies = tuple(
+            _body_function(c[backend], backend, self.imports, self.statics) for c in codes if c and backend in c
+        )
         self.broadcastable = len(self.arrays) > 1
 
     def code(self, role: str) -> Code | None:
@@ -1174,6 +1176,9 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     values = (*p.outputs, *p.returned) if host else p.outputs
     needed = p.reads("vjp" if d.torch_backward == "given" else "jvp")
     needed |= p.reads("jvp" if d.torch_jvp == "given" else "vjp") if d.torch_jvp != "none" else set()
+    if d.torch_jvp not in ("given", "none"):
+        # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
+        needed |= set(p.diff_outputs)
     if not host and needed & set(p.returned):
         needed |= set(forward.params)
     float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]

@@ -234,3 +234,27 @@ def test_l2_normalize_with_both_bodies_matches_autodiff_under_every_transform(bu
     leaf = torch.from_numpy(x).requires_grad_()
     assert torch.autograd.gradcheck(torch_pkg.l2_normalize, (leaf,), check_forward_ad=True, check_batched_grad=True)
     assert torch.autograd.gradgradcheck(torch_pkg.l2_normalize, (leaf,))
+
+
+DAMPED = """
+name: damped
+doc: A snippet forward with a symbolic VJP in which a static input sits inside a function.
+inputs:
+  x: {}
+  rate: {static: true, default: 0.5}
+forward:
+  python: return x * math.exp(-rate)
+vjp: out_bar * exp(-rate)
+"""
+
+
+def test_symbolic_body_of_a_snippet_rule_reads_a_static_inside_a_function(tmp_path):
+    from rulegen.check import run_checks
+    from rulegen.spec import read_rules
+
+    path = tmp_path / "damped.yaml"
+    path.write_text(DAMPED)
+    outcomes = run_checks(read_rules([path]), jobs=1)
+    failed = [(o.check, o.detail) for o in outcomes if o.status == "fail"]
+    assert not failed, failed
+    assert {o.check for o in outcomes if o.status == "pass"} >= {"forward", "jvp_fd", "cross_backend", "vjp_dot"}
