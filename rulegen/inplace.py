@@ -98,6 +98,14 @@ class InPlaceWriter:
     def _compound(self, expr: sp.Expr) -> bool:
         return not expr.is_Atom and self._is_tensor(expr)
 
+    def _buildable(self, expr: sp.Expr) -> bool:
+        """A compound tensor to build a buffer from and update in place.
+
+        Nothing with a Piecewise in it: `torch.where(x > 0, 1, 0) + 1` is an
+        integer tensor, which an in-place update with floats cannot write.
+        """
+        return self._compound(expr) and not expr.has(sp.Piecewise)
+
     def _operand(self, expr: sp.Expr) -> str:
         """Text for the argument of an in-place method: inline when one out-of-place call computes it."""
         if not self._compound(expr):
@@ -130,7 +138,7 @@ class InPlaceWriter:
         if isinstance(expr, sp.Pow):
             return self._power(expr, target)
         method = _IN_PLACE_METHODS.get(type(expr))
-        if method is not None and len(expr.args) == 1 and self._compound(expr.args[0]):
+        if method is not None and len(expr.args) == 1 and self._buildable(expr.args[0]):
             buffer = self._owned(expr.args[0], target)
             self._update(buffer, f"{method}()")
             return buffer
@@ -138,7 +146,7 @@ class InPlaceWriter:
 
     def _seed(self, terms: Sequence[sp.Expr]) -> int | None:
         """Which compound tensor term to build the buffer from, if any: a negated one only when no other is."""
-        compound = [k for k, t in enumerate(terms) if self._compound(t)]
+        compound = [k for k, t in enumerate(terms) if self._buildable(t)]
         return next((k for k in compound if not _is_negated(terms[k])), compound[0] if compound else None)
 
     def _sum(self, expr: sp.Add, target: str | None) -> str:
@@ -174,7 +182,7 @@ class InPlaceWriter:
 
     def _power(self, expr: sp.Pow, target: str | None) -> str:
         base, exponent = expr.as_base_exp()
-        if not self._compound(base) or not exponent.is_number or self._is_tensor(exponent):
+        if not self._buildable(base) or not exponent.is_number or self._is_tensor(exponent):
             return self._fresh(expr, target)
         special = {2: "square_()", -1: "reciprocal_()", sp.S.Half: "sqrt_()", -sp.S.Half: "rsqrt_()"}
         buffer = self._owned(base, target)

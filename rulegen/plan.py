@@ -670,7 +670,10 @@ def plan_torch(d: Derivation) -> TorchPlan:
     jvp_results = []
     for o in rule.outputs:
         expr = _linear(d, jvp_partials, o.name, diff_inputs, "_dot")
-        if not o.differentiable or expr == 0:
+        if not o.differentiable:
+            # Marked non-differentiable: torch wants no tangent for it.
+            jvp_results.append(Result(f"{o.name}_dot", code="None"))
+        elif expr == 0:
             jvp_results.append(Result(f"{o.name}_dot", code=f"torch.zeros_like({o.name})"))
         elif _needs_broadcast(d, o.name, expr):
             jvp_results.append(Result(f"{o.name}_dot", expr, wrap=f"torch.broadcast_to({{}}, {o.name}.shape)"))
@@ -689,10 +692,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
 
     computed = [r.expr for r in (*full_results, *first_order_results, *jvp_results) if r.expr is not None]
     used = _used(computed) | set(absent_tangents)
-    texts = [jvp.result, backward.result]
-    used |= {
-        n for n in (*inputs, *outputs, *residual_names) if any(f"({n})" in t or f"({n}.shape)" in t for t in texts)
-    }
+    # Fixed code (a zeros_like, a broadcast to an output's shape) reads names too.
+    used |= set(_mentioned((*inputs, *outputs, *residual_names), _block_texts(jvp, backward, first_order)))
     emit.imports.add("import torch")
     statics_used = tuple(s for s in statics if s in used)
     saved = tuple(n for n in (*inputs, *outputs, *residual_names) if n in used and n not in statics)

@@ -23,6 +23,8 @@ from tests.conftest import RULES, SHARED_EXAMPLES
 
 WRONG = Path(__file__).resolve().parent / "wrong_rules"
 WRONG_FILES = sorted(WRONG.glob("*.yaml"))
+# Right rules that once broke the generated code; each says how in a comment.
+RIGHT = Path(__file__).resolve().parent / "right_rules"
 
 
 def _expected_catchers(path: Path) -> set[str]:
@@ -210,3 +212,10 @@ def test_two_jobs_give_the_outcomes_of_one(small_rules):
     parallel = run_checks(rules, jobs=2)
     assert [(o.rule, o.check) for o in parallel] == list(serial)
     assert {(o.rule, o.check): o.status for o in parallel} == {key: o.status for key, o in serial.items()}
+
+
+def test_right_rules_that_once_broke_the_generated_code_pass_every_check():
+    outcomes = run_checks(read_rules(rule_files([RIGHT])), jobs=1)
+    failed = [(o.rule, o.check, o.detail[:300]) for o in outcomes if o.status == "fail"]
+    assert not failed, failed
+    assert len({o.rule for o in outcomes}) == len(list(RIGHT.glob("*.yaml")))

@@ -7,7 +7,7 @@ import operator
 import pytest
 import sympy as sp
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from rulegen import functions as fn
@@ -36,6 +36,9 @@ unary = st.sampled_from(
         lambda e: e**3,
         lambda e: -e,
         lambda e: 1 / (1 + e**2),
+        # torch.where(e > 0, 1, 0) is an integer tensor: never a buffer to update.
+        lambda e: sp.Piecewise((1, e > 0), (0, True)),
+        lambda e: sp.Piecewise((e, e > 0), (0, True)),
     ]
 )
 # beta only scales: torch functions take tensors, not the Python float a static input is.
@@ -53,8 +56,7 @@ expressions = st.recursive(
 
 def _function_of_no_tensor(expr):
     return any(
-        isinstance(node, sp.Function) and not node.free_symbols & {X, Y, S, G}
-        for node in sp.preorder_traversal(expr)
+        isinstance(node, sp.Function) and not node.free_symbols & {X, Y, S, G} for node in sp.preorder_traversal(expr)
     )
 
 
@@ -91,7 +93,11 @@ def test_in_place_bodies_compute_the_out_of_place_values_and_write_no_input(expr
     out_of_place, in_place, imports = _both(exprs)
     values = _inputs()
     originals = {n: v.clone() for n, v in values.items() if isinstance(v, torch.Tensor)}
-    expected = _run(out_of_place, imports, values)
+    try:
+        expected = _run(out_of_place, imports, values)
+    except (RuntimeError, NotImplementedError):
+        # softplus of an integer mask, say: torch refuses the rule as written.
+        assume(False)
     got = _run(in_place, imports, values)
     for name, original in originals.items():
         assert torch.equal(values[name], original), f"{name} was written by\n" + "\n".join(

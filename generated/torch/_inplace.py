@@ -32,10 +32,12 @@ def _plain_tensors(tensors):
 
 
 def plain(*tensors):
-    """Whether in-place bodies may run: plain tensors (see above) of one shape and dtype."""
+    """Whether in-place bodies may run: plain tensors (see above) of one shape and floating dtype."""
     if torch.compiler.is_compiling():
         return False
     first = tensors[0]
-    if any(t.shape != first.shape or t.dtype != first.dtype for t in tensors):
+    if not first.is_floating_point() or any(
+        t.shape != first.shape or t.dtype != first.dtype for t in tensors
+    ):
         return False
     return _plain_tensors(tensors)
