@@ -345,7 +345,10 @@ class _Deriver:
 
     def diff(self, expr: sp.Expr, name: str, loc: Loc) -> sp.Expr:
         with self.guard(loc):
-            result = sp.diff(expr, self.symbols[name])
+            # floor and ceiling are steps: sympy leaves their derivative
+            # unevaluated; the frameworks' own autodiff gives 0, as here.
+            result = sp.diff(expr, self.symbols[name]).replace(_is_step_derivative, lambda _: sp.S.Zero)
+            result = result.replace(lambda e: isinstance(e, sp.Subs) and not e.expr.has(sp.Derivative), sp.Subs.doit)
         if result.has(sp.Derivative, sp.Subs):
             self.fail(loc, f"sympy cannot differentiate {expr} with respect to {name}; give `derivatives`")
             return sp.S.Zero
@@ -354,6 +357,11 @@ class _Deriver:
     def guard(self, loc: Loc) -> AbstractContextManager[None]:
         """Name the expression at `loc` when sympy gives up on it."""
         return _refusing(loc, DERIVE_SECONDS)
+
+
+def _is_step_derivative(expr: sp.Basic) -> bool:
+    # A tuple: `sp.floor | sp.ceiling` is a sympy Or, not a union of types.
+    return isinstance(expr, sp.Derivative) and isinstance(expr.expr, (sp.floor, sp.ceiling))
 
 
 def _is_zero(expr: sp.Expr) -> bool:

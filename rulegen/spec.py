@@ -142,9 +142,21 @@ class SnippetBody(Node):
         return self
 
 
+def _located_sympy(value: Any) -> dict[str, Any]:
+    """`{sympy: value}`, located where `value` is, so that errors about the body point at it."""
+    body: dict[str, Any] = {"sympy": value}
+    loc = getattr(value, "loc", None)
+    if loc is not None:
+        body = YamlMap(body)
+        body.loc = loc
+        body.key_locs = {"sympy": loc}
+        body.value_locs = {"sympy": loc}
+    return body
+
+
 def _to_body(value: Any) -> Any:
     if isinstance(value, str):
-        return {"sympy": value} if not isinstance(value, YamlMap) else value
+        return _located_sympy(value)
     if isinstance(value, dict):
         if "sympy" in value:
             return value
@@ -155,13 +167,7 @@ def _to_body(value: Any) -> Any:
         if any(k in SNIPPET_KEYS for k in value):
             extra = sorted(k for k in value if k not in SNIPPET_KEYS)
             raise ValueError(f"a snippet body takes only {', '.join(SNIPPET_KEYS)}; got {extra}")
-        body = {"sympy": value}
-        if isinstance(value, YamlMap):
-            body = YamlMap(body)
-            body.loc = value.loc
-            body.key_locs = {"sympy": value.loc}
-            body.value_locs = {"sympy": value.loc}
-        return body
+        return _located_sympy(value)
     raise ValueError("a body is an expression string or a mapping")
 
 

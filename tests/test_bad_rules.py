@@ -282,3 +282,14 @@ def test_show_prints_the_generated_code_of_one_rule(monkeypatch):
     assert result.exit_code == 0, result.output
     assert "class Log1pexp(torch.autograd.Function)" in result.output
     assert "custom_jvp" not in result.output
+
+
+def test_a_bare_expression_body_is_located_where_it_is(tmp_path):
+    from rulegen.spec import read_rule_file
+
+    path = tmp_path / "bare.yaml"
+    path.write_text("name: bare\ninputs: [x]\nforward: x * 2\nvjp: out_bar * 2\n")
+    rule = read_rule_file(path)[0]
+    # Errors about a body (sympy cannot differentiate it, say) point here, not at <unknown>.
+    assert (rule.forward.loc.line, rule.forward.loc.col) == (3, 10)
+    assert (rule.vjp.loc.line, rule.vjp.loc.col) == (4, 6)

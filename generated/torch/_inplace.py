@@ -32,7 +32,7 @@ def _plain_tensors(tensors):
 
 
 def plain(*tensors):
-    """Whether in-place bodies may run: plain tensors (see above) of one shape and floating dtype."""
+    """Whether in-place bodies may run: plain tensors (see above) of one float dtype and shape."""
     if torch.compiler.is_compiling():
         return False
     first = tensors[0]
