@@ -150,7 +150,21 @@ _MATH_FUNCTIONS = {
     "tanh": "math.tanh",
     "erf": "math.erf",
     "erfc": "math.erfc",
+    "asin": "math.asin",
+    "acos": "math.acos",
+    "asinh": "math.asinh",
+    "acosh": "math.acosh",
+    "atanh": "math.atanh",
+    "log1p": "math.log1p",
+    "expm1": "math.expm1",
+    "Abs": "math.fabs",
+    "floor": "math.floor",
+    "ceiling": "math.ceil",
+    "gamma": "math.gamma",
+    "loggamma": "math.lgamma",
 }
+# What Python float arithmetic can print: the `math` functions and conditionals.
+_SCALAR_FUNCTIONS = frozenset({*_MATH_FUNCTIONS, "Piecewise"})
 
 
 class _ArrayCode:
@@ -218,12 +232,12 @@ class _ArrayCode:
         return (
             bool(symbols)
             and all(s.name in self.scalars for s in symbols)
-            and all(f.func.__name__ in _MATH_FUNCTIONS for f in expr.atoms(sp.Function))
+            and all(f.func.__name__ in _SCALAR_FUNCTIONS for f in expr.atoms(sp.Function))
         )
 
     def _print_constant(self, expr: sp.Expr) -> str:
         """A number such as sqrt(2)/2 as Python float arithmetic, readable where `math` has the functions."""
-        if all(f.func.__name__ in _MATH_FUNCTIONS for f in expr.atoms(sp.Function)):
+        if all(f.func.__name__ in _SCALAR_FUNCTIONS for f in expr.atoms(sp.Function)):
             printer = _ConstantPrinter()
             text = printer.doprint(expr)
             self.module_imports_ |= printer.module_imports_
@@ -339,9 +353,30 @@ class _ArrayCode:
 
 
 class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
-    """Python floats for numeric subexpressions (`math.sqrt(2) / 2`)."""
+    """Python floats for numeric subexpressions (`math.sqrt(2) / 2`) and functions of static inputs."""
 
     functions = _MATH_FUNCTIONS
+
+    # Python bools, not arrays: keywords and conditional expressions.
+    def _print_Not(self, expr: sp.Not) -> str:
+        return f"(not {self._print(expr.args[0])})"
+
+    def _print_And(self, expr: sp.And) -> str:
+        return "(" + " and ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_Or(self, expr: sp.Or) -> str:
+        return "(" + " or ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_Piecewise(self, expr: sp.Piecewise) -> str:
+        *pieces, (last, otherwise) = expr.args
+        if otherwise == sp.true:
+            text = self._print(last)
+        else:
+            pieces.append((last, otherwise))
+            text = self._print(sp.nan)
+        for value, cond in reversed(pieces):
+            text = f"({self._print(value)} if {self._print(cond)} else {text})"
+        return text
 
     def _print_rsqrt(self, base: sp.Expr) -> str:
         return f"1 / {self._call('math.sqrt', base)}"
@@ -399,6 +434,22 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         # Gamma is negative on (-1, 0), (-3, -2), ...: where floor(x) is odd.
         sign = f"{self._record('torch.where')}(({x} < 0) & ({self._record('torch.floor')}({x}) % 2 == 1), -1.0, 1.0)"
         return f"{magnitude} * {sign}"
+
+    def _print_Piecewise(self, expr: sp.Piecewise) -> str:
+        # torch.where takes a tensor condition; one on static inputs alone is
+        # a Python bool, which picks its piece in Python.
+        if not any(self._of_scalars(cond) for _, cond in expr.args):
+            return super()._print_Piecewise(expr)
+        *pieces, (last, otherwise) = expr.args
+        text = (
+            self._print(last) if otherwise == sp.true else self._print(sp.Piecewise((last, otherwise), (sp.nan, True)))
+        )
+        for value, cond in reversed(pieces):
+            if self._of_scalars(cond):
+                text = f"({self._print(value)} if {self._print_constant(cond)} else {text})"
+            else:
+                text = f"{self._record('torch.where')}({self._print(cond)}, {self._print(value)}, {text})"
+        return text
 
     def _print_Max(self, expr: sp.Max) -> str:
         return self._extreme(expr.args, "torch.maximum", "min")
