@@ -349,6 +349,9 @@ class _Deriver:
             # unevaluated; the frameworks' own autodiff gives 0, as here.
             result = sp.diff(expr, self.symbols[name]).replace(_is_step_derivative, lambda _: sp.S.Zero)
             result = result.replace(lambda e: isinstance(e, sp.Subs) and not e.expr.has(sp.Derivative), sp.Subs.doit)
+            if any(not p.exp.is_number for p in result.atoms(sp.Pow)):
+                # d/dx x**n is n*x**n/x to sympy, nan at x = 0; n*x**(n - 1) is not.
+                result = sp.powsimp(result, combine="exp")
         if result.has(sp.Derivative, sp.Subs):
             self.fail(loc, f"sympy cannot differentiate {expr} with respect to {name}; give `derivatives`")
             return sp.S.Zero

@@ -635,7 +635,11 @@ def plan_torch(d: Derivation) -> TorchPlan:
     broadcastable = len([i for i in rule.inputs if not i.static]) > 1
 
     values = [*d.forward, *((n, _with_outputs(d, e)) for n, e in residuals)]
-    forward = emit.block([], [Result(n, e) for n, e in values])
+    array_inputs = {i.name for i in rule.inputs if not i.static}
+    # An input returned as it is must be a view: torch refuses to save it otherwise.
+    aliases = {n for n, e in values if isinstance(e, sp.Symbol) and e.name in array_inputs}
+    forward_results = [Result(n, e, wrap=f"{{}}.view_as({e})") if n in aliases else Result(n, e) for n, e in values]
+    forward = emit.block([], forward_results)
 
     def backward_results(with_residuals: bool) -> list[Result]:
         found = []
@@ -677,6 +681,9 @@ def plan_torch(d: Derivation) -> TorchPlan:
             jvp_results.append(Result(f"{o.name}_dot", code=f"torch.zeros_like({o.name})"))
         elif _needs_broadcast(d, o.name, expr):
             jvp_results.append(Result(f"{o.name}_dot", expr, wrap=f"torch.broadcast_to({{}}, {o.name}.shape)"))
+        elif o.name in aliases:
+            # The output is a view of an input, so its tangent is a view of that input's.
+            jvp_results.append(Result(f"{o.name}_dot", expr, wrap=f"{{}}.view_as({expr})"))
         else:
             jvp_results.append(Result(f"{o.name}_dot", expr))
     for r in residual_names:
@@ -710,7 +717,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
     if not rule.fuse:
         arrays = tuple(i.name for i in rule.inputs if not i.static)
         tensors = {*arrays, *values_out, *(f"{n}_bar" for n in values_out)}
-        forward_in_place = _in_place(emit, [Result(n, e) for n, e in values], tensors)
+        forward_in_place = _in_place(emit, forward_results, tensors)
         forward_plain = _read_names(forward_in_place, arrays)
         hot = first_order_results if residual_names else full_results
         backward_in_place = _in_place(emit, hot, tensors)
