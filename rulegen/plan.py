@@ -25,7 +25,7 @@ from rulegen.functions import sigmoid, softplus
 from rulegen.inplace import InPlaceWriter
 from rulegen.printers import print_jax, print_torch
 from rulegen.snippet import Code, SnippetDerivation
-from rulegen.spec import Input
+from rulegen.spec import Input, Rule
 
 DOC_WIDTH = 100
 
@@ -412,7 +412,8 @@ def plan_jax(d: Derivation) -> JaxPlan:
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]
     residuals = dict(d.residuals)
-    forward = emit.block([], [Result(n, e) for n, e in d.forward])
+    casts = _dtype_casts(rule, {"int": "{}.astype(int)", "bool": "{}.astype(bool)"})
+    forward = emit.block([], [Result(n, e, wrap=casts.get(n, "{}")) for n, e in d.forward])
     broadcastable = len(arrays) > 1
 
     jvp = bwd = None
@@ -638,7 +639,9 @@ def plan_torch(d: Derivation) -> TorchPlan:
     array_inputs = {i.name for i in rule.inputs if not i.static}
     # An input returned as it is must be a view: torch refuses to save it otherwise.
     aliases = {n for n, e in values if isinstance(e, sp.Symbol) and e.name in array_inputs}
-    forward_results = [Result(n, e, wrap=f"{{}}.view_as({e})") if n in aliases else Result(n, e) for n, e in values]
+    wraps = {n: f"{{}}.view_as({e})" for n, e in values if n in aliases}
+    wraps |= _dtype_casts(rule, {"int": "{}.long()", "bool": "{}.bool()"})
+    forward_results = [Result(n, e, wrap=wraps.get(n, "{}")) for n, e in values]
     forward = emit.block([], forward_results)
 
     def backward_results(with_residuals: bool) -> list[Result]:
@@ -757,6 +760,11 @@ def plan_torch(d: Derivation) -> TorchPlan:
         setup_outputs=_targets(values_out, {*saved, *non_diff}, tuple_of_one=False),
         wrapper_targets=", ".join(n if n in outputs else f"_{n}" for n in values_out),
     )
+
+
+def _dtype_casts(rule: Rule, casts: Mapping[str, str]) -> dict[str, str]:
+    """The wrap that gives each output of an integer or boolean `dtype` that dtype; sympy computes in floats."""
+    return {o.name: casts[o.dtype] for o in rule.outputs if o.dtype in casts}
 
 
 def _in_place(emit: _Emitter, results: Sequence[Result], tensors: set[str]) -> Block | None:

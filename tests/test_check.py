@@ -219,3 +219,26 @@ def test_right_rules_that_once_broke_the_generated_code_pass_every_check():
     failed = [(o.rule, o.check, o.detail[:300]) for o in outcomes if o.status == "fail"]
     assert not failed, failed
     assert len({o.rule for o in outcomes}) == len(list(RIGHT.glob("*.yaml")))
+
+
+def test_integer_and_boolean_outputs_have_their_dtype_in_both_backends(tmp_path):
+    import importlib
+    import sys
+
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    from rulegen.build import build
+
+    build([RIGHT / "integer_output.yaml", RIGHT / "boolean_output.yaml"], tmp_path / "rg_dtypes")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        jax_pkg, torch_pkg = importlib.import_module("rg_dtypes.jax"), importlib.import_module("rg_dtypes.torch")
+    finally:
+        sys.path.remove(str(tmp_path))
+    x = np.array([-2.5, 0.5, 2.0])
+    assert np.issubdtype(jax_pkg.abs_sign(jnp.asarray(x))[1].dtype, np.integer)
+    assert jax_pkg.relu_mask(jnp.asarray(x))[1].dtype == jnp.bool_
+    assert torch_pkg.abs_sign(torch.from_numpy(x))[1].dtype == torch.int64
+    assert torch_pkg.relu_mask(torch.from_numpy(x))[1].dtype == torch.bool
