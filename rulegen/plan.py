@@ -314,11 +314,24 @@ def _shape_inputs(d: Derivation, expr: sp.Expr) -> set[str] | None:
     return found
 
 
-def _needs_broadcast(d: Derivation, output: str, expr: sp.Expr) -> bool:
-    forward = dict(d.forward)[output]
-    full = _shape_inputs(d, forward) or set()
+def _needs_broadcast(d: Derivation, expr: sp.Expr) -> bool:
+    """Whether `expr` may lack an output's shape: that of all the array inputs together.
+
+    An elementwise rule's outputs all have that shape, as a NumPy ufunc's
+    do, even one that reads only some inputs (`a: x` beside `b: x * y`).
+    """
     have = _shape_inputs(d, expr)
-    return have is not None and not full <= have
+    return have is not None and not {i.name for i in d.rule.inputs if not i.static} <= have
+
+
+def _broadcast_outputs(d: Derivation, broadcast: str) -> dict[str, str]:
+    """For each output whose expression lacks the full shape, the wrap `broadcast` that gives it."""
+    return {n: broadcast for n, e in d.forward if _needs_broadcast(d, e)}
+
+
+def _compose(outer: str, inner: str) -> str:
+    """The wrap that applies `inner`, then `outer`."""
+    return outer.format(inner)
 
 
 def _atom(text: str) -> str:
@@ -412,8 +425,15 @@ def plan_jax(d: Derivation) -> JaxPlan:
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]
     residuals = dict(d.residuals)
-    casts = _dtype_casts(rule, {"int": "{}.astype(int)", "bool": "{}.astype(bool)"})
-    forward = emit.block([], [Result(n, e, wrap=casts.get(n, "{}")) for n, e in d.forward])
+    arrays = tuple(i.name for i in rule.inputs if not i.static)
+    shapes = ", ".join(f"jnp.shape({a})" for a in arrays)
+    full_shape = f"jnp.broadcast_shapes({shapes})" if len(arrays) > 1 else shapes
+    wraps = _broadcast_outputs(d, f"jnp.broadcast_to({{}}, {full_shape})")
+    for n, cast in _dtype_casts(rule, {"int": "{}.astype(int)", "bool": "{}.astype(bool)"}).items():
+        wraps[n] = _compose(cast, wraps.get(n, "{}"))
+    forward = emit.block(
+        [], [Result(n, e, wrap=wraps[n], imports=_JNP) if n in wraps else Result(n, e) for n, e in d.forward]
+    )
     broadcastable = len(arrays) > 1
 
     jvp = bwd = None
@@ -436,7 +456,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
                 )
             elif not o.differentiable or expr == 0:
                 results.append(Result(name, code=f"jnp.zeros_like({o.name})", imports=_JNP))
-            elif _needs_broadcast(d, o.name, expr):
+            elif _needs_broadcast(d, expr):
                 wrap = f"jnp.broadcast_to({{}}, jnp.shape({o.name}))"
                 results.append(Result(name, expr, wrap=wrap, imports=_JNP))
             else:
@@ -638,9 +658,17 @@ def plan_torch(d: Derivation) -> TorchPlan:
     values = [*d.forward, *((n, _with_outputs(d, e)) for n, e in residuals)]
     array_inputs = {i.name for i in rule.inputs if not i.static}
     # An input returned as it is must be a view: torch refuses to save it otherwise.
-    aliases = {n for n, e in values if isinstance(e, sp.Symbol) and e.name in array_inputs}
-    wraps = {n: f"{{}}.view_as({e})" for n, e in values if n in aliases}
-    wraps |= _dtype_casts(rule, {"int": "{}.long()", "bool": "{}.bool()"})
+    arrays = [i.name for i in rule.inputs if not i.static]
+    if len(arrays) > 1:
+        shape = f"torch.broadcast_shapes({', '.join(f'{a}.shape' for a in arrays)})"
+        zeros = f"torch.zeros({shape}, dtype={arrays[0]}.dtype, device={arrays[0]}.device)"
+    else:
+        zeros = f"torch.zeros_like({arrays[0]})" if arrays else ""
+    wraps = _broadcast_outputs(d, f"({{}}) + {zeros}") if arrays else {}
+    aliases = {n for n, e in values if isinstance(e, sp.Symbol) and e.name in array_inputs and n not in wraps}
+    wraps |= {n: f"{{}}.view_as({e})" for n, e in values if n in aliases}
+    for n, cast in _dtype_casts(rule, {"int": "{}.long()", "bool": "{}.bool()"}).items():
+        wraps[n] = _compose(cast, wraps.get(n, "{}"))
     forward_results = [Result(n, e, wrap=wraps.get(n, "{}")) for n, e in values]
     forward = emit.block([], forward_results)
 
@@ -682,7 +710,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
             jvp_results.append(Result(f"{o.name}_dot", code="None"))
         elif expr == 0:
             jvp_results.append(Result(f"{o.name}_dot", code=f"torch.zeros_like({o.name})"))
-        elif _needs_broadcast(d, o.name, expr):
+        elif _needs_broadcast(d, expr):
             jvp_results.append(Result(f"{o.name}_dot", expr, wrap=f"torch.broadcast_to({{}}, {o.name}.shape)"))
         elif o.name in aliases:
             # The output is a view of an input, so its tangent is a view of that input's.
