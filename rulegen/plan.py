@@ -425,7 +425,6 @@ def plan_jax(d: Derivation) -> JaxPlan:
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]
     residuals = dict(d.residuals)
-    arrays = tuple(i.name for i in rule.inputs if not i.static)
     shapes = ", ".join(f"jnp.shape({a})" for a in arrays)
     full_shape = f"jnp.broadcast_shapes({shapes})" if len(arrays) > 1 else shapes
     wraps = _broadcast_outputs(d, f"jnp.broadcast_to({{}}, {full_shape})")
@@ -656,16 +655,15 @@ def plan_torch(d: Derivation) -> TorchPlan:
     broadcastable = len([i for i in rule.inputs if not i.static]) > 1
 
     values = [*d.forward, *((n, _with_outputs(d, e)) for n, e in residuals)]
-    array_inputs = {i.name for i in rule.inputs if not i.static}
-    # An input returned as it is must be a view: torch refuses to save it otherwise.
-    arrays = [i.name for i in rule.inputs if not i.static]
+    arrays = tuple(i.name for i in rule.inputs if not i.static)
     if len(arrays) > 1:
         shape = f"torch.broadcast_shapes({', '.join(f'{a}.shape' for a in arrays)})"
         zeros = f"torch.zeros({shape}, dtype={arrays[0]}.dtype, device={arrays[0]}.device)"
     else:
         zeros = f"torch.zeros_like({arrays[0]})" if arrays else ""
     wraps = _broadcast_outputs(d, f"({{}}) + {zeros}") if arrays else {}
-    aliases = {n for n, e in values if isinstance(e, sp.Symbol) and e.name in array_inputs and n not in wraps}
+    # An input returned as it is must be a view: torch refuses to save it otherwise.
+    aliases = {n for n, e in values if isinstance(e, sp.Symbol) and e.name in arrays and n not in wraps}
     wraps |= {n: f"{{}}.view_as({e})" for n, e in values if n in aliases}
     for n, cast in _dtype_casts(rule, {"int": "{}.long()", "bool": "{}.bool()"}).items():
         wraps[n] = _compose(cast, wraps.get(n, "{}"))
@@ -746,7 +744,6 @@ def plan_torch(d: Derivation) -> TorchPlan:
     forward_in_place = backward_in_place = None
     forward_plain = backward_plain = ""
     if not rule.fuse:
-        arrays = tuple(i.name for i in rule.inputs if not i.static)
         tensors = {*arrays, *values_out, *(f"{n}_bar" for n in values_out)}
         forward_in_place = _in_place(emit, forward_results, tensors)
         forward_plain = _read_names(forward_in_place, arrays)
