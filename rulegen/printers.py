@@ -342,14 +342,19 @@ class _ArrayCode:
         return f"~({self._print(expr.args[0])})"
 
     def _print_Piecewise(self, expr: sp.Piecewise) -> str:
-        pieces = list(expr.args)
-        value, cond = pieces[-1]
-        text = self._print(value) if cond == sp.true else self._print(sp.nan)
-        if cond != sp.true:
-            pieces.append((sp.nan, sp.true))
-        for value, cond in reversed(pieces[:-1]):
-            text = f"{self._record(self.functions['where'])}({self._print(cond)}, {self._print(value)}, {text})"
+        *pieces, (last, otherwise) = expr.args
+        if otherwise == sp.true:
+            text = self._print(last)
+        else:
+            pieces.append((last, otherwise))
+            text = self._print(sp.nan)
+        for value, cond in reversed(pieces):
+            text = self._piece(cond, value, text)
         return text
+
+    def _piece(self, cond: sp.Basic, value: sp.Expr, otherwise: str) -> str:
+        """`value` where `cond` holds, else the code `otherwise`."""
+        return f"{self._record(self.functions['where'])}({self._print(cond)}, {self._print(value)}, {otherwise})"
 
 
 class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
@@ -367,16 +372,8 @@ class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
     def _print_Or(self, expr: sp.Or) -> str:
         return "(" + " or ".join(self._print(a) for a in expr.args) + ")"
 
-    def _print_Piecewise(self, expr: sp.Piecewise) -> str:
-        *pieces, (last, otherwise) = expr.args
-        if otherwise == sp.true:
-            text = self._print(last)
-        else:
-            pieces.append((last, otherwise))
-            text = self._print(sp.nan)
-        for value, cond in reversed(pieces):
-            text = f"({self._print(value)} if {self._print(cond)} else {text})"
-        return text
+    def _piece(self, cond: sp.Basic, value: sp.Expr, otherwise: str) -> str:
+        return f"({self._print(value)} if {self._print(cond)} else {otherwise})"
 
     def _print_rsqrt(self, base: sp.Expr) -> str:
         return f"1 / {self._call('math.sqrt', base)}"
@@ -435,21 +432,12 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         sign = f"{self._record('torch.where')}(({x} < 0) & ({self._record('torch.floor')}({x}) % 2 == 1), -1.0, 1.0)"
         return f"{magnitude} * {sign}"
 
-    def _print_Piecewise(self, expr: sp.Piecewise) -> str:
+    def _piece(self, cond: sp.Basic, value: sp.Expr, otherwise: str) -> str:
         # torch.where takes a tensor condition; one on static inputs alone is
         # a Python bool, which picks its piece in Python.
-        if not any(self._of_scalars(cond) for _, cond in expr.args):
-            return super()._print_Piecewise(expr)
-        *pieces, (last, otherwise) = expr.args
-        text = (
-            self._print(last) if otherwise == sp.true else self._print(sp.Piecewise((last, otherwise), (sp.nan, True)))
-        )
-        for value, cond in reversed(pieces):
-            if self._of_scalars(cond):
-                text = f"({self._print(value)} if {self._print_constant(cond)} else {text})"
-            else:
-                text = f"{self._record('torch.where')}({self._print(cond)}, {self._print(value)}, {text})"
-        return text
+        if self._of_scalars(cond):
+            return f"({self._print(value)} if {self._print_constant(cond)} else {otherwise})"
+        return super()._piece(cond, value, otherwise)
 
     def _print_Max(self, expr: sp.Max) -> str:
         return self._extreme(expr.args, "torch.maximum", "min")
