@@ -209,10 +209,11 @@ class _Emitter:
             returned.append(r.wrap.format(_atom(text) if r.wrap.startswith("{}.") else text))
         return Block(tuple(lines), tuple(returned))
 
-    def in_place_block(self, results: Sequence[Result], tensors: set[str]) -> Block:
+    def in_place_block(self, results: Sequence[Result], tensors: set[str]) -> Block | None:
         """`block` of `results` as torch code that updates the buffers it allocates (see rulegen.inplace).
 
-        A line with an empty target is a statement.
+        A line with an empty target is a statement.  None where that code
+        would be the out-of-place code over again.
         """
         computed = [r for r in results if r.expr is not None]
         names = _temp_symbols(self.taken)
@@ -229,6 +230,8 @@ class _Emitter:
             else:
                 text = texts[r.name]
                 returned.append(r.wrap.format(_atom(text) if r.wrap.startswith("{}.") else text))
+        if not writer.differs:
+            return None
         return Block(tuple(Assign(step.target, step.code) for step in writer.steps), tuple(returned))
 
 
@@ -793,11 +796,10 @@ def _dtype_casts(rule: Rule, casts: Mapping[str, str]) -> dict[str, str]:
 
 
 def _in_place(emit: _Emitter, results: Sequence[Result], tensors: set[str]) -> Block | None:
-    """The in-place form of `results`, or None where it would update nothing in place."""
+    """The in-place form of `results`, or None where it would be the out-of-place code over again."""
     if not any(r.expr is not None for r in results):
         return None
-    block = emit.in_place_block(results, tensors)
-    return block if any(not a.target for a in block.lines) else None
+    return emit.in_place_block(results, tensors)
 
 
 def _read_names(block: Block | None, names: Sequence[str]) -> str:

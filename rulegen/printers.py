@@ -137,6 +137,11 @@ _TORCH_FUNCTIONS = {
 #: torch functions of two arguments that refuse a Python number in either place.
 _TORCH_TENSOR_ONLY = {"atan2", "hypot", "logaddexp"}
 
+# torch's softplus (forward and backward) returns x itself, and a gradient of
+# 1, above `threshold` (20 by default), an error of exp(-20) ~ 2e-9; past 40
+# that error is below float64's.
+SOFTPLUS_THRESHOLD = 40.0
+
 _MATH_FUNCTIONS = {
     "exp": "math.exp",
     "log": "math.log",
@@ -421,9 +426,7 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     _print_atan2 = _print_hypot = _print_logaddexp = _print_Function
 
     def _print_softplus(self, expr: fn.softplus) -> str:
-        # F.softplus returns x itself above `threshold` (20 by default), an
-        # error of exp(-20) ~ 2e-9; past 40 that error is below float64's.
-        return f"{self._call('torch.nn.functional.softplus', expr.args[0])[:-1]}, threshold=40.0)"
+        return f"{self._call('torch.nn.functional.softplus', expr.args[0])[:-1]}, threshold={SOFTPLUS_THRESHOLD})"
 
     def _print_gamma(self, expr: sp.gamma) -> str:
         x = self._print(expr.args[0])

@@ -26,10 +26,8 @@ class FLogaddexp(torch.autograd.Function):
         if plain(x, y, out_bar):
             t0 = -y
             t0.add_(x)
-            t1 = torch.sigmoid(t0)
-            t1.mul_(out_bar)
-            t2 = -t0
-            t2.sigmoid_().mul_(out_bar)
+            t1 = torch.ops.aten.softplus_backward(out_bar, t0, 1, 40.0)
+            t2 = torch.ops.aten.softplus_backward(out_bar, t0, -1, 40.0)
             return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = x - y
         return (out_bar * torch.sigmoid(t0)).sum_to_size(x.shape), (

@@ -33,8 +33,10 @@ class FMish(torch.autograd.Function):
         x, saved0 = ctx.saved_tensors
         if out_bar is not None and saved0_bar is None:
             if plain(x, saved0, out_bar):
-                t0 = saved0**2
-                t0.neg_().add_(1).mul_(x).mul_(torch.sigmoid(x)).add_(saved0).mul_(out_bar)
+                t0 = torch.nn.functional.silu(x)
+                t1 = saved0**2
+                t1.neg_().add_(1)
+                t0.mul_(t1).add_(saved0).mul_(out_bar)
                 return t0
             return out_bar * (saved0 + x * (1 - saved0**2) * torch.sigmoid(x))
         # This backward is itself being differentiated: absent cotangents are zero.

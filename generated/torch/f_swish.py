@@ -13,8 +13,7 @@ class FSwish(torch.autograd.Function):
     @staticmethod
     def forward(x):
         if plain(x):
-            t0 = torch.sigmoid(x)
-            t0.mul_(x)
+            t0 = torch.nn.functional.silu(x)
             return t0
         return x * torch.sigmoid(x)
 
