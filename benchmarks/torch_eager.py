@@ -237,7 +237,7 @@ def _ratio_cell(times: list[float], base: list[float]) -> str:
 
 def main(log2n: int) -> None:
     n = 1 << log2n
-    rounds = 15
+    rounds = 40
     with tempfile.TemporaryDirectory() as tmp:
         fused = fused_package(Path(tmp))
     print(f"torch eager, float32, {n} elements, forward+backward, {rounds} interleaved rounds")

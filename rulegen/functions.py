@@ -266,6 +266,23 @@ class entr(sp.Function):  # noqa: N801
         return -sp.log(self.args[0]) - 1
 
 
+# Forms only the torch printer writes, each one native kernel where the
+# composite is two; the plan rewrites products into them after deriving, so
+# they need no derivatives, and rules cannot name them.
+
+
+class silu(sp.Function):  # noqa: N801
+    """x * sigmoid(x)."""
+
+    nargs = 1
+
+
+class sigmoid_product(sp.Function):  # noqa: N801
+    """a * sigmoid(beta * u), softplus's backward: sigmoid_product(a, u, beta)."""
+
+    nargs = 3
+
+
 def _clip(x: sp.Expr, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
     return sp.Min(sp.Max(x, lo), hi)
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import sympy as sp
 
 from rulegen import functions as fn
-from rulegen.printers import SOFTPLUS_THRESHOLD
 
 # Functions of one argument whose torch method has an in-place form.
 _IN_PLACE_METHODS: dict[type, str] = {
@@ -77,12 +76,6 @@ class InPlaceWriter:
         self.tensors = set(tensors)
         self.names = names
         self.steps: list[Step] = []
-        self._native_calls = 0
-
-    @property
-    def differs(self) -> bool:
-        """Whether these steps do anything the out-of-place code does not: update in place or call a fused kernel."""
-        return self._native_calls > 0 or any(not step.target for step in self.steps)
 
     def assign(self, target: str, expr: sp.Expr) -> None:
         """Compute `expr` into `target`, which later steps read but never write."""
@@ -173,12 +166,10 @@ class InPlaceWriter:
         coefficient, factors_tuple = expr.as_coeff_mul()
         factors = [f for f in factors_tuple if not _is_reciprocal(f)]
         divisors = [1 / f for f in factors_tuple if _is_reciprocal(f)]
-        buffer = self._sigmoid_product(factors, target)
-        if buffer is None:
-            k = self._seed(factors)
-            if k is None:
-                return self._fresh(expr, target)
-            buffer = self._owned(factors.pop(k), target)
+        k = self._seed(factors)
+        if k is None:
+            return self._fresh(expr, target)
+        buffer = self._owned(factors.pop(k), target)
         for factor in factors:
             self._update(buffer, f"mul_({self._operand(factor)})")
         for divisor in divisors:
@@ -188,34 +179,6 @@ class InPlaceWriter:
         elif coefficient != 1:
             self._update(buffer, f"mul_({self.code(coefficient)})")
         return buffer
-
-    def _sigmoid_product(self, factors: list[sp.Expr], target: str | None) -> str | None:
-        """A buffer holding `a * sigmoid(c * u)`, two of `factors` (removed), in one pass, if they have that form.
-
-        That product is softplus's backward (silu where a is u), one native
-        kernel, where sigmoid and a multiplication are two passes over memory.
-        """
-        k = next((k for k, f in enumerate(factors) if isinstance(f, fn.sigmoid) and self._buildable(f.args[0])), None)
-        if k is None:
-            k = next((k for k, f in enumerate(factors) if isinstance(f, fn.sigmoid) and self._is_tensor(f)), None)
-        if k is None:
-            return None
-        a = next((j for j, f in enumerate(factors) if j != k and self._is_tensor(f) and not f.has(sp.Piecewise)), None)
-        if a is None or factors[k].args[0].has(sp.Piecewise):
-            return None
-        tensors = [s for s in factors[k].args[0].free_symbols if s.name in self.tensors]
-        beta, u = factors[k].args[0].as_independent(*tensors, as_Add=False)
-        if factors[a] == u and beta == 1:
-            call = f"torch.nn.functional.silu({self._operand(u)})"
-        else:
-            a_text, u_text = self._operand(factors[a]), self._operand(u)
-            call = f"torch.ops.aten.softplus_backward({a_text}, {u_text}, {self.code(beta)}, {SOFTPLUS_THRESHOLD})"
-        for j in sorted((k, a), reverse=True):
-            del factors[j]
-        name = target or str(next(self.names))
-        self.steps.append(Step(name, call))
-        self._native_calls += 1
-        return name
 
     def _power(self, expr: sp.Pow, target: str | None) -> str:
         base, exponent = expr.as_base_exp()

@@ -21,7 +21,7 @@ from sympy.codegen.cfunctions import log1p
 from sympy.codegen.rewriting import ReplaceOptim, expm1_opt, log1p_opt, optimize
 
 from rulegen.derive import Derivation, Partials
-from rulegen.functions import sigmoid, softplus
+from rulegen.functions import sigmoid, sigmoid_product, silu, softplus
 from rulegen.inplace import InPlaceWriter
 from rulegen.printers import print_jax, print_torch
 from rulegen.snippet import Code, SnippetDerivation
@@ -172,10 +172,16 @@ class Result:
 
 
 class _Emitter:
-    """Prints expressions for one backend, sharing subexpressions."""
+    """Prints expressions for one backend, sharing subexpressions.
 
-    def __init__(self, printer: Printer, taken: Iterable[str]) -> None:
+    `forms` rewrites each expression into the backend's own fused forms first.
+    """
+
+    def __init__(
+        self, printer: Printer, taken: Iterable[str], forms: Callable[[sp.Expr], sp.Expr] = lambda e: e
+    ) -> None:
         self.printer = printer
+        self.forms = forms
         self.imports: set[str] = set()
         self.taken = set(taken)
 
@@ -184,14 +190,20 @@ class _Emitter:
         self.imports |= imports
         return text
 
-    def block(self, lets: Sequence[tuple[str, sp.Expr]], results: Sequence[Result]) -> Block:
+    def block(
+        self,
+        lets: Sequence[tuple[str, sp.Expr]],
+        results: Sequence[Result],
+        forms: Callable[[sp.Expr], sp.Expr] | None = None,
+    ) -> Block:
         """Assign each `let` and compute each result, shared parts once.
 
         A short result is returned inline; a long one is named first, as a
-        person would write it.
+        person would write it.  `forms`, if given, replaces the emitter's own.
         """
         computed = [r for r in results if r.expr is not None]
-        exprs = [e for _, e in lets] + [r.expr for r in computed]
+        forms = forms or self.forms
+        exprs = [forms(e) for e in (*(e for _, e in lets), *(r.expr for r in computed))]
         replacements, reduced = sp.cse(exprs, symbols=_temp_symbols(self.taken), order="none")
         lines = [Assign(str(sym), self.code(value)) for sym, value in replacements]
         lines += [Assign(name, self.code(e)) for (name, _), e in zip(lets, reduced, strict=False)]
@@ -217,7 +229,7 @@ class _Emitter:
         """
         computed = [r for r in results if r.expr is not None]
         names = _temp_symbols(self.taken)
-        replacements, reduced = sp.cse([r.expr for r in computed], symbols=names, order="none")
+        replacements, reduced = sp.cse([self.forms(r.expr) for r in computed], symbols=names, order="none")
         writer = InPlaceWriter(self.code, tensors, names)
         for sym, value in replacements:
             writer.assign(str(sym), value)
@@ -230,7 +242,7 @@ class _Emitter:
             else:
                 text = texts[r.name]
                 returned.append(r.wrap.format(_atom(text) if r.wrap.startswith("{}.") else text))
-        if not writer.differs:
+        if not any(not step.target for step in writer.steps):
             return None
         return Block(tuple(Assign(step.target, step.code) for step in writer.steps), tuple(returned))
 
@@ -395,6 +407,43 @@ def _is_minus_sigmoid(expr: sp.Expr) -> bool:
         and isinstance(expr.args[1], sigmoid)
         and expr.args[1].args[0].could_extract_minus_sign()
     )
+
+
+def torch_forms(scalars: Iterable[str], integral: Iterable[str]) -> Callable[[sp.Expr], sp.Expr]:
+    """A rewrite of products with a sigmoid into torch's one-kernel forms.
+
+    `a * sigmoid(beta * u)` is softplus's backward, and `u * sigmoid(u)` is
+    silu: one pass over memory each where sigmoid and the multiplication are
+    two.  `scalars` name the static inputs (Python numbers, which the native
+    kernels do not take as tensors), `integral` the integer and boolean
+    arrays (silu refuses them; softplus's backward promotes them).
+    """
+    scalars, integral = frozenset(scalars), frozenset(integral)
+
+    def is_tensor(expr: sp.Expr) -> bool:
+        return any(s.name not in scalars for s in expr.free_symbols) and not expr.has(sp.Piecewise)
+
+    def rewrite(product: sp.Mul) -> sp.Expr:
+        factors = list(product.args)
+        k = next((k for k, f in enumerate(factors) if isinstance(f, sigmoid) and is_tensor(f)), None)
+        if k is None:
+            return product
+        tensors = [s for s in factors[k].free_symbols if s.name not in scalars]
+        beta, u = factors[k].args[0].as_independent(*tensors, as_Add=False)
+        if u.could_extract_minus_sign():  # the sign rides on beta, not on a negated copy of u
+            beta, u = -beta, -u
+        if beta == 1 and u in factors and not any(s.name in integral for s in u.free_symbols):
+            rest = [f for j, f in enumerate(factors) if j != k]
+            rest.remove(u)
+            return sp.Mul(*rest, silu(u))
+        candidates = [j for j, f in enumerate(factors) if j != k and is_tensor(f)]
+        if not candidates:
+            return product
+        a = min(candidates, key=lambda j: (not factors[j].is_Atom, j))  # a bare name needs no pass of its own
+        rest = [f for j, f in enumerate(factors) if j not in (a, k)]
+        return sp.Mul(*rest, sigmoid_product(factors[a], u, beta))
+
+    return lambda expr: expr.replace(lambda e: e.is_Mul, rewrite)
 
 
 def fused_forms(expr: sp.Expr) -> sp.Expr:
@@ -650,7 +699,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         symbols[f"{n}_bar"] = sp.Symbol(f"{n}_bar", real=True)
         symbols[f"{n}_dot"] = sp.Symbol(f"{n}_dot", real=True)
     statics = tuple(i.name for i in rule.inputs if i.static)
-    emit = _Emitter(functools.partial(print_torch, scalars=frozenset(statics)), symbols)
+    integral = [i.name for i in rule.inputs if not i.static and i.dtype in ("int", "bool")]
+    emit = _Emitter(functools.partial(print_torch, scalars=frozenset(statics)), symbols, torch_forms(statics, integral))
     inputs = tuple(i.name for i in rule.inputs)
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]
@@ -693,7 +743,9 @@ def plan_torch(d: Derivation) -> TorchPlan:
         return found
 
     full_results = backward_results(with_residuals=True)
-    backward = emit.block([], full_results)
+    # Where a backward reads residuals, an absent cotangent is the Python float 0.0 there.
+    cotangent_forms = torch_forms((*statics, *(f"{n}_bar" for n in (*outputs, *residual_names))), integral)
+    backward = emit.block([], full_results, cotangent_forms if residual_names else None)
     first_order_results = backward_results(with_residuals=False) if residual_names else []
     first_order = emit.block([], first_order_results) if residual_names else None
     absent = [f"{r}_bar is None" for r in residual_names]

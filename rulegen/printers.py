@@ -31,6 +31,7 @@ _IMPORTS = {
     "torch": "import torch",
     "torch.special": "import torch",
     "torch.nn.functional": "import torch",
+    "torch.ops.aten": "import torch",
     "math": "import math",
 }
 
@@ -427,6 +428,13 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
 
     def _print_softplus(self, expr: fn.softplus) -> str:
         return f"{self._call('torch.nn.functional.softplus', expr.args[0])[:-1]}, threshold={SOFTPLUS_THRESHOLD})"
+
+    def _print_silu(self, expr: fn.silu) -> str:
+        return self._call("torch.nn.functional.silu", *expr.args)
+
+    def _print_sigmoid_product(self, expr: fn.sigmoid_product) -> str:
+        a, u, beta = expr.args
+        return f"{self._call('torch.ops.aten.softplus_backward', a, u, beta)[:-1]}, {SOFTPLUS_THRESHOLD})"
 
     def _print_gamma(self, expr: sp.gamma) -> str:
         x = self._print(expr.args[0])

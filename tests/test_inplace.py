@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from rulegen import functions as fn
-from rulegen.plan import Result, _Emitter
+from rulegen.plan import Result, _Emitter, torch_forms
 from rulegen.printers import print_torch
 
 X, Y, S, G = sp.symbols("x y s g", real=True)
@@ -76,9 +76,12 @@ def _run(block, imports, values):
     return env["__result"]
 
 
-def _both(exprs):
+TORCH_FORMS = torch_forms({"beta"}, ())
+
+
+def _both(exprs, forms=TORCH_FORMS):
     results = [Result(f"r{k}", e) for k, e in enumerate(exprs)]
-    emit = _Emitter(print_torch, {"x", "y", "s", "g", "beta"})
+    emit = _Emitter(print_torch, {"x", "y", "s", "g", "beta"}, forms)
     out_of_place = emit.block([], results)
     in_place = emit.in_place_block(results, TENSORS)
     return out_of_place, in_place, sorted(emit.imports | {"import torch"})
@@ -122,34 +125,44 @@ def test_mish_backward_allocates_two_buffers():
     expr = G * (S + X * (1 - S**2) * fn.sigmoid(X))
     _, in_place, _ = _both([expr])
     assert [a.line for a in in_place.lines] == [
-        "t0 = torch.nn.functional.silu(x)",
-        "t1 = s**2",
-        "t1.neg_().add_(1)",
-        "t0.mul_(t1).add_(s).mul_(g)",
+        "t0 = s**2",
+        "t0.neg_().add_(1).mul_(torch.nn.functional.silu(x)).add_(s).mul_(g)",
     ]
 
 
 @pytest.mark.parametrize(
-    ("expr", "line"),
+    ("expr", "code"),
     [
-        (G * fn.sigmoid(X), "t0 = torch.ops.aten.softplus_backward(g, x, 1, 40.0)"),
-        (G * fn.sigmoid(BETA * X), "t0 = torch.ops.aten.softplus_backward(g, x, beta, 40.0)"),
-        (G * fn.sigmoid(-X), "t0 = torch.ops.aten.softplus_backward(g, x, -1, 40.0)"),
-        (X * fn.sigmoid(X), "t0 = torch.nn.functional.silu(x)"),
+        (G * fn.sigmoid(X), "torch.ops.aten.softplus_backward(g, x, 1, 40.0)"),
+        (G * fn.sigmoid(BETA * X), "torch.ops.aten.softplus_backward(g, x, beta, 40.0)"),
+        (G * fn.sigmoid(Y - X), "torch.ops.aten.softplus_backward(g, x - y, -1, 40.0)"),
+        (G * S * fn.sigmoid(X), "s*torch.ops.aten.softplus_backward(g, x, 1, 40.0)"),
+        (X * fn.sigmoid(X), "torch.nn.functional.silu(x)"),
+        (G * X * fn.sigmoid(X), "g*torch.nn.functional.silu(x)"),
     ],
 )
-def test_a_product_with_a_sigmoid_is_one_native_kernel(expr, line):
-    out_of_place, in_place, imports = _both([expr])
-    assert [a.line for a in in_place.lines] == [line]
+def test_a_product_with_a_sigmoid_is_one_native_kernel(expr, code):
+    rewritten, _, imports = _both([expr])
+    assert rewritten.result == code
+    plain_code, _, _ = _both([expr], forms=lambda e: e)
     values = _inputs()
     values["x"] = torch.tensor([-800.0, -50.0, -1.0, 0.0, 1e-3, 30.0, 39.5, 40.5, 800.0], dtype=torch.float64)
+    values["y"] = torch.linspace(-45, 45, 9, dtype=torch.float64)
     values["g"] = torch.linspace(-2, 2, 9, dtype=torch.float64)
-    torch.testing.assert_close(_run(in_place, imports, values), _run(out_of_place, imports, values), rtol=1e-15, atol=0)
+    values["s"] = torch.linspace(-3, 1, 9, dtype=torch.float64)
+    expected = _run(plain_code, imports, values)
+    torch.testing.assert_close(_run(rewritten, imports, values), expected, rtol=1e-15, atol=0)
 
 
-def test_a_sigmoid_of_statics_alone_is_no_kernel():
-    _, in_place, _ = _both([G * fn.sigmoid(BETA)])
-    assert in_place is None  # torch.sigmoid(beta) of a Python float raises: nothing to fuse
+def test_no_native_kernel_for_statics_masks_or_integer_silu():
+    exprs = [
+        G * fn.sigmoid(BETA),  # a Python float: torch.sigmoid(beta) would raise too
+        G * fn.sigmoid(sp.Piecewise((1, X > 0), (0, True))),  # an integer mask
+        sp.Piecewise((1, X > 0), (0, True)) * fn.sigmoid(X),
+    ]
+    forms = torch_forms({"beta"}, ())
+    assert [forms(e) for e in exprs] == exprs
+    assert torch_forms((), {"x"})(X * fn.sigmoid(X)) == fn.sigmoid_product(X, X, 1)
 
 
 @pytest.fixture(scope="module")

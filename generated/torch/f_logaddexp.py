@@ -30,15 +30,18 @@ class FLogaddexp(torch.autograd.Function):
             t2 = torch.ops.aten.softplus_backward(out_bar, t0, -1, 40.0)
             return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = x - y
-        return (out_bar * torch.sigmoid(t0)).sum_to_size(x.shape), (
-            out_bar * torch.sigmoid(-t0)
-        ).sum_to_size(y.shape)
+        return torch.ops.aten.softplus_backward(out_bar, t0, 1, 40.0).sum_to_size(
+            x.shape
+        ), torch.ops.aten.softplus_backward(out_bar, t0, -1, 40.0).sum_to_size(y.shape)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
         t0 = x - y
-        return x_dot * torch.sigmoid(t0) + y_dot * torch.sigmoid(-t0)
+        out_dot = torch.ops.aten.softplus_backward(
+            x_dot, t0, 1, 40.0
+        ) + torch.ops.aten.softplus_backward(y_dot, t0, -1, 40.0)
+        return out_dot
 
 
 class _FLogaddexpCompiled(FLogaddexp):

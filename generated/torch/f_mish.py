@@ -33,25 +33,27 @@ class FMish(torch.autograd.Function):
         x, saved0 = ctx.saved_tensors
         if out_bar is not None and saved0_bar is None:
             if plain(x, saved0, out_bar):
-                t0 = torch.nn.functional.silu(x)
-                t1 = saved0**2
-                t1.neg_().add_(1)
-                t0.mul_(t1).add_(saved0).mul_(out_bar)
+                t0 = saved0**2
+                t0.neg_().add_(1).mul_(torch.nn.functional.silu(x)).add_(saved0).mul_(out_bar)
                 return t0
-            return out_bar * (saved0 + x * (1 - saved0**2) * torch.sigmoid(x))
+            x_bar = out_bar * (saved0 + (1 - saved0**2) * torch.nn.functional.silu(x))
+            return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
         saved0_bar = 0.0 if saved0_bar is None else saved0_bar
-        t0 = (1 - saved0**2) * torch.sigmoid(x)
-        return (out_bar * (saved0 + t0 * x) + saved0_bar * t0 + torch.zeros_like(x)).sum_to_size(
-            x.shape
-        )
+        t0 = 1 - saved0**2
+        x_bar = out_bar * (
+            saved0 + t0 * torch.nn.functional.silu(x)
+        ) + saved0_bar * torch.ops.aten.softplus_backward(t0, x, 1, 40.0)
+        return (x_bar + torch.zeros_like(x)).sum_to_size(x.shape)
 
     @staticmethod
     def jvp(ctx, x_dot):
         x, saved0 = ctx.saved_tensors
-        t0 = (1 - saved0**2) * torch.sigmoid(x)
-        return x_dot * (saved0 + t0 * x), t0 * x_dot
+        t0 = 1 - saved0**2
+        return x_dot * (
+            saved0 + t0 * torch.nn.functional.silu(x)
+        ), t0 * torch.ops.aten.softplus_backward(x_dot, x, 1, 40.0)
 
 
 class _FMishCompiled(FMish):

@@ -12,10 +12,7 @@ class FSwish(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        if plain(x):
-            t0 = torch.nn.functional.silu(x)
-            return t0
-        return x * torch.sigmoid(x)
+        return torch.nn.functional.silu(x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

@@ -38,10 +38,7 @@ class SoftplusBeta(torch.autograd.Function):
         x, saved0 = ctx.saved_tensors
         beta = ctx.beta
         if out_bar is not None and saved0_bar is None:
-            if plain(saved0, out_bar):
-                t0 = torch.ops.aten.softplus_backward(out_bar, saved0, 1, 40.0)
-                return t0, None
-            return out_bar * torch.sigmoid(saved0), None
+            return torch.ops.aten.softplus_backward(out_bar, saved0, 1, 40.0), None
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
         saved0_bar = 0.0 if saved0_bar is None else saved0_bar
@@ -53,7 +50,7 @@ class SoftplusBeta(torch.autograd.Function):
     def jvp(ctx, x_dot, beta_dot):
         _, saved0 = ctx.saved_tensors
         beta = ctx.beta
-        return x_dot * torch.sigmoid(saved0), beta * x_dot
+        return torch.ops.aten.softplus_backward(x_dot, saved0, 1, 40.0), beta * x_dot
 
 
 class _SoftplusBetaCompiled(SoftplusBeta):
