@@ -446,6 +446,57 @@ def torch_forms(scalars: Iterable[str], integral: Iterable[str]) -> Callable[[sp
     return lambda expr: expr.replace(lambda e: e.is_Mul, rewrite)
 
 
+def jax_forms(exprs: Iterable[sp.Expr], scalars: Iterable[str]) -> Callable[[sp.Expr], sp.Expr]:
+    """A rewrite of softplus and sigmoid of one argument into forms that share one `exp`.
+
+    XLA computes `jax.nn.softplus(x)` and `jax.nn.sigmoid(x)` with an `exp`
+    each, and on the CPU its `log1p` costs about what `exp` does.  Where a
+    rule reads both of u (log1pexp and its derivative, mish's), both are
+    written over e = exp(-|u|):
+
+        softplus(u) = where(u >= 0, u, 0) + log1p(e)
+        sigmoid(u) = where(u >= 0, 1, e) / (1 + e)
+        sigmoid(-u) = where(u >= 0, e, 1) / (1 + e)
+
+    These are exact at every order under JAX's autodiff: at u = 0 each takes
+    its `u >= 0` piece, and JAX differentiates |u| there as u (its abs
+    rule selects on x >= 0), so the pieces agree with the derivatives.  An
+    argument with a static input in it is left alone: its sign, and so the
+    piece at 0, is unknown.
+    """
+    scalars = frozenset(scalars)
+
+    def canonical(u: sp.Expr) -> sp.Expr:
+        return -u if u.could_extract_minus_sign() else u
+
+    found: dict[type, set[sp.Expr]] = {softplus: set(), sigmoid: set()}
+    for expr in exprs:
+        for f in expr.atoms(softplus, sigmoid):
+            found[type(f)].add(f.args[0])
+    shared = {
+        canonical(u)
+        for u in found[softplus]
+        if (u in found[sigmoid] or -u in found[sigmoid]) and not any(s.name in scalars for s in u.free_symbols)
+    }
+    if not shared:
+        return lambda expr: expr
+
+    def pieces(u: sp.Expr, at_least_zero: sp.Expr, below: sp.Expr) -> sp.Expr:
+        return sp.Piecewise((at_least_zero, sp.Ge(u, 0)), (below, True))
+
+    def rewrite(f: sp.Function) -> sp.Expr:
+        u = canonical(f.args[0])
+        if u not in shared:
+            return f
+        negated = u != f.args[0]
+        e = sp.exp(-sp.Abs(u))
+        if isinstance(f, softplus):
+            return (pieces(u, 0, -u) if negated else pieces(u, u, 0)) + log1p(e)
+        return (pieces(u, e, 1) if negated else pieces(u, 1, e)) / (1 + e)
+
+    return lambda expr: expr.replace(lambda e: isinstance(e, softplus | sigmoid), rewrite)
+
+
 def fused_forms(expr: sp.Expr) -> sp.Expr:
     """`expr` with the sums and compositions that have a fused form (log1p, expm1, softplus, sigmoid) rewritten."""
     return optimize(expr, _FUSED_FORMS)
@@ -472,7 +523,9 @@ def plan_jax(d: Derivation) -> JaxPlan:
     """What the JAX module of a rule computes: a custom_jvp, or a custom_vjp."""
     d = _with_fused_forms(d)
     rule = d.rule
-    emit = _Emitter(print_jax, d.symbols)
+    every = [e for _, e in (*d.forward, *d.residuals)]
+    every += [*d.jvp_partials.values(), *d.vjp_partials.values(), *d.residual_partials.values()]
+    emit = _Emitter(print_jax, d.symbols, jax_forms(every, (i.name for i in rule.inputs if i.static)))
     arrays = tuple(i.name for i in rule.inputs if not i.static)
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]

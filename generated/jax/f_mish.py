@@ -8,7 +8,8 @@ import jax.numpy as jnp
 
 @jax.custom_jvp
 def f_mish(x):
-    return x * jnp.tanh(jax.nn.softplus(x))
+    out = x * jnp.tanh(jnp.where(x >= 0, x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x))))
+    return out
 
 
 @f_mish.defjvp
@@ -16,5 +17,7 @@ def _f_mish_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = f_mish(x)
-    t0 = jnp.tanh(jax.nn.softplus(x))
-    return out, x_dot * (t0 + x * (1 - t0**2) * jax.nn.sigmoid(x))
+    t0 = jnp.exp(-jnp.abs(x))
+    t1 = x >= 0
+    t2 = jnp.tanh(jnp.where(t1, x, 0) + jnp.log1p(t0))
+    return out, x_dot * (t2 + x * (1 - t2**2) * jnp.where(t1, 1, t0) / (t0 + 1))

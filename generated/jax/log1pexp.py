@@ -3,12 +3,13 @@
 """log1pexp: log(1 + exp(x)) whose gradient stays exact for large x."""
 
 import jax
+import jax.numpy as jnp
 
 
 @jax.custom_jvp
 def log1pexp(x):
     """log(1 + exp(x)) whose gradient stays exact for large x."""
-    return jax.nn.softplus(x)
+    return jnp.where(x >= 0, x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
 
 
 @log1pexp.defjvp
@@ -16,4 +17,5 @@ def _log1pexp_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = log1pexp(x)
-    return out, x_dot * jax.nn.sigmoid(x)
+    t0 = jnp.exp(-jnp.abs(x))
+    return out, x_dot * jnp.where(x >= 0, 1, t0) / (t0 + 1)
