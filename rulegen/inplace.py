@@ -163,7 +163,9 @@ class InPlaceWriter:
         return buffer
 
     def _product(self, expr: sp.Mul, target: str | None) -> str:
-        coefficient, factors_tuple = expr.as_coeff_mul()
+        # One multiplication by the product of the numbers: sympy keeps 2, sqrt(2) and 1/sqrt(pi) apart.
+        coefficient = sp.Mul(*(f for f in expr.args if f.is_number))
+        factors_tuple = [f for f in expr.args if not f.is_number]
         factors = [f for f in factors_tuple if not _is_reciprocal(f)]
         divisors = [1 / f for f in factors_tuple if _is_reciprocal(f)]
         k = self._seed(factors)

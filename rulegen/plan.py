@@ -639,9 +639,22 @@ def _autodiff_saved(exprs: Sequence[sp.Expr], arrays: set[sp.Symbol]) -> set[sp.
     return {k for k in kept if not k.is_Symbol and k.free_symbols & arrays}
 
 
-def _recompute_cost(expr: sp.Expr) -> int:
-    """Passes over memory that recomputing `expr` in eager torch costs: one per operation."""
-    return int(sp.count_ops(expr, visual=False))
+def _recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol]) -> int:
+    """What recomputing `expr` in eager torch costs: a pass over memory per operation on arrays, two for a function.
+
+    Constants fold: `sqrt(2) * x / 2` is one pass, as is `x**2`; `sin(x)` is
+    one pass too, but its arithmetic costs about as much again.
+    """
+    cost = 0
+    for node in sp.preorder_traversal(expr):
+        if node.is_Atom or not node.free_symbols & arrays:
+            continue
+        if node.is_Add or node.is_Mul:
+            operands = [a for a in node.args if a.free_symbols & arrays]
+            cost += len(operands) - (len(operands) == len(node.args))
+        else:
+            cost += 2 if isinstance(node, sp.Function) else 1
+    return cost
 
 
 def saved_form(expr: sp.Expr, saved: Mapping[sp.Expr, sp.Symbol]) -> sp.Expr:
@@ -693,9 +706,16 @@ def _saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Sym
         visit(expr)
     arrays = {d.symbols[i.name] for i in d.rule.inputs if not i.static}
     outputs = {e: d.symbols[n] for n, e in d.forward}
+    # Recomputing one operation reads as much memory as reading it back
+    # would, and often folds into the backward's own (a scale into a
+    # product's constant, or into softplus_backward's beta): keep only dearer ones.
     candidates = sorted(
-        (full[s] for s in wanted if full[s].free_symbols & arrays),
-        key=lambda e: (e not in outputs, -_recompute_cost(e), sp.default_sort_key(e)),
+        (
+            full[s]
+            for s in wanted
+            if full[s].free_symbols & arrays and (full[s] in outputs or _recompute_cost(full[s], arrays) > 1)
+        ),
+        key=lambda e: (e not in outputs, -_recompute_cost(e, arrays), sp.default_sort_key(e)),
     )
     budget = len(_autodiff_saved(forward, arrays))
     chosen: dict[sp.Expr, sp.Symbol] = {}

@@ -12,6 +12,7 @@ numeric constants such as `sqrt(2)` become array calls on Python numbers
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -296,6 +297,16 @@ class _ArrayCode:
         return self._call(self.functions["zeros_like"], expr.args[0])
 
     def _print_Mul(self, expr: sp.Mul) -> str:
+        numbers = [f for f in expr.args if f.is_number]
+        if len(numbers) < len(expr.args) and (len(numbers) > 1 or (numbers and not numbers[0].is_Rational)):
+            # sympy keeps 2, sqrt(2) and 1/sqrt(pi) apart, and eager torch
+            # would make a pass over the array for each: one Python number.
+            rest = sp.Mul(*(f for f in expr.args if not f.is_number))
+            constant = self._print_constant(sp.Mul(*numbers))
+            if not _is_name_or_call(constant.removeprefix("-")):
+                constant = f"({constant})"
+            body = self._print(rest) if rest.is_Mul else self.parenthesize(rest, PRECEDENCE["Mul"])  # type: ignore[attr-defined]
+            return f"{constant} * {body}"
         # Rationals as `2 * x / 3` rather than `(2/3)*x`.
         coefficient, rest = expr.as_coeff_Mul()
         if coefficient.is_Rational and not coefficient.is_Integer and rest != 1:
@@ -465,6 +476,11 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         for number in numbers:
             text = f"{self._record('torch.clamp')}({text}, {bound}={self._print(number)})"
         return text
+
+
+def _is_name_or_call(text: str) -> bool:
+    """`math.pi` or `math.sqrt(2)`: safe beside `*` without parentheses."""
+    return re.fullmatch(r"[\w.]+(\([\w.]*\))?", text) is not None
 
 
 def _printer(cls: Callable[[], _ArrayCode]) -> Callable[..., tuple[str, frozenset[str]]]:

@@ -19,4 +19,4 @@ def _f_erf_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = f_erf(x)
-    return out, 2 * x_dot * jnp.exp(-(x**2)) / math.sqrt(math.pi)
+    return out, (2 / math.sqrt(math.pi)) * x_dot * jnp.exp(-(x**2))

@@ -19,4 +19,4 @@ def _f_erfc_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = f_erfc(x)
-    return out, -2 * x_dot * jnp.exp(-(x**2)) / math.sqrt(math.pi)
+    return out, (-2 / math.sqrt(math.pi)) * x_dot * jnp.exp(-(x**2))

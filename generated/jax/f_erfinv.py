@@ -19,5 +19,5 @@ def _f_erfinv_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = f_erfinv(x)
-    out_dot = math.sqrt(math.pi) * x_dot * jnp.exp(jax.scipy.special.erfinv(x) ** 2) / 2
+    out_dot = (math.sqrt(math.pi) / 2) * x_dot * jnp.exp(jax.scipy.special.erfinv(x) ** 2)
     return out, out_dot

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 @jax.custom_jvp
 def f_gelu_tanh(x):
-    out = x * (jnp.tanh(math.sqrt(2) * (0.044715 * x**3 + x) / math.sqrt(math.pi)) + 1) / 2
+    out = x * (jnp.tanh((math.sqrt(2) / math.sqrt(math.pi)) * (0.044715 * x**3 + x)) + 1) / 2
     return out
 
 

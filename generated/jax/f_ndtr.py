@@ -19,4 +19,5 @@ def _f_ndtr_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = f_ndtr(x)
-    return out, math.sqrt(2) * x_dot * jnp.exp(-(x**2) / 2) / math.sqrt(math.pi) / 2
+    out_dot = (math.sqrt(2) / math.sqrt(math.pi) / 2) * x_dot * jnp.exp(-(x**2) / 2)
+    return out, out_dot

@@ -20,6 +20,6 @@ def _f_ndtri_jvp(primals, tangents):
     (x_dot,) = tangents
     out = f_ndtri(x)
     out_dot = (
-        math.sqrt(2) * math.sqrt(math.pi) * x_dot * jnp.exp(jax.scipy.special.ndtri(x) ** 2 / 2)
+        (math.sqrt(2) * math.sqrt(math.pi)) * x_dot * jnp.exp(jax.scipy.special.ndtri(x) ** 2 / 2)
     )
     return out, out_dot

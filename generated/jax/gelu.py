@@ -21,8 +21,8 @@ def _gelu_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = gelu(x)
-    t0 = math.sqrt(2) * x / 2
+    t0 = (math.sqrt(2) / 2) * x
     out_dot = x_dot * (
-        t0 * jnp.exp(-(x**2) / 2) / math.sqrt(math.pi) + jax.scipy.special.erf(t0) / 2 + 1 / 2
+        (1 / math.sqrt(math.pi)) * t0 * jnp.exp(-(x**2) / 2) + jax.scipy.special.erf(t0) / 2 + 1 / 2
     )
     return out, out_dot

@@ -27,14 +27,14 @@ class FErfc(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = x**2
-            t0.neg_().exp_().mul_(out_bar).mul_(1 / math.sqrt(math.pi)).mul_(-2)
+            t0.neg_().exp_().mul_(out_bar).mul_(-2 / math.sqrt(math.pi))
             return t0
-        return -2 * out_bar * torch.exp(-(x**2)) / math.sqrt(math.pi)
+        return (-2 / math.sqrt(math.pi)) * out_bar * torch.exp(-(x**2))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return -2 * x_dot * torch.exp(-(x**2)) / math.sqrt(math.pi)
+        return (-2 / math.sqrt(math.pi)) * x_dot * torch.exp(-(x**2))
 
 
 class _FErfcCompiled(FErfc):

@@ -16,60 +16,57 @@ class FGeluTanh(torch.autograd.Function):
     def forward(x):
         if plain(x):
             t0 = x**3
-            t0.mul_(0.044715).add_(x).mul_(math.sqrt(2)).mul_(1 / math.sqrt(math.pi)).tanh_()
-            t1 = x / 2
-            t2 = t0 + 1
-            t2.mul_(t1)
-            return t2, t0, t1
-        t0 = torch.tanh(math.sqrt(2) * (0.044715 * x**3 + x) / math.sqrt(math.pi))
-        t1 = x / 2
-        return t1 * (t0 + 1), t0, t1
+            t0.mul_(0.044715).add_(x).mul_(math.sqrt(2) / math.sqrt(math.pi)).tanh_()
+            t1 = t0 + 1
+            t1.mul_(x).mul_(1 / 2)
+            return t1, t0
+        t0 = torch.tanh((math.sqrt(2) / math.sqrt(math.pi)) * (0.044715 * x**3 + x))
+        return x * (t0 + 1) / 2, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        _, saved0, saved1 = output
+        _, saved0 = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved0, saved1)
-        ctx.save_for_forward(x, saved0, saved1)
+        ctx.save_for_backward(x, saved0)
+        ctx.save_for_forward(x, saved0)
 
     @staticmethod
-    def backward(ctx, out_bar, saved0_bar, saved1_bar):
-        x, saved0, saved1 = ctx.saved_tensors
-        if out_bar is not None and saved0_bar is None and saved1_bar is None:
-            if plain(x, saved0, saved1, out_bar):
+    def backward(ctx, out_bar, saved0_bar):
+        x, saved0 = ctx.saved_tensors
+        if out_bar is not None and saved0_bar is None:
+            if plain(x, saved0, out_bar):
                 t0 = saved0 / 2
                 t0.add_(1 / 2)
                 t1 = saved0**2
-                t1.neg_().add_(1).mul_(saved1).mul_(math.sqrt(2)).mul_(1 / math.sqrt(math.pi))
+                t1.neg_().add_(1).mul_(x)
                 t2 = x**2
                 t2.mul_(0.134145).add_(1)
-                t1.mul_(t2)
+                t1.mul_(t2).mul_(math.sqrt(2) / math.sqrt(math.pi) / 2)
                 t0.add_(t1).mul_(out_bar)
                 return t0
             x_bar = out_bar * (
                 saved0 / 2
-                + math.sqrt(2)
-                * saved1
+                + (math.sqrt(2) / math.sqrt(math.pi) / 2)
+                * x
                 * (1 - saved0**2)
                 * (0.134145 * x**2 + 1)
-                / math.sqrt(math.pi)
                 + 1 / 2
             )
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
         saved0_bar = 0.0 if saved0_bar is None else saved0_bar
-        saved1_bar = 0.0 if saved1_bar is None else saved1_bar
-        t0 = math.sqrt(2) * (1 - saved0**2) * (0.134145 * x**2 + 1) / math.sqrt(math.pi)
-        x_bar = out_bar * (saved0 / 2 + saved1 * t0 + 1 / 2) + saved0_bar * t0 + saved1_bar / 2
-        return (x_bar + torch.zeros_like(x)).sum_to_size(x.shape)
+        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * (1 - saved0**2) * (0.134145 * x**2 + 1)
+        return (
+            out_bar * (saved0 / 2 + t0 * x / 2 + 1 / 2) + saved0_bar * t0 + torch.zeros_like(x)
+        ).sum_to_size(x.shape)
 
     @staticmethod
     def jvp(ctx, x_dot):
-        x, saved0, saved1 = ctx.saved_tensors
-        t0 = math.sqrt(2) * (1 - saved0**2) * (0.134145 * x**2 + 1) / math.sqrt(math.pi)
-        return x_dot * (saved0 / 2 + saved1 * t0 + 1 / 2), t0 * x_dot, x_dot / 2
+        x, saved0 = ctx.saved_tensors
+        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * (1 - saved0**2) * (0.134145 * x**2 + 1)
+        return x_dot * (saved0 / 2 + t0 * x / 2 + 1 / 2), t0 * x_dot
 
 
 class _FGeluTanhCompiled(FGeluTanh):
@@ -80,5 +77,5 @@ class _FGeluTanhCompiled(FGeluTanh):
 
 def f_gelu_tanh(x):
     function = _FGeluTanhCompiled if torch.compiler.is_compiling() else FGeluTanh
-    out, _saved0, _saved1 = function.apply(x)
+    out, _saved0 = function.apply(x)
     return out

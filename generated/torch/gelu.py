@@ -19,57 +19,52 @@ class Gelu(torch.autograd.Function):
         if plain(x):
             t0 = x / 2
             t1 = math.sqrt(2) * t0
-            t2 = torch.special.erf(t1)
-            t3 = t2 + 1
-            t3.mul_(t0)
-            return t3, t2, t1
+            t1.erf_()
+            t2 = t1 + 1
+            t2.mul_(t0)
+            return t2, t1
         t0 = x / 2
-        t1 = math.sqrt(2) * t0
-        t2 = torch.special.erf(t1)
-        return t0 * (t2 + 1), t2, t1
+        t1 = torch.special.erf(math.sqrt(2) * t0)
+        return t0 * (t1 + 1), t1
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        _, saved0, saved1 = output
+        _, saved0 = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved0, saved1)
-        ctx.save_for_forward(x, saved0, saved1)
+        ctx.save_for_backward(x, saved0)
+        ctx.save_for_forward(x, saved0)
 
     @staticmethod
-    def backward(ctx, out_bar, saved0_bar, saved1_bar):
-        x, saved0, saved1 = ctx.saved_tensors
-        if out_bar is not None and saved0_bar is None and saved1_bar is None:
-            if plain(x, saved0, saved1, out_bar):
+    def backward(ctx, out_bar, saved0_bar):
+        x, saved0 = ctx.saved_tensors
+        if out_bar is not None and saved0_bar is None:
+            if plain(x, saved0, out_bar):
                 t0 = saved0 / 2
                 t0.add_(1 / 2)
                 t1 = x**2
-                t1.mul_(-1 / 2).exp_().mul_(saved1).mul_(1 / math.sqrt(math.pi))
+                t1.mul_(-1 / 2).exp_().mul_(x).mul_(math.sqrt(2) / math.sqrt(math.pi) / 2)
                 t0.add_(t1).mul_(out_bar)
                 return t0
             x_bar = out_bar * (
-                saved0 / 2 + saved1 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + 1 / 2
+                saved0 / 2
+                + (math.sqrt(2) / math.sqrt(math.pi) / 2) * x * torch.exp(-(x**2) / 2)
+                + 1 / 2
             )
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
         saved0_bar = 0.0 if saved0_bar is None else saved0_bar
-        saved1_bar = 0.0 if saved1_bar is None else saved1_bar
-        t0 = torch.exp(-(x**2) / 2) / math.sqrt(math.pi)
-        t1 = math.sqrt(2)
-        x_bar = (
-            out_bar * (saved0 / 2 + saved1 * t0 + 1 / 2)
-            + saved0_bar * t0 * t1
-            + saved1_bar * t1 / 2
-        )
-        return (x_bar + torch.zeros_like(x)).sum_to_size(x.shape)
+        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * torch.exp(-(x**2) / 2)
+        return (
+            out_bar * (saved0 / 2 + t0 * x / 2 + 1 / 2) + saved0_bar * t0 + torch.zeros_like(x)
+        ).sum_to_size(x.shape)
 
     @staticmethod
     def jvp(ctx, x_dot):
-        x, saved0, saved1 = ctx.saved_tensors
-        t0 = torch.exp(-(x**2) / 2) / math.sqrt(math.pi)
-        t1 = math.sqrt(2) * x_dot
-        return x_dot * (saved0 / 2 + saved1 * t0 + 1 / 2), t0 * t1, t1 / 2
+        x, saved0 = ctx.saved_tensors
+        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * torch.exp(-(x**2) / 2)
+        return x_dot * (saved0 / 2 + t0 * x / 2 + 1 / 2), t0 * x_dot
 
 
 class _GeluCompiled(Gelu):
@@ -81,5 +76,5 @@ class _GeluCompiled(Gelu):
 def gelu(x):
     """Exact GELU, x * Phi(x). Only the forward is given; both derivatives are derived."""
     function = _GeluCompiled if torch.compiler.is_compiling() else Gelu
-    out, _saved0, _saved1 = function.apply(x)
+    out, _saved0 = function.apply(x)
     return out

@@ -17,40 +17,29 @@ class SoftplusBeta(torch.autograd.Function):
     @staticmethod
     def forward(x, beta):
         if plain(x):
-            t0 = beta * x
-            t1 = torch.nn.functional.softplus(t0, threshold=40.0)
-            t1.div_(beta)
-            return t1, t0
-        t0 = beta * x
-        return torch.nn.functional.softplus(t0, threshold=40.0) / beta, t0
+            t0 = torch.nn.functional.softplus(beta * x, threshold=40.0)
+            t0.div_(beta)
+            return t0
+        return torch.nn.functional.softplus(beta * x, threshold=40.0) / beta
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, beta = inputs
-        _, saved0 = output
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved0)
-        ctx.save_for_forward(x, saved0)
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
         ctx.beta = beta
 
     @staticmethod
-    def backward(ctx, out_bar, saved0_bar):
-        x, saved0 = ctx.saved_tensors
+    def backward(ctx, out_bar):
+        (x,) = ctx.saved_tensors
         beta = ctx.beta
-        if out_bar is not None and saved0_bar is None:
-            return torch.ops.aten.softplus_backward(out_bar, saved0, 1, 40.0), None
-        # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
-        return (
-            beta * saved0_bar + out_bar * torch.sigmoid(saved0) + torch.zeros_like(x)
-        ).sum_to_size(x.shape), None
+        return torch.ops.aten.softplus_backward(out_bar, x, beta, 40.0), None
 
     @staticmethod
     def jvp(ctx, x_dot, beta_dot):
-        _, saved0 = ctx.saved_tensors
+        (x,) = ctx.saved_tensors
         beta = ctx.beta
-        return torch.ops.aten.softplus_backward(x_dot, saved0, 1, 40.0), beta * x_dot
+        return torch.ops.aten.softplus_backward(x_dot, x, beta, 40.0)
 
 
 class _SoftplusBetaCompiled(SoftplusBeta):
@@ -62,5 +51,4 @@ class _SoftplusBetaCompiled(SoftplusBeta):
 def softplus_beta(x, beta=1.0):
     """log(1 + exp(beta * x)) / beta, a softplus whose sharpness `beta` is a static parameter."""
     function = _SoftplusBetaCompiled if torch.compiler.is_compiling() else SoftplusBeta
-    out, _saved0 = function.apply(x, beta)
-    return out
+    return function.apply(x, beta)
