@@ -1,0 +1,42 @@
+"""The README's benchmark command runs and prints every table whole (its ratios are for people, not asserts)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RATIO = r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]"
+
+
+@pytest.mark.slow
+def test_quick_benchmarks_print_a_ratio_for_every_case():
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    torch_cases = [
+        "mish",
+        "gelu (erf)",
+        "gelu (tanh)",
+        "swish",
+        "softplus",
+        "log1pexp",
+        "sin(x)*exp(-x^2)*y",
+        "softplus(beta x)/beta",
+    ]
+    for case in torch_cases:
+        # four ratio columns, then saved MB for the generated, autodiff, hand-written and fused Functions
+        assert re.search(rf"^{re.escape(case)} +{RATIO} +{RATIO} +{RATIO} +{RATIO} +\d+/\d+/\d+/\d+$", out, re.M), case
+    for case in ["log1pexp", "sin_mul", "gelu"]:
+        assert re.search(rf"^{case} +{RATIO} +{RATIO} +{RATIO} +{RATIO}$", out, re.M), case
+    for case in ["softmax", "logsumexp"]:  # hand-written custom_vjps: no forward mode
+        assert re.search(rf"^{case} +{RATIO} +{RATIO} +n/a +{RATIO}$", out, re.M), case
+    for count in (10, 100):
+        assert re.search(rf"^ +{count} +\d+\.\d\d +\d+\.\d +\d\.\d{{3}}$", out, re.M), count
+    assert re.search(r"^least squares: cold = \d+\.\d\d s \+ \d+\.\d ms x rules$", out, re.M)
