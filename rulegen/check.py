@@ -168,6 +168,8 @@ def _sample(rule: Rule, rng: np.random.Generator) -> list[Any]:
             margin = 0.02 * (hi - lo)
             if spec.dtype == "float":
                 values.append(rng.uniform(lo + margin, hi - margin, size=spec.shape))
+            elif spec.dtype == "bool":
+                values.append(rng.random(size=spec.shape) < 0.5)
             else:
                 values.append(rng.integers(int(lo), int(hi) + 1, size=spec.shape))
     return values

@@ -179,9 +179,9 @@ class _Deriver:
             names |= {f"{n}_bar" for n in self.outputs}
         return {n: self.symbols[n] for n in names}
 
-    def parse(self, text: Text, scope: Mapping[str, sp.Symbol]) -> sp.Expr | None:
+    def parse(self, text: Text, scope: Mapping[str, sp.Symbol], *, indicator: bool = False) -> sp.Expr | None:
         try:
-            return parse_expression(text.value, scope, text.loc)
+            return parse_expression(text.value, scope, text.loc, indicator=indicator)
         except SpecError as exc:
             self.errors.append(exc)
             return None
@@ -209,8 +209,9 @@ class _Deriver:
         rule = self.rule
         forward_texts = self.per_name(rule.forward, self.outputs, "forward")
         forward = {}
+        booleans = {o.name for o in rule.outputs if o.dtype == "bool"}
         for name, text in forward_texts.items():
-            expr = self.parse(text, self.scope())
+            expr = self.parse(text, self.scope(), indicator=name in booleans)
             if expr is not None:
                 forward[name] = expr
         for name in self.outputs:

@@ -288,8 +288,12 @@ def _bracket_depth(text: str) -> int:
     return deepest
 
 
-def parse_expression(text: str, symbols: Mapping[str, sp.Symbol], loc: Loc) -> sp.Expr:
-    """The sympy expression written in `text`, or a SpecError at the offending place."""
+def parse_expression(text: str, symbols: Mapping[str, sp.Symbol], loc: Loc, *, indicator: bool = False) -> sp.Expr:
+    """The sympy expression written in `text`, or a SpecError at the offending place.
+
+    With `indicator`, a condition (`x > 0`, the value of a boolean output)
+    reads as 1 where it holds and 0 elsewhere.
+    """
     if len(text) > MAX_CHARS:
         raise SpecError(loc, f"expression longer than {MAX_CHARS} characters")
     stripped = text.strip()
@@ -314,7 +318,11 @@ def parse_expression(text: str, symbols: Mapping[str, sp.Symbol], loc: Loc) -> s
     builder = _Builder(symbols, start)
     _depth_and_size(tree.body, builder)
     try:
-        result = builder.value(tree.body)
+        result = builder.value(tree.body) if not indicator else builder.build(tree.body)
+        if indicator and (_condition(result) or result in (sp.true, sp.false)):
+            result = sp.Piecewise((1, result), (0, True))
+        elif indicator:
+            result = builder.value(tree.body)
     except SpecError:
         raise
     except (TypeError, ValueError, AttributeError, ZeroDivisionError, RecursionError) as exc:

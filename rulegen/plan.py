@@ -525,7 +525,9 @@ def plan_jax(d: Derivation) -> JaxPlan:
     rule = d.rule
     every = [e for _, e in (*d.forward, *d.residuals)]
     every += [*d.jvp_partials.values(), *d.vjp_partials.values(), *d.residual_partials.values()]
-    emit = _Emitter(print_jax, d.symbols, jax_forms(every, (i.name for i in rule.inputs if i.static)))
+    booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
+    printer = functools.partial(print_jax, booleans=booleans)
+    emit = _Emitter(printer, d.symbols, jax_forms(every, (i.name for i in rule.inputs if i.static)))
     arrays = tuple(i.name for i in rule.inputs if not i.static)
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]
@@ -773,7 +775,9 @@ def plan_torch(d: Derivation) -> TorchPlan:
         symbols[f"{n}_dot"] = sp.Symbol(f"{n}_dot", real=True)
     statics = tuple(i.name for i in rule.inputs if i.static)
     integral = [i.name for i in rule.inputs if not i.static and i.dtype in ("int", "bool")]
-    emit = _Emitter(functools.partial(print_torch, scalars=frozenset(statics)), symbols, torch_forms(statics, integral))
+    booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
+    printer = functools.partial(print_torch, scalars=frozenset(statics), booleans=booleans)
+    emit = _Emitter(printer, symbols, torch_forms(statics, integral))
     inputs = tuple(i.name for i in rule.inputs)
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]

@@ -229,6 +229,14 @@ class _ArrayCode:
 
     #: Symbols that stand for Python numbers (static inputs), not arrays.
     scalars: frozenset[str] = frozenset()
+    #: Symbols that stand for boolean arrays, which neither framework
+    #: negates or (torch) subtracts: they are read as integers.
+    booleans: frozenset[str] = frozenset()
+    as_integer = ""
+
+    def _print_Symbol(self, expr: sp.Symbol) -> str:
+        text = super()._print_Symbol(expr)  # type: ignore[misc]
+        return f"{text}{self.as_integer}" if expr.name in self.booleans else text
 
     def _of_scalars(self, expr: sp.Expr) -> bool:
         """A function of static inputs only, where `math` has every function: Python float arithmetic.
@@ -400,6 +408,7 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     """jax.numpy / jax.scipy.special code."""
 
     functions = _JAX_FUNCTIONS
+    as_integer = ".astype(int)"
 
     def _print_Max(self, expr: sp.Max) -> str:
         return self._nested("jnp.maximum", expr.args)
@@ -423,6 +432,7 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     """
 
     functions = _TORCH_FUNCTIONS
+    as_integer = ".int()"
 
     def _print_Function(self, expr: sp.Function) -> str:
         name = type(expr).__name__
@@ -484,10 +494,16 @@ def _is_name_or_call(text: str) -> bool:
 
 
 def _printer(cls: Callable[[], _ArrayCode]) -> Callable[..., tuple[str, frozenset[str]]]:
-    def print_expr(expr: sp.Expr, scalars: frozenset[str] = frozenset()) -> tuple[str, frozenset[str]]:
-        """`expr` as code, and the imports it needs; `scalars` name the symbols that hold Python numbers."""
+    def print_expr(
+        expr: sp.Expr, scalars: frozenset[str] = frozenset(), booleans: frozenset[str] = frozenset()
+    ) -> tuple[str, frozenset[str]]:
+        """`expr` as code, and the imports it needs.
+
+        `scalars` name the symbols that hold Python numbers, `booleans` those that hold boolean arrays.
+        """
         printer = cls()
         printer.scalars = scalars
+        printer.booleans = booleans
         text = printer.doprint(expr)  # type: ignore[attr-defined]
         return text, frozenset(printer.module_imports_)
 
