@@ -145,9 +145,18 @@ class InPlaceWriter:
         return self._fresh(expr, target)
 
     def _seed(self, terms: Sequence[sp.Expr]) -> int | None:
-        """Which compound tensor term to build the buffer from, if any: a negated one only when no other is."""
+        """Which compound tensor term to build the buffer from, if any.
+
+        A negated one only when no other is, and a product of tensors last:
+        added to a buffer, it takes one pass (addcmul_); as the buffer, two.
+        """
         compound = [k for k, t in enumerate(terms) if self._buildable(t)]
-        return next((k for k in compound if not _is_negated(terms[k])), compound[0] if compound else None)
+        if not compound:
+            return None
+        return min(compound, key=lambda k: (_is_negated(terms[k]), self._tensor_product(terms[k]), k))
+
+    def _tensor_product(self, term: sp.Expr) -> bool:
+        return term.is_Mul and sum(self._is_tensor(f) for f in term.args) >= 2
 
     def _sum(self, expr: sp.Add, target: str | None) -> str:
         terms = list(expr.args)
@@ -156,11 +165,41 @@ class InPlaceWriter:
             return self._fresh(expr, target)
         buffer = self._owned(terms.pop(k), target)
         for term in terms:
+            if self._fused_product(buffer, term):
+                continue
             if _is_negated(term):
                 self._update(buffer, f"sub_({self._operand(-term)})")
             else:
                 self._update(buffer, f"add_({self._operand(term)})")
         return buffer
+
+    def _fused_product(self, buffer: str, term: sp.Expr) -> bool:
+        """Add `term`, a product or quotient of tensors, to `buffer` in one pass (addcmul_, addcdiv_), if it is one.
+
+        Numbers and static inputs among its factors become `value`.
+        """
+        if not term.is_Mul:
+            return False
+        scale = [f for f in term.args if not self._is_tensor(f)]
+        tensors = [f for f in term.args if self._is_tensor(f)]
+        if any(f.has(sp.Piecewise) for f in tensors):
+            return False
+        divisors = [1 / f for f in tensors if _is_reciprocal(f)]
+        factors = [f for f in tensors if not _is_reciprocal(f)]
+        if not factors or len(factors) + len(divisors) < 2:
+            return False
+        if divisors:
+            method, second = "addcdiv_", sp.Mul(*divisors)
+        else:
+            method = "addcmul_"
+            second = next((f for f in reversed(factors) if f.is_Atom), factors[-1])  # a name costs no pass
+            factors.remove(second)
+        value = sp.Mul(*scale)
+        arguments = [self._operand(sp.Mul(*factors)), self._operand(second)]
+        if value != 1:
+            arguments.append(f"value={self.code(value)}")
+        self._update(buffer, f"{method}({', '.join(arguments)})")
+        return True
 
     def _product(self, expr: sp.Mul, target: str | None) -> str:
         # One multiplication by the product of the numbers: sympy keeps 2, sqrt(2) and 1/sqrt(pi) apart.

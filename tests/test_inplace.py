@@ -154,6 +154,22 @@ def test_a_product_with_a_sigmoid_is_one_native_kernel(expr, code):
     torch.testing.assert_close(_run(rewritten, imports, values), expected, rtol=1e-15, atol=0)
 
 
+@pytest.mark.parametrize(
+    ("expr", "lines"),
+    [
+        (sp.exp(X) + 2 * G * S, ["t0 = torch.exp(x)", "t0.addcmul_(g, s, value=2)"]),
+        (sp.exp(X) - G * S / Y, ["t0 = torch.exp(x)", "t0.addcdiv_(g*s, y, value=-1)"]),
+        (sp.exp(X) + BETA * G * S * Y, ["t0 = torch.exp(x)", "t0.addcmul_(g*s, y, value=beta)"]),
+        (G * S + X * Y, ["t0 = g*s", "t0.addcmul_(x, y)"]),
+    ],
+)
+def test_a_product_added_to_a_buffer_takes_one_pass(expr, lines):
+    out_of_place, in_place, imports = _both([expr])
+    assert [a.line for a in in_place.lines] == lines
+    values = _inputs()
+    torch.testing.assert_close(_run(in_place, imports, values), _run(out_of_place, imports, values))
+
+
 def test_no_native_kernel_for_statics_masks_or_integer_silu():
     exprs = [
         G * fn.sigmoid(BETA),  # a Python float: torch.sigmoid(beta) would raise too

@@ -26,8 +26,8 @@ class FBesselI1e(torch.autograd.Function):
         if plain(x, out_bar):
             t0 = torch.special.i0e(x)
             t1 = 1 / x
-            t1.add_(1).mul_(torch.special.i1e(x))
-            t0.sub_(t1).mul_(out_bar)
+            t1.add_(1)
+            t0.addcmul_(t1, torch.special.i1e(x), value=-1).mul_(out_bar)
             return t0
         x_bar = out_bar * (-(1 + 1 / x) * torch.special.i1e(x) + torch.special.i0e(x))
         return x_bar

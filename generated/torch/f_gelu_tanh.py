@@ -39,11 +39,11 @@ class FGeluTanh(torch.autograd.Function):
                 t0 = saved0 / 2
                 t0.add_(1 / 2)
                 t1 = saved0**2
-                t1.neg_().add_(1).mul_(x)
+                t1.neg_().add_(1)
                 t2 = x**2
                 t2.mul_(0.134145).add_(1)
-                t1.mul_(t2).mul_(math.sqrt(2) / math.sqrt(math.pi) / 2)
-                t0.add_(t1).mul_(out_bar)
+                t1.mul_(t2)
+                t0.addcmul_(t1, x, value=math.sqrt(2) / math.sqrt(math.pi) / 2).mul_(out_bar)
                 return t0
             x_bar = out_bar * (
                 saved0 / 2

@@ -43,8 +43,8 @@ class Gelu(torch.autograd.Function):
                 t0 = saved0 / 2
                 t0.add_(1 / 2)
                 t1 = x**2
-                t1.mul_(-1 / 2).exp_().mul_(x).mul_(math.sqrt(2) / math.sqrt(math.pi) / 2)
-                t0.add_(t1).mul_(out_bar)
+                t1.mul_(-1 / 2).exp_()
+                t0.addcmul_(t1, x, value=math.sqrt(2) / math.sqrt(math.pi) / 2).mul_(out_bar)
                 return t0
             x_bar = out_bar * (
                 saved0 / 2

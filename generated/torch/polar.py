@@ -35,10 +35,10 @@ class Polar(torch.autograd.Function):
             t0 = theta_bar / (x**2 + y**2)
             t1 = 1 / r
             t2 = r_bar * t1 * x
-            t2.sub_(t0 * y)
-            t4 = t0 * x
-            t4.add_(r_bar * t1 * y)
-            return t2.sum_to_size(x.shape), t4.sum_to_size(y.shape)
+            t2.addcmul_(t0, y, value=-1)
+            t3 = t0 * x
+            t3.addcmul_(r_bar * t1, y)
+            return t2.sum_to_size(x.shape), t3.sum_to_size(y.shape)
         t0 = theta_bar / (x**2 + y**2)
         t1 = 1 / r
         return (r_bar * t1 * x - t0 * y).sum_to_size(x.shape), (
