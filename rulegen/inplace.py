@@ -21,11 +21,11 @@ at run time (`torch/_inplace.py`) and runs the out-of-place code otherwise.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 
 import sympy as sp
 
 from rulegen import functions as fn
+from rulegen.lines import Assign
 
 # Functions of one argument whose torch method has an in-place form.
 _IN_PLACE_METHODS: dict[type, str] = {
@@ -55,14 +55,6 @@ _IN_PLACE_METHODS: dict[type, str] = {
 }
 
 
-@dataclass(frozen=True)
-class Step:
-    """`target = code`, or the statement `code` when there is no target."""
-
-    target: str
-    code: str
-
-
 class InPlaceWriter:
     """Writes expressions as steps that allocate once per compound operand.
 
@@ -75,14 +67,14 @@ class InPlaceWriter:
         self.code = code
         self.tensors = set(tensors)
         self.names = names
-        self.steps: list[Step] = []
+        self.steps: list[Assign] = []
 
     def assign(self, target: str, expr: sp.Expr) -> None:
         """Compute `expr` into `target`, which later steps read but never write."""
         if self._is_tensor(expr) and not expr.is_Atom:
             self._owned(expr, target)
         else:
-            self.steps.append(Step(target, self.code(expr)))
+            self.steps.append(Assign(target, self.code(expr)))
         if self._is_tensor(expr):
             self.tensors.add(target)
 
@@ -120,13 +112,13 @@ class InPlaceWriter:
         """Apply `buffer.call`, chained onto the previous update of the same buffer."""
         last = self.steps[-1] if self.steps else None
         if last is not None and not last.target and last.code.startswith(f"{buffer}."):
-            self.steps[-1] = Step("", f"{last.code}.{call}")
+            self.steps[-1] = Assign("", f"{last.code}.{call}")
         else:
-            self.steps.append(Step("", f"{buffer}.{call}"))
+            self.steps.append(Assign("", f"{buffer}.{call}"))
 
     def _fresh(self, expr: sp.Expr, target: str | None) -> str:
         name = target or str(next(self.names))
-        self.steps.append(Step(name, self.code(expr)))
+        self.steps.append(Assign(name, self.code(expr)))
         return name
 
     def _owned(self, expr: sp.Expr, target: str | None = None) -> str:
@@ -239,4 +231,4 @@ def _is_reciprocal(factor: sp.Expr) -> bool:
     return isinstance(factor, sp.Pow) and factor.exp.is_Integer and factor.exp < 0
 
 
-__all__ = ["InPlaceWriter", "Step"]
+__all__ = ["InPlaceWriter"]

@@ -23,6 +23,7 @@ from sympy.codegen.rewriting import ReplaceOptim, expm1_opt, log1p_opt, optimize
 from rulegen.derive import Derivation, Partials
 from rulegen.functions import sigmoid, sigmoid_product, silu, softplus
 from rulegen.inplace import InPlaceWriter
+from rulegen.lines import Assign, Block
 from rulegen.printers import print_jax, print_torch
 from rulegen.snippet import Code, SnippetDerivation
 from rulegen.spec import Input, Rule
@@ -30,30 +31,6 @@ from rulegen.spec import Input, Rule
 DOC_WIDTH = 100
 
 Printer = Callable[[sp.Expr], tuple[str, frozenset[str]]]
-
-
-@dataclass(frozen=True)
-class Assign:
-    """`target = code`; with no target, the statement `code` (an in-place update)."""
-
-    target: str
-    code: str
-
-    @property
-    def line(self) -> str:
-        return f"{self.target} = {self.code}" if self.target else self.code
-
-
-@dataclass(frozen=True)
-class Block:
-    """Straight-line code: assignments, then the values it returns."""
-
-    lines: tuple[Assign, ...]
-    results: tuple[str, ...]
-
-    @property
-    def result(self) -> str:
-        return ", ".join(self.results)
 
 
 @dataclass(frozen=True)
@@ -244,7 +221,7 @@ class _Emitter:
                 returned.append(r.wrap.format(_atom(text) if r.wrap.startswith("{}.") else text))
         if not any(not step.target for step in writer.steps):
             return None
-        return Block(tuple(Assign(step.target, step.code) for step in writer.steps), tuple(returned))
+        return Block(tuple(writer.steps), tuple(returned))
 
 
 def _is_simple(text: str) -> bool:
