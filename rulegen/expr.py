@@ -100,9 +100,11 @@ class _Builder:
     def error(self, node: ast.AST, message: str) -> SpecError:
         return SpecError(self.loc.offset(getattr(node, "lineno", 1), getattr(node, "col_offset", 0)), message)
 
-    def value(self, node: ast.AST) -> sp.Expr:
-        """An arithmetic value (not a condition)."""
+    def value(self, node: ast.AST, *, indicator: bool = False) -> sp.Expr:
+        """An arithmetic value; with `indicator`, a condition too, as 1 where it holds and 0 elsewhere."""
         result = self.build(node)
+        if indicator and (_condition(result) or result in (sp.true, sp.false)):
+            return sp.Piecewise((1, result), (0, True))
         if _condition(result) or isinstance(result, tuple):
             raise self.error(node, "a condition is used where a value is expected")
         return result
@@ -318,11 +320,7 @@ def parse_expression(text: str, symbols: Mapping[str, sp.Symbol], loc: Loc, *, i
     builder = _Builder(symbols, start)
     _depth_and_size(tree.body, builder)
     try:
-        result = builder.value(tree.body) if not indicator else builder.build(tree.body)
-        if indicator and (_condition(result) or result in (sp.true, sp.false)):
-            result = sp.Piecewise((1, result), (0, True))
-        elif indicator:
-            result = builder.value(tree.body)
+        result = builder.value(tree.body, indicator=indicator)
     except SpecError:
         raise
     except (TypeError, ValueError, AttributeError, ZeroDivisionError, RecursionError) as exc:

@@ -397,12 +397,13 @@ def torch_forms(scalars: Iterable[str], integral: Iterable[str]) -> Callable[[sp
     """
     scalars, integral = frozenset(scalars), frozenset(integral)
 
-    def is_tensor(expr: sp.Expr) -> bool:
+    def operand(expr: sp.Expr) -> bool:
+        """A float tensor a native kernel takes: not a Python number, not an integer mask (`torch.where(c, 1, 0)`)."""
         return any(s.name not in scalars for s in expr.free_symbols) and not expr.has(sp.Piecewise)
 
     def rewrite(product: sp.Mul) -> sp.Expr:
         factors = list(product.args)
-        k = next((k for k, f in enumerate(factors) if isinstance(f, sigmoid) and is_tensor(f)), None)
+        k = next((k for k, f in enumerate(factors) if isinstance(f, sigmoid) and operand(f)), None)
         if k is None:
             return product
         tensors = [s for s in factors[k].free_symbols if s.name not in scalars]
@@ -413,7 +414,7 @@ def torch_forms(scalars: Iterable[str], integral: Iterable[str]) -> Callable[[sp
             rest = [f for j, f in enumerate(factors) if j != k]
             rest.remove(u)
             return sp.Mul(*rest, silu(u))
-        candidates = [j for j, f in enumerate(factors) if j != k and is_tensor(f)]
+        candidates = [j for j, f in enumerate(factors) if j != k and operand(f)]
         if not candidates:
             return product
         a = min(candidates, key=lambda j: (not factors[j].is_Atom, j))  # a bare name needs no pass of its own
@@ -426,10 +427,9 @@ def torch_forms(scalars: Iterable[str], integral: Iterable[str]) -> Callable[[sp
 def jax_forms(exprs: Iterable[sp.Expr], scalars: Iterable[str]) -> Callable[[sp.Expr], sp.Expr]:
     """A rewrite of softplus and sigmoid of one argument into forms that share one `exp`.
 
-    XLA computes `jax.nn.softplus(x)` and `jax.nn.sigmoid(x)` with an `exp`
-    each, and on the CPU its `log1p` costs about what `exp` does.  Where a
-    rule reads both of u (log1pexp and its derivative, mish's), both are
-    written over e = exp(-|u|):
+    XLA computes `jax.nn.softplus(u)` and `jax.nn.sigmoid(u)` with an `exp`
+    each, even under one `jit`.  Where a rule reads both of u (log1pexp and
+    its derivative, mish's), both are written over e = exp(-|u|):
 
         softplus(u) = where(u >= 0, u, 0) + log1p(e)
         sigmoid(u) = where(u >= 0, 1, e) / (1 + e)
