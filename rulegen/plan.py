@@ -24,7 +24,7 @@ from rulegen.derive import Derivation, Partials
 from rulegen.functions import sigmoid, sigmoid_product, silu, softplus
 from rulegen.inplace import InPlaceWriter
 from rulegen.lines import Assign, Block
-from rulegen.printers import print_jax, print_torch
+from rulegen.printers import print_jax, print_torch, print_torch_compiled
 from rulegen.snippet import Code, SnippetDerivation
 from rulegen.spec import Input, Rule
 
@@ -120,6 +120,10 @@ class TorchPlan:
     first_order: Block | None  # the outputs' terms only, when no residual cotangent is present
     first_order_test: str
     fused_backward_params: tuple[str, ...]  # with `fuse`: what the compiled backward body takes; () without
+    # With `fuse`, the bodies torch.compile runs where they differ from the
+    # eager ones (rulegen.printers.CompiledTorchPrinter); None elsewhere.
+    fused_forward_compiled: Block | None
+    fused_backward_compiled: Block | None
     tangents: tuple[str, ...]
     absent_tangents: tuple[str, ...]  # inputs whose tangent may arrive as None
     jvp: Block
@@ -845,8 +849,20 @@ def plan_torch(d: Derivation) -> TorchPlan:
     non_diff = tuple(o.name for o in rule.outputs if not o.differentiable)
     values_out = (*outputs, *residual_names)
     fused_backward_params: tuple[str, ...] = ()
+    fused_forward_compiled = fused_backward_compiled = None
     if rule.fuse:
-        emit.imports.add("from ._fuse import fused")
+        compiled = _Emitter(
+            functools.partial(print_torch_compiled, scalars=frozenset(statics), booleans=booleans),
+            symbols,
+            torch_forms(statics, integral),
+        )
+        fused_forward_compiled = _if_differs(compiled.block([], forward_results), forward)
+        eager_backward = first_order or backward
+        hot = first_order_results if residual_names else full_results
+        fused_backward_compiled = _if_differs(compiled.block([], hot), eager_backward)
+        emit.imports |= compiled.imports
+        differs = fused_forward_compiled or fused_backward_compiled
+        emit.imports.add("from ._fuse import fused, tanh_expm1" if differs else "from ._fuse import fused")
         bars = [f"{o}_bar" for o in outputs] if residual_names else [f"{n}_bar" for n in values_out]
         fused_backward_params = (*saved, *statics_used, *bars)
     # Fused rules compile these bodies instead.
@@ -880,6 +896,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         first_order=first_order,
         first_order_test=first_order_test,
         fused_backward_params=fused_backward_params,
+        fused_forward_compiled=fused_forward_compiled,
+        fused_backward_compiled=fused_backward_compiled,
         tangents=tuple(f"{i.name}_dot" for i in rule.inputs),
         absent_tangents=absent_tangents,
         jvp=jvp,
@@ -899,6 +917,10 @@ def plan_torch(d: Derivation) -> TorchPlan:
 def _dtype_casts(rule: Rule, casts: Mapping[str, str]) -> dict[str, str]:
     """The wrap that gives each output of an integer or boolean `dtype` that dtype; sympy computes in floats."""
     return {o.name: casts[o.dtype] for o in rule.outputs if o.dtype in casts}
+
+
+def _if_differs(block: Block, than: Block) -> Block | None:
+    return block if block != than else None
 
 
 def _in_place(emit: _Emitter, results: Sequence[Result], tensors: set[str]) -> Block | None:

@@ -7,6 +7,8 @@ jacrev, jacfwd, hessian, vmap; gradcheck and gradgradcheck.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -276,3 +278,33 @@ def test_fused_rule_compiles_its_bodies_and_keeps_every_transform(tmp_path):
     assert torch.autograd.gradgradcheck(pkg.sin_exp_mul, leaves)
     compiled = torch.compile(lambda x: pkg.mish(x).sum(), fullgraph=True)
     _close(compiled(x).numpy(), mish(x).sum().numpy())
+
+
+def test_compiled_bodies_tanh_is_tanh_to_a_few_ulps(tmp_path):
+    import importlib
+    import sys
+
+    from rulegen.build import build
+
+    (tmp_path / "fused.yaml").write_text(FUSED)
+    build([tmp_path / "fused.yaml"], tmp_path / "rg_tanh")
+    source = (tmp_path / "rg_tanh" / "torch" / "mish.py").read_text()
+    # Only the bodies torch.compile runs use it: autograd differentiates the eager ones.
+    assert "def _forward_compiled(x):\n    out = x * tanh_expm1(" in source
+    assert "def _forward(x):\n    out = x * torch.tanh(" in source
+    assert "tanh_expm1" not in source[source.index("class Mish") :]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        tanh_expm1 = importlib.import_module("rg_tanh.torch._fuse").tanh_expm1
+    finally:
+        sys.path.remove(str(tmp_path))
+    for dtype, ulps in ((torch.float64, 4), (torch.float32, 4)):
+        u = torch.cat([torch.linspace(-25, 25, 100_001, dtype=dtype), torch.logspace(-30, 1, 1000, dtype=dtype)])
+        u = torch.cat([u, -u])
+        want = torch.tanh(u.double())
+        got = tanh_expm1(u).double()
+        tolerance = ulps * torch.finfo(dtype).eps * want.abs() + torch.finfo(dtype).tiny
+        assert ((got - want).abs() <= tolerance).all(), (got - want).abs().max()
+    specials = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan], dtype=torch.float64)
+    got = tanh_expm1(specials)
+    assert got[:4].tolist() == [0.0, -0.0, 1.0, -1.0] and torch.signbit(got[1]) and got[4].isnan()
