@@ -8,6 +8,7 @@ jacrev, jacfwd, hessian, vmap; gradcheck and gradgradcheck.
 from __future__ import annotations
 
 import math
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +31,10 @@ RULE_NAMES = sorted(r.name for r in read_rules(rule_files([RULES])) if not has_s
 # against the reference at points where both are well conditioned.
 STATICS = {"softplus_beta": {"beta": 1.5}}
 TOL = {"rtol": 1e-8, "atol": 1e-10}
+# check_grads' second order differences the gradient; at a step of 1e-4 the
+# truncation error of ndtri's (large third derivative) exceeds its 1e-5
+# tolerance on 6 of 200 samples, for jax.scipy.special.ndtri itself as well.
+FD_STEP = 1e-5
 
 
 def _close(a, b, **tol) -> None:
@@ -44,7 +49,7 @@ def _tree_close(a, b) -> None:
 def _case(built, name: str, shape=(5,)):
     jax_pkg, torch_pkg, rules = built
     rule = rules[name]
-    args = sample_inputs(rule, shape, seed=hash(name) % 1000, statics=STATICS.get(name))
+    args = sample_inputs(rule, shape, seed=zlib.crc32(name.encode()) % 1000, statics=STATICS.get(name))
     diff = [k for k, i in enumerate(rule.inputs) if i.differentiable]
     return rule, getattr(jax_pkg, name), getattr(torch_pkg, name), args, diff
 
@@ -92,12 +97,12 @@ def test_jax_matches_autodiff_of_the_forward(built, name):
     if rule.mode == "vjp":
         # A custom_vjp function has no forward mode in JAX: reverse over reverse only.
         _tree_close(jax.jacrev(jax.grad(_total(g), argnums), argnums)(*xs), hessian)
-        check_grads(g, xs, order=2, modes=["rev"], eps=1e-4)
+        check_grads(g, xs, order=2, modes=["rev"], eps=FD_STEP)
         return
     _tree_close(jax.jvp(g, xs, tangents), jax.jvp(r, xs, tangents))
     _tree_close(jax.jacfwd(g, argnums)(*xs), jax.jacrev(r, argnums)(*xs))
     _tree_close(jax.hessian(_total(g), argnums)(*xs), hessian)
-    check_grads(g, xs, order=2, modes=["fwd", "rev"], eps=1e-4)
+    check_grads(g, xs, order=2, modes=["fwd", "rev"], eps=FD_STEP)
 
 
 @pytest.mark.parametrize("name", RULE_NAMES)
