@@ -9,7 +9,9 @@ median of the per-round ratios, with their min and max, so a noisy shared
 machine moves all alike. "jvp gen/autodiff" is forward mode
 (`torch.func.jvp`) of the generated Function against that of the composite,
 interleaved the same way (the hand-written Functions have no `jvp`). The last
-columns are the bytes each saves for backward (saved_tensors_hooks).
+columns are the bytes each saves for backward (saved_tensors_hooks). The
+last line measures the floor under every generated Function: a minimal
+torch.func-style Function running the very kernels autodiff runs.
 """
 
 from __future__ import annotations
@@ -136,6 +138,23 @@ class HandSoftplusBeta(torch.autograd.Function):
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         return g * torch.sigmoid(ctx.beta * x), None
+
+
+class FloorSoftplus(torch.autograd.Function):
+    """The least a torch.func-style Function can do for softplus: the kernels autodiff runs, nothing else."""
+
+    @staticmethod
+    def forward(x):
+        return F.softplus(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return torch.ops.aten.softplus_backward(g, x, 1.0, 20.0)
 
 
 # The same forwards as the bundled rules, with `fuse: true`.
@@ -268,6 +287,24 @@ def main(log2n: int) -> None:
         cells.append(_ratio_cell(jvp_times[0], jvp_times[1]))
         mb = "/".join(f"{saved_bytes(f, xs) / 2**20:.0f}" for f in impls)
         print(f"{name:<22} " + " ".join(f"{c:>22}" for c in cells) + f" {mb:>30}")
+    function_floor(n, rounds)
+
+
+def function_floor(n: int, rounds: int) -> None:
+    """What an autograd.Function costs on a rule that autodiff already runs as one kernel each way."""
+    xs = [torch.randn(n, generator=torch.Generator().manual_seed(0))]
+    impls = [gen.f_softplus, F.softplus, FloorSoftplus.apply]
+    for f in impls:
+        fwd_bwd(f, xs)
+    times: list[list[float]] = [[] for _ in impls]
+    for _ in range(rounds):
+        for k, f in enumerate(impls):
+            times[k].append(fwd_bwd(f, xs))
+    print(
+        "softplus, the same two kernels (softplus, softplus_backward) everywhere: "
+        f"minimal torch.func-style Function/autodiff {_ratio_cell(times[2], times[1])}, "
+        f"generated/autodiff {_ratio_cell(times[0], times[1])}"
+    )
 
 
 if __name__ == "__main__":

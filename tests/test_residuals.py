@@ -1,0 +1,63 @@
+"""What the torch Function saves for backward, and what it recomputes.
+
+Eager, an intermediate costs a pass over memory per operation to recompute,
+so the forward keeps what is dearer than one (bounded by what autodiff
+keeps). Compiled (`fuse`), arithmetic is free and only functions cost: an
+intermediate is kept when keeping it spares the backward two functions or
+more, against the write and the read that saving it costs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from rulegen.derive import derive_rule
+from rulegen.plan import plan_torch
+from rulegen.spec import read_rules
+
+RULES = [
+    {"name": "mish", "inputs": ["x"], "forward": "x * tanh(softplus(x))"},
+    {"name": "gelu", "inputs": ["x"], "forward": "x * (1 + erf(x / sqrt(2))) / 2"},
+    {"name": "sin_exp_mul", "inputs": ["x", "y"], "forward": "sin(x) * exp(-x**2) * y"},
+    {"name": "swish", "inputs": ["x"], "forward": "x * sigmoid(x)"},
+    {
+        "name": "softplus_beta",
+        "inputs": {"x": {}, "beta": {"static": True, "default": 1.0}},
+        "forward": "softplus(beta * x) / beta",
+    },
+]
+
+# rule: (saved eagerly, saved with `fuse`)
+EXPECTED = {
+    # tanh(softplus(x)): two functions either way.
+    "mish": (("x", "saved0"), ("x", "saved0")),
+    # erf(x/sqrt(2)) is one function: worth a pass eagerly, not compiled.
+    "gelu": (("x", "saved0"), ("x",)),
+    # Compiled, keeping sin(x)*exp(-x**2) spares only sin: the backward needs exp(-x**2) * cos(x).
+    "sin_exp_mul": (("x", "y", "saved0", "saved1", "saved2"), ("x", "y")),
+    # The output is free to keep eagerly; compiled, x * sigmoid(x) costs nothing once sigmoid is computed.
+    "swish": (("x", "out"), ("x",)),
+    # beta * x is one operation, folded into softplus_backward's beta.
+    "softplus_beta": (("x",), ("x",)),
+}
+
+
+@pytest.fixture(scope="module")
+def rules(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rules")
+    read = {}
+    for mode, fuse in (("eager", False), ("fused", True)):
+        path = folder / f"{mode}.yaml"
+        path.write_text(yaml.safe_dump({"rules": [{**rule, "fuse": fuse} for rule in RULES]}, sort_keys=False))
+        read[mode] = {rule.name: rule for rule in read_rules([path])}
+    return read
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_saved_for_backward(rules, name):
+    eager, fused = EXPECTED[name]
+    for mode, want in (("eager", eager), ("fused", fused)):
+        rule = rules[mode][name]
+        assert rule.fuse == (mode == "fused")
+        assert plan_torch(derive_rule(rule)).saved == want, mode
