@@ -33,8 +33,12 @@ def test_quick_benchmarks_print_a_ratio_for_every_case():
     for case in torch_cases:
         # four ratio columns, then saved MB for the generated, autodiff, hand-written and fused Functions
         assert re.search(rf"^{re.escape(case)} +{RATIO} +{RATIO} +{RATIO} +{RATIO} +\d+/\d+/\d+/\d+$", out, re.M), case
+    assert re.search(rf"minimal torch.func-style Function/autodiff {RATIO}, generated/autodiff {RATIO}$", out, re.M)
     for case in ["log1pexp", "sin_mul", "gelu"]:
         assert re.search(rf"^{case} +{RATIO} +{RATIO} +{RATIO} +{RATIO}$", out, re.M), case
+    error = r"(inf|[\d.e+-]+)"
+    for case in ["log1pexp", "gelu"]:  # float32 error of value and derivative: generated, hand-written, composite
+        assert re.search(rf"^{case}(?: +{error}, {error}){{3}}$", out, re.M), case
     for case in ["softmax", "logsumexp"]:  # hand-written custom_vjps: no forward mode
         assert re.search(rf"^{case} +{RATIO} +{RATIO} +n/a +{RATIO}$", out, re.M), case
     for count in (10, 100):
