@@ -707,8 +707,10 @@ def _saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Sym
     if d.rule.fuse:
         # A compiled kernel does its arithmetic for free while it streams memory,
         # and saving costs two passes (a write, a read); the functions do not
-        # come free: on the CPU each costs one to two passes' time (2^22
-        # float32: compiled softplus 3.7 ms, tanh 1.5 ms, a pass about 1 ms).
+        # come free: on the CPU each costs several passes' time (2^22 float32,
+        # compiled: softplus 3.7 ms, tanh 1.5 ms, x * y, three passes, 1.1 ms).
+        # Keeping what spares one function measured slower (fused gelu 0.28x
+        # autodiff against 0.18x), hence two.
         cost = functools.partial(_fused_recompute_cost, arrays=arrays)
     else:
         # Recomputing one operation reads as much memory as reading it back
