@@ -640,13 +640,17 @@ def _recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol]) -> int:
     return cost
 
 
+# Selections and roundings: a compare or two in a compiled loop, as cheap as arithmetic.
+_SELECTIONS = (sp.Piecewise, sp.Abs, sp.sign, sp.Heaviside, sp.floor, sp.ceiling)
+
+
 def _functions_of(exprs: Iterable[sp.Expr], arrays: set[sp.Symbol]) -> set[sp.Expr]:
     """The distinct functions of arrays (`tanh(u)`, `exp(u)`, ...) that computing `exprs` evaluates."""
     return {
         node
         for expr in exprs
         for node in sp.preorder_traversal(expr)
-        if isinstance(node, sp.Function) and node.free_symbols & arrays
+        if isinstance(node, sp.Function) and not isinstance(node, _SELECTIONS) and node.free_symbols & arrays
     }
 
 

@@ -21,6 +21,7 @@ RULES = [
     {"name": "gelu", "inputs": ["x"], "forward": "x * (1 + erf(x / sqrt(2))) / 2"},
     {"name": "sin_exp_mul", "inputs": ["x", "y"], "forward": "sin(x) * exp(-x**2) * y"},
     {"name": "swish", "inputs": ["x"], "forward": "x * sigmoid(x)"},
+    {"name": "x_exp_abs", "inputs": ["x"], "forward": "x * exp(Abs(x))"},
     {
         "name": "softplus_beta",
         "inputs": {"x": {}, "beta": {"static": True, "default": 1.0}},
@@ -38,6 +39,8 @@ EXPECTED = {
     "sin_exp_mul": (("x", "y", "saved0", "saved1", "saved2"), ("x", "y")),
     # The output is free to keep eagerly; compiled, x * sigmoid(x) costs nothing once sigmoid is computed.
     "swish": (("x", "out"), ("x",)),
+    # exp(|x|): compiled, |x| is a select, as cheap as arithmetic, so one function only.
+    "x_exp_abs": (("x", "saved0"), ("x",)),
     # beta * x is one operation, folded into softplus_backward's beta.
     "softplus_beta": (("x",), ("x",)),
 }
