@@ -277,6 +277,24 @@ class silu(sp.Function):  # noqa: N801
     nargs = 1
 
 
+class one_plus_erf(sp.Function):  # noqa: N801
+    """1 + erf(u), which torch computes as erfc(-u): one kernel, and no cancellation where erf(u) nears -1.
+
+    Its own function because sympy evaluates erfc(-u) to 2 - erfc(u), the
+    cancellation again.
+    """
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return 2 * sp.exp(-(self.args[0] ** 2)) / sp.sqrt(sp.pi)
+
+    def _eval_rewrite_as_erf(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
+        return 1 + sp.erf(arg)
+
+
 class sigmoid_product(sp.Function):  # noqa: N801
     """a * sigmoid(beta * u), softplus's backward: sigmoid_product(a, u, beta)."""
 

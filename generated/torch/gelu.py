@@ -17,15 +17,12 @@ class Gelu(torch.autograd.Function):
     @staticmethod
     def forward(x):
         if plain(x):
-            t0 = x / 2
-            t1 = math.sqrt(2) * t0
-            t1.erf_()
-            t2 = t1 + 1
-            t2.mul_(t0)
-            return t2, t1
-        t0 = x / 2
-        t1 = torch.special.erf(math.sqrt(2) * t0)
-        return t0 * (t1 + 1), t1
+            t0 = torch.special.erfc((-math.sqrt(2) / 2) * x)
+            t0.mul_(1 / 2)
+            t1 = t0 * x
+            return t1, t0
+        t0 = torch.special.erfc((-math.sqrt(2) / 2) * x) / 2
+        return t0 * x, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -40,31 +37,28 @@ class Gelu(torch.autograd.Function):
         x, saved0 = ctx.saved_tensors
         if out_bar is not None and saved0_bar is None:
             if plain(x, saved0, out_bar):
-                t0 = saved0 / 2
-                t0.add_(1 / 2)
-                t1 = x**2
-                t1.mul_(-1 / 2).exp_()
-                t0.addcmul_(t1, x, value=math.sqrt(2) / math.sqrt(math.pi) / 2).mul_(out_bar)
+                t0 = x**2
+                t0.mul_(-1 / 2).exp_().mul_(x).mul_(math.sqrt(2) / math.sqrt(math.pi) / 2).add_(
+                    saved0
+                ).mul_(out_bar)
                 return t0
             x_bar = out_bar * (
-                saved0 / 2
-                + (math.sqrt(2) / math.sqrt(math.pi) / 2) * x * torch.exp(-(x**2) / 2)
-                + 1 / 2
+                saved0 + (math.sqrt(2) / math.sqrt(math.pi) / 2) * x * torch.exp(-(x**2) / 2)
             )
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
         saved0_bar = 0.0 if saved0_bar is None else saved0_bar
-        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * torch.exp(-(x**2) / 2)
-        return (
-            out_bar * (saved0 / 2 + t0 * x / 2 + 1 / 2) + saved0_bar * t0 + torch.zeros_like(x)
-        ).sum_to_size(x.shape)
+        t0 = (math.sqrt(2) / math.sqrt(math.pi) / 2) * torch.exp(-(x**2) / 2)
+        return (out_bar * (saved0 + t0 * x) + saved0_bar * t0 + torch.zeros_like(x)).sum_to_size(
+            x.shape
+        )
 
     @staticmethod
     def jvp(ctx, x_dot):
         x, saved0 = ctx.saved_tensors
-        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * torch.exp(-(x**2) / 2)
-        return x_dot * (saved0 / 2 + t0 * x / 2 + 1 / 2), t0 * x_dot
+        t0 = (math.sqrt(2) / math.sqrt(math.pi) / 2) * torch.exp(-(x**2) / 2)
+        return x_dot * (saved0 + t0 * x), t0 * x_dot
 
 
 class _GeluCompiled(Gelu):
