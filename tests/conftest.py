@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,5 +34,19 @@ def built(tmp_path_factory: pytest.TempPathFactory):
         torch_pkg = importlib.import_module("rg_built.torch")
         rules = {r.name: r for r in read_rules(rule_files([RULES]))}
         yield jax_pkg, torch_pkg, rules
+    finally:
+        sys.path.remove(str(root))
+
+
+@contextmanager
+def built_package(root: Path, rules_text: str, package: str) -> Iterator[Path]:
+    """`rules_text` built into `root/package`, importable while the block runs."""
+    from rulegen.build import build
+
+    (root / f"{package}.yaml").write_text(rules_text)
+    build([root / f"{package}.yaml"], root / package)
+    sys.path.insert(0, str(root))
+    try:
+        yield root / package
     finally:
         sys.path.remove(str(root))

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import built_package
+
 jax.config.update("jax_enable_x64", True)
 
 
@@ -162,18 +164,9 @@ checks:
 @pytest.fixture(scope="module")
 def both_bodies(tmp_path_factory):
     import importlib
-    import sys
 
-    from rulegen.build import build
-
-    root = tmp_path_factory.mktemp("both")
-    (root / "both_bodies.yaml").write_text(BOTH_BODIES)
-    build([root / "both_bodies.yaml"], root / "rg_both")
-    sys.path.insert(0, str(root))
-    try:
+    with built_package(tmp_path_factory.mktemp("both"), BOTH_BODIES, "rg_both"):
         yield importlib.import_module("rg_both.jax"), importlib.import_module("rg_both.torch")
-    finally:
-        sys.path.remove(str(root))
 
 
 def test_rule_with_both_bodies_runs_each_for_its_own_mode(both_bodies):

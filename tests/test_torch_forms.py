@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import importlib
 import math
-import sys
 
 import numpy as np
 import pytest
 import scipy.special as sps
 import torch
 
-from rulegen.build import build
+from tests.conftest import built_package
 
 RULES = """
 rules:
@@ -24,14 +23,8 @@ rules:
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    root = tmp_path_factory.mktemp("torch_forms")
-    (root / "rules.yaml").write_text(RULES)
-    build([root / "rules.yaml"], root / "rg_torch_forms")
-    sys.path.insert(0, str(root))
-    try:
-        yield root / "rg_torch_forms", importlib.import_module("rg_torch_forms.torch")
-    finally:
-        sys.path.remove(str(root))
+    with built_package(tmp_path_factory.mktemp("torch_forms"), RULES, "rg_torch_forms") as folder:
+        yield folder, importlib.import_module("rg_torch_forms.torch")
 
 
 @pytest.mark.parametrize("name", ["gelu", "upper_tail", "lower_tail_scaled"])
