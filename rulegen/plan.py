@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import re
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -241,7 +242,23 @@ def _temp_symbols(taken: set[str]) -> Iterable[sp.Symbol]:
 
 
 def _params(inputs: Sequence[Input]) -> tuple[Param, ...]:
-    return tuple(Param(i.name, repr(i.default) if i.has_default else None) for i in inputs)
+    return tuple(Param(i.name, python_literal(i.default) if i.has_default else None) for i in inputs)
+
+
+def python_literal(value: object) -> str:
+    """`value` (a default: None, a bool, a number, a string or a tuple of these) as Python source.
+
+    `repr` alone gives `inf` and `nan`, which are no Python names.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        text = "float('nan')" if math.isnan(value) else "float('inf')"
+        return f"-{text}" if value < 0 else text
+    if isinstance(value, tuple):
+        items = [python_literal(v) for v in value]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if isinstance(value, bool | int | float | str) or value is None:
+        return repr(value)
+    raise TypeError(f"no Python literal for a default of type {type(value).__name__}")
 
 
 def _docstring(text: str, indent: int) -> str:

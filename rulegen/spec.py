@@ -30,12 +30,12 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from rulegen import names
 from rulegen.errors import Loc, SpecError, SpecErrors
 from rulegen.source import YamlList, YamlMap, load_yaml, locate
 
-#: Keys that mark a body's form; no input or output may take these names.
+#: Keys that mark a body's form (names.RESERVED holds them too).
 SNIPPET_KEYS = ("python", "jax", "torch", "numpy")
-RESERVED_NAMES = frozenset({"sympy", *SNIPPET_KEYS, "xp", "np", "jnp", "lax", "ctx", "rng"})
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SNAKE = re.compile(r"^[a-z_][a-z0-9_]*$")
 _UNKNOWN = Loc("<unknown>")
@@ -64,24 +64,43 @@ def _to_text(value: object) -> Text:
     raise ValueError(f"expected an expression string, got {type(value).__name__}")
 
 
+def _usable(value: str, what: str) -> str:
+    why = names.unusable(value)
+    if why is not None:
+        raise ValueError(f"{what} {value!r} {why}; choose another name")
+    return str(value)
+
+
 def _to_name(value: object) -> str:
     if not isinstance(value, str) or not _IDENTIFIER.match(value) or keyword.iskeyword(value):
         raise ValueError(f"{value!r} is not a valid Python identifier")
-    if value in RESERVED_NAMES:
-        raise ValueError(f"{value!r} is reserved; choose another name")
-    return str(value)
+    return _usable(value, "the name")
 
 
 def _to_rule_name(value: object) -> str:
     if not isinstance(value, str) or not _SNAKE.match(value) or keyword.iskeyword(value):
         raise ValueError(f"a rule name is a snake_case identifier (it names a Python function), not {value!r}")
+    _usable(value, "the rule name")
+    _usable(names.camel_case(value), f"the torch class name of {value!r},")
     return str(value)
 
 
 def _to_class_name(value: object) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]*", value):
         raise ValueError(f"class_name is a CamelCase identifier, not {value!r}")
-    return str(value)
+    return _usable(value, "class_name")
+
+
+def _to_default(value: object) -> object:
+    """A default as the plain Python value generated code spells: a list becomes a (hashable) tuple."""
+    if value is None or isinstance(value, bool):
+        return value
+    for kind in (int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    if isinstance(value, list):
+        return tuple(_to_default(item) for item in value)
+    raise ValueError("a default is a number, a string, a bool, null, or a list of these")
 
 
 TextField = Annotated[Text, BeforeValidator(_to_text, json_schema_input_type=str)]
@@ -195,7 +214,7 @@ class Input(Node):
     name: Name
     diff: bool = True
     static: bool = False
-    default: Any = None
+    default: Annotated[Any, BeforeValidator(_to_default)] = None
     has_default: SkipJsonSchema[bool] = Field(default=False, exclude=True)
     dtype: Literal["float", "int", "bool"] = "float"
     domain: tuple[Number, Number] = (-3.0, 3.0)
@@ -330,7 +349,7 @@ class Rule(Node):
 
     @property
     def torch_class(self) -> str:
-        return self.class_name or "".join(p.capitalize() for p in self.name.split("_") if p)
+        return self.class_name or names.camel_case(self.name)
 
     @property
     def residual_names(self) -> tuple[str, ...]:
@@ -349,12 +368,7 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
         if name in places:
             errors.append(SpecError(loc, f"the name {name!r} is used twice (first at {places[name]})"))
         places.setdefault(name, loc)
-    for name, loc in named:
-        for suffix in ("_dot", "_bar"):
-            if name.endswith(suffix) and name[: -len(suffix)] in places:
-                errors.append(
-                    SpecError(loc, f"{name!r} clashes with the {suffix[1:]} name of {name[: -len(suffix)]!r}")
-                )
+    errors += _generated_name_errors(rule, named, places)
     defaulted = False
     for i in rule.inputs:
         if i.has_default:
@@ -364,6 +378,40 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
                 SpecError(
                     i.loc, f"input {i.name!r} has no default but follows one that has: inputs with defaults come last"
                 )
+            )
+    return errors
+
+
+def _generated_name_errors(rule: Rule, named: Sequence[tuple[str, Loc]], places: dict[str, Loc]) -> list[SpecError]:
+    """A rule's names against those generated code derives from them (see rulegen.names)."""
+    errors: list[SpecError] = []
+    for name, loc in named:
+        if name in (rule.name, rule.torch_class):
+            errors.append(SpecError(loc, f"{name!r} is the rule's own function or class name; choose another name"))
+    derived: dict[str, str] = {}
+    for generated, origin in names.derived_names(rule.name, rule.torch_class, places):
+        if generated in places and generated != origin:
+            errors.append(
+                SpecError(
+                    places[generated],
+                    f"{generated!r} clashes with the name generated code derives from {origin!r}; choose another name",
+                )
+            )
+        elif derived.get(generated, origin) != origin:
+            other = derived[generated]
+            user = origin if origin in places else other
+            errors.append(
+                SpecError(
+                    places.get(user, rule.loc),
+                    f"{user!r} gives generated code the name {generated!r}, which it also derives from "
+                    f"{other if user == origin else origin!r}; choose another name",
+                )
+            )
+        derived.setdefault(generated, origin)
+    for i in rule.inputs:
+        if i.static and i.name in names.CTX_ATTRIBUTES:
+            errors.append(
+                SpecError(i.loc, f"a static input is kept as torch's ctx.{i.name}, which torch uses itself; rename it")
             )
     return errors
 

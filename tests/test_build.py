@@ -184,3 +184,61 @@ def test_an_incremental_build_redoes_the_package_modules_when_the_rule_set_chang
     (rules / "first.yaml").write_text("name: first\ninputs: [x]\nforward: sin(x)\n")
     assert _build(rules, out).exit_code == 0
     assert _files(out) == before
+
+
+DEFAULTS = """\
+rules:
+  - name: with_defaults
+    inputs:
+      x: {}
+      a: {static: true, default: .inf}
+      b: {static: true, default: -.inf}
+      c: {static: true, default: .nan}
+      d: {static: true, default: -2.5}
+      s: {static: true, default: "it's \\"quoted\\" \\\\ "}
+      t: {static: true, default: [1, -2.0, [3]]}
+      n: {static: true, default: null}
+      flag: {static: true, default: true}
+    forward: x * d + exp(-1 / a) + exp(1 / b)
+  - name: reads_defaults
+    inputs:
+      x: {}
+      c: {static: true, default: .nan}
+      s: {static: true, default: "it's"}
+      t: {static: true, default: [1, -2.0]}
+      n: {static: true, default: null}
+    forward:
+      python: return x * (len(s) + len(t) + (n is None) + (c != c))
+"""
+
+
+def test_defaults_of_every_kind_import_and_run_in_both_backends(tmp_path):
+    import math
+    import subprocess
+    import sys
+
+    (tmp_path / "defaults.yaml").write_text(DEFAULTS)
+    rulegen.build.build([tmp_path / "defaults.yaml"], tmp_path / "pkg")
+    code = (
+        "import inspect, math, jax.numpy as jnp, torch, pkg.jax as J, pkg.torch as T\n"
+        "print(inspect.signature(J.with_defaults).parameters['s'].default)\n"
+        "print(inspect.signature(T.with_defaults).parameters['t'].default)\n"
+        "print(float(J.with_defaults(jnp.float64(1.0))), float(T.with_defaults(torch.tensor(1.0, dtype=torch.float64))))\n"
+        "print(float(J.reads_defaults(jnp.float64(1.0))), float(T.reads_defaults(torch.tensor(1.0))))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == 'it\'s "quoted" \\ '
+    assert lines[1] == "(1, -2.0, (3,))"
+    assert [float(v) for v in lines[2].split()] == [-0.5, -0.5]  # 1 * -2.5 + exp(-1 / inf) + exp(1 / -inf)
+    assert [float(v) for v in lines[3].split()] == [8.0, 8.0]
+    assert not math.isnan(float(lines[2].split()[0]))
+
+
+def test_a_mapping_default_is_a_located_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.yaml").write_text("name: f\ninputs:\n  x: {}\n  a: {static: true, default: {k: 1}}\nforward: x\n")
+    result = _build(tmp_path / "r.yaml", tmp_path / "pkg")
+    assert result.exit_code == 2, result.output
+    assert "r.yaml:4:" in result.output and "default" in result.output

@@ -1,0 +1,167 @@
+"""Every name generated code introduces, stated once, so that no rule's own names can collide with them.
+
+Generated modules bind names of their own beside the rule's (the `primals`
+a JAX JVP unpacks, the `ctx` of a torch Function, the modules they import,
+the helpers of the package).  A rule input called `primals` would silently
+shadow one of them, so the rule format refuses:
+
+- any name in `RESERVED`, the fixed names of generated code;
+- any name that starts with `_`: the underscore namespace belongs to the
+  generator (hidden residuals `_r`, unread tangents `_x_dot`, per-rule
+  helpers `_f_jvp`, helper modules `_util`);
+- a name that equals a name the generator derives from another
+  (`GENERATED_FROM_NAME`, `GENERATED_FROM_RULE`): an input `x_dot` beside
+  an input `x`, a residual `f_rule` in rule `f`;
+- for a static input, an attribute of torch's Function context
+  (`CTX_ATTRIBUTES`): statics are kept on `ctx` by their names.
+
+Temporaries (`TEMPORARY`: `t0`, `saved0`, `saved0_bar`) need no
+reservation: the planner numbers them past every name the rule takes.  `tests/test_names.py` builds every bundled
+rule and checks that each identifier of the generated code is the rule's
+own, reserved here, or derived by the patterns here.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Iterable, Iterator
+
+#: Modules generated code and snippet bodies see, by the names they use.
+MODULE_NAMES = frozenset({"functools", "jax", "jnp", "lax", "math", "np", "scipy", "torch", "xp"})
+
+#: Names the package's helper modules export to generated rule modules.
+HELPER_NAMES = frozenset(
+    {
+        "HostRule",
+        "TorchBridge",
+        "from_host",
+        "fused",
+        "linear_map",
+        "plain",
+        "tanh_expm1",
+        "to_host",
+        "unbroadcast",
+        "vmap_elementwise",
+        "vmap_sequential",
+    }
+)
+
+#: Parameters, locals and methods of the generated functions and classes.
+LOCAL_NAMES = frozenset(
+    {
+        "backward",
+        "cotangents",
+        "ctx",
+        "forward",
+        "function",
+        "generate_vmap_rule",
+        "in_dims",
+        "info",
+        "inputs",
+        "jvp",
+        "output",
+        "primals",
+        "saved",
+        "setup_context",
+        "tangents",
+        "transpose",
+        "vjp",
+        "vmap",
+    }
+)
+
+#: Builtins generated code calls (a rule name or input would shadow them); the
+#: printers write `max`/`min`/`abs` of static (Python number) arguments.
+BUILTIN_NAMES = frozenset({"NotImplementedError", "abs", "bool", "float", "int", "max", "min", "staticmethod"})
+
+#: Keys of the rule format that a body's names could be mistaken for, and the
+#: generator of a `checks.sample` body.
+FORMAT_NAMES = frozenset({"sympy", "python", "numpy", "rng"})
+
+RESERVED = MODULE_NAMES | HELPER_NAMES | LOCAL_NAMES | BUILTIN_NAMES | FORMAT_NAMES
+
+#: Attributes of torch's Function context: a static input is kept as `ctx.<name>`.
+CTX_ATTRIBUTES = frozenset(
+    {
+        "apply",
+        "apply_boxed",
+        "apply_jvp",
+        "dirty_tensors",
+        "mark_dirty",
+        "mark_non_differentiable",
+        "mark_shared_storage",
+        "materialize_grads",
+        "maybe_clear_saved_tensors",
+        "metadata",
+        "name",
+        "needs_input_grad",
+        "next_functions",
+        "non_differentiable",
+        "register_hook",
+        "register_prehook",
+        "requires_grad",
+        "save_for_backward",
+        "save_for_forward",
+        "saved_for_forward",
+        "saved_tensors",
+        "saved_variables",
+        "set_materialize_grads",
+        "to_save",
+    }
+)
+
+#: Fixed names of the underscore namespace (module-level functions of the bodies).
+PRIVATE_NAMES = frozenset(
+    {
+        "_",
+        "_forward",
+        "_jvp",
+        "_vjp",
+        "_bridge",
+        "_backward",
+        "_forward_compiled",
+        "_backward_compiled",
+        "_sum_to_shape",
+    }
+)
+
+#: Numbered temporaries (shared subexpressions, saved intermediates and their
+#: tangents and cotangents), prefixed with `_` until no rule name starts so.
+TEMPORARY = re.compile(r"_*(t|saved)\d+(_dot|_bar)?")
+
+#: Names the generator derives from each name of a rule (input, output, residual).
+GENERATED_FROM_NAME = ("{}_dot", "{}_bar", "{}_shape", "_{}", "_{}_dot", "_{}_bar", "_residual_{}")
+
+#: Names the generator derives from a rule's function name (and, the last, its class name).
+GENERATED_FROM_RULE = ("_{}_jvp", "_{}_fwd", "_{}_bwd", "_{}_rule", "_{}_jvp_map", "_{}_vjp_map", "_torch_{}")
+GENERATED_FROM_CLASS = ("_{}Compiled",)
+
+
+def camel_case(name: str) -> str:
+    """The torch class name of a rule named `name`: `sin_mul` -> `SinMul`."""
+    return "".join(part.capitalize() for part in name.split("_") if part)
+
+
+def unusable(name: str) -> str | None:
+    """Why generated code cannot take `name` for one of the rule's own, or None if it can."""
+    if keyword.iskeyword(name):
+        return "is a Python keyword"
+    if name.startswith("_"):
+        return "starts with `_`, which generated code keeps for its own names"
+    if name in RESERVED:
+        return "is a name generated code uses itself"
+    return None
+
+
+def derived_names(rule: str, cls: str, names: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(generated name, what it is derived from) for every name generated code derives for one rule."""
+    for name in names:
+        for pattern in GENERATED_FROM_NAME:
+            yield pattern.format(name), name
+    for pattern in GENERATED_FROM_RULE:
+        yield pattern.format(rule), rule
+    for pattern in GENERATED_FROM_CLASS:
+        yield pattern.format(cls), cls
+    for name in PRIVATE_NAMES:
+        yield name, "the generator"

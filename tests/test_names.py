@@ -1,0 +1,145 @@
+"""Name hygiene: a rule's names never collide with the names generated code introduces (rulegen.names)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rulegen import names
+from rulegen.build import build
+from rulegen.cli import app
+from rulegen.spec import Rule, SnippetBody, read_rules, rule_files
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = [ROOT / "rules", ROOT.parent / "shared" / "examples", ROOT / "tests" / "right_rules"]
+
+
+def _snippet_names(rule: Rule) -> set[str]:
+    """Every name the rule's own Python bodies bind or read: theirs, not the generator's."""
+    bodies = [rule.forward, rule.jvp, rule.vjp, rule.checks.sample, rule.batching]
+    if isinstance(rule.residuals, dict):
+        bodies += rule.residuals.values()
+    found: set[str] = set()
+    for body in bodies:
+        if not isinstance(body, SnippetBody):
+            continue
+        for text in (body.python, body.jax, body.torch, body.numpy):
+            if text is None:
+                continue
+            tree = ast.parse("def _body():\n" + textwrap.indent(text.value, "    "))
+            found |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            found |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+            found |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    return found
+
+
+def _identifiers(tree: ast.AST) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+        elif isinstance(node, ast.alias):
+            found.add((node.asname or node.name).split(".")[0])
+    return found
+
+
+def _ctx_attributes(tree: ast.AST) -> set[str]:
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ctx"
+    }
+
+
+@pytest.mark.parametrize("folder", BUNDLED, ids=lambda p: p.name)
+def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, folder):
+    """A template or planner that starts using a new name of its own fails here until rulegen.names reserves it."""
+    rules = read_rules(rule_files([folder]))
+    out = tmp_path / "pkg"
+    build([folder], out)
+    every_rule = {r.name for r in rules} | {r.torch_class for r in rules}
+    unexplained: dict[str, set[str]] = {}
+    for rule in rules:
+        own = {i.name for i in rule.inputs} | {o.name for o in rule.outputs} | set(rule.residual_names)
+        derived = {generated for generated, _ in names.derived_names(rule.name, rule.torch_class, own)}
+        allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED
+        statics = {i.name for i in rule.inputs if i.static}
+        for backend in ("jax", "torch"):
+            tree = ast.parse((out / backend / f"{rule.name}.py").read_text())
+            strange = {n for n in _identifiers(tree) - allowed if not names.TEMPORARY.fullmatch(n)}
+            strange |= _ctx_attributes(tree) - names.CTX_ATTRIBUTES - statics - derived
+            if strange:
+                unexplained[f"{backend}/{rule.name}"] = strange
+    assert not unexplained, f"names generated code uses that rulegen.names does not reserve: {unexplained}"
+
+
+def test_ctx_attributes_are_every_public_attribute_of_torchs_function_context():
+    from torch.autograd.function import BackwardCFunction
+
+    public = {n for n in dir(BackwardCFunction) if not n.startswith("_")}
+    assert public <= names.CTX_ATTRIBUTES
+
+
+def _build_text(tmp_path: Path, text: str):
+    (tmp_path / "rules").mkdir(exist_ok=True)
+    (tmp_path / "rules" / "bad.yaml").write_text(text)
+    out = tmp_path / "pkg"
+    result = CliRunner().invoke(app, ["build", str(tmp_path / "rules"), "--out", str(out)], catch_exceptions=False)
+    return result, out
+
+
+def _rule(name: str = "f", inputs: str = "[x]", forward: str = "x", extra: str = "") -> str:
+    return f"name: {name}\ninputs: {inputs}\nforward: {forward}\n{extra}"
+
+
+# (case, rule text, "line:col" of the error, message fragment)
+REFUSED = [
+    *(
+        (f"input-{n}", _rule(inputs=f"[x, {n}]", forward=f"x * {n}"), "2:13", "generated code uses")
+        for n in ("primals", "tangents", "ctx", "function", "plain", "math", "torch", "jnp", "saved", "int")
+    ),
+    ("input-underscore", _rule(inputs="[x, _y]", forward="x * _y"), "2:13", "starts with `_`"),
+    ("input-is-the-rule", _rule(inputs="[x, f]", forward="x * f"), "2:13", "own function or class name"),
+    ("output-is-the-class", _rule(name="sin_mul", extra="outputs: [SinMul]\n"), "4:11", "own function or class"),
+    ("input-tangent-of-another", _rule(inputs="[x, x_dot]", forward="x * x_dot"), "2:13", "derives from 'x'"),
+    (
+        "residual-named-like-a-helper",
+        _rule(forward="{python: 'return x, x'}", extra="residuals: [f_rule]\njvp: {python: 'return x_dot'}\n"),
+        "1:1",
+        "'f_rule'",
+    ),
+    (
+        "static-named-like-a-ctx-attribute",
+        _rule(inputs="{x: {}, needs_input_grad: {static: true}}", forward="x * needs_input_grad"),
+        "2:",
+        "ctx.needs_input_grad",
+    ),
+    *(
+        (f"rule-name-{n}", _rule(name=n), "1:7", "")
+        for n in ("_inplace", "_bridge", "__init__", "_", "none", "true", "plain", "jax")
+    ),
+    ("class-name-none", _rule(extra="class_name: None\n"), "4:13", "keyword"),
+    ("class-name-helper", _rule(extra="class_name: HostRule\n"), "4:13", "generated code uses"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "where", "fragment"), REFUSED, ids=[c[0] for c in REFUSED])
+def test_a_name_generated_code_uses_is_refused_where_it_is(tmp_path, monkeypatch, case, text, where, fragment):
+    monkeypatch.chdir(tmp_path)
+    result, out = _build_text(tmp_path, text)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    match = re.search(r"bad\.yaml:(\d+):(\d+): error: (.*)", result.output)
+    assert match, result.output
+    assert f"{match.group(1)}:{match.group(2)}".startswith(where), result.output
+    assert fragment in result.output, result.output
+    assert not out.exists()
