@@ -223,7 +223,7 @@ def test_defaults_of_every_kind_import_and_run_in_both_backends(tmp_path):
         "import inspect, math, jax.numpy as jnp, torch, pkg.jax as J, pkg.torch as T\n"
         "print(inspect.signature(J.with_defaults).parameters['s'].default)\n"
         "print(inspect.signature(T.with_defaults).parameters['t'].default)\n"
-        "print(float(J.with_defaults(jnp.float64(1.0))), float(T.with_defaults(torch.tensor(1.0, dtype=torch.float64))))\n"
+        "print(float(J.with_defaults(jnp.float64(1.0))), float(T.with_defaults(torch.tensor(1.0).double())))\n"
         "print(float(J.reads_defaults(jnp.float64(1.0))), float(T.reads_defaults(torch.tensor(1.0))))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
