@@ -15,13 +15,13 @@ import json
 import multiprocessing
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rulegen.errors import Loc, SpecError, SpecErrors
 from rulegen.render import render_package, template_files
-from rulegen.spec import Rule, read_rule_file, rule_files
+from rulegen.spec import Rule, clash_errors, read_rule_file, rule_files
 from rulegen.write import (
     Difference,
     Manifest,
@@ -38,6 +38,9 @@ from rulegen.write import (
 #: (a fork server that imports sympy, each worker's first, cold derivation)
 #: costs about what 30 rules take on one core.
 PARALLEL_MIN_RULES = 32
+
+
+Claim = tuple[str, str, Loc]  # a rule's function name, torch class name and place
 
 
 @dataclass(frozen=True)
@@ -191,7 +194,8 @@ def plan_build(
     texts: dict[str, str] = {}  # modules kept as they are in `out`
     rebuilt: list[str] = []
     reused: list[str] = []
-    owners: dict[str, str] = {}
+    claims: list[Claim] = []
+    reused_files: dict[Loc, tuple[Path, str]] = {}
     to_generate: list[tuple[str, str, tuple[Rule, ...]]] = []
     cwd, root = Path.cwd(), out.resolve().parent
     for path in rule_files(paths):
@@ -213,17 +217,22 @@ def plan_build(
             texts.update(kept)
             sources[key] = record
             reused.append(key)
-            _claim(owners, record.rules, str(path), errors)
+            # Unread, its rules are located by their file until a clash needs more.
+            reused_files[Loc(str(path))] = (path, key)
+            claims += [(name, cls, Loc(str(path))) for name, cls in record.rules]
             continue
         try:
             rules = read_rule_file(path, key)
         except SpecErrors as exc:
             errors.extend(exc.errors)
             continue
-        _claim(owners, tuple((r.name, r.torch_class) for r in rules), str(path), errors)
+        claims += [(r.name, r.torch_class, r.loc) for r in rules]
         to_generate.append((key, digest, rules))
+    if clash_errors(claims):
+        errors += clash_errors(_located(claims, reused_files))
     # Every rule is known before any is derived: bodies may call each other.
-    generated = iter(generate_rules([r for _, _, rules in to_generate for r in rules], frozenset(owners), jobs))
+    known = frozenset(name for name, _, _ in claims)
+    generated = iter(generate_rules([r for _, _, rules in to_generate for r in rules], known, jobs))
     fresh: dict[str, str] = {}
     for key, digest, rules in to_generate:
         files: dict[str, str] = {}
@@ -277,12 +286,17 @@ def plan_build(
 _HELPER_IMPORT = re.compile(r"^from \._(\w+) import", re.MULTILINE)
 
 
-def _claim(owners: dict[str, str], rules: Sequence[tuple[str, str]], key: str, errors: list[SpecError]) -> None:
-    for name, _ in rules:
-        if name in owners:
-            errors.append(SpecError(Loc(key), f"rule {name!r} is already defined in {owners[name]}"))
-        else:
-            owners[name] = key
+def _located(
+    claims: Sequence[tuple[str, str, Loc]], files: Mapping[Loc, tuple[Path, str]]
+) -> list[tuple[str, str, Loc]]:
+    """`claims` with the rules of unread files (`files`, by their file's location) located in them."""
+    places: dict[tuple[Loc, str], Loc] = {}
+    for where, (path, key) in files.items():
+        try:
+            places |= {(where, r.name): r.loc for r in read_rule_file(path, key)}
+        except SpecErrors:
+            continue
+    return [(name, cls, places.get((loc, name), loc)) for name, cls, loc in claims]
 
 
 class HandEditedError(Exception):

@@ -573,15 +573,37 @@ def read_rules(paths: Iterable[Path]) -> tuple[Rule, ...]:
             rules.extend(read_rule_file(path))
         except SpecErrors as exc:
             errors.extend(exc.errors)
-    first: dict[str, Rule] = {}
-    for rule in rules:
-        if rule.name in first:
-            errors.append(SpecError(rule.loc, f"rule {rule.name!r} is already defined at {first[rule.name].loc}"))
-        else:
-            first[rule.name] = rule
+    errors += clash_errors([(r.name, r.torch_class, r.loc) for r in rules])
     if errors:
         raise SpecErrors(errors)
     return tuple(rules)
+
+
+def clash_errors(rules: Sequence[tuple[str, str, Loc]]) -> list[SpecError]:
+    """Rules of one build, as (function name, torch class name, location), that take another's name.
+
+    The package exports every function and class by its name: a second one
+    would silently stand for the first.
+    """
+    errors: list[SpecError] = []
+    functions: dict[str, Loc] = {}
+    classes: dict[str, tuple[str, Loc]] = {}
+    for name, cls, loc in rules:
+        if name in functions:
+            errors.append(SpecError(loc, f"rule {name!r} is already defined at {functions[name]}"))
+            continue
+        functions[name] = loc
+        if cls in classes:
+            other, where = classes[cls]
+            errors.append(
+                SpecError(
+                    loc,
+                    f"rule {name!r} has the torch class name {cls!r} of rule {other!r} at {where}; "
+                    "give one of them another `class_name`",
+                )
+            )
+        classes.setdefault(cls, (name, loc))
+    return errors
 
 
 def rule_files(paths: Iterable[Path]) -> list[Path]:

@@ -143,3 +143,35 @@ def test_a_name_generated_code_uses_is_refused_where_it_is(tmp_path, monkeypatch
     assert f"{match.group(1)}:{match.group(2)}".startswith(where), result.output
     assert fragment in result.output, result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "clash"),
+    [
+        ("name: sin_mul\ninputs: [x]\nforward: x\n", "name: sin__mul\ninputs: [x]\nforward: x\n", "'SinMul'"),
+        ("name: f_1\ninputs: [x]\nforward: x\n", "name: f1\ninputs: [x]\nforward: x\n", "'F1'"),
+        ("name: a\ninputs: [x]\nforward: x\n", "name: b\nclass_name: A\ninputs: [x]\nforward: x\n", "'A'"),
+        ("name: a\ninputs: [x]\nforward: x\n", "name: a\ninputs: [y]\nforward: y\n", "already defined"),
+    ],
+    ids=["camel-case", "digits", "class-name", "function-name"],
+)
+@pytest.mark.parametrize("incremental", [False, True], ids=["fresh", "first-file-reused"])
+def test_two_rules_with_one_exported_name_are_refused_with_both_places(
+    tmp_path, monkeypatch, first, second, clash, incremental
+):
+    monkeypatch.chdir(tmp_path)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "a.yaml").write_text(first)
+    out = tmp_path / "pkg"
+    if incremental:
+        assert CliRunner().invoke(app, ["build", "rules", "--out", str(out)]).exit_code == 0
+    (rules / "b.yaml").write_text(second)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} if incremental else {}
+    result = CliRunner().invoke(app, ["build", "rules", "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert clash in result.output
+    assert "rules/b.yaml:1:" in result.output and "rules/a.yaml:1:" in result.output, result.output
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    test = CliRunner().invoke(app, ["test", "rules"], catch_exceptions=False)
+    assert test.exit_code == 2 and clash in test.output, test.output
