@@ -69,13 +69,21 @@ def compiler_fingerprint() -> str:
     return sha256("\n".join(parts))
 
 
+def resolved_path(path: Path) -> Path:
+    """`path.resolve()`, or SpecErrors where symbolic links make a loop (Python 3.11 raises RuntimeError)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        raise SpecErrors([SpecError(Loc(str(path)), "a loop of symbolic links; it names no file")]) from None
+
+
 def display_path(path: Path, resolved: Path | None = None, cwd: Path | None = None) -> Path:
     """The path as a user reads it in messages: relative to the working directory when inside it.
 
     `resolved` (`path.resolve()`) and `cwd` save a build of many files the
     system calls of finding them again.
     """
-    resolved, cwd = resolved or path.resolve(), cwd or Path.cwd()
+    resolved, cwd = resolved or resolved_path(path), cwd or Path.cwd()
     return Path(os.path.relpath(resolved, cwd)) if resolved.is_relative_to(cwd) else path
 
 
@@ -197,9 +205,13 @@ def plan_build(
     claims: list[Claim] = []
     reused_files: dict[Loc, tuple[Path, str]] = {}
     to_generate: list[tuple[str, str, tuple[Rule, ...]]] = []
-    cwd, root = Path.cwd(), out.resolve().parent
+    cwd, root = Path.cwd(), resolved_path(out).parent
     for path in rule_files(paths):
-        resolved = path.resolve()
+        try:
+            resolved = resolved_path(path)
+        except SpecErrors as exc:
+            errors += exc.errors
+            continue
         key = source_name(resolved, root)
         path = display_path(path, resolved, cwd)
         try:
@@ -299,6 +311,19 @@ def _located(
     return [(name, cls, places.get((loc, name), loc)) for name, cls, loc in claims]
 
 
+class OutputError(Exception):
+    """The package folder cannot be written (read-only, full, not ours): the machine's fault, not the rules'.
+
+    Files are replaced one by one, each atomically, and the manifest last, so
+    the next build redoes whatever this one left undone.
+    """
+
+    def __init__(self, out: Path, error: OSError) -> None:
+        where = error.filename or out
+        super().__init__(f"cannot write {where}: {error.strerror or error}")
+        self.out = out
+
+
 class HandEditedError(Exception):
     """A generated module was changed by hand; rulegen will not overwrite it without --force."""
 
@@ -314,12 +339,17 @@ def build(paths: Iterable[Path], out: Path, *, check: bool = False, force: bool 
     (the output is the same); the calling script's main module must then be
     guarded by `if __name__ == "__main__":`, as for any multiprocessing.
     """
+    if out.exists() and not out.is_dir():
+        raise SpecErrors([SpecError(Loc(str(out)), "the output names a file; it must be a folder (the package)")])
     plan, previous, rebuilt, reused, read = plan_build(paths, out, jobs)
     difference = compare(out, plan, previous, read)
     if not check:
         if difference.edited and not force:
             raise HandEditedError(difference.edited)
         if difference.written or difference.removed:
-            write_package(out, plan, difference)
+            try:
+                write_package(out, plan, difference)
+            except OSError as exc:
+                raise OutputError(out, exc) from None
     rules = sum(len(s.rules) for s in plan.manifest.sources.values())
     return BuildResult(out=out, difference=difference, rebuilt=rebuilt, reused=reused, rules=rules)

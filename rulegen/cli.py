@@ -25,6 +25,8 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_STALE = 1
 EXIT_SPEC = 2
+# The output cannot be written: a problem of the machine, not of the rules.
+EXIT_ENVIRONMENT = 1
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def build(
     ] = None,
 ) -> None:
     """Validate the rules, derive what they lack, and write the package."""
-    from rulegen.build import HandEditedError, available_cores
+    from rulegen.build import HandEditedError, OutputError, available_cores
     from rulegen.build import build as run_build
     from rulegen.errors import SpecErrors
 
@@ -93,6 +95,9 @@ def build(
         result = run_build(paths, target, check=check, force=force, jobs=jobs or available_cores())
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
+    except OutputError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_ENVIRONMENT) from None
     except HandEditedError as exc:
         for path in exc.paths:
             err_console.print(f"{target / path}: [red]edited by hand[/red] since rulegen wrote it")

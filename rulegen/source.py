@@ -217,8 +217,13 @@ class _Converter:
         if tag == "tag:yaml.org,2002:str" or tag == "tag:yaml.org,2002:timestamp":
             return YamlStr(str(node.value), self.text_loc(node), block=node.style in ("|", ">"))
         if tag in _STANDARD_TAGS:
-            value = self.scalars.construct_object(node, deep=False)
             loc = _loc(self.file, node.start_mark)
+            try:
+                value = self.scalars.construct_object(node, deep=False)
+            except ValueError:
+                # Python refuses to read integers of more than 4300 digits.
+                self.errors.append(SpecError(loc, f"a number of {len(str(node.value))} characters is too large"))
+                return None
             if isinstance(value, int) and not isinstance(value, bool):
                 return YamlInt(value, loc)
             if isinstance(value, float):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import keyword
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -229,9 +231,11 @@ class Input(Node):
 
     @model_validator(mode="after")
     def _consistent(self) -> Input:
-        lo, hi = self.domain
+        lo, hi = (_as_float64(bound) for bound in self.domain)
         if not lo < hi:
             raise ValueError(f"domain [{lo}, {hi}] is empty")
+        if not math.isfinite(hi - lo):
+            raise ValueError(f"domain [{lo}, {hi}] is not a finite float64 interval (its width must be below 1.8e308)")
         if self.static and "diff" in self.model_fields_set and self.diff:
             raise ValueError("a static input is never differentiated; drop `diff: true`")
         return self
@@ -298,19 +302,39 @@ class Tolerance(Node):
     atol: float = 1e-9
 
 
+def _as_float64(value: float) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"an integer of {int(value).bit_length()} bits is beyond float64's range") from None
+
+
+def _float64_data(value: Any) -> Any:
+    """Numbers of a check (nested in lists, or by name) must be float64 values; anything else passes."""
+    if isinstance(value, dict | list):
+        for item in value.values() if isinstance(value, dict) else value:
+            _float64_data(item)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        _as_float64(value)
+    return value
+
+
+Float64Data = Annotated[Any, AfterValidator(_float64_data)]
+
+
 class PointJvp(Node):
     """The outputs' tangents for given input tangents at a point."""
 
-    tangents: dict[str, Any]  # input name -> its tangent; inputs left out have zero tangents
-    value: Any  # every differentiable output's tangent, concatenated in order as for a point's `value`
+    tangents: dict[str, Float64Data]  # input name -> its tangent; inputs left out have zero tangents
+    value: Float64Data  # every differentiable output's tangent, concatenated in order as for a point's `value`
 
 
 class Point(Node):
     """A point where the rule's value, gradient or JVP is known."""
 
-    at: dict[str, Any]
-    value: Any = None
-    grad: dict[str, Any] | None = None
+    at: dict[str, Float64Data]
+    value: Float64Data = None
+    grad: dict[str, Float64Data] | None = None
     jvp: PointJvp | None = None
 
 

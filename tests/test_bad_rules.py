@@ -83,6 +83,26 @@ BAD = [
         "5:",
         "is for the forward only",
     ),
+    (
+        "5000-digit-point",
+        "name: a\ninputs: [x]\nforward: x\nchecks:\n  points:\n    - at: {x: " + "7" * 5000 + "}\n",
+        "6:15",
+        "too large",
+    ),
+    (
+        "point-beyond-float64",
+        "name: a\ninputs: [x]\nforward: x\nchecks:\n  points:\n    - at: {x: 1}\n      value: [1, " + "9" * 400 + "]\n",
+        "7:",
+        "beyond float64",
+    ),
+    ("domain-wider-than-float64", "name: a\ninputs:\n  x: {domain: [-1e308, 1e308]}\nforward: x\n", "3:", "finite"),
+    ("domain-infinite", "name: a\ninputs:\n  x: {domain: [0, .inf]}\nforward: x\n", "3:", "finite"),
+    (
+        "domain-of-huge-integers",
+        "name: a\ninputs:\n  x: {domain: [0, 1" + "0" * 400 + "]}\nforward: x\n",
+        "3:",
+        "float64",
+    ),
     ("mode-vjp-without-vjp", "name: a\ninputs: [x]\nforward:\n  python: return x\nmode: vjp\n", "1:1", "needs a `vjp`"),
     (
         "jax-body-alone",

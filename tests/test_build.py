@@ -242,3 +242,47 @@ def test_a_mapping_default_is_a_located_error(tmp_path, monkeypatch):
     result = _build(tmp_path / "r.yaml", tmp_path / "pkg")
     assert result.exit_code == 2, result.output
     assert "r.yaml:4:" in result.output and "default" in result.output
+
+
+def test_a_symlink_loop_among_the_rules_is_a_located_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "good.yaml").write_text("name: good\ninputs: [x]\nforward: x\n")
+    (rules / "loop.yaml").symlink_to("loop.yaml")
+    for args in (["build", "rules", "--out", "pkg"], ["build", "rules/loop.yaml", "--out", "pkg"], ["show", "good"]):
+        result = CliRunner().invoke(app, args, catch_exceptions=False)
+        assert result.exit_code == 2, result.output
+        assert "rules/loop.yaml:1:1: error:" in result.output and "loop" in result.output, result.output
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_an_output_that_names_a_file_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.yaml").write_text("name: good\ninputs: [x]\nforward: x\n")
+    (tmp_path / "afile").write_text("mine")
+    for extra in ([], ["--check"]):
+        result = CliRunner().invoke(app, ["build", "r.yaml", "--out", "afile", *extra], catch_exceptions=False)
+        assert result.exit_code == 2, result.output
+        assert "afile:1:1: error: the output names a file" in result.output
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_an_output_that_cannot_be_written_is_an_environment_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.yaml").write_text("name: good\ninputs: [x]\nforward: x\n")
+    read_only = tmp_path / "read_only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    unwritable = [read_only / "pkg", Path("/sys/rulegen-test-pkg"), tmp_path / "r.yaml" / "pkg"]
+    for out in unwritable:
+        try:
+            out.mkdir()
+        except OSError:
+            pass
+        else:  # root writes through permissions
+            out.rmdir()
+            continue
+        result = CliRunner().invoke(app, ["build", "r.yaml", "--out", str(out)], catch_exceptions=False)
+        assert result.exit_code == 1, result.output
+        assert "error: cannot write" in result.output and "Traceback" not in result.output, result.output
