@@ -9,10 +9,15 @@ import tomllib
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from rulegen.spec import Rule
 
 app = typer.Typer(
     add_completion=False,
@@ -50,6 +55,36 @@ def load_config(start: Path | None = None) -> Config:
                 rules = [rules] if isinstance(rules, str) else rules
                 return Config(tuple(folder / r for r in rules), folder / table.get("out", "generated"))
     return Config((here / "rules",), here / "generated")
+
+
+def project_rules(files: Iterable[Path]) -> list[Rule]:
+    """Every rule of the projects `files` belong to (their `[tool.rulegen] rules`) that reads without error.
+
+    A rule may call rules of other files; `show`, `test` and pytest of one
+    file take the callees from here.  Files that do not read are left out:
+    a call into one is reported as an unknown name where it is.
+    """
+    from rulegen.errors import SpecErrors
+    from rulegen.spec import read_rule_file, rule_files
+
+    given = {_resolved(f) for f in files}
+    folders = {r for f in files for r in load_config(f.parent if f.is_file() else f).rules}
+    found: list[Rule] = []
+    for path in rule_files(sorted(folders)):
+        if _resolved(path) in given:
+            continue
+        try:
+            found += read_rule_file(path)
+        except SpecErrors:
+            continue
+    return found
+
+
+def _resolved(path: Path) -> Path | None:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return None
 
 
 def _report_spec_errors(exc: BaseException) -> typer.Exit:
@@ -142,13 +177,17 @@ def test(
     from rulegen.build import available_cores
     from rulegen.check import outcomes_json, report_table, run_checks, summary
     from rulegen.errors import SpecErrors
-    from rulegen.spec import read_rules, rule_files
+    from rulegen.spec import callees, read_rules, rule_files
 
     config = load_config()
+    files = rule_files(list(rules) if rules else list(config.rules))
     try:
-        found = read_rules(rule_files(list(rules) if rules else list(config.rules)))
+        found = read_rules(files)
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
+    # Rules of other files that these call are built and checked with them, but not reported.
+    checked = {r.name for r in found}
+    found = (*found, *callees(found, project_rules(files)))
     with Progress(console=err_console, transient=True, disable=as_json) as progress:
         task = progress.add_task("checking", total=None)
 
@@ -161,6 +200,7 @@ def test(
             )
         except SpecErrors as exc:
             raise _report_spec_errors(exc) from None
+    outcomes = [o for o in outcomes if o.rule in checked]
     if as_json:
         sys.stdout.write(outcomes_json(outcomes) + "\n")
     else:
@@ -195,24 +235,26 @@ def show(
 
     from rulegen.build import display_path, generate_rule
     from rulegen.errors import SpecErrors
-    from rulegen.spec import read_rule_file, rule_files
+    from rulegen.spec import read_rules, rule_files
     from rulegen.write import format_sources
 
     config = load_config()
     try:
-        for path in rule_files(rules or config.rules):
-            for rule in read_rule_file(display_path(path)):
-                if rule.name == name:
-                    files = format_sources(generate_rule(rule))
-                    for rel, text in sorted(files.items()):
-                        if backend is None or rel.startswith(backend.value):
-                            out_console.rule(rel)
-                            out_console.print(Syntax(text, "python", theme="ansi_dark", background_color="default"))
-                    return
+        files = [display_path(path) for path in rule_files(rules or config.rules)]
+        found = read_rules(files)
+        rule = next((r for r in found if r.name == name), None)
+        if rule is not None:
+            known = {r.name for r in (*found, *project_rules(files))}
+            generated = format_sources(generate_rule(rule, known))
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
-    err_console.print(f"no rule named {name!r}")
-    raise typer.Exit(EXIT_SPEC)
+    if rule is None:
+        err_console.print(f"no rule named {name!r}")
+        raise typer.Exit(EXIT_SPEC)
+    for rel, text in sorted(generated.items()):
+        if backend is None or rel.startswith(backend.value):
+            out_console.rule(rel)
+            out_console.print(Syntax(text, "python", theme="ansi_dark", background_color="default"))
 
 
 STARTER = """\

@@ -47,10 +47,14 @@ class RuleFile(pytest.File):
     def outcome(self, rule: str, check: str) -> Any:
         if self._outcomes is None:
             from rulegen.check import run_checks
+            from rulegen.cli import project_rules
+            from rulegen.spec import callees
 
             seed = int(self.config.getoption("rulegen_seed"))
             include_compile = bool(self.config.getoption("rulegen_compile"))
-            found = run_checks(self.rules, seed=seed, include_compile=include_compile)
+            # Rules of other files of the project that these call are built (and checked) beside them.
+            rules = (*self.rules, *callees(self.rules, project_rules([self.path])))
+            found = run_checks(rules, seed=seed, include_compile=include_compile)
             self._outcomes = {(o.rule, o.check): o for o in found}
         return self._outcomes[(rule, check)]
 

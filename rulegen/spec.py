@@ -8,12 +8,14 @@ problems at `file:line:col` without reaching back into the YAML.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import hashlib
 import keyword
 import math
 import re
-from collections.abc import Iterable, Sequence
+import textwrap
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -628,6 +630,44 @@ def clash_errors(rules: Sequence[tuple[str, str, Loc]]) -> list[SpecError]:
             )
         classes.setdefault(cls, (name, loc))
     return errors
+
+
+def _texts(value: object) -> Iterator[Text]:
+    """Every text inside a body, a mapping of bodies or a model's fields."""
+    if isinstance(value, Text):
+        yield value
+    elif isinstance(value, dict | list | tuple):
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from _texts(item)
+    elif isinstance(value, BaseModel):
+        for field in type(value).model_fields:
+            yield from _texts(getattr(value, field))
+
+
+def read_names(rule: Rule) -> set[str]:
+    """Every name the rule's expressions and bodies read: among them, the other rules it calls."""
+    found: set[str] = set()
+    for text in _texts([rule.forward, rule.derivatives, rule.jvp, rule.vjp, rule.residuals, rule.batching]):
+        try:
+            tree = ast.parse("def _body():\n" + textwrap.indent(text.value, "    "))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue  # the derivation reports it where it is
+        found |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    return found
+
+
+def callees(rules: Sequence[Rule], others: Iterable[Rule]) -> tuple[Rule, ...]:
+    """The rules among `others` that `rules` call, directly or through one another."""
+    available = {r.name: r for r in others}
+    for rule in rules:
+        available.pop(rule.name, None)
+    wanted: dict[str, Rule] = {}
+    pending = list(rules)
+    while pending:
+        for name in read_names(pending.pop()) & available.keys() - wanted.keys():
+            wanted[name] = available[name]
+            pending.append(available[name])
+    return tuple(wanted.values())
 
 
 def rule_files(paths: Iterable[Path]) -> list[Path]:

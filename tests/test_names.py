@@ -175,3 +175,48 @@ def test_two_rules_with_one_exported_name_are_refused_with_both_places(
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     test = CliRunner().invoke(app, ["test", "rules"], catch_exceptions=False)
     assert test.exit_code == 2 and clash in test.output, test.output
+
+
+# A project whose rule in one file calls a rule of another.
+CALLEE = "name: halved\ninputs: [x]\nforward: x / 2\n"
+CALLER = "name: quartered\ninputs: [x]\nforward:\n  python: return halved(halved(x))\n"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    (tmp_path / "pyproject.toml").write_text('[tool.rulegen]\nrules = ["rules"]\nout = "generated"\n')
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "halved.yaml").write_text(CALLEE)
+    (tmp_path / "rules" / "quartered.yaml").write_text(CALLER)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_show_resolves_rules_of_other_files(project):
+    result = CliRunner().invoke(app, ["show", "quartered", "--rules", "rules/quartered.yaml", "-b", "jax"])
+    assert result.exit_code == 0, result.output
+    assert "from .halved import halved" in result.output
+
+
+def test_test_of_one_file_resolves_rules_of_other_files_and_reports_only_its_own(project):
+    result = CliRunner().invoke(app, ["test", "rules/quartered.yaml", "--json", "-j", "1"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    import json
+
+    outcomes = json.loads(result.output)
+    assert {o["rule"] for o in outcomes} == {"quartered"}, outcomes
+
+
+def test_pytest_of_one_file_resolves_rules_of_other_files(project):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "rules/quartered.yaml"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"\b[1-9]\d* passed", proc.stdout), proc.stdout
