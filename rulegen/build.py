@@ -15,6 +15,8 @@ import json
 import multiprocessing
 import os
 import re
+import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ from rulegen.write import (
     SourceRecord,
     compare,
     format_sources,
+    remove_temporaries,
     sha256,
     write_package,
 )
@@ -128,9 +131,31 @@ def _generate_or_refuse(rule: Rule, known_rules: frozenset[str]) -> dict[str, st
 _worker_known_rules: frozenset[str] = frozenset()
 
 
-def _start_worker(known_rules: frozenset[str]) -> None:
+def _start_worker(known_rules: frozenset[str], build_pid: int) -> None:
     global _worker_known_rules
     _worker_known_rules = known_rules
+    threading.Thread(target=_exit_without, args=(build_pid,), daemon=True).start()
+
+
+def _exit_without(build_pid: int) -> None:
+    """End this worker once the build that started it has gone (killed, it cannot shut its pool down).
+
+    A worker's parent is the fork server, not the build, so the parent's
+    death signal (PR_SET_PDEATHSIG) would not reach it; polling works on
+    every platform.
+    """
+    while True:
+        time.sleep(WORKER_POLL_SECONDS)
+        try:
+            os.kill(build_pid, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:
+            pass  # alive, as another user: cannot be ours, but do not guess
+
+
+#: How often a worker checks that its build is still running.
+WORKER_POLL_SECONDS = 0.5
 
 
 def _generate_in_worker(rule: Rule) -> dict[str, str] | SpecErrors:
@@ -153,7 +178,7 @@ def worker_pool(workers: int, known_rules: frozenset[str]) -> concurrent.futures
         # Only takes effect when this process starts its fork server, on first use.
         context.set_forkserver_preload(["rulegen.build", "rulegen.derive", "rulegen.plan", "rulegen.render"])
     return concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_start_worker, initargs=(known_rules,)
+        workers, mp_context=context, initializer=_start_worker, initargs=(known_rules, os.getpid())
     )
 
 
@@ -346,10 +371,12 @@ def build(paths: Iterable[Path], out: Path, *, check: bool = False, force: bool 
     if not check:
         if difference.edited and not force:
             raise HandEditedError(difference.edited)
-        if difference.written or difference.removed:
-            try:
-                write_package(out, plan, difference)
-            except OSError as exc:
-                raise OutputError(out, exc) from None
+        try:
+            if difference.written or difference.removed:
+                write_package(out, plan, difference, previous)
+            else:
+                remove_temporaries(out)
+        except OSError as exc:
+            raise OutputError(out, exc) from None
     rules = sum(len(s.rules) for s in plan.manifest.sources.values())
     return BuildResult(out=out, difference=difference, rebuilt=rebuilt, reused=reused, rules=rules)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 MANIFEST = ".rulegen-manifest.json"
@@ -63,6 +63,10 @@ class Manifest:
     sources: Mapping[str, SourceRecord] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)  # relative path -> sha256
     package: PackageRecord | None = None
+    # Files a build was replacing when it stopped (relative path -> the sha256
+    # it was writing): recorded before the first replacement, so that a file
+    # a killed build left half-way is told from one edited by hand.
+    pending: Mapping[str, str] = field(default_factory=dict)
 
     @staticmethod
     def load(out: Path) -> Manifest:
@@ -82,9 +86,14 @@ class Manifest:
                 sources=sources,
                 files=dict(data["files"]),
                 package=PackageRecord(hash=package["hash"], files=tuple(package["files"])) if package else None,
+                pending=dict(data.get("pending", {})),
             )
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return Manifest()
+
+    def wrote(self, rel: str, digest: str) -> bool:
+        """Whether a build recorded here left `rel` with this hash (finished, or stopped while writing it)."""
+        return digest in (self.files.get(rel), self.pending.get(rel))
 
     def dumps(self) -> str:
         data = {
@@ -97,6 +106,8 @@ class Manifest:
         }
         if self.package is not None:
             data["package"] = {"hash": self.package.hash, "files": list(self.package.files)}
+        if self.pending:
+            data["pending"] = dict(sorted(self.pending.items()))
         return json.dumps(data, indent=1) + "\n"
 
 
@@ -171,11 +182,11 @@ def compare(out: Path, plan: Plan, previous: Manifest, read: Mapping[str, str] |
                 continue
         if digest != sha256(text):
             written.append(rel)
-            if previous.files.get(rel) != digest:
+            if not previous.wrote(rel, digest):
                 edited.append(rel)
     removed = sorted(rel for rel in previous.files if rel not in plan.files and (out / rel).exists())
     for rel in removed:
-        if sha256((out / rel).read_bytes()) != previous.files[rel]:
+        if not previous.wrote(rel, sha256((out / rel).read_bytes())):
             edited.append(rel)
     manifest_path = out / MANIFEST
     if not manifest_path.exists() or manifest_path.read_text() != plan.manifest.dumps():
@@ -207,8 +218,29 @@ def _replace(path: Path, text: str) -> None:
         raise
 
 
-def write_package(out: Path, plan: Plan, difference: Difference) -> None:
-    """Make `out` hold exactly `plan`, one atomic replacement per file."""
+#: What `_replace` names a module or the manifest before it takes its place.
+TEMPORARIES = (".*.py.*.tmp", f".{MANIFEST}.*.tmp")
+
+
+def remove_temporaries(out: Path) -> None:
+    """Delete the temporary files a killed build left in `out`."""
+    if out.is_dir():
+        for pattern in TEMPORARIES:
+            for path in out.rglob(pattern):
+                path.unlink(missing_ok=True)
+
+
+def write_package(out: Path, plan: Plan, difference: Difference, previous: Manifest) -> None:
+    """Make `out` hold exactly `plan`, one atomic replacement per file.
+
+    `previous` (the manifest `out` holds) is first rewritten with the hashes
+    about to be written, so that a build killed half-way leaves a package
+    whose every file the next build recognises as its own.
+    """
+    remove_temporaries(out)
+    pending = {rel: sha256(plan.files[rel]) for rel in difference.written if rel != MANIFEST}
+    if pending:
+        _replace(out / MANIFEST, replace(previous, pending={**previous.pending, **pending}).dumps())
     for rel in difference.written:
         if rel != MANIFEST:
             _replace(out / rel, plan.files[rel])

@@ -286,3 +286,103 @@ def test_an_output_that_cannot_be_written_is_an_environment_error(tmp_path, monk
         result = CliRunner().invoke(app, ["build", "r.yaml", "--out", str(out)], catch_exceptions=False)
         assert result.exit_code == 1, result.output
         assert "error: cannot write" in result.output and "Traceback" not in result.output, result.output
+
+
+def _children(pid: int) -> set[int]:
+    """Every descendant of `pid`, from /proc."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_worker_processes_die_with_a_killed_parallel_build(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rulegen", "build", str(RULES), "--out", str(tmp_path / "pkg"), "--jobs", "2"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    workers: set[int] = set()
+    while time.monotonic() < deadline and len(workers) < 3 and proc.poll() is None:
+        workers = _children(proc.pid)  # the fork server and its two workers
+        time.sleep(0.2)
+    assert len(workers) >= 3, "the build never started its workers"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.2)
+    survivors = {p for p in workers if _alive(p)}
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, "worker processes outlived the killed build"
+
+
+# Runs a build that SIGKILLs itself when it is about to put the third file in place.
+KILLED_BUILD = """
+import os, signal, sys
+from pathlib import Path
+import rulegen.write
+from rulegen.build import build
+
+replace, calls = os.replace, []
+def replace_then_die(src, dst):
+    calls.append(dst)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    replace(src, dst)
+rulegen.write.os.replace = replace_then_die
+build([Path(sys.argv[1])], Path(sys.argv[2]))
+"""
+
+
+def test_a_build_killed_while_writing_leaves_nothing_the_next_build_mistakes(tmp_path, monkeypatch):
+    import signal
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    first = "name: good\ninputs: [x]\nforward: sin(x)\n"
+    (rules / "good.yaml").write_text(first)
+    (rules / "other.yaml").write_text("name: other\ninputs: [x]\nforward: exp(x)\n")
+    assert _build(rules, tmp_path / "pkg").exit_code == 0
+    (rules / "good.yaml").write_text(first.replace("sin", "cos"))
+    (rules / "other.yaml").write_text("name: other\ninputs: [x]\nforward: tanh(x)\n")
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_BUILD)
+    proc = subprocess.run([sys.executable, str(script), str(rules), "pkg"], capture_output=True, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert list((tmp_path / "pkg").rglob("*.tmp")), "the killed build should have left a temporary file"
+    (rules / "good.yaml").write_text(first)  # the user takes the change back
+    result = _build(rules, tmp_path / "pkg")
+    assert result.exit_code == 0, result.output
+    assert not list((tmp_path / "pkg").rglob("*.tmp"))
+    assert _build(rules, tmp_path / "fresh").exit_code == 0
+    assert _files(tmp_path / "pkg") == _files(tmp_path / "fresh")
