@@ -220,3 +220,23 @@ def test_pytest_of_one_file_resolves_rules_of_other_files(project):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"\b[1-9]\d* passed", proc.stdout), proc.stdout
+
+
+def test_a_static_named_self_reaches_a_host_rule(tmp_path):
+    """Statics pass to the JAX primitive of a `numpy:` rule by keyword: no name of theirs may meet its own."""
+    import subprocess
+    import sys
+
+    text = (
+        "name: host_scaled\ninputs:\n  x: {}\n  self: {static: true, default: 2.0}\n"
+        "forward:\n  numpy: return x * self\njvp:\n  python: return x_dot * self\n"
+    )
+    (tmp_path / "host_scaled.yaml").write_text(text)
+    build([tmp_path / "host_scaled.yaml"], tmp_path / "pkg")
+    code = (
+        "import jax, jax.numpy as jnp, pkg.jax as J\n"
+        "print(float(J.host_scaled(jnp.float32(1.0))), float(jax.grad(J.host_scaled)(jnp.float32(1.0), 3.0)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["2.0", "3.0"]

@@ -68,7 +68,7 @@ class HostRule:
         ad.primitive_transposes[self.primitive] = self._transpose_rule
         jax_batching.primitive_batchers[self.primitive] = self._batch_rule
 
-    def __call__(self, *arrays, **statics):
+    def __call__(self, /, *arrays, **statics):
         """Every result (outputs, then residuals) for these arguments."""
         return self.primitive.bind(*arrays, statics=tuple(statics.items()))
 
