@@ -127,18 +127,13 @@ def sympy_time_limit(seconds: float, loc: Loc) -> Iterator[None]:
 
 
 def _input_symbol(spec: Input) -> sp.Symbol:
-    lo, hi = spec.domain
-    assumptions: dict[str, bool] = {"real": True}
+    # Only what the rule states may let sympy simplify: an assumption taken
+    # from the sample domain would change the function outside it (atan2(y, x)
+    # became atan(y/x) for x sampled in [0.5, 3]).
+    assumptions = dict.fromkeys(spec.assume, True)
+    assumptions["real"] = True
     if spec.dtype == "int":
         assumptions["integer"] = True
-    if lo > 0:
-        assumptions["positive"] = True
-    elif lo >= 0:
-        assumptions["nonnegative"] = True
-    if hi < 0:
-        assumptions["negative"] = True
-    elif hi <= 0:
-        assumptions["nonpositive"] = True
     return sp.Symbol(spec.name, **assumptions)
 
 

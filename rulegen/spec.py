@@ -111,6 +111,31 @@ TextField = Annotated[Text, BeforeValidator(_to_text, json_schema_input_type=str
 Name = Annotated[str, BeforeValidator(_to_name, json_schema_input_type=str)]
 Number = float | int
 
+#: Sign assumptions an input may carry (`assume:`), with the interval
+#: `rulegen test` samples when the rule gives no `domain` of its own.
+ASSUMPTION_DOMAINS: dict[str, tuple[float, float]] = {
+    "positive": (0.25, 3.0),
+    "nonnegative": (0.0, 3.0),
+    "negative": (-3.0, -0.25),
+    "nonpositive": (-3.0, 0.0),
+    "nonzero": (-3.0, 3.0),
+}
+Assumption = Literal["positive", "nonnegative", "negative", "nonpositive", "nonzero"]
+
+
+def _to_assumptions(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+def _holds(assumption: str, lo: float, hi: float) -> bool:
+    return {
+        "positive": lo > 0,
+        "nonnegative": lo >= 0,
+        "negative": hi < 0,
+        "nonpositive": hi <= 0,
+        "nonzero": True,
+    }[assumption]
+
 
 class Node(BaseModel):
     """A YAML mapping: frozen, strict about keys, and aware of where it is."""
@@ -221,14 +246,31 @@ class Input(Node):
     default: Annotated[Any, BeforeValidator(_to_default)] = None
     has_default: SkipJsonSchema[bool] = Field(default=False, exclude=True)
     dtype: Literal["float", "int", "bool"] = "float"
-    domain: tuple[Number, Number] = (-3.0, 3.0)
+    domain: Annotated[
+        tuple[Number, Number],
+        Field(description="where `rulegen test` samples this input; it never changes the generated code"),
+    ] = (-3.0, 3.0)
+    assume: Annotated[
+        tuple[Assumption, ...],
+        BeforeValidator(_to_assumptions, json_schema_input_type=Assumption | list[Assumption]),
+        Field(
+            description="what the rule's author vouches for about this input: sympy may simplify with it, "
+            "and calling the function where it fails is the caller's error"
+        ),
+    ] = ()
     shape: tuple[Annotated[int, Field(ge=0)], ...] = (3, 4)
 
     @model_validator(mode="before")
     @classmethod
     def _note_default(cls, data: Any) -> Any:
         if isinstance(data, dict) and "default" in data:
-            return {**data, "has_default": True}
+            data = {**data, "has_default": True}
+        if isinstance(data, dict) and "domain" not in data and data.get("assume"):
+            # Sampling must respect what the rule assumes; the tightest assumption given decides.
+            assumed = _to_assumptions(data["assume"])
+            domains = [ASSUMPTION_DOMAINS[a] for a in assumed if isinstance(a, str) and a in ASSUMPTION_DOMAINS]
+            if domains:
+                data = {**data, "domain": (max(lo for lo, _ in domains), min(hi for _, hi in domains))}
         return data
 
     @model_validator(mode="after")
@@ -240,6 +282,9 @@ class Input(Node):
             raise ValueError(f"domain [{lo}, {hi}] is not a finite float64 interval (its width must be below 1.8e308)")
         if self.static and "diff" in self.model_fields_set and self.diff:
             raise ValueError("a static input is never differentiated; drop `diff: true`")
+        for assumption in self.assume:
+            if not _holds(assumption, lo, hi):
+                raise ValueError(f"domain [{lo}, {hi}] has points where `assume: {assumption}` fails")
         return self
 
     @property

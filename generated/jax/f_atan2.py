@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 @jax.custom_jvp
 def f_atan2(y, x):
-    return jnp.arctan(y / x)
+    return jnp.arctan2(y, x)
 
 
 @f_atan2.defjvp

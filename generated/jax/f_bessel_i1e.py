@@ -3,6 +3,7 @@
 """f_bessel_i1e: a rulegen rule."""
 
 import jax
+import jax.numpy as jnp
 import jax.scipy.special
 
 
@@ -16,5 +17,5 @@ def _f_bessel_i1e_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = f_bessel_i1e(x)
-    out_dot = x_dot * (-(1 + 1 / x) * jax.scipy.special.i1e(x) + jax.scipy.special.i0e(x))
+    out_dot = x_dot * (-(jnp.sign(x) + 1 / x) * jax.scipy.special.i1e(x) + jax.scipy.special.i0e(x))
     return out, out_dot

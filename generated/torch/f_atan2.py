@@ -4,19 +4,13 @@
 
 import torch
 
-from ._inplace import plain
-
 
 class FAtan2(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(y, x):
-        if plain(y, x):
-            t0 = y / x
-            t0.atan_()
-            return t0
-        return torch.atan(y / x)
+        return torch.atan2(y, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

@@ -26,16 +26,16 @@ class FBesselI1e(torch.autograd.Function):
         if plain(x, out_bar):
             t0 = torch.special.i0e(x)
             t1 = 1 / x
-            t1.add_(1)
+            t1.add_(torch.sign(x))
             t0.addcmul_(t1, torch.special.i1e(x), value=-1).mul_(out_bar)
             return t0
-        x_bar = out_bar * (-(1 + 1 / x) * torch.special.i1e(x) + torch.special.i0e(x))
+        x_bar = out_bar * (-(torch.sign(x) + 1 / x) * torch.special.i1e(x) + torch.special.i0e(x))
         return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        out_dot = x_dot * (-(1 + 1 / x) * torch.special.i1e(x) + torch.special.i0e(x))
+        out_dot = x_dot * (-(torch.sign(x) + 1 / x) * torch.special.i1e(x) + torch.special.i0e(x))
         return out_dot
 
 

@@ -1,0 +1,140 @@
+"""`domain` is only where checks sample; `assume` is what a rule vouches for.
+
+An assumption read off the sample domain once changed the function itself:
+`atan2(y, x)` with `x` sampled in [0.5, 3] was generated as `atan(y / x)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special as sps
+import torch
+
+from rulegen.build import generate_rule
+from rulegen.errors import SpecErrors
+from rulegen.spec import read_rule_file
+from tests.conftest import built_package
+
+RULES = """
+rules:
+  - name: polar
+    inputs:
+      x: {domain: [0.5, 3]}
+      y: {}
+    outputs: [r, theta]
+    forward:
+      r: hypot(x, y)
+      theta: atan2(y, x)
+  - name: magnitude
+    inputs:
+      x: {domain: [0.5, 3]}
+    forward: sqrt(x**2) + Abs(x) * Max(x, 0)
+  - name: i1e_of_negative
+    inputs:
+      x: {domain: [0.5, 3]}
+    forward: bessel_i1e(x)
+  - name: magnitude_assumed
+    inputs:
+      x: {assume: positive}
+    forward: sqrt(x**2)
+"""
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    with built_package(tmp_path_factory.mktemp("assume"), RULES, "rg_assume") as folder:
+        yield folder, importlib.import_module("rg_assume.jax"), importlib.import_module("rg_assume.torch")
+
+
+def _torch_value_and_grad(f, *args):
+    tensors = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in args]
+    out = f(*tensors)
+    total = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
+    total.backward()
+    values = tuple(o.item() for o in out) if isinstance(out, tuple) else out.item()
+    return values, [t.grad.item() for t in tensors]
+
+
+def test_atan2_outside_the_sample_domain(package):
+    _, jax_pkg, torch_pkg = package
+    expected = (math.sqrt(2), 3 * math.pi / 4)
+    np.testing.assert_allclose(jax_pkg.polar(-1.0, 1.0), expected, rtol=1e-15)
+    values, grads = _torch_value_and_grad(torch_pkg.polar, -1.0, 1.0)
+    np.testing.assert_allclose(values, expected, rtol=1e-15)
+    # d(r + theta)/dx = x/r - y/r**2, d/dy = y/r + x/r**2 at (-1, 1)
+    np.testing.assert_allclose(grads, [-1 / math.sqrt(2) - 0.5, 1 / math.sqrt(2) - 0.5], rtol=1e-14)
+    jax_grads = jax.grad(lambda x, y: sum(jax_pkg.polar(x, y)), argnums=(0, 1))(-1.0, 1.0)
+    np.testing.assert_allclose(jax_grads, grads, rtol=1e-14)
+
+
+@pytest.mark.parametrize("x", [-2.0, -0.5])
+def test_simplifications_the_domain_would_allow_are_not_made(package, x):
+    _, jax_pkg, torch_pkg = package
+    value, (grad,) = _torch_value_and_grad(torch_pkg.magnitude, x)
+    assert value == pytest.approx(abs(x))
+    assert grad == pytest.approx(-1.0)
+    assert float(jax_pkg.magnitude(x)) == pytest.approx(abs(x))
+    assert float(jax.grad(jax_pkg.magnitude)(x)) == pytest.approx(-1.0)
+
+
+def test_a_derivative_is_right_on_the_whole_line(package):
+    _, jax_pkg, torch_pkg = package
+    x = -1.5
+    # i1e(x) = exp(-|x|) i1(x): its derivative is i0e(x) - (sign(x) + 1/x) i1e(x).
+    exact = sps.i0e(x) - (np.sign(x) + 1 / x) * sps.i1e(x)
+    assert float(jax.grad(jax_pkg.i1e_of_negative)(x)) == pytest.approx(exact, rel=1e-13)
+    _, (grad,) = _torch_value_and_grad(torch_pkg.i1e_of_negative, x)
+    assert grad == pytest.approx(exact, rel=1e-13)
+
+
+def test_an_explicit_assumption_simplifies(package):
+    folder, jax_pkg, _ = package
+    assert "sqrt" not in (folder / "jax" / "magnitude_assumed.py").read_text().split("def magnitude_assumed")[1]
+    assert float(jax_pkg.magnitude_assumed(2.0)) == 2.0
+    assert float(jnp.asarray(jax.grad(jax_pkg.magnitude_assumed)(2.0))) == 1.0
+
+
+def _one_rule(tmp_path, inputs: str, name: str = "probe") -> tuple:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\ninputs:\n{inputs}\nforward: atan2(y, x) + sqrt(x**2) + log(Abs(y))\n")
+    return read_rule_file(path)
+
+
+@pytest.mark.parametrize("domain", ["[0.5, 3]", "[-3, -1]", "[1e-3, 1e3]"])
+def test_the_domain_never_changes_generated_code(tmp_path, domain):
+    (default,) = _one_rule(tmp_path, "  x: {}\n  y: {}")
+    (narrowed,) = _one_rule(tmp_path, f"  x: {{domain: {domain}}}\n  y: {{domain: {domain}}}")
+    assert _without_header(generate_rule(narrowed)) == _without_header(generate_rule(default))
+
+
+def _without_header(files: dict[str, str]) -> dict[str, str]:
+    """The modules less their leading comment, which names the source file and its hash."""
+    return {name: text.split("\n\n", 1)[1] for name, text in files.items()}
+
+
+def test_an_assumption_sets_the_default_sample_domain(tmp_path):
+    (rule,) = _one_rule(tmp_path, "  x: {assume: positive}\n  y: {assume: [nonpositive, nonzero]}")
+    x, y = rule.inputs
+    assert x.domain[0] > 0 and x.assume == ("positive",)
+    assert y.domain[1] <= 0 and y.assume == ("nonpositive", "nonzero")
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ("  x: {assume: positive, domain: [-1, 2]}\n  y: {}", "`assume: positive` fails"),
+        ("  x: {assume: real_and_happy}\n  y: {}", "'positive', 'nonnegative'"),
+    ],
+)
+def test_a_bad_assumption_is_located(tmp_path, inputs, message):
+    with pytest.raises(SpecErrors) as caught:
+        _one_rule(tmp_path, inputs)
+    text = str(caught.value)
+    assert message in text
+    assert "probe.yaml:3:" in text
