@@ -295,6 +295,22 @@ class one_plus_erf(sp.Function):  # noqa: N801
         return 1 + sp.erf(arg)
 
 
+class in_float(sp.Function):  # noqa: N801
+    """in_float(value, *anchors): an integer or boolean array, or a number, in the float dtype of `anchors`.
+
+    `anchors` are the rule's float arrays; none stands for the framework's
+    default float dtype.  Without it `2**k` of an integer array is integer
+    arithmetic, `exp(k)` and `torch.where(c, 0.1, 0.2)` come out in the
+    default dtype (float32) whatever the inputs' dtype, and a float64 rule
+    would compute them in float32.
+    """
+
+    is_real = True
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        return sp.S.One if argindex == 1 else sp.S.Zero
+
+
 class sigmoid_product(sp.Function):  # noqa: N801
     """a * sigmoid(beta * u), softplus's backward: sigmoid_product(a, u, beta)."""
 

@@ -22,6 +22,7 @@ from sympy.codegen.cfunctions import log1p
 from sympy.codegen.rewriting import ReplaceOptim, expm1_opt, log1p_opt, optimize
 
 from rulegen.derive import Derivation, Partials
+from rulegen.forms import float_anchors, float_forms, integral_arrays
 from rulegen.functions import one_plus_erf, sigmoid, sigmoid_product, silu, softplus
 from rulegen.inplace import InPlaceWriter
 from rulegen.lines import Assign, Block
@@ -561,7 +562,9 @@ def plan_jax(d: Derivation) -> JaxPlan:
     every += [*d.jvp_partials.values(), *d.vjp_partials.values(), *d.residual_partials.values()]
     booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
     printer = functools.partial(print_jax, booleans=booleans)
-    emit = _Emitter(printer, d.symbols, jax_forms(every, (i.name for i in rule.inputs if i.static)))
+    in_float = float_forms(float_anchors(rule, d.symbols), integral_arrays(rule, d.symbols), numbers=False)
+    shared_exp = jax_forms(every, (i.name for i in rule.inputs if i.static))
+    emit = _Emitter(printer, d.symbols, lambda e: shared_exp(in_float(e)))
     arrays = tuple(i.name for i in rule.inputs if not i.static)
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]
@@ -838,7 +841,11 @@ def plan_torch(d: Derivation) -> TorchPlan:
     integral = [i.name for i in rule.inputs if not i.static and i.dtype in ("int", "bool")]
     booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
     printer = functools.partial(print_torch, scalars=frozenset(statics), booleans=booleans)
-    emit = _Emitter(printer, symbols, torch_forms(statics, integral))
+    in_float = float_forms(
+        float_anchors(rule, symbols), integral_arrays(rule, symbols), numbers=True, scalars=frozenset(statics)
+    )
+    native = torch_forms(statics, integral)
+    emit = _Emitter(printer, symbols, lambda e: native(in_float(e)))
     inputs = tuple(i.name for i in rule.inputs)
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]
@@ -882,7 +889,11 @@ def plan_torch(d: Derivation) -> TorchPlan:
 
     full_results = backward_results(with_residuals=True)
     # Where a backward reads residuals, an absent cotangent is the Python float 0.0 there.
-    cotangent_forms = torch_forms((*statics, *(f"{n}_bar" for n in (*outputs, *residual_names))), integral)
+    cotangent_native = torch_forms((*statics, *(f"{n}_bar" for n in (*outputs, *residual_names))), integral)
+
+    def cotangent_forms(expr: sp.Expr) -> sp.Expr:
+        return cotangent_native(in_float(expr))
+
     backward = emit.block([], full_results, cotangent_forms if residual_names else None)
     first_order_results = backward_results(with_residuals=False) if residual_names else []
     first_order = emit.block([], first_order_results) if residual_names else None
@@ -934,7 +945,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         compiled = _Emitter(
             functools.partial(print_torch_compiled, scalars=frozenset(statics), booleans=booleans),
             symbols,
-            torch_forms(statics, integral),
+            lambda e: native(in_float(e)),
         )
         fused_forward_compiled = _if_differs(compiled.block([], forward_results), forward)
         eager_backward = first_order or backward

@@ -13,7 +13,7 @@ numeric constants such as `sqrt(2)` become array calls on Python numbers
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import sympy as sp
@@ -137,7 +137,7 @@ _TORCH_FUNCTIONS = {
 }
 
 #: torch functions of two arguments that refuse a Python number in either place.
-_TORCH_TENSOR_ONLY = {"atan2", "hypot", "logaddexp"}
+TORCH_TENSOR_ONLY = {"atan2", "hypot", "logaddexp"}
 
 # torch's softplus (forward and backward) returns x itself, and a gradient of
 # 1, above `threshold` (20 by default), an error of exp(-20) ~ 2e-9; past 40
@@ -346,6 +346,24 @@ class _ArrayCode:
     _print_ndtr = _print_ndtri = _print_log_ndtr = _print_logit = _print_erfcx = _print_Function
     _print_xlog1py = _print_entr = _print_Function
 
+    #: The dtype of a rule's float arrays, given their names (see rulegen.forms).
+    def _float_dtype(self, anchors: Sequence[str]) -> str:
+        raise NotImplementedError
+
+    def _print_in_float(self, expr: fn.in_float) -> str:
+        value, *anchors = expr.args
+        names = [self._print(a) for a in anchors]
+        if value.is_number:
+            return self._number_in_float(self._print(value), names)
+        text = value.name if isinstance(value, sp.Symbol) else self.parenthesize(value, PRECEDENCE["Atom"])  # type: ignore[attr-defined]
+        return f"{text}{self._cast(self._float_dtype(names))}"
+
+    def _number_in_float(self, number: str, anchors: Sequence[str]) -> str:
+        raise NotImplementedError
+
+    def _cast(self, dtype: str) -> str:
+        raise NotImplementedError
+
     def _print_Heaviside(self, expr: sp.Heaviside) -> str:
         # Heaviside(0) is 1/2 in sympy and in the frameworks' own derivative
         # of maximum at a tie; (sign(x) + 1) / 2 is exactly that, with no
@@ -410,6 +428,19 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     functions = _JAX_FUNCTIONS
     as_integer = ".astype(int)"
 
+    def _float_dtype(self, anchors: Sequence[str]) -> str:
+        if not anchors:
+            return "float"  # jnp's default float: float64 with jax_enable_x64, else float32
+        if len(anchors) == 1:
+            return f"{anchors[0]}.dtype"
+        return f"{self._record('jnp.result_type')}({', '.join(anchors)})"
+
+    def _cast(self, dtype: str) -> str:
+        return f".astype({dtype})"
+
+    def _number_in_float(self, number: str, anchors: Sequence[str]) -> str:
+        return f"{self._record('jnp.asarray')}({number}, dtype={self._float_dtype(anchors)})"
+
     def _print_Max(self, expr: sp.Max) -> str:
         return self._nested("jnp.maximum", expr.args)
 
@@ -434,9 +465,27 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     functions = _TORCH_FUNCTIONS
     as_integer = ".int()"
 
+    def _float_dtype(self, anchors: Sequence[str]) -> str:
+        if not anchors:
+            return f"{self._record('torch.get_default_dtype')}()"
+        if len(anchors) == 1:
+            return f"{anchors[0]}.dtype"
+        return f"{self._record('torch.result_type')}({', '.join(anchors)})"
+
+    def _cast(self, dtype: str) -> str:
+        return f".to({dtype})"
+
+    def _number_in_float(self, number: str, anchors: Sequence[str]) -> str:
+        # A 0-d tensor of the arrays' dtype and device: torch.where and the
+        # tensor-only functions take it beside tensors of any shape.
+        if len(anchors) == 1:
+            return f"{anchors[0]}.new_tensor({number})"
+        device = f", device={anchors[0]}.device" if anchors else ""
+        return f"{self._record('torch.tensor')}({number}, dtype={self._float_dtype(anchors)}{device})"
+
     def _print_Function(self, expr: sp.Function) -> str:
         name = type(expr).__name__
-        if name in _TORCH_TENSOR_ONLY and any(a.is_number for a in expr.args):
+        if name in TORCH_TENSOR_ONLY and any(a.is_number for a in expr.args):
             # torch.atan2(x, 2.0) raises; a 0-d tensor promotes to x's dtype
             # and device like the number would.
             args = ", ".join(
