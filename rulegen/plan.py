@@ -101,7 +101,8 @@ class JaxPlan:
     cotangents: tuple[str, ...]
     bwd: Block | None
     imports: tuple[str, ...]
-    uses_sum_to_shape: bool
+    util_names: tuple[str, ...]  # what the module imports from the package's jax/_util.py
+    complex_refusal: str  # the primal body's first line (see refuse_complex)
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class TorchPlan:
     setup_inputs: str  # unpacking targets of `inputs` in setup_context, "" if none is kept
     setup_outputs: str  # likewise for `output`
     wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
+    tensor_arguments: str  # the wrapper's first line: its array arguments as tensors (see tensor_arguments)
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,48 @@ def _temp_symbols(taken: set[str]) -> Iterable[sp.Symbol]:
     while any(n.startswith(prefix) and n[len(prefix) :].isdigit() for n in taken):
         prefix = "_" + prefix
     return sp.numbered_symbols(prefix)
+
+
+_SUM_TO_SHAPE = "sum_to_shape as _sum_to_shape"
+
+
+def refuse_complex(rule: Rule) -> str:
+    """The JAX primal body's first line: complex arguments are an error until rules support them.
+
+    It runs when JAX traces the body (once per jit), at no cost to the computation.
+    """
+    arrays = ", ".join(f"{i.name}={i.name}" for i in rule.inputs if not i.static)
+    return f"refuse_complex({rule.name!r}, {arrays})" if arrays else ""
+
+
+def _with_util_names(imports: set[str], rule: Rule) -> tuple[str, ...]:
+    """A JAX snippet module's imports, with one import of what it takes from jax/_util.py."""
+    names = ["refuse_complex"] if any(not i.static for i in rule.inputs) else []
+    if "from ._util import unbroadcast" in imports:
+        names.append("unbroadcast")
+    kept = imports - {"from ._util import unbroadcast"}
+    return tuple(sorted(kept | ({f"from ._util import {', '.join(names)}"} if names else set())))
+
+
+_DTYPE_LETTERS = {"float": "f", "int": "i", "bool": "b"}
+TENSORS_IMPORT = "from ._util import tensors"
+
+
+def tensor_arguments(rule: Rule) -> str:
+    """The torch wrapper's line that makes its array arguments tensors (Python numbers, NumPy arrays).
+
+    Users pass Python numbers where JAX takes them (`clip_gradient(-0.75,
+    0.75, x)`), and `apply` would hand them on as numbers; the helper also
+    refuses complex tensors, which no rule supports yet.
+    """
+    arrays = [i for i in rule.inputs if not i.static]
+    if not arrays:
+        return ""
+    names = ", ".join(i.name for i in arrays)
+    targets = f"{names}," if len(arrays) == 1 else names
+    quoted = ", ".join(repr(i.name) for i in arrays) + ("," if len(arrays) == 1 else "")
+    kinds = "".join(_DTYPE_LETTERS[i.dtype] for i in arrays)
+    return f"{targets} = tensors({rule.name!r}, ({quoted}), {kinds!r}, {names})"
 
 
 def _params(inputs: Sequence[Input]) -> tuple[Param, ...]:
@@ -580,6 +624,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
     broadcastable = len(arrays) > 1
 
     jvp = bwd = None
+    summed = False
     tangents: tuple[str, ...] = ()
     cotangents: tuple[str, ...] = ()
     saved: tuple[str, ...] = ()
@@ -619,6 +664,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
             elif broadcastable:
                 wrap = f"_sum_to_shape({{}}, jnp.shape({i.name}))"
                 results.append(Result(f"{i.name}_bar", expr, wrap=wrap, imports=_JNP))
+                summed = True
             else:
                 results.append(Result(f"{i.name}_bar", expr))
         used = _used(r.expr for r in results if r.expr is not None)
@@ -648,7 +694,8 @@ def plan_jax(d: Derivation) -> JaxPlan:
         cotangents=cotangents,
         bwd=bwd,
         imports=tuple(sorted(imports)),
-        uses_sum_to_shape=bwd is not None and "_sum_to_shape(" in bwd.result,
+        util_names=tuple(n for n, used in (("refuse_complex", bool(arrays)), (_SUM_TO_SHAPE, summed)) if used),
+        complex_refusal=refuse_complex(rule),
     )
 
 
@@ -970,6 +1017,9 @@ def plan_torch(d: Derivation) -> TorchPlan:
             emit.imports.add("from ._inplace import plain")
     backward_texts = [*_block_texts(backward, first_order, backward_in_place), ", ".join(fused_backward_params)]
     jvp_texts = _block_texts(jvp) + [f"torch.zeros_like({x})" for x in absent_tangents]
+    arguments = tensor_arguments(rule)
+    if arguments:
+        emit.imports.add(TENSORS_IMPORT)
     return TorchPlan(
         header=_header(d),
         name=rule.name,
@@ -1002,6 +1052,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         setup_inputs=_targets(inputs, {*saved, *statics_used}, tuple_of_one=True),
         setup_outputs=_targets(values_out, {*saved, *non_diff}, tuple_of_one=False),
         wrapper_targets=", ".join(n if n in outputs else f"_{n}" for n in values_out),
+        tensor_arguments=arguments,
     )
 
 
@@ -1195,6 +1246,8 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
     tail: list[str] = []
     decorator = ""
     route = d.jax_route
+    refusal = refuse_complex(rule)
+    prologue = (*_doc_lines(header), *([refusal] if refusal else []))
 
     if route == "bridge":
         imports.add("from ._bridge import TorchBridge")
@@ -1206,10 +1259,10 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
         return SnippetPlan(
             header=header,
             name=rule.name,
-            imports=tuple(sorted(imports)),
+            imports=_with_util_names(imports, rule),
             bodies=(),
             assignments=tuple(assignments),
-            public=Function(rule.name, tuple(map(str, params)), (*_doc_lines(header), *lines)),
+            public=Function(rule.name, tuple(map(str, params)), (*prologue, *lines)),
             methods=(),
             tail=(),
         )
@@ -1240,10 +1293,10 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
         return SnippetPlan(
             header=header,
             name=rule.name,
-            imports=tuple(sorted(imports)),
+            imports=_with_util_names(imports, rule),
             bodies=p.bodies,
             assignments=tuple(assignments),
-            public=Function(rule.name, tuple(map(str, params)), (*_doc_lines(header), *lines)),
+            public=Function(rule.name, tuple(map(str, params)), (*prologue, *lines)),
             methods=(),
             tail=(),
         )
@@ -1331,10 +1384,10 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
     return SnippetPlan(
         header=header,
         name=rule.name,
-        imports=tuple(sorted(imports)),
+        imports=_with_util_names(imports, rule),
         bodies=p.bodies,
         assignments=tuple(assignments),
-        public=Function(rule.name, tuple(map(str, params)), (*_doc_lines(header), *primal_lines), decorator=decorator),
+        public=Function(rule.name, tuple(map(str, params)), (*prologue, *primal_lines), decorator=decorator),
         methods=tuple(methods),
         tail=tuple(tail),
     )
@@ -1415,6 +1468,11 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     host = forward.host
     cls = rule.torch_class
 
+    arguments = tensor_arguments(rule)
+    if arguments:
+        imports.add(TENSORS_IMPORT)
+    prologue = (*_doc_lines(header), *([arguments] if arguments else []))
+
     if d.jvp is None and d.vjp is None:
         # Nothing custom: torch differentiates the body as it is.
         if p.returned:
@@ -1427,7 +1485,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
             imports=tuple(sorted(imports)),
             bodies=p.bodies,
             assignments=(),
-            public=Function(rule.name, params, (*_doc_lines(header), *lines)),
+            public=Function(rule.name, params, (*prologue, *lines)),
             methods=(),
             tail=(),
         )
@@ -1576,7 +1634,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
         imports=tuple(sorted(imports)),
         bodies=p.bodies,
         assignments=(),
-        public=Function(rule.name, params, (*_doc_lines(header), *wrapper)),
+        public=Function(rule.name, params, (*prologue, *wrapper)),
         methods=tuple(methods),
         tail=(),
         class_name=cls,

@@ -17,3 +17,12 @@ def sum_to_shape(x, shape):
 def unbroadcast(x_bar, x):
     """`x_bar` summed back to the shape of `x`, leaf by leaf when `x` is a pytree."""
     return jax.tree.map(lambda g, p: sum_to_shape(g, jnp.shape(p)), x_bar, x)
+
+
+def refuse_complex(rule, **arrays):
+    """Raise for complex arguments, which no rule supports yet (JAX would compute them silently)."""
+    for name, value in arrays.items():
+        if jnp.iscomplexobj(value):
+            raise TypeError(
+                f"{rule}: complex inputs are not supported yet ({name} is {jnp.result_type(value)})"
+            )

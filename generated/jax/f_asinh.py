@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_asinh(x):
+    refuse_complex("f_asinh", x=x)
     return jnp.arcsinh(x)
 
 

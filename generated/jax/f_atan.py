@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_atan(x):
+    refuse_complex("f_atan", x=x)
     return jnp.arctan(x)
 
 

@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_atan2(y, x):
+    refuse_complex("f_atan2", y=y, x=x)
     return jnp.arctan2(y, x)
 
 

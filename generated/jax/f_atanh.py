@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_atanh(x):
+    refuse_complex("f_atanh", x=x)
     return jnp.arctanh(x)
 
 

@@ -5,9 +5,12 @@
 import jax
 import jax.scipy.special
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_bessel_i0(x):
+    refuse_complex("f_bessel_i0", x=x)
     return jax.scipy.special.i0(x)
 
 

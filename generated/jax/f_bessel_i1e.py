@@ -6,9 +6,12 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_bessel_i1e(x):
+    refuse_complex("f_bessel_i1e", x=x)
     return jax.scipy.special.i1e(x)
 
 

@@ -4,9 +4,12 @@
 
 import jax
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_cbrt(x):
+    refuse_complex("f_cbrt", x=x)
     return x ** (1 / 3)
 
 

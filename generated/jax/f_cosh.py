@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_cosh(x):
+    refuse_complex("f_cosh", x=x)
     return jnp.cosh(x)
 
 

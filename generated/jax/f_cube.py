@@ -4,9 +4,12 @@
 
 import jax
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_cube(x):
+    refuse_complex("f_cube", x=x)
     return x**3
 
 

@@ -5,9 +5,12 @@
 import jax
 import jax.scipy.special
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_digamma(x):
+    refuse_complex("f_digamma", x=x)
     return jax.scipy.special.digamma(x)
 
 

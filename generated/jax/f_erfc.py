@@ -8,9 +8,12 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_erfc(x):
+    refuse_complex("f_erfc", x=x)
     return jax.scipy.special.erfc(x)
 
 

@@ -7,9 +7,12 @@ import math
 import jax
 import jax.scipy.special
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_erfcx(x):
+    refuse_complex("f_erfcx", x=x)
     return jax.scipy.special.erfcx(x)
 
 

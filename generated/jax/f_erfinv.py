@@ -8,9 +8,12 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_erfinv(x):
+    refuse_complex("f_erfinv", x=x)
     return jax.scipy.special.erfinv(x)
 
 

@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_exp(x):
+    refuse_complex("f_exp", x=x)
     return jnp.exp(x)
 
 

@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_expm1(x):
+    refuse_complex("f_expm1", x=x)
     return jnp.expm1(x)
 
 

@@ -7,9 +7,12 @@ import math
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_gelu_tanh(x):
+    refuse_complex("f_gelu_tanh", x=x)
     out = x * (jnp.tanh((math.sqrt(2) / math.sqrt(math.pi)) * (0.044715 * x**3 + x)) + 1) / 2
     return out
 

@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_hypot(x, y):
+    refuse_complex("f_hypot", x=x, y=y)
     return jnp.hypot(x, y)
 
 

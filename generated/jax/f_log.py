@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_log(x):
+    refuse_complex("f_log", x=x)
     return jnp.log(x)
 
 

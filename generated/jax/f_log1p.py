@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_log1p(x):
+    refuse_complex("f_log1p", x=x)
     return jnp.log1p(x)
 
 

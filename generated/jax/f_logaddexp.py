@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_logaddexp(x, y):
+    refuse_complex("f_logaddexp", x=x, y=y)
     return jnp.logaddexp(x, y)
 
 

@@ -5,9 +5,12 @@
 import jax
 import jax.scipy.special
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_loggamma(x):
+    refuse_complex("f_loggamma", x=x)
     return jax.scipy.special.gammaln(x)
 
 

@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_max(x, y):
+    refuse_complex("f_max", x=x, y=y)
     return jnp.maximum(x, y)
 
 

@@ -8,9 +8,12 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_ndtr(x):
+    refuse_complex("f_ndtr", x=x)
     return jax.scipy.special.ndtr(x)
 
 

@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_piecewise(x):
+    refuse_complex("f_piecewise", x=x)
     return jnp.where(x > 0, x**2, jnp.sin(x))
 
 

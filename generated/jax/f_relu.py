@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_relu(x):
+    refuse_complex("f_relu", x=x)
     return jnp.maximum(0, x)
 
 

@@ -4,9 +4,12 @@
 
 import jax
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_rsqrt(x):
+    refuse_complex("f_rsqrt", x=x)
     return jax.lax.rsqrt(x)
 
 

@@ -4,9 +4,12 @@
 
 import jax
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_sigmoid(x):
+    refuse_complex("f_sigmoid", x=x)
     return jax.nn.sigmoid(x)
 
 

@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_sinh(x):
+    refuse_complex("f_sinh", x=x)
     return jnp.sinh(x)
 
 

@@ -5,9 +5,12 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_sqrt(x):
+    refuse_complex("f_sqrt", x=x)
     return jnp.sqrt(x)
 
 

@@ -4,9 +4,12 @@
 
 import jax
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_swish(x):
+    refuse_complex("f_swish", x=x)
     return x * jax.nn.sigmoid(x)
 
 

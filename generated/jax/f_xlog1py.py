@@ -6,9 +6,12 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_xlog1py(x, y):
+    refuse_complex("f_xlog1py", x=x, y=y)
     return jax.scipy.special.xlog1py(x, y)
 
 

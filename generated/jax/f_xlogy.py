@@ -6,9 +6,12 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def f_xlogy(x, y):
+    refuse_complex("f_xlogy", x=x, y=y)
     return jax.scipy.special.xlogy(x, y)
 
 

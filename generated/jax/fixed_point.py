@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._util import unbroadcast
+from ._util import refuse_complex, unbroadcast
 
 
 def _forward(f, a, x_guess):
@@ -43,6 +43,7 @@ def fixed_point(f, a, x_guess):
     """The fixed point x* = f(a, x*), found by iteration. Reverse mode uses the implicit function
     theorem instead of differentiating through the loop.
     """
+    refuse_complex("fixed_point", a=a, x_guess=x_guess)
     return _forward(f, a, x_guess)
 
 

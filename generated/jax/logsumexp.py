@@ -10,6 +10,7 @@ import jax
 import jax.numpy as xp
 
 from ._linear import linear_map
+from ._util import refuse_complex
 
 
 def _forward(x):
@@ -24,6 +25,7 @@ def _vjp(x, out, out_bar):
 @jax.custom_jvp
 def logsumexp(x):
     """log(sum(exp(x))) over the last axis, stable for large x, with the VJP written by hand."""
+    refuse_complex("logsumexp", x=x)
     return _forward(x)
 
 

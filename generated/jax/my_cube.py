@@ -4,10 +4,13 @@
 
 import jax
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def my_cube(x):
     """x**3; the forward pass also computes dx = 3 x**2 and saves it for the backward."""
+    refuse_complex("my_cube", x=x)
     return x**3
 
 

@@ -5,6 +5,7 @@
 import numpy as np
 
 from ._host import HostRule
+from ._util import refuse_complex
 from .numpy_take import numpy_take
 
 
@@ -39,5 +40,6 @@ _numpy_sort_rule = HostRule(
 
 def numpy_sort(x, dim=-1):
     """Sort along `dim` in NumPy; gradients flow back through the permutation."""
+    refuse_complex("numpy_sort", x=x)
     out, _ind, _ind_inv = _numpy_sort_rule(x, dim=dim)
     return out

@@ -7,6 +7,7 @@ VJP.
 import numpy as np
 
 from ._host import HostRule
+from ._util import refuse_complex
 
 
 def _forward(x, ind, dim):
@@ -37,5 +38,6 @@ _numpy_take_rule = HostRule(
 
 def numpy_take(x, ind, ind_inv, dim):
     """np.take_along_axis(x, ind, dim); ind_inv is the inverse permutation, used by the VJP."""
+    refuse_complex("numpy_take", x=x, ind=ind, ind_inv=ind_inv)
     (out,) = _numpy_take_rule(x, ind, ind_inv, dim=dim)
     return out

@@ -6,6 +6,8 @@ import functools
 
 import jax
 
+from ._util import refuse_complex
+
 
 def _forward(f, x):
     return f(x)
@@ -18,6 +20,7 @@ def _jvp(df, x, x_dot):
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def pointwise(f, df, x):
     """f(x) for an elementwise function f whose derivative df is given beside it."""
+    refuse_complex("pointwise", x=x)
     return _forward(f, x)
 
 

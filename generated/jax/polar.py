@@ -5,10 +5,13 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def polar(x, y):
     """Cartesian (x, y) to polar (r, theta); two inputs, two outputs, partials derived."""
+    refuse_complex("polar", x=x, y=y)
     return jnp.hypot(x, y), jnp.arctan2(y, x)
 
 

@@ -9,12 +9,15 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def scaled_tanh(x, log_scale=0.5):
     """tanh(x * exp(log_scale)) / sqrt(1 + log_scale**2), with the static log_scale inside
     functions.
     """
+    refuse_complex("scaled_tanh", x=x)
     return jnp.tanh(x * jnp.exp(log_scale)) / jnp.sqrt(log_scale**2 + 1)
 
 

@@ -4,10 +4,13 @@
 
 import jax
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def sigmoid_out(x):
     """The logistic function, whose derivative is written with its own output."""
+    refuse_complex("sigmoid_out", x=x)
     return jax.nn.sigmoid(x)
 
 

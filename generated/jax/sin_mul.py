@@ -5,10 +5,13 @@
 import jax
 import jax.numpy as jnp
 
+from ._util import refuse_complex
+
 
 @jax.custom_jvp
 def sin_mul(x, y):
     """sin(x) * y with a hand-written JVP; reverse mode comes from transposing it."""
+    refuse_complex("sin_mul", x=x, y=y)
     return y * jnp.sin(x)
 
 

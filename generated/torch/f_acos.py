@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FAcos(torch.autograd.Function):
@@ -42,5 +43,6 @@ class _FAcosCompiled(FAcos):
 
 
 def f_acos(x):
+    (x,) = tensors("f_acos", ("x",), "f", x)
     function = _FAcosCompiled if torch.compiler.is_compiling() else FAcos
     return function.apply(x)

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FAcosh(torch.autograd.Function):
@@ -45,5 +46,6 @@ class _FAcoshCompiled(FAcosh):
 
 
 def f_acosh(x):
+    (x,) = tensors("f_acosh", ("x",), "f", x)
     function = _FAcoshCompiled if torch.compiler.is_compiling() else FAcosh
     return function.apply(x)

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 class FAtan(torch.autograd.Function):
     generate_vmap_rule = True
@@ -36,5 +38,6 @@ class _FAtanCompiled(FAtan):
 
 
 def f_atan(x):
+    (x,) = tensors("f_atan", ("x",), "f", x)
     function = _FAtanCompiled if torch.compiler.is_compiling() else FAtan
     return function.apply(x)

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 class FAtan2(torch.autograd.Function):
     generate_vmap_rule = True
@@ -38,5 +40,6 @@ class _FAtan2Compiled(FAtan2):
 
 
 def f_atan2(y, x):
+    y, x = tensors("f_atan2", ("y", "x"), "ff", y, x)
     function = _FAtan2Compiled if torch.compiler.is_compiling() else FAtan2
     return function.apply(y, x)

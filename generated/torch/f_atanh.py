@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 class FAtanh(torch.autograd.Function):
     generate_vmap_rule = True
@@ -36,5 +38,6 @@ class _FAtanhCompiled(FAtanh):
 
 
 def f_atanh(x):
+    (x,) = tensors("f_atanh", ("x",), "f", x)
     function = _FAtanhCompiled if torch.compiler.is_compiling() else FAtanh
     return function.apply(x)

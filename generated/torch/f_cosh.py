@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FCosh(torch.autograd.Function):
@@ -42,5 +43,6 @@ class _FCoshCompiled(FCosh):
 
 
 def f_cosh(x):
+    (x,) = tensors("f_cosh", ("x",), "f", x)
     function = _FCoshCompiled if torch.compiler.is_compiling() else FCosh
     return function.apply(x)

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FDigamma(torch.autograd.Function):
@@ -42,5 +43,6 @@ class _FDigammaCompiled(FDigamma):
 
 
 def f_digamma(x):
+    (x,) = tensors("f_digamma", ("x",), "f", x)
     function = _FDigammaCompiled if torch.compiler.is_compiling() else FDigamma
     return function.apply(x)

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FEntr(torch.autograd.Function):
@@ -42,5 +43,6 @@ class _FEntrCompiled(FEntr):
 
 
 def f_entr(x):
+    (x,) = tensors("f_entr", ("x",), "f", x)
     function = _FEntrCompiled if torch.compiler.is_compiling() else FEntr
     return function.apply(x)

@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FErfc(torch.autograd.Function):
@@ -44,5 +45,6 @@ class _FErfcCompiled(FErfc):
 
 
 def f_erfc(x):
+    (x,) = tensors("f_erfc", ("x",), "f", x)
     function = _FErfcCompiled if torch.compiler.is_compiling() else FErfc
     return function.apply(x)

@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FErfcx(torch.autograd.Function):
@@ -44,5 +45,6 @@ class _FErfcxCompiled(FErfcx):
 
 
 def f_erfcx(x):
+    (x,) = tensors("f_erfcx", ("x",), "f", x)
     function = _FErfcxCompiled if torch.compiler.is_compiling() else FErfcx
     return function.apply(x)

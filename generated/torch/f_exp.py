@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 class FExp(torch.autograd.Function):
     generate_vmap_rule = True
@@ -36,5 +38,6 @@ class _FExpCompiled(FExp):
 
 
 def f_exp(x):
+    (x,) = tensors("f_exp", ("x",), "f", x)
     function = _FExpCompiled if torch.compiler.is_compiling() else FExp
     return function.apply(x)

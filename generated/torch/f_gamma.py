@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FGamma(torch.autograd.Function):
@@ -59,5 +60,6 @@ class _FGammaCompiled(FGamma):
 
 
 def f_gamma(x):
+    (x,) = tensors("f_gamma", ("x",), "f", x)
     function = _FGammaCompiled if torch.compiler.is_compiling() else FGamma
     return function.apply(x)

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 class FHypot(torch.autograd.Function):
     generate_vmap_rule = True
@@ -38,5 +40,6 @@ class _FHypotCompiled(FHypot):
 
 
 def f_hypot(x, y):
+    x, y = tensors("f_hypot", ("x", "y"), "ff", x, y)
     function = _FHypotCompiled if torch.compiler.is_compiling() else FHypot
     return function.apply(x, y)

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 class FLog(torch.autograd.Function):
     generate_vmap_rule = True
@@ -36,5 +38,6 @@ class _FLogCompiled(FLog):
 
 
 def f_log(x):
+    (x,) = tensors("f_log", ("x",), "f", x)
     function = _FLogCompiled if torch.compiler.is_compiling() else FLog
     return function.apply(x)

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 class FLog1p(torch.autograd.Function):
     generate_vmap_rule = True
@@ -36,5 +38,6 @@ class _FLog1pCompiled(FLog1p):
 
 
 def f_log1p(x):
+    (x,) = tensors("f_log1p", ("x",), "f", x)
     function = _FLog1pCompiled if torch.compiler.is_compiling() else FLog1p
     return function.apply(x)

@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FLogNdtr(torch.autograd.Function):
@@ -56,5 +57,6 @@ class _FLogNdtrCompiled(FLogNdtr):
 
 
 def f_log_ndtr(x):
+    (x,) = tensors("f_log_ndtr", ("x",), "f", x)
     function = _FLogNdtrCompiled if torch.compiler.is_compiling() else FLogNdtr
     return function.apply(x)

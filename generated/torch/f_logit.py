@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 class FLogit(torch.autograd.Function):
     generate_vmap_rule = True
@@ -36,5 +38,6 @@ class _FLogitCompiled(FLogit):
 
 
 def f_logit(x):
+    (x,) = tensors("f_logit", ("x",), "f", x)
     function = _FLogitCompiled if torch.compiler.is_compiling() else FLogit
     return function.apply(x)

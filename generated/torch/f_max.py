@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FMax(torch.autograd.Function):
@@ -51,5 +52,6 @@ class _FMaxCompiled(FMax):
 
 
 def f_max(x, y):
+    x, y = tensors("f_max", ("x", "y"), "ff", x, y)
     function = _FMaxCompiled if torch.compiler.is_compiling() else FMax
     return function.apply(x, y)

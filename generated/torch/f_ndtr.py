@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FNdtr(torch.autograd.Function):
@@ -46,5 +47,6 @@ class _FNdtrCompiled(FNdtr):
 
 
 def f_ndtr(x):
+    (x,) = tensors("f_ndtr", ("x",), "f", x)
     function = _FNdtrCompiled if torch.compiler.is_compiling() else FNdtr
     return function.apply(x)

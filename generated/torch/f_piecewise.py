@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 class FPiecewise(torch.autograd.Function):
     generate_vmap_rule = True
@@ -36,5 +38,6 @@ class _FPiecewiseCompiled(FPiecewise):
 
 
 def f_piecewise(x):
+    (x,) = tensors("f_piecewise", ("x",), "f", x)
     function = _FPiecewiseCompiled if torch.compiler.is_compiling() else FPiecewise
     return function.apply(x)

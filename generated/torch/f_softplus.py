@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 class FSoftplus(torch.autograd.Function):
     generate_vmap_rule = True
@@ -36,5 +38,6 @@ class _FSoftplusCompiled(FSoftplus):
 
 
 def f_softplus(x):
+    (x,) = tensors("f_softplus", ("x",), "f", x)
     function = _FSoftplusCompiled if torch.compiler.is_compiling() else FSoftplus
     return function.apply(x)

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FSqrt(torch.autograd.Function):
@@ -42,5 +43,6 @@ class _FSqrtCompiled(FSqrt):
 
 
 def f_sqrt(x):
+    (x,) = tensors("f_sqrt", ("x",), "f", x)
     function = _FSqrtCompiled if torch.compiler.is_compiling() else FSqrt
     return function.apply(x)

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class FSwish(torch.autograd.Function):
@@ -46,5 +47,6 @@ class _FSwishCompiled(FSwish):
 
 
 def f_swish(x):
+    (x,) = tensors("f_swish", ("x",), "f", x)
     function = _FSwishCompiled if torch.compiler.is_compiling() else FSwish
     return function.apply(x)

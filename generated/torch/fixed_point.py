@@ -6,6 +6,8 @@ function theorem instead of differentiating through the loop.
 
 import torch
 
+from ._util import tensors
+
 
 def _forward(f, a, x_guess):
     x_prev, x = x_guess, f(a, x_guess)
@@ -74,5 +76,6 @@ def fixed_point(f, a, x_guess):
     """The fixed point x* = f(a, x*), found by iteration. Reverse mode uses the implicit function
     theorem instead of differentiating through the loop.
     """
+    a, x_guess = tensors("fixed_point", ("a", "x_guess"), "ff", a, x_guess)
     function = _FixedPointCompiled if torch.compiler.is_compiling() else FixedPoint
     return function.apply(f, a, x_guess)

@@ -5,6 +5,8 @@
 import array_api_compat.torch as xp
 import torch
 
+from ._util import tensors
+
 
 def _forward(x):
     return x / xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))
@@ -61,5 +63,6 @@ class _L2NormalizeCompiled(L2Normalize):
 
 def l2_normalize(x):
     """x divided by its Euclidean norm over the last axis."""
+    (x,) = tensors("l2_normalize", ("x",), "f", x)
     function = _L2NormalizeCompiled if torch.compiler.is_compiling() else L2Normalize
     return function.apply(x)

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 class Log1pexp(torch.autograd.Function):
     """log(1 + exp(x)) whose gradient stays exact for large x."""
@@ -39,5 +41,6 @@ class _Log1pexpCompiled(Log1pexp):
 
 def log1pexp(x):
     """log(1 + exp(x)) whose gradient stays exact for large x."""
+    (x,) = tensors("log1pexp", ("x",), "f", x)
     function = _Log1pexpCompiled if torch.compiler.is_compiling() else Log1pexp
     return function.apply(x)

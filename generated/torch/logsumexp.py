@@ -7,6 +7,8 @@ hand.
 import array_api_compat.torch as xp
 import torch
 
+from ._util import tensors
+
 
 def _forward(x):
     m = xp.max(x, axis=-1, keepdims=True)
@@ -60,5 +62,6 @@ class _LogsumexpCompiled(Logsumexp):
 
 def logsumexp(x):
     """log(sum(exp(x))) over the last axis, stable for large x, with the VJP written by hand."""
+    (x,) = tensors("logsumexp", ("x",), "f", x)
     function = _LogsumexpCompiled if torch.compiler.is_compiling() else Logsumexp
     return function.apply(x)

@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 def _forward(f, x):
     return f(x)
@@ -57,5 +59,6 @@ class _PointwiseCompiled(Pointwise):
 
 def pointwise(f, df, x):
     """f(x) for an elementwise function f whose derivative df is given beside it."""
+    (x,) = tensors("pointwise", ("x",), "f", x)
     function = _PointwiseCompiled if torch.compiler.is_compiling() else Pointwise
     return function.apply(f, df, x)

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._util import tensors
 
 
 class SigmoidOut(torch.autograd.Function):
@@ -45,5 +46,6 @@ class _SigmoidOutCompiled(SigmoidOut):
 
 def sigmoid_out(x):
     """The logistic function, whose derivative is written with its own output."""
+    (x,) = tensors("sigmoid_out", ("x",), "f", x)
     function = _SigmoidOutCompiled if torch.compiler.is_compiling() else SigmoidOut
     return function.apply(x)

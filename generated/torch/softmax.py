@@ -5,6 +5,8 @@
 import array_api_compat.torch as xp
 import torch
 
+from ._util import tensors
+
 
 def _forward(x):
     e = xp.exp(x - xp.max(x, axis=-1, keepdims=True))
@@ -57,5 +59,6 @@ class _SoftmaxCompiled(Softmax):
 
 def softmax(x):
     """Softmax over the last axis, with the VJP written by hand."""
+    (x,) = tensors("softmax", ("x",), "f", x)
     function = _SoftmaxCompiled if torch.compiler.is_compiling() else Softmax
     return function.apply(x)

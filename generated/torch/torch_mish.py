@@ -4,6 +4,8 @@
 
 import torch
 
+from ._util import tensors
+
 
 def _forward(x):
     return torch.nn.functional.mish(x)
@@ -11,4 +13,5 @@ def _forward(x):
 
 def torch_mish(x):
     """mish(x) = x tanh(softplus(x)) by torch.nn.functional.mish, usable from JAX."""
+    (x,) = tensors("torch_mish", ("x",), "f", x)
     return _forward(x)

@@ -1,0 +1,114 @@
+"""The generated functions take what users pass: Python numbers for arrays, defaults, and refuse complex.
+
+torch's `apply` hands Python numbers on as they are, and torch functions
+refuse them (`clip_gradient(-0.75, 0.75, x)`, the JAX docs' own call, raised
+in torch); JAX took complex inputs and computed wrong derivatives silently.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from rulegen.spec import Rule, SympyBody, read_rules, rule_files
+from tests.conftest import RULES
+
+
+def _scalar_rules() -> list[Rule]:
+    """Elementwise rules of rules/ (symbolic forward, or batched elementwise): a number is an array for them."""
+    rules = {r.name: r for r in read_rules(rule_files([RULES]))}
+    return [
+        r
+        for r in rules.values()
+        if (isinstance(r.forward, SympyBody) or r.batching == "elementwise")
+        and r.checks.sample is None
+        and any(not i.static for i in r.inputs)
+    ]
+
+
+SCALAR_RULES = _scalar_rules()
+
+
+def _midpoints(rule: Rule) -> dict[str, float]:
+    return {i.name: float(sum(i.domain) / 2 + 0.125) for i in rule.inputs if not i.static}
+
+
+def _numbers(rule: Rule, position: int, as_tensor) -> list:
+    """Arguments of `rule` with the array at `position` a Python number, the others tensors; statics left out."""
+    points = _midpoints(rule)
+    arrays = [i for i in rule.inputs if not i.static]
+    args = []
+    for i in arrays:
+        value = points[i.name] if i.dtype == "float" else 1
+        args.append(value if i is arrays[position] else as_tensor(value, i.dtype))
+    return args
+
+
+def _torch_tensor(value, dtype):
+    return torch.tensor(value, dtype={"float": torch.float64, "int": torch.int64, "bool": torch.bool}[dtype])
+
+
+def _jax_array(value, dtype):
+    return jnp.asarray(value, dtype={"float": jnp.float64, "int": jnp.int64, "bool": bool}[dtype])
+
+
+def _statics_have_defaults(rule: Rule) -> bool:
+    return all(i.has_default for i in rule.inputs if i.static)
+
+
+def _flat(result) -> np.ndarray:
+    parts = result if isinstance(result, tuple) else (result,)
+    return np.concatenate([np.ravel(np.asarray(p.detach() if isinstance(p, torch.Tensor) else p)) for p in parts])
+
+
+@pytest.mark.parametrize("rule", [r for r in SCALAR_RULES if _statics_have_defaults(r)], ids=lambda r: r.name)
+def test_a_python_number_for_each_array_input(built, rule):
+    jax_pkg, torch_pkg, _ = built
+    arrays = [i for i in rule.inputs if not i.static]
+    tensors = [_torch_tensor(v, i.dtype) for v, i in zip(_numbers(rule, 0, lambda v, d: v), arrays, strict=True)]
+    reference = _flat(getattr(torch_pkg, rule.name)(*tensors))
+    for position in range(len(arrays)):
+        got_torch = _flat(getattr(torch_pkg, rule.name)(*_numbers(rule, position, _torch_tensor)))
+        got_jax = _flat(getattr(jax_pkg, rule.name)(*_numbers(rule, position, _jax_array)))
+        rtol = 1e-6 if len(arrays) == 1 else 1e-15  # a lone number computes in the default float dtype
+        np.testing.assert_allclose(got_torch, reference, rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(got_jax, reference, rtol=1e-15, atol=1e-15)
+
+
+def test_clip_gradient_as_the_jax_docs_call_it(built):
+    jax_pkg, torch_pkg, _ = built
+    assert float(jax.grad(lambda x: 3 * jax_pkg.clip_gradient(-0.75, 0.75, x))(2.0)) == 0.75
+    x = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    (3 * torch_pkg.clip_gradient(-0.75, 0.75, x)).backward()
+    assert x.grad.item() == 0.75
+    grad = torch.func.grad(lambda x: 3 * torch_pkg.clip_gradient(-0.75, 0.75, x))(torch.tensor(2.0))
+    assert grad.item() == 0.75
+
+
+def test_numbers_take_the_float_dtype_of_the_tensors(built):
+    _, torch_pkg, _ = built
+    r, theta = torch_pkg.polar(torch.tensor([1.0], dtype=torch.float64), 0.1)
+    assert r.dtype == theta.dtype == torch.float64
+    assert r.item() == np.hypot(1.0, 0.1)
+    r, _ = torch_pkg.polar(torch.tensor([1.0], dtype=torch.float32), 0.1)
+    assert r.dtype == torch.float32
+    r, _ = torch_pkg.polar(2, 1)  # Python ints for float arrays
+    assert r.dtype == torch.get_default_dtype()
+    assert torch_pkg.numpy_sort([3.0, 1.0, 2.0]).tolist() == [1.0, 2.0, 3.0]
+    assert torch_pkg.scipy_erfcx(np.array([1.0, 2.0])).dtype == torch.float64  # a NumPy array keeps its dtype
+
+
+@pytest.mark.parametrize("name", ["log1pexp", "polar", "l2_normalize", "numpy_sort", "scipy_erfcx", "torch_mish"])
+def test_complex_inputs_are_refused(built, name):
+    jax_pkg, torch_pkg, rules = built
+    arrays = [i for i in rules[name].inputs if not i.static]
+    complex_args = [np.array([1.0 + 1.0j, 2.0]) for _ in arrays]
+    with pytest.raises(TypeError, match=f"{name}: complex inputs are not supported yet"):
+        getattr(torch_pkg, name)(*[torch.as_tensor(a) for a in complex_args])
+    with pytest.raises(TypeError, match=f"{name}: complex inputs are not supported yet"):
+        getattr(jax_pkg, name)(*[jnp.asarray(a) for a in complex_args])
+    with pytest.raises(TypeError, match="complex inputs are not supported yet"):
+        jax.jit(getattr(jax_pkg, name))(*[jnp.asarray(a) for a in complex_args])
