@@ -33,16 +33,17 @@ def float_forms(
     anchors: Sequence[sp.Symbol],
     integral: Sequence[sp.Symbol],
     *,
-    numbers: bool,
+    tensor_only: bool,
     scalars: frozenset[str] = frozenset(),
 ) -> Callable[[sp.Expr], sp.Expr]:
-    """A rewrite of integer arrays (and, with `numbers`, numbers that would become tensors) into `in_float`.
+    """A rewrite of integer arrays, and of numbers that would become arrays, into `in_float`.
 
-    `numbers` is for torch: a `Piecewise` whose pieces are all numbers is a
-    tensor built from numbers, and so is a number given to a function that
-    takes only tensors.  JAX's numbers are weakly typed and take the dtype
-    of the arrays they meet.  `scalars` name the static inputs: a `Piecewise`
-    on them alone is Python arithmetic, no tensor.
+    A `Piecewise` whose pieces are all numbers is an array built from
+    numbers: torch makes it float32 (or int64), and JAX a weakly typed
+    array that, returned as an output, is float64 (or an integer) whatever
+    the inputs' dtype.  `tensor_only` is for torch, whose atan2, hypot and
+    logaddexp take no Python number.  `scalars` name the static inputs: a
+    `Piecewise` on them alone is Python arithmetic, no array.
     """
     casts = {k: in_float(k, *anchors) for k in integral}
 
@@ -57,7 +58,7 @@ def float_forms(
         (value, cond), *rest = e.args
         return sp.Piecewise((in_float(value, *anchors), cond), *rest, evaluate=False)
 
-    def tensor_only(e: sp.Basic) -> bool:
+    def tensor_only_call(e: sp.Basic) -> bool:
         return isinstance(e, sp.Function) and type(e).__name__ in TORCH_TENSOR_ONLY and any(a.is_number for a in e.args)
 
     def cast_numbers(e: sp.Function) -> sp.Expr:
@@ -65,9 +66,9 @@ def float_forms(
 
     def rewrite(expr: sp.Expr) -> sp.Expr:
         expr = expr.xreplace(casts) if casts else expr
-        if numbers:
-            expr = expr.replace(pieces_of_numbers, cast_first_piece)
-            expr = expr.replace(tensor_only, cast_numbers)
+        expr = expr.replace(pieces_of_numbers, cast_first_piece)
+        if tensor_only:
+            expr = expr.replace(tensor_only_call, cast_numbers)
         return expr
 
     return rewrite

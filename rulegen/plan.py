@@ -606,7 +606,10 @@ def plan_jax(d: Derivation) -> JaxPlan:
     every += [*d.jvp_partials.values(), *d.vjp_partials.values(), *d.residual_partials.values()]
     booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
     printer = functools.partial(print_jax, booleans=booleans)
-    in_float = float_forms(float_anchors(rule, d.symbols), integral_arrays(rule, d.symbols), numbers=False)
+    statics = frozenset(i.name for i in rule.inputs if i.static)
+    in_float = float_forms(
+        float_anchors(rule, d.symbols), integral_arrays(rule, d.symbols), tensor_only=False, scalars=statics
+    )
     shared_exp = jax_forms(every, (i.name for i in rule.inputs if i.static))
     emit = _Emitter(printer, d.symbols, lambda e: shared_exp(in_float(e)))
     arrays = tuple(i.name for i in rule.inputs if not i.static)
@@ -889,7 +892,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
     booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
     printer = functools.partial(print_torch, scalars=frozenset(statics), booleans=booleans)
     in_float = float_forms(
-        float_anchors(rule, symbols), integral_arrays(rule, symbols), numbers=True, scalars=frozenset(statics)
+        float_anchors(rule, symbols), integral_arrays(rule, symbols), tensor_only=True, scalars=frozenset(statics)
     )
     native = torch_forms(statics, integral)
     emit = _Emitter(printer, symbols, lambda e: native(in_float(e)))

@@ -190,7 +190,15 @@ class _ArrayCode:
         return path
 
     def _call(self, path: str, *args: sp.Basic) -> str:
-        return f"{self._record(path)}({', '.join(self._print(a) for a in args)})"  # type: ignore[attr-defined]
+        return f"{self._record(path)}({', '.join(self._argument(a) for a in args)})"
+
+    def _argument(self, arg: sp.Basic) -> str:
+        # Every math function takes floats: an integer literal would be an
+        # integer array to JAX, whose custom rules (xlogy's) then give it a
+        # float0 tangent at second order.
+        if isinstance(arg, sp.Integer):
+            return f"{int(arg)}.0"
+        return self._print(arg)  # type: ignore[attr-defined]
 
     # -- numbers
 
@@ -405,6 +413,9 @@ class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
 
     functions = _MATH_FUNCTIONS
 
+    def _argument(self, arg: sp.Basic) -> str:
+        return self._print(arg)  # math functions take Python ints as they are
+
     # Python bools, not arrays: keywords and conditional expressions.
     def _print_Not(self, expr: sp.Not) -> str:
         return f"(not {self._print(expr.args[0])})"
@@ -530,8 +541,9 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         return self._extreme(expr.args, "torch.minimum", "max")
 
     def _extreme(self, args: tuple[sp.Expr, ...], path: str, bound: str) -> str:
-        numbers = [a for a in args if a.is_number]
-        tensors = [a for a in args if not a.is_number]
+        # Numbers and static inputs are Python numbers, which torch.maximum refuses: clamp bounds.
+        numbers = [a for a in args if a.is_number or self._of_scalars(a)]
+        tensors = [a for a in args if a not in numbers]
         text = self._print(tensors[0])
         for arg in tensors[1:]:
             text = f"{self._record(path)}({text}, {self._print(arg)})"

@@ -18,7 +18,7 @@ def tensors(rule, names, kinds, *values):
     until rules support them.
     """
     given = [v for v in values if isinstance(v, torch.Tensor)]
-    for name, value in zip(names, values):
+    for name, value in zip(names, values, strict=True):
         if isinstance(value, torch.Tensor) and value.is_complex():
             raise TypeError(
                 f"{rule}: complex inputs are not supported yet ({name} is {value.dtype})"
@@ -29,7 +29,7 @@ def tensors(rule, names, kinds, *values):
     dtype = functools.reduce(torch.promote_types, floats) if floats else torch.get_default_dtype()
     device = given[0].device if given else None
     converted = []
-    for name, kind, value in zip(names, kinds, values):
+    for name, kind, value in zip(names, kinds, values, strict=True):
         if not isinstance(value, torch.Tensor):
             if (
                 isinstance(value, complex)

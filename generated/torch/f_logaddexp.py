@@ -27,21 +27,21 @@ class FLogaddexp(torch.autograd.Function):
         if plain(x, y, out_bar):
             t0 = -y
             t0.add_(x)
-            t1 = torch.ops.aten.softplus_backward(out_bar, t0, 1, 40.0)
-            t2 = torch.ops.aten.softplus_backward(out_bar, t0, -1, 40.0)
+            t1 = torch.ops.aten.softplus_backward(out_bar, t0, 1.0, 40.0)
+            t2 = torch.ops.aten.softplus_backward(out_bar, t0, -1.0, 40.0)
             return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = x - y
-        return torch.ops.aten.softplus_backward(out_bar, t0, 1, 40.0).sum_to_size(
+        return torch.ops.aten.softplus_backward(out_bar, t0, 1.0, 40.0).sum_to_size(
             x.shape
-        ), torch.ops.aten.softplus_backward(out_bar, t0, -1, 40.0).sum_to_size(y.shape)
+        ), torch.ops.aten.softplus_backward(out_bar, t0, -1.0, 40.0).sum_to_size(y.shape)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
         t0 = x - y
         out_dot = torch.ops.aten.softplus_backward(
-            x_dot, t0, 1, 40.0
-        ) + torch.ops.aten.softplus_backward(y_dot, t0, -1, 40.0)
+            x_dot, t0, 1.0, 40.0
+        ) + torch.ops.aten.softplus_backward(y_dot, t0, -1.0, 40.0)
         return out_dot
 
 

@@ -45,7 +45,7 @@ class FMish(torch.autograd.Function):
         t0 = 1 - saved0**2
         x_bar = out_bar * (
             saved0 + t0 * torch.nn.functional.silu(x)
-        ) + saved0_bar * torch.ops.aten.softplus_backward(t0, x, 1, 40.0)
+        ) + saved0_bar * torch.ops.aten.softplus_backward(t0, x, 1.0, 40.0)
         return (x_bar + torch.zeros_like(x)).sum_to_size(x.shape)
 
     @staticmethod
@@ -54,7 +54,7 @@ class FMish(torch.autograd.Function):
         t0 = 1 - saved0**2
         return x_dot * (
             saved0 + t0 * torch.nn.functional.silu(x)
-        ), t0 * torch.ops.aten.softplus_backward(x_dot, x, 1, 40.0)
+        ), t0 * torch.ops.aten.softplus_backward(x_dot, x, 1.0, 40.0)
 
 
 class _FMishCompiled(FMish):

@@ -23,12 +23,12 @@ class FSoftplus(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        return torch.ops.aten.softplus_backward(out_bar, x, 1, 40.0)
+        return torch.ops.aten.softplus_backward(out_bar, x, 1.0, 40.0)
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return torch.ops.aten.softplus_backward(x_dot, x, 1, 40.0)
+        return torch.ops.aten.softplus_backward(x_dot, x, 1.0, 40.0)
 
 
 class _FSoftplusCompiled(FSoftplus):
