@@ -23,6 +23,7 @@ import sympy as sp
 
 from rulegen.errors import Loc, SpecError, SpecErrors
 from rulegen.expr import parse_expression
+from rulegen.forms import canonical
 from rulegen.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
 
@@ -208,7 +209,7 @@ class _Deriver:
         for name, text in forward_texts.items():
             expr = self.parse(text, self.scope(), indicator=name in booleans)
             if expr is not None:
-                forward[name] = expr
+                forward[name] = canonical(expr)
         for name in self.outputs:
             if name not in forward_texts and not self.errors:
                 self.fail(rule.forward.loc, f"the forward body computes no value for output {name!r}")
@@ -247,7 +248,7 @@ class _Deriver:
             if name in texts:
                 expr = self.parse(texts[name], self.scope("outputs"))
                 if expr is not None:
-                    found[name] = expr
+                    found[name] = canonical(expr)
         return found
 
     def derive_partials(self, forward: Mapping[str, sp.Expr]) -> tuple[dict, dict]:

@@ -1,4 +1,9 @@
-"""Rewrites that keep every value of a symbolic rule in the float dtype of its inputs.
+"""Rewrites of symbolic rules: canonical stable forms, and float dtypes throughout.
+
+`canonical` brings an expression to the fused, stable forms both frameworks
+have (softplus, sigmoid, log1p, expm1) before it is differentiated.
+
+The rest keeps every value of a symbolic rule in the float dtype of its inputs.
 
 Array frameworks pick a result's dtype from its operands, and two kinds of
 operand would pick the wrong one: integer and boolean arrays (`2**k` is
@@ -14,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import sympy as sp
+from sympy.codegen.cfunctions import log1p
+from sympy.codegen.rewriting import ReplaceOptim, expm1_opt, log1p_opt, optimize
 
-from rulegen.functions import in_float
-from rulegen.printers import TORCH_TENSOR_ONLY
+from rulegen.functions import TORCH_TENSOR_ONLY, in_float, sigmoid, softplus
 from rulegen.spec import Rule
 
 
@@ -72,3 +78,70 @@ def float_forms(
         return expr
 
     return rewrite
+
+
+def _is_one_plus_exp(expr: sp.Expr) -> bool:
+    return (
+        expr.is_Add and len(expr.args) == 2 and sp.S.One in expr.args and any(isinstance(a, sp.exp) for a in expr.args)
+    )
+
+
+def _exp_argument(expr: sp.Expr) -> sp.Expr:
+    return next(a for a in expr.args if isinstance(a, sp.exp)).args[0]
+
+
+# Forms both torch and JAX compute in one fused, more accurate operation.
+# Rules are brought to them before anything is differentiated, so a derived
+# derivative is as stable as the frameworks' own: log(1 + exp(x)) would
+# otherwise differentiate to exp(x) / (1 + exp(x)), inf / inf = nan at x = 100
+# in float32.
+CANONICAL_FORMS = (
+    ReplaceOptim(  # log(1 + exp(u)) -> softplus(u); log1p_opt would make log(1 + exp(-x)) -x + log1p(exp(x))
+        lambda e: isinstance(e, sp.log) and _is_one_plus_exp(e.args[0]),
+        lambda e: softplus(_exp_argument(e.args[0])),
+    ),
+    log1p_opt,  # log(1 + u) -> log1p(u)
+    expm1_opt,  # exp(u) - 1 -> expm1(u)
+    ReplaceOptim(  # log1p(exp(u)) -> softplus(u)
+        lambda e: isinstance(e, log1p) and isinstance(e.args[0], sp.exp),
+        lambda e: softplus(e.args[0].args[0]),
+    ),
+    ReplaceOptim(  # 1 / (1 + exp(u)) -> sigmoid(-u)
+        lambda e: e.is_Pow and e.exp == -1 and _is_one_plus_exp(e.base),
+        lambda e: sigmoid(-_exp_argument(e.base)),
+    ),
+    ReplaceOptim(  # 1 - sigmoid(-u) -> sigmoid(u), one operation fewer
+        lambda e: e.is_Add and len(e.args) == 2 and sp.S.One in e.args and any(_is_minus_sigmoid(a) for a in e.args),
+        lambda e: sigmoid(-next(a for a in e.args if _is_minus_sigmoid(a)).args[1].args[0]),
+    ),
+    ReplaceOptim(  # exp(u) * sigmoid(-u) -> sigmoid(u): the product overflows where the sigmoid underflows
+        lambda e: e.is_Mul and _exp_times_sigmoid(e) is not None,
+        lambda e: _exp_times_sigmoid(e),
+    ),
+)
+
+
+def _is_minus_sigmoid(expr: sp.Expr) -> bool:
+    return (
+        expr.is_Mul
+        and len(expr.args) == 2
+        and expr.args[0] == -1
+        and isinstance(expr.args[1], sigmoid)
+        and expr.args[1].args[0].could_extract_minus_sign()
+    )
+
+
+def _exp_times_sigmoid(product: sp.Mul) -> sp.Expr | None:
+    """exp(u) * sigmoid(-u) * rest -> sigmoid(u) * rest, or None where the product has no such pair."""
+    factors = list(product.args)
+    for e in (f for f in factors if isinstance(f, sp.exp)):
+        for s in (f for f in factors if isinstance(f, sigmoid)):
+            if sp.expand(e.args[0] + s.args[0]) == 0:
+                rest = [f for f in factors if f is not e and f is not s]
+                return sp.Mul(*rest, sigmoid(e.args[0]))
+    return None
+
+
+def canonical(expr: sp.Expr, forms: Sequence[ReplaceOptim] = CANONICAL_FORMS) -> sp.Expr:
+    """`expr` with the sums and compositions that have a fused form (log1p, expm1, softplus, sigmoid) rewritten."""
+    return optimize(expr, forms)

@@ -295,6 +295,10 @@ class one_plus_erf(sp.Function):  # noqa: N801
         return 1 + sp.erf(arg)
 
 
+#: torch functions that take no Python number (torch.atan2(x, 2.0) raises).
+TORCH_TENSOR_ONLY = frozenset({"atan2", "hypot", "logaddexp"})
+
+
 class in_float(sp.Function):  # noqa: N801
     """in_float(value, *anchors): an integer or boolean array, or a number, in the float dtype of `anchors`.
 

@@ -19,10 +19,10 @@ from types import MappingProxyType
 
 import sympy as sp
 from sympy.codegen.cfunctions import log1p
-from sympy.codegen.rewriting import ReplaceOptim, expm1_opt, log1p_opt, optimize
+from sympy.codegen.rewriting import ReplaceOptim
 
 from rulegen.derive import Derivation, Partials
-from rulegen.forms import float_anchors, float_forms, integral_arrays
+from rulegen.forms import CANONICAL_FORMS, canonical, float_anchors, float_forms, integral_arrays
 from rulegen.functions import one_plus_erf, sigmoid, sigmoid_product, silu, softplus
 from rulegen.inplace import InPlaceWriter
 from rulegen.lines import Assign, Block
@@ -413,45 +413,6 @@ def _with_outputs(d: Derivation, expr: sp.Expr) -> sp.Expr:
     return expr.subs({d.symbols[n]: e for n, e in d.forward})
 
 
-def _is_one_plus_exp(expr: sp.Expr) -> bool:
-    return (
-        expr.is_Add and len(expr.args) == 2 and sp.S.One in expr.args and any(isinstance(a, sp.exp) for a in expr.args)
-    )
-
-
-def _exp_argument(expr: sp.Expr) -> sp.Expr:
-    return next(a for a in expr.args if isinstance(a, sp.exp)).args[0]
-
-
-# Forms both torch and JAX compute in one fused, more accurate operation.
-_FUSED_FORMS = (
-    log1p_opt,  # log(1 + u) -> log1p(u)
-    expm1_opt,  # exp(u) - 1 -> expm1(u)
-    ReplaceOptim(  # log1p(exp(u)) -> softplus(u)
-        lambda e: isinstance(e, log1p) and isinstance(e.args[0], sp.exp),
-        lambda e: softplus(e.args[0].args[0]),
-    ),
-    ReplaceOptim(  # 1 / (1 + exp(u)) -> sigmoid(-u)
-        lambda e: e.is_Pow and e.exp == -1 and _is_one_plus_exp(e.base),
-        lambda e: sigmoid(-_exp_argument(e.base)),
-    ),
-    ReplaceOptim(  # 1 - sigmoid(-u) -> sigmoid(u), one operation fewer
-        lambda e: e.is_Add and len(e.args) == 2 and sp.S.One in e.args and any(_is_minus_sigmoid(a) for a in e.args),
-        lambda e: sigmoid(-next(a for a in e.args if _is_minus_sigmoid(a)).args[1].args[0]),
-    ),
-)
-
-
-def _is_minus_sigmoid(expr: sp.Expr) -> bool:
-    return (
-        expr.is_Mul
-        and len(expr.args) == 2
-        and expr.args[0] == -1
-        and isinstance(expr.args[1], sigmoid)
-        and expr.args[1].args[0].could_extract_minus_sign()
-    )
-
-
 def torch_forms(scalars: Iterable[str], integral: Iterable[str]) -> Callable[[sp.Expr], sp.Expr]:
     """A rewrite of products with a sigmoid into torch's one-kernel forms.
 
@@ -565,7 +526,7 @@ def _one_plus_erf(total: sp.Add) -> sp.Expr:
 # float32: 1.6 ms against 2.9 ms), and exact where erf(u) nears -1. XLA's
 # erfc costs twice its erf, so JAX keeps `1 + erf(u)`.
 _TORCH_FUSED_FORMS = (
-    *_FUSED_FORMS,
+    *CANONICAL_FORMS,
     ReplaceOptim(  # c + c*erf(u) -> c*erfc(-u), c - c*erf(u) -> c*erfc(u)
         lambda e: e.is_Add and _one_plus_erf(e) is not e,
         _one_plus_erf,
@@ -573,14 +534,9 @@ _TORCH_FUSED_FORMS = (
 )
 
 
-def fused_forms(expr: sp.Expr, forms: Sequence[ReplaceOptim] = _FUSED_FORMS) -> sp.Expr:
-    """`expr` with the sums and compositions that have a fused form (log1p, expm1, softplus, sigmoid) rewritten."""
-    return optimize(expr, forms)
-
-
-def _with_fused_forms(d: Derivation, forms: Sequence[ReplaceOptim] = _FUSED_FORMS) -> Derivation:
+def _with_fused_forms(d: Derivation, forms: Sequence[ReplaceOptim] = CANONICAL_FORMS) -> Derivation:
     def rewrite(expr: sp.Expr) -> sp.Expr:
-        return fused_forms(expr, forms)
+        return canonical(expr, forms)
 
     def partials(table: Partials) -> Partials:
         return MappingProxyType({k: rewrite(v) for k, v in table.items()})

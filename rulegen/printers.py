@@ -137,7 +137,6 @@ _TORCH_FUNCTIONS = {
 }
 
 #: torch functions of two arguments that refuse a Python number in either place.
-TORCH_TENSOR_ONLY = {"atan2", "hypot", "logaddexp"}
 
 # torch's softplus (forward and backward) returns x itself, and a gradient of
 # 1, above `threshold` (20 by default), an error of exp(-20) ~ 2e-9; past 40
@@ -496,7 +495,7 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
 
     def _print_Function(self, expr: sp.Function) -> str:
         name = type(expr).__name__
-        if name in TORCH_TENSOR_ONLY and any(a.is_number for a in expr.args):
+        if name in fn.TORCH_TENSOR_ONLY and any(a.is_number for a in expr.args):
             # torch.atan2(x, 2.0) raises; a 0-d tensor promotes to x's dtype
             # and device like the number would.
             args = ", ".join(
