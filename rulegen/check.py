@@ -72,8 +72,11 @@ def compare(name: str, got: Any, expected: Any, rtol: float, atol: float) -> Non
     exp_a = np.asarray(expected, dtype=np.float64)
     if got_a.shape != exp_a.shape:
         raise CheckFailed(f"{name}: shape {got_a.shape}, expected {exp_a.shape}")
-    both_nan = np.isnan(got_a) & np.isnan(exp_a)
-    bad = ~both_nan & ~(np.abs(got_a - exp_a) <= atol + rtol * np.abs(exp_a))
+    # Equal infinities agree (inf - inf is nan), and so do two nans.
+    same = (got_a == exp_a) | (np.isnan(got_a) & np.isnan(exp_a))
+    with np.errstate(invalid="ignore"):
+        close = np.isfinite(exp_a) & (np.abs(got_a - exp_a) <= atol + rtol * np.abs(exp_a))
+        bad = ~same & ~close
     if bad.any():
         index = np.unravel_index(int(np.argmax(np.where(bad, np.abs(got_a - exp_a), -1.0))), bad.shape)
         error = np.abs(got_a - exp_a)[index]

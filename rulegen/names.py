@@ -35,6 +35,8 @@ HELPER_NAMES = frozenset(
     {
         "HostRule",
         "TorchBridge",
+        "as_arrays",
+        "as_tensors",
         "from_host",
         "fused",
         "linear_map",

@@ -102,7 +102,7 @@ class JaxPlan:
     bwd: Block | None
     imports: tuple[str, ...]
     util_names: tuple[str, ...]  # what the module imports from the package's jax/_util.py
-    complex_refusal: str  # the primal body's first line (see refuse_complex)
+    array_arguments: str  # the primal body's first line (see array_arguments)
 
 
 @dataclass(frozen=True)
@@ -247,34 +247,15 @@ def _temp_symbols(taken: set[str]) -> Iterable[sp.Symbol]:
 _SUM_TO_SHAPE = "sum_to_shape as _sum_to_shape"
 
 
-def refuse_complex(rule: Rule) -> str:
-    """The JAX primal body's first line: complex arguments are an error until rules support them.
+def array_arguments(rule: Rule, helper: str) -> str:
+    """The public function's first line: its array arguments through the backend's `helper`, or "".
 
-    It runs when JAX traces the body (once per jit), at no cost to the computation.
-    """
-    arrays = ", ".join(f"{i.name}={i.name}" for i in rule.inputs if not i.static)
-    return f"refuse_complex({rule.name!r}, {arrays})" if arrays else ""
-
-
-def _with_util_names(imports: set[str], rule: Rule) -> tuple[str, ...]:
-    """A JAX snippet module's imports, with one import of what it takes from jax/_util.py."""
-    names = ["refuse_complex"] if any(not i.static for i in rule.inputs) else []
-    if "from ._util import unbroadcast" in imports:
-        names.append("unbroadcast")
-    kept = imports - {"from ._util import unbroadcast"}
-    return tuple(sorted(kept | ({f"from ._util import {', '.join(names)}"} if names else set())))
-
-
-_DTYPE_LETTERS = {"float": "f", "int": "i", "bool": "b"}
-TENSORS_IMPORT = "from ._util import tensors"
-
-
-def tensor_arguments(rule: Rule) -> str:
-    """The torch wrapper's line that makes its array arguments tensors (Python numbers, NumPy arrays).
-
-    Users pass Python numbers where JAX takes them (`clip_gradient(-0.75,
-    0.75, x)`), and `apply` would hand them on as numbers; the helper also
-    refuses complex tensors, which no rule supports yet.
+    The helpers (torch/_util.as_tensors, jax/_util.as_arrays) take what users pass
+    where JAX takes it: Python numbers and lists (torch's `apply` would hand
+    them on as numbers), integer arrays for float inputs (a host body would
+    return its float results truncated to integers); and they refuse complex
+    arrays, which no rule supports yet.  JAX runs its helper when it traces
+    the body, at no cost to the computation.
     """
     arrays = [i for i in rule.inputs if not i.static]
     if not arrays:
@@ -283,7 +264,24 @@ def tensor_arguments(rule: Rule) -> str:
     targets = f"{names}," if len(arrays) == 1 else names
     quoted = ", ".join(repr(i.name) for i in arrays) + ("," if len(arrays) == 1 else "")
     kinds = "".join(_DTYPE_LETTERS[i.dtype] for i in arrays)
-    return f"{targets} = tensors({rule.name!r}, ({quoted}), {kinds!r}, {names})"
+    return f"{targets} = {helper}({rule.name!r}, ({quoted}), {kinds!r}, {names})"
+
+
+def _with_util_names(imports: set[str], rule: Rule) -> tuple[str, ...]:
+    """A JAX snippet module's imports, with one import of what it takes from jax/_util.py."""
+    names = ["as_arrays"] if any(not i.static for i in rule.inputs) else []
+    if "from ._util import unbroadcast" in imports:
+        names.append("unbroadcast")
+    kept = imports - {"from ._util import unbroadcast"}
+    return tuple(sorted(kept | ({f"from ._util import {', '.join(names)}"} if names else set())))
+
+
+_DTYPE_LETTERS = {"float": "f", "int": "i", "bool": "b"}
+TENSORS_IMPORT = "from ._util import as_tensors"
+
+
+def tensor_arguments(rule: Rule) -> str:
+    return array_arguments(rule, "as_tensors")
 
 
 def _params(inputs: Sequence[Input]) -> tuple[Param, ...]:
@@ -653,8 +651,8 @@ def plan_jax(d: Derivation) -> JaxPlan:
         cotangents=cotangents,
         bwd=bwd,
         imports=tuple(sorted(imports)),
-        util_names=tuple(n for n, used in (("refuse_complex", bool(arrays)), (_SUM_TO_SHAPE, summed)) if used),
-        complex_refusal=refuse_complex(rule),
+        util_names=tuple(n for n, used in (("as_arrays", bool(arrays)), (_SUM_TO_SHAPE, summed)) if used),
+        array_arguments=array_arguments(rule, "as_arrays"),
     )
 
 
@@ -1205,7 +1203,7 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
     tail: list[str] = []
     decorator = ""
     route = d.jax_route
-    refusal = refuse_complex(rule)
+    refusal = array_arguments(rule, "as_arrays")
     prologue = (*_doc_lines(header), *([refusal] if refusal else []))
 
     if route == "bridge":

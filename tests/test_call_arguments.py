@@ -112,3 +112,28 @@ def test_complex_inputs_are_refused(built, name):
         getattr(jax_pkg, name)(*[jnp.asarray(a) for a in complex_args])
     with pytest.raises(TypeError, match="complex inputs are not supported yet"):
         jax.jit(getattr(jax_pkg, name))(*[jnp.asarray(a) for a in complex_args])
+
+
+@pytest.mark.parametrize("name", ["scipy_erfcx", "log1pexp", "numpy_sort"])
+def test_integer_arrays_for_float_inputs_are_computed_as_floats(built, name):
+    jax_pkg, torch_pkg, _ = built
+    ints = np.array([1, -2, 3], dtype=np.int32)
+    expected = _flat(getattr(torch_pkg, name)(torch.tensor(ints, dtype=torch.float64)))
+    got = getattr(torch_pkg, name)(torch.tensor(ints))
+    assert got.is_floating_point()
+    np.testing.assert_allclose(_flat(got), expected, rtol=1e-6)
+    np.testing.assert_allclose(_flat(getattr(jax_pkg, name)(jnp.asarray(ints))), expected, rtol=1e-6)
+
+
+def test_logsumexp_of_infinities_is_what_the_frameworks_give(built):
+    jax_pkg, torch_pkg, _ = built
+    for values in ([0.5, np.inf, 3.0], [-np.inf, -np.inf], [1.0, -np.inf]):
+        x = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+        out = torch_pkg.logsumexp(x)
+        (grad,) = torch.autograd.grad(out, x)
+        native = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+        (native_grad,) = torch.autograd.grad(torch.logsumexp(native, -1), native)
+        assert out.item() == torch.logsumexp(native, -1).item()
+        np.testing.assert_array_equal(grad.numpy(), native_grad.numpy())
+        assert float(jax_pkg.logsumexp(jnp.asarray(values))) == out.item()
+        np.testing.assert_array_equal(jax.grad(jax_pkg.logsumexp)(jnp.asarray(values)), native_grad.numpy())

@@ -83,6 +83,9 @@ def test_compare_reports_where_and_by_how_much():
     with pytest.raises(CheckFailed, match=r"at index \(1,\) expected 2, got 2.5"):
         compare("x", np.array([1.0, 2.5]), np.array([1.0, 2.0]), 1e-7, 1e-9)
     compare("x", np.array([1.0, np.nan]), np.array([1.0, np.nan]), 1e-7, 1e-9)
+    compare("x", np.array([np.inf, -np.inf]), np.array([np.inf, -np.inf]), 1e-7, 1e-9)
+    with pytest.raises(CheckFailed, match="expected inf, got -inf"):
+        compare("x", np.array([-np.inf]), np.array([np.inf]), 1e-7, 1e-9)
     with pytest.raises(CheckFailed, match="shape"):
         compare("x", np.zeros(2), np.zeros(3), 1e-7, 1e-9)
 

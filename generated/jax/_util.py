@@ -19,10 +19,34 @@ def unbroadcast(x_bar, x):
     return jax.tree.map(lambda g, p: sum_to_shape(g, jnp.shape(p)), x_bar, x)
 
 
-def refuse_complex(rule, **arrays):
-    """Raise for complex arguments, which no rule supports yet (JAX would compute them silently)."""
-    for name, value in arrays.items():
-        if jnp.iscomplexobj(value):
-            raise TypeError(
-                f"{rule}: complex inputs are not supported yet ({name} is {jnp.result_type(value)})"
-            )
+def as_arrays(rule, names, kinds, *values):
+    """A rule's array arguments (arrays, numbers or pytrees of them), as the rule reads them.
+
+    `kinds` has a letter per argument: `f` (float), `i` (int), `b` (bool).
+    An integer or boolean array given for a float argument becomes an array
+    of the float dtype of the float arguments (JAX's default float without
+    any); Python numbers stay as they are, weakly typed.  Complex arguments
+    are refused until rules support them.
+    """
+    leaves = [jax.tree.leaves(v) for v in values]
+    floats = [
+        jnp.result_type(leaf)
+        for v, kind in zip(leaves, kinds, strict=True)
+        if kind == "f"
+        for leaf in v
+    ]
+    floats = [d for d in floats if jnp.issubdtype(d, jnp.floating)]
+    target = jnp.result_type(*floats) if floats else float
+
+    def read(name, kind, leaf):
+        dtype = jnp.result_type(leaf)
+        if jnp.issubdtype(dtype, jnp.complexfloating):
+            raise TypeError(f"{rule}: complex inputs are not supported yet ({name} is {dtype})")
+        if kind == "f" and not jnp.issubdtype(dtype, jnp.floating):
+            return jnp.asarray(leaf, dtype=target)
+        return leaf
+
+    return tuple(
+        jax.tree.map(lambda leaf, n=name, k=kind: read(n, k, leaf), value)
+        for name, kind, value in zip(names, kinds, values, strict=True)
+    )

@@ -5,7 +5,7 @@
 import jax
 import jax.numpy as xp
 
-from ._util import refuse_complex, unbroadcast
+from ._util import as_arrays, unbroadcast
 
 
 def _forward(x):
@@ -19,7 +19,7 @@ def _vjp(lo, hi, out_bar):
 @jax.custom_vjp
 def clip_gradient(lo, hi, x):
     """Identity in the forward pass; clips the incoming gradient to [lo, hi]."""
-    refuse_complex("clip_gradient", lo=lo, hi=hi, x=x)
+    lo, hi, x = as_arrays("clip_gradient", ("lo", "hi", "x"), "fff", lo, hi, x)
     return _forward(x)
 
 

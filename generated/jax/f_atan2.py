@@ -5,12 +5,12 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_atan2(y, x):
-    refuse_complex("f_atan2", y=y, x=x)
+    y, x = as_arrays("f_atan2", ("y", "x"), "ff", y, x)
     return jnp.arctan2(y, x)
 
 

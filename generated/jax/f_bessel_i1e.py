@@ -6,12 +6,12 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_bessel_i1e(x):
-    refuse_complex("f_bessel_i1e", x=x)
+    (x,) = as_arrays("f_bessel_i1e", ("x",), "f", x)
     return jax.scipy.special.i1e(x)
 
 

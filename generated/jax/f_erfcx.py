@@ -7,12 +7,12 @@ import math
 import jax
 import jax.scipy.special
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_erfcx(x):
-    refuse_complex("f_erfcx", x=x)
+    (x,) = as_arrays("f_erfcx", ("x",), "f", x)
     return jax.scipy.special.erfcx(x)
 
 

@@ -5,12 +5,12 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_expm1(x):
-    refuse_complex("f_expm1", x=x)
+    (x,) = as_arrays("f_expm1", ("x",), "f", x)
     return jnp.expm1(x)
 
 

@@ -5,12 +5,12 @@
 import jax
 import jax.scipy.special
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_gamma(x):
-    refuse_complex("f_gamma", x=x)
+    (x,) = as_arrays("f_gamma", ("x",), "f", x)
     return jax.scipy.special.gamma(x)
 
 

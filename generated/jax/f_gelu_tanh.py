@@ -7,12 +7,12 @@ import math
 import jax
 import jax.numpy as jnp
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_gelu_tanh(x):
-    refuse_complex("f_gelu_tanh", x=x)
+    (x,) = as_arrays("f_gelu_tanh", ("x",), "f", x)
     out = x * (jnp.tanh((math.sqrt(2) / math.sqrt(math.pi)) * (0.044715 * x**3 + x)) + 1) / 2
     return out
 

@@ -5,12 +5,12 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_log1p(x):
-    refuse_complex("f_log1p", x=x)
+    (x,) = as_arrays("f_log1p", ("x",), "f", x)
     return jnp.log1p(x)
 
 

@@ -5,12 +5,12 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_mish(x):
-    refuse_complex("f_mish", x=x)
+    (x,) = as_arrays("f_mish", ("x",), "f", x)
     out = x * jnp.tanh(jnp.where(x >= 0, x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x))))
     return out
 

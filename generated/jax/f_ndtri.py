@@ -8,12 +8,12 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_ndtri(x):
-    refuse_complex("f_ndtri", x=x)
+    (x,) = as_arrays("f_ndtri", ("x",), "f", x)
     return jax.scipy.special.ndtri(x)
 
 

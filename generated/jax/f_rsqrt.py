@@ -4,12 +4,12 @@
 
 import jax
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_rsqrt(x):
-    refuse_complex("f_rsqrt", x=x)
+    (x,) = as_arrays("f_rsqrt", ("x",), "f", x)
     return jax.lax.rsqrt(x)
 
 

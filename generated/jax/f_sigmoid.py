@@ -4,12 +4,12 @@
 
 import jax
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_sigmoid(x):
-    refuse_complex("f_sigmoid", x=x)
+    (x,) = as_arrays("f_sigmoid", ("x",), "f", x)
     return jax.nn.sigmoid(x)
 
 

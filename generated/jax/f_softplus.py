@@ -5,12 +5,12 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def f_softplus(x):
-    refuse_complex("f_softplus", x=x)
+    (x,) = as_arrays("f_softplus", ("x",), "f", x)
     return jnp.where(x >= 0, x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
 
 

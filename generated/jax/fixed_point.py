@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._util import refuse_complex, unbroadcast
+from ._util import as_arrays, unbroadcast
 
 
 def _forward(f, a, x_guess):
@@ -43,7 +43,7 @@ def fixed_point(f, a, x_guess):
     """The fixed point x* = f(a, x*), found by iteration. Reverse mode uses the implicit function
     theorem instead of differentiating through the loop.
     """
-    refuse_complex("fixed_point", a=a, x_guess=x_guess)
+    a, x_guess = as_arrays("fixed_point", ("a", "x_guess"), "ff", a, x_guess)
     return _forward(f, a, x_guess)
 
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as xp
 
 from ._linear import linear_map
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 def _forward(x):
@@ -28,7 +28,7 @@ def _residual_norm(x):
 @jax.custom_jvp
 def l2_normalize(x):
     """x divided by its Euclidean norm over the last axis."""
-    refuse_complex("l2_normalize", x=x)
+    (x,) = as_arrays("l2_normalize", ("x",), "f", x)
     return _forward(x)
 
 

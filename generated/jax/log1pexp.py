@@ -5,13 +5,13 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def log1pexp(x):
     """log(1 + exp(x)) whose gradient stays exact for large x."""
-    refuse_complex("log1pexp", x=x)
+    (x,) = as_arrays("log1pexp", ("x",), "f", x)
     return jnp.where(x >= 0, x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
 
 

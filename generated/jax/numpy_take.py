@@ -7,7 +7,7 @@ VJP.
 import numpy as np
 
 from ._host import HostRule
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 def _forward(x, ind, dim):
@@ -38,6 +38,6 @@ _numpy_take_rule = HostRule(
 
 def numpy_take(x, ind, ind_inv, dim):
     """np.take_along_axis(x, ind, dim); ind_inv is the inverse permutation, used by the VJP."""
-    refuse_complex("numpy_take", x=x, ind=ind, ind_inv=ind_inv)
+    x, ind, ind_inv = as_arrays("numpy_take", ("x", "ind", "ind_inv"), "fii", x, ind, ind_inv)
     (out,) = _numpy_take_rule(x, ind, ind_inv, dim=dim)
     return out

@@ -6,7 +6,7 @@ import functools
 
 import jax
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 def _forward(f, x):
@@ -20,7 +20,7 @@ def _jvp(df, x, x_dot):
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def pointwise(f, df, x):
     """f(x) for an elementwise function f whose derivative df is given beside it."""
-    refuse_complex("pointwise", x=x)
+    (x,) = as_arrays("pointwise", ("x",), "f", x)
     return _forward(f, x)
 
 

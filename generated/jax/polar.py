@@ -5,13 +5,13 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def polar(x, y):
     """Cartesian (x, y) to polar (r, theta); two inputs, two outputs, partials derived."""
-    refuse_complex("polar", x=x, y=y)
+    x, y = as_arrays("polar", ("x", "y"), "ff", x, y)
     return jnp.hypot(x, y), jnp.arctan2(y, x)
 
 

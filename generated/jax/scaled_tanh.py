@@ -9,7 +9,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
@@ -17,7 +17,7 @@ def scaled_tanh(x, log_scale=0.5):
     """tanh(x * exp(log_scale)) / sqrt(1 + log_scale**2), with the static log_scale inside
     functions.
     """
-    refuse_complex("scaled_tanh", x=x)
+    (x,) = as_arrays("scaled_tanh", ("x",), "f", x)
     return jnp.tanh(x * jnp.exp(log_scale)) / jnp.sqrt(log_scale**2 + 1)
 
 

@@ -7,7 +7,7 @@ import math
 import scipy
 
 from ._host import HostRule
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 def _forward(x):
@@ -33,6 +33,6 @@ _scipy_erfcx_rule = HostRule(
 
 def scipy_erfcx(x):
     """The scaled complementary error function exp(x**2) erfc(x), evaluated by SciPy."""
-    refuse_complex("scipy_erfcx", x=x)
+    (x,) = as_arrays("scipy_erfcx", ("x",), "f", x)
     (out,) = _scipy_erfcx_rule(x)
     return out

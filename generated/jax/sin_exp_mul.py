@@ -5,13 +5,13 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @jax.custom_jvp
 def sin_exp_mul(x, y):
     """sin(x) * exp(-x**2) * y, a two-input composite whose partials are derived."""
-    refuse_complex("sin_exp_mul", x=x, y=y)
+    x, y = as_arrays("sin_exp_mul", ("x", "y"), "ff", x, y)
     return y * jnp.exp(-(x**2)) * jnp.sin(x)
 
 

@@ -8,13 +8,13 @@ import functools
 
 import jax
 
-from ._util import refuse_complex
+from ._util import as_arrays
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def softplus_beta(x, beta=1.0):
     """log(1 + exp(beta * x)) / beta, a softplus whose sharpness `beta` is a static parameter."""
-    refuse_complex("softplus_beta", x=x)
+    (x,) = as_arrays("softplus_beta", ("x",), "f", x)
     return jax.nn.softplus(beta * x) / beta
 
 

@@ -4,12 +4,12 @@
 
 from ..torch.torch_mish import torch_mish as _torch_torch_mish
 from ._bridge import TorchBridge
-from ._util import refuse_complex
+from ._util import as_arrays
 
 _bridge = TorchBridge("torch_mish", depth=2)
 
 
 def torch_mish(x):
     """mish(x) = x tanh(softplus(x)) by torch.nn.functional.mish, usable from JAX."""
-    refuse_complex("torch_mish", x=x)
+    (x,) = as_arrays("torch_mish", ("x",), "f", x)
     return _bridge(lambda x: _torch_torch_mish(x), x)

@@ -6,16 +6,16 @@ import functools
 import torch
 
 
-def tensors(rule, names, kinds, *values):
+def as_tensors(rule, names, kinds, *values):
     """A rule's array arguments as tensors, as torch's own arithmetic would read them.
 
     `kinds` has a letter per argument: `f` (float), `i` (int), `b` (bool).
     A Python number given for a float argument takes the promoted float
     dtype of the float tensors among the arguments (the default dtype
-    without any), as a weakly typed JAX number would; an array keeps its
-    float dtype, and an integer one given for a float argument takes that
-    dtype too.  All take the tensors' device.  Complex arguments are refused
-    until rules support them.
+    without any), as a weakly typed JAX number would; a NumPy array keeps
+    its float dtype; an integer array given for a float argument takes the
+    float dtype, as NumPy would promote it.  All take the tensors' device.
+    Complex arguments are refused until rules support them.
     """
     given = [v for v in values if isinstance(v, torch.Tensor)]
     for name, value in zip(names, values, strict=True):
@@ -23,14 +23,23 @@ def tensors(rule, names, kinds, *values):
             raise TypeError(
                 f"{rule}: complex inputs are not supported yet ({name} is {value.dtype})"
             )
-    if len(given) == len(values):
+    if len(given) == len(values) and all(
+        v.is_floating_point() for v, kind in zip(values, kinds, strict=True) if kind == "f"
+    ):
         return values
     floats = [v.dtype for v in given if v.is_floating_point()]
     dtype = functools.reduce(torch.promote_types, floats) if floats else torch.get_default_dtype()
     device = given[0].device if given else None
     converted = []
     for name, kind, value in zip(names, kinds, values, strict=True):
-        if not isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor):
+            if kind == "f" and not value.is_floating_point():
+                value = value.to(
+                    dtype
+                )  # an integer array for a float input: the float dtype, as NumPy would
+        elif not (
+            isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value)
+        ):
             if (
                 isinstance(value, complex)
                 or getattr(getattr(value, "dtype", None), "kind", "") == "c"

@@ -5,7 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 def _forward(x):
@@ -54,6 +54,6 @@ class _ClipGradientCompiled(ClipGradient):
 
 def clip_gradient(lo, hi, x):
     """Identity in the forward pass; clips the incoming gradient to [lo, hi]."""
-    lo, hi, x = tensors("clip_gradient", ("lo", "hi", "x"), "fff", lo, hi, x)
+    lo, hi, x = as_tensors("clip_gradient", ("lo", "hi", "x"), "fff", lo, hi, x)
     function = _ClipGradientCompiled if torch.compiler.is_compiling() else ClipGradient
     return function.apply(lo, hi, x)

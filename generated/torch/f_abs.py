@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FAbs(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FAbsCompiled(FAbs):
 
 
 def f_abs(x):
-    (x,) = tensors("f_abs", ("x",), "f", x)
+    (x,) = as_tensors("f_abs", ("x",), "f", x)
     function = _FAbsCompiled if torch.compiler.is_compiling() else FAbs
     return function.apply(x)

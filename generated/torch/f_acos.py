@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FAcos(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FAcosCompiled(FAcos):
 
 
 def f_acos(x):
-    (x,) = tensors("f_acos", ("x",), "f", x)
+    (x,) = as_tensors("f_acos", ("x",), "f", x)
     function = _FAcosCompiled if torch.compiler.is_compiling() else FAcos
     return function.apply(x)

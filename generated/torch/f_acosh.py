@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FAcosh(torch.autograd.Function):
@@ -46,6 +46,6 @@ class _FAcoshCompiled(FAcosh):
 
 
 def f_acosh(x):
-    (x,) = tensors("f_acosh", ("x",), "f", x)
+    (x,) = as_tensors("f_acosh", ("x",), "f", x)
     function = _FAcoshCompiled if torch.compiler.is_compiling() else FAcosh
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FAsin(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FAsinCompiled(FAsin):
 
 
 def f_asin(x):
-    (x,) = tensors("f_asin", ("x",), "f", x)
+    (x,) = as_tensors("f_asin", ("x",), "f", x)
     function = _FAsinCompiled if torch.compiler.is_compiling() else FAsin
     return function.apply(x)

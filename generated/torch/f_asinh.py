@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FAsinh(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FAsinhCompiled(FAsinh):
 
 
 def f_asinh(x):
-    (x,) = tensors("f_asinh", ("x",), "f", x)
+    (x,) = as_tensors("f_asinh", ("x",), "f", x)
     function = _FAsinhCompiled if torch.compiler.is_compiling() else FAsinh
     return function.apply(x)

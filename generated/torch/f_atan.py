@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FAtan(torch.autograd.Function):
@@ -38,6 +38,6 @@ class _FAtanCompiled(FAtan):
 
 
 def f_atan(x):
-    (x,) = tensors("f_atan", ("x",), "f", x)
+    (x,) = as_tensors("f_atan", ("x",), "f", x)
     function = _FAtanCompiled if torch.compiler.is_compiling() else FAtan
     return function.apply(x)

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FAtan2(torch.autograd.Function):
@@ -40,6 +40,6 @@ class _FAtan2Compiled(FAtan2):
 
 
 def f_atan2(y, x):
-    y, x = tensors("f_atan2", ("y", "x"), "ff", y, x)
+    y, x = as_tensors("f_atan2", ("y", "x"), "ff", y, x)
     function = _FAtan2Compiled if torch.compiler.is_compiling() else FAtan2
     return function.apply(y, x)

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FAtanh(torch.autograd.Function):
@@ -38,6 +38,6 @@ class _FAtanhCompiled(FAtanh):
 
 
 def f_atanh(x):
-    (x,) = tensors("f_atanh", ("x",), "f", x)
+    (x,) = as_tensors("f_atanh", ("x",), "f", x)
     function = _FAtanhCompiled if torch.compiler.is_compiling() else FAtanh
     return function.apply(x)

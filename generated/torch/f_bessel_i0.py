@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FBesselI0(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FBesselI0Compiled(FBesselI0):
 
 
 def f_bessel_i0(x):
-    (x,) = tensors("f_bessel_i0", ("x",), "f", x)
+    (x,) = as_tensors("f_bessel_i0", ("x",), "f", x)
     function = _FBesselI0Compiled if torch.compiler.is_compiling() else FBesselI0
     return function.apply(x)

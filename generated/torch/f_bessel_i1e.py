@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FBesselI1e(torch.autograd.Function):
@@ -47,6 +47,6 @@ class _FBesselI1eCompiled(FBesselI1e):
 
 
 def f_bessel_i1e(x):
-    (x,) = tensors("f_bessel_i1e", ("x",), "f", x)
+    (x,) = as_tensors("f_bessel_i1e", ("x",), "f", x)
     function = _FBesselI1eCompiled if torch.compiler.is_compiling() else FBesselI1e
     return function.apply(x)

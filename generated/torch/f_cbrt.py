@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FCbrt(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FCbrtCompiled(FCbrt):
 
 
 def f_cbrt(x):
-    (x,) = tensors("f_cbrt", ("x",), "f", x)
+    (x,) = as_tensors("f_cbrt", ("x",), "f", x)
     function = _FCbrtCompiled if torch.compiler.is_compiling() else FCbrt
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FCos(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FCosCompiled(FCos):
 
 
 def f_cos(x):
-    (x,) = tensors("f_cos", ("x",), "f", x)
+    (x,) = as_tensors("f_cos", ("x",), "f", x)
     function = _FCosCompiled if torch.compiler.is_compiling() else FCos
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FCosh(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FCoshCompiled(FCosh):
 
 
 def f_cosh(x):
-    (x,) = tensors("f_cosh", ("x",), "f", x)
+    (x,) = as_tensors("f_cosh", ("x",), "f", x)
     function = _FCoshCompiled if torch.compiler.is_compiling() else FCosh
     return function.apply(x)

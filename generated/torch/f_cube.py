@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FCube(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FCubeCompiled(FCube):
 
 
 def f_cube(x):
-    (x,) = tensors("f_cube", ("x",), "f", x)
+    (x,) = as_tensors("f_cube", ("x",), "f", x)
     function = _FCubeCompiled if torch.compiler.is_compiling() else FCube
     return function.apply(x)

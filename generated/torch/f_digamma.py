@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FDigamma(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FDigammaCompiled(FDigamma):
 
 
 def f_digamma(x):
-    (x,) = tensors("f_digamma", ("x",), "f", x)
+    (x,) = as_tensors("f_digamma", ("x",), "f", x)
     function = _FDigammaCompiled if torch.compiler.is_compiling() else FDigamma
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FEntr(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FEntrCompiled(FEntr):
 
 
 def f_entr(x):
-    (x,) = tensors("f_entr", ("x",), "f", x)
+    (x,) = as_tensors("f_entr", ("x",), "f", x)
     function = _FEntrCompiled if torch.compiler.is_compiling() else FEntr
     return function.apply(x)

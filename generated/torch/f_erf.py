@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FErf(torch.autograd.Function):
@@ -45,6 +45,6 @@ class _FErfCompiled(FErf):
 
 
 def f_erf(x):
-    (x,) = tensors("f_erf", ("x",), "f", x)
+    (x,) = as_tensors("f_erf", ("x",), "f", x)
     function = _FErfCompiled if torch.compiler.is_compiling() else FErf
     return function.apply(x)

@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FErfc(torch.autograd.Function):
@@ -45,6 +45,6 @@ class _FErfcCompiled(FErfc):
 
 
 def f_erfc(x):
-    (x,) = tensors("f_erfc", ("x",), "f", x)
+    (x,) = as_tensors("f_erfc", ("x",), "f", x)
     function = _FErfcCompiled if torch.compiler.is_compiling() else FErfc
     return function.apply(x)

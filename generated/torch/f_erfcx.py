@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FErfcx(torch.autograd.Function):
@@ -45,6 +45,6 @@ class _FErfcxCompiled(FErfcx):
 
 
 def f_erfcx(x):
-    (x,) = tensors("f_erfcx", ("x",), "f", x)
+    (x,) = as_tensors("f_erfcx", ("x",), "f", x)
     function = _FErfcxCompiled if torch.compiler.is_compiling() else FErfcx
     return function.apply(x)

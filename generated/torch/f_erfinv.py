@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FErfinv(torch.autograd.Function):
@@ -47,6 +47,6 @@ class _FErfinvCompiled(FErfinv):
 
 
 def f_erfinv(x):
-    (x,) = tensors("f_erfinv", ("x",), "f", x)
+    (x,) = as_tensors("f_erfinv", ("x",), "f", x)
     function = _FErfinvCompiled if torch.compiler.is_compiling() else FErfinv
     return function.apply(x)

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FExp(torch.autograd.Function):
@@ -38,6 +38,6 @@ class _FExpCompiled(FExp):
 
 
 def f_exp(x):
-    (x,) = tensors("f_exp", ("x",), "f", x)
+    (x,) = as_tensors("f_exp", ("x",), "f", x)
     function = _FExpCompiled if torch.compiler.is_compiling() else FExp
     return function.apply(x)

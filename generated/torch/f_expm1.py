@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FExpm1(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FExpm1Compiled(FExpm1):
 
 
 def f_expm1(x):
-    (x,) = tensors("f_expm1", ("x",), "f", x)
+    (x,) = as_tensors("f_expm1", ("x",), "f", x)
     function = _FExpm1Compiled if torch.compiler.is_compiling() else FExpm1
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FGamma(torch.autograd.Function):
@@ -60,6 +60,6 @@ class _FGammaCompiled(FGamma):
 
 
 def f_gamma(x):
-    (x,) = tensors("f_gamma", ("x",), "f", x)
+    (x,) = as_tensors("f_gamma", ("x",), "f", x)
     function = _FGammaCompiled if torch.compiler.is_compiling() else FGamma
     return function.apply(x)

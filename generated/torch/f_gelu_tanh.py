@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FGeluTanh(torch.autograd.Function):
@@ -77,7 +77,7 @@ class _FGeluTanhCompiled(FGeluTanh):
 
 
 def f_gelu_tanh(x):
-    (x,) = tensors("f_gelu_tanh", ("x",), "f", x)
+    (x,) = as_tensors("f_gelu_tanh", ("x",), "f", x)
     function = _FGeluTanhCompiled if torch.compiler.is_compiling() else FGeluTanh
     out, _saved0 = function.apply(x)
     return out

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FHypot(torch.autograd.Function):
@@ -40,6 +40,6 @@ class _FHypotCompiled(FHypot):
 
 
 def f_hypot(x, y):
-    x, y = tensors("f_hypot", ("x", "y"), "ff", x, y)
+    x, y = as_tensors("f_hypot", ("x", "y"), "ff", x, y)
     function = _FHypotCompiled if torch.compiler.is_compiling() else FHypot
     return function.apply(x, y)

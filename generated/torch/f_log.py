@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FLog(torch.autograd.Function):
@@ -38,6 +38,6 @@ class _FLogCompiled(FLog):
 
 
 def f_log(x):
-    (x,) = tensors("f_log", ("x",), "f", x)
+    (x,) = as_tensors("f_log", ("x",), "f", x)
     function = _FLogCompiled if torch.compiler.is_compiling() else FLog
     return function.apply(x)

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FLog1p(torch.autograd.Function):
@@ -38,6 +38,6 @@ class _FLog1pCompiled(FLog1p):
 
 
 def f_log1p(x):
-    (x,) = tensors("f_log1p", ("x",), "f", x)
+    (x,) = as_tensors("f_log1p", ("x",), "f", x)
     function = _FLog1pCompiled if torch.compiler.is_compiling() else FLog1p
     return function.apply(x)

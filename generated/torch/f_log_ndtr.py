@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FLogNdtr(torch.autograd.Function):
@@ -57,6 +57,6 @@ class _FLogNdtrCompiled(FLogNdtr):
 
 
 def f_log_ndtr(x):
-    (x,) = tensors("f_log_ndtr", ("x",), "f", x)
+    (x,) = as_tensors("f_log_ndtr", ("x",), "f", x)
     function = _FLogNdtrCompiled if torch.compiler.is_compiling() else FLogNdtr
     return function.apply(x)

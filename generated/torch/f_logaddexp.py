@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FLogaddexp(torch.autograd.Function):
@@ -52,6 +52,6 @@ class _FLogaddexpCompiled(FLogaddexp):
 
 
 def f_logaddexp(x, y):
-    x, y = tensors("f_logaddexp", ("x", "y"), "ff", x, y)
+    x, y = as_tensors("f_logaddexp", ("x", "y"), "ff", x, y)
     function = _FLogaddexpCompiled if torch.compiler.is_compiling() else FLogaddexp
     return function.apply(x, y)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FLoggamma(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FLoggammaCompiled(FLoggamma):
 
 
 def f_loggamma(x):
-    (x,) = tensors("f_loggamma", ("x",), "f", x)
+    (x,) = as_tensors("f_loggamma", ("x",), "f", x)
     function = _FLoggammaCompiled if torch.compiler.is_compiling() else FLoggamma
     return function.apply(x)

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FLogit(torch.autograd.Function):
@@ -38,6 +38,6 @@ class _FLogitCompiled(FLogit):
 
 
 def f_logit(x):
-    (x,) = tensors("f_logit", ("x",), "f", x)
+    (x,) = as_tensors("f_logit", ("x",), "f", x)
     function = _FLogitCompiled if torch.compiler.is_compiling() else FLogit
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FMax(torch.autograd.Function):
@@ -52,6 +52,6 @@ class _FMaxCompiled(FMax):
 
 
 def f_max(x, y):
-    x, y = tensors("f_max", ("x", "y"), "ff", x, y)
+    x, y = as_tensors("f_max", ("x", "y"), "ff", x, y)
     function = _FMaxCompiled if torch.compiler.is_compiling() else FMax
     return function.apply(x, y)

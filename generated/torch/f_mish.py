@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FMish(torch.autograd.Function):
@@ -64,7 +64,7 @@ class _FMishCompiled(FMish):
 
 
 def f_mish(x):
-    (x,) = tensors("f_mish", ("x",), "f", x)
+    (x,) = as_tensors("f_mish", ("x",), "f", x)
     function = _FMishCompiled if torch.compiler.is_compiling() else FMish
     out, _saved0 = function.apply(x)
     return out

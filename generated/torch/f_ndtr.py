@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FNdtr(torch.autograd.Function):
@@ -47,6 +47,6 @@ class _FNdtrCompiled(FNdtr):
 
 
 def f_ndtr(x):
-    (x,) = tensors("f_ndtr", ("x",), "f", x)
+    (x,) = as_tensors("f_ndtr", ("x",), "f", x)
     function = _FNdtrCompiled if torch.compiler.is_compiling() else FNdtr
     return function.apply(x)

@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FNdtri(torch.autograd.Function):
@@ -53,6 +53,6 @@ class _FNdtriCompiled(FNdtri):
 
 
 def f_ndtri(x):
-    (x,) = tensors("f_ndtri", ("x",), "f", x)
+    (x,) = as_tensors("f_ndtri", ("x",), "f", x)
     function = _FNdtriCompiled if torch.compiler.is_compiling() else FNdtri
     return function.apply(x)

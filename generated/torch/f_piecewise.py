@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FPiecewise(torch.autograd.Function):
@@ -38,6 +38,6 @@ class _FPiecewiseCompiled(FPiecewise):
 
 
 def f_piecewise(x):
-    (x,) = tensors("f_piecewise", ("x",), "f", x)
+    (x,) = as_tensors("f_piecewise", ("x",), "f", x)
     function = _FPiecewiseCompiled if torch.compiler.is_compiling() else FPiecewise
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FPow(torch.autograd.Function):
@@ -47,6 +47,6 @@ class _FPowCompiled(FPow):
 
 
 def f_pow(x, y):
-    x, y = tensors("f_pow", ("x", "y"), "ff", x, y)
+    x, y = as_tensors("f_pow", ("x", "y"), "ff", x, y)
     function = _FPowCompiled if torch.compiler.is_compiling() else FPow
     return function.apply(x, y)

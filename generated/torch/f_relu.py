@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FRelu(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FReluCompiled(FRelu):
 
 
 def f_relu(x):
-    (x,) = tensors("f_relu", ("x",), "f", x)
+    (x,) = as_tensors("f_relu", ("x",), "f", x)
     function = _FReluCompiled if torch.compiler.is_compiling() else FRelu
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FRsqrt(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FRsqrtCompiled(FRsqrt):
 
 
 def f_rsqrt(x):
-    (x,) = tensors("f_rsqrt", ("x",), "f", x)
+    (x,) = as_tensors("f_rsqrt", ("x",), "f", x)
     function = _FRsqrtCompiled if torch.compiler.is_compiling() else FRsqrt
     return function.apply(x)

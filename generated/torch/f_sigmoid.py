@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FSigmoid(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FSigmoidCompiled(FSigmoid):
 
 
 def f_sigmoid(x):
-    (x,) = tensors("f_sigmoid", ("x",), "f", x)
+    (x,) = as_tensors("f_sigmoid", ("x",), "f", x)
     function = _FSigmoidCompiled if torch.compiler.is_compiling() else FSigmoid
     return function.apply(x)

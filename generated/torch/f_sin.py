@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FSin(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FSinCompiled(FSin):
 
 
 def f_sin(x):
-    (x,) = tensors("f_sin", ("x",), "f", x)
+    (x,) = as_tensors("f_sin", ("x",), "f", x)
     function = _FSinCompiled if torch.compiler.is_compiling() else FSin
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FSinh(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FSinhCompiled(FSinh):
 
 
 def f_sinh(x):
-    (x,) = tensors("f_sinh", ("x",), "f", x)
+    (x,) = as_tensors("f_sinh", ("x",), "f", x)
     function = _FSinhCompiled if torch.compiler.is_compiling() else FSinh
     return function.apply(x)

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FSoftplus(torch.autograd.Function):
@@ -38,6 +38,6 @@ class _FSoftplusCompiled(FSoftplus):
 
 
 def f_softplus(x):
-    (x,) = tensors("f_softplus", ("x",), "f", x)
+    (x,) = as_tensors("f_softplus", ("x",), "f", x)
     function = _FSoftplusCompiled if torch.compiler.is_compiling() else FSoftplus
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FSqrt(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FSqrtCompiled(FSqrt):
 
 
 def f_sqrt(x):
-    (x,) = tensors("f_sqrt", ("x",), "f", x)
+    (x,) = as_tensors("f_sqrt", ("x",), "f", x)
     function = _FSqrtCompiled if torch.compiler.is_compiling() else FSqrt
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FSwish(torch.autograd.Function):
@@ -47,6 +47,6 @@ class _FSwishCompiled(FSwish):
 
 
 def f_swish(x):
-    (x,) = tensors("f_swish", ("x",), "f", x)
+    (x,) = as_tensors("f_swish", ("x",), "f", x)
     function = _FSwishCompiled if torch.compiler.is_compiling() else FSwish
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FTan(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FTanCompiled(FTan):
 
 
 def f_tan(x):
-    (x,) = tensors("f_tan", ("x",), "f", x)
+    (x,) = as_tensors("f_tan", ("x",), "f", x)
     function = _FTanCompiled if torch.compiler.is_compiling() else FTan
     return function.apply(x)

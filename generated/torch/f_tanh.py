@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FTanh(torch.autograd.Function):
@@ -43,6 +43,6 @@ class _FTanhCompiled(FTanh):
 
 
 def f_tanh(x):
-    (x,) = tensors("f_tanh", ("x",), "f", x)
+    (x,) = as_tensors("f_tanh", ("x",), "f", x)
     function = _FTanhCompiled if torch.compiler.is_compiling() else FTanh
     return function.apply(x)

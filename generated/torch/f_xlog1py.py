@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FXlog1py(torch.autograd.Function):
@@ -46,6 +46,6 @@ class _FXlog1pyCompiled(FXlog1py):
 
 
 def f_xlog1py(x, y):
-    x, y = tensors("f_xlog1py", ("x", "y"), "ff", x, y)
+    x, y = as_tensors("f_xlog1py", ("x", "y"), "ff", x, y)
     function = _FXlog1pyCompiled if torch.compiler.is_compiling() else FXlog1py
     return function.apply(x, y)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class FXlogy(torch.autograd.Function):
@@ -44,6 +44,6 @@ class _FXlogyCompiled(FXlogy):
 
 
 def f_xlogy(x, y):
-    x, y = tensors("f_xlogy", ("x", "y"), "ff", x, y)
+    x, y = as_tensors("f_xlogy", ("x", "y"), "ff", x, y)
     function = _FXlogyCompiled if torch.compiler.is_compiling() else FXlogy
     return function.apply(x, y)

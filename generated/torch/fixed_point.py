@@ -6,7 +6,7 @@ function theorem instead of differentiating through the loop.
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 def _forward(f, a, x_guess):
@@ -76,6 +76,6 @@ def fixed_point(f, a, x_guess):
     """The fixed point x* = f(a, x*), found by iteration. Reverse mode uses the implicit function
     theorem instead of differentiating through the loop.
     """
-    a, x_guess = tensors("fixed_point", ("a", "x_guess"), "ff", a, x_guess)
+    a, x_guess = as_tensors("fixed_point", ("a", "x_guess"), "ff", a, x_guess)
     function = _FixedPointCompiled if torch.compiler.is_compiling() else FixedPoint
     return function.apply(f, a, x_guess)

@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class Gelu(torch.autograd.Function):
@@ -70,7 +70,7 @@ class _GeluCompiled(Gelu):
 
 def gelu(x):
     """Exact GELU, x * Phi(x). Only the forward is given; both derivatives are derived."""
-    (x,) = tensors("gelu", ("x",), "f", x)
+    (x,) = as_tensors("gelu", ("x",), "f", x)
     function = _GeluCompiled if torch.compiler.is_compiling() else Gelu
     out, _saved0 = function.apply(x)
     return out

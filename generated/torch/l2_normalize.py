@@ -5,7 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 def _forward(x):
@@ -63,6 +63,6 @@ class _L2NormalizeCompiled(L2Normalize):
 
 def l2_normalize(x):
     """x divided by its Euclidean norm over the last axis."""
-    (x,) = tensors("l2_normalize", ("x",), "f", x)
+    (x,) = as_tensors("l2_normalize", ("x",), "f", x)
     function = _L2NormalizeCompiled if torch.compiler.is_compiling() else L2Normalize
     return function.apply(x)

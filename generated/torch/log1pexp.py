@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 class Log1pexp(torch.autograd.Function):
@@ -41,6 +41,6 @@ class _Log1pexpCompiled(Log1pexp):
 
 def log1pexp(x):
     """log(1 + exp(x)) whose gradient stays exact for large x."""
-    (x,) = tensors("log1pexp", ("x",), "f", x)
+    (x,) = as_tensors("log1pexp", ("x",), "f", x)
     function = _Log1pexpCompiled if torch.compiler.is_compiling() else Log1pexp
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class MyCube(torch.autograd.Function):
@@ -54,7 +54,7 @@ class _MyCubeCompiled(MyCube):
 
 def my_cube(x):
     """x**3; the forward pass also computes dx = 3 x**2 and saves it for the backward."""
-    (x,) = tensors("my_cube", ("x",), "f", x)
+    (x,) = as_tensors("my_cube", ("x",), "f", x)
     function = _MyCubeCompiled if torch.compiler.is_compiling() else MyCube
     out, _dx = function.apply(x)
     return out

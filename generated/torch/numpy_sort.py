@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ._host import from_host, to_host, vmap_sequential
-from ._util import tensors
+from ._util import as_tensors
 from .numpy_take import numpy_take
 
 
@@ -68,7 +68,7 @@ class _NumpySortCompiled(NumpySort):
 
 def numpy_sort(x, dim=-1):
     """Sort along `dim` in NumPy; gradients flow back through the permutation."""
-    (x,) = tensors("numpy_sort", ("x",), "f", x)
+    (x,) = as_tensors("numpy_sort", ("x",), "f", x)
     function = _NumpySortCompiled if torch.compiler.is_compiling() else NumpySort
     out, _ind, _ind_inv = function.apply(x, dim)
     return out

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ._host import from_host, to_host, vmap_sequential
-from ._util import tensors
+from ._util import as_tensors
 
 
 def _forward(x, ind, dim):
@@ -66,6 +66,6 @@ class _NumpyTakeCompiled(NumpyTake):
 
 def numpy_take(x, ind, ind_inv, dim):
     """np.take_along_axis(x, ind, dim); ind_inv is the inverse permutation, used by the VJP."""
-    x, ind, ind_inv = tensors("numpy_take", ("x", "ind", "ind_inv"), "fii", x, ind, ind_inv)
+    x, ind, ind_inv = as_tensors("numpy_take", ("x", "ind", "ind_inv"), "fii", x, ind, ind_inv)
     function = _NumpyTakeCompiled if torch.compiler.is_compiling() else NumpyTake
     return function.apply(x, ind, ind_inv, dim)

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 def _forward(f, x):
@@ -59,6 +59,6 @@ class _PointwiseCompiled(Pointwise):
 
 def pointwise(f, df, x):
     """f(x) for an elementwise function f whose derivative df is given beside it."""
-    (x,) = tensors("pointwise", ("x",), "f", x)
+    (x,) = as_tensors("pointwise", ("x",), "f", x)
     function = _PointwiseCompiled if torch.compiler.is_compiling() else Pointwise
     return function.apply(f, df, x)

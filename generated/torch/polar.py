@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class Polar(torch.autograd.Function):
@@ -54,6 +54,6 @@ class _PolarCompiled(Polar):
 
 def polar(x, y):
     """Cartesian (x, y) to polar (r, theta); two inputs, two outputs, partials derived."""
-    x, y = tensors("polar", ("x", "y"), "ff", x, y)
+    x, y = as_tensors("polar", ("x", "y"), "ff", x, y)
     function = _PolarCompiled if torch.compiler.is_compiling() else Polar
     return function.apply(x, y)

@@ -9,7 +9,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class ScaledTanh(torch.autograd.Function):
@@ -77,7 +77,7 @@ def scaled_tanh(x, log_scale=0.5):
     """tanh(x * exp(log_scale)) / sqrt(1 + log_scale**2), with the static log_scale inside
     functions.
     """
-    (x,) = tensors("scaled_tanh", ("x",), "f", x)
+    (x,) = as_tensors("scaled_tanh", ("x",), "f", x)
     function = _ScaledTanhCompiled if torch.compiler.is_compiling() else ScaledTanh
     out, _saved0 = function.apply(x, log_scale)
     return out

@@ -8,7 +8,7 @@ import scipy
 import torch
 
 from ._host import from_host, to_host, vmap_elementwise
-from ._util import tensors
+from ._util import as_tensors
 
 
 def _forward(x):
@@ -64,6 +64,6 @@ class _ScipyErfcxCompiled(ScipyErfcx):
 
 def scipy_erfcx(x):
     """The scaled complementary error function exp(x**2) erfc(x), evaluated by SciPy."""
-    (x,) = tensors("scipy_erfcx", ("x",), "f", x)
+    (x,) = as_tensors("scipy_erfcx", ("x",), "f", x)
     function = _ScipyErfcxCompiled if torch.compiler.is_compiling() else ScipyErfcx
     return function.apply(x)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class SigmoidOut(torch.autograd.Function):
@@ -46,6 +46,6 @@ class _SigmoidOutCompiled(SigmoidOut):
 
 def sigmoid_out(x):
     """The logistic function, whose derivative is written with its own output."""
-    (x,) = tensors("sigmoid_out", ("x",), "f", x)
+    (x,) = as_tensors("sigmoid_out", ("x",), "f", x)
     function = _SigmoidOutCompiled if torch.compiler.is_compiling() else SigmoidOut
     return function.apply(x)

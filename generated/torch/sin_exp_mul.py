@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class SinExpMul(torch.autograd.Function):
@@ -88,7 +88,7 @@ class _SinExpMulCompiled(SinExpMul):
 
 def sin_exp_mul(x, y):
     """sin(x) * exp(-x**2) * y, a two-input composite whose partials are derived."""
-    x, y = tensors("sin_exp_mul", ("x", "y"), "ff", x, y)
+    x, y = as_tensors("sin_exp_mul", ("x", "y"), "ff", x, y)
     function = _SinExpMulCompiled if torch.compiler.is_compiling() else SinExpMul
     out, _saved0, _saved1, _saved2 = function.apply(x, y)
     return out

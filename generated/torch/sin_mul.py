@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class SinMul(torch.autograd.Function):
@@ -63,7 +63,7 @@ class _SinMulCompiled(SinMul):
 
 def sin_mul(x, y):
     """sin(x) * y with a hand-written JVP; reverse mode comes from transposing it."""
-    x, y = tensors("sin_mul", ("x", "y"), "ff", x, y)
+    x, y = as_tensors("sin_mul", ("x", "y"), "ff", x, y)
     function = _SinMulCompiled if torch.compiler.is_compiling() else SinMul
     out, _saved0 = function.apply(x, y)
     return out

@@ -5,7 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 def _forward(x):
@@ -59,6 +59,6 @@ class _SoftmaxCompiled(Softmax):
 
 def softmax(x):
     """Softmax over the last axis, with the VJP written by hand."""
-    (x,) = tensors("softmax", ("x",), "f", x)
+    (x,) = as_tensors("softmax", ("x",), "f", x)
     function = _SoftmaxCompiled if torch.compiler.is_compiling() else Softmax
     return function.apply(x)

@@ -7,7 +7,7 @@ parameter.
 import torch
 
 from ._inplace import plain
-from ._util import tensors
+from ._util import as_tensors
 
 
 class SoftplusBeta(torch.autograd.Function):
@@ -51,6 +51,6 @@ class _SoftplusBetaCompiled(SoftplusBeta):
 
 def softplus_beta(x, beta=1.0):
     """log(1 + exp(beta * x)) / beta, a softplus whose sharpness `beta` is a static parameter."""
-    (x,) = tensors("softplus_beta", ("x",), "f", x)
+    (x,) = as_tensors("softplus_beta", ("x",), "f", x)
     function = _SoftplusBetaCompiled if torch.compiler.is_compiling() else SoftplusBeta
     return function.apply(x, beta)

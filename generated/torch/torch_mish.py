@@ -4,7 +4,7 @@
 
 import torch
 
-from ._util import tensors
+from ._util import as_tensors
 
 
 def _forward(x):
@@ -13,5 +13,5 @@ def _forward(x):
 
 def torch_mish(x):
     """mish(x) = x tanh(softplus(x)) by torch.nn.functional.mish, usable from JAX."""
-    (x,) = tensors("torch_mish", ("x",), "f", x)
+    (x,) = as_tensors("torch_mish", ("x",), "f", x)
     return _forward(x)
