@@ -37,6 +37,7 @@ HELPER_NAMES = frozenset(
         "TorchBridge",
         "as_arrays",
         "as_tensors",
+        "fresh_outputs",
         "from_host",
         "fused",
         "linear_map",

@@ -280,6 +280,11 @@ _DTYPE_LETTERS = {"float": "f", "int": "i", "bool": "b"}
 TENSORS_IMPORT = "from ._util import as_tensors"
 
 
+def _with_torch_util(imports: set[str], names: Sequence[str]) -> tuple[str, ...]:
+    """A torch snippet module's imports, with one import of what it takes from torch/_util.py."""
+    return tuple(sorted(imports | ({f"from ._util import {', '.join(names)}"} if names else set())))
+
+
 def tensor_arguments(rule: Rule) -> str:
     return array_arguments(rule, "as_tensors")
 
@@ -1081,6 +1086,7 @@ class SnippetPlan:
     class_name: str = ""
     class_attrs: tuple[str, ...] = ()
     compiled_subclass: bool = False
+    called: tuple[str, ...] = ()  # the other rules its bodies call, imported at the module's end
 
 
 _BODY_NAMES = {"forward": "_forward", "jvp": "_jvp", "vjp": "_vjp"}
@@ -1125,8 +1131,6 @@ def _body_function(code: Code, backend: str, imports: set[str], statics: Sequenc
         lines = code.text.splitlines()
         for module in code.modules:
             imports.add(_XP_IMPORT[backend] if module == "xp" else _MODULE_IMPORTS[module])
-    for rule in code.calls:
-        imports.add(f"from .{rule} import {rule}")
     return Function(_body_name(code.role), code.params, tuple(lines))
 
 
@@ -1150,6 +1154,8 @@ class _SnippetPlanner:
         self.bodies = tuple(
             _body_function(c[backend], backend, self.imports, self.statics) for c in codes if c and backend in c
         )
+        calls = {name for c in codes if c and backend in c for name in c[backend].calls}
+        self.called = tuple(sorted(calls - {rule.name}))
         self.broadcastable = len(self.arrays) > 1
 
     def code(self, role: str) -> Code | None:
@@ -1252,6 +1258,7 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
             name=rule.name,
             imports=_with_util_names(imports, rule),
             bodies=p.bodies,
+            called=p.called,
             assignments=tuple(assignments),
             public=Function(rule.name, tuple(map(str, params)), (*prologue, *lines)),
             methods=(),
@@ -1343,6 +1350,7 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
         name=rule.name,
         imports=_with_util_names(imports, rule),
         bodies=p.bodies,
+        called=p.called,
         assignments=tuple(assignments),
         public=Function(rule.name, tuple(map(str, params)), (*prologue, *primal_lines), decorator=decorator),
         methods=tuple(methods),
@@ -1426,8 +1434,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     cls = rule.torch_class
 
     arguments = tensor_arguments(rule)
-    if arguments:
-        imports.add(TENSORS_IMPORT)
+    util_names = ["as_tensors"] if arguments else []
     prologue = (*_doc_lines(header), *([arguments] if arguments else []))
 
     if d.jvp is None and d.vjp is None:
@@ -1439,8 +1446,9 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
         return SnippetPlan(
             header=header,
             name=rule.name,
-            imports=tuple(sorted(imports)),
+            imports=_with_torch_util(imports, util_names),
             bodies=p.bodies,
+            called=p.called,
             assignments=(),
             public=Function(rule.name, params, (*prologue, *lines)),
             methods=(),
@@ -1456,6 +1464,9 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     if d.torch_jvp not in ("given", "none"):
         # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
         needed |= set(p.diff_outputs)
+    if d.torch_backward != "given":
+        # The VJP of the JVP takes zeros like the inputs, whether or not the JVP body reads them.
+        needed |= set(p.diff_inputs)
     if not host and needed & set(p.returned):
         needed |= set(forward.params)
     float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
@@ -1475,15 +1486,25 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
             else:
                 converted.append(f"from_host({n}, {like})" if like else f"torch.as_tensor({n})")
         lines.append(f"return {_tuple(converted)}")
-    elif p.returned:
-        lines = [f"{p.forward_targets()} = {_call(forward)}", f"return {_tuple(p.outputs)}"]
     else:
-        lines = [f"return {_call(forward)}"]
+        # A body may return an input as it is (`return x`), which torch refuses to save for backward.
+        read = ", ".join(a for a in p.arrays if a in forward.params)
+        copies = read and needed & set(values)
+        result = f"fresh_outputs({_call(forward)}, {read})" if copies else _call(forward)
+        if copies:
+            util_names.append("fresh_outputs")
+        if p.returned:
+            lines = [f"{p.forward_targets()} = {result}", f"return {_tuple(p.outputs)}"]
+        else:
+            lines = [f"return {result}"]
     methods.append(Function("forward", p.inputs, tuple(lines), decorator="@staticmethod"))
 
     saved = [n for n in (*p.arrays, *values) if n in needed]
     statics = [s for s in p.statics if s in needed]
-    shapes = [i for i in p.diff_inputs if p.broadcastable and d.torch_backward == "given"]
+    # Cotangents summed back to the inputs' shapes, kept on ctx: by the given
+    # VJP in backward, and by the transposed VJP that is the forward mode.
+    transposed_vjp = d.torch_jvp not in ("given", "none")
+    shapes = [i for i in p.diff_inputs if p.broadcastable and (d.torch_backward == "given" or transposed_vjp)]
     non_diff = [o.name for o in rule.outputs if not o.differentiable] + (list(p.returned) if host else [])
     setup = []
     kept = set(saved) | set(statics) | set(shapes)
@@ -1552,7 +1573,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
             lines.append(f"def vjp({', '.join(out_bars)}):")
             lines.append(f"    {_tuple(grads)} = {_call(p.code('vjp'))}")  # type: ignore[arg-type]
             if p.broadcastable:
-                shaped = [f"{g}.sum_to_size({i}.shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
+                shaped = [f"{g}.sum_to_size(ctx.{i}_shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
                 lines.append(f"    return {_tuple(shaped)}")
             else:
                 lines.append(f"    return {_tuple(grads)}")
@@ -1588,8 +1609,9 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     return SnippetPlan(
         header=header,
         name=rule.name,
-        imports=tuple(sorted(imports)),
+        imports=_with_torch_util(imports, util_names),
         bodies=p.bodies,
+        called=p.called,
         assignments=(),
         public=Function(rule.name, params, (*prologue, *wrapper)),
         methods=tuple(methods),

@@ -6,7 +6,6 @@ import numpy as np
 
 from ._host import HostRule
 from ._util import as_arrays
-from .numpy_take import numpy_take
 
 
 def _forward(x, dim):
@@ -43,3 +42,8 @@ def numpy_sort(x, dim=-1):
     (x,) = as_arrays("numpy_sort", ("x",), "f", x)
     out, _ind, _ind_inv = _numpy_sort_rule(x, dim=dim)
     return out
+
+
+# The rules this one calls, imported last: rules may call each other, and a
+# module that defines its own names first can be imported in any order.
+from .numpy_take import numpy_take  # noqa: E402

@@ -55,3 +55,14 @@ def as_tensors(rule, names, kinds, *values):
                 value = value.bool()
         converted.append(value)
     return tuple(converted)
+
+
+def fresh_outputs(result, *inputs):
+    """`result` (a tensor or a tuple) with a copy of any output that is one of `inputs` as it is.
+
+    torch refuses to save for backward an input that a Function returned as
+    it is, and a view of it would need a view for its tangent too.
+    """
+    if isinstance(result, tuple):
+        return tuple(fresh_outputs(r, *inputs) for r in result)
+    return result.clone() if any(result is i for i in inputs) else result

@@ -6,7 +6,7 @@ function theorem instead of differentiating through the loop.
 
 import torch
 
-from ._util import as_tensors
+from ._util import as_tensors, fresh_outputs
 
 
 def _forward(f, a, x_guess):
@@ -34,7 +34,7 @@ class FixedPoint(torch.autograd.Function):
 
     @staticmethod
     def forward(f, a, x_guess):
-        return _forward(f, a, x_guess)
+        return fresh_outputs(_forward(f, a, x_guess), a, x_guess)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -59,7 +59,7 @@ class FixedPoint(torch.autograd.Function):
 
         def vjp(x_star_bar):
             a_bar = _vjp(f, a, x_star, x_star_bar)
-            return a_bar.sum_to_size(a.shape)
+            return a_bar.sum_to_size(ctx.a_shape)
 
         _, transpose = torch.func.vjp(vjp, torch.ones_like(x_star))
         (x_star_dot,) = transpose(a_dot)

@@ -7,7 +7,6 @@ import torch
 
 from ._host import from_host, to_host, vmap_sequential
 from ._util import as_tensors
-from .numpy_take import numpy_take
 
 
 def _forward(x, dim):
@@ -72,3 +71,8 @@ def numpy_sort(x, dim=-1):
     function = _NumpySortCompiled if torch.compiler.is_compiling() else NumpySort
     out, _ind, _ind_inv = function.apply(x, dim)
     return out
+
+
+# The rules this one calls, imported last: rules may call each other, and a
+# module that defines its own names first can be imported in any order.
+from .numpy_take import numpy_take  # noqa: E402
