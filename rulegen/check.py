@@ -42,6 +42,7 @@ CHECKS = (
     "transforms_torch",
     "broadcast",
     "float32",
+    "dtype",
     "points",
     "compile",
 )
@@ -804,6 +805,63 @@ def check_float32(s: _Subject) -> str:
     return f"float32 finite and within 1e-4 of float64 ({', '.join(found)})"
 
 
+@contextmanager
+def _torch_default_dtype(dtype: Any) -> Iterator[None]:
+    import torch
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _torch_results(s: _Subject) -> list[np.ndarray]:
+    """Outputs, JVP (where torch has forward mode) and VJP of the rule in torch, at float64 inputs."""
+    xs = s.xs()
+    outs = [_to_numpy(o) for o in s.torch_f(*[__import__("torch").from_numpy(x) for x in xs])]
+    if not s.diff:
+        return outs
+    tangents = _tangents(s)
+    cotangents = _cotangents(s, outs)
+    found = [*outs, *_vjp_torch(s, xs, cotangents)]
+    if s.torch_forward_mode:
+        found += _jvp_torch(s, xs, tangents)
+    return found
+
+
+def check_dtype(s: _Subject) -> str:
+    """float64 in is float64 throughout: results, tangents and cotangents, and every intermediate.
+
+    An intermediate that torch makes in its default dtype (`torch.where(c,
+    0.1, 0.2)`, `torch.exp` of an integer tensor, `torch.tensor(0.1)`) is
+    float32 by default, a relative error near 1e-8 that other checks'
+    tolerances let pass.  Under a bfloat16 default it is an error near 1e-3,
+    and code that never uses the default dtype gives the same numbers.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    rng_state = s.rng.bit_generator.state
+    reference = _torch_results(s)
+    s.rng.bit_generator.state = rng_state
+    with _torch_default_dtype(__import__("torch").bfloat16):
+        narrow = _torch_results(s)
+    for k, (got, ref) in enumerate(zip(narrow, reference, strict=True)):
+        if ref.dtype.kind == "f" and ref.dtype != np.float64:
+            raise CheckFailed(f"torch: result {k} is {ref.dtype} for float64 inputs")
+        compare(f"torch: result {k} with a bfloat16 default dtype vs the float32 default's", got, ref, 1e-12, 1e-300)
+    outs = s.jax_f(*[jnp.asarray(x) for x in s.xs()])
+    results = list(outs)
+    if s.diff:
+        results += list(jax.grad(_sum_of(s.jax_f), tuple(range(len(s.diff))))(*[jnp.asarray(x) for x in s.xs()]))
+    for k, r in enumerate(results):
+        if jnp.issubdtype(r.dtype, jnp.floating) and r.dtype != jnp.float64:
+            raise CheckFailed(f"jax: result {k} is {r.dtype} for float64 inputs")
+    return "float64 throughout (torch: the same results under a bfloat16 default dtype)"
+
+
 def check_points(s: _Subject) -> str:
     import jax.numpy as jnp
     import torch
@@ -1064,6 +1122,7 @@ _FUNCTIONS: dict[str, Callable[[_Subject], str]] = {
     "transforms_torch": check_transforms_torch,
     "broadcast": check_broadcast,
     "float32": check_float32,
+    "dtype": check_dtype,
     "points": check_points,
 }
 

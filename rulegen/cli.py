@@ -259,10 +259,12 @@ def show(
 
 STARTER = """\
 # A rulegen rule: `rulegen build` turns it into JAX and PyTorch code.
-# The contract of this format is `rulegen schema` (JSON Schema) and SPEC.md.
+# Every key is in rulegen's guide (docs/guide.md) and in `rulegen schema` (JSON Schema).
 name: {name}
 doc: What {name} computes, in one line; it becomes the docstring.
-inputs: [x]                 # or a mapping: x: {{diff: true, domain: [-3, 3], shape: [3, 4]}}
+inputs: [x]                 # or a mapping: x: {{diff: true, domain: [0.5, 3], assume: positive, shape: [3, 4]}}
+                            # domain: where `rulegen test` samples (it never changes the code);
+                            # assume: what sympy may simplify with (calls outside it are the caller's error)
 forward: x * tanh(x)        # a sympy expression, applied elementwise
 # Optional: partials (derived by sympy.diff when left out), or a jvp / vjp.
 # derivatives:

@@ -44,8 +44,8 @@ def float_forms(
 ) -> Callable[[sp.Expr], sp.Expr]:
     """A rewrite of integer arrays, and of numbers that would become arrays, into `in_float`.
 
-    A `Piecewise` whose pieces are all numbers is an array built from
-    numbers: torch makes it float32 (or int64), and JAX a weakly typed
+    A `Piecewise` whose pieces are all numbers (or static inputs, Python
+    numbers too) is an array built from numbers: torch makes it float32 (or int64), and JAX a weakly typed
     array that, returned as an output, is float64 (or an integer) whatever
     the inputs' dtype.  `tensor_only` is for torch, whose atan2, hypot and
     logaddexp take no Python number.  `scalars` name the static inputs: a
@@ -56,7 +56,7 @@ def float_forms(
     def pieces_of_numbers(e: sp.Basic) -> bool:
         return (
             isinstance(e, sp.Piecewise)
-            and all(v.is_number for v, _ in e.args)
+            and all(all(s.name in scalars for s in v.free_symbols) for v, _ in e.args)
             and any(s.name not in scalars for s in e.free_symbols)
         )
 

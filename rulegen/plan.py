@@ -564,8 +564,8 @@ def plan_jax(d: Derivation) -> JaxPlan:
     every = [e for _, e in (*d.forward, *d.residuals)]
     every += [*d.jvp_partials.values(), *d.vjp_partials.values(), *d.residual_partials.values()]
     booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
-    printer = functools.partial(print_jax, booleans=booleans)
     statics = frozenset(i.name for i in rule.inputs if i.static)
+    printer = functools.partial(print_jax, scalars=statics, booleans=booleans)
     in_float = float_forms(
         float_anchors(rule, d.symbols), integral_arrays(rule, d.symbols), tensor_only=False, scalars=statics
     )

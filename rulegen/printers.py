@@ -360,7 +360,7 @@ class _ArrayCode:
     def _print_in_float(self, expr: fn.in_float) -> str:
         value, *anchors = expr.args
         names = [self._print(a) for a in anchors]
-        if value.is_number:
+        if value.is_number or self._of_scalars(value):
             return self._number_in_float(self._print(value), names)
         text = value.name if isinstance(value, sp.Symbol) else self.parenthesize(value, PRECEDENCE["Atom"])  # type: ignore[attr-defined]
         return f"{text}{self._cast(self._float_dtype(names))}"

@@ -5,6 +5,7 @@ inside functions.
 """
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +19,7 @@ def scaled_tanh(x, log_scale=0.5):
     functions.
     """
     (x,) = as_arrays("scaled_tanh", ("x",), "f", x)
-    return jnp.tanh(x * jnp.exp(log_scale)) / jnp.sqrt(log_scale**2 + 1)
+    return jnp.tanh(x * math.exp(log_scale)) / math.sqrt(log_scale**2 + 1)
 
 
 @scaled_tanh.defjvp
@@ -26,5 +27,5 @@ def _scaled_tanh_jvp(log_scale, primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = scaled_tanh(x, log_scale)
-    t0 = jnp.exp(log_scale)
-    return out, t0 * x_dot * (1 - jnp.tanh(t0 * x) ** 2) / jnp.sqrt(log_scale**2 + 1)
+    t0 = math.exp(log_scale)
+    return out, t0 * x_dot * (1 - jnp.tanh(t0 * x) ** 2) / math.sqrt(log_scale**2 + 1)
