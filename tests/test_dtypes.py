@@ -85,8 +85,8 @@ NAMES = [
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    with built_package(tmp_path_factory.mktemp("dtypes"), RULES, "rg_dtypes"):
-        yield importlib.import_module("rg_dtypes.jax"), importlib.import_module("rg_dtypes.torch")
+    with built_package(tmp_path_factory.mktemp("dtypes"), RULES, "rg_dtype_discipline"):
+        yield importlib.import_module("rg_dtype_discipline.jax"), importlib.import_module("rg_dtype_discipline.torch")
 
 
 def _second(name: str):

@@ -133,10 +133,10 @@ def test_mish_backward_allocates_two_buffers():
 @pytest.mark.parametrize(
     ("expr", "code"),
     [
-        (G * fn.sigmoid(X), "torch.ops.aten.softplus_backward(g, x, 1, 40.0)"),
+        (G * fn.sigmoid(X), "torch.ops.aten.softplus_backward(g, x, 1.0, 40.0)"),
         (G * fn.sigmoid(BETA * X), "torch.ops.aten.softplus_backward(g, x, beta, 40.0)"),
-        (G * fn.sigmoid(Y - X), "torch.ops.aten.softplus_backward(g, x - y, -1, 40.0)"),
-        (G * S * fn.sigmoid(X), "s*torch.ops.aten.softplus_backward(g, x, 1, 40.0)"),
+        (G * fn.sigmoid(Y - X), "torch.ops.aten.softplus_backward(g, x - y, -1.0, 40.0)"),
+        (G * S * fn.sigmoid(X), "s*torch.ops.aten.softplus_backward(g, x, 1.0, 40.0)"),
         (X * fn.sigmoid(X), "torch.nn.functional.silu(x)"),
         (G * X * fn.sigmoid(X), "g*torch.nn.functional.silu(x)"),
     ],
