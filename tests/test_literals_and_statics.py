@@ -35,6 +35,11 @@ rules:
   - name: step
     inputs: [x]
     forward: Piecewise((1, x > 0), (0, True))
+  - name: shifted
+    inputs:
+      x: {}
+      s: {default: 0.5}
+    forward: x + s * x**2
 """
 
 
@@ -80,3 +85,16 @@ def test_a_piecewise_of_numbers_has_the_inputs_dtype(package, dtype):
     assert jax_pkg.step(jnp.asarray(x)).dtype == dtype
     assert jax.jit(jax_pkg.step)(jnp.asarray(x)).dtype == dtype
     assert torch_pkg.step(torch.tensor(x)).dtype == torch.from_numpy(x).dtype
+
+
+def test_an_array_input_with_a_default_may_be_left_out(package):
+    jax_pkg, torch_pkg = package
+    x = np.array([1.0, 2.0])
+    np.testing.assert_allclose(jax_pkg.shifted(jnp.asarray(x)), x + 0.5 * x**2, rtol=1e-15)
+    xt = torch.tensor(x, requires_grad=True)
+    out = torch_pkg.shifted(xt)
+    assert out.dtype == torch.float64
+    np.testing.assert_allclose(out.detach().numpy(), x + 0.5 * x**2, rtol=1e-15)
+    grad = torch.func.grad(lambda v: torch_pkg.shifted(v).sum())(torch.tensor(x))
+    np.testing.assert_allclose(grad.numpy(), 1 + x, rtol=1e-15)
+    np.testing.assert_allclose(jax.grad(lambda v: jax_pkg.shifted(v).sum())(jnp.asarray(x)), 1 + x, rtol=1e-15)
