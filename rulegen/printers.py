@@ -353,8 +353,18 @@ class _ArrayCode:
     _print_ndtr = _print_ndtri = _print_log_ndtr = _print_logit = _print_erfcx = _print_Function
     _print_xlog1py = _print_entr = _print_Function
 
-    #: The dtype of a rule's float arrays, given their names (see rulegen.forms).
+    #: The function that promotes several arrays' dtypes (see _float_dtype).
+    result_type = ""
+
     def _float_dtype(self, anchors: Sequence[str]) -> str:
+        """The dtype of a rule's float arrays, given their names (see rulegen.forms), as code."""
+        if not anchors:
+            return self._default_float()
+        if len(anchors) == 1:
+            return f"{anchors[0]}.dtype"
+        return f"{self._record(self.result_type)}({', '.join(anchors)})"
+
+    def _default_float(self) -> str:
         raise NotImplementedError
 
     def _print_in_float(self, expr: fn.in_float) -> str:
@@ -438,12 +448,10 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     functions = _JAX_FUNCTIONS
     as_integer = ".astype(int)"
 
-    def _float_dtype(self, anchors: Sequence[str]) -> str:
-        if not anchors:
-            return "float"  # jnp's default float: float64 with jax_enable_x64, else float32
-        if len(anchors) == 1:
-            return f"{anchors[0]}.dtype"
-        return f"{self._record('jnp.result_type')}({', '.join(anchors)})"
+    result_type = "jnp.result_type"
+
+    def _default_float(self) -> str:
+        return "float"  # jnp's default float: float64 with jax_enable_x64, else float32
 
     def _cast(self, dtype: str) -> str:
         return f".astype({dtype})"
@@ -475,12 +483,10 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     functions = _TORCH_FUNCTIONS
     as_integer = ".int()"
 
-    def _float_dtype(self, anchors: Sequence[str]) -> str:
-        if not anchors:
-            return f"{self._record('torch.get_default_dtype')}()"
-        if len(anchors) == 1:
-            return f"{anchors[0]}.dtype"
-        return f"{self._record('torch.result_type')}({', '.join(anchors)})"
+    result_type = "torch.result_type"
+
+    def _default_float(self) -> str:
+        return f"{self._record('torch.get_default_dtype')}()"
 
     def _cast(self, dtype: str) -> str:
         return f".to({dtype})"
