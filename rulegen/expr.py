@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 import sympy as sp
 
 from rulegen.errors import Loc, SpecError
-from rulegen.functions import CONSTANTS, FUNCTIONS
+from rulegen.functions import CONSTANTS, FUNCTIONS, Piecewise
 
 MAX_CHARS = 20_000
 MAX_NODES = 5_000
@@ -104,7 +104,7 @@ class _Builder:
         """An arithmetic value; with `indicator`, a condition too, as 1 where it holds and 0 elsewhere."""
         result = self.build(node)
         if indicator and (_condition(result) or result in (sp.true, sp.false)):
-            return sp.Piecewise((1, result), (0, True))
+            return Piecewise((1, result), (0, True))
         if _condition(result) or isinstance(result, tuple):
             raise self.error(node, "a condition is used where a value is expected")
         return result
@@ -134,7 +134,7 @@ class _Builder:
             return sp.And(*parts) if isinstance(node.op, ast.And) else sp.Or(*parts)  # type: ignore[attr-defined]
         if kind is ast.IfExp:
             cond = self.condition(node.test)  # type: ignore[attr-defined]
-            return sp.Piecewise((self.value(node.body), cond), (self.value(node.orelse), True))  # type: ignore[attr-defined]
+            return Piecewise((self.value(node.body), cond), (self.value(node.orelse), True))  # type: ignore[attr-defined]
         if kind is ast.Call:
             return self.call(node)  # type: ignore[arg-type]
         if kind is ast.Tuple:
@@ -250,7 +250,7 @@ class _Builder:
             if not (isinstance(arg, ast.Tuple) and len(arg.elts) == 2):
                 raise self.error(arg, "each Piecewise argument is a pair (value, condition)")
             pieces.append((self.value(arg.elts[0]), self.condition(arg.elts[1])))
-        return sp.Piecewise(*pieces)
+        return Piecewise(*pieces)
 
 
 def _nargs(function: Callable[..., sp.Basic]) -> tuple[int, int]:

@@ -321,12 +321,28 @@ class sigmoid_product(sp.Function):  # noqa: N801
     nargs = 3
 
 
+class Piecewise(sp.Piecewise):
+    """A Piecewise that keeps a negative power outside it: 1 / where(x != 0, x, 1) stays that.
+
+    It keeps sympy's name, so that every printer prints it as the Piecewise it is.
+
+    sympy's own would distribute it, where(x != 0, 1/x, 1): both branches of
+    an array `where` are computed, so the guard is gone, 1/0 is computed at
+    x = 0, and the derivatives there are nan (inf times a zero cotangent).
+    """
+
+    def _eval_power(self, exponent: sp.Expr) -> sp.Expr | None:
+        if exponent.is_negative is not False:
+            return None
+        return super()._eval_power(exponent)
+
+
 def _clip(x: sp.Expr, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
     return sp.Min(sp.Max(x, lo), hi)
 
 
 def _where(cond: sp.Basic, a: sp.Expr, b: sp.Expr) -> sp.Expr:
-    return sp.Piecewise((a, cond), (b, True))
+    return Piecewise((a, cond), (b, True))
 
 
 #: The functions a symbolic body may call, by the name it calls them.
@@ -368,7 +384,7 @@ FUNCTIONS: Mapping[str, Callable[..., sp.Basic]] = MappingProxyType(
         "max": sp.Max,
         "floor": sp.floor,
         "ceiling": sp.ceiling,
-        "Piecewise": sp.Piecewise,
+        "Piecewise": Piecewise,
         "where": _where,
         "clip": _clip,
         "sigmoid": sigmoid,

@@ -39,6 +39,10 @@ def as_arrays(rule, names, kinds, *values):
     target = jnp.result_type(*floats) if floats else float
 
     def read(name, kind, leaf):
+        if not hasattr(leaf, "dtype"):
+            leaf = jnp.asarray(
+                leaf
+            )  # a Python number stays weakly typed, but 1 / 0.0 must not raise
         dtype = jnp.result_type(leaf)
         if jnp.issubdtype(dtype, jnp.complexfloating):
             raise TypeError(f"{rule}: complex inputs are not supported yet ({name} is {dtype})")
