@@ -102,6 +102,8 @@ class JaxPlan:
     bwd: Block | None
     imports: tuple[str, ...]
     util_names: tuple[str, ...]  # what the module imports from the package's jax/_util.py
+    # With both a jvp and a vjp: the two halves of the linear_map the JVP applies.
+    maps: tuple[Function, ...]
     array_arguments: str  # the primal body's first line (see array_arguments)
 
 
@@ -587,6 +589,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
 
     jvp = bwd = None
     summed = False
+    maps: tuple[Function, ...] = ()
     tangents: tuple[str, ...] = ()
     cotangents: tuple[str, ...] = ()
     saved: tuple[str, ...] = ()
@@ -611,8 +614,13 @@ def plan_jax(d: Derivation) -> JaxPlan:
                 results.append(Result(name, expr, wrap=wrap, imports=_JNP))
             else:
                 results.append(Result(name, expr))
+        applying: tuple[Assign, ...] = ()
+        if rule.jvp is not None and rule.vjp is not None:
+            maps, application, results = _given_linear_maps(d, emit, residuals, results, summed_wrap=broadcastable)
+            applying, summed = (application,), broadcastable
         used = _used(r.expr for r in results if r.expr is not None)
         jvp = emit.block([(n, e) for n, e in residuals.items() if n in used], results)
+        jvp = Block((*applying, *jvp.lines), jvp.results)
     else:
         cotangents = tuple(f"{n}_bar" for n in outputs)
         results = []
@@ -658,7 +666,57 @@ def plan_jax(d: Derivation) -> JaxPlan:
         imports=tuple(sorted(imports)),
         util_names=tuple(n for n, used in (("as_arrays", bool(arrays)), (_SUM_TO_SHAPE, summed)) if used),
         array_arguments=array_arguments(rule, "as_arrays"),
+        maps=maps,
     )
+
+
+def _given_linear_maps(
+    d: Derivation,
+    emit: _Emitter,
+    residuals: Mapping[str, sp.Expr],
+    results: list[Result],
+    *,
+    summed_wrap: bool,
+) -> tuple[tuple[Function, ...], Assign, list[Result]]:
+    """A rule's own JVP and VJP as the two halves of one `linear_map`, the line applying it, and the JVP's results.
+
+    A `custom_jvp` alone would get reverse mode by transposing the JVP, and
+    a VJP the rule gives, which may differ (at a kink, say), would go
+    unused; torch uses both, so JAX must too.  `results` are the JVP's
+    results as a plain `custom_jvp` would compute them: the differentiable
+    outputs' are replaced by the map's.
+    """
+    rule = d.rule
+    name = rule.name
+    statics = [i.name for i in rule.inputs if i.static]
+    known = [*(i.name for i in rule.inputs if not i.static), *(o.name for o in rule.outputs)]
+    diff_inputs = [i.name for i in d.diff_inputs]
+    diff_outputs = [o.name for o in rule.outputs if o.differentiable]
+    dots, bars = [f"{i}_dot" for i in diff_inputs], [f"{o}_bar" for o in diff_outputs]
+
+    def half(kind: str, computed: list[Result], linear: list[str]) -> Function:
+        used = _used(r.expr for r in computed if r.expr is not None)
+        block = emit.block([(n, e) for n, e in residuals.items() if n in used], computed)
+        lines = [a.line for a in block.lines] + [f"return ({block.result},)"]
+        return Function(f"_{name}_{kind}_map", (*statics, *known, *linear), tuple(lines))
+
+    applied = [r for r in results if r.name in bars or r.name[: -len("_dot")] in diff_outputs]
+    transposed = []
+    for i in diff_inputs:
+        expr = _linear(d, d.vjp_partials, i, diff_outputs, "_bar", transpose=True)
+        if expr == 0:
+            transposed.append(Result(f"{i}_bar", code=f"jnp.zeros_like({i})", imports=_JNP))
+        elif summed_wrap:
+            transposed.append(Result(f"{i}_bar", expr, wrap=f"_sum_to_shape({{}}, jnp.shape({i}))", imports=_JNP))
+        else:
+            transposed.append(Result(f"{i}_bar", expr))
+    maps = (half("jvp", applied, dots), half("vjp", transposed, bars))
+    emit.imports.add("from ._linear import linear_map")
+    targets = ", ".join(f"{o}_dot" for o in diff_outputs) + ","
+    packed = [_packed_tuple(known), _packed_tuple(dots), *([f"statics={_packed_tuple(statics)}"] if statics else [])]
+    call = f"linear_map({maps[0].name}, {maps[1].name}, {', '.join(packed)})"
+    kept = [Result(r.name, code=r.name) if r in applied else r for r in results]
+    return maps, Assign(targets, call), kept
 
 
 # Functions whose backward autodiff computes from their output (so it saves that).
