@@ -383,6 +383,13 @@ class Point(Node):
     value: Float64Data = None
     grad: dict[str, Float64Data] | None = None
     jvp: PointJvp | None = None
+    hessian: Annotated[
+        dict[str, dict[str, Float64Data]] | None,
+        Field(
+            description="second derivatives: {x: {y: value}} is the gradient with respect to y of the sum of "
+            "grad[x], shaped like y (at a scalar point, d2(sum of outputs)/dx dy)"
+        ),
+    ] = None
 
 
 class Checks(Node):

@@ -245,3 +245,18 @@ def test_integer_and_boolean_outputs_have_their_dtype_in_both_backends(tmp_path)
     assert jax_pkg.relu_mask(jnp.asarray(x))[1].dtype == jnp.bool_
     assert torch_pkg.abs_sign(torch.from_numpy(x))[1].dtype == torch.int64
     assert torch_pkg.relu_mask(torch.from_numpy(x))[1].dtype == torch.bool
+
+
+def test_hessian_points_pin_second_derivatives(tmp_path):
+    path = tmp_path / "hessians.yaml"
+    path.write_text(
+        "rules:\n"
+        "  - name: cubic_right\n    inputs: [x, y]\n    forward: x**3 * y\n"
+        "    checks: {points: [{at: {x: 2.0, y: 3.0}, hessian: {x: {x: 36.0, y: 12.0}, y: {y: 0.0}}}]}\n"
+        "  - name: cubic_wrong\n    inputs: [x, y]\n    forward: x**3 * y\n"
+        "    checks: {points: [{at: {x: 2.0, y: 3.0}, hessian: {x: {y: 13.0}}}]}\n"
+    )
+    outcomes = {o.rule: o for o in run_checks(read_rules([path]), jobs=1) if o.check == "points"}
+    assert outcomes["cubic_right"].status == "pass", outcomes["cubic_right"].detail
+    assert outcomes["cubic_wrong"].status == "fail"
+    assert "hessian x, y: at index () expected 13, got 12" in outcomes["cubic_wrong"].detail
