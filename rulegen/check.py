@@ -43,6 +43,7 @@ CHECKS = (
     "broadcast",
     "float32",
     "dtype",
+    "scalars",
     "points",
     "compile",
 )
@@ -862,6 +863,60 @@ def check_dtype(s: _Subject) -> str:
     return "float64 throughout (torch: the same results under a bfloat16 default dtype)"
 
 
+def _call_both(s: _Subject, values: Sequence[Any]) -> dict[str, list[np.ndarray]]:
+    """Each backend's outputs for arguments given as they are (numbers stay numbers)."""
+    import jax.numpy as jnp
+    import torch
+
+    found = {}
+    for name, fn, convert in (("jax", s.jax_fn, jnp.asarray), ("torch", s.torch_fn, torch.from_numpy)):
+        out = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in values])
+        found[name] = [_to_numpy(o) for o in (out if isinstance(out, tuple) else (out,))]
+    return found
+
+
+def _same_calls(
+    what: str, got: dict[str, list[np.ndarray]], expected: dict[str, list[np.ndarray]], s: _Subject
+) -> None:
+    for backend, outs in got.items():
+        for k, (o, e) in enumerate(zip(outs, expected[backend], strict=True)):
+            if np.shape(o) != np.shape(e) and np.size(o) == 1:
+                o = np.broadcast_to(o, np.shape(e))  # an elementwise rule of numbers alone gives a number
+            compare(f"{backend}: {what}, output {k}", o, e, s.rtol, s.atol)
+
+
+def check_scalars(s: _Subject) -> str:
+    """Calls as users make them: a Python number for each array input in turn, and the defaults left out.
+
+    torch's `apply` hands numbers on as numbers, which torch functions
+    refuse; JAX takes them.  Each call must give what the call with arrays
+    of that number gives.
+    """
+    done = []
+    arrays = [k for k, i in enumerate(s.rule.inputs) if not i.static and i.dtype == "float"]
+    if s.elementwise:
+        for k in arrays:
+            number = float(np.ravel(s.values[k])[0])
+            with_number = [number if j == k else v for j, v in enumerate(s.values)]
+            with_array = [np.full_like(v, number) if j == k else v for j, v in enumerate(s.values)]
+            what = f"a Python number for {s.rule.inputs[k].name}"
+            # A number beside no float tensor takes torch's default dtype: float64 here, as in the array call.
+            with _torch_default_dtype(__import__("torch").float64):
+                got = _call_both(s, with_number)
+            _same_calls(what, got, _call_both(s, with_array), s)
+        done.append(f"a number for each of {len(arrays)} float array(s)")
+    defaulted = [k for k, i in enumerate(s.rule.inputs) if i.has_default]
+    if defaulted:
+        explicit = [s.rule.inputs[k].default if k in defaulted else v for k, v in enumerate(s.values)]
+        _same_calls("defaults left out", _call_both(s, explicit[: defaulted[0]]), _call_both(s, explicit), s)
+        done.append(f"{len(defaulted)} default(s) left out")
+    if not done:
+        raise NotApplicable(
+            "no float array input takes a number (the rule is not elementwise) and no input has a default"
+        )
+    return "; ".join(done) + ", in both backends"
+
+
 def check_points(s: _Subject) -> str:
     import jax.numpy as jnp
     import torch
@@ -1153,6 +1208,7 @@ _FUNCTIONS: dict[str, Callable[[_Subject], str]] = {
     "broadcast": check_broadcast,
     "float32": check_float32,
     "dtype": check_dtype,
+    "scalars": check_scalars,
     "points": check_points,
 }
 
