@@ -144,7 +144,7 @@ class TorchPlan:
     setup_inputs: str  # unpacking targets of `inputs` in setup_context, "" if none is kept
     setup_outputs: str  # likewise for `output`
     wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
-    tensor_arguments: str  # the wrapper's first line: its array arguments as tensors (see tensor_arguments)
+    tensor_arguments: str  # the wrapper's first line: its array arguments as tensors (see array_arguments)
 
 
 @dataclass(frozen=True)
@@ -285,10 +285,6 @@ TENSORS_IMPORT = "from ._util import as_tensors"
 def _with_torch_util(imports: set[str], names: Sequence[str]) -> tuple[str, ...]:
     """A torch snippet module's imports, with one import of what it takes from torch/_util.py."""
     return tuple(sorted(imports | ({f"from ._util import {', '.join(names)}"} if names else set())))
-
-
-def tensor_arguments(rule: Rule) -> str:
-    return array_arguments(rule, "as_tensors")
 
 
 def _params(inputs: Sequence[Input]) -> tuple[Param, ...]:
@@ -700,7 +696,7 @@ def _given_linear_maps(
         lines = [a.line for a in block.lines] + [f"return ({block.result},)"]
         return Function(f"_{name}_{kind}_map", (*statics, *known, *linear), tuple(lines))
 
-    applied = [r for r in results if r.name in bars or r.name[: -len("_dot")] in diff_outputs]
+    applied = [r for r in results if r.name.removesuffix("_dot") in diff_outputs]
     transposed = []
     for i in diff_inputs:
         expr = _linear(d, d.vjp_partials, i, diff_outputs, "_bar", transpose=True)
@@ -1037,7 +1033,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
             emit.imports.add("from ._inplace import plain")
     backward_texts = [*_block_texts(backward, first_order, backward_in_place), ", ".join(fused_backward_params)]
     jvp_texts = _block_texts(jvp) + [f"torch.zeros_like({x})" for x in absent_tangents]
-    arguments = tensor_arguments(rule)
+    arguments = array_arguments(rule, "as_tensors")
     if arguments:
         emit.imports.add(TENSORS_IMPORT)
     return TorchPlan(
@@ -1491,7 +1487,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     host = forward.host
     cls = rule.torch_class
 
-    arguments = tensor_arguments(rule)
+    arguments = array_arguments(rule, "as_tensors")
     util_names = ["as_tensors"] if arguments else []
     prologue = (*_doc_lines(header), *([arguments] if arguments else []))
 
