@@ -34,6 +34,7 @@ from rulegen.spec import Rule, SnippetBody, SympyBody
 CHECKS = (
     "forward",
     "mpmath",
+    "wide",
     "jvp_fd",
     "vjp_dot",
     "cross_backend",
@@ -382,6 +383,167 @@ def check_mpmath(s: _Subject) -> str:
                 expected.append(float(fn(*args)))
         compare(f"output {name} vs mpmath", got_flat[:count], np.array(expected), max(s.rtol, 1e-12), s.atol)
     return f"{count} points agree with a 40-digit evaluation"
+
+
+# Points far outside any sample domain: no integers (floor's and ceiling's kinks).
+WIDE_POINTS = (-1.0e4 - 0.3, -117.3, -23.7, -0.61, 0.73, 23.3, 117.1, 1.0e4 + 0.3)
+_FLOAT32_MAX, _TINY = float(np.finfo(np.float32).max), 1e-300
+
+
+def _sympy_forward(s: _Subject) -> tuple[list[Any], list[tuple[str, Any]]]:
+    """The rule's inputs as sympy symbols and its forward expressions, for a high-precision reference."""
+    from rulegen.derive import derive_rule, symbols_of
+    from rulegen.snippet import SnippetDerivation
+
+    derivation = derive_rule(s.rule, [s.rule.name])
+    if isinstance(derivation, SnippetDerivation):
+        code = derivation.forward["jax"]
+        return [symbols_of(s.rule)[i.name] for i in s.rule.inputs], list(zip(code.results, code.exprs, strict=True))
+    return [derivation.symbols[i.name] for i in s.rule.inputs], list(derivation.forward)
+
+
+def _lambdified_derivative(total: Any, x: Any, symbols: list[Any], modules: list[Any]) -> Callable[..., Any] | None:
+    """d total / dx for mpmath, floor and ceiling differentiated to 0 as the frameworks do; None if sympy cannot."""
+    import sympy
+
+    derivative = sympy.diff(total, x).replace(
+        lambda e: isinstance(e, sympy.Derivative) and isinstance(e.expr, sympy.floor | sympy.ceiling),
+        lambda e: sympy.S.Zero,
+    )
+    if derivative.has(sympy.Derivative):
+        return None
+    return sympy.lambdify(symbols, derivative, modules=modules)
+
+
+_ASSUMED_SIGN = {
+    "positive": lambda v: v > 0,
+    "nonnegative": lambda v: v >= 0,
+    "negative": lambda v: v < 0,
+    "nonpositive": lambda v: v <= 0,
+    "nonzero": lambda v: v != 0,
+}
+
+
+def _wide_point(s: _Subject, c: float) -> list[Any] | None:
+    """Every float array input near `c`, each a little apart (ties are kinks of Max, Min and comparisons).
+
+    None where an input would break what the rule assumes of it (`assume:`):
+    calls there are the caller's error.
+    """
+    values, k = [], 0
+    for v, spec in zip(s.values, s.rule.inputs, strict=True):
+        if spec.static:
+            values.append(v)
+        elif spec.dtype == "float":
+            value = c * (1 + 0.137 * k)
+            if not all(_ASSUMED_SIGN[a](value) for a in spec.assume):
+                return None
+            values.append(np.asarray(value, dtype=np.float64))
+            k += 1
+        else:
+            values.append(np.asarray(np.ravel(v)[0]))
+    return values
+
+
+def _reference(fn: Callable[..., Any], values: Sequence[Any], rule: Rule) -> float | None:
+    """`fn` at `values` with 40 digits, or None where it is not a finite real number float64 can hold."""
+    import mpmath
+
+    args = [v if spec.static else mpmath.mpf(float(v)) for v, spec in zip(values, rule.inputs, strict=True)]
+    try:
+        with mpmath.workdps(40):
+            value = fn(*args)
+            if not mpmath.isfinite(value) or mpmath.im(value) != 0:
+                return None
+            value = float(mpmath.re(value))
+    except (ValueError, ZeroDivisionError, TypeError, OverflowError):
+        return None
+    return value if abs(value) < 1e300 and (value == 0 or abs(value) > _TINY) else None
+
+
+def check_wide(s: _Subject) -> str:
+    """The generated code on the whole real line, not only on the sample domain.
+
+    At points far outside any domain (±0.61 to ±1e4), where the forward is
+    a finite real number: the value and the gradient in float64 against a
+    40-digit evaluation of the forward and of its sympy derivative, and in
+    float32 finite wherever float32 can hold the exact value.  A simplification
+    right only on the domain (atan2 made atan) or a derivative that overflows
+    (exp(x) / (1 + exp(x)) at x = 100 in float32) fails here.
+    """
+    import sympy
+
+    from rulegen.functions import MPMATH_IMPLEMENTATIONS
+
+    if not isinstance(s.rule.forward, SympyBody):
+        raise NotApplicable("the forward is a snippet, not a sympy expression")
+    symbols, forward = _sympy_forward(s)
+    modules = [dict(MPMATH_IMPLEMENTATIONS), "mpmath"]
+    diff_names = {s.rule.outputs[k].name for k in s.outputs}
+    total = sum((e for n, e in forward if n in diff_names), sympy.S.Zero)
+    values_fn = [sympy.lambdify(symbols, e, modules=modules) for _, e in forward]
+    derivative = s.rule.checks.true_derivative and s.diff
+    grads_fn = [_lambdified_derivative(total, symbols[k], symbols, modules) for k in s.diff] if derivative else []
+    if None in grads_fn:
+        grads_fn = []  # a derivative sympy leaves unevaluated: the values alone
+    found = []
+    for c in WIDE_POINTS:
+        values = _wide_point(s, c)
+        if values is None:
+            continue
+        point = dataclasses.replace(s, values=values)
+        refs = [_reference(f, point.values, s.rule) for f in values_fn]
+        grads = [_reference(f, point.values, s.rule) for f in grads_fn]
+        if None not in refs and None not in grads:
+            found.append((c, point, refs, grads))
+    if not found:
+        raise NotApplicable("the forward is no finite real number at any of the wide points")
+    # Errors are measured against the largest magnitude each takes on these
+    # points: a tail value of 1e-121 (gelu's derivative at -23.7) comes out
+    # of a cancellation that neither the code nor a 40-digit reference resolves.
+    scales = np.max(np.abs([[*refs, *grads] for _, _, refs, grads in found]), axis=0)
+    for c, point, refs, grads in found:
+        _wide_compare(point, c, refs, grads, scales)
+    return f"{len(found)} of {len(WIDE_POINTS)} wide points (±0.61 to ±1e4) hold in float64, and finite in float32"
+
+
+def _wide_compare(point: _Subject, c: float, refs: list[float], grads: list[float], scales: np.ndarray) -> None:
+    """A point's float64 values and gradients against the references, and float32 finiteness."""
+    import jax
+    import jax.numpy as jnp
+
+    xs = point.xs()
+    jouts = point.jax_fn(*[jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in point.values])
+    jouts = jouts if isinstance(jouts, tuple) else (jouts,)
+    for k, (o, r) in enumerate(zip(jouts, refs, strict=True)):
+        compare(f"at {c}: jax output {k} vs 40 digits", _to_numpy(o), np.asarray(r), 1e-8, 1e-9 * scales[k])
+    for backend in ("jax", "torch") if grads else ():
+        got = [_point_grad(point, backend, j) for j in range(len(xs))]
+        for j, (g, r) in enumerate(zip(got, grads, strict=True)):
+            scale = scales[len(refs) + j]
+            compare(f"at {c}: {backend} gradient {j} vs 40 digits", g, np.asarray(r), 1e-7, 1e-8 * scale)
+    representable = all(abs(r) < _FLOAT32_MAX for r in (*refs, *grads))
+    if not representable:
+        return
+    f32 = dataclasses.replace(
+        point,
+        values=[
+            v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype == np.float64 else v for v in point.values
+        ],
+    )
+    for backend in ("jax", "torch"):
+        outs = (
+            f32.jax_f(*[jnp.asarray(x) for x in f32.xs()])
+            if backend == "jax"
+            else f32.torch_f(*[__import__("torch").from_numpy(x) for x in f32.xs()])
+        )
+        if not all(np.isfinite(_to_numpy(o)).all() for o in outs):
+            raise CheckFailed(f"at {c}: {backend} float32 value is not finite where the exact one is {refs}")
+        if grads:
+            got = [_point_grad(f32, backend, j) for j in range(len(xs))]
+            if not all(np.isfinite(g).all() for g in got):
+                raise CheckFailed(f"at {c}: {backend} float32 gradient {[g.tolist() for g in got]}, exactly {grads}")
+    del jax
 
 
 def _true_derivative(s: _Subject) -> None:
@@ -1199,6 +1361,7 @@ def run_checks(
 _FUNCTIONS: dict[str, Callable[[_Subject], str]] = {
     "forward": check_forward,
     "mpmath": check_mpmath,
+    "wide": check_wide,
     "jvp_fd": check_jvp_fd,
     "vjp_dot": check_vjp_dot,
     "cross_backend": check_cross_backend,
