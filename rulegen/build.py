@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rulegen.errors import Loc, SpecError, SpecErrors
-from rulegen.render import render_package, template_files
+from rulegen.render import Distribution, render_package, template_files
 from rulegen.spec import Rule, clash_errors, read_rule_file, rule_files
 from rulegen.write import (
     Difference,
@@ -95,9 +95,15 @@ def source_name(resolved: Path, root: Path) -> str:
 
     `root` is the resolved parent folder of the package, the project root where
     `generated/` sits, so headers and the manifest read the same whichever
-    folder `rulegen build` runs from.
+    folder `rulegen build` runs from, and on any machine.
     """
-    return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else resolved.as_posix()
+    if resolved.is_relative_to(root):
+        return resolved.relative_to(root).as_posix()
+    # Outside the project: still relative (`../rules/a.yaml`), never an absolute path of the build machine.
+    try:
+        return Path(os.path.relpath(resolved, root)).as_posix()
+    except ValueError:  # another drive (Windows): no relative path exists
+        return resolved.name
 
 
 def generate_rule(rule: Rule, known_rules: Iterable[str] = ()) -> dict[str, str]:
@@ -212,9 +218,11 @@ def _read_unchanged(files: Sequence[str], out: Path, previous: Manifest) -> dict
 
 
 def plan_build(
-    paths: Iterable[Path], out: Path, jobs: int = 1
+    paths: Iterable[Path], out: Path, jobs: int = 1, package_name: str | None = None
 ) -> tuple[Plan, Manifest, tuple[str, ...], tuple[str, ...], dict[str, str]]:
     """What `out` should hold for the rules in `paths`; SpecErrors if any rule is bad.
+
+    With `package_name`, the package gets a pyproject.toml of its own.
 
     Also returns the previous manifest, the rule files derived and reused,
     and the hashes of the files already read from `out` (for `compare`).
@@ -295,7 +303,8 @@ def plan_build(
         for record in sources.values()
         for name, cls in record.rules
     ]
-    package_hash = sha256(json.dumps([sorted(classes), helpers]))
+    distribution = distribution_of(package_name, modules) if package_name else None
+    package_hash = sha256(json.dumps([sorted(classes), helpers, repr(distribution)]))
     package = previous.package
     if (
         package is not None
@@ -307,7 +316,7 @@ def plan_build(
         texts.update(kept)
         package_files = tuple(kept)
     else:
-        rendered = render_package(classes, helpers)
+        rendered = render_package(classes, helpers, distribution)
         fresh.update(rendered)
         package_files = tuple(sorted(rendered))
     files = {**texts, **format_sources(fresh)}
@@ -321,6 +330,53 @@ def plan_build(
 
 
 _HELPER_IMPORT = re.compile(r"^from \._(\w+) import", re.MULTILINE)
+
+#: The frameworks, by import name: a backend's extra, never a dependency of both.
+FRAMEWORKS = {"jax": "jax>=0.4.30", "torch": "torch>=2.1"}
+
+
+def imported_modules(text: str) -> set[str]:
+    """The top-level names of the absolute imports anywhere in a module (snippet bodies import too)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level in (0, 2) and node.module:
+            # `from ..torch.rule import rule` (a JAX rule bridged to torch) needs torch as `import torch` does.
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def distribution_of(name: str, modules: Mapping[str, str]) -> Distribution:
+    """The distribution `name` of a package of `modules`: what they import, by distribution name."""
+    import sys
+
+    installed = importlib.metadata.packages_distributions()
+
+    def requirement(module: str) -> str:
+        return FRAMEWORKS.get(module) or next(iter(installed.get(module, [])), module)
+
+    used = {
+        backend: {
+            m
+            for rel, text in modules.items()
+            if rel.startswith(f"{backend}/")
+            for m in imported_modules(text)
+            if m not in sys.stdlib_module_names
+        }
+        for backend in ("jax", "torch")
+    }
+    common = (used["jax"] | used["torch"]) - FRAMEWORKS.keys()
+    return Distribution(
+        name=name,
+        dependencies=tuple(sorted({requirement(m) for m in common})),
+        extras={
+            backend: tuple(sorted({requirement(m) for m in (used[backend] & FRAMEWORKS.keys()) | {backend}}))
+            for backend in ("jax", "torch")
+        },
+    )
 
 
 def _located(
@@ -357,8 +413,18 @@ class HandEditedError(Exception):
         self.paths = tuple(paths)
 
 
-def build(paths: Iterable[Path], out: Path, *, check: bool = False, force: bool = False, jobs: int = 1) -> BuildResult:
+def build(
+    paths: Iterable[Path],
+    out: Path,
+    *,
+    check: bool = False,
+    force: bool = False,
+    jobs: int = 1,
+    package_name: str | None = None,
+) -> BuildResult:
     """Build the package at `out`; with `check`, only report what a build would change.
+
+    With `package_name`, `out` also gets a pyproject.toml: a distribution of that name.
 
     With `jobs` above 1, rules are derived in up to that many worker processes
     (the output is the same); the calling script's main module must then be
@@ -366,7 +432,7 @@ def build(paths: Iterable[Path], out: Path, *, check: bool = False, force: bool 
     """
     if out.exists() and not out.is_dir():
         raise SpecErrors([SpecError(Loc(str(out)), "the output names a file; it must be a folder (the package)")])
-    plan, previous, rebuilt, reused, read = plan_build(paths, out, jobs)
+    plan, previous, rebuilt, reused, read = plan_build(paths, out, jobs, package_name)
     difference = compare(out, plan, previous, read)
     if not check:
         if difference.edited and not force:

@@ -38,6 +38,8 @@ EXIT_ENVIRONMENT = 1
 class Config:
     rules: tuple[Path, ...]
     out: Path
+    pyproject: Path | None = None  # where [tool.rulegen] was found; None: the defaults of the working directory
+    package_name: str | None = None  # `package-name`: see `build --package-name`
 
 
 def load_config(start: Path | None = None) -> Config:
@@ -53,8 +55,31 @@ def load_config(start: Path | None = None) -> Config:
             if table is not None:
                 rules = table.get("rules", ["rules"])
                 rules = [rules] if isinstance(rules, str) else rules
-                return Config(tuple(folder / r for r in rules), folder / table.get("out", "generated"))
+                return Config(
+                    tuple(folder / r for r in rules),
+                    folder / table.get("out", "generated"),
+                    pyproject,
+                    table.get("package-name"),
+                )
     return Config((here / "rules",), here / "generated")
+
+
+def rule_paths(given: Iterable[Path] | None, config: Config) -> list[Path]:
+    """The rule files or folders a command works on: those given, else the project's; exit 2 where there are none."""
+    if given:
+        return list(given)
+    if config.pyproject is None and not any(path.exists() for path in config.rules):
+        from rich.markup import escape
+
+        message = (
+            f"no rule files given, and no rules here: no pyproject.toml with [tool.rulegen] from {Path.cwd()} up, "
+            "and no rules/ folder.\nName rule files or folders (`rulegen build path/to/rules --out path/to/package`), "
+            'add [tool.rulegen] rules = ["rules"] to your project\'s pyproject.toml, '
+            "or write a first rule with `rulegen new NAME`."
+        )
+        err_console.print(f"[red]error:[/red] {escape(message)}")
+        raise typer.Exit(EXIT_SPEC)
+    return list(config.rules)
 
 
 def project_rules(files: Iterable[Path]) -> list[Rule]:
@@ -116,18 +141,37 @@ def build(
             "--jobs", "-j", min=1, help="Derive rules in N worker processes (default: the available cores; 1: none)"
         ),
     ] = None,
+    package_name: Annotated[
+        str | None,
+        typer.Option(
+            "--package-name",
+            help="Also write OUT/pyproject.toml: the package as a distribution NAME, importable as NAME "
+            "(default: [tool.rulegen] package-name; none)",
+        ),
+    ] = None,
 ) -> None:
     """Validate the rules, derive what they lack, and write the package."""
+    import keyword
+    import re
+
     from rulegen.build import HandEditedError, OutputError, available_cores
     from rulegen.build import build as run_build
     from rulegen.errors import SpecErrors
 
     config = load_config()
-    paths = list(rules) if rules else list(config.rules)
+    paths = rule_paths(rules, config)
     target = out or config.out
+    package_name = package_name or config.package_name
+    if package_name is not None and (
+        not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", package_name) or keyword.iskeyword(package_name)
+    ):
+        err_console.print(f"[red]error:[/red] --package-name {package_name!r}: the name must be a Python identifier")
+        raise typer.Exit(EXIT_SPEC)
     started = time.perf_counter()
     try:
-        result = run_build(paths, target, check=check, force=force, jobs=jobs or available_cores())
+        result = run_build(
+            paths, target, check=check, force=force, jobs=jobs or available_cores(), package_name=package_name
+        )
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
     except OutputError as exc:
@@ -179,8 +223,7 @@ def test(
     from rulegen.errors import SpecErrors
     from rulegen.spec import callees, read_rules, rule_files
 
-    config = load_config()
-    files = rule_files(list(rules) if rules else list(config.rules))
+    files = rule_files(rule_paths(rules, load_config()))
     try:
         found = read_rules(files)
     except SpecErrors as exc:
@@ -238,9 +281,9 @@ def show(
     from rulegen.spec import read_rules, rule_files
     from rulegen.write import format_sources
 
-    config = load_config()
+    paths = rule_paths(rules, load_config())
     try:
-        files = [display_path(path) for path in rule_files(rules or config.rules)]
+        files = [display_path(path) for path in rule_files(paths)]
         found = read_rules(files)
         rule = next((r for r in found if r.name == name), None)
         if rule is not None:

@@ -75,8 +75,9 @@ LOCAL_NAMES = frozenset(
 )
 
 #: Builtins generated code calls (a rule name or input would shadow them); the
-#: printers write `max`/`min`/`abs` of static (Python number) arguments.
-BUILTIN_NAMES = frozenset({"NotImplementedError", "abs", "bool", "float", "int", "max", "min", "staticmethod"})
+#: printers write `max`/`min`/`abs` of static (Python number) arguments, and
+#: annotations `float`, `int`, `bool` and `tuple`.
+BUILTIN_NAMES = frozenset({"NotImplementedError", "abs", "bool", "float", "int", "max", "min", "staticmethod", "tuple"})
 
 #: Keys of the rule format that a body's names could be mistaken for, and the
 #: generator of a `checks.sample` body.

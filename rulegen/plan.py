@@ -65,9 +65,13 @@ def _block_texts(*blocks: Block | None) -> list[str]:
 class Param:
     name: str
     default: str | None = None
+    annotation: str | None = None
 
     def __str__(self) -> str:
-        return self.name if self.default is None else f"{self.name}={self.default}"
+        text = self.name if self.annotation is None else f"{self.name}: {self.annotation}"
+        if self.default is None:
+            return text
+        return f"{text}={self.default}" if self.annotation is None else f"{text} = {self.default}"
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,8 @@ class Header:
     source: str
     source_hash: str
     module_doc: str  # docstring literals, ready to place
-    doc: str  # for the function and class, indented one level; "" if the rule has no doc
+    doc: str  # the public function's (see help_text), indented one level
+    class_doc: str  # the torch Function's: the rule's doc, indented one level; "" if it has none
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class JaxPlan:
     header: Header
     name: str
     params: tuple[Param, ...]
+    returns: str
     nondiff_argnums: tuple[int, ...]
     statics: tuple[str, ...]
     arrays: tuple[str, ...]
@@ -113,6 +119,7 @@ class TorchPlan:
     name: str
     class_name: str
     params: tuple[Param, ...]
+    returns: str
     inputs: tuple[str, ...]
     statics: tuple[str, ...]
     forward: Block
@@ -287,8 +294,36 @@ def _with_torch_util(imports: set[str], names: Sequence[str]) -> tuple[str, ...]
     return tuple(sorted(imports | ({f"from ._util import {', '.join(names)}"} if names else set())))
 
 
-def _params(inputs: Sequence[Input]) -> tuple[Param, ...]:
-    return tuple(Param(i.name, python_literal(i.default) if i.has_default else None) for i in inputs)
+#: Per backend: the annotation of an array argument (by input dtype) and of a result.
+ARRAY_TYPES = {
+    "jax": (
+        {"float": "jax.typing.ArrayLike", "int": "jax.typing.ArrayLike", "bool": "jax.typing.ArrayLike"},
+        "jax.Array",
+    ),
+    "torch": (
+        {"float": "torch.Tensor | float", "int": "torch.Tensor | int", "bool": "torch.Tensor | bool"},
+        "torch.Tensor",
+    ),
+}
+
+
+def _params(inputs: Sequence[Input], backend: str) -> tuple[Param, ...]:
+    """The public function's parameters; array arguments annotated (statics may be any hashable value)."""
+    arguments, _ = ARRAY_TYPES[backend]
+    return tuple(
+        Param(
+            i.name,
+            python_literal(i.default) if i.has_default else None,
+            None if i.static else arguments[i.dtype],
+        )
+        for i in inputs
+    )
+
+
+def _returns(rule: Rule, backend: str) -> str:
+    _, result = ARRAY_TYPES[backend]
+    count = len(rule.outputs)
+    return result if count == 1 else f"tuple[{', '.join([result] * count)}]"
 
 
 def python_literal(value: object) -> str:
@@ -308,18 +343,86 @@ def python_literal(value: object) -> str:
 
 
 def _docstring(text: str, indent: int) -> str:
-    """A docstring literal for `text` at `indent`, wrapped, that no rule text can break out of."""
+    """A docstring literal for `text` at `indent`, that no rule text can break out of.
+
+    Paragraphs (separated by blank lines) are wrapped; a line that starts
+    with spaces keeps its break and indent, its continuation indented further.
+    """
     text = text.strip().replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
     if not text:
         return ""
     if text.endswith('"'):
         text = text[:-1] + '\\"'
-    pad = " " * indent
-    lines = textwrap.wrap(text, width=DOC_WIDTH - indent - 6, break_long_words=False, break_on_hyphens=False)
+    width = DOC_WIDTH - indent - 6
+    lines: list[str] = []
+    for paragraph in text.split("\n\n"):
+        if lines:
+            lines.append("")
+        prose: list[str] = []
+        for line in [*paragraph.splitlines(), ""]:
+            if line.startswith(" ") or not line:
+                lines += textwrap.wrap(" ".join(prose), width, break_long_words=False, break_on_hyphens=False)
+                prose = []
+            if line.startswith(" "):
+                lead = " " * (len(line) - len(line.lstrip()))
+                lines += textwrap.wrap(
+                    line.strip(),
+                    width,
+                    initial_indent=lead,
+                    subsequent_indent=lead + "    ",
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
+            elif line:
+                prose.append(line)
     if len(lines) == 1:
         return f'"""{lines[0]}"""'
-    body = "\n".join(pad + line for line in lines[1:])
+    pad = " " * indent
+    body = "\n".join(pad + line if line else "" for line in lines[1:])
     return f'"""{lines[0]}\n{body}\n{pad}"""'
+
+
+#: A formula longer than this is cut in the docstring (the rule file has it whole).
+FORMULA_CHARS = 300
+
+
+def _formula(expr: sp.Expr) -> str:
+    text = sp.sstr(expr)
+    return text if len(text) <= FORMULA_CHARS else text[: FORMULA_CHARS - 3] + "..."
+
+
+def _input_line(i: Input) -> str:
+    if i.static:
+        kind = "static (a hashable Python value; JAX recompiles for each)"
+    else:
+        kind = f"{i.dtype} array" + ("" if i.differentiable else ", not differentiated")
+    default = f", default {python_literal(i.default)}" if i.has_default else ""
+    assumed = f", assumed {' and '.join(i.assume)}" if i.assume else ""
+    sampled = "" if i.static or i.dtype != "float" else f"; checked on [{i.domain[0]:g}, {i.domain[1]:g}]"
+    return f"    {i.name}: {kind}{default}{assumed}{sampled}"
+
+
+def help_text(d: Derivation | SnippetDerivation) -> str:
+    """What `help()` of a generated function says: the rule's doc, its formulas, its inputs, its source."""
+    rule = d.rule
+    parts = [rule.doc.strip() or f"{rule.name}({', '.join(i.name for i in rule.inputs)}): a rulegen rule."]
+    if isinstance(d, Derivation):
+        parts.append("Forward:\n" + "\n".join(f"    {name} = {_formula(e)}" for name, e in d.forward))
+        given = rule.derivatives is not None or rule.jvp is not None or rule.vjp is not None
+        partials = [
+            f"    d{out}/d{x} = {_formula(d.jvp_partials[out, x])}"
+            for out in (o.name for o in rule.outputs)
+            for x in (i.name for i in d.diff_inputs)
+            if (out, x) in d.jvp_partials
+        ]
+        if partials:
+            parts.append(f"Partials ({'from the rule' if given else 'derived by sympy'}):\n" + "\n".join(partials))
+    else:
+        bodies = [k for k in ("forward", "jvp", "vjp") if getattr(rule, k) is not None]
+        parts.append(f"Forward and derivatives: Python bodies ({', '.join(bodies)}) in the rule file.")
+    parts.append("Inputs:\n" + "\n".join(_input_line(i) for i in rule.inputs))
+    parts.append(f"Generated by rulegen from {rule.source or 'a rule'}.")
+    return "\n\n".join(parts)
 
 
 def _header(d: Derivation | SnippetDerivation) -> Header:
@@ -332,7 +435,8 @@ def _header(d: Derivation | SnippetDerivation) -> Header:
         source=source,
         source_hash=rule.source_hash,
         module_doc=_docstring(summary, 0),
-        doc=_docstring(rule.doc, 4),
+        doc=_docstring(help_text(d), 4),
+        class_doc=_docstring(rule.doc, 4),
     )
 
 
@@ -646,7 +750,8 @@ def plan_jax(d: Derivation) -> JaxPlan:
     return JaxPlan(
         header=_header(d),
         name=rule.name,
-        params=_params(rule.inputs),
+        params=_params(rule.inputs, "jax"),
+        returns=_returns(rule, "jax"),
         nondiff_argnums=tuple(k for k, i in enumerate(rule.inputs) if i.static),
         statics=tuple(i.name for i in rule.inputs if i.static),
         arrays=arrays,
@@ -1040,7 +1145,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         header=_header(d),
         name=rule.name,
         class_name=rule.torch_class,
-        params=_params(rule.inputs),
+        params=_params(rule.inputs, "torch"),
+        returns=_returns(rule, "torch"),
         inputs=inputs,
         statics=statics_used,
         forward=forward,
@@ -1117,6 +1223,7 @@ class Function:
     params: tuple[str, ...]
     lines: tuple[str, ...]
     decorator: str = ""
+    returns: str = ""  # the return annotation, if any
 
 
 @dataclass(frozen=True)
@@ -1252,10 +1359,10 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
     p = _SnippetPlanner(d, "jax")
     rule = d.rule
     imports = p.imports
-    if d.jax_route not in ("bridge", "primitive"):
-        imports.add("import jax")
+    imports.add("import jax")  # every route annotates with jax.Array
     header = _header(d)
-    params = _params(rule.inputs)
+    params = _params(rule.inputs, "jax")
+    result_type = _returns(rule, "jax")
     all_args = ", ".join(p.inputs)
     nondiff = tuple(k for k, i in enumerate(rule.inputs) if i.static)
     assignments: list[str] = []
@@ -1268,18 +1375,22 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
 
     if route == "bridge":
         imports.add("from ._bridge import TorchBridge")
-        imports.add(f"from ..torch.{rule.name} import {rule.name} as _torch_{rule.name}")
         arrays = [i.name for i in rule.inputs if not i.static]
         closure = f"lambda {', '.join(arrays)}: _torch_{rule.name}({all_args})"
         assignments.append(f"_bridge = TorchBridge({rule.name!r}, depth={rule.depth})")
-        lines = [f"return _bridge({closure}, {', '.join(arrays)})"]
+        lines = [
+            # Here, not at the top: importing the JAX package must not import torch.
+            f"from ..torch.{rule.name} import {rule.name} as _torch_{rule.name}",
+            "",
+            f"return _bridge({closure}, {', '.join(arrays)})",
+        ]
         return SnippetPlan(
             header=header,
             name=rule.name,
             imports=_with_util_names(imports, rule),
             bodies=(),
             assignments=tuple(assignments),
-            public=Function(rule.name, tuple(map(str, params)), (*prologue, *lines)),
+            public=Function(rule.name, tuple(map(str, params)), (*prologue, *lines), returns=result_type),
             methods=(),
             tail=(),
         )
@@ -1314,7 +1425,7 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
             bodies=p.bodies,
             called=p.called,
             assignments=tuple(assignments),
-            public=Function(rule.name, tuple(map(str, params)), (*prologue, *lines)),
+            public=Function(rule.name, tuple(map(str, params)), (*prologue, *lines), returns=result_type),
             methods=(),
             tail=(),
         )
@@ -1406,7 +1517,9 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
         bodies=p.bodies,
         called=p.called,
         assignments=tuple(assignments),
-        public=Function(rule.name, tuple(map(str, params)), (*prologue, *primal_lines), decorator=decorator),
+        public=Function(
+            rule.name, tuple(map(str, params)), (*prologue, *primal_lines), decorator=decorator, returns=result_type
+        ),
         methods=tuple(methods),
         tail=tuple(tail),
     )
@@ -1480,7 +1593,8 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     imports = p.imports
     imports.add("import torch")
     header = _header(d)
-    params = tuple(map(str, _params(rule.inputs)))
+    params = tuple(map(str, _params(rule.inputs, "torch")))
+    result_type = _returns(rule, "torch")
     all_args = ", ".join(p.inputs)
     forward = p.code("forward")
     assert forward is not None
@@ -1504,7 +1618,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
             bodies=p.bodies,
             called=p.called,
             assignments=(),
-            public=Function(rule.name, params, (*prologue, *lines)),
+            public=Function(rule.name, params, (*prologue, *lines), returns=result_type),
             methods=(),
             tail=(),
         )
@@ -1667,7 +1781,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
         bodies=p.bodies,
         called=p.called,
         assignments=(),
-        public=Function(rule.name, params, (*prologue, *wrapper)),
+        public=Function(rule.name, params, (*prologue, *wrapper), returns=result_type),
         methods=tuple(methods),
         tail=(),
         class_name=cls,

@@ -7,7 +7,8 @@ produced here is not yet formatted: `write` runs `ruff format` over it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,26 @@ if TYPE_CHECKING:
 
     from rulegen.plan import JaxPlan, SnippetPlan, TorchPlan
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+def _templates() -> Path:
+    # A wheel ships the templates inside the package; a source checkout (and an
+    # editable install of it) keeps them in templates/ beside the package.
+    package = Path(__file__).resolve().parent
+    shipped = package / "templates"
+    return shipped if shipped.is_dir() else package.parent / "templates"
+
+
+TEMPLATES = _templates()
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """The package as a distribution of its own (`rulegen build --package-name`): its pyproject.toml."""
+
+    name: str
+    dependencies: tuple[str, ...]  # what both backends import
+    extras: Mapping[str, tuple[str, ...]]  # per backend: the framework, and what only it imports
+    version: str = "0.1.0"
 
 
 @functools.cache
@@ -44,10 +64,13 @@ def render_torch(plan: TorchPlan | SnippetPlan) -> str:
     return _environment().get_template(template).render(plan=plan, header=plan.header)
 
 
-def render_package(rules: Sequence[tuple[str, str | None]], helpers: Iterable[str]) -> dict[str, str]:
-    """The package's own modules, for rules given as (function name, torch class name or None).
+def render_package(
+    rules: Sequence[tuple[str, str | None]], helpers: Iterable[str], distribution: Distribution | None = None
+) -> dict[str, str]:
+    """The package's own files, for rules given as (function name, torch class name or None).
 
-    `helpers` name the shared modules the rules import, as `jax/_util.py`.
+    `helpers` name the shared modules the rules import, as `jax/_util.py`;
+    with a `distribution`, the package gets a pyproject.toml of its own.
     """
     env = _environment()
     init = env.get_template("package_init.py.j2")
@@ -72,6 +95,15 @@ def render_package(rules: Sequence[tuple[str, str | None]], helpers: Iterable[st
     for helper in sorted(helpers):
         backend, module = helper.removesuffix(".py").split("/_")
         files[helper] = env.get_template(f"{backend}_{module}.py.j2").render()
+    # PEP 561: the public functions carry type hints.
+    files["py.typed"] = ""
+    if distribution is not None:
+        files["pyproject.toml"] = env.get_template("package_pyproject.toml.j2").render(
+            name=distribution.name,
+            version=distribution.version,
+            dependencies=distribution.dependencies,
+            extras=sorted(distribution.extras.items()),
+        )
     return files
 
 

@@ -11,6 +11,7 @@ that carry their `Loc`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -156,6 +157,9 @@ def _scan_events(text: str, file: str) -> list[SpecError]:
     return errors
 
 
+_YAML12_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+
+
 class _Converter:
     def __init__(self, file: str, lines: list[str]) -> None:
         self.file = file
@@ -214,6 +218,9 @@ class _Converter:
 
     def scalar(self, node: yaml.Node) -> object:
         tag = node.tag
+        if tag == "tag:yaml.org,2002:str" and not node.style and _YAML12_FLOAT.fullmatch(node.value):
+            # YAML 1.2 (and so an editor's schema check) reads `1e-7` and `1.5e3` as numbers; PyYAML's 1.1 as strings.
+            return YamlFloat(float(node.value), _loc(self.file, node.start_mark))
         if tag == "tag:yaml.org,2002:str" or tag == "tag:yaml.org,2002:timestamp":
             return YamlStr(str(node.value), self.text_loc(node), block=node.style in ("|", ">"))
         if tag in _STANDARD_TAGS:

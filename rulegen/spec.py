@@ -107,7 +107,7 @@ def _to_default(value: object) -> object:
     raise ValueError("a default is a number, a string, a bool, null, or a list of these")
 
 
-TextField = Annotated[Text, BeforeValidator(_to_text, json_schema_input_type=str)]
+TextField = Annotated[Text, BeforeValidator(_to_text, json_schema_input_type=str | float | int)]
 Name = Annotated[str, BeforeValidator(_to_name, json_schema_input_type=str)]
 Number = float | int
 
@@ -304,6 +304,18 @@ class Output(Node):
         return self.diff and self.dtype == "float"
 
 
+class InputOptions(Input):
+    """An input's options in the mapping form `{x: {...}}`: the key is its name."""
+
+    name: SkipJsonSchema[Name] = ""
+
+
+class OutputOptions(Output):
+    """An output's options in the mapping form `{y: {...}}`: the key is its name."""
+
+    name: SkipJsonSchema[Name] = ""
+
+
 def _named_entries(value: Any) -> Any:
     """`[x, y]` or `{x: {...}, y: {...}}` -> a list of mappings with names."""
     if isinstance(value, list):
@@ -333,11 +345,11 @@ def _named_entries(value: Any) -> Any:
 
 InputList = Annotated[
     tuple[Input, ...],
-    BeforeValidator(_named_entries, json_schema_input_type=list[str] | dict[str, Input | None]),
+    BeforeValidator(_named_entries, json_schema_input_type=list[str] | dict[str, InputOptions | None]),
 ]
 OutputList = Annotated[
     tuple[Output, ...],
-    BeforeValidator(_named_entries, json_schema_input_type=list[str] | dict[str, Output | None]),
+    BeforeValidator(_named_entries, json_schema_input_type=list[str] | dict[str, OutputOptions | None]),
 ]
 
 

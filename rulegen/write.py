@@ -121,12 +121,16 @@ def ruff_executable() -> list[str]:
 
 
 def format_sources(files: Mapping[str, str]) -> dict[str, str]:
-    """`ruff format` every module in one run; generated code is formatted like hand-written code."""
-    if not files:
-        return {}
+    """`ruff format` every module in one run; generated code is formatted like hand-written code.
+
+    Files other than modules (py.typed, pyproject.toml) are returned as they are.
+    """
+    modules = {rel: text for rel, text in files.items() if rel.endswith(".py")}
+    if not modules:
+        return dict(files)
     with tempfile.TemporaryDirectory(prefix="rulegen-format-") as tmp:
         root = Path(tmp)
-        for rel, text in files.items():
+        for rel, text in modules.items():
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
@@ -144,7 +148,7 @@ def format_sources(files: Mapping[str, str]) -> dict[str, str]:
                 raise RuntimeError(
                     f"ruff {command[0]} failed on generated code (a rulegen bug):\n{proc.stderr}{proc.stdout}"
                 )
-        return {rel: (root / rel).read_text() for rel in files}
+        return {**files, **{rel: (root / rel).read_text() for rel in modules}}
 
 
 @dataclass(frozen=True)
@@ -219,7 +223,7 @@ def _replace(path: Path, text: str) -> None:
 
 
 #: What `_replace` names a module or the manifest before it takes its place.
-TEMPORARIES = (".*.py.*.tmp", f".{MANIFEST}.*.tmp")
+TEMPORARIES = (".*.py.*.tmp", f".{MANIFEST}.*.tmp", ".py.typed.*.tmp", ".pyproject.toml.*.tmp")
 
 
 def remove_temporaries(out: Path) -> None:

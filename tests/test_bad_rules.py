@@ -224,6 +224,53 @@ def test_schema_is_json_schema_of_the_rule_format():
     assert {"$ref": "#/$defs/RuleFile"} in schema["anyOf"]
 
 
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = sorted(
+    [
+        *ROOT.glob("rules/*.yaml"),
+        *ROOT.glob("tests/right_rules/*.yaml"),
+        *ROOT.glob("tests/wrong_rules/*.yaml"),
+        *(ROOT.parent / "shared" / "examples").glob("*.yaml"),
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def schema_validator():
+    import json
+
+    import jsonschema
+
+    schema = json.loads(CliRunner().invoke(app, ["schema"]).output)
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_bundled_rule_file_validates_against_the_schema(path, schema_validator):
+    # rulegen's YAML reader, as an editor's YAML 1.2 reads `1e-7` (a number; PyYAML's 1.1 reads a string)
+    from rulegen.source import load_yaml
+
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in schema_validator.iter_errors(load_yaml(path))]
+    assert not errors, errors[:3]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "inputs: [x]\nforward: x\n",  # no name
+        "name: a\ninputs: {x: {domian: [0, 1]}}\nforward: x\n",  # a misspelt option
+        "name: a\ninputs: {x: {dtype: complex128}}\nforward: x\n",
+    ],
+)
+def test_the_schema_refuses_what_the_reader_refuses(text, schema_validator, tmp_path):
+    import yaml
+
+    assert list(schema_validator.iter_errors(yaml.safe_load(text)))
+    (tmp_path / "a.yaml").write_text(text)
+    result = CliRunner().invoke(app, ["build", str(tmp_path / "a.yaml"), "--out", str(tmp_path / "pkg")])
+    assert result.exit_code == 2, result.output
+
+
 def test_hostile_text_stays_data(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text = textwrap.dedent(

@@ -386,3 +386,36 @@ def test_a_build_killed_while_writing_leaves_nothing_the_next_build_mistakes(tmp
     assert not list((tmp_path / "pkg").rglob("*.tmp"))
     assert _build(rules, tmp_path / "fresh").exit_code == 0
     assert _files(tmp_path / "pkg") == _files(tmp_path / "fresh")
+
+
+@pytest.mark.parametrize("command", [["build"], ["test"], ["show", "anything"]])
+def test_no_rules_given_outside_a_project_says_what_to_do(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)  # no pyproject.toml from here up (tmp_path is outside the project), no rules/
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 2, result.output
+    assert "cannot read" not in result.output
+    assert "no rule files given" in result.output and "rulegen new NAME" in result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_no_rules_given_in_a_folder_with_rules_uses_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "sq.yaml").write_text("name: sq\ninputs: [x]\nforward: x**2\n")
+    result = CliRunner().invoke(app, ["build"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "generated" / "jax" / "sq.py").is_file()
+
+
+def test_no_generated_file_names_an_absolute_path_of_the_build_machine(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "theirs" / "rules").mkdir(parents=True)
+    (tmp_path / "theirs" / "rules" / "sq.yaml").write_text("name: sq\ninputs: [x]\nforward: x**2\n")
+    out = tmp_path / "mine" / "pkg"
+    result = CliRunner().invoke(app, ["build", str(tmp_path / "theirs" / "rules"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        assert str(tmp_path) not in path.read_text(), path
+    assert "# Source: ../theirs/rules/sq.yaml" in (out / "jax" / "sq.py").read_text()

@@ -98,3 +98,22 @@ def test_an_array_input_with_a_default_may_be_left_out(package):
     grad = torch.func.grad(lambda v: torch_pkg.shifted(v).sum())(torch.tensor(x))
     np.testing.assert_allclose(grad.numpy(), 1 + x, rtol=1e-15)
     np.testing.assert_allclose(jax.grad(lambda v: jax_pkg.shifted(v).sum())(jnp.asarray(x)), 1 + x, rtol=1e-15)
+
+
+def test_numbers_in_exponent_form_are_numbers_as_yaml_1_2_reads_them(tmp_path):
+    # PyYAML (YAML 1.1) reads `1e-3` and `1.5e3` as strings: the static's default was the string "1e-3".
+    from rulegen.spec import read_rule_file
+
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "name: r\ninputs:\n  x: {domain: [1e-7, 1.5e3]}\n  eps: {static: true, default: 1e-3}\n"
+        "forward: x + eps\nchecks: {points: [{at: {x: 2e0}, value: 2.001}]}\n"
+    )
+    (rule,) = read_rule_file(path)
+    x, eps = rule.inputs
+    assert x.domain == (1e-7, 1500.0)
+    assert eps.default == 1e-3 and isinstance(eps.default, float)
+    assert rule.checks.points[0].at == {"x": 2.0}
+    text = path.read_text().replace("default: 1e-3", 'default: "1e-3"')
+    path.write_text(text)  # quoted, it stays the string the author wrote
+    assert read_rule_file(path)[0].inputs[1].default == "1e-3"

@@ -6,15 +6,19 @@ The forward runs in torch through `jax.pure_callback`; reverse mode is a
 the same way, so `jax.grad` nests as deep as the rule's `depth`.  Forward
 mode is not bridged: a JVP would need torch's forward mode inside a
 callback that JAX cannot transpose.
+
+torch is imported on the first call, not with the package: importing the
+JAX rules must not cost a torch import where no bridged rule runs.
 """
 
 import jax
 import numpy as np
-import torch
 
 
 def _result_types(function, arrays):
     """Shapes and dtypes of `function`'s results, found by running it on meta tensors."""
+    import torch
+
     meta = [torch.empty(a.shape, dtype=_torch_dtype(a.dtype), device="meta") for a in arrays]
     try:
         results = function(*meta)
@@ -28,10 +32,14 @@ def _result_types(function, arrays):
 
 
 def _torch_dtype(dtype):
+    import torch
+
     return torch.from_numpy(np.zeros((), dtype=dtype)).dtype
 
 
 def _numpy_dtype(dtype):
+    import torch
+
     return torch.zeros((), dtype=dtype).numpy().dtype
 
 
@@ -39,6 +47,8 @@ def _host(function, types):
     """`function` on NumPy arrays, its results cast to the declared types."""
 
     def call(*values):
+        import torch
+
         tensors = [torch.from_numpy(np.array(v)) for v in values]
         with torch.no_grad():
             results = function(*tensors)
@@ -55,6 +65,8 @@ def _torch_vjp(function, count):
     """The torch function (arrays, cotangents) -> cotangents of the first `count` arrays."""
 
     def vjp(*values):
+        import torch
+
         arrays, cotangents = values[:count], values[count:]
         floating = [k for k, a in enumerate(arrays) if a.is_floating_point()]
 
