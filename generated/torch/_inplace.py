@@ -9,26 +9,8 @@ elsewhere they run out of place, as written.
 """
 
 import torch
-from torch._C._functorch import (
-    is_functorch_wrapped_tensor,
-    is_legacy_batchedtensor,
-    peek_interpreter_stack,
-)
-from torch.autograd import forward_ad
 
-
-def _plain_tensors(tensors):
-    """True when no torch.func transform, forward-mode AD or autograd recording sees `tensors`."""
-    if peek_interpreter_stack() is not None:
-        return False
-    # The autograd engine may run a backward of a batched gradient with the
-    # transform's tensors but not its stack, or with the legacy vmap's
-    # tensors (gradcheck's check_batched_grad).
-    if any(is_functorch_wrapped_tensor(t) or is_legacy_batchedtensor(t) for t in tensors):
-        return False
-    if any(forward_ad.unpack_dual(t).tangent is not None for t in tensors):
-        return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+from ._plain import plain_tensors
 
 
 def plain(*tensors):
@@ -40,4 +22,4 @@ def plain(*tensors):
         t.shape != first.shape or t.dtype != first.dtype for t in tensors
     ):
         return False
-    return _plain_tensors(tensors)
+    return plain_tensors(tensors)

@@ -1,9 +1,15 @@
-{#- Shared by the torch helpers: tensors that no transform or autograd recording is watching. -#}
+"""Tensors no transform or autograd recording watches: where generated bodies may take shortcuts."""
+
+import torch
+from torch._C._functorch import (
+    is_functorch_wrapped_tensor,
+    is_legacy_batchedtensor,
+    peek_interpreter_stack,
+)
 from torch.autograd import forward_ad
-from torch._C._functorch import is_functorch_wrapped_tensor, is_legacy_batchedtensor, peek_interpreter_stack
 
 
-def _plain_tensors(tensors):
+def plain_tensors(tensors):
     """True when no torch.func transform, forward-mode AD or autograd recording sees `tensors`."""
     if peek_interpreter_stack() is not None:
         return False

@@ -1,0 +1,1 @@
+"""The JAX helpers (`jax/_*.py` of a generated package)."""

@@ -1,0 +1,1 @@
+"""The torch helpers (`torch/_*.py` of a generated package)."""

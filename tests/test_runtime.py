@@ -1,0 +1,75 @@
+"""The runtime helpers (`rulegen/runtime/`), tested where they live, and copied verbatim into packages."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from rulegen.render import HELPER_HEADER, RUNTIME, helper_closure
+from rulegen.runtime.jax import _util as jax_util
+from rulegen.runtime.torch import _plain
+from rulegen.runtime.torch import _util as torch_util
+from tests.conftest import ROOT
+
+
+def test_generated_helpers_are_the_runtime_modules_verbatim():
+    helpers = sorted(p.relative_to(ROOT / "generated").as_posix() for p in (ROOT / "generated").glob("*/_[!_]*.py"))
+    assert helpers, "generated/ holds no helper"
+    for rel in helpers:
+        assert (ROOT / "generated" / rel).read_text() == HELPER_HEADER + (RUNTIME / rel).read_text(), rel
+
+
+def test_a_helper_brings_the_helpers_it_imports():
+    assert helper_closure(["torch/_inplace.py"]) == {"torch/_inplace.py", "torch/_plain.py"}
+    assert helper_closure(["torch/_fuse.py", "jax/_util.py"]) == {"torch/_fuse.py", "torch/_plain.py", "jax/_util.py"}
+
+
+@pytest.mark.parametrize(
+    ("shape", "target", "expected"),
+    [((2, 3), (3,), [2.0, 2.0, 2.0]), ((2, 3), (1, 3), [[2.0, 2.0, 2.0]]), ((2, 3), (2, 1), [[3.0], [3.0]])],
+)
+def test_sum_to_shape_sums_the_broadcast_axes(shape, target, expected):
+    np.testing.assert_array_equal(jax_util.sum_to_shape(jnp.ones(shape), target), np.array(expected))
+
+
+def test_as_arrays_promotes_integers_to_the_float_arguments_dtype_and_refuses_complex():
+    x, k = jax_util.as_arrays("r", ("x", "k"), "ff", jnp.ones(2, jnp.float32), np.arange(2))
+    assert x.dtype == jnp.float32 and k.dtype == jnp.float32
+    (number,) = jax_util.as_arrays("r", ("x",), "f", 2)
+    assert jnp.result_type(number) == jnp.result_type(float)
+    with pytest.raises(TypeError, match="r: complex inputs are not supported yet"):
+        jax_util.as_arrays("r", ("z",), "f", jnp.ones(2, jnp.complex64))
+
+
+def test_as_tensors_reads_numbers_and_arrays_as_torch_arithmetic_would():
+    x = torch.ones(2, dtype=torch.float64)
+    _, s, k, m = torch_util.as_tensors("r", ("x", "s", "k", "m"), "ffib", x, 0.5, [1, 2], [True, False])
+    assert s.dtype == torch.float64 and s.item() == 0.5
+    assert k.dtype == torch.int64 and m.dtype == torch.bool
+    (n,) = torch_util.as_tensors("r", ("n",), "f", np.arange(3))
+    assert n.dtype == torch.get_default_dtype()
+    (same,) = torch_util.as_tensors("r", ("x",), "f", x)
+    assert same is x  # nothing to convert: no copy
+    with pytest.raises(TypeError, match="complex"):
+        torch_util.as_tensors("r", ("z",), "f", 1j)
+
+
+def test_fresh_outputs_copies_only_returned_inputs():
+    x, y = torch.ones(2), torch.zeros(2)
+    a, b = torch_util.fresh_outputs((x, y * 2), x)
+    assert a is not x and torch.equal(a, x) and b is not y
+
+
+def test_plain_tensors_only_where_nothing_watches():
+    x = torch.ones(3)
+    assert _plain.plain_tensors([x])
+    assert not _plain.plain_tensors([x.requires_grad_()])
+    with torch.no_grad():
+        assert _plain.plain_tensors([x])
+    seen = []
+    torch.func.vmap(lambda t: seen.append(_plain.plain_tensors([t])) or t)(torch.ones(2, 3))
+    assert seen == [False]
+    jax.config.update("jax_enable_x64", True)  # leave JAX as conftest set it
