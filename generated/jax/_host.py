@@ -9,6 +9,7 @@ rule to a tangent), and its batching rule binds the primitive again, so the
 rule stays in force under `vmap` of `grad` and the rest.
 """
 
+import functools
 import inspect
 
 import jax
@@ -17,6 +18,8 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
 from jax.interpreters import batching as jax_batching
+
+from ._util import varying_like
 
 _RESULT_DTYPES = {"int": np.int64, "bool": np.bool_}
 
@@ -113,10 +116,13 @@ class HostRule:
                 for r, t in zip(results, types, strict=True)
             )
 
-        return jax.pure_callback(host, tuple(types), *arrays, vmap_method="sequential")
+        results = jax.pure_callback(host, tuple(types), *arrays, vmap_method="sequential")
+        return varying_like(results, *arrays)
 
     def _abstract(self, *avals, statics):
-        return [jax.core.ShapedArray(t.shape, t.dtype) for t in self._result_types(avals, statics)]
+        # Traced rather than built: the results' types carry what the
+        # arguments' do beyond shape and dtype (varying mesh axes).
+        return jax.make_jaxpr(functools.partial(self._impl, statics=statics))(*avals).out_avals
 
     # ------------------------------------------------------------ derivatives
 

@@ -54,3 +54,35 @@ def as_arrays(rule, names, kinds, *values):
         jax.tree.map(lambda leaf, n=name, k=kind: read(n, k, leaf), value)
         for name, kind, value in zip(names, kinds, values, strict=True)
     )
+
+
+def varying_axes(*arrays):
+    """The manual mesh axes (of `shard_map`) along which any of `arrays` varies; () outside one."""
+    axes = set()
+    for leaf in jax.tree.leaves(arrays):
+        aval = jax.typeof(leaf)
+        mat = getattr(aval, "manual_axis_type", None)  # JAX 0.10; earlier, `vma`
+        axes |= set(mat.varying) if mat is not None else set(getattr(aval, "vma", ()))
+    return tuple(sorted(axes))
+
+
+def varying_like(results, *arrays):
+    """`results` of a host callback, typed as varying along the mesh axes that `arrays` vary along.
+
+    Under `shard_map`, JAX types a callback's results as the same on every
+    shard; a host rule computes them from its shard, so they vary as its
+    inputs do, and its derivatives must have the inputs' types.
+    """
+    axes = varying_axes(*arrays)
+    if not axes:
+        return results
+
+    def cast(result):
+        missing = tuple(a for a in axes if a not in varying_axes(result))
+        if not missing:
+            return result
+        if hasattr(jax.lax, "pcast"):
+            return jax.lax.pcast(result, missing, to="varying")
+        return jax.lax.pvary(result, missing)
+
+    return jax.tree.map(cast, results)

@@ -13,6 +13,8 @@ JAX rules must not cost a torch import where no bridged rule runs.
 import jax
 import numpy as np
 
+from ._util import varying_like
+
 
 def _result_types(function, arrays):
     """Shapes and dtypes of `function`'s results, found by running it on meta tensors."""
@@ -100,9 +102,10 @@ class TorchBridge:
 
         def call(*arrays):
             types = _result_types(function, arrays)
-            return jax.pure_callback(
+            results = jax.pure_callback(
                 _host(function, types), types, *arrays, vmap_method="sequential"
             )
+            return varying_like(results, *arrays)
 
         @jax.custom_vjp
         def bridged(*arrays):

@@ -52,8 +52,9 @@ def _impl(*operands, apply, transpose, statics, n_known, axes):
 
 
 def _abstract(*avals, **params):
-    shapes = jax.eval_shape(functools.partial(_impl, **params), *avals)
-    return [jax.core.ShapedArray(s.shape, s.dtype) for s in shapes]
+    # Traced rather than built from shapes and dtypes: the results' types keep
+    # what the arguments' carry beyond those (the varying axes of shard_map).
+    return jax.make_jaxpr(functools.partial(_impl, **params))(*avals).out_avals
 
 
 def _jvp_rule(primals, tangents, *, apply, transpose, statics, n_known, axes):

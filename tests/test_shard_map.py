@@ -1,0 +1,71 @@
+"""Rules under `shard_map` with its default `check_vma=True`, on two host devices.
+
+The `linear_map` primitive and host rules built their results' types from
+shape and dtype alone, dropping the mesh axes the values vary along:
+softmax, l2_normalize, logsumexp, host and bridged rules failed to trace.
+JAX reads the device count once, so the check runs in a fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+# Rules that act along the last axis (or elementwise): each shard of rows is a call of its own.
+ROW_WISE = [
+    "softmax",  # linear_map
+    "l2_normalize",
+    "logsumexp",
+    "scipy_erfcx",  # host (NumPy) primitive
+    "numpy_sort",
+    "torch_mish",  # bridged to torch
+    "f_softplus",
+    "clip_gradient",
+]
+
+SCRIPT = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+import generated.jax as rules
+
+shard_map = getattr(jax, "shard_map", None)
+if shard_map is None:
+    from jax.experimental.shard_map import shard_map
+mesh = Mesh(np.array(jax.devices()), ("rows",))
+x = jnp.asarray(np.random.default_rng(0).normal(size=(4, 5)))
+w = jnp.asarray(np.random.default_rng(1).normal(size=(4, 5)))
+found = {}
+for name in sys.argv[1:]:
+    rule = getattr(rules, name)
+    call = (lambda a: rule(-0.5, 0.5, a)) if name == "clip_gradient" else rule
+    sharded = shard_map(call, mesh=mesh, in_specs=P("rows"), out_specs=P("rows"))
+    try:
+        value = jax.jit(sharded)(x)
+        grad = jax.jit(jax.grad(lambda a: jnp.sum(w * jnp.broadcast_to(sharded(a).T, w.T.shape).T)))(x)
+        want_grad = jax.grad(lambda a: jnp.sum(w * jnp.broadcast_to(call(a).T, w.T.shape).T))(x)
+        found[name] = [float(jnp.max(jnp.abs(value - call(x)))), float(jnp.max(jnp.abs(grad - want_grad)))]
+    except Exception as exc:
+        found[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+print(json.dumps(found))
+"""
+
+
+def test_rules_under_shard_map_match_the_unsharded_call():
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "JAX_PLATFORMS": "cpu",
+        "JAX_ENABLE_X64": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *ROW_WISE], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    failed = {name: r for name, r in found.items() if not (isinstance(r, list) and max(r) < 1e-12)}
+    assert not failed, failed
