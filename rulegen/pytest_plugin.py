@@ -1,28 +1,79 @@
-"""A pytest plugin: `pytest rules/` runs rulegen's checks, one test item per rule and check.
+"""A pytest plugin: `pytest myrules/` runs rulegen's checks, one test item per rule and check.
 
-Rule files are collected from folders named `rules` or `examples`, and from
-any YAML file named on the command line.  Each file is built once, the first
-time one of its items runs; a failed check fails its item with the numbers,
-a check that cannot apply is skipped with its reason.
+Installing rulegen registers this plugin in every project, so it collects
+YAML files (`.yaml`, `.yml`) as rule files only where asked to:
+
+- a YAML file named on the command line (`pytest rules/gelu.yaml`), or given
+  as an initial path some other way (a YAML file in `testpaths`);
+- the YAML files under a folder named on the command line, whatever its
+  name (`pytest myrules`, recursively);
+- the YAML files under the folders (or the files) of the `rulegen_rules` ini
+  option (type "paths": relative to the ini file, wherever pytest runs).
+  Plain `pytest` run in the rootdir collects them beside the `testpaths`,
+  even when they lie outside them; `pytest tests/` collects only what it
+  names.
+
+Nothing else: a project that does not set `rulegen_rules` and runs plain
+`pytest` gets no rule items, whatever its folders are called.  A folder on
+the command line is taken whole, though: `pytest tests/` collects the YAML
+files kept under `tests/` as data too.
+
+Each file is built once, the first time one of its items runs; a failed
+check fails its item with the numbers, a check that cannot apply is skipped
+with its reason.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-RULE_FOLDERS = {"rules", "examples"}
+RULES_INI = "rulegen_rules"
+
+
+def _ini_rule_paths(config: pytest.Config) -> list[Path]:
+    """The `rulegen_rules` paths, absolute and normalized like pytest's own paths."""
+    return [Path(os.path.abspath(p)) for p in config.getini(RULES_INI)]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    paths = _ini_rule_paths(config)
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise pytest.UsageError(f"{RULES_INI}: no such file or folder: {', '.join(missing)}")
+    # Plain `pytest` in the rootdir: the project's rule folders join the testpaths
+    # (or the rootdir) as initial paths, unless one of those holds them already.
+    plain = config.args_source == pytest.Config.ArgsSource.TESTPATHS or (
+        config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR
+        and config.invocation_params.dir == config.rootpath
+    )
+    if not plain or config.option.pyargs:
+        return
+    initial = [Path(os.path.abspath(config.invocation_params.dir / arg)) for arg in config.args]
+    for path in paths:
+        if not any(path == i or i in path.parents for i in initial):
+            config.args.append(str(path))
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix not in (".yaml", ".yml"):
-        return None
-    if file_path.parent.name in RULE_FOLDERS or parent.session.isinitpath(file_path):
+    if file_path.suffix in (".yaml", ".yml") and _is_rule_file(file_path, parent.session):
         return RuleFile.from_parent(parent, path=file_path)
     return None
+
+
+def _is_rule_file(file_path: Path, session: pytest.Session) -> bool:
+    if session.isinitpath(file_path):
+        return True
+    if any(p == file_path or p in file_path.parents for p in _ini_rule_paths(session.config)):
+        return True
+    # Under a folder named on the command line (not one that pytest chose: testpaths, the rootdir).
+    return session.config.args_source == pytest.Config.ArgsSource.ARGS and any(
+        session.isinitpath(folder) for folder in file_path.parents
+    )
 
 
 class RuleFile(pytest.File):
@@ -91,4 +142,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--rulegen-seed", dest="rulegen_seed", default=0, help="seed of rulegen's random check points")
     group.addoption(
         "--rulegen-compile", dest="rulegen_compile", action="store_true", help="also check torch.compile (slow)"
+    )
+    parser.addini(
+        RULES_INI,
+        type="paths",
+        default=[],
+        help="rulegen: the project's rule folders (or files), relative to the ini file; "
+        "their YAML files are collected as rules, and plain `pytest` in the rootdir runs them",
     )
