@@ -6,7 +6,9 @@ YAML files (`.yaml`, `.yml`) as rule files only where asked to:
 - a YAML file named on the command line (`pytest rules/gelu.yaml`), or given
   as an initial path some other way (a YAML file in `testpaths`);
 - the YAML files under a folder named on the command line, whatever its
-  name (`pytest myrules`, recursively);
+  name (`pytest myrules`, recursively), that have a rule file's top-level
+  key (`forward:` or `rules:`), so that YAML data kept with a project's
+  tests is left alone;
 - the YAML files under the folders (or the files) of the `rulegen_rules` ini
   option (type "paths": relative to the ini file, wherever pytest runs).
   Plain `pytest` run in the rootdir collects them beside the `testpaths`,
@@ -14,9 +16,7 @@ YAML files (`.yaml`, `.yml`) as rule files only where asked to:
   names.
 
 Nothing else: a project that does not set `rulegen_rules` and runs plain
-`pytest` gets no rule items, whatever its folders are called.  A folder on
-the command line is taken whole, though: `pytest tests/` collects the YAML
-files kept under `tests/` as data too.
+`pytest` gets no rule items, whatever its folders are called.
 
 Each file is built once, the first time one of its items runs; a failed
 check fails its item with the numbers, a check that cannot apply is skipped
@@ -26,6 +26,7 @@ with its reason.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,10 +71,26 @@ def _is_rule_file(file_path: Path, session: pytest.Session) -> bool:
         return True
     if any(p == file_path or p in file_path.parents for p in _ini_rule_paths(session.config)):
         return True
-    # Under a folder named on the command line (not one that pytest chose: testpaths, the rootdir).
-    return session.config.args_source == pytest.Config.ArgsSource.ARGS and any(
-        session.isinitpath(folder) for folder in file_path.parents
+    # Under a folder named on the command line (not one that pytest chose: testpaths, the rootdir),
+    # and a rule file by its top-level keys: YAML data kept beside a project's tests is no rule.
+    return (
+        session.config.args_source == pytest.Config.ArgsSource.ARGS
+        and any(session.isinitpath(folder) for folder in file_path.parents)
+        and looks_like_rules(file_path)
     )
+
+
+_RULE_KEY = re.compile(r"^(?:forward|rules)[ \t]*:", re.MULTILINE)
+
+
+def looks_like_rules(path: Path) -> bool:
+    """Whether a YAML file has a rule file's top-level key (`forward:` of a rule, or `rules:`)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(1 << 16).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return _RULE_KEY.search(head) is not None
 
 
 class RuleFile(pytest.File):

@@ -133,3 +133,17 @@ def test_rule_checks_run_end_to_end(pytester: pytest.Pytester, monkeypatch: pyte
     assert status["bad_cube::jvp_fd"] == "FAILED"
     result.stdout.fnmatch_lines(["*bad_cube: check jvp_fd failed:*"])
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_yaml_data_under_a_folder_on_the_command_line_is_not_a_rule(pytester: pytest.Pytester) -> None:
+    # A project without the option: `pytest tests` must not read its YAML fixtures as rules.
+    pytester.makeini("[pytest]\n")
+    (pytester.path / "tests" / "data").mkdir(parents=True)
+    (pytester.path / "tests" / "data" / "config.yaml").write_text("model: {layers: 3}\nname: not a rule\n")
+    (pytester.path / "tests" / "data" / "sq.yaml").write_text(SQ)
+    (pytester.path / "tests" / "test_x.py").write_text(TRIVIAL_TEST)
+    result = run(pytester, "--collect-only", "-q", "tests")
+    assert result.ret == pytest.ExitCode.OK
+    assert sorted(collected(result)) == sorted(["tests/test_x.py::test_x", *items("tests/data/sq.yaml", "sq")])
+    named = run(pytester, "--collect-only", "-q", "tests/data/config.yaml")  # named itself: taken as a rule file
+    assert named.ret != pytest.ExitCode.OK
