@@ -199,14 +199,10 @@ def _forward_modes(rule: Rule, known: Sequence[str]) -> tuple[dict[str, str], bo
     from rulegen.snippet import SnippetDerivation
 
     derivation = _derived(rule, tuple(sorted(known)))
-    if isinstance(derivation, SnippetDerivation):
-        elementwise = derivation.forward["torch"].kind == "sympy" or (
-            derivation.host and rule.batching == "elementwise"
-        )
-        return dict(derivation.no_forward_mode), elementwise
-    if rule.mode == "vjp":
-        return {"jax": "mode: vjp: JAX's custom_vjp has no forward mode"}, True
-    return {}, True
+    elementwise = not isinstance(derivation, SnippetDerivation) or (
+        derivation.forward["torch"].kind == "sympy" or (derivation.host and rule.batching == "elementwise")
+    )
+    return dict(derivation.routes.no_forward_mode), elementwise
 
 
 def _pointwise(s: _Subject) -> None:

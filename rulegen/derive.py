@@ -24,6 +24,7 @@ import sympy as sp
 from rulegen.errors import Loc, SpecError, SpecErrors
 from rulegen.expr import parse_expression
 from rulegen.forms import canonical
+from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
 
@@ -49,7 +50,7 @@ class Derivation:
     jvp_partials: Partials
     vjp_partials: Partials
     residual_partials: Partials
-    mode: str
+    routes: Routes
 
     @property
     def diff_inputs(self) -> tuple[Input, ...]:
@@ -222,7 +223,9 @@ class _Deriver:
         residual_partials = self.residual_partials(forward, residuals, jvp_partials)
         if self.errors:
             raise SpecErrors(self.errors)
-        mode = "vjp" if rule.mode == "vjp" else "jvp"
+        routes = choose_routes(
+            Gives(rule.name, symbolic=True, jvp=rule.jvp is not None, vjp=rule.vjp is not None, mode=rule.mode)
+        )
         return Derivation(
             rule=rule,
             symbols=MappingProxyType(self.symbols),
@@ -231,7 +234,7 @@ class _Deriver:
             jvp_partials=MappingProxyType(jvp_partials),
             vjp_partials=MappingProxyType(vjp_partials),
             residual_partials=MappingProxyType(residual_partials),
-            mode=mode,
+            routes=routes,
         )
 
     def derive_residuals(self) -> dict[str, sp.Expr]:

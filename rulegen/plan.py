@@ -27,6 +27,7 @@ from rulegen.functions import one_plus_erf, sigmoid, sigmoid_product, silu, soft
 from rulegen.inplace import InPlaceWriter
 from rulegen.lines import Assign, Block
 from rulegen.printers import print_jax, print_torch, print_torch_compiled
+from rulegen.routes import JaxRoute
 from rulegen.snippet import Code, SnippetDerivation
 from rulegen.spec import Input, Rule
 
@@ -693,7 +694,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
     tangents: tuple[str, ...] = ()
     cotangents: tuple[str, ...] = ()
     saved: tuple[str, ...] = ()
-    if d.mode == "jvp":
+    if d.routes.jax != JaxRoute.CUSTOM_VJP:
         tangents = tuple(f"{n}_dot" if n in diff_inputs else "_" for n in arrays)
         results = []
         for o in rule.outputs:
@@ -755,7 +756,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         nondiff_argnums=tuple(k for k, i in enumerate(rule.inputs) if i.static),
         statics=tuple(i.name for i in rule.inputs if i.static),
         arrays=arrays,
-        custom="custom_jvp" if d.mode == "jvp" else "custom_vjp",
+        custom="custom_vjp" if d.routes.jax == JaxRoute.CUSTOM_VJP else "custom_jvp",
         forward=forward,
         tangents=tangents,
         primal_call=f"{rule.name}({', '.join(i.name for i in rule.inputs)})",
@@ -1369,7 +1370,7 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
     methods: list[Function] = []
     tail: list[str] = []
     decorator = ""
-    route = d.jax_route
+    route = d.routes.jax
     refusal = array_arguments(rule, "as_arrays")
     prologue = (*_doc_lines(header), *([refusal] if refusal else []))
 
@@ -1627,12 +1628,12 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     # recomputed from saved inputs where a derivative reads them, so that
     # torch differentiates their dependence on the inputs at second order.
     values = (*p.outputs, *p.returned) if host else p.outputs
-    needed = p.reads("vjp" if d.torch_backward == "given" else "jvp")
-    needed |= p.reads("jvp" if d.torch_jvp == "given" else "vjp") if d.torch_jvp != "none" else set()
-    if d.torch_jvp not in ("given", "none"):
+    needed = p.reads("vjp" if d.routes.torch_backward == "given" else "jvp")
+    needed |= p.reads("jvp" if d.routes.torch_jvp == "given" else "vjp") if d.routes.torch_jvp != "none" else set()
+    if d.routes.torch_jvp not in ("given", "none"):
         # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
         needed |= set(p.diff_outputs)
-    if d.torch_backward != "given":
+    if d.routes.torch_backward != "given":
         # The VJP of the JVP takes zeros like the inputs, whether or not the JVP body reads them.
         needed |= set(p.diff_inputs)
     if not host and needed & set(p.returned):
@@ -1671,8 +1672,8 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     statics = [s for s in p.statics if s in needed]
     # Cotangents summed back to the inputs' shapes, kept on ctx: by the given
     # VJP in backward, and by the transposed VJP that is the forward mode.
-    transposed_vjp = d.torch_jvp not in ("given", "none")
-    shapes = [i for i in p.diff_inputs if p.broadcastable and (d.torch_backward == "given" or transposed_vjp)]
+    transposed_vjp = d.routes.torch_jvp not in ("given", "none")
+    shapes = [i for i in p.diff_inputs if p.broadcastable and (d.routes.torch_backward == "given" or transposed_vjp)]
     non_diff = [o.name for o in rule.outputs if not o.differentiable] + (list(p.returned) if host else [])
     setup = []
     kept = set(saved) | set(statics) | set(shapes)
@@ -1704,7 +1705,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     bars = [f"{n}_bar" if n in p.diff_outputs else f"_{n}_bar" for n in values]
     lines = unpack()
     grads = [f"{i}_bar" for i in p.diff_inputs]
-    if d.torch_backward == "given":
+    if d.routes.torch_backward == "given":
         lines.append(f"{_tuple(grads)} = {_call(p.code('vjp'))}")  # type: ignore[arg-type]
     else:
         dots = [f"{i}_dot" for i in p.diff_inputs]
@@ -1728,13 +1729,13 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     # jvp
     dots_in = [f"{n}_dot" if n in p.diff_inputs else f"_{n}_dot" for n in p.inputs]
     out_dots = [f"{o}_dot" for o in p.diff_outputs]
-    if d.torch_jvp == "none":
-        reason = d.no_forward_mode.get("torch", f"{rule.name} has no forward-mode rule")
+    if d.routes.torch_jvp == "none":
+        reason = d.routes.no_forward_mode.get("torch", f"{rule.name} has no forward-mode rule")
         pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
         lines = ["raise NotImplementedError(", *(f"    {piece!r}" for piece in pieces), ")"]
     else:
         lines = unpack()
-        if d.torch_jvp == "given":
+        if d.routes.torch_jvp == "given":
             lines.append(f"{_tuple(out_dots)} = {_call(p.code('jvp'))}")  # type: ignore[arg-type]
         else:
             out_bars = [f"{o}_bar" for o in p.diff_outputs]

@@ -16,12 +16,12 @@ import difflib
 import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import sympy as sp
 
 from rulegen.errors import Loc, SpecError, SpecErrors
+from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
 
 #: Modules each kind of body sees, by the names it uses for them.
@@ -123,19 +123,7 @@ BackendCode = Mapping[str, Code]  # backend ("jax", "torch") -> the code it runs
 
 @dataclass(frozen=True)
 class SnippetDerivation:
-    """A rule with at least one snippet body: what each backend runs, and which route carries it.
-
-    `jax_route`: `custom_jvp` (the JVP body; reverse mode by JAX's
-    transposition), `linear_map` (a custom_jvp whose tangent map is a
-    primitive applying the JVP body and transposed by the VJP body),
-    `transpose` (a custom_jvp whose JVP is the linear
-    transpose of the VJP body), `custom_vjp`, `primitive` (a host body as a
-    JAX primitive with JVP, transpose and batching rules), `bridge` (a
-    torch-only body called from JAX), or `plain` (no rule: the body is
-    differentiated as it is).  `torch_jvp`/`torch_backward` say where torch's
-    forward and reverse mode come from; `no_forward_mode` says, per backend,
-    why a rule has none.
-    """
+    """A rule with at least one snippet body: what each backend runs, and which routes carry it (`rulegen.routes`)."""
 
     rule: Rule
     forward: BackendCode
@@ -143,10 +131,7 @@ class SnippetDerivation:
     vjp: BackendCode | None
     residuals: tuple[tuple[str, BackendCode], ...]
     returned_residuals: tuple[str, ...]
-    jax_route: str
-    torch_jvp: str  # "given", "transpose" (of the VJP) or "none"
-    torch_backward: str  # "given", "transpose" (of the JVP) or "none"
-    no_forward_mode: Mapping[str, str]
+    routes: Routes
 
     @property
     def diff_inputs(self) -> tuple[Input, ...]:
@@ -309,43 +294,18 @@ class _SnippetDeriver:
         if torch_only and rule.jvp is not None and rule.vjp is None:
             raise SpecErrors([SpecError(rule.loc, "a torch-only rule reaches JAX through its VJP: give `vjp` too")])
 
-        transposable = rule.checks.true_derivative
-        not_linear = (
-            f"{rule.name} has no forward mode: its VJP is not the derivative of its forward "
-            "(true_derivative: false), so it is not a linear map that can be transposed"
+        routes = choose_routes(
+            Gives(
+                rule.name,
+                symbolic=False,
+                jvp=jvp is not None,
+                vjp=vjp is not None,
+                host=host,
+                torch_only=torch_only,
+                mode=rule.mode,
+                true_derivative=rule.checks.true_derivative,
+            )
         )
-        no_forward: dict[str, str] = {}
-        if torch_only:
-            jax_route = "bridge"
-            no_forward["jax"] = "a torch-only rule reaches JAX through callbacks that carry reverse mode only"
-        elif host:
-            jax_route = "primitive"
-        elif jvp is None and vjp is None:
-            jax_route = "plain"
-        elif rule.mode == "vjp":
-            jax_route = "custom_vjp"
-            no_forward["jax"] = "mode: vjp: JAX's custom_vjp has no forward mode"
-        elif jvp is not None and vjp is not None:
-            jax_route = "linear_map"
-        elif jvp is not None:
-            jax_route = "custom_jvp"
-        elif transposable:
-            jax_route = "transpose"
-        else:
-            jax_route = "custom_vjp"
-            no_forward["jax"] = not_linear
-        if jvp is not None:
-            torch_jvp = "given"
-        elif vjp is not None and transposable:
-            torch_jvp = "transpose"
-        elif vjp is not None:
-            torch_jvp = "none"
-            no_forward["torch"] = not_linear
-        else:
-            torch_jvp = "none"
-        if host and jvp is None and vjp is not None and not transposable:
-            no_forward["jax"] = not_linear
-        torch_backward = "given" if vjp is not None else ("transpose" if jvp is not None else "none")
         if host and not isinstance(rule.batching, str):
             raise SpecErrors(
                 [SpecError(rule.batching.loc, "batching bodies are not supported yet: use elementwise or sequential")]
@@ -361,10 +321,7 @@ class _SnippetDeriver:
             vjp=vjp,
             residuals=tuple(residuals),
             returned_residuals=tuple(self.returned),
-            jax_route=jax_route,
-            torch_jvp=torch_jvp,
-            torch_backward=torch_backward,
-            no_forward_mode=MappingProxyType(no_forward),
+            routes=routes,
         )
 
 

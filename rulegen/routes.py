@@ -1,0 +1,121 @@
+"""Which route carries a rule in each backend: one decision, made once, read by everyone else.
+
+A rule reaches JAX by one of seven routes and gets torch's two modes from
+one of four sources.  `choose_routes` decides from what the rule gives; the
+derivations carry its answer, the planners build the route it names, and
+`rulegen test` reads from it which modes a backend lacks, and why.
+
+JAX routes, first row that applies:
+
+| the rule has                                 | JAX route    | forward mode          |
+|----------------------------------------------|--------------|-----------------------|
+| a `torch:`-only forward                      | `bridge`     | none (callbacks)      |
+| a `numpy:` (host) forward                    | `primitive`  | the JVP, or the VJP transposed |
+| snippet bodies, no `jvp` and no `vjp`        | `plain`      | JAX's own             |
+| `mode: vjp`                                  | `custom_vjp` | none                  |
+| both a `jvp` and a `vjp`                     | `linear_map` | the JVP; reverse mode is the VJP |
+| a `jvp`, or symbolic partials (given or derived) | `custom_jvp` | the JVP; reverse mode by transposition |
+| a snippet `vjp` that is the true derivative  | `transpose`  | the VJP transposed    |
+| a snippet `vjp` that is not (`true_derivative: false`) | `custom_vjp` | none  |
+
+torch (always an `autograd.Function`, or the plain body for `plain`):
+`jvp` and `backward` each come from the rule (`given`), from the other mode
+by linear transposition (`transpose`: a VJP transposes only when it is the
+true derivative), from sympy (`derived`), or not at all (`none`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class JaxRoute(StrEnum):
+    CUSTOM_JVP = "custom_jvp"
+    CUSTOM_VJP = "custom_vjp"
+    LINEAR_MAP = "linear_map"
+    TRANSPOSE = "transpose"
+    PRIMITIVE = "primitive"
+    BRIDGE = "bridge"
+    PLAIN = "plain"
+
+
+class Source(StrEnum):
+    """Where one of torch's modes comes from."""
+
+    GIVEN = "given"
+    TRANSPOSE = "transpose"
+    DERIVED = "derived"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class Gives:
+    """What a rule gives that the choice depends on."""
+
+    name: str
+    symbolic: bool  # every body is a sympy expression
+    jvp: bool
+    vjp: bool
+    host: bool = False  # a `numpy:` forward
+    torch_only: bool = False  # a `torch:` forward without a JAX one
+    mode: str = "auto"
+    true_derivative: bool = True
+
+
+@dataclass(frozen=True)
+class Routes:
+    jax: JaxRoute
+    torch_jvp: Source
+    torch_backward: Source
+    # Per backend without forward mode ("jax", "torch"): why, as `rulegen test` reports it.
+    no_forward_mode: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def choose_routes(gives: Gives) -> Routes:
+    """The routes of a rule (see the module's table)."""
+    not_linear = (
+        f"{gives.name} has no forward mode: its VJP is not the derivative of its forward "
+        "(true_derivative: false), so it is not a linear map that can be transposed"
+    )
+    no_forward: dict[str, str] = {}
+    if gives.torch_only:
+        jax = JaxRoute.BRIDGE
+        no_forward["jax"] = "a torch-only rule reaches JAX through callbacks that carry reverse mode only"
+    elif gives.host:
+        jax = JaxRoute.PRIMITIVE
+        if not gives.jvp and gives.vjp and not gives.true_derivative:
+            no_forward["jax"] = not_linear
+    elif gives.mode == "vjp":
+        jax = JaxRoute.CUSTOM_VJP
+        no_forward["jax"] = "mode: vjp: JAX's custom_vjp has no forward mode"
+    elif gives.symbolic:
+        jax = JaxRoute.LINEAR_MAP if gives.jvp and gives.vjp else JaxRoute.CUSTOM_JVP
+    elif not gives.jvp and not gives.vjp:
+        jax = JaxRoute.PLAIN
+    elif gives.jvp and gives.vjp:
+        jax = JaxRoute.LINEAR_MAP
+    elif gives.jvp:
+        jax = JaxRoute.CUSTOM_JVP
+    elif gives.true_derivative:
+        jax = JaxRoute.TRANSPOSE
+    else:
+        jax = JaxRoute.CUSTOM_VJP
+        no_forward["jax"] = not_linear
+
+    if gives.symbolic:
+        torch_jvp = Source.GIVEN if gives.jvp else Source.DERIVED
+        torch_backward = Source.GIVEN if gives.vjp else Source.DERIVED
+    else:
+        if gives.jvp:
+            torch_jvp = Source.GIVEN
+        elif gives.vjp and gives.true_derivative:
+            torch_jvp = Source.TRANSPOSE
+        else:
+            torch_jvp = Source.NONE
+            if gives.vjp:
+                no_forward["torch"] = not_linear
+        torch_backward = Source.GIVEN if gives.vjp else (Source.TRANSPOSE if gives.jvp else Source.NONE)
+    return Routes(jax, torch_jvp, torch_backward, MappingProxyType(no_forward))
