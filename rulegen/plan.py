@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import functools
 import math
-import re
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -45,9 +44,15 @@ class Reads:
 
 
 def _mentioned(names: Iterable[str], texts: Iterable[str]) -> list[str]:
-    """The `names` that the code `texts` reads, in order."""
-    code = "\n".join(texts)
-    return [n for n in names if re.search(rf"\b{n}\b", code)]
+    """The `names` the code `texts` reads as variables (`x.shape` reads no `shape`), in order."""
+    read = frozenset().union(*map(_names_read, texts))
+    return [n for n in names if n in read]
+
+
+@functools.cache
+def _names_read(code: str) -> frozenset[str]:
+    """The variables a statement, or an expression list such as a block's results, names."""
+    return frozenset(node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name))
 
 
 def _reads(saved: Sequence[str], statics: Sequence[str], texts: Iterable[str]) -> Reads:
@@ -742,7 +747,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         lets = [(n, e) for n, e in residuals.items() if n in used]
         used |= _used(e for _, e in lets)
         bwd = emit.block(lets, results)
-        used |= {i for i in arrays if f"({i})" in bwd.result}
+        used |= set(_mentioned(arrays, [bwd.result]))
         saved = tuple(n for n in (*arrays, *outputs) if n in used)
 
     imports = {"import jax", *emit.imports}

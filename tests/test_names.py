@@ -240,3 +240,21 @@ def test_a_static_named_self_reaches_a_host_rule(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["2.0", "3.0"]
+
+
+def test_an_attribute_is_not_a_read_of_the_input_it_is_named_like(tmp_path):
+    # `.sum_to_size(x.shape)` read `shape` to the regex that found what a body reads:
+    # the static `shape`, unused by the backward, was unpacked from ctx all the same.
+    from rulegen.build import generate_rule
+
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "name: scaled_prod\ninputs:\n  x: {shape: [3, 1]}\n  y: {shape: [1, 4]}\n"
+        "  shape: {static: true, default: 2.0}\nforward: x * y + shape\n"
+    )
+    (rule,) = read_rules([path])
+    torch_module = generate_rule(rule)["torch/scaled_prod.py"]
+    tree = ast.parse(torch_module)
+    backward = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "backward")
+    assert "sum_to_size(x.shape)" in ast.unparse(backward)
+    assert "ctx.shape" not in ast.unparse(backward)
