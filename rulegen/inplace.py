@@ -68,6 +68,10 @@ class InPlaceWriter:
         self.tensors = set(tensors)
         self.names = names
         self.steps: list[Assign] = []
+        # Temporaries that hold a selection (a Piecewise): `sp.cse` names a
+        # shared `torch.where(x > 0, 1, 0)`, and the expressions that read it
+        # then have no Piecewise in them to tell.
+        self.selections: set[str] = set()
 
     def assign(self, target: str, expr: sp.Expr) -> None:
         """Compute `expr` into `target`, which later steps read but never write."""
@@ -77,6 +81,8 @@ class InPlaceWriter:
             self.steps.append(Assign(target, self.code(expr)))
         if self._is_tensor(expr):
             self.tensors.add(target)
+        if self._selects(expr):
+            self.selections.add(target)
 
     def value(self, expr: sp.Expr) -> str:
         """The text of `expr` as a returned value: a fresh buffer when it is a compound tensor."""
@@ -90,13 +96,19 @@ class InPlaceWriter:
     def _compound(self, expr: sp.Expr) -> bool:
         return not expr.is_Atom and self._is_tensor(expr)
 
+    def _selects(self, expr: sp.Expr) -> bool:
+        """A Piecewise is in `expr`, or a temporary that holds one."""
+        return expr.has(sp.Piecewise) or any(s.name in self.selections for s in expr.free_symbols)
+
     def _buildable(self, expr: sp.Expr) -> bool:
         """A compound tensor to build a buffer from and update in place.
 
-        Nothing with a Piecewise in it: `torch.where(x > 0, 1, 0) + 1` is an
-        integer tensor, which an in-place update with floats cannot write.
+        Nothing with a Piecewise in it, named by a temporary or not:
+        `torch.where(x > 0, 1, 0) + 1` is an integer tensor, which an
+        in-place update with floats cannot write, and `beta * t0` of such a
+        `t0` is float32, which one with float64 writes rounded.
         """
-        return self._compound(expr) and not expr.has(sp.Piecewise)
+        return self._compound(expr) and not self._selects(expr)
 
     def _operand(self, expr: sp.Expr) -> str:
         """Text for the argument of an in-place method: inline when one out-of-place call computes it."""
@@ -174,7 +186,7 @@ class InPlaceWriter:
             return False
         scale = [f for f in term.args if not self._is_tensor(f)]
         tensors = [f for f in term.args if self._is_tensor(f)]
-        if any(f.has(sp.Piecewise) for f in tensors):
+        if any(self._selects(f) for f in tensors):
             return False
         divisors = [1 / f for f in tensors if _is_reciprocal(f)]
         factors = [f for f in tensors if not _is_reciprocal(f)]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import pytest
 import sympy as sp
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from rulegen import functions as fn
@@ -79,9 +80,15 @@ def _run(block, imports, values):
 TORCH_FORMS = torch_forms({"beta"}, ())
 
 
+# Printed as plan_torch prints a rule with the static input beta: a function
+# of beta alone is Python arithmetic, math.sqrt(beta**2 + 1), where torch.sqrt
+# of the Python float would raise out of place (hypothesis seed 44).
+PRINT = functools.partial(print_torch, scalars=frozenset({"beta"}))
+
+
 def _both(exprs, forms=TORCH_FORMS):
     results = [Result(f"r{k}", e) for k, e in enumerate(exprs)]
-    emit = _Emitter(print_torch, {"x", "y", "s", "g", "beta"}, forms)
+    emit = _Emitter(PRINT, {"x", "y", "s", "g", "beta"}, forms)
     out_of_place = emit.block([], results)
     in_place = emit.in_place_block(results, TENSORS)
     return out_of_place, in_place, sorted(emit.imports | {"import torch"})
@@ -96,6 +103,7 @@ def _inputs():
 
 @settings(max_examples=200, deadline=None)
 @given(exprs=st.lists(expressions, min_size=1, max_size=3))
+@example(exprs=[X + sp.sqrt((2 * BETA - 2 / BETA) ** 2 + 1)])  # a power of beta alone, no Function to filter
 def test_in_place_bodies_compute_the_out_of_place_values_and_write_no_input(exprs):
     # Functions of tensors only, as rules print them: torch.exp(beta) of a
     # Python float fails out of place too.
@@ -119,6 +127,32 @@ def test_in_place_bodies_compute_the_out_of_place_values_and_write_no_input(expr
         )
     for e, g in zip(expected, got, strict=True):
         torch.testing.assert_close(g, e, equal_nan=True)
+
+
+MASK = sp.Piecewise((1, X > 0), (0, True))  # torch.where(x > 0, 1, 0): int64
+
+
+@pytest.mark.parametrize(
+    ("exprs", "lines"),
+    [
+        # sp.cse names the shared mask t0, and what reads it has no Piecewise
+        # left in it: these built a buffer from t0 (hypothesis seeds 16, 27).
+        ([MASK, X - MASK], None),  # t1 = -t0, int64: t1.add_(x) raised
+        ([MASK, sp.log(MASK + 1)], None),  # t1 = t0 + 1, int64: t1.log_() raised
+        (
+            [MASK, BETA * MASK - X / BETA],  # t1 = beta*t0 was float32: t1.sub_(x/beta) rounded the float64 result
+            ["t0 = torch.where(x > 0, 1, 0)", "t1 = -x/beta", "t1.add_(beta*t0)"],
+        ),
+    ],
+)
+def test_a_shared_mask_is_never_a_buffer(exprs, lines):
+    out_of_place, in_place, imports = _both(exprs)
+    values = _inputs()
+    expected = _run(out_of_place, imports, values)
+    got = _run(in_place or out_of_place, imports, values)
+    for e, g in zip(expected, got, strict=True):
+        torch.testing.assert_close(g, e)  # dtypes too
+    assert (in_place and [a.line for a in in_place.lines]) == lines
 
 
 def test_mish_backward_allocates_two_buffers():
