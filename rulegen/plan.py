@@ -20,6 +20,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import log1p
 from sympy.codegen.rewriting import ReplaceOptim
 
+from rulegen import functions as fn
 from rulegen.derive import Derivation, Partials
 from rulegen.forms import CANONICAL_FORMS, canonical, float_anchors, float_forms, integral_arrays
 from rulegen.functions import one_plus_erf, sigmoid, sigmoid_product, silu, softplus
@@ -32,7 +33,8 @@ from rulegen.spec import Input, Rule
 
 DOC_WIDTH = 100
 
-Printer = Callable[[sp.Expr], tuple[str, frozenset[str]]]
+# print_torch and its kind: an expression, and `scalars=`, the names of Python numbers in it.
+Printer = Callable[..., tuple[str, frozenset[str]]]
 
 
 @dataclass(frozen=True)
@@ -174,21 +176,44 @@ class Result:
 class _Emitter:
     """Prints expressions for one backend, sharing subexpressions.
 
-    `forms` rewrites each expression into the backend's own fused forms first.
+    `forms` rewrites each expression into the backend's own fused forms
+    first.  `scalars` name the static inputs, Python numbers, which the
+    printer is told of: `math.sqrt(beta)`, where `torch.sqrt(beta)` raises.
     """
 
     def __init__(
-        self, printer: Printer, taken: Iterable[str], forms: Callable[[sp.Expr], sp.Expr] = lambda e: e
+        self,
+        printer: Printer,
+        taken: Iterable[str],
+        forms: Callable[[sp.Expr], sp.Expr] = lambda e: e,
+        scalars: Iterable[str] = (),
     ) -> None:
         self.printer = printer
         self.forms = forms
+        self.scalars = frozenset(scalars)
         self.imports: set[str] = set()
         self.taken = set(taken)
 
-    def code(self, expr: sp.Expr) -> str:
-        text, imports = self.printer(expr)
+    def code(self, expr: sp.Expr, scalars: frozenset[str] = frozenset()) -> str:
+        """`expr` printed; `scalars` name this block's temporaries that hold Python numbers too."""
+        text, imports = self.printer(expr, scalars=self.scalars | scalars)
         self.imports |= imports
         return text
+
+    def _scalar_temporaries(self, assigned: Iterable[tuple[sp.Symbol, sp.Expr]]) -> frozenset[str]:
+        """The names `assigned` of static inputs and numbers alone: Python numbers, as the static inputs are.
+
+        sp.cse shares `1 / beta` as `t0 = 1 / beta` (and `sqrt(2)` as `t0 =
+        math.sqrt(2)`); `sqrt(beta - t0)` read as a function of a tensor t0
+        would print `torch.sqrt` of a float, which raises.  An `in_float` is
+        a tensor even of numbers alone.
+        """
+        found: set[str] = set()
+        for sym, value in assigned:
+            names = {s.name for s in value.free_symbols}
+            if not value.has(fn.in_float) and names <= self.scalars | found:
+                found.add(str(sym))
+        return frozenset(found)
 
     def block(
         self,
@@ -205,9 +230,11 @@ class _Emitter:
         forms = forms or self.forms
         exprs = [forms(e) for e in (*(e for _, e in lets), *(r.expr for r in computed))]
         replacements, reduced = sp.cse(exprs, symbols=_temp_symbols(self.taken), order="none")
-        lines = [Assign(str(sym), self.code(value)) for sym, value in replacements]
-        lines += [Assign(name, self.code(e)) for (name, _), e in zip(lets, reduced, strict=False)]
-        texts = dict(zip((r.name for r in computed), (self.code(e) for e in reduced[len(lets) :]), strict=True))
+        scalars = self._scalar_temporaries([*replacements, *zip((n for n, _ in lets), reduced, strict=False)])
+        code = functools.partial(self.code, scalars=scalars)
+        lines = [Assign(str(sym), code(value)) for sym, value in replacements]
+        lines += [Assign(name, code(e)) for (name, _), e in zip(lets, reduced, strict=False)]
+        texts = dict(zip((r.name for r in computed), (code(e) for e in reduced[len(lets) :]), strict=True))
         returned: list[str] = []
         for r in results:
             self.imports |= r.imports
@@ -230,7 +257,8 @@ class _Emitter:
         computed = [r for r in results if r.expr is not None]
         names = _temp_symbols(self.taken)
         replacements, reduced = sp.cse([self.forms(r.expr) for r in computed], symbols=names, order="none")
-        writer = InPlaceWriter(self.code, tensors, names)
+        code = functools.partial(self.code, scalars=self._scalar_temporaries(replacements))
+        writer = InPlaceWriter(code, tensors, names)
         for sym, value in replacements:
             writer.assign(str(sym), value)
         texts = {r.name: writer.value(e) for r, e in zip(computed, reduced, strict=True)}
@@ -673,12 +701,12 @@ def plan_jax(d: Derivation) -> JaxPlan:
     every += [*d.jvp_partials.values(), *d.vjp_partials.values(), *d.residual_partials.values()]
     booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
     statics = frozenset(i.name for i in rule.inputs if i.static)
-    printer = functools.partial(print_jax, scalars=statics, booleans=booleans)
+    printer = functools.partial(print_jax, booleans=booleans)
     in_float = float_forms(
         float_anchors(rule, d.symbols), integral_arrays(rule, d.symbols), tensor_only=False, scalars=statics
     )
     shared_exp = jax_forms(every, (i.name for i in rule.inputs if i.static))
-    emit = _Emitter(printer, d.symbols, lambda e: shared_exp(in_float(e)))
+    emit = _Emitter(printer, d.symbols, lambda e: shared_exp(in_float(e)), statics)
     arrays = tuple(i.name for i in rule.inputs if not i.static)
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]
@@ -1014,12 +1042,12 @@ def plan_torch(d: Derivation) -> TorchPlan:
     statics = tuple(i.name for i in rule.inputs if i.static)
     integral = [i.name for i in rule.inputs if not i.static and i.dtype in ("int", "bool")]
     booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
-    printer = functools.partial(print_torch, scalars=frozenset(statics), booleans=booleans)
+    printer = functools.partial(print_torch, booleans=booleans)
     in_float = float_forms(
         float_anchors(rule, symbols), integral_arrays(rule, symbols), tensor_only=True, scalars=frozenset(statics)
     )
     native = torch_forms(statics, integral)
-    emit = _Emitter(printer, symbols, lambda e: native(in_float(e)))
+    emit = _Emitter(printer, symbols, lambda e: native(in_float(e)), statics)
     inputs = tuple(i.name for i in rule.inputs)
     outputs = tuple(o.name for o in rule.outputs)
     diff_inputs = [i.name for i in d.diff_inputs]
@@ -1117,9 +1145,10 @@ def plan_torch(d: Derivation) -> TorchPlan:
     fused_forward_compiled = fused_backward_compiled = None
     if rule.fuse:
         compiled = _Emitter(
-            functools.partial(print_torch_compiled, scalars=frozenset(statics), booleans=booleans),
+            functools.partial(print_torch_compiled, booleans=booleans),
             symbols,
             lambda e: native(in_float(e)),
+            statics,
         )
         fused_forward_compiled = _if_differs(compiled.block([], forward_results), forward)
         eager_backward = first_order or backward
@@ -1289,8 +1318,8 @@ def _packed(names: Sequence[str]) -> str:
 
 def _body_function(code: Code, backend: str, imports: set[str], statics: Sequence[str] = ()) -> Function:
     if code.kind == "sympy":
-        printer = print_jax if backend == "jax" else functools.partial(print_torch, scalars=frozenset(statics))
-        emit = _Emitter(printer, code.params)
+        printer = print_jax if backend == "jax" else print_torch
+        emit = _Emitter(printer, code.params, scalars=() if backend == "jax" else statics)
         block = emit.block([], [Result(r, e) for r, e in zip(code.results, code.exprs, strict=True)])
         imports |= emit.imports
         lines = [a.line for a in block.lines] + [f"return {block.result}"]

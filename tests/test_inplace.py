@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import operator
 
 import pytest
@@ -80,15 +79,12 @@ def _run(block, imports, values):
 TORCH_FORMS = torch_forms({"beta"}, ())
 
 
-# Printed as plan_torch prints a rule with the static input beta: a function
-# of beta alone is Python arithmetic, math.sqrt(beta**2 + 1), where torch.sqrt
-# of the Python float would raise out of place (hypothesis seed 44).
-PRINT = functools.partial(print_torch, scalars=frozenset({"beta"}))
-
-
 def _both(exprs, forms=TORCH_FORMS):
     results = [Result(f"r{k}", e) for k, e in enumerate(exprs)]
-    emit = _Emitter(PRINT, {"x", "y", "s", "g", "beta"}, forms)
+    # beta is a static input, as plan_torch tells the emitter: a function of
+    # beta alone is Python arithmetic, math.sqrt(beta**2 + 1), where torch.sqrt
+    # of the Python float would raise out of place too (hypothesis seed 44).
+    emit = _Emitter(print_torch, {"x", "y", "s", "g", "beta"}, forms, scalars={"beta"})
     out_of_place = emit.block([], results)
     in_place = emit.in_place_block(results, TENSORS)
     return out_of_place, in_place, sorted(emit.imports | {"import torch"})
@@ -103,7 +99,8 @@ def _inputs():
 
 @settings(max_examples=200, deadline=None)
 @given(exprs=st.lists(expressions, min_size=1, max_size=3))
-@example(exprs=[X + sp.sqrt((2 * BETA - 2 / BETA) ** 2 + 1)])  # a power of beta alone, no Function to filter
+@example(exprs=[X + sp.sqrt((2 * BETA - 2 / BETA) ** 2 + 1)])  # seed 44: a power of beta alone
+@example(exprs=[BETA * X - sp.sqrt((2 * BETA - 2 / BETA) ** 2 + 1) / BETA])  # seed 72: t0 = 1 / beta
 def test_in_place_bodies_compute_the_out_of_place_values_and_write_no_input(exprs):
     # Functions of tensors only, as rules print them: torch.exp(beta) of a
     # Python float fails out of place too.
@@ -153,6 +150,26 @@ def test_a_shared_mask_is_never_a_buffer(exprs, lines):
     for e, g in zip(expected, got, strict=True):
         torch.testing.assert_close(g, e)  # dtypes too
     assert (in_place and [a.line for a in in_place.lines]) == lines
+
+
+@pytest.mark.parametrize(
+    "exprs",
+    [
+        # t0 = 1 / beta, then torch.sqrt((2*beta - 2*t0)**2 + 1) of a Python float raised (hypothesis seed 72)
+        [BETA * X - sp.sqrt((2 * BETA - 2 / BETA) ** 2 + 1) / BETA],
+        # t0 = math.sqrt(2), then torch.exp(t0) and torch.erf(t0 + 1) raised
+        [sp.exp(sp.sqrt(2)) * X, sp.sqrt(2) * X + sp.erf(sp.sqrt(2) + 1)],
+    ],
+)
+def test_a_temporary_of_statics_and_numbers_alone_is_a_python_number(exprs):
+    out_of_place, in_place, imports = _both(exprs)
+    assert out_of_place.lines, "sp.cse shares no temporary: nothing is tested"
+    values = _inputs()
+    x = values["x"].numpy()
+    expected = [torch.from_numpy(sp.lambdify((X, BETA), e, "numpy")(x, values["beta"])) for e in exprs]
+    for block in (out_of_place, in_place or out_of_place):
+        for e, g in zip(expected, _run(block, imports, values), strict=True):
+            torch.testing.assert_close(g, e)
 
 
 def test_mish_backward_allocates_two_buffers():

@@ -4,7 +4,8 @@
 rule then gave it a float0 tangent at second order; `Max(x, lo)` with a
 static `lo` printed `torch.maximum(lo, x)`, which refuses the Python float;
 a `Piecewise` of numbers came back from JAX as a float64 (or integer) array
-for float32 inputs.
+for float32 inputs; `sqrt((2*beta - 2/beta)**2 + 1) / beta` shared `t0 = 1 /
+beta` and printed `torch.sqrt` of that Python float.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ rules:
       x: {}
       s: {default: 0.5}
     forward: x + s * x**2
+  - name: shared_static
+    inputs:
+      x: {}
+      beta: {static: true, default: 1.5}
+    forward: beta * x - sqrt((2 * beta - 2 / beta)**2 + 1) / beta
 """
 
 
@@ -117,3 +123,18 @@ def test_numbers_in_exponent_form_are_numbers_as_yaml_1_2_reads_them(tmp_path):
     text = path.read_text().replace("default: 1e-3", 'default: "1e-3"')
     path.write_text(text)  # quoted, it stays the string the author wrote
     assert read_rule_file(path)[0].inputs[1].default == "1e-3"
+
+
+@pytest.mark.parametrize("beta", [1.5, 2.0])
+def test_a_temporary_of_static_inputs_alone_is_a_python_number(package, beta):
+    jax_pkg, torch_pkg = package
+    x = np.array([-1.0, 0.0, 2.0])
+    expected = beta * x - np.sqrt((2 * beta - 2 / beta) ** 2 + 1) / beta
+    np.testing.assert_allclose(jax_pkg.shared_static(jnp.asarray(x), beta), expected, rtol=1e-15)
+    xt = torch.tensor(x, requires_grad=True)
+    out = torch_pkg.shared_static(xt, beta)
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-15)
+    out.sum().backward()
+    np.testing.assert_allclose(xt.grad.numpy(), np.full(3, beta), rtol=1e-15)
+    with torch.no_grad():  # the in-place body
+        np.testing.assert_allclose(torch_pkg.shared_static(torch.tensor(x), beta).numpy(), expected, rtol=1e-15)
