@@ -273,11 +273,14 @@ def show(
     backend: Annotated[Backend | None, typer.Option("--backend", "-b")] = None,
     rules: Annotated[list[Path] | None, typer.Option("--rules", help="Rule files or folders")] = None,
 ) -> None:
-    """Print the generated code of one rule."""
+    """Print the routes (rulegen/routes.py) and the generated code of one rule."""
+    from rich.markup import escape
     from rich.syntax import Syntax
 
     from rulegen.build import display_path, generate_rule
+    from rulegen.derive import derive_rule
     from rulegen.errors import SpecErrors
+    from rulegen.routes import describe
     from rulegen.spec import read_rules, rule_files
     from rulegen.write import format_sources
 
@@ -289,11 +292,13 @@ def show(
         if rule is not None:
             known = {r.name for r in (*found, *project_rules(files))}
             generated = format_sources(generate_rule(rule, known))
+            routes = derive_rule(rule, known).routes
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
     if rule is None:
         err_console.print(f"no rule named {name!r}")
         raise typer.Exit(EXIT_SPEC)
+    out_console.print(f"[dim]routes: {escape(describe(routes))}[/dim]")
     for rel, text in sorted(generated.items()):
         if backend is None or rel.startswith(backend.value):
             out_console.rule(rel)

@@ -119,3 +119,13 @@ def choose_routes(gives: Gives) -> Routes:
                 no_forward["torch"] = not_linear
         torch_backward = Source.GIVEN if gives.vjp else (Source.TRANSPOSE if gives.jvp else Source.NONE)
     return Routes(jax, torch_jvp, torch_backward, MappingProxyType(no_forward))
+
+
+def describe(routes: Routes) -> str:
+    """One line for people: `rulegen show` prints it above the code."""
+    line = f"JAX: {routes.jax}; torch: jvp {routes.torch_jvp}, backward {routes.torch_backward}"
+    reasons: dict[str, list[str]] = {}
+    for backend, why in sorted(routes.no_forward_mode.items()):
+        reasons.setdefault(why, []).append(backend)
+    missing = "; ".join(f"no forward mode in {' or '.join(b)}: {why}" for why, b in reasons.items())
+    return f"{line} ({missing})" if missing else line

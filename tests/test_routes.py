@@ -62,3 +62,17 @@ def test_bundled_rules_take_the_routes_their_bodies_call_for(name, route):
 
     rules = {r.name: r for r in read_rules(rule_files([RULES]))}
     assert derive_rule(rules[name], rules).routes.jax == route
+
+
+def test_show_prints_the_routes_above_the_code(monkeypatch):
+    from typer.testing import CliRunner
+
+    from rulegen.cli import app
+    from tests.conftest import ROOT
+
+    monkeypatch.chdir(ROOT)
+    result = CliRunner().invoke(app, ["show", "clip_gradient", "--backend", "jax"])
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith("routes: JAX: custom_vjp; torch: jvp none, backward given")
+    assert "no forward mode in jax or torch: clip_gradient has no forward mode" in first
