@@ -347,8 +347,10 @@ def test_show_prints_the_generated_code_of_one_rule(monkeypatch):
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
     result = CliRunner().invoke(app, ["show", "log1pexp", "--backend", "torch"])
     assert result.exit_code == 0, result.output
-    assert "class Log1pexp(torch.autograd.Function)" in result.output
-    assert "custom_jvp" not in result.output
+    routes, code = result.output.split("\n", 1)
+    assert routes == "routes: JAX: custom_jvp; torch: jvp derived, backward derived"
+    assert "class Log1pexp(torch.autograd.Function)" in code
+    assert "jax/log1pexp.py" not in code and "custom_jvp" not in code  # the torch module only
 
 
 def test_a_bare_expression_body_is_located_where_it_is(tmp_path):
