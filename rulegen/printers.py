@@ -202,7 +202,12 @@ class _ArrayCode:
     # -- numbers
 
     def _print_Integer(self, expr: sp.Integer) -> str:
-        return str(int(expr))
+        value = int(expr)
+        if -(2**63) <= value < 2**63:
+            return str(value)
+        # Beyond int64 the frameworks refuse a Python int (JAX: OverflowError);
+        # next to float arrays it is the float it rounds to, as NumPy would take it.
+        return repr(float(value)) if abs(value) < 2**1024 else f"{'-' if value < 0 else ''}float('inf')"
 
     def _print_Rational(self, expr: sp.Rational) -> str:
         return f"{expr.p} / {expr.q}"

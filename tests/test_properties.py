@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rulegen.errors import Loc
@@ -84,6 +84,9 @@ def test_printed_expressions_parse_back_to_themselves(expr):
 
 @settings(max_examples=120, deadline=None)
 @given(expr=_expressions())
+# Integers beyond int64, which the frameworks refuse as Python ints (JAX: OverflowError).
+@example(expr=X + sp.Integer(2**64))
+@example(expr=X * sp.Integer(-(2**70)) + Y)
 def test_both_printers_compute_what_sympy_computes(expr):
     import jax.numpy as jnp
     import torch
