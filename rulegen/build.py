@@ -14,7 +14,6 @@ import importlib.metadata
 import json
 import multiprocessing
 import os
-import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rulegen.errors import Loc, SpecError, SpecErrors
-from rulegen.render import Distribution, render_package, template_files
+from rulegen.render import Distribution, imported_helpers, render_package, template_files
+from rulegen.routes import Routes
 from rulegen.spec import Rule, clash_errors, read_rule_file, rule_files
 from rulegen.write import (
     Difference,
@@ -108,6 +108,11 @@ def source_name(resolved: Path, root: Path) -> str:
 
 def generate_rule(rule: Rule, known_rules: Iterable[str] = ()) -> dict[str, str]:
     """The two unformatted modules of one rule; `known_rules` are the build's other rules."""
+    return derive_and_generate(rule, known_rules)[1]
+
+
+def derive_and_generate(rule: Rule, known_rules: Iterable[str] = ()) -> tuple[Routes, dict[str, str]]:
+    """The routes that carry `rule` (see rulegen.routes) and its two unformatted modules."""
     # Deriving and printing need sympy; a rebuild with nothing to derive
     # should not pay for importing it.
     from rulegen.derive import DERIVE_SECONDS, derive_rule, sympy_time_limit
@@ -122,7 +127,8 @@ def generate_rule(rule: Rule, known_rules: Iterable[str] = ()) -> dict[str, str]
             jax_plan, torch_plan = plan_jax_snippet(derivation), plan_torch_snippet(derivation)
         else:
             jax_plan, torch_plan = plan_jax(derivation), plan_torch(derivation)
-    return {f"jax/{rule.name}.py": render_jax(jax_plan), f"torch/{rule.name}.py": render_torch(torch_plan)}
+    modules = {f"jax/{rule.name}.py": render_jax(jax_plan), f"torch/{rule.name}.py": render_torch(torch_plan)}
+    return derivation.routes, modules
 
 
 def _generate_or_refuse(rule: Rule, known_rules: frozenset[str]) -> dict[str, str] | SpecErrors:
@@ -295,9 +301,7 @@ def plan_build(
         raise SpecErrors(errors)
     read = {rel: previous.files[rel] for rel in texts}
     modules = {**texts, **fresh}
-    helpers = sorted(
-        {f"{rel.split('/')[0]}/_{m}.py" for rel, text in modules.items() for m in _HELPER_IMPORT.findall(text)}
-    )
+    helpers = sorted(set().union(*(imported_helpers(rel, text) for rel, text in modules.items())))
     classes = [
         (name, cls if f"\nclass {cls}(" in modules.get(f"torch/{name}.py", "") else None)
         for record in sources.values()
@@ -328,8 +332,6 @@ def plan_build(
     )
     return Plan(files=files, manifest=manifest), previous, tuple(rebuilt), tuple(reused), read
 
-
-_HELPER_IMPORT = re.compile(r"^from \._(\w+) import", re.MULTILINE)
 
 #: The frameworks, by import name: a backend's extra, never a dependency of both.
 FRAMEWORKS = {"jax": "jax>=0.4.30", "torch": "torch>=2.1"}

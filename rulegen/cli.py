@@ -277,8 +277,7 @@ def show(
     from rich.markup import escape
     from rich.syntax import Syntax
 
-    from rulegen.build import display_path, generate_rule
-    from rulegen.derive import derive_rule
+    from rulegen.build import derive_and_generate, display_path
     from rulegen.errors import SpecErrors
     from rulegen.routes import describe
     from rulegen.spec import read_rules, rule_files
@@ -291,8 +290,8 @@ def show(
         rule = next((r for r in found if r.name == name), None)
         if rule is not None:
             known = {r.name for r in (*found, *project_rules(files))}
-            generated = format_sources(generate_rule(rule, known))
-            routes = derive_rule(rule, known).routes
+            routes, modules = derive_and_generate(rule, known)
+            generated = format_sources(modules)
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
     if rule is None:

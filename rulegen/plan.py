@@ -27,7 +27,7 @@ from rulegen.functions import one_plus_erf, sigmoid, sigmoid_product, silu, soft
 from rulegen.inplace import InPlaceWriter
 from rulegen.lines import Assign, Block
 from rulegen.printers import print_jax, print_torch, print_torch_compiled
-from rulegen.routes import JaxRoute
+from rulegen.routes import JaxRoute, Source
 from rulegen.snippet import Code, SnippetDerivation
 from rulegen.spec import Input, Rule
 
@@ -1408,7 +1408,7 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
     refusal = array_arguments(rule, "as_arrays")
     prologue = (*_doc_lines(header), *([refusal] if refusal else []))
 
-    if route == "bridge":
+    if route == JaxRoute.BRIDGE:
         imports.add("from ._bridge import TorchBridge")
         arrays = [i.name for i in rule.inputs if not i.static]
         closure = f"lambda {', '.join(arrays)}: _torch_{rule.name}({all_args})"
@@ -1430,7 +1430,7 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
             tail=(),
         )
 
-    if route == "primitive":
+    if route == JaxRoute.PRIMITIVE:
         imports.add("from ._host import HostRule")
         outputs = ", ".join(f"({o.name!r}, {o.dtype!r})" for o in rule.outputs)
         fields = [
@@ -1471,21 +1471,22 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
         primal_lines = [f"{p.forward_targets()} = {_call(forward)}", f"return {_tuple(p.outputs)}"]
     else:
         primal_lines = [f"return {_call(forward)}"]
-    if route in ("custom_jvp", "custom_vjp", "transpose", "linear_map"):
-        kind = "custom_vjp" if route == "custom_vjp" else "custom_jvp"
+    if route in (JaxRoute.CUSTOM_JVP, JaxRoute.CUSTOM_VJP, JaxRoute.TRANSPOSE, JaxRoute.LINEAR_MAP):
+        kind = "custom_vjp" if route == JaxRoute.CUSTOM_VJP else "custom_jvp"
         decorator = f"@functools.partial(jax.{kind}, nondiff_argnums={nondiff})" if nondiff else f"@jax.{kind}"
         if nondiff:
             imports.add("import functools")
 
-    if route in ("custom_jvp", "transpose", "linear_map"):
+    if route in (JaxRoute.CUSTOM_JVP, JaxRoute.TRANSPOSE, JaxRoute.LINEAR_MAP):
         lines = [f"{_tuple(p.arrays)}{',' if len(p.arrays) == 1 else ''} = primals"]
         tangent_names = [f"{a}_dot" if a in p.diff_inputs else "_" for a in p.arrays]
         lines.append(f"{_tuple(tangent_names)}{',' if len(p.arrays) == 1 else ''} = tangents")
         lines.append(f"{_tuple(p.outputs)} = {rule.name}({all_args})")
-        needed = p.reads(*{"custom_jvp": ["jvp"], "transpose": ["vjp"], "linear_map": ["jvp", "vjp"]}[route])
+        bodies = {JaxRoute.CUSTOM_JVP: ["jvp"], JaxRoute.TRANSPOSE: ["vjp"], JaxRoute.LINEAR_MAP: ["jvp", "vjp"]}
+        needed = p.reads(*bodies[route])
         lines += p.residual_lines(needed, forward_call=True)
         dots = [f"{o}_dot" for o in p.diff_outputs]
-        if route == "custom_jvp":
+        if route == JaxRoute.CUSTOM_JVP:
             lines.append(f"{_tuple(dots)} = {_call(p.code('jvp'))}")  # type: ignore[arg-type]
         else:
             maps, call = _linear_maps(p)
@@ -1508,7 +1509,7 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
                 f"_{rule.name}_jvp", (*p.statics, "primals", "tangents"), tuple(lines), decorator=f"@{rule.name}.defjvp"
             )
         )
-    elif route == "custom_vjp":
+    elif route == JaxRoute.CUSTOM_VJP:
         vjp = p.code("vjp")
         assert vjp is not None
         needed = p.reads("vjp")
@@ -1662,12 +1663,14 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     # recomputed from saved inputs where a derivative reads them, so that
     # torch differentiates their dependence on the inputs at second order.
     values = (*p.outputs, *p.returned) if host else p.outputs
-    needed = p.reads("vjp" if d.routes.torch_backward == "given" else "jvp")
-    needed |= p.reads("jvp" if d.routes.torch_jvp == "given" else "vjp") if d.routes.torch_jvp != "none" else set()
-    if d.routes.torch_jvp not in ("given", "none"):
+    routes = d.routes
+    needed = p.reads("vjp" if routes.torch_backward == Source.GIVEN else "jvp")
+    if routes.torch_jvp != Source.NONE:
+        needed |= p.reads("jvp" if routes.torch_jvp == Source.GIVEN else "vjp")
+    if routes.torch_jvp == Source.TRANSPOSE:
         # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
         needed |= set(p.diff_outputs)
-    if d.routes.torch_backward != "given":
+    if routes.torch_backward != Source.GIVEN:
         # The VJP of the JVP takes zeros like the inputs, whether or not the JVP body reads them.
         needed |= set(p.diff_inputs)
     if not host and needed & set(p.returned):
@@ -1706,8 +1709,8 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     statics = [s for s in p.statics if s in needed]
     # Cotangents summed back to the inputs' shapes, kept on ctx: by the given
     # VJP in backward, and by the transposed VJP that is the forward mode.
-    transposed_vjp = d.routes.torch_jvp not in ("given", "none")
-    shapes = [i for i in p.diff_inputs if p.broadcastable and (d.routes.torch_backward == "given" or transposed_vjp)]
+    transposed_vjp = routes.torch_jvp == Source.TRANSPOSE
+    shapes = [i for i in p.diff_inputs if p.broadcastable and (routes.torch_backward == Source.GIVEN or transposed_vjp)]
     non_diff = [o.name for o in rule.outputs if not o.differentiable] + (list(p.returned) if host else [])
     setup = []
     kept = set(saved) | set(statics) | set(shapes)
@@ -1739,7 +1742,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     bars = [f"{n}_bar" if n in p.diff_outputs else f"_{n}_bar" for n in values]
     lines = unpack()
     grads = [f"{i}_bar" for i in p.diff_inputs]
-    if d.routes.torch_backward == "given":
+    if routes.torch_backward == Source.GIVEN:
         lines.append(f"{_tuple(grads)} = {_call(p.code('vjp'))}")  # type: ignore[arg-type]
     else:
         dots = [f"{i}_dot" for i in p.diff_inputs]
@@ -1763,13 +1766,13 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     # jvp
     dots_in = [f"{n}_dot" if n in p.diff_inputs else f"_{n}_dot" for n in p.inputs]
     out_dots = [f"{o}_dot" for o in p.diff_outputs]
-    if d.routes.torch_jvp == "none":
-        reason = d.routes.no_forward_mode.get("torch", f"{rule.name} has no forward-mode rule")
+    if routes.torch_jvp == Source.NONE:
+        reason = routes.no_forward_mode.get("torch", f"{rule.name} has no forward-mode rule")
         pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
         lines = ["raise NotImplementedError(", *(f"    {piece!r}" for piece in pieces), ")"]
     else:
         lines = unpack()
-        if d.routes.torch_jvp == "given":
+        if routes.torch_jvp == Source.GIVEN:
             lines.append(f"{_tuple(out_dots)} = {_call(p.code('jvp'))}")  # type: ignore[arg-type]
         else:
             out_bars = [f"{o}_bar" for o in p.diff_outputs]
