@@ -67,8 +67,9 @@ def compiler_fingerprint() -> str:
     """A hash of everything besides the rules that decides the output."""
     package = Path(__file__).resolve().parent
     parts = [f"sympy {importlib.metadata.version('sympy')}"]
-    for path in sorted(package.glob("*.py")) + template_files():
-        parts.append(f"{path.name} {sha256(path.read_bytes())}")
+    # The whole package: the planners live in a subpackage (rulegen/plan/).
+    for path in sorted({*package.rglob("*.py"), *template_files()}):
+        parts.append(f"{path.relative_to(package.parent).as_posix()} {sha256(path.read_bytes())}")
     return sha256("\n".join(parts))
 
 

@@ -11,7 +11,9 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from rulegen import functions as fn
-from rulegen.plan import Result, _Emitter, torch_forms
+from rulegen.forms import torch_forms
+from rulegen.plan import Result
+from rulegen.plan.emit import Emitter
 from rulegen.printers import print_torch
 
 X, Y, S, G = sp.symbols("x y s g", real=True)
@@ -84,7 +86,7 @@ def _both(exprs, forms=TORCH_FORMS):
     # beta is a static input, as plan_torch tells the emitter: a function of
     # beta alone is Python arithmetic, math.sqrt(beta**2 + 1), where torch.sqrt
     # of the Python float would raise out of place too (hypothesis seed 44).
-    emit = _Emitter(print_torch, {"x", "y", "s", "g", "beta"}, forms, scalars={"beta"})
+    emit = Emitter(print_torch, {"x", "y", "s", "g", "beta"}, forms, scalars={"beta"})
     out_of_place = emit.block([], results)
     in_place = emit.in_place_block(results, TENSORS)
     return out_of_place, in_place, sorted(emit.imports | {"import torch"})

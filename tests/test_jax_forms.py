@@ -9,7 +9,9 @@ import pytest
 import sympy as sp
 
 from rulegen import functions as fn
-from rulegen.plan import Result, _Emitter, jax_forms
+from rulegen.forms import jax_forms
+from rulegen.plan import Result
+from rulegen.plan.emit import Emitter
 from rulegen.printers import print_jax
 
 jax.config.update("jax_enable_x64", True)
@@ -32,7 +34,7 @@ CASES = [
 
 
 def _function(exprs, forms):
-    emit = _Emitter(print_jax, {"x", "y"}, forms)
+    emit = Emitter(print_jax, {"x", "y"}, forms)
     block = emit.block([], [Result(f"r{k}", e) for k, e in enumerate(exprs)])
     source = "\n".join(["def f(x, y=0.25):", *(f"    {a.line}" for a in block.lines), f"    return ({block.result},)"])
     env: dict = {}

@@ -1,0 +1,140 @@
+"""Printing sympy expressions into straight-line code for one backend, sharing subexpressions."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Callable, Iterable, Sequence
+
+import sympy as sp
+
+from rulegen import functions as fn
+from rulegen.inplace import InPlaceWriter
+from rulegen.lines import Assign, Block
+from rulegen.plan.model import Result
+
+# print_torch and its kind: an expression, and `scalars=`, the names of Python numbers in it.
+Printer = Callable[..., tuple[str, frozenset[str]]]
+
+
+class Emitter:
+    """Prints expressions for one backend, sharing subexpressions.
+
+    `forms` rewrites each expression into the backend's own fused forms
+    first.  `scalars` name the static inputs, Python numbers, which the
+    printer is told of: `math.sqrt(beta)`, where `torch.sqrt(beta)` raises.
+    """
+
+    def __init__(
+        self,
+        printer: Printer,
+        taken: Iterable[str],
+        forms: Callable[[sp.Expr], sp.Expr] = lambda e: e,
+        scalars: Iterable[str] = (),
+    ) -> None:
+        self.printer = printer
+        self.forms = forms
+        self.scalars = frozenset(scalars)
+        self.imports: set[str] = set()
+        self.taken = set(taken)
+
+    def code(self, expr: sp.Expr, scalars: frozenset[str] = frozenset()) -> str:
+        """`expr` printed; `scalars` name this block's temporaries that hold Python numbers too."""
+        text, imports = self.printer(expr, scalars=self.scalars | scalars)
+        self.imports |= imports
+        return text
+
+    def _scalar_temporaries(self, assigned: Iterable[tuple[sp.Symbol, sp.Expr]]) -> frozenset[str]:
+        """The names `assigned` of static inputs and numbers alone: Python numbers, as the static inputs are.
+
+        sp.cse shares `1 / beta` as `t0 = 1 / beta` (and `sqrt(2)` as `t0 =
+        math.sqrt(2)`); `sqrt(beta - t0)` read as a function of a tensor t0
+        would print `torch.sqrt` of a float, which raises.  An `in_float` is
+        a tensor even of numbers alone.
+        """
+        found: set[str] = set()
+        for sym, value in assigned:
+            names = {s.name for s in value.free_symbols}
+            if not value.has(fn.in_float) and names <= self.scalars | found:
+                found.add(str(sym))
+        return frozenset(found)
+
+    def block(
+        self,
+        lets: Sequence[tuple[str, sp.Expr]],
+        results: Sequence[Result],
+        forms: Callable[[sp.Expr], sp.Expr] | None = None,
+    ) -> Block:
+        """Assign each `let` and compute each result, shared parts once.
+
+        A short result is returned inline; a long one is named first, as a
+        person would write it.  `forms`, if given, replaces the emitter's own.
+        """
+        computed = [r for r in results if r.expr is not None]
+        forms = forms or self.forms
+        exprs = [forms(e) for e in (*(e for _, e in lets), *(r.expr for r in computed))]
+        replacements, reduced = sp.cse(exprs, symbols=temp_symbols(self.taken), order="none")
+        scalars = self._scalar_temporaries([*replacements, *zip((n for n, _ in lets), reduced, strict=False)])
+        code = functools.partial(self.code, scalars=scalars)
+        lines = [Assign(str(sym), code(value)) for sym, value in replacements]
+        lines += [Assign(name, code(e)) for (name, _), e in zip(lets, reduced, strict=False)]
+        texts = dict(zip((r.name for r in computed), (code(e) for e in reduced[len(lets) :]), strict=True))
+        returned: list[str] = []
+        for r in results:
+            self.imports |= r.imports
+            if r.expr is None:
+                returned.append(r.code)
+                continue
+            text = texts[r.name]
+            if not _is_simple(text):
+                lines.append(Assign(r.name, text))
+                text = r.name
+            returned.append(r.wrap.format(atom(text) if r.wrap.startswith("{}.") else text))
+        return Block(tuple(lines), tuple(returned))
+
+    def in_place_block(self, results: Sequence[Result], tensors: set[str]) -> Block | None:
+        """`block` of `results` as torch code that updates the buffers it allocates (see rulegen.inplace).
+
+        A line with an empty target is a statement.  None where that code
+        would be the out-of-place code over again.
+        """
+        computed = [r for r in results if r.expr is not None]
+        names = temp_symbols(self.taken)
+        replacements, reduced = sp.cse([self.forms(r.expr) for r in computed], symbols=names, order="none")
+        code = functools.partial(self.code, scalars=self._scalar_temporaries(replacements))
+        writer = InPlaceWriter(code, tensors, names)
+        for sym, value in replacements:
+            writer.assign(str(sym), value)
+        texts = {r.name: writer.value(e) for r, e in zip(computed, reduced, strict=True)}
+        returned: list[str] = []
+        for r in results:
+            self.imports |= r.imports
+            if r.expr is None:
+                returned.append(r.code)
+            else:
+                text = texts[r.name]
+                returned.append(r.wrap.format(atom(text) if r.wrap.startswith("{}.") else text))
+        if not any(not step.target for step in writer.steps):
+            return None
+        return Block(tuple(writer.steps), tuple(returned))
+
+
+def _is_simple(text: str) -> bool:
+    """Short enough to return inline rather than name first."""
+    return len(text) <= 60
+
+
+def temp_symbols(taken: set[str]) -> Iterable[sp.Symbol]:
+    prefix = "t"
+    while any(n.startswith(prefix) and n[len(prefix) :].isdigit() for n in taken):
+        prefix = "_" + prefix
+    return sp.numbered_symbols(prefix)
+
+
+def atom(text: str) -> str:
+    """`text`, parenthesised unless it already binds tighter than `.attr`."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return f"({text})"
+    return text if isinstance(node, ast.Name | ast.Call | ast.Attribute | ast.Subscript) else f"({text})"

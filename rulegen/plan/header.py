@@ -1,0 +1,209 @@
+"""What every generated module begins with: docstrings, the public signature, argument conversion."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Sequence
+
+import sympy as sp
+
+from rulegen.derive import Derivation
+from rulegen.plan.model import Header, Param
+from rulegen.snippet import SnippetDerivation
+from rulegen.spec import Input, Rule
+
+DOC_WIDTH = 100
+
+
+SUM_TO_SHAPE = "sum_to_shape as _sum_to_shape"
+
+
+def array_arguments(rule: Rule, helper: str) -> str:
+    """The public function's first line: its array arguments through the backend's `helper`, or "".
+
+    The helpers (torch/_util.as_tensors, jax/_util.as_arrays) take what users pass
+    where JAX takes it: Python numbers and lists (torch's `apply` would hand
+    them on as numbers), integer arrays for float inputs (a host body would
+    return its float results truncated to integers); and they refuse complex
+    arrays, which no rule supports yet.  JAX runs its helper when it traces
+    the body, at no cost to the computation.
+    """
+    arrays = [i for i in rule.inputs if not i.static]
+    if not arrays:
+        return ""
+    names = ", ".join(i.name for i in arrays)
+    targets = f"{names}," if len(arrays) == 1 else names
+    quoted = ", ".join(repr(i.name) for i in arrays) + ("," if len(arrays) == 1 else "")
+    kinds = "".join(_DTYPE_LETTERS[i.dtype] for i in arrays)
+    return f"{targets} = {helper}({rule.name!r}, ({quoted}), {kinds!r}, {names})"
+
+
+def jax_util_imports(imports: set[str], rule: Rule) -> tuple[str, ...]:
+    """A JAX snippet module's imports, with one import of what it takes from jax/_util.py."""
+    names = ["as_arrays"] if any(not i.static for i in rule.inputs) else []
+    if "from ._util import unbroadcast" in imports:
+        names.append("unbroadcast")
+    kept = imports - {"from ._util import unbroadcast"}
+    return tuple(sorted(kept | ({f"from ._util import {', '.join(names)}"} if names else set())))
+
+
+_DTYPE_LETTERS = {"float": "f", "int": "i", "bool": "b"}
+
+
+TENSORS_IMPORT = "from ._util import as_tensors"
+
+
+def torch_util_imports(imports: set[str], names: Sequence[str]) -> tuple[str, ...]:
+    """A torch snippet module's imports, with one import of what it takes from torch/_util.py."""
+    return tuple(sorted(imports | ({f"from ._util import {', '.join(names)}"} if names else set())))
+
+
+#: Per backend: the annotation of an array argument (by input dtype) and of a result.
+ARRAY_TYPES = {
+    "jax": (
+        {"float": "jax.typing.ArrayLike", "int": "jax.typing.ArrayLike", "bool": "jax.typing.ArrayLike"},
+        "jax.Array",
+    ),
+    "torch": (
+        {"float": "torch.Tensor | float", "int": "torch.Tensor | int", "bool": "torch.Tensor | bool"},
+        "torch.Tensor",
+    ),
+}
+
+
+def params_of(inputs: Sequence[Input], backend: str) -> tuple[Param, ...]:
+    """The public function's parameters; array arguments annotated (statics may be any hashable value)."""
+    arguments, _ = ARRAY_TYPES[backend]
+    return tuple(
+        Param(
+            i.name,
+            python_literal(i.default) if i.has_default else None,
+            None if i.static else arguments[i.dtype],
+        )
+        for i in inputs
+    )
+
+
+def returns_of(rule: Rule, backend: str) -> str:
+    _, result = ARRAY_TYPES[backend]
+    count = len(rule.outputs)
+    return result if count == 1 else f"tuple[{', '.join([result] * count)}]"
+
+
+def python_literal(value: object) -> str:
+    """`value` (a default: None, a bool, a number, a string or a tuple of these) as Python source.
+
+    `repr` alone gives `inf` and `nan`, which are no Python names.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        text = "float('nan')" if math.isnan(value) else "float('inf')"
+        return f"-{text}" if value < 0 else text
+    if isinstance(value, tuple):
+        items = [python_literal(v) for v in value]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if isinstance(value, bool | int | float | str) or value is None:
+        return repr(value)
+    raise TypeError(f"no Python literal for a default of type {type(value).__name__}")
+
+
+def _docstring(text: str, indent: int) -> str:
+    """A docstring literal for `text` at `indent`, that no rule text can break out of.
+
+    Paragraphs (separated by blank lines) are wrapped; a line that starts
+    with spaces keeps its break and indent, its continuation indented further.
+    """
+    text = text.strip().replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    if not text:
+        return ""
+    if text.endswith('"'):
+        text = text[:-1] + '\\"'
+    width = DOC_WIDTH - indent - 6
+    lines: list[str] = []
+    for paragraph in text.split("\n\n"):
+        if lines:
+            lines.append("")
+        prose: list[str] = []
+        for line in [*paragraph.splitlines(), ""]:
+            if line.startswith(" ") or not line:
+                lines += textwrap.wrap(" ".join(prose), width, break_long_words=False, break_on_hyphens=False)
+                prose = []
+            if line.startswith(" "):
+                lead = " " * (len(line) - len(line.lstrip()))
+                lines += textwrap.wrap(
+                    line.strip(),
+                    width,
+                    initial_indent=lead,
+                    subsequent_indent=lead + "    ",
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
+            elif line:
+                prose.append(line)
+    if len(lines) == 1:
+        return f'"""{lines[0]}"""'
+    pad = " " * indent
+    body = "\n".join(pad + line if line else "" for line in lines[1:])
+    return f'"""{lines[0]}\n{body}\n{pad}"""'
+
+
+#: A formula longer than this is cut in the docstring (the rule file has it whole).
+FORMULA_CHARS = 300
+
+
+def _formula(expr: sp.Expr) -> str:
+    text = sp.sstr(expr)
+    return text if len(text) <= FORMULA_CHARS else text[: FORMULA_CHARS - 3] + "..."
+
+
+def _input_line(i: Input) -> str:
+    if i.static:
+        kind = "static (a hashable Python value; JAX recompiles for each)"
+    else:
+        kind = f"{i.dtype} array" + ("" if i.differentiable else ", not differentiated")
+    default = f", default {python_literal(i.default)}" if i.has_default else ""
+    assumed = f", assumed {' and '.join(i.assume)}" if i.assume else ""
+    sampled = "" if i.static or i.dtype != "float" else f"; checked on [{i.domain[0]:g}, {i.domain[1]:g}]"
+    return f"    {i.name}: {kind}{default}{assumed}{sampled}"
+
+
+def help_text(d: Derivation | SnippetDerivation) -> str:
+    """What `help()` of a generated function says: the rule's doc, its formulas, its inputs, its source."""
+    rule = d.rule
+    parts = [rule.doc.strip() or f"{rule.name}({', '.join(i.name for i in rule.inputs)}): a rulegen rule."]
+    if isinstance(d, Derivation):
+        parts.append("Forward:\n" + "\n".join(f"    {name} = {_formula(e)}" for name, e in d.forward))
+        given = rule.derivatives is not None or rule.jvp is not None or rule.vjp is not None
+        partials = [
+            f"    d{out}/d{x} = {_formula(d.jvp_partials[out, x])}"
+            for out in (o.name for o in rule.outputs)
+            for x in (i.name for i in d.diff_inputs)
+            if (out, x) in d.jvp_partials
+        ]
+        if partials:
+            parts.append(f"Partials ({'from the rule' if given else 'derived by sympy'}):\n" + "\n".join(partials))
+    else:
+        bodies = [k for k in ("forward", "jvp", "vjp") if getattr(rule, k) is not None]
+        parts.append(f"Forward and derivatives: Python bodies ({', '.join(bodies)}) in the rule file.")
+    parts.append("Inputs:\n" + "\n".join(_input_line(i) for i in rule.inputs))
+    parts.append(f"Generated by rulegen from {rule.source or 'a rule'}.")
+    return "\n\n".join(parts)
+
+
+def header_of(d: Derivation | SnippetDerivation) -> Header:
+    rule = d.rule
+    # The source path lands in a comment: no line break may end it early.
+    source = rule.source.encode("unicode_escape").decode("ascii")
+    summary = f"{rule.name}: {rule.doc.strip()}" if rule.doc.strip() else f"{rule.name}: a rulegen rule."
+    return Header(
+        rule=rule.name,
+        source=source,
+        source_hash=rule.source_hash,
+        module_doc=_docstring(summary, 0),
+        doc=_docstring(help_text(d), 4),
+        class_doc=_docstring(rule.doc, 4),
+    )
+
+
+def doc_lines(header: Header) -> tuple[str, ...]:
+    return (header.doc,) if header.doc else ()

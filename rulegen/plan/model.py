@@ -1,0 +1,156 @@
+"""What the planners hand the templates: every decision made, every body printed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from rulegen.lines import Block
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What one method of a torch Function takes back from ctx: only what its code reads."""
+
+    saved: str  # unpacking targets of ctx.saved_tensors, `_` for the unread; "" if none is read
+    statics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: str | None = None
+    annotation: str | None = None
+
+    def __str__(self) -> str:
+        text = self.name if self.annotation is None else f"{self.name}: {self.annotation}"
+        if self.default is None:
+            return text
+        return f"{text}={self.default}" if self.annotation is None else f"{text} = {self.default}"
+
+
+@dataclass(frozen=True)
+class Header:
+    """What every generated module says about where it came from."""
+
+    rule: str
+    source: str
+    source_hash: str
+    module_doc: str  # docstring literals, ready to place
+    doc: str  # the public function's (see help_text), indented one level
+    class_doc: str  # the torch Function's: the rule's doc, indented one level; "" if it has none
+
+
+@dataclass(frozen=True)
+class JaxPlan:
+    header: Header
+    name: str
+    params: tuple[Param, ...]
+    returns: str
+    nondiff_argnums: tuple[int, ...]
+    statics: tuple[str, ...]
+    arrays: tuple[str, ...]
+    custom: str  # "custom_jvp" or "custom_vjp"
+    forward: Block
+    # custom_jvp
+    tangents: tuple[str, ...]
+    primal_call: str
+    outputs: tuple[str, ...]
+    jvp: Block | None
+    # custom_vjp
+    saved: tuple[str, ...]
+    cotangents: tuple[str, ...]
+    bwd: Block | None
+    imports: tuple[str, ...]
+    util_names: tuple[str, ...]  # what the module imports from the package's jax/_util.py
+    # With both a jvp and a vjp: the two halves of the linear_map the JVP applies.
+    maps: tuple[Function, ...]
+    array_arguments: str  # the primal body's first line (see array_arguments)
+
+
+@dataclass(frozen=True)
+class TorchPlan:
+    header: Header
+    name: str
+    class_name: str
+    params: tuple[Param, ...]
+    returns: str
+    inputs: tuple[str, ...]
+    statics: tuple[str, ...]
+    forward: Block
+    outputs: tuple[str, ...]
+    residuals: tuple[str, ...]
+    non_differentiable: tuple[str, ...]
+    saved: tuple[str, ...]
+    cotangents: tuple[str, ...]
+    backward: Block  # every cotangent's terms; absent ones read as 0.0
+    first_order: Block | None  # the outputs' terms only, when no residual cotangent is present
+    first_order_test: str
+    fused_backward_params: tuple[str, ...]  # with `fuse`: what the compiled backward body takes; () without
+    # With `fuse`, the bodies torch.compile runs where they differ from the
+    # eager ones (rulegen.printers.CompiledTorchPrinter); None elsewhere.
+    fused_forward_compiled: Block | None
+    fused_backward_compiled: Block | None
+    tangents: tuple[str, ...]
+    absent_tangents: tuple[str, ...]  # inputs whose tangent may arrive as None
+    jvp: Block
+    # Bodies that update their own buffers in place, run when `plain(...)` of
+    # the tensors they read holds (rulegen.inplace); None where nothing would.
+    forward_in_place: Block | None
+    forward_plain: str
+    backward_in_place: Block | None  # of the first-order backward
+    backward_plain: str
+    backward_reads: Reads
+    jvp_reads: Reads
+    imports: tuple[str, ...]
+    setup_inputs: str  # unpacking targets of `inputs` in setup_context, "" if none is kept
+    setup_outputs: str  # likewise for `output`
+    wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
+    tensor_arguments: str  # the wrapper's first line: its array arguments as tensors (see array_arguments)
+
+
+@dataclass(frozen=True)
+class Result:
+    """One returned value: an expression printed into `wrap`, or fixed code."""
+
+    name: str
+    expr: sp.Expr | None = None
+    wrap: str = "{}"
+    code: str = ""
+    imports: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Function:
+    """A function of the generated module: a body, or glue around the bodies."""
+
+    name: str
+    params: tuple[str, ...]
+    lines: tuple[str, ...]
+    decorator: str = ""
+    returns: str = ""  # the return annotation, if any
+
+
+@dataclass(frozen=True)
+class SnippetPlan:
+    """A module for a rule with snippet bodies: private body functions, then the glue.
+
+    `assignments` are module-level statements placed between the bodies and
+    the public function (a HostRule or a bridge); `tail` closes the module
+    (a `defvjp`).  For torch, `methods` are the Function's staticmethods and
+    `wrapper` the public function.
+    """
+
+    header: Header
+    name: str
+    imports: tuple[str, ...]
+    bodies: tuple[Function, ...]
+    assignments: tuple[str, ...]
+    public: Function
+    methods: tuple[Function, ...]
+    tail: tuple[str, ...]
+    class_name: str = ""
+    class_attrs: tuple[str, ...] = ()
+    compiled_subclass: bool = False
+    called: tuple[str, ...] = ()  # the other rules its bodies call, imported at the module's end

@@ -1,0 +1,124 @@
+"""What the two symbolic planners share: linear combinations of partials, shapes, casts, reads."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from types import MappingProxyType
+
+import sympy as sp
+from sympy.codegen.rewriting import ReplaceOptim
+
+from rulegen.derive import Derivation, Partials
+from rulegen.forms import CANONICAL_FORMS, canonical
+from rulegen.lines import Block
+from rulegen.spec import Rule
+
+
+def mentioned(names: Iterable[str], texts: Iterable[str]) -> list[str]:
+    """The `names` the code `texts` reads as variables (`x.shape` reads no `shape`), in order."""
+    read = frozenset().union(*map(_names_read, texts))
+    return [n for n in names if n in read]
+
+
+@functools.cache
+def _names_read(code: str) -> frozenset[str]:
+    """The variables a statement, or an expression list such as a block's results, names."""
+    return frozenset(node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name))
+
+
+def block_texts(*blocks: Block | None) -> list[str]:
+    return [t for b in blocks if b is not None for t in (*(a.code for a in b.lines), b.result)]
+
+
+def linear_combination(
+    d: Derivation,
+    partials: Mapping[tuple[str, str], sp.Expr],
+    result: str,
+    variables: Iterable[str],
+    suffix: str,
+    transpose: bool = False,
+) -> sp.Expr:
+    """`sum_v partial(result, v) * v<suffix>`, or its transpose."""
+    total = sp.S.Zero
+    for v in variables:
+        key = (v, result) if transpose else (result, v)
+        if key in partials:
+            total += partials[key] * d.symbols[f"{v}{suffix}"]
+    return total
+
+
+def _shape_inputs(d: Derivation, expr: sp.Expr) -> set[str] | None:
+    """The array inputs an expression's shape comes from; None: an output's full shape."""
+    names = {s.name for s in expr.free_symbols}
+    outputs = {o.name for o in d.rule.outputs}
+    if names & outputs or any(n.endswith("_bar") for n in names):
+        return None
+    found: set[str] = set()
+    residuals = dict(d.residuals)
+    for name in names:
+        base = name[: -len("_dot")] if name.endswith("_dot") else name
+        if base in residuals:
+            inner = _shape_inputs(d, residuals[base])
+            if inner is None:
+                return None
+            found |= inner
+        elif any(i.name == base and not i.static for i in d.rule.inputs):
+            found.add(base)
+    return found
+
+
+def needs_broadcast(d: Derivation, expr: sp.Expr) -> bool:
+    """Whether `expr` may lack an output's shape: that of all the array inputs together.
+
+    An elementwise rule's outputs all have that shape, as a NumPy ufunc's
+    do, even one that reads only some inputs (`a: x` beside `b: x * y`).
+    """
+    have = _shape_inputs(d, expr)
+    return have is not None and not {i.name for i in d.rule.inputs if not i.static} <= have
+
+
+def broadcast_outputs(d: Derivation, broadcast: str) -> dict[str, str]:
+    """For each output whose expression lacks the full shape, the wrap `broadcast` that gives it."""
+    return {n: broadcast for n, e in d.forward if needs_broadcast(d, e)}
+
+
+def compose(outer: str, inner: str) -> str:
+    """The wrap that applies `inner`, then `outer`."""
+    return outer.format(inner)
+
+
+def names_in(exprs: Iterable[sp.Expr]) -> set[str]:
+    names: set[str] = set()
+    for expr in exprs:
+        names |= {s.name for s in expr.free_symbols}
+    return names
+
+
+def with_outputs(d: Derivation, expr: sp.Expr) -> sp.Expr:
+    """`expr` with outputs replaced by their forward expressions."""
+    return expr.subs({d.symbols[n]: e for n, e in d.forward})
+
+
+def with_fused_forms(d: Derivation, forms: Sequence[ReplaceOptim] = CANONICAL_FORMS) -> Derivation:
+    def rewrite(expr: sp.Expr) -> sp.Expr:
+        return canonical(expr, forms)
+
+    def partials(table: Partials) -> Partials:
+        return MappingProxyType({k: rewrite(v) for k, v in table.items()})
+
+    return replace(
+        d,
+        forward=tuple((n, rewrite(e)) for n, e in d.forward),
+        residuals=tuple((n, rewrite(e)) for n, e in d.residuals),
+        jvp_partials=partials(d.jvp_partials),
+        vjp_partials=partials(d.vjp_partials),
+        residual_partials=partials(d.residual_partials),
+    )
+
+
+def dtype_casts(rule: Rule, casts: Mapping[str, str]) -> dict[str, str]:
+    """The wrap that gives each output of an integer or boolean `dtype` that dtype; sympy computes in floats."""
+    return {o.name: casts[o.dtype] for o in rule.outputs if o.dtype in casts}

@@ -1,0 +1,161 @@
+"""Which intermediates of a symbolic rule's forward torch keeps for backward, and which it recomputes."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+
+import sympy as sp
+
+from rulegen.derive import Derivation
+from rulegen.functions import sigmoid
+
+# Functions whose backward autodiff computes from their output (so it saves that).
+_SAVES_OUTPUT = (sp.exp, sp.tanh, sigmoid)
+
+
+def _autodiff_saved(exprs: Sequence[sp.Expr], arrays: set[sp.Symbol]) -> set[sp.Expr]:
+    """What torch's autodiff of these expressions keeps for backward, inputs aside.
+
+    An estimate by the rules of its derivative formulas: a product keeps its
+    factors, a power its base, a function its argument (or its value, for
+    those whose derivative reads the value).  It bounds how many
+    intermediates a generated Function may keep (saved bytes <= autodiff's).
+    """
+    kept: set[sp.Expr] = set()
+    for expr in exprs:
+        for node in sp.preorder_traversal(expr):
+            if node.is_Mul:
+                kept |= {a for a in node.args if not a.is_Number}
+            elif node.is_Pow:
+                kept.add(node.base)
+                if not node.exp.is_Number:
+                    kept |= {node.exp, node}
+            elif isinstance(node, sp.Function):
+                kept |= {node} if isinstance(node, _SAVES_OUTPUT) else {a for a in node.args if not a.is_Number}
+    return {k for k in kept if not k.is_Symbol and k.free_symbols & arrays}
+
+
+def _recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol]) -> int:
+    """What recomputing `expr` in eager torch costs: a pass over memory per operation on arrays, two for a function.
+
+    Constants fold: `sqrt(2) * x / 2` is one pass, as is `x**2`; `sin(x)` is
+    one pass too, but its arithmetic costs about as much again.
+    """
+    cost = 0
+    for node in sp.preorder_traversal(expr):
+        if node.is_Atom or not node.free_symbols & arrays:
+            continue
+        if node.is_Add or node.is_Mul:
+            operands = [a for a in node.args if a.free_symbols & arrays]
+            cost += len(operands) - (len(operands) == len(node.args))
+        else:
+            cost += 2 if isinstance(node, sp.Function) else 1
+    return cost
+
+
+# Selections and roundings: a compare or two in a compiled loop, as cheap as arithmetic.
+_SELECTIONS = (sp.Piecewise, sp.Abs, sp.sign, sp.Heaviside, sp.floor, sp.ceiling)
+
+
+def _functions_of(exprs: Iterable[sp.Expr], arrays: set[sp.Symbol]) -> set[sp.Expr]:
+    """The distinct functions of arrays (`tanh(u)`, `exp(u)`, ...) that computing `exprs` evaluates."""
+    return {
+        node
+        for expr in exprs
+        for node in sp.preorder_traversal(expr)
+        if isinstance(node, sp.Function) and not isinstance(node, _SELECTIONS) and node.free_symbols & arrays
+    }
+
+
+def _fused_recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol]) -> int:
+    """What recomputing `expr` inside a compiled kernel costs: its functions of arrays."""
+    return len(_functions_of([expr], arrays))
+
+
+def saved_form(expr: sp.Expr, saved: Mapping[sp.Expr, sp.Symbol]) -> sp.Expr:
+    """`expr` reading the saved intermediates, larger ones first; `subs` finds them inside products too."""
+    for value, symbol in saved.items():
+        expr = expr.subs(value, symbol)
+    return expr
+
+
+def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symbol]:
+    """Subexpressions of the forward that torch's backward reads, worth saving instead of recomputing.
+
+    Eager torch runs one kernel per operation, so an intermediate the forward
+    computes anyway costs nothing to keep and at least one pass over memory
+    to recompute; compiled (`fuse`), only its functions cost anything to
+    recompute.  The number kept is bounded by what autodiff would keep.
+    Outputs are free to keep and are used where the backward reads them.
+    """
+    forward = [e for _, e in d.forward]
+    partials = [*d.vjp_partials.values(), *d.jvp_partials.values()]
+    if not forward or not partials or d.residuals:
+        return {}
+    prefix = "saved"
+    replacements, reduced = sp.cse([*forward, *partials], symbols=sp.numbered_symbols("_cse"), order="none")
+    value = dict(replacements)
+    full: dict[sp.Symbol, sp.Expr] = {}
+    for sym, expr in replacements:
+        full[sym] = expr.xreplace(full)
+
+    in_forward: set[sp.Symbol] = set()
+
+    def mark(expr: sp.Expr) -> None:
+        for sym in expr.free_symbols & value.keys() - in_forward:
+            in_forward.add(sym)
+            mark(value[sym])
+
+    for expr in reduced[: len(forward)]:
+        mark(expr)
+    wanted: set[sp.Symbol] = set()
+
+    def visit(expr: sp.Expr) -> None:
+        for sym in expr.free_symbols & value.keys():
+            if sym in in_forward:
+                wanted.add(sym)
+            else:
+                visit(value[sym])
+
+    for expr in reduced[len(forward) :]:
+        visit(expr)
+    arrays = {d.symbols[i.name] for i in d.rule.inputs if not i.static}
+    outputs = {e: d.symbols[n] for n, e in d.forward}
+    if d.rule.fuse:
+        # A compiled kernel does its arithmetic for free while it streams memory,
+        # and saving costs two passes (a write, a read); the functions do not
+        # come free: on the CPU each costs several passes' time (2^22 float32,
+        # compiled: softplus 3.7 ms, tanh 1.5 ms, x * y, three passes, 1.1 ms).
+        # Keeping what spares one function measured slower (fused gelu 0.28x
+        # autodiff against 0.18x), hence two.
+        cost = functools.partial(_fused_recompute_cost, arrays=arrays)
+    else:
+        # Recomputing one operation reads as much memory as reading it back
+        # would, and often folds into the backward's own (a scale into a
+        # product's constant, or into softplus_backward's beta): keep only dearer ones.
+        cost = functools.partial(_recompute_cost, arrays=arrays)
+    candidates = sorted(
+        (full[s] for s in wanted if full[s].free_symbols & arrays and (full[s] in outputs or cost(full[s]) > 1)),
+        key=lambda e: (e not in outputs, -cost(e), sp.default_sort_key(e)),
+    )
+    budget = len(_autodiff_saved(forward, arrays))
+    chosen: dict[sp.Expr, sp.Symbol] = {}
+    while any(n.startswith(prefix) for n in taken):
+        prefix = "_" + prefix
+    for expr in candidates:
+        if budget == 0:
+            break
+        if expr not in outputs and any(sp.diff(expr, a).has(sp.Derivative, sp.Subs) for a in arrays):
+            continue  # double backward needs its partials, and sympy has none
+        count = len(set(chosen.values()) - set(outputs.values()))
+        symbol = outputs.get(expr) or sp.Symbol(f"{prefix}{count}", real=True)
+        rewritten = [p.subs(expr, symbol) for p in partials]
+        if rewritten == partials:
+            continue
+        if d.rule.fuse and len(_functions_of(partials, arrays) - _functions_of(rewritten, arrays)) < 2:
+            continue  # the backward still computes most of it (sin(x) * exp(-x**2) next to cos(x) * exp(-x**2))
+        partials = rewritten
+        chosen[expr] = symbol
+        budget -= 1
+    return chosen
