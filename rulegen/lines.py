@@ -19,10 +19,15 @@ class Assign:
 
 @dataclass(frozen=True)
 class Block:
-    """Straight-line code: assignments, then the values it returns."""
+    """Straight-line code: assignments, then the values it returns.
+
+    `reads` are the names it reads that it does not assign: what a method
+    running it must have at hand (saved, unpacked, passed).
+    """
 
     lines: tuple[Assign, ...]
     results: tuple[str, ...]
+    reads: frozenset[str] = frozenset()
 
     @property
     def result(self) -> str:

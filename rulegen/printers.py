@@ -562,6 +562,9 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         return text
 
 
+TANH_EXPM1_IMPORT = "from ._fuse import tanh_expm1"
+
+
 class CompiledTorchPrinter(TorchArrayPrinter):
     """torch code for the bodies of `fuse: true` rules that only torch.compile runs.
 
@@ -575,6 +578,7 @@ class CompiledTorchPrinter(TorchArrayPrinter):
     """
 
     def _print_tanh(self, expr: sp.tanh) -> str:
+        self.module_imports_.add(TANH_EXPM1_IMPORT)
         return f"tanh_expm1({self._print(expr.args[0])})"
 
     def _print_one_plus_erf(self, expr: fn.one_plus_erf) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import functools
 from collections.abc import Callable, Iterable, Sequence
 
@@ -89,8 +88,8 @@ class Emitter:
             if not _is_simple(text):
                 lines.append(Assign(r.name, text))
                 text = r.name
-            returned.append(r.wrap.format(atom(text) if r.wrap.startswith("{}.") else text))
-        return Block(tuple(lines), tuple(returned))
+            returned.append(r.wrap.apply(text))
+        return Block(tuple(lines), tuple(returned), _reads(exprs, results) - {name for name, _ in lets})
 
     def in_place_block(self, results: Sequence[Result], tensors: set[str]) -> Block | None:
         """`block` of `results` as torch code that updates the buffers it allocates (see rulegen.inplace).
@@ -113,10 +112,16 @@ class Emitter:
                 returned.append(r.code)
             else:
                 text = texts[r.name]
-                returned.append(r.wrap.format(atom(text) if r.wrap.startswith("{}.") else text))
+                returned.append(r.wrap.apply(text))
         if not any(not step.target for step in writer.steps):
             return None
-        return Block(tuple(writer.steps), tuple(returned))
+        return Block(tuple(writer.steps), tuple(returned), _reads([r.expr for r in computed], results))
+
+
+def _reads(exprs: Iterable[sp.Expr], results: Iterable[Result]) -> frozenset[str]:
+    """The names code computing `exprs` and `results` reads: their symbols, and what fixed code reads."""
+    symbols = {s.name for e in exprs for s in e.free_symbols}
+    return frozenset(symbols.union(*(r.fixed_reads for r in results)))
 
 
 def _is_simple(text: str) -> bool:
@@ -129,12 +134,3 @@ def temp_symbols(taken: set[str]) -> Iterable[sp.Symbol]:
     while any(n.startswith(prefix) and n[len(prefix) :].isdigit() for n in taken):
         prefix = "_" + prefix
     return sp.numbered_symbols(prefix)
-
-
-def atom(text: str) -> str:
-    """`text`, parenthesised unless it already binds tighter than `.attr`."""
-    try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return f"({text})"
-    return text if isinstance(node, ast.Name | ast.Call | ast.Attribute | ast.Subscript) else f"({text})"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Sequence
 
 import sympy as sp
 
@@ -12,110 +12,42 @@ from rulegen.forms import float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.lines import Assign, Block
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import SUM_TO_SHAPE, array_arguments, header_of, params_of, returns_of
-from rulegen.plan.model import Function, JaxPlan, Result
+from rulegen.plan.model import Function, JaxPlan, Result, Wrap
 from rulegen.plan.snippet import tuple_literal
 from rulegen.plan.symbolic import (
     broadcast_outputs,
-    compose,
     dtype_casts,
     linear_combination,
-    mentioned,
     names_in,
     needs_broadcast,
     with_fused_forms,
 )
 from rulegen.printers import print_jax
 from rulegen.routes import JaxRoute
+from rulegen.spec import Output
 
 _JNP = frozenset({"import jax.numpy as jnp"})
+_SUM_TO_SHAPE_IMPORT = f"from ._util import {SUM_TO_SHAPE}"
 
 
 def plan_jax(d: Derivation) -> JaxPlan:
     """What the JAX module of a rule computes: a custom_jvp, or a custom_vjp."""
     d = with_fused_forms(d)
     rule = d.rule
-    every = [e for _, e in (*d.forward, *d.residuals)]
-    every += [*d.jvp_partials.values(), *d.vjp_partials.values(), *d.residual_partials.values()]
-    booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
-    statics = frozenset(i.name for i in rule.inputs if i.static)
-    printer = functools.partial(print_jax, booleans=booleans)
-    in_float = float_forms(
-        float_anchors(rule, d.symbols), integral_arrays(rule, d.symbols), tensor_only=False, scalars=statics
-    )
-    shared_exp = jax_forms(every, (i.name for i in rule.inputs if i.static))
-    emit = Emitter(printer, d.symbols, lambda e: shared_exp(in_float(e)), statics)
+    emit = _emitter(d)
     arrays = tuple(i.name for i in rule.inputs if not i.static)
-    outputs = tuple(o.name for o in rule.outputs)
-    diff_inputs = [i.name for i in d.diff_inputs]
-    residuals = dict(d.residuals)
-    shapes = ", ".join(f"jnp.shape({a})" for a in arrays)
-    full_shape = f"jnp.broadcast_shapes({shapes})" if len(arrays) > 1 else shapes
-    wraps = broadcast_outputs(d, f"jnp.broadcast_to({{}}, {full_shape})")
-    for n, cast in dtype_casts(rule, {"int": "{}.astype(int)", "bool": "{}.astype(bool)"}).items():
-        wraps[n] = compose(cast, wraps.get(n, "{}"))
-    forward = emit.block(
-        [], [Result(n, e, wrap=wraps[n], imports=_JNP) if n in wraps else Result(n, e) for n, e in d.forward]
-    )
-    broadcastable = len(arrays) > 1
-
+    forward = emit.block([], _forward_results(d, arrays))
     jvp = bwd = None
-    summed = False
     maps: tuple[Function, ...] = ()
-    tangents: tuple[str, ...] = ()
-    cotangents: tuple[str, ...] = ()
     saved: tuple[str, ...] = ()
-    if d.routes.jax != JaxRoute.CUSTOM_VJP:
-        tangents = tuple(f"{n}_dot" if n in diff_inputs else "_" for n in arrays)
-        results = []
-        for o in rule.outputs:
-            name = f"{o.name}_dot"
-            expr = linear_combination(d, d.jvp_partials, o.name, diff_inputs, "_dot")
-            if not o.differentiable and o.dtype != "float":
-                results.append(
-                    Result(
-                        name,
-                        code=f"np.zeros(jnp.shape({o.name}), dtype=jax.dtypes.float0)",
-                        imports=_JNP | {"import numpy as np"},
-                    )
-                )
-            elif not o.differentiable or expr == 0:
-                results.append(Result(name, code=f"jnp.zeros_like({o.name})", imports=_JNP))
-            elif needs_broadcast(d, expr):
-                wrap = f"jnp.broadcast_to({{}}, jnp.shape({o.name}))"
-                results.append(Result(name, expr, wrap=wrap, imports=_JNP))
-            else:
-                results.append(Result(name, expr))
-        applying: tuple[Assign, ...] = ()
-        if rule.jvp is not None and rule.vjp is not None:
-            maps, application, results = _given_linear_maps(d, emit, residuals, results, summed_wrap=broadcastable)
-            applying, summed = (application,), broadcastable
-        used = names_in(r.expr for r in results if r.expr is not None)
-        jvp = emit.block([(n, e) for n, e in residuals.items() if n in used], results)
-        jvp = Block((*applying, *jvp.lines), jvp.results)
+    if d.routes.jax == JaxRoute.CUSTOM_VJP:
+        bwd = emit.block(*_bwd_parts(d))
+        saved = tuple(n for n in (*arrays, *(o.name for o in rule.outputs)) if n in bwd.reads)
     else:
-        cotangents = tuple(f"{n}_bar" for n in outputs)
-        results = []
-        for i in rule.inputs:
-            if i.static:
-                continue
-            expr = linear_combination(d, d.vjp_partials, i.name, outputs, "_bar", transpose=True)
-            if not i.differentiable or expr == 0:
-                code = f"jnp.zeros_like({i.name})" if i.dtype == "float" else "None"
-                results.append(Result(f"{i.name}_bar", code=code, imports=_JNP if i.dtype == "float" else frozenset()))
-            elif broadcastable:
-                wrap = f"_sum_to_shape({{}}, jnp.shape({i.name}))"
-                results.append(Result(f"{i.name}_bar", expr, wrap=wrap, imports=_JNP))
-                summed = True
-            else:
-                results.append(Result(f"{i.name}_bar", expr))
-        used = names_in(r.expr for r in results if r.expr is not None)
-        lets = [(n, e) for n, e in residuals.items() if n in used]
-        used |= names_in(e for _, e in lets)
-        bwd = emit.block(lets, results)
-        used |= set(mentioned(arrays, [bwd.result]))
-        saved = tuple(n for n in (*arrays, *outputs) if n in used)
-
-    imports = {"import jax", *emit.imports}
+        jvp, maps = _jvp(d, emit)
+    # The util import joins the module's one `from ._util import` line.
+    summed = _SUM_TO_SHAPE_IMPORT in emit.imports
+    imports = {"import jax", *(emit.imports - {_SUM_TO_SHAPE_IMPORT})}
     if any(i.static for i in rule.inputs):
         imports.add("import functools")
     return JaxPlan(
@@ -128,12 +60,12 @@ def plan_jax(d: Derivation) -> JaxPlan:
         arrays=arrays,
         custom="custom_vjp" if d.routes.jax == JaxRoute.CUSTOM_VJP else "custom_jvp",
         forward=forward,
-        tangents=tangents,
+        tangents=() if jvp is None else tuple(f"{n}_dot" if n in _diff_inputs(d) else "_" for n in arrays),
         primal_call=f"{rule.name}({', '.join(i.name for i in rule.inputs)})",
-        outputs=outputs,
+        outputs=tuple(o.name for o in rule.outputs),
         jvp=jvp,
         saved=saved,
-        cotangents=cotangents,
+        cotangents=() if bwd is None else tuple(f"{o.name}_bar" for o in rule.outputs),
         bwd=bwd,
         imports=tuple(sorted(imports)),
         util_names=tuple(n for n, used in (("as_arrays", bool(arrays)), (SUM_TO_SHAPE, summed)) if used),
@@ -142,13 +74,99 @@ def plan_jax(d: Derivation) -> JaxPlan:
     )
 
 
+def _diff_inputs(d: Derivation) -> list[str]:
+    return [i.name for i in d.diff_inputs]
+
+
+def _emitter(d: Derivation) -> Emitter:
+    """The JAX printer, after the float and shared-exp rewrites, told which inputs are static and boolean."""
+    rule = d.rule
+    every = [e for _, e in (*d.forward, *d.residuals)]
+    every += [*d.jvp_partials.values(), *d.vjp_partials.values(), *d.residual_partials.values()]
+    booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
+    statics = frozenset(i.name for i in rule.inputs if i.static)
+    in_float = float_forms(
+        float_anchors(rule, d.symbols), integral_arrays(rule, d.symbols), tensor_only=False, scalars=statics
+    )
+    shared_exp = jax_forms(every, statics)
+    return Emitter(
+        functools.partial(print_jax, booleans=booleans), d.symbols, lambda e: shared_exp(in_float(e)), statics
+    )
+
+
+def _forward_results(d: Derivation, arrays: Sequence[str]) -> list[Result]:
+    """The outputs, each broadcast to the inputs' shape where its expression may lack it, and cast to its dtype."""
+    shapes = ", ".join(f"jnp.shape({a})" for a in arrays)
+    full_shape = f"jnp.broadcast_shapes({shapes})" if len(arrays) > 1 else shapes
+    wraps = broadcast_outputs(d, Wrap(f"jnp.broadcast_to({{}}, {full_shape})", frozenset(arrays)))
+    for n, cast in dtype_casts(d.rule, {"int": "{}.astype(int)", "bool": "{}.astype(bool)"}).items():
+        wraps[n] = cast.around(wraps.get(n, Wrap()))
+    return [Result(n, e, wrap=wraps[n], imports=_JNP) if n in wraps else Result(n, e) for n, e in d.forward]
+
+
+def _jvp(d: Derivation, emit: Emitter) -> tuple[Block, tuple[Function, ...]]:
+    """The custom_jvp rule's body, and with both a given JVP and VJP, the `linear_map` halves it applies."""
+    results = [_tangent(d, o) for o in d.rule.outputs]
+    applying: tuple[Assign, ...] = ()
+    maps: tuple[Function, ...] = ()
+    if d.rule.jvp is not None and d.rule.vjp is not None:
+        maps, application, results = _given_linear_maps(d, emit, results)
+        applying = (application,)
+    residuals = dict(d.residuals)
+    used = names_in(r.expr for r in results if r.expr is not None)
+    block = emit.block([(n, e) for n, e in residuals.items() if n in used], results)
+    return Block((*applying, *block.lines), block.results, block.reads), maps
+
+
+def _tangent(d: Derivation, o: Output) -> Result:
+    """The tangent of the output `o`: the partials times the inputs' tangents, or zeros of the right kind."""
+    name = f"{o.name}_dot"
+    expr = linear_combination(d, d.jvp_partials, o.name, _diff_inputs(d), "_dot")
+    reads = frozenset({o.name})
+    if not o.differentiable and o.dtype != "float":
+        code = f"np.zeros(jnp.shape({o.name}), dtype=jax.dtypes.float0)"
+        return Result(name, code=code, imports=_JNP | {"import numpy as np"}, reads=reads)
+    if not o.differentiable or expr == 0:
+        return Result(name, code=f"jnp.zeros_like({o.name})", imports=_JNP, reads=reads)
+    if needs_broadcast(d, expr):
+        return Result(name, expr, wrap=Wrap(f"jnp.broadcast_to({{}}, jnp.shape({o.name}))", reads), imports=_JNP)
+    return Result(name, expr)
+
+
+def _cotangent(d: Derivation, i: str, outputs: Sequence[str]) -> Result:
+    """The cotangent of the array input `i`: the transposed partials, summed back to `i`'s shape where it broadcasts."""
+    expr = linear_combination(d, d.vjp_partials, i, outputs, "_bar", transpose=True)
+    if expr == 0:
+        return Result(f"{i}_bar", code=f"jnp.zeros_like({i})", imports=_JNP, reads=frozenset({i}))
+    if sum(not x.static for x in d.rule.inputs) > 1:
+        wrap = Wrap(f"_sum_to_shape({{}}, jnp.shape({i}))", frozenset({i}))
+        return Result(f"{i}_bar", expr, wrap=wrap, imports=_JNP | {_SUM_TO_SHAPE_IMPORT})
+    return Result(f"{i}_bar", expr)
+
+
+def _bwd_parts(d: Derivation) -> tuple[list[tuple[str, sp.Expr]], list[Result]]:
+    """The custom_vjp bwd's residual assignments and results, one per array input."""
+    outputs = [o.name for o in d.rule.outputs]
+    results = []
+    for i in d.rule.inputs:
+        if i.static:
+            continue
+        if i.differentiable:
+            results.append(_cotangent(d, i.name, outputs))
+        elif i.dtype == "float":
+            results.append(
+                Result(f"{i.name}_bar", code=f"jnp.zeros_like({i.name})", imports=_JNP, reads=frozenset({i.name}))
+            )
+        else:
+            results.append(Result(f"{i.name}_bar", code="None"))
+    used = names_in(r.expr for r in results if r.expr is not None)
+    return [(n, e) for n, e in d.residuals if n in used], results
+
+
 def _given_linear_maps(
     d: Derivation,
     emit: Emitter,
-    residuals: Mapping[str, sp.Expr],
     results: list[Result],
-    *,
-    summed_wrap: bool,
 ) -> tuple[tuple[Function, ...], Assign, list[Result]]:
     """A rule's own JVP and VJP as the two halves of one `linear_map`, the line applying it, and the JVP's results.
 
@@ -166,6 +184,8 @@ def _given_linear_maps(
     diff_outputs = [o.name for o in rule.outputs if o.differentiable]
     dots, bars = [f"{i}_dot" for i in diff_inputs], [f"{o}_bar" for o in diff_outputs]
 
+    residuals = dict(d.residuals)
+
     def half(kind: str, computed: list[Result], linear: list[str]) -> Function:
         used = names_in(r.expr for r in computed if r.expr is not None)
         block = emit.block([(n, e) for n, e in residuals.items() if n in used], computed)
@@ -173,15 +193,7 @@ def _given_linear_maps(
         return Function(f"_{name}_{kind}_map", (*statics, *known, *linear), tuple(lines))
 
     applied = [r for r in results if r.name.removesuffix("_dot") in diff_outputs]
-    transposed = []
-    for i in diff_inputs:
-        expr = linear_combination(d, d.vjp_partials, i, diff_outputs, "_bar", transpose=True)
-        if expr == 0:
-            transposed.append(Result(f"{i}_bar", code=f"jnp.zeros_like({i})", imports=_JNP))
-        elif summed_wrap:
-            transposed.append(Result(f"{i}_bar", expr, wrap=f"_sum_to_shape({{}}, jnp.shape({i}))", imports=_JNP))
-        else:
-            transposed.append(Result(f"{i}_bar", expr))
+    transposed = [_cotangent(d, i, diff_outputs) for i in diff_inputs]
     maps = (half("jvp", applied, dots), half("vjp", transposed, bars))
     emit.imports.add("from ._linear import linear_map")
     targets = ", ".join(f"{o}_dot" for o in diff_outputs) + ","

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import sympy as sp
@@ -111,14 +112,50 @@ class TorchPlan:
 
 
 @dataclass(frozen=True)
+class Wrap:
+    """Code around a printed value, `{}` where the value goes, and the names that code reads itself.
+
+    Which values a method reads, and so which it saves and unpacks, is the
+    union of its expressions' free symbols and its wraps' `reads`: never a
+    search of the printed text.
+    """
+
+    text: str = "{}"
+    reads: frozenset[str] = frozenset()
+
+    def around(self, inner: Wrap) -> Wrap:
+        """The wrap that applies `inner`, then this one."""
+        return Wrap(self.text.format(inner.text), self.reads | inner.reads)
+
+    def apply(self, value: str) -> str:
+        # `{}.attr` binds tighter than most of what `value` can be.
+        return self.text.format(atom(value) if self.text.startswith("{}.") else value)
+
+
+@dataclass(frozen=True)
 class Result:
-    """One returned value: an expression printed into `wrap`, or fixed code."""
+    """One returned value: an expression printed into `wrap`, or fixed `code` that reads `reads`."""
 
     name: str
     expr: sp.Expr | None = None
-    wrap: str = "{}"
+    wrap: Wrap = Wrap()
     code: str = ""
     imports: frozenset[str] = frozenset()
+    reads: frozenset[str] = frozenset()
+
+    @property
+    def fixed_reads(self) -> frozenset[str]:
+        """What the result reads besides its expression's symbols."""
+        return self.reads | self.wrap.reads
+
+
+def atom(text: str) -> str:
+    """`text`, parenthesised unless it already binds tighter than `.attr`."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return f"({text})"
+    return text if isinstance(node, ast.Name | ast.Call | ast.Attribute | ast.Subscript) else f"({text})"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from sympy.codegen.rewriting import ReplaceOptim
 from rulegen.derive import Derivation, Partials
 from rulegen.forms import CANONICAL_FORMS, canonical
 from rulegen.lines import Block
+from rulegen.plan.model import Wrap
 from rulegen.spec import Rule
 
 
@@ -80,14 +81,9 @@ def needs_broadcast(d: Derivation, expr: sp.Expr) -> bool:
     return have is not None and not {i.name for i in d.rule.inputs if not i.static} <= have
 
 
-def broadcast_outputs(d: Derivation, broadcast: str) -> dict[str, str]:
+def broadcast_outputs(d: Derivation, broadcast: Wrap) -> dict[str, Wrap]:
     """For each output whose expression lacks the full shape, the wrap `broadcast` that gives it."""
     return {n: broadcast for n, e in d.forward if needs_broadcast(d, e)}
-
-
-def compose(outer: str, inner: str) -> str:
-    """The wrap that applies `inner`, then `outer`."""
-    return outer.format(inner)
 
 
 def names_in(exprs: Iterable[sp.Expr]) -> set[str]:
@@ -119,6 +115,6 @@ def with_fused_forms(d: Derivation, forms: Sequence[ReplaceOptim] = CANONICAL_FO
     )
 
 
-def dtype_casts(rule: Rule, casts: Mapping[str, str]) -> dict[str, str]:
+def dtype_casts(rule: Rule, casts: Mapping[str, str]) -> dict[str, Wrap]:
     """The wrap that gives each output of an integer or boolean `dtype` that dtype; sympy computes in floats."""
-    return {o.name: casts[o.dtype] for o in rule.outputs if o.dtype in casts}
+    return {o.name: Wrap(casts[o.dtype]) for o in rule.outputs if o.dtype in casts}

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
+from dataclasses import dataclass
 
 import sympy as sp
 
@@ -16,23 +17,118 @@ from rulegen.forms import (
     torch_forms,
 )
 from rulegen.lines import Block
-from rulegen.plan.emit import Emitter
+from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import TENSORS_IMPORT, array_arguments, header_of, params_of, returns_of
-from rulegen.plan.model import Reads, Result, TorchPlan
+from rulegen.plan.model import Reads, Result, TorchPlan, Wrap
 from rulegen.plan.symbolic import (
-    block_texts,
     broadcast_outputs,
-    compose,
     dtype_casts,
     linear_combination,
-    mentioned,
-    names_in,
     needs_broadcast,
     with_fused_forms,
     with_outputs,
 )
-from rulegen.printers import print_torch, print_torch_compiled
+from rulegen.printers import TANH_EXPM1_IMPORT, print_torch, print_torch_compiled
 from rulegen.saving import saved_form, saved_intermediates
+from rulegen.spec import Rule
+
+
+@dataclass(frozen=True)
+class _Torch:
+    """A symbolic rule as torch's planner sees it: the intermediates it keeps for backward are residuals too."""
+
+    d: Derivation
+    symbols: Mapping[str, sp.Symbol]
+    vjp_partials: Mapping[tuple[str, str], sp.Expr]
+    jvp_partials: Mapping[tuple[str, str], sp.Expr]
+    residual_partials: Mapping[tuple[str, str], sp.Expr]
+    residuals: tuple[tuple[str, sp.Expr], ...]  # the rule's own, then the saved intermediates
+
+    @property
+    def rule(self) -> Rule:
+        return self.d.rule
+
+    @functools.cached_property
+    def residual_names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.residuals)
+
+    @functools.cached_property
+    def arrays(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.rule.inputs if not i.static)
+
+    @functools.cached_property
+    def statics(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.rule.inputs if i.static)
+
+    @functools.cached_property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.rule.outputs)
+
+    @functools.cached_property
+    def diff_inputs(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.d.diff_inputs)
+
+    @functools.cached_property
+    def integral(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.rule.inputs if not i.static and i.dtype in ("int", "bool"))
+
+    @functools.cached_property
+    def in_float(self) -> Callable[[sp.Expr], sp.Expr]:
+        rule, symbols = self.rule, self.symbols
+        return float_forms(
+            float_anchors(rule, symbols),
+            integral_arrays(rule, symbols),
+            tensor_only=True,
+            scalars=frozenset(self.statics),
+        )
+
+    def emitter(self, printer: Printer) -> Emitter:
+        """An emitter of `printer`'s code, after the float rewrites and torch's one-kernel forms."""
+        booleans = frozenset(i.name for i in self.rule.inputs if not i.static and i.dtype == "bool")
+        native = torch_forms(self.statics, self.integral)
+        in_float = self.in_float
+        return Emitter(
+            functools.partial(printer, booleans=booleans), self.symbols, lambda e: native(in_float(e)), self.statics
+        )
+
+
+def _with_saved_intermediates(d: Derivation) -> _Torch:
+    """`d` reading the intermediates `saved_intermediates` keeps, each a residual with its own partials."""
+    symbols = dict(d.symbols)
+    saved_map = saved_intermediates(d, set(symbols))
+    intermediates = [(str(sym), expr) for expr, sym in saved_map.items() if str(sym) not in symbols]
+    for name, _ in intermediates:
+        symbols[name] = sp.Symbol(name, real=True)
+
+    def rewritten(partials: Partials) -> dict[tuple[str, str], sp.Expr]:
+        return {k: saved_form(v, saved_map) for k, v in partials.items()}
+
+    residual_partials = dict(d.residual_partials)
+    for name, expr in intermediates:
+        for i in d.diff_inputs:
+            partial = sp.diff(expr, symbols[i.name])
+            if partial != 0:
+                residual_partials[(name, i.name)] = saved_form(partial, saved_map)
+    residuals = (*d.residuals, *intermediates)
+    for n, _ in residuals:
+        symbols[f"{n}_bar"] = sp.Symbol(f"{n}_bar", real=True)
+        symbols[f"{n}_dot"] = sp.Symbol(f"{n}_dot", real=True)
+    return _Torch(d, symbols, rewritten(d.vjp_partials), rewritten(d.jvp_partials), residual_partials, tuple(residuals))
+
+
+@dataclass(frozen=True)
+class _Backward:
+    """The backward bodies: every cotangent's terms, and without residual cotangents, the outputs' only."""
+
+    full: list[Result]
+    first_order: list[Result]  # [] when the rule has no residuals
+    block: Block
+    first_order_block: Block | None
+
+    @property
+    def hot(self) -> list[Result]:
+        """What a first-order backward computes: the body worth fusing or running in place."""
+        return self.first_order or self.full
 
 
 def plan_torch(d: Derivation) -> TorchPlan:
@@ -46,200 +142,219 @@ def plan_torch(d: Derivation) -> TorchPlan:
     terms, and the second-order one adds each residual's own partials (the
     MyCube trap).
     """
-    d = with_fused_forms(d, TORCH_FUSED_FORMS)
-    rule = d.rule
-    symbols = dict(d.symbols)
-    saved_map = saved_intermediates(d, set(symbols))
-    intermediates = [(str(sym), expr) for expr, sym in saved_map.items() if str(sym) not in symbols]
-    for name, _ in intermediates:
-        symbols[name] = sp.Symbol(name, real=True)
-
-    def rewritten(partials: Partials) -> dict[tuple[str, str], sp.Expr]:
-        return {k: saved_form(v, saved_map) for k, v in partials.items()}
-
-    vjp_partials, jvp_partials = rewritten(d.vjp_partials), rewritten(d.jvp_partials)
-    residual_partials = dict(d.residual_partials)
-    for name, expr in intermediates:
-        for i in d.diff_inputs:
-            partial = sp.diff(expr, symbols[i.name])
-            if partial != 0:
-                residual_partials[(name, i.name)] = saved_form(partial, saved_map)
-    residuals = [*d.residuals, *intermediates]
-    residual_names = tuple(n for n, _ in residuals)
-    for n in residual_names:
-        symbols[f"{n}_bar"] = sp.Symbol(f"{n}_bar", real=True)
-        symbols[f"{n}_dot"] = sp.Symbol(f"{n}_dot", real=True)
-    statics = tuple(i.name for i in rule.inputs if i.static)
-    integral = [i.name for i in rule.inputs if not i.static and i.dtype in ("int", "bool")]
-    booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
-    printer = functools.partial(print_torch, booleans=booleans)
-    in_float = float_forms(
-        float_anchors(rule, symbols), integral_arrays(rule, symbols), tensor_only=True, scalars=frozenset(statics)
+    t = _with_saved_intermediates(with_fused_forms(d, TORCH_FUSED_FORMS))
+    rule = t.rule
+    emit = t.emitter(print_torch)
+    forward_results, aliases = _forward_results(t)
+    forward = emit.block([], forward_results)
+    backward = _backward(t, emit)
+    jvp = emit.block([], _jvp_results(t, aliases))
+    # Unmaterialised, an input without a tangent gets None; with one array
+    # input, jvp only runs when it has one.
+    absent_tangents = t.diff_inputs if t.residual_names and len(t.diff_inputs) > 1 else ()
+    first_order_reads = backward.first_order_block.reads if backward.first_order_block else frozenset()
+    used = jvp.reads | backward.block.reads | first_order_reads | set(absent_tangents)
+    emit.imports.add("import torch")
+    statics_used = tuple(s for s in t.statics if s in used)
+    values_out = (*t.outputs, *t.residual_names)
+    saved = tuple(n for n in (*(i.name for i in rule.inputs), *values_out) if n in used and n not in t.statics)
+    fused = _fused(t, forward_results, forward, backward, (*saved, *statics_used)) if rule.fuse else _Fused()
+    emit.imports |= fused.imports
+    # Fused rules compile these bodies instead.
+    in_place = _InPlace() if rule.fuse else _in_place_bodies(t, emit, forward_results, backward.hot, saved)
+    arguments = array_arguments(rule, "as_tensors")
+    if arguments:
+        emit.imports.add(TENSORS_IMPORT)
+    backward_reads = backward.block.reads | first_order_reads | in_place.backward_reads | set(fused.backward_params)
+    non_diff = tuple(o.name for o in rule.outputs if not o.differentiable)
+    return TorchPlan(
+        header=header_of(t.d),
+        name=rule.name,
+        class_name=rule.torch_class,
+        params=params_of(rule.inputs, "torch"),
+        returns=returns_of(rule, "torch"),
+        inputs=tuple(i.name for i in rule.inputs),
+        statics=statics_used,
+        forward=forward,
+        outputs=t.outputs,
+        residuals=t.residual_names,
+        non_differentiable=non_diff,
+        saved=saved,
+        cotangents=tuple(f"{n}_bar" for n in values_out),
+        backward=backward.block,
+        first_order=backward.first_order_block,
+        first_order_test=_first_order_test(t),
+        fused_backward_params=fused.backward_params,
+        fused_forward_compiled=fused.forward,
+        fused_backward_compiled=fused.backward,
+        tangents=tuple(f"{i.name}_dot" for i in rule.inputs),
+        absent_tangents=absent_tangents,
+        jvp=jvp,
+        forward_in_place=in_place.forward,
+        forward_plain=in_place.forward_plain,
+        backward_in_place=in_place.backward,
+        backward_plain=in_place.backward_plain,
+        backward_reads=_reads(saved, statics_used, backward_reads),
+        jvp_reads=_reads(saved, statics_used, jvp.reads | set(absent_tangents)),
+        imports=tuple(sorted(emit.imports)),
+        setup_inputs=_targets(tuple(i.name for i in rule.inputs), {*saved, *statics_used}, tuple_of_one=True),
+        setup_outputs=_targets(values_out, {*saved, *non_diff}, tuple_of_one=False),
+        wrapper_targets=", ".join(n if n in t.outputs else f"_{n}" for n in values_out),
+        tensor_arguments=arguments,
     )
-    native = torch_forms(statics, integral)
-    emit = Emitter(printer, symbols, lambda e: native(in_float(e)), statics)
-    inputs = tuple(i.name for i in rule.inputs)
-    outputs = tuple(o.name for o in rule.outputs)
-    diff_inputs = [i.name for i in d.diff_inputs]
-    diff_outputs = [o.name for o in rule.outputs if o.differentiable]
-    broadcastable = len([i for i in rule.inputs if not i.static]) > 1
 
-    values = [*d.forward, *((n, with_outputs(d, e)) for n, e in residuals)]
-    arrays = tuple(i.name for i in rule.inputs if not i.static)
+
+def _forward_results(t: _Torch) -> tuple[list[Result], set[str]]:
+    """The forward's outputs and residuals, and the outputs that are an input as it is (returned as views)."""
+    d, arrays = t.d, t.arrays
+    values = [*d.forward, *((n, with_outputs(d, e)) for n, e in t.residuals)]
     if len(arrays) > 1:
         shape = f"torch.broadcast_shapes({', '.join(f'{a}.shape' for a in arrays)})"
         zeros = f"torch.zeros({shape}, dtype={arrays[0]}.dtype, device={arrays[0]}.device)"
     else:
         zeros = f"torch.zeros_like({arrays[0]})" if arrays else ""
-    wraps = broadcast_outputs(d, f"({{}}) + {zeros}") if arrays else {}
+    wraps = broadcast_outputs(d, Wrap(f"({{}}) + {zeros}", frozenset(arrays))) if arrays else {}
     # An input returned as it is must be a view: torch refuses to save it otherwise.
     aliases = {n for n, e in values if isinstance(e, sp.Symbol) and e.name in arrays and n not in wraps}
-    wraps |= {n: f"{{}}.view_as({e})" for n, e in values if n in aliases}
-    for n, cast in dtype_casts(rule, {"int": "{}.long()", "bool": "{}.bool()"}).items():
-        wraps[n] = compose(cast, wraps.get(n, "{}"))
-    forward_results = [Result(n, e, wrap=wraps.get(n, "{}")) for n, e in values]
-    forward = emit.block([], forward_results)
+    wraps |= {n: Wrap(f"{{}}.view_as({e})", frozenset({e.name})) for n, e in values if n in aliases}
+    for n, cast in dtype_casts(t.rule, {"int": "{}.long()", "bool": "{}.bool()"}).items():
+        wraps[n] = cast.around(wraps.get(n, Wrap()))
+    return [Result(n, e, wrap=wraps.get(n, Wrap())) for n, e in values], aliases
 
-    def backward_results(with_residuals: bool) -> list[Result]:
-        found = []
-        for i in rule.inputs:
-            expr = linear_combination(d, vjp_partials, i.name, outputs, "_bar", transpose=True)
-            if with_residuals:
-                for r in residual_names:
-                    expr += residual_partials.get((r, i.name), sp.S.Zero) * symbols[f"{r}_bar"]
-            if i.name not in diff_inputs or expr == 0:
-                found.append(Result(f"{i.name}_bar", code="None"))
-            elif with_residuals and residual_names:
-                # Absent cotangents read as 0.0: bring the sum to the input's shape either way.
-                wrap = f"({{}} + torch.zeros_like({i.name})).sum_to_size({i.name}.shape)"
-                found.append(Result(f"{i.name}_bar", expr, wrap=wrap))
-            elif broadcastable:
-                found.append(Result(f"{i.name}_bar", expr, wrap=f"{{}}.sum_to_size({i.name}.shape)"))
-            else:
-                found.append(Result(f"{i.name}_bar", expr))
-        return found
 
-    full_results = backward_results(with_residuals=True)
+def _backward_results(t: _Torch, *, with_residuals: bool) -> list[Result]:
+    """One cotangent per input: the transposed partials, with the residuals' terms or without."""
+    found = []
+    broadcastable = len(t.arrays) > 1
+    for i in t.rule.inputs:
+        expr = linear_combination(t.d, t.vjp_partials, i.name, t.outputs, "_bar", transpose=True)
+        if with_residuals:
+            for r in t.residual_names:
+                expr += t.residual_partials.get((r, i.name), sp.S.Zero) * t.symbols[f"{r}_bar"]
+        reads = frozenset({i.name})
+        if i.name not in t.diff_inputs or expr == 0:
+            found.append(Result(f"{i.name}_bar", code="None"))
+        elif with_residuals and t.residual_names:
+            # Absent cotangents read as 0.0: bring the sum to the input's shape either way.
+            wrap = Wrap(f"({{}} + torch.zeros_like({i.name})).sum_to_size({i.name}.shape)", reads)
+            found.append(Result(f"{i.name}_bar", expr, wrap=wrap))
+        elif broadcastable:
+            found.append(Result(f"{i.name}_bar", expr, wrap=Wrap(f"{{}}.sum_to_size({i.name}.shape)", reads)))
+        else:
+            found.append(Result(f"{i.name}_bar", expr))
+    return found
+
+
+def _backward(t: _Torch, emit: Emitter) -> _Backward:
+    full = _backward_results(t, with_residuals=True)
+    if not t.residual_names:
+        return _Backward(full, [], emit.block([], full), None)
     # Where a backward reads residuals, an absent cotangent is the Python float 0.0 there.
-    cotangent_native = torch_forms((*statics, *(f"{n}_bar" for n in (*outputs, *residual_names))), integral)
+    cotangent_native = torch_forms((*t.statics, *(f"{n}_bar" for n in (*t.outputs, *t.residual_names))), t.integral)
+    in_float = t.in_float
+    block = emit.block([], full, lambda e: cotangent_native(in_float(e)))
+    first_order = _backward_results(t, with_residuals=False)
+    return _Backward(full, first_order, block, emit.block([], first_order))
 
-    def cotangent_forms(expr: sp.Expr) -> sp.Expr:
-        return cotangent_native(in_float(expr))
 
-    backward = emit.block([], full_results, cotangent_forms if residual_names else None)
-    first_order_results = backward_results(with_residuals=False) if residual_names else []
-    first_order = emit.block([], first_order_results) if residual_names else None
-    absent = [f"{r}_bar is None" for r in residual_names]
+def _first_order_test(t: _Torch) -> str:
+    """The condition under which backward needs no residual's terms."""
+    absent = [f"{r}_bar is None" for r in t.residual_names]
     # gradcheck (check_undefined_grad) calls backward with every cotangent absent.
-    present = [f"{o}_bar is not None" for o in diff_outputs]
-    first_order_test = " and ".join(present + absent)
+    present = [f"{o.name}_bar is not None" for o in t.rule.outputs if o.differentiable]
+    return " and ".join(present + absent)
 
-    # Residual tangents too: torch.func.hessian runs forward mode over a
-    # backward that reads them.
-    jvp_results = []
-    for o in rule.outputs:
-        expr = linear_combination(d, jvp_partials, o.name, diff_inputs, "_dot")
+
+def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
+    """One tangent per output, then per residual.
+
+    Residual tangents too: torch.func.hessian runs forward mode over a
+    backward that reads them.
+    """
+    results = []
+    for o in t.rule.outputs:
+        expr = linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, "_dot")
+        reads = frozenset({o.name})
         if not o.differentiable:
             # Marked non-differentiable: torch wants no tangent for it.
-            jvp_results.append(Result(f"{o.name}_dot", code="None"))
+            results.append(Result(f"{o.name}_dot", code="None"))
         elif expr == 0:
-            jvp_results.append(Result(f"{o.name}_dot", code=f"torch.zeros_like({o.name})"))
-        elif needs_broadcast(d, expr):
-            jvp_results.append(Result(f"{o.name}_dot", expr, wrap=f"torch.broadcast_to({{}}, {o.name}.shape)"))
+            results.append(Result(f"{o.name}_dot", code=f"torch.zeros_like({o.name})", reads=reads))
+        elif needs_broadcast(t.d, expr):
+            wrap = Wrap(f"torch.broadcast_to({{}}, {o.name}.shape)", reads)
+            results.append(Result(f"{o.name}_dot", expr, wrap=wrap))
         elif o.name in aliases:
             # The output is a view of an input, so its tangent is a view of that input's.
-            jvp_results.append(Result(f"{o.name}_dot", expr, wrap=f"{{}}.view_as({expr})"))
+            wrap = Wrap(f"{{}}.view_as({expr})", frozenset(s.name for s in expr.free_symbols))
+            results.append(Result(f"{o.name}_dot", expr, wrap=wrap))
         else:
-            jvp_results.append(Result(f"{o.name}_dot", expr))
-    for r in residual_names:
-        expr = sp.Add(*(residual_partials.get((r, n), 0) * symbols[f"{n}_dot"] for n in diff_inputs))
+            results.append(Result(f"{o.name}_dot", expr))
+    for r in t.residual_names:
+        expr = sp.Add(*(t.residual_partials.get((r, n), 0) * t.symbols[f"{n}_dot"] for n in t.diff_inputs))
         if expr == 0:
-            jvp_results.append(Result(f"{r}_dot", code=f"torch.zeros_like({r})"))
+            results.append(Result(f"{r}_dot", code=f"torch.zeros_like({r})", reads=frozenset({r})))
         else:
-            jvp_results.append(Result(f"{r}_dot", expr))
-    jvp = emit.block([], jvp_results)
-    # Unmaterialised, an input without a tangent gets None; with one array
-    # input, jvp only runs when it has one.
-    absent_tangents = tuple(diff_inputs) if residual_names and len(diff_inputs) > 1 else ()
+            results.append(Result(f"{r}_dot", expr))
+    return results
 
-    computed = [r.expr for r in (*full_results, *first_order_results, *jvp_results) if r.expr is not None]
-    used = names_in(computed) | set(absent_tangents)
-    # Fixed code (a zeros_like, a broadcast to an output's shape) reads names too.
-    used |= set(mentioned((*inputs, *outputs, *residual_names), block_texts(jvp, backward, first_order)))
-    emit.imports.add("import torch")
-    statics_used = tuple(s for s in statics if s in used)
-    saved = tuple(n for n in (*inputs, *outputs, *residual_names) if n in used and n not in statics)
-    non_diff = tuple(o.name for o in rule.outputs if not o.differentiable)
-    values_out = (*outputs, *residual_names)
-    fused_backward_params: tuple[str, ...] = ()
-    fused_forward_compiled = fused_backward_compiled = None
-    if rule.fuse:
-        compiled = Emitter(
-            functools.partial(print_torch_compiled, booleans=booleans),
-            symbols,
-            lambda e: native(in_float(e)),
-            statics,
-        )
-        fused_forward_compiled = _if_differs(compiled.block([], forward_results), forward)
-        eager_backward = first_order or backward
-        hot = first_order_results if residual_names else full_results
-        fused_backward_compiled = _if_differs(compiled.block([], hot), eager_backward)
-        emit.imports |= compiled.imports
-        helpers = mentioned(["tanh_expm1"], block_texts(fused_forward_compiled, fused_backward_compiled))
-        emit.imports.add(f"from ._fuse import {', '.join(['fused', *helpers])}")
-        bars = [f"{o}_bar" for o in outputs] if residual_names else [f"{n}_bar" for n in values_out]
-        fused_backward_params = (*saved, *statics_used, *bars)
-    # Fused rules compile these bodies instead.
-    forward_in_place = backward_in_place = None
-    forward_plain = backward_plain = ""
-    if not rule.fuse:
-        tensors = {*arrays, *values_out, *(f"{n}_bar" for n in values_out)}
-        forward_in_place = _in_place(emit, forward_results, tensors)
-        forward_plain = _read_names(forward_in_place, arrays)
-        hot = first_order_results if residual_names else full_results
-        backward_in_place = _in_place(emit, hot, tensors)
-        backward_plain = _read_names(backward_in_place, (*saved, *(f"{n}_bar" for n in values_out)))
-        if forward_in_place or backward_in_place:
-            emit.imports.add("from ._inplace import plain")
-    backward_texts = [*block_texts(backward, first_order, backward_in_place), ", ".join(fused_backward_params)]
-    jvp_texts = block_texts(jvp) + [f"torch.zeros_like({x})" for x in absent_tangents]
-    arguments = array_arguments(rule, "as_tensors")
-    if arguments:
-        emit.imports.add(TENSORS_IMPORT)
-    return TorchPlan(
-        header=header_of(d),
-        name=rule.name,
-        class_name=rule.torch_class,
-        params=params_of(rule.inputs, "torch"),
-        returns=returns_of(rule, "torch"),
-        inputs=inputs,
-        statics=statics_used,
-        forward=forward,
-        outputs=outputs,
-        residuals=residual_names,
-        non_differentiable=non_diff,
-        saved=saved,
-        cotangents=tuple(f"{n}_bar" for n in values_out),
-        backward=backward,
-        first_order=first_order,
-        first_order_test=first_order_test,
-        fused_backward_params=fused_backward_params,
-        fused_forward_compiled=fused_forward_compiled,
-        fused_backward_compiled=fused_backward_compiled,
-        tangents=tuple(f"{i.name}_dot" for i in rule.inputs),
-        absent_tangents=absent_tangents,
-        jvp=jvp,
-        forward_in_place=forward_in_place,
-        forward_plain=forward_plain,
-        backward_in_place=backward_in_place,
-        backward_plain=backward_plain,
-        backward_reads=_reads(saved, statics_used, backward_texts),
-        jvp_reads=_reads(saved, statics_used, jvp_texts),
-        imports=tuple(sorted(emit.imports)),
-        setup_inputs=_targets(inputs, {*saved, *statics_used}, tuple_of_one=True),
-        setup_outputs=_targets(values_out, {*saved, *non_diff}, tuple_of_one=False),
-        wrapper_targets=", ".join(n if n in outputs else f"_{n}" for n in values_out),
-        tensor_arguments=arguments,
+
+@dataclass(frozen=True)
+class _Fused:
+    """With `fuse`, the bodies torch.compile runs where they differ from the eager ones, and what they need."""
+
+    forward: Block | None = None
+    backward: Block | None = None
+    backward_params: tuple[str, ...] = ()
+    imports: frozenset[str] = frozenset()
+
+
+def _fused(
+    t: _Torch, forward_results: list[Result], forward: Block, backward: _Backward, known: Sequence[str]
+) -> _Fused:
+    compiled = t.emitter(print_torch_compiled)
+    forward_compiled = _if_differs(compiled.block([], forward_results), forward)
+    eager_backward = backward.first_order_block or backward.block
+    backward_compiled = _if_differs(compiled.block([], backward.hot), eager_backward)
+    # The compiled printer asks for the _fuse helpers it calls; one import line names them all.
+    helpers = [name for name, line in _FUSE_HELPERS.items() if line in compiled.imports]
+    imports = compiled.imports - set(_FUSE_HELPERS.values())
+    imports.add(f"from ._fuse import {', '.join(['fused', *helpers])}")
+    values_out = (*t.outputs, *t.residual_names)
+    bars = [f"{o}_bar" for o in t.outputs] if t.residual_names else [f"{n}_bar" for n in values_out]
+    return _Fused(forward_compiled, backward_compiled, (*known, *bars), frozenset(imports))
+
+
+_FUSE_HELPERS = {"tanh_expm1": TANH_EXPM1_IMPORT}
+
+
+@dataclass(frozen=True)
+class _InPlace:
+    """Bodies that update their own buffers in place (rulegen.inplace), and the tensors `plain(...)` checks."""
+
+    forward: Block | None = None
+    forward_plain: str = ""
+    backward: Block | None = None
+    backward_plain: str = ""
+
+    @property
+    def backward_reads(self) -> frozenset[str]:
+        return self.backward.reads if self.backward is not None else frozenset()
+
+
+def _in_place_bodies(
+    t: _Torch, emit: Emitter, forward_results: list[Result], hot: list[Result], saved: Sequence[str]
+) -> _InPlace:
+    values_out = (*t.outputs, *t.residual_names)
+    tensors = {*t.arrays, *values_out, *(f"{n}_bar" for n in values_out)}
+    forward = _in_place(emit, forward_results, tensors)
+    backward = _in_place(emit, hot, tensors)
+    if forward or backward:
+        emit.imports.add("from ._inplace import plain")
+    return _InPlace(
+        forward,
+        _read_names(forward, t.arrays),
+        backward,
+        _read_names(backward, (*saved, *(f"{n}_bar" for n in values_out))),
     )
 
 
@@ -256,11 +371,11 @@ def _in_place(emit: Emitter, results: Sequence[Result], tensors: set[str]) -> Bl
 
 def _read_names(block: Block | None, names: Sequence[str]) -> str:
     """The `names` that `block` reads, as call arguments."""
-    return ", ".join(mentioned(names, block_texts(block))) if block is not None else ""
+    return ", ".join(n for n in names if n in block.reads) if block is not None else ""
 
 
-def _reads(saved: Sequence[str], statics: Sequence[str], texts: Iterable[str]) -> Reads:
-    read = set(mentioned((*saved, *statics), texts))
+def _reads(saved: Sequence[str], statics: Sequence[str], read: Set[str]) -> Reads:
+    """What a method unpacks of `saved` and `statics`: those it `read`s."""
     targets = ", ".join(n if n in read else "_" for n in saved)
     if len(saved) == 1 and targets:
         targets += ","
