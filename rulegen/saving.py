@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import sympy as sp
 
@@ -93,13 +93,47 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
     partials = [*d.vjp_partials.values(), *d.jvp_partials.values()]
     if not forward or not partials or d.residuals:
         return {}
+    arrays = {d.symbols[i.name] for i in d.rule.inputs if not i.static}
+    outputs = {e: d.symbols[n] for n, e in d.forward}
+    cost = _cost_model(fused=d.rule.fuse, arrays=arrays)
+    candidates = sorted(
+        (
+            e
+            for e in _shared_with_forward(forward, partials)
+            if e.free_symbols & arrays and (e in outputs or cost(e) > 1)
+        ),
+        key=lambda e: (e not in outputs, -cost(e), sp.default_sort_key(e)),
+    )
     prefix = "saved"
+    while any(n.startswith(prefix) for n in taken):
+        prefix = "_" + prefix
+    budget = len(_autodiff_saved(forward, arrays))
+    chosen: dict[sp.Expr, sp.Symbol] = {}
+    for expr in candidates:
+        if budget == 0:
+            break
+        if expr not in outputs and any(sp.diff(expr, a).has(sp.Derivative, sp.Subs) for a in arrays):
+            continue  # double backward needs its partials, and sympy has none
+        count = len(set(chosen.values()) - set(outputs.values()))
+        symbol = outputs.get(expr) or sp.Symbol(f"{prefix}{count}", real=True)
+        rewritten = [p.subs(expr, symbol) for p in partials]
+        if rewritten == partials:
+            continue
+        if d.rule.fuse and len(_functions_of(partials, arrays) - _functions_of(rewritten, arrays)) < 2:
+            continue  # the backward still computes most of it (sin(x) * exp(-x**2) next to cos(x) * exp(-x**2))
+        partials = rewritten
+        chosen[expr] = symbol
+        budget -= 1
+    return chosen
+
+
+def _shared_with_forward(forward: Sequence[sp.Expr], partials: Sequence[sp.Expr]) -> set[sp.Expr]:
+    """The subexpressions the partials read that the forward computes anyway (outermost ones, as cse shares them)."""
     replacements, reduced = sp.cse([*forward, *partials], symbols=sp.numbered_symbols("_cse"), order="none")
     value = dict(replacements)
     full: dict[sp.Symbol, sp.Expr] = {}
     for sym, expr in replacements:
         full[sym] = expr.xreplace(full)
-
     in_forward: set[sp.Symbol] = set()
 
     def mark(expr: sp.Expr) -> None:
@@ -120,42 +154,20 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
 
     for expr in reduced[len(forward) :]:
         visit(expr)
-    arrays = {d.symbols[i.name] for i in d.rule.inputs if not i.static}
-    outputs = {e: d.symbols[n] for n, e in d.forward}
-    if d.rule.fuse:
+    return {full[s] for s in wanted}
+
+
+def _cost_model(*, fused: bool, arrays: set[sp.Symbol]) -> Callable[[sp.Expr], int]:
+    """What recomputing an intermediate in backward costs, eager or compiled."""
+    if fused:
         # A compiled kernel does its arithmetic for free while it streams memory,
         # and saving costs two passes (a write, a read); the functions do not
         # come free: on the CPU each costs several passes' time (2^22 float32,
         # compiled: softplus 3.7 ms, tanh 1.5 ms, x * y, three passes, 1.1 ms).
         # Keeping what spares one function measured slower (fused gelu 0.28x
         # autodiff against 0.18x), hence two.
-        cost = functools.partial(_fused_recompute_cost, arrays=arrays)
-    else:
-        # Recomputing one operation reads as much memory as reading it back
-        # would, and often folds into the backward's own (a scale into a
-        # product's constant, or into softplus_backward's beta): keep only dearer ones.
-        cost = functools.partial(_recompute_cost, arrays=arrays)
-    candidates = sorted(
-        (full[s] for s in wanted if full[s].free_symbols & arrays and (full[s] in outputs or cost(full[s]) > 1)),
-        key=lambda e: (e not in outputs, -cost(e), sp.default_sort_key(e)),
-    )
-    budget = len(_autodiff_saved(forward, arrays))
-    chosen: dict[sp.Expr, sp.Symbol] = {}
-    while any(n.startswith(prefix) for n in taken):
-        prefix = "_" + prefix
-    for expr in candidates:
-        if budget == 0:
-            break
-        if expr not in outputs and any(sp.diff(expr, a).has(sp.Derivative, sp.Subs) for a in arrays):
-            continue  # double backward needs its partials, and sympy has none
-        count = len(set(chosen.values()) - set(outputs.values()))
-        symbol = outputs.get(expr) or sp.Symbol(f"{prefix}{count}", real=True)
-        rewritten = [p.subs(expr, symbol) for p in partials]
-        if rewritten == partials:
-            continue
-        if d.rule.fuse and len(_functions_of(partials, arrays) - _functions_of(rewritten, arrays)) < 2:
-            continue  # the backward still computes most of it (sin(x) * exp(-x**2) next to cos(x) * exp(-x**2))
-        partials = rewritten
-        chosen[expr] = symbol
-        budget -= 1
-    return chosen
+        return functools.partial(_fused_recompute_cost, arrays=arrays)
+    # Recomputing one operation reads as much memory as reading it back
+    # would, and often folds into the backward's own (a scale into a
+    # product's constant, or into softplus_backward's beta): keep only dearer ones.
+    return functools.partial(_recompute_cost, arrays=arrays)

@@ -100,6 +100,13 @@ class SnippetPlanner:
             found = dict(d.residuals)[role.split(" ", 1)[1]]
         return found[self.backend] if found and self.backend in found else None
 
+    def given(self, role: str) -> Code:
+        """The body `role`, which the route guarantees the rule gives."""
+        code = self.code(role)
+        if code is None:
+            raise AssertionError(f"{self.rule.name}: its route needs a {role} body for {self.backend}")
+        return code
+
     def forward_targets(self) -> str:
         return tuple_text([*self.outputs, *(f"_{r}" for r in self.returned)])
 
@@ -109,10 +116,10 @@ class SnippetPlanner:
         if forward_call and needed & set(self.returned):
             targets = ["_" if n in self.outputs else n for n in (*self.outputs, *self.returned)]
             targets = [t if t in needed or t == "_" else "_" for t in targets]
-            lines.append(f"{tuple_text(targets)} = {body_call(self.code('forward'))}")  # type: ignore[arg-type]
+            lines.append(f"{tuple_text(targets)} = {body_call(self.given('forward'))}")
         for name, _ in self.d.residuals:
             if name in needed:
-                lines.append(f"{name} = {body_call(self.code(f'residual {name}'))}")  # type: ignore[arg-type]
+                lines.append(f"{name} = {body_call(self.given(f'residual {name}'))}")
         return lines
 
     def reads(self, *roles: str) -> set[str]:
@@ -124,5 +131,5 @@ class SnippetPlanner:
         # A residual's body reads names too.
         for name, _ in self.d.residuals:
             if name in names:
-                names |= set(self.code(f"residual {name}").params)  # type: ignore[union-attr]
+                names |= set(self.given(f"residual {name}").params)
         return names

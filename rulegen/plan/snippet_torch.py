@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rulegen.plan.header import array_arguments, doc_lines, header_of, params_of, returns_of, torch_util_imports
 from rulegen.plan.model import Function, SnippetPlan
@@ -14,45 +16,82 @@ from rulegen.snippet import SnippetDerivation
 def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     """The torch module of a snippet rule: a torch.func-style Function, or a plain function."""
     p = SnippetPlanner(d, "torch")
-    rule = d.rule
-    imports = p.imports
-    imports.add("import torch")
-    header = header_of(d)
-    params = tuple(map(str, params_of(rule.inputs, "torch")))
-    result_type = returns_of(rule, "torch")
-    all_args = ", ".join(p.inputs)
-    forward = p.code("forward")
-    assert forward is not None
-    host = forward.host
-    cls = rule.torch_class
-
-    arguments = array_arguments(rule, "as_tensors")
-    util_names = ["as_tensors"] if arguments else []
-    prologue = (*doc_lines(header), *([arguments] if arguments else []))
-
+    p.imports.add("import torch")
+    util_names = ["as_tensors"] if array_arguments(d.rule, "as_tensors") else []
     if d.jvp is None and d.vjp is None:
         # Nothing custom: torch differentiates the body as it is.
+        forward = p.given("forward")
         if p.returned:
             lines = [f"{p.forward_targets()} = {body_call(forward)}", f"return {tuple_text(p.outputs)}"]
         else:
             lines = [f"return {body_call(forward)}"]
-        return SnippetPlan(
-            header=header,
-            name=rule.name,
-            imports=torch_util_imports(imports, util_names),
-            bodies=p.bodies,
-            called=p.called,
-            assignments=(),
-            public=Function(rule.name, params, (*prologue, *lines), returns=result_type),
-            methods=(),
-            tail=(),
-        )
+        return _module(p, lines, util_names)
+    kept = _kept(p)
+    methods = [
+        _forward(p, kept, util_names),
+        _setup_context(p, kept),
+        _backward(p, kept),
+        _jvp(p, kept),
+    ]
+    class_attrs: tuple[str, ...] = ("generate_vmap_rule = True",)
+    if p.given("forward").host:
+        methods.append(_host_vmap(p))
+        class_attrs = ()
+    return _module(p, _wrapper(p, kept), util_names, methods=methods, class_attrs=class_attrs)
 
-    # Host residuals are results of the host body, saved; the others are
-    # recomputed from saved inputs where a derivative reads them, so that
-    # torch differentiates their dependence on the inputs at second order.
+
+def _module(
+    p: SnippetPlanner,
+    lines: Sequence[str],
+    util_names: Sequence[str],
+    *,
+    methods: Sequence[Function] = (),
+    class_attrs: tuple[str, ...] = (),
+) -> SnippetPlan:
+    """The module: the bodies, the Function's `methods` if any, and the public function running `lines`."""
+    rule = p.rule
+    header = header_of(p.d)
+    arguments = array_arguments(rule, "as_tensors")
+    prologue = (*doc_lines(header), *([arguments] if arguments else []))
+    params = tuple(map(str, params_of(rule.inputs, "torch")))
+    function = bool(methods)
+    return SnippetPlan(
+        header=header,
+        name=rule.name,
+        imports=torch_util_imports(p.imports, util_names),
+        bodies=p.bodies,
+        called=p.called,
+        assignments=(),
+        public=Function(rule.name, params, (*prologue, *lines), returns=returns_of(rule, "torch")),
+        methods=tuple(methods),
+        tail=(),
+        class_name=rule.torch_class if function else "",
+        class_attrs=class_attrs,
+        compiled_subclass=function,
+    )
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """What the Function's forward returns and setup_context keeps for the derivative methods."""
+
+    values: tuple[str, ...]  # forward's results: the outputs, then a host body's residuals
+    needed: frozenset[str]  # what the derivative methods read
+    saved: tuple[str, ...]
+    statics: tuple[str, ...]
+    shapes: tuple[str, ...]  # inputs whose shapes are kept, to sum cotangents back to
+    non_diff: tuple[str, ...]
+
+
+def _kept(p: SnippetPlanner) -> _Kept:
+    """What the methods read, and so what setup_context keeps.
+
+    Host residuals are results of the host body, saved; the others are
+    recomputed from saved inputs where a derivative reads them, so that
+    torch differentiates their dependence on the inputs at second order.
+    """
+    routes, host = p.d.routes, p.given("forward").host
     values = (*p.outputs, *p.returned) if host else p.outputs
-    routes = d.routes
     needed = p.reads("vjp" if routes.torch_backward == Source.GIVEN else "jvp")
     if routes.torch_jvp != Source.NONE:
         needed |= p.reads("jvp" if routes.torch_jvp == Source.GIVEN else "vjp")
@@ -63,28 +102,28 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
         # The VJP of the JVP takes zeros like the inputs, whether or not the JVP body reads them.
         needed |= set(p.diff_inputs)
     if not host and needed & set(p.returned):
-        needed |= set(forward.params)
-    float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
-    like = float_arrays[0] if float_arrays else (p.arrays[0] if p.arrays else None)
+        needed |= set(p.given("forward").params)
+    # Cotangents summed back to the inputs' shapes, kept on ctx: by the given
+    # VJP in backward, and by the transposed VJP that is the forward mode.
+    summed = routes.torch_backward == Source.GIVEN or routes.torch_jvp == Source.TRANSPOSE
+    return _Kept(
+        values=values,
+        needed=frozenset(needed),
+        saved=tuple(n for n in (*p.arrays, *values) if n in needed),
+        statics=tuple(s for s in p.statics if s in needed),
+        shapes=tuple(i for i in p.diff_inputs if p.broadcastable and summed),
+        non_diff=(*(o.name for o in p.rule.outputs if not o.differentiable), *(p.returned if host else ())),
+    )
 
-    methods: list[Function] = []
-    if host:
-        imports.add("from ._host import from_host, to_host")
-        args = ", ".join(f"to_host({n})" if n in p.arrays else n for n in forward.params)
-        results = list(values)
-        lines = [f"{tuple_text(results)} = _forward({args})"]
-        converted = []
-        for n in results:
-            spec = next((o for o in rule.outputs if o.name == n), None)
-            if spec is not None and spec.dtype == "float" and like is not None:
-                converted.append(f"from_host({n}, {like}, {like}.dtype)")
-            else:
-                converted.append(f"from_host({n}, {like})" if like else f"torch.as_tensor({n})")
-        lines.append(f"return {tuple_text(converted)}")
+
+def _forward(p: SnippetPlanner, kept: _Kept, util_names: list[str]) -> Function:
+    forward = p.given("forward")
+    if forward.host:
+        lines = _host_forward(p, kept.values)
     else:
         # A body may return an input as it is (`return x`), which torch refuses to save for backward.
         read = ", ".join(a for a in p.arrays if a in forward.params)
-        copies = read and needed & set(values)
+        copies = read and kept.needed & set(kept.values)
         result = f"fresh_outputs({body_call(forward)}, {read})" if copies else body_call(forward)
         if copies:
             util_names.append("fresh_outputs")
@@ -92,126 +131,134 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
             lines = [f"{p.forward_targets()} = {result}", f"return {tuple_text(p.outputs)}"]
         else:
             lines = [f"return {result}"]
-    methods.append(Function("forward", p.inputs, tuple(lines), decorator="@staticmethod"))
+    return Function("forward", p.inputs, tuple(lines), decorator="@staticmethod")
 
-    saved = [n for n in (*p.arrays, *values) if n in needed]
-    statics = [s for s in p.statics if s in needed]
-    # Cotangents summed back to the inputs' shapes, kept on ctx: by the given
-    # VJP in backward, and by the transposed VJP that is the forward mode.
-    transposed_vjp = routes.torch_jvp == Source.TRANSPOSE
-    shapes = [i for i in p.diff_inputs if p.broadcastable and (routes.torch_backward == Source.GIVEN or transposed_vjp)]
-    non_diff = [o.name for o in rule.outputs if not o.differentiable] + (list(p.returned) if host else [])
+
+def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
+    """A host body's call: tensors to NumPy arrays and back, float outputs in the inputs' dtype and device."""
+    rule, forward = p.rule, p.given("forward")
+    float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
+    like = float_arrays[0] if float_arrays else (p.arrays[0] if p.arrays else None)
+    p.imports.add("from ._host import from_host, to_host")
+    args = ", ".join(f"to_host({n})" if n in p.arrays else n for n in forward.params)
+    converted = []
+    for n in values:
+        spec = next((o for o in rule.outputs if o.name == n), None)
+        if spec is not None and spec.dtype == "float" and like is not None:
+            converted.append(f"from_host({n}, {like}, {like}.dtype)")
+        else:
+            converted.append(f"from_host({n}, {like})" if like else f"torch.as_tensor({n})")
+    return [f"{tuple_text(values)} = _forward({args})", f"return {tuple_text(converted)}"]
+
+
+def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
     setup = []
-    kept = set(saved) | set(statics) | set(shapes)
-    in_targets = [n if n in kept else "_" for n in p.inputs]
-    if kept & set(p.inputs):
-        setup.append(f"{tuple_text(in_targets)}{',' if len(in_targets) == 1 else ''} = inputs")
-    out_kept = set(saved) | set(non_diff)
-    if out_kept & set(values):
-        setup.append(f"{tuple_text([n if n in out_kept else '_' for n in values])} = output")
-    if non_diff:
-        setup.append(f"ctx.mark_non_differentiable({', '.join(non_diff)})")
-    if saved:
-        setup.append(f"ctx.save_for_backward({', '.join(saved)})")
-        setup.append(f"ctx.save_for_forward({', '.join(saved)})")
-    setup += [f"ctx.{s} = {s}" for s in statics]
-    setup += [f"ctx.{i}_shape = {i}.shape" for i in shapes]
-    methods.append(Function("setup_context", ("ctx", "inputs", "output"), tuple(setup or ["pass"]), "@staticmethod"))
+    keep = {*kept.saved, *kept.statics, *kept.shapes}
+    if keep & set(p.inputs):
+        targets = [n if n in keep else "_" for n in p.inputs]
+        setup.append(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''} = inputs")
+    out_kept = {*kept.saved, *kept.non_diff}
+    if out_kept & set(kept.values):
+        setup.append(f"{tuple_text([n if n in out_kept else '_' for n in kept.values])} = output")
+    if kept.non_diff:
+        setup.append(f"ctx.mark_non_differentiable({', '.join(kept.non_diff)})")
+    if kept.saved:
+        setup.append(f"ctx.save_for_backward({', '.join(kept.saved)})")
+        setup.append(f"ctx.save_for_forward({', '.join(kept.saved)})")
+    setup += [f"ctx.{s} = {s}" for s in kept.statics]
+    setup += [f"ctx.{i}_shape = {i}.shape" for i in kept.shapes]
+    return Function("setup_context", ("ctx", "inputs", "output"), tuple(setup or ["pass"]), "@staticmethod")
 
-    def unpack() -> list[str]:
-        lines = []
-        if saved:
-            lines.append(f"{tuple_text(saved)}{',' if len(saved) == 1 else ''} = ctx.saved_tensors")
-        lines += [f"{s} = ctx.{s}" for s in statics]
-        if not host:
-            lines += p.residual_lines(needed, forward_call=True)
-        return lines
 
-    # backward
-    bars = [f"{n}_bar" if n in p.diff_outputs else f"_{n}_bar" for n in values]
-    lines = unpack()
+def _unpack(p: SnippetPlanner, kept: _Kept) -> list[str]:
+    """A derivative method's first lines: the saved tensors and statics, and the residuals recomputed."""
+    lines = []
+    if kept.saved:
+        lines.append(f"{tuple_text(kept.saved)}{',' if len(kept.saved) == 1 else ''} = ctx.saved_tensors")
+    lines += [f"{s} = ctx.{s}" for s in kept.statics]
+    if not p.given("forward").host:
+        lines += p.residual_lines(set(kept.needed), forward_call=True)
+    return lines
+
+
+def _backward(p: SnippetPlanner, kept: _Kept) -> Function:
+    """The VJP body, or the JVP body's VJP; cotangents summed back to the inputs' shapes."""
+    lines = _unpack(p, kept)
     grads = [f"{i}_bar" for i in p.diff_inputs]
-    if routes.torch_backward == Source.GIVEN:
-        lines.append(f"{tuple_text(grads)} = {body_call(p.code('vjp'))}")  # type: ignore[arg-type]
+    if p.d.routes.torch_backward == Source.GIVEN:
+        lines.append(f"{tuple_text(grads)} = {body_call(p.given('vjp'))}")
     else:
         dots = [f"{i}_dot" for i in p.diff_inputs]
         lines.append(f"def jvp({', '.join(dots)}):")
-        lines.append(f"    return {body_call(p.code('jvp'))}")  # type: ignore[arg-type]
+        lines.append(f"    return {body_call(p.given('jvp'))}")
         zeros = ", ".join(f"torch.zeros_like({i})" for i in p.diff_inputs)
         lines.append(f"_, transpose = torch.func.vjp(jvp, {zeros})")
-        out_bars = packed([f"{o}_bar" for o in p.diff_outputs])
-        lines.append(f"{tuple_text(grads)}, = transpose({out_bars})")
+        lines.append(f"{tuple_text(grads)}, = transpose({packed([f'{o}_bar' for o in p.diff_outputs])})")
     returns = []
-    for i in rule.inputs:
+    for i in p.rule.inputs:
         if i.name not in p.diff_inputs:
             returns.append("None")
-        elif i.name in shapes:
+        elif i.name in kept.shapes:
             returns.append(f"{i.name}_bar.sum_to_size(ctx.{i.name}_shape)")
         else:
             returns.append(f"{i.name}_bar")
     lines.append(f"return {tuple_text(returns)}")
-    methods.append(Function("backward", ("ctx", *bars), tuple(lines), "@staticmethod"))
+    bars = [f"{n}_bar" if n in p.diff_outputs else f"_{n}_bar" for n in kept.values]
+    return Function("backward", ("ctx", *bars), tuple(lines), "@staticmethod")
 
-    # jvp
+
+def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
+    """The JVP body, the VJP body transposed, or a NotImplementedError that says why there is neither."""
+    routes = p.d.routes
     dots_in = [f"{n}_dot" if n in p.diff_inputs else f"_{n}_dot" for n in p.inputs]
-    out_dots = [f"{o}_dot" for o in p.diff_outputs]
     if routes.torch_jvp == Source.NONE:
-        reason = routes.no_forward_mode.get("torch", f"{rule.name} has no forward-mode rule")
+        reason = routes.no_forward_mode.get("torch", f"{p.rule.name} has no forward-mode rule")
         pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
         lines = ["raise NotImplementedError(", *(f"    {piece!r}" for piece in pieces), ")"]
+        return Function("jvp", ("ctx", *dots_in), tuple(lines), "@staticmethod")
+    lines = _unpack(p, kept)
+    out_dots = [f"{o}_dot" for o in p.diff_outputs]
+    if routes.torch_jvp == Source.GIVEN:
+        lines.append(f"{tuple_text(out_dots)} = {body_call(p.given('jvp'))}")
     else:
-        lines = unpack()
-        if routes.torch_jvp == Source.GIVEN:
-            lines.append(f"{tuple_text(out_dots)} = {body_call(p.code('jvp'))}")  # type: ignore[arg-type]
-        else:
-            out_bars = [f"{o}_bar" for o in p.diff_outputs]
-            lines.append(f"def vjp({', '.join(out_bars)}):")
-            lines.append(f"    {tuple_text(grads)} = {body_call(p.code('vjp'))}")  # type: ignore[arg-type]
-            if p.broadcastable:
-                shaped = [f"{g}.sum_to_size(ctx.{i}_shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
-                lines.append(f"    return {tuple_text(shaped)}")
-            else:
-                lines.append(f"    return {tuple_text(grads)}")
-            # Linear, so any point will do; ones keep data-dependent loops running.
-            ones = ", ".join(f"torch.ones_like({o})" for o in p.diff_outputs)
-            lines.append(f"_, transpose = torch.func.vjp(vjp, {ones})")
-            lines.append(f"{tuple_text(out_dots)}, = transpose({packed([f'{i}_dot' for i in p.diff_inputs])})")
-        tangents = [f"{n}_dot" if n in p.diff_outputs else "None" for n in values]
-        lines.append(f"return {tuple_text(tangents)}")
-    methods.append(Function("jvp", ("ctx", *dots_in), tuple(lines), "@staticmethod"))
+        lines += _transposed_vjp(p, out_dots)
+    tangents = [f"{n}_dot" if n in p.diff_outputs else "None" for n in kept.values]
+    lines.append(f"return {tuple_text(tangents)}")
+    return Function("jvp", ("ctx", *dots_in), tuple(lines), "@staticmethod")
 
-    class_attrs: tuple[str, ...] = ("generate_vmap_rule = True",)
-    if host:
-        imports.add(f"from ._host import vmap_{rule.batching}")
-        class_attrs = ()
-        methods.append(
-            Function(
-                "vmap",
-                ("info", "in_dims", *p.inputs),
-                (f"return vmap_{rule.batching}({cls}, info, in_dims, {all_args})",),
-                "@staticmethod",
-            )
-        )
 
-    wrapper = [f"function = _{cls}Compiled if torch.compiler.is_compiling() else {cls}"]
-    if len(values) > len(p.outputs):
-        wrapper.append(
-            f"{tuple_text([*p.outputs, *(f'_{r}' for r in values[len(p.outputs) :])])} = function.apply({all_args})"
-        )
-        wrapper.append(f"return {tuple_text(p.outputs)}")
+def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
+    """Forward mode as the VJP body's linear transpose, through torch.func.vjp of it."""
+    grads = [f"{i}_bar" for i in p.diff_inputs]
+    lines = [f"def vjp({', '.join(f'{o}_bar' for o in p.diff_outputs)}):"]
+    lines.append(f"    {tuple_text(grads)} = {body_call(p.given('vjp'))}")
+    if p.broadcastable:
+        shaped = [f"{g}.sum_to_size(ctx.{i}_shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
+        lines.append(f"    return {tuple_text(shaped)}")
     else:
-        wrapper.append(f"return function.apply({all_args})")
-    return SnippetPlan(
-        header=header,
-        name=rule.name,
-        imports=torch_util_imports(imports, util_names),
-        bodies=p.bodies,
-        called=p.called,
-        assignments=(),
-        public=Function(rule.name, params, (*prologue, *wrapper), returns=result_type),
-        methods=tuple(methods),
-        tail=(),
-        class_name=cls,
-        class_attrs=class_attrs,
-        compiled_subclass=True,
-    )
+        lines.append(f"    return {tuple_text(grads)}")
+    # Linear, so any point will do; ones keep data-dependent loops running.
+    ones = ", ".join(f"torch.ones_like({o})" for o in p.diff_outputs)
+    lines.append(f"_, transpose = torch.func.vjp(vjp, {ones})")
+    lines.append(f"{tuple_text(out_dots)}, = transpose({packed([f'{i}_dot' for i in p.diff_inputs])})")
+    return lines
+
+
+def _host_vmap(p: SnippetPlanner) -> Function:
+    """vmap of a host body: its `batching` (rulegen/runtime/torch/_host.py), never generate_vmap_rule."""
+    p.imports.add(f"from ._host import vmap_{p.rule.batching}")
+    call = f"return vmap_{p.rule.batching}({p.rule.torch_class}, info, in_dims, {', '.join(p.inputs)})"
+    return Function("vmap", ("info", "in_dims", *p.inputs), (call,), "@staticmethod")
+
+
+def _wrapper(p: SnippetPlanner, kept: _Kept) -> list[str]:
+    """The public function's body: apply the Function (its compiled twin under torch.compile), residuals dropped."""
+    cls, all_args = p.rule.torch_class, ", ".join(p.inputs)
+    lines = [f"function = _{cls}Compiled if torch.compiler.is_compiling() else {cls}"]
+    if len(kept.values) > len(p.outputs):
+        hidden = [f"_{r}" for r in kept.values[len(p.outputs) :]]
+        lines.append(f"{tuple_text([*p.outputs, *hidden])} = function.apply({all_args})")
+        lines.append(f"return {tuple_text(p.outputs)}")
+    else:
+        lines.append(f"return function.apply({all_args})")
+    return lines

@@ -69,6 +69,19 @@ class _Torch:
         return tuple(i.name for i in self.d.diff_inputs)
 
     @functools.cached_property
+    def non_differentiable(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.rule.outputs if not o.differentiable)
+
+    @functools.cached_property
+    def absent_tangents(self) -> tuple[str, ...]:
+        """Inputs whose tangent may arrive as None.
+
+        Unmaterialised (as with residuals), an input without a tangent gets
+        None; with one array input, jvp only runs when it has one.
+        """
+        return self.diff_inputs if self.residual_names and len(self.diff_inputs) > 1 else ()
+
+    @functools.cached_property
     def integral(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.rule.inputs if not i.static and i.dtype in ("int", "bool"))
 
@@ -126,6 +139,10 @@ class _Backward:
     first_order_block: Block | None
 
     @property
+    def reads(self) -> frozenset[str]:
+        return self.block.reads | (self.first_order_block.reads if self.first_order_block else frozenset())
+
+    @property
     def hot(self) -> list[Result]:
         """What a first-order backward computes: the body worth fusing or running in place."""
         return self.first_order or self.full
@@ -149,11 +166,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
     forward = emit.block([], forward_results)
     backward = _backward(t, emit)
     jvp = emit.block([], _jvp_results(t, aliases))
-    # Unmaterialised, an input without a tangent gets None; with one array
-    # input, jvp only runs when it has one.
-    absent_tangents = t.diff_inputs if t.residual_names and len(t.diff_inputs) > 1 else ()
-    first_order_reads = backward.first_order_block.reads if backward.first_order_block else frozenset()
-    used = jvp.reads | backward.block.reads | first_order_reads | set(absent_tangents)
+    used = jvp.reads | backward.reads | set(t.absent_tangents)
     emit.imports.add("import torch")
     statics_used = tuple(s for s in t.statics if s in used)
     values_out = (*t.outputs, *t.residual_names)
@@ -162,11 +175,10 @@ def plan_torch(d: Derivation) -> TorchPlan:
     emit.imports |= fused.imports
     # Fused rules compile these bodies instead.
     in_place = _InPlace() if rule.fuse else _in_place_bodies(t, emit, forward_results, backward.hot, saved)
-    arguments = array_arguments(rule, "as_tensors")
-    if arguments:
+    if any(not i.static for i in rule.inputs):
         emit.imports.add(TENSORS_IMPORT)
-    backward_reads = backward.block.reads | first_order_reads | in_place.backward_reads | set(fused.backward_params)
-    non_diff = tuple(o.name for o in rule.outputs if not o.differentiable)
+    backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
+    non_diff = t.non_differentiable
     return TorchPlan(
         header=header_of(t.d),
         name=rule.name,
@@ -188,19 +200,19 @@ def plan_torch(d: Derivation) -> TorchPlan:
         fused_forward_compiled=fused.forward,
         fused_backward_compiled=fused.backward,
         tangents=tuple(f"{i.name}_dot" for i in rule.inputs),
-        absent_tangents=absent_tangents,
+        absent_tangents=t.absent_tangents,
         jvp=jvp,
         forward_in_place=in_place.forward,
         forward_plain=in_place.forward_plain,
         backward_in_place=in_place.backward,
         backward_plain=in_place.backward_plain,
         backward_reads=_reads(saved, statics_used, backward_reads),
-        jvp_reads=_reads(saved, statics_used, jvp.reads | set(absent_tangents)),
+        jvp_reads=_reads(saved, statics_used, jvp.reads | set(t.absent_tangents)),
         imports=tuple(sorted(emit.imports)),
         setup_inputs=_targets(tuple(i.name for i in rule.inputs), {*saved, *statics_used}, tuple_of_one=True),
         setup_outputs=_targets(values_out, {*saved, *non_diff}, tuple_of_one=False),
         wrapper_targets=", ".join(n if n in t.outputs else f"_{n}" for n in values_out),
-        tensor_arguments=arguments,
+        tensor_arguments=array_arguments(rule, "as_tensors"),
     )
 
 
