@@ -17,11 +17,11 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rulegen.errors import Loc, SpecError, SpecErrors
-from rulegen.render import Distribution, imported_helpers, render_package, template_files
+from rulegen.errors import Loc, SpecError, SpecErrors, in_stage
+from rulegen.render import Distribution, render_package, template_files
 from rulegen.routes import Routes
 from rulegen.spec import Rule, clash_errors, read_rule_file, rule_files
 from rulegen.write import (
@@ -107,13 +107,30 @@ def source_name(resolved: Path, root: Path) -> str:
         return resolved.name
 
 
+@dataclass(frozen=True)
+class Generated:
+    """One rule's two unformatted modules, and what they need: read off the plans, never off the modules."""
+
+    routes: Routes
+    modules: Mapping[str, str]
+    helpers: frozenset[str]  # the package's runtime helpers they import, as `jax/_util.py`
+    requires: Mapping[str, frozenset[str]]  # per backend, the top-level modules they import
+    torch_class: bool  # whether the torch module defines the rule's autograd.Function
+
+
 def generate_rule(rule: Rule, known_rules: Iterable[str] = ()) -> dict[str, str]:
     """The two unformatted modules of one rule; `known_rules` are the build's other rules."""
-    return derive_and_generate(rule, known_rules)[1]
+    return dict(generate(rule, known_rules).modules)
 
 
 def derive_and_generate(rule: Rule, known_rules: Iterable[str] = ()) -> tuple[Routes, dict[str, str]]:
     """The routes that carry `rule` (see rulegen.routes) and its two unformatted modules."""
+    generated = generate(rule, known_rules)
+    return generated.routes, dict(generated.modules)
+
+
+def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
+    """Derive, plan and render one rule; an internal failure names the rule and the stage (`in_stage`)."""
     # Deriving and printing need sympy; a rebuild with nothing to derive
     # should not pay for importing it.
     from rulegen.derive import DERIVE_SECONDS, derive_rule, sympy_time_limit
@@ -121,20 +138,31 @@ def derive_and_generate(rule: Rule, known_rules: Iterable[str] = ()) -> tuple[Ro
     from rulegen.render import render_jax, render_torch
     from rulegen.snippet import SnippetDerivation
 
-    # Planning runs sympy too (cse, printing): one time limit covers both.
-    with sympy_time_limit(DERIVE_SECONDS, rule.loc):
-        derivation = derive_rule(rule, known_rules)
-        if isinstance(derivation, SnippetDerivation):
-            jax_plan, torch_plan = plan_jax_snippet(derivation), plan_torch_snippet(derivation)
-        else:
-            jax_plan, torch_plan = plan_jax(derivation), plan_torch(derivation)
-    modules = {f"jax/{rule.name}.py": render_jax(jax_plan), f"torch/{rule.name}.py": render_torch(torch_plan)}
-    return derivation.routes, modules
+    with in_stage(rule) as stage:
+        # Planning runs sympy too (cse, printing): one time limit covers both.
+        with sympy_time_limit(DERIVE_SECONDS, rule.loc):
+            stage("deriving")
+            derivation = derive_rule(rule, known_rules)
+            stage("planning")
+            if isinstance(derivation, SnippetDerivation):
+                jax_plan, torch_plan = plan_jax_snippet(derivation), plan_torch_snippet(derivation)
+            else:
+                jax_plan, torch_plan = plan_jax(derivation), plan_torch(derivation)
+        stage("rendering")
+        modules = {f"jax/{rule.name}.py": render_jax(jax_plan), f"torch/{rule.name}.py": render_torch(torch_plan)}
+    needs = {"jax": jax_plan.needs, "torch": torch_plan.needs}
+    return Generated(
+        routes=derivation.routes,
+        modules=modules,
+        helpers=frozenset(f"{backend}/{h}.py" for backend, n in needs.items() for h in n.helpers),
+        requires={backend: n.modules for backend, n in needs.items()},
+        torch_class=bool(torch_plan.class_name),
+    )
 
 
-def _generate_or_refuse(rule: Rule, known_rules: frozenset[str]) -> dict[str, str] | SpecErrors:
+def _generate_or_refuse(rule: Rule, known_rules: frozenset[str]) -> Generated | SpecErrors:
     try:
-        return generate_rule(rule, known_rules)
+        return generate(rule, known_rules)
     except SpecErrors as exc:
         return exc
 
@@ -171,7 +199,7 @@ def _exit_without(build_pid: int) -> None:
 WORKER_POLL_SECONDS = 0.5
 
 
-def _generate_in_worker(rule: Rule) -> dict[str, str] | SpecErrors:
+def _generate_in_worker(rule: Rule) -> Generated | SpecErrors:
     return _generate_or_refuse(rule, _worker_known_rules)
 
 
@@ -195,7 +223,7 @@ def worker_pool(workers: int, known_rules: frozenset[str]) -> concurrent.futures
     )
 
 
-def generate_rules(rules: Sequence[Rule], known_rules: frozenset[str], jobs: int) -> list[dict[str, str] | SpecErrors]:
+def generate_rules(rules: Sequence[Rule], known_rules: frozenset[str], jobs: int) -> list[Generated | SpecErrors]:
     """`generate_rule` of each rule, in order, in up to `jobs` processes; a refused rule gives its SpecErrors."""
     workers = min(jobs, len(rules))
     if workers <= 1 or len(rules) < PARALLEL_MIN_RULES:
@@ -224,6 +252,92 @@ def _read_unchanged(files: Sequence[str], out: Path, previous: Manifest) -> dict
     return texts
 
 
+@dataclass
+class _Sources:
+    """What reading the rule files found: records and modules kept from the last build, rules to derive."""
+
+    errors: list[SpecError] = field(default_factory=list)
+    records: dict[str, SourceRecord] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)  # modules kept as they are in `out`
+    reused: list[str] = field(default_factory=list)
+    reused_files: dict[Loc, tuple[Path, str]] = field(default_factory=dict)
+    claims: list[Claim] = field(default_factory=list)
+    to_generate: list[tuple[str, str, tuple[Rule, ...]]] = field(default_factory=list)  # (key, hash, rules)
+
+
+def _read_sources(paths: Iterable[Path], out: Path, previous: Manifest, same_compiler: bool) -> _Sources:
+    """Each rule file: kept as the last build left it where nothing changed, else read to be derived."""
+    found = _Sources()
+    cwd, root = Path.cwd(), resolved_path(out).parent
+    for path in rule_files(paths):
+        try:
+            resolved = resolved_path(path)
+        except SpecErrors as exc:
+            found.errors += exc.errors
+            continue
+        key = source_name(resolved, root)
+        path = display_path(path, resolved, cwd)
+        try:
+            digest = sha256(path.read_bytes())
+        except OSError as exc:
+            found.errors.append(SpecError(Loc(str(path)), f"cannot read: {exc.strerror}"))
+            continue
+        record = previous.sources.get(key)
+        if (
+            record is not None
+            and same_compiler
+            and record.hash == digest
+            and (kept := _read_unchanged(record.files, out, previous)) is not None
+        ):
+            found.texts.update(kept)
+            found.records[key] = record
+            found.reused.append(key)
+            # Unread, its rules are located by their file until a clash needs more.
+            found.reused_files[Loc(str(path))] = (path, key)
+            found.claims += [(name, cls, Loc(str(path))) for name, cls in record.rules]
+            continue
+        try:
+            rules = read_rule_file(path, key)
+        except SpecErrors as exc:
+            found.errors.extend(exc.errors)
+            continue
+        found.claims += [(r.name, r.torch_class, r.loc) for r in rules]
+        found.to_generate.append((key, digest, rules))
+    return found
+
+
+def _generate_sources(found: _Sources, jobs: int) -> tuple[dict[str, str], list[str]]:
+    """Derive the rules `found` to generate: their modules, and the rule files rebuilt; records them in `found`."""
+    # Every rule is known before any is derived: bodies may call each other.
+    known = frozenset(name for name, _, _ in found.claims)
+    generated = iter(generate_rules([r for _, _, rules in found.to_generate for r in rules], known, jobs))
+    fresh: dict[str, str] = {}
+    rebuilt: list[str] = []
+    for key, digest, rules in found.to_generate:
+        outcomes = [next(generated) for _ in rules]
+        for outcome in outcomes:
+            if isinstance(outcome, SpecErrors):
+                found.errors.extend(outcome.errors)
+        made = [o for o in outcomes if isinstance(o, Generated)]
+        files = {rel: text for g in made for rel, text in g.modules.items()}
+        fresh.update(files)
+        found.records[key] = SourceRecord(
+            hash=digest,
+            rules=tuple((r.name, r.torch_class) for r in rules),
+            files=tuple(sorted(files)),
+            helpers=tuple(sorted(set().union(*(g.helpers for g in made)))),
+            requires={b: tuple(sorted(set().union(*(g.requires[b] for g in made)))) for b in BACKENDS},
+            plain=tuple(sorted(r.name for r, g in zip(rules, outcomes, strict=True) if _without_class(g))),
+        )
+        rebuilt.append(key)
+    return fresh, rebuilt
+
+
+def _without_class(outcome: Generated | SpecErrors) -> bool:
+    """A rule whose torch module is a plain function: the package exports no Function class for it."""
+    return isinstance(outcome, Generated) and not outcome.torch_class
+
+
 def plan_build(
     paths: Iterable[Path], out: Path, jobs: int = 1, package_name: str | None = None
 ) -> tuple[Plan, Manifest, tuple[str, ...], tuple[str, ...], dict[str, str]]:
@@ -237,78 +351,17 @@ def plan_build(
     compiler = compiler_fingerprint()
     previous = Manifest.load(out)
     same_compiler = previous.compiler == compiler
-    errors: list[SpecError] = []
-    sources: dict[str, SourceRecord] = {}
-    texts: dict[str, str] = {}  # modules kept as they are in `out`
-    rebuilt: list[str] = []
-    reused: list[str] = []
-    claims: list[Claim] = []
-    reused_files: dict[Loc, tuple[Path, str]] = {}
-    to_generate: list[tuple[str, str, tuple[Rule, ...]]] = []
-    cwd, root = Path.cwd(), resolved_path(out).parent
-    for path in rule_files(paths):
-        try:
-            resolved = resolved_path(path)
-        except SpecErrors as exc:
-            errors += exc.errors
-            continue
-        key = source_name(resolved, root)
-        path = display_path(path, resolved, cwd)
-        try:
-            digest = sha256(path.read_bytes())
-        except OSError as exc:
-            errors.append(SpecError(Loc(str(path)), f"cannot read: {exc.strerror}"))
-            continue
-        record = previous.sources.get(key)
-        if (
-            record is not None
-            and same_compiler
-            and record.hash == digest
-            and (kept := _read_unchanged(record.files, out, previous)) is not None
-        ):
-            texts.update(kept)
-            sources[key] = record
-            reused.append(key)
-            # Unread, its rules are located by their file until a clash needs more.
-            reused_files[Loc(str(path))] = (path, key)
-            claims += [(name, cls, Loc(str(path))) for name, cls in record.rules]
-            continue
-        try:
-            rules = read_rule_file(path, key)
-        except SpecErrors as exc:
-            errors.extend(exc.errors)
-            continue
-        claims += [(r.name, r.torch_class, r.loc) for r in rules]
-        to_generate.append((key, digest, rules))
-    if clash_errors(claims):
-        errors += clash_errors(_located(claims, reused_files))
-    # Every rule is known before any is derived: bodies may call each other.
-    known = frozenset(name for name, _, _ in claims)
-    generated = iter(generate_rules([r for _, _, rules in to_generate for r in rules], known, jobs))
-    fresh: dict[str, str] = {}
-    for key, digest, rules in to_generate:
-        files: dict[str, str] = {}
-        for _ in rules:
-            outcome = next(generated)
-            if isinstance(outcome, SpecErrors):
-                errors.extend(outcome.errors)
-            else:
-                files.update(outcome)
-        fresh.update(files)
-        names = tuple((r.name, r.torch_class) for r in rules)
-        sources[key] = SourceRecord(hash=digest, rules=names, files=tuple(sorted(files)))
-        rebuilt.append(key)
-    if errors:
-        raise SpecErrors(errors)
+    found = _read_sources(paths, out, previous, same_compiler)
+    if clash_errors(found.claims):
+        found.errors += clash_errors(_located(found.claims, found.reused_files))
+    fresh, rebuilt = _generate_sources(found, jobs)
+    if found.errors:
+        raise SpecErrors(found.errors)
+    texts, records = found.texts, found.records
     read = {rel: previous.files[rel] for rel in texts}
-    modules = {**texts, **fresh}
-    helpers = sorted(set().union(*(imported_helpers(rel, text) for rel, text in modules.items())))
-    classes = [
-        (name, cls if f"\nclass {cls}(" in modules.get(f"torch/{name}.py", "") else None)
-        for record in sources.values()
-        for name, cls in record.rules
-    ]
-    distribution = distribution_of(package_name, modules) if package_name else None
+    helpers = sorted(set().union(*(r.helpers for r in records.values())))
+    classes = [(name, None if name in r.plain else cls) for r in records.values() for name, cls in r.rules]
+    distribution = distribution_of(package_name, records.values()) if package_name else None
     package_hash = sha256(json.dumps([sorted(classes), helpers, repr(distribution)]))
     package = previous.package
     if (
@@ -327,33 +380,21 @@ def plan_build(
     files = {**texts, **format_sources(fresh)}
     manifest = Manifest(
         compiler=compiler,
-        sources=sources,
+        sources=records,
         files={rel: sha256(t) for rel, t in files.items()},
         package=PackageRecord(hash=package_hash, files=package_files),
     )
-    return Plan(files=files, manifest=manifest), previous, tuple(rebuilt), tuple(reused), read
+    return Plan(files=files, manifest=manifest), previous, tuple(rebuilt), tuple(found.reused), read
 
+
+BACKENDS = ("jax", "torch")
 
 #: The frameworks, by import name: a backend's extra, never a dependency of both.
 FRAMEWORKS = {"jax": "jax>=0.4.30", "torch": "torch>=2.1"}
 
 
-def imported_modules(text: str) -> set[str]:
-    """The top-level names of the absolute imports anywhere in a module (snippet bodies import too)."""
-    import ast
-
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level in (0, 2) and node.module:
-            # `from ..torch.rule import rule` (a JAX rule bridged to torch) needs torch as `import torch` does.
-            names.add(node.module.split(".")[0])
-    return names
-
-
-def distribution_of(name: str, modules: Mapping[str, str]) -> Distribution:
-    """The distribution `name` of a package of `modules`: what they import, by distribution name."""
+def distribution_of(name: str, records: Iterable[SourceRecord]) -> Distribution:
+    """The distribution `name` of a package of rules with these records: what they import, by distribution name."""
     import sys
 
     installed = importlib.metadata.packages_distributions()
@@ -361,15 +402,10 @@ def distribution_of(name: str, modules: Mapping[str, str]) -> Distribution:
     def requirement(module: str) -> str:
         return FRAMEWORKS.get(module) or next(iter(installed.get(module, [])), module)
 
+    records = list(records)
     used = {
-        backend: {
-            m
-            for rel, text in modules.items()
-            if rel.startswith(f"{backend}/")
-            for m in imported_modules(text)
-            if m not in sys.stdlib_module_names
-        }
-        for backend in ("jax", "torch")
+        backend: {m for r in records for m in r.requires.get(backend, ()) if m not in sys.stdlib_module_names}
+        for backend in BACKENDS
     }
     common = (used["jax"] | used["torch"]) - FRAMEWORKS.keys()
     return Distribution(
@@ -377,7 +413,7 @@ def distribution_of(name: str, modules: Mapping[str, str]) -> Distribution:
         dependencies=tuple(sorted({requirement(m) for m in common})),
         extras={
             backend: tuple(sorted({requirement(m) for m in (used[backend] & FRAMEWORKS.keys()) | {backend}}))
-            for backend in ("jax", "torch")
+            for backend in BACKENDS
         },
     )
 

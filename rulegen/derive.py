@@ -27,6 +27,7 @@ from rulegen.forms import canonical
 from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
+from rulegen.symbols import symbols_of
 
 #: Seconds sympy may spend deriving one rule before the rule is refused.
 DERIVE_SECONDS = 20.0
@@ -126,29 +127,6 @@ def sympy_time_limit(seconds: float, loc: Loc) -> Iterator[None]:
     finally:
         _limit_active = False
         signal.signal(signal.SIGALRM, previous)
-
-
-def _input_symbol(spec: Input) -> sp.Symbol:
-    # Only what the rule states may let sympy simplify: an assumption taken
-    # from the sample domain would change the function outside it (atan2(y, x)
-    # became atan(y/x) for x sampled in [0.5, 3]).
-    assumptions = dict.fromkeys(spec.assume, True)
-    assumptions["real"] = True
-    if spec.dtype == "int":
-        assumptions["integer"] = True
-    return sp.Symbol(spec.name, **assumptions)
-
-
-def symbols_of(rule: Rule) -> dict[str, sp.Symbol]:
-    symbols = {i.name: _input_symbol(i) for i in rule.inputs}
-    for name in [o.name for o in rule.outputs] + list(rule.residual_names):
-        symbols[name] = sp.Symbol(name, real=True)
-    for i in rule.inputs:
-        if i.differentiable:
-            symbols[f"{i.name}_dot"] = sp.Symbol(f"{i.name}_dot", real=True)
-    for name in [o.name for o in rule.outputs]:
-        symbols[f"{name}_bar"] = sp.Symbol(f"{name}_bar", real=True)
-    return symbols
 
 
 class _Deriver:

@@ -8,8 +8,10 @@ user sees every problem of every file in one run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True, order=True)
@@ -57,3 +59,36 @@ class SpecErrors(Exception):
 
     def __reduce__(self) -> tuple[type[SpecErrors], tuple[list[SpecError]]]:
         return type(self), (self.errors,)
+
+
+class _HasLocation(Protocol):
+    name: str
+    loc: Loc
+
+
+@contextmanager
+def in_stage(rule: _HasLocation) -> Iterator[Callable[[str], None]]:
+    """Name the rule, and the stage it was in, when a compiler stage fails on it (as torchgen's `context()`).
+
+    Yields a function that records the stage entered (`"planning"`).  A
+    SpecErrors passes as it is; anything else is a bug of rulegen's, and
+    becomes a SpecErrors at the rule so that the user gets `file:line:col`
+    and which rule to report, never a bare traceback.  Put it outside the
+    sympy time limit, which turns running out of time or stack into
+    refusals of its own.
+    """
+    stage = ["reading"]
+
+    def enter(name: str) -> None:
+        stage[0] = name
+
+    try:
+        yield enter
+    except SpecErrors:
+        raise
+    except Exception as exc:
+        message = (
+            f"internal error while {stage[0]} rule {rule.name!r}: {type(exc).__name__}: {exc}"
+            " (a rulegen bug: please report it with this rule file)"
+        )
+        raise SpecErrors([SpecError(rule.loc, message)]) from exc

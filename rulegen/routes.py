@@ -73,6 +73,14 @@ class Routes:
     # Per backend without forward mode ("jax", "torch"): why, as `rulegen test` reports it.
     no_forward_mode: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # A mappingproxy does not pickle; build workers send routes back to the build.
+        return _routes, (self.jax, self.torch_jvp, self.torch_backward, dict(self.no_forward_mode))
+
+
+def _routes(jax: JaxRoute, torch_jvp: Source, torch_backward: Source, no_forward_mode: dict[str, str]) -> Routes:
+    return Routes(jax, torch_jvp, torch_backward, MappingProxyType(no_forward_mode))
+
 
 def choose_routes(gives: Gives) -> Routes:
     """The routes of a rule (see the module's table)."""

@@ -21,8 +21,10 @@ from typing import Any
 import sympy as sp
 
 from rulegen.errors import Loc, SpecError, SpecErrors
+from rulegen.expr import parse_expression
 from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
+from rulegen.symbols import symbols_of
 
 #: Modules each kind of body sees, by the names it uses for them.
 MODULES = {
@@ -41,6 +43,7 @@ class Snippet:
     kind: str
     text: Text
     reads: frozenset[str]
+    imports: frozenset[str] = frozenset()  # top-level modules the body imports itself
 
 
 def _bound_names(tree: ast.AST) -> set[str]:
@@ -86,7 +89,18 @@ def parse_snippet(kind: str, text: Text, scope: Iterable[str], rules: Iterable[s
                 where = text.loc.offset(node.lineno - 1, node.col_offset - 4)
                 raise SpecError(where, f"unknown name {node.id!r} in the `{kind}` body{hint}")
             reads.add(node.id)
-    return Snippet(kind=kind, text=text, reads=frozenset(reads))
+    return Snippet(kind=kind, text=text, reads=frozenset(reads), imports=_imported_modules(function))
+
+
+def _imported_modules(tree: ast.AST) -> frozenset[str]:
+    """The top-level modules a body imports (`import scipy.special` imports scipy): what its package requires."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return frozenset(found)
 
 
 # ---------------------------------------------------------------- snippet rules
@@ -112,6 +126,7 @@ class Code:
     exprs: tuple[sp.Expr, ...] = ()
     calls: tuple[str, ...] = ()  # other rules of the build it calls
     modules: tuple[str, ...] = ()  # module names it reads (np, jnp, torch, ...)
+    imports: tuple[str, ...] = ()  # top-level modules the body imports itself
 
     @property
     def host(self) -> bool:
@@ -216,13 +231,11 @@ class _SnippetDeriver:
                     sorted(n for n in snippet.reads & self.known_rules if n not in scope and n != self.rule.name)
                 ),
                 modules=tuple(sorted(snippet.reads & MODULES[kind] - set(scope))),
+                imports=tuple(sorted(snippet.imports)),
             )
         return found
 
     def sympy_code(self, role: str, body: SympyBody, scope: list[str], results: tuple[str, ...]) -> BackendCode:
-        from rulegen.derive import symbols_of
-        from rulegen.expr import parse_expression
-
         symbols = symbols_of(self.rule)
         names = [r for r in results if role != "forward" or r in self.outputs]
         bare = [r.removesuffix("_dot").removesuffix("_bar") for r in names]

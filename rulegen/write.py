@@ -42,6 +42,11 @@ class SourceRecord:
     hash: str
     rules: tuple[tuple[str, str], ...]  # (function name, torch class name)
     files: tuple[str, ...]
+    # What its modules need, as the plans said: the package's runtime helpers
+    # (`jax/_util.py`), and per backend the top-level modules they import.
+    helpers: tuple[str, ...] = ()
+    requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    plain: tuple[str, ...] = ()  # rules whose torch module defines no Function class
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,9 @@ class Manifest:
                     hash=s["hash"],
                     rules=tuple((r[0], r[1]) for r in s["rules"]),
                     files=tuple(s["files"]),
+                    helpers=tuple(s["helpers"]),
+                    requires={b: tuple(m) for b, m in s["requires"].items()},
+                    plain=tuple(s["plain"]),
                 )
                 for path, s in data["sources"].items()
             }
@@ -99,7 +107,14 @@ class Manifest:
         data = {
             "compiler": self.compiler,
             "sources": {
-                path: {"hash": s.hash, "rules": [list(r) for r in s.rules], "files": list(s.files)}
+                path: {
+                    "hash": s.hash,
+                    "rules": [list(r) for r in s.rules],
+                    "files": list(s.files),
+                    "helpers": list(s.helpers),
+                    "requires": {b: list(m) for b, m in sorted(s.requires.items())},
+                    "plain": list(s.plain),
+                }
                 for path, s in sorted(self.sources.items())
             },
             "files": dict(sorted(self.files.items())),

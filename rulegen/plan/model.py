@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import sympy as sp
@@ -16,6 +17,32 @@ class Reads:
 
     saved: str  # unpacking targets of ctx.saved_tensors, `_` for the unread; "" if none is read
     statics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a generated module needs besides itself: helpers of its package, and modules to install.
+
+    Read off the plan's own import statements, never off the rendered module:
+    the build writes the helpers and a distribution's requirements from it.
+    """
+
+    helpers: frozenset[str]  # runtime helpers of the package, as `_util`
+    modules: frozenset[str]  # top-level modules, as `numpy`, `torch`
+
+
+def needs_of(imports: Iterable[str], *, helpers: Iterable[str] = (), modules: Iterable[str] = ()) -> Needs:
+    """The Needs of a module with these import statements, and the `helpers` and `modules` it uses otherwise."""
+    found_helpers, found_modules = set(helpers), set(modules)
+    for statement in imports:
+        for node in ast.parse(statement).body:
+            if isinstance(node, ast.Import):
+                found_modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                found_helpers.add(node.module)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found_modules.add(node.module.split(".")[0])
+    return Needs(frozenset(found_helpers), frozenset(found_modules))
 
 
 @dataclass(frozen=True)
@@ -69,6 +96,11 @@ class JaxPlan:
     maps: tuple[Function, ...]
     array_arguments: str  # the primal body's first line (see array_arguments)
 
+    @property
+    def needs(self) -> Needs:
+        # The template imports `util_names` from jax/_util.py on a line of its own.
+        return needs_of(self.imports, helpers=["_util"] if self.util_names else [])
+
 
 @dataclass(frozen=True)
 class TorchPlan:
@@ -109,6 +141,10 @@ class TorchPlan:
     setup_outputs: str  # likewise for `output`
     wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
     tensor_arguments: str  # the wrapper's first line: its array arguments as tensors (see array_arguments)
+
+    @property
+    def needs(self) -> Needs:
+        return needs_of(self.imports)
 
 
 @dataclass(frozen=True)
@@ -191,3 +227,8 @@ class SnippetPlan:
     class_attrs: tuple[str, ...] = ()
     compiled_subclass: bool = False
     called: tuple[str, ...] = ()  # the other rules its bodies call, imported at the module's end
+    requires: tuple[str, ...] = ()  # modules imported inside functions: by the bodies, or the bridge's torch
+
+    @property
+    def needs(self) -> Needs:
+        return needs_of(self.imports, modules=self.requires)

@@ -90,6 +90,7 @@ class SnippetPlanner:
             body_function(c[backend], backend, self.imports, self.statics) for c in codes if c and backend in c
         )
         calls = {name for c in codes if c and backend in c for name in c[backend].calls}
+        self.requires = tuple(sorted({m for c in codes if c and backend in c for m in c[backend].imports}))
         self.called = tuple(sorted(calls - {rule.name}))
         self.broadcastable = len(self.arrays) > 1
 

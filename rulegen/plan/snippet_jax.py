@@ -27,6 +27,7 @@ def _module(
     assignments: Sequence[str] = (),
     methods: Sequence[Function] = (),
     tail: Sequence[str] = (),
+    requires: Sequence[str] = (),
 ) -> SnippetPlan:
     """The module: the bodies, then the public function running `lines` after its docstring and argument check."""
     rule = p.rule
@@ -44,6 +45,7 @@ def _module(
         public=Function(rule.name, params, (*prologue, *lines), decorator=decorator, returns=returns_of(rule, "jax")),
         methods=tuple(methods),
         tail=tuple(tail),
+        requires=tuple(sorted({*(p.requires if bodies else ()), *requires})),
     )
 
 
@@ -59,7 +61,7 @@ def _bridge(p: SnippetPlanner) -> SnippetPlan:
         f"return _bridge({closure}, {', '.join(p.arrays)})",
     ]
     assignments = [f"_bridge = TorchBridge({rule.name!r}, depth={rule.depth})"]
-    return _module(p, lines, bodies=False, assignments=assignments)
+    return _module(p, lines, bodies=False, assignments=assignments, requires=["torch"])
 
 
 def _primitive(p: SnippetPlanner) -> SnippetPlan:

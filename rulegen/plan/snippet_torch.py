@@ -68,6 +68,7 @@ def _module(
         class_name=rule.torch_class if function else "",
         class_attrs=class_attrs,
         compiled_subclass=function,
+        requires=p.requires,
     )
 
 

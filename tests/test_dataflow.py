@@ -1,0 +1,144 @@
+"""What the build knows about generated modules comes from the plans, never from their text.
+
+Which helpers the package ships, what a distribution requires, which rules
+export a Function class and which tensors a method saves are read off typed
+plan data (import statements the planner chose, Block.reads); an internal
+failure inside a stage names the rule and the stage.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+
+import pytest
+from typer.testing import CliRunner
+
+import rulegen.plan
+from rulegen.build import build, generate
+from rulegen.cli import app
+from rulegen.errors import SpecErrors
+from rulegen.spec import read_rule_file
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "rulegen"
+
+# A host body that imports a module itself: the distribution must require it,
+# though no module-level import of the generated code names it.
+HOST_IMPORT = """\
+name: erfcx_host
+inputs: [x]
+forward:
+  numpy: |
+    import scipy.special
+    return scipy.special.erfcx(x)
+jvp:
+  python: return (2 * x * out - 2 / math.sqrt(math.pi)) * x_dot
+batching: elementwise
+"""
+
+PLAIN = """\
+name: twice
+inputs: [x]
+forward:
+  python: return 2 * x
+"""
+
+# A custom_vjp whose bwd reads `y` only through fixed code (zeros for an input not differentiated).
+FIXED_READ = """\
+name: scaled
+mode: vjp
+inputs:
+  x: {}
+  y: {diff: false}
+forward: 3 * x
+"""
+
+
+def _rule(tmp_path: pathlib.Path, name: str, text: str):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path, read_rule_file(path, path.name)[0]
+
+
+def test_a_body_s_own_import_is_a_requirement_of_the_distribution(tmp_path):
+    path, rule = _rule(tmp_path, "erfcx_host", HOST_IMPORT)
+    generated = generate(rule)
+    assert "scipy" in generated.requires["jax"] and "scipy" in generated.requires["torch"]
+    out = tmp_path / "pkg"
+    result = CliRunner().invoke(app, ["build", str(path), "--out", str(out), "--package-name", "pkg"])
+    assert result.exit_code == 0, result.output
+    pyproject = (out / "pyproject.toml").read_text()
+    assert '"scipy' in pyproject, pyproject
+
+
+def test_the_manifest_records_what_the_plans_said_each_file_needs(tmp_path):
+    host, _ = _rule(tmp_path, "erfcx_host", HOST_IMPORT)
+    plain, _ = _rule(tmp_path, "twice", PLAIN)
+    out = tmp_path / "pkg"
+    build([host, plain], out)
+    sources = json.loads((out / ".rulegen-manifest.json").read_text())["sources"]
+    assert "jax/_host.py" in sources["erfcx_host.yaml"]["helpers"]
+    assert sources["twice.yaml"]["plain"] == ["twice"]
+    # The plain rule exports its function alone; the package ships exactly the helpers recorded.
+    init = (out / "torch" / "__init__.py").read_text()
+    assert "Twice" not in init and "ErfcxHost" in init
+    shipped = {p.relative_to(out).as_posix() for p in out.glob("*/_*.py")}
+    recorded = {h for s in sources.values() for h in s["helpers"]}
+    assert recorded <= shipped
+
+
+def test_every_module_a_plan_names_as_a_helper_is_one_its_text_imports(tmp_path):
+    # The plan's account against the rendered text, from outside the compiler.
+    for name, text in {"erfcx_host": HOST_IMPORT, "twice": PLAIN, "scaled": FIXED_READ}.items():
+        _, rule = _rule(tmp_path, name, text)
+        generated = generate(rule)
+        from_text = set()
+        for rel, module in generated.modules.items():
+            backend = rel.split("/")[0]
+            for node in ast.walk(ast.parse(module)):
+                if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module.startswith("_"):
+                    from_text.add(f"{backend}/{node.module}.py")
+        assert generated.helpers == from_text, name
+
+
+def test_a_value_read_only_by_fixed_code_is_saved(tmp_path):
+    from rulegen.derive import derive_rule
+    from rulegen.plan import plan_jax
+
+    _, rule = _rule(tmp_path, "scaled", FIXED_READ)
+    plan = plan_jax(derive_rule(rule))
+    assert plan.bwd is not None and "y" in plan.bwd.reads
+    assert "y" in plan.saved
+
+
+def test_an_internal_error_while_planning_names_the_rule_and_the_stage(tmp_path, monkeypatch):
+    path, _ = _rule(tmp_path, "twice", PLAIN)
+
+    def broken(d):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(rulegen.plan, "plan_torch_snippet", broken)
+    with pytest.raises(SpecErrors) as caught:
+        build([path], tmp_path / "pkg")
+    (error,) = caught.value.errors
+    assert error.loc.line == 1 and error.loc.file.endswith("twice.yaml")
+    assert "internal error while planning rule 'twice': ZeroDivisionError: a bug" in str(error)
+    result = CliRunner().invoke(app, ["build", str(path), "--out", str(tmp_path / "pkg")])
+    assert result.exit_code == 2 and "twice.yaml:1:1" in result.output and "Traceback" not in result.output
+
+
+def test_no_stage_imports_a_later_one():
+    order = ["errors", "source", "spec", "names", "functions", "expr", "symbols", "forms", "routes", "snippet"]
+    order += ["derive", "saving", "printers", "lines", "inplace", "plan", "render", "write", "build", "check", "cli"]
+    rank = {name: k for k, name in enumerate(order)}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).with_suffix("").parts
+        stage = rel[0]
+        if stage not in rank:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rulegen."):
+                imported = node.module.split(".")[1]
+                if imported in rank and imported != stage:
+                    assert rank[imported] <= rank[stage] or stage in ("check", "cli"), (path, node.module)
