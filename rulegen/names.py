@@ -15,7 +15,7 @@ shadow one of them, so the rule format refuses:
 - for a static input, an attribute of torch's Function context
   (`CTX_ATTRIBUTES`): statics are kept on `ctx` by their names.
 
-Temporaries (`TEMPORARY`: `t0`, `saved0`, `saved0_bar`) need no
+Temporaries (`TEMPORARY`: `t0`, `saved_exp`, `saved_exp_bar`) need no
 reservation: the planner numbers them past every name the rule takes.  `tests/test_names.py` builds every bundled
 rule and checks that each identifier of the generated code is the rule's
 own, reserved here, or derived by the patterns here.
@@ -130,9 +130,10 @@ PRIVATE_NAMES = frozenset(
     }
 )
 
-#: Numbered temporaries (shared subexpressions, saved intermediates and their
-#: tangents and cotangents), prefixed with `_` until no rule name starts so.
-TEMPORARY = re.compile(r"_*(t|saved)\d+(_dot|_bar)?")
+#: Temporaries: numbered shared subexpressions, saved intermediates named for
+#: their functions (and their tangents and cotangents), prefixed with `_`
+#: until no rule name starts so.
+TEMPORARY = re.compile(r"_*(t\d+|saved(_[a-z0-9]+)+)(_dot|_bar)?")
 
 #: Names the generator derives from each name of a rule (input, output, residual).
 GENERATED_FROM_NAME = ("{}_dot", "{}_bar", "{}_shape", "_{}", "_{}_dot", "_{}_bar", "_residual_{}")

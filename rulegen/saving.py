@@ -114,8 +114,7 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
             break
         if expr not in outputs and any(sp.diff(expr, a).has(sp.Derivative, sp.Subs) for a in arrays):
             continue  # double backward needs its partials, and sympy has none
-        count = len(set(chosen.values()) - set(outputs.values()))
-        symbol = outputs.get(expr) or sp.Symbol(f"{prefix}{count}", real=True)
+        symbol = outputs.get(expr) or sp.Symbol(_fresh(f"{prefix}_{_description(expr)}", chosen.values()), real=True)
         rewritten = [p.subs(expr, symbol) for p in partials]
         if rewritten == partials:
             continue
@@ -125,6 +124,30 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
         chosen[expr] = symbol
         budget -= 1
     return chosen
+
+
+def _description(expr: sp.Expr) -> str:
+    """What an intermediate is, for its name: its functions (`exp_sin` for exp(-x**2) * sin(x)), else `value`."""
+    _, rest = expr.as_coeff_Mul()
+    found: list[str] = []
+    for factor in sp.Mul.make_args(rest):
+        base = factor.base if factor.is_Pow else factor
+        if isinstance(base, sp.Function) and type(base).__name__.isidentifier():
+            name = type(base).__name__.lower()
+            if name not in found:
+                found.append(name)
+    return "_".join(found[:2]) or "value"
+
+
+def _fresh(name: str, chosen: Iterable[sp.Symbol]) -> str:
+    """`name`, numbered from 2 where an intermediate chosen before has it."""
+    taken = {str(s) for s in chosen}
+    count = 1
+    candidate = name
+    while candidate in taken:
+        count += 1
+        candidate = f"{name}{count}"
+    return candidate
 
 
 def _shared_with_forward(forward: Sequence[sp.Expr], partials: Sequence[sp.Expr]) -> set[sp.Expr]:

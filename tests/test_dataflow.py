@@ -142,3 +142,18 @@ def test_no_stage_imports_a_later_one():
                 imported = node.module.split(".")[1]
                 if imported in rank and imported != stage:
                     assert rank[imported] <= rank[stage] or stage in ("check", "cli"), (path, node.module)
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def test_the_layout_the_docs_give_is_the_package_s():
+    import re
+
+    text = ARCHITECTURE.read_text()
+    named = set(re.findall(r"`(rulegen/[\w/]+\.py)`", text))
+    modules = {p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.glob("*.py")}
+    modules |= {p.relative_to(PACKAGE.parent).as_posix() for p in (PACKAGE / "plan").glob("*.py")}
+    modules -= {"rulegen/__init__.py", "rulegen/plan/__init__.py"}
+    assert modules - named == set(), "modules the layout does not name"
+    assert named - modules - {p for p in named if p.startswith("rulegen/runtime/")} == set(), "named, but absent"

@@ -32,15 +32,15 @@ RULES = [
 # rule: (saved eagerly, saved with `fuse`)
 EXPECTED = {
     # tanh(softplus(x)): two functions either way.
-    "mish": (("x", "saved0"), ("x", "saved0")),
+    "mish": (("x", "saved_tanh"), ("x", "saved_tanh")),
     # erf(x/sqrt(2)) is one function: worth a pass eagerly, not compiled.
-    "gelu": (("x", "saved0"), ("x",)),
+    "gelu": (("x", "saved_one_plus_erf"), ("x",)),
     # Compiled, keeping sin(x)*exp(-x**2) spares only sin: the backward needs exp(-x**2) * cos(x).
-    "sin_exp_mul": (("x", "y", "saved0", "saved1", "saved2"), ("x", "y")),
+    "sin_exp_mul": (("x", "y", "saved_exp_sin", "saved_exp", "saved_sin"), ("x", "y")),
     # The output is free to keep eagerly; compiled, x * sigmoid(x) costs nothing once sigmoid is computed.
     "swish": (("x", "out"), ("x",)),
     # exp(|x|): compiled, |x| is a select, as cheap as arithmetic, so one function only.
-    "x_exp_abs": (("x", "saved0"), ("x",)),
+    "x_exp_abs": (("x", "saved_exp"), ("x",)),
     # beta * x is one operation, folded into softplus_backward's beta.
     "softplus_beta": (("x",), ("x",)),
 }
@@ -64,3 +64,11 @@ def test_saved_for_backward(rules, name):
         rule = rules[mode][name]
         assert rule.fuse == (mode == "fused")
         assert plan_torch(derive_rule(rule)).saved == want, mode
+
+
+def test_an_intermediate_is_named_for_its_functions_past_every_name_of_the_rule(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("name: r\ninputs: [saved_exp, y]\nforward: sin(saved_exp) * exp(-saved_exp**2) * y\n")
+    (rule,) = read_rules([path])
+    saved = plan_torch(derive_rule(rule)).saved
+    assert saved == ("saved_exp", "y", "_saved_exp_sin", "_saved_exp", "_saved_sin")

@@ -27,19 +27,19 @@ class FGeluTanh(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        _, saved0 = output
+        _, saved_tanh = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved0)
-        ctx.save_for_forward(x, saved0)
+        ctx.save_for_backward(x, saved_tanh)
+        ctx.save_for_forward(x, saved_tanh)
 
     @staticmethod
-    def backward(ctx, out_bar, saved0_bar):
-        x, saved0 = ctx.saved_tensors
-        if out_bar is not None and saved0_bar is None:
-            if plain(x, saved0, out_bar):
-                t0 = saved0 / 2
+    def backward(ctx, out_bar, saved_tanh_bar):
+        x, saved_tanh = ctx.saved_tensors
+        if out_bar is not None and saved_tanh_bar is None:
+            if plain(x, saved_tanh, out_bar):
+                t0 = saved_tanh / 2
                 t0.add_(1 / 2)
-                t1 = saved0**2
+                t1 = saved_tanh**2
                 t1.neg_().add_(1)
                 t2 = x**2
                 t2.mul_(0.134145).add_(1)
@@ -47,27 +47,26 @@ class FGeluTanh(torch.autograd.Function):
                 t0.addcmul_(t1, x, value=math.sqrt(2) / math.sqrt(math.pi) / 2).mul_(out_bar)
                 return t0
             x_bar = out_bar * (
-                saved0 / 2
+                saved_tanh / 2
                 + (math.sqrt(2) / math.sqrt(math.pi) / 2)
                 * x
-                * (1 - saved0**2)
+                * (1 - saved_tanh**2)
                 * (0.134145 * x**2 + 1)
                 + 1 / 2
             )
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
-        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
-        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * (1 - saved0**2) * (0.134145 * x**2 + 1)
-        return (
-            out_bar * (saved0 / 2 + t0 * x / 2 + 1 / 2) + saved0_bar * t0 + torch.zeros_like(x)
-        ).sum_to_size(x.shape)
+        saved_tanh_bar = 0.0 if saved_tanh_bar is None else saved_tanh_bar
+        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
+        x_bar = out_bar * (saved_tanh / 2 + t0 * x / 2 + 1 / 2) + saved_tanh_bar * t0
+        return x_bar + torch.zeros_like(x)
 
     @staticmethod
     def jvp(ctx, x_dot):
-        x, saved0 = ctx.saved_tensors
-        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * (1 - saved0**2) * (0.134145 * x**2 + 1)
-        return x_dot * (saved0 / 2 + t0 * x / 2 + 1 / 2), t0 * x_dot
+        x, saved_tanh = ctx.saved_tensors
+        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
+        return x_dot * (saved_tanh / 2 + t0 * x / 2 + 1 / 2), t0 * x_dot
 
 
 class _FGeluTanhCompiled(FGeluTanh):
@@ -94,5 +93,5 @@ def f_gelu_tanh(x: torch.Tensor | float) -> torch.Tensor:
     """
     (x,) = as_tensors("f_gelu_tanh", ("x",), "f", x)
     function = _FGeluTanhCompiled if torch.compiler.is_compiling() else FGeluTanh
-    out, _saved0 = function.apply(x)
+    out, _saved_tanh = function.apply(x)
     return out

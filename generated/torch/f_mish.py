@@ -24,36 +24,36 @@ class FMish(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        _, saved0 = output
+        _, saved_tanh = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved0)
-        ctx.save_for_forward(x, saved0)
+        ctx.save_for_backward(x, saved_tanh)
+        ctx.save_for_forward(x, saved_tanh)
 
     @staticmethod
-    def backward(ctx, out_bar, saved0_bar):
-        x, saved0 = ctx.saved_tensors
-        if out_bar is not None and saved0_bar is None:
-            if plain(x, saved0, out_bar):
-                t0 = saved0**2
-                t0.neg_().add_(1).mul_(torch.nn.functional.silu(x)).add_(saved0).mul_(out_bar)
+    def backward(ctx, out_bar, saved_tanh_bar):
+        x, saved_tanh = ctx.saved_tensors
+        if out_bar is not None and saved_tanh_bar is None:
+            if plain(x, saved_tanh, out_bar):
+                t0 = saved_tanh**2
+                t0.neg_().add_(1).mul_(torch.nn.functional.silu(x)).add_(saved_tanh).mul_(out_bar)
                 return t0
-            x_bar = out_bar * (saved0 + (1 - saved0**2) * torch.nn.functional.silu(x))
+            x_bar = out_bar * (saved_tanh + (1 - saved_tanh**2) * torch.nn.functional.silu(x))
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
-        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
-        t0 = 1 - saved0**2
+        saved_tanh_bar = 0.0 if saved_tanh_bar is None else saved_tanh_bar
+        t0 = 1 - saved_tanh**2
         x_bar = out_bar * (
-            saved0 + t0 * torch.nn.functional.silu(x)
-        ) + saved0_bar * torch.ops.aten.softplus_backward(t0, x, 1.0, 40.0)
-        return (x_bar + torch.zeros_like(x)).sum_to_size(x.shape)
+            saved_tanh + t0 * torch.nn.functional.silu(x)
+        ) + saved_tanh_bar * torch.ops.aten.softplus_backward(t0, x, 1.0, 40.0)
+        return x_bar + torch.zeros_like(x)
 
     @staticmethod
     def jvp(ctx, x_dot):
-        x, saved0 = ctx.saved_tensors
-        t0 = 1 - saved0**2
+        x, saved_tanh = ctx.saved_tensors
+        t0 = 1 - saved_tanh**2
         return x_dot * (
-            saved0 + t0 * torch.nn.functional.silu(x)
+            saved_tanh + t0 * torch.nn.functional.silu(x)
         ), t0 * torch.ops.aten.softplus_backward(x_dot, x, 1.0, 40.0)
 
 
@@ -79,5 +79,5 @@ def f_mish(x: torch.Tensor | float) -> torch.Tensor:
     """
     (x,) = as_tensors("f_mish", ("x",), "f", x)
     function = _FMishCompiled if torch.compiler.is_compiling() else FMish
-    out, _saved0 = function.apply(x)
+    out, _saved_tanh = function.apply(x)
     return out

@@ -28,38 +28,38 @@ class Gelu(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        _, saved0 = output
+        _, saved_one_plus_erf = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved0)
-        ctx.save_for_forward(x, saved0)
+        ctx.save_for_backward(x, saved_one_plus_erf)
+        ctx.save_for_forward(x, saved_one_plus_erf)
 
     @staticmethod
-    def backward(ctx, out_bar, saved0_bar):
-        x, saved0 = ctx.saved_tensors
-        if out_bar is not None and saved0_bar is None:
-            if plain(x, saved0, out_bar):
+    def backward(ctx, out_bar, saved_one_plus_erf_bar):
+        x, saved_one_plus_erf = ctx.saved_tensors
+        if out_bar is not None and saved_one_plus_erf_bar is None:
+            if plain(x, saved_one_plus_erf, out_bar):
                 t0 = x**2
                 t0.mul_(-1 / 2).exp_().mul_(x).mul_(math.sqrt(2) / math.sqrt(math.pi) / 2).add_(
-                    saved0
+                    saved_one_plus_erf
                 ).mul_(out_bar)
                 return t0
             x_bar = out_bar * (
-                saved0 + (math.sqrt(2) / math.sqrt(math.pi) / 2) * x * torch.exp(-(x**2) / 2)
+                saved_one_plus_erf
+                + (math.sqrt(2) / math.sqrt(math.pi) / 2) * x * torch.exp(-(x**2) / 2)
             )
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
-        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
+        saved_one_plus_erf_bar = 0.0 if saved_one_plus_erf_bar is None else saved_one_plus_erf_bar
         t0 = (math.sqrt(2) / math.sqrt(math.pi) / 2) * torch.exp(-(x**2) / 2)
-        return (out_bar * (saved0 + t0 * x) + saved0_bar * t0 + torch.zeros_like(x)).sum_to_size(
-            x.shape
-        )
+        x_bar = out_bar * (saved_one_plus_erf + t0 * x) + saved_one_plus_erf_bar * t0
+        return x_bar + torch.zeros_like(x)
 
     @staticmethod
     def jvp(ctx, x_dot):
-        x, saved0 = ctx.saved_tensors
+        x, saved_one_plus_erf = ctx.saved_tensors
         t0 = (math.sqrt(2) / math.sqrt(math.pi) / 2) * torch.exp(-(x**2) / 2)
-        return x_dot * (saved0 + t0 * x), t0 * x_dot
+        return x_dot * (saved_one_plus_erf + t0 * x), t0 * x_dot
 
 
 class _GeluCompiled(Gelu):
@@ -84,5 +84,5 @@ def gelu(x: torch.Tensor | float) -> torch.Tensor:
     """
     (x,) = as_tensors("gelu", ("x",), "f", x)
     function = _GeluCompiled if torch.compiler.is_compiling() else Gelu
-    out, _saved0 = function.apply(x)
+    out, _saved_one_plus_erf = function.apply(x)
     return out

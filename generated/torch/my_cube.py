@@ -38,7 +38,7 @@ class MyCube(torch.autograd.Function):
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
         dx_bar = 0.0 if dx_bar is None else dx_bar
-        return (dx * out_bar + 6 * dx_bar * x + torch.zeros_like(x)).sum_to_size(x.shape)
+        return dx * out_bar + 6 * dx_bar * x + torch.zeros_like(x)
 
     @staticmethod
     def jvp(ctx, x_dot):

@@ -32,38 +32,40 @@ class ScaledTanh(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, log_scale = inputs
-        _, saved0 = output
+        _, saved_tanh = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved0)
-        ctx.save_for_forward(x, saved0)
+        ctx.save_for_backward(x, saved_tanh)
+        ctx.save_for_forward(x, saved_tanh)
         ctx.log_scale = log_scale
 
     @staticmethod
-    def backward(ctx, out_bar, saved0_bar):
-        x, saved0 = ctx.saved_tensors
+    def backward(ctx, out_bar, saved_tanh_bar):
+        x, saved_tanh = ctx.saved_tensors
         log_scale = ctx.log_scale
-        if out_bar is not None and saved0_bar is None:
-            if plain(saved0, out_bar):
-                t0 = saved0**2
+        if out_bar is not None and saved_tanh_bar is None:
+            if plain(saved_tanh, out_bar):
+                t0 = saved_tanh**2
                 t0.neg_().add_(1).mul_(out_bar).mul_(1 / math.sqrt(log_scale**2 + 1)).mul_(
                     math.exp(log_scale)
                 )
                 return t0, None
-            x_bar = out_bar * (1 - saved0**2) * math.exp(log_scale) / math.sqrt(log_scale**2 + 1)
+            x_bar = (
+                out_bar * (1 - saved_tanh**2) * math.exp(log_scale) / math.sqrt(log_scale**2 + 1)
+            )
             return x_bar, None
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
-        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
-        t0 = (1 - saved0**2) * math.exp(log_scale)
-        return (
-            out_bar * t0 / math.sqrt(log_scale**2 + 1) + saved0_bar * t0 + torch.zeros_like(x)
-        ).sum_to_size(x.shape), None
+        saved_tanh_bar = 0.0 if saved_tanh_bar is None else saved_tanh_bar
+        t0 = (1 - saved_tanh**2) * math.exp(log_scale)
+        return out_bar * t0 / math.sqrt(log_scale**2 + 1) + saved_tanh_bar * t0 + torch.zeros_like(
+            x
+        ), None
 
     @staticmethod
     def jvp(ctx, x_dot, log_scale_dot):
-        _, saved0 = ctx.saved_tensors
+        _, saved_tanh = ctx.saved_tensors
         log_scale = ctx.log_scale
-        t0 = x_dot * (1 - saved0**2) * math.exp(log_scale)
+        t0 = x_dot * (1 - saved_tanh**2) * math.exp(log_scale)
         return t0 / math.sqrt(log_scale**2 + 1), t0
 
 
@@ -91,5 +93,5 @@ def scaled_tanh(x: torch.Tensor | float, log_scale=0.5) -> torch.Tensor:
     """
     (x,) = as_tensors("scaled_tanh", ("x",), "f", x)
     function = _ScaledTanhCompiled if torch.compiler.is_compiling() else ScaledTanh
-    out, _saved0 = function.apply(x, log_scale)
+    out, _saved_tanh = function.apply(x, log_scale)
     return out

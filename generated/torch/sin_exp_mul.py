@@ -30,51 +30,56 @@ class SinExpMul(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        _, saved0, saved1, saved2 = output
+        _, saved_exp_sin, saved_exp, saved_sin = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, y, saved0, saved1, saved2)
-        ctx.save_for_forward(x, y, saved0, saved1, saved2)
+        ctx.save_for_backward(x, y, saved_exp_sin, saved_exp, saved_sin)
+        ctx.save_for_forward(x, y, saved_exp_sin, saved_exp, saved_sin)
 
     @staticmethod
-    def backward(ctx, out_bar, saved0_bar, saved1_bar, saved2_bar):
-        x, y, saved0, saved1, saved2 = ctx.saved_tensors
-        if out_bar is not None and saved0_bar is None and saved1_bar is None and saved2_bar is None:
-            if plain(x, y, saved0, saved1, saved2, out_bar):
-                t0 = 2 * saved2 * x
-                t0.sub_(torch.cos(x)).mul_(out_bar).mul_(saved1).mul_(y).neg_()
-                t2 = out_bar * saved0
+    def backward(ctx, out_bar, saved_exp_sin_bar, saved_exp_bar, saved_sin_bar):
+        x, y, saved_exp_sin, saved_exp, saved_sin = ctx.saved_tensors
+        if (
+            out_bar is not None
+            and saved_exp_sin_bar is None
+            and saved_exp_bar is None
+            and saved_sin_bar is None
+        ):
+            if plain(x, y, saved_exp_sin, saved_exp, saved_sin, out_bar):
+                t0 = 2 * saved_sin * x
+                t0.sub_(torch.cos(x)).mul_(out_bar).mul_(saved_exp).mul_(y).neg_()
+                t2 = out_bar * saved_exp_sin
                 return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
-            return (-out_bar * saved1 * y * (2 * saved2 * x - torch.cos(x))).sum_to_size(x.shape), (
-                out_bar * saved0
-            ).sum_to_size(y.shape)
+            return (-out_bar * saved_exp * y * (2 * saved_sin * x - torch.cos(x))).sum_to_size(
+                x.shape
+            ), (out_bar * saved_exp_sin).sum_to_size(y.shape)
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
-        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
-        saved1_bar = 0.0 if saved1_bar is None else saved1_bar
-        saved2_bar = 0.0 if saved2_bar is None else saved2_bar
+        saved_exp_sin_bar = 0.0 if saved_exp_sin_bar is None else saved_exp_sin_bar
+        saved_exp_bar = 0.0 if saved_exp_bar is None else saved_exp_bar
+        saved_sin_bar = 0.0 if saved_sin_bar is None else saved_sin_bar
         t0 = torch.cos(x)
         t1 = 2 * x
         x_bar = (
-            -out_bar * saved1 * y * (saved2 * t1 - t0)
-            + saved0_bar * (-saved0 * t1 + saved1 * t0)
-            - saved1 * saved1_bar * t1
-            + saved2_bar * t0
+            -out_bar * saved_exp * y * (saved_sin * t1 - t0)
+            - saved_exp * saved_exp_bar * t1
+            + saved_exp_sin_bar * (saved_exp * t0 - saved_exp_sin * t1)
+            + saved_sin_bar * t0
         )
         return (x_bar + torch.zeros_like(x)).sum_to_size(x.shape), (
-            out_bar * saved0 + torch.zeros_like(y)
+            out_bar * saved_exp_sin + torch.zeros_like(y)
         ).sum_to_size(y.shape)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, saved0, saved1, saved2 = ctx.saved_tensors
+        x, y, saved_exp_sin, saved_exp, saved_sin = ctx.saved_tensors
         x_dot = torch.zeros_like(x) if x_dot is None else x_dot
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
         t0 = torch.cos(x)
         t1 = 2 * x
-        t2 = saved1 * x_dot
+        t2 = saved_exp * x_dot
         return (
-            saved0 * y_dot - t2 * y * (saved2 * t1 - t0),
-            x_dot * (-saved0 * t1 + saved1 * t0),
+            saved_exp_sin * y_dot - t2 * y * (saved_sin * t1 - t0),
+            x_dot * (saved_exp * t0 - saved_exp_sin * t1),
             -t1 * t2,
             t0 * x_dot,
         )
@@ -104,5 +109,5 @@ def sin_exp_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tenso
     """
     x, y = as_tensors("sin_exp_mul", ("x", "y"), "ff", x, y)
     function = _SinExpMulCompiled if torch.compiler.is_compiling() else SinExpMul
-    out, _saved0, _saved1, _saved2 = function.apply(x, y)
+    out, _saved_exp_sin, _saved_exp, _saved_sin = function.apply(x, y)
     return out

@@ -21,38 +21,38 @@ class SinMul(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        _, saved0 = output
+        _, saved_sin = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, y, saved0)
-        ctx.save_for_forward(x, y, saved0)
+        ctx.save_for_backward(x, y, saved_sin)
+        ctx.save_for_forward(x, y, saved_sin)
 
     @staticmethod
-    def backward(ctx, out_bar, saved0_bar):
-        x, y, saved0 = ctx.saved_tensors
-        if out_bar is not None and saved0_bar is None:
-            if plain(x, y, saved0, out_bar):
+    def backward(ctx, out_bar, saved_sin_bar):
+        x, y, saved_sin = ctx.saved_tensors
+        if out_bar is not None and saved_sin_bar is None:
+            if plain(x, y, saved_sin, out_bar):
                 t0 = torch.cos(x)
                 t0.mul_(out_bar).mul_(y)
-                t1 = out_bar * saved0
+                t1 = out_bar * saved_sin
                 return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
             return (out_bar * y * torch.cos(x)).sum_to_size(x.shape), (
-                out_bar * saved0
+                out_bar * saved_sin
             ).sum_to_size(y.shape)
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
-        saved0_bar = 0.0 if saved0_bar is None else saved0_bar
+        saved_sin_bar = 0.0 if saved_sin_bar is None else saved_sin_bar
         t0 = torch.cos(x)
-        return (out_bar * t0 * y + saved0_bar * t0 + torch.zeros_like(x)).sum_to_size(x.shape), (
-            out_bar * saved0 + torch.zeros_like(y)
+        return (out_bar * t0 * y + saved_sin_bar * t0 + torch.zeros_like(x)).sum_to_size(x.shape), (
+            out_bar * saved_sin + torch.zeros_like(y)
         ).sum_to_size(y.shape)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, saved0 = ctx.saved_tensors
+        x, y, saved_sin = ctx.saved_tensors
         x_dot = torch.zeros_like(x) if x_dot is None else x_dot
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
         t0 = x_dot * torch.cos(x)
-        return saved0 * y_dot + t0 * y, t0
+        return saved_sin * y_dot + t0 * y, t0
 
 
 class _SinMulCompiled(SinMul):
@@ -79,5 +79,5 @@ def sin_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """
     x, y = as_tensors("sin_mul", ("x", "y"), "ff", x, y)
     function = _SinMulCompiled if torch.compiler.is_compiling() else SinMul
-    out, _saved0 = function.apply(x, y)
+    out, _saved_sin = function.apply(x, y)
     return out

@@ -35,7 +35,16 @@ from rulegen.spec import Rule
 
 @dataclass(frozen=True)
 class _Torch:
-    """A symbolic rule as torch's planner sees it: the intermediates it keeps for backward are residuals too."""
+    """A symbolic rule as torch's planner sees it: the intermediates it keeps for backward are residuals too.
+
+    Residuals, the rule's own and the intermediates chosen by
+    `saved_intermediates`, are extra outputs of `forward`, saved in
+    `setup_context` and hidden by the wrapper.  A residual's cotangent is
+    non-None only when a backward that read it is itself differentiated;
+    with grads left unmaterialised, the first-order backward skips those
+    terms, and the second-order one adds each residual's own partials (the
+    MyCube trap).
+    """
 
     d: Derivation
     symbols: Mapping[str, sp.Symbol]
@@ -149,16 +158,7 @@ class _Backward:
 
 
 def plan_torch(d: Derivation) -> TorchPlan:
-    """What the torch module of a rule computes: a torch.func-style Function.
-
-    Residuals, the rule's own and the intermediates chosen by
-    `saved_intermediates`, are extra outputs of `forward`, saved in
-    `setup_context` and hidden by the wrapper.  A residual's cotangent is
-    non-None only when a backward that read it is itself differentiated;
-    with grads left unmaterialised, the first-order backward skips those
-    terms, and the second-order one adds each residual's own partials (the
-    MyCube trap).
-    """
+    """What the torch module of a rule computes: a torch.func-style Function (see `_Torch` for its residuals)."""
     t = _with_saved_intermediates(with_fused_forms(d, TORCH_FUSED_FORMS))
     rule = t.rule
     emit = t.emitter(print_torch)
@@ -247,8 +247,9 @@ def _backward_results(t: _Torch, *, with_residuals: bool) -> list[Result]:
         if i.name not in t.diff_inputs or expr == 0:
             found.append(Result(f"{i.name}_bar", code="None"))
         elif with_residuals and t.residual_names:
-            # Absent cotangents read as 0.0: bring the sum to the input's shape either way.
-            wrap = Wrap(f"({{}} + torch.zeros_like({i.name})).sum_to_size({i.name}.shape)", reads)
+            # Absent cotangents read as 0.0: the sum may be a number, a tensor, or one broadcast beyond the input.
+            summed = f"({{}} + torch.zeros_like({i.name})).sum_to_size({i.name}.shape)"
+            wrap = Wrap(summed if broadcastable else f"{{}} + torch.zeros_like({i.name})", reads)
             found.append(Result(f"{i.name}_bar", expr, wrap=wrap))
         elif broadcastable:
             found.append(Result(f"{i.name}_bar", expr, wrap=Wrap(f"{{}}.sum_to_size({i.name}.shape)", reads)))
