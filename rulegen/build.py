@@ -134,7 +134,15 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
     # Deriving and printing need sympy; a rebuild with nothing to derive
     # should not pay for importing it.
     from rulegen.derive import DERIVE_SECONDS, derive_rule, sympy_time_limit
-    from rulegen.plan import plan_jax, plan_jax_snippet, plan_torch, plan_torch_snippet
+    from rulegen.plan import (
+        JaxPlan,
+        SnippetPlan,
+        TorchPlan,
+        plan_jax,
+        plan_jax_snippet,
+        plan_torch,
+        plan_torch_snippet,
+    )
     from rulegen.render import render_jax, render_torch
     from rulegen.snippet import SnippetDerivation
 
@@ -144,6 +152,8 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
             stage("deriving")
             derivation = derive_rule(rule, known_rules)
             stage("planning")
+            jax_plan: JaxPlan | SnippetPlan
+            torch_plan: TorchPlan | SnippetPlan
             if isinstance(derivation, SnippetDerivation):
                 jax_plan, torch_plan = plan_jax_snippet(derivation), plan_torch_snippet(derivation)
             else:

@@ -182,6 +182,8 @@ class _Deriver:
 
     def derive(self) -> Derivation:
         rule = self.rule
+        # derive_rule sends a rule here only when every body is symbolic.
+        assert isinstance(rule.forward, SympyBody)
         forward_texts = self.per_name(rule.forward, self.outputs, "forward")
         forward = {}
         booleans = {o.name for o in rule.outputs if o.dtype == "bool"}

@@ -16,7 +16,7 @@ float arrays, so float64 in is float64 throughout, and float32 stays float32.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import sympy as sp
 from sympy.codegen.cfunctions import log1p
@@ -26,12 +26,12 @@ from rulegen.functions import TORCH_TENSOR_ONLY, in_float, one_plus_erf, sigmoid
 from rulegen.spec import Rule
 
 
-def float_anchors(rule: Rule, symbols: dict[str, sp.Symbol]) -> tuple[sp.Symbol, ...]:
+def float_anchors(rule: Rule, symbols: Mapping[str, sp.Symbol]) -> tuple[sp.Symbol, ...]:
     """The rule's float arrays, whose promoted dtype every value takes."""
     return tuple(symbols[i.name] for i in rule.inputs if not i.static and i.dtype == "float")
 
 
-def integral_arrays(rule: Rule, symbols: dict[str, sp.Symbol]) -> tuple[sp.Symbol, ...]:
+def integral_arrays(rule: Rule, symbols: Mapping[str, sp.Symbol]) -> tuple[sp.Symbol, ...]:
     return tuple(symbols[i.name] for i in rule.inputs if not i.static and i.dtype in ("int", "bool"))
 
 

@@ -216,13 +216,13 @@ class _SnippetDeriver:
             except SpecError as exc:
                 self.errors.append(exc)
         for backend, kinds in _BACKEND_KINDS.items():
-            kind = next((k for k in kinds if k in parsed), None)
-            if kind is None:
+            chosen = next((k for k in kinds if k in parsed), None)
+            if chosen is None:
                 continue
-            snippet = parsed[kind]
+            snippet = parsed[chosen]
             found[backend] = Code(
                 role=role,
-                kind=kind,
+                kind=chosen,
                 params=tuple(n for n in scope if n in snippet.reads),
                 results=results,
                 loc=snippet.text.loc,
@@ -230,7 +230,7 @@ class _SnippetDeriver:
                 calls=tuple(
                     sorted(n for n in snippet.reads & self.known_rules if n not in scope and n != self.rule.name)
                 ),
-                modules=tuple(sorted(snippet.reads & MODULES[kind] - set(scope))),
+                modules=tuple(sorted(snippet.reads & MODULES[chosen] - set(scope))),
                 imports=tuple(sorted(snippet.imports)),
             )
         return found

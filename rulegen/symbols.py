@@ -11,7 +11,7 @@ def _input_symbol(spec: Input) -> sp.Symbol:
     # Only what the rule states may let sympy simplify: an assumption taken
     # from the sample domain would change the function outside it (atan2(y, x)
     # became atan(y/x) for x sampled in [0.5, 3]).
-    assumptions = dict.fromkeys(spec.assume, True)
+    assumptions: dict[str, bool] = dict.fromkeys(spec.assume, True)
     assumptions["real"] = True
     if spec.dtype == "int":
         assumptions["integer"] = True

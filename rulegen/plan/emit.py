@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import sympy as sp
 
@@ -129,7 +129,7 @@ def _is_simple(text: str) -> bool:
     return len(text) <= 60
 
 
-def temp_symbols(taken: set[str]) -> Iterable[sp.Symbol]:
+def temp_symbols(taken: set[str]) -> Iterator[sp.Symbol]:
     prefix = "t"
     while any(n.startswith(prefix) and n[len(prefix) :].isdigit() for n in taken):
         prefix = "_" + prefix
