@@ -20,10 +20,6 @@ def _forward(x):
     return xp.squeeze(m, axis=-1) + xp.log(xp.sum(xp.exp(x - m), axis=-1))
 
 
-def _vjp(x, out, out_bar):
-    return out_bar[..., None] * xp.exp(x - out[..., None])
-
-
 @jax.custom_jvp
 def logsumexp(x: jax.typing.ArrayLike) -> jax.Array:
     """log(sum(exp(x))) over the last axis, stable for large x, with the VJP written by hand.
@@ -45,7 +41,7 @@ def _logsumexp_jvp_map(x, out, x_dot):
 
 
 def _logsumexp_vjp_map(x, out, out_bar):
-    x_bar = _vjp(x, out, out_bar)
+    x_bar = out_bar[..., None] * xp.exp(x - out[..., None])
     return (x_bar,)
 
 

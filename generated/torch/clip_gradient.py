@@ -8,14 +8,6 @@ import torch
 from ._util import as_tensors
 
 
-def _forward(x):
-    return x
-
-
-def _vjp(lo, hi, out_bar):
-    return xp.clip(out_bar, lo, hi)
-
-
 class ClipGradient(torch.autograd.Function):
     """Identity in the forward pass; clips the incoming gradient to [lo, hi]."""
 
@@ -23,7 +15,7 @@ class ClipGradient(torch.autograd.Function):
 
     @staticmethod
     def forward(lo, hi, x):
-        return _forward(x)
+        return x
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -35,7 +27,7 @@ class ClipGradient(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         lo, hi = ctx.saved_tensors
-        x_bar = _vjp(lo, hi, out_bar)
+        x_bar = xp.clip(out_bar, lo, hi)
         return None, None, x_bar.sum_to_size(ctx.x_shape)
 
     @staticmethod

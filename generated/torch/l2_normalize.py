@@ -8,22 +8,6 @@ import torch
 from ._util import as_tensors, fresh_outputs
 
 
-def _forward(x):
-    return x / xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))
-
-
-def _jvp(out, norm, x_dot):
-    return (x_dot - out * xp.sum(out * x_dot, axis=-1, keepdims=True)) / norm
-
-
-def _vjp(out, norm, out_bar):
-    return (out_bar - out * xp.sum(out * out_bar, axis=-1, keepdims=True)) / norm
-
-
-def _residual_norm(x):
-    return xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))
-
-
 class L2Normalize(torch.autograd.Function):
     """x divided by its Euclidean norm over the last axis."""
 
@@ -31,7 +15,7 @@ class L2Normalize(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        return fresh_outputs(_forward(x), x)
+        return fresh_outputs((x / xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))), x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -43,15 +27,15 @@ class L2Normalize(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, out = ctx.saved_tensors
-        norm = _residual_norm(x)
-        x_bar = _vjp(out, norm, out_bar)
+        norm = xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))
+        x_bar = (out_bar - out * xp.sum(out * out_bar, axis=-1, keepdims=True)) / norm
         return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
         x, out = ctx.saved_tensors
-        norm = _residual_norm(x)
-        out_dot = _jvp(out, norm, x_dot)
+        norm = xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))
+        out_dot = (x_dot - out * xp.sum(out * x_dot, axis=-1, keepdims=True)) / norm
         return out_dot
 
 

@@ -15,14 +15,6 @@ def _forward(x, dim):
     return np.take_along_axis(x, ind, axis=dim), ind, ind_inv
 
 
-def _jvp(dim, ind, ind_inv, x_dot):
-    return numpy_take(x_dot, ind, ind_inv, dim)
-
-
-def _vjp(dim, ind, ind_inv, out_bar):
-    return numpy_take(out_bar, ind_inv, ind, dim)
-
-
 class NumpySort(torch.autograd.Function):
     """Sort along `dim` in NumPy; gradients flow back through the permutation."""
 
@@ -44,14 +36,14 @@ class NumpySort(torch.autograd.Function):
     def backward(ctx, out_bar, _ind_bar, _ind_inv_bar):
         ind, ind_inv = ctx.saved_tensors
         dim = ctx.dim
-        x_bar = _vjp(dim, ind, ind_inv, out_bar)
+        x_bar = numpy_take(out_bar, ind_inv, ind, dim)
         return x_bar, None
 
     @staticmethod
     def jvp(ctx, x_dot, _dim_dot):
         ind, ind_inv = ctx.saved_tensors
         dim = ctx.dim
-        out_dot = _jvp(dim, ind, ind_inv, x_dot)
+        out_dot = numpy_take(x_dot, ind, ind_inv, dim)
         return out_dot, None, None
 
     @staticmethod

@@ -15,14 +15,6 @@ def _forward(x, ind, dim):
     return np.take_along_axis(x, ind, axis=dim)
 
 
-def _jvp(ind, ind_inv, dim, x_dot):
-    return numpy_take(x_dot, ind, ind_inv, dim)
-
-
-def _vjp(ind, ind_inv, dim, out_bar):
-    return numpy_take(out_bar, ind_inv, ind, dim)
-
-
 class NumpyTake(torch.autograd.Function):
     """np.take_along_axis(x, ind, dim); ind_inv is the inverse permutation, used by the VJP."""
 
@@ -43,14 +35,14 @@ class NumpyTake(torch.autograd.Function):
     def backward(ctx, out_bar):
         ind, ind_inv = ctx.saved_tensors
         dim = ctx.dim
-        x_bar = _vjp(ind, ind_inv, dim, out_bar)
+        x_bar = numpy_take(out_bar, ind_inv, ind, dim)
         return x_bar.sum_to_size(ctx.x_shape), None, None, None
 
     @staticmethod
     def jvp(ctx, x_dot, _ind_dot, _ind_inv_dot, _dim_dot):
         ind, ind_inv = ctx.saved_tensors
         dim = ctx.dim
-        out_dot = _jvp(ind, ind_inv, dim, x_dot)
+        out_dot = numpy_take(x_dot, ind, ind_inv, dim)
         return out_dot
 
     @staticmethod

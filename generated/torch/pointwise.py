@@ -7,14 +7,6 @@ import torch
 from ._util import as_tensors
 
 
-def _forward(f, x):
-    return f(x)
-
-
-def _jvp(df, x, x_dot):
-    return df(x) * x_dot
-
-
 class Pointwise(torch.autograd.Function):
     """f(x) for an elementwise function f whose derivative df is given beside it."""
 
@@ -22,7 +14,7 @@ class Pointwise(torch.autograd.Function):
 
     @staticmethod
     def forward(f, df, x):
-        return _forward(f, x)
+        return f(x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -37,7 +29,7 @@ class Pointwise(torch.autograd.Function):
         df = ctx.df
 
         def jvp(x_dot):
-            return _jvp(df, x, x_dot)
+            return df(x) * x_dot
 
         _, transpose = torch.func.vjp(jvp, torch.zeros_like(x))
         (x_bar,) = transpose(out_bar)
@@ -47,7 +39,7 @@ class Pointwise(torch.autograd.Function):
     def jvp(ctx, _f_dot, _df_dot, x_dot):
         (x,) = ctx.saved_tensors
         df = ctx.df
-        out_dot = _jvp(df, x, x_dot)
+        out_dot = df(x) * x_dot
         return out_dot
 
 

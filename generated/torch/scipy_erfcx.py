@@ -15,10 +15,6 @@ def _forward(x):
     return scipy.special.erfcx(x)
 
 
-def _jvp(x, out, x_dot):
-    return (2 * x * out - 2 / math.sqrt(math.pi)) * x_dot
-
-
 class ScipyErfcx(torch.autograd.Function):
     """The scaled complementary error function exp(x**2) erfc(x), evaluated by SciPy."""
 
@@ -39,7 +35,7 @@ class ScipyErfcx(torch.autograd.Function):
         x, out = ctx.saved_tensors
 
         def jvp(x_dot):
-            return _jvp(x, out, x_dot)
+            return (2 * x * out - 2 / math.sqrt(math.pi)) * x_dot
 
         _, transpose = torch.func.vjp(jvp, torch.zeros_like(x))
         (x_bar,) = transpose(out_bar)
@@ -48,7 +44,7 @@ class ScipyErfcx(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, x_dot):
         x, out = ctx.saved_tensors
-        out_dot = _jvp(x, out, x_dot)
+        out_dot = (2 * x * out - 2 / math.sqrt(math.pi)) * x_dot
         return out_dot
 
     @staticmethod

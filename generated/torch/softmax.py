@@ -13,10 +13,6 @@ def _forward(x):
     return e / xp.sum(e, axis=-1, keepdims=True)
 
 
-def _vjp(out, out_bar):
-    return out * (out_bar - xp.sum(out * out_bar, axis=-1, keepdims=True))
-
-
 class Softmax(torch.autograd.Function):
     """Softmax over the last axis, with the VJP written by hand."""
 
@@ -35,7 +31,7 @@ class Softmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (out,) = ctx.saved_tensors
-        x_bar = _vjp(out, out_bar)
+        x_bar = out * (out_bar - xp.sum(out * out_bar, axis=-1, keepdims=True))
         return x_bar
 
     @staticmethod
@@ -43,7 +39,7 @@ class Softmax(torch.autograd.Function):
         (out,) = ctx.saved_tensors
 
         def vjp(out_bar):
-            x_bar = _vjp(out, out_bar)
+            x_bar = out * (out_bar - xp.sum(out * out_bar, axis=-1, keepdims=True))
             return x_bar
 
         _, transpose = torch.func.vjp(vjp, torch.ones_like(out))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 
 from rulegen.plan.emit import Emitter
-from rulegen.plan.model import Function, Result
+from rulegen.plan.model import Function, Result, atom
 from rulegen.printers import print_jax, print_torch
+from rulegen.routes import JaxRoute
 from rulegen.snippet import Code, SnippetDerivation
 
 _BODY_NAMES = {"forward": "_forward", "jvp": "_jvp", "vjp": "_vjp"}
@@ -55,18 +57,43 @@ def str_tuple_literal(names: Sequence[str]) -> str:
     return "(" + ", ".join(repr(n) for n in names) + ")"
 
 
-def body_function(code: Code, backend: str, imports: set[str], statics: Sequence[str] = ()) -> Function:
-    if code.kind == "sympy":
-        printer = print_jax if backend == "jax" else print_torch
-        emit = Emitter(printer, code.params, scalars=() if backend == "jax" else statics)
-        block = emit.block([], [Result(r, e) for r, e in zip(code.results, code.exprs, strict=True)])
-        imports |= emit.imports
-        lines = [a.line for a in block.lines] + [f"return {block.result}"]
-    else:
-        lines = code.text.splitlines()
-        for module in code.modules:
-            imports.add(_XP_IMPORT[backend] if module == "xp" else _MODULE_IMPORTS[module])
-    return Function(_body_name(code.role), code.params, tuple(lines))
+def body_function(
+    code: Code, backend: str, imports: set[str], statics: Sequence[str] = ()
+) -> tuple[Function, str | None]:
+    """The body as a private function, and its expression where it is one line (see `inline_expression`)."""
+    if code.kind != "sympy":
+        imports |= _module_imports(code, backend)
+        return Function(_body_name(code.role), code.params, tuple(code.text.splitlines())), inline_expression(code)
+    printer = print_jax if backend == "jax" else print_torch
+    emit = Emitter(printer, code.params, scalars=() if backend == "jax" else statics)
+    block = emit.block([], [Result(r, e) for r, e in zip(code.results, code.exprs, strict=True)])
+    imports |= emit.imports
+    lines = [a.line for a in block.lines] + [f"return {block.result}"]
+    one_line = not block.lines and len(block.results) == 1
+    return Function(_body_name(code.role), code.params, tuple(lines)), atom(block.result) if one_line else None
+
+
+def _module_imports(code: Code, backend: str) -> set[str]:
+    return {_XP_IMPORT[backend] if module == "xp" else _MODULE_IMPORTS[module] for module in code.modules}
+
+
+def inline_expression(code: Code) -> str | None:
+    """The expression of a body that is one `return <expression>` on one line, to write where it is called.
+
+    A person would not wrap `return xp.clip(out_bar, lo, hi)` in a function
+    of its own.  Bodies with comments keep them, in their function.
+    """
+    if code.kind == "numpy" or "#" in code.text:
+        return None
+    statements = ast.parse(code.text).body
+    if len(statements) != 1 or not isinstance(statements[0], ast.Return) or statements[0].value is None:
+        return None
+    value = statements[0].value
+    text = ast.get_source_segment(code.text, value)
+    if text is None or "\n" in text:
+        return None
+    atomic = isinstance(value, ast.Name | ast.Call | ast.Attribute | ast.Subscript | ast.Constant)
+    return text if atomic else f"({text})"
 
 
 class SnippetPlanner:
@@ -86,13 +113,19 @@ class SnippetPlanner:
         self.returned = d.returned_residuals
         self.imports: set[str] = set()
         codes = [d.forward, d.jvp, d.vjp, *(c for _, c in d.residuals)]
-        self.bodies = tuple(
-            body_function(c[backend], backend, self.imports, self.statics) for c in codes if c and backend in c
-        )
+        # A host primitive takes its bodies as functions; elsewhere a one-line body is written where it is called.
+        by_reference = backend == "jax" and d.routes.jax == JaxRoute.PRIMITIVE
+        made = [body_function(c[backend], backend, self.imports, self.statics) for c in codes if c and backend in c]
+        self.inlined = {f.name: text for f, text in made if text is not None and not by_reference}
+        self.bodies = tuple(f for f, _ in made if f.name not in self.inlined)
         calls = {name for c in codes if c and backend in c for name in c[backend].calls}
         self.requires = tuple(sorted({m for c in codes if c and backend in c for m in c[backend].imports}))
         self.called = tuple(sorted(calls - {rule.name}))
         self.broadcastable = len(self.arrays) > 1
+
+    def call(self, code: Code) -> str:
+        """What computes the body `code` where a method needs it: its expression, or a call of its function."""
+        return self.inlined.get(_body_name(code.role)) or body_call(code)
 
     def code(self, role: str) -> Code | None:
         d = self.d
@@ -117,10 +150,10 @@ class SnippetPlanner:
         if forward_call and needed & set(self.returned):
             targets = ["_" if n in self.outputs else n for n in (*self.outputs, *self.returned)]
             targets = [t if t in needed or t == "_" else "_" for t in targets]
-            lines.append(f"{tuple_text(targets)} = {body_call(self.given('forward'))}")
+            lines.append(f"{tuple_text(targets)} = {self.call(self.given('forward'))}")
         for name, _ in self.d.residuals:
             if name in needed:
-                lines.append(f"{name} = {body_call(self.given(f'residual {name}'))}")
+                lines.append(f"{name} = {self.call(self.given(f'residual {name}'))}")
         return lines
 
     def reads(self, *roles: str) -> set[str]:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 from rulegen.plan.header import array_arguments, doc_lines, header_of, jax_util_imports, params_of, returns_of
 from rulegen.plan.model import Function, SnippetPlan
-from rulegen.plan.snippet import SnippetPlanner, body_call, packed, str_tuple_literal, tuple_literal, tuple_text
+from rulegen.plan.snippet import SnippetPlanner, packed, str_tuple_literal, tuple_literal, tuple_text
 from rulegen.routes import JaxRoute
 from rulegen.snippet import SnippetDerivation
 
@@ -94,8 +94,8 @@ def _primal_lines(p: SnippetPlanner) -> list[str]:
     forward = p.code("forward")
     assert forward is not None
     if p.returned:
-        return [f"{p.forward_targets()} = {body_call(forward)}", f"return {tuple_text(p.outputs)}"]
-    return [f"return {body_call(forward)}"]
+        return [f"{p.forward_targets()} = {p.call(forward)}", f"return {tuple_text(p.outputs)}"]
+    return [f"return {p.call(forward)}"]
 
 
 def _decorator(p: SnippetPlanner, kind: str) -> str:
@@ -124,7 +124,7 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
     dots = [f"{o}_dot" for o in p.diff_outputs]
     methods: list[Function] = []
     if route == JaxRoute.CUSTOM_JVP:
-        lines.append(f"{tuple_text(dots)} = {body_call(p.given('jvp'))}")
+        lines.append(f"{tuple_text(dots)} = {p.call(p.given('jvp'))}")
     else:
         maps, call = _linear_maps(p)
         methods += maps
@@ -167,7 +167,7 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
     bwd = [f"{tuple_text(saved)}{',' if len(saved) == 1 else ''} = saved"] if saved else []
     if len(bars) > 1:
         bwd.append(f"{tuple_text(bars)} = cotangents")
-    bwd.append(f"{tuple_text([f'{i}_bar' for i in p.diff_inputs])} = {body_call(p.given('vjp'))}")
+    bwd.append(f"{tuple_text([f'{i}_bar' for i in p.diff_inputs])} = {p.call(p.given('vjp'))}")
     returns = [_input_cotangent(p, i.name) for i in rule.inputs if not i.static]
     bwd.append(f"return ({tuple_text(returns)}{',' if len(returns) == 1 else ''})")
     methods = [
@@ -210,10 +210,10 @@ def _linear_maps(p: SnippetPlanner) -> tuple[list[Function], str]:
     transpose = Function(
         f"_{name}_vjp_map",
         (*statics, *known, *(f"{o}_bar" for o in p.diff_outputs)),
-        (f"{tuple_text(results)} = {body_call(vjp)}", f"return ({tuple_text(returned)},)"),
+        (f"{tuple_text(results)} = {p.call(vjp)}", f"return ({tuple_text(returned)},)"),
     )
     if jvp is not None:
-        apply_lines: tuple[str, ...] = (f"return ({body_call(jvp)},)",)
+        apply_lines: tuple[str, ...] = (f"return ({p.call(jvp)},)",)
     else:
         p.imports.add("import functools")
         apply_lines = (

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rulegen.plan.header import array_arguments, doc_lines, header_of, params_of, returns_of, torch_util_imports
 from rulegen.plan.model import Function, SnippetPlan
-from rulegen.plan.snippet import SnippetPlanner, body_call, packed, tuple_text
+from rulegen.plan.snippet import SnippetPlanner, packed, tuple_text
 from rulegen.routes import Source
 from rulegen.snippet import SnippetDerivation
 
@@ -22,9 +22,9 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
         # Nothing custom: torch differentiates the body as it is.
         forward = p.given("forward")
         if p.returned:
-            lines = [f"{p.forward_targets()} = {body_call(forward)}", f"return {tuple_text(p.outputs)}"]
+            lines = [f"{p.forward_targets()} = {p.call(forward)}", f"return {tuple_text(p.outputs)}"]
         else:
-            lines = [f"return {body_call(forward)}"]
+            lines = [f"return {p.call(forward)}"]
         return _module(p, lines, util_names)
     kept = _kept(p)
     methods = [
@@ -125,7 +125,7 @@ def _forward(p: SnippetPlanner, kept: _Kept, util_names: list[str]) -> Function:
         # A body may return an input as it is (`return x`), which torch refuses to save for backward.
         read = ", ".join(a for a in p.arrays if a in forward.params)
         copies = read and kept.needed & set(kept.values)
-        result = f"fresh_outputs({body_call(forward)}, {read})" if copies else body_call(forward)
+        result = f"fresh_outputs({p.call(forward)}, {read})" if copies else p.call(forward)
         if copies:
             util_names.append("fresh_outputs")
         if p.returned:
@@ -187,11 +187,11 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Function:
     lines = _unpack(p, kept)
     grads = [f"{i}_bar" for i in p.diff_inputs]
     if p.d.routes.torch_backward == Source.GIVEN:
-        lines.append(f"{tuple_text(grads)} = {body_call(p.given('vjp'))}")
+        lines.append(f"{tuple_text(grads)} = {p.call(p.given('vjp'))}")
     else:
         dots = [f"{i}_dot" for i in p.diff_inputs]
         lines.append(f"def jvp({', '.join(dots)}):")
-        lines.append(f"    return {body_call(p.given('jvp'))}")
+        lines.append(f"    return {p.call(p.given('jvp'))}")
         zeros = ", ".join(f"torch.zeros_like({i})" for i in p.diff_inputs)
         lines.append(f"_, transpose = torch.func.vjp(jvp, {zeros})")
         lines.append(f"{tuple_text(grads)}, = transpose({packed([f'{o}_bar' for o in p.diff_outputs])})")
@@ -220,7 +220,7 @@ def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
     lines = _unpack(p, kept)
     out_dots = [f"{o}_dot" for o in p.diff_outputs]
     if routes.torch_jvp == Source.GIVEN:
-        lines.append(f"{tuple_text(out_dots)} = {body_call(p.given('jvp'))}")
+        lines.append(f"{tuple_text(out_dots)} = {p.call(p.given('jvp'))}")
     else:
         lines += _transposed_vjp(p, out_dots)
     tangents = [f"{n}_dot" if n in p.diff_outputs else "None" for n in kept.values]
@@ -232,7 +232,7 @@ def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
     """Forward mode as the VJP body's linear transpose, through torch.func.vjp of it."""
     grads = [f"{i}_bar" for i in p.diff_inputs]
     lines = [f"def vjp({', '.join(f'{o}_bar' for o in p.diff_outputs)}):"]
-    lines.append(f"    {tuple_text(grads)} = {body_call(p.given('vjp'))}")
+    lines.append(f"    {tuple_text(grads)} = {p.call(p.given('vjp'))}")
     if p.broadcastable:
         shaped = [f"{g}.sum_to_size(ctx.{i}_shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
         lines.append(f"    return {tuple_text(shaped)}")
