@@ -13,6 +13,7 @@ numeric constants such as `sqrt(2)` become array calls on Python numbers
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -141,6 +142,10 @@ class _ArrayCode:
 
     def _print_constant(self, expr: sp.Expr) -> str:
         """A number such as sqrt(2)/2 as Python float arithmetic, readable where `math` has the functions."""
+        value = expr.evalf(30) if expr.is_number else None
+        if value is not None and value.is_Float and abs(value) > sys.float_info.max:
+            # Python's math raises OverflowError there (math.exp(729)); the frameworks' float is inf.
+            return self._print(sp.oo if value > 0 else -sp.oo)
         if all(f.func.__name__ in _SCALAR_FUNCTIONS for f in expr.atoms(sp.Function)):
             printer = _ConstantPrinter()
             text = printer.doprint(expr)
