@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 import sympy as sp
 
 from rulegen.errors import Loc, SpecError
-from rulegen.functions import CONSTANTS, FUNCTIONS, Piecewise
+from rulegen.functions import CONSTANTS, RULE_FUNCTIONS, Piecewise
 
 MAX_CHARS = 20_000
 MAX_NODES = 5_000
@@ -54,19 +54,6 @@ _COMPARE: dict[type[ast.cmpop], Callable[[sp.Expr, sp.Expr], sp.Basic]] = {
     ast.Eq: sp.Eq,
     ast.NotEq: sp.Ne,
 }
-# Arity of the functions whose sympy class does not say it (or says it loosely).
-_ARITY: dict[str, tuple[int, int]] = {
-    "log": (1, 1),
-    "Min": (2, 32),
-    "Max": (2, 32),
-    "min": (2, 32),
-    "max": (2, 32),
-    "where": (3, 3),
-    "clip": (3, 3),
-    "polygamma": (2, 2),
-    "Piecewise": (1, 32),
-}
-_SPECIAL = {"gamma", "loggamma", "digamma", "polygamma"}
 _NODE_NAMES = {
     ast.Attribute: "attributes",
     ast.Subscript: "subscripts",
@@ -161,7 +148,7 @@ class _Builder:
             return CONSTANTS[node.id]
         if node.id in ("True", "False"):
             return sp.true if node.id == "True" else sp.false
-        if node.id in FUNCTIONS:
+        if node.id in RULE_FUNCTIONS:
             raise self.error(node, f"{node.id!r} is a function; call it, e.g. {node.id}(x)")
         known = [*self.symbols, *CONSTANTS]
         close = difflib.get_close_matches(node.id, known, n=1)
@@ -220,15 +207,16 @@ class _Builder:
         if not isinstance(node.func, ast.Name):
             raise self.error(node, "only whitelisted functions may be called, by name (e.g. exp(x))")
         name = node.func.id
-        if name not in FUNCTIONS:
-            close = difflib.get_close_matches(name, list(FUNCTIONS), n=1)
+        function = RULE_FUNCTIONS.get(name)
+        if function is None:
+            close = difflib.get_close_matches(name, list(RULE_FUNCTIONS), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise self.error(node.func, f"unknown function {name!r}{hint}")
         if node.keywords:
             raise self.error(node, f"{name}() takes positional arguments only")
         if any(isinstance(a, ast.Starred) for a in node.args):
             raise self.error(node, "starred arguments are not allowed in a symbolic expression")
-        low, high = _ARITY.get(name) or _nargs(FUNCTIONS[name])
+        low, high = function.argument_counts
         if not low <= len(node.args) <= high:
             expected = str(low) if low == high else f"{low} to {high}"
             raise self.error(node, f"{name}() takes {expected} argument(s), got {len(node.args)}")
@@ -236,13 +224,15 @@ class _Builder:
             return self.piecewise(node)
         if name == "where":
             cond = self.condition(node.args[0])
-            return FUNCTIONS[name](cond, self.value(node.args[1]), self.value(node.args[2]))
+            return function.sympy(cond, self.value(node.args[1]), self.value(node.args[2]))
         args = [self.value(a) for a in node.args]
         if name == "polygamma" and not (args[0].is_Integer and 0 <= int(args[0]) <= MAX_POLYGAMMA_ORDER):
             raise self.error(node, f"polygamma's order must be an integer literal from 0 to {MAX_POLYGAMMA_ORDER}")
-        if name in _SPECIAL and any(a.is_number and a.is_finite and abs(float(a)) > MAX_SPECIAL_ARG for a in args):
+        if function.refuses_large_numbers and any(
+            a.is_number and a.is_finite and abs(float(a)) > MAX_SPECIAL_ARG for a in args
+        ):
             raise self.error(node, f"{name}() of a number larger than {MAX_SPECIAL_ARG} is not allowed")
-        return FUNCTIONS[name](*args)
+        return function.sympy(*args)
 
     def piecewise(self, node: ast.Call) -> sp.Expr:
         pieces = []
@@ -251,14 +241,6 @@ class _Builder:
                 raise self.error(arg, "each Piecewise argument is a pair (value, condition)")
             pieces.append((self.value(arg.elts[0]), self.condition(arg.elts[1])))
         return Piecewise(*pieces)
-
-
-def _nargs(function: Callable[..., sp.Basic]) -> tuple[int, int]:
-    nargs = getattr(function, "nargs", None)
-    if isinstance(nargs, sp.FiniteSet) and nargs:
-        values = sorted(int(n) for n in nargs)
-        return values[0], values[-1]
-    return 1, 1
 
 
 def _depth_and_size(tree: ast.AST, builder: _Builder) -> None:

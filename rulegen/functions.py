@@ -7,11 +7,18 @@ overflow where the frameworks' fused versions do not, so they are sympy
 functions of their own: each knows its derivative (so `sympy.diff` stays
 closed over this set), how to rewrite itself into elementary functions (for
 `simplify` and the high-precision reference), and how mpmath evaluates it.
+
+`REGISTRY` declares each function once: the names rules call it by, how
+each backend and mpmath compute it, its in-place torch method.  The
+parser's whitelist, the printers' tables and `_print_<name>` methods and
+the checks' mpmath reference are derived from it, so a new function is a
+new entry there (and, when sympy lacks it, a class here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import mpmath
@@ -295,10 +302,6 @@ class one_plus_erf(sp.Function):  # noqa: N801
         return 1 + sp.erf(arg)
 
 
-#: torch functions that take no Python number (torch.atan2(x, 2.0) raises).
-TORCH_TENSOR_ONLY = frozenset({"atan2", "hypot", "logaddexp"})
-
-
 class in_float(sp.Function):  # noqa: N801
     """in_float(value, *anchors): an integer or boolean array, or a number, in the float dtype of `anchors`.
 
@@ -345,66 +348,6 @@ def _where(cond: sp.Basic, a: sp.Expr, b: sp.Expr) -> sp.Expr:
     return Piecewise((a, cond), (b, True))
 
 
-#: The functions a symbolic body may call, by the name it calls them.
-#: sympy's names come first; the aliases are the frameworks' spellings.
-FUNCTIONS: Mapping[str, Callable[..., sp.Basic]] = MappingProxyType(
-    {
-        "exp": sp.exp,
-        "log": sp.log,
-        "sqrt": sp.sqrt,
-        "sin": sp.sin,
-        "cos": sp.cos,
-        "tan": sp.tan,
-        "asin": sp.asin,
-        "acos": sp.acos,
-        "atan": sp.atan,
-        "atan2": sp.atan2,
-        "sinh": sp.sinh,
-        "cosh": sp.cosh,
-        "tanh": sp.tanh,
-        "asinh": sp.asinh,
-        "acosh": sp.acosh,
-        "atanh": sp.atanh,
-        "log1p": log1p,
-        "expm1": expm1,
-        "hypot": hypot,
-        "erf": sp.erf,
-        "erfc": sp.erfc,
-        "erfinv": sp.erfinv,
-        "gamma": sp.gamma,
-        "loggamma": sp.loggamma,
-        "digamma": sp.digamma,
-        "polygamma": sp.polygamma,
-        "Abs": sp.Abs,
-        "abs": sp.Abs,
-        "sign": sp.sign,
-        "Min": sp.Min,
-        "Max": sp.Max,
-        "min": sp.Min,
-        "max": sp.Max,
-        "floor": sp.floor,
-        "ceiling": sp.ceiling,
-        "Piecewise": Piecewise,
-        "where": _where,
-        "clip": _clip,
-        "sigmoid": sigmoid,
-        "softplus": softplus,
-        "logaddexp": logaddexp,
-        "xlogy": xlogy,
-        "bessel_i0": bessel_i0,
-        "bessel_i1": bessel_i1,
-        "bessel_i0e": bessel_i0e,
-        "bessel_i1e": bessel_i1e,
-        "ndtr": ndtr,
-        "ndtri": ndtri,
-        "log_ndtr": log_ndtr,
-        "logit": logit,
-        "erfcx": erfcx,
-        "xlog1py": xlog1py,
-        "entr": entr,
-    }
-)
-
 #: Named constants a symbolic body may use.
 CONSTANTS: Mapping[str, sp.Expr] = MappingProxyType({"pi": sp.pi, "E": sp.E, "inf": sp.oo, "oo": sp.oo})
 
@@ -434,30 +377,199 @@ def _mp_i1e(x: mpmath.mpf) -> mpmath.mpf:
     return mpmath.exp(-abs(x)) * mpmath.besseli(1, x)
 
 
-#: mpmath implementations of the functions above that `lambdify(modules="mpmath")`
+def _mp_xlog1py(x: mpmath.mpf, y: mpmath.mpf) -> mpmath.mpf:
+    return mpmath.mpf(0) if x == 0 else x * mpmath.log1p(y)
+
+
+def _mp_entr(x: mpmath.mpf) -> mpmath.mpf:
+    if x > 0:
+        return -x * mpmath.log(x)
+    return mpmath.mpf(0) if x == 0 else -mpmath.inf
+
+
+def _rsqrt(x: sp.Expr) -> sp.Expr:
+    return 1 / sp.sqrt(x)
+
+
+@dataclass(frozen=True)
+class MathFunction:
+    """One function a rule may call or the printers may meet, and how each backend computes it.
+
+    `jax`, `torch` and `math` name the function of that backend which prints
+    it as one call, `jnp.exp(x)`.  Where printing is code of its own (torch's
+    gamma, a Piecewise, a clamp of Python numbers), a `_print_<name>` method
+    of the printer writes it, using these names where it calls one.
+    """
+
+    #: The name rules call it by; for a sympy class, the class's name, on which the printers dispatch.
+    name: str
+    #: Builds the expression from the arguments: a sympy class, or a function that
+    #: writes it with other registered ones (`where` builds a Piecewise).
+    sympy: Callable[..., sp.Basic]
+    jax: str | None = None
+    torch: str | None = None
+    #: Python's `math` function, for numbers and static inputs (Python floats).
+    math: str | None = None
+    #: Where `lambdify(modules="mpmath")` has no implementation: the high-precision reference's own.
+    mpmath: Callable[..., mpmath.mpf] | None = None
+    #: The torch.Tensor method that computes it into its argument's buffer.
+    in_place: str | None = None
+    #: Other names rules may call it by, the frameworks' spellings.
+    aliases: tuple[str, ...] = ()
+    #: (fewest, most) arguments, where the sympy class's `nargs` does not say it or says it loosely.
+    arity: tuple[int, int] | None = None
+    #: torch's function takes no Python number: torch.atan2(x, 2.0) raises.
+    torch_tensor_only: bool = False
+    #: sympy evaluates it exactly at a number, which for a large one takes unbounded time.
+    refuses_large_numbers: bool = False
+    #: Rules cannot call it: derivatives produce it, or the plan writes it after deriving.
+    internal: bool = False
+    #: Only the torch printer meets it (the plan writes it for torch alone).
+    torch_only: bool = False
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        return () if self.internal else (self.name, *self.aliases)
+
+    @property
+    def argument_counts(self) -> tuple[int, int]:
+        """The fewest and most arguments it takes."""
+        if self.arity is not None:
+            return self.arity
+        nargs = getattr(self.sympy, "nargs", None)
+        if isinstance(nargs, sp.FiniteSet) and nargs:
+            values = sorted(int(n) for n in nargs)
+            return values[0], values[-1]
+        return 1, 1
+
+
+#: Every math function rulegen knows.  The tables below, the parser's
+#: whitelist and the printers' `_print_<name>` methods are derived from it,
+#: so a function is added here and nowhere else.
+REGISTRY: tuple[MathFunction, ...] = (
+    MathFunction("exp", sp.exp, "jnp.exp", "torch.exp", math="math.exp", in_place="exp_"),
+    MathFunction("log", sp.log, "jnp.log", "torch.log", math="math.log", in_place="log_", arity=(1, 1)),
+    MathFunction("sqrt", sp.sqrt, "jnp.sqrt", "torch.sqrt", math="math.sqrt"),
+    MathFunction("sin", sp.sin, "jnp.sin", "torch.sin", math="math.sin", in_place="sin_"),
+    MathFunction("cos", sp.cos, "jnp.cos", "torch.cos", math="math.cos", in_place="cos_"),
+    MathFunction("tan", sp.tan, "jnp.tan", "torch.tan", math="math.tan", in_place="tan_"),
+    MathFunction("asin", sp.asin, "jnp.arcsin", "torch.asin", math="math.asin", in_place="asin_"),
+    MathFunction("acos", sp.acos, "jnp.arccos", "torch.acos", math="math.acos", in_place="acos_"),
+    MathFunction("atan", sp.atan, "jnp.arctan", "torch.atan", math="math.atan", in_place="atan_"),
+    MathFunction("atan2", sp.atan2, "jnp.arctan2", "torch.atan2", torch_tensor_only=True),
+    MathFunction("sinh", sp.sinh, "jnp.sinh", "torch.sinh", math="math.sinh", in_place="sinh_"),
+    MathFunction("cosh", sp.cosh, "jnp.cosh", "torch.cosh", math="math.cosh", in_place="cosh_"),
+    MathFunction("tanh", sp.tanh, "jnp.tanh", "torch.tanh", math="math.tanh", in_place="tanh_"),
+    MathFunction("asinh", sp.asinh, "jnp.arcsinh", "torch.asinh", math="math.asinh", in_place="asinh_"),
+    MathFunction("acosh", sp.acosh, "jnp.arccosh", "torch.acosh", math="math.acosh", in_place="acosh_"),
+    MathFunction("atanh", sp.atanh, "jnp.arctanh", "torch.atanh", math="math.atanh", in_place="atanh_"),
+    MathFunction("log1p", log1p, "jnp.log1p", "torch.log1p", math="math.log1p", mpmath=mpmath.log1p, in_place="log1p_"),
+    MathFunction("expm1", expm1, "jnp.expm1", "torch.expm1", math="math.expm1", mpmath=mpmath.expm1, in_place="expm1_"),
+    MathFunction("hypot", hypot, "jnp.hypot", "torch.hypot", mpmath=mpmath.hypot, torch_tensor_only=True),
+    MathFunction("erf", sp.erf, "jax.scipy.special.erf", "torch.special.erf", math="math.erf", in_place="erf_"),
+    MathFunction("erfc", sp.erfc, "jax.scipy.special.erfc", "torch.special.erfc", math="math.erfc", in_place="erfc_"),
+    MathFunction("erfinv", sp.erfinv, "jax.scipy.special.erfinv", "torch.special.erfinv", mpmath=mpmath.erfinv),
+    # torch.special has no gamma: the torch printer writes it from gammaln.
+    MathFunction("gamma", sp.gamma, "jax.scipy.special.gamma", math="math.gamma", refuses_large_numbers=True),
+    MathFunction(
+        "loggamma",
+        sp.loggamma,
+        "jax.scipy.special.gammaln",
+        "torch.special.gammaln",
+        math="math.lgamma",
+        mpmath=mpmath.loggamma,
+        refuses_large_numbers=True,
+    ),
+    MathFunction(
+        "digamma", sp.digamma, "jax.scipy.special.digamma", "torch.special.digamma", refuses_large_numbers=True
+    ),
+    MathFunction(
+        "polygamma",
+        sp.polygamma,
+        "jax.scipy.special.polygamma",
+        "torch.special.polygamma",
+        mpmath=mpmath.polygamma,
+        arity=(2, 2),
+        refuses_large_numbers=True,
+    ),
+    MathFunction("Abs", sp.Abs, "jnp.abs", "torch.abs", math="math.fabs", in_place="abs_", aliases=("abs",)),
+    MathFunction("sign", sp.sign, "jnp.sign", "torch.sign", in_place="sign_"),
+    MathFunction("Min", sp.Min, "jnp.minimum", "torch.minimum", aliases=("min",), arity=(2, 32)),
+    MathFunction("Max", sp.Max, "jnp.maximum", "torch.maximum", aliases=("max",), arity=(2, 32)),
+    MathFunction("floor", sp.floor, "jnp.floor", "torch.floor", math="math.floor", in_place="floor_"),
+    MathFunction("ceiling", sp.ceiling, "jnp.ceil", "torch.ceil", math="math.ceil", in_place="ceil_"),
+    MathFunction("Piecewise", Piecewise, "jnp.where", "torch.where", arity=(1, 32)),
+    MathFunction("where", _where, arity=(3, 3)),
+    MathFunction("clip", _clip, arity=(3, 3)),
+    MathFunction("sigmoid", sigmoid, "jax.nn.sigmoid", "torch.sigmoid", mpmath=_mp_sigmoid, in_place="sigmoid_"),
+    MathFunction("softplus", softplus, "jax.nn.softplus", "torch.nn.functional.softplus", mpmath=_mp_softplus),
+    MathFunction(
+        "logaddexp", logaddexp, "jnp.logaddexp", "torch.logaddexp", mpmath=_mp_logaddexp, torch_tensor_only=True
+    ),
+    MathFunction("xlogy", xlogy, "jax.scipy.special.xlogy", "torch.special.xlogy", mpmath=_mp_xlogy),
+    MathFunction(
+        "bessel_i0", bessel_i0, "jax.scipy.special.i0", "torch.special.i0", mpmath=lambda x: mpmath.besseli(0, x)
+    ),
+    MathFunction(
+        "bessel_i1", bessel_i1, "jax.scipy.special.i1", "torch.special.i1", mpmath=lambda x: mpmath.besseli(1, x)
+    ),
+    MathFunction("bessel_i0e", bessel_i0e, "jax.scipy.special.i0e", "torch.special.i0e", mpmath=_mp_i0e),
+    MathFunction("bessel_i1e", bessel_i1e, "jax.scipy.special.i1e", "torch.special.i1e", mpmath=_mp_i1e),
+    MathFunction("ndtr", ndtr, "jax.scipy.special.ndtr", "torch.special.ndtr", mpmath=lambda x: mpmath.ncdf(x)),
+    MathFunction(
+        "ndtri",
+        ndtri,
+        "jax.scipy.special.ndtri",
+        "torch.special.ndtri",
+        mpmath=lambda p: mpmath.sqrt(2) * mpmath.erfinv(2 * p - 1),
+    ),
+    MathFunction(
+        "log_ndtr",
+        log_ndtr,
+        "jax.scipy.special.log_ndtr",
+        "torch.special.log_ndtr",
+        mpmath=lambda x: mpmath.log(mpmath.ncdf(x)),
+    ),
+    MathFunction(
+        "logit", logit, "jax.scipy.special.logit", "torch.special.logit", mpmath=lambda p: mpmath.log(p / (1 - p))
+    ),
+    MathFunction(
+        "erfcx",
+        erfcx,
+        "jax.scipy.special.erfcx",
+        "torch.special.erfcx",
+        mpmath=lambda x: mpmath.exp(x**2) * mpmath.erfc(x),
+    ),
+    MathFunction("xlog1py", xlog1py, "jax.scipy.special.xlog1py", "torch.special.xlog1py", mpmath=_mp_xlog1py),
+    MathFunction("entr", entr, "jax.scipy.special.entr", "torch.special.entr", mpmath=_mp_entr),
+    # What sympy writes as a power, x**(-1/2), and the printers as one call.
+    MathFunction("rsqrt", _rsqrt, "jax.lax.rsqrt", "torch.rsqrt", internal=True),
+    # Derivatives of kinks (Abs, sign, Max): sympy writes them, rules do not.
+    MathFunction("DiracDelta", sp.DiracDelta, "jnp.zeros_like", "torch.zeros_like", internal=True),
+    MathFunction("Heaviside", sp.Heaviside, internal=True),
+    MathFunction("in_float", in_float, internal=True),
+    MathFunction("silu", silu, torch="torch.nn.functional.silu", internal=True, torch_only=True),
+    MathFunction("one_plus_erf", one_plus_erf, internal=True, torch_only=True),
+    MathFunction(
+        "sigmoid_product", sigmoid_product, torch="torch.ops.aten.softplus_backward", internal=True, torch_only=True
+    ),
+)
+
+#: The registered functions a symbolic body may call, by the names it calls them.
+RULE_FUNCTIONS: Mapping[str, MathFunction] = MappingProxyType(
+    {name: function for function in REGISTRY for name in function.rule_names}
+)
+
+#: What each name a symbolic body may call builds.
+FUNCTIONS: Mapping[str, Callable[..., sp.Basic]] = MappingProxyType(
+    {name: function.sympy for name, function in RULE_FUNCTIONS.items()}
+)
+
+#: mpmath implementations of the functions that `lambdify(modules="mpmath")`
 #: does not know, for the high-precision reference of the checks.
 MPMATH_IMPLEMENTATIONS: Mapping[str, Callable[..., mpmath.mpf]] = MappingProxyType(
-    {
-        "sigmoid": _mp_sigmoid,
-        "softplus": _mp_softplus,
-        "logaddexp": _mp_logaddexp,
-        "xlogy": _mp_xlogy,
-        "bessel_i0": lambda x: mpmath.besseli(0, x),
-        "bessel_i1": lambda x: mpmath.besseli(1, x),
-        "bessel_i0e": _mp_i0e,
-        "bessel_i1e": _mp_i1e,
-        "log1p": mpmath.log1p,
-        "expm1": mpmath.expm1,
-        "hypot": mpmath.hypot,
-        "erfinv": mpmath.erfinv,
-        "loggamma": mpmath.loggamma,
-        "polygamma": mpmath.polygamma,
-        "ndtr": lambda x: mpmath.ncdf(x),
-        "ndtri": lambda p: mpmath.sqrt(2) * mpmath.erfinv(2 * p - 1),
-        "log_ndtr": lambda x: mpmath.log(mpmath.ncdf(x)),
-        "logit": lambda p: mpmath.log(p / (1 - p)),
-        "erfcx": lambda x: mpmath.exp(x**2) * mpmath.erfc(x),
-        "xlog1py": lambda x, y: mpmath.mpf(0) if x == 0 else x * mpmath.log1p(y),
-        "entr": lambda x: -x * mpmath.log(x) if x > 0 else (mpmath.mpf(0) if x == 0 else -mpmath.inf),
-    }
+    {function.name: function.mpmath for function in REGISTRY if function.mpmath is not None}
 )
+
+#: torch functions that take no Python number (torch.atan2(x, 2.0) raises).
+TORCH_TENSOR_ONLY = frozenset(function.name for function in REGISTRY if function.torch_tensor_only)

@@ -29,29 +29,9 @@ from rulegen.lines import Assign
 
 # Functions of one argument whose torch method has an in-place form.
 _IN_PLACE_METHODS: dict[type, str] = {
-    sp.exp: "exp_",
-    sp.log: "log_",
-    sp.sin: "sin_",
-    sp.cos: "cos_",
-    sp.tan: "tan_",
-    sp.sinh: "sinh_",
-    sp.cosh: "cosh_",
-    sp.tanh: "tanh_",
-    sp.asin: "asin_",
-    sp.acos: "acos_",
-    sp.atan: "atan_",
-    sp.asinh: "asinh_",
-    sp.acosh: "acosh_",
-    sp.atanh: "atanh_",
-    sp.erf: "erf_",
-    sp.erfc: "erfc_",
-    sp.Abs: "abs_",
-    sp.sign: "sign_",
-    sp.floor: "floor_",
-    sp.ceiling: "ceil_",
-    fn.log1p: "log1p_",
-    fn.expm1: "expm1_",
-    fn.sigmoid: "sigmoid_",
+    function.sympy: function.in_place
+    for function in fn.REGISTRY
+    if function.in_place is not None and isinstance(function.sympy, type)
 }
 
 

@@ -13,6 +13,7 @@ numeric constants such as `sqrt(2)` become array calls on Python numbers
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -36,139 +37,16 @@ _IMPORTS = {
     "math": "import math",
 }
 
-_JAX_FUNCTIONS = {
-    "sqrt": "jnp.sqrt",
-    "rsqrt": "jax.lax.rsqrt",
-    "where": "jnp.where",
-    "zeros_like": "jnp.zeros_like",
-    "digamma": "jax.scipy.special.digamma",
-    "polygamma": "jax.scipy.special.polygamma",
-    "exp": "jnp.exp",
-    "log": "jnp.log",
-    "sin": "jnp.sin",
-    "cos": "jnp.cos",
-    "tan": "jnp.tan",
-    "asin": "jnp.arcsin",
-    "acos": "jnp.arccos",
-    "atan": "jnp.arctan",
-    "atan2": "jnp.arctan2",
-    "sinh": "jnp.sinh",
-    "cosh": "jnp.cosh",
-    "tanh": "jnp.tanh",
-    "asinh": "jnp.arcsinh",
-    "acosh": "jnp.arccosh",
-    "atanh": "jnp.arctanh",
-    "log1p": "jnp.log1p",
-    "expm1": "jnp.expm1",
-    "hypot": "jnp.hypot",
-    "Abs": "jnp.abs",
-    "sign": "jnp.sign",
-    "floor": "jnp.floor",
-    "ceiling": "jnp.ceil",
-    "erf": "jax.scipy.special.erf",
-    "erfc": "jax.scipy.special.erfc",
-    "erfinv": "jax.scipy.special.erfinv",
-    "gamma": "jax.scipy.special.gamma",
-    "loggamma": "jax.scipy.special.gammaln",
-    "sigmoid": "jax.nn.sigmoid",
-    "softplus": "jax.nn.softplus",
-    "logaddexp": "jnp.logaddexp",
-    "xlogy": "jax.scipy.special.xlogy",
-    "bessel_i0": "jax.scipy.special.i0",
-    "bessel_i1": "jax.scipy.special.i1",
-    "bessel_i0e": "jax.scipy.special.i0e",
-    "bessel_i1e": "jax.scipy.special.i1e",
-    "ndtr": "jax.scipy.special.ndtr",
-    "ndtri": "jax.scipy.special.ndtri",
-    "log_ndtr": "jax.scipy.special.log_ndtr",
-    "logit": "jax.scipy.special.logit",
-    "erfcx": "jax.scipy.special.erfcx",
-    "xlog1py": "jax.scipy.special.xlog1py",
-    "entr": "jax.scipy.special.entr",
-}
-
-_TORCH_FUNCTIONS = {
-    "sqrt": "torch.sqrt",
-    "rsqrt": "torch.rsqrt",
-    "where": "torch.where",
-    "zeros_like": "torch.zeros_like",
-    "digamma": "torch.special.digamma",
-    "polygamma": "torch.special.polygamma",
-    "exp": "torch.exp",
-    "log": "torch.log",
-    "sin": "torch.sin",
-    "cos": "torch.cos",
-    "tan": "torch.tan",
-    "asin": "torch.asin",
-    "acos": "torch.acos",
-    "atan": "torch.atan",
-    "atan2": "torch.atan2",
-    "sinh": "torch.sinh",
-    "cosh": "torch.cosh",
-    "tanh": "torch.tanh",
-    "asinh": "torch.asinh",
-    "acosh": "torch.acosh",
-    "atanh": "torch.atanh",
-    "log1p": "torch.log1p",
-    "expm1": "torch.expm1",
-    "hypot": "torch.hypot",
-    "Abs": "torch.abs",
-    "sign": "torch.sign",
-    "floor": "torch.floor",
-    "ceiling": "torch.ceil",
-    "erf": "torch.special.erf",
-    "erfc": "torch.special.erfc",
-    "erfinv": "torch.special.erfinv",
-    "loggamma": "torch.special.gammaln",
-    "sigmoid": "torch.sigmoid",
-    "logaddexp": "torch.logaddexp",
-    "xlogy": "torch.special.xlogy",
-    "bessel_i0": "torch.special.i0",
-    "bessel_i1": "torch.special.i1",
-    "bessel_i0e": "torch.special.i0e",
-    "bessel_i1e": "torch.special.i1e",
-    "ndtr": "torch.special.ndtr",
-    "ndtri": "torch.special.ndtri",
-    "log_ndtr": "torch.special.log_ndtr",
-    "logit": "torch.special.logit",
-    "erfcx": "torch.special.erfcx",
-    "xlog1py": "torch.special.xlog1py",
-    "entr": "torch.special.entr",
-}
-
-#: torch functions of two arguments that refuse a Python number in either place.
+# The function each backend calls for a registered one, by its name.
+_JAX_FUNCTIONS = {function.name: function.jax for function in fn.REGISTRY if function.jax}
+_TORCH_FUNCTIONS = {function.name: function.torch for function in fn.REGISTRY if function.torch}
+_MATH_FUNCTIONS = {function.name: function.math for function in fn.REGISTRY if function.math}
 
 # torch's softplus (forward and backward) returns x itself, and a gradient of
 # 1, above `threshold` (20 by default), an error of exp(-20) ~ 2e-9; past 40
 # that error is below float64's.
 SOFTPLUS_THRESHOLD = 40.0
 
-_MATH_FUNCTIONS = {
-    "exp": "math.exp",
-    "log": "math.log",
-    "sqrt": "math.sqrt",
-    "sin": "math.sin",
-    "cos": "math.cos",
-    "tan": "math.tan",
-    "atan": "math.atan",
-    "sinh": "math.sinh",
-    "cosh": "math.cosh",
-    "tanh": "math.tanh",
-    "erf": "math.erf",
-    "erfc": "math.erfc",
-    "asin": "math.asin",
-    "acos": "math.acos",
-    "asinh": "math.asinh",
-    "acosh": "math.acosh",
-    "atanh": "math.atanh",
-    "log1p": "math.log1p",
-    "expm1": "math.expm1",
-    "Abs": "math.fabs",
-    "floor": "math.floor",
-    "ceiling": "math.ceil",
-    "gamma": "math.gamma",
-    "loggamma": "math.lgamma",
-}
 # What Python float arithmetic can print: the `math` functions and conditionals.
 _SCALAR_FUNCTIONS = frozenset({*_MATH_FUNCTIONS, "Piecewise"})
 
@@ -264,6 +142,10 @@ class _ArrayCode:
 
     def _print_constant(self, expr: sp.Expr) -> str:
         """A number such as sqrt(2)/2 as Python float arithmetic, readable where `math` has the functions."""
+        value = expr.evalf(30) if expr.is_number else None
+        if value is not None and value.is_Float and abs(value) > sys.float_info.max:
+            # Python's math raises OverflowError there (math.exp(729)); the frameworks' float is inf.
+            return self._print(sp.oo if value > 0 else -sp.oo)
         if all(f.func.__name__ in _SCALAR_FUNCTIONS for f in expr.atoms(sp.Function)):
             printer = _ConstantPrinter()
             text = printer.doprint(expr)
@@ -314,7 +196,7 @@ class _ArrayCode:
 
     def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
         # The frameworks' own autodiff differentiates a kink to 0 away from it.
-        return self._call(self.functions["zeros_like"], expr.args[0])
+        return self._call(self.functions["DiracDelta"], expr.args[0])
 
     def _print_Mul(self, expr: sp.Mul) -> str:
         numbers = [f for f in expr.args if f.is_number]
@@ -347,16 +229,9 @@ class _ArrayCode:
             raise sp.printing.codeprinter.PrintMethodNotImplementedError(f"{type(self).__name__} cannot print {name}")
         return self._call(self.functions[name], *expr.args)
 
-    _print_exp = _print_log = _print_sin = _print_cos = _print_tan = _print_Function
-    _print_asin = _print_acos = _print_atan = _print_atan2 = _print_Function
-    _print_sinh = _print_cosh = _print_tanh = _print_asinh = _print_acosh = _print_atanh = _print_Function
-    _print_log1p = _print_expm1 = _print_hypot = _print_Abs = _print_sign = _print_Function
-    _print_floor = _print_ceiling = _print_erf = _print_erfc = _print_erfinv = _print_Function
-    _print_gamma = _print_loggamma = _print_Function
-    _print_sigmoid = _print_softplus = _print_logaddexp = _print_xlogy = _print_Function
-    _print_bessel_i0 = _print_bessel_i1 = _print_bessel_i0e = _print_bessel_i1e = _print_Function
-    _print_ndtr = _print_ndtri = _print_log_ndtr = _print_logit = _print_erfcx = _print_Function
-    _print_xlog1py = _print_entr = _print_Function
+    def _print_registered(self, expr: sp.Function) -> str:
+        # Dispatched at call time, so that a printer's own _print_Function (torch's) applies.
+        return self._print_Function(expr)
 
     #: The function that promotes several arrays' dtypes (see _float_dtype).
     result_type = ""
@@ -419,7 +294,7 @@ class _ArrayCode:
 
     def _piece(self, cond: sp.Basic, value: sp.Expr, otherwise: str) -> str:
         """`value` where `cond` holds, else the code `otherwise`."""
-        return f"{self._record(self.functions['where'])}({self._print(cond)}, {self._print(value)}, {otherwise})"
+        return f"{self._record(self.functions['Piecewise'])}({self._print(cond)}, {self._print(value)}, {otherwise})"
 
 
 class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
@@ -465,10 +340,10 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
         return f"{self._record('jnp.asarray')}({number}, dtype={self._float_dtype(anchors)})"
 
     def _print_Max(self, expr: sp.Max) -> str:
-        return self._nested("jnp.maximum", expr.args)
+        return self._nested(self.functions["Max"], expr.args)
 
     def _print_Min(self, expr: sp.Min) -> str:
-        return self._nested("jnp.minimum", expr.args)
+        return self._nested(self.functions["Min"], expr.args)
 
     def _nested(self, path: str, args: tuple[sp.Expr, ...]) -> str:
         text = self._print(args[0])
@@ -515,20 +390,15 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
             return f"{self._record(self.functions[name])}({args})"
         return super()._print_Function(expr)
 
-    _print_atan2 = _print_hypot = _print_logaddexp = _print_Function
-
     def _print_softplus(self, expr: fn.softplus) -> str:
-        return f"{self._call('torch.nn.functional.softplus', expr.args[0])[:-1]}, threshold={SOFTPLUS_THRESHOLD})"
-
-    def _print_silu(self, expr: fn.silu) -> str:
-        return self._call("torch.nn.functional.silu", *expr.args)
+        return f"{self._call(self.functions['softplus'], expr.args[0])[:-1]}, threshold={SOFTPLUS_THRESHOLD})"
 
     def _print_one_plus_erf(self, expr: fn.one_plus_erf) -> str:
-        return self._call("torch.special.erfc", -expr.args[0])
+        return self._call(self.functions["erfc"], -expr.args[0])
 
     def _print_sigmoid_product(self, expr: fn.sigmoid_product) -> str:
         a, u, beta = expr.args
-        return f"{self._call('torch.ops.aten.softplus_backward', a, u, beta)[:-1]}, {SOFTPLUS_THRESHOLD})"
+        return f"{self._call(self.functions['sigmoid_product'], a, u, beta)[:-1]}, {SOFTPLUS_THRESHOLD})"
 
     def _print_gamma(self, expr: sp.gamma) -> str:
         x = self._print(expr.args[0])
@@ -545,10 +415,10 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         return super()._piece(cond, value, otherwise)
 
     def _print_Max(self, expr: sp.Max) -> str:
-        return self._extreme(expr.args, "torch.maximum", "min")
+        return self._extreme(expr.args, self.functions["Max"], "min")
 
     def _print_Min(self, expr: sp.Min) -> str:
-        return self._extreme(expr.args, "torch.minimum", "max")
+        return self._extreme(expr.args, self.functions["Min"], "max")
 
     def _extreme(self, args: tuple[sp.Expr, ...], path: str, bound: str) -> str:
         # Numbers and static inputs are Python numbers, which torch.maximum refuses: clamp bounds.
@@ -584,6 +454,26 @@ class CompiledTorchPrinter(TorchArrayPrinter):
     def _print_one_plus_erf(self, expr: fn.one_plus_erf) -> str:
         # A sum where the enclosing product or power expects a call: parenthesised.
         return f"({self._print(sp.Add(sp.erf(expr.args[0], evaluate=False), 1, evaluate=False))})"
+
+
+def _register_functions() -> None:
+    """Give every registered sympy Function a `_print_<Class>` method, as sympy's NumPyPrinter does its known functions.
+
+    A method of the printers' own (polygamma's, torch's gamma) stays.  The
+    inherited ones of sympy's printers would print the registered functions
+    of their own module (`numpy.exp`, `math.erf`), and any other a printer
+    cannot print must say so.  Min and Max are no Functions: the array
+    printers have methods for them, and the constant printer's are sympy's,
+    Python's `min` and `max` of static inputs.
+    """
+    for function in fn.REGISTRY:
+        method = f"_print_{function.name}"
+        dispatched = isinstance(function.sympy, type) and issubclass(function.sympy, sp.Function)
+        if dispatched and method not in vars(_ArrayCode):
+            setattr(_ArrayCode, method, _ArrayCode._print_registered)
+
+
+_register_functions()
 
 
 def _is_name_or_call(text: str) -> bool:

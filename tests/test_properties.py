@@ -87,6 +87,9 @@ def test_printed_expressions_parse_back_to_themselves(expr):
 # Integers beyond int64, which the frameworks refuse as Python ints (JAX: OverflowError).
 @example(expr=X + sp.Integer(2**64))
 @example(expr=X * sp.Integer(-(2**70)) + Y)
+# A number beyond float, which Python's math.exp refuses (OverflowError) where the frameworks give inf.
+@example(expr=sp.exp(sp.Integer(729)))
+@example(expr=X - sp.exp(sp.Integer(729)))
 def test_both_printers_compute_what_sympy_computes(expr):
     import jax.numpy as jnp
     import torch

@@ -1,0 +1,245 @@
+"""The function registry (rulegen.functions.REGISTRY) against the parser, the printers and the frameworks.
+
+Every other table of math functions is derived from the registry; these
+tests fail when an entry cannot be parsed, printed in a backend, or
+evaluated, when its backends disagree on its value, and when adding an
+entry is not enough to parse, print and update it in place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from types import MappingProxyType
+
+import jax
+import jax.numpy as jnp
+import mpmath
+import pytest
+import sympy as sp
+import torch
+
+from rulegen import functions as fn
+from rulegen import printers
+from rulegen.errors import Loc, SpecError
+from rulegen.expr import parse_expression
+from rulegen.printers import print_jax, print_torch
+
+jax.config.update("jax_enable_x64", True)
+
+X, Y, BETA = sp.symbols("x y beta")
+SYMBOLS = {"x": X, "y": Y, "beta": BETA}
+POINT = {"x": 0.3, "y": 0.7}
+LOC = Loc("test", 1, 0)
+
+# Calls whose arguments are not one value per argument, or whose domain excludes x = 0.3.
+EXAMPLES = {
+    "acosh": "acosh(x + 1)",
+    "Piecewise": "Piecewise((x, x > 0.5), (y, True))",
+    "where": "where(x > 0.5, x, y)",
+    "clip": "clip(x, 0.1, 0.2)",
+    "polygamma": "polygamma(1, x)",
+}
+RULE_NAMES = sorted(fn.RULE_FUNCTIONS)
+INTERNAL = [f for f in fn.REGISTRY if f.internal]
+
+
+def example(name: str) -> str:
+    low, _ = fn.RULE_FUNCTIONS[name].argument_counts
+    return EXAMPLES.get(name, f"{name}({', '.join('xy'[:low])})")
+
+
+def resolve(path: str) -> Callable[..., object]:
+    """The framework function a printed path names, as the generated code's imports bind it."""
+    module, _, attribute = path.rpartition(".")
+    head, _, rest = module.partition(".")
+    root: object = {"jnp": jnp, "torch": torch, "math": math, "jax": jax}[head]
+    if head == "jax" and rest:
+        root = importlib.import_module(module)
+    elif rest:
+        for part in rest.split("."):
+            root = getattr(root, part)
+    return getattr(root, attribute)
+
+
+def evaluate(printed: tuple[str, frozenset[str]], values: dict[str, object]) -> float:
+    text, imports = printed
+    namespace: dict[str, object] = {}
+    for line in imports:
+        exec(line, namespace)
+    return float(eval(text, {**namespace, **values}))
+
+
+@pytest.mark.parametrize("name", RULE_NAMES)
+def test_every_function_a_rule_may_call_prints_in_both_backends_with_its_registered_spelling(name):
+    function = fn.RULE_FUNCTIONS[name]
+    expr = parse_expression(example(name), SYMBOLS, LOC)
+    jax_text, _ = print_jax(expr)
+    torch_text, _ = print_torch(expr)
+    if function.jax:
+        assert function.jax in jax_text
+    if function.torch:
+        assert function.torch in torch_text
+
+
+@pytest.mark.parametrize("function", INTERNAL, ids=lambda f: f.name)
+def test_every_internal_function_prints_in_the_backends_that_meet_it(function):
+    low, _ = function.argument_counts
+    expr = function.sympy(*(X + k for k in range(low)))
+    print_torch(expr)
+    if function.torch_only:
+        with pytest.raises(sp.printing.codeprinter.PrintMethodNotImplementedError):
+            print_jax(expr)
+    else:
+        print_jax(expr)
+
+
+@pytest.mark.parametrize("name", RULE_NAMES)
+def test_jax_torch_math_and_mpmath_agree_on_every_function_a_rule_may_call(name):
+    function = fn.RULE_FUNCTIONS[name]
+    expr = parse_expression(example(name), SYMBOLS, LOC)
+    jax_value = evaluate(print_jax(expr), {k: jnp.asarray(v) for k, v in POINT.items()})
+    torch_value = evaluate(print_torch(expr), {k: torch.tensor(v, dtype=torch.float64) for k, v in POINT.items()})
+    modules = [dict(fn.MPMATH_IMPLEMENTATIONS), "mpmath"]  # as the checks' high-precision reference
+    reference = sp.lambdify([X, Y], expr, modules=modules)
+    with mpmath.workdps(40):
+        exact = float(reference(mpmath.mpf(POINT["x"]), mpmath.mpf(POINT["y"])))
+    assert jax_value == pytest.approx(exact, rel=1e-9)
+    assert torch_value == pytest.approx(exact, rel=1e-9)
+    if function.math and name not in EXAMPLES:
+        scalar = evaluate(print_torch(expr, scalars=frozenset(POINT)), POINT)
+        assert f"{function.math}(" in print_torch(expr, scalars=frozenset(POINT))[0]
+        assert scalar == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("function", fn.REGISTRY, ids=lambda f: f.name)
+def test_every_registered_spelling_names_a_function_the_printers_know_how_to_import(function):
+    for path in (function.jax, function.torch, function.math):
+        if path is not None:
+            assert callable(resolve(path)), path
+            assert path.rpartition(".")[0] in printers._IMPORTS, path
+
+
+@pytest.mark.parametrize("function", [f for f in fn.REGISTRY if f.in_place], ids=lambda f: f.name)
+def test_every_in_place_method_computes_the_function_into_its_buffer(function):
+    assert isinstance(function.sympy, type) and function.argument_counts == (1, 1)
+    x = torch.tensor([-0.6, 0.3, 1.3], dtype=torch.float64)  # inside every domain somewhere
+    out_of_place = resolve(function.torch)(x)
+    buffer = x.clone()
+    assert getattr(buffer, function.in_place)() is buffer
+    torch.testing.assert_close(buffer, out_of_place, equal_nan=True)
+
+
+@pytest.mark.parametrize("function", [f for f in fn.REGISTRY if f.torch_tensor_only], ids=lambda f: f.name)
+def test_tensor_only_functions_refuse_a_python_number_and_are_printed_with_a_tensor(function):
+    with pytest.raises(TypeError):
+        resolve(function.torch)(torch.ones(2), 2.0)
+    text, _ = print_torch(function.sympy(X, 2))
+    assert text == f"{function.torch}(x, torch.tensor(2.0))"
+
+
+def test_min_and_max_of_static_inputs_stay_python_numbers():
+    # Min and Max are no sympy Functions, so the registered printing of functions does not reach them.
+    c = sp.Symbol("c")
+    assert print_jax(sp.Max(BETA, c) * X, scalars=frozenset({"beta", "c"}))[0] == "x*max(beta, c)"
+    assert print_torch(sp.Min(BETA, c) * X, scalars=frozenset({"beta", "c"}))[0] == "x*min(beta, c)"
+    assert print_torch(sp.Min(BETA, X), scalars=frozenset({"beta"}))[0] == "torch.clamp(x, max=beta)"
+
+
+def test_the_derived_tables_agree_with_the_registry_and_are_read_only():
+    names = [f.name for f in fn.REGISTRY]
+    assert len(names) == len(set(names))
+    rule_names = [n for f in fn.REGISTRY for n in f.rule_names]
+    assert len(rule_names) == len(set(rule_names))
+    assert set(fn.FUNCTIONS) == set(fn.RULE_FUNCTIONS) == set(rule_names)
+    assert set(fn.MPMATH_IMPLEMENTATIONS) <= set(names)
+    assert fn.TORCH_TENSOR_ONLY.issubset(names)
+    assert isinstance(fn.FUNCTIONS, MappingProxyType)
+    assert isinstance(fn.MPMATH_IMPLEMENTATIONS, MappingProxyType)
+    assert isinstance(fn.TORCH_TENSOR_ONLY, frozenset)
+    for function in fn.REGISTRY:
+        assert printers._JAX_FUNCTIONS.get(function.name) == function.jax
+        assert printers._TORCH_FUNCTIONS.get(function.name) == function.torch
+        assert printers._MATH_FUNCTIONS.get(function.name) == function.math
+
+
+def _candidate_names() -> set[str]:
+    """Function names a rule might try: sympy's and the frameworks'."""
+    sympy_names = {n for n in dir(sp) if isinstance(getattr(sp, n), type) and issubclass(getattr(sp, n), sp.Function)}
+    torch_names = {n for n in dir(torch.special) if not n.startswith("_")}
+    jnp_names = {n for n in dir(jnp) if not n.startswith("_") and callable(getattr(jnp, n))}
+    return sympy_names | torch_names | jnp_names | {"abs", "min", "max", "pow", "round"}
+
+
+def test_the_parser_accepts_a_function_name_only_if_the_registry_has_it():
+    accepted = set()
+    for name in sorted(_candidate_names()):
+        try:
+            parse_expression(f"{name}(x)", SYMBOLS, LOC)
+        except SpecError as exc:
+            if "unknown function" not in str(exc):
+                accepted.add(name)  # known, but not with one argument
+        else:
+            accepted.add(name)
+    assert accepted == accepted & set(fn.RULE_FUNCTIONS)
+    assert not {f.name for f in INTERNAL} & accepted
+
+
+@pytest.mark.parametrize("name", [n for n in RULE_NAMES if fn.RULE_FUNCTIONS[n].refuses_large_numbers])
+def test_functions_sympy_evaluates_exactly_refuse_large_numbers(name):
+    call = "polygamma(1, 5000)" if name == "polygamma" else f"{name}(5000)"
+    with pytest.raises(SpecError, match="larger than"):
+        parse_expression(call, SYMBOLS, LOC)
+
+
+NEW_ENTRY = """\
+    MathFunction("exp2", exp2, "jnp.exp2", "torch.exp2", math="math.exp2", in_place="exp2_"),
+"""
+
+ROUND_TRIP = """\
+import itertools
+import sympy as sp
+import rulegen
+from rulegen.errors import Loc
+from rulegen.expr import parse_expression
+from rulegen.inplace import InPlaceWriter
+from rulegen.printers import print_jax, print_torch
+
+assert rulegen.__file__.startswith({root!r}), rulegen.__file__
+x, y, beta = sp.symbols("x y beta")
+expr = parse_expression("exp2(x * y) + exp2(beta)", {{"x": x, "y": y, "beta": beta}}, Loc("new", 1, 0))
+print(print_jax(expr, scalars=frozenset({{"beta"}}))[0])
+print(print_torch(expr, scalars=frozenset({{"beta"}}))[0])
+writer = InPlaceWriter(lambda e: print_torch(e)[0], {{"x", "y"}}, (sp.Symbol(f"t{{k}}") for k in itertools.count()))
+writer.value(parse_expression("exp2(x * y)", {{"x": x, "y": y}}, Loc("new", 1, 0)))
+print("; ".join(f"{{s.target}} = {{s.code}}" if s.target else s.code for s in writer.steps))
+"""
+
+
+def test_one_registry_entry_is_enough_to_parse_print_and_update_a_new_function(tmp_path):
+    assert "exp2" not in fn.RULE_FUNCTIONS
+    package = Path(fn.__file__).parent
+    shutil.copytree(package, tmp_path / "rulegen", ignore=shutil.ignore_patterns("__pycache__"))
+    source = tmp_path / "rulegen" / "functions.py"
+    text = source.read_text()
+    anchor = "REGISTRY: tuple[MathFunction, ...] = (\n"
+    assert text.count(anchor) == 1
+    text = text.replace(anchor, anchor + NEW_ENTRY)
+    text = text.replace("from sympy.codegen.cfunctions import ", "from sympy.codegen.cfunctions import exp2, ")
+    source.write_text(text)
+    script = ROUND_TRIP.format(root=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "math.exp2(beta) + jnp.exp2(x*y)",
+        "math.exp2(beta) + torch.exp2(x*y)",
+        "t0 = x*y; t0.exp2_()",
+    ]
