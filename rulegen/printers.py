@@ -146,12 +146,31 @@ class _ArrayCode:
         if value is not None and value.is_Float and abs(value) > sys.float_info.max:
             # Python's math raises OverflowError there (math.exp(729)); the frameworks' float is inf.
             return self._print(sp.oo if value > 0 else -sp.oo)
+        root = one_square_root(expr)
+        if root is not None:
+            negative, numerator, denominator = root
+            if denominator == 1:
+                text = self._math_sqrt(numerator)
+            elif numerator == 1:
+                text = f"1 / {self._math_sqrt(denominator)}"
+            else:
+                below = self._constant_text(denominator)
+                below = below if denominator.is_Atom else f"({below})"
+                text = f"math.sqrt({self._constant_text(numerator)} / {below})"
+            return f"-{text}" if negative else text
         if all(f.func.__name__ in _SCALAR_FUNCTIONS for f in expr.atoms(sp.Function)):
-            printer = _ConstantPrinter()
-            text = printer.doprint(expr)
-            self.module_imports_ |= printer.module_imports_
-            return text
+            return self._constant_text(expr)
         return repr(float(expr.evalf(30)))
+
+    def _constant_text(self, expr: sp.Expr) -> str:
+        printer = _ConstantPrinter()
+        text = printer.doprint(expr)
+        self.module_imports_ |= printer.module_imports_
+        return text
+
+    def _math_sqrt(self, expr: sp.Expr) -> str:
+        self.module_imports_.add(_IMPORTS["math"])
+        return f"math.sqrt({self._constant_text(expr)})"
 
     def _print(self, expr: Any, **kwargs: Any) -> str:
         if (
@@ -204,8 +223,15 @@ class _ArrayCode:
             # sympy keeps 2, sqrt(2) and 1/sqrt(pi) apart, and eager torch
             # would make a pass over the array for each: one Python number.
             rest = sp.Mul(*(f for f in expr.args if not f.is_number))
+            root = one_square_root(sp.Mul(*numbers))
+            if root is not None and not root[0] and root[1] == 1 and root[2] != 1:
+                # x / math.sqrt(2 * math.pi), as a person writes it, not (1 / math.sqrt(2 * math.pi)) * x;
+                # a negative one stays one factor: `-x / c` would be two passes in eager torch.
+                body = self._print(rest) if rest.is_Mul else self.parenthesize(rest, PRECEDENCE["Mul"])  # type: ignore[attr-defined]
+                return f"{body} / {self._math_sqrt(root[2])}"
             constant = self._print_constant(sp.Mul(*numbers))
-            if not _is_name_or_call(constant.removeprefix("-")):
+            one_call = root is not None and (root[1] != 1 or root[2] == 1)  # math.sqrt(...), not 1 / math.sqrt(...)
+            if not one_call and not _is_name_or_call(constant.removeprefix("-")):
                 constant = f"({constant})"
             body = self._print(rest) if rest.is_Mul else self.parenthesize(rest, PRECEDENCE["Mul"])  # type: ignore[attr-defined]
             return f"{constant} * {body}"
@@ -474,6 +500,27 @@ def _register_functions() -> None:
 
 
 _register_functions()
+
+
+def one_square_root(number: sp.Expr) -> tuple[bool, sp.Expr, sp.Expr] | None:
+    """sqrt(2)/(2*sqrt(pi)) as (negative, 1, 2*pi): one square root, `1 / math.sqrt(2 * math.pi)`, for several.
+
+    sympy keeps the square roots of a product apart (sqrt(2*pi) evaluates to
+    sqrt(2)*sqrt(pi)); printed as they are, Python computes three roundings
+    where a person writes one.  None for a number with no square root in it,
+    or one, or whose square is not a quotient of rationals and powers of pi and E.
+    """
+    if not number.is_number or number.is_Rational:
+        return None
+    radicands = {p.base for p in sp.preorder_traversal(number) if p.is_Pow and p.exp.is_Rational and p.exp.q == 2}
+    if len(radicands) < 2:
+        return None  # one square root already reads as a person writes it: 2 / math.sqrt(math.pi)
+    square = number**2
+    powers = square.as_powers_dict()
+    if not all((b.is_Rational or b in (sp.pi, sp.E)) and e.is_Integer for b, e in powers.items()):
+        return None
+    numerator, denominator = sp.fraction(square)
+    return bool(number.is_negative), numerator, denominator
 
 
 def _is_name_or_call(text: str) -> bool:

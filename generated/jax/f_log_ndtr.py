@@ -35,9 +35,5 @@ def _f_log_ndtr_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = f_log_ndtr(x)
-    out_dot = (
-        (math.sqrt(2) / math.sqrt(math.pi) / 2)
-        * x_dot
-        * jnp.exp(-(x**2) / 2 - jax.scipy.special.log_ndtr(x))
-    )
+    out_dot = x_dot * jnp.exp(-(x**2) / 2 - jax.scipy.special.log_ndtr(x)) / math.sqrt(2 * math.pi)
     return out, out_dot

@@ -35,5 +35,4 @@ def _f_ndtr_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = f_ndtr(x)
-    out_dot = (math.sqrt(2) / math.sqrt(math.pi) / 2) * x_dot * jnp.exp(-(x**2) / 2)
-    return out, out_dot
+    return out, x_dot * jnp.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)

@@ -35,7 +35,5 @@ def _f_ndtri_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = f_ndtri(x)
-    out_dot = (
-        (math.sqrt(2) * math.sqrt(math.pi)) * x_dot * jnp.exp(jax.scipy.special.ndtri(x) ** 2 / 2)
-    )
+    out_dot = math.sqrt(2 * math.pi) * x_dot * jnp.exp(jax.scipy.special.ndtri(x) ** 2 / 2)
     return out, out_dot

@@ -17,11 +17,11 @@ class FGeluTanh(torch.autograd.Function):
     def forward(x):
         if plain(x):
             t0 = x**3
-            t0.mul_(0.044715).add_(x).mul_(math.sqrt(2) / math.sqrt(math.pi)).tanh_()
+            t0.mul_(0.044715).add_(x).mul_(math.sqrt(2 / math.pi)).tanh_()
             t1 = t0 + 1
             t1.mul_(x).mul_(1 / 2)
             return t1, t0
-        t0 = torch.tanh((math.sqrt(2) / math.sqrt(math.pi)) * (0.044715 * x**3 + x))
+        t0 = torch.tanh(math.sqrt(2 / math.pi) * (0.044715 * x**3 + x))
         return x * (t0 + 1) / 2, t0
 
     @staticmethod
@@ -44,28 +44,25 @@ class FGeluTanh(torch.autograd.Function):
                 t2 = x**2
                 t2.mul_(0.134145).add_(1)
                 t1.mul_(t2)
-                t0.addcmul_(t1, x, value=math.sqrt(2) / math.sqrt(math.pi) / 2).mul_(out_bar)
+                t0.addcmul_(t1, x, value=1 / math.sqrt(2 * math.pi)).mul_(out_bar)
                 return t0
             x_bar = out_bar * (
                 saved_tanh / 2
-                + (math.sqrt(2) / math.sqrt(math.pi) / 2)
-                * x
-                * (1 - saved_tanh**2)
-                * (0.134145 * x**2 + 1)
+                + x * (1 - saved_tanh**2) * (0.134145 * x**2 + 1) / math.sqrt(2 * math.pi)
                 + 1 / 2
             )
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
         saved_tanh_bar = 0.0 if saved_tanh_bar is None else saved_tanh_bar
-        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
+        t0 = math.sqrt(2 / math.pi) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
         x_bar = out_bar * (saved_tanh / 2 + t0 * x / 2 + 1 / 2) + saved_tanh_bar * t0
         return x_bar + torch.zeros_like(x)
 
     @staticmethod
     def jvp(ctx, x_dot):
         x, saved_tanh = ctx.saved_tensors
-        t0 = (math.sqrt(2) / math.sqrt(math.pi)) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
+        t0 = math.sqrt(2 / math.pi) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
         return x_dot * (saved_tanh / 2 + t0 * x / 2 + 1 / 2), t0 * x_dot
 
 

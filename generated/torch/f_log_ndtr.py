@@ -29,13 +29,11 @@ class FLogNdtr(torch.autograd.Function):
         if plain(x, out_bar):
             t0 = x**2
             t0.mul_(-1 / 2).sub_(torch.special.log_ndtr(x)).exp_().mul_(out_bar).mul_(
-                math.sqrt(2) / math.sqrt(math.pi) / 2
+                1 / math.sqrt(2 * math.pi)
             )
             return t0
         x_bar = (
-            (math.sqrt(2) / math.sqrt(math.pi) / 2)
-            * out_bar
-            * torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x))
+            out_bar * torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x)) / math.sqrt(2 * math.pi)
         )
         return x_bar
 
@@ -43,9 +41,7 @@ class FLogNdtr(torch.autograd.Function):
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
         out_dot = (
-            (math.sqrt(2) / math.sqrt(math.pi) / 2)
-            * x_dot
-            * torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x))
+            x_dot * torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x)) / math.sqrt(2 * math.pi)
         )
         return out_dot
 

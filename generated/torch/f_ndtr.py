@@ -28,16 +28,14 @@ class FNdtr(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = x**2
-            t0.mul_(-1 / 2).exp_().mul_(out_bar).mul_(math.sqrt(2) / math.sqrt(math.pi) / 2)
+            t0.mul_(-1 / 2).exp_().mul_(out_bar).mul_(1 / math.sqrt(2 * math.pi))
             return t0
-        x_bar = (math.sqrt(2) / math.sqrt(math.pi) / 2) * out_bar * torch.exp(-(x**2) / 2)
-        return x_bar
+        return out_bar * torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        out_dot = (math.sqrt(2) / math.sqrt(math.pi) / 2) * x_dot * torch.exp(-(x**2) / 2)
-        return out_dot
+        return x_dot * torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
 
 
 class _FNdtrCompiled(FNdtr):

@@ -39,26 +39,25 @@ class Gelu(torch.autograd.Function):
         if out_bar is not None and saved_one_plus_erf_bar is None:
             if plain(x, saved_one_plus_erf, out_bar):
                 t0 = x**2
-                t0.mul_(-1 / 2).exp_().mul_(x).mul_(math.sqrt(2) / math.sqrt(math.pi) / 2).add_(
+                t0.mul_(-1 / 2).exp_().mul_(x).mul_(1 / math.sqrt(2 * math.pi)).add_(
                     saved_one_plus_erf
                 ).mul_(out_bar)
                 return t0
             x_bar = out_bar * (
-                saved_one_plus_erf
-                + (math.sqrt(2) / math.sqrt(math.pi) / 2) * x * torch.exp(-(x**2) / 2)
+                saved_one_plus_erf + x * torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
             )
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
         saved_one_plus_erf_bar = 0.0 if saved_one_plus_erf_bar is None else saved_one_plus_erf_bar
-        t0 = (math.sqrt(2) / math.sqrt(math.pi) / 2) * torch.exp(-(x**2) / 2)
+        t0 = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
         x_bar = out_bar * (saved_one_plus_erf + t0 * x) + saved_one_plus_erf_bar * t0
         return x_bar + torch.zeros_like(x)
 
     @staticmethod
     def jvp(ctx, x_dot):
         x, saved_one_plus_erf = ctx.saved_tensors
-        t0 = (math.sqrt(2) / math.sqrt(math.pi) / 2) * torch.exp(-(x**2) / 2)
+        t0 = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
         return x_dot * (saved_one_plus_erf + t0 * x), t0 * x_dot
 
 
