@@ -52,6 +52,8 @@ class Derivation:
     vjp_partials: Partials
     residual_partials: Partials
     routes: Routes
+    # Outputs whose expression was rewritten into a stable form: (name, as written, as computed).
+    rewritten: tuple[tuple[str, sp.Expr, sp.Expr], ...] = ()
 
     @property
     def diff_inputs(self) -> tuple[Input, ...]:
@@ -186,11 +188,12 @@ class _Deriver:
         assert isinstance(rule.forward, SympyBody)
         forward_texts = self.per_name(rule.forward, self.outputs, "forward")
         forward = {}
+        written = {}
         booleans = {o.name for o in rule.outputs if o.dtype == "bool"}
         for name, text in forward_texts.items():
             expr = self.parse(text, self.scope(), indicator=name in booleans)
             if expr is not None:
-                forward[name] = canonical(expr)
+                forward[name], written[name] = canonical(expr), expr
         for name in self.outputs:
             if name not in forward_texts and not self.errors:
                 self.fail(rule.forward.loc, f"the forward body computes no value for output {name!r}")
@@ -215,6 +218,7 @@ class _Deriver:
             vjp_partials=MappingProxyType(vjp_partials),
             residual_partials=MappingProxyType(residual_partials),
             routes=routes,
+            rewritten=tuple((n, written[n], forward[n]) for n in self.outputs if written[n] != forward[n]),
         )
 
     def derive_residuals(self) -> dict[str, sp.Expr]:

@@ -14,6 +14,8 @@ class Log1pexp(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
+        # out = log(exp(x) + 1) is computed as softplus(x), which stays accurate where the written
+        # form overflows or cancels.
         return torch.nn.functional.softplus(x, threshold=40.0)
 
     @staticmethod

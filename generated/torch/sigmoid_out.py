@@ -15,6 +15,8 @@ class SigmoidOut(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
+        # out = 1/(1 + exp(-x)) is computed as sigmoid(x), which stays accurate where the written
+        # form overflows or cancels.
         return torch.sigmoid(x)
 
     @staticmethod

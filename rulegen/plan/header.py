@@ -167,6 +167,18 @@ def _input_line(i: Input) -> str:
     return f"    {i.name}: {kind}{default}{assumed}{sampled}"
 
 
+def stability_notes(d: Derivation) -> tuple[str, ...]:
+    """Comment lines for the forward: each output the compiler rewrote from the rule's form into a stable one."""
+    lines: list[str] = []
+    for name, written, computed in d.rewritten:
+        note = (
+            f"{name} = {_formula(written)} is computed as {_formula(computed)}, which stays accurate"
+            " where the written form overflows or cancels."
+        )
+        lines += textwrap.wrap(note, DOC_WIDTH - 10, break_long_words=False, break_on_hyphens=False)
+    return tuple(lines)
+
+
 def help_text(d: Derivation | SnippetDerivation) -> str:
     """What `help()` of a generated function says: the rule's doc, its formulas, its inputs, its source."""
     rule = d.rule

@@ -11,7 +11,7 @@ from rulegen.derive import Derivation
 from rulegen.forms import float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.lines import Assign, Block
 from rulegen.plan.emit import Emitter
-from rulegen.plan.header import SUM_TO_SHAPE, array_arguments, header_of, params_of, returns_of
+from rulegen.plan.header import SUM_TO_SHAPE, array_arguments, header_of, params_of, returns_of, stability_notes
 from rulegen.plan.model import Function, JaxPlan, Result, Wrap
 from rulegen.plan.snippet import tuple_literal
 from rulegen.plan.symbolic import (
@@ -71,6 +71,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         util_names=tuple(n for n, used in (("as_arrays", bool(arrays)), (SUM_TO_SHAPE, summed)) if used),
         array_arguments=array_arguments(rule, "as_arrays"),
         maps=maps,
+        forward_notes=stability_notes(d),
     )
 
 

@@ -95,6 +95,7 @@ class JaxPlan:
     # With both a jvp and a vjp: the two halves of the linear_map the JVP applies.
     maps: tuple[Function, ...]
     array_arguments: str  # the primal body's first line (see array_arguments)
+    forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
 
     @property
     def needs(self) -> Needs:
@@ -141,6 +142,7 @@ class TorchPlan:
     setup_outputs: str  # likewise for `output`
     wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
     tensor_arguments: str  # the wrapper's first line: its array arguments as tensors (see array_arguments)
+    forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
 
     @property
     def needs(self) -> Needs:

@@ -18,7 +18,7 @@ from rulegen.forms import (
 )
 from rulegen.lines import Block
 from rulegen.plan.emit import Emitter, Printer
-from rulegen.plan.header import TENSORS_IMPORT, array_arguments, header_of, params_of, returns_of
+from rulegen.plan.header import TENSORS_IMPORT, array_arguments, header_of, params_of, returns_of, stability_notes
 from rulegen.plan.model import Reads, Result, TorchPlan, Wrap
 from rulegen.plan.symbolic import (
     broadcast_outputs,
@@ -213,6 +213,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         setup_outputs=_targets(values_out, {*saved, *non_diff}, tuple_of_one=False),
         wrapper_targets=", ".join(n if n in t.outputs else f"_{n}" for n in values_out),
         tensor_arguments=array_arguments(rule, "as_tensors"),
+        forward_notes=stability_notes(t.d),
     )
 
 

@@ -1,0 +1,38 @@
+"""The generated code reads as an expert writes it: what a reader needs is said, nothing is said twice."""
+
+from __future__ import annotations
+
+import ast
+
+from rulegen.build import generate
+from rulegen.spec import read_rule_file
+
+
+def _modules(tmp_path, text):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    (rule,) = read_rule_file(path, "r.yaml")
+    return generate(rule).modules
+
+
+def test_a_forward_rewritten_for_stability_says_so_where_it_is_computed(tmp_path):
+    modules = _modules(tmp_path, "name: r\ninputs: [x]\nforward: log(1 + exp(x))\n")
+    for text in modules.values():
+        assert "# out = log(exp(x) + 1) is computed as softplus(x)" in text
+    plain = _modules(tmp_path, "name: r\ninputs: [x]\nforward: x * sin(x)\n")
+    assert not any("is computed as" in text for text in plain.values())
+
+
+def test_a_one_line_body_is_written_where_it_is_called(tmp_path):
+    rule = "name: r\ninputs: [lo, x]\nforward: x\nvjp:\n  python: return xp.clip(out_bar, lo, 1.0) + 0 * lo\n"
+    for rel, text in _modules(tmp_path, rule).items():
+        functions = {n.name for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)}
+        assert not functions & {"_forward", "_vjp"}, rel
+        assert "xp.clip(out_bar, lo, 1.0)" in text, rel
+
+
+def test_a_body_with_a_comment_keeps_its_function(tmp_path):
+    rule = "name: r\ninputs: [x]\nforward: x\nvjp:\n  python: |\n    return 2 * out_bar  # deliberately not the derivative\n"
+    rule += "checks:\n  true_derivative: false\n"
+    for text in _modules(tmp_path, rule).values():
+        assert "# deliberately not the derivative" in text
