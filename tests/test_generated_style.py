@@ -32,7 +32,8 @@ def test_a_one_line_body_is_written_where_it_is_called(tmp_path):
 
 
 def test_a_body_with_a_comment_keeps_its_function(tmp_path):
-    rule = "name: r\ninputs: [x]\nforward: x\nvjp:\n  python: |\n    return 2 * out_bar  # deliberately not the derivative\n"
+    rule = "name: r\ninputs: [x]\nforward: x\nvjp:\n  python: |\n"
+    rule += "    return 2 * out_bar  # deliberately not the derivative\n"
     rule += "checks:\n  true_derivative: false\n"
     for text in _modules(tmp_path, rule).values():
         assert "# deliberately not the derivative" in text
