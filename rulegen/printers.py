@@ -12,7 +12,6 @@ numeric constants such as `sqrt(2)` become array calls on Python numbers
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -231,7 +230,7 @@ class _ArrayCode:
                 return f"{body} / {self._math_sqrt(root[2])}"
             constant = self._print_constant(sp.Mul(*numbers))
             one_call = root is not None and (root[1] != 1 or root[2] == 1)  # math.sqrt(...), not 1 / math.sqrt(...)
-            if not one_call and not _is_name_or_call(constant.removeprefix("-")):
+            if not one_call and not _one_factor(sp.Mul(*numbers)):
                 constant = f"({constant})"
             body = self._print(rest) if rest.is_Mul else self.parenthesize(rest, PRECEDENCE["Mul"])  # type: ignore[attr-defined]
             return f"{constant} * {body}"
@@ -523,9 +522,14 @@ def one_square_root(number: sp.Expr) -> tuple[bool, sp.Expr, sp.Expr] | None:
     return bool(number.is_negative), numerator, denominator
 
 
-def _is_name_or_call(text: str) -> bool:
-    """`math.pi` or `math.sqrt(2)`: safe beside `*` without parentheses."""
-    return re.fullmatch(r"[\w.]+(\([\w.]*\))?", text) is not None
+def _one_factor(number: sp.Expr) -> bool:
+    """Whether `number` prints as a name, a literal or one call (`math.sqrt(2)`): no parentheses before `* x`."""
+    magnitude = -number if number.could_extract_minus_sign() else number
+    if magnitude.is_NumberSymbol or magnitude.is_Float:
+        return True
+    if magnitude.is_Pow:
+        return magnitude.exp == sp.S.Half and magnitude.base.is_Integer
+    return isinstance(magnitude, sp.Function) and all(a.is_Integer or a.is_NumberSymbol for a in magnitude.args)
 
 
 def _printer(cls: Callable[[], _ArrayCode]) -> Callable[..., tuple[str, frozenset[str]]]:
