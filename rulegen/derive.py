@@ -27,7 +27,7 @@ from rulegen.forms import canonical
 from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
-from rulegen.symbols import symbols_of
+from rulegen.symbols import scope, symbols_of
 
 #: Seconds sympy may spend deriving one rule before the rule is refused.
 DERIVE_SECONDS = 20.0
@@ -143,18 +143,9 @@ class _Deriver:
         self.diff_outputs = [o.name for o in rule.outputs if o.differentiable]
         self.diff_inputs = [i.name for i in rule.inputs if i.differentiable]
 
-    def scope(self, *groups: str) -> dict[str, sp.Symbol]:
-        """The symbols a body of some kind may name."""
-        names = {i.name for i in self.rule.inputs}
-        if "outputs" in groups:
-            names |= set(self.outputs)
-        if "residuals" in groups:
-            names |= set(self.rule.residual_names)
-        if "tangents" in groups:
-            names |= {f"{n}_dot" for n in self.diff_inputs}
-        if "cotangents" in groups:
-            names |= {f"{n}_bar" for n in self.outputs}
-        return {n: self.symbols[n] for n in names}
+    def scope(self, role: str) -> dict[str, sp.Symbol]:
+        """The symbols a body of `role` may name (rulegen.symbols.scope)."""
+        return {n: self.symbols[n] for n in scope(self.rule, role)}
 
     def parse(self, text: Text, scope: Mapping[str, sp.Symbol], *, indicator: bool = False) -> sp.Expr | None:
         try:
@@ -191,7 +182,7 @@ class _Deriver:
         written = {}
         booleans = {o.name for o in rule.outputs if o.dtype == "bool"}
         for name, text in forward_texts.items():
-            expr = self.parse(text, self.scope(), indicator=name in booleans)
+            expr = self.parse(text, self.scope("forward"), indicator=name in booleans)
             if expr is not None:
                 forward[name], written[name] = canonical(expr), expr
         for name in self.outputs:
@@ -233,7 +224,7 @@ class _Deriver:
             assert isinstance(body, SympyBody)  # rules with snippets are derived by derive_snippet_rule
             texts = self.per_name(body, [name], f"residual {name!r}")
             if name in texts:
-                expr = self.parse(texts[name], self.scope("outputs"))
+                expr = self.parse(texts[name], self.scope(f"residual {name}"))
                 if expr is not None:
                     found[name] = canonical(expr)
         return found
@@ -272,7 +263,7 @@ class _Deriver:
                 return found
             table[self.outputs[0]] = flat
         table.update(nested)
-        scope = self.scope("outputs", "residuals")
+        scope = self.scope("derivatives")
         for out, row in table.items():
             if out not in self.diff_outputs:
                 loc = next(iter(row.values())).loc if row else self.rule.loc
@@ -291,8 +282,7 @@ class _Deriver:
         self, body: SympyBody, results: list[str], variables: list[str], suffix: str, what: str
     ) -> dict[tuple[str, str], sp.Expr]:
         """Read `result = sum_v coefficient * v<suffix>` back into coefficients."""
-        groups = ("outputs", "residuals", "tangents" if suffix == "_dot" else "cotangents")
-        scope = self.scope(*groups)
+        scope = self.scope(what)
         found: dict[tuple[str, str], sp.Expr] = {}
         linear_symbols = [self.symbols[f"{v}{suffix}"] for v in variables]
         zero = dict.fromkeys(linear_symbols, 0)

@@ -24,7 +24,7 @@ from rulegen.errors import Loc, SpecError, SpecErrors
 from rulegen.expr import parse_expression
 from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
-from rulegen.symbols import symbols_of
+from rulegen.symbols import scope, symbols_of
 
 #: Modules each kind of body sees, by the names it uses for them.
 MODULES = {
@@ -157,18 +157,10 @@ class SnippetDerivation:
         return self.forward["torch"].host
 
 
-def _scope_order(rule: Rule) -> list[str]:
-    names = [i.name for i in rule.inputs] + [o.name for o in rule.outputs] + list(rule.residual_names)
-    names += [f"{i.name}_dot" for i in rule.inputs if i.differentiable]
-    names += [f"{o.name}_bar" for o in rule.outputs if o.differentiable]
-    return names
-
-
 class _SnippetDeriver:
     def __init__(self, rule: Rule, known_rules: frozenset[str]) -> None:
         self.rule = rule
         self.known_rules = known_rules
-        self.order = _scope_order(rule)
         self.errors: list[SpecError] = []
         self.inputs = [i.name for i in rule.inputs]
         self.outputs = [o.name for o in rule.outputs]
@@ -177,17 +169,7 @@ class _SnippetDeriver:
         self.returned = list(rule.residuals) if isinstance(rule.residuals, list) else []
 
     def scope(self, role: str) -> list[str]:
-        rule = self.rule
-        names = set(self.inputs)
-        if role != "forward":
-            names |= set(self.outputs) | set(rule.residual_names)
-        if role == "jvp":
-            names |= {f"{n}_dot" for n in self.diff_inputs}
-        if role == "vjp":
-            names |= {f"{n}_bar" for n in self.diff_outputs}
-        if role.startswith("residual"):
-            names -= set(rule.residual_names)
-        return [n for n in self.order if n in names]
+        return scope(self.rule, role)
 
     def results(self, role: str) -> tuple[str, ...]:
         if role == "forward":

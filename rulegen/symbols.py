@@ -29,3 +29,28 @@ def symbols_of(rule: Rule) -> dict[str, sp.Symbol]:
     for name in [o.name for o in rule.outputs]:
         symbols[f"{name}_bar"] = sp.Symbol(f"{name}_bar", real=True)
     return symbols
+
+
+def scope(rule: Rule, role: str) -> list[str]:
+    """The names a body of `role` may read, in one order for every body kind.
+
+    `role` is `forward`, `residual <name>`, `derivatives`, `jvp` or `vjp`:
+    a forward reads the inputs; a residual also the outputs; partials also
+    the residuals; a JVP also the differentiable inputs' tangents, a VJP
+    the differentiable outputs' cotangents.  Symbolic and snippet bodies
+    see the same names.
+    """
+    diff_inputs = [i.name for i in rule.inputs if i.differentiable]
+    diff_outputs = [o.name for o in rule.outputs if o.differentiable]
+    names = {i.name for i in rule.inputs}
+    if role != "forward":
+        names |= {o.name for o in rule.outputs}
+    if role in ("derivatives", "jvp", "vjp"):
+        names |= set(rule.residual_names)
+    if role == "jvp":
+        names |= {f"{n}_dot" for n in diff_inputs}
+    if role == "vjp":
+        names |= {f"{n}_bar" for n in diff_outputs}
+    order = [i.name for i in rule.inputs] + [o.name for o in rule.outputs] + list(rule.residual_names)
+    order += [f"{n}_dot" for n in diff_inputs] + [f"{n}_bar" for n in diff_outputs]
+    return [n for n in order if n in names]

@@ -157,3 +157,28 @@ def test_the_layout_the_docs_give_is_the_package_s():
     modules -= {"rulegen/__init__.py", "rulegen/plan/__init__.py"}
     assert modules - named == set(), "modules the layout does not name"
     assert named - modules - {p for p in named if p.startswith("rulegen/runtime/")} == set(), "named, but absent"
+
+
+AUX_BAR = """\
+name: two
+inputs: [x]
+outputs:
+  out: {{}}
+  aux: {{diff: false}}
+forward:
+  out: x * 2
+  aux: x * 3
+vjp: {body}
+"""
+
+
+@pytest.mark.parametrize("body", ["2 * out_bar + aux_bar", "\n  python: return 2 * out_bar + aux_bar"])
+def test_symbolic_and_snippet_bodies_see_the_same_names(tmp_path, body):
+    # A cotangent of an output that is not differentiated is in no body's scope (rulegen.symbols.scope).
+    path = tmp_path / "two.yaml"
+    path.write_text(AUX_BAR.format(body=body))
+    (rule,) = read_rule_file(path, "two.yaml")
+    with pytest.raises(SpecErrors) as caught:
+        generate(rule)
+    (error,) = caught.value.errors
+    assert "unknown name 'aux_bar'" in str(error) and error.loc.line >= 9
