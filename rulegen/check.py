@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -267,7 +267,7 @@ def _jvp_jax(s: _Subject, xs: Sequence[Any], ts: Sequence[Any]) -> list[np.ndarr
 def _jvp_torch(s: _Subject, xs: Sequence[Any], ts: Sequence[Any]) -> list[np.ndarray]:
     import torch
 
-    _, out = torch.func.jvp(s.torch_f, tuple(map(torch.from_numpy, xs)), tuple(map(torch.from_numpy, ts)))
+    out = torch.func.jvp(s.torch_f, tuple(map(torch.from_numpy, xs)), tuple(map(torch.from_numpy, ts)))[1]
     return [_to_numpy(o) for o in out]
 
 
@@ -282,7 +282,7 @@ def _vjp_jax(s: _Subject, xs: Sequence[Any], cs: Sequence[Any]) -> list[np.ndarr
 def _vjp_torch(s: _Subject, xs: Sequence[Any], cs: Sequence[Any]) -> list[np.ndarray]:
     import torch
 
-    _, pullback = torch.func.vjp(s.torch_f, *map(torch.from_numpy, xs))
+    pullback = torch.func.vjp(s.torch_f, *map(torch.from_numpy, xs))[1]
     return [_to_numpy(g) for g in pullback(tuple(map(torch.from_numpy, cs)))]
 
 
@@ -479,18 +479,18 @@ def check_wide(s: _Subject) -> str:
     total = sum((e for n, e in forward if n in diff_names), sympy.S.Zero)
     values_fn = [sympy.lambdify(symbols, e, modules=modules) for _, e in forward]
     derivative = s.rule.checks.true_derivative and s.diff
-    grads_fn = [_lambdified_derivative(total, symbols[k], symbols, modules) for k in s.diff] if derivative else []
-    if None in grads_fn:
-        grads_fn = []  # a derivative sympy leaves unevaluated: the values alone
+    maybe = [_lambdified_derivative(total, symbols[k], symbols, modules) for k in s.diff] if derivative else []
+    # A derivative sympy leaves unevaluated: the values alone.
+    grads_fn = [g for g in maybe if g is not None] if None not in maybe else []
     found = []
     for c in WIDE_POINTS:
         values = _wide_point(s, c)
         if values is None:
             continue
         point = dataclasses.replace(s, values=values)
-        refs = [_reference(f, point.values, s.rule) for f in values_fn]
-        grads = [_reference(f, point.values, s.rule) for f in grads_fn]
-        if None not in refs and None not in grads:
+        refs = [r for f in values_fn if (r := _reference(f, point.values, s.rule)) is not None]
+        grads = [g for f in grads_fn if (g := _reference(f, point.values, s.rule)) is not None]
+        if len(refs) == len(values_fn) and len(grads) == len(grads_fn):
             found.append((c, point, refs, grads))
     if not found:
         raise NotApplicable("the forward is no finite real number at any of the wide points")
@@ -723,82 +723,97 @@ def check_transforms_torch(s: _Subject) -> str:
     xs = tuple(torch.from_numpy(x) for x in small.xs())
     if not xs:
         raise NotApplicable("no differentiable input")
-    argnums = tuple(range(len(xs)))
-    eager = small.torch_f(*xs)
     names = []
     if not s.skipped("vmap"):
-        batch = tuple(torch.stack([x, x * 0.75 + 0.1 * torch.sign(x)]) for x in xs)
-        mapped = torch.func.vmap(small.torch_f)(*batch)
-        for j in range(2):
-            looped = small.torch_f(*[b[j] for b in batch])
-            for k, (a, b) in enumerate(zip(mapped, looped, strict=True)):
-                compare(f"vmap, output {k}, batch {j}", _to_numpy(a[j]), _to_numpy(b), s.rtol, s.atol)
+        _compare_vmap_torch(s, small, xs)
         names.append("vmap")
-    total = _sum_of(small.torch_f)
-    grads = torch.func.grad(total, argnums)(*xs)
-    leaves = tuple(x.clone().requires_grad_() for x in xs)
-    autograd = torch.autograd.grad(total(*leaves), leaves, allow_unused=True, materialize_grads=True)
-    for k, (a, b) in enumerate(zip(grads, autograd, strict=True)):
-        compare(f"torch.func.grad vs autograd.grad, input {k}", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+    leaves = _compare_grad_torch(s, small, xs)
     names.append("grad")
     # torch.func's jacrev, jacfwd and hessian batch with vmap.
     batching = not s.skipped("vmap")
     if batching:
-        rev = torch.func.jacrev(small.torch_f, argnums)(*xs)
+        rev = torch.func.jacrev(small.torch_f, tuple(range(len(xs))))(*xs)
         names.append("jacrev")
     if s.torch_forward_mode and batching:
-        fwd = torch.func.jacfwd(small.torch_f, argnums)(*xs)
-        for o in range(len(eager)):
-            for k in range(len(xs)):
-                compare(
-                    f"jacfwd vs jacrev, output {o}, input {k}",
-                    _to_numpy(fwd[o][k]),
-                    _to_numpy(rev[o][k]),
-                    s.rtol,
-                    s.atol,
-                )
-        ts = tuple(torch.ones_like(x) for x in xs)
-        _, tangent = torch.func.jvp(small.torch_f, xs, ts)
-        for o in range(len(eager)):
-            by_jac = sum(
-                (_to_numpy(fwd[o][k]).reshape(np.size(_to_numpy(eager[o])), -1).sum(axis=1)).reshape(
-                    np.shape(_to_numpy(eager[o]))
-                )
-                for k in range(len(xs))
-            )
-            compare(f"jvp vs jacfwd, output {o}", _to_numpy(tangent[o]), by_jac, s.rtol, s.atol)
-        hess = torch.func.hessian(total, argnums)(*xs)
-        hess_rr = torch.func.jacrev(torch.func.jacrev(total, argnums), argnums)(*xs)
-        for i in range(len(xs)):
-            for k in range(len(xs)):
-                compare(
-                    f"hessian vs jacrev(jacrev), block {i},{k}",
-                    _to_numpy(hess[i][k]),
-                    _to_numpy(hess_rr[i][k]),
-                    max(s.rtol, 1e-9),
-                    s.atol,
-                )
+        _compare_forward_mode_torch(s, small, xs, rev)
         names += ["jacfwd", "jvp", "hessian"]
     if _linear_derivative(s):
-        # torch's batched-gradient check runs backward under its legacy
-        # batching, which cannot batch a host (NumPy) body.
-        host = not s.elementwise and "numpy" in _forward_kind(s.rule)
-        try:
-            torch.autograd.gradcheck(
-                small.torch_f,
-                leaves,
-                check_forward_ad=s.torch_forward_mode,
-                check_batched_grad=not host and not s.skipped("vmap"),
-                raise_exception=True,
-            )
-        except Exception as exc:
-            raise CheckFailed(f"gradcheck: {str(exc)[:600]}") from None
+        _gradcheck_torch(s, small, leaves)
         names.append("gradcheck" + ("" if s.torch_forward_mode else " (reverse mode)"))
     if not s.torch_forward_mode:
         names.append(f"(no jacfwd, jvp, hessian: {s.no_forward_mode['torch']})")
     elif not batching:
         names.append(f"(no jacrev, jacfwd, hessian: they use vmap, skipped: {s.rule.checks.skip['vmap']})")
     return ", ".join(names) + " consistent" + s.note
+
+
+def _compare_vmap_torch(s: _Subject, small: _Subject, xs: tuple[Any, ...]) -> None:
+    import torch
+
+    batch = tuple(torch.stack([x, x * 0.75 + 0.1 * torch.sign(x)]) for x in xs)
+    mapped = torch.func.vmap(small.torch_f)(*batch)
+    for j in range(2):
+        looped = small.torch_f(*[b[j] for b in batch])
+        for k, (a, b) in enumerate(zip(mapped, looped, strict=True)):
+            compare(f"vmap, output {k}, batch {j}", _to_numpy(a[j]), _to_numpy(b), s.rtol, s.atol)
+
+
+def _compare_grad_torch(s: _Subject, small: _Subject, xs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """torch.func.grad against autograd.grad; the leaves autograd differentiated."""
+    import torch
+
+    total = _sum_of(small.torch_f)
+    grads = torch.func.grad(total, tuple(range(len(xs))))(*xs)
+    leaves = tuple(x.clone().requires_grad_() for x in xs)
+    autograd = torch.autograd.grad(total(*leaves), leaves, allow_unused=True, materialize_grads=True)
+    for k, (a, b) in enumerate(zip(grads, autograd, strict=True)):
+        compare(f"torch.func.grad vs autograd.grad, input {k}", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+    return leaves
+
+
+def _compare_forward_mode_torch(s: _Subject, small: _Subject, xs: tuple[Any, ...], rev: Any) -> None:
+    """jacfwd against jacrev, jvp against jacfwd, hessian against jacrev of jacrev."""
+    import torch
+
+    argnums = tuple(range(len(xs)))
+    eager = small.torch_f(*xs)
+    fwd = torch.func.jacfwd(small.torch_f, argnums)(*xs)
+    for o in range(len(eager)):
+        for k in range(len(xs)):
+            label = f"jacfwd vs jacrev, output {o}, input {k}"
+            compare(label, _to_numpy(fwd[o][k]), _to_numpy(rev[o][k]), s.rtol, s.atol)
+    tangent = torch.func.jvp(small.torch_f, xs, tuple(torch.ones_like(x) for x in xs))[1]
+    for o in range(len(eager)):
+        shape = np.shape(_to_numpy(eager[o]))
+        by_jac = sum(
+            _to_numpy(fwd[o][k]).reshape(np.prod(shape, dtype=int), -1).sum(axis=1).reshape(shape) for k in argnums
+        )
+        compare(f"jvp vs jacfwd, output {o}", _to_numpy(tangent[o]), by_jac, s.rtol, s.atol)
+    total = _sum_of(small.torch_f)
+    hess = torch.func.hessian(total, argnums)(*xs)
+    hess_rr = torch.func.jacrev(torch.func.jacrev(total, argnums), argnums)(*xs)
+    for i in argnums:
+        for k in argnums:
+            label = f"hessian vs jacrev(jacrev), block {i},{k}"
+            compare(label, _to_numpy(hess[i][k]), _to_numpy(hess_rr[i][k]), max(s.rtol, 1e-9), s.atol)
+
+
+def _gradcheck_torch(s: _Subject, small: _Subject, leaves: tuple[Any, ...]) -> None:
+    import torch
+
+    # torch's batched-gradient check runs backward under its legacy
+    # batching, which cannot batch a host (NumPy) body.
+    host = not s.elementwise and "numpy" in _forward_kind(s.rule)
+    try:
+        torch.autograd.gradcheck(
+            small.torch_f,
+            leaves,
+            check_forward_ad=s.torch_forward_mode,
+            check_batched_grad=not host and not s.skipped("vmap"),
+            raise_exception=True,
+        )
+    except Exception as exc:
+        raise CheckFailed(f"gradcheck: {str(exc)[:600]}") from None
 
 
 def _forward_kind(rule: Rule) -> str:
@@ -811,10 +826,6 @@ def _forward_kind(rule: Rule) -> str:
 
 
 def check_broadcast(s: _Subject) -> str:
-    import jax
-    import jax.numpy as jnp
-    import torch
-
     arrays = [k for k, i in enumerate(s.rule.inputs) if not i.static]
     if len(arrays) < 2:
         raise NotApplicable("fewer than two array inputs: nothing broadcasts")
@@ -838,32 +849,9 @@ def check_broadcast(s: _Subject) -> str:
         reason = _not_broadcasting(s, values, expanded)
         if reason:
             raise NotApplicable(f"the forward does not broadcast its inputs: {reason}")
-    diff = [k for k in s.diff]
-    for name, fn, convert in (("jax", s.jax_fn, jnp.asarray), ("torch", s.torch_fn, torch.from_numpy)):
-
-        def total(*xs: Any, base: list[Any], fn: Any = fn, convert: Any = convert) -> Any:
-            args = [convert(v) if isinstance(v, np.ndarray) else v for v in base]
-            for k, x in zip(diff, xs, strict=True):
-                args[k] = x
-            out = fn(*args)
-            outs = out if isinstance(out, tuple) else (out,)
-            return sum(outs[o].sum() for o in s.outputs)
-
-        if name == "jax":
-            small = jax.grad(lambda *xs: total(*xs, base=values), tuple(range(len(diff))))(
-                *[jnp.asarray(values[k]) for k in diff]
-            )
-            big = jax.grad(lambda *xs: total(*xs, base=expanded), tuple(range(len(diff))))(
-                *[jnp.asarray(expanded[k]) for k in diff]
-            )
-        else:
-            leaves = [torch.from_numpy(values[k]).requires_grad_() for k in diff]
-            small = torch.autograd.grad(total(*leaves, base=values), leaves, allow_unused=True, materialize_grads=True)
-            big_leaves = [torch.from_numpy(expanded[k]).requires_grad_() for k in diff]
-            big = torch.autograd.grad(
-                total(*big_leaves, base=expanded), big_leaves, allow_unused=True, materialize_grads=True
-            )
-        for k, g, b in zip(diff, small, big, strict=True):
+    for name in ("jax", "torch"):
+        small, big = _broadcast_grads(s, name, values, expanded)
+        for k, g, b in zip(s.diff, small, big, strict=True):
             shape = np.shape(values[k])
             got_shape = np.shape(_to_numpy(g))
             if tuple(got_shape) != tuple(shape):
@@ -874,6 +862,34 @@ def check_broadcast(s: _Subject) -> str:
             expected = np.sum(_to_numpy(b), axis=axes).reshape(shape)
             compare(f"{name}: cotangent of {s.rule.inputs[k].name}", _to_numpy(g), expected, s.rtol, s.atol)
     return f"inputs of shapes {[np.shape(values[k]) for k in arrays]} get cotangents of their own shapes"
+
+
+def _broadcast_grads(s: _Subject, name: str, values: list[Any], expanded: list[Any]) -> tuple[Any, Any]:
+    """One backend's gradients at inputs of stretchable shapes, and at the same inputs stretched."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    diff = list(s.diff)
+    fn, convert = (s.jax_fn, jnp.asarray) if name == "jax" else (s.torch_fn, torch.from_numpy)
+
+    def total(*xs: Any, base: list[Any]) -> Any:
+        args = [convert(v) if isinstance(v, np.ndarray) else v for v in base]
+        for k, x in zip(diff, xs, strict=True):
+            args[k] = x
+        out = fn(*args)
+        outs = out if isinstance(out, tuple) else (out,)
+        return sum(outs[o].sum() for o in s.outputs)
+
+    def grads(base: list[Any]) -> Any:
+        if name == "jax":
+            return jax.grad(lambda *xs: total(*xs, base=base), tuple(range(len(diff))))(
+                *[jnp.asarray(base[k]) for k in diff]
+            )
+        leaves = [torch.from_numpy(base[k]).requires_grad_() for k in diff]
+        return torch.autograd.grad(total(*leaves, base=base), leaves, allow_unused=True, materialize_grads=True)
+
+    return grads(values), grads(expanded)
 
 
 def _not_broadcasting(s: _Subject, values: list[Any], expanded: list[Any]) -> str:
@@ -944,7 +960,7 @@ def check_float32(s: _Subject) -> str:
             if name == "jax":
                 grads = jax.grad(_sum_of(f32), tuple(range(len(xs64))))(*[convert(x) for x in xs64])
             else:
-                leaves = [convert(x).requires_grad_() for x in xs64]
+                leaves = [cast("torch.Tensor", convert(x)).requires_grad_() for x in xs64]
                 grads = torch.autograd.grad(_sum_of(f32)(*leaves), leaves, allow_unused=True, materialize_grads=True)
             grads64 = jax.grad(_sum_of(s.jax_f), tuple(range(len(xs64))))(*[jnp.asarray(x) for x in xs64])
             for k, (g, g64) in enumerate(zip(grads, grads64, strict=True)):

@@ -15,8 +15,10 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
+    from rulegen.build import BuildResult
+    from rulegen.check import Outcome
     from rulegen.spec import Rule
 
 app = typer.Typer(
@@ -151,9 +153,6 @@ def build(
     ] = None,
 ) -> None:
     """Validate the rules, derive what they lack, and write the package."""
-    import keyword
-    import re
-
     from rulegen.build import HandEditedError, OutputError, available_cores
     from rulegen.build import build as run_build
     from rulegen.errors import SpecErrors
@@ -161,12 +160,7 @@ def build(
     config = load_config()
     paths = rule_paths(rules, config)
     target = out or config.out
-    package_name = package_name or config.package_name
-    if package_name is not None and (
-        not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", package_name) or keyword.iskeyword(package_name)
-    ):
-        err_console.print(f"[red]error:[/red] --package-name {package_name!r}: the name must be a Python identifier")
-        raise typer.Exit(EXIT_SPEC)
+    package_name = _package_name(package_name or config.package_name)
     started = time.perf_counter()
     try:
         result = run_build(
@@ -182,7 +176,22 @@ def build(
             err_console.print(f"{target / path}: [red]edited by hand[/red] since rulegen wrote it")
         err_console.print("Move your change into the rule, or pass --force to overwrite.")
         raise typer.Exit(EXIT_STALE) from None
-    seconds = time.perf_counter() - started
+    _report_build(result, target, check=check, seconds=time.perf_counter() - started)
+
+
+def _package_name(name: str | None) -> str | None:
+    """`name`, or exit 2 where it is no Python identifier."""
+    import keyword
+    import re
+
+    if name is not None and (not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name)):
+        err_console.print(f"[red]error:[/red] --package-name {name!r}: the name must be a Python identifier")
+        raise typer.Exit(EXIT_SPEC)
+    return name
+
+
+def _report_build(result: BuildResult, target: Path, *, check: bool, seconds: float) -> None:
+    """What a build did, or with --check, what it would change (exit 1 where anything)."""
     changed = [*result.difference.written, *result.difference.removed]
     if check:
         if changed:
@@ -214,12 +223,10 @@ def test(
     ] = None,
 ) -> None:
     """Build the rules into a temporary package and run the checks on every rule."""
-    from rich.markup import escape
-    from rich.measure import Measurement
     from rich.progress import Progress
 
     from rulegen.build import available_cores
-    from rulegen.check import outcomes_json, report_table, run_checks, summary
+    from rulegen.check import outcomes_json, run_checks
     from rulegen.errors import SpecErrors
     from rulegen.spec import callees, read_rules, rule_files
 
@@ -247,19 +254,28 @@ def test(
     if as_json:
         sys.stdout.write(outcomes_json(outcomes) + "\n")
     else:
-        table = report_table(outcomes)
-        # A file or a pipe has no width to fit: print the table whole, not cut to 80 columns.
-        whole = Measurement.get(out_console, out_console.options.update(width=10_000), table).maximum
-        (out_console if out_console.is_terminal else Console(highlight=False, width=whole)).print(table)
-        for o in outcomes:
-            if o.status == "fail":
-                out_console.print(f"[bold red]FAIL[/bold red] {o.rule} / {o.check}: {escape(o.detail)}")
-        reasons = sorted({(o.check, o.detail) for o in outcomes if o.status == "n/a"})
-        for check, reason in reasons:
-            out_console.print(f"[dim]n/a {check}: {escape(reason)}[/dim]")
-        out_console.print(summary(outcomes))
+        _report_checks(outcomes)
     if any(o.status == "fail" for o in outcomes):
         raise typer.Exit(1)
+
+
+def _report_checks(outcomes: Sequence[Outcome]) -> None:
+    """The table of outcomes, then each failure, each reason for n/a, and the summary."""
+    from rich.markup import escape
+    from rich.measure import Measurement
+
+    from rulegen.check import report_table, summary
+
+    table = report_table(outcomes)
+    # A file or a pipe has no width to fit: print the table whole, not cut to 80 columns.
+    whole = Measurement.get(out_console, out_console.options.update(width=10_000), table).maximum
+    (out_console if out_console.is_terminal else Console(highlight=False, width=whole)).print(table)
+    for o in outcomes:
+        if o.status == "fail":
+            out_console.print(f"[bold red]FAIL[/bold red] {o.rule} / {o.check}: {escape(o.detail)}")
+    for check, reason in sorted({(o.check, o.detail) for o in outcomes if o.status == "n/a"}):
+        out_console.print(f"[dim]n/a {check}: {escape(reason)}[/dim]")
+    out_console.print(summary(outcomes))
 
 
 class Backend(StrEnum):

@@ -74,7 +74,7 @@ class _ArrayCode:
         # float0 tangent at second order.
         if isinstance(arg, sp.Integer):
             return f"{int(arg)}.0"
-        return self._print(arg)  # type: ignore[attr-defined]
+        return self._print(arg)
 
     # -- numbers
 

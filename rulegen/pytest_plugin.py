@@ -29,9 +29,12 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr
 
 RULES_INI = "rulegen_rules"
 
@@ -145,7 +148,7 @@ class CheckItem(pytest.Item):
         if outcome.status == "fail":
             raise CheckFailure(outcome.detail)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, CheckFailure):
             return f"{self.rule}: check {self.check} failed: {excinfo.value}"
         return super().repr_failure(excinfo)

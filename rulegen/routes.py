@@ -84,49 +84,55 @@ def _routes(jax: JaxRoute, torch_jvp: Source, torch_backward: Source, no_forward
 
 def choose_routes(gives: Gives) -> Routes:
     """The routes of a rule (see the module's table)."""
-    not_linear = (
+    no_forward: dict[str, str] = {}
+    jax, jax_why = _jax_route(gives)
+    if jax_why:
+        no_forward["jax"] = jax_why
+    torch_jvp, torch_backward = _torch_sources(gives)
+    if torch_jvp == Source.NONE and gives.vjp and not gives.symbolic:
+        no_forward["torch"] = _not_linear(gives)
+    return Routes(jax, torch_jvp, torch_backward, MappingProxyType(no_forward))
+
+
+def _not_linear(gives: Gives) -> str:
+    return (
         f"{gives.name} has no forward mode: its VJP is not the derivative of its forward "
         "(true_derivative: false), so it is not a linear map that can be transposed"
     )
-    no_forward: dict[str, str] = {}
-    if gives.torch_only:
-        jax = JaxRoute.BRIDGE
-        no_forward["jax"] = "a torch-only rule reaches JAX through callbacks that carry reverse mode only"
-    elif gives.host:
-        jax = JaxRoute.PRIMITIVE
-        if not gives.jvp and gives.vjp and not gives.true_derivative:
-            no_forward["jax"] = not_linear
-    elif gives.mode == "vjp":
-        jax = JaxRoute.CUSTOM_VJP
-        no_forward["jax"] = "mode: vjp: JAX's custom_vjp has no forward mode"
-    elif gives.symbolic:
-        jax = JaxRoute.LINEAR_MAP if gives.jvp and gives.vjp else JaxRoute.CUSTOM_JVP
-    elif not gives.jvp and not gives.vjp:
-        jax = JaxRoute.PLAIN
-    elif gives.jvp and gives.vjp:
-        jax = JaxRoute.LINEAR_MAP
-    elif gives.jvp:
-        jax = JaxRoute.CUSTOM_JVP
-    elif gives.true_derivative:
-        jax = JaxRoute.TRANSPOSE
-    else:
-        jax = JaxRoute.CUSTOM_VJP
-        no_forward["jax"] = not_linear
 
+
+def _jax_route(gives: Gives) -> tuple[JaxRoute, str]:
+    """The first row of the table that applies, and why it has no forward mode ("" where it has)."""
+    if gives.torch_only:
+        return JaxRoute.BRIDGE, "a torch-only rule reaches JAX through callbacks that carry reverse mode only"
+    if gives.host:
+        without = not gives.jvp and gives.vjp and not gives.true_derivative
+        return JaxRoute.PRIMITIVE, _not_linear(gives) if without else ""
+    if gives.mode == "vjp":
+        return JaxRoute.CUSTOM_VJP, "mode: vjp: JAX's custom_vjp has no forward mode"
     if gives.symbolic:
-        torch_jvp = Source.GIVEN if gives.jvp else Source.DERIVED
-        torch_backward = Source.GIVEN if gives.vjp else Source.DERIVED
+        return (JaxRoute.LINEAR_MAP if gives.jvp and gives.vjp else JaxRoute.CUSTOM_JVP), ""
+    if not gives.jvp and not gives.vjp:
+        return JaxRoute.PLAIN, ""
+    if gives.jvp:
+        return (JaxRoute.LINEAR_MAP if gives.vjp else JaxRoute.CUSTOM_JVP), ""
+    if gives.true_derivative:
+        return JaxRoute.TRANSPOSE, ""
+    return JaxRoute.CUSTOM_VJP, _not_linear(gives)
+
+
+def _torch_sources(gives: Gives) -> tuple[Source, Source]:
+    """Where torch's `jvp` and `backward` come from."""
+    if gives.symbolic:
+        return (Source.GIVEN if gives.jvp else Source.DERIVED), (Source.GIVEN if gives.vjp else Source.DERIVED)
+    if gives.jvp:
+        jvp = Source.GIVEN
+    elif gives.vjp and gives.true_derivative:
+        jvp = Source.TRANSPOSE
     else:
-        if gives.jvp:
-            torch_jvp = Source.GIVEN
-        elif gives.vjp and gives.true_derivative:
-            torch_jvp = Source.TRANSPOSE
-        else:
-            torch_jvp = Source.NONE
-            if gives.vjp:
-                no_forward["torch"] = not_linear
-        torch_backward = Source.GIVEN if gives.vjp else (Source.TRANSPOSE if gives.jvp else Source.NONE)
-    return Routes(jax, torch_jvp, torch_backward, MappingProxyType(no_forward))
+        jvp = Source.NONE
+    backward = Source.GIVEN if gives.vjp else (Source.TRANSPOSE if gives.jvp else Source.NONE)
+    return jvp, backward
 
 
 def describe(routes: Routes) -> str:

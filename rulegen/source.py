@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -41,7 +42,7 @@ class YamlMap(dict):
     key_locs: dict[str, Loc]
     value_locs: dict[str, Loc]
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         return (_rebuild_map, (dict(self), self.__dict__))
 
 
@@ -51,7 +52,7 @@ class YamlList(list):
     loc: Loc
     item_locs: list[Loc]
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         return (_rebuild_list, (list(self), self.__dict__))
 
 
@@ -72,7 +73,7 @@ class YamlStr(str):
         obj.block = block
         return obj
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         return (YamlStr, (str(self), self.loc, self.block))
 
 
@@ -86,7 +87,7 @@ class YamlInt(int):
         obj.loc = loc
         return obj
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         return (YamlInt, (int(self), self.loc))
 
 
@@ -100,7 +101,7 @@ class YamlFloat(float):
         obj.loc = loc
         return obj
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         return (YamlFloat, (float(self), self.loc))
 
 
@@ -116,7 +117,8 @@ def _rebuild_list(items: list, state: dict) -> YamlList:
     return lst
 
 
-def _loc(file: str, mark: yaml.Mark | None) -> Loc:
+def _loc(file: str, mark: Any) -> Loc:
+    # A yaml.Mark, of the pure-Python or the C parser (their stubs are two classes), or None.
     if mark is None:
         return Loc(file)
     return Loc(file, mark.line + 1, mark.column + 1)
@@ -175,6 +177,7 @@ class _Converter:
             items.loc = _loc(self.file, node.start_mark)
             items.item_locs = [self.value_loc(item) for item in node.value]
             return items
+        assert isinstance(node, yaml.ScalarNode)  # a YAML node is a mapping, a sequence or a scalar
         return self.scalar(node)
 
     def mapping(self, node: yaml.MappingNode) -> YamlMap:
@@ -216,7 +219,7 @@ class _Converter:
                     return Loc(self.file, index + 1, indent + 1)
         return _loc(self.file, start)
 
-    def scalar(self, node: yaml.Node) -> object:
+    def scalar(self, node: yaml.ScalarNode) -> object:
         tag = node.tag
         if tag == "tag:yaml.org,2002:str" and not node.style and _YAML12_FLOAT.fullmatch(node.value):
             # YAML 1.2 (and so an editor's schema check) reads `1e-7` and `1.5e3` as numbers; PyYAML's 1.1 as strings.

@@ -33,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import ErrorDetails
 
 from rulegen import names
 from rulegen.errors import Loc, SpecError, SpecErrors
@@ -166,7 +167,7 @@ class SympyBody(Node):
     def exprs(self) -> dict[str | None, Text]:
         if isinstance(self.sympy, Text):
             return {None: self.sympy}
-        return dict(self.sympy)
+        return {name: text for name, text in self.sympy.items()}
 
 
 class SnippetBody(Node):
@@ -546,7 +547,7 @@ def _yaml_path(root: object, path: Sequence[str | int]) -> list[str | int]:
     return out
 
 
-def _message(error: dict[str, Any]) -> str:
+def _message(error: ErrorDetails) -> str:
     kind = error["type"]
     msg = str(error["msg"])
     for prefix in ("Value error, ", "Assertion failed, "):
@@ -617,7 +618,7 @@ def read_rule_file(path: Path, source_name: str | None = None) -> tuple[Rule, ..
         text = None
     root = load_yaml(path, text)
     file_loc = Loc(str(path))
-    if not isinstance(root, dict):
+    if not isinstance(root, YamlMap):
         raise SpecErrors(
             [
                 SpecError(
@@ -632,7 +633,7 @@ def read_rule_file(path: Path, source_name: str | None = None) -> tuple[Rule, ..
             raise SpecErrors([SpecError(root.key_locs[extra[0]], "a file with `rules:` holds nothing else")])
         if not isinstance(entries, list) or not entries:
             raise SpecErrors([SpecError(root.value_locs["rules"], "`rules:` must be a non-empty list of rules")])
-        items = [(entry, ["rules", i]) for i, entry in enumerate(entries)]
+        items: list[tuple[object, list[str | int]]] = [(entry, ["rules", i]) for i, entry in enumerate(entries)]
     else:
         items = [(root, [])]
     rules: list[Rule] = []

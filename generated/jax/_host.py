@@ -36,7 +36,8 @@ def _as_tuple(value, count):
 class HostRule:
     """One rule: a host forward, and the JVP / VJP bodies that give it derivatives."""
 
-    def __init__(
+    # The generated module declares its rule in this one call, keyword by keyword.
+    def __init__(  # noqa: PLR0913
         self,
         name,
         host,
