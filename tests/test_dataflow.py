@@ -147,6 +147,18 @@ def test_no_stage_imports_a_later_one():
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 
+def test_the_layout_the_readme_gives_is_the_package_s():
+    import re
+
+    text = (PACKAGE.parent / "README.md").read_text()
+    layout = text[text.index("## Layout") : text.index("## Documentation")]
+    named = set(re.findall(r"`(rulegen/[\w/.]*|templates/)`", layout))
+    assert all((PACKAGE.parent / path).exists() for path in named), named
+    stages = {f"rulegen/{p.name}" for p in PACKAGE.glob("*.py")} - {"rulegen/__init__.py", "rulegen/__main__.py"}
+    stages |= {"rulegen/plan/", "rulegen/runtime/"}
+    assert stages - named == set(), "modules the README's layout does not name"
+
+
 def test_the_layout_the_docs_give_is_the_package_s():
     import re
 

@@ -37,3 +37,24 @@ def test_a_body_with_a_comment_keeps_its_function(tmp_path):
     rule += "checks:\n  true_derivative: false\n"
     for text in _modules(tmp_path, rule).values():
         assert "# deliberately not the derivative" in text
+
+
+def test_an_input_that_needs_no_gradient_gets_none_and_the_others_theirs():
+    import torch
+
+    from generated.torch import sin_exp_mul
+
+    x = torch.linspace(-2, 2, 7, dtype=torch.float64)
+    y = torch.linspace(0.5, 3, 7, dtype=torch.float64)
+    for wants in ((True, False), (False, True), (True, True)):
+        leaves = [t.clone().requires_grad_(w) for t, w in zip((x, y), wants, strict=True)]
+        sin_exp_mul(*leaves).sum().backward()
+        reference = [t.clone().requires_grad_(w) for t, w in zip((x, y), wants, strict=True)]
+        (torch.sin(reference[0]) * torch.exp(-(reference[0] ** 2)) * reference[1]).sum().backward()
+        for leaf, ref, want in zip(leaves, reference, wants, strict=True):
+            assert (leaf.grad is not None) == want
+            if want:
+                torch.testing.assert_close(leaf.grad, ref.grad)
+    # torch.func asks for one input's gradient at a time, through needs_input_grad too.
+    gy = torch.func.grad(lambda y: sin_exp_mul(x, y).sum())(y)
+    torch.testing.assert_close(gy, torch.sin(x) * torch.exp(-(x**2)))

@@ -24,7 +24,9 @@ class FAtan2(torch.autograd.Function):
     def backward(ctx, out_bar):
         y, x = ctx.saved_tensors
         t0 = out_bar / (x**2 + y**2)
-        return (t0 * x).sum_to_size(y.shape), (-t0 * y).sum_to_size(x.shape)
+        return ((t0 * x).sum_to_size(y.shape) if ctx.needs_input_grad[0] else None), (
+            (-t0 * y).sum_to_size(x.shape) if ctx.needs_input_grad[1] else None
+        )
 
     @staticmethod
     def jvp(ctx, y_dot, x_dot):

@@ -24,7 +24,9 @@ class FHypot(torch.autograd.Function):
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
         t0 = out_bar / torch.hypot(x, y)
-        return (t0 * x).sum_to_size(x.shape), (t0 * y).sum_to_size(y.shape)
+        return ((t0 * x).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
+            (t0 * y).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
+        )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

@@ -24,16 +24,22 @@ class FLogaddexp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
-        if plain(x, y, out_bar):
+        if plain(x, y, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
             t0 = -y
             t0.add_(x)
             t1 = torch.ops.aten.softplus_backward(out_bar, t0, 1.0, 40.0)
             t2 = torch.ops.aten.softplus_backward(out_bar, t0, -1.0, 40.0)
             return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = x - y
-        return torch.ops.aten.softplus_backward(out_bar, t0, 1.0, 40.0).sum_to_size(
-            x.shape
-        ), torch.ops.aten.softplus_backward(out_bar, t0, -1.0, 40.0).sum_to_size(y.shape)
+        return (
+            torch.ops.aten.softplus_backward(out_bar, t0, 1.0, 40.0).sum_to_size(x.shape)
+            if ctx.needs_input_grad[0]
+            else None
+        ), (
+            torch.ops.aten.softplus_backward(out_bar, t0, -1.0, 40.0).sum_to_size(y.shape)
+            if ctx.needs_input_grad[1]
+            else None
+        )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

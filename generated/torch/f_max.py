@@ -24,7 +24,7 @@ class FMax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
-        if plain(x, y, out_bar):
+        if plain(x, y, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
             t0 = -y
             t0.add_(x)
             t1 = (torch.sign(t0) + 1) / 2
@@ -33,9 +33,15 @@ class FMax(torch.autograd.Function):
             t2.mul_(out_bar)
             return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = x - y
-        return (out_bar * (torch.sign(t0) + 1) / 2).sum_to_size(x.shape), (
-            out_bar * (torch.sign(-t0) + 1) / 2
-        ).sum_to_size(y.shape)
+        return (
+            (out_bar * (torch.sign(t0) + 1) / 2).sum_to_size(x.shape)
+            if ctx.needs_input_grad[0]
+            else None
+        ), (
+            (out_bar * (torch.sign(-t0) + 1) / 2).sum_to_size(y.shape)
+            if ctx.needs_input_grad[1]
+            else None
+        )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

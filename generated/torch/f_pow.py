@@ -25,14 +25,16 @@ class FPow(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y, out = ctx.saved_tensors
-        if plain(x, y, out, out_bar):
+        if plain(x, y, out, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
             t0 = out * out_bar
             t1 = t0 * y / x
             t2 = torch.log(x)
             t2.mul_(t0)
             return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = out * out_bar
-        return (t0 * y / x).sum_to_size(x.shape), (t0 * torch.log(x)).sum_to_size(y.shape)
+        return ((t0 * y / x).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
+            (t0 * torch.log(x)).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
+        )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

@@ -24,14 +24,14 @@ class FXlog1py(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
-        if plain(x, y, out_bar):
+        if plain(x, y, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
             t0 = torch.log1p(y)
             t0.mul_(out_bar)
             t1 = out_bar * x / (y + 1)
             return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
-        return (out_bar * torch.log1p(y)).sum_to_size(x.shape), (out_bar * x / (y + 1)).sum_to_size(
-            y.shape
-        )
+        return (
+            (out_bar * torch.log1p(y)).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None
+        ), ((out_bar * x / (y + 1)).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

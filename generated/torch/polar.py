@@ -26,7 +26,7 @@ class Polar(torch.autograd.Function):
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
         x, y = ctx.saved_tensors
-        if plain(x, y, r_bar, theta_bar):
+        if plain(x, y, r_bar, theta_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
             t0 = r_bar / torch.hypot(x, y)
             t1 = theta_bar / (x**2 + y**2)
             t2 = t0 * x
@@ -36,7 +36,9 @@ class Polar(torch.autograd.Function):
             return t2.sum_to_size(x.shape), t3.sum_to_size(y.shape)
         t0 = r_bar / torch.hypot(x, y)
         t1 = theta_bar / (x**2 + y**2)
-        return (t0 * x - t1 * y).sum_to_size(x.shape), (t0 * y + t1 * x).sum_to_size(y.shape)
+        return ((t0 * x - t1 * y).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
+            (t0 * y + t1 * x).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
+        )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

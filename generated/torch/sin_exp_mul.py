@@ -44,14 +44,20 @@ class SinExpMul(torch.autograd.Function):
             and saved_exp_bar is None
             and saved_sin_bar is None
         ):
-            if plain(x, y, saved_exp_sin, saved_exp, saved_sin, out_bar):
+            if (
+                plain(x, y, saved_exp_sin, saved_exp, saved_sin, out_bar)
+                and ctx.needs_input_grad[0]
+                and ctx.needs_input_grad[1]
+            ):
                 t0 = 2 * saved_sin * x
                 t0.sub_(torch.cos(x)).mul_(out_bar).mul_(saved_exp).mul_(y).neg_()
                 t2 = out_bar * saved_exp_sin
                 return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
-            return (-out_bar * saved_exp * y * (2 * saved_sin * x - torch.cos(x))).sum_to_size(
-                x.shape
-            ), (out_bar * saved_exp_sin).sum_to_size(y.shape)
+            return (
+                (-out_bar * saved_exp * y * (2 * saved_sin * x - torch.cos(x))).sum_to_size(x.shape)
+                if ctx.needs_input_grad[0]
+                else None
+            ), ((out_bar * saved_exp_sin).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
         saved_exp_sin_bar = 0.0 if saved_exp_sin_bar is None else saved_exp_sin_bar
@@ -59,15 +65,21 @@ class SinExpMul(torch.autograd.Function):
         saved_sin_bar = 0.0 if saved_sin_bar is None else saved_sin_bar
         t0 = torch.cos(x)
         t1 = 2 * x
-        x_bar = (
-            -out_bar * saved_exp * y * (saved_sin * t1 - t0)
-            - saved_exp * saved_exp_bar * t1
-            + saved_exp_sin_bar * (saved_exp * t0 - saved_exp_sin * t1)
-            + saved_sin_bar * t0
+        return (
+            (
+                -out_bar * saved_exp * y * (saved_sin * t1 - t0)
+                - saved_exp * saved_exp_bar * t1
+                + saved_exp_sin_bar * (saved_exp * t0 - saved_exp_sin * t1)
+                + saved_sin_bar * t0
+                + torch.zeros_like(x)
+            ).sum_to_size(x.shape)
+            if ctx.needs_input_grad[0]
+            else None
+        ), (
+            (out_bar * saved_exp_sin + torch.zeros_like(y)).sum_to_size(y.shape)
+            if ctx.needs_input_grad[1]
+            else None
         )
-        return (x_bar + torch.zeros_like(x)).sum_to_size(x.shape), (
-            out_bar * saved_exp_sin + torch.zeros_like(y)
-        ).sum_to_size(y.shape)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

@@ -30,21 +30,33 @@ class SinMul(torch.autograd.Function):
     def backward(ctx, out_bar, saved_sin_bar):
         x, y, saved_sin = ctx.saved_tensors
         if out_bar is not None and saved_sin_bar is None:
-            if plain(x, y, saved_sin, out_bar):
+            if (
+                plain(x, y, saved_sin, out_bar)
+                and ctx.needs_input_grad[0]
+                and ctx.needs_input_grad[1]
+            ):
                 t0 = torch.cos(x)
                 t0.mul_(out_bar).mul_(y)
                 t1 = out_bar * saved_sin
                 return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
-            return (out_bar * y * torch.cos(x)).sum_to_size(x.shape), (
-                out_bar * saved_sin
-            ).sum_to_size(y.shape)
+            return (
+                (out_bar * y * torch.cos(x)).sum_to_size(x.shape)
+                if ctx.needs_input_grad[0]
+                else None
+            ), ((out_bar * saved_sin).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar = 0.0 if out_bar is None else out_bar
         saved_sin_bar = 0.0 if saved_sin_bar is None else saved_sin_bar
         t0 = torch.cos(x)
-        return (out_bar * t0 * y + saved_sin_bar * t0 + torch.zeros_like(x)).sum_to_size(x.shape), (
-            out_bar * saved_sin + torch.zeros_like(y)
-        ).sum_to_size(y.shape)
+        return (
+            (out_bar * t0 * y + saved_sin_bar * t0 + torch.zeros_like(x)).sum_to_size(x.shape)
+            if ctx.needs_input_grad[0]
+            else None
+        ), (
+            (out_bar * saved_sin + torch.zeros_like(y)).sum_to_size(y.shape)
+            if ctx.needs_input_grad[1]
+            else None
+        )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

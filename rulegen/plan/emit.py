@@ -85,6 +85,10 @@ class Emitter:
                 returned.append(r.code)
                 continue
             text = texts[r.name]
+            if r.guard:
+                # Inline, so that nothing of it but what it shares runs when it is not wanted.
+                returned.append(f"({r.wrap.apply(text)} if {r.guard} else None)")
+                continue
             if not _is_simple(text):
                 lines.append(Assign(r.name, text))
                 text = r.name

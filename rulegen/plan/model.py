@@ -143,6 +143,7 @@ class TorchPlan:
     wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
     tensor_arguments: str  # the wrapper's first line: its array arguments as tensors (see array_arguments)
     forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
+    grads_needed: str = ""  # with several inputs, when every one wants its gradient (the in-place backward's)
 
     @property
     def needs(self) -> Needs:
@@ -180,6 +181,8 @@ class Result:
     code: str = ""
     imports: frozenset[str] = frozenset()
     reads: frozenset[str] = frozenset()
+    # A condition under which the value is wanted (`ctx.needs_input_grad[1]`): else it is None, never computed.
+    guard: str = ""
 
     @property
     def fixed_reads(self) -> frozenset[str]:

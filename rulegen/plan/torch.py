@@ -214,6 +214,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         wrapper_targets=", ".join(n if n in t.outputs else f"_{n}" for n in values_out),
         tensor_arguments=array_arguments(rule, "as_tensors"),
         forward_notes=stability_notes(t.d),
+        grads_needed=_grads_needed(t),
     )
 
 
@@ -235,11 +236,13 @@ def _forward_results(t: _Torch) -> tuple[list[Result], set[str]]:
     return [Result(n, e, wrap=wraps.get(n, Wrap())) for n, e in values], aliases
 
 
-def _backward_results(t: _Torch, *, with_residuals: bool) -> list[Result]:
+def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) -> list[Result]:
     """One cotangent per input: the transposed partials, with the residuals' terms or without."""
     found = []
     broadcastable = len(t.arrays) > 1
-    for i in t.rule.inputs:
+    for k, i in enumerate(t.rule.inputs):
+        # With several inputs, one may need no gradient (data, or a frozen parameter): it is not computed.
+        guard = f"ctx.needs_input_grad[{k}]" if guarded and len(t.diff_inputs) > 1 else ""
         expr = linear_combination(t.d, t.vjp_partials, i.name, t.outputs, "_bar", transpose=True)
         if with_residuals:
             for r in t.residual_names:
@@ -251,24 +254,34 @@ def _backward_results(t: _Torch, *, with_residuals: bool) -> list[Result]:
             # Absent cotangents read as 0.0: the sum may be a number, a tensor, or one broadcast beyond the input.
             summed = f"({{}} + torch.zeros_like({i.name})).sum_to_size({i.name}.shape)"
             wrap = Wrap(summed if broadcastable else f"{{}} + torch.zeros_like({i.name})", reads)
-            found.append(Result(f"{i.name}_bar", expr, wrap=wrap))
+            found.append(Result(f"{i.name}_bar", expr, wrap=wrap, guard=guard))
         elif broadcastable:
-            found.append(Result(f"{i.name}_bar", expr, wrap=Wrap(f"{{}}.sum_to_size({i.name}.shape)", reads)))
+            wrap = Wrap(f"{{}}.sum_to_size({i.name}.shape)", reads)
+            found.append(Result(f"{i.name}_bar", expr, wrap=wrap, guard=guard))
         else:
-            found.append(Result(f"{i.name}_bar", expr))
+            found.append(Result(f"{i.name}_bar", expr, guard=guard))
     return found
 
 
 def _backward(t: _Torch, emit: Emitter) -> _Backward:
-    full = _backward_results(t, with_residuals=True)
+    # Fused bodies are compiled functions of tensors alone, without ctx to ask.
+    guarded = not t.rule.fuse
+    full = _backward_results(t, with_residuals=True, guarded=guarded)
     if not t.residual_names:
         return _Backward(full, [], emit.block([], full), None)
     # Where a backward reads residuals, an absent cotangent is the Python float 0.0 there.
     cotangent_native = torch_forms((*t.statics, *(f"{n}_bar" for n in (*t.outputs, *t.residual_names))), t.integral)
     in_float = t.in_float
     block = emit.block([], full, lambda e: cotangent_native(in_float(e)))
-    first_order = _backward_results(t, with_residuals=False)
+    first_order = _backward_results(t, with_residuals=False, guarded=guarded)
     return _Backward(full, first_order, block, emit.block([], first_order))
+
+
+def _grads_needed(t: _Torch) -> str:
+    """The condition under which every input's gradient is wanted: the in-place backward computes them all."""
+    if t.rule.fuse or len(t.diff_inputs) < 2:
+        return ""
+    return " and ".join(f"ctx.needs_input_grad[{k}]" for k, i in enumerate(t.rule.inputs) if i.differentiable)
 
 
 def _first_order_test(t: _Torch) -> str:

@@ -35,8 +35,7 @@ def _as_tuple(value, count):
 class HostRule:
     """One rule: a host forward, and the JVP / VJP bodies that give it derivatives."""
 
-    # The generated module declares its rule in this one call, keyword by keyword.
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         name,
         host,
