@@ -58,3 +58,12 @@ def test_an_input_that_needs_no_gradient_gets_none_and_the_others_theirs():
     # torch.func asks for one input's gradient at a time, through needs_input_grad too.
     gy = torch.func.grad(lambda y: sin_exp_mul(x, y).sum())(y)
     torch.testing.assert_close(gy, torch.sin(x) * torch.exp(-(x**2)))
+
+
+def test_no_two_objects_of_a_generated_module_share_a_docstring():
+    root = __import__("pathlib").Path(__file__).resolve().parent.parent / "generated"
+    for path in sorted(root.glob("*/[!_]*.py")):
+        tree = ast.parse(path.read_text())
+        nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef))]
+        docs = [d for d in map(ast.get_docstring, nodes) if d]
+        assert len(docs) == len(set(docs)), path

@@ -9,7 +9,7 @@ from ._util import as_tensors
 
 
 class ClipGradient(torch.autograd.Function):
-    """Identity in the forward pass; clips the incoming gradient to [lo, hi]."""
+    """The torch.autograd.Function behind `clip_gradient`, which applies it."""
 
     generate_vmap_rule = True
 

@@ -9,6 +9,8 @@ from ._util import as_tensors
 
 
 class FAcosh(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_acosh`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

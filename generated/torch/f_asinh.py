@@ -9,6 +9,8 @@ from ._util import as_tensors
 
 
 class FAsinh(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_asinh`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

@@ -8,6 +8,8 @@ from ._util import as_tensors
 
 
 class FAtan2(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_atan2`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

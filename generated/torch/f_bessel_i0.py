@@ -9,6 +9,8 @@ from ._util import as_tensors
 
 
 class FBesselI0(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_bessel_i0`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

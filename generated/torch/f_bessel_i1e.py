@@ -9,6 +9,8 @@ from ._util import as_tensors
 
 
 class FBesselI1e(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_bessel_i1e`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

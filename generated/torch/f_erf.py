@@ -11,6 +11,8 @@ from ._util import as_tensors
 
 
 class FErf(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_erf`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

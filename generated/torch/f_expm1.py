@@ -9,6 +9,8 @@ from ._util import as_tensors
 
 
 class FExpm1(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_expm1`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

@@ -9,6 +9,8 @@ from ._util import as_tensors
 
 
 class FGamma(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_gamma`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

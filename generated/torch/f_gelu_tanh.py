@@ -11,6 +11,8 @@ from ._util import as_tensors
 
 
 class FGeluTanh(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_gelu_tanh`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

@@ -8,6 +8,8 @@ from ._util import as_tensors
 
 
 class FHypot(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_hypot`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

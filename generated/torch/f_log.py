@@ -8,6 +8,8 @@ from ._util import as_tensors
 
 
 class FLog(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_log`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

@@ -11,6 +11,8 @@ from ._util import as_tensors
 
 
 class FLogNdtr(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_log_ndtr`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

@@ -9,6 +9,8 @@ from ._util import as_tensors
 
 
 class FLoggamma(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_loggamma`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

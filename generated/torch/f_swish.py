@@ -9,6 +9,8 @@ from ._util import as_tensors
 
 
 class FSwish(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_swish`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

@@ -9,6 +9,8 @@ from ._util import as_tensors
 
 
 class FXlog1py(torch.autograd.Function):
+    """The torch.autograd.Function behind `f_xlog1py`, which applies it."""
+
     generate_vmap_rule = True
 
     @staticmethod

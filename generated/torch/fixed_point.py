@@ -26,9 +26,7 @@ def _vjp(f, a, x_star, x_star_bar):
 
 
 class FixedPoint(torch.autograd.Function):
-    """The fixed point x* = f(a, x*), found by iteration. Reverse mode uses the implicit function
-    theorem instead of differentiating through the loop.
-    """
+    """The torch.autograd.Function behind `fixed_point`, which applies it."""
 
     generate_vmap_rule = True
 

@@ -11,7 +11,7 @@ from ._util import as_tensors
 
 
 class Gelu(torch.autograd.Function):
-    """Exact GELU, x * Phi(x). Only the forward is given; both derivatives are derived."""
+    """The torch.autograd.Function behind `gelu`, which applies it."""
 
     generate_vmap_rule = True
 

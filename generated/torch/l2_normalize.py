@@ -9,7 +9,7 @@ from ._util import as_tensors, fresh_outputs
 
 
 class L2Normalize(torch.autograd.Function):
-    """x divided by its Euclidean norm over the last axis."""
+    """The torch.autograd.Function behind `l2_normalize`, which applies it."""
 
     generate_vmap_rule = True
 

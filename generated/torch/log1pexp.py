@@ -8,7 +8,7 @@ from ._util import as_tensors
 
 
 class Log1pexp(torch.autograd.Function):
-    """log(1 + exp(x)) whose gradient stays exact for large x."""
+    """The torch.autograd.Function behind `log1pexp`, which applies it."""
 
     generate_vmap_rule = True
 

@@ -18,7 +18,7 @@ def _forward(x):
 
 
 class Logsumexp(torch.autograd.Function):
-    """log(sum(exp(x))) over the last axis, stable for large x, with the VJP written by hand."""
+    """The torch.autograd.Function behind `logsumexp`, which applies it."""
 
     generate_vmap_rule = True
 

@@ -16,7 +16,7 @@ def _forward(x, dim):
 
 
 class NumpySort(torch.autograd.Function):
-    """Sort along `dim` in NumPy; gradients flow back through the permutation."""
+    """The torch.autograd.Function behind `numpy_sort`, which applies it."""
 
     @staticmethod
     def forward(x, dim):

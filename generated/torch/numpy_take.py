@@ -16,7 +16,7 @@ def _forward(x, ind, dim):
 
 
 class NumpyTake(torch.autograd.Function):
-    """np.take_along_axis(x, ind, dim); ind_inv is the inverse permutation, used by the VJP."""
+    """The torch.autograd.Function behind `numpy_take`, which applies it."""
 
     @staticmethod
     def forward(x, ind, ind_inv, dim):

@@ -8,7 +8,7 @@ from ._util import as_tensors
 
 
 class Pointwise(torch.autograd.Function):
-    """f(x) for an elementwise function f whose derivative df is given beside it."""
+    """The torch.autograd.Function behind `pointwise`, which applies it."""
 
     generate_vmap_rule = True
 

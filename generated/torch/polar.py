@@ -9,7 +9,7 @@ from ._util import as_tensors
 
 
 class Polar(torch.autograd.Function):
-    """Cartesian (x, y) to polar (r, theta); two inputs, two outputs, partials derived."""
+    """The torch.autograd.Function behind `polar`, which applies it."""
 
     generate_vmap_rule = True
 

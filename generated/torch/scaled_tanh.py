@@ -13,9 +13,7 @@ from ._util import as_tensors
 
 
 class ScaledTanh(torch.autograd.Function):
-    """tanh(x * exp(log_scale)) / sqrt(1 + log_scale**2), with the static log_scale inside
-    functions.
-    """
+    """The torch.autograd.Function behind `scaled_tanh`, which applies it."""
 
     generate_vmap_rule = True
 

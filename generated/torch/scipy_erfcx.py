@@ -16,7 +16,7 @@ def _forward(x):
 
 
 class ScipyErfcx(torch.autograd.Function):
-    """The scaled complementary error function exp(x**2) erfc(x), evaluated by SciPy."""
+    """The torch.autograd.Function behind `scipy_erfcx`, which applies it."""
 
     @staticmethod
     def forward(x):

@@ -9,7 +9,7 @@ from ._util import as_tensors
 
 
 class SigmoidOut(torch.autograd.Function):
-    """The logistic function, whose derivative is written with its own output."""
+    """The torch.autograd.Function behind `sigmoid_out`, which applies it."""
 
     generate_vmap_rule = True
 

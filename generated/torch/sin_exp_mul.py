@@ -9,7 +9,7 @@ from ._util import as_tensors
 
 
 class SinExpMul(torch.autograd.Function):
-    """sin(x) * exp(-x**2) * y, a two-input composite whose partials are derived."""
+    """The torch.autograd.Function behind `sin_exp_mul`, which applies it."""
 
     generate_vmap_rule = True
 

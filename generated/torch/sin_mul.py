@@ -9,7 +9,7 @@ from ._util import as_tensors
 
 
 class SinMul(torch.autograd.Function):
-    """sin(x) * y with a hand-written JVP; reverse mode comes from transposing it."""
+    """The torch.autograd.Function behind `sin_mul`, which applies it."""
 
     generate_vmap_rule = True
 

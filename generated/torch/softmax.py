@@ -14,7 +14,7 @@ def _forward(x):
 
 
 class Softmax(torch.autograd.Function):
-    """Softmax over the last axis, with the VJP written by hand."""
+    """The torch.autograd.Function behind `softmax`, which applies it."""
 
     generate_vmap_rule = True
 

@@ -11,7 +11,7 @@ from ._util import as_tensors
 
 
 class SoftplusBeta(torch.autograd.Function):
-    """log(1 + exp(beta * x)) / beta, a softplus whose sharpness `beta` is a static parameter."""
+    """The torch.autograd.Function behind `softplus_beta`, which applies it."""
 
     generate_vmap_rule = True
 

@@ -213,7 +213,8 @@ def header_of(d: Derivation | SnippetDerivation) -> Header:
         source_hash=rule.source_hash,
         module_doc=_docstring(summary, 0),
         doc=_docstring(help_text(d), 4),
-        class_doc=_docstring(rule.doc, 4),
+        # Each object its own docstring: the rule's doc is the module's and the function's already.
+        class_doc=_docstring(f"The torch.autograd.Function behind `{rule.name}`, which applies it.", 4),
     )
 
 

@@ -67,7 +67,7 @@ class Header:
     source_hash: str
     module_doc: str  # docstring literals, ready to place
     doc: str  # the public function's (see help_text), indented one level
-    class_doc: str  # the torch Function's: the rule's doc, indented one level; "" if it has none
+    class_doc: str  # the torch Function's, indented one level: what it is, pointing to the function
 
 
 @dataclass(frozen=True)
