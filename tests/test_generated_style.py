@@ -65,5 +65,6 @@ def test_no_two_objects_of_a_generated_module_share_a_docstring():
     for path in sorted(root.glob("*/[!_]*.py")):
         tree = ast.parse(path.read_text())
         nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef))]
-        docs = [d for d in map(ast.get_docstring, nodes) if d]
-        assert len(docs) == len(set(docs)), path
+        # First lines: the function's help goes on with formulas, where the class once repeated its start.
+        heads = [d.splitlines()[0] for d in map(ast.get_docstring, nodes) if d]
+        assert len(heads) == len(set(heads)), path
