@@ -48,6 +48,19 @@ def _hand_sin_mul_jvp(primals, tangents):
 
 
 @jax.custom_jvp
+def hand_sin_exp_mul(x, y):
+    return jnp.sin(x) * jnp.exp(-x * x) * y
+
+
+@hand_sin_exp_mul.defjvp
+def _hand_sin_exp_mul_jvp(primals, tangents):
+    x, y = primals
+    x_dot, y_dot = tangents
+    s, e = jnp.sin(x), jnp.exp(-x * x)
+    return hand_sin_exp_mul(x, y), e * (jnp.cos(x) - 2 * x * s) * y * x_dot + s * e * y_dot
+
+
+@jax.custom_jvp
 def hand_gelu(x):
     return x * (1 + jss.erf(x / jnp.sqrt(2.0))) / 2
 
@@ -112,6 +125,7 @@ ROWS = 1024  # the softmax and logsumexp cases work on rows of this length
 CASES: list[tuple[str, int, Callable, Callable, Callable]] = [
     ("log1pexp", 1, gen.log1pexp, hand_log1pexp, lambda x: jnp.log(1.0 + jnp.exp(x))),
     ("sin_mul", 2, gen.sin_mul, hand_sin_mul, lambda x, y: jnp.sin(x) * y),
+    ("sin_exp_mul", 2, gen.sin_exp_mul, hand_sin_exp_mul, lambda x, y: jnp.sin(x) * jnp.exp(-x * x) * y),
     ("gelu", 1, gen.gelu, hand_gelu, lambda x: x * (1 + jss.erf(x / jnp.sqrt(2.0))) / 2),
     ("softmax", 1, gen.softmax, hand_softmax, composite_softmax),
     ("logsumexp", 1, gen.logsumexp, hand_logsumexp, composite_logsumexp),
