@@ -34,15 +34,36 @@ def _result_types(function, arrays):
 
 
 def _torch_dtype(dtype):
-    import torch
-
-    return torch.from_numpy(np.zeros((), dtype=dtype)).dtype
+    return _to_torch(np.zeros((), dtype=dtype)).dtype
 
 
 def _numpy_dtype(dtype):
     import torch
 
-    return torch.zeros((), dtype=dtype).numpy().dtype
+    return _to_numpy(torch.zeros((), dtype=dtype)).dtype
+
+
+def _to_torch(value):
+    """A NumPy array (a JAX array's values) as a tensor of the same dtype.
+
+    NumPy and torch share no bfloat16: it crosses as float32, which holds it exactly.
+    """
+    import torch
+
+    array = np.asarray(value)
+    if array.dtype == jax.numpy.bfloat16:
+        return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.array(array))
+
+
+def _to_numpy(tensor):
+    """A tensor's values as a NumPy array of the same dtype (bfloat16 as JAX's, through float32)."""
+    import torch
+
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.float().numpy(force=True).astype(jax.numpy.bfloat16)
+    return tensor.numpy(force=True)
 
 
 def _host(function, types):
@@ -51,13 +72,12 @@ def _host(function, types):
     def call(*values):
         import torch
 
-        tensors = [torch.from_numpy(np.array(v)) for v in values]
+        tensors = [_to_torch(v) for v in values]
         with torch.no_grad():
             results = function(*tensors)
         results = results if isinstance(results, tuple) else (results,)
         return tuple(
-            np.asarray(r.detach().numpy(force=True), dtype=t.dtype)
-            for r, t in zip(results, types, strict=True)
+            np.asarray(_to_numpy(r), dtype=t.dtype) for r, t in zip(results, types, strict=True)
         )
 
     return call

@@ -4,10 +4,20 @@
 import numpy as np
 import torch
 
+#: Floats a host body gets in float32: NumPy has no bfloat16, and its float16 rounds every step.
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
 
 def to_host(tensor):
-    """The tensor's values as a NumPy array (a host body sees no autograd)."""
-    return tensor.detach().numpy(force=True)
+    """The tensor's values as a NumPy array (a host body sees no autograd).
+
+    bfloat16 and float16 arrive in float32; the float results go back in
+    the inputs' dtype (`from_host`), rounded once.
+    """
+    tensor = tensor.detach()
+    if tensor.dtype in _LOW_PRECISION:
+        tensor = tensor.float()
+    return tensor.numpy(force=True)
 
 
 def from_host(value, like, dtype=None):

@@ -28,6 +28,14 @@ def _call(body, scope):
     return body(**{name: scope[name] for name in inspect.signature(body).parameters})
 
 
+def _host_array(value):
+    """A NumPy array for a host body: bfloat16 and float16 in float32, rounded back once after."""
+    array = np.asarray(value)
+    if array.dtype in (jnp.bfloat16, jnp.float16):
+        return array.astype(np.float32)
+    return array
+
+
 def _as_tuple(value, count):
     return tuple(value) if count > 1 else (value,)
 
@@ -109,7 +117,7 @@ class HostRule:
         types = self._result_types([jax.typeof(a) for a in arrays], statics)
 
         def host(*values):
-            results = self._host_results([np.asarray(v) for v in values], statics)
+            results = self._host_results([_host_array(v) for v in values], statics)
             return tuple(
                 np.asarray(r, dtype=t.dtype).reshape(t.shape)
                 for r, t in zip(results, types, strict=True)

@@ -1,0 +1,64 @@
+"""bfloat16 and float16 arrays through host (NumPy) and torch-bridged rules.
+
+NumPy has no bfloat16 and torch cannot take JAX's: the generated code
+converts at the boundary, the host body computing in float32 and the result
+rounded once to the input's dtype.  Before, torch's host rules raised
+`Got unsupported ScalarType BFloat16` and JAX's bridge `can't convert
+np.ndarray of type ml_dtypes.bfloat16`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special
+import torch
+
+from generated.jax import scipy_erfcx as jax_erfcx
+from generated.jax import torch_mish as jax_mish
+from generated.torch import scipy_erfcx as torch_erfcx
+
+LOW = [(torch.bfloat16, jnp.bfloat16), (torch.float16, jnp.float16)]
+POINTS = np.linspace(-1.5, 3.0, 301)
+
+
+def _error_in_eps(got, exact, dtype) -> float:
+    eps = float(jnp.finfo(dtype).eps)
+    return float(np.max(np.abs(np.asarray(got, np.float64) - exact) / np.abs(exact)) / eps)
+
+
+@pytest.mark.parametrize(("torch_dtype", "jax_dtype"), LOW)
+def test_a_host_rule_rounds_its_float32_result_once(torch_dtype, jax_dtype):
+    x = torch.tensor(POINTS, dtype=torch_dtype)
+    exact = scipy.special.erfcx(x.double().numpy())  # at the rounded inputs
+    value = torch_erfcx(x)
+    assert value.dtype == torch_dtype
+    assert _error_in_eps(value.double().numpy(), exact, jax_dtype) <= 1.0
+    jax_value = jax_erfcx(jnp.asarray(x.double().numpy(), dtype=jax_dtype))
+    assert jax_value.dtype == jax_dtype
+    assert _error_in_eps(jax_value, exact, jax_dtype) <= 1.0
+
+
+@pytest.mark.parametrize(("torch_dtype", "jax_dtype"), LOW)
+def test_a_host_rule_differentiates_in_low_precision(torch_dtype, jax_dtype):
+    x = torch.tensor(POINTS, dtype=torch_dtype, requires_grad=True)
+    torch_erfcx(x).sum().backward()
+    assert x.grad.dtype == torch_dtype and torch.isfinite(x.grad).all()
+    grads = jax.vmap(jax.grad(jax_erfcx))(jnp.asarray(POINTS, dtype=jax_dtype))
+    assert grads.dtype == jax_dtype and bool(jnp.isfinite(grads).all())
+    np.testing.assert_allclose(np.asarray(grads, np.float64), x.grad.double().numpy(), rtol=0, atol=0.1)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_a_torch_rule_bridged_to_jax_takes_low_precision_arrays(dtype):
+    x = jnp.asarray(POINTS, dtype=dtype)
+    rounded = np.asarray(x, np.float64)
+    value = jax_mish(x)
+    assert value.dtype == dtype
+    exact = rounded * np.tanh(np.log1p(np.exp(rounded)))
+    nonzero = np.abs(exact) > 1e-3
+    assert _error_in_eps(np.asarray(value, np.float64)[nonzero], exact[nonzero], dtype) <= 2.0
+    grads = jax.vmap(jax.grad(jax_mish))(x)
+    assert grads.dtype == dtype and bool(jnp.isfinite(grads).all())
