@@ -37,6 +37,8 @@ HELPER_NAMES = frozenset(
         "TorchBridge",
         "as_arrays",
         "as_tensors",
+        "in_float32",
+        "rounded",
         "fresh_outputs",
         "from_host",
         "fused",
@@ -127,6 +129,7 @@ PRIVATE_NAMES = frozenset(
         "_forward_compiled",
         "_backward_compiled",
         "_sum_to_shape",
+        "_low",
     }
 )
 
@@ -139,7 +142,7 @@ TEMPORARY = re.compile(r"_*(t\d+|saved(_[a-z0-9]+)+)(_dot|_bar)?")
 GENERATED_FROM_NAME = ("{}_dot", "{}_bar", "{}_shape", "_{}", "_{}_dot", "_{}_bar", "_residual_{}")
 
 #: Names the generator derives from a rule's function name (and, the last, its class name).
-GENERATED_FROM_RULE = ("_{}_jvp", "_{}_fwd", "_{}_bwd", "_{}_rule", "_{}_jvp_map", "_{}_vjp_map", "_torch_{}")
+GENERATED_FROM_RULE = ("_{}", "_{}_jvp", "_{}_fwd", "_{}_bwd", "_{}_rule", "_{}_jvp_map", "_{}_vjp_map", "_torch_{}")
 GENERATED_FROM_CLASS = ("_{}Compiled",)
 
 

@@ -62,3 +62,42 @@ def test_a_torch_rule_bridged_to_jax_takes_low_precision_arrays(dtype):
     assert _error_in_eps(np.asarray(value, np.float64)[nonzero], exact[nonzero], dtype) <= 2.0
     grads = jax.vmap(jax.grad(jax_mish))(x)
     assert grads.dtype == dtype and bool(jnp.isfinite(grads).all())
+
+
+@pytest.mark.parametrize(("torch_dtype", "jax_dtype"), LOW)
+def test_a_symbolic_rule_computes_in_float32_and_rounds_once(torch_dtype, jax_dtype):
+    from generated.jax import gelu as jax_gelu
+    from generated.torch import gelu as torch_gelu
+
+    x = torch.tensor(POINTS, dtype=torch_dtype)
+    rounded = x.double().numpy()
+    exact = rounded * scipy.special.ndtr(rounded)
+    derivative = scipy.special.ndtr(rounded) + rounded * np.exp(-(rounded**2) / 2) / np.sqrt(2 * np.pi)
+    nonzero = np.abs(exact) > 1e-2
+    leaf = x.clone().requires_grad_()
+    value = torch_gelu(leaf)
+    value.sum().backward()
+    assert value.dtype == torch_dtype and leaf.grad.dtype == torch_dtype
+    # Rounded once: within one eps of the exact value at the rounded input, gradient too.
+    assert _error_in_eps(value.detach().double().numpy()[nonzero], exact[nonzero], jax_dtype) <= 1.0
+    assert _error_in_eps(leaf.grad.double().numpy(), derivative, jax_dtype) <= 1.0
+    xj = jnp.asarray(rounded, dtype=jax_dtype)
+    jax_value = jax.jit(jax_gelu)(xj)
+    jax_grad = jax.jit(jax.vmap(jax.grad(jax_gelu)))(xj)
+    assert jax_value.dtype == jax_dtype and jax_grad.dtype == jax_dtype
+    assert _error_in_eps(np.asarray(jax_value, np.float64)[nonzero], exact[nonzero], jax_dtype) <= 1.0
+    assert _error_in_eps(np.asarray(jax_grad, np.float64), derivative, jax_dtype) <= 1.0
+    # torch.func and forward mode keep the dtype too.
+    tangent = torch.func.jvp(torch_gelu, (x,), (torch.ones_like(x),))[1]
+    assert tangent.dtype == torch_dtype
+    assert _error_in_eps(tangent.double().numpy(), derivative, jax_dtype) <= 1.0
+    assert torch.func.vmap(torch.func.grad(torch_gelu))(x).dtype == torch_dtype
+
+
+def test_float32_and_float64_compute_as_they_are():
+    from generated.jax import gelu as jax_gelu
+    from generated.torch import gelu as torch_gelu
+
+    for dtype in (torch.float32, torch.float64):
+        assert torch_gelu(torch.ones(3, dtype=dtype)).dtype == dtype
+    assert jax_gelu(jnp.ones(3, dtype=jnp.float32)).dtype == jnp.float32

@@ -87,7 +87,7 @@ def test_public_functions_carry_type_hints(package):
     import torch
 
     _, jax_pkg, torch_pkg = package
-    hints = typing.get_type_hints(jax_pkg.scaled_square.fun)
+    hints = typing.get_type_hints(jax_pkg.scaled_square)
     assert hints == {"x": jax.typing.ArrayLike, "return": jax.Array}
     assert typing.get_type_hints(torch_pkg.scaled_square) == {"x": torch.Tensor | float, "return": torch.Tensor}
     assert typing.get_type_hints(torch_pkg.ratio)["return"] == tuple[torch.Tensor, torch.Tensor]

@@ -86,3 +86,27 @@ def varying_like(results, *arrays):
         return jax.lax.pvary(result, missing)
 
     return jax.tree.map(cast, results)
+
+
+_LOW_PRECISION = (jnp.bfloat16, jnp.float16)
+
+
+def in_float32(*arrays):
+    """bfloat16 and float16 arrays in float32, and the dtype to round results to (None: keep them).
+
+    XLA computes each operation of these dtypes in them, rounding every
+    step; in float32, each result of the rule is rounded once.
+    """
+    low = jnp.result_type(*arrays) if arrays else None
+    if low not in _LOW_PRECISION:
+        return arrays, None
+    return tuple(a.astype(jnp.float32) if a.dtype in _LOW_PRECISION else a for a in arrays), low
+
+
+def rounded(low, *results):
+    """`results`, each float one rounded to `low` (None: as they are); one result bare."""
+    if low is not None:
+        results = tuple(
+            r.astype(low) if jnp.issubdtype(r.dtype, jnp.floating) else r for r in results
+        )
+    return results[0] if len(results) == 1 else results

@@ -66,3 +66,26 @@ def fresh_outputs(result, *inputs):
     if isinstance(result, tuple):
         return tuple(fresh_outputs(r, *inputs) for r in result)
     return result.clone() if any(result is i for i in inputs) else result
+
+
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def in_float32(*tensors):
+    """bfloat16 and float16 tensors in float32, and the dtype to round results to (None: keep them).
+
+    As torch's own kernels compute these dtypes (their "opmath"): each
+    result is rounded once, where computing in the dtype rounds every step.
+    """
+    floats = [t.dtype for t in tensors]
+    low = functools.reduce(torch.promote_types, floats) if floats else None
+    if low not in _LOW_PRECISION:
+        return tensors, None
+    return tuple(t.float() if t.dtype in _LOW_PRECISION else t for t in tensors), low
+
+
+def rounded(low, *results):
+    """`results`, each float one rounded to `low` (None: as they are); one result bare."""
+    if low is not None:
+        results = tuple(r.to(low) if r.is_floating_point() else r for r in results)
+    return results[0] if len(results) == 1 else results

@@ -36,6 +36,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
     rule = d.rule
     emit = _emitter(d)
     arrays = tuple(i.name for i in rule.inputs if not i.static)
+    float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
     forward = emit.block([], _forward_results(d, arrays))
     jvp = bwd = None
     maps: tuple[Function, ...] = ()
@@ -61,14 +62,24 @@ def plan_jax(d: Derivation) -> JaxPlan:
         custom="custom_vjp" if d.routes.jax == JaxRoute.CUSTOM_VJP else "custom_jvp",
         forward=forward,
         tangents=() if jvp is None else tuple(f"{n}_dot" if n in _diff_inputs(d) else "_" for n in arrays),
-        primal_call=f"{rule.name}({', '.join(i.name for i in rule.inputs)})",
+        primal_call=f"_{rule.name}({', '.join(i.name for i in rule.inputs)})",
         outputs=tuple(o.name for o in rule.outputs),
         jvp=jvp,
         saved=saved,
         cotangents=() if bwd is None else tuple(f"{o.name}_bar" for o in rule.outputs),
         bwd=bwd,
         imports=tuple(sorted(imports)),
-        util_names=tuple(n for n, used in (("as_arrays", bool(arrays)), (SUM_TO_SHAPE, summed)) if used),
+        util_names=tuple(
+            n
+            for n, used in (
+                ("as_arrays", bool(arrays)),
+                ("in_float32", bool(float_arrays)),
+                ("rounded", bool(float_arrays)),
+                (SUM_TO_SHAPE, summed),
+            )
+            if used
+        ),
+        float_arrays=float_arrays,
         array_arguments=array_arguments(rule, "as_arrays"),
         maps=maps,
         forward_notes=stability_notes(d),

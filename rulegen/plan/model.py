@@ -96,6 +96,8 @@ class JaxPlan:
     maps: tuple[Function, ...]
     array_arguments: str  # the primal body's first line (see array_arguments)
     forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
+    # Float array inputs: bfloat16 and float16 compute in float32 (rounded once); () for none.
+    float_arrays: tuple[str, ...] = ()
 
     @property
     def needs(self) -> Needs:
@@ -144,6 +146,8 @@ class TorchPlan:
     tensor_arguments: str  # the wrapper's first line: its array arguments as tensors (see array_arguments)
     forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
     grads_needed: str = ""  # with several inputs, when every one wants its gradient (the in-place backward's)
+    # Float array inputs: bfloat16 and float16 compute in float32 (rounded once); () for none.
+    float_arrays: tuple[str, ...] = ()
 
     @property
     def needs(self) -> Needs:

@@ -175,8 +175,9 @@ def plan_torch(d: Derivation) -> TorchPlan:
     emit.imports |= fused.imports
     # Fused rules compile these bodies instead.
     in_place = _InPlace() if rule.fuse else _in_place_bodies(t, emit, forward_results, backward.hot, saved)
+    float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
     if any(not i.static for i in rule.inputs):
-        emit.imports.add(TENSORS_IMPORT)
+        emit.imports.add(f"{TENSORS_IMPORT}, in_float32, rounded" if float_arrays else TENSORS_IMPORT)
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
     return TorchPlan(
@@ -215,6 +216,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         tensor_arguments=array_arguments(rule, "as_tensors"),
         forward_notes=stability_notes(t.d),
         grads_needed=_grads_needed(t),
+        float_arrays=float_arrays,
     )
 
 
