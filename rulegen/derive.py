@@ -213,14 +213,8 @@ class _Deriver:
         )
 
     def derive_residuals(self) -> dict[str, sp.Expr]:
-        residuals = self.rule.residuals
-        if residuals is None:
-            return {}
-        if isinstance(residuals, list):
-            self.fail(self.rule.loc, "residuals returned by the forward body need a snippet forward")
-            return {}
         found: dict[str, sp.Expr] = {}
-        for name, body in residuals.items():
+        for name, body in self.rule.residual_bodies.items():
             assert isinstance(body, SympyBody)  # rules with snippets are derived by derive_snippet_rule
             texts = self.per_name(body, [name], f"residual {name!r}")
             if name in texts:
@@ -231,7 +225,7 @@ class _Deriver:
 
     def derive_partials(self, forward: Mapping[str, sp.Expr]) -> tuple[dict, dict]:
         rule = self.rule
-        given = self.given_partials() if rule.derivatives is not None else {}
+        given = self.given_partials()
         jvp = vjp = dict(given)
         if rule.jvp is None or rule.vjp is None:
             for o in self.diff_outputs:
@@ -250,21 +244,9 @@ class _Deriver:
         return _nonzero(jvp), _nonzero(vjp)
 
     def given_partials(self) -> dict[tuple[str, str], sp.Expr]:
-        assert self.rule.derivatives is not None
         found: dict[tuple[str, str], sp.Expr] = {}
-        entries = self.rule.derivatives
-        nested = {k: v for k, v in entries.items() if isinstance(v, dict)}
-        flat = {k: v for k, v in entries.items() if isinstance(v, Text)}
-        table: dict[str, dict[str, Text]] = {}
-        if flat:
-            if nested or len(self.outputs) != 1:
-                loc = next(iter(flat.values())).loc
-                self.fail(loc, "with several outputs, `derivatives` maps each output to {input: partial}")
-                return found
-            table[self.outputs[0]] = flat
-        table.update(nested)
         scope = self.scope("derivatives")
-        for out, row in table.items():
+        for out, row in self.rule.partials.items():
             if out not in self.diff_outputs:
                 loc = next(iter(row.values())).loc if row else self.rule.loc
                 self.fail(loc, f"{out!r} is not a differentiable output")
@@ -351,8 +333,7 @@ def _nonzero(partials: Mapping[tuple[str, str], sp.Expr]) -> dict[tuple[str, str
 
 def has_snippets(rule: Rule) -> bool:
     bodies = [rule.forward, rule.jvp, rule.vjp]
-    if isinstance(rule.residuals, dict):
-        bodies += list(rule.residuals.values())
+    bodies += list(rule.residual_bodies.values())
     return any(isinstance(b, SnippetBody) for b in bodies)
 
 

@@ -166,7 +166,7 @@ class _SnippetDeriver:
         self.outputs = [o.name for o in rule.outputs]
         self.diff_inputs = [i.name for i in rule.inputs if i.differentiable]
         self.diff_outputs = [o.name for o in rule.outputs if o.differentiable]
-        self.returned = list(rule.residuals) if isinstance(rule.residuals, list) else []
+        self.returned = list(rule.returned_residuals)
 
     def scope(self, role: str) -> list[str]:
         return scope(self.rule, role)
@@ -264,9 +264,8 @@ class _SnippetDeriver:
         jvp = self.code("jvp", rule.jvp)
         vjp = self.code("vjp", rule.vjp)
         residuals = []
-        if isinstance(rule.residuals, dict):
-            for name, body in rule.residuals.items():
-                residuals.append((name, self.code(f"residual {name}", body) or {}))
+        for name, body in rule.residual_bodies.items():
+            residuals.append((name, self.code(f"residual {name}", body) or {}))
         if self.errors:
             raise SpecErrors(self.errors)
         if "torch" not in forward:

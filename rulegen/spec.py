@@ -448,6 +448,33 @@ class Rule(Node):
             return ()
         return tuple(self.residuals)
 
+    # The unions of the format in one form each, for every stage after this one.
+
+    @property
+    def partials(self) -> dict[str, dict[str, Text]]:
+        """`derivatives` as output -> {input: partial}; a flat table is the one output's.
+
+        A flat table beside nested ones, or with several outputs, is refused
+        by `consistency_errors`; only the nested ones are given here.
+        """
+        if self.derivatives is None:
+            return {}
+        flat = {k: v for k, v in self.derivatives.items() if isinstance(v, Text)}
+        nested = {k: dict(v) for k, v in self.derivatives.items() if isinstance(v, dict)}
+        if flat and not nested and len(self.outputs) == 1:
+            return {self.outputs[0].name: flat}
+        return nested
+
+    @property
+    def returned_residuals(self) -> tuple[str, ...]:
+        """Residuals the forward body returns after the outputs (`residuals: [r]`)."""
+        return tuple(self.residuals) if isinstance(self.residuals, list) else ()
+
+    @property
+    def residual_bodies(self) -> dict[str, SympyBody | SnippetBody]:
+        """Residuals computed by bodies of their own (`residuals: {r: body}`)."""
+        return dict(self.residuals) if isinstance(self.residuals, dict) else {}
+
 
 def consistency_errors(rule: Rule) -> list[SpecError]:
     """What pydantic cannot see field by field: names clashing, defaults out of order."""
@@ -460,6 +487,7 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
             errors.append(SpecError(loc, f"the name {name!r} is used twice (first at {places[name]})"))
         places.setdefault(name, loc)
     errors += _generated_name_errors(rule, named, places)
+    errors += _union_errors(rule)
     defaulted = False
     for i in rule.inputs:
         if i.has_default:
@@ -470,6 +498,19 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
                     i.loc, f"input {i.name!r} has no default but follows one that has: inputs with defaults come last"
                 )
             )
+    return errors
+
+
+def _union_errors(rule: Rule) -> list[SpecError]:
+    """Forms of `derivatives` and `residuals` that `Rule.partials` and `Rule.residual_bodies` cannot normalise."""
+    errors: list[SpecError] = []
+    flat = [v for v in (rule.derivatives or {}).values() if isinstance(v, Text)]
+    if flat and (len(flat) != len(rule.derivatives or {}) or len(rule.outputs) != 1):
+        errors.append(
+            SpecError(flat[0].loc, "with several outputs, `derivatives` maps each output to {input: partial}")
+        )
+    if rule.returned_residuals and isinstance(rule.forward, SympyBody):
+        errors.append(SpecError(rule.loc, "residuals returned by the forward body need a snippet forward"))
     return errors
 
 

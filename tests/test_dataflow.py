@@ -194,3 +194,38 @@ def test_symbolic_and_snippet_bodies_see_the_same_names(tmp_path, body):
         generate(rule)
     (error,) = caught.value.errors
     assert "unknown name 'aux_bar'" in str(error) and error.loc.line >= 9
+
+
+FLAT = "name: r\ninputs: [x]\nforward: x * x\nderivatives:\n  x: 2 * x\n"
+NESTED = "name: r\ninputs: [x]\nforward: x * x\nderivatives:\n  out:\n    x: 2 * x\n"
+
+
+def test_the_format_s_unions_reach_later_stages_in_one_form(tmp_path):
+    forms = []
+    for text in (FLAT, NESTED):
+        path = tmp_path / "r.yaml"
+        path.write_text(text)
+        (rule,) = read_rule_file(path, "r.yaml")
+        assert set(rule.partials) == {"out"} and set(rule.partials["out"]) == {"x"}
+        # Past the header, which names the file's hash.
+        forms.append({rel: text.split("\n", 2)[2] for rel, text in generate(rule).modules.items()})
+    assert forms[0] == forms[1]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        (
+            "name: r\ninputs: [x]\noutputs: [a, b]\nforward:\n  a: x\n  b: 2 * x\nderivatives:\n  x: 1\n",
+            8,
+            "with several outputs, `derivatives` maps each output to {input: partial}",
+        ),
+        ("name: r\ninputs: [x]\nforward: x * x\nresiduals: [r]\n", 1, "residuals returned by the forward body"),
+    ],
+)
+def test_a_form_that_cannot_be_normalised_is_refused_when_read(tmp_path, text, line, message):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecErrors) as caught:
+        read_rule_file(path, "r.yaml")
+    assert any(message in str(e) and e.loc.line == line for e in caught.value.errors), caught.value.errors
