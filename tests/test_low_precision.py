@@ -113,3 +113,20 @@ def test_the_generated_rules_err_at_most_as_the_native_ops_in_low_precision():
             native = table[case, dtype, backend, "native"]
             assert value <= native[0] + 1e-9 and gradient <= native[1] + 1e-9, (case, dtype, backend)
             assert value <= 0.5 and gradient <= 0.5, (case, dtype, backend)  # rounded once
+
+
+@pytest.mark.parametrize(("torch_dtype", "jax_dtype"), LOW)
+def test_a_snippet_rule_s_derivative_bodies_compute_in_float32_too(torch_dtype, jax_dtype):
+    # scipy_erfcx: a host forward and a Python JVP body, (2 x out - 2/sqrt(pi)) x_dot.
+    x = torch.tensor(POINTS, dtype=torch_dtype, requires_grad=True)
+    torch_erfcx(x).sum().backward()
+    rounded = x.detach().double().numpy()
+    exact = 2 * rounded * scipy.special.erfcx(rounded) - 2 / np.sqrt(np.pi)
+    eps = float(jnp.finfo(jax_dtype).eps)
+
+    def error(got):
+        return float(np.max(np.abs(np.asarray(got, np.float64) - exact) / np.maximum(np.abs(exact), 1.0)) / eps)
+
+    assert x.grad.dtype == torch_dtype and error(x.grad.double().numpy()) <= 0.5
+    grads = jax.vmap(jax.grad(jax_erfcx))(jnp.asarray(rounded, dtype=jax_dtype))
+    assert grads.dtype == jax_dtype and error(grads) <= 0.5

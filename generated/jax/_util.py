@@ -97,16 +97,23 @@ def in_float32(*arrays):
     XLA computes each operation of these dtypes in them, rounding every
     step; in float32, each result of the rule is rounded once.
     """
-    low = jnp.result_type(*arrays) if arrays else None
+    # A snippet rule may take a pytree (a tuple of arrays) for an array input: it is left as it is.
+    dtypes = [a.dtype for a in arrays if hasattr(a, "dtype")]
+    low = jnp.result_type(*dtypes) if dtypes else None
     if low not in _LOW_PRECISION:
         return arrays, None
-    return tuple(a.astype(jnp.float32) if a.dtype in _LOW_PRECISION else a for a in arrays), low
+    return tuple(_lifted(a) for a in arrays), low
+
+
+def _lifted(array):
+    return array.astype(jnp.float32) if getattr(array, "dtype", None) in _LOW_PRECISION else array
 
 
 def rounded(low, *results):
     """`results`, each float one rounded to `low` (None: as they are); one result bare."""
     if low is not None:
         results = tuple(
-            r.astype(low) if jnp.issubdtype(r.dtype, jnp.floating) else r for r in results
+            r.astype(low) if jnp.issubdtype(getattr(r, "dtype", int), jnp.floating) else r
+            for r in results
         )
     return results[0] if len(results) == 1 else results

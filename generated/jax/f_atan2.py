@@ -26,13 +26,7 @@ def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
     """
     y, x = as_arrays("f_atan2", ("y", "x"), "ff", y, x)
     # bfloat16 and float16 compute in float32 and round once (XLA would round every step).
-    (
-        (
-            y,
-            x,
-        ),
-        _low,
-    ) = in_float32(y, x)
+    (y, x), _low = in_float32(y, x)
     return rounded(_low, _f_atan2(y, x))
 
 

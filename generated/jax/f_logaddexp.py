@@ -26,13 +26,7 @@ def f_logaddexp(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
     """
     x, y = as_arrays("f_logaddexp", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once (XLA would round every step).
-    (
-        (
-            x,
-            y,
-        ),
-        _low,
-    ) = in_float32(x, y)
+    (x, y), _low = in_float32(x, y)
     return rounded(_low, _f_logaddexp(x, y))
 
 

@@ -29,13 +29,7 @@ def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, 
     """
     x, y = as_arrays("polar", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once (XLA would round every step).
-    (
-        (
-            x,
-            y,
-        ),
-        _low,
-    ) = in_float32(x, y)
+    (x, y), _low = in_float32(x, y)
     return rounded(_low, *_polar(x, y))
 
 

@@ -77,15 +77,25 @@ def in_float32(*tensors):
     As torch's own kernels compute these dtypes (their "opmath"): each
     result is rounded once, where computing in the dtype rounds every step.
     """
-    floats = [t.dtype for t in tensors]
+    # A snippet rule may take a pytree (a tuple of tensors) for an array input: it is left as it is.
+    floats = [t.dtype for t in tensors if isinstance(t, torch.Tensor)]
     low = functools.reduce(torch.promote_types, floats) if floats else None
     if low not in _LOW_PRECISION:
         return tensors, None
-    return tuple(t.float() if t.dtype in _LOW_PRECISION else t for t in tensors), low
+    return tuple(_lifted(t) for t in tensors), low
+
+
+def _lifted(tensor):
+    low = isinstance(tensor, torch.Tensor) and tensor.dtype in _LOW_PRECISION
+    return tensor.float() if low else tensor
+
+
+def _is_float_tensor(value):
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
 
 
 def rounded(low, *results):
     """`results`, each float one rounded to `low` (None: as they are); one result bare."""
     if low is not None:
-        results = tuple(r.to(low) if r.is_floating_point() else r for r in results)
+        results = tuple(r.to(low) if _is_float_tensor(r) else r for r in results)
     return results[0] if len(results) == 1 else results

@@ -61,12 +61,6 @@ def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:
     """
     y, x = as_tensors("f_atan2", ("y", "x"), "ff", y, x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
-    (
-        (
-            y,
-            x,
-        ),
-        _low,
-    ) = in_float32(y, x)
+    (y, x), _low = in_float32(y, x)
     function = _FAtan2Compiled if torch.compiler.is_compiling() else FAtan2
     return rounded(_low, function.apply(y, x))

@@ -77,12 +77,6 @@ def f_logaddexp(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tenso
     """
     x, y = as_tensors("f_logaddexp", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
-    (
-        (
-            x,
-            y,
-        ),
-        _low,
-    ) = in_float32(x, y)
+    (x, y), _low = in_float32(x, y)
     function = _FLogaddexpCompiled if torch.compiler.is_compiling() else FLogaddexp
     return rounded(_low, function.apply(x, y))

@@ -77,12 +77,6 @@ def f_max(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """
     x, y = as_tensors("f_max", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
-    (
-        (
-            x,
-            y,
-        ),
-        _low,
-    ) = in_float32(x, y)
+    (x, y), _low = in_float32(x, y)
     function = _FMaxCompiled if torch.compiler.is_compiling() else FMax
     return rounded(_low, function.apply(x, y))

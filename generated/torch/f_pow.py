@@ -68,12 +68,6 @@ def f_pow(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """
     x, y = as_tensors("f_pow", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
-    (
-        (
-            x,
-            y,
-        ),
-        _low,
-    ) = in_float32(x, y)
+    (x, y), _low = in_float32(x, y)
     function = _FPowCompiled if torch.compiler.is_compiling() else FPow
     return rounded(_low, function.apply(x, y))

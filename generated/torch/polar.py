@@ -75,12 +75,6 @@ def polar(x: torch.Tensor | float, y: torch.Tensor | float) -> tuple[torch.Tenso
     """
     x, y = as_tensors("polar", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
-    (
-        (
-            x,
-            y,
-        ),
-        _low,
-    ) = in_float32(x, y)
+    (x, y), _low = in_float32(x, y)
     function = _PolarCompiled if torch.compiler.is_compiling() else Polar
     return rounded(_low, *function.apply(x, y))

@@ -121,13 +121,7 @@ def sin_exp_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tenso
     """
     x, y = as_tensors("sin_exp_mul", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
-    (
-        (
-            x,
-            y,
-        ),
-        _low,
-    ) = in_float32(x, y)
+    (x, y), _low = in_float32(x, y)
     function = _SinExpMulCompiled if torch.compiler.is_compiling() else SinExpMul
     out, _saved_exp_sin, _saved_exp, _saved_sin = function.apply(x, y)
     return rounded(_low, out)

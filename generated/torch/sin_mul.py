@@ -91,13 +91,7 @@ def sin_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """
     x, y = as_tensors("sin_mul", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
-    (
-        (
-            x,
-            y,
-        ),
-        _low,
-    ) = in_float32(x, y)
+    (x, y), _low = in_float32(x, y)
     function = _SinMulCompiled if torch.compiler.is_compiling() else SinMul
     out, _saved_sin = function.apply(x, y)
     return rounded(_low, out)

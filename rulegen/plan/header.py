@@ -42,10 +42,18 @@ def array_arguments(rule: Rule, helper: str) -> str:
 def jax_util_imports(imports: set[str], rule: Rule) -> tuple[str, ...]:
     """A JAX snippet module's imports, with one import of what it takes from jax/_util.py."""
     names = ["as_arrays"] if any(not i.static for i in rule.inputs) else []
-    if "from ._util import unbroadcast" in imports:
-        names.append("unbroadcast")
-    kept = imports - {"from ._util import unbroadcast"}
+    for line, more in _UTIL_LINES.items():
+        if line in imports:
+            names += more
+    kept = imports - set(_UTIL_LINES)
     return tuple(sorted(kept | ({f"from ._util import {', '.join(names)}"} if names else set())))
+
+
+# What the snippet planners import from jax/_util.py, one line each: joined into the module's one line.
+_UTIL_LINES = {
+    "from ._util import in_float32, rounded": ["in_float32", "rounded"],
+    "from ._util import unbroadcast": ["unbroadcast"],
+}
 
 
 _DTYPE_LETTERS = {"float": "f", "int": "i", "bool": "b"}
@@ -56,7 +64,7 @@ TENSORS_IMPORT = "from ._util import as_tensors"
 
 def torch_util_imports(imports: set[str], names: Sequence[str]) -> tuple[str, ...]:
     """A torch snippet module's imports, with one import of what it takes from torch/_util.py."""
-    return tuple(sorted(imports | ({f"from ._util import {', '.join(names)}"} if names else set())))
+    return tuple(sorted(imports | ({f"from ._util import {', '.join(sorted(set(names)))}"} if names else set())))
 
 
 #: Per backend: the annotation of an array argument (by input dtype) and of a result.

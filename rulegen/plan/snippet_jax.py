@@ -29,12 +29,20 @@ def _module(
     tail: Sequence[str] = (),
     requires: Sequence[str] = (),
 ) -> SnippetPlan:
-    """The module: the bodies, then the public function running `lines` after its docstring and argument check."""
+    """The module: the bodies, then the public function running `lines` after its docstring and argument check.
+
+    Where the bodies compute (all routes but the bridge, whose torch function
+    lifts for itself), `lines` become the private `_name` and the public
+    function lifts bfloat16 and float16 to float32 around it (`_lifted`).
+    """
     rule = p.rule
     header = header_of(p.d)
     refusal = array_arguments(rule, "as_arrays")
     prologue = (*doc_lines(header), *([refusal] if refusal else []))
     params = tuple(map(str, params_of(rule.inputs, "jax")))
+    if bodies:
+        private = Function(f"_{rule.name}", p.inputs, tuple(lines), decorator=decorator)
+        methods, lines, decorator = (private, *methods), _lifted(p), ""
     return SnippetPlan(
         header=header,
         name=rule.name,
@@ -47,6 +55,21 @@ def _module(
         tail=tuple(tail),
         requires=tuple(sorted({*(p.requires if bodies else ()), *requires})),
     )
+
+
+def _lifted(p: SnippetPlanner) -> list[str]:
+    """The public function's body around the private one: bfloat16 and float16 computed in float32, rounded once."""
+    floats = [i.name for i in p.rule.inputs if not i.static and i.dtype == "float"]
+    call = f"_{p.rule.name}({', '.join(p.inputs)})"
+    if not floats:
+        return [f"return {call}"]
+    p.imports.add("from ._util import in_float32, rounded")
+    spread = "*" if len(p.outputs) > 1 else ""
+    return [
+        "# bfloat16 and float16 compute in float32 and round once (XLA would round every step).",
+        f"({tuple_text(floats)}{',' if len(floats) == 1 else ''}), _low = in_float32({', '.join(floats)})",
+        f"return rounded(_low, {spread}{call})",
+    ]
 
 
 def _bridge(p: SnippetPlanner) -> SnippetPlan:
@@ -118,7 +141,7 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
     lines = [f"{tuple_text(p.arrays)}{',' if len(p.arrays) == 1 else ''} = primals"]
     tangent_names = [f"{a}_dot" if a in p.diff_inputs else "_" for a in p.arrays]
     lines.append(f"{tuple_text(tangent_names)}{',' if len(p.arrays) == 1 else ''} = tangents")
-    lines.append(f"{tuple_text(p.outputs)} = {rule.name}({', '.join(p.inputs)})")
+    lines.append(f"{tuple_text(p.outputs)} = _{rule.name}({', '.join(p.inputs)})")
     needed = p.reads(*{JaxRoute.CUSTOM_JVP: ["jvp"], JaxRoute.TRANSPOSE: ["vjp"]}.get(route, ["jvp", "vjp"]))
     lines += p.residual_lines(needed, forward_call=True)
     dots = [f"{o}_dot" for o in p.diff_outputs]
@@ -131,7 +154,7 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
         lines.append(f"{tuple_text(dots)}, = {call}")
     lines.append(f"return {packed(p.outputs)}, {packed(_output_tangents(p))}")
     params = (*p.statics, "primals", "tangents")
-    methods.append(Function(f"_{rule.name}_jvp", params, tuple(lines), decorator=f"@{rule.name}.defjvp"))
+    methods.append(Function(f"_{rule.name}_jvp", params, tuple(lines), decorator=f"@_{rule.name}.defjvp"))
     return _module(p, _primal_lines(p), decorator=decorator, methods=methods)
 
 
@@ -157,7 +180,7 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
     needed = p.reads("vjp")
     # The primal function, not the body, so that the rule holds when
     # this fwd is itself differentiated (higher order).
-    fwd = [f"{tuple_text(p.outputs)} = {rule.name}({', '.join(p.inputs)})"]
+    fwd = [f"{tuple_text(p.outputs)} = _{rule.name}({', '.join(p.inputs)})"]
     fwd += p.residual_lines(needed, forward_call=True)
     saved = [n for n in (*p.arrays, *p.outputs, *p.returned, *(n for n, _ in p.d.residuals)) if n in needed]
     if p.broadcastable:
@@ -174,7 +197,7 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
         Function(f"_{rule.name}_fwd", p.inputs, tuple(fwd)),
         Function(f"_{rule.name}_bwd", (*p.statics, "saved", bars[0] if len(bars) == 1 else "cotangents"), tuple(bwd)),
     ]
-    tail = [f"{rule.name}.defvjp(_{rule.name}_fwd, _{rule.name}_bwd)"]
+    tail = [f"_{rule.name}.defvjp(_{rule.name}_fwd, _{rule.name}_bwd)"]
     return _module(p, _primal_lines(p), decorator=decorator, methods=methods, tail=tail)
 
 

@@ -22,10 +22,10 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
         # Nothing custom: torch differentiates the body as it is.
         forward = p.given("forward")
         if p.returned:
-            lines = [f"{p.forward_targets()} = {p.call(forward)}", f"return {tuple_text(p.outputs)}"]
+            lines = [f"{p.forward_targets()} = {p.call(forward)}", *_returned(p, tuple_text(p.outputs))]
         else:
-            lines = [f"return {p.call(forward)}"]
-        return _module(p, lines, util_names)
+            lines = _returned(p, p.call(forward), spread=len(p.outputs) > 1)
+        return _module(p, [*_lift(p, util_names), *lines], util_names)
     kept = _kept(p)
     methods = [
         _forward(p, kept, util_names),
@@ -37,7 +37,8 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     if p.given("forward").host:
         methods.append(_host_vmap(p))
         class_attrs = ()
-    return _module(p, _wrapper(p, kept), util_names, methods=methods, class_attrs=class_attrs)
+    lines = [*_lift(p, util_names), *_wrapper(p, kept)]
+    return _module(p, lines, util_names, methods=methods, class_attrs=class_attrs)
 
 
 def _module(
@@ -259,7 +260,31 @@ def _wrapper(p: SnippetPlanner, kept: _Kept) -> list[str]:
     if len(kept.values) > len(p.outputs):
         hidden = [f"_{r}" for r in kept.values[len(p.outputs) :]]
         lines.append(f"{tuple_text([*p.outputs, *hidden])} = function.apply({all_args})")
-        lines.append(f"return {tuple_text(p.outputs)}")
+        lines += _returned(p, tuple_text(p.outputs))
     else:
-        lines.append(f"return function.apply({all_args})")
+        lines += _returned(p, f"function.apply({all_args})", spread=len(p.outputs) > 1)
     return lines
+
+
+def _float_arrays(p: SnippetPlanner) -> list[str]:
+    return [i.name for i in p.rule.inputs if not i.static and i.dtype == "float"]
+
+
+def _lift(p: SnippetPlanner, util_names: list[str]) -> list[str]:
+    """The public function's bfloat16 and float16 float arrays in float32 (rounded back by `_returned`)."""
+    floats = _float_arrays(p)
+    if not floats:
+        return []
+    util_names += ["in_float32", "rounded"]
+    one = "," if len(floats) == 1 else ""
+    return [
+        "# bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.",
+        f"({tuple_text(floats)}{one}), _low = in_float32({', '.join(floats)})",
+    ]
+
+
+def _returned(p: SnippetPlanner, value: str, *, spread: bool = False) -> list[str]:
+    """The return of `value` (the outputs), rounded to the lifted dtype where `_lift` lifted."""
+    if not _float_arrays(p):
+        return [f"return {value}"]
+    return [f"return rounded(_low, {'*' if spread else ''}{value})"]
