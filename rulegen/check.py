@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import importlib
 import json
 import logging
@@ -43,6 +44,7 @@ CHECKS = (
     "transforms_torch",
     "broadcast",
     "float32",
+    "low_precision",
     "dtype",
     "scalars",
     "points",
@@ -980,6 +982,101 @@ def check_float32(s: _Subject) -> str:
     return f"float32 finite and within 1e-4 of float64 ({', '.join(found)})"
 
 
+#: Within this many eps of the float64 value at the rounded inputs, relative to max(|value|, 1).
+LOW_PRECISION_EPS = 4.0
+
+
+def check_low_precision(s: _Subject) -> str:
+    """bfloat16 and float16 in: outputs and gradients of that dtype, within a few of its eps of float64."""
+    import jax.numpy as jnp
+    import torch
+
+    for jax_dtype, torch_dtype in ((jnp.bfloat16, torch.bfloat16), (jnp.float16, torch.float16)):
+        _check_low_dtype(s, jax_dtype, torch_dtype)
+    return f"bfloat16 and float16: values and gradients within {LOW_PRECISION_EPS:g} eps of float64 (jax, torch)"
+
+
+def _check_low_dtype(s: _Subject, jax_dtype: Any, torch_dtype: Any) -> None:
+    import jax.numpy as jnp
+    import torch
+
+    label = str(jnp.dtype(jax_dtype))
+    rounded = [np.asarray(jnp.asarray(x, dtype=jax_dtype), dtype=np.float64) for x in s.xs()]
+    # The reference: float64 at the rounded inputs, non-differentiated float arrays rounded too.
+    exact = dataclasses.replace(
+        s, values=[_low_value(v, functools.partial(_rounded64, dtype=jax_dtype)) for v in s.values]
+    )
+    ref = [_to_numpy(o) for o in exact.jax_f(*rounded)]
+    grads64 = _grads_jax(exact.jax_f, rounded, np.float64) if s.diff else []
+    eps, largest = float(jnp.finfo(jax_dtype).eps), float(jnp.finfo(jax_dtype).max)
+    # Arguments as each backend's own arrays: NumPy has no bfloat16 that torch takes.
+    converters: dict[str, Callable[[Any], Any]] = {
+        "jax": functools.partial(jnp.asarray, dtype=jax_dtype),
+        "torch": functools.partial(torch.tensor, dtype=torch_dtype),
+    }
+    for name, convert in converters.items():
+        low = dataclasses.replace(s, values=[_low_value(v, convert) for v in s.values])
+        f = low.jax_f if name == "jax" else low.torch_f
+        xs = [convert(x) for x in rounded]
+        for k, (o, r) in enumerate(zip(map(_to_numpy_any, f(*xs)), ref, strict=True)):
+            if np.issubdtype(r.dtype, np.floating):
+                _within_eps(f"{name}: {label} output {k}", o, r, eps, largest)
+        if s.diff:
+            grads = _grads_jax(f, xs, None) if name == "jax" else _grads_torch(f, xs)
+            for k, (g, g64) in enumerate(zip(grads, grads64, strict=True)):
+                _within_eps(f"{name}: {label} gradient {k}", g, g64, eps, largest)
+
+
+def _rounded64(value: np.ndarray, dtype: Any) -> np.ndarray:
+    import jax.numpy as jnp
+
+    return np.asarray(jnp.asarray(value, dtype=dtype), dtype=np.float64)
+
+
+def _low_value(value: Any, convert: Callable[[np.ndarray], Any]) -> Any:
+    """A float64 array argument through `convert` (to the low dtype); other arguments as they are."""
+    return convert(value) if isinstance(value, np.ndarray) and value.dtype == np.float64 else value
+
+
+def _to_numpy_any(value: Any) -> np.ndarray:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().double().numpy() if value.is_floating_point() else value.numpy()
+    return (
+        np.asarray(value, dtype=np.float64)
+        if np.issubdtype(np.asarray(value).dtype, np.floating)
+        else np.asarray(value)
+    )
+
+
+def _grads_jax(f: Callable[..., Sequence[Any]], xs: Sequence[Any], dtype: Any) -> list[np.ndarray]:
+    import jax
+    import jax.numpy as jnp
+
+    total = lambda *a: sum(o.astype(jnp.float32).sum() if dtype is None else o.sum() for o in f(*a))  # noqa: E731
+    return [_to_numpy_any(g) for g in jax.grad(total, tuple(range(len(xs))))(*[jnp.asarray(x) for x in xs])]
+
+
+def _grads_torch(f: Callable[..., Sequence[Any]], xs: Sequence[Any]) -> list[np.ndarray]:
+    import torch
+
+    leaves = [x.clone().requires_grad_() for x in xs]
+    grads = torch.autograd.grad(_sum_of(f)(*leaves), leaves, allow_unused=True, materialize_grads=True)
+    return [_to_numpy_any(g) for g in grads]
+
+
+def _within_eps(what: str, got: np.ndarray, exact: np.ndarray, eps: float, largest: float) -> None:
+    """`got` within LOW_PRECISION_EPS eps of `exact` relative to max(|exact|, 1), where the dtype holds it."""
+    held = np.isfinite(exact) & (np.abs(exact) <= largest)
+    if not np.isfinite(got[held]).all():
+        raise CheckFailed(f"{what} is not finite where its dtype holds the exact value")
+    error = np.abs(got[held] - exact[held]) / np.maximum(np.abs(exact[held]), 1.0) / eps
+    worst = float(np.max(error, initial=0.0))
+    if worst > LOW_PRECISION_EPS:
+        raise CheckFailed(f"{what} is {worst:.3g} eps from float64 at the rounded inputs (bound {LOW_PRECISION_EPS:g})")
+
+
 @contextmanager
 def _torch_default_dtype(dtype: Any) -> Iterator[None]:
     import torch
@@ -1382,6 +1479,7 @@ _FUNCTIONS: dict[str, Callable[[_Subject], str]] = {
     "transforms_torch": check_transforms_torch,
     "broadcast": check_broadcast,
     "float32": check_float32,
+    "low_precision": check_low_precision,
     "dtype": check_dtype,
     "scalars": check_scalars,
     "points": check_points,
