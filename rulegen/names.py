@@ -129,6 +129,8 @@ PRIVATE_NAMES = frozenset(
         "_forward_compiled",
         "_backward_compiled",
         "_sum_to_shape",
+        "_host_op",
+        "_host_shapes",
         "_low",
     }
 )

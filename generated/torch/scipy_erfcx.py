@@ -15,13 +15,23 @@ def _forward(x):
     return scipy.special.erfcx(x)
 
 
+@torch.library.custom_op(__name__.replace(".", "_") + "::scipy_erfcx", mutates_args=())
+def _host_op(x: torch.Tensor) -> torch.Tensor:
+    out = _forward(to_host(x))
+    return from_host(out, x, x.dtype)
+
+
+@_host_op.register_fake
+def _host_shapes(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty(torch.broadcast_shapes(x.shape), dtype=x.dtype, device=x.device)
+
+
 class ScipyErfcx(torch.autograd.Function):
     """The torch.autograd.Function behind `scipy_erfcx`, which applies it."""
 
     @staticmethod
     def forward(x):
-        out = _forward(to_host(x))
-        return from_host(out, x, x.dtype)
+        return _host_op(x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

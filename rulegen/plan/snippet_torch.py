@@ -38,7 +38,8 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
         methods.append(_host_vmap(p))
         class_attrs = ()
     lines = [*_lift(p, util_names), *_wrapper(p, kept)]
-    return _module(p, lines, util_names, methods=methods, class_attrs=class_attrs)
+    host_op = host_op_functions(p, kept.values) if p.given("forward").host and _host_op_applies(p) else ()
+    return _module(p, lines, util_names, methods=methods, class_attrs=class_attrs, extra_bodies=host_op)
 
 
 def _module(
@@ -48,6 +49,7 @@ def _module(
     *,
     methods: Sequence[Function] = (),
     class_attrs: tuple[str, ...] = (),
+    extra_bodies: Sequence[Function] = (),
 ) -> SnippetPlan:
     """The module: the bodies, the Function's `methods` if any, and the public function running `lines`."""
     rule = p.rule
@@ -60,7 +62,7 @@ def _module(
         header=header,
         name=rule.name,
         imports=torch_util_imports(p.imports, util_names),
-        bodies=p.bodies,
+        bodies=(*p.bodies, *extra_bodies),
         called=p.called,
         assignments=(),
         public=Function(rule.name, params, (*prologue, *lines), returns=returns_of(rule, "torch")),
@@ -120,7 +122,9 @@ def _kept(p: SnippetPlanner) -> _Kept:
 
 def _forward(p: SnippetPlanner, kept: _Kept, util_names: list[str]) -> Function:
     forward = p.given("forward")
-    if forward.host:
+    if forward.host and _host_op_applies(p):
+        lines = [f"return {_HOST_OP}({', '.join(p.arrays)})"]
+    elif forward.host:
         lines = _host_forward(p, kept.values)
     else:
         # A body may return an input as it is (`return x`), which torch refuses to save for backward.
@@ -134,6 +138,53 @@ def _forward(p: SnippetPlanner, kept: _Kept, util_names: list[str]) -> Function:
         else:
             lines = [f"return {result}"]
     return Function("forward", p.inputs, tuple(lines), decorator="@staticmethod")
+
+
+_HOST_OP = "_host_op"
+
+
+def _host_op_applies(p: SnippetPlanner) -> bool:
+    """Whether the host forward can be a torch custom op: tensors in and out, a float array to follow.
+
+    A static may be any Python value, which an op's schema cannot type.
+    """
+    return not p.statics and any(i.dtype == "float" for i in p.rule.inputs)
+
+
+def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Function, Function]:
+    """The host forward as a torch custom op, and its fake: torch.compile and export see one opaque op.
+
+    Without it, Dynamo breaks the graph at the NumPy call.  The fake gives
+    the results' shapes without running the host: the broadcast shape of
+    the arrays for an elementwise rule, else the first array's (as JAX's
+    HostRule assumes); float results in the float arrays' dtype.
+    """
+    rule = p.rule
+    float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
+    like = float_arrays[0]
+    params = tuple(f"{a}: torch.Tensor" for a in p.arrays)
+    returns = "torch.Tensor" if len(values) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(values))}]"
+    name = f'__name__.replace(".", "_") + "::{rule.name}"'
+    op = Function(
+        _HOST_OP,
+        params,
+        tuple(_host_forward(p, values)),
+        decorator=f"@torch.library.custom_op({name}, mutates_args=())",
+        returns=returns,
+    )
+    arrays = ", ".join(f"{a}.shape" for a in p.arrays)
+    shape = f"torch.broadcast_shapes({arrays})" if rule.batching == "elementwise" else f"{p.arrays[0]}.shape"
+    dtypes = {"float": f"{like}.dtype", "int": "torch.int64", "bool": "torch.bool"}
+    kinds = {o.name: o.dtype for o in rule.outputs}
+    empties = [f"torch.empty({shape}, dtype={dtypes[kinds.get(v, 'float')]}, device={like}.device)" for v in values]
+    fake = Function(
+        "_host_shapes",
+        params,
+        (f"return {tuple_text(empties)}",),
+        decorator=f"@{_HOST_OP}.register_fake",
+        returns=returns,
+    )
+    return op, fake
 
 
 def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:

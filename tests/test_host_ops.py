@@ -1,0 +1,46 @@
+"""A host (NumPy) forward is a torch custom op with a fake: torch.compile sees one op, not a graph break.
+
+Before, `torch._dynamo.explain` of scipy_erfcx found a graph break at the
+NumPy call (two graphs); now one graph.  Ops are named by the generated
+module, so two packages holding the same rule import side by side.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+import torch
+
+from rulegen.build import build
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_a_host_rule_compiles_into_one_graph():
+    from generated.torch import scipy_erfcx
+
+    x = torch.linspace(-1, 2, 5, dtype=torch.float64)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(scipy_erfcx)(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(scipy_erfcx, fullgraph=True)
+    leaf = x.clone().requires_grad_()
+    compiled(leaf).sum().backward()
+    reference = x.clone().requires_grad_()
+    scipy_erfcx(reference).sum().backward()
+    torch.testing.assert_close(leaf.grad, reference.grad)
+
+
+def test_two_packages_with_the_same_host_rule_import_side_by_side(tmp_path, monkeypatch):
+    for name in ("first_pkg", "second_pkg"):
+        build([ROOT / "rules" / "scipy_erfcx.yaml"], tmp_path / name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    x = torch.linspace(-1, 2, 5, dtype=torch.float64)
+    values = [importlib.import_module(f"{name}.torch").scipy_erfcx(x) for name in ("first_pkg", "second_pkg")]
+    torch.testing.assert_close(values[0], values[1])
+    for name in ("first_pkg", "second_pkg"):
+        for module in [m for m in sys.modules if m.startswith(name)]:
+            del sys.modules[module]
