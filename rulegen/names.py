@@ -131,6 +131,7 @@ PRIVATE_NAMES = frozenset(
         "_sum_to_shape",
         "_host_op",
         "_host_shapes",
+        "__name__",  # names a host rule's custom op after its module
         "_low",
     }
 )
