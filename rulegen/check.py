@@ -11,6 +11,7 @@ exception inside a check is a failure of that check, never of the run.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import functools
@@ -29,8 +30,9 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+from rulegen import names
 from rulegen.build import available_cores
-from rulegen.spec import Rule, SnippetBody, SympyBody
+from rulegen.spec import Returned, Rule, SnippetBody, Structured, SympyBody
 
 CHECKS = (
     "forward",
@@ -48,6 +50,7 @@ CHECKS = (
     "dtype",
     "scalars",
     "points",
+    "structures",
     "compile",
 )
 Status = Literal["pass", "fail", "n/a"]
@@ -234,8 +237,8 @@ def _subject(rule: Rule, jax_pkg: Any, torch_pkg: Any, seed: int, known: Sequenc
     no_forward_mode, elementwise = _forward_modes(rule, known or [rule.name])
     subject = _Subject(
         rule=rule,
-        jax_fn=getattr(jax_pkg, rule.name),
-        torch_fn=getattr(torch_pkg, rule.name),
+        jax_fn=flat_call(rule, getattr(jax_pkg, rule.name)),
+        torch_fn=flat_call(rule, getattr(torch_pkg, rule.name)),
         values=_sample(rule, rng),
         diff=[k for k, i in enumerate(rule.inputs) if i.differentiable],
         outputs=[k for k, o in enumerate(rule.outputs) if o.differentiable],
@@ -248,6 +251,69 @@ def _subject(rule: Rule, jax_pkg: Any, torch_pkg: Any, seed: int, known: Sequenc
     if rule.checks.sample is not None:
         _pointwise(subject)
     return subject
+
+
+def flat_call(rule: Rule, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, a rule's public function, as a function of the rule's inputs returning its outputs in order.
+
+    A structured rule's function takes named tuples, dicts and tuples and
+    returns its structure: every check calls it through this, so the
+    structures' code is checked with the rest, and a result of another
+    structure than the rule's fails.
+    """
+    if not rule.structured:
+        return fn
+
+    def call(*values: Any) -> Any:
+        arguments = structured_arguments(rule, values)
+        found = fn(*arguments)
+        if rule.returns is None:
+            return found
+        by_name = dict(_returned_leaves(rule.returns, found, "the result"))
+        flat = tuple(by_name[o.name] for o in rule.outputs)
+        return flat if len(flat) > 1 else flat[0]
+
+    return call
+
+
+_FIELD_TYPES: dict[tuple[str, ...], type] = {}
+
+
+def structured_arguments(rule: Rule, values: Sequence[Any]) -> list[Any]:
+    """The public function's arguments for the rule's `values` (one per input): structures built around them."""
+    pending = iter(values)
+    arguments: list[Any] = []
+    for p in rule.parameters:
+        if not isinstance(p, Structured):
+            arguments.append(next(pending))
+            continue
+        leaves = {i.name: next(pending) for i in p.leaves}
+        if p.kind == "fields":
+            key = (names.camel_case(p.name), *leaves)
+            if key not in _FIELD_TYPES:
+                _FIELD_TYPES[key] = collections.namedtuple(key[0], list(leaves))
+            arguments.append(_FIELD_TYPES[key](**leaves))
+        else:
+            arguments.append(leaves if p.kind == "keys" else tuple(leaves.values()))
+    return arguments
+
+
+def _returned_leaves(returned: Returned, value: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """(output, its value) for each output in `value`, which must have the structure `returned` declares."""
+    if returned.kind == "output":
+        yield returned.name, value
+        return
+    if returned.kind == "tuple":
+        if not isinstance(value, tuple) or len(value) != len(returned.items):
+            raise CheckFailed(f"{where} is {type(value).__name__}, not a tuple of {len(returned.items)}")
+        for k, ((_, item), part) in enumerate(zip(returned.items, value, strict=True)):
+            yield from _returned_leaves(item, part, f"{where}[{k}]")
+        return
+    keys = [key for key, _ in returned.items]
+    if not isinstance(value, dict) or list(value) != keys:
+        raise CheckFailed(f"{where} is {type(value).__name__}, not a dict with keys {keys}")
+    for key, item in returned.items:
+        yield from _returned_leaves(item, value[key], f"{where}[{key!r}]")
 
 
 def _tangents(s: _Subject) -> list[np.ndarray]:
@@ -1313,6 +1379,85 @@ def _point_jvp(s: _Subject, backend: str, tangents: Sequence[np.ndarray]) -> tup
     return np.concatenate(found), f" ({backend} JVP by reverse mode: {s.no_forward_mode[backend]})"
 
 
+def check_structures(s: _Subject) -> str:
+    """Gradients with respect to structured arguments come in those structures, equal to the inputs' gradients."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    rule = s.rule
+    if not rule.structured:
+        raise NotApplicable("the rule takes and returns arrays, no structures")
+    # What grad can take: arrays and structures all of whose arrays are differentiable.
+    wrt = [
+        k
+        for k, p in enumerate(rule.parameters)
+        if all(i.differentiable for i in (p.leaves if isinstance(p, Structured) else (p,)))
+    ]
+    if not wrt:
+        raise NotApplicable("no argument is differentiable as a whole")
+    weights = [s.rng.standard_normal(np.shape(o)) for o in s.jax_f(*[jnp.asarray(x) for x in s.xs()])]
+    flat = _grads_of_weighted(s, weights)
+    by_input = dict(zip((rule.inputs[k].name for k in s.diff), flat, strict=True))
+    public = {"jax": s.jax_fn, "torch": s.torch_fn}
+    for backend, convert in (("jax", jnp.asarray), ("torch", torch.from_numpy)):
+        values = [convert(v) if isinstance(v, np.ndarray) else v for v in s.values]
+        arguments = structured_arguments(rule, values)
+
+        def total(*args: Any, backend: str = backend, convert: Callable[[Any], Any] = convert) -> Any:
+            # The structures as the user passes them: rebuilt from whatever the transform hands in.
+            outs = public[backend](*_leaves_of_arguments(rule, args))
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            xp = jnp if backend == "jax" else torch
+            return sum(xp.sum(outs[k] * convert(w)) for k, w in zip(s.outputs, weights, strict=True))
+
+        grad = jax.grad if backend == "jax" else torch.func.grad
+        got = dict(zip(wrt, grad(total, argnums=tuple(wrt))(*arguments), strict=True))
+        if type(got[wrt[0]]) is not type(arguments[wrt[0]]) or any(
+            type(g) is not type(arguments[k]) for k, g in got.items() if isinstance(rule.parameters[k], Structured)
+        ):
+            wrong = next(k for k, g in got.items() if type(g) is not type(arguments[k]))
+            raise CheckFailed(
+                f"{backend}: the gradient for {rule.parameters[wrong].name!r} is {type(got[wrong]).__name__}, "
+                f"not {type(arguments[wrong]).__name__}"
+            )
+        parts = _leaves_of_arguments(rule, [got.get(k, a) for k, a in enumerate(arguments)])
+        for leaf, part in zip(rule.inputs, parts, strict=True):
+            if leaf.name in by_input:
+                compare(f"{backend} gradient of {leaf.name}", _to_numpy(part), by_input[leaf.name], s.rtol, s.atol)
+    kinds = ", ".join(f"{p.name} ({p.kind})" for p in rule.parameters if isinstance(p, Structured))
+    shapes = f"{kinds} in" + (", " if rule.returns else "") if kinds else ""
+    return f"jax.grad and torch.func.grad through the structures ({shapes}{'results' if rule.returns else ''})"
+
+
+def _leaves_of_arguments(rule: Rule, arguments: Sequence[Any]) -> list[Any]:
+    """The rule's inputs, one value each, from the public function's arguments (structures taken apart)."""
+    leaves: list[Any] = []
+    for p, a in zip(rule.parameters, arguments, strict=True):
+        if not isinstance(p, Structured):
+            leaves.append(a)
+        elif p.kind == "fields":
+            leaves += [getattr(a, i.name) for i in p.leaves]
+        elif p.kind == "keys":
+            leaves += [a[i.name] for i in p.leaves]
+        else:
+            leaves += list(a)
+    return leaves
+
+
+def _grads_of_weighted(s: _Subject, weights: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The gradient of sum(w * out) with respect to each differentiable input, by JAX on flat inputs."""
+    import jax
+    import jax.numpy as jnp
+
+    def total(*xs: Any) -> Any:
+        return sum(jnp.sum(o * w) for o, w in zip(s.jax_f(*xs), weights, strict=True))
+
+    return [
+        np.asarray(g) for g in jax.grad(total, argnums=tuple(range(len(s.diff))))(*[jnp.asarray(x) for x in s.xs()])
+    ]
+
+
 def check_compile(s: _Subject, include: bool) -> str:
     import torch
 
@@ -1483,6 +1628,7 @@ _FUNCTIONS: dict[str, Callable[[_Subject], str]] = {
     "dtype": check_dtype,
     "scalars": check_scalars,
     "points": check_points,
+    "structures": check_structures,
 }
 
 

@@ -78,8 +78,10 @@ LOCAL_NAMES = frozenset(
 
 #: Builtins generated code calls (a rule name or input would shadow them); the
 #: printers write `max`/`min`/`abs` of static (Python number) arguments, and
-#: annotations `float`, `int`, `bool` and `tuple`.
-BUILTIN_NAMES = frozenset({"NotImplementedError", "abs", "bool", "float", "int", "max", "min", "staticmethod", "tuple"})
+#: annotations `float`, `int`, `bool`, `tuple`, and `dict` and `str` of a structured argument or result.
+BUILTIN_NAMES = frozenset(
+    {"NotImplementedError", "abs", "bool", "dict", "float", "int", "max", "min", "staticmethod", "str", "tuple"}
+)
 
 #: Keys of the rule format that a body's names could be mistaken for, and the
 #: generator of a `checks.sample` body.

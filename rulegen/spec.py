@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import hashlib
 import keyword
 import math
@@ -30,6 +31,7 @@ from pydantic import (
     Tag,
     TypeAdapter,
     ValidationError,
+    WithJsonSchema,
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
@@ -354,6 +356,124 @@ OutputList = Annotated[
 ]
 
 
+# ---------------------------------------------------------------- structures
+
+#: How a structured argument holds its arrays: a named tuple's fields, a dict's keys, a tuple's items.
+StructureKind = Literal["fields", "keys", "items"]
+STRUCTURE_KINDS: tuple[StructureKind, ...] = ("fields", "keys", "items")
+
+
+class Structured(Node):
+    """An argument that is a named tuple, dict or tuple of array inputs (`pt: {fields: [x, y]}`).
+
+    Its arrays are inputs of the rule like any other (bodies read `x` and
+    `y`); only the public function sees the structure, taking it apart on
+    the way in, so every transform of either framework sees plain arrays.
+    """
+
+    name: Name
+    fields: InputList | None = None
+    keys: InputList | None = None
+    items: InputList | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Structured:
+        given = [k for k in STRUCTURE_KINDS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a structured input takes one of `fields`, `keys` or `items`, not {given}")
+        leaves = getattr(self, given[0])
+        if not leaves:
+            raise ValueError(f"`{given[0]}` names no arrays")
+        for leaf in leaves:
+            if leaf.static or leaf.has_default:
+                raise ValueError(f"{leaf.name!r}: a structure holds arrays; a static or defaulted input stands alone")
+        return self
+
+    @property
+    def kind(self) -> StructureKind:
+        kinds: tuple[StructureKind, ...] = STRUCTURE_KINDS
+        return next(k for k in kinds if getattr(self, k) is not None)
+
+    @property
+    def leaves(self) -> tuple[Input, ...]:
+        return tuple(getattr(self, self.kind))
+
+
+class StructuredOptions(Structured):
+    """A structured input's options in the mapping form `{pt: {fields: [...]}}`: the key is its name."""
+
+    name: SkipJsonSchema[Name] = ""
+
+
+INPUT_TAG, STRUCTURE_TAG = "<input>", "<structure>"
+
+
+def _parameter_form(value: Any) -> str:
+    return STRUCTURE_TAG if isinstance(value, dict) and any(k in value for k in STRUCTURE_KINDS) else INPUT_TAG
+
+
+Parameter = Annotated[
+    Annotated[Input, Tag(INPUT_TAG)] | Annotated[Structured, Tag(STRUCTURE_TAG)],
+    Discriminator(_parameter_form),
+]
+ParameterList = Annotated[
+    tuple[Parameter, ...],
+    BeforeValidator(
+        _named_entries,
+        json_schema_input_type=list[str] | dict[str, InputOptions | StructuredOptions | None],
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Returned:
+    """The structure the public function returns its outputs in: an output, or a tuple or dict of structures."""
+
+    kind: Literal["output", "tuple", "dict"]
+    name: str = ""  # the output, for kind "output"
+    items: tuple[tuple[str, Returned], ...] = ()  # (key, structure); keys of a tuple are ""
+    loc: Loc = _UNKNOWN
+
+    @property
+    def outputs(self) -> tuple[Returned, ...]:
+        """The outputs in it, in order (the order of the flat outputs it is built from)."""
+        if self.kind == "output":
+            return (self,)
+        return tuple(leaf for _, item in self.items for leaf in item.outputs)
+
+
+_MAX_RETURN_DEPTH = 8
+
+
+def _to_returned(value: Any, depth: int = 0) -> Returned:
+    loc = getattr(value, "loc", _UNKNOWN)
+    if depth > _MAX_RETURN_DEPTH:
+        raise ValueError(f"`returns` nests deeper than {_MAX_RETURN_DEPTH} levels")
+    if isinstance(value, str):
+        return Returned("output", name=_to_name(value), loc=loc)
+    if isinstance(value, list) and value:
+        return Returned("tuple", items=tuple(("", _to_returned(v, depth + 1)) for v in value), loc=loc)
+    if isinstance(value, dict) and value:
+        for key in value:
+            if not isinstance(key, str):
+                raise ValueError(f"a dict returned has string keys, not {key!r}")
+        return Returned("dict", items=tuple((k, _to_returned(v, depth + 1)) for k, v in value.items()), loc=loc)
+    raise ValueError(
+        f"`returns` is an output's name, a non-empty list (a tuple) or a non-empty mapping (a dict), not {value!r}"
+    )
+
+
+# The JSON Schema of `returns`: names of outputs, nested in lists (tuples) and mappings (dicts).
+_RETURNED_SCHEMA = {
+    "$comment": "an output's name, or a list (tuple) or mapping (dict) of these, nested",
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "minItems": 1},
+        {"type": "object", "minProperties": 1},
+    ],
+}
+
+
 # ---------------------------------------------------------------- checks
 
 
@@ -422,8 +542,17 @@ class Rule(Node):
     name: Annotated[str, BeforeValidator(_to_rule_name, json_schema_input_type=str)]
     class_name: Annotated[str, BeforeValidator(_to_class_name, json_schema_input_type=str)] | None = None
     doc: str = ""
-    inputs: InputList
+    parameters: Annotated[
+        ParameterList,
+        Field(alias="inputs", description="the arguments, in order: arrays, statics, or structures of arrays"),
+    ]
     outputs: OutputList = (Output(name="out"),)
+    returns: Annotated[
+        Returned | None,
+        BeforeValidator(_to_returned),
+        WithJsonSchema(_RETURNED_SCHEMA),
+        Field(description="the outputs in a tuple or dict structure (a list or mapping of output names, nested)"),
+    ] = None
     forward: Body
     derivatives: dict[Name, TextField | dict[Name, TextField]] | None = None
     jvp: Body | None = None
@@ -437,6 +566,29 @@ class Rule(Node):
     checks: Checks = Field(default_factory=Checks)
     source: SkipJsonSchema[str] = Field(default="", exclude=True)
     source_hash: SkipJsonSchema[str] = Field(default="", exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _outputs_from_returns(cls, data: Any) -> Any:
+        # `returns` alone names the outputs, in the order it holds them.
+        if isinstance(data, dict) and "returns" in data and "outputs" not in data:
+            found = _names_in_returns(data["returns"])
+            if found is not None:
+                outputs = YamlList(found)
+                outputs.loc = getattr(data["returns"], "loc", _UNKNOWN)
+                outputs.item_locs = [getattr(n, "loc", outputs.loc) for n in found]
+                data = {**data, "outputs": outputs}
+        return data
+
+    @functools.cached_property
+    def inputs(self) -> tuple[Input, ...]:
+        """The rule's array and static inputs, a structure's arrays in its place: what every body reads."""
+        return tuple(leaf for p in self.parameters for leaf in (p.leaves if isinstance(p, Structured) else (p,)))
+
+    @property
+    def structured(self) -> bool:
+        """Whether the public function takes or returns a structure (and so takes apart or builds one)."""
+        return self.returns is not None or any(isinstance(p, Structured) for p in self.parameters)
 
     @property
     def torch_class(self) -> str:
@@ -476,11 +628,30 @@ class Rule(Node):
         return dict(self.residuals) if isinstance(self.residuals, dict) else {}
 
 
+def _names_in_returns(value: Any, depth: int = 0) -> list[Any] | None:
+    """The output names in a raw `returns` (None where it is malformed: its validation says how)."""
+    if depth > _MAX_RETURN_DEPTH:
+        return None
+    if isinstance(value, str):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    if not items:
+        return None
+    found: list[Any] = []
+    for item in items:
+        names_below = _names_in_returns(item, depth + 1)
+        if names_below is None:
+            return None
+        found += names_below
+    return found
+
+
 def consistency_errors(rule: Rule) -> list[SpecError]:
     """What pydantic cannot see field by field: names clashing, defaults out of order."""
     errors: list[SpecError] = []
     places: dict[str, Loc] = {}
-    named = [(i.name, i.loc) for i in rule.inputs] + [(o.name, o.loc) for o in rule.outputs]
+    named = [(p.name, p.loc) for p in rule.parameters if isinstance(p, Structured)]
+    named += [(i.name, i.loc) for i in rule.inputs] + [(o.name, o.loc) for o in rule.outputs]
     named += [(n, rule.loc) for n in rule.residual_names]
     for name, loc in named:
         if name in places:
@@ -488,6 +659,7 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
         places.setdefault(name, loc)
     errors += _generated_name_errors(rule, named, places)
     errors += _union_errors(rule)
+    errors += _returns_errors(rule)
     defaulted = False
     for i in rule.inputs:
         if i.has_default:
@@ -501,6 +673,30 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
     return errors
 
 
+def _returns_errors(rule: Rule) -> list[SpecError]:
+    """`returns` must hold every output once, and nothing else."""
+    if rule.returns is None:
+        return []
+    errors: list[SpecError] = []
+    outputs = {o.name for o in rule.outputs}
+    seen: set[str] = set()
+    for leaf in rule.returns.outputs:
+        if leaf.name not in outputs:
+            errors.append(SpecError(leaf.loc, f"`returns` names {leaf.name!r}, which is no output of the rule"))
+        elif leaf.name in seen:
+            errors.append(SpecError(leaf.loc, f"`returns` holds the output {leaf.name!r} twice"))
+        seen.add(leaf.name)
+    missing = [o for o in rule.outputs if o.name not in seen]
+    if missing:
+        errors.append(
+            SpecError(
+                rule.returns.loc,
+                f"`returns` leaves out the output{'s' * (len(missing) > 1)} {', '.join(repr(o.name) for o in missing)}",
+            )
+        )
+    return errors
+
+
 def _union_errors(rule: Rule) -> list[SpecError]:
     """Forms of `derivatives` and `residuals` that `Rule.partials` and `Rule.residual_bodies` cannot normalise."""
     errors: list[SpecError] = []
@@ -511,6 +707,15 @@ def _union_errors(rule: Rule) -> list[SpecError]:
         )
     if rule.returned_residuals and isinstance(rule.forward, SympyBody):
         errors.append(SpecError(rule.loc, "residuals returned by the forward body need a snippet forward"))
+    body = rule.forward
+    if rule.structured and isinstance(body, SnippetBody) and body.torch is not None and not (body.python or body.jax):
+        errors.append(
+            SpecError(
+                body.loc,
+                "a torch-only rule takes and returns flat arrays (JAX calls its torch function through "
+                "callbacks); give a `python` or `jax` body too, or drop the structures",
+            )
+        )
     return errors
 
 
@@ -607,7 +812,7 @@ def _located_errors(root: object, error: ValidationError, path_prefix: Sequence[
     seen: set[tuple[Loc, str]] = set()
     for e in error.errors():
         # Tagged unions add their tag to the path; it is no key of the document.
-        loc_path = [p for p in e["loc"] if p not in (SYMPY_TAG, SNIPPET_TAG)]
+        loc_path = [p for p in e["loc"] if p not in (SYMPY_TAG, SNIPPET_TAG, INPUT_TAG, STRUCTURE_TAG)]
         yaml_path = _yaml_path(root, [*path_prefix, *loc_path])
         loc = locate(root, yaml_path) or getattr(root, "loc", None) or _UNKNOWN
         if e["type"] == "extra_forbidden":
@@ -631,8 +836,8 @@ def _located_errors(root: object, error: ValidationError, path_prefix: Sequence[
 
 def _allowed_keys() -> list[str]:
     keys: set[str] = set()
-    for model in (Rule, Input, Output, Checks, Point, PointJvp, Tolerance, SnippetBody):
-        keys |= set(model.model_fields)
+    for model in (Rule, Input, Structured, Output, Checks, Point, PointJvp, Tolerance, SnippetBody):
+        keys |= {field.alias or name for name, field in model.model_fields.items()}
     return sorted(keys - {"loc", "source", "source_hash", "has_default"})
 
 

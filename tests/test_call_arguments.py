@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from rulegen.check import flat_call
 from rulegen.spec import Rule, SympyBody, read_rules, rule_files
 from tests.conftest import RULES
 
@@ -69,10 +70,11 @@ def test_a_python_number_for_each_array_input(built, rule):
     jax_pkg, torch_pkg, _ = built
     arrays = [i for i in rule.inputs if not i.static]
     tensors = [_torch_tensor(v, i.dtype) for v, i in zip(_numbers(rule, 0, lambda v, d: v), arrays, strict=True)]
-    reference = _flat(getattr(torch_pkg, rule.name)(*tensors))
+    torch_f, jax_f = flat_call(rule, getattr(torch_pkg, rule.name)), flat_call(rule, getattr(jax_pkg, rule.name))
+    reference = _flat(torch_f(*tensors))
     for position in range(len(arrays)):
-        got_torch = _flat(getattr(torch_pkg, rule.name)(*_numbers(rule, position, _torch_tensor)))
-        got_jax = _flat(getattr(jax_pkg, rule.name)(*_numbers(rule, position, _jax_array)))
+        got_torch = _flat(torch_f(*_numbers(rule, position, _torch_tensor)))
+        got_jax = _flat(jax_f(*_numbers(rule, position, _jax_array)))
         rtol = 1e-6 if len(arrays) == 1 else 1e-15  # a lone number computes in the default float dtype
         np.testing.assert_allclose(got_torch, reference, rtol=rtol, atol=rtol)
         np.testing.assert_allclose(got_jax, reference, rtol=1e-15, atol=1e-15)

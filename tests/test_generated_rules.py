@@ -17,6 +17,7 @@ import pytest
 import torch
 from jax.test_util import check_grads
 
+from rulegen.check import flat_call
 from rulegen.derive import has_snippets
 from rulegen.spec import read_rules, rule_files
 from tests.conftest import RULES
@@ -51,7 +52,8 @@ def _case(built, name: str, shape=(5,)):
     rule = rules[name]
     args = sample_inputs(rule, shape, seed=zlib.crc32(name.encode()) % 1000, statics=STATICS.get(name))
     diff = [k for k, i in enumerate(rule.inputs) if i.differentiable]
-    return rule, getattr(jax_pkg, name), getattr(torch_pkg, name), args, diff
+    # A structured rule's function, called with its inputs and returning its outputs in order.
+    return rule, flat_call(rule, getattr(jax_pkg, name)), flat_call(rule, getattr(torch_pkg, name)), args, diff
 
 
 def _bind(f, args, diff):
@@ -168,17 +170,16 @@ def test_rule_points_hold_in_both_backends(built, name):
             v if i.static else torch.tensor(v, dtype=torch.float64, requires_grad=i.differentiable)
             for i, v in zip(rule.inputs, values, strict=True)
         ]
-        jout = getattr(jax_pkg, name)(*jargs)
-        tout = getattr(torch_pkg, name)(*targs)
+        jax_f, torch_f = flat_call(rule, getattr(jax_pkg, name)), flat_call(rule, getattr(torch_pkg, name))
+        jout = jax_f(*jargs)
+        tout = torch_f(*targs)
         if point.value is not None:
             _close(np.asarray(jax.tree.leaves(jout)).ravel(), np.ravel(point.value), rtol=1e-12)
             _close([t.detach().numpy() for t in jax.tree.leaves(tout)], np.ravel(point.value), rtol=1e-12)
         if point.grad is not None:
             diff = [k for k, i in enumerate(rule.inputs) if i.name in point.grad]
-            grads = jax.grad(_total(_bind(getattr(jax_pkg, name), jargs, diff)), tuple(range(len(diff))))(
-                *[jargs[k] for k in diff]
-            )
-            _total(lambda *xs: getattr(torch_pkg, name)(*xs))(*targs).backward()
+            grads = jax.grad(_total(_bind(jax_f, jargs, diff)), tuple(range(len(diff))))(*[jargs[k] for k in diff])
+            _total(torch_f)(*targs).backward()
             for k, jg in zip(diff, grads, strict=True):
                 expected = point.grad[rule.inputs[k].name]
                 assert np.isfinite(np.asarray(jg)).all()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from rulegen import names
 from rulegen.build import build
 from rulegen.cli import app
-from rulegen.spec import Rule, SnippetBody, read_rules, rule_files
+from rulegen.spec import Rule, SnippetBody, Structured, read_rules, rule_files
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = [ROOT / "rules", ROOT.parent / "shared" / "examples", ROOT / "tests" / "right_rules"]
@@ -70,6 +70,7 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, folder)
     unexplained: dict[str, set[str]] = {}
     for rule in rules:
         own = {i.name for i in rule.inputs} | {o.name for o in rule.outputs} | set(rule.residual_names)
+        own |= {p.name for p in rule.parameters if isinstance(p, Structured)}
         derived = {generated for generated, _ in names.derived_names(rule.name, rule.torch_class, own)}
         allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED
         statics = {i.name for i in rule.inputs if i.static}

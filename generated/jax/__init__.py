@@ -52,13 +52,17 @@ from .f_tanh import f_tanh
 from .f_xlog1py import f_xlog1py
 from .f_xlogy import f_xlogy
 from .fixed_point import fixed_point
+from .gaussian_logpdf import gaussian_logpdf
 from .gelu import gelu
+from .hypot_pair import hypot_pair
 from .l2_normalize import l2_normalize
 from .log1pexp import log1pexp
 from .logsumexp import logsumexp
 from .my_cube import my_cube
 from .numpy_sort import numpy_sort
 from .numpy_take import numpy_take
+from .point_jvp import point_jvp
+from .point_vjp import point_vjp
 from .pointwise import pointwise
 from .polar import polar
 from .scaled_tanh import scaled_tanh
@@ -66,6 +70,7 @@ from .scipy_erfcx import scipy_erfcx
 from .sigmoid_out import sigmoid_out
 from .sin_exp_mul import sin_exp_mul
 from .sin_mul import sin_mul
+from .sincos import sincos
 from .softmax import softmax
 from .softplus_beta import softplus_beta
 from .torch_mish import torch_mish
@@ -122,13 +127,17 @@ __all__ = [
     "f_xlog1py",
     "f_xlogy",
     "fixed_point",
+    "gaussian_logpdf",
     "gelu",
+    "hypot_pair",
     "l2_normalize",
     "log1pexp",
     "logsumexp",
     "my_cube",
     "numpy_sort",
     "numpy_take",
+    "point_jvp",
+    "point_vjp",
     "pointwise",
     "polar",
     "scaled_tanh",
@@ -136,6 +145,7 @@ __all__ = [
     "sigmoid_out",
     "sin_exp_mul",
     "sin_mul",
+    "sincos",
     "softmax",
     "softplus_beta",
     "torch_mish",

@@ -52,13 +52,17 @@ from .f_tanh import FTanh, f_tanh
 from .f_xlog1py import FXlog1py, f_xlog1py
 from .f_xlogy import FXlogy, f_xlogy
 from .fixed_point import FixedPoint, fixed_point
+from .gaussian_logpdf import GaussianLogpdf, gaussian_logpdf
 from .gelu import Gelu, gelu
+from .hypot_pair import HypotPair, hypot_pair
 from .l2_normalize import L2Normalize, l2_normalize
 from .log1pexp import Log1pexp, log1pexp
 from .logsumexp import Logsumexp, logsumexp
 from .my_cube import MyCube, my_cube
 from .numpy_sort import NumpySort, numpy_sort
 from .numpy_take import NumpyTake, numpy_take
+from .point_jvp import PointJvp, point_jvp
+from .point_vjp import PointVjp, point_vjp
 from .pointwise import Pointwise, pointwise
 from .polar import Polar, polar
 from .scaled_tanh import ScaledTanh, scaled_tanh
@@ -66,6 +70,7 @@ from .scipy_erfcx import ScipyErfcx, scipy_erfcx
 from .sigmoid_out import SigmoidOut, sigmoid_out
 from .sin_exp_mul import SinExpMul, sin_exp_mul
 from .sin_mul import SinMul, sin_mul
+from .sincos import Sincos, sincos
 from .softmax import Softmax, softmax
 from .softplus_beta import SoftplusBeta, softplus_beta
 from .torch_mish import torch_mish
@@ -122,13 +127,17 @@ __all__ = [
     "FXlog1py",
     "FXlogy",
     "FixedPoint",
+    "GaussianLogpdf",
     "Gelu",
+    "HypotPair",
     "L2Normalize",
     "Log1pexp",
     "Logsumexp",
     "MyCube",
     "NumpySort",
     "NumpyTake",
+    "PointJvp",
+    "PointVjp",
     "Pointwise",
     "Polar",
     "ScaledTanh",
@@ -136,6 +145,7 @@ __all__ = [
     "SigmoidOut",
     "SinExpMul",
     "SinMul",
+    "Sincos",
     "Softmax",
     "SoftplusBeta",
     "clip_gradient",
@@ -189,13 +199,17 @@ __all__ = [
     "f_xlog1py",
     "f_xlogy",
     "fixed_point",
+    "gaussian_logpdf",
     "gelu",
+    "hypot_pair",
     "l2_normalize",
     "log1pexp",
     "logsumexp",
     "my_cube",
     "numpy_sort",
     "numpy_take",
+    "point_jvp",
+    "point_vjp",
     "pointwise",
     "polar",
     "scaled_tanh",
@@ -203,6 +217,7 @@ __all__ = [
     "sigmoid_out",
     "sin_exp_mul",
     "sin_mul",
+    "sincos",
     "softmax",
     "softplus_beta",
     "torch_mish",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import sympy as sp
 
 from rulegen.derive import Derivation
 from rulegen.plan.model import Header, Param
 from rulegen.snippet import SnippetDerivation
-from rulegen.spec import Input, Rule
+from rulegen.spec import Input, Returned, Rule, Structured
 
 DOC_WIDTH = 100
 
@@ -93,10 +93,80 @@ def params_of(inputs: Sequence[Input], backend: str) -> tuple[Param, ...]:
     )
 
 
+def parameters_of(rule: Rule, backend: str) -> tuple[Param, ...]:
+    """The public function's parameters: the inputs, a structure standing for its arrays."""
+    arguments, _ = ARRAY_TYPES[backend]
+    found: list[Param] = []
+    for p in rule.parameters:
+        if not isinstance(p, Structured):
+            found += params_of([p], backend)
+        elif p.kind == "keys":
+            found.append(Param(p.name, None, f"dict[str, {_union(arguments[i.dtype] for i in p.leaves)}]"))
+        elif p.kind == "items":
+            found.append(Param(p.name, None, f"tuple[{', '.join(arguments[i.dtype] for i in p.leaves)}]"))
+        else:
+            # Any object with these attributes will do (a named tuple is one): no one class to name.
+            found.append(Param(p.name))
+    return tuple(found)
+
+
+def unpacked(rule: Rule) -> tuple[str, ...]:
+    """The public function's first lines: each structured argument taken apart into the arrays the rule reads."""
+    lines = []
+    for p in rule.parameters:
+        if not isinstance(p, Structured):
+            continue
+        leaves = [i.name for i in p.leaves]
+        if p.kind == "items":
+            lines.append(f"({leaves[0]},) = {p.name}" if len(leaves) == 1 else f"{', '.join(leaves)} = {p.name}")
+            continue
+        parts = [f"{p.name}.{n}" if p.kind == "fields" else f"{p.name}[{n!r}]" for n in leaves]
+        lines.append(f"{', '.join(leaves)} = {', '.join(parts)}")
+    return tuple(lines)
+
+
+def public_return(rule: Rule, value: str, *, lifted: bool, spread: bool) -> tuple[str, ...]:
+    """The public function's last lines: `value` (the flat outputs), rounded where lifted, in the rule's structure.
+
+    `spread`: `value` is one expression evaluating to a tuple of outputs
+    (rather than the outputs' names, comma-separated).
+    """
+    result = f"rounded(_low, {'*' if spread else ''}{value})" if lifted else value
+    if rule.returns is None:
+        return (f"return {result}",)
+    outputs = ", ".join(o.name for o in rule.outputs)
+    built = f"return {_structure_literal(rule.returns)}"
+    return (built,) if result == outputs else (f"{outputs} = {result}", built)
+
+
+def _structure_literal(returned: Returned) -> str:
+    if returned.kind == "output":
+        return returned.name
+    items = [_structure_literal(item) for _, item in returned.items]
+    if returned.kind == "tuple":
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    return "{" + ", ".join(f"{key!r}: {item}" for (key, _), item in zip(returned.items, items, strict=True)) + "}"
+
+
+def _union(types: Iterable[str]) -> str:
+    return " | ".join(dict.fromkeys(types))
+
+
 def returns_of(rule: Rule, backend: str) -> str:
     _, result = ARRAY_TYPES[backend]
+    if rule.returns is not None:
+        return _structure_type(rule.returns, result)
     count = len(rule.outputs)
     return result if count == 1 else f"tuple[{', '.join([result] * count)}]"
+
+
+def _structure_type(returned: Returned, result: str) -> str:
+    if returned.kind == "output":
+        return result
+    items = [_structure_type(item, result) for _, item in returned.items]
+    if returned.kind == "tuple":
+        return f"tuple[{', '.join(items)}]"
+    return f"dict[str, {_union(items)}]"
 
 
 def python_literal(value: object) -> str:
@@ -175,6 +245,16 @@ def _input_line(i: Input) -> str:
     return f"    {i.name}: {kind}{default}{assumed}{sampled}"
 
 
+def _structure_line(p: Structured) -> str:
+    leaves = [i.name for i in p.leaves]
+    what = {
+        "fields": f"a named tuple (or any object) with fields {', '.join(leaves)}",
+        "keys": f"a dict with keys {', '.join(map(repr, leaves))}",
+        "items": f"a tuple ({', '.join(leaves)})",
+    }[p.kind]
+    return f"    {p.name}: {what}"
+
+
 def stability_notes(d: Derivation) -> tuple[str, ...]:
     """Comment lines for the forward: each output the compiler rewrote from the rule's form into a stable one."""
     lines: list[str] = []
@@ -206,6 +286,11 @@ def help_text(d: Derivation | SnippetDerivation) -> str:
         bodies = [k for k in ("forward", "jvp", "vjp") if getattr(rule, k) is not None]
         parts.append(f"Forward and derivatives: Python bodies ({', '.join(bodies)}) in the rule file.")
     parts.append("Inputs:\n" + "\n".join(_input_line(i) for i in rule.inputs))
+    structures = [_structure_line(p) for p in rule.parameters if isinstance(p, Structured)]
+    if structures:
+        parts.append("Structures (the arrays above, as the function takes them):\n" + "\n".join(structures))
+    if rule.returns is not None:
+        parts.append(f"Returns:\n    {_structure_literal(rule.returns)}")
     parts.append(f"Generated by rulegen from {rule.source or 'a rule'}.")
     return "\n\n".join(parts)
 

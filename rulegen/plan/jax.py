@@ -11,7 +11,16 @@ from rulegen.derive import Derivation
 from rulegen.forms import float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.lines import Assign, Block
 from rulegen.plan.emit import Emitter
-from rulegen.plan.header import SUM_TO_SHAPE, array_arguments, header_of, params_of, returns_of, stability_notes
+from rulegen.plan.header import (
+    SUM_TO_SHAPE,
+    array_arguments,
+    header_of,
+    parameters_of,
+    public_return,
+    returns_of,
+    stability_notes,
+    unpacked,
+)
 from rulegen.plan.model import Function, JaxPlan, Result, Wrap
 from rulegen.plan.snippet import tuple_literal
 from rulegen.plan.symbolic import (
@@ -38,6 +47,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
     arrays = tuple(i.name for i in rule.inputs if not i.static)
     float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
     forward = emit.block([], _forward_results(d, arrays))
+    primal_call = f"_{rule.name}({', '.join(i.name for i in rule.inputs)})"
     jvp = bwd = None
     maps: tuple[Function, ...] = ()
     saved: tuple[str, ...] = ()
@@ -54,7 +64,9 @@ def plan_jax(d: Derivation) -> JaxPlan:
     return JaxPlan(
         header=header_of(d),
         name=rule.name,
-        params=params_of(rule.inputs, "jax"),
+        params=parameters_of(rule, "jax"),
+        unpack=unpacked(rule),
+        inputs=tuple(i.name for i in rule.inputs),
         returns=returns_of(rule, "jax"),
         nondiff_argnums=tuple(k for k, i in enumerate(rule.inputs) if i.static),
         statics=tuple(i.name for i in rule.inputs if i.static),
@@ -62,7 +74,8 @@ def plan_jax(d: Derivation) -> JaxPlan:
         custom="custom_vjp" if d.routes.jax == JaxRoute.CUSTOM_VJP else "custom_jvp",
         forward=forward,
         tangents=() if jvp is None else tuple(f"{n}_dot" if n in _diff_inputs(d) else "_" for n in arrays),
-        primal_call=f"_{rule.name}({', '.join(i.name for i in rule.inputs)})",
+        primal_call=primal_call,
+        returning=public_return(rule, primal_call, lifted=bool(float_arrays), spread=len(rule.outputs) > 1),
         outputs=tuple(o.name for o in rule.outputs),
         jvp=jvp,
         saved=saved,

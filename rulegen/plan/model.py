@@ -75,6 +75,7 @@ class JaxPlan:
     header: Header
     name: str
     params: tuple[Param, ...]
+    inputs: tuple[str, ...]  # the private functions' parameters: statics and arrays, structures taken apart
     returns: str
     nondiff_argnums: tuple[int, ...]
     statics: tuple[str, ...]
@@ -84,6 +85,7 @@ class JaxPlan:
     # custom_jvp
     tangents: tuple[str, ...]
     primal_call: str
+    returning: tuple[str, ...]  # the public function's last lines (see header.public_return)
     outputs: tuple[str, ...]
     jvp: Block | None
     # custom_vjp
@@ -95,6 +97,7 @@ class JaxPlan:
     # With both a jvp and a vjp: the two halves of the linear_map the JVP applies.
     maps: tuple[Function, ...]
     array_arguments: str  # the primal body's first line (see array_arguments)
+    unpack: tuple[str, ...]  # before it: structured arguments taken apart (see header.unpacked)
     forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
     # Float array inputs: bfloat16 and float16 compute in float32 (rounded once); () for none.
     float_arrays: tuple[str, ...] = ()
@@ -144,6 +147,8 @@ class TorchPlan:
     setup_outputs: str  # likewise for `output`
     wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
     tensor_arguments: str  # the wrapper's first line: its array arguments as tensors (see array_arguments)
+    unpack: tuple[str, ...]  # before it: structured arguments taken apart (see header.unpacked)
+    returning: tuple[str, ...]  # the wrapper's last lines (see header.public_return)
     forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
     grads_needed: str = ""  # with several inputs, when every one wants its gradient (the in-place backward's)
     # Float array inputs: bfloat16 and float16 compute in float32 (rounded once); () for none.

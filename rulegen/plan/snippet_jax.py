@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rulegen.plan.header import array_arguments, doc_lines, header_of, jax_util_imports, params_of, returns_of
+from rulegen.plan.header import (
+    array_arguments,
+    doc_lines,
+    header_of,
+    jax_util_imports,
+    parameters_of,
+    public_return,
+    returns_of,
+    unpacked,
+)
 from rulegen.plan.model import Function, SnippetPlan
 from rulegen.plan.snippet import SnippetPlanner, packed, str_tuple_literal, tuple_literal, tuple_text
 from rulegen.routes import JaxRoute
@@ -38,8 +47,8 @@ def _module(
     rule = p.rule
     header = header_of(p.d)
     refusal = array_arguments(rule, "as_arrays")
-    prologue = (*doc_lines(header), *([refusal] if refusal else []))
-    params = tuple(map(str, params_of(rule.inputs, "jax")))
+    prologue = (*doc_lines(header), *unpacked(rule), *([refusal] if refusal else []))
+    params = tuple(map(str, parameters_of(rule, "jax")))
     if bodies:
         private = Function(f"_{rule.name}", p.inputs, tuple(lines), decorator=decorator)
         methods, lines, decorator = (private, *methods), _lifted(p), ""
@@ -61,14 +70,14 @@ def _lifted(p: SnippetPlanner) -> list[str]:
     """The public function's body around the private one: bfloat16 and float16 computed in float32, rounded once."""
     floats = [i.name for i in p.rule.inputs if not i.static and i.dtype == "float"]
     call = f"_{p.rule.name}({', '.join(p.inputs)})"
+    returning = public_return(p.rule, call, lifted=bool(floats), spread=len(p.outputs) > 1)
     if not floats:
-        return [f"return {call}"]
+        return list(returning)
     p.imports.add("from ._util import in_float32, rounded")
-    spread = "*" if len(p.outputs) > 1 else ""
     return [
         "# bfloat16 and float16 compute in float32 and round once (XLA would round every step).",
         f"({tuple_text(floats)}{',' if len(floats) == 1 else ''}), _low = in_float32({', '.join(floats)})",
-        f"return rounded(_low, {spread}{call})",
+        *returning,
     ]
 
 

@@ -6,7 +6,16 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rulegen.plan.header import array_arguments, doc_lines, header_of, params_of, returns_of, torch_util_imports
+from rulegen.plan.header import (
+    array_arguments,
+    doc_lines,
+    header_of,
+    parameters_of,
+    public_return,
+    returns_of,
+    torch_util_imports,
+    unpacked,
+)
 from rulegen.plan.model import Function, SnippetPlan
 from rulegen.plan.snippet import SnippetPlanner, packed, tuple_text
 from rulegen.routes import Source
@@ -55,8 +64,8 @@ def _module(
     rule = p.rule
     header = header_of(p.d)
     arguments = array_arguments(rule, "as_tensors")
-    prologue = (*doc_lines(header), *([arguments] if arguments else []))
-    params = tuple(map(str, params_of(rule.inputs, "torch")))
+    prologue = (*doc_lines(header), *unpacked(rule), *([arguments] if arguments else []))
+    params = tuple(map(str, parameters_of(rule, "torch")))
     function = bool(methods)
     return SnippetPlan(
         header=header,
@@ -223,22 +232,30 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
     return Function("setup_context", ("ctx", "inputs", "output"), tuple(setup or ["pass"]), "@staticmethod")
 
 
-def _unpack(p: SnippetPlanner, kept: _Kept) -> list[str]:
-    """A derivative method's first lines: the saved tensors and statics, and the residuals recomputed."""
+def _unpack(p: SnippetPlanner, kept: _Kept, reads: set[str]) -> list[str]:
+    """A derivative method's first lines: the saved tensors and statics it `reads`, and the residuals recomputed.
+
+    Both methods share one `ctx.saved_tensors`; what only the other reads is unpacked as `_`.
+    """
+    if not p.given("forward").host and reads & set(p.returned):
+        reads = reads | set(p.given("forward").params)
     lines = []
-    if kept.saved:
-        lines.append(f"{tuple_text(kept.saved)}{',' if len(kept.saved) == 1 else ''} = ctx.saved_tensors")
-    lines += [f"{s} = ctx.{s}" for s in kept.statics]
+    if any(n in reads for n in kept.saved):
+        targets = [n if n in reads else "_" for n in kept.saved]
+        lines.append(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''} = ctx.saved_tensors")
+    lines += [f"{s} = ctx.{s}" for s in kept.statics if s in reads]
     if not p.given("forward").host:
-        lines += p.residual_lines(set(kept.needed), forward_call=True)
+        lines += p.residual_lines(reads & set(kept.needed), forward_call=True)
     return lines
 
 
 def _backward(p: SnippetPlanner, kept: _Kept) -> Function:
     """The VJP body, or the JVP body's VJP; cotangents summed back to the inputs' shapes."""
-    lines = _unpack(p, kept)
+    given = p.d.routes.torch_backward == Source.GIVEN
+    # The VJP of the JVP takes zeros like the inputs, whether or not the JVP body reads them.
+    lines = _unpack(p, kept, p.reads("vjp") if given else p.reads("jvp") | set(p.diff_inputs))
     grads = [f"{i}_bar" for i in p.diff_inputs]
-    if p.d.routes.torch_backward == Source.GIVEN:
+    if given:
         lines.append(f"{tuple_text(grads)} = {p.call(p.given('vjp'))}")
     else:
         dots = [f"{i}_dot" for i in p.diff_inputs]
@@ -269,9 +286,11 @@ def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
         pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
         lines = ["raise NotImplementedError(", *(f"    {piece!r}" for piece in pieces), ")"]
         return Function("jvp", ("ctx", *dots_in), tuple(lines), "@staticmethod")
-    lines = _unpack(p, kept)
+    given = routes.torch_jvp == Source.GIVEN
+    # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
+    lines = _unpack(p, kept, p.reads("jvp") if given else p.reads("vjp") | set(p.diff_outputs))
     out_dots = [f"{o}_dot" for o in p.diff_outputs]
-    if routes.torch_jvp == Source.GIVEN:
+    if given:
         lines.append(f"{tuple_text(out_dots)} = {p.call(p.given('jvp'))}")
     else:
         lines += _transposed_vjp(p, out_dots)
@@ -336,6 +355,4 @@ def _lift(p: SnippetPlanner, util_names: list[str]) -> list[str]:
 
 def _returned(p: SnippetPlanner, value: str, *, spread: bool = False) -> list[str]:
     """The return of `value` (the outputs), rounded to the lifted dtype where `_lift` lifted."""
-    if not _float_arrays(p):
-        return [f"return {value}"]
-    return [f"return rounded(_low, {'*' if spread else ''}{value})"]
+    return list(public_return(p.rule, value, lifted=bool(_float_arrays(p)), spread=spread))

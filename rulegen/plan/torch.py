@@ -18,7 +18,16 @@ from rulegen.forms import (
 )
 from rulegen.lines import Block
 from rulegen.plan.emit import Emitter, Printer
-from rulegen.plan.header import TENSORS_IMPORT, array_arguments, header_of, params_of, returns_of, stability_notes
+from rulegen.plan.header import (
+    TENSORS_IMPORT,
+    array_arguments,
+    header_of,
+    parameters_of,
+    public_return,
+    returns_of,
+    stability_notes,
+    unpacked,
+)
 from rulegen.plan.model import Reads, Result, TorchPlan, Wrap
 from rulegen.plan.symbolic import (
     broadcast_outputs,
@@ -184,7 +193,9 @@ def plan_torch(d: Derivation) -> TorchPlan:
         header=header_of(t.d),
         name=rule.name,
         class_name=rule.torch_class,
-        params=params_of(rule.inputs, "torch"),
+        params=parameters_of(rule, "torch"),
+        unpack=unpacked(rule),
+        returning=_returning(t, bool(float_arrays)),
         returns=returns_of(rule, "torch"),
         inputs=tuple(i.name for i in rule.inputs),
         statics=statics_used,
@@ -218,6 +229,14 @@ def plan_torch(d: Derivation) -> TorchPlan:
         grads_needed=_grads_needed(t),
         float_arrays=float_arrays,
     )
+
+
+def _returning(t: _Torch, lifted: bool) -> tuple[str, ...]:
+    """The wrapper's last lines: the Function's outputs (its residuals dropped), rounded where lifted."""
+    call = f"function.apply({', '.join(i.name for i in t.rule.inputs)})"
+    if t.residual_names:
+        return public_return(t.rule, ", ".join(t.outputs), lifted=lifted, spread=False)
+    return public_return(t.rule, call, lifted=lifted, spread=len(t.outputs) > 1)
 
 
 def _forward_results(t: _Torch) -> tuple[list[Result], set[str]]:

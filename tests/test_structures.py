@@ -1,0 +1,283 @@
+"""Structured arguments and results: named tuples, dicts and tuples of arrays (issue 16).
+
+A rule's bodies read arrays by their own names; the public function takes
+the structures apart and builds its result's structure, so each framework's
+transforms see pytrees, as with a hand-written `custom_jvp` over a named tuple.
+"""
+
+from __future__ import annotations
+
+import collections
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import generated.jax as gj
+import generated.torch as gt
+from rulegen.check import CheckFailed, flat_call, run_checks
+from rulegen.errors import SpecErrors
+from rulegen.plan.header import public_return, returns_of
+from rulegen.spec import read_rule_file, read_rules
+from tests.conftest import RULES
+
+Point = collections.namedtuple("Point", ["x", "y"])
+X = np.array([0.5, 1.0, -2.0])
+Y = np.array([2.0, 0.3, 1.5])
+
+
+def _point_total(f, xp):
+    def total(pt):
+        out = f(pt)
+        return xp.sum(out["a"]) + 2 * xp.sum(out["b"][0]) + 3 * xp.sum(out["b"][1])
+
+    return total
+
+
+def _expected_grad():
+    return 2 * X + 2 * np.cos(X), -3 * np.sin(Y)
+
+
+@pytest.mark.parametrize("name", ["point_jvp", "point_vjp"])
+def test_the_point_rule_takes_a_named_tuple_and_returns_a_dict_in_jax(name):
+    f = getattr(gj, name)
+    pt = Point(jnp.asarray(X), jnp.asarray(Y))
+    out = jax.jit(f)(pt)
+    assert set(out) == {"a", "b"} and isinstance(out["b"], tuple) and len(out["b"]) == 2
+    np.testing.assert_allclose(out["b"][1], np.cos(Y))
+    grad = jax.jit(jax.grad(_point_total(f, jnp)))(pt)
+    assert type(grad) is Point
+    for got, want in zip(grad, _expected_grad(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    batched = jax.vmap(f)(Point(jnp.stack([pt.x, 2 * pt.x]), jnp.stack([pt.y, pt.y])))
+    np.testing.assert_allclose(batched["a"][1], 4 * X**2)
+    jac = jax.jacrev(lambda p: f(p)["b"][0])(pt)
+    assert type(jac) is Point
+    np.testing.assert_allclose(jac.x, np.diag(np.cos(X)), atol=1e-15)
+    np.testing.assert_allclose(jac.y, np.zeros((3, 3)))
+
+
+@pytest.mark.parametrize("name", ["point_jvp", "point_vjp"])
+def test_the_point_rule_takes_a_named_tuple_and_returns_a_dict_in_torch(name):
+    f = getattr(gt, name)
+    x = torch.tensor(X, requires_grad=True)
+    y = torch.tensor(Y, requires_grad=True)
+    _point_total(f, torch)(Point(x, y)).backward()
+    want = _expected_grad()
+    np.testing.assert_allclose(x.grad, want[0], rtol=1e-12)
+    np.testing.assert_allclose(y.grad, want[1], rtol=1e-12)
+    pt = Point(torch.tensor(X), torch.tensor(Y))
+    grad = torch.func.grad(_point_total(f, torch))(pt)
+    assert type(grad) is Point
+    np.testing.assert_allclose(grad.x, want[0], rtol=1e-12)
+    batched = torch.func.vmap(f)(Point(torch.stack([pt.x, 2 * pt.x]), torch.stack([pt.y, pt.y])))
+    np.testing.assert_allclose(batched["a"][1], 4 * X**2)
+    if name == "point_jvp":
+        ones = Point(torch.ones(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64))
+        _, tangent = torch.func.jvp(f, (pt,), (ones,))
+        np.testing.assert_allclose(tangent["b"][0], np.cos(X))
+
+
+def test_a_tuple_input_and_a_dict_input_take_gradients_of_their_own_structure():
+    grad = jax.grad(gj.hypot_pair)((3.0, 4.0))
+    assert isinstance(grad, tuple) and np.allclose(grad, (0.6, 0.8))
+    params = {"mu": torch.tensor(0.1, dtype=torch.float64), "sigma": torch.tensor(1.5, dtype=torch.float64)}
+    x = torch.tensor([0.3, -1.0], dtype=torch.float64)
+    got = torch.func.grad(lambda p: gt.gaussian_logpdf(x, p).sum())(params)
+    z = (x - 0.1) / 1.5
+    assert set(got) == {"mu", "sigma"}
+    np.testing.assert_allclose(got["mu"], (z / 1.5).sum().item())
+    np.testing.assert_allclose(got["sigma"], ((z * z - 1) / 1.5).sum().item())
+
+
+def test_a_dict_result_holds_each_output_under_its_key():
+    out = gt.sincos(torch.tensor([0.0, 1.0], dtype=torch.float64))
+    assert list(out) == ["sin", "cos"]
+    np.testing.assert_allclose(out["cos"], np.cos([0.0, 1.0]))
+
+
+def test_the_structured_rules_pass_rulegen_test():
+    outcomes = run_checks(read_rules([RULES / "structures.yaml"]))
+    assert not [o for o in outcomes if o.status == "fail"], [o for o in outcomes if o.status == "fail"]
+    passed = {o.rule for o in outcomes if o.check == "structures" and o.status == "pass"}
+    assert passed == {"point_jvp", "point_vjp", "sincos", "hypot_pair", "gaussian_logpdf"}
+
+
+def test_a_result_of_another_structure_fails_the_checks():
+    rule = read_rules([RULES / "structures.yaml"])[0]  # point_jvp: {'a': a, 'b': (b0, b1)}
+    wrong = flat_call(rule, lambda pt: {"a": pt.x, "b": [pt.x, pt.y]})
+    with pytest.raises(CheckFailed, match=r"result\['b'\] is list, not a tuple of 2"):
+        wrong(X, Y)
+    renamed = flat_call(rule, lambda pt: {"A": pt.x, "b": (pt.x, pt.y)})
+    with pytest.raises(CheckFailed, match="not a dict with keys"):
+        renamed(X, Y)
+    right = flat_call(rule, gj.point_jvp)
+    assert len(right(X, Y)) == 3
+
+
+# ---------------------------------------------------------------- the returned structure, printed and read back
+
+_TREES = st.recursive(
+    st.just("leaf"),
+    lambda inner: (
+        st.lists(inner, min_size=1, max_size=3)
+        | st.dictionaries(st.text(min_size=1, max_size=4), inner, min_size=1, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _numbered(tree, counter):
+    if tree == "leaf":
+        counter.append(f"o{len(counter)}")
+        return counter[-1]
+    if isinstance(tree, list):
+        return [_numbered(t, counter) for t in tree]
+    return {k: _numbered(v, counter) for k, v in tree.items()}
+
+
+def _as_python(tree, values):
+    if isinstance(tree, str):
+        return values[tree]
+    if isinstance(tree, list):
+        return tuple(_as_python(t, values) for t in tree)
+    return {k: _as_python(v, values) for k, v in tree.items()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(_TREES)
+def test_the_returned_structure_is_built_as_declared(tmp_path_factory, tree):
+    outputs: list[str] = []
+    returns = _numbered(tree, outputs)
+    path = tmp_path_factory.mktemp("returns") / "r.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"name": "r", "inputs": ["x"], "returns": returns, "forward": {o: "x" for o in outputs}}, sort_keys=False
+        )
+    )
+    rule = read_rule_file(path)[0]
+    assert [o.name for o in rule.outputs] == outputs
+    values = {o: float(k) for k, o in enumerate(outputs)}
+    lines = public_return(rule, ", ".join(outputs), lifted=False, spread=False)
+    namespace = dict(values)
+    exec("def f():\n" + textwrap.indent("\n".join(lines), "    "), namespace)
+    assert namespace["f"]() == _as_python(returns, values)
+    # What `rulegen test` reads back is the flat outputs, in order.
+    read = flat_call(rule, lambda x: namespace["f"]())
+    assert read(0.0) == (tuple(values.values()) if len(outputs) > 1 else values[outputs[0]])
+    # The annotation is a type Python can evaluate.
+    eval(returns_of(rule, "jax"), {"jax": jax})
+
+
+# ---------------------------------------------------------------- bad structures are refused where they are written
+
+
+def _errors(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "bad.yaml"
+    path.write_text(textwrap.dedent(text))
+    with pytest.raises(SpecErrors) as caught:
+        read_rule_file(path)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "message"),
+    [
+        (
+            """
+            name: r
+            inputs:
+              pt: {fields: [x], keys: [y]}
+            forward: x
+            """,
+            "bad.yaml:4:7",
+            "one of `fields`, `keys` or `items`",
+        ),
+        (
+            """
+            name: r
+            inputs:
+              pt:
+                items:
+                  x: {static: true}
+            forward: x
+            """,
+            "bad.yaml:5:5",
+            "a structure holds arrays",
+        ),
+        (
+            """
+            name: r
+            inputs:
+              a: {fields: [x]}
+              b: {keys: [x]}
+            forward: x
+            """,
+            "bad.yaml:5:14",
+            "the name 'x' is used twice",
+        ),
+        (
+            """
+            name: r
+            inputs: [x]
+            returns: {u: out, v: [w]}
+            forward: x
+            outputs: [out]
+            """,
+            "bad.yaml:4:23",
+            "`returns` names 'w', which is no output of the rule",
+        ),
+        (
+            """
+            name: r
+            inputs: [x]
+            returns: [a]
+            outputs: [a, b]
+            forward: {a: x, b: x}
+            """,
+            "bad.yaml:4:10",
+            "`returns` leaves out the output 'b'",
+        ),
+        (
+            """
+            name: r
+            inputs: [x]
+            returns: {a: [a, []]}
+            forward: x
+            """,
+            "bad.yaml:4:10",
+            "a non-empty list",
+        ),
+        (
+            """
+            name: r
+            inputs:
+              pt: {items: [x, y]}
+            forward:
+              torch: return x * y
+            """,
+            "bad.yaml:6:3",
+            "a torch-only rule takes and returns flat arrays",
+        ),
+    ],
+    ids=["two_kinds", "static_inside", "leaf_twice", "unknown_output", "output_left_out", "empty_tuple", "torch_only"],
+)
+def test_a_bad_structure_is_refused_at_its_place(tmp_path, text, where, message):
+    found = _errors(tmp_path, text)
+    assert message in found
+    assert where in found, found
+
+
+def test_a_deeply_nested_returns_is_refused_not_recursed(tmp_path):
+    nested = "a"
+    for _ in range(40):
+        nested = f"[{nested}]"
+    found = _errors(tmp_path, f"name: r\ninputs: [x]\nreturns: {nested}\nforward: x\n")
+    assert "deeper than" in found
