@@ -2,11 +2,12 @@
 
     python -m benchmarks [--quick]
 
-torch eager (2^22 elements), JAX under jit (2^20), bfloat16 and float16
-error and speed (2^20), build speed (10, 100
-and 1000 rules) and the generated package's import time. `--quick` runs smaller sizes (2^18 elements; 10 and 100
-rules) to see that everything runs. `generated/` must be built first
-(`rulegen build`). Each benchmark is also its own module (see README).
+torch eager (2^22 elements), torch.compile (2^22), JAX under jit (2^20),
+bfloat16 and float16 error and speed (2^20), build speed (10, 100 and 1000
+rules) and the generated package's import time. `--quick` runs smaller sizes
+(2^18 elements; 10 and 100 rules) to see that everything runs. `generated/`
+must be built first (`rulegen build`). Each benchmark is also its own module
+(see README).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     runs = [
         ["benchmarks.torch_eager", "18" if quick else "22"],
+        ["benchmarks.torch_compile", "18" if quick else "22"],
         ["benchmarks.jax_jit", "18" if quick else "20"],
         ["benchmarks.low_precision", "16" if quick else "20"],
         ["benchmarks.build_speed", *(["10", "100"] if quick else [])],

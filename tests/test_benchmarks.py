@@ -34,6 +34,8 @@ def test_quick_benchmarks_print_a_ratio_for_every_case():
         # four ratio columns, then saved MB for the generated, autodiff, hand-written and fused Functions
         assert re.search(rf"^{re.escape(case)} +{RATIO} +{RATIO} +{RATIO} +{RATIO} +\d+/\d+/\d+/\d+$", out, re.M), case
     assert re.search(rf"minimal torch.func-style Function/autodiff {RATIO}, generated/autodiff {RATIO}$", out, re.M)
+    for case in torch_cases:  # torch.compile: gen/composite, the two median times, graphs made of each step
+        assert re.search(rf"^{re.escape(case)} +{RATIO} +\d+\.\d\d +\d+\.\d\d +\d+/\d+$", out, re.M), case
     for case in ["log1pexp", "sin_mul", "gelu"]:
         assert re.search(rf"^{case} +{RATIO} +{RATIO} +{RATIO} +{RATIO}$", out, re.M), case
     error = r"(inf|[\d.e+-]+)"
