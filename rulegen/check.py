@@ -76,8 +76,10 @@ class NotApplicable(Exception):
 
 def compare(name: str, got: Any, expected: Any, rtol: float, atol: float) -> None:
     """Fail with where and by how much `got` differs from `expected`."""
-    got_a = np.asarray(got, dtype=np.float64)
-    exp_a = np.asarray(expected, dtype=np.float64)
+    # Complex values are compared as complex numbers: |got - expected| against |expected|.
+    kind = np.complex128 if np.iscomplexobj(got) or np.iscomplexobj(expected) else np.float64
+    got_a = np.asarray(got, dtype=kind)
+    exp_a = np.asarray(expected, dtype=kind)
     if got_a.shape != exp_a.shape:
         raise CheckFailed(f"{name}: shape {got_a.shape}, expected {exp_a.shape}")
     # Equal infinities agree (inf - inf is nan), and so do two nans.
@@ -92,6 +94,11 @@ def compare(name: str, got: Any, expected: Any, rtol: float, atol: float) -> Non
             f"{name}: at index {tuple(int(i) for i in index)} expected {exp_a[index]:.17g}, "
             f"got {got_a[index]:.17g} (abs error {error:.3g}; {int(bad.sum())} of {bad.size} entries off)"
         )
+
+
+def _number(value: complex) -> str:
+    """A sum for a message: a real one as a float, all its digits."""
+    return f"{value.real:.17g}" if value.imag == 0 else f"{value:.17g}"
 
 
 def _to_numpy(value: Any) -> np.ndarray:
@@ -179,6 +186,10 @@ def _sample(rule: Rule, rng: np.random.Generator) -> list[Any]:
             margin = 0.02 * (hi - lo)
             if spec.dtype == "float":
                 values.append(rng.uniform(lo + margin, hi - margin, size=spec.shape))
+            elif spec.dtype == "complex":
+                # The domain bounds the real and the imaginary part: a square of the complex plane.
+                parts = rng.uniform(lo + margin, hi - margin, size=(2, *spec.shape))
+                values.append(parts[0] + 1j * parts[1])
             elif spec.dtype == "bool":
                 values.append(rng.random(size=spec.shape) < 0.5)
             else:
@@ -316,12 +327,19 @@ def _returned_leaves(returned: Returned, value: Any, where: str) -> Iterator[tup
         yield from _returned_leaves(item, value[key], f"{where}[{key!r}]")
 
 
+def _normal_like(rng: np.random.Generator, value: Any) -> np.ndarray:
+    """Standard normal numbers shaped like `value`: complex ones (both parts normal) for a complex value."""
+    if np.iscomplexobj(value):
+        return rng.standard_normal(np.shape(value)) + 1j * rng.standard_normal(np.shape(value))
+    return rng.standard_normal(np.shape(value))
+
+
 def _tangents(s: _Subject) -> list[np.ndarray]:
-    return [s.rng.standard_normal(np.shape(x)) for x in s.xs()]
+    return [_normal_like(s.rng, x) for x in s.xs()]
 
 
 def _cotangents(s: _Subject, outs: Sequence[Any]) -> list[np.ndarray]:
-    return [s.rng.standard_normal(np.shape(o)) for o in outs]
+    return [_normal_like(s.rng, _to_numpy(o)) for o in outs]
 
 
 def _jvp_jax(s: _Subject, xs: Sequence[Any], ts: Sequence[Any]) -> list[np.ndarray]:
@@ -348,10 +366,19 @@ def _vjp_jax(s: _Subject, xs: Sequence[Any], cs: Sequence[Any]) -> list[np.ndarr
 
 
 def _vjp_torch(s: _Subject, xs: Sequence[Any], cs: Sequence[Any]) -> list[np.ndarray]:
+    """torch's VJP, in JAX's convention (the transpose J^T c) wherever the two differ.
+
+    For complex values torch's backward gives the conjugate Wirtinger
+    gradient, conj(J^T conj(c)): the checks read it back through that
+    relation, so a backward that forgets to conjugate disagrees with JAX.
+    """
     import torch
 
     pullback = torch.func.vjp(s.torch_f, *map(torch.from_numpy, xs))[1]
-    return [_to_numpy(g) for g in pullback(tuple(map(torch.from_numpy, cs)))]
+    if not s.rule.complex:
+        return [_to_numpy(g) for g in pullback(tuple(map(torch.from_numpy, cs)))]
+    grads = pullback(tuple(torch.from_numpy(np.conj(c)) for c in cs))
+    return [np.conj(_to_numpy(g)) for g in grads]
 
 
 def _finite_difference(
@@ -428,8 +455,10 @@ def check_mpmath(s: _Subject) -> str:
     symbols = [symbols_by_name[n] for n in names]
     jouts = s.jax_fn(*s.values)
     jouts = jouts if isinstance(jouts, tuple) else (jouts,)
+    # mpmath's complex numbers (mpc) where the rule's are complex.
+    kind, number, result = (complex, mpmath.mpc, complex) if s.rule.complex else (float, mpmath.mpf, float)
     arrays = np.broadcast_arrays(
-        *[np.asarray(v, dtype=float) for v, i in zip(s.values, s.rule.inputs, strict=True) if not i.static]
+        *[np.asarray(v, dtype=kind) for v, i in zip(s.values, s.rule.inputs, strict=True) if not i.static]
     )
     count = min(8, arrays[0].size if arrays else 1)
     for (name, expr), got in zip(forward_exprs, jouts, strict=True):
@@ -441,10 +470,10 @@ def check_mpmath(s: _Subject) -> str:
             for j in range(count):
                 columns = iter(flat)
                 args = [
-                    v if spec.static else mpmath.mpf(float(next(columns)[j]))
+                    v if spec.static else number(kind(next(columns)[j]))
                     for v, spec in zip(s.values, s.rule.inputs, strict=True)
                 ]
-                expected.append(float(fn(*args)))
+                expected.append(result(fn(*args)))
         compare(f"output {name} vs mpmath", got_flat[:count], np.array(expected), max(s.rtol, 1e-12), s.atol)
     return f"{count} points agree with a 40-digit evaluation"
 
@@ -536,6 +565,11 @@ def check_wide(s: _Subject) -> str:
     (exp(x) / (1 + exp(x)) at x = 100 in float32) fails here.
     """
     import sympy
+
+    if s.rule.complex:
+        raise NotApplicable(
+            "it probes the real line far from the domain; a complex rule is checked on its square of the plane"
+        )
 
     from rulegen.functions import MPMATH_IMPLEMENTATIONS
 
@@ -667,11 +701,14 @@ def check_vjp_dot(s: _Subject) -> str:
         jt = jvp(s, xs, ts)
         cs = _cotangents(s, jt)
         grads = vjp(s, xs, cs)
-        left = sum(float(np.sum(c * j)) for c, j in zip(cs, jt, strict=True))
-        right = sum(float(np.sum(g * t)) for g, t in zip(grads, ts, strict=True))
+        # Bilinear (no conjugate) products: the transpose's identity, complex values included.
+        left = sum(complex(np.sum(c * j)) for c, j in zip(cs, jt, strict=True))
+        right = sum(complex(np.sum(g * t)) for g, t in zip(grads, ts, strict=True))
         scale = max(1.0, sum(float(np.sum(np.abs(c * j))) for c, j in zip(cs, jt, strict=True)))
         if abs(left - right) > 1e-9 * scale + max(s.atol, 0.0):
-            raise CheckFailed(f"{backend}: <y_bar, J x_dot> = {left:.17g} but <J^T y_bar, x_dot> = {right:.17g}")
+            raise CheckFailed(
+                f"{backend}: <y_bar, J x_dot> = {_number(left)} but <J^T y_bar, x_dot> = {_number(right)}"
+            )
         done.append(backend)
     return f"<y_bar, J x_dot> = <J^T y_bar, x_dot> ({', '.join(done)})"
 
@@ -731,6 +768,27 @@ def _sum_of(f: Callable[..., Sequence[Any]]) -> Callable[..., Any]:
     return lambda *xs: sum(o.sum() for o in f(*xs))
 
 
+def _jax_grad(s: _Subject, f: Callable[..., Any], argnums: tuple[int, ...]) -> Callable[..., Any]:
+    """jax.grad of `f`, a sum of outputs: a complex rule's is the complex derivative (holomorphic)."""
+    import jax
+
+    return jax.grad(f, argnums, holomorphic=s.rule.complex)
+
+
+def _torch_grads(s: _Subject, total: Any, leaves: Sequence[Any]) -> list[Any]:
+    """torch's gradient of `total`, a sum of outputs, in JAX's convention.
+
+    A complex sum has no gradient in torch: its real part has, the conjugate
+    of the complex derivative (torch's conjugate Wirtinger convention).
+    """
+    import torch
+
+    if s.rule.complex:
+        grads = torch.autograd.grad(total.real, leaves, allow_unused=True, materialize_grads=True)
+        return [g.conj() for g in grads]
+    return list(torch.autograd.grad(total, leaves, allow_unused=True, materialize_grads=True))
+
+
 def _linear_derivative(s: _Subject) -> bool:
     """Whether derivatives obey linearity (grad = summed jacrev rows): not for a deliberate, non-linear VJP."""
     return s.rule.checks.true_derivative
@@ -758,23 +816,27 @@ def check_transforms_jax(s: _Subject) -> str:
                 compare(f"vmap, output {k}, batch {j}", a[j], b, s.rtol, s.atol)
         names.append("vmap")
     total = _sum_of(small.jax_f)
-    grads = jax.grad(total, argnums)(*xs)
-    for k, (a, b) in enumerate(zip(jax.jit(jax.grad(total, argnums))(*xs), grads, strict=True)):
+    # A complex rule's derivatives are complex derivatives: every transform takes holomorphic=True.
+    holomorphic = s.rule.complex
+    grads = jax.grad(total, argnums, holomorphic=holomorphic)(*xs)
+    for k, (a, b) in enumerate(
+        zip(jax.jit(jax.grad(total, argnums, holomorphic=holomorphic))(*xs), grads, strict=True)
+    ):
         compare(f"jit(grad) vs grad, input {k}", a, b, s.rtol, s.atol)
     names.append("grad")
-    rev = jax.jacrev(small.jax_f, argnums)(*xs)
+    rev = jax.jacrev(small.jax_f, argnums, holomorphic=holomorphic)(*xs)
     if _linear_derivative(s):
         for k, g in enumerate(grads):
             summed = sum(np.sum(_to_numpy(rev[o][k]), axis=tuple(range(np.ndim(eager[o])))) for o in range(len(eager)))
             compare(f"grad vs jacrev, input {k}", g, summed, s.rtol, s.atol)
     names.append("jacrev")
     if s.jax_forward_mode:
-        fwd = jax.jacfwd(small.jax_f, argnums)(*xs)
+        fwd = jax.jacfwd(small.jax_f, argnums, holomorphic=holomorphic)(*xs)
         for o in range(len(eager)):
             for k in range(len(xs)):
                 compare(f"jacfwd vs jacrev, output {o}, input {k}", fwd[o][k], rev[o][k], s.rtol, s.atol)
-        hess = jax.hessian(total, argnums)(*xs)
-        hess_rr = jax.jacrev(jax.grad(total, argnums), argnums)(*xs)
+        hess = jax.hessian(total, argnums, holomorphic=holomorphic)(*xs)
+        hess_rr = jax.jacrev(jax.grad(total, argnums, holomorphic=holomorphic), argnums, holomorphic=holomorphic)(*xs)
         for i in range(len(xs)):
             for k in range(len(xs)):
                 compare(f"hessian vs jacrev(grad), block {i},{k}", hess[i][k], hess_rr[i][k], max(s.rtol, 1e-9), s.atol)
@@ -797,8 +859,8 @@ def check_transforms_torch(s: _Subject) -> str:
         names.append("vmap")
     leaves = _compare_grad_torch(s, small, xs)
     names.append("grad")
-    # torch.func's jacrev, jacfwd and hessian batch with vmap.
-    batching = not s.skipped("vmap")
+    # torch.func's jacrev, jacfwd and hessian batch with vmap, and refuse complex inputs.
+    batching = not s.skipped("vmap") and not s.rule.complex
     if batching:
         rev = torch.func.jacrev(small.torch_f, tuple(range(len(xs))))(*xs)
         names.append("jacrev")
@@ -810,6 +872,8 @@ def check_transforms_torch(s: _Subject) -> str:
         names.append("gradcheck" + ("" if s.torch_forward_mode else " (reverse mode)"))
     if not s.torch_forward_mode:
         names.append(f"(no jacfwd, jvp, hessian: {s.no_forward_mode['torch']})")
+    elif s.rule.complex:
+        names.append("(no jacrev, jacfwd, hessian: torch.func's refuse complex inputs)")
     elif not batching:
         names.append(f"(no jacrev, jacfwd, hessian: they use vmap, skipped: {s.rule.checks.skip['vmap']})")
     return ", ".join(names) + " consistent" + s.note
@@ -818,7 +882,8 @@ def check_transforms_torch(s: _Subject) -> str:
 def _compare_vmap_torch(s: _Subject, small: _Subject, xs: tuple[Any, ...]) -> None:
     import torch
 
-    batch = tuple(torch.stack([x, x * 0.75 + 0.1 * torch.sign(x)]) for x in xs)
+    # sgn, the sign of a real number and x / |x| of a complex one.
+    batch = tuple(torch.stack([x, x * 0.75 + 0.1 * torch.sgn(x)]) for x in xs)
     mapped = torch.func.vmap(small.torch_f)(*batch)
     for j in range(2):
         looped = small.torch_f(*[b[j] for b in batch])
@@ -830,7 +895,9 @@ def _compare_grad_torch(s: _Subject, small: _Subject, xs: tuple[Any, ...]) -> tu
     """torch.func.grad against autograd.grad; the leaves autograd differentiated."""
     import torch
 
-    total = _sum_of(small.torch_f)
+    summed = _sum_of(small.torch_f)
+    # A complex sum has no gradient in torch; its real part has.
+    total = (lambda *xs: summed(*xs).real) if s.rule.complex else summed
     grads = torch.func.grad(total, tuple(range(len(xs))))(*xs)
     leaves = tuple(x.clone().requires_grad_() for x in xs)
     autograd = torch.autograd.grad(total(*leaves), leaves, allow_unused=True, materialize_grads=True)
@@ -934,7 +1001,6 @@ def check_broadcast(s: _Subject) -> str:
 
 def _broadcast_grads(s: _Subject, name: str, values: list[Any], expanded: list[Any]) -> tuple[Any, Any]:
     """One backend's gradients at inputs of stretchable shapes, and at the same inputs stretched."""
-    import jax
     import jax.numpy as jnp
     import torch
 
@@ -951,11 +1017,11 @@ def _broadcast_grads(s: _Subject, name: str, values: list[Any], expanded: list[A
 
     def grads(base: list[Any]) -> Any:
         if name == "jax":
-            return jax.grad(lambda *xs: total(*xs, base=base), tuple(range(len(diff))))(
+            return _jax_grad(s, lambda *xs: total(*xs, base=base), tuple(range(len(diff))))(
                 *[jnp.asarray(base[k]) for k in diff]
             )
         leaves = [torch.from_numpy(base[k]).requires_grad_() for k in diff]
-        return torch.autograd.grad(total(*leaves, base=base), leaves, allow_unused=True, materialize_grads=True)
+        return _torch_grads(s, total(*leaves, base=base), leaves)
 
     return grads(values), grads(expanded)
 
@@ -1001,19 +1067,22 @@ def check_float32(s: _Subject) -> str:
     ref = [_to_numpy(o) for o in s.jax_f(*xs64)]
     found = []
     # Non-differentiable float arrays go to float32 too: the whole call is float32.
+    # A complex rule's single precision is complex64.
+    narrow = {np.dtype(np.float64): np.float32, np.dtype(np.complex128): np.complex64}
     s32 = dataclasses.replace(
-        s, values=[v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype == np.float64 else v for v in s.values]
+        s,
+        values=[v.astype(narrow[v.dtype]) if isinstance(v, np.ndarray) and v.dtype in narrow else v for v in s.values],
     )
     for name, convert in (
-        ("jax", lambda x: jnp.asarray(x, dtype=jnp.float32)),
-        ("torch", lambda x: torch.from_numpy(x.astype(np.float32))),
+        ("jax", lambda x: jnp.asarray(x, dtype=narrow[x.dtype])),
+        ("torch", lambda x: torch.from_numpy(x.astype(narrow[x.dtype]))),
     ):
         f32 = s32.jax_f if name == "jax" else s32.torch_f
         outs = f32(*[convert(x) for x in xs64])
         for k, (o, r) in enumerate(zip(outs, ref, strict=True)):
             o = _to_numpy(o)
-            if o.dtype != np.float32:
-                raise CheckFailed(f"{name}: output {k} is {o.dtype} for float32 inputs")
+            if o.dtype != narrow[r.dtype]:
+                raise CheckFailed(f"{name}: output {k} is {o.dtype} for {np.dtype(narrow[r.dtype])} inputs")
             finite = np.isfinite(r)
             if not np.isfinite(o[finite]).all():
                 raise CheckFailed(f"{name}: output {k} is not finite in float32 where float64 is")
@@ -1025,12 +1094,13 @@ def check_float32(s: _Subject) -> str:
                 1e-5 * max(1.0, float(np.max(np.abs(r[finite]), initial=0.0))),
             )
         if s.diff:
+            argnums = tuple(range(len(xs64)))
             if name == "jax":
-                grads = jax.grad(_sum_of(f32), tuple(range(len(xs64))))(*[convert(x) for x in xs64])
+                grads = _jax_grad(s, _sum_of(f32), argnums)(*[convert(x) for x in xs64])
             else:
                 leaves = [cast("torch.Tensor", convert(x)).requires_grad_() for x in xs64]
-                grads = torch.autograd.grad(_sum_of(f32)(*leaves), leaves, allow_unused=True, materialize_grads=True)
-            grads64 = jax.grad(_sum_of(s.jax_f), tuple(range(len(xs64))))(*[jnp.asarray(x) for x in xs64])
+                grads = _torch_grads(s, _sum_of(f32)(*leaves), leaves)
+            grads64 = _jax_grad(s, _sum_of(s.jax_f), argnums)(*[jnp.asarray(x) for x in xs64])
             for k, (g, g64) in enumerate(zip(grads, grads64, strict=True)):
                 g, g64 = _to_numpy(g), _to_numpy(g64)
                 finite = np.isfinite(g64)
@@ -1053,6 +1123,8 @@ LOW_PRECISION_EPS = 4.0
 
 
 def check_low_precision(s: _Subject) -> str:
+    if s.rule.complex:
+        raise NotApplicable("bfloat16 and float16 have no complex counterpart (complex32 is no dtype JAX has)")
     """bfloat16 and float16 in: outputs and gradients of that dtype, within a few of its eps of float64."""
     import jax.numpy as jnp
     import torch
@@ -1178,7 +1250,6 @@ def check_dtype(s: _Subject) -> str:
     tolerances let pass.  Under a bfloat16 default it is an error near 1e-3,
     and code that never uses the default dtype gives the same numbers.
     """
-    import jax
     import jax.numpy as jnp
 
     rng_state = s.rng.bit_generator.state
@@ -1189,12 +1260,16 @@ def check_dtype(s: _Subject) -> str:
     for k, (got, ref) in enumerate(zip(narrow, reference, strict=True)):
         if ref.dtype.kind == "f" and ref.dtype != np.float64:
             raise CheckFailed(f"torch: result {k} is {ref.dtype} for float64 inputs")
+        if ref.dtype.kind == "c" and ref.dtype != np.complex128:
+            raise CheckFailed(f"torch: result {k} is {ref.dtype} for complex128 inputs")
         compare(f"torch: result {k} with a bfloat16 default dtype vs the float32 default's", got, ref, 1e-12, 1e-300)
     outs = s.jax_f(*[jnp.asarray(x) for x in s.xs()])
     results = list(outs)
     if s.diff:
-        results += list(jax.grad(_sum_of(s.jax_f), tuple(range(len(s.diff))))(*[jnp.asarray(x) for x in s.xs()]))
+        results += list(_jax_grad(s, _sum_of(s.jax_f), tuple(range(len(s.diff))))(*[jnp.asarray(x) for x in s.xs()]))
     for k, r in enumerate(results):
+        if jnp.issubdtype(r.dtype, jnp.complexfloating) and r.dtype != jnp.complex128:
+            raise CheckFailed(f"jax: result {k} is {r.dtype} for complex128 inputs")
         if jnp.issubdtype(r.dtype, jnp.floating) and r.dtype != jnp.float64:
             raise CheckFailed(f"jax: result {k} is {r.dtype} for float64 inputs")
     return "float64 throughout (torch: the same results under a bfloat16 default dtype)"

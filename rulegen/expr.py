@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping
 import sympy as sp
 
 from rulegen.errors import Loc, SpecError
-from rulegen.functions import CONSTANTS, RULE_FUNCTIONS, Piecewise
+from rulegen.functions import CONSTANTS, HOLOMORPHIC, RULE_FUNCTIONS, Piecewise
 
 MAX_CHARS = 20_000
 MAX_NODES = 5_000
@@ -79,10 +80,29 @@ def _condition(value: object) -> bool:
     return isinstance(value, sp.logic.boolalg.Boolean) and not isinstance(value, sp.Expr)
 
 
+def _exact(part: float) -> sp.Number:
+    """A part of a complex literal: an integer stays one (`3j` is 3*I, not 3.0*I)."""
+    return sp.Integer(int(part)) if part.is_integer() else sp.Float(part, 17)
+
+
+#: Names of functions of a complex number that have no complex derivative (not holomorphic).
+_NOT_HOLOMORPHIC_NAMES = frozenset({"conj", "conjugate", "real", "imag", "re", "im", "angle", "arg"})
+
+
 class _Builder:
     def __init__(self, symbols: Mapping[str, sp.Symbol], loc: Loc) -> None:
         self.symbols = symbols
         self.loc = loc
+        # Over complex symbols (a complex rule's), only holomorphic expressions have the derivatives derived.
+        self.holomorphic = any(s.is_complex and s.is_real is None for s in symbols.values())
+
+    def not_holomorphic(self, node: ast.AST, what: str) -> SpecError:
+        allowed = ", ".join(sorted(n for n in RULE_FUNCTIONS if RULE_FUNCTIONS[n].name in HOLOMORPHIC))
+        return self.error(
+            node,
+            f"{what} is not holomorphic: a complex rule's derivatives are complex derivatives, "
+            f"of arithmetic, powers and {allowed}",
+        )
 
     def error(self, node: ast.AST, message: str) -> SpecError:
         return SpecError(self.loc.offset(getattr(node, "lineno", 1), getattr(node, "col_offset", 0)), message)
@@ -115,6 +135,8 @@ class _Builder:
         if kind is ast.UnaryOp:
             return self.unary(node)  # type: ignore[arg-type]
         if kind is ast.Compare:
+            if self.holomorphic:
+                raise self.not_holomorphic(node, "a comparison (complex numbers have no order)")
             return self.compare(node)  # type: ignore[arg-type]
         if kind is ast.BoolOp:
             parts = [self.condition(v) for v in node.values]  # type: ignore[attr-defined]
@@ -139,6 +161,8 @@ class _Builder:
             return sp.Integer(value)
         if isinstance(value, float):
             return sp.Float(value, 17) if value == value else sp.nan
+        if isinstance(value, complex) and self.holomorphic and all(map(math.isfinite, (value.real, value.imag))):
+            return _exact(value.real) + sp.I * _exact(value.imag)
         raise self.error(node, f"{type(value).__name__} literals are not allowed in a symbolic expression")
 
     def name(self, node: ast.Name) -> sp.Basic:
@@ -174,13 +198,13 @@ class _Builder:
 
     def check_power(self, node: ast.BinOp, base: sp.Expr, exponent: sp.Expr) -> None:
         if exponent.is_number:
-            if not exponent.is_finite or abs(float(exponent)) > MAX_EXPONENT:
+            if not exponent.is_finite or abs(complex(exponent)) > MAX_EXPONENT:
                 raise self.error(node, f"exponent {exponent} is larger than {MAX_EXPONENT}")
-        elif base.is_number and base.is_finite and abs(float(base)) > 1e6:
+        elif base.is_number and base.is_finite and abs(complex(base)) > 1e6:
             raise self.error(node, "the base of a symbolic power must be at most 1e6")
         if base.is_number and exponent.is_number:
             digits = len(str(abs(int(base)))) if base.is_Integer else 1
-            if digits * abs(float(exponent)) > 300:
+            if digits * abs(complex(exponent)) > 300:
                 raise self.error(node, "this power of numbers is too large")
 
     def unary(self, node: ast.UnaryOp) -> sp.Basic:
@@ -208,6 +232,8 @@ class _Builder:
             raise self.error(node, "only whitelisted functions may be called, by name (e.g. exp(x))")
         name = node.func.id
         function = RULE_FUNCTIONS.get(name)
+        if self.holomorphic and (name in _NOT_HOLOMORPHIC_NAMES or (function and function.name not in HOLOMORPHIC)):
+            raise self.not_holomorphic(node.func, f"{name}()")
         if function is None:
             close = difflib.get_close_matches(name, list(RULE_FUNCTIONS), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -426,6 +426,8 @@ class MathFunction:
     internal: bool = False
     #: Only the torch printer meets it (the plan writes it for torch alone).
     torch_only: bool = False
+    #: Complex differentiable, and computed for complex arrays by both backends: a complex rule may call it.
+    holomorphic: bool = False
 
     @property
     def rule_names(self) -> tuple[str, ...]:
@@ -447,24 +449,50 @@ class MathFunction:
 #: whitelist and the printers' `_print_<name>` methods are derived from it,
 #: so a function is added here and nowhere else.
 REGISTRY: tuple[MathFunction, ...] = (
-    MathFunction("exp", sp.exp, "jnp.exp", "torch.exp", math="math.exp", in_place="exp_"),
-    MathFunction("log", sp.log, "jnp.log", "torch.log", math="math.log", in_place="log_", arity=(1, 1)),
-    MathFunction("sqrt", sp.sqrt, "jnp.sqrt", "torch.sqrt", math="math.sqrt"),
-    MathFunction("sin", sp.sin, "jnp.sin", "torch.sin", math="math.sin", in_place="sin_"),
-    MathFunction("cos", sp.cos, "jnp.cos", "torch.cos", math="math.cos", in_place="cos_"),
-    MathFunction("tan", sp.tan, "jnp.tan", "torch.tan", math="math.tan", in_place="tan_"),
-    MathFunction("asin", sp.asin, "jnp.arcsin", "torch.asin", math="math.asin", in_place="asin_"),
-    MathFunction("acos", sp.acos, "jnp.arccos", "torch.acos", math="math.acos", in_place="acos_"),
-    MathFunction("atan", sp.atan, "jnp.arctan", "torch.atan", math="math.atan", in_place="atan_"),
+    MathFunction("exp", sp.exp, "jnp.exp", "torch.exp", math="math.exp", in_place="exp_", holomorphic=True),
+    MathFunction(
+        "log", sp.log, "jnp.log", "torch.log", math="math.log", in_place="log_", arity=(1, 1), holomorphic=True
+    ),
+    MathFunction("sqrt", sp.sqrt, "jnp.sqrt", "torch.sqrt", math="math.sqrt", holomorphic=True),
+    MathFunction("sin", sp.sin, "jnp.sin", "torch.sin", math="math.sin", in_place="sin_", holomorphic=True),
+    MathFunction("cos", sp.cos, "jnp.cos", "torch.cos", math="math.cos", in_place="cos_", holomorphic=True),
+    MathFunction("tan", sp.tan, "jnp.tan", "torch.tan", math="math.tan", in_place="tan_", holomorphic=True),
+    MathFunction("asin", sp.asin, "jnp.arcsin", "torch.asin", math="math.asin", in_place="asin_", holomorphic=True),
+    MathFunction("acos", sp.acos, "jnp.arccos", "torch.acos", math="math.acos", in_place="acos_", holomorphic=True),
+    MathFunction("atan", sp.atan, "jnp.arctan", "torch.atan", math="math.atan", in_place="atan_", holomorphic=True),
     MathFunction("atan2", sp.atan2, "jnp.arctan2", "torch.atan2", torch_tensor_only=True),
-    MathFunction("sinh", sp.sinh, "jnp.sinh", "torch.sinh", math="math.sinh", in_place="sinh_"),
-    MathFunction("cosh", sp.cosh, "jnp.cosh", "torch.cosh", math="math.cosh", in_place="cosh_"),
-    MathFunction("tanh", sp.tanh, "jnp.tanh", "torch.tanh", math="math.tanh", in_place="tanh_"),
-    MathFunction("asinh", sp.asinh, "jnp.arcsinh", "torch.asinh", math="math.asinh", in_place="asinh_"),
-    MathFunction("acosh", sp.acosh, "jnp.arccosh", "torch.acosh", math="math.acosh", in_place="acosh_"),
-    MathFunction("atanh", sp.atanh, "jnp.arctanh", "torch.atanh", math="math.atanh", in_place="atanh_"),
-    MathFunction("log1p", log1p, "jnp.log1p", "torch.log1p", math="math.log1p", mpmath=mpmath.log1p, in_place="log1p_"),
-    MathFunction("expm1", expm1, "jnp.expm1", "torch.expm1", math="math.expm1", mpmath=mpmath.expm1, in_place="expm1_"),
+    MathFunction("sinh", sp.sinh, "jnp.sinh", "torch.sinh", math="math.sinh", in_place="sinh_", holomorphic=True),
+    MathFunction("cosh", sp.cosh, "jnp.cosh", "torch.cosh", math="math.cosh", in_place="cosh_", holomorphic=True),
+    MathFunction("tanh", sp.tanh, "jnp.tanh", "torch.tanh", math="math.tanh", in_place="tanh_", holomorphic=True),
+    MathFunction(
+        "asinh", sp.asinh, "jnp.arcsinh", "torch.asinh", math="math.asinh", in_place="asinh_", holomorphic=True
+    ),
+    MathFunction(
+        "acosh", sp.acosh, "jnp.arccosh", "torch.acosh", math="math.acosh", in_place="acosh_", holomorphic=True
+    ),
+    MathFunction(
+        "atanh", sp.atanh, "jnp.arctanh", "torch.atanh", math="math.atanh", in_place="atanh_", holomorphic=True
+    ),
+    MathFunction(
+        "log1p",
+        log1p,
+        "jnp.log1p",
+        "torch.log1p",
+        math="math.log1p",
+        mpmath=mpmath.log1p,
+        in_place="log1p_",
+        holomorphic=True,
+    ),
+    MathFunction(
+        "expm1",
+        expm1,
+        "jnp.expm1",
+        "torch.expm1",
+        math="math.expm1",
+        mpmath=mpmath.expm1,
+        in_place="expm1_",
+        holomorphic=True,
+    ),
     MathFunction("hypot", hypot, "jnp.hypot", "torch.hypot", mpmath=mpmath.hypot, torch_tensor_only=True),
     MathFunction("erf", sp.erf, "jax.scipy.special.erf", "torch.special.erf", math="math.erf", in_place="erf_"),
     MathFunction("erfc", sp.erfc, "jax.scipy.special.erfc", "torch.special.erfc", math="math.erfc", in_place="erfc_"),
@@ -543,11 +571,14 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("xlog1py", xlog1py, "jax.scipy.special.xlog1py", "torch.special.xlog1py", mpmath=_mp_xlog1py),
     MathFunction("entr", entr, "jax.scipy.special.entr", "torch.special.entr", mpmath=_mp_entr),
     # What sympy writes as a power, x**(-1/2), and the printers as one call.
-    MathFunction("rsqrt", _rsqrt, "jax.lax.rsqrt", "torch.rsqrt", internal=True),
+    MathFunction("rsqrt", _rsqrt, "jax.lax.rsqrt", "torch.rsqrt", internal=True, holomorphic=True),
     # Derivatives of kinks (Abs, sign, Max): sympy writes them, rules do not.
     MathFunction("DiracDelta", sp.DiracDelta, "jnp.zeros_like", "torch.zeros_like", internal=True),
     MathFunction("Heaviside", sp.Heaviside, internal=True),
     MathFunction("in_float", in_float, internal=True),
+    # torch's backward of a complex rule conjugates its partials (PyTorch's convention); a new
+    # tensor, not torch.conj's view, which an in-place backward would write through to its input.
+    MathFunction("conjugate", sp.conjugate, "jnp.conj", "torch.conj_physical", internal=True),
     MathFunction("silu", silu, torch="torch.nn.functional.silu", internal=True, torch_only=True),
     MathFunction("one_plus_erf", one_plus_erf, internal=True, torch_only=True),
     MathFunction(
@@ -570,6 +601,9 @@ FUNCTIONS: Mapping[str, Callable[..., sp.Basic]] = MappingProxyType(
 MPMATH_IMPLEMENTATIONS: Mapping[str, Callable[..., mpmath.mpf]] = MappingProxyType(
     {function.name: function.mpmath for function in REGISTRY if function.mpmath is not None}
 )
+
+#: What a complex rule's derivatives stay within: functions with a complex derivative, by sympy class name.
+HOLOMORPHIC = frozenset(function.name for function in REGISTRY if function.holomorphic)
 
 #: torch functions that take no Python number (torch.atan2(x, 2.0) raises).
 TORCH_TENSOR_ONLY = frozenset(function.name for function in REGISTRY if function.torch_tensor_only)

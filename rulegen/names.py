@@ -78,9 +78,22 @@ LOCAL_NAMES = frozenset(
 
 #: Builtins generated code calls (a rule name or input would shadow them); the
 #: printers write `max`/`min`/`abs` of static (Python number) arguments, and
-#: annotations `float`, `int`, `bool`, `tuple`, and `dict` and `str` of a structured argument or result.
+#: annotations `float`, `complex`, `int`, `bool`, `tuple`, and `dict` and `str` of a structured argument or result.
 BUILTIN_NAMES = frozenset(
-    {"NotImplementedError", "abs", "bool", "dict", "float", "int", "max", "min", "staticmethod", "str", "tuple"}
+    {
+        "NotImplementedError",
+        "abs",
+        "bool",
+        "complex",
+        "dict",
+        "float",
+        "int",
+        "max",
+        "min",
+        "staticmethod",
+        "str",
+        "tuple",
+    }
 )
 
 #: Keys of the rule format that a body's names could be mistaken for, and the

@@ -9,6 +9,7 @@ import sympy as sp
 
 from rulegen.derive import Derivation
 from rulegen.functions import sigmoid
+from rulegen.symbols import value_symbol
 
 # Functions whose backward autodiff computes from their output (so it saves that).
 _SAVES_OUTPUT = (sp.exp, sp.tanh, sigmoid)
@@ -114,7 +115,7 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
             break
         if expr not in outputs and any(sp.diff(expr, a).has(sp.Derivative, sp.Subs) for a in arrays):
             continue  # double backward needs its partials, and sympy has none
-        symbol = outputs.get(expr) or sp.Symbol(_fresh(f"{prefix}_{_description(expr)}", chosen.values()), real=True)
+        symbol = outputs.get(expr) or value_symbol(d.rule, _fresh(f"{prefix}_{_description(expr)}", chosen.values()))
         rewritten = [p.subs(expr, symbol) for p in partials]
         if rewritten == partials:
             continue

@@ -248,7 +248,10 @@ class Input(Node):
     static: bool = False
     default: Annotated[Any, BeforeValidator(_to_default)] = None
     has_default: SkipJsonSchema[bool] = Field(default=False, exclude=True)
-    dtype: Literal["float", "int", "bool"] = "float"
+    dtype: Annotated[
+        Literal["float", "complex", "int", "bool"],
+        Field(description="`complex`: a holomorphic rule's complex argument (its outputs are complex too)"),
+    ] = "float"
     domain: Annotated[
         tuple[Number, Number],
         Field(description="where `rulegen test` samples this input; it never changes the generated code"),
@@ -285,6 +288,8 @@ class Input(Node):
             raise ValueError(f"domain [{lo}, {hi}] is not a finite float64 interval (its width must be below 1.8e308)")
         if self.static and "diff" in self.model_fields_set and self.diff:
             raise ValueError("a static input is never differentiated; drop `diff: true`")
+        if self.dtype == "complex" and self.assume:
+            raise ValueError("a complex input takes no sign assumptions (`assume`)")
         for assumption in self.assume:
             if not _holds(assumption, lo, hi):
                 raise ValueError(f"domain [{lo}, {hi}] has points where `assume: {assumption}` fails")
@@ -292,7 +297,7 @@ class Input(Node):
 
     @property
     def differentiable(self) -> bool:
-        return self.diff and not self.static and self.dtype == "float"
+        return self.diff and not self.static and self.dtype in ("float", "complex")
 
 
 class Output(Node):
@@ -300,11 +305,11 @@ class Output(Node):
 
     name: Name
     diff: bool = True
-    dtype: Literal["float", "int", "bool"] = "float"
+    dtype: Literal["float", "complex", "int", "bool"] = "float"
 
     @property
     def differentiable(self) -> bool:
-        return self.diff and self.dtype == "float"
+        return self.diff and self.dtype in ("float", "complex")
 
 
 class InputOptions(Input):
@@ -569,6 +574,14 @@ class Rule(Node):
 
     @model_validator(mode="before")
     @classmethod
+    def _complex_outputs(cls, data: Any) -> Any:
+        # A holomorphic rule's outputs are complex unless declared otherwise.
+        if isinstance(data, dict) and _declares_complex(data.get("inputs")):
+            data = {**data, "outputs": _complex_by_default(data.get("outputs"), data.get("returns"))}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _outputs_from_returns(cls, data: Any) -> Any:
         # `returns` alone names the outputs, in the order it holds them.
         if isinstance(data, dict) and "returns" in data and "outputs" not in data:
@@ -584,6 +597,11 @@ class Rule(Node):
     def inputs(self) -> tuple[Input, ...]:
         """The rule's array and static inputs, a structure's arrays in its place: what every body reads."""
         return tuple(leaf for p in self.parameters for leaf in (p.leaves if isinstance(p, Structured) else (p,)))
+
+    @property
+    def complex(self) -> bool:
+        """Whether the rule is holomorphic in complex inputs (see `consistency_errors` for what that asks)."""
+        return any(i.dtype == "complex" for i in self.inputs)
 
     @property
     def structured(self) -> bool:
@@ -628,6 +646,46 @@ class Rule(Node):
         return dict(self.residuals) if isinstance(self.residuals, dict) else {}
 
 
+def _declares_complex(inputs: Any, depth: int = 0) -> bool:
+    """Whether raw `inputs` (a list of names, or options by name, structures nested) declare a complex one."""
+    if not isinstance(inputs, dict) or depth > 2:
+        return False
+    for options in inputs.values():
+        if not isinstance(options, dict):
+            continue
+        if options.get("dtype") == "complex":
+            return True
+        if any(_declares_complex(options.get(k), depth + 1) for k in STRUCTURE_KINDS):
+            return True
+    return False
+
+
+def _complex_by_default(outputs: Any, returns: Any) -> Any:
+    """Raw `outputs` with `dtype: complex` where an output declares no dtype of its own."""
+    if outputs is None:
+        names_given = _names_in_returns(returns) if returns is not None else None
+        outputs = names_given if names_given is not None else ["out"]
+    if isinstance(outputs, list) and all(isinstance(n, str) for n in outputs):
+        located = YamlMap({n: YamlMap({"dtype": "complex"}) for n in outputs})
+        located.loc = getattr(outputs, "loc", _UNKNOWN)
+        item_locs = getattr(outputs, "item_locs", [located.loc] * len(outputs))
+        located.key_locs = dict(zip(outputs, item_locs, strict=True))
+        located.value_locs = dict(located.key_locs)
+        for n, loc in located.key_locs.items():
+            located[n].loc, located[n].key_locs, located[n].value_locs = loc, {}, {}
+        return located
+    if isinstance(outputs, dict):
+        completed = YamlMap(
+            {
+                n: {"dtype": "complex", **o} if isinstance(o, dict) else (o if o is not None else {"dtype": "complex"})
+                for n, o in outputs.items()
+            }
+        )
+        completed.__dict__.update(getattr(outputs, "__dict__", {}))
+        return completed
+    return outputs
+
+
 def _names_in_returns(value: Any, depth: int = 0) -> list[Any] | None:
     """The output names in a raw `returns` (None where it is malformed: its validation says how)."""
     if depth > _MAX_RETURN_DEPTH:
@@ -660,6 +718,7 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
     errors += _generated_name_errors(rule, named, places)
     errors += _union_errors(rule)
     errors += _returns_errors(rule)
+    errors += _complex_errors(rule)
     defaulted = False
     for i in rule.inputs:
         if i.has_default:
@@ -668,6 +727,42 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
             errors.append(
                 SpecError(
                     i.loc, f"input {i.name!r} has no default but follows one that has: inputs with defaults come last"
+                )
+            )
+    return errors
+
+
+def _complex_errors(rule: Rule) -> list[SpecError]:
+    """A complex rule is holomorphic, written in sympy, in complex arrays only: what its derivatives assume."""
+    if not rule.complex:
+        return []
+    errors: list[SpecError] = []
+    bodies = [("forward", rule.forward), ("jvp", rule.jvp), ("vjp", rule.vjp), *rule.residual_bodies.items()]
+    for role, body in bodies:
+        if isinstance(body, SnippetBody):
+            errors.append(
+                SpecError(
+                    body.loc,
+                    f"a complex rule's {role} is a sympy expression: its derivatives are derived "
+                    "as complex derivatives (holomorphic functions only)",
+                )
+            )
+    for i in rule.inputs:
+        if i.dtype == "float" and not i.static:
+            errors.append(
+                SpecError(
+                    i.loc,
+                    f"{i.name!r} is real in a rule with complex inputs: declare it `dtype: complex` "
+                    "(a holomorphic rule's arrays are all complex)",
+                )
+            )
+    for o in rule.outputs:
+        if o.dtype == "float":
+            errors.append(
+                SpecError(
+                    o.loc,
+                    f"{o.name!r} is real: a real output of complex inputs is not holomorphic, and so has "
+                    "no complex derivative",
                 )
             )
     return errors

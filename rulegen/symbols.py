@@ -12,22 +12,31 @@ def _input_symbol(spec: Input) -> sp.Symbol:
     # from the sample domain would change the function outside it (atan2(y, x)
     # became atan(y/x) for x sampled in [0.5, 3]).
     assumptions: dict[str, bool] = dict.fromkeys(spec.assume, True)
-    assumptions["real"] = True
+    assumptions["complex" if spec.dtype == "complex" else "real"] = True
     if spec.dtype == "int":
         assumptions["integer"] = True
     return sp.Symbol(spec.name, **assumptions)
+
+
+def value_symbol(rule: Rule, name: str) -> sp.Symbol:
+    """The symbol of a value the rule computes (an output, residual, tangent or cotangent): complex in a complex rule.
+
+    Real elsewhere, so that sympy simplifies as real arithmetic; never real
+    in a complex rule, where that would let it drop a conjugate.
+    """
+    return sp.Symbol(name, complex=True) if rule.complex else sp.Symbol(name, real=True)
 
 
 def symbols_of(rule: Rule) -> dict[str, sp.Symbol]:
     """Inputs (with their stated assumptions), outputs, residuals, tangents and cotangents, by name."""
     symbols = {i.name: _input_symbol(i) for i in rule.inputs}
     for name in [o.name for o in rule.outputs] + list(rule.residual_names):
-        symbols[name] = sp.Symbol(name, real=True)
+        symbols[name] = value_symbol(rule, name)
     for i in rule.inputs:
         if i.differentiable:
-            symbols[f"{i.name}_dot"] = sp.Symbol(f"{i.name}_dot", real=True)
+            symbols[f"{i.name}_dot"] = value_symbol(rule, f"{i.name}_dot")
     for name in [o.name for o in rule.outputs]:
-        symbols[f"{name}_bar"] = sp.Symbol(f"{name}_bar", real=True)
+        symbols[f"{name}_bar"] = value_symbol(rule, f"{name}_bar")
     return symbols
 
 

@@ -45,7 +45,7 @@ BAD = [
     ("derivative-of-unknown-input", "name: a\ninputs: [x]\nforward: x\nderivatives:\n  y: 1\n", "5:", "y"),
     ("default-order", "name: a\ninputs:\n  x: {default: 1.0}\n  y: {}\nforward: x*y\n", None, "default"),
     ("empty-domain", "name: a\ninputs:\n  x: {domain: [2, 1]}\nforward: x\n", "3:", "domain"),
-    ("bad-dtype", "name: a\ninputs:\n  x: {dtype: complex}\nforward: x\n", "3:", "dtype"),
+    ("bad-dtype", "name: a\ninputs:\n  x: {dtype: quaternion}\nforward: x\n", "3:", "dtype"),
     ("non-string-key", "name: a\ninputs: [x]\nforward: x\n1: 2\n", "4:1", "key"),
     ("empty-file", "", "1:1", "empty"),
     ("caret-power", "name: a\ninputs: [x]\nforward: x^2\n", "3:", "**"),

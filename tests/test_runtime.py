@@ -40,7 +40,7 @@ def test_as_arrays_promotes_integers_to_the_float_arguments_dtype_and_refuses_co
     assert x.dtype == jnp.float32 and k.dtype == jnp.float32
     (number,) = jax_util.as_arrays("r", ("x",), "f", 2)
     assert jnp.result_type(number) == jnp.result_type(float)
-    with pytest.raises(TypeError, match="r: complex inputs are not supported yet"):
+    with pytest.raises(TypeError, match="r: complex inputs are not supported for"):
         jax_util.as_arrays("r", ("z",), "f", jnp.ones(2, jnp.complex64))
 
 

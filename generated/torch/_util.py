@@ -9,29 +9,34 @@ import torch
 def as_tensors(rule, names, kinds, *values):
     """A rule's array arguments as tensors, as torch's own arithmetic would read them.
 
-    `kinds` has a letter per argument: `f` (float), `i` (int), `b` (bool).
-    A Python number given for a float argument takes the promoted float
-    dtype of the float tensors among the arguments (the default dtype
-    without any), as a weakly typed JAX number would; a NumPy array keeps
-    its float dtype; an integer array given for a float argument takes the
-    float dtype, as NumPy would promote it.  All take the tensors' device.
-    Complex arguments are refused until rules support them.
+    `kinds` has a letter per argument: `f` (float), `c` (complex), `i` (int),
+    `b` (bool).  A Python number given for a float argument takes the
+    promoted float dtype of the float tensors among the arguments (the
+    default dtype without any), as a weakly typed JAX number would; a NumPy
+    array keeps its float dtype; an integer array given for a float argument
+    takes the float dtype, as NumPy would promote it.  A complex argument
+    given as real becomes complex.  All take the tensors' device.  A complex
+    array for a real argument is refused: the rule's derivatives are real.
     """
     given = [v for v in values if isinstance(v, torch.Tensor)]
-    for name, value in zip(names, values, strict=True):
-        if isinstance(value, torch.Tensor) and value.is_complex():
-            raise TypeError(
-                f"{rule}: complex inputs are not supported yet ({name} is {value.dtype})"
-            )
+    for name, kind, value in zip(names, kinds, values, strict=True):
+        if kind != "c" and isinstance(value, torch.Tensor) and value.is_complex():
+            raise TypeError(_real_only(rule, name, value.dtype))
     if len(given) == len(values) and all(
-        v.is_floating_point() for v, kind in zip(values, kinds, strict=True) if kind == "f"
+        v.is_complex() if kind == "c" else v.is_floating_point()
+        for v, kind in zip(values, kinds, strict=True)
+        if kind in "fc"
     ):
         return values
-    floats = [v.dtype for v in given if v.is_floating_point()]
+    # A complex tensor's precision counts too: a number beside a complex128 one is float64.
+    floats = [v.dtype.to_real() for v in given if v.is_floating_point() or v.is_complex()]
     dtype = functools.reduce(torch.promote_types, floats) if floats else torch.get_default_dtype()
     device = given[0].device if given else None
     converted = []
     for name, kind, value in zip(names, kinds, values, strict=True):
+        if kind == "c":
+            converted.append(_complex(value, dtype, device))
+            continue
         if isinstance(value, torch.Tensor):
             if kind == "f" and not value.is_floating_point():
                 value = value.to(
@@ -44,7 +49,7 @@ def as_tensors(rule, names, kinds, *values):
                 isinstance(value, complex)
                 or getattr(getattr(value, "dtype", None), "kind", "") == "c"
             ):
-                raise TypeError(f"{rule}: complex inputs are not supported yet ({name} is complex)")
+                raise TypeError(_real_only(rule, name, "complex"))
             weak = not hasattr(value, "dtype")  # a Python number or list, not a NumPy array
             value = torch.as_tensor(
                 value, dtype=dtype if kind == "f" and weak else None, device=device
@@ -55,6 +60,25 @@ def as_tensors(rule, names, kinds, *values):
                 value = value.bool()
         converted.append(value)
     return tuple(converted)
+
+
+def _real_only(rule, name, dtype):
+    return (
+        f"{rule}: complex inputs are not supported for {name}, a real input ({name} is {dtype}); "
+        "a holomorphic rule declares its inputs `dtype: complex`"
+    )
+
+
+def _complex(value, dtype, device):
+    """A complex argument as a complex tensor; a real one made complex at its own precision."""
+    if not isinstance(value, torch.Tensor):
+        value = torch.as_tensor(value, device=device)
+        if not value.is_complex():
+            value = value.to(dtype)
+    if value.is_complex():
+        return value
+    real = value if value.is_floating_point() else value.to(dtype)
+    return real.to(torch.promote_types(real.dtype, torch.complex64))
 
 
 def fresh_outputs(result, *inputs):

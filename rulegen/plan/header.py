@@ -56,7 +56,7 @@ _UTIL_LINES = {
 }
 
 
-_DTYPE_LETTERS = {"float": "f", "int": "i", "bool": "b"}
+_DTYPE_LETTERS = {"float": "f", "complex": "c", "int": "i", "bool": "b"}
 
 
 TENSORS_IMPORT = "from ._util import as_tensors"
@@ -70,11 +70,16 @@ def torch_util_imports(imports: set[str], names: Sequence[str]) -> tuple[str, ..
 #: Per backend: the annotation of an array argument (by input dtype) and of a result.
 ARRAY_TYPES = {
     "jax": (
-        {"float": "jax.typing.ArrayLike", "int": "jax.typing.ArrayLike", "bool": "jax.typing.ArrayLike"},
+        dict.fromkeys(("float", "complex", "int", "bool"), "jax.typing.ArrayLike"),
         "jax.Array",
     ),
     "torch": (
-        {"float": "torch.Tensor | float", "int": "torch.Tensor | int", "bool": "torch.Tensor | bool"},
+        {
+            "float": "torch.Tensor | float",
+            "complex": "torch.Tensor | complex",
+            "int": "torch.Tensor | int",
+            "bool": "torch.Tensor | bool",
+        },
         "torch.Tensor",
     ),
 }
@@ -241,7 +246,9 @@ def _input_line(i: Input) -> str:
         kind = f"{i.dtype} array" + ("" if i.differentiable else ", not differentiated")
     default = f", default {python_literal(i.default)}" if i.has_default else ""
     assumed = f", assumed {' and '.join(i.assume)}" if i.assume else ""
-    sampled = "" if i.static or i.dtype != "float" else f"; checked on [{i.domain[0]:g}, {i.domain[1]:g}]"
+    parts = "real and imaginary parts " if i.dtype == "complex" else ""
+    checked = f"; {parts}checked on [{i.domain[0]:g}, {i.domain[1]:g}]"
+    sampled = "" if i.static or i.dtype not in ("float", "complex") else checked
     return f"    {i.name}: {kind}{default}{assumed}{sampled}"
 
 

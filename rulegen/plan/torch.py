@@ -40,6 +40,7 @@ from rulegen.plan.symbolic import (
 from rulegen.printers import TANH_EXPM1_IMPORT, print_torch, print_torch_compiled
 from rulegen.saving import saved_form, saved_intermediates
 from rulegen.spec import Rule
+from rulegen.symbols import value_symbol
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,19 @@ class _Torch:
         """
         return self.diff_inputs if self.residual_names and len(self.diff_inputs) > 1 else ()
 
+    def conjugated(self, partial: sp.Expr) -> sp.Expr:
+        """A partial as torch's backward multiplies a cotangent by it: conjugated where complex.
+
+        PyTorch's convention (conjugate Wirtinger): for a holomorphic f, the
+        gradient reaching z is conj(f'(z)) times the cotangent.  JAX's VJP
+        is the plain transpose, f'(z) times it, so only torch conjugates.
+        """
+        return sp.conjugate(partial) if self.rule.complex else partial
+
+    @functools.cached_property
+    def backward_partials(self) -> dict[tuple[str, str], sp.Expr]:
+        return {k: self.conjugated(v) for k, v in self.vjp_partials.items()}
+
     @functools.cached_property
     def integral(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.rule.inputs if not i.static and i.dtype in ("int", "bool"))
@@ -129,7 +143,7 @@ def _with_saved_intermediates(d: Derivation) -> _Torch:
     saved_map = saved_intermediates(d, set(symbols))
     intermediates = [(str(sym), expr) for expr, sym in saved_map.items() if str(sym) not in symbols]
     for name, _ in intermediates:
-        symbols[name] = sp.Symbol(name, real=True)
+        symbols[name] = value_symbol(d.rule, name)
 
     def rewritten(partials: Partials) -> dict[tuple[str, str], sp.Expr]:
         return {k: saved_form(v, saved_map) for k, v in partials.items()}
@@ -142,8 +156,8 @@ def _with_saved_intermediates(d: Derivation) -> _Torch:
                 residual_partials[(name, i.name)] = saved_form(partial, saved_map)
     residuals = (*d.residuals, *intermediates)
     for n, _ in residuals:
-        symbols[f"{n}_bar"] = sp.Symbol(f"{n}_bar", real=True)
-        symbols[f"{n}_dot"] = sp.Symbol(f"{n}_dot", real=True)
+        symbols[f"{n}_bar"] = value_symbol(d.rule, f"{n}_bar")
+        symbols[f"{n}_dot"] = value_symbol(d.rule, f"{n}_dot")
     return _Torch(d, symbols, rewritten(d.vjp_partials), rewritten(d.jvp_partials), residual_partials, tuple(residuals))
 
 
@@ -264,10 +278,10 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
     for k, i in enumerate(t.rule.inputs):
         # With several inputs, one may need no gradient (data, or a frozen parameter): it is not computed.
         guard = f"ctx.needs_input_grad[{k}]" if guarded and len(t.diff_inputs) > 1 else ""
-        expr = linear_combination(t.d, t.vjp_partials, i.name, t.outputs, "_bar", transpose=True)
+        expr = linear_combination(t.d, t.backward_partials, i.name, t.outputs, "_bar", transpose=True)
         if with_residuals:
             for r in t.residual_names:
-                expr += t.residual_partials.get((r, i.name), sp.S.Zero) * t.symbols[f"{r}_bar"]
+                expr += t.conjugated(t.residual_partials.get((r, i.name), sp.S.Zero)) * t.symbols[f"{r}_bar"]
         reads = frozenset({i.name})
         if i.name not in t.diff_inputs or expr == 0:
             found.append(Result(f"{i.name}_bar", code="None"))

@@ -21,11 +21,12 @@ def unbroadcast(x_bar, x):
 def as_arrays(rule, names, kinds, *values):
     """A rule's array arguments (arrays, numbers or pytrees of them), as the rule reads them.
 
-    `kinds` has a letter per argument: `f` (float), `i` (int), `b` (bool).
-    An integer or boolean array given for a float argument becomes an array
-    of the float dtype of the float arguments (JAX's default float without
-    any); Python numbers stay as they are, weakly typed.  Complex arguments
-    are refused until rules support them.
+    `kinds` has a letter per argument: `f` (float), `c` (complex), `i` (int),
+    `b` (bool).  An integer or boolean array given for a float argument
+    becomes an array of the float dtype of the float arguments (JAX's default
+    float without any); Python numbers stay as they are, weakly typed.  A
+    complex argument given as real becomes complex; a complex array for a
+    real argument is refused, the rule's derivatives being real.
     """
     leaves = [jax.tree.leaves(v) for v in values]
     floats = [
@@ -43,8 +44,14 @@ def as_arrays(rule, names, kinds, *values):
                 leaf
             )  # a Python number stays weakly typed, but 1 / 0.0 must not raise
         dtype = jnp.result_type(leaf)
+        if kind == "c":
+            complex_ = jnp.issubdtype(dtype, jnp.complexfloating)
+            return leaf if complex_ else jnp.asarray(leaf, jnp.result_type(leaf, 1j))
         if jnp.issubdtype(dtype, jnp.complexfloating):
-            raise TypeError(f"{rule}: complex inputs are not supported yet ({name} is {dtype})")
+            raise TypeError(
+                f"{rule}: complex inputs are not supported for {name}, a real input "
+                f"({name} is {dtype}); a holomorphic rule declares its inputs `dtype: complex`"
+            )
         if kind == "f" and not jnp.issubdtype(dtype, jnp.floating):
             return jnp.asarray(leaf, dtype=target)
         return leaf

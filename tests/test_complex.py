@@ -1,0 +1,196 @@
+"""Holomorphic complex rules (issue 16): one convention per backend, each as its own autodiff has it.
+
+JAX's VJP is the transpose (cotangent * f'(z)); torch's backward the
+conjugate Wirtinger gradient (cotangent * conj(f'(z))).  The generated rules
+are compared with each framework's autodiff of the same expression, to
+first and second order, and non-holomorphic functions are refused.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import generated.jax as gj
+import generated.torch as gt
+from rulegen.check import CheckFailed, _subject, check_cross_backend, run_checks
+from rulegen.derive import derive_rule
+from rulegen.errors import SpecErrors
+from rulegen.spec import read_rule_file, read_rules
+from tests.conftest import RULES
+
+A = 0.5 - 0.25j
+
+# The same expressions written in each framework's own operations.
+REFERENCES = {
+    "c_exp": (lambda z: jnp.exp(z), lambda z: torch.exp(z)),
+    "c_log": (lambda z: jnp.log(z), lambda z: torch.log(z)),
+    "c_sin": (lambda z: jnp.sin(z), lambda z: torch.sin(z)),
+    "c_poly": (lambda z: 2 * z**3 - (1 - 2j) * z + 3j, lambda z: 2 * z**3 - (1 - 2j) * z + 3j),
+    "c_mobius": (lambda z: (A * z + 1j) / (z + 2), lambda z: (A * z + 1j) / (z + 2)),
+}
+Z = np.array([0.7 + 0.4j, 1.5 - 0.9j, 2.2 + 1.1j])
+T = np.array([0.3 - 1.2j, -0.8 + 0.5j, 1.0 + 0.25j])
+W = np.array([1.1 + 0.7j, -0.4 - 0.9j, 0.6 + 0.2j])
+
+
+def _generated(name, backend):
+    f = getattr(gj if backend == "jax" else gt, name)
+    if name == "c_mobius":
+        a = jnp.asarray(A) if backend == "jax" else torch.tensor(A, dtype=torch.complex128)
+        return lambda z: f(z, a)
+    return f
+
+
+def _numpy(value):
+    # torch's own backward may return a conjugate view; force=True reads it.
+    return value.detach().numpy(force=True) if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def _close(a, b):
+    np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_jax_matches_its_own_complex_autodiff_to_second_order(name):
+    ours, ref = _generated(name, "jax"), REFERENCES[name][0]
+    z, t, w = jnp.asarray(Z), jnp.asarray(T), jnp.asarray(W)
+    _close(ours(z), ref(z))
+    _close(jax.jvp(ours, (z,), (t,))[1], jax.jvp(ref, (z,), (t,))[1])
+    _close(jax.vjp(ours, z)[1](w)[0], jax.vjp(ref, z)[1](w)[0])
+    for f in (ours, ref):
+        assert jax.vjp(f, z)[1](w)[0].dtype == jnp.complex128
+
+    def second(f):
+        # Forward over reverse: the derivative of the VJP along t.
+        return jax.jvp(lambda u: jax.vjp(f, u)[1](w)[0], (z,), (t,))[1]
+
+    _close(second(ours), second(ref))
+    hessian = jax.hessian(lambda u: jnp.sum(ours(u)), holomorphic=True)(z)
+    _close(hessian, jax.hessian(lambda u: jnp.sum(ref(u)), holomorphic=True)(z))
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_torch_matches_its_own_complex_autodiff_to_second_order(name):
+    ours, ref = _generated(name, "torch"), REFERENCES[name][1]
+    w = torch.tensor(W)
+    found = {}
+    for label, f in (("ours", ours), ("ref", ref)):
+        z = torch.tensor(Z, requires_grad=True)
+        out = f(z)
+        (grad,) = torch.autograd.grad(out, z, grad_outputs=w, create_graph=True)
+        # Second order: the gradient of a real function of the first.
+        (grad2,) = torch.autograd.grad((grad * torch.tensor(T).conj()).real.sum(), z)
+        tangent = torch.func.jvp(f, (torch.tensor(Z),), (torch.tensor(T),))[1]
+        found[label] = (out.detach(), grad.detach(), grad2, tangent)
+    for a, b in zip(found["ours"], found["ref"], strict=True):
+        _close(a, b)
+    assert torch.autograd.gradcheck(ours, (torch.tensor(Z, requires_grad=True),), check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(ours, (torch.tensor(Z, requires_grad=True),))
+
+
+def test_the_complex_rules_pass_rulegen_test():
+    outcomes = run_checks(read_rules([RULES / "complex.yaml"]))
+    failures = [f"{o.rule}/{o.check}: {o.detail}" for o in outcomes if o.status == "fail"]
+    assert not failures, "\n".join(failures)
+    passed = {o.check for o in outcomes if o.status == "pass"}
+    assert {"forward", "mpmath", "jvp_fd", "vjp_dot", "cross_backend", "second_order", "float32"} <= passed
+    assert {"transforms_jax", "transforms_torch", "dtype", "broadcast"} <= passed
+
+
+def test_a_torch_backward_without_the_conjugate_fails_the_cross_backend_check():
+    class Unconjugated(torch.autograd.Function):
+        @staticmethod
+        def forward(z):
+            return torch.exp(z)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(output)
+            ctx.save_for_forward(output)
+
+        @staticmethod
+        def jvp(ctx, z_dot):
+            (out,) = ctx.saved_tensors
+            return z_dot * out
+
+        @staticmethod
+        def backward(ctx, g):
+            (out,) = ctx.saved_tensors
+            return g * out  # JAX's transpose, not torch's convention
+
+    rule = next(r for r in read_rules([RULES / "complex.yaml"]) if r.name == "c_exp")
+    wrong = types.SimpleNamespace(c_exp=Unconjugated.apply)
+    with pytest.raises(CheckFailed, match="VJP for input z: torch vs jax"):
+        check_cross_backend(_subject(rule, gj, wrong, seed=0))
+    assert "agree" in check_cross_backend(_subject(rule, gj, gt, seed=0))
+
+
+def test_complex_arguments_come_as_users_pass_them():
+    np.testing.assert_allclose(gt.c_exp(1.0).numpy(), np.exp(1.0 + 0j))  # a real number for a complex input
+    assert gt.c_exp(torch.ones(2, dtype=torch.float32)).dtype == torch.complex64
+    assert gj.c_exp(jnp.ones(2, jnp.float32)).dtype == jnp.complex64
+    assert gt.c_exp(torch.ones(2, dtype=torch.complex128)).dtype == torch.complex128
+    with pytest.raises(TypeError, match="x, a real input"):
+        gt.log1pexp(torch.ones(2, dtype=torch.complex128))
+
+
+def _errors(tmp_path, text):
+    path = tmp_path / "bad.yaml"
+    path.write_text(textwrap.dedent(text))
+    with pytest.raises(SpecErrors) as caught:
+        derive_rule(read_rule_file(path)[0])  # expressions are read when derived
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("forward", "message"),
+    [
+        ("abs(z)", "abs() is not holomorphic"),
+        ("conj(z) * z", "conj() is not holomorphic"),
+        ("real(z)", "real() is not holomorphic"),
+        ("where(z > 0, z, -z)", "not holomorphic"),
+        ("erf(z)", "erf() is not holomorphic"),
+    ],
+)
+def test_a_function_without_a_complex_derivative_is_refused_where_it_is_called(tmp_path, forward, message):
+    found = _errors(tmp_path, f"name: r\ninputs:\n  z: {{dtype: complex}}\nforward: {forward}\n")
+    assert message in found
+    assert "bad.yaml:4:" in found
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "where"),
+    [
+        (
+            "name: r\ninputs:\n  z: {dtype: complex}\nforward:\n  python: return xp.exp(z)\n",
+            "a complex rule's forward is a sympy expression",
+            "bad.yaml:5:3",
+        ),
+        (
+            "name: r\ninputs:\n  z: {dtype: complex}\n  x: {}\nforward: z * x\n",
+            "'x' is real in a rule with complex inputs",
+            "bad.yaml:4:3",
+        ),
+        (
+            "name: r\ninputs:\n  z: {dtype: complex}\noutputs:\n  m: {dtype: float}\nforward: z\n",
+            "'m' is real: a real output of complex inputs is not holomorphic",
+            "bad.yaml:5:3",
+        ),
+        (
+            "name: r\ninputs:\n  z: {dtype: complex, assume: positive}\nforward: z\n",
+            "a complex input takes no sign assumptions",
+            "bad.yaml:3:6",
+        ),
+    ],
+)
+def test_what_a_complex_rule_cannot_be_is_refused_at_its_place(tmp_path, text, message, where):
+    found = _errors(tmp_path, text)
+    assert message in found
+    assert where in found, found
