@@ -22,6 +22,7 @@ import generated.torch as gt
 from rulegen.check import CheckFailed, _subject, check_cross_backend, run_checks
 from rulegen.derive import derive_rule
 from rulegen.errors import SpecErrors
+from rulegen.functions import MPMATH_IMPLEMENTATIONS, REGISTRY
 from rulegen.spec import read_rule_file, read_rules
 from tests.conftest import RULES
 
@@ -194,3 +195,24 @@ def test_what_a_complex_rule_cannot_be_is_refused_at_its_place(tmp_path, text, m
     found = _errors(tmp_path, text)
     assert message in found
     assert where in found, found
+
+
+@pytest.mark.parametrize("function", [f for f in REGISTRY if f.holomorphic], ids=lambda f: f.name)
+def test_every_function_a_complex_rule_may_call_computes_complex_values_and_derivatives(function):
+    import mpmath
+    import sympy as sp
+
+    z = sp.Symbol("z", complex=True)
+    point = 0.6 + 0.3j
+    modules = [dict(MPMATH_IMPLEMENTATIONS), "mpmath"]
+    expr = function.sympy(z)
+    value = complex(sp.lambdify(z, expr, modules=modules)(mpmath.mpc(point)))
+    derivative = complex(sp.lambdify(z, sp.diff(expr, z), modules=modules)(mpmath.mpc(point)))
+    in_torch = eval(function.torch, {"torch": torch})  # the name the printers write
+    in_jax = eval(function.jax, {"jax": jax, "jnp": jnp})
+    t = torch.tensor(point, dtype=torch.complex128, requires_grad=True)
+    (grad,) = torch.autograd.grad(in_torch(t).real, t)
+    assert abs(complex(in_torch(t).detach()) - value) < 1e-14
+    assert abs(complex(grad.conj()) - derivative) < 1e-14
+    assert abs(complex(in_jax(jnp.asarray(point))) - value) < 1e-14
+    assert abs(complex(jax.grad(in_jax, holomorphic=True)(jnp.asarray(point))) - derivative) < 1e-14
