@@ -52,6 +52,7 @@ CHECKS = (
     "points",
     "structures",
     "compile",
+    "durability",
 )
 Status = Literal["pass", "fail", "n/a"]
 RTOL, ATOL = 1e-7, 1e-9
@@ -1541,9 +1542,9 @@ def check_compile(s: _Subject, include: bool) -> str:
     xs = tuple(torch.from_numpy(x) for x in s.xs())
     compiled = torch.compile(_sum_of(s.torch_f), fullgraph=True)
     leaves = tuple(x.clone().requires_grad_() for x in xs)
-    got = torch.autograd.grad(compiled(*leaves), leaves, allow_unused=True, materialize_grads=True)
+    got = _torch_grads(s, compiled(*leaves), leaves)
     leaves = tuple(x.clone().requires_grad_() for x in xs)
-    want = torch.autograd.grad(_sum_of(s.torch_f)(*leaves), leaves, allow_unused=True, materialize_grads=True)
+    want = _torch_grads(s, _sum_of(s.torch_f)(*leaves), leaves)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
         compare(f"compiled gradient {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
     return "torch.compile(fullgraph=True) matches eager"
@@ -1715,7 +1716,14 @@ def _run_one(
         return Outcome(rule.name, check, "n/a", f"skipped by the rule: {skip}")
     try:
         subject = _subject(rule, jax_pkg, torch_pkg, seed, known)
-        detail = check_compile(subject, include_compile) if check == "compile" else _FUNCTIONS[check](subject)
+        if check == "compile":
+            detail = check_compile(subject, include_compile)
+        elif check == "durability":
+            from rulegen.durability import check_durability
+
+            detail = check_durability(subject, include_compile, jax_pkg)
+        else:
+            detail = _FUNCTIONS[check](subject)
         return Outcome(rule.name, check, "pass", detail)
     except NotApplicable as why:
         return Outcome(rule.name, check, "n/a", str(why))
