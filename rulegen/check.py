@@ -289,15 +289,22 @@ def flat_call(rule: Rule, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _FIELD_TYPES: dict[tuple[str, ...], type] = {}
+_LEFT_OUT = object()
 
 
 def structured_arguments(rule: Rule, values: Sequence[Any]) -> list[Any]:
-    """The public function's arguments for the rule's `values` (one per input): structures built around them."""
+    """The public function's arguments for the rule's `values`: structures built around them.
+
+    `values` has one per input, or fewer: the inputs left out take their defaults.
+    """
     pending = iter(values)
     arguments: list[Any] = []
     for p in rule.parameters:
         if not isinstance(p, Structured):
-            arguments.append(next(pending))
+            value = next(pending, _LEFT_OUT)
+            if value is _LEFT_OUT:
+                break
+            arguments.append(value)
             continue
         leaves = {i.name: next(pending) for i in p.leaves}
         if p.kind == "fields":

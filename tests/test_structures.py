@@ -281,3 +281,14 @@ def test_a_deeply_nested_returns_is_refused_not_recursed(tmp_path):
         nested = f"[{nested}]"
     found = _errors(tmp_path, f"name: r\ninputs: [x]\nreturns: {nested}\nforward: x\n")
     assert "deeper than" in found
+
+
+def test_inputs_left_out_take_their_defaults_through_the_structures(tmp_path):
+    # rulegen test's scalars check calls with the defaults left out; it raised StopIteration.
+    path = tmp_path / "r.yaml"
+    path.write_text("name: r\ninputs:\n  d: {keys: [u, v]}\n  n: {static: true, default: 2}\nforward: u * v**n\n")
+    rule = read_rule_file(path)[0]
+    seen = []
+    call = flat_call(rule, lambda d, n=2: seen.append((d, n)) or d["u"] * d["v"] ** n)
+    assert call(2.0, 3.0) == 18.0 and call(2.0, 3.0, 3) == 54.0
+    assert seen == [({"u": 2.0, "v": 3.0}, 2), ({"u": 2.0, "v": 3.0}, 3)]
