@@ -9,6 +9,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._route import route
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -92,6 +93,6 @@ def scaled_tanh(x: torch.Tensor | float, log_scale=0.5) -> torch.Tensor:
     (x,) = as_tensors("scaled_tanh", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _ScaledTanhCompiled if torch.compiler.is_compiling() else ScaledTanh
-    out, _saved_tanh = function.apply(x, log_scale)
+    function = route(ScaledTanh, _ScaledTanhCompiled)
+    out, _saved_tanh = function(x, log_scale)
     return rounded(_low, out)

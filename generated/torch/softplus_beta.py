@@ -7,6 +7,7 @@ parameter.
 import torch
 
 from ._inplace import plain
+from ._route import route
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -67,5 +68,5 @@ def softplus_beta(x: torch.Tensor | float, beta=1.0) -> torch.Tensor:
     (x,) = as_tensors("softplus_beta", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _SoftplusBetaCompiled if torch.compiler.is_compiling() else SoftplusBeta
-    return rounded(_low, function.apply(x, beta))
+    function = route(SoftplusBeta, _SoftplusBetaCompiled)
+    return rounded(_low, function(x, beta))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from rulegen.plan.header import array_arguments, doc_lines, header_of, params_of, returns_of, torch_util_imports
 from rulegen.plan.model import Function, SnippetPlan
 from rulegen.plan.snippet import SnippetPlanner, packed, tuple_text
+from rulegen.plan.torch_route import torch_route
 from rulegen.routes import Source
 from rulegen.snippet import SnippetDerivation
 
@@ -37,9 +38,13 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     if p.given("forward").host:
         methods.append(_host_vmap(p))
         class_attrs = ()
-    lines = [*_lift(p, util_names), *_wrapper(p, kept)]
+    route = torch_route(p.rule, len(kept.values))
+    p.imports |= set(route.imports)
+    lines = [*_lift(p, util_names), *_wrapper(p, kept, route.route)]
     host_op = host_op_functions(p, kept.values) if p.given("forward").host and _host_op_applies(p) else ()
-    return _module(p, lines, util_names, methods=methods, class_attrs=class_attrs, extra_bodies=host_op)
+    return _module(
+        p, lines, util_names, methods=methods, class_attrs=class_attrs, extra_bodies=host_op, exported_op=route.op
+    )
 
 
 def _module(
@@ -50,6 +55,7 @@ def _module(
     methods: Sequence[Function] = (),
     class_attrs: tuple[str, ...] = (),
     extra_bodies: Sequence[Function] = (),
+    exported_op: str = "",
 ) -> SnippetPlan:
     """The module: the bodies, the Function's `methods` if any, and the public function running `lines`."""
     rule = p.rule
@@ -72,6 +78,7 @@ def _module(
         class_attrs=class_attrs,
         compiled_subclass=function,
         requires=p.requires,
+        exported_op=exported_op,
     )
 
 
@@ -304,16 +311,16 @@ def _host_vmap(p: SnippetPlanner) -> Function:
     return Function("vmap", ("info", "in_dims", *p.inputs), (call,), "@staticmethod")
 
 
-def _wrapper(p: SnippetPlanner, kept: _Kept) -> list[str]:
-    """The public function's body: apply the Function (its compiled twin under torch.compile), residuals dropped."""
-    cls, all_args = p.rule.torch_class, ", ".join(p.inputs)
-    lines = [f"function = _{cls}Compiled if torch.compiler.is_compiling() else {cls}"]
+def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[str]:
+    """The public function's body: apply the Function in the form `route` picks, residuals dropped."""
+    all_args = ", ".join(p.inputs)
+    lines = [f"function = {route}"]
     if len(kept.values) > len(p.outputs):
         hidden = [f"_{r}" for r in kept.values[len(p.outputs) :]]
-        lines.append(f"{tuple_text([*p.outputs, *hidden])} = function.apply({all_args})")
+        lines.append(f"{tuple_text([*p.outputs, *hidden])} = function({all_args})")
         lines += _returned(p, tuple_text(p.outputs))
     else:
-        lines += _returned(p, f"function.apply({all_args})", spread=len(p.outputs) > 1)
+        lines += _returned(p, f"function({all_args})", spread=len(p.outputs) > 1)
     return lines
 
 

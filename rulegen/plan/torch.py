@@ -28,6 +28,7 @@ from rulegen.plan.symbolic import (
     with_fused_forms,
     with_outputs,
 )
+from rulegen.plan.torch_route import torch_route
 from rulegen.printers import TANH_EXPM1_IMPORT, print_torch, print_torch_compiled
 from rulegen.saving import saved_form, saved_intermediates
 from rulegen.spec import Rule
@@ -180,6 +181,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         emit.imports.add(f"{TENSORS_IMPORT}, in_float32, rounded" if float_arrays else TENSORS_IMPORT)
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
+    route = torch_route(rule, len(values_out))
+    emit.imports |= set(route.imports)
     return TorchPlan(
         header=header_of(t.d),
         name=rule.name,
@@ -217,6 +220,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         forward_notes=stability_notes(t.d),
         grads_needed=_grads_needed(t),
         float_arrays=float_arrays,
+        route=route.route,
+        exported_op=route.op,
     )
 
 
