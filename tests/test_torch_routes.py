@@ -10,11 +10,14 @@ the exported module's gradient was 3.0.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from generated.torch import clip_gradient, gelu, numpy_sort, sin_mul, softmax
 
+ROOT = Path(__file__).resolve().parent.parent
 X = torch.linspace(-1.5, 1.5, 12, dtype=torch.float64).reshape(3, 4)
 Y = torch.linspace(0.5, 2.0, 12, dtype=torch.float64).reshape(3, 4)
 WEIGHTS = 3 + torch.linspace(0, 1, 12, dtype=torch.float64).reshape(3, 4)
@@ -81,6 +84,11 @@ def test_a_transform_inside_a_compiled_function_keeps_the_rule():
     # The frame compiled without a transform, now called under one: guards tell them apart.
     assert torch.compile(torch.func.grad(clipped))(x).item() == 0.5
     assert torch.compile(lambda x: torch.func.grad(clipped)(x))(x).item() == 0.5
+    # Under vmap too: autograd differentiates through the batched rule afterwards.
+    batched = torch.compile(lambda x: torch.func.vmap(clipped)(x))
+    leaf = X.clone().requires_grad_()
+    batched(leaf).sum().backward()
+    torch.testing.assert_close(leaf.grad, torch.full_like(X, 0.5))
     # fullgraph cannot keep the rule under a transform: an error says so.
     with pytest.raises(torch._dynamo.exc.Unsupported, match=r"torch\.func"):
         torch.compile(lambda x: torch.func.grad(clipped)(x), fullgraph=True)(x)
@@ -102,6 +110,56 @@ def test_an_exported_module_keeps_the_rule():
     exported(leaf).sum().backward()
     torch.testing.assert_close(leaf.grad, torch.full_like(X, 0.5))
     torch.testing.assert_close(exported(X), 3 * X)
+
+
+class _First(torch.nn.Module):
+    """A rule's first output."""
+
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    def forward(self, *arguments):
+        out = self.function(*arguments)
+        return out if isinstance(out, torch.Tensor) else out[0]
+
+
+def _arguments(rule):
+    """Arrays for `rule`'s inputs, inside their domains."""
+    arguments = []
+    for i in rule.inputs:
+        if i.dtype != "float":
+            arguments.append(torch.ones(3, 4, dtype=torch.int64 if i.dtype == "int" else torch.bool))
+            continue
+        lo, hi = max(i.domain[0], -3), min(i.domain[1], 3)
+        inner = torch.linspace(lo + (hi - lo) / 10, hi - (hi - lo) / 10, 12, dtype=torch.float64)
+        arguments.append(inner.reshape(3, 4))
+    return arguments
+
+
+def test_every_rule_with_an_op_exports_its_value_and_gradient():
+    import generated.torch as package
+    from rulegen.spec import read_rules, rule_files
+
+    exported_rules = 0
+    for rule in read_rules(rule_files([ROOT / "rules"])):
+        if any(i.static for i in rule.inputs) or not hasattr(package, rule.torch_class):
+            continue
+        first = _First(getattr(package, rule.name))
+        arguments = _arguments(rule)
+        program = torch.export.export(first, tuple(arguments))
+        assert f"{rule.name}_rule" in str(program.graph), rule.name
+        leaves = [a.clone().requires_grad_() if a.is_floating_point() else a for a in arguments]
+        references = [a.clone().requires_grad_() if a.is_floating_point() else a for a in arguments]
+        got, want = program.module()(*leaves), first(*references)
+        torch.testing.assert_close(got, want, msg=rule.name)
+        got.sum().backward()
+        want.sum().backward()
+        for leaf, reference in zip(leaves, references, strict=True):
+            if leaf.is_floating_point():
+                torch.testing.assert_close(leaf.grad, reference.grad, equal_nan=True, msg=rule.name)
+        exported_rules += 1
+    assert exported_rules >= 60
 
 
 def test_an_exported_rule_differentiates_twice():
