@@ -1319,14 +1319,58 @@ def check_compile(s: _Subject, include: bool) -> str:
     if not include:
         raise NotApplicable("torch.compile is checked with --compile (it takes ~30 s)")
     xs = tuple(torch.from_numpy(x) for x in s.xs())
-    compiled = torch.compile(_sum_of(s.torch_f), fullgraph=True)
+    summed = _summed_tensors(s, xs)
+    compiled = torch.compile(summed, fullgraph=True)
     leaves = tuple(x.clone().requires_grad_() for x in xs)
     got = torch.autograd.grad(compiled(*leaves), leaves, allow_unused=True, materialize_grads=True)
     leaves = tuple(x.clone().requires_grad_() for x in xs)
-    want = torch.autograd.grad(_sum_of(s.torch_f)(*leaves), leaves, allow_unused=True, materialize_grads=True)
+    want = torch.autograd.grad(summed(*leaves), leaves, allow_unused=True, materialize_grads=True)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
         compare(f"compiled gradient {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
-    return "torch.compile(fullgraph=True) matches eager"
+    # Dynamo treats a Function under torch.func apart from one under autograd.
+    transformed = torch.compile(torch.func.grad(summed, argnums=tuple(range(len(xs)))))
+    for k, (a, b) in enumerate(zip(transformed(*xs), want, strict=True)):
+        compare(f"compiled torch.func.grad {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+    if any(i.static for i in s.rule.inputs):
+        return "torch.compile(fullgraph=True) and compiled torch.func.grad match eager (export: n/a, statics)"
+    program = torch.export.export(_as_module(summed), xs).module()
+    leaves = tuple(x.clone().requires_grad_() for x in xs)
+    got = torch.autograd.grad(program(*leaves), leaves, allow_unused=True, materialize_grads=True)
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
+        compare(f"exported gradient {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+    return "torch.compile(fullgraph=True), compiled torch.func.grad and torch.export match eager"
+
+
+def _summed_tensors(s: _Subject, xs: Sequence[Any]) -> Callable[..., Any]:
+    """The sum of the outputs as a function of the differentiable inputs, the others already tensors.
+
+    torch.from_numpy inside a function Dynamo traces under torch.func trips
+    its guards (torch 2.13: "Guard failed on the same frame it was created").
+    """
+    import torch
+
+    arguments = s.args_with(xs, torch.from_numpy)
+
+    def summed(*diff: Any) -> Any:
+        full = list(arguments)
+        for k, x in zip(s.diff, diff, strict=True):
+            full[k] = x
+        out = s.torch_fn(*full)
+        outs = out if isinstance(out, tuple) else (out,)
+        return sum(outs[k].sum() for k in s.outputs)
+
+    return summed
+
+
+def _as_module(f: Callable[..., Any]) -> Any:
+    """`f` as the torch module that torch.export takes."""
+    import torch
+
+    class Module(torch.nn.Module):
+        def forward(self, *xs: Any) -> Any:
+            return f(*xs)
+
+    return Module()
 
 
 # ---------------------------------------------------------------- running

@@ -10,6 +10,7 @@ the exported module's gradient was 3.0.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,25 @@ def test_an_exported_rule_differentiates_twice():
     (want_second,) = torch.autograd.grad(want_first.sum(), reference)
     torch.testing.assert_close(first, want_first)
     torch.testing.assert_close(second, want_second)
+
+
+@pytest.mark.slow
+def test_the_compile_check_differentiates_compiled_transforms_and_exports(monkeypatch):
+    from rulegen.check import run_checks
+    from rulegen.spec import read_rules
+
+    rules = read_rules([ROOT / "rules" / "clip_gradient.yaml"])
+    details = {o.check: o for o in run_checks(rules, "generated", include_compile=True)}
+    assert details["compile"].status == "pass"
+    assert "torch.func.grad and torch.export" in details["compile"].detail
+    # The route before this one: the compiled Function everywhere under torch.compile.
+    module = sys.modules["generated.torch.clip_gradient"]  # the package's name is the function's
+
+    def before(function, compiled, exported=None):
+        return (compiled if torch.compiler.is_compiling() else function).apply
+
+    monkeypatch.setattr(module, "route", before)
+    torch._dynamo.reset()
+    details = {o.check: o for o in run_checks(rules, "generated", include_compile=True)}
+    assert details["compile"].status == "fail"
+    assert "compiled torch.func.grad" in details["compile"].detail
