@@ -67,8 +67,9 @@ def rule_op(module, name, function, schema):
     """The Function `function` as the custom op `name` of `module`, which torch.export keeps whole.
 
     Its forward and fake are the Function's forward (torch code runs on fake
-    tensors too), its autograd the Function's `setup_context` and
-    `backward`, themselves torch code and so differentiable again.
+    tensors too, and a host forward is an op with a fake of its own), its
+    autograd the Function's `setup_context` and `backward`, themselves torch
+    code and so differentiable again.
     """
 
     def forward(*args):
