@@ -124,6 +124,8 @@ class _Subject:
     no_forward_mode: dict[str, str] = dataclasses.field(default_factory=dict)
     elementwise: bool = True
     note: str = ""
+    known: tuple[str, ...] = ()  # the rules of the build, which bodies may call
+    seed: int = 0
 
     @property
     def jax_forward_mode(self) -> bool:
@@ -259,6 +261,8 @@ def _subject(rule: Rule, jax_pkg: Any, torch_pkg: Any, seed: int, known: Sequenc
         rng=rng,
         no_forward_mode=no_forward_mode,
         elementwise=elementwise,
+        known=tuple(sorted(known or [rule.name])),
+        seed=seed,
     )
     if rule.checks.sample is not None:
         _pointwise(subject)
@@ -1549,7 +1553,15 @@ def check_compile(s: _Subject, include: bool) -> str:
     xs = tuple(torch.from_numpy(x) for x in s.xs())
     compiled = torch.compile(_sum_of(s.torch_f), fullgraph=True)
     leaves = tuple(x.clone().requires_grad_() for x in xs)
-    got = _torch_grads(s, compiled(*leaves), leaves)
+    try:
+        got = _torch_grads(s, compiled(*leaves), leaves)
+    except torch._dynamo.exc.Unsupported as exc:
+        if "data-dependent" not in str(exc).lower():
+            raise
+        raise NotApplicable(
+            "fullgraph=True cannot trace the data-dependent control flow of the rule's own body (a Python loop or "
+            "branch on tensor values); without fullgraph, torch.compile breaks the graph there (see durability)"
+        ) from None
     leaves = tuple(x.clone().requires_grad_() for x in xs)
     want = _torch_grads(s, _sum_of(s.torch_f)(*leaves), leaves)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):

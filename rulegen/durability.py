@@ -131,6 +131,9 @@ def _exported_torch(s: _Subject) -> str:
     """torch.export: the exported module's gradient against eager."""
     import torch
 
+    why = _host_without_fake(s)
+    if why:
+        return why
     f = _torch_f(s)
     xs = tuple(torch.from_numpy(x) for x in s.xs())
 
@@ -138,7 +141,16 @@ def _exported_torch(s: _Subject) -> str:
         def forward(self, *args: Any) -> Any:
             return f(*args)
 
-    exported = torch.export.export(Calling(), xs).module()
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    try:
+        exported = torch.export.export(Calling(), xs).module()
+    except GuardOnDataDependentSymNode as exc:
+        return (
+            "torch.export cannot trace the data-dependent control flow of the rule's own body "
+            f"(a Python loop or branch on tensor values; torch.cond and torch.while_loop can): "
+            f"{str(exc).splitlines()[0]}"
+        )
     leaves = [x.clone().requires_grad_() for x in xs]
     got = _torch_grads(s, _sum_of(exported)(*leaves), leaves)
     for k, (a, b) in enumerate(zip(got, _eager_grads(s, f, xs), strict=True)):
@@ -146,8 +158,30 @@ def _exported_torch(s: _Subject) -> str:
     return ""
 
 
+def _host_without_fake(s: _Subject) -> str:
+    """Why torch.export cannot see a host rule's NumPy forward as an op ("" where it can)."""
+    from rulegen.plan.torch_route import static_type
+    from rulegen.snippet import SnippetDerivation
+
+    derivation = _derived(s.rule, s.known)
+    if not isinstance(derivation, SnippetDerivation) or not derivation.forward["torch"].host:
+        return ""
+    untyped = [i.name for i in s.rule.inputs if i.static and static_type(i) is None]
+    if untyped:
+        return (
+            f"torch.export of a numpy forward needs it as an op, whose schema types each static: give "
+            f"{', '.join(untyped)} a bool, int, float or str default"
+        )
+    if s.rule.returned_residuals:
+        return (
+            "torch.export of a numpy forward needs it as an op with a fake, which cannot know the dtype of "
+            "residuals the body returns: compute them in residual bodies of their own"
+        )
+    return ""
+
+
 def _host_route(s: _Subject) -> bool:
-    routes = _derived(s.rule, (s.rule.name,)).routes
+    routes = _derived(s.rule, s.known).routes
     return routes.jax in (JaxRoute.PRIMITIVE, JaxRoute.BRIDGE)
 
 
@@ -182,7 +216,7 @@ def _exported_jax(s: _Subject) -> str:
 _SHARD_SCRIPT = """
 import json, pickle, sys
 with open(sys.argv[1], "rb") as f:
-    folder, package, rule, values, diff, outputs, rtol, atol = pickle.load(f)
+    folder, package, rule, seed, known = pickle.load(f)
 sys.path.insert(0, folder)
 import importlib
 import jax
@@ -190,9 +224,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 jax.config.update("jax_enable_x64", True)
-from rulegen.check import flat_call
+from rulegen.check import _subject
 shard_map = getattr(jax, "shard_map", None) or __import__("jax.experimental.shard_map").experimental.shard_map.shard_map
-fn = flat_call(rule, getattr(importlib.import_module(package), rule.name))
+# The same sample as the checking process's (seed and name make it), rebuilt here: statics may be callables.
+s = _subject(rule, importlib.import_module(package + ".jax"), importlib.import_module(package + ".torch"), seed, known)
+fn, values, diff, outputs, rtol, atol = s.jax_fn, s.values, s.diff, s.outputs, s.rtol, s.atol
 
 def call(*xs):
     args = [jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in values]
@@ -231,7 +267,7 @@ def _sharded_jax(s: _Subject, jax_pkg: Any) -> str:
     folder = str(Path(jax_pkg.__file__).resolve().parent.parent.parent)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
     with tempfile.NamedTemporaryFile(suffix=".pickle") as handle:
-        pickle.dump((folder, jax_pkg.__name__, s.rule, s.values, s.diff, s.outputs, s.rtol, s.atol), handle)
+        pickle.dump((folder, jax_pkg.__name__.rpartition(".")[0], s.rule, s.seed, s.known), handle)
         handle.flush()
         run = subprocess.run(
             [sys.executable, "-c", _SHARD_SCRIPT, handle.name],
@@ -242,7 +278,11 @@ def _sharded_jax(s: _Subject, jax_pkg: Any) -> str:
             check=False,
         )
     if run.returncode != 0:
-        last = (run.stderr.strip().splitlines() or ["no output"])[-1]
+        # The exception's own line, not JAX's note about its filtered frames.
+        lines = [
+            line for line in run.stderr.strip().splitlines() if line and not line.startswith((" ", "For simplicity"))
+        ]
+        last = (lines or ["no output"])[-1]
         raise CheckFailed(f"shard_map on 2 devices: {last[:400]}")
     off = json.loads(run.stdout.strip().splitlines()[-1])
     if off:

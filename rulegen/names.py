@@ -44,6 +44,8 @@ HELPER_NAMES = frozenset(
         "fused",
         "linear_map",
         "plain",
+        "route",
+        "rule_op",
         "tanh_expm1",
         "to_host",
         "unbroadcast",
@@ -161,7 +163,7 @@ GENERATED_FROM_NAME = ("{}_dot", "{}_bar", "{}_shape", "_{}", "_{}_dot", "_{}_ba
 
 #: Names the generator derives from a rule's function name (and, the last, its class name).
 GENERATED_FROM_RULE = ("_{}", "_{}_jvp", "_{}_fwd", "_{}_bwd", "_{}_rule", "_{}_jvp_map", "_{}_vjp_map", "_torch_{}")
-GENERATED_FROM_CLASS = ("_{}Compiled",)
+GENERATED_FROM_CLASS = ("_{}Compiled", "_{}Exported")
 
 
 def camel_case(name: str) -> str:

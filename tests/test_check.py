@@ -57,7 +57,7 @@ def test_bundled_rules_pass_on_several_seeds(seed):
     outcomes = run_checks(read_rules(paths), seed=seed)
     failures = [f"{o.rule}/{o.check}: {o.detail}" for o in outcomes if o.status == "fail"]
     assert not failures, "\n".join(failures)
-    assert {o.check for o in outcomes if o.status == "pass"} >= set(CHECKS) - {"compile"}
+    assert {o.check for o in outcomes if o.status == "pass"} >= set(CHECKS) - {"compile", "durability"}
 
 
 @pytest.mark.skipif(not SHARED_EXAMPLES.exists(), reason="../shared/examples is not beside this checkout")

@@ -73,3 +73,31 @@ def test_plain_tensors_only_where_nothing_watches():
     torch.func.vmap(lambda t: seen.append(_plain.plain_tensors([t])) or t)(torch.ones(2, 3))
     assert seen == [False]
     jax.config.update("jax_enable_x64", True)  # leave JAX as conftest set it
+
+
+class _Flatten(torch.autograd.Function):
+    """A view of its input, and a gradient of twice the cotangent: not autodiff's."""
+
+    @staticmethod
+    def forward(x):
+        return x.view(-1)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.shape = inputs[0].shape
+
+    @staticmethod
+    def backward(ctx, out_bar):
+        return 2 * out_bar.reshape(ctx.shape)
+
+
+def test_a_rule_op_copies_views_and_keeps_the_functions_backward():
+    from rulegen.runtime.torch import _route
+
+    op = _route.rule_op("tests.runtime", "flatten_rule", _Flatten, "(Tensor x) -> Tensor")
+    x = torch.ones(2, 3, requires_grad=True)
+    op(x).sum().backward()  # an op's result may not be a view of its argument
+    torch.testing.assert_close(x.grad, torch.full((2, 3), 2.0))
+    assert _route.route(_Flatten, _Flatten, op) == _Flatten.apply
+    transformed = torch.func.grad(lambda x: _route.route(_Flatten, _Flatten, op)(x).sum())(x.detach())
+    torch.testing.assert_close(transformed, torch.full((2, 3), 2.0))

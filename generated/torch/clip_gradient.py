@@ -5,6 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,6 +45,12 @@ class _ClipGradientCompiled(ClipGradient):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_ClipGradientExported = rule_op(
+    __name__, "clip_gradient_rule", ClipGradient, "(Tensor lo, Tensor hi, Tensor x) -> Tensor"
+)
+
+
 def clip_gradient(
     lo: torch.Tensor | float, hi: torch.Tensor | float, x: torch.Tensor | float
 ) -> torch.Tensor:
@@ -61,5 +68,5 @@ def clip_gradient(
     lo, hi, x = as_tensors("clip_gradient", ("lo", "hi", "x"), "fff", lo, hi, x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (lo, hi, x), _low = in_float32(lo, hi, x)
-    function = _ClipGradientCompiled if torch.compiler.is_compiling() else ClipGradient
-    return rounded(_low, function.apply(lo, hi, x))
+    function = route(ClipGradient, _ClipGradientCompiled, _ClipGradientExported)
+    return rounded(_low, function(lo, hi, x))

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -47,6 +48,10 @@ class _FAcoshCompiled(FAcosh):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FAcoshExported = rule_op(__name__, "f_acosh_rule", FAcosh, "(Tensor x) -> Tensor")
+
+
 def f_acosh(x: torch.Tensor | float) -> torch.Tensor:
     """f_acosh(x): a rulegen rule.
 
@@ -64,5 +69,5 @@ def f_acosh(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_acosh", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FAcoshCompiled if torch.compiler.is_compiling() else FAcosh
-    return rounded(_low, function.apply(x))
+    function = route(FAcosh, _FAcoshCompiled, _FAcoshExported)
+    return rounded(_low, function(x))

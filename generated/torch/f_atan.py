@@ -4,6 +4,7 @@
 
 import torch
 
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -39,6 +40,10 @@ class _FAtanCompiled(FAtan):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FAtanExported = rule_op(__name__, "f_atan_rule", FAtan, "(Tensor x) -> Tensor")
+
+
 def f_atan(x: torch.Tensor | float) -> torch.Tensor:
     """f_atan(x): a rulegen rule.
 
@@ -56,5 +61,5 @@ def f_atan(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_atan", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FAtanCompiled if torch.compiler.is_compiling() else FAtan
-    return rounded(_low, function.apply(x))
+    function = route(FAtan, _FAtanCompiled, _FAtanExported)
+    return rounded(_low, function(x))

@@ -4,6 +4,7 @@
 
 import torch
 
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -43,6 +44,10 @@ class _FAtan2Compiled(FAtan2):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FAtan2Exported = rule_op(__name__, "f_atan2_rule", FAtan2, "(Tensor y, Tensor x) -> Tensor")
+
+
 def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:
     """f_atan2(y, x): a rulegen rule.
 
@@ -62,5 +67,5 @@ def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:
     y, x = as_tensors("f_atan2", ("y", "x"), "ff", y, x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (y, x), _low = in_float32(y, x)
-    function = _FAtan2Compiled if torch.compiler.is_compiling() else FAtan2
-    return rounded(_low, function.apply(y, x))
+    function = route(FAtan2, _FAtan2Compiled, _FAtan2Exported)
+    return rounded(_low, function(y, x))

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,6 +45,10 @@ class _FBesselI0Compiled(FBesselI0):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FBesselI0Exported = rule_op(__name__, "f_bessel_i0_rule", FBesselI0, "(Tensor x) -> Tensor")
+
+
 def f_bessel_i0(x: torch.Tensor | float) -> torch.Tensor:
     """f_bessel_i0(x): a rulegen rule.
 
@@ -61,5 +66,5 @@ def f_bessel_i0(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_bessel_i0", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FBesselI0Compiled if torch.compiler.is_compiling() else FBesselI0
-    return rounded(_low, function.apply(x))
+    function = route(FBesselI0, _FBesselI0Compiled, _FBesselI0Exported)
+    return rounded(_low, function(x))

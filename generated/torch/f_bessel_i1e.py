@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -48,6 +49,10 @@ class _FBesselI1eCompiled(FBesselI1e):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FBesselI1eExported = rule_op(__name__, "f_bessel_i1e_rule", FBesselI1e, "(Tensor x) -> Tensor")
+
+
 def f_bessel_i1e(x: torch.Tensor | float) -> torch.Tensor:
     """f_bessel_i1e(x): a rulegen rule.
 
@@ -65,5 +70,5 @@ def f_bessel_i1e(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_bessel_i1e", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FBesselI1eCompiled if torch.compiler.is_compiling() else FBesselI1e
-    return rounded(_low, function.apply(x))
+    function = route(FBesselI1e, _FBesselI1eCompiled, _FBesselI1eExported)
+    return rounded(_low, function(x))

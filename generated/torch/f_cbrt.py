@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,6 +45,10 @@ class _FCbrtCompiled(FCbrt):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FCbrtExported = rule_op(__name__, "f_cbrt_rule", FCbrt, "(Tensor x) -> Tensor")
+
+
 def f_cbrt(x: torch.Tensor | float) -> torch.Tensor:
     """f_cbrt(x): a rulegen rule.
 
@@ -61,5 +66,5 @@ def f_cbrt(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_cbrt", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FCbrtCompiled if torch.compiler.is_compiling() else FCbrt
-    return rounded(_low, function.apply(x))
+    function = route(FCbrt, _FCbrtCompiled, _FCbrtExported)
+    return rounded(_low, function(x))

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,6 +45,10 @@ class _FDigammaCompiled(FDigamma):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FDigammaExported = rule_op(__name__, "f_digamma_rule", FDigamma, "(Tensor x) -> Tensor")
+
+
 def f_digamma(x: torch.Tensor | float) -> torch.Tensor:
     """f_digamma(x): a rulegen rule.
 
@@ -61,5 +66,5 @@ def f_digamma(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_digamma", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FDigammaCompiled if torch.compiler.is_compiling() else FDigamma
-    return rounded(_low, function.apply(x))
+    function = route(FDigamma, _FDigammaCompiled, _FDigammaExported)
+    return rounded(_low, function(x))

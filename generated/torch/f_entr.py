@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,6 +45,10 @@ class _FEntrCompiled(FEntr):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FEntrExported = rule_op(__name__, "f_entr_rule", FEntr, "(Tensor x) -> Tensor")
+
+
 def f_entr(x: torch.Tensor | float) -> torch.Tensor:
     """f_entr(x): a rulegen rule.
 
@@ -61,5 +66,5 @@ def f_entr(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_entr", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FEntrCompiled if torch.compiler.is_compiling() else FEntr
-    return rounded(_low, function.apply(x))
+    function = route(FEntr, _FEntrCompiled, _FEntrExported)
+    return rounded(_low, function(x))

@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -46,6 +47,10 @@ class _FErfCompiled(FErf):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FErfExported = rule_op(__name__, "f_erf_rule", FErf, "(Tensor x) -> Tensor")
+
+
 def f_erf(x: torch.Tensor | float) -> torch.Tensor:
     """f_erf(x): a rulegen rule.
 
@@ -63,5 +68,5 @@ def f_erf(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_erf", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FErfCompiled if torch.compiler.is_compiling() else FErf
-    return rounded(_low, function.apply(x))
+    function = route(FErf, _FErfCompiled, _FErfExported)
+    return rounded(_low, function(x))

@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -48,6 +49,10 @@ class _FErfinvCompiled(FErfinv):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FErfinvExported = rule_op(__name__, "f_erfinv_rule", FErfinv, "(Tensor x) -> Tensor")
+
+
 def f_erfinv(x: torch.Tensor | float) -> torch.Tensor:
     """f_erfinv(x): a rulegen rule.
 
@@ -65,5 +70,5 @@ def f_erfinv(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_erfinv", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FErfinvCompiled if torch.compiler.is_compiling() else FErfinv
-    return rounded(_low, function.apply(x))
+    function = route(FErfinv, _FErfinvCompiled, _FErfinvExported)
+    return rounded(_low, function(x))

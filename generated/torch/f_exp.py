@@ -4,6 +4,7 @@
 
 import torch
 
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -39,6 +40,10 @@ class _FExpCompiled(FExp):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FExpExported = rule_op(__name__, "f_exp_rule", FExp, "(Tensor x) -> Tensor")
+
+
 def f_exp(x: torch.Tensor | float) -> torch.Tensor:
     """f_exp(x): a rulegen rule.
 
@@ -56,5 +61,5 @@ def f_exp(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_exp", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FExpCompiled if torch.compiler.is_compiling() else FExp
-    return rounded(_low, function.apply(x))
+    function = route(FExp, _FExpCompiled, _FExpExported)
+    return rounded(_low, function(x))

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,6 +45,10 @@ class _FExpm1Compiled(FExpm1):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FExpm1Exported = rule_op(__name__, "f_expm1_rule", FExpm1, "(Tensor x) -> Tensor")
+
+
 def f_expm1(x: torch.Tensor | float) -> torch.Tensor:
     """f_expm1(x): a rulegen rule.
 
@@ -61,5 +66,5 @@ def f_expm1(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_expm1", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FExpm1Compiled if torch.compiler.is_compiling() else FExpm1
-    return rounded(_low, function.apply(x))
+    function = route(FExpm1, _FExpm1Compiled, _FExpm1Exported)
+    return rounded(_low, function(x))

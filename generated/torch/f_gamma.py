@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -61,6 +62,10 @@ class _FGammaCompiled(FGamma):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FGammaExported = rule_op(__name__, "f_gamma_rule", FGamma, "(Tensor x) -> Tensor")
+
+
 def f_gamma(x: torch.Tensor | float) -> torch.Tensor:
     """f_gamma(x): a rulegen rule.
 
@@ -78,5 +83,5 @@ def f_gamma(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_gamma", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FGammaCompiled if torch.compiler.is_compiling() else FGamma
-    return rounded(_low, function.apply(x))
+    function = route(FGamma, _FGammaCompiled, _FGammaExported)
+    return rounded(_low, function(x))

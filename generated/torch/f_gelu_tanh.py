@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -74,6 +75,12 @@ class _FGeluTanhCompiled(FGeluTanh):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FGeluTanhExported = rule_op(
+    __name__, "f_gelu_tanh_rule", FGeluTanh, "(Tensor x) -> (Tensor, Tensor)"
+)
+
+
 def f_gelu_tanh(x: torch.Tensor | float) -> torch.Tensor:
     """f_gelu_tanh(x): a rulegen rule.
 
@@ -93,6 +100,6 @@ def f_gelu_tanh(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_gelu_tanh", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FGeluTanhCompiled if torch.compiler.is_compiling() else FGeluTanh
-    out, _saved_tanh = function.apply(x)
+    function = route(FGeluTanh, _FGeluTanhCompiled, _FGeluTanhExported)
+    out, _saved_tanh = function(x)
     return rounded(_low, out)

@@ -4,6 +4,7 @@
 
 import torch
 
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -43,6 +44,10 @@ class _FHypotCompiled(FHypot):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FHypotExported = rule_op(__name__, "f_hypot_rule", FHypot, "(Tensor x, Tensor y) -> Tensor")
+
+
 def f_hypot(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """f_hypot(x, y): a rulegen rule.
 
@@ -62,5 +67,5 @@ def f_hypot(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("f_hypot", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = _FHypotCompiled if torch.compiler.is_compiling() else FHypot
-    return rounded(_low, function.apply(x, y))
+    function = route(FHypot, _FHypotCompiled, _FHypotExported)
+    return rounded(_low, function(x, y))

@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -54,6 +55,10 @@ class _FLogNdtrCompiled(FLogNdtr):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FLogNdtrExported = rule_op(__name__, "f_log_ndtr_rule", FLogNdtr, "(Tensor x) -> Tensor")
+
+
 def f_log_ndtr(x: torch.Tensor | float) -> torch.Tensor:
     """f_log_ndtr(x): a rulegen rule.
 
@@ -71,5 +76,5 @@ def f_log_ndtr(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_log_ndtr", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FLogNdtrCompiled if torch.compiler.is_compiling() else FLogNdtr
-    return rounded(_low, function.apply(x))
+    function = route(FLogNdtr, _FLogNdtrCompiled, _FLogNdtrExported)
+    return rounded(_low, function(x))

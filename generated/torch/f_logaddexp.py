@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -59,6 +60,12 @@ class _FLogaddexpCompiled(FLogaddexp):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FLogaddexpExported = rule_op(
+    __name__, "f_logaddexp_rule", FLogaddexp, "(Tensor x, Tensor y) -> Tensor"
+)
+
+
 def f_logaddexp(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """f_logaddexp(x, y): a rulegen rule.
 
@@ -78,5 +85,5 @@ def f_logaddexp(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tenso
     x, y = as_tensors("f_logaddexp", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = _FLogaddexpCompiled if torch.compiler.is_compiling() else FLogaddexp
-    return rounded(_low, function.apply(x, y))
+    function = route(FLogaddexp, _FLogaddexpCompiled, _FLogaddexpExported)
+    return rounded(_low, function(x, y))

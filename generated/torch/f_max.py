@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -59,6 +60,10 @@ class _FMaxCompiled(FMax):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FMaxExported = rule_op(__name__, "f_max_rule", FMax, "(Tensor x, Tensor y) -> Tensor")
+
+
 def f_max(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """f_max(x, y): a rulegen rule.
 
@@ -78,5 +83,5 @@ def f_max(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("f_max", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = _FMaxCompiled if torch.compiler.is_compiling() else FMax
-    return rounded(_low, function.apply(x, y))
+    function = route(FMax, _FMaxCompiled, _FMaxExported)
+    return rounded(_low, function(x, y))

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -65,6 +66,10 @@ class _FMishCompiled(FMish):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FMishExported = rule_op(__name__, "f_mish_rule", FMish, "(Tensor x) -> (Tensor, Tensor)")
+
+
 def f_mish(x: torch.Tensor | float) -> torch.Tensor:
     """f_mish(x): a rulegen rule.
 
@@ -82,6 +87,6 @@ def f_mish(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_mish", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FMishCompiled if torch.compiler.is_compiling() else FMish
-    out, _saved_tanh = function.apply(x)
+    function = route(FMish, _FMishCompiled, _FMishExported)
+    out, _saved_tanh = function(x)
     return rounded(_low, out)

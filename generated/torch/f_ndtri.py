@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -48,6 +49,10 @@ class _FNdtriCompiled(FNdtri):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FNdtriExported = rule_op(__name__, "f_ndtri_rule", FNdtri, "(Tensor x) -> Tensor")
+
+
 def f_ndtri(x: torch.Tensor | float) -> torch.Tensor:
     """f_ndtri(x): a rulegen rule.
 
@@ -65,5 +70,5 @@ def f_ndtri(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_ndtri", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FNdtriCompiled if torch.compiler.is_compiling() else FNdtri
-    return rounded(_low, function.apply(x))
+    function = route(FNdtri, _FNdtriCompiled, _FNdtriExported)
+    return rounded(_low, function(x))

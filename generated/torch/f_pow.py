@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -50,6 +51,10 @@ class _FPowCompiled(FPow):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FPowExported = rule_op(__name__, "f_pow_rule", FPow, "(Tensor x, Tensor y) -> Tensor")
+
+
 def f_pow(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """f_pow(x, y): a rulegen rule.
 
@@ -69,5 +74,5 @@ def f_pow(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("f_pow", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = _FPowCompiled if torch.compiler.is_compiling() else FPow
-    return rounded(_low, function.apply(x, y))
+    function = route(FPow, _FPowCompiled, _FPowExported)
+    return rounded(_low, function(x, y))

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,6 +45,10 @@ class _FRsqrtCompiled(FRsqrt):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FRsqrtExported = rule_op(__name__, "f_rsqrt_rule", FRsqrt, "(Tensor x) -> Tensor")
+
+
 def f_rsqrt(x: torch.Tensor | float) -> torch.Tensor:
     """f_rsqrt(x): a rulegen rule.
 
@@ -61,5 +66,5 @@ def f_rsqrt(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_rsqrt", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FRsqrtCompiled if torch.compiler.is_compiling() else FRsqrt
-    return rounded(_low, function.apply(x))
+    function = route(FRsqrt, _FRsqrtCompiled, _FRsqrtExported)
+    return rounded(_low, function(x))

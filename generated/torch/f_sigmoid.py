@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,6 +45,10 @@ class _FSigmoidCompiled(FSigmoid):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FSigmoidExported = rule_op(__name__, "f_sigmoid_rule", FSigmoid, "(Tensor x) -> Tensor")
+
+
 def f_sigmoid(x: torch.Tensor | float) -> torch.Tensor:
     """f_sigmoid(x): a rulegen rule.
 
@@ -61,5 +66,5 @@ def f_sigmoid(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_sigmoid", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FSigmoidCompiled if torch.compiler.is_compiling() else FSigmoid
-    return rounded(_low, function.apply(x))
+    function = route(FSigmoid, _FSigmoidCompiled, _FSigmoidExported)
+    return rounded(_low, function(x))

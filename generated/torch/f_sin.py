@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,6 +45,10 @@ class _FSinCompiled(FSin):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FSinExported = rule_op(__name__, "f_sin_rule", FSin, "(Tensor x) -> Tensor")
+
+
 def f_sin(x: torch.Tensor | float) -> torch.Tensor:
     """f_sin(x): a rulegen rule.
 
@@ -61,5 +66,5 @@ def f_sin(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_sin", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FSinCompiled if torch.compiler.is_compiling() else FSin
-    return rounded(_low, function.apply(x))
+    function = route(FSin, _FSinCompiled, _FSinExported)
+    return rounded(_low, function(x))

@@ -4,6 +4,7 @@
 
 import torch
 
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -39,6 +40,10 @@ class _FSoftplusCompiled(FSoftplus):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FSoftplusExported = rule_op(__name__, "f_softplus_rule", FSoftplus, "(Tensor x) -> Tensor")
+
+
 def f_softplus(x: torch.Tensor | float) -> torch.Tensor:
     """f_softplus(x): a rulegen rule.
 
@@ -56,5 +61,5 @@ def f_softplus(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_softplus", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FSoftplusCompiled if torch.compiler.is_compiling() else FSoftplus
-    return rounded(_low, function.apply(x))
+    function = route(FSoftplus, _FSoftplusCompiled, _FSoftplusExported)
+    return rounded(_low, function(x))

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -48,6 +49,10 @@ class _FSwishCompiled(FSwish):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FSwishExported = rule_op(__name__, "f_swish_rule", FSwish, "(Tensor x) -> Tensor")
+
+
 def f_swish(x: torch.Tensor | float) -> torch.Tensor:
     """f_swish(x): a rulegen rule.
 
@@ -65,5 +70,5 @@ def f_swish(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_swish", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FSwishCompiled if torch.compiler.is_compiling() else FSwish
-    return rounded(_low, function.apply(x))
+    function = route(FSwish, _FSwishCompiled, _FSwishExported)
+    return rounded(_low, function(x))

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,6 +45,10 @@ class _FTanCompiled(FTan):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FTanExported = rule_op(__name__, "f_tan_rule", FTan, "(Tensor x) -> Tensor")
+
+
 def f_tan(x: torch.Tensor | float) -> torch.Tensor:
     """f_tan(x): a rulegen rule.
 
@@ -61,5 +66,5 @@ def f_tan(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_tan", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _FTanCompiled if torch.compiler.is_compiling() else FTan
-    return rounded(_low, function.apply(x))
+    function = route(FTan, _FTanCompiled, _FTanExported)
+    return rounded(_low, function(x))

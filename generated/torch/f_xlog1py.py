@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -47,6 +48,10 @@ class _FXlog1pyCompiled(FXlog1py):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FXlog1pyExported = rule_op(__name__, "f_xlog1py_rule", FXlog1py, "(Tensor x, Tensor y) -> Tensor")
+
+
 def f_xlog1py(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """f_xlog1py(x, y): a rulegen rule.
 
@@ -66,5 +71,5 @@ def f_xlog1py(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("f_xlog1py", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = _FXlog1pyCompiled if torch.compiler.is_compiling() else FXlog1py
-    return rounded(_low, function.apply(x, y))
+    function = route(FXlog1py, _FXlog1pyCompiled, _FXlog1pyExported)
+    return rounded(_low, function(x, y))

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -47,6 +48,10 @@ class _FXlogyCompiled(FXlogy):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_FXlogyExported = rule_op(__name__, "f_xlogy_rule", FXlogy, "(Tensor x, Tensor y) -> Tensor")
+
+
 def f_xlogy(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """f_xlogy(x, y): a rulegen rule.
 
@@ -66,5 +71,5 @@ def f_xlogy(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("f_xlogy", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = _FXlogyCompiled if torch.compiler.is_compiling() else FXlogy
-    return rounded(_low, function.apply(x, y))
+    function = route(FXlogy, _FXlogyCompiled, _FXlogyExported)
+    return rounded(_low, function(x, y))

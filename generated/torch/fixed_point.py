@@ -6,6 +6,7 @@ function theorem instead of differentiating through the loop.
 
 import torch
 
+from ._route import route
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -86,5 +87,5 @@ def fixed_point(f, a: torch.Tensor | float, x_guess: torch.Tensor | float) -> to
     a, x_guess = as_tensors("fixed_point", ("a", "x_guess"), "ff", a, x_guess)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (a, x_guess), _low = in_float32(a, x_guess)
-    function = _FixedPointCompiled if torch.compiler.is_compiling() else FixedPoint
-    return rounded(_low, function.apply(f, a, x_guess))
+    function = route(FixedPoint, _FixedPointCompiled)
+    return rounded(_low, function(f, a, x_guess))

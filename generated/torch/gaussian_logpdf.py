@@ -9,6 +9,7 @@ import math
 import array_api_compat.torch as xp
 import torch
 
+from ._route import route, rule_op
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -75,6 +76,15 @@ class _GaussianLogpdfCompiled(GaussianLogpdf):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_GaussianLogpdfExported = rule_op(
+    __name__,
+    "gaussian_logpdf_rule",
+    GaussianLogpdf,
+    "(Tensor x, Tensor mu, Tensor sigma) -> Tensor",
+)
+
+
 def gaussian_logpdf(
     x: torch.Tensor | float, params: dict[str, torch.Tensor | float]
 ) -> torch.Tensor:
@@ -97,5 +107,5 @@ def gaussian_logpdf(
     x, mu, sigma = as_tensors("gaussian_logpdf", ("x", "mu", "sigma"), "fff", x, mu, sigma)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, mu, sigma), _low = in_float32(x, mu, sigma)
-    function = _GaussianLogpdfCompiled if torch.compiler.is_compiling() else GaussianLogpdf
-    return rounded(_low, function.apply(x, mu, sigma))
+    function = route(GaussianLogpdf, _GaussianLogpdfCompiled, _GaussianLogpdfExported)
+    return rounded(_low, function(x, mu, sigma))

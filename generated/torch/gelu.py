@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -67,6 +68,10 @@ class _GeluCompiled(Gelu):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_GeluExported = rule_op(__name__, "gelu_rule", Gelu, "(Tensor x) -> (Tensor, Tensor)")
+
+
 def gelu(x: torch.Tensor | float) -> torch.Tensor:
     """Exact GELU, x * Phi(x). Only the forward is given; both derivatives are derived.
 
@@ -84,6 +89,6 @@ def gelu(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("gelu", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _GeluCompiled if torch.compiler.is_compiling() else Gelu
-    out, _saved_one_plus_erf = function.apply(x)
+    function = route(Gelu, _GeluCompiled, _GeluExported)
+    out, _saved_one_plus_erf = function(x)
     return rounded(_low, out)

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -49,6 +50,12 @@ class _HypotPairCompiled(HypotPair):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_HypotPairExported = rule_op(
+    __name__, "hypot_pair_rule", HypotPair, "(Tensor x, Tensor y) -> Tensor"
+)
+
+
 def hypot_pair(xy: tuple[torch.Tensor | float, torch.Tensor | float]) -> torch.Tensor:
     """The length of a 2-vector given as a tuple (x, y).
 
@@ -72,5 +79,5 @@ def hypot_pair(xy: tuple[torch.Tensor | float, torch.Tensor | float]) -> torch.T
     x, y = as_tensors("hypot_pair", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = _HypotPairCompiled if torch.compiler.is_compiling() else HypotPair
-    return rounded(_low, function.apply(x, y))
+    function = route(HypotPair, _HypotPairCompiled, _HypotPairExported)
+    return rounded(_low, function(x, y))

@@ -5,6 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
+from ._route import route, rule_op
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -45,6 +46,10 @@ class _L2NormalizeCompiled(L2Normalize):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_L2NormalizeExported = rule_op(__name__, "l2_normalize_rule", L2Normalize, "(Tensor x) -> Tensor")
+
+
 def l2_normalize(x: torch.Tensor | float) -> torch.Tensor:
     """x divided by its Euclidean norm over the last axis.
 
@@ -58,5 +63,5 @@ def l2_normalize(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("l2_normalize", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _L2NormalizeCompiled if torch.compiler.is_compiling() else L2Normalize
-    return rounded(_low, function.apply(x))
+    function = route(L2Normalize, _L2NormalizeCompiled, _L2NormalizeExported)
+    return rounded(_low, function(x))

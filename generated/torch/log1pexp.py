@@ -4,6 +4,7 @@
 
 import torch
 
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -41,6 +42,10 @@ class _Log1pexpCompiled(Log1pexp):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_Log1pexpExported = rule_op(__name__, "log1pexp_rule", Log1pexp, "(Tensor x) -> Tensor")
+
+
 def log1pexp(x: torch.Tensor | float) -> torch.Tensor:
     """log(1 + exp(x)) whose gradient stays exact for large x.
 
@@ -58,5 +63,5 @@ def log1pexp(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("log1pexp", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _Log1pexpCompiled if torch.compiler.is_compiling() else Log1pexp
-    return rounded(_low, function.apply(x))
+    function = route(Log1pexp, _Log1pexpCompiled, _Log1pexpExported)
+    return rounded(_low, function(x))

@@ -7,6 +7,7 @@ hand.
 import array_api_compat.torch as xp
 import torch
 
+from ._route import route, rule_op
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -58,6 +59,10 @@ class _LogsumexpCompiled(Logsumexp):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_LogsumexpExported = rule_op(__name__, "logsumexp_rule", Logsumexp, "(Tensor x) -> Tensor")
+
+
 def logsumexp(x: torch.Tensor | float) -> torch.Tensor:
     """log(sum(exp(x))) over the last axis, stable for large x, with the VJP written by hand.
 
@@ -71,5 +76,5 @@ def logsumexp(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("logsumexp", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _LogsumexpCompiled if torch.compiler.is_compiling() else Logsumexp
-    return rounded(_low, function.apply(x))
+    function = route(Logsumexp, _LogsumexpCompiled, _LogsumexpExported)
+    return rounded(_low, function(x))

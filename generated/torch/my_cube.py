@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -52,6 +53,10 @@ class _MyCubeCompiled(MyCube):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_MyCubeExported = rule_op(__name__, "my_cube_rule", MyCube, "(Tensor x) -> (Tensor, Tensor)")
+
+
 def my_cube(x: torch.Tensor | float) -> torch.Tensor:
     """x**3; the forward pass also computes dx = 3 x**2 and saves it for the backward.
 
@@ -69,6 +74,6 @@ def my_cube(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("my_cube", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _MyCubeCompiled if torch.compiler.is_compiling() else MyCube
-    out, _dx = function.apply(x)
+    function = route(MyCube, _MyCubeCompiled, _MyCubeExported)
+    out, _dx = function(x)
     return rounded(_low, out)

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from ._host import from_host, to_host, vmap_sequential
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -57,6 +58,12 @@ class _NumpySortCompiled(NumpySort):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_NumpySortExported = rule_op(
+    __name__, "numpy_sort_rule", NumpySort, "(Tensor x, int dim) -> (Tensor, Tensor, Tensor)"
+)
+
+
 def numpy_sort(x: torch.Tensor | float, dim=-1) -> torch.Tensor:
     """Sort along `dim` in NumPy; gradients flow back through the permutation.
 
@@ -71,8 +78,8 @@ def numpy_sort(x: torch.Tensor | float, dim=-1) -> torch.Tensor:
     (x,) = as_tensors("numpy_sort", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _NumpySortCompiled if torch.compiler.is_compiling() else NumpySort
-    out, _ind, _ind_inv = function.apply(x, dim)
+    function = route(NumpySort, _NumpySortCompiled, _NumpySortExported)
+    out, _ind, _ind_inv = function(x, dim)
     return rounded(_low, out)
 
 

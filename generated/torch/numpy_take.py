@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ._host import from_host, to_host, vmap_sequential
+from ._route import route
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -74,5 +75,5 @@ def numpy_take(
     x, ind, ind_inv = as_tensors("numpy_take", ("x", "ind", "ind_inv"), "fii", x, ind, ind_inv)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _NumpyTakeCompiled if torch.compiler.is_compiling() else NumpyTake
-    return rounded(_low, function.apply(x, ind, ind_inv, dim))
+    function = route(NumpyTake, _NumpyTakeCompiled)
+    return rounded(_low, function(x, ind, ind_inv, dim))

@@ -7,6 +7,7 @@ tuple out.
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -68,6 +69,12 @@ class _PointVjpCompiled(PointVjp):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_PointVjpExported = rule_op(
+    __name__, "point_vjp_rule", PointVjp, "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor)"
+)
+
+
 def point_vjp(pt) -> dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
     """The JAX docs' Point example with a custom VJP; a named tuple in, a dict holding a tuple
     out.
@@ -98,6 +105,6 @@ def point_vjp(pt) -> dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
     x, y = as_tensors("point_vjp", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = _PointVjpCompiled if torch.compiler.is_compiling() else PointVjp
-    a, b0, b1 = rounded(_low, *function.apply(x, y))
+    function = route(PointVjp, _PointVjpCompiled, _PointVjpExported)
+    a, b0, b1 = rounded(_low, *function(x, y))
     return {"a": a, "b": (b0, b1)}

@@ -4,6 +4,7 @@
 
 import torch
 
+from ._route import route
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -64,5 +65,5 @@ def pointwise(f, df, x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("pointwise", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _PointwiseCompiled if torch.compiler.is_compiling() else Pointwise
-    return rounded(_low, function.apply(f, df, x))
+    function = route(Pointwise, _PointwiseCompiled)
+    return rounded(_low, function(f, df, x))

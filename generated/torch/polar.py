@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -54,6 +55,10 @@ class _PolarCompiled(Polar):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_PolarExported = rule_op(__name__, "polar_rule", Polar, "(Tensor x, Tensor y) -> (Tensor, Tensor)")
+
+
 def polar(x: torch.Tensor | float, y: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
     """Cartesian (x, y) to polar (r, theta); two inputs, two outputs, partials derived.
 
@@ -76,5 +81,5 @@ def polar(x: torch.Tensor | float, y: torch.Tensor | float) -> tuple[torch.Tenso
     x, y = as_tensors("polar", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = _PolarCompiled if torch.compiler.is_compiling() else Polar
-    return rounded(_low, *function.apply(x, y))
+    function = route(Polar, _PolarCompiled, _PolarExported)
+    return rounded(_low, *function(x, y))

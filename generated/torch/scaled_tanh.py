@@ -9,6 +9,7 @@ import math
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -73,6 +74,12 @@ class _ScaledTanhCompiled(ScaledTanh):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_ScaledTanhExported = rule_op(
+    __name__, "scaled_tanh_rule", ScaledTanh, "(Tensor x, float log_scale) -> (Tensor, Tensor)"
+)
+
+
 def scaled_tanh(x: torch.Tensor | float, log_scale=0.5) -> torch.Tensor:
     """tanh(x * exp(log_scale)) / sqrt(1 + log_scale**2), with the static log_scale inside
     functions.
@@ -92,6 +99,6 @@ def scaled_tanh(x: torch.Tensor | float, log_scale=0.5) -> torch.Tensor:
     (x,) = as_tensors("scaled_tanh", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _ScaledTanhCompiled if torch.compiler.is_compiling() else ScaledTanh
-    out, _saved_tanh = function.apply(x, log_scale)
+    function = route(ScaledTanh, _ScaledTanhCompiled, _ScaledTanhExported)
+    out, _saved_tanh = function(x, log_scale)
     return rounded(_low, out)

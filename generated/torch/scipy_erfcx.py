@@ -8,6 +8,7 @@ import scipy
 import torch
 
 from ._host import from_host, to_host, vmap_elementwise
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -68,6 +69,10 @@ class _ScipyErfcxCompiled(ScipyErfcx):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_ScipyErfcxExported = rule_op(__name__, "scipy_erfcx_rule", ScipyErfcx, "(Tensor x) -> Tensor")
+
+
 def scipy_erfcx(x: torch.Tensor | float) -> torch.Tensor:
     """The scaled complementary error function exp(x**2) erfc(x), evaluated by SciPy.
 
@@ -81,5 +86,5 @@ def scipy_erfcx(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("scipy_erfcx", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _ScipyErfcxCompiled if torch.compiler.is_compiling() else ScipyErfcx
-    return rounded(_low, function.apply(x))
+    function = route(ScipyErfcx, _ScipyErfcxCompiled, _ScipyErfcxExported)
+    return rounded(_low, function(x))

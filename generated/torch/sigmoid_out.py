@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -46,6 +47,10 @@ class _SigmoidOutCompiled(SigmoidOut):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_SigmoidOutExported = rule_op(__name__, "sigmoid_out_rule", SigmoidOut, "(Tensor x) -> Tensor")
+
+
 def sigmoid_out(x: torch.Tensor | float) -> torch.Tensor:
     """The logistic function, whose derivative is written with its own output.
 
@@ -63,5 +68,5 @@ def sigmoid_out(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("sigmoid_out", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _SigmoidOutCompiled if torch.compiler.is_compiling() else SigmoidOut
-    return rounded(_low, function.apply(x))
+    function = route(SigmoidOut, _SigmoidOutCompiled, _SigmoidOutExported)
+    return rounded(_low, function(x))

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -103,6 +104,15 @@ class _SinExpMulCompiled(SinExpMul):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_SinExpMulExported = rule_op(
+    __name__,
+    "sin_exp_mul_rule",
+    SinExpMul,
+    "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor)",
+)
+
+
 def sin_exp_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """sin(x) * exp(-x**2) * y, a two-input composite whose partials are derived.
 
@@ -122,6 +132,6 @@ def sin_exp_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tenso
     x, y = as_tensors("sin_exp_mul", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = _SinExpMulCompiled if torch.compiler.is_compiling() else SinExpMul
-    out, _saved_exp_sin, _saved_exp, _saved_sin = function.apply(x, y)
+    function = route(SinExpMul, _SinExpMulCompiled, _SinExpMulExported)
+    out, _saved_exp_sin, _saved_exp, _saved_sin = function(x, y)
     return rounded(_low, out)

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -73,6 +74,12 @@ class _SinMulCompiled(SinMul):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_SinMulExported = rule_op(
+    __name__, "sin_mul_rule", SinMul, "(Tensor x, Tensor y) -> (Tensor, Tensor)"
+)
+
+
 def sin_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """sin(x) * y with a hand-written JVP; reverse mode comes from transposing it.
 
@@ -92,6 +99,6 @@ def sin_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("sin_mul", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = _SinMulCompiled if torch.compiler.is_compiling() else SinMul
-    out, _saved_sin = function.apply(x, y)
+    function = route(SinMul, _SinMulCompiled, _SinMulExported)
+    out, _saved_sin = function(x, y)
     return rounded(_low, out)

@@ -5,6 +5,7 @@
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,6 +45,10 @@ class _SincosCompiled(Sincos):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_SincosExported = rule_op(__name__, "sincos_rule", Sincos, "(Tensor x) -> (Tensor, Tensor)")
+
+
 def sincos(x: torch.Tensor | float) -> dict[str, torch.Tensor]:
     """sin and cos of one argument, returned as a dict.
 
@@ -66,6 +71,6 @@ def sincos(x: torch.Tensor | float) -> dict[str, torch.Tensor]:
     (x,) = as_tensors("sincos", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _SincosCompiled if torch.compiler.is_compiling() else Sincos
-    s, c = rounded(_low, *function.apply(x))
+    function = route(Sincos, _SincosCompiled, _SincosExported)
+    s, c = rounded(_low, *function(x))
     return {"sin": s, "cos": c}

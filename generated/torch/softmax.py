@@ -5,6 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
+from ._route import route, rule_op
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -53,6 +54,10 @@ class _SoftmaxCompiled(Softmax):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_SoftmaxExported = rule_op(__name__, "softmax_rule", Softmax, "(Tensor x) -> Tensor")
+
+
 def softmax(x: torch.Tensor | float) -> torch.Tensor:
     """Softmax over the last axis, with the VJP written by hand.
 
@@ -66,5 +71,5 @@ def softmax(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("softmax", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _SoftmaxCompiled if torch.compiler.is_compiling() else Softmax
-    return rounded(_low, function.apply(x))
+    function = route(Softmax, _SoftmaxCompiled, _SoftmaxExported)
+    return rounded(_low, function(x))

@@ -7,6 +7,7 @@ parameter.
 import torch
 
 from ._inplace import plain
+from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -49,6 +50,12 @@ class _SoftplusBetaCompiled(SoftplusBeta):
     jvp = torch.autograd.Function.jvp
 
 
+# torch.export inlines a Function, dropping its backward; an op it keeps whole.
+_SoftplusBetaExported = rule_op(
+    __name__, "softplus_beta_rule", SoftplusBeta, "(Tensor x, float beta) -> Tensor"
+)
+
+
 def softplus_beta(x: torch.Tensor | float, beta=1.0) -> torch.Tensor:
     """log(1 + exp(beta * x)) / beta, a softplus whose sharpness `beta` is a static parameter.
 
@@ -67,5 +74,5 @@ def softplus_beta(x: torch.Tensor | float, beta=1.0) -> torch.Tensor:
     (x,) = as_tensors("softplus_beta", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = _SoftplusBetaCompiled if torch.compiler.is_compiling() else SoftplusBeta
-    return rounded(_low, function.apply(x, beta))
+    function = route(SoftplusBeta, _SoftplusBetaCompiled, _SoftplusBetaExported)
+    return rounded(_low, function(x, beta))

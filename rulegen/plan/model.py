@@ -153,6 +153,8 @@ class TorchPlan:
     grads_needed: str = ""  # with several inputs, when every one wants its gradient (the in-place backward's)
     # Float array inputs: bfloat16 and float16 compute in float32 (rounded once); () for none.
     float_arrays: tuple[str, ...] = ()
+    route: str = ""  # what the wrapper applies (rulegen.plan.torch_route)
+    exported_op: str = ""  # the module-level line making the rule's op for torch.export; "" without one
 
     @property
     def needs(self) -> Needs:
@@ -242,6 +244,7 @@ class SnippetPlan:
     compiled_subclass: bool = False
     called: tuple[str, ...] = ()  # the other rules its bodies call, imported at the module's end
     requires: tuple[str, ...] = ()  # modules imported inside functions: by the bodies, or the bridge's torch
+    exported_op: str = ""  # torch: the module-level line making the rule's op for torch.export; "" without one
 
     @property
     def needs(self) -> Needs:

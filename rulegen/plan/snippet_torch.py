@@ -18,6 +18,7 @@ from rulegen.plan.header import (
 )
 from rulegen.plan.model import Function, SnippetPlan
 from rulegen.plan.snippet import SnippetPlanner, packed, tuple_text
+from rulegen.plan.torch_route import static_type, torch_route
 from rulegen.routes import Source
 from rulegen.snippet import SnippetDerivation
 
@@ -46,9 +47,13 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     if p.given("forward").host:
         methods.append(_host_vmap(p))
         class_attrs = ()
-    lines = [*_lift(p, util_names), *_wrapper(p, kept)]
+    route = torch_route(p.rule, len(kept.values))
+    p.imports |= set(route.imports)
+    lines = [*_lift(p, util_names), *_wrapper(p, kept, route.route)]
     host_op = host_op_functions(p, kept.values) if p.given("forward").host and _host_op_applies(p) else ()
-    return _module(p, lines, util_names, methods=methods, class_attrs=class_attrs, extra_bodies=host_op)
+    return _module(
+        p, lines, util_names, methods=methods, class_attrs=class_attrs, extra_bodies=host_op, exported_op=route.op
+    )
 
 
 def _module(
@@ -59,6 +64,7 @@ def _module(
     methods: Sequence[Function] = (),
     class_attrs: tuple[str, ...] = (),
     extra_bodies: Sequence[Function] = (),
+    exported_op: str = "",
 ) -> SnippetPlan:
     """The module: the bodies, the Function's `methods` if any, and the public function running `lines`."""
     rule = p.rule
@@ -81,6 +87,7 @@ def _module(
         class_attrs=class_attrs,
         compiled_subclass=function,
         requires=p.requires,
+        exported_op=exported_op,
     )
 
 
@@ -132,7 +139,7 @@ def _kept(p: SnippetPlanner) -> _Kept:
 def _forward(p: SnippetPlanner, kept: _Kept, util_names: list[str]) -> Function:
     forward = p.given("forward")
     if forward.host and _host_op_applies(p):
-        lines = [f"return {_HOST_OP}({', '.join(p.arrays)})"]
+        lines = [f"return {_HOST_OP}({', '.join(p.inputs)})"]
     elif forward.host:
         lines = _host_forward(p, kept.values)
     else:
@@ -155,9 +162,13 @@ _HOST_OP = "_host_op"
 def _host_op_applies(p: SnippetPlanner) -> bool:
     """Whether the host forward can be a torch custom op: tensors in and out, a float array to follow.
 
-    A static may be any Python value, which an op's schema cannot type.
+    A static may be any Python value, which an op's schema cannot type
+    unless its default says its kind (`torch_route.static_type`).  Residuals
+    the body returns (numpy_sort's integer permutations) have a dtype only
+    running it tells, which a fake cannot.
     """
-    return not p.statics and any(i.dtype == "float" for i in p.rule.inputs)
+    typed = all(static_type(i) is not None for i in p.rule.inputs if i.static)
+    return typed and not p.returned and any(i.dtype == "float" for i in p.rule.inputs)
 
 
 def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Function, Function]:
@@ -171,7 +182,8 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
     rule = p.rule
     float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
     like = float_arrays[0]
-    params = tuple(f"{a}: torch.Tensor" for a in p.arrays)
+    statics = {i.name: static_type(i) for i in rule.inputs if i.static}
+    params = tuple(f"{i.name}: {statics[i.name]}" if i.static else f"{i.name}: torch.Tensor" for i in rule.inputs)
     returns = "torch.Tensor" if len(values) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(values))}]"
     name = f'__name__.replace(".", "_") + "::{rule.name}"'
     op = Function(
@@ -323,16 +335,16 @@ def _host_vmap(p: SnippetPlanner) -> Function:
     return Function("vmap", ("info", "in_dims", *p.inputs), (call,), "@staticmethod")
 
 
-def _wrapper(p: SnippetPlanner, kept: _Kept) -> list[str]:
-    """The public function's body: apply the Function (its compiled twin under torch.compile), residuals dropped."""
-    cls, all_args = p.rule.torch_class, ", ".join(p.inputs)
-    lines = [f"function = _{cls}Compiled if torch.compiler.is_compiling() else {cls}"]
+def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[str]:
+    """The public function's body: apply the Function in the form `route` picks, residuals dropped."""
+    all_args = ", ".join(p.inputs)
+    lines = [f"function = {route}"]
     if len(kept.values) > len(p.outputs):
         hidden = [f"_{r}" for r in kept.values[len(p.outputs) :]]
-        lines.append(f"{tuple_text([*p.outputs, *hidden])} = function.apply({all_args})")
+        lines.append(f"{tuple_text([*p.outputs, *hidden])} = function({all_args})")
         lines += _returned(p, tuple_text(p.outputs))
     else:
-        lines += _returned(p, f"function.apply({all_args})", spread=len(p.outputs) > 1)
+        lines += _returned(p, f"function({all_args})", spread=len(p.outputs) > 1)
     return lines
 
 

@@ -37,6 +37,7 @@ from rulegen.plan.symbolic import (
     with_fused_forms,
     with_outputs,
 )
+from rulegen.plan.torch_route import torch_route
 from rulegen.printers import TANH_EXPM1_IMPORT, print_torch, print_torch_compiled
 from rulegen.saving import saved_form, saved_intermediates
 from rulegen.spec import Rule
@@ -203,6 +204,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         emit.imports.add(f"{TENSORS_IMPORT}, in_float32, rounded" if float_arrays else TENSORS_IMPORT)
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
+    route = torch_route(rule, len(values_out))
+    emit.imports |= set(route.imports)
     return TorchPlan(
         header=header_of(t.d),
         name=rule.name,
@@ -242,12 +245,14 @@ def plan_torch(d: Derivation) -> TorchPlan:
         forward_notes=stability_notes(t.d),
         grads_needed=_grads_needed(t),
         float_arrays=float_arrays,
+        route=route.route,
+        exported_op=route.op,
     )
 
 
 def _returning(t: _Torch, lifted: bool) -> tuple[str, ...]:
     """The wrapper's last lines: the Function's outputs (its residuals dropped), rounded where lifted."""
-    call = f"function.apply({', '.join(i.name for i in t.rule.inputs)})"
+    call = f"function({', '.join(i.name for i in t.rule.inputs)})"
     if t.residual_names:
         return public_return(t.rule, ", ".join(t.outputs), lifted=lifted, spread=False)
     return public_return(t.rule, call, lifted=lifted, spread=len(t.outputs) > 1)

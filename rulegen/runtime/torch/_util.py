@@ -4,6 +4,9 @@ import functools
 
 import torch
 
+# A complex dtype's real counterpart (a table: Dynamo cannot trace dtype.to_real()).
+_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
 
 def as_tensors(rule, names, kinds, *values):
     """A rule's array arguments as tensors, as torch's own arithmetic would read them.
@@ -28,7 +31,7 @@ def as_tensors(rule, names, kinds, *values):
     ):
         return values
     # A complex tensor's precision counts too: a number beside a complex128 one is float64.
-    floats = [v.dtype.to_real() for v in given if v.is_floating_point() or v.is_complex()]
+    floats = [_REAL.get(v.dtype, v.dtype) for v in given if v.is_floating_point() or v.is_complex()]
     dtype = functools.reduce(torch.promote_types, floats) if floats else torch.get_default_dtype()
     device = given[0].device if given else None
     converted = []
