@@ -23,6 +23,7 @@ import functools
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -230,27 +231,33 @@ shard_map = getattr(jax, "shard_map", None) or __import__("jax.experimental.shar
 s = _subject(rule, importlib.import_module(package + ".jax"), importlib.import_module(package + ".torch"), seed, known)
 fn, values, diff, outputs, rtol, atol = s.jax_fn, s.values, s.diff, s.outputs, s.rtol, s.atol
 
+# Every array argument is split between the devices (as sharded data is), statics stay as they are.
+arrays = [k for k, v in enumerate(values) if isinstance(v, np.ndarray)]
+wrt = tuple(arrays.index(k) for k in diff)
+
 def call(*xs):
-    args = [jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in values]
-    for k, x in zip(diff, xs):
+    args = list(values)
+    for k, x in zip(arrays, xs):
         args[k] = x
     out = fn(*args)
     outs = out if isinstance(out, tuple) else (out,)
     return tuple(outs[k] for k in outputs)
 
-# Two calls, one per device: the sample and a moved copy of it, stacked on a new axis.
-xs = [np.asarray(values[k]) for k in diff]
-batch = [jnp.stack([x, x * 0.75 + 0.1 * np.sign(x)]) for x in xs]
+# Two calls, one per device: the sample and a moved copy of its differentiable arrays, stacked on a new axis.
+batch = [
+    jnp.stack([v, v * 0.75 + 0.1 * np.sign(v) if k in diff else v])
+    for k, v in ((k, np.asarray(values[k])) for k in arrays)
+]
 mesh = Mesh(np.array(jax.devices()[:2]), ("calls",))
 per_shard = lambda *b: tuple(o[None] for o in call(*[x[0] for x in b]))
 sharded = shard_map(per_shard, mesh=mesh, in_specs=tuple(P("calls") for _ in batch), out_specs=P("calls"))
 total = lambda f: lambda *b: sum(jnp.sum(o) for o in f(*b))
 got = jax.jit(sharded)(*batch)
-grads = jax.jit(jax.grad(total(sharded), tuple(range(len(batch))), holomorphic=rule.complex))(*batch)
+grads = jax.jit(jax.grad(total(sharded), wrt, holomorphic=rule.complex))(*batch)
 off = []
 for j in range(2):
     want = call(*[b[j] for b in batch])
-    want_grads = jax.grad(total(call), tuple(range(len(batch))), holomorphic=rule.complex)(*[b[j] for b in batch])
+    want_grads = jax.grad(total(call), wrt, holomorphic=rule.complex)(*[b[j] for b in batch])
     for what, found, expected in (("value", got, want), ("gradient", grads, want_grads)):
         for k, (g, w) in enumerate(zip(found, expected)):
             error = np.abs(np.asarray(g[j]) - np.asarray(w))
@@ -278,11 +285,9 @@ def _sharded_jax(s: _Subject, jax_pkg: Any) -> str:
             check=False,
         )
     if run.returncode != 0:
-        # The exception's own line, not JAX's note about its filtered frames.
-        lines = [
-            line for line in run.stderr.strip().splitlines() if line and not line.startswith((" ", "For simplicity"))
-        ]
-        last = (lines or ["no output"])[-1]
+        # The exception's own line, not JAX's notes after it.
+        raised = [line for line in run.stderr.splitlines() if re.match(r"[\w.]+(Error|Exception)\b", line)]
+        last = (raised or run.stderr.strip().splitlines() or ["no output"])[-1]
         raise CheckFailed(f"shard_map on 2 devices: {last[:400]}")
     off = json.loads(run.stdout.strip().splitlines()[-1])
     if off:
