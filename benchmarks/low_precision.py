@@ -9,9 +9,14 @@ max(|exact|, 1) (relative where the value is large, absolute near a zero,
 where no rounding of the result is meaningful), for the value and the
 gradient. "native" is the framework's own op where it has one (`F.gelu`,
 `jax.nn.gelu`, ...), else the composite, computed in the dtype. Speed:
-forward + backward (torch) or jit(grad) (JAX) of the generated function,
-which computes in float32 and rounds once, against the same rule computed
-in the dtype (its Function or custom_jvp called directly), interleaved.
+forward + backward of the generated function, which computes in float32 and
+rounds once, over the same rule computed in the dtype (its Function or
+custom_jvp called directly), interleaved, the median of the per-round ratios
+with their min and max: eager torch (`.sum().backward()`); torch.compile
+(`dynamic=False`) of `benchmarks.torch_compile`'s step, forward and
+`autograd.grad` with a random cotangent, each step compiled, checked against
+its eager self and warmed up before timing, dynamo reset for each case and
+dtype; JAX jit(grad).
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.special as sps
 import torch
+import torch._dynamo
 import torch.nn.functional as F  # noqa: N812 - the conventional alias
 
 import generated.jax as gj
 import generated.torch as gt
+from benchmarks.torch_compile import step_of
 
 BETA = 1.5
 
@@ -90,20 +97,30 @@ JAX: dict[str, tuple[Callable, Callable]] = {
 
 
 # The same rule computed in the dtype: its Function, or its custom_jvp, called past the float32 lift.
-def _output(result: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """The output of a Function's `apply`, which returns its hidden residuals after it."""
-    return result[0] if isinstance(result, tuple) else result
+def _in_dtype(function: type[torch.autograd.Function], *static: object) -> Callable:
+    """`function` applied to the tensors as they come, returning its output (not the residuals after it).
+
+    Under torch.compile it applies the module's `_<Name>Compiled` subclass (no `jvp`), as the
+    public function does: the Function itself makes dynamo break the graph around it.
+    """
+    compiled = getattr(sys.modules[function.__module__], f"_{function.__name__}Compiled")
+
+    def in_dtype(*xs: torch.Tensor) -> torch.Tensor:
+        result = (compiled if torch.compiler.is_compiling() else function).apply(*xs, *static)
+        return result[0] if isinstance(result, tuple) else result
+
+    return in_dtype
 
 
 TORCH_IN_DTYPE: dict[str, Callable] = {
-    "mish": lambda x: _output(gt.FMish.apply(x)),
-    "gelu (erf)": lambda x: _output(gt.Gelu.apply(x)),
-    "gelu (tanh)": lambda x: _output(gt.FGeluTanh.apply(x)),
-    "swish": lambda x: _output(gt.FSwish.apply(x)),
-    "softplus": lambda x: _output(gt.FSoftplus.apply(x)),
-    "log1pexp": lambda x: _output(gt.Log1pexp.apply(x)),
-    "sin(x)*exp(-x^2)*y": lambda x, y: _output(gt.SinExpMul.apply(x, y)),
-    "softplus(beta x)/beta": lambda x: _output(gt.SoftplusBeta.apply(x, BETA)),
+    "mish": _in_dtype(gt.FMish),
+    "gelu (erf)": _in_dtype(gt.Gelu),
+    "gelu (tanh)": _in_dtype(gt.FGeluTanh),
+    "swish": _in_dtype(gt.FSwish),
+    "softplus": _in_dtype(gt.FSoftplus),
+    "log1pexp": _in_dtype(gt.Log1pexp),
+    "sin(x)*exp(-x^2)*y": _in_dtype(gt.SinExpMul),
+    "softplus(beta x)/beta": _in_dtype(gt.SoftplusBeta, BETA),
 }
 TWO_INPUTS = {"sin(x)*exp(-x^2)*y"}
 
@@ -175,11 +192,49 @@ def _interleaved(fs: list[Callable], rounds: int) -> list[list[float]]:
     return times
 
 
+def _cell(times: list[list[float]]) -> str:
+    """The median of the per-round ratios of the first to the second, with their min and max."""
+    ratios = [a / b for a, b in zip(*times, strict=True)]
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
+
+
+# A compiled step against its eager self, |compiled - eager| <= eps * (1 + |eager|) times these:
+# the generated rule computes in float32 both ways and rounds once (measured at most 0.5 eps
+# at 2^20 normal points); inductor computes a fused kernel's bf16/f16 intermediates in float32
+# and rounds only what it stores, where eager rounds every op, so the rule in the dtype moves
+# by up to 4.4 eps (gelu (tanh)'s float16 gradient).
+COMPILED_TOLERANCE_EPS = {"generated": 1, "in the dtype": 8}
+
+
+def _compiled_cell(name: str, dtype: torch.dtype, n: int, rounds: int) -> str:
+    """torch.compile of forward + `autograd.grad`: the generated rule over the rule in the dtype."""
+    # Each cell compiles afresh: both steps share one code object, whose cache holds
+    # few entries (cache_size_limit) before dynamo falls back to eager.
+    torch._dynamo.reset()
+    arity = 2 if name in TWO_INPUTS else 1
+    rng = torch.Generator().manual_seed(0)
+    xs = [torch.randn(n, generator=rng, dtype=dtype).requires_grad_() for _ in range(arity)]
+    g = torch.randn(n, generator=rng, dtype=dtype)
+    fs = (TORCH[name][0], TORCH_IN_DTYPE[name])
+    steps = [torch.compile(step_of(f), dynamic=False) for f in fs]
+    for step, f, side in zip(steps, fs, ("generated", "in the dtype"), strict=True):
+        tolerance = COMPILED_TOLERANCE_EPS[side] * torch.finfo(dtype).eps
+        got = step(*xs, g)  # compiles here
+        want = step_of(f)(*xs, g)  # eager
+        for a, b, what in zip(got, want, ["value"] + [f"gradient {i}" for i in range(arity)], strict=True):
+            label = f"{name} {dtype}, {side} {what}, compiled against eager"
+            torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance, msg=lambda m, label=label: f"{label}: {m}")
+        for _ in range(2):
+            step(*xs, g)
+    return _cell(_interleaved([lambda step=step: step(*xs, g) for step in steps], rounds))
+
+
 def speed(log2n: int) -> None:
     n = 1 << log2n
-    rounds = 20
+    rounds = 40
     print(f"\nspeed, {n} elements, {rounds} interleaved rounds: generated (float32 inside) / the rule in the dtype")
-    print(f"{'case':<22} {'torch bf16':>20} {'torch f16':>20} {'jax bf16':>20} {'jax f16':>20}")
+    columns = [f"{b} {d}" for b in ("torch", "compiled", "jax") for d in ("bf16", "f16")]
+    print(f"{'case':<22} " + " ".join(f"{c:>20}" for c in columns))
     for name in EXACT:
         cells = []
         arity = 2 if name in TWO_INPUTS else 1
@@ -189,18 +244,15 @@ def speed(log2n: int) -> None:
             def run(f: Callable, xs: list[torch.Tensor] = xs) -> Callable:
                 return lambda: f(*xs).sum().backward()
 
-            times = _interleaved([run(TORCH[name][0]), run(TORCH_IN_DTYPE[name])], rounds)
-            ratios = [a / b for a, b in zip(*times, strict=True)]
-            cells.append(f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]")
+            cells.append(_cell(_interleaved([run(TORCH[name][0]), run(TORCH_IN_DTYPE[name])], rounds)))
+        cells += [_compiled_cell(name, dtype, n, rounds) for dtype in (torch.bfloat16, torch.float16)]
         for dtype in (jnp.bfloat16, jnp.float16):
             jxs = [jax.random.normal(jax.random.key(k), (n,), dtype=dtype) for k in range(arity)]
             generated = jax.jit(jax.grad(lambda *a, f=JAX[name][0]: f(*a).astype(jnp.float32).sum()))
             private = _private_jax(name)
             in_dtype = jax.jit(jax.grad(lambda *a, f=private: f(*a).astype(jnp.float32).sum()))
             calls = [lambda g=g, a=jxs: g(*a).block_until_ready() for g in (generated, in_dtype)]
-            times = _interleaved(calls, rounds)
-            ratios = [a / b for a, b in zip(*times, strict=True)]
-            cells.append(f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]")
+            cells.append(_cell(_interleaved(calls, rounds)))
         print(f"{name:<22} " + " ".join(f"{c:>20}" for c in cells))
 
 
