@@ -1,16 +1,22 @@
 """Use the functions `rulegen build` generated from rules/: values, gradients, both backends."""
 
+import collections
+
 import jax
 import jax.numpy as jnp
 import torch
 
+from generated.jax import c_exp as c_exp_jax
 from generated.jax import gelu as gelu_jax
 from generated.jax import log1pexp as log1pexp_jax
 from generated.jax import my_cube as my_cube_jax
+from generated.jax import point_vjp as point_vjp_jax
 from generated.jax import sin_mul as sin_mul_jax
+from generated.torch import c_exp as c_exp_torch
 from generated.torch import gelu as gelu_torch
 from generated.torch import log1pexp as log1pexp_torch
 from generated.torch import my_cube as my_cube_torch
+from generated.torch import point_vjp as point_vjp_torch
 from generated.torch import sin_mul as sin_mul_torch
 
 jax.config.update("jax_enable_x64", True)
@@ -34,3 +40,17 @@ print(
         torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
     ),
 )
+
+# A named tuple in, a dict holding a tuple out (rules/structures.yaml): gradients come back as a Point.
+Point = collections.namedtuple("Point", ["x", "y"])
+print("point_vjp:        jax grad", jax.grad(lambda p: point_vjp_jax(p)["b"][0])(Point(0.5, 2.0)))
+print(
+    "                  torch grad",
+    torch.func.grad(lambda p: point_vjp_torch(p)["b"][0])(Point(torch.tensor(0.5), torch.tensor(2.0))),
+)
+# A holomorphic rule (rules/complex.yaml): JAX's transpose convention, torch's conjugate Wirtinger one.
+z = 0.5 + 1.0j
+print("c_exp'(z):        jax", jax.grad(c_exp_jax, holomorphic=True)(jnp.asarray(z)))
+tz = torch.tensor(z, requires_grad=True)
+c_exp_torch(tz).real.backward()
+print("                  torch (the conjugate)", tz.grad)
