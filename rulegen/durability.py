@@ -173,11 +173,6 @@ def _host_without_fake(s: _Subject) -> str:
             f"torch.export of a numpy forward needs it as an op, whose schema types each static: give "
             f"{', '.join(untyped)} a bool, int, float or str default"
         )
-    if s.rule.returned_residuals:
-        return (
-            "torch.export of a numpy forward needs it as an op with a fake, which cannot know the dtype of "
-            "residuals the body returns: compute them in residual bodies of their own"
-        )
     return ""
 
 

@@ -44,3 +44,24 @@ def test_two_packages_with_the_same_host_rule_import_side_by_side(tmp_path, monk
     for name in ("first_pkg", "second_pkg"):
         for module in [m for m in sys.modules if m.startswith(name)]:
             del sys.modules[module]
+
+
+@pytest.mark.slow
+def test_a_host_rule_with_statics_and_returned_residuals_compiles_once_for_all_sizes():
+    # numpy_sort (a static `dim`, integer permutations returned as residuals) ran its NumPy body
+    # inside the traced Function: Dynamo specialized every size (5 graphs for 5 sizes). As an op
+    # whose fake learns the residuals' dtypes from one call on ones, it goes dynamic as any op does.
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from generated.torch import numpy_sort
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(lambda x: numpy_sort(x).sum())
+    for n in (5, 6, 7, 8, 9):
+        x = torch.randn(3, n, dtype=torch.float64, requires_grad=True)
+        compiled(x).backward()
+        torch.testing.assert_close(x.grad, torch.ones_like(x))
+    assert counters["stats"]["unique_graphs"] <= 2
+    assert not counters["graph_break"]

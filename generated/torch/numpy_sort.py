@@ -5,7 +5,7 @@
 import numpy as np
 import torch
 
-from ._host import from_host, to_host, vmap_sequential
+from ._host import from_host, residual_dtypes, to_host, vmap_sequential
 from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
@@ -16,13 +16,28 @@ def _forward(x, dim):
     return np.take_along_axis(x, ind, axis=dim), ind, ind_inv
 
 
+@torch.library.custom_op(__name__.replace(".", "_") + "::numpy_sort", mutates_args=())
+def _host_op(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    out, ind, ind_inv = _forward(to_host(x), dim)
+    return from_host(out, x, x.dtype), from_host(ind, x), from_host(ind_inv, x)
+
+
+@_host_op.register_fake
+def _host_shapes(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dtypes = residual_dtypes(_forward, 1, x, dim)
+    return (
+        torch.empty(x.shape, dtype=x.dtype, device=x.device),
+        torch.empty(x.shape, dtype=dtypes[0], device=x.device),
+        torch.empty(x.shape, dtype=dtypes[1], device=x.device),
+    )
+
+
 class NumpySort(torch.autograd.Function):
     """The torch.autograd.Function behind `numpy_sort`, which applies it."""
 
     @staticmethod
     def forward(x, dim):
-        out, ind, ind_inv = _forward(to_host(x), dim)
-        return from_host(out, x, x.dtype), from_host(ind, x), from_host(ind_inv, x)
+        return _host_op(x, dim)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

@@ -163,12 +163,10 @@ def _host_op_applies(p: SnippetPlanner) -> bool:
     """Whether the host forward can be a torch custom op: tensors in and out, a float array to follow.
 
     A static may be any Python value, which an op's schema cannot type
-    unless its default says its kind (`torch_route.static_type`).  Residuals
-    the body returns (numpy_sort's integer permutations) have a dtype only
-    running it tells, which a fake cannot.
+    unless its default says its kind (`torch_route.static_type`).
     """
     typed = all(static_type(i) is not None for i in p.rule.inputs if i.static)
-    return typed and not p.returned and any(i.dtype == "float" for i in p.rule.inputs)
+    return typed and any(i.dtype == "float" for i in p.rule.inputs)
 
 
 def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Function, Function]:
@@ -197,11 +195,24 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
     shape = f"torch.broadcast_shapes({arrays})" if rule.batching == "elementwise" else f"{p.arrays[0]}.shape"
     dtypes = {"float": f"{like}.dtype", "int": "torch.int64", "bool": "torch.bool"}
     kinds = {o.name: o.dtype for o in rule.outputs}
-    empties = [f"torch.empty({shape}, dtype={dtypes[kinds.get(v, 'float')]}, device={like}.device)" for v in values]
+    lines = []
+    if p.returned:
+        # Residuals the body returns have the dtype it gives them (numpy_sort's integer
+        # permutations): a call on ones of the arrays' ranks and dtypes tells it, once.
+        p.imports.add("from ._host import residual_dtypes")
+        arguments = ", ".join(p.given("forward").params)
+        probe = f"residual_dtypes(_forward, {len(p.outputs)}, {arguments})"
+        lines.append(f"dtypes = {probe}")
+        dtypes |= {r: f"dtypes[{k}]" for k, r in enumerate(p.returned)}
+    empties = [
+        f"torch.empty({shape}, dtype={dtypes[v] if v in p.returned else dtypes[kinds.get(v, 'float')]}, "
+        f"device={like}.device)"
+        for v in values
+    ]
     fake = Function(
         "_host_shapes",
         params,
-        (f"return {tuple_text(empties)}",),
+        (*lines, f"return {tuple_text(empties)}"),
         decorator=f"@{_HOST_OP}.register_fake",
         returns=returns,
     )

@@ -1,5 +1,7 @@
 """Tensors to and from host (NumPy) bodies, and batching such bodies under torch.func.vmap."""
 
+import functools
+
 import numpy as np
 import torch
 
@@ -59,3 +61,33 @@ def vmap_elementwise(function, info, in_dims, *args):
     if isinstance(out, tuple):
         return out, (0,) * len(out)
     return out, 0
+
+
+def residual_dtypes(forward, outputs, *arguments):
+    """The torch dtypes of the residuals a host `forward` returns after its `outputs` results.
+
+    A fake cannot run the body on its (symbolic) shapes; the dtype a body
+    gives its residuals depends on its arrays' ranks and dtypes and on the
+    statics, not on sizes, so a call on ones of those, made once, tells it.
+    """
+    kinds = tuple(
+        ("array", a.dim(), a.dtype) if isinstance(a, torch.Tensor) else ("static", a)
+        for a in arguments
+    )
+    return _probed(forward, outputs, kinds)
+
+
+# dtypes by name, making no tensor: a fake runs in fake tensor mode, where no tensor reaches NumPy.
+_TO_NUMPY = {torch.bfloat16: np.float32, torch.float16: np.float32}  # as to_host lifts them
+
+
+@functools.cache
+def _probed(forward, outputs, kinds):
+    arguments = [
+        np.ones((2,) * kind[1], dtype=_TO_NUMPY.get(kind[2], str(kind[2]).removeprefix("torch.")))
+        if kind[0] == "array"
+        else kind[1]
+        for kind in kinds
+    ]
+    results = forward(*arguments)
+    return tuple(getattr(torch, np.asarray(r).dtype.name) for r in results[outputs:])
