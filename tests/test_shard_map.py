@@ -55,7 +55,8 @@ print(json.dumps(found))
 """
 
 
-def test_rules_under_shard_map_match_the_unsharded_call():
+def _on_two_devices(script: str, *args: str) -> dict:
+    """What `script` prints last (JSON), run where JAX sees two host devices."""
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
@@ -63,10 +64,14 @@ def test_rules_under_shard_map_match_the_unsharded_call():
         "JAX_ENABLE_X64": "1",
     }
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, *ROW_WISE], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-c", script, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_rules_under_shard_map_match_the_unsharded_call():
+    found = _on_two_devices(SCRIPT, *ROW_WISE)
     failed = {name: r for name, r in found.items() if not (isinstance(r, list) and max(r) < 1e-12)}
     assert not failed, failed
 
@@ -100,16 +105,6 @@ print(json.dumps(found))
 def test_rules_of_array_code_keep_their_sharding_under_jit_on_a_mesh():
     # Host and bridged rules gather to one device here (jax.pure_callback's maximal sharding outside
     # shard_map); per shard they run under shard_map (above), see the guide.
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-        "JAX_PLATFORMS": "cpu",
-        "JAX_ENABLE_X64": "1",
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", JIT_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = _on_two_devices(JIT_SCRIPT)
     wrong = {name: specs for name, specs in found.items() if specs[0] != specs[1] or "rows" not in specs[0]}
     assert not wrong, found
