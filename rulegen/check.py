@@ -139,25 +139,34 @@ class _Subject:
         """Whether the rule's `checks.skip` names this part of a check (e.g. `vmap`)."""
         return part in self.rule.checks.skip
 
-    def args_with(self, xs: Sequence[Any], convert: Callable[[Any], Any]) -> list[Any]:
-        full = [convert(v) if isinstance(v, np.ndarray) else v for v in self.values]
-        for k, x in zip(self.diff, xs, strict=True):
-            full[k] = x
-        return full
+    def bound(self, fn: Callable[..., Any], convert: Callable[[Any], Any]) -> Callable[..., tuple[Any, ...]]:
+        """`fn` as a function of the differentiable inputs, returning the differentiable outputs.
+
+        The other arrays are converted here, once: inside a function Dynamo
+        traces under torch.func, `torch.from_numpy` of a constant trips its
+        guards ("Guard failed on the same frame it was created").
+        """
+        base = [convert(v) if isinstance(v, np.ndarray) else v for v in self.values]
+
+        def f(*xs: Any) -> tuple[Any, ...]:
+            full = list(base)
+            for k, x in zip(self.diff, xs, strict=True):
+                full[k] = x
+            out = fn(*full)
+            outs = out if isinstance(out, tuple) else (out,)
+            return tuple(outs[k] for k in self.outputs)
+
+        return f
 
     def jax_f(self, *xs: Any) -> tuple[Any, ...]:
         import jax.numpy as jnp
 
-        out = self.jax_fn(*self.args_with(xs, jnp.asarray))
-        outs = out if isinstance(out, tuple) else (out,)
-        return tuple(outs[k] for k in self.outputs)
+        return self.bound(self.jax_fn, jnp.asarray)(*xs)
 
     def torch_f(self, *xs: Any) -> tuple[Any, ...]:
         import torch
 
-        out = self.torch_fn(*self.args_with(xs, torch.from_numpy))
-        outs = out if isinstance(out, tuple) else (out,)
-        return tuple(outs[k] for k in self.outputs)
+        return self.bound(self.torch_fn, torch.from_numpy)(*xs)
 
     def xs(self) -> list[np.ndarray]:
         return [self.values[k] for k in self.diff]
@@ -787,6 +796,12 @@ def _jax_grad(s: _Subject, f: Callable[..., Any], argnums: tuple[int, ...]) -> C
     return jax.grad(f, argnums, holomorphic=s.rule.complex)
 
 
+def _torch_total(s: _Subject, f: Callable[..., Sequence[Any]]) -> Callable[..., Any]:
+    """The sum of `f`'s outputs as torch differentiates it: a complex sum has no gradient, its real part has."""
+    summed = _sum_of(f)
+    return (lambda *xs: summed(*xs).real) if s.rule.complex else summed
+
+
 def _torch_grads(s: _Subject, total: Any, leaves: Sequence[Any]) -> list[Any]:
     """torch's gradient of `total`, a sum of outputs, in JAX's convention.
 
@@ -907,9 +922,7 @@ def _compare_grad_torch(s: _Subject, small: _Subject, xs: tuple[Any, ...]) -> tu
     """torch.func.grad against autograd.grad; the leaves autograd differentiated."""
     import torch
 
-    summed = _sum_of(small.torch_f)
-    # A complex sum has no gradient in torch; its real part has.
-    total = (lambda *xs: summed(*xs).real) if s.rule.complex else summed
+    total = _torch_total(s, small.torch_f)
     grads = torch.func.grad(total, tuple(range(len(xs))))(*xs)
     leaves = tuple(x.clone().requires_grad_() for x in xs)
     autograd = torch.autograd.grad(total(*leaves), leaves, allow_unused=True, materialize_grads=True)
@@ -1135,9 +1148,9 @@ LOW_PRECISION_EPS = 4.0
 
 
 def check_low_precision(s: _Subject) -> str:
+    """bfloat16 and float16 in: outputs and gradients of that dtype, within a few of its eps of float64."""
     if s.rule.complex:
         raise NotApplicable("bfloat16 and float16 have no complex counterpart (complex32 is no dtype JAX has)")
-    """bfloat16 and float16 in: outputs and gradients of that dtype, within a few of its eps of float64."""
     import jax.numpy as jnp
     import torch
 
@@ -1500,10 +1513,8 @@ def check_structures(s: _Subject) -> str:
 
         grad = jax.grad if backend == "jax" else torch.func.grad
         got = dict(zip(wrt, grad(total, argnums=tuple(wrt))(*arguments), strict=True))
-        if type(got[wrt[0]]) is not type(arguments[wrt[0]]) or any(
-            type(g) is not type(arguments[k]) for k, g in got.items() if isinstance(rule.parameters[k], Structured)
-        ):
-            wrong = next(k for k, g in got.items() if type(g) is not type(arguments[k]))
+        wrong = next((k for k, g in got.items() if type(g) is not type(arguments[k])), None)
+        if wrong is not None:
             raise CheckFailed(
                 f"{backend}: the gradient for {rule.parameters[wrong].name!r} is {type(got[wrong]).__name__}, "
                 f"not {type(arguments[wrong]).__name__}"

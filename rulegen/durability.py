@@ -41,6 +41,7 @@ from rulegen.check import (
     _sum_of,
     _to_numpy,
     _torch_grads,
+    _torch_total,
     compare,
 )
 from rulegen.routes import JaxRoute
@@ -69,27 +70,6 @@ def check_durability(s: _Subject, include: bool, jax_pkg: Any) -> str:
     return "match eager: " + ", ".join(done) + (f" (n/a: {'; '.join(missing)})" if missing else "")
 
 
-def _torch_f(s: _Subject) -> Callable[..., tuple[Any, ...]]:
-    """The rule in torch as a function of its differentiable inputs, the others tensors made before tracing.
-
-    (Made inside a traced function, `torch.from_numpy` of a constant trips
-    dynamo's guards under torch.func.)
-    """
-    import torch
-
-    base = [torch.from_numpy(v) if isinstance(v, np.ndarray) else v for v in s.values]
-
-    def f(*xs: Any) -> tuple[Any, ...]:
-        args = list(base)
-        for k, x in zip(s.diff, xs, strict=True):
-            args[k] = x
-        out = s.torch_fn(*args)
-        outs = out if isinstance(out, tuple) else (out,)
-        return tuple(outs[k] for k in s.outputs)
-
-    return f
-
-
 def _eager_grads(s: _Subject, f: Callable[..., Any], xs: tuple[Any, ...]) -> list[np.ndarray]:
     leaves = [x.clone().requires_grad_() for x in xs]
     return [_to_numpy(g) for g in _torch_grads(s, _sum_of(f)(*leaves), leaves)]
@@ -100,12 +80,10 @@ def _compiled_torch_func(s: _Subject) -> str:
     import torch
 
     torch._dynamo.reset()
-    f = _torch_f(s)
+    f = s.bound(s.torch_fn, torch.from_numpy)
     xs = tuple(torch.from_numpy(x) for x in s.xs())
     argnums = tuple(range(len(xs)))
-    summed = _sum_of(f)
-    # A complex sum has no gradient in torch; its real part has.
-    grad = torch.func.grad((lambda *a: summed(*a).real) if s.rule.complex else summed, argnums)
+    grad = torch.func.grad(_torch_total(s, f), argnums)
     for k, (a, b) in enumerate(zip(torch.compile(grad)(*xs), grad(*xs), strict=True)):
         compare(f"compiled torch.func.grad, input {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
     if not s.skipped("vmap"):
@@ -135,7 +113,7 @@ def _exported_torch(s: _Subject) -> str:
     why = _host_without_fake(s)
     if why:
         return why
-    f = _torch_f(s)
+    f = s.bound(s.torch_fn, torch.from_numpy)
     xs = tuple(torch.from_numpy(x) for x in s.xs())
 
     class Calling(torch.nn.Module):

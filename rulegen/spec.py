@@ -396,8 +396,7 @@ class Structured(Node):
 
     @property
     def kind(self) -> StructureKind:
-        kinds: tuple[StructureKind, ...] = STRUCTURE_KINDS
-        return next(k for k in kinds if getattr(self, k) is not None)
+        return next(k for k in STRUCTURE_KINDS if getattr(self, k) is not None)
 
     @property
     def leaves(self) -> tuple[Input, ...]:
@@ -585,11 +584,8 @@ class Rule(Node):
     def _outputs_from_returns(cls, data: Any) -> Any:
         # `returns` alone names the outputs, in the order it holds them.
         if isinstance(data, dict) and "returns" in data and "outputs" not in data:
-            found = _names_in_returns(data["returns"])
-            if found is not None:
-                outputs = YamlList(found)
-                outputs.loc = getattr(data["returns"], "loc", _UNKNOWN)
-                outputs.item_locs = [getattr(n, "loc", outputs.loc) for n in found]
+            outputs = _outputs_returned(data["returns"])
+            if outputs is not None:
                 data = {**data, "outputs": outputs}
         return data
 
@@ -663,8 +659,8 @@ def _declares_complex(inputs: Any, depth: int = 0) -> bool:
 def _complex_by_default(outputs: Any, returns: Any) -> Any:
     """Raw `outputs` with `dtype: complex` where an output declares no dtype of its own."""
     if outputs is None:
-        names_given = _names_in_returns(returns) if returns is not None else None
-        outputs = names_given if names_given is not None else ["out"]
+        named = _outputs_returned(returns) if returns is not None else None
+        outputs = named if named is not None else ["out"]
     if isinstance(outputs, list) and all(isinstance(n, str) for n in outputs):
         located = YamlMap({n: YamlMap({"dtype": "complex"}) for n in outputs})
         located.loc = getattr(outputs, "loc", _UNKNOWN)
@@ -686,22 +682,17 @@ def _complex_by_default(outputs: Any, returns: Any) -> Any:
     return outputs
 
 
-def _names_in_returns(value: Any, depth: int = 0) -> list[Any] | None:
-    """The output names in a raw `returns` (None where it is malformed: its validation says how)."""
-    if depth > _MAX_RETURN_DEPTH:
+def _outputs_returned(returns: Any) -> YamlList | None:
+    """The outputs a raw `returns` names, in its order and at its places (None where it is malformed:
+    its own validation says how)."""
+    try:
+        leaves = _to_returned(returns).outputs
+    except ValueError:
         return None
-    if isinstance(value, str):
-        return [value]
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
-    if not items:
-        return None
-    found: list[Any] = []
-    for item in items:
-        names_below = _names_in_returns(item, depth + 1)
-        if names_below is None:
-            return None
-        found += names_below
-    return found
+    outputs = YamlList(leaf.name for leaf in leaves)
+    outputs.loc = getattr(returns, "loc", _UNKNOWN)
+    outputs.item_locs = [leaf.loc for leaf in leaves]
+    return outputs
 
 
 def consistency_errors(rule: Rule) -> list[SpecError]:

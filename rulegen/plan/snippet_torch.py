@@ -193,22 +193,17 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
     )
     arrays = ", ".join(f"{a}.shape" for a in p.arrays)
     shape = f"torch.broadcast_shapes({arrays})" if rule.batching == "elementwise" else f"{p.arrays[0]}.shape"
-    dtypes = {"float": f"{like}.dtype", "int": "torch.int64", "bool": "torch.bool"}
-    kinds = {o.name: o.dtype for o in rule.outputs}
+    by_kind = {"float": f"{like}.dtype", "int": "torch.int64", "bool": "torch.bool"}
+    dtype_of = {o.name: by_kind[o.dtype] for o in rule.outputs}
     lines = []
     if p.returned:
         # Residuals the body returns have the dtype it gives them (numpy_sort's integer
         # permutations): a call on ones of the arrays' ranks and dtypes tells it, once.
         p.imports.add("from ._host import residual_dtypes")
         arguments = ", ".join(p.given("forward").params)
-        probe = f"residual_dtypes(_forward, {len(p.outputs)}, {arguments})"
-        lines.append(f"dtypes = {probe}")
-        dtypes |= {r: f"dtypes[{k}]" for k, r in enumerate(p.returned)}
-    empties = [
-        f"torch.empty({shape}, dtype={dtypes[v] if v in p.returned else dtypes[kinds.get(v, 'float')]}, "
-        f"device={like}.device)"
-        for v in values
-    ]
+        lines.append(f"dtypes = residual_dtypes(_forward, {len(p.outputs)}, {arguments})")
+        dtype_of |= {r: f"dtypes[{k}]" for k, r in enumerate(p.returned)}
+    empties = [f"torch.empty({shape}, dtype={dtype_of[v]}, device={like}.device)" for v in values]
     fake = Function(
         "_host_shapes",
         params,
