@@ -1496,7 +1496,7 @@ def check_structures(s: _Subject) -> str:
     ]
     if not wrt:
         raise NotApplicable("no argument is differentiable as a whole")
-    weights = [s.rng.standard_normal(np.shape(o)) for o in s.jax_f(*[jnp.asarray(x) for x in s.xs()])]
+    weights = [_normal_like(s.rng, _to_numpy(o)) for o in s.jax_f(*[jnp.asarray(x) for x in s.xs()])]
     flat = _grads_of_weighted(s, weights)
     by_input = dict(zip((rule.inputs[k].name for k in s.diff), flat, strict=True))
     public = {"jax": s.jax_fn, "torch": s.torch_fn}
@@ -1509,10 +1509,15 @@ def check_structures(s: _Subject) -> str:
             outs = public[backend](*_leaves_of_arguments(rule, args))
             outs = outs if isinstance(outs, tuple) else (outs,)
             xp = jnp if backend == "jax" else torch
-            return sum(xp.sum(outs[k] * convert(w)) for k, w in zip(s.outputs, weights, strict=True))
+            summed = sum(xp.sum(outs[k] * convert(w)) for k, w in zip(s.outputs, weights, strict=True))
+            # torch differentiates a complex rule's real part (conjugate Wirtinger), JAX holomorphically.
+            return summed.real if backend == "torch" and rule.complex else summed
 
-        grad = jax.grad if backend == "jax" else torch.func.grad
-        got = dict(zip(wrt, grad(total, argnums=tuple(wrt))(*arguments), strict=True))
+        if backend == "jax":
+            grads = jax.grad(total, argnums=tuple(wrt), holomorphic=rule.complex)(*arguments)
+        else:
+            grads = torch.func.grad(total, argnums=tuple(wrt))(*arguments)
+        got = dict(zip(wrt, grads, strict=True))
         wrong = next((k for k, g in got.items() if type(g) is not type(arguments[k])), None)
         if wrong is not None:
             raise CheckFailed(
@@ -1522,7 +1527,9 @@ def check_structures(s: _Subject) -> str:
         parts = _leaves_of_arguments(rule, [got.get(k, a) for k, a in enumerate(arguments)])
         for leaf, part in zip(rule.inputs, parts, strict=True):
             if leaf.name in by_input:
-                compare(f"{backend} gradient of {leaf.name}", _to_numpy(part), by_input[leaf.name], s.rtol, s.atol)
+                found = _to_numpy(part)
+                found = np.conj(found) if backend == "torch" and rule.complex else found
+                compare(f"{backend} gradient of {leaf.name}", found, by_input[leaf.name], s.rtol, s.atol)
     kinds = ", ".join(f"{p.name} ({p.kind})" for p in rule.parameters if isinstance(p, Structured))
     shapes = f"{kinds} in" + (", " if rule.returns else "") if kinds else ""
     return f"jax.grad and torch.func.grad through the structures ({shapes}{'results' if rule.returns else ''})"
@@ -1545,15 +1552,13 @@ def _leaves_of_arguments(rule: Rule, arguments: Sequence[Any]) -> list[Any]:
 
 def _grads_of_weighted(s: _Subject, weights: Sequence[np.ndarray]) -> list[np.ndarray]:
     """The gradient of sum(w * out) with respect to each differentiable input, by JAX on flat inputs."""
-    import jax
     import jax.numpy as jnp
 
     def total(*xs: Any) -> Any:
         return sum(jnp.sum(o * w) for o, w in zip(s.jax_f(*xs), weights, strict=True))
 
-    return [
-        np.asarray(g) for g in jax.grad(total, argnums=tuple(range(len(s.diff))))(*[jnp.asarray(x) for x in s.xs()])
-    ]
+    grads = _jax_grad(s, total, tuple(range(len(s.diff))))(*[jnp.asarray(x) for x in s.xs()])
+    return [np.asarray(g) for g in grads]
 
 
 def check_compile(s: _Subject, include: bool) -> str:

@@ -216,3 +216,14 @@ def test_every_function_a_complex_rule_may_call_computes_complex_values_and_deri
     assert abs(complex(grad.conj()) - derivative) < 1e-14
     assert abs(complex(in_jax(jnp.asarray(point))) - value) < 1e-14
     assert abs(complex(jax.grad(in_jax, holomorphic=True)(jnp.asarray(point))) - derivative) < 1e-14
+
+
+def test_a_complex_rule_with_structures_passes_the_structures_check(tmp_path):
+    # The structures check took real gradients only: jax.grad raised on the complex sum.
+    path = tmp_path / "pair.yaml"
+    path.write_text(
+        "name: c_pair\ninputs:\n  zw: {items: {z: {dtype: complex}, w: {dtype: complex}}}\n"
+        "returns: {p: p}\nforward: {p: exp(z) * w}\n"
+    )
+    outcome = next(o for o in run_checks(read_rules([path])) if o.check == "structures")
+    assert outcome.status == "pass", outcome.detail
