@@ -457,6 +457,49 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         return text
 
 
+# Registered functions the torch printer writes as code of its own, several kernels.
+_TORCH_COMPOSITES = frozenset({"Piecewise", "gamma", "one_plus_erf", "in_float", "Heaviside"})
+
+
+def one_kernel(expr: sp.Expr, tensors: frozenset[sp.Symbol], scalars: frozenset[sp.Symbol]) -> bool:
+    """Whether the torch printer writes `expr` as one kernel of `tensors`, numbers and `scalars` (Python numbers).
+
+    What the TorchArrayPrinter prints as one call or one operator: a
+    registered function, a product or sum of two operands, a power with a
+    number or scalar exponent.  Conservative: `1 - x` (a negation, then a
+    subtraction) and `2 * x / 3` are two.
+    """
+
+    def python_number(e: sp.Expr) -> bool:
+        return e.free_symbols <= scalars
+
+    def operand(e: sp.Expr) -> bool:
+        return e in tensors or python_number(e)
+
+    if python_number(expr) or expr in tensors:
+        return True
+    if not all(operand(a) for a in expr.args):
+        return False
+    if isinstance(expr, sp.core.function.Application):  # functions, Max and Min
+        name = type(expr).__name__
+        return (
+            name in _TORCH_FUNCTIONS
+            and name not in _TORCH_COMPOSITES
+            and (name not in ("Max", "Min") or len(expr.args) == 2)
+        )
+    if isinstance(expr, sp.Mul):
+        coefficient = next((a for a in expr.args if a.is_Rational), sp.S.One)
+        # A rational other than 1/q prints as `p * x / q`, two operations.
+        return len(expr.args) == 2 and (coefficient.is_Integer or coefficient.p == 1)
+    if isinstance(expr, sp.Add):
+        return len(expr.args) == 2
+    if isinstance(expr, sp.Pow):
+        base, exponent = expr.args
+        # A negative integer power prints as `1 / x**k`, two operations past k = 1.
+        return base in tensors and not (exponent.is_Integer and exponent < -1)
+    return False
+
+
 TANH_EXPM1_IMPORT = "from ._fuse import tanh_expm1"
 
 

@@ -130,3 +130,69 @@ def test_a_snippet_rule_s_derivative_bodies_compute_in_float32_too(torch_dtype, 
     assert x.grad.dtype == torch_dtype and error(x.grad.double().numpy()) <= 0.5
     grads = jax.vmap(jax.grad(jax_erfcx))(jnp.asarray(rounded, dtype=jax_dtype))
     assert grads.dtype == jax_dtype and error(grads) <= 0.5
+
+
+class _AtenOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """The aten ops run inside it, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _ops_of_value_and_gradient(f, x: torch.Tensor) -> list[str]:
+    leaf = x.clone().requires_grad_()
+    with _AtenOps() as recorded:
+        out = f(leaf)
+        out.backward(torch.ones_like(out))
+    return recorded.ops
+
+
+@pytest.mark.parametrize("torch_dtype", [torch.bfloat16, torch.float16])
+def test_a_rule_of_one_kernel_per_body_runs_as_torch_s_own_op(torch_dtype):
+    # f_softplus: forward `softplus`, backward and jvp `softplus_backward`, kernels that compute in
+    # float32 themselves. Lifted, it ran two casts in and one out each way (1.3-1.5x their time).
+    from generated.torch import f_softplus
+
+    x = torch.tensor(POINTS, dtype=torch_dtype)
+    ops = _ops_of_value_and_gradient(f_softplus, x)
+    assert "_to_copy" not in ops and {"softplus", "softplus_backward"} <= set(ops), ops
+    leaf, native = x.clone().requires_grad_(), x.clone().requires_grad_()
+    value = f_softplus(leaf)
+    value.backward(torch.ones_like(value))
+    expected = torch.nn.functional.softplus(native)
+    expected.backward(torch.ones_like(expected))
+    assert torch.equal(value, expected) and torch.equal(leaf.grad, native.grad)
+    tangent = torch.func.jvp(f_softplus, (x,), (torch.ones_like(x),))[1]
+    assert tangent.dtype == torch_dtype and torch.equal(tangent, native.grad)
+
+
+def test_a_rule_of_several_kernels_or_reading_a_saved_output_is_lifted():
+    # gelu's bodies are several kernels; f_swish's backward reads its output, saved rounded.
+    from generated.torch import f_swish, gelu
+
+    x = torch.tensor(POINTS, dtype=torch.bfloat16)
+    for f in (gelu, f_swish):
+        assert "_to_copy" in _ops_of_value_and_gradient(f, x), f.__name__
+
+
+def test_one_kernel_is_what_the_torch_printer_writes_as_one_operation():
+    import sympy as sp
+
+    from rulegen import functions as fn
+    from rulegen.printers import one_kernel
+
+    x, y, g, beta = sp.symbols("x y g beta", real=True)
+    tensors, scalars = frozenset({x, y, g}), frozenset({beta})
+    one = [fn.softplus(x), fn.sigmoid_product(g, x, beta), x * y, 2 * x, beta * x, x / 3, x + 1, x**2, sp.sqrt(x)]
+    one += [sp.sin(x), sp.Max(x, y), sp.atan2(x, y), -x, x**beta]
+    several = [2 * x / 3, 1 - x, x * y * g, sp.sin(2 * x), sp.Max(x, y, g), x**-2, fn.one_plus_erf(x)]
+    several += [sp.Piecewise((x, x > 0), (y, True)), sp.exp(x) * y, x * sp.Symbol("out")]
+    for e in one:
+        assert one_kernel(e, tensors, scalars), e
+    for e in several:
+        assert not one_kernel(e, tensors, scalars), e

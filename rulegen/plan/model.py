@@ -151,8 +151,10 @@ class TorchPlan:
     returning: tuple[str, ...]  # the wrapper's last lines (see header.public_return)
     forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
     grads_needed: str = ""  # with several inputs, when every one wants its gradient (the in-place backward's)
-    # Float array inputs: bfloat16 and float16 compute in float32 (rounded once); () for none.
-    float_arrays: tuple[str, ...] = ()
+    float_arrays: tuple[str, ...] = ()  # float array inputs, () for none
+    # Whether the wrapper computes bfloat16 and float16 in float32, rounded once; False where each
+    # body is one torch kernel, which does so itself (plan.torch._opmath_bodies).
+    lifted: bool = False
     route: str = ""  # what the wrapper applies (rulegen.plan.torch_route)
     exported_op: str = ""  # the module-level line making the rule's op for torch.export; "" without one
 

@@ -38,7 +38,7 @@ from rulegen.plan.symbolic import (
     with_outputs,
 )
 from rulegen.plan.torch_route import torch_route
-from rulegen.printers import TANH_EXPM1_IMPORT, print_torch, print_torch_compiled
+from rulegen.printers import TANH_EXPM1_IMPORT, one_kernel, print_torch, print_torch_compiled
 from rulegen.saving import saved_form, saved_intermediates
 from rulegen.spec import Rule
 from rulegen.symbols import value_symbol
@@ -189,7 +189,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
     forward_results, aliases = _forward_results(t)
     forward = emit.block([], forward_results)
     backward = _backward(t, emit)
-    jvp = emit.block([], _jvp_results(t, aliases))
+    jvp_results = _jvp_results(t, aliases)
+    jvp = emit.block([], jvp_results)
     used = jvp.reads | backward.reads | set(t.absent_tangents)
     emit.imports.add("import torch")
     statics_used = tuple(s for s in t.statics if s in used)
@@ -200,8 +201,9 @@ def plan_torch(d: Derivation) -> TorchPlan:
     # Fused rules compile these bodies instead.
     in_place = _InPlace() if rule.fuse else _in_place_bodies(t, emit, forward_results, backward.hot, saved)
     float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
+    lifted = bool(float_arrays) and not _opmath_bodies(t, emit, forward_results, backward.hot, jvp_results)
     if any(not i.static for i in rule.inputs):
-        emit.imports.add(f"{TENSORS_IMPORT}, in_float32, rounded" if float_arrays else TENSORS_IMPORT)
+        emit.imports.add(f"{TENSORS_IMPORT}, in_float32, rounded" if lifted else TENSORS_IMPORT)
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
     route = torch_route(rule, len(values_out))
@@ -212,7 +214,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         class_name=rule.torch_class,
         params=parameters_of(rule, "torch"),
         unpack=unpacked(rule),
-        returning=_returning(t, bool(float_arrays)),
+        returning=_returning(t, lifted),
         returns=returns_of(rule, "torch"),
         inputs=tuple(i.name for i in rule.inputs),
         statics=statics_used,
@@ -245,6 +247,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         forward_notes=stability_notes(t.d),
         grads_needed=_grads_needed(t),
         float_arrays=float_arrays,
+        lifted=lifted,
         route=route.route,
         exported_op=route.op,
     )
@@ -256,6 +259,36 @@ def _returning(t: _Torch, lifted: bool) -> tuple[str, ...]:
     if t.residual_names:
         return public_return(t.rule, ", ".join(t.outputs), lifted=lifted, spread=False)
     return public_return(t.rule, call, lifted=lifted, spread=len(t.outputs) > 1)
+
+
+def _opmath_bodies(t: _Torch, emit: Emitter, forward: list[Result], hot: list[Result], jvp: list[Result]) -> bool:
+    """Whether every body is one torch kernel of the rule's float arrays and their cotangents or tangents.
+
+    torch's elementwise kernels compute bfloat16 and float16 in float32 and
+    round once (their "opmath"), so such a body computes those dtypes as the
+    float32 lift would, and the lift would add only its own passes over
+    memory: two casts in, one out, each way (softplus in eager, bfloat16:
+    1.3-1.5x the time of its kernels alone).  A body reading anything else
+    lifts: an output or a residual would have been saved rounded, and a
+    second kernel would round the first one's result.
+    """
+    if t.residual_names or t.integral:
+        return False
+    arrays = {t.symbols[a] for a in t.arrays}
+    scalars = {t.symbols[s] for s in t.statics}
+
+    def one_kernel_each(results: list[Result], operands: set[sp.Symbol]) -> bool:
+        return all(
+            r.wrap == Wrap() and (r.expr is None or one_kernel(emit.forms(r.expr), operands, scalars)) for r in results
+        )
+
+    cotangents = {t.symbols[f"{o}_bar"] for o in t.outputs}
+    tangents = {t.symbols[f"{i}_dot"] for i in t.diff_inputs}
+    return (
+        one_kernel_each(forward, arrays)
+        and one_kernel_each(hot, arrays | cotangents)
+        and one_kernel_each(jvp, arrays | tangents)
+    )
 
 
 def _forward_results(t: _Torch) -> tuple[list[Result], set[str]]:
