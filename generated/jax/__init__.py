@@ -59,6 +59,8 @@ from .f_xlogy import f_xlogy
 from .fixed_point import fixed_point
 from .gaussian_logpdf import gaussian_logpdf
 from .gelu import gelu
+from .host_mul_sin_jvp import host_mul_sin_jvp
+from .host_mul_sin_vjp import host_mul_sin_vjp
 from .hypot_pair import hypot_pair
 from .l2_normalize import l2_normalize
 from .log1pexp import log1pexp
@@ -139,6 +141,8 @@ __all__ = [
     "fixed_point",
     "gaussian_logpdf",
     "gelu",
+    "host_mul_sin_jvp",
+    "host_mul_sin_vjp",
     "hypot_pair",
     "l2_normalize",
     "log1pexp",

@@ -59,6 +59,8 @@ from .f_xlogy import FXlogy, f_xlogy
 from .fixed_point import FixedPoint, fixed_point
 from .gaussian_logpdf import GaussianLogpdf, gaussian_logpdf
 from .gelu import Gelu, gelu
+from .host_mul_sin_jvp import HostMulSinJvp, host_mul_sin_jvp
+from .host_mul_sin_vjp import HostMulSinVjp, host_mul_sin_vjp
 from .hypot_pair import HypotPair, hypot_pair
 from .l2_normalize import L2Normalize, l2_normalize
 from .log1pexp import Log1pexp, log1pexp
@@ -139,6 +141,8 @@ __all__ = [
     "FixedPoint",
     "GaussianLogpdf",
     "Gelu",
+    "HostMulSinJvp",
+    "HostMulSinVjp",
     "HypotPair",
     "L2Normalize",
     "Log1pexp",
@@ -216,6 +220,8 @@ __all__ = [
     "fixed_point",
     "gaussian_logpdf",
     "gelu",
+    "host_mul_sin_jvp",
+    "host_mul_sin_vjp",
     "hypot_pair",
     "l2_normalize",
     "log1pexp",

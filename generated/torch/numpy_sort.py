@@ -5,7 +5,7 @@
 import numpy as np
 import torch
 
-from ._host import from_host, residual_dtypes, to_host, vmap_sequential
+from ._host import from_host, output_from_host, residual_dtypes, to_host, vmap_sequential
 from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
@@ -19,7 +19,12 @@ def _forward(x, dim):
 @torch.library.custom_op(__name__.replace(".", "_") + "::numpy_sort", mutates_args=())
 def _host_op(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     out, ind, ind_inv = _forward(to_host(x), dim)
-    return from_host(out, x, x.dtype), from_host(ind, x), from_host(ind_inv, x)
+    shape = x.shape
+    return (
+        output_from_host("numpy_sort", "out", out, x, shape, elementwise=False),
+        from_host(ind, x),
+        from_host(ind_inv, x),
+    )
 
 
 @_host_op.register_fake

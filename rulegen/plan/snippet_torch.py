@@ -101,6 +101,9 @@ class _Kept:
     statics: tuple[str, ...]
     shapes: tuple[str, ...]  # inputs whose shapes are kept, to sum cotangents back to
     non_diff: tuple[str, ...]
+    # A host body's outputs have the broadcast shape of the arrays (elementwise), kept as `ctx.shape`:
+    # a tangent of an output that reads fewer arrays (`cos(x) * x_dot` for `sin(x)`) is broadcast to it.
+    broadcast: bool = False
 
 
 def _kept(p: SnippetPlanner) -> _Kept:
@@ -133,6 +136,7 @@ def _kept(p: SnippetPlanner) -> _Kept:
         statics=tuple(s for s in p.statics if s in needed),
         shapes=tuple(i for i in p.diff_inputs if p.broadcastable and summed),
         non_diff=(*(o.name for o in p.rule.outputs if not o.differentiable), *(p.returned if host else ())),
+        broadcast=host and p.rule.batching == "elementwise" and p.broadcastable and bool(p.diff_outputs),
     )
 
 
@@ -191,8 +195,7 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
         decorator=f"@torch.library.custom_op({name}, mutates_args=())",
         returns=returns,
     )
-    arrays = ", ".join(f"{a}.shape" for a in p.arrays)
-    shape = f"torch.broadcast_shapes({arrays})" if rule.batching == "elementwise" else f"{p.arrays[0]}.shape"
+    shape = _host_shape(p)
     by_kind = {"float": f"{like}.dtype", "int": "torch.int64", "bool": "torch.bool"}
     dtype_of = {o.name: by_kind[o.dtype] for o in rule.outputs}
     lines = []
@@ -221,14 +224,26 @@ def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
     like = float_arrays[0] if float_arrays else (p.arrays[0] if p.arrays else None)
     p.imports.add("from ._host import from_host, to_host")
     args = ", ".join(f"to_host({n})" if n in p.arrays else n for n in forward.params)
+    elementwise = rule.batching == "elementwise"
     converted = []
     for n in values:
         spec = next((o for o in rule.outputs if o.name == n), None)
         if spec is not None and spec.dtype == "float" and like is not None:
-            converted.append(f"from_host({n}, {like}, {like}.dtype)")
+            p.imports.add("from ._host import output_from_host")
+            converted.append(f'output_from_host("{rule.name}", "{n}", {n}, {like}, shape, elementwise={elementwise})')
         else:
             converted.append(f"from_host({n}, {like})" if like else f"torch.as_tensor({n})")
-    return [f"{tuple_text(values)} = _forward({args})", f"return {tuple_text(converted)}"]
+    lines = [f"{tuple_text(values)} = _forward({args})"]
+    if any(c.startswith("output_from_host") for c in converted):
+        lines.append(f"shape = {_host_shape(p)}")
+    return [*lines, f"return {tuple_text(converted)}"]
+
+
+def _host_shape(p: SnippetPlanner) -> str:
+    """The shape of a host body's outputs, as the fake and JAX's HostRule know it before the body runs."""
+    if p.rule.batching == "elementwise":
+        return f"torch.broadcast_shapes({', '.join(f'{a}.shape' for a in p.arrays)})"
+    return f"{p.arrays[0]}.shape"
 
 
 def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
@@ -247,6 +262,10 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
         setup.append(f"ctx.save_for_forward({', '.join(kept.saved)})")
     setup += [f"ctx.{s} = {s}" for s in kept.statics]
     setup += [f"ctx.{i}_shape = {i}.shape" for i in kept.shapes]
+    if kept.broadcast:
+        if not keep & set(p.inputs):
+            setup.insert(0, f"{tuple_text(p.inputs)}{',' if len(p.inputs) == 1 else ''} = inputs")
+        setup.append(f"ctx.shape = {_host_shape(p)}")
     return Function("setup_context", ("ctx", "inputs", "output"), tuple(setup or ["pass"]), "@staticmethod")
 
 
@@ -278,7 +297,7 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Function:
     else:
         dots = [f"{i}_dot" for i in p.diff_inputs]
         lines.append(f"def jvp({', '.join(dots)}):")
-        lines.append(f"    return {p.call(p.given('jvp'))}")
+        lines.append(f"    return {_tangents(p, kept, p.call(p.given('jvp')))}")
         zeros = ", ".join(f"torch.zeros_like({i})" for i in p.diff_inputs)
         lines.append(f"_, transpose = torch.func.vjp(jvp, {zeros})")
         lines.append(f"{tuple_text(grads)}, = transpose({packed([f'{o}_bar' for o in p.diff_outputs])})")
@@ -309,12 +328,20 @@ def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
     lines = _unpack(p, kept, p.reads("jvp") if given else p.reads("vjp") | set(p.diff_outputs))
     out_dots = [f"{o}_dot" for o in p.diff_outputs]
     if given:
-        lines.append(f"{tuple_text(out_dots)} = {p.call(p.given('jvp'))}")
+        lines.append(f"{tuple_text(out_dots)} = {_tangents(p, kept, p.call(p.given('jvp')))}")
     else:
         lines += _transposed_vjp(p, out_dots)
     tangents = [f"{n}_dot" if n in p.diff_outputs else "None" for n in kept.values]
     lines.append(f"return {tuple_text(tangents)}")
     return Function("jvp", ("ctx", *dots_in), tuple(lines), "@staticmethod")
+
+
+def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
+    """The JVP body's `call`, its tangents broadcast to the outputs' shape where a host body's outputs have one."""
+    if not kept.broadcast:
+        return call
+    p.imports.add("from ._host import broadcast_tangents")
+    return f"broadcast_tangents({call}, ctx.shape)"
 
 
 def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:

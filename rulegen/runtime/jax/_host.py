@@ -18,7 +18,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
 from jax.interpreters import batching as jax_batching
 
-from ._util import varying_like
+from ._util import sum_to_shape, unbroadcast, varying_like
 
 _RESULT_DTYPES = {"int": np.int64, "bool": np.bool_}
 
@@ -34,6 +34,33 @@ def _host_array(value):
     if array.dtype in (jnp.bfloat16, jnp.float16):
         return array.astype(np.float32)
     return array
+
+
+def shaped(rule, output, value, shape, *, elementwise):
+    """A host body's `output` in the `shape` both backends give it, or a ValueError saying why not.
+
+    The shape is known before the body runs (JAX traces, torch's fake
+    tensors): the first array input's, or with elementwise batching the
+    broadcast of the arrays', to which an output of fewer inputs
+    (`np.sin(x)` beside `x * y`) is broadcast, as the same rule in array
+    code would be.
+    """
+    array = np.asarray(value)
+    shape = tuple(shape)
+    if array.shape == shape:
+        return array
+    if elementwise and np.broadcast_shapes(array.shape, shape) == shape:
+        return np.broadcast_to(array, shape)
+    expected = (
+        "the broadcast of its array inputs' shapes" if elementwise else "its first array's shape"
+    )
+    hint = (
+        "" if elementwise else "; `batching: elementwise` makes them the broadcast of its arrays'"
+    )
+    raise ValueError(
+        f"{rule}: its numpy forward returned {output} of shape {array.shape} where {shape} "
+        f"was expected: a host body's outputs have {expected}{hint}"
+    )
 
 
 def _as_tuple(value, count):
@@ -118,9 +145,17 @@ class HostRule:
 
         def host(*values):
             results = self._host_results([_host_array(v) for v in values], statics)
+            outputs = [
+                shaped(self.name, name, r, t.shape, elementwise=self.batching == "elementwise")
+                for (name, _), r, t in zip(self.outputs, results, types, strict=False)
+            ]
+            residuals = [
+                np.asarray(r).reshape(t.shape)
+                for r, t in zip(results[len(outputs) :], types[len(outputs) :], strict=True)
+            ]
             return tuple(
-                np.asarray(r, dtype=t.dtype).reshape(t.shape)
-                for r, t in zip(results, types, strict=True)
+                np.asarray(r, dtype=t.dtype)
+                for r, t in zip([*outputs, *residuals], types, strict=True)
             )
 
         results = jax.pure_callback(host, tuple(types), *arrays, vmap_method="sequential")
@@ -159,9 +194,12 @@ class HostRule:
             found = self._transposed_vjp(scope)
         out_tangents = []
         for (name, _), value in zip(self.outputs, results, strict=False):
-            out_tangents.append(
-                found[name] if name in found else ad.Zero(jax.typeof(value).to_tangent_aval())
-            )
+            if name not in found:
+                out_tangents.append(ad.Zero(jax.typeof(value).to_tangent_aval()))
+            else:
+                # An elementwise output reading fewer arrays (`cos(x) * x_dot` for `sin(x)`)
+                # has a tangent of fewer dimensions than the output's broadcast shape.
+                out_tangents.append(jnp.broadcast_to(found[name], jnp.shape(value)))
         for value in results[len(self.outputs) :]:
             out_tangents.append(ad.Zero(jax.typeof(value).to_tangent_aval()))
         return results, out_tangents
@@ -177,7 +215,11 @@ class HostRule:
                 **scope,
                 **{f"{n}_bar": c for n, c in zip(self.diff_outputs, cotangents, strict=True)},
             }
-            return _as_tuple(_call(self.vjp, inner), len(self.diff_inputs))
+            found = _as_tuple(_call(self.vjp, inner), len(self.diff_inputs))
+            # Summed back to each input's shape, which broadcast into the outputs'.
+            return tuple(
+                unbroadcast(g, scope[n]) for g, n in zip(found, self.diff_inputs, strict=True)
+            )
 
         transpose = jax.linear_transpose(vjp, *[outputs[n] for n in self.diff_outputs])
         found = transpose(tuple(scope[f"{n}_dot"] for n in self.diff_inputs))
@@ -207,7 +249,7 @@ class HostRule:
             )
         )
         return [
-            found.get(n) if ad.is_undefined_primal(a) else None
+            sum_to_shape(found[n], a.aval.shape) if ad.is_undefined_primal(a) else None
             for n, a in zip(self.arrays, arrays, strict=True)
         ]
 

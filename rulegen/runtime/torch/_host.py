@@ -28,6 +28,42 @@ def from_host(value, like, dtype=None):
     )
 
 
+def output_from_host(rule, output, value, like, shape, *, elementwise):
+    """A host body's float `output` as `from_host` makes it, in the `shape` the op's fake gives it.
+
+    The fake, as JAX, knows the shape before the body runs: the first array
+    input's, or with elementwise batching the broadcast of the arrays', to
+    which an output of fewer inputs (`np.sin(x)` beside `x * y`) is
+    broadcast, as the same rule in array code would be.  Any other shape is
+    a ValueError saying so, never a tensor that compiled code would take
+    for another shape.
+    """
+    array = np.asarray(value)
+    shape = tuple(shape)
+    if array.shape == shape:
+        return from_host(array, like, like.dtype)
+    if elementwise and np.broadcast_shapes(array.shape, shape) == shape:
+        # A tensor of its own, not a stride-0 view that an in-place update would write through.
+        return from_host(np.broadcast_to(array, shape).copy(), like, like.dtype)
+    expected = (
+        "the broadcast of its array inputs' shapes" if elementwise else "its first array's shape"
+    )
+    hint = (
+        "" if elementwise else "; `batching: elementwise` makes them the broadcast of its arrays'"
+    )
+    raise ValueError(
+        f"{rule}: its numpy forward returned {output} of shape {array.shape} where {shape} "
+        f"was expected: a host body's outputs have {expected}{hint}"
+    )
+
+
+def broadcast_tangents(tangents, shape):
+    """A JVP body's tangents (one, or a tuple) broadcast to the host outputs' `shape`."""
+    if isinstance(tangents, tuple):
+        return tuple(torch.broadcast_to(t, shape) for t in tangents)
+    return torch.broadcast_to(tangents, shape)
+
+
 def vmap_sequential(function, info, in_dims, *args):
     """Apply `function` to one slice of the batch at a time and stack the results."""
     results = []
