@@ -12,12 +12,14 @@ from generated.jax import log1pexp as log1pexp_jax
 from generated.jax import my_cube as my_cube_jax
 from generated.jax import point_vjp as point_vjp_jax
 from generated.jax import sin_mul as sin_mul_jax
+from generated.jax import to_polar as to_polar_jax
 from generated.torch import c_exp as c_exp_torch
 from generated.torch import gelu as gelu_torch
 from generated.torch import log1pexp as log1pexp_torch
 from generated.torch import my_cube as my_cube_torch
 from generated.torch import point_vjp as point_vjp_torch
 from generated.torch import sin_mul as sin_mul_torch
+from generated.torch import to_polar as to_polar_torch
 
 jax.config.update("jax_enable_x64", True)
 
@@ -48,6 +50,9 @@ print(
     "                  torch grad",
     torch.func.grad(lambda p: point_vjp_torch(p)["b"][0])(Point(torch.tensor(0.5), torch.tensor(2.0))),
 )
+# A named tuple out: the class each backend's module defines, a pytree to both.
+print("to_polar(3, 4):   jax jacrev", jax.jacrev(to_polar_jax)(3.0, 4.0))
+print("                  torch", to_polar_torch(torch.tensor(3.0), torch.tensor(4.0)))
 # A holomorphic rule (rules/complex.yaml): JAX's transpose convention, torch's conjugate Wirtinger one.
 z = 0.5 + 1.0j
 print("c_exp'(z):        jax", jax.grad(c_exp_jax, holomorphic=True)(jnp.asarray(z)))

@@ -341,6 +341,13 @@ def _returned_leaves(returned: Returned, value: Any, where: str) -> Iterator[tup
         for k, ((_, item), part) in enumerate(zip(returned.items, value, strict=True)):
             yield from _returned_leaves(item, part, f"{where}[{k}]")
         return
+    if returned.kind == "namedtuple":
+        fields = [field for field, _ in returned.items]
+        if type(value).__name__ != returned.name or getattr(value, "_fields", None) != tuple(fields):
+            raise CheckFailed(f"{where} is {type(value).__name__}, not a named tuple {returned.name}{tuple(fields)}")
+        for (field, item), part in zip(returned.items, value, strict=True):
+            yield from _returned_leaves(item, part, f"{where}.{field}")
+        return
     keys = [key for key, _ in returned.items]
     if not isinstance(value, dict) or list(value) != keys:
         raise CheckFailed(f"{where} is {type(value).__name__}, not a dict with keys {keys}")

@@ -37,12 +37,14 @@ HELPER_NAMES = frozenset(
         "TorchBridge",
         "as_arrays",
         "as_tensors",
+        "broadcast_tangents",
         "in_float32",
         "rounded",
         "fresh_outputs",
         "from_host",
         "fused",
         "linear_map",
+        "output_from_host",
         "plain",
         "residual_dtypes",
         "route",
@@ -82,9 +84,11 @@ LOCAL_NAMES = frozenset(
 
 #: Builtins generated code calls (a rule name or input would shadow them); the
 #: printers write `max`/`min`/`abs` of static (Python number) arguments, and
-#: annotations `float`, `complex`, `int`, `bool`, `tuple`, and `dict` and `str` of a structured argument or result.
+#: annotations `float`, `complex`, `int`, `bool`, `tuple`, and `dict` and `str` of a structured argument or result;
+#: a named tuple returned is a `typing.NamedTuple`.
 BUILTIN_NAMES = frozenset(
     {
+        "NamedTuple",
         "NotImplementedError",
         "abs",
         "bool",

@@ -431,10 +431,14 @@ ParameterList = Annotated[
 
 @dataclass(frozen=True)
 class Returned:
-    """The structure the public function returns its outputs in: an output, or a tuple or dict of structures."""
+    """The structure the public function returns its outputs in: an output, or a tuple, dict or named tuple of them.
 
-    kind: Literal["output", "tuple", "dict"]
-    name: str = ""  # the output, for kind "output"
+    A named tuple is a class the generated module defines (`typing.NamedTuple`), `name` its
+    class name and its items' keys its fields.
+    """
+
+    kind: Literal["output", "tuple", "dict", "namedtuple"]
+    name: str = ""  # the output, for kind "output"; the class, for kind "namedtuple"
     items: tuple[tuple[str, Returned], ...] = ()  # (key, structure); keys of a tuple are ""
     loc: Loc = _UNKNOWN
 
@@ -444,6 +448,12 @@ class Returned:
         if self.kind == "output":
             return (self,)
         return tuple(leaf for _, item in self.items for leaf in item.outputs)
+
+    @property
+    def named_tuples(self) -> tuple[Returned, ...]:
+        """The named tuples in it, each before those it holds (the order their classes are defined in)."""
+        own = (self,) if self.kind == "namedtuple" else ()
+        return own + tuple(n for _, item in self.items for n in item.named_tuples)
 
 
 _MAX_RETURN_DEPTH = 8
@@ -457,14 +467,47 @@ def _to_returned(value: Any, depth: int = 0) -> Returned:
         return Returned("output", name=_to_name(value), loc=loc)
     if isinstance(value, list) and value:
         return Returned("tuple", items=tuple(("", _to_returned(v, depth + 1)) for v in value), loc=loc)
+    if isinstance(value, dict) and NAMED_TUPLE_KEY in value:
+        return _to_named_tuple(value, depth, loc)
     if isinstance(value, dict) and value:
         for key in value:
             if not isinstance(key, str):
                 raise ValueError(f"a dict returned has string keys, not {key!r}")
         return Returned("dict", items=tuple((k, _to_returned(v, depth + 1)) for k, v in value.items()), loc=loc)
     raise ValueError(
-        f"`returns` is an output's name, a non-empty list (a tuple) or a non-empty mapping (a dict), not {value!r}"
+        "`returns` is an output's name, a non-empty list (a tuple), a non-empty mapping (a dict) "
+        f"or a named tuple (`{{namedtuple: Name, fields: [...]}}`), not {value!r}"
     )
+
+
+#: The key that makes a mapping in `returns` a named tuple rather than a dict: `{namedtuple: Polar, fields: [r, t]}`.
+NAMED_TUPLE_KEY = "namedtuple"
+
+
+def _to_named_tuple(value: dict[Any, Any], depth: int, loc: Loc) -> Returned:
+    """A named tuple of `returns`: its class name, and fields named as outputs (a list) or given structures."""
+    extra = sorted(str(k) for k in value if k not in (NAMED_TUPLE_KEY, "fields"))
+    if extra:
+        raise ValueError(f"a named tuple takes `namedtuple` (its class name) and `fields`, not {extra}")
+    name, fields = value[NAMED_TUPLE_KEY], value.get("fields")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a named tuple's class name is a Python identifier, not {name!r}")
+    why = names.unusable(name)
+    if why is not None:
+        raise ValueError(f"a named tuple's class name {name!r} {why}")
+    if isinstance(fields, list) and fields and all(isinstance(f, str) for f in fields):
+        items = tuple((f, _to_returned(f, depth + 1)) for f in fields)
+    elif isinstance(fields, dict) and fields:
+        items = tuple((str(f), _to_returned(v, depth + 1)) for f, v in fields.items())
+    else:
+        raise ValueError(
+            "a named tuple's `fields` is a non-empty list of outputs (each field named as its output) "
+            f"or a mapping of field names to what they hold, not {fields!r}"
+        )
+    for field, _ in items:
+        if not field.isidentifier() or keyword.iskeyword(field) or field.startswith("_"):
+            raise ValueError(f"a named tuple's field is an identifier not starting with `_`, not {field!r}")
+    return Returned("namedtuple", name=name, items=items, loc=loc)
 
 
 # The JSON Schema of `returns`: names of outputs, nested in lists (tuples) and mappings (dicts).
@@ -506,22 +549,38 @@ def _float64_data(value: Any) -> Any:
 Float64Data = Annotated[Any, AfterValidator(_float64_data)]
 
 
+def _float64_array(value: Any) -> Any:
+    """A known value of a point (outputs, gradients, tangents): a number, or lists of numbers nested."""
+    if isinstance(value, list):
+        for item in value:
+            _float64_array(item)
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"a point's known values are numbers or lists of numbers, not {value!r}")
+    elif isinstance(value, int):
+        _as_float64(value)
+    return value
+
+
+#: The outputs' values, a gradient, tangents: arrays of numbers (the inputs of `at` may be statics of any kind).
+Float64Array = Annotated[Any, AfterValidator(_float64_array)]
+
+
 class PointJvp(Node):
     """The outputs' tangents for given input tangents at a point."""
 
-    tangents: dict[str, Float64Data]  # input name -> its tangent; inputs left out have zero tangents
-    value: Float64Data  # every differentiable output's tangent, concatenated in order as for a point's `value`
+    tangents: dict[str, Float64Array]  # input name -> its tangent; inputs left out have zero tangents
+    value: Float64Array  # every differentiable output's tangent, concatenated in order as for a point's `value`
 
 
 class Point(Node):
     """A point where the rule's value, gradient or JVP is known."""
 
     at: dict[str, Float64Data]
-    value: Float64Data = None
-    grad: dict[str, Float64Data] | None = None
+    value: Float64Array | None = None
+    grad: dict[str, Float64Array] | None = None
     jvp: PointJvp | None = None
     hessian: Annotated[
-        dict[str, dict[str, Float64Data]] | None,
+        dict[str, dict[str, Float64Array]] | None,
         Field(
             description="second derivatives: {x: {y: value}} is the gradient with respect to y of the sum of "
             "grad[x], shaped like y (at a scalar point, d2(sum of outputs)/dx dy)"
@@ -702,6 +761,8 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
     named = [(p.name, p.loc) for p in rule.parameters if isinstance(p, Structured)]
     named += [(i.name, i.loc) for i in rule.inputs] + [(o.name, o.loc) for o in rule.outputs]
     named += [(n, rule.loc) for n in rule.residual_names]
+    # A named tuple's class is a module-level name of the generated modules, beside the rule's function.
+    named += [(n.name, n.loc) for n in (rule.returns.named_tuples if rule.returns is not None else ())]
     for name, loc in named:
         if name in places:
             errors.append(SpecError(loc, f"the name {name!r} is used twice (first at {places[name]})"))

@@ -71,6 +71,8 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, folder)
     for rule in rules:
         own = {i.name for i in rule.inputs} | {o.name for o in rule.outputs} | set(rule.residual_names)
         own |= {p.name for p in rule.parameters if isinstance(p, Structured)}
+        named_tuples = rule.returns.named_tuples if rule.returns is not None else ()
+        own |= {n.name for n in named_tuples} | {field for n in named_tuples for field, _ in n.items}
         derived = {generated for generated, _ in names.derived_names(rule.name, rule.torch_class, own)}
         allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED
         statics = {i.name for i in rule.inputs if i.static}

@@ -8,6 +8,8 @@ transforms see pytrees, as with a hand-written `custom_jvp` over a named tuple.
 from __future__ import annotations
 
 import collections
+import importlib
+import keyword
 import textwrap
 from pathlib import Path
 
@@ -24,7 +26,7 @@ import generated.jax as gj
 import generated.torch as gt
 from rulegen.check import CheckFailed, flat_call, run_checks
 from rulegen.errors import SpecErrors
-from rulegen.plan.header import public_return, returns_of
+from rulegen.plan.header import public_return, result_classes, returns_of
 from rulegen.spec import read_rule_file, read_rules
 from tests.conftest import RULES
 
@@ -107,7 +109,40 @@ def test_the_structured_rules_pass_rulegen_test():
     outcomes = run_checks(read_rules([RULES / "structures.yaml"]))
     assert not [o for o in outcomes if o.status == "fail"], [o for o in outcomes if o.status == "fail"]
     passed = {o.rule for o in outcomes if o.check == "structures" and o.status == "pass"}
-    assert passed == {"point_jvp", "point_vjp", "sincos", "hypot_pair", "gaussian_logpdf"}
+    assert passed == {"point_jvp", "point_vjp", "sincos", "hypot_pair", "gaussian_logpdf", "to_polar", "moments"}
+
+
+def test_a_named_tuple_result_is_the_module_s_class_under_every_transform():
+    # The package binds each rule's function over its module's name: the modules by their full names.
+    jax_polar, jax_moments, torch_polar, torch_moments = (
+        importlib.import_module(f"generated.{backend}.{rule}")
+        for backend in ("jax", "torch")
+        for rule in ("to_polar", "moments")
+    )
+
+    x, y = jnp.asarray(X), jnp.asarray(Y)
+    polar = jax.jit(gj.to_polar)(x, y)
+    assert type(polar) is jax_polar.Polar and polar._fields == ("r", "theta")
+    np.testing.assert_allclose(polar.theta, np.arctan2(Y, X))
+    jacobian = jax.jacrev(gj.to_polar)(3.0, 4.0)
+    assert type(jacobian) is jax_polar.Polar
+    np.testing.assert_allclose([jacobian.r, jacobian.theta], [0.6, -0.16])
+    batched = jax.vmap(gj.moments)(x, y)
+    assert type(batched) is jax_moments.MeanSpread and set(batched.spread) == {"var", "std"}
+    np.testing.assert_allclose(batched.mean, (X + Y) / 2)
+    grad = jax.grad(lambda a: gj.moments(a, y).spread["std"].sum())(x)
+    np.testing.assert_allclose(grad, (X - Y) / 4 / np.sqrt((X - Y) ** 2 / 4 + 1), rtol=1e-12)
+
+    tx = torch.tensor(X, requires_grad=True)
+    tpolar = gt.to_polar(tx, torch.tensor(Y))
+    assert type(tpolar) is torch_polar.Polar
+    tpolar.theta.sum().backward()
+    np.testing.assert_allclose(tx.grad.numpy(), -Y / (X**2 + Y**2), rtol=1e-12)
+    tbatched = torch.func.vmap(gt.moments)(torch.tensor(X), torch.tensor(Y))
+    assert type(tbatched) is torch_moments.MeanSpread
+    np.testing.assert_allclose(tbatched.spread["var"].numpy(), (X - Y) ** 2 / 4)
+    tgrad = torch.func.grad(lambda a: gt.to_polar(a, torch.tensor(4.0, dtype=torch.float64)).r)
+    assert float(tgrad(torch.tensor(3.0, dtype=torch.float64))) == pytest.approx(0.6)
 
 
 def test_a_result_of_another_structure_fails_the_checks():
@@ -120,27 +155,55 @@ def test_a_result_of_another_structure_fails_the_checks():
         renamed(X, Y)
     right = flat_call(rule, gj.point_jvp)
     assert len(right(X, Y)) == 3
+    polar = next(r for r in read_rules([RULES / "structures.yaml"]) if r.name == "to_polar")
+    as_tuple = flat_call(polar, lambda x, y: (x, y))
+    with pytest.raises(CheckFailed, match=r"result is tuple, not a named tuple Polar\('r', 'theta'\)"):
+        as_tuple(X, Y)
+    other_fields = flat_call(polar, lambda x, y: collections.namedtuple("Polar", ["radius", "theta"])(x, y))
+    with pytest.raises(CheckFailed, match="not a named tuple Polar"):
+        other_fields(X, Y)
 
 
 # ---------------------------------------------------------------- the returned structure, printed and read back
+
+
+def _named_tuple(inner):
+    """A named tuple node: {"namedtuple": None (numbered later), "fields": {field: subtree}}."""
+    field = st.from_regex(r"[a-z][a-z0-9_]{0,3}", fullmatch=True).filter(lambda f: not keyword.iskeyword(f))
+    fields = st.lists(field, min_size=1, max_size=3, unique=True)
+    return fields.flatmap(
+        lambda names: st.tuples(*[inner] * len(names)).map(
+            lambda subtrees: {"namedtuple": None, "fields": dict(zip(names, subtrees, strict=True))}
+        )
+    )
+
 
 _TREES = st.recursive(
     st.just("leaf"),
     lambda inner: (
         st.lists(inner, min_size=1, max_size=3)
-        | st.dictionaries(st.text(min_size=1, max_size=4), inner, min_size=1, max_size=3)
+        | st.dictionaries(
+            st.text(min_size=1, max_size=4).filter(lambda k: k != "namedtuple"), inner, min_size=1, max_size=3
+        )
+        | _named_tuple(inner)
     ),
     max_leaves=8,
 )
 
 
-def _numbered(tree, counter):
+def _numbered(tree, counter, classes=None):
+    """`tree` with outputs o0, o1, ... for its leaves (appended to `counter`), named tuple classes T0, T1, ..."""
+    classes = [] if classes is None else classes
     if tree == "leaf":
         counter.append(f"o{len(counter)}")
         return counter[-1]
     if isinstance(tree, list):
-        return [_numbered(t, counter) for t in tree]
-    return {k: _numbered(v, counter) for k, v in tree.items()}
+        return [_numbered(t, counter, classes) for t in tree]
+    if "namedtuple" in tree:
+        classes.append(f"T{len(classes)}")
+        name = classes[-1]
+        return {"namedtuple": name, "fields": {k: _numbered(v, counter, classes) for k, v in tree["fields"].items()}}
+    return {k: _numbered(v, counter, classes) for k, v in tree.items()}
 
 
 def _as_python(tree, values):
@@ -148,7 +211,21 @@ def _as_python(tree, values):
         return values[tree]
     if isinstance(tree, list):
         return tuple(_as_python(t, values) for t in tree)
+    if "namedtuple" in tree:
+        fields = {k: _as_python(v, values) for k, v in tree["fields"].items()}
+        return (tree["namedtuple"], fields)
     return {k: _as_python(v, values) for k, v in tree.items()}
+
+
+def _comparable(value):
+    """A built result with its named tuples as (class name, {field: value}), as `_as_python` writes them."""
+    if hasattr(value, "_fields"):
+        return (type(value).__name__, {f: _comparable(v) for f, v in zip(value._fields, value, strict=True)})
+    if isinstance(value, tuple):
+        return tuple(_comparable(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    return value
 
 
 @settings(max_examples=60, deadline=None)
@@ -167,13 +244,15 @@ def test_the_returned_structure_is_built_as_declared(tmp_path_factory, tree):
     values = {o: float(k) for k, o in enumerate(outputs)}
     lines = public_return(rule, ", ".join(outputs), lifted=False, spread=False)
     namespace = dict(values)
+    classes = "\n".join(result_classes(rule, "jax"))
+    exec(f"import jax\nfrom typing import NamedTuple\n{classes}\n", namespace)
     exec("def f():\n" + textwrap.indent("\n".join(lines), "    "), namespace)
-    assert namespace["f"]() == _as_python(returns, values)
+    assert _comparable(namespace["f"]()) == _as_python(returns, values)
     # What `rulegen test` reads back is the flat outputs, in order.
     read = flat_call(rule, lambda x: namespace["f"]())
     assert read(0.0) == (tuple(values.values()) if len(outputs) > 1 else values[outputs[0]])
     # The annotation is a type Python can evaluate.
-    eval(returns_of(rule, "jax"), {"jax": jax})
+    eval(returns_of(rule, "jax"), namespace)
 
 
 # ---------------------------------------------------------------- bad structures are refused where they are written
@@ -273,6 +352,41 @@ def test_a_bad_structure_is_refused_at_its_place(tmp_path, text, where, message)
     found = _errors(tmp_path, text)
     assert message in found
     assert where in found, found
+
+
+@pytest.mark.parametrize(
+    ("returns", "message"),
+    [
+        ("{namedtuple: 3d, fields: [out]}", "a named tuple's class name is a Python identifier, not '3d'"),
+        ("{namedtuple: torch, fields: [out]}", "'torch' is a name generated code uses itself"),
+        ("{namedtuple: _P, fields: [out]}", "starts with `_`"),
+        ("{namedtuple: r, fields: [out]}", "'r' is the rule's own function or class name"),
+        ("{namedtuple: R, fields: [out]}", "'R' is the rule's own function or class name"),
+        ("{namedtuple: x, fields: [out]}", "the name 'x' is used twice"),
+        ("{namedtuple: P, fields: {_a: out}}", "a named tuple's field is an identifier not starting with `_`"),
+        ("{namedtuple: P, fields: {class: out}}", "not 'class'"),
+        ("{namedtuple: P, fields: [out], kind: x}", "takes `namedtuple` (its class name) and `fields`, not ['kind']"),
+        ("{namedtuple: P}", "a named tuple's `fields` is a non-empty list"),
+        ("[{namedtuple: P, fields: [out]}, {namedtuple: P, fields: [w]}]", "the name 'P' is used twice"),
+    ],
+    ids=[
+        "not_identifier",
+        "reserved",
+        "underscore",
+        "function",
+        "class",
+        "input",
+        "field_underscore",
+        "keyword",
+        "extra_key",
+        "no_fields",
+        "twice",
+    ],
+)
+def test_a_bad_named_tuple_is_refused_at_its_place(tmp_path, returns, message):
+    found = _errors(tmp_path, f"name: r\ninputs: [x]\nreturns: {returns}\nforward: {{out: x, w: x}}\n")
+    assert message in found
+    assert "bad.yaml:3:" in found, found
 
 
 def test_a_deeply_nested_returns_is_refused_not_recursed(tmp_path):

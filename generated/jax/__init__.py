@@ -65,6 +65,7 @@ from .hypot_pair import hypot_pair
 from .l2_normalize import l2_normalize
 from .log1pexp import log1pexp
 from .logsumexp import logsumexp
+from .moments import moments
 from .my_cube import my_cube
 from .numpy_sort import numpy_sort
 from .numpy_take import numpy_take
@@ -80,6 +81,7 @@ from .sin_mul import sin_mul
 from .sincos import sincos
 from .softmax import softmax
 from .softplus_beta import softplus_beta
+from .to_polar import to_polar
 from .torch_mish import torch_mish
 
 __all__ = [
@@ -147,6 +149,7 @@ __all__ = [
     "l2_normalize",
     "log1pexp",
     "logsumexp",
+    "moments",
     "my_cube",
     "numpy_sort",
     "numpy_take",
@@ -162,5 +165,6 @@ __all__ = [
     "sincos",
     "softmax",
     "softplus_beta",
+    "to_polar",
     "torch_mish",
 ]

@@ -65,6 +65,7 @@ from .hypot_pair import HypotPair, hypot_pair
 from .l2_normalize import L2Normalize, l2_normalize
 from .log1pexp import Log1pexp, log1pexp
 from .logsumexp import Logsumexp, logsumexp
+from .moments import moments
 from .my_cube import MyCube, my_cube
 from .numpy_sort import NumpySort, numpy_sort
 from .numpy_take import NumpyTake, numpy_take
@@ -80,6 +81,7 @@ from .sin_mul import SinMul, sin_mul
 from .sincos import Sincos, sincos
 from .softmax import Softmax, softmax
 from .softplus_beta import SoftplusBeta, softplus_beta
+from .to_polar import ToPolar, to_polar
 from .torch_mish import torch_mish
 
 __all__ = [
@@ -162,6 +164,7 @@ __all__ = [
     "Sincos",
     "Softmax",
     "SoftplusBeta",
+    "ToPolar",
     "c_exp",
     "c_log",
     "c_mobius",
@@ -226,6 +229,7 @@ __all__ = [
     "l2_normalize",
     "log1pexp",
     "logsumexp",
+    "moments",
     "my_cube",
     "numpy_sort",
     "numpy_take",
@@ -241,5 +245,6 @@ __all__ = [
     "sincos",
     "softmax",
     "softplus_beta",
+    "to_polar",
     "torch_mish",
 ]

@@ -8,7 +8,7 @@ import array_api_compat.torch as xp
 import numpy as np
 import torch
 
-from ._host import broadcast_tangents, from_host, output_from_host, to_host, vmap_elementwise
+from ._host import broadcast_tangents, output_from_host, to_host, vmap_elementwise
 from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
@@ -20,10 +20,9 @@ def _forward(x, y):
 @torch.library.custom_op(__name__.replace(".", "_") + "::host_mul_sin_jvp", mutates_args=())
 def _host_op(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     p, s = _forward(to_host(x), to_host(y))
-    shape = torch.broadcast_shapes(x.shape, y.shape)
     return output_from_host(
-        "host_mul_sin_jvp", "p", p, x, shape, elementwise=True
-    ), output_from_host("host_mul_sin_jvp", "s", s, x, shape, elementwise=True)
+        "host_mul_sin_jvp", "p", p, x, (x, y), elementwise=True
+    ), output_from_host("host_mul_sin_jvp", "s", s, x, (x, y), elementwise=True)
 
 
 @_host_op.register_fake
@@ -45,14 +44,14 @@ class HostMulSinJvp(torch.autograd.Function):
         x, y = inputs
         ctx.save_for_backward(x, y)
         ctx.save_for_forward(x, y)
-        ctx.shape = torch.broadcast_shapes(x.shape, y.shape)
+        ctx.p_shape = torch.broadcast_shapes(x.shape, y.shape)
 
     @staticmethod
     def backward(ctx, p_bar, s_bar):
         x, y = ctx.saved_tensors
 
         def jvp(x_dot, y_dot):
-            return broadcast_tangents((y * x_dot + x * y_dot, xp.cos(x) * x_dot), ctx.shape)
+            return broadcast_tangents((y * x_dot + x * y_dot, xp.cos(x) * x_dot), ctx.p_shape)
 
         _, transpose = torch.func.vjp(jvp, torch.zeros_like(x), torch.zeros_like(y))
         (
@@ -64,7 +63,7 @@ class HostMulSinJvp(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        p_dot, s_dot = broadcast_tangents((y * x_dot + x * y_dot, xp.cos(x) * x_dot), ctx.shape)
+        p_dot, s_dot = broadcast_tangents((y * x_dot + x * y_dot, xp.cos(x) * x_dot), ctx.p_shape)
         return p_dot, s_dot
 
     @staticmethod

@@ -8,7 +8,7 @@ import array_api_compat.torch as xp
 import numpy as np
 import torch
 
-from ._host import from_host, output_from_host, to_host, vmap_elementwise
+from ._host import output_from_host, to_host, vmap_elementwise
 from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
@@ -20,10 +20,9 @@ def _forward(x, y):
 @torch.library.custom_op(__name__.replace(".", "_") + "::host_mul_sin_vjp", mutates_args=())
 def _host_op(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     p, s = _forward(to_host(x), to_host(y))
-    shape = torch.broadcast_shapes(x.shape, y.shape)
     return output_from_host(
-        "host_mul_sin_vjp", "p", p, x, shape, elementwise=True
-    ), output_from_host("host_mul_sin_vjp", "s", s, x, shape, elementwise=True)
+        "host_mul_sin_vjp", "p", p, x, (x, y), elementwise=True
+    ), output_from_host("host_mul_sin_vjp", "s", s, x, (x, y), elementwise=True)
 
 
 @_host_op.register_fake
@@ -48,7 +47,7 @@ class HostMulSinVjp(torch.autograd.Function):
         ctx.save_for_forward(x, y, p, s)
         ctx.x_shape = x.shape
         ctx.y_shape = y.shape
-        ctx.shape = torch.broadcast_shapes(x.shape, y.shape)
+        ctx.p_shape = torch.broadcast_shapes(x.shape, y.shape)
 
     @staticmethod
     def backward(ctx, p_bar, s_bar):

@@ -7,7 +7,7 @@ VJP.
 import numpy as np
 import torch
 
-from ._host import from_host, output_from_host, to_host, vmap_sequential
+from ._host import output_from_host, to_host, vmap_sequential
 from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
@@ -19,8 +19,7 @@ def _forward(x, ind, dim):
 @torch.library.custom_op(__name__.replace(".", "_") + "::numpy_take", mutates_args=())
 def _host_op(x: torch.Tensor, ind: torch.Tensor, ind_inv: torch.Tensor, dim: int) -> torch.Tensor:
     out = _forward(to_host(x), to_host(ind), dim)
-    shape = x.shape
-    return output_from_host("numpy_take", "out", out, x, shape, elementwise=False)
+    return output_from_host("numpy_take", "out", out, x, (x, ind, ind_inv), elementwise=False)
 
 
 @_host_op.register_fake

@@ -7,7 +7,7 @@ import math
 import scipy
 import torch
 
-from ._host import from_host, output_from_host, to_host, vmap_elementwise
+from ._host import output_from_host, to_host, vmap_elementwise
 from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
@@ -19,8 +19,7 @@ def _forward(x):
 @torch.library.custom_op(__name__.replace(".", "_") + "::scipy_erfcx", mutates_args=())
 def _host_op(x: torch.Tensor) -> torch.Tensor:
     out = _forward(to_host(x))
-    shape = torch.broadcast_shapes(x.shape)
-    return output_from_host("scipy_erfcx", "out", out, x, shape, elementwise=True)
+    return output_from_host("scipy_erfcx", "out", out, x, (x,), elementwise=True)
 
 
 @_host_op.register_fake

@@ -150,7 +150,25 @@ def _structure_literal(returned: Returned) -> str:
     items = [_structure_literal(item) for _, item in returned.items]
     if returned.kind == "tuple":
         return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if returned.kind == "namedtuple":
+        return f"{returned.name}({', '.join(items)})"
     return "{" + ", ".join(f"{key!r}: {item}" for (key, _), item in zip(returned.items, items, strict=True)) + "}"
+
+
+NAMED_TUPLE_IMPORT = "from typing import NamedTuple"
+
+
+def result_classes(rule: Rule, backend: str) -> tuple[str, ...]:
+    """The module-level classes of the named tuples the public function returns, as source lines (blank-separated)."""
+    if rule.returns is None:
+        return ()
+    _, result = ARRAY_TYPES[backend]
+    lines: list[str] = []
+    for named in rule.returns.named_tuples:
+        what = f"What `{rule.name}` returns" if named is rule.returns else f"Part of what `{rule.name}` returns"
+        lines += ["", "", f"class {named.name}(NamedTuple):", f'    """{what}."""', ""]
+        lines += [f"    {field}: {_structure_type(item, result)}" for field, item in named.items]
+    return tuple(lines[2:])
 
 
 def _union(types: Iterable[str]) -> str:
@@ -171,6 +189,8 @@ def _structure_type(returned: Returned, result: str) -> str:
     items = [_structure_type(item, result) for _, item in returned.items]
     if returned.kind == "tuple":
         return f"tuple[{', '.join(items)}]"
+    if returned.kind == "namedtuple":
+        return returned.name
     return f"dict[str, {_union(items)}]"
 
 

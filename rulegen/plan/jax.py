@@ -12,11 +12,13 @@ from rulegen.forms import float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.lines import Assign, Block
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
+    NAMED_TUPLE_IMPORT,
     SUM_TO_SHAPE,
     array_arguments,
     header_of,
     parameters_of,
     public_return,
+    result_classes,
     returns_of,
     stability_notes,
     unpacked,
@@ -61,6 +63,9 @@ def plan_jax(d: Derivation) -> JaxPlan:
     imports = {"import jax", *(emit.imports - {_SUM_TO_SHAPE_IMPORT})}
     if any(i.static for i in rule.inputs):
         imports.add("import functools")
+    classes = result_classes(rule, "jax")
+    if classes:
+        imports.add(NAMED_TUPLE_IMPORT)
     return JaxPlan(
         header=header_of(d),
         name=rule.name,
@@ -96,6 +101,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         array_arguments=array_arguments(rule, "as_arrays"),
         maps=maps,
         forward_notes=stability_notes(d),
+        result_classes=classes,
     )
 
 

@@ -101,6 +101,7 @@ class JaxPlan:
     forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
     # Float array inputs: bfloat16 and float16 compute in float32 (rounded once); () for none.
     float_arrays: tuple[str, ...] = ()
+    result_classes: tuple[str, ...] = ()  # the named tuples returned (see header.result_classes)
 
     @property
     def needs(self) -> Needs:
@@ -157,6 +158,7 @@ class TorchPlan:
     lifted: bool = False
     route: str = ""  # what the wrapper applies (rulegen.plan.torch_route)
     exported_op: str = ""  # the module-level line making the rule's op for torch.export; "" without one
+    result_classes: tuple[str, ...] = ()  # the named tuples returned (see header.result_classes)
 
     @property
     def needs(self) -> Needs:
@@ -247,6 +249,7 @@ class SnippetPlan:
     called: tuple[str, ...] = ()  # the other rules its bodies call, imported at the module's end
     requires: tuple[str, ...] = ()  # modules imported inside functions: by the bodies, or the bridge's torch
     exported_op: str = ""  # torch: the module-level line making the rule's op for torch.export; "" without one
+    result_classes: tuple[str, ...] = ()  # the named tuples returned (see header.result_classes)
 
     @property
     def needs(self) -> Needs:

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rulegen.plan.header import (
+    NAMED_TUPLE_IMPORT,
     array_arguments,
     doc_lines,
     header_of,
     jax_util_imports,
     parameters_of,
     public_return,
+    result_classes,
     returns_of,
     unpacked,
 )
@@ -52,6 +54,9 @@ def _module(
     if bodies:
         private = Function(f"_{rule.name}", p.inputs, tuple(lines), decorator=decorator)
         methods, lines, decorator = (private, *methods), _lifted(p), ""
+    classes = result_classes(rule, "jax")
+    if classes:
+        p.imports.add(NAMED_TUPLE_IMPORT)
     return SnippetPlan(
         header=header,
         name=rule.name,
@@ -63,6 +68,7 @@ def _module(
         methods=tuple(methods),
         tail=tuple(tail),
         requires=tuple(sorted({*(p.requires if bodies else ()), *requires})),
+        result_classes=classes,
     )
 
 

@@ -7,11 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rulegen.plan.header import (
+    NAMED_TUPLE_IMPORT,
     array_arguments,
     doc_lines,
     header_of,
     parameters_of,
     public_return,
+    result_classes,
     returns_of,
     torch_util_imports,
     unpacked,
@@ -73,6 +75,9 @@ def _module(
     prologue = (*doc_lines(header), *unpacked(rule), *([arguments] if arguments else []))
     params = tuple(map(str, parameters_of(rule, "torch")))
     function = bool(methods)
+    classes = result_classes(rule, "torch")
+    if classes:
+        p.imports.add(NAMED_TUPLE_IMPORT)
     return SnippetPlan(
         header=header,
         name=rule.name,
@@ -88,6 +93,7 @@ def _module(
         compiled_subclass=function,
         requires=p.requires,
         exported_op=exported_op,
+        result_classes=classes,
     )
 
 
@@ -101,7 +107,7 @@ class _Kept:
     statics: tuple[str, ...]
     shapes: tuple[str, ...]  # inputs whose shapes are kept, to sum cotangents back to
     non_diff: tuple[str, ...]
-    # A host body's outputs have the broadcast shape of the arrays (elementwise), kept as `ctx.shape`:
+    # A host body's outputs have the broadcast shape of the arrays (elementwise), kept as ctx.<first output>_shape:
     # a tangent of an output that reads fewer arrays (`cos(x) * x_dot` for `sin(x)`) is broadcast to it.
     broadcast: bool = False
 
@@ -222,21 +228,24 @@ def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
     rule, forward = p.rule, p.given("forward")
     float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
     like = float_arrays[0] if float_arrays else (p.arrays[0] if p.arrays else None)
-    p.imports.add("from ._host import from_host, to_host")
+    p.imports.add("from ._host import to_host")
     args = ", ".join(f"to_host({n})" if n in p.arrays else n for n in forward.params)
     elementwise = rule.batching == "elementwise"
+    arrays = f"({', '.join(p.arrays)}{',' if len(p.arrays) == 1 else ''})"
     converted = []
     for n in values:
         spec = next((o for o in rule.outputs if o.name == n), None)
         if spec is not None and spec.dtype == "float" and like is not None:
             p.imports.add("from ._host import output_from_host")
-            converted.append(f'output_from_host("{rule.name}", "{n}", {n}, {like}, shape, elementwise={elementwise})')
+            converted.append(
+                f'output_from_host("{rule.name}", "{n}", {n}, {like}, {arrays}, elementwise={elementwise})'
+            )
+        elif like:
+            p.imports.add("from ._host import from_host")
+            converted.append(f"from_host({n}, {like})")
         else:
-            converted.append(f"from_host({n}, {like})" if like else f"torch.as_tensor({n})")
-    lines = [f"{tuple_text(values)} = _forward({args})"]
-    if any(c.startswith("output_from_host") for c in converted):
-        lines.append(f"shape = {_host_shape(p)}")
-    return [*lines, f"return {tuple_text(converted)}"]
+            converted.append(f"torch.as_tensor({n})")
+    return [f"{tuple_text(values)} = _forward({args})", f"return {tuple_text(converted)}"]
 
 
 def _host_shape(p: SnippetPlanner) -> str:
@@ -265,7 +274,7 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
     if kept.broadcast:
         if not keep & set(p.inputs):
             setup.insert(0, f"{tuple_text(p.inputs)}{',' if len(p.inputs) == 1 else ''} = inputs")
-        setup.append(f"ctx.shape = {_host_shape(p)}")
+        setup.append(f"ctx.{p.diff_outputs[0]}_shape = {_host_shape(p)}")
     return Function("setup_context", ("ctx", "inputs", "output"), tuple(setup or ["pass"]), "@staticmethod")
 
 
@@ -341,7 +350,7 @@ def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
     if not kept.broadcast:
         return call
     p.imports.add("from ._host import broadcast_tangents")
-    return f"broadcast_tangents({call}, ctx.shape)"
+    return f"broadcast_tangents({call}, ctx.{p.diff_outputs[0]}_shape)"
 
 
 def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:

@@ -19,11 +19,13 @@ from rulegen.forms import (
 from rulegen.lines import Block
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
+    NAMED_TUPLE_IMPORT,
     TENSORS_IMPORT,
     array_arguments,
     header_of,
     parameters_of,
     public_return,
+    result_classes,
     returns_of,
     stability_notes,
     unpacked,
@@ -208,6 +210,9 @@ def plan_torch(d: Derivation) -> TorchPlan:
     non_diff = t.non_differentiable
     route = torch_route(rule, len(values_out))
     emit.imports |= set(route.imports)
+    classes = result_classes(rule, "torch")
+    if classes:
+        emit.imports.add(NAMED_TUPLE_IMPORT)
     return TorchPlan(
         header=header_of(t.d),
         name=rule.name,
@@ -250,6 +255,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         lifted=lifted,
         route=route.route,
         exported_op=route.op,
+        result_classes=classes,
     )
 
 
@@ -274,16 +280,16 @@ def _opmath_bodies(t: _Torch, emit: Emitter, forward: list[Result], hot: list[Re
     """
     if t.residual_names or t.integral:
         return False
-    arrays = {t.symbols[a] for a in t.arrays}
-    scalars = {t.symbols[s] for s in t.statics}
+    arrays = frozenset(t.symbols[a] for a in t.arrays)
+    scalars = frozenset(t.symbols[s] for s in t.statics)
 
-    def one_kernel_each(results: list[Result], operands: set[sp.Symbol]) -> bool:
+    def one_kernel_each(results: list[Result], operands: frozenset[sp.Symbol]) -> bool:
         return all(
             r.wrap == Wrap() and (r.expr is None or one_kernel(emit.forms(r.expr), operands, scalars)) for r in results
         )
 
-    cotangents = {t.symbols[f"{o}_bar"] for o in t.outputs}
-    tangents = {t.symbols[f"{i}_dot"] for i in t.diff_inputs}
+    cotangents = frozenset(t.symbols[f"{o}_bar"] for o in t.outputs)
+    tangents = frozenset(t.symbols[f"{i}_dot"] for i in t.diff_inputs)
     return (
         one_kernel_each(forward, arrays)
         and one_kernel_each(hot, arrays | cotangents)

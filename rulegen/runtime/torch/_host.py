@@ -28,8 +28,8 @@ def from_host(value, like, dtype=None):
     )
 
 
-def output_from_host(rule, output, value, like, shape, *, elementwise):
-    """A host body's float `output` as `from_host` makes it, in the `shape` the op's fake gives it.
+def output_from_host(rule, output, value, like, arrays, *, elementwise):
+    """A host body's float `output` in the dtype and device of `like`, shaped as the fake says.
 
     The fake, as JAX, knows the shape before the body runs: the first array
     input's, or with elementwise batching the broadcast of the arrays', to
@@ -38,8 +38,10 @@ def output_from_host(rule, output, value, like, shape, *, elementwise):
     a ValueError saying so, never a tensor that compiled code would take
     for another shape.
     """
+    shape = tuple(
+        torch.broadcast_shapes(*(a.shape for a in arrays)) if elementwise else arrays[0].shape
+    )
     array = np.asarray(value)
-    shape = tuple(shape)
     if array.shape == shape:
         return from_host(array, like, like.dtype)
     if elementwise and np.broadcast_shapes(array.shape, shape) == shape:
