@@ -46,6 +46,9 @@ _MATH_FUNCTIONS = {function.name: function.math for function in fn.REGISTRY if f
 # that error is below float64's.
 SOFTPLUS_THRESHOLD = 40.0
 
+# silu's backward kernel, called through a runtime helper: autograd cannot differentiate it.
+SILU_BACKWARD_IMPORT = "from ._native import silu_backward"
+
 # What Python float arithmetic can print: the `math` functions and conditionals.
 _SCALAR_FUNCTIONS = frozenset({*_MATH_FUNCTIONS, "Piecewise"})
 
@@ -424,6 +427,20 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     def _print_sigmoid_product(self, expr: fn.sigmoid_product) -> str:
         a, u, beta = expr.args
         return f"{self._call(self.functions['sigmoid_product'], a, u, beta)[:-1]}, {SOFTPLUS_THRESHOLD})"
+
+    def _print_softplus_scaled(self, expr: fn.softplus_scaled) -> str:
+        # torch reverts to u where u * beta > threshold: where softplus(beta * u) would revert to beta * u.
+        u, beta = expr.args
+        path = self._record(self.functions["softplus_scaled"])
+        return f"{path}({self._print(u)}, beta={self._argument(beta)}, threshold={SOFTPLUS_THRESHOLD})"
+
+    def _print_silu_backward(self, expr: fn.silu_backward) -> str:
+        self.module_imports_.add(SILU_BACKWARD_IMPORT)
+        return f"silu_backward({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_silu_derivative(self, expr: fn.silu_derivative) -> str:
+        # No cotangent to hand silu_backward: the plan rewrites a lone one so before printing, sharing its sigmoid.
+        return self._print(expr.rewrite(fn.sigmoid))
 
     def _print_gamma(self, expr: sp.gamma) -> str:
         x = self._print(expr.args[0])

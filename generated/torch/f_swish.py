@@ -4,7 +4,7 @@
 
 import torch
 
-from ._inplace import plain
+from ._native import silu_backward
 from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
@@ -21,26 +21,18 @@ class FSwish(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        out = output
-        ctx.save_for_backward(x, out)
-        ctx.save_for_forward(x, out)
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
 
     @staticmethod
     def backward(ctx, out_bar):
-        x, out = ctx.saved_tensors
-        if plain(x, out, out_bar):
-            t0 = torch.sigmoid(x)
-            t1 = -t0
-            t1.add_(1).mul_(out).add_(t0).mul_(out_bar)
-            return t1
-        t0 = torch.sigmoid(x)
-        return out_bar * (out * (1 - t0) + t0)
+        (x,) = ctx.saved_tensors
+        return silu_backward(out_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):
-        x, out = ctx.saved_tensors
-        t0 = torch.sigmoid(x)
-        return x_dot * (out * (1 - t0) + t0)
+        (x,) = ctx.saved_tensors
+        return silu_backward(x_dot, x)
 
 
 class _FSwishCompiled(FSwish):

@@ -6,7 +6,6 @@ parameter.
 
 import torch
 
-from ._inplace import plain
 from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
@@ -18,11 +17,7 @@ class SoftplusBeta(torch.autograd.Function):
 
     @staticmethod
     def forward(x, beta):
-        if plain(x):
-            t0 = torch.nn.functional.softplus(beta * x, threshold=40.0)
-            t0.div_(beta)
-            return t0
-        return torch.nn.functional.softplus(beta * x, threshold=40.0) / beta
+        return torch.nn.functional.softplus(x, beta=beta, threshold=40.0)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
