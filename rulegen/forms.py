@@ -17,12 +17,24 @@ float arrays, so float64 in is float64 throughout, and float32 stays float32.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import sympy as sp
 from sympy.codegen.cfunctions import log1p
 from sympy.codegen.rewriting import ReplaceOptim, expm1_opt, log1p_opt, optimize
 
-from rulegen.functions import TORCH_TENSOR_ONLY, in_float, one_plus_erf, sigmoid, sigmoid_product, silu, softplus
+from rulegen.functions import (
+    TORCH_TENSOR_ONLY,
+    in_float,
+    one_plus_erf,
+    sigmoid,
+    sigmoid_product,
+    silu,
+    silu_backward,
+    silu_derivative,
+    softplus,
+    softplus_scaled,
+)
 from rulegen.spec import Rule
 
 
@@ -148,41 +160,217 @@ def canonical(expr: sp.Expr, forms: Sequence[ReplaceOptim] = CANONICAL_FORMS) ->
 
 
 def torch_forms(scalars: Iterable[str], integral: Iterable[str]) -> Callable[[sp.Expr], sp.Expr]:
-    """A rewrite of products with a sigmoid into torch's one-kernel forms.
+    """A rewrite of products with a sigmoid, softplus or silu's derivative into torch's one-kernel forms.
 
-    `a * sigmoid(beta * u)` is softplus's backward, and `u * sigmoid(u)` is
-    silu: one pass over memory each where sigmoid and the multiplication are
-    two.  `scalars` name the static inputs (Python numbers, which the native
-    kernels do not take as tensors), `integral` the integer and boolean
-    arrays (silu refuses them; softplus's backward promotes them).
+    `a * sigmoid(beta * u)` is softplus's backward, `u * sigmoid(u)` is
+    silu, `a * silu_derivative(u)` silu's backward, and
+    `softplus(beta * u) / beta` softplus with its `beta`: one pass over
+    memory each where the composites take two or more.  `scalars` name the
+    static inputs (Python numbers, which the native kernels do not take as
+    tensors), `integral` the integer and boolean arrays (silu refuses them;
+    softplus's backward promotes them).
     """
-    scalars, integral = frozenset(scalars), frozenset(integral)
+    return _TorchForms(frozenset(scalars), frozenset(integral))
 
-    def operand(expr: sp.Expr) -> bool:
+
+@dataclass(frozen=True)
+class _TorchForms:
+    """`torch_forms`' rewrite: each product once, bottom up, as `sp.Expr.replace` visits it."""
+
+    scalars: frozenset[str]
+    integral: frozenset[str]
+
+    def __call__(self, expr: sp.Expr) -> sp.Expr:
+        expr = expr.replace(lambda e: e.is_Mul, self._product)
+        if expr.has(silu_derivative):
+            # Nothing to hand silu_backward as its cotangent: the composite, whose sigmoid cse shares.
+            expr = expr.replace(lambda e: isinstance(e, silu_derivative), lambda e: e.rewrite(sigmoid))
+            expr = expr.replace(lambda e: e.is_Mul, self._product)
+        return expr
+
+    def _product(self, product: sp.Expr) -> sp.Expr:
+        for form in (self._distributed, self._silu_backward, self._softplus_scaled, self._sigmoid_product):
+            if not product.is_Mul:
+                break
+            product = form(product)
+        return product
+
+    def _operand(self, expr: sp.Expr) -> bool:
         """A float tensor a native kernel takes: not a Python number, not an integer mask (`torch.where(c, 1, 0)`)."""
-        return any(s.name not in scalars for s in expr.free_symbols) and not expr.has(sp.Piecewise)
+        return any(s.name not in self.scalars for s in expr.free_symbols) and not expr.has(sp.Piecewise)
 
-    def rewrite(product: sp.Mul) -> sp.Expr:
+    def _tensor_operand(self, factors: Sequence[sp.Expr], skip: int) -> int | None:
+        """The factor to hand a native kernel as its tensor, a bare name first (it needs no pass of its own)."""
+        candidates = [j for j, f in enumerate(factors) if j != skip and self._operand(f)]
+        return min(candidates, key=lambda j: (not factors[j].is_Atom, j)) if candidates else None
+
+    def _split(self, expr: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+        """`expr` as (numbers and static inputs, the rest): `2*beta*x` is (2*beta, x)."""
+        tensors = [s for s in expr.free_symbols if s.name not in self.scalars]
+        return expr.as_independent(*tensors, as_Add=False)
+
+    def _distributed(self, product: sp.Expr) -> sp.Expr:
+        """`a * (c * silu_derivative(u) + rest)` -> `c * silu_backward(a, u) + a * rest`.
+
+        Inside the sum the derivative has no tensor to multiply, and would be
+        computed as its composite (five kernels); multiplied out, the sum
+        costs one multiplication more.
+        """
         factors = list(product.args)
-        k = next((k for k, f in enumerate(factors) if isinstance(f, sigmoid) and operand(f)), None)
+        k = next(
+            (k for k, f in enumerate(factors) if f.is_Add and any(_times_silu_derivative(t) for t in f.args)), None
+        )
+        a = self._tensor_operand(factors, k) if k is not None else None
+        if k is None or a is None:
+            return product
+        rest = [f for j, f in enumerate(factors) if j not in (a, k)]
+        return sp.Mul(*rest, sp.Add(*(self._product(factors[a] * t) for t in factors[k].args)))
+
+    def _silu_backward(self, product: sp.Expr) -> sp.Expr:
+        """`a * silu_derivative(u) * rest` -> `silu_backward(a, u) * rest`, where a and u are float tensors."""
+        factors = list(product.args)
+        k = next((k for k, f in enumerate(factors) if isinstance(f, silu_derivative) and self._operand(f)), None)
+        a = self._tensor_operand(factors, k) if k is not None else None
+        if k is None or a is None:
+            return product
+        rest = [f for j, f in enumerate(factors) if j not in (a, k)]
+        return sp.Mul(*rest, silu_backward(factors[a], factors[k].args[0]))
+
+    def _softplus_scaled(self, product: sp.Expr) -> sp.Expr:
+        """`c * softplus(beta * u) * rest` -> `(c * beta) * softplus_scaled(u, beta) * rest` where c divides by beta.
+
+        Only where c * beta is simpler than c (`1 / beta` becomes 1): elsewhere
+        the scale costs the pass that folding beta into the kernel saves.
+        """
+        factors = list(product.args)
+        k = next((k for k, f in enumerate(factors) if isinstance(f, softplus) and self._operand(f)), None)
         if k is None:
             return product
-        tensors = [s for s in factors[k].free_symbols if s.name not in scalars]
-        beta, u = factors[k].args[0].as_independent(*tensors, as_Add=False)
+        beta, u = self._split(factors[k].args[0])
+        coefficient, rest = self._split(sp.Mul(*(f for j, f in enumerate(factors) if j != k)))
+        scale = coefficient * beta
+        if beta == 1 or sp.count_ops(scale) >= sp.count_ops(coefficient):
+            return product
+        return sp.Mul(scale, rest, softplus_scaled(u, beta))
+
+    def _sigmoid_product(self, product: sp.Expr) -> sp.Expr:
+        """`u * sigmoid(u) * rest` -> `silu(u) * rest`; `a * sigmoid(beta * u) * rest` -> softplus's backward * rest."""
+        factors = list(product.args)
+        k = next((k for k, f in enumerate(factors) if isinstance(f, sigmoid) and self._operand(f)), None)
+        if k is None:
+            return product
+        beta, u = self._split(factors[k].args[0])
         if u.could_extract_minus_sign():  # the sign rides on beta, not on a negated copy of u
             beta, u = -beta, -u
-        if beta == 1 and u in factors and not any(s.name in integral for s in u.free_symbols):
+        if beta == 1 and u in factors and not any(s.name in self.integral for s in u.free_symbols):
             rest = [f for j, f in enumerate(factors) if j != k]
             rest.remove(u)
             return sp.Mul(*rest, silu(u))
-        candidates = [j for j, f in enumerate(factors) if j != k and operand(f)]
-        if not candidates:
+        a = self._tensor_operand(factors, k)
+        if a is None:
             return product
-        a = min(candidates, key=lambda j: (not factors[j].is_Atom, j))  # a bare name needs no pass of its own
         rest = [f for j, f in enumerate(factors) if j not in (a, k)]
         return sp.Mul(*rest, sigmoid_product(factors[a], u, beta))
 
-    return lambda expr: expr.replace(lambda e: e.is_Mul, rewrite)
+
+def _times_silu_derivative(term: sp.Expr) -> bool:
+    """`term` is silu_derivative(u) or a product with it."""
+    return any(isinstance(f, silu_derivative) for f in sp.Mul.make_args(term))
+
+
+def silu_derivatives(scalars: Iterable[str], integral: Iterable[str]) -> ReplaceOptim:
+    """A rewrite of silu's derivative, in whatever form sympy derived it, into `a * silu_derivative(u)`.
+
+    sympy differentiates `u * sigmoid(u)` into `u' * (u * (1 - s) * s + s)`,
+    s = sigmoid(u), often multiplied out (`4*x*(1 - s)*s + 2*s` for u = 2x).
+    A sum or product that is quadratic in s is `a * silu_derivative(u) + c`
+    where its coefficients are those of a * (s + u*s - u*s**2); sigmoid(-u)
+    counts as 1 - s (the canonical forms write 1 - sigmoid(-u) so).  torch
+    then computes `cotangent * a * silu_derivative(u)` as silu_backward, one
+    kernel (`torch_forms`).  Written before the intermediates to save are
+    chosen, so that `x * sigmoid(x)` inside it is no reason to keep `out`.
+    `u` must be a float tensor expression: no static input (a Python
+    number), no integer array, no selection.
+    """
+    scalars, integral = frozenset(scalars), frozenset(integral)
+
+    def argument(u: sp.Expr) -> bool:
+        names = {s.name for s in u.free_symbols}
+        return bool(names) and not names & (scalars | integral) and not u.has(sp.Piecewise)
+
+    def rewrite(expr: sp.Expr) -> sp.Expr:
+        arguments = {f.args[0] for f in expr.atoms(sigmoid) if argument(f.args[0])}
+        found = [
+            _as_silu_derivative(expr, u) for u in sorted(arguments | {-u for u in arguments}, key=sp.default_sort_key)
+        ]
+        # silu'(u) = 1 - silu'(-u), so both signs match: the one without a constant stays a product, which a
+        # cotangent multiplies in one kernel; then the fewer operations.
+        return min(
+            (c0 + a * silu_derivative(u) for c0, a, u in filter(None, found)),
+            key=lambda e: (not e.is_Mul and not isinstance(e, silu_derivative), sp.count_ops(e)),
+            default=expr,
+        )
+
+    return ReplaceOptim(lambda e: (e.is_Add or e.is_Mul) and e.has(sigmoid), rewrite)
+
+
+def _as_silu_derivative(expr: sp.Expr, u: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr] | None:
+    """(c, a, u) where `expr` is `c + a * silu_derivative(u)`, or None where it is no such sum."""
+    s = sp.Dummy("s")
+    coefficients = _quadratic(expr.xreplace({sigmoid(u): s, sigmoid(-u): 1 - s}), s)
+    if coefficients is None:
+        return None
+    c0, c1, c2 = coefficients
+    # a * silu_derivative(u) = a*s + a*u*s - a*u*s**2: c2 = -a*u and c1 = a*(1 + u).
+    if c2 == 0 or sp.expand(c1 * u + c2 * (1 + u)) != 0:
+        return None
+    a = -c2 / u
+    if u.is_Add:  # sympy multiplies a number into a sum: -2*(x + y) is -2*x - 2*y, which no division undoes
+        a = sp.cancel(a)
+    return c0, a, u
+
+
+def _quadratic(expr: sp.Expr, s: sp.Dummy) -> tuple[sp.Expr, sp.Expr, sp.Expr] | None:
+    """`expr` as the coefficients of c0 + c1*s + c2*s**2, free of s; None where it is no such polynomial.
+
+    Products are multiplied out in s only: the coefficients keep their factors as written.
+    """
+    if not expr.has(s):
+        return expr, sp.S.Zero, sp.S.Zero
+    if expr == s:
+        return sp.S.Zero, sp.S.One, sp.S.Zero
+    if expr.is_Add:
+        terms = [_quadratic(a, s) for a in expr.args]
+        if any(t is None for t in terms):
+            return None
+        c0, c1, c2 = (sp.Add(*c) for c in zip(*terms, strict=True))
+        return c0, c1, c2
+    factors: list[sp.Expr] = []
+    if expr.is_Mul:
+        factors = list(expr.args)
+    elif expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
+        factors = [expr.base] * int(expr.exp)
+    else:
+        return None  # s inside a function, a quotient or a root
+    product: tuple[sp.Expr, sp.Expr, sp.Expr] | None = (sp.S.One, sp.S.Zero, sp.S.Zero)
+    for factor in factors:
+        polynomial = _quadratic(factor, s)
+        if polynomial is None or product is None:
+            return None
+        product = _times(product, polynomial)
+    return product
+
+
+def _times(p: Sequence[sp.Expr], q: Sequence[sp.Expr]) -> tuple[sp.Expr, sp.Expr, sp.Expr] | None:
+    """The product of two quadratics in s, None where it has an s**3 or s**4 term."""
+    terms: list[list[sp.Expr]] = [[] for _ in range(5)]
+    for i, a in enumerate(p):
+        for j, b in enumerate(q):
+            if a != 0 and b != 0:
+                terms[i + j].append(a * b)
+    if terms[3] or terms[4]:
+        return None
+    return sp.Add(*terms[0]), sp.Add(*terms[1]), sp.Add(*terms[2])
 
 
 def jax_forms(exprs: Iterable[sp.Expr], scalars: Iterable[str]) -> Callable[[sp.Expr], sp.Expr]:

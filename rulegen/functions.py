@@ -274,14 +274,48 @@ class entr(sp.Function):  # noqa: N801
 
 
 # Forms only the torch printer writes, each one native kernel where the
-# composite is two; the plan rewrites products into them after deriving, so
-# they need no derivatives, and rules cannot name them.
+# composite is two or more, and rules cannot name them.  The plan rewrites
+# into them after deriving: those it writes before choosing the intermediates
+# to save (one_plus_erf, silu_derivative) are differentiated there, so they
+# know their derivatives; the rest are written as the bodies are printed.
 
 
 class silu(sp.Function):  # noqa: N801
     """x * sigmoid(x)."""
 
     nargs = 1
+
+
+class silu_derivative(sp.Function):  # noqa: N801
+    """d/du silu(u) = sigmoid(u) * (1 + u * (1 - sigmoid(u))), torch's `silu_backward` of a cotangent of ones."""
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        u = self.args[0]
+        s = sigmoid(u)
+        return s * (1 - s) * (2 + u * (1 - 2 * s))
+
+    def _eval_rewrite_as_sigmoid(self, u: sp.Expr, **kwargs: object) -> sp.Expr:
+        s = sigmoid(u)
+        return s * (1 + u * (1 - s))
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real
+
+
+class silu_backward(sp.Function):  # noqa: N801
+    """a * silu_derivative(u), silu's backward: silu_backward(a, u)."""
+
+    nargs = 2
+
+
+class softplus_scaled(sp.Function):  # noqa: N801
+    """softplus(beta * u) / beta, torch's softplus with its `beta`: softplus_scaled(u, beta)."""
+
+    nargs = 2
 
 
 class one_plus_erf(sp.Function):  # noqa: N801
@@ -583,6 +617,12 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("one_plus_erf", one_plus_erf, internal=True, torch_only=True),
     MathFunction(
         "sigmoid_product", sigmoid_product, torch="torch.ops.aten.softplus_backward", internal=True, torch_only=True
+    ),
+    MathFunction("silu_derivative", silu_derivative, internal=True, torch_only=True),
+    # Printed as the runtime's `silu_backward` (torch/_native.py): torch's kernel where nothing differentiates it.
+    MathFunction("silu_backward", silu_backward, internal=True, torch_only=True),
+    MathFunction(
+        "softplus_scaled", softplus_scaled, torch="torch.nn.functional.softplus", internal=True, torch_only=True
     ),
 )
 

@@ -49,6 +49,7 @@ HELPER_NAMES = frozenset(
         "residual_dtypes",
         "route",
         "rule_op",
+        "silu_backward",
         "tanh_expm1",
         "to_host",
         "unbroadcast",

@@ -46,6 +46,9 @@ _MATH_FUNCTIONS = {function.name: function.math for function in fn.REGISTRY if f
 # that error is below float64's.
 SOFTPLUS_THRESHOLD = 40.0
 
+# silu's backward kernel, called through a runtime helper: autograd cannot differentiate it.
+SILU_BACKWARD_IMPORT = "from ._native import silu_backward"
+
 # What Python float arithmetic can print: the `math` functions and conditionals.
 _SCALAR_FUNCTIONS = frozenset({*_MATH_FUNCTIONS, "Piecewise"})
 
@@ -425,6 +428,20 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         a, u, beta = expr.args
         return f"{self._call(self.functions['sigmoid_product'], a, u, beta)[:-1]}, {SOFTPLUS_THRESHOLD})"
 
+    def _print_softplus_scaled(self, expr: fn.softplus_scaled) -> str:
+        # torch reverts to u where u * beta > threshold: where softplus(beta * u) would revert to beta * u.
+        u, beta = expr.args
+        path = self._record(self.functions["softplus_scaled"])
+        return f"{path}({self._print(u)}, beta={self._argument(beta)}, threshold={SOFTPLUS_THRESHOLD})"
+
+    def _print_silu_backward(self, expr: fn.silu_backward) -> str:
+        self.module_imports_.add(SILU_BACKWARD_IMPORT)
+        return f"silu_backward({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_silu_derivative(self, expr: fn.silu_derivative) -> str:
+        # No cotangent to hand silu_backward: the plan rewrites a lone one so before printing, sharing its sigmoid.
+        return self._print(expr.rewrite(fn.sigmoid))
+
     def _print_gamma(self, expr: sp.gamma) -> str:
         x = self._print(expr.args[0])
         magnitude = f"{self._record('torch.exp')}({self._record('torch.special.gammaln')}({x}))"
@@ -459,6 +476,9 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
 
 # Registered functions the torch printer writes as code of its own, several kernels.
 _TORCH_COMPOSITES = frozenset({"Piecewise", "gamma", "one_plus_erf", "in_float", "Heaviside"})
+# Helpers of the package that compute as one kernel does: the runtime's silu_backward is torch's
+# kernel, or a composite that computes bfloat16 and float16 in float32 and rounds once.
+_ONE_KERNEL_HELPERS = frozenset({"silu_backward"})
 
 
 def one_kernel(expr: sp.Expr, tensors: frozenset[sp.Symbol], scalars: frozenset[sp.Symbol]) -> bool:
@@ -482,7 +502,7 @@ def one_kernel(expr: sp.Expr, tensors: frozenset[sp.Symbol], scalars: frozenset[
         return False
     if isinstance(expr, sp.core.function.Application):  # functions, Max and Min
         name = type(expr).__name__
-        return (
+        return name in _ONE_KERNEL_HELPERS or (
             name in _TORCH_FUNCTIONS
             and name not in _TORCH_COMPOSITES
             and (name not in ("Max", "Min") or len(expr.args) == 2)

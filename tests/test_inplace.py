@@ -38,6 +38,7 @@ unary = st.sampled_from(
         lambda e: e**3,
         lambda e: -e,
         lambda e: 1 / (1 + e**2),
+        fn.silu_derivative,  # alone, the composite
         # torch.where(e > 0, 1, 0) is an integer tensor: never a buffer to update.
         lambda e: sp.Piecewise((1, e > 0), (0, True)),
         lambda e: sp.Piecewise((e, e > 0), (0, True)),
@@ -54,6 +55,9 @@ binary = st.sampled_from(
         # softplus's backward, one native kernel in place
         lambda a, b: a * fn.sigmoid(b),
         lambda a, b: a * fn.sigmoid(-BETA * b),
+        # silu's backward and softplus with its beta, one native kernel each
+        lambda a, b: a * fn.silu_derivative(b),
+        lambda a, b: a * fn.softplus(BETA * b) / BETA,
     ]
 )
 expressions = st.recursive(
@@ -73,7 +77,8 @@ def _function_of_no_tensor(expr):
 
 def _run(block, imports, values):
     env = dict(values)
-    exec("\n".join(imports), env)
+    # The runtime helpers a generated module imports from its package (`from ._native import ...`).
+    exec("\n".join(line.replace("from ._", "from generated.torch._") for line in imports), env)
     exec("\n".join([*(a.line for a in block.lines), f"__result = ({block.result},)"]), env)
     return env["__result"]
 
@@ -192,11 +197,25 @@ def test_mish_backward_allocates_two_buffers():
         (G * S * fn.sigmoid(X), "s*torch.ops.aten.softplus_backward(g, x, 1.0, 40.0)"),
         (X * fn.sigmoid(X), "torch.nn.functional.silu(x)"),
         (G * X * fn.sigmoid(X), "g*torch.nn.functional.silu(x)"),
+        (G * fn.silu_derivative(X), "silu_backward(g, x)"),
+        (2 * G * S * fn.silu_derivative(2 * X), "2*s*silu_backward(g, 2*x)"),
+        (-G * fn.silu_derivative(Y - X), "-silu_backward(g, -x + y)"),
+        # In a sum the derivative has no tensor factor: the product is multiplied out.
+        (G * (sp.cos(X) + fn.silu_derivative(X)), "g*torch.cos(x) + silu_backward(g, x)"),
+        (
+            G * fn.sigmoid(Y) * fn.silu_derivative(X),
+            "torch.ops.aten.softplus_backward(silu_backward(g, x), y, 1.0, 40.0)",
+        ),
+        (fn.softplus(BETA * X) / BETA, "torch.nn.functional.softplus(x, beta=beta, threshold=40.0)"),
+        (G * fn.softplus(2 * X) / 2, "g*torch.nn.functional.softplus(x, beta=2.0, threshold=40.0)"),
+        (-fn.softplus(-X), "torch.nn.functional.softplus(x, beta=-1.0, threshold=40.0)"),
+        (3 * fn.softplus(2 * BETA * X) / BETA, "6*torch.nn.functional.softplus(x, beta=2*beta, threshold=40.0)"),
     ],
 )
 def test_a_product_with_a_sigmoid_is_one_native_kernel(expr, code):
     rewritten, _, imports = _both([expr])
-    assert rewritten.result == code
+    named = {a.target: a.code for a in rewritten.lines}  # a long result is named first
+    assert named.get(rewritten.result, rewritten.result) == code
     plain_code, _, _ = _both([expr], forms=lambda e: e)
     values = _inputs()
     values["x"] = torch.tensor([-800.0, -50.0, -1.0, 0.0, 1e-3, 30.0, 39.5, 40.5, 800.0], dtype=torch.float64)
@@ -232,6 +251,24 @@ def test_no_native_kernel_for_statics_masks_or_integer_silu():
     forms = torch_forms({"beta"}, ())
     assert [forms(e) for e in exprs] == exprs
     assert torch_forms((), {"x"})(X * fn.sigmoid(X)) == fn.sigmoid_product(X, X, 1)
+    # No product to fold into softplus's beta, nor one whose scale would cost the pass it saves.
+    assert [forms(e) for e in (fn.softplus(X), G * fn.softplus(2 * X), G * fn.softplus(-X))] == [
+        fn.softplus(X),
+        G * fn.softplus(2 * X),
+        G * fn.softplus(-X),
+    ]
+
+
+def test_a_lone_silu_derivative_is_its_composite():
+    # No cotangent to hand silu_backward: the composite, its one sigmoid shared.
+    rewritten, _, imports = _both([fn.silu_derivative(2 * X), 3 * fn.silu_derivative(X)])
+    assert "silu_backward" not in rewritten.result
+    values = _inputs()
+    x = values["x"]
+    expected = [torch.func.grad(lambda v: (v * torch.sigmoid(v)).sum())(u) for u in (2 * x, x)]
+    got = _run(rewritten, imports, values)
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-15, atol=0)
+    torch.testing.assert_close(got[1], 3 * expected[1], rtol=1e-15, atol=0)
 
 
 @pytest.fixture(scope="module")

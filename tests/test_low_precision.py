@@ -172,12 +172,39 @@ def test_a_rule_of_one_kernel_per_body_runs_as_torch_s_own_op(torch_dtype):
 
 
 def test_a_rule_of_several_kernels_or_reading_a_saved_output_is_lifted():
-    # gelu's bodies are several kernels; f_swish's backward reads its output, saved rounded.
-    from generated.torch import f_swish, gelu
+    # gelu's bodies are several kernels; f_exp's backward reads its output, saved rounded.
+    from generated.torch import f_exp, gelu
 
     x = torch.tensor(POINTS, dtype=torch.bfloat16)
-    for f in (gelu, f_swish):
+    for f in (gelu, f_exp):
         assert "_to_copy" in _ops_of_value_and_gradient(f, x), f.__name__
+
+
+@pytest.mark.parametrize(("torch_dtype", "jax_dtype"), LOW)
+def test_swish_runs_silu_and_its_backward_kernel_in_the_dtype_and_rounds_once_everywhere(torch_dtype, jax_dtype):
+    # Eagerly one kernel each way; under torch.func and double backward, silu_backward's composite,
+    # computed in float32 too: within half an eps (plus float32's) of the exact gradient either way.
+    from generated.torch import f_swish
+
+    x = torch.tensor(POINTS, dtype=torch_dtype)
+    ops = _ops_of_value_and_gradient(f_swish, x)
+    assert "_to_copy" not in ops and {"silu", "silu_backward"} <= set(ops), ops
+    rounded = x.double().numpy()
+    s = scipy.special.expit(rounded)
+    derivative = s * (1 + rounded * (1 - s))
+    eps = float(jnp.finfo(jax_dtype).eps)
+
+    def error(got):
+        return float(
+            np.max(np.abs(got.detach().double().numpy() - derivative) / np.maximum(np.abs(derivative), 1)) / eps
+        )
+
+    leaf = x.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(f_swish(leaf).sum(), leaf, create_graph=True)
+    per_example = torch.func.vmap(torch.func.grad(f_swish))(x)
+    tangent = torch.func.jvp(f_swish, (x,), (torch.ones_like(x),))[1]
+    for got in (grad, per_example, tangent):
+        assert got.dtype == torch_dtype and error(got) <= 0.5 + 1e-3
 
 
 def test_one_kernel_is_what_the_torch_printer_writes_as_one_operation():

@@ -37,8 +37,8 @@ EXPECTED = {
     "gelu": (("x", "saved_one_plus_erf"), ("x",)),
     # Compiled, keeping sin(x)*exp(-x**2) spares only sin: the backward needs exp(-x**2) * cos(x).
     "sin_exp_mul": (("x", "y", "saved_exp_sin", "saved_exp", "saved_sin"), ("x", "y")),
-    # The output is free to keep eagerly; compiled, x * sigmoid(x) costs nothing once sigmoid is computed.
-    "swish": (("x", "out"), ("x",)),
+    # silu's backward is one kernel of x alone (silu_backward), so neither keeps the output.
+    "swish": (("x",), ("x",)),
     # exp(|x|): compiled, |x| is a select, as cheap as arithmetic, so one function only.
     "x_exp_abs": (("x", "saved_exp"), ("x",)),
     # beta * x is one operation, folded into softplus_backward's beta.

@@ -1,4 +1,9 @@
-"""`1 + erf(u)` in torch is `erfc(-u)`: one kernel, and exact where erf(u) nears -1."""
+"""torch's one-kernel forms of what a rule computes.
+
+`1 + erf(u)` is `erfc(-u)`: one kernel, and exact where erf(u) nears -1.
+silu's derivative times a cotangent or tangent is `silu_backward`, and
+`softplus(beta * u) / beta` is softplus with its `beta`.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,15 @@ import math
 import numpy as np
 import pytest
 import scipy.special as sps
+import sympy as sp
 import torch
 
+from rulegen import functions as fn
+from rulegen.derive import derive_rule
+from rulegen.forms import canonical, silu_derivatives
+from rulegen.plan import plan_jax, plan_torch
+from rulegen.spec import read_rules
+from tests.conftest import RULES as RULE_FOLDER
 from tests.conftest import built_package
 
 RULES = """
@@ -18,6 +30,21 @@ rules:
   - {name: upper_tail, inputs: [x], forward: (1 - erf(x)) / 2}
   - {name: lower_tail_scaled, inputs: [x, y], forward: y * (3 + 3 * erf(x))}
   - {name: gelu_fused, inputs: [x], forward: x * (1 + erf(x / sqrt(2))) / 2, fuse: true}
+  - {name: swish, inputs: [x], forward: x * sigmoid(x)}
+  - {name: swish_affine, inputs: [x, y], forward: (2 * x - y) * sigmoid(2 * x - y)}
+  - {name: swish_square_sin, inputs: [x], forward: x**2 * sigmoid(x**2) + sin(x)}
+  - {name: swish_negated, inputs: [x], forward: -x * sigmoid(-x)}
+  - {name: swish_saved, inputs: [x, y], forward: x * sigmoid(x) * tanh(softplus(y))}
+  - {name: swish_fused, inputs: [x], forward: x * sigmoid(x), fuse: true}
+  - name: softplus_beta
+    inputs: {x: {}, beta: {static: true, default: 1.0}}
+    forward: softplus(beta * x) / beta
+  - name: swish_beta
+    inputs: {x: {}, beta: {static: true, default: 1.5}}
+    forward: x * sigmoid(beta * x)
+  - name: swish_shifted
+    inputs: {x: {}, k: {dtype: int}}
+    forward: (x + k) * sigmoid(x + k)
 """
 
 
@@ -100,3 +127,229 @@ def test_compiled_bodies_keep_the_sum_and_its_parentheses(package):
     cdf, pdf = torch.special.ndtr(xd), torch.exp(-xd * xd / 2) / math.sqrt(2 * math.pi)
     torch.testing.assert_close(value.detach(), xd * cdf, rtol=1e-13, atol=1e-15)
     torch.testing.assert_close(x.grad, cdf + xd * pdf, rtol=1e-13, atol=1e-15)
+
+
+# -- silu's derivative and softplus's beta
+
+X, Y, BETA = sp.symbols("x y beta", real=True)
+K = sp.Symbol("k", integer=True)
+D = fn.silu_derivative
+
+
+def _derived(forward: sp.Expr, wrt: sp.Symbol, scalars=("beta",), integral=()) -> sp.Expr:
+    """The partial as the torch planner sees it: canonical forms, then silu's derivative recognised."""
+    return canonical(canonical(sp.diff(forward, wrt)), (silu_derivatives(scalars, integral),))
+
+
+@pytest.mark.parametrize(
+    ("forward", "wrt", "expected"),
+    [
+        (X * fn.sigmoid(X), X, D(X)),
+        (2 * X * fn.sigmoid(2 * X), X, 2 * D(2 * X)),
+        (X * Y * fn.sigmoid(X), X, Y * D(X)),
+        ((X + Y) * fn.sigmoid(X + Y), Y, D(X + Y)),
+        (2 * (X - Y) * fn.sigmoid(X - Y), Y, -2 * D(X - Y)),
+        (X**2 * fn.sigmoid(X**2), X, 2 * X * D(X**2)),
+        # silu'(u) = 1 - silu'(-u): the form without the constant, which stays a product.
+        (-X * fn.sigmoid(-X), X, -D(-X)),
+        (X * fn.sigmoid(X) + sp.sin(X), X, sp.cos(X) + D(X)),
+    ],
+)
+def test_silu_derivative_is_recognised_as_sympy_derives_it(forward, wrt, expected):
+    got = _derived(forward, wrt)
+    assert got == expected
+    composite = got.replace(lambda e: isinstance(e, D), lambda e: e.rewrite(fn.sigmoid))
+    assert sp.simplify((composite - sp.diff(forward, wrt)).rewrite(sp.exp)) == 0
+
+
+def test_silu_derivative_as_a_rule_writes_it():
+    composite = fn.sigmoid(X) * (1 + X * (1 - fn.sigmoid(X)))
+    assert canonical(composite, (silu_derivatives((), ()),)) == D(X)
+
+
+@pytest.mark.parametrize(
+    ("forward", "wrt"),
+    [
+        (X * fn.sigmoid(BETA * X), X),  # a static input in the argument
+        ((X + K) * fn.sigmoid(X + K), X),  # an integer array in it
+        (X * sp.exp(X) * fn.sigmoid(X), X),  # quadratic in sigmoid(x), but no multiple of silu's derivative
+    ],
+)
+def test_silu_derivative_is_left_alone_where_no_kernel_takes_it(forward, wrt):
+    assert not _derived(forward, wrt, integral=("k",)).has(D)
+
+
+def test_silu_derivative_differentiates_as_its_composite():
+    u = 2 * X**2 - Y
+    for v in (X, Y):
+        difference = sp.diff(D(u), v) - sp.diff(D(u).rewrite(fn.sigmoid), v)
+        assert sp.simplify(difference.rewrite(sp.exp)) == 0
+
+
+def _rule_plan(file: str, name: str):
+    (rule,) = [r for r in read_rules([RULE_FOLDER / file]) if r.name == name]
+    return plan_torch(derive_rule(rule)), plan_jax(derive_rule(rule))
+
+
+def test_f_swish_runs_silu_backward_and_saves_no_output():
+    torch_plan, _ = _rule_plan("functions.yaml", "f_swish")
+    assert torch_plan.forward.result == "torch.nn.functional.silu(x)"
+    assert (torch_plan.backward.lines, torch_plan.backward.result) == ((), "silu_backward(out_bar, x)")
+    assert (torch_plan.jvp.lines, torch_plan.jvp.result) == ((), "silu_backward(x_dot, x)")
+    assert torch_plan.saved == ("x",)
+    assert torch_plan.backward_in_place is None
+    assert "from ._native import silu_backward" in torch_plan.imports
+
+
+def test_softplus_beta_forward_is_one_softplus_with_its_beta():
+    torch_plan, jax_plan = _rule_plan("softplus_beta.yaml", "softplus_beta")
+    assert (torch_plan.forward.lines, torch_plan.forward.result) == (
+        (),
+        "torch.nn.functional.softplus(x, beta=beta, threshold=40.0)",
+    )
+    assert torch_plan.forward_in_place is None
+    assert torch_plan.backward.result == "torch.ops.aten.softplus_backward(out_bar, x, beta, 40.0), None"
+    assert torch_plan.jvp.result == "torch.ops.aten.softplus_backward(x_dot, x, beta, 40.0)"
+    # XLA fuses the composite: JAX keeps it.
+    assert jax_plan.forward.result == "jax.nn.softplus(beta*x)/beta"
+
+
+def test_forms_refused_where_static_or_integer(package):
+    folder, _ = package
+    swish_beta = (folder / "torch" / "swish_beta.py").read_text()
+    assert "silu_backward" not in swish_beta and "softplus_backward" in swish_beta
+    assert "silu_backward" not in (folder / "torch" / "swish_shifted.py").read_text()
+    for name in ("swish_affine", "swish_square_sin", "swish_negated", "swish_saved"):
+        assert "silu_backward(" in (folder / "torch" / f"{name}.py").read_text(), name
+
+
+def _composites(beta: float) -> dict:
+    """Each rule as torch's autodiff of its composite computes it, and its float64 points."""
+    x = torch.linspace(-6, 6, 25, dtype=torch.float64)
+    y = torch.linspace(-3, 2.5, 25, dtype=torch.float64)
+    return {
+        "swish": (lambda x: x * torch.sigmoid(x), (x,)),
+        "swish_affine": (lambda x, y: (2 * x - y) * torch.sigmoid(2 * x - y), (x, y)),
+        "swish_square_sin": (lambda x: x**2 * torch.sigmoid(x**2) + torch.sin(x), (x / 2,)),
+        "swish_negated": (lambda x: -x * torch.sigmoid(-x), (x,)),
+        "swish_saved": (lambda x, y: x * torch.sigmoid(x) * torch.tanh(torch.log1p(torch.exp(y))), (x, y)),
+        "swish_fused": (lambda x: x * torch.sigmoid(x), (x,)),
+        "softplus_beta": (lambda x: torch.log1p(torch.exp(beta * x)) / beta, (x,)),
+        "swish_beta": (lambda x: x * torch.sigmoid(beta * x), (x,)),
+    }
+
+
+def _close(got, expected, order: int = 1) -> None:
+    # A second order goes through one more rounded partial.
+    torch.testing.assert_close(got, expected, rtol=10.0**-14 * 10**order, atol=10.0**-16 * 10**order)
+
+
+@pytest.mark.parametrize("beta", [1.7, -0.8])
+@pytest.mark.parametrize("name", sorted(_composites(1.0)))
+def test_agrees_with_autodiff_of_the_composite_at_first_and_second_order(package, name, beta):
+    _, pkg = package
+    composite, points = _composites(beta)[name]
+    static = (beta,) if name in ("softplus_beta", "swish_beta") else ()
+
+    def generated(*xs):
+        return getattr(pkg, name)(*xs, *static)
+
+    leaves = [p.clone().requires_grad_() for p in points]
+    assert torch.autograd.gradcheck(generated, leaves, check_forward_ad=True, check_batched_grad=True)
+    assert torch.autograd.gradgradcheck(generated, leaves, check_fwd_over_rev=True)
+
+    generator = torch.Generator().manual_seed(0)
+    cotangent = torch.randn(points[0].shape, dtype=torch.float64, generator=generator)
+    tangents = tuple(torch.randn(p.shape, dtype=torch.float64, generator=generator) for p in points)
+    ours, theirs = ([p.clone().requires_grad_() for p in points] for _ in range(2))
+    values = generated(*ours), composite(*theirs)
+    _close(*values)
+    # The first order as a backward that nothing records runs it (the one kernel), then again for the second.
+    plain = [
+        torch.autograd.grad(v, xs, cotangent, retain_graph=True) for v, xs in zip(values, (ours, theirs), strict=True)
+    ]
+    first = [
+        torch.autograd.grad(v, xs, cotangent, create_graph=True) for v, xs in zip(values, (ours, theirs), strict=True)
+    ]
+    for a, b, c in zip(*plain, first[0], strict=True):
+        _close(a, b)
+        _close(c, b)
+    second = [
+        torch.autograd.grad(sum((g * t).sum() for g, t in zip(grads, tangents, strict=True)), xs)
+        for grads, xs in zip(first, (ours, theirs), strict=True)
+    ]
+    for a, b in zip(*second, strict=True):
+        _close(a, b, order=2)
+
+    # Forward mode, as torch.func and as forward_ad of plain tensors run it; then forward over reverse.
+    jvps = [torch.func.jvp(f, points, tangents)[1] for f in (generated, composite)]
+    _close(*jvps)
+    with torch.autograd.forward_ad.dual_level():
+        duals = [torch.autograd.forward_ad.make_dual(p, t) for p, t in zip(points, tangents, strict=True)]
+        _close(torch.autograd.forward_ad.unpack_dual(generated(*duals)).tangent, jvps[1])
+    argnums = tuple(range(len(points)))
+    hessians = [
+        torch.func.hessian(lambda *xs, f=f: f(*xs).sum(), argnums=argnums)(*points) for f in (generated, composite)
+    ]
+    for a, b in zip(hessians[0], hessians[1], strict=True):
+        for c, d in zip(a, b, strict=True):
+            _close(c, d, order=2)
+
+
+def _aten_ops(run) -> list[str]:
+    """The aten operators `run()` calls, in order."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        run()
+    return [e.name for e in profile.events() if e.name.startswith("aten::")]
+
+
+def test_swish_backward_and_jvp_are_one_kernel(package):
+    _, pkg = package
+    x = torch.linspace(-4, 4, 9, requires_grad=True)
+    out = pkg.swish(x)
+    g = torch.ones_like(out)
+    backward = _aten_ops(lambda: torch.autograd.grad(out, x, g))
+    assert [op for op in backward if op != "aten::empty_like"] == ["aten::silu_backward"], backward
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(x.detach(), torch.ones_like(x))
+        forward = _aten_ops(lambda: pkg.swish(dual))
+    assert "aten::silu_backward" in forward and "aten::sigmoid" not in forward, forward
+
+
+def test_silu_backward_kernel_is_not_differentiable_so_the_helper_switches():
+    """torch's kernel has no derivative: where one is taken, the helper computes the composite."""
+    from generated.torch._native import silu_backward
+
+    x = torch.linspace(-5, 5, 11, dtype=torch.float64, requires_grad=True)
+    g = torch.linspace(-1, 1, 11, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="not implemented"):
+        torch.ops.aten.silu_backward(g, x).sum().backward()
+    with torch.no_grad():
+        kernel = silu_backward(g, x)
+    composite = silu_backward(g, x)
+    assert composite.grad_fn is not None and kernel.grad_fn is None
+    torch.testing.assert_close(kernel, composite, rtol=1e-15, atol=1e-17)
+    assert torch.autograd.gradgradcheck(silu_backward, (g, x), check_fwd_over_rev=True)
+
+
+def _exact(name: str, x: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
+    if name == "swish":
+        s = sps.expit(x)
+        return x * s, s * (1 + x * (1 - s))
+    return np.logaddexp(0.0, beta * x) / beta, sps.expit(beta * x)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("name", "beta"), [("swish", None), ("softplus_beta", 1.5), ("softplus_beta", -0.8)])
+def test_low_precision_rounds_once(package, name, beta, dtype):
+    """Computed in float32 and rounded once: within half an eps of the float64 value, relative to max(|v|, 1)."""
+    _, pkg = package
+    x = torch.linspace(-6, 6, 4001).to(dtype).requires_grad_()
+    out = pkg.swish(x) if beta is None else pkg.softplus_beta(x, beta)
+    out.sum().backward()
+    value, slope = _exact(name, x.detach().double().numpy(), beta)
+    eps = torch.finfo(dtype).eps
+    for got, exact in ((out, value), (x.grad, slope)):
+        assert got.dtype == dtype
+        error = np.abs(got.detach().double().numpy() - exact) / np.maximum(np.abs(exact), 1.0) / eps
+        assert error.max() <= 0.5 + 1e-3

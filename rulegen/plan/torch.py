@@ -14,6 +14,7 @@ from rulegen.forms import (
     float_anchors,
     float_forms,
     integral_arrays,
+    silu_derivatives,
     torch_forms,
 )
 from rulegen.lines import Block
@@ -185,7 +186,11 @@ class _Backward:
 
 def plan_torch(d: Derivation) -> TorchPlan:
     """What the torch module of a rule computes: a torch.func-style Function (see `_Torch` for its residuals)."""
-    t = _with_saved_intermediates(with_fused_forms(d, TORCH_FUSED_FORMS))
+    stable = with_fused_forms(d, TORCH_FUSED_FORMS)
+    statics = tuple(i.name for i in d.rule.inputs if i.static)
+    integral = tuple(i.name for i in d.rule.inputs if not i.static and i.dtype in ("int", "bool"))
+    # Before the intermediates are chosen: x * sigmoid(x) inside silu's derivative is then no reason to save `out`.
+    t = _with_saved_intermediates(with_fused_forms(stable, (silu_derivatives(statics, integral),)))
     rule = t.rule
     emit = t.emitter(print_torch)
     forward_results, aliases = _forward_results(t)
@@ -214,7 +219,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
     if classes:
         emit.imports.add(NAMED_TUPLE_IMPORT)
     return TorchPlan(
-        header=header_of(t.d),
+        # The docstring shows silu's derivative as sympy derived it, not by an internal function's name.
+        header=header_of(stable),
         name=rule.name,
         class_name=rule.torch_class,
         params=parameters_of(rule, "torch"),

@@ -1,0 +1,39 @@
+"""Native kernels autograd cannot differentiate, called where nothing differentiates them.
+
+`torch.ops.aten.silu_backward` computes a cotangent times silu's derivative in
+one pass where the composite takes six, but it has no derivative of its own:
+differentiating it (a backward with create_graph, forward mode over a
+backward, nested torch.func transforms such as `hessian`) raises "derivative
+for aten::silu_backward is not implemented".  torch's own silu rule switches
+to a composite when grad mode is on; the generated bodies switch on what the
+tensors are (`plain_tensors`), so a backward that nothing records keeps the
+kernel (it runs with grad mode off) and so does a jvp of plain tensors.
+"""
+
+import torch
+
+from ._plain import plain_tensors
+
+
+def silu_backward(grad, u):
+    """grad * d/du silu(u): one kernel on plain tensors, else a differentiable composite.
+
+    Both compute bfloat16 and float16 in float32 and round once, so a rule
+    whose bodies call it takes those dtypes as they are (plan.torch's
+    `_opmath_bodies`): the kernel does so itself, the composite here.
+    """
+    # Inside torch.compile the composite fuses into one loop anyway (the casts
+    # too), and the functorch queries of plain_tensors are not traced.
+    if torch.compiler.is_compiling() or not plain_tensors((grad, u)):
+        low = torch.promote_types(grad.dtype, u.dtype)
+        if low in _LOW_PRECISION:
+            grad, u = grad.float(), u.float()
+        s = torch.sigmoid(u)
+        # The cotangent last: the factor of u alone is what AOTAutograd's
+        # partitioner may compute in the forward's loop and keep.
+        result = grad * (s * (1 + u * (1 - s)))
+        return result.to(low) if low in _LOW_PRECISION else result
+    return torch.ops.aten.silu_backward(grad, u)
+
+
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
