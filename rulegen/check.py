@@ -319,7 +319,7 @@ def structured_arguments(rule: Rule, values: Sequence[Any]) -> list[Any]:
                 break
             arguments.append(value)
             continue
-        leaves = {i.name: next(pending) for i in p.leaves}
+        leaves = {i.dict_key if p.kind == "keys" else i.name: next(pending) for i in p.leaves}
         if p.kind == "fields":
             key = (names.camel_case(p.name), *leaves)
             if key not in _FIELD_TYPES:
@@ -1551,7 +1551,7 @@ def _leaves_of_arguments(rule: Rule, arguments: Sequence[Any]) -> list[Any]:
         elif p.kind == "fields":
             leaves += [getattr(a, i.name) for i in p.leaves]
         elif p.kind == "keys":
-            leaves += [a[i.name] for i in p.leaves]
+            leaves += [a[i.dict_key] for i in p.leaves]
         else:
             leaves += list(a)
     return leaves

@@ -265,6 +265,18 @@ class Input(Node):
         ),
     ] = ()
     shape: tuple[Annotated[int, Field(ge=0)], ...] = (3, 4)
+    key: Annotated[
+        Annotated[str, Field(min_length=1)] | None,
+        Field(
+            description="in a `keys` structure, the dict key holding this array where it is no Python name "
+            "(`layer.weight`); by default the array's own name"
+        ),
+    ] = None
+
+    @property
+    def dict_key(self) -> str:
+        """The key of a `keys` structure that holds this array."""
+        return self.name if self.key is None else self.key
 
     @model_validator(mode="before")
     @classmethod
@@ -392,6 +404,12 @@ class Structured(Node):
         for leaf in leaves:
             if leaf.static or leaf.has_default:
                 raise ValueError(f"{leaf.name!r}: a structure holds arrays; a static or defaulted input stands alone")
+            if leaf.key is not None and given[0] != "keys":
+                raise ValueError(f"{leaf.name!r}: `key` names a dict's key; a {given[0]} structure has none")
+        keys = [leaf.dict_key for leaf in leaves]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"the dict's key {twice[0]!r} holds two arrays")
         return self
 
     @property
@@ -768,6 +786,13 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
             errors.append(SpecError(loc, f"the name {name!r} is used twice (first at {places[name]})"))
         places.setdefault(name, loc)
     errors += _generated_name_errors(rule, named, places)
+    errors += [
+        SpecError(
+            p.loc, f"{p.name!r}: `key` names the dict key of an array in a `keys` structure; this input stands alone"
+        )
+        for p in rule.parameters
+        if not isinstance(p, Structured) and p.key is not None
+    ]
     errors += _union_errors(rule)
     errors += _returns_errors(rule)
     errors += _complex_errors(rule)

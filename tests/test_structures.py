@@ -109,7 +109,31 @@ def test_the_structured_rules_pass_rulegen_test():
     outcomes = run_checks(read_rules([RULES / "structures.yaml"]))
     assert not [o for o in outcomes if o.status == "fail"], [o for o in outcomes if o.status == "fail"]
     passed = {o.rule for o in outcomes if o.check == "structures" and o.status == "pass"}
-    assert passed == {"point_jvp", "point_vjp", "sincos", "hypot_pair", "gaussian_logpdf", "to_polar", "moments"}
+    assert passed == {
+        "point_jvp",
+        "point_vjp",
+        "sincos",
+        "hypot_pair",
+        "gaussian_logpdf",
+        "to_polar",
+        "moments",
+        "affine_state",
+    }
+
+
+def test_a_dict_input_may_hold_arrays_under_keys_that_are_no_python_names():
+    # affine_state: params = {"layer.weight": w, "layer.bias": b}, as a torch state_dict; the body reads w and b.
+    params = {"layer.weight": jnp.asarray(X), "layer.bias": jnp.asarray(Y)}
+    x = jnp.asarray([2.0, -1.0, 0.5])
+    np.testing.assert_allclose(gj.affine_state(x, params), x * X + Y)
+    grad = jax.grad(lambda p: gj.affine_state(x, p).sum())(params)
+    assert set(grad) == {"layer.weight", "layer.bias"}
+    np.testing.assert_allclose(grad["layer.weight"], x)
+    np.testing.assert_allclose(grad["layer.bias"], np.ones(3))
+    tparams = {k: torch.tensor(np.asarray(v)) for k, v in params.items()}
+    tgrad = torch.func.grad(lambda p: gt.affine_state(torch.tensor(np.asarray(x)), p).sum())(tparams)
+    assert set(tgrad) == {"layer.weight", "layer.bias"}
+    np.testing.assert_allclose(tgrad["layer.weight"].numpy(), np.asarray(x))
 
 
 def test_a_named_tuple_result_is_the_module_s_class_under_every_transform():
@@ -345,8 +369,49 @@ def _errors(tmp_path: Path, text: str) -> str:
             "bad.yaml:6:3",
             "a torch-only rule takes and returns flat arrays",
         ),
+        (
+            """
+            name: r
+            inputs:
+              x: {key: a.b}
+            forward: x
+            """,
+            "bad.yaml:4:3",
+            "`key` names the dict key of an array in a `keys` structure; this input stands alone",
+        ),
+        (
+            """
+            name: r
+            inputs:
+              pt: {fields: {x: {key: a.b}, y: {}}}
+            forward: x * y
+            """,
+            "bad.yaml:4:",
+            "`key` names a dict's key; a fields structure has none",
+        ),
+        (
+            """
+            name: r
+            inputs:
+              d: {keys: {x: {key: y}, y: {}}}
+            forward: x * y
+            """,
+            "bad.yaml:4:",
+            "the dict's key 'y' holds two arrays",
+        ),
     ],
-    ids=["two_kinds", "static_inside", "leaf_twice", "unknown_output", "output_left_out", "empty_tuple", "torch_only"],
+    ids=[
+        "two_kinds",
+        "static_inside",
+        "leaf_twice",
+        "unknown_output",
+        "output_left_out",
+        "empty_tuple",
+        "torch_only",
+        "key_alone",
+        "key_in_fields",
+        "key_twice",
+    ],
 )
 def test_a_bad_structure_is_refused_at_its_place(tmp_path, text, where, message):
     found = _errors(tmp_path, text)

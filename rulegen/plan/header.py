@@ -125,7 +125,7 @@ def unpacked(rule: Rule) -> tuple[str, ...]:
         if p.kind == "items":
             lines.append(f"({leaves[0]},) = {p.name}" if len(leaves) == 1 else f"{', '.join(leaves)} = {p.name}")
             continue
-        parts = [f"{p.name}.{n}" if p.kind == "fields" else f"{p.name}[{n!r}]" for n in leaves]
+        parts = [f"{p.name}.{i.name}" if p.kind == "fields" else f"{p.name}[{i.dict_key!r}]" for i in p.leaves]
         lines.append(f"{', '.join(leaves)} = {', '.join(parts)}")
     return tuple(lines)
 
@@ -276,7 +276,8 @@ def _structure_line(p: Structured) -> str:
     leaves = [i.name for i in p.leaves]
     what = {
         "fields": f"a named tuple (or any object) with fields {', '.join(leaves)}",
-        "keys": f"a dict with keys {', '.join(map(repr, leaves))}",
+        "keys": "a dict with keys "
+        + ", ".join(repr(i.dict_key) + ("" if i.key is None else f" ({i.name})") for i in p.leaves),
         "items": f"a tuple ({', '.join(leaves)})",
     }[p.kind]
     return f"    {p.name}: {what}"
