@@ -104,3 +104,34 @@ def test_an_output_of_another_shape_than_declared_is_a_clear_error_in_both_backe
         assert "batching: elementwise" in str(raised.value)
         with pytest.raises(ValueError, match=message):
             torch_rule(0.5, torch.ones(3, 4, dtype=torch.float64))
+
+
+INTEGER_OUTPUT = """
+name: mul_positive
+inputs: [x, y]
+outputs:
+  p: {}
+  k: {dtype: int, diff: false}
+forward:
+  numpy: return x * y, (x > 0).astype(np.int32)
+jvp:
+  python: return y * x_dot + x * y_dot
+batching: elementwise
+"""
+
+
+def test_an_integer_output_of_fewer_arrays_has_the_shape_and_dtype_the_fake_gives_it(tmp_path):
+    # torch's fake (torch.compile, export) says int64 of the broadcast shape; eagerly the host's
+    # int32 column came back as it was.
+    import importlib
+
+    with built_package(tmp_path, INTEGER_OUTPUT, "rg_integer_output"):
+        torch_rule = importlib.import_module("rg_integer_output.torch").mul_positive
+        jax_rule = importlib.import_module("rg_integer_output.jax").mul_positive
+        x = np.array([[1.0], [-1.0], [2.0]])
+        p, k = torch_rule(torch.tensor(x), torch.ones(1, 4, dtype=torch.float64))
+        assert p.shape == k.shape == (3, 4) and k.dtype == torch.int64
+        np.testing.assert_array_equal(k.numpy(), np.broadcast_to(x > 0, (3, 4)))
+        jp, jk = jax_rule(jnp.asarray(x), jnp.ones((1, 4)))
+        assert jp.shape == jk.shape == (3, 4)
+        np.testing.assert_array_equal(np.asarray(jk), np.broadcast_to(x > 0, (3, 4)))

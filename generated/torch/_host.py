@@ -29,8 +29,8 @@ def from_host(value, like, dtype=None):
     )
 
 
-def output_from_host(rule, output, value, like, arrays, *, elementwise):
-    """A host body's float `output` in the dtype and device of `like`, shaped as the fake says.
+def output_from_host(rule, output, value, like, arrays, dtype, *, elementwise):
+    """A host body's `output` in `dtype` on the device of `like`, shaped as the fake says.
 
     The fake, as JAX, knows the shape before the body runs: the first array
     input's, or with elementwise batching the broadcast of the arrays', to
@@ -44,10 +44,10 @@ def output_from_host(rule, output, value, like, arrays, *, elementwise):
     )
     array = np.asarray(value)
     if array.shape == shape:
-        return from_host(array, like, like.dtype)
+        return from_host(array, like, dtype)
     if elementwise and np.broadcast_shapes(array.shape, shape) == shape:
         # A tensor of its own, not a stride-0 view that an in-place update would write through.
-        return from_host(np.broadcast_to(array, shape).copy(), like, like.dtype)
+        return from_host(np.broadcast_to(array, shape).copy(), like, dtype)
     expected = (
         "the broadcast of its array inputs' shapes" if elementwise else "its first array's shape"
     )

@@ -21,8 +21,8 @@ def _forward(x, y):
 def _host_op(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     p, s = _forward(to_host(x), to_host(y))
     return output_from_host(
-        "host_mul_sin_vjp", "p", p, x, (x, y), elementwise=True
-    ), output_from_host("host_mul_sin_vjp", "s", s, x, (x, y), elementwise=True)
+        "host_mul_sin_vjp", "p", p, x, (x, y), x.dtype, elementwise=True
+    ), output_from_host("host_mul_sin_vjp", "s", s, x, (x, y), x.dtype, elementwise=True)
 
 
 @_host_op.register_fake

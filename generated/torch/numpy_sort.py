@@ -20,7 +20,7 @@ def _forward(x, dim):
 def _host_op(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     out, ind, ind_inv = _forward(to_host(x), dim)
     return (
-        output_from_host("numpy_sort", "out", out, x, (x,), elementwise=False),
+        output_from_host("numpy_sort", "out", out, x, (x,), x.dtype, elementwise=False),
         from_host(ind, x),
         from_host(ind_inv, x),
     )

@@ -19,7 +19,9 @@ def _forward(x, ind, dim):
 @torch.library.custom_op(__name__.replace(".", "_") + "::numpy_take", mutates_args=())
 def _host_op(x: torch.Tensor, ind: torch.Tensor, ind_inv: torch.Tensor, dim: int) -> torch.Tensor:
     out = _forward(to_host(x), to_host(ind), dim)
-    return output_from_host("numpy_take", "out", out, x, (x, ind, ind_inv), elementwise=False)
+    return output_from_host(
+        "numpy_take", "out", out, x, (x, ind, ind_inv), x.dtype, elementwise=False
+    )
 
 
 @_host_op.register_fake

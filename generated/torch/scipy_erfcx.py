@@ -19,7 +19,7 @@ def _forward(x):
 @torch.library.custom_op(__name__.replace(".", "_") + "::scipy_erfcx", mutates_args=())
 def _host_op(x: torch.Tensor) -> torch.Tensor:
     out = _forward(to_host(x))
-    return output_from_host("scipy_erfcx", "out", out, x, (x,), elementwise=True)
+    return output_from_host("scipy_erfcx", "out", out, x, (x,), x.dtype, elementwise=True)
 
 
 @_host_op.register_fake

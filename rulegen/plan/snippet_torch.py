@@ -232,14 +232,15 @@ def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
     args = ", ".join(f"to_host({n})" if n in p.arrays else n for n in forward.params)
     elementwise = rule.batching == "elementwise"
     arrays = f"({', '.join(p.arrays)}{',' if len(p.arrays) == 1 else ''})"
+    # As the fake types them: float outputs in the float arrays' dtype, integer and boolean ones in torch's.
+    dtypes = {"float": f"{like}.dtype", "int": "torch.int64", "bool": "torch.bool"}
     converted = []
     for n in values:
         spec = next((o for o in rule.outputs if o.name == n), None)
-        if spec is not None and spec.dtype == "float" and like is not None:
+        if spec is not None and like is not None:
             p.imports.add("from ._host import output_from_host")
-            converted.append(
-                f'output_from_host("{rule.name}", "{n}", {n}, {like}, {arrays}, elementwise={elementwise})'
-            )
+            call = f'"{rule.name}", "{n}", {n}, {like}, {arrays}, {dtypes[spec.dtype]}, elementwise={elementwise}'
+            converted.append(f"output_from_host({call})")
         elif like:
             p.imports.add("from ._host import from_host")
             converted.append(f"from_host({n}, {like})")
