@@ -14,6 +14,7 @@ kernel (it runs with grad mode off) and so does a jvp of plain tensors.
 import torch
 
 from ._plain import plain_tensors
+from ._util import in_float32, rounded
 
 
 def silu_backward(grad, u):
@@ -26,15 +27,9 @@ def silu_backward(grad, u):
     # Inside torch.compile the composite fuses into one loop anyway (the casts
     # too), and the functorch queries of plain_tensors are not traced.
     if torch.compiler.is_compiling() or not plain_tensors((grad, u)):
-        low = torch.promote_types(grad.dtype, u.dtype)
-        if low in _LOW_PRECISION:
-            grad, u = grad.float(), u.float()
+        (grad, u), low = in_float32(grad, u)
         s = torch.sigmoid(u)
         # The cotangent last: the factor of u alone is what AOTAutograd's
         # partitioner may compute in the forward's loop and keep.
-        result = grad * (s * (1 + u * (1 - s)))
-        return result.to(low) if low in _LOW_PRECISION else result
+        return rounded(low, grad * (s * (1 + u * (1 - s))))
     return torch.ops.aten.silu_backward(grad, u)
-
-
-_LOW_PRECISION = (torch.bfloat16, torch.float16)

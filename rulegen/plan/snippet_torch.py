@@ -202,8 +202,7 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
         returns=returns,
     )
     shape = _host_shape(p)
-    by_kind = {"float": f"{like}.dtype", "int": "torch.int64", "bool": "torch.bool"}
-    dtype_of = {o.name: by_kind[o.dtype] for o in rule.outputs}
+    dtype_of = _host_output_dtypes(p, like)
     lines = []
     if p.returned:
         # Residuals the body returns have the dtype it gives them (numpy_sort's integer
@@ -232,14 +231,12 @@ def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
     args = ", ".join(f"to_host({n})" if n in p.arrays else n for n in forward.params)
     elementwise = rule.batching == "elementwise"
     arrays = f"({', '.join(p.arrays)}{',' if len(p.arrays) == 1 else ''})"
-    # As the fake types them: float outputs in the float arrays' dtype, integer and boolean ones in torch's.
-    dtypes = {"float": f"{like}.dtype", "int": "torch.int64", "bool": "torch.bool"}
+    dtype_of = _host_output_dtypes(p, like) if like is not None else {}
     converted = []
     for n in values:
-        spec = next((o for o in rule.outputs if o.name == n), None)
-        if spec is not None and like is not None:
+        if n in dtype_of:
             p.imports.add("from ._host import output_from_host")
-            call = f'"{rule.name}", "{n}", {n}, {like}, {arrays}, {dtypes[spec.dtype]}, elementwise={elementwise}'
+            call = f'"{rule.name}", "{n}", {n}, {like}, {arrays}, {dtype_of[n]}, elementwise={elementwise}'
             converted.append(f"output_from_host({call})")
         elif like:
             p.imports.add("from ._host import from_host")
@@ -247,6 +244,12 @@ def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
         else:
             converted.append(f"torch.as_tensor({n})")
     return [f"{tuple_text(values)} = _forward({args})", f"return {tuple_text(converted)}"]
+
+
+def _host_output_dtypes(p: SnippetPlanner, like: str) -> dict[str, str]:
+    """Each output's dtype as the host op and its fake give it: float in `like`'s, integer and boolean in torch's."""
+    by_kind = {"float": f"{like}.dtype", "int": "torch.int64", "bool": "torch.bool"}
+    return {o.name: by_kind[o.dtype] for o in p.rule.outputs}
 
 
 def _host_shape(p: SnippetPlanner) -> str:
