@@ -11,10 +11,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 import typing
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -43,18 +45,40 @@ rules:
 SQUARE = "name: sq\ndoc: The square.\ninputs: [x]\nforward: x**2\n"
 
 
+def _site_packages() -> list[str]:
+    """Where this interpreter's installed packages live (a venv's own, and the base's if it sees them)."""
+    return [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+
+
 def _venv(path: Path) -> Path:
-    """A venv that sees this interpreter's packages (sympy, torch, jax) but not rulegen's source checkout."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(path)], check=True)
-    return path / "bin" / "python"
+    """A venv that sees this interpreter's packages (sympy, torch, jax) but not rulegen's source checkout.
+
+    `--system-site-packages` would not do: from inside a venv (how a newcomer runs the tests) it
+    shows the *base* interpreter's packages, not the outer venv's. A `.pth` file naming this
+    interpreter's site-packages shows them as plain paths, after the new venv's own; the
+    editable install's finder there is not loaded (a `.pth` path line processes no `.pth` files
+    inside it), so the checkout stays out of sight.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    python = path / "bin" / "python"
+    purelib = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    Path(purelib, "_outer_site_packages.pth").write_text("\n".join(_site_packages()) + "\n")
+    return python
+
+
+Completed = subprocess.CompletedProcess[str]
+
+
+def _run(command: list[str | Path], cwd: Path | None = None, env: dict[str, str] | None = None) -> Completed:
+    """`command` run to completion; on failure its stdout and stderr are the assertion's message."""
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, check=False, cwd=cwd, env=env)
+    said = f"{' '.join(map(str, command))} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, said
+    return done
 
 
 def _pip_install(python: Path, *args: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", *args],
-        check=True,
-        capture_output=True,
-    )
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", *args])
 
 
 def _clean_env() -> dict[str, str]:
@@ -131,9 +155,7 @@ def test_a_built_package_installs_as_a_distribution_of_its_own(tmp_path):
     )
     elsewhere = tmp_path / "elsewhere"  # not the folder holding my_rules/
     elsewhere.mkdir()
-    ran = subprocess.run([python, "-c", probe], cwd=elsewhere, capture_output=True, text=True, env=_clean_env())
-    assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.split() == ["9.0", "9.0"]
+    assert _run([python, "-c", probe], cwd=elsewhere, env=_clean_env()).stdout.split() == ["9.0", "9.0"]
 
 
 @pytest.mark.parametrize("name", ["my-rules", "class", "1st"])
@@ -147,40 +169,45 @@ def test_a_package_name_that_is_no_identifier_is_refused(tmp_path, name):
     assert not (tmp_path / "p").exists()
 
 
+_NOT_BUILT = ("build", "dist", "*.egg-info", "__pycache__", ".*", "venv", "generated", "tests", "benchmarks", "docs")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """rulegen's wheel, built from this checkout as `pip install .` builds it."""
+    # From a copy without build/: setuptools reuses build/lib, where a module the packaging misses
+    # may still lie from an older build (this test passed on a broken package list that way).
+    source = tmp_path_factory.mktemp("source") / "rulegen"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*_NOT_BUILT))
+    wheels = tmp_path_factory.mktemp("wheels")
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", wheels, source])
+    (built,) = wheels.glob("rulegen-*.whl")
+    return built
+
+
+def test_the_wheel_holds_every_module_template_and_helper_of_the_checkout(wheel):
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    source = {str(p.relative_to(ROOT)) for p in (ROOT / "rulegen").rglob("*.py") if "__pycache__" not in p.parts} | {
+        f"rulegen/templates/{p.name}" for p in (ROOT / "templates").glob("*.j2")
+    }
+    assert source - shipped == set()
+
+
 @pytest.mark.slow
-def test_rulegen_installed_from_a_wheel_builds_shows_and_tests_rules(tmp_path):
-    wheels = tmp_path / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(ROOT)],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = wheels.glob("rulegen-*.whl")
+def test_rulegen_installed_from_a_wheel_builds_shows_and_tests_rules(tmp_path, wheel):
     python = _venv(tmp_path / "venv")
     _pip_install(python, str(wheel))
-    rulegen = [str(python), "-m", "rulegen"]
     work = tmp_path / "work"  # no pyproject.toml, outside the checkout
     (work / "rules").mkdir(parents=True)
     (work / "rules" / "sq.yaml").write_text(SQUARE)
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([*rulegen, *args], cwd=work, capture_output=True, text=True, env=_clean_env())
-        assert done.returncode == 0, done.stderr + done.stdout
-        return done
+    def run(*args: str) -> Completed:
+        return _run([python, *args], cwd=work, env=_clean_env())
 
-    where = subprocess.run(
-        [python, "-c", "import rulegen.render as r; print(r.__file__); print(r.TEMPLATES)"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        env=_clean_env(),
-        check=True,
-    ).stdout.split()
+    where = run("-c", "import rulegen.render as r; print(r.__file__); print(r.TEMPLATES)").stdout.split()
     assert all(str(tmp_path / "venv") in p for p in where), where
-    run("build")
-    assert "def sq(" in run("show", "sq").stdout
-    assert "passed" in run("test", "rules", "--jobs", "1").stdout
+    run("-m", "rulegen", "build")
+    assert "def sq(" in run("-m", "rulegen", "show", "sq").stdout
+    assert "passed" in run("-m", "rulegen", "test", "rules", "--jobs", "1").stdout
     probe = "import generated.jax, generated.torch; print(float(generated.jax.sq(3.0)), float(generated.torch.sq(3.0)))"
-    ran = subprocess.run([python, "-c", probe], cwd=work, capture_output=True, text=True, env=_clean_env())
-    assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.split() == ["9.0", "9.0"]
+    assert run("-c", probe).stdout.split() == ["9.0", "9.0"]
