@@ -48,4 +48,8 @@ def test_quick_benchmarks_print_a_ratio_for_every_case():
         assert re.search(rf"^{re.escape(case)}(?: +{RATIO}){{8}}$", out, re.M), case
     for count in (10, 100):
         assert re.search(rf"^ +{count} +\d+\.\d\d +\d+\.\d +\d\.\d{{3}}$", out, re.M), count
+    for row in ["torch eager step", "torch compile step", "jax jit step"]:  # time ratio, then peak memory
+        assert re.search(rf"^{row} +{RATIO} +(n/a|\d+\.\d / \d+\.\d MiB)$", out, re.M), row
+    for row in ["torch jacfwd (input slice)", "torch hvp (fwd over rev)", "jax jacfwd (input slice)"]:
+        assert re.search(rf"^{re.escape(row)} +{RATIO}$", out, re.M), row
     assert re.search(r"^least squares: cold = \d+\.\d\d s \+ \d+\.\d ms x rules$", out, re.M)

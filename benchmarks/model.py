@@ -1,0 +1,321 @@
+"""A transformer-style training step with generated rules against the frameworks' native ops.
+
+    python -m benchmarks.model [--quick] [--rounds N]
+
+One pre-norm block (attention with a softmax, an MLP whose hidden layer is
+gelu(x W1) * swish(x W2)) and a logsumexp cross-entropy loss, float32 on the
+CPU, batch x sequence x width = 8 x 128 x 256 (4 heads, 1024 classes; `--quick`:
+2 x 32 x 64). Two variants of each model differ only in four functions:
+`F.gelu`, `F.silu`, `torch.softmax`, `torch.logsumexp` (JAX: `jax.nn.*`)
+against `generated.torch.gelu`, `f_swish`, `softmax`, `logsumexp`.
+
+Rows: one training step (forward, backward, an SGD update) in torch eager,
+under `torch.compile`, and in JAX under `jit`; then forward-mode lines,
+`jacfwd` of the loss with respect to a small input slice and a Hessian-vector
+product (forward over reverse). Each row runs the two variants interleaved
+(native, generated, native, ...) and shows the median of the per-round ratios
+generated / native with their min and max, so a noisy machine moves both
+alike. Peak memory: torch, the rise of the process's resident set during one
+step (Linux's peak-RSS counter, reset before the step); JAX, the compiled
+step's temporary buffers (`memory_analysis`).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812 - the conventional alias
+
+import generated.jax as gen_jax
+import generated.torch as gen_torch
+
+
+@dataclass(frozen=True)
+class Size:
+    batch: int
+    sequence: int
+    width: int
+    heads: int
+    classes: int
+
+
+FULL = Size(batch=8, sequence=128, width=256, heads=4, classes=1024)
+QUICK = Size(batch=2, sequence=32, width=64, heads=2, classes=128)
+
+
+@dataclass(frozen=True)
+class Ops:
+    """The four functions the variants differ in, each over the last axis where it reduces."""
+
+    gelu: Callable
+    swish: Callable
+    softmax: Callable
+    logsumexp: Callable
+
+
+TORCH_NATIVE = Ops(F.gelu, F.silu, lambda s: torch.softmax(s, dim=-1), lambda z: torch.logsumexp(z, dim=-1))
+TORCH_GENERATED = Ops(gen_torch.gelu, gen_torch.f_swish, gen_torch.softmax, gen_torch.logsumexp)
+JAX_NATIVE = Ops(lambda x: jax.nn.gelu(x, approximate=False), jax.nn.silu, jax.nn.softmax, jax.nn.logsumexp)
+JAX_GENERATED = Ops(gen_jax.gelu, gen_jax.f_swish, gen_jax.softmax, gen_jax.logsumexp)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, size: Size, ops: Ops) -> None:
+        super().__init__()
+        self.size, self.ops = size, ops
+        w = size.width
+        self.norm1, self.norm2 = torch.nn.LayerNorm(w), torch.nn.LayerNorm(w)
+        self.qkv, self.proj = torch.nn.Linear(w, 3 * w), torch.nn.Linear(w, w)
+        self.up_gelu, self.up_swish = torch.nn.Linear(w, 4 * w), torch.nn.Linear(w, 4 * w)
+        self.down = torch.nn.Linear(4 * w, w)
+        self.head = torch.nn.Linear(w, size.classes)
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, w = x.shape
+        h = self.size.heads
+        q, k, v = self.qkv(x).view(b, s, 3, h, w // h).permute(2, 0, 3, 1, 4)
+        weights = self.ops.softmax(q @ k.transpose(-1, -2) / math.sqrt(w // h))
+        return self.proj((weights @ v).transpose(1, 2).reshape(b, s, w))
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.norm1(x))
+        y = self.norm2(x)
+        x = x + self.down(self.ops.gelu(self.up_gelu(y)) * self.ops.swish(self.up_swish(y)))
+        logits = self.head(x)
+        picked = torch.gather(logits, -1, labels[..., None])[..., 0]
+        return (self.ops.logsumexp(logits) - picked).mean()
+
+
+def _torch_models(size: Size) -> tuple[Block, Block]:
+    torch.manual_seed(0)
+    native = Block(size, TORCH_NATIVE)
+    generated = Block(size, TORCH_GENERATED)
+    generated.load_state_dict(native.state_dict())
+    return native, generated
+
+
+def _torch_data(size: Size) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(size.batch, size.sequence, size.width, generator=g)
+    labels = torch.randint(0, size.classes, (size.batch, size.sequence), generator=g)
+    return x, labels
+
+
+def _torch_step(model: Block, compiled: bool) -> Callable[[torch.Tensor, torch.Tensor], float]:
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loss_of = torch.compile(model) if compiled else model
+
+    def step(x: torch.Tensor, labels: torch.Tensor) -> float:
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(x, labels)
+        loss.backward()
+        optimizer.step()
+        return float(loss.detach())
+
+    return step
+
+
+def _bound(step: Callable[[torch.Tensor, torch.Tensor], float], x, labels) -> Callable[[], float]:
+    return lambda: step(x, labels)
+
+
+def _seconds(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def _interleaved(native: Callable[[], object], generated: Callable[[], object], rounds: int) -> list[float]:
+    """Per-round ratios generated / native, each run once per round after a warm-up of both."""
+    for _ in range(2):
+        native(), generated()
+    ratios = []
+    for _ in range(rounds):
+        base = _seconds(native)
+        ratios.append(_seconds(generated) / base)
+    return ratios
+
+
+def _cell(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
+
+
+def _peak_rss_rise(run: Callable[[], object]) -> int | None:
+    """Bytes the resident set rose by at its peak during `run` (Linux: VmHWM reset by clear_refs)."""
+    status, clear = Path("/proc/self/status"), Path("/proc/self/clear_refs")
+    if not status.exists():
+        return None
+
+    def kib(field: str) -> int:
+        line = next(line for line in status.read_text().splitlines() if line.startswith(field))
+        return int(line.split()[1]) * 1024
+
+    gc.collect()
+    try:
+        clear.write_text("5")
+    except OSError:
+        return None
+    before = kib("VmRSS:")
+    run()
+    return kib("VmHWM:") - before
+
+
+def torch_rows(size: Size, rounds: int) -> list[tuple[str, str, str]]:
+    rows = []
+    x, labels = _torch_data(size)
+    for compiled in (False, True):
+        native, generated = _torch_models(size)
+        runs = [_bound(_torch_step(model, compiled), x, labels) for model in (native, generated)]
+        ratios = _interleaved(*runs, rounds)
+        memory = [_peak_rss_rise(run) for run in runs]
+        rows.append((f"torch {'compile' if compiled else 'eager'} step", _cell(ratios), _memory_cell(*memory)))
+    native, generated = _torch_models(size)
+    rows.append(("torch jacfwd (input slice)", _cell(_torch_forward_mode(native, generated, x, labels, rounds)), ""))
+    rows.append(("torch hvp (fwd over rev)", _cell(_torch_hvp(native, generated, x, labels, rounds)), ""))
+    return rows
+
+
+def _torch_forward_mode(native: Block, generated: Block, x, labels, rounds: int) -> list[float]:
+    # d loss / d x[0, 0, :8] over the first sequence: eight tangents pushed through the whole block.
+    def jac(model: Block) -> Callable[[], object]:
+        def loss_of_slice(piece: torch.Tensor) -> torch.Tensor:
+            first = torch.cat([piece, x[0, 0, 8:]])
+            return model(torch.cat([first[None], x[0, 1:]])[None], labels[:1])
+
+        return lambda: torch.func.jacfwd(loss_of_slice)(x[0, 0, :8])
+
+    with torch.no_grad():
+        return _interleaved(jac(native), jac(generated), rounds)
+
+
+def _torch_hvp(native: Block, generated: Block, x, labels, rounds: int) -> list[float]:
+    def hvp(model: Block) -> Callable[[], object]:
+        def loss_of_input(inp: torch.Tensor) -> torch.Tensor:
+            return model(inp, labels)
+
+        tangent = torch.ones_like(x)
+        return lambda: torch.func.jvp(torch.func.grad(loss_of_input), (x,), (tangent,))
+
+    return _interleaved(hvp(native), hvp(generated), rounds)
+
+
+def _memory_cell(native: int | None, generated: int | None) -> str:
+    if native is None or generated is None:
+        return "n/a"
+    return f"{generated / 2**20:.1f} / {native / 2**20:.1f} MiB"
+
+
+def _jax_params(size: Size) -> dict[str, jax.Array]:
+    rng = np.random.default_rng(0)
+    w, c = size.width, size.classes
+
+    def dense(n_in: int, n_out: int) -> jax.Array:
+        return jnp.asarray(rng.standard_normal((n_in, n_out), dtype=np.float32) / math.sqrt(n_in))
+
+    return {
+        "qkv": dense(w, 3 * w),
+        "proj": dense(w, w),
+        "up_gelu": dense(w, 4 * w),
+        "up_swish": dense(w, 4 * w),
+        "down": dense(4 * w, w),
+        "head": dense(w, c),
+    }
+
+
+def _layer_norm(x: jax.Array) -> jax.Array:
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+
+
+def _jax_loss(ops: Ops, size: Size) -> Callable:
+    def loss(params: dict[str, jax.Array], x: jax.Array, labels: jax.Array) -> jax.Array:
+        b, s, w = x.shape
+        h = size.heads
+        q, k, v = (_layer_norm(x) @ params["qkv"]).reshape(b, s, 3, h, w // h).transpose(2, 0, 3, 1, 4)
+        weights = ops.softmax(q @ k.swapaxes(-1, -2) / math.sqrt(w // h))
+        x = x + (weights @ v).swapaxes(1, 2).reshape(b, s, w) @ params["proj"]
+        y = _layer_norm(x)
+        x = x + (ops.gelu(y @ params["up_gelu"]) * ops.swish(y @ params["up_swish"])) @ params["down"]
+        logits = x @ params["head"]
+        picked = jnp.take_along_axis(logits, labels[..., None], -1)[..., 0]
+        return (ops.logsumexp(logits) - picked).mean()
+
+    return loss
+
+
+def jax_rows(size: Size, rounds: int) -> list[tuple[str, str, str]]:
+    params = _jax_params(size)
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.standard_normal((size.batch, size.sequence, size.width), dtype=np.float32))
+    labels = jnp.asarray(rng.integers(0, size.classes, (size.batch, size.sequence)))
+
+    def train_step(ops: Ops) -> Callable:
+        loss = _jax_loss(ops, size)
+
+        @jax.jit
+        def step(params: dict[str, jax.Array]) -> tuple[dict[str, jax.Array], jax.Array]:
+            value, grads = jax.value_and_grad(loss)(params, x, labels)
+            return jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads), value
+
+        return step
+
+    steps = train_step(JAX_NATIVE), train_step(JAX_GENERATED)
+    ratios = _interleaved(*(lambda step=step: jax.block_until_ready(step(params)) for step in steps), rounds)
+    temp = [step.lower(params).compile().memory_analysis() for step in steps]
+    memory = "n/a" if None in temp else f"{_temp(temp[1]) / 2**20:.1f} / {_temp(temp[0]) / 2**20:.1f} MiB"
+    rows = [("jax jit step", _cell(ratios), memory)]
+
+    def forward_mode(ops: Ops) -> Callable[[], object]:
+        loss = _jax_loss(ops, size)
+        jac = jax.jit(jax.jacfwd(lambda piece: loss(params, x[:1].at[0, 0, :8].set(piece), labels[:1])))
+        return lambda: jax.block_until_ready(jac(x[0, 0, :8]))
+
+    rows.append(
+        (
+            "jax jacfwd (input slice)",
+            _cell(_interleaved(forward_mode(JAX_NATIVE), forward_mode(JAX_GENERATED), rounds)),
+            "",
+        )
+    )
+
+    def hvp(ops: Ops) -> Callable[[], object]:
+        grad = jax.grad(lambda inp: _jax_loss(ops, size)(params, inp, labels))
+        product = jax.jit(lambda inp: jax.jvp(grad, (inp,), (jnp.ones_like(inp),))[1])
+        return lambda: jax.block_until_ready(product(x))
+
+    rows.append(("jax hvp (fwd over rev)", _cell(_interleaved(hvp(JAX_NATIVE), hvp(JAX_GENERATED), rounds)), ""))
+    return rows
+
+
+def _temp(analysis: object) -> int:
+    return int(getattr(analysis, "temp_size_in_bytes", 0))
+
+
+def main(argv: list[str]) -> int:
+    quick = "--quick" in argv
+    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else (3 if quick else 15)
+    size = QUICK if quick else FULL
+    print(
+        f"model step, float32, batch {size.batch} x sequence {size.sequence} x width {size.width}, "
+        f"{size.heads} heads, {size.classes} classes; {rounds} interleaved rounds, generated / native"
+    )
+    rows = [*torch_rows(size, rounds), *jax_rows(size, rounds)]
+    print(f"{'':28} {'time: median [min, max]':>26} {'peak memory gen / native':>26}")
+    for name, time_cell, memory_cell in rows:
+        print(f"{name:28} {time_cell:>26} {memory_cell:>26}".rstrip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
