@@ -248,6 +248,30 @@ def saved_bytes(f: Callable, xs: list[torch.Tensor]) -> int:
     return total - sum(x.untyped_storage().nbytes() for x in xs if x.untyped_storage().data_ptr() in seen)
 
 
+def copy_bandwidth(n: int, rounds: int = 20) -> float:
+    """Bytes per second this machine moves in a float32 copy of n elements (read + write), the best of `rounds`.
+
+    The best, not the median: the floor is what the machine can do, and a busy machine only slows a copy.
+    """
+    src, dst = torch.randn(n), torch.empty(n)
+    dst.copy_(src)
+    seconds = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        dst.copy_(src)
+        seconds.append(time.perf_counter() - start)
+    return 2 * 4 * n / min(seconds)
+
+
+def ideal_bytes(arity: int, n: int) -> int:
+    """What a forward+backward of an elementwise rule must move at least, in float32.
+
+    Forward: read the inputs, write the output. Backward: read the inputs (saved) and the
+    output's cotangent, write one gradient per input.
+    """
+    return 4 * n * ((arity + 1) + (arity + 1) + arity)
+
+
 def _ratio_cell(times: list[float], base: list[float]) -> str:
     """The median of the per-round ratios, with their min and max."""
     ratios = [a / b for a, b in zip(times, base, strict=True)]
@@ -261,7 +285,13 @@ def main(log2n: int) -> None:
         fused = fused_package(Path(tmp))
     print(f"torch eager, float32, {n} elements, forward+backward, {rounds} interleaved rounds")
     columns = ["gen/autodiff", "gen/hand", "fused/autodiff", "jvp gen/autodiff"]
-    print(f"{'case':<22} " + " ".join(f"{c:>22}" for c in columns) + f" {'saved MB gen/auto/hand/fused':>30}")
+    bandwidth = copy_bandwidth(n)
+    print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (the floor: an ideal forward+backward's bytes at that rate)")
+    print(
+        f"{'case':<22} "
+        + " ".join(f"{c:>22}" for c in columns)
+        + f" {'saved MB gen/auto/hand/fused':>30} {'floor/gen/fused ms':>20} {'fused/floor':>11}"
+    )
     for name, arity, generated, autodiff, hand, fused_name in CASES:
         gen_ = torch.Generator().manual_seed(0)
         xs = [torch.randn(n, generator=gen_) for _ in range(arity)]
@@ -286,7 +316,10 @@ def main(log2n: int) -> None:
                 jvp_times[k].append(forward_mode(f, xs))
         cells.append(_ratio_cell(jvp_times[0], jvp_times[1]))
         mb = "/".join(f"{saved_bytes(f, xs) / 2**20:.0f}" for f in impls)
-        print(f"{name:<22} " + " ".join(f"{c:>22}" for c in cells) + f" {mb:>30}")
+        floor = ideal_bytes(arity, n) / bandwidth
+        gen_s, fused_s = statistics.median(times[0]), statistics.median(times[3])
+        ms = f"{floor * 1e3:.2f}/{gen_s * 1e3:.2f}/{fused_s * 1e3:.2f}"
+        print(f"{name:<22} " + " ".join(f"{c:>22}" for c in cells) + f" {mb:>30} {ms:>20} {fused_s / floor:>10.1f}x")
     function_floor(n, rounds)
 
 

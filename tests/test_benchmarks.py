@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 RATIO = r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]"
+MS = r"\d+\.\d\d"
 
 
 @pytest.mark.slow
@@ -31,8 +32,10 @@ def test_quick_benchmarks_print_a_ratio_for_every_case():
         "softplus(beta x)/beta",
     ]
     for case in torch_cases:
-        # four ratio columns, then saved MB for the generated, autodiff, hand-written and fused Functions
-        assert re.search(rf"^{re.escape(case)} +{RATIO} +{RATIO} +{RATIO} +{RATIO} +\d+/\d+/\d+/\d+$", out, re.M), case
+        # four ratio columns, saved MB for the generated, autodiff, hand-written and fused Functions,
+        # then the floor, generated and fused milliseconds, and fused / floor
+        row = rf"^{re.escape(case)} +{RATIO} +{RATIO} +{RATIO} +{RATIO} +\d+/\d+/\d+/\d+ +{MS}/{MS}/{MS} +\d+\.\dx$"
+        assert re.search(row, out, re.M), case
     assert re.search(rf"minimal torch.func-style Function/autodiff {RATIO}, generated/autodiff {RATIO}$", out, re.M)
     for case in torch_cases:  # torch.compile: gen/composite, the two median times, graphs made of each step
         assert re.search(rf"^{re.escape(case)} +{RATIO} +\d+\.\d\d +\d+\.\d\d +\d+/\d+$", out, re.M), case
