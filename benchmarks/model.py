@@ -4,7 +4,7 @@
 
 One pre-norm block (attention with a softmax, an MLP whose hidden layer is
 gelu(x W1) * swish(x W2)) and a logsumexp cross-entropy loss, float32 on the
-CPU, batch x sequence x width = 8 x 128 x 256 (4 heads, 1024 classes; `--quick`:
+CPU, batch x sequence x width = 4 x 128 x 256 (4 heads, 1024 classes; `--quick`:
 2 x 32 x 64). Two variants of each model differ only in four functions:
 `F.gelu`, `F.silu`, `torch.softmax`, `torch.logsumexp` (JAX: `jax.nn.*`)
 against `generated.torch.gelu`, `f_swish`, `softmax`, `logsumexp`.
@@ -50,7 +50,7 @@ class Size:
     classes: int
 
 
-FULL = Size(batch=8, sequence=128, width=256, heads=4, classes=1024)
+FULL = Size(batch=4, sequence=128, width=256, heads=4, classes=1024)
 QUICK = Size(batch=2, sequence=32, width=64, heads=2, classes=128)
 
 
