@@ -359,6 +359,12 @@ def show(
             out_console.print(Syntax(text, "python", theme="ansi_dark", background_color="default"))
 
 
+#: The JSON Schema of rule files, written beside a new rule: editors with YAML
+#: support (VS Code's YAML extension, any client of yaml-language-server)
+#: read the first line of the rule and complete and check it as you type.
+SCHEMA_FILE = "rulegen.schema.json"
+MODELINE = f"# yaml-language-server: $schema={SCHEMA_FILE}\n"
+
 STARTER = """\
 # A rulegen rule: `rulegen build` turns it into JAX and PyTorch code.
 # Every key is in rulegen's guide (docs/guide.md) and in `rulegen schema` (JSON Schema).
@@ -398,16 +404,29 @@ def new(
         err_console.print(f"{path} exists; not overwritten")
         raise typer.Exit(EXIT_SPEC)
     target_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(STARTER.format(name=name))
+    path.write_text(MODELINE + STARTER.format(name=name))
     out_console.print(f"wrote {path}")
+    _write_schema(target_dir / SCHEMA_FILE)
+
+
+def _write_schema(path: Path) -> None:
+    """The rule format's JSON Schema at `path` (the file the modeline names), unless it is there already."""
+    text = _schema_text()
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+        out_console.print(f"wrote {path} (the JSON Schema your editor checks rule files with)")
 
 
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the rule format (for editors' YAML support)."""
+    sys.stdout.write(_schema_text())
+
+
+def _schema_text() -> str:
     from rulegen.spec import json_schema
 
-    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+    return json.dumps(json_schema(), indent=2) + "\n"
 
 
 def main() -> None:
