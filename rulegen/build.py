@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rulegen.errors import Loc, SpecError, SpecErrors, in_stage
-from rulegen.render import Distribution, render_package, template_files
+from rulegen.render import RUNTIME, Distribution, helper_closure, render_package, template_files
 from rulegen.routes import Routes
 from rulegen.spec import Rule, clash_errors, read_rule_file, rule_files
 from rulegen.write import (
@@ -115,6 +115,7 @@ class Generated:
     modules: Mapping[str, str]
     helpers: frozenset[str]  # the package's runtime helpers they import, as `jax/_util.py`
     requires: Mapping[str, frozenset[str]]  # per backend, the top-level modules they import
+    apis: frozenset[str]  # the framework APIs their bodies call whose age matters (rulegen.floors)
     torch_class: bool  # whether the torch module defines the rule's autograd.Function
 
 
@@ -166,6 +167,7 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
         modules=modules,
         helpers=frozenset(f"{backend}/{h}.py" for backend, n in needs.items() for h in n.helpers),
         requires={backend: n.modules for backend, n in needs.items()},
+        apis=jax_plan.needs.apis | torch_plan.needs.apis,
         torch_class=bool(torch_plan.class_name),
     )
 
@@ -337,6 +339,7 @@ def _generate_sources(found: _Sources, jobs: int) -> tuple[dict[str, str], list[
             files=tuple(sorted(files)),
             helpers=tuple(sorted(set().union(*(g.helpers for g in made)))),
             requires={b: tuple(sorted(set().union(*(g.requires[b] for g in made)))) for b in BACKENDS},
+            apis=tuple(sorted(set().union(*(g.apis for g in made)))),
             plain=tuple(sorted(r.name for r, g in zip(rules, outcomes, strict=True) if _without_class(g))),
         )
         rebuilt.append(key)
@@ -412,15 +415,21 @@ def distribution_of(name: str, records: Iterable[SourceRecord], version: str | N
     """The distribution `name` of a package of rules with these records: what they import, by distribution name.
 
     Each framework is required from the first release that has every API its
-    modules use (`rulegen.floors`).
+    modules use (`rulegen.floors`): what a rule module may print, what the
+    rules' bodies call, what the runtime helpers it ships call.
     """
     import sys
 
-    from rulegen.floors import package_floors
+    from rulegen.floors import RULE_MODULE_APIS, apis_used, floors_of
 
     records = list(records)
     installed = importlib.metadata.packages_distributions()
-    floors = package_floors(set().union(*(r.helpers for r in records)))
+    helpers = helper_closure(set().union(*(r.helpers for r in records)))
+    floors = floors_of(
+        {*RULE_MODULE_APIS, *(a for r in records for a in r.apis)}.union(
+            *(apis_used((RUNTIME / helper).read_text()) for helper in helpers)
+        )
+    )
 
     def requirement(module: str) -> str:
         if module in FRAMEWORKS:

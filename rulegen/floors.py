@@ -2,9 +2,11 @@
 
 One table maps each API whose age matters to the first release that has it;
 a package's floor for a framework is the newest of those releases over what
-its modules use: the rule modules (`RULE_MODULE_APIS`, what the templates
-and planners may print in one) and the runtime helpers it ships, read as
-code (`apis_used`).  `tests/test_floors.py` reads every module of a built
+its modules use: what the templates and planners may print in a rule module
+(`RULE_MODULE_APIS`), what the rule's own bodies call (read from their
+source by `rulegen.snippet`) and the runtime helpers it ships (read as code
+by the build), each through `apis_used`.  A table of facts, like
+`rulegen.functions`: it imports no stage.  `tests/test_floors.py` reads every module of a built
 package the same way and checks that its pyproject.toml's floors cover them,
 and that no API of a namespace that changes between releases goes
 unlisted.
@@ -16,8 +18,6 @@ import ast
 from collections.abc import Iterable, Iterator, Mapping
 
 from packaging.version import Version
-
-from rulegen.render import RUNTIME, helper_closure
 
 #: API -> (framework, the first release that has it), each checked against the
 #: sources or documentation of that release and the one before (where the API is
@@ -59,10 +59,14 @@ RULE_MODULE_APIS = (
 )
 
 
-def apis_used(source: str) -> set[str]:
-    """The framework APIs a Python module uses, in the table's notation (names resolved through its imports)."""
-    tree = ast.parse(source)
-    bound = dict(_imported_names(tree))
+def apis_used(code: str | ast.AST, scope: Mapping[str, str] | None = None) -> set[str]:
+    """The framework APIs Python code uses, in the table's notation (names resolved through its imports).
+
+    `scope` names the modules the code sees without importing them (a rule
+    body's `jnp` is `jax.numpy`).
+    """
+    tree = ast.parse(code) if isinstance(code, str) else code
+    bound = {**(scope or {}), **dict(_imported_names(tree))}
     used: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute | ast.Name):
@@ -76,7 +80,7 @@ def apis_used(source: str) -> set[str]:
     return used
 
 
-def _imported_names(tree: ast.Module) -> Iterator[tuple[str, str]]:
+def _imported_names(tree: ast.AST) -> Iterator[tuple[str, str]]:
     """Each name an absolute import binds, with the dotted name it stands for."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -104,6 +108,11 @@ def _covers(key: str, api: str) -> bool:
     return api == key or (not key.startswith(".") and "(" not in key and api.startswith(f"{key}."))
 
 
+def listed(apis: Iterable[str]) -> frozenset[str]:
+    """Those of `apis` whose age the table knows: all a record needs to keep."""
+    return frozenset(api for api in apis if any(_covers(key, api) for key in API_FLOORS))
+
+
 def floors_of(apis: Iterable[str]) -> dict[str, Version]:
     """Per framework, the first release that has every one of `apis` the table lists."""
     floors: dict[str, Version] = {}
@@ -112,11 +121,3 @@ def floors_of(apis: Iterable[str]) -> dict[str, Version]:
             if _covers(key, api):
                 floors[framework] = max(floors.get(framework, Version(release)), Version(release))
     return floors
-
-
-def package_floors(helpers: Iterable[str]) -> dict[str, Version]:
-    """The floors of a package whose rules import `helpers` (as `jax/_util.py`): its modules' APIs, as floors_of."""
-    used = set(RULE_MODULE_APIS)
-    for helper in helper_closure(helpers):
-        used |= apis_used((RUNTIME / helper).read_text())
-    return floors_of(used)

@@ -18,7 +18,7 @@ from packaging.version import Version
 from typer.testing import CliRunner
 
 from rulegen.cli import app
-from rulegen.floors import API_FLOORS, apis_used
+from rulegen.floors import API_FLOORS, apis_used, floors_of
 from tests.conftest import ROOT
 
 SQUARE = "name: sq\ndoc: The square.\ninputs: [x]\nforward: x**2\n"
@@ -107,13 +107,40 @@ def test_every_api_of_a_changing_namespace_has_a_row_in_the_table(shipped):
 
 def test_rulegens_own_jax_extra_covers_the_generated_code():
     # `rulegen test` runs the generated code: rulegen's extra must install a jax that has it.
-    from rulegen.floors import package_floors
     from rulegen.render import RUNTIME
 
-    every_helper = [str(p.relative_to(RUNTIME)) for p in RUNTIME.glob("jax/_*.py")]
+    every_helper = set().union(*(apis_used(p.read_text()) for p in RUNTIME.glob("jax/_*.py")))
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["jax"]
     (jax,) = [Requirement(line) for line in extra if line.startswith("jax>")]
-    assert Version(next(iter(jax.specifier)).version) >= package_floors(every_helper)["jax"]
+    assert Version(next(iter(jax.specifier)).version) >= floors_of(every_helper)["jax"]
+
+
+# A rule whose own bodies call what needs newer frameworks than anything rulegen writes for it.
+NEWER_BODIES = """\
+name: twice
+inputs: [x]
+forward:
+  torch: return 2 * x if torch.compiler.is_exporting() else x + x
+  jax: return jnp.asarray(2 * x, dtype=jax.typeof(x).dtype)
+"""
+PLAIN_BODIES = """\
+name: twice
+inputs: [x]
+forward:
+  torch: return 2 * x
+  jax: return 2 * x
+"""
+
+
+@pytest.mark.parametrize(("text", "torch", "jax"), [(PLAIN_BODIES, "2.4", "0.5.3"), (NEWER_BODIES, "2.7", "0.5.3")])
+def test_the_floors_cover_what_the_rules_own_bodies_call(tmp_path, text, torch, jax):
+    (tmp_path / "twice.yaml").write_text(text)
+    out = tmp_path / "twice_pkg"
+    for version in ("1.0", "1.1"):  # the second build reuses the rule's record: the floors must survive it
+        arguments = ["--package-name", "twice_pkg", "--package-version", version, "--jobs", "1"]
+        result = CliRunner().invoke(app, ["build", str(tmp_path / "twice.yaml"), "--out", str(out), *arguments])
+        assert result.exit_code == 0, result.output
+        assert _floors(out / "pyproject.toml") == {"torch": Version(torch), "jax": Version(jax)}
 
 
 def test_apis_are_read_through_imports_and_keywords():
