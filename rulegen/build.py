@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rulegen.errors import Loc, SpecError, SpecErrors, in_stage
-from rulegen.render import Distribution, render_package, template_files
+from rulegen.render import RUNTIME, Distribution, helper_closure, render_package, template_files
 from rulegen.routes import Routes
 from rulegen.spec import Rule, clash_errors, read_rule_file, rule_files
 from rulegen.write import (
@@ -115,6 +115,7 @@ class Generated:
     modules: Mapping[str, str]
     helpers: frozenset[str]  # the package's runtime helpers they import, as `jax/_util.py`
     requires: Mapping[str, frozenset[str]]  # per backend, the top-level modules they import
+    apis: frozenset[str]  # the framework APIs their bodies call whose age matters (rulegen.floors)
     torch_class: bool  # whether the torch module defines the rule's autograd.Function
 
 
@@ -166,6 +167,7 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
         modules=modules,
         helpers=frozenset(f"{backend}/{h}.py" for backend, n in needs.items() for h in n.helpers),
         requires={backend: n.modules for backend, n in needs.items()},
+        apis=jax_plan.needs.apis | torch_plan.needs.apis,
         torch_class=bool(torch_plan.class_name),
     )
 
@@ -337,6 +339,7 @@ def _generate_sources(found: _Sources, jobs: int) -> tuple[dict[str, str], list[
             files=tuple(sorted(files)),
             helpers=tuple(sorted(set().union(*(g.helpers for g in made)))),
             requires={b: tuple(sorted(set().union(*(g.requires[b] for g in made)))) for b in BACKENDS},
+            apis=tuple(sorted(set().union(*(g.apis for g in made)))),
             plain=tuple(sorted(r.name for r, g in zip(rules, outcomes, strict=True) if _without_class(g))),
         )
         rebuilt.append(key)
@@ -349,11 +352,16 @@ def _without_class(outcome: Generated | SpecErrors) -> bool:
 
 
 def plan_build(
-    paths: Iterable[Path], out: Path, jobs: int = 1, package_name: str | None = None
+    paths: Iterable[Path],
+    out: Path,
+    jobs: int = 1,
+    package_name: str | None = None,
+    package_version: str | None = None,
 ) -> tuple[Plan, Manifest, tuple[str, ...], tuple[str, ...], dict[str, str]]:
     """What `out` should hold for the rules in `paths`; SpecErrors if any rule is bad.
 
-    With `package_name`, the package gets a pyproject.toml of its own.
+    With `package_name`, the package gets a pyproject.toml of its own, of
+    `package_version` (default 0.1.0).
 
     Also returns the previous manifest, the rule files derived and reused,
     and the hashes of the files already read from `out` (for `compare`).
@@ -371,7 +379,7 @@ def plan_build(
     read = {rel: previous.files[rel] for rel in texts}
     helpers = sorted(set().union(*(r.helpers for r in records.values())))
     classes = [(name, None if name in r.plain else cls) for r in records.values() for name, cls in r.rules]
-    distribution = distribution_of(package_name, records.values()) if package_name else None
+    distribution = distribution_of(package_name, records.values(), package_version) if package_name else None
     package_hash = sha256(json.dumps([sorted(classes), helpers, repr(distribution)]))
     package = previous.package
     if (
@@ -400,29 +408,45 @@ def plan_build(
 BACKENDS = ("jax", "torch")
 
 #: The frameworks, by import name: a backend's extra, never a dependency of both.
-FRAMEWORKS = {"jax": "jax>=0.4.30", "torch": "torch>=2.1"}
+FRAMEWORKS = ("jax", "torch")
 
 
-def distribution_of(name: str, records: Iterable[SourceRecord]) -> Distribution:
-    """The distribution `name` of a package of rules with these records: what they import, by distribution name."""
+def distribution_of(name: str, records: Iterable[SourceRecord], version: str | None = None) -> Distribution:
+    """The distribution `name` of a package of rules with these records: what they import, by distribution name.
+
+    Each framework is required from the first release that has every API its
+    modules use (`rulegen.floors`): what a rule module may print, what the
+    rules' bodies call, what the runtime helpers it ships call.
+    """
     import sys
 
-    installed = importlib.metadata.packages_distributions()
-
-    def requirement(module: str) -> str:
-        return FRAMEWORKS.get(module) or next(iter(installed.get(module, [])), module)
+    from rulegen.floors import RULE_MODULE_APIS, apis_used, floors_of
 
     records = list(records)
+    installed = importlib.metadata.packages_distributions()
+    helpers = helper_closure(set().union(*(r.helpers for r in records)))
+    floors = floors_of(
+        {*RULE_MODULE_APIS, *(a for r in records for a in r.apis)}.union(
+            *(apis_used((RUNTIME / helper).read_text()) for helper in helpers)
+        )
+    )
+
+    def requirement(module: str) -> str:
+        if module in FRAMEWORKS:
+            return f"{module}>={floors[module]}" if module in floors else module
+        return next(iter(installed.get(module, [])), module)
+
     used = {
         backend: {m for r in records for m in r.requires.get(backend, ()) if m not in sys.stdlib_module_names}
         for backend in BACKENDS
     }
-    common = (used["jax"] | used["torch"]) - FRAMEWORKS.keys()
+    common = (used["jax"] | used["torch"]) - set(FRAMEWORKS)
     return Distribution(
         name=name,
+        version=version or Distribution.version,
         dependencies=tuple(sorted({requirement(m) for m in common})),
         extras={
-            backend: tuple(sorted({requirement(m) for m in (used[backend] & FRAMEWORKS.keys()) | {backend}}))
+            backend: tuple(sorted({requirement(m) for m in (used[backend] & set(FRAMEWORKS)) | {backend}}))
             for backend in BACKENDS
         },
     )
@@ -470,10 +494,12 @@ def build(
     force: bool = False,
     jobs: int = 1,
     package_name: str | None = None,
+    package_version: str | None = None,
 ) -> BuildResult:
     """Build the package at `out`; with `check`, only report what a build would change.
 
-    With `package_name`, `out` also gets a pyproject.toml: a distribution of that name.
+    With `package_name`, `out` also gets a pyproject.toml: a distribution of that
+    name, of `package_version` (default 0.1.0).
 
     With `jobs` above 1, rules are derived in up to that many worker processes
     (the output is the same); the calling script's main module must then be
@@ -481,7 +507,7 @@ def build(
     """
     if out.exists() and not out.is_dir():
         raise SpecErrors([SpecError(Loc(str(out)), "the output names a file; it must be a folder (the package)")])
-    plan, previous, rebuilt, reused, read = plan_build(paths, out, jobs, package_name)
+    plan, previous, rebuilt, reused, read = plan_build(paths, out, jobs, package_name, package_version)
     difference = compare(out, plan, previous, read)
     if not check:
         if difference.edited and not force:

@@ -42,6 +42,7 @@ class Config:
     out: Path
     pyproject: Path | None = None  # where [tool.rulegen] was found; None: the defaults of the working directory
     package_name: str | None = None  # `package-name`: see `build --package-name`
+    package_version: str | None = None  # `package-version`: see `build --package-version`
 
 
 def load_config(start: Path | None = None) -> Config:
@@ -62,6 +63,7 @@ def load_config(start: Path | None = None) -> Config:
                     folder / table.get("out", "generated"),
                     pyproject,
                     table.get("package-name"),
+                    table.get("package-version"),
                 )
     return Config((here / "rules",), here / "generated")
 
@@ -151,6 +153,13 @@ def build(
             "(default: [tool.rulegen] package-name; none)",
         ),
     ] = None,
+    package_version: Annotated[
+        str | None,
+        typer.Option(
+            "--package-version",
+            help="The version of that distribution, a PEP 440 version (default: [tool.rulegen] package-version; 0.1.0)",
+        ),
+    ] = None,
 ) -> None:
     """Validate the rules, derive what they lack, and write the package."""
     from rulegen.build import HandEditedError, OutputError, available_cores
@@ -161,10 +170,17 @@ def build(
     paths = rule_paths(rules, config)
     target = out or config.out
     package_name = _package_name(package_name or config.package_name)
+    package_version = _package_version(package_version, config, package_name)
     started = time.perf_counter()
     try:
         result = run_build(
-            paths, target, check=check, force=force, jobs=jobs or available_cores(), package_name=package_name
+            paths,
+            target,
+            check=check,
+            force=force,
+            jobs=jobs or available_cores(),
+            package_name=package_name,
+            package_version=package_version,
         )
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
@@ -188,6 +204,29 @@ def _package_name(name: str | None) -> str | None:
         err_console.print(f"[red]error:[/red] --package-name {name!r}: the name must be a Python identifier")
         raise typer.Exit(EXIT_SPEC)
     return name
+
+
+def _package_version(given: str | None, config: Config, package_name: str | None) -> str | None:
+    """The distribution's version, `given` or the project's, normalised; exit 2 where it is no PEP 440 version."""
+    from packaging.version import InvalidVersion, Version
+    from rich.markup import escape
+
+    version = given if given is not None else config.package_version
+    if version is None:
+        return None
+    source = "--package-version" if given is not None else f"{config.pyproject}: [tool.rulegen] package-version"
+    problem = None
+    if not isinstance(version, str):
+        problem = 'the version must be a string, as "1.2.0"'
+    elif package_name is None:
+        problem = "a version needs a distribution: give --package-name (or [tool.rulegen] package-name) too"
+    else:
+        try:
+            return str(Version(version))
+        except InvalidVersion:
+            problem = "not a PEP 440 version (as 1.2.0, 2.0rc1, 0.3.post1)"
+    err_console.print(f"[red]error:[/red] {escape(f'{source} {version!r}: {problem}')}; nothing was written.")
+    raise typer.Exit(EXIT_SPEC)
 
 
 def _report_build(result: BuildResult, target: Path, *, check: bool, seconds: float) -> None:
@@ -320,6 +359,12 @@ def show(
             out_console.print(Syntax(text, "python", theme="ansi_dark", background_color="default"))
 
 
+#: The JSON Schema of rule files, written beside a new rule: editors with YAML
+#: support (VS Code's YAML extension, any client of yaml-language-server)
+#: read the first line of the rule and complete and check it as you type.
+SCHEMA_FILE = "rulegen.schema.json"
+MODELINE = f"# yaml-language-server: $schema={SCHEMA_FILE}\n"
+
 STARTER = """\
 # A rulegen rule: `rulegen build` turns it into JAX and PyTorch code.
 # Every key is in rulegen's guide (docs/guide.md) and in `rulegen schema` (JSON Schema).
@@ -359,16 +404,29 @@ def new(
         err_console.print(f"{path} exists; not overwritten")
         raise typer.Exit(EXIT_SPEC)
     target_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(STARTER.format(name=name))
+    path.write_text(MODELINE + STARTER.format(name=name))
     out_console.print(f"wrote {path}")
+    _write_schema(target_dir / SCHEMA_FILE)
+
+
+def _write_schema(path: Path) -> None:
+    """The rule format's JSON Schema at `path` (the file the modeline names), unless it is there already."""
+    text = _schema_text()
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+        out_console.print(f"wrote {path} (the JSON Schema your editor checks rule files with)")
 
 
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the rule format (for editors' YAML support)."""
+    sys.stdout.write(_schema_text())
+
+
+def _schema_text() -> str:
     from rulegen.spec import json_schema
 
-    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+    return json.dumps(json_schema(), indent=2) + "\n"
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ import sympy as sp
 
 from rulegen.errors import Loc, SpecError, SpecErrors
 from rulegen.expr import parse_expression
+from rulegen.floors import apis_used, listed
 from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
 from rulegen.symbols import scope, symbols_of
@@ -34,6 +35,8 @@ MODULES = {
     "numpy": frozenset({"np", "math", "scipy"}),
 }
 _BUILTINS = frozenset(dir(builtins))
+#: The framework modules behind those names (`xp` is whichever framework runs the body).
+_FRAMEWORK_NAMES = {"jax": "jax", "jnp": "jax.numpy", "lax": "jax.lax", "torch": "torch"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Snippet:
     text: Text
     reads: frozenset[str]
     imports: frozenset[str] = frozenset()  # top-level modules the body imports itself
+    apis: frozenset[str] = frozenset()  # the framework APIs it calls whose age matters (rulegen.floors)
 
 
 def _bound_names(tree: ast.AST) -> set[str]:
@@ -89,7 +93,8 @@ def parse_snippet(kind: str, text: Text, scope: Iterable[str], rules: Iterable[s
                 where = text.loc.offset(node.lineno - 1, node.col_offset - 4)
                 raise SpecError(where, f"unknown name {node.id!r} in the `{kind}` body{hint}")
             reads.add(node.id)
-    return Snippet(kind=kind, text=text, reads=frozenset(reads), imports=_imported_modules(function))
+    apis = listed(apis_used(function, {n: m for n, m in _FRAMEWORK_NAMES.items() if n in MODULES[kind]}))
+    return Snippet(kind=kind, text=text, reads=frozenset(reads), imports=_imported_modules(function), apis=apis)
 
 
 def _imported_modules(tree: ast.AST) -> frozenset[str]:
@@ -127,6 +132,7 @@ class Code:
     calls: tuple[str, ...] = ()  # other rules of the build it calls
     modules: tuple[str, ...] = ()  # module names it reads (np, jnp, torch, ...)
     imports: tuple[str, ...] = ()  # top-level modules the body imports itself
+    apis: tuple[str, ...] = ()  # the framework APIs it calls whose age matters (rulegen.floors)
 
     @property
     def host(self) -> bool:
@@ -214,6 +220,7 @@ class _SnippetDeriver:
                 ),
                 modules=tuple(sorted(snippet.reads & MODULES[chosen] - set(scope))),
                 imports=tuple(sorted(snippet.imports)),
+                apis=tuple(sorted(snippet.apis)),
             )
         return found
 

@@ -46,6 +46,7 @@ class SourceRecord:
     # (`jax/_util.py`), and per backend the top-level modules they import.
     helpers: tuple[str, ...] = ()
     requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    apis: tuple[str, ...] = ()  # framework APIs their bodies call whose age matters (rulegen.floors)
     plain: tuple[str, ...] = ()  # rules whose torch module defines no Function class
 
 
@@ -84,6 +85,7 @@ class Manifest:
                     files=tuple(s["files"]),
                     helpers=tuple(s["helpers"]),
                     requires={b: tuple(m) for b, m in s["requires"].items()},
+                    apis=tuple(s.get("apis", ())),  # absent from manifests of older rulegens
                     plain=tuple(s["plain"]),
                 )
                 for path, s in data["sources"].items()
@@ -113,6 +115,7 @@ class Manifest:
                     "files": list(s.files),
                     "helpers": list(s.helpers),
                     "requires": {b: list(m) for b, m in sorted(s.requires.items())},
+                    "apis": list(s.apis),
                     "plain": list(s.plain),
                 }
                 for path, s in sorted(self.sources.items())

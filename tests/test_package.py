@@ -144,7 +144,7 @@ def test_a_built_package_installs_as_a_distribution_of_its_own(tmp_path):
     )
     assert result.exit_code == 0, result.output
     pyproject = (out / "pyproject.toml").read_text()
-    assert 'name = "my_rules"' in pyproject and 'jax = ["jax>=0.4.30"]' in pyproject
+    assert 'name = "my_rules"' in pyproject and 'jax = ["jax>=' in pyproject
     python = _venv(tmp_path / "venv")
     _pip_install(python, "--no-build-isolation", str(out))
     probe = (

@@ -29,10 +29,13 @@ class Needs:
 
     helpers: frozenset[str]  # runtime helpers of the package, as `_util`
     modules: frozenset[str]  # top-level modules, as `numpy`, `torch`
+    apis: frozenset[str] = frozenset()  # framework APIs the rule's bodies call whose age matters (rulegen.floors)
 
 
-def needs_of(imports: Iterable[str], *, helpers: Iterable[str] = (), modules: Iterable[str] = ()) -> Needs:
-    """The Needs of a module with these import statements, and the `helpers` and `modules` it uses otherwise."""
+def needs_of(
+    imports: Iterable[str], *, helpers: Iterable[str] = (), modules: Iterable[str] = (), apis: Iterable[str] = ()
+) -> Needs:
+    """The Needs of a module with these import statements, the `helpers` and `modules` it uses otherwise, its `apis`."""
     found_helpers, found_modules = set(helpers), set(modules)
     for statement in imports:
         for node in ast.parse(statement).body:
@@ -42,7 +45,7 @@ def needs_of(imports: Iterable[str], *, helpers: Iterable[str] = (), modules: It
                 found_helpers.add(node.module)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found_modules.add(node.module.split(".")[0])
-    return Needs(frozenset(found_helpers), frozenset(found_modules))
+    return Needs(frozenset(found_helpers), frozenset(found_modules), frozenset(apis))
 
 
 @dataclass(frozen=True)
@@ -248,9 +251,10 @@ class SnippetPlan:
     compiled_subclass: bool = False
     called: tuple[str, ...] = ()  # the other rules its bodies call, imported at the module's end
     requires: tuple[str, ...] = ()  # modules imported inside functions: by the bodies, or the bridge's torch
+    apis: tuple[str, ...] = ()  # the framework APIs its bodies call whose age matters (rulegen.floors)
     exported_op: str = ""  # torch: the module-level line making the rule's op for torch.export; "" without one
     result_classes: tuple[str, ...] = ()  # the named tuples returned (see header.result_classes)
 
     @property
     def needs(self) -> Needs:
-        return needs_of(self.imports, modules=self.requires)
+        return needs_of(self.imports, modules=self.requires, apis=self.apis)

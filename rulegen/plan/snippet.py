@@ -120,6 +120,7 @@ class SnippetPlanner:
         self.bodies = tuple(f for f, _ in made if f.name not in self.inlined)
         calls = {name for c in codes if c and backend in c for name in c[backend].calls}
         self.requires = tuple(sorted({m for c in codes if c and backend in c for m in c[backend].imports}))
+        self.apis = tuple(sorted({a for c in codes if c and backend in c for a in c[backend].apis}))
         self.called = tuple(sorted(calls - {rule.name}))
         self.broadcastable = len(self.arrays) > 1
 

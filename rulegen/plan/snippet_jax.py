@@ -68,6 +68,7 @@ def _module(
         methods=tuple(methods),
         tail=tuple(tail),
         requires=tuple(sorted({*(p.requires if bodies else ()), *requires})),
+        apis=p.apis if bodies else (),
         result_classes=classes,
     )
 

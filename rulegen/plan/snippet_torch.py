@@ -92,6 +92,7 @@ def _module(
         class_attrs=class_attrs,
         compiled_subclass=function,
         requires=p.requires,
+        apis=p.apis,
         exported_op=exported_op,
         result_classes=classes,
     )
