@@ -286,8 +286,11 @@ class Backend(StrEnum):
 @app.command()
 def show(
     name: Annotated[str, typer.Argument(help="Rule name")],
+    files: RulesArg = None,
     backend: Annotated[Backend | None, typer.Option("--backend", "-b")] = None,
-    rules: Annotated[list[Path] | None, typer.Option("--rules", help="Rule files or folders")] = None,
+    rules: Annotated[
+        list[Path] | None, typer.Option("--rules", help="Rule files or folders (as the arguments after NAME)")
+    ] = None,
 ) -> None:
     """Print the routes (rulegen/routes.py) and the generated code of one rule."""
     from rich.markup import escape
@@ -299,25 +302,36 @@ def show(
     from rulegen.spec import read_rules, rule_files
     from rulegen.write import format_sources
 
-    paths = rule_paths(rules, load_config())
+    paths = rule_paths([*(files or ()), *(rules or ())], load_config())
     try:
-        files = [display_path(path) for path in rule_files(paths)]
-        found = read_rules(files)
+        shown = [display_path(path) for path in rule_files(paths)]
+        found = read_rules(shown)
         rule = next((r for r in found if r.name == name), None)
         if rule is not None:
-            known = {r.name for r in (*found, *project_rules(files))}
+            known = {r.name for r in (*found, *project_rules(shown))}
             routes, modules = derive_and_generate(rule, known)
             generated = format_sources(modules)
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
     if rule is None:
-        err_console.print(f"no rule named {name!r}")
+        err_console.print(escape(f"no rule named {name!r}{_did_you_mean(name, [r.name for r in found])}"))
         raise typer.Exit(EXIT_SPEC)
     out_console.print(f"[dim]routes: {escape(describe(routes))}[/dim]")
     for rel, text in sorted(generated.items()):
         if backend is None or rel.startswith(backend.value):
             out_console.rule(rel)
             out_console.print(Syntax(text, "python", theme="ansi_dark", background_color="default"))
+
+
+def _did_you_mean(name: str, known: Sequence[str]) -> str:
+    """A hint naming the rules whose names are near `name` (a prefix, or a few letters off), or nothing."""
+    import difflib
+
+    near = [k for k in known if k.startswith(name) or name.startswith(k)]
+    near += [k for k in difflib.get_close_matches(name, known, n=3, cutoff=0.6) if k not in near]
+    if not near:
+        return f" among {len(known)} rules" if known else ""
+    return f"; did you mean {' or '.join(repr(k) for k in near[:3])}?"
 
 
 STARTER = """\
