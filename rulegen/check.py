@@ -1797,5 +1797,51 @@ def report_table(outcomes: Sequence[Outcome]):
     return table
 
 
+# Two letters per check: the compact table's column heads, spelled out in its legend.
+CHECK_CODES = {
+    "forward": "fw",
+    "mpmath": "mp",
+    "wide": "wi",
+    "jvp_fd": "jf",
+    "vjp_dot": "vd",
+    "cross_backend": "cb",
+    "second_order": "so",
+    "transforms_jax": "tj",
+    "transforms_torch": "tt",
+    "broadcast": "bc",
+    "float32": "32",
+    "low_precision": "lp",
+    "dtype": "dt",
+    "scalars": "sc",
+    "points": "pt",
+    "structures": "st",
+    "compile": "co",
+    "durability": "du",
+}
+_MARKS = {"pass": "[green]✓[/green]", "fail": "[bold red]✗[/bold red]", "n/a": "[dim]·[/dim]"}
+
+
+def compact_table(outcomes: Sequence[Outcome]):
+    """One row per rule, one mark per check under its two-letter code: fits 80 columns (see `legend`)."""
+    from rich.table import Table
+
+    table = Table(title="rulegen test", box=None, pad_edge=False, collapse_padding=True, title_justify="left")
+    table.add_column("rule", overflow="fold")
+    for check in CHECKS:
+        table.add_column(CHECK_CODES[check], justify="center", no_wrap=True, min_width=2)
+    by_rule: dict[str, dict[str, Outcome]] = {}
+    for o in outcomes:
+        by_rule.setdefault(o.rule, {})[o.check] = o
+    for rule, cells in by_rule.items():
+        table.add_row(rule, *(_MARKS[cells[c].status] if c in cells else "" for c in CHECKS))
+    return table
+
+
+def legend() -> str:
+    """What the compact table's marks and column codes mean."""
+    codes = ", ".join(f"{CHECK_CODES[check]} {check}" for check in CHECKS)
+    return f"{_MARKS['pass']} pass  {_MARKS['fail']} FAIL  {_MARKS['n/a']} n/a (reasons below); {codes}"
+
+
 def outcomes_json(outcomes: Sequence[Outcome]) -> str:
     return json.dumps([asdict(o) for o in outcomes], indent=1)

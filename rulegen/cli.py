@@ -215,6 +215,9 @@ def test(
         bool, typer.Option("--compile", help="Also check torch.compile(fullgraph=True) (slow)")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcomes as JSON")] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="The table with every check's name spelled out (about 230 columns)")
+    ] = False,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -254,27 +257,36 @@ def test(
     if as_json:
         sys.stdout.write(outcomes_json(outcomes) + "\n")
     else:
-        _report_checks(outcomes)
+        _report_checks(outcomes, wide=wide)
     if any(o.status == "fail" for o in outcomes):
         raise typer.Exit(1)
 
 
-def _report_checks(outcomes: Sequence[Outcome]) -> None:
-    """The table of outcomes, then each failure, each reason for n/a, and the summary."""
+def _report_checks(outcomes: Sequence[Outcome], *, wide: bool) -> None:
+    """The table of outcomes, then each failure, each reason for n/a, and the summary.
+
+    The compact table (a mark per check under a two-letter code) and the
+    lines after it fit the console; `wide` prints the table with the checks'
+    names instead, whole, and the lines unwrapped.
+    """
     from rich.markup import escape
     from rich.measure import Measurement
 
-    from rulegen.check import report_table, summary
+    from rulegen.check import compact_table, legend, report_table, summary
 
-    table = report_table(outcomes)
-    # A file or a pipe has no width to fit: print the table whole, not cut to 80 columns.
-    whole = Measurement.get(out_console, out_console.options.update(width=10_000), table).maximum
-    (out_console if out_console.is_terminal else Console(highlight=False, width=whole)).print(table)
+    if wide:
+        table = report_table(outcomes)
+        # A file or a pipe has no width to fit: print the table whole, not cut to 80 columns.
+        whole = Measurement.get(out_console, out_console.options.update(width=10_000), table).maximum
+        (out_console if out_console.is_terminal else Console(highlight=False, width=whole)).print(table)
+    else:
+        out_console.print(compact_table(outcomes))
+        out_console.print(legend(), soft_wrap=False)
     for o in outcomes:
         if o.status == "fail":
-            out_console.print(f"[bold red]FAIL[/bold red] {o.rule} / {o.check}: {escape(o.detail)}")
+            out_console.print(f"[bold red]FAIL[/bold red] {o.rule} / {o.check}: {escape(o.detail)}", soft_wrap=wide)
     for check, reason in sorted({(o.check, o.detail) for o in outcomes if o.status == "n/a"}):
-        out_console.print(f"[dim]n/a {check}: {escape(reason)}[/dim]")
+        out_console.print(f"[dim]n/a {check}: {escape(reason)}[/dim]", soft_wrap=wide)
     out_console.print(summary(outcomes))
 
 
