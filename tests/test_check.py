@@ -153,6 +153,23 @@ def test_rulegen_test_output_fits_the_console_and_names_every_failing_check(wron
     assert all(f"{CHECK_CODES[c]} {c}" in " ".join(lines) for c in CHECKS)  # the legend names every check
 
 
+def test_failures_name_inputs_and_partials_never_positions(wrong_outcomes):
+    by_check = {(o.rule, o.check): o.detail for o in wrong_outcomes if o.status == "fail"}
+    # x * exp(y) with the partial for y wrong: the point and the partial by name.
+    wide = by_check["wrong_second_partial", "wide"]
+    assert re.match(r"at x=117\.1, y=[0-9.]+: jax gradient dout/dy vs 40 digits", wide), wide
+    assert re.search(
+        r"JVP of output out vs finite differences: at x=[-0-9.e]+, y=[-0-9.e]+ \(index",
+        by_check["wrong_second_partial", "jvp_fd"],
+    )
+    assert "float32 gradient dout/dx is not finite where float64 is at x=" in by_check["float32_nan_vjp", "float32"]
+    # A framework's own check numbers outputs and inputs; the message says which is which.
+    assert "input 0 = x, input 1 = y" in by_check["wrong_second_partial", "transforms_torch"]
+    positional = re.compile(r"\b(output|input|gradient|result|block) \d")
+    for (rule, check), detail in by_check.items():
+        assert not positional.search(detail) or "input 0 = " in detail, (rule, check, detail)
+
+
 def test_summary_counts_outcomes(wrong_outcomes):
     text = summary(wrong_outcomes)
     assert f"{len(WRONG_FILES)} rules" in text
