@@ -116,18 +116,52 @@ def parameters_of(rule: Rule, backend: str) -> tuple[Param, ...]:
 
 
 def unpacked(rule: Rule) -> tuple[str, ...]:
-    """The public function's first lines: each structured argument taken apart into the arrays the rule reads."""
-    lines = []
+    """The public function's first lines: each structured argument taken apart into the arrays the rule reads.
+
+    A structure given wrongly (a plain tuple for fields, a dict missing a
+    key or holding one more, a tuple of another length) is refused with the
+    rule's, the argument's and the fields' names, not an AttributeError or
+    KeyError from inside.  The test costs a dict's keys compared with a set;
+    under jit it runs when tracing.
+    """
+    lines: list[str] = []
     for p in rule.parameters:
-        if not isinstance(p, Structured):
-            continue
-        leaves = [i.name for i in p.leaves]
-        if p.kind == "items":
-            lines.append(f"({leaves[0]},) = {p.name}" if len(leaves) == 1 else f"{', '.join(leaves)} = {p.name}")
-            continue
-        parts = [f"{p.name}.{i.name}" if p.kind == "fields" else f"{p.name}[{i.dict_key!r}]" for i in p.leaves]
-        lines.append(f"{', '.join(leaves)} = {', '.join(parts)}")
+        if isinstance(p, Structured):
+            lines += _taken_apart(rule.name, p)
     return tuple(lines)
+
+
+def _taken_apart(rule_name: str, p: Structured) -> list[str]:
+    """The lines taking structured argument `p` apart, refusing it where it has another structure."""
+    leaves = [i.name for i in p.leaves]
+    where = f"{rule_name}: argument {p.name}"
+    if p.kind == "keys":
+        keys = ", ".join(repr(i.dict_key) for i in p.leaves)
+        expected = f"{where} must be a dict with exactly the keys {keys}"
+        got = f"list({p.name}) if hasattr({p.name}, 'keys') else type({p.name}).__name__"
+        return [
+            f"if not hasattr({p.name}, 'keys') or {p.name}.keys() != {{{keys}}}:",
+            f'    raise ValueError({expected!r} f"; got {{{got}}}")',
+            f"{', '.join(leaves)} = {', '.join(f'{p.name}[{i.dict_key!r}]' for i in p.leaves)}",
+        ]
+    if p.kind == "fields":
+        expected = f"{where} must have the fields {', '.join(leaves)} (a named tuple or any object with them)"
+        missing = f"[f for f in {tuple(leaves)!r} if not hasattr({p.name}, f)]"
+        taken = f"{', '.join(leaves)} = {', '.join(f'{p.name}.{name}' for name in leaves)}"
+        caught = "AttributeError"
+        got = f"a {{type({p.name}).__name__}} lacks {{{missing}}}"
+    else:
+        expected = f"{where} must be a tuple of {len(leaves)}: ({', '.join(leaves)})"
+        taken = f"({leaves[0]},) = {p.name}" if len(leaves) == 1 else f"{', '.join(leaves)} = {p.name}"
+        caught = "(TypeError, ValueError)"
+        got = f"got {{type({p.name}).__name__}} {{{p.name}!r:.60}}"
+    # A try costs nothing until it raises.
+    return [
+        "try:",
+        f"    {taken}",
+        f"except {caught}:",
+        f'    raise TypeError({expected!r} f"; {got}") from None',
+    ]
 
 
 def public_return(rule: Rule, value: str, *, lifted: bool, spread: bool) -> tuple[str, ...]:
