@@ -478,13 +478,13 @@ def _wrong_structures(xp):
     x, w, b = xp.asarray([1.0, 2.0]), xp.asarray([0.5, 0.5]), xp.asarray([0.1, 0.2])
     params = {"layer.weight": w, "layer.bias": b}
     return [
-        ("point_jvp", (tuple(Point(x, w)),), ["point_jvp", "pt", "'x'", "'y'", "tuple"]),
-        ("point_vjp", ({"x": x, "y": w},), ["point_vjp", "pt", "'x'", "dict"]),
-        ("affine_state", (x, {"layer.weight": w}), ["affine_state", "params", "'layer.bias'"]),
-        ("affine_state", (x, {**params, "layer.scale": b}), ["affine_state", "params", "'layer.scale'"]),
-        ("affine_state", (x, (w, b)), ["affine_state", "params", "'layer.weight'", "tuple"]),
-        ("hypot_pair", ((x, w, b),), ["hypot_pair", "xy", "2", "(x, y)"]),
-        ("gaussian_logpdf", (x, {"mu": w}), ["gaussian_logpdf", "params", "'sigma'"]),
+        ("point_jvp", (tuple(Point(x, w)),), ["point_jvp", "pt", "fields x, y", "'tuple' object has no attribute 'x'"]),
+        ("point_vjp", ({"x": x, "y": w},), ["point_vjp", "pt", "fields x, y", "'dict' object has no attribute 'x'"]),
+        ("affine_state", (x, {"layer.weight": w}), ["affine_state", "params", "KeyError('layer.bias')"]),
+        ("affine_state", (x, {**params, "layer.scale": b}), ["affine_state", "params", "not [", "'layer.scale'"]),
+        ("affine_state", (x, (w, b)), ["affine_state", "params", "'layer.weight'", "tuple indices"]),
+        ("hypot_pair", ((x, w, b),), ["hypot_pair", "xy", "tuple of 2: (x, y)", "expected 2"]),
+        ("gaussian_logpdf", (x, {"mu": w}), ["gaussian_logpdf", "params", "KeyError('sigma')"]),
     ]
 
 

@@ -39,10 +39,11 @@ def point_vjp(pt) -> dict[str, jax.Array | tuple[jax.Array, jax.Array]]:
     """
     try:
         x, y = pt.x, pt.y
-    except AttributeError:
+    except AttributeError as _error:
         raise TypeError(
-            "point_vjp: argument pt must have the fields x, y (a named tuple or any object with them)"
-            f"; a {type(pt).__name__} lacks {[f for f in ('x', 'y') if not hasattr(pt, f)]}"
+            "point_vjp: argument pt must have the fields x, y (a named tuple or any"
+            " object with them)"
+            f": {_error}"
         ) from None
     x, y = as_arrays("point_vjp", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once (XLA would round every step).

@@ -77,11 +77,8 @@ def hypot_pair(xy: tuple[torch.Tensor | float, torch.Tensor | float]) -> torch.T
     """
     try:
         x, y = xy
-    except (TypeError, ValueError):
-        raise TypeError(
-            "hypot_pair: argument xy must be a tuple of 2: (x, y)"
-            f"; got {type(xy).__name__} {xy!r:.60}"
-        ) from None
+    except (TypeError, ValueError) as _error:
+        raise TypeError(f"hypot_pair: argument xy must be a tuple of 2: (x, y): {_error}") from None
     x, y = as_tensors("hypot_pair", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)

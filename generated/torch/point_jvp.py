@@ -103,10 +103,11 @@ def point_jvp(pt) -> dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
     """
     try:
         x, y = pt.x, pt.y
-    except AttributeError:
+    except AttributeError as _error:
         raise TypeError(
-            "point_jvp: argument pt must have the fields x, y (a named tuple or any object with them)"
-            f"; a {type(pt).__name__} lacks {[f for f in ('x', 'y') if not hasattr(pt, f)]}"
+            "point_jvp: argument pt must have the fields x, y (a named tuple or any"
+            " object with them)"
+            f": {_error}"
         ) from None
     x, y = as_tensors("point_jvp", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.

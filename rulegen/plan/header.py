@@ -121,8 +121,8 @@ def unpacked(rule: Rule) -> tuple[str, ...]:
     A structure given wrongly (a plain tuple for fields, a dict missing a
     key or holding one more, a tuple of another length) is refused with the
     rule's, the argument's and the fields' names, not an AttributeError or
-    KeyError from inside.  The test costs a dict's keys compared with a set;
-    under jit it runs when tracing.
+    KeyError from inside.  A `try` costs nothing until it raises, and a
+    dict's keys are compared with a set; under jit it all runs when tracing.
     """
     lines: list[str] = []
     for p in rule.parameters:
@@ -132,36 +132,55 @@ def unpacked(rule: Rule) -> tuple[str, ...]:
 
 
 def _taken_apart(rule_name: str, p: Structured) -> list[str]:
-    """The lines taking structured argument `p` apart, refusing it where it has another structure."""
+    """The lines taking structured argument `p` apart, refusing it where it has another structure.
+
+    The messages' fixed text is printed as string literals (a key may hold
+    quotes or braces); only the exception caught is formatted in.
+    """
     leaves = [i.name for i in p.leaves]
-    where = f"{rule_name}: argument {p.name}"
+    where = f"{rule_name}: argument {p.name} must"
     if p.kind == "keys":
         keys = ", ".join(repr(i.dict_key) for i in p.leaves)
-        expected = f"{where} must be a dict with exactly the keys {keys}"
-        got = f"list({p.name}) if hasattr({p.name}, 'keys') else type({p.name}).__name__"
+        expected = _literal_lines(f"{where} be a dict with exactly the keys {keys}")
         return [
-            f"if not hasattr({p.name}, 'keys') or {p.name}.keys() != {{{keys}}}:",
-            f'    raise ValueError({expected!r} f"; got {{{got}}}")',
-            f"{', '.join(leaves)} = {', '.join(f'{p.name}[{i.dict_key!r}]' for i in p.leaves)}",
+            "try:",
+            f"    {', '.join(leaves)} = {', '.join(f'{p.name}[{i.dict_key!r}]' for i in p.leaves)}",
+            "except (KeyError, TypeError) as _error:",
+            "    raise ValueError(",
+            *expected,
+            '        f": {_error!r}"',
+            "    ) from None",
+            f"if {p.name}.keys() != {{{keys}}}:",
+            "    raise ValueError(",
+            *expected,
+            f'        f", not {{[*{p.name}]}}"',
+            "    )",
         ]
     if p.kind == "fields":
-        expected = f"{where} must have the fields {', '.join(leaves)} (a named tuple or any object with them)"
-        missing = f"[f for f in {tuple(leaves)!r} if not hasattr({p.name}, f)]"
+        expected = _literal_lines(
+            f"{where} have the fields {', '.join(leaves)} (a named tuple or any object with them)"
+        )
         taken = f"{', '.join(leaves)} = {', '.join(f'{p.name}.{name}' for name in leaves)}"
         caught = "AttributeError"
-        got = f"a {{type({p.name}).__name__}} lacks {{{missing}}}"
     else:
-        expected = f"{where} must be a tuple of {len(leaves)}: ({', '.join(leaves)})"
+        expected = _literal_lines(f"{where} be a tuple of {len(leaves)}: ({', '.join(leaves)})")
         taken = f"({leaves[0]},) = {p.name}" if len(leaves) == 1 else f"{', '.join(leaves)} = {p.name}"
         caught = "(TypeError, ValueError)"
-        got = f"got {{type({p.name}).__name__}} {{{p.name}!r:.60}}"
-    # A try costs nothing until it raises.
     return [
         "try:",
         f"    {taken}",
-        f"except {caught}:",
-        f'    raise TypeError({expected!r} f"; {got}") from None',
+        f"except {caught} as _error:",
+        "    raise TypeError(",
+        *expected,
+        '        f": {_error}"',
+        "    ) from None",
     ]
+
+
+def _literal_lines(text: str) -> list[str]:
+    """`text` as string literals, one a line, each short enough for 100 columns when concatenated."""
+    parts = textwrap.wrap(text, 70, drop_whitespace=False, break_long_words=False, break_on_hyphens=False)
+    return [f"        {part!r}" for part in parts]
 
 
 def public_return(rule: Rule, value: str, *, lifted: bool, spread: bool) -> tuple[str, ...]:
