@@ -1,6 +1,7 @@
 """Use the functions `rulegen build` generated from rules/: values, gradients, both backends."""
 
 import collections
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -24,38 +25,78 @@ from generated.torch import to_polar as to_polar_torch
 jax.config.update("jax_enable_x64", True)
 
 
-def torch_grad(f, *args):
-    tensors = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in args]
+def plain(value):
+    """`value` (arrays, in tuples, named tuples and dicts) with every array as plain numbers, for printing."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        fields = ", ".join(f"{field}={plain(v)}" for field, v in zip(value._fields, value, strict=True))
+        return f"{type(value).__name__}({fields})"
+    if isinstance(value, (tuple, list)):
+        return f"({', '.join(plain(v) for v in value)})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {plain(v)}" for k, v in value.items()) + "}"
+    numbers = torch.as_tensor(value).tolist() if isinstance(value, torch.Tensor) else jnp.asarray(value).tolist()
+    # + 0.0: -0.0 and 0.0 are the same gradient.
+    return repr([round(n, 6) + 0.0 for n in numbers] if isinstance(numbers, list) else round(numbers, 6) + 0.0)
+
+
+def torch_grads(f, *args, dtype=torch.float64):
+    """The gradient of `f` (summed) with respect to each argument, by torch's backward."""
+    tensors = [torch.tensor(a, dtype=dtype, requires_grad=True) for a in args]
     f(*tensors).sum().backward()
-    return [t.grad.item() for t in tensors]
+    return tuple(t.grad for t in tensors)
 
 
-print("log1pexp at 100:  jax grad", jax.grad(log1pexp_jax)(100.0), " torch grad", torch_grad(log1pexp_torch, 100.0))
-print("sin_mul at (2, 3): value", float(sin_mul_jax(2.0, 3.0)), " jax grads", jax.grad(sin_mul_jax, (0, 1))(2.0, 3.0))
-print("                   torch grads", torch_grad(sin_mul_torch, 2.0, 3.0))
-print("gelu'(1):         jax", jax.grad(gelu_jax)(1.0), " torch", torch_grad(gelu_torch, 1.0))
-x = jnp.array([1.0, 2.0, 3.0])
-print("my_cube'' = 6x:   jax", jax.vmap(jax.grad(jax.grad(my_cube_jax)))(x))
+def naive_log1pexp_jax(x):
+    return jnp.log(1 + jnp.exp(x))
+
+
+def naive_log1pexp_torch(x):
+    return torch.log(1 + torch.exp(x))
+
+
+# Why a rule: in float32, exp(100) overflows and plain autodiff of log(1 + exp(x)) divides inf by inf.
+# The generated gradient is the rule's 1 - 1/(1 + exp(x)), computed so that it cannot overflow.
+print("log1pexp'(100) in float32 (exactly 1 - 3.7e-44):")
+print("                 plain autodiff   rulegen")
+x32 = jnp.float32(100.0)
+print(f"  jax.grad       {plain(jax.grad(naive_log1pexp_jax)(x32)):>14}   {plain(jax.grad(log1pexp_jax)(x32))}")
+(naive,), (ruled,) = (torch_grads(f, 100.0, dtype=torch.float32) for f in (naive_log1pexp_torch, log1pexp_torch))
+print(f"  torch backward {plain(naive):>14}   {plain(ruled)}")
+# What `rulegen show log1pexp` prints for it, in part: the docstring of the generated function.
+doc = inspect.getdoc(log1pexp_jax).splitlines()
+print("`rulegen show log1pexp` prints the code of both; its docstring says:")
+print(*(f"    {line}" for line in doc[doc.index("Forward:") : doc.index("Inputs:")] if line), sep="\n")
+print()
+
+# In float64 from here on, the same dtype and the same transform on both sides of each row.
+two, three, four = (torch.tensor(v, dtype=torch.float64) for v in (2.0, 3.0, 4.0))
+print("sin_mul(2, 3):     jax", plain(sin_mul_jax(2.0, 3.0)), " torch", plain(sin_mul_torch(two, three)))
 print(
-    "                  torch",
-    torch.func.vmap(torch.func.grad(torch.func.grad(my_cube_torch)))(
-        torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
-    ),
+    "  grads:           jax",
+    plain(jax.grad(sin_mul_jax, (0, 1))(2.0, 3.0)),
+    " torch",
+    plain(torch_grads(sin_mul_torch, 2.0, 3.0)),
 )
+print("gelu'(1):          jax", plain(jax.grad(gelu_jax)(1.0)), " torch", plain(torch_grads(gelu_torch, 1.0)[0]))
+print("my_cube'' = 6x at (1, 2, 3):")
+print("                   jax", plain(jax.vmap(jax.grad(jax.grad(my_cube_jax)))(jnp.array([1.0, 2.0, 3.0]))))
+second = torch.func.vmap(torch.func.grad(torch.func.grad(my_cube_torch)))
+print("                   torch", plain(second(torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))))
 
 # A named tuple in, a dict holding a tuple out (rules/structures.yaml): gradients come back as a Point.
 Point = collections.namedtuple("Point", ["x", "y"])
-print("point_vjp:        jax grad", jax.grad(lambda p: point_vjp_jax(p)["b"][0])(Point(0.5, 2.0)))
-print(
-    "                  torch grad",
-    torch.func.grad(lambda p: point_vjp_torch(p)["b"][0])(Point(torch.tensor(0.5), torch.tensor(2.0))),
-)
+print("point_vjp, grad of b[0] at Point(0.5, 2):")
+print("                   jax", plain(jax.grad(lambda p: point_vjp_jax(p)["b"][0])(Point(0.5, 2.0))))
+point = Point(torch.tensor(0.5, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64))
+print("                   torch", plain(torch.func.grad(lambda p: point_vjp_torch(p)["b"][0])(point)))
 # A named tuple out: the class each backend's module defines, a pytree to both.
-print("to_polar(3, 4):   jax jacrev", jax.jacrev(to_polar_jax)(3.0, 4.0))
-print("                  torch", to_polar_torch(torch.tensor(3.0), torch.tensor(4.0)))
+print("to_polar(3, 4):    jax", plain(to_polar_jax(3.0, 4.0)))
+print("                   torch", plain(to_polar_torch(three, four)))
+print("  its jacrev:      jax", plain(jax.jacrev(to_polar_jax, (0, 1))(3.0, 4.0)))
+print("                   torch", plain(torch.func.jacrev(to_polar_torch, (0, 1))(three, four)))
 # A holomorphic rule (rules/complex.yaml): JAX's transpose convention, torch's conjugate Wirtinger one.
 z = 0.5 + 1.0j
-print("c_exp'(z):        jax", jax.grad(c_exp_jax, holomorphic=True)(jnp.asarray(z)))
-tz = torch.tensor(z, requires_grad=True)
+print("c_exp'(z):         jax", jax.grad(c_exp_jax, holomorphic=True)(jnp.asarray(z)).item())
+tz = torch.tensor(z, dtype=torch.complex128, requires_grad=True)
 c_exp_torch(tz).real.backward()
-print("                  torch (the conjugate)", tz.grad)
+print("                   torch (the conjugate)", tz.grad.item())

@@ -75,8 +75,19 @@ class NotApplicable(Exception):
     """Why a check says nothing about this rule."""
 
 
-def compare(name: str, got: Any, expected: Any, rtol: float, atol: float) -> None:
-    """Fail with where and by how much `got` differs from `expected`."""
+def compare(
+    name: str,
+    got: Any,
+    expected: Any,
+    rtol: float,
+    atol: float,
+    where: Callable[[tuple[int, ...], tuple[int, ...]], str] | None = None,
+) -> None:
+    """Fail with where and by how much `got` differs from `expected`.
+
+    `where(index, shape)` names the inputs at the index of the worst entry
+    (`_Subject.where`): the message then says `at x=0.5, y=2 (index (1,))`.
+    """
     # Complex values are compared as complex numbers: |got - expected| against |expected|.
     kind = np.complex128 if np.iscomplexobj(got) or np.iscomplexobj(expected) else np.float64
     got_a = np.asarray(got, dtype=kind)
@@ -91,8 +102,11 @@ def compare(name: str, got: Any, expected: Any, rtol: float, atol: float) -> Non
     if bad.any():
         index = np.unravel_index(int(np.argmax(np.where(bad, np.abs(got_a - exp_a), -1.0))), bad.shape)
         error = np.abs(got_a - exp_a)[index]
+        position = tuple(int(i) for i in index)
+        inputs = where(position, got_a.shape) if where is not None else ""
+        at = f"at {inputs} (index {position})" if inputs else f"at index {position}"
         raise CheckFailed(
-            f"{name}: at index {tuple(int(i) for i in index)} expected {exp_a[index]:.17g}, "
+            f"{name}: {at} expected {exp_a[index]:.17g}, "
             f"got {got_a[index]:.17g} (abs error {error:.3g}; {int(bad.sum())} of {bad.size} entries off)"
         )
 
@@ -170,6 +184,54 @@ class _Subject:
 
     def xs(self) -> list[np.ndarray]:
         return [self.values[k] for k in self.diff]
+
+    # Every message names inputs, outputs and partials as the rule does, never by position.
+
+    def output_name(self, k: int) -> str:
+        """The k-th differentiable output's name: the k-th result of `jax_f` and `torch_f`."""
+        return self.rule.outputs[self.outputs[k]].name
+
+    def input_name(self, k: int) -> str:
+        """The k-th differentiable input's name: the k-th argument of `jax_f` and `torch_f`."""
+        return self.rule.inputs[self.diff[k]].name
+
+    def partial(self, k: int) -> str:
+        """The k-th gradient the checks take (of the differentiable outputs' sum) by name: `dout/dy`."""
+        outputs = [self.rule.outputs[o].name for o in self.outputs]
+        total = outputs[0] if len(outputs) == 1 else f"({' + '.join(outputs)})"
+        return f"d{total}/d{self.input_name(k)}"
+
+    def where(self, index: tuple[int, ...] = (), shape: tuple[int, ...] = ()) -> str:
+        """Every array input's value by name (`x=23.3, y=1`), at `index` of their broadcast to `shape`.
+
+        "" where the inputs do not broadcast to `shape` (a Jacobian's block,
+        a reduction's result): the index alone then says where.
+        """
+        named = []
+        for value, spec in zip(self.values, self.rule.inputs, strict=True):
+            if spec.static or not isinstance(value, np.ndarray):
+                continue
+            try:
+                entry = np.broadcast_to(value, shape)[index]
+            except (ValueError, IndexError):
+                return ""
+            named.append(f"{spec.name}={entry:.8g}" if entry.dtype.kind in "fc" else f"{spec.name}={entry}")
+        return ", ".join(named)
+
+    def positions(self) -> str:
+        """What the frameworks' own checks (gradcheck) number: `output 0 = out, input 1 = y`."""
+        outputs = [f"output {k} = {self.output_name(k)}" for k in range(len(self.outputs))]
+        return ", ".join([*outputs, *(f"input {k} = {self.input_name(k)}" for k in range(len(self.diff)))])
+
+    def at_first(self, mask: np.ndarray) -> str:
+        """` at x=.., y=..`: the inputs where `mask` (shaped like a result) first holds, or ""."""
+        found = np.argwhere(mask)
+        inputs = self.where(tuple(int(i) for i in found[0]), mask.shape) if len(found) else ""
+        return f" at {inputs}" if inputs else ""
+
+    def compare(self, name: str, got: Any, expected: Any, rtol: float, atol: float) -> None:
+        """`compare` naming the inputs where `got` is off."""
+        compare(name, got, expected, rtol, atol, self.where)
 
 
 def _sample(rule: Rule, rng: np.random.Generator) -> list[Any]:
@@ -457,7 +519,7 @@ def check_forward(s: _Subject) -> str:
     if len(jouts) != len(rule_outputs := s.rule.outputs) or len(touts) != len(rule_outputs):
         raise CheckFailed(f"expected {len(rule_outputs)} outputs, got {len(jouts)} (jax) and {len(touts)} (torch)")
     for o, a, b in zip(rule_outputs, jouts, touts, strict=True):
-        compare(f"output {o.name}: torch vs jax", _to_numpy(b), _to_numpy(a), s.rtol, s.atol)
+        s.compare(f"output {o.name}: torch vs jax", _to_numpy(b), _to_numpy(a), s.rtol, s.atol)
     return f"{len(rule_outputs)} output(s) agree"
 
 
@@ -628,26 +690,30 @@ def check_wide(s: _Subject) -> str:
     # points: a tail value of 1e-121 (gelu's derivative at -23.7) comes out
     # of a cancellation that neither the code nor a 40-digit reference resolves.
     scales = np.max(np.abs([[*refs, *grads] for _, _, refs, grads in found]), axis=0)
-    for c, point, refs, grads in found:
-        _wide_compare(point, c, refs, grads, scales)
+    for _, point, refs, grads in found:
+        _wide_compare(point, refs, grads, scales)
     return f"{len(found)} of {len(WIDE_POINTS)} wide points (±0.61 to ±1e4) hold in float64, and finite in float32"
 
 
-def _wide_compare(point: _Subject, c: float, refs: list[float], grads: list[float], scales: np.ndarray) -> None:
+def _wide_compare(point: _Subject, refs: list[float], grads: list[float], scales: np.ndarray) -> None:
     """A point's float64 values and gradients against the references, and float32 finiteness."""
     import jax
     import jax.numpy as jnp
 
     xs = point.xs()
+    at = point.where()
     jouts = point.jax_fn(*[jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in point.values])
     jouts = jouts if isinstance(jouts, tuple) else (jouts,)
     for k, (o, r) in enumerate(zip(jouts, refs, strict=True)):
-        compare(f"at {c}: jax output {k} vs 40 digits", _to_numpy(o), np.asarray(r), 1e-8, 1e-9 * scales[k])
+        name = point.rule.outputs[k].name
+        compare(f"at {at}: jax output {name} vs 40 digits", _to_numpy(o), np.asarray(r), 1e-8, 1e-9 * scales[k])
     for backend in ("jax", "torch") if grads else ():
         got = [_point_grad(point, backend, j) for j in range(len(xs))]
         for j, (g, r) in enumerate(zip(got, grads, strict=True)):
             scale = scales[len(refs) + j]
-            compare(f"at {c}: {backend} gradient {j} vs 40 digits", g, np.asarray(r), 1e-7, 1e-8 * scale)
+            compare(
+                f"at {at}: {backend} gradient {point.partial(j)} vs 40 digits", g, np.asarray(r), 1e-7, 1e-8 * scale
+            )
     representable = all(abs(r) < _FLOAT32_MAX for r in (*refs, *grads))
     if not representable:
         return
@@ -664,11 +730,16 @@ def _wide_compare(point: _Subject, c: float, refs: list[float], grads: list[floa
             else f32.torch_f(*[__import__("torch").from_numpy(x) for x in f32.xs()])
         )
         if not all(np.isfinite(_to_numpy(o)).all() for o in outs):
-            raise CheckFailed(f"at {c}: {backend} float32 value is not finite where the exact one is {refs}")
+            exact = ", ".join(f"{o.name} = {r:.8g}" for o, r in zip(point.rule.outputs, refs, strict=False))
+            raise CheckFailed(f"at {at}: {backend} float32 value is not finite where the exact one is {exact}")
         if grads:
             got = [_point_grad(f32, backend, j) for j in range(len(xs))]
             if not all(np.isfinite(g).all() for g in got):
-                raise CheckFailed(f"at {c}: {backend} float32 gradient {[g.tolist() for g in got]}, exactly {grads}")
+                found = ", ".join(
+                    f"{point.partial(j)} = {g.item():.8g} (exactly {r:.8g})"
+                    for j, (g, r) in enumerate(zip(got, grads, strict=True))
+                )
+                raise CheckFailed(f"at {at}: {backend} float32 gradient {found}")
     del jax
 
 
@@ -696,7 +767,13 @@ def check_jvp_fd(s: _Subject) -> str:
             for backend, jvp in backends:
                 for k, (got, want) in enumerate(zip(jvp(s, xs, ts), fd, strict=True)):
                     scale = max(1.0, float(np.max(np.abs(want))) if want.size else 0.0)
-                    compare(f"{backend} JVP of output {k} vs finite differences", got, want, rtol, atol * scale)
+                    s.compare(
+                        f"{backend} JVP of output {s.output_name(k)} vs finite differences",
+                        got,
+                        want,
+                        rtol,
+                        atol * scale,
+                    )
         except CheckFailed:
             # Near a kink the two difference steps disagree; a point where
             # they agree to far better than the tolerance shows a smooth spot.
@@ -749,11 +826,11 @@ def check_cross_backend(s: _Subject) -> str:
     if s.jax_forward_mode and s.torch_forward_mode:
         tj = _jvp_torch(s, xs, ts)
         for k, (a, b) in enumerate(zip(_jvp_jax(s, xs, ts), tj, strict=True)):
-            compare(f"JVP of output {k}: torch vs jax", b, a, s.rtol, s.atol)
+            s.compare(f"JVP of output {s.output_name(k)}: torch vs jax", b, a, s.rtol, s.atol)
         compared.append("JVP")
     cs = _cotangents(s, [_to_numpy(o) for o in s.jax_f(*xs)])
     for k, (a, b) in enumerate(zip(_vjp_jax(s, xs, cs), _vjp_torch(s, xs, cs), strict=True)):
-        compare(f"VJP for input {s.rule.inputs[s.diff[k]].name}: torch vs jax", b, a, s.rtol, s.atol)
+        s.compare(f"VJP for input {s.input_name(k)}: torch vs jax", b, a, s.rtol, s.atol)
     compared.append("VJP")
     missing = "" if len(compared) == 2 else f" (no JVP to compare: {next(iter(s.no_forward_mode.values()))})"
     return " and ".join(compared) + f" agree{missing}{s.note}"
@@ -778,7 +855,7 @@ def check_second_order(s: _Subject) -> str:
     try:
         torch.autograd.gradgradcheck(small.torch_f, leaves, raise_exception=True)
     except Exception as exc:
-        raise CheckFailed(f"torch gradgradcheck: {str(exc)[:600]}") from None
+        raise CheckFailed(f"torch gradgradcheck ({s.positions()}): {str(exc)[:600]}") from None
     modes = ["fwd", "rev"] if s.jax_forward_mode else ["rev"]
     try:
         # The derivatives being checked are exact, so the difference step
@@ -788,7 +865,7 @@ def check_second_order(s: _Subject) -> str:
         eps = min(1e-5 * scale, 1e-3 * _domain_width(s))
         check_grads(small.jax_f, [jnp.asarray(x) for x in small.xs()], order=2, modes=modes, eps=eps)
     except AssertionError as exc:
-        raise CheckFailed(f"jax check_grads(order=2, modes={modes}): {str(exc)[:600]}") from None
+        raise CheckFailed(f"jax check_grads(order=2, modes={modes}) ({s.positions()}): {str(exc)[:600]}") from None
     return f"gradgradcheck and check_grads(order=2, modes={modes}) pass"
 
 
@@ -840,14 +917,14 @@ def check_transforms_jax(s: _Subject) -> str:
     eager = small.jax_f(*xs)
     names = ["jit"]
     for k, (a, b) in enumerate(zip(jax.jit(small.jax_f)(*xs), eager, strict=True)):
-        compare(f"jit, output {k}", a, b, s.rtol, s.atol)
+        small.compare(f"jit, output {s.output_name(k)}", a, b, s.rtol, s.atol)
     if not s.skipped("vmap"):
         batch = [jnp.stack([x, x * 0.75 + 0.1 * jnp.sign(x)]) for x in xs]
         mapped = jax.vmap(small.jax_f)(*batch)
         for j in range(2):
             looped = small.jax_f(*[b[j] for b in batch])
             for k, (a, b) in enumerate(zip(mapped, looped, strict=True)):
-                compare(f"vmap, output {k}, batch {j}", a[j], b, s.rtol, s.atol)
+                compare(f"vmap, output {s.output_name(k)}, batch {j}", a[j], b, s.rtol, s.atol)
         names.append("vmap")
     total = _sum_of(small.jax_f)
     # A complex rule's derivatives are complex derivatives: every transform takes holomorphic=True.
@@ -856,24 +933,32 @@ def check_transforms_jax(s: _Subject) -> str:
     for k, (a, b) in enumerate(
         zip(jax.jit(jax.grad(total, argnums, holomorphic=holomorphic))(*xs), grads, strict=True)
     ):
-        compare(f"jit(grad) vs grad, input {k}", a, b, s.rtol, s.atol)
+        small.compare(f"jit(grad) vs grad, {s.partial(k)}", a, b, s.rtol, s.atol)
     names.append("grad")
     rev = jax.jacrev(small.jax_f, argnums, holomorphic=holomorphic)(*xs)
     if _linear_derivative(s):
         for k, g in enumerate(grads):
             summed = sum(np.sum(_to_numpy(rev[o][k]), axis=tuple(range(np.ndim(eager[o])))) for o in range(len(eager)))
-            compare(f"grad vs jacrev, input {k}", g, summed, s.rtol, s.atol)
+            small.compare(f"grad vs jacrev, {s.partial(k)}", g, summed, s.rtol, s.atol)
     names.append("jacrev")
     if s.jax_forward_mode:
         fwd = jax.jacfwd(small.jax_f, argnums, holomorphic=holomorphic)(*xs)
         for o in range(len(eager)):
             for k in range(len(xs)):
-                compare(f"jacfwd vs jacrev, output {o}, input {k}", fwd[o][k], rev[o][k], s.rtol, s.atol)
+                compare(
+                    f"jacfwd vs jacrev, d{s.output_name(o)}/d{s.input_name(k)}", fwd[o][k], rev[o][k], s.rtol, s.atol
+                )
         hess = jax.hessian(total, argnums, holomorphic=holomorphic)(*xs)
         hess_rr = jax.jacrev(jax.grad(total, argnums, holomorphic=holomorphic), argnums, holomorphic=holomorphic)(*xs)
         for i in range(len(xs)):
             for k in range(len(xs)):
-                compare(f"hessian vs jacrev(grad), block {i},{k}", hess[i][k], hess_rr[i][k], max(s.rtol, 1e-9), s.atol)
+                compare(
+                    f"hessian vs jacrev(grad), block {s.input_name(i)},{s.input_name(k)}",
+                    hess[i][k],
+                    hess_rr[i][k],
+                    max(s.rtol, 1e-9),
+                    s.atol,
+                )
         names += ["jacfwd", "hessian"]
     else:
         names.append(f"(no jacfwd, hessian: {s.no_forward_mode['jax']})")
@@ -922,7 +1007,7 @@ def _compare_vmap_torch(s: _Subject, small: _Subject, xs: tuple[Any, ...]) -> No
     for j in range(2):
         looped = small.torch_f(*[b[j] for b in batch])
         for k, (a, b) in enumerate(zip(mapped, looped, strict=True)):
-            compare(f"vmap, output {k}, batch {j}", _to_numpy(a[j]), _to_numpy(b), s.rtol, s.atol)
+            compare(f"vmap, output {s.output_name(k)}, batch {j}", _to_numpy(a[j]), _to_numpy(b), s.rtol, s.atol)
 
 
 def _compare_grad_torch(s: _Subject, small: _Subject, xs: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -934,7 +1019,7 @@ def _compare_grad_torch(s: _Subject, small: _Subject, xs: tuple[Any, ...]) -> tu
     leaves = tuple(x.clone().requires_grad_() for x in xs)
     autograd = torch.autograd.grad(total(*leaves), leaves, allow_unused=True, materialize_grads=True)
     for k, (a, b) in enumerate(zip(grads, autograd, strict=True)):
-        compare(f"torch.func.grad vs autograd.grad, input {k}", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+        small.compare(f"torch.func.grad vs autograd.grad, {s.partial(k)}", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
     return leaves
 
 
@@ -947,7 +1032,7 @@ def _compare_forward_mode_torch(s: _Subject, small: _Subject, xs: tuple[Any, ...
     fwd = torch.func.jacfwd(small.torch_f, argnums)(*xs)
     for o in range(len(eager)):
         for k in range(len(xs)):
-            label = f"jacfwd vs jacrev, output {o}, input {k}"
+            label = f"jacfwd vs jacrev, d{s.output_name(o)}/d{s.input_name(k)}"
             compare(label, _to_numpy(fwd[o][k]), _to_numpy(rev[o][k]), s.rtol, s.atol)
     tangent = torch.func.jvp(small.torch_f, xs, tuple(torch.ones_like(x) for x in xs))[1]
     for o in range(len(eager)):
@@ -955,13 +1040,13 @@ def _compare_forward_mode_torch(s: _Subject, small: _Subject, xs: tuple[Any, ...
         by_jac = sum(
             _to_numpy(fwd[o][k]).reshape(np.prod(shape, dtype=int), -1).sum(axis=1).reshape(shape) for k in argnums
         )
-        compare(f"jvp vs jacfwd, output {o}", _to_numpy(tangent[o]), by_jac, s.rtol, s.atol)
+        small.compare(f"jvp vs jacfwd, output {s.output_name(o)}", _to_numpy(tangent[o]), by_jac, s.rtol, s.atol)
     total = _sum_of(small.torch_f)
     hess = torch.func.hessian(total, argnums)(*xs)
     hess_rr = torch.func.jacrev(torch.func.jacrev(total, argnums), argnums)(*xs)
     for i in argnums:
         for k in argnums:
-            label = f"hessian vs jacrev(jacrev), block {i},{k}"
+            label = f"hessian vs jacrev(jacrev), block {s.input_name(i)},{s.input_name(k)}"
             compare(label, _to_numpy(hess[i][k]), _to_numpy(hess_rr[i][k]), max(s.rtol, 1e-9), s.atol)
 
 
@@ -980,7 +1065,7 @@ def _gradcheck_torch(s: _Subject, small: _Subject, leaves: tuple[Any, ...]) -> N
             raise_exception=True,
         )
     except Exception as exc:
-        raise CheckFailed(f"gradcheck: {str(exc)[:600]}") from None
+        raise CheckFailed(f"gradcheck ({s.positions()}): {str(exc)[:600]}") from None
 
 
 def _forward_kind(rule: Rule) -> str:
@@ -1070,7 +1155,13 @@ def _not_broadcasting(s: _Subject, values: list[Any], expanded: list[Any]) -> st
                 big = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in expanded])
             pairs = zip(*(o if isinstance(o, tuple) else (o,) for o in (small, big)), strict=True)
             for k, (a, b) in enumerate(pairs):
-                compare(f"output {k} vs the broadcast inputs'", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+                compare(
+                    f"output {s.rule.outputs[k].name} vs the broadcast inputs'",
+                    _to_numpy(a),
+                    _to_numpy(b),
+                    s.rtol,
+                    s.atol,
+                )
         except Exception as exc:
             # The last line of a host callback's error is the host's own exception.
             lines = str(exc).strip().splitlines() or [""]
@@ -1114,12 +1205,15 @@ def check_float32(s: _Subject) -> str:
         for k, (o, r) in enumerate(zip(outs, ref, strict=True)):
             o = _to_numpy(o)
             if o.dtype != narrow[r.dtype]:
-                raise CheckFailed(f"{name}: output {k} is {o.dtype} for {np.dtype(narrow[r.dtype])} inputs")
+                raise CheckFailed(
+                    f"{name}: output {s.output_name(k)} is {o.dtype} for {np.dtype(narrow[r.dtype])} inputs"
+                )
             finite = np.isfinite(r)
             if not np.isfinite(o[finite]).all():
-                raise CheckFailed(f"{name}: output {k} is not finite in float32 where float64 is")
-            compare(
-                f"{name}: float32 output {k} vs float64",
+                where = s.at_first(finite & ~np.isfinite(o))
+                raise CheckFailed(f"{name}: output {s.output_name(k)} is not finite in float32 where float64 is{where}")
+            s.compare(
+                f"{name}: float32 output {s.output_name(k)} vs float64",
                 o,
                 r,
                 1e-4,
@@ -1137,9 +1231,10 @@ def check_float32(s: _Subject) -> str:
                 g, g64 = _to_numpy(g), _to_numpy(g64)
                 finite = np.isfinite(g64)
                 if not np.isfinite(g[finite]).all():
-                    raise CheckFailed(f"{name}: float32 gradient {k} is not finite where float64 is")
-                compare(
-                    f"{name}: float32 gradient {k} vs float64",
+                    where = s.at_first(finite & ~np.isfinite(g))
+                    raise CheckFailed(f"{name}: float32 gradient {s.partial(k)} is not finite where float64 is{where}")
+                s.compare(
+                    f"{name}: float32 gradient {s.partial(k)} vs float64",
                     g,
                     g64,
                     1e-3,
@@ -1190,11 +1285,11 @@ def _check_low_dtype(s: _Subject, jax_dtype: Any, torch_dtype: Any) -> None:
         xs = [convert(x) for x in rounded]
         for k, (o, r) in enumerate(zip(map(_to_numpy_any, f(*xs)), ref, strict=True)):
             if np.issubdtype(r.dtype, np.floating):
-                _within_eps(f"{name}: {label} output {k}", o, r, eps, largest)
+                _within_eps(f"{name}: {label} output {s.output_name(k)}", o, r, eps, largest, exact)
         if s.diff:
             grads = _grads_jax(f, xs, None) if name == "jax" else _grads_torch(f, xs)
             for k, (g, g64) in enumerate(zip(grads, grads64, strict=True)):
-                _within_eps(f"{name}: {label} gradient {k}", g, g64, eps, largest)
+                _within_eps(f"{name}: {label} gradient {s.partial(k)}", g, g64, eps, largest, exact)
 
 
 def _rounded64(value: np.ndarray, dtype: Any) -> np.ndarray:
@@ -1236,15 +1331,23 @@ def _grads_torch(f: Callable[..., Sequence[Any]], xs: Sequence[Any]) -> list[np.
     return [_to_numpy_any(g) for g in grads]
 
 
-def _within_eps(what: str, got: np.ndarray, exact: np.ndarray, eps: float, largest: float) -> None:
-    """`got` within LOW_PRECISION_EPS eps of `exact` relative to max(|exact|, 1), where the dtype holds it."""
+def _within_eps(what: str, got: np.ndarray, exact: np.ndarray, eps: float, largest: float, point: _Subject) -> None:
+    """`got` within LOW_PRECISION_EPS eps of `exact` relative to max(|exact|, 1), where the dtype holds it.
+
+    `point`: the rounded inputs, named in the message where `got` is off.
+    """
     held = np.isfinite(exact) & (np.abs(exact) <= largest)
     if not np.isfinite(got[held]).all():
-        raise CheckFailed(f"{what} is not finite where its dtype holds the exact value")
-    error = np.abs(got[held] - exact[held]) / np.maximum(np.abs(exact[held]), 1.0) / eps
+        where = point.at_first(held & ~np.isfinite(got))
+        raise CheckFailed(f"{what} is not finite where its dtype holds the exact value{where}")
+    with np.errstate(invalid="ignore"):
+        error = np.where(held, np.abs(got - exact) / np.maximum(np.abs(exact), 1.0) / eps, 0.0)
     worst = float(np.max(error, initial=0.0))
     if worst > LOW_PRECISION_EPS:
-        raise CheckFailed(f"{what} is {worst:.3g} eps from float64 at the rounded inputs (bound {LOW_PRECISION_EPS:g})")
+        where = point.at_first(error == worst)
+        raise CheckFailed(
+            f"{what} is {worst:.3g} eps from float64 at the rounded inputs{where} (bound {LOW_PRECISION_EPS:g})"
+        )
 
 
 @contextmanager
@@ -1289,21 +1392,25 @@ def check_dtype(s: _Subject) -> str:
     s.rng.bit_generator.state = rng_state
     with _torch_default_dtype(__import__("torch").bfloat16):
         narrow = _torch_results(s)
-    for k, (got, ref) in enumerate(zip(narrow, reference, strict=True)):
+    # What _torch_results returns, by name: the outputs, the cotangents, the tangents.
+    outputs = [f"output {s.output_name(k)}" for k in range(len(s.outputs))]
+    labels = [*outputs, *(f"cotangent of {s.input_name(k)}" for k in range(len(s.diff)))]
+    labels += [f"tangent of {s.output_name(k)}" for k in range(len(s.outputs))]
+    for what, got, ref in zip(labels, narrow, reference, strict=False):
         if ref.dtype.kind == "f" and ref.dtype != np.float64:
-            raise CheckFailed(f"torch: result {k} is {ref.dtype} for float64 inputs")
+            raise CheckFailed(f"torch: {what} is {ref.dtype} for float64 inputs")
         if ref.dtype.kind == "c" and ref.dtype != np.complex128:
-            raise CheckFailed(f"torch: result {k} is {ref.dtype} for complex128 inputs")
-        compare(f"torch: result {k} with a bfloat16 default dtype vs the float32 default's", got, ref, 1e-12, 1e-300)
+            raise CheckFailed(f"torch: {what} is {ref.dtype} for complex128 inputs")
+        s.compare(f"torch: {what} with a bfloat16 default dtype vs the float32 default's", got, ref, 1e-12, 1e-300)
     outs = s.jax_f(*[jnp.asarray(x) for x in s.xs()])
     results = list(outs)
     if s.diff:
         results += list(_jax_grad(s, _sum_of(s.jax_f), tuple(range(len(s.diff))))(*[jnp.asarray(x) for x in s.xs()]))
-    for k, r in enumerate(results):
+    for what, r in zip([*outputs, *(f"gradient {s.partial(k)}" for k in range(len(s.diff)))], results, strict=False):
         if jnp.issubdtype(r.dtype, jnp.complexfloating) and r.dtype != jnp.complex128:
-            raise CheckFailed(f"jax: result {k} is {r.dtype} for complex128 inputs")
+            raise CheckFailed(f"jax: {what} is {r.dtype} for complex128 inputs")
         if jnp.issubdtype(r.dtype, jnp.floating) and r.dtype != jnp.float64:
-            raise CheckFailed(f"jax: result {k} is {r.dtype} for float64 inputs")
+            raise CheckFailed(f"jax: {what} is {r.dtype} for float64 inputs")
     return "float64 throughout (torch: the same results under a bfloat16 default dtype)"
 
 
@@ -1326,7 +1433,7 @@ def _same_calls(
         for k, (o, e) in enumerate(zip(outs, expected[backend], strict=True)):
             if np.shape(o) != np.shape(e) and np.size(o) == 1:
                 o = np.broadcast_to(o, np.shape(e))  # an elementwise rule of numbers alone gives a number
-            compare(f"{backend}: {what}, output {k}", o, e, s.rtol, s.atol)
+            compare(f"{backend}: {what}, output {s.rule.outputs[k].name}", o, e, s.rtol, s.atol)
 
 
 def check_scalars(s: _Subject) -> str:
@@ -1588,7 +1695,7 @@ def check_compile(s: _Subject, include: bool) -> str:
     leaves = tuple(x.clone().requires_grad_() for x in xs)
     want = _torch_grads(s, _sum_of(s.torch_f)(*leaves), leaves)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
-        compare(f"compiled gradient {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+        s.compare(f"compiled gradient {s.partial(k)} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
     return "torch.compile(fullgraph=True) matches eager"
 
 
@@ -1795,6 +1902,52 @@ def report_table(outcomes: Sequence[Outcome]):
     for rule, cells in by_rule.items():
         table.add_row(rule, *(marks[cells[c].status] if c in cells else "" for c in CHECKS))
     return table
+
+
+# Two letters per check: the compact table's column heads, spelled out in its legend.
+CHECK_CODES = {
+    "forward": "fw",
+    "mpmath": "mp",
+    "wide": "wi",
+    "jvp_fd": "jf",
+    "vjp_dot": "vd",
+    "cross_backend": "cb",
+    "second_order": "so",
+    "transforms_jax": "tj",
+    "transforms_torch": "tt",
+    "broadcast": "bc",
+    "float32": "32",
+    "low_precision": "lp",
+    "dtype": "dt",
+    "scalars": "sc",
+    "points": "pt",
+    "structures": "st",
+    "compile": "co",
+    "durability": "du",
+}
+_MARKS = {"pass": "[green]✓[/green]", "fail": "[bold red]✗[/bold red]", "n/a": "[dim]·[/dim]"}
+
+
+def compact_table(outcomes: Sequence[Outcome]):
+    """One row per rule, one mark per check under its two-letter code: fits 80 columns (see `legend`)."""
+    from rich.table import Table
+
+    table = Table(title="rulegen test", box=None, pad_edge=False, collapse_padding=True, title_justify="left")
+    table.add_column("rule", overflow="fold")
+    for check in CHECKS:
+        table.add_column(CHECK_CODES[check], justify="center", no_wrap=True, min_width=2)
+    by_rule: dict[str, dict[str, Outcome]] = {}
+    for o in outcomes:
+        by_rule.setdefault(o.rule, {})[o.check] = o
+    for rule, cells in by_rule.items():
+        table.add_row(rule, *(_MARKS[cells[c].status] if c in cells else "" for c in CHECKS))
+    return table
+
+
+def legend() -> str:
+    """What the compact table's marks and column codes mean."""
+    codes = ", ".join(f"{CHECK_CODES[check]} {check}" for check in CHECKS)
+    return f"{_MARKS['pass']} pass  {_MARKS['fail']} FAIL  {_MARKS['n/a']} n/a (reasons below); {codes}"
 
 
 def outcomes_json(outcomes: Sequence[Outcome]) -> str:

@@ -254,6 +254,9 @@ def test(
         bool, typer.Option("--compile", help="Also check torch.compile(fullgraph=True) (slow)")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcomes as JSON")] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="The table with every check's name spelled out (about 230 columns)")
+    ] = False,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -293,27 +296,36 @@ def test(
     if as_json:
         sys.stdout.write(outcomes_json(outcomes) + "\n")
     else:
-        _report_checks(outcomes)
+        _report_checks(outcomes, wide=wide)
     if any(o.status == "fail" for o in outcomes):
         raise typer.Exit(1)
 
 
-def _report_checks(outcomes: Sequence[Outcome]) -> None:
-    """The table of outcomes, then each failure, each reason for n/a, and the summary."""
+def _report_checks(outcomes: Sequence[Outcome], *, wide: bool) -> None:
+    """The table of outcomes, then each failure, each reason for n/a, and the summary.
+
+    The compact table (a mark per check under a two-letter code) and the
+    lines after it fit the console; `wide` prints the table with the checks'
+    names instead, whole, and the lines unwrapped.
+    """
     from rich.markup import escape
     from rich.measure import Measurement
 
-    from rulegen.check import report_table, summary
+    from rulegen.check import compact_table, legend, report_table, summary
 
-    table = report_table(outcomes)
-    # A file or a pipe has no width to fit: print the table whole, not cut to 80 columns.
-    whole = Measurement.get(out_console, out_console.options.update(width=10_000), table).maximum
-    (out_console if out_console.is_terminal else Console(highlight=False, width=whole)).print(table)
+    if wide:
+        table = report_table(outcomes)
+        # A file or a pipe has no width to fit: print the table whole, not cut to 80 columns.
+        whole = Measurement.get(out_console, out_console.options.update(width=10_000), table).maximum
+        (out_console if out_console.is_terminal else Console(highlight=False, width=whole)).print(table)
+    else:
+        out_console.print(compact_table(outcomes))
+        out_console.print(legend(), soft_wrap=False)
     for o in outcomes:
         if o.status == "fail":
-            out_console.print(f"[bold red]FAIL[/bold red] {o.rule} / {o.check}: {escape(o.detail)}")
+            out_console.print(f"[bold red]FAIL[/bold red] {o.rule} / {o.check}: {escape(o.detail)}", soft_wrap=wide)
     for check, reason in sorted({(o.check, o.detail) for o in outcomes if o.status == "n/a"}):
-        out_console.print(f"[dim]n/a {check}: {escape(reason)}[/dim]")
+        out_console.print(f"[dim]n/a {check}: {escape(reason)}[/dim]", soft_wrap=wide)
     out_console.print(summary(outcomes))
 
 
@@ -325,8 +337,11 @@ class Backend(StrEnum):
 @app.command()
 def show(
     name: Annotated[str, typer.Argument(help="Rule name")],
+    files: RulesArg = None,
     backend: Annotated[Backend | None, typer.Option("--backend", "-b")] = None,
-    rules: Annotated[list[Path] | None, typer.Option("--rules", help="Rule files or folders")] = None,
+    rules: Annotated[
+        list[Path] | None, typer.Option("--rules", help="Rule files or folders (as the arguments after NAME)")
+    ] = None,
 ) -> None:
     """Print the routes (rulegen/routes.py) and the generated code of one rule."""
     from rich.markup import escape
@@ -338,19 +353,19 @@ def show(
     from rulegen.spec import read_rules, rule_files
     from rulegen.write import format_sources
 
-    paths = rule_paths(rules, load_config())
+    paths = rule_paths([*(files or ()), *(rules or ())], load_config())
     try:
-        files = [display_path(path) for path in rule_files(paths)]
-        found = read_rules(files)
+        shown = [display_path(path) for path in rule_files(paths)]
+        found = read_rules(shown)
         rule = next((r for r in found if r.name == name), None)
         if rule is not None:
-            known = {r.name for r in (*found, *project_rules(files))}
+            known = {r.name for r in (*found, *project_rules(shown))}
             routes, modules = derive_and_generate(rule, known)
             generated = format_sources(modules)
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
     if rule is None:
-        err_console.print(f"no rule named {name!r}")
+        err_console.print(escape(f"no rule named {name!r}{_did_you_mean(name, [r.name for r in found])}"))
         raise typer.Exit(EXIT_SPEC)
     out_console.print(f"[dim]routes: {escape(describe(routes))}[/dim]")
     for rel, text in sorted(generated.items()):
@@ -364,6 +379,18 @@ def show(
 #: read the first line of the rule and complete and check it as you type.
 SCHEMA_FILE = "rulegen.schema.json"
 MODELINE = f"# yaml-language-server: $schema={SCHEMA_FILE}\n"
+
+
+def _did_you_mean(name: str, known: Sequence[str]) -> str:
+    """A hint naming the rules whose names are near `name` (a prefix, or a few letters off), or nothing."""
+    import difflib
+
+    near = [k for k in known if k.startswith(name) or name.startswith(k)]
+    near += [k for k in difflib.get_close_matches(name, known, n=3, cutoff=0.6) if k not in near]
+    if not near:
+        return f" among {len(known)} rules" if known else ""
+    return f"; did you mean {' or '.join(repr(k) for k in near[:3])}?"
+
 
 STARTER = """\
 # A rulegen rule: `rulegen build` turns it into JAX and PyTorch code.

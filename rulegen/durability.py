@@ -85,12 +85,18 @@ def _compiled_torch_func(s: _Subject) -> str:
     argnums = tuple(range(len(xs)))
     grad = torch.func.grad(_torch_total(s, f), argnums)
     for k, (a, b) in enumerate(zip(torch.compile(grad)(*xs), grad(*xs), strict=True)):
-        compare(f"compiled torch.func.grad, input {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+        s.compare(f"compiled torch.func.grad, {s.partial(k)} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
     if not s.skipped("vmap"):
         batch = tuple(torch.stack([x, x * 0.75 + 0.1 * torch.sgn(x)]) for x in xs)
         mapped = torch.func.vmap(f)
         for k, (a, b) in enumerate(zip(torch.compile(mapped)(*batch), mapped(*batch), strict=True)):
-            compare(f"compiled torch.func.vmap, output {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+            compare(
+                f"compiled torch.func.vmap, output {s.output_name(k)} vs eager",
+                _to_numpy(a),
+                _to_numpy(b),
+                s.rtol,
+                s.atol,
+            )
     if s.torch_forward_mode:
         ones = tuple(torch.ones_like(x) for x in xs)
 
@@ -102,7 +108,13 @@ def _compiled_torch_func(s: _Subject) -> str:
         except Exception as exc:  # refused loudly is what a route without forward mode under compile may do
             return f"compiled torch.func.jvp raises ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
         for k, (a, b) in enumerate(zip(compiled, jvp(*xs), strict=True)):
-            compare(f"compiled torch.func.jvp, output {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+            s.compare(
+                f"compiled torch.func.jvp, output {s.output_name(k)} vs eager",
+                _to_numpy(a),
+                _to_numpy(b),
+                s.rtol,
+                s.atol,
+            )
     return ""
 
 
@@ -133,7 +145,7 @@ def _exported_torch(s: _Subject) -> str:
     leaves = [x.clone().requires_grad_() for x in xs]
     got = _torch_grads(s, _sum_of(exported)(*leaves), leaves)
     for k, (a, b) in enumerate(zip(got, _eager_grads(s, f, xs), strict=True)):
-        compare(f"torch.export, gradient {k} vs eager", _to_numpy(a), b, s.rtol, s.atol)
+        s.compare(f"torch.export, gradient {s.partial(k)} vs eager", _to_numpy(a), b, s.rtol, s.atol)
     return ""
 
 
@@ -173,7 +185,9 @@ def _exported_jax(s: _Subject) -> str:
     xs = [jnp.asarray(x) for x in s.xs()]
     exported = export.deserialize(export.export(jax.jit(s.jax_f))(*xs).serialize(vjp_order=1))
     for k, (a, b) in enumerate(zip(exported.call(*xs), s.jax_f(*xs), strict=True)):
-        compare(f"jax.export round trip, output {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+        s.compare(
+            f"jax.export round trip, output {s.output_name(k)} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol
+        )
     argnums = tuple(range(len(xs)))
 
     def call(*args: Any) -> Any:
@@ -182,7 +196,9 @@ def _exported_jax(s: _Subject) -> str:
     got = _jax_grad(s, _sum_of(call), argnums)(*xs)
     want = _jax_grad(s, _sum_of(s.jax_f), argnums)(*xs)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
-        compare(f"jax.export round trip, gradient {k} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+        s.compare(
+            f"jax.export round trip, gradient {s.partial(k)} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol
+        )
     return ""
 
 

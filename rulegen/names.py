@@ -61,6 +61,7 @@ HELPER_NAMES = frozenset(
 #: Parameters, locals and methods of the generated functions and classes.
 LOCAL_NAMES = frozenset(
     {
+        "_error",  # the exception a structured argument given wrongly raised (header.unpacked)
         "backward",
         "cotangents",
         "ctx",
@@ -86,11 +87,15 @@ LOCAL_NAMES = frozenset(
 #: Builtins generated code calls (a rule name or input would shadow them); the
 #: printers write `max`/`min`/`abs` of static (Python number) arguments, and
 #: annotations `float`, `complex`, `int`, `bool`, `tuple`, and `dict` and `str` of a structured argument or result;
-#: a named tuple returned is a `typing.NamedTuple`.
+#: a named tuple returned is a `typing.NamedTuple`; a structured argument given wrongly raises the exceptions named.
 BUILTIN_NAMES = frozenset(
     {
+        "AttributeError",
+        "KeyError",
         "NamedTuple",
         "NotImplementedError",
+        "TypeError",
+        "ValueError",
         "abs",
         "bool",
         "complex",

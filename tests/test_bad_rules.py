@@ -353,6 +353,25 @@ def test_show_prints_the_generated_code_of_one_rule(monkeypatch):
     assert "jax/log1pexp.py" not in code and "custom_jvp" not in code  # the torch module only
 
 
+def test_show_takes_rule_files_as_arguments_and_suggests_near_names(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # outside any project: the rules come from the arguments alone
+    (tmp_path / "losses.yaml").write_text(
+        "rules:\n"
+        "  - {name: huber_pair, inputs: [x, y], forward: '(x - y)**2'}\n"
+        "  - {name: hinge, inputs: [x], forward: 'Max(0, 1 - x)'}\n"
+    )
+    result = CliRunner().invoke(app, ["show", "hinge", "losses.yaml", "-b", "jax"])
+    assert result.exit_code == 0, result.output
+    assert "def hinge(" in result.output
+    # --rules still works, as before the files were arguments.
+    assert "def hinge(" in CliRunner().invoke(app, ["show", "hinge", "--rules", "losses.yaml"]).output
+    result = CliRunner().invoke(app, ["show", "huber", "losses.yaml"])
+    assert result.exit_code == 2, result.output
+    assert "no rule named 'huber'; did you mean 'huber_pair'?" in result.output
+    result = CliRunner().invoke(app, ["show", "hnige", str(tmp_path)])
+    assert result.exit_code == 2 and "did you mean 'hinge'?" in result.output, result.output
+
+
 def test_a_bare_expression_body_is_located_where_it_is(tmp_path):
     from rulegen.spec import read_rule_file
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rulegen.check import CHECKS, CheckFailed, compare, run_checks, summary
+from rulegen.check import CHECK_CODES, CHECKS, CheckFailed, compare, run_checks, summary
 from rulegen.cli import app
 from rulegen.errors import SpecErrors
 from rulegen.spec import read_rules, rule_files
@@ -123,13 +123,52 @@ def test_rulegen_test_cli_exits_1_on_a_wrong_rule_and_prints_json():
     assert {"rule": "wrong_sign", "check": "jvp_fd"}.items() <= next(
         o for o in outcomes if o["check"] == "jvp_fd"
     ).items()
-    result = runner.invoke(app, ["test", str(RULES / "log1pexp.yaml")])
+    result = runner.invoke(app, ["test", str(RULES / "log1pexp.yaml"), "--wide"])
     assert result.exit_code == 0, result.output
     assert "1 rules:" in result.output
-    # Not a terminal: the table is printed whole, not cut to 80 columns.
+    # --wide, not a terminal: the table is printed whole, not cut to 80 columns.
     header = next(line for line in result.output.splitlines() if "forward" in line and "compile" in line)
     assert all(check in header for check in CHECKS), header
     assert re.search(r"log1pexp\s*│\s*pass\s*│", result.output), result.output
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_rulegen_test_output_fits_the_console_and_names_every_failing_check(wrong_outcomes, monkeypatch, width):
+    from rich.console import Console
+
+    from rulegen import check, cli
+
+    # The wrong corpus's outcomes, computed once for the module: long names, long multi-line failures.
+    monkeypatch.setattr(check, "run_checks", lambda *args, **kwargs: wrong_outcomes)
+    monkeypatch.setattr(cli, "out_console", Console(highlight=False, soft_wrap=True, width=width))
+    result = CliRunner().invoke(app, ["test", str(WRONG)])
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    too_long = [line for line in lines if len(line) > width]
+    assert not too_long, "\n".join(too_long)
+    failures = [o for o in wrong_outcomes if o.status == "fail"]
+    for failure in failures:
+        assert f"FAIL {failure.rule} / {failure.check}:" in result.stdout
+    assert result.stdout.count("✗") == len(failures) + 1  # a mark in the table for each, and the legend's
+    words = " ".join(result.stdout.split())
+    assert all(f"{CHECK_CODES[c]} {c}" in words for c in CHECKS)  # the legend names every check
+
+
+def test_failures_name_inputs_and_partials_never_positions(wrong_outcomes):
+    by_check = {(o.rule, o.check): o.detail for o in wrong_outcomes if o.status == "fail"}
+    # x * exp(y) with the partial for y wrong: the point and the partial by name.
+    wide = by_check["wrong_second_partial", "wide"]
+    assert re.match(r"at x=117\.1, y=[0-9.]+: jax gradient dout/dy vs 40 digits", wide), wide
+    assert re.search(
+        r"JVP of output out vs finite differences: at x=[-0-9.e]+, y=[-0-9.e]+ \(index",
+        by_check["wrong_second_partial", "jvp_fd"],
+    )
+    assert "float32 gradient dout/dx is not finite where float64 is at x=" in by_check["float32_nan_vjp", "float32"]
+    # A framework's own check numbers outputs and inputs; the message says which is which.
+    assert "input 0 = x, input 1 = y" in by_check["wrong_second_partial", "transforms_torch"]
+    positional = re.compile(r"\b(output|input|gradient|result|block) \d")
+    for (rule, check), detail in by_check.items():
+        assert not positional.search(detail) or "input 0 = " in detail, (rule, check, detail)
 
 
 def test_summary_counts_outcomes(wrong_outcomes):

@@ -471,3 +471,41 @@ def test_inputs_left_out_take_their_defaults_through_the_structures(tmp_path):
     call = flat_call(rule, lambda d, n=2: seen.append((d, n)) or d["u"] * d["v"] ** n)
     assert call(2.0, 3.0) == 18.0 and call(2.0, 3.0, 3) == 54.0
     assert seen == [({"u": 2.0, "v": 3.0}, 2), ({"u": 2.0, "v": 3.0}, 3)]
+
+
+def _wrong_structures(xp):
+    """(rule, arguments given wrongly, the words the error must hold) for each way of getting a structure wrong."""
+    x, w, b = xp.asarray([1.0, 2.0]), xp.asarray([0.5, 0.5]), xp.asarray([0.1, 0.2])
+    params = {"layer.weight": w, "layer.bias": b}
+    return [
+        ("point_jvp", (tuple(Point(x, w)),), ["point_jvp", "pt", "fields x, y", "'tuple' object has no attribute 'x'"]),
+        ("point_vjp", ({"x": x, "y": w},), ["point_vjp", "pt", "fields x, y", "'dict' object has no attribute 'x'"]),
+        ("affine_state", (x, {"layer.weight": w}), ["affine_state", "params", "KeyError('layer.bias')"]),
+        ("affine_state", (x, {**params, "layer.scale": b}), ["affine_state", "params", "not [", "'layer.scale'"]),
+        ("affine_state", (x, (w, b)), ["affine_state", "params", "'layer.weight'", "tuple indices"]),
+        ("hypot_pair", ((x, w, b),), ["hypot_pair", "xy", "tuple of 2: (x, y)", "expected 2"]),
+        ("gaussian_logpdf", (x, {"mu": w}), ["gaussian_logpdf", "params", "KeyError('sigma')"]),
+    ]
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch", "jax.jit"])
+def test_a_structure_given_wrongly_is_refused_naming_the_rule_the_argument_and_the_field(backend):
+    package, xp = (gt, torch) if backend == "torch" else (gj, jnp)
+    for rule, arguments, words in _wrong_structures(xp):
+        f = getattr(package, rule)
+        with pytest.raises((TypeError, ValueError)) as caught:
+            (jax.jit(f) if backend == "jax.jit" else f)(*arguments)
+        message = str(caught.value)
+        assert all(word in message for word in words), (rule, words, message)
+
+
+def test_structures_given_rightly_still_compile_whole_in_torch():
+    x, w, b = (torch.tensor([1.0, 2.0], dtype=torch.float64) for _ in range(3))
+    calls = [
+        (gt.affine_state, (x, {"layer.weight": w, "layer.bias": b})),
+        (gt.point_jvp, (Point(x, w),)),
+        (gt.hypot_pair, ((x, w),)),
+    ]
+    for f, arguments in calls:
+        compiled = torch.compile(f, fullgraph=True)
+        torch.testing.assert_close(compiled(*arguments), f(*arguments))

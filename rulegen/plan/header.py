@@ -116,18 +116,71 @@ def parameters_of(rule: Rule, backend: str) -> tuple[Param, ...]:
 
 
 def unpacked(rule: Rule) -> tuple[str, ...]:
-    """The public function's first lines: each structured argument taken apart into the arrays the rule reads."""
-    lines = []
+    """The public function's first lines: each structured argument taken apart into the arrays the rule reads.
+
+    A structure given wrongly (a plain tuple for fields, a dict missing a
+    key or holding one more, a tuple of another length) is refused with the
+    rule's, the argument's and the fields' names, not an AttributeError or
+    KeyError from inside.  A `try` costs nothing until it raises, and a
+    dict's keys are compared with a set; under jit it all runs when tracing.
+    """
+    lines: list[str] = []
     for p in rule.parameters:
-        if not isinstance(p, Structured):
-            continue
-        leaves = [i.name for i in p.leaves]
-        if p.kind == "items":
-            lines.append(f"({leaves[0]},) = {p.name}" if len(leaves) == 1 else f"{', '.join(leaves)} = {p.name}")
-            continue
-        parts = [f"{p.name}.{i.name}" if p.kind == "fields" else f"{p.name}[{i.dict_key!r}]" for i in p.leaves]
-        lines.append(f"{', '.join(leaves)} = {', '.join(parts)}")
+        if isinstance(p, Structured):
+            lines += _taken_apart(rule.name, p)
     return tuple(lines)
+
+
+def _taken_apart(rule_name: str, p: Structured) -> list[str]:
+    """The lines taking structured argument `p` apart, refusing it where it has another structure.
+
+    The messages' fixed text is printed as string literals (a key may hold
+    quotes or braces); only the exception caught is formatted in.
+    """
+    leaves = [i.name for i in p.leaves]
+    where = f"{rule_name}: argument {p.name} must"
+    if p.kind == "keys":
+        keys = ", ".join(repr(i.dict_key) for i in p.leaves)
+        expected = _literal_lines(f"{where} be a dict with exactly the keys {keys}")
+        return [
+            "try:",
+            f"    {', '.join(leaves)} = {', '.join(f'{p.name}[{i.dict_key!r}]' for i in p.leaves)}",
+            "except (KeyError, TypeError) as _error:",
+            "    raise ValueError(",
+            *expected,
+            '        f": {_error!r}"',
+            "    ) from None",
+            f"if {p.name}.keys() != {{{keys}}}:",
+            "    raise ValueError(",
+            *expected,
+            f'        f", not {{[*{p.name}]}}"',
+            "    )",
+        ]
+    if p.kind == "fields":
+        expected = _literal_lines(
+            f"{where} have the fields {', '.join(leaves)} (a named tuple or any object with them)"
+        )
+        taken = f"{', '.join(leaves)} = {', '.join(f'{p.name}.{name}' for name in leaves)}"
+        caught = "AttributeError"
+    else:
+        expected = _literal_lines(f"{where} be a tuple of {len(leaves)}: ({', '.join(leaves)})")
+        taken = f"({leaves[0]},) = {p.name}" if len(leaves) == 1 else f"{', '.join(leaves)} = {p.name}"
+        caught = "(TypeError, ValueError)"
+    return [
+        "try:",
+        f"    {taken}",
+        f"except {caught} as _error:",
+        "    raise TypeError(",
+        *expected,
+        '        f": {_error}"',
+        "    ) from None",
+    ]
+
+
+def _literal_lines(text: str) -> list[str]:
+    """`text` as string literals, one a line, each short enough for 100 columns when concatenated."""
+    parts = textwrap.wrap(text, 70, drop_whitespace=False, break_long_words=False, break_on_hyphens=False)
+    return [f"        {part!r}" for part in parts]
 
 
 def public_return(rule: Rule, value: str, *, lifted: bool, spread: bool) -> tuple[str, ...]:
