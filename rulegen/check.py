@@ -192,7 +192,7 @@ def _sample(rule: Rule, rng: np.random.Generator) -> list[Any]:
             else:
                 raise NotApplicable(f"static input {spec.name!r} has no default, point or sample")
         else:
-            lo, hi = spec.domain
+            lo, hi = spec.interval
             lo = lo if math.isfinite(lo) else (hi - 6 if math.isfinite(hi) else -3.0)
             hi = hi if math.isfinite(hi) else lo + 6
             margin = 0.02 * (hi - lo)
@@ -435,7 +435,7 @@ def _finite_difference(
 
 
 def _domain_width(s: _Subject) -> float:
-    widths = [hi - lo for i in s.rule.inputs if i.differentiable for lo, hi in [i.domain]]
+    widths = [hi - lo for i in s.rule.inputs if i.differentiable for lo, hi in [i.interval]]
     return min((w for w in widths if math.isfinite(w)), default=1.0)
 
 
@@ -1648,6 +1648,12 @@ class CheckSession:
     def __exit__(self, *exc_info: object) -> None:
         self._stack.close()
         self._pool = self._modules = None
+
+    @property
+    def modules(self) -> tuple[Any, Any]:
+        """The built package's JAX and torch modules, imported in this process (a session of one job)."""
+        assert self._modules is not None, "modules are imported here only by a session of one job, once entered"
+        return self._modules
 
     def run(
         self, *, seed: int = 0, include_compile: bool = False, progress: Callable[[Outcome], None] | None = None
