@@ -225,6 +225,30 @@ class NotMeasurable(Exception):
     """The rule has nothing this measurement can sample (a snippet forward, complex or integer inputs)."""
 
 
+#: Where an input the rule gives no domain is sampled, by what it assumes: the float line's part it allows.
+_ASSUMED_BOUNDS = {
+    "positive": Domain(gt=0),
+    "nonnegative": Domain(ge=0),
+    "negative": Domain(lt=0),
+    "nonpositive": Domain(le=0),
+    "nonzero": Domain(exclude=(0,)),
+}
+
+
+def sampled_domain(spec: Input) -> Domain:
+    """Where `spec` is sampled: the domain the rule wrote, else the whole float line less what `assume` excludes."""
+    if spec.domain_given:
+        return spec.bounds
+    bounds = [_ASSUMED_BOUNDS[a] for a in spec.assume]
+    return Domain(
+        gt=next((b.gt for b in bounds if b.gt is not None), None),
+        ge=next((b.ge for b in bounds if b.ge is not None and not any(c.gt is not None for c in bounds)), None),
+        lt=next((b.lt for b in bounds if b.lt is not None), None),
+        le=next((b.le for b in bounds if b.le is not None and not any(c.lt is not None for c in bounds)), None),
+        exclude=tuple(x for b in bounds for x in b.exclude),
+    )
+
+
 def _measurable(rule: Rule) -> None:
     if not isinstance(rule.forward, SympyBody):
         raise NotMeasurable("the forward is a snippet: there is no exact expression to measure against")
@@ -304,7 +328,7 @@ def _condition(rule: Rule, symbols: Any) -> Callable[..., Any] | None:
 
 def _draw(plan: _Plan, count: int, rng: np.random.Generator, dtype: Any) -> list[Any]:
     """`count` candidate points in `dtype`: one array per input (statics as given), inside every domain."""
-    columns = {i.name: sample_floats(i.bounds, count, rng, dtype) for i in plan.arrays}
+    columns = {i.name: sample_floats(sampled_domain(i), count, rng, dtype) for i in plan.arrays}
     args = [plan.statics[i.name] if i.static else columns[i.name] for i in plan.rule.inputs]
     if plan.condition is not None:
         with np.errstate(all="ignore"):

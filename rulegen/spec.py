@@ -300,6 +300,8 @@ class Input(Node):
     static: bool = False
     default: Annotated[Any, BeforeValidator(_to_default)] = None
     has_default: SkipJsonSchema[bool] = Field(default=False, exclude=True)
+    # Whether the rule wrote the domain, rather than leaving the default or its `assume`'s interval.
+    domain_given: SkipJsonSchema[bool] = Field(default=False, exclude=True)
     dtype: Annotated[
         Literal["float", "complex", "int", "bool"],
         Field(description="`complex`: a holomorphic rule's complex argument (its outputs are complex too)"),
@@ -339,6 +341,8 @@ class Input(Node):
     def _note_default(cls, data: Any) -> Any:
         if isinstance(data, dict) and "default" in data:
             data = {**data, "has_default": True}
+        if isinstance(data, dict) and "domain" in data:
+            data = {**data, "domain_given": True}
         if isinstance(data, dict) and "domain" not in data and data.get("assume"):
             # Sampling must respect what the rule assumes; the tightest assumption given decides.
             assumed = _to_assumptions(data["assume"])
@@ -1092,9 +1096,9 @@ def _located_errors(root: object, error: ValidationError, path_prefix: Sequence[
 
 def _allowed_keys() -> list[str]:
     keys: set[str] = set()
-    for model in (Rule, Input, Structured, Output, Checks, Point, PointJvp, Tolerance, SnippetBody):
+    for model in (Rule, Input, Domain, Structured, Output, Checks, Point, PointJvp, Tolerance, SnippetBody):
         keys |= {field.alias or name for name, field in model.model_fields.items()}
-    return sorted(keys - {"loc", "source", "source_hash", "has_default"})
+    return sorted(keys - {"loc", "source", "source_hash", "has_default", "domain_given"})
 
 
 def _add(found: list[SpecError], seen: set[tuple[Loc, str]], loc: Loc, message: str) -> None:
