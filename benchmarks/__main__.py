@@ -4,8 +4,10 @@
 
 torch eager (2^22 elements), torch.compile (2^22), JAX under jit (2^20),
 bfloat16 and float16 error and speed (2^20), build speed (10, 100 and 1000
-rules) and the generated package's import time. `--quick` runs smaller sizes
-(2^18 elements; 10 and 100 rules) to see that everything runs. `generated/`
+rules), the generated package's import time, and the bits of error of
+`rules/` and FPBench's hamming-ch3 beside autodiff (256 points per dtype).
+`--quick` runs smaller sizes (2^18 elements; 10 and 100 rules; 8 points) to
+see that everything runs. `generated/`
 must be built first (`rulegen build`). Each benchmark is also its own module
 (see README).
 """
@@ -25,6 +27,7 @@ def main(argv: list[str]) -> int:
         ["benchmarks.low_precision", "16" if quick else "20"],
         ["benchmarks.build_speed", *(["10", "100"] if quick else [])],
         ["benchmarks.import_time", "3" if quick else "7"],
+        ["benchmarks.accuracy", *(["--quick"] if quick else [])],
     ]
     failed = 0
     for module, *args in runs:

@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from rulegen.check import _derived, _lambdified_derivative, flat_call
-from rulegen.errors import SpecError, SpecErrors
+from rulegen.check import _derived, _lambdified_derivative, flat_call, joint_domain
 from rulegen.spec import Domain, Input, Rule, SympyBody
 
 DTYPES: dict[str, Any] = {"float64": np.float64, "float32": np.float32}
@@ -307,20 +306,7 @@ def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
             if partial is not None:
                 exact[Quantity(output.name, spec.name)] = partial
     statics = {i.name: _static_value(rule, i) for i in rule.inputs if i.static}
-    return _Plan(rule, symbols, written, exact, statics, _condition(rule, derivation.symbols))
-
-
-def _condition(rule: Rule, symbols: Any) -> Callable[..., Any] | None:
-    """The rule's joint `domain` condition as a numpy function of its inputs, true where a point may be drawn."""
-    from rulegen.expr import parse_expression
-
-    if rule.domain is None:
-        return None
-    try:
-        indicator = parse_expression(rule.domain.value, dict(symbols), rule.domain.loc, indicator=True)
-    except SpecError as error:
-        raise SpecErrors([error]) from None
-    return sp.lambdify([symbols[i.name] for i in rule.inputs], indicator, modules="numpy")
+    return _Plan(rule, symbols, written, exact, statics, joint_domain(rule))
 
 
 # ---------------------------------------------------------------- the points and their exact values
