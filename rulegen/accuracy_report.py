@@ -23,6 +23,7 @@ WORSE_BITS = 1.0
 
 def accuracy_table(result: RuleAccuracy) -> Any:
     """A Rich table of one rule: mean / max bits per quantity, dtype, backend and source (fits 100 columns)."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"{result.rule}: bits of error, mean / max", title_justify="left")
@@ -41,6 +42,10 @@ def accuracy_table(result: RuleAccuracy) -> Any:
                 cells.append(_cell(generated.mean, generated.max, "bold red" if worse else ""))
                 cells.append(_cell(autodiff.mean, autodiff.max, ""))
             table.add_row(quantity.label, dtype, *cells)
+    # An implementation that raised is counted as nan everywhere; say why beneath.
+    failures = dict.fromkeys(f"{s.backend} {s.source}, {s.dtype}: {escape(s.note)}" for s in result.series if s.note)
+    if failures:
+        table.caption = "\n".join(failures)
     return table
 
 

@@ -231,3 +231,26 @@ def test_a_joint_domain_that_no_drawn_point_meets_makes_the_checks_not_applicabl
     (rule,) = read_rule_file(path)
     with pytest.raises(NotApplicable, match="domain `x > 2` held at too few"):
         _sample(rule, np.random.default_rng(0))
+
+
+def test_the_table_says_why_an_implementation_counts_as_nan_everywhere():
+    from rich.console import Console
+
+    from rulegen.accuracy import Quantity, RuleAccuracy, Series
+    from rulegen.accuracy_report import accuracy_table
+
+    value = Quantity("out")
+    series = tuple(
+        Series(value, dtype, backend, source, np.zeros(3) if note == "" else np.full(3, 64.0), note)
+        for dtype in ("float64", "float32")
+        for backend in ("jax", "torch")
+        for source in ("generated", "autodiff")
+        for note in [
+            "TypeError: no [b]float32[/b]" if (backend, source, dtype) == ("torch", "generated", "float32") else ""
+        ]
+    )
+    console = Console(record=True, width=100)
+    console.print(accuracy_table(RuleAccuracy("r", series)))
+    text = console.export_text()
+    assert "torch generated, float32: TypeError: no [b]float32[/b]" in text
+    assert re.search(r"│ out +│ float32 │ +0\.00 / 0 │ +0\.00 / 0 │ +64\.00 / 64 │ +0\.00 / 0 │", text), text
