@@ -5,7 +5,7 @@
 torch eager (2^22 elements), torch.compile (2^22), JAX under jit (2^20),
 bfloat16 and float16 error and speed (2^20), build speed (10, 100 and 1000
 rules), the generated package's import time, and the bits of error of
-`rules/` and FPBench's hamming-ch3 beside autodiff (256 points per dtype).
+`rules/` and FPBench's hamming-ch3 beside autodiff (64 points per dtype).
 `--quick` runs smaller sizes (2^18 elements; 10 and 100 rules; 8 points) to
 see that everything runs. `generated/`
 must be built first (`rulegen build`). Each benchmark is also its own module

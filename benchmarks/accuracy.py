@@ -1,6 +1,6 @@
 """Bits of error of the generated code beside each framework's autodiff of the forward as written.
 
-    python -m benchmarks.accuracy [--quick] [--points N] [--seed S] [--plot DIR]
+    python -m benchmarks.accuracy [--quick] [--points N (default 64)] [--seed S] [--plot DIR]
 
 Two suites: `rules/` and FPBench's hamming-ch3 (`benchmarks/fpbench/`, 28
 textbook cancellations translated into forward-only rules). For each rule
@@ -107,7 +107,7 @@ def run_suite(title: str, folder: Path, points: int, seed: int, plot: Path | Non
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="8 points per dtype")
-    parser.add_argument("--points", type=int, default=256)
+    parser.add_argument("--points", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", type=Path, default=None, help="write one HTML page per rule here")
     args = parser.parse_args(argv)
