@@ -301,7 +301,8 @@ def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
     exact: dict[Quantity, Callable[..., Any]] = {}
     for output in (o for o in rule.outputs if o.differentiable):
         exact[Quantity(output.name)] = sp.lambdify(symbols, written[output.name], modules=modules)
-        for spec in (i for i in rule.inputs if i.differentiable):
+        # A rule whose derivative deliberately differs from the forward's (`true_derivative: false`) has no exact one.
+        for spec in (i for i in rule.inputs if i.differentiable and rule.checks.true_derivative):
             partial = _lambdified_derivative(written[output.name], derivation.symbols[spec.name], symbols, modules)
             if partial is not None:
                 exact[Quantity(output.name, spec.name)] = partial

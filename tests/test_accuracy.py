@@ -145,6 +145,11 @@ rules:
     inputs: {a: {domain: {exclude: [0]}}, b: {}, c: {}}
     domain: b * b >= 4 * (a * c)
     forward: (-b + sqrt(b * b - 4 * (a * c))) / (2 * a)
+  - name: acc_scaled
+    inputs: [x]
+    forward: x
+    derivatives: {x: 2}
+    checks: {true_derivative: false}
 """
 
 
@@ -181,6 +186,13 @@ def test_points_meet_the_joint_domain_condition(cancellations):
             assert (b * b >= 4 * (a * c)).all(), dtype
     labels = [q.label for q in result.quantities]
     assert labels == ["out", "dout/da", "dout/db", "dout/dc"]
+
+
+def test_a_derivative_that_deliberately_is_not_the_forward_s_is_not_measured_against_it(cancellations):
+    rules, jax_pkg, torch_pkg = cancellations
+    result = measure_rule(rules["acc_scaled"], jax_pkg, torch_pkg, points=8, known=list(rules))
+    assert [q.label for q in result.quantities] == ["out"]
+    assert all(s.mean == 0 for s in result.series)
 
 
 def test_the_accuracy_command_prints_a_table_per_rule_and_writes_a_plot_page(tmp_path, monkeypatch):
