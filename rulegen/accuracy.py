@@ -143,14 +143,34 @@ def exact_value(fn: Callable[..., Any], args: Sequence[float]) -> tuple[float, f
     return None
 
 
+#: Per dtype: bits of the significand, and the exponent of the smallest normal float.
+_FORMATS = {"float64": (53, -1022), "float32": (24, -126)}
+
+
 def _rounded(value: Any) -> tuple[float, float]:
-    """An mpf to the nearest float64, and to the nearest float32 (24 bits, then exact to float32)."""
+    """An mpf to the nearest float64 and the nearest float32, each rounded once."""
+    return _nearest(value, *_FORMATS["float64"]), _nearest(value, *_FORMATS["float32"])
+
+
+def _nearest(value: Any, significand_bits: int, smallest_normal_exponent: int) -> float:
+    """`value` rounded to the nearest float of the format, ties to even, subnormals included.
+
+    Rounding to the significand's bits and then to the subnormals' coarser
+    grid would round twice (1.4999 ulps would become 1.5, then 2).
+    """
     import mpmath
 
-    with mpmath.workprec(24):
-        single = float(+value)
-    with np.errstate(over="ignore"):
-        return float(value), float(np.float32(single))
+    with mpmath.workprec(max(mpmath.mp.prec, significand_bits)):
+        if abs(value) < mpmath.ldexp(1, smallest_normal_exponent):
+            step = smallest_normal_exponent - significand_bits + 1
+            return float(mpmath.nint(mpmath.ldexp(value, -step))) * 2.0**step
+    with mpmath.workprec(significand_bits):
+        nearest = float(+value)
+    if significand_bits < 53:
+        with np.errstate(over="ignore"):
+            # Exact unless beyond float32's range, where it is inf as it should be.
+            nearest = float(np.float32(nearest))
+    return nearest
 
 
 # ---------------------------------------------------------------- what is measured

@@ -127,6 +127,17 @@ def test_the_reference_raises_its_precision_until_a_cancellation_is_resolved():
     assert exact_value(lambda x: x / 3, [2.0]) == (2 / 3, float(np.float32(2 / 3)))
 
 
+@pytest.mark.parametrize(("tiny", "which"), [(TINY64, 0), (TINY32, 1)])
+def test_the_reference_rounds_once_into_the_subnormals(tiny, which):
+    import mpmath
+
+    # 1.5 - 2**-60 times the smallest subnormal is nearest to it; rounded to the significand's
+    # bits first it would be 1.5 of it, a tie, then 2 by ties-to-even.
+    just_below_a_tie = exact_value(lambda x: x * (mpmath.mpf(3) / 2 - mpmath.mpf(2) ** -60), [tiny])
+    assert just_below_a_tie is not None and just_below_a_tie[which] == tiny
+    assert exact_value(lambda x: x * (mpmath.mpf(5) / 2), [tiny])[which] == 2 * tiny  # a tie: to even
+
+
 def test_points_where_the_value_is_no_finite_real_number_have_no_reference():
     import mpmath
 
