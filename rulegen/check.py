@@ -32,7 +32,7 @@ import numpy as np
 
 from rulegen import names
 from rulegen.build import available_cores
-from rulegen.spec import Returned, Rule, SnippetBody, Structured, SympyBody
+from rulegen.spec import Input, Returned, Rule, SnippetBody, Structured, SympyBody
 
 CHECKS = (
     "forward",
@@ -254,21 +254,64 @@ def _sample(rule: Rule, rng: np.random.Generator) -> list[Any]:
             else:
                 raise NotApplicable(f"static input {spec.name!r} has no default, point or sample")
         else:
-            lo, hi = spec.domain
-            lo = lo if math.isfinite(lo) else (hi - 6 if math.isfinite(hi) else -3.0)
-            hi = hi if math.isfinite(hi) else lo + 6
-            margin = 0.02 * (hi - lo)
-            if spec.dtype == "float":
-                values.append(rng.uniform(lo + margin, hi - margin, size=spec.shape))
-            elif spec.dtype == "complex":
-                # The domain bounds the real and the imaginary part: a square of the complex plane.
-                parts = rng.uniform(lo + margin, hi - margin, size=(2, *spec.shape))
-                values.append(parts[0] + 1j * parts[1])
-            elif spec.dtype == "bool":
-                values.append(rng.random(size=spec.shape) < 0.5)
-            else:
-                values.append(rng.integers(int(lo), int(hi) + 1, size=spec.shape))
+            values.append(_draw(spec, rng))
+    if rule.domain is not None:
+        _meet_joint_domain(rule, values, {spec.name for spec in rule.inputs if spec.name not in given}, rng)
     return values
+
+
+def _draw(spec: Input, rng: np.random.Generator) -> Any:
+    """Random values of an array input inside its domain."""
+    lo, hi = spec.interval
+    lo = lo if math.isfinite(lo) else (hi - 6 if math.isfinite(hi) else -3.0)
+    hi = hi if math.isfinite(hi) else lo + 6
+    margin = 0.02 * (hi - lo)
+    if spec.dtype == "float":
+        return rng.uniform(lo + margin, hi - margin, size=spec.shape)
+    if spec.dtype == "complex":
+        # The domain bounds the real and the imaginary part: a square of the complex plane.
+        parts = rng.uniform(lo + margin, hi - margin, size=(2, *spec.shape))
+        return parts[0] + 1j * parts[1]
+    if spec.dtype == "bool":
+        return rng.random(size=spec.shape) < 0.5
+    return rng.integers(int(lo), int(hi) + 1, size=spec.shape)
+
+
+#: Draws of the inputs before a rule's joint `domain` condition is given up on.
+_JOINT_DOMAIN_DRAWS = 200
+
+
+def joint_domain(rule: Rule) -> Callable[..., Any] | None:
+    """The rule's `domain` condition on several inputs as a numpy function of every input; None if it has none."""
+    import sympy
+
+    from rulegen.expr import parse_expression
+    from rulegen.symbols import symbols_of
+
+    if rule.domain is None:
+        return None
+    symbols = symbols_of(rule)
+    indicator = parse_expression(rule.domain.value, symbols, rule.domain.loc, indicator=True)
+    return sympy.lambdify([symbols[i.name] for i in rule.inputs], indicator, modules="numpy")
+
+
+def _meet_joint_domain(rule: Rule, values: list[Any], drawn: set[str], rng: np.random.Generator) -> None:
+    """Redraw, in place, the inputs drawn here at the sampled points where the rule's `domain` condition fails."""
+    condition = joint_domain(rule)
+    assert condition is not None
+    arrays = [k for k, spec in enumerate(rule.inputs) if spec.name in drawn and not spec.static]
+    for _ in range(_JOINT_DOMAIN_DRAWS):
+        with np.errstate(all="ignore"):
+            holds = np.asarray(condition(*values)) > 0.5
+        if holds.all():
+            return
+        for k in arrays:
+            fresh = _draw(rule.inputs[k], rng)
+            failing = np.broadcast_to(~holds, np.shape(values[k])) if holds.ndim <= np.ndim(values[k]) else None
+            values[k] = fresh if failing is None else np.where(failing, fresh, values[k])
+    raise NotApplicable(
+        f"the rule's domain `{rule.domain}` held at too few of the points drawn from its inputs' domains"
+    )
 
 
 _DERIVED: dict[tuple[str, ...], Any] = {}
@@ -497,7 +540,7 @@ def _finite_difference(
 
 
 def _domain_width(s: _Subject) -> float:
-    widths = [hi - lo for i in s.rule.inputs if i.differentiable for lo, hi in [i.domain]]
+    widths = [hi - lo for i in s.rule.inputs if i.differentiable for lo, hi in [i.interval]]
     return min((w for w in widths if math.isfinite(w)), default=1.0)
 
 
@@ -1755,6 +1798,12 @@ class CheckSession:
     def __exit__(self, *exc_info: object) -> None:
         self._stack.close()
         self._pool = self._modules = None
+
+    @property
+    def modules(self) -> tuple[Any, Any]:
+        """The built package's JAX and torch modules, imported in this process (a session of one job)."""
+        assert self._modules is not None, "modules are imported here only by a session of one job, once entered"
+        return self._modules
 
     def run(
         self, *, seed: int = 0, include_compile: bool = False, progress: Callable[[Outcome], None] | None = None

@@ -329,6 +329,42 @@ def _report_checks(outcomes: Sequence[Outcome], *, wide: bool) -> None:
     out_console.print(summary(outcomes))
 
 
+@app.command()
+def accuracy(
+    rules: RulesArg = None,
+    points: Annotated[int, typer.Option("--points", min=1, help="Points sampled per dtype")] = 256,
+    seed: Annotated[int, typer.Option(help="Seed of the sampled points")] = 0,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write one HTML page of plots per rule into this folder")
+    ] = None,
+) -> None:
+    """Bits of error of every value and partial, generated code beside autodiff of the written forward."""
+    from rulegen.accuracy import measure_rule
+    from rulegen.accuracy_report import accuracy_table, write_plot
+    from rulegen.check import CheckSession
+    from rulegen.errors import SpecErrors
+    from rulegen.spec import callees, read_rules, rule_files
+
+    files = rule_files(rule_paths(rules, load_config()))
+    try:
+        found = read_rules(files)
+        measured = {r.name for r in found}
+        every = (*found, *callees(found, project_rules(files)))
+        with CheckSession(every) as session:
+            jax_pkg, torch_pkg = session.modules
+            names = [r.name for r in every]
+            for rule in (r for r in every if r.name in measured):
+                result = measure_rule(rule, jax_pkg, torch_pkg, points=points, seed=seed, known=names)
+                if result.skipped:
+                    out_console.print(f"[dim]{rule.name}: not measured: {result.skipped}[/dim]")
+                    continue
+                out_console.print(accuracy_table(result))
+                if plot is not None:
+                    out_console.print(f"[dim]wrote {write_plot(result, plot)}[/dim]")
+    except SpecErrors as exc:
+        raise _report_spec_errors(exc) from None
+
+
 class Backend(StrEnum):
     jax = "jax"
     torch = "torch"

@@ -189,6 +189,9 @@ class _Deriver:
             if name not in forward_texts and not self.errors:
                 self.fail(rule.forward.loc, f"the forward body computes no value for output {name!r}")
 
+        if rule.domain is not None:
+            # Read only where the points are sampled, but refused here, at build time, where it does not parse.
+            self.parse(rule.domain, {i.name: self.symbols[i.name] for i in rule.inputs}, indicator=True)
         residuals = self.derive_residuals()
         if self.errors:
             raise SpecErrors(self.errors)

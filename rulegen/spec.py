@@ -130,11 +130,12 @@ def _to_assumptions(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
-def _holds(assumption: str, lo: float, hi: float) -> bool:
+def _holds(assumption: str, domain: Domain) -> bool:
+    lo, hi = domain.lo, domain.hi
     return {
-        "positive": lo > 0,
+        "positive": lo > 0 or (lo == 0 and domain.lo_open),
         "nonnegative": lo >= 0,
-        "negative": hi < 0,
+        "negative": hi < 0 or (hi == 0 and domain.hi_open),
         "nonpositive": hi <= 0,
         "nonzero": True,
     }[assumption]
@@ -240,6 +241,57 @@ Body = Annotated[
 # ---------------------------------------------------------------- inputs and outputs
 
 
+class Domain(Node):
+    """An input's domain as bounds, each open (`gt`, `lt`) or closed (`ge`, `le`), less excluded points.
+
+    A bound left out is that end of the float line (the largest finite
+    float of the dtype sampled): `{}` is the whole line, `{gt: 0}` the
+    positive floats, `{exclude: [0]}` every float but zero.
+    """
+
+    gt: Number | None = None
+    ge: Number | None = None
+    lt: Number | None = None
+    le: Number | None = None
+    exclude: tuple[Number, ...] = ()
+
+    @model_validator(mode="after")
+    def _one_bound_per_end(self) -> Domain:
+        if self.gt is not None and self.ge is not None:
+            raise ValueError("a domain takes `gt` or `ge` for its lower end, not both")
+        if self.lt is not None and self.le is not None:
+            raise ValueError("a domain takes `lt` or `le` for its upper end, not both")
+        for bound in (self.gt, self.ge, self.lt, self.le, *self.exclude):
+            if bound is not None and not math.isfinite(_as_float64(bound)):
+                raise ValueError(f"a domain's bounds and excluded points are finite numbers, not {bound}")
+        if not (self.lo < self.hi or (self.lo == self.hi and not (self.lo_open or self.hi_open))):
+            raise ValueError(f"domain {self.describe()} is empty")
+        return self
+
+    @property
+    def lo(self) -> float:
+        bound = self.gt if self.gt is not None else self.ge
+        return -math.inf if bound is None else _as_float64(bound)
+
+    @property
+    def hi(self) -> float:
+        bound = self.lt if self.lt is not None else self.le
+        return math.inf if bound is None else _as_float64(bound)
+
+    @property
+    def lo_open(self) -> bool:
+        return self.gt is not None
+
+    @property
+    def hi_open(self) -> bool:
+        return self.lt is not None
+
+    def describe(self) -> str:
+        """`(0, inf]`-style, with the excluded points: for messages and tables."""
+        text = f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        return text + "".join(f" \\ {{{_as_float64(x):g}}}" for x in self.exclude)
+
+
 class Input(Node):
     """One argument of the generated function."""
 
@@ -248,13 +300,19 @@ class Input(Node):
     static: bool = False
     default: Annotated[Any, BeforeValidator(_to_default)] = None
     has_default: SkipJsonSchema[bool] = Field(default=False, exclude=True)
+    # Whether the rule wrote the domain, rather than leaving the default or its `assume`'s interval.
+    domain_given: SkipJsonSchema[bool] = Field(default=False, exclude=True)
     dtype: Annotated[
         Literal["float", "complex", "int", "bool"],
         Field(description="`complex`: a holomorphic rule's complex argument (its outputs are complex too)"),
     ] = "float"
     domain: Annotated[
-        tuple[Number, Number],
-        Field(description="where `rulegen test` samples this input; it never changes the generated code"),
+        tuple[Number, Number] | Domain,
+        Field(
+            description="where `rulegen test` and `rulegen accuracy` sample this input: `[lo, hi]`, or bounds "
+            "(`{gt: 0, le: 1, exclude: [0.5]}`; a bound left out is the float line's end); "
+            "it never changes the generated code"
+        ),
     ] = (-3.0, 3.0)
     assume: Annotated[
         tuple[Assumption, ...],
@@ -283,6 +341,8 @@ class Input(Node):
     def _note_default(cls, data: Any) -> Any:
         if isinstance(data, dict) and "default" in data:
             data = {**data, "has_default": True}
+        if isinstance(data, dict) and "domain" in data:
+            data = {**data, "domain_given": True}
         if isinstance(data, dict) and "domain" not in data and data.get("assume"):
             # Sampling must respect what the rule assumes; the tightest assumption given decides.
             assumed = _to_assumptions(data["assume"])
@@ -293,19 +353,40 @@ class Input(Node):
 
     @model_validator(mode="after")
     def _consistent(self) -> Input:
-        lo, hi = (_as_float64(bound) for bound in self.domain)
-        if not lo < hi:
-            raise ValueError(f"domain [{lo}, {hi}] is empty")
-        if not math.isfinite(hi - lo):
-            raise ValueError(f"domain [{lo}, {hi}] is not a finite float64 interval (its width must be below 1.8e308)")
+        lo, hi = self.interval
+        if isinstance(self.domain, tuple):
+            if not lo < hi:
+                raise ValueError(f"domain [{lo}, {hi}] is empty")
+            if not math.isfinite(hi - lo):
+                raise ValueError(
+                    f"domain [{lo}, {hi}] is not a finite float64 interval (its width must be below 1.8e308; "
+                    "bounds such as `{gt: 0}` reach the end of the float line)"
+                )
         if self.static and "diff" in self.model_fields_set and self.diff:
             raise ValueError("a static input is never differentiated; drop `diff: true`")
         if self.dtype == "complex" and self.assume:
             raise ValueError("a complex input takes no sign assumptions (`assume`)")
         for assumption in self.assume:
-            if not _holds(assumption, lo, hi):
-                raise ValueError(f"domain [{lo}, {hi}] has points where `assume: {assumption}` fails")
+            if not _holds(assumption, self.bounds):
+                where = self.bounds.describe() if isinstance(self.domain, Domain) else f"[{lo}, {hi}]"
+                raise ValueError(f"domain {where} has points where `assume: {assumption}` fails")
         return self
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The domain's two ends (open or closed; infinite where a bound form leaves one out)."""
+        if isinstance(self.domain, Domain):
+            return self.domain.lo, self.domain.hi
+        lo, hi = self.domain
+        return _as_float64(lo), _as_float64(hi)
+
+    @property
+    def bounds(self) -> Domain:
+        """The domain as bounds: `[lo, hi]` is `{ge: lo, le: hi}`."""
+        if isinstance(self.domain, Domain):
+            return self.domain
+        lo, hi = self.interval
+        return Domain(ge=lo, le=hi)
 
     @property
     def differentiable(self) -> bool:
@@ -644,6 +725,13 @@ class Rule(Node):
     depth: Annotated[int, Field(ge=1, le=8)] = 2
     # torch: compile the Function's forward and first-order backward (torch.compile) where possible
     fuse: bool = False
+    domain: Annotated[
+        TextField | None,
+        Field(
+            description="a condition on several inputs (`b**2 >= 4*a*c`) that the points `rulegen accuracy` "
+            "samples meet, beside each input's own domain; it never changes the generated code"
+        ),
+    ] = None
     checks: Checks = Field(default_factory=Checks)
     source: SkipJsonSchema[str] = Field(default="", exclude=True)
     source_hash: SkipJsonSchema[str] = Field(default="", exclude=True)
@@ -1008,9 +1096,9 @@ def _located_errors(root: object, error: ValidationError, path_prefix: Sequence[
 
 def _allowed_keys() -> list[str]:
     keys: set[str] = set()
-    for model in (Rule, Input, Structured, Output, Checks, Point, PointJvp, Tolerance, SnippetBody):
+    for model in (Rule, Input, Domain, Structured, Output, Checks, Point, PointJvp, Tolerance, SnippetBody):
         keys |= {field.alias or name for name, field in model.model_fields.items()}
-    return sorted(keys - {"loc", "source", "source_hash", "has_default"})
+    return sorted(keys - {"loc", "source", "source_hash", "has_default", "domain_given"})
 
 
 def _add(found: list[SpecError], seen: set[tuple[Loc, str]], loc: Loc, message: str) -> None:

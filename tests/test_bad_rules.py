@@ -103,6 +103,28 @@ BAD = [
         "3:",
         "float64",
     ),
+    (
+        "domain-two-lower-bounds",
+        "name: a\ninputs:\n  x: {domain: {gt: 0, ge: 1}}\nforward: x\n",
+        "3:",
+        "`gt` or `ge`",
+    ),
+    ("domain-unknown-bound", "name: a\ninputs:\n  x: {domain: {gtt: 0}}\nforward: x\n", "3:", "gtt"),
+    ("domain-empty-bounds", "name: a\ninputs:\n  x: {domain: {gt: 1, lt: 1}}\nforward: x\n", "3:", "empty"),
+    ("domain-infinite-bound", "name: a\ninputs:\n  x: {domain: {lt: .inf}}\nforward: x\n", "3:", "finite"),
+    (
+        "domain-assumption-open-bound",
+        "name: a\ninputs:\n  x: {domain: {ge: 0}, assume: positive}\nforward: x\n",
+        "3:",
+        "`assume: positive` fails",
+    ),
+    (
+        "joint-domain-syntax",
+        "name: a\ninputs: [x, y]\ndomain: x >= = y\nforward: x\n",
+        "3:",
+        "invalid expression syntax",
+    ),
+    ("joint-domain-unknown-name", "name: a\ninputs: [x, y]\ndomain: x >= z\nforward: x\n", "3:", "z"),
     ("mode-vjp-without-vjp", "name: a\ninputs: [x]\nforward:\n  python: return x\nmode: vjp\n", "1:1", "needs a `vjp`"),
     (
         "jax-body-alone",

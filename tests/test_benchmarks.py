@@ -56,3 +56,12 @@ def test_quick_benchmarks_print_a_ratio_for_every_case():
     for row in ["torch jacfwd (input slice)", "torch hvp (fwd over rev)", "jax jacfwd (input slice)"]:
         assert re.search(rf"^{re.escape(row)} +{RATIO}$", out, re.M), row
     assert re.search(r"^least squares: cold = \d+\.\d\d s \+ \d+\.\d ms x rules$", out, re.M)
+    bits = r"\d+\.\d/\d+\.\d"  # generated/autodiff mean bits of error
+    for suite in ("rules/", "FPBench hamming-ch3"):
+        for kind in ("gradient", "value"):
+            pairs = ", ".join(rf"float(?:64|32) (?:jax|torch) {bits}" for _ in range(4))
+            assert re.search(rf"^{re.escape(suite)} mean bits, {kind} generated/autodiff: {pairs}$", out, re.M)
+        summary = rf"^{re.escape(suite)} summary: \d+ of \d+ rules within 1 bit \(gradient\), \d+ worse than autodiff"
+        assert re.search(summary, out, re.M), suite
+    for rule in ("log1pexp", "nmse_example_3_1", "nmse_problem_3_4_6"):
+        assert re.search(rf"^{rule} +(?:{bits} +){{7}}{bits}$", out, re.M), rule

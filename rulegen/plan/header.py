@@ -320,7 +320,7 @@ def _input_line(i: Input) -> str:
     default = f", default {python_literal(i.default)}" if i.has_default else ""
     assumed = f", assumed {' and '.join(i.assume)}" if i.assume else ""
     parts = "real and imaginary parts " if i.dtype == "complex" else ""
-    checked = f"; {parts}checked on [{i.domain[0]:g}, {i.domain[1]:g}]"
+    checked = f"; {parts}checked on {i.bounds.describe()}"
     sampled = "" if i.static or i.dtype not in ("float", "complex") else checked
     return f"    {i.name}: {kind}{default}{assumed}{sampled}"
 

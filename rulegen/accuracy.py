@@ -1,0 +1,515 @@
+"""Stage 6, beside the checks: how many bits of each value and partial the generated code gets right.
+
+Herbie's measure (Panchekha et al., PLDI 2015): points are sampled uniformly
+over the float bit patterns inside each input's domain, so that every
+magnitude from the smallest subnormal to the largest float is visited as
+often as the numbers near 1; the error of a result is log2(1 + the number of
+floats between it and the correctly rounded exact value), 0 bits where it is
+correctly rounded and 64 (32 in float32) where it is nan.  The exact value
+is the written forward (and its sympy derivative) in mpmath at a precision
+raised until two evaluations round to the same float.
+
+Each value and partial is measured in float64 and float32, in both backends,
+for the generated code and for the framework's own autodiff of the forward
+as written (printed naively, without rulegen's rewrites): what a user gets
+without rulegen is the bar.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from rulegen.check import _derived, _lambdified_derivative, flat_call, joint_domain
+from rulegen.spec import Domain, Input, Rule, SympyBody
+
+DTYPES: dict[str, Any] = {"float64": np.float64, "float32": np.float32}
+BACKENDS = ("jax", "torch")
+SOURCES = ("generated", "autodiff")
+
+# Bit patterns as integers of the float's width, the sign bit cleared by this mask.
+_PATTERNS = {np.dtype(np.float64): (np.int64, 0x7FFF_FFFF_FFFF_FFFF), np.dtype(np.float32): (np.int32, 0x7FFF_FFFF)}
+
+# Working precisions in bits; a reference that has not converged by the last is dropped.
+_PRECISION_STEPS = 4
+
+
+# ---------------------------------------------------------------- bits of error
+
+
+def ordinals(values: np.ndarray) -> np.ndarray:
+    """Each float's position on the float line as an int64: consecutive floats differ by 1, -0.0 and 0.0 are 0."""
+    values = np.asarray(values)
+    signed, magnitude_mask = _PATTERNS[values.dtype]
+    patterns = values.view(signed).astype(np.int64)
+    magnitude = patterns & magnitude_mask
+    return np.where(patterns < 0, -magnitude, magnitude)
+
+
+def from_ordinals(positions: np.ndarray, dtype: Any) -> np.ndarray:
+    """The floats of `dtype` at these positions of the float line (the inverse of `ordinals`)."""
+    signed, _ = _PATTERNS[np.dtype(dtype)]
+    positions = np.asarray(positions, dtype=np.int64)
+    magnitude = np.abs(positions)
+    sign = np.where(positions < 0, np.int64(1) << (np.dtype(dtype).itemsize * 8 - 1), 0)
+    return (magnitude | sign).astype(signed).view(dtype)
+
+
+def bits_of_error(got: np.ndarray, exact: np.ndarray, dtype: Any) -> np.ndarray:
+    """log2(1 + floats of `dtype` between `got` and `exact`, both in `dtype`), the width where `got` is nan."""
+    got, exact = np.asarray(got, dtype=dtype), np.asarray(exact, dtype=dtype)
+    a, b = ordinals(got), ordinals(exact)
+    # Two positions of opposite signs can be 2**64 apart: count in unsigned integers.
+    magnitude_a, magnitude_b = np.abs(a).astype(np.uint64), np.abs(b).astype(np.uint64)
+    same_side = (a >= 0) == (b >= 0)
+    apart = np.where(
+        same_side,
+        np.maximum(magnitude_a, magnitude_b) - np.minimum(magnitude_a, magnitude_b),
+        magnitude_a + magnitude_b,
+    )
+    bits = np.log2(1.0 + apart.astype(np.float64))
+    return np.where(np.isnan(got), float(np.dtype(dtype).itemsize * 8), bits)
+
+
+# ---------------------------------------------------------------- sampling
+
+
+def _inward(bound: float, dtype: Any, *, lower: bool) -> float:
+    """The float of `dtype` nearest `bound` inside it (float32 rounds 0.1 outward otherwise)."""
+    rounded = np.asarray(bound, dtype=dtype)
+    if lower and float(rounded) < bound:
+        rounded = np.nextafter(rounded, np.asarray(np.inf, dtype=dtype))
+    if not lower and float(rounded) > bound:
+        rounded = np.nextafter(rounded, np.asarray(-np.inf, dtype=dtype))
+    return float(rounded)
+
+
+def sample_floats(domain: Domain, count: int, rng: np.random.Generator, dtype: Any) -> np.ndarray:
+    """`count` floats of `dtype` uniform over the bit patterns inside `domain` (no infinities, no nan).
+
+    Every binade is drawn about as often as every other: as many points lie
+    in [1e-300, 1e-299] as in [1, 10].
+    """
+    largest = float(np.finfo(dtype).max)
+    lo = _inward(max(domain.lo, -largest), dtype, lower=True)
+    hi = _inward(min(domain.hi, largest), dtype, lower=False)
+    first, last = (int(ordinals(np.asarray(v, dtype=dtype))) for v in (lo, hi))
+    first += domain.lo_open and domain.lo == lo
+    last -= domain.hi_open and domain.hi == hi
+    if first > last:
+        raise ValueError(f"domain {domain.describe()} holds no float of {np.dtype(dtype).name}")
+    excluded = np.asarray([float(x) for x in domain.exclude], dtype=dtype)
+    found = np.empty(0, dtype=dtype)
+    while len(found) < count:
+        drawn = from_ordinals(rng.integers(first, last, size=count, endpoint=True), dtype)
+        found = np.concatenate([found, drawn[~np.isin(drawn, excluded)]])
+    return found[:count]
+
+
+# ---------------------------------------------------------------- the exact values
+
+
+def _initial_precision(args: Sequence[float]) -> int:
+    """Enough bits that a sum of the inputs and small constants is exact: 1 + 1e-300 needs about 1000."""
+    exponents = [abs(math.frexp(a)[1]) for a in args if a != 0]
+    return 2 * max(exponents, default=0) + 128
+
+
+def exact_value(fn: Callable[..., Any], args: Sequence[float]) -> tuple[float, float] | None:
+    """`fn` at `args`, correctly rounded to float64 and to float32; None where it is no finite real number.
+
+    The precision doubles until two evaluations round alike in both dtypes.
+    """
+    import mpmath
+
+    precision, previous = _initial_precision(args), None
+    for _ in range(_PRECISION_STEPS):
+        with mpmath.workprec(precision):
+            try:
+                value = fn(*[mpmath.mpf(a) for a in args])
+            except (ValueError, ZeroDivisionError, OverflowError, TypeError):
+                return None
+            if not isinstance(value, mpmath.mpf) or not mpmath.isfinite(value):
+                return None
+            rounded = _rounded(value)
+        if rounded == previous:
+            return rounded
+        previous, precision = rounded, 2 * precision
+    return None
+
+
+#: Per dtype: bits of the significand, and the exponent of the smallest normal float.
+_FORMATS = {"float64": (53, -1022), "float32": (24, -126)}
+
+
+def _rounded(value: Any) -> tuple[float, float]:
+    """An mpf to the nearest float64 and the nearest float32, each rounded once."""
+    return _nearest(value, *_FORMATS["float64"]), _nearest(value, *_FORMATS["float32"])
+
+
+def _nearest(value: Any, significand_bits: int, smallest_normal_exponent: int) -> float:
+    """`value` rounded to the nearest float of the format, ties to even, subnormals included.
+
+    Rounding to the significand's bits and then to the subnormals' coarser
+    grid would round twice (1.4999 ulps would become 1.5, then 2).
+    """
+    import mpmath
+
+    with mpmath.workprec(max(mpmath.mp.prec, significand_bits)):
+        if abs(value) < mpmath.ldexp(1, smallest_normal_exponent):
+            step = smallest_normal_exponent - significand_bits + 1
+            return float(mpmath.nint(mpmath.ldexp(value, -step))) * 2.0**step
+    with mpmath.workprec(significand_bits):
+        nearest = float(+value)
+    if significand_bits < 53:
+        with np.errstate(over="ignore"):
+            # Exact unless beyond float32's range, where it is inf as it should be.
+            nearest = float(np.float32(nearest))
+    return nearest
+
+
+# ---------------------------------------------------------------- what is measured
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A value of the forward (`wrt` None) or a partial d output / d wrt."""
+
+    output: str
+    wrt: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.output if self.wrt is None else f"d{self.output}/d{self.wrt}"
+
+    @property
+    def is_partial(self) -> bool:
+        return self.wrt is not None
+
+
+@dataclass(frozen=True)
+class Series:
+    """The bits of error of one quantity at every point, in one dtype, backend and source."""
+
+    quantity: Quantity
+    dtype: str
+    backend: str
+    source: str
+    bits: np.ndarray
+    note: str = ""  # why every point is counted as nan (the implementation raised)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.bits)) if self.bits.size else math.nan
+
+    @property
+    def max(self) -> float:
+        return float(np.max(self.bits)) if self.bits.size else math.nan
+
+
+@dataclass(frozen=True)
+class RuleAccuracy:
+    """One rule's measurements; `skipped` says why there are none."""
+
+    rule: str
+    series: tuple[Series, ...] = ()
+    inputs: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # dtype -> input name -> points
+    skipped: str = ""
+
+    def find(self, quantity: Quantity, dtype: str, backend: str, source: str) -> Series:
+        return next(
+            s for s in self.series if (s.quantity, s.dtype, s.backend, s.source) == (quantity, dtype, backend, source)
+        )
+
+    @property
+    def quantities(self) -> list[Quantity]:
+        return list(dict.fromkeys(s.quantity for s in self.series))
+
+    def mean_bits(self, *, partials: bool, dtype: str, backend: str, source: str) -> float:
+        """The mean over the rule's values (or partials) and points; nan where it has none."""
+        chosen = [
+            s.bits
+            for s in self.series
+            if s.quantity.is_partial == partials and (s.dtype, s.backend, s.source) == (dtype, backend, source)
+        ]
+        return float(np.mean(np.concatenate(chosen))) if chosen else math.nan
+
+
+class NotMeasurable(Exception):
+    """The rule has nothing this measurement can sample (a snippet forward, complex or integer inputs)."""
+
+
+#: Where an input the rule gives no domain is sampled, by what it assumes: the float line's part it allows.
+_ASSUMED_BOUNDS = {
+    "positive": Domain(gt=0),
+    "nonnegative": Domain(ge=0),
+    "negative": Domain(lt=0),
+    "nonpositive": Domain(le=0),
+    "nonzero": Domain(exclude=(0,)),
+}
+
+
+def sampled_domain(spec: Input) -> Domain:
+    """Where `spec` is sampled: the domain the rule wrote, else the whole float line less what `assume` excludes."""
+    if spec.domain_given:
+        return spec.bounds
+    bounds = [_ASSUMED_BOUNDS[a] for a in spec.assume]
+    return Domain(
+        gt=next((b.gt for b in bounds if b.gt is not None), None),
+        ge=next((b.ge for b in bounds if b.ge is not None and not any(c.gt is not None for c in bounds)), None),
+        lt=next((b.lt for b in bounds if b.lt is not None), None),
+        le=next((b.le for b in bounds if b.le is not None and not any(c.lt is not None for c in bounds)), None),
+        exclude=tuple(x for b in bounds for x in b.exclude),
+    )
+
+
+def _measurable(rule: Rule) -> None:
+    if not isinstance(rule.forward, SympyBody):
+        raise NotMeasurable("the forward is a snippet: there is no exact expression to measure against")
+    if rule.complex:
+        raise NotMeasurable("complex inputs: bits of error are measured on the real float line")
+    if rule.structured:
+        raise NotMeasurable("structured arguments are not sampled yet")
+    for spec in rule.inputs:
+        if not spec.static and spec.dtype != "float":
+            raise NotMeasurable(f"input {spec.name!r} is {spec.dtype}: only float arrays are sampled")
+    if not any(o.differentiable for o in rule.outputs):
+        raise NotMeasurable("no differentiable output")
+
+
+def _static_value(rule: Rule, spec: Input) -> Any:
+    if spec.has_default:
+        return spec.default
+    if rule.checks.points and spec.name in rule.checks.points[0].at:
+        return rule.checks.points[0].at[spec.name]
+    raise NotMeasurable(f"static input {spec.name!r} has no default and no point to take it from")
+
+
+@dataclass
+class _Plan:
+    """What one rule's measurement needs: the exact functions, the written forward, the points' rules."""
+
+    rule: Rule
+    symbols: list[sp.Symbol]
+    written: dict[str, sp.Expr]
+    exact: dict[Quantity, Callable[..., Any]]
+    statics: dict[str, Any]
+    condition: Callable[..., Any] | None
+
+    @property
+    def arrays(self) -> list[Input]:
+        return [i for i in self.rule.inputs if not i.static]
+
+
+def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
+    from rulegen.functions import MPMATH_IMPLEMENTATIONS
+    from rulegen.snippet import SnippetDerivation
+
+    _measurable(rule)
+    derivation = _derived(rule, tuple(sorted(known)))
+    if isinstance(derivation, SnippetDerivation):
+        raise NotMeasurable("a body is a snippet: there is no exact expression to measure against")
+    symbols = [derivation.symbols[i.name] for i in rule.inputs]
+    as_written = {name: written for name, written, _ in derivation.rewritten}
+    written = {name: as_written.get(name, expr) for name, expr in derivation.forward}
+    modules = [dict(MPMATH_IMPLEMENTATIONS), "mpmath"]
+    exact: dict[Quantity, Callable[..., Any]] = {}
+    for output in (o for o in rule.outputs if o.differentiable):
+        exact[Quantity(output.name)] = sp.lambdify(symbols, written[output.name], modules=modules)
+        # A rule whose derivative deliberately differs from the forward's (`true_derivative: false`) has no exact one.
+        for spec in (i for i in rule.inputs if i.differentiable and rule.checks.true_derivative):
+            partial = _lambdified_derivative(written[output.name], derivation.symbols[spec.name], symbols, modules)
+            if partial is not None:
+                exact[Quantity(output.name, spec.name)] = partial
+    statics = {i.name: _static_value(rule, i) for i in rule.inputs if i.static}
+    return _Plan(rule, symbols, written, exact, statics, joint_domain(rule))
+
+
+# ---------------------------------------------------------------- the points and their exact values
+
+
+def _draw(plan: _Plan, count: int, rng: np.random.Generator, dtype: Any) -> list[Any]:
+    """`count` candidate points in `dtype`: one array per input (statics as given), inside every domain."""
+    columns = {i.name: sample_floats(sampled_domain(i), count, rng, dtype) for i in plan.arrays}
+    args = [plan.statics[i.name] if i.static else columns[i.name] for i in plan.rule.inputs]
+    if plan.condition is not None:
+        with np.errstate(all="ignore"):
+            keep = np.broadcast_to(np.asarray(plan.condition(*args)) > 0.5, (count,))
+        args = [a[keep] if isinstance(a, np.ndarray) else a for a in args]
+    return args
+
+
+def _exact_points(
+    plan: _Plan, count: int, rng: np.random.Generator, dtype: Any
+) -> tuple[list[Any], dict[Quantity, np.ndarray]]:
+    """Up to `count` points where every quantity is a finite real number, with its correctly rounded values.
+
+    Points where the exact value is not a finite real number are dropped
+    and more are drawn, as Herbie does; a rule defined almost nowhere on its
+    domain gets fewer points.
+    """
+    which = 0 if np.dtype(dtype) == np.float64 else 1
+    kept_args: list[list[Any]] = [[] for _ in plan.rule.inputs]
+    kept: dict[Quantity, list[float]] = {q: [] for q in plan.exact}
+    for _ in range(8):
+        args = _draw(plan, count, rng, dtype)
+        size = len(next(a for a in args if isinstance(a, np.ndarray)))
+        for j in range(size):
+            point = [float(a[j]) if isinstance(a, np.ndarray) else a for a in args]
+            values = [exact_value(fn, point) for fn in plan.exact.values()]
+            if any(v is None for v in values):
+                continue
+            for column, value in zip(kept_args, point, strict=True):
+                column.append(value)
+            for q, v in zip(plan.exact, values, strict=True):
+                assert v is not None
+                kept[q].append(v[which])
+            if len(kept_args[0]) == count:
+                break
+        if kept_args and len(kept_args[0]) == count:
+            break
+    args = [
+        plan.statics[i.name] if i.static else np.asarray(column, dtype=dtype)
+        for i, column in zip(plan.rule.inputs, kept_args, strict=True)
+    ]
+    return args, {q: np.asarray(v, dtype=np.float64) for q, v in kept.items()}
+
+
+# ---------------------------------------------------------------- the implementations
+
+
+def _naive(rule: Rule, written: dict[str, sp.Expr], backend: str) -> Callable[..., Any]:
+    """The written forward printed as plain array code, which the framework differentiates itself."""
+    from rulegen.printers import print_jax, print_torch
+
+    printer = print_jax if backend == "jax" else print_torch
+    statics = frozenset(i.name for i in rule.inputs if i.static)
+    imports: set[str] = set()
+    results = []
+    for output in rule.outputs:
+        code, needed = printer(written[output.name], scalars=statics)
+        imports |= needed
+        results.append(code)
+    params = ", ".join(i.name for i in rule.inputs)
+    body = ", ".join(results) + ("," if len(results) == 1 else "")
+    source = "\n".join(sorted(imports)) + f"\ndef written_forward({params}):\n    return ({body})\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<written forward of {rule.name}>", "exec"), namespace)
+    return namespace["written_forward"]
+
+
+def _as_tuple(result: Any) -> tuple[Any, ...]:
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _evaluate_jax(fn: Callable[..., Any], plan: _Plan, args: list[Any]) -> dict[Quantity, np.ndarray]:
+    """Every quantity of `plan` from `fn` in JAX: values, and partials by one VJP per output."""
+    import jax
+    import jax.numpy as jnp
+
+    rule = plan.rule
+    diff = [k for k, i in enumerate(rule.inputs) if i.differentiable]
+
+    def of_diff(*xs: Any) -> tuple[Any, ...]:
+        full = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+        for k, x in zip(diff, xs, strict=True):
+            full[k] = x
+        return _as_tuple(fn(*full))
+
+    outs, pullback = jax.vjp(of_diff, *[jnp.asarray(args[k]) for k in diff])
+    found: dict[Quantity, np.ndarray] = {}
+    for n, output in enumerate(rule.outputs):
+        if not output.differentiable:
+            continue
+        found[Quantity(output.name)] = np.asarray(outs[n])
+        cotangents = tuple(jnp.ones_like(o) if m == n else jnp.zeros_like(o) for m, o in enumerate(outs))
+        for k, grad in zip(diff, pullback(cotangents), strict=True):
+            found[Quantity(output.name, rule.inputs[k].name)] = np.asarray(grad)
+    return found
+
+
+def _evaluate_torch(fn: Callable[..., Any], plan: _Plan, args: list[Any]) -> dict[Quantity, np.ndarray]:
+    """Every quantity of `plan` from `fn` in torch: values, and partials by one backward per output."""
+    import torch
+
+    rule = plan.rule
+    tensors = [
+        torch.from_numpy(a).requires_grad_(i.differentiable) if isinstance(a, np.ndarray) else a
+        for a, i in zip(args, rule.inputs, strict=True)
+    ]
+    leaves = [t for t, i in zip(tensors, rule.inputs, strict=True) if i.differentiable]
+    outs = _as_tuple(fn(*tensors))
+    found: dict[Quantity, np.ndarray] = {}
+    for n, output in enumerate(rule.outputs):
+        if not output.differentiable:
+            continue
+        found[Quantity(output.name)] = outs[n].detach().numpy(force=True)
+        grads = torch.autograd.grad(outs[n].sum(), leaves, retain_graph=True, allow_unused=True)
+        for leaf_input, grad in zip((i for i in rule.inputs if i.differentiable), grads, strict=True):
+            value = torch.zeros_like(outs[n]) if grad is None else grad
+            found[Quantity(output.name, leaf_input.name)] = value.detach().numpy(force=True)
+    return found
+
+
+# ---------------------------------------------------------------- one rule
+
+
+def measure_rule(
+    rule: Rule, jax_pkg: Any, torch_pkg: Any, *, points: int = 256, seed: int = 0, known: Sequence[str] = ()
+) -> RuleAccuracy:
+    """The bits of error of every value and partial of `rule`, generated and autodiff, at `points` points per dtype.
+
+    `jax_pkg` and `torch_pkg` are the built package's backends.  Raises
+    SpecErrors where the rule's joint `domain` condition does not parse.
+    """
+    try:
+        plan = _plan(rule, known or [rule.name])
+    except NotMeasurable as why:
+        return RuleAccuracy(rule.name, skipped=str(why))
+    implementations = {
+        ("jax", "generated"): flat_call(rule, getattr(jax_pkg, rule.name)),
+        ("torch", "generated"): flat_call(rule, getattr(torch_pkg, rule.name)),
+        ("jax", "autodiff"): _naive(rule, plan.written, "jax"),
+        ("torch", "autodiff"): _naive(rule, plan.written, "torch"),
+    }
+    series: list[Series] = []
+    inputs: dict[str, dict[str, np.ndarray]] = {}
+    for dtype_name, dtype in DTYPES.items():
+        rng = np.random.default_rng([seed, *rule.name.encode(), np.dtype(dtype).itemsize])
+        try:
+            args, exact = _exact_points(plan, points, rng, dtype)
+        except ValueError as why:
+            return RuleAccuracy(rule.name, skipped=str(why))
+        if not any(isinstance(a, np.ndarray) and a.size for a in args):
+            return RuleAccuracy(rule.name, skipped="no sampled point has a finite real value")
+        inputs[dtype_name] = {i.name: a for i, a in zip(rule.inputs, args, strict=True) if not i.static}
+        for (backend, source), fn in implementations.items():
+            series += _measured(plan, fn, args, exact, dtype_name, backend, source)
+    return RuleAccuracy(rule.name, tuple(series), inputs)
+
+
+def _measured(
+    plan: _Plan,
+    fn: Callable[..., Any],
+    args: list[Any],
+    exact: dict[Quantity, np.ndarray],
+    dtype: str,
+    backend: str,
+    source: str,
+) -> Iterator[Series]:
+    evaluate = _evaluate_jax if backend == "jax" else _evaluate_torch
+    note = ""
+    try:
+        with np.errstate(all="ignore"):
+            found = evaluate(fn, plan, args)
+    except Exception as exc:  # a crash is as wrong as nan everywhere, and said so
+        note, found = f"{type(exc).__name__}: {str(exc)[:200]}", {}
+    for quantity, reference in exact.items():
+        got = found.get(quantity, np.full(reference.shape, np.nan))
+        got = np.broadcast_to(np.asarray(got, dtype=DTYPES[dtype]), reference.shape)
+        yield Series(quantity, dtype, backend, source, bits_of_error(got, reference, DTYPES[dtype]), note)

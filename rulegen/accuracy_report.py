@@ -1,0 +1,134 @@
+"""What `rulegen accuracy` shows: a table per rule, and a page of plots per rule.
+
+The plots are SVG drawn here, one self-contained HTML page per rule, so
+that no plotting library is needed: bits of error against the input's
+position on the float line (the axis the points are sampled along, labelled
+with magnitudes), the generated code beside the framework's autodiff.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rulegen.accuracy import BACKENDS, DTYPES, SOURCES, Quantity, RuleAccuracy, ordinals
+
+# Generated code more than this many bits worse than autodiff (mean over the points) is marked.
+WORSE_BITS = 1.0
+
+
+def accuracy_table(result: RuleAccuracy) -> Any:
+    """A Rich table of one rule: mean / max bits per quantity, dtype, backend and source (fits 100 columns)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"{result.rule}: bits of error, mean / max", title_justify="left")
+    table.add_column("quantity")
+    table.add_column("dtype")
+    for backend in BACKENDS:
+        for source in SOURCES:
+            table.add_column(f"{backend} {'gen.' if source == 'generated' else source}", justify="right")
+    for quantity in result.quantities:
+        for dtype in DTYPES:
+            cells = []
+            for backend in BACKENDS:
+                generated = result.find(quantity, dtype, backend, "generated")
+                autodiff = result.find(quantity, dtype, backend, "autodiff")
+                worse = generated.mean > autodiff.mean + WORSE_BITS
+                cells.append(_cell(generated.mean, generated.max, "bold red" if worse else ""))
+                cells.append(_cell(autodiff.mean, autodiff.max, ""))
+            table.add_row(quantity.label, dtype, *cells)
+    # An implementation that raised is counted as nan everywhere; say why beneath.
+    failures = dict.fromkeys(f"{s.backend} {s.source}, {s.dtype}: {escape(s.note)}" for s in result.series if s.note)
+    if failures:
+        table.caption = "\n".join(failures)
+    return table
+
+
+def _cell(mean: float, largest: float, style: str) -> str:
+    text = f"{mean:.2f} / {largest:.0f}"
+    return f"[{style}]{text}[/{style}]" if style else text
+
+
+# ---------------------------------------------------------------- plots
+
+_WIDTH, _HEIGHT, _MARGIN = 640, 220, 44
+_COLOURS = {
+    ("jax", "generated"): "#1f77b4",
+    ("torch", "generated"): "#2ca02c",
+    ("jax", "autodiff"): "#d62728",
+    ("torch", "autodiff"): "#ff7f0e",
+}
+_TICKS = (-1e300, -1e100, -1e10, -1.0, -1e-10, -1e-100, -1e-300, 0.0, 1e-300, 1e-100, 1e-10, 1.0, 1e10, 1e100, 1e300)
+
+
+def write_plot(result: RuleAccuracy, folder: Path) -> Path:
+    """`folder/<rule>.html`: per quantity and dtype, bits of error against the first input, generated vs autodiff."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sections = [
+        f"<h2>{html.escape(quantity.label)}, {dtype}</h2>\n{_svg(result, quantity, dtype)}"
+        for quantity in result.quantities
+        for dtype in DTYPES
+    ]
+    legend = " ".join(
+        f'<span style="color:{colour}">&#9679; {backend} {source}</span>'
+        for (backend, source), colour in _COLOURS.items()
+    )
+    page = (
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(result.rule)}: accuracy</title>"
+        "<style>body{font-family:sans-serif;margin:2em}</style></head><body>\n"
+        f"<h1>{html.escape(result.rule)}: bits of error</h1>\n<p>{legend}</p>\n"
+        "<p>x: the first input, along the float line (the points are uniform over its bit patterns); "
+        "y: bits of error, 0 for the correctly rounded value.</p>\n" + "\n".join(sections) + "\n</body></html>\n"
+    )
+    path = folder / f"{result.rule}.html"
+    path.write_text(page)
+    return path
+
+
+def _svg(result: RuleAccuracy, quantity: Quantity, dtype: str) -> str:
+    inputs = result.inputs[dtype]
+    xs = ordinals(next(iter(inputs.values())).astype(np.float64)).astype(np.float64)
+    lo, hi = float(xs.min()), float(xs.max())
+    span = hi - lo or 1.0
+    top = float(np.dtype(DTYPES[dtype]).itemsize * 8)
+
+    def x_of(position: float) -> float:
+        return _MARGIN + (position - lo) / span * (_WIDTH - 2 * _MARGIN)
+
+    def y_of(bits: float) -> float:
+        return _HEIGHT - _MARGIN + -bits / top * (_HEIGHT - 2 * _MARGIN)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}">']
+    parts.append(_axes(x_of, y_of, lo, hi, top))
+    for (backend, source), colour in _COLOURS.items():
+        bits = result.find(quantity, dtype, backend, source).bits
+        for x, b in zip(xs, bits, strict=True):
+            parts.append(f'<circle cx="{x_of(x):.1f}" cy="{y_of(b):.1f}" r="1.6" fill="{colour}" fill-opacity="0.6"/>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _axes(x_of: Any, y_of: Any, lo: float, hi: float, top: float) -> str:
+    bottom = y_of(0.0)
+    lines = [
+        f'<line x1="{_MARGIN}" y1="{bottom:.1f}" x2="{_WIDTH - _MARGIN}" y2="{bottom:.1f}" stroke="black"/>',
+        f'<line x1="{_MARGIN}" y1="{y_of(top):.1f}" x2="{_MARGIN}" y2="{bottom:.1f}" stroke="black"/>',
+    ]
+    for bits in (0.0, top / 2, top):
+        lines.append(
+            f'<text x="{_MARGIN - 6}" y="{y_of(bits) + 4:.1f}" font-size="10" text-anchor="end">{bits:.0f}</text>'
+        )
+    for tick in _TICKS:
+        position = float(ordinals(np.asarray(tick, dtype=np.float64)))
+        if lo <= position <= hi:
+            label = "0" if tick == 0 else f"{'-' if tick < 0 else ''}1e{round(math.log10(abs(tick)))}"
+            lines.append(
+                f'<text x="{x_of(position):.1f}" y="{bottom + 14:.1f}" font-size="10" text-anchor="middle">'
+                f"{label}</text>"
+            )
+    return "\n".join(lines)

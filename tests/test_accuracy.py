@@ -1,0 +1,279 @@
+"""`rulegen accuracy`: bits of error, the float-line sampler, the adaptive reference, the command."""
+
+from __future__ import annotations
+
+import math
+import re
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rulegen.accuracy import (
+    bits_of_error,
+    exact_value,
+    from_ordinals,
+    measure_rule,
+    ordinals,
+    sample_floats,
+    sampled_domain,
+)
+from rulegen.cli import app
+from rulegen.spec import Domain, Input, read_rule_file
+from tests.conftest import built_package
+
+TINY64, TINY32 = 5e-324, float(np.finfo(np.float32).smallest_subnormal)
+
+
+# ---------------------------------------------------------------- bits of error
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_correctly_rounded_value_has_no_error_and_one_float_off_has_one_bit(dtype):
+    exact = np.asarray([1.0, -3.5, 1e-30, 0.0], dtype=dtype)
+    next_up = np.nextafter(exact, np.asarray(np.inf, dtype=dtype))
+    assert bits_of_error(exact, exact, dtype).tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert bits_of_error(next_up, exact, dtype).tolist() == [1.0, 1.0, 1.0, 1.0]
+    three_off = np.nextafter(np.nextafter(next_up, np.inf), np.inf).astype(dtype)
+    assert bits_of_error(three_off, exact, dtype).tolist() == [2.0, 2.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize(("dtype", "tiny"), [(np.float64, TINY64), (np.float32, TINY32)])
+def test_floats_are_counted_across_zero_and_the_sign(dtype, tiny):
+    # -tiny, 0 and tiny are three consecutive floats; -0.0 is the same float as 0.0.
+    assert bits_of_error(np.asarray(-tiny), np.asarray(tiny), dtype) == pytest.approx(math.log2(3))
+    assert bits_of_error(np.asarray(-0.0), np.asarray(0.0), dtype) == 0.0
+    assert bits_of_error(np.asarray(0.0), np.asarray(tiny), dtype) == 1.0
+    # 1.0 and -1.0 are as far apart as each is from zero, twice.
+    one = int(ordinals(np.asarray(1.0, dtype=dtype)))
+    assert bits_of_error(np.asarray(-1.0), np.asarray(1.0), dtype) == pytest.approx(math.log2(1 + 2 * one))
+
+
+@pytest.mark.parametrize(("dtype", "width"), [(np.float64, 64), (np.float32, 32)])
+def test_nan_has_every_bit_wrong_and_the_largest_distance_stays_below_the_width(dtype, width):
+    assert bits_of_error(np.asarray(np.nan), np.asarray(1.0), dtype) == width
+    largest = float(np.finfo(dtype).max)
+    # The two ends of the float line: no overflow of the count.
+    assert width - 1 < bits_of_error(np.asarray(-largest), np.asarray(largest), dtype) <= width
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_ordinals_number_the_float_line_in_order(dtype):
+    values = np.asarray([-np.inf, -1.0, -TINY32, -0.0, 0.0, TINY32, 1.0, np.inf], dtype=dtype)
+    positions = ordinals(values)
+    assert (np.diff(positions) >= 0).all() and positions[3] == positions[4] == 0
+    assert np.array_equal(from_ordinals(positions[[0, 1, 2, 4, 5, 6, 7]], dtype), values[[0, 1, 2, 4, 5, 6, 7]])
+
+
+# ---------------------------------------------------------------- sampling
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_whole_float_line_is_sampled_at_every_magnitude(dtype):
+    found = sample_floats(Domain(), 4000, np.random.default_rng(0), dtype)
+    assert found.dtype == dtype and np.isfinite(found).all()
+    magnitudes = np.abs(found[found != 0]).astype(np.float64)
+    tiny, huge = (1e-200, 1e200) if dtype == np.float64 else (1e-30, 1e30)
+    assert magnitudes.min() < tiny and magnitudes.max() > huge
+    # Uniform over bit patterns: about as many points below 1 in magnitude as above, of both signs.
+    assert 0.4 < np.mean(magnitudes < 1) < 0.6 and 0.4 < np.mean(found < 0) < 0.6
+
+
+def test_sampling_respects_open_and_closed_bounds_and_excluded_points():
+    rng = np.random.default_rng(1)
+    positive = sample_floats(Domain(gt=0), 2000, rng, np.float64)
+    assert (positive > 0).all() and positive.min() < 1e-200
+    # (0, 3 floats]: the open end is never drawn, the closed one is.
+    few = sample_floats(Domain(gt=0, le=3 * TINY64), 300, rng, np.float64)
+    assert set(few.tolist()) == {TINY64, 2 * TINY64, 3 * TINY64}
+    around_zero = sample_floats(Domain(ge=-TINY64, le=TINY64, exclude=(0,)), 200, rng, np.float64)
+    assert set(around_zero.tolist()) == {-TINY64, TINY64}
+    inside = sample_floats(Domain(gt=-0.026, lt=0.026), 2000, rng, np.float32)
+    assert (np.abs(inside.astype(np.float64)) < 0.026).all()
+    # float32 bounds round inward: 0.1 is no float32, and 0.1f is above 0.1.
+    assert (sample_floats(Domain(ge=0.1, le=0.2), 500, rng, np.float32).astype(np.float64) >= 0.1).all()
+
+
+def test_sampling_is_deterministic_in_its_seed():
+    draw = [sample_floats(Domain(), 50, np.random.default_rng(seed), np.float64) for seed in (7, 7, 8)]
+    assert np.array_equal(draw[0], draw[1]) and not np.array_equal(draw[0], draw[2])
+
+
+def test_a_domain_that_holds_no_float_of_the_dtype_is_refused():
+    with pytest.raises(ValueError, match="holds no float of float32"):
+        sample_floats(Domain(gt=1.0, lt=1.0 + 1e-12), 5, np.random.default_rng(0), np.float32)
+
+
+def test_an_input_without_a_domain_is_sampled_on_the_float_line_its_assumptions_allow():
+    assert sampled_domain(Input(name="x")) == Domain()
+    assert sampled_domain(Input(name="x", assume=("positive",))) == Domain(gt=0)
+    assert sampled_domain(Input(name="x", assume=("nonzero", "nonpositive"))) == Domain(le=0, exclude=(0,))
+    # A domain the rule writes is where it is sampled.
+    assert sampled_domain(Input(name="x", domain=(0.5, 3))) == Domain(ge=0.5, le=3)
+
+
+# ---------------------------------------------------------------- the reference
+
+
+def test_the_reference_raises_its_precision_until_a_cancellation_is_resolved():
+    import mpmath
+
+    # sqrt(x + 1) - sqrt(x) at 1e300: 0 at any precision below ~1000 bits, 5e-151 exactly.
+    value64, value32 = exact_value(lambda x: mpmath.sqrt(x + 1) - mpmath.sqrt(x), [1e300])
+    assert value64 == pytest.approx(0.5e-150, rel=1e-15) and value32 == 0.0
+    assert exact_value(lambda x: (1 - mpmath.cos(x)) / x**2, [1e-200]) == (0.5, 0.5)
+    # 2/3 rounds differently in the two dtypes.
+    assert exact_value(lambda x: x / 3, [2.0]) == (2 / 3, float(np.float32(2 / 3)))
+
+
+@pytest.mark.parametrize(("tiny", "which"), [(TINY64, 0), (TINY32, 1)])
+def test_the_reference_rounds_once_into_the_subnormals(tiny, which):
+    import mpmath
+
+    # 1.5 - 2**-60 times the smallest subnormal is nearest to it; rounded to the significand's
+    # bits first it would be 1.5 of it, a tie, then 2 by ties-to-even.
+    just_below_a_tie = exact_value(lambda x: x * (mpmath.mpf(3) / 2 - mpmath.mpf(2) ** -60), [tiny])
+    assert just_below_a_tie is not None and just_below_a_tie[which] == tiny
+    assert exact_value(lambda x: x * (mpmath.mpf(5) / 2), [tiny])[which] == 2 * tiny  # a tie: to even
+
+
+def test_points_where_the_value_is_no_finite_real_number_have_no_reference():
+    import mpmath
+
+    assert exact_value(mpmath.log, [-1.0]) is None
+    assert exact_value(lambda x: 1 / x, [0.0]) is None
+
+
+# ---------------------------------------------------------------- one rule, and the command
+
+CANCELLATIONS = """\
+rules:
+  - name: acc_log1pexp
+    inputs: [x]
+    forward: log(1 + exp(x))
+  - name: acc_quadratic
+    inputs: {a: {domain: {exclude: [0]}}, b: {}, c: {}}
+    domain: b * b >= 4 * (a * c)
+    forward: (-b + sqrt(b * b - 4 * (a * c))) / (2 * a)
+  - name: acc_scaled
+    inputs: [x]
+    forward: x
+    derivatives: {x: 2}
+    checks: {true_derivative: false}
+"""
+
+
+@pytest.fixture(scope="module")
+def cancellations(tmp_path_factory):
+    import importlib
+
+    root = tmp_path_factory.mktemp("accuracy")
+    with built_package(root, CANCELLATIONS, "rg_accuracy") as folder:
+        rules = {r.name: r for r in read_rule_file(root / "rg_accuracy.yaml")}
+        yield rules, importlib.import_module("rg_accuracy.jax"), importlib.import_module("rg_accuracy.torch")
+    del folder
+
+
+def test_autodiff_is_of_the_forward_as_written_not_as_rulegen_rewrites_it(cancellations):
+    rules, jax_pkg, torch_pkg = cancellations
+    result = measure_rule(rules["acc_log1pexp"], jax_pkg, torch_pkg, points=64, known=list(rules))
+    for backend in ("jax", "torch"):
+        # log(1 + exp(x)) overflows for x above 710 (89 in float32), a quarter of the float line;
+        # the generated softplus does not.
+        generated = result.mean_bits(partials=False, dtype="float64", backend=backend, source="generated")
+        autodiff = result.mean_bits(partials=False, dtype="float64", backend=backend, source="autodiff")
+        assert generated < 1 and autodiff > 8, (backend, generated, autodiff)
+
+
+def test_points_meet_the_joint_domain_condition(cancellations):
+    rules, jax_pkg, torch_pkg = cancellations
+    result = measure_rule(rules["acc_quadratic"], jax_pkg, torch_pkg, points=32, known=list(rules))
+    assert not result.skipped
+    for dtype, inputs in result.inputs.items():
+        a, b, c = (inputs[n].astype(np.float64) for n in "abc")
+        assert len(a) == 32 and (a != 0).all(), dtype
+        with np.errstate(over="ignore"):
+            assert (b * b >= 4 * (a * c)).all(), dtype
+    labels = [q.label for q in result.quantities]
+    assert labels == ["out", "dout/da", "dout/db", "dout/dc"]
+
+
+def test_a_derivative_that_deliberately_is_not_the_forward_s_is_not_measured_against_it(cancellations):
+    rules, jax_pkg, torch_pkg = cancellations
+    result = measure_rule(rules["acc_scaled"], jax_pkg, torch_pkg, points=8, known=list(rules))
+    assert [q.label for q in result.quantities] == ["out"]
+    assert all(s.mean == 0 for s in result.series)
+
+
+def test_the_accuracy_command_prints_a_table_per_rule_and_writes_a_plot_page(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cube.yaml").write_text("name: acc_cube\ninputs: [x]\nforward: x**3 / 3\n")
+    plots = tmp_path / "plots"
+    result = CliRunner().invoke(
+        app, ["accuracy", str(tmp_path / "cube.yaml"), "--points", "8", "--plot", str(plots)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "acc_cube: bits of error, mean / max" in out
+    for row in ("out +│ float64", "out +│ float32", "dout/dx +│ float64", "dout/dx +│ float32"):
+        assert re.search(rf"│ {row} +│(?: +\d+\.\d\d / \d+ │){{4}}", out), row
+    assert max(len(line) for line in out.splitlines()) <= 100
+    page = (plots / "acc_cube.html").read_text()
+    svgs = re.findall(r"<svg .*?</svg>", page, re.S)
+    assert len(svgs) == 4  # (value, partial) x (float64, float32)
+    for svg in svgs:
+        assert len(ET.fromstring(svg).findall("{http://www.w3.org/2000/svg}circle")) == 4 * 8
+
+
+def test_the_accuracy_command_refuses_a_bad_joint_domain_at_its_place(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("name: acc_bad\ninputs: [x, y]\ndomain: x > unknown\nforward: x * y\n")
+    result = CliRunner().invoke(app, ["accuracy", str(tmp_path / "bad.yaml")], catch_exceptions=False)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert re.search(r"bad\.yaml:3:\d+: error: .*unknown", result.output), result.output
+
+
+def test_rulegen_test_samples_points_where_the_joint_domain_holds(tmp_path):
+    from rulegen.check import _sample
+
+    path = tmp_path / "joint.yaml"
+    path.write_text("name: joint\ninputs: {x: {}, y: {domain: {ge: 0}}}\ndomain: x * x < y\nforward: sqrt(y - x * x)\n")
+    (rule,) = read_rule_file(path)
+    for seed in range(5):
+        x, y = _sample(rule, np.random.default_rng(seed))
+        assert x.shape == y.shape == (3, 4) and (x * x < y).all(), seed
+        assert (y >= 0).all()
+
+
+def test_a_joint_domain_that_no_drawn_point_meets_makes_the_checks_not_applicable(tmp_path):
+    from rulegen.check import NotApplicable, _sample
+
+    path = tmp_path / "never.yaml"
+    path.write_text("name: never\ninputs: {x: {domain: [0, 1]}}\ndomain: x > 2\nforward: x\n")
+    (rule,) = read_rule_file(path)
+    with pytest.raises(NotApplicable, match="domain `x > 2` held at too few"):
+        _sample(rule, np.random.default_rng(0))
+
+
+def test_the_table_says_why_an_implementation_counts_as_nan_everywhere():
+    from rich.console import Console
+
+    from rulegen.accuracy import Quantity, RuleAccuracy, Series
+    from rulegen.accuracy_report import accuracy_table
+
+    value = Quantity("out")
+    series = tuple(
+        Series(value, dtype, backend, source, np.zeros(3) if note == "" else np.full(3, 64.0), note)
+        for dtype in ("float64", "float32")
+        for backend in ("jax", "torch")
+        for source in ("generated", "autodiff")
+        for note in [
+            "TypeError: no [b]float32[/b]" if (backend, source, dtype) == ("torch", "generated", "float32") else ""
+        ]
+    )
+    console = Console(record=True, width=100)
+    console.print(accuracy_table(RuleAccuracy("r", series)))
+    text = console.export_text()
+    assert "torch generated, float32: TypeError: no [b]float32[/b]" in text
+    assert re.search(r"│ out +│ float32 │ +0\.00 / 0 │ +0\.00 / 0 │ +64\.00 / 64 │ +0\.00 / 0 │", text), text
