@@ -21,9 +21,9 @@ import subprocess
 import sys
 
 
-def main(argv: list[str]) -> int:
-    quick = "--quick" in argv
-    runs = [
+def runs(quick: bool) -> list[list[str]]:
+    """Each benchmark's module and arguments, in the order they run."""
+    return [
         ["benchmarks.torch_eager", "18" if quick else "22"],
         ["benchmarks.torch_compile", "18" if quick else "22"],
         ["benchmarks.jax_jit", "18" if quick else "20"],
@@ -33,8 +33,11 @@ def main(argv: list[str]) -> int:
         ["benchmarks.model", *(["--quick"] if quick else [])],
         ["benchmarks.accuracy", *(["--quick"] if quick else [])],
     ]
+
+
+def main(argv: list[str]) -> int:
     failed = 0
-    for module, *args in runs:
+    for module, *args in runs("--quick" in argv):
         print(f"\n$ python -m {module} {' '.join(args)}".rstrip(), flush=True)
         # One process each: torch's and JAX's thread pools do not share the cores.
         failed |= subprocess.run([sys.executable, "-m", module, *args], check=False).returncode

@@ -9,59 +9,107 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.__main__ import runs
+
 ROOT = Path(__file__).resolve().parent.parent
 RATIO = r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]"
 MS = r"\d+\.\d\d"
 
 
-@pytest.mark.slow
-def test_quick_benchmarks_print_a_ratio_for_every_case():
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=900
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    out = run.stdout
-    torch_cases = [
-        "mish",
-        "gelu (erf)",
-        "gelu (tanh)",
-        "swish",
-        "softplus",
-        "log1pexp",
-        "sin(x)*exp(-x^2)*y",
-        "softplus(beta x)/beta",
-    ]
-    for case in torch_cases:
+TORCH_CASES = [
+    "mish",
+    "gelu (erf)",
+    "gelu (tanh)",
+    "swish",
+    "softplus",
+    "log1pexp",
+    "sin(x)*exp(-x^2)*y",
+    "softplus(beta x)/beta",
+]
+ERROR = r"(inf|[\d.e+-]+)"
+BITS = r"\d+\.\d/\d+\.\d"  # generated/autodiff mean bits of error
+
+
+def _torch_eager(out: str) -> None:
+    for case in TORCH_CASES:
         # four ratio columns, saved MB for the generated, autodiff, hand-written and fused Functions,
         # then the floor, generated and fused milliseconds, and fused / floor
         row = rf"^{re.escape(case)} +{RATIO} +{RATIO} +{RATIO} +{RATIO} +\d+/\d+/\d+/\d+ +{MS}/{MS}/{MS} +\d+\.\dx$"
         assert re.search(row, out, re.M), case
     assert re.search(rf"minimal torch.func-style Function/autodiff {RATIO}, generated/autodiff {RATIO}$", out, re.M)
-    for case in torch_cases:  # torch.compile: gen/composite, the two median times, graphs made of each step
+
+
+def _torch_compile(out: str) -> None:
+    for case in TORCH_CASES:  # gen/composite, the two median times, graphs made of each step
         assert re.search(rf"^{re.escape(case)} +{RATIO} +\d+\.\d\d +\d+\.\d\d +\d+/\d+$", out, re.M), case
+
+
+def _jax_jit(out: str) -> None:
     for case in ["log1pexp", "sin_mul", "gelu"]:
         assert re.search(rf"^{case} +{RATIO} +{RATIO} +{RATIO} +{RATIO}$", out, re.M), case
-    error = r"(inf|[\d.e+-]+)"
     for case in ["log1pexp", "gelu"]:  # float32 error of value and derivative: generated, hand-written, composite
-        assert re.search(rf"^{case}(?: +{error}, {error}){{3}}$", out, re.M), case
+        assert re.search(rf"^{case}(?: +{ERROR}, {ERROR}){{3}}$", out, re.M), case
     for case in ["softmax", "logsumexp"]:  # hand-written custom_vjps: no forward mode
         assert re.search(rf"^{case} +{RATIO} +{RATIO} +n/a +{RATIO}$", out, re.M), case
-    for case in torch_cases:  # bf16 and f16: 8 error pairs, then 8 speed ratios (eager, f32 body, compiled, JAX)
-        assert re.search(rf"^{re.escape(case)}(?: +{error}, {error}){{8}}$", out, re.M), case
+
+
+def _low_precision(out: str) -> None:
+    for case in TORCH_CASES:  # bf16 and f16: 8 error pairs, then 8 speed ratios (eager, f32 body, compiled, JAX)
+        assert re.search(rf"^{re.escape(case)}(?: +{ERROR}, {ERROR}){{8}}$", out, re.M), case
         assert re.search(rf"^{re.escape(case)}(?: +{RATIO}){{8}}$", out, re.M), case
+
+
+def _build_speed(out: str) -> None:
     for count in (10, 100):
         assert re.search(rf"^ +{count} +\d+\.\d\d +\d+\.\d +\d\.\d{{3}}$", out, re.M), count
+    assert re.search(r"^least squares: cold = \d+\.\d\d s \+ \d+\.\d ms x rules$", out, re.M)
+
+
+def _import_time(out: str) -> None:
+    assert out.strip(), "printed nothing"
+
+
+def _model(out: str) -> None:
     for row in ["torch eager step", "torch compile step", "jax jit step"]:  # time ratio, then peak memory
         assert re.search(rf"^{row} +{RATIO} +(n/a|\d+\.\d / \d+\.\d MiB)$", out, re.M), row
     for row in ["torch jacfwd (input slice)", "torch hvp (fwd over rev)", "jax jacfwd (input slice)"]:
         assert re.search(rf"^{re.escape(row)} +{RATIO}$", out, re.M), row
-    assert re.search(r"^least squares: cold = \d+\.\d\d s \+ \d+\.\d ms x rules$", out, re.M)
-    bits = r"\d+\.\d/\d+\.\d"  # generated/autodiff mean bits of error
+
+
+def _accuracy(out: str) -> None:
     for suite in ("rules/", "FPBench hamming-ch3"):
         for kind in ("gradient", "value"):
-            pairs = ", ".join(rf"float(?:64|32) (?:jax|torch) {bits}" for _ in range(4))
+            pairs = ", ".join(rf"float(?:64|32) (?:jax|torch) {BITS}" for _ in range(4))
             assert re.search(rf"^{re.escape(suite)} mean bits, {kind} generated/autodiff: {pairs}$", out, re.M)
         summary = rf"^{re.escape(suite)} summary: \d+ of \d+ rules within 1 bit \(gradient\), \d+ worse than autodiff"
         assert re.search(summary, out, re.M), suite
     for rule in ("log1pexp", "nmse_example_3_1", "nmse_problem_3_4_6"):
-        assert re.search(rf"^{rule} +(?:{bits} +){{7}}{bits}$", out, re.M), rule
+        assert re.search(rf"^{rule} +(?:{BITS} +){{7}}{BITS}$", out, re.M), rule
+
+
+#: What each benchmark's table must hold, by module: every module `python -m benchmarks` runs has one.
+TABLES = {
+    "benchmarks.torch_eager": _torch_eager,
+    "benchmarks.torch_compile": _torch_compile,
+    "benchmarks.jax_jit": _jax_jit,
+    "benchmarks.low_precision": _low_precision,
+    "benchmarks.build_speed": _build_speed,
+    "benchmarks.import_time": _import_time,
+    "benchmarks.model": _model,
+    "benchmarks.accuracy": _accuracy,
+}
+
+
+def test_every_benchmark_has_its_table_checked():
+    assert [module for module, *_ in runs(quick=True)] == list(TABLES)
+
+
+# One test per benchmark, as `python -m benchmarks --quick` runs each: in a process of its own,
+# so that the slow lane's workers share them out.
+@pytest.mark.slow
+@pytest.mark.parametrize("command", runs(quick=True), ids=lambda command: command[0])
+def test_quick_benchmark_prints_a_ratio_for_every_case(command):
+    module, *args = command
+    run = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout + run.stderr
+    TABLES[module](run.stdout)
