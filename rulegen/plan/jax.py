@@ -117,7 +117,7 @@ def _emitter(d: Derivation) -> Emitter:
     booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
     statics = frozenset(i.name for i in rule.inputs if i.static)
     in_float = float_forms(
-        float_anchors(rule, d.symbols), integral_arrays(rule, d.symbols), tensor_only=False, scalars=statics
+        float_anchors(rule, d.symbols), integral_arrays(rule, d.symbols), for_torch=False, scalars=statics
     )
     shared_exp = jax_forms(every, statics)
     return Emitter(
