@@ -109,6 +109,24 @@ def float_forms(
     return rewrite
 
 
+def jax_corrections(expr: sp.Expr) -> sp.Expr:
+    """`expr` with each call of a function JAX computes wrongly somewhere replaced as the registry says.
+
+    Each call once, bottom up: the replacement's own call (polygamma of 1 - x) stays JAX's.
+    """
+
+    def replacement(e: sp.Basic) -> bool:
+        function = BY_NAME.get(type(e).__name__)
+        return function is not None and function.jax_replacement is not None
+
+    def replace(e: sp.Function) -> sp.Expr:
+        builder = BY_NAME[type(e).__name__].jax_replacement
+        assert builder is not None
+        return builder(*e.args)
+
+    return expr.replace(replacement, replace)
+
+
 def _is_one_plus_exp(expr: sp.Expr) -> bool:
     return (
         expr.is_Add and len(expr.args) == 2 and sp.S.One in expr.args and any(isinstance(a, sp.exp) for a in expr.args)

@@ -388,6 +388,11 @@ def _where(cond: sp.Basic, a: sp.Expr, b: sp.Expr) -> sp.Expr:
 CONSTANTS: Mapping[str, sp.Expr] = MappingProxyType({"pi": sp.pi, "E": sp.E, "inf": sp.oo, "oo": sp.oo})
 
 
+def _mp_log_abs_gamma(x: mpmath.mpf) -> mpmath.mpf:
+    # The frameworks' gammaln is log|Gamma(x)|: real on the negative axis, where mpmath's loggamma is complex.
+    return mpmath.re(mpmath.loggamma(x))
+
+
 def _mp_sigmoid(x: mpmath.mpf) -> mpmath.mpf:
     return 1 / (1 + mpmath.exp(-x))
 
@@ -421,6 +426,21 @@ def _mp_entr(x: mpmath.mpf) -> mpmath.mpf:
     if x > 0:
         return -x * mpmath.log(x)
     return mpmath.mpf(0) if x == 0 else -mpmath.inf
+
+
+def _polygamma_by_reflection(order: sp.Expr, x: sp.Expr) -> sp.Expr:
+    """polygamma(n, x), n >= 1, from 1 - x where x < 0: JAX's is wrong there (-1e-4 for 15.08 at x = -10000.3).
+
+    psi_n(x) = (-1)**n psi_n(1 - x) - pi d^n/dx^n cot(pi x), whose cotangent is
+    taken at frac(x) = x - floor(x) (its period is 1, and the difference is
+    exact in floats, where pi * x would round away the digits that matter).
+    """
+    if not (order.is_Integer and order >= 1):
+        return sp.polygamma(order, x)
+    u = sp.Dummy("u")
+    cotangent = sp.diff(sp.cos(sp.pi * u) / sp.sin(sp.pi * u), u, int(order)).subs(u, x - sp.floor(x))
+    reflected = (-1) ** int(order) * sp.polygamma(order, 1 - x) - sp.pi * cotangent
+    return Piecewise((reflected, x < 0), (sp.polygamma(order, x), True))
 
 
 def _zero(*args: object) -> mpmath.mpf:
@@ -472,6 +492,9 @@ class MathFunction:
     domain: tuple[tuple[float, float], ...] = ()
     #: How many leading arguments are integer orders (polygamma's n), never differentiated.
     orders: int = 0
+    #: Where JAX's function is wrong on part of its domain: builds, from the call's arguments,
+    #: the expression of registered functions that JAX code computes instead.
+    jax_replacement: Callable[..., sp.Expr] | None = None
     #: The printers write a call of Python numbers alone as Python code of their own, with no `math` function.
     python_numbers: bool = False
     #: A distribution such as DiracDelta that the frameworks' autodiff gives as 0 away
@@ -643,7 +666,7 @@ REGISTRY: tuple[MathFunction, ...] = (
         "jax.scipy.special.gammaln",
         "torch.special.gammaln",
         math="math.lgamma",
-        mpmath=mpmath.loggamma,
+        mpmath=_mp_log_abs_gamma,
         refuses_large_numbers=True,
     ),
     MathFunction(
@@ -659,6 +682,7 @@ REGISTRY: tuple[MathFunction, ...] = (
         refuses_large_numbers=True,
         domain=((1, 2), (-math.inf, math.inf)),
         orders=1,
+        jax_replacement=_polygamma_by_reflection,
     ),
     MathFunction("Abs", sp.Abs, "jnp.abs", "torch.abs", math="math.fabs", in_place="abs_", aliases=("abs",)),
     MathFunction("sign", sp.sign, "jnp.sign", "torch.sign", in_place="sign_"),

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import sympy as sp
 
 from rulegen.derive import Derivation
-from rulegen.forms import float_anchors, float_forms, integral_arrays, jax_forms
+from rulegen.forms import float_anchors, float_forms, integral_arrays, jax_corrections, jax_forms
 from rulegen.lines import Assign, Block
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
@@ -121,7 +121,10 @@ def _emitter(d: Derivation) -> Emitter:
     )
     shared_exp = jax_forms(every, statics)
     return Emitter(
-        functools.partial(print_jax, booleans=booleans), d.symbols, lambda e: shared_exp(in_float(e)), statics
+        functools.partial(print_jax, booleans=booleans),
+        d.symbols,
+        lambda e: shared_exp(in_float(jax_corrections(e))),
+        statics,
     )
 
 
