@@ -109,22 +109,24 @@ def float_forms(
     return rewrite
 
 
-def jax_corrections(expr: sp.Expr) -> sp.Expr:
-    """`expr` with each call of a function JAX computes wrongly somewhere replaced as the registry says.
+def corrections(backend: Literal["jax", "torch"]) -> Callable[[sp.Expr], sp.Expr]:
+    """A rewrite of each call of a function `backend` computes wrongly somewhere, as the registry replaces it.
 
-    Each call once, bottom up: the replacement's own call (polygamma of 1 - x) stays JAX's.
+    Each call once, bottom up: the replacement's own call (polygamma of 1 - x) stays the framework's.
     """
 
-    def replacement(e: sp.Basic) -> bool:
+    def builder(e: sp.Basic) -> Callable[..., sp.Expr] | None:
         function = BY_NAME.get(type(e).__name__)
-        return function is not None and function.jax_replacement is not None
+        if function is None:
+            return None
+        return function.jax_replacement if backend == "jax" else function.torch_replacement
 
     def replace(e: sp.Function) -> sp.Expr:
-        builder = BY_NAME[type(e).__name__].jax_replacement
-        assert builder is not None
-        return builder(*e.args)
+        build = builder(e)
+        assert build is not None
+        return build(*e.args)
 
-    return expr.replace(replacement, replace)
+    return lambda expr: expr.replace(lambda e: builder(e) is not None, replace)
 
 
 def _is_one_plus_exp(expr: sp.Expr) -> bool:

@@ -429,7 +429,8 @@ def _mp_entr(x: mpmath.mpf) -> mpmath.mpf:
 
 
 def _polygamma_by_reflection(order: sp.Expr, x: sp.Expr) -> sp.Expr:
-    """polygamma(n, x), n >= 1, from 1 - x where x < 0: JAX's is wrong there (-1e-4 for 15.08 at x = -10000.3).
+    """polygamma(n, x), n >= 1, from 1 - x where x < 0: JAX's is wrong there (-1e-4 for 15.08 at x = -10000.3),
+    and torch's float32 one 1e-3 off (15.0765 for 15.0928 at x = -10000.3).
 
     psi_n(x) = (-1)**n psi_n(1 - x) - pi d^n/dx^n cot(pi x), whose cotangent is
     taken at frac(x) = x - floor(x) (its period is 1, and the difference is
@@ -495,6 +496,8 @@ class MathFunction:
     #: Where JAX's function is wrong on part of its domain: builds, from the call's arguments,
     #: the expression of registered functions that JAX code computes instead.
     jax_replacement: Callable[..., sp.Expr] | None = None
+    #: The same for torch's function.
+    torch_replacement: Callable[..., sp.Expr] | None = None
     #: The printers write a call of Python numbers alone as Python code of their own, with no `math` function.
     python_numbers: bool = False
     #: A distribution such as DiracDelta that the frameworks' autodiff gives as 0 away
@@ -600,8 +603,24 @@ REGISTRY: tuple[MathFunction, ...] = (
     ),
     MathFunction("atan", sp.atan, "jnp.arctan", "torch.atan", math="math.atan", in_place="atan_", holomorphic=True),
     MathFunction("atan2", sp.atan2, "jnp.arctan2", "torch.atan2", torch_tensor_only=True),
-    MathFunction("sinh", sp.sinh, "jnp.sinh", "torch.sinh", math="math.sinh", in_place="sinh_", holomorphic=True),
-    MathFunction("cosh", sp.cosh, "jnp.cosh", "torch.cosh", math="math.cosh", in_place="cosh_", holomorphic=True),
+    MathFunction(
+        "sinh",
+        sp.sinh,
+        "jnp.sinh",
+        "torch.sinh",
+        math="math.sinh",
+        in_place="sinh_",
+        holomorphic=True,
+    ),
+    MathFunction(
+        "cosh",
+        sp.cosh,
+        "jnp.cosh",
+        "torch.cosh",
+        math="math.cosh",
+        in_place="cosh_",
+        holomorphic=True,
+    ),
     MathFunction("tanh", sp.tanh, "jnp.tanh", "torch.tanh", math="math.tanh", in_place="tanh_", holomorphic=True),
     MathFunction(
         "asinh", sp.asinh, "jnp.arcsinh", "torch.asinh", math="math.asinh", in_place="asinh_", holomorphic=True
@@ -683,6 +702,7 @@ REGISTRY: tuple[MathFunction, ...] = (
         domain=((1, 2), (-math.inf, math.inf)),
         orders=1,
         jax_replacement=_polygamma_by_reflection,
+        torch_replacement=_polygamma_by_reflection,
     ),
     MathFunction("Abs", sp.Abs, "jnp.abs", "torch.abs", math="math.fabs", in_place="abs_", aliases=("abs",)),
     MathFunction("sign", sp.sign, "jnp.sign", "torch.sign", in_place="sign_"),

@@ -49,8 +49,8 @@ SOFTPLUS_THRESHOLD = 40.0
 # silu's backward kernel, called through a runtime helper: autograd cannot differentiate it.
 SILU_BACKWARD_IMPORT = "from ._native import silu_backward"
 
-# What Python float arithmetic can print: the `math` functions and conditionals.
-_SCALAR_FUNCTIONS = frozenset({*_MATH_FUNCTIONS, "Piecewise"})
+# What Python float arithmetic can print: the `math` functions and conditionals (MathFunction.numbers_alone).
+_SCALAR_FUNCTIONS = frozenset(f.name for f in fn.REGISTRY if f.numbers_alone in ("math", "python"))
 
 
 class _ArrayCode:

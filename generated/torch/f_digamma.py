@@ -2,6 +2,8 @@
 # Source: rules/functions.yaml (sha256 6b1923ca5040876d)
 """f_digamma: a rulegen rule."""
 
+import math
+
 import torch
 
 from ._inplace import plain
@@ -28,15 +30,35 @@ class FDigamma(torch.autograd.Function):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = torch.special.polygamma(1, x)
-            t0.mul_(out_bar)
-            return t0
-        return out_bar * torch.special.polygamma(1, x)
+            t0 = torch.floor(x)
+            t0.neg_().add_(x).mul_(math.pi)
+            t1 = out_bar * torch.where(
+                x < 0,
+                -math.pi * (-math.pi - math.pi * torch.cos(t0) ** 2 / torch.sin(t0) ** 2)
+                - torch.special.polygamma(1, 1 - x),
+                torch.special.polygamma(1, x),
+            )
+            return t1
+        t0 = math.pi * (x - torch.floor(x))
+        x_bar = out_bar * torch.where(
+            x < 0,
+            -math.pi * (-math.pi - math.pi * torch.cos(t0) ** 2 / torch.sin(t0) ** 2)
+            - torch.special.polygamma(1, 1 - x),
+            torch.special.polygamma(1, x),
+        )
+        return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot * torch.special.polygamma(1, x)
+        t0 = math.pi * (x - torch.floor(x))
+        out_dot = x_dot * torch.where(
+            x < 0,
+            -math.pi * (-math.pi - math.pi * torch.cos(t0) ** 2 / torch.sin(t0) ** 2)
+            - torch.special.polygamma(1, 1 - x),
+            torch.special.polygamma(1, x),
+        )
+        return out_dot
 
 
 class _FDigammaCompiled(FDigamma):

@@ -11,6 +11,7 @@ import sympy as sp
 from rulegen.derive import Derivation, Partials
 from rulegen.forms import (
     TORCH_FUSED_FORMS,
+    corrections,
     float_anchors,
     float_forms,
     integral_arrays,
@@ -136,8 +137,12 @@ class _Torch:
         booleans = frozenset(i.name for i in self.rule.inputs if not i.static and i.dtype == "bool")
         native = torch_forms(self.statics, self.integral)
         in_float = self.in_float
+        corrected = corrections("torch")
         return Emitter(
-            functools.partial(printer, booleans=booleans), self.symbols, lambda e: native(in_float(e)), self.statics
+            functools.partial(printer, booleans=booleans),
+            self.symbols,
+            lambda e: native(in_float(corrected(e))),
+            self.statics,
         )
 
 
