@@ -562,7 +562,11 @@ def check_forward(s: _Subject) -> str:
     if len(jouts) != len(rule_outputs := s.rule.outputs) or len(touts) != len(rule_outputs):
         raise CheckFailed(f"expected {len(rule_outputs)} outputs, got {len(jouts)} (jax) and {len(touts)} (torch)")
     for o, a, b in zip(rule_outputs, jouts, touts, strict=True):
-        s.compare(f"output {o.name}: torch vs jax", _to_numpy(b), _to_numpy(a), s.rtol, s.atol)
+        jax_value, torch_value = _to_numpy(a), _to_numpy(b)
+        # Equal values of another kind (an int output a float in one backend) are a different result.
+        if jax_value.dtype.kind != torch_value.dtype.kind:
+            raise CheckFailed(f"output {o.name}: torch gives {b.dtype}, jax {a.dtype}")
+        s.compare(f"output {o.name}: torch vs jax", torch_value, jax_value, s.rtol, s.atol)
     return f"{len(rule_outputs)} output(s) agree"
 
 

@@ -24,6 +24,7 @@ import sympy as sp
 from rulegen.errors import Loc, SpecError, SpecErrors
 from rulegen.expr import parse_expression
 from rulegen.forms import canonical
+from rulegen.functions import VANISHING
 from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
@@ -184,7 +185,7 @@ class _Deriver:
         for name, text in forward_texts.items():
             expr = self.parse(text, self.scope("forward"), indicator=name in booleans)
             if expr is not None:
-                forward[name], written[name] = canonical(expr), expr
+                forward[name], written[name] = canonical(expr, complex_rule=rule.complex), expr
         for name in self.outputs:
             if name not in forward_texts and not self.errors:
                 self.fail(rule.forward.loc, f"the forward body computes no value for output {name!r}")
@@ -223,7 +224,7 @@ class _Deriver:
             if name in texts:
                 expr = self.parse(texts[name], self.scope(f"residual {name}"))
                 if expr is not None:
-                    found[name] = canonical(expr)
+                    found[name] = canonical(expr, complex_rule=self.rule.complex)
         return found
 
     def derive_partials(self, forward: Mapping[str, sp.Expr]) -> tuple[dict, dict]:
@@ -307,6 +308,8 @@ class _Deriver:
             # floor and ceiling are steps: sympy leaves their derivative
             # unevaluated; the frameworks' own autodiff gives 0, as here.
             result = sp.diff(expr, self.symbols[name]).replace(_is_step_derivative, lambda _: sp.S.Zero)
+            # DiracDelta of a kink (sign, Abs's second derivative) is 0 to the frameworks' autodiff too.
+            result = result.replace(lambda e: isinstance(e, VANISHING), lambda _: sp.S.Zero)
             result = result.replace(lambda e: isinstance(e, sp.Subs) and not e.expr.has(sp.Derivative), sp.Subs.doit)
             if any(not p.exp.is_number for p in result.atoms(sp.Pow)):
                 # d/dx x**n is n*x**n/x to sympy, nan at x = 0; n*x**(n - 1) is not.

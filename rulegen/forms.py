@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import sympy as sp
 from sympy.codegen.cfunctions import log1p
 from sympy.codegen.rewriting import ReplaceOptim, expm1_opt, log1p_opt, optimize
 
 from rulegen.functions import (
-    TORCH_TENSOR_ONLY,
+    BY_NAME,
     in_float,
     one_plus_erf,
     sigmoid,
@@ -51,7 +52,7 @@ def float_forms(
     anchors: Sequence[sp.Symbol],
     integral: Sequence[sp.Symbol],
     *,
-    tensor_only: bool,
+    for_torch: bool,
     scalars: frozenset[str] = frozenset(),
 ) -> Callable[[sp.Expr], sp.Expr]:
     """A rewrite of integer arrays, and of numbers that would become arrays, into `in_float`.
@@ -59,8 +60,11 @@ def float_forms(
     A `Piecewise` whose pieces are all numbers (or static inputs, Python
     numbers too) is an array built from numbers: torch makes it float32 (or int64), and JAX a weakly typed
     array that, returned as an output, is float64 (or an integer) whatever
-    the inputs' dtype.  `tensor_only` is for torch, whose atan2, hypot and
-    logaddexp take no Python number.  `scalars` name the static inputs: a
+    the inputs' dtype.  A registered function of Python numbers alone with
+    no `math` counterpart (`MathFunction.numbers_alone`) is computed of 0-d
+    arrays of the rule's float dtype; `for_torch` also casts the numbers that
+    torch's atan2, hypot and logaddexp refuse beside a tensor
+    (`MathFunction.torch_tensor_only`).  `scalars` name the static inputs: a
     `Piecewise` on them alone is Python arithmetic, no array.
     """
     casts = {k: in_float(k, *anchors) for k in integral}
@@ -76,20 +80,53 @@ def float_forms(
         (value, cond), *rest = e.args
         return sp.Piecewise((in_float(value, *anchors), cond), *rest, evaluate=False)
 
-    def tensor_only_call(e: sp.Basic) -> bool:
-        return isinstance(e, sp.Function) and type(e).__name__ in TORCH_TENSOR_ONLY and any(a.is_number for a in e.args)
+    def python_number(e: sp.Basic) -> bool:
+        return all(s.name in scalars for s in e.free_symbols)
+
+    def numbers_to_cast(e: sp.Basic) -> list[sp.Basic]:
+        """The arguments of a call that become arrays of the rule's float dtype: none where the call stays as it is."""
+        function = BY_NAME.get(type(e).__name__) if isinstance(e, sp.Function) else None
+        if function is None:
+            return []
+        numbers = [a for a in e.args if python_number(a)]
+        if for_torch and function.torch_tensor_only:
+            return numbers
+        if len(numbers) < len(e.args) or function.numbers_alone != "array":
+            return []
+        # Python numbers alone, where `math` has no such function: the backend's, of an array.  An
+        # integer literal stays (polygamma's order); a float is what the function needs.
+        return [a for a in numbers if not a.is_Integer] or numbers
 
     def cast_numbers(e: sp.Function) -> sp.Expr:
-        return e.func(*(in_float(a, *anchors) if a.is_number else a for a in e.args), evaluate=False)
+        cast = numbers_to_cast(e)
+        return e.func(*(in_float(a, *anchors) if a in cast else a for a in e.args), evaluate=False)
 
     def rewrite(expr: sp.Expr) -> sp.Expr:
         expr = expr.xreplace(casts) if casts else expr
         expr = expr.replace(pieces_of_numbers, cast_first_piece)
-        if tensor_only:
-            expr = expr.replace(tensor_only_call, cast_numbers)
-        return expr
+        return expr.replace(lambda e: bool(numbers_to_cast(e)), cast_numbers)
 
     return rewrite
+
+
+def corrections(backend: Literal["jax", "torch"]) -> Callable[[sp.Expr], sp.Expr]:
+    """A rewrite of each call of a function `backend` computes wrongly somewhere, as the registry replaces it.
+
+    Each call once, bottom up: the replacement's own call (polygamma of 1 - x) stays the framework's.
+    """
+
+    def builder(e: sp.Basic) -> Callable[..., sp.Expr] | None:
+        function = BY_NAME.get(type(e).__name__)
+        if function is None:
+            return None
+        return function.jax_replacement if backend == "jax" else function.torch_replacement
+
+    def replace(e: sp.Function) -> sp.Expr:
+        build = builder(e)
+        assert build is not None
+        return build(*e.args)
+
+    return lambda expr: expr.replace(lambda e: builder(e) is not None, replace)
 
 
 def _is_one_plus_exp(expr: sp.Expr) -> bool:
@@ -102,33 +139,69 @@ def _exp_argument(expr: sp.Expr) -> sp.Expr:
     return next(a for a in expr.args if isinstance(a, sp.exp)).args[0]
 
 
+@dataclass(frozen=True)
+class CanonicalForm:
+    """One rewrite into a fused form, with the registered functions it writes, which say where it holds."""
+
+    rewrite: ReplaceOptim
+    #: The registered functions (by name) the rewritten expression calls that the original did not.
+    writes: tuple[str, ...]
+
+    @property
+    def domain(self) -> Literal["real", "complex"]:
+        """`complex` where every function it writes is holomorphic (log1p, expm1), else `real`.
+
+        softplus and sigmoid are real functions to the frameworks: JAX's softplus
+        of a complex z is the real formula's `where(z >= 0, ...)`, wrong, and
+        torch's raises for complex dtypes.  A holomorphic rule keeps its exponentials.
+        """
+        return "complex" if all(BY_NAME[name].holomorphic for name in self.writes) else "real"
+
+
 # Forms both torch and JAX compute in one fused, more accurate operation.
 # Rules are brought to them before anything is differentiated, so a derived
 # derivative is as stable as the frameworks' own: log(1 + exp(x)) would
 # otherwise differentiate to exp(x) / (1 + exp(x)), inf / inf = nan at x = 100
 # in float32.
 CANONICAL_FORMS = (
-    ReplaceOptim(  # log(1 + exp(u)) -> softplus(u); log1p_opt would make log(1 + exp(-x)) -x + log1p(exp(x))
-        lambda e: isinstance(e, sp.log) and _is_one_plus_exp(e.args[0]),
-        lambda e: softplus(_exp_argument(e.args[0])),
+    CanonicalForm(  # log(1 + exp(u)) -> softplus(u); log1p_opt would make log(1 + exp(-x)) -x + log1p(exp(x))
+        ReplaceOptim(
+            lambda e: isinstance(e, sp.log) and _is_one_plus_exp(e.args[0]),
+            lambda e: softplus(_exp_argument(e.args[0])),
+        ),
+        writes=("softplus",),
     ),
-    log1p_opt,  # log(1 + u) -> log1p(u)
-    expm1_opt,  # exp(u) - 1 -> expm1(u)
-    ReplaceOptim(  # log1p(exp(u)) -> softplus(u)
-        lambda e: isinstance(e, log1p) and isinstance(e.args[0], sp.exp),
-        lambda e: softplus(e.args[0].args[0]),
+    CanonicalForm(log1p_opt, writes=("log1p",)),  # log(1 + u) -> log1p(u)
+    CanonicalForm(expm1_opt, writes=("expm1",)),  # exp(u) - 1 -> expm1(u)
+    CanonicalForm(  # log1p(exp(u)) -> softplus(u)
+        ReplaceOptim(
+            lambda e: isinstance(e, log1p) and isinstance(e.args[0], sp.exp),
+            lambda e: softplus(e.args[0].args[0]),
+        ),
+        writes=("softplus",),
     ),
-    ReplaceOptim(  # 1 / (1 + exp(u)) -> sigmoid(-u)
-        lambda e: e.is_Pow and e.exp == -1 and _is_one_plus_exp(e.base),
-        lambda e: sigmoid(-_exp_argument(e.base)),
+    CanonicalForm(  # 1 / (1 + exp(u)) -> sigmoid(-u)
+        ReplaceOptim(
+            lambda e: e.is_Pow and e.exp == -1 and _is_one_plus_exp(e.base),
+            lambda e: sigmoid(-_exp_argument(e.base)),
+        ),
+        writes=("sigmoid",),
     ),
-    ReplaceOptim(  # 1 - sigmoid(-u) -> sigmoid(u), one operation fewer
-        lambda e: e.is_Add and len(e.args) == 2 and sp.S.One in e.args and any(_is_minus_sigmoid(a) for a in e.args),
-        lambda e: sigmoid(-next(a for a in e.args if _is_minus_sigmoid(a)).args[1].args[0]),
+    CanonicalForm(  # 1 - sigmoid(-u) -> sigmoid(u), one operation fewer
+        ReplaceOptim(
+            lambda e: (
+                e.is_Add and len(e.args) == 2 and sp.S.One in e.args and any(_is_minus_sigmoid(a) for a in e.args)
+            ),
+            lambda e: sigmoid(-next(a for a in e.args if _is_minus_sigmoid(a)).args[1].args[0]),
+        ),
+        writes=("sigmoid",),
     ),
-    ReplaceOptim(  # exp(u) * sigmoid(-u) -> sigmoid(u): the product overflows where the sigmoid underflows
-        lambda e: e.is_Mul and _exp_times_sigmoid(e) is not None,
-        lambda e: _exp_times_sigmoid(e),
+    CanonicalForm(  # exp(u) * sigmoid(-u) -> sigmoid(u): the product overflows where the sigmoid underflows
+        ReplaceOptim(
+            lambda e: e.is_Mul and _exp_times_sigmoid(e) is not None,
+            lambda e: _exp_times_sigmoid(e),
+        ),
+        writes=("sigmoid",),
     ),
 )
 
@@ -154,9 +227,14 @@ def _exp_times_sigmoid(product: sp.Mul) -> sp.Expr | None:
     return None
 
 
-def canonical(expr: sp.Expr, forms: Sequence[ReplaceOptim] = CANONICAL_FORMS) -> sp.Expr:
-    """`expr` with the sums and compositions that have a fused form (log1p, expm1, softplus, sigmoid) rewritten."""
-    return optimize(expr, forms)
+def canonical(
+    expr: sp.Expr, forms: Sequence[CanonicalForm] = CANONICAL_FORMS, *, complex_rule: bool = False
+) -> sp.Expr:
+    """`expr` with the sums and compositions that have a fused form (log1p, expm1, softplus, sigmoid) rewritten.
+
+    `complex_rule`: a holomorphic rule's, whose arguments are complex: only the forms that hold there.
+    """
+    return optimize(expr, [f.rewrite for f in forms if f.domain == "complex" or not complex_rule])
 
 
 def torch_forms(scalars: Iterable[str], integral: Iterable[str]) -> Callable[[sp.Expr], sp.Expr]:
@@ -278,7 +356,7 @@ def _times_silu_derivative(term: sp.Expr) -> bool:
     return any(isinstance(f, silu_derivative) for f in sp.Mul.make_args(term))
 
 
-def silu_derivatives(scalars: Iterable[str], integral: Iterable[str]) -> ReplaceOptim:
+def silu_derivatives(scalars: Iterable[str], integral: Iterable[str]) -> CanonicalForm:
     """A rewrite of silu's derivative, in whatever form sympy derived it, into `a * silu_derivative(u)`.
 
     sympy differentiates `u * sigmoid(u)` into `u' * (u * (1 - s) * s + s)`,
@@ -311,7 +389,9 @@ def silu_derivatives(scalars: Iterable[str], integral: Iterable[str]) -> Replace
             default=expr,
         )
 
-    return ReplaceOptim(lambda e: (e.is_Add or e.is_Mul) and e.has(sigmoid), rewrite)
+    return CanonicalForm(
+        ReplaceOptim(lambda e: (e.is_Add or e.is_Mul) and e.has(sigmoid), rewrite), writes=("silu_derivative",)
+    )
 
 
 def _as_silu_derivative(expr: sp.Expr, u: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr] | None:
@@ -449,8 +529,8 @@ def _one_plus_erf(total: sp.Add) -> sp.Expr:
 # erfc costs twice its erf, so JAX keeps `1 + erf(u)`.
 TORCH_FUSED_FORMS = (
     *CANONICAL_FORMS,
-    ReplaceOptim(  # c + c*erf(u) -> c*erfc(-u), c - c*erf(u) -> c*erfc(u)
-        lambda e: e.is_Add and _one_plus_erf(e) is not e,
-        _one_plus_erf,
+    CanonicalForm(  # c + c*erf(u) -> c*erfc(-u), c - c*erf(u) -> c*erfc(u)
+        ReplaceOptim(lambda e: e.is_Add and _one_plus_erf(e) is not e, _one_plus_erf),
+        writes=("one_plus_erf",),
     ),
 )

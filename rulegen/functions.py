@@ -17,9 +17,11 @@ new entry there (and, when sympy lacks it, a class here).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Literal
 
 import mpmath
 import sympy as sp
@@ -386,6 +388,11 @@ def _where(cond: sp.Basic, a: sp.Expr, b: sp.Expr) -> sp.Expr:
 CONSTANTS: Mapping[str, sp.Expr] = MappingProxyType({"pi": sp.pi, "E": sp.E, "inf": sp.oo, "oo": sp.oo})
 
 
+def _mp_log_abs_gamma(x: mpmath.mpf) -> mpmath.mpf:
+    # The frameworks' gammaln is log|Gamma(x)|: real on the negative axis, where mpmath's loggamma is complex.
+    return mpmath.re(mpmath.loggamma(x))
+
+
 def _mp_sigmoid(x: mpmath.mpf) -> mpmath.mpf:
     return 1 / (1 + mpmath.exp(-x))
 
@@ -421,8 +428,32 @@ def _mp_entr(x: mpmath.mpf) -> mpmath.mpf:
     return mpmath.mpf(0) if x == 0 else -mpmath.inf
 
 
+def _polygamma_by_reflection(order: sp.Expr, x: sp.Expr) -> sp.Expr:
+    """polygamma(n, x), n >= 1, from 1 - x where x < 0: JAX's is wrong there (-1e-4 for 15.08 at x = -10000.3),
+    and torch's float32 one 1e-3 off (15.0765 for 15.0928 at x = -10000.3).
+
+    psi_n(x) = (-1)**n psi_n(1 - x) - pi d^n/dx^n cot(pi x), whose cotangent is
+    taken at frac(x) = x - floor(x) (its period is 1, and the difference is
+    exact in floats, where pi * x would round away the digits that matter).
+    """
+    if not (order.is_Integer and order >= 1):
+        return sp.polygamma(order, x)
+    u = sp.Dummy("u")
+    cotangent = sp.diff(sp.cos(sp.pi * u) / sp.sin(sp.pi * u), u, int(order)).subs(u, x - sp.floor(x))
+    reflected = (-1) ** int(order) * sp.polygamma(order, 1 - x) - sp.pi * cotangent
+    return Piecewise((reflected, x < 0), (sp.polygamma(order, x), True))
+
+
+def _zero(*args: object) -> mpmath.mpf:
+    return mpmath.mpf(0)
+
+
 def _rsqrt(x: sp.Expr) -> sp.Expr:
     return 1 / sp.sqrt(x)
+
+
+#: An mpmath implementation (a field of MathFunction is named `mpmath`, which hides the module in its body).
+MpmathFunction = Callable[..., mpmath.mpf]
 
 
 @dataclass(frozen=True)
@@ -454,6 +485,24 @@ class MathFunction:
     arity: tuple[int, int] | None = None
     #: torch's function takes no Python number: torch.atan2(x, 2.0) raises.
     torch_tensor_only: bool = False
+    #: Whether torch computes a call of tensors as one kernel: None where that is
+    #: exactly when `torch` names one call (a `_print_<name>` that writes more says False).
+    torch_one_kernel: bool | None = None
+    #: Where it is defined on the real line: an open interval per argument, the whole line where not given.
+    #: An argument that is an integer order (polygamma's first) is the interval of the orders the checks try.
+    domain: tuple[tuple[float, float], ...] = ()
+    #: How many leading arguments are integer orders (polygamma's n), never differentiated.
+    orders: int = 0
+    #: Where JAX's function is wrong on part of its domain: builds, from the call's arguments,
+    #: the expression of registered functions that JAX code computes instead.
+    jax_replacement: Callable[..., sp.Expr] | None = None
+    #: The same for torch's function.
+    torch_replacement: Callable[..., sp.Expr] | None = None
+    #: The printers write a call of Python numbers alone as Python code of their own, with no `math` function.
+    python_numbers: bool = False
+    #: A distribution such as DiracDelta that the frameworks' autodiff gives as 0 away
+    #: from a kink: derivatives and the high-precision reference take it as 0.
+    vanishes_almost_everywhere: bool = False
     #: sympy evaluates it exactly at a number, which for a large one takes unbounded time.
     refuses_large_numbers: bool = False
     #: Rules cannot call it: derivatives produce it, or the plan writes it after deriving.
@@ -462,6 +511,37 @@ class MathFunction:
     torch_only: bool = False
     #: Complex differentiable, and computed for complex arrays by both backends: a complex rule may call it.
     holomorphic: bool = False
+
+    @property
+    def numbers_alone(self) -> Literal["math", "python", "array"]:
+        """How both backends compute a call whose arguments are all Python numbers (static inputs).
+
+        `math`: as Python arithmetic with the `math` function.  `python`: a
+        Python expression of the printer's own (a conditional for Piecewise).
+        `array`: the backend's function of a 0-d array of the rule's float
+        dtype: torch's takes no Python number (torch.sigmoid(0.5) raises), and
+        JAX's makes a float64 array of one (jax.scipy.special.ndtr(0.5)), which
+        would promote a float32 rule's result.
+        """
+        if self.math:
+            return "math"
+        return "python" if self.python_numbers else "array"
+
+    @property
+    def one_torch_kernel(self) -> bool:
+        """Whether torch computes a call of tensors in one kernel (see `torch_one_kernel`)."""
+        return self.torch is not None if self.torch_one_kernel is None else self.torch_one_kernel
+
+    @property
+    def reference(self) -> MpmathFunction | None:
+        """The high-precision reference's implementation where mpmath has none of this name."""
+        if self.vanishes_almost_everywhere:
+            return _zero
+        return self.mpmath
+
+    def argument_domain(self, index: int) -> tuple[float, float]:
+        """The open interval where argument `index` is defined (see `domain`)."""
+        return self.domain[index] if index < len(self.domain) else (-math.inf, math.inf)
 
     @property
     def rule_names(self) -> tuple[str, ...]:
@@ -485,27 +565,85 @@ class MathFunction:
 REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("exp", sp.exp, "jnp.exp", "torch.exp", math="math.exp", in_place="exp_", holomorphic=True),
     MathFunction(
-        "log", sp.log, "jnp.log", "torch.log", math="math.log", in_place="log_", arity=(1, 1), holomorphic=True
+        "log",
+        sp.log,
+        "jnp.log",
+        "torch.log",
+        math="math.log",
+        in_place="log_",
+        arity=(1, 1),
+        holomorphic=True,
+        domain=((0.0, math.inf),),
     ),
-    MathFunction("sqrt", sp.sqrt, "jnp.sqrt", "torch.sqrt", math="math.sqrt", holomorphic=True),
+    MathFunction(
+        "sqrt", sp.sqrt, "jnp.sqrt", "torch.sqrt", math="math.sqrt", holomorphic=True, domain=((0.0, math.inf),)
+    ),
     MathFunction("sin", sp.sin, "jnp.sin", "torch.sin", math="math.sin", in_place="sin_", holomorphic=True),
     MathFunction("cos", sp.cos, "jnp.cos", "torch.cos", math="math.cos", in_place="cos_", holomorphic=True),
     MathFunction("tan", sp.tan, "jnp.tan", "torch.tan", math="math.tan", in_place="tan_", holomorphic=True),
-    MathFunction("asin", sp.asin, "jnp.arcsin", "torch.asin", math="math.asin", in_place="asin_", holomorphic=True),
-    MathFunction("acos", sp.acos, "jnp.arccos", "torch.acos", math="math.acos", in_place="acos_", holomorphic=True),
+    MathFunction(
+        "asin",
+        sp.asin,
+        "jnp.arcsin",
+        "torch.asin",
+        math="math.asin",
+        in_place="asin_",
+        holomorphic=True,
+        domain=((-1.0, 1.0),),
+    ),
+    MathFunction(
+        "acos",
+        sp.acos,
+        "jnp.arccos",
+        "torch.acos",
+        math="math.acos",
+        in_place="acos_",
+        holomorphic=True,
+        domain=((-1.0, 1.0),),
+    ),
     MathFunction("atan", sp.atan, "jnp.arctan", "torch.atan", math="math.atan", in_place="atan_", holomorphic=True),
     MathFunction("atan2", sp.atan2, "jnp.arctan2", "torch.atan2", torch_tensor_only=True),
-    MathFunction("sinh", sp.sinh, "jnp.sinh", "torch.sinh", math="math.sinh", in_place="sinh_", holomorphic=True),
-    MathFunction("cosh", sp.cosh, "jnp.cosh", "torch.cosh", math="math.cosh", in_place="cosh_", holomorphic=True),
+    MathFunction(
+        "sinh",
+        sp.sinh,
+        "jnp.sinh",
+        "torch.sinh",
+        math="math.sinh",
+        in_place="sinh_",
+        holomorphic=True,
+    ),
+    MathFunction(
+        "cosh",
+        sp.cosh,
+        "jnp.cosh",
+        "torch.cosh",
+        math="math.cosh",
+        in_place="cosh_",
+        holomorphic=True,
+    ),
     MathFunction("tanh", sp.tanh, "jnp.tanh", "torch.tanh", math="math.tanh", in_place="tanh_", holomorphic=True),
     MathFunction(
         "asinh", sp.asinh, "jnp.arcsinh", "torch.asinh", math="math.asinh", in_place="asinh_", holomorphic=True
     ),
     MathFunction(
-        "acosh", sp.acosh, "jnp.arccosh", "torch.acosh", math="math.acosh", in_place="acosh_", holomorphic=True
+        "acosh",
+        sp.acosh,
+        "jnp.arccosh",
+        "torch.acosh",
+        math="math.acosh",
+        in_place="acosh_",
+        holomorphic=True,
+        domain=((1.0, math.inf),),
     ),
     MathFunction(
-        "atanh", sp.atanh, "jnp.arctanh", "torch.atanh", math="math.atanh", in_place="atanh_", holomorphic=True
+        "atanh",
+        sp.atanh,
+        "jnp.arctanh",
+        "torch.atanh",
+        math="math.atanh",
+        in_place="atanh_",
+        holomorphic=True,
+        domain=((-1.0, 1.0),),
     ),
     MathFunction(
         "log1p",
@@ -516,6 +654,7 @@ REGISTRY: tuple[MathFunction, ...] = (
         mpmath=mpmath.log1p,
         in_place="log1p_",
         holomorphic=True,
+        domain=((-1.0, math.inf),),
     ),
     MathFunction(
         "expm1",
@@ -530,7 +669,14 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("hypot", hypot, "jnp.hypot", "torch.hypot", mpmath=mpmath.hypot, torch_tensor_only=True),
     MathFunction("erf", sp.erf, "jax.scipy.special.erf", "torch.special.erf", math="math.erf", in_place="erf_"),
     MathFunction("erfc", sp.erfc, "jax.scipy.special.erfc", "torch.special.erfc", math="math.erfc", in_place="erfc_"),
-    MathFunction("erfinv", sp.erfinv, "jax.scipy.special.erfinv", "torch.special.erfinv", mpmath=mpmath.erfinv),
+    MathFunction(
+        "erfinv",
+        sp.erfinv,
+        "jax.scipy.special.erfinv",
+        "torch.special.erfinv",
+        mpmath=mpmath.erfinv,
+        domain=((-1.0, 1.0),),
+    ),
     # torch.special has no gamma: the torch printer writes it from gammaln.
     MathFunction("gamma", sp.gamma, "jax.scipy.special.gamma", math="math.gamma", refuses_large_numbers=True),
     MathFunction(
@@ -539,7 +685,7 @@ REGISTRY: tuple[MathFunction, ...] = (
         "jax.scipy.special.gammaln",
         "torch.special.gammaln",
         math="math.lgamma",
-        mpmath=mpmath.loggamma,
+        mpmath=_mp_log_abs_gamma,
         refuses_large_numbers=True,
     ),
     MathFunction(
@@ -553,6 +699,10 @@ REGISTRY: tuple[MathFunction, ...] = (
         mpmath=mpmath.polygamma,
         arity=(2, 2),
         refuses_large_numbers=True,
+        domain=((1, 2), (-math.inf, math.inf)),
+        orders=1,
+        jax_replacement=_polygamma_by_reflection,
+        torch_replacement=_polygamma_by_reflection,
     ),
     MathFunction("Abs", sp.Abs, "jnp.abs", "torch.abs", math="math.fabs", in_place="abs_", aliases=("abs",)),
     MathFunction("sign", sp.sign, "jnp.sign", "torch.sign", in_place="sign_"),
@@ -560,7 +710,10 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("Max", sp.Max, "jnp.maximum", "torch.maximum", aliases=("max",), arity=(2, 32)),
     MathFunction("floor", sp.floor, "jnp.floor", "torch.floor", math="math.floor", in_place="floor_"),
     MathFunction("ceiling", sp.ceiling, "jnp.ceil", "torch.ceil", math="math.ceil", in_place="ceil_"),
-    MathFunction("Piecewise", Piecewise, "jnp.where", "torch.where", arity=(1, 32)),
+    # A where per piece, after the conditions: no one kernel.
+    MathFunction(
+        "Piecewise", Piecewise, "jnp.where", "torch.where", arity=(1, 32), torch_one_kernel=False, python_numbers=True
+    ),
     MathFunction("where", _where, arity=(3, 3)),
     MathFunction("clip", _clip, arity=(3, 3)),
     MathFunction("sigmoid", sigmoid, "jax.nn.sigmoid", "torch.sigmoid", mpmath=_mp_sigmoid, in_place="sigmoid_"),
@@ -568,7 +721,14 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction(
         "logaddexp", logaddexp, "jnp.logaddexp", "torch.logaddexp", mpmath=_mp_logaddexp, torch_tensor_only=True
     ),
-    MathFunction("xlogy", xlogy, "jax.scipy.special.xlogy", "torch.special.xlogy", mpmath=_mp_xlogy),
+    MathFunction(
+        "xlogy",
+        xlogy,
+        "jax.scipy.special.xlogy",
+        "torch.special.xlogy",
+        mpmath=_mp_xlogy,
+        domain=((-math.inf, math.inf), (0.0, math.inf)),
+    ),
     MathFunction(
         "bessel_i0", bessel_i0, "jax.scipy.special.i0", "torch.special.i0", mpmath=lambda x: mpmath.besseli(0, x)
     ),
@@ -584,6 +744,7 @@ REGISTRY: tuple[MathFunction, ...] = (
         "jax.scipy.special.ndtri",
         "torch.special.ndtri",
         mpmath=lambda p: mpmath.sqrt(2) * mpmath.erfinv(2 * p - 1),
+        domain=((0.0, 1.0),),
     ),
     MathFunction(
         "log_ndtr",
@@ -593,7 +754,12 @@ REGISTRY: tuple[MathFunction, ...] = (
         mpmath=lambda x: mpmath.log(mpmath.ncdf(x)),
     ),
     MathFunction(
-        "logit", logit, "jax.scipy.special.logit", "torch.special.logit", mpmath=lambda p: mpmath.log(p / (1 - p))
+        "logit",
+        logit,
+        "jax.scipy.special.logit",
+        "torch.special.logit",
+        mpmath=lambda p: mpmath.log(p / (1 - p)),
+        domain=((0.0, 1.0),),
     ),
     MathFunction(
         "erfcx",
@@ -602,12 +768,28 @@ REGISTRY: tuple[MathFunction, ...] = (
         "torch.special.erfcx",
         mpmath=lambda x: mpmath.exp(x**2) * mpmath.erfc(x),
     ),
-    MathFunction("xlog1py", xlog1py, "jax.scipy.special.xlog1py", "torch.special.xlog1py", mpmath=_mp_xlog1py),
-    MathFunction("entr", entr, "jax.scipy.special.entr", "torch.special.entr", mpmath=_mp_entr),
+    MathFunction(
+        "xlog1py",
+        xlog1py,
+        "jax.scipy.special.xlog1py",
+        "torch.special.xlog1py",
+        mpmath=_mp_xlog1py,
+        domain=((-math.inf, math.inf), (-1.0, math.inf)),
+    ),
+    MathFunction(
+        "entr", entr, "jax.scipy.special.entr", "torch.special.entr", mpmath=_mp_entr, domain=((0.0, math.inf),)
+    ),
     # What sympy writes as a power, x**(-1/2), and the printers as one call.
     MathFunction("rsqrt", _rsqrt, "jax.lax.rsqrt", "torch.rsqrt", internal=True, holomorphic=True),
     # Derivatives of kinks (Abs, sign, Max): sympy writes them, rules do not.
-    MathFunction("DiracDelta", sp.DiracDelta, "jnp.zeros_like", "torch.zeros_like", internal=True),
+    MathFunction(
+        "DiracDelta",
+        sp.DiracDelta,
+        "jnp.zeros_like",
+        "torch.zeros_like",
+        internal=True,
+        vanishes_almost_everywhere=True,
+    ),
     MathFunction("Heaviside", sp.Heaviside, internal=True),
     MathFunction("in_float", in_float, internal=True),
     # torch's backward of a complex rule conjugates its partials (PyTorch's convention); a new
@@ -620,7 +802,7 @@ REGISTRY: tuple[MathFunction, ...] = (
     ),
     MathFunction("silu_derivative", silu_derivative, internal=True, torch_only=True),
     # Printed as the runtime's `silu_backward` (torch/_native.py): torch's kernel where nothing differentiates it.
-    MathFunction("silu_backward", silu_backward, internal=True, torch_only=True),
+    MathFunction("silu_backward", silu_backward, internal=True, torch_only=True, torch_one_kernel=True),
     MathFunction(
         "softplus_scaled", softplus_scaled, torch="torch.nn.functional.softplus", internal=True, torch_only=True
     ),
@@ -639,7 +821,15 @@ FUNCTIONS: Mapping[str, Callable[..., sp.Basic]] = MappingProxyType(
 #: mpmath implementations of the functions that `lambdify(modules="mpmath")`
 #: does not know, for the high-precision reference of the checks.
 MPMATH_IMPLEMENTATIONS: Mapping[str, Callable[..., mpmath.mpf]] = MappingProxyType(
-    {function.name: function.mpmath for function in REGISTRY if function.mpmath is not None}
+    {function.name: reference for function in REGISTRY if (reference := function.reference) is not None}
+)
+
+#: Every registered function by its sympy class's name, on which the printers and rewrites dispatch.
+BY_NAME: Mapping[str, MathFunction] = MappingProxyType({function.name: function for function in REGISTRY})
+
+#: The distributions (DiracDelta) that derivatives take as 0, as the frameworks' autodiff does away from a kink.
+VANISHING: tuple[type[sp.Basic], ...] = tuple(
+    function.sympy for function in REGISTRY if function.vanishes_almost_everywhere and isinstance(function.sympy, type)
 )
 
 #: What a complex rule's derivatives stay within: functions with a complex derivative, by sympy class name.

@@ -71,7 +71,9 @@ class InPlaceWriter:
         return self.code(expr)
 
     def _is_tensor(self, expr: sp.Expr) -> bool:
-        return any(s.name in self.tensors for s in expr.free_symbols)
+        # in_float(s, x) of a static s is a 0-d tensor: x names only its dtype, and no buffer of x's shape holds it.
+        arrays = expr.replace(lambda e: isinstance(e, fn.in_float), lambda e: e.args[0]).free_symbols
+        return any(s.name in self.tensors for s in arrays)
 
     def _compound(self, expr: sp.Expr) -> bool:
         return not expr.is_Atom and self._is_tensor(expr)

@@ -49,8 +49,8 @@ SOFTPLUS_THRESHOLD = 40.0
 # silu's backward kernel, called through a runtime helper: autograd cannot differentiate it.
 SILU_BACKWARD_IMPORT = "from ._native import silu_backward"
 
-# What Python float arithmetic can print: the `math` functions and conditionals.
-_SCALAR_FUNCTIONS = frozenset({*_MATH_FUNCTIONS, "Piecewise"})
+# What Python float arithmetic can print: the `math` functions and conditionals (MathFunction.numbers_alone).
+_SCALAR_FUNCTIONS = frozenset(f.name for f in fn.REGISTRY if f.numbers_alone in ("math", "python"))
 
 
 class _ArrayCode:
@@ -270,6 +270,9 @@ class _ArrayCode:
             return self._default_float()
         if len(anchors) == 1:
             return f"{anchors[0]}.dtype"
+        return self._promoted_dtype(anchors)
+
+    def _promoted_dtype(self, anchors: Sequence[str]) -> str:
         return f"{self._record(self.result_type)}({', '.join(anchors)})"
 
     def _default_float(self) -> str:
@@ -399,6 +402,13 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     def _cast(self, dtype: str) -> str:
         return f".to({dtype})"
 
+    def _promoted_dtype(self, anchors: Sequence[str]) -> str:
+        # torch.result_type takes two operands: a third promotes with their result.
+        text = f"{self._record(self.result_type)}({anchors[0]}, {anchors[1]})"
+        for anchor in anchors[2:]:
+            text = f"{self._record('torch.promote_types')}({text}, {anchor}.dtype)"
+        return text
+
     def _number_in_float(self, number: str, anchors: Sequence[str]) -> str:
         # A 0-d tensor of the arrays' dtype and device: torch.where and the
         # tensor-only functions take it beside tensors of any shape.
@@ -474,13 +484,6 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         return text
 
 
-# Registered functions the torch printer writes as code of its own, several kernels.
-_TORCH_COMPOSITES = frozenset({"Piecewise", "gamma", "one_plus_erf", "in_float", "Heaviside"})
-# Helpers of the package that compute as one kernel does: the runtime's silu_backward is torch's
-# kernel, or a composite that computes bfloat16 and float16 in float32 and rounds once.
-_ONE_KERNEL_HELPERS = frozenset({"silu_backward"})
-
-
 def one_kernel(expr: sp.Expr, tensors: frozenset[sp.Symbol], scalars: frozenset[sp.Symbol]) -> bool:
     """Whether the torch printer writes `expr` as one kernel of `tensors`, numbers and `scalars` (Python numbers).
 
@@ -501,11 +504,12 @@ def one_kernel(expr: sp.Expr, tensors: frozenset[sp.Symbol], scalars: frozenset[
     if not all(operand(a) for a in expr.args):
         return False
     if isinstance(expr, sp.core.function.Application):  # functions, Max and Min
-        name = type(expr).__name__
-        return name in _ONE_KERNEL_HELPERS or (
-            name in _TORCH_FUNCTIONS
-            and name not in _TORCH_COMPOSITES
-            and (name not in ("Max", "Min") or len(expr.args) == 2)
+        function = fn.BY_NAME.get(type(expr).__name__)
+        # Max and Min of more than two are a chain of calls.
+        return (
+            function is not None
+            and function.one_torch_kernel
+            and (function.name not in ("Max", "Min") or len(expr.args) == 2)
         )
     if isinstance(expr, sp.Mul):
         coefficient = next((a for a in expr.args if a.is_Rational), sp.S.One)

@@ -140,3 +140,22 @@ def test_mixed_float_inputs_compute_in_the_wider_dtype(package):
     np.testing.assert_allclose(out.numpy(), exact, rtol=1e-14)
     out = jax_pkg.two_float_dtypes(jnp.asarray(X, dtype=jnp.float32), jnp.asarray(y), jnp.asarray(K))
     np.testing.assert_allclose(np.asarray(out), exact, rtol=1e-14)
+
+
+def test_a_float32_input_beside_a_float64_one_is_promoted_before_anything_is_computed(built):
+    # sin(x) * exp(-x**2) * y with a float32 x and a float64 y: the result is float64, and was
+    # computed from float32 sin(x) and exp(-x**2) (float32 accuracy, 1e-8 off), promoted only after.
+    jax_pkg, torch_pkg, _ = built
+    x32 = np.asarray([1.3, 2.7], dtype=np.float32)
+    y64 = np.asarray([1.0, 3.0])
+    x = x32.astype(np.float64)  # the float32 values, exactly
+    exact = np.sin(x) * np.exp(-(x**2)) * y64
+    got_jax = jax_pkg.sin_exp_mul(jnp.asarray(x32), jnp.asarray(y64))
+    got_torch = torch_pkg.sin_exp_mul(torch.from_numpy(x32), torch.from_numpy(y64))
+    for got in (np.asarray(got_jax), got_torch.numpy()):
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, exact, rtol=1e-14)
+    xt = torch.from_numpy(x32).requires_grad_()
+    (grad,) = torch.autograd.grad(torch_pkg.sin_exp_mul(xt, torch.from_numpy(y64)).sum(), xt)
+    assert grad.dtype == torch.float32
+    assert jax.grad(lambda a: jax_pkg.sin_exp_mul(a, jnp.asarray(y64)).sum())(jnp.asarray(x32)).dtype == jnp.float32

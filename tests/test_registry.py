@@ -17,16 +17,18 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import mpmath
+import numpy as np
 import pytest
 import sympy as sp
 import torch
 
+from rulegen import forms, printers
 from rulegen import functions as fn
-from rulegen import printers
 from rulegen.errors import Loc, SpecError
 from rulegen.expr import parse_expression
 from rulegen.printers import print_jax, print_torch
@@ -243,3 +245,42 @@ def test_one_registry_entry_is_enough_to_parse_print_and_update_a_new_function(t
         "math.exp2(beta) + torch.exp2(x*y)",
         "t0 = x*y; t0.exp2_()",
     ]
+
+
+def _statics_times_array(name: str) -> sp.Expr:
+    """The registry's example call with its arguments static inputs (s and t), times the array a."""
+    statics = {"x": sp.Symbol("s"), "y": sp.Symbol("t")}
+    return sp.Symbol("a") * parse_expression(example(name), {**SYMBOLS, **statics}, LOC)
+
+
+@pytest.mark.parametrize("name", RULE_NAMES)
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_every_function_of_static_inputs_alone_computes_in_the_arrays_dtype(name, backend, dtype):
+    # x**2 * sigmoid(s): torch.sigmoid(0.5) raised, for the 21 functions with no `math` counterpart,
+    # and JAX's jax.scipy.special.ndtr(0.5) is a float64 array, which made a float32 rule's result float64.
+    expr = _statics_times_array(name)
+    a = sp.Symbol("a")
+    scalars = frozenset({"s", "t"})
+    rewritten = forms.float_forms((a,), (), for_torch=backend == "torch", scalars=scalars)(expr)
+    printer, array = (
+        (print_torch, torch.tensor([1.0, 2.0], dtype=getattr(torch, dtype)))
+        if backend == "torch"
+        else (print_jax, jnp.asarray([1.0, 2.0], dtype=dtype))
+    )
+    got = evaluate_array(printer(rewritten, scalars=scalars), {"a": array, "s": POINT["x"], "t": POINT["y"]})
+    assert str(got.dtype).removeprefix("torch.") == dtype
+    modules = [dict(fn.MPMATH_IMPLEMENTATIONS), "mpmath"]
+    reference = sp.lambdify([sp.Symbol("s"), sp.Symbol("t")], expr.subs(a, 1), modules=modules)
+    with mpmath.workdps(40):
+        exact = float(reference(mpmath.mpf(POINT["x"]), mpmath.mpf(POINT["y"])))
+    rel = 1e-6 if dtype == "float32" else 1e-9  # as the frameworks compute them: polygamma to 1e-10
+    np.testing.assert_allclose(np.asarray(got), [exact, 2 * exact], rtol=rel, atol=0)
+
+
+def evaluate_array(printed: tuple[str, frozenset[str]], values: dict[str, object]) -> Any:
+    text, imports = printed
+    namespace: dict[str, object] = {}
+    for line in imports:
+        exec(line, namespace)
+    return eval(text, {**namespace, **values})

@@ -17,8 +17,10 @@ import pytest
 import scipy.special as sps
 import sympy as sp
 import torch
+from sympy.codegen.cfunctions import expm1, log1p
 
-from rulegen.forms import canonical
+from rulegen import functions as fn
+from rulegen.forms import TORCH_FUSED_FORMS, canonical
 from rulegen.functions import sigmoid, softplus
 from tests.conftest import built_package
 
@@ -113,3 +115,41 @@ def test_canonical_forms():
     assert canonical(sp.log(1 + x)).func.__name__ == "log1p"
     assert canonical(sp.exp(x) - 1).func.__name__ == "expm1"
     assert canonical(sp.log(2 + sp.exp(x))) == sp.log(2 + sp.exp(x))
+
+
+def test_a_complex_rule_keeps_the_forms_that_hold_for_complex_arguments_only():
+    # log(1 + exp(z)) was made the real softplus: JAX's value wrong, torch's softplus_cpu raised for complex.
+    z = sp.Symbol("z")
+    assert canonical(sp.log(1 + sp.exp(z)), complex_rule=True) == log1p(sp.exp(z))
+    tanh_of_exponentials = (sp.exp(z) - sp.exp(-z)) / (sp.exp(z) + sp.exp(-z))
+    assert not canonical(tanh_of_exponentials, complex_rule=True).has(softplus, sigmoid)
+    assert canonical(sp.exp(z) - 1, complex_rule=True) == expm1(z)
+    assert canonical(sp.log(1 + sp.exp(z))) == softplus(z)
+
+
+X = sp.Symbol("x", real=True)
+# One expression each canonical form rewrites, as the forms' declared `writes` must cover.
+FORM_EXAMPLES = {
+    "softplus": [sp.log(1 + sp.exp(X)), log1p(sp.exp(X))],
+    "log1p": [sp.log(1 + X)],
+    "expm1": [sp.exp(X) - 1],
+    "sigmoid": [1 / (1 + sp.exp(X)), 1 - sigmoid(-X), sp.exp(X) * sigmoid(-X)],
+    "one_plus_erf": [1 + sp.erf(X), 3 - 3 * sp.erf(X)],
+}
+
+
+@pytest.mark.parametrize("form", TORCH_FUSED_FORMS, ids=lambda f: "+".join(f.writes))
+def test_every_canonical_form_states_the_functions_it_writes_and_so_its_domain(form):
+    examples = [e for name in form.writes for e in FORM_EXAMPLES[name]]
+    rewritten = {expr: canonical(expr, (form,)) for expr in examples}
+    assert any(after != before for before, after in rewritten.items())
+    for before, after in rewritten.items():
+        names = {type(f).__name__ for f in after.atoms(sp.Function)} - {
+            type(f).__name__ for f in before.atoms(sp.Function)
+        }
+        assert names <= set(form.writes)
+    assert form.domain == ("complex" if all(fn.BY_NAME[n].holomorphic for n in form.writes) else "real")
+    if form.domain == "complex":
+        assert all(canonical(e, (form,), complex_rule=True) != e for e in examples)
+    else:
+        assert all(canonical(e, (form,), complex_rule=True) == e for e in examples)

@@ -38,6 +38,18 @@ def as_arrays(rule, names, kinds, *values):
     ]
     floats = [d for d in floats if jnp.issubdtype(d, jnp.floating)]
     target = jnp.result_type(*floats) if floats else float
+    # The float arrays' own promoted dtype (weakly typed Python numbers take theirs): each is first
+    # promoted to it, so exp(x) of a float32 x beside a float64 y is computed in float64.
+    strong = [
+        leaf.dtype
+        for v, kind in zip(leaves, kinds, strict=True)
+        if kind == "f"
+        for leaf in v
+        if hasattr(leaf, "dtype")
+        and not getattr(leaf, "weak_type", False)
+        and jnp.issubdtype(leaf.dtype, jnp.floating)
+    ]
+    promoted = jnp.result_type(*strong) if len(set(strong)) > 1 else None
 
     def read(name, kind, leaf):
         if not hasattr(leaf, "dtype"):
@@ -55,6 +67,9 @@ def as_arrays(rule, names, kinds, *values):
             )
         if kind == "f" and not jnp.issubdtype(dtype, jnp.floating):
             return jnp.asarray(leaf, dtype=target)
+        weak = getattr(leaf, "weak_type", False)
+        if kind == "f" and promoted is not None and dtype != promoted and not weak:
+            return jnp.asarray(leaf, dtype=promoted)
         return leaf
 
     return tuple(

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import sympy as sp
 
 from rulegen.derive import Derivation
-from rulegen.forms import float_anchors, float_forms, integral_arrays, jax_forms
+from rulegen.forms import corrections, float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.lines import Assign, Block
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
@@ -117,11 +117,15 @@ def _emitter(d: Derivation) -> Emitter:
     booleans = frozenset(i.name for i in rule.inputs if not i.static and i.dtype == "bool")
     statics = frozenset(i.name for i in rule.inputs if i.static)
     in_float = float_forms(
-        float_anchors(rule, d.symbols), integral_arrays(rule, d.symbols), tensor_only=False, scalars=statics
+        float_anchors(rule, d.symbols), integral_arrays(rule, d.symbols), for_torch=False, scalars=statics
     )
     shared_exp = jax_forms(every, statics)
+    corrected = corrections("jax")
     return Emitter(
-        functools.partial(print_jax, booleans=booleans), d.symbols, lambda e: shared_exp(in_float(e)), statics
+        functools.partial(print_jax, booleans=booleans),
+        d.symbols,
+        lambda e: shared_exp(in_float(corrected(e))),
+        statics,
     )
 
 

@@ -182,7 +182,9 @@ class Wrap:
 
     def around(self, inner: Wrap) -> Wrap:
         """The wrap that applies `inner`, then this one."""
-        return Wrap(self.text.format(inner.text), self.reads | inner.reads)
+        # `{}.long()` around `({}) + zeros` casts the sum, not the zeros: the inner code parenthesised.
+        inner_text = f"({inner.text})" if self.text.startswith("{}.") and inner.text != "{}" else inner.text
+        return Wrap(self.text.format(inner_text), self.reads | inner.reads)
 
     def apply(self, value: str) -> str:
         # `{}.attr` binds tighter than most of what `value` can be.

@@ -9,10 +9,9 @@ from dataclasses import replace
 from types import MappingProxyType
 
 import sympy as sp
-from sympy.codegen.rewriting import ReplaceOptim
 
 from rulegen.derive import Derivation, Partials
-from rulegen.forms import CANONICAL_FORMS, canonical
+from rulegen.forms import CANONICAL_FORMS, CanonicalForm, canonical
 from rulegen.lines import Block
 from rulegen.plan.model import Wrap
 from rulegen.spec import Rule
@@ -98,9 +97,9 @@ def with_outputs(d: Derivation, expr: sp.Expr) -> sp.Expr:
     return expr.subs({d.symbols[n]: e for n, e in d.forward})
 
 
-def with_fused_forms(d: Derivation, forms: Sequence[ReplaceOptim] = CANONICAL_FORMS) -> Derivation:
+def with_fused_forms(d: Derivation, forms: Sequence[CanonicalForm] = CANONICAL_FORMS) -> Derivation:
     def rewrite(expr: sp.Expr) -> sp.Expr:
-        return canonical(expr, forms)
+        return canonical(expr, forms, complex_rule=d.rule.complex)
 
     def partials(table: Partials) -> Partials:
         return MappingProxyType({k: rewrite(v) for k, v in table.items()})

@@ -11,6 +11,7 @@ import sympy as sp
 from rulegen.derive import Derivation, Partials
 from rulegen.forms import (
     TORCH_FUSED_FORMS,
+    corrections,
     float_anchors,
     float_forms,
     integral_arrays,
@@ -127,7 +128,7 @@ class _Torch:
         return float_forms(
             float_anchors(rule, symbols),
             integral_arrays(rule, symbols),
-            tensor_only=True,
+            for_torch=True,
             scalars=frozenset(self.statics),
         )
 
@@ -136,8 +137,12 @@ class _Torch:
         booleans = frozenset(i.name for i in self.rule.inputs if not i.static and i.dtype == "bool")
         native = torch_forms(self.statics, self.integral)
         in_float = self.in_float
+        corrected = corrections("torch")
         return Emitter(
-            functools.partial(printer, booleans=booleans), self.symbols, lambda e: native(in_float(e)), self.statics
+            functools.partial(printer, booleans=booleans),
+            self.symbols,
+            lambda e: native(in_float(corrected(e))),
+            self.statics,
         )
 
 
@@ -313,12 +318,24 @@ def _forward_results(t: _Torch) -> tuple[list[Result], set[str]]:
     else:
         zeros = f"torch.zeros_like({arrays[0]})" if arrays else ""
     wraps = broadcast_outputs(d, Wrap(f"({{}}) + {zeros}", frozenset(arrays))) if arrays else {}
-    # An input returned as it is must be a view: torch refuses to save it otherwise.
-    aliases = {n for n, e in values if isinstance(e, sp.Symbol) and e.name in arrays and n not in wraps}
-    wraps |= {n: Wrap(f"{{}}.view_as({e})", frozenset({e.name})) for n, e in values if n in aliases}
+    # An input returned as it is must be a view: torch refuses to save it otherwise.  A view's
+    # tangent must be a view of the input's tangent, so where the rule's derivative is not 1
+    # (a clipped gradient) the output is a copy instead.
+    returned = {n: e for n, e in values if isinstance(e, sp.Symbol) and e.name in arrays and n not in wraps}
+    aliases = {n for n, e in returned.items() if _tangent_is_the_inputs(t, n, e)}
+    wraps |= {n: Wrap(f"{{}}.view_as({e})", frozenset({e.name})) for n, e in returned.items() if n in aliases}
+    wraps |= {n: Wrap("{}.clone()") for n in returned if n not in aliases}
     for n, cast in dtype_casts(t.rule, {"int": "{}.long()", "bool": "{}.bool()"}).items():
         wraps[n] = cast.around(wraps.get(n, Wrap()))
     return [Result(n, e, wrap=wraps.get(n, Wrap())) for n, e in values], aliases
+
+
+def _tangent_is_the_inputs(t: _Torch, output: str, value: sp.Symbol) -> bool:
+    """Whether forward mode gives the output (or residual) `value`'s own tangent: an identity, or no forward mode."""
+    if output in t.residual_names:
+        return True
+    tangent = linear_combination(t.d, t.jvp_partials, output, t.diff_inputs, "_dot")
+    return tangent in (0, t.symbols[f"{value.name}_dot"])
 
 
 def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) -> list[Result]:

@@ -24,10 +24,16 @@ def as_tensors(rule, names, kinds, *values):
     for name, kind, value in zip(names, kinds, values, strict=True):
         if kind != "c" and isinstance(value, torch.Tensor) and value.is_complex():
             raise TypeError(_real_only(rule, name, value.dtype))
-    if len(given) == len(values) and all(
-        v.is_complex() if kind == "c" else v.is_floating_point()
-        for v, kind in zip(values, kinds, strict=True)
-        if kind in "fc"
+    # Float tensors of one dtype, as most calls are, need nothing; of several, each is first
+    # promoted to theirs: exp(x) of a float32 x beside a float64 y is computed in float64.
+    if (
+        len(given) == len(values)
+        and all(
+            v.is_complex() if kind == "c" else v.is_floating_point()
+            for v, kind in zip(values, kinds, strict=True)
+            if kind in "fc"
+        )
+        and len({v.dtype for v, kind in zip(values, kinds, strict=True) if kind == "f"}) <= 1
     ):
         return values
     # A complex tensor's precision counts too: a number beside a complex128 one is float64.
@@ -40,7 +46,7 @@ def as_tensors(rule, names, kinds, *values):
             converted.append(_complex(value, dtype, device))
             continue
         if isinstance(value, torch.Tensor):
-            if kind == "f" and not value.is_floating_point():
+            if kind == "f" and value.dtype != dtype:
                 value = value.to(
                     dtype
                 )  # an integer array for a float input: the float dtype, as NumPy would
