@@ -124,6 +124,14 @@ ASSUMPTION_DOMAINS: dict[str, tuple[float, float]] = {
     "nonzero": (-3.0, 3.0),
 }
 Assumption = Literal["positive", "nonnegative", "negative", "nonpositive", "nonzero"]
+#: Each assumption as the condition on the input it names, for the generated docstrings.
+ASSUMPTION_CONDITIONS: dict[str, str] = {
+    "positive": "{} > 0",
+    "nonnegative": "{} >= 0",
+    "negative": "{} < 0",
+    "nonpositive": "{} <= 0",
+    "nonzero": "{} != 0",
+}
 
 
 def _to_assumptions(value: Any) -> Any:
