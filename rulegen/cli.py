@@ -153,7 +153,7 @@ def build(
     ] = None,
 ) -> None:
     """Validate the rules, derive what they lack, and write the package."""
-    from rulegen.build import HandEditedError, OutputError, available_cores
+    from rulegen.build import HandEditedError, OutputError, PackageNameError, available_cores
     from rulegen.build import build as run_build
     from rulegen.errors import SpecErrors
 
@@ -171,6 +171,9 @@ def build(
     except OutputError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_ENVIRONMENT) from None
+    except PackageNameError as exc:
+        err_console.print(f"[red]error:[/red] {exc}; nothing was written.")
+        raise typer.Exit(EXIT_SPEC) from None
     except HandEditedError as exc:
         for path in exc.paths:
             err_console.print(f"{target / path}: [red]edited by hand[/red] since rulegen wrote it")
