@@ -1162,14 +1162,21 @@ def callees(rules: Sequence[Rule], others: Iterable[Rule]) -> tuple[Rule, ...]:
 
 
 def rule_files(paths: Iterable[Path]) -> list[Path]:
-    """The rule files named by `paths`: files as given, directories searched for *.yaml."""
-    found: list[Path] = []
+    """The rule files named by `paths`: files as given, directories searched for *.yaml.
+
+    A file named twice (`rules/ rules/a.yaml`, or by two spellings of its
+    path) is one file, read once: its rules are not another file's.
+    """
+    found: dict[Path, Path] = {}
     for path in paths:
-        if path.is_dir():
-            found.extend(sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")))
-        else:
-            found.append(path)
-    return found
+        named = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
+        for file in named:
+            try:
+                same = file.resolve()
+            except (OSError, RuntimeError):
+                same = file
+            found.setdefault(same, file)
+    return list(found.values())
 
 
 def json_schema() -> dict[str, Any]:

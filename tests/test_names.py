@@ -180,6 +180,19 @@ def test_two_rules_with_one_exported_name_are_refused_with_both_places(
     assert test.exit_code == 2 and clash in test.output, test.output
 
 
+@pytest.mark.parametrize("command", ["build", "test"])
+def test_a_file_named_twice_is_one_file_not_a_rule_defined_twice(tmp_path, monkeypatch, command):
+    """`rulegen build rules/a.yaml rules/` refused a's rule as 'already defined at rules/a.yaml:1:1', itself."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "a.yaml").write_text("name: a\ninputs: [x]\nforward: 2 * x\n")
+    given = ["rules/a.yaml", "rules", str(tmp_path / "rules" / "a.yaml"), "rules/../rules/a.yaml"]
+    extra = ["--out", str(tmp_path / "pkg")] if command == "build" else ["-j", "1", "--json"]
+    result = CliRunner().invoke(app, [command, *given, *extra], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "already defined" not in result.output
+
+
 # A project whose rule in one file calls a rule of another.
 CALLEE = "name: halved\ninputs: [x]\nforward: x / 2\n"
 CALLER = "name: quartered\ninputs: [x]\nforward:\n  python: return halved(halved(x))\n"
