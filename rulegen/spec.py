@@ -785,13 +785,17 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
     errors: list[SpecError] = []
     places: dict[str, Loc] = {}
     named = [(p.name, p.loc) for p in rule.parameters if isinstance(p, Structured)]
-    named += [(i.name, i.loc) for i in rule.inputs] + [(o.name, o.loc) for o in rule.outputs]
+    # The default output `out` is written nowhere: it stands where the forward does.
+    implied = getattr(rule.forward, "loc", rule.loc)
+    named += [(i.name, i.loc) for i in rule.inputs]
+    named += [(o.name, implied if o.loc == _UNKNOWN else o.loc) for o in rule.outputs]
     named += [(n, rule.loc) for n in rule.residual_names]
     # A named tuple's class is a module-level name of the generated modules, beside the rule's function.
     named += [(n.name, n.loc) for n in (rule.returns.named_tuples if rule.returns is not None else ())]
     for name, loc in named:
         if name in places:
-            errors.append(SpecError(loc, f"the name {name!r} is used twice (first at {places[name]})"))
+            default = " (the forward's one output is named `out` unless `outputs` names it)" * (loc == implied)
+            errors.append(SpecError(loc, f"the name {name!r} is used twice (first at {places[name]}){default}"))
         places.setdefault(name, loc)
     errors += _generated_name_errors(rule, named, places)
     errors += [
@@ -906,7 +910,7 @@ def _generated_name_errors(rule: Rule, named: Sequence[tuple[str, Loc]], places:
         if name in (rule.name, rule.torch_class):
             errors.append(SpecError(loc, f"{name!r} is the rule's own function or class name; choose another name"))
     derived: dict[str, str] = {}
-    for generated, origin in names.derived_names(rule.name, rule.torch_class, places):
+    for generated, origin in names.derived_names(rule.name, rule.torch_class, places, rule.residual_names):
         if generated in places and generated != origin:
             errors.append(
                 SpecError(
@@ -925,11 +929,6 @@ def _generated_name_errors(rule: Rule, named: Sequence[tuple[str, Loc]], places:
                 )
             )
         derived.setdefault(generated, origin)
-    for i in rule.inputs:
-        if i.static and i.name in names.CTX_ATTRIBUTES:
-            errors.append(
-                SpecError(i.loc, f"a static input is kept as torch's ctx.{i.name}, which torch uses itself; rename it")
-            )
     return errors
 
 

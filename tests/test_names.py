@@ -73,7 +73,9 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, folder)
         own |= {p.name for p in rule.parameters if isinstance(p, Structured)}
         named_tuples = rule.returns.named_tuples if rule.returns is not None else ()
         own |= {n.name for n in named_tuples} | {field for n in named_tuples for field, _ in n.items}
-        derived = {generated for generated, _ in names.derived_names(rule.name, rule.torch_class, own)}
+        derived = {
+            generated for generated, _ in names.derived_names(rule.name, rule.torch_class, own, rule.residual_names)
+        }
         allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED
         statics = {i.name for i in rule.inputs if i.static}
         for backend in ("jax", "torch"):
@@ -119,12 +121,6 @@ REFUSED = [
         _rule(forward="{python: 'return x, x'}", extra="residuals: [f_rule]\njvp: {python: 'return x_dot'}\n"),
         "1:1",
         "'f_rule'",
-    ),
-    (
-        "static-named-like-a-ctx-attribute",
-        _rule(inputs="{x: {}, needs_input_grad: {static: true}}", forward="x * needs_input_grad"),
-        "2:",
-        "ctx.needs_input_grad",
     ),
     *(
         (f"rule-name-{n}", _rule(name=n), "1:7", "")
@@ -274,3 +270,117 @@ def test_an_attribute_is_not_a_read_of_the_input_it_is_named_like(tmp_path):
     backward = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "backward")
     assert "sum_to_size(x.shape)" in ast.unparse(backward)
     assert "ctx.shape" not in ast.unparse(backward)
+
+
+def _generators_own_names() -> list[str]:
+    """Every name generated code gives its own things, as a rule may spell it, that a rule may now take.
+
+    Its private names without their underscore (`_low` -> `low`, `_host_op`),
+    and the attributes of torch's Function context (where statics are kept).
+    Those still reserved (`names.RESERVED`: modules, helpers, locals of generated
+    functions) are refused where they are written (above).
+    """
+    private = {p.strip("_") for p in names.PRIVATE_NAMES if p.strip("_") and not p.startswith("__")}
+    taken = (private | names.CTX_ATTRIBUTES | {"high"}) - names.RESERVED
+    return sorted(n for n in taken if n.isidentifier() and n not in ("f", "x"))
+
+
+def _hygiene_rules(taken: list[str]) -> str:
+    """Rules whose array input, static input, output, and snippet body's input take each name of `taken`."""
+    rules = []
+    for n in taken:
+        rules += [
+            f"  - name: arr_{n.lower()}\n    inputs: [x, {n}]\n    forward: x * {n} + sin({n})\n",
+            f"  - name: sta_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
+            f"    forward: x * {n} + sin(x)\n",
+            f"  - name: res_{n.lower()}\n    inputs: [x]\n    outputs: [{n}]\n    forward: {{{n}: x * sin(x)}}\n",
+            f"  - name: snip_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
+            f"    forward:\n      python: return x * {n} + xp.sin(x)\n"
+            f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
+        ]
+    return "rules:\n" + "".join(rules)
+
+
+def _calls_agree(jax_pkg, torch_pkg, n: str) -> list[str]:
+    """What differs from the exact values and gradients when each rule of `_hygiene_rules` is called."""
+    import math
+
+    import jax
+    import torch
+
+    x = 0.7
+    exact = {  # value and gradient in x, the other argument 2.0 (1.3 for the array one)
+        "arr": (x * 1.3 + math.sin(1.3), 1.3),
+        "sta": (2 * x + math.sin(x), 2 + math.cos(x)),
+        "res": (x * math.sin(x), math.sin(x) + x * math.cos(x)),
+        "snip": (2 * x + math.sin(x), 2 + math.cos(x)),
+    }
+    wrong = []
+    for kind, (value, grad) in exact.items():
+        name = f"{kind}_{n.lower()}"
+        other = {"arr": {n: 1.3}, "sta": {n: 2.0}, "snip": {n: 2.0}}.get(kind, {})
+        f_jax, f_torch = getattr(jax_pkg, name), getattr(torch_pkg, name)
+        got = [float(f_jax(x, **other)), float(jax.grad(lambda t, f=f_jax, o=other: f(t, **o))(x))]
+        t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        out = f_torch(t, **{k: torch.tensor(v, dtype=torch.float64) if kind == "arr" else v for k, v in other.items()})
+        out.backward()
+        forward_mode = torch.func.jacfwd(lambda u, f=f_torch, o=other: f(u, **o))(torch.tensor(x, dtype=torch.float64))
+        got += [out.item(), t.grad.item(), forward_mode.item()]
+        want = [value, grad, value, grad, grad]
+        if not all(abs(g - w) < 1e-12 for g, w in zip(got, want, strict=True)):
+            wrong.append(f"{name}: {got} != {want}")
+    return wrong
+
+
+@pytest.mark.parametrize(
+    "taken",
+    [
+        pytest.param(["low", "high", "name", "metadata", "requires_grad", "register_hook"], id="a-few"),
+        pytest.param(_generators_own_names(), id="every", marks=pytest.mark.slow),
+    ],
+)
+def test_a_rule_takes_the_names_the_generator_gives_its_own_things(tmp_path, monkeypatch, taken):
+    """An input `low` was refused ('gives generated code the name _low'), a static `name` (torch's ctx.name)."""
+    import importlib
+    import sys
+
+    (tmp_path / "taken.yaml").write_text(_hygiene_rules(taken))
+    build([tmp_path / "taken.yaml"], tmp_path / "rg_taken", jobs=2)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        jax_pkg, torch_pkg = importlib.import_module("rg_taken.jax"), importlib.import_module("rg_taken.torch")
+        wrong = [w for n in taken for w in _calls_agree(jax_pkg, torch_pkg, n)]
+    finally:
+        for module in [m for m in sys.modules if m.startswith("rg_taken")]:
+            del sys.modules[module]
+    assert not wrong, "\n".join(wrong)
+
+
+CLAMP = """\
+name: clamp
+doc: ChainRules.jl's clamp(x, low, high).
+inputs:
+  x: {}
+  low: {static: true, default: -1.0}
+  high: {static: true, default: 1.0}
+forward: Min(Max(x, low), high)
+"""
+
+
+def test_chainrules_clamp_with_low_and_high_builds_and_differentiates(tmp_path, monkeypatch):
+    import importlib
+
+    import jax
+    import torch
+
+    (tmp_path / "clamp.yaml").write_text(CLAMP)
+    build([tmp_path / "clamp.yaml"], tmp_path / "rg_clamp")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    jax_pkg, torch_pkg = importlib.import_module("rg_clamp.jax"), importlib.import_module("rg_clamp.torch")
+    points = [(-2.0, 0.0), (0.5, 1.0), (3.0, 0.0)]
+    for x, slope in points:
+        assert float(jax_pkg.clamp(x, low=-1.0, high=1.0)) == min(max(x, -1.0), 1.0)
+        assert float(jax.grad(jax_pkg.clamp)(x, -1.0, 1.0)) == slope
+        t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        torch_pkg.clamp(t, low=-1.0, high=1.0).backward()
+        assert t.grad.item() == slope

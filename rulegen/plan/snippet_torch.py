@@ -6,6 +6,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rulegen import names
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -273,7 +274,7 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
     if kept.saved:
         setup.append(f"ctx.save_for_backward({', '.join(kept.saved)})")
         setup.append(f"ctx.save_for_forward({', '.join(kept.saved)})")
-    setup += [f"ctx.{s} = {s}" for s in kept.statics]
+    setup += [f"ctx.{names.ctx_attribute(s)} = {s}" for s in kept.statics]
     setup += [f"ctx.{i}_shape = {i}.shape" for i in kept.shapes]
     if kept.broadcast:
         if not keep & set(p.inputs):
@@ -293,7 +294,7 @@ def _unpack(p: SnippetPlanner, kept: _Kept, reads: set[str]) -> list[str]:
     if any(n in reads for n in kept.saved):
         targets = [n if n in reads else "_" for n in kept.saved]
         lines.append(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''} = ctx.saved_tensors")
-    lines += [f"{s} = ctx.{s}" for s in kept.statics if s in reads]
+    lines += [f"{s} = ctx.{names.ctx_attribute(s)}" for s in kept.statics if s in reads]
     if not p.given("forward").host:
         lines += p.residual_lines(reads & set(kept.needed), forward_call=True)
     return lines
