@@ -65,7 +65,6 @@ LOCAL_NAMES = frozenset(
     {
         "backward",
         "cotangents",
-        "ctx",
         "dtypes",
         "forward",
         "function",
@@ -84,6 +83,9 @@ LOCAL_NAMES = frozenset(
         "vmap",
     }
 )
+
+#: Locals of generated code renamed where a rule takes their name (`own_local`), so reserved no more.
+OWN_LOCALS = frozenset({"ctx"})
 
 #: Builtins generated code calls (a rule name or input would shadow them); the
 #: printers write `max`/`min`/`abs` of static (Python number) arguments, and
@@ -175,6 +177,15 @@ GENERATED_FROM_RESIDUAL = ("_{}",)
 #: Names the generator derives from a rule's function name (and, the last, its class name).
 GENERATED_FROM_RULE = ("_{}", "_{}_jvp", "_{}_fwd", "_{}_bwd", "_{}_rule", "_{}_jvp_map", "_{}_vjp_map", "_torch_{}")
 GENERATED_FROM_CLASS = ("_{}Compiled", "_{}Exported")
+
+
+def own_local(local: str, taken: Iterable[str]) -> str:
+    """The name of one of generated code's own locals (torch's `ctx`): `local`, or where a rule's name in
+    the same function (`taken`) is `local`, `local` with `_` appended until it is free (`ctx_`)."""
+    taken = set(taken)
+    while local in taken:
+        local += "_"
+    return local
 
 
 def ctx_attribute(static: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from rulegen import names
 from rulegen.spec import Input, Rule
 
 
@@ -38,6 +39,11 @@ def symbols_of(rule: Rule) -> dict[str, sp.Symbol]:
     for name in [o.name for o in rule.outputs]:
         symbols[f"{name}_bar"] = value_symbol(rule, f"{name}_bar")
     return symbols
+
+
+def torch_context(rule: Rule) -> str:
+    """The name of a torch Function's context parameter: `ctx`, renamed where one of the rule's names is `ctx`."""
+    return names.own_local("ctx", symbols_of(rule))
 
 
 def scope(rule: Rule, role: str) -> list[str]:

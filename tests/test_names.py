@@ -14,6 +14,7 @@ from rulegen import names
 from rulegen.build import build
 from rulegen.cli import app
 from rulegen.spec import Rule, SnippetBody, Structured, read_rules, rule_files
+from rulegen.symbols import torch_context
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = [ROOT / "rules", ROOT.parent / "shared" / "examples", ROOT / "tests" / "right_rules"]
@@ -52,11 +53,11 @@ def _identifiers(tree: ast.AST) -> set[str]:
     return found
 
 
-def _ctx_attributes(tree: ast.AST) -> set[str]:
+def _ctx_attributes(tree: ast.AST, ctx: str) -> set[str]:
     return {
         node.attr
         for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ctx"
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == ctx
     }
 
 
@@ -76,12 +77,14 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, folder)
         derived = {
             generated for generated, _ in names.derived_names(rule.name, rule.torch_class, own, rule.residual_names)
         }
-        allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED
+        ctx = torch_context(rule)
+        allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED | {ctx}
         statics = {i.name for i in rule.inputs if i.static}
         for backend in ("jax", "torch"):
             tree = ast.parse((out / backend / f"{rule.name}.py").read_text())
             strange = {n for n in _identifiers(tree) - allowed if not names.TEMPORARY.fullmatch(n)}
-            strange |= _ctx_attributes(tree) - names.CTX_ATTRIBUTES - statics - derived
+            kept = {names.ctx_attribute(s) for s in statics}
+            strange |= _ctx_attributes(tree, ctx) - names.CTX_ATTRIBUTES - kept - derived
             if strange:
                 unexplained[f"{backend}/{rule.name}"] = strange
     assert not unexplained, f"names generated code uses that rulegen.names does not reserve: {unexplained}"
@@ -110,7 +113,7 @@ def _rule(name: str = "f", inputs: str = "[x]", forward: str = "x", extra: str =
 REFUSED = [
     *(
         (f"input-{n}", _rule(inputs=f"[x, {n}]", forward=f"x * {n}"), "2:13", "generated code uses")
-        for n in ("primals", "tangents", "ctx", "function", "plain", "math", "torch", "jnp", "saved", "int")
+        for n in ("primals", "tangents", "function", "plain", "math", "torch", "jnp", "saved", "int")
     ),
     ("input-underscore", _rule(inputs="[x, _y]", forward="x * _y"), "2:13", "starts with `_`"),
     ("input-is-the-rule", _rule(inputs="[x, f]", forward="x * f"), "2:13", "own function or class name"),
@@ -276,17 +279,18 @@ def _generators_own_names() -> list[str]:
     """Every name generated code gives its own things, as a rule may spell it, that a rule may now take.
 
     Its private names without their underscore (`_low` -> `low`, `_host_op`),
-    and the attributes of torch's Function context (where statics are kept).
+    the attributes of torch's Function context (where statics are kept), and
+    the locals it renames where a rule takes their name (`ctx`).
     Those still reserved (`names.RESERVED`: modules, helpers, locals of generated
     functions) are refused where they are written (above).
     """
     private = {p.strip("_") for p in names.PRIVATE_NAMES if p.strip("_") and not p.startswith("__")}
-    taken = (private | names.CTX_ATTRIBUTES | {"high"}) - names.RESERVED
+    taken = (private | names.CTX_ATTRIBUTES | names.OWN_LOCALS | {"high"}) - names.RESERVED
     return sorted(n for n in taken if n.isidentifier() and n not in ("f", "x"))
 
 
 def _hygiene_rules(taken: list[str]) -> str:
-    """Rules whose array input, static input, output, and snippet body's input take each name of `taken`."""
+    """Rules whose array input, static input, output, and snippet and host bodies' statics take each name."""
     rules = []
     for n in taken:
         rules += [
@@ -296,6 +300,9 @@ def _hygiene_rules(taken: list[str]) -> str:
             f"  - name: res_{n.lower()}\n    inputs: [x]\n    outputs: [{n}]\n    forward: {{{n}: x * sin(x)}}\n",
             f"  - name: snip_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
             f"    forward:\n      python: return x * {n} + xp.sin(x)\n"
+            f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
+            f"  - name: host_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
+            f"    forward:\n      numpy: return x * {n} + np.sin(x)\n"
             f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
         ]
     return "rules:\n" + "".join(rules)
@@ -314,11 +321,12 @@ def _calls_agree(jax_pkg, torch_pkg, n: str) -> list[str]:
         "sta": (2 * x + math.sin(x), 2 + math.cos(x)),
         "res": (x * math.sin(x), math.sin(x) + x * math.cos(x)),
         "snip": (2 * x + math.sin(x), 2 + math.cos(x)),
+        "host": (2 * x + math.sin(x), 2 + math.cos(x)),
     }
     wrong = []
     for kind, (value, grad) in exact.items():
         name = f"{kind}_{n.lower()}"
-        other = {"arr": {n: 1.3}, "sta": {n: 2.0}, "snip": {n: 2.0}}.get(kind, {})
+        other = {"arr": {n: 1.3}, "sta": {n: 2.0}, "snip": {n: 2.0}, "host": {n: 2.0}}.get(kind, {})
         f_jax, f_torch = getattr(jax_pkg, name), getattr(torch_pkg, name)
         got = [float(f_jax(x, **other)), float(jax.grad(lambda t, f=f_jax, o=other: f(t, **o))(x))]
         t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
@@ -335,7 +343,7 @@ def _calls_agree(jax_pkg, torch_pkg, n: str) -> list[str]:
 @pytest.mark.parametrize(
     "taken",
     [
-        pytest.param(["low", "high", "name", "metadata", "requires_grad", "register_hook"], id="a-few"),
+        pytest.param(["low", "high", "ctx", "name", "metadata", "requires_grad", "register_hook"], id="a-few"),
         pytest.param(_generators_own_names(), id="every", marks=pytest.mark.slow),
     ],
 )

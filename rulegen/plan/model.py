@@ -114,6 +114,7 @@ class TorchPlan:
     header: Header
     name: str
     class_name: str
+    ctx: str  # the context parameter of the Function's methods: `ctx`, unless the rule takes that name
     params: tuple[Param, ...]
     returns: str
     inputs: tuple[str, ...]
