@@ -2,8 +2,9 @@
 
 Generated modules bind names of their own beside the rule's (the `primals`
 a JAX JVP unpacks, the `ctx` of a torch Function, the modules they import,
-the helpers of the package).  A rule input called `primals` would silently
-shadow one of them, so the rule format refuses:
+the helpers of the package).  The locals among them (`OWN_LOCALS`) are
+renamed where a rule takes their name (`own_local`: `ctx_`); a rule input
+called `jnp` would silently shadow the others, so the rule format refuses:
 
 - any name in `RESERVED`, the fixed names of generated code;
 - any name that starts with `_`: the underscore namespace belongs to the
@@ -64,20 +65,15 @@ HELPER_NAMES = frozenset(
 LOCAL_NAMES = frozenset(
     {
         "backward",
-        "cotangents",
         "dtypes",
         "forward",
-        "function",
         "generate_vmap_rule",
         "in_dims",
         "info",
         "inputs",
         "jvp",
         "output",
-        "primals",
-        "saved",
         "setup_context",
-        "tangents",
         "transpose",
         "vjp",
         "vmap",
@@ -85,7 +81,7 @@ LOCAL_NAMES = frozenset(
 )
 
 #: Locals of generated code renamed where a rule takes their name (`own_local`), so reserved no more.
-OWN_LOCALS = frozenset({"ctx"})
+OWN_LOCALS = frozenset({"cotangents", "ctx", "function", "primals", "saved", "tangents"})
 
 #: Builtins generated code calls (a rule name or input would shadow them); the
 #: printers write `max`/`min`/`abs` of static (Python number) arguments, and

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import collections
+import math
 import re
 import textwrap
 from pathlib import Path
@@ -14,7 +16,7 @@ from rulegen import names
 from rulegen.build import build
 from rulegen.cli import app
 from rulegen.spec import Rule, SnippetBody, Structured, read_rules, rule_files
-from rulegen.symbols import torch_context
+from rulegen.symbols import own_locals, torch_context
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = [ROOT / "rules", ROOT.parent / "shared" / "examples", ROOT / "tests" / "right_rules"]
@@ -78,7 +80,7 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, folder)
             generated for generated, _ in names.derived_names(rule.name, rule.torch_class, own, rule.residual_names)
         }
         ctx = torch_context(rule)
-        allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED | {ctx}
+        allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED | set(own_locals(rule).values())
         statics = {i.name for i in rule.inputs if i.static}
         for backend in ("jax", "torch"):
             tree = ast.parse((out / backend / f"{rule.name}.py").read_text())
@@ -113,7 +115,7 @@ def _rule(name: str = "f", inputs: str = "[x]", forward: str = "x", extra: str =
 REFUSED = [
     *(
         (f"input-{n}", _rule(inputs=f"[x, {n}]", forward=f"x * {n}"), "2:13", "generated code uses")
-        for n in ("primals", "tangents", "function", "plain", "math", "torch", "jnp", "saved", "int")
+        for n in ("plain", "math", "torch", "jnp", "int", "as_tensors", "dtypes")
     ),
     ("input-underscore", _rule(inputs="[x, _y]", forward="x * _y"), "2:13", "starts with `_`"),
     ("input-is-the-rule", _rule(inputs="[x, f]", forward="x * f"), "2:13", "own function or class name"),
@@ -301,6 +303,9 @@ def _hygiene_rules(taken: list[str]) -> str:
             f"  - name: snip_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
             f"    forward:\n      python: return x * {n} + xp.sin(x)\n"
             f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
+            f"  - name: back_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
+            f"    forward:\n      python: return x * {n} + xp.sin(x)\n"
+            f"    vjp:\n      python: return out_bar * ({n} + xp.cos(x))\n",
             f"  - name: host_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
             f"    forward:\n      numpy: return x * {n} + np.sin(x)\n"
             f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
@@ -322,11 +327,12 @@ def _calls_agree(jax_pkg, torch_pkg, n: str) -> list[str]:
         "res": (x * math.sin(x), math.sin(x) + x * math.cos(x)),
         "snip": (2 * x + math.sin(x), 2 + math.cos(x)),
         "host": (2 * x + math.sin(x), 2 + math.cos(x)),
+        "back": (2 * x + math.sin(x), 2 + math.cos(x)),
     }
     wrong = []
     for kind, (value, grad) in exact.items():
         name = f"{kind}_{n.lower()}"
-        other = {"arr": {n: 1.3}, "sta": {n: 2.0}, "snip": {n: 2.0}, "host": {n: 2.0}}.get(kind, {})
+        other = {"arr": {n: 1.3}, "res": {}}.get(kind, {n: 2.0})
         f_jax, f_torch = getattr(jax_pkg, name), getattr(torch_pkg, name)
         got = [float(f_jax(x, **other)), float(jax.grad(lambda t, f=f_jax, o=other: f(t, **o))(x))]
         t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
@@ -343,7 +349,10 @@ def _calls_agree(jax_pkg, torch_pkg, n: str) -> list[str]:
 @pytest.mark.parametrize(
     "taken",
     [
-        pytest.param(["low", "high", "ctx", "name", "metadata", "requires_grad", "register_hook"], id="a-few"),
+        pytest.param(
+            ["low", "high", "ctx", "primals", "tangents", "saved", "cotangents", "function", "name", "metadata"],
+            id="a-few",
+        ),
         pytest.param(_generators_own_names(), id="every", marks=pytest.mark.slow),
     ],
 )
@@ -362,6 +371,31 @@ def test_a_rule_takes_the_names_the_generator_gives_its_own_things(tmp_path, mon
         for module in [m for m in sys.modules if m.startswith("rg_taken")]:
             del sys.modules[module]
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_structure_or_named_tuple_may_take_a_local_generated_code_names_for_itself(tmp_path, monkeypatch):
+    """The torch public function's `function` local beside a structured argument or a result class `function`."""
+    import importlib
+
+    import jax
+    import torch
+
+    (tmp_path / "s.yaml").write_text(
+        "name: s_struct\ninputs:\n  function: {fields: [x, y]}\nreturns: {namedtuple: ctx, fields: [a]}\n"
+        "outputs: [a]\nforward: {a: x * sin(y)}\n"
+    )
+    build([tmp_path / "s.yaml"], tmp_path / "rg_struct")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    jax_pkg, torch_pkg = importlib.import_module("rg_struct.jax"), importlib.import_module("rg_struct.torch")
+    point = collections.namedtuple("P", "x y")
+    assert float(jax_pkg.s_struct(point(2.0, 0.5)).a) == pytest.approx(2 * math.sin(0.5), rel=1e-15)
+    grads = jax.grad(lambda p: jax_pkg.s_struct(p).a)(point(2.0, 0.5))
+    assert float(grads.x) == pytest.approx(math.sin(0.5), rel=1e-15)
+    x = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    out = torch_pkg.s_struct(point(x, torch.tensor(0.5, dtype=torch.float64)))
+    assert type(out).__name__ == "ctx"
+    out.a.backward()
+    assert x.grad.item() == pytest.approx(math.sin(0.5), rel=1e-15)
 
 
 CLAMP = """\

@@ -385,14 +385,14 @@ def _host_vmap(p: SnippetPlanner) -> Function:
 
 def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[str]:
     """The public function's body: apply the Function in the form `route` picks, residuals dropped."""
-    all_args = ", ".join(p.inputs)
-    lines = [f"function = {route}"]
+    all_args, function = ", ".join(p.inputs), p.own["function"]
+    lines = [f"{function} = {route}"]
     if len(kept.values) > len(p.outputs):
         hidden = [f"_{r}" for r in kept.values[len(p.outputs) :]]
-        lines.append(f"{tuple_text([*p.outputs, *hidden])} = function({all_args})")
+        lines.append(f"{tuple_text([*p.outputs, *hidden])} = {function}({all_args})")
         lines += _returned(p, tuple_text(p.outputs))
     else:
-        lines += _returned(p, f"function({all_args})", spread=len(p.outputs) > 1)
+        lines += _returned(p, f"{function}({all_args})", spread=len(p.outputs) > 1)
     return lines
 
 

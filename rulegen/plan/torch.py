@@ -44,7 +44,7 @@ from rulegen.plan.torch_route import torch_route
 from rulegen.printers import TANH_EXPM1_IMPORT, one_kernel, print_torch, print_torch_compiled
 from rulegen.saving import saved_form, saved_intermediates
 from rulegen.spec import Rule
-from rulegen.symbols import torch_context, value_symbol
+from rulegen.symbols import own_locals, torch_context, value_symbol
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         header=header_of(stable),
         name=rule.name,
         class_name=rule.torch_class,
-        ctx=torch_context(rule),
+        own=own_locals(rule),
         params=parameters_of(rule, "torch"),
         unpack=unpacked(rule),
         returning=_returning(t, lifted),
@@ -268,7 +268,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
 
 def _returning(t: _Torch, lifted: bool) -> tuple[str, ...]:
     """The wrapper's last lines: the Function's outputs (its residuals dropped), rounded where lifted."""
-    call = f"function({', '.join(i.name for i in t.rule.inputs)})"
+    call = f"{own_locals(t.rule)['function']}({', '.join(i.name for i in t.rule.inputs)})"
     if t.residual_names:
         return public_return(t.rule, ", ".join(t.outputs), lifted=lifted, spread=False)
     return public_return(t.rule, call, lifted=lifted, spread=len(t.outputs) > 1)
