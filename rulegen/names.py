@@ -68,11 +68,7 @@ LOCAL_NAMES = frozenset(
         "dtypes",
         "forward",
         "generate_vmap_rule",
-        "in_dims",
-        "info",
-        "inputs",
         "jvp",
-        "output",
         "setup_context",
         "transpose",
         "vjp",
@@ -81,7 +77,9 @@ LOCAL_NAMES = frozenset(
 )
 
 #: Locals of generated code renamed where a rule takes their name (`own_local`), so reserved no more.
-OWN_LOCALS = frozenset({"cotangents", "ctx", "function", "primals", "saved", "tangents"})
+OWN_LOCALS = frozenset(
+    {"cotangents", "ctx", "function", "in_dims", "info", "inputs", "output", "primals", "saved", "tangents"}
+)
 
 #: Builtins generated code calls (a rule name or input would shadow them); the
 #: printers write `max`/`min`/`abs` of static (Python number) arguments, and

@@ -148,6 +148,19 @@ def _holds(assumption: str, lo: float, hi: float) -> bool:
     }[assumption]
 
 
+def _updated(data: dict[Any, Any], **changes: Any) -> dict[Any, Any]:
+    """`data` with `changes`; a mapping read from YAML stays one, keeping where it and its keys are.
+
+    A validator that rebuilt it as a plain dict dropped the rule's location:
+    a complex rule defined twice was 'already defined at <unknown>:1:1'.
+    """
+    if not isinstance(data, YamlMap):
+        return {**data, **changes}
+    updated = YamlMap({**data, **changes})
+    updated.loc, updated.key_locs, updated.value_locs = data.loc, data.key_locs, data.value_locs
+    return updated
+
+
 class Node(BaseModel):
     """A YAML mapping: frozen, strict about keys, and aware of where it is."""
 
@@ -290,13 +303,13 @@ class Input(Node):
     @classmethod
     def _note_default(cls, data: Any) -> Any:
         if isinstance(data, dict) and "default" in data:
-            data = {**data, "has_default": True}
+            data = _updated(data, has_default=True)
         if isinstance(data, dict) and "domain" not in data and data.get("assume"):
             # Sampling must respect what the rule assumes; the tightest assumption given decides.
             assumed = _to_assumptions(data["assume"])
             domains = [ASSUMPTION_DOMAINS[a] for a in assumed if isinstance(a, str) and a in ASSUMPTION_DOMAINS]
             if domains:
-                data = {**data, "domain": (max(lo for lo, _ in domains), min(hi for _, hi in domains))}
+                data = _updated(data, domain=(max(lo for lo, _ in domains), min(hi for _, hi in domains)))
         return data
 
     @model_validator(mode="after")
@@ -661,7 +674,7 @@ class Rule(Node):
     def _complex_outputs(cls, data: Any) -> Any:
         # A holomorphic rule's outputs are complex unless declared otherwise.
         if isinstance(data, dict) and _declares_complex(data.get("inputs")):
-            data = {**data, "outputs": _complex_by_default(data.get("outputs"), data.get("returns"))}
+            data = _updated(data, outputs=_complex_by_default(data.get("outputs"), data.get("returns")))
         return data
 
     @model_validator(mode="before")
@@ -671,7 +684,7 @@ class Rule(Node):
         if isinstance(data, dict) and "returns" in data and "outputs" not in data:
             outputs = _outputs_returned(data["returns"])
             if outputs is not None:
-                data = {**data, "outputs": outputs}
+                data = _updated(data, outputs=outputs)
         return data
 
     @functools.cached_property

@@ -261,15 +261,15 @@ def _host_shape(p: SnippetPlanner) -> str:
 
 
 def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
-    ctx = p.ctx
+    ctx, inputs, output = p.ctx, p.own["inputs"], p.own["output"]
     setup = []
     keep = {*kept.saved, *kept.statics, *kept.shapes}
     if keep & set(p.inputs):
         targets = [n if n in keep else "_" for n in p.inputs]
-        setup.append(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''} = inputs")
+        setup.append(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''} = {inputs}")
     out_kept = {*kept.saved, *kept.non_diff}
     if out_kept & set(kept.values):
-        setup.append(f"{tuple_text([n if n in out_kept else '_' for n in kept.values])} = output")
+        setup.append(f"{tuple_text([n if n in out_kept else '_' for n in kept.values])} = {output}")
     if kept.non_diff:
         setup.append(f"{ctx}.mark_non_differentiable({', '.join(kept.non_diff)})")
     if kept.saved:
@@ -279,9 +279,9 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
     setup += [f"{ctx}.{i}_shape = {i}.shape" for i in kept.shapes]
     if kept.broadcast:
         if not keep & set(p.inputs):
-            setup.insert(0, f"{tuple_text(p.inputs)}{',' if len(p.inputs) == 1 else ''} = inputs")
+            setup.insert(0, f"{tuple_text(p.inputs)}{',' if len(p.inputs) == 1 else ''} = {inputs}")
         setup.append(f"{ctx}.{p.diff_outputs[0]}_shape = {_host_shape(p)}")
-    return Function("setup_context", (ctx, "inputs", "output"), tuple(setup or ["pass"]), "@staticmethod")
+    return Function("setup_context", (ctx, inputs, output), tuple(setup or ["pass"]), "@staticmethod")
 
 
 def _unpack(p: SnippetPlanner, kept: _Kept, reads: set[str]) -> list[str]:
@@ -379,8 +379,9 @@ def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
 def _host_vmap(p: SnippetPlanner) -> Function:
     """vmap of a host body: its `batching` (rulegen/runtime/torch/_host.py), never generate_vmap_rule."""
     p.imports.add(f"from ._host import vmap_{p.rule.batching}")
-    call = f"return vmap_{p.rule.batching}({p.rule.torch_class}, info, in_dims, {', '.join(p.inputs)})"
-    return Function("vmap", ("info", "in_dims", *p.inputs), (call,), "@staticmethod")
+    info, in_dims = p.own["info"], p.own["in_dims"]
+    call = f"return vmap_{p.rule.batching}({p.rule.torch_class}, {info}, {in_dims}, {', '.join(p.inputs)})"
+    return Function("vmap", (info, in_dims, *p.inputs), (call,), "@staticmethod")
 
 
 def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[str]:
