@@ -45,8 +45,8 @@ def own_locals(rule: Rule) -> dict[str, str]:
     """Each local generated code names for itself (`names.OWN_LOCALS`: `ctx`, `primals`, ...), as spelled in
     `rule`'s modules: renamed (`ctx_`) where one of the rule's names, or its tangents' and cotangents', takes it."""
     taken = {*symbols_of(rule), *(p.name for p in rule.parameters if isinstance(p, Structured))}
-    # A named tuple's class is a module-level name the public function calls.
-    taken |= {n.name for n in (rule.returns.named_tuples if rule.returns is not None else ())}
+    # The rule's function and a named tuple's class are module-level names generated functions call.
+    taken |= {rule.name, *(n.name for n in (rule.returns.named_tuples if rule.returns is not None else ()))}
     return {local: names.own_local(local, taken) for local in sorted(names.OWN_LOCALS)}
 
 

@@ -318,7 +318,8 @@ def _generators_own_names() -> list[str]:
 
 
 def _hygiene_rules(taken: list[str]) -> str:
-    """Rules whose array input, static input, output, and snippet and host bodies' statics take each name."""
+    """Rules named each name, and whose array input, static input, output, and snippet and host bodies' statics
+    take it."""
     rules = []
     for n in taken:
         rules += [
@@ -336,6 +337,10 @@ def _hygiene_rules(taken: list[str]) -> str:
             f"    forward:\n      numpy: return x * {n} + np.sin(x)\n    batching: elementwise\n"
             f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
         ]
+        # A rule named like a local: the generator's private functions `_{rule}` still
+        # take the names of its flag `_low` and the like, so only the locals here.
+        if n in names.OWN_LOCALS:
+            rules.append(f"  - name: {n}\n    inputs: [x]\n    forward: x * sin(x)\n")
     return "rules:\n" + "".join(rules)
 
 
@@ -351,14 +356,17 @@ def _calls_agree(jax_pkg, torch_pkg, n: str) -> list[str]:
         "arr": (x * 1.3 + math.sin(1.3), 1.3),
         "sta": (2 * x + math.sin(x), 2 + math.cos(x)),
         "res": (x * math.sin(x), math.sin(x) + x * math.cos(x)),
+        "": (x * math.sin(x), math.sin(x) + x * math.cos(x)),
         "snip": (2 * x + math.sin(x), 2 + math.cos(x)),
         "host": (2 * x + math.sin(x), 2 + math.cos(x)),
         "back": (2 * x + math.sin(x), 2 + math.cos(x)),
     }
     wrong = []
     for kind, (value, grad) in exact.items():
-        name = f"{kind}_{n.lower()}"
-        other = {"arr": {n: 1.3}, "res": {}}.get(kind, {n: 2.0})
+        if not kind and n not in names.OWN_LOCALS:
+            continue
+        name = f"{kind}_{n.lower()}" if kind else n
+        other = {"arr": {n: 1.3}, "res": {}, "": {}}.get(kind, {n: 2.0})
         f_jax, f_torch = getattr(jax_pkg, name), getattr(torch_pkg, name)
         got = [float(f_jax(x, **other)), float(jax.grad(lambda t, f=f_jax, o=other: f(t, **o))(x))]
         t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
