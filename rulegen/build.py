@@ -14,6 +14,7 @@ import importlib.metadata
 import json
 import multiprocessing
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -379,6 +380,8 @@ def plan_build(
     read = {rel: previous.files[rel] for rel in texts}
     helpers = sorted(set().union(*(r.helpers for r in records.values())))
     classes = [(name, None if name in r.plain else cls) for r in records.values() for name, cls in r.rules]
+    if package_name:
+        check_package_name(package_name, records.values())
     distribution = distribution_of(package_name, records.values(), package_version) if package_name else None
     package_hash = sha256(json.dumps([sorted(classes), helpers, repr(distribution)]))
     package = previous.package
@@ -409,6 +412,47 @@ BACKENDS = ("jax", "torch")
 
 #: The frameworks, by import name: a backend's extra, never a dependency of both.
 FRAMEWORKS = ("jax", "torch")
+
+
+#: Distributions a package of rules may never be named after, whatever its rules import: the
+#: frameworks, what their helpers and checks import, and rulegen itself.
+SHADOWED_ALWAYS = ("jax", "jaxlib", "torch", "numpy", "scipy", "sympy", "mpmath", "rulegen")
+
+
+class PackageNameError(ValueError):
+    """A `--package-name` that installing the package would make shadow or replace another module."""
+
+
+def check_package_name(name: str, records: Iterable[SourceRecord]) -> None:
+    """PackageNameError where a distribution `name` of these rules' package would take another module's place.
+
+    Installed, the package is the top-level module `name`: a standard library
+    module of that name (`typing`, `math`) would be hidden from every program,
+    and a distribution of that name (`torch`, or any top-level module that a
+    distribution the package imports installs) replaced by pip.
+    """
+    import sys
+
+    def normal(text: str) -> str:
+        return re.sub(r"[-_.]+", "-", text).lower()
+
+    if name in sys.stdlib_module_names:
+        raise PackageNameError(f"--package-name {name!r} is a module of Python's standard library; choose another")
+    installed = importlib.metadata.packages_distributions()
+    imported = {m for r in records for modules in r.requires.values() for m in modules} | {*SHADOWED_ALWAYS}
+    distributions = {d for m in imported for d in installed.get(m, ())} | {*SHADOWED_ALWAYS}
+    taken = {
+        normal(module): f"a module of the distribution {dist!r}"
+        for module, dists in installed.items()
+        for dist in dists
+        if normal(dist) in {normal(d) for d in distributions}
+    } | {normal(d): f"the distribution {d!r}" for d in distributions}
+    why = taken.get(normal(name))
+    if why is not None:
+        raise PackageNameError(
+            f"--package-name {name!r} is {why}, which the generated package needs: installing it would "
+            "replace that; choose another name"
+        )
 
 
 def distribution_of(name: str, records: Iterable[SourceRecord], version: str | None = None) -> Distribution:

@@ -162,7 +162,7 @@ def build(
     ] = None,
 ) -> None:
     """Validate the rules, derive what they lack, and write the package."""
-    from rulegen.build import HandEditedError, OutputError, available_cores
+    from rulegen.build import HandEditedError, OutputError, PackageNameError, available_cores
     from rulegen.build import build as run_build
     from rulegen.errors import SpecErrors
 
@@ -187,6 +187,9 @@ def build(
     except OutputError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_ENVIRONMENT) from None
+    except PackageNameError as exc:
+        err_console.print(f"[red]error:[/red] {exc}; nothing was written.")
+        raise typer.Exit(EXIT_SPEC) from None
     except HandEditedError as exc:
         for path in exc.paths:
             err_console.print(f"{target / path}: [red]edited by hand[/red] since rulegen wrote it")
@@ -433,19 +436,45 @@ STARTER = """\
 # Every key is in rulegen's guide (docs/guide.md) and in `rulegen schema` (JSON Schema).
 name: {name}
 doc: What {name} computes, in one line; it becomes the docstring.
-inputs: [x]                 # or a mapping: x: {{diff: true, domain: [0.5, 3], assume: positive, shape: [3, 4]}}
+inputs: [{x}]                 # or a mapping: {x}: {{diff: true, domain: [0.5, 3], assume: positive, shape: [3, 4]}}
                             # domain: where `rulegen test` samples (it never changes the code);
                             # assume: what sympy may simplify with (calls outside it are the caller's error)
-forward: x * tanh(x)        # a sympy expression, applied elementwise
+forward: {x} * tanh({x})        # a sympy expression, applied elementwise
 # Optional: partials (derived by sympy.diff when left out), or a jvp / vjp.
 # derivatives:
-#   x: tanh(x) + x * (1 - tanh(x)**2)
+#   {x}: tanh({x}) + {x} * (1 - tanh({x})**2)
 checks:
   points:
-    - at: {{x: 0.0}}
+    - at: {{{x}: 0.0}}
       value: 0.0
-      grad: {{x: 0.0}}
+      grad: {{{x}: 0.0}}
 """
+
+#: The starter's input, by preference: the first that the rule's name leaves free (a rule `x` takes `u`).
+STARTER_INPUTS = ("x", "u", "v")
+
+
+def _starter(name: str) -> str:
+    """A starter rule named `name` that `rulegen build` accepts; exit 2 where no rule can take the name."""
+    import tempfile
+
+    from rulegen.errors import SpecErrors
+    from rulegen.spec import read_rule_file
+
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for x in STARTER_INPUTS:
+            text = STARTER.format(name=name, x=x)
+            trial = Path(scratch) / f"{name}.yaml"
+            trial.write_text(text)
+            try:
+                read_rule_file(trial)
+            except SpecErrors as exc:
+                problems += [e.message for e in exc.errors]
+                continue
+            return text
+    err_console.print(f"[red]error:[/red] no rule can be named {name!r}: {problems[0]}; nothing was written.")
+    raise typer.Exit(EXIT_SPEC)
 
 
 @app.command()
@@ -461,13 +490,21 @@ def new(
     if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
         err_console.print(f"{name!r} is not a snake_case identifier")
         raise typer.Exit(EXIT_SPEC)
+    text = _starter(name)
     target_dir = folder or load_config().rules[0]
+    if target_dir.exists() and not target_dir.is_dir():
+        err_console.print(f"[red]error:[/red] {target_dir} is a file; --dir names the folder to write {name}.yaml in")
+        raise typer.Exit(EXIT_SPEC)
     path = target_dir / f"{name}.yaml"
     if path.exists():
         err_console.print(f"{path} exists; not overwritten")
         raise typer.Exit(EXIT_SPEC)
-    target_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(MODELINE + STARTER.format(name=name))
+    try:
+        target_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(MODELINE + text)
+    except OSError as exc:
+        err_console.print(f"[red]error:[/red] cannot write {path}: {exc.strerror or exc}; nothing was written.")
+        raise typer.Exit(EXIT_SPEC) from None
     out_console.print(f"wrote {path}")
     _write_schema(target_dir / SCHEMA_FILE)
 

@@ -2,18 +2,21 @@
 
 Generated modules bind names of their own beside the rule's (the `primals`
 a JAX JVP unpacks, the `ctx` of a torch Function, the modules they import,
-the helpers of the package).  A rule input called `primals` would silently
-shadow one of them, so the rule format refuses:
+the helpers of the package).  The locals among them (`OWN_LOCALS`) are
+renamed where a rule takes their name (`own_local`: `ctx_`); a rule input
+called `jnp` would silently shadow the others, so the rule format refuses:
 
 - any name in `RESERVED`, the fixed names of generated code;
 - any name that starts with `_`: the underscore namespace belongs to the
   generator (hidden residuals `_r`, unread tangents `_x_dot`, per-rule
-  helpers `_f_jvp`, helper modules `_util`);
+  helpers `_f_jvp`, helper modules `_util`, the low-precision flag `_low`);
 - a name that equals a name the generator derives from another
   (`GENERATED_FROM_NAME`, `GENERATED_FROM_RULE`): an input `x_dot` beside
   an input `x`, a residual `f_rule` in rule `f`;
-- for a static input, an attribute of torch's Function context
-  (`CTX_ATTRIBUTES`): statics are kept on `ctx` by their names.
+
+A static input is kept on torch's Function context by its name, or where
+torch's context has an attribute of that name (`CTX_ATTRIBUTES`), by
+another (`ctx_attribute`).
 
 Temporaries (`TEMPORARY`: `t0`, `saved_exp`, `saved_exp_bar`) need no
 reservation: the planner numbers them past every name the rule takes.  `tests/test_names.py` builds every bundled
@@ -63,25 +66,20 @@ LOCAL_NAMES = frozenset(
     {
         "_error",  # the exception a structured argument given wrongly raised (header.unpacked)
         "backward",
-        "cotangents",
-        "ctx",
         "dtypes",
         "forward",
-        "function",
         "generate_vmap_rule",
-        "in_dims",
-        "info",
-        "inputs",
         "jvp",
-        "output",
-        "primals",
-        "saved",
         "setup_context",
-        "tangents",
         "transpose",
         "vjp",
         "vmap",
     }
+)
+
+#: Locals of generated code renamed where a rule takes their name (`own_local`), so reserved no more.
+OWN_LOCALS = frozenset(
+    {"cotangents", "ctx", "function", "in_dims", "info", "inputs", "output", "primals", "saved", "tangents"}
 )
 
 #: Builtins generated code calls (a rule name or input would shadow them); the
@@ -171,11 +169,32 @@ PRIVATE_NAMES = frozenset(
 TEMPORARY = re.compile(r"_*(t\d+|saved(_[a-z0-9]+)+)(_dot|_bar)?")
 
 #: Names the generator derives from each name of a rule (input, output, residual).
-GENERATED_FROM_NAME = ("{}_dot", "{}_bar", "{}_shape", "_{}", "_{}_dot", "_{}_bar", "_residual_{}")
+GENERATED_FROM_NAME = ("{}_dot", "{}_bar", "{}_shape", "_{}_dot", "_{}_bar", "_residual_{}")
+#: Names the generator derives from a residual's name only: a residual the public function does not return.
+GENERATED_FROM_RESIDUAL = ("_{}",)
 
 #: Names the generator derives from a rule's function name (and, the last, its class name).
 GENERATED_FROM_RULE = ("_{}", "_{}_jvp", "_{}_fwd", "_{}_bwd", "_{}_rule", "_{}_jvp_map", "_{}_vjp_map", "_torch_{}")
 GENERATED_FROM_CLASS = ("_{}Compiled", "_{}Exported")
+
+
+def own_local(local: str, taken: Iterable[str]) -> str:
+    """The name of one of generated code's own locals (torch's `ctx`): `local`, or where a rule's name in
+    the same function (`taken`) is `local`, `local` with `_` appended until it is free (`ctx_`)."""
+    taken = set(taken)
+    while local in taken:
+        local += "_"
+    return local
+
+
+def ctx_attribute(static: str) -> str:
+    """The attribute of torch's Function context that keeps the static input `static`.
+
+    Its own name, unless torch's context has an attribute of that name
+    (`ctx.name`, `ctx.metadata`); then a name in the underscore namespace,
+    which no rule name takes, and which no attribute of torch's context ends with.
+    """
+    return f"_{static}_static" if static in CTX_ATTRIBUTES else static
 
 
 def camel_case(name: str) -> str:
@@ -194,10 +213,18 @@ def unusable(name: str) -> str | None:
     return None
 
 
-def derived_names(rule: str, cls: str, names: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """(generated name, what it is derived from) for every name generated code derives for one rule."""
+def derived_names(
+    rule: str, cls: str, names: Iterable[str], residuals: Iterable[str] = ()
+) -> Iterator[tuple[str, str]]:
+    """(generated name, what it is derived from) for every name generated code derives for one rule.
+
+    `names` are all of the rule's names, `residuals` those among them that name residuals.
+    """
     for name in names:
         for pattern in GENERATED_FROM_NAME:
+            yield pattern.format(name), name
+    for name in residuals:
+        for pattern in GENERATED_FROM_RESIDUAL:
             yield pattern.format(name), name
     for pattern in GENERATED_FROM_RULE:
         yield pattern.format(rule), rule

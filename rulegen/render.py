@@ -71,7 +71,9 @@ def _environment() -> jinja2.Environment:
     # Imported here: a rebuild with nothing to render only needs `template_files`.
     import jinja2
 
-    return jinja2.Environment(
+    from rulegen.names import ctx_attribute
+
+    environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         trim_blocks=True,
         lstrip_blocks=True,
@@ -79,6 +81,9 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         autoescape=False,
     )
+    # Where torch's Function context keeps a static input (its name, unless torch's context has it).
+    environment.filters["ctx_attribute"] = ctx_attribute
+    return environment
 
 
 def render_jax(plan: JaxPlan | SnippetPlan) -> str:

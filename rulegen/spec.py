@@ -124,6 +124,14 @@ ASSUMPTION_DOMAINS: dict[str, tuple[float, float]] = {
     "nonzero": (-3.0, 3.0),
 }
 Assumption = Literal["positive", "nonnegative", "negative", "nonpositive", "nonzero"]
+#: Each assumption as the condition on the input it names, for the generated docstrings.
+ASSUMPTION_CONDITIONS: dict[str, str] = {
+    "positive": "{} > 0",
+    "nonnegative": "{} >= 0",
+    "negative": "{} < 0",
+    "nonpositive": "{} <= 0",
+    "nonzero": "{} != 0",
+}
 
 
 def _to_assumptions(value: Any) -> Any:
@@ -139,6 +147,19 @@ def _holds(assumption: str, domain: Domain) -> bool:
         "nonpositive": hi <= 0,
         "nonzero": True,
     }[assumption]
+
+
+def _updated(data: dict[Any, Any], **changes: Any) -> dict[Any, Any]:
+    """`data` with `changes`; a mapping read from YAML stays one, keeping where it and its keys are.
+
+    A validator that rebuilt it as a plain dict dropped the rule's location:
+    a complex rule defined twice was 'already defined at <unknown>:1:1'.
+    """
+    if not isinstance(data, YamlMap):
+        return {**data, **changes}
+    updated = YamlMap({**data, **changes})
+    updated.loc, updated.key_locs, updated.value_locs = data.loc, data.key_locs, data.value_locs
+    return updated
 
 
 class Node(BaseModel):
@@ -340,15 +361,15 @@ class Input(Node):
     @classmethod
     def _note_default(cls, data: Any) -> Any:
         if isinstance(data, dict) and "default" in data:
-            data = {**data, "has_default": True}
+            data = _updated(data, has_default=True)
         if isinstance(data, dict) and "domain" in data:
-            data = {**data, "domain_given": True}
+            data = _updated(data, domain_given=True)
         if isinstance(data, dict) and "domain" not in data and data.get("assume"):
             # Sampling must respect what the rule assumes; the tightest assumption given decides.
             assumed = _to_assumptions(data["assume"])
             domains = [ASSUMPTION_DOMAINS[a] for a in assumed if isinstance(a, str) and a in ASSUMPTION_DOMAINS]
             if domains:
-                data = {**data, "domain": (max(lo for lo, _ in domains), min(hi for _, hi in domains))}
+                data = _updated(data, domain=(max(lo for lo, _ in domains), min(hi for _, hi in domains)))
         return data
 
     @model_validator(mode="after")
@@ -741,7 +762,7 @@ class Rule(Node):
     def _complex_outputs(cls, data: Any) -> Any:
         # A holomorphic rule's outputs are complex unless declared otherwise.
         if isinstance(data, dict) and _declares_complex(data.get("inputs")):
-            data = {**data, "outputs": _complex_by_default(data.get("outputs"), data.get("returns"))}
+            data = _updated(data, outputs=_complex_by_default(data.get("outputs"), data.get("returns")))
         return data
 
     @model_validator(mode="before")
@@ -751,7 +772,7 @@ class Rule(Node):
         if isinstance(data, dict) and "returns" in data and "outputs" not in data:
             outputs = _outputs_returned(data["returns"])
             if outputs is not None:
-                data = {**data, "outputs": outputs}
+                data = _updated(data, outputs=outputs)
         return data
 
     @functools.cached_property
@@ -865,13 +886,17 @@ def consistency_errors(rule: Rule) -> list[SpecError]:
     errors: list[SpecError] = []
     places: dict[str, Loc] = {}
     named = [(p.name, p.loc) for p in rule.parameters if isinstance(p, Structured)]
-    named += [(i.name, i.loc) for i in rule.inputs] + [(o.name, o.loc) for o in rule.outputs]
+    # The default output `out` is written nowhere: it stands where the forward does.
+    implied = getattr(rule.forward, "loc", rule.loc)
+    named += [(i.name, i.loc) for i in rule.inputs]
+    named += [(o.name, implied if o.loc == _UNKNOWN else o.loc) for o in rule.outputs]
     named += [(n, rule.loc) for n in rule.residual_names]
     # A named tuple's class is a module-level name of the generated modules, beside the rule's function.
     named += [(n.name, n.loc) for n in (rule.returns.named_tuples if rule.returns is not None else ())]
     for name, loc in named:
         if name in places:
-            errors.append(SpecError(loc, f"the name {name!r} is used twice (first at {places[name]})"))
+            default = " (the forward's one output is named `out` unless `outputs` names it)" * (loc == implied)
+            errors.append(SpecError(loc, f"the name {name!r} is used twice (first at {places[name]}){default}"))
         places.setdefault(name, loc)
     errors += _generated_name_errors(rule, named, places)
     errors += [
@@ -986,7 +1011,7 @@ def _generated_name_errors(rule: Rule, named: Sequence[tuple[str, Loc]], places:
         if name in (rule.name, rule.torch_class):
             errors.append(SpecError(loc, f"{name!r} is the rule's own function or class name; choose another name"))
     derived: dict[str, str] = {}
-    for generated, origin in names.derived_names(rule.name, rule.torch_class, places):
+    for generated, origin in names.derived_names(rule.name, rule.torch_class, places, rule.residual_names):
         if generated in places and generated != origin:
             errors.append(
                 SpecError(
@@ -1005,11 +1030,6 @@ def _generated_name_errors(rule: Rule, named: Sequence[tuple[str, Loc]], places:
                 )
             )
         derived.setdefault(generated, origin)
-    for i in rule.inputs:
-        if i.static and i.name in names.CTX_ATTRIBUTES:
-            errors.append(
-                SpecError(i.loc, f"a static input is kept as torch's ctx.{i.name}, which torch uses itself; rename it")
-            )
     return errors
 
 
@@ -1242,14 +1262,21 @@ def callees(rules: Sequence[Rule], others: Iterable[Rule]) -> tuple[Rule, ...]:
 
 
 def rule_files(paths: Iterable[Path]) -> list[Path]:
-    """The rule files named by `paths`: files as given, directories searched for *.yaml."""
-    found: list[Path] = []
+    """The rule files named by `paths`: files as given, directories searched for *.yaml.
+
+    A file named twice (`rules/ rules/a.yaml`, or by two spellings of its
+    path) is one file, read once: its rules are not another file's.
+    """
+    found: dict[Path, Path] = {}
     for path in paths:
-        if path.is_dir():
-            found.extend(sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")))
-        else:
-            found.append(path)
-    return found
+        named = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
+        for file in named:
+            try:
+                same = file.resolve()
+            except (OSError, RuntimeError):
+                same = file
+            found.setdefault(same, file)
+    return list(found.values())
 
 
 def json_schema() -> dict[str, Any]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from rulegen.spec import Input, Rule
+from rulegen import names
+from rulegen.spec import Input, Rule, Structured
 
 
 def _input_symbol(spec: Input) -> sp.Symbol:
@@ -38,6 +39,20 @@ def symbols_of(rule: Rule) -> dict[str, sp.Symbol]:
     for name in [o.name for o in rule.outputs]:
         symbols[f"{name}_bar"] = value_symbol(rule, f"{name}_bar")
     return symbols
+
+
+def own_locals(rule: Rule) -> dict[str, str]:
+    """Each local generated code names for itself (`names.OWN_LOCALS`: `ctx`, `primals`, ...), as spelled in
+    `rule`'s modules: renamed (`ctx_`) where one of the rule's names, or its tangents' and cotangents', takes it."""
+    taken = {*symbols_of(rule), *(p.name for p in rule.parameters if isinstance(p, Structured))}
+    # The rule's function and a named tuple's class are module-level names generated functions call.
+    taken |= {rule.name, *(n.name for n in (rule.returns.named_tuples if rule.returns is not None else ()))}
+    return {local: names.own_local(local, taken) for local in sorted(names.OWN_LOCALS)}
+
+
+def torch_context(rule: Rule) -> str:
+    """The name of a torch Function's context parameter: `ctx`, renamed where one of the rule's names is `ctx`."""
+    return own_locals(rule)["ctx"]
 
 
 def scope(rule: Rule, role: str) -> list[str]:

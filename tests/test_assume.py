@@ -153,3 +153,20 @@ def test_a_bad_assumption_is_located(tmp_path, inputs, message):
     text = str(caught.value)
     assert message in text
     assert "probe.yaml:3:" in text
+
+
+def test_every_assumption_reads_as_a_condition_in_the_docstring():
+    from typing import get_args
+
+    from rulegen.spec import ASSUMPTION_CONDITIONS, ASSUMPTION_DOMAINS, Assumption
+
+    assert set(ASSUMPTION_CONDITIONS) == set(get_args(Assumption)) == set(ASSUMPTION_DOMAINS)
+
+
+def test_the_generated_docstrings_say_what_an_assumption_leaves_out(package):
+    """Called outside its assumption, a rule silently computes another function: its help() says so."""
+    _, jax_pkg, torch_pkg = package
+    for module in (jax_pkg, torch_pkg):
+        doc = " ".join(module.magnitude_assumed.__doc__.split())
+        assert "Assumes x > 0: the formulas were simplified with this, so outside it the result" in doc, doc
+        assert "Assumes" not in module.magnitude.__doc__

@@ -235,6 +235,62 @@ def test_starter_rule_builds(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
 
 
+def _new_names() -> list[str]:
+    """Names a rule may not take as they are: keywords, names generated code keeps, the starter's input."""
+    import keyword
+
+    from rulegen import names
+
+    snake = re.compile(r"[a-z_][a-z0-9_]*")
+    taken = [*keyword.kwlist, *keyword.softkwlist, *names.RESERVED, *names.PRIVATE_NAMES, "x", "u", "x_dot", "none"]
+    return sorted({n for n in taken if snake.fullmatch(n)})
+
+
+@pytest.mark.parametrize("name", _new_names())
+def test_new_writes_a_rule_that_reads_or_refuses_the_name(tmp_path, name):
+    """`rulegen new class|none|torch` once wrote starters that `rulegen build` then refused."""
+    from rulegen.spec import read_rule_file
+
+    result = CliRunner().invoke(app, ["new", name, "--dir", str(tmp_path / "rules")])
+    path = tmp_path / "rules" / f"{name}.yaml"
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    if result.exit_code == 0:
+        (rule,) = read_rule_file(path)
+        assert rule.name == name
+    else:
+        assert result.exit_code == 2, result.output
+        assert f"no rule can be named {name!r}: " in result.output, result.output
+        assert not path.exists()
+
+
+def test_new_x_builds_with_an_input_of_another_name(tmp_path):
+    runner = CliRunner()
+    assert runner.invoke(app, ["new", "x", "--dir", str(tmp_path / "rules")]).exit_code == 0
+    result = runner.invoke(app, ["build", str(tmp_path / "rules"), "--out", str(tmp_path / "pkg")])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("a_file", "is a file; --dir names the folder"),
+        ("a_file/below", "cannot write"),
+        ("missing/parents/rules", None),
+    ],
+)
+def test_new_into_a_folder_that_cannot_be_one_says_why(tmp_path, where, message):
+    (tmp_path / "a_file").write_text("not a folder\n")
+    result = CliRunner().invoke(app, ["new", "q", "--dir", str(tmp_path / where)])
+    if message is None:  # missing parents are made
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / where / "q.yaml").is_file()
+    else:
+        assert result.exit_code == 2, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        assert message in result.output, result.output
+    assert (tmp_path / "a_file").read_text() == "not a folder\n"
+
+
 def test_schema_is_json_schema_of_the_rule_format():
     import json
 

@@ -304,3 +304,31 @@ def test_hessian_points_pin_second_derivatives(tmp_path):
     assert outcomes["cubic_right"].status == "pass", outcomes["cubic_right"].detail
     assert outcomes["cubic_wrong"].status == "fail"
     assert "hessian x, y: at index () expected 13, got 12" in outcomes["cubic_wrong"].detail
+
+
+HUBER = RIGHT / "huber_loss.yaml"
+# A Huber loss whose quadratic piece's derivative is 1% off: wrong everywhere inside delta.
+WRONG_HUBER = (
+    HUBER.read_text()
+    .replace("huber_loss", "huber_loss_wrong")
+    .replace(
+        "forward:",
+        "derivatives:\n  x: Piecewise((1.01*(x - t), Abs(x - t) < delta), (delta*sign(x - t), True))\n"
+        "  t: Piecewise((t - x, Abs(x - t) < delta), (-delta*sign(x - t), True))\n"
+        "  delta: Piecewise((0, Abs(x - t) < delta), (Abs(x - t) - delta, True))\nforward:",
+    )
+)
+
+
+@pytest.mark.parametrize("seed", [180, pytest.param(195, marks=pytest.mark.slow)])
+def test_jvp_fd_skips_the_entries_a_kink_lies_within_the_difference_step_of(tmp_path, seed):
+    """At these seeds one point of a right Huber loss lies within the step of |x - t| = delta: it failed jvp_fd."""
+    (tmp_path / "wrong.yaml").write_text(WRONG_HUBER.split("checks:")[0])
+    outcomes = run_checks(read_rules([HUBER, tmp_path / "wrong.yaml"]), seed=seed)
+    right, wrong = (
+        next(o for o in outcomes if o.rule == rule and o.check == "jvp_fd")
+        for rule in ("huber_loss", "huber_loss_wrong")
+    )
+    assert right.status == "pass", right.detail
+    assert "1 of 12 entries skipped: a kink lies within the difference step" in right.detail, right.detail
+    assert wrong.status == "fail" and "vs finite differences" in wrong.detail, wrong.detail

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import collections
+import math
 import re
 import textwrap
 from pathlib import Path
@@ -14,6 +16,7 @@ from rulegen import names
 from rulegen.build import build
 from rulegen.cli import app
 from rulegen.spec import Rule, SnippetBody, Structured, read_rules, rule_files
+from rulegen.symbols import own_locals, torch_context
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = [ROOT / "rules", ROOT.parent / "shared" / "examples", ROOT / "tests" / "right_rules"]
@@ -52,11 +55,11 @@ def _identifiers(tree: ast.AST) -> set[str]:
     return found
 
 
-def _ctx_attributes(tree: ast.AST) -> set[str]:
+def _ctx_attributes(tree: ast.AST, ctx: str) -> set[str]:
     return {
         node.attr
         for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ctx"
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == ctx
     }
 
 
@@ -73,13 +76,17 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, folder)
         own |= {p.name for p in rule.parameters if isinstance(p, Structured)}
         named_tuples = rule.returns.named_tuples if rule.returns is not None else ()
         own |= {n.name for n in named_tuples} | {field for n in named_tuples for field, _ in n.items}
-        derived = {generated for generated, _ in names.derived_names(rule.name, rule.torch_class, own)}
-        allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED
+        derived = {
+            generated for generated, _ in names.derived_names(rule.name, rule.torch_class, own, rule.residual_names)
+        }
+        ctx = torch_context(rule)
+        allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED | set(own_locals(rule).values())
         statics = {i.name for i in rule.inputs if i.static}
         for backend in ("jax", "torch"):
             tree = ast.parse((out / backend / f"{rule.name}.py").read_text())
             strange = {n for n in _identifiers(tree) - allowed if not names.TEMPORARY.fullmatch(n)}
-            strange |= _ctx_attributes(tree) - names.CTX_ATTRIBUTES - statics - derived
+            kept = {names.ctx_attribute(s) for s in statics}
+            strange |= _ctx_attributes(tree, ctx) - names.CTX_ATTRIBUTES - kept - derived
             if strange:
                 unexplained[f"{backend}/{rule.name}"] = strange
     assert not unexplained, f"names generated code uses that rulegen.names does not reserve: {unexplained}"
@@ -108,7 +115,7 @@ def _rule(name: str = "f", inputs: str = "[x]", forward: str = "x", extra: str =
 REFUSED = [
     *(
         (f"input-{n}", _rule(inputs=f"[x, {n}]", forward=f"x * {n}"), "2:13", "generated code uses")
-        for n in ("primals", "tangents", "ctx", "function", "plain", "math", "torch", "jnp", "saved", "int")
+        for n in ("plain", "math", "torch", "jnp", "int", "as_tensors", "dtypes")
     ),
     ("input-underscore", _rule(inputs="[x, _y]", forward="x * _y"), "2:13", "starts with `_`"),
     ("input-is-the-rule", _rule(inputs="[x, f]", forward="x * f"), "2:13", "own function or class name"),
@@ -119,12 +126,6 @@ REFUSED = [
         _rule(forward="{python: 'return x, x'}", extra="residuals: [f_rule]\njvp: {python: 'return x_dot'}\n"),
         "1:1",
         "'f_rule'",
-    ),
-    (
-        "static-named-like-a-ctx-attribute",
-        _rule(inputs="{x: {}, needs_input_grad: {static: true}}", forward="x * needs_input_grad"),
-        "2:",
-        "ctx.needs_input_grad",
     ),
     *(
         (f"rule-name-{n}", _rule(name=n), "1:7", "")
@@ -178,6 +179,45 @@ def test_two_rules_with_one_exported_name_are_refused_with_both_places(
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     test = CliRunner().invoke(app, ["test", "rules"], catch_exceptions=False)
     assert test.exit_code == 2 and clash in test.output, test.output
+
+
+@pytest.mark.parametrize("command", ["build", "test"])
+def test_a_file_named_twice_is_one_file_not_a_rule_defined_twice(tmp_path, monkeypatch, command):
+    """`rulegen build rules/a.yaml rules/` refused a's rule as 'already defined at rules/a.yaml:1:1', itself."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "a.yaml").write_text("name: a\ninputs: [x]\nforward: 2 * x\n")
+    given = ["rules/a.yaml", "rules", str(tmp_path / "rules" / "a.yaml"), "rules/../rules/a.yaml"]
+    extra = ["--out", str(tmp_path / "pkg")] if command == "build" else ["-j", "1", "--json"]
+    result = CliRunner().invoke(app, [command, *given, *extra], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "already defined" not in result.output
+
+
+COMPLEX = "name: c_tanh_exp\ninputs:\n  z: {dtype: complex}\nforward: tanh(exp(z))\n"
+RETURNS = "name: r\ninputs:\n  x: {}\n  s: {static: true, default: 1.0}\nreturns: {a: a}\nforward: {a: x * s}\n"
+
+
+@pytest.mark.parametrize("text", [COMPLEX, RETURNS], ids=["complex", "returns-and-default"])
+def test_a_rule_defined_in_two_files_is_refused_naming_both_places(tmp_path, monkeypatch, text):
+    """A complex rule defined twice was 'already defined at <unknown>:1:1', at <unknown>:1:1."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "a.yaml").write_text(text)
+    (tmp_path / "rules" / "b.yaml").write_text("# the same rule again\n" + text)
+    result = CliRunner().invoke(app, ["build", "rules", "--out", str(tmp_path / "pkg")], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert re.search(r"rules/b\.yaml:2:1: error: rule '\w+' is already defined at rules/a\.yaml:1:1", result.output)
+    assert "<unknown>" not in result.output
+
+
+@pytest.mark.parametrize("folder", [*BUNDLED, ROOT / "tests" / "wrong_rules"], ids=lambda p: p.name)
+def test_every_rule_and_input_read_from_a_file_knows_where_it_is(folder):
+    """Every place an error can name: a model validator that rebuilt the YAML mapping lost it."""
+    for rule in read_rules(rule_files([folder])):
+        assert rule.loc.file != "<unknown>", rule.name
+        for i in rule.inputs:
+            assert i.loc.file != "<unknown>", (rule.name, i.name)
 
 
 # A project whose rule in one file calls a rule of another.
@@ -261,3 +301,165 @@ def test_an_attribute_is_not_a_read_of_the_input_it_is_named_like(tmp_path):
     backward = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "backward")
     assert "sum_to_size(x.shape)" in ast.unparse(backward)
     assert "ctx.shape" not in ast.unparse(backward)
+
+
+def _generators_own_names() -> list[str]:
+    """Every name generated code gives its own things, as a rule may spell it, that a rule may now take.
+
+    Its private names without their underscore (`_low` -> `low`, `_host_op`),
+    the attributes of torch's Function context (where statics are kept), and
+    the locals it renames where a rule takes their name (`ctx`).
+    Those still reserved (`names.RESERVED`: modules, helpers, locals of generated
+    functions) are refused where they are written (above).
+    """
+    private = {p.strip("_") for p in names.PRIVATE_NAMES if p.strip("_") and not p.startswith("__")}
+    taken = (private | names.CTX_ATTRIBUTES | names.OWN_LOCALS | {"high"}) - names.RESERVED
+    return sorted(n for n in taken if n.isidentifier() and n not in ("f", "x"))
+
+
+def _hygiene_rules(taken: list[str]) -> str:
+    """Rules named each name, and whose array input, static input, output, and snippet and host bodies' statics
+    take it."""
+    rules = []
+    for n in taken:
+        rules += [
+            f"  - name: arr_{n.lower()}\n    inputs: [x, {n}]\n    forward: x * {n} + sin({n})\n",
+            f"  - name: sta_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
+            f"    forward: x * {n} + sin(x)\n",
+            f"  - name: res_{n.lower()}\n    inputs: [x]\n    outputs: [{n}]\n    forward: {{{n}: x * sin(x)}}\n",
+            f"  - name: snip_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
+            f"    forward:\n      python: return x * {n} + xp.sin(x)\n"
+            f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
+            f"  - name: back_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
+            f"    forward:\n      python: return x * {n} + xp.sin(x)\n"
+            f"    vjp:\n      python: return out_bar * ({n} + xp.cos(x))\n",
+            f"  - name: host_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
+            f"    forward:\n      numpy: return x * {n} + np.sin(x)\n    batching: elementwise\n"
+            f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
+        ]
+        # A rule named like a local: the generator's private functions `_{rule}` still
+        # take the names of its flag `_low` and the like, so only the locals here.
+        if n in names.OWN_LOCALS:
+            rules.append(f"  - name: {n}\n    inputs: [x]\n    forward: x * sin(x)\n")
+    return "rules:\n" + "".join(rules)
+
+
+def _calls_agree(jax_pkg, torch_pkg, n: str) -> list[str]:
+    """What differs from the exact values and gradients when each rule of `_hygiene_rules` is called."""
+    import math
+
+    import jax
+    import torch
+
+    x = 0.7
+    exact = {  # value and gradient in x, the other argument 2.0 (1.3 for the array one)
+        "arr": (x * 1.3 + math.sin(1.3), 1.3),
+        "sta": (2 * x + math.sin(x), 2 + math.cos(x)),
+        "res": (x * math.sin(x), math.sin(x) + x * math.cos(x)),
+        "": (x * math.sin(x), math.sin(x) + x * math.cos(x)),
+        "snip": (2 * x + math.sin(x), 2 + math.cos(x)),
+        "host": (2 * x + math.sin(x), 2 + math.cos(x)),
+        "back": (2 * x + math.sin(x), 2 + math.cos(x)),
+    }
+    wrong = []
+    for kind, (value, grad) in exact.items():
+        if not kind and n not in names.OWN_LOCALS:
+            continue
+        name = f"{kind}_{n.lower()}" if kind else n
+        other = {"arr": {n: 1.3}, "res": {}, "": {}}.get(kind, {n: 2.0})
+        f_jax, f_torch = getattr(jax_pkg, name), getattr(torch_pkg, name)
+        got = [float(f_jax(x, **other)), float(jax.grad(lambda t, f=f_jax, o=other: f(t, **o))(x))]
+        t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        out = f_torch(t, **{k: torch.tensor(v, dtype=torch.float64) if kind == "arr" else v for k, v in other.items()})
+        out.backward()
+        forward_mode = torch.func.jacfwd(lambda u, f=f_torch, o=other: f(u, **o))(torch.tensor(x, dtype=torch.float64))
+        got += [out.item(), t.grad.item(), forward_mode.item()]
+        want = [value, grad, value, grad, grad]
+        if not all(abs(g - w) < 1e-12 for g, w in zip(got, want, strict=True)):
+            wrong.append(f"{name}: {got} != {want}")
+    return wrong
+
+
+@pytest.mark.parametrize(
+    "taken",
+    [
+        pytest.param(
+            [
+                *("low", "high", "ctx", "primals", "tangents", "saved", "cotangents", "function", "name"),
+                *("inputs", "output", "info", "in_dims"),
+            ],
+            id="a-few",
+        ),
+        pytest.param(_generators_own_names(), id="every", marks=pytest.mark.slow),
+    ],
+)
+def test_a_rule_takes_the_names_the_generator_gives_its_own_things(tmp_path, monkeypatch, taken):
+    """An input `low` was refused ('gives generated code the name _low'), a static `name` (torch's ctx.name)."""
+    import importlib
+    import sys
+
+    (tmp_path / "taken.yaml").write_text(_hygiene_rules(taken))
+    build([tmp_path / "taken.yaml"], tmp_path / "rg_taken", jobs=2)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        jax_pkg, torch_pkg = importlib.import_module("rg_taken.jax"), importlib.import_module("rg_taken.torch")
+        wrong = [w for n in taken for w in _calls_agree(jax_pkg, torch_pkg, n)]
+    finally:
+        for module in [m for m in sys.modules if m.startswith("rg_taken")]:
+            del sys.modules[module]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_structure_or_named_tuple_may_take_a_local_generated_code_names_for_itself(tmp_path, monkeypatch):
+    """The torch public function's `function` local beside a structured argument or a result class `function`."""
+    import importlib
+
+    import jax
+    import torch
+
+    (tmp_path / "s.yaml").write_text(
+        "name: s_struct\ninputs:\n  function: {fields: [x, y]}\nreturns: {namedtuple: ctx, fields: [a]}\n"
+        "outputs: [a]\nforward: {a: x * sin(y)}\n"
+    )
+    build([tmp_path / "s.yaml"], tmp_path / "rg_struct")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    jax_pkg, torch_pkg = importlib.import_module("rg_struct.jax"), importlib.import_module("rg_struct.torch")
+    point = collections.namedtuple("P", "x y")
+    assert float(jax_pkg.s_struct(point(2.0, 0.5)).a) == pytest.approx(2 * math.sin(0.5), rel=1e-15)
+    grads = jax.grad(lambda p: jax_pkg.s_struct(p).a)(point(2.0, 0.5))
+    assert float(grads.x) == pytest.approx(math.sin(0.5), rel=1e-15)
+    x = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    out = torch_pkg.s_struct(point(x, torch.tensor(0.5, dtype=torch.float64)))
+    assert type(out).__name__ == "ctx"
+    out.a.backward()
+    assert x.grad.item() == pytest.approx(math.sin(0.5), rel=1e-15)
+
+
+CLAMP = """\
+name: clamp
+doc: ChainRules.jl's clamp(x, low, high).
+inputs:
+  x: {}
+  low: {static: true, default: -1.0}
+  high: {static: true, default: 1.0}
+forward: Min(Max(x, low), high)
+"""
+
+
+def test_chainrules_clamp_with_low_and_high_builds_and_differentiates(tmp_path, monkeypatch):
+    import importlib
+
+    import jax
+    import torch
+
+    (tmp_path / "clamp.yaml").write_text(CLAMP)
+    build([tmp_path / "clamp.yaml"], tmp_path / "rg_clamp")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    jax_pkg, torch_pkg = importlib.import_module("rg_clamp.jax"), importlib.import_module("rg_clamp.torch")
+    points = [(-2.0, 0.0), (0.5, 1.0), (3.0, 0.0)]
+    for x, slope in points:
+        assert float(jax_pkg.clamp(x, low=-1.0, high=1.0)) == min(max(x, -1.0), 1.0)
+        assert float(jax.grad(jax_pkg.clamp)(x, -1.0, 1.0)) == slope
+        t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        torch_pkg.clamp(t, low=-1.0, high=1.0).backward()
+        assert t.grad.item() == slope

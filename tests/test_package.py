@@ -169,6 +169,45 @@ def test_a_package_name_that_is_no_identifier_is_refused(tmp_path, name):
     assert not (tmp_path / "p").exists()
 
 
+def _imported_distributions_top_level_names() -> list[str]:
+    """A top-level module of each distribution a package of rules imports, other than its own name (`functorch`)."""
+    import importlib.metadata
+
+    by_module = importlib.metadata.packages_distributions()
+    frameworks = {d for m in ("torch", "jax", "numpy") for d in by_module.get(m, ())}
+    return sorted(m for m, dists in by_module.items() if set(dists) & frameworks and m.isidentifier())[:12]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        *("torch", "jax", "jaxlib", "numpy", "rulegen", "sympy", "scipy", "typing", "math", "json", "Torch", "NumPy"),
+        *_imported_distributions_top_level_names(),
+    ],
+)
+def test_a_package_name_that_would_replace_a_module_it_needs_is_refused(tmp_path, name):
+    """Installed, `--package-name torch` would replace PyTorch (and `typing` would hide the standard library's)."""
+    (tmp_path / "sq.yaml").write_text(SQUARE)
+    result = CliRunner().invoke(
+        app, ["build", str(tmp_path / "sq.yaml"), "--out", str(tmp_path / "p"), "--package-name", name]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"--package-name {name!r} is " in result.output and "choose another" in result.output, result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("name", ["my_rules", "torch_rules", "jax2"])
+def test_a_package_name_of_its_own_is_accepted(tmp_path, name):
+    """The refusal above is of names taken, not of every name near a framework's."""
+    (tmp_path / "sq.yaml").write_text(SQUARE)
+    result = CliRunner().invoke(
+        app, ["build", str(tmp_path / "sq.yaml"), "--out", str(tmp_path / "p"), "--package-name", name]
+    )
+    assert result.exit_code == 0, result.output
+    assert f'name = "{name}"' in (tmp_path / "p" / "pyproject.toml").read_text()
+
+
 _NOT_BUILT = ("build", "dist", "*.egg-info", "__pycache__", ".*", "venv", "generated", "tests", "benchmarks", "docs")
 
 

@@ -36,6 +36,9 @@ def gaussian_logpdf(x: jax.typing.ArrayLike, params: dict[str, jax.typing.ArrayL
         mu: float array; checked on [-3, 3]
         sigma: float array, assumed positive; checked on [0.5, 2]
 
+    Assumes sigma > 0: the formulas were simplified with this, so outside it the result (value
+    and derivatives) is not this function's, and nothing checks it at call time.
+
     Structures (the arrays above, as the function takes them):
         params: a dict with keys 'mu', 'sigma'
 

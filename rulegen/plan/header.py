@@ -11,7 +11,7 @@ import sympy as sp
 from rulegen.derive import Derivation
 from rulegen.plan.model import Header, Param
 from rulegen.snippet import SnippetDerivation
-from rulegen.spec import Input, Returned, Rule, Structured
+from rulegen.spec import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structured
 
 DOC_WIDTH = 100
 
@@ -325,6 +325,15 @@ def _input_line(i: Input) -> str:
     return f"    {i.name}: {kind}{default}{assumed}{sampled}"
 
 
+def _assumptions_paragraph(assumed: Sequence[Input]) -> str:
+    """What the rule vouches for: sympy simplified with it, so a call outside it gets another function's value."""
+    conditions = " and ".join(ASSUMPTION_CONDITIONS[a].format(i.name) for i in assumed for a in i.assume)
+    return (
+        f"Assumes {conditions}: the formulas were simplified with this, so outside it the result "
+        "(value and derivatives) is not this function's, and nothing checks it at call time."
+    )
+
+
 def _structure_line(p: Structured) -> str:
     leaves = [i.name for i in p.leaves]
     what = {
@@ -367,6 +376,9 @@ def help_text(d: Derivation | SnippetDerivation) -> str:
         bodies = [k for k in ("forward", "jvp", "vjp") if getattr(rule, k) is not None]
         parts.append(f"Forward and derivatives: Python bodies ({', '.join(bodies)}) in the rule file.")
     parts.append("Inputs:\n" + "\n".join(_input_line(i) for i in rule.inputs))
+    assumed = [i for i in rule.inputs if i.assume]
+    if assumed:
+        parts.append(_assumptions_paragraph(assumed))
     structures = [_structure_line(p) for p in rule.parameters if isinstance(p, Structured)]
     if structures:
         parts.append("Structures (the arrays above, as the function takes them):\n" + "\n".join(structures))

@@ -36,6 +36,7 @@ from rulegen.plan.symbolic import (
 from rulegen.printers import print_jax
 from rulegen.routes import JaxRoute
 from rulegen.spec import Output
+from rulegen.symbols import own_locals
 
 _JNP = frozenset({"import jax.numpy as jnp"})
 _SUM_TO_SHAPE_IMPORT = f"from ._util import {SUM_TO_SHAPE}"
@@ -69,6 +70,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
     return JaxPlan(
         header=header_of(d),
         name=rule.name,
+        own=own_locals(rule),
         params=parameters_of(rule, "jax"),
         unpack=unpacked(rule),
         inputs=tuple(i.name for i in rule.inputs),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import sympy as sp
@@ -77,6 +77,7 @@ class Header:
 class JaxPlan:
     header: Header
     name: str
+    own: Mapping[str, str]  # generated code's own locals (`primals`, ...), renamed where the rule takes one
     params: tuple[Param, ...]
     inputs: tuple[str, ...]  # the private functions' parameters: statics and arrays, structures taken apart
     returns: str
@@ -117,6 +118,7 @@ class TorchPlan:
     header: Header
     name: str
     class_name: str
+    own: Mapping[str, str]  # generated code's own locals (`ctx`, `function`), renamed where the rule takes one
     params: tuple[Param, ...]
     returns: str
     inputs: tuple[str, ...]

@@ -10,6 +10,7 @@ from rulegen.plan.model import Function, Result, atom
 from rulegen.printers import print_jax, print_torch
 from rulegen.routes import JaxRoute
 from rulegen.snippet import Code, SnippetDerivation
+from rulegen.symbols import own_locals
 
 _BODY_NAMES = {"forward": "_forward", "jvp": "_jvp", "vjp": "_vjp"}
 
@@ -107,6 +108,8 @@ class SnippetPlanner:
         self.arrays = tuple(i.name for i in rule.inputs if not i.static)
         self.statics = tuple(i.name for i in rule.inputs if i.static)
         self.inputs = tuple(i.name for i in rule.inputs)
+        self.own = own_locals(rule)  # generated code's own locals (`primals`, ...), renamed where the rule takes one
+        self.ctx = self.own["ctx"]  # a torch Function's context parameter
         self.outputs = tuple(o.name for o in rule.outputs)
         self.diff_inputs = tuple(i.name for i in d.diff_inputs)
         self.diff_outputs = tuple(o.name for o in rule.outputs if o.differentiable)

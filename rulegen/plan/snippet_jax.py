@@ -154,9 +154,10 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
     """A custom_jvp whose rule is the JVP body, the VJP body transposed, or a `linear_map` of the two."""
     rule, route = p.rule, p.d.routes.jax
     decorator = _decorator(p, "custom_jvp")
-    lines = [f"{tuple_text(p.arrays)}{',' if len(p.arrays) == 1 else ''} = primals"]
+    primals, tangents = p.own["primals"], p.own["tangents"]
+    lines = [f"{tuple_text(p.arrays)}{',' if len(p.arrays) == 1 else ''} = {primals}"]
     tangent_names = [f"{a}_dot" if a in p.diff_inputs else "_" for a in p.arrays]
-    lines.append(f"{tuple_text(tangent_names)}{',' if len(p.arrays) == 1 else ''} = tangents")
+    lines.append(f"{tuple_text(tangent_names)}{',' if len(p.arrays) == 1 else ''} = {tangents}")
     lines.append(f"{tuple_text(p.outputs)} = _{rule.name}({', '.join(p.inputs)})")
     needed = p.reads(*{JaxRoute.CUSTOM_JVP: ["jvp"], JaxRoute.TRANSPOSE: ["vjp"]}.get(route, ["jvp", "vjp"]))
     lines += p.residual_lines(needed, forward_call=True)
@@ -169,7 +170,7 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
         methods += maps
         lines.append(f"{tuple_text(dots)}, = {call}")
     lines.append(f"return {packed(p.outputs)}, {packed(_output_tangents(p))}")
-    params = (*p.statics, "primals", "tangents")
+    params = (*p.statics, primals, tangents)
     methods.append(Function(f"_{rule.name}_jvp", params, tuple(lines), decorator=f"@_{rule.name}.defjvp"))
     return _module(p, _primal_lines(p), decorator=decorator, methods=methods)
 
@@ -203,15 +204,16 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
         saved += [i for i in p.diff_inputs if i not in saved]
     fwd.append(f"return {packed(p.outputs)}, ({tuple_text(saved)}{',' if len(saved) == 1 else ''})")
     bars = [f"{o}_bar" if o in p.diff_outputs else "_" for o in p.outputs]
-    bwd = [f"{tuple_text(saved)}{',' if len(saved) == 1 else ''} = saved"] if saved else []
+    saved_param, cotangents = p.own["saved"], p.own["cotangents"]
+    bwd = [f"{tuple_text(saved)}{',' if len(saved) == 1 else ''} = {saved_param}"] if saved else []
     if len(bars) > 1:
-        bwd.append(f"{tuple_text(bars)} = cotangents")
+        bwd.append(f"{tuple_text(bars)} = {cotangents}")
     bwd.append(f"{tuple_text([f'{i}_bar' for i in p.diff_inputs])} = {p.call(p.given('vjp'))}")
     returns = [_input_cotangent(p, i.name) for i in rule.inputs if not i.static]
     bwd.append(f"return ({tuple_text(returns)}{',' if len(returns) == 1 else ''})")
     methods = [
         Function(f"_{rule.name}_fwd", p.inputs, tuple(fwd)),
-        Function(f"_{rule.name}_bwd", (*p.statics, "saved", bars[0] if len(bars) == 1 else "cotangents"), tuple(bwd)),
+        Function(f"_{rule.name}_bwd", (*p.statics, saved_param, bars[0] if len(bars) == 1 else cotangents), tuple(bwd)),
     ]
     tail = [f"_{rule.name}.defvjp(_{rule.name}_fwd, _{rule.name}_bwd)"]
     return _module(p, _primal_lines(p), decorator=decorator, methods=methods, tail=tail)

@@ -6,6 +6,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rulegen import names
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -261,26 +262,27 @@ def _host_shape(p: SnippetPlanner) -> str:
 
 
 def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
+    ctx, inputs, output = p.ctx, p.own["inputs"], p.own["output"]
     setup = []
     keep = {*kept.saved, *kept.statics, *kept.shapes}
     if keep & set(p.inputs):
         targets = [n if n in keep else "_" for n in p.inputs]
-        setup.append(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''} = inputs")
+        setup.append(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''} = {inputs}")
     out_kept = {*kept.saved, *kept.non_diff}
     if out_kept & set(kept.values):
-        setup.append(f"{tuple_text([n if n in out_kept else '_' for n in kept.values])} = output")
+        setup.append(f"{tuple_text([n if n in out_kept else '_' for n in kept.values])} = {output}")
     if kept.non_diff:
-        setup.append(f"ctx.mark_non_differentiable({', '.join(kept.non_diff)})")
+        setup.append(f"{ctx}.mark_non_differentiable({', '.join(kept.non_diff)})")
     if kept.saved:
-        setup.append(f"ctx.save_for_backward({', '.join(kept.saved)})")
-        setup.append(f"ctx.save_for_forward({', '.join(kept.saved)})")
-    setup += [f"ctx.{s} = {s}" for s in kept.statics]
-    setup += [f"ctx.{i}_shape = {i}.shape" for i in kept.shapes]
+        setup.append(f"{ctx}.save_for_backward({', '.join(kept.saved)})")
+        setup.append(f"{ctx}.save_for_forward({', '.join(kept.saved)})")
+    setup += [f"{ctx}.{names.ctx_attribute(s)} = {s}" for s in kept.statics]
+    setup += [f"{ctx}.{i}_shape = {i}.shape" for i in kept.shapes]
     if kept.broadcast:
         if not keep & set(p.inputs):
-            setup.insert(0, f"{tuple_text(p.inputs)}{',' if len(p.inputs) == 1 else ''} = inputs")
-        setup.append(f"ctx.{p.diff_outputs[0]}_shape = {_host_shape(p)}")
-    return Function("setup_context", ("ctx", "inputs", "output"), tuple(setup or ["pass"]), "@staticmethod")
+            setup.insert(0, f"{tuple_text(p.inputs)}{',' if len(p.inputs) == 1 else ''} = {inputs}")
+        setup.append(f"{ctx}.{p.diff_outputs[0]}_shape = {_host_shape(p)}")
+    return Function("setup_context", (ctx, inputs, output), tuple(setup or ["pass"]), "@staticmethod")
 
 
 def _unpack(p: SnippetPlanner, kept: _Kept, reads: set[str]) -> list[str]:
@@ -293,8 +295,8 @@ def _unpack(p: SnippetPlanner, kept: _Kept, reads: set[str]) -> list[str]:
     lines = []
     if any(n in reads for n in kept.saved):
         targets = [n if n in reads else "_" for n in kept.saved]
-        lines.append(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''} = ctx.saved_tensors")
-    lines += [f"{s} = ctx.{s}" for s in kept.statics if s in reads]
+        lines.append(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''} = {p.ctx}.saved_tensors")
+    lines += [f"{s} = {p.ctx}.{names.ctx_attribute(s)}" for s in kept.statics if s in reads]
     if not p.given("forward").host:
         lines += p.residual_lines(reads & set(kept.needed), forward_call=True)
     return lines
@@ -320,12 +322,12 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Function:
         if i.name not in p.diff_inputs:
             returns.append("None")
         elif i.name in kept.shapes:
-            returns.append(f"{i.name}_bar.sum_to_size(ctx.{i.name}_shape)")
+            returns.append(f"{i.name}_bar.sum_to_size({p.ctx}.{i.name}_shape)")
         else:
             returns.append(f"{i.name}_bar")
     lines.append(f"return {tuple_text(returns)}")
     bars = [f"{n}_bar" if n in p.diff_outputs else f"_{n}_bar" for n in kept.values]
-    return Function("backward", ("ctx", *bars), tuple(lines), "@staticmethod")
+    return Function("backward", (p.ctx, *bars), tuple(lines), "@staticmethod")
 
 
 def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
@@ -336,7 +338,7 @@ def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
         reason = routes.no_forward_mode.get("torch", f"{p.rule.name} has no forward-mode rule")
         pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
         lines = ["raise NotImplementedError(", *(f"    {piece!r}" for piece in pieces), ")"]
-        return Function("jvp", ("ctx", *dots_in), tuple(lines), "@staticmethod")
+        return Function("jvp", (p.ctx, *dots_in), tuple(lines), "@staticmethod")
     given = routes.torch_jvp == Source.GIVEN
     # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
     lines = _unpack(p, kept, p.reads("jvp") if given else p.reads("vjp") | set(p.diff_outputs))
@@ -347,7 +349,7 @@ def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
         lines += _transposed_vjp(p, out_dots)
     tangents = [f"{n}_dot" if n in p.diff_outputs else "None" for n in kept.values]
     lines.append(f"return {tuple_text(tangents)}")
-    return Function("jvp", ("ctx", *dots_in), tuple(lines), "@staticmethod")
+    return Function("jvp", (p.ctx, *dots_in), tuple(lines), "@staticmethod")
 
 
 def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
@@ -355,7 +357,7 @@ def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
     if not kept.broadcast:
         return call
     p.imports.add("from ._host import broadcast_tangents")
-    return f"broadcast_tangents({call}, ctx.{p.diff_outputs[0]}_shape)"
+    return f"broadcast_tangents({call}, {p.ctx}.{p.diff_outputs[0]}_shape)"
 
 
 def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
@@ -364,7 +366,7 @@ def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
     lines = [f"def vjp({', '.join(f'{o}_bar' for o in p.diff_outputs)}):"]
     lines.append(f"    {tuple_text(grads)} = {p.call(p.given('vjp'))}")
     if p.broadcastable:
-        shaped = [f"{g}.sum_to_size(ctx.{i}_shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
+        shaped = [f"{g}.sum_to_size({p.ctx}.{i}_shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
         lines.append(f"    return {tuple_text(shaped)}")
     else:
         lines.append(f"    return {tuple_text(grads)}")
@@ -378,20 +380,21 @@ def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
 def _host_vmap(p: SnippetPlanner) -> Function:
     """vmap of a host body: its `batching` (rulegen/runtime/torch/_host.py), never generate_vmap_rule."""
     p.imports.add(f"from ._host import vmap_{p.rule.batching}")
-    call = f"return vmap_{p.rule.batching}({p.rule.torch_class}, info, in_dims, {', '.join(p.inputs)})"
-    return Function("vmap", ("info", "in_dims", *p.inputs), (call,), "@staticmethod")
+    info, in_dims = p.own["info"], p.own["in_dims"]
+    call = f"return vmap_{p.rule.batching}({p.rule.torch_class}, {info}, {in_dims}, {', '.join(p.inputs)})"
+    return Function("vmap", (info, in_dims, *p.inputs), (call,), "@staticmethod")
 
 
 def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[str]:
     """The public function's body: apply the Function in the form `route` picks, residuals dropped."""
-    all_args = ", ".join(p.inputs)
-    lines = [f"function = {route}"]
+    all_args, function = ", ".join(p.inputs), p.own["function"]
+    lines = [f"{function} = {route}"]
     if len(kept.values) > len(p.outputs):
         hidden = [f"_{r}" for r in kept.values[len(p.outputs) :]]
-        lines.append(f"{tuple_text([*p.outputs, *hidden])} = function({all_args})")
+        lines.append(f"{tuple_text([*p.outputs, *hidden])} = {function}({all_args})")
         lines += _returned(p, tuple_text(p.outputs))
     else:
-        lines += _returned(p, f"function({all_args})", spread=len(p.outputs) > 1)
+        lines += _returned(p, f"{function}({all_args})", spread=len(p.outputs) > 1)
     return lines
 
 

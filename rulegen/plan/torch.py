@@ -45,7 +45,7 @@ from rulegen.plan.torch_route import torch_route
 from rulegen.printers import TANH_EXPM1_IMPORT, one_kernel, print_torch, print_torch_compiled
 from rulegen.saving import saved_form, saved_intermediates
 from rulegen.spec import Rule
-from rulegen.symbols import value_symbol
+from rulegen.symbols import own_locals, torch_context, value_symbol
 
 
 @dataclass(frozen=True)
@@ -228,6 +228,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         header=header_of(stable),
         name=rule.name,
         class_name=rule.torch_class,
+        own=own_locals(rule),
         params=parameters_of(rule, "torch"),
         unpack=unpacked(rule),
         returning=_returning(t, lifted),
@@ -272,7 +273,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
 
 def _returning(t: _Torch, lifted: bool) -> tuple[str, ...]:
     """The wrapper's last lines: the Function's outputs (its residuals dropped), rounded where lifted."""
-    call = f"function({', '.join(i.name for i in t.rule.inputs)})"
+    call = f"{own_locals(t.rule)['function']}({', '.join(i.name for i in t.rule.inputs)})"
     if t.residual_names:
         return public_return(t.rule, ", ".join(t.outputs), lifted=lifted, spread=False)
     return public_return(t.rule, call, lifted=lifted, spread=len(t.outputs) > 1)
@@ -344,7 +345,7 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
     broadcastable = len(t.arrays) > 1
     for k, i in enumerate(t.rule.inputs):
         # With several inputs, one may need no gradient (data, or a frozen parameter): it is not computed.
-        guard = f"ctx.needs_input_grad[{k}]" if guarded and len(t.diff_inputs) > 1 else ""
+        guard = f"{torch_context(t.rule)}.needs_input_grad[{k}]" if guarded and len(t.diff_inputs) > 1 else ""
         expr = linear_combination(t.d, t.backward_partials, i.name, t.outputs, "_bar", transpose=True)
         if with_residuals:
             for r in t.residual_names:
@@ -383,7 +384,8 @@ def _grads_needed(t: _Torch) -> str:
     """The condition under which every input's gradient is wanted: the in-place backward computes them all."""
     if t.rule.fuse or len(t.diff_inputs) < 2:
         return ""
-    return " and ".join(f"ctx.needs_input_grad[{k}]" for k, i in enumerate(t.rule.inputs) if i.differentiable)
+    ctx = torch_context(t.rule)
+    return " and ".join(f"{ctx}.needs_input_grad[{k}]" for k, i in enumerate(t.rule.inputs) if i.differentiable)
 
 
 def _first_order_test(t: _Torch) -> str:
