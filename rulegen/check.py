@@ -2002,7 +2002,9 @@ def compact_table(outcomes: Sequence[Outcome]):
     from rich.table import Table
 
     table = Table(title="rulegen test", box=None, pad_edge=False, collapse_padding=True, title_justify="left")
-    table.add_column("rule", overflow="fold")
+    # A long name is cut short rather than folded onto a second row (the failure lines below name it
+    # whole), at what leaves every check its column in 80.
+    table.add_column("rule", max_width=80 - 3 * len(CHECKS) - 1, overflow="ellipsis", no_wrap=True)
     for check in CHECKS:
         table.add_column(CHECK_CODES[check], justify="center", no_wrap=True, min_width=2)
     by_rule: dict[str, dict[str, Outcome]] = {}

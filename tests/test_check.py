@@ -332,3 +332,22 @@ def test_jvp_fd_skips_the_entries_a_kink_lies_within_the_difference_step_of(tmp_
     assert right.status == "pass", right.detail
     assert "1 of 12 entries skipped: a kink lies within the difference step" in right.detail, right.detail
     assert wrong.status == "fail" and "vs finite differences" in wrong.detail, wrong.detail
+
+
+def test_a_long_rule_name_keeps_its_row_on_one_line():
+    # Folded, a 26-character name took two rows at 80 columns (tests/right_rules/function_layer.yaml).
+    import io
+
+    from rich.console import Console
+
+    from rulegen.check import CHECKS, Outcome, compact_table
+
+    names = ["sigmoid_of_statics_only_and_an_array_times_two", "short"]
+    outcomes = [Outcome(name, check, "pass", "") for name in names for check in CHECKS]
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=False).print(compact_table(outcomes))
+    lines = out.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    title, header, *rows = lines
+    assert title.startswith("rulegen test") and header.startswith("rule "), lines
+    assert len(rows) == len(names) and all(line.count("✓") == len(CHECKS) for line in rows), lines
