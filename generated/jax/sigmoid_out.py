@@ -29,8 +29,8 @@ def sigmoid_out(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _sigmoid_out(x):
-    # out = 1/(1 + exp(-x)) is computed as sigmoid(x), which stays accurate where the written
-    # form overflows or cancels.
+    # out = 1/(1 + exp(-x)) is computed as sigmoid(x), rulegen's canonical form (`rulegen
+    # accuracy` measures both in bits of error).
     return jax.nn.sigmoid(x)
 
 

@@ -350,8 +350,8 @@ def stability_notes(d: Derivation) -> tuple[str, ...]:
     lines: list[str] = []
     for name, written, computed in d.rewritten:
         note = (
-            f"{name} = {_formula(written)} is computed as {_formula(computed)}, which stays accurate"
-            " where the written form overflows or cancels."
+            f"{name} = {_formula(written)} is computed as {_formula(computed)}, rulegen's canonical form"
+            " (`rulegen accuracy` measures both in bits of error)."
         )
         lines += textwrap.wrap(note, DOC_WIDTH - 10, break_long_words=False, break_on_hyphens=False)
     return tuple(lines)
