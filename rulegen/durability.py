@@ -247,11 +247,11 @@ off = []
 for j in range(2):
     want = call(*[b[j] for b in batch])
     want_grads = jax.grad(total(call), wrt, holomorphic=rule.complex)(*[b[j] for b in batch])
-    for what, found, expected in (("value", got, want), ("gradient", grads, want_grads)):
+    for named, found, expected in ((s.output_name, got, want), (s.partial, grads, want_grads)):
         for k, (g, w) in enumerate(zip(found, expected)):
             error = np.abs(np.asarray(g[j]) - np.asarray(w))
             if (error > atol + rtol * np.abs(np.asarray(w))).any():
-                off.append(f"shard {j}, {what} {k}: off by {float(error.max()):.3g}")
+                off.append(f"call {j} (device {j}), {named(k)}: off by {float(error.max()):.3g}")
 print(json.dumps(off))
 """
 
