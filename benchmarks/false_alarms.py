@@ -2,8 +2,8 @@
 
     python -m benchmarks.false_alarms [--seeds 20] [--jobs N]
 
-Runs every check on every rule of `rules/` and `../shared/examples/` (rules
-known to be right) at the random points of seeds 0..N-1: each failure there
+Runs every check on every rule of `rules/`, `tests/right_rules/` and
+`../shared/examples/` (rules known to be right) at the random points of seeds 0..N-1: each failure there
 is a false alarm, printed with its seed and numbers.  Then runs the wrong
 corpus `tests/wrong_rules/` once, at seed 0: a wrong rule is caught when the
 check its comment names ("Caught by <check>") fails.  Prints the false-alarm
@@ -25,7 +25,7 @@ from rulegen.check import CheckSession, Outcome
 from rulegen.spec import read_rules, rule_files
 
 ROOT = Path(__file__).resolve().parent.parent
-RIGHT_FOLDERS = (ROOT / "rules", ROOT.parent / "shared" / "examples")
+RIGHT_FOLDERS = (ROOT / "rules", ROOT / "tests" / "right_rules", ROOT.parent / "shared" / "examples")
 WRONG_FOLDER = ROOT / "tests" / "wrong_rules"
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import getpass
 import importlib
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,29 +15,59 @@ import pytest
 
 os.environ.setdefault("JAX_ENABLE_X64", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The checks jit and differentiate the same small programs in every test process (both xdist workers,
+# both lanes, the subprocesses they start): compiled once and read back from disk, a sweep of the
+# bundled rules' checks takes 40% less CPU.  The key is the program, the jaxlib and the flags, so a
+# stale entry is never read; tests that want JAX's own default clear the variable.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"rulegen-tests-jax-cache-{getpass.getuser()}")
+)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
 SHARED_EXAMPLES = ROOT.parent / "shared" / "examples"
 
 
-@pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory):
-    """`rules/` built into a fresh package `rg_built`; yields (jax module, torch module, rules)."""
-    from rulegen.build import build
-    from rulegen.spec import read_rules, rule_files
+def bundled_package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """(folder on sys.path, package name) of `rules/` built: `generated/` itself when it is fresh.
 
+    CI checks that generated/ is fresh before the tests (`rulegen build --check`), so
+    the tests use the package users get; a checkout whose rules or compiler changed
+    since the last `rulegen build` gets a fresh build instead, so that tests never
+    run stale generated code.
+    """
+    from rulegen.build import build
+
+    difference = build([RULES], ROOT / "generated", check=True).difference
+    if not (difference.written or difference.removed or difference.edited):
+        return ROOT, "generated"
     root = tmp_path_factory.mktemp("built")
-    out = root / "rg_built"
-    build([RULES], out)
+    build([RULES], root / "rg_built")
+    return root, "rg_built"
+
+
+@pytest.fixture(scope="session")
+def bundled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The importable name of `rules/` built (see `bundled_package`), for `run_checks(..., package=...)`."""
+    root, package = bundled_package(tmp_path_factory)
     sys.path.insert(0, str(root))
     try:
-        jax_pkg = importlib.import_module("rg_built.jax")
-        torch_pkg = importlib.import_module("rg_built.torch")
-        rules = {r.name: r for r in read_rules(rule_files([RULES]))}
-        yield jax_pkg, torch_pkg, rules
+        yield package
     finally:
         sys.path.remove(str(root))
+
+
+@pytest.fixture(scope="session")
+def built(bundled: str):
+    """`rules/` built and imported; yields (jax module, torch module, rules by name)."""
+    from rulegen.spec import read_rules, rule_files
+
+    jax_pkg = importlib.import_module(f"{bundled}.jax")
+    torch_pkg = importlib.import_module(f"{bundled}.torch")
+    rules = {r.name: r for r in read_rules(rule_files([RULES]))}
+    yield jax_pkg, torch_pkg, rules
 
 
 @contextmanager
@@ -50,3 +82,24 @@ def built_package(root: Path, rules_text: str, package: str) -> Iterator[Path]:
         yield root / package
     finally:
         sys.path.remove(str(root))
+
+
+def _refuse_build(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a test marked unit builds a package: mark it otherwise, or give it rules already built")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The unit lane (`pytest -m unit`) builds nothing, in fixtures of any scope too: where
+    # one would, it fails instead of quietly taking minutes.
+    if config.getoption("markexpr", "") == "unit":
+        import rulegen.build
+
+        rulegen.build.plan_build = _refuse_build  # type: ignore[assignment]
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_build_nothing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("unit") is not None:
+        import rulegen.build
+
+        monkeypatch.setattr(rulegen.build, "plan_build", _refuse_build)

@@ -50,14 +50,56 @@ def test_every_wrong_rule_is_caught_by_the_check_it_names(wrong_outcomes, path):
     assert _expected_catchers(path) <= failed, f"{name} was caught by {failed}"
 
 
-# Seed 0 in the fast lane; the others, and the function table's 60 rules, in the slow one.
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
-def test_bundled_rules_pass_on_several_seeds(seed):
+def _bundled_outcomes(package: str, seed: int):
     paths = [p for p in rule_files([RULES]) if p.name != "functions.yaml"]
-    outcomes = run_checks(read_rules(paths), seed=seed)
+    return run_checks(read_rules(paths), package, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def seed_0_outcomes(bundled):
+    """Every check of the bundled rules (but the function table's) at seed 0: several tests read them."""
+    return _bundled_outcomes(bundled, 0)
+
+
+def test_bundled_rules_pass_every_check(seed_0_outcomes):
+    failures = [f"{o.rule}/{o.check}: {o.detail}" for o in seed_0_outcomes if o.status == "fail"]
+    assert not failures, "\n".join(failures)
+    assert {o.check for o in seed_0_outcomes if o.status == "pass"} >= set(CHECKS) - {"compile", "durability"}
+
+
+def test_the_structured_rules_pass_the_structures_check(seed_0_outcomes):
+    passed = {o.rule for o in seed_0_outcomes if o.check == "structures" and o.status == "pass"}
+    structured = {r.name for r in read_rules([RULES / "structures.yaml"])}
+    assert (
+        passed
+        >= structured
+        == {
+            "point_jvp",
+            "point_vjp",
+            "sincos",
+            "hypot_pair",
+            "gaussian_logpdf",
+            "to_polar",
+            "moments",
+            "affine_state",
+        }
+    )
+
+
+def test_the_complex_rules_pass_the_checks_of_values_and_derivatives(seed_0_outcomes):
+    complex_rules = {r.name for r in read_rules([RULES / "complex.yaml"])}
+    passed = {o.check for o in seed_0_outcomes if o.rule in complex_rules and o.status == "pass"}
+    assert {"forward", "mpmath", "jvp_fd", "vjp_dot", "cross_backend", "second_order", "float32"} <= passed
+    assert {"transforms_jax", "transforms_torch", "dtype", "broadcast"} <= passed
+
+
+# Seed 0 in the fast lane (above); another, and the function table's 60 rules, in the slow one.
+# Twenty seeds are run outside CI to count false alarms: `python -m benchmarks.false_alarms --seeds 20`.
+@pytest.mark.slow
+def test_bundled_rules_pass_at_another_seed(bundled):
+    outcomes = _bundled_outcomes(bundled, 1)
     failures = [f"{o.rule}/{o.check}: {o.detail}" for o in outcomes if o.status == "fail"]
     assert not failures, "\n".join(failures)
-    assert {o.check for o in outcomes if o.status == "pass"} >= set(CHECKS) - {"compile", "durability"}
 
 
 @pytest.mark.skipif(not SHARED_EXAMPLES.exists(), reason="../shared/examples is not beside this checkout")
@@ -69,8 +111,8 @@ def test_every_shared_example_passes():
 
 
 @pytest.mark.slow
-def test_function_rules_pass_every_check():
-    outcomes = run_checks(read_rules([RULES / "functions.yaml"]), seed=3)
+def test_function_rules_pass_every_check(bundled):
+    outcomes = run_checks(read_rules([RULES / "functions.yaml"]), bundled, seed=3)
     failures = [f"{o.rule}/{o.check}: {o.detail}" for o in outcomes if o.status == "fail"]
     assert not failures, "\n".join(failures)
 
