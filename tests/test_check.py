@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rulegen.check import CHECK_CODES, CHECKS, CheckFailed, compare, run_checks, summary
+from rulegen.check import CHECKS, REGISTRY, CheckFailed, compare, run_checks, summary
 from rulegen.cli import app
 from rulegen.errors import SpecErrors
 from rulegen.spec import read_rules, rule_files
@@ -151,7 +151,7 @@ def test_rulegen_test_output_fits_the_console_and_names_every_failing_check(wron
         assert f"FAIL {failure.rule} / {failure.check}:" in result.stdout
     assert result.stdout.count("✗") == len(failures) + 1  # a mark in the table for each, and the legend's
     words = " ".join(result.stdout.split())
-    assert all(f"{CHECK_CODES[c]} {c}" in words for c in CHECKS)  # the legend names every check
+    assert all(f"{c.code} {c.name}" in words for c in REGISTRY)  # the legend names every check
 
 
 def test_failures_name_inputs_and_partials_never_positions(wrong_outcomes):
