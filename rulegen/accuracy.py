@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from rulegen.check import _derived, _lambdified_derivative, flat_call, joint_domain
+from rulegen.check import derived, flat_call, joint_domain, lambdified_derivative
 from rulegen.spec import Domain, Input, Rule, SympyBody
 
 DTYPES: dict[str, Any] = {"float64": np.float64, "float32": np.float32}
@@ -311,7 +311,7 @@ def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
     from rulegen.snippet import SnippetDerivation
 
     _measurable(rule)
-    derivation = _derived(rule, tuple(sorted(known)))
+    derivation = derived(rule, tuple(sorted(known)))
     if isinstance(derivation, SnippetDerivation):
         raise NotMeasurable("a body is a snippet: there is no exact expression to measure against")
     symbols = [derivation.symbols[i.name] for i in rule.inputs]
@@ -323,7 +323,7 @@ def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
         exact[Quantity(output.name)] = sp.lambdify(symbols, written[output.name], modules=modules)
         # A rule whose derivative deliberately differs from the forward's (`true_derivative: false`) has no exact one.
         for spec in (i for i in rule.inputs if i.differentiable and rule.checks.true_derivative):
-            partial = _lambdified_derivative(written[output.name], derivation.symbols[spec.name], symbols, modules)
+            partial = lambdified_derivative(written[output.name], derivation.symbols[spec.name], symbols, modules)
             if partial is not None:
                 exact[Quantity(output.name, spec.name)] = partial
     statics = {i.name: _static_value(rule, i) for i in rule.inputs if i.static}

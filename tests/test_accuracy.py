@@ -235,25 +235,25 @@ def test_the_accuracy_command_refuses_a_bad_joint_domain_at_its_place(tmp_path, 
 
 
 def test_rulegen_test_samples_points_where_the_joint_domain_holds(tmp_path):
-    from rulegen.check import _sample
+    from rulegen.check import sample
 
     path = tmp_path / "joint.yaml"
     path.write_text("name: joint\ninputs: {x: {}, y: {domain: {ge: 0}}}\ndomain: x * x < y\nforward: sqrt(y - x * x)\n")
     (rule,) = read_rule_file(path)
     for seed in range(5):
-        x, y = _sample(rule, np.random.default_rng(seed))
+        x, y = sample(rule, np.random.default_rng(seed))
         assert x.shape == y.shape == (3, 4) and (x * x < y).all(), seed
         assert (y >= 0).all()
 
 
 def test_a_joint_domain_that_no_drawn_point_meets_makes_the_checks_not_applicable(tmp_path):
-    from rulegen.check import NotApplicable, _sample
+    from rulegen.check import NotApplicable, sample
 
     path = tmp_path / "never.yaml"
     path.write_text("name: never\ninputs: {x: {domain: [0, 1]}}\ndomain: x > 2\nforward: x\n")
     (rule,) = read_rule_file(path)
     with pytest.raises(NotApplicable, match="domain `x > 2` held at too few"):
-        _sample(rule, np.random.default_rng(0))
+        sample(rule, np.random.default_rng(0))
 
 
 def test_the_table_says_why_an_implementation_counts_as_nan_everywhere():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rulegen.check import CHECK_CODES, CHECKS, CheckFailed, compare, run_checks, summary
+from rulegen.check import CHECKS, REGISTRY, CheckFailed, compare, run_checks, summary
 from rulegen.cli import app
 from rulegen.errors import SpecErrors
 from rulegen.spec import read_rules, rule_files
@@ -193,7 +193,7 @@ def test_rulegen_test_output_fits_the_console_and_names_every_failing_check(wron
         assert f"FAIL {failure.rule} / {failure.check}:" in result.stdout
     assert result.stdout.count("✗") == len(failures) + 1  # a mark in the table for each, and the legend's
     words = " ".join(result.stdout.split())
-    assert all(f"{CHECK_CODES[c]} {c}" in words for c in CHECKS)  # the legend names every check
+    assert all(f"{c.code} {c.name}" in words for c in REGISTRY)  # the legend names every check
 
 
 def test_failures_name_inputs_and_partials_never_positions(wrong_outcomes):
@@ -393,3 +393,30 @@ def test_a_long_rule_name_keeps_its_row_on_one_line():
     title, header, *rows = lines
     assert title.startswith("rulegen test") and header.startswith("rule "), lines
     assert len(rows) == len(names) and all(line.count("✓") == len(CHECKS) for line in rows), lines
+
+
+def test_a_rule_s_subject_is_built_once_and_every_check_gets_it_as_built(monkeypatch):
+    import generated.jax as gj
+    import generated.torch as gt
+    from rulegen.check import Check, subject_of
+    from rulegen.check import run as running
+
+    built = []
+    monkeypatch.setattr(running, "subject_of", lambda *args: built.append(args) or subject_of(*args))
+    seen = []
+
+    def drawing(s):
+        seen.append((s.values[0].copy(), s.rng.standard_normal()))
+        s.values[0][...] = 0.0  # changed in place, and a number drawn: neither may reach the next check
+        return "drew"
+
+    monkeypatch.setattr(running, "REGISTRY", (Check("one", "on", drawing), Check("two", "tw", drawing)))
+    rule = next(r for r in read_rules([RULES / "log1pexp.yaml"]) if r.name == "log1pexp")
+    outcomes = list(running.check_rule(rule, gj, gt, 0, False))
+    assert [(o.check, o.status) for o in outcomes] == [("one", "pass"), ("two", "pass")]
+    assert len(built) == 1
+    # Each check starts where a subject built for it alone would: the same sample, the same next draw.
+    alone = subject_of(rule, gj, gt, 0)
+    for values, drawn in seen:
+        assert np.array_equal(values, alone.values[0]) and not np.all(values == 0)
+        assert drawn == alone.fresh().rng.standard_normal()

@@ -19,7 +19,7 @@ import torch
 
 import generated.jax as gj
 import generated.torch as gt
-from rulegen.check import CheckFailed, _subject, check_cross_backend, run_checks
+from rulegen.check import CheckFailed, check_cross_backend, run_checks, subject_of
 from rulegen.derive import derive_rule
 from rulegen.errors import SpecErrors
 from rulegen.functions import MPMATH_IMPLEMENTATIONS, REGISTRY
@@ -120,8 +120,8 @@ def test_a_torch_backward_without_the_conjugate_fails_the_cross_backend_check():
     rule = next(r for r in read_rules([RULES / "complex.yaml"]) if r.name == "c_exp")
     wrong = types.SimpleNamespace(c_exp=Unconjugated.apply)
     with pytest.raises(CheckFailed, match="VJP for input z: torch vs jax"):
-        check_cross_backend(_subject(rule, gj, wrong, seed=0))
-    assert "agree" in check_cross_backend(_subject(rule, gj, gt, seed=0))
+        check_cross_backend(subject_of(rule, gj, wrong, seed=0))
+    assert "agree" in check_cross_backend(subject_of(rule, gj, gt, seed=0))
 
 
 def test_complex_arguments_come_as_users_pass_them():

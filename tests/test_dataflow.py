@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
+from collections.abc import Iterator
 
 import pytest
 from typer.testing import CliRunner
@@ -128,8 +129,22 @@ def test_an_internal_error_while_planning_names_the_rule_and_the_stage(tmp_path,
     assert result.exit_code == 2 and "twice.yaml:1:1" in result.output and "Traceback" not in result.output
 
 
+def _rulegen_imports(path: pathlib.Path) -> Iterator[tuple[str, ...]]:
+    """The rulegen modules a file imports, in every form (`from rulegen.x import`, `from rulegen import x`,
+    `import rulegen.x`), at module level or inside functions, as name parts after `rulegen`."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            parts = tuple(node.module.split("."))
+            if parts == ("rulegen",):
+                yield from ((alias.name,) for alias in node.names)
+            elif parts[0] == "rulegen":
+                yield from ((*parts[1:], alias.name) for alias in node.names)
+        elif isinstance(node, ast.Import):
+            yield from (tuple(a.name.split("."))[1:] for a in node.names if a.name.startswith("rulegen."))
+
+
 def test_no_stage_imports_a_later_one():
-    order = ["errors", "source", "spec", "names", "functions", "floors", "expr", "symbols", "forms", "routes"]
+    order = ["errors", "source", "names", "spec", "functions", "floors", "expr", "symbols", "forms", "routes"]
     order += ["snippet", "derive", "saving", "printers", "lines", "inplace", "plan", "render", "write", "build"]
     order += ["check", "accuracy", "accuracy_report", "cli"]
     rank = {name: k for k, name in enumerate(order)}
@@ -138,11 +153,40 @@ def test_no_stage_imports_a_later_one():
         stage = rel[0]
         if stage not in rank:
             continue
+        for imported in _rulegen_imports(path):
+            if imported[0] in rank and imported[0] != stage:
+                assert rank[imported[0]] <= rank[stage] or stage == "cli", (path, imported)
+
+
+def test_the_check_stage_s_modules_import_no_cycle_and_no_private_name():
+    """rulegen/check/ is a package of modules by concern, each importing only public names of the others."""
+    check = PACKAGE / "check"
+    graph: dict[str, set[str]] = {}
+    for path in check.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rulegen."):
-                imported = node.module.split(".")[1]
-                if imported in rank and imported != stage:
-                    assert rank[imported] <= rank[stage] or stage in ("check", "cli"), (path, node.module)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rulegen."):
+                private = [a.name for a in node.names if a.name.startswith("_") and a.name != "__future__"]
+                assert not private, (path.name, node.module, private)
+        # An import of a name of the package itself (`from rulegen.check import run_checks`) goes through __init__.
+        modules = {
+            p[1] if (check / f"{p[1]}.py").exists() else "__init__" for p in _rulegen_imports(path) if p[0] == "check"
+        }
+        graph[path.stem] = modules - {path.stem}
+    assert {"durability", "registry", "subject", "run"} <= set(graph)
+    # The package's __init__ gathers the public names; no module of it imports it back.
+    assert not any("__init__" in found for found in graph.values())
+    done: set[str] = set()
+
+    def visit(module: str, trail: tuple[str, ...]) -> None:
+        assert module not in trail, f"import cycle: {' -> '.join((*trail, module))}"
+        if module in done:
+            return
+        for imported in graph.get(module, ()):
+            visit(imported, (*trail, module))
+        done.add(module)
+
+    for module in graph:
+        visit(module, ())
 
 
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
@@ -156,7 +200,7 @@ def test_the_layout_the_readme_gives_is_the_package_s():
     named = set(re.findall(r"`(rulegen/[\w/.]*|templates/)`", layout))
     assert all((PACKAGE.parent / path).exists() for path in named), named
     stages = {f"rulegen/{p.name}" for p in PACKAGE.glob("*.py")} - {"rulegen/__init__.py", "rulegen/__main__.py"}
-    stages |= {"rulegen/plan/", "rulegen/runtime/"}
+    stages |= {"rulegen/plan/", "rulegen/runtime/", "rulegen/check/"}
     assert stages - named == set(), "modules the README's layout does not name"
 
 
@@ -166,8 +210,9 @@ def test_the_layout_the_docs_give_is_the_package_s():
     text = ARCHITECTURE.read_text()
     named = set(re.findall(r"`(rulegen/[\w/]+\.py)`", text))
     modules = {p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.glob("*.py")}
-    modules |= {p.relative_to(PACKAGE.parent).as_posix() for p in (PACKAGE / "plan").glob("*.py")}
-    modules -= {"rulegen/__init__.py", "rulegen/plan/__init__.py"}
+    for folder in ("plan", "check"):
+        modules |= {p.relative_to(PACKAGE.parent).as_posix() for p in (PACKAGE / folder).glob("*.py")}
+    modules -= {"rulegen/__init__.py", "rulegen/plan/__init__.py", "rulegen/check/__init__.py"}
     assert modules - named == set(), "modules the layout does not name"
     assert named - modules - {p for p in named if p.startswith("rulegen/runtime/")} == set(), "named, but absent"
 

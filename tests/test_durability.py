@@ -13,8 +13,8 @@ import torch
 
 import generated.jax as gj
 import generated.torch as gt
-from rulegen.check import CheckFailed, _subject, run_checks
-from rulegen.durability import check_durability
+from rulegen.check import CheckFailed, run_checks, subject_of
+from rulegen.check.durability import check_durability
 from rulegen.spec import read_rules
 from tests.conftest import RULES
 
@@ -60,13 +60,67 @@ class _Clipped(torch.autograd.Function):
 def test_a_function_whose_rule_compile_drops_fails_the_check():
     rule = next(r for r in read_rules([RULES / "log1pexp.yaml"]))
     dropped = types.SimpleNamespace(log1pexp=lambda x: 3 * _Clipped.apply(x))
-    subject = _subject(rule, gj, dropped, seed=0)
+    subject = subject_of(rule, gj, dropped, seed=0)
     with pytest.raises(CheckFailed, match=r"compiled torch\.func\.grad, dout/dx vs eager: at x="):
         check_durability(subject, True, gj)
-    assert "match eager" in check_durability(_subject(rule, gj, gt, seed=0), True, gj)
+    assert "match eager" in check_durability(subject_of(rule, gj, gt, seed=0), True, gj)
 
 
 def test_the_check_says_how_to_run_it():
     rule = next(r for r in read_rules([RULES / "log1pexp.yaml"]))
     outcome = next(o for o in run_checks([rule]) if o.check == "durability")
     assert outcome.status == "n/a" and "--compile" in outcome.detail
+
+
+# A log1pexp that counts the devices it is sharded over: right eagerly, twice the value under shard_map.
+_COUNTING_JAX = """
+import jax
+import jax.numpy as jnp
+
+
+def log1pexp(x):
+    try:
+        devices = jax.lax.psum(1, "calls")
+    except Exception:  # no axis "calls" outside shard_map
+        devices = 1
+    return jnp.log1p(jnp.exp(x)) * devices
+"""
+
+
+def _shards_off(tmp_path, package: str) -> list[str]:
+    """What `python -m rulegen.check.shard_map_worker` finds off for log1pexp in `package`, on two host devices."""
+    import json
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    from rulegen.check.shard_map_worker import ShardedCall
+    from tests.conftest import ROOT
+
+    rule = next(r for r in read_rules([RULES / "log1pexp.yaml"]) if r.name == "log1pexp")
+    call = tmp_path / "call.pickle"
+    call.write_bytes(pickle.dumps(ShardedCall(str(tmp_path), package, rule, 0, ("log1pexp",))))
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-m", "rulegen.check.shard_map_worker", str(call)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_shard_map_worker_is_a_module_that_finds_a_shard_off_eager(tmp_path):
+    counting = tmp_path / "counting"
+    counting.mkdir()
+    (counting / "__init__.py").write_text("")
+    (counting / "jax.py").write_text(_COUNTING_JAX)
+    (counting / "torch.py").write_text("from generated.torch import log1pexp  # noqa: F401\n")
+    off = _shards_off(tmp_path, "counting")
+    assert off and all(line.startswith(("call 0 (device 0)", "call 1 (device 1)")) for line in off), off
+    assert any(", out: off by" in line for line in off) and any("dout/dx: off by" in line for line in off), off
+    assert _shards_off(tmp_path, "generated") == []

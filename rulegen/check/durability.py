@@ -32,33 +32,25 @@ from typing import Any
 
 import numpy as np
 
-from rulegen.check import (
-    CheckFailed,
-    NotApplicable,
-    _derived,
-    _jax_grad,
-    _Subject,
-    _sum_of,
-    _to_numpy,
-    _torch_grads,
-    _torch_total,
-    compare,
-)
+from rulegen.check.derivatives import jax_grad, sum_of, torch_grads, torch_total
+from rulegen.check.outcome import CheckFailed, NotApplicable, compare
+from rulegen.check.shard_map_worker import ShardedCall
+from rulegen.check.subject import Subject, derived, to_numpy
 from rulegen.routes import JaxRoute
 
 
-def check_durability(s: _Subject, include: bool, jax_pkg: Any) -> str:
-    if not include:
+def check_durability(s: Subject, include_compile: bool, jax_package: Any) -> str:
+    if not include_compile:
         raise NotApplicable("checked with --compile (compiling and exporting every rule takes minutes)")
     if not s.diff:
         raise NotApplicable("no differentiable input")
     done: list[str] = []
     missing: list[str] = []
-    parts: list[Callable[[_Subject], str]] = [
+    parts: list[Callable[[Subject], str]] = [
         _compiled_torch_func,
         _exported_torch,
         _exported_jax,
-        functools.partial(_sharded_jax, jax_pkg=jax_pkg),
+        functools.partial(_sharded_jax, jax_package=jax_package),
     ]
     for part in parts:
         why = part(s)
@@ -70,12 +62,12 @@ def check_durability(s: _Subject, include: bool, jax_pkg: Any) -> str:
     return "match eager: " + ", ".join(done) + (f" (n/a: {'; '.join(missing)})" if missing else "")
 
 
-def _eager_grads(s: _Subject, f: Callable[..., Any], xs: tuple[Any, ...]) -> list[np.ndarray]:
+def _eager_grads(s: Subject, f: Callable[..., Any], xs: tuple[Any, ...]) -> list[np.ndarray]:
     leaves = [x.clone().requires_grad_() for x in xs]
-    return [_to_numpy(g) for g in _torch_grads(s, _sum_of(f)(*leaves), leaves)]
+    return [to_numpy(g) for g in torch_grads(s, sum_of(f)(*leaves), leaves)]
 
 
-def _compiled_torch_func(s: _Subject) -> str:
+def _compiled_torch_func(s: Subject) -> str:
     """compiled torch.func.grad, vmap and jvp: each against its eager self."""
     import torch
 
@@ -83,17 +75,17 @@ def _compiled_torch_func(s: _Subject) -> str:
     f = s.bound(s.torch_fn, torch.from_numpy)
     xs = tuple(torch.from_numpy(x) for x in s.xs())
     argnums = tuple(range(len(xs)))
-    grad = torch.func.grad(_torch_total(s, f), argnums)
+    grad = torch.func.grad(torch_total(s, f), argnums)
     for k, (a, b) in enumerate(zip(torch.compile(grad)(*xs), grad(*xs), strict=True)):
-        s.compare(f"compiled torch.func.grad, {s.partial(k)} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol)
+        s.compare(f"compiled torch.func.grad, {s.partial(k)} vs eager", to_numpy(a), to_numpy(b), s.rtol, s.atol)
     if not s.skipped("vmap"):
         batch = tuple(torch.stack([x, x * 0.75 + 0.1 * torch.sgn(x)]) for x in xs)
         mapped = torch.func.vmap(f)
         for k, (a, b) in enumerate(zip(torch.compile(mapped)(*batch), mapped(*batch), strict=True)):
             compare(
                 f"compiled torch.func.vmap, output {s.output_name(k)} vs eager",
-                _to_numpy(a),
-                _to_numpy(b),
+                to_numpy(a),
+                to_numpy(b),
                 s.rtol,
                 s.atol,
             )
@@ -110,15 +102,15 @@ def _compiled_torch_func(s: _Subject) -> str:
         for k, (a, b) in enumerate(zip(compiled, jvp(*xs), strict=True)):
             s.compare(
                 f"compiled torch.func.jvp, output {s.output_name(k)} vs eager",
-                _to_numpy(a),
-                _to_numpy(b),
+                to_numpy(a),
+                to_numpy(b),
                 s.rtol,
                 s.atol,
             )
     return ""
 
 
-def _exported_torch(s: _Subject) -> str:
+def _exported_torch(s: Subject) -> str:
     """torch.export: the exported module's gradient against eager."""
     import torch
 
@@ -143,18 +135,18 @@ def _exported_torch(s: _Subject) -> str:
             f"{str(exc).splitlines()[0]}"
         )
     leaves = [x.clone().requires_grad_() for x in xs]
-    got = _torch_grads(s, _sum_of(exported)(*leaves), leaves)
+    got = torch_grads(s, sum_of(exported)(*leaves), leaves)
     for k, (a, b) in enumerate(zip(got, _eager_grads(s, f, xs), strict=True)):
-        s.compare(f"torch.export, gradient {s.partial(k)} vs eager", _to_numpy(a), b, s.rtol, s.atol)
+        s.compare(f"torch.export, gradient {s.partial(k)} vs eager", to_numpy(a), b, s.rtol, s.atol)
     return ""
 
 
-def _host_without_fake(s: _Subject) -> str:
+def _host_without_fake(s: Subject) -> str:
     """Why torch.export cannot see a host rule's NumPy forward as an op ("" where it can)."""
     from rulegen.plan.torch_route import static_type
     from rulegen.snippet import SnippetDerivation
 
-    derivation = _derived(s.rule, s.known)
+    derivation = derived(s.rule, s.known)
     if not isinstance(derivation, SnippetDerivation) or not derivation.forward["torch"].host:
         return ""
     untyped = [i.name for i in s.rule.inputs if i.static and static_type(i) is None]
@@ -166,12 +158,12 @@ def _host_without_fake(s: _Subject) -> str:
     return ""
 
 
-def _host_route(s: _Subject) -> bool:
-    routes = _derived(s.rule, s.known).routes
+def _host_route(s: Subject) -> bool:
+    routes = derived(s.rule, s.known).routes
     return routes.jax in (JaxRoute.PRIMITIVE, JaxRoute.BRIDGE)
 
 
-def _exported_jax(s: _Subject) -> str:
+def _exported_jax(s: Subject) -> str:
     """jax.export: serialized, deserialized, called and differentiated against eager."""
     import jax
     import jax.numpy as jnp
@@ -186,87 +178,32 @@ def _exported_jax(s: _Subject) -> str:
     exported = export.deserialize(export.export(jax.jit(s.jax_f))(*xs).serialize(vjp_order=1))
     for k, (a, b) in enumerate(zip(exported.call(*xs), s.jax_f(*xs), strict=True)):
         s.compare(
-            f"jax.export round trip, output {s.output_name(k)} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol
+            f"jax.export round trip, output {s.output_name(k)} vs eager", to_numpy(a), to_numpy(b), s.rtol, s.atol
         )
     argnums = tuple(range(len(xs)))
 
     def call(*args: Any) -> Any:
         return exported.call(*args)
 
-    got = _jax_grad(s, _sum_of(call), argnums)(*xs)
-    want = _jax_grad(s, _sum_of(s.jax_f), argnums)(*xs)
+    got = jax_grad(s, sum_of(call), argnums)(*xs)
+    want = jax_grad(s, sum_of(s.jax_f), argnums)(*xs)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
-        s.compare(
-            f"jax.export round trip, gradient {s.partial(k)} vs eager", _to_numpy(a), _to_numpy(b), s.rtol, s.atol
-        )
+        s.compare(f"jax.export round trip, gradient {s.partial(k)} vs eager", to_numpy(a), to_numpy(b), s.rtol, s.atol)
     return ""
 
 
-#: Run by `_sharded_jax` in a process with two host devices: argv[1] the pickled subject.
-_SHARD_SCRIPT = """
-import json, pickle, sys
-with open(sys.argv[1], "rb") as f:
-    folder, package, rule, seed, known = pickle.load(f)
-sys.path.insert(0, folder)
-import importlib
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, PartitionSpec as P
-jax.config.update("jax_enable_x64", True)
-from rulegen.check import _subject
-shard_map = getattr(jax, "shard_map", None) or __import__("jax.experimental.shard_map").experimental.shard_map.shard_map
-# The same sample as the checking process's (seed and name make it), rebuilt here: statics may be callables.
-s = _subject(rule, importlib.import_module(package + ".jax"), importlib.import_module(package + ".torch"), seed, known)
-fn, values, diff, outputs, rtol, atol = s.jax_fn, s.values, s.diff, s.outputs, s.rtol, s.atol
-
-# Every array argument is split between the devices (as sharded data is), statics stay as they are.
-arrays = [k for k, v in enumerate(values) if isinstance(v, np.ndarray)]
-wrt = tuple(arrays.index(k) for k in diff)
-
-def call(*xs):
-    args = list(values)
-    for k, x in zip(arrays, xs):
-        args[k] = x
-    out = fn(*args)
-    outs = out if isinstance(out, tuple) else (out,)
-    return tuple(outs[k] for k in outputs)
-
-# Two calls, one per device: the sample and a moved copy of its differentiable arrays, stacked on a new axis.
-batch = [
-    jnp.stack([v, v * 0.75 + 0.1 * np.sign(v) if k in diff else v])
-    for k, v in ((k, np.asarray(values[k])) for k in arrays)
-]
-mesh = Mesh(np.array(jax.devices()[:2]), ("calls",))
-per_shard = lambda *b: tuple(o[None] for o in call(*[x[0] for x in b]))
-sharded = shard_map(per_shard, mesh=mesh, in_specs=tuple(P("calls") for _ in batch), out_specs=P("calls"))
-total = lambda f: lambda *b: sum(jnp.sum(o) for o in f(*b))
-got = jax.jit(sharded)(*batch)
-grads = jax.jit(jax.grad(total(sharded), wrt, holomorphic=rule.complex))(*batch)
-off = []
-for j in range(2):
-    want = call(*[b[j] for b in batch])
-    want_grads = jax.grad(total(call), wrt, holomorphic=rule.complex)(*[b[j] for b in batch])
-    for named, found, expected in ((s.output_name, got, want), (s.partial, grads, want_grads)):
-        for k, (g, w) in enumerate(zip(found, expected)):
-            error = np.abs(np.asarray(g[j]) - np.asarray(w))
-            if (error > atol + rtol * np.abs(np.asarray(w))).any():
-                off.append(f"call {j} (device {j}), {named(k)}: off by {float(error.max()):.3g}")
-print(json.dumps(off))
-"""
-
-
-def _sharded_jax(s: _Subject, jax_pkg: Any) -> str:
+def _sharded_jax(s: Subject, jax_package: Any) -> str:
     """shard_map on 2 host devices: values and gradients of each shard against eager."""
     import tempfile
 
-    folder = str(Path(jax_pkg.__file__).resolve().parent.parent.parent)
+    # JAX reads the device count once, at its first use: the worker is a process of its own.
+    folder = str(Path(jax_package.__file__).resolve().parent.parent.parent)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
     with tempfile.NamedTemporaryFile(suffix=".pickle") as handle:
-        pickle.dump((folder, jax_pkg.__name__.rpartition(".")[0], s.rule, s.seed, s.known), handle)
+        pickle.dump(ShardedCall(folder, jax_package.__name__.rpartition(".")[0], s.rule, s.seed, s.known), handle)
         handle.flush()
         run = subprocess.run(
-            [sys.executable, "-c", _SHARD_SCRIPT, handle.name],
+            [sys.executable, "-m", "rulegen.check.shard_map_worker", handle.name],
             capture_output=True,
             text=True,
             env=env,

@@ -1,0 +1,303 @@
+"""The dtype checks: float32, bfloat16 and float16, float64 throughout, Python numbers for arrays."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+
+import numpy as np
+
+from rulegen.check.derivatives import cotangents, jax_grad, jvp_torch, sum_of, tangents, torch_grads, vjp_torch
+from rulegen.check.outcome import CheckFailed, NotApplicable, compare
+from rulegen.check.subject import Subject, to_numpy
+
+
+def check_float32(s: Subject) -> str:
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    xs64 = s.xs()
+    ref = [to_numpy(o) for o in s.jax_f(*xs64)]
+    found = []
+    grads64: Any = None
+    # Non-differentiable float arrays go to float32 too: the whole call is float32.
+    # A complex rule's single precision is complex64.
+    narrow = {np.dtype(np.float64): np.float32, np.dtype(np.complex128): np.complex64}
+    s32 = dataclasses.replace(
+        s,
+        values=[v.astype(narrow[v.dtype]) if isinstance(v, np.ndarray) and v.dtype in narrow else v for v in s.values],
+    )
+    for name, convert in (
+        ("jax", lambda x: jnp.asarray(x, dtype=narrow[x.dtype])),
+        ("torch", lambda x: torch.from_numpy(x.astype(narrow[x.dtype]))),
+    ):
+        f32 = s32.jax_f if name == "jax" else s32.torch_f
+        outs = f32(*[convert(x) for x in xs64])
+        for k, (o, r) in enumerate(zip(outs, ref, strict=True)):
+            o = to_numpy(o)
+            if o.dtype != narrow[r.dtype]:
+                raise CheckFailed(
+                    f"{name}: output {s.output_name(k)} is {o.dtype} for {np.dtype(narrow[r.dtype])} inputs"
+                )
+            finite = np.isfinite(r)
+            if not np.isfinite(o[finite]).all():
+                where = s.at_first(finite & ~np.isfinite(o))
+                raise CheckFailed(f"{name}: output {s.output_name(k)} is not finite in float32 where float64 is{where}")
+            s.compare(
+                f"{name}: float32 output {s.output_name(k)} vs float64",
+                o,
+                r,
+                1e-4,
+                1e-5 * max(1.0, float(np.max(np.abs(r[finite]), initial=0.0))),
+            )
+        if s.diff:
+            argnums = tuple(range(len(xs64)))
+            if name == "jax":
+                grads = jax_grad(s, sum_of(f32), argnums)(*[convert(x) for x in xs64])
+            else:
+                leaves = [cast("torch.Tensor", convert(x)).requires_grad_() for x in xs64]
+                grads = torch_grads(s, sum_of(f32)(*leaves), leaves)
+            # The float64 gradients, taken once for both backends, where the first needs them.
+            if grads64 is None:
+                grads64 = jax_grad(s, sum_of(s.jax_f), argnums)(*[jnp.asarray(x) for x in xs64])
+            for k, (g, g64) in enumerate(zip(grads, grads64, strict=True)):
+                g, g64 = to_numpy(g), to_numpy(g64)
+                finite = np.isfinite(g64)
+                if not np.isfinite(g[finite]).all():
+                    where = s.at_first(finite & ~np.isfinite(g))
+                    raise CheckFailed(f"{name}: float32 gradient {s.partial(k)} is not finite where float64 is{where}")
+                s.compare(
+                    f"{name}: float32 gradient {s.partial(k)} vs float64",
+                    g,
+                    g64,
+                    1e-3,
+                    1e-4 * max(1.0, float(np.max(np.abs(g64[finite]), initial=0.0))),
+                )
+        found.append(name)
+    del jax
+    return f"float32 finite and within 1e-4 of float64 ({', '.join(found)})"
+
+
+#: Within this many eps of the float64 value at the rounded inputs, relative to max(|value|, 1).
+LOW_PRECISION_EPS = 4.0
+
+
+def check_low_precision(s: Subject) -> str:
+    """bfloat16 and float16 in: outputs and gradients of that dtype, within a few of its eps of float64."""
+    if s.rule.complex:
+        raise NotApplicable("bfloat16 and float16 have no complex counterpart (complex32 is no dtype JAX has)")
+    import jax.numpy as jnp
+    import torch
+
+    for jax_dtype, torch_dtype in ((jnp.bfloat16, torch.bfloat16), (jnp.float16, torch.float16)):
+        _check_low_dtype(s, jax_dtype, torch_dtype)
+    return f"bfloat16 and float16: values and gradients within {LOW_PRECISION_EPS:g} eps of float64 (jax, torch)"
+
+
+def _check_low_dtype(s: Subject, jax_dtype: Any, torch_dtype: Any) -> None:
+    import jax.numpy as jnp
+    import torch
+
+    label = str(jnp.dtype(jax_dtype))
+    rounded = [np.asarray(jnp.asarray(x, dtype=jax_dtype), dtype=np.float64) for x in s.xs()]
+    # The reference: float64 at the rounded inputs, non-differentiated float arrays rounded too.
+    exact = dataclasses.replace(
+        s, values=[_low_value(v, functools.partial(_rounded64, dtype=jax_dtype)) for v in s.values]
+    )
+    ref = [to_numpy(o) for o in exact.jax_f(*rounded)]
+    grads64 = _grads_jax(exact.jax_f, rounded, np.float64) if s.diff else []
+    eps, largest = float(jnp.finfo(jax_dtype).eps), float(jnp.finfo(jax_dtype).max)
+    # Arguments as each backend's own arrays: NumPy has no bfloat16 that torch takes.
+    converters: dict[str, Callable[[Any], Any]] = {
+        "jax": functools.partial(jnp.asarray, dtype=jax_dtype),
+        "torch": functools.partial(torch.tensor, dtype=torch_dtype),
+    }
+    for name, convert in converters.items():
+        low = dataclasses.replace(s, values=[_low_value(v, convert) for v in s.values])
+        f = low.jax_f if name == "jax" else low.torch_f
+        xs = [convert(x) for x in rounded]
+        for k, (o, r) in enumerate(zip(map(_to_numpy_any, f(*xs)), ref, strict=True)):
+            if np.issubdtype(r.dtype, np.floating):
+                _within_eps(f"{name}: {label} output {s.output_name(k)}", o, r, eps, largest, exact)
+        if s.diff:
+            grads = _grads_jax(f, xs, None) if name == "jax" else _grads_torch(f, xs)
+            for k, (g, g64) in enumerate(zip(grads, grads64, strict=True)):
+                _within_eps(f"{name}: {label} gradient {s.partial(k)}", g, g64, eps, largest, exact)
+
+
+def _rounded64(value: np.ndarray, dtype: Any) -> np.ndarray:
+    import jax.numpy as jnp
+
+    return np.asarray(jnp.asarray(value, dtype=dtype), dtype=np.float64)
+
+
+def _low_value(value: Any, convert: Callable[[np.ndarray], Any]) -> Any:
+    """A float64 array argument through `convert` (to the low dtype); other arguments as they are."""
+    return convert(value) if isinstance(value, np.ndarray) and value.dtype == np.float64 else value
+
+
+def _to_numpy_any(value: Any) -> np.ndarray:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().double().numpy() if value.is_floating_point() else value.numpy()
+    return (
+        np.asarray(value, dtype=np.float64)
+        if np.issubdtype(np.asarray(value).dtype, np.floating)
+        else np.asarray(value)
+    )
+
+
+def _grads_jax(f: Callable[..., Sequence[Any]], xs: Sequence[Any], dtype: Any) -> list[np.ndarray]:
+    import jax
+    import jax.numpy as jnp
+
+    total = lambda *a: sum(o.astype(jnp.float32).sum() if dtype is None else o.sum() for o in f(*a))  # noqa: E731
+    return [_to_numpy_any(g) for g in jax.grad(total, tuple(range(len(xs))))(*[jnp.asarray(x) for x in xs])]
+
+
+def _grads_torch(f: Callable[..., Sequence[Any]], xs: Sequence[Any]) -> list[np.ndarray]:
+    import torch
+
+    leaves = [x.clone().requires_grad_() for x in xs]
+    grads = torch.autograd.grad(sum_of(f)(*leaves), leaves, allow_unused=True, materialize_grads=True)
+    return [_to_numpy_any(g) for g in grads]
+
+
+def _within_eps(what: str, got: np.ndarray, exact: np.ndarray, eps: float, largest: float, point: Subject) -> None:
+    """`got` within LOW_PRECISION_EPS eps of `exact` relative to max(|exact|, 1), where the dtype holds it.
+
+    `point`: the rounded inputs, named in the message where `got` is off.
+    """
+    held = np.isfinite(exact) & (np.abs(exact) <= largest)
+    if not np.isfinite(got[held]).all():
+        where = point.at_first(held & ~np.isfinite(got))
+        raise CheckFailed(f"{what} is not finite where its dtype holds the exact value{where}")
+    with np.errstate(invalid="ignore"):
+        error = np.where(held, np.abs(got - exact) / np.maximum(np.abs(exact), 1.0) / eps, 0.0)
+    worst = float(np.max(error, initial=0.0))
+    if worst > LOW_PRECISION_EPS:
+        where = point.at_first(error == worst)
+        raise CheckFailed(
+            f"{what} is {worst:.3g} eps from float64 at the rounded inputs{where} (bound {LOW_PRECISION_EPS:g})"
+        )
+
+
+@contextmanager
+def _torch_default_dtype(dtype: Any) -> Iterator[None]:
+    import torch
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _torch_results(s: Subject) -> list[np.ndarray]:
+    """Outputs, JVP (where torch has forward mode) and VJP of the rule in torch, at float64 inputs."""
+    xs = s.xs()
+    outs = [to_numpy(o) for o in s.torch_f(*[__import__("torch").from_numpy(x) for x in xs])]
+    if not s.diff:
+        return outs
+    directions = tangents(s)
+    weights = cotangents(s, outs)
+    found = [*outs, *vjp_torch(s, xs, weights)]
+    if s.torch_forward_mode:
+        found += jvp_torch(s, xs, directions)
+    return found
+
+
+def check_dtype(s: Subject) -> str:
+    """float64 in is float64 throughout: results, tangents and cotangents, and every intermediate.
+
+    An intermediate that torch makes in its default dtype (`torch.where(c,
+    0.1, 0.2)`, `torch.exp` of an integer tensor, `torch.tensor(0.1)`) is
+    float32 by default, a relative error near 1e-8 that other checks'
+    tolerances let pass.  Under a bfloat16 default it is an error near 1e-3,
+    and code that never uses the default dtype gives the same numbers.
+    """
+    import jax.numpy as jnp
+
+    rng_state = s.rng.bit_generator.state
+    reference = _torch_results(s)
+    s.rng.bit_generator.state = rng_state
+    with _torch_default_dtype(__import__("torch").bfloat16):
+        narrow = _torch_results(s)
+    # What _torch_results returns, by name: the outputs, the cotangents, the tangents.
+    outputs = [f"output {s.output_name(k)}" for k in range(len(s.outputs))]
+    labels = [*outputs, *(f"cotangent of {s.input_name(k)}" for k in range(len(s.diff)))]
+    labels += [f"tangent of {s.output_name(k)}" for k in range(len(s.outputs))]
+    for what, got, ref in zip(labels, narrow, reference, strict=False):
+        if ref.dtype.kind == "f" and ref.dtype != np.float64:
+            raise CheckFailed(f"torch: {what} is {ref.dtype} for float64 inputs")
+        if ref.dtype.kind == "c" and ref.dtype != np.complex128:
+            raise CheckFailed(f"torch: {what} is {ref.dtype} for complex128 inputs")
+        s.compare(f"torch: {what} with a bfloat16 default dtype vs the float32 default's", got, ref, 1e-12, 1e-300)
+    outs = s.jax_f(*[jnp.asarray(x) for x in s.xs()])
+    results = list(outs)
+    if s.diff:
+        results += list(jax_grad(s, sum_of(s.jax_f), tuple(range(len(s.diff))))(*[jnp.asarray(x) for x in s.xs()]))
+    for what, r in zip([*outputs, *(f"gradient {s.partial(k)}" for k in range(len(s.diff)))], results, strict=False):
+        if jnp.issubdtype(r.dtype, jnp.complexfloating) and r.dtype != jnp.complex128:
+            raise CheckFailed(f"jax: {what} is {r.dtype} for complex128 inputs")
+        if jnp.issubdtype(r.dtype, jnp.floating) and r.dtype != jnp.float64:
+            raise CheckFailed(f"jax: {what} is {r.dtype} for float64 inputs")
+    return "float64 throughout (torch: the same results under a bfloat16 default dtype)"
+
+
+def _call_both(s: Subject, values: Sequence[Any]) -> dict[str, list[np.ndarray]]:
+    """Each backend's outputs for arguments given as they are (numbers stay numbers)."""
+    import jax.numpy as jnp
+    import torch
+
+    found = {}
+    for name, fn, convert in (("jax", s.jax_fn, jnp.asarray), ("torch", s.torch_fn, torch.from_numpy)):
+        out = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in values])
+        found[name] = [to_numpy(o) for o in (out if isinstance(out, tuple) else (out,))]
+    return found
+
+
+def _same_calls(what: str, got: dict[str, list[np.ndarray]], expected: dict[str, list[np.ndarray]], s: Subject) -> None:
+    for backend, outs in got.items():
+        for k, (o, e) in enumerate(zip(outs, expected[backend], strict=True)):
+            if np.shape(o) != np.shape(e) and np.size(o) == 1:
+                o = np.broadcast_to(o, np.shape(e))  # an elementwise rule of numbers alone gives a number
+            compare(f"{backend}: {what}, output {s.rule.outputs[k].name}", o, e, s.rtol, s.atol)
+
+
+def check_scalars(s: Subject) -> str:
+    """Calls as users make them: a Python number for each array input in turn, and the defaults left out.
+
+    torch's `apply` hands numbers on as numbers, which torch functions
+    refuse; JAX takes them.  Each call must give what the call with arrays
+    of that number gives.
+    """
+    done = []
+    arrays = [k for k, i in enumerate(s.rule.inputs) if not i.static and i.dtype == "float"]
+    if s.elementwise:
+        for k in arrays:
+            number = float(np.ravel(s.values[k])[0])
+            with_number = [number if j == k else v for j, v in enumerate(s.values)]
+            with_array = [np.full_like(v, number) if j == k else v for j, v in enumerate(s.values)]
+            what = f"a Python number for {s.rule.inputs[k].name}"
+            # A number beside no float tensor takes torch's default dtype: float64 here, as in the array call.
+            with _torch_default_dtype(__import__("torch").float64):
+                got = _call_both(s, with_number)
+            _same_calls(what, got, _call_both(s, with_array), s)
+        done.append(f"a number for each of {len(arrays)} float array(s)")
+    defaulted = [k for k, i in enumerate(s.rule.inputs) if i.has_default]
+    if defaulted:
+        explicit = [s.rule.inputs[k].default if k in defaulted else v for k, v in enumerate(s.values)]
+        _same_calls("defaults left out", _call_both(s, explicit[: defaulted[0]]), _call_both(s, explicit), s)
+        done.append(f"{len(defaulted)} default(s) left out")
+    if not done:
+        raise NotApplicable(
+            "no float array input takes a number (the rule is not elementwise) and no input has a default"
+        )
+    return "; ".join(done) + ", in both backends"

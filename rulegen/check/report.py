@@ -1,0 +1,63 @@
+"""The outcomes as tables, a summary line and JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from rulegen.check.outcome import Outcome
+from rulegen.check.registry import CHECKS, REGISTRY
+
+
+def summary(outcomes: Sequence[Outcome]) -> str:
+    counts = {status: sum(o.status == status for o in outcomes) for status in ("pass", "fail", "n/a")}
+    rules = len({o.rule for o in outcomes})
+    return f"{rules} rules: {counts['pass']} passed, {counts['fail']} failed, {counts['n/a']} n/a"
+
+
+def report_table(outcomes: Sequence[Outcome]):
+    from rich.table import Table
+
+    table = Table(title="rulegen test", show_lines=False)
+    table.add_column("rule")
+    for check in CHECKS:
+        table.add_column(check, justify="center")
+    by_rule: dict[str, dict[str, Outcome]] = {}
+    for o in outcomes:
+        by_rule.setdefault(o.rule, {})[o.check] = o
+    marks = {"pass": "[green]pass[/green]", "fail": "[bold red]FAIL[/bold red]", "n/a": "[dim]n/a[/dim]"}
+    for rule, cells in by_rule.items():
+        table.add_row(rule, *(marks[cells[c].status] if c in cells else "" for c in CHECKS))
+    return table
+
+
+_MARKS = {"pass": "[green]✓[/green]", "fail": "[bold red]✗[/bold red]", "n/a": "[dim]·[/dim]"}
+
+
+def compact_table(outcomes: Sequence[Outcome]):
+    """One row per rule, one mark per check under its two-letter code: fits 80 columns (see `legend`)."""
+    from rich.table import Table
+
+    table = Table(title="rulegen test", box=None, pad_edge=False, collapse_padding=True, title_justify="left")
+    # A long name is cut short rather than folded onto a second row (the failure lines below name it
+    # whole), at what leaves every check its column in 80.
+    table.add_column("rule", max_width=80 - 3 * len(CHECKS) - 1, overflow="ellipsis", no_wrap=True)
+    for check in REGISTRY:
+        table.add_column(check.code, justify="center", no_wrap=True, min_width=2)
+    by_rule: dict[str, dict[str, Outcome]] = {}
+    for o in outcomes:
+        by_rule.setdefault(o.rule, {})[o.check] = o
+    for rule, cells in by_rule.items():
+        table.add_row(rule, *(_MARKS[cells[c].status] if c in cells else "" for c in CHECKS))
+    return table
+
+
+def legend() -> str:
+    """What the compact table's marks and column codes mean."""
+    codes = ", ".join(f"{check.code} {check.name}" for check in REGISTRY)
+    return f"{_MARKS['pass']} pass  {_MARKS['fail']} FAIL  {_MARKS['n/a']} n/a (reasons below); {codes}"
+
+
+def outcomes_json(outcomes: Sequence[Outcome]) -> str:
+    return json.dumps([asdict(o) for o in outcomes], indent=1)
