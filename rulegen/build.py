@@ -63,14 +63,25 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
+#: Parts of the package that generate nothing, relative to it: the check stage and the commands
+#: around it.  A change there must not make every built package stale.
+GENERATES_NOTHING = ("check", "cli.py", "pytest_plugin.py", "__main__.py", "accuracy_report.py")
+
+
+def fingerprinted_files() -> list[Path]:
+    """The package's modules that may decide what a build writes, and the templates, in a fixed order."""
+    package = Path(__file__).resolve().parent
+    modules = [path for path in package.rglob("*.py") if path.relative_to(package).parts[0] not in GENERATES_NOTHING]
+    return sorted({*modules, *template_files()})
+
+
 @functools.cache
 def compiler_fingerprint() -> str:
     """A hash of everything besides the rules that decides the output."""
-    package = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parent.parent
     parts = [f"sympy {importlib.metadata.version('sympy')}"]
-    # The whole package: the planners live in a subpackage (rulegen/plan/).
-    for path in sorted({*package.rglob("*.py"), *template_files()}):
-        parts.append(f"{path.relative_to(package.parent).as_posix()} {sha256(path.read_bytes())}")
+    for path in fingerprinted_files():
+        parts.append(f"{path.relative_to(root).as_posix()} {sha256(path.read_bytes())}")
     return sha256("\n".join(parts))
 
 

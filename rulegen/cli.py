@@ -266,15 +266,25 @@ def test(
             "--jobs", "-j", min=1, help="Check rules in N worker processes (default: the available cores; 1: none)"
         ),
     ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--check", "-c", help="Run only this check (repeat for several; names: rulegen test --wide)"),
+    ] = None,
 ) -> None:
     """Build the rules into a temporary package and run the checks on every rule."""
     from rich.progress import Progress
 
     from rulegen.build import available_cores
     from rulegen.check import outcomes_json, run_checks
+    from rulegen.check.run import chosen_checks
     from rulegen.errors import SpecErrors
     from rulegen.spec import callees, read_rules, rule_files
 
+    try:
+        chosen_checks(only)
+    except ValueError as exc:
+        err_console.print(f"[bold red]error:[/bold red] {exc}")
+        raise typer.Exit(2) from None
     files = rule_files(rule_paths(rules, load_config()))
     try:
         found = read_rules(files)
@@ -291,7 +301,12 @@ def test(
 
         try:
             outcomes = run_checks(
-                found, seed=seed, include_compile=compile_, progress=advance, jobs=jobs or available_cores()
+                found,
+                seed=seed,
+                include_compile=compile_,
+                progress=advance,
+                jobs=jobs or available_cores(),
+                only=only,
             )
         except SpecErrors as exc:
             raise _report_spec_errors(exc) from None

@@ -419,3 +419,15 @@ def test_no_generated_file_names_an_absolute_path_of_the_build_machine(tmp_path,
     for path in files:
         assert str(tmp_path) not in path.read_text(), path
     assert "# Source: ../theirs/rules/sq.yaml" in (out / "jax" / "sq.py").read_text()
+
+
+def test_the_compiler_fingerprint_covers_what_generates_and_not_the_checks():
+    """A change to a check made every built package stale (generated/ failed `build --check`)."""
+    from rulegen.build import fingerprinted_files
+
+    package = Path(rulegen.build.__file__).resolve().parent
+    covered = {path.relative_to(package.parent).as_posix() for path in fingerprinted_files()}
+    assert {"rulegen/derive.py", "rulegen/plan/torch.py", "rulegen/printers.py"} <= covered
+    assert any(name.endswith("torch_rule.py.j2") for name in covered)
+    assert any(name.startswith("rulegen/runtime/torch/_") for name in covered)
+    assert not [name for name in covered if name.startswith("rulegen/check/") or name == "rulegen/cli.py"]

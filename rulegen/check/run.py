@@ -7,7 +7,7 @@ import importlib
 import multiprocessing
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -80,29 +80,37 @@ class CheckSession:
         return self._modules
 
     def run(
-        self, *, seed: int = 0, include_compile: bool = False, progress: Callable[[Outcome], None] | None = None
+        self,
+        *,
+        seed: int = 0,
+        include_compile: bool = False,
+        progress: Callable[[Outcome], None] | None = None,
+        only: Collection[str] | None = None,
     ) -> list[Outcome]:
-        """Every check on every rule at the points of `seed`, in rule order."""
+        """Every check (or those named in `only`) on every rule at the points of `seed`, in rule order."""
+        chosen = chosen_checks(only)
         if self._pool is None:
             assert self._modules is not None, "run() is for inside `with CheckSession(...)`"
             jax_pkg, torch_pkg = self._modules
             names = [r.name for r in self.rules]
             outcomes = []
             for rule in self.rules:
-                for outcome in check_rule(rule, jax_pkg, torch_pkg, seed, include_compile, names):
+                for outcome in check_rule(rule, jax_pkg, torch_pkg, seed, include_compile, names, chosen):
                     outcomes.append(outcome)
                     if progress is not None:
                         progress(outcome)
             return outcomes
         by_rule: dict[int, list[Outcome]] = {}
-        futures = {self._pool.submit(_check_in_worker, k, seed, include_compile): k for k in range(len(self.rules))}
+        futures = {
+            self._pool.submit(_check_in_worker, k, seed, include_compile, chosen): k for k in range(len(self.rules))
+        }
         for future in concurrent.futures.as_completed(futures):
             k = futures[future]
             try:
                 by_rule[k] = future.result()
             except Exception as exc:  # not a check's failure (each is caught): the worker died, say in native code
                 detail = f"the worker process checking it failed: {type(exc).__name__}: {exc}"
-                by_rule[k] = [Outcome(self.rules[k].name, check, "fail", detail) for check in CHECKS]
+                by_rule[k] = [Outcome(self.rules[k].name, check.name, "fail", detail) for check in chosen]
             if progress is not None:
                 for outcome in by_rule[k]:
                     progress(outcome)
@@ -135,10 +143,21 @@ def _start_worker(rules: list[Rule], package: str, folder: str | None, threads: 
     _WORKER.update(rules=rules, modules=_import_package(package))
 
 
-def _check_in_worker(index: int, seed: int, include_compile: bool) -> list[Outcome]:
+def _check_in_worker(index: int, seed: int, include_compile: bool, chosen: tuple[Check, ...]) -> list[Outcome]:
     rules: list[Rule] = _WORKER["rules"]
     jax_pkg, torch_pkg = _WORKER["modules"]
-    return list(check_rule(rules[index], jax_pkg, torch_pkg, seed, include_compile, [r.name for r in rules]))
+    return list(check_rule(rules[index], jax_pkg, torch_pkg, seed, include_compile, [r.name for r in rules], chosen))
+
+
+def chosen_checks(only: Collection[str] | None) -> tuple[Check, ...]:
+    """The registry's checks named in `only` (all where None), in the registry's order; ValueError for a name
+    that is no check."""
+    if only is None:
+        return REGISTRY
+    unknown = sorted(set(only) - set(CHECKS))
+    if unknown:
+        raise ValueError(f"no check named {', '.join(map(repr, unknown))}; the checks are {', '.join(CHECKS)}")
+    return tuple(check for check in REGISTRY if check.name in only)
 
 
 def run_checks(
@@ -149,17 +168,26 @@ def run_checks(
     include_compile: bool = False,
     progress: Callable[[Outcome], None] | None = None,
     jobs: int = 1,
+    only: Collection[str] | None = None,
 ) -> list[Outcome]:
-    """Every check on every rule; `package` names an importable built package, else one is built.
+    """Every check (or those named in `only`) on every rule; `package` names an importable built package,
+    else one is built.
 
     `jobs` above 1 checks rules in that many worker processes (see `CheckSession`).
     """
+    chosen_checks(only)  # an unknown name is refused before anything is built
     with CheckSession(rules, package, jobs=jobs) as session:
-        return session.run(seed=seed, include_compile=include_compile, progress=progress)
+        return session.run(seed=seed, include_compile=include_compile, progress=progress, only=only)
 
 
 def check_rule(
-    rule: Rule, jax_pkg: Any, torch_pkg: Any, seed: int, include_compile: bool, known: Sequence[str] = ()
+    rule: Rule,
+    jax_pkg: Any,
+    torch_pkg: Any,
+    seed: int,
+    include_compile: bool,
+    known: Sequence[str] = (),
+    checks: Sequence[Check] = REGISTRY,
 ) -> Iterator[Outcome]:
     """Every check's outcome on one rule, in order, each check given a fresh copy of one subject.
 
@@ -169,7 +197,7 @@ def check_rule(
     """
     built: Subject | Exception | None = None
     available = {"include_compile": include_compile, "jax_package": jax_pkg}
-    for check in REGISTRY:
+    for check in checks:
         skip = rule.checks.skip.get(check.name)
         if skip is not None:
             yield Outcome(rule.name, check.name, "n/a", f"skipped by the rule: {skip}")
