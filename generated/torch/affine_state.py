@@ -7,7 +7,7 @@ are no Python names).
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -45,15 +45,8 @@ class AffineState(torch.autograd.Function):
         return b_dot + w_dot * x
 
 
-class _AffineStateCompiled(AffineState):
-    """AffineState without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_AffineStateExported = rule_op(
-    __name__, "affine_state_rule", AffineState, "(Tensor x, Tensor w, Tensor b) -> Tensor"
+_apply_affine_state = routed(
+    AffineState, "affine_state_rule", "(Tensor x, Tensor w, Tensor b) -> Tensor"
 )
 
 
@@ -95,5 +88,4 @@ def affine_state(x: torch.Tensor | float, params: dict[str, torch.Tensor | float
     x, w, b = as_tensors("affine_state", ("x", "w", "b"), "fff", x, w, b)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, w, b), _low = in_float32(x, w, b)
-    function = route(AffineState, _AffineStateCompiled, _AffineStateExported)
-    return rounded(_low, function(x, w, b))
+    return rounded(_low, _apply_affine_state(x, w, b))

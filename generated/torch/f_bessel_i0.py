@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -39,14 +39,7 @@ class FBesselI0(torch.autograd.Function):
         return x_dot * torch.special.i1(x)
 
 
-class _FBesselI0Compiled(FBesselI0):
-    """FBesselI0 without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FBesselI0Exported = rule_op(__name__, "f_bessel_i0_rule", FBesselI0, "(Tensor x) -> Tensor")
+_apply_f_bessel_i0 = routed(FBesselI0, "f_bessel_i0_rule", "(Tensor x) -> Tensor")
 
 
 def f_bessel_i0(x: torch.Tensor | float) -> torch.Tensor:
@@ -66,5 +59,4 @@ def f_bessel_i0(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_bessel_i0", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FBesselI0, _FBesselI0Compiled, _FBesselI0Exported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_f_bessel_i0(x))

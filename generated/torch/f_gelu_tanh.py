@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -69,16 +69,7 @@ class FGeluTanh(torch.autograd.Function):
         return x_dot * (saved_tanh / 2 + t0 * x / 2 + 1 / 2), t0 * x_dot
 
 
-class _FGeluTanhCompiled(FGeluTanh):
-    """FGeluTanh without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FGeluTanhExported = rule_op(
-    __name__, "f_gelu_tanh_rule", FGeluTanh, "(Tensor x) -> (Tensor, Tensor)"
-)
+_apply_f_gelu_tanh = routed(FGeluTanh, "f_gelu_tanh_rule", "(Tensor x) -> (Tensor, Tensor)")
 
 
 def f_gelu_tanh(x: torch.Tensor | float) -> torch.Tensor:
@@ -100,6 +91,5 @@ def f_gelu_tanh(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_gelu_tanh", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FGeluTanh, _FGeluTanhCompiled, _FGeluTanhExported)
-    out, _saved_tanh = function(x)
+    out, _saved_tanh = _apply_f_gelu_tanh(x)
     return rounded(_low, out)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -54,14 +54,7 @@ class FMax(torch.autograd.Function):
         return out_dot
 
 
-class _FMaxCompiled(FMax):
-    """FMax without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FMaxExported = rule_op(__name__, "f_max_rule", FMax, "(Tensor x, Tensor y) -> Tensor")
+_apply_f_max = routed(FMax, "f_max_rule", "(Tensor x, Tensor y) -> Tensor")
 
 
 def f_max(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
@@ -83,5 +76,4 @@ def f_max(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("f_max", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(FMax, _FMaxCompiled, _FMaxExported)
-    return rounded(_low, function(x, y))
+    return rounded(_low, _apply_f_max(x, y))

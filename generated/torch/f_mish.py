@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -60,14 +60,7 @@ class FMish(torch.autograd.Function):
         ), t0 * torch.ops.aten.softplus_backward(x_dot, x, 1.0, 40.0)
 
 
-class _FMishCompiled(FMish):
-    """FMish without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FMishExported = rule_op(__name__, "f_mish_rule", FMish, "(Tensor x) -> (Tensor, Tensor)")
+_apply_f_mish = routed(FMish, "f_mish_rule", "(Tensor x) -> (Tensor, Tensor)")
 
 
 def f_mish(x: torch.Tensor | float) -> torch.Tensor:
@@ -87,6 +80,5 @@ def f_mish(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_mish", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FMish, _FMishCompiled, _FMishExported)
-    out, _saved_tanh = function(x)
+    out, _saved_tanh = _apply_f_mish(x)
     return rounded(_low, out)

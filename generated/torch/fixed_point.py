@@ -6,7 +6,7 @@ function theorem instead of differentiating through the loop.
 
 import torch
 
-from ._route import route
+from ._route import routed
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -65,10 +65,7 @@ class FixedPoint(torch.autograd.Function):
         return x_star_dot
 
 
-class _FixedPointCompiled(FixedPoint):
-    """FixedPoint without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
+_apply_fixed_point = routed(FixedPoint)
 
 
 def fixed_point(f, a: torch.Tensor | float, x_guess: torch.Tensor | float) -> torch.Tensor:
@@ -87,5 +84,4 @@ def fixed_point(f, a: torch.Tensor | float, x_guess: torch.Tensor | float) -> to
     a, x_guess = as_tensors("fixed_point", ("a", "x_guess"), "ff", a, x_guess)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (a, x_guess), _low = in_float32(a, x_guess)
-    function = route(FixedPoint, _FixedPointCompiled)
-    return rounded(_low, function(f, a, x_guess))
+    return rounded(_low, _apply_fixed_point(f, a, x_guess))

@@ -9,7 +9,7 @@ import math
 import array_api_compat.torch as xp
 import torch
 
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -70,18 +70,8 @@ class GaussianLogpdf(torch.autograd.Function):
         return out_dot
 
 
-class _GaussianLogpdfCompiled(GaussianLogpdf):
-    """GaussianLogpdf without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_GaussianLogpdfExported = rule_op(
-    __name__,
-    "gaussian_logpdf_rule",
-    GaussianLogpdf,
-    "(Tensor x, Tensor mu, Tensor sigma) -> Tensor",
+_apply_gaussian_logpdf = routed(
+    GaussianLogpdf, "gaussian_logpdf_rule", "(Tensor x, Tensor mu, Tensor sigma) -> Tensor"
 )
 
 
@@ -123,5 +113,4 @@ def gaussian_logpdf(
     x, mu, sigma = as_tensors("gaussian_logpdf", ("x", "mu", "sigma"), "fff", x, mu, sigma)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, mu, sigma), _low = in_float32(x, mu, sigma)
-    function = route(GaussianLogpdf, _GaussianLogpdfCompiled, _GaussianLogpdfExported)
-    return rounded(_low, function(x, mu, sigma))
+    return rounded(_low, _apply_gaussian_logpdf(x, mu, sigma))

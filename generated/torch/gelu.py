@@ -7,7 +7,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -62,14 +62,7 @@ class Gelu(torch.autograd.Function):
         return x_dot * (saved_one_plus_erf + t0 * x), t0 * x_dot
 
 
-class _GeluCompiled(Gelu):
-    """Gelu without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_GeluExported = rule_op(__name__, "gelu_rule", Gelu, "(Tensor x) -> (Tensor, Tensor)")
+_apply_gelu = routed(Gelu, "gelu_rule", "(Tensor x) -> (Tensor, Tensor)")
 
 
 def gelu(x: torch.Tensor | float) -> torch.Tensor:
@@ -89,6 +82,5 @@ def gelu(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("gelu", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(Gelu, _GeluCompiled, _GeluExported)
-    out, _saved_one_plus_erf = function(x)
+    out, _saved_one_plus_erf = _apply_gelu(x)
     return rounded(_low, out)

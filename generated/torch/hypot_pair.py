@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,16 +44,7 @@ class HypotPair(torch.autograd.Function):
         return t0 * x * x_dot + t0 * y * y_dot
 
 
-class _HypotPairCompiled(HypotPair):
-    """HypotPair without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_HypotPairExported = rule_op(
-    __name__, "hypot_pair_rule", HypotPair, "(Tensor x, Tensor y) -> Tensor"
-)
+_apply_hypot_pair = routed(HypotPair, "hypot_pair_rule", "(Tensor x, Tensor y) -> Tensor")
 
 
 def hypot_pair(xy: tuple[torch.Tensor | float, torch.Tensor | float]) -> torch.Tensor:
@@ -82,5 +73,4 @@ def hypot_pair(xy: tuple[torch.Tensor | float, torch.Tensor | float]) -> torch.T
     x, y = as_tensors("hypot_pair", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(HypotPair, _HypotPairCompiled, _HypotPairExported)
-    return rounded(_low, function(x, y))
+    return rounded(_low, _apply_hypot_pair(x, y))

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -47,14 +47,7 @@ class MyCube(torch.autograd.Function):
         return dx * x_dot, 6 * x * x_dot
 
 
-class _MyCubeCompiled(MyCube):
-    """MyCube without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_MyCubeExported = rule_op(__name__, "my_cube_rule", MyCube, "(Tensor x) -> (Tensor, Tensor)")
+_apply_my_cube = routed(MyCube, "my_cube_rule", "(Tensor x) -> (Tensor, Tensor)")
 
 
 def my_cube(x: torch.Tensor | float) -> torch.Tensor:
@@ -74,6 +67,5 @@ def my_cube(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("my_cube", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(MyCube, _MyCubeCompiled, _MyCubeExported)
-    out, _dx = function(x)
+    out, _dx = _apply_my_cube(x)
     return rounded(_low, out)

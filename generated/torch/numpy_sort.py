@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ._host import from_host, output_from_host, residual_dtypes, to_host, vmap_sequential
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -71,15 +71,8 @@ class NumpySort(torch.autograd.Function):
         return vmap_sequential(NumpySort, info, in_dims, x, dim)
 
 
-class _NumpySortCompiled(NumpySort):
-    """NumpySort without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_NumpySortExported = rule_op(
-    __name__, "numpy_sort_rule", NumpySort, "(Tensor x, int dim) -> (Tensor, Tensor, Tensor)"
+_apply_numpy_sort = routed(
+    NumpySort, "numpy_sort_rule", "(Tensor x, int dim) -> (Tensor, Tensor, Tensor)"
 )
 
 
@@ -97,8 +90,7 @@ def numpy_sort(x: torch.Tensor | float, dim=-1) -> torch.Tensor:
     (x,) = as_tensors("numpy_sort", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(NumpySort, _NumpySortCompiled, _NumpySortExported)
-    out, _ind, _ind_inv = function(x, dim)
+    out, _ind, _ind_inv = _apply_numpy_sort(x, dim)
     return rounded(_low, out)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ._host import output_from_host, to_host, vmap_sequential
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -65,18 +65,8 @@ class NumpyTake(torch.autograd.Function):
         return vmap_sequential(NumpyTake, info, in_dims, x, ind, ind_inv, dim)
 
 
-class _NumpyTakeCompiled(NumpyTake):
-    """NumpyTake without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_NumpyTakeExported = rule_op(
-    __name__,
-    "numpy_take_rule",
-    NumpyTake,
-    "(Tensor x, Tensor ind, Tensor ind_inv, int dim) -> Tensor",
+_apply_numpy_take = routed(
+    NumpyTake, "numpy_take_rule", "(Tensor x, Tensor ind, Tensor ind_inv, int dim) -> Tensor"
 )
 
 
@@ -98,5 +88,4 @@ def numpy_take(
     x, ind, ind_inv = as_tensors("numpy_take", ("x", "ind", "ind_inv"), "fii", x, ind, ind_inv)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(NumpyTake, _NumpyTakeCompiled, _NumpyTakeExported)
-    return rounded(_low, function(x, ind, ind_inv, dim))
+    return rounded(_low, _apply_numpy_take(x, ind, ind_inv, dim))

@@ -7,7 +7,7 @@ tuple out.
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -63,15 +63,8 @@ class PointVjp(torch.autograd.Function):
         )
 
 
-class _PointVjpCompiled(PointVjp):
-    """PointVjp without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_PointVjpExported = rule_op(
-    __name__, "point_vjp_rule", PointVjp, "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor)"
+_apply_point_vjp = routed(
+    PointVjp, "point_vjp_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor)"
 )
 
 
@@ -112,6 +105,5 @@ def point_vjp(pt) -> dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
     x, y = as_tensors("point_vjp", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(PointVjp, _PointVjpCompiled, _PointVjpExported)
-    a, b0, b1 = rounded(_low, *function(x, y))
+    a, b0, b1 = rounded(_low, *_apply_point_vjp(x, y))
     return {"a": a, "b": (b0, b1)}

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._route import route
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -44,10 +44,7 @@ class Pointwise(torch.autograd.Function):
         return out_dot
 
 
-class _PointwiseCompiled(Pointwise):
-    """Pointwise without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
+_apply_pointwise = routed(Pointwise)
 
 
 def pointwise(f, df, x: torch.Tensor | float) -> torch.Tensor:
@@ -65,5 +62,4 @@ def pointwise(f, df, x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("pointwise", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(Pointwise, _PointwiseCompiled)
-    return rounded(_low, function(f, df, x))
+    return rounded(_low, _apply_pointwise(f, df, x))

@@ -9,7 +9,7 @@ import math
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -68,15 +68,8 @@ class ScaledTanh(torch.autograd.Function):
         return t0 / math.sqrt(log_scale**2 + 1), t0
 
 
-class _ScaledTanhCompiled(ScaledTanh):
-    """ScaledTanh without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_ScaledTanhExported = rule_op(
-    __name__, "scaled_tanh_rule", ScaledTanh, "(Tensor x, float log_scale) -> (Tensor, Tensor)"
+_apply_scaled_tanh = routed(
+    ScaledTanh, "scaled_tanh_rule", "(Tensor x, float log_scale) -> (Tensor, Tensor)"
 )
 
 
@@ -99,6 +92,5 @@ def scaled_tanh(x: torch.Tensor | float, log_scale=0.5) -> torch.Tensor:
     (x,) = as_tensors("scaled_tanh", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(ScaledTanh, _ScaledTanhCompiled, _ScaledTanhExported)
-    out, _saved_tanh = function(x, log_scale)
+    out, _saved_tanh = _apply_scaled_tanh(x, log_scale)
     return rounded(_low, out)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -98,18 +98,8 @@ class SinExpMul(torch.autograd.Function):
         )
 
 
-class _SinExpMulCompiled(SinExpMul):
-    """SinExpMul without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_SinExpMulExported = rule_op(
-    __name__,
-    "sin_exp_mul_rule",
-    SinExpMul,
-    "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor)",
+_apply_sin_exp_mul = routed(
+    SinExpMul, "sin_exp_mul_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor)"
 )
 
 
@@ -132,6 +122,5 @@ def sin_exp_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tenso
     x, y = as_tensors("sin_exp_mul", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(SinExpMul, _SinExpMulCompiled, _SinExpMulExported)
-    out, _saved_exp_sin, _saved_exp, _saved_sin = function(x, y)
+    out, _saved_exp_sin, _saved_exp, _saved_sin = _apply_sin_exp_mul(x, y)
     return rounded(_low, out)

@@ -5,7 +5,7 @@
 import torch
 
 from ._inplace import plain
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -68,16 +68,7 @@ class SinMul(torch.autograd.Function):
         return saved_sin * y_dot + t0 * y, t0
 
 
-class _SinMulCompiled(SinMul):
-    """SinMul without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_SinMulExported = rule_op(
-    __name__, "sin_mul_rule", SinMul, "(Tensor x, Tensor y) -> (Tensor, Tensor)"
-)
+_apply_sin_mul = routed(SinMul, "sin_mul_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)")
 
 
 def sin_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
@@ -99,6 +90,5 @@ def sin_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("sin_mul", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(SinMul, _SinMulCompiled, _SinMulExported)
-    out, _saved_sin = function(x, y)
+    out, _saved_sin = _apply_sin_mul(x, y)
     return rounded(_low, out)

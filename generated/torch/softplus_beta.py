@@ -6,7 +6,7 @@ parameter.
 
 import torch
 
-from ._route import route, rule_op
+from ._route import routed
 from ._util import as_tensors
 
 
@@ -39,15 +39,8 @@ class SoftplusBeta(torch.autograd.Function):
         return torch.ops.aten.softplus_backward(x_dot, x, beta, 40.0)
 
 
-class _SoftplusBetaCompiled(SoftplusBeta):
-    """SoftplusBeta without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_SoftplusBetaExported = rule_op(
-    __name__, "softplus_beta_rule", SoftplusBeta, "(Tensor x, float beta) -> Tensor"
+_apply_softplus_beta = routed(
+    SoftplusBeta, "softplus_beta_rule", "(Tensor x, float beta) -> Tensor"
 )
 
 
@@ -68,5 +61,4 @@ def softplus_beta(x: torch.Tensor | float, beta=1.0) -> torch.Tensor:
     """
     (x,) = as_tensors("softplus_beta", ("x",), "f", x)
     # bfloat16 and float16 go in as they are: each body is one torch kernel, computing in float32.
-    function = route(SoftplusBeta, _SoftplusBetaCompiled, _SoftplusBetaExported)
-    return function(x, beta)
+    return _apply_softplus_beta(x, beta)

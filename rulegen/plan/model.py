@@ -162,7 +162,7 @@ class TorchPlan:
     # body is one torch kernel, which does so itself (plan.torch._opmath_bodies).
     lifted: bool = False
     route: str = ""  # what the wrapper applies (rulegen.plan.torch_route)
-    exported_op: str = ""  # the module-level line making the rule's op for torch.export; "" without one
+    routed_line: str = ""  # the module-level line binding `route` to the runtime's `routed` of the Function
     result_classes: tuple[str, ...] = ()  # the named tuples returned (see header.result_classes)
 
     @property
@@ -252,11 +252,10 @@ class SnippetPlan:
     tail: tuple[str, ...]
     class_name: str = ""
     class_attrs: tuple[str, ...] = ()
-    compiled_subclass: bool = False
     called: tuple[str, ...] = ()  # the other rules its bodies call, imported at the module's end
     requires: tuple[str, ...] = ()  # modules imported inside functions: by the bodies, or the bridge's torch
     apis: tuple[str, ...] = ()  # the framework APIs its bodies call whose age matters (rulegen.floors)
-    exported_op: str = ""  # torch: the module-level line making the rule's op for torch.export; "" without one
+    routed_line: str = ""  # torch: the module-level line binding what applies the Function; "" without one
     result_classes: tuple[str, ...] = ()  # the named tuples returned (see header.result_classes)
 
     @property

@@ -55,7 +55,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     lines = [*_lift(p, util_names), *_wrapper(p, kept, route.route)]
     host_op = host_op_functions(p, kept.values) if p.given("forward").host and _host_op_applies(p) else ()
     return _module(
-        p, lines, util_names, methods=methods, class_attrs=class_attrs, extra_bodies=host_op, exported_op=route.op
+        p, lines, util_names, methods=methods, class_attrs=class_attrs, extra_bodies=host_op, routed_line=route.op
     )
 
 
@@ -67,7 +67,7 @@ def _module(
     methods: Sequence[Function] = (),
     class_attrs: tuple[str, ...] = (),
     extra_bodies: Sequence[Function] = (),
-    exported_op: str = "",
+    routed_line: str = "",
 ) -> SnippetPlan:
     """The module: the bodies, the Function's `methods` if any, and the public function running `lines`."""
     rule = p.rule
@@ -75,7 +75,6 @@ def _module(
     arguments = array_arguments(rule, "as_tensors")
     prologue = (*doc_lines(header), *unpacked(rule), *([arguments] if arguments else []))
     params = tuple(map(str, parameters_of(rule, "torch")))
-    function = bool(methods)
     classes = result_classes(rule, "torch")
     if classes:
         p.imports.add(NAMED_TUPLE_IMPORT)
@@ -89,12 +88,11 @@ def _module(
         public=Function(rule.name, params, (*prologue, *lines), returns=returns_of(rule, "torch")),
         methods=tuple(methods),
         tail=(),
-        class_name=rule.torch_class if function else "",
+        class_name=rule.torch_class if methods else "",
         class_attrs=class_attrs,
-        compiled_subclass=function,
         requires=p.requires,
         apis=p.apis,
-        exported_op=exported_op,
+        routed_line=routed_line,
         result_classes=classes,
     )
 
@@ -386,16 +384,12 @@ def _host_vmap(p: SnippetPlanner) -> Function:
 
 
 def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[str]:
-    """The public function's body: apply the Function in the form `route` picks, residuals dropped."""
-    all_args, function = ", ".join(p.inputs), p.own["function"]
-    lines = [f"{function} = {route}"]
+    """The public function's body: apply the Function through `route` (see torch_route), residuals dropped."""
+    call = f"{route}({', '.join(p.inputs)})"
     if len(kept.values) > len(p.outputs):
         hidden = [f"_{r}" for r in kept.values[len(p.outputs) :]]
-        lines.append(f"{tuple_text([*p.outputs, *hidden])} = {function}({all_args})")
-        lines += _returned(p, tuple_text(p.outputs))
-    else:
-        lines += _returned(p, f"{function}({all_args})", spread=len(p.outputs) > 1)
-    return lines
+        return [f"{tuple_text([*p.outputs, *hidden])} = {call}", *_returned(p, tuple_text(p.outputs))]
+    return _returned(p, call, spread=len(p.outputs) > 1)
 
 
 def _float_arrays(p: SnippetPlanner) -> list[str]:

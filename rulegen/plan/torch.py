@@ -266,14 +266,14 @@ def plan_torch(d: Derivation) -> TorchPlan:
         float_arrays=float_arrays,
         lifted=lifted,
         route=route.route,
-        exported_op=route.op,
+        routed_line=route.op,
         result_classes=classes,
     )
 
 
 def _returning(t: _Torch, lifted: bool) -> tuple[str, ...]:
     """The wrapper's last lines: the Function's outputs (its residuals dropped), rounded where lifted."""
-    call = f"{own_locals(t.rule)['function']}({', '.join(i.name for i in t.rule.inputs)})"
+    call = f"{torch_route(t.rule, 0).route}({', '.join(i.name for i in t.rule.inputs)})"
     if t.residual_names:
         return public_return(t.rule, ", ".join(t.outputs), lifted=lifted, spread=False)
     return public_return(t.rule, call, lifted=lifted, spread=len(t.outputs) > 1)
