@@ -57,6 +57,9 @@ HELPER_NAMES = frozenset(
         "tanh_expm1",
         "to_host",
         "unbroadcast",
+        "unpack_fields",
+        "unpack_keys",
+        "unpack_tuple",
         "vmap_elementwise",
         "vmap_sequential",
     }
@@ -65,7 +68,6 @@ HELPER_NAMES = frozenset(
 #: Parameters, locals and methods of the generated functions and classes.
 LOCAL_NAMES = frozenset(
     {
-        "_error",  # the exception a structured argument given wrongly raised (header.unpacked)
         "backward",
         "dtypes",
         "forward",

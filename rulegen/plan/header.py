@@ -11,7 +11,7 @@ import sympy as sp
 from rulegen.derive import Derivation
 from rulegen.plan.model import Header, Param
 from rulegen.snippet import SnippetDerivation
-from rulegen.spec import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structured
+from rulegen.spec import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structured, StructureKind
 
 DOC_WIDTH = 100
 
@@ -45,6 +45,7 @@ def jax_util_imports(imports: set[str], rule: Rule) -> tuple[str, ...]:
     for line, more in _UTIL_LINES.items():
         if line in imports:
             names += more
+    names += unpack_helpers(rule)
     kept = imports - set(_UTIL_LINES)
     return tuple(sorted(kept | ({f"from ._util import {', '.join(names)}"} if names else set())))
 
@@ -118,69 +119,31 @@ def parameters_of(rule: Rule, backend: str) -> tuple[Param, ...]:
 def unpacked(rule: Rule) -> tuple[str, ...]:
     """The public function's first lines: each structured argument taken apart into the arrays the rule reads.
 
-    A structure given wrongly (a plain tuple for fields, a dict missing a
-    key or holding one more, a tuple of another length) is refused with the
-    rule's, the argument's and the fields' names, not an AttributeError or
-    KeyError from inside.  A `try` costs nothing until it raises, and a
-    dict's keys are compared with a set; under jit it all runs when tracing.
+    Through the runtime's `unpack_keys`, `unpack_fields` and `unpack_tuple`
+    (`_util.py` of each backend), which refuse a structure given wrongly (a
+    plain tuple for fields, a dict missing a key or holding one more, a tuple
+    of another length) with the rule's, the argument's and the fields' names,
+    not an AttributeError or KeyError from inside.  Under jit they run when
+    tracing, at no cost to the computation.
     """
     lines: list[str] = []
     for p in rule.parameters:
         if isinstance(p, Structured):
-            lines += _taken_apart(rule.name, p)
+            leaves = [i.name for i in p.leaves]
+            targets = f"{leaves[0]}," if len(leaves) == 1 else ", ".join(leaves)
+            names = [i.dict_key for i in p.leaves] if p.kind == "keys" else leaves
+            listed = f"({', '.join(map(repr, names))}{',' if len(names) == 1 else ''})"
+            lines.append(f"{targets} = {_UNPACKERS[p.kind]}({rule.name!r}, {p.name!r}, {p.name}, {listed})")
     return tuple(lines)
 
 
-def _taken_apart(rule_name: str, p: Structured) -> list[str]:
-    """The lines taking structured argument `p` apart, refusing it where it has another structure.
-
-    The messages' fixed text is printed as string literals (a key may hold
-    quotes or braces); only the exception caught is formatted in.
-    """
-    leaves = [i.name for i in p.leaves]
-    where = f"{rule_name}: argument {p.name} must"
-    if p.kind == "keys":
-        keys = ", ".join(repr(i.dict_key) for i in p.leaves)
-        expected = _literal_lines(f"{where} be a dict with exactly the keys {keys}")
-        return [
-            "try:",
-            f"    {', '.join(leaves)} = {', '.join(f'{p.name}[{i.dict_key!r}]' for i in p.leaves)}",
-            "except (KeyError, TypeError) as _error:",
-            "    raise ValueError(",
-            *expected,
-            '        f": {_error!r}"',
-            "    ) from None",
-            f"if {p.name}.keys() != {{{keys}}}:",
-            "    raise ValueError(",
-            *expected,
-            f'        f", not {{[*{p.name}]}}"',
-            "    )",
-        ]
-    if p.kind == "fields":
-        expected = _literal_lines(
-            f"{where} have the fields {', '.join(leaves)} (a named tuple or any object with them)"
-        )
-        taken = f"{', '.join(leaves)} = {', '.join(f'{p.name}.{name}' for name in leaves)}"
-        caught = "AttributeError"
-    else:
-        expected = _literal_lines(f"{where} be a tuple of {len(leaves)}: ({', '.join(leaves)})")
-        taken = f"({leaves[0]},) = {p.name}" if len(leaves) == 1 else f"{', '.join(leaves)} = {p.name}"
-        caught = "(TypeError, ValueError)"
-    return [
-        "try:",
-        f"    {taken}",
-        f"except {caught} as _error:",
-        "    raise TypeError(",
-        *expected,
-        '        f": {_error}"',
-        "    ) from None",
-    ]
+def unpack_helpers(rule: Rule) -> tuple[str, ...]:
+    """The runtime helpers `unpacked` calls for `rule`, sorted."""
+    return tuple(sorted({_UNPACKERS[p.kind] for p in rule.parameters if isinstance(p, Structured)}))
 
 
-def _literal_lines(text: str) -> list[str]:
-    """`text` as string literals, one a line, each short enough for 100 columns when concatenated."""
-    parts = textwrap.wrap(text, 70, drop_whitespace=False, break_long_words=False, break_on_hyphens=False)
-    return [f"        {part!r}" for part in parts]
+#: The runtime helper taking a structured argument apart, by the structure's kind.
+_UNPACKERS: dict[StructureKind, str] = {"keys": "unpack_keys", "fields": "unpack_fields", "items": "unpack_tuple"}
 
 
 def public_return(rule: Rule, value: str, *, lifted: bool, spread: bool) -> tuple[str, ...]:

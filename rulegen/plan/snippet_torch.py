@@ -17,6 +17,7 @@ from rulegen.plan.header import (
     result_classes,
     returns_of,
     torch_util_imports,
+    unpack_helpers,
     unpacked,
 )
 from rulegen.plan.model import Function, SnippetPlan
@@ -31,6 +32,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     p = SnippetPlanner(d, "torch")
     p.imports.add("import torch")
     util_names = ["as_tensors"] if array_arguments(d.rule, "as_tensors") else []
+    util_names += unpack_helpers(d.rule)
     if d.jvp is None and d.vjp is None:
         # Nothing custom: torch differentiates the body as it is.
         forward = p.given("forward")

@@ -30,6 +30,7 @@ from rulegen.plan.header import (
     result_classes,
     returns_of,
     stability_notes,
+    unpack_helpers,
     unpacked,
 )
 from rulegen.plan.model import Reads, Result, TorchPlan, Wrap
@@ -215,7 +216,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
     float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
     lifted = bool(float_arrays) and not _opmath_bodies(t, emit, forward_results, backward.hot, jvp_results)
     if any(not i.static for i in rule.inputs):
-        emit.imports.add(f"{TENSORS_IMPORT}, in_float32, rounded" if lifted else TENSORS_IMPORT)
+        helpers = ("in_float32", "rounded") if lifted else ()
+        emit.imports.add(", ".join((TENSORS_IMPORT, *helpers, *unpack_helpers(rule))))
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
     route = torch_route(rule, len(values_out))
