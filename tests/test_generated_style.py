@@ -95,3 +95,12 @@ def test_generated_torch_modules_are_as_lean_as_hand_written_ones():
     over = {name: counts[name] for name, most in _TORCH_CODE_LINES.items() if counts[name] > most}
     assert not over, f"code lines over {_TORCH_CODE_LINES}: {over}"
     assert sum(counts.values()) <= _TORCH_CODE_LINES_IN_ALL
+
+
+def test_each_backends_help_speaks_of_that_backend():
+    from generated.jax import fixed_point as jax_fixed_point
+    from generated.torch import fixed_point as torch_fixed_point
+
+    assert "JAX recompiles" in jax_fixed_point.__doc__
+    assert "JAX" not in torch_fixed_point.__doc__
+    assert "f: static" in torch_fixed_point.__doc__

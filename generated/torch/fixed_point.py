@@ -75,7 +75,7 @@ def fixed_point(f, a: torch.Tensor | float, x_guess: torch.Tensor | float) -> to
     Forward and derivatives: Python bodies (forward, vjp) in the rule file.
 
     Inputs:
-        f: static (a hashable Python value; JAX recompiles for each)
+        f: static (a Python value, passed to the Function as it is, never differentiated)
         a: float array; checked on [-3, 3]
         x_guess: float array, not differentiated; checked on [-3, 3]
 

@@ -275,9 +275,16 @@ def _formula(expr: sp.Expr) -> str:
     return text if len(text) <= FORMULA_CHARS else text[: FORMULA_CHARS - 3] + "..."
 
 
-def _input_line(i: Input) -> str:
+#: What a static input is, by backend: JAX traces a function once per static value, torch runs it as given.
+_STATIC_KINDS = {
+    "jax": "static (a hashable Python value; JAX recompiles for each)",
+    "torch": "static (a Python value, passed to the Function as it is, never differentiated)",
+}
+
+
+def _input_line(i: Input, backend: str) -> str:
     if i.static:
-        kind = "static (a hashable Python value; JAX recompiles for each)"
+        kind = _STATIC_KINDS[backend]
     else:
         kind = f"{i.dtype} array" + ("" if i.differentiable else ", not differentiated")
     default = f", default {python_literal(i.default)}" if i.has_default else ""
@@ -320,8 +327,8 @@ def stability_notes(d: Derivation) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def help_text(d: Derivation | SnippetDerivation) -> str:
-    """What `help()` of a generated function says: the rule's doc, its formulas, its inputs, its source."""
+def help_text(d: Derivation | SnippetDerivation, backend: str) -> str:
+    """What `help()` of a `backend` function says: the rule's doc, its formulas, its inputs, its source."""
     rule = d.rule
     parts = [rule.doc.strip() or f"{rule.name}({', '.join(i.name for i in rule.inputs)}): a rulegen rule."]
     if isinstance(d, Derivation):
@@ -338,7 +345,7 @@ def help_text(d: Derivation | SnippetDerivation) -> str:
     else:
         bodies = [k for k in ("forward", "jvp", "vjp") if getattr(rule, k) is not None]
         parts.append(f"Forward and derivatives: Python bodies ({', '.join(bodies)}) in the rule file.")
-    parts.append("Inputs:\n" + "\n".join(_input_line(i) for i in rule.inputs))
+    parts.append("Inputs:\n" + "\n".join(_input_line(i, backend) for i in rule.inputs))
     assumed = [i for i in rule.inputs if i.assume]
     if assumed:
         parts.append(_assumptions_paragraph(assumed))
@@ -351,7 +358,7 @@ def help_text(d: Derivation | SnippetDerivation) -> str:
     return "\n\n".join(parts)
 
 
-def header_of(d: Derivation | SnippetDerivation) -> Header:
+def header_of(d: Derivation | SnippetDerivation, backend: str) -> Header:
     rule = d.rule
     # The source path lands in a comment: no line break may end it early.
     source = rule.source.encode("unicode_escape").decode("ascii")
@@ -361,7 +368,7 @@ def header_of(d: Derivation | SnippetDerivation) -> Header:
         source=source,
         source_hash=rule.source_hash,
         module_doc=_docstring(summary, 0),
-        doc=_docstring(help_text(d), 4),
+        doc=_docstring(help_text(d, backend), 4),
         # Each object its own docstring: the rule's doc is the module's and the function's already.
         class_doc=_docstring(f"The torch.autograd.Function behind `{rule.name}`, which applies it.", 4),
     )

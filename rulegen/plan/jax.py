@@ -69,7 +69,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
     if classes:
         imports.add(NAMED_TUPLE_IMPORT)
     return JaxPlan(
-        header=header_of(d),
+        header=header_of(d, "jax"),
         name=rule.name,
         own=own_locals(rule),
         params=parameters_of(rule, "jax"),

@@ -73,7 +73,7 @@ def _module(
 ) -> SnippetPlan:
     """The module: the bodies, the Function's `methods` if any, and the public function running `lines`."""
     rule = p.rule
-    header = header_of(p.d)
+    header = header_of(p.d, "torch")
     arguments = array_arguments(rule, "as_tensors")
     prologue = (*doc_lines(header), *unpacked(rule), *([arguments] if arguments else []))
     params = tuple(map(str, parameters_of(rule, "torch")))

@@ -227,7 +227,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         emit.imports.add(NAMED_TUPLE_IMPORT)
     return TorchPlan(
         # The docstring shows silu's derivative as sympy derived it, not by an internal function's name.
-        header=header_of(stable),
+        header=header_of(stable, "torch"),
         name=rule.name,
         class_name=rule.torch_class,
         own=own_locals(rule),
