@@ -6,7 +6,7 @@ import torch
 
 from ._inplace import plain
 from ._route import routed
-from ._util import as_tensors
+from ._util import as_tensors, shaped_like
 
 
 class CMobius(torch.autograd.Function):
@@ -67,15 +67,11 @@ class CMobius(torch.autograd.Function):
         t0 = torch.conj_physical(saved_value)
         t1 = t0**2
         return (
-            (
-                out_bar * t1 * (2 * torch.conj_physical(a) + 1j)
-                - saved_value_bar * t1
-                + torch.zeros_like(z)
-            ).sum_to_size(z.shape)
+            shaped_like(out_bar * t1 * (2 * torch.conj_physical(a) + 1j) - saved_value_bar * t1, z)
             if ctx.needs_input_grad[0]
             else None
         ), (
-            (out_bar * t0 * torch.conj_physical(z) + torch.zeros_like(a)).sum_to_size(a.shape)
+            shaped_like(out_bar * t0 * torch.conj_physical(z), a)
             if ctx.needs_input_grad[1]
             else None
         )

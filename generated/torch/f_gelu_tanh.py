@@ -8,7 +8,7 @@ import torch
 
 from ._inplace import plain
 from ._route import routed
-from ._util import as_tensors, in_float32, rounded
+from ._util import as_tensors, in_float32, rounded, shaped_like
 
 
 class FGeluTanh(torch.autograd.Function):
@@ -60,7 +60,7 @@ class FGeluTanh(torch.autograd.Function):
         saved_tanh_bar = 0.0 if saved_tanh_bar is None else saved_tanh_bar
         t0 = math.sqrt(2 / math.pi) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
         x_bar = out_bar * (saved_tanh / 2 + t0 * x / 2 + 1 / 2) + saved_tanh_bar * t0
-        return x_bar + torch.zeros_like(x)
+        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):

@@ -6,7 +6,7 @@ import torch
 
 from ._inplace import plain
 from ._route import routed
-from ._util import as_tensors, in_float32, rounded
+from ._util import as_tensors, in_float32, rounded, shaped_like
 
 
 class FMish(torch.autograd.Function):
@@ -49,7 +49,7 @@ class FMish(torch.autograd.Function):
         x_bar = out_bar * (
             saved_tanh + t0 * torch.nn.functional.silu(x)
         ) + saved_tanh_bar * torch.ops.aten.softplus_backward(t0, x, 1.0, 40.0)
-        return x_bar + torch.zeros_like(x)
+        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):

@@ -8,7 +8,7 @@ import torch
 
 from ._inplace import plain
 from ._route import routed
-from ._util import as_tensors, in_float32, rounded
+from ._util import as_tensors, in_float32, rounded, shaped_like
 
 
 class Gelu(torch.autograd.Function):
@@ -53,7 +53,7 @@ class Gelu(torch.autograd.Function):
         saved_one_plus_erf_bar = 0.0 if saved_one_plus_erf_bar is None else saved_one_plus_erf_bar
         t0 = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
         x_bar = out_bar * (saved_one_plus_erf + t0 * x) + saved_one_plus_erf_bar * t0
-        return x_bar + torch.zeros_like(x)
+        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):

@@ -8,7 +8,7 @@ import torch
 
 from ._inplace import plain
 from ._route import routed
-from ._util import as_tensors, in_float32, rounded, unpack_fields
+from ._util import as_tensors, broadcast, in_float32, rounded, unpack_fields
 
 
 class PointJvp(torch.autograd.Function):
@@ -18,25 +18,19 @@ class PointJvp(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
-        return (
-            (x**2)
-            + torch.zeros(torch.broadcast_shapes(x.shape, y.shape), dtype=x.dtype, device=x.device),
-            (torch.sin(x))
-            + torch.zeros(torch.broadcast_shapes(x.shape, y.shape), dtype=x.dtype, device=x.device),
-            (torch.cos(y))
-            + torch.zeros(torch.broadcast_shapes(x.shape, y.shape), dtype=x.dtype, device=x.device),
-        )
+        return broadcast(x**2, x, y), broadcast(torch.sin(x), x, y), broadcast(torch.cos(y), x, y)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        a, b0, b1 = output
-        ctx.save_for_backward(x, y, a, b0, b1)
-        ctx.save_for_forward(x, y, a, b0, b1)
+        a, _, _ = output
+        ctx.save_for_backward(x, y)
+        ctx.save_for_forward(x, y)
+        ctx.a_shape = a.shape
 
     @staticmethod
     def backward(ctx, a_bar, b0_bar, b1_bar):
-        x, y, _, _, _ = ctx.saved_tensors
+        x, y = ctx.saved_tensors
         if (
             plain(x, y, a_bar, b0_bar, b1_bar)
             and ctx.needs_input_grad[0]
@@ -55,11 +49,11 @@ class PointJvp(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, a, b0, b1 = ctx.saved_tensors
+        x, y = ctx.saved_tensors
         return (
-            torch.broadcast_to(2 * x * x_dot, a.shape),
-            torch.broadcast_to(x_dot * torch.cos(x), b0.shape),
-            torch.broadcast_to(-y_dot * torch.sin(y), b1.shape),
+            torch.broadcast_to(2 * x * x_dot, ctx.a_shape),
+            torch.broadcast_to(x_dot * torch.cos(x), ctx.a_shape),
+            torch.broadcast_to(-y_dot * torch.sin(y), ctx.a_shape),
         )
 
 

@@ -10,7 +10,7 @@ import torch
 
 from ._inplace import plain
 from ._route import routed
-from ._util import as_tensors, in_float32, rounded
+from ._util import as_tensors, in_float32, rounded, shaped_like
 
 
 class ScaledTanh(torch.autograd.Function):
@@ -56,8 +56,8 @@ class ScaledTanh(torch.autograd.Function):
         out_bar = 0.0 if out_bar is None else out_bar
         saved_tanh_bar = 0.0 if saved_tanh_bar is None else saved_tanh_bar
         t0 = (1 - saved_tanh**2) * math.exp(log_scale)
-        return out_bar * t0 / math.sqrt(log_scale**2 + 1) + saved_tanh_bar * t0 + torch.zeros_like(
-            x
+        return shaped_like(
+            out_bar * t0 / math.sqrt(log_scale**2 + 1) + saved_tanh_bar * t0, x
         ), None
 
     @staticmethod

@@ -6,7 +6,7 @@ import torch
 
 from ._inplace import plain
 from ._route import routed
-from ._util import as_tensors, in_float32, rounded
+from ._util import as_tensors, in_float32, rounded, shaped_like
 
 
 class SinMul(torch.autograd.Function):
@@ -50,14 +50,10 @@ class SinMul(torch.autograd.Function):
         saved_sin_bar = 0.0 if saved_sin_bar is None else saved_sin_bar
         t0 = torch.cos(x)
         return (
-            (out_bar * t0 * y + saved_sin_bar * t0 + torch.zeros_like(x)).sum_to_size(x.shape)
+            shaped_like(out_bar * t0 * y + saved_sin_bar * t0, x)
             if ctx.needs_input_grad[0]
             else None
-        ), (
-            (out_bar * saved_sin + torch.zeros_like(y)).sum_to_size(y.shape)
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        ), (shaped_like(out_bar * saved_sin, y) if ctx.needs_input_grad[1] else None)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

@@ -216,10 +216,13 @@ def plan_torch(d: Derivation) -> TorchPlan:
     float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
     lifted = bool(float_arrays) and not _opmath_bodies(t, emit, forward_results, backward.hot, jvp_results)
     if any(not i.static for i in rule.inputs):
-        helpers = ("in_float32", "rounded") if lifted else ()
-        emit.imports.add(", ".join((TENSORS_IMPORT, *helpers, *unpack_helpers(rule))))
+        wrapped = [*forward_results, *backward.full, *backward.first_order, *jvp_results]
+        helpers = {*(("in_float32", "rounded") if lifted else ()), *unpack_helpers(rule)}
+        helpers |= set().union(*(r.wrap.helpers for r in wrapped))
+        emit.imports.add(", ".join((TENSORS_IMPORT, *sorted(helpers))))
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
+    shape_kept = t.outputs[0] if _tangents_broadcast(t) else ""
     route = torch_route(rule, len(values_out))
     emit.imports |= set(route.imports)
     classes = result_classes(rule, "torch")
@@ -260,7 +263,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         jvp_reads=_reads(saved, statics_used, jvp.reads | set(t.absent_tangents)),
         imports=tuple(sorted(emit.imports)),
         setup_inputs=_targets(tuple(i.name for i in rule.inputs), {*saved, *statics_used}, tuple_of_one=True),
-        setup_outputs=_targets(values_out, {*saved, *non_diff}, tuple_of_one=False),
+        setup_outputs=_targets(values_out, {*saved, *non_diff, shape_kept}, tuple_of_one=False),
+        shape_kept=shape_kept,
         wrapper_targets=", ".join(n if n in t.outputs else f"_{n}" for n in values_out),
         tensor_arguments=array_arguments(rule, "as_tensors"),
         forward_notes=stability_notes(t.d),
@@ -315,12 +319,8 @@ def _forward_results(t: _Torch) -> tuple[list[Result], set[str]]:
     """The forward's outputs and residuals, and the outputs that are an input as it is (returned as views)."""
     d, arrays = t.d, t.arrays
     values = [*d.forward, *((n, with_outputs(d, e)) for n, e in t.residuals)]
-    if len(arrays) > 1:
-        shape = f"torch.broadcast_shapes({', '.join(f'{a}.shape' for a in arrays)})"
-        zeros = f"torch.zeros({shape}, dtype={arrays[0]}.dtype, device={arrays[0]}.device)"
-    else:
-        zeros = f"torch.zeros_like({arrays[0]})" if arrays else ""
-    wraps = broadcast_outputs(d, Wrap(f"({{}}) + {zeros}", frozenset(arrays))) if arrays else {}
+    broadcast = Wrap(f"broadcast({{}}, {', '.join(arrays)})", frozenset(arrays), frozenset({"broadcast"}))
+    wraps = broadcast_outputs(d, broadcast) if arrays else {}
     # An input returned as it is must be a view: torch refuses to save it otherwise.  A view's
     # tangent must be a view of the input's tangent, so where the rule's derivative is not 1
     # (a clipped gradient) the output is a copy instead.
@@ -357,8 +357,7 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
             found.append(Result(f"{i.name}_bar", code="None"))
         elif with_residuals and t.residual_names:
             # Absent cotangents read as 0.0: the sum may be a number, a tensor, or one broadcast beyond the input.
-            summed = f"({{}} + torch.zeros_like({i.name})).sum_to_size({i.name}.shape)"
-            wrap = Wrap(summed if broadcastable else f"{{}} + torch.zeros_like({i.name})", reads)
+            wrap = Wrap(f"shaped_like({{}}, {i.name})", reads, frozenset({"shaped_like"}))
             found.append(Result(f"{i.name}_bar", expr, wrap=wrap, guard=guard))
         elif broadcastable:
             wrap = Wrap(f"{{}}.sum_to_size({i.name}.shape)", reads)
@@ -398,6 +397,15 @@ def _first_order_test(t: _Torch) -> str:
     return " and ".join(present + absent)
 
 
+def _tangents_broadcast(t: _Torch) -> bool:
+    """Whether an output's tangent lacks the outputs' shape (see `_jvp_results`), which jvp then broadcasts to."""
+    return any(
+        needs_broadcast(t.d, linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, "_dot"))
+        for o in t.rule.outputs
+        if o.differentiable and linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, "_dot") != 0
+    )
+
+
 def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
     """One tangent per output, then per residual.
 
@@ -414,8 +422,9 @@ def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
         elif expr == 0:
             results.append(Result(f"{o.name}_dot", code=f"torch.zeros_like({o.name})", reads=reads))
         elif needs_broadcast(t.d, expr):
-            wrap = Wrap(f"torch.broadcast_to({{}}, {o.name}.shape)", reads)
-            results.append(Result(f"{o.name}_dot", expr, wrap=wrap))
+            # To the shape setup_context keeps (`shape_kept`): a saved output would stay in memory for it.
+            shape = f"{torch_context(t.rule)}.{t.outputs[0]}_shape"
+            results.append(Result(f"{o.name}_dot", expr, wrap=Wrap(f"torch.broadcast_to({{}}, {shape})")))
         elif o.name in aliases:
             # The output is a view of an input, so its tangent is a view of that input's.
             wrap = Wrap(f"{{}}.view_as({expr})", frozenset(s.name for s in expr.free_symbols))
