@@ -54,6 +54,7 @@ HELPER_NAMES = frozenset(
         "residual_dtypes",
         "route",
         "rule_op",
+        "save_for_derivatives",
         "shaped_like",
         "silu_backward",
         "tanh_expm1",
@@ -64,6 +65,7 @@ HELPER_NAMES = frozenset(
         "unpack_tuple",
         "vmap_elementwise",
         "vmap_sequential",
+        "zero_if_absent",
     }
 )
 

@@ -6,8 +6,7 @@ are no Python names).
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded, unpack_keys
 
 
@@ -27,8 +26,7 @@ class AffineState(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, w, b = inputs
-        ctx.save_for_backward(x, w, b)
-        ctx.save_for_forward(x, w, b)
+        save_for_derivatives(ctx, x, w, b)
 
     @staticmethod
     def backward(ctx, out_bar):

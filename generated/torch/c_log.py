@@ -6,7 +6,7 @@ from the samples).
 
 import torch
 
-from ._route import routed
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors
 
 
@@ -22,8 +22,7 @@ class CLog(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (z,) = inputs
-        ctx.save_for_backward(z)
-        ctx.save_for_forward(z)
+        save_for_derivatives(ctx, z)
 
     @staticmethod
     def backward(ctx, out_bar):

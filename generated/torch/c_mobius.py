@@ -4,9 +4,8 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
-from ._util import as_tensors, shaped_like
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._util import as_tensors
 
 
 class CMobius(torch.autograd.Function):
@@ -30,8 +29,7 @@ class CMobius(torch.autograd.Function):
         z, a = inputs
         _, saved_value = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(z, a, saved_value)
-        ctx.save_for_forward(z, a, saved_value)
+        save_for_derivatives(ctx, z, a, saved_value)
 
     @staticmethod
     def backward(ctx, out_bar, saved_value_bar):
@@ -62,8 +60,7 @@ class CMobius(torch.autograd.Function):
                 else None
             )
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved_value_bar = 0.0 if saved_value_bar is None else saved_value_bar
+        out_bar, saved_value_bar = zero_if_absent(out_bar, saved_value_bar)
         t0 = torch.conj_physical(saved_value)
         t1 = t0**2
         return (

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors
 
 
@@ -21,8 +20,7 @@ class CSin(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (z,) = inputs
-        ctx.save_for_backward(z)
-        ctx.save_for_forward(z)
+        save_for_derivatives(ctx, z)
 
     @staticmethod
     def backward(ctx, out_bar):

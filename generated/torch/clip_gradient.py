@@ -5,7 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
-from ._route import routed
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +21,7 @@ class ClipGradient(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         lo, hi, x = inputs
-        ctx.save_for_backward(lo, hi)
-        ctx.save_for_forward(lo, hi)
+        save_for_derivatives(ctx, lo, hi)
         ctx.x_shape = x.shape
 
     @staticmethod

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +20,7 @@ class FAcosh(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):

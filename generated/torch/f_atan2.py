@@ -4,7 +4,7 @@
 
 import torch
 
-from ._route import routed
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -20,8 +20,7 @@ class FAtan2(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         y, x = inputs
-        ctx.save_for_backward(y, x)
-        ctx.save_for_forward(y, x)
+        save_for_derivatives(ctx, y, x)
 
     @staticmethod
     def backward(ctx, out_bar):

@@ -6,9 +6,8 @@ import math
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
-from ._util import as_tensors, in_float32, rounded, shaped_like
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._util import as_tensors, in_float32, rounded
 
 
 class FGeluTanh(torch.autograd.Function):
@@ -32,8 +31,7 @@ class FGeluTanh(torch.autograd.Function):
         (x,) = inputs
         _, saved_tanh = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved_tanh)
-        ctx.save_for_forward(x, saved_tanh)
+        save_for_derivatives(ctx, x, saved_tanh)
 
     @staticmethod
     def backward(ctx, out_bar, saved_tanh_bar):
@@ -56,8 +54,7 @@ class FGeluTanh(torch.autograd.Function):
             )
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved_tanh_bar = 0.0 if saved_tanh_bar is None else saved_tanh_bar
+        out_bar, saved_tanh_bar = zero_if_absent(out_bar, saved_tanh_bar)
         t0 = math.sqrt(2 / math.pi) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
         x_bar = out_bar * (saved_tanh / 2 + t0 * x / 2 + 1 / 2) + saved_tanh_bar * t0
         return shaped_like(x_bar, x)

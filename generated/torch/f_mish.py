@@ -4,9 +4,8 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
-from ._util import as_tensors, in_float32, rounded, shaped_like
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._util import as_tensors, in_float32, rounded
 
 
 class FMish(torch.autograd.Function):
@@ -29,8 +28,7 @@ class FMish(torch.autograd.Function):
         (x,) = inputs
         _, saved_tanh = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved_tanh)
-        ctx.save_for_forward(x, saved_tanh)
+        save_for_derivatives(ctx, x, saved_tanh)
 
     @staticmethod
     def backward(ctx, out_bar, saved_tanh_bar):
@@ -43,8 +41,7 @@ class FMish(torch.autograd.Function):
             x_bar = out_bar * (saved_tanh + (1 - saved_tanh**2) * torch.nn.functional.silu(x))
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved_tanh_bar = 0.0 if saved_tanh_bar is None else saved_tanh_bar
+        out_bar, saved_tanh_bar = zero_if_absent(out_bar, saved_tanh_bar)
         t0 = 1 - saved_tanh**2
         x_bar = out_bar * (
             saved_tanh + t0 * torch.nn.functional.silu(x)

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -22,8 +21,7 @@ class FPow(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         x, y = inputs
         out = output
-        ctx.save_for_backward(x, y, out)
-        ctx.save_for_forward(x, y, out)
+        save_for_derivatives(ctx, x, y, out)
 
     @staticmethod
     def backward(ctx, out_bar):

@@ -4,8 +4,8 @@
 
 import torch
 
+from ._function import routed, save_for_derivatives
 from ._native import silu_backward
-from ._route import routed
 from ._util import as_tensors
 
 
@@ -21,8 +21,7 @@ class FSwish(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):

@@ -6,7 +6,7 @@ function theorem instead of differentiating through the loop.
 
 import torch
 
-from ._route import routed
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -39,8 +39,7 @@ class FixedPoint(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         f, a, _ = inputs
         x_star = output
-        ctx.save_for_backward(a, x_star)
-        ctx.save_for_forward(a, x_star)
+        save_for_derivatives(ctx, a, x_star)
         ctx.f = f
         ctx.a_shape = a.shape
 

@@ -9,7 +9,7 @@ import math
 import array_api_compat.torch as xp
 import torch
 
-from ._route import routed
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, fresh_outputs, in_float32, rounded, unpack_keys
 
 
@@ -37,8 +37,7 @@ class GaussianLogpdf(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         x, mu, sigma = inputs
         out = output
-        ctx.save_for_backward(x, mu, sigma, out)
-        ctx.save_for_forward(x, mu, sigma, out)
+        save_for_derivatives(ctx, x, mu, sigma, out)
         ctx.x_shape = x.shape
         ctx.mu_shape = mu.shape
         ctx.sigma_shape = sigma.shape

@@ -6,9 +6,8 @@ import math
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
-from ._util import as_tensors, in_float32, rounded, shaped_like
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._util import as_tensors, in_float32, rounded
 
 
 class Gelu(torch.autograd.Function):
@@ -31,8 +30,7 @@ class Gelu(torch.autograd.Function):
         (x,) = inputs
         _, saved_one_plus_erf = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved_one_plus_erf)
-        ctx.save_for_forward(x, saved_one_plus_erf)
+        save_for_derivatives(ctx, x, saved_one_plus_erf)
 
     @staticmethod
     def backward(ctx, out_bar, saved_one_plus_erf_bar):
@@ -49,8 +47,7 @@ class Gelu(torch.autograd.Function):
             )
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved_one_plus_erf_bar = 0.0 if saved_one_plus_erf_bar is None else saved_one_plus_erf_bar
+        out_bar, saved_one_plus_erf_bar = zero_if_absent(out_bar, saved_one_plus_erf_bar)
         t0 = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
         x_bar = out_bar * (saved_one_plus_erf + t0 * x) + saved_one_plus_erf_bar * t0
         return shaped_like(x_bar, x)

@@ -8,8 +8,8 @@ import array_api_compat.torch as xp
 import numpy as np
 import torch
 
+from ._function import routed, save_for_derivatives
 from ._host import broadcast_tangents, output_from_host, to_host, vmap_elementwise
-from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -42,8 +42,7 @@ class HostMulSinJvp(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        save_for_derivatives(ctx, x, y)
         ctx.p_shape = torch.broadcast_shapes(x.shape, y.shape)
 
     @staticmethod

@@ -8,8 +8,8 @@ import array_api_compat.torch as xp
 import numpy as np
 import torch
 
+from ._function import routed, save_for_derivatives
 from ._host import output_from_host, to_host, vmap_elementwise
-from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -43,8 +43,7 @@ class HostMulSinVjp(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         x, y = inputs
         p, s = output
-        ctx.save_for_backward(x, y, p, s)
-        ctx.save_for_forward(x, y, p, s)
+        save_for_derivatives(ctx, x, y, p, s)
         ctx.x_shape = x.shape
         ctx.y_shape = y.shape
         ctx.p_shape = torch.broadcast_shapes(x.shape, y.shape)

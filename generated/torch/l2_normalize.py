@@ -5,7 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
-from ._route import routed
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -22,8 +22,7 @@ class L2Normalize(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         (x,) = inputs
         out = output
-        ctx.save_for_backward(x, out)
-        ctx.save_for_forward(x, out)
+        save_for_derivatives(ctx, x, out)
 
     @staticmethod
     def backward(ctx, out_bar):

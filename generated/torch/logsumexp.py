@@ -7,7 +7,7 @@ hand.
 import array_api_compat.torch as xp
 import torch
 
-from ._route import routed
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -31,8 +31,7 @@ class Logsumexp(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         (x,) = inputs
         out = output
-        ctx.save_for_backward(x, out)
-        ctx.save_for_forward(x, out)
+        save_for_derivatives(ctx, x, out)
 
     @staticmethod
     def backward(ctx, out_bar):

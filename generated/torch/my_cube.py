@@ -4,9 +4,8 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
-from ._util import as_tensors, in_float32, rounded, shaped_like
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._util import as_tensors, in_float32, rounded
 
 
 class MyCube(torch.autograd.Function):
@@ -28,8 +27,7 @@ class MyCube(torch.autograd.Function):
         (x,) = inputs
         _, dx = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, dx)
-        ctx.save_for_forward(x, dx)
+        save_for_derivatives(ctx, x, dx)
 
     @staticmethod
     def backward(ctx, out_bar, dx_bar):
@@ -37,8 +35,7 @@ class MyCube(torch.autograd.Function):
         if out_bar is not None and dx_bar is None:
             return dx * out_bar
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        dx_bar = 0.0 if dx_bar is None else dx_bar
+        out_bar, dx_bar = zero_if_absent(out_bar, dx_bar)
         return shaped_like(dx * out_bar + 6 * dx_bar * x, x)
 
     @staticmethod

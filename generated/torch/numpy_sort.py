@@ -5,8 +5,8 @@
 import numpy as np
 import torch
 
+from ._function import routed, save_for_derivatives
 from ._host import from_host, output_from_host, residual_dtypes, to_host, vmap_sequential
-from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -48,8 +48,7 @@ class NumpySort(torch.autograd.Function):
         _, dim = inputs
         _, ind, ind_inv = output
         ctx.mark_non_differentiable(ind, ind_inv)
-        ctx.save_for_backward(ind, ind_inv)
-        ctx.save_for_forward(ind, ind_inv)
+        save_for_derivatives(ctx, ind, ind_inv)
         ctx.dim = dim
 
     @staticmethod

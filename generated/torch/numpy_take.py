@@ -7,8 +7,8 @@ VJP.
 import numpy as np
 import torch
 
+from ._function import routed, save_for_derivatives
 from ._host import output_from_host, to_host, vmap_sequential
-from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -41,8 +41,7 @@ class NumpyTake(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, ind, ind_inv, dim = inputs
-        ctx.save_for_backward(ind, ind_inv)
-        ctx.save_for_forward(ind, ind_inv)
+        save_for_derivatives(ctx, ind, ind_inv)
         ctx.dim = dim
         ctx.x_shape = x.shape
 

@@ -6,9 +6,8 @@ tuple out.
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
-from ._util import as_tensors, broadcast, in_float32, rounded, unpack_fields
+from ._function import broadcast, plain, routed, save_for_derivatives
+from ._util import as_tensors, in_float32, rounded, unpack_fields
 
 
 class PointJvp(torch.autograd.Function):
@@ -24,8 +23,7 @@ class PointJvp(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         x, y = inputs
         a, _, _ = output
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        save_for_derivatives(ctx, x, y)
         ctx.a_shape = a.shape
 
     @staticmethod

@@ -8,9 +8,8 @@ import math
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
-from ._util import as_tensors, in_float32, rounded, shaped_like
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._util import as_tensors, in_float32, rounded
 
 
 class ScaledTanh(torch.autograd.Function):
@@ -33,8 +32,7 @@ class ScaledTanh(torch.autograd.Function):
         x, log_scale = inputs
         _, saved_tanh = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved_tanh)
-        ctx.save_for_forward(x, saved_tanh)
+        save_for_derivatives(ctx, x, saved_tanh)
         ctx.log_scale = log_scale
 
     @staticmethod
@@ -53,8 +51,7 @@ class ScaledTanh(torch.autograd.Function):
             )
             return x_bar, None
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved_tanh_bar = 0.0 if saved_tanh_bar is None else saved_tanh_bar
+        out_bar, saved_tanh_bar = zero_if_absent(out_bar, saved_tanh_bar)
         t0 = (1 - saved_tanh**2) * math.exp(log_scale)
         return shaped_like(
             out_bar * t0 / math.sqrt(log_scale**2 + 1) + saved_tanh_bar * t0, x

@@ -7,8 +7,8 @@ import math
 import scipy
 import torch
 
+from ._function import routed, save_for_derivatives
 from ._host import output_from_host, to_host, vmap_elementwise
-from ._route import routed
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -38,8 +38,7 @@ class ScipyErfcx(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         (x,) = inputs
         out = output
-        ctx.save_for_backward(x, out)
-        ctx.save_for_forward(x, out)
+        save_for_derivatives(ctx, x, out)
 
     @staticmethod
     def backward(ctx, out_bar):

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -23,8 +22,7 @@ class SigmoidOut(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         out = output
-        ctx.save_for_backward(out)
-        ctx.save_for_forward(out)
+        save_for_derivatives(ctx, out)
 
     @staticmethod
     def backward(ctx, out_bar):

@@ -4,9 +4,8 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
-from ._util import as_tensors, in_float32, rounded, shaped_like
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._util import as_tensors, in_float32, rounded
 
 
 class SinMul(torch.autograd.Function):
@@ -24,8 +23,7 @@ class SinMul(torch.autograd.Function):
         x, y = inputs
         _, saved_sin = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, y, saved_sin)
-        ctx.save_for_forward(x, y, saved_sin)
+        save_for_derivatives(ctx, x, y, saved_sin)
 
     @staticmethod
     def backward(ctx, out_bar, saved_sin_bar):
@@ -46,8 +44,7 @@ class SinMul(torch.autograd.Function):
                 else None
             ), ((out_bar * saved_sin).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved_sin_bar = 0.0 if saved_sin_bar is None else saved_sin_bar
+        out_bar, saved_sin_bar = zero_if_absent(out_bar, saved_sin_bar)
         t0 = torch.cos(x)
         return (
             shaped_like(out_bar * t0 * y + saved_sin_bar * t0, x)

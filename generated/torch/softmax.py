@@ -5,7 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
-from ._route import routed
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -26,8 +26,7 @@ class Softmax(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         out = output
-        ctx.save_for_backward(out)
-        ctx.save_for_forward(out)
+        save_for_derivatives(ctx, out)
 
     @staticmethod
     def backward(ctx, out_bar):

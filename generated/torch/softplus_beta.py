@@ -6,7 +6,7 @@ parameter.
 
 import torch
 
-from ._route import routed
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors
 
 
@@ -22,8 +22,7 @@ class SoftplusBeta(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, beta = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
         ctx.beta = beta
 
     @staticmethod

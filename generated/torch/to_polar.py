@@ -6,8 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._inplace import plain
-from ._route import routed
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -29,8 +28,7 @@ class ToPolar(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         x, y = inputs
         r, _ = output
-        ctx.save_for_backward(x, y, r)
-        ctx.save_for_forward(x, y, r)
+        save_for_derivatives(ctx, x, y, r)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):

@@ -60,12 +60,14 @@ _UTIL_LINES = {
 _DTYPE_LETTERS = {"float": "f", "complex": "c", "int": "i", "bool": "b"}
 
 
-TENSORS_IMPORT = "from ._util import as_tensors"
-
-
-def torch_util_imports(imports: set[str], names: Sequence[str]) -> tuple[str, ...]:
-    """A torch snippet module's imports, with one import of what it takes from torch/_util.py."""
-    return tuple(sorted(imports | ({f"from ._util import {', '.join(sorted(set(names)))}"} if names else set())))
+def torch_util_imports(imports: set[str], names: Sequence[str], function_names: Sequence[str] = ()) -> tuple[str, ...]:
+    """A torch module's imports, with one import of what it takes from torch/_util.py and one from _function.py."""
+    lines = {
+        f"from ._{module} import {', '.join(sorted(set(taken)))}"
+        for module, taken in (("util", names), ("function", function_names))
+        if taken
+    }
+    return tuple(sorted(imports | lines))
 
 
 #: Per backend: the annotation of an array argument (by input dtype) and of a result.

@@ -42,6 +42,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
             lines = _returned(p, p.call(forward), spread=len(p.outputs) > 1)
         return _module(p, [*_lift(p, util_names), *lines], util_names)
     kept = _kept(p)
+    function_names = ["routed", *(["save_for_derivatives"] if kept.saved else [])]
     methods = [
         _forward(p, kept, util_names),
         _setup_context(p, kept),
@@ -53,11 +54,17 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
         methods.append(_host_vmap(p))
         class_attrs = ()
     route = torch_route(p.rule, len(kept.values))
-    p.imports |= set(route.imports)
     lines = [*_lift(p, util_names), *_wrapper(p, kept, route.route)]
     host_op = host_op_functions(p, kept.values) if p.given("forward").host and _host_op_applies(p) else ()
     return _module(
-        p, lines, util_names, methods=methods, class_attrs=class_attrs, extra_bodies=host_op, routed_line=route.op
+        p,
+        lines,
+        util_names,
+        methods=methods,
+        class_attrs=class_attrs,
+        extra_bodies=host_op,
+        routed_line=route.op,
+        function_names=function_names,
     )
 
 
@@ -70,6 +77,7 @@ def _module(
     class_attrs: tuple[str, ...] = (),
     extra_bodies: Sequence[Function] = (),
     routed_line: str = "",
+    function_names: Sequence[str] = (),
 ) -> SnippetPlan:
     """The module: the bodies, the Function's `methods` if any, and the public function running `lines`."""
     rule = p.rule
@@ -83,7 +91,7 @@ def _module(
     return SnippetPlan(
         header=header,
         name=rule.name,
-        imports=torch_util_imports(p.imports, util_names),
+        imports=torch_util_imports(p.imports, util_names, function_names),
         bodies=(*p.bodies, *extra_bodies),
         called=p.called,
         assignments=(),
@@ -274,8 +282,7 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
     if kept.non_diff:
         setup.append(f"{ctx}.mark_non_differentiable({', '.join(kept.non_diff)})")
     if kept.saved:
-        setup.append(f"{ctx}.save_for_backward({', '.join(kept.saved)})")
-        setup.append(f"{ctx}.save_for_forward({', '.join(kept.saved)})")
+        setup.append(f"save_for_derivatives({ctx}, {', '.join(kept.saved)})")
     setup += [f"{ctx}.{names.ctx_attribute(s)} = {s}" for s in kept.statics]
     setup += [f"{ctx}.{i}_shape = {i}.shape" for i in kept.shapes]
     if kept.broadcast:

@@ -22,7 +22,6 @@ from rulegen.lines import Block
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
-    TENSORS_IMPORT,
     array_arguments,
     header_of,
     parameters_of,
@@ -30,6 +29,7 @@ from rulegen.plan.header import (
     result_classes,
     returns_of,
     stability_notes,
+    torch_util_imports,
     unpack_helpers,
     unpacked,
 )
@@ -215,16 +215,18 @@ def plan_torch(d: Derivation) -> TorchPlan:
     in_place = _InPlace() if rule.fuse else _in_place_bodies(t, emit, forward_results, backward.hot, saved)
     float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
     lifted = bool(float_arrays) and not _opmath_bodies(t, emit, forward_results, backward.hot, jvp_results)
+    helpers: set[str] = set()
     if any(not i.static for i in rule.inputs):
-        wrapped = [*forward_results, *backward.full, *backward.first_order, *jvp_results]
-        helpers = {*(("in_float32", "rounded") if lifted else ()), *unpack_helpers(rule)}
-        helpers |= set().union(*(r.wrap.helpers for r in wrapped))
-        emit.imports.add(", ".join((TENSORS_IMPORT, *sorted(helpers))))
+        helpers = {"as_tensors", *(("in_float32", "rounded") if lifted else ()), *unpack_helpers(rule)}
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
     shape_kept = t.outputs[0] if _tangents_broadcast(t) else ""
     route = torch_route(rule, len(values_out))
-    emit.imports |= set(route.imports)
+    wrapped = [*forward_results, *backward.full, *backward.first_order, *jvp_results]
+    function_helpers = {"routed", *set().union(*(r.wrap.helpers for r in wrapped))}
+    function_helpers |= {"save_for_derivatives"} if saved else set()
+    function_helpers |= {"zero_if_absent"} if backward.first_order_block else set()
+    function_helpers |= {"plain"} if in_place.forward or in_place.backward else set()
     classes = result_classes(rule, "torch")
     if classes:
         emit.imports.add(NAMED_TUPLE_IMPORT)
@@ -261,7 +263,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         backward_plain=in_place.backward_plain,
         backward_reads=_reads(saved, statics_used, backward_reads),
         jvp_reads=_reads(saved, statics_used, jvp.reads | set(t.absent_tangents)),
-        imports=tuple(sorted(emit.imports)),
+        imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers)),
         setup_inputs=_targets(tuple(i.name for i in rule.inputs), {*saved, *statics_used}, tuple_of_one=True),
         setup_outputs=_targets(values_out, {*saved, *non_diff, shape_kept}, tuple_of_one=False),
         shape_kept=shape_kept,
@@ -490,8 +492,6 @@ def _in_place_bodies(
     tensors = {*t.arrays, *values_out, *(f"{n}_bar" for n in values_out)}
     forward = _in_place(emit, forward_results, tensors)
     backward = _in_place(emit, hot, tensors)
-    if forward or backward:
-        emit.imports.add("from ._inplace import plain")
     return _InPlace(
         forward,
         _read_names(forward, t.arrays),

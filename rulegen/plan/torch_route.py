@@ -19,7 +19,6 @@ class TorchRoute:
 
     op: str
     route: str
-    imports: tuple[str, ...]
 
 
 #: An op schema's type of a static, by the Python type of its default.
@@ -44,10 +43,9 @@ def torch_route(rule: Rule, values: int) -> TorchRoute:
     op, and export inlines its Function.
     """
     cls, apply = rule.torch_class, f"_apply_{rule.name}"
-    imports = ("from ._route import routed",)
     if any(i.static and static_type(i) is None for i in rule.inputs):
-        return TorchRoute(f"{apply} = routed({cls})", apply, imports)
+        return TorchRoute(f"{apply} = routed({cls})", apply)
     arguments = ", ".join(f"{static_type(i) if i.static else 'Tensor'} {i.name}" for i in rule.inputs)
     returns = "Tensor" if values == 1 else f"({', '.join(['Tensor'] * values)})"
     schema = f"({arguments}) -> {returns}"
-    return TorchRoute(f"{apply} = routed({cls}, {rule.name + '_rule'!r}, {schema!r})", apply, imports)
+    return TorchRoute(f"{apply} = routed({cls}, {rule.name + '_rule'!r}, {schema!r})", apply)
