@@ -40,9 +40,11 @@ HELPER_NAMES = frozenset(
         "TorchBridge",
         "as_arrays",
         "as_tensors",
+        "broadcast",
         "broadcast_tangents",
         "in_float32",
         "rounded",
+        "routed",
         "fresh_outputs",
         "from_host",
         "fused",
@@ -52,19 +54,24 @@ HELPER_NAMES = frozenset(
         "residual_dtypes",
         "route",
         "rule_op",
+        "save_for_derivatives",
+        "shaped_like",
         "silu_backward",
         "tanh_expm1",
         "to_host",
         "unbroadcast",
+        "unpack_fields",
+        "unpack_keys",
+        "unpack_tuple",
         "vmap_elementwise",
         "vmap_sequential",
+        "zero_if_absent",
     }
 )
 
 #: Parameters, locals and methods of the generated functions and classes.
 LOCAL_NAMES = frozenset(
     {
-        "_error",  # the exception a structured argument given wrongly raised (header.unpacked)
         "backward",
         "dtypes",
         "forward",
@@ -173,9 +180,18 @@ GENERATED_FROM_NAME = ("{}_dot", "{}_bar", "{}_shape", "_{}_dot", "_{}_bar", "_r
 #: Names the generator derives from a residual's name only: a residual the public function does not return.
 GENERATED_FROM_RESIDUAL = ("_{}",)
 
-#: Names the generator derives from a rule's function name (and, the last, its class name).
-GENERATED_FROM_RULE = ("_{}", "_{}_jvp", "_{}_fwd", "_{}_bwd", "_{}_rule", "_{}_jvp_map", "_{}_vjp_map", "_torch_{}")
-GENERATED_FROM_CLASS = ("_{}Compiled", "_{}Exported")
+#: Names the generator derives from a rule's function name.
+GENERATED_FROM_RULE = (
+    "_{}",
+    "_apply_{}",
+    "_{}_jvp",
+    "_{}_fwd",
+    "_{}_bwd",
+    "_{}_rule",
+    "_{}_jvp_map",
+    "_{}_vjp_map",
+    "_torch_{}",
+)
 
 
 def own_local(local: str, taken: Iterable[str]) -> str:
@@ -213,9 +229,7 @@ def unusable(name: str) -> str | None:
     return None
 
 
-def derived_names(
-    rule: str, cls: str, names: Iterable[str], residuals: Iterable[str] = ()
-) -> Iterator[tuple[str, str]]:
+def derived_names(rule: str, names: Iterable[str], residuals: Iterable[str] = ()) -> Iterator[tuple[str, str]]:
     """(generated name, what it is derived from) for every name generated code derives for one rule.
 
     `names` are all of the rule's names, `residuals` those among them that name residuals.
@@ -228,7 +242,5 @@ def derived_names(
             yield pattern.format(name), name
     for pattern in GENERATED_FROM_RULE:
         yield pattern.format(rule), rule
-    for pattern in GENERATED_FROM_CLASS:
-        yield pattern.format(cls), cls
     for name in PRIVATE_NAMES:
         yield name, "the generator"

@@ -109,22 +109,35 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
     while any(n.startswith(prefix) for n in taken):
         prefix = "_" + prefix
     budget = len(_autodiff_saved(forward, arrays))
-    chosen: dict[sp.Expr, sp.Symbol] = {}
-    for expr in candidates:
-        if budget == 0:
-            break
-        if expr not in outputs and any(sp.diff(expr, a).has(sp.Derivative, sp.Subs) for a in arrays):
-            continue  # double backward needs its partials, and sympy has none
-        symbol = outputs.get(expr) or value_symbol(d.rule, _fresh(f"{prefix}_{_description(expr)}", chosen.values()))
-        rewritten = [p.subs(expr, symbol) for p in partials]
-        if rewritten == partials:
-            continue
-        if d.rule.fuse and len(_functions_of(partials, arrays) - _functions_of(rewritten, arrays)) < 2:
-            continue  # the backward still computes most of it (sin(x) * exp(-x**2) next to cos(x) * exp(-x**2))
-        partials = rewritten
-        chosen[expr] = symbol
-        budget -= 1
-    return chosen
+
+    def choose(candidates: Sequence[sp.Expr], partials: Sequence[sp.Expr]) -> dict[sp.Expr, sp.Symbol]:
+        chosen: dict[sp.Expr, sp.Symbol] = {}
+        for expr in candidates:
+            if len(chosen) == budget:
+                break
+            if expr not in outputs and any(sp.diff(expr, a).has(sp.Derivative, sp.Subs) for a in arrays):
+                continue  # double backward needs its partials, and sympy has none
+            name = f"{prefix}_{_description(expr)}"
+            symbol = outputs.get(expr) or value_symbol(d.rule, _fresh(name, chosen.values()))
+            rewritten = [p.subs(expr, symbol) for p in partials]
+            if rewritten == partials:
+                continue
+            if d.rule.fuse and len(_functions_of(partials, arrays) - _functions_of(rewritten, arrays)) < 2:
+                continue  # the backward still computes most of it (sin(x) * exp(-x**2) next to cos(x) * exp(-x**2))
+            partials = rewritten
+            chosen[expr] = symbol
+        return chosen
+
+    chosen = choose(candidates, partials)
+    # A product kept beside all its factors costs a tensor until backward to spare one multiplication.
+    products = {e for e in chosen if e not in outputs and _product_of(e, {*chosen, *arrays})}
+    return choose([e for e in candidates if e not in products], partials) if products else chosen
+
+
+def _product_of(expr: sp.Expr, factors: set[sp.Expr]) -> bool:
+    """Whether `expr` is a product of tensors among `factors` (and numbers)."""
+    tensors = [f for f in sp.Mul.make_args(expr) if not f.is_number]
+    return expr.is_Mul and len(tensors) > 1 and all(f in factors for f in tensors)
 
 
 def _description(expr: sp.Expr) -> str:

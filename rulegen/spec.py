@@ -1011,7 +1011,7 @@ def _generated_name_errors(rule: Rule, named: Sequence[tuple[str, Loc]], places:
         if name in (rule.name, rule.torch_class):
             errors.append(SpecError(loc, f"{name!r} is the rule's own function or class name; choose another name"))
     derived: dict[str, str] = {}
-    for generated, origin in names.derived_names(rule.name, rule.torch_class, places, rule.residual_names):
+    for generated, origin in names.derived_names(rule.name, places, rule.residual_names):
         if generated in places and generated != origin:
             errors.append(
                 SpecError(

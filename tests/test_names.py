@@ -76,9 +76,7 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, folder)
         own |= {p.name for p in rule.parameters if isinstance(p, Structured)}
         named_tuples = rule.returns.named_tuples if rule.returns is not None else ()
         own |= {n.name for n in named_tuples} | {field for n in named_tuples for field, _ in n.items}
-        derived = {
-            generated for generated, _ in names.derived_names(rule.name, rule.torch_class, own, rule.residual_names)
-        }
+        derived = {generated for generated, _ in names.derived_names(rule.name, own, rule.residual_names)}
         ctx = torch_context(rule)
         allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED | set(own_locals(rule).values())
         statics = {i.name for i in rule.inputs if i.static}

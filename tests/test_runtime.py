@@ -101,3 +101,41 @@ def test_a_rule_op_copies_views_and_keeps_the_functions_backward():
     assert _route.route(_Flatten, _Flatten, op) == _Flatten.apply
     transformed = torch.func.grad(lambda x: _route.route(_Flatten, _Flatten, op)(x).sum())(x.detach())
     torch.testing.assert_close(transformed, torch.full((2, 3), 2.0))
+
+
+def test_broadcast_allocates_only_where_the_shape_or_dtype_differs():
+    from rulegen.runtime.torch._function import broadcast
+
+    x, y = torch.ones(3, dtype=torch.float64), torch.ones(2, 1, dtype=torch.float64)
+    same = torch.sin(x)
+    assert broadcast(same, x, x) is same
+    wider = broadcast(same, x, y)
+    assert wider.shape == (2, 3) and wider.dtype == torch.float64
+    torch.testing.assert_close(wider, same.expand(2, 3))
+    assert broadcast(2.0, x).shape == (3,)
+    # An output never aliases an input, and takes the dtype the first array promotes it to.
+    assert broadcast(x, x) is not x
+    assert broadcast(torch.ones(3, dtype=torch.float32), x).dtype == torch.float64
+
+
+def test_shaped_like_sums_or_broadcasts_a_gradient_to_its_inputs_shape():
+    from rulegen.runtime.torch._function import shaped_like, zero_if_absent
+
+    x = torch.ones(3, dtype=torch.float64)
+    grad = torch.full((3,), 2.0, dtype=torch.float64)
+    assert shaped_like(grad, x) is grad
+    torch.testing.assert_close(shaped_like(torch.ones(2, 3, dtype=torch.float64), x), grad)
+    torch.testing.assert_close(shaped_like(0.0, x), torch.zeros(3, dtype=torch.float64))
+    assert zero_if_absent(None, grad) == (0.0, grad)
+
+
+def test_a_function_saves_only_what_its_derivatives_read():
+    from generated.torch import point_jvp, sin_exp_mul
+    from tests.test_structures import Point
+
+    x, y = (torch.linspace(-1, 1, 5, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    for call, most in ((lambda: point_jvp(Point(x, y))["a"], 2), (lambda: sin_exp_mul(x, y), 4)):
+        saved: list[torch.Tensor] = []
+        with torch.autograd.graph.saved_tensors_hooks(saved.append, lambda _: None):
+            call()
+        assert len(saved) == most, len(saved)

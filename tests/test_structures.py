@@ -493,3 +493,27 @@ def test_structures_given_rightly_still_compile_whole_in_torch():
     for f, arguments in calls:
         compiled = torch.compile(f, fullgraph=True)
         torch.testing.assert_close(compiled(*arguments), f(*arguments))
+
+
+def test_both_backends_refuse_a_structure_given_wrongly_in_the_same_words():
+    from generated.jax import _util as jax_util
+    from generated.torch import _util as torch_util
+
+    calls = [
+        ("unpack_keys", {"a": 1}, ("a", "b")),
+        ("unpack_keys", {"a": 1, "b": 2, "c": 3}, ("a", "b")),
+        ("unpack_keys", (1, 2), ("a", "b")),
+        ("unpack_fields", (1, 2), ("x", "y")),
+        ("unpack_tuple", (1, 2, 3), ("x", "y")),
+        ("unpack_tuple", 1, ("x",)),
+    ]
+    for helper, value, names in calls:
+        messages = []
+        for util in (jax_util, torch_util):
+            with pytest.raises((TypeError, ValueError)) as caught:
+                getattr(util, helper)("r", "arg", value, names)
+            messages.append((type(caught.value), str(caught.value)))
+        assert messages[0] == messages[1]
+        assert messages[0][1].startswith("r: argument arg must "), messages[0]
+    assert torch_util.unpack_keys("r", "arg", {"b": 2, "a": 1}, ("a", "b")) == (1, 2)
+    assert torch_util.unpack_tuple("r", "arg", [5], ("x",)) == (5,)

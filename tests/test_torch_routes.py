@@ -188,7 +188,7 @@ def test_the_durability_check_differentiates_compiled_transforms_and_exports(mon
     assert "compiled torch.func.grad" in details["durability"].detail
     assert "torch.export" in details["durability"].detail
     # The route before this one: the compiled Function everywhere under torch.compile.
-    module = sys.modules["generated.torch.clip_gradient"]  # the package's name is the function's
+    module = sys.modules["generated.torch._route"]  # the package's name is the function's; `routed` calls `route`
 
     def before(function, compiled, exported=None):
         return (compiled if torch.compiler.is_compiling() else function).apply

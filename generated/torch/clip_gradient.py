@@ -5,7 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
-from ._route import route, rule_op
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +21,7 @@ class ClipGradient(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         lo, hi, x = inputs
-        ctx.save_for_backward(lo, hi)
-        ctx.save_for_forward(lo, hi)
+        save_for_derivatives(ctx, lo, hi)
         ctx.x_shape = x.shape
 
     @staticmethod
@@ -39,15 +38,8 @@ class ClipGradient(torch.autograd.Function):
         )
 
 
-class _ClipGradientCompiled(ClipGradient):
-    """ClipGradient without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_ClipGradientExported = rule_op(
-    __name__, "clip_gradient_rule", ClipGradient, "(Tensor lo, Tensor hi, Tensor x) -> Tensor"
+_apply_clip_gradient = routed(
+    ClipGradient, "clip_gradient_rule", "(Tensor lo, Tensor hi, Tensor x) -> Tensor"
 )
 
 
@@ -68,5 +60,4 @@ def clip_gradient(
     lo, hi, x = as_tensors("clip_gradient", ("lo", "hi", "x"), "fff", lo, hi, x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (lo, hi, x), _low = in_float32(lo, hi, x)
-    function = route(ClipGradient, _ClipGradientCompiled, _ClipGradientExported)
-    return rounded(_low, function(lo, hi, x))
+    return rounded(_low, _apply_clip_gradient(lo, hi, x))

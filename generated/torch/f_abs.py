@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +20,7 @@ class FAbs(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -39,14 +37,7 @@ class FAbs(torch.autograd.Function):
         return x_dot * torch.sign(x)
 
 
-class _FAbsCompiled(FAbs):
-    """FAbs without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FAbsExported = rule_op(__name__, "f_abs_rule", FAbs, "(Tensor x) -> Tensor")
+_apply_f_abs = routed(FAbs, "f_abs_rule", "(Tensor x) -> Tensor")
 
 
 def f_abs(x: torch.Tensor | float) -> torch.Tensor:
@@ -66,5 +57,4 @@ def f_abs(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_abs", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FAbs, _FAbsCompiled, _FAbsExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_f_abs(x))

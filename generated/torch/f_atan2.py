@@ -4,7 +4,7 @@
 
 import torch
 
-from ._route import route, rule_op
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -20,8 +20,7 @@ class FAtan2(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         y, x = inputs
-        ctx.save_for_backward(y, x)
-        ctx.save_for_forward(y, x)
+        save_for_derivatives(ctx, y, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -38,14 +37,7 @@ class FAtan2(torch.autograd.Function):
         return t0 * x * y_dot - t0 * x_dot * y
 
 
-class _FAtan2Compiled(FAtan2):
-    """FAtan2 without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FAtan2Exported = rule_op(__name__, "f_atan2_rule", FAtan2, "(Tensor y, Tensor x) -> Tensor")
+_apply_f_atan2 = routed(FAtan2, "f_atan2_rule", "(Tensor y, Tensor x) -> Tensor")
 
 
 def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:
@@ -67,5 +59,4 @@ def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:
     y, x = as_tensors("f_atan2", ("y", "x"), "ff", y, x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (y, x), _low = in_float32(y, x)
-    function = route(FAtan2, _FAtan2Compiled, _FAtan2Exported)
-    return rounded(_low, function(y, x))
+    return rounded(_low, _apply_f_atan2(y, x))

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +20,7 @@ class FBesselI0(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -39,14 +37,7 @@ class FBesselI0(torch.autograd.Function):
         return x_dot * torch.special.i1(x)
 
 
-class _FBesselI0Compiled(FBesselI0):
-    """FBesselI0 without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FBesselI0Exported = rule_op(__name__, "f_bessel_i0_rule", FBesselI0, "(Tensor x) -> Tensor")
+_apply_f_bessel_i0 = routed(FBesselI0, "f_bessel_i0_rule", "(Tensor x) -> Tensor")
 
 
 def f_bessel_i0(x: torch.Tensor | float) -> torch.Tensor:
@@ -66,5 +57,4 @@ def f_bessel_i0(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_bessel_i0", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FBesselI0, _FBesselI0Compiled, _FBesselI0Exported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_f_bessel_i0(x))

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +20,7 @@ class FBesselI1e(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -43,14 +41,7 @@ class FBesselI1e(torch.autograd.Function):
         return out_dot
 
 
-class _FBesselI1eCompiled(FBesselI1e):
-    """FBesselI1e without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FBesselI1eExported = rule_op(__name__, "f_bessel_i1e_rule", FBesselI1e, "(Tensor x) -> Tensor")
+_apply_f_bessel_i1e = routed(FBesselI1e, "f_bessel_i1e_rule", "(Tensor x) -> Tensor")
 
 
 def f_bessel_i1e(x: torch.Tensor | float) -> torch.Tensor:
@@ -70,5 +61,4 @@ def f_bessel_i1e(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_bessel_i1e", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FBesselI1e, _FBesselI1eCompiled, _FBesselI1eExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_f_bessel_i1e(x))

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +20,7 @@ class FCube(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -39,14 +37,7 @@ class FCube(torch.autograd.Function):
         return 3 * x**2 * x_dot
 
 
-class _FCubeCompiled(FCube):
-    """FCube without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FCubeExported = rule_op(__name__, "f_cube_rule", FCube, "(Tensor x) -> Tensor")
+_apply_f_cube = routed(FCube, "f_cube_rule", "(Tensor x) -> Tensor")
 
 
 def f_cube(x: torch.Tensor | float) -> torch.Tensor:
@@ -66,5 +57,4 @@ def f_cube(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_cube", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FCube, _FCubeCompiled, _FCubeExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_f_cube(x))

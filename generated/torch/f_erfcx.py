@@ -6,8 +6,7 @@ import math
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -23,8 +22,7 @@ class FErfcx(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -41,14 +39,7 @@ class FErfcx(torch.autograd.Function):
         return x_dot * (2 * x * torch.special.erfcx(x) - 2 / math.sqrt(math.pi))
 
 
-class _FErfcxCompiled(FErfcx):
-    """FErfcx without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FErfcxExported = rule_op(__name__, "f_erfcx_rule", FErfcx, "(Tensor x) -> Tensor")
+_apply_f_erfcx = routed(FErfcx, "f_erfcx_rule", "(Tensor x) -> Tensor")
 
 
 def f_erfcx(x: torch.Tensor | float) -> torch.Tensor:
@@ -68,5 +59,4 @@ def f_erfcx(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_erfcx", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FErfcx, _FErfcxCompiled, _FErfcxExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_f_erfcx(x))

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._route import route, rule_op
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -20,8 +20,7 @@ class FExp(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         out = output
-        ctx.save_for_backward(out)
-        ctx.save_for_forward(out)
+        save_for_derivatives(ctx, out)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -34,14 +33,7 @@ class FExp(torch.autograd.Function):
         return out * x_dot
 
 
-class _FExpCompiled(FExp):
-    """FExp without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FExpExported = rule_op(__name__, "f_exp_rule", FExp, "(Tensor x) -> Tensor")
+_apply_f_exp = routed(FExp, "f_exp_rule", "(Tensor x) -> Tensor")
 
 
 def f_exp(x: torch.Tensor | float) -> torch.Tensor:
@@ -61,5 +53,4 @@ def f_exp(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_exp", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FExp, _FExpCompiled, _FExpExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_f_exp(x))

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -24,8 +23,7 @@ class FGamma(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -56,14 +54,7 @@ class FGamma(torch.autograd.Function):
         return out_dot
 
 
-class _FGammaCompiled(FGamma):
-    """FGamma without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FGammaExported = rule_op(__name__, "f_gamma_rule", FGamma, "(Tensor x) -> Tensor")
+_apply_f_gamma = routed(FGamma, "f_gamma_rule", "(Tensor x) -> Tensor")
 
 
 def f_gamma(x: torch.Tensor | float) -> torch.Tensor:
@@ -83,5 +74,4 @@ def f_gamma(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_gamma", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FGamma, _FGammaCompiled, _FGammaExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_f_gamma(x))

@@ -6,8 +6,7 @@ import math
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -32,8 +31,7 @@ class FGeluTanh(torch.autograd.Function):
         (x,) = inputs
         _, saved_tanh = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved_tanh)
-        ctx.save_for_forward(x, saved_tanh)
+        save_for_derivatives(ctx, x, saved_tanh)
 
     @staticmethod
     def backward(ctx, out_bar, saved_tanh_bar):
@@ -56,11 +54,10 @@ class FGeluTanh(torch.autograd.Function):
             )
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved_tanh_bar = 0.0 if saved_tanh_bar is None else saved_tanh_bar
+        out_bar, saved_tanh_bar = zero_if_absent(out_bar, saved_tanh_bar)
         t0 = math.sqrt(2 / math.pi) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
         x_bar = out_bar * (saved_tanh / 2 + t0 * x / 2 + 1 / 2) + saved_tanh_bar * t0
-        return x_bar + torch.zeros_like(x)
+        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):
@@ -69,16 +66,7 @@ class FGeluTanh(torch.autograd.Function):
         return x_dot * (saved_tanh / 2 + t0 * x / 2 + 1 / 2), t0 * x_dot
 
 
-class _FGeluTanhCompiled(FGeluTanh):
-    """FGeluTanh without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FGeluTanhExported = rule_op(
-    __name__, "f_gelu_tanh_rule", FGeluTanh, "(Tensor x) -> (Tensor, Tensor)"
-)
+_apply_f_gelu_tanh = routed(FGeluTanh, "f_gelu_tanh_rule", "(Tensor x) -> (Tensor, Tensor)")
 
 
 def f_gelu_tanh(x: torch.Tensor | float) -> torch.Tensor:
@@ -100,6 +88,5 @@ def f_gelu_tanh(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_gelu_tanh", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FGeluTanh, _FGeluTanhCompiled, _FGeluTanhExported)
-    out, _saved_tanh = function(x)
+    out, _saved_tanh = _apply_f_gelu_tanh(x)
     return rounded(_low, out)

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._route import route, rule_op
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -20,8 +20,7 @@ class FHypot(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        save_for_derivatives(ctx, x, y)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -38,14 +37,7 @@ class FHypot(torch.autograd.Function):
         return t0 * x * x_dot + t0 * y * y_dot
 
 
-class _FHypotCompiled(FHypot):
-    """FHypot without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FHypotExported = rule_op(__name__, "f_hypot_rule", FHypot, "(Tensor x, Tensor y) -> Tensor")
+_apply_f_hypot = routed(FHypot, "f_hypot_rule", "(Tensor x, Tensor y) -> Tensor")
 
 
 def f_hypot(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
@@ -67,5 +59,4 @@ def f_hypot(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("f_hypot", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(FHypot, _FHypotCompiled, _FHypotExported)
-    return rounded(_low, function(x, y))
+    return rounded(_low, _apply_f_hypot(x, y))

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._route import route, rule_op
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -20,8 +20,7 @@ class FLog1p(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -34,14 +33,7 @@ class FLog1p(torch.autograd.Function):
         return x_dot / (x + 1)
 
 
-class _FLog1pCompiled(FLog1p):
-    """FLog1p without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FLog1pExported = rule_op(__name__, "f_log1p_rule", FLog1p, "(Tensor x) -> Tensor")
+_apply_f_log1p = routed(FLog1p, "f_log1p_rule", "(Tensor x) -> Tensor")
 
 
 def f_log1p(x: torch.Tensor | float) -> torch.Tensor:
@@ -61,5 +53,4 @@ def f_log1p(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_log1p", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FLog1p, _FLog1pCompiled, _FLog1pExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_f_log1p(x))

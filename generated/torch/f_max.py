@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +20,7 @@ class FMax(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        save_for_derivatives(ctx, x, y)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -54,14 +52,7 @@ class FMax(torch.autograd.Function):
         return out_dot
 
 
-class _FMaxCompiled(FMax):
-    """FMax without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FMaxExported = rule_op(__name__, "f_max_rule", FMax, "(Tensor x, Tensor y) -> Tensor")
+_apply_f_max = routed(FMax, "f_max_rule", "(Tensor x, Tensor y) -> Tensor")
 
 
 def f_max(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
@@ -83,5 +74,4 @@ def f_max(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("f_max", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(FMax, _FMaxCompiled, _FMaxExported)
-    return rounded(_low, function(x, y))
+    return rounded(_low, _apply_f_max(x, y))

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -29,8 +28,7 @@ class FMish(torch.autograd.Function):
         (x,) = inputs
         _, saved_tanh = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved_tanh)
-        ctx.save_for_forward(x, saved_tanh)
+        save_for_derivatives(ctx, x, saved_tanh)
 
     @staticmethod
     def backward(ctx, out_bar, saved_tanh_bar):
@@ -43,13 +41,12 @@ class FMish(torch.autograd.Function):
             x_bar = out_bar * (saved_tanh + (1 - saved_tanh**2) * torch.nn.functional.silu(x))
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved_tanh_bar = 0.0 if saved_tanh_bar is None else saved_tanh_bar
+        out_bar, saved_tanh_bar = zero_if_absent(out_bar, saved_tanh_bar)
         t0 = 1 - saved_tanh**2
         x_bar = out_bar * (
             saved_tanh + t0 * torch.nn.functional.silu(x)
         ) + saved_tanh_bar * torch.ops.aten.softplus_backward(t0, x, 1.0, 40.0)
-        return x_bar + torch.zeros_like(x)
+        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):
@@ -60,14 +57,7 @@ class FMish(torch.autograd.Function):
         ), t0 * torch.ops.aten.softplus_backward(x_dot, x, 1.0, 40.0)
 
 
-class _FMishCompiled(FMish):
-    """FMish without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FMishExported = rule_op(__name__, "f_mish_rule", FMish, "(Tensor x) -> (Tensor, Tensor)")
+_apply_f_mish = routed(FMish, "f_mish_rule", "(Tensor x) -> (Tensor, Tensor)")
 
 
 def f_mish(x: torch.Tensor | float) -> torch.Tensor:
@@ -87,6 +77,5 @@ def f_mish(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_mish", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FMish, _FMishCompiled, _FMishExported)
-    out, _saved_tanh = function(x)
+    out, _saved_tanh = _apply_f_mish(x)
     return rounded(_low, out)

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -22,8 +21,7 @@ class FPow(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         x, y = inputs
         out = output
-        ctx.save_for_backward(x, y, out)
-        ctx.save_for_forward(x, y, out)
+        save_for_derivatives(ctx, x, y, out)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -45,14 +43,7 @@ class FPow(torch.autograd.Function):
         return out * y_dot * torch.log(x) + out * x_dot * y / x
 
 
-class _FPowCompiled(FPow):
-    """FPow without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FPowExported = rule_op(__name__, "f_pow_rule", FPow, "(Tensor x, Tensor y) -> Tensor")
+_apply_f_pow = routed(FPow, "f_pow_rule", "(Tensor x, Tensor y) -> Tensor")
 
 
 def f_pow(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
@@ -74,5 +65,4 @@ def f_pow(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("f_pow", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(FPow, _FPowCompiled, _FPowExported)
-    return rounded(_low, function(x, y))
+    return rounded(_low, _apply_f_pow(x, y))

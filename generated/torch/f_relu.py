@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +20,7 @@ class FRelu(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -39,14 +37,7 @@ class FRelu(torch.autograd.Function):
         return x_dot * (torch.sign(x) + 1) / 2
 
 
-class _FReluCompiled(FRelu):
-    """FRelu without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FReluExported = rule_op(__name__, "f_relu_rule", FRelu, "(Tensor x) -> Tensor")
+_apply_f_relu = routed(FRelu, "f_relu_rule", "(Tensor x) -> Tensor")
 
 
 def f_relu(x: torch.Tensor | float) -> torch.Tensor:
@@ -66,5 +57,4 @@ def f_relu(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_relu", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FRelu, _FReluCompiled, _FReluExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_f_relu(x))

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +20,7 @@ class FSigmoid(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         out = output
-        ctx.save_for_backward(out)
-        ctx.save_for_forward(out)
+        save_for_derivatives(ctx, out)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -39,14 +37,7 @@ class FSigmoid(torch.autograd.Function):
         return out * x_dot * (1 - out)
 
 
-class _FSigmoidCompiled(FSigmoid):
-    """FSigmoid without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FSigmoidExported = rule_op(__name__, "f_sigmoid_rule", FSigmoid, "(Tensor x) -> Tensor")
+_apply_f_sigmoid = routed(FSigmoid, "f_sigmoid_rule", "(Tensor x) -> Tensor")
 
 
 def f_sigmoid(x: torch.Tensor | float) -> torch.Tensor:
@@ -66,5 +57,4 @@ def f_sigmoid(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("f_sigmoid", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(FSigmoid, _FSigmoidCompiled, _FSigmoidExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_f_sigmoid(x))

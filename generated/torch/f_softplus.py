@@ -4,7 +4,7 @@
 
 import torch
 
-from ._route import route, rule_op
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors
 
 
@@ -20,8 +20,7 @@ class FSoftplus(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -34,14 +33,7 @@ class FSoftplus(torch.autograd.Function):
         return torch.ops.aten.softplus_backward(x_dot, x, 1.0, 40.0)
 
 
-class _FSoftplusCompiled(FSoftplus):
-    """FSoftplus without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FSoftplusExported = rule_op(__name__, "f_softplus_rule", FSoftplus, "(Tensor x) -> Tensor")
+_apply_f_softplus = routed(FSoftplus, "f_softplus_rule", "(Tensor x) -> Tensor")
 
 
 def f_softplus(x: torch.Tensor | float) -> torch.Tensor:
@@ -60,5 +52,4 @@ def f_softplus(x: torch.Tensor | float) -> torch.Tensor:
     """
     (x,) = as_tensors("f_softplus", ("x",), "f", x)
     # bfloat16 and float16 go in as they are: each body is one torch kernel, computing in float32.
-    function = route(FSoftplus, _FSoftplusCompiled, _FSoftplusExported)
-    return function(x)
+    return _apply_f_softplus(x)

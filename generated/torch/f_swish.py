@@ -4,8 +4,8 @@
 
 import torch
 
+from ._function import routed, save_for_derivatives
 from ._native import silu_backward
-from ._route import route, rule_op
 from ._util import as_tensors
 
 
@@ -21,8 +21,7 @@ class FSwish(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -35,14 +34,7 @@ class FSwish(torch.autograd.Function):
         return silu_backward(x_dot, x)
 
 
-class _FSwishCompiled(FSwish):
-    """FSwish without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_FSwishExported = rule_op(__name__, "f_swish_rule", FSwish, "(Tensor x) -> Tensor")
+_apply_f_swish = routed(FSwish, "f_swish_rule", "(Tensor x) -> Tensor")
 
 
 def f_swish(x: torch.Tensor | float) -> torch.Tensor:
@@ -61,5 +53,4 @@ def f_swish(x: torch.Tensor | float) -> torch.Tensor:
     """
     (x,) = as_tensors("f_swish", ("x",), "f", x)
     # bfloat16 and float16 go in as they are: each body is one torch kernel, computing in float32.
-    function = route(FSwish, _FSwishCompiled, _FSwishExported)
-    return function(x)
+    return _apply_f_swish(x)

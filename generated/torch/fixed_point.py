@@ -6,7 +6,7 @@ function theorem instead of differentiating through the loop.
 
 import torch
 
-from ._route import route
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -39,8 +39,7 @@ class FixedPoint(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         f, a, _ = inputs
         x_star = output
-        ctx.save_for_backward(a, x_star)
-        ctx.save_for_forward(a, x_star)
+        save_for_derivatives(ctx, a, x_star)
         ctx.f = f
         ctx.a_shape = a.shape
 
@@ -65,10 +64,7 @@ class FixedPoint(torch.autograd.Function):
         return x_star_dot
 
 
-class _FixedPointCompiled(FixedPoint):
-    """FixedPoint without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
+_apply_fixed_point = routed(FixedPoint)
 
 
 def fixed_point(f, a: torch.Tensor | float, x_guess: torch.Tensor | float) -> torch.Tensor:
@@ -78,7 +74,7 @@ def fixed_point(f, a: torch.Tensor | float, x_guess: torch.Tensor | float) -> to
     Forward and derivatives: Python bodies (forward, vjp) in the rule file.
 
     Inputs:
-        f: static (a hashable Python value; JAX recompiles for each)
+        f: static (a Python value, passed to the Function as it is, never differentiated)
         a: float array; checked on [-3, 3]
         x_guess: float array, not differentiated; checked on [-3, 3]
 
@@ -87,5 +83,4 @@ def fixed_point(f, a: torch.Tensor | float, x_guess: torch.Tensor | float) -> to
     a, x_guess = as_tensors("fixed_point", ("a", "x_guess"), "ff", a, x_guess)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (a, x_guess), _low = in_float32(a, x_guess)
-    function = route(FixedPoint, _FixedPointCompiled)
-    return rounded(_low, function(f, a, x_guess))
+    return rounded(_low, _apply_fixed_point(f, a, x_guess))

@@ -6,8 +6,7 @@ import math
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -31,8 +30,7 @@ class Gelu(torch.autograd.Function):
         (x,) = inputs
         _, saved_one_plus_erf = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, saved_one_plus_erf)
-        ctx.save_for_forward(x, saved_one_plus_erf)
+        save_for_derivatives(ctx, x, saved_one_plus_erf)
 
     @staticmethod
     def backward(ctx, out_bar, saved_one_plus_erf_bar):
@@ -49,11 +47,10 @@ class Gelu(torch.autograd.Function):
             )
             return x_bar
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved_one_plus_erf_bar = 0.0 if saved_one_plus_erf_bar is None else saved_one_plus_erf_bar
+        out_bar, saved_one_plus_erf_bar = zero_if_absent(out_bar, saved_one_plus_erf_bar)
         t0 = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
         x_bar = out_bar * (saved_one_plus_erf + t0 * x) + saved_one_plus_erf_bar * t0
-        return x_bar + torch.zeros_like(x)
+        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):
@@ -62,14 +59,7 @@ class Gelu(torch.autograd.Function):
         return x_dot * (saved_one_plus_erf + t0 * x), t0 * x_dot
 
 
-class _GeluCompiled(Gelu):
-    """Gelu without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_GeluExported = rule_op(__name__, "gelu_rule", Gelu, "(Tensor x) -> (Tensor, Tensor)")
+_apply_gelu = routed(Gelu, "gelu_rule", "(Tensor x) -> (Tensor, Tensor)")
 
 
 def gelu(x: torch.Tensor | float) -> torch.Tensor:
@@ -89,6 +79,5 @@ def gelu(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("gelu", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(Gelu, _GeluCompiled, _GeluExported)
-    out, _saved_one_plus_erf = function(x)
+    out, _saved_one_plus_erf = _apply_gelu(x)
     return rounded(_low, out)

@@ -8,8 +8,8 @@ import array_api_compat.torch as xp
 import numpy as np
 import torch
 
+from ._function import routed, save_for_derivatives
 from ._host import broadcast_tangents, output_from_host, to_host, vmap_elementwise
-from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -42,8 +42,7 @@ class HostMulSinJvp(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        save_for_derivatives(ctx, x, y)
         ctx.p_shape = torch.broadcast_shapes(x.shape, y.shape)
 
     @staticmethod
@@ -71,15 +70,8 @@ class HostMulSinJvp(torch.autograd.Function):
         return vmap_elementwise(HostMulSinJvp, info, in_dims, x, y)
 
 
-class _HostMulSinJvpCompiled(HostMulSinJvp):
-    """HostMulSinJvp without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_HostMulSinJvpExported = rule_op(
-    __name__, "host_mul_sin_jvp_rule", HostMulSinJvp, "(Tensor x, Tensor y) -> (Tensor, Tensor)"
+_apply_host_mul_sin_jvp = routed(
+    HostMulSinJvp, "host_mul_sin_jvp_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)"
 )
 
 
@@ -99,5 +91,4 @@ def host_mul_sin_jvp(
     x, y = as_tensors("host_mul_sin_jvp", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(HostMulSinJvp, _HostMulSinJvpCompiled, _HostMulSinJvpExported)
-    return rounded(_low, *function(x, y))
+    return rounded(_low, *_apply_host_mul_sin_jvp(x, y))

@@ -8,8 +8,8 @@ import array_api_compat.torch as xp
 import numpy as np
 import torch
 
+from ._function import routed, save_for_derivatives
 from ._host import output_from_host, to_host, vmap_elementwise
-from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -43,8 +43,7 @@ class HostMulSinVjp(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         x, y = inputs
         p, s = output
-        ctx.save_for_backward(x, y, p, s)
-        ctx.save_for_forward(x, y, p, s)
+        save_for_derivatives(ctx, x, y, p, s)
         ctx.x_shape = x.shape
         ctx.y_shape = y.shape
         ctx.p_shape = torch.broadcast_shapes(x.shape, y.shape)
@@ -75,15 +74,8 @@ class HostMulSinVjp(torch.autograd.Function):
         return vmap_elementwise(HostMulSinVjp, info, in_dims, x, y)
 
 
-class _HostMulSinVjpCompiled(HostMulSinVjp):
-    """HostMulSinVjp without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_HostMulSinVjpExported = rule_op(
-    __name__, "host_mul_sin_vjp_rule", HostMulSinVjp, "(Tensor x, Tensor y) -> (Tensor, Tensor)"
+_apply_host_mul_sin_vjp = routed(
+    HostMulSinVjp, "host_mul_sin_vjp_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)"
 )
 
 
@@ -103,5 +95,4 @@ def host_mul_sin_vjp(
     x, y = as_tensors("host_mul_sin_vjp", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(HostMulSinVjp, _HostMulSinVjpCompiled, _HostMulSinVjpExported)
-    return rounded(_low, *function(x, y))
+    return rounded(_low, *_apply_host_mul_sin_vjp(x, y))

@@ -5,7 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
-from ._route import route, rule_op
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -22,8 +22,7 @@ class L2Normalize(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         (x,) = inputs
         out = output
-        ctx.save_for_backward(x, out)
-        ctx.save_for_forward(x, out)
+        save_for_derivatives(ctx, x, out)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -40,14 +39,7 @@ class L2Normalize(torch.autograd.Function):
         return out_dot
 
 
-class _L2NormalizeCompiled(L2Normalize):
-    """L2Normalize without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_L2NormalizeExported = rule_op(__name__, "l2_normalize_rule", L2Normalize, "(Tensor x) -> Tensor")
+_apply_l2_normalize = routed(L2Normalize, "l2_normalize_rule", "(Tensor x) -> Tensor")
 
 
 def l2_normalize(x: torch.Tensor | float) -> torch.Tensor:
@@ -63,5 +55,4 @@ def l2_normalize(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("l2_normalize", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(L2Normalize, _L2NormalizeCompiled, _L2NormalizeExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_l2_normalize(x))

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._route import route, rule_op
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors
 
 
@@ -22,8 +22,7 @@ class Log1pexp(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -36,14 +35,7 @@ class Log1pexp(torch.autograd.Function):
         return torch.ops.aten.softplus_backward(x_dot, x, 1.0, 40.0)
 
 
-class _Log1pexpCompiled(Log1pexp):
-    """Log1pexp without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_Log1pexpExported = rule_op(__name__, "log1pexp_rule", Log1pexp, "(Tensor x) -> Tensor")
+_apply_log1pexp = routed(Log1pexp, "log1pexp_rule", "(Tensor x) -> Tensor")
 
 
 def log1pexp(x: torch.Tensor | float) -> torch.Tensor:
@@ -62,5 +54,4 @@ def log1pexp(x: torch.Tensor | float) -> torch.Tensor:
     """
     (x,) = as_tensors("log1pexp", ("x",), "f", x)
     # bfloat16 and float16 go in as they are: each body is one torch kernel, computing in float32.
-    function = route(Log1pexp, _Log1pexpCompiled, _Log1pexpExported)
-    return function(x)
+    return _apply_log1pexp(x)

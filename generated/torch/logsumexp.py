@@ -7,7 +7,7 @@ hand.
 import array_api_compat.torch as xp
 import torch
 
-from ._route import route, rule_op
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -31,8 +31,7 @@ class Logsumexp(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         (x,) = inputs
         out = output
-        ctx.save_for_backward(x, out)
-        ctx.save_for_forward(x, out)
+        save_for_derivatives(ctx, x, out)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -53,14 +52,7 @@ class Logsumexp(torch.autograd.Function):
         return out_dot
 
 
-class _LogsumexpCompiled(Logsumexp):
-    """Logsumexp without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_LogsumexpExported = rule_op(__name__, "logsumexp_rule", Logsumexp, "(Tensor x) -> Tensor")
+_apply_logsumexp = routed(Logsumexp, "logsumexp_rule", "(Tensor x) -> Tensor")
 
 
 def logsumexp(x: torch.Tensor | float) -> torch.Tensor:
@@ -76,5 +68,4 @@ def logsumexp(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("logsumexp", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(Logsumexp, _LogsumexpCompiled, _LogsumexpExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_logsumexp(x))

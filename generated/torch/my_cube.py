@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -28,8 +27,7 @@ class MyCube(torch.autograd.Function):
         (x,) = inputs
         _, dx = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, dx)
-        ctx.save_for_forward(x, dx)
+        save_for_derivatives(ctx, x, dx)
 
     @staticmethod
     def backward(ctx, out_bar, dx_bar):
@@ -37,9 +35,8 @@ class MyCube(torch.autograd.Function):
         if out_bar is not None and dx_bar is None:
             return dx * out_bar
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        dx_bar = 0.0 if dx_bar is None else dx_bar
-        return dx * out_bar + 6 * dx_bar * x + torch.zeros_like(x)
+        out_bar, dx_bar = zero_if_absent(out_bar, dx_bar)
+        return shaped_like(dx * out_bar + 6 * dx_bar * x, x)
 
     @staticmethod
     def jvp(ctx, x_dot):
@@ -47,14 +44,7 @@ class MyCube(torch.autograd.Function):
         return dx * x_dot, 6 * x * x_dot
 
 
-class _MyCubeCompiled(MyCube):
-    """MyCube without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_MyCubeExported = rule_op(__name__, "my_cube_rule", MyCube, "(Tensor x) -> (Tensor, Tensor)")
+_apply_my_cube = routed(MyCube, "my_cube_rule", "(Tensor x) -> (Tensor, Tensor)")
 
 
 def my_cube(x: torch.Tensor | float) -> torch.Tensor:
@@ -74,6 +64,5 @@ def my_cube(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("my_cube", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(MyCube, _MyCubeCompiled, _MyCubeExported)
-    out, _dx = function(x)
+    out, _dx = _apply_my_cube(x)
     return rounded(_low, out)

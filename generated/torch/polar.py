@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +20,7 @@ class Polar(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        save_for_derivatives(ctx, x, y)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
@@ -49,14 +47,7 @@ class Polar(torch.autograd.Function):
         return t0 * x * x_dot + t0 * y * y_dot, t1 * x * y_dot - t1 * x_dot * y
 
 
-class _PolarCompiled(Polar):
-    """Polar without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_PolarExported = rule_op(__name__, "polar_rule", Polar, "(Tensor x, Tensor y) -> (Tensor, Tensor)")
+_apply_polar = routed(Polar, "polar_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)")
 
 
 def polar(x: torch.Tensor | float, y: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,5 +72,4 @@ def polar(x: torch.Tensor | float, y: torch.Tensor | float) -> tuple[torch.Tenso
     x, y = as_tensors("polar", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(Polar, _PolarCompiled, _PolarExported)
-    return rounded(_low, *function(x, y))
+    return rounded(_low, *_apply_polar(x, y))

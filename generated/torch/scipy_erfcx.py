@@ -7,8 +7,8 @@ import math
 import scipy
 import torch
 
+from ._function import routed, save_for_derivatives
 from ._host import output_from_host, to_host, vmap_elementwise
-from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -38,8 +38,7 @@ class ScipyErfcx(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         (x,) = inputs
         out = output
-        ctx.save_for_backward(x, out)
-        ctx.save_for_forward(x, out)
+        save_for_derivatives(ctx, x, out)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -63,14 +62,7 @@ class ScipyErfcx(torch.autograd.Function):
         return vmap_elementwise(ScipyErfcx, info, in_dims, x)
 
 
-class _ScipyErfcxCompiled(ScipyErfcx):
-    """ScipyErfcx without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_ScipyErfcxExported = rule_op(__name__, "scipy_erfcx_rule", ScipyErfcx, "(Tensor x) -> Tensor")
+_apply_scipy_erfcx = routed(ScipyErfcx, "scipy_erfcx_rule", "(Tensor x) -> Tensor")
 
 
 def scipy_erfcx(x: torch.Tensor | float) -> torch.Tensor:
@@ -86,5 +78,4 @@ def scipy_erfcx(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("scipy_erfcx", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(ScipyErfcx, _ScipyErfcxCompiled, _ScipyErfcxExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_scipy_erfcx(x))

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -23,8 +22,7 @@ class SigmoidOut(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         out = output
-        ctx.save_for_backward(out)
-        ctx.save_for_forward(out)
+        save_for_derivatives(ctx, out)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -41,14 +39,7 @@ class SigmoidOut(torch.autograd.Function):
         return out * x_dot * (1 - out)
 
 
-class _SigmoidOutCompiled(SigmoidOut):
-    """SigmoidOut without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_SigmoidOutExported = rule_op(__name__, "sigmoid_out_rule", SigmoidOut, "(Tensor x) -> Tensor")
+_apply_sigmoid_out = routed(SigmoidOut, "sigmoid_out_rule", "(Tensor x) -> Tensor")
 
 
 def sigmoid_out(x: torch.Tensor | float) -> torch.Tensor:
@@ -68,5 +59,4 @@ def sigmoid_out(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("sigmoid_out", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(SigmoidOut, _SigmoidOutCompiled, _SigmoidOutExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_sigmoid_out(x))

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -20,96 +19,70 @@ class SinExpMul(torch.autograd.Function):
             t0 = x**2
             t0.neg_().exp_()
             t1 = torch.sin(x)
-            t2 = t0 * t1
-            t3 = t2 * y
-            return t3, t2, t0, t1
+            t2 = t0 * t1 * y
+            return t2, t0, t1
         t0 = torch.exp(-(x**2))
         t1 = torch.sin(x)
-        t2 = t0 * t1
-        return t2 * y, t2, t0, t1
+        return t0 * t1 * y, t0, t1
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        _, saved_exp_sin, saved_exp, saved_sin = output
+        _, saved_exp, saved_sin = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, y, saved_exp_sin, saved_exp, saved_sin)
-        ctx.save_for_forward(x, y, saved_exp_sin, saved_exp, saved_sin)
+        save_for_derivatives(ctx, x, y, saved_exp, saved_sin)
 
     @staticmethod
-    def backward(ctx, out_bar, saved_exp_sin_bar, saved_exp_bar, saved_sin_bar):
-        x, y, saved_exp_sin, saved_exp, saved_sin = ctx.saved_tensors
-        if (
-            out_bar is not None
-            and saved_exp_sin_bar is None
-            and saved_exp_bar is None
-            and saved_sin_bar is None
-        ):
+    def backward(ctx, out_bar, saved_exp_bar, saved_sin_bar):
+        x, y, saved_exp, saved_sin = ctx.saved_tensors
+        if out_bar is not None and saved_exp_bar is None and saved_sin_bar is None:
             if (
-                plain(x, y, saved_exp_sin, saved_exp, saved_sin, out_bar)
+                plain(x, y, saved_exp, saved_sin, out_bar)
                 and ctx.needs_input_grad[0]
                 and ctx.needs_input_grad[1]
             ):
-                t0 = 2 * saved_sin * x
-                t0.sub_(torch.cos(x)).mul_(out_bar).mul_(saved_exp).mul_(y).neg_()
-                t2 = out_bar * saved_exp_sin
-                return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
+                t0 = out_bar * saved_exp
+                t1 = 2 * saved_sin * x
+                t1.sub_(torch.cos(x)).mul_(t0).mul_(y).neg_()
+                t3 = saved_sin * t0
+                return t1.sum_to_size(x.shape), t3.sum_to_size(y.shape)
+            t0 = out_bar * saved_exp
             return (
-                (-out_bar * saved_exp * y * (2 * saved_sin * x - torch.cos(x))).sum_to_size(x.shape)
+                (-t0 * y * (2 * saved_sin * x - torch.cos(x))).sum_to_size(x.shape)
                 if ctx.needs_input_grad[0]
                 else None
-            ), ((out_bar * saved_exp_sin).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
+            ), ((saved_sin * t0).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved_exp_sin_bar = 0.0 if saved_exp_sin_bar is None else saved_exp_sin_bar
-        saved_exp_bar = 0.0 if saved_exp_bar is None else saved_exp_bar
-        saved_sin_bar = 0.0 if saved_sin_bar is None else saved_sin_bar
+        out_bar, saved_exp_bar, saved_sin_bar = zero_if_absent(
+            out_bar, saved_exp_bar, saved_sin_bar
+        )
         t0 = torch.cos(x)
         t1 = 2 * x
+        t2 = out_bar * saved_exp
         return (
-            (
-                -out_bar * saved_exp * y * (saved_sin * t1 - t0)
-                - saved_exp * saved_exp_bar * t1
-                + saved_exp_sin_bar * (saved_exp * t0 - saved_exp_sin * t1)
+            shaped_like(
+                -saved_exp * saved_exp_bar * t1
                 + saved_sin_bar * t0
-                + torch.zeros_like(x)
-            ).sum_to_size(x.shape)
+                - t2 * y * (saved_sin * t1 - t0),
+                x,
+            )
             if ctx.needs_input_grad[0]
             else None
-        ), (
-            (out_bar * saved_exp_sin + torch.zeros_like(y)).sum_to_size(y.shape)
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        ), (shaped_like(saved_sin * t2, y) if ctx.needs_input_grad[1] else None)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, saved_exp_sin, saved_exp, saved_sin = ctx.saved_tensors
+        x, y, saved_exp, saved_sin = ctx.saved_tensors
         x_dot = torch.zeros_like(x) if x_dot is None else x_dot
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
         t0 = torch.cos(x)
         t1 = 2 * x
         t2 = saved_exp * x_dot
-        return (
-            saved_exp_sin * y_dot - t2 * y * (saved_sin * t1 - t0),
-            x_dot * (saved_exp * t0 - saved_exp_sin * t1),
-            -t1 * t2,
-            t0 * x_dot,
-        )
+        return saved_exp * saved_sin * y_dot - t2 * y * (saved_sin * t1 - t0), -t1 * t2, t0 * x_dot
 
 
-class _SinExpMulCompiled(SinExpMul):
-    """SinExpMul without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_SinExpMulExported = rule_op(
-    __name__,
-    "sin_exp_mul_rule",
-    SinExpMul,
-    "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor)",
+_apply_sin_exp_mul = routed(
+    SinExpMul, "sin_exp_mul_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor)"
 )
 
 
@@ -132,6 +105,5 @@ def sin_exp_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tenso
     x, y = as_tensors("sin_exp_mul", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(SinExpMul, _SinExpMulCompiled, _SinExpMulExported)
-    out, _saved_exp_sin, _saved_exp, _saved_sin = function(x, y)
+    out, _saved_exp, _saved_sin = _apply_sin_exp_mul(x, y)
     return rounded(_low, out)

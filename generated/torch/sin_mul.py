@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -24,8 +23,7 @@ class SinMul(torch.autograd.Function):
         x, y = inputs
         _, saved_sin = output
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, y, saved_sin)
-        ctx.save_for_forward(x, y, saved_sin)
+        save_for_derivatives(ctx, x, y, saved_sin)
 
     @staticmethod
     def backward(ctx, out_bar, saved_sin_bar):
@@ -46,18 +44,13 @@ class SinMul(torch.autograd.Function):
                 else None
             ), ((out_bar * saved_sin).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
         # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar = 0.0 if out_bar is None else out_bar
-        saved_sin_bar = 0.0 if saved_sin_bar is None else saved_sin_bar
+        out_bar, saved_sin_bar = zero_if_absent(out_bar, saved_sin_bar)
         t0 = torch.cos(x)
         return (
-            (out_bar * t0 * y + saved_sin_bar * t0 + torch.zeros_like(x)).sum_to_size(x.shape)
+            shaped_like(out_bar * t0 * y + saved_sin_bar * t0, x)
             if ctx.needs_input_grad[0]
             else None
-        ), (
-            (out_bar * saved_sin + torch.zeros_like(y)).sum_to_size(y.shape)
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        ), (shaped_like(out_bar * saved_sin, y) if ctx.needs_input_grad[1] else None)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
@@ -68,16 +61,7 @@ class SinMul(torch.autograd.Function):
         return saved_sin * y_dot + t0 * y, t0
 
 
-class _SinMulCompiled(SinMul):
-    """SinMul without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_SinMulExported = rule_op(
-    __name__, "sin_mul_rule", SinMul, "(Tensor x, Tensor y) -> (Tensor, Tensor)"
-)
+_apply_sin_mul = routed(SinMul, "sin_mul_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)")
 
 
 def sin_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
@@ -99,6 +83,5 @@ def sin_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     x, y = as_tensors("sin_mul", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(SinMul, _SinMulCompiled, _SinMulExported)
-    out, _saved_sin = function(x, y)
+    out, _saved_sin = _apply_sin_mul(x, y)
     return rounded(_low, out)

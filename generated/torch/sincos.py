@@ -4,8 +4,7 @@
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -21,8 +20,7 @@ class Sincos(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, s_bar, c_bar):
@@ -39,14 +37,7 @@ class Sincos(torch.autograd.Function):
         return x_dot * torch.cos(x), -x_dot * torch.sin(x)
 
 
-class _SincosCompiled(Sincos):
-    """Sincos without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_SincosExported = rule_op(__name__, "sincos_rule", Sincos, "(Tensor x) -> (Tensor, Tensor)")
+_apply_sincos = routed(Sincos, "sincos_rule", "(Tensor x) -> (Tensor, Tensor)")
 
 
 def sincos(x: torch.Tensor | float) -> dict[str, torch.Tensor]:
@@ -71,6 +62,5 @@ def sincos(x: torch.Tensor | float) -> dict[str, torch.Tensor]:
     (x,) = as_tensors("sincos", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(Sincos, _SincosCompiled, _SincosExported)
-    s, c = rounded(_low, *function(x))
+    s, c = rounded(_low, *_apply_sincos(x))
     return {"sin": s, "cos": c}

@@ -5,7 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
-from ._route import route, rule_op
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, fresh_outputs, in_float32, rounded
 
 
@@ -26,8 +26,7 @@ class Softmax(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         out = output
-        ctx.save_for_backward(out)
-        ctx.save_for_forward(out)
+        save_for_derivatives(ctx, out)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -48,14 +47,7 @@ class Softmax(torch.autograd.Function):
         return out_dot
 
 
-class _SoftmaxCompiled(Softmax):
-    """Softmax without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_SoftmaxExported = rule_op(__name__, "softmax_rule", Softmax, "(Tensor x) -> Tensor")
+_apply_softmax = routed(Softmax, "softmax_rule", "(Tensor x) -> Tensor")
 
 
 def softmax(x: torch.Tensor | float) -> torch.Tensor:
@@ -71,5 +63,4 @@ def softmax(x: torch.Tensor | float) -> torch.Tensor:
     (x,) = as_tensors("softmax", ("x",), "f", x)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = in_float32(x)
-    function = route(Softmax, _SoftmaxCompiled, _SoftmaxExported)
-    return rounded(_low, function(x))
+    return rounded(_low, _apply_softmax(x))

@@ -6,8 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._inplace import plain
-from ._route import route, rule_op
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -29,8 +28,7 @@ class ToPolar(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         x, y = inputs
         r, _ = output
-        ctx.save_for_backward(x, y, r)
-        ctx.save_for_forward(x, y, r)
+        save_for_derivatives(ctx, x, y, r)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
@@ -57,16 +55,7 @@ class ToPolar(torch.autograd.Function):
         return t0 * x * x_dot + t0 * y * y_dot, t1 * x * y_dot - t1 * x_dot * y
 
 
-class _ToPolarCompiled(ToPolar):
-    """ToPolar without `jvp`, which torch.compile(fullgraph=True) refuses."""
-
-    jvp = torch.autograd.Function.jvp
-
-
-# torch.export inlines a Function, dropping its backward; an op it keeps whole.
-_ToPolarExported = rule_op(
-    __name__, "to_polar_rule", ToPolar, "(Tensor x, Tensor y) -> (Tensor, Tensor)"
-)
+_apply_to_polar = routed(ToPolar, "to_polar_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)")
 
 
 class Polar(NamedTuple):
@@ -101,6 +90,5 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
     x, y = as_tensors("to_polar", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    function = route(ToPolar, _ToPolarCompiled, _ToPolarExported)
-    r, theta = rounded(_low, *function(x, y))
+    r, theta = rounded(_low, *_apply_to_polar(x, y))
     return Polar(r, theta)

@@ -11,7 +11,7 @@ import sympy as sp
 from rulegen.derive import Derivation
 from rulegen.plan.model import Header, Param
 from rulegen.snippet import SnippetDerivation
-from rulegen.spec import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structured
+from rulegen.spec import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structured, StructureKind
 
 DOC_WIDTH = 100
 
@@ -45,6 +45,7 @@ def jax_util_imports(imports: set[str], rule: Rule) -> tuple[str, ...]:
     for line, more in _UTIL_LINES.items():
         if line in imports:
             names += more
+    names += unpack_helpers(rule)
     kept = imports - set(_UTIL_LINES)
     return tuple(sorted(kept | ({f"from ._util import {', '.join(names)}"} if names else set())))
 
@@ -59,12 +60,14 @@ _UTIL_LINES = {
 _DTYPE_LETTERS = {"float": "f", "complex": "c", "int": "i", "bool": "b"}
 
 
-TENSORS_IMPORT = "from ._util import as_tensors"
-
-
-def torch_util_imports(imports: set[str], names: Sequence[str]) -> tuple[str, ...]:
-    """A torch snippet module's imports, with one import of what it takes from torch/_util.py."""
-    return tuple(sorted(imports | ({f"from ._util import {', '.join(sorted(set(names)))}"} if names else set())))
+def torch_util_imports(imports: set[str], names: Sequence[str], function_names: Sequence[str] = ()) -> tuple[str, ...]:
+    """A torch module's imports, with one import of what it takes from torch/_util.py and one from _function.py."""
+    lines = {
+        f"from ._{module} import {', '.join(sorted(set(taken)))}"
+        for module, taken in (("util", names), ("function", function_names))
+        if taken
+    }
+    return tuple(sorted(imports | lines))
 
 
 #: Per backend: the annotation of an array argument (by input dtype) and of a result.
@@ -118,69 +121,31 @@ def parameters_of(rule: Rule, backend: str) -> tuple[Param, ...]:
 def unpacked(rule: Rule) -> tuple[str, ...]:
     """The public function's first lines: each structured argument taken apart into the arrays the rule reads.
 
-    A structure given wrongly (a plain tuple for fields, a dict missing a
-    key or holding one more, a tuple of another length) is refused with the
-    rule's, the argument's and the fields' names, not an AttributeError or
-    KeyError from inside.  A `try` costs nothing until it raises, and a
-    dict's keys are compared with a set; under jit it all runs when tracing.
+    Through the runtime's `unpack_keys`, `unpack_fields` and `unpack_tuple`
+    (`_util.py` of each backend), which refuse a structure given wrongly (a
+    plain tuple for fields, a dict missing a key or holding one more, a tuple
+    of another length) with the rule's, the argument's and the fields' names,
+    not an AttributeError or KeyError from inside.  Under jit they run when
+    tracing, at no cost to the computation.
     """
     lines: list[str] = []
     for p in rule.parameters:
         if isinstance(p, Structured):
-            lines += _taken_apart(rule.name, p)
+            leaves = [i.name for i in p.leaves]
+            targets = f"{leaves[0]}," if len(leaves) == 1 else ", ".join(leaves)
+            names = [i.dict_key for i in p.leaves] if p.kind == "keys" else leaves
+            listed = f"({', '.join(map(repr, names))}{',' if len(names) == 1 else ''})"
+            lines.append(f"{targets} = {_UNPACKERS[p.kind]}({rule.name!r}, {p.name!r}, {p.name}, {listed})")
     return tuple(lines)
 
 
-def _taken_apart(rule_name: str, p: Structured) -> list[str]:
-    """The lines taking structured argument `p` apart, refusing it where it has another structure.
-
-    The messages' fixed text is printed as string literals (a key may hold
-    quotes or braces); only the exception caught is formatted in.
-    """
-    leaves = [i.name for i in p.leaves]
-    where = f"{rule_name}: argument {p.name} must"
-    if p.kind == "keys":
-        keys = ", ".join(repr(i.dict_key) for i in p.leaves)
-        expected = _literal_lines(f"{where} be a dict with exactly the keys {keys}")
-        return [
-            "try:",
-            f"    {', '.join(leaves)} = {', '.join(f'{p.name}[{i.dict_key!r}]' for i in p.leaves)}",
-            "except (KeyError, TypeError) as _error:",
-            "    raise ValueError(",
-            *expected,
-            '        f": {_error!r}"',
-            "    ) from None",
-            f"if {p.name}.keys() != {{{keys}}}:",
-            "    raise ValueError(",
-            *expected,
-            f'        f", not {{[*{p.name}]}}"',
-            "    )",
-        ]
-    if p.kind == "fields":
-        expected = _literal_lines(
-            f"{where} have the fields {', '.join(leaves)} (a named tuple or any object with them)"
-        )
-        taken = f"{', '.join(leaves)} = {', '.join(f'{p.name}.{name}' for name in leaves)}"
-        caught = "AttributeError"
-    else:
-        expected = _literal_lines(f"{where} be a tuple of {len(leaves)}: ({', '.join(leaves)})")
-        taken = f"({leaves[0]},) = {p.name}" if len(leaves) == 1 else f"{', '.join(leaves)} = {p.name}"
-        caught = "(TypeError, ValueError)"
-    return [
-        "try:",
-        f"    {taken}",
-        f"except {caught} as _error:",
-        "    raise TypeError(",
-        *expected,
-        '        f": {_error}"',
-        "    ) from None",
-    ]
+def unpack_helpers(rule: Rule) -> tuple[str, ...]:
+    """The runtime helpers `unpacked` calls for `rule`, sorted."""
+    return tuple(sorted({_UNPACKERS[p.kind] for p in rule.parameters if isinstance(p, Structured)}))
 
 
-def _literal_lines(text: str) -> list[str]:
-    """`text` as string literals, one a line, each short enough for 100 columns when concatenated."""
-    parts = textwrap.wrap(text, 70, drop_whitespace=False, break_long_words=False, break_on_hyphens=False)
-    return [f"        {part!r}" for part in parts]
+#: The runtime helper taking a structured argument apart, by the structure's kind.
+_UNPACKERS: dict[StructureKind, str] = {"keys": "unpack_keys", "fields": "unpack_fields", "items": "unpack_tuple"}
 
 
 def public_return(rule: Rule, value: str, *, lifted: bool, spread: bool) -> tuple[str, ...]:
@@ -312,9 +277,16 @@ def _formula(expr: sp.Expr) -> str:
     return text if len(text) <= FORMULA_CHARS else text[: FORMULA_CHARS - 3] + "..."
 
 
-def _input_line(i: Input) -> str:
+#: What a static input is, by backend: JAX traces a function once per static value, torch runs it as given.
+_STATIC_KINDS = {
+    "jax": "static (a hashable Python value; JAX recompiles for each)",
+    "torch": "static (a Python value, passed to the Function as it is, never differentiated)",
+}
+
+
+def _input_line(i: Input, backend: str) -> str:
     if i.static:
-        kind = "static (a hashable Python value; JAX recompiles for each)"
+        kind = _STATIC_KINDS[backend]
     else:
         kind = f"{i.dtype} array" + ("" if i.differentiable else ", not differentiated")
     default = f", default {python_literal(i.default)}" if i.has_default else ""
@@ -357,8 +329,8 @@ def stability_notes(d: Derivation) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def help_text(d: Derivation | SnippetDerivation) -> str:
-    """What `help()` of a generated function says: the rule's doc, its formulas, its inputs, its source."""
+def help_text(d: Derivation | SnippetDerivation, backend: str) -> str:
+    """What `help()` of a `backend` function says: the rule's doc, its formulas, its inputs, its source."""
     rule = d.rule
     parts = [rule.doc.strip() or f"{rule.name}({', '.join(i.name for i in rule.inputs)}): a rulegen rule."]
     if isinstance(d, Derivation):
@@ -375,7 +347,7 @@ def help_text(d: Derivation | SnippetDerivation) -> str:
     else:
         bodies = [k for k in ("forward", "jvp", "vjp") if getattr(rule, k) is not None]
         parts.append(f"Forward and derivatives: Python bodies ({', '.join(bodies)}) in the rule file.")
-    parts.append("Inputs:\n" + "\n".join(_input_line(i) for i in rule.inputs))
+    parts.append("Inputs:\n" + "\n".join(_input_line(i, backend) for i in rule.inputs))
     assumed = [i for i in rule.inputs if i.assume]
     if assumed:
         parts.append(_assumptions_paragraph(assumed))
@@ -388,7 +360,7 @@ def help_text(d: Derivation | SnippetDerivation) -> str:
     return "\n\n".join(parts)
 
 
-def header_of(d: Derivation | SnippetDerivation) -> Header:
+def header_of(d: Derivation | SnippetDerivation, backend: str) -> Header:
     rule = d.rule
     # The source path lands in a comment: no line break may end it early.
     source = rule.source.encode("unicode_escape").decode("ascii")
@@ -398,7 +370,7 @@ def header_of(d: Derivation | SnippetDerivation) -> Header:
         source=source,
         source_hash=rule.source_hash,
         module_doc=_docstring(summary, 0),
-        doc=_docstring(help_text(d), 4),
+        doc=_docstring(help_text(d, backend), 4),
         # Each object its own docstring: the rule's doc is the module's and the function's already.
         class_doc=_docstring(f"The torch.autograd.Function behind `{rule.name}`, which applies it.", 4),
     )

@@ -21,6 +21,7 @@ from rulegen.plan.header import (
     result_classes,
     returns_of,
     stability_notes,
+    unpack_helpers,
     unpacked,
 )
 from rulegen.plan.model import Function, JaxPlan, Result, Wrap
@@ -68,7 +69,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
     if classes:
         imports.add(NAMED_TUPLE_IMPORT)
     return JaxPlan(
-        header=header_of(d),
+        header=header_of(d, "jax"),
         name=rule.name,
         own=own_locals(rule),
         params=parameters_of(rule, "jax"),
@@ -98,7 +99,8 @@ def plan_jax(d: Derivation) -> JaxPlan:
                 (SUM_TO_SHAPE, summed),
             )
             if used
-        ),
+        )
+        + unpack_helpers(rule),
         float_arrays=float_arrays,
         array_arguments=array_arguments(rule, "as_arrays"),
         maps=maps,

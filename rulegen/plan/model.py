@@ -162,8 +162,10 @@ class TorchPlan:
     # body is one torch kernel, which does so itself (plan.torch._opmath_bodies).
     lifted: bool = False
     route: str = ""  # what the wrapper applies (rulegen.plan.torch_route)
-    exported_op: str = ""  # the module-level line making the rule's op for torch.export; "" without one
+    routed_line: str = ""  # the module-level line binding `route` to the runtime's `routed` of the Function
     result_classes: tuple[str, ...] = ()  # the named tuples returned (see header.result_classes)
+    # The output whose shape, that of every output, setup_context keeps for jvp to broadcast to; "" for none.
+    shape_kept: str = ""
 
     @property
     def needs(self) -> Needs:
@@ -181,12 +183,13 @@ class Wrap:
 
     text: str = "{}"
     reads: frozenset[str] = frozenset()
+    helpers: frozenset[str] = frozenset()  # the runtime's `_util` functions the code calls
 
     def around(self, inner: Wrap) -> Wrap:
         """The wrap that applies `inner`, then this one."""
         # `{}.long()` around `({}) + zeros` casts the sum, not the zeros: the inner code parenthesised.
         inner_text = f"({inner.text})" if self.text.startswith("{}.") and inner.text != "{}" else inner.text
-        return Wrap(self.text.format(inner_text), self.reads | inner.reads)
+        return Wrap(self.text.format(inner_text), self.reads | inner.reads, self.helpers | inner.helpers)
 
     def apply(self, value: str) -> str:
         # `{}.attr` binds tighter than most of what `value` can be.
@@ -252,11 +255,10 @@ class SnippetPlan:
     tail: tuple[str, ...]
     class_name: str = ""
     class_attrs: tuple[str, ...] = ()
-    compiled_subclass: bool = False
     called: tuple[str, ...] = ()  # the other rules its bodies call, imported at the module's end
     requires: tuple[str, ...] = ()  # modules imported inside functions: by the bodies, or the bridge's torch
     apis: tuple[str, ...] = ()  # the framework APIs its bodies call whose age matters (rulegen.floors)
-    exported_op: str = ""  # torch: the module-level line making the rule's op for torch.export; "" without one
+    routed_line: str = ""  # torch: the module-level line binding what applies the Function; "" without one
     result_classes: tuple[str, ...] = ()  # the named tuples returned (see header.result_classes)
 
     @property

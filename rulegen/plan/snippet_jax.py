@@ -47,7 +47,7 @@ def _module(
     function lifts bfloat16 and float16 to float32 around it (`_lifted`).
     """
     rule = p.rule
-    header = header_of(p.d)
+    header = header_of(p.d, "jax")
     refusal = array_arguments(rule, "as_arrays")
     prologue = (*doc_lines(header), *unpacked(rule), *([refusal] if refusal else []))
     params = tuple(map(str, parameters_of(rule, "jax")))

@@ -17,6 +17,7 @@ from rulegen.plan.header import (
     result_classes,
     returns_of,
     torch_util_imports,
+    unpack_helpers,
     unpacked,
 )
 from rulegen.plan.model import Function, SnippetPlan
@@ -31,6 +32,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     p = SnippetPlanner(d, "torch")
     p.imports.add("import torch")
     util_names = ["as_tensors"] if array_arguments(d.rule, "as_tensors") else []
+    util_names += unpack_helpers(d.rule)
     if d.jvp is None and d.vjp is None:
         # Nothing custom: torch differentiates the body as it is.
         forward = p.given("forward")
@@ -40,6 +42,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
             lines = _returned(p, p.call(forward), spread=len(p.outputs) > 1)
         return _module(p, [*_lift(p, util_names), *lines], util_names)
     kept = _kept(p)
+    function_names = ["routed", *(["save_for_derivatives"] if kept.saved else [])]
     methods = [
         _forward(p, kept, util_names),
         _setup_context(p, kept),
@@ -51,11 +54,17 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
         methods.append(_host_vmap(p))
         class_attrs = ()
     route = torch_route(p.rule, len(kept.values))
-    p.imports |= set(route.imports)
     lines = [*_lift(p, util_names), *_wrapper(p, kept, route.route)]
     host_op = host_op_functions(p, kept.values) if p.given("forward").host and _host_op_applies(p) else ()
     return _module(
-        p, lines, util_names, methods=methods, class_attrs=class_attrs, extra_bodies=host_op, exported_op=route.op
+        p,
+        lines,
+        util_names,
+        methods=methods,
+        class_attrs=class_attrs,
+        extra_bodies=host_op,
+        routed_line=route.op,
+        function_names=function_names,
     )
 
 
@@ -67,34 +76,33 @@ def _module(
     methods: Sequence[Function] = (),
     class_attrs: tuple[str, ...] = (),
     extra_bodies: Sequence[Function] = (),
-    exported_op: str = "",
+    routed_line: str = "",
+    function_names: Sequence[str] = (),
 ) -> SnippetPlan:
     """The module: the bodies, the Function's `methods` if any, and the public function running `lines`."""
     rule = p.rule
-    header = header_of(p.d)
+    header = header_of(p.d, "torch")
     arguments = array_arguments(rule, "as_tensors")
     prologue = (*doc_lines(header), *unpacked(rule), *([arguments] if arguments else []))
     params = tuple(map(str, parameters_of(rule, "torch")))
-    function = bool(methods)
     classes = result_classes(rule, "torch")
     if classes:
         p.imports.add(NAMED_TUPLE_IMPORT)
     return SnippetPlan(
         header=header,
         name=rule.name,
-        imports=torch_util_imports(p.imports, util_names),
+        imports=torch_util_imports(p.imports, util_names, function_names),
         bodies=(*p.bodies, *extra_bodies),
         called=p.called,
         assignments=(),
         public=Function(rule.name, params, (*prologue, *lines), returns=returns_of(rule, "torch")),
         methods=tuple(methods),
         tail=(),
-        class_name=rule.torch_class if function else "",
+        class_name=rule.torch_class if methods else "",
         class_attrs=class_attrs,
-        compiled_subclass=function,
         requires=p.requires,
         apis=p.apis,
-        exported_op=exported_op,
+        routed_line=routed_line,
         result_classes=classes,
     )
 
@@ -274,8 +282,7 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
     if kept.non_diff:
         setup.append(f"{ctx}.mark_non_differentiable({', '.join(kept.non_diff)})")
     if kept.saved:
-        setup.append(f"{ctx}.save_for_backward({', '.join(kept.saved)})")
-        setup.append(f"{ctx}.save_for_forward({', '.join(kept.saved)})")
+        setup.append(f"save_for_derivatives({ctx}, {', '.join(kept.saved)})")
     setup += [f"{ctx}.{names.ctx_attribute(s)} = {s}" for s in kept.statics]
     setup += [f"{ctx}.{i}_shape = {i}.shape" for i in kept.shapes]
     if kept.broadcast:
@@ -386,16 +393,12 @@ def _host_vmap(p: SnippetPlanner) -> Function:
 
 
 def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[str]:
-    """The public function's body: apply the Function in the form `route` picks, residuals dropped."""
-    all_args, function = ", ".join(p.inputs), p.own["function"]
-    lines = [f"{function} = {route}"]
+    """The public function's body: apply the Function through `route` (see torch_route), residuals dropped."""
+    call = f"{route}({', '.join(p.inputs)})"
     if len(kept.values) > len(p.outputs):
         hidden = [f"_{r}" for r in kept.values[len(p.outputs) :]]
-        lines.append(f"{tuple_text([*p.outputs, *hidden])} = {function}({all_args})")
-        lines += _returned(p, tuple_text(p.outputs))
-    else:
-        lines += _returned(p, f"{function}({all_args})", spread=len(p.outputs) > 1)
-    return lines
+        return [f"{tuple_text([*p.outputs, *hidden])} = {call}", *_returned(p, tuple_text(p.outputs))]
+    return _returned(p, call, spread=len(p.outputs) > 1)
 
 
 def _float_arrays(p: SnippetPlanner) -> list[str]:

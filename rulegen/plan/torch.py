@@ -22,7 +22,6 @@ from rulegen.lines import Block
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
-    TENSORS_IMPORT,
     array_arguments,
     header_of,
     parameters_of,
@@ -30,6 +29,8 @@ from rulegen.plan.header import (
     result_classes,
     returns_of,
     stability_notes,
+    torch_util_imports,
+    unpack_helpers,
     unpacked,
 )
 from rulegen.plan.model import Reads, Result, TorchPlan, Wrap
@@ -214,18 +215,24 @@ def plan_torch(d: Derivation) -> TorchPlan:
     in_place = _InPlace() if rule.fuse else _in_place_bodies(t, emit, forward_results, backward.hot, saved)
     float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
     lifted = bool(float_arrays) and not _opmath_bodies(t, emit, forward_results, backward.hot, jvp_results)
+    helpers: set[str] = set()
     if any(not i.static for i in rule.inputs):
-        emit.imports.add(f"{TENSORS_IMPORT}, in_float32, rounded" if lifted else TENSORS_IMPORT)
+        helpers = {"as_tensors", *(("in_float32", "rounded") if lifted else ()), *unpack_helpers(rule)}
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
+    shape_kept = t.outputs[0] if _tangents_broadcast(t) else ""
     route = torch_route(rule, len(values_out))
-    emit.imports |= set(route.imports)
+    wrapped = [*forward_results, *backward.full, *backward.first_order, *jvp_results]
+    function_helpers = {"routed", *set().union(*(r.wrap.helpers for r in wrapped))}
+    function_helpers |= {"save_for_derivatives"} if saved else set()
+    function_helpers |= {"zero_if_absent"} if backward.first_order_block else set()
+    function_helpers |= {"plain"} if in_place.forward or in_place.backward else set()
     classes = result_classes(rule, "torch")
     if classes:
         emit.imports.add(NAMED_TUPLE_IMPORT)
     return TorchPlan(
         # The docstring shows silu's derivative as sympy derived it, not by an internal function's name.
-        header=header_of(stable),
+        header=header_of(stable, "torch"),
         name=rule.name,
         class_name=rule.torch_class,
         own=own_locals(rule),
@@ -256,9 +263,10 @@ def plan_torch(d: Derivation) -> TorchPlan:
         backward_plain=in_place.backward_plain,
         backward_reads=_reads(saved, statics_used, backward_reads),
         jvp_reads=_reads(saved, statics_used, jvp.reads | set(t.absent_tangents)),
-        imports=tuple(sorted(emit.imports)),
+        imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers)),
         setup_inputs=_targets(tuple(i.name for i in rule.inputs), {*saved, *statics_used}, tuple_of_one=True),
-        setup_outputs=_targets(values_out, {*saved, *non_diff}, tuple_of_one=False),
+        setup_outputs=_targets(values_out, {*saved, *non_diff, shape_kept}, tuple_of_one=False),
+        shape_kept=shape_kept,
         wrapper_targets=", ".join(n if n in t.outputs else f"_{n}" for n in values_out),
         tensor_arguments=array_arguments(rule, "as_tensors"),
         forward_notes=stability_notes(t.d),
@@ -266,14 +274,14 @@ def plan_torch(d: Derivation) -> TorchPlan:
         float_arrays=float_arrays,
         lifted=lifted,
         route=route.route,
-        exported_op=route.op,
+        routed_line=route.op,
         result_classes=classes,
     )
 
 
 def _returning(t: _Torch, lifted: bool) -> tuple[str, ...]:
     """The wrapper's last lines: the Function's outputs (its residuals dropped), rounded where lifted."""
-    call = f"{own_locals(t.rule)['function']}({', '.join(i.name for i in t.rule.inputs)})"
+    call = f"{torch_route(t.rule, 0).route}({', '.join(i.name for i in t.rule.inputs)})"
     if t.residual_names:
         return public_return(t.rule, ", ".join(t.outputs), lifted=lifted, spread=False)
     return public_return(t.rule, call, lifted=lifted, spread=len(t.outputs) > 1)
@@ -313,12 +321,8 @@ def _forward_results(t: _Torch) -> tuple[list[Result], set[str]]:
     """The forward's outputs and residuals, and the outputs that are an input as it is (returned as views)."""
     d, arrays = t.d, t.arrays
     values = [*d.forward, *((n, with_outputs(d, e)) for n, e in t.residuals)]
-    if len(arrays) > 1:
-        shape = f"torch.broadcast_shapes({', '.join(f'{a}.shape' for a in arrays)})"
-        zeros = f"torch.zeros({shape}, dtype={arrays[0]}.dtype, device={arrays[0]}.device)"
-    else:
-        zeros = f"torch.zeros_like({arrays[0]})" if arrays else ""
-    wraps = broadcast_outputs(d, Wrap(f"({{}}) + {zeros}", frozenset(arrays))) if arrays else {}
+    broadcast = Wrap(f"broadcast({{}}, {', '.join(arrays)})", frozenset(arrays), frozenset({"broadcast"}))
+    wraps = broadcast_outputs(d, broadcast) if arrays else {}
     # An input returned as it is must be a view: torch refuses to save it otherwise.  A view's
     # tangent must be a view of the input's tangent, so where the rule's derivative is not 1
     # (a clipped gradient) the output is a copy instead.
@@ -355,8 +359,7 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
             found.append(Result(f"{i.name}_bar", code="None"))
         elif with_residuals and t.residual_names:
             # Absent cotangents read as 0.0: the sum may be a number, a tensor, or one broadcast beyond the input.
-            summed = f"({{}} + torch.zeros_like({i.name})).sum_to_size({i.name}.shape)"
-            wrap = Wrap(summed if broadcastable else f"{{}} + torch.zeros_like({i.name})", reads)
+            wrap = Wrap(f"shaped_like({{}}, {i.name})", reads, frozenset({"shaped_like"}))
             found.append(Result(f"{i.name}_bar", expr, wrap=wrap, guard=guard))
         elif broadcastable:
             wrap = Wrap(f"{{}}.sum_to_size({i.name}.shape)", reads)
@@ -396,6 +399,15 @@ def _first_order_test(t: _Torch) -> str:
     return " and ".join(present + absent)
 
 
+def _tangents_broadcast(t: _Torch) -> bool:
+    """Whether an output's tangent lacks the outputs' shape (see `_jvp_results`), which jvp then broadcasts to."""
+    return any(
+        needs_broadcast(t.d, linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, "_dot"))
+        for o in t.rule.outputs
+        if o.differentiable and linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, "_dot") != 0
+    )
+
+
 def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
     """One tangent per output, then per residual.
 
@@ -412,8 +424,9 @@ def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
         elif expr == 0:
             results.append(Result(f"{o.name}_dot", code=f"torch.zeros_like({o.name})", reads=reads))
         elif needs_broadcast(t.d, expr):
-            wrap = Wrap(f"torch.broadcast_to({{}}, {o.name}.shape)", reads)
-            results.append(Result(f"{o.name}_dot", expr, wrap=wrap))
+            # To the shape setup_context keeps (`shape_kept`): a saved output would stay in memory for it.
+            shape = f"{torch_context(t.rule)}.{t.outputs[0]}_shape"
+            results.append(Result(f"{o.name}_dot", expr, wrap=Wrap(f"torch.broadcast_to({{}}, {shape})")))
         elif o.name in aliases:
             # The output is a view of an input, so its tangent is a view of that input's.
             wrap = Wrap(f"{{}}.view_as({expr})", frozenset(s.name for s in expr.free_symbols))
@@ -479,8 +492,6 @@ def _in_place_bodies(
     tensors = {*t.arrays, *values_out, *(f"{n}_bar" for n in values_out)}
     forward = _in_place(emit, forward_results, tensors)
     backward = _in_place(emit, hot, tensors)
-    if forward or backward:
-        emit.imports.add("from ._inplace import plain")
     return _InPlace(
         forward,
         _read_names(forward, t.arrays),

@@ -1,6 +1,6 @@
 """How a torch rule's public function applies its Function: eagerly, compiled, exported.
 
-The choice is made per call by the runtime helper `route` (rulegen/runtime/torch/_route.py);
+The choice is made per call by the runtime helper `routed` makes (rulegen/runtime/torch/_route.py);
 the planner decides which forms a rule has: always the Function and its compiled twin
 (the Function without `jvp`), and the exported op where an op's schema can type every
 argument.
@@ -15,11 +15,10 @@ from rulegen.spec import Input, Rule
 
 @dataclass(frozen=True)
 class TorchRoute:
-    """The module-level line that makes a rule's op ("" without one) and the wrapper's route."""
+    """The module-level line that makes what applies a rule's Function, and the name it binds."""
 
     op: str
     route: str
-    imports: tuple[str, ...]
 
 
 #: An op schema's type of a static, by the Python type of its default.
@@ -38,16 +37,15 @@ def static_type(i: Input) -> str | None:
 
 
 def torch_route(rule: Rule, values: int) -> TorchRoute:
-    """The forms of `rule`'s Function, whose forward returns `values` tensors.
+    """How `rule`'s Function, whose forward returns `values` tensors, is applied (`routed` of the runtime).
 
     A rule with a static its schema cannot type (see `static_type`) has no
     op, and export inlines its Function.
     """
-    cls = rule.torch_class
+    cls, apply = rule.torch_class, f"_apply_{rule.name}"
     if any(i.static and static_type(i) is None for i in rule.inputs):
-        return TorchRoute("", f"route({cls}, _{cls}Compiled)", ("from ._route import route",))
+        return TorchRoute(f"{apply} = routed({cls})", apply)
     arguments = ", ".join(f"{static_type(i) if i.static else 'Tensor'} {i.name}" for i in rule.inputs)
     returns = "Tensor" if values == 1 else f"({', '.join(['Tensor'] * values)})"
     schema = f"({arguments}) -> {returns}"
-    op = f"_{cls}Exported = rule_op(__name__, {rule.name + '_rule'!r}, {cls}, {schema!r})"
-    return TorchRoute(op, f"route({cls}, _{cls}Compiled, _{cls}Exported)", ("from ._route import route, rule_op",))
+    return TorchRoute(f"{apply} = routed({cls}, {rule.name + '_rule'!r}, {schema!r})", apply)

@@ -63,6 +63,28 @@ def route(function, compiled, exported=None):
     return compiled.apply
 
 
+def routed(function, name=None, schema=None):
+    """What a public function calls to apply the Function `function`, in the form `route` picks.
+
+    Made once, at import: the compiled form (`function` without `jvp`, which
+    torch.compile(fullgraph=True) refuses) and, given the op's `name` and
+    `schema`, the exported form (`rule_op`, registered in `function`'s
+    module).  A rule with no schema (a static no schema types) has no op.
+    """
+    compiled = type(
+        f"{function.__name__}Compiled",
+        (function,),
+        {"__doc__": f"{function.__name__} without `jvp`.", "jvp": torch.autograd.Function.jvp},
+    )
+    exported = None if schema is None else rule_op(function.__module__, name, function, schema)
+
+    def apply(*args):
+        return route(function, compiled, exported)(*args)
+
+    apply.__name__ = apply.__qualname__ = f"apply_{function.__name__}"
+    return apply
+
+
 def rule_op(module, name, function, schema):
     """The Function `function` as the custom op `name` of `module`, which torch.export keeps whole.
 
