@@ -40,6 +40,6 @@ def _f_ndtri(x):
 def _f_ndtri_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_ndtri(x)
-    out_dot = math.sqrt(2 * math.pi) * x_dot * jnp.exp(jax.scipy.special.ndtri(x) ** 2 / 2)
-    return out, out_dot
+    t0 = jax.scipy.special.ndtri(x)
+    out = t0
+    return out, math.sqrt(2 * math.pi) * x_dot * jnp.exp(t0**2 / 2)

@@ -37,5 +37,6 @@ def _f_sqrt(x):
 def _f_sqrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_sqrt(x)
-    return out, x_dot / jnp.sqrt(x) / 2
+    t0 = jnp.sqrt(x)
+    out = t0
+    return out, x_dot / t0 / 2

@@ -37,5 +37,6 @@ def _f_tan(x):
 def _f_tan_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_tan(x)
-    return out, x_dot * (jnp.tan(x) ** 2 + 1)
+    t0 = jnp.tan(x)
+    out = t0
+    return out, x_dot * (t0**2 + 1)

@@ -43,5 +43,8 @@ def _sincos(x):
 def _sincos_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    s, c = _sincos(x)
-    return (s, c), (x_dot * jnp.cos(x), -x_dot * jnp.sin(x))
+    t0 = jnp.sin(x)
+    t1 = jnp.cos(x)
+    s = t0
+    c = t1
+    return (s, c), (t1 * x_dot, -t0 * x_dot)
