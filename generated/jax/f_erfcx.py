@@ -39,6 +39,5 @@ def _f_erfcx(x):
 def _f_erfcx_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jax.scipy.special.erfcx(x)
-    out = t0
-    return out, x_dot * (2 * t0 * x - 2 / math.sqrt(math.pi))
+    out = jax.scipy.special.erfcx(x)
+    return out, x_dot * (2 * out * x - 2 / math.sqrt(math.pi))

@@ -40,6 +40,5 @@ def _f_erfinv(x):
 def _f_erfinv_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jax.scipy.special.erfinv(x)
-    out = t0
-    return out, (math.sqrt(math.pi) / 2) * x_dot * jnp.exp(t0**2)
+    out = jax.scipy.special.erfinv(x)
+    return out, (math.sqrt(math.pi) / 2) * x_dot * jnp.exp(out**2)

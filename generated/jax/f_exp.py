@@ -37,6 +37,5 @@ def _f_exp(x):
 def _f_exp_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jnp.exp(x)
-    out = t0
-    return out, t0 * x_dot
+    out = jnp.exp(x)
+    return out, out * x_dot

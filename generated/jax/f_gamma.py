@@ -37,6 +37,5 @@ def _f_gamma(x):
 def _f_gamma_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jax.scipy.special.gamma(x)
-    out = t0
-    return out, t0 * x_dot * jax.scipy.special.digamma(x)
+    out = jax.scipy.special.gamma(x)
+    return out, out * x_dot * jax.scipy.special.digamma(x)

@@ -40,6 +40,5 @@ def _f_log_ndtr(x):
 def _f_log_ndtr_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jax.scipy.special.log_ndtr(x)
-    out = t0
-    return out, x_dot * jnp.exp(-t0 - x**2 / 2) / math.sqrt(2 * math.pi)
+    out = jax.scipy.special.log_ndtr(x)
+    return out, x_dot * jnp.exp(-out - x**2 / 2) / math.sqrt(2 * math.pi)

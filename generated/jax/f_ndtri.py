@@ -40,6 +40,5 @@ def _f_ndtri(x):
 def _f_ndtri_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jax.scipy.special.ndtri(x)
-    out = t0
-    return out, math.sqrt(2 * math.pi) * x_dot * jnp.exp(t0**2 / 2)
+    out = jax.scipy.special.ndtri(x)
+    return out, math.sqrt(2 * math.pi) * x_dot * jnp.exp(out**2 / 2)

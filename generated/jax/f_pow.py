@@ -39,6 +39,5 @@ def _f_pow(x, y):
 def _f_pow_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
-    t0 = x**y
-    out = t0
-    return out, t0 * y_dot * jnp.log(x) + x ** (y - 1) * x_dot * y
+    out = x**y
+    return out, out * y_dot * jnp.log(x) + x ** (y - 1) * x_dot * y

@@ -37,6 +37,5 @@ def _f_sqrt(x):
 def _f_sqrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jnp.sqrt(x)
-    out = t0
-    return out, x_dot / t0 / 2
+    out = jnp.sqrt(x)
+    return out, x_dot / out / 2

@@ -37,6 +37,5 @@ def _f_swish_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     t0 = jax.nn.sigmoid(x)
-    t1 = t0 * x
-    out = t1
-    return out, x_dot * (t0 + t1 * (1 - t0))
+    out = t0 * x
+    return out, x_dot * (t0 + out * (1 - t0))

@@ -37,6 +37,5 @@ def _f_tan(x):
 def _f_tan_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jnp.tan(x)
-    out = t0
-    return out, x_dot * (t0**2 + 1)
+    out = jnp.tan(x)
+    return out, x_dot * (out**2 + 1)

@@ -37,6 +37,5 @@ def _f_tanh(x):
 def _f_tanh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jnp.tanh(x)
-    out = t0
-    return out, x_dot * (1 - t0**2)
+    out = jnp.tanh(x)
+    return out, x_dot * (1 - out**2)

@@ -46,7 +46,6 @@ def _hypot_pair(x, y):
 def _hypot_pair_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
-    t0 = jnp.sqrt(x**2 + y**2)
-    t1 = 1 / t0
-    out = t0
+    out = jnp.sqrt(x**2 + y**2)
+    t1 = 1 / out
     return out, t1 * x * x_dot + t1 * y * y_dot

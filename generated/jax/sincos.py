@@ -43,8 +43,6 @@ def _sincos(x):
 def _sincos_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jnp.sin(x)
-    t1 = jnp.cos(x)
-    s = t0
-    c = t1
-    return (s, c), (t1 * x_dot, -t0 * x_dot)
+    s = jnp.sin(x)
+    c = jnp.cos(x)
+    return (s, c), (c * x_dot, -s * x_dot)
