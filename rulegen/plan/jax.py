@@ -141,9 +141,22 @@ def _emitter(d: Derivation) -> Emitter:
     return Emitter(
         functools.partial(print_jax, booleans=booleans),
         d.symbols,
-        lambda e: shared_exp(in_float(corrected(e))),
+        lambda e: shared_exp(in_float(corrected(_tanh_derivative_factored(e)))),
         statics,
     )
+
+
+_U = sp.Wild("u")
+
+
+def _tanh_derivative_factored(expr: sp.Expr) -> sp.Expr:
+    """`1 - tanh(u)**2` as `(1 - tanh(u)) * (1 + tanh(u))`, as JAX's own tanh rule writes it.
+
+    The square of an output is what a sum-of-squares loss computes too:
+    XLA shared the two and wrote the square out to memory for both, a pass
+    autodiff does not make (grad of tanh 1.3x).
+    """
+    return expr.replace(1 - sp.tanh(_U) ** 2, (1 - sp.tanh(_U)) * (1 + sp.tanh(_U)))
 
 
 def _forward_results(d: Derivation, arrays: Sequence[str]) -> list[Result]:
