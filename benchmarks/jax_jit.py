@@ -36,6 +36,18 @@ hand_log1pexp.defjvps(lambda t, ans, x: (1.0 - 1.0 / (1.0 + jnp.exp(x))) * t)
 
 
 @jax.custom_jvp
+def hand_tanh(x):
+    return jnp.tanh(x)
+
+
+@hand_tanh.defjvp
+def _hand_tanh_jvp(primals, tangents):
+    (x,), (x_dot,) = primals, tangents
+    out = hand_tanh(x)
+    return out, (1 - out * out) * x_dot
+
+
+@jax.custom_jvp
 def hand_sin_mul(x, y):
     return jnp.sin(x) * y
 
@@ -124,6 +136,7 @@ ROWS = 1024  # the softmax and logsumexp cases work on rows of this length
 
 CASES: list[tuple[str, int, Callable, Callable, Callable]] = [
     ("log1pexp", 1, gen.log1pexp, hand_log1pexp, lambda x: jnp.log(1.0 + jnp.exp(x))),
+    ("tanh", 1, gen.f_tanh, hand_tanh, jnp.tanh),
     ("sin_mul", 2, gen.sin_mul, hand_sin_mul, lambda x, y: jnp.sin(x) * y),
     ("sin_exp_mul", 2, gen.sin_exp_mul, hand_sin_exp_mul, lambda x, y: jnp.sin(x) * jnp.exp(-x * x) * y),
     ("gelu", 1, gen.gelu, hand_gelu, lambda x: x * (1 + jss.erf(x / jnp.sqrt(2.0))) / 2),

@@ -45,7 +45,7 @@ def _torch_compile(out: str) -> None:
 
 
 def _jax_jit(out: str) -> None:
-    for case in ["log1pexp", "sin_mul", "gelu"]:
+    for case in ["log1pexp", "tanh", "sin_mul", "sin_exp_mul", "gelu"]:
         assert re.search(rf"^{case} +{RATIO} +{RATIO} +{RATIO} +{RATIO}$", out, re.M), case
     for case in ["log1pexp", "gelu"]:  # float32 error of value and derivative: generated, hand-written, composite
         assert re.search(rf"^{case}(?: +{ERROR}, {ERROR}){{3}}$", out, re.M), case

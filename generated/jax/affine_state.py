@@ -46,5 +46,7 @@ def _affine_state(x, w, b):
 def _affine_state_jvp(primals, tangents):
     x, w, b = primals
     _, w_dot, b_dot = tangents
+    # The primal function, whose own rule differentiates the output at higher order: autodiff
+    # would differentiate in an input the rule holds constant.
     out = _affine_state(x, w, b)
     return out, b_dot + w_dot * x

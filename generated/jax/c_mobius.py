@@ -36,6 +36,8 @@ def _c_mobius(z, a):
 def _c_mobius_jvp(primals, tangents):
     z, a = primals
     z_dot, a_dot = tangents
+    # The primal function, whose own rule differentiates the output at higher order: autodiff
+    # would differentiate an output the rule holds constant.
     out = _c_mobius(z, a)
     t0 = z + 2
     return out, a_dot * z / t0 + z_dot * (2 * a - 1j) / t0**2

@@ -37,5 +37,7 @@ def _f_abs(x):
 def _f_abs_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of Abs need not be the derived one (at a kink, a jump, a convention).
     out = _f_abs(x)
     return out, x_dot * jnp.sign(x)

@@ -39,6 +39,8 @@ def _f_atan2(y, x):
 def _f_atan2_jvp(primals, tangents):
     y, x = primals
     y_dot, x_dot = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of atan2 need not be the derived one (at a kink, a jump, a convention).
     out = _f_atan2(y, x)
     t0 = 1 / (x**2 + y**2)
     return out, t0 * x * y_dot - t0 * x_dot * y

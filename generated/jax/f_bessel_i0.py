@@ -37,5 +37,7 @@ def _f_bessel_i0(x):
 def _f_bessel_i0_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of bessel_i0 need not be the derived one (at a kink, a jump, a convention).
     out = _f_bessel_i0(x)
     return out, x_dot * jax.scipy.special.i1(x)

@@ -38,6 +38,8 @@ def _f_bessel_i1e(x):
 def _f_bessel_i1e_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of bessel_i1e need not be the derived one (at a kink, a jump, a convention).
     out = _f_bessel_i1e(x)
     out_dot = x_dot * (-(jnp.sign(x) + 1 / x) * jax.scipy.special.i1e(x) + jax.scipy.special.i0e(x))
     return out, out_dot

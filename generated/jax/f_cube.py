@@ -36,5 +36,5 @@ def _f_cube(x):
 def _f_cube_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_cube(x)
+    out = x**3
     return out, 3 * x**2 * x_dot

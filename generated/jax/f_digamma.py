@@ -40,6 +40,8 @@ def _f_digamma(x):
 def _f_digamma_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of polygamma need not be the derived one (at a kink, a jump, a convention).
     out = _f_digamma(x)
     t0 = math.pi * (x - jnp.floor(x))
     out_dot = x_dot * jnp.where(

@@ -38,5 +38,7 @@ def _f_entr(x):
 def _f_entr_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of entr need not be the derived one (at a kink, a jump, a convention).
     out = _f_entr(x)
     return out, x_dot * (-jnp.log(x) - 1)

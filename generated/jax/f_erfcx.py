@@ -39,6 +39,5 @@ def _f_erfcx(x):
 def _f_erfcx_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_erfcx(x)
-    out_dot = x_dot * (2 * x * jax.scipy.special.erfcx(x) - 2 / math.sqrt(math.pi))
-    return out, out_dot
+    out = jax.scipy.special.erfcx(x)
+    return out, x_dot * (2 * out * x - 2 / math.sqrt(math.pi))

@@ -40,6 +40,5 @@ def _f_erfinv(x):
 def _f_erfinv_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_erfinv(x)
-    out_dot = (math.sqrt(math.pi) / 2) * x_dot * jnp.exp(jax.scipy.special.erfinv(x) ** 2)
-    return out, out_dot
+    out = jax.scipy.special.erfinv(x)
+    return out, (math.sqrt(math.pi) / 2) * x_dot * jnp.exp(out**2)

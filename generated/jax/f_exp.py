@@ -37,5 +37,5 @@ def _f_exp(x):
 def _f_exp_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_exp(x)
-    return out, x_dot * jnp.exp(x)
+    out = jnp.exp(x)
+    return out, out * x_dot

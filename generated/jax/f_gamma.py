@@ -37,6 +37,5 @@ def _f_gamma(x):
 def _f_gamma_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_gamma(x)
-    out_dot = x_dot * jax.scipy.special.gamma(x) * jax.scipy.special.digamma(x)
-    return out, out_dot
+    out = jax.scipy.special.gamma(x)
+    return out, out * x_dot * jax.scipy.special.digamma(x)

@@ -42,8 +42,8 @@ def _f_gelu_tanh(x):
 def _f_gelu_tanh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_gelu_tanh(x)
     t0 = math.sqrt(2 / math.pi)
     t1 = jnp.tanh(t0 * (0.044715 * x**3 + x))
-    out_dot = x_dot * (t0 * x * (1 - t1**2) * (0.134145 * x**2 + 1) / 2 + t1 / 2 + 1 / 2)
+    out = x * (t1 + 1) / 2
+    out_dot = x_dot * (t0 * out * (1 - t1) * (0.134145 * x**2 + 1) + t1 / 2 + 1 / 2)
     return out, out_dot

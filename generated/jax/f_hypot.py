@@ -39,6 +39,8 @@ def _f_hypot(x, y):
 def _f_hypot_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of hypot need not be the derived one (at a kink, a jump, a convention).
     out = _f_hypot(x, y)
     t0 = 1 / jnp.hypot(x, y)
     return out, t0 * x * x_dot + t0 * y * y_dot

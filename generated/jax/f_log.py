@@ -37,5 +37,5 @@ def _f_log(x):
 def _f_log_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_log(x)
+    out = jnp.log(x)
     return out, x_dot / x

@@ -40,6 +40,5 @@ def _f_log_ndtr(x):
 def _f_log_ndtr_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_log_ndtr(x)
-    out_dot = x_dot * jnp.exp(-(x**2) / 2 - jax.scipy.special.log_ndtr(x)) / math.sqrt(2 * math.pi)
-    return out, out_dot
+    out = jax.scipy.special.log_ndtr(x)
+    return out, x_dot * jnp.exp(-out - x**2 / 2) / math.sqrt(2 * math.pi)

@@ -39,6 +39,8 @@ def _f_max(x, y):
 def _f_max_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of Max need not be the derived one (at a kink, a jump, a convention).
     out = _f_max(x, y)
     t0 = x - y
     return out, x_dot * (jnp.sign(t0) + 1) / 2 + y_dot * (jnp.sign(-t0) + 1) / 2

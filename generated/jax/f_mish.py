@@ -38,8 +38,9 @@ def _f_mish(x):
 def _f_mish_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_mish(x)
-    t0 = jnp.exp(-jnp.abs(x))
-    t1 = x >= 0
-    t2 = jnp.tanh(jnp.where(t1, x, 0) + jnp.log1p(t0))
-    return out, x_dot * (t2 + x * (1 - t2**2) * jnp.where(t1, 1, t0) / (t0 + 1))
+    t0 = x >= 0
+    t1 = jnp.exp(-jnp.abs(x))
+    t2 = jnp.tanh(jnp.where(t0, x, 0) + jnp.log1p(t1))
+    out = t2 * x
+    out_dot = x_dot * (t2 + x * (1 - t2) * (t2 + 1) * jnp.where(t0, 1, t1) / (t1 + 1))
+    return out, out_dot

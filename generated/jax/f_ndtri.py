@@ -40,6 +40,5 @@ def _f_ndtri(x):
 def _f_ndtri_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_ndtri(x)
-    out_dot = math.sqrt(2 * math.pi) * x_dot * jnp.exp(jax.scipy.special.ndtri(x) ** 2 / 2)
-    return out, out_dot
+    out = jax.scipy.special.ndtri(x)
+    return out, math.sqrt(2 * math.pi) * x_dot * jnp.exp(out**2 / 2)

@@ -37,5 +37,7 @@ def _f_piecewise(x):
 def _f_piecewise_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of Piecewise need not be the derived one (at a kink, a jump, a convention).
     out = _f_piecewise(x)
     return out, x_dot * jnp.where(x > 0, 2 * x, jnp.cos(x))

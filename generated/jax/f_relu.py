@@ -37,5 +37,7 @@ def _f_relu(x):
 def _f_relu_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of Max need not be the derived one (at a kink, a jump, a convention).
     out = _f_relu(x)
     return out, x_dot * (jnp.sign(x) + 1) / 2

@@ -36,6 +36,5 @@ def _f_sigmoid(x):
 def _f_sigmoid_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_sigmoid(x)
-    t0 = jax.nn.sigmoid(x)
-    return out, t0 * x_dot * (1 - t0)
+    out = jax.nn.sigmoid(x)
+    return out, out * x_dot * (1 - out)

@@ -37,6 +37,7 @@ def _f_softplus(x):
 def _f_softplus_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_softplus(x)
-    t0 = jnp.exp(-jnp.abs(x))
-    return out, x_dot * jnp.where(x >= 0, 1, t0) / (t0 + 1)
+    t0 = x >= 0
+    t1 = jnp.exp(-jnp.abs(x))
+    out = jnp.where(t0, x, 0) + jnp.log1p(t1)
+    return out, x_dot * jnp.where(t0, 1, t1) / (t1 + 1)

@@ -36,6 +36,6 @@ def _f_swish(x):
 def _f_swish_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _f_swish(x)
     t0 = jax.nn.sigmoid(x)
-    return out, x_dot * (t0 * x * (1 - t0) + t0)
+    out = t0 * x
+    return out, x_dot * (t0 + out * (1 - t0))

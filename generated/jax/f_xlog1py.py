@@ -40,5 +40,7 @@ def _f_xlog1py(x, y):
 def _f_xlog1py_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of xlog1py need not be the derived one (at a kink, a jump, a convention).
     out = _f_xlog1py(x, y)
     return out, x * y_dot / (y + 1) + x_dot * jnp.log1p(y)

@@ -40,5 +40,7 @@ def _f_xlogy(x, y):
 def _f_xlogy_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of xlogy need not be the derived one (at a kink, a jump, a convention).
     out = _f_xlogy(x, y)
     return out, x * y_dot / y + x_dot * jnp.log(y)

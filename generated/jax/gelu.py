@@ -41,9 +41,9 @@ def _gelu(x):
 def _gelu_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _gelu(x)
-    t0 = (math.sqrt(2) / 2) * x
-    out_dot = x_dot * (
-        (1 / math.sqrt(math.pi)) * t0 * jnp.exp(-(x**2) / 2) + jax.scipy.special.erf(t0) / 2 + 1 / 2
-    )
+    t0 = x / 2
+    t1 = math.sqrt(2) * t0
+    t2 = jax.scipy.special.erf(t1)
+    out = t0 * (t2 + 1)
+    out_dot = x_dot * ((1 / math.sqrt(math.pi)) * t1 * jnp.exp(-(x**2) / 2) + t2 / 2 + 1 / 2)
     return out, out_dot

@@ -43,6 +43,6 @@ def _hypot_pair(x, y):
 def _hypot_pair_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
-    out = _hypot_pair(x, y)
-    t0 = jax.lax.rsqrt(x**2 + y**2)
-    return out, t0 * x * x_dot + t0 * y * y_dot
+    out = jnp.sqrt(x**2 + y**2)
+    t1 = 1 / out
+    return out, t1 * x * x_dot + t1 * y * y_dot

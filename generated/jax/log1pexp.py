@@ -39,6 +39,7 @@ def _log1pexp(x):
 def _log1pexp_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _log1pexp(x)
-    t0 = jnp.exp(-jnp.abs(x))
-    return out, x_dot * jnp.where(x >= 0, 1, t0) / (t0 + 1)
+    t0 = x >= 0
+    t1 = jnp.exp(-jnp.abs(x))
+    out = jnp.where(t0, x, 0) + jnp.log1p(t1)
+    return out, x_dot * jnp.where(t0, 1, t1) / (t1 + 1)

@@ -36,6 +36,6 @@ def _my_cube(x):
 def _my_cube_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _my_cube(x)
+    out = x**3
     dx = 3 * x**2
     return out, dx * x_dot

@@ -57,6 +57,8 @@ def _point_jvp(x, y):
 def _point_jvp_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
+    # The primal function, whose own rule differentiates the output at higher order: an output's
+    # expression lacks the inputs' shape, which the primal function gives it.
     a, b0, b1 = _point_jvp(x, y)
     return (a, b0, b1), (
         jnp.broadcast_to(2 * x * x_dot, jnp.shape(a)),

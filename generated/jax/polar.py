@@ -42,6 +42,8 @@ def _polar(x, y):
 def _polar_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _polar(x, y)
     t0 = 1 / jnp.hypot(x, y)
     t1 = 1 / (x**2 + y**2)

@@ -44,6 +44,8 @@ def _scaled_tanh(x, log_scale):
 def _scaled_tanh_jvp(log_scale, primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _scaled_tanh(x, log_scale)
-    t0 = math.exp(log_scale)
-    return out, t0 * x_dot * (1 - jnp.tanh(t0 * x) ** 2) / math.sqrt(log_scale**2 + 1)
+    t0 = 1 / math.sqrt(log_scale**2 + 1)
+    t1 = math.exp(log_scale)
+    t2 = jnp.tanh(t1 * x)
+    out = t0 * t2
+    return out, t0 * t1 * x_dot * (1 - t2) * (t2 + 1)

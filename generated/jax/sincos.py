@@ -43,5 +43,6 @@ def _sincos(x):
 def _sincos_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    s, c = _sincos(x)
-    return (s, c), (x_dot * jnp.cos(x), -x_dot * jnp.sin(x))
+    s = jnp.sin(x)
+    c = jnp.cos(x)
+    return (s, c), (c * x_dot, -s * x_dot)

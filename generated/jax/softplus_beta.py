@@ -41,5 +41,6 @@ def _softplus_beta(x, beta):
 def _softplus_beta_jvp(beta, primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = _softplus_beta(x, beta)
-    return out, x_dot * jax.nn.sigmoid(beta * x)
+    t0 = beta * x
+    out = jax.nn.softplus(t0) / beta
+    return out, x_dot * jax.nn.sigmoid(t0)

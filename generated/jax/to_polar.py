@@ -55,6 +55,8 @@ def _to_polar(x, y):
 def _to_polar_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of atan2 need not be the derived one (at a kink, a jump, a convention).
     r, theta = _to_polar(x, y)
     t0 = x**2 + y**2
     t1 = jax.lax.rsqrt(t0)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import functools
+import re
+import textwrap
 from collections.abc import Sequence
 
 import sympy as sp
+from sympy.codegen.cfunctions import expm1, log1p
 
+from rulegen import functions as fn
 from rulegen.derive import Derivation
 from rulegen.forms import corrections, float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.lines import Assign, Block
@@ -33,6 +37,7 @@ from rulegen.plan.symbolic import (
     names_in,
     needs_broadcast,
     with_fused_forms,
+    with_outputs,
 )
 from rulegen.printers import print_jax
 from rulegen.routes import JaxRoute
@@ -55,11 +60,19 @@ def plan_jax(d: Derivation) -> JaxPlan:
     jvp = bwd = None
     maps: tuple[Function, ...] = ()
     saved: tuple[str, ...] = ()
+    jvp_primal = ""
+    jvp_notes: tuple[str, ...] = ()
     if d.routes.jax == JaxRoute.CUSTOM_VJP:
         bwd = emit.block(*_bwd_parts(d))
         saved = tuple(n for n in (*arrays, *(o.name for o in rule.outputs)) if n in bwd.reads)
     else:
-        jvp, maps = _jvp(d, emit)
+        reason = _primal_needed(d)
+        jvp, maps = _jvp(d, emit, inline=reason is None)
+        if reason is not None:
+            jvp_primal = f"{', '.join(o.name for o in rule.outputs)} = {primal_call}"
+            jvp_notes = _wrapped(
+                f"The primal function, whose own rule differentiates the output at higher order: {reason}."
+            )
     # The util import joins the module's one `from ._util import` line.
     summed = _SUM_TO_SHAPE_IMPORT in emit.imports
     imports = {"import jax", *(emit.imports - {_SUM_TO_SHAPE_IMPORT})}
@@ -83,6 +96,8 @@ def plan_jax(d: Derivation) -> JaxPlan:
         forward=forward,
         tangents=() if jvp is None else tuple(f"{n}_dot" if n in _diff_inputs(d) else "_" for n in arrays),
         primal_call=primal_call,
+        jvp_primal=jvp_primal,
+        jvp_notes=jvp_notes,
         returning=public_return(rule, primal_call, lifted=bool(float_arrays), spread=len(rule.outputs) > 1),
         outputs=tuple(o.name for o in rule.outputs),
         jvp=jvp,
@@ -128,9 +143,22 @@ def _emitter(d: Derivation) -> Emitter:
     return Emitter(
         functools.partial(print_jax, booleans=booleans),
         d.symbols,
-        lambda e: shared_exp(in_float(corrected(e))),
+        lambda e: shared_exp(in_float(corrected(_tanh_derivative_factored(e)))),
         statics,
     )
+
+
+_U = sp.Wild("u")
+
+
+def _tanh_derivative_factored(expr: sp.Expr) -> sp.Expr:
+    """`1 - tanh(u)**2` as `(1 - tanh(u)) * (1 + tanh(u))`, as JAX's own tanh rule writes it.
+
+    The square of an output is what a sum-of-squares loss computes too:
+    XLA shared the two and wrote the square out to memory for both, a pass
+    autodiff does not make (grad of tanh 1.3x).
+    """
+    return expr.replace(1 - sp.tanh(_U) ** 2, (1 - sp.tanh(_U)) * (1 + sp.tanh(_U)))
 
 
 def _forward_results(d: Derivation, arrays: Sequence[str]) -> list[Result]:
@@ -143,8 +171,14 @@ def _forward_results(d: Derivation, arrays: Sequence[str]) -> list[Result]:
     return [Result(n, e, wrap=wraps[n], imports=_JNP) if n in wraps else Result(n, e) for n, e in d.forward]
 
 
-def _jvp(d: Derivation, emit: Emitter) -> tuple[Block, tuple[Function, ...]]:
-    """The custom_jvp rule's body, and with both a given JVP and VJP, the `linear_map` halves it applies."""
+def _jvp(d: Derivation, emit: Emitter, *, inline: bool) -> tuple[Block, tuple[Function, ...]]:
+    """The custom_jvp rule's body, and with both a given JVP and VJP, the `linear_map` halves it applies.
+
+    `inline`: the body computes the outputs too, from the subexpressions
+    their tangents share (the template calls the primal function otherwise).
+    XLA does not share a called primal's work with the tangent: sin_exp_mul's
+    grad computed `sin(x)` three times, autodiff's twice.
+    """
     results = [_tangent(d, o) for o in d.rule.outputs]
     applying: tuple[Assign, ...] = ()
     maps: tuple[Function, ...] = ()
@@ -152,9 +186,118 @@ def _jvp(d: Derivation, emit: Emitter) -> tuple[Block, tuple[Function, ...]]:
         maps, application, results = _given_linear_maps(d, emit, results)
         applying = (application,)
     residuals = dict(d.residuals)
-    used = names_in(r.expr for r in results if r.expr is not None)
-    block = emit.block([(n, e) for n, e in residuals.items() if n in used], results)
+    outputs = list(d.forward) if inline else []
+    used = names_in([*(r.expr for r in results if r.expr is not None), *(e for _, e in outputs)])
+    block = emit.block([*outputs, *((n, e) for n, e in residuals.items() if n in used)], results)
+    for name, _ in outputs:
+        block = _named_by_output(block, name)
     return Block((*applying, *block.lines), block.results, block.reads), maps
+
+
+def _named_by_output(block: Block, output: str) -> Block:
+    """`block` with a temporary that an output merely copies (`t0 = jnp.tanh(x)`, `out = t0`) named by the output."""
+    copies = [a for a in block.lines if a.target == output and a.code.isidentifier()]
+    if not copies or not any(a.target == copies[0].code for a in block.lines):
+        return block
+    alias = re.compile(rf"\b{re.escape(copies[0].code)}\b")
+    lines = tuple(
+        Assign(alias.sub(output, a.target), alias.sub(output, a.code)) for a in block.lines if a is not copies[0]
+    )
+    return Block(lines, tuple(alias.sub(output, r) for r in block.results), block.reads)
+
+
+# Functions whose JAX derivative, at every order, is the one sympy derives
+# wherever they are defined (a rewrite into jax_forms included): no kink, jump
+# or convention at a point.  A forward rewritten into a stable form is judged
+# as computed: softplus's `where(x >= 0, x, 0) + log1p(exp(-|x|))` is exact
+# under autodiff at every order (tests/test_jax_forms.py).
+_SMOOTH = frozenset(
+    {
+        sp.exp,
+        sp.log,
+        sp.sin,
+        sp.cos,
+        sp.tan,
+        sp.sinh,
+        sp.cosh,
+        sp.tanh,
+        sp.asinh,
+        sp.atan,
+        sp.erf,
+        sp.erfc,
+        sp.asin,
+        sp.acos,
+        sp.atanh,
+        sp.acosh,
+        sp.erfinv,
+        sp.gamma,
+        sp.loggamma,
+        expm1,
+        log1p,
+        fn.sigmoid,
+        fn.softplus,
+        fn.silu,
+        fn.one_plus_erf,
+        fn.logaddexp,
+        fn.ndtr,
+        fn.ndtri,
+        fn.log_ndtr,
+        fn.logit,
+        fn.erfcx,
+    }
+)
+
+
+def _primal_needed(d: Derivation) -> str | None:
+    """Why the JVP rule must take its outputs from the primal function; None where it may compute them itself.
+
+    When the rule is itself differentiated (hessian, jvp of grad), its
+    outputs are differentiated by whatever computes them: the primal
+    function by its own rule, an expression by autodiff, which must then
+    be exact for it as computed.
+    """
+    rule = d.rule
+    if rule.jvp is not None and rule.vjp is not None:
+        return "the rule's own JVP and VJP are its derivatives, whatever autodiff of its forward says"
+    given = rule.derivatives is not None or rule.jvp is not None or rule.vjp is not None
+    if given and not _given_are_derived(d):
+        return "the rule's own derivatives are not sympy's of its forward, which autodiff's would be"
+    if any(not o.differentiable or o.dtype != "float" for o in rule.outputs):
+        return "autodiff would differentiate an output the rule holds constant"
+    if any(not i.static and not i.differentiable for i in rule.inputs):
+        return "autodiff would differentiate in an input the rule holds constant"
+    if d.rule.complex:
+        return "JAX differentiates complex functions by its own convention"
+    if any(needs_broadcast(d, e) for _, e in d.forward):
+        return "an output's expression lacks the inputs' shape, which the primal function gives it"
+    applied = {node.func for _, e in d.forward for node in sp.preorder_traversal(e) if not node.is_Atom}
+    rough = applied - _SMOOTH - {sp.Add, sp.Mul, sp.Pow}
+    if rough:
+        # Named by the functions, not by the conditions and pairs inside a Piecewise.
+        named = sorted(f.__name__ for f in rough if issubclass(f, sp.core.function.Application)) or ["an expression"]
+        return f"JAX's derivative of {', '.join(named)} need not be the derived one (at a kink, a jump, a convention)"
+    return None
+
+
+def _given_are_derived(d: Derivation) -> bool:
+    """Whether each partial the rule gives is, residuals and outputs written out, sympy's own of the forward.
+
+    A rule writes its derivative out mostly to compute it differently
+    (stably, or not as the derivative at all); one that is what sympy
+    derives, term for term, is what autodiff computes too.
+    """
+    known = {d.symbols[n]: e for n, e in d.residuals}
+    forward = dict(d.forward)
+    for o in (o.name for o in d.rule.outputs):
+        for i in _diff_inputs(d):
+            given = with_outputs(d, sp.sympify(d.jvp_partials.get((o, i), 0)).subs(known))
+            if sp.expand(sp.diff(forward[o], d.symbols[i]) - given) != 0:
+                return False
+    return True
+
+
+def _wrapped(text: str) -> tuple[str, ...]:
+    return tuple(textwrap.wrap(text, 90, break_long_words=False, break_on_hyphens=False))
 
 
 def _tangent(d: Derivation, o: Output) -> Result:

@@ -89,6 +89,9 @@ class JaxPlan:
     # custom_jvp
     tangents: tuple[str, ...]
     primal_call: str
+    # The JVP rule's line assigning the outputs from the primal function, and why; "" where it computes them itself.
+    jvp_primal: str
+    jvp_notes: tuple[str, ...]
     returning: tuple[str, ...]  # the public function's last lines (see header.public_return)
     outputs: tuple[str, ...]
     jvp: Block | None

@@ -1,0 +1,113 @@
+"""The shape of a generated JAX rule's JVP: the output computed beside its tangent, each function once.
+
+A JVP rule that called the primal function for its output had XLA compute
+`exp` and `sin` once for the output and again for the tangent, and `grad`'s
+linearization kept the output's product without the tangent's, so the
+backward recomputed `sin` (benchmarks.jax_jit: grad 1.25x a hand-written
+rule). These pin the structure the speed rests on; the speed itself is
+the benchmark's.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import re
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import generated.jax as gj
+
+jax.config.update("jax_enable_x64", True)
+
+TRANSCENDENTAL = frozenset({"exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "erf", "logistic"})
+
+# rule, number of array inputs
+SMOOTH_RULES = [("sin_exp_mul", 2), ("gelu", 1), ("f_tanh", 1), ("f_mish", 1), ("f_sin", 1), ("log1pexp", 1)]
+
+
+def _primitives(jaxpr: jax.extend.core.Jaxpr, counts: collections.Counter[str]) -> collections.Counter[str]:
+    """Every primitive the jaxpr runs, sub-jaxprs (a custom_jvp_call's body, a pjit) included."""
+    for eqn in jaxpr.eqns:
+        counts[eqn.primitive.name] += 1
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            _primitives(sub, counts)
+    return counts
+
+
+def _transcendentals(f, *args) -> dict[str, int]:
+    counts = _primitives(jax.make_jaxpr(f)(*args).jaxpr, collections.Counter())
+    return {name: n for name, n in counts.items() if name in TRANSCENDENTAL}
+
+
+def _inputs(arity: int) -> list[jax.Array]:
+    return [jnp.linspace(-2.0, 2.0 + k, 7) for k in range(arity)]
+
+
+@pytest.mark.parametrize(("name", "arity"), SMOOTH_RULES)
+def test_jvp_computes_each_function_once(name, arity):
+    f = getattr(gj, name)
+    xs = _inputs(arity)
+    counts = _transcendentals(lambda *a: jax.jvp(f, a, tuple(jnp.ones_like(x) for x in a)), *xs)
+    assert counts and all(n == 1 for n in counts.values()), counts
+    assert "custom_jvp_call" not in str(jax.make_jaxpr(lambda *a: jax.jvp(f, a, a))(*xs))
+
+
+@pytest.mark.parametrize(("name", "arity"), SMOOTH_RULES)
+def test_grad_computes_each_function_once(name, arity):
+    f = getattr(gj, name)
+    loss = jax.grad(lambda *a: (f(*a) ** 2).sum(), tuple(range(arity)))
+    counts = _transcendentals(loss, *_inputs(arity))
+    assert counts and all(n == 1 for n in counts.values()), counts
+
+
+def test_sin_exp_mul_grad_saves_the_product_its_backward_reads():
+    """dout/dy = exp(-x**2) * sin(x) is a factor of the output: one product serves both."""
+    x, y = _inputs(2)
+    jaxpr = jax.make_jaxpr(jax.grad(lambda x, y: (gj.sin_exp_mul(x, y) ** 2).sum(), (0, 1)))(x, y)
+    counts = _primitives(jaxpr.jaxpr, collections.Counter())
+    assert counts["sin"] == 1 and counts["exp"] == 1, counts
+    gx, gy = jax.grad(lambda x, y: (gj.sin_exp_mul(x, y) ** 2).sum(), (0, 1))(x, y)
+    s, e = np.sin(x), np.exp(-(x**2))
+    out = s * e * y
+    np.testing.assert_allclose(gy, 2 * out * s * e, rtol=1e-13)
+    np.testing.assert_allclose(gx, 2 * out * y * e * (np.cos(x) - 2 * x * s), rtol=1e-13)
+
+
+def test_a_rule_with_a_kink_keeps_the_primal_call_and_says_why():
+    """f_abs: JAX's derivative of abs at 0 is not sign(0); the rule's own must hold at the next order."""
+    x = jnp.array([-1.0, 0.0, 2.0])
+    jaxpr = str(jax.make_jaxpr(lambda x: jax.jvp(gj.f_abs, (x,), (x,)))(x))
+    assert "custom_jvp_call" in jaxpr
+    source = inspect.getsource(sys.modules[gj.f_abs.__module__])
+    assert "# The primal function, whose own rule differentiates the output at higher order" in source
+    # The rule's derivative at 0 is sign(0) = 0 at every order through jvp of jvp.
+    second = jax.jvp(lambda x: jax.jvp(gj.f_abs, (x,), (jnp.ones_like(x),))[0], (x,), (jnp.ones_like(x),))[1]
+    np.testing.assert_array_equal(second, np.sign(x))
+
+
+def test_an_output_computed_in_the_rule_is_named_where_it_is_computed():
+    """`out = jnp.tanh(x)`, read by the tangent as `out`, not a temporary `t0` copied into `out`."""
+    source = inspect.getsource(sys.modules[gj.f_tanh.__module__])
+    assert "    out = jnp.tanh(x)\n    return out, x_dot * (1 - out) * (out + 1)\n" in source, source
+    copies = re.compile(r"^ +\w+ = _*t\d+$", re.M)
+    for name in gj.__all__:
+        module = sys.modules[getattr(gj, name).__module__]
+        assert not copies.search(inspect.getsource(module)), name
+
+
+@pytest.mark.parametrize("name", ["f_tanh", "scaled_tanh", "f_mish"])
+def test_tanh_derivative_squares_nothing(name):
+    """1 - tanh(u)**2 is (1 - tanh(u)) * (1 + tanh(u)): a square of the output is what a sum-of-squares
+    loss computes too, which XLA shares with it and writes out to memory for both."""
+    x = jnp.linspace(-3.0, 3.0, 7)
+    f = getattr(gj, name)
+    jaxpr = jax.make_jaxpr(lambda x: jax.jvp(f, (x,), (jnp.ones_like(x),)))(x)
+    counts = _primitives(jaxpr.jaxpr, collections.Counter())
+    assert counts["integer_pow"] == 0 and counts["tanh"] == 1, counts
+    t = np.tanh(x)
+    np.testing.assert_allclose(jax.grad(lambda x: gj.f_tanh(x).sum())(x), 1 - t * t, rtol=1e-14)
