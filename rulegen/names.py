@@ -46,6 +46,7 @@ HELPER_NAMES = frozenset(
         "fresh_outputs",
         "from_host",
         "fused",
+        "hurwitz_zeta",
         "linear_map",
         "output_from_host",
         "plain",

@@ -49,6 +49,9 @@ SOFTPLUS_THRESHOLD = 40.0
 # silu's backward kernel, called through a runtime helper: autograd cannot differentiate it.
 SILU_BACKWARD_IMPORT = "from ._native import silu_backward"
 
+# Functions whose torch op lacks a derivative, as the runtime's autograd.Functions (MathFunction.torch_runtime).
+SPECIAL_IMPORT = "from ._special import"
+
 # What Python float arithmetic can print: the `math` functions and conditionals (MathFunction.numbers_alone).
 _SCALAR_FUNCTIONS = frozenset(f.name for f in fn.REGISTRY if f.numbers_alone in ("math", "python"))
 
@@ -419,6 +422,11 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
 
     def _print_Function(self, expr: sp.Function) -> str:
         name = type(expr).__name__
+        function = fn.BY_NAME.get(name)
+        if function is not None and function.torch_runtime is not None:
+            # torch's op lacks a derivative: the runtime's, differentiated by the registry's rule.
+            self.module_imports_.add(f"{SPECIAL_IMPORT} {function.torch_runtime}")
+            return f"{function.torch_runtime}({', '.join(self._argument(a) for a in expr.args)})"
         if name in fn.TORCH_TENSOR_ONLY and any(a.is_number for a in expr.args):
             # torch.atan2(x, 2.0) raises; a 0-d tensor promotes to x's dtype
             # and device like the number would.

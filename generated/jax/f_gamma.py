@@ -2,7 +2,10 @@
 # Source: rules/functions.yaml (sha256 6b1923ca5040876d)
 """f_gamma: a rulegen rule."""
 
+import math
+
 import jax
+import jax.numpy as jnp
 import jax.scipy.special
 
 from ._util import as_arrays, in_float32, rounded
@@ -38,5 +41,16 @@ def _f_gamma_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = _f_gamma(x)
-    out_dot = x_dot * jax.scipy.special.gamma(x) * jax.scipy.special.digamma(x)
+    t0 = x < 0
+    t1 = jnp.where(t0, x, -1 / 2)
+    t2 = math.pi * (t1 - jnp.floor(t1))
+    out_dot = (
+        x_dot
+        * jnp.where(
+            t0,
+            jax.scipy.special.digamma(1 - t1) - math.pi * jnp.cos(t2) / jnp.sin(t2),
+            jax.scipy.special.digamma(x),
+        )
+        * jax.scipy.special.gamma(x)
+    )
     return out, out_dot
