@@ -53,6 +53,7 @@ HELPER_NAMES = frozenset(
         "residual_dtypes",
         "route",
         "rule_op",
+        "sharded",
         "silu_backward",
         "tanh_expm1",
         "to_host",

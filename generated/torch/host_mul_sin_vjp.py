@@ -8,7 +8,7 @@ import array_api_compat.torch as xp
 import numpy as np
 import torch
 
-from ._host import output_from_host, to_host, vmap_elementwise
+from ._host import output_from_host, sharded, to_host, vmap_elementwise
 from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
@@ -17,6 +17,7 @@ def _forward(x, y):
     return x * y, np.sin(x)
 
 
+@sharded(elementwise=True)
 @torch.library.custom_op(__name__.replace(".", "_") + "::host_mul_sin_vjp", mutates_args=())
 def _host_op(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     p, s = _forward(to_host(x), to_host(y))

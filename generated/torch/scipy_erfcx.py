@@ -7,7 +7,7 @@ import math
 import scipy
 import torch
 
-from ._host import output_from_host, to_host, vmap_elementwise
+from ._host import output_from_host, sharded, to_host, vmap_elementwise
 from ._route import route, rule_op
 from ._util import as_tensors, in_float32, rounded
 
@@ -16,6 +16,7 @@ def _forward(x):
     return scipy.special.erfcx(x)
 
 
+@sharded(elementwise=True)
 @torch.library.custom_op(__name__.replace(".", "_") + "::scipy_erfcx", mutates_args=())
 def _host_op(x: torch.Tensor) -> torch.Tensor:
     out = _forward(to_host(x))
