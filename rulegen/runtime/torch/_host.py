@@ -140,7 +140,8 @@ def sharded(*, elementwise):
     shard as on the whole: any dimension of the outputs may be sharded, with
     the inputs sharded alike (a broadcast dimension of an input replicated).
     Any other body may read every element: its inputs are gathered
-    (replicated) and it runs whole on each rank.
+    (replicated) and it runs whole on each rank.  (Importing DTensor here
+    costs nothing: torch.library's custom ops have imported it already.)
     """
 
     def register(op):
@@ -148,7 +149,8 @@ def sharded(*, elementwise):
             from torch.distributed.tensor.experimental import register_sharding
 
             outputs = len(op._opoverload._schema.returns)
-            register_sharding(op._opoverload)(functools.partial(_shardings, outputs, elementwise))
+            shardings = functools.partial(_shardings, outputs, elementwise)
+            register_sharding(op._opoverload)(shardings)
         return op
 
     return register
