@@ -338,6 +338,26 @@ class one_plus_erf(sp.Function):  # noqa: N801
         return 1 + sp.erf(arg)
 
 
+class gamma_sign(sp.Function):  # noqa: N801
+    """The sign of Gamma(x), 1 or -1: a step, whose derivative is 0 wherever it has one.
+
+    Its own function so that a canonical form's derivative has no floor in
+    it (the printers write it as `sign_of_gamma`, from floor's parity).
+    """
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        return sp.S.Zero
+
+    @classmethod
+    def eval(cls, arg: sp.Expr) -> sp.Expr | None:
+        return sp.S.One if arg.is_positive else None
+
+    def _eval_is_real(self) -> bool:
+        return True
+
+
 class in_float(sp.Function):  # noqa: N801
     """in_float(value, *anchors): an integer or boolean array, or a number, in the float dtype of `anchors`.
 
@@ -462,21 +482,25 @@ def _digamma_by_reflection(x: sp.Expr) -> sp.Expr:
     return _polygamma_by_reflection(sp.S.Zero, x)
 
 
-def _sign_of_gamma(x: sp.Expr) -> sp.Expr:
+def sign_of_gamma(x: sp.Expr) -> sp.Expr:
     """The sign of Gamma(x): -1 on (-1, 0), (-3, -2), ..., where floor(x) is odd; exact in floats."""
     parity = sp.floor(x) - 2 * sp.floor(x / 2)
     return Piecewise((1 - 2 * parity, x < 0), (sp.S.One, True))
 
 
-def _beta_by_log_gamma(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+def beta_by_log_gamma(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """beta(a, b) as sgn * exp(log|Gamma(a)| + log|Gamma(b)| - log|Gamma(a + b)|).
 
     torch has no beta, and JAX's is nan on much of the negative axis (at
     a = -30.7, b = 0.7; its derivatives at every a < 0).  Where a Gamma
     overflows (|a| past 171) the logarithms do not.
     """
-    signs = _sign_of_gamma(a) * _sign_of_gamma(b) * _sign_of_gamma(a + b)
+    signs = sign_of_gamma(a) * sign_of_gamma(b) * sign_of_gamma(a + b)
     return signs * sp.exp(sp.loggamma(a) + sp.loggamma(b) - sp.loggamma(a + b))
+
+
+def _mp_gamma_sign(x: mpmath.mpf) -> mpmath.mpf:
+    return mpmath.mpf(1) if x > 0 else mpmath.mpf(1 - 2 * (int(mpmath.floor(x)) % 2))
 
 
 def _zero(*args: object) -> mpmath.mpf:
@@ -749,7 +773,7 @@ REGISTRY: tuple[MathFunction, ...] = (
         jax_replacement=_polygamma_by_reflection,
         torch_replacement=_polygamma_by_reflection,
     ),
-    # torch has no beta; both compute it from log|Gamma| (see _beta_by_log_gamma).
+    # torch has no beta; both compute it from log|Gamma| (see beta_by_log_gamma).
     MathFunction(
         "beta",
         sp.beta,
@@ -757,15 +781,15 @@ REGISTRY: tuple[MathFunction, ...] = (
         mpmath=mpmath.beta,
         arity=(2, 2),
         refuses_large_numbers=True,
-        jax_replacement=_beta_by_log_gamma,
-        torch_replacement=_beta_by_log_gamma,
+        jax_replacement=beta_by_log_gamma,
+        torch_replacement=beta_by_log_gamma,
     ),
     # The Hurwitz zeta function zeta(s, q), differentiated in q only (as by torch, JAX and sympy).
+    # torch's (torch.special.zeta) is called by the runtime's hurwitz_zeta, which differentiates it.
     MathFunction(
         "zeta",
         sp.zeta,
         "jax.scipy.special.zeta",
-        "torch.special.zeta",
         mpmath=mpmath.zeta,
         arity=(2, 2),
         domain=((2, 3), (0.0, math.inf)),
@@ -859,6 +883,8 @@ REGISTRY: tuple[MathFunction, ...] = (
         vanishes_almost_everywhere=True,
     ),
     MathFunction("Heaviside", sp.Heaviside, internal=True),
+    # What canonical forms write for the sign of a Gamma (forms._gamma_ratio); printed as sign_of_gamma.
+    MathFunction("gamma_sign", gamma_sign, mpmath=_mp_gamma_sign, internal=True),
     MathFunction("in_float", in_float, internal=True),
     # torch's backward of a complex rule conjugates its partials (PyTorch's convention); a new
     # tensor, not torch.conj's view, which an in-place backward would write through to its input.

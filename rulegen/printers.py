@@ -218,6 +218,9 @@ class _ArrayCode:
             return self._call(self.functions["digamma"], x)
         return f"{self._record(self.functions['polygamma'])}({int(order)}, {self._print(x)})"
 
+    def _print_gamma_sign(self, expr: fn.gamma_sign) -> str:
+        return self._print(fn.sign_of_gamma(expr.args[0]))
+
     def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
         # The frameworks' own autodiff differentiates a kink to 0 away from it.
         return self._call(self.functions["DiracDelta"], expr.args[0])
@@ -459,6 +462,10 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     def _print_silu_derivative(self, expr: fn.silu_derivative) -> str:
         # No cotangent to hand silu_backward: the plan rewrites a lone one so before printing, sharing its sigmoid.
         return self._print(expr.rewrite(fn.sigmoid))
+
+    def _print_beta(self, expr: sp.beta) -> str:
+        # torch has none: from log|Gamma| and Gamma's sign, as the registry replaces JAX's too.
+        return self._print(fn.beta_by_log_gamma(*expr.args))
 
     def _print_gamma(self, expr: sp.gamma) -> str:
         x = self._print(expr.args[0])
