@@ -26,7 +26,11 @@ from sympy.codegen.rewriting import ReplaceOptim, expm1_opt, log1p_opt, optimize
 
 from rulegen.functions import (
     BY_NAME,
+    Piecewise,
+    erfcx,
+    gamma_sign,
     in_float,
+    logaddexp,
     one_plus_erf,
     sigmoid,
     sigmoid_product,
@@ -203,7 +207,57 @@ CANONICAL_FORMS = (
         ),
         writes=("sigmoid",),
     ),
+    # Forms of rules that overflow at wide magnitudes (issue 25), each holding on the whole real line.
+    CanonicalForm(  # log(b**u + c**v) -> logaddexp(u*log(b), v*log(c)): log(2**x + 2**y)/log(2) is logaddexp2
+        ReplaceOptim(
+            lambda e: _exponents_of_log_of_sum(e) is not None, lambda e: logaddexp(*_exponents_of_log_of_sum(e) or ())
+        ),
+        writes=("logaddexp",),
+    ),
+    CanonicalForm(  # gamma(u) / gamma(v) -> sgn * exp(loggamma(u) - loggamma(v)): poch(x, n) overflows past x = 171
+        ReplaceOptim(lambda e: e.is_Mul and _gamma_ratio(e) is not None, lambda e: _gamma_ratio(e)),
+        writes=("loggamma", "gamma_sign", "exp"),
+    ),
+    CanonicalForm(  # log(erfcx(u)) -> u**2 + log(erfc(u)) where u < 0: erfcx(u) ~ 2*exp(u**2) overflows there
+        ReplaceOptim(
+            lambda e: isinstance(e, sp.log) and isinstance(e.args[0], erfcx), lambda e: _log_erfcx(e.args[0].args[0])
+        ),
+        writes=("erfc", "Piecewise"),
+    ),
 )
+
+
+def _exponents_of_log_of_sum(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
+    """(u*log(b), v*log(c)) of log(b**u + c**v) (exp(u) too), the bases positive numbers; None for any other."""
+    if not (isinstance(expr, sp.log) and expr.args[0].is_Add and len(expr.args[0].args) == 2):
+        return None
+    exponents = []
+    for term in expr.args[0].args:
+        if isinstance(term, sp.exp):
+            exponents.append(term.args[0])
+        elif term.is_Pow and term.base.is_number and term.base.is_positive and not term.exp.is_number:
+            exponents.append(term.exp * sp.log(term.base))
+        else:
+            return None
+    return exponents[0], exponents[1]
+
+
+def _gamma_ratio(product: sp.Mul) -> sp.Expr | None:
+    """A product's gammas over gammas as the sign times the exp of their log|Gamma|s; None without both kinds."""
+    powers = [(f.base, f.exp) if f.is_Pow else (f, sp.S.One) for f in product.args]
+    gammas = [(b.args[0], e) for b, e in powers if isinstance(b, sp.gamma) and e.is_Integer]
+    if not (any(e > 0 for _, e in gammas) and any(e < 0 for _, e in gammas)):
+        return None
+    rest = [f for f, (b, e) in zip(product.args, powers, strict=True) if not (isinstance(b, sp.gamma) and e.is_Integer)]
+    sign = sp.Mul(*(gamma_sign(u) ** abs(e) for u, e in gammas))
+    return sp.Mul(*rest, sign, sp.exp(sp.Add(*(e * sp.loggamma(u) for u, e in gammas))))
+
+
+def _log_erfcx(u: sp.Expr) -> sp.Expr:
+    """log(erfcx(u)) as u**2 + log(erfc(u)) for u < 0, each branch's argument finite where `where` drops it."""
+    negative = Piecewise((u, u < 0), (sp.S.Zero, True))
+    positive = Piecewise((u, u >= 0), (sp.S.Zero, True))
+    return Piecewise((negative**2 + sp.log(sp.erfc(negative)), u < 0), (sp.log(erfcx(positive)), True))
 
 
 def _is_minus_sigmoid(expr: sp.Expr) -> bool:

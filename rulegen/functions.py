@@ -338,6 +338,26 @@ class one_plus_erf(sp.Function):  # noqa: N801
         return 1 + sp.erf(arg)
 
 
+class gamma_sign(sp.Function):  # noqa: N801
+    """The sign of Gamma(x), 1 or -1: a step, whose derivative is 0 wherever it has one.
+
+    Its own function so that a canonical form's derivative has no floor in
+    it (the printers write it as `sign_of_gamma`, from floor's parity).
+    """
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        return sp.S.Zero
+
+    @classmethod
+    def eval(cls, arg: sp.Expr) -> sp.Expr | None:
+        return sp.S.One if arg.is_positive else None
+
+    def _eval_is_real(self) -> bool:
+        return True
+
+
 class in_float(sp.Function):  # noqa: N801
     """in_float(value, *anchors): an integer or boolean array, or a number, in the float dtype of `anchors`.
 
@@ -428,20 +448,59 @@ def _mp_entr(x: mpmath.mpf) -> mpmath.mpf:
     return mpmath.mpf(0) if x == 0 else -mpmath.inf
 
 
+def _negative_or(x: sp.Expr, stand_in: sp.Expr) -> sp.Expr:
+    """x where x < 0, else `stand_in`: a reflection's argument, finite in the branch a `where` drops.
+
+    An array `where` computes both branches, and its derivative is the
+    dropped one's times 0: a pole there (the cotangent of pi * frac(x) at a
+    positive integer) would make it nan.
+    """
+    return Piecewise((x, x < 0), (stand_in, True))
+
+
 def _polygamma_by_reflection(order: sp.Expr, x: sp.Expr) -> sp.Expr:
-    """polygamma(n, x), n >= 1, from 1 - x where x < 0: JAX's is wrong there (-1e-4 for 15.08 at x = -10000.3),
+    """polygamma(n, x), n >= 0, from 1 - x where x < 0: JAX's is wrong there (-1e-4 for 15.08 at x = -10000.3),
     and torch's float32 one 1e-3 off (15.0765 for 15.0928 at x = -10000.3).
 
     psi_n(x) = (-1)**n psi_n(1 - x) - pi d^n/dx^n cot(pi x), whose cotangent is
     taken at frac(x) = x - floor(x) (its period is 1, and the difference is
     exact in floats, where pi * x would round away the digits that matter).
+    Order 0, digamma, too: its value is right in both frameworks, but their
+    derivative of it is their own polygamma(1, x), so a rule's second
+    derivative through digamma (loggamma's) was wrong for x < 0.
     """
-    if not (order.is_Integer and order >= 1):
+    if not (order.is_Integer and order >= 0):
         return sp.polygamma(order, x)
     u = sp.Dummy("u")
-    cotangent = sp.diff(sp.cos(sp.pi * u) / sp.sin(sp.pi * u), u, int(order)).subs(u, x - sp.floor(x))
-    reflected = (-1) ** int(order) * sp.polygamma(order, 1 - x) - sp.pi * cotangent
+    negative = _negative_or(x, sp.Rational(-1, 2))
+    cotangent = sp.diff(sp.cos(sp.pi * u) / sp.sin(sp.pi * u), u, int(order)).subs(u, negative - sp.floor(negative))
+    reflected = (-1) ** int(order) * sp.polygamma(order, 1 - negative) - sp.pi * cotangent
     return Piecewise((reflected, x < 0), (sp.polygamma(order, x), True))
+
+
+def _digamma_by_reflection(x: sp.Expr) -> sp.Expr:
+    return _polygamma_by_reflection(sp.S.Zero, x)
+
+
+def sign_of_gamma(x: sp.Expr) -> sp.Expr:
+    """The sign of Gamma(x): -1 on (-1, 0), (-3, -2), ..., where floor(x) is odd; exact in floats."""
+    parity = sp.floor(x) - 2 * sp.floor(x / 2)
+    return Piecewise((1 - 2 * parity, x < 0), (sp.S.One, True))
+
+
+def beta_by_log_gamma(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """beta(a, b) as sgn * exp(log|Gamma(a)| + log|Gamma(b)| - log|Gamma(a + b)|).
+
+    torch has no beta, and JAX's is nan on much of the negative axis (at
+    a = -30.7, b = 0.7; its derivatives at every a < 0).  Where a Gamma
+    overflows (|a| past 171) the logarithms do not.
+    """
+    signs = sign_of_gamma(a) * sign_of_gamma(b) * sign_of_gamma(a + b)
+    return signs * sp.exp(sp.loggamma(a) + sp.loggamma(b) - sp.loggamma(a + b))
+
+
+def _mp_gamma_sign(x: mpmath.mpf) -> mpmath.mpf:
+    return mpmath.mpf(1) if x > 0 else mpmath.mpf(1 - 2 * (int(mpmath.floor(x)) % 2))
 
 
 def _zero(*args: object) -> mpmath.mpf:
@@ -491,13 +550,17 @@ class MathFunction:
     #: Where it is defined on the real line: an open interval per argument, the whole line where not given.
     #: An argument that is an integer order (polygamma's first) is the interval of the orders the checks try.
     domain: tuple[tuple[float, float], ...] = ()
-    #: How many leading arguments are integer orders (polygamma's n), never differentiated.
+    #: How many leading arguments are orders (polygamma's n) or exponents (zeta's s), never differentiated:
+    #: sympy has no derivative in them, and the checks hold them at the literal their interval starts at.
     orders: int = 0
     #: Where JAX's function is wrong on part of its domain: builds, from the call's arguments,
     #: the expression of registered functions that JAX code computes instead.
     jax_replacement: Callable[..., sp.Expr] | None = None
     #: The same for torch's function.
     torch_replacement: Callable[..., sp.Expr] | None = None
+    #: Where torch's op lacks a derivative at some order (forward mode, or in an argument): the
+    #: function of the runtime's `torch/_special.py` that computes it with the registry's derivatives.
+    torch_runtime: str | None = None
     #: The printers write a call of Python numbers alone as Python code of their own, with no `math` function.
     python_numbers: bool = False
     #: A distribution such as DiracDelta that the frameworks' autodiff gives as 0 away
@@ -689,7 +752,13 @@ REGISTRY: tuple[MathFunction, ...] = (
         refuses_large_numbers=True,
     ),
     MathFunction(
-        "digamma", sp.digamma, "jax.scipy.special.digamma", "torch.special.digamma", refuses_large_numbers=True
+        "digamma",
+        sp.digamma,
+        "jax.scipy.special.digamma",
+        "torch.special.digamma",
+        refuses_large_numbers=True,
+        jax_replacement=_digamma_by_reflection,
+        torch_replacement=_digamma_by_reflection,
     ),
     MathFunction(
         "polygamma",
@@ -703,6 +772,29 @@ REGISTRY: tuple[MathFunction, ...] = (
         orders=1,
         jax_replacement=_polygamma_by_reflection,
         torch_replacement=_polygamma_by_reflection,
+    ),
+    # torch has no beta; both compute it from log|Gamma| (see beta_by_log_gamma).
+    MathFunction(
+        "beta",
+        sp.beta,
+        "jax.scipy.special.beta",
+        mpmath=mpmath.beta,
+        arity=(2, 2),
+        refuses_large_numbers=True,
+        jax_replacement=beta_by_log_gamma,
+        torch_replacement=beta_by_log_gamma,
+    ),
+    # The Hurwitz zeta function zeta(s, q), differentiated in q only (as by torch, JAX and sympy).
+    # torch's (torch.special.zeta) is called by the runtime's hurwitz_zeta, which differentiates it.
+    MathFunction(
+        "zeta",
+        sp.zeta,
+        "jax.scipy.special.zeta",
+        mpmath=mpmath.zeta,
+        arity=(2, 2),
+        domain=((2, 3), (0.0, math.inf)),
+        orders=1,
+        torch_runtime="hurwitz_zeta",
     ),
     MathFunction("Abs", sp.Abs, "jnp.abs", "torch.abs", math="math.fabs", in_place="abs_", aliases=("abs",)),
     MathFunction("sign", sp.sign, "jnp.sign", "torch.sign", in_place="sign_"),
@@ -791,6 +883,8 @@ REGISTRY: tuple[MathFunction, ...] = (
         vanishes_almost_everywhere=True,
     ),
     MathFunction("Heaviside", sp.Heaviside, internal=True),
+    # What canonical forms write for the sign of a Gamma (forms._gamma_ratio); printed as sign_of_gamma.
+    MathFunction("gamma_sign", gamma_sign, mpmath=_mp_gamma_sign, internal=True),
     MathFunction("in_float", in_float, internal=True),
     # torch's backward of a complex rule conjugates its partials (PyTorch's convention); a new
     # tensor, not torch.conj's view, which an in-place backward would write through to its input.

@@ -49,6 +49,9 @@ SOFTPLUS_THRESHOLD = 40.0
 # silu's backward kernel, called through a runtime helper: autograd cannot differentiate it.
 SILU_BACKWARD_IMPORT = "from ._native import silu_backward"
 
+# Functions whose torch op lacks a derivative, as the runtime's autograd.Functions (MathFunction.torch_runtime).
+SPECIAL_IMPORT = "from ._special import"
+
 # What Python float arithmetic can print: the `math` functions and conditionals (MathFunction.numbers_alone).
 _SCALAR_FUNCTIONS = frozenset(f.name for f in fn.REGISTRY if f.numbers_alone in ("math", "python"))
 
@@ -214,6 +217,9 @@ class _ArrayCode:
         if order == 0:
             return self._call(self.functions["digamma"], x)
         return f"{self._record(self.functions['polygamma'])}({int(order)}, {self._print(x)})"
+
+    def _print_gamma_sign(self, expr: fn.gamma_sign) -> str:
+        return self._print(fn.sign_of_gamma(expr.args[0]))
 
     def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
         # The frameworks' own autodiff differentiates a kink to 0 away from it.
@@ -419,6 +425,11 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
 
     def _print_Function(self, expr: sp.Function) -> str:
         name = type(expr).__name__
+        function = fn.BY_NAME.get(name)
+        if function is not None and function.torch_runtime is not None:
+            # torch's op lacks a derivative: the runtime's, differentiated by the registry's rule.
+            self.module_imports_.add(f"{SPECIAL_IMPORT} {function.torch_runtime}")
+            return f"{function.torch_runtime}({', '.join(self._argument(a) for a in expr.args)})"
         if name in fn.TORCH_TENSOR_ONLY and any(a.is_number for a in expr.args):
             # torch.atan2(x, 2.0) raises; a 0-d tensor promotes to x's dtype
             # and device like the number would.
@@ -451,6 +462,10 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     def _print_silu_derivative(self, expr: fn.silu_derivative) -> str:
         # No cotangent to hand silu_backward: the plan rewrites a lone one so before printing, sharing its sigmoid.
         return self._print(expr.rewrite(fn.sigmoid))
+
+    def _print_beta(self, expr: sp.beta) -> str:
+        # torch has none: from log|Gamma| and Gamma's sign, as the registry replaces JAX's too.
+        return self._print(fn.beta_by_log_gamma(*expr.args))
 
     def _print_gamma(self, expr: sp.gamma) -> str:
         x = self._print(expr.args[0])

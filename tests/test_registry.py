@@ -47,6 +47,7 @@ EXAMPLES = {
     "where": "where(x > 0.5, x, y)",
     "clip": "clip(x, 0.1, 0.2)",
     "polygamma": "polygamma(1, x)",
+    "zeta": "zeta(2, x)",  # the frameworks' is nan for s < 1, where mpmath continues it
 }
 RULE_NAMES = sorted(fn.RULE_FUNCTIONS)
 INTERNAL = [f for f in fn.REGISTRY if f.internal]
@@ -70,11 +71,16 @@ def resolve(path: str) -> Callable[..., object]:
     return getattr(root, attribute)
 
 
+def runtime_import(line: str) -> str:
+    """A generated package's import of its runtime helper (`from ._special import ...`), from rulegen's copy."""
+    return line.replace("from ._", "from rulegen.runtime.torch._")
+
+
 def evaluate(printed: tuple[str, frozenset[str]], values: dict[str, object]) -> float:
     text, imports = printed
     namespace: dict[str, object] = {}
     for line in imports:
-        exec(line, namespace)
+        exec(runtime_import(line), namespace)
     return float(eval(text, {**namespace, **values}))
 
 
@@ -195,7 +201,7 @@ def test_the_parser_accepts_a_function_name_only_if_the_registry_has_it():
 
 @pytest.mark.parametrize("name", [n for n in RULE_NAMES if fn.RULE_FUNCTIONS[n].refuses_large_numbers])
 def test_functions_sympy_evaluates_exactly_refuse_large_numbers(name):
-    call = "polygamma(1, 5000)" if name == "polygamma" else f"{name}(5000)"
+    call = {"polygamma": "polygamma(1, 5000)", "beta": "beta(5000, 3)"}.get(name, f"{name}(5000)")
     with pytest.raises(SpecError, match="larger than"):
         parse_expression(call, SYMBOLS, LOC)
 
@@ -282,5 +288,5 @@ def evaluate_array(printed: tuple[str, frozenset[str]], values: dict[str, object
     text, imports = printed
     namespace: dict[str, object] = {}
     for line in imports:
-        exec(line, namespace)
+        exec(runtime_import(line), namespace)
     return eval(text, {**namespace, **values})

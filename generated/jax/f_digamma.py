@@ -33,7 +33,15 @@ def f_digamma(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_digamma(x):
-    return jax.scipy.special.digamma(x)
+    t0 = x < 0
+    t1 = jnp.where(t0, x, -1 / 2)
+    t2 = math.pi * (t1 - jnp.floor(t1))
+    out = jnp.where(
+        t0,
+        jax.scipy.special.digamma(1 - t1) - math.pi * jnp.cos(t2) / jnp.sin(t2),
+        jax.scipy.special.digamma(x),
+    )
+    return out
 
 
 @_f_digamma.defjvp
@@ -43,11 +51,13 @@ def _f_digamma_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of polygamma need not be the derived one (at a kink, a jump, a convention).
     out = _f_digamma(x)
-    t0 = math.pi * (x - jnp.floor(x))
+    t0 = x < 0
+    t1 = jnp.where(t0, x, -1 / 2)
+    t2 = math.pi * (t1 - jnp.floor(t1))
     out_dot = x_dot * jnp.where(
-        x < 0,
-        -math.pi * (-math.pi - math.pi * jnp.cos(t0) ** 2 / jnp.sin(t0) ** 2)
-        - jax.scipy.special.polygamma(1, 1 - x),
+        t0,
+        -math.pi * (-math.pi - math.pi * jnp.cos(t2) ** 2 / jnp.sin(t2) ** 2)
+        - jax.scipy.special.polygamma(1, 1 - t1),
         jax.scipy.special.polygamma(1, x),
     )
     return out, out_dot

@@ -2,7 +2,10 @@
 # Source: rules/functions.yaml (sha256 6b1923ca5040876d)
 """f_gamma: a rulegen rule."""
 
+import math
+
 import jax
+import jax.numpy as jnp
 import jax.scipy.special
 
 from ._util import as_arrays, in_float32, rounded
@@ -38,4 +41,16 @@ def _f_gamma_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.scipy.special.gamma(x)
-    return out, out * x_dot * jax.scipy.special.digamma(x)
+    t1 = x < 0
+    t2 = jnp.where(t1, x, -1 / 2)
+    t3 = math.pi * (t2 - jnp.floor(t2))
+    out_dot = (
+        out
+        * x_dot
+        * jnp.where(
+            t1,
+            jax.scipy.special.digamma(1 - t2) - math.pi * jnp.cos(t3) / jnp.sin(t3),
+            jax.scipy.special.digamma(x),
+        )
+    )
+    return out, out_dot

@@ -2,7 +2,10 @@
 # Source: rules/functions.yaml (sha256 6b1923ca5040876d)
 """f_loggamma: a rulegen rule."""
 
+import math
+
 import jax
+import jax.numpy as jnp
 import jax.scipy.special
 
 from ._util import as_arrays, in_float32, rounded
@@ -37,5 +40,13 @@ def _f_loggamma(x):
 def _f_loggamma_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    t0 = x < 0
+    t1 = jnp.where(t0, x, -1 / 2)
+    t2 = math.pi * (t1 - jnp.floor(t1))
     out = jax.scipy.special.gammaln(x)
-    return out, x_dot * jax.scipy.special.digamma(x)
+    out_dot = x_dot * jnp.where(
+        t0,
+        jax.scipy.special.digamma(1 - t1) - math.pi * jnp.cos(t2) / jnp.sin(t2),
+        jax.scipy.special.digamma(x),
+    )
+    return out, out_dot

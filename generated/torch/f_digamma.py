@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -17,7 +17,15 @@ class FDigamma(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        return torch.special.digamma(x)
+        t0 = x < 0
+        t1 = torch.where(t0, x, -1 / 2)
+        t2 = math.pi * (t1 - torch.floor(t1))
+        out = torch.where(
+            t0,
+            torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
+            torch.special.digamma(x),
+        )
+        return out
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -27,21 +35,13 @@ class FDigamma(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        if plain(x, out_bar):
-            t0 = torch.floor(x)
-            t0.neg_().add_(x).mul_(math.pi)
-            t1 = out_bar * torch.where(
-                x < 0,
-                -math.pi * (-math.pi - math.pi * torch.cos(t0) ** 2 / torch.sin(t0) ** 2)
-                - torch.special.polygamma(1, 1 - x),
-                torch.special.polygamma(1, x),
-            )
-            return t1
-        t0 = math.pi * (x - torch.floor(x))
+        t0 = x < 0
+        t1 = torch.where(t0, x, -1 / 2)
+        t2 = math.pi * (t1 - torch.floor(t1))
         x_bar = out_bar * torch.where(
-            x < 0,
-            -math.pi * (-math.pi - math.pi * torch.cos(t0) ** 2 / torch.sin(t0) ** 2)
-            - torch.special.polygamma(1, 1 - x),
+            t0,
+            -math.pi * (-math.pi - math.pi * torch.cos(t2) ** 2 / torch.sin(t2) ** 2)
+            - torch.special.polygamma(1, 1 - t1),
             torch.special.polygamma(1, x),
         )
         return x_bar
@@ -49,11 +49,13 @@ class FDigamma(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        t0 = math.pi * (x - torch.floor(x))
+        t0 = x < 0
+        t1 = torch.where(t0, x, -1 / 2)
+        t2 = math.pi * (t1 - torch.floor(t1))
         out_dot = x_dot * torch.where(
-            x < 0,
-            -math.pi * (-math.pi - math.pi * torch.cos(t0) ** 2 / torch.sin(t0) ** 2)
-            - torch.special.polygamma(1, 1 - x),
+            t0,
+            -math.pi * (-math.pi - math.pi * torch.cos(t2) ** 2 / torch.sin(t2) ** 2)
+            - torch.special.polygamma(1, 1 - t1),
             torch.special.polygamma(1, x),
         )
         return out_dot

@@ -2,6 +2,8 @@
 # Source: rules/functions.yaml (sha256 6b1923ca5040876d)
 """f_gamma: a rulegen rule."""
 
+import math
+
 import torch
 
 from ._function import plain, routed, save_for_derivatives
@@ -29,27 +31,50 @@ class FGamma(torch.autograd.Function):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = torch.exp(torch.special.gammaln(x)) * torch.where(
+            t0 = x < 0
+            t1 = torch.where(t0, x, -1 / 2)
+            t2 = math.pi * (t1 - torch.floor(t1))
+            t3 = torch.exp(torch.special.gammaln(x)) * torch.where(
                 (x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0
             )
-            t0.mul_(out_bar).mul_(torch.special.digamma(x))
-            return t0
+            t3.mul_(out_bar).mul_(
+                torch.where(
+                    t0,
+                    torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
+                    torch.special.digamma(x),
+                )
+            )
+            return t3
+        t0 = x < 0
+        t1 = torch.where(t0, x, -1 / 2)
+        t2 = math.pi * (t1 - torch.floor(t1))
         x_bar = (
             out_bar
+            * torch.where(
+                t0,
+                torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
+                torch.special.digamma(x),
+            )
             * torch.exp(torch.special.gammaln(x))
             * torch.where((x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0)
-            * torch.special.digamma(x)
         )
         return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
+        t0 = x < 0
+        t1 = torch.where(t0, x, -1 / 2)
+        t2 = math.pi * (t1 - torch.floor(t1))
         out_dot = (
             x_dot
+            * torch.where(
+                t0,
+                torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
+                torch.special.digamma(x),
+            )
             * torch.exp(torch.special.gammaln(x))
             * torch.where((x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0)
-            * torch.special.digamma(x)
         )
         return out_dot
 

@@ -2,9 +2,11 @@
 # Source: rules/functions.yaml (sha256 6b1923ca5040876d)
 """f_loggamma: a rulegen rule."""
 
+import math
+
 import torch
 
-from ._function import plain, routed, save_for_derivatives
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -25,16 +27,28 @@ class FLoggamma(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        if plain(x, out_bar):
-            t0 = torch.special.digamma(x)
-            t0.mul_(out_bar)
-            return t0
-        return out_bar * torch.special.digamma(x)
+        t0 = x < 0
+        t1 = torch.where(t0, x, -1 / 2)
+        t2 = math.pi * (t1 - torch.floor(t1))
+        x_bar = out_bar * torch.where(
+            t0,
+            torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
+            torch.special.digamma(x),
+        )
+        return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot * torch.special.digamma(x)
+        t0 = x < 0
+        t1 = torch.where(t0, x, -1 / 2)
+        t2 = math.pi * (t1 - torch.floor(t1))
+        out_dot = x_dot * torch.where(
+            t0,
+            torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
+            torch.special.digamma(x),
+        )
+        return out_dot
 
 
 _apply_f_loggamma = routed(FLoggamma, "f_loggamma_rule", "(Tensor x) -> Tensor")

@@ -204,11 +204,14 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
     params = tuple(f"{i.name}: {statics[i.name]}" if i.static else f"{i.name}: torch.Tensor" for i in rule.inputs)
     returns = "torch.Tensor" if len(values) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(values))}]"
     name = f'__name__.replace(".", "_") + "::{rule.name}"'
+    # DTensor shards an elementwise body pointwise and gathers the inputs of any other (_host.sharded).
+    p.imports.add("from ._host import sharded")
+    elementwise = rule.batching == "elementwise"
     op = Function(
         _HOST_OP,
         params,
         tuple(_host_forward(p, values)),
-        decorator=f"@torch.library.custom_op({name}, mutates_args=())",
+        decorator=f"@sharded(elementwise={elementwise})\n@torch.library.custom_op({name}, mutates_args=())",
         returns=returns,
     )
     shape = _host_shape(p)

@@ -1,4 +1,4 @@
-"""Tensors to and from host (NumPy) bodies, and batching such bodies under torch.func.vmap."""
+"""Tensors to and from host (NumPy) bodies; batching them under vmap, sharding them as DTensors."""
 
 import functools
 
@@ -129,3 +129,53 @@ def _probed(forward, outputs, kinds):
     ]
     results = forward(*arguments)
     return tuple(getattr(torch, np.asarray(r).dtype.name) for r in results[outputs:])
+
+
+def sharded(*, elementwise):
+    """A decorator of a host op (a torch custom op) that tells DTensor how to shard it.
+
+    DTensor knows no strategy for a custom op and refuses it ("does not have
+    a sharding strategy registered").  An elementwise host body computes
+    each element from the same element of its inputs, so it runs on each
+    shard as on the whole: any dimension of the outputs may be sharded, with
+    the inputs sharded alike (a broadcast dimension of an input replicated).
+    Any other body may read every element: its inputs are gathered
+    (replicated) and it runs whole on each rank.  (Importing DTensor here
+    costs nothing: torch.library's custom ops have imported it already.)
+    """
+
+    def register(op):
+        if torch.distributed.is_available():
+            from torch.distributed.tensor.experimental import register_sharding
+
+            outputs = len(op._opoverload._schema.returns)
+            shardings = functools.partial(_shardings, outputs, elementwise)
+            register_sharding(op._opoverload)(shardings)
+        return op
+
+    return register
+
+
+def _shardings(outputs, elementwise, *arguments):
+    """The (output placements, input placements) pairs DTensor may run a host op under."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    tensors = [a for a in arguments if isinstance(a, DTensorSpec)]
+
+    def each(placement_of):
+        return [placement_of(a) if isinstance(a, DTensorSpec) else None for a in arguments]
+
+    found = [([Replicate()] * outputs, each(lambda a: Replicate()))]
+    if not elementwise or not tensors:
+        return found
+    shape = torch.broadcast_shapes(*(a.shape for a in tensors))
+    for dim in range(len(shape)):
+
+        def placement(spec, dim=dim):
+            # The input's dimension aligned with `dim` from the right: whole if missing or broadcast
+            own = dim - (len(shape) - spec.ndim)
+            return Shard(own) if own >= 0 and spec.shape[own] == shape[dim] else Replicate()
+
+        found.append(([Shard(dim)] * outputs, each(placement)))
+    return found

@@ -1,0 +1,86 @@
+"""Rules on torch DTensors sharded over a 2-rank CPU mesh (gloo): values and gradients equal the unsharded call.
+
+A host (NumPy) body is a torch custom op, for which DTensor knows no
+sharding unless the runtime registers one (`_host.sharded`): an elementwise
+host rule runs on each shard, keeping the sharding; any other gathers its
+inputs.  An array rule is torch code, which DTensor shards op by op.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+import pytest
+import torch
+
+# Two processes importing torch and the package: 55 s wall on this shared 2-core machine (19 s of CPU).
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without distributed"),
+]
+
+RANKS = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _on_rank(rank: int, port: int, root: str) -> None:
+    sys.path.insert(0, root)
+    import numpy as np
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from generated.torch import log1pexp, numpy_take, scipy_erfcx
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=RANKS)
+    try:
+        mesh = init_device_mesh("cpu", (RANKS,))
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(4, 6, dtype=torch.float64, generator=generator)
+        ind = torch.argsort(torch.randn(4, 6, generator=generator), dim=1)
+        ind_inv = torch.argsort(ind, dim=1)
+
+        def both(call, placements, *extra):
+            """The call on x and on x sharded: results, and the gradients of their weighted sums."""
+            found = []
+            for sharded in (False, True):
+                leaf = (distribute_tensor(x, mesh, placements) if sharded else x).detach().requires_grad_()
+                args = [distribute_tensor(e, mesh, placements) if sharded else e for e in extra]
+                out = call(leaf, *args)
+                weights = torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape) / out.numel()
+                weights = distribute_tensor(weights, mesh, out.placements) if sharded else weights
+                (out * weights).sum().backward()
+                found.append((out, leaf.grad))
+            return found
+
+        # Host, elementwise: sharded as its input, each rank computing its shard alone.
+        (plain, plain_grad), (dout, dgrad) = both(scipy_erfcx, [Shard(0)])
+        assert dout.placements == (Shard(0),), dout.placements
+        torch.testing.assert_close(dout.full_tensor(), plain, rtol=1e-14, atol=0)
+        torch.testing.assert_close(dgrad.full_tensor(), plain_grad, rtol=1e-14, atol=0)
+        # Host, not elementwise (np.take_along_axis reads across the row): its inputs gathered.
+        (plain, plain_grad), (dout, dgrad) = both(lambda a, i, j: numpy_take(a, i, j, 1), [Shard(1)], ind, ind_inv)
+        assert dout.placements == (Replicate(),), dout.placements
+        torch.testing.assert_close(dout.full_tensor(), plain, rtol=0, atol=0)
+        torch.testing.assert_close(dgrad.full_tensor(), plain_grad, rtol=0, atol=0)
+        # Array code, sharded op by op.
+        (plain, plain_grad), (dout, dgrad) = both(log1pexp, [Shard(1)])
+        torch.testing.assert_close(dout.full_tensor(), plain, rtol=1e-14, atol=0)
+        torch.testing.assert_close(dgrad.full_tensor(), plain_grad, rtol=1e-14, atol=0)
+        np.testing.assert_equal(dout.to_local().shape, (4, 3))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_host_and_array_rules_on_a_two_rank_dtensor_mesh():
+    import torch.multiprocessing as mp
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    mp.spawn(_on_rank, args=(_free_port(), root), nprocs=RANKS, join=True)

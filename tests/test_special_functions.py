@@ -1,0 +1,106 @@
+"""Registered functions whose framework op is wrong or lacks a derivative, at every order (issue 25).
+
+The rules are tests/right_rules/function_layer.yaml's; each is compared, to
+second order, with a 40-digit mpmath reference, under torch.func's forward
+and reverse modes and JAX's.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+import pytest
+import torch
+
+from rulegen.runtime.torch._special import hurwitz_zeta
+from tests.conftest import built_package
+
+jax.config.update("jax_enable_x64", True)
+
+RULES = Path(__file__).resolve().parent / "right_rules" / "function_layer.yaml"
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    with built_package(tmp_path_factory.mktemp("special"), RULES.read_text(), "rg_special"):
+        yield importlib.import_module("rg_special.jax"), importlib.import_module("rg_special.torch")
+
+
+def derivatives(f, points):
+    """f, f' and f'' at `points` to 40 digits, by mpmath's own differentiation."""
+    with mpmath.workdps(40):
+        return [np.array([float(mpmath.diff(f, mpmath.mpf(p), n)) for p in points]) for n in range(3)]
+
+
+def torch_orders(f, x):
+    """Value, first and second derivative of an elementwise torch `f`, each in forward and reverse mode."""
+    ones = torch.ones_like(x)
+    grad = torch.func.grad(lambda a: f(a).sum())
+    return {
+        "value": f(x),
+        "jvp": torch.func.jvp(f, (x,), (ones,))[1],
+        "grad": grad(x),
+        "hessian": torch.func.hessian(lambda a: f(a).sum())(x).diagonal(),
+        "jvp of grad": torch.func.jvp(grad, (x,), (ones,))[1],
+        "grad of grad": torch.func.grad(lambda a: grad(a).sum())(x),
+    }
+
+
+def jax_orders(f, x):
+    grad = jax.grad(lambda a: jnp.sum(f(a)))
+    return {
+        "value": f(x),
+        "jvp": jax.jvp(f, (x,), (jnp.ones_like(x),))[1],
+        "grad": grad(x),
+        "hessian": jnp.diagonal(jax.hessian(lambda a: jnp.sum(f(a)))(x)),
+        "jvp of grad": jax.jvp(grad, (x,), (jnp.ones_like(x),))[1],
+    }
+
+
+ORDER = {"value": 0, "jvp": 1, "grad": 1, "hessian": 2, "jvp of grad": 2, "grad of grad": 2}
+
+CASES = {
+    # q = x**2 + 1 >= 1: the frameworks' zeta is nan for q < 0 (the wide check tries x = -1e4).
+    "hurwitz_zeta_of_a_shift": (lambda x: mpmath.zeta(2, x**2 + 1) * x, [-30.7, 0.2, 1.3, 2.9, 117.3]),
+    # Across poles of Gamma(x) and of Gamma(x + 0.25), and far out, where JAX's beta was nan.
+    "beta_and_loggamma_on_the_negative_axis": (
+        lambda x: mpmath.beta(x, mpmath.mpf(0.25)) + mpmath.re(mpmath.loggamma(x)),
+        [-2.7, -2.45, -0.6, -30.6, -117.4, 1.7],
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_second_order_is_the_registry_derivative(package, rule, backend):
+    reference, points = CASES[rule]
+    exact = derivatives(reference, points)
+    jax_pkg, torch_pkg = package
+    if backend == "torch":
+        got = torch_orders(getattr(torch_pkg, rule), torch.tensor(points, dtype=torch.float64))
+    else:
+        got = jax_orders(getattr(jax_pkg, rule), jnp.asarray(points, dtype=jnp.float64))
+    for order, value in got.items():
+        np.testing.assert_allclose(np.asarray(value), exact[ORDER[order]], rtol=1e-9, atol=1e-12, err_msg=order)
+
+
+def test_the_runtime_zeta_has_every_derivative_torch_lacks():
+    q = torch.tensor([0.7, 2.3, 1e4], dtype=torch.float64)
+    s = torch.tensor([2.0, 3.5, 2.5], dtype=torch.float64)
+    with mpmath.workdps(40):
+        first = [float(-a * mpmath.zeta(a + 1, b)) for a, b in zip(s.tolist(), q.tolist(), strict=True)]
+        second = [float(a * (a + 1) * mpmath.zeta(a + 2, b)) for a, b in zip(s.tolist(), q.tolist(), strict=True)]
+    with pytest.raises(RuntimeError, match="forward AD"):
+        torch.func.jvp(lambda b: torch.special.zeta(s, b), (q,), (torch.ones_like(q),))
+    # A tensor exponent, batched by torch.func.vmap under jacfwd; a tangent of s is not read.
+    jacobian = torch.func.jacfwd(lambda b: hurwitz_zeta(s, b))(q)
+    np.testing.assert_allclose(jacobian.diagonal().numpy(), first, rtol=1e-12)
+    hessian = torch.func.hessian(lambda b: hurwitz_zeta(s, b).sum())(q)
+    np.testing.assert_allclose(hessian.diagonal().numpy(), second, rtol=1e-12)
+    batched = torch.func.vmap(hurwitz_zeta)(s, q)
+    np.testing.assert_allclose(batched.numpy(), torch.special.zeta(s, q).numpy(), rtol=0)
