@@ -29,6 +29,7 @@ TINY64, TINY32 = 5e-324, float(np.finfo(np.float32).smallest_subnormal)
 # ---------------------------------------------------------------- bits of error
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_the_correctly_rounded_value_has_no_error_and_one_float_off_has_one_bit(dtype):
     exact = np.asarray([1.0, -3.5, 1e-30, 0.0], dtype=dtype)
@@ -39,6 +40,7 @@ def test_the_correctly_rounded_value_has_no_error_and_one_float_off_has_one_bit(
     assert bits_of_error(three_off, exact, dtype).tolist() == [2.0, 2.0, 2.0, 2.0]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("dtype", "tiny"), [(np.float64, TINY64), (np.float32, TINY32)])
 def test_floats_are_counted_across_zero_and_the_sign(dtype, tiny):
     # -tiny, 0 and tiny are three consecutive floats; -0.0 is the same float as 0.0.
@@ -50,6 +52,7 @@ def test_floats_are_counted_across_zero_and_the_sign(dtype, tiny):
     assert bits_of_error(np.asarray(-1.0), np.asarray(1.0), dtype) == pytest.approx(math.log2(1 + 2 * one))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("dtype", "width"), [(np.float64, 64), (np.float32, 32)])
 def test_nan_has_every_bit_wrong_and_the_largest_distance_stays_below_the_width(dtype, width):
     assert bits_of_error(np.asarray(np.nan), np.asarray(1.0), dtype) == width
@@ -58,6 +61,7 @@ def test_nan_has_every_bit_wrong_and_the_largest_distance_stays_below_the_width(
     assert width - 1 < bits_of_error(np.asarray(-largest), np.asarray(largest), dtype) <= width
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_ordinals_number_the_float_line_in_order(dtype):
     values = np.asarray([-np.inf, -1.0, -TINY32, -0.0, 0.0, TINY32, 1.0, np.inf], dtype=dtype)
@@ -69,6 +73,7 @@ def test_ordinals_number_the_float_line_in_order(dtype):
 # ---------------------------------------------------------------- sampling
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_the_whole_float_line_is_sampled_at_every_magnitude(dtype):
     found = sample_floats(Domain(), 4000, np.random.default_rng(0), dtype)
@@ -80,6 +85,7 @@ def test_the_whole_float_line_is_sampled_at_every_magnitude(dtype):
     assert 0.4 < np.mean(magnitudes < 1) < 0.6 and 0.4 < np.mean(found < 0) < 0.6
 
 
+@pytest.mark.unit
 def test_sampling_respects_open_and_closed_bounds_and_excluded_points():
     rng = np.random.default_rng(1)
     positive = sample_floats(Domain(gt=0), 2000, rng, np.float64)
@@ -95,16 +101,19 @@ def test_sampling_respects_open_and_closed_bounds_and_excluded_points():
     assert (sample_floats(Domain(ge=0.1, le=0.2), 500, rng, np.float32).astype(np.float64) >= 0.1).all()
 
 
+@pytest.mark.unit
 def test_sampling_is_deterministic_in_its_seed():
     draw = [sample_floats(Domain(), 50, np.random.default_rng(seed), np.float64) for seed in (7, 7, 8)]
     assert np.array_equal(draw[0], draw[1]) and not np.array_equal(draw[0], draw[2])
 
 
+@pytest.mark.unit
 def test_a_domain_that_holds_no_float_of_the_dtype_is_refused():
     with pytest.raises(ValueError, match="holds no float of float32"):
         sample_floats(Domain(gt=1.0, lt=1.0 + 1e-12), 5, np.random.default_rng(0), np.float32)
 
 
+@pytest.mark.unit
 def test_an_input_without_a_domain_is_sampled_on_the_float_line_its_assumptions_allow():
     assert sampled_domain(Input(name="x")) == Domain()
     assert sampled_domain(Input(name="x", assume=("positive",))) == Domain(gt=0)
@@ -116,6 +125,7 @@ def test_an_input_without_a_domain_is_sampled_on_the_float_line_its_assumptions_
 # ---------------------------------------------------------------- the reference
 
 
+@pytest.mark.unit
 def test_the_reference_raises_its_precision_until_a_cancellation_is_resolved():
     import mpmath
 
@@ -127,6 +137,7 @@ def test_the_reference_raises_its_precision_until_a_cancellation_is_resolved():
     assert exact_value(lambda x: x / 3, [2.0]) == (2 / 3, float(np.float32(2 / 3)))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("tiny", "which"), [(TINY64, 0), (TINY32, 1)])
 def test_the_reference_rounds_once_into_the_subnormals(tiny, which):
     import mpmath
@@ -138,6 +149,7 @@ def test_the_reference_rounds_once_into_the_subnormals(tiny, which):
     assert exact_value(lambda x: x * (mpmath.mpf(5) / 2), [tiny])[which] == 2 * tiny  # a tie: to even
 
 
+@pytest.mark.unit
 def test_points_where_the_value_is_no_finite_real_number_have_no_reference():
     import mpmath
 
@@ -234,6 +246,7 @@ def test_the_accuracy_command_refuses_a_bad_joint_domain_at_its_place(tmp_path, 
     assert re.search(r"bad\.yaml:3:\d+: error: .*unknown", result.output), result.output
 
 
+@pytest.mark.unit
 def test_rulegen_test_samples_points_where_the_joint_domain_holds(tmp_path):
     from rulegen.check import sample
 
@@ -246,6 +259,7 @@ def test_rulegen_test_samples_points_where_the_joint_domain_holds(tmp_path):
         assert (y >= 0).all()
 
 
+@pytest.mark.unit
 def test_a_joint_domain_that_no_drawn_point_meets_makes_the_checks_not_applicable(tmp_path):
     from rulegen.check import NotApplicable, sample
 
@@ -256,6 +270,7 @@ def test_a_joint_domain_that_no_drawn_point_meets_makes_the_checks_not_applicabl
         sample(rule, np.random.default_rng(0))
 
 
+@pytest.mark.unit
 def test_the_table_says_why_an_implementation_counts_as_nan_everywhere():
     from rich.console import Console
 

@@ -133,6 +133,7 @@ def _without_header(files: dict[str, str]) -> dict[str, str]:
     return {name: code(text) for name, text in files.items()}
 
 
+@pytest.mark.unit
 def test_an_assumption_sets_the_default_sample_domain(tmp_path):
     (rule,) = _one_rule(tmp_path, "  x: {assume: positive}\n  y: {assume: [nonpositive, nonzero]}")
     x, y = rule.inputs
@@ -140,6 +141,7 @@ def test_an_assumption_sets_the_default_sample_domain(tmp_path):
     assert y.domain[1] <= 0 and y.assume == ("nonpositive", "nonzero")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("inputs", "message"),
     [
@@ -155,6 +157,7 @@ def test_a_bad_assumption_is_located(tmp_path, inputs, message):
     assert "probe.yaml:3:" in text
 
 
+@pytest.mark.unit
 def test_every_assumption_reads_as_a_condition_in_the_docstring():
     from typing import get_args
 

@@ -246,6 +246,7 @@ def _new_names() -> list[str]:
     return sorted({n for n in taken if snake.fullmatch(n)})
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", _new_names())
 def test_new_writes_a_rule_that_reads_or_refuses_the_name(tmp_path, name):
     """`rulegen new class|none|torch` once wrote starters that `rulegen build` then refused."""
@@ -270,6 +271,7 @@ def test_new_x_builds_with_an_input_of_another_name(tmp_path):
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("where", "message"),
     [
@@ -291,6 +293,7 @@ def test_new_into_a_folder_that_cannot_be_one_says_why(tmp_path, where, message)
     assert (tmp_path / "a_file").read_text() == "not a folder\n"
 
 
+@pytest.mark.unit
 def test_schema_is_json_schema_of_the_rule_format():
     import json
 
@@ -323,6 +326,7 @@ def schema_validator():
     return jsonschema.Draft202012Validator(schema)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_bundled_rule_file_validates_against_the_schema(path, schema_validator):
     # rulegen's YAML reader, as an editor's YAML 1.2 reads `1e-7` (a number; PyYAML's 1.1 reads a string)
@@ -403,6 +407,7 @@ def test_generated_code_is_lint_clean(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.unit
 def test_a_rule_that_keeps_sympy_busy_is_refused_in_time(tmp_path, monkeypatch):
     from rulegen import derive
     from rulegen.errors import SpecErrors
@@ -431,6 +436,7 @@ def test_show_prints_the_generated_code_of_one_rule(monkeypatch):
     assert "jax/log1pexp.py" not in code and "custom_jvp" not in code  # the torch module only
 
 
+@pytest.mark.unit
 def test_show_takes_rule_files_as_arguments_and_suggests_near_names(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # outside any project: the rules come from the arguments alone
     (tmp_path / "losses.yaml").write_text(
@@ -450,6 +456,7 @@ def test_show_takes_rule_files_as_arguments_and_suggests_near_names(tmp_path, mo
     assert result.exit_code == 2 and "did you mean 'hinge'?" in result.output, result.output
 
 
+@pytest.mark.unit
 def test_a_bare_expression_body_is_located_where_it_is(tmp_path):
     from rulegen.spec import read_rule_file
 

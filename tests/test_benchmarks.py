@@ -100,6 +100,7 @@ TABLES = {
 }
 
 
+@pytest.mark.unit
 def test_every_benchmark_has_its_table_checked():
     assert [module for module, *_ in runs(quick=True)] == list(TABLES)
 

@@ -126,6 +126,7 @@ def test_sympy_time_limit_refuses_a_rule_inside_a_worker():
         pool.shutdown(cancel_futures=True)
 
 
+@pytest.mark.unit
 def test_a_timeout_swallowed_where_it_lands_fires_again():
     # As in a garbage-collector callback, whose exceptions Python ignores.
     with (
@@ -137,6 +138,7 @@ def test_a_timeout_swallowed_where_it_lands_fires_again():
         time.sleep(5)
 
 
+@pytest.mark.unit
 def test_a_timeout_that_c_code_reports_as_another_error_is_still_the_timeout():
     # `ast.parse` interrupted by the alarm fails with SystemError.
     with (
@@ -149,6 +151,7 @@ def test_a_timeout_that_c_code_reports_as_another_error_is_still_the_timeout():
             raise SystemError("error return without exception set") from exc
 
 
+@pytest.mark.unit
 def test_an_error_within_the_time_limit_is_not_a_timeout():
     with pytest.raises(ValueError, match="not a timeout"), sympy_time_limit(5, Loc("slow.yaml", 3, 10)):
         raise ValueError("not a timeout")
@@ -257,6 +260,7 @@ def test_a_symlink_loop_among_the_rules_is_a_located_error(tmp_path, monkeypatch
     assert not (tmp_path / "pkg").exists()
 
 
+@pytest.mark.unit
 def test_an_output_that_names_a_file_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "r.yaml").write_text("name: good\ninputs: [x]\nforward: x\n")
@@ -388,6 +392,7 @@ def test_a_build_killed_while_writing_leaves_nothing_the_next_build_mistakes(tmp
     assert _files(tmp_path / "pkg") == _files(tmp_path / "fresh")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("command", [["build"], ["test"], ["show", "anything"]])
 def test_no_rules_given_outside_a_project_says_what_to_do(tmp_path, monkeypatch, command):
     monkeypatch.chdir(tmp_path)  # no pyproject.toml from here up (tmp_path is outside the project), no rules/

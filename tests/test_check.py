@@ -57,6 +57,7 @@ def wrong_outcomes(tmp_path_factory):
         sys.path.remove(str(root))
 
 
+@pytest.mark.unit
 def test_the_wrong_corpus_is_large_enough():
     assert len(WRONG_FILES) >= 30
 
@@ -151,6 +152,7 @@ def test_every_outcome_says_why_when_it_does_not_pass(wrong_outcomes):
             assert outcome.detail, outcome
 
 
+@pytest.mark.unit
 def test_compare_reports_where_and_by_how_much():
     with pytest.raises(CheckFailed, match=r"at index \(1,\) expected 2, got 2.5"):
         compare("x", np.array([1.0, 2.5]), np.array([1.0, 2.0]), 1e-7, 1e-9)
@@ -302,6 +304,7 @@ def test_a_right_jvp_point_passes_and_a_wrong_one_fails(small_rules):
     assert "jvp: at index (1,) expected -0.14999999999999999, got -0.16" in wrong.detail
 
 
+@pytest.mark.unit
 def test_a_jvp_point_without_tangents_is_a_located_spec_error(tmp_path):
     path = tmp_path / "bad_point.yaml"
     path.write_text(
@@ -404,6 +407,7 @@ def test_jvp_fd_skips_the_entries_a_kink_lies_within_the_difference_step_of(tmp_
     assert wrong.status == "fail" and "vs finite differences" in wrong.detail, wrong.detail
 
 
+@pytest.mark.unit
 def test_a_long_rule_name_keeps_its_row_on_one_line():
     # Folded, a 26-character name took two rows at 80 columns (tests/right_rules/function_layer.yaml).
     import io

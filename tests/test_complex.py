@@ -96,6 +96,7 @@ def test_torch_matches_its_own_complex_autodiff_to_second_order(name):
     assert torch.autograd.gradgradcheck(ours, (torch.tensor(Z, requires_grad=True),))
 
 
+@pytest.mark.unit
 def test_a_torch_backward_without_the_conjugate_fails_the_cross_backend_check():
     class Unconjugated(torch.autograd.Function):
         @staticmethod
@@ -124,6 +125,7 @@ def test_a_torch_backward_without_the_conjugate_fails_the_cross_backend_check():
     assert "agree" in check_cross_backend(subject_of(rule, gj, gt, seed=0))
 
 
+@pytest.mark.unit
 def test_complex_arguments_come_as_users_pass_them():
     np.testing.assert_allclose(gt.c_exp(1.0).numpy(), np.exp(1.0 + 0j))  # a real number for a complex input
     assert gt.c_exp(torch.ones(2, dtype=torch.float32)).dtype == torch.complex64
@@ -141,6 +143,7 @@ def _errors(tmp_path, text):
     return str(caught.value)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("forward", "message"),
     [
@@ -157,6 +160,7 @@ def test_a_function_without_a_complex_derivative_is_refused_where_it_is_called(t
     assert "bad.yaml:4:" in found
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("text", "message", "where"),
     [

@@ -367,6 +367,7 @@ KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
 }
 
 
+@pytest.mark.unit
 def test_the_matrix_has_every_registered_function():
     assert {name for name, _, _, _ in cells()} == {f.name for f in FUNCTIONS}
     assert cell_count() > 1000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import sympy as sp
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ def _code(text: str) -> str:
     return text.replace(" ", "")  # unformatted: ruff format spaces it when the module is written
 
 
+@pytest.mark.unit
 def test_gelu_s_constant_is_one_square_root():
     text, _ = print_torch(sp.sqrt(2) / (2 * sp.sqrt(sp.pi)) * x)
     assert _code(text) == _code("x / math.sqrt(2 * math.pi)")
@@ -26,6 +28,7 @@ def test_gelu_s_constant_is_one_square_root():
     assert _code(text) == _code("math.sqrt(2 * math.pi) * x")
 
 
+@pytest.mark.unit
 def test_one_square_root_is_left_as_it_reads():
     assert one_square_root(2 / sp.sqrt(sp.pi)) is None
     assert one_square_root(-sp.sqrt(2) / 2) is None

@@ -89,6 +89,7 @@ def test_the_manifest_records_what_the_plans_said_each_file_needs(tmp_path):
     assert recorded <= shipped
 
 
+@pytest.mark.unit
 def test_every_module_a_plan_names_as_a_helper_is_one_its_text_imports(tmp_path):
     # The plan's account against the rendered text, from outside the compiler.
     for name, text in {"erfcx_host": HOST_IMPORT, "twice": PLAIN, "scaled": FIXED_READ}.items():
@@ -103,6 +104,7 @@ def test_every_module_a_plan_names_as_a_helper_is_one_its_text_imports(tmp_path)
         assert generated.helpers == from_text, name
 
 
+@pytest.mark.unit
 def test_a_value_read_only_by_fixed_code_is_saved(tmp_path):
     from rulegen.derive import derive_rule
     from rulegen.plan import plan_jax
@@ -192,6 +194,7 @@ def test_the_check_stage_s_modules_import_no_cycle_and_no_private_name():
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 
+@pytest.mark.unit
 def test_the_layout_the_readme_gives_is_the_package_s():
     import re
 
@@ -204,6 +207,7 @@ def test_the_layout_the_readme_gives_is_the_package_s():
     assert stages - named == set(), "modules the README's layout does not name"
 
 
+@pytest.mark.unit
 def test_the_layout_the_docs_give_is_the_package_s():
     import re
 
@@ -230,6 +234,7 @@ vjp: {body}
 """
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("body", ["2 * out_bar + aux_bar", "\n  python: return 2 * out_bar + aux_bar"])
 def test_symbolic_and_snippet_bodies_see_the_same_names(tmp_path, body):
     # A cotangent of an output that is not differentiated is in no body's scope (rulegen.symbols.scope).
@@ -246,6 +251,7 @@ FLAT = "name: r\ninputs: [x]\nforward: x * x\nderivatives:\n  x: 2 * x\n"
 NESTED = "name: r\ninputs: [x]\nforward: x * x\nderivatives:\n  out:\n    x: 2 * x\n"
 
 
+@pytest.mark.unit
 def test_the_format_s_unions_reach_later_stages_in_one_form(tmp_path):
     forms = []
     for text in (FLAT, NESTED):
@@ -258,6 +264,7 @@ def test_the_format_s_unions_reach_later_stages_in_one_form(tmp_path):
     assert forms[0] == forms[1]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("text", "line", "message"),
     [

@@ -44,6 +44,7 @@ def test_a_new_rule_names_the_schema_it_is_checked_with_and_still_builds(tmp_pat
     assert "1 rules" in result.output
 
 
+@pytest.mark.unit
 def test_a_second_new_rule_keeps_the_schema_and_an_old_schema_is_refreshed(tmp_path):
     rules = tmp_path / "rules"
     runner = CliRunner()
@@ -55,6 +56,7 @@ def test_a_second_new_rule_keeps_the_schema_and_an_old_schema_is_refreshed(tmp_p
     assert sorted(p.name for p in rules.iterdir()) == ["first.yaml", "rulegen.schema.json", "second.yaml"]
 
 
+@pytest.mark.unit
 def test_the_pre_commit_hook_runs_an_existing_command_on_rule_files():
     (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     assert hook["id"] == "rulegen-build-check"

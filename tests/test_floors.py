@@ -105,6 +105,7 @@ def test_every_api_of_a_changing_namespace_has_a_row_in_the_table(shipped):
     assert unlisted == set(), "add these to rulegen.floors.API_FLOORS with the release that brought them"
 
 
+@pytest.mark.unit
 def test_rulegens_own_jax_extra_covers_the_generated_code():
     # `rulegen test` runs the generated code: rulegen's extra must install a jax that has it.
     from rulegen.render import RUNTIME
@@ -143,6 +144,7 @@ def test_the_floors_cover_what_the_rules_own_bodies_call(tmp_path, text, torch, 
         assert _floors(out / "pyproject.toml") == {"torch": Version(torch), "jax": Version(jax)}
 
 
+@pytest.mark.unit
 def test_apis_are_read_through_imports_and_keywords():
     source = (
         "import torch\nimport jax.numpy as jnp\nfrom jax.extend.core import Primitive\n"
@@ -192,6 +194,7 @@ def test_package_version_comes_from_the_project_table(tmp_path, monkeypatch):
     assert tomllib.loads((tmp_path / "my_rules" / "pyproject.toml").read_text())["project"]["version"] == "2.0.1"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("arguments", "table", "message"),
     [

@@ -18,6 +18,7 @@ def _modules(tmp_path, text):
     return generate(rule).modules
 
 
+@pytest.mark.unit
 def test_a_forward_rewritten_for_stability_says_so_where_it_is_computed(tmp_path):
     modules = _modules(tmp_path, "name: r\ninputs: [x]\nforward: log(1 + exp(x))\n")
     for text in modules.values():
@@ -26,6 +27,7 @@ def test_a_forward_rewritten_for_stability_says_so_where_it_is_computed(tmp_path
     assert not any("is computed as" in text for text in plain.values())
 
 
+@pytest.mark.unit
 def test_a_one_line_body_is_written_where_it_is_called(tmp_path):
     rule = "name: r\ninputs: [lo, x]\nforward: x\nvjp:\n  python: return xp.clip(out_bar, lo, 1.0) + 0 * lo\n"
     for rel, text in _modules(tmp_path, rule).items():
@@ -34,6 +36,7 @@ def test_a_one_line_body_is_written_where_it_is_called(tmp_path):
         assert "xp.clip(out_bar, lo, 1.0)" in text, rel
 
 
+@pytest.mark.unit
 def test_a_body_with_a_comment_keeps_its_function(tmp_path):
     rule = "name: r\ninputs: [x]\nforward: x\nvjp:\n  python: |\n"
     rule += "    return 2 * out_bar  # deliberately not the derivative\n"
@@ -42,6 +45,7 @@ def test_a_body_with_a_comment_keeps_its_function(tmp_path):
         assert "# deliberately not the derivative" in text
 
 
+@pytest.mark.unit
 def test_an_input_that_needs_no_gradient_gets_none_and_the_others_theirs():
     import torch
 
@@ -63,6 +67,7 @@ def test_an_input_that_needs_no_gradient_gets_none_and_the_others_theirs():
     torch.testing.assert_close(gy, torch.sin(x) * torch.exp(-(x**2)))
 
 
+@pytest.mark.unit
 def test_no_two_objects_of_a_generated_module_share_a_docstring():
     root = __import__("pathlib").Path(__file__).resolve().parent.parent / "generated"
     for path in sorted(root.glob("*/[!_]*.py")):

@@ -71,6 +71,7 @@ def _summed(input_shape, shape):
     return tuple(range(lead)) + tuple(lead + k for k, n in enumerate(input_shape) if n == 1 and shape[lead + k] != 1)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", RULES)
 def test_a_python_number_beside_an_array(name):
     p, s = getattr(gj, name)(0.5, jnp.ones((3, 4)))

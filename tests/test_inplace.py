@@ -136,6 +136,7 @@ def test_in_place_bodies_compute_the_out_of_place_values_and_write_no_input(expr
 MASK = sp.Piecewise((1, X > 0), (0, True))  # torch.where(x > 0, 1, 0): int64
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("exprs", "lines"),
     [
@@ -159,6 +160,7 @@ def test_a_shared_mask_is_never_a_buffer(exprs, lines):
     assert (in_place and [a.line for a in in_place.lines]) == lines
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "exprs",
     [
@@ -179,6 +181,7 @@ def test_a_temporary_of_statics_and_numbers_alone_is_a_python_number(exprs):
             torch.testing.assert_close(g, e)
 
 
+@pytest.mark.unit
 def test_mish_backward_allocates_two_buffers():
     expr = G * (S + X * (1 - S**2) * fn.sigmoid(X))
     _, in_place, _ = _both([expr])
@@ -188,6 +191,7 @@ def test_mish_backward_allocates_two_buffers():
     ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("expr", "code"),
     [
@@ -226,6 +230,7 @@ def test_a_product_with_a_sigmoid_is_one_native_kernel(expr, code):
     torch.testing.assert_close(_run(rewritten, imports, values), expected, rtol=1e-15, atol=0)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("expr", "lines"),
     [
@@ -242,6 +247,7 @@ def test_a_product_added_to_a_buffer_takes_one_pass(expr, lines):
     torch.testing.assert_close(_run(in_place, imports, values), _run(out_of_place, imports, values))
 
 
+@pytest.mark.unit
 def test_no_native_kernel_for_statics_masks_or_integer_silu():
     exprs = [
         G * fn.sigmoid(BETA),  # a Python float: torch.sigmoid(beta) would raise too
@@ -259,6 +265,7 @@ def test_no_native_kernel_for_statics_masks_or_integer_silu():
     ]
 
 
+@pytest.mark.unit
 def test_a_lone_silu_derivative_is_its_composite():
     # No cotangent to hand silu_backward: the composite, its one sigmoid shared.
     rewritten, _, imports = _both([fn.silu_derivative(2 * X), 3 * fn.silu_derivative(X)])
@@ -278,6 +285,7 @@ def plain():
     return plain
 
 
+@pytest.mark.unit
 def test_plain_holds_only_for_plain_tensors_of_one_shape(plain):
     x, y = torch.ones(3), torch.ones(3)
     assert plain(x, y)

@@ -59,6 +59,7 @@ def test_shared_exp_forms_have_the_derivatives_of_softplus_and_sigmoid(exprs, re
             ours, theirs = jax.grad(ours), jax.grad(theirs)
 
 
+@pytest.mark.unit
 def test_forms_keep_nan_and_infinities():
     f, _ = _function(CASES[0][0], jax_forms(CASES[0][0], ()))
     values = jnp.array([jnp.nan, jnp.inf, -jnp.inf])
@@ -67,6 +68,7 @@ def test_forms_keep_nan_and_infinities():
     np.testing.assert_array_equal(sigmoid, [np.nan, 1.0, 0.0])
 
 
+@pytest.mark.unit
 def test_forms_leave_a_lone_function_or_a_static_argument_alone():
     alone = [fn.softplus(X), fn.sigmoid(Y)]
     assert [jax_forms(alone, ())(e) for e in alone] == alone

@@ -106,6 +106,7 @@ def test_an_array_input_with_a_default_may_be_left_out(package):
     np.testing.assert_allclose(jax.grad(lambda v: jax_pkg.shifted(v).sum())(jnp.asarray(x)), 1 + x, rtol=1e-15)
 
 
+@pytest.mark.unit
 def test_numbers_in_exponent_form_are_numbers_as_yaml_1_2_reads_them(tmp_path):
     # PyYAML (YAML 1.1) reads `1e-3` and `1.5e3` as strings: the static's default was the string "1e-3".
     from rulegen.spec import read_rule_file

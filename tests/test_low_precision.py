@@ -29,6 +29,7 @@ def _error_in_eps(got, exact, dtype) -> float:
     return float(np.max(np.abs(np.asarray(got, np.float64) - exact) / np.abs(exact)) / eps)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("torch_dtype", "jax_dtype"), LOW)
 def test_a_host_rule_rounds_its_float32_result_once(torch_dtype, jax_dtype):
     x = torch.tensor(POINTS, dtype=torch_dtype)
@@ -115,6 +116,7 @@ def test_the_generated_rules_err_at_most_as_the_native_ops_in_low_precision():
             assert value <= 0.5 and gradient <= 0.5, (case, dtype, backend)  # rounded once
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("torch_dtype", "jax_dtype"), LOW)
 def test_a_snippet_rule_s_derivative_bodies_compute_in_float32_too(torch_dtype, jax_dtype):
     # scipy_erfcx: a host forward and a Python JVP body, (2 x out - 2/sqrt(pi)) x_dot.
@@ -152,6 +154,7 @@ def _ops_of_value_and_gradient(f, x: torch.Tensor) -> list[str]:
     return recorded.ops
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("torch_dtype", [torch.bfloat16, torch.float16])
 def test_a_rule_of_one_kernel_per_body_runs_as_torch_s_own_op(torch_dtype):
     # f_softplus: forward `softplus`, backward and jvp `softplus_backward`, kernels that compute in
@@ -171,6 +174,7 @@ def test_a_rule_of_one_kernel_per_body_runs_as_torch_s_own_op(torch_dtype):
     assert tangent.dtype == torch_dtype and torch.equal(tangent, native.grad)
 
 
+@pytest.mark.unit
 def test_a_rule_of_several_kernels_or_reading_a_saved_output_is_lifted():
     # gelu's bodies are several kernels; f_exp's backward reads its output, saved rounded.
     from generated.torch import f_exp, gelu
@@ -207,6 +211,7 @@ def test_swish_runs_silu_and_its_backward_kernel_in_the_dtype_and_rounds_once_ev
         assert got.dtype == torch_dtype and error(got) <= 0.5 + 1e-3
 
 
+@pytest.mark.unit
 def test_one_kernel_is_what_the_torch_printer_writes_as_one_operation():
     import sympy as sp
 

@@ -90,6 +90,7 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, folder)
     assert not unexplained, f"names generated code uses that rulegen.names does not reserve: {unexplained}"
 
 
+@pytest.mark.unit
 def test_ctx_attributes_are_every_public_attribute_of_torchs_function_context():
     from torch.autograd.function import BackwardCFunction
 
@@ -209,6 +210,7 @@ def test_a_rule_defined_in_two_files_is_refused_naming_both_places(tmp_path, mon
     assert "<unknown>" not in result.output
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("folder", [*BUNDLED, ROOT / "tests" / "wrong_rules"], ids=lambda p: p.name)
 def test_every_rule_and_input_read_from_a_file_knows_where_it_is(folder):
     """Every place an error can name: a model validator that rebuilt the YAML mapping lost it."""
@@ -233,6 +235,7 @@ def project(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.unit
 def test_show_resolves_rules_of_other_files(project):
     result = CliRunner().invoke(app, ["show", "quartered", "--rules", "rules/quartered.yaml", "-b", "jax"])
     assert result.exit_code == 0, result.output
@@ -283,6 +286,7 @@ def test_a_static_named_self_reaches_a_host_rule(tmp_path):
     assert proc.stdout.split() == ["2.0", "3.0"]
 
 
+@pytest.mark.unit
 def test_an_attribute_is_not_a_read_of_the_input_it_is_named_like(tmp_path):
     # `.sum_to_size(x.shape)` read `shape` to the regex that found what a body reads:
     # the static `shape`, unused by the backward, was unpacked from ctx all the same.

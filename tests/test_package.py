@@ -158,6 +158,7 @@ def test_a_built_package_installs_as_a_distribution_of_its_own(tmp_path):
     assert _run([python, "-c", probe], cwd=elsewhere, env=_clean_env()).stdout.split() == ["9.0", "9.0"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["my-rules", "class", "1st"])
 def test_a_package_name_that_is_no_identifier_is_refused(tmp_path, name):
     (tmp_path / "sq.yaml").write_text(SQUARE)

@@ -31,6 +31,7 @@ def collected(result: pytest.RunResult) -> list[str]:
     return [line for line in result.outlines if "::" in line]
 
 
+@pytest.mark.unit
 def test_folder_on_the_command_line_is_collected(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\n")
     (pytester.path / "myrules" / "sub").mkdir(parents=True)
@@ -43,6 +44,7 @@ def test_folder_on_the_command_line_is_collected(pytester: pytest.Pytester) -> N
     assert sorted(collected(result)) == sorted(items("myrules/cube.yml", "cube") + items("myrules/sub/sq.yaml", "sq"))
 
 
+@pytest.mark.unit
 def test_yaml_file_on_the_command_line_is_collected(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\n")
     (pytester.path / "data").mkdir()
@@ -53,6 +55,7 @@ def test_yaml_file_on_the_command_line_is_collected(pytester: pytest.Pytester) -
     assert collected(result) == items("data/sq.yaml", "sq")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("testpaths", [True, False], ids=["testpaths", "no-testpaths"])
 def test_ini_option_collects_its_folders_on_plain_pytest(pytester: pytest.Pytester, testpaths: bool) -> None:
     pytester.makepyprojecttoml(
@@ -73,6 +76,7 @@ def test_ini_option_collects_its_folders_on_plain_pytest(pytester: pytest.Pytest
     assert sorted(collected(result)) == sorted(expected)
 
 
+@pytest.mark.unit
 def test_ini_folders_are_not_added_to_explicit_arguments(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml('[tool.pytest.ini_options]\ntestpaths = ["tests"]\nrulegen_rules = ["myrules"]\n')
     pytester.mkdir("tests")
@@ -84,6 +88,7 @@ def test_ini_folders_are_not_added_to_explicit_arguments(pytester: pytest.Pytest
     assert collected(result) == ["tests/test_x.py::test_x"]
 
 
+@pytest.mark.unit
 def test_missing_ini_folder_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml('[tool.pytest.ini_options]\nrulegen_rules = ["nowhere"]\n')
     result = run(pytester, "--collect-only", "-q")
@@ -91,6 +96,7 @@ def test_missing_ini_folder_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*rulegen_rules: no such file or folder: *nowhere*"])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("ini", "folders"),
     [

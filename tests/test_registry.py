@@ -84,6 +84,7 @@ def evaluate(printed: tuple[str, frozenset[str]], values: dict[str, object]) -> 
     return float(eval(text, {**namespace, **values}))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", RULE_NAMES)
 def test_every_function_a_rule_may_call_prints_in_both_backends_with_its_registered_spelling(name):
     function = fn.RULE_FUNCTIONS[name]
@@ -96,6 +97,7 @@ def test_every_function_a_rule_may_call_prints_in_both_backends_with_its_registe
         assert function.torch in torch_text
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("function", INTERNAL, ids=lambda f: f.name)
 def test_every_internal_function_prints_in_the_backends_that_meet_it(function):
     low, _ = function.argument_counts
@@ -126,6 +128,7 @@ def test_jax_torch_math_and_mpmath_agree_on_every_function_a_rule_may_call(name)
         assert scalar == pytest.approx(exact, rel=1e-12)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("function", fn.REGISTRY, ids=lambda f: f.name)
 def test_every_registered_spelling_names_a_function_the_printers_know_how_to_import(function):
     for path in (function.jax, function.torch, function.math):
@@ -134,6 +137,7 @@ def test_every_registered_spelling_names_a_function_the_printers_know_how_to_imp
             assert path.rpartition(".")[0] in printers._IMPORTS, path
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("function", [f for f in fn.REGISTRY if f.in_place], ids=lambda f: f.name)
 def test_every_in_place_method_computes_the_function_into_its_buffer(function):
     assert isinstance(function.sympy, type) and function.argument_counts == (1, 1)
@@ -144,6 +148,7 @@ def test_every_in_place_method_computes_the_function_into_its_buffer(function):
     torch.testing.assert_close(buffer, out_of_place, equal_nan=True)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("function", [f for f in fn.REGISTRY if f.torch_tensor_only], ids=lambda f: f.name)
 def test_tensor_only_functions_refuse_a_python_number_and_are_printed_with_a_tensor(function):
     with pytest.raises(TypeError):
@@ -152,6 +157,7 @@ def test_tensor_only_functions_refuse_a_python_number_and_are_printed_with_a_ten
     assert text == f"{function.torch}(x, torch.tensor(2.0))"
 
 
+@pytest.mark.unit
 def test_min_and_max_of_static_inputs_stay_python_numbers():
     # Min and Max are no sympy Functions, so the registered printing of functions does not reach them.
     c = sp.Symbol("c")
@@ -160,6 +166,7 @@ def test_min_and_max_of_static_inputs_stay_python_numbers():
     assert print_torch(sp.Min(BETA, X), scalars=frozenset({"beta"}))[0] == "torch.clamp(x, max=beta)"
 
 
+@pytest.mark.unit
 def test_the_derived_tables_agree_with_the_registry_and_are_read_only():
     names = [f.name for f in fn.REGISTRY]
     assert len(names) == len(set(names))
@@ -185,6 +192,7 @@ def _candidate_names() -> set[str]:
     return sympy_names | torch_names | jnp_names | {"abs", "min", "max", "pow", "round"}
 
 
+@pytest.mark.unit
 def test_the_parser_accepts_a_function_name_only_if_the_registry_has_it():
     accepted = set()
     for name in sorted(_candidate_names()):
@@ -199,6 +207,7 @@ def test_the_parser_accepts_a_function_name_only_if_the_registry_has_it():
     assert not {f.name for f in INTERNAL} & accepted
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", [n for n in RULE_NAMES if fn.RULE_FUNCTIONS[n].refuses_large_numbers])
 def test_functions_sympy_evaluates_exactly_refuse_large_numbers(name):
     call = {"polygamma": "polygamma(1, 5000)", "beta": "beta(5000, 3)"}.get(name, f"{name}(5000)")

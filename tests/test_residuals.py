@@ -58,6 +58,7 @@ def rules(tmp_path_factory):
     return read
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_saved_for_backward(rules, name):
     eager, fused = EXPECTED[name]
@@ -67,6 +68,7 @@ def test_saved_for_backward(rules, name):
         assert plan_torch(derive_rule(rule)).saved == want, mode
 
 
+@pytest.mark.unit
 def test_an_intermediate_is_named_for_its_functions_past_every_name_of_the_rule(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("name: r\ninputs: [saved_exp, y]\nforward: sin(saved_exp) * exp(-saved_exp**2) * y\n")

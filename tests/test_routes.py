@@ -36,6 +36,7 @@ ROWS = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("gives", "jax", "torch_jvp", "torch_backward", "no_forward"), ROWS)
 def test_the_route_table(gives, jax, torch_jvp, torch_backward, no_forward):
     routes = choose_routes(gives)
@@ -44,6 +45,7 @@ def test_the_route_table(gives, jax, torch_jvp, torch_backward, no_forward):
     assert isinstance(routes.jax, JaxRoute) and isinstance(routes.torch_jvp, Source)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("name", "route"),
     [
@@ -64,6 +66,7 @@ def test_bundled_rules_take_the_routes_their_bodies_call_for(name, route):
     assert derive_rule(rules[name], rules).routes.jax == route
 
 
+@pytest.mark.unit
 def test_show_prints_the_routes_above_the_code(monkeypatch):
     from typer.testing import CliRunner
 

@@ -15,6 +15,7 @@ from rulegen.runtime.torch import _util as torch_util
 from tests.conftest import ROOT
 
 
+@pytest.mark.unit
 def test_generated_helpers_are_the_runtime_modules_verbatim():
     helpers = sorted(p.relative_to(ROOT / "generated").as_posix() for p in (ROOT / "generated").glob("*/_[!_]*.py"))
     assert helpers, "generated/ holds no helper"
@@ -22,11 +23,13 @@ def test_generated_helpers_are_the_runtime_modules_verbatim():
         assert (ROOT / "generated" / rel).read_text() == HELPER_HEADER + (RUNTIME / rel).read_text(), rel
 
 
+@pytest.mark.unit
 def test_a_helper_brings_the_helpers_it_imports():
     assert helper_closure(["torch/_inplace.py"]) == {"torch/_inplace.py", "torch/_plain.py"}
     assert helper_closure(["torch/_fuse.py", "jax/_util.py"]) == {"torch/_fuse.py", "torch/_plain.py", "jax/_util.py"}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("shape", "target", "expected"),
     [((2, 3), (3,), [2.0, 2.0, 2.0]), ((2, 3), (1, 3), [[2.0, 2.0, 2.0]]), ((2, 3), (2, 1), [[3.0], [3.0]])],
@@ -35,6 +38,7 @@ def test_sum_to_shape_sums_the_broadcast_axes(shape, target, expected):
     np.testing.assert_array_equal(jax_util.sum_to_shape(jnp.ones(shape), target), np.array(expected))
 
 
+@pytest.mark.unit
 def test_as_arrays_promotes_integers_to_the_float_arguments_dtype_and_refuses_complex():
     x, k = jax_util.as_arrays("r", ("x", "k"), "ff", jnp.ones(2, jnp.float32), np.arange(2))
     assert x.dtype == jnp.float32 and k.dtype == jnp.float32
@@ -44,6 +48,7 @@ def test_as_arrays_promotes_integers_to_the_float_arguments_dtype_and_refuses_co
         jax_util.as_arrays("r", ("z",), "f", jnp.ones(2, jnp.complex64))
 
 
+@pytest.mark.unit
 def test_as_tensors_reads_numbers_and_arrays_as_torch_arithmetic_would():
     x = torch.ones(2, dtype=torch.float64)
     _, s, k, m = torch_util.as_tensors("r", ("x", "s", "k", "m"), "ffib", x, 0.5, [1, 2], [True, False])
@@ -57,12 +62,14 @@ def test_as_tensors_reads_numbers_and_arrays_as_torch_arithmetic_would():
         torch_util.as_tensors("r", ("z",), "f", 1j)
 
 
+@pytest.mark.unit
 def test_fresh_outputs_copies_only_returned_inputs():
     x, y = torch.ones(2), torch.zeros(2)
     a, b = torch_util.fresh_outputs((x, y * 2), x)
     assert a is not x and torch.equal(a, x) and b is not y
 
 
+@pytest.mark.unit
 def test_plain_tensors_only_where_nothing_watches():
     x = torch.ones(3)
     assert _plain.plain_tensors([x])
@@ -91,6 +98,7 @@ class _Flatten(torch.autograd.Function):
         return 2 * out_bar.reshape(ctx.shape)
 
 
+@pytest.mark.unit
 def test_a_rule_op_copies_views_and_keeps_the_functions_backward():
     from rulegen.runtime.torch import _route
 

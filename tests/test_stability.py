@@ -107,6 +107,7 @@ def test_a_product_with_a_logistic_factor(package):
     _close_in_float32(np.asarray(jax_grads[1]), sps.expit(WIDE) * sps.expit(-WIDE), bar.numpy())
 
 
+@pytest.mark.unit
 def test_canonical_forms():
     x, y = sp.symbols("x y", real=True)
     assert canonical(sp.log(1 + sp.exp(-x))) == softplus(-x)  # not -x + log1p(exp(x)), which cancels
@@ -117,6 +118,7 @@ def test_canonical_forms():
     assert canonical(sp.log(2 + sp.exp(x))) == sp.log(2 + sp.exp(x))
 
 
+@pytest.mark.unit
 def test_a_complex_rule_keeps_the_forms_that_hold_for_complex_arguments_only():
     # log(1 + exp(z)) was made the real softplus: JAX's value wrong, torch's softplus_cpu raised for complex.
     z = sp.Symbol("z")
@@ -144,6 +146,7 @@ FORM_EXAMPLES = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("form", TORCH_FUSED_FORMS, ids=lambda f: "+".join(f.writes))
 def test_every_canonical_form_states_the_functions_it_writes_and_so_its_domain(form):
     examples = [e for name in form.writes for e in FORM_EXAMPLES[name]]

@@ -66,6 +66,7 @@ def test_the_point_rule_takes_a_named_tuple_and_returns_a_dict_in_jax(name):
     np.testing.assert_allclose(jac.y, np.zeros((3, 3)))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["point_jvp", "point_vjp"])
 def test_the_point_rule_takes_a_named_tuple_and_returns_a_dict_in_torch(name):
     f = getattr(gt, name)
@@ -87,6 +88,7 @@ def test_the_point_rule_takes_a_named_tuple_and_returns_a_dict_in_torch(name):
         np.testing.assert_allclose(tangent["b"][0], np.cos(X))
 
 
+@pytest.mark.unit
 def test_a_tuple_input_and_a_dict_input_take_gradients_of_their_own_structure():
     grad = jax.grad(gj.hypot_pair)((3.0, 4.0))
     assert isinstance(grad, tuple) and np.allclose(grad, (0.6, 0.8))
@@ -99,12 +101,14 @@ def test_a_tuple_input_and_a_dict_input_take_gradients_of_their_own_structure():
     np.testing.assert_allclose(got["sigma"], ((z * z - 1) / 1.5).sum().item())
 
 
+@pytest.mark.unit
 def test_a_dict_result_holds_each_output_under_its_key():
     out = gt.sincos(torch.tensor([0.0, 1.0], dtype=torch.float64))
     assert list(out) == ["sin", "cos"]
     np.testing.assert_allclose(out["cos"], np.cos([0.0, 1.0]))
 
 
+@pytest.mark.unit
 def test_a_dict_input_may_hold_arrays_under_keys_that_are_no_python_names():
     # affine_state: params = {"layer.weight": w, "layer.bias": b}, as a torch state_dict; the body reads w and b.
     params = {"layer.weight": jnp.asarray(X), "layer.bias": jnp.asarray(Y)}
@@ -153,6 +157,7 @@ def test_a_named_tuple_result_is_the_module_s_class_under_every_transform():
     assert float(tgrad(torch.tensor(3.0, dtype=torch.float64))) == pytest.approx(0.6)
 
 
+@pytest.mark.unit
 def test_a_result_of_another_structure_fails_the_checks():
     rule = read_rules([RULES / "structures.yaml"])[0]  # point_jvp: {'a': a, 'b': (b0, b1)}
     wrong = flat_call(rule, lambda pt: {"a": pt.x, "b": [pt.x, pt.y]})
@@ -274,6 +279,7 @@ def _errors(tmp_path: Path, text: str) -> str:
     return str(caught.value)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("text", "where", "message"),
     [
@@ -403,6 +409,7 @@ def test_a_bad_structure_is_refused_at_its_place(tmp_path, text, where, message)
     assert where in found, found
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("returns", "message"),
     [
@@ -438,6 +445,7 @@ def test_a_bad_named_tuple_is_refused_at_its_place(tmp_path, returns, message):
     assert "bad.yaml:3:" in found, found
 
 
+@pytest.mark.unit
 def test_a_deeply_nested_returns_is_refused_not_recursed(tmp_path):
     nested = "a"
     for _ in range(40):
@@ -446,6 +454,7 @@ def test_a_deeply_nested_returns_is_refused_not_recursed(tmp_path):
     assert "deeper than" in found
 
 
+@pytest.mark.unit
 def test_inputs_left_out_take_their_defaults_through_the_structures(tmp_path):
     # rulegen test's scalars check calls with the defaults left out; it raised StopIteration.
     path = tmp_path / "r.yaml"
@@ -472,6 +481,7 @@ def _wrong_structures(xp):
     ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("backend", ["jax", "torch", "jax.jit"])
 def test_a_structure_given_wrongly_is_refused_naming_the_rule_the_argument_and_the_field(backend):
     package, xp = (gt, torch) if backend == "torch" else (gj, jnp)

@@ -162,11 +162,13 @@ def test_silu_derivative_is_recognised_as_sympy_derives_it(forward, wrt, expecte
     assert sp.simplify((composite - sp.diff(forward, wrt)).rewrite(sp.exp)) == 0
 
 
+@pytest.mark.unit
 def test_silu_derivative_as_a_rule_writes_it():
     composite = fn.sigmoid(X) * (1 + X * (1 - fn.sigmoid(X)))
     assert canonical(composite, (silu_derivatives((), ()),)) == D(X)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("forward", "wrt"),
     [
@@ -191,6 +193,7 @@ def _rule_plan(file: str, name: str):
     return plan_torch(derive_rule(rule)), plan_jax(derive_rule(rule))
 
 
+@pytest.mark.unit
 def test_f_swish_runs_silu_backward_and_saves_no_output():
     torch_plan, _ = _rule_plan("functions.yaml", "f_swish")
     assert torch_plan.forward.result == "torch.nn.functional.silu(x)"
@@ -201,6 +204,7 @@ def test_f_swish_runs_silu_backward_and_saves_no_output():
     assert "from ._native import silu_backward" in torch_plan.imports
 
 
+@pytest.mark.unit
 def test_softplus_beta_forward_is_one_softplus_with_its_beta():
     torch_plan, jax_plan = _rule_plan("softplus_beta.yaml", "softplus_beta")
     assert (torch_plan.forward.lines, torch_plan.forward.result) == (
@@ -316,6 +320,7 @@ def test_swish_backward_and_jvp_are_one_kernel(package):
     assert "aten::silu_backward" in forward and "aten::sigmoid" not in forward, forward
 
 
+@pytest.mark.unit
 def test_silu_backward_kernel_is_not_differentiable_so_the_helper_switches():
     """torch's kernel has no derivative: where one is taken, the helper computes the composite."""
     from generated.torch._native import silu_backward

@@ -165,6 +165,7 @@ def test_every_rule_with_an_op_exports_its_value_and_gradient():
     assert exported_rules >= 60
 
 
+@pytest.mark.unit
 def test_an_exported_rule_differentiates_twice():
     exported = torch.export.export(_Gelu(), (X,)).module()
     leaf = X.clone().requires_grad_()

@@ -30,6 +30,7 @@ def _python(title: str) -> str:
     return "\n".join(text for language, text in _sections()[title] if language == "python")
 
 
+@pytest.mark.unit
 def test_every_section_with_code_is_run():
     with_code = {title for title, blocks in _sections().items() if any(lang == "python" for lang, _ in blocks)}
     assert with_code == {
@@ -55,6 +56,7 @@ def test_the_tutorials_training_runs_and_learns(title):
     assert last < first
 
 
+@pytest.mark.unit
 def test_the_rules_it_shows_are_those_of_rules():
     shown = [yaml.safe_load(text) for language, text in _sections()["1. The rules"] if language == "yaml"]
     assert [rule["name"] for rule in shown] == ["gelu", "logsumexp"]
