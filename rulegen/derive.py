@@ -363,7 +363,7 @@ def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation | Sni
 
 
 #: Seconds of the derive stage's time limit left, at least, for planning after the search.
-_PLANNING_SECONDS = 6.0
+_PLANNING_SECONDS = 8.0
 
 
 def _sampling(d: Derivation) -> Sampling | None:

@@ -60,7 +60,7 @@ MARGIN_BITS = 0.5
 STEP_SECONDS = 2.0
 SEARCH_SECONDS = 20.0
 #: Seconds the search may take for all of one rule's expressions.
-STABILISE_SECONDS = 8.0
+STABILISE_SECONDS = 6.0
 #: Terms of each series expansion.
 SERIES_ORDER = 8
 #: Points per dtype and side drawn between two sampled magnitudes to place a regime's threshold.

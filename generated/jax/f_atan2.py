@@ -16,15 +16,7 @@ def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
 
     Partials (derived by sympy):
         dout/dy = x/(x**2 + y**2)
-        dout/dx = Piecewise((-1/((x**2/Piecewise((y, Abs(y) > 44.0), (88.0, True))**2 +
-            1)*Piecewise((y, Abs(y) > 44.0), (88.0, True))), Abs(y) > 44.0),
-            (-Piecewise((22.0, Abs(y) > 44.0), (y, True))/(x**2 + Piecewise((22.0, Abs(y) >
-            44.0), (y, True))**2), True))
-
-    Stabilised (the form with the least error rulegen measured; mean bits of error,
-    float64/float32, as derived -> as computed):
-        dout/dx: regimes (as derived | scaling), 9.1/6.6 -> 0.2/0.2; as derived -y/(x**2 +
-            y**2)
+        dout/dx = -y/(x**2 + y**2)
 
     Inputs:
         y: float array; checked on [-3, 3]
@@ -48,14 +40,5 @@ def _f_atan2_jvp(primals, tangents):
     y, x = primals
     y_dot, x_dot = tangents
     out = _f_atan2(y, x)
-    t0 = jnp.abs(y) > 44.0
-    t1 = x**2
-    t2 = y**2
-    t3 = jnp.where(t0, 22.0, y)
-    out_dot = x * y_dot / (t1 + t2) + x_dot * jnp.where(
-        t0,
-        -jnp.where(t0, 1 / y, 0.011363983154296875)
-        / (t1 * jnp.where(t0, 1 / t2, 0.0001291334629058838) + 1),
-        -t3 / (t1 + t3**2),
-    )
-    return out, out_dot
+    t0 = 1 / (x**2 + y**2)
+    return out, t0 * x * y_dot - t0 * x_dot * y

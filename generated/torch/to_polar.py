@@ -28,187 +28,33 @@ class ToPolar(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        r, _ = output
+        ctx.save_for_backward(x, y, r)
+        ctx.save_for_forward(x, y, r)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
-        x, y = ctx.saved_tensors
-        t0 = torch.abs(x)
-        t1 = t0 < 1.6e-10
-        t2 = torch.where(t1, x, 7.999290119187208e-11)
-        t3 = y**2
-        t4 = torch.where(t1, 3.199716047674883e-10, x)
-        t5 = torch.abs(y)
-        t6 = t5 > 2100000000000.0
-        t7 = x**2
-        t8 = t0 > 2.8e149
-        t9 = t5 > 0.019
-        t10 = torch.where(t8, 1.9602025849676679e298, x**2)
-        t11 = torch.where(t9, 0.009500503540039062, y)
-        t12 = t0 > 5.6e16
-        t13 = t5 > 87.0
-        t14 = torch.where(t13, y, 174.0)
-        t15 = torch.where(t12, 7.838834399161314e32, x**2)
-        t16 = torch.where(t13, 43.5, y)
-        t17 = t5 > 3.1e51
-        t18 = t0 < 9.9e19
-        t19 = torch.where(t18, x, 4.950356710405649e19)
-        t20 = torch.where(t17, 2.402148108492943e102, y**2)
-        return (
-            (
-                r_bar
-                * torch.where(
-                    t1,
-                    t2 / torch.sqrt(t2**2 + t3),
-                    torch.where(
-                        t6,
-                        t4
-                        / (
-                            torch.sqrt(t4**2 * torch.where(t6, 1 / t3, 5.668438920556102e-26) + 1)
-                            * torch.abs(torch.where(t6, y, 4199941144576.0))
-                        ),
-                        t4
-                        / (
-                            torch.sqrt(
-                                torch.where(t1, 9.76605579195292e18, 1 / t7)
-                                * torch.where(t6, 1.1025249997974725e24, y**2)
-                                + 1
-                            )
-                            * torch.abs(t4)
-                        ),
-                    ),
-                )
-                + theta_bar
-                * torch.where(
-                    t8,
-                    -y / (t3 + torch.where(t8, x**2, 3.1363241359482686e299)),
-                    torch.where(
-                        t9,
-                        -torch.where(t9, 1 / y, 26.3125)
-                        / (t10 * torch.where(t9, 1 / t3, 692.5) + 1),
-                        -t11 / (t10 + t11**2),
-                    ),
-                )
-            ).sum_to_size(x.shape)
-            if ctx.needs_input_grad[0]
-            else None
-        ), (
-            (
-                r_bar
-                * torch.where(
-                    t12,
-                    y
-                    / (
-                        torch.sqrt(t3 * torch.where(t12, 1 / t7, 7.973378181627576e-35) + 1)
-                        * torch.abs(torch.where(t12, x, 1.1199185635875226e17))
-                    ),
-                    torch.where(
-                        t13,
-                        t14
-                        / (
-                            torch.sqrt(t15 * torch.where(t13, 1 / t3, 3.302842378616333e-05) + 1)
-                            * torch.abs(t14)
-                        ),
-                        t16 / torch.sqrt(t15 + t16**2),
-                    ),
-                )
-                + theta_bar
-                * torch.where(
-                    t17,
-                    x / (t7 + torch.where(t17, y**2, 3.8434369735887086e103)),
-                    torch.where(
-                        t18,
-                        t19 / (t19**2 + t20),
-                        torch.where(t18, 5.049937639636234e-21, 1 / x)
-                        / (t20 * torch.where(t18, 2.550363205071167e-41, 1 / t7) + 1),
-                    ),
-                )
-            ).sum_to_size(y.shape)
-            if ctx.needs_input_grad[1]
-            else None
+        x, y, r = ctx.saved_tensors
+        if plain(x, y, r, r_bar, theta_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+            t0 = r_bar / r
+            t1 = theta_bar / r**2
+            t2 = t0 * x
+            t2.addcmul_(t1, y, value=-1)
+            t3 = t0 * y
+            t3.addcmul_(t1, x)
+            return t2.sum_to_size(x.shape), t3.sum_to_size(y.shape)
+        t0 = r_bar / r
+        t1 = theta_bar / r**2
+        return ((t0 * x - t1 * y).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
+            (t0 * y + t1 * x).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
         )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y = ctx.saved_tensors
-        t0 = torch.abs(x)
-        t1 = t0 < 1.6e-10
-        t2 = torch.where(t1, x, 7.999290119187208e-11)
-        t3 = y**2
-        t4 = torch.where(t1, 3.199716047674883e-10, x)
-        t5 = torch.abs(y)
-        t6 = t5 > 2100000000000.0
-        t7 = x**2
-        t8 = t0 > 5.6e16
-        t9 = t5 > 87.0
-        t10 = torch.where(t9, y, 174.0)
-        t11 = torch.where(t8, 7.838834399161314e32, x**2)
-        t12 = torch.where(t9, 43.5, y)
-        t13 = t0 > 2.8e149
-        t14 = t5 > 0.019
-        t15 = torch.where(t13, 1.9602025849676679e298, x**2)
-        t16 = torch.where(t14, 0.009500503540039062, y)
-        t17 = t5 > 3.1e51
-        t18 = t0 < 9.9e19
-        t19 = torch.where(t18, x, 4.950356710405649e19)
-        t20 = torch.where(t17, 2.402148108492943e102, y**2)
-        r_dot = x_dot * torch.where(
-            t1,
-            t2 / torch.sqrt(t2**2 + t3),
-            torch.where(
-                t6,
-                t4
-                / (
-                    torch.sqrt(t4**2 * torch.where(t6, 1 / t3, 5.668438920556102e-26) + 1)
-                    * torch.abs(torch.where(t6, y, 4199941144576.0))
-                ),
-                t4
-                / (
-                    torch.sqrt(
-                        torch.where(t1, 9.76605579195292e18, 1 / t7)
-                        * torch.where(t6, 1.1025249997974725e24, y**2)
-                        + 1
-                    )
-                    * torch.abs(t4)
-                ),
-            ),
-        ) + y_dot * torch.where(
-            t8,
-            y
-            / (
-                torch.sqrt(t3 * torch.where(t8, 1 / t7, 7.973378181627576e-35) + 1)
-                * torch.abs(torch.where(t8, x, 1.1199185635875226e17))
-            ),
-            torch.where(
-                t9,
-                t10
-                / (
-                    torch.sqrt(t11 * torch.where(t9, 1 / t3, 3.302842378616333e-05) + 1)
-                    * torch.abs(t10)
-                ),
-                t12 / torch.sqrt(t11 + t12**2),
-            ),
-        )
-        theta_dot = x_dot * torch.where(
-            t13,
-            -y / (t3 + torch.where(t13, x**2, 3.1363241359482686e299)),
-            torch.where(
-                t14,
-                -torch.where(t14, 1 / y, 26.3125) / (t15 * torch.where(t14, 1 / t3, 692.5) + 1),
-                -t16 / (t15 + t16**2),
-            ),
-        ) + y_dot * torch.where(
-            t17,
-            x / (t7 + torch.where(t17, y**2, 3.8434369735887086e103)),
-            torch.where(
-                t18,
-                t19 / (t19**2 + t20),
-                torch.where(t18, 5.049937639636234e-21, 1 / x)
-                / (t20 * torch.where(t18, 2.550363205071167e-41, 1 / t7) + 1),
-            ),
-        )
-        return r_dot, theta_dot
+        x, y, r = ctx.saved_tensors
+        t0 = 1 / r
+        t1 = 1 / r**2
+        return t0 * x * x_dot + t0 * y * y_dot, t1 * x * y_dot - t1 * x_dot * y
 
 
 class _ToPolarCompiled(ToPolar):
@@ -238,35 +84,10 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
         theta = atan2(y, x)
 
     Partials (derived by sympy):
-        dr/dx = Piecewise((Piecewise((x, Abs(x) < 1.6e-10), (8.0e-11, True))/sqrt(y**2 +
-            Piecewise((x, Abs(x) < 1.6e-10), (8.0e-11, True))**2), Abs(x) < 1.6e-10),
-            (Piecewise((Piecewise((3.2e-10, Abs(x) < 1.6e-10), (x,
-            True))/(sqrt(Piecewise((3.2e-10, Abs(x) < 1.6e-10), (x, True))**2/Piecewise((y,
-            Abs(y) > 210000...
-        dr/dy = Piecewise((y/(sqrt(y**2/Piecewise((x, Abs(x) > 5.6e+16), (1.12e+17, True))**2
-            + 1)*Abs(Piecewise((x, Abs(x) > 5.6e+16), (1.12e+17, True)))), Abs(x) > 5.6e+16),
-            (Piecewise((Piecewise((y, Abs(y) > 87.0), (174.0, True))/(sqrt(Piecewise((2.8e+16,
-            Abs(x) > 5.6e+16), (x, True))**2/Piecewise((y, Abs(y) ...
-        dtheta/dx = Piecewise((-y/(y**2 + Piecewise((x, Abs(x) > 2.8e+149), (5.6e+149,
-            True))**2), Abs(x) > 2.8e+149), (Piecewise((-1/((Piecewise((1.4e+149, Abs(x) >
-            2.8e+149), (x, True))**2/Piecewise((y, Abs(y) > 0.019), (0.038, True))**2 +
-            1)*Piecewise((y, Abs(y) > 0.019), (0.038, True))), Abs(y) > 0.019), (-Piece...
-        dtheta/dy = Piecewise((x/(x**2 + Piecewise((y, Abs(y) > 3.1e+51), (6.2e+51,
-            True))**2), Abs(y) > 3.1e+51), (Piecewise((Piecewise((x, Abs(x) < 9.9e+19),
-            (4.95e+19, True))/(Piecewise((1.55e+51, Abs(y) > 3.1e+51), (y, True))**2 +
-            Piecewise((x, Abs(x) < 9.9e+19), (4.95e+19, True))**2), Abs(x) < 9.9e+19), (1/((1
-            ...
-
-    Stabilised (the form with the least error rulegen measured; mean bits of error,
-    float64/float32, as derived -> as computed):
-        dr/dx: regimes (regimes (scaling | scaling) | as derived), 23.1/11.0 -> 9.8/2.7; as
-            derived x/sqrt(x**2 + y**2)
-        dr/dy: regimes (regimes (as derived | scaling) | scaling), 24.5/9.8 -> 10.3/2.4; as
-            derived y/sqrt(x**2 + y**2)
-        dtheta/dx: regimes (regimes (as derived | scaling) | as derived), 16.6/5.7 -> 7.5/3.0;
-            as derived -y/(x**2 + y**2)
-        dtheta/dy: regimes (regimes (scaling | as derived) | as derived), 15.3/7.9 -> 8.0/2.7;
-            as derived x/(x**2 + y**2)
+        dr/dx = x/sqrt(x**2 + y**2)
+        dr/dy = y/sqrt(x**2 + y**2)
+        dtheta/dx = -y/(x**2 + y**2)
+        dtheta/dy = x/(x**2 + y**2)
 
     Inputs:
         x: float array; checked on [-3, 3]
