@@ -187,7 +187,8 @@ def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any
     values: list[float] = []
     wanted = count
     for attempt in range(4):
-        drawn = [sample_floats(domain, count, rng, dtype) for _, domain in sampling.domains]
+        with np.errstate(over="ignore"):  # a bound beyond float32's range is its largest float
+            drawn = [sample_floats(domain, count, rng, dtype) for _, domain in sampling.domains]
         if attempt == 0:
             drawn = _with_probes(drawn, sampling, dtype)
             wanted = count + len(drawn[0]) - count
@@ -226,7 +227,8 @@ def _looks_accurate(expr: sp.Expr, sampling: Sampling, seed: int) -> bool:
         return True  # nothing numpy can evaluate can be measured either
     rng = np.random.default_rng([seed, SCREEN_POINTS])
     try:
-        columns = [sample_floats(domain, SCREEN_POINTS, rng, np.float32) for _, domain in sampling.domains]
+        with np.errstate(over="ignore"):  # a bound beyond float32's range is its largest float
+            columns = [sample_floats(domain, SCREEN_POINTS, rng, np.float32) for _, domain in sampling.domains]
     except ValueError:
         return True
     if sampling.condition is not None:
@@ -307,11 +309,12 @@ def _bits(expr: sp.Expr, variables: Sequence[sp.Symbol], points: _Points) -> np.
         return None
     try:
         with np.errstate(all="ignore"):
-            got = np.broadcast_to(np.asarray(fn(*points.columns), dtype=points.dtype), points.exact.shape)
+            result = np.asarray(fn(*points.columns))
     except Exception:
         return None
-    if np.iscomplexobj(got):
-        return None
+    if np.iscomplexobj(result):
+        return None  # a candidate that leaves the reals (a root of a negative number) is no candidate
+    got = np.broadcast_to(result.astype(points.dtype), points.exact.shape)
     return bits_of_error(got, points.exact, points.dtype)
 
 
@@ -505,6 +508,11 @@ def _factored(expr: sp.Expr) -> sp.Expr:
 # ---------------------------------------------------------------- regimes
 
 
+#: Where a regime's threshold may lie: it, half and twice it are constants of the generated code, which torch
+#: refuses beside a float32 tensor beyond float32's range.
+_THRESHOLDS = (1e-36, 1e36)
+
+
 @dataclass(frozen=True)
 class _Split:
     """Take `inner` where |v| is below (or above) `threshold`, else `outer`."""
@@ -536,6 +544,8 @@ def _best_split(
                 threshold = float(f"{math.sqrt(candidates[k] * candidates[k + 1]):.2g}")
                 if not candidates[k] < threshold < candidates[k + 1]:
                     threshold = candidates[k + 1] if below else candidates[k]
+                if not _THRESHOLDS[0] <= threshold <= _THRESHOLDS[1]:
+                    continue
                 split = _Split(v, index, below, threshold)
                 masks = _regions(split, points)
                 score = sum(
@@ -589,7 +599,8 @@ def _refined(split: _Split, inner: sp.Expr, outer: sp.Expr, sampling: Sampling, 
             for m, i, o in zip(_regions(trial, refined), inner_bits, outer_bits, strict=True)
         )
         best = min(best, (score, candidate))
-    return _Split(split.v, split.index, split.below, float(f"{best[1]:.2g}"))
+    threshold = min(max(float(f"{best[1]:.2g}"), _THRESHOLDS[0]), _THRESHOLDS[1])
+    return _Split(split.v, split.index, split.below, threshold)
 
 
 def _safe_point(domain: Domain, magnitude: float) -> sp.Float:

@@ -146,3 +146,12 @@ def test_the_docstring_says_which_form_was_chosen_and_its_bits_before_and_after(
     assert "Stabilised" in text and f"dout/dx: {partial.family}, {partial.bits_before[0]:.1f}/" in text
     assert "Stabilised" not in help_text(off)
     assert "least error measured" in " ".join(stability_notes(on))
+
+
+def test_a_regime_s_constants_stay_inside_float32_s_range():
+    # The cancellation is at infinity in float64 (x beyond 1e150): a threshold there, or twice it, would be a
+    # constant torch cannot put beside a float32 tensor.
+    choice = search(sp.diff((x + 1) ** sp.Rational(1, 3) - x ** sp.Rational(1, 3), x), x=Domain(ge=0))
+    assert choice.chosen.has(sp.Piecewise)
+    numbers = [abs(float(n)) for n in choice.chosen.atoms(sp.Float)]
+    assert all(n == 0 or 1e-38 < n < 3e38 for n in numbers), numbers

@@ -25,10 +25,19 @@ def to_polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> Polar:
         theta = atan2(y, x)
 
     Partials (derived by sympy):
-        dr/dx = x/sqrt(x**2 + y**2)
+        dr/dx = Piecewise((Piecewise((x, Abs(x) < 1.6e-10), (8.0e-11, True))/sqrt(y**2 +
+            Piecewise((x, Abs(x) < 1.6e-10), (8.0e-11, True))**2), Abs(x) < 1.6e-10),
+            (Piecewise((Piecewise((3.2e-10, Abs(x) < 1.6e-10), (x,
+            True))/(sqrt(Piecewise((3.2e-10, Abs(x) < 1.6e-10), (x, True))**2/Piecewise((y,
+            Abs(y) > 210000...
         dr/dy = y/sqrt(x**2 + y**2)
         dtheta/dx = -y/(x**2 + y**2)
         dtheta/dy = x/(x**2 + y**2)
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dr/dx: regimes (regimes (scaling | scaling) | as derived), 23.1/11.0 -> 9.8/2.7; as
+            derived x/sqrt(x**2 + y**2)
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -56,7 +65,33 @@ def _to_polar_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
     r, theta = _to_polar(x, y)
-    t0 = x**2 + y**2
-    t1 = jax.lax.rsqrt(t0)
-    t2 = 1 / t0
-    return (r, theta), (t1 * x * x_dot + t1 * y * y_dot, t2 * x * y_dot - t2 * x_dot * y)
+    t0 = jnp.abs(x) < 1.6e-10
+    t1 = jnp.where(t0, x, 7.999290119187208e-11)
+    t2 = y**2
+    t3 = jnp.where(t0, 3.199716047674883e-10, x)
+    t4 = jnp.abs(y) > 2100000000000.0
+    t5 = x**2
+    t6 = t2 + t5
+    t7 = 1 / t6
+    r_dot = x_dot * jnp.where(
+        t0,
+        t1 / jnp.sqrt(t1**2 + t2),
+        jnp.where(
+            t4,
+            t3
+            / (
+                jnp.sqrt(t3**2 * jnp.where(t4, 1 / t2, 5.668438920556102e-26) + 1)
+                * jnp.abs(jnp.where(t4, y, 4199941144576.0))
+            ),
+            t3
+            / (
+                jnp.sqrt(
+                    jnp.where(t0, 9.76605579195292e18, 1 / t5)
+                    * jnp.where(t4, 1.1025249997974725e24, y**2)
+                    + 1
+                )
+                * jnp.abs(t3)
+            ),
+        ),
+    ) + y * y_dot / jnp.sqrt(t6)
+    return (r, theta), (r_dot, t7 * x * y_dot - t7 * x_dot * y)

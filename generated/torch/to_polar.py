@@ -36,25 +36,111 @@ class ToPolar(torch.autograd.Function):
     def backward(ctx, r_bar, theta_bar):
         x, y, r = ctx.saved_tensors
         if plain(x, y, r, r_bar, theta_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
-            t0 = r_bar / r
-            t1 = theta_bar / r**2
-            t2 = t0 * x
-            t2.addcmul_(t1, y, value=-1)
-            t3 = t0 * y
-            t3.addcmul_(t1, x)
-            return t2.sum_to_size(x.shape), t3.sum_to_size(y.shape)
-        t0 = r_bar / r
-        t1 = theta_bar / r**2
-        return ((t0 * x - t1 * y).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
-            (t0 * y + t1 * x).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
-        )
+            t0 = torch.abs(x) < 1.6e-10
+            t1 = torch.where(t0, x, 7.999290119187208e-11)
+            t2 = y**2
+            t3 = torch.where(t0, 3.199716047674883e-10, x)
+            t4 = torch.abs(y) > 2100000000000.0
+            t5 = theta_bar / r**2
+            t6 = -t5 * y
+            t6.add_(
+                r_bar
+                * torch.where(
+                    t0,
+                    t1 / torch.sqrt(t1**2 + t2),
+                    torch.where(
+                        t4,
+                        t3
+                        / (
+                            torch.sqrt(t3**2 * torch.where(t4, 1 / t2, 5.668438920556102e-26) + 1)
+                            * torch.abs(torch.where(t4, y, 4199941144576.0))
+                        ),
+                        t3
+                        / (
+                            torch.sqrt(
+                                torch.where(t0, 9.76605579195292e18, 1 / x**2)
+                                * torch.where(t4, 1.1025249997974725e24, y**2)
+                                + 1
+                            )
+                            * torch.abs(t3)
+                        ),
+                    ),
+                )
+            )
+            t8 = t5 * x
+            t8.addcdiv_(r_bar * y, r)
+            return t6.sum_to_size(x.shape), t8.sum_to_size(y.shape)
+        t0 = torch.abs(x) < 1.6e-10
+        t1 = torch.where(t0, x, 7.999290119187208e-11)
+        t2 = y**2
+        t3 = torch.where(t0, 3.199716047674883e-10, x)
+        t4 = torch.abs(y) > 2100000000000.0
+        t5 = theta_bar / r**2
+        return (
+            (
+                r_bar
+                * torch.where(
+                    t0,
+                    t1 / torch.sqrt(t1**2 + t2),
+                    torch.where(
+                        t4,
+                        t3
+                        / (
+                            torch.sqrt(t3**2 * torch.where(t4, 1 / t2, 5.668438920556102e-26) + 1)
+                            * torch.abs(torch.where(t4, y, 4199941144576.0))
+                        ),
+                        t3
+                        / (
+                            torch.sqrt(
+                                torch.where(t0, 9.76605579195292e18, 1 / x**2)
+                                * torch.where(t4, 1.1025249997974725e24, y**2)
+                                + 1
+                            )
+                            * torch.abs(t3)
+                        ),
+                    ),
+                )
+                - t5 * y
+            ).sum_to_size(x.shape)
+            if ctx.needs_input_grad[0]
+            else None
+        ), ((t5 * x + r_bar * y / r).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, r = ctx.saved_tensors
-        t0 = 1 / r
-        t1 = 1 / r**2
-        return t0 * x * x_dot + t0 * y * y_dot, t1 * x * y_dot - t1 * x_dot * y
+        t0 = torch.abs(x) < 1.6e-10
+        t1 = torch.where(t0, x, 7.999290119187208e-11)
+        t2 = y**2
+        t3 = torch.where(t0, 3.199716047674883e-10, x)
+        t4 = torch.abs(y) > 2100000000000.0
+        t5 = 1 / r**2
+        r_dot = (
+            x_dot
+            * torch.where(
+                t0,
+                t1 / torch.sqrt(t1**2 + t2),
+                torch.where(
+                    t4,
+                    t3
+                    / (
+                        torch.sqrt(t3**2 * torch.where(t4, 1 / t2, 5.668438920556102e-26) + 1)
+                        * torch.abs(torch.where(t4, y, 4199941144576.0))
+                    ),
+                    t3
+                    / (
+                        torch.sqrt(
+                            torch.where(t0, 9.76605579195292e18, 1 / x**2)
+                            * torch.where(t4, 1.1025249997974725e24, y**2)
+                            + 1
+                        )
+                        * torch.abs(t3)
+                    ),
+                ),
+            )
+            + y * y_dot / r
+        )
+        return r_dot, t5 * x * y_dot - t5 * x_dot * y
 
 
 class _ToPolarCompiled(ToPolar):
@@ -84,10 +170,19 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
         theta = atan2(y, x)
 
     Partials (derived by sympy):
-        dr/dx = x/sqrt(x**2 + y**2)
+        dr/dx = Piecewise((Piecewise((x, Abs(x) < 1.6e-10), (8.0e-11, True))/sqrt(y**2 +
+            Piecewise((x, Abs(x) < 1.6e-10), (8.0e-11, True))**2), Abs(x) < 1.6e-10),
+            (Piecewise((Piecewise((3.2e-10, Abs(x) < 1.6e-10), (x,
+            True))/(sqrt(Piecewise((3.2e-10, Abs(x) < 1.6e-10), (x, True))**2/Piecewise((y,
+            Abs(y) > 210000...
         dr/dy = y/sqrt(x**2 + y**2)
         dtheta/dx = -y/(x**2 + y**2)
         dtheta/dy = x/(x**2 + y**2)
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dr/dx: regimes (regimes (scaling | scaling) | as derived), 23.1/11.0 -> 9.8/2.7; as
+            derived x/sqrt(x**2 + y**2)
 
     Inputs:
         x: float array; checked on [-3, 3]
