@@ -13,8 +13,19 @@ from rulegen.stabilise import Sampling, stabilise
 x = sp.Symbol("x", real=True)
 y = sp.Symbol("y", real=True)
 
-# A search gets more time than a build gives it: these tests ask what it finds, not how fast.
-SECONDS = 60.0
+# A search gets more time than a build gives it: these tests ask what it finds, not how fast (on a loaded
+# machine a build's time boxes cut a search short, and the derived form stays).
+SECONDS = 120.0
+
+
+@pytest.fixture(autouse=True)
+def unhurried(monkeypatch):
+    import rulegen.derive
+    import rulegen.stabilise
+
+    monkeypatch.setattr(rulegen.stabilise, "STEP_SECONDS", 30.0)
+    monkeypatch.setattr(rulegen.derive, "STABILISE_SECONDS", SECONDS)
+    monkeypatch.setattr(rulegen.derive, "DERIVE_SECONDS", 2 * SECONDS)
 
 
 def search(expr: sp.Expr, **domains: Domain) -> object:
