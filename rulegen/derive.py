@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import signal
 import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from rulegen.functions import VANISHING
 from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
-from rulegen.stabilise import STABILISE_SECONDS, Choice, Sampling, outer_time_left, stabilise
+from rulegen.stabilise import SEARCHES_PER_RULE, Choice, Sampling, searchable, stabilise
 from rulegen.symbols import scope, symbols_of
 
 #: Seconds sympy may spend deriving one rule before the rule is refused.
@@ -362,10 +361,6 @@ def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation | Sni
         return stabilised(derivation) if rule.stabilise else derivation
 
 
-#: Seconds of the derive stage's time limit left, at least, for planning after the search.
-_PLANNING_SECONDS = 8.0
-
-
 def _sampling(d: Derivation) -> Sampling | None:
     """Where the rule's expressions are measured: its float array inputs' domains; None where it has none to sample."""
     from rulegen.accuracy import sampled_domain
@@ -393,20 +388,24 @@ def stabilised(d: Derivation) -> Derivation:
 
     The forward, each partial of either mode, each residual and its partials;
     an expression in other symbols (outputs, statics, integer arrays) stays.
-    The whole search gets STABILISE_SECONDS, and leaves the derive stage's
-    time limit enough for planning.
+    At most SEARCHES_PER_RULE distinct expressions are searched, in the
+    order below; later ones stay as derived (a count, not a clock, so that
+    the machine's load cannot change the output).
     """
     sampling = _sampling(d)
     if sampling is None:
         return d
-    deadline = time.monotonic() + min(STABILISE_SECONDS, outer_time_left() - _PLANNING_SECONDS)
     choices: dict[str, Choice] = {}
+    searched: set[sp.Expr] = set()
 
     def chosen(label: str, expr: sp.Expr) -> sp.Expr:
-        left = deadline - time.monotonic()
-        if left <= 0:
+        if not searchable(expr, sampling):
             return expr
-        choice = stabilise(expr, sampling, quantity=label, seconds=left)
+        if expr not in searched:
+            if len(searched) >= SEARCHES_PER_RULE:
+                return expr
+            searched.add(expr)
+        choice = stabilise(expr, sampling, quantity=label)
         choices.setdefault(label, choice)
         return choice.chosen
 

@@ -24,20 +24,25 @@ region where it is not taken (the double-`where`), so that a branch which
 is nan where it is not taken cannot make a higher derivative nan.
 
 The form as derived stays unless a candidate is measurably better; ties go
-to the one with fewer operations.  Everything is seeded, each sympy step is
-time-boxed, and an expression already within `GOOD_BITS` at a few screening
-points is not searched at all.
+to the one with fewer operations.  An expression already within `GOOD_BITS`
+at a few screening points is not searched at all.
+
+The result is a pure function of the expression and its sampling: points
+are seeded, and the work is bounded by sizes, never by time (the machine's
+load would then decide which searches finish).  An expression larger than
+`SEARCH_OPS` operations or in more than `SEARCH_SYMBOLS` variables is kept
+as derived, a family is skipped above its own bound, at most
+`CANDIDATES_PER_EXPRESSION` candidates are measured per expression and at
+most `SEARCHES_PER_RULE` expressions per rule (rulegen.derive).  The derive
+stage's time limit stays the one guard against a sympy step that hangs:
+it fails the build at the rule, it does not keep another form.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import signal
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,27 +55,33 @@ from rulegen.forms import canonical
 from rulegen.spec import Domain
 
 #: Points per dtype at which candidates are compared, and the float32 points at which an expression is screened.
-SEARCH_POINTS = 64
+SEARCH_POINTS = 32
 SCREEN_POINTS = 256
 #: Mean bits of error (in each dtype) below which an expression is not searched.
 GOOD_BITS = 0.5
 #: A candidate replaces the derived form only when it saves at least this many bits (float64 + float32 means).
 MARGIN_BITS = 0.5
-#: Seconds one sympy rewrite may take before it is given up, and one expression's whole search.
-STEP_SECONDS = 2.0
-SEARCH_SECONDS = 20.0
-#: Seconds the search may take for all of one rule's expressions.
-STABILISE_SECONDS = 6.0
+#: Work limits, in place of time limits, so that what is chosen cannot depend on the machine's load.  Operations
+#: (`sp.count_ops`) and variables above which an expression is not searched; operations above which the costlier
+#: families (factoring, series) are skipped, and variables above which series are (sympy's series in one variable
+#: of an expression in two costs ten times that in one); candidates measured per expression; expressions searched
+#: per rule.
+SEARCH_OPS = 60
+SEARCH_SYMBOLS = 2
+FACTOR_OPS = 40
+SERIES_OPS = 30
+SERIES_SYMBOLS = 1
+CANDIDATES_PER_EXPRESSION = 24
+SEARCHES_PER_RULE = 16
 #: Terms of each series expansion.
 SERIES_ORDER = 8
 #: Points per dtype and side drawn between two sampled magnitudes to place a regime's threshold.
 REFINE_POINTS = 24
 #: Splits into regimes, at most, and the bits each must save: a `where` costs a pass over memory.
-REGIME_SPLITS = 2
+REGIME_SPLITS = 1
 REGIME_MARGIN_BITS = 1.0
 
 _DTYPES = (np.float64, np.float32)
-_REFIRE_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -102,61 +113,14 @@ class Sampling:
         return tuple(s for s, _ in self.domains)
 
 
-# ---------------------------------------------------------------- time boxes
-
-
-class _OutOfTime(BaseException):
-    """Raised by the alarm; a BaseException so that sympy's `except Exception` cannot swallow it."""
-
-
-@contextmanager
-def _time_box(seconds: float) -> Iterator[None]:
-    """Raise _OutOfTime after `seconds`, inside any running alarm, which gets its remaining time back after.
-
-    Off the main thread (where no signal arrives) this guards nothing.
-    """
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-    remaining, interval = signal.getitimer(signal.ITIMER_REAL)
-
-    armed = [True]
-
-    def on_alarm(signum: int, frame: object) -> None:
-        if armed[0]:
-            raise _OutOfTime
-
-    started = time.monotonic()
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    # Fired again until it escapes: a raise inside a callback whose exceptions are ignored (JAX's gc callback) is lost.
-    signal.setitimer(
-        signal.ITIMER_REAL, max(min(seconds, remaining) if remaining > 0 else seconds, 1e-3), _REFIRE_SECONDS
-    )
-    try:
-        yield
-    finally:
-        armed[0] = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if remaining > 0:
-            # The outer alarm fires where it would have; when its time is up, at once.
-            signal.setitimer(signal.ITIMER_REAL, max(remaining - (time.monotonic() - started), 1e-3), interval)
-
-
-def outer_time_left() -> float:
-    """Seconds until a running alarm (the derive stage's time limit) fires; inf where none runs."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        return math.inf
-    remaining = signal.getitimer(signal.ITIMER_REAL)[0]
-    return remaining if remaining > 0 else math.inf
+# ---------------------------------------------------------------- sympy steps
 
 
 def _attempt(make: Callable[[], sp.Expr | None]) -> sp.Expr | None:
-    """`make()`, or None where it fails or runs out of time."""
+    """`make()`, or None where sympy fails on it (deterministically: no step is timed)."""
     try:
-        with _time_box(STEP_SECONDS):
-            return make()
-    except (_OutOfTime, Exception, RecursionError):
+        return make()
+    except (Exception, RecursionError):
         return None
 
 
@@ -469,12 +433,19 @@ def _series(expr: sp.Expr, v: sp.Symbol, point: sp.Expr) -> sp.Expr | None:
 
 
 def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple[str, sp.Expr]]:
-    """(family, candidate) for every rewrite of `expr` the families make, in order of cost."""
+    """(family, candidate) for every rewrite of `expr` the families make, in order of cost.
+
+    Factoring and series are skipped above their bounds on operations: their
+    cost grows fastest with the expression.
+    """
+    ops = sp.count_ops(expr)
     algebraic = {
         "cancel": lambda: sp.cancel(expr),
         "together": lambda: sp.together(expr),
         "factor": lambda: sp.factor(expr),
     }
+    if ops > FACTOR_OPS:
+        algebraic.pop("factor")
     bases = [expr]
     for family, make in algebraic.items():
         found = _attempt(make)
@@ -486,19 +457,21 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
         if joined is not None:
             yield "identities", joined
             yield "identities", canonical(joined)
-            if not joined.has(sp.Function):
+            if not joined.has(sp.Function) and sp.count_ops(joined) <= FACTOR_OPS:
                 tidied = _attempt(functools.partial(_factored, joined))
                 if tidied is not None:
                     yield "identities", tidied
-    for v in variables:
-        scaled = _attempt(functools.partial(_scaled, expr, v))
-        if scaled is not None:
-            yield "scaling", scaled
-    for v in variables:
-        for point, family in ((sp.S.Zero, "series at 0"), (sp.oo, "series at infinity")):
-            found = _attempt(functools.partial(_series, expr, v, point))
-            if found is not None:
-                yield family, found
+    if ops <= FACTOR_OPS:
+        for v in variables:
+            scaled = _attempt(functools.partial(_scaled, expr, v))
+            if scaled is not None:
+                yield "scaling", scaled
+    if ops <= SERIES_OPS and len(expr.free_symbols) <= SERIES_SYMBOLS:
+        for v in variables:
+            for point, family in ((sp.S.Zero, "series at 0"), (sp.oo, "series at infinity")):
+                found = _attempt(functools.partial(_series, expr, v, point))
+                if found is not None:
+                    yield family, found
 
 
 def _factored(expr: sp.Expr) -> sp.Expr:
@@ -698,6 +671,17 @@ def _with_regimes(
 # ---------------------------------------------------------------- the search
 
 
+def searchable(expr: sp.Expr, sampling: Sampling) -> bool:
+    """Whether `expr` is searched at all: in the sampled variables, no Piecewise, and within the work limits."""
+    return (
+        bool(sampling.variables)
+        and len(sampling.variables) <= SEARCH_SYMBOLS
+        and expr.free_symbols <= set(sampling.variables)
+        and not expr.has(sp.Piecewise)
+        and sp.count_ops(expr) <= SEARCH_OPS
+    )
+
+
 def stabilise(
     expr: sp.Expr,
     sampling: Sampling,
@@ -705,25 +689,20 @@ def stabilise(
     quantity: str = "",
     seed: int = 0,
     points: int = SEARCH_POINTS,
-    seconds: float = SEARCH_SECONDS,
 ) -> Choice:
     """The form of `expr` with the least measured error, and the bits before and after.
 
     `expr` is its own reference: each candidate must equal it, and one that
-    does not is as far off as its values are.  Keeps `expr` where numpy
-    cannot evaluate it, where no point has a finite value, where nothing is
-    measurably better, or where the search takes more than `seconds`.
+    does not is as far off as its values are.  Keeps `expr` where it is not
+    `searchable`, where numpy cannot evaluate it, where no point has a finite
+    value, or where nothing is measurably better.
     """
     unchanged = Choice(quantity, expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan))
-    if not sampling.variables or not expr.free_symbols <= set(sampling.variables) or expr.has(sp.Piecewise):
+    if not searchable(expr, sampling):
         return unchanged
     found = _SEARCHED.get((expr, sampling, seed, points))
     if found is None:
-        try:
-            with _time_box(seconds):
-                found = _search(expr, sampling, seed, points)
-        except _OutOfTime:
-            return unchanged
+        found = _search(expr, sampling, seed, points)
         _SEARCHED[(expr, sampling, seed, points)] = found
     return Choice(quantity, *found)
 
@@ -746,6 +725,8 @@ def _search(expr: sp.Expr, sampling: Sampling, seed: int, count: int) -> tuple[A
     pool = [derived]
     seen = {expr}
     for family, candidate in _candidates(expr, variables):
+        if len(seen) > CANDIDATES_PER_EXPRESSION:
+            break
         if candidate in seen or candidate.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
             continue
         seen.add(candidate)

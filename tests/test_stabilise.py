@@ -13,24 +13,10 @@ from rulegen.stabilise import Sampling, stabilise
 x = sp.Symbol("x", real=True)
 y = sp.Symbol("y", real=True)
 
-# A search gets more time than a build gives it: these tests ask what it finds, not how fast (on a loaded
-# machine a build's time boxes cut a search short, and the derived form stays).
-SECONDS = 120.0
-
-
-@pytest.fixture(autouse=True)
-def unhurried(monkeypatch):
-    import rulegen.derive
-    import rulegen.stabilise
-
-    monkeypatch.setattr(rulegen.stabilise, "STEP_SECONDS", 30.0)
-    monkeypatch.setattr(rulegen.derive, "STABILISE_SECONDS", SECONDS)
-    monkeypatch.setattr(rulegen.derive, "DERIVE_SECONDS", 2 * SECONDS)
-
 
 def search(expr: sp.Expr, **domains: Domain) -> object:
     symbols = {"x": x, "y": y}
-    return stabilise(expr, Sampling(tuple((symbols[n], d) for n, d in domains.items())), seconds=SECONDS)
+    return stabilise(expr, Sampling(tuple((symbols[n], d) for n, d in domains.items())))
 
 
 def finite_everywhere(expr: sp.Expr, points: list[float]) -> bool:
@@ -115,6 +101,65 @@ def test_the_search_is_deterministic():
     first = search(expr, x=Domain(gt=0, lt=10)).chosen
     module._SEARCHED.clear()
     assert search(expr, x=Domain(gt=0, lt=10)).chosen == first
+
+
+def test_the_chosen_forms_do_not_depend_on_the_clock(tmp_path, monkeypatch):
+    # A machine so loaded that every clock reading is a minute later than the last: a search bounded by time
+    # would give up and keep the derived forms; one bounded by work chooses the same forms as on an idle machine.
+    import itertools
+    import time
+
+    from rulegen import stabilise as module
+
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES)
+    (rule,) = [r for r in read_rule_file(path) if r.name == "st_on"]
+    idle = derive_rule(rule, [rule.name])
+    assert any(c.changed for c in idle.choices)
+    module._SEARCHED.clear()
+    minutes = itertools.count(start=time.monotonic(), step=60.0)
+    monkeypatch.setattr(time, "monotonic", lambda: next(minutes))
+    monkeypatch.setattr(time, "perf_counter", lambda: next(minutes))
+    monkeypatch.setattr(time, "time", lambda: next(minutes))
+    loaded = derive_rule(rule, [rule.name])
+    assert loaded.choices == idle.choices
+    assert loaded.jvp_partials == idle.jvp_partials and loaded.forward == idle.forward
+
+
+def test_a_search_past_the_derive_time_limit_fails_the_build_at_the_rule(tmp_path, monkeypatch):
+    # The one time limit left is a guard against a hanging sympy step: it refuses the rule, it never quietly
+    # keeps another form.
+    import time
+
+    import rulegen.derive
+    from rulegen import stabilise as module
+    from rulegen.errors import SpecErrors
+
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES)
+    (rule,) = [r for r in read_rule_file(path) if r.name == "st_on"]
+    module._SEARCHED.clear()
+    real_search = module._search
+
+    def hanging_search(*args: object) -> object:
+        time.sleep(5.0)
+        return real_search(*args)
+
+    monkeypatch.setattr(module, "_search", hanging_search)
+    monkeypatch.setattr(rulegen.derive, "DERIVE_SECONDS", 0.5)
+    with pytest.raises(SpecErrors) as raised:
+        derive_rule(rule, [rule.name])
+    (error,) = raised.value.errors
+    assert error.loc == rule.loc and "sympy needs more than 0.5 s" in str(error)
+
+
+def test_an_expression_beyond_the_work_limits_is_kept_as_derived():
+    from rulegen import stabilise as module
+
+    large = sum((sp.sqrt(x + k) - sp.sqrt(x) for k in range(1, 30)), sp.S.Zero)
+    assert sp.count_ops(large) > module.SEARCH_OPS
+    assert not search(large, x=Domain(ge=0)).changed
+    assert search(sp.sqrt(x + 3) - sp.sqrt(x), x=Domain(ge=0)).changed
 
 
 RULES = """
