@@ -513,3 +513,39 @@ def _measured(
         got = found.get(quantity, np.full(reference.shape, np.nan))
         got = np.broadcast_to(np.asarray(got, dtype=DTYPES[dtype]), reference.shape)
         yield Series(quantity, dtype, backend, source, bits_of_error(got, reference, DTYPES[dtype]), note)
+
+
+# ---------------------------------------------------------------- what an accuracy check would decide
+
+
+#: Bits a generated result may be worse than autodiff's, and the bits within which autodiff counts as right.
+WORSE_BY_BITS = 1.0
+AUTODIFF_RIGHT_BITS = 2.0
+
+
+@dataclass(frozen=True)
+class Worse:
+    """Why a generated quantity fails against autodiff: the mean, or the first point where autodiff is right."""
+
+    point: int | None  # None: the mean over the points
+    generated_bits: float
+    autodiff_bits: float
+
+
+def worse_than_autodiff(generated: np.ndarray, autodiff: np.ndarray) -> Worse | None:
+    """Whether generated bits of error (per point) are more than WORSE_BY_BITS above autodiff's; None where not.
+
+    Issue 26's rule for an `accuracy` check: worse on the mean over the
+    points, or at any point where autodiff is within AUTODIFF_RIGHT_BITS of
+    correctly rounded (there a user loses what autodiff gave them).
+    """
+    generated, autodiff = np.asarray(generated, dtype=np.float64), np.asarray(autodiff, dtype=np.float64)
+    if not generated.size:
+        return None
+    right = (autodiff <= AUTODIFF_RIGHT_BITS) & (generated > autodiff + WORSE_BY_BITS)
+    if right.any():
+        k = int(np.argmax(right))
+        return Worse(k, float(generated[k]), float(autodiff[k]))
+    if generated.mean() > autodiff.mean() + WORSE_BY_BITS:
+        return Worse(None, float(generated.mean()), float(autodiff.mean()))
+    return None

@@ -12,6 +12,7 @@ backward that reads a residual is differentiated through it at second order.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -28,10 +29,14 @@ from rulegen.functions import VANISHING
 from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
+from rulegen.stabilise import SEARCHES_PER_RULE, Choice, Sampling, searchable, stabilise
 from rulegen.symbols import scope, symbols_of
 
-#: Seconds sympy may spend deriving one rule before the rule is refused.
-DERIVE_SECONDS = 20.0
+#: Seconds sympy may spend deriving and planning one rule before the rule is refused: a guard against a sympy step
+#: that hangs, never what decides an output (the stabilising search is bounded by work).  The costliest rule in
+#: rules/, tests/right_rules, the shared examples and benchmarks/fpbench takes under 6 s of CPU, so that even a
+#: machine loaded tenfold stays inside it.
+DERIVE_SECONDS = 120.0
 
 Partials = Mapping[tuple[str, str], sp.Expr]
 
@@ -55,6 +60,8 @@ class Derivation:
     routes: Routes
     # Outputs whose expression was rewritten into a stable form: (name, as written, as computed).
     rewritten: tuple[tuple[str, sp.Expr, sp.Expr], ...] = ()
+    # The stabilising search's choice for each expression it measured (rulegen.stabilise).
+    choices: tuple[Choice, ...] = ()
 
     @property
     def diff_inputs(self) -> tuple[Input, ...]:
@@ -353,4 +360,79 @@ def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation | Sni
     with sympy_time_limit(DERIVE_SECONDS, rule.loc):
         if has_snippets(rule):
             return derive_snippet_rule(rule, known_rules)
-        return _Deriver(rule, frozenset(known_rules) | {rule.name}).derive()
+        derivation = _Deriver(rule, frozenset(known_rules) | {rule.name}).derive()
+        return stabilised(derivation) if rule.stabilise else derivation
+
+
+def _sampling(d: Derivation) -> Sampling | None:
+    """Where the rule's expressions are measured: its float array inputs' domains; None where it has none to sample."""
+    from rulegen.accuracy import sampled_domain
+
+    rule = d.rule
+    if rule.complex:
+        return None
+    arrays = [i for i in rule.inputs if not i.static and i.dtype == "float"]
+    if not arrays:
+        return None
+    condition = None
+    if rule.domain is not None:
+        scope = {i.name: d.symbols[i.name] for i in rule.inputs}
+        condition = parse_expression(rule.domain.value, scope, rule.domain.loc, indicator=True)
+        if not condition.free_symbols <= {d.symbols[i.name] for i in arrays}:
+            return None
+    try:
+        return Sampling(tuple((d.symbols[i.name], sampled_domain(i)) for i in arrays), condition)
+    except ValueError:
+        return None
+
+
+def stabilised(d: Derivation) -> Derivation:
+    """`d` with every expression the backends compute in the form the stabilising search measured best.
+
+    The forward, each partial of either mode, each residual and its partials;
+    an expression in other symbols (outputs, statics, integer arrays) stays.
+    At most SEARCHES_PER_RULE distinct expressions are searched, in the
+    order below; later ones stay as derived (a count, not a clock, so that
+    the machine's load cannot change the output).
+    """
+    sampling = _sampling(d)
+    if sampling is None:
+        return d
+    choices: dict[str, Choice] = {}
+    searched: set[sp.Expr] = set()
+
+    def chosen(label: str, expr: sp.Expr) -> sp.Expr:
+        if not searchable(expr, sampling):
+            return expr
+        if expr not in searched:
+            if len(searched) >= SEARCHES_PER_RULE:
+                return expr
+            searched.add(expr)
+        choice = stabilise(expr, sampling, quantity=label)
+        choices.setdefault(label, choice)
+        return choice.chosen
+
+    def partials(of: Partials) -> Partials:
+        return MappingProxyType({(o, i): chosen(f"d{o}/d{i}", e) for (o, i), e in of.items()})
+
+    # Derivatives first: they are what this search adds to the canonical forms the forward already has.
+    jvp_partials = partials(d.jvp_partials)
+    vjp_partials = jvp_partials if d.vjp_partials == d.jvp_partials else partials(d.vjp_partials)
+    residual_partials = partials(d.residual_partials)
+    booleans = {o.name for o in d.rule.outputs if not o.differentiable}
+    forward = tuple((n, e if n in booleans else chosen(n, e)) for n, e in d.forward)
+    residuals = tuple((n, chosen(f"residual {n}", e)) for n, e in d.residuals)
+    computed = dict(forward)
+    written = {name: w for name, w, _ in d.rewritten} | {
+        name: e for name, e in d.forward if name not in {n for n, _, _ in d.rewritten}
+    }
+    return dataclasses.replace(
+        d,
+        forward=forward,
+        residuals=residuals,
+        jvp_partials=jvp_partials,
+        vjp_partials=vjp_partials,
+        residual_partials=residual_partials,
+        rewritten=tuple((n, written[n], computed[n]) for n, _ in d.forward if written[n] != computed[n]),
+        choices=tuple(choices.values()),
+    )

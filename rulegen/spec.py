@@ -746,6 +746,13 @@ class Rule(Node):
     depth: Annotated[int, Field(ge=1, le=8)] = 2
     # torch: compile the Function's forward and first-order backward (torch.compile) where possible
     fuse: bool = False
+    stabilise: Annotated[
+        bool,
+        Field(
+            description="search each derived expression (forward, partials, residuals) for the form with the least "
+            "measured error (rulegen.stabilise); false: compute each as derived"
+        ),
+    ] = True
     domain: Annotated[
         TextField | None,
         Field(

@@ -292,3 +292,16 @@ def test_the_table_says_why_an_implementation_counts_as_nan_everywhere():
     text = console.export_text()
     assert "torch generated, float32: TypeError: no [b]float32[/b]" in text
     assert re.search(r"│ out +│ float32 │ +0\.00 / 0 │ +0\.00 / 0 │ +64\.00 / 64 │ +0\.00 / 0 │", text), text
+
+
+def test_the_accuracy_verdict_fails_a_worse_mean_or_one_point_where_autodiff_is_right():
+    from rulegen.accuracy import worse_than_autodiff
+
+    assert worse_than_autodiff(np.array([3.0, 3.0]), np.array([2.5, 2.5])) is None
+    # Worse on the mean, at no point where autodiff is right (it is 10 bits off there).
+    mean = worse_than_autodiff(np.array([20.0, 20.0]), np.array([10.0, 10.0]))
+    assert mean is not None and mean.point is None and (mean.generated_bits, mean.autodiff_bits) == (20.0, 10.0)
+    # Better on the mean, yet 3 bits off at the point where autodiff is exact.
+    point = worse_than_autodiff(np.array([0.0, 3.0, 0.0]), np.array([30.0, 0.0, 30.0]))
+    assert point is not None and point.point == 1 and (point.generated_bits, point.autodiff_bits) == (3.0, 0.0)
+    assert worse_than_autodiff(np.array([]), np.array([])) is None

@@ -15,7 +15,14 @@ def f_asinh(x: jax.typing.ArrayLike) -> jax.Array:
         out = asinh(x)
 
     Partials (derived by sympy):
-        dout/dx = 1/sqrt(x**2 + 1)
+        dout/dx = Piecewise((1/(sqrt(1 + Piecewise((x, Abs(x) > 350.0), (700.0,
+            True))**(-2))*Abs(Piecewise((x, Abs(x) > 350.0), (700.0, True)))), Abs(x) >
+            350.0), (1/sqrt(x**2 + 1), True))
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: regimes (as derived | scaling), 4.7/4.3 -> 0.2/0.2; as derived 1/sqrt(x**2 +
+            1)
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -37,5 +44,16 @@ def _f_asinh(x):
 def _f_asinh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    t0 = x**2
+    t1 = jnp.abs(x) > 350.0
     out = jnp.arcsinh(x)
-    return out, x_dot / jnp.sqrt(x**2 + 1)
+    out_dot = x_dot * jnp.where(
+        t1,
+        1
+        / (
+            jnp.sqrt(jnp.where(t1, 1 / t0, 2.040993422269821e-06) + 1)
+            * jnp.abs(jnp.where(t1, x, 700.0))
+        ),
+        jax.lax.rsqrt(t0 + 1),
+    )
+    return out, out_dot

@@ -16,7 +16,15 @@ def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
 
     Partials (derived by sympy):
         dout/dy = x/(x**2 + y**2)
-        dout/dx = -y/(x**2 + y**2)
+        dout/dx = Piecewise((-1/((x**2/Piecewise((y, Abs(y) > 330.0), (660.0, True))**2 +
+            1)*Piecewise((y, Abs(y) > 330.0), (660.0, True))), Abs(y) > 330.0),
+            (-Piecewise((165.0, Abs(y) > 330.0), (y, True))/(x**2 + Piecewise((165.0, Abs(y) >
+            330.0), (y, True))**2), True))
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: regimes (as derived | scaling), 4.6/5.0 -> 0.3/0.2; as derived -y/(x**2 +
+            y**2)
 
     Inputs:
         y: float array; checked on [-3, 3]
@@ -42,5 +50,14 @@ def _f_atan2_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2 need not be the derived one (at a kink, a jump, a convention).
     out = _f_atan2(y, x)
-    t0 = 1 / (x**2 + y**2)
-    return out, t0 * x * y_dot - t0 * x_dot * y
+    t0 = jnp.abs(y) > 330.0
+    t1 = x**2
+    t2 = y**2
+    t3 = jnp.where(t0, 165.0, y)
+    out_dot = x * y_dot / (t1 + t2) + x_dot * jnp.where(
+        t0,
+        -jnp.where(t0, 1 / y, 0.0015151500701904297)
+        / (t1 * jnp.where(t0, 1 / t2, 2.2957101464271545e-06) + 1),
+        -t3 / (t1 + t3**2),
+    )
+    return out, out_dot

@@ -12,11 +12,28 @@ def hypot_pair(xy: tuple[jax.typing.ArrayLike, jax.typing.ArrayLike]) -> jax.Arr
     """The length of a 2-vector given as a tuple (x, y).
 
     Forward:
-        out = sqrt(x**2 + y**2)
+        out = Piecewise((sqrt(y**2/Piecewise((x, Abs(x) > 0.078), (0.156, True))**2 +
+            1)*Abs(Piecewise((x, Abs(x) > 0.078), (0.156, True))), Abs(x) > 0.078), (sqrt(1 +
+            Piecewise((0.039, Abs(x) > 0.078), (x, True))**2/y**2)*Abs(y), True))
 
     Partials (derived by sympy):
-        dout/dx = x/sqrt(x**2 + y**2)
-        dout/dy = y/sqrt(x**2 + y**2)
+        dout/dx = Piecewise((Piecewise((x, Abs(x) > 0.078), (0.156,
+            True))/(sqrt(y**2/Piecewise((x, Abs(x) > 0.078), (0.156, True))**2 +
+            1)*Abs(Piecewise((x, Abs(x) > 0.078), (0.156, True)))), Abs(x) > 0.078),
+            (Piecewise((0.039, Abs(x) > 0.078), (x, True))/(sqrt(1 + Piecewise((0.039, Abs(x)
+            > 0.078), (x, True))**2...
+        dout/dy = Piecewise((y/(sqrt(y**2/Piecewise((x, Abs(x) > 1.8e+18), (3.6e+18, True))**2
+            + 1)*Abs(Piecewise((x, Abs(x) > 1.8e+18), (3.6e+18, True)))), Abs(x) > 1.8e+18),
+            (y/(sqrt(1 + Piecewise((9.0e+17, Abs(x) > 1.8e+18), (x, True))**2/y**2)*Abs(y)),
+            True))
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: regimes (scaling | scaling), 18.1/10.2 -> 8.1/2.7; as derived x/sqrt(x**2 +
+            y**2)
+        dout/dy: regimes (scaling | scaling), 19.4/10.1 -> 9.2/1.5; as derived y/sqrt(x**2 +
+            y**2)
+        out: regimes (scaling | scaling), 19.4/10.4 -> 8.0/2.6; as derived sqrt(x**2 + y**2)
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -36,13 +53,50 @@ def hypot_pair(xy: tuple[jax.typing.ArrayLike, jax.typing.ArrayLike]) -> jax.Arr
 
 @jax.custom_jvp
 def _hypot_pair(x, y):
-    return jnp.sqrt(x**2 + y**2)
+    # out = sqrt(x**2 + y**2) is computed as Piecewise((sqrt(y**2/Piecewise((x, Abs(x) > 0.078),
+    # (0.156, True))**2 + 1)*Abs(Piecewise((x, Abs(x) > 0.078), (0.156, True))), Abs(x) >
+    # 0.078), (sqrt(1 + Piecewise((0.039, Abs(x) > 0.078), (x, True))**2/y**2)*Abs(y), True)),
+    # the form with the least error measured (regimes (scaling | scaling): mean bits of error
+    # float64/float32 19.4/10.4 -> 8.0/2.6) (`rulegen accuracy` measures both in bits of error).
+    t0 = jnp.abs(x) > 0.078
+    t1 = y**2
+    out = jnp.where(
+        t0,
+        jnp.sqrt(t1 * jnp.where(t0, 1 / x**2, 41.0859375) + 1)
+        * jnp.abs(jnp.where(t0, x, 0.156005859375)),
+        jnp.sqrt(1 + jnp.where(t0, 0.0015211105346679688, x**2) / t1) * jnp.abs(y),
+    )
+    return out
 
 
 @_hypot_pair.defjvp
 def _hypot_pair_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
-    out = jnp.sqrt(x**2 + y**2)
-    t1 = 1 / out
-    return out, t1 * x * x_dot + t1 * y * y_dot
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of Abs, Piecewise need not be the derived one (at a kink, a jump, a
+    # convention).
+    out = _hypot_pair(x, y)
+    t0 = jnp.abs(x)
+    t1 = t0 > 0.078
+    t2 = jnp.where(t1, x, 0.156005859375)
+    t3 = x**2
+    t4 = y**2
+    t5 = jnp.where(t1, 0.03900146484375, x)
+    t6 = 1 / t4
+    t7 = 1 / jnp.abs(y)
+    t8 = t0 > 1.8e18
+    out_dot = x_dot * jnp.where(
+        t1,
+        t2 / (jnp.sqrt(t4 * jnp.where(t1, 1 / t3, 41.0859375) + 1) * jnp.abs(t2)),
+        t5 * t7 / jnp.sqrt(t5**2 * t6 + 1),
+    ) + y_dot * jnp.where(
+        t8,
+        y
+        / (
+            jnp.sqrt(t4 * jnp.where(t8, 1 / t3, 7.716477564675212e-38) + 1)
+            * jnp.abs(jnp.where(t8, x, 3.60006495212929e18))
+        ),
+        t7 * y / jnp.sqrt(t6 * jnp.where(t8, 8.099983099314331e35, x**2) + 1),
+    )
+    return out, out_dot

@@ -18,8 +18,16 @@ def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, 
     Partials (derived by sympy):
         dr/dx = x/hypot(x, y)
         dr/dy = y/hypot(x, y)
-        dtheta/dx = -y/(x**2 + y**2)
+        dtheta/dx = Piecewise((-Piecewise((y, Abs(y) < 45.0), (22.5, True))/(x**2 +
+            Piecewise((y, Abs(y) < 45.0), (22.5, True))**2), Abs(y) < 45.0),
+            (-1/((x**2/Piecewise((90.0, Abs(y) < 45.0), (y, True))**2 + 1)*Piecewise((90.0,
+            Abs(y) < 45.0), (y, True))), True))
         dtheta/dy = x/(x**2 + y**2)
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dtheta/dx: regimes (scaling | as derived), 10.6/3.8 -> 0.1/0.2; as derived -y/(x**2 +
+            y**2)
 
     Inputs:
         x: float array; checked on [0.5, 3]
@@ -46,5 +54,14 @@ def _polar_jvp(primals, tangents):
     # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _polar(x, y)
     t0 = 1 / jnp.hypot(x, y)
-    t1 = 1 / (x**2 + y**2)
-    return (r, theta), (t0 * x * x_dot + t0 * y * y_dot, t1 * x * y_dot - t1 * x_dot * y)
+    t1 = jnp.abs(y) < 45.0
+    t2 = jnp.where(t1, y, 22.5)
+    t3 = x**2
+    t4 = y**2
+    theta_dot = x * y_dot / (t3 + t4) + x_dot * jnp.where(
+        t1,
+        -t2 / (t2**2 + t3),
+        -jnp.where(t1, 0.011110305786132812, 1 / y)
+        / (t3 * jnp.where(t1, 0.00012347102165222168, 1 / t4) + 1),
+    )
+    return (r, theta), (t0 * x * x_dot + t0 * y * y_dot, theta_dot)

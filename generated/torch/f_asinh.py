@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -25,16 +25,34 @@ class FAsinh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        if plain(x, out_bar):
-            t0 = x**2
-            t0.add_(1).rsqrt_().mul_(out_bar)
-            return t0
-        return out_bar / torch.sqrt(x**2 + 1)
+        t0 = x**2
+        t1 = torch.abs(x) > 350.0
+        x_bar = out_bar * torch.where(
+            t1,
+            1
+            / (
+                torch.sqrt(torch.where(t1, 1 / t0, 2.040993422269821e-06) + 1)
+                * torch.abs(torch.where(t1, x, 700.0))
+            ),
+            torch.rsqrt(t0 + 1),
+        )
+        return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot / torch.sqrt(x**2 + 1)
+        t0 = x**2
+        t1 = torch.abs(x) > 350.0
+        out_dot = x_dot * torch.where(
+            t1,
+            1
+            / (
+                torch.sqrt(torch.where(t1, 1 / t0, 2.040993422269821e-06) + 1)
+                * torch.abs(torch.where(t1, x, 700.0))
+            ),
+            torch.rsqrt(t0 + 1),
+        )
+        return out_dot
 
 
 _apply_f_asinh = routed(FAsinh, "f_asinh_rule", "(Tensor x) -> Tensor")
@@ -47,7 +65,14 @@ def f_asinh(x: torch.Tensor | float) -> torch.Tensor:
         out = asinh(x)
 
     Partials (derived by sympy):
-        dout/dx = 1/sqrt(x**2 + 1)
+        dout/dx = Piecewise((1/(sqrt(1 + Piecewise((x, Abs(x) > 350.0), (700.0,
+            True))**(-2))*Abs(Piecewise((x, Abs(x) > 350.0), (700.0, True)))), Abs(x) >
+            350.0), (1/sqrt(x**2 + 1), True))
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: regimes (as derived | scaling), 4.7/4.3 -> 0.2/0.2; as derived 1/sqrt(x**2 +
+            1)
 
     Inputs:
         x: float array; checked on [-3, 3]

@@ -25,16 +25,40 @@ class FAtan2(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         y, x = ctx.saved_tensors
-        t0 = out_bar / (x**2 + y**2)
-        return ((t0 * x).sum_to_size(y.shape) if ctx.needs_input_grad[0] else None), (
-            (-t0 * y).sum_to_size(x.shape) if ctx.needs_input_grad[1] else None
+        t0 = x**2
+        t1 = y**2
+        t2 = torch.abs(y) > 330.0
+        t3 = torch.where(t2, 165.0, y)
+        return (
+            (out_bar * x / (t0 + t1)).sum_to_size(y.shape) if ctx.needs_input_grad[0] else None
+        ), (
+            (
+                out_bar
+                * torch.where(
+                    t2,
+                    -torch.where(t2, 1 / y, 0.0015151500701904297)
+                    / (t0 * torch.where(t2, 1 / t1, 2.2957101464271545e-06) + 1),
+                    -t3 / (t0 + t3**2),
+                )
+            ).sum_to_size(x.shape)
+            if ctx.needs_input_grad[1]
+            else None
         )
 
     @staticmethod
     def jvp(ctx, y_dot, x_dot):
         y, x = ctx.saved_tensors
-        t0 = 1 / (x**2 + y**2)
-        return t0 * x * y_dot - t0 * x_dot * y
+        t0 = torch.abs(y) > 330.0
+        t1 = x**2
+        t2 = y**2
+        t3 = torch.where(t0, 165.0, y)
+        out_dot = x * y_dot / (t1 + t2) + x_dot * torch.where(
+            t0,
+            -torch.where(t0, 1 / y, 0.0015151500701904297)
+            / (t1 * torch.where(t0, 1 / t2, 2.2957101464271545e-06) + 1),
+            -t3 / (t1 + t3**2),
+        )
+        return out_dot
 
 
 _apply_f_atan2 = routed(FAtan2, "f_atan2_rule", "(Tensor y, Tensor x) -> Tensor")
@@ -48,7 +72,15 @@ def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:
 
     Partials (derived by sympy):
         dout/dy = x/(x**2 + y**2)
-        dout/dx = -y/(x**2 + y**2)
+        dout/dx = Piecewise((-1/((x**2/Piecewise((y, Abs(y) > 330.0), (660.0, True))**2 +
+            1)*Piecewise((y, Abs(y) > 330.0), (660.0, True))), Abs(y) > 330.0),
+            (-Piecewise((165.0, Abs(y) > 330.0), (y, True))/(x**2 + Piecewise((165.0, Abs(y) >
+            330.0), (y, True))**2), True))
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: regimes (as derived | scaling), 4.6/5.0 -> 0.3/0.2; as derived -y/(x**2 +
+            y**2)
 
     Inputs:
         y: float array; checked on [-3, 3]

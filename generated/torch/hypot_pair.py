@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives
+from ._function import routed, save_for_derivatives, shaped_like, zero_if_absent
 from ._util import as_tensors, in_float32, rounded, unpack_tuple
 
 
@@ -15,45 +15,223 @@ class HypotPair(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
-        if plain(x, y):
-            t0 = x**2
-            t0.add_(y**2).sqrt_()
-            return t0
-        return torch.sqrt(x**2 + y**2)
+        # out = sqrt(x**2 + y**2) is computed as Piecewise((sqrt(y**2/Piecewise((x, Abs(x) > 0.078),
+        # (0.156, True))**2 + 1)*Abs(Piecewise((x, Abs(x) > 0.078), (0.156, True))), Abs(x) >
+        # 0.078), (sqrt(1 + Piecewise((0.039, Abs(x) > 0.078), (x, True))**2/y**2)*Abs(y), True)),
+        # the form with the least error measured (regimes (scaling | scaling): mean bits of error
+        # float64/float32 19.4/10.4 -> 8.0/2.6) (`rulegen accuracy` measures both in bits of error).
+        t0 = torch.abs(x)
+        t1 = t0 > 0.078
+        t2 = y**2
+        t3 = torch.where(t1, x, 0.156005859375)
+        t4 = torch.abs(t3)
+        t5 = torch.where(t1, 0.03900146484375, x)
+        t6 = torch.abs(y)
+        out = torch.where(
+            t1,
+            t4 * torch.sqrt(t2 * torch.where(t1, 1 / x**2, 41.0859375) + 1),
+            t6 * torch.sqrt(1 + t5**2 / t2),
+        )
+        return out, t4, t5, t3, t0, t6
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        out = output
-        save_for_derivatives(ctx, x, y, out)
+        _, saved_abs, saved_piecewise, saved_piecewise2, saved_abs2, saved_abs3 = output
+        ctx.set_materialize_grads(False)
+        save_for_derivatives(
+            ctx, x, y, saved_abs, saved_piecewise, saved_piecewise2, saved_abs2, saved_abs3
+        )
 
     @staticmethod
-    def backward(ctx, out_bar):
-        x, y, out = ctx.saved_tensors
-        t0 = out_bar / out
-        return ((t0 * x).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
-            (t0 * y).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
+    def backward(
+        ctx,
+        out_bar,
+        saved_abs_bar,
+        saved_piecewise_bar,
+        saved_piecewise2_bar,
+        saved_abs2_bar,
+        saved_abs3_bar,
+    ):
+        x, y, saved_abs, saved_piecewise, saved_piecewise2, saved_abs2, saved_abs3 = (
+            ctx.saved_tensors
+        )
+        if (
+            out_bar is not None
+            and saved_abs_bar is None
+            and saved_piecewise_bar is None
+            and saved_piecewise2_bar is None
+            and saved_abs2_bar is None
+            and saved_abs3_bar is None
+        ):
+            t0 = y**2
+            t1 = 1 / saved_abs3
+            t2 = 1 / t0
+            t3 = x**2
+            t4 = saved_abs2 > 1.8e18
+            return (
+                (
+                    out_bar
+                    * torch.where(
+                        saved_abs2 > 0.078,
+                        saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
+                        saved_piecewise * t1 / torch.sqrt(saved_piecewise**2 * t2 + 1),
+                    )
+                ).sum_to_size(x.shape)
+                if ctx.needs_input_grad[0]
+                else None
+            ), (
+                (
+                    out_bar
+                    * torch.where(
+                        t4,
+                        y
+                        / (
+                            torch.sqrt(t0 * torch.where(t4, 1 / t3, 7.715329620973237e-38) + 1)
+                            * torch.abs(torch.where(t4, x, 3.60006495212929e18))
+                        ),
+                        t1 * y / torch.sqrt(t2 * torch.where(t4, 8.099983099314331e35, t3) + 1),
+                    )
+                ).sum_to_size(y.shape)
+                if ctx.needs_input_grad[1]
+                else None
+            )
+        # This backward is itself being differentiated: absent cotangents are zero.
+        (
+            out_bar,
+            saved_abs_bar,
+            saved_piecewise_bar,
+            saved_piecewise2_bar,
+            saved_abs2_bar,
+            saved_abs3_bar,
+        ) = zero_if_absent(
+            out_bar,
+            saved_abs_bar,
+            saved_piecewise_bar,
+            saved_piecewise2_bar,
+            saved_abs2_bar,
+            saved_abs3_bar,
+        )
+        t0 = y**2
+        t1 = saved_abs2 > 0.078
+        t2 = 1 / saved_abs3
+        t3 = 1 / t0
+        t4 = torch.where(t1, torch.tensor(1, dtype=torch.result_type(x, y), device=x.device), 0)
+        t5 = x**2
+        t6 = saved_abs2 > 1.8e18
+        return (
+            shaped_like(
+                out_bar
+                * torch.where(
+                    t1,
+                    saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
+                    saved_piecewise * t2 / torch.sqrt(saved_piecewise**2 * t3 + 1),
+                )
+                + saved_abs2_bar * torch.sign(x)
+                + saved_abs_bar * t4 * torch.sign(saved_piecewise2)
+                + saved_piecewise2_bar * t4
+                + saved_piecewise_bar
+                * torch.where(
+                    t1, torch.tensor(0, dtype=torch.result_type(x, y), device=x.device), 1
+                ),
+                x,
+            )
+            if ctx.needs_input_grad[0]
+            else None
+        ), (
+            shaped_like(
+                out_bar
+                * torch.where(
+                    t6,
+                    y
+                    / (
+                        torch.sqrt(t0 * torch.where(t6, 1 / t5, 7.715329620973237e-38) + 1)
+                        * torch.abs(torch.where(t6, x, 3.60006495212929e18))
+                    ),
+                    t2 * y / torch.sqrt(t3 * torch.where(t6, 8.099983099314331e35, t5) + 1),
+                )
+                + saved_abs3_bar * torch.sign(y),
+                y,
+            )
+            if ctx.needs_input_grad[1]
+            else None
         )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, out = ctx.saved_tensors
-        t0 = 1 / out
-        return t0 * x * x_dot + t0 * y * y_dot
+        x, y, saved_abs, saved_piecewise, saved_piecewise2, saved_abs2, saved_abs3 = (
+            ctx.saved_tensors
+        )
+        x_dot = torch.zeros_like(x) if x_dot is None else x_dot
+        y_dot = torch.zeros_like(y) if y_dot is None else y_dot
+        t0 = y**2
+        t1 = saved_abs2 > 0.078
+        t2 = 1 / saved_abs3
+        t3 = 1 / t0
+        t4 = x**2
+        t5 = saved_abs2 > 1.8e18
+        t6 = x_dot * torch.where(
+            t1, torch.tensor(1, dtype=torch.result_type(x, y), device=x.device), 0
+        )
+        out_dot = x_dot * torch.where(
+            t1,
+            saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
+            saved_piecewise * t2 / torch.sqrt(saved_piecewise**2 * t3 + 1),
+        ) + y_dot * torch.where(
+            t5,
+            y
+            / (
+                torch.sqrt(t0 * torch.where(t5, 1 / t4, 7.715329620973237e-38) + 1)
+                * torch.abs(torch.where(t5, x, 3.60006495212929e18))
+            ),
+            t2 * y / torch.sqrt(t3 * torch.where(t5, 8.099983099314331e35, t4) + 1),
+        )
+        saved_piecewise_dot = x_dot * torch.where(
+            t1, torch.tensor(0, dtype=torch.result_type(x, y), device=x.device), 1
+        )
+        return (
+            out_dot,
+            t6 * torch.sign(saved_piecewise2),
+            saved_piecewise_dot,
+            t6,
+            x_dot * torch.sign(x),
+            y_dot * torch.sign(y),
+        )
 
 
-_apply_hypot_pair = routed(HypotPair, "hypot_pair_rule", "(Tensor x, Tensor y) -> Tensor")
+_apply_hypot_pair = routed(
+    HypotPair,
+    "hypot_pair_rule",
+    "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+)
 
 
 def hypot_pair(xy: tuple[torch.Tensor | float, torch.Tensor | float]) -> torch.Tensor:
     """The length of a 2-vector given as a tuple (x, y).
 
     Forward:
-        out = sqrt(x**2 + y**2)
+        out = Piecewise((sqrt(y**2/Piecewise((x, Abs(x) > 0.078), (0.156, True))**2 +
+            1)*Abs(Piecewise((x, Abs(x) > 0.078), (0.156, True))), Abs(x) > 0.078), (sqrt(1 +
+            Piecewise((0.039, Abs(x) > 0.078), (x, True))**2/y**2)*Abs(y), True))
 
     Partials (derived by sympy):
-        dout/dx = x/sqrt(x**2 + y**2)
-        dout/dy = y/sqrt(x**2 + y**2)
+        dout/dx = Piecewise((Piecewise((x, Abs(x) > 0.078), (0.156,
+            True))/(sqrt(y**2/Piecewise((x, Abs(x) > 0.078), (0.156, True))**2 +
+            1)*Abs(Piecewise((x, Abs(x) > 0.078), (0.156, True)))), Abs(x) > 0.078),
+            (Piecewise((0.039, Abs(x) > 0.078), (x, True))/(sqrt(1 + Piecewise((0.039, Abs(x)
+            > 0.078), (x, True))**2...
+        dout/dy = Piecewise((y/(sqrt(y**2/Piecewise((x, Abs(x) > 1.8e+18), (3.6e+18, True))**2
+            + 1)*Abs(Piecewise((x, Abs(x) > 1.8e+18), (3.6e+18, True)))), Abs(x) > 1.8e+18),
+            (y/(sqrt(1 + Piecewise((9.0e+17, Abs(x) > 1.8e+18), (x, True))**2/y**2)*Abs(y)),
+            True))
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: regimes (scaling | scaling), 18.1/10.2 -> 8.1/2.7; as derived x/sqrt(x**2 +
+            y**2)
+        dout/dy: regimes (scaling | scaling), 19.4/10.1 -> 9.2/1.5; as derived y/sqrt(x**2 +
+            y**2)
+        out: regimes (scaling | scaling), 19.4/10.4 -> 8.0/2.6; as derived sqrt(x**2 + y**2)
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -68,4 +246,7 @@ def hypot_pair(xy: tuple[torch.Tensor | float, torch.Tensor | float]) -> torch.T
     x, y = as_tensors("hypot_pair", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    return rounded(_low, _apply_hypot_pair(x, y))
+    out, _saved_abs, _saved_piecewise, _saved_piecewise2, _saved_abs2, _saved_abs3 = (
+        _apply_hypot_pair(x, y)
+    )
+    return rounded(_low, out)

@@ -26,25 +26,63 @@ class Polar(torch.autograd.Function):
     def backward(ctx, r_bar, theta_bar):
         x, y = ctx.saved_tensors
         if plain(x, y, r_bar, theta_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
-            t0 = r_bar / torch.hypot(x, y)
-            t1 = theta_bar / (x**2 + y**2)
-            t2 = t0 * x
-            t2.addcmul_(t1, y, value=-1)
-            t3 = t0 * y
-            t3.addcmul_(t1, x)
-            return t2.sum_to_size(x.shape), t3.sum_to_size(y.shape)
-        t0 = r_bar / torch.hypot(x, y)
-        t1 = theta_bar / (x**2 + y**2)
-        return ((t0 * x - t1 * y).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
-            (t0 * y + t1 * x).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
+            t0 = torch.abs(y) < 45.0
+            t1 = torch.where(t0, y, 22.5)
+            t2 = x**2
+            t3 = y**2
+            t4 = r_bar / torch.hypot(x, y)
+            t5 = t4 * x
+            t5.add_(
+                theta_bar
+                * torch.where(
+                    t0,
+                    -t1 / (t1**2 + t2),
+                    -torch.where(t0, 0.011110305786132812, 1 / y)
+                    / (t2 * torch.where(t0, 0.00012347102165222168, 1 / t3) + 1),
+                )
+            )
+            t7 = t4 * y
+            t7.addcdiv_(theta_bar * x, t2 + t3)
+            return t5.sum_to_size(x.shape), t7.sum_to_size(y.shape)
+        t0 = torch.abs(y) < 45.0
+        t1 = torch.where(t0, y, 22.5)
+        t2 = x**2
+        t3 = y**2
+        t4 = r_bar / torch.hypot(x, y)
+        return (
+            (
+                t4 * x
+                + theta_bar
+                * torch.where(
+                    t0,
+                    -t1 / (t1**2 + t2),
+                    -torch.where(t0, 0.011110305786132812, 1 / y)
+                    / (t2 * torch.where(t0, 0.00012347102165222168, 1 / t3) + 1),
+                )
+            ).sum_to_size(x.shape)
+            if ctx.needs_input_grad[0]
+            else None
+        ), (
+            (t4 * y + theta_bar * x / (t2 + t3)).sum_to_size(y.shape)
+            if ctx.needs_input_grad[1]
+            else None
         )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
         t0 = 1 / torch.hypot(x, y)
-        t1 = 1 / (x**2 + y**2)
-        return t0 * x * x_dot + t0 * y * y_dot, t1 * x * y_dot - t1 * x_dot * y
+        t1 = torch.abs(y) < 45.0
+        t2 = torch.where(t1, y, 22.5)
+        t3 = x**2
+        t4 = y**2
+        theta_dot = x * y_dot / (t3 + t4) + x_dot * torch.where(
+            t1,
+            -t2 / (t2**2 + t3),
+            -torch.where(t1, 0.011110305786132812, 1 / y)
+            / (t3 * torch.where(t1, 0.00012347102165222168, 1 / t4) + 1),
+        )
+        return t0 * x * x_dot + t0 * y * y_dot, theta_dot
 
 
 _apply_polar = routed(Polar, "polar_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)")
@@ -60,8 +98,16 @@ def polar(x: torch.Tensor | float, y: torch.Tensor | float) -> tuple[torch.Tenso
     Partials (derived by sympy):
         dr/dx = x/hypot(x, y)
         dr/dy = y/hypot(x, y)
-        dtheta/dx = -y/(x**2 + y**2)
+        dtheta/dx = Piecewise((-Piecewise((y, Abs(y) < 45.0), (22.5, True))/(x**2 +
+            Piecewise((y, Abs(y) < 45.0), (22.5, True))**2), Abs(y) < 45.0),
+            (-1/((x**2/Piecewise((90.0, Abs(y) < 45.0), (y, True))**2 + 1)*Piecewise((90.0,
+            Abs(y) < 45.0), (y, True))), True))
         dtheta/dy = x/(x**2 + y**2)
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dtheta/dx: regimes (scaling | as derived), 10.6/3.8 -> 0.1/0.2; as derived -y/(x**2 +
+            y**2)
 
     Inputs:
         x: float array; checked on [0.5, 3]

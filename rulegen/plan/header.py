@@ -320,9 +320,18 @@ def _structure_line(p: Structured) -> str:
 def stability_notes(d: Derivation) -> tuple[str, ...]:
     """Comment lines for the forward: each output the compiler rewrote from the rule's form into a stable one."""
     lines: list[str] = []
+    searched = {c.quantity: c for c in d.choices if c.changed}
     for name, written, computed in d.rewritten:
+        choice = searched.get(name)
+        why = (
+            "rulegen's canonical form"
+            if choice is None
+            else f"the form with the least error measured ({choice.family}: mean bits of error float64/float32 "
+            f"{choice.bits_before[0]:.1f}/{choice.bits_before[1]:.1f} -> {choice.bits_after[0]:.1f}/"
+            f"{choice.bits_after[1]:.1f})"
+        )
         note = (
-            f"{name} = {_formula(written)} is computed as {_formula(computed)}, rulegen's canonical form"
+            f"{name} = {_formula(written)} is computed as {_formula(computed)}, {why}"
             " (`rulegen accuracy` measures both in bits of error)."
         )
         lines += textwrap.wrap(note, DOC_WIDTH - 10, break_long_words=False, break_on_hyphens=False)
@@ -344,6 +353,17 @@ def help_text(d: Derivation | SnippetDerivation, backend: str) -> str:
         ]
         if partials:
             parts.append(f"Partials ({'from the rule' if given else 'derived by sympy'}):\n" + "\n".join(partials))
+        stabilised = [c for c in d.choices if c.changed]
+        if stabilised:
+            parts.append(
+                "Stabilised (the form with the least error rulegen measured; mean bits of error, float64/float32, "
+                "as derived -> as computed):\n"
+                + "\n".join(
+                    f"    {c.quantity}: {c.family}, {c.bits_before[0]:.1f}/{c.bits_before[1]:.1f} -> "
+                    f"{c.bits_after[0]:.1f}/{c.bits_after[1]:.1f}; as derived {_formula(c.derived)}"
+                    for c in stabilised
+                )
+            )
     else:
         bodies = [k for k in ("forward", "jvp", "vjp") if getattr(rule, k) is not None]
         parts.append(f"Forward and derivatives: Python bodies ({', '.join(bodies)}) in the rule file.")

@@ -1,0 +1,748 @@
+"""Stage 2, after differentiation: each expression the backends compute, in the form with the least measured error.
+
+Herbie's method (Panchekha et al., PLDI 2015) applied to derivatives as well
+as values: points are sampled over the float bit patterns inside each
+input's domain (as `rulegen accuracy` samples them), the expression's exact
+value at each comes from mpmath, and candidate rewrites are scored by their
+bits of error when numpy evaluates them in float64 and in float32.  The
+candidates come from rewrite families, none of which knows any particular
+expression:
+
+- algebraic: `cancel`, `together`, `factor`, the canonical fused forms;
+- identities for differences of like functions (sin, cos, tan, atan, log,
+  exp, roots: `sqrt(a) - sqrt(b)` is `(a - b)/(sqrt(a) + sqrt(b))`) and of a
+  function and a constant (`1 - cos(u)` is `2*sin(u/2)**2`);
+- overflow-safe scaling: each polynomial in a variable divided through by
+  its leading power, so `x**2*(x - 1)**2` is `x**4*(1 - 1/x)**2`, whose
+  parts overflow to inf (and a quotient to 0) instead of making inf/inf;
+- series: Taylor at 0 and the expansion at infinity in each variable.
+
+The best candidate may then be joined with another by regimes: a
+`Piecewise` on |variable| below or above a threshold found by measurement
+(at most two splits).  Each branch is evaluated at a point of its own
+region where it is not taken (the double-`where`), so that a branch which
+is nan where it is not taken cannot make a higher derivative nan.
+
+The form as derived stays unless a candidate is measurably better; ties go
+to the one with fewer operations.  An expression already within `GOOD_BITS`
+at a few screening points is not searched at all.
+
+The result is a pure function of the expression and its sampling: points
+are seeded, and the work is bounded by sizes, never by time (the machine's
+load would then decide which searches finish).  An expression larger than
+`SEARCH_OPS` operations or in more than `SEARCH_SYMBOLS` variables is kept
+as derived, a family is skipped above its own bound, at most
+`CANDIDATES_PER_EXPRESSION` candidates are measured per expression and at
+most `SEARCHES_PER_RULE` expressions per rule (rulegen.derive).  The derive
+stage's time limit stays the one guard against a sympy step that hangs:
+it fails the build at the rule, it does not keep another form.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import sympy as sp
+from sympy.codegen.cfunctions import expm1, log1p
+
+from rulegen.accuracy import _initial_precision, _rounded, bits_of_error, sample_floats
+from rulegen.forms import canonical
+from rulegen.spec import Domain
+
+#: Points per dtype at which candidates are compared, and the float32 points at which an expression is screened.
+SEARCH_POINTS = 32
+SCREEN_POINTS = 256
+#: Mean bits of error (in each dtype) below which an expression is not searched.
+GOOD_BITS = 0.5
+#: A candidate replaces the derived form only when it saves at least this many bits (float64 + float32 means).
+MARGIN_BITS = 0.5
+#: Work limits, in place of time limits, so that what is chosen cannot depend on the machine's load.  Operations
+#: (`sp.count_ops`) and variables above which an expression is not searched; operations above which the costlier
+#: families (factoring, series) are skipped, and variables above which series are (sympy's series in one variable
+#: of an expression in two costs ten times that in one); candidates measured per expression; expressions searched
+#: per rule.
+SEARCH_OPS = 60
+SEARCH_SYMBOLS = 2
+FACTOR_OPS = 40
+SERIES_OPS = 30
+SERIES_SYMBOLS = 1
+CANDIDATES_PER_EXPRESSION = 24
+SEARCHES_PER_RULE = 16
+#: Terms of each series expansion.
+SERIES_ORDER = 8
+#: Points per dtype and side drawn between two sampled magnitudes to place a regime's threshold.
+REFINE_POINTS = 24
+#: Splits into regimes, at most, and the bits each must save: a `where` costs a pass over memory.
+REGIME_SPLITS = 1
+REGIME_MARGIN_BITS = 1.0
+
+_DTYPES = (np.float64, np.float32)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which form of one expression the backends compute, and its measured mean bits of error before and after."""
+
+    quantity: str
+    derived: sp.Expr
+    chosen: sp.Expr
+    family: str
+    #: Mean bits of error, (float64, float32), of the form as derived and of the chosen one.
+    bits_before: tuple[float, float]
+    bits_after: tuple[float, float]
+
+    @property
+    def changed(self) -> bool:
+        return self.chosen != self.derived
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Where an expression's variables are sampled: one domain per variable, and a joint condition (or None)."""
+
+    domains: tuple[tuple[sp.Symbol, Domain], ...]
+    condition: sp.Expr | None = None
+
+    @property
+    def variables(self) -> tuple[sp.Symbol, ...]:
+        return tuple(s for s, _ in self.domains)
+
+
+# ---------------------------------------------------------------- sympy steps
+
+
+def _attempt(make: Callable[[], sp.Expr | None]) -> sp.Expr | None:
+    """`make()`, or None where sympy fails on it (deterministically: no step is timed)."""
+    try:
+        return make()
+    except (Exception, RecursionError):
+        return None
+
+
+# ---------------------------------------------------------------- the points and their exact values
+
+
+@dataclass(frozen=True)
+class _Points:
+    """Sampled points of one dtype, one array per variable, and the expression's correctly rounded values there."""
+
+    dtype: Any
+    columns: tuple[np.ndarray, ...]
+    exact: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.exact)
+
+
+def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any) -> _Points:
+    from rulegen.functions import MPMATH_IMPLEMENTATIONS
+
+    variables = sampling.variables
+    reference = sp.lambdify(variables, expr, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
+    condition = sampling.condition and sp.lambdify(variables, sampling.condition, modules="numpy")
+    rng = np.random.default_rng([seed, np.dtype(dtype).itemsize, count])
+    which = 0 if np.dtype(dtype) == np.float64 else 1
+    kept: list[list[float]] = [[] for _ in variables]
+    values: list[float] = []
+    wanted = count
+    for attempt in range(4):
+        with np.errstate(over="ignore"):  # a bound beyond float32's range is its largest float
+            drawn = [sample_floats(domain, count, rng, dtype) for _, domain in sampling.domains]
+        if attempt == 0:
+            drawn = _with_probes(drawn, sampling, dtype)
+            wanted = count + len(drawn[0]) - count
+        if condition is not None:
+            with np.errstate(all="ignore"):
+                keep = np.broadcast_to(np.asarray(condition(*drawn)) > 0.5, drawn[0].shape)
+            drawn = [d[keep] for d in drawn]
+        for j in range(len(drawn[0]) if drawn else 0):
+            point = [float(d[j]) for d in drawn]
+            value = _exact(reference, point)
+            if value is None:
+                continue
+            for column, x in zip(kept, point, strict=True):
+                column.append(x)
+            values.append(value[which])
+            if len(values) == wanted:
+                break
+        if len(values) == wanted:
+            break
+    columns = tuple(np.asarray(c, dtype=dtype) for c in kept)
+    return _Points(dtype, columns, np.asarray(values, dtype=np.float64))
+
+
+def _looks_accurate(expr: sp.Expr, sampling: Sampling, seed: int) -> bool:
+    """Whether float32 evaluation is within GOOD_BITS of float64 at float32 points: no mpmath, so cheap.
+
+    float64 stands in for the exact value: an expression whose float32
+    result keeps up with its float64 one neither cancels nor overflows
+    where float32 is sampled, and the search is skipped.  Where the float64
+    value is not finite the expression is searched, since no exact
+    reference was asked.
+    """
+    variables = sampling.variables
+    fn = _numpy_function(expr, tuple(variables))
+    if fn is None:
+        return True  # nothing numpy can evaluate can be measured either
+    rng = np.random.default_rng([seed, SCREEN_POINTS])
+    try:
+        with np.errstate(over="ignore"):  # a bound beyond float32's range is its largest float
+            columns = [sample_floats(domain, SCREEN_POINTS, rng, np.float32) for _, domain in sampling.domains]
+    except ValueError:
+        return True
+    if sampling.condition is not None:
+        holds = _numpy_function(sampling.condition, tuple(variables))
+        if holds is None:
+            return True
+        with np.errstate(all="ignore"):
+            keep = np.broadcast_to(np.asarray(holds(*columns)) > 0.5, (SCREEN_POINTS,))
+        columns = [c[keep] for c in columns]
+    try:
+        with np.errstate(all="ignore"):
+            wide = np.asarray(fn(*[c.astype(np.float64) for c in columns]), dtype=np.float64)
+            narrow = np.asarray(fn(*columns), dtype=np.float32)
+    except Exception:
+        return True
+    wide, narrow = np.broadcast_arrays(wide, narrow)
+    if not wide.size:
+        return True
+    with np.errstate(all="ignore"):
+        reference = wide.astype(np.float32)
+    if np.isnan(wide).any() and not np.isnan(wide).all():
+        return False  # nan inside the domain: 0/0 or inf - inf, which a rewrite may avoid
+    finite = np.isfinite(reference) & np.isfinite(wide)
+    bits = bits_of_error(narrow[finite], reference[finite], np.float32)
+    return bool(bits.size == 0 or np.mean(bits) <= GOOD_BITS)
+
+
+#: Magnitudes every search also measures at, beside the points drawn over the bit patterns: those put about
+#: one point in a thousand between 1 and 10, where most inputs are, and a series can be wrong there unseen.
+PROBES = tuple(1.37 * 2.0**k for k in range(-8, 9))
+
+
+def _with_probes(drawn: list[np.ndarray], sampling: Sampling, dtype: Any) -> list[np.ndarray]:
+    """`drawn` with, per variable, each probe magnitude of either sign the domain holds; the others as drawn."""
+    columns: list[list[float]] = [[] for _ in drawn]
+    for index, (_, domain) in enumerate(sampling.domains):
+        for magnitude in PROBES:
+            for value in (magnitude, -magnitude):
+                inside = domain.lo < value < domain.hi or (value == domain.lo and not domain.lo_open)
+                if not inside or value in domain.exclude:
+                    continue
+                for k, column in enumerate(columns):
+                    column.append(value if k == index else float(drawn[k][len(column) % len(drawn[k])]))
+    return [np.concatenate([np.asarray(c, dtype=dtype), d]) for c, d in zip(columns, drawn, strict=True)]
+
+
+def _exact(fn: Callable[..., Any], point: Sequence[float]) -> tuple[float, float] | None:
+    """`fn` at `point` rounded to float64 and float32, in one mpmath evaluation: None where not a finite real.
+
+    accuracy.exact_value doubles the precision until two evaluations agree,
+    four times the cost; here one evaluation 64 bits wider than its first
+    is enough to rank candidates, which `rulegen accuracy` then measures.
+    """
+    import mpmath
+
+    with mpmath.workprec(_initial_precision(point) + 64):
+        try:
+            value = fn(*[mpmath.mpf(a) for a in point])
+        except (ValueError, ZeroDivisionError, OverflowError, TypeError):
+            return None
+        if not isinstance(value, mpmath.mpf) or not mpmath.isfinite(value):
+            return None
+        return _rounded(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _numpy_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callable[..., Any] | None:
+    try:
+        return sp.lambdify(variables, expr, modules=[{"log1p": np.log1p, "expm1": np.expm1}, "numpy"])
+    except Exception:
+        return None
+
+
+def _bits(expr: sp.Expr, variables: Sequence[sp.Symbol], points: _Points) -> np.ndarray | None:
+    """Bits of error of `expr` evaluated by numpy in the points' dtype; None where numpy cannot evaluate it."""
+    fn = _numpy_function(expr, tuple(variables))
+    if fn is None:
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            result = np.asarray(fn(*points.columns))
+    except Exception:
+        return None
+    if np.iscomplexobj(result):
+        return None  # a candidate that leaves the reals (a root of a negative number) is no candidate
+    got = np.broadcast_to(result.astype(points.dtype), points.exact.shape)
+    return bits_of_error(got, points.exact, points.dtype)
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """A candidate, the family it comes from, and its bits of error at every point of each dtype."""
+
+    expr: sp.Expr
+    family: str
+    bits: tuple[np.ndarray, ...]
+
+    @property
+    def means(self) -> tuple[float, ...]:
+        return tuple(float(np.mean(b)) if b.size else 0.0 for b in self.bits)
+
+    @property
+    def score(self) -> float:
+        return sum(self.means)
+
+    @functools.cached_property
+    def ops(self) -> int:
+        return int(sp.count_ops(self.expr))
+
+
+def _measure(expr: sp.Expr, family: str, variables: Sequence[sp.Symbol], points: Sequence[_Points]) -> _Measured | None:
+    found = [_bits(expr, variables, p) for p in points]
+    if any(b is None for b in found):
+        return None
+    return _Measured(expr, family, tuple(b for b in found if b is not None))
+
+
+# ---------------------------------------------------------------- rewrite families
+
+
+def _tidy(expr: sp.Expr) -> sp.Expr:
+    """A difference of arguments brought to its simplest: (x + e) - x is e."""
+    simpler = sp.cancel(sp.expand(expr))
+    return min((simpler, sp.factor(simpler)), key=sp.count_ops)
+
+
+def _root_difference(a: sp.Expr, b: sp.Expr, exponent: sp.Rational) -> sp.Expr | None:
+    """a**e - b**e without cancellation, for e = 1/n or -1/n: (a - b) over the sum that rationalises it."""
+    if exponent.p == -1:
+        # a**(-1/n) - b**(-1/n) = (b**(1/n) - a**(1/n)) / (a*b)**(1/n)
+        inner = _root_difference(b, a, -exponent)
+        return None if inner is None else inner * a**exponent * b**exponent
+    if exponent.p != 1 or exponent.q > 4:
+        return None
+    n = exponent.q
+    total = sp.Add(*(a ** sp.Rational(k, n) * b ** sp.Rational(n - 1 - k, n) for k in range(n)))
+    return _tidy(a - b) / total
+
+
+#: f(a) - f(b) for one-argument functions, as identities that leave no difference of two close values.
+_DIFFERENCES: Mapping[type, Callable[[sp.Expr, sp.Expr], sp.Expr]] = {
+    sp.sin: lambda a, b: 2 * sp.cos(_tidy((a + b) / 2)) * sp.sin(_tidy((a - b) / 2)),
+    sp.cos: lambda a, b: -2 * sp.sin(_tidy((a + b) / 2)) * sp.sin(_tidy((a - b) / 2)),
+    sp.tan: lambda a, b: sp.sin(_tidy(a - b)) / (sp.cos(a) * sp.cos(b)),
+    sp.atan: lambda a, b: sp.atan(_tidy(a - b) / _tidy(1 + a * b)),
+    sp.log: lambda a, b: log1p(_tidy((a - b) / b)),
+    log1p: lambda a, b: log1p(_tidy((a - b) / (1 + b))),
+    sp.exp: lambda a, b: sp.exp(b) * expm1(_tidy(a - b)),
+}
+
+
+def _difference(f: sp.Expr, g: sp.Expr) -> sp.Expr | None:
+    """f - g rewritten without the cancellation of two like functions, or None where no identity applies."""
+    if f.is_Pow and g.is_Pow:
+        if f.exp != g.exp or not f.exp.is_Rational or f.exp.is_Integer:
+            return None
+        return _root_difference(f.base, g.base, f.exp)
+    identity = _DIFFERENCES.get(f.func)
+    if identity is None or f.func != g.func or len(f.args) != 1:
+        return None
+    return identity(f.args[0], g.args[0])
+
+
+def _minus_constant(f: sp.Expr, c: sp.Expr) -> sp.Expr | None:
+    """f - c for a function f and a number c where the difference cancels at some argument."""
+    if isinstance(f, sp.cos) and c == 1:
+        return -2 * sp.sin(f.args[0] / 2) ** 2
+    if isinstance(f, sp.exp) and c == 1:
+        return expm1(f.args[0])
+    if isinstance(f, sp.log) and c == 0:
+        return None
+    if f.is_Pow and f.exp.is_Rational and not f.exp.is_Integer and c == 1:
+        return _root_difference(f.base, sp.S.One, f.exp)
+    return None
+
+
+def _split_term(term: sp.Expr) -> list[tuple[sp.Expr, sp.Expr]]:
+    """Each (coefficient, function) factorisation of a term, one per factor that is a function or a root."""
+    factors = sp.Mul.make_args(term)
+    found = []
+    for k, f in enumerate(factors):
+        if isinstance(f, sp.Function) or (f.is_Pow and f.exp.is_Rational and not f.exp.is_Integer):
+            found.append((sp.Mul(*(factors[:k] + factors[k + 1 :])), f))
+    return found
+
+
+def _rewrite_sum(total: sp.Expr) -> sp.Expr:
+    """The first pair of terms of a sum that is a difference of like functions (or of one and its constant), joined."""
+    terms = list(total.args)
+    for i, t in enumerate(terms):
+        for coefficient, f in _split_term(t):
+            for j, u in enumerate(terms):
+                if j == i:
+                    continue
+                joined = None
+                for other_coefficient, g in _split_term(u):
+                    if sp.expand(coefficient + other_coefficient) == 0 and g != f:
+                        joined = _difference(f, g)
+                        if joined is not None:
+                            break
+                if joined is None and u.is_number and sp.expand(u + coefficient) == 0:
+                    joined = _minus_constant(f, sp.S.One)
+                if joined is not None:
+                    rest = [v for k, v in enumerate(terms) if k not in (i, j)]
+                    return sp.Add(coefficient * joined, *rest)
+    return total
+
+
+def _identities(expr: sp.Expr) -> sp.Expr:
+    """Every sum's cancelling pairs joined by the identities above, bottom up, twice (a join can make another)."""
+    for _ in range(2):
+        expr = expr.replace(lambda e: e.is_Add, _rewrite_sum)
+    return expr
+
+
+def _scaled(expr: sp.Expr, v: sp.Symbol) -> sp.Expr:
+    """Each polynomial in `v` (of degree 1 or more, not a monomial) as v**degree * (the polynomial / v**degree)."""
+
+    def scale(e: sp.Expr) -> sp.Expr:
+        try:
+            poly = sp.Poly(e, v)
+        except sp.PolificationFailed:
+            return e
+        degree = poly.degree()
+        if degree < 1 or len(poly.terms()) < 2:
+            return e
+        return v**degree * sp.expand(e / v**degree)
+
+    return sp.factor(expr).replace(lambda e: e.is_Add and e.has(v), scale)
+
+
+def _series(expr: sp.Expr, v: sp.Symbol, point: sp.Expr) -> sp.Expr | None:
+    expansion = sp.series(expr, v, point, SERIES_ORDER)
+    result = expansion.removeO()
+    if result.has(sp.Order, sp.Subs, sp.Derivative) or result == 0:
+        return None
+    return sp.expand(result)
+
+
+def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple[str, sp.Expr]]:
+    """(family, candidate) for every rewrite of `expr` the families make, in order of cost.
+
+    Factoring and series are skipped above their bounds on operations: their
+    cost grows fastest with the expression.
+    """
+    ops = sp.count_ops(expr)
+    algebraic = {
+        "cancel": lambda: sp.cancel(expr),
+        "together": lambda: sp.together(expr),
+        "factor": lambda: sp.factor(expr),
+    }
+    if ops > FACTOR_OPS:
+        algebraic.pop("factor")
+    bases = [expr]
+    for family, make in algebraic.items():
+        found = _attempt(make)
+        if found is not None:
+            bases.append(found)
+            yield family, found
+    for base in bases:
+        joined = _attempt(functools.partial(_identities, base))
+        if joined is not None:
+            yield "identities", joined
+            yield "identities", canonical(joined)
+            if not joined.has(sp.Function) and sp.count_ops(joined) <= FACTOR_OPS:
+                tidied = _attempt(functools.partial(_factored, joined))
+                if tidied is not None:
+                    yield "identities", tidied
+    if ops <= FACTOR_OPS:
+        for v in variables:
+            scaled = _attempt(functools.partial(_scaled, expr, v))
+            if scaled is not None:
+                yield "scaling", scaled
+    if ops <= SERIES_OPS and len(expr.free_symbols) <= SERIES_SYMBOLS:
+        for v in variables:
+            for point, family in ((sp.S.Zero, "series at 0"), (sp.oo, "series at infinity")):
+                found = _attempt(functools.partial(_series, expr, v, point))
+                if found is not None:
+                    yield family, found
+
+
+def _factored(expr: sp.Expr) -> sp.Expr:
+    return sp.factor(sp.cancel(expr))
+
+
+# ---------------------------------------------------------------- regimes
+
+
+#: Where a regime's threshold may lie: it, half and twice it are constants of the generated code, which torch
+#: refuses beside a float32 tensor beyond float32's range.
+_THRESHOLDS = (1e-36, 1e36)
+
+
+@dataclass(frozen=True)
+class _Split:
+    """Take `inner` where |v| is below (or above) `threshold`, else `outer`."""
+
+    v: sp.Symbol
+    index: int
+    below: bool
+    threshold: float
+
+
+def _regions(split: _Split, points: Sequence[_Points]) -> list[np.ndarray]:
+    masks = []
+    for p in points:
+        magnitude = np.abs(p.columns[split.index].astype(np.float64))
+        masks.append(magnitude < split.threshold if split.below else magnitude > split.threshold)
+    return masks
+
+
+def _best_split(
+    outer: _Measured, inner: _Measured, variables: Sequence[sp.Symbol], points: Sequence[_Points]
+) -> tuple[float, _Split] | None:
+    """The split on one variable's magnitude that most lowers the sum of the dtypes' mean bits."""
+    best: tuple[float, _Split] | None = None
+    for index, v in enumerate(variables):
+        candidates = sorted({float(abs(x)) for p in points for x in p.columns[index] if x != 0})
+        for below in (True, False):
+            for k in range(len(candidates) - 1):
+                # Midway (geometrically) between two sampled magnitudes, to two significant digits.
+                threshold = float(f"{math.sqrt(candidates[k] * candidates[k + 1]):.2g}")
+                if not candidates[k] < threshold < candidates[k + 1]:
+                    threshold = candidates[k + 1] if below else candidates[k]
+                if not _THRESHOLDS[0] <= threshold <= _THRESHOLDS[1]:
+                    continue
+                split = _Split(v, index, below, threshold)
+                masks = _regions(split, points)
+                score = sum(
+                    float(np.mean(np.where(m, i, o))) if m.size else 0.0
+                    for m, i, o in zip(masks, inner.bits, outer.bits, strict=True)
+                )
+                if best is None or score < best[0]:
+                    best = (score, split)
+    return best
+
+
+def _refined(split: _Split, inner: sp.Expr, outer: sp.Expr, sampling: Sampling, points: Sequence[_Points]) -> _Split:
+    """The split's threshold placed by fresh points between the two sampled magnitudes it fell between.
+
+    The first threshold is only known to lie in a gap between sampled
+    points, which can span many binades: here REFINE_POINTS more are drawn
+    inside that gap (over its bit patterns, of either sign the domain
+    allows) and the threshold moves to where they put it.
+    """
+    magnitudes = sorted({float(abs(x)) for p in points for x in p.columns[split.index] if x != 0})
+    lower = max((m for m in magnitudes if m < split.threshold), default=0.0)
+    upper = min((m for m in magnitudes if m > split.threshold), default=split.threshold)
+    if not lower < upper:
+        return split
+    domain = dict(sampling.domains)[split.v]
+    gap = Domain(ge=lower, le=upper)
+    mirrored = Domain(ge=-upper, le=-lower)
+    sides = [d for d in (gap, mirrored) if d.lo >= domain.lo and d.hi <= domain.hi]
+    if not sides:
+        return split
+    rng = np.random.default_rng([len(magnitudes), split.index])
+    refined = []
+    for side in sides:
+        narrowed = Sampling(tuple((v, side if v == split.v else d) for v, d in sampling.domains), sampling.condition)
+        for dtype in _DTYPES:
+            try:
+                refined.append(_sample(outer, narrowed, REFINE_POINTS, int(rng.integers(1 << 30)), dtype))
+            except ValueError:
+                continue
+    variables = sampling.variables
+    measured = [(_bits(inner, variables, p), _bits(outer, variables, p)) for p in refined]
+    inner_bits = [i for i, _ in measured if i is not None]
+    outer_bits = [o for _, o in measured if o is not None]
+    if not refined or len(inner_bits) < len(refined) or len(outer_bits) < len(refined):
+        return split
+    best = (math.inf, split.threshold)
+    for candidate in sorted({float(abs(x)) for p in refined for x in p.columns[split.index]} | {split.threshold}):
+        trial = _Split(split.v, split.index, split.below, candidate)
+        score = sum(
+            float(np.sum(np.where(m, i, o)))
+            for m, i, o in zip(_regions(trial, refined), inner_bits, outer_bits, strict=True)
+        )
+        best = min(best, (score, candidate))
+    threshold = min(max(float(f"{best[1]:.2g}"), _THRESHOLDS[0]), _THRESHOLDS[1])
+    return _Split(split.v, split.index, split.below, threshold)
+
+
+def _safe_point(domain: Domain, magnitude: float) -> sp.Float:
+    """A point of `domain` at `magnitude`, positive where the domain allows it."""
+    return sp.Float(magnitude if domain.lo <= magnitude <= domain.hi else -magnitude, 3)
+
+
+def _finite_where_untaken(
+    branch: sp.Expr,
+    split: _Split,
+    taken: Sequence[np.ndarray],
+    variables: Sequence[sp.Symbol],
+    points: Sequence[_Points],
+) -> bool:
+    """Whether `branch` and its derivative in the split's variable are finite at every sampled point not its own."""
+    for expr in (branch, _attempt(lambda: sp.diff(branch, split.v))):
+        if expr is None:
+            return False
+        fn = _numpy_function(expr, tuple(variables))
+        if fn is None:
+            return False
+        for mask, p in zip(taken, points, strict=True):
+            try:
+                with np.errstate(all="ignore"):
+                    values = np.broadcast_to(np.asarray(fn(*p.columns), dtype=p.dtype), p.exact.shape)
+            except Exception:
+                return False
+            if not np.isfinite(values[~mask]).all():
+                return False
+    return True
+
+
+def _joined(
+    inner: sp.Expr,
+    outer: sp.Expr,
+    split: _Split,
+    domain: Domain,
+    variables: Sequence[sp.Symbol],
+    points: Sequence[_Points],
+) -> sp.Expr:
+    """where(|v| below/above t, inner, outer).
+
+    A branch that is inf or nan (or has such a derivative) at sampled points
+    where it is not taken is fed a point of its own region there instead
+    (the double-`where`): `where` passes no value of it on, but a derivative
+    of the whole multiplies its derivative by 0, and 0 * inf is nan.
+    """
+    magnitude = sp.Abs(split.v)
+    taken = magnitude < split.threshold if split.below else magnitude > split.threshold
+    inside, outside = (
+        (split.threshold / 2, split.threshold * 2) if split.below else (split.threshold * 2, split.threshold / 2)
+    )
+    masks = _regions(split, points)
+    if not _finite_where_untaken(inner, split, masks, variables, points):
+        inner = _fed(inner, split.v, sp.Piecewise((split.v, taken), (_safe_point(domain, inside), True)))
+    if not _finite_where_untaken(outer, split, [~m for m in masks], variables, points):
+        outer = _fed(outer, split.v, sp.Piecewise((_safe_point(domain, outside), taken), (split.v, True)))
+    return sp.Piecewise((inner, taken), (outer, True))
+
+
+def _fed(branch: sp.Expr, v: sp.Symbol, safe: sp.Piecewise) -> sp.Expr:
+    """`branch` of `safe` for `v`, unevaluated: sympy would copy the selection into every power of v."""
+    with sp.evaluate(False):
+        return branch.xreplace({v: safe})
+
+
+def _with_regimes(
+    best: _Measured, pool: Sequence[_Measured], sampling: Sampling, points: Sequence[_Points]
+) -> _Measured:
+    variables = sampling.variables
+    domains = dict(sampling.domains)
+    current = best
+    for _ in range(REGIME_SPLITS):
+        options = []
+        for inner in pool:
+            if inner.expr == current.expr:
+                continue
+            found = _best_split(current, inner, variables, points)
+            if found is not None:
+                options.append((found[0], found[1], inner))
+        if not options:
+            break
+        score, split, inner = min(options, key=lambda o: o[0])
+        if score > current.score - REGIME_MARGIN_BITS:
+            break
+        split = _refined(split, inner.expr, current.expr, sampling, points)
+        joined = _joined(inner.expr, current.expr, split, domains[split.v], variables, points)
+        measured = _measure(joined, f"regimes ({current.family} | {inner.family})", variables, points)
+        if measured is None or measured.score > current.score - REGIME_MARGIN_BITS:
+            break
+        current = measured
+    return current
+
+
+# ---------------------------------------------------------------- the search
+
+
+def searchable(expr: sp.Expr, sampling: Sampling) -> bool:
+    """Whether `expr` is searched at all: in the sampled variables, no Piecewise, and within the work limits."""
+    return (
+        bool(sampling.variables)
+        and len(sampling.variables) <= SEARCH_SYMBOLS
+        and expr.free_symbols <= set(sampling.variables)
+        and not expr.has(sp.Piecewise)
+        and sp.count_ops(expr) <= SEARCH_OPS
+    )
+
+
+def stabilise(
+    expr: sp.Expr,
+    sampling: Sampling,
+    *,
+    quantity: str = "",
+    seed: int = 0,
+    points: int = SEARCH_POINTS,
+) -> Choice:
+    """The form of `expr` with the least measured error, and the bits before and after.
+
+    `expr` is its own reference: each candidate must equal it, and one that
+    does not is as far off as its values are.  Keeps `expr` where it is not
+    `searchable`, where numpy cannot evaluate it, where no point has a finite
+    value, or where nothing is measurably better.
+    """
+    unchanged = Choice(quantity, expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan))
+    if not searchable(expr, sampling):
+        return unchanged
+    found = _SEARCHED.get((expr, sampling, seed, points))
+    if found is None:
+        found = _search(expr, sampling, seed, points)
+        _SEARCHED[(expr, sampling, seed, points)] = found
+    return Choice(quantity, *found)
+
+
+#: Searches done in this process, by what decides them: an expression met again (a JVP's partial is the VJP's) is
+#: searched once.
+_SEARCHED: dict[tuple[sp.Expr, Sampling, int, int], tuple[Any, ...]] = {}
+
+
+def _search(expr: sp.Expr, sampling: Sampling, seed: int, count: int) -> tuple[Any, ...]:
+    """(derived, chosen, family, bits before, bits after) for `expr`."""
+    variables = sampling.variables
+    nothing = (expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan))
+    if _looks_accurate(expr, sampling, seed):
+        return nothing
+    search = [_sample(expr, sampling, count, seed + 1, dtype) for dtype in _DTYPES]
+    derived = _measure(expr, "as derived", variables, search)
+    if derived is None:
+        return nothing
+    pool = [derived]
+    seen = {expr}
+    for family, candidate in _candidates(expr, variables):
+        if len(seen) > CANDIDATES_PER_EXPRESSION:
+            break
+        if candidate in seen or candidate.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+            continue
+        seen.add(candidate)
+        measured = _measure(candidate, family, variables, search)
+        if measured is not None:
+            pool.append(measured)
+    # Least error first; within MARGIN_BITS of the least, the fewest operations.
+    least = min(m.score for m in pool)
+    best = min((m for m in pool if m.score <= least + MARGIN_BITS / 2), key=lambda m: (m.ops, m.score))
+    best = _with_regimes(best, pool, sampling, search)
+    if best.score > derived.score - MARGIN_BITS:
+        best = derived
+    return (expr, best.expr, best.family, derived.means, best.means)
+
+
+def sampling_for(
+    variables: Mapping[str, sp.Symbol], domains: Mapping[str, Domain], condition: sp.Expr | None
+) -> Sampling:
+    return Sampling(tuple((variables[name], domains[name]) for name in domains), condition)
