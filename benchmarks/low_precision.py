@@ -102,13 +102,15 @@ JAX: dict[str, tuple[Callable, Callable]] = {
 def _in_dtype(function: type[torch.autograd.Function], *static: object) -> Callable:
     """`function` applied to the tensors as they come, returning its output (not the residuals after it).
 
-    Under torch.compile it applies the module's `_<Name>Compiled` subclass (no `jvp`), as the
-    public function does: the Function itself makes dynamo break the graph around it.
+    It goes through the module's `_apply_<rule>` (the runtime's `routed`), as the public function
+    does: under torch.compile that applies the Function without `jvp`, which dynamo would break the
+    graph around.
     """
-    compiled = getattr(sys.modules[function.__module__], f"_{function.__name__}Compiled")
+    module = sys.modules[function.__module__]
+    apply = getattr(module, f"_apply_{module.__name__.rsplit('.', 1)[-1]}")
 
     def in_dtype(*xs: torch.Tensor) -> torch.Tensor:
-        result = (compiled if torch.compiler.is_compiling() else function).apply(*xs, *static)
+        result = apply(*xs, *static)
         return result[0] if isinstance(result, tuple) else result
 
     return in_dtype
