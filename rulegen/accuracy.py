@@ -26,151 +26,17 @@ import numpy as np
 import sympy as sp
 
 from rulegen.check import derived, flat_call, joint_domain, lambdified_derivative
-from rulegen.spec import Domain, Input, Rule, SympyBody
+from rulegen.measure import (
+    bits_of_error,
+    exact_value,
+    sample_floats,
+    sampled_domain,
+)
+from rulegen.spec import Input, Rule, SympyBody
 
 DTYPES: dict[str, Any] = {"float64": np.float64, "float32": np.float32}
 BACKENDS = ("jax", "torch")
 SOURCES = ("generated", "autodiff")
-
-# Bit patterns as integers of the float's width, the sign bit cleared by this mask.
-_PATTERNS = {np.dtype(np.float64): (np.int64, 0x7FFF_FFFF_FFFF_FFFF), np.dtype(np.float32): (np.int32, 0x7FFF_FFFF)}
-
-# Working precisions in bits; a reference that has not converged by the last is dropped.
-_PRECISION_STEPS = 4
-
-
-# ---------------------------------------------------------------- bits of error
-
-
-def ordinals(values: np.ndarray) -> np.ndarray:
-    """Each float's position on the float line as an int64: consecutive floats differ by 1, -0.0 and 0.0 are 0."""
-    values = np.asarray(values)
-    signed, magnitude_mask = _PATTERNS[values.dtype]
-    patterns = values.view(signed).astype(np.int64)
-    magnitude = patterns & magnitude_mask
-    return np.where(patterns < 0, -magnitude, magnitude)
-
-
-def from_ordinals(positions: np.ndarray, dtype: Any) -> np.ndarray:
-    """The floats of `dtype` at these positions of the float line (the inverse of `ordinals`)."""
-    signed, _ = _PATTERNS[np.dtype(dtype)]
-    positions = np.asarray(positions, dtype=np.int64)
-    magnitude = np.abs(positions)
-    sign = np.where(positions < 0, np.int64(1) << (np.dtype(dtype).itemsize * 8 - 1), 0)
-    return (magnitude | sign).astype(signed).view(dtype)
-
-
-def bits_of_error(got: np.ndarray, exact: np.ndarray, dtype: Any) -> np.ndarray:
-    """log2(1 + floats of `dtype` between `got` and `exact`, both in `dtype`), the width where `got` is nan."""
-    got, exact = np.asarray(got, dtype=dtype), np.asarray(exact, dtype=dtype)
-    a, b = ordinals(got), ordinals(exact)
-    # Two positions of opposite signs can be 2**64 apart: count in unsigned integers.
-    magnitude_a, magnitude_b = np.abs(a).astype(np.uint64), np.abs(b).astype(np.uint64)
-    same_side = (a >= 0) == (b >= 0)
-    apart = np.where(
-        same_side,
-        np.maximum(magnitude_a, magnitude_b) - np.minimum(magnitude_a, magnitude_b),
-        magnitude_a + magnitude_b,
-    )
-    bits = np.log2(1.0 + apart.astype(np.float64))
-    return np.where(np.isnan(got), float(np.dtype(dtype).itemsize * 8), bits)
-
-
-# ---------------------------------------------------------------- sampling
-
-
-def _inward(bound: float, dtype: Any, *, lower: bool) -> float:
-    """The float of `dtype` nearest `bound` inside it (float32 rounds 0.1 outward otherwise)."""
-    rounded = np.asarray(bound, dtype=dtype)
-    if lower and float(rounded) < bound:
-        rounded = np.nextafter(rounded, np.asarray(np.inf, dtype=dtype))
-    if not lower and float(rounded) > bound:
-        rounded = np.nextafter(rounded, np.asarray(-np.inf, dtype=dtype))
-    return float(rounded)
-
-
-def sample_floats(domain: Domain, count: int, rng: np.random.Generator, dtype: Any) -> np.ndarray:
-    """`count` floats of `dtype` uniform over the bit patterns inside `domain` (no infinities, no nan).
-
-    Every binade is drawn about as often as every other: as many points lie
-    in [1e-300, 1e-299] as in [1, 10].
-    """
-    largest = float(np.finfo(dtype).max)
-    lo = _inward(max(domain.lo, -largest), dtype, lower=True)
-    hi = _inward(min(domain.hi, largest), dtype, lower=False)
-    first, last = (int(ordinals(np.asarray(v, dtype=dtype))) for v in (lo, hi))
-    first += domain.lo_open and domain.lo == lo
-    last -= domain.hi_open and domain.hi == hi
-    if first > last:
-        raise ValueError(f"domain {domain.describe()} holds no float of {np.dtype(dtype).name}")
-    excluded = np.asarray([float(x) for x in domain.exclude], dtype=dtype)
-    found = np.empty(0, dtype=dtype)
-    while len(found) < count:
-        drawn = from_ordinals(rng.integers(first, last, size=count, endpoint=True), dtype)
-        found = np.concatenate([found, drawn[~np.isin(drawn, excluded)]])
-    return found[:count]
-
-
-# ---------------------------------------------------------------- the exact values
-
-
-def _initial_precision(args: Sequence[float]) -> int:
-    """Enough bits that a sum of the inputs and small constants is exact: 1 + 1e-300 needs about 1000."""
-    exponents = [abs(math.frexp(a)[1]) for a in args if a != 0]
-    return 2 * max(exponents, default=0) + 128
-
-
-def exact_value(fn: Callable[..., Any], args: Sequence[float]) -> tuple[float, float] | None:
-    """`fn` at `args`, correctly rounded to float64 and to float32; None where it is no finite real number.
-
-    The precision doubles until two evaluations round alike in both dtypes.
-    """
-    import mpmath
-
-    precision, previous = _initial_precision(args), None
-    for _ in range(_PRECISION_STEPS):
-        with mpmath.workprec(precision):
-            try:
-                value = fn(*[mpmath.mpf(a) for a in args])
-            except (ValueError, ZeroDivisionError, OverflowError, TypeError):
-                return None
-            if not isinstance(value, mpmath.mpf) or not mpmath.isfinite(value):
-                return None
-            rounded = _rounded(value)
-        if rounded == previous:
-            return rounded
-        previous, precision = rounded, 2 * precision
-    return None
-
-
-#: Per dtype: bits of the significand, and the exponent of the smallest normal float.
-_FORMATS = {"float64": (53, -1022), "float32": (24, -126)}
-
-
-def _rounded(value: Any) -> tuple[float, float]:
-    """An mpf to the nearest float64 and the nearest float32, each rounded once."""
-    return _nearest(value, *_FORMATS["float64"]), _nearest(value, *_FORMATS["float32"])
-
-
-def _nearest(value: Any, significand_bits: int, smallest_normal_exponent: int) -> float:
-    """`value` rounded to the nearest float of the format, ties to even, subnormals included.
-
-    Rounding to the significand's bits and then to the subnormals' coarser
-    grid would round twice (1.4999 ulps would become 1.5, then 2).
-    """
-    import mpmath
-
-    with mpmath.workprec(max(mpmath.mp.prec, significand_bits)):
-        if abs(value) < mpmath.ldexp(1, smallest_normal_exponent):
-            step = smallest_normal_exponent - significand_bits + 1
-            return float(mpmath.nint(mpmath.ldexp(value, -step))) * 2.0**step
-    with mpmath.workprec(significand_bits):
-        nearest = float(+value)
-    if significand_bits < 53:
-        with np.errstate(over="ignore"):
-            # Exact unless beyond float32's range, where it is inf as it should be.
-            nearest = float(np.float32(nearest))
-    return nearest
 
 
 # ---------------------------------------------------------------- what is measured
@@ -245,29 +111,6 @@ class NotMeasurable(Exception):
 
 
 #: Where an input the rule gives no domain is sampled, by what it assumes: the float line's part it allows.
-_ASSUMED_BOUNDS = {
-    "positive": Domain(gt=0),
-    "nonnegative": Domain(ge=0),
-    "negative": Domain(lt=0),
-    "nonpositive": Domain(le=0),
-    "nonzero": Domain(exclude=(0,)),
-}
-
-
-def sampled_domain(spec: Input) -> Domain:
-    """Where `spec` is sampled: the domain the rule wrote, else the whole float line less what `assume` excludes."""
-    if spec.domain_given:
-        return spec.bounds
-    bounds = [_ASSUMED_BOUNDS[a] for a in spec.assume]
-    return Domain(
-        gt=next((b.gt for b in bounds if b.gt is not None), None),
-        ge=next((b.ge for b in bounds if b.ge is not None and not any(c.gt is not None for c in bounds)), None),
-        lt=next((b.lt for b in bounds if b.lt is not None), None),
-        le=next((b.le for b in bounds if b.le is not None and not any(c.lt is not None for c in bounds)), None),
-        exclude=tuple(x for b in bounds for x in b.exclude),
-    )
-
-
 def _measurable(rule: Rule) -> None:
     if not isinstance(rule.forward, SympyBody):
         raise NotMeasurable("the forward is a snippet: there is no exact expression to measure against")

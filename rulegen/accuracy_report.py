@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from rulegen.accuracy import BACKENDS, DTYPES, SOURCES, Quantity, RuleAccuracy, ordinals
+from rulegen.accuracy import BACKENDS, DTYPES, SOURCES, Quantity, RuleAccuracy
+from rulegen.measure import ordinals
 
 # Generated code more than this many bits worse than autodiff (mean over the points) is marked.
 WORSE_BITS = 1.0

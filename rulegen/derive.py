@@ -366,7 +366,7 @@ def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation | Sni
 
 def _sampling(d: Derivation) -> Sampling | None:
     """Where the rule's expressions are measured: its float array inputs' domains; None where it has none to sample."""
-    from rulegen.accuracy import sampled_domain
+    from rulegen.measure import sampled_domain
 
     rule = d.rule
     if rule.complex:

@@ -50,8 +50,8 @@ import numpy as np
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
-from rulegen.accuracy import _initial_precision, _rounded, bits_of_error, sample_floats
 from rulegen.forms import canonical
+from rulegen.measure import _initial_precision, _rounded, bits_of_error, sample_floats
 from rulegen.spec import Domain
 
 #: Points per dtype at which candidates are compared, and the float32 points at which an expression is screened.
@@ -242,7 +242,7 @@ def _with_probes(drawn: list[np.ndarray], sampling: Sampling, dtype: Any) -> lis
 def _exact(fn: Callable[..., Any], point: Sequence[float]) -> tuple[float, float] | None:
     """`fn` at `point` rounded to float64 and float32, in one mpmath evaluation: None where not a finite real.
 
-    accuracy.exact_value doubles the precision until two evaluations agree,
+    measure.exact_value doubles the precision until two evaluations agree,
     four times the cost; here one evaluation 64 bits wider than its first
     is enough to rank candidates, which `rulegen accuracy` then measures.
     """

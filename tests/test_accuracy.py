@@ -10,16 +10,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rulegen.accuracy import (
-    bits_of_error,
-    exact_value,
-    from_ordinals,
-    measure_rule,
-    ordinals,
-    sample_floats,
-    sampled_domain,
-)
+from rulegen.accuracy import measure_rule
 from rulegen.cli import app
+from rulegen.measure import bits_of_error, exact_value, from_ordinals, ordinals, sample_floats, sampled_domain
 from rulegen.spec import Domain, Input, read_rule_file
 from tests.conftest import built_package
 

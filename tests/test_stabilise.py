@@ -198,9 +198,9 @@ def test_the_docstring_says_which_form_was_chosen_and_its_bits_before_and_after(
     rules = {r.name: r for r in read_rule_file(path)}
     on, off = derive_rule(rules["st_on"], list(rules)), derive_rule(rules["st_off"], list(rules))
     (partial,) = [c for c in on.choices if c.quantity == "dout/dx"]
-    text = help_text(on)
+    text = help_text(on, "jax")
     assert "Stabilised" in text and f"dout/dx: {partial.family}, {partial.bits_before[0]:.1f}/" in text
-    assert "Stabilised" not in help_text(off)
+    assert "Stabilised" not in help_text(off, "jax")
     assert "least error measured" in " ".join(stability_notes(on))
 
 

@@ -345,22 +345,24 @@ def help_text(d: Derivation | SnippetDerivation, backend: str) -> str:
     if isinstance(d, Derivation):
         parts.append("Forward:\n" + "\n".join(f"    {name} = {_formula(e)}" for name, e in d.forward))
         given = rule.derivatives is not None or rule.jvp is not None or rule.vjp is not None
+        stabilised = [c for c in d.choices if c.changed]
+        # The partials as the rule gave them or sympy derived them; the form computed is in the code.
+        as_derived = {c.quantity: c.derived for c in stabilised}
         partials = [
-            f"    d{out}/d{x} = {_formula(d.jvp_partials[out, x])}"
+            f"    d{out}/d{x} = {_formula(as_derived.get(f'd{out}/d{x}', d.jvp_partials[out, x]))}"
             for out in (o.name for o in rule.outputs)
             for x in (i.name for i in d.diff_inputs)
             if (out, x) in d.jvp_partials
         ]
         if partials:
             parts.append(f"Partials ({'from the rule' if given else 'derived by sympy'}):\n" + "\n".join(partials))
-        stabilised = [c for c in d.choices if c.changed]
         if stabilised:
             parts.append(
                 "Stabilised (the form with the least error rulegen measured; mean bits of error, float64/float32, "
                 "as derived -> as computed):\n"
                 + "\n".join(
                     f"    {c.quantity}: {c.family}, {c.bits_before[0]:.1f}/{c.bits_before[1]:.1f} -> "
-                    f"{c.bits_after[0]:.1f}/{c.bits_after[1]:.1f}; as derived {_formula(c.derived)}"
+                    f"{c.bits_after[0]:.1f}/{c.bits_after[1]:.1f}"
                     for c in stabilised
                 )
             )
