@@ -79,8 +79,20 @@ def _on_rank(rank: int, port: int, root: str) -> None:
         dist.destroy_process_group()
 
 
-def test_host_and_array_rules_on_a_two_rank_dtensor_mesh():
+def _spawn_ranks(root: str) -> None:
     import torch.multiprocessing as mp
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     mp.spawn(_on_rank, args=(_free_port(), root), nprocs=RANKS, join=True)
+
+
+def test_host_and_array_rules_on_a_two_rank_dtensor_mesh():
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # The ranks are spawned from a process of their own: spawned from the test worker, a torch.compile
+    # test run later by the same worker hung (the slow lane stalled there twice).
+    code = "import sys; from tests.test_dtensor import _spawn_ranks; _spawn_ranks(sys.argv[1])"
+    run = subprocess.run(
+        [sys.executable, "-c", code, root], cwd=root, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
