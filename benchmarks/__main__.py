@@ -7,9 +7,11 @@ bfloat16 and float16 error and speed (2^20), build speed (10, 100 and 1000
 rules), the generated package's import time, a transformer-style training
 step (benchmarks.model), and the bits of error of `rules/` and FPBench's
 hamming-ch3 beside autodiff (64 points per dtype).  `--quick` runs smaller
-sizes (2^18 elements; 10 and 30 rules; 8 points) to see that everything
-runs.  `generated/` must be built first (`rulegen build`).  Each benchmark
-is also its own module (see README).
+sizes and fewer rounds (2^18 elements and 5 rounds; 10 and 30 rules; 8
+points; one compiled case of the low-precision table) to see that
+everything runs.  `generated/` must be
+built first (`rulegen build`).  Each benchmark is also its own module (see
+README).
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ import sys
 def runs(quick: bool) -> list[list[str]]:
     """Each benchmark's module and arguments, in the order they run."""
     return [
-        ["benchmarks.torch_eager", "18" if quick else "22"],
-        ["benchmarks.torch_compile", "18" if quick else "22"],
-        ["benchmarks.jax_jit", "18" if quick else "20"],
-        ["benchmarks.low_precision", "16" if quick else "20"],
+        ["benchmarks.torch_eager", *(["18", "--quick"] if quick else ["22"])],
+        ["benchmarks.torch_compile", *(["18", "--quick"] if quick else ["22"])],
+        ["benchmarks.jax_jit", *(["18", "--quick"] if quick else ["20"])],
+        ["benchmarks.low_precision", *(["16", "--quick"] if quick else ["20"])],
         ["benchmarks.build_speed", *(["10", "30"] if quick else [])],
         ["benchmarks.import_time", "3" if quick else "7"],
         ["benchmarks.model", *(["--quick"] if quick else [])],

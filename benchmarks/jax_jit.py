@@ -1,6 +1,6 @@
 """Generated JAX rules under jit against the hand-written rules of the JAX docs and jax.grad of the composite.
 
-    python -m benchmarks.jax_jit [log2 of the element count, default 20]
+    python -m benchmarks.jax_jit [log2 of the element count, default 20] [--quick: 5 rounds]
 
 float32 on the CPU, value and gradient of the sum of squares (reverse mode)
 and `jax.jvp` with a tangent of ones for every input (forward mode),
@@ -202,9 +202,9 @@ def accuracy() -> None:
         print(f"{name:<12} " + " ".join(f"{c:>22}" for c in cells))
 
 
-def main(log2n: int) -> None:
+def main(log2n: int, quick: bool = False) -> None:
     n = 1 << log2n
-    rounds = 30
+    rounds = 5 if quick else 30
     print(f"jax.jit, float32, {n} elements, {rounds} interleaved rounds")
     columns = ["grad gen/hand", "grad gen/composite", "jvp gen/hand", "jvp gen/composite"]
     print(f"{'case':<12} " + " ".join(f"{c:>22}" for c in columns))
@@ -231,4 +231,5 @@ def main(log2n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
+    sizes = [a for a in sys.argv[1:] if a != "--quick"]  # --quick: 5 rounds, to see that it runs
+    main(int(sizes[0]) if sizes else 20, quick="--quick" in sys.argv)

@@ -1,6 +1,6 @@
 """bfloat16 and float16: the generated rules' error against the frameworks' native ops, and their speed.
 
-    python -m benchmarks.low_precision [log2 of the element count for the timings, default 20]
+    python -m benchmarks.low_precision [log2 of the element count for the timings, default 20] [--quick]
 
 The 8 elementwise cases of `benchmarks.torch_eager`, in torch and JAX. Error:
 the largest difference over 4001 points of [-6, 6] (y on [0.5, 3]) from the
@@ -18,7 +18,9 @@ without its casts, which in eager are kernels of their own); torch.compile
 (`dynamic=False`) of `benchmarks.torch_compile`'s step, forward and
 `autograd.grad` with a random cotangent, each step compiled, checked against
 its eager self and warmed up before timing, dynamo reset for each case and
-dtype; JAX jit(grad).
+dtype; JAX jit(grad).  `--quick` (the slow lane's run, to see that it all
+runs) times 5 rounds and compiles the first case only, the others' compiled
+cells "-": compiling 16 steps was most of its two minutes.
 """
 
 from __future__ import annotations
@@ -233,9 +235,9 @@ def _compiled_cell(name: str, dtype: torch.dtype, n: int, rounds: int) -> str:
     return _cell(_interleaved([lambda step=step: step(*xs, g) for step in steps], rounds))
 
 
-def speed(log2n: int) -> None:
+def speed(log2n: int, quick: bool = False) -> None:
     n = 1 << log2n
-    rounds = 40
+    rounds = 5 if quick else 40
     print(f"\nspeed, {n} elements, {rounds} interleaved rounds: generated (float32 inside) / the rule in the dtype")
     print("(f32 body: the rule in float32 on float32 copies, the lift without its casts; where it")
     print("is below 1.1 and generated is above, eager torch's separate cast kernels are the excess)")
@@ -256,7 +258,10 @@ def speed(log2n: int) -> None:
             eager.append(_cell(times))
             body.append(_cell([times[2], times[1]]))
         cells = [*eager, *body]
-        cells += [_compiled_cell(name, dtype, n, rounds) for dtype in (torch.bfloat16, torch.float16)]
+        compiled = not quick or name == next(iter(EXACT))
+        cells += [
+            _compiled_cell(name, dtype, n, rounds) if compiled else "-" for dtype in (torch.bfloat16, torch.float16)
+        ]
         for dtype in (jnp.bfloat16, jnp.float16):
             jxs = [jax.random.normal(jax.random.key(k), (n,), dtype=dtype) for k in range(arity)]
             generated = jax.jit(jax.grad(lambda *a, f=JAX[name][0]: f(*a).astype(jnp.float32).sum()))
@@ -281,8 +286,10 @@ def _private_jax(name: str) -> Callable:
 
 
 def main(argv: list[str]) -> None:
+    quick = "--quick" in argv
+    sizes = [a for a in argv if a != "--quick"]
     errors()
-    speed(int(argv[0]) if argv else 20)
+    speed(int(sizes[0]) if sizes else 20, quick)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Generated torch rules against the composite, both under `torch.compile`, forward + backward.
 
-    python -m benchmarks.torch_compile [log2 of the element count, default 22]
+    python -m benchmarks.torch_compile [log2 of the element count, default 22] [--quick: 5 rounds]
 
 float32 on the CPU, the 8 elementwise cases of `benchmarks.torch_eager`. Each
 side is one `torch.compile(dynamic=False)` of a step that calls the function
@@ -56,9 +56,9 @@ def timed(step: Callable, args: list[torch.Tensor]) -> float:
     return time.perf_counter() - start
 
 
-def main(log2n: int) -> None:
+def main(log2n: int, quick: bool = False) -> None:
     n = 1 << log2n
-    rounds = 40
+    rounds = 5 if quick else 40
     print(f"torch.compile, float32, {n} elements, forward+backward, {rounds} interleaved rounds")
     print(f"{'case':<22} {'gen/composite':>22} {'gen ms':>8} {'composite ms':>12} {'graphs gen/composite':>21}")
     for name, arity, generated, composite, _hand, _fused in CASES:
@@ -87,4 +87,5 @@ def main(log2n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 22)
+    sizes = [a for a in sys.argv[1:] if a != "--quick"]  # --quick: 5 rounds, to see that it runs
+    main(int(sizes[0]) if sizes else 22, quick="--quick" in sys.argv)

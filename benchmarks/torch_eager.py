@@ -1,6 +1,6 @@
 """Generated torch Functions against autodiff and hand-written Functions, forward + backward.
 
-    python -m benchmarks.torch_eager [log2 of the element count, default 22]
+    python -m benchmarks.torch_eager [log2 of the element count, default 22] [--quick: 5 rounds]
 
 float32 on the CPU. The four implementations of a case (generated, autodiff
 of the composite, hand-written in the torch-docs style, generated with
@@ -278,9 +278,9 @@ def _ratio_cell(times: list[float], base: list[float]) -> str:
     return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
 
 
-def main(log2n: int) -> None:
+def main(log2n: int, quick: bool = False) -> None:
     n = 1 << log2n
-    rounds = 40
+    rounds = 5 if quick else 40
     with tempfile.TemporaryDirectory() as tmp:
         fused = fused_package(Path(tmp))
     print(f"torch eager, float32, {n} elements, forward+backward, {rounds} interleaved rounds")
@@ -341,4 +341,5 @@ def function_floor(n: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 22)
+    sizes = [a for a in sys.argv[1:] if a != "--quick"]  # --quick: 5 rounds, to see that it runs
+    main(int(sizes[0]) if sizes else 22, quick="--quick" in sys.argv)

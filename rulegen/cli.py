@@ -357,9 +357,9 @@ def accuracy(
     ] = None,
 ) -> None:
     """Bits of error of every value and partial, generated code beside autodiff of the written forward."""
-    from rulegen.accuracy import measure_rule
     from rulegen.accuracy_report import accuracy_table, write_plot
     from rulegen.check import CheckSession
+    from rulegen.check.accuracy import measure_rule
     from rulegen.errors import SpecErrors
     from rulegen.spec import callees, read_rules, rule_files
 

@@ -313,6 +313,11 @@ class _TorchForms:
     integral: frozenset[str]
 
     def __call__(self, expr: sp.Expr) -> sp.Expr:
+        # A partial kept whole before its cotangent multiplies it (plan.symbolic.linear_combination) opens
+        # where it holds silu's derivative: silu_backward takes the cotangent and rounds the product once.
+        expr = expr.replace(
+            lambda e: isinstance(e, sp.UnevaluatedExpr) and e.args[0].has(silu_derivative), lambda e: e.args[0]
+        )
         expr = expr.replace(lambda e: e.is_Mul, self._product)
         if expr.has(silu_derivative):
             # Nothing to hand silu_backward as its cotangent: the composite, whose sigmoid cse shares.

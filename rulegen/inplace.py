@@ -117,6 +117,8 @@ class InPlaceWriter:
 
     def _owned(self, expr: sp.Expr, target: str | None = None) -> str:
         """The name of a buffer allocated here that holds `expr`."""
+        if isinstance(expr, sp.UnevaluatedExpr):  # a partial, computed whole before its tangent multiplies it
+            return self._owned(expr.args[0], target)
         if isinstance(expr, sp.Add):
             return self._sum(expr, target)
         if isinstance(expr, sp.Mul):

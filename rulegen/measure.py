@@ -5,7 +5,7 @@ so that every magnitude from the smallest subnormal to the largest float is
 visited as often as the numbers near 1; the error of a result is log2(1 +
 the number of floats between it and the correctly rounded exact value).  The
 derive stage's stabilising search (rulegen.stabilise) measures candidate
-forms with these, and `rulegen accuracy` (rulegen.accuracy) the generated code.
+forms with these, and `rulegen accuracy` (rulegen.check.accuracy) the generated code.
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ _PATTERNS = {np.dtype(np.float64): (np.int64, 0x7FFF_FFFF_FFFF_FFFF), np.dtype(n
 
 # Working precisions in bits; a reference that has not converged by the last is dropped.
 _PRECISION_STEPS = 4
+# Bits beyond the first precision at which an exact zero is believed: every bit of a difference can cancel
+# at the first precisions (1 + erf(-24.6) is 0 to 880 bits, 2.2e-266 beyond), where two evaluations agree
+# on a 0 that is wrong.  The first precision covers the inputs' exponents; a remainder below 2**-1280 of
+# the terms is under float64's smallest subnormal (2**-1074) even multiplied back by them.
+_ZERO_BITS = 1280
 
 
 # ---------------------------------------------------------------- bits of error
@@ -100,7 +105,7 @@ def sample_floats(domain: Domain, count: int, rng: np.random.Generator, dtype: A
 # ---------------------------------------------------------------- the exact values
 
 
-def _initial_precision(args: Sequence[float]) -> int:
+def initial_precision(args: Sequence[float]) -> int:
     """Enough bits that a sum of the inputs and small constants is exact: 1 + 1e-300 needs about 1000."""
     exponents = [abs(math.frexp(a)[1]) for a in args if a != 0]
     return 2 * max(exponents, default=0) + 128
@@ -109,31 +114,44 @@ def _initial_precision(args: Sequence[float]) -> int:
 def exact_value(fn: Callable[..., Any], args: Sequence[float]) -> tuple[float, float] | None:
     """`fn` at `args`, correctly rounded to float64 and to float32; None where it is no finite real number.
 
-    The precision doubles until two evaluations round alike in both dtypes.
+    The precision doubles until two evaluations round alike in both dtypes,
+    and an exact zero until it is _ZERO_BITS past the first precision (a
+    total cancellation looks converged).
     """
-    import mpmath
-
-    precision, previous = _initial_precision(args), None
-    for _ in range(_PRECISION_STEPS):
-        with mpmath.workprec(precision):
-            try:
-                value = fn(*[mpmath.mpf(a) for a in args])
-            except (ValueError, ZeroDivisionError, OverflowError, TypeError):
-                return None
-            if not isinstance(value, mpmath.mpf) or not mpmath.isfinite(value):
-                return None
-            rounded = _rounded(value)
-        if rounded == previous:
+    start = precision = initial_precision(args)
+    previous = None
+    for step in range(_PRECISION_STEPS + 4):
+        value = value_at(fn, args, precision)
+        if value is None:
+            return None
+        rounded, zero = to_floats(value), not value
+        if rounded == previous and (not zero or precision >= start + _ZERO_BITS):
             return rounded
+        if step >= _PRECISION_STEPS - 1 and not zero:
+            return None
         previous, precision = rounded, 2 * precision
     return None
+
+
+def value_at(fn: Callable[..., Any], args: Sequence[float], precision: int) -> Any:
+    """`fn` at `args` in mpmath at `precision` bits (an mpf); None where it is no finite real number."""
+    import mpmath
+
+    with mpmath.workprec(precision):
+        try:
+            value = fn(*[mpmath.mpf(a) for a in args])
+        except (ValueError, ZeroDivisionError, OverflowError, TypeError):
+            return None
+        if not isinstance(value, mpmath.mpf) or not mpmath.isfinite(value):
+            return None
+        return value
 
 
 #: Per dtype: bits of the significand, and the exponent of the smallest normal float.
 _FORMATS = {"float64": (53, -1022), "float32": (24, -126)}
 
 
-def _rounded(value: Any) -> tuple[float, float]:
+def to_floats(value: Any) -> tuple[float, float]:
     """An mpf to the nearest float64 and the nearest float32, each rounded once."""
     return _nearest(value, *_FORMATS["float64"]), _nearest(value, *_FORMATS["float32"])
 

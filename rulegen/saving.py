@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import sympy as sp
 
@@ -164,9 +164,35 @@ def _fresh(name: str, chosen: Iterable[sp.Symbol]) -> str:
     return candidate
 
 
+def shared_subexpressions(
+    exprs: Sequence[sp.Expr], symbols: Iterator[sp.Symbol]
+) -> tuple[list[tuple[sp.Symbol, sp.Expr]], list[sp.Expr]]:
+    """`sp.cse` of `exprs`, sharing a divisor rather than its reciprocal.
+
+    sp.cse shares `1/hypot(x, y)` of `x/hypot(x, y)` and `y/hypot(x, y)` as
+    `t0 = 1/hypot(x, y)`, then `t0*y`: where the divisor is large (1.3e38 in
+    float32) the reciprocal is subnormal and the product keeps a few bits of
+    what `y/hypot` gets right (or 0 where it underflows).  A shared
+    reciprocal becomes the shared divisor, each use a division.
+    """
+    replacements, reduced = sp.cse(list(exprs), symbols=symbols, order="none")
+    divisors: dict[sp.Symbol, sp.Expr] = {}
+    shared = []
+    for symbol, value in replacements:
+        value = value.xreplace(divisors)
+        if isinstance(value, sp.Pow) and value.exp == -1 and not value.base.is_number:
+            if value.base.is_Symbol:  # already named: divide by that name
+                divisors[symbol] = value
+                continue
+            divisors[symbol] = 1 / symbol
+            value = value.base
+        shared.append((symbol, value))
+    return shared, [e.xreplace(divisors) for e in reduced]
+
+
 def _shared_with_forward(forward: Sequence[sp.Expr], partials: Sequence[sp.Expr]) -> set[sp.Expr]:
     """The subexpressions the partials read that the forward computes anyway (outermost ones, as cse shares them)."""
-    replacements, reduced = sp.cse([*forward, *partials], symbols=sp.numbered_symbols("_cse"), order="none")
+    replacements, reduced = shared_subexpressions([*forward, *partials], sp.numbered_symbols("_cse"))
     value = dict(replacements)
     full: dict[sp.Symbol, sp.Expr] = {}
     for sym, expr in replacements:

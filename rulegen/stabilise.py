@@ -51,7 +51,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.forms import canonical
-from rulegen.measure import _initial_precision, _rounded, bits_of_error, sample_floats
+from rulegen.measure import bits_of_error, exact_value, initial_precision, sample_floats, to_floats, value_at
 from rulegen.spec import Domain
 
 #: Points per dtype at which candidates are compared, and the float32 points at which an expression is screened.
@@ -246,16 +246,11 @@ def _exact(fn: Callable[..., Any], point: Sequence[float]) -> tuple[float, float
     four times the cost; here one evaluation 64 bits wider than its first
     is enough to rank candidates, which `rulegen accuracy` then measures.
     """
-    import mpmath
-
-    with mpmath.workprec(_initial_precision(point) + 64):
-        try:
-            value = fn(*[mpmath.mpf(a) for a in point])
-        except (ValueError, ZeroDivisionError, OverflowError, TypeError):
-            return None
-        if not isinstance(value, mpmath.mpf) or not mpmath.isfinite(value):
-            return None
-        return _rounded(value)
+    value = value_at(fn, point, initial_precision(point) + 64)
+    if value is None:
+        return None
+    # An exact zero may be a difference whose every bit cancelled at this precision: that one is raised.
+    return to_floats(value) if value else exact_value(fn, point)
 
 
 @functools.lru_cache(maxsize=1024)

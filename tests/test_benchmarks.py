@@ -54,9 +54,12 @@ def _jax_jit(out: str) -> None:
 
 
 def _low_precision(out: str) -> None:
-    for case in TORCH_CASES:  # bf16 and f16: 8 error pairs, then 8 speed ratios (eager, f32 body, compiled, JAX)
+    for k, case in enumerate(TORCH_CASES):  # bf16 and f16: 8 error pairs, then 8 speed ratios (eager, f32 body,
+        # compiled, JAX), where --quick compiles the first case only
+        compiled = RATIO if k == 0 else "-"
         assert re.search(rf"^{re.escape(case)}(?: +{ERROR}, {ERROR}){{8}}$", out, re.M), case
-        assert re.search(rf"^{re.escape(case)}(?: +{RATIO}){{8}}$", out, re.M), case
+        speeds = rf"(?: +{RATIO}){{4}}(?: +{compiled}){{2}}(?: +{RATIO}){{2}}"
+        assert re.search(rf"^{re.escape(case)}{speeds}$", out, re.M), case
 
 
 def _build_speed(out: str) -> None:
@@ -83,7 +86,7 @@ def _accuracy(out: str) -> None:
             assert re.search(rf"^{re.escape(suite)} mean bits, {kind} generated/autodiff: {pairs}$", out, re.M)
         summary = rf"^{re.escape(suite)} summary: \d+ of \d+ rules within 1 bit \(gradient\), \d+ worse than autodiff"
         assert re.search(summary, out, re.M), suite
-    for rule in ("log1pexp", "nmse_example_3_1", "nmse_problem_3_4_6"):
+    for rule in ("log1pexp", "nmse_example_3_1", "nmse_problem_3_4_4"):  # --quick: every third FPBench rule
         assert re.search(rf"^{rule} +(?:{BITS} +){{7}}{BITS}$", out, re.M), rule
 
 

@@ -83,6 +83,30 @@ def test_a_python_number_for_each_array_input(built, rule):
         np.testing.assert_allclose(got_jax, reference, rtol=1e-15, atol=1e-15)
 
 
+@pytest.mark.parametrize(
+    "rule",
+    [
+        r
+        for r in SCALAR_RULES
+        if _statics_have_defaults(r) and all(i.dtype == "float" for i in r.inputs if not i.static) and not r.complex
+    ],
+    ids=lambda r: r.name,
+)
+def test_jax_grad_of_python_numbers_is_grad_of_arrays_at_every_magnitude(built, rule):
+    """Under `jax.grad(f)(3.0)` the tracer's primal is a Python float, which the JVP rule computed with:
+    `x**2` raised OverflowError at 1e200 (sin_exp_mul) where the array's is inf, and its arithmetic ran in
+    Python's float64 whatever JAX's dtype.  The generated function makes every argument an array."""
+    jax_pkg, _, _ = built
+    fn = flat_call(rule, getattr(jax_pkg, rule.name))
+    arrays = [k for k, i in enumerate(i for i in rule.inputs if not i.static)]
+    grad = jax.grad(lambda *a: jnp.sum(jnp.asarray(fn(*a))), argnums=tuple(arrays))
+    for value in (1e200, -1e200, 0.7, -3e-300):
+        got = grad(*[value for _ in arrays])
+        want = grad(*[jnp.float64(value) for _ in arrays])
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=f"{rule.name} at {value}")
+
+
 def test_clip_gradient_as_the_jax_docs_call_it(built):
     jax_pkg, torch_pkg, _ = built
     assert float(jax.grad(lambda x: 3 * jax_pkg.clip_gradient(-0.75, 0.75, x))(2.0)) == 0.75

@@ -35,7 +35,7 @@ def _expected_catchers(path: Path) -> set[str]:
 
 
 # Rules whose every outcome the tests below read; the others run only the check that must catch them.
-EVERY_CHECK_OF = {"wrong_second_partial", "float32_nan_vjp"}
+EVERY_CHECK_OF = {"wrong_second_partial", "float32_nan_vjp", "derivative_loses_bits"}
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,17 @@ def test_every_wrong_rule_is_caught_by_the_check_it_names(wrong_outcomes, path):
     assert _expected_catchers(path) <= failed, f"{name} was caught by {failed or 'no check'}"
     if name not in EVERY_CHECK_OF:  # run_checks(only=...) ran that check alone
         assert {o.check for o in wrong_outcomes if o.rule == name} == _expected_catchers(path)
+
+
+def test_the_accuracy_check_alone_catches_a_derivative_that_loses_every_bit_autodiff_keeps(wrong_outcomes):
+    """1 - 1/(1 + e^x) is softplus' derivative, and 0 below x = -37 where autodiff's sigmoid is e^x: within
+    every other check's tolerance at the points it samples, caught by its bits of error alone."""
+    outcomes = {o.check: o for o in wrong_outcomes if o.rule == "derivative_loses_bits"}
+    assert {check for check, o in outcomes.items() if o.status == "fail"} == {"accuracy"}
+    said = (
+        r"dout/dx in float(64|32) \((jax|torch)\): [0-9.]+ bits of error at x=\S+, autodiff of the forward as written"
+    )
+    assert re.search(said, outcomes["accuracy"].detail)
 
 
 def test_an_unknown_check_is_refused_before_anything_is_built():

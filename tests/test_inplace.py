@@ -164,8 +164,9 @@ def test_a_shared_mask_is_never_a_buffer(exprs, lines):
 @pytest.mark.parametrize(
     "exprs",
     [
-        # t0 = 1 / beta, then torch.sqrt((2*beta - 2*t0)**2 + 1) of a Python float raised (hypothesis seed 72)
-        [BETA * X - sp.sqrt((2 * BETA - 2 / BETA) ** 2 + 1) / BETA],
+        # t0 = 1 / beta, then torch.sqrt((2*beta - 2*t0)**2 + 1) of a Python float raised (hypothesis seed 72);
+        # a reciprocal is no temporary now (x / beta), so the shared static here is a square root
+        [BETA * X - sp.sqrt((2 * BETA - 2 * sp.sqrt(BETA)) ** 2 + 1) * sp.sqrt(BETA)],
         # t0 = math.sqrt(2), then torch.exp(t0) and torch.erf(t0 + 1) raised
         [sp.exp(sp.sqrt(2)) * X, sp.sqrt(2) * X + sp.erf(sp.sqrt(2) + 1)],
     ],

@@ -40,4 +40,4 @@ def _c_mobius_jvp(primals, tangents):
     # would differentiate an output the rule holds constant.
     out = _c_mobius(z, a)
     t0 = z + 2
-    return out, a_dot * z / t0 + z_dot * (2 * a - 1j) / t0**2
+    return out, a_dot * (z / t0) + z_dot * ((2 * a - 1j) / t0**2)

@@ -38,4 +38,4 @@ def _f_acosh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jnp.arccosh(x)
-    return out, x_dot / (jnp.sqrt(x - 1) * jnp.sqrt(x + 1))
+    return out, x_dot * (1 / (jnp.sqrt(x - 1) * jnp.sqrt(x + 1)))

@@ -50,10 +50,10 @@ def _f_atan2_jvp(primals, tangents):
     t1 = x**2
     t2 = y**2
     t3 = jnp.where(t0, 165.0, y)
-    out_dot = x * y_dot / (t1 + t2) + x_dot * jnp.where(
+    out_dot = x_dot * jnp.where(
         t0,
         -jnp.where(t0, 1 / y, 0.0015151500701904297)
         / (t1 * jnp.where(t0, 1 / t2, 2.2957101464271545e-06) + 1),
         -t3 / (t1 + t3**2),
-    )
+    ) + y_dot * (x / (t1 + t2))
     return out, out_dot

@@ -37,4 +37,4 @@ def _f_cbrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = x ** (1 / 3)
-    return out, x_dot / x ** (2 / 3) / 3
+    return out, x_dot * (x ** (-2 / 3) / 3)

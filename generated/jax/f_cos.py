@@ -38,4 +38,4 @@ def _f_cos_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jnp.cos(x)
-    return out, -x_dot * jnp.sin(x)
+    return out, x_dot * (-jnp.sin(x))

@@ -35,7 +35,7 @@ def f_digamma(x: jax.typing.ArrayLike) -> jax.Array:
 def _f_digamma(x):
     t0 = x < 0
     t1 = jnp.where(t0, x, -1 / 2)
-    t2 = math.pi * (t1 - jnp.floor(t1))
+    t2 = math.pi * (t1 - jnp.floor(t1 + 1 / 2))
     out = jnp.where(
         t0,
         jax.scipy.special.digamma(1 - t1) - math.pi * jnp.cos(t2) / jnp.sin(t2),
@@ -53,7 +53,7 @@ def _f_digamma_jvp(primals, tangents):
     out = _f_digamma(x)
     t0 = x < 0
     t1 = jnp.where(t0, x, -1 / 2)
-    t2 = math.pi * (t1 - jnp.floor(t1))
+    t2 = math.pi * (t1 - jnp.floor(t1 + 1 / 2))
     out_dot = x_dot * jnp.where(
         t0,
         -math.pi * (-math.pi - math.pi * jnp.cos(t2) ** 2 / jnp.sin(t2) ** 2)

@@ -43,10 +43,9 @@ def _f_gamma_jvp(primals, tangents):
     out = jax.scipy.special.gamma(x)
     t1 = x < 0
     t2 = jnp.where(t1, x, -1 / 2)
-    t3 = math.pi * (t2 - jnp.floor(t2))
-    out_dot = (
+    t3 = math.pi * (t2 - jnp.floor(t2 + 1 / 2))
+    out_dot = x_dot * (
         out
-        * x_dot
         * jnp.where(
             t1,
             jax.scipy.special.digamma(1 - t2) - math.pi * jnp.cos(t3) / jnp.sin(t3),

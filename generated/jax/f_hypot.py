@@ -42,5 +42,5 @@ def _f_hypot_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of hypot need not be the derived one (at a kink, a jump, a convention).
     out = _f_hypot(x, y)
-    t0 = 1 / jnp.hypot(x, y)
-    return out, t0 * x * x_dot + t0 * y * y_dot
+    t0 = jnp.hypot(x, y)
+    return out, x_dot * (x / t0) + y_dot * (y / t0)

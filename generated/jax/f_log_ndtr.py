@@ -41,4 +41,4 @@ def _f_log_ndtr_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.scipy.special.log_ndtr(x)
-    return out, x_dot * jnp.exp(-out - x**2 / 2) / math.sqrt(2 * math.pi)
+    return out, x_dot * (jnp.exp(-out - x**2 / 2) / math.sqrt(2 * math.pi))

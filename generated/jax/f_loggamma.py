@@ -42,7 +42,7 @@ def _f_loggamma_jvp(primals, tangents):
     (x_dot,) = tangents
     t0 = x < 0
     t1 = jnp.where(t0, x, -1 / 2)
-    t2 = math.pi * (t1 - jnp.floor(t1))
+    t2 = math.pi * (t1 - jnp.floor(t1 + 1 / 2))
     out = jax.scipy.special.gammaln(x)
     out_dot = x_dot * jnp.where(
         t0,

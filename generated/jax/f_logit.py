@@ -38,4 +38,4 @@ def _f_logit_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.scipy.special.logit(x)
-    return out, x_dot / (x * (1 - x))
+    return out, x_dot * (1 / (x * (1 - x)))

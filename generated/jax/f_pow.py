@@ -40,4 +40,4 @@ def _f_pow_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
     out = x**y
-    return out, out * y_dot * jnp.log(x) + x ** (y - 1) * x_dot * y
+    return out, x_dot * (x ** (y - 1) * y) + y_dot * (out * jnp.log(x))

@@ -37,4 +37,4 @@ def _f_rsqrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.lax.rsqrt(x)
-    return out, -x_dot / x ** (3 / 2) / 2
+    return out, x_dot * (-(x ** (-3 / 2)) / 2)

@@ -37,4 +37,4 @@ def _f_sigmoid_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.nn.sigmoid(x)
-    return out, out * x_dot * (1 - out)
+    return out, x_dot * (out * (1 - out))

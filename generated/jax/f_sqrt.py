@@ -38,4 +38,4 @@ def _f_sqrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jnp.sqrt(x)
-    return out, x_dot / out / 2
+    return out, x_dot * (1 / out / 2)

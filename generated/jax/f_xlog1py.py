@@ -43,4 +43,4 @@ def _f_xlog1py_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of xlog1py need not be the derived one (at a kink, a jump, a convention).
     out = _f_xlog1py(x, y)
-    return out, x * y_dot / (y + 1) + x_dot * jnp.log1p(y)
+    return out, x_dot * jnp.log1p(y) + y_dot * (x / (y + 1))

@@ -43,4 +43,4 @@ def _f_xlogy_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of xlogy need not be the derived one (at a kink, a jump, a convention).
     out = _f_xlogy(x, y)
-    return out, x * y_dot / y + x_dot * jnp.log(y)
+    return out, x_dot * jnp.log(y) + y_dot * (x / y)

@@ -74,13 +74,12 @@ def _hypot_pair_jvp(primals, tangents):
     t3 = x**2
     t4 = y**2
     t5 = jnp.where(t1, 0.03900146484375, x)
-    t6 = 1 / t4
-    t7 = 1 / jnp.abs(y)
+    t7 = jnp.abs(y)
     t8 = t0 > 1.8e18
     out_dot = x_dot * jnp.where(
         t1,
         t2 / (jnp.sqrt(t4 * jnp.where(t1, 1 / t3, 41.0859375) + 1) * jnp.abs(t2)),
-        t5 * t7 / jnp.sqrt(t5**2 * t6 + 1),
+        t5 / (t7 * jnp.sqrt(1 + t5**2 / t4)),
     ) + y_dot * jnp.where(
         t8,
         y
@@ -88,6 +87,6 @@ def _hypot_pair_jvp(primals, tangents):
             jnp.sqrt(t4 * jnp.where(t8, 1 / t3, 7.716477564675212e-38) + 1)
             * jnp.abs(jnp.where(t8, x, 3.60006495212929e18))
         ),
-        t7 * y / jnp.sqrt(t6 * jnp.where(t8, 8.099983099314331e35, x**2) + 1),
+        y / (t7 * jnp.sqrt(1 + jnp.where(t8, 8.099983099314331e35, x**2) / t4)),
     )
     return out, out_dot

@@ -61,7 +61,7 @@ def _point_jvp_jvp(primals, tangents):
     # expression lacks the inputs' shape, which the primal function gives it.
     a, b0, b1 = _point_jvp(x, y)
     return (a, b0, b1), (
-        jnp.broadcast_to(2 * x * x_dot, jnp.shape(a)),
+        jnp.broadcast_to(x_dot * (2 * x), jnp.shape(a)),
         jnp.broadcast_to(x_dot * jnp.cos(x), jnp.shape(b0)),
-        jnp.broadcast_to(-y_dot * jnp.sin(y), jnp.shape(b1)),
+        jnp.broadcast_to(y_dot * (-jnp.sin(y)), jnp.shape(b1)),
     )

@@ -49,15 +49,15 @@ def _polar_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _polar(x, y)
-    t0 = 1 / jnp.hypot(x, y)
+    t0 = jnp.hypot(x, y)
     t1 = jnp.abs(y) < 45.0
     t2 = jnp.where(t1, y, 22.5)
     t3 = x**2
     t4 = y**2
-    theta_dot = x * y_dot / (t3 + t4) + x_dot * jnp.where(
+    theta_dot = x_dot * jnp.where(
         t1,
         -t2 / (t2**2 + t3),
         -jnp.where(t1, 0.011110305786132812, 1 / y)
         / (t3 * jnp.where(t1, 0.00012347102165222168, 1 / t4) + 1),
-    )
-    return (r, theta), (t0 * x * x_dot + t0 * y * y_dot, theta_dot)
+    ) + y_dot * (x / (t3 + t4))
+    return (r, theta), (x_dot * (x / t0) + y_dot * (y / t0), theta_dot)

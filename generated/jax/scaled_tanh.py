@@ -48,4 +48,4 @@ def _scaled_tanh_jvp(log_scale, primals, tangents):
     t1 = math.exp(log_scale)
     t2 = jnp.tanh(t1 * x)
     out = t0 * t2
-    return out, t0 * t1 * x_dot * (1 - t2) * (t2 + 1)
+    return out, x_dot * (t0 * t1 * (1 - t2) * (t2 + 1))

@@ -41,5 +41,6 @@ def _sin_exp_mul_jvp(primals, tangents):
     x_dot, y_dot = tangents
     t0 = jnp.exp(-(x**2))
     t1 = jnp.sin(x)
-    out = t0 * t1 * y
-    return out, t0 * t1 * y_dot - t0 * x_dot * y * (2 * t1 * x - jnp.cos(x))
+    t2 = t0 * t1
+    out = t2 * y
+    return out, x_dot * (-t0 * y * (2 * t1 * x - jnp.cos(x))) + y_dot * t2

@@ -41,4 +41,4 @@ def _sin_mul_jvp(primals, tangents):
     x_dot, y_dot = tangents
     t0 = jnp.sin(x)
     out = t0 * y
-    return out, t0 * y_dot + x_dot * y * jnp.cos(x)
+    return out, t0 * y_dot + x_dot * (y * jnp.cos(x))

@@ -45,4 +45,4 @@ def _sincos_jvp(primals, tangents):
     (x_dot,) = tangents
     s = jnp.sin(x)
     c = jnp.cos(x)
-    return (s, c), (c * x_dot, -s * x_dot)
+    return (s, c), (c * x_dot, x_dot * (-s))

@@ -88,9 +88,7 @@ def _to_polar_jvp(primals, tangents):
     t3 = x**2
     t4 = y**2
     t5 = jnp.where(t1, 0.03900146484375, x)
-    t6 = 1 / t4
     t7 = jnp.abs(y)
-    t8 = 1 / t7
     t9 = t0 > 1.8e18
     t10 = t7 < 11.0
     t11 = jnp.where(t10, y, 5.5)
@@ -99,7 +97,7 @@ def _to_polar_jvp(primals, tangents):
     r_dot = x_dot * jnp.where(
         t1,
         t2 / (jnp.sqrt(t4 * jnp.where(t1, 1 / t3, 41.0859375) + 1) * jnp.abs(t2)),
-        t5 * t8 / jnp.sqrt(t5**2 * t6 + 1),
+        t5 / (t7 * jnp.sqrt(1 + t5**2 / t4)),
     ) + y_dot * jnp.where(
         t9,
         y
@@ -107,7 +105,7 @@ def _to_polar_jvp(primals, tangents):
             jnp.sqrt(t4 * jnp.where(t9, 1 / t3, 7.716477564675212e-38) + 1)
             * jnp.abs(jnp.where(t9, x, 3.60006495212929e18))
         ),
-        t8 * y / jnp.sqrt(t6 * jnp.where(t9, 8.099983099314331e35, x**2) + 1),
+        y / (t7 * jnp.sqrt(1 + jnp.where(t9, 8.099983099314331e35, x**2) / t4)),
     )
     theta_dot = x_dot * jnp.where(
         t10,

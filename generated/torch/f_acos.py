@@ -27,14 +27,14 @@ class FAcos(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = x**2
-            t0.neg_().add_(1).rsqrt_().mul_(out_bar).neg_()
+            t0.neg_().add_(1).rsqrt_().neg_().mul_(out_bar)
             return t0
-        return -out_bar / torch.sqrt(1 - x**2)
+        return out_bar * (-1 / torch.sqrt(1 - x**2))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return -x_dot / torch.sqrt(1 - x**2)
+        return x_dot * (-1 / torch.sqrt(1 - x**2))
 
 
 _apply_f_acos = routed(FAcos, "f_acos_rule", "(Tensor x) -> Tensor")

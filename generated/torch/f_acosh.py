@@ -27,17 +27,17 @@ class FAcosh(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = x + 1
-            t0.rsqrt_().mul_(out_bar)
+            t0.rsqrt_()
             t1 = x - 1
             t1.rsqrt_()
-            t0.mul_(t1)
+            t0.mul_(t1).mul_(out_bar)
             return t0
-        return out_bar / (torch.sqrt(x - 1) * torch.sqrt(x + 1))
+        return out_bar * (1 / (torch.sqrt(x - 1) * torch.sqrt(x + 1)))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot / (torch.sqrt(x - 1) * torch.sqrt(x + 1))
+        return x_dot * (1 / (torch.sqrt(x - 1) * torch.sqrt(x + 1)))
 
 
 _apply_f_acosh = routed(FAcosh, "f_acosh_rule", "(Tensor x) -> Tensor")

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import routed, save_for_derivatives
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -25,12 +25,26 @@ class FAtan2(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         y, x = ctx.saved_tensors
+        if plain(y, x, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+            t0 = x**2
+            t1 = y**2
+            t2 = torch.abs(y) > 330.0
+            t3 = torch.where(t2, 165.0, y)
+            t4 = x / (t0 + t1)
+            t4.mul_(out_bar)
+            t5 = out_bar * torch.where(
+                t2,
+                -torch.where(t2, 1 / y, 0.0015151500701904297)
+                / (t0 * torch.where(t2, 1 / t1, 2.2957101464271545e-06) + 1),
+                -t3 / (t0 + t3**2),
+            )
+            return t4.sum_to_size(y.shape), t5.sum_to_size(x.shape)
         t0 = x**2
         t1 = y**2
         t2 = torch.abs(y) > 330.0
         t3 = torch.where(t2, 165.0, y)
         return (
-            (out_bar * x / (t0 + t1)).sum_to_size(y.shape) if ctx.needs_input_grad[0] else None
+            (out_bar * (x / (t0 + t1))).sum_to_size(y.shape) if ctx.needs_input_grad[0] else None
         ), (
             (
                 out_bar
@@ -52,12 +66,12 @@ class FAtan2(torch.autograd.Function):
         t1 = x**2
         t2 = y**2
         t3 = torch.where(t0, 165.0, y)
-        out_dot = x * y_dot / (t1 + t2) + x_dot * torch.where(
+        out_dot = x_dot * torch.where(
             t0,
             -torch.where(t0, 1 / y, 0.0015151500701904297)
             / (t1 * torch.where(t0, 1 / t2, 2.2957101464271545e-06) + 1),
             -t3 / (t1 + t3**2),
-        )
+        ) + y_dot * (x / (t1 + t2))
         return out_dot
 
 

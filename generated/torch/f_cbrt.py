@@ -27,14 +27,14 @@ class FCbrt(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = x ** (-2 / 3)
-            t0.mul_(out_bar).mul_(1 / 3)
+            t0.mul_(1 / 3).mul_(out_bar)
             return t0
-        return out_bar / x ** (2 / 3) / 3
+        return out_bar * (x ** (-2 / 3) / 3)
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot / x ** (2 / 3) / 3
+        return x_dot * (x ** (-2 / 3) / 3)
 
 
 _apply_f_cbrt = routed(FCbrt, "f_cbrt_rule", "(Tensor x) -> Tensor")

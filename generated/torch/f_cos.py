@@ -27,14 +27,14 @@ class FCos(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = torch.sin(x)
-            t0.mul_(out_bar).neg_()
+            t0.neg_().mul_(out_bar)
             return t0
-        return -out_bar * torch.sin(x)
+        return out_bar * (-torch.sin(x))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return -x_dot * torch.sin(x)
+        return x_dot * (-torch.sin(x))
 
 
 _apply_f_cos = routed(FCos, "f_cos_rule", "(Tensor x) -> Tensor")

@@ -27,14 +27,14 @@ class FCube(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = x**2
-            t0.mul_(out_bar).mul_(3)
+            t0.mul_(3).mul_(out_bar)
             return t0
-        return 3 * out_bar * x**2
+        return out_bar * (3 * x**2)
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return 3 * x**2 * x_dot
+        return x_dot * (3 * x**2)
 
 
 _apply_f_cube = routed(FCube, "f_cube_rule", "(Tensor x) -> Tensor")

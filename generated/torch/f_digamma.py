@@ -19,7 +19,7 @@ class FDigamma(torch.autograd.Function):
     def forward(x):
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
-        t2 = math.pi * (t1 - torch.floor(t1))
+        t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
         out = torch.where(
             t0,
             torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
@@ -37,7 +37,7 @@ class FDigamma(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
-        t2 = math.pi * (t1 - torch.floor(t1))
+        t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
         x_bar = out_bar * torch.where(
             t0,
             -math.pi * (-math.pi - math.pi * torch.cos(t2) ** 2 / torch.sin(t2) ** 2)
@@ -51,7 +51,7 @@ class FDigamma(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
-        t2 = math.pi * (t1 - torch.floor(t1))
+        t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
         out_dot = x_dot * torch.where(
             t0,
             -math.pi * (-math.pi - math.pi * torch.cos(t2) ** 2 / torch.sin(t2) ** 2)

@@ -29,14 +29,14 @@ class FErf(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = x**2
-            t0.neg_().exp_().mul_(out_bar).mul_(2 / math.sqrt(math.pi))
+            t0.neg_().exp_().mul_(2 / math.sqrt(math.pi)).mul_(out_bar)
             return t0
-        return (2 / math.sqrt(math.pi)) * out_bar * torch.exp(-(x**2))
+        return out_bar * ((2 / math.sqrt(math.pi)) * torch.exp(-(x**2)))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return (2 / math.sqrt(math.pi)) * x_dot * torch.exp(-(x**2))
+        return x_dot * ((2 / math.sqrt(math.pi)) * torch.exp(-(x**2)))
 
 
 _apply_f_erf = routed(FErf, "f_erf_rule", "(Tensor x) -> Tensor")

@@ -29,15 +29,15 @@ class FErfinv(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = torch.special.erfinv(x)
-            t0.square_().exp_().mul_(out_bar).mul_(math.sqrt(math.pi) / 2)
+            t0.square_().exp_().mul_(math.sqrt(math.pi) / 2).mul_(out_bar)
             return t0
-        x_bar = (math.sqrt(math.pi) / 2) * out_bar * torch.exp(torch.special.erfinv(x) ** 2)
+        x_bar = out_bar * ((math.sqrt(math.pi) / 2) * torch.exp(torch.special.erfinv(x) ** 2))
         return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        out_dot = (math.sqrt(math.pi) / 2) * x_dot * torch.exp(torch.special.erfinv(x) ** 2)
+        out_dot = x_dot * ((math.sqrt(math.pi) / 2) * torch.exp(torch.special.erfinv(x) ** 2))
         return out_dot
 
 

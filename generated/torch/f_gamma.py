@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives
+from ._function import routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -30,27 +30,11 @@ class FGamma(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        if plain(x, out_bar):
-            t0 = x < 0
-            t1 = torch.where(t0, x, -1 / 2)
-            t2 = math.pi * (t1 - torch.floor(t1))
-            t3 = torch.exp(torch.special.gammaln(x)) * torch.where(
-                (x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0
-            )
-            t3.mul_(out_bar).mul_(
-                torch.where(
-                    t0,
-                    torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
-                    torch.special.digamma(x),
-                )
-            )
-            return t3
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
-        t2 = math.pi * (t1 - torch.floor(t1))
-        x_bar = (
-            out_bar
-            * torch.where(
+        t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
+        x_bar = out_bar * (
+            torch.where(
                 t0,
                 torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
                 torch.special.digamma(x),
@@ -65,10 +49,9 @@ class FGamma(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
-        t2 = math.pi * (t1 - torch.floor(t1))
-        out_dot = (
-            x_dot
-            * torch.where(
+        t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
+        out_dot = x_dot * (
+            torch.where(
                 t0,
                 torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
                 torch.special.digamma(x),

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import routed, save_for_derivatives
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -25,16 +25,23 @@ class FHypot(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
-        t0 = out_bar / torch.hypot(x, y)
-        return ((t0 * x).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
-            (t0 * y).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
+        if plain(x, y, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+            t0 = torch.hypot(x, y)
+            t1 = x / t0
+            t1.mul_(out_bar)
+            t2 = y / t0
+            t2.mul_(out_bar)
+            return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
+        t0 = torch.hypot(x, y)
+        return ((out_bar * (x / t0)).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
+            (out_bar * (y / t0)).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
         )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        t0 = 1 / torch.hypot(x, y)
-        return t0 * x * x_dot + t0 * y * y_dot
+        t0 = torch.hypot(x, y)
+        return x_dot * (x / t0) + y_dot * (y / t0)
 
 
 _apply_f_hypot = routed(FHypot, "f_hypot_rule", "(Tensor x, Tensor y) -> Tensor")

@@ -29,20 +29,20 @@ class FLogNdtr(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = x**2
-            t0.mul_(-1 / 2).sub_(torch.special.log_ndtr(x)).exp_().mul_(out_bar).mul_(
+            t0.mul_(-1 / 2).sub_(torch.special.log_ndtr(x)).exp_().mul_(
                 1 / math.sqrt(2 * math.pi)
-            )
+            ).mul_(out_bar)
             return t0
-        x_bar = (
-            out_bar * torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x)) / math.sqrt(2 * math.pi)
+        x_bar = out_bar * (
+            torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x)) / math.sqrt(2 * math.pi)
         )
         return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        out_dot = (
-            x_dot * torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x)) / math.sqrt(2 * math.pi)
+        out_dot = x_dot * (
+            torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x)) / math.sqrt(2 * math.pi)
         )
         return out_dot
 

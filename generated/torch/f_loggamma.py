@@ -29,7 +29,7 @@ class FLoggamma(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
-        t2 = math.pi * (t1 - torch.floor(t1))
+        t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
         x_bar = out_bar * torch.where(
             t0,
             torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
@@ -42,7 +42,7 @@ class FLoggamma(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
-        t2 = math.pi * (t1 - torch.floor(t1))
+        t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
         out_dot = x_dot * torch.where(
             t0,
             torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import routed, save_for_derivatives
+from ._function import plain, routed, save_for_derivatives
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -25,12 +25,16 @@ class FLogit(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        return out_bar / (x * (1 - x))
+        if plain(x, out_bar):
+            t0 = 1 / (x * (1 - x))
+            t0.mul_(out_bar)
+            return t0
+        return out_bar * (1 / (x * (1 - x)))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot / (x * (1 - x))
+        return x_dot * (1 / (x * (1 - x)))
 
 
 _apply_f_logit = routed(FLogit, "f_logit_rule", "(Tensor x) -> Tensor")

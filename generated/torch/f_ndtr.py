@@ -29,14 +29,14 @@ class FNdtr(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = x**2
-            t0.mul_(-1 / 2).exp_().mul_(out_bar).mul_(1 / math.sqrt(2 * math.pi))
+            t0.mul_(-1 / 2).exp_().mul_(1 / math.sqrt(2 * math.pi)).mul_(out_bar)
             return t0
-        return out_bar * torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
+        return out_bar * (torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot * torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
+        return x_dot * (torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi))
 
 
 _apply_f_ndtr = routed(FNdtr, "f_ndtr_rule", "(Tensor x) -> Tensor")

@@ -29,15 +29,15 @@ class FNdtri(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = torch.special.ndtri(x)
-            t0.square_().mul_(1 / 2).exp_().mul_(out_bar).mul_(math.sqrt(2 * math.pi))
+            t0.square_().mul_(1 / 2).exp_().mul_(math.sqrt(2 * math.pi)).mul_(out_bar)
             return t0
-        x_bar = math.sqrt(2 * math.pi) * out_bar * torch.exp(torch.special.ndtri(x) ** 2 / 2)
+        x_bar = out_bar * (math.sqrt(2 * math.pi) * torch.exp(torch.special.ndtri(x) ** 2 / 2))
         return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        out_dot = math.sqrt(2 * math.pi) * x_dot * torch.exp(torch.special.ndtri(x) ** 2 / 2)
+        out_dot = x_dot * (math.sqrt(2 * math.pi) * torch.exp(torch.special.ndtri(x) ** 2 / 2))
         return out_dot
 
 

@@ -27,20 +27,23 @@ class FPow(torch.autograd.Function):
     def backward(ctx, out_bar):
         x, y, out = ctx.saved_tensors
         if plain(x, y, out, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
-            t0 = out * out_bar
-            t1 = t0 * y / x
-            t2 = torch.log(x)
-            t2.mul_(t0)
-            return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
-        t0 = out * out_bar
-        return ((t0 * y / x).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
-            (t0 * torch.log(x)).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
+            t0 = out * y / x
+            t0.mul_(out_bar)
+            t1 = torch.log(x)
+            t1.mul_(out).mul_(out_bar)
+            return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
+        return (
+            (out_bar * (out * y / x)).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None
+        ), (
+            (out_bar * (out * torch.log(x))).sum_to_size(y.shape)
+            if ctx.needs_input_grad[1]
+            else None
         )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, out = ctx.saved_tensors
-        return out * y_dot * torch.log(x) + out * x_dot * y / x
+        return x_dot * (out * y / x) + y_dot * (out * torch.log(x))
 
 
 _apply_f_pow = routed(FPow, "f_pow_rule", "(Tensor x, Tensor y) -> Tensor")

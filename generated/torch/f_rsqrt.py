@@ -27,14 +27,14 @@ class FRsqrt(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = x ** (-3 / 2)
-            t0.mul_(out_bar).mul_(-1 / 2)
+            t0.mul_(-1 / 2).mul_(out_bar)
             return t0
-        return -out_bar / x ** (3 / 2) / 2
+        return out_bar * (-(x ** (-3 / 2)) / 2)
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return -x_dot / x ** (3 / 2) / 2
+        return x_dot * (-(x ** (-3 / 2)) / 2)
 
 
 _apply_f_rsqrt = routed(FRsqrt, "f_rsqrt_rule", "(Tensor x) -> Tensor")

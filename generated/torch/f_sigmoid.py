@@ -29,12 +29,12 @@ class FSigmoid(torch.autograd.Function):
             t0 = -out
             t0.add_(1).mul_(out).mul_(out_bar)
             return t0
-        return out * out_bar * (1 - out)
+        return out_bar * (out * (1 - out))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (out,) = ctx.saved_tensors
-        return out * x_dot * (1 - out)
+        return x_dot * (out * (1 - out))
 
 
 _apply_f_sigmoid = routed(FSigmoid, "f_sigmoid_rule", "(Tensor x) -> Tensor")

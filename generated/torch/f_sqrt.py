@@ -27,14 +27,14 @@ class FSqrt(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = torch.rsqrt(x)
-            t0.mul_(out_bar).mul_(1 / 2)
+            t0.mul_(1 / 2).mul_(out_bar)
             return t0
-        return out_bar / torch.sqrt(x) / 2
+        return out_bar * (torch.rsqrt(x) / 2)
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot / torch.sqrt(x) / 2
+        return x_dot * (torch.rsqrt(x) / 2)
 
 
 _apply_f_sqrt = routed(FSqrt, "f_sqrt_rule", "(Tensor x) -> Tensor")

@@ -28,16 +28,17 @@ class FXlog1py(torch.autograd.Function):
         if plain(x, y, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
             t0 = torch.log1p(y)
             t0.mul_(out_bar)
-            t1 = out_bar * x / (y + 1)
+            t1 = x / (y + 1)
+            t1.mul_(out_bar)
             return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
         return (
             (out_bar * torch.log1p(y)).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None
-        ), ((out_bar * x / (y + 1)).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
+        ), ((out_bar * (x / (y + 1))).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        return x * y_dot / (y + 1) + x_dot * torch.log1p(y)
+        return x_dot * torch.log1p(y) + y_dot * (x / (y + 1))
 
 
 _apply_f_xlog1py = routed(FXlog1py, "f_xlog1py_rule", "(Tensor x, Tensor y) -> Tensor")

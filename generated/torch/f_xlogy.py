@@ -28,16 +28,17 @@ class FXlogy(torch.autograd.Function):
         if plain(x, y, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
             t0 = torch.log(y)
             t0.mul_(out_bar)
-            t1 = out_bar * x / y
+            t1 = x / y
+            t1.mul_(out_bar)
             return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
         return (
             (out_bar * torch.log(y)).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None
-        ), ((out_bar * x / y).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
+        ), ((out_bar * (x / y)).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        return x * y_dot / y + x_dot * torch.log(y)
+        return x_dot * torch.log(y) + y_dot * (x / y)
 
 
 _apply_f_xlogy = routed(FXlogy, "f_xlogy_rule", "(Tensor x, Tensor y) -> Tensor")

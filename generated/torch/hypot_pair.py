@@ -65,8 +65,6 @@ class HypotPair(torch.autograd.Function):
             and saved_abs3_bar is None
         ):
             t0 = y**2
-            t1 = 1 / saved_abs3
-            t2 = 1 / t0
             t3 = x**2
             t4 = saved_abs2 > 1.8e18
             return (
@@ -75,7 +73,7 @@ class HypotPair(torch.autograd.Function):
                     * torch.where(
                         saved_abs2 > 0.078,
                         saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
-                        saved_piecewise * t1 / torch.sqrt(saved_piecewise**2 * t2 + 1),
+                        saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
                     )
                 ).sum_to_size(x.shape)
                 if ctx.needs_input_grad[0]
@@ -90,7 +88,11 @@ class HypotPair(torch.autograd.Function):
                             torch.sqrt(t0 * torch.where(t4, 1 / t3, 7.715329620973237e-38) + 1)
                             * torch.abs(torch.where(t4, x, 3.60006495212929e18))
                         ),
-                        t1 * y / torch.sqrt(t2 * torch.where(t4, 8.099983099314331e35, t3) + 1),
+                        y
+                        / (
+                            saved_abs3
+                            * torch.sqrt(1 + torch.where(t4, 8.099983099314331e35, t3) / t0)
+                        ),
                     )
                 ).sum_to_size(y.shape)
                 if ctx.needs_input_grad[1]
@@ -114,8 +116,6 @@ class HypotPair(torch.autograd.Function):
         )
         t0 = y**2
         t1 = saved_abs2 > 0.078
-        t2 = 1 / saved_abs3
-        t3 = 1 / t0
         t4 = torch.where(t1, torch.tensor(1, dtype=torch.result_type(x, y), device=x.device), 0)
         t5 = x**2
         t6 = saved_abs2 > 1.8e18
@@ -125,7 +125,7 @@ class HypotPair(torch.autograd.Function):
                 * torch.where(
                     t1,
                     saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
-                    saved_piecewise * t2 / torch.sqrt(saved_piecewise**2 * t3 + 1),
+                    saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
                 )
                 + saved_abs2_bar * torch.sign(x)
                 + saved_abs_bar * t4 * torch.sign(saved_piecewise2)
@@ -148,7 +148,8 @@ class HypotPair(torch.autograd.Function):
                         torch.sqrt(t0 * torch.where(t6, 1 / t5, 7.715329620973237e-38) + 1)
                         * torch.abs(torch.where(t6, x, 3.60006495212929e18))
                     ),
-                    t2 * y / torch.sqrt(t3 * torch.where(t6, 8.099983099314331e35, t5) + 1),
+                    y
+                    / (saved_abs3 * torch.sqrt(1 + torch.where(t6, 8.099983099314331e35, t5) / t0)),
                 )
                 + saved_abs3_bar * torch.sign(y),
                 y,
@@ -166,8 +167,6 @@ class HypotPair(torch.autograd.Function):
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
         t0 = y**2
         t1 = saved_abs2 > 0.078
-        t2 = 1 / saved_abs3
-        t3 = 1 / t0
         t4 = x**2
         t5 = saved_abs2 > 1.8e18
         t6 = x_dot * torch.where(
@@ -176,7 +175,7 @@ class HypotPair(torch.autograd.Function):
         out_dot = x_dot * torch.where(
             t1,
             saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
-            saved_piecewise * t2 / torch.sqrt(saved_piecewise**2 * t3 + 1),
+            saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
         ) + y_dot * torch.where(
             t5,
             y
@@ -184,7 +183,7 @@ class HypotPair(torch.autograd.Function):
                 torch.sqrt(t0 * torch.where(t5, 1 / t4, 7.715329620973237e-38) + 1)
                 * torch.abs(torch.where(t5, x, 3.60006495212929e18))
             ),
-            t2 * y / torch.sqrt(t3 * torch.where(t5, 8.099983099314331e35, t4) + 1),
+            y / (saved_abs3 * torch.sqrt(1 + torch.where(t5, 8.099983099314331e35, t4) / t0)),
         )
         saved_piecewise_dot = x_dot * torch.where(
             t1, torch.tensor(0, dtype=torch.result_type(x, y), device=x.device), 1

@@ -34,24 +34,24 @@ class PointVjp(torch.autograd.Function):
             and ctx.needs_input_grad[0]
             and ctx.needs_input_grad[1]
         ):
-            t0 = torch.cos(x)
-            t0.mul_(b0_bar).addcmul_(a_bar, x, value=2)
-            t1 = torch.sin(y)
-            t1.mul_(b1_bar).neg_()
-            return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
+            t0 = 2 * x
+            t0.mul_(a_bar).addcmul_(torch.cos(x), b0_bar)
+            t2 = torch.sin(y)
+            t2.neg_().mul_(b1_bar)
+            return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         return (
-            (2 * a_bar * x + b0_bar * torch.cos(x)).sum_to_size(x.shape)
+            (a_bar * (2 * x) + b0_bar * torch.cos(x)).sum_to_size(x.shape)
             if ctx.needs_input_grad[0]
             else None
-        ), ((-b1_bar * torch.sin(y)).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
+        ), ((b1_bar * (-torch.sin(y))).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
         return (
-            torch.broadcast_to(2 * x * x_dot, ctx.a_shape),
+            torch.broadcast_to(x_dot * (2 * x), ctx.a_shape),
             torch.broadcast_to(x_dot * torch.cos(x), ctx.a_shape),
-            torch.broadcast_to(-y_dot * torch.sin(y), ctx.a_shape),
+            torch.broadcast_to(y_dot * (-torch.sin(y)), ctx.a_shape),
         )
 
 

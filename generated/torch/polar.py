@@ -26,44 +26,44 @@ class Polar(torch.autograd.Function):
     def backward(ctx, r_bar, theta_bar):
         x, y = ctx.saved_tensors
         if plain(x, y, r_bar, theta_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
-            t0 = torch.abs(y) < 45.0
-            t1 = torch.where(t0, y, 22.5)
-            t2 = x**2
-            t3 = y**2
-            t4 = r_bar / torch.hypot(x, y)
-            t5 = t4 * x
-            t5.add_(
+            t0 = torch.hypot(x, y)
+            t1 = torch.abs(y) < 45.0
+            t2 = torch.where(t1, y, 22.5)
+            t3 = x**2
+            t4 = y**2
+            t5 = x / t0
+            t5.mul_(r_bar).add_(
                 theta_bar
                 * torch.where(
-                    t0,
-                    -t1 / (t1**2 + t2),
-                    -torch.where(t0, 0.011110305786132812, 1 / y)
-                    / (t2 * torch.where(t0, 0.00012347102165222168, 1 / t3) + 1),
+                    t1,
+                    -t2 / (t2**2 + t3),
+                    -torch.where(t1, 0.011110305786132812, 1 / y)
+                    / (t3 * torch.where(t1, 0.00012347102165222168, 1 / t4) + 1),
                 )
             )
-            t7 = t4 * y
-            t7.addcdiv_(theta_bar * x, t2 + t3)
+            t7 = y / t0
+            t7.mul_(r_bar).addcmul_(x / (t3 + t4), theta_bar)
             return t5.sum_to_size(x.shape), t7.sum_to_size(y.shape)
-        t0 = torch.abs(y) < 45.0
-        t1 = torch.where(t0, y, 22.5)
-        t2 = x**2
-        t3 = y**2
-        t4 = r_bar / torch.hypot(x, y)
+        t0 = torch.hypot(x, y)
+        t1 = torch.abs(y) < 45.0
+        t2 = torch.where(t1, y, 22.5)
+        t3 = x**2
+        t4 = y**2
         return (
             (
-                t4 * x
+                r_bar * (x / t0)
                 + theta_bar
                 * torch.where(
-                    t0,
-                    -t1 / (t1**2 + t2),
-                    -torch.where(t0, 0.011110305786132812, 1 / y)
-                    / (t2 * torch.where(t0, 0.00012347102165222168, 1 / t3) + 1),
+                    t1,
+                    -t2 / (t2**2 + t3),
+                    -torch.where(t1, 0.011110305786132812, 1 / y)
+                    / (t3 * torch.where(t1, 0.00012347102165222168, 1 / t4) + 1),
                 )
             ).sum_to_size(x.shape)
             if ctx.needs_input_grad[0]
             else None
         ), (
-            (t4 * y + theta_bar * x / (t2 + t3)).sum_to_size(y.shape)
+            (r_bar * (y / t0) + theta_bar * (x / (t3 + t4))).sum_to_size(y.shape)
             if ctx.needs_input_grad[1]
             else None
         )
@@ -71,18 +71,18 @@ class Polar(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        t0 = 1 / torch.hypot(x, y)
+        t0 = torch.hypot(x, y)
         t1 = torch.abs(y) < 45.0
         t2 = torch.where(t1, y, 22.5)
         t3 = x**2
         t4 = y**2
-        theta_dot = x * y_dot / (t3 + t4) + x_dot * torch.where(
+        theta_dot = x_dot * torch.where(
             t1,
             -t2 / (t2**2 + t3),
             -torch.where(t1, 0.011110305786132812, 1 / y)
             / (t3 * torch.where(t1, 0.00012347102165222168, 1 / t4) + 1),
-        )
-        return t0 * x * x_dot + t0 * y * y_dot, theta_dot
+        ) + y_dot * (x / (t3 + t4))
+        return x_dot * (x / t0) + y_dot * (y / t0), theta_dot
 
 
 _apply_polar = routed(Polar, "polar_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)")

@@ -42,27 +42,27 @@ class ScaledTanh(torch.autograd.Function):
         if out_bar is not None and saved_tanh_bar is None:
             if plain(saved_tanh, out_bar):
                 t0 = saved_tanh**2
-                t0.neg_().add_(1).mul_(out_bar).mul_(1 / math.sqrt(log_scale**2 + 1)).mul_(
+                t0.neg_().add_(1).mul_(1 / math.sqrt(log_scale**2 + 1)).mul_(
                     math.exp(log_scale)
-                )
+                ).mul_(out_bar)
                 return t0, None
-            x_bar = (
-                out_bar * (1 - saved_tanh**2) * math.exp(log_scale) / math.sqrt(log_scale**2 + 1)
+            x_bar = out_bar * (
+                (1 - saved_tanh**2) * math.exp(log_scale) / math.sqrt(log_scale**2 + 1)
             )
             return x_bar, None
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar, saved_tanh_bar = zero_if_absent(out_bar, saved_tanh_bar)
         t0 = (1 - saved_tanh**2) * math.exp(log_scale)
         return shaped_like(
-            out_bar * t0 / math.sqrt(log_scale**2 + 1) + saved_tanh_bar * t0, x
+            out_bar * (t0 / math.sqrt(log_scale**2 + 1)) + saved_tanh_bar * t0, x
         ), None
 
     @staticmethod
     def jvp(ctx, x_dot, log_scale_dot):
         _, saved_tanh = ctx.saved_tensors
         log_scale = ctx.log_scale
-        t0 = x_dot * (1 - saved_tanh**2) * math.exp(log_scale)
-        return t0 / math.sqrt(log_scale**2 + 1), t0
+        t0 = (1 - saved_tanh**2) * math.exp(log_scale)
+        return x_dot * (t0 / math.sqrt(log_scale**2 + 1)), t0 * x_dot
 
 
 _apply_scaled_tanh = routed(

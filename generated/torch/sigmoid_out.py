@@ -31,12 +31,12 @@ class SigmoidOut(torch.autograd.Function):
             t0 = -out
             t0.add_(1).mul_(out).mul_(out_bar)
             return t0
-        return out * out_bar * (1 - out)
+        return out_bar * (out * (1 - out))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (out,) = ctx.saved_tensors
-        return out * x_dot * (1 - out)
+        return x_dot * (out * (1 - out))
 
 
 _apply_sigmoid_out = routed(SigmoidOut, "sigmoid_out_rule", "(Tensor x) -> Tensor")

@@ -41,34 +41,38 @@ class SinExpMul(torch.autograd.Function):
                 and ctx.needs_input_grad[0]
                 and ctx.needs_input_grad[1]
             ):
-                t0 = out_bar * saved_exp
-                t1 = 2 * saved_sin * x
-                t1.sub_(torch.cos(x)).mul_(t0).mul_(y).neg_()
-                t3 = saved_sin * t0
-                return t1.sum_to_size(x.shape), t3.sum_to_size(y.shape)
-            t0 = out_bar * saved_exp
+                t0 = 2 * saved_sin * x
+                t0.sub_(torch.cos(x)).mul_(saved_exp).mul_(y).neg_().mul_(out_bar)
+                t2 = saved_exp * saved_sin
+                t2.mul_(out_bar)
+                return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
             return (
-                (-t0 * y * (2 * saved_sin * x - torch.cos(x))).sum_to_size(x.shape)
+                (out_bar * (-saved_exp * y * (2 * saved_sin * x - torch.cos(x)))).sum_to_size(
+                    x.shape
+                )
                 if ctx.needs_input_grad[0]
                 else None
-            ), ((saved_sin * t0).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
+            ), (
+                (out_bar * (saved_exp * saved_sin)).sum_to_size(y.shape)
+                if ctx.needs_input_grad[1]
+                else None
+            )
         # This backward is itself being differentiated: absent cotangents are zero.
         out_bar, saved_exp_bar, saved_sin_bar = zero_if_absent(
             out_bar, saved_exp_bar, saved_sin_bar
         )
         t0 = torch.cos(x)
         t1 = 2 * x
-        t2 = out_bar * saved_exp
         return (
             shaped_like(
-                -saved_exp * saved_exp_bar * t1
-                + saved_sin_bar * t0
-                - t2 * y * (saved_sin * t1 - t0),
+                out_bar * (-saved_exp * y * (saved_sin * t1 - t0))
+                - saved_exp * saved_exp_bar * t1
+                + saved_sin_bar * t0,
                 x,
             )
             if ctx.needs_input_grad[0]
             else None
-        ), (shaped_like(saved_sin * t2, y) if ctx.needs_input_grad[1] else None)
+        ), (shaped_like(out_bar * (saved_exp * saved_sin), y) if ctx.needs_input_grad[1] else None)
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
@@ -77,8 +81,8 @@ class SinExpMul(torch.autograd.Function):
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
         t0 = torch.cos(x)
         t1 = 2 * x
-        t2 = saved_exp * x_dot
-        return saved_exp * saved_sin * y_dot - t2 * y * (saved_sin * t1 - t0), -t1 * t2, t0 * x_dot
+        out_dot = x_dot * (-saved_exp * y * (saved_sin * t1 - t0)) + y_dot * (saved_exp * saved_sin)
+        return out_dot, -saved_exp * t1 * x_dot, t0 * x_dot
 
 
 _apply_sin_exp_mul = routed(

@@ -35,11 +35,11 @@ class SinMul(torch.autograd.Function):
                 and ctx.needs_input_grad[1]
             ):
                 t0 = torch.cos(x)
-                t0.mul_(out_bar).mul_(y)
+                t0.mul_(y).mul_(out_bar)
                 t1 = out_bar * saved_sin
                 return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
             return (
-                (out_bar * y * torch.cos(x)).sum_to_size(x.shape)
+                (out_bar * (y * torch.cos(x))).sum_to_size(x.shape)
                 if ctx.needs_input_grad[0]
                 else None
             ), ((out_bar * saved_sin).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
@@ -47,7 +47,7 @@ class SinMul(torch.autograd.Function):
         out_bar, saved_sin_bar = zero_if_absent(out_bar, saved_sin_bar)
         t0 = torch.cos(x)
         return (
-            shaped_like(out_bar * t0 * y + saved_sin_bar * t0, x)
+            shaped_like(out_bar * (t0 * y) + saved_sin_bar * t0, x)
             if ctx.needs_input_grad[0]
             else None
         ), (shaped_like(out_bar * saved_sin, y) if ctx.needs_input_grad[1] else None)
@@ -57,8 +57,8 @@ class SinMul(torch.autograd.Function):
         x, y, saved_sin = ctx.saved_tensors
         x_dot = torch.zeros_like(x) if x_dot is None else x_dot
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
-        t0 = x_dot * torch.cos(x)
-        return saved_sin * y_dot + t0 * y, t0
+        t0 = torch.cos(x)
+        return saved_sin * y_dot + x_dot * (t0 * y), t0 * x_dot
 
 
 _apply_sin_mul = routed(SinMul, "sin_mul_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)")

@@ -26,15 +26,15 @@ class Sincos(torch.autograd.Function):
     def backward(ctx, s_bar, c_bar):
         (x,) = ctx.saved_tensors
         if plain(x, s_bar, c_bar):
-            t0 = torch.cos(x)
-            t0.mul_(s_bar).addcmul_(torch.sin(x), c_bar, value=-1)
+            t0 = torch.sin(x)
+            t0.neg_().mul_(c_bar).addcmul_(torch.cos(x), s_bar)
             return t0
-        return -c_bar * torch.sin(x) + s_bar * torch.cos(x)
+        return c_bar * (-torch.sin(x)) + s_bar * torch.cos(x)
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot * torch.cos(x), -x_dot * torch.sin(x)
+        return x_dot * torch.cos(x), x_dot * (-torch.sin(x))
 
 
 _apply_sincos = routed(Sincos, "sincos_rule", "(Tensor x) -> (Tensor, Tensor)")

@@ -69,11 +69,8 @@ class ToPolar(torch.autograd.Function):
             and saved_abs3_bar is None
         ):
             t0 = y**2
-            t1 = 1 / saved_abs3
-            t2 = 1 / t0
             t3 = x**2
             t4 = saved_abs3 < 11.0
-            t5 = 1 / t3
             t6 = saved_abs2 > 1.8e18
             t7 = saved_abs2 > 270.0
             return (
@@ -82,14 +79,14 @@ class ToPolar(torch.autograd.Function):
                     * torch.where(
                         saved_abs2 > 0.078,
                         saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
-                        saved_piecewise * t1 / torch.sqrt(saved_piecewise**2 * t2 + 1),
+                        saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
                     )
                     + theta_bar
                     * torch.where(
                         t4,
                         -torch.where(t4, y, 5.5) / (t3 + torch.where(t4, t0, 30.25)),
                         -torch.where(t4, 0.0454559326171875, 1 / y)
-                        / (t3 * torch.where(t4, 0.0020661354064941406, t2) + 1),
+                        / (t3 * torch.where(t4, 0.0020661354064941406, 1 / t0) + 1),
                     )
                 ).sum_to_size(x.shape)
                 if ctx.needs_input_grad[0]
@@ -101,16 +98,20 @@ class ToPolar(torch.autograd.Function):
                         t6,
                         y
                         / (
-                            torch.sqrt(t0 * torch.where(t6, t5, 7.715329620973237e-38) + 1)
+                            torch.sqrt(t0 * torch.where(t6, 1 / t3, 7.715329620973237e-38) + 1)
                             * torch.abs(torch.where(t6, x, 3.60006495212929e18))
                         ),
-                        t1 * y / torch.sqrt(t2 * torch.where(t6, 8.099983099314331e35, t3) + 1),
+                        y
+                        / (
+                            saved_abs3
+                            * torch.sqrt(1 + torch.where(t6, 8.099983099314331e35, t3) / t0)
+                        ),
                     )
                     + theta_bar
                     * torch.where(
                         t7,
                         torch.where(t7, 1 / x, 0.001851797103881836)
-                        / (t0 * torch.where(t7, t5, 3.429129719734192e-06) + 1),
+                        / (t0 * torch.where(t7, 1 / t3, 3.429129719734192e-06) + 1),
                         torch.where(t7, 135.0, x) / (t0 + torch.where(t7, 18224.0, t3)),
                     )
                 ).sum_to_size(y.shape)
@@ -137,12 +138,9 @@ class ToPolar(torch.autograd.Function):
         )
         t0 = y**2
         t1 = saved_abs2 > 0.078
-        t2 = 1 / saved_abs3
-        t3 = 1 / t0
         t4 = torch.where(t1, torch.tensor(1, dtype=torch.result_type(x, y), device=x.device), 0)
         t5 = x**2
         t6 = saved_abs3 < 11.0
-        t7 = 1 / t5
         t8 = saved_abs2 > 1.8e18
         t9 = saved_abs2 > 270.0
         return (
@@ -151,7 +149,7 @@ class ToPolar(torch.autograd.Function):
                 * torch.where(
                     t1,
                     saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
-                    saved_piecewise * t2 / torch.sqrt(saved_piecewise**2 * t3 + 1),
+                    saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
                 )
                 + saved_abs2_bar * torch.sign(x)
                 + saved_abs_bar * t4 * torch.sign(saved_piecewise2)
@@ -165,7 +163,7 @@ class ToPolar(torch.autograd.Function):
                     t6,
                     -torch.where(t6, y, 5.5) / (t5 + torch.where(t6, t0, 30.25)),
                     -torch.where(t6, 0.0454559326171875, 1 / y)
-                    / (t5 * torch.where(t6, 0.0020661354064941406, t3) + 1),
+                    / (t5 * torch.where(t6, 0.0020661354064941406, 1 / t0) + 1),
                 ),
                 x,
             )
@@ -178,17 +176,18 @@ class ToPolar(torch.autograd.Function):
                     t8,
                     y
                     / (
-                        torch.sqrt(t0 * torch.where(t8, t7, 7.715329620973237e-38) + 1)
+                        torch.sqrt(t0 * torch.where(t8, 1 / t5, 7.715329620973237e-38) + 1)
                         * torch.abs(torch.where(t8, x, 3.60006495212929e18))
                     ),
-                    t2 * y / torch.sqrt(t3 * torch.where(t8, 8.099983099314331e35, t5) + 1),
+                    y
+                    / (saved_abs3 * torch.sqrt(1 + torch.where(t8, 8.099983099314331e35, t5) / t0)),
                 )
                 + saved_abs3_bar * torch.sign(y)
                 + theta_bar
                 * torch.where(
                     t9,
                     torch.where(t9, 1 / x, 0.001851797103881836)
-                    / (t0 * torch.where(t9, t7, 3.429129719734192e-06) + 1),
+                    / (t0 * torch.where(t9, 1 / t5, 3.429129719734192e-06) + 1),
                     torch.where(t9, 135.0, x) / (t0 + torch.where(t9, 18224.0, t5)),
                 ),
                 y,
@@ -206,10 +205,7 @@ class ToPolar(torch.autograd.Function):
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
         t0 = y**2
         t1 = saved_abs2 > 0.078
-        t2 = 1 / saved_abs3
-        t3 = 1 / t0
         t4 = x**2
-        t5 = 1 / t4
         t6 = saved_abs2 > 1.8e18
         t7 = saved_abs3 < 11.0
         t8 = saved_abs2 > 270.0
@@ -219,25 +215,25 @@ class ToPolar(torch.autograd.Function):
         r_dot = x_dot * torch.where(
             t1,
             saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
-            saved_piecewise * t2 / torch.sqrt(saved_piecewise**2 * t3 + 1),
+            saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
         ) + y_dot * torch.where(
             t6,
             y
             / (
-                torch.sqrt(t0 * torch.where(t6, t5, 7.715329620973237e-38) + 1)
+                torch.sqrt(t0 * torch.where(t6, 1 / t4, 7.715329620973237e-38) + 1)
                 * torch.abs(torch.where(t6, x, 3.60006495212929e18))
             ),
-            t2 * y / torch.sqrt(t3 * torch.where(t6, 8.099983099314331e35, t4) + 1),
+            y / (saved_abs3 * torch.sqrt(1 + torch.where(t6, 8.099983099314331e35, t4) / t0)),
         )
         theta_dot = x_dot * torch.where(
             t7,
             -torch.where(t7, y, 5.5) / (t4 + torch.where(t7, t0, 30.25)),
             -torch.where(t7, 0.0454559326171875, 1 / y)
-            / (t4 * torch.where(t7, 0.0020661354064941406, t3) + 1),
+            / (t4 * torch.where(t7, 0.0020661354064941406, 1 / t0) + 1),
         ) + y_dot * torch.where(
             t8,
             torch.where(t8, 1 / x, 0.001851797103881836)
-            / (t0 * torch.where(t8, t5, 3.429129719734192e-06) + 1),
+            / (t0 * torch.where(t8, 1 / t4, 3.429129719734192e-06) + 1),
             torch.where(t8, 135.0, x) / (t0 + torch.where(t8, 18224.0, t4)),
         )
         saved_piecewise_dot = x_dot * torch.where(

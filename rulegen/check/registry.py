@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rulegen.check import dtypes, numerical, transforms
+from rulegen.check.accuracy import check_accuracy
 from rulegen.check.durability import check_durability
 
 #: What a check may take beside the subject: whether `--compile` was given, the built JAX package.
@@ -43,6 +44,7 @@ REGISTRY: tuple[Check, ...] = (
     Check("dtype", "dt", dtypes.check_dtype),
     Check("scalars", "sc", dtypes.check_scalars),
     Check("points", "pt", numerical.check_points),
+    Check("accuracy", "ac", check_accuracy),
     Check("structures", "st", transforms.check_structures),
     Check("compile", "co", transforms.check_compile, needs=("include_compile",)),
     Check("durability", "du", check_durability, needs=("include_compile", "jax_package")),

@@ -85,10 +85,10 @@ class CheckSession:
         seed: int = 0,
         include_compile: bool = False,
         progress: Callable[[Outcome], None] | None = None,
-        only: Collection[str] | None = None,
+        checks: Sequence[Check] = REGISTRY,
     ) -> list[Outcome]:
-        """Every check (or those named in `only`) on every rule at the points of `seed`, in rule order."""
-        chosen = chosen_checks(only)
+        """Every check of `checks` (see `chosen_checks`) on every rule at the points of `seed`, in rule order."""
+        chosen = tuple(checks)
         if self._pool is None:
             assert self._modules is not None, "run() is for inside `with CheckSession(...)`"
             jax_pkg, torch_pkg = self._modules
@@ -175,9 +175,9 @@ def run_checks(
 
     `jobs` above 1 checks rules in that many worker processes (see `CheckSession`).
     """
-    chosen_checks(only)  # an unknown name is refused before anything is built
+    checks = chosen_checks(only)  # an unknown name is refused before anything is built
     with CheckSession(rules, package, jobs=jobs) as session:
-        return session.run(seed=seed, include_compile=include_compile, progress=progress, only=only)
+        return session.run(seed=seed, include_compile=include_compile, progress=progress, checks=checks)
 
 
 def check_rule(

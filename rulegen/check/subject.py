@@ -165,14 +165,14 @@ class Subject:
         compare(name, got, expected, rtol, atol, self.where)
 
 
-_DERIVED: dict[tuple[str, ...], Any] = {}
+_DERIVED: dict[tuple[object, ...], Any] = {}
 
 
 def derived(rule: Rule, known: tuple[str, ...]) -> Any:
     """The rule's derivation, once per rule and set of known rules."""
     from rulegen.derive import derive_rule
 
-    key = (rule.source, rule.name, rule.source_hash, *known)
+    key = (rule.source, rule.name, rule.source_hash, rule.stabilise, *known)
     if key not in _DERIVED:
         _DERIVED[key] = derive_rule(rule, known)
     return _DERIVED[key]

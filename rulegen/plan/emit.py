@@ -11,6 +11,7 @@ from rulegen import functions as fn
 from rulegen.inplace import InPlaceWriter
 from rulegen.lines import Assign, Block
 from rulegen.plan.model import Result
+from rulegen.saving import shared_subexpressions
 
 # print_torch and its kind: an expression, and `scalars=`, the names of Python numbers in it.
 Printer = Callable[..., tuple[str, frozenset[str]]]
@@ -46,7 +47,7 @@ class Emitter:
     def _scalar_temporaries(self, assigned: Iterable[tuple[sp.Symbol, sp.Expr]]) -> frozenset[str]:
         """The names `assigned` of static inputs and numbers alone: Python numbers, as the static inputs are.
 
-        sp.cse shares `1 / beta` as `t0 = 1 / beta` (and `sqrt(2)` as `t0 =
+        sp.cse shares `beta` of `x / beta` as `t0 = beta` (and `sqrt(2)` as `t0 =
         math.sqrt(2)`); `sqrt(beta - t0)` read as a function of a tensor t0
         would print `torch.sqrt` of a float, which raises.  An `in_float` is
         a tensor even of numbers alone.
@@ -72,7 +73,7 @@ class Emitter:
         computed = [r for r in results if r.expr is not None]
         forms = forms or self.forms
         exprs = [forms(e) for e in (*(e for _, e in lets), *(r.expr for r in computed))]
-        replacements, reduced = sp.cse(exprs, symbols=temp_symbols(self.taken), order="none")
+        replacements, reduced = shared_subexpressions(exprs, temp_symbols(self.taken))
         scalars = self._scalar_temporaries([*replacements, *zip((n for n, _ in lets), reduced, strict=False)])
         code = functools.partial(self.code, scalars=scalars)
         lines = [Assign(str(sym), code(value)) for sym, value in replacements]
@@ -103,7 +104,7 @@ class Emitter:
         """
         computed = [r for r in results if r.expr is not None]
         names = temp_symbols(self.taken)
-        replacements, reduced = sp.cse([self.forms(r.expr) for r in computed], symbols=names, order="none")
+        replacements, reduced = shared_subexpressions([self.forms(r.expr) for r in computed], names)
         code = functools.partial(self.code, scalars=self._scalar_temporaries(replacements))
         writer = InPlaceWriter(code, tensors, names)
         for sym, value in replacements:

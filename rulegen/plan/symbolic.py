@@ -41,12 +41,24 @@ def linear_combination(
     suffix: str,
     transpose: bool = False,
 ) -> sp.Expr:
-    """`sum_v partial(result, v) * v<suffix>`, or its transpose."""
+    """`sum_v partial(result, v) * v<suffix>`, or its transpose, each partial computed whole before the product.
+
+    The partial is what the stabilising search measured, and what autodiff
+    multiplies a tangent by.  Flattened into one product with the tangent,
+    its factors would be multiplied in another order: JAX transposes
+    `t0 * x_dot * y * c` into `((ct * c) * y) * t0`, inf * 0 where the
+    partial's own `(t0 * y) * c` is 0 (exp(-x**2) underflowing beside a large
+    x and y), and `ct / h * y` loses every bit that `ct * (y / h)` keeps
+    where `h` is large enough for `ct / h` to be subnormal.
+    """
     total = sp.S.Zero
     for v in variables:
         key = (v, result) if transpose else (result, v)
         if key in partials:
-            total += partials[key] * d.symbols[f"{v}{suffix}"]
+            partial = partials[key]
+            if isinstance(partial, sp.Mul):
+                partial = sp.UnevaluatedExpr(partial)
+            total += partial * d.symbols[f"{v}{suffix}"]
     return total
 
 

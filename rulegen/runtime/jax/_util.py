@@ -51,10 +51,10 @@ def as_arrays(rule, names, kinds, *values):
     promoted = jnp.result_type(*strong) if len(set(strong)) > 1 else None
 
     def read(name, kind, leaf):
-        if not hasattr(leaf, "dtype"):
-            leaf = jnp.asarray(
-                leaf
-            )  # a Python number stays weakly typed, but 1 / 0.0 must not raise
+        # Every leaf an array: a Python number stays weakly typed, but 1 / 0.0 must not raise, and
+        # under jax.grad of a number the tracer's primal is a Python float, which the JVP rule
+        # would compute with (x**2 raising OverflowError at 1e200): asarray of the tracer is not.
+        leaf = jnp.asarray(leaf)
         dtype = jnp.result_type(leaf)
         if kind == "c":
             complex_ = jnp.issubdtype(dtype, jnp.complexfloating)
