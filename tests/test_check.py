@@ -135,6 +135,7 @@ def test_the_complex_rules_pass_the_checks_of_values_and_derivatives(seed_0_outc
 
 # Seed 0 in the fast lane (above); another, and the function table's 60 rules, in the slow one.
 # Twenty seeds are run outside CI to count false alarms: `python -m benchmarks.false_alarms --seeds 20`.
+@pytest.mark.costly
 @pytest.mark.slow
 def test_bundled_rules_pass_at_another_seed(bundled):
     outcomes = _bundled_outcomes(bundled, 1)
@@ -150,6 +151,7 @@ def test_every_shared_example_passes():
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.costly
 @pytest.mark.slow
 def test_function_rules_pass_every_check(bundled):
     outcomes = run_checks(read_rules([RULES / "functions.yaml"]), bundled, seed=3)

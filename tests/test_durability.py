@@ -24,6 +24,7 @@ from tests.conftest import RULES
 ROUTES = ["gelu", "clip_gradient", "softmax", "point_vjp", "c_mobius", "scipy_erfcx"]
 
 
+@pytest.mark.costly
 @pytest.mark.slow
 def test_a_rule_of_each_route_survives_compile_export_and_shard_map():
     rules = [r for r in read_rules(sorted(RULES.glob("*.yaml"))) if r.name in ROUTES]

@@ -233,6 +233,7 @@ def test_the_wheel_holds_every_module_template_and_helper_of_the_checkout(wheel)
     assert source - shipped == set()
 
 
+@pytest.mark.costly
 @pytest.mark.slow
 def test_rulegen_installed_from_a_wheel_builds_shows_and_tests_rules(tmp_path, wheel):
     python = _venv(tmp_path / "venv")
