@@ -300,6 +300,10 @@ def test_the_accuracy_verdict_fails_a_worse_mean_or_one_point_where_autodiff_is_
     # 7 bits off there is chance where the partial cancels: another order of the same operations.
     assert worse_than_autodiff(np.array([0.0, 7.0, 0.0]), np.array([30.0, 0.0, 30.0])) is None
     assert worse_than_autodiff(np.array([]), np.array([])) is None
+    # Points left out (subnormals) count neither at a point nor in the mean; a point keeps its index.
+    assert worse_than_autodiff(np.array([9.0, 0.0]), np.array([0.0, 0.0]), np.array([False, True])) is None
+    kept = worse_than_autodiff(np.array([0.0, 9.0]), np.array([0.0, 0.0]), np.array([False, True]))
+    assert kept is not None and kept.point == 1
 
 
 # ---------------------------------------------------------------- what the accuracy check found in generated code

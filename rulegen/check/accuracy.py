@@ -415,22 +415,29 @@ class Worse:
     autodiff_bits: float
 
 
-def worse_than_autodiff(generated: np.ndarray, autodiff: np.ndarray) -> Worse | None:
+def worse_than_autodiff(
+    generated: np.ndarray, autodiff: np.ndarray, compared: np.ndarray | None = None
+) -> Worse | None:
     """Whether generated bits of error (per point) are more than WORSE_BY_BITS above autodiff's; None where not.
 
     Worse on the mean over the points, or at any point where autodiff is
     within AUTODIFF_RIGHT_BITS of correctly rounded and the generated result
     is not within POINT_BITS (there a user loses what autodiff gave them).
+    Only the points `compared` (all where None) count; a point is an index
+    into the full arrays.
     """
     generated, autodiff = np.asarray(generated, dtype=np.float64), np.asarray(autodiff, dtype=np.float64)
-    if not generated.size:
+    compared = np.ones(generated.shape, bool) if compared is None else np.asarray(compared, bool)
+    if not compared.any():
         return None
     right = (autodiff <= AUTODIFF_RIGHT_BITS) & (generated > np.maximum(autodiff + WORSE_BY_BITS, POINT_BITS))
+    right &= compared
     if right.any():
         k = int(np.argmax(right))
         return Worse(k, float(generated[k]), float(autodiff[k]))
-    if generated.mean() > autodiff.mean() + WORSE_BY_BITS:
-        return Worse(None, float(generated.mean()), float(autodiff.mean()))
+    mean, autodiff_mean = generated[compared].mean(), autodiff[compared].mean()
+    if mean > autodiff_mean + WORSE_BY_BITS:
+        return Worse(None, float(mean), float(autodiff_mean))
     return None
 
 
@@ -461,18 +468,15 @@ def check_accuracy(s: Subject) -> str:
         autodiff = measured.find(generated.quantity, generated.dtype, generated.backend, "autodiff")
         # Not compared where subnormals are in play: XLA's fused float32 kernels flush them (a generated
         # `sign(x)` is 0 at x = 3.3e-39, a value 7e-39 becomes 0) where the eager autodiff's ops do not.
-        subnormal = generated.subnormal if generated.subnormal is not None else np.zeros(generated.bits.shape, bool)
-        kept = np.flatnonzero(~subnormal)
-        worse = worse_than_autodiff(generated.bits[kept], autodiff.bits[kept])
-        if worse is not None and worse.point is not None:
-            worse = Worse(int(kept[worse.point]), worse.generated_bits, worse.autodiff_bits)
+        compared = None if generated.subnormal is None else ~generated.subnormal
+        worse = worse_than_autodiff(generated.bits, autodiff.bits, compared)
         if worse is not None:
             failures.append(_worse_message(measured, generated, worse))
     if failures:
         more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
         raise CheckFailed("; ".join(failures[:3]) + more)
     means = {
-        dtype: (measured.mean_bits(partials=True, dtype=dtype, backend="torch", source=source) for source in SOURCES)
+        dtype: [measured.mean_bits(partials=True, dtype=dtype, backend="torch", source=source) for source in SOURCES]
         for dtype in DTYPES
     }
     said = ", ".join(f"{dtype} {g:.1f} vs {a:.1f}" for dtype, (g, a) in means.items() if not math.isnan(g))
