@@ -39,9 +39,10 @@ unary = st.sampled_from(
         lambda e: -e,
         lambda e: 1 / (1 + e**2),
         fn.silu_derivative,  # alone, the composite
-        # torch.where(e > 0, 1, 0) is an integer tensor: never a buffer to update.
-        lambda e: sp.Piecewise((1, e > 0), (0, True)),
-        lambda e: sp.Piecewise((e, e > 0), (0, True)),
+        # torch.where(e > 0, 1, 0) is an integer tensor: never a buffer to update.  Of an expression in
+        # numbers alone (softplus(2)) sympy cannot build the Piecewise (it raised KeyError drawing examples).
+        lambda e: sp.Piecewise((1, e > 0), (0, True)) if e.free_symbols else e,
+        lambda e: sp.Piecewise((e, e > 0), (0, True)) if e.free_symbols else e,
     ]
 )
 # beta only scales: torch functions take tensors, not the Python float a static input is.
