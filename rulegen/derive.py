@@ -13,6 +13,7 @@ backward that reads a residual is differentiated through it at second order.
 from __future__ import annotations
 
 import dataclasses
+import math
 import signal
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -312,15 +313,7 @@ class _Deriver:
 
     def diff(self, expr: sp.Expr, name: str, loc: Loc) -> sp.Expr:
         with self.guard(loc):
-            # floor and ceiling are steps: sympy leaves their derivative
-            # unevaluated; the frameworks' own autodiff gives 0, as here.
-            result = sp.diff(expr, self.symbols[name]).replace(_is_step_derivative, lambda _: sp.S.Zero)
-            # DiracDelta of a kink (sign, Abs's second derivative) is 0 to the frameworks' autodiff too.
-            result = result.replace(lambda e: isinstance(e, VANISHING), lambda _: sp.S.Zero)
-            result = result.replace(lambda e: isinstance(e, sp.Subs) and not e.expr.has(sp.Derivative), sp.Subs.doit)
-            if any(not p.exp.is_number for p in result.atoms(sp.Pow)):
-                # d/dx x**n is n*x**n/x to sympy, nan at x = 0; n*x**(n - 1) is not.
-                result = sp.powsimp(result, combine="exp")
+            result = differentiate(expr, self.symbols[name])
         if result.has(sp.Derivative, sp.Subs):
             self.fail(loc, f"sympy cannot differentiate {expr} with respect to {name}; give `derivatives`")
             return sp.S.Zero
@@ -329,6 +322,20 @@ class _Deriver:
     def guard(self, loc: Loc) -> AbstractContextManager[None]:
         """Name the expression at `loc` when sympy gives up on it."""
         return _refusing(loc, DERIVE_SECONDS)
+
+
+def differentiate(expr: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
+    """d expr / d symbol as the frameworks' autodiff has it: steps and kinks differentiate to 0 almost everywhere."""
+    # floor and ceiling are steps: sympy leaves their derivative
+    # unevaluated; the frameworks' own autodiff gives 0, as here.
+    result = sp.diff(expr, symbol).replace(_is_step_derivative, lambda _: sp.S.Zero)
+    # DiracDelta of a kink (sign, Abs's second derivative) is 0 to the frameworks' autodiff too.
+    result = result.replace(lambda e: isinstance(e, VANISHING), lambda _: sp.S.Zero)
+    result = result.replace(lambda e: isinstance(e, sp.Subs) and not e.expr.has(sp.Derivative), sp.Subs.doit)
+    if any(not p.exp.is_number for p in result.atoms(sp.Pow)):
+        # d/dx x**n is n*x**n/x to sympy, nan at x = 0; n*x**(n - 1) is not.
+        result = sp.powsimp(result, combine="exp")
+    return result
 
 
 def _is_step_derivative(expr: sp.Basic) -> bool:
@@ -361,7 +368,7 @@ def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation | Sni
         if has_snippets(rule):
             return derive_snippet_rule(rule, known_rules)
         derivation = _Deriver(rule, frozenset(known_rules) | {rule.name}).derive()
-        return stabilised(derivation) if rule.stabilise else derivation
+        return simplest_where_unmeasured(stabilised(derivation) if rule.stabilise else derivation)
 
 
 def _sampling(d: Derivation) -> Sampling | None:
@@ -386,13 +393,46 @@ def _sampling(d: Derivation) -> Sampling | None:
         return None
 
 
+def simplest_where_unmeasured(d: Derivation) -> Derivation:
+    """`d` with each partial the stabilising search did not measure factored where that has fewer operations.
+
+    A measured partial keeps the form the search chose (a sum of quotients
+    factored over one denominator can overflow where the sum does not); one
+    it screened as accurate, could not sample (a complex rule) or was told
+    not to search (`stabilise: false`) is printed in its simplest form:
+    (2a - i)/(z + 2)**2, not a/(z + 2) - (a z + i)/(z + 2)**2.
+    """
+    measured = {c.quantity for c in d.choices if not math.isnan(c.bits_before[0])}
+
+    def partials(of: Partials) -> Partials:
+        return MappingProxyType({(o, i): e if f"d{o}/d{i}" in measured else _simplest(e) for (o, i), e in of.items()})
+
+    jvp_partials = partials(d.jvp_partials)
+    vjp_partials = jvp_partials if d.vjp_partials == d.jvp_partials else partials(d.vjp_partials)
+    return dataclasses.replace(
+        d, jvp_partials=jvp_partials, vjp_partials=vjp_partials, residual_partials=partials(d.residual_partials)
+    )
+
+
+def _simplest(expr: sp.Expr) -> sp.Expr:
+    try:
+        factored = sp.factor(expr)
+    except Exception:  # sympy cannot factor every expression; the derived one stands
+        return expr
+    return factored if sp.count_ops(factored) < sp.count_ops(expr) else expr
+
+
 def stabilised(d: Derivation) -> Derivation:
     """`d` with every expression the backends compute in the form the stabilising search measured best.
 
-    The forward, each partial of either mode, each residual and its partials;
-    an expression in other symbols (outputs, statics, integer arrays) stays.
+    The forward first, with the form the rule wrote among its candidates
+    (the canonical forms are candidates, chosen by measured error like any
+    other); then each partial, with the derivative of each good form of the
+    forward among its candidates (a derivative of a form that does not
+    cancel rarely cancels itself); then each residual and its partials.  An
+    expression in other symbols (outputs, statics, integer arrays) stays.
     At most SEARCHES_PER_RULE distinct expressions are searched, in the
-    order below; later ones stay as derived (a count, not a clock, so that
+    order above; later ones stay as derived (a count, not a clock, so that
     the machine's load cannot change the output).
     """
     sampling = _sampling(d)
@@ -401,35 +441,58 @@ def stabilised(d: Derivation) -> Derivation:
     choices: dict[str, Choice] = {}
     searched: set[sp.Expr] = set()
 
-    def chosen(label: str, expr: sp.Expr) -> sp.Expr:
+    def chosen(label: str, expr: sp.Expr, alternatives: tuple[tuple[str, sp.Expr], ...] = ()) -> Choice | None:
         if not searchable(expr, sampling):
-            return expr
+            return None
         if expr not in searched:
             if len(searched) >= SEARCHES_PER_RULE:
-                return expr
+                return None
             searched.add(expr)
-        choice = stabilise(expr, sampling, quantity=label)
+        choice = stabilise(expr, sampling, quantity=label, alternatives=alternatives)
         choices.setdefault(label, choice)
-        return choice.chosen
+        return choice
 
-    def partials(of: Partials) -> Partials:
-        return MappingProxyType({(o, i): chosen(f"d{o}/d{i}", e) for (o, i), e in of.items()})
-
-    # Derivatives first: they are what this search adds to the canonical forms the forward already has.
-    jvp_partials = partials(d.jvp_partials)
-    vjp_partials = jvp_partials if d.vjp_partials == d.jvp_partials else partials(d.vjp_partials)
-    residual_partials = partials(d.residual_partials)
-    booleans = {o.name for o in d.rule.outputs if not o.differentiable}
-    forward = tuple((n, e if n in booleans else chosen(n, e)) for n, e in d.forward)
-    residuals = tuple((n, chosen(f"residual {n}", e)) for n, e in d.residuals)
-    computed = dict(forward)
     written = {name: w for name, w, _ in d.rewritten} | {
         name: e for name, e in d.forward if name not in {n for n, _, _ in d.rewritten}
     }
+    booleans = {o.name for o in d.rule.outputs if not o.differentiable}
+    forms: dict[str, tuple[sp.Expr, ...]] = {}
+    forward = []
+    for n, e in d.forward:
+        choice = None if n in booleans else chosen(n, e, (("as written", written[n]),) if written[n] != e else ())
+        forward.append((n, e if choice is None else choice.chosen))
+        # The forms whose derivatives the partials try: the good forms measured (the branches of a form with
+        # regimes among them: its partial's search joins their derivatives by regimes of its own), the written one.
+        found = () if choice is None else choice.good_forms
+        forms[n] = tuple(dict.fromkeys((*found, e, written[n])))
+    derived = dict(d.forward)
+
+    def partials(of: Partials) -> Partials:
+        table = {}
+        for (o, i), e in of.items():
+            symbol = d.symbols[i]
+            alternatives: tuple[tuple[str, sp.Expr], ...] = ()
+            if o in derived and e == differentiate(derived[o], symbol):
+                # Only a derived partial: one the rule gives is its own reference, whatever the forward says.
+                alternatives = tuple(
+                    ("derivative of a forward form", differentiate(f, symbol)) for f in forms[o] if f != derived[o]
+                )
+            choice = chosen(f"d{o}/d{i}", e, alternatives)
+            table[(o, i)] = e if choice is None else choice.chosen
+        return MappingProxyType(table)
+
+    jvp_partials = partials(d.jvp_partials)
+    vjp_partials = jvp_partials if d.vjp_partials == d.jvp_partials else partials(d.vjp_partials)
+    residual_partials = partials(d.residual_partials)
+    residuals = []
+    for n, e in d.residuals:
+        choice = chosen(f"residual {n}", e)
+        residuals.append((n, e if choice is None else choice.chosen))
+    computed = dict(forward)
     return dataclasses.replace(
         d,
-        forward=forward,
-        residuals=residuals,
+        forward=tuple(forward),
+        residuals=tuple(residuals),
         jvp_partials=jvp_partials,
         vjp_partials=vjp_partials,
         residual_partials=residual_partials,

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import sympy as sp
-from sympy.codegen.cfunctions import log1p
-from sympy.codegen.rewriting import ReplaceOptim, expm1_opt, log1p_opt, optimize
+from sympy.codegen.cfunctions import expm1, log1p
+from sympy.codegen.rewriting import ReplaceOptim, optimize
 
 from rulegen.functions import (
     BY_NAME,
@@ -162,6 +162,43 @@ class CanonicalForm:
         return "complex" if all(BY_NAME[name].holomorphic for name in self.writes) else "real"
 
 
+def _one_plus(total: sp.Expr) -> sp.Expr | None:
+    """u where `total` is the sum 1 + u, else None."""
+    if not total.is_Add:
+        return None
+    constant, rest = total.as_coeff_Add()
+    return rest if constant == 1 and rest.free_symbols else None
+
+
+def _log1p_of(e: sp.Expr) -> sp.Expr:
+    u = _one_plus(e.args[0])
+    return sp.log(e.args[0]) if u is None else log1p(u)
+
+
+def _exp_minus_constant(total: sp.Expr) -> tuple[tuple[tuple[sp.Expr, sp.Expr], ...], sp.Expr] | None:
+    """((c, u) per term, the rest) where `total` is the sum of c*(exp(u) - 1) + the rest, c numbers: either one
+    term's c is minus the sum's constant, or all the exponentials' c together are; else None."""
+    constant, rest = total.as_coeff_Add()
+    if constant == 0:
+        return None
+    terms = [(term, *term.as_coeff_Mul()) for term in sp.Add.make_args(rest)]
+    exponentials = [(term, c, f) for term, c, f in terms if isinstance(f, sp.exp)]
+    for term, c, f in exponentials:
+        if c == -constant:
+            return ((c, f.args[0]),), rest - term
+    if exponentials and sum(c for _, c, _ in exponentials) == -constant:
+        return tuple((c, f.args[0]) for _, c, f in exponentials), rest - sp.Add(*(t for t, _, _ in exponentials))
+    return None
+
+
+def _expm1_of(total: sp.Expr) -> sp.Expr:
+    found = _exp_minus_constant(total)
+    if found is None:
+        return total
+    terms, rest = found
+    return sp.Add(*(c * expm1(u) for c, u in terms), rest)
+
+
 # Forms both torch and JAX compute in one fused, more accurate operation.
 # Rules are brought to them before anything is differentiated, so a derived
 # derivative is as stable as the frameworks' own: log(1 + exp(x)) would
@@ -175,8 +212,18 @@ CANONICAL_FORMS = (
         ),
         writes=("softplus",),
     ),
-    CanonicalForm(log1p_opt, writes=("log1p",)),  # log(1 + u) -> log1p(u)
-    CanonicalForm(expm1_opt, writes=("expm1",)),  # exp(u) - 1 -> expm1(u)
+    # log(1 + u) -> log1p(u) and c*exp(u) - c -> c*expm1(u), where the sum is written so and nowhere else: sympy's
+    # log1p_opt and expm1_opt factor the whole expression first (log(1 - exp(-x)) became -x + log(expm1(x)), inf at
+    # x = 800; a stabilised sum of quotients was brought back over one overflowing denominator).  Other forms of the
+    # sum are the stabilising search's, chosen by measured error (rulegen.stabilise).
+    CanonicalForm(
+        ReplaceOptim(lambda e: isinstance(e, sp.log) and _one_plus(e.args[0]) is not None, _log1p_of),
+        writes=("log1p",),
+    ),
+    CanonicalForm(
+        ReplaceOptim(lambda e: e.is_Add and _exp_minus_constant(e) is not None, _expm1_of),
+        writes=("expm1",),
+    ),
     CanonicalForm(  # log1p(exp(u)) -> softplus(u)
         ReplaceOptim(
             lambda e: isinstance(e, log1p) and isinstance(e.args[0], sp.exp),

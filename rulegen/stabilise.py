@@ -40,7 +40,9 @@ it fails the build at the rule, it does not keep another form.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,13 +63,15 @@ SCREEN_POINTS = 256
 GOOD_BITS = 0.5
 #: A candidate replaces the derived form only when it saves at least this many bits (float64 + float32 means).
 MARGIN_BITS = 0.5
+#: Mean bits (per dtype) within which two forms measure alike.
+TIE_BITS = 0.125
 #: Work limits, in place of time limits, so that what is chosen cannot depend on the machine's load.  Operations
 #: (`sp.count_ops`) and variables above which an expression is not searched; operations above which the costlier
 #: families (factoring, series) are skipped, and variables above which series are (sympy's series in one variable
 #: of an expression in two costs ten times that in one); candidates measured per expression; expressions searched
 #: per rule.
 SEARCH_OPS = 60
-SEARCH_SYMBOLS = 2
+SEARCH_SYMBOLS = 3
 FACTOR_OPS = 40
 SERIES_OPS = 30
 SERIES_SYMBOLS = 1
@@ -95,6 +99,10 @@ class Choice:
     #: Mean bits of error, (float64, float32), of the form as derived and of the chosen one.
     bits_before: tuple[float, float]
     bits_after: tuple[float, float]
+    #: The measured forms without regimes within RUNNER_UP_BITS of the chosen one, best first (the chosen one, or
+    #: the branches it joins, among them): a derivative of each is a candidate for the derivative of this expression
+    #: (rulegen.derive), whose own form may cancel where theirs do not.
+    good_forms: tuple[sp.Expr, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -284,6 +292,8 @@ class _Measured:
     expr: sp.Expr
     family: str
     bits: tuple[np.ndarray, ...]
+    #: A form joined by regimes: the measured forms it joins (unfed).
+    branches: tuple[_Measured, ...] = ()
 
     @property
     def means(self) -> tuple[float, ...]:
@@ -339,12 +349,21 @@ _DIFFERENCES: Mapping[type, Callable[[sp.Expr, sp.Expr], sp.Expr]] = {
 }
 
 
+def _power_difference(a: sp.Expr, b: sp.Expr, exponent: sp.Expr) -> sp.Expr:
+    """a**p - b**p for any exponent p that is no integer: b**p * expm1(p * log1p((a - b)/b)), nothing cancelling."""
+    return b**exponent * expm1(exponent * log1p(_tidy((a - b) / b)))
+
+
 def _difference(f: sp.Expr, g: sp.Expr) -> sp.Expr | None:
     """f - g rewritten without the cancellation of two like functions, or None where no identity applies."""
     if f.is_Pow and g.is_Pow:
-        if f.exp != g.exp or not f.exp.is_Rational or f.exp.is_Integer:
+        if f.exp != g.exp or f.exp.is_Integer:
             return None
-        return _root_difference(f.base, g.base, f.exp)
+        if f.exp.is_Rational:
+            rationalised = _root_difference(f.base, g.base, f.exp)
+            if rationalised is not None:
+                return rationalised
+        return _power_difference(f.base, g.base, f.exp)
     identity = _DIFFERENCES.get(f.func)
     if identity is None or f.func != g.func or len(f.args) != 1:
         return None
@@ -359,8 +378,12 @@ def _minus_constant(f: sp.Expr, c: sp.Expr) -> sp.Expr | None:
         return expm1(f.args[0])
     if isinstance(f, sp.log) and c == 0:
         return None
-    if f.is_Pow and f.exp.is_Rational and not f.exp.is_Integer and c == 1:
-        return _root_difference(f.base, sp.S.One, f.exp)
+    if f.is_Pow and not f.exp.is_Integer and c == 1:
+        if f.exp.is_Rational:
+            rationalised = _root_difference(f.base, sp.S.One, f.exp)
+            if rationalised is not None:
+                return rationalised
+        return expm1(f.exp * log1p(_tidy(f.base - 1)))
     return None
 
 
@@ -369,7 +392,7 @@ def _split_term(term: sp.Expr) -> list[tuple[sp.Expr, sp.Expr]]:
     factors = sp.Mul.make_args(term)
     found = []
     for k, f in enumerate(factors):
-        if isinstance(f, sp.Function) or (f.is_Pow and f.exp.is_Rational and not f.exp.is_Integer):
+        if isinstance(f, sp.Function) or (f.is_Pow and not f.exp.is_Integer and f.base.free_symbols):
             found.append((sp.Mul(*(factors[:k] + factors[k + 1 :])), f))
     return found
 
@@ -403,8 +426,12 @@ def _identities(expr: sp.Expr) -> sp.Expr:
     return expr
 
 
-def _scaled(expr: sp.Expr, v: sp.Symbol) -> sp.Expr:
-    """Each polynomial in `v` (of degree 1 or more, not a monomial) as v**degree * (the polynomial / v**degree)."""
+def _scaled(expr: sp.Expr, v: sp.Symbol, *, factored: bool = True) -> sp.Expr:
+    """Each polynomial in `v` (of degree 1 or more, not a monomial) as v**degree * (the polynomial / v**degree).
+
+    `factored`: of `expr` factored first (a sum of quotients over one
+    denominator); else of the polynomials as they stand in it.
+    """
 
     def scale(e: sp.Expr) -> sp.Expr:
         try:
@@ -416,7 +443,7 @@ def _scaled(expr: sp.Expr, v: sp.Symbol) -> sp.Expr:
             return e
         return v**degree * sp.expand(e / v**degree)
 
-    return sp.factor(expr).replace(lambda e: e.is_Add and e.has(v), scale)
+    return (sp.factor(expr) if factored else expr).replace(lambda e: e.is_Add and e.has(v), scale)
 
 
 def _series(expr: sp.Expr, v: sp.Symbol, point: sp.Expr) -> sp.Expr | None:
@@ -427,6 +454,115 @@ def _series(expr: sp.Expr, v: sp.Symbol, point: sp.Expr) -> sp.Expr | None:
     return sp.expand(result)
 
 
+def _plain(expr: sp.Expr) -> sp.Expr:
+    """`expr` with log1p and expm1 written out, so that a difference of logs (or exponentials) shows as one."""
+    return expr.replace(lambda e: isinstance(e, log1p), lambda e: sp.log(1 + e.args[0])).replace(
+        lambda e: isinstance(e, expm1), lambda e: sp.exp(e.args[0]) - 1
+    )
+
+
+def _angles_added(expr: sp.Expr) -> sp.Expr:
+    """Each sine, cosine and tangent of a sum in several variables as the angle-addition formula's products.
+
+    cos(x + e) computes x + e rounded, which for |x| far above |e| loses e
+    and every bit of the result: cos(x)cos(e) - sin(x)sin(e) reduces each
+    argument exactly.
+    """
+
+    def several(e: sp.Expr) -> bool:
+        return (
+            isinstance(e, (sp.sin, sp.cos, sp.tan))
+            and e.args[0].is_Add
+            and len({frozenset(t.free_symbols) for t in e.args[0].args if t.free_symbols}) > 1
+        )
+
+    return expr.replace(several, lambda e: sp.expand_trig(e))
+
+
+def _conjugate(total: sp.Expr) -> sp.Expr:
+    """A sum with a square root, c*sqrt(A) + R, as (c**2 A - R**2) / (c*sqrt(A) - R): the difference cancels in closed
+    form (-b + sqrt(b**2 - 4ac) is -4ac / (b + sqrt(b**2 - 4ac)))."""
+    for term in total.args:
+        roots = [f for f in sp.Mul.make_args(term) if _has_root(f)]
+        if len(roots) != 1:
+            continue
+        c = term / roots[0]
+        rest = total - term
+        numerator = _tidy(c**2 * roots[0].base - rest**2)
+        return numerator / (term - rest)
+    return total
+
+
+def _has_root(term: sp.Expr) -> bool:
+    return any(f.is_Pow and f.exp == sp.S.Half and f.base.free_symbols for f in sp.Mul.make_args(term))
+
+
+def _conjugated(expr: sp.Expr) -> sp.Expr:
+    return expr.replace(lambda e: e.is_Add and any(_has_root(t) for t in e.args), _conjugate)
+
+
+def _exp_scaled(expr: sp.Expr) -> Iterator[sp.Expr]:
+    """A quotient with exponentials, its numerator and denominator divided by each exp(u) in it: exp(x)/(exp(x) - 1)
+    is 1/(1 - exp(-x)), which does not overflow to inf/inf."""
+    numerator, denominator = sp.fraction(sp.together(_plain(expr)))
+    if denominator == 1:
+        return
+    for e in sorted(expr.atoms(sp.exp), key=sp.default_sort_key)[:2]:
+        scale = sp.exp(-e.args[0])
+        top = sp.powsimp(sp.expand(numerator * scale))
+        bottom = sp.powsimp(sp.expand(denominator * scale))
+        yield canonical(top / bottom)
+
+
+def _bases(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
+    """(family, form) for each algebraic form of `expr`, which the identities then start from as well."""
+    plain = _attempt(functools.partial(_plain, expr))
+    algebraic: dict[str, Callable[[], sp.Expr | None]] = {
+        "cancel": lambda: sp.cancel(expr),
+        "together": lambda: sp.together(expr),
+        "factor": lambda: sp.factor(expr),
+        "expand": lambda: sp.expand(expr),
+        # log1p and expm1 written out: (exp(2x) - 1)/(exp(x) - 1) cancels to exp(x) + 1, the expm1 forms do not.
+        "cancel written out": lambda: _inside(sp.cancel, plain) if plain is not None and plain != expr else None,
+        "angle addition": lambda: _angles_added(expr),
+    }
+    if ops > FACTOR_OPS:
+        algebraic.pop("factor")
+        algebraic.pop("expand")
+    if plain is not None and plain != expr:
+        yield "written out", plain
+    for family, make in algebraic.items():
+        found = _attempt(make)
+        if found is not None:
+            yield family, found
+            if family == "cancel written out":
+                yield family, canonical(found)
+
+
+def _inside(rewrite: Callable[[sp.Expr], sp.Expr], expr: sp.Expr) -> sp.Expr:
+    """`rewrite` of `expr` and of every function's argument and root's base in it."""
+    expr = expr.replace(
+        lambda e: (isinstance(e, sp.Function) and len(e.args) == 1) or (e.is_Pow and not e.exp.is_Integer),
+        lambda e: e.func(rewrite(e.args[0]), *e.args[1:]),
+    )
+    return rewrite(expr)
+
+
+def _identity_forms(base: sp.Expr) -> Iterator[sp.Expr]:
+    joined = _attempt(functools.partial(_identities, base))
+    if joined is None:
+        return
+    yield joined
+    yield canonical(joined)
+    added = _attempt(functools.partial(_angles_added, joined))
+    if added is not None:
+        yield added
+    if not joined.has(sp.Function) and sp.count_ops(joined) <= FACTOR_OPS:
+        tidied = _attempt(functools.partial(_factored, joined))
+        if tidied is not None:
+            yield tidied
+
+
 def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple[str, sp.Expr]]:
     """(family, candidate) for every rewrite of `expr` the families make, in order of cost.
 
@@ -434,28 +570,23 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
     cost grows fastest with the expression.
     """
     ops = sp.count_ops(expr)
-    algebraic = {
-        "cancel": lambda: sp.cancel(expr),
-        "together": lambda: sp.together(expr),
-        "factor": lambda: sp.factor(expr),
-    }
-    if ops > FACTOR_OPS:
-        algebraic.pop("factor")
     bases = [expr]
-    for family, make in algebraic.items():
-        found = _attempt(make)
-        if found is not None:
-            bases.append(found)
-            yield family, found
+    for family, base in _bases(expr, ops):
+        bases.append(base)
+        yield family, base
     for base in bases:
-        joined = _attempt(functools.partial(_identities, base))
-        if joined is not None:
+        for joined in _identity_forms(base):
             yield "identities", joined
-            yield "identities", canonical(joined)
-            if not joined.has(sp.Function) and sp.count_ops(joined) <= FACTOR_OPS:
-                tidied = _attempt(functools.partial(_factored, joined))
-                if tidied is not None:
-                    yield "identities", tidied
+    conjugated = _attempt(functools.partial(_conjugated, expr))
+    if conjugated is not None and conjugated != expr:
+        yield "conjugate", conjugated
+        for v in variables:
+            # The sum under the root may overflow where the difference no longer cancels: b**2 - 4ac at |b| > 1e154.
+            scaled = _attempt(functools.partial(_scaled, conjugated, v, factored=False))
+            if scaled is not None:
+                yield "conjugate, scaled", scaled
+    for scaled_exp in _attempt(lambda: sp.Tuple(*_exp_scaled(expr))) or ():
+        yield "exponential scaling", scaled_exp
     if ops <= FACTOR_OPS:
         for v in variables:
             scaled = _attempt(functools.partial(_scaled, expr, v))
@@ -483,20 +614,32 @@ _THRESHOLDS = (1e-36, 1e36)
 
 @dataclass(frozen=True)
 class _Split:
-    """Take `inner` where |v| is below (or above) `threshold`, else `outer`."""
+    """Take `inner` where |v| is below (or above) `threshold`, else `outer`; with `signed`, where v itself is below
+    (or above) 0: a difference like -b + sqrt(b**2 - 4ac) cancels for one sign of b only."""
 
     v: sp.Symbol
     index: int
     below: bool
     threshold: float
+    signed: bool = False
+
+    def taken(self, v: Any) -> Any:
+        """Where `inner` is taken, of a numpy array or a sympy symbol."""
+        if self.signed:
+            return v < 0 if self.below else v > 0
+        magnitude = np.abs(v) if isinstance(v, np.ndarray) else sp.Abs(v)
+        return magnitude < self.threshold if self.below else magnitude > self.threshold
 
 
 def _regions(split: _Split, points: Sequence[_Points]) -> list[np.ndarray]:
-    masks = []
-    for p in points:
-        magnitude = np.abs(p.columns[split.index].astype(np.float64))
-        masks.append(magnitude < split.threshold if split.below else magnitude > split.threshold)
-    return masks
+    return [split.taken(p.columns[split.index].astype(np.float64)) for p in points]
+
+
+def _split_score(split: _Split, outer: _Measured, inner: _Measured, points: Sequence[_Points]) -> float:
+    return sum(
+        float(np.mean(np.where(m, i, o))) if m.size else 0.0
+        for m, i, o in zip(_regions(split, points), inner.bits, outer.bits, strict=True)
+    )
 
 
 def _best_split(
@@ -507,6 +650,11 @@ def _best_split(
     for index, v in enumerate(variables):
         candidates = sorted({float(abs(x)) for p in points for x in p.columns[index] if x != 0})
         for below in (True, False):
+            if any((p.columns[index] < 0).any() for p in points) and any((p.columns[index] > 0).any() for p in points):
+                signed = _Split(v, index, below, 0.0, signed=True)
+                score = _split_score(signed, outer, inner, points)
+                if best is None or score < best[0]:
+                    best = (score, signed)
             for k in range(len(candidates) - 1):
                 # Midway (geometrically) between two sampled magnitudes, to two significant digits.
                 threshold = float(f"{math.sqrt(candidates[k] * candidates[k + 1]):.2g}")
@@ -515,11 +663,7 @@ def _best_split(
                 if not _THRESHOLDS[0] <= threshold <= _THRESHOLDS[1]:
                     continue
                 split = _Split(v, index, below, threshold)
-                masks = _regions(split, points)
-                score = sum(
-                    float(np.mean(np.where(m, i, o))) if m.size else 0.0
-                    for m, i, o in zip(masks, inner.bits, outer.bits, strict=True)
-                )
+                score = _split_score(split, outer, inner, points)
                 if best is None or score < best[0]:
                     best = (score, split)
     return best
@@ -533,6 +677,8 @@ def _refined(split: _Split, inner: sp.Expr, outer: sp.Expr, sampling: Sampling, 
     inside that gap (over its bit patterns, of either sign the domain
     allows) and the threshold moves to where they put it.
     """
+    if split.signed:
+        return split
     magnitudes = sorted({float(abs(x)) for p in points for x in p.columns[split.index] if x != 0})
     lower = max((m for m in magnitudes if m < split.threshold), default=0.0)
     upper = min((m for m in magnitudes if m > split.threshold), default=split.threshold)
@@ -616,16 +762,19 @@ def _joined(
     (the double-`where`): `where` passes no value of it on, but a derivative
     of the whole multiplies its derivative by 0, and 0 * inf is nan.
     """
-    magnitude = sp.Abs(split.v)
-    taken = magnitude < split.threshold if split.below else magnitude > split.threshold
-    inside, outside = (
-        (split.threshold / 2, split.threshold * 2) if split.below else (split.threshold * 2, split.threshold / 2)
-    )
+    taken = split.taken(split.v)
+    if split.signed:
+        inside, outside = (sp.Float(-1.0 if split.below else 1.0, 3), sp.Float(1.0 if split.below else -1.0, 3))
+    else:
+        inside, outside = (
+            _safe_point(domain, split.threshold / 2 if split.below else split.threshold * 2),
+            _safe_point(domain, split.threshold * 2 if split.below else split.threshold / 2),
+        )
     masks = _regions(split, points)
     if not _finite_where_untaken(inner, split, masks, variables, points):
-        inner = _fed(inner, split.v, sp.Piecewise((split.v, taken), (_safe_point(domain, inside), True)))
+        inner = _fed(inner, split.v, sp.Piecewise((split.v, taken), (inside, True)))
     if not _finite_where_untaken(outer, split, [~m for m in masks], variables, points):
-        outer = _fed(outer, split.v, sp.Piecewise((_safe_point(domain, outside), taken), (split.v, True)))
+        outer = _fed(outer, split.v, sp.Piecewise((outside, taken), (split.v, True)))
     return sp.Piecewise((inner, taken), (outer, True))
 
 
@@ -642,9 +791,11 @@ def _with_regimes(
     domains = dict(sampling.domains)
     current = best
     for _ in range(REGIME_SPLITS):
+        if current.expr.has(sp.Piecewise):
+            break  # a form with regimes of its own (a derivative of one) is not split again
         options = []
         for inner in pool:
-            if inner.expr == current.expr:
+            if inner.expr == current.expr or inner.expr.has(sp.Piecewise):
                 continue
             found = _best_split(current, inner, variables, points)
             if found is not None:
@@ -659,7 +810,7 @@ def _with_regimes(
         measured = _measure(joined, f"regimes ({current.family} | {inner.family})", variables, points)
         if measured is None or measured.score > current.score - REGIME_MARGIN_BITS:
             break
-        current = measured
+        current = dataclasses.replace(measured, branches=(*current.branches, current, inner))
     return current
 
 
@@ -684,31 +835,42 @@ def stabilise(
     quantity: str = "",
     seed: int = 0,
     points: int = SEARCH_POINTS,
+    alternatives: tuple[tuple[str, sp.Expr], ...] = (),
 ) -> Choice:
     """The form of `expr` with the least measured error, and the bits before and after.
 
     `expr` is its own reference: each candidate must equal it, and one that
-    does not is as far off as its values are.  Keeps `expr` where it is not
-    `searchable`, where numpy cannot evaluate it, where no point has a finite
-    value, or where nothing is measurably better.
+    does not is as far off as its values are.  `alternatives` are (family,
+    form) pairs measured before the rewrite families' own candidates: other
+    forms of the same value that the caller knows (the forward as written, a
+    derivative of another form of the forward).  Keeps `expr` where it is
+    not `searchable`, where numpy cannot evaluate it, where no point has a
+    finite value, or where nothing is measurably better.
     """
     unchanged = Choice(quantity, expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan))
     if not searchable(expr, sampling):
         return unchanged
-    found = _SEARCHED.get((expr, sampling, seed, points))
+    key = (expr, sampling, seed, points, alternatives)
+    found = _SEARCHED.get(key)
     if found is None:
-        found = _search(expr, sampling, seed, points)
-        _SEARCHED[(expr, sampling, seed, points)] = found
+        found = _search(expr, sampling, seed, points, alternatives)
+        _SEARCHED[key] = found
     return Choice(quantity, *found)
 
 
 #: Searches done in this process, by what decides them: an expression met again (a JVP's partial is the VJP's) is
 #: searched once.
-_SEARCHED: dict[tuple[sp.Expr, Sampling, int, int], tuple[Any, ...]] = {}
+_SEARCHED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+#: How far (sum of the dtypes' mean bits) behind the chosen form another good form may be, and how many are kept.
+RUNNER_UP_BITS = 2.0
+GOOD_FORMS = 4
 
 
-def _search(expr: sp.Expr, sampling: Sampling, seed: int, count: int) -> tuple[Any, ...]:
-    """(derived, chosen, family, bits before, bits after) for `expr`."""
+def _search(
+    expr: sp.Expr, sampling: Sampling, seed: int, count: int, alternatives: tuple[tuple[str, sp.Expr], ...]
+) -> tuple[Any, ...]:
+    """(derived, chosen, family, bits before, bits after, good forms) for `expr`."""
     variables = sampling.variables
     nothing = (expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan))
     if _looks_accurate(expr, sampling, seed):
@@ -719,8 +881,8 @@ def _search(expr: sp.Expr, sampling: Sampling, seed: int, count: int) -> tuple[A
         return nothing
     pool = [derived]
     seen = {expr}
-    for family, candidate in _candidates(expr, variables):
-        if len(seen) > CANDIDATES_PER_EXPRESSION:
+    for family, candidate in itertools.chain(alternatives, _candidates(expr, variables)):
+        if len(seen) > CANDIDATES_PER_EXPRESSION + len(alternatives):
             break
         if candidate in seen or candidate.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
             continue
@@ -733,8 +895,17 @@ def _search(expr: sp.Expr, sampling: Sampling, seed: int, count: int) -> tuple[A
     best = min((m for m in pool if m.score <= least + MARGIN_BITS / 2), key=lambda m: (m.ops, m.score))
     best = _with_regimes(best, pool, sampling, search)
     if best.score > derived.score - MARGIN_BITS:
-        best = derived
-    return (expr, best.expr, best.family, derived.means, best.means)
+        # Nothing measurably better: the simplest form no worse than the derived one at any dtype's mean (to within
+        # TIE_BITS, the noise of 32 points: a factored form 0.016 bits behind is as good, and prints shorter).
+        no_worse = [m for m in pool if all(a <= b + TIE_BITS for a, b in zip(m.means, derived.means, strict=True))]
+        best = min(no_worse, key=lambda m: (m.ops, m is not derived, m.score))
+    # Forms without regimes: a derivative of a `where` of fed branches multiplies selections; a partial's own
+    # search joins the branches' derivatives by regimes of its own.
+    ranked = [best.expr] if not best.expr.has(sp.Piecewise) else []
+    ranked += [m.expr for m in sorted(pool, key=lambda m: m.score) if m.score <= best.score + RUNNER_UP_BITS]
+    ranked += [m.expr for m in best.branches]
+    good_forms = tuple(e for e in dict.fromkeys(ranked) if not e.has(sp.Piecewise))[:GOOD_FORMS]
+    return (expr, best.expr, best.family, derived.means, best.means, good_forms)
 
 
 def sampling_for(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sympy as sp
+from sympy.codegen.cfunctions import expm1
 
 from rulegen.derive import derive_rule
 from rulegen.spec import Domain, read_rule_file
@@ -205,9 +206,96 @@ def test_the_docstring_says_which_form_was_chosen_and_its_bits_before_and_after(
 
 
 def test_a_regime_s_constants_stay_inside_float32_s_range():
-    # The cancellation is at infinity in float64 (x beyond 1e150): a threshold there, or twice it, would be a
-    # constant torch cannot put beside a float32 tensor.
-    choice = search(sp.diff((x + 1) ** sp.Rational(1, 3) - x ** sp.Rational(1, 3), x), x=Domain(ge=0))
+    # Two forms that differ only beyond |x| = 1e150 (a cancellation at infinity in float64): the split between
+    # them would lie there, but it, half and twice it are constants torch cannot put beside a float32 tensor.
+    from rulegen.stabilise import _best_split, _Measured, _Points
+
+    magnitudes = np.array([1e-3, 1.0, 1e10, 1e30, 1e100, 1e160, 1e200, 1e300])
+    points = [_Points(np.float64, (magnitudes,), np.ones_like(magnitudes))]
+    wrong_far_out = _Measured(x, "as derived", (np.where(magnitudes > 1e150, 60.0, 0.0),))
+    right_far_out = _Measured(-x, "series at infinity", (np.where(magnitudes > 1e150, 0.0, 5.0),))
+    found = _best_split(wrong_far_out, right_far_out, [x], points)
+    assert found is not None
+    _, split = found
+    assert not split.signed and 1e-36 <= split.threshold <= 1e36, split
+    # Still a split that takes the right form where the other is wrong.
+    assert not split.below and split.threshold > 1.0
+
+
+# Each rewrite family added for issue 26's second round, with the expression that the search left as derived
+# before it (the bits quoted were measured then).
+
+
+def test_a_cosine_of_a_sum_in_two_variables_takes_the_angle_addition_formula():
+    # cos(x + y) rounds x + y: for |x| far above |y| the result loses every bit (26 bits on average before).
+    choice = search(sp.cos(x + y), x=Domain(), y=Domain())
+    assert choice.bits_before[0] > 10
+    assert max(choice.bits_after) <= 1
+    assert not choice.chosen.has(sp.Piecewise)
+
+
+def test_a_difference_with_log1p_is_joined_as_one_of_logarithms():
+    # log1p(x) - log(x) is log(x + 1) - log(x) written with log1p, which hid the difference from the identity.
+    from sympy.codegen.cfunctions import log1p
+
+    choice = search(log1p(x) - sp.log(x), x=Domain(gt=0))
+    assert choice.bits_before[0] > 10
+    assert max(choice.bits_after) <= 1
+
+
+def test_a_difference_of_powers_of_any_exponent_takes_expm1_of_a_log1p():
+    # (x + 1)**(-2/3) - x**(-2/3): no sum rationalises an exponent -2/3; x**p * expm1(p*log1p(1/x)) cancels nowhere.
+    p = sp.Rational(-2, 3)
+    choice = search((x + 1) ** p - x**p, x=Domain(gt=0))
+    assert choice.bits_before[0] > 10
+    assert choice.chosen.has(expm1)
+    assert choice.bits_after[0] <= 4
+
+
+def test_a_root_minus_a_sum_takes_the_conjugate_on_the_sign_where_it_cancels():
+    # sqrt(x**2 + y) - x cancels for large positive x only: the conjugate y/(sqrt(x**2 + y) + x) there, a split on
+    # the sign of x (no magnitude separates the two).
+    choice = search(sp.sqrt(x**2 + y) - x, x=Domain(ge=-1e6, le=1e6), y=Domain(ge=0, le=1))
+    assert choice.bits_before[0] > 5
     assert choice.chosen.has(sp.Piecewise)
-    numbers = [abs(float(n)) for n in choice.chosen.atoms(sp.Float)]
-    assert all(n == 0 or 1e-38 < n < 3e38 for n in numbers), numbers
+    assert max(choice.bits_after) <= 2
+
+
+def test_a_quotient_of_exponentials_is_divided_through_so_that_it_does_not_overflow():
+    # exp(x)/(exp(x) - 1) is inf/inf past x = 709; 1/(1 - exp(-x)) is not.
+    expr = sp.exp(x) / (sp.exp(x) - 1)
+    assert not finite_everywhere(expr, [800.0])
+    choice = search(expr, x=Domain(exclude=(0,)))
+    assert finite_everywhere(choice.chosen, [800.0, 1e300, -800.0, 1e-300])
+    assert choice.bits_before[0] > 5 and max(choice.bits_after) <= 1
+
+
+def test_a_partial_takes_the_derivative_of_a_good_form_of_the_forward(tmp_path):
+    # d/dx (sqrt(x**2 + y) - x) = x/sqrt(x**2 + y) - 1 cancels for large positive x, and no family applied to it
+    # alone removes that (its root is a reciprocal); the derivative of the forward's conjugate form does.
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "name: root_minus\ninputs: {x: {domain: {ge: -1e6, le: 1e6}}, y: {domain: {ge: 0, le: 1}}}\n"
+        "forward: sqrt(x**2 + y) - x\n"
+    )
+    (rule,) = read_rule_file(path)
+    d = derive_rule(rule, [rule.name])
+    (partial,) = [c for c in d.choices if c.quantity == "dout/dx"]
+    assert partial.bits_before[0] > 5
+    assert "derivative of a forward form" in partial.family
+    assert max(partial.bits_after) <= 2
+
+
+def test_a_canonical_form_rewrites_only_the_sum_it_names():
+    # sympy's expm1_opt and log1p_opt factor the whole expression first: log(1 - exp(-x)) became -x + log(expm1(x)),
+    # inf at x = 800, and a sum of quotients the search kept came back over one overflowing denominator.
+    from rulegen.forms import canonical
+
+    positive = sp.Symbol("x", positive=True)
+    rewritten = canonical(sp.log(1 - sp.exp(-positive)))
+    assert finite_everywhere(rewritten.subs(positive, x), [800.0, 1e300])
+    partial_fractions = (
+        -2 / (x * (x - 1) * (x + 1) ** 2) - 2 / (x * (x - 1) ** 2 * (x + 1)) - 2 / (x**2 * (x - 1) * (x + 1))
+    )
+    assert canonical(partial_fractions) == partial_fractions
+    assert canonical(sp.exp(x) - 2 + sp.exp(-x)) == expm1(x) + expm1(-x)

@@ -15,8 +15,12 @@ def sin_exp_mul(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
         out = y*exp(-x**2)*sin(x)
 
     Partials (derived by sympy):
-        dout/dx = -y*(2*x*sin(x) - cos(x))*exp(-x**2)
+        dout/dx = -2*x*y*exp(-x**2)*sin(x) + y*exp(-x**2)*cos(x)
         dout/dy = exp(-x**2)*sin(x)
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: together, 3.6/2.4 -> 3.6/2.4
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -43,4 +47,4 @@ def _sin_exp_mul_jvp(primals, tangents):
     t1 = jnp.sin(x)
     t2 = t0 * t1
     out = t2 * y
-    return out, x_dot * (-t0 * y * (2 * t1 * x - jnp.cos(x))) + y_dot * t2
+    return out, x_dot * (t0 * y * (-2 * t1 * x + jnp.cos(x))) + y_dot * t2

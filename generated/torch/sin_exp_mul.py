@@ -41,13 +41,13 @@ class SinExpMul(torch.autograd.Function):
                 and ctx.needs_input_grad[0]
                 and ctx.needs_input_grad[1]
             ):
-                t0 = 2 * saved_sin * x
-                t0.sub_(torch.cos(x)).mul_(saved_exp).mul_(y).neg_().mul_(out_bar)
-                t2 = saved_exp * saved_sin
-                t2.mul_(out_bar)
-                return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
+                t0 = torch.cos(x)
+                t0.addcmul_(saved_sin, x, value=-2).mul_(saved_exp).mul_(y).mul_(out_bar)
+                t1 = saved_exp * saved_sin
+                t1.mul_(out_bar)
+                return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
             return (
-                (out_bar * (-saved_exp * y * (2 * saved_sin * x - torch.cos(x)))).sum_to_size(
+                (out_bar * (saved_exp * y * (-2 * saved_sin * x + torch.cos(x)))).sum_to_size(
                     x.shape
                 )
                 if ctx.needs_input_grad[0]
@@ -65,7 +65,7 @@ class SinExpMul(torch.autograd.Function):
         t1 = 2 * x
         return (
             shaped_like(
-                out_bar * (-saved_exp * y * (saved_sin * t1 - t0))
+                out_bar * (saved_exp * y * (-saved_sin * t1 + t0))
                 - saved_exp * saved_exp_bar * t1
                 + saved_sin_bar * t0,
                 x,
@@ -81,7 +81,7 @@ class SinExpMul(torch.autograd.Function):
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
         t0 = torch.cos(x)
         t1 = 2 * x
-        out_dot = x_dot * (-saved_exp * y * (saved_sin * t1 - t0)) + y_dot * (saved_exp * saved_sin)
+        out_dot = x_dot * (saved_exp * y * (-saved_sin * t1 + t0)) + y_dot * (saved_exp * saved_sin)
         return out_dot, -saved_exp * t1 * x_dot, t0 * x_dot
 
 
@@ -97,8 +97,12 @@ def sin_exp_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tenso
         out = y*exp(-x**2)*sin(x)
 
     Partials (derived by sympy):
-        dout/dx = -y*(2*x*sin(x) - cos(x))*exp(-x**2)
+        dout/dx = -2*x*y*exp(-x**2)*sin(x) + y*exp(-x**2)*cos(x)
         dout/dy = exp(-x**2)*sin(x)
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: together, 3.6/2.4 -> 3.6/2.4
 
     Inputs:
         x: float array; checked on [-3, 3]
