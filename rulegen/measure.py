@@ -142,6 +142,10 @@ def value_at(fn: Callable[..., Any], args: Sequence[float], precision: int) -> A
             value = fn(*[mpmath.mpf(a) for a in args])
         except (ValueError, ZeroDivisionError, OverflowError, TypeError):
             return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # Max(0, x) at x < 0 is Python's max: the int 0, an exact value that was dropped as no number at all,
+            # so that no measure (nor the search's sample) saw the half-line where relu is 0.
+            value = mpmath.mpf(value)
         if not isinstance(value, mpmath.mpf) or not mpmath.isfinite(value):
             return None
         return value

@@ -299,3 +299,17 @@ def test_a_canonical_form_rewrites_only_the_sum_it_names():
     )
     assert canonical(partial_fractions) == partial_fractions
     assert canonical(sp.exp(x) - 2 + sp.exp(-x)) == expm1(x) + expm1(-x)
+
+
+def test_a_point_where_the_exact_value_is_a_python_number_is_measured_not_dropped():
+    # mpmath evaluates Max(0, x) by Python's max, whose 0 at x < 0 is an int: it was taken for no number, every
+    # such point was dropped, and a candidate wrong exactly there (relu's series at 0, x) measured 0 bits.
+    from rulegen.functions import MPMATH_IMPLEMENTATIONS
+    from rulegen.measure import exact_value
+    from rulegen.stabilise import _sample
+
+    relu = sp.Max(0, x)
+    reference = sp.lambdify([x], relu, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
+    assert exact_value(reference, [-3.0]) == (0.0, 0.0)
+    points = _sample(relu, Sampling(((x, Domain()),)), 32, 1, np.float64)
+    assert (points.columns[0] < 0).sum() >= 8
