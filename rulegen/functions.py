@@ -577,6 +577,20 @@ class MathFunction:
     torch_only: bool = False
     #: Complex differentiable, and computed for complex arrays by both backends: a complex rule may call it.
     holomorphic: bool = False
+    #: The numpy or scipy function (a dotted name) that the stabilising search evaluates it with, where the JAX
+    #: name does not say it (`numpy_name`).
+    numpy: str | None = None
+
+    @property
+    def numpy_name(self) -> str | None:
+        """The numpy or scipy function computing it on float arrays: `numpy`, else the one JAX's name mirrors
+        (jax.scipy.special.X is scipy.special.X, jnp.X is numpy.X); None where there is none."""
+        if self.numpy is not None:
+            return self.numpy
+        for jax_prefix, numpy_prefix in (("jax.scipy.special.", "scipy.special."), ("jnp.", "numpy.")):
+            if self.jax is not None and self.jax.startswith(jax_prefix):
+                return numpy_prefix + self.jax.removeprefix(jax_prefix)
+        return None
 
     @property
     def numbers_alone(self) -> Literal["math", "python", "array"]:
@@ -811,8 +825,23 @@ REGISTRY: tuple[MathFunction, ...] = (
     ),
     MathFunction("where", _where, arity=(3, 3)),
     MathFunction("clip", _clip, arity=(3, 3)),
-    MathFunction("sigmoid", sigmoid, "jax.nn.sigmoid", "torch.sigmoid", mpmath=_mp_sigmoid, in_place="sigmoid_"),
-    MathFunction("softplus", softplus, "jax.nn.softplus", "torch.nn.functional.softplus", mpmath=_mp_softplus),
+    MathFunction(
+        "sigmoid",
+        sigmoid,
+        "jax.nn.sigmoid",
+        "torch.sigmoid",
+        mpmath=_mp_sigmoid,
+        in_place="sigmoid_",
+        numpy="scipy.special.expit",
+    ),
+    MathFunction(
+        "softplus",
+        softplus,
+        "jax.nn.softplus",
+        "torch.nn.functional.softplus",
+        mpmath=_mp_softplus,
+        numpy="rulegen.measure.softplus",
+    ),
     MathFunction(
         "logaddexp", logaddexp, "jnp.logaddexp", "torch.logaddexp", mpmath=_mp_logaddexp, torch_tensor_only=True
     ),
@@ -919,6 +948,12 @@ FUNCTIONS: Mapping[str, Callable[..., sp.Basic]] = MappingProxyType(
 #: does not know, for the high-precision reference of the checks.
 MPMATH_IMPLEMENTATIONS: Mapping[str, Callable[..., mpmath.mpf]] = MappingProxyType(
     {function.name: reference for function in REGISTRY if (reference := function.reference) is not None}
+)
+
+#: numpy/scipy implementations (dotted names) of the registered functions, by name: what the stabilising search
+#: evaluates candidates with (rulegen.stabilise).
+NUMPY_IMPLEMENTATIONS: Mapping[str, str] = MappingProxyType(
+    {function.name: found for function in REGISTRY if (found := function.numpy_name) is not None}
 )
 
 #: Every registered function by its sympy class's name, on which the printers and rewrites dispatch.

@@ -202,3 +202,8 @@ def sampled_domain(spec: Input) -> Domain:
         le=next((b.le for b in bounds if b.le is not None and not any(c.lt is not None for c in bounds)), None),
         exclude=tuple(x for b in bounds for x in b.exclude),
     )
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """log(1 + exp(x)) in numpy, as the frameworks' fused softplus computes it: no overflow, no cancellation."""
+    return np.logaddexp(np.zeros_like(x), x)

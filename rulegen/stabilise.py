@@ -224,8 +224,44 @@ def _looks_accurate(expr: sp.Expr, sampling: Sampling, seed: int) -> bool:
     if np.isnan(wide).any() and not np.isnan(wide).all():
         return False  # nan inside the domain: 0/0 or inf - inf, which a rewrite may avoid
     finite = np.isfinite(reference) & np.isfinite(wide)
+    if wide.shape == columns[0].shape and _zero_where_not(
+        expr, variables, [c[finite] for c in columns], wide[finite] == 0
+    ):
+        return False
     bits = bits_of_error(narrow[finite], reference[finite], np.float32)
     return bool(bits.size == 0 or np.mean(bits) <= GOOD_BITS)
+
+
+#: Points where float64 gives an exact 0 that the screen asks mpmath about.
+ZERO_PROBES = 8
+
+
+def _zero_where_not(
+    expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], zero: np.ndarray
+) -> bool:
+    """Whether float64's exact 0 at some of the points is, correctly rounded, no 0: a difference that cancels
+    completely in float32 and float64 alike (log1p(N) - log(N) past N = 1e16, which is 1/N), where float64
+    cannot stand in for the exact value.  One mpmath evaluation at each of the first ZERO_PROBES such points."""
+    from rulegen.functions import MPMATH_IMPLEMENTATIONS
+
+    where = np.flatnonzero(zero)
+    if not where.size:
+        return False
+    # The smallest inputs first (a total cancellation begins where the inputs are moderate: sigmoid(x) written as
+    # 1 - 1/(exp(x) + 1) is 0 in float64 from x = -37, truly 0 only past -745), then some spread over the rest.
+    magnitude = np.max(np.abs(np.stack([c[where].astype(np.float64) for c in columns])), axis=0)
+    ordered = where[np.argsort(magnitude, kind="stable")]
+    spread = ordered[np.linspace(0, len(ordered) - 1, ZERO_PROBES // 2).astype(int)]
+    where = np.asarray(list(dict.fromkeys([*ordered[: ZERO_PROBES // 2], *spread])))
+    reference = _attempt(lambda: sp.lambdify(variables, expr, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"]))
+    if reference is None:
+        return False
+    for j in where:
+        point = [float(c[j]) for c in columns]
+        value = value_at(reference, point, initial_precision(point) + 64)
+        if value is not None and to_floats(value)[0] != 0:
+            return True
+    return False
 
 
 #: Magnitudes every search also measures at, beside the points drawn over the bit patterns: those put about
@@ -264,9 +300,23 @@ def _exact(fn: Callable[..., Any], point: Sequence[float]) -> tuple[float, float
 @functools.lru_cache(maxsize=1024)
 def _numpy_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callable[..., Any] | None:
     try:
-        return sp.lambdify(variables, expr, modules=[{"log1p": np.log1p, "expm1": np.expm1}, "numpy"])
+        return sp.lambdify(variables, expr, modules=[_numpy_implementations(), "numpy"])
     except Exception:
         return None
+
+
+@functools.cache
+def _numpy_implementations() -> dict[str, Callable[..., Any]]:
+    """log1p, expm1 and every registered function with a numpy or scipy implementation, by the name lambdify prints."""
+    import importlib
+
+    from rulegen.functions import NUMPY_IMPLEMENTATIONS
+
+    found: dict[str, Callable[..., Any]] = {"log1p": np.log1p, "expm1": np.expm1}
+    for name, dotted in NUMPY_IMPLEMENTATIONS.items():
+        module, _, attribute = dotted.rpartition(".")
+        found[name] = getattr(importlib.import_module(module), attribute)
+    return found
 
 
 def _bits(expr: sp.Expr, variables: Sequence[sp.Symbol], points: _Points) -> np.ndarray | None:
@@ -446,6 +496,15 @@ def _scaled(expr: sp.Expr, v: sp.Symbol, *, factored: bool = True) -> sp.Expr:
     return (sp.factor(expr) if factored else expr).replace(lambda e: e.is_Add and e.has(v), scale)
 
 
+#: Functions whose series sympy expands in closed form quickly; a series of the registered special functions
+#: (ndtri, log_ndtr, ...) goes through their derivatives term by term and costs a minute.
+_ELEMENTARY = (sp.exp, sp.log, log1p, expm1, sp.sin, sp.cos, sp.tan, sp.atan, sp.sinh, sp.cosh, sp.tanh, sp.asin)
+
+
+def _elementary(expr: sp.Expr) -> bool:
+    return all(isinstance(f, _ELEMENTARY) for f in expr.atoms(sp.Function))
+
+
 def _series(expr: sp.Expr, v: sp.Symbol, point: sp.Expr) -> sp.Expr | None:
     expansion = sp.series(expr, v, point, SERIES_ORDER)
     result = expansion.removeO()
@@ -518,6 +577,9 @@ def _bases(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
     """(family, form) for each algebraic form of `expr`, which the identities then start from as well."""
     plain = _attempt(functools.partial(_plain, expr))
     algebraic: dict[str, Callable[[], sp.Expr | None]] = {
+        # The fused forms (softplus, sigmoid, log1p, expm1) of a partial the rule states, which the planner's own
+        # pass would write: measured here, so that the search's choice is made knowing them.
+        "canonical": lambda: canonical(expr),
         "cancel": lambda: sp.cancel(expr),
         "together": lambda: sp.together(expr),
         "factor": lambda: sp.factor(expr),
@@ -592,7 +654,7 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
             scaled = _attempt(functools.partial(_scaled, expr, v))
             if scaled is not None:
                 yield "scaling", scaled
-    if ops <= SERIES_OPS and len(expr.free_symbols) <= SERIES_SYMBOLS:
+    if ops <= SERIES_OPS and len(expr.free_symbols) <= SERIES_SYMBOLS and _elementary(expr):
         for v in variables:
             for point, family in ((sp.S.Zero, "series at 0"), (sp.oo, "series at infinity")):
                 found = _attempt(functools.partial(_series, expr, v, point))

@@ -15,7 +15,11 @@ def log1pexp(x: jax.typing.ArrayLike) -> jax.Array:
         out = softplus(x)
 
     Partials (from the rule):
-        dout/dx = sigmoid(x)
+        dout/dx = 1 - 1/(exp(x) + 1)
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx = sigmoid(x): canonical, 4.6/1.7 -> 0.1/0.1
 
     Inputs:
         x: float array; checked on [-3, 3]

@@ -12,6 +12,7 @@ from rulegen.derive import Derivation
 from rulegen.plan.model import Header, Param
 from rulegen.snippet import SnippetDerivation
 from rulegen.spec import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structured, StructureKind
+from rulegen.stabilise import Choice
 
 DOC_WIDTH = 100
 
@@ -338,6 +339,18 @@ def stability_notes(d: Derivation) -> tuple[str, ...]:
     return tuple(lines)
 
 
+#: Characters of a chosen form the docstring prints whole; a longer one (regimes) is named by its family only.
+CHOSEN_FORM_WIDTH = 60
+
+
+def _chosen(choice: Choice) -> str:
+    """`dout/dx = sigmoid(x)` where the chosen form is short, else the quantity alone (the code has it whole)."""
+    formula = _formula(choice.chosen)
+    if choice.quantity.startswith("residual") or choice.chosen.has(sp.Piecewise) or len(formula) > CHOSEN_FORM_WIDTH:
+        return choice.quantity
+    return f"{choice.quantity} = {formula}"
+
+
 def help_text(d: Derivation | SnippetDerivation, backend: str) -> str:
     """What `help()` of a `backend` function says: the rule's doc, its formulas, its inputs, its source."""
     rule = d.rule
@@ -361,7 +374,7 @@ def help_text(d: Derivation | SnippetDerivation, backend: str) -> str:
                 "Stabilised (the form with the least error rulegen measured; mean bits of error, float64/float32, "
                 "as derived -> as computed):\n"
                 + "\n".join(
-                    f"    {c.quantity}: {c.family}, {c.bits_before[0]:.1f}/{c.bits_before[1]:.1f} -> "
+                    f"    {_chosen(c)}: {c.family}, {c.bits_before[0]:.1f}/{c.bits_before[1]:.1f} -> "
                     f"{c.bits_after[0]:.1f}/{c.bits_after[1]:.1f}"
                     for c in stabilised
                 )
