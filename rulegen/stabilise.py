@@ -44,7 +44,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,7 @@ FACTOR_OPS = 40
 SERIES_OPS = 30
 SERIES_SYMBOLS = 1
 CANDIDATES_PER_EXPRESSION = 24
+CANDIDATES_PER_ALTERNATIVE = 12
 SEARCHES_PER_RULE = 16
 #: Terms of each series expansion.
 SERIES_ORDER = 8
@@ -83,6 +84,8 @@ SERIES_ORDER = 8
 REFINE_POINTS = 24
 #: Splits into regimes, at most, and the bits each must save: a `where` costs a pass over memory.
 REGIME_SPLITS = 1
+#: Forms (the best, then the next by score) from which a regime split is tried.
+REGIME_STARTS = 3
 REGIME_MARGIN_BITS = 1.0
 
 _DTYPES = (np.float64, np.float32)
@@ -561,16 +564,27 @@ def _conjugated(expr: sp.Expr) -> sp.Expr:
 
 
 def _exp_scaled(expr: sp.Expr) -> Iterator[sp.Expr]:
-    """A quotient with exponentials, its numerator and denominator divided by each exp(u) in it: exp(x)/(exp(x) - 1)
-    is 1/(1 - exp(-x)), which does not overflow to inf/inf."""
+    """A quotient with exponentials, its numerator and denominator divided by each exp(u) in it, or by its square
+    root, which a root in the denominator takes inside: exp(x)/(exp(x) - 1) is 1/(1 - exp(-x)), and
+    exp(x)/sqrt(exp(x) + 1) is exp(x/2)/sqrt(1 + exp(-x)), neither overflowing to inf/inf."""
     numerator, denominator = sp.fraction(sp.together(_plain(expr)))
     if denominator == 1:
         return
     for e in sorted(expr.atoms(sp.exp), key=sp.default_sort_key)[:2]:
-        scale = sp.exp(-e.args[0])
-        top = sp.powsimp(sp.expand(numerator * scale))
-        bottom = sp.powsimp(sp.expand(denominator * scale))
-        yield canonical(top / bottom)
+        for power in (sp.S.One, sp.S.Half):
+            scale = sp.exp(-power * e.args[0])
+            top = sp.powsimp(sp.expand(numerator * scale))
+            yield canonical(top / _times_into_root(denominator, scale))
+
+
+def _times_into_root(product: sp.Expr, scale: sp.Expr) -> sp.Expr:
+    """`product * scale` for a positive `scale`, taken into its first square root as scale**2 where it has one."""
+    factors = list(sp.Mul.make_args(product))
+    for k, f in enumerate(factors):
+        if f.is_Pow and f.exp == sp.S.Half:
+            factors[k] = sp.sqrt(sp.powsimp(sp.expand(f.base * scale**2)))
+            return sp.Mul(*factors)
+    return sp.powsimp(sp.expand(product * scale))
 
 
 def _bases(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
@@ -943,19 +957,43 @@ def _search(
         return nothing
     pool = [derived]
     seen = {expr}
-    for family, candidate in itertools.chain(alternatives, _candidates(expr, variables)):
-        if len(seen) > CANDIDATES_PER_EXPRESSION + len(alternatives):
-            break
-        if candidate in seen or candidate.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
-            continue
-        seen.add(candidate)
-        measured = _measure(candidate, family, variables, search)
-        if measured is not None:
-            pool.append(measured)
+
+    def measured_from(found: Iterable[tuple[str, sp.Expr]], budget: int) -> None:
+        for family, candidate in found:
+            if budget <= 0:
+                return
+            if candidate in seen or candidate.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+                continue
+            seen.add(candidate)
+            budget -= 1
+            measured = _measure(candidate, family, variables, search)
+            if measured is not None:
+                pool.append(measured)
+
+    measured_from(
+        itertools.chain(alternatives, _candidates(expr, variables)), CANDIDATES_PER_EXPRESSION + len(alternatives)
+    )
+    # The families again from the best alternative, which may be a better start than the expression itself (the
+    # derivative of a simpler form of the forward): its own budget.
+    known = {family_form for family_form in alternatives}
+    starts = sorted((m for m in pool if (m.family, m.expr) in known), key=lambda m: m.score)[:1]
+    for start in starts:
+        if searchable(start.expr, sampling):
+            found = _candidates(start.expr, variables)
+            measured_from(((f"{start.family}, {family}", c) for family, c in found), CANDIDATES_PER_ALTERNATIVE)
     # Least error first; within MARGIN_BITS of the least, the fewest operations.
     least = min(m.score for m in pool)
     best = min((m for m in pool if m.score <= least + MARGIN_BITS / 2), key=lambda m: (m.ops, m.score))
-    best = _with_regimes(best, pool, sampling, search)
+    # Regimes from the best and from the next ones too: the pair that joins best need not include the best alone
+    # (the derived form for x < 0 and a derivative of the conjugate for x > 0 beat an expanded form on its own).
+    starts = [best, *sorted((m for m in pool if m is not best), key=lambda m: m.score)[: REGIME_STARTS - 1]]
+    joined = [_with_regimes(start, pool, sampling, search) for start in starts]
+    plain = best
+    best = min(
+        (j for j in joined if j.branches and j.score <= plain.score - REGIME_MARGIN_BITS),
+        key=lambda m: m.score,
+        default=plain,
+    )
     if best.score > derived.score - MARGIN_BITS:
         # Nothing measurably better: the simplest form no worse than the derived one at any dtype's mean (to within
         # TIE_BITS, the noise of 32 points: a factored form 0.016 bits behind is as good, and prints shorter).

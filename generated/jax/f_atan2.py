@@ -20,7 +20,7 @@ def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
 
     Stabilised (the form with the least error rulegen measured; mean bits of error,
     float64/float32, as derived -> as computed):
-        dout/dx: regimes (as derived | scaling), 4.6/5.0 -> 0.3/0.2
+        dout/dx: regimes (scaling | as derived), 4.6/5.0 -> 0.2/0.2
 
     Inputs:
         y: float array; checked on [-3, 3]
@@ -46,14 +46,14 @@ def _f_atan2_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2 need not be the derived one (at a kink, a jump, a convention).
     out = _f_atan2(y, x)
-    t0 = jnp.abs(y) > 330.0
-    t1 = x**2
-    t2 = y**2
-    t3 = jnp.where(t0, 165.0, y)
+    t0 = jnp.abs(y) < 1700.0
+    t1 = jnp.where(t0, y, 850.0)
+    t2 = x**2
+    t3 = y**2
     out_dot = x_dot * jnp.where(
         t0,
-        -jnp.where(t0, 1 / y, 0.0015151500701904297)
-        / (t1 * jnp.where(t0, 1 / t2, 2.2957101464271545e-06) + 1),
-        -t3 / (t1 + t3**2),
-    ) + y_dot * (x / (t1 + t2))
+        -t1 / (t1**2 + t2),
+        -jnp.where(t0, 0.00029408931732177734, 1 / y)
+        / (t2 * jnp.where(t0, 8.649658411741257e-08, 1 / t3) + 1),
+    ) + y_dot * (x / (t2 + t3))
     return out, out_dot

@@ -28,21 +28,21 @@ class FAtan2(torch.autograd.Function):
         if plain(y, x, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
             t0 = x**2
             t1 = y**2
-            t2 = torch.abs(y) > 330.0
-            t3 = torch.where(t2, 165.0, y)
+            t2 = torch.abs(y) < 1700.0
+            t3 = torch.where(t2, y, 850.0)
             t4 = x / (t0 + t1)
             t4.mul_(out_bar)
             t5 = out_bar * torch.where(
                 t2,
-                -torch.where(t2, 1 / y, 0.0015151500701904297)
-                / (t0 * torch.where(t2, 1 / t1, 2.2957101464271545e-06) + 1),
                 -t3 / (t0 + t3**2),
+                -torch.where(t2, 0.00029408931732177734, 1 / y)
+                / (t0 * torch.where(t2, 8.649658411741257e-08, 1 / t1) + 1),
             )
             return t4.sum_to_size(y.shape), t5.sum_to_size(x.shape)
         t0 = x**2
         t1 = y**2
-        t2 = torch.abs(y) > 330.0
-        t3 = torch.where(t2, 165.0, y)
+        t2 = torch.abs(y) < 1700.0
+        t3 = torch.where(t2, y, 850.0)
         return (
             (out_bar * (x / (t0 + t1))).sum_to_size(y.shape) if ctx.needs_input_grad[0] else None
         ), (
@@ -50,9 +50,9 @@ class FAtan2(torch.autograd.Function):
                 out_bar
                 * torch.where(
                     t2,
-                    -torch.where(t2, 1 / y, 0.0015151500701904297)
-                    / (t0 * torch.where(t2, 1 / t1, 2.2957101464271545e-06) + 1),
                     -t3 / (t0 + t3**2),
+                    -torch.where(t2, 0.00029408931732177734, 1 / y)
+                    / (t0 * torch.where(t2, 8.649658411741257e-08, 1 / t1) + 1),
                 )
             ).sum_to_size(x.shape)
             if ctx.needs_input_grad[1]
@@ -62,16 +62,16 @@ class FAtan2(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, y_dot, x_dot):
         y, x = ctx.saved_tensors
-        t0 = torch.abs(y) > 330.0
-        t1 = x**2
-        t2 = y**2
-        t3 = torch.where(t0, 165.0, y)
+        t0 = torch.abs(y) < 1700.0
+        t1 = torch.where(t0, y, 850.0)
+        t2 = x**2
+        t3 = y**2
         out_dot = x_dot * torch.where(
             t0,
-            -torch.where(t0, 1 / y, 0.0015151500701904297)
-            / (t1 * torch.where(t0, 1 / t2, 2.2957101464271545e-06) + 1),
-            -t3 / (t1 + t3**2),
-        ) + y_dot * (x / (t1 + t2))
+            -t1 / (t1**2 + t2),
+            -torch.where(t0, 0.00029408931732177734, 1 / y)
+            / (t2 * torch.where(t0, 8.649658411741257e-08, 1 / t3) + 1),
+        ) + y_dot * (x / (t2 + t3))
         return out_dot
 
 
@@ -90,7 +90,7 @@ def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:
 
     Stabilised (the form with the least error rulegen measured; mean bits of error,
     float64/float32, as derived -> as computed):
-        dout/dx: regimes (as derived | scaling), 4.6/5.0 -> 0.3/0.2
+        dout/dx: regimes (scaling | as derived), 4.6/5.0 -> 0.2/0.2
 
     Inputs:
         y: float array; checked on [-3, 3]
