@@ -147,3 +147,20 @@ def test_a_function_saves_only_what_its_derivatives_read():
         with torch.autograd.graph.saved_tensors_hooks(saved.append, lambda _: None):
             call()
         assert len(saved) == most, len(saved)
+
+
+@pytest.mark.xfail(strict=True, reason="torch's backward materialises an absent cotangent as zeros: 0 * inf = nan")
+def test_an_absent_cotangent_adds_nothing_even_where_another_output_s_partial_is_infinite(tmp_path):
+    # split3 (tests/right_rules/outputs_broadcast.yaml): a = x, c = exp(x)*y + x.  The gradient of a alone is 1
+    # everywhere; at x = 1000 dc/dx is inf, and c's cotangent, absent, must not multiply it (JAX's symbolic zeros do
+    # not; torch's own autograd never runs c's backward).
+    from tests.conftest import built_package
+
+    rule = (ROOT / "tests" / "right_rules" / "outputs_broadcast.yaml").read_text()
+    with built_package(tmp_path, rule, "absent_cotangent"):
+        from absent_cotangent.torch import split3
+
+        x = torch.tensor([1000.0], dtype=torch.float64, requires_grad=True)
+        a, _, _ = split3(x, torch.tensor([0.5], dtype=torch.float64))
+        (grad,) = torch.autograd.grad(a.sum(), x)
+    assert grad.item() == 1.0
