@@ -89,6 +89,13 @@ def _refuse_build(*args: object, **kwargs: object) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # xdist's load scheduling hands each worker a run of consecutive tests at the start, a quarter of its share:
+    # the costly tests, collected first (see below), all went to one worker, which ran them one after the other
+    # for minutes while the other, its own run done, sat idle (the slow lane: 557 s of tests on one worker, 180 s
+    # on the other).  Handed out one at a time, each goes to the first worker free.  An explicit
+    # `--maxschedchunk` wins; the other schedulings (`--dist loadfile`) do not read it.
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("maxschedchunk", None) is None:
+        config.option.maxschedchunk = 1
     # The unit lane (`pytest -m unit`) builds nothing, in fixtures of any scope too: where
     # one would, it fails instead of quietly taking minutes.
     if config.getoption("markexpr", "") == "unit":
@@ -99,7 +106,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The costliest tests first (a stable sort keeps the rest in order): handed out last, one of them kept a
-    # worker busy for the slow lane's last three minutes while the other sat idle.
+    # worker busy for the slow lane's last three minutes while the other sat idle.  Handed out one at a time
+    # (see pytest_configure), they go to the two workers as each comes free, the longest first.
     items.sort(key=lambda item: item.get_closest_marker("costly") is None)
 
 

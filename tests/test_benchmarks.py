@@ -65,7 +65,8 @@ def _low_precision(out: str) -> None:
 def _build_speed(out: str) -> None:
     for count in (10, 30):
         assert re.search(rf"^ +{count} +\d+\.\d\d +\d+\.\d +\d\.\d{{3}}$", out, re.M), count
-    assert re.search(r"^least squares: cold = \d+\.\d\d s \+ \d+\.\d ms x rules$", out, re.M)
+    # The fixed cost is a fit: on a loaded machine it came out below zero ("cold = -0.68 s + 290.4 ms x rules").
+    assert re.search(r"^least squares: cold = -?\d+\.\d\d s \+ \d+\.\d ms x rules$", out, re.M)
 
 
 def _import_time(out: str) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rulegen.check import CHECKS, REGISTRY, CheckFailed, compare, run_checks, summary
+from rulegen.check import CHECKS, REGISTRY, CheckFailed, CheckSession, check_rule, compare, run_checks, summary
 from rulegen.cli import app
 from rulegen.errors import SpecErrors
 from rulegen.spec import read_rules, rule_files
@@ -133,12 +133,33 @@ def test_the_complex_rules_pass_the_checks_of_values_and_derivatives(seed_0_outc
     assert {"transforms_jax", "transforms_torch", "dtype", "broadcast"} <= passed
 
 
+# The slow lane's sweeps are cut into this many parts, each a test of its own, so that the two xdist
+# workers share a sweep (whole, one took a worker for up to two minutes).
+SWEEP_PARTS = 3
+
+
+def _outcomes_of_part(rules: list, part: int, package: str, seed: int):
+    """`run_checks(rules, package, seed=seed)`'s outcomes for every `SWEEP_PARTS`-th rule from the `part`-th.
+
+    A rule's outcomes are those of the whole sweep: its points come from the seed and its name, and each
+    rule knows every other rule of the sweep (rules calling each other), as in one `CheckSession`.
+    """
+    names = [r.name for r in rules]
+    with CheckSession(rules, package) as session:
+        jax_pkg, torch_pkg = session.modules
+        part_rules = rules[part::SWEEP_PARTS]
+        return [o for rule in part_rules for o in check_rule(rule, jax_pkg, torch_pkg, seed, False, names)]
+
+
 # Seed 0 in the fast lane (above); another, and the function table's 60 rules, in the slow one.
 # Twenty seeds are run outside CI to count false alarms: `python -m benchmarks.false_alarms --seeds 20`.
 @pytest.mark.costly
 @pytest.mark.slow
-def test_bundled_rules_pass_at_another_seed(bundled):
-    outcomes = _bundled_outcomes(bundled, 1)
+@pytest.mark.parametrize("part", range(SWEEP_PARTS))
+def test_bundled_rules_pass_at_another_seed(bundled, part):
+    paths = [p for p in rule_files([RULES]) if p.name != "functions.yaml"]
+    outcomes = _outcomes_of_part(read_rules(paths), part, bundled, 1)
+    assert outcomes
     failures = [f"{o.rule}/{o.check}: {o.detail}" for o in outcomes if o.status == "fail"]
     assert not failures, "\n".join(failures)
 
@@ -153,8 +174,10 @@ def test_every_shared_example_passes():
 
 @pytest.mark.costly
 @pytest.mark.slow
-def test_function_rules_pass_every_check(bundled):
-    outcomes = run_checks(read_rules([RULES / "functions.yaml"]), bundled, seed=3)
+@pytest.mark.parametrize("part", range(SWEEP_PARTS))
+def test_function_rules_pass_every_check(bundled, part):
+    outcomes = _outcomes_of_part(read_rules([RULES / "functions.yaml"]), part, bundled, 3)
+    assert outcomes
     failures = [f"{o.rule}/{o.check}: {o.detail}" for o in outcomes if o.status == "fail"]
     assert not failures, "\n".join(failures)
 
