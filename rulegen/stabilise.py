@@ -8,24 +8,37 @@ bits of error when numpy evaluates them in float64 and in float32.  The
 candidates come from rewrite families, none of which knows any particular
 expression:
 
-- algebraic: `cancel`, `together`, `factor`, the canonical fused forms;
+- algebraic: `cancel`, `together`, `factor`, `expand`, the canonical fused
+  forms, and `cancel` of the expression with log1p and expm1 written out;
 - identities for differences of like functions (sin, cos, tan, atan, log,
-  exp, roots: `sqrt(a) - sqrt(b)` is `(a - b)/(sqrt(a) + sqrt(b))`) and of a
-  function and a constant (`1 - cos(u)` is `2*sin(u/2)**2`);
+  log1p, exp, roots: `sqrt(a) - sqrt(b)` is `(a - b)/(sqrt(a) + sqrt(b))`;
+  powers of any other exponent: `a**p - b**p` is
+  `b**p * expm1(p*log1p((a - b)/b))`) and of a function and a constant
+  (`1 - cos(u)` is `2*sin(u/2)**2`); sines and cosines of a sum in several
+  variables by angle addition; the conjugate of a sum with a square root;
 - overflow-safe scaling: each polynomial in a variable divided through by
   its leading power, so `x**2*(x - 1)**2` is `x**4*(1 - 1/x)**2`, whose
   parts overflow to inf (and a quotient to 0) instead of making inf/inf;
-- series: Taylor at 0 and the expansion at infinity in each variable.
+  a quotient divided through by an exponential in it (or its square root);
+- series: Taylor at 0 and the expansion at infinity in each variable, of
+  elementary functions only;
+- forms the caller knows (`alternatives`: the forward as written, the
+  derivatives of the forward's good forms), and the families again from
+  the best of those.
 
-The best candidate may then be joined with another by regimes: a
-`Piecewise` on |variable| below or above a threshold found by measurement
-(at most two splits).  Each branch is evaluated at a point of its own
-region where it is not taken (the double-`where`), so that a branch which
-is nan where it is not taken cannot make a higher derivative nan.
+Candidates are evaluated by numpy, the registered functions by their numpy
+or scipy implementations (rulegen.functions: `numpy_name`).  The best
+candidate may then be joined with another by regimes: a `Piecewise` on
+|variable| below or above a threshold found by measurement, or on a
+variable's sign, tried from the three best forms.  Each branch is evaluated
+at a point of its own region where it is not taken (the double-`where`), so
+that a branch which is nan where it is not taken cannot make a higher
+derivative nan.
 
 The form as derived stays unless a candidate is measurably better; ties go
 to the one with fewer operations.  An expression already within `GOOD_BITS`
-at a few screening points is not searched at all.
+at a few screening points (float32 against float64, and mpmath where
+float64 is exactly 0) is not searched at all.
 
 The result is a pure function of the expression and its sampling: points
 are seeded, and the work is bounded by sizes, never by time (the machine's
