@@ -314,6 +314,20 @@ class silu_backward(sp.Function):  # noqa: N801
     nargs = 2
 
 
+class cotangent_term(sp.Function):  # noqa: N801
+    """cotangent_term(c, p): c * p, or nothing where the cotangent c is absent (torch's None).
+
+    A backward of several outputs is a sum over their cotangents; one the
+    caller did not ask about arrives as None, and reading it as a zero
+    makes 0 * inf = nan wherever another output's partial is infinite (the
+    gradient of `x` itself came back nan at x = 1e300 beside `x**2`).  The
+    product is this node's own, never a subexpression cse could compute
+    before the test.
+    """
+
+    nargs = 2
+
+
 class softplus_scaled(sp.Function):  # noqa: N801
     """softplus(beta * u) / beta, torch's softplus with its `beta`: softplus_scaled(u, beta)."""
 
@@ -929,6 +943,8 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("silu_derivative", silu_derivative, internal=True, torch_only=True),
     # Printed as the runtime's `silu_backward` (torch/_native.py): torch's kernel where nothing differentiates it.
     MathFunction("silu_backward", silu_backward, internal=True, torch_only=True, torch_one_kernel=True),
+    # Printed as `(0.0 if c is None else c * p)`: a backward's term for a cotangent that may be absent.
+    MathFunction("cotangent_term", cotangent_term, internal=True, torch_only=True),
     MathFunction(
         "softplus_scaled", softplus_scaled, torch="torch.nn.functional.softplus", internal=True, torch_only=True
     ),

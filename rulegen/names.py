@@ -67,7 +67,6 @@ HELPER_NAMES = frozenset(
         "unpack_tuple",
         "vmap_elementwise",
         "vmap_sequential",
-        "zero_if_absent",
     }
 )
 

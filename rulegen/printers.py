@@ -455,6 +455,11 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         path = self._record(self.functions["softplus_scaled"])
         return f"{path}({self._print(u)}, beta={self._argument(beta)}, threshold={SOFTPLUS_THRESHOLD})"
 
+    def _print_cotangent_term(self, expr: fn.cotangent_term) -> str:
+        cotangent, partial = expr.args
+        product = self._print(cotangent if partial == 1 else sp.Mul(cotangent, partial, evaluate=False))
+        return f"(0.0 if {self._print(cotangent)} is None else {product})"
+
     def _print_silu_backward(self, expr: fn.silu_backward) -> str:
         self.module_imports_.add(SILU_BACKWARD_IMPORT)
         return f"silu_backward({self._print(expr.args[0])}, {self._print(expr.args[1])})"

@@ -347,7 +347,8 @@ def _bits(expr: sp.Expr, variables: Sequence[sp.Symbol], points: _Points) -> np.
         return None
     if np.iscomplexobj(result):
         return None  # a candidate that leaves the reals (a root of a negative number) is no candidate
-    got = np.broadcast_to(result.astype(points.dtype), points.exact.shape)
+    with np.errstate(over="ignore"):  # a float64 result past float32's range is inf there, as float32 code computes
+        got = np.broadcast_to(result.astype(points.dtype), points.exact.shape)
     return bits_of_error(got, points.exact, points.dtype)
 
 

@@ -7,7 +7,7 @@ import torch
 from ._inplace import plain
 from ._route import routed
 
-__all__ = ["broadcast", "plain", "routed", "save_for_derivatives", "shaped_like", "zero_if_absent"]
+__all__ = ["broadcast", "plain", "routed", "save_for_derivatives", "shaped_like"]
 
 
 def broadcast(value, *arrays):
@@ -47,8 +47,3 @@ def save_for_derivatives(ctx, *tensors):
     """Keep `tensors` on the Function's context for backward and jvp alike."""
     ctx.save_for_backward(*tensors)
     ctx.save_for_forward(*tensors)
-
-
-def zero_if_absent(*cotangents):
-    """`cotangents`, 0.0 for each absent one: a backward being differentiated sums every term."""
-    return tuple(0.0 if cotangent is None else cotangent for cotangent in cotangents)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._function import plain, routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -53,10 +53,11 @@ class FGeluTanh(torch.autograd.Function):
                 + 1 / 2
             )
             return x_bar
-        # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar, saved_tanh_bar = zero_if_absent(out_bar, saved_tanh_bar)
+        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
         t0 = math.sqrt(2 / math.pi) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
-        x_bar = out_bar * (saved_tanh / 2 + t0 * x / 2 + 1 / 2) + saved_tanh_bar * t0
+        x_bar = (0.0 if out_bar is None else out_bar * (saved_tanh / 2 + t0 * x / 2 + 1 / 2)) + (
+            0.0 if saved_tanh_bar is None else saved_tanh_bar * t0
+        )
         return shaped_like(x_bar, x)
 
     @staticmethod

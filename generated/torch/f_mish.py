@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._function import plain, routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -40,12 +40,15 @@ class FMish(torch.autograd.Function):
                 return t0
             x_bar = out_bar * (saved_tanh + (1 - saved_tanh**2) * torch.nn.functional.silu(x))
             return x_bar
-        # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar, saved_tanh_bar = zero_if_absent(out_bar, saved_tanh_bar)
+        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
         t0 = 1 - saved_tanh**2
-        x_bar = out_bar * (
-            saved_tanh + t0 * torch.nn.functional.silu(x)
-        ) + saved_tanh_bar * torch.ops.aten.softplus_backward(t0, x, 1.0, 40.0)
+        x_bar = (
+            0.0 if out_bar is None else out_bar * (saved_tanh + t0 * torch.nn.functional.silu(x))
+        ) + (
+            0.0
+            if saved_tanh_bar is None
+            else saved_tanh_bar * torch.ops.aten.softplus_backward(t0, x, 1.0, 40.0)
+        )
         return shaped_like(x_bar, x)
 
     @staticmethod

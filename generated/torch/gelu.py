@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._function import plain, routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -46,10 +46,11 @@ class Gelu(torch.autograd.Function):
                 saved_one_plus_erf + x * torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
             )
             return x_bar
-        # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar, saved_one_plus_erf_bar = zero_if_absent(out_bar, saved_one_plus_erf_bar)
+        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
         t0 = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
-        x_bar = out_bar * (saved_one_plus_erf + t0 * x) + saved_one_plus_erf_bar * t0
+        x_bar = (0.0 if out_bar is None else out_bar * (saved_one_plus_erf + t0 * x)) + (
+            0.0 if saved_one_plus_erf_bar is None else saved_one_plus_erf_bar * t0
+        )
         return shaped_like(x_bar, x)
 
     @staticmethod

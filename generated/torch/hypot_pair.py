@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._function import routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded, unpack_tuple
 
 
@@ -98,22 +98,7 @@ class HypotPair(torch.autograd.Function):
                 if ctx.needs_input_grad[1]
                 else None
             )
-        # This backward is itself being differentiated: absent cotangents are zero.
-        (
-            out_bar,
-            saved_abs_bar,
-            saved_piecewise_bar,
-            saved_piecewise2_bar,
-            saved_abs2_bar,
-            saved_abs3_bar,
-        ) = zero_if_absent(
-            out_bar,
-            saved_abs_bar,
-            saved_piecewise_bar,
-            saved_piecewise2_bar,
-            saved_abs2_bar,
-            saved_abs3_bar,
-        )
+        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
         t0 = y**2
         t1 = saved_abs2 > 0.078
         t4 = torch.where(t1, torch.tensor(1, dtype=torch.result_type(x, y), device=x.device), 0)
@@ -121,18 +106,30 @@ class HypotPair(torch.autograd.Function):
         t6 = saved_abs2 > 1.8e18
         return (
             shaped_like(
-                out_bar
-                * torch.where(
-                    t1,
-                    saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
-                    saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
+                (
+                    0.0
+                    if out_bar is None
+                    else out_bar
+                    * torch.where(
+                        t1,
+                        saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
+                        saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
+                    )
                 )
-                + saved_abs2_bar * torch.sign(x)
-                + saved_abs_bar * t4 * torch.sign(saved_piecewise2)
-                + saved_piecewise2_bar * t4
-                + saved_piecewise_bar
-                * torch.where(
-                    t1, torch.tensor(0, dtype=torch.result_type(x, y), device=x.device), 1
+                + (0.0 if saved_abs2_bar is None else saved_abs2_bar * torch.sign(x))
+                + (
+                    0.0
+                    if saved_abs_bar is None
+                    else saved_abs_bar * (t4 * torch.sign(saved_piecewise2))
+                )
+                + (0.0 if saved_piecewise2_bar is None else saved_piecewise2_bar * t4)
+                + (
+                    0.0
+                    if saved_piecewise_bar is None
+                    else saved_piecewise_bar
+                    * torch.where(
+                        t1, torch.tensor(0, dtype=torch.result_type(x, y), device=x.device), 1
+                    )
                 ),
                 x,
             )
@@ -140,18 +137,25 @@ class HypotPair(torch.autograd.Function):
             else None
         ), (
             shaped_like(
-                out_bar
-                * torch.where(
-                    t6,
-                    y
-                    / (
-                        torch.sqrt(t0 * torch.where(t6, 1 / t5, 7.715329620973237e-38) + 1)
-                        * torch.abs(torch.where(t6, x, 3.60006495212929e18))
-                    ),
-                    y
-                    / (saved_abs3 * torch.sqrt(1 + torch.where(t6, 8.099983099314331e35, t5) / t0)),
+                (
+                    0.0
+                    if out_bar is None
+                    else out_bar
+                    * torch.where(
+                        t6,
+                        y
+                        / (
+                            torch.sqrt(t0 * torch.where(t6, 1 / t5, 7.715329620973237e-38) + 1)
+                            * torch.abs(torch.where(t6, x, 3.60006495212929e18))
+                        ),
+                        y
+                        / (
+                            saved_abs3
+                            * torch.sqrt(1 + torch.where(t6, 8.099983099314331e35, t5) / t0)
+                        ),
+                    )
                 )
-                + saved_abs3_bar * torch.sign(y),
+                + (0.0 if saved_abs3_bar is None else saved_abs3_bar * torch.sign(y)),
                 y,
             )
             if ctx.needs_input_grad[1]

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._function import plain, routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -34,9 +34,11 @@ class MyCube(torch.autograd.Function):
         x, dx = ctx.saved_tensors
         if out_bar is not None and dx_bar is None:
             return dx * out_bar
-        # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar, dx_bar = zero_if_absent(out_bar, dx_bar)
-        return shaped_like(dx * out_bar + 6 * dx_bar * x, x)
+        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
+        x_bar = (0.0 if dx_bar is None else dx_bar * (6 * x)) + (
+            0.0 if out_bar is None else dx * out_bar
+        )
+        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives
+from ._function import plain, routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -20,50 +20,89 @@ class Polar(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
+        ctx.set_materialize_grads(False)
         save_for_derivatives(ctx, x, y)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
         x, y = ctx.saved_tensors
-        if plain(x, y, r_bar, theta_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+        if r_bar is not None and theta_bar is not None:
+            if (
+                plain(x, y, r_bar, theta_bar)
+                and ctx.needs_input_grad[0]
+                and ctx.needs_input_grad[1]
+            ):
+                t0 = torch.hypot(x, y)
+                t1 = torch.abs(y) < 45.0
+                t2 = torch.where(t1, y, 22.5)
+                t3 = x**2
+                t4 = y**2
+                t5 = x / t0
+                t5.mul_(r_bar).add_(
+                    theta_bar
+                    * torch.where(
+                        t1,
+                        -t2 / (t2**2 + t3),
+                        -torch.where(t1, 0.011110305786132812, 1 / y)
+                        / (t3 * torch.where(t1, 0.00012347102165222168, 1 / t4) + 1),
+                    )
+                )
+                t7 = y / t0
+                t7.mul_(r_bar).addcmul_(x / (t3 + t4), theta_bar)
+                return t5.sum_to_size(x.shape), t7.sum_to_size(y.shape)
             t0 = torch.hypot(x, y)
             t1 = torch.abs(y) < 45.0
             t2 = torch.where(t1, y, 22.5)
             t3 = x**2
             t4 = y**2
-            t5 = x / t0
-            t5.mul_(r_bar).add_(
-                theta_bar
-                * torch.where(
-                    t1,
-                    -t2 / (t2**2 + t3),
-                    -torch.where(t1, 0.011110305786132812, 1 / y)
-                    / (t3 * torch.where(t1, 0.00012347102165222168, 1 / t4) + 1),
-                )
+            return (
+                (
+                    r_bar * (x / t0)
+                    + theta_bar
+                    * torch.where(
+                        t1,
+                        -t2 / (t2**2 + t3),
+                        -torch.where(t1, 0.011110305786132812, 1 / y)
+                        / (t3 * torch.where(t1, 0.00012347102165222168, 1 / t4) + 1),
+                    )
+                ).sum_to_size(x.shape)
+                if ctx.needs_input_grad[0]
+                else None
+            ), (
+                (r_bar * (y / t0) + theta_bar * (x / (t3 + t4))).sum_to_size(y.shape)
+                if ctx.needs_input_grad[1]
+                else None
             )
-            t7 = y / t0
-            t7.mul_(r_bar).addcmul_(x / (t3 + t4), theta_bar)
-            return t5.sum_to_size(x.shape), t7.sum_to_size(y.shape)
+        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
         t0 = torch.hypot(x, y)
         t1 = torch.abs(y) < 45.0
         t2 = torch.where(t1, y, 22.5)
         t3 = x**2
         t4 = y**2
         return (
-            (
-                r_bar * (x / t0)
-                + theta_bar
-                * torch.where(
-                    t1,
-                    -t2 / (t2**2 + t3),
-                    -torch.where(t1, 0.011110305786132812, 1 / y)
-                    / (t3 * torch.where(t1, 0.00012347102165222168, 1 / t4) + 1),
-                )
-            ).sum_to_size(x.shape)
+            shaped_like(
+                (0.0 if r_bar is None else r_bar * (x / t0))
+                + (
+                    0.0
+                    if theta_bar is None
+                    else theta_bar
+                    * torch.where(
+                        t1,
+                        -t2 / (t2**2 + t3),
+                        -torch.where(t1, 0.011110305786132812, 1 / y)
+                        / (t3 * torch.where(t1, 0.00012347102165222168, 1 / t4) + 1),
+                    )
+                ),
+                x,
+            )
             if ctx.needs_input_grad[0]
             else None
         ), (
-            (r_bar * (y / t0) + theta_bar * (x / (t3 + t4))).sum_to_size(y.shape)
+            shaped_like(
+                (0.0 if r_bar is None else r_bar * (y / t0))
+                + (0.0 if theta_bar is None else theta_bar * (x / (t3 + t4))),
+                y,
+            )
             if ctx.needs_input_grad[1]
             else None
         )
@@ -71,6 +110,8 @@ class Polar(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
+        x_dot = torch.zeros_like(x) if x_dot is None else x_dot
+        y_dot = torch.zeros_like(y) if y_dot is None else y_dot
         t0 = torch.hypot(x, y)
         t1 = torch.abs(y) < 45.0
         t2 = torch.where(t1, y, 22.5)

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._function import plain, routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -50,12 +50,12 @@ class ScaledTanh(torch.autograd.Function):
                 (1 - saved_tanh**2) * math.exp(log_scale) / math.sqrt(log_scale**2 + 1)
             )
             return x_bar, None
-        # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar, saved_tanh_bar = zero_if_absent(out_bar, saved_tanh_bar)
+        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
         t0 = (1 - saved_tanh**2) * math.exp(log_scale)
-        return shaped_like(
-            out_bar * (t0 / math.sqrt(log_scale**2 + 1)) + saved_tanh_bar * t0, x
-        ), None
+        x_bar = (0.0 if out_bar is None else out_bar * (t0 / math.sqrt(log_scale**2 + 1))) + (
+            0.0 if saved_tanh_bar is None else saved_tanh_bar * t0
+        )
+        return shaped_like(x_bar, x), None
 
     @staticmethod
     def jvp(ctx, x_dot, log_scale_dot):

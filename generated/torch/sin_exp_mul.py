@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._function import plain, routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -57,22 +57,23 @@ class SinExpMul(torch.autograd.Function):
                 if ctx.needs_input_grad[1]
                 else None
             )
-        # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar, saved_exp_bar, saved_sin_bar = zero_if_absent(
-            out_bar, saved_exp_bar, saved_sin_bar
-        )
+        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
         t0 = torch.cos(x)
         t1 = 2 * x
         return (
             shaped_like(
-                out_bar * (saved_exp * y * (-saved_sin * t1 + t0))
-                - saved_exp * saved_exp_bar * t1
-                + saved_sin_bar * t0,
+                (0.0 if out_bar is None else out_bar * (saved_exp * y * (-saved_sin * t1 + t0)))
+                + (0.0 if saved_exp_bar is None else saved_exp_bar * (-saved_exp * t1))
+                + (0.0 if saved_sin_bar is None else saved_sin_bar * t0),
                 x,
             )
             if ctx.needs_input_grad[0]
             else None
-        ), (shaped_like(out_bar * (saved_exp * saved_sin), y) if ctx.needs_input_grad[1] else None)
+        ), (
+            shaped_like((0.0 if out_bar is None else out_bar * (saved_exp * saved_sin)), y)
+            if ctx.needs_input_grad[1]
+            else None
+        )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

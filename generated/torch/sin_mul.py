@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._function import plain, routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -43,14 +43,21 @@ class SinMul(torch.autograd.Function):
                 if ctx.needs_input_grad[0]
                 else None
             ), ((out_bar * saved_sin).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
-        # This backward is itself being differentiated: absent cotangents are zero.
-        out_bar, saved_sin_bar = zero_if_absent(out_bar, saved_sin_bar)
+        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
         t0 = torch.cos(x)
         return (
-            shaped_like(out_bar * (t0 * y) + saved_sin_bar * t0, x)
+            shaped_like(
+                (0.0 if out_bar is None else out_bar * (t0 * y))
+                + (0.0 if saved_sin_bar is None else saved_sin_bar * t0),
+                x,
+            )
             if ctx.needs_input_grad[0]
             else None
-        ), (shaped_like(out_bar * saved_sin, y) if ctx.needs_input_grad[1] else None)
+        ), (
+            shaped_like((0.0 if out_bar is None else out_bar * saved_sin), y)
+            if ctx.needs_input_grad[1]
+            else None
+        )
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives
+from ._function import plain, routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -20,16 +20,23 @@ class Sincos(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
+        ctx.set_materialize_grads(False)
         save_for_derivatives(ctx, x)
 
     @staticmethod
     def backward(ctx, s_bar, c_bar):
         (x,) = ctx.saved_tensors
-        if plain(x, s_bar, c_bar):
-            t0 = torch.sin(x)
-            t0.neg_().mul_(c_bar).addcmul_(torch.cos(x), s_bar)
-            return t0
-        return c_bar * (-torch.sin(x)) + s_bar * torch.cos(x)
+        if s_bar is not None and c_bar is not None:
+            if plain(x, s_bar, c_bar):
+                t0 = torch.sin(x)
+                t0.neg_().mul_(c_bar).addcmul_(torch.cos(x), s_bar)
+                return t0
+            return c_bar * (-torch.sin(x)) + s_bar * torch.cos(x)
+        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
+        x_bar = (0.0 if c_bar is None else c_bar * (-torch.sin(x))) + (
+            0.0 if s_bar is None else s_bar * torch.cos(x)
+        )
+        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):

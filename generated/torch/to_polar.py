@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._function import routed, save_for_derivatives, shaped_like, zero_if_absent
+from ._function import routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -118,24 +118,7 @@ class ToPolar(torch.autograd.Function):
                 if ctx.needs_input_grad[1]
                 else None
             )
-        # This backward is itself being differentiated: absent cotangents are zero.
-        (
-            r_bar,
-            theta_bar,
-            saved_abs_bar,
-            saved_piecewise_bar,
-            saved_piecewise2_bar,
-            saved_abs2_bar,
-            saved_abs3_bar,
-        ) = zero_if_absent(
-            r_bar,
-            theta_bar,
-            saved_abs_bar,
-            saved_piecewise_bar,
-            saved_piecewise2_bar,
-            saved_abs2_bar,
-            saved_abs3_bar,
-        )
+        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
         t0 = y**2
         t1 = saved_abs2 > 0.078
         t4 = torch.where(t1, torch.tensor(1, dtype=torch.result_type(x, y), device=x.device), 0)
@@ -145,25 +128,41 @@ class ToPolar(torch.autograd.Function):
         t9 = saved_abs2 > 270.0
         return (
             shaped_like(
-                r_bar
-                * torch.where(
-                    t1,
-                    saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
-                    saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
+                (
+                    0.0
+                    if r_bar is None
+                    else r_bar
+                    * torch.where(
+                        t1,
+                        saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
+                        saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
+                    )
                 )
-                + saved_abs2_bar * torch.sign(x)
-                + saved_abs_bar * t4 * torch.sign(saved_piecewise2)
-                + saved_piecewise2_bar * t4
-                + saved_piecewise_bar
-                * torch.where(
-                    t1, torch.tensor(0, dtype=torch.result_type(x, y), device=x.device), 1
+                + (0.0 if saved_abs2_bar is None else saved_abs2_bar * torch.sign(x))
+                + (
+                    0.0
+                    if saved_abs_bar is None
+                    else saved_abs_bar * (t4 * torch.sign(saved_piecewise2))
                 )
-                + theta_bar
-                * torch.where(
-                    t6,
-                    -torch.where(t6, y, 5.5) / (t5 + torch.where(t6, t0, 30.25)),
-                    -torch.where(t6, 0.0454559326171875, 1 / y)
-                    / (t5 * torch.where(t6, 0.0020661354064941406, 1 / t0) + 1),
+                + (0.0 if saved_piecewise2_bar is None else saved_piecewise2_bar * t4)
+                + (
+                    0.0
+                    if saved_piecewise_bar is None
+                    else saved_piecewise_bar
+                    * torch.where(
+                        t1, torch.tensor(0, dtype=torch.result_type(x, y), device=x.device), 1
+                    )
+                )
+                + (
+                    0.0
+                    if theta_bar is None
+                    else theta_bar
+                    * torch.where(
+                        t6,
+                        -torch.where(t6, y, 5.5) / (t5 + torch.where(t6, t0, 30.25)),
+                        -torch.where(t6, 0.0454559326171875, 1 / y)
+                        / (t5 * torch.where(t6, 0.0020661354064941406, 1 / t0) + 1),
+                    )
                 ),
                 x,
             )
@@ -171,24 +170,35 @@ class ToPolar(torch.autograd.Function):
             else None
         ), (
             shaped_like(
-                r_bar
-                * torch.where(
-                    t8,
-                    y
-                    / (
-                        torch.sqrt(t0 * torch.where(t8, 1 / t5, 7.715329620973237e-38) + 1)
-                        * torch.abs(torch.where(t8, x, 3.60006495212929e18))
-                    ),
-                    y
-                    / (saved_abs3 * torch.sqrt(1 + torch.where(t8, 8.099983099314331e35, t5) / t0)),
+                (
+                    0.0
+                    if r_bar is None
+                    else r_bar
+                    * torch.where(
+                        t8,
+                        y
+                        / (
+                            torch.sqrt(t0 * torch.where(t8, 1 / t5, 7.715329620973237e-38) + 1)
+                            * torch.abs(torch.where(t8, x, 3.60006495212929e18))
+                        ),
+                        y
+                        / (
+                            saved_abs3
+                            * torch.sqrt(1 + torch.where(t8, 8.099983099314331e35, t5) / t0)
+                        ),
+                    )
                 )
-                + saved_abs3_bar * torch.sign(y)
-                + theta_bar
-                * torch.where(
-                    t9,
-                    torch.where(t9, 1 / x, 0.001851797103881836)
-                    / (t0 * torch.where(t9, 1 / t5, 3.429129719734192e-06) + 1),
-                    torch.where(t9, 135.0, x) / (t0 + torch.where(t9, 18224.0, t5)),
+                + (0.0 if saved_abs3_bar is None else saved_abs3_bar * torch.sign(y))
+                + (
+                    0.0
+                    if theta_bar is None
+                    else theta_bar
+                    * torch.where(
+                        t9,
+                        torch.where(t9, 1 / x, 0.001851797103881836)
+                        / (t0 * torch.where(t9, 1 / t5, 3.429129719734192e-06) + 1),
+                        torch.where(t9, 135.0, x) / (t0 + torch.where(t9, 18224.0, t5)),
+                    )
                 ),
                 y,
             )

@@ -18,6 +18,7 @@ from rulegen.forms import (
     silu_derivatives,
     torch_forms,
 )
+from rulegen.functions import cotangent_term
 from rulegen.lines import Block
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
@@ -98,13 +99,24 @@ class _Torch:
         return tuple(o.name for o in self.rule.outputs if not o.differentiable)
 
     @functools.cached_property
+    def unmaterialised(self) -> bool:
+        """Whether absent cotangents and tangents arrive as None (`ctx.set_materialize_grads(False)`).
+
+        Where the Function has residual outputs (whose cotangents are absent
+        but in a differentiated backward) or two differentiable outputs: a
+        zero materialised for an output nobody asked about would multiply the
+        other output's partial, 0 * inf = nan where that partial overflows.
+        """
+        return bool(self.residual_names) or len([o for o in self.rule.outputs if o.differentiable]) > 1
+
+    @functools.cached_property
     def absent_tangents(self) -> tuple[str, ...]:
         """Inputs whose tangent may arrive as None.
 
-        Unmaterialised (as with residuals), an input without a tangent gets
-        None; with one array input, jvp only runs when it has one.
+        Unmaterialised, an input without a tangent gets None; with one array
+        input, jvp only runs when it has one.
         """
-        return self.diff_inputs if self.residual_names and len(self.diff_inputs) > 1 else ()
+        return self.diff_inputs if self.unmaterialised and len(self.diff_inputs) > 1 else ()
 
     def conjugated(self, partial: sp.Expr) -> sp.Expr:
         """A partial as torch's backward multiplies a cotangent by it: conjugated where complex.
@@ -225,7 +237,6 @@ def plan_torch(d: Derivation) -> TorchPlan:
     wrapped = [*forward_results, *backward.full, *backward.first_order, *jvp_results]
     function_helpers = {"routed", *set().union(*(r.wrap.helpers for r in wrapped))}
     function_helpers |= {"save_for_derivatives"} if saved else set()
-    function_helpers |= {"zero_if_absent"} if backward.first_order_block else set()
     function_helpers |= {"plain"} if in_place.forward or in_place.backward else set()
     classes = result_classes(rule, "torch")
     if classes:
@@ -344,21 +355,26 @@ def _tangent_is_the_inputs(t: _Torch, output: str, value: sp.Symbol) -> bool:
 
 
 def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) -> list[Result]:
-    """One cotangent per input: the transposed partials, with the residuals' terms or without."""
+    """One cotangent per input: the transposed partials, with the residuals' terms or without.
+
+    With the residuals' terms (the backward for any cotangent absent, or for
+    one being differentiated), each term is a `cotangent_term`: nothing where
+    its cotangent is None.
+    """
     found = []
     broadcastable = len(t.arrays) > 1
     for k, i in enumerate(t.rule.inputs):
         # With several inputs, one may need no gradient (data, or a frozen parameter): it is not computed.
         guard = f"{torch_context(t.rule)}.needs_input_grad[{k}]" if guarded and len(t.diff_inputs) > 1 else ""
-        expr = linear_combination(t.d, t.backward_partials, i.name, t.outputs, "_bar", transpose=True)
-        if with_residuals:
-            for r in t.residual_names:
-                expr += t.conjugated(t.residual_partials.get((r, i.name), sp.S.Zero)) * t.symbols[f"{r}_bar"]
+        if with_residuals and t.unmaterialised:
+            expr = _terms_of_present_cotangents(t, i.name)
+        else:
+            expr = linear_combination(t.d, t.backward_partials, i.name, t.outputs, "_bar", transpose=True)
         reads = frozenset({i.name})
         if i.name not in t.diff_inputs or expr == 0:
             found.append(Result(f"{i.name}_bar", code="None"))
-        elif with_residuals and t.residual_names:
-            # Absent cotangents read as 0.0: the sum may be a number, a tensor, or one broadcast beyond the input.
+        elif with_residuals and t.unmaterialised:
+            # Absent cotangents add nothing: the sum may be the number 0.0, a tensor, or one broadcast beyond the input.
             wrap = Wrap(f"shaped_like({{}}, {i.name})", reads, frozenset({"shaped_like"}))
             found.append(Result(f"{i.name}_bar", expr, wrap=wrap, guard=guard))
         elif broadcastable:
@@ -369,13 +385,19 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
     return found
 
 
+def _terms_of_present_cotangents(t: _Torch, name: str) -> sp.Expr:
+    """The gradient of input `name`: each output's and residual's partial times its cotangent, where present."""
+    partials = [(o, t.backward_partials.get((o, name), sp.S.Zero)) for o in t.outputs]
+    partials += [(r, t.conjugated(t.residual_partials.get((r, name), sp.S.Zero))) for r in t.residual_names]
+    return sp.Add(*(cotangent_term(t.symbols[f"{n}_bar"], p) for n, p in partials if p != 0))
+
+
 def _backward(t: _Torch, emit: Emitter) -> _Backward:
     # Fused bodies are compiled functions of tensors alone, without ctx to ask.
     guarded = not t.rule.fuse
     full = _backward_results(t, with_residuals=True, guarded=guarded)
-    if not t.residual_names:
+    if not t.unmaterialised:
         return _Backward(full, [], emit.block([], full), None)
-    # Where a backward reads residuals, an absent cotangent is the Python float 0.0 there.
     cotangent_native = torch_forms((*t.statics, *(f"{n}_bar" for n in (*t.outputs, *t.residual_names))), t.integral)
     in_float = t.in_float
     block = emit.block([], full, lambda e: cotangent_native(in_float(e)))
