@@ -337,3 +337,46 @@ def test_a_shared_divisor_is_divided_by_never_multiplied_by_its_reciprocal(built
     tx, ty = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
     (gy,) = torch.autograd.grad(torch_pkg.f_hypot(tx, ty), ty)
     assert gy.item() == -1.0
+
+
+def test_a_partial_is_measured_as_the_gradient_of_its_output_alone(tmp_path):
+    # split3's a = x beside c = exp(x)*y + x: in float32 at x = 9, y = -3.8e36, c's partial y*exp(x) + 1 is -inf.
+    # The JAX measure took d a/dx from one VJP of every output with zero arrays for the others' cotangents, and
+    # 0 * -inf made it nan (32 bits wrong, seed 17 of the 20-seed run); jax.grad of a alone, as torch's backward of
+    # a alone, never multiplies c's partial at all.
+    import jax
+    import jax.numpy as jnp
+
+    from rulegen.check.accuracy import Quantity, _evaluate_jax
+
+    jax.config.update("jax_enable_x64", True)
+
+    def split3(x, y):
+        return x, 2 * x + 1, jnp.exp(x) * y + x
+
+    path = tmp_path / "r.yaml"
+    path.write_text("name: split3\ninputs: [x, y]\noutputs: [a, b, c]\nforward: {a: x, b: 2*x + 1, c: exp(x)*y + x}\n")
+    (rule,) = read_rule_file(path)
+
+    class Plan:
+        pass
+
+    plan = Plan()
+    plan.rule = rule
+    args = [np.asarray([9.0168361663818359], dtype=np.float32), np.asarray([-3.7692212027758653e36], dtype=np.float32)]
+
+    @jax.custom_jvp
+    def rule_like(x, y):
+        return split3(x, y)
+
+    @rule_like.defjvp
+    def _(primals, tangents):
+        x, y = primals
+        x_dot, y_dot = tangents
+        # As generated code multiplies a tangent by a partial computed whole.
+        partial = jnp.exp(x) * y + 1
+        return split3(x, y), (x_dot, 2 * x_dot, partial * x_dot + jnp.exp(x) * y_dot)
+
+    found = _evaluate_jax(rule_like, plan, args)
+    assert found[Quantity("a", "x")] == 1.0
+    assert found[Quantity("b", "x")] == 2.0

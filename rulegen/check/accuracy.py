@@ -262,7 +262,7 @@ def _as_tuple(result: Any) -> tuple[Any, ...]:
 
 
 def _evaluate_jax(fn: Callable[..., Any], plan: _Plan, args: list[Any]) -> dict[Quantity, np.ndarray]:
-    """Every quantity of `plan` from `fn` in JAX: values, and partials by one VJP per output."""
+    """Every quantity of `plan` from `fn` in JAX: values, and partials by the VJP of each output alone."""
     import jax
     import jax.numpy as jnp
 
@@ -275,14 +275,17 @@ def _evaluate_jax(fn: Callable[..., Any], plan: _Plan, args: list[Any]) -> dict[
             full[k] = x
         return _as_tuple(fn(*full))
 
-    outs, pullback = jax.vjp(of_diff, *[jnp.asarray(args[k]) for k in diff])
+    primals = [jnp.asarray(args[k]) for k in diff]
     found: dict[Quantity, np.ndarray] = {}
     for n, output in enumerate(rule.outputs):
         if not output.differentiable:
             continue
-        found[Quantity(output.name)] = np.asarray(outs[n])
-        cotangents = tuple(jnp.ones_like(o) if m == n else jnp.zeros_like(o) for m, o in enumerate(outs))
-        for k, grad in zip(diff, pullback(cotangents), strict=True):
+        # The VJP of this output alone, as jax.grad of it differentiates: the other outputs' cotangents are
+        # symbolic zeros, not zero arrays that a partial overflowing to inf would turn into nan (torch's
+        # backward of one output, below, gets None for them alike).
+        out, pullback = jax.vjp(lambda *xs, n=n: of_diff(*xs)[n], *primals)
+        found[Quantity(output.name)] = np.asarray(out)
+        for k, grad in zip(diff, pullback(jnp.ones_like(out)), strict=True):
             found[Quantity(output.name, rule.inputs[k].name)] = np.asarray(grad)
     return found
 
