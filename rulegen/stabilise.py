@@ -163,11 +163,17 @@ class _Points:
         return len(self.exact)
 
 
-def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any) -> _Points:
+@functools.lru_cache(maxsize=256)
+def _mpmath_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callable[..., Any]:
+    """`expr` as an mpmath function: the exact reference of the screen, the samples and the regimes' refinement."""
     from rulegen.functions import MPMATH_IMPLEMENTATIONS
 
+    return sp.lambdify(variables, expr, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
+
+
+def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any) -> _Points:
     variables = sampling.variables
-    reference = sp.lambdify(variables, expr, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
+    reference = _mpmath_function(expr, tuple(variables))
     condition = sampling.condition and sp.lambdify(variables, sampling.condition, modules="numpy")
     rng = np.random.default_rng([seed, np.dtype(dtype).itemsize, count])
     which = 0 if np.dtype(dtype) == np.float64 else 1
@@ -258,8 +264,6 @@ def _zero_where_not(
     """Whether float64's exact 0 at some of the points is, correctly rounded, no 0: a difference that cancels
     completely in float32 and float64 alike (log1p(N) - log(N) past N = 1e16, which is 1/N), where float64
     cannot stand in for the exact value.  One mpmath evaluation at each of the first ZERO_PROBES such points."""
-    from rulegen.functions import MPMATH_IMPLEMENTATIONS
-
     where = np.flatnonzero(zero)
     if not where.size:
         return False
@@ -269,7 +273,7 @@ def _zero_where_not(
     ordered = where[np.argsort(magnitude, kind="stable")]
     spread = ordered[np.linspace(0, len(ordered) - 1, ZERO_PROBES // 2).astype(int)]
     where = np.asarray(list(dict.fromkeys([*ordered[: ZERO_PROBES // 2], *spread])))
-    reference = _attempt(lambda: sp.lambdify(variables, expr, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"]))
+    reference = _attempt(lambda: _mpmath_function(expr, tuple(variables)))
     if reference is None:
         return False
     for j in where:
@@ -417,7 +421,12 @@ _DIFFERENCES: Mapping[type, Callable[[sp.Expr, sp.Expr], sp.Expr]] = {
 
 
 def _power_difference(a: sp.Expr, b: sp.Expr, exponent: sp.Expr) -> sp.Expr:
-    """a**p - b**p for any exponent p that is no integer: b**p * expm1(p * log1p((a - b)/b)), nothing cancelling."""
+    """a**p - b**p for an exponent p that is no integer: rationalised where p is 1/n or -1/n, else
+    b**p * expm1(p * log1p((a - b)/b)); nothing cancels in either."""
+    if exponent.is_Rational:
+        rationalised = _root_difference(a, b, exponent)
+        if rationalised is not None:
+            return rationalised
     return b**exponent * expm1(exponent * log1p(_tidy((a - b) / b)))
 
 
@@ -426,10 +435,6 @@ def _difference(f: sp.Expr, g: sp.Expr) -> sp.Expr | None:
     if f.is_Pow and g.is_Pow:
         if f.exp != g.exp or f.exp.is_Integer:
             return None
-        if f.exp.is_Rational:
-            rationalised = _root_difference(f.base, g.base, f.exp)
-            if rationalised is not None:
-                return rationalised
         return _power_difference(f.base, g.base, f.exp)
     identity = _DIFFERENCES.get(f.func)
     if identity is None or f.func != g.func or len(f.args) != 1:
@@ -446,11 +451,7 @@ def _minus_constant(f: sp.Expr, c: sp.Expr) -> sp.Expr | None:
     if isinstance(f, sp.log) and c == 0:
         return None
     if f.is_Pow and not f.exp.is_Integer and c == 1:
-        if f.exp.is_Rational:
-            rationalised = _root_difference(f.base, sp.S.One, f.exp)
-            if rationalised is not None:
-                return rationalised
-        return expm1(f.exp * log1p(_tidy(f.base - 1)))
+        return _power_difference(f.base, sp.S.One, f.exp)
     return None
 
 
@@ -989,19 +990,18 @@ def _search(
     )
     # The families again from the best alternative, which may be a better start than the expression itself (the
     # derivative of a simpler form of the forward): its own budget.
-    known = {family_form for family_form in alternatives}
-    starts = sorted((m for m in pool if (m.family, m.expr) in known), key=lambda m: m.score)[:1]
-    for start in starts:
-        if searchable(start.expr, sampling):
-            found = _candidates(start.expr, variables)
-            measured_from(((f"{start.family}, {family}", c) for family, c in found), CANDIDATES_PER_ALTERNATIVE)
+    known = set(alternatives)
+    start = min((m for m in pool if (m.family, m.expr) in known), key=lambda m: m.score, default=None)
+    if start is not None and searchable(start.expr, sampling):
+        found = _candidates(start.expr, variables)
+        measured_from(((f"{start.family}, {family}", c) for family, c in found), CANDIDATES_PER_ALTERNATIVE)
     # Least error first; within MARGIN_BITS of the least, the fewest operations.
     least = min(m.score for m in pool)
     best = min((m for m in pool if m.score <= least + MARGIN_BITS / 2), key=lambda m: (m.ops, m.score))
     # Regimes from the best and from the next ones too: the pair that joins best need not include the best alone
     # (the derived form for x < 0 and a derivative of the conjugate for x > 0 beat an expanded form on its own).
-    starts = [best, *sorted((m for m in pool if m is not best), key=lambda m: m.score)[: REGIME_STARTS - 1]]
-    joined = [_with_regimes(start, pool, sampling, search) for start in starts]
+    regime_starts = [best, *sorted((m for m in pool if m is not best), key=lambda m: m.score)[: REGIME_STARTS - 1]]
+    joined = [_with_regimes(m, pool, sampling, search) for m in regime_starts]
     plain = best
     best = min(
         (j for j in joined if j.branches and j.score <= plain.score - REGIME_MARGIN_BITS),

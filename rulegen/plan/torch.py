@@ -107,7 +107,7 @@ class _Torch:
         zero materialised for an output nobody asked about would multiply the
         other output's partial, 0 * inf = nan where that partial overflows.
         """
-        return bool(self.residual_names) or len([o for o in self.rule.outputs if o.differentiable]) > 1
+        return bool(self.residual_names) or sum(o.differentiable for o in self.rule.outputs) > 1
 
     @functools.cached_property
     def absent_tangents(self) -> tuple[str, ...]:
