@@ -2,17 +2,23 @@
 
 Generated modules bind names of their own beside the rule's (the `primals`
 a JAX JVP unpacks, the `ctx` of a torch Function, the modules they import,
-the helpers of the package).  The locals among them (`OWN_LOCALS`) are
-renamed where a rule takes their name (`own_local`: `ctx_`); a rule input
-called `jnp` would silently shadow the others, so the rule format refuses:
+the helpers of the package, the builtins they call).  None of them is
+refused: each is spelled `name_` (`own_local`) in a module where the rule
+takes `name`, the locals (`OWN_LOCALS`) in the functions that bind them,
+the module-level names (`GLOBAL_NAMES`) in the module's imports and every
+reference (`symbols.own_names` states the spelling once per rule).  The
+rule format refuses only:
 
-- any name in `RESERVED`, the fixed names of generated code;
+- a Python keyword, and the names of the rule format's own keys (`RESERVED`);
 - any name that starts with `_`: the underscore namespace belongs to the
   generator (hidden residuals `_r`, unread tangents `_x_dot`, per-rule
   helpers `_f_jvp`, helper modules `_util`, the low-precision flag `_low`);
 - a name that equals a name the generator derives from another
   (`GENERATED_FROM_NAME`, `GENERATED_FROM_RULE`): an input `x_dot` beside
   an input `x`, a residual `f_rule` in rule `f`;
+- in a rule with Python bodies, a name of the rule that a body also reads as
+  one of the modules it sees (`xp`, `math`): the body would read the one
+  where it means the other.
 
 A static input is kept on torch's Function context by its name, or where
 torch's context has an attribute of that name (`CTX_ATTRIBUTES`), by
@@ -21,7 +27,8 @@ another (`ctx_attribute`).
 Temporaries (`TEMPORARY`: `t0`, `saved_exp`, `saved_exp_bar`) need no
 reservation: the planner numbers them past every name the rule takes.  `tests/test_names.py` builds every bundled
 rule and checks that each identifier of the generated code is the rule's
-own, reserved here, or derived by the patterns here.
+own, one of the generator's names here as spelled for the rule, or derived by
+the patterns here; and builds rules whose names are every one of the generator's.
 """
 
 from __future__ import annotations
@@ -70,24 +77,27 @@ HELPER_NAMES = frozenset(
     }
 )
 
-#: Parameters, locals and methods of the generated functions and classes.
-LOCAL_NAMES = frozenset(
-    {
-        "backward",
-        "dtypes",
-        "forward",
-        "generate_vmap_rule",
-        "jvp",
-        "setup_context",
-        "transpose",
-        "vjp",
-        "vmap",
-    }
-)
+#: Methods and class attributes of a torch Function: attributes, which no name of a rule meets.
+ATTRIBUTE_NAMES = frozenset({"backward", "forward", "generate_vmap_rule", "jvp", "setup_context", "vmap"})
 
 #: Locals of generated code renamed where a rule takes their name (`own_local`), so reserved no more.
 OWN_LOCALS = frozenset(
-    {"cotangents", "ctx", "function", "in_dims", "info", "inputs", "output", "primals", "saved", "tangents"}
+    {
+        "cotangents",
+        "ctx",
+        "dtypes",
+        "function",
+        "in_dims",
+        "info",
+        "inputs",
+        "jvp",
+        "output",
+        "primals",
+        "saved",
+        "tangents",
+        "transpose",
+        "vjp",
+    }
 )
 
 #: Builtins generated code calls (a rule name or input would shadow them); the
@@ -116,11 +126,15 @@ BUILTIN_NAMES = frozenset(
     }
 )
 
-#: Keys of the rule format that a body's names could be mistaken for, and the
-#: generator of a `checks.sample` body.
-FORMAT_NAMES = frozenset({"sympy", "python", "numpy", "rng"})
+#: Keys of the rule format that a body's names could be mistaken for (an output `jax` of a
+#: forward given per output would read as a `jax:` body), and the generator of a `checks.sample` body.
+FORMAT_NAMES = frozenset({"sympy", "python", "numpy", "jax", "torch", "rng"})
 
-RESERVED = MODULE_NAMES | HELPER_NAMES | LOCAL_NAMES | BUILTIN_NAMES | FORMAT_NAMES
+#: The module-level names generated code reads, spelled `name_` in a module where the rule takes `name`.
+GLOBAL_NAMES = MODULE_NAMES | HELPER_NAMES | BUILTIN_NAMES
+
+#: The names no rule may take: they would read as keys of the rule format.
+RESERVED = FORMAT_NAMES
 
 #: Attributes of torch's Function context: a static input is kept as `ctx.<name>`.
 CTX_ATTRIBUTES = frozenset(
@@ -226,7 +240,7 @@ def unusable(name: str) -> str | None:
     if name.startswith("_"):
         return "starts with `_`, which generated code keeps for its own names"
     if name in RESERVED:
-        return "is a name generated code uses itself"
+        return "is a key of the rule format"
     return None
 
 

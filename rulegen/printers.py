@@ -13,7 +13,7 @@ numeric constants such as `sqrt(2)` become array calls on Python numbers
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import sympy as sp
@@ -62,14 +62,25 @@ class _ArrayCode:
     functions: ClassVar[dict[str, str]] = {}
     module_imports_: set[str]
 
-    def __init__(self) -> None:
+    def __init__(self, own: Mapping[str, str] | None = None) -> None:
         super().__init__({"fully_qualified_modules": True})  # type: ignore[call-arg]
         self.module_imports_ = set()
+        # How the module spells the modules, helpers and builtins it reads (symbols.own_names).
+        self.own: Mapping[str, str] = own or {}
+
+    def _spelled(self, path: str) -> str:
+        """`path` (`torch.special.erfc`, `silu_backward`, `max`) as the module spells its first name."""
+        root, dot, rest = path.partition(".")
+        return self.own.get(root, root) + dot + rest
 
     def _record(self, path: str) -> str:
         prefix = path.rsplit(".", 1)[0]
         self.module_imports_.add(_IMPORTS[prefix])
-        return path
+        return self._spelled(path)
+
+    def _module_format(self, fqn: str, register: bool = True) -> str:
+        # sympy's own methods name functions through here (`abs`, `max`, `math.fmod`).
+        return self._spelled(fqn)
 
     def _call(self, path: str, *args: sp.Basic) -> str:
         return f"{self._record(path)}({', '.join(self._argument(a) for a in args)})"
@@ -90,7 +101,9 @@ class _ArrayCode:
             return str(value)
         # Beyond int64 the frameworks refuse a Python int (JAX: OverflowError);
         # next to float arrays it is the float it rounds to, as NumPy would take it.
-        return repr(float(value)) if abs(value) < 2**1024 else f"{'-' if value < 0 else ''}float('inf')"
+        if abs(value) < 2**1024:
+            return repr(float(value))
+        return f"{'-' if value < 0 else ''}{self._spelled('float')}('inf')"
 
     def _print_Rational(self, expr: sp.Rational) -> str:
         return f"{expr.p} / {expr.q}"
@@ -131,7 +144,7 @@ class _ArrayCode:
 
     def _print_Symbol(self, expr: sp.Symbol) -> str:
         text = super()._print_Symbol(expr)  # type: ignore[misc]
-        return f"{text}{self.as_integer}" if expr.name in self.booleans else text
+        return f"{text}{self.as_integer.format(int=self._spelled('int'))}" if expr.name in self.booleans else text
 
     def _of_scalars(self, expr: sp.Expr) -> bool:
         """A function of static inputs only, where `math` has every function: Python float arithmetic.
@@ -161,21 +174,20 @@ class _ArrayCode:
             else:
                 below = self._constant_text(denominator)
                 below = below if denominator.is_Atom else f"({below})"
-                text = f"math.sqrt({self._constant_text(numerator)} / {below})"
+                text = f"{self._record('math.sqrt')}({self._constant_text(numerator)} / {below})"
             return f"-{text}" if negative else text
         if all(f.func.__name__ in _SCALAR_FUNCTIONS for f in expr.atoms(sp.Function)):
             return self._constant_text(expr)
         return repr(float(expr.evalf(30)))
 
     def _constant_text(self, expr: sp.Expr) -> str:
-        printer = _ConstantPrinter()
+        printer = _ConstantPrinter(self.own)
         text = printer.doprint(expr)
         self.module_imports_ |= printer.module_imports_
         return text
 
     def _math_sqrt(self, expr: sp.Expr) -> str:
-        self.module_imports_.add(_IMPORTS["math"])
-        return f"math.sqrt({self._constant_text(expr)})"
+        return f"{self._record('math.sqrt')}({self._constant_text(expr)})"
 
     def _print(self, expr: Any, **kwargs: Any) -> str:
         if (
@@ -363,12 +375,12 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     """jax.numpy / jax.scipy.special code."""
 
     functions = _JAX_FUNCTIONS
-    as_integer = ".astype(int)"
+    as_integer = ".astype({int})"
 
     result_type = "jnp.result_type"
 
     def _default_float(self) -> str:
-        return "float"  # jnp's default float: float64 with jax_enable_x64, else float32
+        return self._spelled("float")  # jnp's default float: float64 with jax_enable_x64, else float32
 
     def _cast(self, dtype: str) -> str:
         return f".astype({dtype})"
@@ -429,7 +441,7 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         if function is not None and function.torch_runtime is not None:
             # torch's op lacks a derivative: the runtime's, differentiated by the registry's rule.
             self.module_imports_.add(f"{SPECIAL_IMPORT} {function.torch_runtime}")
-            return f"{function.torch_runtime}({', '.join(self._argument(a) for a in expr.args)})"
+            return f"{self._spelled(function.torch_runtime)}({', '.join(self._argument(a) for a in expr.args)})"
         if name in fn.TORCH_TENSOR_ONLY and any(a.is_number for a in expr.args):
             # torch.atan2(x, 2.0) raises; a 0-d tensor promotes to x's dtype
             # and device like the number would.
@@ -462,7 +474,7 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
 
     def _print_silu_backward(self, expr: fn.silu_backward) -> str:
         self.module_imports_.add(SILU_BACKWARD_IMPORT)
-        return f"silu_backward({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+        return f"{self._spelled('silu_backward')}({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 
     def _print_silu_derivative(self, expr: fn.silu_derivative) -> str:
         # No cotangent to hand silu_backward: the plan rewrites a lone one so before printing, sharing its sigmoid.
@@ -561,7 +573,7 @@ class CompiledTorchPrinter(TorchArrayPrinter):
 
     def _print_tanh(self, expr: sp.tanh) -> str:
         self.module_imports_.add(TANH_EXPM1_IMPORT)
-        return f"tanh_expm1({self._print(expr.args[0])})"
+        return f"{self._spelled('tanh_expm1')}({self._print(expr.args[0])})"
 
     def _print_one_plus_erf(self, expr: fn.one_plus_erf) -> str:
         # A sum where the enclosing product or power expects a call: parenthesised.
@@ -619,15 +631,19 @@ def _one_factor(number: sp.Expr) -> bool:
     return isinstance(magnitude, sp.Function) and all(a.is_Integer or a.is_NumberSymbol for a in magnitude.args)
 
 
-def _printer(cls: Callable[[], _ArrayCode]) -> Callable[..., tuple[str, frozenset[str]]]:
+def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[..., tuple[str, frozenset[str]]]:
     def print_expr(
-        expr: sp.Expr, scalars: frozenset[str] = frozenset(), booleans: frozenset[str] = frozenset()
+        expr: sp.Expr,
+        scalars: frozenset[str] = frozenset(),
+        booleans: frozenset[str] = frozenset(),
+        own: Mapping[str, str] | None = None,
     ) -> tuple[str, frozenset[str]]:
         """`expr` as code, and the imports it needs.
 
-        `scalars` name the symbols that hold Python numbers, `booleans` those that hold boolean arrays.
+        `scalars` name the symbols that hold Python numbers, `booleans` those that hold boolean arrays;
+        `own` spells the modules, helpers and builtins the code reads as its module does (symbols.own_names).
         """
-        printer = cls()
+        printer = cls(own)
         printer.scalars = scalars
         printer.booleans = booleans
         text = printer.doprint(expr)  # type: ignore[attr-defined]

@@ -203,6 +203,18 @@ class _SnippetDeriver:
                 parsed[kind] = parse_snippet(kind, text, scope, self.known_rules)
             except SpecError as exc:
                 self.errors.append(exc)
+                continue
+            # The rule's names hide a module in the bodies whose scope they are in: one body would read the
+            # module where another reads the rule's name, and the module keeps its name for the bodies alone.
+            hidden = sorted(parsed[kind].reads & MODULES[kind] & (set(symbols_of(self.rule)) - set(scope)))
+            if hidden:
+                self.errors.append(
+                    SpecError(
+                        text.loc,
+                        f"the `{kind}` body reads the module {hidden[0]!r}, which the rule also names one of its "
+                        "own values; choose another name for it",
+                    )
+                )
         for backend, kinds in _BACKEND_KINDS.items():
             chosen = next((k for k in kinds if k in parsed), None)
             if chosen is None:

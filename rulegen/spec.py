@@ -88,6 +88,9 @@ def _to_rule_name(value: object) -> str:
     if not isinstance(value, str) or not _SNAKE.match(value) or keyword.iskeyword(value):
         raise ValueError(f"a rule name is a snake_case identifier (it names a Python function), not {value!r}")
     _usable(value, "the rule name")
+    if value in names.MODULE_NAMES:
+        # Python bodies call the rules of their build by name: a body reading the module would call the rule.
+        raise ValueError(f"the rule name {value!r} is the name Python bodies use for a module; choose another name")
     _usable(names.camel_case(value), f"the torch class name of {value!r},")
     return str(value)
 

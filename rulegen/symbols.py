@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import textwrap
+from collections.abc import Mapping
+from types import MappingProxyType
+
 import sympy as sp
 
 from rulegen import names
-from rulegen.spec import Input, Rule, Structured
+from rulegen.spec import Input, Rule, SnippetBody, Structured
 
 
 def _input_symbol(spec: Input) -> sp.Symbol:
@@ -41,13 +46,50 @@ def symbols_of(rule: Rule) -> dict[str, sp.Symbol]:
     return symbols
 
 
-def own_locals(rule: Rule) -> dict[str, str]:
-    """Each local generated code names for itself (`names.OWN_LOCALS`: `ctx`, `primals`, ...), as spelled in
-    `rule`'s modules: renamed (`ctx_`) where one of the rule's names, or its tangents' and cotangents', takes it."""
+def _snippet_names(rule: Rule) -> set[str]:
+    """Every name the rule's Python bodies mention, but the modules they see: the rules they call and the names
+    they bind are module-level or local names beside the generator's, the modules the generator's own."""
+    bodies = [rule.forward, rule.jvp, rule.vjp, rule.checks.sample, rule.batching]
+    if isinstance(rule.residuals, dict):
+        bodies += list(rule.residuals.values())
+    found: set[str] = set()
+    for body in bodies:
+        if not isinstance(body, SnippetBody):
+            continue
+        for text in (body.python, body.jax, body.torch, body.numpy):
+            if text is None:
+                continue
+            try:
+                tree = ast.parse("def _body():\n" + textwrap.indent(text.value, "    "))
+            except (SyntaxError, RecursionError, MemoryError, ValueError):
+                continue  # reported where the body is parsed
+            found |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            found |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+            found |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    return found - names.MODULE_NAMES - {"_body"}
+
+
+def taken_names(rule: Rule) -> frozenset[str]:
+    """Every name a rule's generated modules bind for the rule: its names, tangents and cotangents, structures,
+    function and classes, and what its Python bodies call and bind."""
     taken = {*symbols_of(rule), *(p.name for p in rule.parameters if isinstance(p, Structured))}
-    # The rule's function and a named tuple's class are module-level names generated functions call.
-    taken |= {rule.name, *(n.name for n in (rule.returns.named_tuples if rule.returns is not None else ()))}
-    return {local: names.own_local(local, taken) for local in sorted(names.OWN_LOCALS)}
+    # The rule's function and classes are module-level names generated functions call.
+    taken |= {rule.name, rule.torch_class}
+    taken |= {n.name for n in (rule.returns.named_tuples if rule.returns is not None else ())}
+    return frozenset(taken | _snippet_names(rule))
+
+
+def own_names(rule: Rule) -> Mapping[str, str]:
+    """How the rule's modules spell each name generated code gives its own things: its locals
+    (`names.OWN_LOCALS`: `ctx`, `primals`, ...) and the modules, helpers and builtins it reads
+    (`names.GLOBAL_NAMES`: `torch`, `plain`, `max`); `name`, or `name_` where the rule takes `name`."""
+    taken = taken_names(rule)
+    return MappingProxyType({own: names.own_local(own, taken) for own in sorted(names.OWN_LOCALS | names.GLOBAL_NAMES)})
+
+
+def own_locals(rule: Rule) -> Mapping[str, str]:
+    """Each local generated code names for itself, as spelled in `rule`'s modules (see `own_names`)."""
+    return own_names(rule)
 
 
 def torch_context(rule: Rule) -> str:

@@ -236,13 +236,15 @@ def test_starter_rule_builds(tmp_path, monkeypatch):
 
 
 def _new_names() -> list[str]:
-    """Names a rule may not take as they are: keywords, names generated code keeps, the starter's input."""
+    """Names a rule may not take as they are, or takes where generated code renames its own: keywords, format keys,
+    modules, helpers and builtins generated code reads, the starter's input."""
     import keyword
 
     from rulegen import names
 
     snake = re.compile(r"[a-z_][a-z0-9_]*")
-    taken = [*keyword.kwlist, *keyword.softkwlist, *names.RESERVED, *names.PRIVATE_NAMES, "x", "u", "x_dot", "none"]
+    taken = [*keyword.kwlist, *keyword.softkwlist, *names.RESERVED, *names.GLOBAL_NAMES, *names.PRIVATE_NAMES]
+    taken += ["x", "u", "x_dot", "none"]
     return sorted({n for n in taken if snake.fullmatch(n)})
 
 

@@ -16,7 +16,7 @@ from rulegen import names
 from rulegen.build import build
 from rulegen.cli import app
 from rulegen.spec import Rule, SnippetBody, Structured, read_rules, rule_files
-from rulegen.symbols import own_locals, torch_context
+from rulegen.symbols import own_names, torch_context
 from tests.conftest import RULES, bundled_package
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +83,8 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, tmp_pat
         own |= {n.name for n in named_tuples} | {field for n in named_tuples for field, _ in n.items}
         derived = {generated for generated, _ in names.derived_names(rule.name, own, rule.residual_names)}
         ctx = torch_context(rule)
-        allowed = own | derived | every_rule | _snippet_names(rule) | names.RESERVED | set(own_locals(rule).values())
+        allowed = own | derived | every_rule | _snippet_names(rule) | names.ATTRIBUTE_NAMES
+        allowed |= set(own_names(rule).values())
         statics = {i.name for i in rule.inputs if i.static}
         for backend in ("jax", "torch"):
             tree = ast.parse((out / backend / f"{rule.name}.py").read_text())
@@ -118,8 +119,14 @@ def _rule(name: str = "f", inputs: str = "[x]", forward: str = "x", extra: str =
 # (case, rule text, "line:col" of the error, message fragment)
 REFUSED = [
     *(
-        (f"input-{n}", _rule(inputs=f"[x, {n}]", forward=f"x * {n}"), "2:13", "generated code uses")
-        for n in ("plain", "math", "torch", "jnp", "int", "as_tensors", "dtypes")
+        (f"input-{n}", _rule(inputs=f"[x, {n}]", forward=f"x * {n}"), "2:13", "key of the rule format")
+        for n in ("torch", "jax", "sympy", "rng")
+    ),
+    (
+        "output-hides-a-module-the-body-reads",
+        _rule(forward="{python: 'return xp.sin(x)'}", extra="outputs: [xp]\nvjp: {python: 'return xp_bar * x'}\n"),
+        "3:20",
+        "reads the module 'xp'",
     ),
     ("input-underscore", _rule(inputs="[x, _y]", forward="x * _y"), "2:13", "starts with `_`"),
     ("input-is-the-rule", _rule(inputs="[x, f]", forward="x * f"), "2:13", "own function or class name"),
@@ -133,10 +140,9 @@ REFUSED = [
     ),
     *(
         (f"rule-name-{n}", _rule(name=n), "1:7", "")
-        for n in ("_inplace", "_bridge", "__init__", "_", "none", "true", "plain", "jax")
+        for n in ("_inplace", "_bridge", "__init__", "_", "none", "true", "jax", "xp", "math")
     ),
     ("class-name-none", _rule(extra="class_name: None\n"), "4:13", "keyword"),
-    ("class-name-helper", _rule(extra="class_name: HostRule\n"), "4:13", "generated code uses"),
 ]
 
 
@@ -314,14 +320,21 @@ def _generators_own_names() -> list[str]:
     """Every name generated code gives its own things, as a rule may spell it, that a rule may now take.
 
     Its private names without their underscore (`_low` -> `low`, `_host_op`),
-    the attributes of torch's Function context (where statics are kept), and
-    the locals it renames where a rule takes their name (`ctx`).
-    Those still reserved (`names.RESERVED`: modules, helpers, locals of generated
-    functions) are refused where they are written (above).
+    the attributes of torch's Function context (where statics are kept),
+    the locals it renames where a rule takes their name (`ctx`), and the
+    modules, helpers and builtins its modules read (`torch`, `plain`, `max`).
+    Those still reserved (`names.RESERVED`: the rule format's keys) are refused
+    where they are written (above).
     """
     private = {p.strip("_") for p in names.PRIVATE_NAMES if p.strip("_") and not p.startswith("__")}
-    taken = (private | names.CTX_ATTRIBUTES | names.OWN_LOCALS | {"high"}) - names.RESERVED
+    taken = (private | names.CTX_ATTRIBUTES | names.OWN_LOCALS | names.GLOBAL_NAMES | {"high"}) - names.RESERVED
     return sorted(n for n in taken if n.isidentifier() and n not in ("f", "x"))
+
+
+#: The modules the hygiene rules' Python and NumPy bodies read: a static of that name would be what the body
+#: reads (the rule's own choice), so these names are taken by the rules without bodies only.
+_MODULES_THE_BODIES_READ = frozenset({"xp", "np"})
+_BODY_KINDS = ("snip", "back", "host")
 
 
 def _hygiene_rules(taken: list[str]) -> str:
@@ -334,21 +347,30 @@ def _hygiene_rules(taken: list[str]) -> str:
             f"  - name: sta_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
             f"    forward: x * {n} + sin(x)\n",
             f"  - name: res_{n.lower()}\n    inputs: [x]\n    outputs: [{n}]\n    forward: {{{n}: x * sin(x)}}\n",
-            f"  - name: snip_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
-            f"    forward:\n      python: return x * {n} + xp.sin(x)\n"
-            f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
-            f"  - name: back_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
-            f"    forward:\n      python: return x * {n} + xp.sin(x)\n"
-            f"    vjp:\n      python: return out_bar * ({n} + xp.cos(x))\n",
-            f"  - name: host_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
-            f"    forward:\n      numpy: return x * {n} + np.sin(x)\n    batching: elementwise\n"
-            f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
         ]
-        # A rule named like a local: the generator's private functions `_{rule}` still
-        # take the names of its flag `_low` and the like, so only the locals here.
-        if n in names.OWN_LOCALS:
+        if n not in _MODULES_THE_BODIES_READ:
+            rules += [
+                f"  - name: snip_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
+                f"    forward:\n      python: return x * {n} + xp.sin(x)\n"
+                f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
+                f"  - name: back_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
+                f"    forward:\n      python: return x * {n} + xp.sin(x)\n"
+                f"    vjp:\n      python: return out_bar * ({n} + xp.cos(x))\n",
+                f"  - name: host_{n.lower()}\n    inputs:\n      x: {{}}\n      {n}: {{static: true, default: 2.0}}\n"
+                f"    forward:\n      numpy: return x * {n} + np.sin(x)\n    batching: elementwise\n"
+                f"    jvp:\n      python: return x_dot * ({n} + xp.cos(x))\n",
+            ]
+        # A rule named like a local, module or helper: the generator's private functions `_{rule}`
+        # still take the names of its flag `_low` and the like, so not those here.
+        if _rule_named(n):
             rules.append(f"  - name: {n}\n    inputs: [x]\n    forward: x * sin(x)\n")
     return "rules:\n" + "".join(rules)
+
+
+def _rule_named(n: str) -> bool:
+    """Whether a hygiene rule is named `n` itself: a snake_case local, module, helper or builtin of generated code."""
+    usable = n.islower() and f"_{n}" not in names.PRIVATE_NAMES and n not in names.MODULE_NAMES
+    return usable and (n in names.OWN_LOCALS or n in names.GLOBAL_NAMES)
 
 
 def _calls_agree(jax_pkg, torch_pkg, n: str) -> list[str]:
@@ -370,7 +392,7 @@ def _calls_agree(jax_pkg, torch_pkg, n: str) -> list[str]:
     }
     wrong = []
     for kind, (value, grad) in exact.items():
-        if not kind and n not in names.OWN_LOCALS:
+        if (not kind and not _rule_named(n)) or (kind in _BODY_KINDS and n in _MODULES_THE_BODIES_READ):
             continue
         name = f"{kind}_{n.lower()}" if kind else n
         other = {"arr": {n: 1.3}, "res": {}, "": {}}.get(kind, {n: 2.0})
@@ -394,6 +416,7 @@ def _calls_agree(jax_pkg, torch_pkg, n: str) -> list[str]:
             [
                 *("low", "high", "ctx", "primals", "tangents", "saved", "cotangents", "function", "name"),
                 *("inputs", "output", "info", "in_dims"),
+                *("min", "max", "float", "math", "jnp", "plain", "as_tensors", "rounded", "staticmethod"),
             ],
             id="a-few",
         ),

@@ -414,7 +414,7 @@ def test_a_bad_structure_is_refused_at_its_place(tmp_path, text, where, message)
     ("returns", "message"),
     [
         ("{namedtuple: 3d, fields: [out]}", "a named tuple's class name is a Python identifier, not '3d'"),
-        ("{namedtuple: torch, fields: [out]}", "'torch' is a name generated code uses itself"),
+        ("{namedtuple: torch, fields: [out]}", "'torch' is a key of the rule format"),
         ("{namedtuple: _P, fields: [out]}", "starts with `_`"),
         ("{namedtuple: r, fields: [out]}", "'r' is the rule's own function or class name"),
         ("{namedtuple: R, fields: [out]}", "'R' is the rule's own function or class name"),

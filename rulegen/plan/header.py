@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import sympy as sp
 
 from rulegen.derive import Derivation
-from rulegen.plan.model import Header, Param
+from rulegen.plan.model import Header, Param, spelled_imports
 from rulegen.snippet import SnippetDerivation
 from rulegen.spec import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structured, StructureKind
 from rulegen.stabilise import Choice
+from rulegen.symbols import own_names
 
 DOC_WIDTH = 100
 
@@ -37,7 +38,7 @@ def array_arguments(rule: Rule, helper: str) -> str:
     targets = f"{names}," if len(arrays) == 1 else names
     quoted = ", ".join(repr(i.name) for i in arrays) + ("," if len(arrays) == 1 else "")
     kinds = "".join(_DTYPE_LETTERS[i.dtype] for i in arrays)
-    return f"{targets} = {helper}({rule.name!r}, ({quoted}), {kinds!r}, {names})"
+    return f"{targets} = {own_names(rule)[helper]}({rule.name!r}, ({quoted}), {kinds!r}, {names})"
 
 
 def jax_util_imports(imports: set[str], rule: Rule) -> tuple[str, ...]:
@@ -48,7 +49,7 @@ def jax_util_imports(imports: set[str], rule: Rule) -> tuple[str, ...]:
             names += more
     names += unpack_helpers(rule)
     kept = imports - set(_UTIL_LINES)
-    return tuple(sorted(kept | ({f"from ._util import {', '.join(names)}"} if names else set())))
+    return spelled_imports(kept | ({f"from ._util import {', '.join(names)}"} if names else set()), own_names(rule))
 
 
 # What the snippet planners import from jax/_util.py, one line each: joined into the module's one line.
@@ -61,58 +62,42 @@ _UTIL_LINES = {
 _DTYPE_LETTERS = {"float": "f", "complex": "c", "int": "i", "bool": "b"}
 
 
-def torch_util_imports(imports: set[str], names: Sequence[str], function_names: Sequence[str] = ()) -> tuple[str, ...]:
+def torch_util_imports(
+    imports: set[str], names: Sequence[str], function_names: Sequence[str], own: Mapping[str, str]
+) -> tuple[str, ...]:
     """A torch module's imports, with one import of what it takes from torch/_util.py and one from _function.py."""
     lines = {
         f"from ._{module} import {', '.join(sorted(set(taken)))}"
         for module, taken in (("util", names), ("function", function_names))
         if taken
     }
-    return tuple(sorted(imports | lines))
+    return spelled_imports(imports | lines, own)
 
 
-#: Per backend: the annotation of an array argument (by input dtype) and of a result.
-ARRAY_TYPES = {
-    "jax": (
-        dict.fromkeys(("float", "complex", "int", "bool"), "jax.typing.ArrayLike"),
-        "jax.Array",
-    ),
-    "torch": (
-        {
-            "float": "torch.Tensor | float",
-            "complex": "torch.Tensor | complex",
-            "int": "torch.Tensor | int",
-            "bool": "torch.Tensor | bool",
-        },
-        "torch.Tensor",
-    ),
-}
-
-
-def params_of(inputs: Sequence[Input], backend: str) -> tuple[Param, ...]:
-    """The public function's parameters; array arguments annotated (statics may be any hashable value)."""
-    arguments, _ = ARRAY_TYPES[backend]
-    return tuple(
-        Param(
-            i.name,
-            python_literal(i.default) if i.has_default else None,
-            None if i.static else arguments[i.dtype],
-        )
-        for i in inputs
-    )
+def array_types(backend: str, own: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """The annotation of an array argument (by input dtype) and of a result, as the module spells them."""
+    if backend == "jax":
+        jax = own["jax"]
+        return dict.fromkeys(("float", "complex", "int", "bool"), f"{jax}.typing.ArrayLike"), f"{jax}.Array"
+    tensor = f"{own['torch']}.Tensor"
+    return {dtype: f"{tensor} | {own[dtype]}" for dtype in ("float", "complex", "int", "bool")}, tensor
 
 
 def parameters_of(rule: Rule, backend: str) -> tuple[Param, ...]:
-    """The public function's parameters: the inputs, a structure standing for its arrays."""
-    arguments, _ = ARRAY_TYPES[backend]
+    """The public function's parameters: the inputs, a structure standing for its arrays; array arguments
+    annotated (statics may be any hashable value)."""
+    own = own_names(rule)
+    arguments, _ = array_types(backend, own)
     found: list[Param] = []
     for p in rule.parameters:
         if not isinstance(p, Structured):
-            found += params_of([p], backend)
+            default = python_literal(p.default, own["float"]) if p.has_default else None
+            found.append(Param(p.name, default, None if p.static else arguments[p.dtype]))
         elif p.kind == "keys":
-            found.append(Param(p.name, None, f"dict[str, {_union(arguments[i.dtype] for i in p.leaves)}]"))
+            annotation = f"{own['dict']}[{own['str']}, {_union(arguments[i.dtype] for i in p.leaves)}]"
+            found.append(Param(p.name, None, annotation))
         elif p.kind == "items":
-            found.append(Param(p.name, None, f"tuple[{', '.join(arguments[i.dtype] for i in p.leaves)}]"))
+            found.append(Param(p.name, None, f"{own['tuple']}[{', '.join(arguments[i.dtype] for i in p.leaves)}]"))
         else:
             # Any object with these attributes will do (a named tuple is one): no one class to name.
             found.append(Param(p.name))
@@ -136,7 +121,8 @@ def unpacked(rule: Rule) -> tuple[str, ...]:
             targets = f"{leaves[0]}," if len(leaves) == 1 else ", ".join(leaves)
             names = [i.dict_key for i in p.leaves] if p.kind == "keys" else leaves
             listed = f"({', '.join(map(repr, names))}{',' if len(names) == 1 else ''})"
-            lines.append(f"{targets} = {_UNPACKERS[p.kind]}({rule.name!r}, {p.name!r}, {p.name}, {listed})")
+            helper = own_names(rule)[_UNPACKERS[p.kind]]
+            lines.append(f"{targets} = {helper}({rule.name!r}, {p.name!r}, {p.name}, {listed})")
     return tuple(lines)
 
 
@@ -155,7 +141,7 @@ def public_return(rule: Rule, value: str, *, lifted: bool, spread: bool) -> tupl
     `spread`: `value` is one expression evaluating to a tuple of outputs
     (rather than the outputs' names, comma-separated).
     """
-    result = f"rounded(_low, {'*' if spread else ''}{value})" if lifted else value
+    result = f"{own_names(rule)['rounded']}(_low, {'*' if spread else ''}{value})" if lifted else value
     if rule.returns is None:
         return (f"return {result}",)
     outputs = ", ".join(o.name for o in rule.outputs)
@@ -181,12 +167,13 @@ def result_classes(rule: Rule, backend: str) -> tuple[str, ...]:
     """The module-level classes of the named tuples the public function returns, as source lines (blank-separated)."""
     if rule.returns is None:
         return ()
-    _, result = ARRAY_TYPES[backend]
+    own = own_names(rule)
+    _, result = array_types(backend, own)
     lines: list[str] = []
     for named in rule.returns.named_tuples:
         what = f"What `{rule.name}` returns" if named is rule.returns else f"Part of what `{rule.name}` returns"
-        lines += ["", "", f"class {named.name}(NamedTuple):", f'    """{what}."""', ""]
-        lines += [f"    {field}: {_structure_type(item, result)}" for field, item in named.items]
+        lines += ["", "", f"class {named.name}({own['NamedTuple']}):", f'    """{what}."""', ""]
+        lines += [f"    {field}: {_structure_type(item, result, own)}" for field, item in named.items]
     return tuple(lines[2:])
 
 
@@ -195,34 +182,35 @@ def _union(types: Iterable[str]) -> str:
 
 
 def returns_of(rule: Rule, backend: str) -> str:
-    _, result = ARRAY_TYPES[backend]
+    own = own_names(rule)
+    _, result = array_types(backend, own)
     if rule.returns is not None:
-        return _structure_type(rule.returns, result)
+        return _structure_type(rule.returns, result, own)
     count = len(rule.outputs)
-    return result if count == 1 else f"tuple[{', '.join([result] * count)}]"
+    return result if count == 1 else f"{own['tuple']}[{', '.join([result] * count)}]"
 
 
-def _structure_type(returned: Returned, result: str) -> str:
+def _structure_type(returned: Returned, result: str, own: Mapping[str, str]) -> str:
     if returned.kind == "output":
         return result
-    items = [_structure_type(item, result) for _, item in returned.items]
+    items = [_structure_type(item, result, own) for _, item in returned.items]
     if returned.kind == "tuple":
-        return f"tuple[{', '.join(items)}]"
+        return f"{own['tuple']}[{', '.join(items)}]"
     if returned.kind == "namedtuple":
         return returned.name
-    return f"dict[str, {_union(items)}]"
+    return f"{own['dict']}[{own['str']}, {_union(items)}]"
 
 
-def python_literal(value: object) -> str:
+def python_literal(value: object, float_name: str = "float") -> str:
     """`value` (a default: None, a bool, a number, a string or a tuple of these) as Python source.
 
-    `repr` alone gives `inf` and `nan`, which are no Python names.
+    `repr` alone gives `inf` and `nan`, which are no Python names; `float_name` spells the builtin.
     """
     if isinstance(value, float) and not math.isfinite(value):
-        text = "float('nan')" if math.isnan(value) else "float('inf')"
+        text = f"{float_name}('nan')" if math.isnan(value) else f"{float_name}('inf')"
         return f"-{text}" if value < 0 else text
     if isinstance(value, tuple):
-        items = [python_literal(v) for v in value]
+        items = [python_literal(v, float_name) for v in value]
         return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
     if isinstance(value, bool | int | float | str) or value is None:
         return repr(value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
@@ -28,7 +28,7 @@ from rulegen.plan.header import (
     unpack_helpers,
     unpacked,
 )
-from rulegen.plan.model import Function, JaxPlan, Result, Wrap
+from rulegen.plan.model import Function, JaxPlan, Result, Wrap, spelled_imports
 from rulegen.plan.snippet import tuple_literal
 from rulegen.plan.symbolic import (
     broadcast_outputs,
@@ -42,7 +42,7 @@ from rulegen.plan.symbolic import (
 from rulegen.printers import print_jax
 from rulegen.routes import JaxRoute
 from rulegen.spec import Output
-from rulegen.symbols import own_locals
+from rulegen.symbols import own_names
 
 _JNP = frozenset({"import jax.numpy as jnp"})
 _SUM_TO_SHAPE_IMPORT = f"from ._util import {SUM_TO_SHAPE}"
@@ -52,10 +52,11 @@ def plan_jax(d: Derivation) -> JaxPlan:
     """What the JAX module of a rule computes: a custom_jvp, or a custom_vjp."""
     d = with_fused_forms(d)
     rule = d.rule
+    g = own_names(rule)
     emit = _emitter(d)
     arrays = tuple(i.name for i in rule.inputs if not i.static)
     float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
-    forward = emit.block([], _forward_results(d, arrays))
+    forward = emit.block([], _forward_results(d, arrays, g))
     primal_call = f"_{rule.name}({', '.join(i.name for i in rule.inputs)})"
     jvp = bwd = None
     maps: tuple[Function, ...] = ()
@@ -84,7 +85,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
     return JaxPlan(
         header=header_of(d, "jax"),
         name=rule.name,
-        own=own_locals(rule),
+        own=g,
         params=parameters_of(rule, "jax"),
         unpack=unpacked(rule),
         inputs=tuple(i.name for i in rule.inputs),
@@ -104,9 +105,9 @@ def plan_jax(d: Derivation) -> JaxPlan:
         saved=saved,
         cotangents=() if bwd is None else tuple(f"{o.name}_bar" for o in rule.outputs),
         bwd=bwd,
-        imports=tuple(sorted(imports)),
+        imports=spelled_imports(imports, g),
         util_names=tuple(
-            n
+            n if g.get(n, n) == n else f"{n} as {g[n]}"
             for n, used in (
                 ("as_arrays", bool(arrays)),
                 ("in_float32", bool(float_arrays)),
@@ -115,7 +116,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
             )
             if used
         )
-        + unpack_helpers(rule),
+        + tuple(h if g[h] == h else f"{h} as {g[h]}" for h in unpack_helpers(rule)),
         float_arrays=float_arrays,
         array_arguments=array_arguments(rule, "as_arrays"),
         maps=maps,
@@ -141,7 +142,7 @@ def _emitter(d: Derivation) -> Emitter:
     shared_exp = jax_forms(every, statics)
     corrected = corrections("jax")
     return Emitter(
-        functools.partial(print_jax, booleans=booleans),
+        functools.partial(print_jax, booleans=booleans, own=own_names(rule)),
         d.symbols,
         lambda e: shared_exp(in_float(corrected(_tanh_derivative_factored(e)))),
         statics,
@@ -161,12 +162,14 @@ def _tanh_derivative_factored(expr: sp.Expr) -> sp.Expr:
     return expr.replace(1 - sp.tanh(_U) ** 2, (1 - sp.tanh(_U)) * (1 + sp.tanh(_U)))
 
 
-def _forward_results(d: Derivation, arrays: Sequence[str]) -> list[Result]:
+def _forward_results(d: Derivation, arrays: Sequence[str], g: Mapping[str, str]) -> list[Result]:
     """The outputs, each broadcast to the inputs' shape where its expression may lack it, and cast to its dtype."""
-    shapes = ", ".join(f"jnp.shape({a})" for a in arrays)
-    full_shape = f"jnp.broadcast_shapes({shapes})" if len(arrays) > 1 else shapes
-    wraps = broadcast_outputs(d, Wrap(f"jnp.broadcast_to({{}}, {full_shape})", frozenset(arrays)))
-    for n, cast in dtype_casts(d.rule, {"int": "{}.astype(int)", "bool": "{}.astype(bool)"}).items():
+    jnp = g["jnp"]
+    shapes = ", ".join(f"{jnp}.shape({a})" for a in arrays)
+    full_shape = f"{jnp}.broadcast_shapes({shapes})" if len(arrays) > 1 else shapes
+    wraps = broadcast_outputs(d, Wrap(f"{jnp}.broadcast_to({{}}, {full_shape})", frozenset(arrays)))
+    casts = {"int": f"{{}}.astype({g['int']})", "bool": f"{{}}.astype({g['bool']})"}
+    for n, cast in dtype_casts(d.rule, casts).items():
         wraps[n] = cast.around(wraps.get(n, Wrap()))
     return [Result(n, e, wrap=wraps[n], imports=_JNP) if n in wraps else Result(n, e) for n, e in d.forward]
 
@@ -302,26 +305,30 @@ def _wrapped(text: str) -> tuple[str, ...]:
 
 def _tangent(d: Derivation, o: Output) -> Result:
     """The tangent of the output `o`: the partials times the inputs' tangents, or zeros of the right kind."""
+    g = own_names(d.rule)
+    jnp = g["jnp"]
     name = f"{o.name}_dot"
     expr = linear_combination(d, d.jvp_partials, o.name, _diff_inputs(d), "_dot")
     reads = frozenset({o.name})
     if not o.differentiable and o.dtype != "float":
-        code = f"np.zeros(jnp.shape({o.name}), dtype=jax.dtypes.float0)"
-        return Result(name, code=code, imports=_JNP | {"import numpy as np"}, reads=reads)
+        code = f"{g['np']}.zeros({jnp}.shape({o.name}), dtype={g['jax']}.dtypes.float0)"
+        return Result(name, code=code, imports=_JNP | {"import numpy as np", "import jax"}, reads=reads)
     if not o.differentiable or expr == 0:
-        return Result(name, code=f"jnp.zeros_like({o.name})", imports=_JNP, reads=reads)
+        return Result(name, code=f"{jnp}.zeros_like({o.name})", imports=_JNP, reads=reads)
     if needs_broadcast(d, expr):
-        return Result(name, expr, wrap=Wrap(f"jnp.broadcast_to({{}}, jnp.shape({o.name}))", reads), imports=_JNP)
+        wrap = Wrap(f"{jnp}.broadcast_to({{}}, {jnp}.shape({o.name}))", reads)
+        return Result(name, expr, wrap=wrap, imports=_JNP)
     return Result(name, expr)
 
 
 def _cotangent(d: Derivation, i: str, outputs: Sequence[str]) -> Result:
     """The cotangent of the array input `i`: the transposed partials, summed back to `i`'s shape where it broadcasts."""
+    jnp = own_names(d.rule)["jnp"]
     expr = linear_combination(d, d.vjp_partials, i, outputs, "_bar", transpose=True)
     if expr == 0:
-        return Result(f"{i}_bar", code=f"jnp.zeros_like({i})", imports=_JNP, reads=frozenset({i}))
+        return Result(f"{i}_bar", code=f"{jnp}.zeros_like({i})", imports=_JNP, reads=frozenset({i}))
     if sum(not x.static for x in d.rule.inputs) > 1:
-        wrap = Wrap(f"_sum_to_shape({{}}, jnp.shape({i}))", frozenset({i}))
+        wrap = Wrap(f"_sum_to_shape({{}}, {jnp}.shape({i}))", frozenset({i}))
         return Result(f"{i}_bar", expr, wrap=wrap, imports=_JNP | {_SUM_TO_SHAPE_IMPORT})
     return Result(f"{i}_bar", expr)
 
@@ -336,9 +343,8 @@ def _bwd_parts(d: Derivation) -> tuple[list[tuple[str, sp.Expr]], list[Result]]:
         if i.differentiable:
             results.append(_cotangent(d, i.name, outputs))
         elif i.dtype == "float":
-            results.append(
-                Result(f"{i.name}_bar", code=f"jnp.zeros_like({i.name})", imports=_JNP, reads=frozenset({i.name}))
-            )
+            code = f"{own_names(d.rule)['jnp']}.zeros_like({i.name})"
+            results.append(Result(f"{i.name}_bar", code=code, imports=_JNP, reads=frozenset({i.name})))
         else:
             results.append(Result(f"{i.name}_bar", code="None"))
     used = names_in(r.expr for r in results if r.expr is not None)
@@ -380,6 +386,6 @@ def _given_linear_maps(
     emit.imports.add("from ._linear import linear_map")
     targets = ", ".join(f"{o}_dot" for o in diff_outputs) + ","
     packed = [tuple_literal(known), tuple_literal(dots), *([f"statics={tuple_literal(statics)}"] if statics else [])]
-    call = f"linear_map({maps[0].name}, {maps[1].name}, {', '.join(packed)})"
+    call = f"{own_names(rule)['linear_map']}({maps[0].name}, {maps[1].name}, {', '.join(packed)})"
     kept = [Result(r.name, code=r.name) if r in applied else r for r in results]
     return maps, Assign(targets, call), kept

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import builtins
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import sympy as sp
 
+from rulegen import names
 from rulegen.lines import Block
 
 
@@ -46,6 +48,44 @@ def needs_of(
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found_modules.add(node.module.split(".")[0])
     return Needs(frozenset(found_helpers), frozenset(found_modules), frozenset(apis))
+
+
+def spelled_imports(imports: Iterable[str], own: Mapping[str, str]) -> tuple[str, ...]:
+    """The import statements, sorted, each name they bind spelled as the module spells it (symbols.own_names).
+
+    `import torch` becomes `import torch as torch_` in a module where the rule
+    takes `torch`; a dotted `import jax.scipy.special` stays (it loads the
+    submodule) beside `import jax as jax_`, through which the code reaches it.
+    """
+    spelled: set[str] = set()
+    for statement in imports:
+        for node in ast.parse(statement).body:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    bound = alias.asname or alias.name.split(".")[0]
+                    wanted = own.get(bound, bound)
+                    if wanted == bound:
+                        spelled.add(ast.unparse(ast.Import([alias])))
+                    elif alias.asname is None and "." in alias.name:
+                        spelled |= {f"import {alias.name}", f"import {bound} as {wanted}"}
+                    else:
+                        spelled.add(f"import {alias.name} as {wanted}")
+            elif isinstance(node, ast.ImportFrom):
+                parts = []
+                for alias in node.names:
+                    bound = alias.asname or alias.name
+                    wanted = own.get(bound, bound)
+                    parts.append(alias.name if wanted == alias.name else f"{alias.name} as {wanted}")
+                spelled.add(f"from {'.' * node.level}{node.module or ''} import {', '.join(parts)}")
+            else:
+                raise AssertionError(f"not an import statement: {statement!r}")
+    # A builtin the rule takes a name of is reached through an import of its own (`float_`).
+    spelled |= {
+        f"from builtins import {name} as {own[name]}"
+        for name in sorted(names.BUILTIN_NAMES)
+        if hasattr(builtins, name) and own.get(name, name) != name
+    }
+    return tuple(sorted(spelled))
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ def _lifted(p: SnippetPlanner) -> list[str]:
     p.imports.add("from ._util import in_float32, rounded")
     return [
         "# bfloat16 and float16 compute in float32 and round once (XLA would round every step).",
-        f"({tuple_text(floats)}{',' if len(floats) == 1 else ''}), _low = in_float32({', '.join(floats)})",
+        f"({tuple_text(floats)}{',' if len(floats) == 1 else ''}), _low = {p.own['in_float32']}({', '.join(floats)})",
         *returning,
     ]
 
@@ -99,7 +99,7 @@ def _bridge(p: SnippetPlanner) -> SnippetPlan:
         "",
         f"return _bridge({closure}, {', '.join(p.arrays)})",
     ]
-    assignments = [f"_bridge = TorchBridge({rule.name!r}, depth={rule.depth})"]
+    assignments = [f"_bridge = {p.own['TorchBridge']}({rule.name!r}, depth={rule.depth})"]
     return _module(p, lines, bodies=False, assignments=assignments, requires=["torch"])
 
 
@@ -120,7 +120,7 @@ def _primitive(p: SnippetPlanner) -> SnippetPlan:
     fields += [f"diff_inputs={str_tuple_literal(p.diff_inputs)}", f"diff_outputs={str_tuple_literal(p.diff_outputs)}"]
     fields += [*(["jvp=_jvp"] if d.jvp is not None else []), *(["vjp=_vjp"] if d.vjp is not None else [])]
     fields.append(f"batching={rule.batching!r}")
-    assignment = f"_{rule.name}_rule = HostRule(\n    " + ",\n    ".join(fields) + ",\n)"
+    assignment = f"_{rule.name}_rule = {p.own['HostRule']}(\n    " + ",\n    ".join(fields) + ",\n)"
     statics = ", ".join(f"{s}={s}" for s in p.statics)
     call = f"_{rule.name}_rule({', '.join([*p.arrays, *([statics] if statics else [])])})"
     results = [*p.outputs, *(f"_{r}" for r in p.returned)]
@@ -139,10 +139,11 @@ def _primal_lines(p: SnippetPlanner) -> list[str]:
 
 def _decorator(p: SnippetPlanner, kind: str) -> str:
     nondiff = tuple(k for k, i in enumerate(p.rule.inputs) if i.static)
+    jax = p.own["jax"]
     if not nondiff:
-        return f"@jax.{kind}"
+        return f"@{jax}.{kind}"
     p.imports.add("import functools")
-    return f"@functools.partial(jax.{kind}, nondiff_argnums={nondiff})"
+    return f"@{p.own['functools']}.partial({jax}.{kind}, nondiff_argnums={nondiff})"
 
 
 def _plain(p: SnippetPlanner) -> SnippetPlan:
@@ -183,10 +184,11 @@ def _output_tangents(p: SnippetPlanner) -> list[str]:
             tangents.append(f"{o.name}_dot")
         elif o.dtype == "float":
             p.imports.add("import jax.numpy as jnp")
-            tangents.append(f"jnp.zeros_like({o.name})")
+            tangents.append(f"{p.own['jnp']}.zeros_like({o.name})")
         else:
             p.imports |= {"import numpy as np", "import jax.numpy as jnp"}
-            tangents.append(f"np.zeros(jnp.shape({o.name}), dtype=jax.dtypes.float0)")
+            np, jnp, jax = p.own["np"], p.own["jnp"], p.own["jax"]
+            tangents.append(f"{np}.zeros({jnp}.shape({o.name}), dtype={jax}.dtypes.float0)")
     return tangents
 
 
@@ -224,7 +226,7 @@ def _input_cotangent(p: SnippetPlanner, name: str) -> str:
         return "None"
     if p.broadcastable:
         p.imports.add("from ._util import unbroadcast")
-        return f"unbroadcast({name}_bar, {name})"
+        return f"{p.own['unbroadcast']}({name}_bar, {name})"
     return f"{name}_bar"
 
 
@@ -257,15 +259,16 @@ def _linear_maps(p: SnippetPlanner) -> tuple[list[Function], str]:
         apply_lines: tuple[str, ...] = (f"return ({p.call(jvp)},)",)
     else:
         p.imports.add("import functools")
+        local = p.own["vjp"]
         apply_lines = (
-            f"vjp = functools.partial({transpose.name}, {', '.join((*statics, *known))})",
-            f"return jax.linear_transpose(vjp, {', '.join(p.diff_outputs)})(({tuple_text(dots)},))",
+            f"{local} = {p.own['functools']}.partial({transpose.name}, {', '.join((*statics, *known))})",
+            f"return {p.own['jax']}.linear_transpose({local}, {', '.join(p.diff_outputs)})(({tuple_text(dots)},))",
         )
     apply = Function(f"_{name}_jvp_map", (*statics, *known, *dots), apply_lines)
     args = [apply.name, transpose.name, tuple_literal(known), tuple_literal(dots)]
     if statics:
         args.append(tuple_literal(statics))
-    return [apply, transpose], f"linear_map({', '.join(args)})"
+    return [apply, transpose], f"{p.own['linear_map']}({', '.join(args)})"
 
 
 _PLANNERS: dict[JaxRoute, Callable[[SnippetPlanner], SnippetPlan]] = {

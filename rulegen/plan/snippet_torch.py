@@ -91,7 +91,7 @@ def _module(
     return SnippetPlan(
         header=header,
         name=rule.name,
-        imports=torch_util_imports(p.imports, util_names, function_names),
+        imports=torch_util_imports(p.imports, util_names, function_names, p.own),
         bodies=(*p.bodies, *extra_bodies),
         called=p.called,
         assignments=(),
@@ -166,14 +166,18 @@ def _forward(p: SnippetPlanner, kept: _Kept, util_names: list[str]) -> Function:
         # A body may return an input as it is (`return x`), which torch refuses to save for backward.
         read = ", ".join(a for a in p.arrays if a in forward.params)
         copies = read and kept.needed & set(kept.values)
-        result = f"fresh_outputs({p.call(forward)}, {read})" if copies else p.call(forward)
+        result = f"{p.own['fresh_outputs']}({p.call(forward)}, {read})" if copies else p.call(forward)
         if copies:
             util_names.append("fresh_outputs")
         if p.returned:
             lines = [f"{p.forward_targets()} = {result}", f"return {tuple_text(p.outputs)}"]
         else:
             lines = [f"return {result}"]
-    return Function("forward", p.inputs, tuple(lines), decorator="@staticmethod")
+    return Function("forward", p.inputs, tuple(lines), decorator=_staticmethod(p))
+
+
+def _staticmethod(p: SnippetPlanner) -> str:
+    return f"@{p.own['staticmethod']}"
 
 
 _HOST_OP = "_host_op"
@@ -200,9 +204,11 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
     rule = p.rule
     float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
     like = float_arrays[0]
-    statics = {i.name: static_type(i) for i in rule.inputs if i.static}
-    params = tuple(f"{i.name}: {statics[i.name]}" if i.static else f"{i.name}: torch.Tensor" for i in rule.inputs)
-    returns = "torch.Tensor" if len(values) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(values))}]"
+    g = p.own
+    statics = {i.name: g[str(static_type(i))] for i in rule.inputs if i.static}
+    tensor = f"{g['torch']}.Tensor"
+    params = tuple(f"{i.name}: {statics[i.name]}" if i.static else f"{i.name}: {tensor}" for i in rule.inputs)
+    returns = tensor if len(values) == 1 else f"{g['tuple']}[{', '.join([tensor] * len(values))}]"
     name = f'__name__.replace(".", "_") + "::{rule.name}"'
     # DTensor shards an elementwise body pointwise and gathers the inputs of any other (_host.sharded).
     p.imports.add("from ._host import sharded")
@@ -211,7 +217,9 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
         _HOST_OP,
         params,
         tuple(_host_forward(p, values)),
-        decorator=f"@sharded(elementwise={elementwise})\n@torch.library.custom_op({name}, mutates_args=())",
+        decorator=(
+            f"@{g['sharded']}(elementwise={elementwise})\n@{g['torch']}.library.custom_op({name}, mutates_args=())"
+        ),
         returns=returns,
     )
     shape = _host_shape(p)
@@ -222,9 +230,10 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
         # permutations): a call on ones of the arrays' ranks and dtypes tells it, once.
         p.imports.add("from ._host import residual_dtypes")
         arguments = ", ".join(p.given("forward").params)
-        lines.append(f"dtypes = residual_dtypes(_forward, {len(p.outputs)}, {arguments})")
-        dtype_of |= {r: f"dtypes[{k}]" for k, r in enumerate(p.returned)}
-    empties = [f"torch.empty({shape}, dtype={dtype_of[v]}, device={like}.device)" for v in values]
+        dtypes = g["dtypes"]
+        lines.append(f"{dtypes} = {g['residual_dtypes']}(_forward, {len(p.outputs)}, {arguments})")
+        dtype_of |= {r: f"{dtypes}[{k}]" for k, r in enumerate(p.returned)}
+    empties = [f"{g['torch']}.empty({shape}, dtype={dtype_of[v]}, device={like}.device)" for v in values]
     fake = Function(
         "_host_shapes",
         params,
@@ -241,7 +250,8 @@ def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
     float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
     like = float_arrays[0] if float_arrays else (p.arrays[0] if p.arrays else None)
     p.imports.add("from ._host import to_host")
-    args = ", ".join(f"to_host({n})" if n in p.arrays else n for n in forward.params)
+    g = p.own
+    args = ", ".join(f"{g['to_host']}({n})" if n in p.arrays else n for n in forward.params)
     elementwise = rule.batching == "elementwise"
     arrays = f"({', '.join(p.arrays)}{',' if len(p.arrays) == 1 else ''})"
     dtype_of = _host_output_dtypes(p, like) if like is not None else {}
@@ -250,25 +260,25 @@ def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
         if n in dtype_of:
             p.imports.add("from ._host import output_from_host")
             call = f'"{rule.name}", "{n}", {n}, {like}, {arrays}, {dtype_of[n]}, elementwise={elementwise}'
-            converted.append(f"output_from_host({call})")
+            converted.append(f"{g['output_from_host']}({call})")
         elif like:
             p.imports.add("from ._host import from_host")
-            converted.append(f"from_host({n}, {like})")
+            converted.append(f"{g['from_host']}({n}, {like})")
         else:
-            converted.append(f"torch.as_tensor({n})")
+            converted.append(f"{g['torch']}.as_tensor({n})")
     return [f"{tuple_text(values)} = _forward({args})", f"return {tuple_text(converted)}"]
 
 
 def _host_output_dtypes(p: SnippetPlanner, like: str) -> dict[str, str]:
     """Each output's dtype as the host op and its fake give it: float in `like`'s, integer and boolean in torch's."""
-    by_kind = {"float": f"{like}.dtype", "int": "torch.int64", "bool": "torch.bool"}
+    by_kind = {"float": f"{like}.dtype", "int": f"{p.own['torch']}.int64", "bool": f"{p.own['torch']}.bool"}
     return {o.name: by_kind[o.dtype] for o in p.rule.outputs}
 
 
 def _host_shape(p: SnippetPlanner) -> str:
     """The shape of a host body's outputs, as the fake and JAX's HostRule know it before the body runs."""
     if p.rule.batching == "elementwise":
-        return f"torch.broadcast_shapes({', '.join(f'{a}.shape' for a in p.arrays)})"
+        return f"{p.own['torch']}.broadcast_shapes({', '.join(f'{a}.shape' for a in p.arrays)})"
     return f"{p.arrays[0]}.shape"
 
 
@@ -285,14 +295,14 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
     if kept.non_diff:
         setup.append(f"{ctx}.mark_non_differentiable({', '.join(kept.non_diff)})")
     if kept.saved:
-        setup.append(f"save_for_derivatives({ctx}, {', '.join(kept.saved)})")
+        setup.append(f"{p.own['save_for_derivatives']}({ctx}, {', '.join(kept.saved)})")
     setup += [f"{ctx}.{names.ctx_attribute(s)} = {s}" for s in kept.statics]
     setup += [f"{ctx}.{i}_shape = {i}.shape" for i in kept.shapes]
     if kept.broadcast:
         if not keep & set(p.inputs):
             setup.insert(0, f"{tuple_text(p.inputs)}{',' if len(p.inputs) == 1 else ''} = {inputs}")
         setup.append(f"{ctx}.{p.diff_outputs[0]}_shape = {_host_shape(p)}")
-    return Function("setup_context", (ctx, inputs, output), tuple(setup or ["pass"]), "@staticmethod")
+    return Function("setup_context", (ctx, inputs, output), tuple(setup or ["pass"]), _staticmethod(p))
 
 
 def _unpack(p: SnippetPlanner, kept: _Kept, reads: set[str]) -> list[str]:
@@ -322,11 +332,12 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Function:
         lines.append(f"{tuple_text(grads)} = {p.call(p.given('vjp'))}")
     else:
         dots = [f"{i}_dot" for i in p.diff_inputs]
-        lines.append(f"def jvp({', '.join(dots)}):")
+        torch, transpose = p.own["torch"], p.own["transpose"]
+        lines.append(f"def {p.own['jvp']}({', '.join(dots)}):")
         lines.append(f"    return {_tangents(p, kept, p.call(p.given('jvp')))}")
-        zeros = ", ".join(f"torch.zeros_like({i})" for i in p.diff_inputs)
-        lines.append(f"_, transpose = torch.func.vjp(jvp, {zeros})")
-        lines.append(f"{tuple_text(grads)}, = transpose({packed([f'{o}_bar' for o in p.diff_outputs])})")
+        zeros = ", ".join(f"{torch}.zeros_like({i})" for i in p.diff_inputs)
+        lines.append(f"_, {transpose} = {torch}.func.vjp({p.own['jvp']}, {zeros})")
+        lines.append(f"{tuple_text(grads)}, = {transpose}({packed([f'{o}_bar' for o in p.diff_outputs])})")
     returns = []
     for i in p.rule.inputs:
         if i.name not in p.diff_inputs:
@@ -337,7 +348,7 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Function:
             returns.append(f"{i.name}_bar")
     lines.append(f"return {tuple_text(returns)}")
     bars = [f"{n}_bar" if n in p.diff_outputs else f"_{n}_bar" for n in kept.values]
-    return Function("backward", (p.ctx, *bars), tuple(lines), "@staticmethod")
+    return Function("backward", (p.ctx, *bars), tuple(lines), _staticmethod(p))
 
 
 def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
@@ -347,8 +358,8 @@ def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
     if routes.torch_jvp == Source.NONE:
         reason = routes.no_forward_mode.get("torch", f"{p.rule.name} has no forward-mode rule")
         pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
-        lines = ["raise NotImplementedError(", *(f"    {piece!r}" for piece in pieces), ")"]
-        return Function("jvp", (p.ctx, *dots_in), tuple(lines), "@staticmethod")
+        lines = [f"raise {p.own['NotImplementedError']}(", *(f"    {piece!r}" for piece in pieces), ")"]
+        return Function("jvp", (p.ctx, *dots_in), tuple(lines), _staticmethod(p))
     given = routes.torch_jvp == Source.GIVEN
     # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
     lines = _unpack(p, kept, p.reads("jvp") if given else p.reads("vjp") | set(p.diff_outputs))
@@ -359,7 +370,7 @@ def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
         lines += _transposed_vjp(p, out_dots)
     tangents = [f"{n}_dot" if n in p.diff_outputs else "None" for n in kept.values]
     lines.append(f"return {tuple_text(tangents)}")
-    return Function("jvp", (p.ctx, *dots_in), tuple(lines), "@staticmethod")
+    return Function("jvp", (p.ctx, *dots_in), tuple(lines), _staticmethod(p))
 
 
 def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
@@ -367,13 +378,14 @@ def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
     if not kept.broadcast:
         return call
     p.imports.add("from ._host import broadcast_tangents")
-    return f"broadcast_tangents({call}, {p.ctx}.{p.diff_outputs[0]}_shape)"
+    return f"{p.own['broadcast_tangents']}({call}, {p.ctx}.{p.diff_outputs[0]}_shape)"
 
 
 def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
     """Forward mode as the VJP body's linear transpose, through torch.func.vjp of it."""
     grads = [f"{i}_bar" for i in p.diff_inputs]
-    lines = [f"def vjp({', '.join(f'{o}_bar' for o in p.diff_outputs)}):"]
+    torch, vjp, transpose = p.own["torch"], p.own["vjp"], p.own["transpose"]
+    lines = [f"def {vjp}({', '.join(f'{o}_bar' for o in p.diff_outputs)}):"]
     lines.append(f"    {tuple_text(grads)} = {p.call(p.given('vjp'))}")
     if p.broadcastable:
         shaped = [f"{g}.sum_to_size({p.ctx}.{i}_shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
@@ -381,9 +393,9 @@ def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
     else:
         lines.append(f"    return {tuple_text(grads)}")
     # Linear, so any point will do; ones keep data-dependent loops running.
-    ones = ", ".join(f"torch.ones_like({o})" for o in p.diff_outputs)
-    lines.append(f"_, transpose = torch.func.vjp(vjp, {ones})")
-    lines.append(f"{tuple_text(out_dots)}, = transpose({packed([f'{i}_dot' for i in p.diff_inputs])})")
+    ones = ", ".join(f"{torch}.ones_like({o})" for o in p.diff_outputs)
+    lines.append(f"_, {transpose} = {torch}.func.vjp({vjp}, {ones})")
+    lines.append(f"{tuple_text(out_dots)}, = {transpose}({packed([f'{i}_dot' for i in p.diff_inputs])})")
     return lines
 
 
@@ -391,8 +403,9 @@ def _host_vmap(p: SnippetPlanner) -> Function:
     """vmap of a host body: its `batching` (rulegen/runtime/torch/_host.py), never generate_vmap_rule."""
     p.imports.add(f"from ._host import vmap_{p.rule.batching}")
     info, in_dims = p.own["info"], p.own["in_dims"]
-    call = f"return vmap_{p.rule.batching}({p.rule.torch_class}, {info}, {in_dims}, {', '.join(p.inputs)})"
-    return Function("vmap", (info, in_dims, *p.inputs), (call,), "@staticmethod")
+    helper = p.own[f"vmap_{p.rule.batching}"]
+    call = f"return {helper}({p.rule.torch_class}, {info}, {in_dims}, {', '.join(p.inputs)})"
+    return Function("vmap", (info, in_dims, *p.inputs), (call,), _staticmethod(p))
 
 
 def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[str]:
@@ -417,7 +430,7 @@ def _lift(p: SnippetPlanner, util_names: list[str]) -> list[str]:
     one = "," if len(floats) == 1 else ""
     return [
         "# bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.",
-        f"({tuple_text(floats)}{one}), _low = in_float32({', '.join(floats)})",
+        f"({tuple_text(floats)}{one}), _low = {p.own['in_float32']}({', '.join(floats)})",
     ]
 
 

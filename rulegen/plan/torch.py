@@ -47,7 +47,7 @@ from rulegen.plan.torch_route import torch_route
 from rulegen.printers import TANH_EXPM1_IMPORT, one_kernel, print_torch, print_torch_compiled
 from rulegen.saving import saved_form, saved_intermediates
 from rulegen.spec import Rule
-from rulegen.symbols import own_locals, torch_context, value_symbol
+from rulegen.symbols import own_names, torch_context, value_symbol
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ class _Torch:
         in_float = self.in_float
         corrected = corrections("torch")
         return Emitter(
-            functools.partial(printer, booleans=booleans),
+            functools.partial(printer, booleans=booleans, own=own_names(self.rule)),
             self.symbols,
             lambda e: native(in_float(corrected(e))),
             self.statics,
@@ -246,7 +246,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         header=header_of(stable, "torch"),
         name=rule.name,
         class_name=rule.torch_class,
-        own=own_locals(rule),
+        own=own_names(rule),
         params=parameters_of(rule, "torch"),
         unpack=unpacked(rule),
         returning=_returning(t, lifted),
@@ -274,7 +274,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         backward_plain=in_place.backward_plain,
         backward_reads=_reads(saved, statics_used, backward_reads),
         jvp_reads=_reads(saved, statics_used, jvp.reads | set(t.absent_tangents)),
-        imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers)),
+        imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers), own_names(rule)),
         setup_inputs=_targets(tuple(i.name for i in rule.inputs), {*saved, *statics_used}, tuple_of_one=True),
         setup_outputs=_targets(values_out, {*saved, *non_diff, shape_kept}, tuple_of_one=False),
         shape_kept=shape_kept,
@@ -330,9 +330,9 @@ def _opmath_bodies(t: _Torch, emit: Emitter, forward: list[Result], hot: list[Re
 
 def _forward_results(t: _Torch) -> tuple[list[Result], set[str]]:
     """The forward's outputs and residuals, and the outputs that are an input as it is (returned as views)."""
-    d, arrays = t.d, t.arrays
+    d, arrays, g = t.d, t.arrays, own_names(t.rule)
     values = [*d.forward, *((n, with_outputs(d, e)) for n, e in t.residuals)]
-    broadcast = Wrap(f"broadcast({{}}, {', '.join(arrays)})", frozenset(arrays), frozenset({"broadcast"}))
+    broadcast = Wrap(f"{g['broadcast']}({{}}, {', '.join(arrays)})", frozenset(arrays), frozenset({"broadcast"}))
     wraps = broadcast_outputs(d, broadcast) if arrays else {}
     # An input returned as it is must be a view: torch refuses to save it otherwise.  A view's
     # tangent must be a view of the input's tangent, so where the rule's derivative is not 1
@@ -375,7 +375,7 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
             found.append(Result(f"{i.name}_bar", code="None"))
         elif with_residuals and t.unmaterialised:
             # Absent cotangents add nothing: the sum may be the number 0.0, a tensor, or one broadcast beyond the input.
-            wrap = Wrap(f"shaped_like({{}}, {i.name})", reads, frozenset({"shaped_like"}))
+            wrap = Wrap(f"{own_names(t.rule)['shaped_like']}({{}}, {i.name})", reads, frozenset({"shaped_like"}))
             found.append(Result(f"{i.name}_bar", expr, wrap=wrap, guard=guard))
         elif broadcastable:
             wrap = Wrap(f"{{}}.sum_to_size({i.name}.shape)", reads)
@@ -437,6 +437,7 @@ def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
     backward that reads them.
     """
     results = []
+    torch = own_names(t.rule)["torch"]
     for o in t.rule.outputs:
         expr = linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, "_dot")
         reads = frozenset({o.name})
@@ -444,11 +445,11 @@ def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
             # Marked non-differentiable: torch wants no tangent for it.
             results.append(Result(f"{o.name}_dot", code="None"))
         elif expr == 0:
-            results.append(Result(f"{o.name}_dot", code=f"torch.zeros_like({o.name})", reads=reads))
+            results.append(Result(f"{o.name}_dot", code=f"{torch}.zeros_like({o.name})", reads=reads))
         elif needs_broadcast(t.d, expr):
             # To the shape setup_context keeps (`shape_kept`): a saved output would stay in memory for it.
             shape = f"{torch_context(t.rule)}.{t.outputs[0]}_shape"
-            results.append(Result(f"{o.name}_dot", expr, wrap=Wrap(f"torch.broadcast_to({{}}, {shape})")))
+            results.append(Result(f"{o.name}_dot", expr, wrap=Wrap(f"{torch}.broadcast_to({{}}, {shape})")))
         elif o.name in aliases:
             # The output is a view of an input, so its tangent is a view of that input's.
             wrap = Wrap(f"{{}}.view_as({expr})", frozenset(s.name for s in expr.free_symbols))
@@ -458,7 +459,7 @@ def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
     for r in t.residual_names:
         expr = sp.Add(*(t.residual_partials.get((r, n), 0) * t.symbols[f"{n}_dot"] for n in t.diff_inputs))
         if expr == 0:
-            results.append(Result(f"{r}_dot", code=f"torch.zeros_like({r})", reads=frozenset({r})))
+            results.append(Result(f"{r}_dot", code=f"{torch}.zeros_like({r})", reads=frozenset({r})))
         else:
             results.append(Result(f"{r}_dot", expr))
     return results

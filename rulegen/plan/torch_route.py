@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rulegen.spec import Input, Rule
+from rulegen.symbols import own_names
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,10 @@ def torch_route(rule: Rule, values: int) -> TorchRoute:
     A rule with a static its schema cannot type (see `static_type`) has no
     op, and export inlines its Function.
     """
-    cls, apply = rule.torch_class, f"_apply_{rule.name}"
+    cls, apply, routed = rule.torch_class, f"_apply_{rule.name}", own_names(rule)["routed"]
     if any(i.static and static_type(i) is None for i in rule.inputs):
-        return TorchRoute(f"{apply} = routed({cls})", apply)
+        return TorchRoute(f"{apply} = {routed}({cls})", apply)
     arguments = ", ".join(f"{static_type(i) if i.static else 'Tensor'} {i.name}" for i in rule.inputs)
     returns = "Tensor" if values == 1 else f"({', '.join(['Tensor'] * values)})"
     schema = f"({arguments}) -> {returns}"
-    return TorchRoute(f"{apply} = routed({cls}, {rule.name + '_rule'!r}, {schema!r})", apply)
+    return TorchRoute(f"{apply} = {routed}({cls}, {rule.name + '_rule'!r}, {schema!r})", apply)
