@@ -11,11 +11,15 @@ making it hang or exhaust memory.
 from __future__ import annotations
 
 import ast
+import builtins
 import difflib
+import importlib
+import keyword
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import sympy as sp
 
@@ -336,3 +340,29 @@ def parse_expression(text: str, symbols: Mapping[str, sp.Symbol], loc: Loc, *, i
     if result.has(sp.zoo, sp.nan) or result in (sp.oo, -sp.oo):
         raise SpecError(start, "the expression is not a finite value (division by zero?)")
     return result
+
+
+def lambdified(args: Sequence[sp.Symbol], expr: Any, modules: Any) -> Callable[..., Any]:
+    """`sympy.lambdify` of `expr` in `args` whose code cannot meet a name of the rule's.
+
+    lambdify names the generated function's parameters after the symbols: an
+    input `float` or `max` shadows the builtin its code calls (`float('inf')`,
+    `max(...)` of mpmath's Max) and the reference fails.  A symbol named like
+    anything lambdify's namespace holds (builtins, the modules' names) is
+    renamed, keeping its assumptions, to a name the namespace lacks; the
+    others keep theirs, so that the printed sums and products, and their
+    roundings, are the generated code's (lambdify's `dummify` renames every
+    symbol, reorders them, and drops their assumptions).
+    """
+    namespace = set(dir(builtins)) | set(keyword.kwlist)
+    for module in modules if isinstance(modules, list | tuple) else [modules]:
+        namespace |= set(module) if isinstance(module, dict) else set(dir(importlib.import_module(module)))
+    fresh = {}
+    for s in args:
+        if s.name in namespace:
+            name = s.name + "_"
+            while name in namespace or any(a.name == name for a in args):
+                name += "_"
+            fresh[s] = sp.Symbol(name, **s.assumptions0)
+    body = expr.xreplace(fresh) if fresh and isinstance(expr, sp.Basic) else expr
+    return sp.lambdify([fresh.get(s, s) for s in args], body, modules=modules)

@@ -65,6 +65,7 @@ import numpy as np
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
+from rulegen.expr import lambdified
 from rulegen.forms import canonical
 from rulegen.measure import bits_of_error, exact_value, initial_precision, sample_floats, to_floats, value_at
 from rulegen.spec import Domain
@@ -168,13 +169,13 @@ def _mpmath_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callabl
     """`expr` as an mpmath function: the exact reference of the screen, the samples and the regimes' refinement."""
     from rulegen.functions import MPMATH_IMPLEMENTATIONS
 
-    return sp.lambdify(variables, expr, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
+    return lambdified(variables, expr, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
 
 
 def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any) -> _Points:
     variables = sampling.variables
     reference = _mpmath_function(expr, tuple(variables))
-    condition = sampling.condition and sp.lambdify(variables, sampling.condition, modules="numpy")
+    condition = sampling.condition and lambdified(variables, sampling.condition, modules="numpy")
     rng = np.random.default_rng([seed, np.dtype(dtype).itemsize, count])
     which = 0 if np.dtype(dtype) == np.float64 else 1
     kept: list[list[float]] = [[] for _ in variables]
@@ -320,7 +321,7 @@ def _exact(fn: Callable[..., Any], point: Sequence[float]) -> tuple[float, float
 @functools.lru_cache(maxsize=1024)
 def _numpy_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callable[..., Any] | None:
     try:
-        return sp.lambdify(variables, expr, modules=[_numpy_implementations(), "numpy"])
+        return lambdified(variables, expr, modules=[_numpy_implementations(), "numpy"])
     except Exception:
         return None
 

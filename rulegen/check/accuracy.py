@@ -29,6 +29,7 @@ from rulegen.check.numerical import lambdified_derivative
 from rulegen.check.outcome import CheckFailed, NotApplicable
 from rulegen.check.points import flat_call, joint_domain
 from rulegen.check.subject import Subject, derived
+from rulegen.expr import lambdified
 from rulegen.measure import (
     bits_of_error,
     exact_value,
@@ -171,7 +172,7 @@ def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
     modules = [dict(MPMATH_IMPLEMENTATIONS), "mpmath"]
     exact: dict[Quantity, Callable[..., Any]] = {}
     for output in (o for o in rule.outputs if o.differentiable):
-        exact[Quantity(output.name)] = sp.lambdify(symbols, written[output.name], modules=modules)
+        exact[Quantity(output.name)] = lambdified(symbols, written[output.name], modules=modules)
         # A rule whose derivative deliberately differs from the forward's (`true_derivative: false`) has no exact one.
         for spec in (i for i in rule.inputs if i.differentiable and rule.checks.true_derivative):
             partial = lambdified_derivative(written[output.name], derivation.symbols[spec.name], symbols, modules)

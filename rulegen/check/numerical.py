@@ -22,6 +22,7 @@ from rulegen.check.derivatives import (
 from rulegen.check.outcome import CheckFailed, NotApplicable, compare
 from rulegen.check.points import NUMPY_DTYPES, sample
 from rulegen.check.subject import Subject, derived, smaller, to_numpy
+from rulegen.expr import lambdified
 from rulegen.spec import Rule, SympyBody
 
 
@@ -153,16 +154,14 @@ def _sympy_forward(s: Subject) -> tuple[list[Any], list[tuple[str, Any]]]:
 def _mpmath_forward(s: Subject) -> list[tuple[str, Callable[..., Any]]]:
     """Each output's name and its forward as an mpmath function of the inputs, made once per subject."""
 
-    def lambdified() -> list[tuple[str, Callable[..., Any]]]:
-        import sympy
-
+    def mpmath_functions() -> list[tuple[str, Callable[..., Any]]]:
         from rulegen.functions import MPMATH_IMPLEMENTATIONS
 
         symbols, forward = _sympy_forward(s)
         modules = [dict(MPMATH_IMPLEMENTATIONS), "mpmath"]
-        return [(name, sympy.lambdify(symbols, expr, modules=modules)) for name, expr in forward]
+        return [(name, lambdified(symbols, expr, modules=modules)) for name, expr in forward]
 
-    return s.once("mpmath forward", lambdified)
+    return s.once("mpmath forward", mpmath_functions)
 
 
 def lambdified_derivative(total: Any, x: Any, symbols: list[Any], modules: list[Any]) -> Callable[..., Any] | None:
@@ -175,7 +174,7 @@ def lambdified_derivative(total: Any, x: Any, symbols: list[Any], modules: list[
     )
     if derivative.has(sympy.Derivative):
         return None
-    return sympy.lambdify(symbols, derivative, modules=modules)
+    return lambdified(symbols, derivative, modules=modules)
 
 
 _ASSUMED_SIGN = {

@@ -65,16 +65,15 @@ _JOINT_DOMAIN_DRAWS = 200
 
 def joint_domain(rule: Rule) -> Callable[..., Any] | None:
     """The rule's `domain` condition on several inputs as a numpy function of every input; None if it has none."""
-    import sympy
 
-    from rulegen.expr import parse_expression
+    from rulegen.expr import lambdified, parse_expression
     from rulegen.symbols import symbols_of
 
     if rule.domain is None:
         return None
     symbols = symbols_of(rule)
     indicator = parse_expression(rule.domain.value, symbols, rule.domain.loc, indicator=True)
-    return sympy.lambdify([symbols[i.name] for i in rule.inputs], indicator, modules="numpy")
+    return lambdified([symbols[i.name] for i in rule.inputs], indicator, modules="numpy")
 
 
 def _meet_joint_domain(rule: Rule, values: list[Any], drawn: set[str], rng: np.random.Generator) -> None:
