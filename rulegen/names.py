@@ -182,6 +182,7 @@ PRIVATE_NAMES = frozenset(
         "_host_shapes",
         "__name__",  # names a host rule's custom op after its module
         "_low",
+        "_numbers",
     }
 )
 

@@ -34,12 +34,15 @@ _IMPORTS = {
     "torch.nn.functional": "import torch",
     "torch.ops.aten": "import torch",
     "math": "import math",
+    "_numbers": "from . import _numbers",
 }
 
 # The function each backend calls for a registered one, by its name.
 _JAX_FUNCTIONS = {function.name: function.jax for function in fn.REGISTRY if function.jax}
 _TORCH_FUNCTIONS = {function.name: function.torch for function in fn.REGISTRY if function.torch}
 _MATH_FUNCTIONS = {function.name: function.math for function in fn.REGISTRY if function.math}
+# The same of static inputs: the runtime's IEEE versions, which return inf and nan where math raises.
+_NUMBER_FUNCTIONS = {name: "_numbers." + path.removeprefix("math.") for name, path in _MATH_FUNCTIONS.items()}
 
 # torch's softplus (forward and backward) returns x itself, and a gradient of
 # 1, above `threshold` (20 by default), an error of exp(-20) ~ 2e-9; past 40
@@ -181,7 +184,8 @@ class _ArrayCode:
         return repr(float(expr.evalf(30)))
 
     def _constant_text(self, expr: sp.Expr) -> str:
-        printer = _ConstantPrinter(self.own)
+        # A number is evaluated here and cannot raise; Python arithmetic of a static input can.
+        printer = (_StaticPrinter if expr.free_symbols else _ConstantPrinter)(self.own)
         text = printer.doprint(expr)
         self.module_imports_ |= printer.module_imports_
         return text
@@ -369,6 +373,31 @@ class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
 
     def _print_rsqrt(self, base: sp.Expr) -> str:
         return f"1 / {self._call('math.sqrt', base)}"
+
+
+class _StaticPrinter(_ConstantPrinter):
+    """Python arithmetic of static inputs as the frameworks' float arrays compute it: through the runtime's
+    `_numbers`, which gives inf and nan where `math.log(0.0)`, `math.exp(1000.0)`, `1 / 0.0` or
+    `1e200 ** 2` raise.  Sums and products of floats never raise, and stay as they are."""
+
+    functions = _NUMBER_FUNCTIONS
+
+    def _print_Mul(self, expr: sp.Mul) -> str:
+        numerator, denominator = sp.fraction(expr)
+        if denominator.free_symbols:
+            return f"{self._record('_numbers.div')}({self._print(numerator)}, {self._print(denominator)})"
+        return super()._print_Mul(expr)
+
+    def _print_Pow(self, expr: sp.Pow, rational: bool = False) -> str:
+        base, exponent = expr.as_base_exp()
+        if not expr.free_symbols or exponent == sp.S.Half:
+            return super()._print_Pow(expr, rational)
+        if exponent.could_extract_minus_sign():
+            return f"{self._record('_numbers.div')}(1, {self._print(base ** -exponent)})"
+        return self._call("_numbers.pow", base, exponent)
+
+    def _print_rsqrt(self, base: sp.Expr) -> str:
+        return f"{self._record('_numbers.div')}(1, {self._call(self.functions['sqrt'], base)})"
 
 
 class JaxArrayPrinter(_ArrayCode, JaxPrinter):

@@ -332,20 +332,10 @@ def _every(names: tuple[str, ...], kind: str, reason: str) -> dict[tuple[str, st
 
 KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
     **_every(
-        ("exp", "sinh", "cosh", "expm1", "gamma"),
-        "static",
-        "Python's math raises OverflowError for a static past the float range (math.exp(10000.3)); arrays give inf",
-    ),
-    **_every(
         ("beta",),
         "array",
         "derivatives where a + b is a pole of Gamma (a = -30.7, b = 0.7): beta is 0 there, its derivative "
         "beta * (digamma(a) - digamma(a + b)) is 0 * inf, nan, where the limit is finite",
-    ),
-    **_every(
-        ("beta",),
-        "static",
-        "Python's math raises ValueError at a pole (math.lgamma(-30.0) for a + b), where arrays give inf and beta 0",
     ),
     **_every(
         ("beta",),

@@ -5,11 +5,11 @@ inside functions.
 """
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 
+from . import _numbers
 from ._util import as_arrays, in_float32, rounded
 
 
@@ -37,15 +37,16 @@ def scaled_tanh(x: jax.typing.ArrayLike, log_scale=0.5) -> jax.Array:
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _scaled_tanh(x, log_scale):
-    return jnp.tanh(x * math.exp(log_scale)) / math.sqrt(log_scale**2 + 1)
+    out = jnp.tanh(x * _numbers.exp(log_scale)) / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)
+    return out
 
 
 @_scaled_tanh.defjvp
 def _scaled_tanh_jvp(log_scale, primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = 1 / math.sqrt(log_scale**2 + 1)
-    t1 = math.exp(log_scale)
+    t0 = _numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
+    t1 = _numbers.exp(log_scale)
     t2 = jnp.tanh(t1 * x)
     out = t0 * t2
     return out, x_dot * (t0 * t1 * (1 - t2) * (t2 + 1))

@@ -4,10 +4,9 @@
 inside functions.
 """
 
-import math
-
 import torch
 
+from . import _numbers
 from ._function import plain, routed, save_for_derivatives, shaped_like
 from ._util import as_tensors, in_float32, rounded
 
@@ -20,12 +19,12 @@ class ScaledTanh(torch.autograd.Function):
     @staticmethod
     def forward(x, log_scale):
         if plain(x):
-            t0 = x * math.exp(log_scale)
+            t0 = x * _numbers.exp(log_scale)
             t0.tanh_()
-            t1 = t0 / math.sqrt(log_scale**2 + 1)
+            t1 = t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)
             return t1, t0
-        t0 = torch.tanh(x * math.exp(log_scale))
-        return t0 / math.sqrt(log_scale**2 + 1), t0
+        t0 = torch.tanh(x * _numbers.exp(log_scale))
+        return t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1), t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -42,27 +41,31 @@ class ScaledTanh(torch.autograd.Function):
         if out_bar is not None and saved_tanh_bar is None:
             if plain(saved_tanh, out_bar):
                 t0 = saved_tanh**2
-                t0.neg_().add_(1).mul_(1 / math.sqrt(log_scale**2 + 1)).mul_(
-                    math.exp(log_scale)
-                ).mul_(out_bar)
+                t0.neg_().add_(1).mul_(
+                    _numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
+                ).mul_(_numbers.exp(log_scale)).mul_(out_bar)
                 return t0, None
             x_bar = out_bar * (
-                (1 - saved_tanh**2) * math.exp(log_scale) / math.sqrt(log_scale**2 + 1)
+                (1 - saved_tanh**2)
+                * _numbers.exp(log_scale)
+                / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)
             )
             return x_bar, None
         # A cotangent is absent, or this backward is differentiated: the present ones' terms.
-        t0 = (1 - saved_tanh**2) * math.exp(log_scale)
-        x_bar = (0.0 if out_bar is None else out_bar * (t0 / math.sqrt(log_scale**2 + 1))) + (
-            0.0 if saved_tanh_bar is None else saved_tanh_bar * t0
-        )
+        t0 = (1 - saved_tanh**2) * _numbers.exp(log_scale)
+        x_bar = (
+            0.0
+            if out_bar is None
+            else out_bar * (t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
+        ) + (0.0 if saved_tanh_bar is None else saved_tanh_bar * t0)
         return shaped_like(x_bar, x), None
 
     @staticmethod
     def jvp(ctx, x_dot, log_scale_dot):
         _, saved_tanh = ctx.saved_tensors
         log_scale = ctx.log_scale
-        t0 = (1 - saved_tanh**2) * math.exp(log_scale)
-        return x_dot * (t0 / math.sqrt(log_scale**2 + 1)), t0 * x_dot
+        t0 = (1 - saved_tanh**2) * _numbers.exp(log_scale)
+        return x_dot * (t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)), t0 * x_dot
 
 
 _apply_scaled_tanh = routed(

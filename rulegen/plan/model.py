@@ -45,6 +45,8 @@ def needs_of(
                 found_modules |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
                 found_helpers.add(node.module)
+            elif isinstance(node, ast.ImportFrom) and node.level == 1:  # `from . import _numbers`
+                found_helpers |= {alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found_modules.add(node.module.split(".")[0])
     return Needs(frozenset(found_helpers), frozenset(found_modules), frozenset(apis))
