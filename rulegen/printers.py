@@ -516,8 +516,11 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     def _print_gamma(self, expr: sp.gamma) -> str:
         x = self._print(expr.args[0])
         magnitude = f"{self._record('torch.exp')}({self._record('torch.special.gammaln')}({x}))"
-        # Gamma is negative on (-1, 0), (-3, -2), ...: where floor(x) is odd.
-        sign = f"{self._record('torch.where')}(({x} < 0) & ({self._record('torch.floor')}({x}) % 2 == 1), -1.0, 1.0)"
+        # Gamma is negative on (-1, 0), (-3, -2), ...: where floor(x) is odd; at a pole (a negative
+        # integer, or -inf) it has no value, nan as JAX's gamma and C's tgamma give it (gammaln is inf there).
+        where, floor = self._record("torch.where"), self._record("torch.floor")
+        pole = f"({x} < 0) & ({x} == {floor}({x}))"
+        sign = f"{where}({pole}, {self._record('math.nan')}, {where}(({x} < 0) & ({floor}({x}) % 2 == 1), -1.0, 1.0))"
         return f"{magnitude} * {sign}"
 
     def _piece(self, cond: sp.Basic, value: sp.Expr, otherwise: str) -> str:

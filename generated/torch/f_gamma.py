@@ -18,7 +18,9 @@ class FGamma(torch.autograd.Function):
     @staticmethod
     def forward(x):
         out = torch.exp(torch.special.gammaln(x)) * torch.where(
-            (x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0
+            (x < 0) & (x == torch.floor(x)),
+            math.nan,
+            torch.where((x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0),
         )
         return out
 
@@ -40,7 +42,11 @@ class FGamma(torch.autograd.Function):
                 torch.special.digamma(x),
             )
             * torch.exp(torch.special.gammaln(x))
-            * torch.where((x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0)
+            * torch.where(
+                (x < 0) & (x == torch.floor(x)),
+                math.nan,
+                torch.where((x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0),
+            )
         )
         return x_bar
 
@@ -57,7 +63,11 @@ class FGamma(torch.autograd.Function):
                 torch.special.digamma(x),
             )
             * torch.exp(torch.special.gammaln(x))
-            * torch.where((x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0)
+            * torch.where(
+                (x < 0) & (x == torch.floor(x)),
+                math.nan,
+                torch.where((x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0),
+            )
         )
         return out_dot
 
