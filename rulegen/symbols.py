@@ -87,14 +87,9 @@ def own_names(rule: Rule) -> Mapping[str, str]:
     return MappingProxyType({own: names.own_local(own, taken) for own in sorted(names.OWN_LOCALS | names.GLOBAL_NAMES)})
 
 
-def own_locals(rule: Rule) -> Mapping[str, str]:
-    """Each local generated code names for itself, as spelled in `rule`'s modules (see `own_names`)."""
-    return own_names(rule)
-
-
 def torch_context(rule: Rule) -> str:
     """The name of a torch Function's context parameter: `ctx`, renamed where one of the rule's names is `ctx`."""
-    return own_locals(rule)["ctx"]
+    return own_names(rule)["ctx"]
 
 
 def scope(rule: Rule, role: str) -> list[str]:

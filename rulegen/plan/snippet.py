@@ -10,7 +10,7 @@ from rulegen.plan.model import Function, Result, atom
 from rulegen.printers import print_jax, print_torch
 from rulegen.routes import JaxRoute
 from rulegen.snippet import Code, SnippetDerivation
-from rulegen.symbols import own_locals
+from rulegen.symbols import own_names
 
 _BODY_NAMES = {"forward": "_forward", "jvp": "_jvp", "vjp": "_vjp"}
 
@@ -108,7 +108,8 @@ class SnippetPlanner:
         self.arrays = tuple(i.name for i in rule.inputs if not i.static)
         self.statics = tuple(i.name for i in rule.inputs if i.static)
         self.inputs = tuple(i.name for i in rule.inputs)
-        self.own = own_locals(rule)  # generated code's own locals (`primals`, ...), renamed where the rule takes one
+        # How the module spells generated code's own names (`primals`, `torch`): `_` added where the rule takes one.
+        self.own = own_names(rule)
         self.ctx = self.own["ctx"]  # a torch Function's context parameter
         self.outputs = tuple(o.name for o in rule.outputs)
         self.diff_inputs = tuple(i.name for i in d.diff_inputs)
