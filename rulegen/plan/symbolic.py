@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
@@ -12,25 +10,8 @@ import sympy as sp
 
 from rulegen.derive import Derivation, Partials
 from rulegen.forms import CANONICAL_FORMS, CanonicalForm, canonical
-from rulegen.lines import Block
 from rulegen.plan.model import Wrap
 from rulegen.spec import Rule
-
-
-def mentioned(names: Iterable[str], texts: Iterable[str]) -> list[str]:
-    """The `names` the code `texts` reads as variables (`x.shape` reads no `shape`), in order."""
-    read = frozenset().union(*map(_names_read, texts))
-    return [n for n in names if n in read]
-
-
-@functools.cache
-def _names_read(code: str) -> frozenset[str]:
-    """The variables a statement, or an expression list such as a block's results, names."""
-    return frozenset(node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name))
-
-
-def block_texts(*blocks: Block | None) -> list[str]:
-    return [t for b in blocks if b is not None for t in (*(a.code for a in b.lines), b.result)]
 
 
 def linear_combination(
