@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rulegen.errors import Loc, SpecError, SpecErrors, in_stage
-from rulegen.render import RUNTIME, Distribution, helper_closure, render_package, template_files
+from rulegen.render import Distribution, helper_closure, helper_source, render_package, template_files
 from rulegen.routes import Routes
 from rulegen.spec import Rule, clash_errors, read_rule_file, rule_files
 from rulegen.write import (
@@ -482,7 +482,7 @@ def distribution_of(name: str, records: Iterable[SourceRecord], version: str | N
     helpers = helper_closure(set().union(*(r.helpers for r in records)))
     floors = floors_of(
         {*RULE_MODULE_APIS, *(a for r in records for a in r.apis)}.union(
-            *(apis_used((RUNTIME / helper).read_text()) for helper in helpers)
+            *(apis_used(helper_source(helper).read_text()) for helper in helpers)
         )
     )
 

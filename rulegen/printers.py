@@ -393,7 +393,7 @@ class _StaticPrinter(_ConstantPrinter):
         if not expr.free_symbols or exponent == sp.S.Half:
             return super()._print_Pow(expr, rational)
         if exponent.could_extract_minus_sign():
-            return f"{self._record('_numbers.div')}(1, {self._print(base ** -exponent)})"
+            return f"{self._record('_numbers.div')}(1, {self._print(base**-exponent)})"
         return self._call("_numbers.pow", base, exponent)
 
     def _print_rsqrt(self, base: sp.Expr) -> str:

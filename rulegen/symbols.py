@@ -46,9 +46,8 @@ def symbols_of(rule: Rule) -> dict[str, sp.Symbol]:
     return symbols
 
 
-def _snippet_names(rule: Rule) -> set[str]:
-    """Every name the rule's Python bodies mention, but the modules they see: the rules they call and the names
-    they bind are module-level or local names beside the generator's, the modules the generator's own."""
+def snippet_names(rule: Rule) -> set[str]:
+    """Every name the rule's Python bodies read or bind (their modules, the rules they call, their locals)."""
     bodies = [rule.forward, rule.jvp, rule.vjp, rule.checks.sample, rule.batching]
     if isinstance(rule.residuals, dict):
         bodies += list(rule.residuals.values())
@@ -66,17 +65,18 @@ def _snippet_names(rule: Rule) -> set[str]:
             found |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
             found |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
             found |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
-    return found - names.MODULE_NAMES - {"_body"}
+    return found - {"_body"}
 
 
 def taken_names(rule: Rule) -> frozenset[str]:
     """Every name a rule's generated modules bind for the rule: its names, tangents and cotangents, structures,
-    function and classes, and what its Python bodies call and bind."""
+    function and classes, and what its Python bodies call and bind (the modules they read are the generator's
+    own: the bodies read them by their names)."""
     taken = {*symbols_of(rule), *(p.name for p in rule.parameters if isinstance(p, Structured))}
     # The rule's function and classes are module-level names generated functions call.
     taken |= {rule.name, rule.torch_class}
     taken |= {n.name for n in (rule.returns.named_tuples if rule.returns is not None else ())}
-    return frozenset(taken | _snippet_names(rule))
+    return frozenset(taken | (snippet_names(rule) - names.MODULE_NAMES))
 
 
 def own_names(rule: Rule) -> Mapping[str, str]:

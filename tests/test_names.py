@@ -6,7 +6,6 @@ import ast
 import collections
 import math
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,31 +14,12 @@ from typer.testing import CliRunner
 from rulegen import names
 from rulegen.build import build
 from rulegen.cli import app
-from rulegen.spec import Rule, SnippetBody, Structured, read_rules, rule_files
-from rulegen.symbols import own_names, torch_context
+from rulegen.spec import Structured, read_rules, rule_files
+from rulegen.symbols import own_names, snippet_names, torch_context
 from tests.conftest import RULES, bundled_package
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = [RULES, ROOT.parent / "shared" / "examples", ROOT / "tests" / "right_rules"]
-
-
-def _snippet_names(rule: Rule) -> set[str]:
-    """Every name the rule's own Python bodies bind or read: theirs, not the generator's."""
-    bodies = [rule.forward, rule.jvp, rule.vjp, rule.checks.sample, rule.batching]
-    if isinstance(rule.residuals, dict):
-        bodies += rule.residuals.values()
-    found: set[str] = set()
-    for body in bodies:
-        if not isinstance(body, SnippetBody):
-            continue
-        for text in (body.python, body.jax, body.torch, body.numpy):
-            if text is None:
-                continue
-            tree = ast.parse("def _body():\n" + textwrap.indent(text.value, "    "))
-            found |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-            found |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
-            found |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-    return found
 
 
 def _identifiers(tree: ast.AST) -> set[str]:
@@ -83,7 +63,7 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, tmp_pat
         own |= {n.name for n in named_tuples} | {field for n in named_tuples for field, _ in n.items}
         derived = {generated for generated, _ in names.derived_names(rule.name, own, rule.residual_names)}
         ctx = torch_context(rule)
-        allowed = own | derived | every_rule | _snippet_names(rule) | names.ATTRIBUTE_NAMES
+        allowed = own | derived | every_rule | snippet_names(rule) | names.ATTRIBUTE_NAMES
         allowed |= set(own_names(rule).values())
         statics = {i.name for i in rule.inputs if i.static}
         for backend in ("jax", "torch"):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rulegen.render import HELPER_HEADER, RUNTIME, helper_closure
+from rulegen.render import HELPER_HEADER, helper_closure, helper_source
 from rulegen.runtime.jax import _util as jax_util
 from rulegen.runtime.torch import _plain
 from rulegen.runtime.torch import _util as torch_util
@@ -20,7 +20,7 @@ def test_generated_helpers_are_the_runtime_modules_verbatim():
     helpers = sorted(p.relative_to(ROOT / "generated").as_posix() for p in (ROOT / "generated").glob("*/_[!_]*.py"))
     assert helpers, "generated/ holds no helper"
     for rel in helpers:
-        assert (ROOT / "generated" / rel).read_text() == HELPER_HEADER + (RUNTIME / rel).read_text(), rel
+        assert (ROOT / "generated" / rel).read_text() == HELPER_HEADER + helper_source(rel).read_text(), rel
 
 
 @pytest.mark.unit
