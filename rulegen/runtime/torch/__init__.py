@@ -1,1 +1,7 @@
 """The torch helpers (`torch/_*.py` of a generated package)."""
+
+# A generated package has its own copy, torch/_numbers.py: here both backends'
+# `from . import _numbers` reach the one module.
+from rulegen.runtime import _numbers
+
+__all__ = ["_numbers"]
