@@ -79,7 +79,8 @@ def _function_of_no_tensor(expr):
 def _run(block, imports, values):
     env = dict(values)
     # The runtime helpers a generated module imports from its package (`from ._native import ...`).
-    exec("\n".join(line.replace("from ._", "from generated.torch._") for line in imports), env)
+    relative = [line.replace("from ._", "from generated.torch._") for line in imports]
+    exec("\n".join(line.replace("from . import", "from generated.torch import") for line in relative), env)
     exec("\n".join([*(a.line for a in block.lines), f"__result = ({block.result},)"]), env)
     return env["__result"]
 

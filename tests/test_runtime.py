@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -162,3 +164,13 @@ def test_an_absent_cotangent_adds_nothing_even_where_another_output_s_partial_is
         a, _, _ = split3(x, torch.tensor([0.5], dtype=torch.float64))
         (grad,) = torch.autograd.grad(a.sum(), x)
     assert grad.item() == 1.0
+
+
+@pytest.mark.unit
+def test_numbers_gives_the_ieee_value_where_math_raises_even_of_a_function_it_does_not_name():
+    """A function registered after `_numbers` was written (math.exp2) still computes static inputs."""
+    from rulegen.runtime import _numbers
+
+    assert _numbers.log(0.0) == -math.inf and math.isnan(_numbers.sqrt(-1.0))
+    assert _numbers.exp2(2000.0) == math.inf and _numbers.exp2(3.0) == 8.0
+    assert math.isnan(_numbers.erfc(math.nan)) and math.isnan(_numbers.fmod(1.0, 0.0))

@@ -11,6 +11,7 @@ where it raises.
 """
 
 import math
+from collections.abc import Callable
 
 
 def _odd_integer(b: float) -> bool:
@@ -143,3 +144,21 @@ tanh = math.tanh
 erf = math.erf
 erfc = math.erfc
 fabs = math.fabs
+
+
+def __getattr__(name: str) -> Callable[..., float]:
+    """Any other of math's functions (one registered since, `math.exp2`): math's where it returns,
+    nan where math finds no value (ValueError), inf where the value is past the float range
+    (OverflowError)."""
+    function = getattr(math, name)
+
+    def call(*args: float) -> float:
+        try:
+            return float(function(*args))
+        except ValueError:
+            return math.nan
+        except OverflowError:
+            return math.inf
+
+    call.__name__ = name
+    return call
