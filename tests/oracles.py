@@ -29,7 +29,10 @@ def _compile(rule: Rule, printer: Callable[..., tuple[str, frozenset[str]]]) -> 
         results.append(code)
     params = ", ".join(i.name for i in rule.inputs)
     source = "\n".join(sorted(imports)) + f"\ndef reference({params}):\n    return {', '.join(results)}\n"
-    namespace: dict[str, Any] = {}
+    # A module of the runtime's package, as in a generated one: the printers import its helpers relatively
+    # (static inputs' arithmetic is `from . import _numbers`).
+    package = "rulegen.runtime.jax" if printer is print_jax else "rulegen.runtime.torch"
+    namespace: dict[str, Any] = {"__name__": f"{package}.reference", "__package__": package}
     exec(compile(source, f"<reference {rule.name}>", "exec"), namespace)
     return namespace["reference"]
 
