@@ -44,11 +44,13 @@ def _helper_imports(helper: str) -> set[str]:
     """The helpers (as `torch/_util.py`) that the runtime helper `helper` imports relatively."""
     backend = helper.split("/")[0]
     tree = ast.parse(helper_source(helper).read_text())
-    return {
-        f"{backend}/{node.module}.py"
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
-    }
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            # `from ._plain import plain`, or `from . import _structures`
+            modules = [node.module] if node.module else [alias.name for alias in node.names]
+            found |= {f"{backend}/{module}.py" for module in modules}
+    return found
 
 
 def helper_closure(helpers: Iterable[str]) -> set[str]:

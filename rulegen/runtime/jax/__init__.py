@@ -1,7 +1,7 @@
 """The JAX helpers (`jax/_*.py` of a generated package)."""
 
-# A generated package has its own copy, jax/_numbers.py: here both backends'
-# `from . import _numbers` reach the one module.
-from rulegen.runtime import _numbers
+# A generated package has its own copies, jax/_numbers.py and jax/_structures.py: here
+# both backends' relative imports of them reach the one module of each.
+from rulegen.runtime import _numbers, _structures
 
-__all__ = ["_numbers"]
+__all__ = ["_numbers", "_structures"]

@@ -3,6 +3,13 @@
 import jax
 import jax.numpy as jnp
 
+# Re-exported: generated modules import every helper they call from here.
+from . import _structures
+
+unpack_fields = _structures.unpack_fields
+unpack_keys = _structures.unpack_keys
+unpack_tuple = _structures.unpack_tuple
+
 
 def sum_to_shape(x, shape):
     """Sum `x` over the axes that broadcasting added to an array of `shape`."""
@@ -138,48 +145,3 @@ def rounded(low, *results):
             for r in results
         )
     return results[0] if len(results) == 1 else results
-
-
-def unpack_keys(rule, argument, value, keys):
-    """The values of the dict `value` at `keys`, refused unless its keys are exactly those.
-
-    The refusals name the rule and its structured argument, not a KeyError
-    from inside.
-    """
-    listed = ", ".join(map(repr, keys))
-    expected = f"{rule}: argument {argument} must be a dict with exactly the keys {listed}"
-    try:
-        values = tuple(value[key] for key in keys)
-    except (KeyError, TypeError) as error:
-        raise ValueError(f"{expected}: {error!r}") from None
-    if value.keys() != set(keys):
-        raise ValueError(f"{expected}, not {[*value]}")
-    return values
-
-
-def unpack_fields(rule, argument, value, fields):
-    """The attributes `fields` of `value` (a named tuple or any object with them)."""
-    try:
-        return tuple(getattr(value, field) for field in fields)
-    except AttributeError as error:
-        listed = ", ".join(fields)
-        raise TypeError(
-            f"{rule}: argument {argument} must have the fields {listed}"
-            f" (a named tuple or any object with them): {error}"
-        ) from None
-
-
-def unpack_tuple(rule, argument, value, names):
-    """The items of `value`, a tuple of as many as `names`."""
-    try:
-        values = tuple(value)
-    except TypeError as error:
-        problem = str(error)
-    else:
-        if len(values) == len(names):
-            return values
-        problem = f"expected {len(names)} values, got {len(values)}"
-    raise TypeError(
-        f"{rule}: argument {argument} must be a tuple of {len(names)}: ({', '.join(names)})"
-        f": {problem}"
-    )
