@@ -18,9 +18,6 @@ from rulegen.symbols import own_names
 DOC_WIDTH = 100
 
 
-SUM_TO_SHAPE = "sum_to_shape as _sum_to_shape"
-
-
 def array_arguments(rule: Rule, helper: str) -> str:
     """The public function's first line: its array arguments through the backend's `helper`, or "".
 
@@ -42,7 +39,8 @@ def array_arguments(rule: Rule, helper: str) -> str:
 
 
 def jax_util_imports(imports: set[str], rule: Rule) -> tuple[str, ...]:
-    """A JAX snippet module's imports, with one import of what it takes from jax/_util.py."""
+    """A JAX module's imports, with one import of what it takes from jax/_util.py, spelled as the module spells
+    its own names (symbols.own_names)."""
     names = ["as_arrays"] if any(not i.static for i in rule.inputs) else []
     for line, more in _UTIL_LINES.items():
         if line in imports:
@@ -52,9 +50,15 @@ def jax_util_imports(imports: set[str], rule: Rule) -> tuple[str, ...]:
     return spelled_imports(kept | ({f"from ._util import {', '.join(names)}"} if names else set()), own_names(rule))
 
 
-# What the snippet planners import from jax/_util.py, one line each: joined into the module's one line.
+#: The import of the lift to float32 and the rounding back (bfloat16 and float16 arrays).
+LIFT_IMPORT = "from ._util import in_float32, rounded"
+#: The import of the sum of a cotangent back to a broadcast input's shape.
+SUM_TO_SHAPE_IMPORT = "from ._util import sum_to_shape as _sum_to_shape"
+
+# What the JAX planners import from jax/_util.py, one line each: joined into the module's one line.
 _UTIL_LINES = {
-    "from ._util import in_float32, rounded": ["in_float32", "rounded"],
+    LIFT_IMPORT: ["in_float32", "rounded"],
+    SUM_TO_SHAPE_IMPORT: ["sum_to_shape as _sum_to_shape"],
     "from ._util import unbroadcast": ["unbroadcast"],
 }
 

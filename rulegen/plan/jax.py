@@ -16,19 +16,20 @@ from rulegen.forms import corrections, float_anchors, float_forms, integral_arra
 from rulegen.lines import Assign, Block
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
+    LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
-    SUM_TO_SHAPE,
+    SUM_TO_SHAPE_IMPORT,
     array_arguments,
     header_of,
+    jax_util_imports,
     parameters_of,
     public_return,
     result_classes,
     returns_of,
     stability_notes,
-    unpack_helpers,
     unpacked,
 )
-from rulegen.plan.model import Function, JaxPlan, Result, Wrap, spelled_imports
+from rulegen.plan.model import Function, JaxPlan, Result, Wrap
 from rulegen.plan.snippet import tuple_literal
 from rulegen.plan.symbolic import (
     broadcast_outputs,
@@ -45,7 +46,6 @@ from rulegen.spec import Output
 from rulegen.symbols import own_names
 
 _JNP = frozenset({"import jax.numpy as jnp"})
-_SUM_TO_SHAPE_IMPORT = f"from ._util import {SUM_TO_SHAPE}"
 
 
 def plan_jax(d: Derivation) -> JaxPlan:
@@ -74,9 +74,9 @@ def plan_jax(d: Derivation) -> JaxPlan:
             jvp_notes = _wrapped(
                 f"The primal function, whose own rule differentiates the output at higher order: {reason}."
             )
-    # The util import joins the module's one `from ._util import` line.
-    summed = _SUM_TO_SHAPE_IMPORT in emit.imports
-    imports = {"import jax", *(emit.imports - {_SUM_TO_SHAPE_IMPORT})}
+    imports = {"import jax", *emit.imports}
+    if float_arrays:
+        imports.add(LIFT_IMPORT)
     if any(i.static for i in rule.inputs):
         imports.add("import functools")
     classes = result_classes(rule, "jax")
@@ -105,18 +105,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         saved=saved,
         cotangents=() if bwd is None else tuple(f"{o.name}_bar" for o in rule.outputs),
         bwd=bwd,
-        imports=spelled_imports(imports, g),
-        util_names=tuple(
-            n if g.get(n, n) == n else f"{n} as {g[n]}"
-            for n, used in (
-                ("as_arrays", bool(arrays)),
-                ("in_float32", bool(float_arrays)),
-                ("rounded", bool(float_arrays)),
-                (SUM_TO_SHAPE, summed),
-            )
-            if used
-        )
-        + tuple(h if g[h] == h else f"{h} as {g[h]}" for h in unpack_helpers(rule)),
+        imports=jax_util_imports(imports, rule),
         float_arrays=float_arrays,
         array_arguments=array_arguments(rule, "as_arrays"),
         maps=maps,
@@ -329,7 +318,7 @@ def _cotangent(d: Derivation, i: str, outputs: Sequence[str]) -> Result:
         return Result(f"{i}_bar", code=f"{jnp}.zeros_like({i})", imports=_JNP, reads=frozenset({i}))
     if sum(not x.static for x in d.rule.inputs) > 1:
         wrap = Wrap(f"_sum_to_shape({{}}, {jnp}.shape({i}))", frozenset({i}))
-        return Result(f"{i}_bar", expr, wrap=wrap, imports=_JNP | {_SUM_TO_SHAPE_IMPORT})
+        return Result(f"{i}_bar", expr, wrap=wrap, imports=_JNP | {SUM_TO_SHAPE_IMPORT})
     return Result(f"{i}_bar", expr)
 
 

@@ -142,7 +142,6 @@ class JaxPlan:
     cotangents: tuple[str, ...]
     bwd: Block | None
     imports: tuple[str, ...]
-    util_names: tuple[str, ...]  # what the module imports from the package's jax/_util.py
     # With both a jvp and a vjp: the two halves of the linear_map the JVP applies.
     maps: tuple[Function, ...]
     array_arguments: str  # the primal body's first line (see array_arguments)
@@ -154,8 +153,7 @@ class JaxPlan:
 
     @property
     def needs(self) -> Needs:
-        # The template imports `util_names` from jax/_util.py on a line of its own.
-        return needs_of(self.imports, helpers=["_util"] if self.util_names else [])
+        return needs_of(self.imports)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rulegen.plan.header import (
+    LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
     array_arguments,
     doc_lines,
@@ -80,7 +81,7 @@ def _lifted(p: SnippetPlanner) -> list[str]:
     returning = public_return(p.rule, call, lifted=bool(floats), spread=len(p.outputs) > 1)
     if not floats:
         return list(returning)
-    p.imports.add("from ._util import in_float32, rounded")
+    p.imports.add(LIFT_IMPORT)
     return [
         "# bfloat16 and float16 compute in float32 and round once (XLA would round every step).",
         f"({tuple_text(floats)}{',' if len(floats) == 1 else ''}), _low = {p.own['in_float32']}({', '.join(floats)})",
