@@ -16,6 +16,9 @@ rule format refuses only:
 - a name that equals a name the generator derives from another
   (`GENERATED_FROM_NAME`, `GENERATED_FROM_RULE`): an input `x_dot` beside
   an input `x`, a residual `f_rule` in rule `f`;
+- a rule named like a module Python bodies see (`MODULE_NAMES`): bodies call
+  the rules of their build by name, so a body reading the module would call
+  the rule;
 - in a rule with Python bodies, a name of the rule that a body also reads as
   one of the modules it sees (`xp`, `math`): the body would read the one
   where it means the other.

@@ -13,36 +13,24 @@ from typing import Any
 
 import numpy as np
 
+from rulegen.check.accuracy import array_function
 from rulegen.derive import derive_rule
-from rulegen.printers import print_jax, print_torch
 from rulegen.spec import Rule
 
 
-def _compile(rule: Rule, printer: Callable[..., tuple[str, frozenset[str]]]) -> Callable[..., Any]:
-    derivation = derive_rule(rule)
-    imports: set[str] = set()
-    results = []
-    statics = frozenset(i.name for i in rule.inputs if i.static)
-    for _, expr in derivation.forward:
-        code, needed = printer(expr, scalars=statics)
-        imports |= needed
-        results.append(code)
-    params = ", ".join(i.name for i in rule.inputs)
-    source = "\n".join(sorted(imports)) + f"\ndef reference({params}):\n    return {', '.join(results)}\n"
-    # A module of the runtime's package, as in a generated one: the printers import its helpers relatively
-    # (static inputs' arithmetic is `from . import _numbers`).
-    package = "rulegen.runtime.jax" if printer is print_jax else "rulegen.runtime.torch"
-    namespace: dict[str, Any] = {"__name__": f"{package}.reference", "__package__": package}
-    exec(compile(source, f"<reference {rule.name}>", "exec"), namespace)
-    return namespace["reference"]
+def _compile(rule: Rule, backend: str) -> Callable[..., Any]:
+    forward = [expr for _, expr in derive_rule(rule).forward]
+    computed = array_function(rule, forward, backend)
+    # One output bare, as the generated function returns it.
+    return (lambda *args: computed(*args)[0]) if len(forward) == 1 else computed
 
 
 def jax_reference(rule: Rule) -> Callable[..., Any]:
-    return _compile(rule, print_jax)
+    return _compile(rule, "jax")
 
 
 def torch_reference(rule: Rule) -> Callable[..., Any]:
-    return _compile(rule, print_torch)
+    return _compile(rule, "torch")
 
 
 def sample_inputs(rule: Rule, shape: tuple[int, ...], seed: int = 0, statics: dict | None = None) -> list[Any]:

@@ -235,23 +235,24 @@ def _exact_points(
 # ---------------------------------------------------------------- the implementations
 
 
-def _naive(rule: Rule, written: dict[str, sp.Expr], backend: str) -> Callable[..., Any]:
-    """The written forward printed as plain array code, which the framework differentiates itself."""
+def array_function(rule: Rule, exprs: Sequence[sp.Expr], backend: str) -> Callable[..., Any]:
+    """`exprs` (one per output) printed as plain array code of the rule's inputs, returning them as a tuple:
+    nothing custom, so the framework differentiates it itself (autodiff of the forward as written)."""
     from rulegen.printers import print_jax, print_torch
 
     printer = print_jax if backend == "jax" else print_torch
     statics = frozenset(i.name for i in rule.inputs if i.static)
     imports: set[str] = set()
     results = []
-    for output in rule.outputs:
-        code, needed = printer(written[output.name], scalars=statics)
+    for expr in exprs:
+        code, needed = printer(expr, scalars=statics)
         imports |= needed
         results.append(code)
     params = ", ".join(i.name for i in rule.inputs)
     body = ", ".join(results) + ("," if len(results) == 1 else "")
     source = "\n".join(sorted(imports)) + f"\ndef written_forward({params}):\n    return ({body})\n"
     # A module of the runtime's package, as in a generated one: the printers import its helpers relatively
-    # (torch's zeta is the runtime's `from ._special import hurwitz_zeta`).
+    # (torch's zeta is the runtime's `from ._special import hurwitz_zeta`; static arithmetic `from . import _numbers`).
     package = f"rulegen.runtime.{backend}"
     namespace: dict[str, Any] = {"__name__": f"{package}.written_forward", "__package__": package}
     exec(compile(source, f"<written forward of {rule.name}>", "exec"), namespace)
@@ -347,7 +348,8 @@ def measure_functions(
     except NotMeasurable as why:
         return RuleAccuracy(rule.name, skipped=str(why))
     implementations = {(backend, "generated"): fn for backend, fn in generated.items()}
-    implementations |= {(backend, "autodiff"): _naive(rule, plan.written, backend) for backend in generated}
+    written = [plan.written[o.name] for o in rule.outputs]
+    implementations |= {(backend, "autodiff"): array_function(rule, written, backend) for backend in generated}
     series: list[Series] = []
     inputs: dict[str, dict[str, np.ndarray]] = {}
     for dtype_name in dtypes:
