@@ -7,7 +7,10 @@ inf), `1.0 / 0.0` (ZeroDivisionError; inf), `1e200 ** 2` (OverflowError;
 inf), `math.sqrt(-1.0)` (ValueError; nan).  A rule given such a static would
 raise where the same rule given an array returns the frameworks' inf or
 nan.  Each function here is `math`'s where that returns, and the IEEE value
-where it raises.
+where it raises: nan where math finds no value (`sqrt(-1)`, `asin(2)`,
+`sin(inf)`), inf where the value is past the float range (`exp(1000)`), the
+module's `__getattr__` for every function that needs no more; those below
+have an infinity of a sign, or a pole, of their own.
 """
 
 import math
@@ -38,27 +41,6 @@ def pow(a: float, b: float) -> float:
         return math.nan  # a negative number to a fractional power
 
 
-def exp(x: float) -> float:
-    try:
-        return math.exp(x)
-    except OverflowError:
-        return math.inf
-
-
-def expm1(x: float) -> float:
-    try:
-        return math.expm1(x)
-    except OverflowError:
-        return math.inf
-
-
-def cosh(x: float) -> float:
-    try:
-        return math.cosh(x)
-    except OverflowError:
-        return math.inf
-
-
 def sinh(x: float) -> float:
     try:
         return math.sinh(x)
@@ -78,38 +60,10 @@ def log1p(x: float) -> float:
     return -math.inf if x == -1 else math.nan
 
 
-def sqrt(x: float) -> float:
-    return math.sqrt(x) if x >= 0 else math.nan
-
-
-def asin(x: float) -> float:
-    return math.asin(x) if -1 <= x <= 1 else math.nan
-
-
-def acos(x: float) -> float:
-    return math.acos(x) if -1 <= x <= 1 else math.nan
-
-
-def acosh(x: float) -> float:
-    return math.acosh(x) if x >= 1 else math.nan
-
-
 def atanh(x: float) -> float:
     if -1 < x < 1:
         return math.atanh(x)
     return math.copysign(math.inf, x) if abs(x) == 1 else math.nan
-
-
-def sin(x: float) -> float:
-    return math.sin(x) if math.isfinite(x) else math.nan
-
-
-def cos(x: float) -> float:
-    return math.cos(x) if math.isfinite(x) else math.nan
-
-
-def tan(x: float) -> float:
-    return math.tan(x) if math.isfinite(x) else math.nan
 
 
 def gamma(x: float) -> float:
@@ -137,19 +91,10 @@ def ceil(x: float) -> float:
     return float(math.ceil(x)) if math.isfinite(x) else x
 
 
-# Defined for every float, and never raising: math's own.
-atan = math.atan
-asinh = math.asinh
-tanh = math.tanh
-erf = math.erf
-erfc = math.erfc
-fabs = math.fabs
-
-
 def __getattr__(name: str) -> Callable[..., float]:
-    """Any other of math's functions (one registered since, `math.exp2`): math's where it returns,
-    nan where math finds no value (ValueError), inf where the value is past the float range
-    (OverflowError)."""
+    """Every other of math's functions (exp, sqrt, asin, a function registered since such as exp2):
+    math's where it returns, nan where math finds no value (ValueError), inf where the value is
+    past the float range (OverflowError)."""
     function = getattr(math, name)
 
     def call(*args: float) -> float:
