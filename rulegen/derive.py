@@ -372,8 +372,13 @@ def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation | Sni
 
 
 def _sampling(d: Derivation) -> Sampling | None:
-    """Where the rule's expressions are measured: its float array inputs' domains; None where it has none to sample."""
-    from rulegen.measure import sampled_domain
+    """Where the rule's expressions are measured: its float array inputs over the float line their assumptions
+    allow; None where it has none to sample.
+
+    Not the rule's `domain`: that is where the checks sample and never
+    changes the generated code (SPEC), which must be right outside it too.
+    """
+    from rulegen.measure import assumed_domain
 
     rule = d.rule
     if rule.complex:
@@ -381,14 +386,8 @@ def _sampling(d: Derivation) -> Sampling | None:
     arrays = [i for i in rule.inputs if not i.static and i.dtype == "float"]
     if not arrays:
         return None
-    condition = None
-    if rule.domain is not None:
-        scope = {i.name: d.symbols[i.name] for i in rule.inputs}
-        condition = parse_expression(rule.domain.value, scope, rule.domain.loc, indicator=True)
-        if not condition.free_symbols <= {d.symbols[i.name] for i in arrays}:
-            return None
     try:
-        return Sampling(tuple((d.symbols[i.name], sampled_domain(i)) for i in arrays), condition)
+        return Sampling(tuple((d.symbols[i.name], assumed_domain(i)) for i in arrays))
     except ValueError:
         return None
 

@@ -21,12 +21,14 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 import mpmath
+import numpy as np
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, hypot, log1p
 from sympy.core.function import ArgumentIndexError
+from sympy.printing.precedence import PRECEDENCE
 
 
 class sigmoid(sp.Function):  # noqa: N801 - sympy functions are lower case
@@ -372,6 +374,56 @@ class gamma_sign(sp.Function):  # noqa: N801
         return True
 
 
+class binade(sp.Function):  # noqa: N801
+    """binade(m): the power of two at or below m > 0 (within a factor of two: any power of two scales exactly), and
+    1 where m is 0, subnormal to the framework, inf or nan, so that no input is divided by 0 or inf.
+
+    A homogeneous expression computed on its inputs divided by the binade of
+    their largest magnitude (stabilise's scaling) neither overflows nor
+    underflows where its unscaled products would; the division is exact, and
+    the binade is constant between powers of two: its derivative is 0.
+    """
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        return sp.S.Zero
+
+    def _eval_is_positive(self) -> bool:
+        return True
+
+
+class divided(sp.Function):  # noqa: N801
+    """divided(x, s): x / s, kept whole: sympy distributes a power over a quotient ((x/s)**2 is x**2/s**2), which
+    computes the very square that a scaling by s was to keep in range."""
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        x, s = self.args
+        return 1 / s if argindex == 1 else -x / s**2
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real and self.args[1].is_real
+
+    def _sympystr(self, printer: Any) -> str:
+        # As a reader writes it (docstrings, `rulegen show`): the parentheses say it is computed whole.
+        x, s = (printer.parenthesize(a, PRECEDENCE["Mul"]) for a in self.args)
+        return f"({x}/{s})"
+
+
+def binade_of(m: Any) -> Any:
+    """binade for numpy arrays (the stabilising search's measure)."""
+    m = np.asarray(m)
+    with np.errstate(all="ignore"):
+        guarded = np.where((m > 0) & (m < np.inf), m, np.ones_like(m))
+        return np.asarray(2.0, dtype=m.dtype) ** np.floor(np.log2(guarded))
+
+
+def _mp_binade(m: mpmath.mpf) -> mpmath.mpf:
+    return mpmath.mpf(2) ** mpmath.floor(mpmath.log(m, 2)) if 0 < m < mpmath.inf else mpmath.mpf(1)
+
+
 class in_float(sp.Function):  # noqa: N801
     """in_float(value, *anchors): an integer or boolean array, or a number, in the float dtype of `anchors`.
 
@@ -583,7 +635,8 @@ class MathFunction:
     #: A distribution such as DiracDelta that the frameworks' autodiff gives as 0 away
     #: from a kink: derivatives and the high-precision reference take it as 0.
     vanishes_almost_everywhere: bool = False
-    #: sympy evaluates it exactly at a number, which for a large one takes unbounded time.
+    #: sympy evaluates it exactly at a number, which for a large one takes unbounded time (mpmath too, at some
+    #: floats: the stabilising search leaves an expression calling it as derived).
     refuses_large_numbers: bool = False
     #: Rules cannot call it: derivatives produce it, or the plan writes it after deriving.
     internal: bool = False
@@ -932,6 +985,9 @@ REGISTRY: tuple[MathFunction, ...] = (
     # What canonical forms write for the sign of a Gamma (forms._gamma_ratio); printed as sign_of_gamma.
     MathFunction("gamma_sign", gamma_sign, mpmath=_mp_gamma_sign, internal=True),
     MathFunction("in_float", in_float, internal=True),
+    # What the stabilising search's scaling of a homogeneous expression writes (stabilise._rescaled).
+    MathFunction("binade", binade, numpy="rulegen.functions.binade_of", mpmath=_mp_binade, internal=True),
+    MathFunction("divided", divided, numpy="numpy.divide", mpmath=lambda x, s: x / s, internal=True),
     # torch's backward of a complex rule conjugates its partials (PyTorch's convention); a new
     # tensor, not torch.conj's view, which an in-place backward would write through to its input.
     MathFunction("conjugate", sp.conjugate, "jnp.conj", "torch.conj_physical", internal=True),

@@ -213,6 +213,8 @@ class InPlaceWriter:
         base, exponent = expr.as_base_exp()
         if not self._buildable(base) or not exponent.is_number or self._is_tensor(exponent):
             return self._fresh(expr, target)
+        if exponent.is_Rational and exponent.q > 2:
+            return self._fresh(expr, target)  # the printer's nth_root, which pow_ would not be
         special = {2: "square_()", -1: "reciprocal_()", sp.S.Half: "sqrt_()", -sp.S.Half: "rsqrt_()"}
         buffer = self._owned(base, target)
         self._update(buffer, special.get(exponent, f"pow_({self.code(exponent)})"))

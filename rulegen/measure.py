@@ -194,6 +194,11 @@ def sampled_domain(spec: Input) -> Domain:
     """Where `spec` is sampled: the domain the rule wrote, else the whole float line less what `assume` excludes."""
     if spec.domain_given:
         return spec.bounds
+    return assumed_domain(spec)
+
+
+def assumed_domain(spec: Input) -> Domain:
+    """The whole float line less what `spec`'s `assume` excludes: where the generated function must be right."""
     bounds = [_ASSUMED_BOUNDS[a] for a in spec.assume]
     return Domain(
         gt=next((b.gt for b in bounds if b.gt is not None), None),

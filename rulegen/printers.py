@@ -52,6 +52,12 @@ SOFTPLUS_THRESHOLD = 40.0
 # silu's backward kernel, called through a runtime helper: autograd cannot differentiate it.
 SILU_BACKWARD_IMPORT = "from ._native import silu_backward"
 
+# The power of two that a homogeneous expression's inputs are scaled by (functions.binade), the runtime's.
+BINADE_IMPORT = "from ._util import binade"
+
+# A rational power's exact root (x**(2/3) is nth_root(x, 3)**2), the runtime's.
+NTH_ROOT_IMPORT = "from ._util import nth_root"
+
 # Functions whose torch op lacks a derivative, as the runtime's autograd.Functions (MathFunction.torch_runtime).
 SPECIAL_IMPORT = "from ._special import"
 
@@ -138,6 +144,8 @@ class _ArrayCode:
     def _print_BooleanFalse(self, expr: sp.Basic) -> str:
         return "False"
 
+    #: Rational powers through the runtime's nth_root (arrays); Python floats keep `**`.
+    exact_roots = True
     #: Symbols that stand for Python numbers (static inputs), not arrays.
     scalars: frozenset[str] = frozenset()
     #: Symbols that stand for boolean arrays, which neither framework
@@ -214,6 +222,12 @@ class _ArrayCode:
             return self._print_rsqrt(base)
         if exponent.is_Integer and exponent < 0:
             return f"1 / {self.parenthesize(base**-exponent, PRECEDENCE['Mul'] + 1)}"  # type: ignore[attr-defined]
+        if exponent.is_Rational and exponent.q > 2 and self.exact_roots:
+            # x**(p/q) as nth_root(x, q)**p: pow's rounded exponent p/q costs |ln x| ulps (100 at 1e300).
+            self.module_imports_.add(NTH_ROOT_IMPORT)
+            root = f"{self._spelled('nth_root')}({self._print(base)}, {exponent.q})"
+            power = root if abs(exponent.p) == 1 else f"{root}**{abs(exponent.p)}"
+            return power if exponent.p > 0 else f"1 / {power}"
         base_text = self.parenthesize(base, PRECEDENCE["Pow"] + 1)  # type: ignore[attr-defined]
         if exponent.is_Integer:
             return f"{base_text}**{exponent}"
@@ -236,6 +250,16 @@ class _ArrayCode:
 
     def _print_gamma_sign(self, expr: fn.gamma_sign) -> str:
         return self._print(fn.sign_of_gamma(expr.args[0]))
+
+    def _print_binade(self, expr: fn.binade) -> str:
+        self.module_imports_.add(BINADE_IMPORT)
+        return f"{self._spelled('binade')}({self._print(expr.args[0])})"
+
+    def _print_divided(self, expr: fn.divided) -> str:
+        # Parenthesised whole: sympy ranks a function call above a power, and `(x / s)**2` is what is meant.
+        x, s = expr.args
+        mul = PRECEDENCE["Mul"]
+        return f"({self.parenthesize(x, mul)} / {self.parenthesize(s, mul + 1)})"  # type: ignore[attr-defined]
 
     def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
         # The frameworks' own autodiff differentiates a kink to 0 away from it.
@@ -354,6 +378,7 @@ class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
     """Python floats for numeric subexpressions (`math.sqrt(2) / 2`) and functions of static inputs."""
 
     functions = _MATH_FUNCTIONS
+    exact_roots = False
 
     def _argument(self, arg: sp.Basic) -> str:
         return self._print(arg)  # math functions take Python ints as they are

@@ -61,12 +61,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import mpmath
 import numpy as np
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.expr import lambdified
 from rulegen.forms import canonical
+from rulegen.functions import REGISTRY, binade, divided
 from rulegen.measure import bits_of_error, exact_value, initial_precision, sample_floats, to_floats, value_at
 from rulegen.spec import Domain
 
@@ -191,6 +193,11 @@ def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any
             with np.errstate(all="ignore"):
                 keep = np.broadcast_to(np.asarray(condition(*drawn)) > 0.5, drawn[0].shape)
             drawn = [d[keep] for d in drawn]
+        growing = _growth_arguments(expr, tuple(variables))
+        if growing is not None:
+            with np.errstate(all="ignore"):
+                reach = np.broadcast_to(np.asarray(growing(*drawn), dtype=np.float64), drawn[0].shape)
+            drawn = [d[reach <= GROWTH_ARGUMENT_LIMIT] for d in drawn]
         for j in range(len(drawn[0]) if drawn else 0):
             point = [float(d[j]) for d in drawn]
             value = _exact(reference, point)
@@ -205,6 +212,29 @@ def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any
             break
     columns = tuple(np.asarray(c, dtype=dtype) for c in kept)
     return _Points(dtype, columns, np.asarray(values, dtype=np.float64))
+
+
+#: The largest |u| of exp(u) (expm1, sinh, cosh) at a sampled point: past it every float of u gives the same
+#: overflow or underflow, and mpmath takes a second per exp(1e600) at the thousands of bits such points need.
+GROWTH_ARGUMENT_LIMIT = 1e4
+_GROWING = (sp.exp, expm1, sp.sinh, sp.cosh)
+
+
+@functools.lru_cache(maxsize=256)
+def _growth_arguments(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callable[..., Any] | None:
+    """numpy's largest |u| over the exponentials exp(u) in `expr` (nan counts as past any limit); None if none."""
+    arguments = sorted({f.args[0] for f in expr.atoms(*_GROWING)}, key=sp.default_sort_key)
+    if not arguments:
+        return None
+    reach = _numpy_function(sp.Tuple(*arguments), variables)
+    if reach is None:
+        return None
+
+    def largest(*columns: np.ndarray) -> np.ndarray:
+        found = np.abs(np.asarray(np.broadcast_arrays(*reach(*columns)), dtype=np.float64))
+        return np.where(np.isnan(found), np.inf, found).max(axis=0)
+
+    return largest
 
 
 def _looks_accurate(expr: sp.Expr, sampling: Sampling, seed: int) -> bool:
@@ -290,11 +320,17 @@ def _zero_where_not(
 PROBES = tuple(1.37 * 2.0**k for k in range(-8, 9))
 
 
+#: Fractions of the dtype's largest float probed too: 2x + 1 and x**2 overflow there, and a quotient of the two is
+#: nan where it should be 0; drawn points reach the top binade once in a thousand.
+TOP_PROBES = (0.7, 0.2)
+
+
 def _with_probes(drawn: list[np.ndarray], sampling: Sampling, dtype: Any) -> list[np.ndarray]:
     """`drawn` with, per variable, each probe magnitude of either sign the domain holds; the others as drawn."""
     columns: list[list[float]] = [[] for _ in drawn]
+    largest = float(np.finfo(dtype).max)
     for index, (_, domain) in enumerate(sampling.domains):
-        for magnitude in PROBES:
+        for magnitude in (*PROBES, *(f * largest for f in TOP_PROBES)):
             for value in (magnitude, -magnitude):
                 inside = domain.lo < value < domain.hi or (value == domain.lo and not domain.lo_open)
                 if not inside or value in domain.exclude:
@@ -378,6 +414,11 @@ class _Measured:
     @functools.cached_property
     def ops(self) -> int:
         return int(sp.count_ops(self.expr))
+
+
+def _lineage(m: _Measured) -> str:
+    """The family of the form a candidate reassociates (its own where it reassociates none)."""
+    return m.family.removesuffix(", reassociated")
 
 
 def _measure(expr: sp.Expr, family: str, variables: Sequence[sp.Symbol], points: Sequence[_Points]) -> _Measured | None:
@@ -696,6 +737,201 @@ def _factored(expr: sp.Expr) -> sp.Expr:
     return sp.factor(sp.cancel(expr))
 
 
+# ---------------------------------------------------------------- reassociated products
+
+#: How many of the best forms the reassociation starts from.
+REASSOCIATED_STARTS = 3
+#: A power above this is not split into factors to pair.
+_PAIRED_POWER = 4
+
+
+def _reassociations(expr: sp.Expr) -> Iterator[sp.Expr]:
+    """`expr` with each quotient of products computed as a product of quotients, each factor below the line
+    divided into one above it: tan(x)**2 (x - sin x) / (x - tan x)**2 as (tan(x) / (x - tan x))**2 (x - sin x),
+    whose square never overflows where the quotient is in range.  Two pairings: the factors above in sympy's
+    order and reversed."""
+    if expr.has(sp.Piecewise):
+        return
+    for reverse in (False, True):
+        found = _attempt(functools.partial(_each_product_paired, expr, reverse=reverse))
+        if found is not None and found != expr:
+            yield found
+
+
+def _each_product_paired(expr: sp.Expr, *, reverse: bool) -> sp.Expr:
+    return expr.replace(lambda e: e.is_Mul, functools.partial(_paired, reverse=reverse))
+
+
+def _paired(product: sp.Expr, *, reverse: bool) -> sp.Expr:
+    above: list[sp.Expr] = []
+    below: list[sp.Expr] = []
+    rest: list[sp.Expr] = []
+    for factor in sp.Mul.make_args(product):
+        base, exponent = factor.as_base_exp()
+        if factor.is_number or not exponent.is_Integer or abs(exponent) > _PAIRED_POWER:
+            rest.append(factor)
+        elif exponent > 0:
+            above += [base] * int(exponent)
+        else:
+            below += [base] * int(-exponent)
+    if not above or not below:
+        return product
+    if reverse:
+        above.reverse()
+    pairs = [divided(a, b) for a, b in zip(above, below, strict=False)]
+    n = len(pairs)
+    return sp.Mul(*rest, *pairs, *above[n:]) / sp.Mul(*below[n:])
+
+
+# ---------------------------------------------------------------- scaling of homogeneous expressions
+
+
+#: Points and decimal digits of the homogeneity test (scaling by 2 gives the degree, by 3 confirms it).
+HOMOGENEITY_POINTS = 8
+HOMOGENEITY_DIGITS = 40
+
+
+@dataclass(frozen=True)
+class _Homogeneity:
+    """expr(t**w1 x1, t**w2 x2, ...) = t**degree expr(x) for every t > 0: `weights` (-1, 0 or 1 each) and `degree`."""
+
+    weights: tuple[int, ...]
+    degree: int
+
+
+def _homogeneities(expr: sp.Expr, sampling: Sampling) -> list[_Homogeneity]:
+    """The scalings under which `expr` is homogeneous: all inputs at once, or some balanced against others.
+
+    The quadratic formula's roots are of degree 0 in (a, b, c) together and
+    of degree -1 in (a, c) with weights (1, -1) (x is a root of a x**2 +
+    b x + c exactly when x/t is one of (a t) y**2 + b y + c/t).  Tested at
+    HOMOGENEITY_POINTS points of magnitude about 1 (of the sign each
+    domain allows), in mpmath: a float evaluation of an expression that
+    cancels scales by 3 only roughly.
+    """
+    variables = sampling.variables
+    if len(variables) < 2:
+        return []  # c x**k: nothing to scale
+    fn = _mpmath_function(expr, tuple(variables))
+    rng = np.random.default_rng(len(variables))
+    signs = [
+        rng.choice([-1.0, 1.0], HOMOGENEITY_POINTS)
+        if d.lo < 0 < d.hi
+        else np.full(HOMOGENEITY_POINTS, 1.0 if d.hi > 0 else -1.0)
+        for _, d in sampling.domains
+    ]
+    magnitudes = 2.0 ** rng.uniform(-1, 1, (len(variables), HOMOGENEITY_POINTS))
+    points = [tuple(float(x) for x in point) for point in (np.asarray(signs) * magnitudes).T]
+    found = []
+    for weights in itertools.product((1, 0, -1), repeat=len(variables)):
+        if all(w == 0 for w in weights) or next(w for w in weights if w) < 0:
+            continue  # (w) and (-w) are one scaling
+        if any(w and v not in expr.free_symbols for v, w in zip(variables, weights, strict=True)):
+            continue  # an input the expression does not read scales nothing
+        if sum(1 for w in weights if w) < 2:
+            continue  # y g(x) scaled in y alone computes the same product in another order
+        degree = _degree(fn, weights, points)
+        if degree is not None:
+            found.append(_Homogeneity(weights, degree))
+    return found
+
+
+def _degree(fn: Callable[..., Any], weights: Sequence[int], points: Sequence[tuple[float, ...]]) -> int | None:
+    """The degree k with fn(t**w x) = t**k fn(x) at every point where fn is a nonzero real, None where there is none
+    (or fewer than half the points are such)."""
+    degrees = set()
+    with mpmath.workdps(HOMOGENEITY_DIGITS):
+        for point in points:
+            try:
+                values = [fn(*(mpmath.mpf(t) ** w * x for w, x in zip(weights, point, strict=True))) for t in (1, 2, 3)]
+            except (ValueError, ZeroDivisionError, TypeError, OverflowError):
+                continue
+            if not all(isinstance(v, mpmath.mpf) and v != 0 and mpmath.isfinite(v) for v in values):
+                continue
+            degree = round(float(mpmath.log(abs(values[1] / values[0]), 2)))
+            expected = mpmath.mpf(3) ** degree
+            if abs(values[2] / values[0] - expected) > mpmath.mpf(10) ** (5 - HOMOGENEITY_DIGITS) * expected:
+                return None
+            degrees.add(degree)
+    if len(degrees) != 1:
+        return None
+    return degrees.pop()
+
+
+def _magnitude(inputs: Sequence[sp.Expr]) -> sp.Expr:
+    return sp.Max(*(sp.Abs(x) for x in inputs)) if len(inputs) > 1 else sp.Abs(inputs[0])
+
+
+def _rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scalings: Sequence[_Homogeneity]) -> sp.Expr:
+    """`expr` computed on its inputs scaled by powers of two (`binade`), one scaling after another, and the result
+    scaled back: no square or product of the scaled inputs overflows or underflows where it matters, and no
+    division rounds.
+
+    A scaling of all inputs at once divides them by the binade of their
+    largest magnitude; one with weights of both signs brings the largest of
+    each side to the same magnitude, t = sqrt(largest -1 / largest +1)
+    (the quadratic's a and c to sqrt|ac|), for the joint scaling after it.
+    """
+    inputs: list[sp.Expr] = list(variables)
+    factor: sp.Expr = sp.S.One
+    for scaling in scalings:
+        positive = [x for x, w in zip(inputs, scaling.weights, strict=True) if w > 0]
+        negative = [x for x, w in zip(inputs, scaling.weights, strict=True) if w < 0]
+        if negative:
+            # t = binade(sqrt(N / P)): each side divides by a binade of its own, so no input is multiplied by one.
+            # Balanced below the inputs the scaling leaves (the quadratic's a and c below b), the two sides would
+            # underflow when the joint scaling brings those to 1 (c/b is the root there): balanced only above.
+            p, n = sp.sqrt(_magnitude(positive)), sp.sqrt(_magnitude(negative))
+            unscaled = [x for x, w in zip(inputs, scaling.weights, strict=True) if w == 0]
+            above = sp.true if not unscaled else p * n >= _magnitude(unscaled)
+            up = binade(sp.Piecewise((p / n, above), (1, True)))
+            down = binade(sp.Piecewise((n / p, above), (1, True)))
+            inputs = [
+                divided(x, up) if w > 0 else divided(x, down) if w < 0 else x
+                for x, w in zip(inputs, scaling.weights, strict=True)
+            ]
+            factor = factor * down**-scaling.degree  # t = down, as near as binades go
+        else:
+            scale = binade(_magnitude([x for x, w in zip(inputs, scaling.weights, strict=True) if w]))
+            inputs = [divided(x, scale) if w else x for x, w in zip(inputs, scaling.weights, strict=True)]
+            factor = factor * scale**scaling.degree
+    if isinstance(expr, sp.Piecewise):
+        # Each branch scaled, the regimes' conditions left on the inputs as they are: a threshold on |v| was
+        # placed by the unscaled magnitudes, and sympy folds a condition on a selection into one on its pieces.
+        return sp.Piecewise(*((_substituted(e, variables, inputs) * factor, c) for e, c in expr.args))
+    return _substituted(expr, variables, inputs) * factor
+
+
+def _substituted(expr: sp.Expr, variables: Sequence[sp.Symbol], inputs: Sequence[sp.Expr]) -> sp.Expr:
+    return expr.xreplace(dict(zip(variables, inputs, strict=True)))
+
+
+def _with_scaling(
+    best: _Measured, pool: Sequence[_Measured], expr: sp.Expr, sampling: Sampling, points: Sequence[_Points]
+) -> _Measured:
+    """The best of `best` and the scaled forms of it and of the pool's next best, where `expr` is homogeneous."""
+    variables = sampling.variables
+    found = sorted(_homogeneities(expr, sampling), key=lambda h: -sum(map(abs, h.weights)))
+    joint = [h for h in found if min(h.weights) >= 0][:1]
+    balancing = [h for h in found if min(h.weights) < 0][:1]
+    options = [o for o in (joint, balancing, balancing + joint) if o]
+    if not options:
+        return best
+    # The expression as derived among the starts: scaled, the simplest form is often the best.
+    ranked = sorted((m for m in pool if m is not best), key=lambda m: (m.family != "as derived", m.score))
+    starts = [best, *ranked[:REGIME_STARTS]]
+    scaled = [
+        _measure(_rescaled(m.expr, variables, scalings), f"{m.family}, scaled", variables, points)
+        for m in starts
+        for scalings in options
+    ]
+    chosen = min((m for m in scaled if m is not None), key=lambda m: m.score, default=None)
+    # The margin of a regime: the scaling costs a binade and a division per input, paid only for a bit.
+    if chosen is None or chosen.score > best.score - REGIME_MARGIN_BITS:
+        return best
+    return dataclasses.replace(chosen, branches=best.branches)
+
+
 # ---------------------------------------------------------------- regimes
 
 
@@ -909,13 +1145,19 @@ def _with_regimes(
 # ---------------------------------------------------------------- the search
 
 
+#: Functions whose exact value takes unbounded time at some floats (mpmath's polygamma(1, x) far out on the
+#: negative axis runs for minutes): an expression calling one is not sampled over the whole float line.
+_UNBOUNDED = tuple(f.sympy for f in REGISTRY if f.refuses_large_numbers and isinstance(f.sympy, type))
+
+
 def searchable(expr: sp.Expr, sampling: Sampling) -> bool:
-    """Whether `expr` is searched at all: in the sampled variables, no Piecewise, and within the work limits."""
+    """Whether `expr` is searched at all: in the sampled variables, no Piecewise, within the work limits, and
+    with an exact value in bounded time."""
     return (
         bool(sampling.variables)
         and len(sampling.variables) <= SEARCH_SYMBOLS
         and expr.free_symbols <= set(sampling.variables)
-        and not expr.has(sp.Piecewise)
+        and not expr.has(sp.Piecewise, *_UNBOUNDED)
         and sp.count_ops(expr) <= SEARCH_OPS
     )
 
@@ -996,12 +1238,21 @@ def _search(
     if start is not None and searchable(start.expr, sampling):
         found = _candidates(start.expr, variables)
         measured_from(((f"{start.family}, {family}", c) for family, c in found), CANDIDATES_PER_ALTERNATIVE)
+    # Products reassociated in the best forms found: a family that rewrites what the others made.
+    leaders = sorted(pool, key=lambda m: m.score)[:REASSOCIATED_STARTS]
+    measured_from(
+        ((f"{m.family}, reassociated", c) for m in leaders for c in _reassociations(m.expr)), REASSOCIATED_STARTS * 2
+    )
     # Least error first; within MARGIN_BITS of the least, the fewest operations.
     least = min(m.score for m in pool)
     best = min((m for m in pool if m.score <= least + MARGIN_BITS / 2), key=lambda m: (m.ops, m.score))
     # Regimes from the best and from the next ones too: the pair that joins best need not include the best alone
     # (the derived form for x < 0 and a derivative of the conjugate for x > 0 beat an expanded form on its own).
-    regime_starts = [best, *sorted((m for m in pool if m is not best), key=lambda m: m.score)[: REGIME_STARTS - 1]]
+    regime_starts = [best]
+    for m in sorted((m for m in pool if m is not best), key=lambda m: m.score):
+        # One start per form and its reassociations, which fail where it does and would join the same way.
+        if len(regime_starts) < REGIME_STARTS and _lineage(m) not in {_lineage(t) for t in regime_starts}:
+            regime_starts.append(m)
     joined = [_with_regimes(m, pool, sampling, search) for m in regime_starts]
     plain = best
     best = min(
@@ -1009,6 +1260,8 @@ def _search(
         key=lambda m: m.score,
         default=plain,
     )
+    # Overflow-safe scaling last: it takes the regimes' conditions along (a sign is kept by the scaling).
+    best = _with_scaling(best, pool, expr, sampling, search)
     if best.score > derived.score - MARGIN_BITS:
         # Nothing measurably better: the simplest form no worse than the derived one at any dtype's mean (to within
         # TIE_BITS, the noise of 32 points: a factored form 0.016 bits behind is as good, and prints shorter).

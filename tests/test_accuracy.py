@@ -380,3 +380,25 @@ def test_a_partial_is_measured_as_the_gradient_of_its_output_alone(tmp_path):
     found = _evaluate_jax(rule_like, plan, args)
     assert found[Quantity("a", "x")] == 1.0
     assert found[Quantity("b", "x")] == 2.0
+
+
+def test_a_flushed_subnormal_counts_as_correctly_rounded_for_jax_alone(tmp_path):
+    # XLA flushes subnormal results to zero (JAX's 5e-324 / 2 is 0): no JAX code computes 1e-320, whose zero is
+    # the platform's correctly rounded value.  torch computes subnormals, and its zero is as wrong as it looks.
+    import jax.numpy as jnp
+
+    from rulegen.check.accuracy import Quantity, measure_functions
+
+    assert float(jnp.asarray(np.float64(1e-320)) * 1.0) == 0.0
+    path = tmp_path / "r.yaml"
+    path.write_text("name: tiny_scale\ninputs: {x: {domain: {ge: 1.0e-20, le: 1.0e-10}}}\nforward: x * 1e-300\n")
+    (rule,) = read_rule_file(path)
+    flushed = {"jax": lambda x: x * 1e-300 * 0.0, "torch": lambda x: x * 1e-300 * 0.0}
+    measured = measure_functions(rule, flushed, points=16, dtypes=("float64",))
+    value = Quantity("out")
+    assert measured.find(value, "float64", "jax", "generated").max == 0
+    assert measured.find(value, "float64", "torch", "generated").mean > 10
+    # A wrong nonzero is as wrong for JAX as for torch.
+    off = {"jax": lambda x: x * 1e-290, "torch": lambda x: x * 1e-290}
+    measured = measure_functions(rule, off, points=16, dtypes=("float64",))
+    assert measured.find(value, "float64", "jax", "generated").mean > 10

@@ -146,3 +146,26 @@ def rounded(low, *results):
             for r in results
         )
     return results[0] if len(results) == 1 else results
+
+
+def binade(m):
+    """The power of two at or below m (within a factor of two), 1 where m is 0, inf or nan.
+
+    Dividing by it is exact: a homogeneous expression computed on its inputs
+    over the binade of their largest magnitude keeps its squares and
+    products in range (the stabilising search's scaling).
+    """
+    guarded = jnp.where((m > 0) & (m < jnp.inf), m, 1.0)
+    return 2.0 ** jnp.floor(jnp.log2(guarded))
+
+
+def nth_root(x, n):
+    """x**(1/n), within an ulp.
+
+    pow's exponent 1/n is rounded, which costs 2**-53 |ln x| of the result
+    (100 ulps at 1e300); one Newton step on y**n = x removes it.  nan where
+    x < 0, as x**(1/n) is.
+    """
+    y = x ** (1 / n)
+    step = (y**n - x) / (n * y ** (n - 1))
+    return jnp.where(jnp.isfinite(step), y - step, y)

@@ -19,7 +19,7 @@ def f_asinh(x: jax.typing.ArrayLike) -> jax.Array:
 
     Stabilised (the form with the least error rulegen measured; mean bits of error,
     float64/float32, as derived -> as computed):
-        dout/dx: regimes (scaling | as derived), 4.7/4.3 -> 0.2/0.2
+        dout/dx: regimes (scaling | as derived), 7.3/5.3 -> 0.2/0.1
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -42,15 +42,15 @@ def _f_asinh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     t0 = x**2
-    t1 = jnp.abs(x) < 3200.0
+    t1 = jnp.abs(x) < 1900000.0
     out = jnp.arcsinh(x)
     out_dot = x_dot * jnp.where(
         t1,
         jax.lax.rsqrt(t0 + 1),
         1
         / (
-            jnp.sqrt(jnp.where(t1, 2.4414475774392486e-08, 1 / t0) + 1)
-            * jnp.abs(jnp.where(t1, 6400.0, x))
+            jnp.sqrt(jnp.where(t1, 6.925016116099414e-14, 1 / t0) + 1)
+            * jnp.abs(jnp.where(t1, 3800064.0, x))
         ),
     )
     return out, out_dot

@@ -18,6 +18,11 @@ def f_bessel_i1e(x: jax.typing.ArrayLike) -> jax.Array:
     Partials (derived by sympy):
         dout/dx = -(sign(x) + 1/x)*bessel_i1e(x) + bessel_i0e(x)
 
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx = bessel_i0e(x) - bessel_i1e(x)*sign(x) - bessel_i1e(x)/x: expand, 13.3/5.1 ->
+            11.6/4.5
+
     Inputs:
         x: float array; checked on [0.2, 3]
 
@@ -41,5 +46,5 @@ def _f_bessel_i1e_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of bessel_i1e need not be the derived one (at a kink, a jump, a convention).
     out = _f_bessel_i1e(x)
-    out_dot = x_dot * (-(jnp.sign(x) + 1 / x) * jax.scipy.special.i1e(x) + jax.scipy.special.i0e(x))
-    return out, out_dot
+    t0 = jax.scipy.special.i1e(x)
+    return out, x_dot * (-t0 * jnp.sign(x) - t0 / x + jax.scipy.special.i0e(x))

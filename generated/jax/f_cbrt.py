@@ -4,7 +4,7 @@
 
 import jax
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, nth_root, rounded
 
 
 def f_cbrt(x: jax.typing.ArrayLike) -> jax.Array:
@@ -15,6 +15,10 @@ def f_cbrt(x: jax.typing.ArrayLike) -> jax.Array:
 
     Partials (derived by sympy):
         dout/dx = 1/(3*x**(2/3))
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx = 1/(3*x*(1/x)**(1/3)): derivative of a forward form, 4.7/2.6 -> 3.9/2.0
 
     Inputs:
         x: float array; checked on [0.1, 4]
@@ -29,12 +33,12 @@ def f_cbrt(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_cbrt(x):
-    return x ** (1 / 3)
+    return nth_root(x, 3)
 
 
 @_f_cbrt.defjvp
 def _f_cbrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = x ** (1 / 3)
-    return out, x_dot * (x ** (-2 / 3) / 3)
+    out = nth_root(x, 3)
+    return out, x_dot * (nth_root(1 / x, 3) ** 2 / 3)

@@ -16,6 +16,10 @@ def f_rsqrt(x: jax.typing.ArrayLike) -> jax.Array:
     Partials (derived by sympy):
         dout/dx = -1/(2*x**(3/2))
 
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx = -(1/x)**(3/2)/2: series at infinity, 0.9/1.0 -> 0.4/0.2
+
     Inputs:
         x: float array; checked on [0.1, 4]
 
@@ -37,4 +41,4 @@ def _f_rsqrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.lax.rsqrt(x)
-    return out, x_dot * (-(x ** (-3 / 2)) / 2)
+    return out, x_dot * (-((1 / x) ** (3 / 2)) / 2)

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, binade, in_float32, rounded
 
 
 class Polar(NamedTuple):
@@ -21,9 +21,8 @@ def to_polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> Polar:
     """Polar coordinates of the point (x, y), returned as a named tuple Polar(r, theta).
 
     Forward:
-        r = Piecewise((sqrt(y**2/Piecewise((x, Abs(x) > 0.078), (0.156, True))**2 +
-            1)*Abs(Piecewise((x, Abs(x) > 0.078), (0.156, True))), Abs(x) > 0.078), (sqrt(1 +
-            Piecewise((0.039, Abs(x) > 0.078), (x, True))**2/y**2)*Abs(y), True))
+        r = sqrt((x/binade(Max(Abs(x), Abs(y))))**2 + (y/binade(Max(Abs(x),
+            Abs(y))))**2)*binade(Max(Abs(x), Abs(y)))
         theta = atan2(y, x)
 
     Partials (derived by sympy):
@@ -34,11 +33,13 @@ def to_polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> Polar:
 
     Stabilised (the form with the least error rulegen measured; mean bits of error,
     float64/float32, as derived -> as computed):
-        r: regimes (scaling | scaling), 19.4/10.4 -> 8.0/2.6
-        dr/dx: regimes (scaling | scaling), 18.1/10.2 -> 8.1/2.7
-        dr/dy: regimes (scaling | scaling), 19.4/10.1 -> 9.2/1.5
-        dtheta/dx: regimes (scaling | as derived), 14.2/4.7 -> 3.4/0.4
-        dtheta/dy: regimes (as derived | scaling), 8.7/6.8 -> 3.4/1.0
+        r: as derived, scaled, 21.8/10.8 -> 0.0/0.0
+        dr/dx: derivative of a forward form, 19.6/10.8 -> 0.0/0.1
+        dr/dy: derivative of a forward form, 21.9/10.8 -> 0.0/0.0
+        dtheta/dx: regimes (scaling, reassociated | scaling, reassociated), 15.0/5.6 ->
+            0.2/0.4
+        dtheta/dy: regimes (scaling, reassociated | scaling, reassociated), 10.0/6.8 ->
+            0.1/0.5
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -58,20 +59,12 @@ def to_polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> Polar:
 
 @jax.custom_jvp
 def _to_polar(x, y):
-    # r = sqrt(x**2 + y**2) is computed as Piecewise((sqrt(y**2/Piecewise((x, Abs(x) > 0.078),
-    # (0.156, True))**2 + 1)*Abs(Piecewise((x, Abs(x) > 0.078), (0.156, True))), Abs(x) >
-    # 0.078), (sqrt(1 + Piecewise((0.039, Abs(x) > 0.078), (x, True))**2/y**2)*Abs(y), True)),
-    # the form with the least error measured (regimes (scaling | scaling): mean bits of error
-    # float64/float32 19.4/10.4 -> 8.0/2.6) (`rulegen accuracy` measures both in bits of error).
-    t0 = jnp.abs(x) > 0.078
-    t1 = y**2
-    r = jnp.where(
-        t0,
-        jnp.sqrt(t1 * jnp.where(t0, 1 / x**2, 41.0859375) + 1)
-        * jnp.abs(jnp.where(t0, x, 0.156005859375)),
-        jnp.sqrt(1 + jnp.where(t0, 0.0015211105346679688, x**2) / t1) * jnp.abs(y),
-    )
-    return r, jnp.arctan2(y, x)
+    # r = sqrt(x**2 + y**2) is computed as sqrt((x/binade(Max(Abs(x), Abs(y))))**2 +
+    # (y/binade(Max(Abs(x), Abs(y))))**2)*binade(Max(Abs(x), Abs(y))), the form with the least
+    # error measured (as derived, scaled: mean bits of error float64/float32 21.8/10.8 ->
+    # 0.0/0.0) (`rulegen accuracy` measures both in bits of error).
+    t0 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
+    return t0 * jnp.sqrt((x / t0) ** 2 + (y / t0) ** 2), jnp.arctan2(y, x)
 
 
 @_to_polar.defjvp
@@ -79,43 +72,22 @@ def _to_polar_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = tangents
     # The primal function, whose own rule differentiates the output at higher order: JAX's
-    # derivative of Abs, Piecewise, atan2 need not be the derived one (at a kink, a jump, a
+    # derivative of Abs, Max, atan2, binade need not be the derived one (at a kink, a jump, a
     # convention).
     r, theta = _to_polar(x, y)
     t0 = jnp.abs(x)
-    t1 = t0 > 0.078
-    t2 = jnp.where(t1, x, 0.156005859375)
-    t3 = x**2
-    t4 = y**2
-    t5 = jnp.where(t1, 0.03900146484375, x)
-    t7 = jnp.abs(y)
-    t9 = t0 > 1.8e18
-    t10 = t7 < 11.0
-    t11 = jnp.where(t10, y, 5.5)
-    t12 = t0 > 270.0
-    t13 = jnp.where(t12, 135.0, x)
-    r_dot = x_dot * jnp.where(
-        t1,
-        t2 / (jnp.sqrt(t4 * jnp.where(t1, 1 / t3, 41.0859375) + 1) * jnp.abs(t2)),
-        t5 / (t7 * jnp.sqrt(1 + t5**2 / t4)),
-    ) + y_dot * jnp.where(
-        t9,
-        y
-        / (
-            jnp.sqrt(t4 * jnp.where(t9, 1 / t3, 7.716477564675212e-38) + 1)
-            * jnp.abs(jnp.where(t9, x, 3.60006495212929e18))
-        ),
-        y / (t7 * jnp.sqrt(1 + jnp.where(t9, 8.099983099314331e35, x**2) / t4)),
-    )
+    t1 = jnp.abs(y)
+    t2 = binade(jnp.maximum(t0, t1))
+    t3 = x / t2
+    t4 = y / t2
+    t5 = jax.lax.rsqrt(t3**2 + t4**2)
+    t6 = t1 < 8.6e-11
+    t7 = jnp.where(t6, y, 4.3002046368201263e-11) / x
+    t8 = jnp.where(t6, 1.7200818547280505e-10, y)
+    t9 = t0 < 0.0056
+    t10 = jnp.where(t9, x, 0.00279998779296875) / y
+    t11 = jnp.where(t9, 0.011199951171875, x)
     theta_dot = x_dot * jnp.where(
-        t10,
-        -t11 / (t11**2 + t3),
-        -jnp.where(t10, 0.0454559326171875, 1 / y)
-        / (t3 * jnp.where(t10, 0.0020661354064941406, 1 / t4) + 1),
-    ) + y_dot * jnp.where(
-        t12,
-        jnp.where(t12, 1 / x, 0.001851797103881836)
-        / (t4 * jnp.where(t12, 1 / t3, 3.4295953810214996e-06) + 1),
-        t13 / (t13**2 + t4),
-    )
-    return (r, theta), (r_dot, theta_dot)
+        t6, -t7 / (x * (t7**2 + 1)), -1 / (t8 * ((x / t8) ** 2 + 1))
+    ) + y_dot * jnp.where(t9, t10 / (y * (t10**2 + 1)), 1 / (t11 * ((y / t11) ** 2 + 1)))
+    return (r, theta), (x_dot * (t3 * t5) + y_dot * (t4 * t5), theta_dot)

@@ -26,14 +26,14 @@ class FAsinh(torch.autograd.Function):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         t0 = x**2
-        t1 = torch.abs(x) < 3200.0
+        t1 = torch.abs(x) < 1900000.0
         x_bar = out_bar * torch.where(
             t1,
             torch.rsqrt(t0 + 1),
             1
             / (
-                torch.sqrt(torch.where(t1, 2.4414475774392486e-08, 1 / t0) + 1)
-                * torch.abs(torch.where(t1, 6400.0, x))
+                torch.sqrt(torch.where(t1, 6.925016116099414e-14, 1 / t0) + 1)
+                * torch.abs(torch.where(t1, 3800064.0, x))
             ),
         )
         return x_bar
@@ -42,14 +42,14 @@ class FAsinh(torch.autograd.Function):
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
         t0 = x**2
-        t1 = torch.abs(x) < 3200.0
+        t1 = torch.abs(x) < 1900000.0
         out_dot = x_dot * torch.where(
             t1,
             torch.rsqrt(t0 + 1),
             1
             / (
-                torch.sqrt(torch.where(t1, 2.4414475774392486e-08, 1 / t0) + 1)
-                * torch.abs(torch.where(t1, 6400.0, x))
+                torch.sqrt(torch.where(t1, 6.925016116099414e-14, 1 / t0) + 1)
+                * torch.abs(torch.where(t1, 3800064.0, x))
             ),
         )
         return out_dot
@@ -69,7 +69,7 @@ def f_asinh(x: torch.Tensor | float) -> torch.Tensor:
 
     Stabilised (the form with the least error rulegen measured; mean bits of error,
     float64/float32, as derived -> as computed):
-        dout/dx: regimes (scaling | as derived), 4.7/4.3 -> 0.2/0.2
+        dout/dx: regimes (scaling | as derived), 7.3/5.3 -> 0.2/0.1
 
     Inputs:
         x: float array; checked on [-3, 3]

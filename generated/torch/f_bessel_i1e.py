@@ -26,19 +26,18 @@ class FBesselI1e(torch.autograd.Function):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = torch.special.i0e(x)
-            t1 = 1 / x
-            t1.add_(torch.sign(x))
-            t0.addcmul_(t1, torch.special.i1e(x), value=-1).mul_(out_bar)
-            return t0
-        x_bar = out_bar * (-(torch.sign(x) + 1 / x) * torch.special.i1e(x) + torch.special.i0e(x))
-        return x_bar
+            t0 = torch.special.i1e(x)
+            t1 = torch.special.i0e(x)
+            t1.addcdiv_(t0, x, value=-1).addcmul_(torch.sign(x), t0, value=-1).mul_(out_bar)
+            return t1
+        t0 = torch.special.i1e(x)
+        return out_bar * (-t0 * torch.sign(x) - t0 / x + torch.special.i0e(x))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        out_dot = x_dot * (-(torch.sign(x) + 1 / x) * torch.special.i1e(x) + torch.special.i0e(x))
-        return out_dot
+        t0 = torch.special.i1e(x)
+        return x_dot * (-t0 * torch.sign(x) - t0 / x + torch.special.i0e(x))
 
 
 _apply_f_bessel_i1e = routed(FBesselI1e, "f_bessel_i1e_rule", "(Tensor x) -> Tensor")
@@ -52,6 +51,11 @@ def f_bessel_i1e(x: torch.Tensor | float) -> torch.Tensor:
 
     Partials (derived by sympy):
         dout/dx = -(sign(x) + 1/x)*bessel_i1e(x) + bessel_i0e(x)
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx = bessel_i0e(x) - bessel_i1e(x)*sign(x) - bessel_i1e(x)/x: expand, 13.3/5.1 ->
+            11.6/4.5
 
     Inputs:
         x: float array; checked on [0.2, 3]

@@ -5,7 +5,7 @@
 import torch
 
 from ._function import plain, routed, save_for_derivatives
-from ._util import as_tensors, in_float32, rounded
+from ._util import as_tensors, in_float32, nth_root, rounded
 
 
 class FCbrt(torch.autograd.Function):
@@ -15,7 +15,7 @@ class FCbrt(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        return x ** (1 / 3)
+        return nth_root(x, 3)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -26,15 +26,15 @@ class FCbrt(torch.autograd.Function):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = x ** (-2 / 3)
-            t0.mul_(1 / 3).mul_(out_bar)
-            return t0
-        return out_bar * (x ** (-2 / 3) / 3)
+            t1 = nth_root(1 / x, 3) ** 2
+            t1.mul_(1 / 3).mul_(out_bar)
+            return t1
+        return out_bar * (nth_root(1 / x, 3) ** 2 / 3)
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot * (x ** (-2 / 3) / 3)
+        return x_dot * (nth_root(1 / x, 3) ** 2 / 3)
 
 
 _apply_f_cbrt = routed(FCbrt, "f_cbrt_rule", "(Tensor x) -> Tensor")
@@ -48,6 +48,10 @@ def f_cbrt(x: torch.Tensor | float) -> torch.Tensor:
 
     Partials (derived by sympy):
         dout/dx = 1/(3*x**(2/3))
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx = 1/(3*x*(1/x)**(1/3)): derivative of a forward form, 4.7/2.6 -> 3.9/2.0
 
     Inputs:
         x: float array; checked on [0.1, 4]

@@ -26,15 +26,15 @@ class FRsqrt(torch.autograd.Function):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = x ** (-3 / 2)
-            t0.mul_(-1 / 2).mul_(out_bar)
+            t0 = 1 / x
+            t0.pow_(3 / 2).mul_(-1 / 2).mul_(out_bar)
             return t0
-        return out_bar * (-(x ** (-3 / 2)) / 2)
+        return out_bar * (-((1 / x) ** (3 / 2)) / 2)
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot * (-(x ** (-3 / 2)) / 2)
+        return x_dot * (-((1 / x) ** (3 / 2)) / 2)
 
 
 _apply_f_rsqrt = routed(FRsqrt, "f_rsqrt_rule", "(Tensor x) -> Tensor")
@@ -48,6 +48,10 @@ def f_rsqrt(x: torch.Tensor | float) -> torch.Tensor:
 
     Partials (derived by sympy):
         dout/dx = -1/(2*x**(3/2))
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx = -(1/x)**(3/2)/2: series at infinity, 0.9/1.0 -> 0.4/0.2
 
     Inputs:
         x: float array; checked on [0.1, 4]

@@ -6,8 +6,8 @@ from typing import NamedTuple
 
 import torch
 
-from ._function import routed, save_for_derivatives, shaped_like
-from ._util import as_tensors, in_float32, rounded
+from ._function import plain, routed, save_for_derivatives, shaped_like
+from ._util import as_tensors, binade, in_float32, rounded
 
 
 class ToPolar(torch.autograd.Function):
@@ -17,32 +17,36 @@ class ToPolar(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
-        # r = sqrt(x**2 + y**2) is computed as Piecewise((sqrt(y**2/Piecewise((x, Abs(x) > 0.078),
-        # (0.156, True))**2 + 1)*Abs(Piecewise((x, Abs(x) > 0.078), (0.156, True))), Abs(x) >
-        # 0.078), (sqrt(1 + Piecewise((0.039, Abs(x) > 0.078), (x, True))**2/y**2)*Abs(y), True)),
-        # the form with the least error measured (regimes (scaling | scaling): mean bits of error
-        # float64/float32 19.4/10.4 -> 8.0/2.6) (`rulegen accuracy` measures both in bits of error).
+        # r = sqrt(x**2 + y**2) is computed as sqrt((x/binade(Max(Abs(x), Abs(y))))**2 +
+        # (y/binade(Max(Abs(x), Abs(y))))**2)*binade(Max(Abs(x), Abs(y))), the form with the least
+        # error measured (as derived, scaled: mean bits of error float64/float32 21.8/10.8 ->
+        # 0.0/0.0) (`rulegen accuracy` measures both in bits of error).
+        if plain(x, y):
+            t0 = torch.abs(x)
+            t1 = torch.abs(y)
+            t2 = binade(torch.maximum(t0, t1))
+            t3 = x / t2
+            t4 = y / t2
+            t5 = t3**2
+            t5.add_(t4**2).sqrt_()
+            t7 = t2 * t5
+            t8 = torch.atan2(y, x)
+            return t7, t8, t5, t3, t4, t0, t1
         t0 = torch.abs(x)
-        t1 = t0 > 0.078
-        t2 = y**2
-        t3 = torch.where(t1, x, 0.156005859375)
-        t4 = torch.abs(t3)
-        t5 = torch.where(t1, 0.03900146484375, x)
-        t6 = torch.abs(y)
-        r = torch.where(
-            t1,
-            t4 * torch.sqrt(t2 * torch.where(t1, 1 / x**2, 41.0859375) + 1),
-            t6 * torch.sqrt(1 + t5**2 / t2),
-        )
-        return r, torch.atan2(y, x), t4, t5, t3, t0, t6
+        t1 = torch.abs(y)
+        t2 = binade(torch.maximum(t0, t1))
+        t3 = x / t2
+        t4 = y / t2
+        t5 = torch.sqrt(t3**2 + t4**2)
+        return t2 * t5, torch.atan2(y, x), t5, t3, t4, t0, t1
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        _, _, saved_abs, saved_piecewise, saved_piecewise2, saved_abs2, saved_abs3 = output
+        _, _, saved_value, saved_divided, saved_divided2, saved_abs, saved_abs2 = output
         ctx.set_materialize_grads(False)
         save_for_derivatives(
-            ctx, x, y, saved_abs, saved_piecewise, saved_piecewise2, saved_abs2, saved_abs3
+            ctx, x, y, saved_value, saved_divided, saved_divided2, saved_abs, saved_abs2
         )
 
     @staticmethod
@@ -50,118 +54,116 @@ class ToPolar(torch.autograd.Function):
         ctx,
         r_bar,
         theta_bar,
+        saved_value_bar,
+        saved_divided_bar,
+        saved_divided2_bar,
         saved_abs_bar,
-        saved_piecewise_bar,
-        saved_piecewise2_bar,
         saved_abs2_bar,
-        saved_abs3_bar,
     ):
-        x, y, saved_abs, saved_piecewise, saved_piecewise2, saved_abs2, saved_abs3 = (
-            ctx.saved_tensors
-        )
+        x, y, saved_value, saved_divided, saved_divided2, saved_abs, saved_abs2 = ctx.saved_tensors
         if (
             r_bar is not None
             and theta_bar is not None
+            and saved_value_bar is None
+            and saved_divided_bar is None
+            and saved_divided2_bar is None
             and saved_abs_bar is None
-            and saved_piecewise_bar is None
-            and saved_piecewise2_bar is None
             and saved_abs2_bar is None
-            and saved_abs3_bar is None
         ):
-            t0 = y**2
-            t3 = x**2
-            t4 = saved_abs3 < 11.0
-            t6 = saved_abs2 > 1.8e18
-            t7 = saved_abs2 > 270.0
+            if (
+                plain(
+                    x,
+                    y,
+                    saved_value,
+                    saved_divided,
+                    saved_divided2,
+                    saved_abs,
+                    saved_abs2,
+                    r_bar,
+                    theta_bar,
+                )
+                and ctx.needs_input_grad[0]
+                and ctx.needs_input_grad[1]
+            ):
+                t2 = saved_abs2 < 8.6e-11
+                t3 = torch.where(t2, y, 4.3002046368201263e-11) / x
+                t5 = saved_abs < 0.0056
+                t6 = torch.where(t5, x, 0.00279998779296875) / y
+                t7 = saved_divided / saved_value
+                t7.mul_(r_bar).add_(
+                    theta_bar
+                    * torch.where(
+                        t2,
+                        -t3 / (x * (t3**2 + 1)),
+                        -torch.where(t2, 5813305344.0, 1 / y)
+                        / ((x / torch.where(t2, 1.7200818547280505e-10, y)) ** 2 + 1),
+                    )
+                )
+                t9 = saved_divided2 / saved_value
+                t9.mul_(r_bar).add_(
+                    theta_bar
+                    * torch.where(
+                        t5,
+                        t6 / (y * (t6**2 + 1)),
+                        torch.where(t5, 89.28125, 1 / x)
+                        / ((y / torch.where(t5, 0.011199951171875, x)) ** 2 + 1),
+                    )
+                )
+                return t7.sum_to_size(x.shape), t9.sum_to_size(y.shape)
+            t2 = saved_abs2 < 8.6e-11
+            t3 = torch.where(t2, y, 4.3002046368201263e-11) / x
+            t5 = saved_abs < 0.0056
+            t6 = torch.where(t5, x, 0.00279998779296875) / y
             return (
                 (
-                    r_bar
-                    * torch.where(
-                        saved_abs2 > 0.078,
-                        saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
-                        saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
-                    )
+                    r_bar * (saved_divided / saved_value)
                     + theta_bar
                     * torch.where(
-                        t4,
-                        -torch.where(t4, y, 5.5) / (t3 + torch.where(t4, t0, 30.25)),
-                        -torch.where(t4, 0.0454559326171875, 1 / y)
-                        / (t3 * torch.where(t4, 0.0020661354064941406, 1 / t0) + 1),
+                        t2,
+                        -t3 / (x * (t3**2 + 1)),
+                        -torch.where(t2, 5813305344.0, 1 / y)
+                        / ((x / torch.where(t2, 1.7200818547280505e-10, y)) ** 2 + 1),
                     )
                 ).sum_to_size(x.shape)
                 if ctx.needs_input_grad[0]
                 else None
             ), (
                 (
-                    r_bar
-                    * torch.where(
-                        t6,
-                        y
-                        / (
-                            torch.sqrt(t0 * torch.where(t6, 1 / t3, 7.715329620973237e-38) + 1)
-                            * torch.abs(torch.where(t6, x, 3.60006495212929e18))
-                        ),
-                        y
-                        / (
-                            saved_abs3
-                            * torch.sqrt(1 + torch.where(t6, 8.099983099314331e35, t3) / t0)
-                        ),
-                    )
+                    r_bar * (saved_divided2 / saved_value)
                     + theta_bar
                     * torch.where(
-                        t7,
-                        torch.where(t7, 1 / x, 0.001851797103881836)
-                        / (t0 * torch.where(t7, 1 / t3, 3.429129719734192e-06) + 1),
-                        torch.where(t7, 135.0, x) / (t0 + torch.where(t7, 18224.0, t3)),
+                        t5,
+                        t6 / (y * (t6**2 + 1)),
+                        torch.where(t5, 89.28125, 1 / x)
+                        / ((y / torch.where(t5, 0.011199951171875, x)) ** 2 + 1),
                     )
                 ).sum_to_size(y.shape)
                 if ctx.needs_input_grad[1]
                 else None
             )
         # A cotangent is absent, or this backward is differentiated: the present ones' terms.
-        t0 = y**2
-        t1 = saved_abs2 > 0.078
-        t4 = torch.where(t1, torch.tensor(1, dtype=torch.result_type(x, y), device=x.device), 0)
-        t5 = x**2
-        t6 = saved_abs3 < 11.0
-        t8 = saved_abs2 > 1.8e18
-        t9 = saved_abs2 > 270.0
+        t1 = saved_divided / saved_value
+        t2 = binade(torch.maximum(saved_abs, saved_abs2))
+        t4 = saved_abs2 < 8.6e-11
+        t5 = torch.where(t4, y, 4.3002046368201263e-11) / x
+        t7 = saved_divided2 / saved_value
+        t8 = saved_abs < 0.0056
+        t9 = torch.where(t8, x, 0.00279998779296875) / y
         return (
             shaped_like(
-                (
-                    0.0
-                    if r_bar is None
-                    else r_bar
-                    * torch.where(
-                        t1,
-                        saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
-                        saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
-                    )
-                )
-                + (0.0 if saved_abs2_bar is None else saved_abs2_bar * torch.sign(x))
-                + (
-                    0.0
-                    if saved_abs_bar is None
-                    else saved_abs_bar * (t4 * torch.sign(saved_piecewise2))
-                )
-                + (0.0 if saved_piecewise2_bar is None else saved_piecewise2_bar * t4)
-                + (
-                    0.0
-                    if saved_piecewise_bar is None
-                    else saved_piecewise_bar
-                    * torch.where(
-                        t1, torch.tensor(0, dtype=torch.result_type(x, y), device=x.device), 1
-                    )
-                )
+                (0.0 if r_bar is None else r_bar * t1)
+                + (0.0 if saved_abs_bar is None else saved_abs_bar * torch.sign(x))
+                + (0.0 if saved_divided_bar is None else saved_divided_bar / t2)
+                + (0.0 if saved_value_bar is None else saved_value_bar * (t1 / t2))
                 + (
                     0.0
                     if theta_bar is None
                     else theta_bar
                     * torch.where(
-                        t6,
-                        -torch.where(t6, y, 5.5) / (t5 + torch.where(t6, t0, 30.25)),
-                        -torch.where(t6, 0.0454559326171875, 1 / y)
-                        / (t5 * torch.where(t6, 0.0020661354064941406, 1 / t0) + 1),
+                        t4,
+                        -t5 / (x * (t5**2 + 1)),
+                        -torch.where(t4, 5813305344.0, 1 / y)
+                        / ((x / torch.where(t4, 1.7200818547280505e-10, y)) ** 2 + 1),
                     )
                 ),
                 x,
@@ -170,34 +172,19 @@ class ToPolar(torch.autograd.Function):
             else None
         ), (
             shaped_like(
-                (
-                    0.0
-                    if r_bar is None
-                    else r_bar
-                    * torch.where(
-                        t8,
-                        y
-                        / (
-                            torch.sqrt(t0 * torch.where(t8, 1 / t5, 7.715329620973237e-38) + 1)
-                            * torch.abs(torch.where(t8, x, 3.60006495212929e18))
-                        ),
-                        y
-                        / (
-                            saved_abs3
-                            * torch.sqrt(1 + torch.where(t8, 8.099983099314331e35, t5) / t0)
-                        ),
-                    )
-                )
-                + (0.0 if saved_abs3_bar is None else saved_abs3_bar * torch.sign(y))
+                (0.0 if r_bar is None else r_bar * t7)
+                + (0.0 if saved_abs2_bar is None else saved_abs2_bar * torch.sign(y))
+                + (0.0 if saved_divided2_bar is None else saved_divided2_bar / t2)
+                + (0.0 if saved_value_bar is None else saved_value_bar * (t7 / t2))
                 + (
                     0.0
                     if theta_bar is None
                     else theta_bar
                     * torch.where(
-                        t9,
-                        torch.where(t9, 1 / x, 0.001851797103881836)
-                        / (t0 * torch.where(t9, 1 / t5, 3.429129719734192e-06) + 1),
-                        torch.where(t9, 135.0, x) / (t0 + torch.where(t9, 18224.0, t5)),
+                        t8,
+                        t9 / (y * (t9**2 + 1)),
+                        torch.where(t8, 89.28125, 1 / x)
+                        / ((y / torch.where(t8, 0.011199951171875, x)) ** 2 + 1),
                     )
                 ),
                 y,
@@ -208,53 +195,35 @@ class ToPolar(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, saved_abs, saved_piecewise, saved_piecewise2, saved_abs2, saved_abs3 = (
-            ctx.saved_tensors
-        )
+        x, y, saved_value, saved_divided, saved_divided2, saved_abs, saved_abs2 = ctx.saved_tensors
         x_dot = torch.zeros_like(x) if x_dot is None else x_dot
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
-        t0 = y**2
-        t1 = saved_abs2 > 0.078
-        t4 = x**2
-        t6 = saved_abs2 > 1.8e18
-        t7 = saved_abs3 < 11.0
-        t8 = saved_abs2 > 270.0
-        t9 = x_dot * torch.where(
-            t1, torch.tensor(1, dtype=torch.result_type(x, y), device=x.device), 0
-        )
-        r_dot = x_dot * torch.where(
-            t1,
-            saved_piecewise2 / (saved_abs * torch.sqrt(1 + t0 / saved_piecewise2**2)),
-            saved_piecewise / (saved_abs3 * torch.sqrt(saved_piecewise**2 / t0 + 1)),
-        ) + y_dot * torch.where(
-            t6,
-            y
-            / (
-                torch.sqrt(t0 * torch.where(t6, 1 / t4, 7.715329620973237e-38) + 1)
-                * torch.abs(torch.where(t6, x, 3.60006495212929e18))
-            ),
-            y / (saved_abs3 * torch.sqrt(1 + torch.where(t6, 8.099983099314331e35, t4) / t0)),
-        )
+        t1 = saved_divided / saved_value
+        t2 = saved_divided2 / saved_value
+        t4 = saved_abs2 < 8.6e-11
+        t5 = torch.where(t4, y, 4.3002046368201263e-11) / x
+        t7 = saved_abs < 0.0056
+        t8 = torch.where(t7, x, 0.00279998779296875) / y
+        t9 = binade(torch.maximum(saved_abs, saved_abs2))
+        t10 = x_dot / t9
+        t11 = y_dot / t9
         theta_dot = x_dot * torch.where(
-            t7,
-            -torch.where(t7, y, 5.5) / (t4 + torch.where(t7, t0, 30.25)),
-            -torch.where(t7, 0.0454559326171875, 1 / y)
-            / (t4 * torch.where(t7, 0.0020661354064941406, 1 / t0) + 1),
+            t4,
+            -t5 / (x * (t5**2 + 1)),
+            -torch.where(t4, 5813305344.0, 1 / y)
+            / ((x / torch.where(t4, 1.7200818547280505e-10, y)) ** 2 + 1),
         ) + y_dot * torch.where(
-            t8,
-            torch.where(t8, 1 / x, 0.001851797103881836)
-            / (t0 * torch.where(t8, 1 / t4, 3.429129719734192e-06) + 1),
-            torch.where(t8, 135.0, x) / (t0 + torch.where(t8, 18224.0, t4)),
-        )
-        saved_piecewise_dot = x_dot * torch.where(
-            t1, torch.tensor(0, dtype=torch.result_type(x, y), device=x.device), 1
+            t7,
+            t8 / (y * (t8**2 + 1)),
+            torch.where(t7, 89.28125, 1 / x)
+            / ((y / torch.where(t7, 0.011199951171875, x)) ** 2 + 1),
         )
         return (
-            r_dot,
+            x_dot * t1 + y_dot * t2,
             theta_dot,
-            t9 * torch.sign(saved_piecewise2),
-            saved_piecewise_dot,
-            t9,
+            t1 * t10 + t11 * t2,
+            t10,
+            t11,
             x_dot * torch.sign(x),
             y_dot * torch.sign(y),
         )
@@ -278,9 +247,8 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
     """Polar coordinates of the point (x, y), returned as a named tuple Polar(r, theta).
 
     Forward:
-        r = Piecewise((sqrt(y**2/Piecewise((x, Abs(x) > 0.078), (0.156, True))**2 +
-            1)*Abs(Piecewise((x, Abs(x) > 0.078), (0.156, True))), Abs(x) > 0.078), (sqrt(1 +
-            Piecewise((0.039, Abs(x) > 0.078), (x, True))**2/y**2)*Abs(y), True))
+        r = sqrt((x/binade(Max(Abs(x), Abs(y))))**2 + (y/binade(Max(Abs(x),
+            Abs(y))))**2)*binade(Max(Abs(x), Abs(y)))
         theta = atan2(y, x)
 
     Partials (derived by sympy):
@@ -291,11 +259,13 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
 
     Stabilised (the form with the least error rulegen measured; mean bits of error,
     float64/float32, as derived -> as computed):
-        r: regimes (scaling | scaling), 19.4/10.4 -> 8.0/2.6
-        dr/dx: regimes (scaling | scaling), 18.1/10.2 -> 8.1/2.7
-        dr/dy: regimes (scaling | scaling), 19.4/10.1 -> 9.2/1.5
-        dtheta/dx: regimes (scaling | as derived), 14.2/4.7 -> 3.4/0.4
-        dtheta/dy: regimes (as derived | scaling), 8.7/6.8 -> 3.4/1.0
+        r: as derived, scaled, 21.8/10.8 -> 0.0/0.0
+        dr/dx: derivative of a forward form, 19.6/10.8 -> 0.0/0.1
+        dr/dy: derivative of a forward form, 21.9/10.8 -> 0.0/0.0
+        dtheta/dx: regimes (scaling, reassociated | scaling, reassociated), 15.0/5.6 ->
+            0.2/0.4
+        dtheta/dy: regimes (scaling, reassociated | scaling, reassociated), 10.0/6.8 ->
+            0.1/0.5
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -309,7 +279,7 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
     x, y = as_tensors("to_polar", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    r, theta, _saved_abs, _saved_piecewise, _saved_piecewise2, _saved_abs2, _saved_abs3 = (
+    r, theta, _saved_value, _saved_divided, _saved_divided2, _saved_abs, _saved_abs2 = (
         _apply_to_polar(x, y)
     )
     r, theta = rounded(_low, r, theta)

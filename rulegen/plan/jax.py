@@ -236,6 +236,7 @@ _SMOOTH = frozenset(
         fn.log_ndtr,
         fn.logit,
         fn.erfcx,
+        fn.divided,
     }
 )
 
