@@ -634,6 +634,35 @@ def _exp_scaled(expr: sp.Expr) -> Iterator[sp.Expr]:
             yield canonical(top / _times_into_root(denominator, scale))
 
 
+def _partial_fractions(expr: sp.Expr) -> Iterator[sp.Expr]:
+    """A rational function of exponentials as partial fractions in each exp(u), each fraction divided through by
+    the exponential above its line: eps (exp((a+b) eps) - 1)/((exp(a eps) - 1)(exp(b eps) - 1)) is
+    eps/(exp(a eps) - 1) + eps exp(b eps)/(exp(b eps) - 1), which is -eps/expm1(-b eps) + eps/expm1(a eps): no
+    product of exponentials overflows, and each quotient is in range wherever the whole is."""
+    plain = _plain(expr).replace(lambda e: isinstance(e, sp.exp), lambda e: sp.exp(sp.expand(e.args[0])))
+    plain = sp.expand_power_exp(plain)
+    atoms = sorted(plain.atoms(sp.exp), key=sp.default_sort_key)
+    if not atoms or len(atoms) > 3:
+        return
+    x = sp.Dummy("x")
+    for atom in atoms:
+        rational = plain.xreplace({atom: x})
+        if not rational.is_rational_function(x) or not sp.fraction(sp.together(rational))[1].has(x):
+            continue
+        fractions = sp.apart(rational, x).xreplace({x: atom})
+        yield canonical(sp.Add(*(_divided_through(t) for t in sp.Add.make_args(fractions))))
+
+
+def _divided_through(term: sp.Expr) -> sp.Expr:
+    """`term`, a quotient with an exponential above and below its line, divided through by the one above."""
+    numerator, denominator = sp.fraction(term)
+    above = sorted(numerator.atoms(sp.exp) & denominator.atoms(sp.exp), key=sp.default_sort_key)
+    if not above:
+        return term
+    scale = sp.exp(-above[0].args[0])
+    return sp.powsimp(sp.expand(numerator * scale)) / sp.powsimp(sp.expand(denominator * scale))
+
+
 def _times_into_root(product: sp.Expr, scale: sp.Expr) -> sp.Expr:
     """`product * scale` for a positive `scale`, taken into its first square root as scale**2 where it has one."""
     factors = list(sp.Mul.make_args(product))
@@ -718,8 +747,7 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
             scaled = _attempt(functools.partial(_scaled, conjugated, v, factored=False))
             if scaled is not None:
                 yield "conjugate, scaled", scaled
-    for scaled_exp in _attempt(lambda: sp.Tuple(*_exp_scaled(expr))) or ():
-        yield "exponential scaling", scaled_exp
+    yield from _exponential_forms(expr, ops)
     if ops <= FACTOR_OPS:
         for v in variables:
             scaled = _attempt(functools.partial(_scaled, expr, v))
@@ -731,6 +759,14 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
                 found = _attempt(functools.partial(_series, expr, v, point))
                 if found is not None:
                     yield family, found
+
+
+def _exponential_forms(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
+    for scaled in _attempt(lambda: sp.Tuple(*_exp_scaled(expr))) or ():
+        yield "exponential scaling", scaled
+    if ops <= FACTOR_OPS:
+        for fractions in _attempt(lambda: sp.Tuple(*_partial_fractions(expr))) or ():
+            yield "partial fractions", fractions
 
 
 def _factored(expr: sp.Expr) -> sp.Expr:

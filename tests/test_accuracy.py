@@ -402,3 +402,26 @@ def test_a_flushed_subnormal_counts_as_correctly_rounded_for_jax_alone(tmp_path)
     off = {"jax": lambda x: x * 1e-290, "torch": lambda x: x * 1e-290}
     measured = measure_functions(rule, off, points=16, dtypes=("float64",))
     assert measured.find(value, "float64", "jax", "generated").mean > 10
+
+
+def test_a_rational_power_is_within_an_ulp_where_pow_s_rounded_exponent_is_not(built):
+    """x**(1/3) through pow with the exponent 0.333...3 (1/3 rounded) is off by |ln x| * 2**-54 relative: 60 ulps
+    at 1e300.  The runtime's nth_root refines it by one Newton step, value and partial alike (f_cbrt)."""
+    import jax
+    import jax.numpy as jnp
+    import mpmath
+    import torch
+
+    jax_pkg, torch_pkg, _ = built
+    for x in (1e300, 3e-300, 7.0, 1.5e-10):
+        root = mpmath.cbrt(mpmath.mpf(x))
+        exact = np.array([float(root), float(1 / (3 * root**2))])
+        tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        value = torch_pkg.f_cbrt(tx)
+        (grad,) = torch.autograd.grad(value, tx)
+        for got in (
+            np.array([float(value), float(grad)]),
+            np.array([float(jax_pkg.f_cbrt(jnp.float64(x))), float(jax.grad(jax_pkg.f_cbrt)(jnp.float64(x)))]),
+        ):
+            assert bits_of_error(got, exact, np.float64).max() <= 1.6, (x, got, exact)
+    assert float(jax_pkg.f_cbrt(jnp.float64(-8.0))) != float(jax_pkg.f_cbrt(jnp.float64(-8.0)))  # nan, as pow's

@@ -413,3 +413,42 @@ def test_homogeneity_is_found_with_its_degree_and_weights():
     assert _homogeneities(sp.exp(x + y) + z, whole) == []
     assert _homogeneities(sp.exp(x) * y + z, whole) == [_Homogeneity((0, 1, 1), 1)]
     assert _homogeneities(x + y + 1, whole) == []
+
+
+def test_a_rational_function_of_exponentials_takes_partial_fractions_that_do_not_overflow():
+    # x (exp(x + y) - 1)/((exp(x) - 1)(exp(y) - 1)) is x (1 + 1/expm1(x) + 1/expm1(y)): its exponentials and their
+    # products overflow past 709 (inf/inf, nan at x = 800 where 800.04 is right); x/expm1(y) - x/expm1(-x), its
+    # partial fractions in exp(x) with the exp(x) above the line divided through, never do.
+    expr = x * (sp.exp(x + y) - 1) / ((sp.exp(x) - 1) * (sp.exp(y) - 1))
+    choice = search(expr, x=Domain(), y=Domain())
+    assert choice.bits_before[0] > 20
+    assert max(choice.bits_after) <= 1
+    assert "partial fractions" in choice.family
+    got = _evaluated(choice.chosen, x=[800.0, 1e10, -5.0], y=[10.0, 3.0, 1e300])
+    exact = [800 * (1 + 1 / np.expm1(10.0)), 1e10 * (1 + 1 / np.expm1(3.0)), -5 * (1 + 1 / np.expm1(-5.0))]
+    assert np.allclose(got, exact, rtol=1e-13, atol=0)
+
+
+def test_an_overflow_in_the_top_binade_alone_is_searched_and_mended():
+    # (2x + 1)/(3x + 1) is inf/inf past 6e307 (6e37 in float32) and right everywhere else: drawn points reach
+    # that binade once in a thousand, and the search kept it.  Its sample holds the top of the range now.
+    expr = (2 * x + 1) / (3 * x + 1)
+    assert np.isnan(_evaluated(expr, x=[1.2e308])[0])
+    choice = search(expr, x=Domain())
+    assert np.allclose(_evaluated(choice.chosen, x=[1.2e308, 1.7e308, 5.0]), [2 / 3, 2 / 3, 11 / 16], rtol=1e-15)
+    assert max(choice.bits_after) <= 1
+
+
+def test_no_point_is_sampled_where_the_exact_value_takes_unbounded_time():
+    # mpmath runs minutes for polygamma(1, -1e300) and a second per exp(1e600) at the precision such points need:
+    # an expression of polygamma is not searched over the whole float line, and no point puts an exponential's
+    # argument past 1e4 (every float overflows or underflows there).
+    from rulegen.stabilise import GROWTH_ARGUMENT_LIMIT, _sample, searchable
+
+    whole = Sampling(((x, Domain()), (y, Domain())))
+    assert not searchable(sp.polygamma(1, x) + sp.digamma(x), Sampling(((x, Domain()),)))
+    assert searchable(sp.exp(x * y) - 1, whole)
+    points = _sample(sp.exp(x * y) - sp.exp(y), whole, 32, 0, np.float64)
+    xs, ys = points.columns
+    assert len(xs) >= 16
+    assert np.all(np.abs(xs * ys) <= GROWTH_ARGUMENT_LIMIT) and np.all(np.abs(ys) <= GROWTH_ARGUMENT_LIMIT)

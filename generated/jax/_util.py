@@ -167,5 +167,6 @@ def nth_root(x, n):
     x < 0, as x**(1/n) is.
     """
     y = x ** (1 / n)
-    step = (y**n - x) / (n * y ** (n - 1))
+    # Relative, so that the residual is no subnormal (XLA flushes those: no step at x = 1e-300).
+    step = y * (1 - x / y**n) / n
     return jnp.where(jnp.isfinite(step), y - step, y)
