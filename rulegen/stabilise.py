@@ -810,10 +810,13 @@ def _paired(product: sp.Expr, *, reverse: bool) -> sp.Expr:
             above += [base] * int(exponent)
         else:
             below += [base] * int(-exponent)
-    if not above or not below:
+    if not below or len(below) + len(above) < 2:
         return product
     if reverse:
         above.reverse()
+    # A power below beyond the factors above is divided into 1: 1/x**3 as (1/x)**3, in range where x**3 is not.
+    below.sort(key=lambda b: -below.count(b))
+    above += [sp.S.One] * sum(1 for b in below[len(above) :] if below.count(b) > 1)
     pairs = [divided(a, b) for a, b in zip(above, below, strict=False)]
     n = len(pairs)
     return sp.Mul(*rest, *pairs, *above[n:]) / sp.Mul(*below[n:])

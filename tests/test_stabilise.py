@@ -452,3 +452,14 @@ def test_no_point_is_sampled_where_the_exact_value_takes_unbounded_time():
     xs, ys = points.columns
     assert len(xs) >= 16
     assert np.all(np.abs(xs * ys) <= GROWTH_ARGUMENT_LIMIT) and np.all(np.abs(ys) <= GROWTH_ARGUMENT_LIMIT)
+
+
+def test_a_reciprocal_power_is_taken_as_a_power_of_the_reciprocal_where_that_stays_in_range():
+    # 1/x**3 is 0 past x = 5.6e102, where 1/x**3 itself is a subnormal down to 1e-323 (x = 2e107): (1/x)**3 is
+    # that subnormal.  The family that pairs each factor below the line with one above has only 1 above here.
+    from rulegen.stabilise import _reassociations
+
+    found = list(_reassociations(1 / (y**3 * (x + 1))))
+    assert found
+    values = [_evaluated(f, x=[1.0], y=[1e105])[0] for f in found]
+    assert any(np.isclose(v, 5e-316, rtol=1e-6) for v in values), values

@@ -37,9 +37,8 @@ def to_polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> Polar:
         dr/dx: derivative of a forward form, 19.6/10.8 -> 0.0/0.1
         dr/dy: derivative of a forward form, 21.9/10.8 -> 0.0/0.0
         dtheta/dx: regimes (scaling, reassociated | scaling, reassociated), 15.0/5.6 ->
-            0.2/0.4
-        dtheta/dy: regimes (scaling, reassociated | scaling, reassociated), 10.0/6.8 ->
-            0.1/0.5
+            0.1/0.4
+        dtheta/dy: as derived, scaled, 10.0/6.8 -> 0.2/0.3
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -75,19 +74,16 @@ def _to_polar_jvp(primals, tangents):
     # derivative of Abs, Max, atan2, binade need not be the derived one (at a kink, a jump, a
     # convention).
     r, theta = _to_polar(x, y)
-    t0 = jnp.abs(x)
-    t1 = jnp.abs(y)
-    t2 = binade(jnp.maximum(t0, t1))
-    t3 = x / t2
-    t4 = y / t2
-    t5 = jax.lax.rsqrt(t3**2 + t4**2)
-    t6 = t1 < 8.6e-11
-    t7 = jnp.where(t6, y, 4.3002046368201263e-11) / x
-    t8 = jnp.where(t6, 1.7200818547280505e-10, y)
-    t9 = t0 < 0.0056
-    t10 = jnp.where(t9, x, 0.00279998779296875) / y
-    t11 = jnp.where(t9, 0.011199951171875, x)
+    t0 = jnp.abs(y)
+    t1 = binade(jnp.maximum(t0, jnp.abs(x)))
+    t2 = x / t1
+    t3 = y / t1
+    t4 = t2**2 + t3**2
+    t5 = jax.lax.rsqrt(t4)
+    t6 = t0 < 3.9e-14
+    t7 = jnp.where(t6, y, 1.9498291869979312e-14) / x
+    t8 = jnp.where(t6, 7.799316747991725e-14, y)
     theta_dot = x_dot * jnp.where(
-        t6, -t7 / (x * (t7**2 + 1)), -1 / (t8 * ((x / t8) ** 2 + 1))
-    ) + y_dot * jnp.where(t9, t10 / (y * (t10**2 + 1)), 1 / (t11 * ((y / t11) ** 2 + 1)))
-    return (r, theta), (x_dot * (t3 * t5) + y_dot * (t4 * t5), theta_dot)
+        t6, -t7 * (1 / x) / (t7**2 + 1), -1 / (t8 * ((x / t8) ** 2 + 1))
+    ) + y_dot * (t2 / (t1 * t4))
+    return (r, theta), (x_dot * (t2 * t5) + y_dot * (t3 * t5), theta_dot)

@@ -22,31 +22,29 @@ class ToPolar(torch.autograd.Function):
         # error measured (as derived, scaled: mean bits of error float64/float32 21.8/10.8 ->
         # 0.0/0.0) (`rulegen accuracy` measures both in bits of error).
         if plain(x, y):
-            t0 = torch.abs(x)
-            t1 = torch.abs(y)
-            t2 = binade(torch.maximum(t0, t1))
-            t3 = x / t2
-            t4 = y / t2
-            t5 = t3**2
-            t5.add_(t4**2).sqrt_()
-            t7 = t2 * t5
-            t8 = torch.atan2(y, x)
-            return t7, t8, t5, t3, t4, t0, t1
-        t0 = torch.abs(x)
-        t1 = torch.abs(y)
-        t2 = binade(torch.maximum(t0, t1))
-        t3 = x / t2
-        t4 = y / t2
-        t5 = torch.sqrt(t3**2 + t4**2)
-        return t2 * t5, torch.atan2(y, x), t5, t3, t4, t0, t1
+            t0 = torch.abs(y)
+            t1 = binade(torch.maximum(t0, torch.abs(x)))
+            t2 = x / t1
+            t3 = y / t1
+            t4 = t2**2
+            t4.add_(t3**2).sqrt_()
+            t6 = t1 * t4
+            t7 = torch.atan2(y, x)
+            return t6, t7, t4, t2, t3, t1, t0
+        t0 = torch.abs(y)
+        t1 = binade(torch.maximum(t0, torch.abs(x)))
+        t2 = x / t1
+        t3 = y / t1
+        t4 = torch.sqrt(t2**2 + t3**2)
+        return t1 * t4, torch.atan2(y, x), t4, t2, t3, t1, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        _, _, saved_value, saved_divided, saved_divided2, saved_abs, saved_abs2 = output
+        _, _, saved_value, saved_divided, saved_divided2, saved_binade, saved_abs = output
         ctx.set_materialize_grads(False)
         save_for_derivatives(
-            ctx, x, y, saved_value, saved_divided, saved_divided2, saved_abs, saved_abs2
+            ctx, x, y, saved_value, saved_divided, saved_divided2, saved_binade, saved_abs
         )
 
     @staticmethod
@@ -57,18 +55,20 @@ class ToPolar(torch.autograd.Function):
         saved_value_bar,
         saved_divided_bar,
         saved_divided2_bar,
+        saved_binade_bar,
         saved_abs_bar,
-        saved_abs2_bar,
     ):
-        x, y, saved_value, saved_divided, saved_divided2, saved_abs, saved_abs2 = ctx.saved_tensors
+        x, y, saved_value, saved_divided, saved_divided2, saved_binade, saved_abs = (
+            ctx.saved_tensors
+        )
         if (
             r_bar is not None
             and theta_bar is not None
             and saved_value_bar is None
             and saved_divided_bar is None
             and saved_divided2_bar is None
+            and saved_binade_bar is None
             and saved_abs_bar is None
-            and saved_abs2_bar is None
         ):
             if (
                 plain(
@@ -77,52 +77,40 @@ class ToPolar(torch.autograd.Function):
                     saved_value,
                     saved_divided,
                     saved_divided2,
+                    saved_binade,
                     saved_abs,
-                    saved_abs2,
                     r_bar,
                     theta_bar,
                 )
                 and ctx.needs_input_grad[0]
                 and ctx.needs_input_grad[1]
             ):
-                t2 = saved_abs2 < 8.6e-11
-                t3 = torch.where(t2, y, 4.3002046368201263e-11) / x
-                t5 = saved_abs < 0.0056
-                t6 = torch.where(t5, x, 0.00279998779296875) / y
-                t7 = saved_divided / saved_value
-                t7.mul_(r_bar).add_(
+                t1 = saved_abs < 3.9e-14
+                t2 = torch.where(t1, y, 1.9498291869979312e-14) / x
+                t3 = saved_divided / saved_value
+                t3.mul_(r_bar).add_(
                     theta_bar
                     * torch.where(
-                        t2,
-                        -t3 / (x * (t3**2 + 1)),
-                        -torch.where(t2, 5813305344.0, 1 / y)
-                        / ((x / torch.where(t2, 1.7200818547280505e-10, y)) ** 2 + 1),
+                        t1,
+                        -t2 * (1 / x) / (t2**2 + 1),
+                        -torch.where(t1, 12822624862208.0, 1 / y)
+                        / ((x / torch.where(t1, 7.799316747991725e-14, y)) ** 2 + 1),
                     )
                 )
-                t9 = saved_divided2 / saved_value
-                t9.mul_(r_bar).add_(
-                    theta_bar
-                    * torch.where(
-                        t5,
-                        t6 / (y * (t6**2 + 1)),
-                        torch.where(t5, 89.28125, 1 / x)
-                        / ((y / torch.where(t5, 0.011199951171875, x)) ** 2 + 1),
-                    )
-                )
-                return t7.sum_to_size(x.shape), t9.sum_to_size(y.shape)
-            t2 = saved_abs2 < 8.6e-11
-            t3 = torch.where(t2, y, 4.3002046368201263e-11) / x
-            t5 = saved_abs < 0.0056
-            t6 = torch.where(t5, x, 0.00279998779296875) / y
+                t5 = saved_divided2 / saved_value
+                t5.mul_(r_bar).addcmul_(saved_divided / (saved_binade * saved_value**2), theta_bar)
+                return t3.sum_to_size(x.shape), t5.sum_to_size(y.shape)
+            t1 = saved_abs < 3.9e-14
+            t2 = torch.where(t1, y, 1.9498291869979312e-14) / x
             return (
                 (
                     r_bar * (saved_divided / saved_value)
                     + theta_bar
                     * torch.where(
-                        t2,
-                        -t3 / (x * (t3**2 + 1)),
-                        -torch.where(t2, 5813305344.0, 1 / y)
-                        / ((x / torch.where(t2, 1.7200818547280505e-10, y)) ** 2 + 1),
+                        t1,
+                        -t2 * (1 / x) / (t2**2 + 1),
+                        -torch.where(t1, 12822624862208.0, 1 / y)
+                        / ((x / torch.where(t1, 7.799316747991725e-14, y)) ** 2 + 1),
                     )
                 ).sum_to_size(x.shape)
                 if ctx.needs_input_grad[0]
@@ -130,40 +118,30 @@ class ToPolar(torch.autograd.Function):
             ), (
                 (
                     r_bar * (saved_divided2 / saved_value)
-                    + theta_bar
-                    * torch.where(
-                        t5,
-                        t6 / (y * (t6**2 + 1)),
-                        torch.where(t5, 89.28125, 1 / x)
-                        / ((y / torch.where(t5, 0.011199951171875, x)) ** 2 + 1),
-                    )
+                    + theta_bar * (saved_divided / (saved_binade * saved_value**2))
                 ).sum_to_size(y.shape)
                 if ctx.needs_input_grad[1]
                 else None
             )
         # A cotangent is absent, or this backward is differentiated: the present ones' terms.
         t1 = saved_divided / saved_value
-        t2 = binade(torch.maximum(saved_abs, saved_abs2))
-        t4 = saved_abs2 < 8.6e-11
-        t5 = torch.where(t4, y, 4.3002046368201263e-11) / x
-        t7 = saved_divided2 / saved_value
-        t8 = saved_abs < 0.0056
-        t9 = torch.where(t8, x, 0.00279998779296875) / y
+        t3 = saved_abs < 3.9e-14
+        t4 = torch.where(t3, y, 1.9498291869979312e-14) / x
+        t5 = saved_divided2 / saved_value
         return (
             shaped_like(
                 (0.0 if r_bar is None else r_bar * t1)
-                + (0.0 if saved_abs_bar is None else saved_abs_bar * torch.sign(x))
-                + (0.0 if saved_divided_bar is None else saved_divided_bar / t2)
-                + (0.0 if saved_value_bar is None else saved_value_bar * (t1 / t2))
+                + (0.0 if saved_divided_bar is None else saved_divided_bar / saved_binade)
+                + (0.0 if saved_value_bar is None else saved_value_bar * (t1 / saved_binade))
                 + (
                     0.0
                     if theta_bar is None
                     else theta_bar
                     * torch.where(
-                        t4,
-                        -t5 / (x * (t5**2 + 1)),
-                        -torch.where(t4, 5813305344.0, 1 / y)
-                        / ((x / torch.where(t4, 1.7200818547280505e-10, y)) ** 2 + 1),
+                        t3,
+                        -t4 * (1 / x) / (t4**2 + 1),
+                        -torch.where(t3, 12822624862208.0, 1 / y)
+                        / ((x / torch.where(t3, 7.799316747991725e-14, y)) ** 2 + 1),
                     )
                 ),
                 x,
@@ -172,20 +150,14 @@ class ToPolar(torch.autograd.Function):
             else None
         ), (
             shaped_like(
-                (0.0 if r_bar is None else r_bar * t7)
-                + (0.0 if saved_abs2_bar is None else saved_abs2_bar * torch.sign(y))
-                + (0.0 if saved_divided2_bar is None else saved_divided2_bar / t2)
-                + (0.0 if saved_value_bar is None else saved_value_bar * (t7 / t2))
+                (0.0 if r_bar is None else r_bar * t5)
+                + (0.0 if saved_abs_bar is None else saved_abs_bar * torch.sign(y))
+                + (0.0 if saved_divided2_bar is None else saved_divided2_bar / saved_binade)
+                + (0.0 if saved_value_bar is None else saved_value_bar * (t5 / saved_binade))
                 + (
                     0.0
                     if theta_bar is None
-                    else theta_bar
-                    * torch.where(
-                        t8,
-                        t9 / (y * (t9**2 + 1)),
-                        torch.where(t8, 89.28125, 1 / x)
-                        / ((y / torch.where(t8, 0.011199951171875, x)) ** 2 + 1),
-                    )
+                    else theta_bar * (saved_divided / (saved_binade * saved_value**2))
                 ),
                 y,
             )
@@ -195,36 +167,30 @@ class ToPolar(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, saved_value, saved_divided, saved_divided2, saved_abs, saved_abs2 = ctx.saved_tensors
+        x, y, saved_value, saved_divided, saved_divided2, saved_binade, saved_abs = (
+            ctx.saved_tensors
+        )
         x_dot = torch.zeros_like(x) if x_dot is None else x_dot
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
         t1 = saved_divided / saved_value
         t2 = saved_divided2 / saved_value
-        t4 = saved_abs2 < 8.6e-11
-        t5 = torch.where(t4, y, 4.3002046368201263e-11) / x
-        t7 = saved_abs < 0.0056
-        t8 = torch.where(t7, x, 0.00279998779296875) / y
-        t9 = binade(torch.maximum(saved_abs, saved_abs2))
-        t10 = x_dot / t9
-        t11 = y_dot / t9
+        t3 = saved_abs < 3.9e-14
+        t4 = torch.where(t3, y, 1.9498291869979312e-14) / x
+        t6 = x_dot / saved_binade
+        t7 = y_dot / saved_binade
         theta_dot = x_dot * torch.where(
-            t4,
-            -t5 / (x * (t5**2 + 1)),
-            -torch.where(t4, 5813305344.0, 1 / y)
-            / ((x / torch.where(t4, 1.7200818547280505e-10, y)) ** 2 + 1),
-        ) + y_dot * torch.where(
-            t7,
-            t8 / (y * (t8**2 + 1)),
-            torch.where(t7, 89.28125, 1 / x)
-            / ((y / torch.where(t7, 0.011199951171875, x)) ** 2 + 1),
-        )
+            t3,
+            -t4 * (1 / x) / (t4**2 + 1),
+            -torch.where(t3, 12822624862208.0, 1 / y)
+            / ((x / torch.where(t3, 7.799316747991725e-14, y)) ** 2 + 1),
+        ) + y_dot * (saved_divided / (saved_binade * saved_value**2))
         return (
             x_dot * t1 + y_dot * t2,
             theta_dot,
-            t1 * t10 + t11 * t2,
-            t10,
-            t11,
-            x_dot * torch.sign(x),
+            t1 * t6 + t2 * t7,
+            t6,
+            t7,
+            torch.zeros_like(saved_binade),
             y_dot * torch.sign(y),
         )
 
@@ -263,9 +229,8 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
         dr/dx: derivative of a forward form, 19.6/10.8 -> 0.0/0.1
         dr/dy: derivative of a forward form, 21.9/10.8 -> 0.0/0.0
         dtheta/dx: regimes (scaling, reassociated | scaling, reassociated), 15.0/5.6 ->
-            0.2/0.4
-        dtheta/dy: regimes (scaling, reassociated | scaling, reassociated), 10.0/6.8 ->
-            0.1/0.5
+            0.1/0.4
+        dtheta/dy: as derived, scaled, 10.0/6.8 -> 0.2/0.3
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -279,7 +244,7 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
     x, y = as_tensors("to_polar", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    r, theta, _saved_value, _saved_divided, _saved_divided2, _saved_abs, _saved_abs2 = (
+    r, theta, _saved_value, _saved_divided, _saved_divided2, _saved_binade, _saved_abs = (
         _apply_to_polar(x, y)
     )
     r, theta = rounded(_low, r, theta)
