@@ -2,16 +2,17 @@
 """Helpers that the generated torch rules share."""
 
 import functools
-import math
 
 import torch
 
 # Re-exported: generated modules import every helper they call from here.
-from . import _structures
+from . import _scaling, _structures
 
 unpack_fields = _structures.unpack_fields
 unpack_keys = _structures.unpack_keys
 unpack_tuple = _structures.unpack_tuple
+binade = functools.partial(_scaling.binade, torch)
+nth_root = functools.partial(_scaling.nth_root, torch)
 
 # A complex dtype's real counterpart (a table: Dynamo cannot trace dtype.to_real()).
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
@@ -140,27 +141,3 @@ def rounded(low, *results):
     if low is not None:
         results = tuple(r.to(low) if _is_float_tensor(r) else r for r in results)
     return results[0] if len(results) == 1 else results
-
-
-def binade(m):
-    """The power of two at or below m (within a factor of two), 1 where m is 0, inf or nan.
-
-    Dividing by it is exact: a homogeneous expression computed on its inputs
-    over the binade of their largest magnitude keeps its squares and
-    products in range (the stabilising search's scaling).
-    """
-    guarded = torch.where((m > 0) & (m < math.inf), m, 1.0)
-    return 2.0 ** torch.floor(torch.log2(guarded))
-
-
-def nth_root(x, n):
-    """x**(1/n), within an ulp.
-
-    pow's exponent 1/n is rounded, which costs 2**-53 |ln x| of the result
-    (100 ulps at 1e300); one Newton step on y**n = x removes it.  nan where
-    x < 0, as x**(1/n) is.
-    """
-    y = x ** (1 / n)
-    # Relative, so that the residual is no subnormal (XLA flushes those: no step at x = 1e-300).
-    step = y * (1 - x / y**n) / n
-    return torch.where(torch.isfinite(step), y - step, y)

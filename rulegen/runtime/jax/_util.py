@@ -1,14 +1,18 @@
 """Helpers that the generated JAX rules share."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 # Re-exported: generated modules import every helper they call from here.
-from . import _structures
+from . import _scaling, _structures
 
 unpack_fields = _structures.unpack_fields
 unpack_keys = _structures.unpack_keys
 unpack_tuple = _structures.unpack_tuple
+binade = functools.partial(_scaling.binade, jnp)
+nth_root = functools.partial(_scaling.nth_root, jnp)
 
 
 def sum_to_shape(x, shape):
@@ -145,27 +149,3 @@ def rounded(low, *results):
             for r in results
         )
     return results[0] if len(results) == 1 else results
-
-
-def binade(m):
-    """The power of two at or below m (within a factor of two), 1 where m is 0, inf or nan.
-
-    Dividing by it is exact: a homogeneous expression computed on its inputs
-    over the binade of their largest magnitude keeps its squares and
-    products in range (the stabilising search's scaling).
-    """
-    guarded = jnp.where((m > 0) & (m < jnp.inf), m, 1.0)
-    return 2.0 ** jnp.floor(jnp.log2(guarded))
-
-
-def nth_root(x, n):
-    """x**(1/n), within an ulp.
-
-    pow's exponent 1/n is rounded, which costs 2**-53 |ln x| of the result
-    (100 ulps at 1e300); one Newton step on y**n = x removes it.  nan where
-    x < 0, as x**(1/n) is.
-    """
-    y = x ** (1 / n)
-    # Relative, so that the residual is no subnormal (XLA flushes those: no step at x = 1e-300).
-    step = y * (1 - x / y**n) / n
-    return jnp.where(jnp.isfinite(step), y - step, y)

@@ -1,0 +1,27 @@
+"""Exact scalings both backends compute alike, given their array namespace (`jnp` or `torch`)."""
+
+import math
+
+
+def binade(xp, m):
+    """The power of two at or below m (within a factor of two), 1 where m is 0, inf or nan.
+
+    Dividing by it is exact: a homogeneous expression computed on its inputs
+    over the binade of their largest magnitude keeps its squares and
+    products in range (the stabilising search's scaling).
+    """
+    guarded = xp.where((m > 0) & (m < math.inf), m, 1.0)
+    return 2.0 ** xp.floor(xp.log2(guarded))
+
+
+def nth_root(xp, x, n):
+    """x**(1/n), within an ulp.
+
+    pow's exponent 1/n is rounded, which costs 2**-53 |ln x| of the result
+    (100 ulps at 1e300); one Newton step on y**n = x removes it.  nan where
+    x < 0, as x**(1/n) is.
+    """
+    y = x ** (1 / n)
+    # Relative, so that the residual is no subnormal (XLA flushes those: no step at x = 1e-300).
+    step = y * (1 - x / y**n) / n
+    return xp.where(xp.isfinite(step), y - step, y)
