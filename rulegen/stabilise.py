@@ -877,7 +877,7 @@ def _homogeneities(expr: sp.Expr, sampling: Sampling) -> list[_Homogeneity]:
 
 def _degree(fn: Callable[..., Any], weights: Sequence[int], points: Sequence[tuple[float, ...]]) -> int | None:
     """The degree k with fn(t**w x) = t**k fn(x) at every point where fn is a nonzero real, None where there is none
-    (or fewer than half the points are such)."""
+    (or no point is such)."""
     degrees = set()
     with mpmath.workdps(HOMOGENEITY_DIGITS):
         for point in points:
