@@ -903,8 +903,8 @@ def _magnitude(inputs: Sequence[sp.Expr]) -> sp.Expr:
 
 def _rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scalings: Sequence[_Homogeneity]) -> sp.Expr:
     """`expr` computed on its inputs scaled by powers of two (`binade`), one scaling after another, and the result
-    scaled back: no square or product of the scaled inputs overflows or underflows where it matters, and no
-    division rounds.
+    scaled back in the reverse order: no square or product of the scaled inputs overflows or underflows where it
+    matters, and no multiplication or division rounds.
 
     A scaling of all inputs at once divides them by the binade of their
     largest magnitude; one with weights of both signs brings the largest of
@@ -912,33 +912,47 @@ def _rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scalings: Sequence[
     (the quadratic's a and c to sqrt|ac|), for the joint scaling after it.
     """
     inputs: list[sp.Expr] = list(variables)
-    factor: sp.Expr = sp.S.One
+    undo: list[list[tuple[sp.Expr, int]]] = []  # per scaling, expr = expr(scaled) * s**k for each (s, k)
     for scaling in scalings:
-        positive = [x for x, w in zip(inputs, scaling.weights, strict=True) if w > 0]
-        negative = [x for x, w in zip(inputs, scaling.weights, strict=True) if w < 0]
-        if negative:
-            # t = binade(sqrt(N / P)): each side divides by a binade of its own, so no input is multiplied by one.
-            # Balanced below the inputs the scaling leaves (the quadratic's a and c below b), the two sides would
-            # underflow when the joint scaling brings those to 1 (c/b is the root there): balanced only above.
-            p, n = sp.sqrt(_magnitude(positive)), sp.sqrt(_magnitude(negative))
-            unscaled = [x for x, w in zip(inputs, scaling.weights, strict=True) if w == 0]
-            above = sp.true if not unscaled else p * n >= _magnitude(unscaled)
-            up = binade(sp.Piecewise((p / n, above), (1, True)))
-            down = binade(sp.Piecewise((n / p, above), (1, True)))
+        weights = scaling.weights
+        if min(weights) < 0:
+            # t = p/n with p, n the binades of each side's square root: both reciprocals are in range (1/t of a
+            # binade of a ratio is not, and binade(p/n) * binade(n/p) is 1/2, not 1: no homogeneity at all).
+            up, down = (
+                binade(sp.sqrt(_magnitude([x for x, w in zip(inputs, weights, strict=True) if side * w > 0])))
+                for side in (1, -1)
+            )
             inputs = [
-                divided(x, up) if w > 0 else divided(x, down) if w < 0 else x
-                for x, w in zip(inputs, scaling.weights, strict=True)
+                divided(divided(x, up), divided(1, down))
+                if w > 0
+                else divided(divided(x, down), divided(1, up))
+                if w < 0
+                else x
+                for x, w in zip(inputs, weights, strict=True)
             ]
-            factor = factor * down**-scaling.degree  # t = down, as near as binades go
+            # x+ times down/up = t, x- divided by t: expr(scaled) = t**degree expr.  One power of two of both
+            # (in range but where one side is subnormal and the other near overflow): the product of two factors
+            # in turn overflows where a root's other branch is large (the quadratic's -b/a).
+            undo.append([(divided(up, down), scaling.degree)])
         else:
-            scale = binade(_magnitude([x for x, w in zip(inputs, scaling.weights, strict=True) if w]))
-            inputs = [divided(x, scale) if w else x for x, w in zip(inputs, scaling.weights, strict=True)]
-            factor = factor * scale**scaling.degree
+            scale = binade(_magnitude([x for x, w in zip(inputs, weights, strict=True) if w]))
+            inputs = [divided(x, scale) if w else x for x, w in zip(inputs, weights, strict=True)]
+            undo.append([(scale, scaling.degree)])
     if isinstance(expr, sp.Piecewise):
         # Each branch scaled, the regimes' conditions left on the inputs as they are: a threshold on |v| was
         # placed by the unscaled magnitudes, and sympy folds a condition on a selection into one on its pieces.
-        return sp.Piecewise(*((_substituted(e, variables, inputs) * factor, c) for e, c in expr.args))
-    return _substituted(expr, variables, inputs) * factor
+        return sp.Piecewise(*((_scaled_back(_substituted(e, variables, inputs), undo), c) for e, c in expr.args))
+    return _scaled_back(_substituted(expr, variables, inputs), undo)
+
+
+def _scaled_back(value: sp.Expr, undo: Sequence[Sequence[tuple[sp.Expr, int]]]) -> sp.Expr:
+    """value * s**k for every (s, k) of `undo`, the last scaling's first: each step, kept whole, passes through the
+    expression's own value at the inputs scaled so far, where a product of the factors first could overflow."""
+    for step in reversed(undo):
+        for scale, k in step:
+            for _ in range(abs(k)):
+                value = divided(value, scale) if k < 0 else divided(value, divided(1, scale))
+    return value
 
 
 def _substituted(expr: sp.Expr, variables: Sequence[sp.Symbol], inputs: Sequence[sp.Expr]) -> sp.Expr:

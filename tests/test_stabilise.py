@@ -415,6 +415,40 @@ def test_homogeneity_is_found_with_its_degree_and_weights():
     assert _homogeneities(x + y + 1, whole) == []
 
 
+def test_a_scaling_that_balances_inputs_against_each_other_computes_the_expression_itself():
+    # The quadratic's root is of degree -1 in (a, c) balanced (a t, b, c / t): a scaling by binades that are not
+    # exact reciprocals (binade(p/n) * binade(n/p) is 1/2) is no homogeneity at all, and computed the root
+    # sqrt(2) off at (-2, 1e-5, 3).  Every scaling, alone or before the joint one, computes the same numbers.
+    from rulegen.stabilise import _homogeneities, _numpy_function, _rescaled
+
+    z = sp.Symbol("z", real=True)
+    variables = (x, y, z)
+    whole = Sampling(tuple((s, Domain()) for s in variables))
+    root = (-y + sp.sqrt(y**2 - 4 * x * z)) / (2 * x)
+    points = [(-2.0, 1e-5, 3.0), (1.5, 7.0, 0.3), (3e-9, -2.0, -5e7), (-0.25, -3.0, 1e3)]
+    for expr in (root, *(sp.diff(root, v) for v in variables)):
+        found = sorted(_homogeneities(expr, whole), key=lambda h: min(h.weights))
+        assert [min(h.weights) for h in found] == [-1, 1]
+        exact = _numpy_function(expr, variables)
+        for scalings in ([found[0]], [found[1]], found):
+            scaled = _numpy_function(_rescaled(expr, variables, scalings), variables)
+            for point in points:
+                args = [np.float64(v) for v in point]
+                assert np.isclose(scaled(*args), exact(*args), rtol=1e-13), (expr, scalings, point)
+
+
+def test_the_quadratic_s_partials_are_scaled_by_both_of_their_homogeneities():
+    # d root / dz = -1/sqrt(y**2 - 4 x z): scaled by the largest input alone, x / max underflows where it matters
+    # (x = 1e-300 against z = 1e100: 5.8 bits on the whole line); balanced first (x and z to sqrt|x z|), then
+    # scaled, correctly rounded.
+    z = sp.Symbol("z", real=True)
+    expr = -1 / sp.sqrt(y**2 - 4 * x * z)
+    choice = stabilise(expr, Sampling(tuple((s, Domain()) for s in (x, y, z))))
+    assert choice.bits_before[0] > 10
+    assert "scaled" in choice.family
+    assert max(choice.bits_after) <= 0.5
+
+
 def test_a_rational_function_of_exponentials_takes_partial_fractions_that_do_not_overflow():
     # x (exp(x + y) - 1)/((exp(x) - 1)(exp(y) - 1)) is x (1 + 1/expm1(x) + 1/expm1(y)): its exponentials and their
     # products overflow past 709 (inf/inf, nan at x = 800 where 800.04 is right); x/expm1(y) - x/expm1(-x), its

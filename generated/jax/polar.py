@@ -60,5 +60,5 @@ def _polar_jvp(primals, tangents):
     t6 = x / t5
     theta_dot = x_dot * jnp.where(
         t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1))
-    ) + y_dot * (t6 / (t5 * (t6**2 + (y / t5) ** 2)))
+    ) + y_dot * ((t6 / (t6**2 + (y / t5) ** 2)) / t5)
     return (r, theta), (x_dot * (x / t0) + y_dot * (y / t0), theta_dot)

@@ -35,7 +35,7 @@ class FAtan2(torch.autograd.Function):
             t6 = out_bar * torch.where(
                 t1, t2 * (1 / y) / (t2**2 + 1), 1 / (t3 * ((y / t3) ** 2 + 1))
             )
-            t7 = -t5 / (t4 * (t5**2 + (x / t4) ** 2))
+            t7 = (-t5 / (t5**2 + (x / t4) ** 2)) / t4
             t7.mul_(out_bar)
             return t6.sum_to_size(y.shape), t7.sum_to_size(x.shape)
         t0 = torch.abs(x)
@@ -52,7 +52,7 @@ class FAtan2(torch.autograd.Function):
             if ctx.needs_input_grad[0]
             else None
         ), (
-            (out_bar * (-t5 / (t4 * (t5**2 + (x / t4) ** 2)))).sum_to_size(x.shape)
+            (out_bar * ((-t5 / (t5**2 + (x / t4) ** 2)) / t4)).sum_to_size(x.shape)
             if ctx.needs_input_grad[1]
             else None
         )
@@ -66,7 +66,7 @@ class FAtan2(torch.autograd.Function):
         t3 = t0 < 3.9e-14
         t4 = torch.where(t3, x, 1.9498291869979312e-14) / y
         t5 = torch.where(t3, 7.799316747991725e-14, x)
-        out_dot = x_dot * (-t2 / (t1 * (t2**2 + (x / t1) ** 2))) + y_dot * torch.where(
+        out_dot = x_dot * ((-t2 / (t2**2 + (x / t1) ** 2)) / t1) + y_dot * torch.where(
             t3, t4 * (1 / y) / (t4**2 + 1), 1 / (t5 * ((y / t5) ** 2 + 1))
         )
         return out_dot

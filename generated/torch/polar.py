@@ -45,7 +45,7 @@ class Polar(torch.autograd.Function):
                     * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1)))
                 )
                 t9 = y / t0
-                t9.mul_(r_bar).addcmul_(t6 / (t5 * (t6**2 + (y / t5) ** 2)), theta_bar)
+                t9.mul_(r_bar).addcmul_(((t6 / (t6**2 + (y / t5) ** 2)) / t5), theta_bar)
                 return t7.sum_to_size(x.shape), t9.sum_to_size(y.shape)
             t0 = torch.hypot(x, y)
             t1 = torch.abs(y)
@@ -63,7 +63,7 @@ class Polar(torch.autograd.Function):
                 if ctx.needs_input_grad[0]
                 else None
             ), (
-                (r_bar * (y / t0) + theta_bar * (t6 / (t5 * (t6**2 + (y / t5) ** 2)))).sum_to_size(
+                (r_bar * (y / t0) + theta_bar * ((t6 / (t6**2 + (y / t5) ** 2)) / t5)).sum_to_size(
                     y.shape
                 )
                 if ctx.needs_input_grad[1]
@@ -93,7 +93,7 @@ class Polar(torch.autograd.Function):
         ), (
             shaped_like(
                 (0.0 if r_bar is None else r_bar * (y / t0))
-                + (0.0 if theta_bar is None else theta_bar * (t6 / (t5 * (t6**2 + (y / t5) ** 2)))),
+                + (0.0 if theta_bar is None else theta_bar * ((t6 / (t6**2 + (y / t5) ** 2)) / t5)),
                 y,
             )
             if ctx.needs_input_grad[1]
@@ -114,7 +114,7 @@ class Polar(torch.autograd.Function):
         t6 = x / t5
         theta_dot = x_dot * torch.where(
             t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1))
-        ) + y_dot * (t6 / (t5 * (t6**2 + (y / t5) ** 2)))
+        ) + y_dot * ((t6 / (t6**2 + (y / t5) ** 2)) / t5)
         return x_dot * (x / t0) + y_dot * (y / t0), theta_dot
 
 

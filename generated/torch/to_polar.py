@@ -17,9 +17,9 @@ class ToPolar(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
-        # r = sqrt(x**2 + y**2) is computed as sqrt((x/binade(Max(Abs(x), Abs(y))))**2 +
-        # (y/binade(Max(Abs(x), Abs(y))))**2)*binade(Max(Abs(x), Abs(y))), the form with the least
-        # error measured (as derived, scaled: mean bits of error float64/float32 21.8/10.8 ->
+        # r = sqrt(x**2 + y**2) is computed as (sqrt((x/binade(Max(Abs(x), Abs(y))))**2 +
+        # (y/binade(Max(Abs(x), Abs(y))))**2)/(1/binade(Max(Abs(x), Abs(y))))), the form with the
+        # least error measured (as derived, scaled: mean bits of error float64/float32 21.8/10.8 ->
         # 0.0/0.0) (`rulegen accuracy` measures both in bits of error).
         if plain(x, y):
             t0 = torch.abs(y)
@@ -28,23 +28,42 @@ class ToPolar(torch.autograd.Function):
             t3 = y / t1
             t4 = t2**2
             t4.add_(t3**2).sqrt_()
-            t6 = t1 * t4
-            t7 = torch.atan2(y, x)
-            return t6, t7, t4, t2, t3, t1, t0
+            t5 = 1 / t1
+            t7 = t4 / t5
+            t8 = torch.atan2(y, x)
+            return t7, t8, t4, t5, t2, t3, t1, t0
         t0 = torch.abs(y)
         t1 = binade(torch.maximum(t0, torch.abs(x)))
         t2 = x / t1
         t3 = y / t1
         t4 = torch.sqrt(t2**2 + t3**2)
-        return t1 * t4, torch.atan2(y, x), t4, t2, t3, t1, t0
+        t5 = 1 / t1
+        return (t4 / t5), torch.atan2(y, x), t4, t5, t2, t3, t1, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
-        _, _, saved_value, saved_divided, saved_divided2, saved_binade, saved_abs = output
+        (
+            _,
+            _,
+            saved_value,
+            saved_divided,
+            saved_divided2,
+            saved_divided3,
+            saved_binade,
+            saved_abs,
+        ) = output
         ctx.set_materialize_grads(False)
         save_for_derivatives(
-            ctx, x, y, saved_value, saved_divided, saved_divided2, saved_binade, saved_abs
+            ctx,
+            x,
+            y,
+            saved_value,
+            saved_divided,
+            saved_divided2,
+            saved_divided3,
+            saved_binade,
+            saved_abs,
         )
 
     @staticmethod
@@ -55,18 +74,27 @@ class ToPolar(torch.autograd.Function):
         saved_value_bar,
         saved_divided_bar,
         saved_divided2_bar,
+        saved_divided3_bar,
         saved_binade_bar,
         saved_abs_bar,
     ):
-        x, y, saved_value, saved_divided, saved_divided2, saved_binade, saved_abs = (
-            ctx.saved_tensors
-        )
+        (
+            x,
+            y,
+            saved_value,
+            saved_divided,
+            saved_divided2,
+            saved_divided3,
+            saved_binade,
+            saved_abs,
+        ) = ctx.saved_tensors
         if (
             r_bar is not None
             and theta_bar is not None
             and saved_value_bar is None
             and saved_divided_bar is None
             and saved_divided2_bar is None
+            and saved_divided3_bar is None
             and saved_binade_bar is None
             and saved_abs_bar is None
         ):
@@ -77,6 +105,7 @@ class ToPolar(torch.autograd.Function):
                     saved_value,
                     saved_divided,
                     saved_divided2,
+                    saved_divided3,
                     saved_binade,
                     saved_abs,
                     r_bar,
@@ -85,9 +114,10 @@ class ToPolar(torch.autograd.Function):
                 and ctx.needs_input_grad[0]
                 and ctx.needs_input_grad[1]
             ):
+                t0 = 1 / (saved_binade * saved_divided * saved_value)
                 t1 = saved_abs < 3.9e-14
                 t2 = torch.where(t1, y, 1.9498291869979312e-14) / x
-                t3 = saved_divided / saved_value
+                t3 = saved_divided2 * t0
                 t3.mul_(r_bar).add_(
                     theta_bar
                     * torch.where(
@@ -97,14 +127,17 @@ class ToPolar(torch.autograd.Function):
                         / ((x / torch.where(t1, 7.799316747991725e-14, y)) ** 2 + 1),
                     )
                 )
-                t5 = saved_divided2 / saved_value
-                t5.mul_(r_bar).addcmul_(saved_divided / (saved_binade * saved_value**2), theta_bar)
+                t5 = saved_divided3 * t0
+                t5.mul_(r_bar).addcmul_(
+                    ((saved_divided2 / saved_value**2) / saved_binade), theta_bar
+                )
                 return t3.sum_to_size(x.shape), t5.sum_to_size(y.shape)
+            t0 = 1 / (saved_binade * saved_divided * saved_value)
             t1 = saved_abs < 3.9e-14
             t2 = torch.where(t1, y, 1.9498291869979312e-14) / x
             return (
                 (
-                    r_bar * (saved_divided / saved_value)
+                    r_bar * (saved_divided2 * t0)
                     + theta_bar
                     * torch.where(
                         t1,
@@ -117,31 +150,32 @@ class ToPolar(torch.autograd.Function):
                 else None
             ), (
                 (
-                    r_bar * (saved_divided2 / saved_value)
-                    + theta_bar * (saved_divided / (saved_binade * saved_value**2))
+                    r_bar * (saved_divided3 * t0)
+                    + theta_bar * ((saved_divided2 / saved_value**2) / saved_binade)
                 ).sum_to_size(y.shape)
                 if ctx.needs_input_grad[1]
                 else None
             )
         # A cotangent is absent, or this backward is differentiated: the present ones' terms.
-        t1 = saved_divided / saved_value
-        t3 = saved_abs < 3.9e-14
-        t4 = torch.where(t3, y, 1.9498291869979312e-14) / x
-        t5 = saved_divided2 / saved_value
+        t2 = 1 / (saved_binade * saved_value)
+        t3 = saved_divided2 * t2
+        t4 = saved_abs < 3.9e-14
+        t5 = torch.where(t4, y, 1.9498291869979312e-14) / x
+        t6 = saved_divided3 * t2
         return (
             shaped_like(
-                (0.0 if r_bar is None else r_bar * t1)
-                + (0.0 if saved_divided_bar is None else saved_divided_bar / saved_binade)
-                + (0.0 if saved_value_bar is None else saved_value_bar * (t1 / saved_binade))
+                (0.0 if r_bar is None else r_bar * (t3 / saved_divided))
+                + (0.0 if saved_divided2_bar is None else saved_divided2_bar / saved_binade)
+                + (0.0 if saved_value_bar is None else saved_value_bar * t3)
                 + (
                     0.0
                     if theta_bar is None
                     else theta_bar
                     * torch.where(
-                        t3,
-                        -t4 * (1 / x) / (t4**2 + 1),
-                        -torch.where(t3, 12822624862208.0, 1 / y)
-                        / ((x / torch.where(t3, 7.799316747991725e-14, y)) ** 2 + 1),
+                        t4,
+                        -t5 * (1 / x) / (t5**2 + 1),
+                        -torch.where(t4, 12822624862208.0, 1 / y)
+                        / ((x / torch.where(t4, 7.799316747991725e-14, y)) ** 2 + 1),
                     )
                 ),
                 x,
@@ -150,14 +184,14 @@ class ToPolar(torch.autograd.Function):
             else None
         ), (
             shaped_like(
-                (0.0 if r_bar is None else r_bar * t5)
+                (0.0 if r_bar is None else r_bar * (t6 / saved_divided))
                 + (0.0 if saved_abs_bar is None else saved_abs_bar * torch.sign(y))
-                + (0.0 if saved_divided2_bar is None else saved_divided2_bar / saved_binade)
-                + (0.0 if saved_value_bar is None else saved_value_bar * (t5 / saved_binade))
+                + (0.0 if saved_divided3_bar is None else saved_divided3_bar / saved_binade)
+                + (0.0 if saved_value_bar is None else saved_value_bar * t6)
                 + (
                     0.0
                     if theta_bar is None
-                    else theta_bar * (saved_divided / (saved_binade * saved_value**2))
+                    else theta_bar * ((saved_divided2 / saved_value**2) / saved_binade)
                 ),
                 y,
             )
@@ -167,29 +201,38 @@ class ToPolar(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, saved_value, saved_divided, saved_divided2, saved_binade, saved_abs = (
-            ctx.saved_tensors
-        )
+        (
+            x,
+            y,
+            saved_value,
+            saved_divided,
+            saved_divided2,
+            saved_divided3,
+            saved_binade,
+            saved_abs,
+        ) = ctx.saved_tensors
         x_dot = torch.zeros_like(x) if x_dot is None else x_dot
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
-        t1 = saved_divided / saved_value
-        t2 = saved_divided2 / saved_value
-        t3 = saved_abs < 3.9e-14
-        t4 = torch.where(t3, y, 1.9498291869979312e-14) / x
-        t6 = x_dot / saved_binade
-        t7 = y_dot / saved_binade
+        t1 = saved_divided2 / saved_value
+        t3 = 1 / (saved_binade * saved_divided)
+        t4 = saved_divided3 / saved_value
+        t5 = saved_abs < 3.9e-14
+        t6 = torch.where(t5, y, 1.9498291869979312e-14) / x
+        t7 = x_dot / saved_binade
+        t8 = y_dot / saved_binade
         theta_dot = x_dot * torch.where(
-            t3,
-            -t4 * (1 / x) / (t4**2 + 1),
-            -torch.where(t3, 12822624862208.0, 1 / y)
-            / ((x / torch.where(t3, 7.799316747991725e-14, y)) ** 2 + 1),
-        ) + y_dot * (saved_divided / (saved_binade * saved_value**2))
+            t5,
+            -t6 * (1 / x) / (t6**2 + 1),
+            -torch.where(t5, 12822624862208.0, 1 / y)
+            / ((x / torch.where(t5, 7.799316747991725e-14, y)) ** 2 + 1),
+        ) + y_dot * ((saved_divided2 / saved_value**2) / saved_binade)
         return (
-            x_dot * t1 + y_dot * t2,
+            x_dot * (t1 * t3) + y_dot * (t3 * t4),
             theta_dot,
-            t1 * t6 + t2 * t7,
-            t6,
+            t1 * t7 + t4 * t8,
+            torch.zeros_like(saved_divided),
             t7,
+            t8,
             torch.zeros_like(saved_binade),
             y_dot * torch.sign(y),
         )
@@ -198,7 +241,7 @@ class ToPolar(torch.autograd.Function):
 _apply_to_polar = routed(
     ToPolar,
     "to_polar_rule",
-    "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
 )
 
 
@@ -213,8 +256,8 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
     """Polar coordinates of the point (x, y), returned as a named tuple Polar(r, theta).
 
     Forward:
-        r = sqrt((x/binade(Max(Abs(x), Abs(y))))**2 + (y/binade(Max(Abs(x),
-            Abs(y))))**2)*binade(Max(Abs(x), Abs(y)))
+        r = (sqrt((x/binade(Max(Abs(x), Abs(y))))**2 + (y/binade(Max(Abs(x),
+            Abs(y))))**2)/(1/binade(Max(Abs(x), Abs(y)))))
         theta = atan2(y, x)
 
     Partials (derived by sympy):
@@ -244,8 +287,15 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
     x, y = as_tensors("to_polar", ("x", "y"), "ff", x, y)
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = in_float32(x, y)
-    r, theta, _saved_value, _saved_divided, _saved_divided2, _saved_binade, _saved_abs = (
-        _apply_to_polar(x, y)
-    )
+    (
+        r,
+        theta,
+        _saved_value,
+        _saved_divided,
+        _saved_divided2,
+        _saved_divided3,
+        _saved_binade,
+        _saved_abs,
+    ) = _apply_to_polar(x, y)
     r, theta = rounded(_low, r, theta)
     return Polar(r, theta)
