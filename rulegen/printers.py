@@ -22,19 +22,20 @@ from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.pycode import PythonCodePrinter
 
 from rulegen import functions as fn
+from rulegen.code import Import
 
 #: Module prefixes the generated code spells, and the import each needs.
 _IMPORTS = {
-    "jnp": "import jax.numpy as jnp",
-    "jax.scipy.special": "import jax.scipy.special",
-    "jax.nn": "import jax",
-    "jax.lax": "import jax",
-    "torch": "import torch",
-    "torch.special": "import torch",
-    "torch.nn.functional": "import torch",
-    "torch.ops.aten": "import torch",
-    "math": "import math",
-    "_numbers": "from . import _numbers",
+    "jnp": Import("jax.numpy", alias="jnp"),
+    "jax.scipy.special": Import("jax.scipy.special"),
+    "jax.nn": Import("jax"),
+    "jax.lax": Import("jax"),
+    "torch": Import("torch"),
+    "torch.special": Import("torch"),
+    "torch.nn.functional": Import("torch"),
+    "torch.ops.aten": Import("torch"),
+    "math": Import("math"),
+    "_numbers": Import(".", "_numbers"),
 }
 
 # The function each backend calls for a registered one, by its name.
@@ -50,16 +51,16 @@ _NUMBER_FUNCTIONS = {name: "_numbers." + path.removeprefix("math.") for name, pa
 SOFTPLUS_THRESHOLD = 40.0
 
 # silu's backward kernel, called through a runtime helper: autograd cannot differentiate it.
-SILU_BACKWARD_IMPORT = "from ._native import silu_backward"
+SILU_BACKWARD_IMPORT = Import("._native", "silu_backward")
 
 # The power of two that a homogeneous expression's inputs are scaled by (functions.binade), the runtime's.
-BINADE_IMPORT = "from ._util import binade"
+BINADE_IMPORT = Import("._util", "binade")
 
 # A rational power's exact root (x**(2/3) is nth_root(x, 3)**2), the runtime's.
-NTH_ROOT_IMPORT = "from ._util import nth_root"
+NTH_ROOT_IMPORT = Import("._util", "nth_root")
 
 # Functions whose torch op lacks a derivative, as the runtime's autograd.Functions (MathFunction.torch_runtime).
-SPECIAL_IMPORT = "from ._special import"
+SPECIAL_MODULE = "._special"
 
 # What Python float arithmetic can print: the `math` functions and conditionals (MathFunction.numbers_alone).
 _SCALAR_FUNCTIONS = frozenset(f.name for f in fn.REGISTRY if f.numbers_alone in ("math", "python"))
@@ -69,7 +70,7 @@ class _ArrayCode:
     """What both array printers (and the constant printer) print alike."""
 
     functions: ClassVar[dict[str, str]] = {}
-    module_imports_: set[str]
+    module_imports_: set[Import]
 
     def __init__(self, own: Mapping[str, str] | None = None) -> None:
         super().__init__({"fully_qualified_modules": True})  # type: ignore[call-arg]
@@ -494,7 +495,7 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         function = fn.BY_NAME.get(name)
         if function is not None and function.torch_runtime is not None:
             # torch's op lacks a derivative: the runtime's, differentiated by the registry's rule.
-            self.module_imports_.add(f"{SPECIAL_IMPORT} {function.torch_runtime}")
+            self.module_imports_.add(Import(SPECIAL_MODULE, function.torch_runtime))
             return f"{self._spelled(function.torch_runtime)}({', '.join(self._argument(a) for a in expr.args)})"
         if name in fn.TORCH_TENSOR_ONLY and any(a.is_number for a in expr.args):
             # torch.atan2(x, 2.0) raises; a 0-d tensor promotes to x's dtype
@@ -613,7 +614,7 @@ def one_kernel(expr: sp.Expr, tensors: frozenset[sp.Symbol], scalars: frozenset[
     return False
 
 
-TANH_EXPM1_IMPORT = "from ._fuse import tanh_expm1"
+TANH_EXPM1_IMPORT = Import("._fuse", "tanh_expm1")
 
 
 class CompiledTorchPrinter(TorchArrayPrinter):
@@ -688,13 +689,13 @@ def _one_factor(number: sp.Expr) -> bool:
     return isinstance(magnitude, sp.Function) and all(a.is_Integer or a.is_NumberSymbol for a in magnitude.args)
 
 
-def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[..., tuple[str, frozenset[str]]]:
+def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[..., tuple[str, frozenset[Import]]]:
     def print_expr(
         expr: sp.Expr,
         scalars: frozenset[str] = frozenset(),
         booleans: frozenset[str] = frozenset(),
         own: Mapping[str, str] | None = None,
-    ) -> tuple[str, frozenset[str]]:
+    ) -> tuple[str, frozenset[Import]]:
         """`expr` as code, and the imports it needs.
 
         `scalars` name the symbols that hold Python numbers, `booleans` those that hold boolean arrays;

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -146,7 +147,7 @@ def _rulegen_imports(path: pathlib.Path) -> Iterator[tuple[str, ...]]:
 
 
 def test_no_stage_imports_a_later_one():
-    order = ["errors", "source", "names", "spec", "functions", "floors", "expr", "symbols", "forms", "routes"]
+    order = ["errors", "source", "names", "code", "spec", "functions", "floors", "expr", "symbols", "forms", "routes"]
     order += [
         "measure",
         "stabilise",
@@ -171,6 +172,35 @@ def test_no_stage_imports_a_later_one():
         for imported in _rulegen_imports(path):
             if imported[0] in rank and imported[0] != stage:
                 assert rank[imported[0]] <= rank[stage] or stage == "cli", (path, imported)
+
+
+#: Import statements the compiler still writes as text, and why.
+IMPORTS_AS_TEXT = {
+    # A statement inside the bridge's body (importing the torch rule only when the JAX function is called), not
+    # the module's import block: bodies are lines of text until the code model holds statements.
+    ("plan/snippet_jax.py", "from ..torch."),
+}
+
+
+@pytest.mark.unit
+def test_imports_are_data_and_printed_in_one_place():
+    """A generated module's imports are `rulegen.code.Import`s, printed by `code.import_statements` and read by
+    `needs_of` off their fields: no stage writes an import statement as text, or parses one back."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("runtime/") or rel == "code.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.JoinedStr):  # each formatted value as a name
+                text = "".join(str(v.value) if isinstance(v, ast.Constant) else "x" for v in node.values)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+            else:
+                continue
+            if re.match(r"(import [\w.]+|from [\w.]+ import \w)", text):
+                found.add((rel, text[: len("from ..torch.")]))
+    assert found == IMPORTS_AS_TEXT
 
 
 def test_the_check_stage_s_modules_import_no_cycle_and_no_private_name():
@@ -209,7 +239,6 @@ ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 @pytest.mark.unit
 def test_the_layout_the_readme_gives_is_the_package_s():
-    import re
 
     text = (PACKAGE.parent / "README.md").read_text()
     layout = text[text.index("## Layout") : text.index("## Documentation")]
@@ -222,7 +251,6 @@ def test_the_layout_the_readme_gives_is_the_package_s():
 
 @pytest.mark.unit
 def test_the_layout_the_docs_give_is_the_package_s():
-    import re
 
     text = ARCHITECTURE.read_text()
     named = set(re.findall(r"`(rulegen/[\w/]+\.py)`", text))

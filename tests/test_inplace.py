@@ -11,6 +11,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from rulegen import functions as fn
+from rulegen.code import Import, import_statements
 from rulegen.forms import torch_forms
 from rulegen.plan import Result
 from rulegen.plan.emit import Emitter
@@ -96,7 +97,7 @@ def _both(exprs, forms=TORCH_FORMS):
     emit = Emitter(print_torch, {"x", "y", "s", "g", "beta"}, forms, scalars={"beta"})
     out_of_place = emit.block([], results)
     in_place = emit.in_place_block(results, TENSORS)
-    return out_of_place, in_place, sorted(emit.imports | {"import torch"})
+    return out_of_place, in_place, import_statements(emit.imports | {Import("torch")})
 
 
 def _inputs():

@@ -9,6 +9,7 @@ import pytest
 import sympy as sp
 
 from rulegen import functions as fn
+from rulegen.code import import_statements
 from rulegen.forms import jax_forms
 from rulegen.plan import Result
 from rulegen.plan.emit import Emitter
@@ -38,7 +39,7 @@ def _function(exprs, forms):
     block = emit.block([], [Result(f"r{k}", e) for k, e in enumerate(exprs)])
     source = "\n".join(["def f(x, y=0.25):", *(f"    {a.line}" for a in block.lines), f"    return ({block.result},)"])
     env: dict = {}
-    exec("\n".join(sorted(emit.imports)), env)
+    exec("\n".join(import_statements(emit.imports)), env)
     exec(source, env)
     return env["f"], source
 

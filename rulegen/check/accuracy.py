@@ -238,11 +238,12 @@ def _exact_points(
 def array_function(rule: Rule, exprs: Sequence[sp.Expr], backend: str) -> Callable[..., Any]:
     """`exprs` (one per output) printed as plain array code of the rule's inputs, returning them as a tuple:
     nothing custom, so the framework differentiates it itself (autodiff of the forward as written)."""
+    from rulegen.code import Import, import_statements
     from rulegen.printers import print_jax, print_torch
 
     printer = print_jax if backend == "jax" else print_torch
     statics = frozenset(i.name for i in rule.inputs if i.static)
-    imports: set[str] = set()
+    imports: set[Import] = set()
     results = []
     for expr in exprs:
         code, needed = printer(expr, scalars=statics)
@@ -250,7 +251,7 @@ def array_function(rule: Rule, exprs: Sequence[sp.Expr], backend: str) -> Callab
         results.append(code)
     params = ", ".join(i.name for i in rule.inputs)
     body = ", ".join(results) + ("," if len(results) == 1 else "")
-    source = "\n".join(sorted(imports)) + f"\ndef written_forward({params}):\n    return ({body})\n"
+    source = "\n".join(import_statements(imports)) + f"\ndef written_forward({params}):\n    return ({body})\n"
     # A module of the runtime's package, as in a generated one: the printers import its helpers relatively
     # (torch's zeta is the runtime's `from ._special import hurwitz_zeta`; static arithmetic `from . import _numbers`).
     package = f"rulegen.runtime.{backend}"

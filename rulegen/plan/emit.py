@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import sympy as sp
 
 from rulegen import functions as fn
+from rulegen.code import Import
 from rulegen.inplace import InPlaceWriter
 from rulegen.lines import Assign, Block
 from rulegen.plan.model import Result
 from rulegen.saving import shared_subexpressions
 
 # print_torch and its kind: an expression, and `scalars=`, the names of Python numbers in it.
-Printer = Callable[..., tuple[str, frozenset[str]]]
+Printer = Callable[..., tuple[str, frozenset[Import]]]
 
 
 class Emitter:
@@ -35,7 +36,7 @@ class Emitter:
         self.printer = printer
         self.forms = forms
         self.scalars = frozenset(scalars)
-        self.imports: set[str] = set()
+        self.imports: set[Import] = set()
         self.taken = set(taken)
 
     def code(self, expr: sp.Expr, scalars: frozenset[str] = frozenset()) -> str:

@@ -8,8 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import sympy as sp
 
+from rulegen.code import Import, imported, spelled
 from rulegen.derive import Derivation
-from rulegen.plan.model import Header, Param, spelled_imports
+from rulegen.plan.model import Header, Param
 from rulegen.snippet import SnippetDerivation
 from rulegen.spec import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structured, StructureKind
 from rulegen.stabilise import Choice
@@ -38,44 +39,27 @@ def array_arguments(rule: Rule, helper: str) -> str:
     return f"{targets} = {own_names(rule)[helper]}({rule.name!r}, ({quoted}), {kinds!r}, {names})"
 
 
-def jax_util_imports(imports: set[str], rule: Rule) -> tuple[str, ...]:
-    """A JAX module's imports, with one import of what it takes from jax/_util.py, spelled as the module spells
+def jax_util_imports(imports: set[Import], rule: Rule) -> frozenset[Import]:
+    """A JAX module's imports, with what it takes from jax/_util.py for its arguments, spelled as the module spells
     its own names (symbols.own_names)."""
-    names = ["as_arrays"] if any(not i.static for i in rule.inputs) else []
-    for line, more in _UTIL_LINES.items():
-        if line in imports:
-            names += more
-    names += unpack_helpers(rule)
-    kept = imports - set(_UTIL_LINES)
-    return spelled_imports(kept | ({f"from ._util import {', '.join(names)}"} if names else set()), own_names(rule))
+    util = ["as_arrays"] if any(not i.static for i in rule.inputs) else []
+    return spelled(imports | imported("._util", *util, *unpack_helpers(rule)), own_names(rule))
 
 
 #: The import of the lift to float32 and the rounding back (bfloat16 and float16 arrays).
-LIFT_IMPORT = "from ._util import in_float32, rounded"
+LIFT_IMPORT = imported("._util", "in_float32", "rounded")
 #: The import of the sum of a cotangent back to a broadcast input's shape.
-SUM_TO_SHAPE_IMPORT = "from ._util import sum_to_shape as _sum_to_shape"
-
-# What the JAX planners import from jax/_util.py, one line each: joined into the module's one line.
-_UTIL_LINES = {
-    LIFT_IMPORT: ["in_float32", "rounded"],
-    SUM_TO_SHAPE_IMPORT: ["sum_to_shape as _sum_to_shape"],
-    "from ._util import unbroadcast": ["unbroadcast"],
-}
+SUM_TO_SHAPE_IMPORT = frozenset({Import("._util", "sum_to_shape", "_sum_to_shape")})
 
 
 _DTYPE_LETTERS = {"float": "f", "complex": "c", "int": "i", "bool": "b"}
 
 
 def torch_util_imports(
-    imports: set[str], names: Sequence[str], function_names: Sequence[str], own: Mapping[str, str]
-) -> tuple[str, ...]:
-    """A torch module's imports, with one import of what it takes from torch/_util.py and one from _function.py."""
-    lines = {
-        f"from ._{module} import {', '.join(sorted(set(taken)))}"
-        for module, taken in (("util", names), ("function", function_names))
-        if taken
-    }
-    return spelled_imports(imports | lines, own)
+    imports: set[Import], names: Sequence[str], function_names: Sequence[str], own: Mapping[str, str]
+) -> frozenset[Import]:
+    """A torch module's imports, with what it takes from torch/_util.py and _function.py."""
+    return spelled(imports | imported("._util", *names) | imported("._function", *function_names), own)
 
 
 def array_types(backend: str, own: Mapping[str, str]) -> tuple[dict[str, str], str]:
@@ -164,7 +148,7 @@ def _structure_literal(returned: Returned) -> str:
     return "{" + ", ".join(f"{key!r}: {item}" for (key, _), item in zip(returned.items, items, strict=True)) + "}"
 
 
-NAMED_TUPLE_IMPORT = "from typing import NamedTuple"
+NAMED_TUPLE_IMPORT = Import("typing", "NamedTuple")
 
 
 def result_classes(rule: Rule, backend: str) -> tuple[str, ...]:

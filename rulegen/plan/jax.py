@@ -11,6 +11,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen import functions as fn
+from rulegen.code import Import
 from rulegen.derive import Derivation
 from rulegen.forms import corrections, float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.lines import Assign, Block
@@ -45,7 +46,7 @@ from rulegen.routes import JaxRoute
 from rulegen.spec import Output
 from rulegen.symbols import own_names
 
-_JNP = frozenset({"import jax.numpy as jnp"})
+_JNP = frozenset({Import("jax.numpy", alias="jnp")})
 
 
 def plan_jax(d: Derivation) -> JaxPlan:
@@ -74,11 +75,11 @@ def plan_jax(d: Derivation) -> JaxPlan:
             jvp_notes = _wrapped(
                 f"The primal function, whose own rule differentiates the output at higher order: {reason}."
             )
-    imports = {"import jax", *emit.imports}
+    imports = {Import("jax"), *emit.imports}
     if float_arrays:
-        imports.add(LIFT_IMPORT)
+        imports |= LIFT_IMPORT
     if any(i.static for i in rule.inputs):
-        imports.add("import functools")
+        imports.add(Import("functools"))
     classes = result_classes(rule, "jax")
     if classes:
         imports.add(NAMED_TUPLE_IMPORT)
@@ -302,7 +303,7 @@ def _tangent(d: Derivation, o: Output) -> Result:
     reads = frozenset({o.name})
     if not o.differentiable and o.dtype != "float":
         code = f"{g['np']}.zeros({jnp}.shape({o.name}), dtype={g['jax']}.dtypes.float0)"
-        return Result(name, code=code, imports=_JNP | {"import numpy as np", "import jax"}, reads=reads)
+        return Result(name, code=code, imports=_JNP | {Import("numpy", alias="np"), Import("jax")}, reads=reads)
     if not o.differentiable or expr == 0:
         return Result(name, code=f"{jnp}.zeros_like({o.name})", imports=_JNP, reads=reads)
     if needs_broadcast(d, expr):
@@ -319,7 +320,7 @@ def _cotangent(d: Derivation, i: str, outputs: Sequence[str]) -> Result:
         return Result(f"{i}_bar", code=f"{jnp}.zeros_like({i})", imports=_JNP, reads=frozenset({i}))
     if sum(not x.static for x in d.rule.inputs) > 1:
         wrap = Wrap(f"_sum_to_shape({{}}, {jnp}.shape({i}))", frozenset({i}))
-        return Result(f"{i}_bar", expr, wrap=wrap, imports=_JNP | {SUM_TO_SHAPE_IMPORT})
+        return Result(f"{i}_bar", expr, wrap=wrap, imports=_JNP | SUM_TO_SHAPE_IMPORT)
     return Result(f"{i}_bar", expr)
 
 
@@ -373,7 +374,7 @@ def _given_linear_maps(
     applied = [r for r in results if r.name.removesuffix("_dot") in diff_outputs]
     transposed = [_cotangent(d, i, diff_outputs) for i in diff_inputs]
     maps = (half("jvp", applied, dots), half("vjp", transposed, bars))
-    emit.imports.add("from ._linear import linear_map")
+    emit.imports.add(Import("._linear", "linear_map"))
     targets = ", ".join(f"{o}_dot" for o in diff_outputs) + ","
     packed = [tuple_literal(known), tuple_literal(dots), *([f"statics={tuple_literal(statics)}"] if statics else [])]
     call = f"{own_names(rule)['linear_map']}({maps[0].name}, {maps[1].name}, {', '.join(packed)})"

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import ast
-import builtins
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import sympy as sp
 
-from rulegen import names
+from rulegen.code import Import, import_statements
 from rulegen.lines import Block
 
 
@@ -25,7 +24,7 @@ class Reads:
 class Needs:
     """What a generated module needs besides itself: helpers of its package, and modules to install.
 
-    Read off the plan's own import statements, never off the rendered module:
+    Read off the plan's imports (`rulegen.code.Import`), never off the rendered module:
     the build writes the helpers and a distribution's requirements from it.
     """
 
@@ -35,59 +34,13 @@ class Needs:
 
 
 def needs_of(
-    imports: Iterable[str], *, helpers: Iterable[str] = (), modules: Iterable[str] = (), apis: Iterable[str] = ()
+    imports: Iterable[Import], *, helpers: Iterable[str] = (), modules: Iterable[str] = (), apis: Iterable[str] = ()
 ) -> Needs:
-    """The Needs of a module with these import statements, the `helpers` and `modules` it uses otherwise, its `apis`."""
-    found_helpers, found_modules = set(helpers), set(modules)
-    for statement in imports:
-        for node in ast.parse(statement).body:
-            if isinstance(node, ast.Import):
-                found_modules |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-                found_helpers.add(node.module)
-            elif isinstance(node, ast.ImportFrom) and node.level == 1:  # `from . import _numbers`
-                found_helpers |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                found_modules.add(node.module.split(".")[0])
+    """The Needs of a module importing `imports`, the `helpers` and `modules` it uses otherwise, its `apis`."""
+    imports = tuple(imports)
+    found_helpers = set(helpers) | {i.helper for i in imports if i.helper}
+    found_modules = set(modules) | {i.distribution for i in imports if i.distribution}
     return Needs(frozenset(found_helpers), frozenset(found_modules), frozenset(apis))
-
-
-def spelled_imports(imports: Iterable[str], own: Mapping[str, str]) -> tuple[str, ...]:
-    """The import statements, sorted, each name they bind spelled as the module spells it (symbols.own_names).
-
-    `import torch` becomes `import torch as torch_` in a module where the rule
-    takes `torch`; a dotted `import jax.scipy.special` stays (it loads the
-    submodule) beside `import jax as jax_`, through which the code reaches it.
-    """
-    spelled: set[str] = set()
-    for statement in imports:
-        for node in ast.parse(statement).body:
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    bound = alias.asname or alias.name.split(".")[0]
-                    wanted = own.get(bound, bound)
-                    if wanted == bound:
-                        spelled.add(ast.unparse(ast.Import([alias])))
-                    elif alias.asname is None and "." in alias.name:
-                        spelled |= {f"import {alias.name}", f"import {bound} as {wanted}"}
-                    else:
-                        spelled.add(f"import {alias.name} as {wanted}")
-            elif isinstance(node, ast.ImportFrom):
-                parts = []
-                for alias in node.names:
-                    bound = alias.asname or alias.name
-                    wanted = own.get(bound, bound)
-                    parts.append(alias.name if wanted == alias.name else f"{alias.name} as {wanted}")
-                spelled.add(f"from {'.' * node.level}{node.module or ''} import {', '.join(parts)}")
-            else:
-                raise AssertionError(f"not an import statement: {statement!r}")
-    # A builtin the rule takes a name of is reached through an import of its own (`float_`).
-    spelled |= {
-        f"from builtins import {name} as {own[name]}"
-        for name in sorted(names.BUILTIN_NAMES)
-        if hasattr(builtins, name) and own.get(name, name) != name
-    }
-    return tuple(sorted(spelled))
 
 
 @dataclass(frozen=True)
@@ -141,7 +94,7 @@ class JaxPlan:
     saved: tuple[str, ...]
     cotangents: tuple[str, ...]
     bwd: Block | None
-    imports: tuple[str, ...]
+    imports: frozenset[Import]
     # With both a jvp and a vjp: the two halves of the linear_map the JVP applies.
     maps: tuple[Function, ...]
     array_arguments: str  # the primal body's first line (see array_arguments)
@@ -154,6 +107,10 @@ class JaxPlan:
     @property
     def needs(self) -> Needs:
         return needs_of(self.imports)
+
+    @property
+    def import_lines(self) -> tuple[str, ...]:
+        return import_statements(self.imports)
 
 
 @dataclass(frozen=True)
@@ -191,7 +148,7 @@ class TorchPlan:
     backward_plain: str
     backward_reads: Reads
     jvp_reads: Reads
-    imports: tuple[str, ...]
+    imports: frozenset[Import]
     setup_inputs: str  # unpacking targets of `inputs` in setup_context, "" if none is kept
     setup_outputs: str  # likewise for `output`
     wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
@@ -213,6 +170,10 @@ class TorchPlan:
     @property
     def needs(self) -> Needs:
         return needs_of(self.imports)
+
+    @property
+    def import_lines(self) -> tuple[str, ...]:
+        return import_statements(self.imports)
 
 
 @dataclass(frozen=True)
@@ -247,7 +208,7 @@ class Result:
     expr: sp.Expr | None = None
     wrap: Wrap = Wrap()
     code: str = ""
-    imports: frozenset[str] = frozenset()
+    imports: frozenset[Import] = frozenset()
     reads: frozenset[str] = frozenset()
     # A condition under which the value is wanted (`ctx.needs_input_grad[1]`): else it is None, never computed.
     guard: str = ""
@@ -290,7 +251,7 @@ class SnippetPlan:
 
     header: Header
     name: str
-    imports: tuple[str, ...]
+    imports: frozenset[Import]
     bodies: tuple[Function, ...]
     assignments: tuple[str, ...]
     public: Function
@@ -307,3 +268,7 @@ class SnippetPlan:
     @property
     def needs(self) -> Needs:
         return needs_of(self.imports, modules=self.requires, apis=self.apis)
+
+    @property
+    def import_lines(self) -> tuple[str, ...]:
+        return import_statements(self.imports)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
+from rulegen.code import Import
 from rulegen.plan.emit import Emitter
 from rulegen.plan.model import Function, Result, atom
 from rulegen.printers import print_jax, print_torch
@@ -15,17 +16,17 @@ from rulegen.symbols import own_names
 _BODY_NAMES = {"forward": "_forward", "jvp": "_jvp", "vjp": "_vjp"}
 
 
-_XP_IMPORT = {"jax": "import jax.numpy as xp", "torch": "import array_api_compat.torch as xp"}
+_XP_IMPORT = {"jax": Import("jax.numpy", alias="xp"), "torch": Import("array_api_compat.torch", alias="xp")}
 
 
 _MODULE_IMPORTS = {
-    "np": "import numpy as np",
-    "math": "import math",
-    "scipy": "import scipy",
-    "jax": "import jax",
-    "jnp": "import jax.numpy as jnp",
-    "lax": "from jax import lax",
-    "torch": "import torch",
+    "np": Import("numpy", alias="np"),
+    "math": Import("math"),
+    "scipy": Import("scipy"),
+    "jax": Import("jax"),
+    "jnp": Import("jax.numpy", alias="jnp"),
+    "lax": Import("jax", "lax"),
+    "torch": Import("torch"),
 }
 
 
@@ -59,7 +60,7 @@ def str_tuple_literal(names: Sequence[str]) -> str:
 
 
 def body_function(
-    code: Code, backend: str, imports: set[str], statics: Sequence[str] = ()
+    code: Code, backend: str, imports: set[Import], statics: Sequence[str] = ()
 ) -> tuple[Function, str | None]:
     """The body as a private function, and its expression where it is one line (see `inline_expression`)."""
     if code.kind != "sympy":
@@ -74,7 +75,7 @@ def body_function(
     return Function(_body_name(code.role), code.params, tuple(lines)), atom(block.result) if one_line else None
 
 
-def _module_imports(code: Code, backend: str) -> set[str]:
+def _module_imports(code: Code, backend: str) -> set[Import]:
     return {_XP_IMPORT[backend] if module == "xp" else _MODULE_IMPORTS[module] for module in code.modules}
 
 
@@ -115,7 +116,7 @@ class SnippetPlanner:
         self.diff_inputs = tuple(i.name for i in d.diff_inputs)
         self.diff_outputs = tuple(o.name for o in rule.outputs if o.differentiable)
         self.returned = d.returned_residuals
-        self.imports: set[str] = set()
+        self.imports: set[Import] = set()
         codes = [d.forward, d.jvp, d.vjp, *(c for _, c in d.residuals)]
         # A host primitive takes its bodies as functions; elsewhere a one-line body is written where it is called.
         by_reference = backend == "jax" and d.routes.jax == JaxRoute.PRIMITIVE

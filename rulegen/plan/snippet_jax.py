@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rulegen.code import Import
 from rulegen.plan.header import (
     LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
@@ -26,7 +27,7 @@ from rulegen.snippet import SnippetDerivation
 def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
     """The JAX module of a snippet rule, by the route the derivation chose."""
     p = SnippetPlanner(d, "jax")
-    p.imports.add("import jax")  # every route annotates with jax.Array
+    p.imports.add(Import("jax"))  # every route annotates with jax.Array
     return _PLANNERS[d.routes.jax](p)
 
 
@@ -81,7 +82,7 @@ def _lifted(p: SnippetPlanner) -> list[str]:
     returning = public_return(p.rule, call, lifted=bool(floats), spread=len(p.outputs) > 1)
     if not floats:
         return list(returning)
-    p.imports.add(LIFT_IMPORT)
+    p.imports |= LIFT_IMPORT
     return [
         "# bfloat16 and float16 compute in float32 and round once (XLA would round every step).",
         f"({tuple_text(floats)}{',' if len(floats) == 1 else ''}), _low = {p.own['in_float32']}({', '.join(floats)})",
@@ -92,7 +93,7 @@ def _lifted(p: SnippetPlanner) -> list[str]:
 def _bridge(p: SnippetPlanner) -> SnippetPlan:
     """A torch-only rule: the torch function run through callbacks (rulegen/runtime/jax/_bridge.py)."""
     rule = p.rule
-    p.imports.add("from ._bridge import TorchBridge")
+    p.imports.add(Import("._bridge", "TorchBridge"))
     closure = f"lambda {', '.join(p.arrays)}: _torch_{rule.name}({', '.join(p.inputs)})"
     lines = [
         # Here, not at the top: importing the JAX package must not import torch.
@@ -107,7 +108,7 @@ def _bridge(p: SnippetPlanner) -> SnippetPlan:
 def _primitive(p: SnippetPlanner) -> SnippetPlan:
     """A host (`numpy:`) rule: a JAX primitive whose rules call the bodies (rulegen/runtime/jax/_host.py)."""
     rule, d = p.rule, p.d
-    p.imports.add("from ._host import HostRule")
+    p.imports.add(Import("._host", "HostRule"))
     outputs = ", ".join(f"({o.name!r}, {o.dtype!r})" for o in rule.outputs)
     fields = [
         f"{rule.name!r}",
@@ -143,7 +144,7 @@ def _decorator(p: SnippetPlanner, kind: str) -> str:
     jax = p.own["jax"]
     if not nondiff:
         return f"@{jax}.{kind}"
-    p.imports.add("import functools")
+    p.imports.add(Import("functools"))
     return f"@{p.own['functools']}.partial({jax}.{kind}, nondiff_argnums={nondiff})"
 
 
@@ -184,10 +185,10 @@ def _output_tangents(p: SnippetPlanner) -> list[str]:
         if o.differentiable:
             tangents.append(f"{o.name}_dot")
         elif o.dtype == "float":
-            p.imports.add("import jax.numpy as jnp")
+            p.imports.add(Import("jax.numpy", alias="jnp"))
             tangents.append(f"{p.own['jnp']}.zeros_like({o.name})")
         else:
-            p.imports |= {"import numpy as np", "import jax.numpy as jnp"}
+            p.imports |= {Import("numpy", alias="np"), Import("jax.numpy", alias="jnp")}
             np, jnp, jax = p.own["np"], p.own["jnp"], p.own["jax"]
             tangents.append(f"{np}.zeros({jnp}.shape({o.name}), dtype={jax}.dtypes.float0)")
     return tangents
@@ -226,7 +227,7 @@ def _input_cotangent(p: SnippetPlanner, name: str) -> str:
     if name not in p.diff_inputs:
         return "None"
     if p.broadcastable:
-        p.imports.add("from ._util import unbroadcast")
+        p.imports.add(Import("._util", "unbroadcast"))
         return f"{p.own['unbroadcast']}({name}_bar, {name})"
     return f"{name}_bar"
 
@@ -238,7 +239,7 @@ def _linear_maps(p: SnippetPlanner) -> tuple[list[Function], str]:
     they read first, then the tangents, or the cotangents.
     """
     jvp, vjp = p.code("jvp"), p.given("vjp")
-    p.imports.add("from ._linear import linear_map")
+    p.imports.add(Import("._linear", "linear_map"))
     # Without a JVP body, forward mode is the VJP body's linear transpose,
     # which takes the differentiable outputs for the cotangents' shapes.
     read = set(jvp.params) if jvp is not None else set(p.diff_outputs)
@@ -259,7 +260,7 @@ def _linear_maps(p: SnippetPlanner) -> tuple[list[Function], str]:
     if jvp is not None:
         apply_lines: tuple[str, ...] = (f"return ({p.call(jvp)},)",)
     else:
-        p.imports.add("import functools")
+        p.imports.add(Import("functools"))
         local = p.own["vjp"]
         apply_lines = (
             f"{local} = {p.own['functools']}.partial({transpose.name}, {', '.join((*statics, *known))})",

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rulegen import names
+from rulegen.code import Import
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -30,7 +31,7 @@ from rulegen.snippet import SnippetDerivation
 def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     """The torch module of a snippet rule: a torch.func-style Function, or a plain function."""
     p = SnippetPlanner(d, "torch")
-    p.imports.add("import torch")
+    p.imports.add(Import("torch"))
     util_names = ["as_tensors"] if array_arguments(d.rule, "as_tensors") else []
     util_names += unpack_helpers(d.rule)
     if d.jvp is None and d.vjp is None:
@@ -211,7 +212,7 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
     returns = tensor if len(values) == 1 else f"{g['tuple']}[{', '.join([tensor] * len(values))}]"
     name = f'__name__.replace(".", "_") + "::{rule.name}"'
     # DTensor shards an elementwise body pointwise and gathers the inputs of any other (_host.sharded).
-    p.imports.add("from ._host import sharded")
+    p.imports.add(Import("._host", "sharded"))
     elementwise = rule.batching == "elementwise"
     op = Function(
         _HOST_OP,
@@ -228,7 +229,7 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
     if p.returned:
         # Residuals the body returns have the dtype it gives them (numpy_sort's integer
         # permutations): a call on ones of the arrays' ranks and dtypes tells it, once.
-        p.imports.add("from ._host import residual_dtypes")
+        p.imports.add(Import("._host", "residual_dtypes"))
         arguments = ", ".join(p.given("forward").params)
         dtypes = g["dtypes"]
         lines.append(f"{dtypes} = {g['residual_dtypes']}(_forward, {len(p.outputs)}, {arguments})")
@@ -249,7 +250,7 @@ def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
     rule, forward = p.rule, p.given("forward")
     float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
     like = float_arrays[0] if float_arrays else (p.arrays[0] if p.arrays else None)
-    p.imports.add("from ._host import to_host")
+    p.imports.add(Import("._host", "to_host"))
     g = p.own
     args = ", ".join(f"{g['to_host']}({n})" if n in p.arrays else n for n in forward.params)
     elementwise = rule.batching == "elementwise"
@@ -258,11 +259,11 @@ def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
     converted = []
     for n in values:
         if n in dtype_of:
-            p.imports.add("from ._host import output_from_host")
+            p.imports.add(Import("._host", "output_from_host"))
             call = f'"{rule.name}", "{n}", {n}, {like}, {arrays}, {dtype_of[n]}, elementwise={elementwise}'
             converted.append(f"{g['output_from_host']}({call})")
         elif like:
-            p.imports.add("from ._host import from_host")
+            p.imports.add(Import("._host", "from_host"))
             converted.append(f"{g['from_host']}({n}, {like})")
         else:
             converted.append(f"{g['torch']}.as_tensor({n})")
@@ -377,7 +378,7 @@ def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
     """The JVP body's `call`, its tangents broadcast to the outputs' shape where a host body's outputs have one."""
     if not kept.broadcast:
         return call
-    p.imports.add("from ._host import broadcast_tangents")
+    p.imports.add(Import("._host", "broadcast_tangents"))
     return f"{p.own['broadcast_tangents']}({call}, {p.ctx}.{p.diff_outputs[0]}_shape)"
 
 
@@ -401,7 +402,7 @@ def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
 
 def _host_vmap(p: SnippetPlanner) -> Function:
     """vmap of a host body: its `batching` (rulegen/runtime/torch/_host.py), never generate_vmap_rule."""
-    p.imports.add(f"from ._host import vmap_{p.rule.batching}")
+    p.imports.add(Import("._host", f"vmap_{p.rule.batching}"))
     info, in_dims = p.own["info"], p.own["in_dims"]
     helper = p.own[f"vmap_{p.rule.batching}"]
     call = f"return {helper}({p.rule.torch_class}, {info}, {in_dims}, {', '.join(p.inputs)})"

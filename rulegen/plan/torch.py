@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from rulegen.code import Import
 from rulegen.derive import Derivation, Partials
 from rulegen.forms import (
     TORCH_FUSED_FORMS,
@@ -44,7 +45,7 @@ from rulegen.plan.symbolic import (
     with_outputs,
 )
 from rulegen.plan.torch_route import torch_route
-from rulegen.printers import TANH_EXPM1_IMPORT, one_kernel, print_torch, print_torch_compiled
+from rulegen.printers import one_kernel, print_torch, print_torch_compiled
 from rulegen.saving import saved_form, saved_intermediates
 from rulegen.spec import Rule
 from rulegen.symbols import own_names, torch_context, value_symbol
@@ -217,7 +218,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
     jvp_results = _jvp_results(t, aliases)
     jvp = emit.block([], jvp_results)
     used = jvp.reads | backward.reads | set(t.absent_tangents)
-    emit.imports.add("import torch")
+    emit.imports.add(Import("torch"))
     statics_used = tuple(s for s in t.statics if s in used)
     values_out = (*t.outputs, *t.residual_names)
     saved = tuple(n for n in (*(i.name for i in rule.inputs), *values_out) if n in used and n not in t.statics)
@@ -472,7 +473,7 @@ class _Fused:
     forward: Block | None = None
     backward: Block | None = None
     backward_params: tuple[str, ...] = ()
-    imports: frozenset[str] = frozenset()
+    imports: frozenset[Import] = frozenset()
 
 
 def _fused(
@@ -482,16 +483,10 @@ def _fused(
     forward_compiled = _if_differs(compiled.block([], forward_results), forward)
     eager_backward = backward.first_order_block or backward.block
     backward_compiled = _if_differs(compiled.block([], backward.hot), eager_backward)
-    # The compiled printer asks for the _fuse helpers it calls; one import line names them all.
-    helpers = [name for name, line in _FUSE_HELPERS.items() if line in compiled.imports]
-    imports = compiled.imports - set(_FUSE_HELPERS.values())
-    imports.add(f"from ._fuse import {', '.join(['fused', *helpers])}")
+    imports = compiled.imports | {Import("._fuse", "fused")}
     values_out = (*t.outputs, *t.residual_names)
     bars = [f"{o}_bar" for o in t.outputs] if t.residual_names else [f"{n}_bar" for n in values_out]
     return _Fused(forward_compiled, backward_compiled, (*known, *bars), frozenset(imports))
-
-
-_FUSE_HELPERS = {"tanh_expm1": TANH_EXPM1_IMPORT}
 
 
 @dataclass(frozen=True)
