@@ -48,6 +48,8 @@ class InPlaceWriter:
         self.tensors = set(tensors)
         self.names = names
         self.steps: list[Assign] = []
+        # The last chain of in-place updates: its buffer, its step's index, its calls.
+        self._chain: tuple[str, int, tuple[str, ...]] | None = None
         # Temporaries that hold a selection (a Piecewise): `sp.cse` names a
         # shared `torch.where(x > 0, 1, 0)`, and the expressions that read it
         # then have no Piecewise in them to tell.
@@ -103,12 +105,15 @@ class InPlaceWriter:
         return name
 
     def _update(self, buffer: str, call: str) -> None:
-        """Apply `buffer.call`, chained onto the previous update of the same buffer."""
-        last = self.steps[-1] if self.steps else None
-        if last is not None and not last.target and last.code.startswith(f"{buffer}."):
-            self.steps[-1] = Assign("", f"{last.code}.{call}")
+        """Apply `buffer.call`, chained onto the previous update of the same buffer where that is the last step."""
+        chain = self._chain
+        if chain is not None and chain[0] == buffer and chain[1] == len(self.steps) - 1:
+            calls = (*chain[2], call)
+            self.steps[-1] = Assign("", ".".join((buffer, *calls)))
         else:
+            calls = (call,)
             self.steps.append(Assign("", f"{buffer}.{call}"))
+        self._chain = (buffer, len(self.steps) - 1, calls)
 
     def _fresh(self, expr: sp.Expr, target: str | None) -> str:
         name = target or str(next(self.names))

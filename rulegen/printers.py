@@ -92,8 +92,9 @@ class _ArrayCode:
         # sympy's own methods name functions through here (`abs`, `max`, `math.fmod`).
         return self._spelled(fqn)
 
-    def _call(self, path: str, *args: sp.Basic) -> str:
-        return f"{self._record(path)}({', '.join(self._argument(a) for a in args)})"
+    def _call(self, path: str, *args: sp.Basic, fixed: Sequence[str] = ()) -> str:
+        """A call of `path` on `args`, then the `fixed` arguments, already code (`threshold=40.0`)."""
+        return f"{self._record(path)}({', '.join([*(self._argument(a) for a in args), *fixed])})"
 
     def _argument(self, arg: sp.Basic) -> str:
         # Every math function takes floats: an integer literal would be an
@@ -507,14 +508,14 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         return super()._print_Function(expr)
 
     def _print_softplus(self, expr: fn.softplus) -> str:
-        return f"{self._call(self.functions['softplus'], expr.args[0])[:-1]}, threshold={SOFTPLUS_THRESHOLD})"
+        return self._call(self.functions["softplus"], expr.args[0], fixed=[f"threshold={SOFTPLUS_THRESHOLD}"])
 
     def _print_one_plus_erf(self, expr: fn.one_plus_erf) -> str:
         return self._call(self.functions["erfc"], -expr.args[0])
 
     def _print_sigmoid_product(self, expr: fn.sigmoid_product) -> str:
         a, u, beta = expr.args
-        return f"{self._call(self.functions['sigmoid_product'], a, u, beta)[:-1]}, {SOFTPLUS_THRESHOLD})"
+        return self._call(self.functions["sigmoid_product"], a, u, beta, fixed=[repr(SOFTPLUS_THRESHOLD)])
 
     def _print_softplus_scaled(self, expr: fn.softplus_scaled) -> str:
         # torch reverts to u where u * beta > threshold: where softplus(beta * u) would revert to beta * u.
