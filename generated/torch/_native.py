@@ -2,7 +2,7 @@
 """Native kernels autograd cannot differentiate, called where nothing differentiates them.
 
 `torch.ops.aten.silu_backward` computes a cotangent times silu's derivative in
-one pass where the composite takes six, but it has no derivative of its own:
+one pass where the composite takes four, but it has no derivative of its own:
 differentiating it (a backward with create_graph, forward mode over a
 backward, nested torch.func transforms such as `hessian`) raises "derivative
 for aten::silu_backward is not implemented".  torch's own silu rule switches
@@ -29,7 +29,10 @@ def silu_backward(grad, u):
     if torch.compiler.is_compiling() or not plain_tensors((grad, u)):
         (grad, u), low = in_float32(grad, u)
         s = torch.sigmoid(u)
-        # The cotangent last: the factor of u alone is what AOTAutograd's
+        # silu' = s + u s (1 - s), the second term sigmoid's own backward
+        # kernel (differentiable at every order): four kernels where
+        # s * (1 + u * (1 - s)) takes six, each a fresh tensor.  The
+        # cotangent last: the factor of u alone is what AOTAutograd's
         # partitioner may compute in the forward's loop and keep.
-        return rounded(low, grad * (s * (1 + u * (1 - s))))
+        return rounded(low, grad * (s + torch.ops.aten.sigmoid_backward(u, s)))
     return torch.ops.aten.silu_backward(grad, u)
