@@ -27,6 +27,7 @@ from rulegen.errors import Loc, SpecError, SpecErrors
 from rulegen.expr import parse_expression
 from rulegen.forms import canonical
 from rulegen.functions import VANISHING
+from rulegen.names import COTANGENT, TANGENT
 from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
@@ -245,11 +246,11 @@ class _Deriver:
                     if (o, i) not in given:
                         jvp[(o, i)] = self.diff(forward[o], i, rule.forward.loc)
         if isinstance(rule.jvp, SympyBody):
-            jvp = self.partials_of_linear(rule.jvp, self.diff_outputs, self.diff_inputs, "_dot", "jvp")
+            jvp = self.partials_of_linear(rule.jvp, self.diff_outputs, self.diff_inputs, TANGENT, "jvp")
             if rule.vjp is None:
                 vjp = jvp
         if isinstance(rule.vjp, SympyBody):
-            transposed = self.partials_of_linear(rule.vjp, self.diff_inputs, self.diff_outputs, "_bar", "vjp")
+            transposed = self.partials_of_linear(rule.vjp, self.diff_inputs, self.diff_outputs, COTANGENT, "vjp")
             vjp = {(o, i): e for (i, o), e in transposed.items()}
             if rule.jvp is None:
                 jvp = vjp
@@ -288,7 +289,7 @@ class _Deriver:
                 coefficients = [sp.diff(expr, s) for s in linear_symbols]
                 offset = expr.subs(zero)
                 nonlinear = any(c.has(*linear_symbols) for c in coefficients)
-            kind = "tangents" if suffix == "_dot" else "cotangents"
+            kind = "tangents" if suffix == TANGENT else "cotangents"
             if nonlinear or not _is_zero(offset):
                 self.fail(text.loc, f"the {what} must be linear in its {kind} ({', '.join(map(str, linear_symbols))})")
                 continue

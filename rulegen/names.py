@@ -191,13 +191,27 @@ PRIVATE_NAMES = frozenset(
     }
 )
 
+#: What generated code appends to an input's name for its tangent and to an output's for its cotangent.
+TANGENT, COTANGENT = "_dot", "_bar"
+
+
+def tangent(name: str) -> str:
+    """The name of the tangent of `name` in generated code (`x_dot`)."""
+    return name + TANGENT
+
+
+def cotangent(name: str) -> str:
+    """The name of the cotangent of `name` in generated code (`out_bar`)."""
+    return name + COTANGENT
+
+
 #: Temporaries: numbered shared subexpressions, saved intermediates named for
 #: their functions (and their tangents and cotangents), prefixed with `_`
 #: until no rule name starts so.
-TEMPORARY = re.compile(r"_*(t\d+|saved(_[a-z0-9]+)+)(_dot|_bar)?")
+TEMPORARY = re.compile(rf"_*(t\d+|saved(_[a-z0-9]+)+)({TANGENT}|{COTANGENT})?")
 
 #: Names the generator derives from each name of a rule (input, output, residual).
-GENERATED_FROM_NAME = ("{}_dot", "{}_bar", "{}_shape", "_{}_dot", "_{}_bar", "_residual_{}")
+GENERATED_FROM_NAME = (tangent("{}"), cotangent("{}"), "{}_shape", tangent("_{}"), cotangent("_{}"), "_residual_{}")
 #: Names the generator derives from a residual's name only: a residual the public function does not return.
 GENERATED_FROM_RESIDUAL = ("_{}",)
 

@@ -23,6 +23,7 @@ import sympy as sp
 from rulegen.errors import Loc, SpecError, SpecErrors
 from rulegen.expr import parse_expression
 from rulegen.floors import apis_used, listed
+from rulegen.names import COTANGENT, TANGENT, cotangent, tangent
 from rulegen.routes import Gives, Routes, choose_routes
 from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
 from rulegen.symbols import scope, symbols_of
@@ -181,9 +182,9 @@ class _SnippetDeriver:
         if role == "forward":
             return (*self.outputs, *self.returned)
         if role == "jvp":
-            return tuple(f"{n}_dot" for n in self.diff_outputs)
+            return tuple(tangent(n) for n in self.diff_outputs)
         if role == "vjp":
-            return tuple(f"{n}_bar" for n in self.diff_inputs)
+            return tuple(cotangent(n) for n in self.diff_inputs)
         return (role.split(" ", 1)[1],)
 
     def code(self, role: str, body: Any) -> BackendCode | None:
@@ -239,7 +240,7 @@ class _SnippetDeriver:
     def sympy_code(self, role: str, body: SympyBody, scope: list[str], results: tuple[str, ...]) -> BackendCode:
         symbols = symbols_of(self.rule)
         names = [r for r in results if role != "forward" or r in self.outputs]
-        bare = [r.removesuffix("_dot").removesuffix("_bar") for r in names]
+        bare = [r.removesuffix(TANGENT).removesuffix(COTANGENT) for r in names]
         exprs_by_name = body.exprs
         texts: list[Text] = []
         if None in exprs_by_name:

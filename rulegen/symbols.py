@@ -10,6 +10,7 @@ from types import MappingProxyType
 import sympy as sp
 
 from rulegen import names
+from rulegen.names import cotangent, tangent
 from rulegen.spec import Input, Rule, SnippetBody, Structured
 
 
@@ -40,9 +41,9 @@ def symbols_of(rule: Rule) -> dict[str, sp.Symbol]:
         symbols[name] = value_symbol(rule, name)
     for i in rule.inputs:
         if i.differentiable:
-            symbols[f"{i.name}_dot"] = value_symbol(rule, f"{i.name}_dot")
+            symbols[tangent(i.name)] = value_symbol(rule, tangent(i.name))
     for name in [o.name for o in rule.outputs]:
-        symbols[f"{name}_bar"] = value_symbol(rule, f"{name}_bar")
+        symbols[cotangent(name)] = value_symbol(rule, cotangent(name))
     return symbols
 
 
@@ -109,9 +110,9 @@ def scope(rule: Rule, role: str) -> list[str]:
     if role in ("derivatives", "jvp", "vjp"):
         names |= set(rule.residual_names)
     if role == "jvp":
-        names |= {f"{n}_dot" for n in diff_inputs}
+        names |= {tangent(n) for n in diff_inputs}
     if role == "vjp":
-        names |= {f"{n}_bar" for n in diff_outputs}
+        names |= {cotangent(n) for n in diff_outputs}
     order = [i.name for i in rule.inputs] + [o.name for o in rule.outputs] + list(rule.residual_names)
-    order += [f"{n}_dot" for n in diff_inputs] + [f"{n}_bar" for n in diff_outputs]
+    order += [tangent(n) for n in diff_inputs] + [cotangent(n) for n in diff_outputs]
     return [n for n in order if n in names]

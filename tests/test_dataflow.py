@@ -203,6 +203,27 @@ def test_imports_are_data_and_printed_in_one_place():
     assert found == IMPORTS_AS_TEXT
 
 
+@pytest.mark.unit
+def test_tangent_and_cotangent_names_are_spelled_by_names_py_alone():
+    """`x_dot` and `out_bar` come from `names.tangent` and `names.cotangent`: no stage appends the suffix itself."""
+    from rulegen.names import COTANGENT, TANGENT
+
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("runtime/") or rel == "names.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in (TANGENT, COTANGENT):
+                found.append((rel, node.lineno))
+            if isinstance(node, ast.JoinedStr):
+                for before, after in zip(node.values, node.values[1:], strict=False):
+                    text = after.value if isinstance(after, ast.Constant) else None
+                    if isinstance(before, ast.FormattedValue) and str(text).startswith((TANGENT, COTANGENT)):
+                        found.append((rel, node.lineno))
+    assert found == []
+
+
 def test_the_check_stage_s_modules_import_no_cycle_and_no_private_name():
     """rulegen/check/ is a package of modules by concern, each importing only public names of the others."""
     check = PACKAGE / "check"

@@ -15,6 +15,7 @@ from rulegen.code import Import
 from rulegen.derive import Derivation
 from rulegen.forms import corrections, float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.lines import Assign, Block
+from rulegen.names import COTANGENT, TANGENT, cotangent, tangent
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
     LIFT_IMPORT,
@@ -96,7 +97,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         arrays=arrays,
         custom="custom_vjp" if d.routes.jax == JaxRoute.CUSTOM_VJP else "custom_jvp",
         forward=forward,
-        tangents=() if jvp is None else tuple(f"{n}_dot" if n in _diff_inputs(d) else "_" for n in arrays),
+        tangents=() if jvp is None else tuple(tangent(n) if n in _diff_inputs(d) else "_" for n in arrays),
         primal_call=primal_call,
         jvp_primal=jvp_primal,
         jvp_notes=jvp_notes,
@@ -104,7 +105,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         outputs=tuple(o.name for o in rule.outputs),
         jvp=jvp,
         saved=saved,
-        cotangents=() if bwd is None else tuple(f"{o.name}_bar" for o in rule.outputs),
+        cotangents=() if bwd is None else tuple(cotangent(o.name) for o in rule.outputs),
         bwd=bwd,
         imports=jax_util_imports(imports, rule),
         float_arrays=float_arrays,
@@ -298,8 +299,8 @@ def _tangent(d: Derivation, o: Output) -> Result:
     """The tangent of the output `o`: the partials times the inputs' tangents, or zeros of the right kind."""
     g = own_names(d.rule)
     jnp = g["jnp"]
-    name = f"{o.name}_dot"
-    expr = linear_combination(d, d.jvp_partials, o.name, _diff_inputs(d), "_dot")
+    name = tangent(o.name)
+    expr = linear_combination(d, d.jvp_partials, o.name, _diff_inputs(d), TANGENT)
     reads = frozenset({o.name})
     if not o.differentiable and o.dtype != "float":
         code = f"{g['np']}.zeros({jnp}.shape({o.name}), dtype={g['jax']}.dtypes.float0)"
@@ -315,13 +316,13 @@ def _tangent(d: Derivation, o: Output) -> Result:
 def _cotangent(d: Derivation, i: str, outputs: Sequence[str]) -> Result:
     """The cotangent of the array input `i`: the transposed partials, summed back to `i`'s shape where it broadcasts."""
     jnp = own_names(d.rule)["jnp"]
-    expr = linear_combination(d, d.vjp_partials, i, outputs, "_bar", transpose=True)
+    expr = linear_combination(d, d.vjp_partials, i, outputs, COTANGENT, transpose=True)
     if expr == 0:
-        return Result(f"{i}_bar", code=f"{jnp}.zeros_like({i})", imports=_JNP, reads=frozenset({i}))
+        return Result(cotangent(i), code=f"{jnp}.zeros_like({i})", imports=_JNP, reads=frozenset({i}))
     if sum(not x.static for x in d.rule.inputs) > 1:
         wrap = Wrap(f"_sum_to_shape({{}}, {jnp}.shape({i}))", frozenset({i}))
-        return Result(f"{i}_bar", expr, wrap=wrap, imports=_JNP | SUM_TO_SHAPE_IMPORT)
-    return Result(f"{i}_bar", expr)
+        return Result(cotangent(i), expr, wrap=wrap, imports=_JNP | SUM_TO_SHAPE_IMPORT)
+    return Result(cotangent(i), expr)
 
 
 def _bwd_parts(d: Derivation) -> tuple[list[tuple[str, sp.Expr]], list[Result]]:
@@ -335,9 +336,9 @@ def _bwd_parts(d: Derivation) -> tuple[list[tuple[str, sp.Expr]], list[Result]]:
             results.append(_cotangent(d, i.name, outputs))
         elif i.dtype == "float":
             code = f"{own_names(d.rule)['jnp']}.zeros_like({i.name})"
-            results.append(Result(f"{i.name}_bar", code=code, imports=_JNP, reads=frozenset({i.name})))
+            results.append(Result(cotangent(i.name), code=code, imports=_JNP, reads=frozenset({i.name})))
         else:
-            results.append(Result(f"{i.name}_bar", code="None"))
+            results.append(Result(cotangent(i.name), code="None"))
     used = names_in(r.expr for r in results if r.expr is not None)
     return [(n, e) for n, e in d.residuals if n in used], results
 
@@ -361,7 +362,7 @@ def _given_linear_maps(
     known = [*(i.name for i in rule.inputs if not i.static), *(o.name for o in rule.outputs)]
     diff_inputs = [i.name for i in d.diff_inputs]
     diff_outputs = [o.name for o in rule.outputs if o.differentiable]
-    dots, bars = [f"{i}_dot" for i in diff_inputs], [f"{o}_bar" for o in diff_outputs]
+    dots, bars = [tangent(i) for i in diff_inputs], [cotangent(o) for o in diff_outputs]
 
     residuals = dict(d.residuals)
 
@@ -371,11 +372,11 @@ def _given_linear_maps(
         lines = [a.line for a in block.lines] + [f"return ({block.result},)"]
         return Function(f"_{name}_{kind}_map", (*statics, *known, *linear), tuple(lines))
 
-    applied = [r for r in results if r.name.removesuffix("_dot") in diff_outputs]
+    applied = [r for r in results if r.name.removesuffix(TANGENT) in diff_outputs]
     transposed = [_cotangent(d, i, diff_outputs) for i in diff_inputs]
     maps = (half("jvp", applied, dots), half("vjp", transposed, bars))
     emit.imports.add(Import("._linear", "linear_map"))
-    targets = ", ".join(f"{o}_dot" for o in diff_outputs) + ","
+    targets = ", ".join(tangent(o) for o in diff_outputs) + ","
     packed = [tuple_literal(known), tuple_literal(dots), *([f"statics={tuple_literal(statics)}"] if statics else [])]
     call = f"{own_names(rule)['linear_map']}({maps[0].name}, {maps[1].name}, {', '.join(packed)})"
     kept = [Result(r.name, code=r.name) if r in applied else r for r in results]

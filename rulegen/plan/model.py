@@ -138,7 +138,7 @@ class TorchPlan:
     fused_forward_compiled: Block | None
     fused_backward_compiled: Block | None
     tangents: tuple[str, ...]
-    absent_tangents: tuple[str, ...]  # inputs whose tangent may arrive as None
+    absent_tangents: tuple[tuple[str, str], ...]  # (input, its tangent) where the tangent may arrive as None
     jvp: Block
     # Bodies that update their own buffers in place, run when `plain(...)` of
     # the tensors they read holds (rulegen.inplace); None where nothing would.

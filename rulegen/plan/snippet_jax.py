@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rulegen.code import Import
+from rulegen.names import cotangent, tangent
 from rulegen.plan.header import (
     LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
@@ -159,12 +160,12 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
     decorator = _decorator(p, "custom_jvp")
     primals, tangents = p.own["primals"], p.own["tangents"]
     lines = [f"{tuple_text(p.arrays)}{',' if len(p.arrays) == 1 else ''} = {primals}"]
-    tangent_names = [f"{a}_dot" if a in p.diff_inputs else "_" for a in p.arrays]
+    tangent_names = [tangent(a) if a in p.diff_inputs else "_" for a in p.arrays]
     lines.append(f"{tuple_text(tangent_names)}{',' if len(p.arrays) == 1 else ''} = {tangents}")
     lines.append(f"{tuple_text(p.outputs)} = _{rule.name}({', '.join(p.inputs)})")
     needed = p.reads(*{JaxRoute.CUSTOM_JVP: ["jvp"], JaxRoute.TRANSPOSE: ["vjp"]}.get(route, ["jvp", "vjp"]))
     lines += p.residual_lines(needed, forward_call=True)
-    dots = [f"{o}_dot" for o in p.diff_outputs]
+    dots = [tangent(o) for o in p.diff_outputs]
     methods: list[Function] = []
     if route == JaxRoute.CUSTOM_JVP:
         lines.append(f"{tuple_text(dots)} = {p.call(p.given('jvp'))}")
@@ -183,7 +184,7 @@ def _output_tangents(p: SnippetPlanner) -> list[str]:
     tangents = []
     for o in p.rule.outputs:
         if o.differentiable:
-            tangents.append(f"{o.name}_dot")
+            tangents.append(tangent(o.name))
         elif o.dtype == "float":
             p.imports.add(Import("jax.numpy", alias="jnp"))
             tangents.append(f"{p.own['jnp']}.zeros_like({o.name})")
@@ -207,12 +208,12 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
     if p.broadcastable:
         saved += [i for i in p.diff_inputs if i not in saved]
     fwd.append(f"return {packed(p.outputs)}, ({tuple_text(saved)}{',' if len(saved) == 1 else ''})")
-    bars = [f"{o}_bar" if o in p.diff_outputs else "_" for o in p.outputs]
+    bars = [cotangent(o) if o in p.diff_outputs else "_" for o in p.outputs]
     saved_param, cotangents = p.own["saved"], p.own["cotangents"]
     bwd = [f"{tuple_text(saved)}{',' if len(saved) == 1 else ''} = {saved_param}"] if saved else []
     if len(bars) > 1:
         bwd.append(f"{tuple_text(bars)} = {cotangents}")
-    bwd.append(f"{tuple_text([f'{i}_bar' for i in p.diff_inputs])} = {p.call(p.given('vjp'))}")
+    bwd.append(f"{tuple_text([cotangent(i) for i in p.diff_inputs])} = {p.call(p.given('vjp'))}")
     returns = [_input_cotangent(p, i.name) for i in rule.inputs if not i.static]
     bwd.append(f"return ({tuple_text(returns)}{',' if len(returns) == 1 else ''})")
     methods = [
@@ -228,8 +229,8 @@ def _input_cotangent(p: SnippetPlanner, name: str) -> str:
         return "None"
     if p.broadcastable:
         p.imports.add(Import("._util", "unbroadcast"))
-        return f"{p.own['unbroadcast']}({name}_bar, {name})"
-    return f"{name}_bar"
+        return f"{p.own['unbroadcast']}({cotangent(name)}, {name})"
+    return cotangent(name)
 
 
 def _linear_maps(p: SnippetPlanner) -> tuple[list[Function], str]:
@@ -248,13 +249,13 @@ def _linear_maps(p: SnippetPlanner) -> tuple[list[Function], str]:
     known = [n for n in (*p.arrays, *p.outputs, *p.returned, *(n for n, _ in p.d.residuals)) if n in read]
     if p.broadcastable:
         known += [i for i in p.diff_inputs if i not in known]
-    dots = [f"{i}_dot" for i in p.diff_inputs]
-    results = [f"{i}_bar" for i in p.diff_inputs]
+    dots = [tangent(i) for i in p.diff_inputs]
+    results = [cotangent(i) for i in p.diff_inputs]
     returned = [_input_cotangent(p, i) for i in p.diff_inputs]
     name = p.rule.name
     transpose = Function(
         f"_{name}_vjp_map",
-        (*statics, *known, *(f"{o}_bar" for o in p.diff_outputs)),
+        (*statics, *known, *(cotangent(o) for o in p.diff_outputs)),
         (f"{tuple_text(results)} = {p.call(vjp)}", f"return ({tuple_text(returned)},)"),
     )
     if jvp is not None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from rulegen import names
 from rulegen.code import Import
+from rulegen.names import cotangent, tangent
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -328,34 +329,34 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Function:
     given = p.d.routes.torch_backward == Source.GIVEN
     # The VJP of the JVP takes zeros like the inputs, whether or not the JVP body reads them.
     lines = _unpack(p, kept, p.reads("vjp") if given else p.reads("jvp") | set(p.diff_inputs))
-    grads = [f"{i}_bar" for i in p.diff_inputs]
+    grads = [cotangent(i) for i in p.diff_inputs]
     if given:
         lines.append(f"{tuple_text(grads)} = {p.call(p.given('vjp'))}")
     else:
-        dots = [f"{i}_dot" for i in p.diff_inputs]
+        dots = [tangent(i) for i in p.diff_inputs]
         torch, transpose = p.own["torch"], p.own["transpose"]
         lines.append(f"def {p.own['jvp']}({', '.join(dots)}):")
         lines.append(f"    return {_tangents(p, kept, p.call(p.given('jvp')))}")
         zeros = ", ".join(f"{torch}.zeros_like({i})" for i in p.diff_inputs)
         lines.append(f"_, {transpose} = {torch}.func.vjp({p.own['jvp']}, {zeros})")
-        lines.append(f"{tuple_text(grads)}, = {transpose}({packed([f'{o}_bar' for o in p.diff_outputs])})")
+        lines.append(f"{tuple_text(grads)}, = {transpose}({packed([cotangent(o) for o in p.diff_outputs])})")
     returns = []
     for i in p.rule.inputs:
         if i.name not in p.diff_inputs:
             returns.append("None")
         elif i.name in kept.shapes:
-            returns.append(f"{i.name}_bar.sum_to_size({p.ctx}.{i.name}_shape)")
+            returns.append(f"{cotangent(i.name)}.sum_to_size({p.ctx}.{i.name}_shape)")
         else:
-            returns.append(f"{i.name}_bar")
+            returns.append(cotangent(i.name))
     lines.append(f"return {tuple_text(returns)}")
-    bars = [f"{n}_bar" if n in p.diff_outputs else f"_{n}_bar" for n in kept.values]
+    bars = [cotangent(n) if n in p.diff_outputs else f"_{cotangent(n)}" for n in kept.values]
     return Function("backward", (p.ctx, *bars), tuple(lines), _staticmethod(p))
 
 
 def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
     """The JVP body, the VJP body transposed, or a NotImplementedError that says why there is neither."""
     routes = p.d.routes
-    dots_in = [f"{n}_dot" if n in p.diff_inputs else f"_{n}_dot" for n in p.inputs]
+    dots_in = [tangent(n) if n in p.diff_inputs else f"_{tangent(n)}" for n in p.inputs]
     if routes.torch_jvp == Source.NONE:
         reason = routes.no_forward_mode.get("torch", f"{p.rule.name} has no forward-mode rule")
         pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
@@ -364,12 +365,12 @@ def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
     given = routes.torch_jvp == Source.GIVEN
     # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
     lines = _unpack(p, kept, p.reads("jvp") if given else p.reads("vjp") | set(p.diff_outputs))
-    out_dots = [f"{o}_dot" for o in p.diff_outputs]
+    out_dots = [tangent(o) for o in p.diff_outputs]
     if given:
         lines.append(f"{tuple_text(out_dots)} = {_tangents(p, kept, p.call(p.given('jvp')))}")
     else:
         lines += _transposed_vjp(p, out_dots)
-    tangents = [f"{n}_dot" if n in p.diff_outputs else "None" for n in kept.values]
+    tangents = [tangent(n) if n in p.diff_outputs else "None" for n in kept.values]
     lines.append(f"return {tuple_text(tangents)}")
     return Function("jvp", (p.ctx, *dots_in), tuple(lines), _staticmethod(p))
 
@@ -384,9 +385,9 @@ def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
 
 def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
     """Forward mode as the VJP body's linear transpose, through torch.func.vjp of it."""
-    grads = [f"{i}_bar" for i in p.diff_inputs]
+    grads = [cotangent(i) for i in p.diff_inputs]
     torch, vjp, transpose = p.own["torch"], p.own["vjp"], p.own["transpose"]
-    lines = [f"def {vjp}({', '.join(f'{o}_bar' for o in p.diff_outputs)}):"]
+    lines = [f"def {vjp}({', '.join(cotangent(o) for o in p.diff_outputs)}):"]
     lines.append(f"    {tuple_text(grads)} = {p.call(p.given('vjp'))}")
     if p.broadcastable:
         shaped = [f"{g}.sum_to_size({p.ctx}.{i}_shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
@@ -396,7 +397,7 @@ def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
     # Linear, so any point will do; ones keep data-dependent loops running.
     ones = ", ".join(f"{torch}.ones_like({o})" for o in p.diff_outputs)
     lines.append(f"_, {transpose} = {torch}.func.vjp({vjp}, {ones})")
-    lines.append(f"{tuple_text(out_dots)}, = {transpose}({packed([f'{i}_dot' for i in p.diff_inputs])})")
+    lines.append(f"{tuple_text(out_dots)}, = {transpose}({packed([tangent(i) for i in p.diff_inputs])})")
     return lines
 
 

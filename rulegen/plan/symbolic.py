@@ -10,6 +10,7 @@ import sympy as sp
 
 from rulegen.derive import Derivation, Partials
 from rulegen.forms import CANONICAL_FORMS, CanonicalForm, canonical
+from rulegen.names import COTANGENT, TANGENT
 from rulegen.plan.model import Wrap
 from rulegen.spec import Rule
 
@@ -47,12 +48,12 @@ def _shape_inputs(d: Derivation, expr: sp.Expr) -> set[str] | None:
     """The array inputs an expression's shape comes from; None: an output's full shape."""
     names = {s.name for s in expr.free_symbols}
     outputs = {o.name for o in d.rule.outputs}
-    if names & outputs or any(n.endswith("_bar") for n in names):
+    if names & outputs or any(n.endswith(COTANGENT) for n in names):
         return None
     found: set[str] = set()
     residuals = dict(d.residuals)
     for name in names:
-        base = name[: -len("_dot")] if name.endswith("_dot") else name
+        base = name[: -len(TANGENT)] if name.endswith(TANGENT) else name
         if base in residuals:
             inner = _shape_inputs(d, residuals[base])
             if inner is None:

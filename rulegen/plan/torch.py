@@ -21,6 +21,7 @@ from rulegen.forms import (
 )
 from rulegen.functions import cotangent_term
 from rulegen.lines import Block
+from rulegen.names import COTANGENT, TANGENT, cotangent, tangent
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
@@ -179,8 +180,8 @@ def _with_saved_intermediates(d: Derivation) -> _Torch:
                 residual_partials[(name, i.name)] = saved_form(partial, saved_map)
     residuals = (*d.residuals, *intermediates)
     for n, _ in residuals:
-        symbols[f"{n}_bar"] = value_symbol(d.rule, f"{n}_bar")
-        symbols[f"{n}_dot"] = value_symbol(d.rule, f"{n}_dot")
+        symbols[cotangent(n)] = value_symbol(d.rule, cotangent(n))
+        symbols[tangent(n)] = value_symbol(d.rule, tangent(n))
     return _Torch(d, symbols, rewritten(d.vjp_partials), rewritten(d.jvp_partials), residual_partials, tuple(residuals))
 
 
@@ -259,15 +260,15 @@ def plan_torch(d: Derivation) -> TorchPlan:
         residuals=t.residual_names,
         non_differentiable=non_diff,
         saved=saved,
-        cotangents=tuple(f"{n}_bar" for n in values_out),
+        cotangents=tuple(cotangent(n) for n in values_out),
         backward=backward.block,
         first_order=backward.first_order_block,
         first_order_test=_first_order_test(t),
         fused_backward_params=fused.backward_params,
         fused_forward_compiled=fused.forward,
         fused_backward_compiled=fused.backward,
-        tangents=tuple(f"{i.name}_dot" for i in rule.inputs),
-        absent_tangents=t.absent_tangents,
+        tangents=tuple(tangent(i.name) for i in rule.inputs),
+        absent_tangents=tuple((x, tangent(x)) for x in t.absent_tangents),
         jvp=jvp,
         forward_in_place=in_place.forward,
         forward_plain=in_place.forward_plain,
@@ -320,8 +321,8 @@ def _opmath_bodies(t: _Torch, emit: Emitter, forward: list[Result], hot: list[Re
             r.wrap == Wrap() and (r.expr is None or one_kernel(emit.forms(r.expr), operands, scalars)) for r in results
         )
 
-    cotangents = frozenset(t.symbols[f"{o}_bar"] for o in t.outputs)
-    tangents = frozenset(t.symbols[f"{i}_dot"] for i in t.diff_inputs)
+    cotangents = frozenset(t.symbols[cotangent(o)] for o in t.outputs)
+    tangents = frozenset(t.symbols[tangent(i)] for i in t.diff_inputs)
     return (
         one_kernel_each(forward, arrays)
         and one_kernel_each(hot, arrays | cotangents)
@@ -351,8 +352,8 @@ def _tangent_is_the_inputs(t: _Torch, output: str, value: sp.Symbol) -> bool:
     """Whether forward mode gives the output (or residual) `value`'s own tangent: an identity, or no forward mode."""
     if output in t.residual_names:
         return True
-    tangent = linear_combination(t.d, t.jvp_partials, output, t.diff_inputs, "_dot")
-    return tangent in (0, t.symbols[f"{value.name}_dot"])
+    found = linear_combination(t.d, t.jvp_partials, output, t.diff_inputs, TANGENT)
+    return found in (0, t.symbols[tangent(value.name)])
 
 
 def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) -> list[Result]:
@@ -370,19 +371,19 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
         if with_residuals and t.unmaterialised:
             expr = _terms_of_present_cotangents(t, i.name)
         else:
-            expr = linear_combination(t.d, t.backward_partials, i.name, t.outputs, "_bar", transpose=True)
+            expr = linear_combination(t.d, t.backward_partials, i.name, t.outputs, COTANGENT, transpose=True)
         reads = frozenset({i.name})
         if i.name not in t.diff_inputs or expr == 0:
-            found.append(Result(f"{i.name}_bar", code="None"))
+            found.append(Result(cotangent(i.name), code="None"))
         elif with_residuals and t.unmaterialised:
             # Absent cotangents add nothing: the sum may be the number 0.0, a tensor, or one broadcast beyond the input.
             wrap = Wrap(f"{own_names(t.rule)['shaped_like']}({{}}, {i.name})", reads, frozenset({"shaped_like"}))
-            found.append(Result(f"{i.name}_bar", expr, wrap=wrap, guard=guard))
+            found.append(Result(cotangent(i.name), expr, wrap=wrap, guard=guard))
         elif broadcastable:
             wrap = Wrap(f"{{}}.sum_to_size({i.name}.shape)", reads)
-            found.append(Result(f"{i.name}_bar", expr, wrap=wrap, guard=guard))
+            found.append(Result(cotangent(i.name), expr, wrap=wrap, guard=guard))
         else:
-            found.append(Result(f"{i.name}_bar", expr, guard=guard))
+            found.append(Result(cotangent(i.name), expr, guard=guard))
     return found
 
 
@@ -390,7 +391,7 @@ def _terms_of_present_cotangents(t: _Torch, name: str) -> sp.Expr:
     """The gradient of input `name`: each output's and residual's partial times its cotangent, where present."""
     partials = [(o, t.backward_partials.get((o, name), sp.S.Zero)) for o in t.outputs]
     partials += [(r, t.conjugated(t.residual_partials.get((r, name), sp.S.Zero))) for r in t.residual_names]
-    return sp.Add(*(cotangent_term(t.symbols[f"{n}_bar"], p) for n, p in partials if p != 0))
+    return sp.Add(*(cotangent_term(t.symbols[cotangent(n)], p) for n, p in partials if p != 0))
 
 
 def _backward(t: _Torch, emit: Emitter) -> _Backward:
@@ -399,7 +400,7 @@ def _backward(t: _Torch, emit: Emitter) -> _Backward:
     full = _backward_results(t, with_residuals=True, guarded=guarded)
     if not t.unmaterialised:
         return _Backward(full, [], emit.block([], full), None)
-    cotangent_native = torch_forms((*t.statics, *(f"{n}_bar" for n in (*t.outputs, *t.residual_names))), t.integral)
+    cotangent_native = torch_forms((*t.statics, *(cotangent(n) for n in (*t.outputs, *t.residual_names))), t.integral)
     in_float = t.in_float
     block = emit.block([], full, lambda e: cotangent_native(in_float(e)))
     first_order = _backward_results(t, with_residuals=False, guarded=guarded)
@@ -416,18 +417,18 @@ def _grads_needed(t: _Torch) -> str:
 
 def _first_order_test(t: _Torch) -> str:
     """The condition under which backward needs no residual's terms."""
-    absent = [f"{r}_bar is None" for r in t.residual_names]
+    absent = [f"{cotangent(r)} is None" for r in t.residual_names]
     # gradcheck (check_undefined_grad) calls backward with every cotangent absent.
-    present = [f"{o.name}_bar is not None" for o in t.rule.outputs if o.differentiable]
+    present = [f"{cotangent(o.name)} is not None" for o in t.rule.outputs if o.differentiable]
     return " and ".join(present + absent)
 
 
 def _tangents_broadcast(t: _Torch) -> bool:
     """Whether an output's tangent lacks the outputs' shape (see `_jvp_results`), which jvp then broadcasts to."""
     return any(
-        needs_broadcast(t.d, linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, "_dot"))
+        needs_broadcast(t.d, linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, TANGENT))
         for o in t.rule.outputs
-        if o.differentiable and linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, "_dot") != 0
+        if o.differentiable and linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, TANGENT) != 0
     )
 
 
@@ -440,29 +441,29 @@ def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
     results = []
     torch = own_names(t.rule)["torch"]
     for o in t.rule.outputs:
-        expr = linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, "_dot")
+        expr = linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, TANGENT)
         reads = frozenset({o.name})
         if not o.differentiable:
             # Marked non-differentiable: torch wants no tangent for it.
-            results.append(Result(f"{o.name}_dot", code="None"))
+            results.append(Result(tangent(o.name), code="None"))
         elif expr == 0:
-            results.append(Result(f"{o.name}_dot", code=f"{torch}.zeros_like({o.name})", reads=reads))
+            results.append(Result(tangent(o.name), code=f"{torch}.zeros_like({o.name})", reads=reads))
         elif needs_broadcast(t.d, expr):
             # To the shape setup_context keeps (`shape_kept`): a saved output would stay in memory for it.
             shape = f"{torch_context(t.rule)}.{t.outputs[0]}_shape"
-            results.append(Result(f"{o.name}_dot", expr, wrap=Wrap(f"{torch}.broadcast_to({{}}, {shape})")))
+            results.append(Result(tangent(o.name), expr, wrap=Wrap(f"{torch}.broadcast_to({{}}, {shape})")))
         elif o.name in aliases:
             # The output is a view of an input, so its tangent is a view of that input's.
             wrap = Wrap(f"{{}}.view_as({expr})", frozenset(s.name for s in expr.free_symbols))
-            results.append(Result(f"{o.name}_dot", expr, wrap=wrap))
+            results.append(Result(tangent(o.name), expr, wrap=wrap))
         else:
-            results.append(Result(f"{o.name}_dot", expr))
+            results.append(Result(tangent(o.name), expr))
     for r in t.residual_names:
-        expr = sp.Add(*(t.residual_partials.get((r, n), 0) * t.symbols[f"{n}_dot"] for n in t.diff_inputs))
+        expr = sp.Add(*(t.residual_partials.get((r, n), 0) * t.symbols[tangent(n)] for n in t.diff_inputs))
         if expr == 0:
-            results.append(Result(f"{r}_dot", code=f"{torch}.zeros_like({r})", reads=frozenset({r})))
+            results.append(Result(tangent(r), code=f"{torch}.zeros_like({r})", reads=frozenset({r})))
         else:
-            results.append(Result(f"{r}_dot", expr))
+            results.append(Result(tangent(r), expr))
     return results
 
 
@@ -485,7 +486,7 @@ def _fused(
     backward_compiled = _if_differs(compiled.block([], backward.hot), eager_backward)
     imports = compiled.imports | {Import("._fuse", "fused")}
     values_out = (*t.outputs, *t.residual_names)
-    bars = [f"{o}_bar" for o in t.outputs] if t.residual_names else [f"{n}_bar" for n in values_out]
+    bars = [cotangent(o) for o in t.outputs] if t.residual_names else [cotangent(n) for n in values_out]
     return _Fused(forward_compiled, backward_compiled, (*known, *bars), frozenset(imports))
 
 
@@ -507,14 +508,14 @@ def _in_place_bodies(
     t: _Torch, emit: Emitter, forward_results: list[Result], hot: list[Result], saved: Sequence[str]
 ) -> _InPlace:
     values_out = (*t.outputs, *t.residual_names)
-    tensors = {*t.arrays, *values_out, *(f"{n}_bar" for n in values_out)}
+    tensors = {*t.arrays, *values_out, *(cotangent(n) for n in values_out)}
     forward = _in_place(emit, forward_results, tensors)
     backward = _in_place(emit, hot, tensors)
     return _InPlace(
         forward,
         _read_names(forward, t.arrays),
         backward,
-        _read_names(backward, (*saved, *(f"{n}_bar" for n in values_out))),
+        _read_names(backward, (*saved, *(cotangent(n) for n in values_out))),
     )
 
 
