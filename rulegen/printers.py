@@ -155,7 +155,12 @@ class _ArrayCode:
     booleans: frozenset[str] = frozenset()
     as_integer = ""
 
+    #: Symbols printed under another name: a shared subexpression an output merely copies, as the output.
+    renamed: Mapping[str, str] = {}
+
     def _print_Symbol(self, expr: sp.Symbol) -> str:
+        if expr.name in self.renamed:
+            return self.renamed[expr.name]
         text = super()._print_Symbol(expr)  # type: ignore[misc]
         return f"{text}{self.as_integer.format(int=self._spelled('int'))}" if expr.name in self.booleans else text
 
@@ -696,15 +701,18 @@ def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[
         scalars: frozenset[str] = frozenset(),
         booleans: frozenset[str] = frozenset(),
         own: Mapping[str, str] | None = None,
+        renamed: Mapping[str, str] | None = None,
     ) -> tuple[str, frozenset[Import]]:
         """`expr` as code, and the imports it needs.
 
         `scalars` name the symbols that hold Python numbers, `booleans` those that hold boolean arrays;
-        `own` spells the modules, helpers and builtins the code reads as its module does (symbols.own_names).
+        `own` spells the modules, helpers and builtins the code reads as its module does (symbols.own_names);
+        `renamed` prints symbols under other names.
         """
         printer = cls(own)
         printer.scalars = scalars
         printer.booleans = booleans
+        printer.renamed = renamed or {}
         text = printer.doprint(expr)  # type: ignore[attr-defined]
         return text, frozenset(printer.module_imports_)
 

@@ -224,6 +224,33 @@ def test_tangent_and_cotangent_names_are_spelled_by_names_py_alone():
     assert found == []
 
 
+#: Where a planner still parses text the compiler printed, and why.
+PRINTED_TEXT_PARSED = {
+    # Whether a printed value needs parentheses before `.attr` (a Wrap like `{}.view_as(x)`): Wraps are text
+    # templates until the code model holds expressions.
+    ("plan/model.py", "atom"),
+}
+
+
+@pytest.mark.unit
+def test_no_planner_reads_back_the_code_it_printed():
+    """The planners, printers and in-place writer decide on sympy expressions and typed data, not on the text they
+    printed: no regular expression over code, and `ast.parse` only of a rule's own snippet bodies."""
+    found = set()
+    for path in [*(PACKAGE / "plan").glob("*.py"), *(PACKAGE / n for n in ("printers.py", "inplace.py", "lines.py"))]:
+        rel = path.relative_to(PACKAGE).as_posix()
+        tree = ast.parse(path.read_text())
+        assert not any(
+            isinstance(node, ast.Import) and any(a.name == "re" for a in node.names) for node in ast.walk(tree)
+        ), rel
+        for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and ast.unparse(node.func) == "ast.parse":
+                    found.add((rel, function.name))
+    # A snippet body is the rule's text, parsed to split it into statements.
+    assert found - {("plan/snippet.py", "inline_expression")} == PRINTED_TEXT_PARSED
+
+
 def test_the_check_stage_s_modules_import_no_cycle_and_no_private_name():
     """rulegen/check/ is a package of modules by concern, each importing only public names of the others."""
     check = PACKAGE / "check"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import sympy as sp
 
@@ -39,9 +39,12 @@ class Emitter:
         self.imports: set[Import] = set()
         self.taken = set(taken)
 
-    def code(self, expr: sp.Expr, scalars: frozenset[str] = frozenset()) -> str:
-        """`expr` printed; `scalars` name this block's temporaries that hold Python numbers too."""
-        text, imports = self.printer(expr, scalars=self.scalars | scalars)
+    def code(
+        self, expr: sp.Expr, scalars: frozenset[str] = frozenset(), renamed: Mapping[str, str] | None = None
+    ) -> str:
+        """`expr` printed; `scalars` name this block's temporaries that hold Python numbers too, `renamed` the
+        temporaries printed under a let's name."""
+        text, imports = self.printer(expr, scalars=self.scalars | scalars, renamed=renamed)
         self.imports |= imports
         return text
 
@@ -65,20 +68,27 @@ class Emitter:
         lets: Sequence[tuple[str, sp.Expr]],
         results: Sequence[Result],
         forms: Callable[[sp.Expr], sp.Expr] | None = None,
+        *,
+        named_by_lets: bool = False,
     ) -> Block:
         """Assign each `let` and compute each result, shared parts once.
 
         A short result is returned inline; a long one is named first, as a
         person would write it.  `forms`, if given, replaces the emitter's own.
+        `named_by_lets`: a shared subexpression that a let merely copies
+        (`t0 = jnp.tanh(x)`, `out = t0`) takes the let's name instead.
         """
         computed = [r for r in results if r.expr is not None]
         forms = forms or self.forms
         exprs = [forms(e) for e in (*(e for _, e in lets), *(r.expr for r in computed))]
         replacements, reduced = shared_subexpressions(exprs, temp_symbols(self.taken))
+        renamed = _named_by_lets(replacements, reduced, [name for name, _ in lets]) if named_by_lets else {}
         scalars = self._scalar_temporaries([*replacements, *zip((n for n, _ in lets), reduced, strict=False)])
-        code = functools.partial(self.code, scalars=scalars)
-        lines = [Assign(str(sym), code(value)) for sym, value in replacements]
-        lines += [Assign(name, code(e)) for (name, _), e in zip(lets, reduced, strict=False)]
+        code = functools.partial(self.code, scalars=scalars, renamed=renamed)
+        lines = [Assign(renamed.get(str(sym), str(sym)), code(value)) for sym, value in replacements]
+        lines += [
+            Assign(name, code(e)) for (name, _), e in zip(lets, reduced, strict=False) if renamed.get(str(e)) != name
+        ]
         texts = dict(zip((r.name for r in computed), (code(e) for e in reduced[len(lets) :]), strict=True))
         returned: list[str] = []
         for r in results:
@@ -133,6 +143,18 @@ def _reads(exprs: Iterable[sp.Expr], results: Iterable[Result]) -> frozenset[str
 def _is_simple(text: str) -> bool:
     """Short enough to return inline rather than name first."""
     return len(text) <= 60
+
+
+def _named_by_lets(
+    replacements: list[tuple[sp.Symbol, sp.Expr]], reduced: list[sp.Expr], lets: Sequence[str]
+) -> dict[str, str]:
+    """The shared subexpressions that the let of the same position merely is, each by the let's name."""
+    temporaries = {str(sym) for sym, _ in replacements}
+    renamed: dict[str, str] = {}
+    for name, value in zip(lets, reduced, strict=False):
+        if str(value) in temporaries and str(value) not in renamed:
+            renamed[str(value)] = name
+    return renamed
 
 
 def temp_symbols(taken: set[str]) -> Iterator[sp.Symbol]:

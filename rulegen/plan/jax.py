@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import re
 import textwrap
 from collections.abc import Mapping, Sequence
 
@@ -182,22 +181,10 @@ def _jvp(d: Derivation, emit: Emitter, *, inline: bool) -> tuple[Block, tuple[Fu
     residuals = dict(d.residuals)
     outputs = list(d.forward) if inline else []
     used = names_in([*(r.expr for r in results if r.expr is not None), *(e for _, e in outputs)])
-    block = emit.block([*outputs, *((n, e) for n, e in residuals.items() if n in used)], results)
-    for name, _ in outputs:
-        block = _named_by_output(block, name)
+    # A temporary an output merely copies (`t0 = jnp.tanh(x)`, `out = t0`) is named by the output.
+    lets = [*outputs, *((n, e) for n, e in residuals.items() if n in used)]
+    block = emit.block(lets, results, named_by_lets=True)
     return Block((*applying, *block.lines), block.results, block.reads), maps
-
-
-def _named_by_output(block: Block, output: str) -> Block:
-    """`block` with a temporary that an output merely copies (`t0 = jnp.tanh(x)`, `out = t0`) named by the output."""
-    copies = [a for a in block.lines if a.target == output and a.code.isidentifier()]
-    if not copies or not any(a.target == copies[0].code for a in block.lines):
-        return block
-    alias = re.compile(rf"\b{re.escape(copies[0].code)}\b")
-    lines = tuple(
-        Assign(alias.sub(output, a.target), alias.sub(output, a.code)) for a in block.lines if a is not copies[0]
-    )
-    return Block(lines, tuple(alias.sub(output, r) for r in block.results), block.reads)
 
 
 # Functions whose JAX derivative, at every order, is the one sympy derives
