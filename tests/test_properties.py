@@ -10,6 +10,7 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from rulegen.code import import_statements
 from rulegen.errors import Loc
 from rulegen.expr import parse_expression
 from rulegen.printers import print_jax, print_torch
@@ -100,7 +101,7 @@ def test_both_printers_compute_what_sympy_computes(expr):
     for printer, convert in ((print_jax, jnp.asarray), (print_torch, torch.from_numpy)):
         code, imports = printer(expr)
         namespace: dict = {}
-        exec("\n".join(sorted(imports)) + f"\ndef f(x, y):\n    return {code}\n", namespace)
+        exec("\n".join(import_statements(imports)) + f"\ndef f(x, y):\n    return {code}\n", namespace)
         got = namespace["f"](convert(points["x"]), convert(points["y"]))
         got = np.broadcast_to(np.asarray(got.numpy() if hasattr(got, "numpy") else got, dtype=float), (3,))
         np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12, err_msg=code)

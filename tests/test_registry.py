@@ -29,6 +29,7 @@ import torch
 
 from rulegen import forms, printers
 from rulegen import functions as fn
+from rulegen.code import Import, import_statements
 from rulegen.errors import Loc, SpecError
 from rulegen.expr import parse_expression
 from rulegen.printers import print_jax, print_torch
@@ -77,10 +78,10 @@ def runtime_import(line: str) -> str:
     return helper.replace("from . import", "from rulegen.runtime.torch import")
 
 
-def evaluate(printed: tuple[str, frozenset[str]], values: dict[str, object]) -> float:
+def evaluate(printed: tuple[str, frozenset[Import]], values: dict[str, object]) -> float:
     text, imports = printed
     namespace: dict[str, object] = {}
-    for line in imports:
+    for line in import_statements(imports):
         exec(runtime_import(line), namespace)
     return float(eval(text, {**namespace, **values}))
 
@@ -296,9 +297,9 @@ def test_every_function_of_static_inputs_alone_computes_in_the_arrays_dtype(name
     np.testing.assert_allclose(np.asarray(got), [exact, 2 * exact], rtol=rel, atol=0)
 
 
-def evaluate_array(printed: tuple[str, frozenset[str]], values: dict[str, object]) -> Any:
+def evaluate_array(printed: tuple[str, frozenset[Import]], values: dict[str, object]) -> Any:
     text, imports = printed
     namespace: dict[str, object] = {}
-    for line in imports:
+    for line in import_statements(imports):
         exec(runtime_import(line), namespace)
     return eval(text, {**namespace, **values})
