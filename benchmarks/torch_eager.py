@@ -214,6 +214,36 @@ CASES: list[tuple[str, int, Callable, Callable, Callable, str]] = [
 ]
 
 
+# The transcendental functions each case computes (forward or backward), timed alone on its first input: one
+# read and one write each, the floor's traffic for one op.  Where the fused time is a multiple of the floor, the
+# slowest of them says which kernel keeps it away (on a CPU, libm-style vector code, not memory).
+TRANSCENDENTALS: dict[str, tuple[tuple[str, Callable], ...]] = {
+    "mish": (("softplus", F.softplus), ("tanh", torch.tanh), ("sigmoid", torch.sigmoid)),
+    "gelu (erf)": (("erf", torch.erf), ("exp", torch.exp)),
+    "gelu (tanh)": (("tanh", torch.tanh),),
+    "swish": (("sigmoid", torch.sigmoid),),
+    "softplus": (("softplus", F.softplus), ("sigmoid", torch.sigmoid)),
+    "log1pexp": (("softplus", F.softplus), ("sigmoid", torch.sigmoid)),
+    "sin(x)*exp(-x^2)*y": (("sin", torch.sin), ("cos", torch.cos), ("exp", torch.exp)),
+    "softplus(beta x)/beta": (("softplus", F.softplus), ("sigmoid", torch.sigmoid)),
+}
+
+
+def slowest_op(name: str, x: torch.Tensor, rounds: int) -> str:
+    """`op ms` of the slowest of the case's transcendental functions, the median of `rounds` calls each."""
+    timed = []
+    for op_name, op in TRANSCENDENTALS[name]:
+        op(x)
+        seconds = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            op(x)
+            seconds.append(time.perf_counter() - start)
+        timed.append((statistics.median(seconds), op_name))
+    seconds, op_name = max(timed)
+    return f"{op_name} {seconds * 1e3:.2f}"
+
+
 def fwd_bwd(f: Callable, xs: list[torch.Tensor]) -> float:
     leaves = [x.detach().requires_grad_() for x in xs]
     start = time.perf_counter()
@@ -291,6 +321,7 @@ def main(log2n: int, quick: bool = False) -> None:
         f"{'case':<22} "
         + " ".join(f"{c:>22}" for c in columns)
         + f" {'saved MB gen/auto/hand/fused':>30} {'floor/gen/fused ms':>20} {'fused/floor':>11}"
+        + f" {'slowest op alone, ms':>21}"
     )
     for name, arity, generated, autodiff, hand, fused_name in CASES:
         gen_ = torch.Generator().manual_seed(0)
@@ -319,7 +350,11 @@ def main(log2n: int, quick: bool = False) -> None:
         floor = ideal_bytes(arity, n) / bandwidth
         gen_s, fused_s = statistics.median(times[0]), statistics.median(times[3])
         ms = f"{floor * 1e3:.2f}/{gen_s * 1e3:.2f}/{fused_s * 1e3:.2f}"
-        print(f"{name:<22} " + " ".join(f"{c:>22}" for c in cells) + f" {mb:>30} {ms:>20} {fused_s / floor:>10.1f}x")
+        print(
+            f"{name:<22} "
+            + " ".join(f"{c:>22}" for c in cells)
+            + f" {mb:>30} {ms:>20} {fused_s / floor:>10.1f}x {slowest_op(name, xs[0], rounds):>21}"
+        )
     function_floor(n, rounds)
 
 
