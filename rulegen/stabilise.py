@@ -912,12 +912,13 @@ def _rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scalings: Sequence[
     (the quadratic's a and c to sqrt|ac|), for the joint scaling after it.
     """
     inputs: list[sp.Expr] = list(variables)
-    undo: list[list[tuple[sp.Expr, int]]] = []  # per scaling, expr = expr(scaled) * s**k for each (s, k)
+    undo: list[tuple[sp.Expr, int]] = []  # per scaling, (s, k): expr = expr(scaled) * s**k
     for scaling in scalings:
         weights = scaling.weights
         if min(weights) < 0:
-            # t = p/n with p, n the binades of each side's square root: both reciprocals are in range (1/t of a
-            # binade of a ratio is not, and binade(p/n) * binade(n/p) is 1/2, not 1: no homogeneity at all).
+            # Each side's largest magnitude meets at their geometric mean: x+ times down/up, x- times up/down, with
+            # up and down the binades of the sides' square roots, so both reciprocals are in range (binade(p/n) and
+            # binade(n/p), the way before, multiply to 1/2 where p/n is no power of two: no homogeneity at all).
             up, down = (
                 binade(sp.sqrt(_magnitude([x for x, w in zip(inputs, weights, strict=True) if side * w > 0])))
                 for side in (1, -1)
@@ -930,14 +931,14 @@ def _rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scalings: Sequence[
                 else x
                 for x, w in zip(inputs, weights, strict=True)
             ]
-            # x+ times down/up = t, x- divided by t: expr(scaled) = t**degree expr.  One power of two of both
-            # (in range but where one side is subnormal and the other near overflow): the product of two factors
-            # in turn overflows where a root's other branch is large (the quadratic's -b/a).
-            undo.append([(divided(up, down), scaling.degree)])
+            # With t = down/up, expr(scaled) = t**degree expr: scaled back by the one power of two up/down, where
+            # multiplying by up and then dividing by down overflows on the way for a large value (the quadratic's
+            # other root, -b/a).
+            undo.append((divided(up, down), scaling.degree))
         else:
             scale = binade(_magnitude([x for x, w in zip(inputs, weights, strict=True) if w]))
             inputs = [divided(x, scale) if w else x for x, w in zip(inputs, weights, strict=True)]
-            undo.append([(scale, scaling.degree)])
+            undo.append((scale, scaling.degree))
     if isinstance(expr, sp.Piecewise):
         # Each branch scaled, the regimes' conditions left on the inputs as they are: a threshold on |v| was
         # placed by the unscaled magnitudes, and sympy folds a condition on a selection into one on its pieces.
@@ -945,13 +946,13 @@ def _rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scalings: Sequence[
     return _scaled_back(_substituted(expr, variables, inputs), undo)
 
 
-def _scaled_back(value: sp.Expr, undo: Sequence[Sequence[tuple[sp.Expr, int]]]) -> sp.Expr:
-    """value * s**k for every (s, k) of `undo`, the last scaling's first: each step, kept whole, passes through the
-    expression's own value at the inputs scaled so far, where a product of the factors first could overflow."""
-    for step in reversed(undo):
-        for scale, k in step:
-            for _ in range(abs(k)):
-                value = divided(value, scale) if k < 0 else divided(value, divided(1, scale))
+def _scaled_back(value: sp.Expr, undo: Sequence[tuple[sp.Expr, int]]) -> sp.Expr:
+    """value * s**k for every (s, k) of `undo`, the last scaling's first, one exact step at a time: each passes
+    through the expression's own value at the inputs scaled so far, where the product of the factors first could
+    overflow."""
+    for scale, k in reversed(undo):
+        for _ in range(abs(k)):
+            value = divided(value, scale) if k < 0 else divided(value, divided(1, scale))
     return value
 
 
