@@ -19,6 +19,7 @@ import torch
 from generated.jax import scipy_erfcx as jax_erfcx
 from generated.jax import torch_mish as jax_mish
 from generated.torch import scipy_erfcx as torch_erfcx
+from tests.dispatch import AtenOps
 
 LOW = [(torch.bfloat16, jnp.bfloat16), (torch.float16, jnp.float16)]
 POINTS = np.linspace(-1.5, 3.0, 301)
@@ -134,21 +135,9 @@ def test_a_snippet_rule_s_derivative_bodies_compute_in_float32_too(torch_dtype, 
     assert grads.dtype == jax_dtype and error(grads) <= 0.5
 
 
-class _AtenOps(torch.utils._python_dispatch.TorchDispatchMode):
-    """The aten ops run inside it, by name."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
-
-
 def _ops_of_value_and_gradient(f, x: torch.Tensor) -> list[str]:
     leaf = x.clone().requires_grad_()
-    with _AtenOps() as recorded:
+    with AtenOps() as recorded:
         out = f(leaf)
         out.backward(torch.ones_like(out))
     return recorded.ops
