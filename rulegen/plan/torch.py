@@ -425,11 +425,9 @@ def _first_order_test(t: _Torch) -> str:
 
 def _tangents_broadcast(t: _Torch) -> bool:
     """Whether an output's tangent lacks the outputs' shape (see `_jvp_results`), which jvp then broadcasts to."""
-    return any(
-        needs_broadcast(t.d, linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, TANGENT))
-        for o in t.rule.outputs
-        if o.differentiable and linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, TANGENT) != 0
-    )
+    differentiable = [o.name for o in t.rule.outputs if o.differentiable]
+    tangents = (linear_combination(t.d, t.jvp_partials, o, t.diff_inputs, TANGENT) for o in differentiable)
+    return any(needs_broadcast(t.d, tangent) for tangent in tangents if tangent != 0)
 
 
 def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
