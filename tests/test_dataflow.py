@@ -173,16 +173,21 @@ IMPORTS_AS_TEXT = {
 }
 
 
+def _compiler_modules(but: str) -> Iterator[tuple[str, ast.Module]]:
+    """(path relative to the package, parsed module) of every compiler module but the runtime it ships and `but`."""
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if not rel.startswith("runtime/") and rel != but:
+            yield rel, ast.parse(path.read_text())
+
+
 @pytest.mark.unit
 def test_imports_are_data_and_printed_in_one_place():
     """A generated module's imports are `rulegen.code.Import`s, printed by `code.import_statements` and read by
     `needs_of` off their fields: no stage writes an import statement as text, or parses one back."""
     found = set()
-    for path in PACKAGE.rglob("*.py"):
-        rel = path.relative_to(PACKAGE).as_posix()
-        if rel.startswith("runtime/") or rel == "code.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
+    for rel, tree in _compiler_modules(but="code.py"):
+        for node in ast.walk(tree):
             if isinstance(node, ast.JoinedStr):  # each formatted value as a name
                 text = "".join(str(v.value) if isinstance(v, ast.Constant) else "x" for v in node.values)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -200,11 +205,8 @@ def test_tangent_and_cotangent_names_are_spelled_by_names_py_alone():
     from rulegen.names import COTANGENT, TANGENT
 
     found = []
-    for path in PACKAGE.rglob("*.py"):
-        rel = path.relative_to(PACKAGE).as_posix()
-        if rel.startswith("runtime/") or rel == "names.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
+    for rel, tree in _compiler_modules(but="names.py"):
+        for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in (TANGENT, COTANGENT):
                 found.append((rel, node.lineno))
             if isinstance(node, ast.JoinedStr):
