@@ -330,6 +330,14 @@ class cotangent_term(sp.Function):  # noqa: N801
     nargs = 2
 
 
+class cotangent_sum(sp.Function):  # noqa: N801
+    """cotangent_sum(x, t1, t2, ...): the gradient of input x, the sum of the `cotangent_term`s present.
+
+    Only the present terms are added (an absent one is no `+ 0.0`, a kernel
+    of its own), in x's shape; none present, no gradient.
+    """
+
+
 class softplus_scaled(sp.Function):  # noqa: N801
     """softplus(beta * u) / beta, torch's softplus with its `beta`: softplus_scaled(u, beta)."""
 
@@ -999,8 +1007,10 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("silu_derivative", silu_derivative, internal=True, torch_only=True),
     # Printed as the runtime's `silu_backward` (torch/_native.py): torch's kernel where nothing differentiates it.
     MathFunction("silu_backward", silu_backward, internal=True, torch_only=True, torch_one_kernel=True),
-    # Printed as `(0.0 if c is None else c * p)`: a backward's term for a cotangent that may be absent.
+    # Printed as `None if c is None else c * p`: a backward's term for a cotangent that may be absent.
     MathFunction("cotangent_term", cotangent_term, internal=True, torch_only=True),
+    # Printed as the runtime's `summed_like(x, *terms)` (torch/_function.py): the present terms' sum.
+    MathFunction("cotangent_sum", cotangent_sum, internal=True, torch_only=True),
     MathFunction(
         "softplus_scaled", softplus_scaled, torch="torch.nn.functional.softplus", internal=True, torch_only=True
     ),

@@ -53,6 +53,9 @@ SOFTPLUS_THRESHOLD = 40.0
 # silu's backward kernel, called through a runtime helper: autograd cannot differentiate it.
 SILU_BACKWARD_IMPORT = Import("._native", "silu_backward")
 
+# A gradient summed over the cotangents present (functions.cotangent_sum), the runtime's.
+SUMMED_LIKE_IMPORT = Import("._function", "summed_like")
+
 # The power of two that a homogeneous expression's inputs are scaled by (functions.binade), the runtime's.
 BINADE_IMPORT = Import("._util", "binade")
 
@@ -531,7 +534,11 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     def _print_cotangent_term(self, expr: fn.cotangent_term) -> str:
         cotangent, partial = expr.args
         product = self._print(cotangent if partial == 1 else sp.Mul(cotangent, partial, evaluate=False))
-        return f"(0.0 if {self._print(cotangent)} is None else {product})"
+        return f"None if {self._print(cotangent)} is None else {product}"
+
+    def _print_cotangent_sum(self, expr: fn.cotangent_sum) -> str:
+        self.module_imports_.add(SUMMED_LIKE_IMPORT)
+        return f"{self._spelled('summed_like')}({', '.join(self._print(a) for a in expr.args)})"
 
     def _print_silu_backward(self, expr: fn.silu_backward) -> str:
         self.module_imports_.add(SILU_BACKWARD_IMPORT)

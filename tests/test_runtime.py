@@ -129,14 +129,17 @@ def test_broadcast_allocates_only_where_the_shape_or_dtype_differs():
     assert broadcast(torch.ones(3, dtype=torch.float32), x).dtype == torch.float64
 
 
-def test_shaped_like_sums_or_broadcasts_a_gradient_to_its_inputs_shape():
-    from rulegen.runtime.torch._function import shaped_like
+def test_summed_like_adds_the_present_terms_in_the_inputs_shape():
+    from rulegen.runtime.torch._function import summed_like
 
     x = torch.ones(3, dtype=torch.float64)
     grad = torch.full((3,), 2.0, dtype=torch.float64)
-    assert shaped_like(grad, x) is grad
-    torch.testing.assert_close(shaped_like(torch.ones(2, 3, dtype=torch.float64), x), grad)
-    torch.testing.assert_close(shaped_like(0.0, x), torch.zeros(3, dtype=torch.float64))
+    assert summed_like(x, grad) is grad
+    assert summed_like(x, None, grad, None) is grad
+    torch.testing.assert_close(summed_like(x, torch.ones(2, 3, dtype=torch.float64)), grad)
+    torch.testing.assert_close(summed_like(x, None, 1.0, grad), torch.full((3,), 3.0, dtype=torch.float64))
+    torch.testing.assert_close(summed_like(x, 0.0), torch.zeros(3, dtype=torch.float64))
+    assert summed_like(x, None, None) is None
 
 
 def test_a_function_saves_only_what_its_derivatives_read():

@@ -375,3 +375,18 @@ def test_low_precision_rounds_once(package, name, beta, dtype):
         assert got.dtype == dtype
         error = np.abs(got.detach().double().numpy() - exact) / np.maximum(np.abs(exact), 1.0) / eps
         assert error.max() <= 0.5 + 1e-3
+
+
+def test_an_absent_cotangent_adds_nothing_to_the_gradient():
+    # One output of two asked about: the other's cotangent is None.  It was read as the number 0.0 and added,
+    # a kernel of its own that also turned autodiff's -0.0 into 0.0 (d cos(x)/dx at 0 is -0.0).
+    from generated.torch import sincos
+
+    x = torch.tensor([0.0, 1.0, -2.0], dtype=torch.float64, requires_grad=True)
+    for output, derivative in (("sin", torch.cos), ("cos", lambda x: -torch.sin(x))):
+        value = sincos(x)[output]
+        with AtenOps() as ops:
+            (gradient,) = torch.autograd.grad(value, x, torch.ones_like(value))
+        expected = derivative(x.detach())
+        assert torch.equal(gradient, expected) and torch.equal(torch.signbit(gradient), torch.signbit(expected))
+        assert "add" not in ops.kernels and len(ops.kernels) <= 3, ops.kernels

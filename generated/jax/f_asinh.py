@@ -44,7 +44,7 @@ def _f_asinh_jvp(primals, tangents):
     t0 = x**2
     t1 = jnp.abs(x) < 1900000.0
     out = jnp.arcsinh(x)
-    out_dot = x_dot * jnp.where(
+    return out, x_dot * jnp.where(
         t1,
         jax.lax.rsqrt(t0 + 1),
         1
@@ -53,4 +53,3 @@ def _f_asinh_jvp(primals, tangents):
             * jnp.abs(jnp.where(t1, 3800064.0, x))
         ),
     )
-    return out, out_dot

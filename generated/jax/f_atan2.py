@@ -53,7 +53,6 @@ def _f_atan2_jvp(primals, tangents):
     t3 = t0 < 3.9e-14
     t4 = jnp.where(t3, x, 1.9498291869979312e-14) / y
     t5 = jnp.where(t3, 7.799316747991725e-14, x)
-    out_dot = x_dot * ((-t2 / (t2**2 + (x / t1) ** 2)) / t1) + y_dot * jnp.where(
+    return out, x_dot * ((-t2 / (t2**2 + (x / t1) ** 2)) / t1) + y_dot * jnp.where(
         t3, t4 * (1 / y) / (t4**2 + 1), 1 / (t5 * ((y / t5) ** 2 + 1))
     )
-    return out, out_dot

@@ -36,12 +36,11 @@ def _f_digamma(x):
     t0 = x < 0
     t1 = jnp.where(t0, x, -1 / 2)
     t2 = math.pi * (t1 - jnp.floor(t1 + 1 / 2))
-    out = jnp.where(
+    return jnp.where(
         t0,
         jax.scipy.special.digamma(1 - t1) - math.pi * jnp.cos(t2) / jnp.sin(t2),
         jax.scipy.special.digamma(x),
     )
-    return out
 
 
 @_f_digamma.defjvp
@@ -54,10 +53,9 @@ def _f_digamma_jvp(primals, tangents):
     t0 = x < 0
     t1 = jnp.where(t0, x, -1 / 2)
     t2 = math.pi * (t1 - jnp.floor(t1 + 1 / 2))
-    out_dot = x_dot * jnp.where(
+    return out, x_dot * jnp.where(
         t0,
         -math.pi * (-math.pi - math.pi * jnp.cos(t2) ** 2 / jnp.sin(t2) ** 2)
         - jax.scipy.special.polygamma(1, 1 - t1),
         jax.scipy.special.polygamma(1, x),
     )
-    return out, out_dot

@@ -44,7 +44,7 @@ def _f_gamma_jvp(primals, tangents):
     t1 = x < 0
     t2 = jnp.where(t1, x, -1 / 2)
     t3 = math.pi * (t2 - jnp.floor(t2 + 1 / 2))
-    out_dot = x_dot * (
+    return out, x_dot * (
         out
         * jnp.where(
             t1,
@@ -52,4 +52,3 @@ def _f_gamma_jvp(primals, tangents):
             jax.scipy.special.digamma(x),
         )
     )
-    return out, out_dot

@@ -34,8 +34,7 @@ def f_gelu_tanh(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_gelu_tanh(x):
-    out = x * (jnp.tanh(math.sqrt(2 / math.pi) * (0.044715 * x**3 + x)) + 1) / 2
-    return out
+    return x * (jnp.tanh(math.sqrt(2 / math.pi) * (0.044715 * x**3 + x)) + 1) / 2
 
 
 @_f_gelu_tanh.defjvp
@@ -45,5 +44,4 @@ def _f_gelu_tanh_jvp(primals, tangents):
     t0 = math.sqrt(2 / math.pi)
     t1 = jnp.tanh(t0 * (0.044715 * x**3 + x))
     out = x * (t1 + 1) / 2
-    out_dot = x_dot * (t0 * out * (1 - t1) * (0.134145 * x**2 + 1) + t1 / 2 + 1 / 2)
-    return out, out_dot
+    return out, x_dot * (t0 * out * (1 - t1) * (0.134145 * x**2 + 1) + t1 / 2 + 1 / 2)

@@ -44,9 +44,8 @@ def _f_loggamma_jvp(primals, tangents):
     t1 = jnp.where(t0, x, -1 / 2)
     t2 = math.pi * (t1 - jnp.floor(t1 + 1 / 2))
     out = jax.scipy.special.gammaln(x)
-    out_dot = x_dot * jnp.where(
+    return out, x_dot * jnp.where(
         t0,
         jax.scipy.special.digamma(1 - t1) - math.pi * jnp.cos(t2) / jnp.sin(t2),
         jax.scipy.special.digamma(x),
     )
-    return out, out_dot

@@ -30,8 +30,7 @@ def f_mish(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_mish(x):
-    out = x * jnp.tanh(jnp.where(x >= 0, x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x))))
-    return out
+    return x * jnp.tanh(jnp.where(x >= 0, x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x))))
 
 
 @_f_mish.defjvp
@@ -42,5 +41,4 @@ def _f_mish_jvp(primals, tangents):
     t1 = jnp.exp(-jnp.abs(x))
     t2 = jnp.tanh(jnp.where(t0, x, 0) + jnp.log1p(t1))
     out = t2 * x
-    out_dot = x_dot * (t2 + x * (1 - t2) * (t2 + 1) * jnp.where(t0, 1, t1) / (t1 + 1))
-    return out, out_dot
+    return out, x_dot * (t2 + x * (1 - t2) * (t2 + 1) * jnp.where(t0, 1, t1) / (t1 + 1))

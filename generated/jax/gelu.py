@@ -45,5 +45,4 @@ def _gelu_jvp(primals, tangents):
     t1 = math.sqrt(2) * t0
     t2 = jax.scipy.special.erf(t1)
     out = t0 * (t2 + 1)
-    out_dot = x_dot * ((1 / math.sqrt(math.pi)) * t1 * jnp.exp(-(x**2) / 2) + t2 / 2 + 1 / 2)
-    return out, out_dot
+    return out, x_dot * ((1 / math.sqrt(math.pi)) * t1 * jnp.exp(-(x**2) / 2) + t2 / 2 + 1 / 2)

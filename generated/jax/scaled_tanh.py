@@ -37,8 +37,7 @@ def scaled_tanh(x: jax.typing.ArrayLike, log_scale=0.5) -> jax.Array:
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _scaled_tanh(x, log_scale):
-    out = jnp.tanh(x * _numbers.exp(log_scale)) / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)
-    return out
+    return jnp.tanh(x * _numbers.exp(log_scale)) / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)
 
 
 @_scaled_tanh.defjvp

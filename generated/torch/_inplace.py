@@ -14,8 +14,12 @@ from ._plain import plain_tensors
 
 
 def plain(*tensors):
-    """Whether in-place bodies may run: plain tensors (see above) of one float dtype and shape."""
-    if torch.compiler.is_compiling():
+    """Whether in-place bodies may run: plain tensors (see above) of one float dtype and shape.
+
+    An absent cotangent (None) is not one: the in-place backward reads every
+    output's.
+    """
+    if torch.compiler.is_compiling() or any(t is None for t in tensors):
         return False
     first = tensors[0]
     if not first.is_floating_point() or any(

@@ -29,7 +29,7 @@ class CMobius(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         z, a = ctx.saved_tensors
-        if plain(z, a, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+        if plain(z, a, out_bar) and all(ctx.needs_input_grad):
             t0 = torch.conj_physical(z)
             t1 = t0 + 2
             t2 = torch.conj_physical(a)

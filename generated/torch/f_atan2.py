@@ -25,7 +25,7 @@ class FAtan2(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         y, x = ctx.saved_tensors
-        if plain(y, x, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+        if plain(y, x, out_bar) and all(ctx.needs_input_grad):
             t0 = torch.abs(x)
             t1 = t0 < 3.9e-14
             t2 = torch.where(t1, x, 1.9498291869979312e-14) / y
@@ -66,10 +66,9 @@ class FAtan2(torch.autograd.Function):
         t3 = t0 < 3.9e-14
         t4 = torch.where(t3, x, 1.9498291869979312e-14) / y
         t5 = torch.where(t3, 7.799316747991725e-14, x)
-        out_dot = x_dot * ((-t2 / (t2**2 + (x / t1) ** 2)) / t1) + y_dot * torch.where(
+        return x_dot * ((-t2 / (t2**2 + (x / t1) ** 2)) / t1) + y_dot * torch.where(
             t3, t4 * (1 / y) / (t4**2 + 1), 1 / (t5 * ((y / t5) ** 2 + 1))
         )
-        return out_dot
 
 
 _apply_f_atan2 = routed(FAtan2, "f_atan2_rule", "(Tensor y, Tensor x) -> Tensor")

@@ -20,12 +20,11 @@ class FDigamma(torch.autograd.Function):
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
         t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
-        out = torch.where(
+        return torch.where(
             t0,
             torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
             torch.special.digamma(x),
         )
-        return out
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -38,13 +37,12 @@ class FDigamma(torch.autograd.Function):
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
         t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
-        x_bar = out_bar * torch.where(
+        return out_bar * torch.where(
             t0,
             -math.pi * (-math.pi - math.pi * torch.cos(t2) ** 2 / torch.sin(t2) ** 2)
             - torch.special.polygamma(1, 1 - t1),
             torch.special.polygamma(1, x),
         )
-        return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
@@ -52,13 +50,12 @@ class FDigamma(torch.autograd.Function):
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
         t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
-        out_dot = x_dot * torch.where(
+        return x_dot * torch.where(
             t0,
             -math.pi * (-math.pi - math.pi * torch.cos(t2) ** 2 / torch.sin(t2) ** 2)
             - torch.special.polygamma(1, 1 - t1),
             torch.special.polygamma(1, x),
         )
-        return out_dot
 
 
 _apply_f_digamma = routed(FDigamma, "f_digamma_rule", "(Tensor x) -> Tensor")

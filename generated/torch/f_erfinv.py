@@ -31,14 +31,12 @@ class FErfinv(torch.autograd.Function):
             t0 = torch.special.erfinv(x)
             t0.square_().exp_().mul_(math.sqrt(math.pi) / 2).mul_(out_bar)
             return t0
-        x_bar = out_bar * ((math.sqrt(math.pi) / 2) * torch.exp(torch.special.erfinv(x) ** 2))
-        return x_bar
+        return out_bar * ((math.sqrt(math.pi) / 2) * torch.exp(torch.special.erfinv(x) ** 2))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        out_dot = x_dot * ((math.sqrt(math.pi) / 2) * torch.exp(torch.special.erfinv(x) ** 2))
-        return out_dot
+        return x_dot * ((math.sqrt(math.pi) / 2) * torch.exp(torch.special.erfinv(x) ** 2))
 
 
 _apply_f_erfinv = routed(FErfinv, "f_erfinv_rule", "(Tensor x) -> Tensor")

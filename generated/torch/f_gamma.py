@@ -17,12 +17,11 @@ class FGamma(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.exp(torch.special.gammaln(x)) * torch.where(
+        return torch.exp(torch.special.gammaln(x)) * torch.where(
             (x < 0) & (x == torch.floor(x)),
             math.nan,
             torch.where((x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0),
         )
-        return out
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -35,7 +34,7 @@ class FGamma(torch.autograd.Function):
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
         t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
-        x_bar = out_bar * (
+        return out_bar * (
             torch.where(
                 t0,
                 torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
@@ -48,7 +47,6 @@ class FGamma(torch.autograd.Function):
                 torch.where((x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0),
             )
         )
-        return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
@@ -56,7 +54,7 @@ class FGamma(torch.autograd.Function):
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
         t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
-        out_dot = x_dot * (
+        return x_dot * (
             torch.where(
                 t0,
                 torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
@@ -69,7 +67,6 @@ class FGamma(torch.autograd.Function):
                 torch.where((x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0),
             )
         )
-        return out_dot
 
 
 _apply_f_gamma = routed(FGamma, "f_gamma_rule", "(Tensor x) -> Tensor")

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like
+from ._function import plain, routed, save_for_derivatives, summed_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -36,29 +36,22 @@ class FGeluTanh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar, saved_tanh_bar):
         x, saved_tanh = ctx.saved_tensors
-        if out_bar is not None and saved_tanh_bar is None:
-            if plain(x, saved_tanh, out_bar):
-                t0 = saved_tanh / 2
-                t0.add_(1 / 2)
-                t1 = saved_tanh**2
-                t1.neg_().add_(1)
-                t2 = x**2
-                t2.mul_(0.134145).add_(1)
-                t1.mul_(t2)
-                t0.addcmul_(t1, x, value=1 / math.sqrt(2 * math.pi)).mul_(out_bar)
-                return t0
-            x_bar = out_bar * (
-                saved_tanh / 2
-                + x * (1 - saved_tanh**2) * (0.134145 * x**2 + 1) / math.sqrt(2 * math.pi)
-                + 1 / 2
-            )
-            return x_bar
-        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
+        if saved_tanh_bar is None and plain(x, saved_tanh, out_bar):
+            t0 = saved_tanh / 2
+            t0.add_(1 / 2)
+            t1 = saved_tanh**2
+            t1.neg_().add_(1)
+            t2 = x**2
+            t2.mul_(0.134145).add_(1)
+            t1.mul_(t2)
+            t0.addcmul_(t1, x, value=1 / math.sqrt(2 * math.pi)).mul_(out_bar)
+            return t0
         t0 = math.sqrt(2 / math.pi) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
-        x_bar = (0.0 if out_bar is None else out_bar * (saved_tanh / 2 + t0 * x / 2 + 1 / 2)) + (
-            0.0 if saved_tanh_bar is None else saved_tanh_bar * t0
+        return summed_like(
+            x,
+            None if out_bar is None else out_bar * (saved_tanh / 2 + t0 * x / 2 + 1 / 2),
+            None if saved_tanh_bar is None else saved_tanh_bar * t0,
         )
-        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):

@@ -25,7 +25,7 @@ class FHypot(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
-        if plain(x, y, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+        if plain(x, y, out_bar) and all(ctx.needs_input_grad):
             t0 = torch.hypot(x, y)
             t1 = x / t0
             t1.mul_(out_bar)

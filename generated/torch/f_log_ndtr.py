@@ -33,18 +33,14 @@ class FLogNdtr(torch.autograd.Function):
                 1 / math.sqrt(2 * math.pi)
             ).mul_(out_bar)
             return t0
-        x_bar = out_bar * (
+        return out_bar * (
             torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x)) / math.sqrt(2 * math.pi)
         )
-        return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        out_dot = x_dot * (
-            torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x)) / math.sqrt(2 * math.pi)
-        )
-        return out_dot
+        return x_dot * (torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x)) / math.sqrt(2 * math.pi))
 
 
 _apply_f_log_ndtr = routed(FLogNdtr, "f_log_ndtr_rule", "(Tensor x) -> Tensor")

@@ -25,7 +25,7 @@ class FLogaddexp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
-        if plain(x, y, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+        if plain(x, y, out_bar) and all(ctx.needs_input_grad):
             t0 = -y
             t0.add_(x)
             t1 = torch.ops.aten.softplus_backward(out_bar, t0, 1.0, 40.0)
@@ -46,10 +46,9 @@ class FLogaddexp(torch.autograd.Function):
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
         t0 = x - y
-        out_dot = torch.ops.aten.softplus_backward(
+        return torch.ops.aten.softplus_backward(
             x_dot, t0, 1.0, 40.0
         ) + torch.ops.aten.softplus_backward(y_dot, t0, -1.0, 40.0)
-        return out_dot
 
 
 _apply_f_logaddexp = routed(FLogaddexp, "f_logaddexp_rule", "(Tensor x, Tensor y) -> Tensor")

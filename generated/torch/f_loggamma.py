@@ -30,12 +30,11 @@ class FLoggamma(torch.autograd.Function):
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
         t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
-        x_bar = out_bar * torch.where(
+        return out_bar * torch.where(
             t0,
             torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
             torch.special.digamma(x),
         )
-        return x_bar
 
     @staticmethod
     def jvp(ctx, x_dot):
@@ -43,12 +42,11 @@ class FLoggamma(torch.autograd.Function):
         t0 = x < 0
         t1 = torch.where(t0, x, -1 / 2)
         t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
-        out_dot = x_dot * torch.where(
+        return x_dot * torch.where(
             t0,
             torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
             torch.special.digamma(x),
         )
-        return out_dot
 
 
 _apply_f_loggamma = routed(FLoggamma, "f_loggamma_rule", "(Tensor x) -> Tensor")

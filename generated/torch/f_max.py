@@ -25,7 +25,7 @@ class FMax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
-        if plain(x, y, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+        if plain(x, y, out_bar) and all(ctx.needs_input_grad):
             t0 = -y
             t0.add_(x)
             t1 = (torch.sign(t0) + 1) / 2
@@ -48,8 +48,7 @@ class FMax(torch.autograd.Function):
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
         t0 = x - y
-        out_dot = x_dot * (torch.sign(t0) + 1) / 2 + y_dot * (torch.sign(-t0) + 1) / 2
-        return out_dot
+        return x_dot * (torch.sign(t0) + 1) / 2 + y_dot * (torch.sign(-t0) + 1) / 2
 
 
 _apply_f_max = routed(FMax, "f_max_rule", "(Tensor x, Tensor y) -> Tensor")

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like
+from ._function import plain, routed, save_for_derivatives, summed_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -33,23 +33,18 @@ class FMish(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar, saved_tanh_bar):
         x, saved_tanh = ctx.saved_tensors
-        if out_bar is not None and saved_tanh_bar is None:
-            if plain(x, saved_tanh, out_bar):
-                t0 = saved_tanh**2
-                t0.neg_().add_(1).mul_(torch.nn.functional.silu(x)).add_(saved_tanh).mul_(out_bar)
-                return t0
-            x_bar = out_bar * (saved_tanh + (1 - saved_tanh**2) * torch.nn.functional.silu(x))
-            return x_bar
-        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
+        if saved_tanh_bar is None and plain(x, saved_tanh, out_bar):
+            t0 = saved_tanh**2
+            t0.neg_().add_(1).mul_(torch.nn.functional.silu(x)).add_(saved_tanh).mul_(out_bar)
+            return t0
         t0 = 1 - saved_tanh**2
-        x_bar = (
-            0.0 if out_bar is None else out_bar * (saved_tanh + t0 * torch.nn.functional.silu(x))
-        ) + (
-            0.0
+        return summed_like(
+            x,
+            None if out_bar is None else out_bar * (saved_tanh + t0 * torch.nn.functional.silu(x)),
+            None
             if saved_tanh_bar is None
-            else saved_tanh_bar * torch.ops.aten.softplus_backward(t0, x, 1.0, 40.0)
+            else saved_tanh_bar * torch.ops.aten.softplus_backward(t0, x, 1.0, 40.0),
         )
-        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):

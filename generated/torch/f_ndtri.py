@@ -31,14 +31,12 @@ class FNdtri(torch.autograd.Function):
             t0 = torch.special.ndtri(x)
             t0.square_().mul_(1 / 2).exp_().mul_(math.sqrt(2 * math.pi)).mul_(out_bar)
             return t0
-        x_bar = out_bar * (math.sqrt(2 * math.pi) * torch.exp(torch.special.ndtri(x) ** 2 / 2))
-        return x_bar
+        return out_bar * (math.sqrt(2 * math.pi) * torch.exp(torch.special.ndtri(x) ** 2 / 2))
 
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        out_dot = x_dot * (math.sqrt(2 * math.pi) * torch.exp(torch.special.ndtri(x) ** 2 / 2))
-        return out_dot
+        return x_dot * (math.sqrt(2 * math.pi) * torch.exp(torch.special.ndtri(x) ** 2 / 2))
 
 
 _apply_f_ndtri = routed(FNdtri, "f_ndtri_rule", "(Tensor x) -> Tensor")

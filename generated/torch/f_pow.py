@@ -26,7 +26,7 @@ class FPow(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y, out = ctx.saved_tensors
-        if plain(x, y, out, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+        if plain(x, y, out, out_bar) and all(ctx.needs_input_grad):
             t0 = out * y / x
             t0.mul_(out_bar)
             t1 = torch.log(x)

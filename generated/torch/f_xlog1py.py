@@ -25,7 +25,7 @@ class FXlog1py(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
-        if plain(x, y, out_bar) and ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+        if plain(x, y, out_bar) and all(ctx.needs_input_grad):
             t0 = torch.log1p(y)
             t0.mul_(out_bar)
             t1 = x / (y + 1)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like
+from ._function import plain, routed, save_for_derivatives, summed_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -35,23 +35,18 @@ class Gelu(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar, saved_one_plus_erf_bar):
         x, saved_one_plus_erf = ctx.saved_tensors
-        if out_bar is not None and saved_one_plus_erf_bar is None:
-            if plain(x, saved_one_plus_erf, out_bar):
-                t0 = x**2
-                t0.mul_(-1 / 2).exp_().mul_(x).mul_(1 / math.sqrt(2 * math.pi)).add_(
-                    saved_one_plus_erf
-                ).mul_(out_bar)
-                return t0
-            x_bar = out_bar * (
-                saved_one_plus_erf + x * torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
-            )
-            return x_bar
-        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
+        if saved_one_plus_erf_bar is None and plain(x, saved_one_plus_erf, out_bar):
+            t0 = x**2
+            t0.mul_(-1 / 2).exp_().mul_(x).mul_(1 / math.sqrt(2 * math.pi)).add_(
+                saved_one_plus_erf
+            ).mul_(out_bar)
+            return t0
         t0 = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
-        x_bar = (0.0 if out_bar is None else out_bar * (saved_one_plus_erf + t0 * x)) + (
-            0.0 if saved_one_plus_erf_bar is None else saved_one_plus_erf_bar * t0
+        return summed_like(
+            x,
+            None if out_bar is None else out_bar * (saved_one_plus_erf + t0 * x),
+            None if saved_one_plus_erf_bar is None else saved_one_plus_erf_bar * t0,
         )
-        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like
+from ._function import plain, routed, save_for_derivatives, summed_like
 from ._util import as_tensors, binade, in_float32, rounded, unpack_tuple
 
 
@@ -58,62 +58,47 @@ class HypotPair(torch.autograd.Function):
             ctx.saved_tensors
         )
         if (
-            out_bar is not None
-            and saved_value_bar is None
+            saved_value_bar is None
             and saved_divided_bar is None
             and saved_divided2_bar is None
             and saved_divided3_bar is None
             and saved_binade_bar is None
-        ):
-            if (
-                plain(
-                    x,
-                    y,
-                    saved_value,
-                    saved_divided,
-                    saved_divided2,
-                    saved_divided3,
-                    saved_binade,
-                    out_bar,
-                )
-                and ctx.needs_input_grad[0]
-                and ctx.needs_input_grad[1]
-            ):
-                t0 = 1 / (saved_binade * saved_divided * saved_value)
-                t1 = saved_divided2 * t0
-                t1.mul_(out_bar)
-                t2 = saved_divided3 * t0
-                t2.mul_(out_bar)
-                return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
-            t0 = 1 / (saved_binade * saved_divided * saved_value)
-            return (
-                (out_bar * (saved_divided2 * t0)).sum_to_size(x.shape)
-                if ctx.needs_input_grad[0]
-                else None
-            ), (
-                (out_bar * (saved_divided3 * t0)).sum_to_size(y.shape)
-                if ctx.needs_input_grad[1]
-                else None
+            and plain(
+                x,
+                y,
+                saved_value,
+                saved_divided,
+                saved_divided2,
+                saved_divided3,
+                saved_binade,
+                out_bar,
             )
-        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
+            and all(ctx.needs_input_grad)
+        ):
+            t0 = 1 / (saved_binade * saved_divided * saved_value)
+            t1 = saved_divided2 * t0
+            t1.mul_(out_bar)
+            t2 = saved_divided3 * t0
+            t2.mul_(out_bar)
+            return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t2 = 1 / (saved_binade * saved_value)
         t3 = saved_divided2 * t2
         t4 = saved_divided3 * t2
         return (
-            shaped_like(
-                (0.0 if out_bar is None else out_bar * (t3 / saved_divided))
-                + (0.0 if saved_divided2_bar is None else saved_divided2_bar / saved_binade)
-                + (0.0 if saved_value_bar is None else saved_value_bar * t3),
+            summed_like(
                 x,
+                None if out_bar is None else out_bar * (t3 / saved_divided),
+                None if saved_value_bar is None else saved_value_bar * t3,
+                None if saved_divided2_bar is None else saved_divided2_bar / saved_binade,
             )
             if ctx.needs_input_grad[0]
             else None
         ), (
-            shaped_like(
-                (0.0 if out_bar is None else out_bar * (t4 / saved_divided))
-                + (0.0 if saved_divided3_bar is None else saved_divided3_bar / saved_binade)
-                + (0.0 if saved_value_bar is None else saved_value_bar * t4),
+            summed_like(
                 y,
+                None if out_bar is None else out_bar * (t4 / saved_divided),
+                None if saved_value_bar is None else saved_value_bar * t4,
+                None if saved_divided3_bar is None else saved_divided3_bar / saved_binade,
             )
             if ctx.needs_input_grad[1]
             else None

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like
+from ._function import plain, routed, save_for_derivatives, summed_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -32,13 +32,11 @@ class MyCube(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar, dx_bar):
         x, dx = ctx.saved_tensors
-        if out_bar is not None and dx_bar is None:
-            return dx * out_bar
-        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
-        x_bar = (0.0 if dx_bar is None else dx_bar * (6 * x)) + (
-            0.0 if out_bar is None else dx * out_bar
+        return summed_like(
+            x,
+            None if out_bar is None else dx * out_bar,
+            None if dx_bar is None else dx_bar * (6 * x),
         )
-        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):

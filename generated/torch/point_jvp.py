@@ -6,7 +6,7 @@ tuple out.
 
 import torch
 
-from ._function import broadcast, plain, routed, save_for_derivatives, shaped_like
+from ._function import broadcast, plain, routed, save_for_derivatives, summed_like
 from ._util import as_tensors, in_float32, rounded, unpack_fields
 
 
@@ -30,35 +30,22 @@ class PointJvp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, a_bar, b0_bar, b1_bar):
         x, y = ctx.saved_tensors
-        if a_bar is not None and b0_bar is not None and b1_bar is not None:
-            if (
-                plain(x, y, a_bar, b0_bar, b1_bar)
-                and ctx.needs_input_grad[0]
-                and ctx.needs_input_grad[1]
-            ):
-                t0 = 2 * x
-                t0.mul_(a_bar).addcmul_(torch.cos(x), b0_bar)
-                t2 = torch.sin(y)
-                t2.neg_().mul_(b1_bar)
-                return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
-            return (
-                (a_bar * (2 * x) + b0_bar * torch.cos(x)).sum_to_size(x.shape)
-                if ctx.needs_input_grad[0]
-                else None
-            ), (
-                (b1_bar * (-torch.sin(y))).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
-            )
-        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
+        if plain(x, y, a_bar, b0_bar, b1_bar) and all(ctx.needs_input_grad):
+            t0 = 2 * x
+            t0.mul_(a_bar).addcmul_(torch.cos(x), b0_bar)
+            t2 = torch.sin(y)
+            t2.neg_().mul_(b1_bar)
+            return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         return (
-            shaped_like(
-                (0.0 if a_bar is None else a_bar * (2 * x))
-                + (0.0 if b0_bar is None else b0_bar * torch.cos(x)),
+            summed_like(
                 x,
+                None if a_bar is None else a_bar * (2 * x),
+                None if b0_bar is None else b0_bar * torch.cos(x),
             )
             if ctx.needs_input_grad[0]
             else None
         ), (
-            shaped_like((0.0 if b1_bar is None else b1_bar * (-torch.sin(y))), y)
+            summed_like(y, None if b1_bar is None else b1_bar * (-torch.sin(y)))
             if ctx.needs_input_grad[1]
             else None
         )

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like
+from ._function import plain, routed, save_for_derivatives, summed_like
 from ._util import as_tensors, binade, in_float32, rounded
 
 
@@ -26,27 +26,7 @@ class Polar(torch.autograd.Function):
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
         x, y = ctx.saved_tensors
-        if r_bar is not None and theta_bar is not None:
-            if (
-                plain(x, y, r_bar, theta_bar)
-                and ctx.needs_input_grad[0]
-                and ctx.needs_input_grad[1]
-            ):
-                t0 = torch.hypot(x, y)
-                t1 = torch.abs(y)
-                t2 = t1 < 3.9e-14
-                t3 = torch.where(t2, y, 1.9498291869979312e-14) / x
-                t4 = torch.where(t2, 7.799316747991725e-14, y)
-                t5 = binade(torch.maximum(t1, torch.abs(x)))
-                t6 = x / t5
-                t7 = x / t0
-                t7.mul_(r_bar).add_(
-                    theta_bar
-                    * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1)))
-                )
-                t9 = y / t0
-                t9.mul_(r_bar).addcmul_(((t6 / (t6**2 + (y / t5) ** 2)) / t5), theta_bar)
-                return t7.sum_to_size(x.shape), t9.sum_to_size(y.shape)
+        if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
             t0 = torch.hypot(x, y)
             t1 = torch.abs(y)
             t2 = t1 < 3.9e-14
@@ -54,22 +34,14 @@ class Polar(torch.autograd.Function):
             t4 = torch.where(t2, 7.799316747991725e-14, y)
             t5 = binade(torch.maximum(t1, torch.abs(x)))
             t6 = x / t5
-            return (
-                (
-                    r_bar * (x / t0)
-                    + theta_bar
-                    * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1)))
-                ).sum_to_size(x.shape)
-                if ctx.needs_input_grad[0]
-                else None
-            ), (
-                (r_bar * (y / t0) + theta_bar * ((t6 / (t6**2 + (y / t5) ** 2)) / t5)).sum_to_size(
-                    y.shape
-                )
-                if ctx.needs_input_grad[1]
-                else None
+            t7 = x / t0
+            t7.mul_(r_bar).add_(
+                theta_bar
+                * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1)))
             )
-        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
+            t9 = y / t0
+            t9.mul_(r_bar).addcmul_(((t6 / (t6**2 + (y / t5) ** 2)) / t5), theta_bar)
+            return t7.sum_to_size(x.shape), t9.sum_to_size(y.shape)
         t0 = torch.hypot(x, y)
         t1 = torch.abs(y)
         t2 = t1 < 3.9e-14
@@ -78,23 +50,21 @@ class Polar(torch.autograd.Function):
         t5 = binade(torch.maximum(t1, torch.abs(x)))
         t6 = x / t5
         return (
-            shaped_like(
-                (0.0 if r_bar is None else r_bar * (x / t0))
-                + (
-                    0.0
-                    if theta_bar is None
-                    else theta_bar
-                    * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1)))
-                ),
+            summed_like(
                 x,
+                None if r_bar is None else r_bar * (x / t0),
+                None
+                if theta_bar is None
+                else theta_bar
+                * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1))),
             )
             if ctx.needs_input_grad[0]
             else None
         ), (
-            shaped_like(
-                (0.0 if r_bar is None else r_bar * (y / t0))
-                + (0.0 if theta_bar is None else theta_bar * ((t6 / (t6**2 + (y / t5) ** 2)) / t5)),
+            summed_like(
                 y,
+                None if r_bar is None else r_bar * (y / t0),
+                None if theta_bar is None else theta_bar * ((t6 / (t6**2 + (y / t5) ** 2)) / t5),
             )
             if ctx.needs_input_grad[1]
             else None

@@ -7,7 +7,7 @@ inside functions.
 import torch
 
 from . import _numbers
-from ._function import plain, routed, save_for_derivatives, shaped_like
+from ._function import plain, routed, save_for_derivatives, summed_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -38,27 +38,21 @@ class ScaledTanh(torch.autograd.Function):
     def backward(ctx, out_bar, saved_tanh_bar):
         x, saved_tanh = ctx.saved_tensors
         log_scale = ctx.log_scale
-        if out_bar is not None and saved_tanh_bar is None:
-            if plain(saved_tanh, out_bar):
-                t0 = saved_tanh**2
-                t0.neg_().add_(1).mul_(
-                    _numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
-                ).mul_(_numbers.exp(log_scale)).mul_(out_bar)
-                return t0, None
-            x_bar = out_bar * (
-                (1 - saved_tanh**2)
-                * _numbers.exp(log_scale)
-                / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)
-            )
-            return x_bar, None
-        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
+        if saved_tanh_bar is None and plain(saved_tanh, out_bar):
+            t0 = saved_tanh**2
+            t0.neg_().add_(1).mul_(
+                _numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
+            ).mul_(_numbers.exp(log_scale)).mul_(out_bar)
+            return t0, None
         t0 = (1 - saved_tanh**2) * _numbers.exp(log_scale)
-        x_bar = (
-            0.0
+        x_bar = summed_like(
+            x,
+            None
             if out_bar is None
-            else out_bar * (t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
-        ) + (0.0 if saved_tanh_bar is None else saved_tanh_bar * t0)
-        return shaped_like(x_bar, x), None
+            else out_bar * (t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)),
+            None if saved_tanh_bar is None else saved_tanh_bar * t0,
+        )
+        return x_bar, None
 
     @staticmethod
     def jvp(ctx, x_dot, log_scale_dot):

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like
+from ._function import plain, routed, save_for_derivatives, summed_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -28,33 +28,22 @@ class SinMul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar, saved_sin_bar):
         x, y, saved_sin = ctx.saved_tensors
-        if out_bar is not None and saved_sin_bar is None:
-            if (
-                plain(x, y, saved_sin, out_bar)
-                and ctx.needs_input_grad[0]
-                and ctx.needs_input_grad[1]
-            ):
-                t0 = torch.cos(x)
-                t0.mul_(y).mul_(out_bar)
-                t1 = out_bar * saved_sin
-                return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
-            return (
-                (out_bar * (y * torch.cos(x))).sum_to_size(x.shape)
-                if ctx.needs_input_grad[0]
-                else None
-            ), ((out_bar * saved_sin).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
-        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
+        if saved_sin_bar is None and plain(x, y, saved_sin, out_bar) and all(ctx.needs_input_grad):
+            t0 = torch.cos(x)
+            t0.mul_(y).mul_(out_bar)
+            t1 = out_bar * saved_sin
+            return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
         t0 = torch.cos(x)
         return (
-            shaped_like(
-                (0.0 if out_bar is None else out_bar * (t0 * y))
-                + (0.0 if saved_sin_bar is None else saved_sin_bar * t0),
+            summed_like(
                 x,
+                None if out_bar is None else out_bar * (t0 * y),
+                None if saved_sin_bar is None else saved_sin_bar * t0,
             )
             if ctx.needs_input_grad[0]
             else None
         ), (
-            shaped_like((0.0 if out_bar is None else out_bar * saved_sin), y)
+            summed_like(y, None if out_bar is None else out_bar * saved_sin)
             if ctx.needs_input_grad[1]
             else None
         )

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like
+from ._function import plain, routed, save_for_derivatives, summed_like
 from ._util import as_tensors, in_float32, rounded
 
 
@@ -26,17 +26,15 @@ class Sincos(torch.autograd.Function):
     @staticmethod
     def backward(ctx, s_bar, c_bar):
         (x,) = ctx.saved_tensors
-        if s_bar is not None and c_bar is not None:
-            if plain(x, s_bar, c_bar):
-                t0 = torch.sin(x)
-                t0.neg_().mul_(c_bar).addcmul_(torch.cos(x), s_bar)
-                return t0
-            return c_bar * (-torch.sin(x)) + s_bar * torch.cos(x)
-        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
-        x_bar = (0.0 if c_bar is None else c_bar * (-torch.sin(x))) + (
-            0.0 if s_bar is None else s_bar * torch.cos(x)
+        if plain(x, s_bar, c_bar):
+            t0 = torch.sin(x)
+            t0.neg_().mul_(c_bar).addcmul_(torch.cos(x), s_bar)
+            return t0
+        return summed_like(
+            x,
+            None if s_bar is None else s_bar * torch.cos(x),
+            None if c_bar is None else c_bar * (-torch.sin(x)),
         )
-        return shaped_like(x_bar, x)
 
     @staticmethod
     def jvp(ctx, x_dot):

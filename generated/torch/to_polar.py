@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives, shaped_like
+from ._function import plain, routed, save_for_derivatives, summed_like
 from ._util import as_tensors, binade, in_float32, rounded
 
 
@@ -89,111 +89,75 @@ class ToPolar(torch.autograd.Function):
             saved_abs,
         ) = ctx.saved_tensors
         if (
-            r_bar is not None
-            and theta_bar is not None
-            and saved_value_bar is None
+            saved_value_bar is None
             and saved_divided_bar is None
             and saved_divided2_bar is None
             and saved_divided3_bar is None
             and saved_binade_bar is None
             and saved_abs_bar is None
+            and plain(
+                x,
+                y,
+                saved_value,
+                saved_divided,
+                saved_divided2,
+                saved_divided3,
+                saved_binade,
+                saved_abs,
+                r_bar,
+                theta_bar,
+            )
+            and all(ctx.needs_input_grad)
         ):
-            if (
-                plain(
-                    x,
-                    y,
-                    saved_value,
-                    saved_divided,
-                    saved_divided2,
-                    saved_divided3,
-                    saved_binade,
-                    saved_abs,
-                    r_bar,
-                    theta_bar,
-                )
-                and ctx.needs_input_grad[0]
-                and ctx.needs_input_grad[1]
-            ):
-                t0 = 1 / (saved_binade * saved_divided * saved_value)
-                t1 = saved_abs < 3.9e-14
-                t2 = torch.where(t1, y, 1.9498291869979312e-14) / x
-                t3 = saved_divided2 * t0
-                t3.mul_(r_bar).add_(
-                    theta_bar
-                    * torch.where(
-                        t1,
-                        -t2 * (1 / x) / (t2**2 + 1),
-                        -torch.where(t1, 12822624862208.0, 1 / y)
-                        / ((x / torch.where(t1, 7.799316747991725e-14, y)) ** 2 + 1),
-                    )
-                )
-                t5 = saved_divided3 * t0
-                t5.mul_(r_bar).addcmul_(
-                    ((saved_divided2 / saved_value**2) / saved_binade), theta_bar
-                )
-                return t3.sum_to_size(x.shape), t5.sum_to_size(y.shape)
             t0 = 1 / (saved_binade * saved_divided * saved_value)
             t1 = saved_abs < 3.9e-14
             t2 = torch.where(t1, y, 1.9498291869979312e-14) / x
-            return (
-                (
-                    r_bar * (saved_divided2 * t0)
-                    + theta_bar
-                    * torch.where(
-                        t1,
-                        -t2 * (1 / x) / (t2**2 + 1),
-                        -torch.where(t1, 12822624862208.0, 1 / y)
-                        / ((x / torch.where(t1, 7.799316747991725e-14, y)) ** 2 + 1),
-                    )
-                ).sum_to_size(x.shape)
-                if ctx.needs_input_grad[0]
-                else None
-            ), (
-                (
-                    r_bar * (saved_divided3 * t0)
-                    + theta_bar * ((saved_divided2 / saved_value**2) / saved_binade)
-                ).sum_to_size(y.shape)
-                if ctx.needs_input_grad[1]
-                else None
+            t3 = saved_divided2 * t0
+            t3.mul_(r_bar).add_(
+                theta_bar
+                * torch.where(
+                    t1,
+                    -t2 * (1 / x) / (t2**2 + 1),
+                    -torch.where(t1, 12822624862208.0, 1 / y)
+                    / ((x / torch.where(t1, 7.799316747991725e-14, y)) ** 2 + 1),
+                )
             )
-        # A cotangent is absent, or this backward is differentiated: the present ones' terms.
+            t5 = saved_divided3 * t0
+            t5.mul_(r_bar).addcmul_(((saved_divided2 / saved_value**2) / saved_binade), theta_bar)
+            return t3.sum_to_size(x.shape), t5.sum_to_size(y.shape)
         t2 = 1 / (saved_binade * saved_value)
         t3 = saved_divided2 * t2
         t4 = saved_abs < 3.9e-14
         t5 = torch.where(t4, y, 1.9498291869979312e-14) / x
         t6 = saved_divided3 * t2
         return (
-            shaped_like(
-                (0.0 if r_bar is None else r_bar * (t3 / saved_divided))
-                + (0.0 if saved_divided2_bar is None else saved_divided2_bar / saved_binade)
-                + (0.0 if saved_value_bar is None else saved_value_bar * t3)
-                + (
-                    0.0
-                    if theta_bar is None
-                    else theta_bar
-                    * torch.where(
-                        t4,
-                        -t5 * (1 / x) / (t5**2 + 1),
-                        -torch.where(t4, 12822624862208.0, 1 / y)
-                        / ((x / torch.where(t4, 7.799316747991725e-14, y)) ** 2 + 1),
-                    )
-                ),
+            summed_like(
                 x,
+                None if r_bar is None else r_bar * (t3 / saved_divided),
+                None
+                if theta_bar is None
+                else theta_bar
+                * torch.where(
+                    t4,
+                    -t5 * (1 / x) / (t5**2 + 1),
+                    -torch.where(t4, 12822624862208.0, 1 / y)
+                    / ((x / torch.where(t4, 7.799316747991725e-14, y)) ** 2 + 1),
+                ),
+                None if saved_value_bar is None else saved_value_bar * t3,
+                None if saved_divided2_bar is None else saved_divided2_bar / saved_binade,
             )
             if ctx.needs_input_grad[0]
             else None
         ), (
-            shaped_like(
-                (0.0 if r_bar is None else r_bar * (t6 / saved_divided))
-                + (0.0 if saved_abs_bar is None else saved_abs_bar * torch.sign(y))
-                + (0.0 if saved_divided3_bar is None else saved_divided3_bar / saved_binade)
-                + (0.0 if saved_value_bar is None else saved_value_bar * t6)
-                + (
-                    0.0
-                    if theta_bar is None
-                    else theta_bar * ((saved_divided2 / saved_value**2) / saved_binade)
-                ),
+            summed_like(
                 y,
+                None if r_bar is None else r_bar * (t6 / saved_divided),
+                None
+                if theta_bar is None
+                else theta_bar * ((saved_divided2 / saved_value**2) / saved_binade),
+                None if saved_value_bar is None else saved_value_bar * t6,
+                None if saved_divided3_bar is None else saved_divided3_bar / saved_binade,
+                None if saved_abs_bar is None else saved_abs_bar * torch.sign(y),
             )
             if ctx.needs_input_grad[1]
             else None

@@ -73,8 +73,8 @@ class Emitter:
     ) -> Block:
         """Assign each `let` and compute each result, shared parts once.
 
-        A short result is returned inline; a long one is named first, as a
-        person would write it.  `forms`, if given, replaces the emitter's own.
+        A lone result, or a short one, is returned inline; a long one among
+        several is named first, as a person would write it.  `forms`, if given, replaces the emitter's own.
         `named_by_lets`: a shared subexpression that a let merely copies
         (`t0 = jnp.tanh(x)`, `out = t0`) takes the let's name instead.
         """
@@ -101,7 +101,7 @@ class Emitter:
                 # Inline, so that nothing of it but what it shares runs when it is not wanted.
                 returned.append(f"({r.wrap.apply(text)} if {r.guard} else None)")
                 continue
-            if not _is_simple(text):
+            if len(results) > 1 and not _is_simple(text):
                 lines.append(Assign(r.name, text))
                 text = r.name
             returned.append(r.wrap.apply(text))

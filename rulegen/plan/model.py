@@ -129,9 +129,12 @@ class TorchPlan:
     non_differentiable: tuple[str, ...]
     saved: tuple[str, ...]
     cotangents: tuple[str, ...]
-    backward: Block  # every cotangent's terms; absent ones read as 0.0
-    first_order: Block | None  # the outputs' terms only, when no residual cotangent is present
+    backward: Block  # every present cotangent's terms
+    # With `fuse`: the outputs' terms only, the compiled body's, run when
+    # `first_order_test` holds (every output's cotangent present, no residual's).
+    first_order: Block | None
     first_order_test: str
+    unmaterialised: bool  # absent cotangents and tangents arrive as None (`ctx.set_materialize_grads(False)`)
     fused_backward_params: tuple[str, ...]  # with `fuse`: what the compiled backward body takes; () without
     # With `fuse`, the bodies torch.compile runs where they differ from the
     # eager ones (rulegen.printers.CompiledTorchPrinter); None elsewhere.
@@ -145,7 +148,7 @@ class TorchPlan:
     forward_in_place: Block | None
     forward_plain: str
     backward_in_place: Block | None  # of the first-order backward
-    backward_plain: str
+    backward_in_place_test: str  # when it runs: first order, plain tensors, every input's gradient wanted
     backward_reads: Reads
     jvp_reads: Reads
     imports: frozenset[Import]
@@ -156,7 +159,6 @@ class TorchPlan:
     unpack: tuple[str, ...]  # before it: structured arguments taken apart (see header.unpacked)
     returning: tuple[str, ...]  # the wrapper's last lines (see header.public_return)
     forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
-    grads_needed: str = ""  # with several inputs, when every one wants its gradient (the in-place backward's)
     float_arrays: tuple[str, ...] = ()  # float array inputs, () for none
     # Whether the wrapper computes bfloat16 and float16 in float32, rounded once; False where each
     # body is one torch kernel, which does so itself (plan.torch._opmath_bodies).

@@ -19,7 +19,7 @@ from rulegen.forms import (
     silu_derivatives,
     torch_forms,
 )
-from rulegen.functions import cotangent_term
+from rulegen.functions import cotangent_sum, cotangent_term
 from rulegen.lines import Block
 from rulegen.names import COTANGENT, TANGENT, cotangent, tangent
 from rulegen.plan.emit import Emitter, Printer
@@ -187,10 +187,16 @@ def _with_saved_intermediates(d: Derivation) -> _Torch:
 
 @dataclass(frozen=True)
 class _Backward:
-    """The backward bodies: every cotangent's terms, and without residual cotangents, the outputs' only."""
+    """The backward bodies: every present cotangent's terms, and the outputs' only, with every one present.
+
+    The eager out-of-place backward is the first alone: each absent term is
+    skipped, not added as a zero, so it costs what the outputs' terms do.
+    The second is what the in-place body and a fused rule's compiled body
+    compute (`first_order_block`, printed for fused rules only).
+    """
 
     full: list[Result]
-    first_order: list[Result]  # [] when the rule has no residuals
+    first_order: list[Result]  # [] when cotangents are materialised: `full` is then every output's terms
     block: Block
     first_order_block: Block | None
 
@@ -263,7 +269,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         cotangents=tuple(cotangent(n) for n in values_out),
         backward=backward.block,
         first_order=backward.first_order_block,
-        first_order_test=_first_order_test(t),
+        first_order_test=_first_order_test(t) if backward.first_order_block else "",
+        unmaterialised=t.unmaterialised,
         fused_backward_params=fused.backward_params,
         fused_forward_compiled=fused.forward,
         fused_backward_compiled=fused.backward,
@@ -273,7 +280,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         forward_in_place=in_place.forward,
         forward_plain=in_place.forward_plain,
         backward_in_place=in_place.backward,
-        backward_plain=in_place.backward_plain,
+        backward_in_place_test=_in_place_test(t, in_place.backward_plain),
         backward_reads=_reads(saved, statics_used, backward_reads),
         jvp_reads=_reads(saved, statics_used, jvp.reads | set(t.absent_tangents)),
         imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers), own_names(rule)),
@@ -283,7 +290,6 @@ def plan_torch(d: Derivation) -> TorchPlan:
         wrapper_targets=", ".join(n if n in t.outputs else f"_{n}" for n in values_out),
         tensor_arguments=array_arguments(rule, "as_tensors"),
         forward_notes=stability_notes(t.d),
-        grads_needed=_grads_needed(t),
         float_arrays=float_arrays,
         lifted=lifted,
         route=route.route,
@@ -360,8 +366,8 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
     """One cotangent per input: the transposed partials, with the residuals' terms or without.
 
     With the residuals' terms (the backward for any cotangent absent, or for
-    one being differentiated), each term is a `cotangent_term`: nothing where
-    its cotangent is None.
+    one being differentiated), the gradient is a `cotangent_sum` of
+    `cotangent_term`s: nothing where a term's cotangent is None.
     """
     found = []
     broadcastable = len(t.arrays) > 1
@@ -376,9 +382,7 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
         if i.name not in t.diff_inputs or expr == 0:
             found.append(Result(cotangent(i.name), code="None"))
         elif with_residuals and t.unmaterialised:
-            # Absent cotangents add nothing: the sum may be the number 0.0, a tensor, or one broadcast beyond the input.
-            wrap = Wrap(f"{own_names(t.rule)['shaped_like']}({{}}, {i.name})", reads, frozenset({"shaped_like"}))
-            found.append(Result(cotangent(i.name), expr, wrap=wrap, guard=guard))
+            found.append(Result(cotangent(i.name), expr, guard=guard))
         elif broadcastable:
             wrap = Wrap(f"{{}}.sum_to_size({i.name}.shape)", reads)
             found.append(Result(cotangent(i.name), expr, wrap=wrap, guard=guard))
@@ -391,7 +395,8 @@ def _terms_of_present_cotangents(t: _Torch, name: str) -> sp.Expr:
     """The gradient of input `name`: each output's and residual's partial times its cotangent, where present."""
     partials = [(o, t.backward_partials.get((o, name), sp.S.Zero)) for o in t.outputs]
     partials += [(r, t.conjugated(t.residual_partials.get((r, name), sp.S.Zero))) for r in t.residual_names]
-    return sp.Add(*(cotangent_term(t.symbols[cotangent(n)], p) for n, p in partials if p != 0))
+    terms = [cotangent_term(t.symbols[cotangent(n)], p) for n, p in partials if p != 0]
+    return cotangent_sum(t.symbols[name], *terms) if terms else sp.S.Zero
 
 
 def _backward(t: _Torch, emit: Emitter) -> _Backward:
@@ -404,15 +409,17 @@ def _backward(t: _Torch, emit: Emitter) -> _Backward:
     in_float = t.in_float
     block = emit.block([], full, lambda e: cotangent_native(in_float(e)))
     first_order = _backward_results(t, with_residuals=False, guarded=guarded)
-    return _Backward(full, first_order, block, emit.block([], first_order))
+    return _Backward(full, first_order, block, emit.block([], first_order) if t.rule.fuse else None)
 
 
-def _grads_needed(t: _Torch) -> str:
-    """The condition under which every input's gradient is wanted: the in-place backward computes them all."""
+def _grads_needed(t: _Torch) -> list[str]:
+    """The conditions under which every input's gradient is wanted: the in-place backward computes them all."""
     if t.rule.fuse or len(t.diff_inputs) < 2:
-        return ""
+        return []
     ctx = torch_context(t.rule)
-    return " and ".join(f"{ctx}.needs_input_grad[{k}]" for k, i in enumerate(t.rule.inputs) if i.differentiable)
+    if all(i.differentiable for i in t.rule.inputs):
+        return [f"{own_names(t.rule)['all']}({ctx}.needs_input_grad)"]
+    return [f"{ctx}.needs_input_grad[{k}]" for k, i in enumerate(t.rule.inputs) if i.differentiable]
 
 
 def _first_order_test(t: _Torch) -> str:
@@ -421,6 +428,14 @@ def _first_order_test(t: _Torch) -> str:
     # gradcheck (check_undefined_grad) calls backward with every cotangent absent.
     present = [f"{cotangent(o.name)} is not None" for o in t.rule.outputs if o.differentiable]
     return " and ".join(present + absent)
+
+
+def _in_place_test(t: _Torch, plain_reads: str) -> str:
+    """When the in-place backward runs: no residual's cotangent, and `plain` tensors (an absent cotangent is not)."""
+    if not plain_reads:
+        return ""
+    absent = [f"{cotangent(r)} is None" for r in t.residual_names]
+    return " and ".join([*absent, f"{own_names(t.rule)['plain']}({plain_reads})", *_grads_needed(t)])
 
 
 def _tangents_broadcast(t: _Torch) -> bool:

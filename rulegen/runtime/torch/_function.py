@@ -6,7 +6,7 @@ import torch
 from ._inplace import plain
 from ._route import routed
 
-__all__ = ["broadcast", "plain", "routed", "save_for_derivatives", "shaped_like"]
+__all__ = ["broadcast", "plain", "routed", "save_for_derivatives", "summed_like"]
 
 
 def broadcast(value, *arrays):
@@ -23,14 +23,22 @@ def broadcast(value, *arrays):
     return value + torch.zeros(shape, dtype=first.dtype, device=first.device)
 
 
-def shaped_like(value, like):
-    """A gradient for `like`: `value` summed to its shape, or broadcast to it.
+def summed_like(like, *terms):
+    """The gradient for `like`: the sum of `terms` (None where a cotangent is absent), in its shape.
 
-    `value` may be a number, where the cotangents it reads were absent.
+    Absent terms add nothing, not a zero (0 * inf = nan where another
+    output's partial overflows, and a kernel of its own); with every one
+    absent, the gradient is None, which autograd reads as zeros.  The sum
+    may be broadcast beyond `like` (summed back) or be a number (broadcast
+    to it).
     """
-    if _kept_as_it_is(value, like.shape, like.dtype):
-        return value
-    return (value + torch.zeros_like(like)).sum_to_size(like.shape)
+    total = None
+    for term in terms:
+        if term is not None:
+            total = term if total is None else total + term
+    if total is None or _kept_as_it_is(total, like.shape, like.dtype):
+        return total
+    return (total + torch.zeros_like(like)).sum_to_size(like.shape)
 
 
 def _kept_as_it_is(value, shape, dtype):
