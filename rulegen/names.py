@@ -47,8 +47,10 @@ MODULE_NAMES = frozenset({"functools", "jax", "jnp", "lax", "math", "np", "scipy
 HELPER_NAMES = frozenset(
     {
         "HostRule",
+        "RuleFunction",
         "TorchBridge",
         "as_arrays",
+        "as_opmath_tensors",
         "as_tensors",
         "binade",
         "broadcast",

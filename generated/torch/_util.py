@@ -113,6 +113,20 @@ def fresh_outputs(result, *inputs):
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
+def as_opmath_tensors(rule, names, kinds, *values):
+    """`as_tensors`, its bfloat16 and float16 float arguments in float32, and the dtype to round to.
+
+    As torch's own kernels compute those dtypes (their "opmath"); see
+    `in_float32`.  The dtype is None where nothing was lifted.
+    """
+    tensors = list(as_tensors(rule, names, kinds, *values))
+    floats = [k for k, kind in enumerate(kinds) if kind == "f"]
+    lifted, low = in_float32(*(tensors[k] for k in floats))
+    for k, tensor in zip(floats, lifted, strict=True):
+        tensors[k] = tensor
+    return tuple(tensors), low
+
+
 def in_float32(*tensors):
     """bfloat16 and float16 tensors in float32, and the dtype to round results to (None: keep them).
 

@@ -6,14 +6,12 @@ from the samples).
 
 import torch
 
-from ._function import routed, save_for_derivatives
+from ._function import RuleFunction, routed, save_for_derivatives
 from ._util import as_tensors
 
 
-class CLog(torch.autograd.Function):
+class CLog(RuleFunction):
     """The torch.autograd.Function behind `c_log`, which applies it."""
-
-    generate_vmap_rule = True
 
     @staticmethod
     def forward(z):

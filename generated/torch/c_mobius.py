@@ -4,14 +4,12 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives
+from ._function import RuleFunction, plain, routed, save_for_derivatives
 from ._util import as_tensors
 
 
-class CMobius(torch.autograd.Function):
+class CMobius(RuleFunction):
     """The torch.autograd.Function behind `c_mobius`, which applies it."""
-
-    generate_vmap_rule = True
 
     @staticmethod
     def forward(z, a):

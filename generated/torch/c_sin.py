@@ -4,14 +4,12 @@
 
 import torch
 
-from ._function import plain, routed, save_for_derivatives
+from ._function import RuleFunction, plain, routed, save_for_derivatives
 from ._util import as_tensors
 
 
-class CSin(torch.autograd.Function):
+class CSin(RuleFunction):
     """The torch.autograd.Function behind `c_sin`, which applies it."""
-
-    generate_vmap_rule = True
 
     @staticmethod
     def forward(z):

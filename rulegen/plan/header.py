@@ -19,8 +19,11 @@ from rulegen.symbols import own_names
 DOC_WIDTH = 100
 
 
-def array_arguments(rule: Rule, helper: str) -> str:
+def array_arguments(rule: Rule, helper: str, *, lifted: bool = False) -> str:
     """The public function's first line: its array arguments through the backend's `helper`, or "".
+
+    `lifted`: the helper also returns the dtype its float arrays were lifted
+    from (torch's `as_opmath_tensors`), unpacked as `_low`.
 
     The helpers (torch/_util.as_tensors, jax/_util.as_arrays) take what users pass
     where JAX takes it: Python numbers and lists (torch's `apply` would hand
@@ -34,6 +37,8 @@ def array_arguments(rule: Rule, helper: str) -> str:
         return ""
     names = ", ".join(i.name for i in arrays)
     targets = f"{names}," if len(arrays) == 1 else names
+    if lifted:
+        targets = f"({targets}), _low"
     quoted = ", ".join(repr(i.name) for i in arrays) + ("," if len(arrays) == 1 else "")
     kinds = "".join(_DTYPE_LETTERS[i.dtype] for i in arrays)
     return f"{targets} = {own_names(rule)[helper]}({rule.name!r}, ({quoted}), {kinds!r}, {names})"

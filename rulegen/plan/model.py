@@ -260,7 +260,7 @@ class SnippetPlan:
     methods: tuple[Function, ...]
     tail: tuple[str, ...]
     class_name: str = ""
-    class_attrs: tuple[str, ...] = ()
+    base: str = ""  # the Function's base class, with `class_name`
     called: tuple[str, ...] = ()  # the other rules its bodies call, imported at the module's end
     requires: tuple[str, ...] = ()  # modules imported inside functions: by the bodies, or the bridge's torch
     apis: tuple[str, ...] = ()  # the framework APIs its bodies call whose age matters (rulegen.floors)

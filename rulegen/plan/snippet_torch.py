@@ -33,7 +33,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     """The torch module of a snippet rule: a torch.func-style Function, or a plain function."""
     p = SnippetPlanner(d, "torch")
     p.imports.add(Import("torch"))
-    util_names = ["as_tensors"] if array_arguments(d.rule, "as_tensors") else []
+    util_names = (["as_opmath_tensors", "rounded"] if _float_arrays(p) else ["as_tensors"]) if _arguments(p) else []
     util_names += unpack_helpers(d.rule)
     if d.jvp is None and d.vjp is None:
         # Nothing custom: torch differentiates the body as it is.
@@ -42,28 +42,30 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
             lines = [f"{p.forward_targets()} = {p.call(forward)}", *_returned(p, tuple_text(p.outputs))]
         else:
             lines = _returned(p, p.call(forward), spread=len(p.outputs) > 1)
-        return _module(p, [*_lift(p, util_names), *lines], util_names)
+        return _module(p, lines, util_names)
     kept = _kept(p)
     function_names = ["routed", *(["save_for_derivatives"] if kept.saved else [])]
+    # A host body's vmap is its own (`_host_vmap`); torch code's, torch's (the runtime's RuleFunction).
+    host = p.given("forward").host
+    base = f"{p.own['torch']}.autograd.Function" if host else p.own["RuleFunction"]
+    function_names += [] if host else ["RuleFunction"]
     methods = [
         _forward(p, kept, util_names),
         _setup_context(p, kept),
         _backward(p, kept),
         _jvp(p, kept),
     ]
-    class_attrs: tuple[str, ...] = ("generate_vmap_rule = True",)
-    if p.given("forward").host:
+    if host:
         methods.append(_host_vmap(p))
-        class_attrs = ()
     route = torch_route(p.rule, len(kept.values))
-    lines = [*_lift(p, util_names), *_wrapper(p, kept, route.route)]
+    lines = _wrapper(p, kept, route.route)
     host_op = host_op_functions(p, kept.values) if p.given("forward").host and _host_op_applies(p) else ()
     return _module(
         p,
         lines,
         util_names,
         methods=methods,
-        class_attrs=class_attrs,
+        base=base,
         extra_bodies=host_op,
         routed_line=route.op,
         function_names=function_names,
@@ -76,7 +78,7 @@ def _module(
     util_names: Sequence[str],
     *,
     methods: Sequence[Function] = (),
-    class_attrs: tuple[str, ...] = (),
+    base: str = "",
     extra_bodies: Sequence[Function] = (),
     routed_line: str = "",
     function_names: Sequence[str] = (),
@@ -84,8 +86,10 @@ def _module(
     """The module: the bodies, the Function's `methods` if any, and the public function running `lines`."""
     rule = p.rule
     header = header_of(p.d, "torch")
-    arguments = array_arguments(rule, "as_tensors")
-    prologue = (*doc_lines(header), *unpacked(rule), *([arguments] if arguments else []))
+    arguments = _arguments(p)
+    if arguments and _float_arrays(p):
+        arguments = ["# bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.", *arguments]
+    prologue = (*doc_lines(header), *unpacked(rule), *arguments)
     params = tuple(map(str, parameters_of(rule, "torch")))
     classes = result_classes(rule, "torch")
     if classes:
@@ -101,7 +105,7 @@ def _module(
         methods=tuple(methods),
         tail=(),
         class_name=rule.torch_class if methods else "",
-        class_attrs=class_attrs,
+        base=base,
         requires=p.requires,
         apis=p.apis,
         routed_line=routed_line,
@@ -423,17 +427,12 @@ def _float_arrays(p: SnippetPlanner) -> list[str]:
     return [i.name for i in p.rule.inputs if not i.static and i.dtype == "float"]
 
 
-def _lift(p: SnippetPlanner, util_names: list[str]) -> list[str]:
-    """The public function's bfloat16 and float16 float arrays in float32 (rounded back by `_returned`)."""
-    floats = _float_arrays(p)
-    if not floats:
-        return []
-    util_names += ["in_float32", "rounded"]
-    one = "," if len(floats) == 1 else ""
-    return [
-        "# bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.",
-        f"({tuple_text(floats)}{one}), _low = {p.own['in_float32']}({', '.join(floats)})",
-    ]
+def _arguments(p: SnippetPlanner) -> list[str]:
+    """The public function's array arguments as tensors, bfloat16 and float16 float ones in float32 (rounded
+    back by `_returned`); [] without array arguments."""
+    lifted = bool(_float_arrays(p))
+    arguments = array_arguments(p.rule, "as_opmath_tensors" if lifted else "as_tensors", lifted=lifted)
+    return [arguments] if arguments else []
 
 
 def _returned(p: SnippetPlanner, value: str, *, spread: bool = False) -> list[str]:

@@ -237,13 +237,13 @@ def plan_torch(d: Derivation) -> TorchPlan:
     lifted = bool(float_arrays) and not _opmath_bodies(t, emit, forward_results, backward.hot, jvp_results)
     helpers: set[str] = set()
     if any(not i.static for i in rule.inputs):
-        helpers = {"as_tensors", *(("in_float32", "rounded") if lifted else ()), *unpack_helpers(rule)}
+        helpers = {*(("as_opmath_tensors", "rounded") if lifted else ("as_tensors",)), *unpack_helpers(rule)}
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
     shape_kept = t.outputs[0] if _tangents_broadcast(t) else ""
     route = torch_route(rule, len(values_out))
     wrapped = [*forward_results, *backward.full, *backward.first_order, *jvp_results]
-    function_helpers = {"routed", *set().union(*(r.wrap.helpers for r in wrapped))}
+    function_helpers = {"RuleFunction", "routed", *set().union(*(r.wrap.helpers for r in wrapped))}
     function_helpers |= {"save_for_derivatives"} if saved else set()
     function_helpers |= {"plain"} if in_place.forward or in_place.backward else set()
     classes = result_classes(rule, "torch")
@@ -288,7 +288,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         setup_outputs=_targets(values_out, {*saved, *non_diff, shape_kept}, tuple_of_one=False),
         shape_kept=shape_kept,
         wrapper_targets=", ".join(n if n in t.outputs else f"_{n}" for n in values_out),
-        tensor_arguments=array_arguments(rule, "as_tensors"),
+        tensor_arguments=array_arguments(rule, "as_opmath_tensors" if lifted else "as_tensors", lifted=lifted),
         forward_notes=stability_notes(t.d),
         float_arrays=float_arrays,
         lifted=lifted,

@@ -6,7 +6,17 @@ import torch
 from ._inplace import plain
 from ._route import routed
 
-__all__ = ["broadcast", "plain", "routed", "save_for_derivatives", "summed_like"]
+__all__ = ["RuleFunction", "broadcast", "plain", "routed", "save_for_derivatives", "summed_like"]
+
+
+class RuleFunction(torch.autograd.Function):
+    """A generated rule's autograd.Function: torch.func style, its vmap rule torch's own.
+
+    Its `forward`, `setup_context`, `backward` and `jvp` are torch code, so
+    `torch.func.vmap` runs them on batched tensors (`generate_vmap_rule`).
+    """
+
+    generate_vmap_rule = True
 
 
 def broadcast(value, *arrays):
