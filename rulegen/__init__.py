@@ -10,7 +10,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("facts: the function registry, framework floors, route table", ("functions", "floors", "routes")),
     ("parse bodies as data", ("expr", "symbols", "snippet")),
     ("derive, rewrite, stabilise by measured error", ("forms", "measure", "stabilise", "derive")),
-    ("plan each backend", ("saving", "code", "printers", "lines", "inplace", "plan")),
+    ("plan each backend", ("saving", "code", "printers", "inplace", "plan")),
     ("render and write", ("render", "write", "build")),
     ("check, measure, command line", ("check", "accuracy_report", "cli", "pytest_plugin", "__main__")),
 )

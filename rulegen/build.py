@@ -156,7 +156,7 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
         plan_torch,
         plan_torch_snippet,
     )
-    from rulegen.render import render_jax, render_torch
+    from rulegen.render import render_module
     from rulegen.snippet import SnippetDerivation
 
     with in_stage(rule) as stage:
@@ -172,7 +172,7 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
             else:
                 jax_plan, torch_plan = plan_jax(derivation), plan_torch(derivation)
         stage("rendering")
-        modules = {f"jax/{rule.name}.py": render_jax(jax_plan), f"torch/{rule.name}.py": render_torch(torch_plan)}
+        modules = {f"jax/{rule.name}.py": render_module(jax_plan), f"torch/{rule.name}.py": render_module(torch_plan)}
     needs = {"jax": jax_plan.needs, "torch": torch_plan.needs}
     return Generated(
         routes=derivation.routes,

@@ -1,16 +1,22 @@
-"""The code model of a generated module, as far as it is data: what the module imports.
+"""The code model of a generated module: its imports and its statements, as data.
 
 A planner or printer says which name a module takes from where (`Import`);
 the import block is printed from these (`import_statements`), and what the
 module needs from its package and its environment (helpers, distributions)
 is read off their fields (`rulegen.plan.model.needs_of`).  Nothing reads a
 printed import statement back.
+
+A module's definitions and their bodies are statements (`Assign`,
+`Return`, `If`, `Def`, `Class` ...), which `printed` writes: the one place
+that writes a generated statement.  Expressions inside them are code, as
+the printers (`rulegen.printers`) and planners print them.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Mapping
+import textwrap
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from rulegen import names
@@ -91,3 +97,229 @@ def import_statements(imports: Iterable[Import]) -> tuple[str, ...]:
             taken.setdefault(item.module, set()).add(item.name + (f" as {item.alias}" if item.alias else ""))
     joined = {f"from {module} import {', '.join(sorted(found))}" for module, found in taken.items()}
     return tuple(sorted(whole | joined))
+
+
+# -- statements
+
+
+@dataclass(frozen=True)
+class Assign:
+    """`target = code`; with no target, the statement `code` (an in-place update, a call)."""
+
+    target: str
+    code: str
+
+    @property
+    def line(self) -> str:
+        return f"{self.target} = {self.code}" if self.target else self.code
+
+
+@dataclass(frozen=True)
+class Field:
+    """`name: annotation`, a field of a class (a NamedTuple's)."""
+
+    name: str
+    annotation: str
+
+
+@dataclass(frozen=True)
+class Return:
+    """`return value`."""
+
+    value: str
+
+
+@dataclass(frozen=True)
+class Raise:
+    """`raise value`."""
+
+    value: str
+
+
+@dataclass(frozen=True)
+class Imported:
+    """An import inside a module's code, not its import block (names from one module); `noqa` names the lint rule
+    it knowingly breaks."""
+
+    items: tuple[Import, ...]
+    noqa: str = ""
+
+
+@dataclass(frozen=True)
+class Comment:
+    """`# text`: why the next statements are as they are."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Docstring:
+    """The docstring of the function, class or module it opens, wrapped where it is printed."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Pass:
+    """`pass`: a body with nothing else to do."""
+
+
+@dataclass(frozen=True)
+class Given:
+    """Lines a rule's snippet gives, as the rule file has them (a body's statements)."""
+
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class If:
+    """`if test:` and its body."""
+
+    test: str
+    body: tuple[Statement, ...]
+
+
+@dataclass(frozen=True)
+class Def:
+    """A function: decorators, signature, body."""
+
+    name: str
+    params: tuple[str, ...]
+    body: tuple[Statement, ...]
+    decorators: tuple[str, ...] = ()
+    returns: str = ""  # the return annotation, if any
+
+
+@dataclass(frozen=True)
+class Class:
+    """A class: its bases and its body (a docstring, attributes, methods)."""
+
+    name: str
+    bases: tuple[str, ...]
+    body: tuple[Statement, ...]
+
+
+Statement = Assign | Field | Return | Raise | Imported | Comment | Docstring | Pass | Given | If | Def | Class
+
+
+@dataclass(frozen=True)
+class Block:
+    """Straight-line code: assignments, then the values it returns.
+
+    `reads` are the names it reads that it does not assign: what a method
+    running it must have at hand (saved, unpacked, passed).
+    """
+
+    lines: tuple[Assign, ...]
+    results: tuple[str, ...]
+    reads: frozenset[str] = frozenset()
+
+    @property
+    def result(self) -> str:
+        return ", ".join(self.results)
+
+    @property
+    def statements(self) -> tuple[Statement, ...]:
+        """The block as a body's statements: its lines, then the return of its results."""
+        return (*self.lines, Return(self.result))
+
+
+_INDENT = "    "
+
+
+def printed(statements: Iterable[Statement], indent: int = 0) -> str:
+    """The source of `statements` at `indent` levels: the one place generated statements are written.
+
+    Definitions are set apart by blank lines as PEP 8 has it (two at module
+    level, one in a class); `ruff format` lays out the lines themselves.
+    """
+    return "\n".join(_lines(tuple(statements), indent))
+
+
+def _lines(statements: tuple[Statement, ...], indent: int, *, in_class: bool = False) -> Iterator[str]:
+    apart = 1 if in_class else 0 if indent else 2  # blank lines around a definition
+    for k, statement in enumerate(statements):
+        if k and (isinstance(statement, Def | Class) or isinstance(statements[k - 1], Def | Class)):
+            yield from [""] * apart
+        elif k == 1 and in_class and isinstance(statements[0], Docstring):
+            yield ""  # a class's docstring stands apart from its fields (as ruff keeps it)
+        yield from _statement_lines(statement, indent)
+
+
+def _statement_lines(statement: Statement, indent: int) -> Iterator[str]:
+    pad = _INDENT * indent
+    match statement:
+        case Assign():
+            yield pad + statement.line
+        case Field(name, annotation):
+            yield f"{pad}{name}: {annotation}"
+        case Return(value):
+            yield f"{pad}return {value}".rstrip()
+        case Raise(value):
+            yield f"{pad}raise {value}"
+        case Imported(items, noqa):
+            (text,) = import_statements(items)
+            yield f"{pad}{text}" + (f"  # noqa: {noqa}" if noqa else "")
+        case Comment(text):
+            yield f"{pad}# {text}"
+        case Docstring(text):
+            yield pad + docstring(text, len(pad))
+        case Pass():
+            yield f"{pad}pass"
+        case Given(lines):
+            yield from (pad + line if line else "" for line in lines)
+        case If(test, body):
+            yield f"{pad}if {test}:"
+            yield from _lines(body, indent + 1)
+        case Def(name, params, body, decorators, returns):
+            yield from (f"{pad}@{d}" for d in decorators)
+            arrow = f" -> {returns}" if returns else ""
+            yield f"{pad}def {name}({', '.join(params)}){arrow}:"
+            yield from _lines(body, indent + 1)
+        case Class(name, bases, body):
+            yield f"{pad}class {name}({', '.join(bases)}):"
+            yield from _lines(body, indent + 1, in_class=True)
+
+
+#: The width generated docstrings are wrapped to, as ruff formats the code.
+DOC_WIDTH = 100
+
+
+def docstring(text: str, indent: int) -> str:
+    """A docstring literal for `text` at `indent`, that no rule text can break out of.
+
+    Paragraphs (separated by blank lines) are wrapped; a line that starts
+    with spaces keeps its break and indent, its continuation indented further.
+    """
+    text = text.strip().replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    if not text:
+        return ""
+    if text.endswith('"'):
+        text = text[:-1] + '\\"'
+    width = DOC_WIDTH - indent - 6
+    lines: list[str] = []
+    for paragraph in text.split("\n\n"):
+        if lines:
+            lines.append("")
+        prose: list[str] = []
+        for line in [*paragraph.splitlines(), ""]:
+            if line.startswith(" ") or not line:
+                lines += textwrap.wrap(" ".join(prose), width, break_long_words=False, break_on_hyphens=False)
+                prose = []
+            if line.startswith(" "):
+                lead = " " * (len(line) - len(line.lstrip()))
+                lines += textwrap.wrap(
+                    line.strip(),
+                    width,
+                    initial_indent=lead,
+                    subsequent_indent=lead + "    ",
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
+            elif line:
+                prose.append(line)
+    if len(lines) == 1:
+        return f'"""{lines[0]}"""'
+    pad = " " * indent
+    body = "\n".join(pad + line if line else "" for line in lines[1:])
+    return f'"""{lines[0]}\n{body}\n{pad}"""'

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 import sympy as sp
 
 from rulegen import functions as fn
-from rulegen.lines import Assign
+from rulegen.code import Assign
 
 # Functions of one argument whose torch method has an in-place form.
 _IN_PLACE_METHODS: dict[type, str] = {

@@ -433,6 +433,6 @@ def test_the_compiler_fingerprint_covers_what_generates_and_not_the_checks():
     package = Path(rulegen.build.__file__).resolve().parent
     covered = {path.relative_to(package.parent).as_posix() for path in fingerprinted_files()}
     assert {"rulegen/derive.py", "rulegen/plan/torch.py", "rulegen/printers.py"} <= covered
-    assert any(name.endswith("torch_rule.py.j2") for name in covered)
+    assert any(name.endswith("module.py.j2") for name in covered)
     assert any(name.startswith("rulegen/runtime/torch/_") for name in covered)
     assert not [name for name in covered if name.startswith("rulegen/check/") or name == "rulegen/cli.py"]

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import generated.jax as gj
 import generated.torch as gt
 from rulegen.check import CheckFailed, flat_call
+from rulegen.code import Def, Import, Imported, printed
 from rulegen.errors import SpecErrors
 from rulegen.plan.header import public_return, result_classes, returns_of
 from rulegen.spec import read_rule_file, read_rules
@@ -255,11 +256,10 @@ def test_the_returned_structure_is_built_as_declared(tmp_path_factory, tree):
     rule = read_rule_file(path)[0]
     assert [o.name for o in rule.outputs] == outputs
     values = {o: float(k) for k, o in enumerate(outputs)}
-    lines = public_return(rule, ", ".join(outputs), lifted=False, spread=False)
+    body = public_return(rule, ", ".join(outputs), lifted=False, spread=False)
     namespace = dict(values)
-    classes = "\n".join(result_classes(rule, "jax"))
-    exec(f"import jax\nfrom typing import NamedTuple\n{classes}\n", namespace)
-    exec("def f():\n" + textwrap.indent("\n".join(lines), "    "), namespace)
+    imports = (Imported((Import("jax"),)), Imported((Import("typing", "NamedTuple"),)))
+    exec(printed((*imports, *result_classes(rule, "jax"), Def("f", (), body))), namespace)
     assert _comparable(namespace["f"]()) == _as_python(returns, values)
     # What `rulegen test` reads back is the flat outputs, in order.
     read = flat_call(rule, lambda x: namespace["f"]())

@@ -1,20 +1,20 @@
 """Stage 3: decide what each backend computes where, and print it.
 
-A plan is everything a template needs, already printed: the signature, which
-values the forward pass saves, and each method's body as straight-line
-assignments sharing subexpressions through `sympy.cse`.  Templates then only
-lay the pieces out.  One planner per body kind and backend; the snippet
+A plan is every decision about a module: the signature, which values the
+forward pass saves, each method's body as straight-line assignments sharing
+subexpressions through `sympy.cse`, and the module's definitions as the code
+model's statements (`rulegen.code`), which the template prints through that
+model's one printer.  One planner per body kind and backend; the snippet
 planners build the route `rulegen.routes` chose.
 """
 
 from rulegen.plan.jax import plan_jax
-from rulegen.plan.model import Function, Header, JaxPlan, Param, Reads, Result, SnippetPlan, TorchPlan
+from rulegen.plan.model import Header, JaxPlan, Param, Reads, Result, SnippetPlan, TorchPlan
 from rulegen.plan.snippet_jax import plan_jax_snippet
 from rulegen.plan.snippet_torch import plan_torch_snippet
 from rulegen.plan.torch import plan_torch
 
 __all__ = [
-    "Function",
     "Header",
     "JaxPlan",
     "Param",

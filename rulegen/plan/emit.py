@@ -8,9 +8,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import sympy as sp
 
 from rulegen import functions as fn
-from rulegen.code import Import
+from rulegen.code import Assign, Block, Import
 from rulegen.inplace import InPlaceWriter
-from rulegen.lines import Assign, Block
 from rulegen.plan.model import Result
 from rulegen.saving import shared_subexpressions
 

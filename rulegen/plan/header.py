@@ -8,7 +8,19 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import sympy as sp
 
-from rulegen.code import Import, imported, spelled
+from rulegen.code import (
+    DOC_WIDTH,
+    Assign,
+    Class,
+    Docstring,
+    Field,
+    Import,
+    Return,
+    Statement,
+    docstring,
+    imported,
+    spelled,
+)
 from rulegen.derive import Derivation
 from rulegen.plan.model import Header, Param
 from rulegen.snippet import SnippetDerivation
@@ -16,11 +28,9 @@ from rulegen.spec import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structure
 from rulegen.stabilise import Choice
 from rulegen.symbols import own_names
 
-DOC_WIDTH = 100
 
-
-def array_arguments(rule: Rule, helper: str, *, lifted: bool = False) -> str:
-    """The public function's first line: its array arguments through the backend's `helper`, or "".
+def array_arguments(rule: Rule, helper: str, *, lifted: bool = False) -> tuple[Assign, ...]:
+    """The public function's first statement: its array arguments through the backend's `helper`, if any.
 
     `lifted`: the helper also returns the dtype its float arrays were lifted
     from (torch's `as_opmath_tensors`), unpacked as `_low`.
@@ -34,14 +44,14 @@ def array_arguments(rule: Rule, helper: str, *, lifted: bool = False) -> str:
     """
     arrays = [i for i in rule.inputs if not i.static]
     if not arrays:
-        return ""
+        return ()
     names = ", ".join(i.name for i in arrays)
     targets = f"{names}," if len(arrays) == 1 else names
     if lifted:
         targets = f"({targets}), _low"
     quoted = ", ".join(repr(i.name) for i in arrays) + ("," if len(arrays) == 1 else "")
     kinds = "".join(_DTYPE_LETTERS[i.dtype] for i in arrays)
-    return f"{targets} = {own_names(rule)[helper]}({rule.name!r}, ({quoted}), {kinds!r}, {names})"
+    return (Assign(targets, f"{own_names(rule)[helper]}({rule.name!r}, ({quoted}), {kinds!r}, {names})"),)
 
 
 def jax_util_imports(imports: set[Import], rule: Rule) -> frozenset[Import]:
@@ -97,7 +107,7 @@ def parameters_of(rule: Rule, backend: str) -> tuple[Param, ...]:
     return tuple(found)
 
 
-def unpacked(rule: Rule) -> tuple[str, ...]:
+def unpacked(rule: Rule) -> tuple[Assign, ...]:
     """The public function's first lines: each structured argument taken apart into the arrays the rule reads.
 
     Through the runtime's `unpack_keys`, `unpack_fields` and `unpack_tuple`
@@ -107,7 +117,7 @@ def unpacked(rule: Rule) -> tuple[str, ...]:
     not an AttributeError or KeyError from inside.  Under jit they run when
     tracing, at no cost to the computation.
     """
-    lines: list[str] = []
+    lines: list[Assign] = []
     for p in rule.parameters:
         if isinstance(p, Structured):
             leaves = [i.name for i in p.leaves]
@@ -115,7 +125,7 @@ def unpacked(rule: Rule) -> tuple[str, ...]:
             names = [i.dict_key for i in p.leaves] if p.kind == "keys" else leaves
             listed = f"({', '.join(map(repr, names))}{',' if len(names) == 1 else ''})"
             helper = own_names(rule)[_UNPACKERS[p.kind]]
-            lines.append(f"{targets} = {helper}({rule.name!r}, {p.name!r}, {p.name}, {listed})")
+            lines.append(Assign(targets, f"{helper}({rule.name!r}, {p.name!r}, {p.name}, {listed})"))
     return tuple(lines)
 
 
@@ -128,7 +138,7 @@ def unpack_helpers(rule: Rule) -> tuple[str, ...]:
 _UNPACKERS: dict[StructureKind, str] = {"keys": "unpack_keys", "fields": "unpack_fields", "items": "unpack_tuple"}
 
 
-def public_return(rule: Rule, value: str, *, lifted: bool, spread: bool) -> tuple[str, ...]:
+def public_return(rule: Rule, value: str, *, lifted: bool, spread: bool) -> tuple[Statement, ...]:
     """The public function's last lines: `value` (the flat outputs), rounded where lifted, in the rule's structure.
 
     `spread`: `value` is one expression evaluating to a tuple of outputs
@@ -136,10 +146,10 @@ def public_return(rule: Rule, value: str, *, lifted: bool, spread: bool) -> tupl
     """
     result = f"{own_names(rule)['rounded']}(_low, {'*' if spread else ''}{value})" if lifted else value
     if rule.returns is None:
-        return (f"return {result}",)
+        return (Return(result),)
     outputs = ", ".join(o.name for o in rule.outputs)
-    built = f"return {_structure_literal(rule.returns)}"
-    return (built,) if result == outputs else (f"{outputs} = {result}", built)
+    built = Return(_structure_literal(rule.returns))
+    return (built,) if result == outputs else (Assign(outputs, result), built)
 
 
 def _structure_literal(returned: Returned) -> str:
@@ -156,18 +166,18 @@ def _structure_literal(returned: Returned) -> str:
 NAMED_TUPLE_IMPORT = Import("typing", "NamedTuple")
 
 
-def result_classes(rule: Rule, backend: str) -> tuple[str, ...]:
-    """The module-level classes of the named tuples the public function returns, as source lines (blank-separated)."""
+def result_classes(rule: Rule, backend: str) -> tuple[Class, ...]:
+    """The module-level classes of the named tuples the public function returns."""
     if rule.returns is None:
         return ()
     own = own_names(rule)
     _, result = array_types(backend, own)
-    lines: list[str] = []
+    classes = []
     for named in rule.returns.named_tuples:
         what = f"What `{rule.name}` returns" if named is rule.returns else f"Part of what `{rule.name}` returns"
-        lines += ["", "", f"class {named.name}({own['NamedTuple']}):", f'    """{what}."""', ""]
-        lines += [f"    {field}: {_structure_type(item, result, own)}" for field, item in named.items]
-    return tuple(lines[2:])
+        fields = [Field(field, _structure_type(item, result, own)) for field, item in named.items]
+        classes.append(Class(named.name, (own["NamedTuple"],), (Docstring(f"{what}."), *fields)))
+    return tuple(classes)
 
 
 def _union(types: Iterable[str]) -> str:
@@ -208,46 +218,6 @@ def python_literal(value: object, float_name: str = "float") -> str:
     if isinstance(value, bool | int | float | str) or value is None:
         return repr(value)
     raise TypeError(f"no Python literal for a default of type {type(value).__name__}")
-
-
-def _docstring(text: str, indent: int) -> str:
-    """A docstring literal for `text` at `indent`, that no rule text can break out of.
-
-    Paragraphs (separated by blank lines) are wrapped; a line that starts
-    with spaces keeps its break and indent, its continuation indented further.
-    """
-    text = text.strip().replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
-    if not text:
-        return ""
-    if text.endswith('"'):
-        text = text[:-1] + '\\"'
-    width = DOC_WIDTH - indent - 6
-    lines: list[str] = []
-    for paragraph in text.split("\n\n"):
-        if lines:
-            lines.append("")
-        prose: list[str] = []
-        for line in [*paragraph.splitlines(), ""]:
-            if line.startswith(" ") or not line:
-                lines += textwrap.wrap(" ".join(prose), width, break_long_words=False, break_on_hyphens=False)
-                prose = []
-            if line.startswith(" "):
-                lead = " " * (len(line) - len(line.lstrip()))
-                lines += textwrap.wrap(
-                    line.strip(),
-                    width,
-                    initial_indent=lead,
-                    subsequent_indent=lead + "    ",
-                    break_long_words=False,
-                    break_on_hyphens=False,
-                )
-            elif line:
-                prose.append(line)
-    if len(lines) == 1:
-        return f'"""{lines[0]}"""'
-    pad = " " * indent
-    body = "\n".join(pad + line if line else "" for line in lines[1:])
-    return f'"""{lines[0]}\n{body}\n{pad}"""'
 
 
 #: A formula longer than this is cut in the docstring (the rule file has it whole).
@@ -385,12 +355,13 @@ def header_of(d: Derivation | SnippetDerivation, backend: str) -> Header:
         rule=rule.name,
         source=source,
         source_hash=rule.source_hash,
-        module_doc=_docstring(summary, 0),
-        doc=_docstring(help_text(d, backend), 4),
+        module_doc=docstring(summary, 0),
+        help=help_text(d, backend),
         # Each object its own docstring: the rule's doc is the module's and the function's already.
-        class_doc=_docstring(f"The torch.autograd.Function behind `{rule.name}`, which applies it.", 4),
+        class_help=f"The torch.autograd.Function behind `{rule.name}`, which applies it.",
     )
 
 
-def doc_lines(header: Header) -> tuple[str, ...]:
-    return (header.doc,) if header.doc else ()
+def doc_lines(header: Header) -> tuple[Docstring, ...]:
+    """The public function's docstring, if it has one."""
+    return (Docstring(header.help),) if header.help else ()

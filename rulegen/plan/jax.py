@@ -5,15 +5,15 @@ from __future__ import annotations
 import functools
 import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen import functions as fn
-from rulegen.code import Import
+from rulegen.code import Assign, Block, Comment, Def, Import, Return, Statement
 from rulegen.derive import Derivation
 from rulegen.forms import corrections, float_anchors, float_forms, integral_arrays, jax_forms
-from rulegen.lines import Assign, Block
 from rulegen.names import COTANGENT, TANGENT, cotangent, tangent
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
@@ -21,6 +21,7 @@ from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     SUM_TO_SHAPE_IMPORT,
     array_arguments,
+    doc_lines,
     header_of,
     jax_util_imports,
     parameters_of,
@@ -30,7 +31,7 @@ from rulegen.plan.header import (
     stability_notes,
     unpacked,
 )
-from rulegen.plan.model import Function, JaxPlan, Result, Wrap
+from rulegen.plan.model import JaxPlan, Result, Wrap
 from rulegen.plan.snippet import tuple_literal
 from rulegen.plan.symbolic import (
     broadcast_outputs,
@@ -60,9 +61,9 @@ def plan_jax(d: Derivation) -> JaxPlan:
     forward = emit.block([], _forward_results(d, arrays, g))
     primal_call = f"_{rule.name}({', '.join(i.name for i in rule.inputs)})"
     jvp = bwd = None
-    maps: tuple[Function, ...] = ()
+    maps: tuple[Def, ...] = ()
     saved: tuple[str, ...] = ()
-    jvp_primal = ""
+    jvp_primal: tuple[Assign, ...] = ()
     jvp_notes: tuple[str, ...] = ()
     if d.routes.jax == JaxRoute.CUSTOM_VJP:
         bwd = emit.block(*_bwd_parts(d))
@@ -71,7 +72,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         reason = _primal_needed(d)
         jvp, maps = _jvp(d, emit, inline=reason is None)
         if reason is not None:
-            jvp_primal = f"{', '.join(o.name for o in rule.outputs)} = {primal_call}"
+            jvp_primal = (Assign(", ".join(o.name for o in rule.outputs), primal_call),)
             jvp_notes = _wrapped(
                 f"The primal function, whose own rule differentiates the output at higher order: {reason}."
             )
@@ -83,7 +84,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
     classes = result_classes(rule, "jax")
     if classes:
         imports.add(NAMED_TUPLE_IMPORT)
-    return JaxPlan(
+    plan = JaxPlan(
         header=header_of(d, "jax"),
         name=rule.name,
         own=g,
@@ -113,6 +114,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         forward_notes=stability_notes(d),
         result_classes=classes,
     )
+    return replace(plan, definitions=jax_definitions(plan))
 
 
 def _diff_inputs(d: Derivation) -> list[str]:
@@ -164,7 +166,7 @@ def _forward_results(d: Derivation, arrays: Sequence[str], g: Mapping[str, str])
     return [Result(n, e, wrap=wraps[n], imports=_JNP) if n in wraps else Result(n, e) for n, e in d.forward]
 
 
-def _jvp(d: Derivation, emit: Emitter, *, inline: bool) -> tuple[Block, tuple[Function, ...]]:
+def _jvp(d: Derivation, emit: Emitter, *, inline: bool) -> tuple[Block, tuple[Def, ...]]:
     """The custom_jvp rule's body, and with both a given JVP and VJP, the `linear_map` halves it applies.
 
     `inline`: the body computes the outputs too, from the subexpressions
@@ -174,7 +176,7 @@ def _jvp(d: Derivation, emit: Emitter, *, inline: bool) -> tuple[Block, tuple[Fu
     """
     results = [_tangent(d, o) for o in d.rule.outputs]
     applying: tuple[Assign, ...] = ()
-    maps: tuple[Function, ...] = ()
+    maps: tuple[Def, ...] = ()
     if d.rule.jvp is not None and d.rule.vjp is not None:
         maps, application, results = _given_linear_maps(d, emit, results)
         applying = (application,)
@@ -334,7 +336,7 @@ def _given_linear_maps(
     d: Derivation,
     emit: Emitter,
     results: list[Result],
-) -> tuple[tuple[Function, ...], Assign, list[Result]]:
+) -> tuple[tuple[Def, ...], Assign, list[Result]]:
     """A rule's own JVP and VJP as the two halves of one `linear_map`, the line applying it, and the JVP's results.
 
     A `custom_jvp` alone would get reverse mode by transposing the JVP, and
@@ -353,11 +355,11 @@ def _given_linear_maps(
 
     residuals = dict(d.residuals)
 
-    def half(kind: str, computed: list[Result], linear: list[str]) -> Function:
+    def half(kind: str, computed: list[Result], linear: list[str]) -> Def:
         used = names_in(r.expr for r in computed if r.expr is not None)
         block = emit.block([(n, e) for n, e in residuals.items() if n in used], computed)
-        lines = [a.line for a in block.lines] + [f"return ({block.result},)"]
-        return Function(f"_{name}_{kind}_map", (*statics, *known, *linear), tuple(lines))
+        body: tuple[Statement, ...] = (*block.lines, Return(f"({block.result},)"))
+        return Def(f"_{name}_{kind}_map", (*statics, *known, *linear), body)
 
     applied = [r for r in results if r.name.removesuffix(TANGENT) in diff_outputs]
     transposed = [_cotangent(d, i, diff_outputs) for i in diff_inputs]
@@ -368,3 +370,59 @@ def _given_linear_maps(
     call = f"{own_names(rule)['linear_map']}({maps[0].name}, {maps[1].name}, {', '.join(packed)})"
     kept = [Result(r.name, code=r.name) if r in applied else r for r in results]
     return maps, Assign(targets, call), kept
+
+
+def _targets(names: Sequence[str]) -> str:
+    """Unpacking targets for `names`: a tuple of one keeps its comma."""
+    return f"{names[0]}," if len(names) == 1 else ", ".join(names)
+
+
+def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
+    """What the module defines after its imports: the public function, the custom function and its rule."""
+    own, name = plan.own, plan.name
+    public: list[Statement] = [*doc_lines(plan.header), *plan.unpack, *plan.array_arguments]
+    if plan.float_arrays:
+        public.append(Comment("bfloat16 and float16 compute in float32 and round once (XLA would round every step)."))
+        floats = ", ".join(plan.float_arrays)
+        public.append(Assign(f"({_targets(plan.float_arrays)}), _low", f"{own['in_float32']}({floats})"))
+    public += plan.returning
+    if plan.nondiff_argnums:
+        custom = f"{own['functools']}.partial({own['jax']}.{plan.custom}, nondiff_argnums={plan.nondiff_argnums})"
+    else:
+        custom = f"{own['jax']}.{plan.custom}"
+    forward = (*map(Comment, plan.forward_notes), *plan.forward.statements)
+    found: list[Statement] = [
+        *plan.result_classes,
+        Def(name, tuple(map(str, plan.params)), tuple(public), returns=plan.returns),
+        Def(f"_{name}", plan.inputs, forward, (custom,)),
+    ]
+    if plan.custom == "custom_jvp":
+        assert plan.jvp is not None
+        outputs = plan.outputs
+        tangents = plan.jvp.result
+        result = f"{outputs[0]}, {tangents}" if len(outputs) == 1 else f"({', '.join(outputs)}), ({tangents})"
+        rule: tuple[Statement, ...] = (
+            Assign(_targets(plan.arrays), own["primals"]),
+            Assign(_targets(plan.tangents), own["tangents"]),
+            *map(Comment, plan.jvp_notes),
+            *plan.jvp_primal,
+            *plan.jvp.lines,
+            Return(result),
+        )
+        params = (*plan.statics, own["primals"], own["tangents"])
+        return (*found, *plan.maps, Def(f"_{name}_jvp", params, rule, (f"_{name}.defjvp",)))
+    assert plan.bwd is not None
+    returned = plan.outputs[0] if len(plan.outputs) == 1 else f"({', '.join(plan.outputs)})"
+    fwd = (Assign(", ".join(plan.outputs), plan.primal_call), Return(f"{returned}, ({_targets(plan.saved)})"))
+    single = len(plan.cotangents) == 1
+    bwd: list[Statement] = [Assign(_targets(plan.saved), own["saved"])] if plan.saved else []
+    if not single:
+        bwd.append(Assign(", ".join(plan.cotangents), own["cotangents"]))
+    bwd += [*plan.bwd.lines, Return(f"({plan.bwd.result}{',' if len(plan.bwd.results) == 1 else ''})")]
+    cotangents = plan.cotangents[0] if single else own["cotangents"]
+    return (
+        *found,
+        Def(f"_{name}_fwd", plan.inputs, fwd),
+        Def(f"_{name}_bwd", (*plan.statics, own["saved"], cotangents), tuple(bwd)),
+        Assign("", f"_{name}.defvjp(_{name}_fwd, _{name}_bwd)"),
+    )

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rulegen.code import Import, import_statements
-from rulegen.lines import Block
+from rulegen.code import Assign, Block, Class, Def, Import, Statement, import_statements
 
 
 @dataclass(frozen=True)
@@ -63,9 +62,9 @@ class Header:
     rule: str
     source: str
     source_hash: str
-    module_doc: str  # docstring literals, ready to place
-    doc: str  # the public function's (see help_text), indented one level
-    class_doc: str  # the torch Function's, indented one level: what it is, pointing to the function
+    module_doc: str  # the module's docstring literal, ready to place
+    help: str  # the public function's docstring (see help_text)
+    class_help: str  # the torch Function's: what it is, pointing to the function
 
 
 @dataclass(frozen=True)
@@ -85,9 +84,9 @@ class JaxPlan:
     tangents: tuple[str, ...]
     primal_call: str
     # The JVP rule's line assigning the outputs from the primal function, and why; "" where it computes them itself.
-    jvp_primal: str
+    jvp_primal: tuple[Assign, ...]
     jvp_notes: tuple[str, ...]
-    returning: tuple[str, ...]  # the public function's last lines (see header.public_return)
+    returning: tuple[Statement, ...]  # the public function's last statements (see header.public_return)
     outputs: tuple[str, ...]
     jvp: Block | None
     # custom_vjp
@@ -96,13 +95,15 @@ class JaxPlan:
     bwd: Block | None
     imports: frozenset[Import]
     # With both a jvp and a vjp: the two halves of the linear_map the JVP applies.
-    maps: tuple[Function, ...]
-    array_arguments: str  # the primal body's first line (see array_arguments)
-    unpack: tuple[str, ...]  # before it: structured arguments taken apart (see header.unpacked)
+    maps: tuple[Def, ...]
+    array_arguments: tuple[Assign, ...]  # the public function's first statement, if any (see array_arguments)
+    unpack: tuple[Assign, ...]  # before it: structured arguments taken apart (see header.unpacked)
     forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
     # Float array inputs: bfloat16 and float16 compute in float32 (rounded once); () for none.
     float_arrays: tuple[str, ...] = ()
-    result_classes: tuple[str, ...] = ()  # the named tuples returned (see header.result_classes)
+    result_classes: tuple[Class, ...] = ()  # the named tuples returned (see header.result_classes)
+    # What the module defines after its imports (plan.jax.jax_definitions): the code model the template prints.
+    definitions: tuple[Statement, ...] = ()
 
     @property
     def needs(self) -> Needs:
@@ -155,19 +156,21 @@ class TorchPlan:
     setup_inputs: str  # unpacking targets of `inputs` in setup_context, "" if none is kept
     setup_outputs: str  # likewise for `output`
     wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
-    tensor_arguments: str  # the wrapper's first line: its array arguments as tensors (see array_arguments)
-    unpack: tuple[str, ...]  # before it: structured arguments taken apart (see header.unpacked)
-    returning: tuple[str, ...]  # the wrapper's last lines (see header.public_return)
+    tensor_arguments: tuple[Assign, ...]  # the wrapper's first statement: its array arguments as tensors, if any
+    unpack: tuple[Assign, ...]  # before it: structured arguments taken apart (see header.unpacked)
+    returning: tuple[Statement, ...]  # the wrapper's last statements (see header.public_return)
+    routed_line: Assign  # the module-level statement binding `route` to the runtime's `routed` of the Function
     forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
     float_arrays: tuple[str, ...] = ()  # float array inputs, () for none
     # Whether the wrapper computes bfloat16 and float16 in float32, rounded once; False where each
     # body is one torch kernel, which does so itself (plan.torch._opmath_bodies).
     lifted: bool = False
     route: str = ""  # what the wrapper applies (rulegen.plan.torch_route)
-    routed_line: str = ""  # the module-level line binding `route` to the runtime's `routed` of the Function
-    result_classes: tuple[str, ...] = ()  # the named tuples returned (see header.result_classes)
+    result_classes: tuple[Class, ...] = ()  # the named tuples returned (see header.result_classes)
     # The output whose shape, that of every output, setup_context keeps for jvp to broadcast to; "" for none.
     shape_kept: str = ""
+    # What the module defines after its imports (plan.torch.torch_definitions): the code model the template prints.
+    definitions: tuple[Statement, ...] = ()
 
     @property
     def needs(self) -> Needs:
@@ -231,17 +234,6 @@ def atom(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class Function:
-    """A function of the generated module: a body, or glue around the bodies."""
-
-    name: str
-    params: tuple[str, ...]
-    lines: tuple[str, ...]
-    decorator: str = ""
-    returns: str = ""  # the return annotation, if any
-
-
-@dataclass(frozen=True)
 class SnippetPlan:
     """A module for a rule with snippet bodies: private body functions, then the glue.
 
@@ -254,18 +246,20 @@ class SnippetPlan:
     header: Header
     name: str
     imports: frozenset[Import]
-    bodies: tuple[Function, ...]
-    assignments: tuple[str, ...]
-    public: Function
-    methods: tuple[Function, ...]
-    tail: tuple[str, ...]
+    bodies: tuple[Def, ...]
+    assignments: tuple[Statement, ...]
+    public: Def
+    methods: tuple[Def, ...]
+    tail: tuple[Statement, ...]
     class_name: str = ""
     base: str = ""  # the Function's base class, with `class_name`
     called: tuple[str, ...] = ()  # the other rules its bodies call, imported at the module's end
     requires: tuple[str, ...] = ()  # modules imported inside functions: by the bodies, or the bridge's torch
     apis: tuple[str, ...] = ()  # the framework APIs its bodies call whose age matters (rulegen.floors)
-    routed_line: str = ""  # torch: the module-level line binding what applies the Function; "" without one
-    result_classes: tuple[str, ...] = ()  # the named tuples returned (see header.result_classes)
+    routed_line: Assign | None = None  # torch: the module-level statement binding what applies the Function
+    result_classes: tuple[Class, ...] = ()  # the named tuples returned (see header.result_classes)
+    # What the module defines after its imports (plan.snippet.snippet_definitions): what the template prints.
+    definitions: tuple[Statement, ...] = ()
 
     @property
     def needs(self) -> Needs:

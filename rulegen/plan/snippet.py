@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
-from rulegen.code import Import
+from rulegen.code import Assign, Class, Comment, Def, Docstring, Given, Import, Imported, Statement
 from rulegen.plan.emit import Emitter
-from rulegen.plan.model import Function, Result, atom
+from rulegen.plan.model import Result, SnippetPlan, atom
 from rulegen.printers import print_jax, print_torch
 from rulegen.routes import JaxRoute
 from rulegen.snippet import Code, SnippetDerivation
@@ -61,18 +61,18 @@ def str_tuple_literal(names: Sequence[str]) -> str:
 
 def body_function(
     code: Code, backend: str, imports: set[Import], statics: Sequence[str] = ()
-) -> tuple[Function, str | None]:
+) -> tuple[Def, str | None]:
     """The body as a private function, and its expression where it is one line (see `inline_expression`)."""
     if code.kind != "sympy":
         imports |= _module_imports(code, backend)
-        return Function(_body_name(code.role), code.params, tuple(code.text.splitlines())), inline_expression(code)
+        given = Given(tuple(code.text.splitlines()))
+        return Def(_body_name(code.role), code.params, (given,)), inline_expression(code)
     printer = print_jax if backend == "jax" else print_torch
     emit = Emitter(printer, code.params, scalars=() if backend == "jax" else statics)
     block = emit.block([], [Result(r, e) for r, e in zip(code.results, code.exprs, strict=True)])
     imports |= emit.imports
-    lines = [a.line for a in block.lines] + [f"return {block.result}"]
     one_line = not block.lines and len(block.results) == 1
-    return Function(_body_name(code.role), code.params, tuple(lines)), atom(block.result) if one_line else None
+    return Def(_body_name(code.role), code.params, block.statements), atom(block.result) if one_line else None
 
 
 def _module_imports(code: Code, backend: str) -> set[Import]:
@@ -150,16 +150,16 @@ class SnippetPlanner:
     def forward_targets(self) -> str:
         return tuple_text([*self.outputs, *(f"_{r}" for r in self.returned)])
 
-    def residual_lines(self, needed: set[str], *, forward_call: bool) -> list[str]:
+    def residual_lines(self, needed: set[str], *, forward_call: bool) -> list[Statement]:
         """Compute the residuals a body reads: returned ones by calling the forward body, the rest by theirs."""
-        lines = []
+        lines: list[Statement] = []
         if forward_call and needed & set(self.returned):
             targets = ["_" if n in self.outputs else n for n in (*self.outputs, *self.returned)]
             targets = [t if t in needed or t == "_" else "_" for t in targets]
-            lines.append(f"{tuple_text(targets)} = {self.call(self.given('forward'))}")
+            lines.append(Assign(tuple_text(targets), self.call(self.given("forward"))))
         for name, _ in self.d.residuals:
             if name in needed:
-                lines.append(f"{name} = {self.call(self.given(f'residual {name}'))}")
+                lines.append(Assign(name, self.call(self.given(f"residual {name}"))))
         return lines
 
     def reads(self, *roles: str) -> set[str]:
@@ -173,3 +173,21 @@ class SnippetPlanner:
             if name in names:
                 names |= set(self.given(f"residual {name}").params)
         return names
+
+
+def snippet_definitions(plan: SnippetPlan) -> tuple[Statement, ...]:
+    """What a snippet rule's module defines after its imports: the bodies, then the glue around them."""
+    found: list[Statement] = [*plan.bodies, *plan.assignments]
+    if plan.class_name:
+        doc = (Docstring(plan.header.class_help),) if plan.header.class_help else ()
+        found.append(Class(plan.class_name, (plan.base,), (*doc, *plan.methods)))
+        found += [plan.routed_line] if plan.routed_line else []
+        found += [*plan.result_classes, plan.public]
+    else:
+        found += [*plan.result_classes, plan.public, *plan.methods]
+    found += plan.tail
+    if plan.called:
+        found.append(Comment("The rules this one calls, imported last: rules may call each other, and a"))
+        found.append(Comment("module that defines its own names first can be imported in any order."))
+        found += [Imported((Import(f".{rule}", rule),), noqa="E402") for rule in plan.called]
+    return tuple(found)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
-from rulegen.code import Import
+from rulegen.code import Assign, Comment, Def, Import, Imported, Return, Statement
 from rulegen.names import cotangent, tangent
 from rulegen.plan.header import (
     LIFT_IMPORT,
@@ -19,8 +20,15 @@ from rulegen.plan.header import (
     returns_of,
     unpacked,
 )
-from rulegen.plan.model import Function, SnippetPlan
-from rulegen.plan.snippet import SnippetPlanner, packed, str_tuple_literal, tuple_literal, tuple_text
+from rulegen.plan.model import SnippetPlan
+from rulegen.plan.snippet import (
+    SnippetPlanner,
+    packed,
+    snippet_definitions,
+    str_tuple_literal,
+    tuple_literal,
+    tuple_text,
+)
 from rulegen.routes import JaxRoute
 from rulegen.snippet import SnippetDerivation
 
@@ -34,13 +42,13 @@ def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
 
 def _module(
     p: SnippetPlanner,
-    lines: Sequence[str],
+    lines: Sequence[Statement],
     *,
     bodies: bool = True,
     decorator: str = "",
-    assignments: Sequence[str] = (),
-    methods: Sequence[Function] = (),
-    tail: Sequence[str] = (),
+    assignments: Sequence[Statement] = (),
+    methods: Sequence[Def] = (),
+    tail: Sequence[Statement] = (),
     requires: Sequence[str] = (),
 ) -> SnippetPlan:
     """The module: the bodies, then the public function running `lines` after its docstring and argument check.
@@ -51,32 +59,38 @@ def _module(
     """
     rule = p.rule
     header = header_of(p.d, "jax")
-    refusal = array_arguments(rule, "as_arrays")
-    prologue = (*doc_lines(header), *unpacked(rule), *([refusal] if refusal else []))
+    prologue: tuple[Statement, ...] = (*doc_lines(header), *unpacked(rule), *array_arguments(rule, "as_arrays"))
     params = tuple(map(str, parameters_of(rule, "jax")))
     if bodies:
-        private = Function(f"_{rule.name}", p.inputs, tuple(lines), decorator=decorator)
+        private = Def(f"_{rule.name}", p.inputs, tuple(lines), (decorator,) if decorator else ())
         methods, lines, decorator = (private, *methods), _lifted(p), ""
     classes = result_classes(rule, "jax")
     if classes:
         p.imports.add(NAMED_TUPLE_IMPORT)
-    return SnippetPlan(
+    plan = SnippetPlan(
         header=header,
         name=rule.name,
         imports=jax_util_imports(p.imports, rule),
         bodies=p.bodies if bodies else (),
         called=p.called if bodies else (),
         assignments=tuple(assignments),
-        public=Function(rule.name, params, (*prologue, *lines), decorator=decorator, returns=returns_of(rule, "jax")),
+        public=Def(
+            rule.name,
+            params,
+            (*prologue, *lines),
+            (decorator,) if decorator else (),
+            returns=returns_of(rule, "jax"),
+        ),
         methods=tuple(methods),
         tail=tuple(tail),
         requires=tuple(sorted({*(p.requires if bodies else ()), *requires})),
         apis=p.apis if bodies else (),
         result_classes=classes,
     )
+    return replace(plan, definitions=snippet_definitions(plan))
 
 
-def _lifted(p: SnippetPlanner) -> list[str]:
+def _lifted(p: SnippetPlanner) -> list[Statement]:
     """The public function's body around the private one: bfloat16 and float16 computed in float32, rounded once."""
     floats = [i.name for i in p.rule.inputs if not i.static and i.dtype == "float"]
     call = f"_{p.rule.name}({', '.join(p.inputs)})"
@@ -84,9 +98,10 @@ def _lifted(p: SnippetPlanner) -> list[str]:
     if not floats:
         return list(returning)
     p.imports |= LIFT_IMPORT
+    floats_text, lift = ", ".join(floats), p.own["in_float32"]
     return [
-        "# bfloat16 and float16 compute in float32 and round once (XLA would round every step).",
-        f"({tuple_text(floats)}{',' if len(floats) == 1 else ''}), _low = {p.own['in_float32']}({', '.join(floats)})",
+        Comment("bfloat16 and float16 compute in float32 and round once (XLA would round every step)."),
+        Assign(f"({tuple_text(floats)}{',' if len(floats) == 1 else ''}), _low", f"{lift}({floats_text})"),
         *returning,
     ]
 
@@ -96,13 +111,12 @@ def _bridge(p: SnippetPlanner) -> SnippetPlan:
     rule = p.rule
     p.imports.add(Import("._bridge", "TorchBridge"))
     closure = f"lambda {', '.join(p.arrays)}: _torch_{rule.name}({', '.join(p.inputs)})"
-    lines = [
+    lines: list[Statement] = [
         # Here, not at the top: importing the JAX package must not import torch.
-        f"from ..torch.{rule.name} import {rule.name} as _torch_{rule.name}",
-        "",
-        f"return _bridge({closure}, {', '.join(p.arrays)})",
+        Imported((Import(f"..torch.{rule.name}", rule.name, f"_torch_{rule.name}"),)),
+        Return(f"_bridge({closure}, {', '.join(p.arrays)})"),
     ]
-    assignments = [f"_bridge = {p.own['TorchBridge']}({rule.name!r}, depth={rule.depth})"]
+    assignments = [Assign("_bridge", f"{p.own['TorchBridge']}({rule.name!r}, depth={rule.depth})")]
     return _module(p, lines, bodies=False, assignments=assignments, requires=["torch"])
 
 
@@ -123,30 +137,31 @@ def _primitive(p: SnippetPlanner) -> SnippetPlan:
     fields += [f"diff_inputs={str_tuple_literal(p.diff_inputs)}", f"diff_outputs={str_tuple_literal(p.diff_outputs)}"]
     fields += [*(["jvp=_jvp"] if d.jvp is not None else []), *(["vjp=_vjp"] if d.vjp is not None else [])]
     fields.append(f"batching={rule.batching!r}")
-    assignment = f"_{rule.name}_rule = {p.own['HostRule']}(\n    " + ",\n    ".join(fields) + ",\n)"
+    assignment = Assign(f"_{rule.name}_rule", f"{p.own['HostRule']}(" + ", ".join(fields) + ",)")
     statics = ", ".join(f"{s}={s}" for s in p.statics)
     call = f"_{rule.name}_rule({', '.join([*p.arrays, *([statics] if statics else [])])})"
     results = [*p.outputs, *(f"_{r}" for r in p.returned)]
-    lines = [f"{tuple_text(results)}{',' if len(results) == 1 else ''} = {call}", f"return {tuple_text(p.outputs)}"]
+    targets = f"{tuple_text(results)}{',' if len(results) == 1 else ''}"
+    lines: list[Statement] = [Assign(targets, call), Return(tuple_text(p.outputs))]
     return _module(p, lines, assignments=[assignment])
 
 
-def _primal_lines(p: SnippetPlanner) -> list[str]:
+def _primal_lines(p: SnippetPlanner) -> list[Statement]:
     """The public function's body: the forward body's call, its returned residuals dropped."""
     forward = p.code("forward")
     assert forward is not None
     if p.returned:
-        return [f"{p.forward_targets()} = {p.call(forward)}", f"return {tuple_text(p.outputs)}"]
-    return [f"return {p.call(forward)}"]
+        return [Assign(p.forward_targets(), p.call(forward)), Return(tuple_text(p.outputs))]
+    return [Return(p.call(forward))]
 
 
 def _decorator(p: SnippetPlanner, kind: str) -> str:
     nondiff = tuple(k for k, i in enumerate(p.rule.inputs) if i.static)
     jax = p.own["jax"]
     if not nondiff:
-        return f"@{jax}.{kind}"
+        return f"{jax}.{kind}"
     p.imports.add(Import("functools"))
-    return f"@{p.own['functools']}.partial({jax}.{kind}, nondiff_argnums={nondiff})"
+    return f"{p.own['functools']}.partial({jax}.{kind}, nondiff_argnums={nondiff})"
 
 
 def _plain(p: SnippetPlanner) -> SnippetPlan:
@@ -159,23 +174,23 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
     rule, route = p.rule, p.d.routes.jax
     decorator = _decorator(p, "custom_jvp")
     primals, tangents = p.own["primals"], p.own["tangents"]
-    lines = [f"{tuple_text(p.arrays)}{',' if len(p.arrays) == 1 else ''} = {primals}"]
+    lines: list[Statement] = [Assign(f"{tuple_text(p.arrays)}{',' if len(p.arrays) == 1 else ''}", primals)]
     tangent_names = [tangent(a) if a in p.diff_inputs else "_" for a in p.arrays]
-    lines.append(f"{tuple_text(tangent_names)}{',' if len(p.arrays) == 1 else ''} = {tangents}")
-    lines.append(f"{tuple_text(p.outputs)} = _{rule.name}({', '.join(p.inputs)})")
+    lines.append(Assign(f"{tuple_text(tangent_names)}{',' if len(p.arrays) == 1 else ''}", tangents))
+    lines.append(Assign(tuple_text(p.outputs), f"_{rule.name}({', '.join(p.inputs)})"))
     needed = p.reads(*{JaxRoute.CUSTOM_JVP: ["jvp"], JaxRoute.TRANSPOSE: ["vjp"]}.get(route, ["jvp", "vjp"]))
     lines += p.residual_lines(needed, forward_call=True)
     dots = [tangent(o) for o in p.diff_outputs]
-    methods: list[Function] = []
+    methods: list[Def] = []
     if route == JaxRoute.CUSTOM_JVP:
-        lines.append(f"{tuple_text(dots)} = {p.call(p.given('jvp'))}")
+        lines.append(Assign(tuple_text(dots), p.call(p.given("jvp"))))
     else:
         maps, call = _linear_maps(p)
         methods += maps
-        lines.append(f"{tuple_text(dots)}, = {call}")
-    lines.append(f"return {packed(p.outputs)}, {packed(_output_tangents(p))}")
+        lines.append(Assign(f"{tuple_text(dots)},", call))
+    lines.append(Return(f"{packed(p.outputs)}, {packed(_output_tangents(p))}"))
     params = (*p.statics, primals, tangents)
-    methods.append(Function(f"_{rule.name}_jvp", params, tuple(lines), decorator=f"@_{rule.name}.defjvp"))
+    methods.append(Def(f"_{rule.name}_jvp", params, tuple(lines), (f"_{rule.name}.defjvp",)))
     return _module(p, _primal_lines(p), decorator=decorator, methods=methods)
 
 
@@ -202,25 +217,27 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
     needed = p.reads("vjp")
     # The primal function, not the body, so that the rule holds when
     # this fwd is itself differentiated (higher order).
-    fwd = [f"{tuple_text(p.outputs)} = _{rule.name}({', '.join(p.inputs)})"]
+    fwd: list[Statement] = [Assign(tuple_text(p.outputs), f"_{rule.name}({', '.join(p.inputs)})")]
     fwd += p.residual_lines(needed, forward_call=True)
     saved = [n for n in (*p.arrays, *p.outputs, *p.returned, *(n for n, _ in p.d.residuals)) if n in needed]
     if p.broadcastable:
         saved += [i for i in p.diff_inputs if i not in saved]
-    fwd.append(f"return {packed(p.outputs)}, ({tuple_text(saved)}{',' if len(saved) == 1 else ''})")
+    fwd.append(Return(f"{packed(p.outputs)}, ({tuple_text(saved)}{',' if len(saved) == 1 else ''})"))
     bars = [cotangent(o) if o in p.diff_outputs else "_" for o in p.outputs]
     saved_param, cotangents = p.own["saved"], p.own["cotangents"]
-    bwd = [f"{tuple_text(saved)}{',' if len(saved) == 1 else ''} = {saved_param}"] if saved else []
+    bwd: list[Statement] = []
+    if saved:
+        bwd.append(Assign(f"{tuple_text(saved)}{',' if len(saved) == 1 else ''}", saved_param))
     if len(bars) > 1:
-        bwd.append(f"{tuple_text(bars)} = {cotangents}")
-    bwd.append(f"{tuple_text([cotangent(i) for i in p.diff_inputs])} = {p.call(p.given('vjp'))}")
+        bwd.append(Assign(tuple_text(bars), cotangents))
+    bwd.append(Assign(tuple_text([cotangent(i) for i in p.diff_inputs]), p.call(p.given("vjp"))))
     returns = [_input_cotangent(p, i.name) for i in rule.inputs if not i.static]
-    bwd.append(f"return ({tuple_text(returns)}{',' if len(returns) == 1 else ''})")
+    bwd.append(Return(f"({tuple_text(returns)}{',' if len(returns) == 1 else ''})"))
     methods = [
-        Function(f"_{rule.name}_fwd", p.inputs, tuple(fwd)),
-        Function(f"_{rule.name}_bwd", (*p.statics, saved_param, bars[0] if len(bars) == 1 else cotangents), tuple(bwd)),
+        Def(f"_{rule.name}_fwd", p.inputs, tuple(fwd)),
+        Def(f"_{rule.name}_bwd", (*p.statics, saved_param, bars[0] if len(bars) == 1 else cotangents), tuple(bwd)),
     ]
-    tail = [f"_{rule.name}.defvjp(_{rule.name}_fwd, _{rule.name}_bwd)"]
+    tail = [Assign("", f"_{rule.name}.defvjp(_{rule.name}_fwd, _{rule.name}_bwd)")]
     return _module(p, _primal_lines(p), decorator=decorator, methods=methods, tail=tail)
 
 
@@ -233,7 +250,7 @@ def _input_cotangent(p: SnippetPlanner, name: str) -> str:
     return cotangent(name)
 
 
-def _linear_maps(p: SnippetPlanner) -> tuple[list[Function], str]:
+def _linear_maps(p: SnippetPlanner) -> tuple[list[Def], str]:
     """The JVP and VJP bodies as the two halves of a `linear_map`, and the call that applies it.
 
     Both take the statics and the known values (inputs, outputs, residuals)
@@ -253,21 +270,21 @@ def _linear_maps(p: SnippetPlanner) -> tuple[list[Function], str]:
     results = [cotangent(i) for i in p.diff_inputs]
     returned = [_input_cotangent(p, i) for i in p.diff_inputs]
     name = p.rule.name
-    transpose = Function(
+    transpose = Def(
         f"_{name}_vjp_map",
         (*statics, *known, *(cotangent(o) for o in p.diff_outputs)),
-        (f"{tuple_text(results)} = {p.call(vjp)}", f"return ({tuple_text(returned)},)"),
+        (Assign(tuple_text(results), p.call(vjp)), Return(f"({tuple_text(returned)},)")),
     )
     if jvp is not None:
-        apply_lines: tuple[str, ...] = (f"return ({p.call(jvp)},)",)
+        apply_lines: tuple[Statement, ...] = (Return(f"({p.call(jvp)},)"),)
     else:
         p.imports.add(Import("functools"))
         local = p.own["vjp"]
         apply_lines = (
-            f"{local} = {p.own['functools']}.partial({transpose.name}, {', '.join((*statics, *known))})",
-            f"return {p.own['jax']}.linear_transpose({local}, {', '.join(p.diff_outputs)})(({tuple_text(dots)},))",
+            Assign(local, f"{p.own['functools']}.partial({transpose.name}, {', '.join((*statics, *known))})"),
+            Return(f"{p.own['jax']}.linear_transpose({local}, {', '.join(p.diff_outputs)})(({tuple_text(dots)},))"),
         )
-    apply = Function(f"_{name}_jvp_map", (*statics, *known, *dots), apply_lines)
+    apply = Def(f"_{name}_jvp_map", (*statics, *known, *dots), apply_lines)
     args = [apply.name, transpose.name, tuple_literal(known), tuple_literal(dots)]
     if statics:
         args.append(tuple_literal(statics))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rulegen import names
-from rulegen.code import Import
+from rulegen.code import Assign, Comment, Def, Import, Pass, Raise, Return, Statement
 from rulegen.names import cotangent, tangent
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
@@ -22,8 +22,8 @@ from rulegen.plan.header import (
     unpack_helpers,
     unpacked,
 )
-from rulegen.plan.model import Function, SnippetPlan
-from rulegen.plan.snippet import SnippetPlanner, packed, tuple_text
+from rulegen.plan.model import SnippetPlan
+from rulegen.plan.snippet import SnippetPlanner, packed, snippet_definitions, tuple_text
 from rulegen.plan.torch_route import static_type, torch_route
 from rulegen.routes import Source
 from rulegen.snippet import SnippetDerivation
@@ -39,7 +39,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
         # Nothing custom: torch differentiates the body as it is.
         forward = p.given("forward")
         if p.returned:
-            lines = [f"{p.forward_targets()} = {p.call(forward)}", *_returned(p, tuple_text(p.outputs))]
+            lines = [Assign(p.forward_targets(), p.call(forward)), *_returned(p, tuple_text(p.outputs))]
         else:
             lines = _returned(p, p.call(forward), spread=len(p.outputs) > 1)
         return _module(p, lines, util_names)
@@ -72,36 +72,39 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     )
 
 
+_LIFT_NOTE = "bfloat16 and float16 compute in float32 and round once, as torch's own kernels do."
+
+
 def _module(
     p: SnippetPlanner,
-    lines: Sequence[str],
+    lines: Sequence[Statement],
     util_names: Sequence[str],
     *,
-    methods: Sequence[Function] = (),
+    methods: Sequence[Def] = (),
     base: str = "",
-    extra_bodies: Sequence[Function] = (),
-    routed_line: str = "",
+    extra_bodies: Sequence[Def] = (),
+    routed_line: Assign | None = None,
     function_names: Sequence[str] = (),
 ) -> SnippetPlan:
     """The module: the bodies, the Function's `methods` if any, and the public function running `lines`."""
     rule = p.rule
     header = header_of(p.d, "torch")
-    arguments = _arguments(p)
+    arguments: list[Statement] = list(_arguments(p))
     if arguments and _float_arrays(p):
-        arguments = ["# bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.", *arguments]
+        arguments.insert(0, Comment(_LIFT_NOTE))
     prologue = (*doc_lines(header), *unpacked(rule), *arguments)
     params = tuple(map(str, parameters_of(rule, "torch")))
     classes = result_classes(rule, "torch")
     if classes:
         p.imports.add(NAMED_TUPLE_IMPORT)
-    return SnippetPlan(
+    plan = SnippetPlan(
         header=header,
         name=rule.name,
         imports=torch_util_imports(p.imports, util_names, function_names, p.own),
         bodies=(*p.bodies, *extra_bodies),
         called=p.called,
         assignments=(),
-        public=Function(rule.name, params, (*prologue, *lines), returns=returns_of(rule, "torch")),
+        public=Def(rule.name, params, (*prologue, *lines), returns=returns_of(rule, "torch")),
         methods=tuple(methods),
         tail=(),
         class_name=rule.torch_class if methods else "",
@@ -111,6 +114,7 @@ def _module(
         routed_line=routed_line,
         result_classes=classes,
     )
+    return replace(plan, definitions=snippet_definitions(plan))
 
 
 @dataclass(frozen=True)
@@ -162,10 +166,11 @@ def _kept(p: SnippetPlanner) -> _Kept:
     )
 
 
-def _forward(p: SnippetPlanner, kept: _Kept, util_names: list[str]) -> Function:
+def _forward(p: SnippetPlanner, kept: _Kept, util_names: list[str]) -> Def:
     forward = p.given("forward")
+    lines: list[Statement]
     if forward.host and _host_op_applies(p):
-        lines = [f"return {_HOST_OP}({', '.join(p.inputs)})"]
+        lines = [Return(f"{_HOST_OP}({', '.join(p.inputs)})")]
     elif forward.host:
         lines = _host_forward(p, kept.values)
     else:
@@ -175,15 +180,14 @@ def _forward(p: SnippetPlanner, kept: _Kept, util_names: list[str]) -> Function:
         result = f"{p.own['fresh_outputs']}({p.call(forward)}, {read})" if copies else p.call(forward)
         if copies:
             util_names.append("fresh_outputs")
+        lines = [Return(result)]
         if p.returned:
-            lines = [f"{p.forward_targets()} = {result}", f"return {tuple_text(p.outputs)}"]
-        else:
-            lines = [f"return {result}"]
-    return Function("forward", p.inputs, tuple(lines), decorator=_staticmethod(p))
+            lines = [Assign(p.forward_targets(), result), Return(tuple_text(p.outputs))]
+    return Def("forward", p.inputs, tuple(lines), _staticmethod(p))
 
 
-def _staticmethod(p: SnippetPlanner) -> str:
-    return f"@{p.own['staticmethod']}"
+def _staticmethod(p: SnippetPlanner) -> tuple[str]:
+    return (p.own["staticmethod"],)
 
 
 _HOST_OP = "_host_op"
@@ -199,7 +203,7 @@ def _host_op_applies(p: SnippetPlanner) -> bool:
     return typed and any(i.dtype == "float" for i in p.rule.inputs)
 
 
-def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Function, Function]:
+def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Def, Def]:
     """The host forward as a torch custom op, and its fake: torch.compile and export see one opaque op.
 
     Without it, Dynamo breaks the graph at the NumPy call.  The fake gives
@@ -219,38 +223,36 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Functio
     # DTensor shards an elementwise body pointwise and gathers the inputs of any other (_host.sharded).
     p.imports.add(Import("._host", "sharded"))
     elementwise = rule.batching == "elementwise"
-    op = Function(
+    op = Def(
         _HOST_OP,
         params,
         tuple(_host_forward(p, values)),
-        decorator=(
-            f"@{g['sharded']}(elementwise={elementwise})\n@{g['torch']}.library.custom_op({name}, mutates_args=())"
-        ),
+        (f"{g['sharded']}(elementwise={elementwise})", f"{g['torch']}.library.custom_op({name}, mutates_args=())"),
         returns=returns,
     )
     shape = _host_shape(p)
     dtype_of = _host_output_dtypes(p, like)
-    lines = []
+    lines: list[Statement] = []
     if p.returned:
         # Residuals the body returns have the dtype it gives them (numpy_sort's integer
         # permutations): a call on ones of the arrays' ranks and dtypes tells it, once.
         p.imports.add(Import("._host", "residual_dtypes"))
         arguments = ", ".join(p.given("forward").params)
         dtypes = g["dtypes"]
-        lines.append(f"{dtypes} = {g['residual_dtypes']}(_forward, {len(p.outputs)}, {arguments})")
+        lines.append(Assign(dtypes, f"{g['residual_dtypes']}(_forward, {len(p.outputs)}, {arguments})"))
         dtype_of |= {r: f"{dtypes}[{k}]" for k, r in enumerate(p.returned)}
     empties = [f"{g['torch']}.empty({shape}, dtype={dtype_of[v]}, device={like}.device)" for v in values]
-    fake = Function(
+    fake = Def(
         "_host_shapes",
         params,
-        (*lines, f"return {tuple_text(empties)}"),
-        decorator=f"@{_HOST_OP}.register_fake",
+        (*lines, Return(tuple_text(empties))),
+        (f"{_HOST_OP}.register_fake",),
         returns=returns,
     )
     return op, fake
 
 
-def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
+def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[Statement]:
     """A host body's call: tensors to NumPy arrays and back, float outputs in the inputs' dtype and device."""
     rule, forward = p.rule, p.given("forward")
     float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
@@ -272,7 +274,7 @@ def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[str]:
             converted.append(f"{g['from_host']}({n}, {like})")
         else:
             converted.append(f"{g['torch']}.as_tensor({n})")
-    return [f"{tuple_text(values)} = _forward({args})", f"return {tuple_text(converted)}"]
+    return [Assign(tuple_text(values), f"_forward({args})"), Return(tuple_text(converted))]
 
 
 def _host_output_dtypes(p: SnippetPlanner, like: str) -> dict[str, str]:
@@ -288,62 +290,61 @@ def _host_shape(p: SnippetPlanner) -> str:
     return f"{p.arrays[0]}.shape"
 
 
-def _setup_context(p: SnippetPlanner, kept: _Kept) -> Function:
+def _setup_context(p: SnippetPlanner, kept: _Kept) -> Def:
     ctx, inputs, output = p.ctx, p.own["inputs"], p.own["output"]
-    setup = []
+    setup: list[Statement] = []
     keep = {*kept.saved, *kept.statics, *kept.shapes}
     if keep & set(p.inputs):
         targets = [n if n in keep else "_" for n in p.inputs]
-        setup.append(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''} = {inputs}")
+        setup.append(Assign(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''}", inputs))
     out_kept = {*kept.saved, *kept.non_diff}
     if out_kept & set(kept.values):
-        setup.append(f"{tuple_text([n if n in out_kept else '_' for n in kept.values])} = {output}")
+        setup.append(Assign(tuple_text([n if n in out_kept else "_" for n in kept.values]), output))
     if kept.non_diff:
-        setup.append(f"{ctx}.mark_non_differentiable({', '.join(kept.non_diff)})")
+        setup.append(Assign("", f"{ctx}.mark_non_differentiable({', '.join(kept.non_diff)})"))
     if kept.saved:
-        setup.append(f"{p.own['save_for_derivatives']}({ctx}, {', '.join(kept.saved)})")
-    setup += [f"{ctx}.{names.ctx_attribute(s)} = {s}" for s in kept.statics]
-    setup += [f"{ctx}.{i}_shape = {i}.shape" for i in kept.shapes]
+        setup.append(Assign("", f"{p.own['save_for_derivatives']}({ctx}, {', '.join(kept.saved)})"))
+    setup += [Assign(f"{ctx}.{names.ctx_attribute(s)}", s) for s in kept.statics]
+    setup += [Assign(f"{ctx}.{i}_shape", f"{i}.shape") for i in kept.shapes]
     if kept.broadcast:
         if not keep & set(p.inputs):
-            setup.insert(0, f"{tuple_text(p.inputs)}{',' if len(p.inputs) == 1 else ''} = {inputs}")
-        setup.append(f"{ctx}.{p.diff_outputs[0]}_shape = {_host_shape(p)}")
-    return Function("setup_context", (ctx, inputs, output), tuple(setup or ["pass"]), _staticmethod(p))
+            setup.insert(0, Assign(f"{tuple_text(p.inputs)}{',' if len(p.inputs) == 1 else ''}", inputs))
+        setup.append(Assign(f"{ctx}.{p.diff_outputs[0]}_shape", _host_shape(p)))
+    return Def("setup_context", (ctx, inputs, output), tuple(setup) or (Pass(),), _staticmethod(p))
 
 
-def _unpack(p: SnippetPlanner, kept: _Kept, reads: set[str]) -> list[str]:
+def _unpack(p: SnippetPlanner, kept: _Kept, reads: set[str]) -> list[Statement]:
     """A derivative method's first lines: the saved tensors and statics it `reads`, and the residuals recomputed.
 
     Both methods share one `ctx.saved_tensors`; what only the other reads is unpacked as `_`.
     """
     if not p.given("forward").host and reads & set(p.returned):
         reads = reads | set(p.given("forward").params)
-    lines = []
+    lines: list[Statement] = []
     if any(n in reads for n in kept.saved):
         targets = [n if n in reads else "_" for n in kept.saved]
-        lines.append(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''} = {p.ctx}.saved_tensors")
-    lines += [f"{s} = {p.ctx}.{names.ctx_attribute(s)}" for s in kept.statics if s in reads]
+        lines.append(Assign(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''}", f"{p.ctx}.saved_tensors"))
+    lines += [Assign(s, f"{p.ctx}.{names.ctx_attribute(s)}") for s in kept.statics if s in reads]
     if not p.given("forward").host:
         lines += p.residual_lines(reads & set(kept.needed), forward_call=True)
     return lines
 
 
-def _backward(p: SnippetPlanner, kept: _Kept) -> Function:
+def _backward(p: SnippetPlanner, kept: _Kept) -> Def:
     """The VJP body, or the JVP body's VJP; cotangents summed back to the inputs' shapes."""
     given = p.d.routes.torch_backward == Source.GIVEN
     # The VJP of the JVP takes zeros like the inputs, whether or not the JVP body reads them.
     lines = _unpack(p, kept, p.reads("vjp") if given else p.reads("jvp") | set(p.diff_inputs))
     grads = [cotangent(i) for i in p.diff_inputs]
     if given:
-        lines.append(f"{tuple_text(grads)} = {p.call(p.given('vjp'))}")
+        lines.append(Assign(tuple_text(grads), p.call(p.given("vjp"))))
     else:
         dots = [tangent(i) for i in p.diff_inputs]
         torch, transpose = p.own["torch"], p.own["transpose"]
-        lines.append(f"def {p.own['jvp']}({', '.join(dots)}):")
-        lines.append(f"    return {_tangents(p, kept, p.call(p.given('jvp')))}")
+        lines.append(Def(p.own["jvp"], tuple(dots), (Return(_tangents(p, kept, p.call(p.given("jvp")))),)))
         zeros = ", ".join(f"{torch}.zeros_like({i})" for i in p.diff_inputs)
-        lines.append(f"_, {transpose} = {torch}.func.vjp({p.own['jvp']}, {zeros})")
-        lines.append(f"{tuple_text(grads)}, = {transpose}({packed([cotangent(o) for o in p.diff_outputs])})")
+        lines.append(Assign(f"_, {transpose}", f"{torch}.func.vjp({p.own['jvp']}, {zeros})"))
+        lines.append(Assign(f"{tuple_text(grads)},", f"{transpose}({packed([cotangent(o) for o in p.diff_outputs])})"))
     returns = []
     for i in p.rule.inputs:
         if i.name not in p.diff_inputs:
@@ -352,31 +353,31 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Function:
             returns.append(f"{cotangent(i.name)}.sum_to_size({p.ctx}.{i.name}_shape)")
         else:
             returns.append(cotangent(i.name))
-    lines.append(f"return {tuple_text(returns)}")
+    lines.append(Return(tuple_text(returns)))
     bars = [cotangent(n) if n in p.diff_outputs else f"_{cotangent(n)}" for n in kept.values]
-    return Function("backward", (p.ctx, *bars), tuple(lines), _staticmethod(p))
+    return Def("backward", (p.ctx, *bars), tuple(lines), _staticmethod(p))
 
 
-def _jvp(p: SnippetPlanner, kept: _Kept) -> Function:
+def _jvp(p: SnippetPlanner, kept: _Kept) -> Def:
     """The JVP body, the VJP body transposed, or a NotImplementedError that says why there is neither."""
     routes = p.d.routes
     dots_in = [tangent(n) if n in p.diff_inputs else f"_{tangent(n)}" for n in p.inputs]
     if routes.torch_jvp == Source.NONE:
         reason = routes.no_forward_mode.get("torch", f"{p.rule.name} has no forward-mode rule")
         pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
-        lines = [f"raise {p.own['NotImplementedError']}(", *(f"    {piece!r}" for piece in pieces), ")"]
-        return Function("jvp", (p.ctx, *dots_in), tuple(lines), _staticmethod(p))
+        error = f"{p.own['NotImplementedError']}(\n" + "".join(f"    {piece!r}\n" for piece in pieces) + ")"
+        return Def("jvp", (p.ctx, *dots_in), (Raise(error),), _staticmethod(p))
     given = routes.torch_jvp == Source.GIVEN
     # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
     lines = _unpack(p, kept, p.reads("jvp") if given else p.reads("vjp") | set(p.diff_outputs))
     out_dots = [tangent(o) for o in p.diff_outputs]
     if given:
-        lines.append(f"{tuple_text(out_dots)} = {_tangents(p, kept, p.call(p.given('jvp')))}")
+        lines.append(Assign(tuple_text(out_dots), _tangents(p, kept, p.call(p.given("jvp")))))
     else:
         lines += _transposed_vjp(p, out_dots)
     tangents = [tangent(n) if n in p.diff_outputs else "None" for n in kept.values]
-    lines.append(f"return {tuple_text(tangents)}")
-    return Function("jvp", (p.ctx, *dots_in), tuple(lines), _staticmethod(p))
+    lines.append(Return(tuple_text(tangents)))
+    return Def("jvp", (p.ctx, *dots_in), tuple(lines), _staticmethod(p))
 
 
 def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
@@ -387,39 +388,39 @@ def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
     return f"{p.own['broadcast_tangents']}({call}, {p.ctx}.{p.diff_outputs[0]}_shape)"
 
 
-def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[str]:
+def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[Statement]:
     """Forward mode as the VJP body's linear transpose, through torch.func.vjp of it."""
     grads = [cotangent(i) for i in p.diff_inputs]
     torch, vjp, transpose = p.own["torch"], p.own["vjp"], p.own["transpose"]
-    lines = [f"def {vjp}({', '.join(cotangent(o) for o in p.diff_outputs)}):"]
-    lines.append(f"    {tuple_text(grads)} = {p.call(p.given('vjp'))}")
     if p.broadcastable:
         shaped = [f"{g}.sum_to_size({p.ctx}.{i}_shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
-        lines.append(f"    return {tuple_text(shaped)}")
     else:
-        lines.append(f"    return {tuple_text(grads)}")
+        shaped = grads
+    body = (Assign(tuple_text(grads), p.call(p.given("vjp"))), Return(tuple_text(shaped)))
     # Linear, so any point will do; ones keep data-dependent loops running.
     ones = ", ".join(f"{torch}.ones_like({o})" for o in p.diff_outputs)
-    lines.append(f"_, {transpose} = {torch}.func.vjp({vjp}, {ones})")
-    lines.append(f"{tuple_text(out_dots)}, = {transpose}({packed([tangent(i) for i in p.diff_inputs])})")
-    return lines
+    return [
+        Def(vjp, tuple(cotangent(o) for o in p.diff_outputs), body),
+        Assign(f"_, {transpose}", f"{torch}.func.vjp({vjp}, {ones})"),
+        Assign(f"{tuple_text(out_dots)},", f"{transpose}({packed([tangent(i) for i in p.diff_inputs])})"),
+    ]
 
 
-def _host_vmap(p: SnippetPlanner) -> Function:
+def _host_vmap(p: SnippetPlanner) -> Def:
     """vmap of a host body: its `batching` (rulegen/runtime/torch/_host.py), never generate_vmap_rule."""
     p.imports.add(Import("._host", f"vmap_{p.rule.batching}"))
     info, in_dims = p.own["info"], p.own["in_dims"]
     helper = p.own[f"vmap_{p.rule.batching}"]
-    call = f"return {helper}({p.rule.torch_class}, {info}, {in_dims}, {', '.join(p.inputs)})"
-    return Function("vmap", (info, in_dims, *p.inputs), (call,), _staticmethod(p))
+    call = Return(f"{helper}({p.rule.torch_class}, {info}, {in_dims}, {', '.join(p.inputs)})")
+    return Def("vmap", (info, in_dims, *p.inputs), (call,), _staticmethod(p))
 
 
-def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[str]:
+def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[Statement]:
     """The public function's body: apply the Function through `route` (see torch_route), residuals dropped."""
     call = f"{route}({', '.join(p.inputs)})"
     if len(kept.values) > len(p.outputs):
         hidden = [f"_{r}" for r in kept.values[len(p.outputs) :]]
-        return [f"{tuple_text([*p.outputs, *hidden])} = {call}", *_returned(p, tuple_text(p.outputs))]
+        return [Assign(tuple_text([*p.outputs, *hidden]), call), *_returned(p, tuple_text(p.outputs))]
     return _returned(p, call, spread=len(p.outputs) > 1)
 
 
@@ -427,14 +428,13 @@ def _float_arrays(p: SnippetPlanner) -> list[str]:
     return [i.name for i in p.rule.inputs if not i.static and i.dtype == "float"]
 
 
-def _arguments(p: SnippetPlanner) -> list[str]:
+def _arguments(p: SnippetPlanner) -> tuple[Statement, ...]:
     """The public function's array arguments as tensors, bfloat16 and float16 float ones in float32 (rounded
     back by `_returned`); [] without array arguments."""
     lifted = bool(_float_arrays(p))
-    arguments = array_arguments(p.rule, "as_opmath_tensors" if lifted else "as_tensors", lifted=lifted)
-    return [arguments] if arguments else []
+    return array_arguments(p.rule, "as_opmath_tensors" if lifted else "as_tensors", lifted=lifted)
 
 
-def _returned(p: SnippetPlanner, value: str, *, spread: bool = False) -> list[str]:
+def _returned(p: SnippetPlanner, value: str, *, spread: bool = False) -> list[Statement]:
     """The return of `value` (the outputs), rounded to the lifted dtype where `_lift` lifted."""
     return list(public_return(p.rule, value, lifted=bool(_float_arrays(p)), spread=spread))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy as sp
 
-from rulegen.code import Import
+from rulegen.code import Assign, Block, Class, Comment, Def, Docstring, If, Import, Pass, Return, Statement
 from rulegen.derive import Derivation, Partials
 from rulegen.forms import (
     TORCH_FUSED_FORMS,
@@ -20,12 +20,12 @@ from rulegen.forms import (
     torch_forms,
 )
 from rulegen.functions import cotangent_sum, cotangent_term
-from rulegen.lines import Block
-from rulegen.names import COTANGENT, TANGENT, cotangent, tangent
+from rulegen.names import COTANGENT, TANGENT, cotangent, ctx_attribute, tangent
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
+    doc_lines,
     header_of,
     parameters_of,
     public_return,
@@ -249,7 +249,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
     classes = result_classes(rule, "torch")
     if classes:
         emit.imports.add(NAMED_TUPLE_IMPORT)
-    return TorchPlan(
+    plan = TorchPlan(
         # The docstring shows silu's derivative as sympy derived it, not by an internal function's name.
         header=header_of(stable, "torch"),
         name=rule.name,
@@ -296,9 +296,10 @@ def plan_torch(d: Derivation) -> TorchPlan:
         routed_line=route.op,
         result_classes=classes,
     )
+    return replace(plan, definitions=torch_definitions(plan))
 
 
-def _returning(t: _Torch, lifted: bool) -> tuple[str, ...]:
+def _returning(t: _Torch, lifted: bool) -> tuple[Statement, ...]:
     """The wrapper's last lines: the Function's outputs (its residuals dropped), rounded where lifted."""
     call = f"{torch_route(t.rule, 0).route}({', '.join(i.name for i in t.rule.inputs)})"
     if t.residual_names:
@@ -567,3 +568,110 @@ def _targets(names: Sequence[str], kept: set[str], *, tuple_of_one: bool) -> str
     if len(names) == 1:
         return f"({names[0]},)" if tuple_of_one else names[0]
     return ", ".join(n if n in kept else "_" for n in names)
+
+
+def torch_definitions(plan: TorchPlan) -> tuple[Statement, ...]:
+    """What the module defines after its imports: the fused bodies, the Function, its route, the public function."""
+    own = plan.own
+    static = f"{own['staticmethod']}"
+    fused = _fused_definitions(plan)
+    methods = (
+        Def("forward", plan.inputs, _forward_body(plan), (static,)),
+        Def("setup_context", (own["ctx"], own["inputs"], own["output"]), _setup_body(plan), (static,)),
+        Def("backward", (own["ctx"], *plan.cotangents), _backward_body(plan), (static,)),
+        Def("jvp", (own["ctx"], *plan.tangents), _jvp_body(plan), (static,)),
+    )
+    doc = (Docstring(plan.header.class_help),) if plan.header.class_help else ()
+    function = Class(plan.class_name, (own["RuleFunction"],), (*doc, *methods))
+    return (*fused, function, plan.routed_line, *plan.result_classes, _public(plan))
+
+
+def _fused_definitions(plan: TorchPlan) -> tuple[Statement, ...]:
+    """With `fuse`, the bodies torch.compile fuses: `_forward`, `_backward`, each with its compiled variant."""
+    if not plan.fused_backward_params:
+        return ()
+    found: list[Statement] = []
+    decorator = plan.own["fused"]
+    for name, params, eager, compiled, notes in (
+        ("_forward", plan.inputs, plan.forward, plan.fused_forward_compiled, plan.forward_notes),
+        ("_backward", plan.fused_backward_params, plan.first_order or plan.backward, plan.fused_backward_compiled, ()),
+    ):
+        if compiled is not None:
+            found.append(Def(f"{name}_compiled", params, compiled.statements))
+        called = f"{decorator}(compiled={name}_compiled)" if compiled is not None else decorator
+        found.append(Def(name, params, (*map(Comment, notes), *eager.statements), (called,)))
+    return tuple(found)
+
+
+def _forward_body(plan: TorchPlan) -> tuple[Statement, ...]:
+    if plan.fused_backward_params:
+        return (Return(f"_forward({', '.join(plan.inputs)})"),)
+    body: list[Statement] = [Comment(note) for note in plan.forward_notes]
+    if plan.forward_in_place:
+        body.append(If(f"{plan.own['plain']}({plan.forward_plain})", plan.forward_in_place.statements))
+    return (*body, *plan.forward.statements)
+
+
+def _setup_body(plan: TorchPlan) -> tuple[Statement, ...]:
+    ctx = plan.own["ctx"]
+    body: list[Statement] = []
+    if plan.setup_inputs:
+        body.append(Assign(plan.setup_inputs, plan.own["inputs"]))
+    if plan.setup_outputs:
+        body.append(Assign(plan.setup_outputs, plan.own["output"]))
+    if plan.unmaterialised:
+        body.append(Assign("", f"{ctx}.set_materialize_grads(False)"))
+    if plan.non_differentiable:
+        body.append(Assign("", f"{ctx}.mark_non_differentiable({', '.join(plan.non_differentiable)})"))
+    if plan.saved:
+        body.append(Assign("", f"{plan.own['save_for_derivatives']}({ctx}, {', '.join(plan.saved)})"))
+    body += [Assign(f"{ctx}.{ctx_attribute(s)}", s) for s in plan.statics]
+    if plan.shape_kept:
+        body.append(Assign(f"{ctx}.{plan.shape_kept}_shape", f"{plan.shape_kept}.shape"))
+    return tuple(body) or (Pass(),)
+
+
+def _unpacked(reads: Reads, ctx: str) -> list[Statement]:
+    """A method's first statements: what it takes back from ctx."""
+    found: list[Statement] = [Assign(reads.saved, f"{ctx}.saved_tensors")] if reads.saved else []
+    return found + [Assign(s, f"{ctx}.{ctx_attribute(s)}") for s in reads.statics]
+
+
+def _backward_body(plan: TorchPlan) -> tuple[Statement, ...]:
+    body = _unpacked(plan.backward_reads, plan.own["ctx"])
+    fused_call = Return(f"_backward({', '.join(plan.fused_backward_params)})")
+    if plan.fused_backward_params and plan.first_order:
+        body.append(If(plan.first_order_test, (fused_call,)))
+        body.append(Comment("A cotangent is absent, or this backward is differentiated: the present ones' terms."))
+    elif plan.fused_backward_params:
+        body.append(fused_call)
+    if plan.backward_in_place:
+        body.append(If(plan.backward_in_place_test, plan.backward_in_place.statements))
+    if plan.first_order or not plan.fused_backward_params:
+        body += plan.backward.statements
+    return tuple(body)
+
+
+def _jvp_body(plan: TorchPlan) -> tuple[Statement, ...]:
+    body = _unpacked(plan.jvp_reads, plan.own["ctx"])
+    zeros = f"{plan.own['torch']}.zeros_like"
+    body += [Assign(dot, f"{zeros}({x}) if {dot} is None else {dot}") for x, dot in plan.absent_tangents]
+    return (*body, *plan.jvp.statements)
+
+
+_OPMATH_NOTE = "bfloat16 and float16 go in as they are: each body is one torch kernel, computing in float32."
+
+
+def _public(plan: TorchPlan) -> Def:
+    """The function users call: arguments as tensors, the Function applied, residuals dropped."""
+    body: list[Statement] = list(doc_lines(plan.header))
+    body += plan.unpack
+    if plan.lifted:
+        body.append(Comment("bfloat16 and float16 compute in float32 and round once, as torch's own kernels do."))
+    elif plan.float_arrays:
+        body.append(Comment(_OPMATH_NOTE))
+    body += plan.tensor_arguments
+    if plan.residuals:
+        body.append(Assign(plan.wrapper_targets, f"{plan.route}({', '.join(plan.inputs)})"))
+    body += plan.returning
+    return Def(plan.name, tuple(map(str, plan.params)), tuple(body), returns=plan.returns)

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rulegen.code import Assign
 from rulegen.spec import Input, Rule
 from rulegen.symbols import own_names
 
 
 @dataclass(frozen=True)
 class TorchRoute:
-    """The module-level line that makes what applies a rule's Function, and the name it binds."""
+    """The module-level statement that makes what applies a rule's Function, and the name it binds."""
 
-    op: str
+    op: Assign
     route: str
 
 
@@ -45,8 +46,8 @@ def torch_route(rule: Rule, values: int) -> TorchRoute:
     """
     cls, apply, routed = rule.torch_class, f"_apply_{rule.name}", own_names(rule)["routed"]
     if any(i.static and static_type(i) is None for i in rule.inputs):
-        return TorchRoute(f"{apply} = {routed}({cls})", apply)
+        return TorchRoute(Assign(apply, f"{routed}({cls})"), apply)
     arguments = ", ".join(f"{static_type(i) if i.static else 'Tensor'} {i.name}" for i in rule.inputs)
     returns = "Tensor" if values == 1 else f"({', '.join(['Tensor'] * values)})"
     schema = f"({arguments}) -> {returns}"
-    return TorchRoute(f"{apply} = {routed}({cls}, {rule.name + '_rule'!r}, {schema!r})", apply)
+    return TorchRoute(Assign(apply, f"{routed}({cls}, {rule.name + '_rule'!r}, {schema!r})"), apply)
