@@ -24,10 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-from rulegen.accuracy_report import WORSE_BITS, write_plot
 from rulegen.check import CheckSession
 from rulegen.check.accuracy import BACKENDS, DTYPES, RuleAccuracy, measure_rule
-from rulegen.spec import read_rules, rule_files
+from rulegen.check.accuracy_report import WORSE_BITS, write_plot
+from rulegen.spec.rules import read_rules, rule_files
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = {"rules/": ROOT / "rules", "FPBench hamming-ch3": ROOT / "benchmarks" / "fpbench"}

@@ -21,11 +21,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rulegen.build import available_cores
 from rulegen.check import CheckSession, Outcome
 from rulegen.check.registry import Check
 from rulegen.check.run import chosen_checks
-from rulegen.spec import read_rules, rule_files
+from rulegen.render.build import available_cores
+from rulegen.spec.rules import read_rules, rule_files
 
 ROOT = Path(__file__).resolve().parent.parent
 RIGHT_FOLDERS = (ROOT / "rules", ROOT / "tests" / "right_rules", ROOT.parent / "shared" / "examples")

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - the conventional alias
 
 import generated.torch as gen
-from rulegen.build import build
+from rulegen.render.build import build
 
 torch.set_num_threads(max(1, torch.get_num_threads()))
 

@@ -2,15 +2,35 @@
 
 __version__ = "0.1.0"
 
-#: The compiler's stages in the order data flows through them, each with its modules (a package stands for its
-#: folder).  A module imports only modules of its own row before it or of earlier rows: the import test and the
-#: README's layout table both read this list.
-STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("read and validate the rule files", ("errors", "source", "names", "spec")),
-    ("facts: the function registry, framework floors, route table", ("functions", "floors", "routes")),
-    ("parse bodies as data", ("expr", "symbols", "snippet")),
-    ("derive, rewrite, stabilise by measured error", ("forms", "measure", "stabilise", "derive")),
-    ("plan each backend", ("saving", "code", "printers", "inplace", "plan")),
-    ("render and write", ("render", "write", "build")),
-    ("check, measure, command line", ("check", "accuracy_report", "cli", "pytest_plugin", "__main__")),
+#: The compiler's stages in the order data flows through them: each a folder of the package (the command line's
+#: modules last, at the top), with its modules in order.  A module imports only modules before it here (its
+#: folder's package, `__init__`, counting as the folder's last): the import test and the README's layout table
+#: both read this list.
+STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("spec", "read and validate the rule files", ("errors", "names", "source", "rules")),
+    (
+        "derive",
+        "facts (function registry, framework floors, routes); bodies parsed as data; derive, rewrite, stabilise by "
+        "measured error",
+        ("functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure", "stabilise", "partials"),
+    ),
+    (
+        "plan",
+        "plan each backend: what is saved, the code model, printers, in-place bodies, one planner per body kind "
+        "and backend",
+        (
+            *("code", "saving", "model", "printers", "torch_route", "inplace", "symbolic", "header", "emit"),
+            *("torch", "snippet", "jax", "snippet_jax", "snippet_torch"),
+        ),
+    ),
+    ("render", "render through the template, format and write", ("layout", "write", "build")),
+    (
+        "check",
+        "check and measure the generated rules",
+        (
+            *("outcome", "points", "subject", "shard_map_worker", "derivatives", "durability", "transforms"),
+            *("dtypes", "numerical", "accuracy", "accuracy_report", "registry", "report", "run"),
+        ),
+    ),
+    ("", "command line", ("cli", "pytest_plugin", "__main__")),
 )

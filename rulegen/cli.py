@@ -17,9 +17,9 @@ from rich.console import Console
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from rulegen.build import BuildResult
     from rulegen.check import Outcome
-    from rulegen.spec import Rule
+    from rulegen.render.build import BuildResult
+    from rulegen.spec.rules import Rule
 
 app = typer.Typer(
     add_completion=False,
@@ -93,8 +93,8 @@ def project_rules(files: Iterable[Path]) -> list[Rule]:
     file take the callees from here.  Files that do not read are left out:
     a call into one is reported as an unknown name where it is.
     """
-    from rulegen.errors import SpecErrors
-    from rulegen.spec import read_rule_file, rule_files
+    from rulegen.spec.errors import SpecErrors
+    from rulegen.spec.rules import read_rule_file, rule_files
 
     given = {_resolved(f) for f in files}
     folders = {r for f in files for r in load_config(f.parent if f.is_file() else f).rules}
@@ -117,7 +117,7 @@ def _resolved(path: Path) -> Path | None:
 
 
 def _report_spec_errors(exc: BaseException) -> typer.Exit:
-    from rulegen.errors import SpecErrors
+    from rulegen.spec.errors import SpecErrors
 
     assert isinstance(exc, SpecErrors)
     for error in exc.errors:
@@ -162,9 +162,9 @@ def build(
     ] = None,
 ) -> None:
     """Validate the rules, derive what they lack, and write the package."""
-    from rulegen.build import HandEditedError, OutputError, PackageNameError, available_cores
-    from rulegen.build import build as run_build
-    from rulegen.errors import SpecErrors
+    from rulegen.render.build import HandEditedError, OutputError, PackageNameError, available_cores
+    from rulegen.render.build import build as run_build
+    from rulegen.spec.errors import SpecErrors
 
     config = load_config()
     paths = rule_paths(rules, config)
@@ -274,11 +274,11 @@ def test(
     """Build the rules into a temporary package and run the checks on every rule."""
     from rich.progress import Progress
 
-    from rulegen.build import available_cores
     from rulegen.check import outcomes_json, run_checks
     from rulegen.check.run import chosen_checks
-    from rulegen.errors import SpecErrors
-    from rulegen.spec import callees, read_rules, rule_files
+    from rulegen.render.build import available_cores
+    from rulegen.spec.errors import SpecErrors
+    from rulegen.spec.rules import callees, read_rules, rule_files
 
     try:
         chosen_checks(only)
@@ -357,11 +357,11 @@ def accuracy(
     ] = None,
 ) -> None:
     """Bits of error of every value and partial, generated code beside autodiff of the written forward."""
-    from rulegen.accuracy_report import accuracy_table, write_plot
     from rulegen.check import CheckSession
     from rulegen.check.accuracy import measure_rule
-    from rulegen.errors import SpecErrors
-    from rulegen.spec import callees, read_rules, rule_files
+    from rulegen.check.accuracy_report import accuracy_table, write_plot
+    from rulegen.spec.errors import SpecErrors
+    from rulegen.spec.rules import callees, read_rules, rule_files
 
     files = rule_files(rule_paths(rules, load_config()))
     try:
@@ -397,15 +397,15 @@ def show(
         list[Path] | None, typer.Option("--rules", help="Rule files or folders (as the arguments after NAME)")
     ] = None,
 ) -> None:
-    """Print the routes (rulegen/routes.py) and the generated code of one rule."""
+    """Print the routes (rulegen/derive/routes.py) and the generated code of one rule."""
     from rich.markup import escape
     from rich.syntax import Syntax
 
-    from rulegen.build import derive_and_generate, display_path
-    from rulegen.errors import SpecErrors
-    from rulegen.routes import describe
-    from rulegen.spec import read_rules, rule_files
-    from rulegen.write import format_sources
+    from rulegen.derive.routes import describe
+    from rulegen.render.build import derive_and_generate, display_path
+    from rulegen.render.write import format_sources
+    from rulegen.spec.errors import SpecErrors
+    from rulegen.spec.rules import read_rules, rule_files
 
     paths = rule_paths([*(files or ()), *(rules or ())], load_config())
     try:
@@ -473,8 +473,8 @@ def _starter(name: str) -> str:
     """A starter rule named `name` that `rulegen build` accepts; exit 2 where no rule can take the name."""
     import tempfile
 
-    from rulegen.errors import SpecErrors
-    from rulegen.spec import read_rule_file
+    from rulegen.spec.errors import SpecErrors
+    from rulegen.spec.rules import read_rule_file
 
     problems: list[str] = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -539,7 +539,7 @@ def schema() -> None:
 
 
 def _schema_text() -> str:
-    from rulegen.spec import json_schema
+    from rulegen.spec.rules import json_schema
 
     return json.dumps(json_schema(), indent=2) + "\n"
 

@@ -103,8 +103,8 @@ class RuleFile(pytest.File):
 
     def collect(self) -> Iterator[pytest.Item]:
         from rulegen.check import CHECKS
-        from rulegen.errors import SpecErrors
-        from rulegen.spec import read_rule_file
+        from rulegen.spec.errors import SpecErrors
+        from rulegen.spec.rules import read_rule_file
 
         try:
             rules = read_rule_file(self.path)
@@ -119,7 +119,7 @@ class RuleFile(pytest.File):
         if self._outcomes is None:
             from rulegen.check import run_checks
             from rulegen.cli import project_rules
-            from rulegen.spec import callees
+            from rulegen.spec.rules import callees
 
             seed = int(self.config.getoption("rulegen_seed"))
             include_compile = bool(self.config.getoption("rulegen_compile"))

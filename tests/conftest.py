@@ -38,7 +38,7 @@ def bundled_package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
     since the last `rulegen build` gets a fresh build instead, so that tests never
     run stale generated code.
     """
-    from rulegen.build import build
+    from rulegen.render.build import build
 
     difference = build([RULES], ROOT / "generated", check=True).difference
     if not (difference.written or difference.removed or difference.edited):
@@ -62,7 +62,7 @@ def bundled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def built(bundled: str):
     """`rules/` built and imported; yields (jax module, torch module, rules by name)."""
-    from rulegen.spec import read_rules, rule_files
+    from rulegen.spec.rules import read_rules, rule_files
 
     jax_pkg = importlib.import_module(f"{bundled}.jax")
     torch_pkg = importlib.import_module(f"{bundled}.torch")
@@ -73,7 +73,7 @@ def built(bundled: str):
 @contextmanager
 def built_package(root: Path, rules_text: str, package: str) -> Iterator[Path]:
     """`rules_text` built into `root/package`, importable while the block runs."""
-    from rulegen.build import build
+    from rulegen.render.build import build
 
     (root / f"{package}.yaml").write_text(rules_text)
     build([root / f"{package}.yaml"], root / package)
@@ -99,9 +99,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # The unit lane (`pytest -m unit`) builds nothing, in fixtures of any scope too: where
     # one would, it fails instead of quietly taking minutes.
     if config.getoption("markexpr", "") == "unit":
-        import rulegen.build
+        import rulegen.render.build
 
-        rulegen.build.plan_build = _refuse_build  # type: ignore[assignment]
+        rulegen.render.build.plan_build = _refuse_build  # type: ignore[assignment]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -114,6 +114,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True)
 def _unit_tests_build_nothing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("unit") is not None:
-        import rulegen.build
+        import rulegen.render.build
 
-        monkeypatch.setattr(rulegen.build, "plan_build", _refuse_build)
+        monkeypatch.setattr(rulegen.render.build, "plan_build", _refuse_build)

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from rulegen.check.accuracy import array_function
-from rulegen.derive import derive_rule
-from rulegen.spec import Rule
+from rulegen.derive.partials import derive_rule
+from rulegen.spec.rules import Rule
 
 
 def _compile(rule: Rule, backend: str) -> Callable[..., Any]:

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from rulegen.check.accuracy import measure_rule
 from rulegen.cli import app
-from rulegen.measure import bits_of_error, exact_value, from_ordinals, ordinals, sample_floats, sampled_domain
-from rulegen.spec import Domain, Input, read_rule_file
+from rulegen.derive.measure import bits_of_error, exact_value, from_ordinals, ordinals, sample_floats, sampled_domain
+from rulegen.spec.rules import Domain, Input, read_rule_file
 from tests.conftest import built_package
 
 TINY64, TINY32 = 5e-324, float(np.finfo(np.float32).smallest_subnormal)
@@ -267,8 +267,8 @@ def test_a_joint_domain_that_no_drawn_point_meets_makes_the_checks_not_applicabl
 def test_the_table_says_why_an_implementation_counts_as_nan_everywhere():
     from rich.console import Console
 
-    from rulegen.accuracy_report import accuracy_table
     from rulegen.check.accuracy import Quantity, RuleAccuracy, Series
+    from rulegen.check.accuracy_report import accuracy_table
 
     value = Quantity("out")
     series = tuple(

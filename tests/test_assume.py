@@ -16,9 +16,9 @@ import pytest
 import scipy.special as sps
 import torch
 
-from rulegen.build import generate_rule
-from rulegen.errors import SpecErrors
-from rulegen.spec import read_rule_file
+from rulegen.render.build import generate_rule
+from rulegen.spec.errors import SpecErrors
+from rulegen.spec.rules import read_rule_file
 from tests.conftest import built_package
 
 RULES = """
@@ -161,7 +161,7 @@ def test_a_bad_assumption_is_located(tmp_path, inputs, message):
 def test_every_assumption_reads_as_a_condition_in_the_docstring():
     from typing import get_args
 
-    from rulegen.spec import ASSUMPTION_CONDITIONS, ASSUMPTION_DOMAINS, Assumption
+    from rulegen.spec.rules import ASSUMPTION_CONDITIONS, ASSUMPTION_DOMAINS, Assumption
 
     assert set(ASSUMPTION_CONDITIONS) == set(get_args(Assumption)) == set(ASSUMPTION_DOMAINS)
 
@@ -181,7 +181,7 @@ def test_no_bundled_rule_computes_otherwise_when_its_domains_are_taken_away():
     # default and no joint condition, and its code (less docstrings and comments) must not move.
     from pathlib import Path
 
-    from rulegen.spec import read_rules, rule_files
+    from rulegen.spec.rules import read_rules, rule_files
 
     root = Path(__file__).resolve().parent.parent
     moved = []

@@ -240,7 +240,7 @@ def _new_names() -> list[str]:
     modules, helpers and builtins generated code reads, the starter's input."""
     import keyword
 
-    from rulegen import names
+    from rulegen.spec import names
 
     snake = re.compile(r"[a-z_][a-z0-9_]*")
     taken = [*keyword.kwlist, *keyword.softkwlist, *names.RESERVED, *names.GLOBAL_NAMES, *names.PRIVATE_NAMES]
@@ -252,7 +252,7 @@ def _new_names() -> list[str]:
 @pytest.mark.parametrize("name", _new_names())
 def test_new_writes_a_rule_that_reads_or_refuses_the_name(tmp_path, name):
     """`rulegen new class|none|torch` once wrote starters that `rulegen build` then refused."""
-    from rulegen.spec import read_rule_file
+    from rulegen.spec.rules import read_rule_file
 
     result = CliRunner().invoke(app, ["new", name, "--dir", str(tmp_path / "rules")])
     path = tmp_path / "rules" / f"{name}.yaml"
@@ -332,7 +332,7 @@ def schema_validator():
 @pytest.mark.parametrize("path", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_bundled_rule_file_validates_against_the_schema(path, schema_validator):
     # rulegen's YAML reader, as an editor's YAML 1.2 reads `1e-7` (a number; PyYAML's 1.1 reads a string)
-    from rulegen.source import load_yaml
+    from rulegen.spec.source import load_yaml
 
     errors = [f"{list(e.absolute_path)}: {e.message}" for e in schema_validator.iter_errors(load_yaml(path))]
     assert not errors, errors[:3]
@@ -395,7 +395,7 @@ def json_quote(text: str) -> str:
 def test_generated_code_is_lint_clean(tmp_path_factory):
     import subprocess
 
-    from rulegen.write import RUFF_ARGS, ruff_executable
+    from rulegen.render.write import RUFF_ARGS, ruff_executable
     from tests.conftest import bundled_package
 
     # rules/ built: generated/ itself when fresh (CI checks it is), else a build of its own (see bundled_package).
@@ -412,9 +412,9 @@ def test_generated_code_is_lint_clean(tmp_path_factory):
 
 @pytest.mark.unit
 def test_a_rule_that_keeps_sympy_busy_is_refused_in_time(tmp_path, monkeypatch):
-    from rulegen import derive
-    from rulegen.errors import SpecErrors
-    from rulegen.spec import read_rule_file
+    from rulegen.derive import partials as derive
+    from rulegen.spec.errors import SpecErrors
+    from rulegen.spec.rules import read_rule_file
 
     monkeypatch.setattr(derive, "DERIVE_SECONDS", 0.05)
     product = " * ".join(f"(sin({k} * x) + cos(x**{k % 7 + 1}))" for k in range(1, 120))
@@ -461,7 +461,7 @@ def test_show_takes_rule_files_as_arguments_and_suggests_near_names(tmp_path, mo
 
 @pytest.mark.unit
 def test_a_bare_expression_body_is_located_where_it_is(tmp_path):
-    from rulegen.spec import read_rule_file
+    from rulegen.spec.rules import read_rule_file
 
     path = tmp_path / "bare.yaml"
     path.write_text("name: bare\ninputs: [x]\nforward: x * 2\nvjp: out_bar * 2\n")

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import rulegen.build
+import rulegen.render.build
 from rulegen.cli import app
-from rulegen.derive import sympy_time_limit
-from rulegen.errors import Loc, SpecErrors
+from rulegen.derive.partials import sympy_time_limit
+from rulegen.spec.errors import Loc, SpecErrors
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 
@@ -42,14 +42,14 @@ rules:
 def pools(monkeypatch) -> list[int]:
     """Every build derives in workers; records the size of each pool started."""
     started: list[int] = []
-    make_pool = rulegen.build.worker_pool
+    make_pool = rulegen.render.build.worker_pool
 
     def recording_pool(workers: int, known_rules: frozenset[str]):
         started.append(workers)
         return make_pool(workers, known_rules)
 
-    monkeypatch.setattr(rulegen.build, "PARALLEL_MIN_RULES", 1)
-    monkeypatch.setattr(rulegen.build, "worker_pool", recording_pool)
+    monkeypatch.setattr(rulegen.render.build, "PARALLEL_MIN_RULES", 1)
+    monkeypatch.setattr(rulegen.render.build, "worker_pool", recording_pool)
     return started
 
 
@@ -118,7 +118,7 @@ def _sleep_past_time_limit() -> None:
 
 
 def test_sympy_time_limit_refuses_a_rule_inside_a_worker():
-    pool = rulegen.build.worker_pool(1, frozenset())
+    pool = rulegen.render.build.worker_pool(1, frozenset())
     try:
         with pytest.raises(SpecErrors, match=r"slow\.yaml:3:10: sympy needs more than 0\.2 s"):
             pool.submit(_sleep_past_time_limit).result(timeout=20)
@@ -221,7 +221,7 @@ def test_defaults_of_every_kind_import_and_run_in_both_backends(tmp_path):
     import sys
 
     (tmp_path / "defaults.yaml").write_text(DEFAULTS)
-    rulegen.build.build([tmp_path / "defaults.yaml"], tmp_path / "pkg")
+    rulegen.render.build.build([tmp_path / "defaults.yaml"], tmp_path / "pkg")
     code = (
         "import inspect, math, jax.numpy as jnp, torch, pkg.jax as J, pkg.torch as T\n"
         "print(inspect.signature(J.with_defaults).parameters['s'].default)\n"
@@ -351,8 +351,8 @@ def test_worker_processes_die_with_a_killed_parallel_build(tmp_path):
 KILLED_BUILD = """
 import os, signal, sys
 from pathlib import Path
-import rulegen.write
-from rulegen.build import build
+import rulegen.render.write
+from rulegen.render.build import build
 
 replace, calls = os.replace, []
 def replace_then_die(src, dst):
@@ -360,7 +360,7 @@ def replace_then_die(src, dst):
     if len(calls) == 3:
         os.kill(os.getpid(), signal.SIGKILL)
     replace(src, dst)
-rulegen.write.os.replace = replace_then_die
+rulegen.render.write.os.replace = replace_then_die
 build([Path(sys.argv[1])], Path(sys.argv[2]))
 """
 
@@ -428,11 +428,11 @@ def test_no_generated_file_names_an_absolute_path_of_the_build_machine(tmp_path,
 
 def test_the_compiler_fingerprint_covers_what_generates_and_not_the_checks():
     """A change to a check made every built package stale (generated/ failed `build --check`)."""
-    from rulegen.build import fingerprinted_files
+    from rulegen.render.build import fingerprinted_files
 
-    package = Path(rulegen.build.__file__).resolve().parent
+    package = Path(rulegen.render.build.__file__).resolve().parent.parent
     covered = {path.relative_to(package.parent).as_posix() for path in fingerprinted_files()}
-    assert {"rulegen/derive.py", "rulegen/plan/torch.py", "rulegen/printers.py"} <= covered
+    assert {"rulegen/derive/partials.py", "rulegen/plan/torch.py", "rulegen/plan/printers.py"} <= covered
     assert any(name.endswith("module.py.j2") for name in covered)
     assert any(name.startswith("rulegen/runtime/torch/_") for name in covered)
     assert not [name for name in covered if name.startswith("rulegen/check/") or name == "rulegen/cli.py"]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rulegen.check import flat_call
-from rulegen.spec import Rule, SympyBody, read_rules, rule_files
+from rulegen.spec.rules import Rule, SympyBody, read_rules, rule_files
 from tests.conftest import RULES
 
 

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from rulegen.check import CHECKS, REGISTRY, CheckFailed, CheckSession, check_rule, compare, run_checks, summary
 from rulegen.cli import app
-from rulegen.errors import SpecErrors
-from rulegen.spec import read_rules, rule_files
+from rulegen.spec.errors import SpecErrors
+from rulegen.spec.rules import read_rules, rule_files
 from tests.conftest import RULES, SHARED_EXAMPLES
 
 WRONG = Path(__file__).resolve().parent / "wrong_rules"
@@ -41,7 +41,7 @@ EVERY_CHECK_OF = {"wrong_second_partial", "float32_nan_vjp", "derivative_loses_b
 @pytest.fixture(scope="module")
 def wrong_outcomes(tmp_path_factory):
     """Each wrong rule's outcomes of the check its comment names (of every check for `EVERY_CHECK_OF`)."""
-    from rulegen.build import build
+    from rulegen.render.build import build
 
     root = tmp_path_factory.mktemp("wrong")
     build(WRONG_FILES, root / "rg_wrong")
@@ -385,7 +385,7 @@ def test_integer_and_boolean_outputs_have_their_dtype_in_both_backends(tmp_path)
     import numpy as np
     import torch
 
-    from rulegen.build import build
+    from rulegen.render.build import build
 
     build([RIGHT / "integer_output.yaml", RIGHT / "boolean_output.yaml"], tmp_path / "rg_dtypes")
     sys.path.insert(0, str(tmp_path))

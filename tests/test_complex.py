@@ -20,10 +20,10 @@ import torch
 import generated.jax as gj
 import generated.torch as gt
 from rulegen.check import CheckFailed, check_cross_backend, run_checks, subject_of
-from rulegen.derive import derive_rule
-from rulegen.errors import SpecErrors
-from rulegen.functions import MPMATH_IMPLEMENTATIONS, REGISTRY
-from rulegen.spec import read_rule_file, read_rules
+from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS, REGISTRY
+from rulegen.derive.partials import derive_rule
+from rulegen.spec.errors import SpecErrors
+from rulegen.spec.rules import read_rule_file, read_rules
 from tests.conftest import RULES
 
 A = 0.5 - 0.25j

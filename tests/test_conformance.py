@@ -1,4 +1,4 @@
-"""The conformance matrix of the function layer, generated from the registry (rulegen.functions.REGISTRY).
+"""The conformance matrix of the function layer, generated from the registry (rulegen.derive.functions.REGISTRY).
 
 Every function a rule may call, built as a rule of its own, against a
 40-digit mpmath reference on points across its whole domain (the registry's
@@ -28,7 +28,7 @@ import pytest
 import sympy as sp
 import torch
 
-from rulegen import functions as fn
+from rulegen.derive import functions as fn
 from tests.conftest import built_package
 
 jax.config.update("jax_enable_x64", True)
@@ -125,7 +125,7 @@ def reference(call: Call, order: str, varied: int, *, real: bool = True) -> Call
     expr, symbols = call.expr(real=real)
     for _ in range({"value": 0, "first": 1, "jvp": 1, "second": 2}[order]):
         expr = sp.diff(expr, symbols[varied])
-        # Steps and kinks differentiate to 0 almost everywhere, as in the frameworks (and rulegen.derive).
+        # Steps and kinks differentiate to 0 almost everywhere, as in the frameworks (and rulegen.derive.partials).
         expr = expr.replace(
             lambda e: isinstance(e, sp.Derivative) and isinstance(e.expr, (sp.floor, sp.ceiling)), lambda _: sp.S.Zero
         )

@@ -9,7 +9,7 @@ import sympy as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rulegen.printers import one_square_root, print_jax, print_torch
+from rulegen.plan.printers import one_square_root, print_jax, print_torch
 
 x = sp.Symbol("x", real=True)
 

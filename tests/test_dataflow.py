@@ -18,10 +18,10 @@ import pytest
 from typer.testing import CliRunner
 
 import rulegen.plan
-from rulegen.build import build, generate
 from rulegen.cli import app
-from rulegen.errors import SpecErrors
-from rulegen.spec import read_rule_file
+from rulegen.render.build import build, generate
+from rulegen.spec.errors import SpecErrors
+from rulegen.spec.rules import read_rule_file
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "rulegen"
 
@@ -107,7 +107,7 @@ def test_every_module_a_plan_names_as_a_helper_is_one_its_text_imports(tmp_path)
 
 @pytest.mark.unit
 def test_a_value_read_only_by_fixed_code_is_saved(tmp_path):
-    from rulegen.derive import derive_rule
+    from rulegen.derive.partials import derive_rule
     from rulegen.plan import plan_jax
 
     _, rule = _rule(tmp_path, "scaled", FIXED_READ)
@@ -148,21 +148,35 @@ def _rulegen_imports(path: pathlib.Path) -> Iterator[tuple[str, ...]]:
 
 def test_no_stage_imports_a_later_one():
     """Every module of the package is in rulegen.STAGES, and imports (in any form, anywhere in it) only modules
-    before it there: no exemptions."""
+    before it there: no exemptions.  A folder's package (`__init__`) ranks after the folder's modules."""
     from rulegen import STAGES
 
-    order = [module for _, modules in STAGES for module in modules]
+    order = [f"{folder}.{m}" if folder else m for folder, _, modules in STAGES for m in (*modules, "__init__")]
+    order = [m for m in order if m != "__init__"]
     rank = {name: k for k, name in enumerate(order)}
-    tops = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
-    assert tops - {"__init__", "runtime"} == set(order), "modules rulegen.STAGES does not place"
+    found = {
+        ".".join(p.relative_to(PACKAGE).with_suffix("").parts)
+        for p in PACKAGE.rglob("*.py")
+        if p.relative_to(PACKAGE).parts[0] != "runtime"
+    }
+    assert found - {"__init__"} == set(order), "modules rulegen.STAGES does not place, or places but lacks"
+
+    def resolved(parts: tuple[str, ...]) -> str | None:
+        for k in range(len(parts), 0, -1):
+            key = ".".join(parts[:k])
+            for name in (key, f"{key}.__init__"):
+                if name in rank:
+                    return name
+        return None  # rulegen's own metadata (`STAGES`)
+
     for path in PACKAGE.rglob("*.py"):
-        rel = path.relative_to(PACKAGE).with_suffix("").parts
-        stage = rel[0]
-        if stage in ("__init__", "runtime"):
+        rel = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        if rel == "__init__" or rel.startswith("runtime"):
             continue  # the package's metadata; the shipped runtime, which imports no rulegen module
         for imported in _rulegen_imports(path):
-            if imported[0] in rank and imported[0] != stage:
-                assert rank[imported[0]] < rank[stage], (path, imported)
+            module = resolved(imported)
+            if module is not None and module != rel:
+                assert rank[module] < rank[rel], (rel, module)
 
 
 def _compiler_modules(but: str) -> Iterator[tuple[str, ast.Module]]:
@@ -175,10 +189,10 @@ def _compiler_modules(but: str) -> Iterator[tuple[str, ast.Module]]:
 
 @pytest.mark.unit
 def test_imports_are_data_and_printed_in_one_place():
-    """A generated module's imports are `rulegen.code.Import`s, printed by `code.import_statements` and read by
+    """A generated module's imports are `rulegen.plan.code.Import`s, printed by `code.import_statements` and read by
     `needs_of` off their fields: no stage writes an import statement as text, or parses one back."""
     found = set()
-    for rel, tree in _compiler_modules(but="code.py"):
+    for rel, tree in _compiler_modules(but="plan/code.py"):
         for node in ast.walk(tree):
             if isinstance(node, ast.JoinedStr):  # each formatted value as a name
                 text = "".join(str(v.value) if isinstance(v, ast.Constant) else "x" for v in node.values)
@@ -205,35 +219,41 @@ def _docstrings(tree: ast.Module) -> set[int]:
     return {id(b.body[0].value) for b in bodies if b.body and isinstance(b.body[0], ast.Expr)}
 
 
-#: Functions whose strings look like statements and are not: prose of a generated docstring (formulas, `y = f(x)`),
-#: a parameter of a signature (`x: float = 1.0`).
+#: Functions and constants whose strings look like statements and are not: prose of a generated docstring
+#: (formulas, `y = f(x)`), a parameter of a signature (`x: float = 1.0`), ruff's configuration (TOML).
 NOT_STATEMENTS = {
     ("plan/header.py", "help_text"),
     ("plan/header.py", "_chosen"),
     ("plan/header.py", "stability_notes"),
     ("plan/model.py", "__str__"),
+    ("render/write.py", "RUFF_ARGS"),
 }
 
 #: The stages that write the generated package (the checks write programs of their own to run, not to ship).
-_WRITING_STAGES = ("spec", "functions", "expr", "symbols", "snippet", "forms", "stabilise", "derive", "saving")
-_WRITING_STAGES += ("printers", "inplace", "plan", "render", "build")
+_WRITING_STAGES = ("spec", "derive", "plan", "render")
+
+
+def _defined(node: ast.AST) -> str | None:
+    """The name a function definition or a module constant's assignment defines."""
+    if isinstance(node, ast.FunctionDef):
+        return node.name
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id
+    return None
 
 
 @pytest.mark.unit
 def test_no_stage_writes_a_statement_as_text():
-    """Generated statements are `rulegen.code` statements (`Assign`, `Return`, `If`, `Def` ...), which its printer
+    """Generated statements are `rulegen.plan.code` statements (`Assign`, `Return`, `If`, `Def` ...), which its printer
     alone writes: no string or f-string of the stages that write the package is a statement, and the module
     template is layout."""
     found = []
-    for rel, tree in _compiler_modules(but="code.py"):
-        if rel.split("/")[0].removesuffix(".py") not in _WRITING_STAGES:
+    for rel, tree in _compiler_modules(but="plan/code.py"):
+        if rel.split("/")[0] not in _WRITING_STAGES:
             continue
         docstrings = _docstrings(tree)
         exempt = {
-            id(node)
-            for function in ast.walk(tree)
-            if isinstance(function, ast.FunctionDef) and (rel, function.name) in NOT_STATEMENTS
-            for node in ast.walk(function)
+            id(node) for owner in ast.walk(tree) if (rel, _defined(owner)) in NOT_STATEMENTS for node in ast.walk(owner)
         }
         for node in ast.walk(tree):
             if isinstance(node, ast.JoinedStr):
@@ -254,10 +274,10 @@ def test_no_stage_writes_a_statement_as_text():
 @pytest.mark.unit
 def test_tangent_and_cotangent_names_are_spelled_by_names_py_alone():
     """`x_dot` and `out_bar` come from `names.tangent` and `names.cotangent`: no stage appends the suffix itself."""
-    from rulegen.names import COTANGENT, TANGENT
+    from rulegen.spec.names import COTANGENT, TANGENT
 
     found = []
-    for rel, tree in _compiler_modules(but="names.py"):
+    for rel, tree in _compiler_modules(but="spec/names.py"):
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in (TANGENT, COTANGENT):
                 found.append((rel, node.lineno))
@@ -282,7 +302,7 @@ def test_no_planner_reads_back_the_code_it_printed():
     """The planners, printers and in-place writer decide on sympy expressions and typed data, not on the text they
     printed: no regular expression over code, and `ast.parse` only of a rule's own snippet bodies."""
     found = set()
-    for path in [*(PACKAGE / "plan").glob("*.py"), *(PACKAGE / n for n in ("printers.py", "inplace.py", "code.py"))]:
+    for path in (PACKAGE / "plan").glob("*.py"):
         rel = path.relative_to(PACKAGE).as_posix()
         tree = ast.parse(path.read_text())
         assert not any(
@@ -332,7 +352,7 @@ ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 @pytest.mark.unit
 def test_the_layout_the_readme_gives_is_the_package_s():
-    """The README's stage table has one row per stage of rulegen.STAGES, in order, naming its modules."""
+    """The README's stage table has one row per stage of rulegen.STAGES, in order, naming its folder and modules."""
     import re
 
     from rulegen import STAGES
@@ -342,11 +362,14 @@ def test_the_layout_the_readme_gives_is_the_package_s():
     named = set(re.findall(r"`(rulegen/[\w/.]*|templates/)`", layout))
     assert all((PACKAGE.parent / path).exists() for path in named), named
     rows = [line for line in layout.splitlines() if line.startswith("| ") and "rulegen/" in line]
-    in_rows = [
-        [m.removesuffix(".py").removesuffix("/") for m in re.findall(r"`rulegen/([\w.]+/?)`", row) if m != "runtime/"]
-        for row in rows
-    ]
-    assert in_rows == [list(modules) for _, modules in STAGES]
+    in_rows = []
+    for row in rows:
+        folder = re.search(r"`rulegen/(\w+)/`:", row)
+        if folder:
+            in_rows.append((folder[1], re.findall(r"`(\w+)`", row[folder.end() :])))
+        else:
+            in_rows.append(("", [m.removesuffix(".py") for m in re.findall(r"`rulegen/(\w+\.py)`", row)]))
+    assert in_rows == [(folder, list(modules)) for folder, _, modules in STAGES]
 
 
 @pytest.mark.unit
@@ -354,10 +377,11 @@ def test_the_layout_the_docs_give_is_the_package_s():
 
     text = ARCHITECTURE.read_text()
     named = set(re.findall(r"`(rulegen/[\w/]+\.py)`", text))
-    modules = {p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.glob("*.py")}
-    for folder in ("plan", "check"):
-        modules |= {p.relative_to(PACKAGE.parent).as_posix() for p in (PACKAGE / folder).glob("*.py")}
-    modules -= {"rulegen/__init__.py", "rulegen/plan/__init__.py", "rulegen/check/__init__.py"}
+    modules = {
+        p.relative_to(PACKAGE.parent).as_posix()
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "__init__.py" and "runtime" not in p.relative_to(PACKAGE).parts
+    }
     assert modules - named == set(), "modules the layout does not name"
     assert named - modules - {p for p in named if p.startswith("rulegen/runtime/")} == set(), "named, but absent"
 
@@ -378,7 +402,7 @@ vjp: {body}
 @pytest.mark.unit
 @pytest.mark.parametrize("body", ["2 * out_bar + aux_bar", "\n  python: return 2 * out_bar + aux_bar"])
 def test_symbolic_and_snippet_bodies_see_the_same_names(tmp_path, body):
-    # A cotangent of an output that is not differentiated is in no body's scope (rulegen.symbols.scope).
+    # A cotangent of an output that is not differentiated is in no body's scope (rulegen.derive.symbols.scope).
     path = tmp_path / "two.yaml"
     path.write_text(AUX_BAR.format(body=body))
     (rule,) = read_rule_file(path, "two.yaml")

@@ -15,7 +15,7 @@ import generated.jax as gj
 import generated.torch as gt
 from rulegen.check import CheckFailed, run_checks, subject_of
 from rulegen.check.durability import check_durability
-from rulegen.spec import read_rules
+from rulegen.spec.rules import read_rules
 from tests.conftest import RULES
 
 # One rule per route: symbolic custom_jvp (gelu), statics and a VJP that is no derivative

@@ -20,7 +20,7 @@ import yaml
 from typer.testing import CliRunner
 
 from rulegen.cli import app
-from rulegen.spec import json_schema
+from rulegen.spec.rules import json_schema
 from tests.conftest import ROOT
 
 MODELINE = re.compile(r"# yaml-language-server: \$schema=(\S+)\n")

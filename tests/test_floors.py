@@ -1,6 +1,6 @@
 """The shipped package (`rulegen build --package-name`): its version, and framework floors that cover its code.
 
-The floors are read off the APIs the package's modules use (`rulegen.floors`);
+The floors are read off the APIs the package's modules use (`rulegen.derive.floors`);
 these tests read every module of a package built from the bundled rules the
 same way and check that its pyproject.toml requires, of each framework, a
 release that has all of them.
@@ -18,7 +18,7 @@ from packaging.version import Version
 from typer.testing import CliRunner
 
 from rulegen.cli import app
-from rulegen.floors import API_FLOORS, apis_used, floors_of
+from rulegen.derive.floors import API_FLOORS, apis_used, floors_of
 from tests.conftest import ROOT
 
 SQUARE = "name: sq\ndoc: The square.\ninputs: [x]\nforward: x**2\n"
@@ -102,13 +102,13 @@ def test_every_api_of_a_changing_namespace_has_a_row_in_the_table(shipped):
         for api in _used(shipped)
         if api.startswith(CHANGING) and not any(api == key or api.startswith(f"{key}.") for key in API_FLOORS)
     }
-    assert unlisted == set(), "add these to rulegen.floors.API_FLOORS with the release that brought them"
+    assert unlisted == set(), "add these to rulegen.derive.floors.API_FLOORS with the release that brought them"
 
 
 @pytest.mark.unit
 def test_rulegens_own_jax_extra_covers_the_generated_code():
     # `rulegen test` runs the generated code: rulegen's extra must install a jax that has it.
-    from rulegen.render import RUNTIME
+    from rulegen.render.layout import RUNTIME
 
     every_helper = set().union(*(apis_used(p.read_text()) for p in RUNTIME.glob("jax/_*.py")))
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["jax"]

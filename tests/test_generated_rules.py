@@ -18,8 +18,8 @@ import torch
 from jax.test_util import check_grads
 
 from rulegen.check import flat_call
-from rulegen.derive import has_snippets
-from rulegen.spec import read_rules, rule_files
+from rulegen.derive.partials import has_snippets
+from rulegen.spec.rules import read_rules, rule_files
 from tests.conftest import RULES
 from tests.oracles import jax_reference, sample_inputs, torch_reference
 
@@ -255,7 +255,7 @@ def test_fused_rule_compiles_its_bodies_and_keeps_every_transform(tmp_path):
     import sys
     import warnings
 
-    from rulegen.build import build
+    from rulegen.render.build import build
 
     (tmp_path / "fused.yaml").write_text(FUSED)
     build([tmp_path / "fused.yaml"], tmp_path / "rg_fused")
@@ -291,7 +291,7 @@ def test_compiled_bodies_tanh_is_tanh_to_a_few_ulps(tmp_path):
     import importlib
     import sys
 
-    from rulegen.build import build
+    from rulegen.render.build import build
 
     (tmp_path / "fused.yaml").write_text(FUSED)
     build([tmp_path / "fused.yaml"], tmp_path / "rg_tanh")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rulegen.build import generate
-from rulegen.spec import read_rule_file
+from rulegen.render.build import generate
+from rulegen.spec.rules import read_rule_file
 
 
 def _modules(tmp_path, text):

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from rulegen.build import build
+from rulegen.render.build import build
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 

@@ -10,12 +10,12 @@ import torch
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from rulegen import functions as fn
-from rulegen.code import Import, import_statements
-from rulegen.forms import torch_forms
+from rulegen.derive import functions as fn
+from rulegen.derive.forms import torch_forms
 from rulegen.plan import Result
+from rulegen.plan.code import Import, import_statements
 from rulegen.plan.emit import Emitter
-from rulegen.printers import print_torch
+from rulegen.plan.printers import print_torch
 
 X, Y, S, G = sp.symbols("x y s g", real=True)
 BETA = sp.Symbol("beta", positive=True)  # a static input: a Python float, not a tensor

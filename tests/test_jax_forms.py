@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from rulegen import functions as fn
-from rulegen.code import import_statements
-from rulegen.forms import jax_forms
+from rulegen.derive import functions as fn
+from rulegen.derive.forms import jax_forms
 from rulegen.plan import Result
+from rulegen.plan.code import import_statements
 from rulegen.plan.emit import Emitter
-from rulegen.printers import print_jax
+from rulegen.plan.printers import print_jax
 
 jax.config.update("jax_enable_x64", True)
 

@@ -109,7 +109,7 @@ def test_an_array_input_with_a_default_may_be_left_out(package):
 @pytest.mark.unit
 def test_numbers_in_exponent_form_are_numbers_as_yaml_1_2_reads_them(tmp_path):
     # PyYAML (YAML 1.1) reads `1e-3` and `1.5e3` as strings: the static's default was the string "1e-3".
-    from rulegen.spec import read_rule_file
+    from rulegen.spec.rules import read_rule_file
 
     path = tmp_path / "r.yaml"
     path.write_text(

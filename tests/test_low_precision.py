@@ -204,8 +204,8 @@ def test_swish_runs_silu_and_its_backward_kernel_in_the_dtype_and_rounds_once_ev
 def test_one_kernel_is_what_the_torch_printer_writes_as_one_operation():
     import sympy as sp
 
-    from rulegen import functions as fn
-    from rulegen.printers import one_kernel
+    from rulegen.derive import functions as fn
+    from rulegen.plan.printers import one_kernel
 
     x, y, g, beta = sp.symbols("x y g beta", real=True)
     tensors, scalars = frozenset({x, y, g}), frozenset({beta})

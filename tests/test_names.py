@@ -1,4 +1,4 @@
-"""Name hygiene: a rule's names never collide with the names generated code introduces (rulegen.names)."""
+"""Name hygiene: a rule's names never collide with the names generated code introduces (rulegen.spec.names)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rulegen import names
-from rulegen.build import build
 from rulegen.cli import app
-from rulegen.spec import Structured, read_rules, rule_files
-from rulegen.symbols import own_names, snippet_names, torch_context
+from rulegen.derive.symbols import own_names, snippet_names, torch_context
+from rulegen.render.build import build
+from rulegen.spec import names
+from rulegen.spec.rules import Structured, read_rules, rule_files
 from tests.conftest import RULES, bundled_package
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def _ctx_attributes(tree: ast.AST, ctx: str) -> set[str]:
 
 @pytest.mark.parametrize("folder", BUNDLED, ids=lambda p: p.name)
 def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, tmp_path_factory, folder):
-    """A template or planner that starts using a new name of its own fails here until rulegen.names reserves it."""
+    """A template or planner that starts using a new name of its own fails here until rulegen.spec.names reserves it."""
     rules = read_rules(rule_files([folder]))
     if folder == RULES:  # built already: generated/ when fresh (see bundled_package), not a third build of it
         root, package = bundled_package(tmp_path_factory)
@@ -73,7 +73,7 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, tmp_pat
             strange |= _ctx_attributes(tree, ctx) - names.CTX_ATTRIBUTES - kept - derived
             if strange:
                 unexplained[f"{backend}/{rule.name}"] = strange
-    assert not unexplained, f"names generated code uses that rulegen.names does not reserve: {unexplained}"
+    assert not unexplained, f"names generated code uses that rulegen.spec.names does not reserve: {unexplained}"
 
 
 @pytest.mark.unit
@@ -281,7 +281,7 @@ def test_a_static_named_self_reaches_a_host_rule(tmp_path):
 def test_an_attribute_is_not_a_read_of_the_input_it_is_named_like(tmp_path):
     # `.sum_to_size(x.shape)` read `shape` to the regex that found what a body reads:
     # the static `shape`, unused by the backward, was unpacked from ctx all the same.
-    from rulegen.build import generate_rule
+    from rulegen.render.build import generate_rule
 
     path = tmp_path / "r.yaml"
     path.write_text(

@@ -245,7 +245,7 @@ def test_rulegen_installed_from_a_wheel_builds_shows_and_tests_rules(tmp_path, w
     def run(*args: str) -> Completed:
         return _run([python, *args], cwd=work, env=_clean_env())
 
-    where = run("-c", "import rulegen.render as r; print(r.__file__); print(r.TEMPLATES)").stdout.split()
+    where = run("-c", "import rulegen.render.layout as r; print(r.__file__); print(r.TEMPLATES)").stdout.split()
     assert all(str(tmp_path / "venv") in p for p in where), where
     run("-m", "rulegen", "build")
     assert "def sq(" in run("-m", "rulegen", "show", "sq").stdout

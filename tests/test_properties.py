@@ -10,11 +10,11 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from rulegen.code import import_statements
-from rulegen.errors import Loc
-from rulegen.expr import parse_expression
-from rulegen.printers import print_jax, print_torch
-from rulegen.source import YamlStr, load_yaml
+from rulegen.derive.expr import parse_expression
+from rulegen.plan.code import import_statements
+from rulegen.plan.printers import print_jax, print_torch
+from rulegen.spec.errors import Loc
+from rulegen.spec.source import YamlStr, load_yaml
 
 X, Y = sp.symbols("x y", real=True)
 SYMBOLS = {"x": X, "y": Y}

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rulegen.derive import derive_rule
+from rulegen.derive.partials import derive_rule
 from rulegen.plan import plan_torch
-from rulegen.spec import read_rules
+from rulegen.spec.rules import read_rules
 
 RULES = [
     {"name": "mish", "inputs": ["x"], "forward": "x * tanh(softplus(x))"},

@@ -1,10 +1,10 @@
-"""The route table of `rulegen.routes`, row by row, and the routes bundled rules take."""
+"""The route table of `rulegen.derive.routes`, row by row, and the routes bundled rules take."""
 
 from __future__ import annotations
 
 import pytest
 
-from rulegen.routes import Gives, JaxRoute, Source, choose_routes
+from rulegen.derive.routes import Gives, JaxRoute, Source, choose_routes
 
 ROWS = [
     # (what the rule gives, JAX route, torch jvp, torch backward, backends without forward mode)
@@ -58,8 +58,8 @@ def test_the_route_table(gives, jax, torch_jvp, torch_backward, no_forward):
     ],
 )
 def test_bundled_rules_take_the_routes_their_bodies_call_for(name, route):
-    from rulegen.derive import derive_rule
-    from rulegen.spec import read_rules, rule_files
+    from rulegen.derive.partials import derive_rule
+    from rulegen.spec.rules import read_rules, rule_files
     from tests.conftest import RULES
 
     rules = {r.name: r for r in read_rules(rule_files([RULES]))}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rulegen.render import HELPER_HEADER, helper_closure, helper_source
+from rulegen.render.layout import HELPER_HEADER, helper_closure, helper_source
 from rulegen.runtime.jax import _util as jax_util
 from rulegen.runtime.torch import _plain
 from rulegen.runtime.torch import _util as torch_util

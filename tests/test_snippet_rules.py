@@ -243,7 +243,7 @@ vjp: out_bar * exp(-rate)
 
 def test_symbolic_body_of_a_snippet_rule_reads_a_static_inside_a_function(tmp_path):
     from rulegen.check import run_checks
-    from rulegen.spec import read_rules
+    from rulegen.spec.rules import read_rules
 
     path = tmp_path / "damped.yaml"
     path.write_text(DAMPED)

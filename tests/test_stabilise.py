@@ -1,4 +1,4 @@
-"""The stabilising search (rulegen.stabilise): each rewrite family finds a measurably better form, and only then."""
+"""The stabilising search (derive/stabilise.py): each rewrite family finds a measurably better form, and only then."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 import sympy as sp
 from sympy.codegen.cfunctions import expm1
 
-from rulegen.derive import derive_rule
-from rulegen.spec import Domain, read_rule_file
-from rulegen.stabilise import Sampling, stabilise
+from rulegen.derive.partials import derive_rule
+from rulegen.derive.stabilise import Sampling, stabilise
+from rulegen.spec.rules import Domain, read_rule_file
 
 x = sp.Symbol("x", real=True)
 y = sp.Symbol("y", real=True)
@@ -96,7 +96,7 @@ def test_the_untaken_branch_of_a_regime_cannot_make_a_second_derivative_nan():
 
 
 def test_the_search_is_deterministic():
-    from rulegen import stabilise as module
+    from rulegen.derive import stabilise as module
 
     expr = (sp.exp(x) - 1 - x) / x**2
     first = search(expr, x=Domain(gt=0, lt=10)).chosen
@@ -110,7 +110,7 @@ def test_the_chosen_forms_do_not_depend_on_the_clock(tmp_path, monkeypatch):
     import itertools
     import time
 
-    from rulegen import stabilise as module
+    from rulegen.derive import stabilise as module
 
     path = tmp_path / "rules.yaml"
     path.write_text(RULES)
@@ -132,9 +132,9 @@ def test_a_search_past_the_derive_time_limit_fails_the_build_at_the_rule(tmp_pat
     # keeps another form.
     import time
 
-    import rulegen.derive
-    from rulegen import stabilise as module
-    from rulegen.errors import SpecErrors
+    import rulegen.derive.partials
+    from rulegen.derive import stabilise as module
+    from rulegen.spec.errors import SpecErrors
 
     path = tmp_path / "rules.yaml"
     path.write_text(RULES)
@@ -147,7 +147,7 @@ def test_a_search_past_the_derive_time_limit_fails_the_build_at_the_rule(tmp_pat
         return real_search(*args)
 
     monkeypatch.setattr(module, "_search", hanging_search)
-    monkeypatch.setattr(rulegen.derive, "DERIVE_SECONDS", 0.5)
+    monkeypatch.setattr(rulegen.derive.partials, "DERIVE_SECONDS", 0.5)
     with pytest.raises(SpecErrors) as raised:
         derive_rule(rule, [rule.name])
     (error,) = raised.value.errors
@@ -155,7 +155,7 @@ def test_a_search_past_the_derive_time_limit_fails_the_build_at_the_rule(tmp_pat
 
 
 def test_an_expression_beyond_the_work_limits_is_kept_as_derived():
-    from rulegen import stabilise as module
+    from rulegen.derive import stabilise as module
 
     large = sum((sp.sqrt(x + k) - sp.sqrt(x) for k in range(1, 30)), sp.S.Zero)
     assert sp.count_ops(large) > module.SEARCH_OPS
@@ -210,7 +210,7 @@ def test_the_docstring_says_which_form_was_chosen_and_its_bits_before_and_after(
 def test_a_regime_s_constants_stay_inside_float32_s_range():
     # Two forms that differ only beyond |x| = 1e150 (a cancellation at infinity in float64): the split between
     # them would lie there, but it, half and twice it are constants torch cannot put beside a float32 tensor.
-    from rulegen.stabilise import _best_split, _Measured, _Points
+    from rulegen.derive.stabilise import _best_split, _Measured, _Points
 
     magnitudes = np.array([1e-3, 1.0, 1e10, 1e30, 1e100, 1e160, 1e200, 1e300])
     points = [_Points(np.float64, (magnitudes,), np.ones_like(magnitudes))]
@@ -291,7 +291,7 @@ def test_a_partial_takes_the_derivative_of_a_good_form_of_the_forward(tmp_path):
 def test_a_canonical_form_rewrites_only_the_sum_it_names():
     # sympy's expm1_opt and log1p_opt factor the whole expression first: log(1 - exp(-x)) became -x + log(expm1(x)),
     # inf at x = 800, and a sum of quotients the search kept came back over one overflowing denominator.
-    from rulegen.forms import canonical
+    from rulegen.derive.forms import canonical
 
     positive = sp.Symbol("x", positive=True)
     rewritten = canonical(sp.log(1 - sp.exp(-positive)))
@@ -306,9 +306,9 @@ def test_a_canonical_form_rewrites_only_the_sum_it_names():
 def test_a_point_where_the_exact_value_is_a_python_number_is_measured_not_dropped():
     # mpmath evaluates Max(0, x) by Python's max, whose 0 at x < 0 is an int: it was taken for no number, every
     # such point was dropped, and a candidate wrong exactly there (relu's series at 0, x) measured 0 bits.
-    from rulegen.functions import MPMATH_IMPLEMENTATIONS
-    from rulegen.measure import exact_value
-    from rulegen.stabilise import _sample
+    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS
+    from rulegen.derive.measure import exact_value
+    from rulegen.derive.stabilise import _sample
 
     relu = sp.Max(0, x)
     reference = sp.lambdify([x], relu, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
@@ -330,7 +330,7 @@ def test_a_difference_that_is_exactly_zero_in_both_dtypes_is_searched():
 def test_registered_functions_are_measured_so_their_fused_forms_can_be_chosen():
     # 1 - 1/(exp(x) + 1) is sigmoid(x): numpy could not evaluate a candidate calling sigmoid, so the search chose a
     # regime of two composites where the one fused call is as accurate and shorter.
-    from rulegen.functions import sigmoid
+    from rulegen.derive.functions import sigmoid
 
     choice = search(1 - 1 / (sp.exp(x) + 1), x=Domain())
     assert choice.chosen == sigmoid(x)
@@ -340,8 +340,8 @@ def test_registered_functions_are_measured_so_their_fused_forms_can_be_chosen():
 def test_no_series_of_a_special_function_is_taken():
     # sympy expands a series of ndtri term by term through its derivatives: a minute per expression, which made a
     # build of rules/ take 150 s instead of 7.
-    from rulegen.functions import ndtri
-    from rulegen.stabilise import _candidates
+    from rulegen.derive.functions import ndtri
+    from rulegen.derive.stabilise import _candidates
 
     families = {family for family, _ in _candidates(sp.exp(ndtri(x) ** 2 / 2), [x])}
     assert not any(family.startswith("series") for family in families)
@@ -365,7 +365,7 @@ def test_the_families_also_start_from_the_derivative_of_a_simpler_forward_form(t
 
 
 def _evaluated(expr: sp.Expr, **columns: list[float]) -> np.ndarray:
-    from rulegen.stabilise import _numpy_function
+    from rulegen.derive.stabilise import _numpy_function
 
     symbols = {"x": x, "y": y}
     variables = tuple(symbols[n] for n in columns)
@@ -402,7 +402,7 @@ def test_a_homogeneous_expression_is_computed_on_inputs_scaled_by_a_power_of_two
 
 
 def test_homogeneity_is_found_with_its_degree_and_weights():
-    from rulegen.stabilise import _homogeneities, _Homogeneity
+    from rulegen.derive.stabilise import _homogeneities, _Homogeneity
 
     z = sp.Symbol("z", real=True)
     whole = Sampling(tuple((s, Domain()) for s in (x, y, z)))
@@ -419,7 +419,7 @@ def test_a_scaling_that_balances_inputs_against_each_other_computes_the_expressi
     # The quadratic's root is of degree -1 in (a, c) balanced (a t, b, c / t): a scaling by binades that are not
     # exact reciprocals (binade(p/n) * binade(n/p) is 1/2) is no homogeneity at all, and computed the root
     # sqrt(2) off at (-2, 1e-5, 3).  Every scaling, alone or before the joint one, computes the same numbers.
-    from rulegen.stabilise import _homogeneities, _numpy_function, _rescaled
+    from rulegen.derive.stabilise import _homogeneities, _numpy_function, _rescaled
 
     z = sp.Symbol("z", real=True)
     variables = (x, y, z)
@@ -477,7 +477,7 @@ def test_no_point_is_sampled_where_the_exact_value_takes_unbounded_time():
     # mpmath runs minutes for polygamma(1, -1e300) and a second per exp(1e600) at the precision such points need:
     # an expression of polygamma is not searched over the whole float line, and no point puts an exponential's
     # argument past 1e4 (every float overflows or underflows there).
-    from rulegen.stabilise import GROWTH_ARGUMENT_LIMIT, _sample, searchable
+    from rulegen.derive.stabilise import GROWTH_ARGUMENT_LIMIT, _sample, searchable
 
     whole = Sampling(((x, Domain()), (y, Domain())))
     assert not searchable(sp.polygamma(1, x) + sp.digamma(x), Sampling(((x, Domain()),)))
@@ -491,7 +491,7 @@ def test_no_point_is_sampled_where_the_exact_value_takes_unbounded_time():
 def test_a_reciprocal_power_is_taken_as_a_power_of_the_reciprocal_where_that_stays_in_range():
     # 1/x**3 is 0 past x = 5.6e102, where 1/x**3 itself is a subnormal down to 1e-323 (x = 2e107): (1/x)**3 is
     # that subnormal.  The family that pairs each factor below the line with one above has only 1 above here.
-    from rulegen.stabilise import _reassociations
+    from rulegen.derive.stabilise import _reassociations
 
     found = list(_reassociations(1 / (y**3 * (x + 1))))
     assert found

@@ -19,9 +19,9 @@ import sympy as sp
 import torch
 from sympy.codegen.cfunctions import expm1, log1p
 
-from rulegen import functions as fn
-from rulegen.forms import TORCH_FUSED_FORMS, canonical
-from rulegen.functions import sigmoid, softplus
+from rulegen.derive import functions as fn
+from rulegen.derive.forms import TORCH_FUSED_FORMS, canonical
+from rulegen.derive.functions import sigmoid, softplus
 from tests.conftest import built_package
 
 RULES = """

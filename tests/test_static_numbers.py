@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from rulegen.build import build
+from rulegen.render.build import build
 
 EXPRESSIONS = {
     "log": "x * log(s)",

@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 import generated.jax as gj
 import generated.torch as gt
 from rulegen.check import CheckFailed, flat_call
-from rulegen.code import Def, Import, Imported, printed
-from rulegen.errors import SpecErrors
+from rulegen.plan.code import Def, Import, Imported, printed
 from rulegen.plan.header import public_return, result_classes, returns_of
-from rulegen.spec import read_rule_file, read_rules
+from rulegen.spec.errors import SpecErrors
+from rulegen.spec.rules import read_rule_file, read_rules
 from tests.conftest import RULES
 
 Point = collections.namedtuple("Point", ["x", "y"])

@@ -16,12 +16,12 @@ import scipy.special as sps
 import sympy as sp
 import torch
 
-from rulegen import functions as fn
-from rulegen.code import Import
-from rulegen.derive import derive_rule
-from rulegen.forms import canonical, silu_derivatives
+from rulegen.derive import functions as fn
+from rulegen.derive.forms import canonical, silu_derivatives
+from rulegen.derive.partials import derive_rule
 from rulegen.plan import plan_jax, plan_torch
-from rulegen.spec import read_rules
+from rulegen.plan.code import Import
+from rulegen.spec.rules import read_rules
 from tests.conftest import RULES as RULE_FOLDER
 from tests.conftest import built_package
 from tests.dispatch import AtenOps

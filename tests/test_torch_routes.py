@@ -140,7 +140,7 @@ def _arguments(rule):
 
 def test_every_rule_with_an_op_exports_its_value_and_gradient():
     import generated.torch as package
-    from rulegen.spec import read_rules, rule_files
+    from rulegen.spec.rules import read_rules, rule_files
 
     exported_rules = 0
     for rule in read_rules(rule_files([ROOT / "rules"])):
@@ -181,7 +181,7 @@ def test_an_exported_rule_differentiates_twice():
 @pytest.mark.slow
 def test_the_durability_check_differentiates_compiled_transforms_and_exports(monkeypatch):
     from rulegen.check import run_checks
-    from rulegen.spec import read_rules
+    from rulegen.spec.rules import read_rules
 
     rules = read_rules([ROOT / "rules" / "clip_gradient.yaml"])
     details = {o.check: o for o in run_checks(rules, "generated", include_compile=True, only=("durability",))}

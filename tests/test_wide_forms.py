@@ -1,4 +1,4 @@
-"""Forms that overflow at wide magnitudes, rewritten to stable ones before deriving (rulegen.forms, issue 25).
+"""Forms that overflow at wide magnitudes, rewritten to stable ones before deriving (rulegen.derive.forms, issue 25).
 
 `log(2**x + 2**y)/log(2)` (logaddexp2) overflows once 2**x does (x = 1024
 in float64, 128 in float32), `gamma(x + 3)/gamma(x)` (poch) once gamma(x)
@@ -20,8 +20,8 @@ import pytest
 import sympy as sp
 import torch
 
-from rulegen.forms import canonical
-from rulegen.functions import erfcx, logaddexp
+from rulegen.derive.forms import canonical
+from rulegen.derive.functions import erfcx, logaddexp
 from tests.conftest import built_package
 
 jax.config.update("jax_enable_x64", True)

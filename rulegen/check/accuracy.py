@@ -29,14 +29,14 @@ from rulegen.check.numerical import lambdified_derivative
 from rulegen.check.outcome import CheckFailed, NotApplicable
 from rulegen.check.points import flat_call, joint_domain
 from rulegen.check.subject import Subject, derived
-from rulegen.expr import lambdified
-from rulegen.measure import (
+from rulegen.derive.expr import lambdified
+from rulegen.derive.measure import (
     bits_of_error,
     exact_value,
     sample_floats,
     sampled_domain,
 )
-from rulegen.spec import Input, Rule, SympyBody
+from rulegen.spec.rules import Input, Rule, SympyBody
 
 DTYPES: dict[str, Any] = {"float64": np.float64, "float32": np.float32}
 BACKENDS = ("jax", "torch")
@@ -157,8 +157,8 @@ class _Plan:
 
 
 def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
-    from rulegen.functions import MPMATH_IMPLEMENTATIONS
-    from rulegen.snippet import SnippetDerivation
+    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS
+    from rulegen.derive.snippet import SnippetDerivation
 
     _measurable(rule)
     # The forward as written and its sympy derivatives: what the stabilising search chose is not read here,
@@ -238,8 +238,8 @@ def _exact_points(
 def array_function(rule: Rule, exprs: Sequence[sp.Expr], backend: str) -> Callable[..., Any]:
     """`exprs` (one per output) printed as plain array code of the rule's inputs, returning them as a tuple:
     nothing custom, so the framework differentiates it itself (autodiff of the forward as written)."""
-    from rulegen.code import Import, import_statements
-    from rulegen.printers import print_jax, print_torch
+    from rulegen.plan.code import Import, import_statements
+    from rulegen.plan.printers import print_jax, print_torch
 
     printer = print_jax if backend == "jax" else print_torch
     statics = frozenset(i.name for i in rule.inputs if i.static)

@@ -36,7 +36,7 @@ from rulegen.check.derivatives import jax_grad, sum_of, torch_grads, torch_total
 from rulegen.check.outcome import CheckFailed, NotApplicable, compare
 from rulegen.check.shard_map_worker import ShardedCall
 from rulegen.check.subject import Subject, derived, to_numpy
-from rulegen.routes import JaxRoute
+from rulegen.derive.routes import JaxRoute
 
 
 def check_durability(s: Subject, include_compile: bool, jax_package: Any) -> str:
@@ -143,8 +143,8 @@ def _exported_torch(s: Subject) -> str:
 
 def _host_without_fake(s: Subject) -> str:
     """Why torch.export cannot see a host rule's NumPy forward as an op ("" where it can)."""
+    from rulegen.derive.snippet import SnippetDerivation
     from rulegen.plan.torch_route import static_type
-    from rulegen.snippet import SnippetDerivation
 
     derivation = derived(s.rule, s.known)
     if not isinstance(derivation, SnippetDerivation) or not derivation.forward["torch"].host:

@@ -22,8 +22,8 @@ from rulegen.check.derivatives import (
 from rulegen.check.outcome import CheckFailed, NotApplicable, compare
 from rulegen.check.points import NUMPY_DTYPES, sample
 from rulegen.check.subject import Subject, derived, smaller, to_numpy
-from rulegen.expr import lambdified
-from rulegen.spec import Rule, SympyBody
+from rulegen.derive.expr import lambdified
+from rulegen.spec.rules import Rule, SympyBody
 
 
 def _number(value: complex) -> str:
@@ -141,8 +141,8 @@ _FLOAT32_MAX, _TINY = float(np.finfo(np.float32).max), 1e-300
 
 def _sympy_forward(s: Subject) -> tuple[list[Any], list[tuple[str, Any]]]:
     """The rule's inputs as sympy symbols and its forward expressions, for a high-precision reference."""
-    from rulegen.derive import symbols_of
-    from rulegen.snippet import SnippetDerivation
+    from rulegen.derive.partials import symbols_of
+    from rulegen.derive.snippet import SnippetDerivation
 
     derivation = derived(s.rule, (s.rule.name,))
     if isinstance(derivation, SnippetDerivation):
@@ -155,7 +155,7 @@ def _mpmath_forward(s: Subject) -> list[tuple[str, Callable[..., Any]]]:
     """Each output's name and its forward as an mpmath function of the inputs, made once per subject."""
 
     def mpmath_functions() -> list[tuple[str, Callable[..., Any]]]:
-        from rulegen.functions import MPMATH_IMPLEMENTATIONS
+        from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS
 
         symbols, forward = _sympy_forward(s)
         modules = [dict(MPMATH_IMPLEMENTATIONS), "mpmath"]
@@ -240,7 +240,7 @@ def check_wide(s: Subject) -> str:
             "it probes the real line far from the domain; a complex rule is checked on its square of the plane"
         )
 
-    from rulegen.functions import MPMATH_IMPLEMENTATIONS
+    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS
 
     if not isinstance(s.rule.forward, SympyBody):
         raise NotApplicable("the forward is a snippet, not a sympy expression")

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from rulegen import names
 from rulegen.check.outcome import CheckFailed, NotApplicable
-from rulegen.spec import Input, Returned, Rule, SnippetBody, Structured
+from rulegen.spec import names
+from rulegen.spec.rules import Input, Returned, Rule, SnippetBody, Structured
 
 NUMPY_DTYPES = {"float": np.float64, "int": np.int64, "bool": np.bool_}
 
@@ -66,8 +66,8 @@ _JOINT_DOMAIN_DRAWS = 200
 def joint_domain(rule: Rule) -> Callable[..., Any] | None:
     """The rule's `domain` condition on several inputs as a numpy function of every input; None if it has none."""
 
-    from rulegen.expr import lambdified, parse_expression
-    from rulegen.symbols import symbols_of
+    from rulegen.derive.expr import lambdified, parse_expression
+    from rulegen.derive.symbols import symbols_of
 
     if rule.domain is None:
         return None

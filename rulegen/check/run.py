@@ -12,11 +12,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from rulegen.build import available_cores
 from rulegen.check.outcome import CheckFailed, NotApplicable, Outcome
 from rulegen.check.registry import CHECKS, REGISTRY, Check
 from rulegen.check.subject import Subject, subject_of
-from rulegen.spec import Rule
+from rulegen.render.build import available_cores
+from rulegen.spec.rules import Rule
 
 
 class CheckSession:
@@ -46,7 +46,7 @@ class CheckSession:
                 package = "rulegen_checked"
                 folder = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="rulegen-check-"))
                 self._stack.callback(_forget_package, package)
-                from rulegen.build import build
+                from rulegen.render.build import build
 
                 build(sorted({Path(r.source) for r in self.rules}), Path(folder) / package)
             if self.jobs > 1:

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rulegen.check.subject import subject_of
-from rulegen.spec import Rule
+from rulegen.spec.rules import Rule
 
 
 class ShardedCall(NamedTuple):

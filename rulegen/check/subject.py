@@ -18,7 +18,7 @@ import numpy as np
 
 from rulegen.check.outcome import ATOL, RTOL, compare
 from rulegen.check.points import flat_call, sample
-from rulegen.spec import Rule, SympyBody
+from rulegen.spec.rules import Rule, SympyBody
 
 T = TypeVar("T")
 
@@ -170,7 +170,7 @@ _DERIVED: dict[tuple[object, ...], Any] = {}
 
 def derived(rule: Rule, known: tuple[str, ...]) -> Any:
     """The rule's derivation, once per rule and set of known rules."""
-    from rulegen.derive import derive_rule
+    from rulegen.derive.partials import derive_rule
 
     key = (rule.source, rule.name, rule.source_hash, rule.stabilise, *known)
     if key not in _DERIVED:
@@ -180,7 +180,7 @@ def derived(rule: Rule, known: tuple[str, ...]) -> Any:
 
 def _forward_modes(rule: Rule, known: Sequence[str]) -> tuple[dict[str, str], bool]:
     """Why each backend has no forward mode (absent: it has one), and whether the rule is elementwise."""
-    from rulegen.snippet import SnippetDerivation
+    from rulegen.derive.snippet import SnippetDerivation
 
     derivation = derived(rule, tuple(sorted(known)))
     elementwise = not isinstance(derivation, SnippetDerivation) or (

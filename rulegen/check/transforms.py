@@ -13,7 +13,7 @@ from rulegen.check.derivatives import jax_grad, normal_like, sum_of, torch_grads
 from rulegen.check.outcome import CheckFailed, NotApplicable, compare
 from rulegen.check.points import leaves_of_arguments, structured_arguments
 from rulegen.check.subject import Subject, forward_kind, smaller, to_numpy
-from rulegen.spec import Structured, SympyBody
+from rulegen.spec.rules import Structured, SympyBody
 
 
 def _linear_derivative(s: Subject) -> bool:

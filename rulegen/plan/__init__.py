@@ -3,9 +3,9 @@
 A plan is every decision about a module: the signature, which values the
 forward pass saves, each method's body as straight-line assignments sharing
 subexpressions through `sympy.cse`, and the module's definitions as the code
-model's statements (`rulegen.code`), which the template prints through that
+model's statements (`rulegen.plan.code`), which the template prints through that
 model's one printer.  One planner per body kind and backend; the snippet
-planners build the route `rulegen.routes` chose.
+planners build the route `rulegen.derive.routes` chose.
 """
 
 from rulegen.plan.jax import plan_jax

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import sympy as sp
 
-from rulegen import functions as fn
-from rulegen.code import Assign, Block, Import
-from rulegen.inplace import InPlaceWriter
+from rulegen.derive import functions as fn
+from rulegen.plan.code import Assign, Block, Import
+from rulegen.plan.inplace import InPlaceWriter
 from rulegen.plan.model import Result
-from rulegen.saving import shared_subexpressions
+from rulegen.plan.saving import shared_subexpressions
 
 # print_torch and its kind: an expression, and `scalars=`, the names of Python numbers in it.
 Printer = Callable[..., tuple[str, frozenset[Import]]]
@@ -107,7 +107,7 @@ class Emitter:
         return Block(tuple(lines), tuple(returned), _reads(exprs, results) - {name for name, _ in lets})
 
     def in_place_block(self, results: Sequence[Result], tensors: set[str]) -> Block | None:
-        """`block` of `results` as torch code that updates the buffers it allocates (see rulegen.inplace).
+        """`block` of `results` as torch code that updates the buffers it allocates (see rulegen.plan.inplace).
 
         A line with an empty target is a statement.  None where that code
         would be the out-of-place code over again.

@@ -8,7 +8,11 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import sympy as sp
 
-from rulegen.code import (
+from rulegen.derive.partials import Derivation
+from rulegen.derive.snippet import SnippetDerivation
+from rulegen.derive.stabilise import Choice
+from rulegen.derive.symbols import own_names
+from rulegen.plan.code import (
     DOC_WIDTH,
     Assign,
     Class,
@@ -21,12 +25,8 @@ from rulegen.code import (
     imported,
     spelled,
 )
-from rulegen.derive import Derivation
 from rulegen.plan.model import Header, Param
-from rulegen.snippet import SnippetDerivation
-from rulegen.spec import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structured, StructureKind
-from rulegen.stabilise import Choice
-from rulegen.symbols import own_names
+from rulegen.spec.rules import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structured, StructureKind
 
 
 def array_arguments(rule: Rule, helper: str, *, lifted: bool = False) -> tuple[Assign, ...]:

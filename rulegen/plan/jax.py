@@ -10,11 +10,12 @@ from dataclasses import replace
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
-from rulegen import functions as fn
-from rulegen.code import Assign, Block, Comment, Def, Import, Return, Statement
-from rulegen.derive import Derivation
-from rulegen.forms import corrections, float_anchors, float_forms, integral_arrays, jax_forms
-from rulegen.names import COTANGENT, TANGENT, cotangent, tangent
+from rulegen.derive import functions as fn
+from rulegen.derive.forms import corrections, float_anchors, float_forms, integral_arrays, jax_forms
+from rulegen.derive.partials import Derivation
+from rulegen.derive.routes import JaxRoute
+from rulegen.derive.symbols import own_names
+from rulegen.plan.code import Assign, Block, Comment, Def, Import, Return, Statement
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
     LIFT_IMPORT,
@@ -32,6 +33,7 @@ from rulegen.plan.header import (
     unpacked,
 )
 from rulegen.plan.model import JaxPlan, Result, Wrap
+from rulegen.plan.printers import print_jax
 from rulegen.plan.snippet import tuple_literal
 from rulegen.plan.symbolic import (
     broadcast_outputs,
@@ -42,10 +44,8 @@ from rulegen.plan.symbolic import (
     with_fused_forms,
     with_outputs,
 )
-from rulegen.printers import print_jax
-from rulegen.routes import JaxRoute
-from rulegen.spec import Output
-from rulegen.symbols import own_names
+from rulegen.spec.names import COTANGENT, TANGENT, cotangent, tangent
+from rulegen.spec.rules import Output
 
 _JNP = frozenset({Import("jax.numpy", alias="jnp")})
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rulegen.code import Assign, Block, Class, Def, Import, Statement, import_statements
+from rulegen.plan.code import Assign, Block, Class, Def, Import, Statement, import_statements
 
 
 @dataclass(frozen=True)
@@ -23,13 +23,13 @@ class Reads:
 class Needs:
     """What a generated module needs besides itself: helpers of its package, and modules to install.
 
-    Read off the plan's imports (`rulegen.code.Import`), never off the rendered module:
+    Read off the plan's imports (`rulegen.plan.code.Import`), never off the rendered module:
     the build writes the helpers and a distribution's requirements from it.
     """
 
     helpers: frozenset[str]  # runtime helpers of the package, as `_util`
     modules: frozenset[str]  # top-level modules, as `numpy`, `torch`
-    apis: frozenset[str] = frozenset()  # framework APIs the rule's bodies call whose age matters (rulegen.floors)
+    apis: frozenset[str] = frozenset()  # framework APIs the rule's bodies call whose age matters (derive.floors)
 
 
 def needs_of(
@@ -138,14 +138,14 @@ class TorchPlan:
     unmaterialised: bool  # absent cotangents and tangents arrive as None (`ctx.set_materialize_grads(False)`)
     fused_backward_params: tuple[str, ...]  # with `fuse`: what the compiled backward body takes; () without
     # With `fuse`, the bodies torch.compile runs where they differ from the
-    # eager ones (rulegen.printers.CompiledTorchPrinter); None elsewhere.
+    # eager ones (rulegen.plan.printers.CompiledTorchPrinter); None elsewhere.
     fused_forward_compiled: Block | None
     fused_backward_compiled: Block | None
     tangents: tuple[str, ...]
     absent_tangents: tuple[tuple[str, str], ...]  # (input, its tangent) where the tangent may arrive as None
     jvp: Block
     # Bodies that update their own buffers in place, run when `plain(...)` of
-    # the tensors they read holds (rulegen.inplace); None where nothing would.
+    # the tensors they read holds (rulegen.plan.inplace); None where nothing would.
     forward_in_place: Block | None
     forward_plain: str
     backward_in_place: Block | None  # of the first-order backward
@@ -255,7 +255,7 @@ class SnippetPlan:
     base: str = ""  # the Function's base class, with `class_name`
     called: tuple[str, ...] = ()  # the other rules its bodies call, imported at the module's end
     requires: tuple[str, ...] = ()  # modules imported inside functions: by the bodies, or the bridge's torch
-    apis: tuple[str, ...] = ()  # the framework APIs its bodies call whose age matters (rulegen.floors)
+    apis: tuple[str, ...] = ()  # the framework APIs its bodies call whose age matters (rulegen.derive.floors)
     routed_line: Assign | None = None  # torch: the module-level statement binding what applies the Function
     result_classes: tuple[Class, ...] = ()  # the named tuples returned (see header.result_classes)
     # What the module defines after its imports (plan.snippet.snippet_definitions): what the template prints.

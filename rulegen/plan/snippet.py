@@ -5,13 +5,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
-from rulegen.code import Assign, Class, Comment, Def, Docstring, Given, Import, Imported, Statement
+from rulegen.derive.routes import JaxRoute
+from rulegen.derive.snippet import Code, SnippetDerivation
+from rulegen.derive.symbols import own_names
+from rulegen.plan.code import Assign, Class, Comment, Def, Docstring, Given, Import, Imported, Statement
 from rulegen.plan.emit import Emitter
 from rulegen.plan.model import Result, SnippetPlan, atom
-from rulegen.printers import print_jax, print_torch
-from rulegen.routes import JaxRoute
-from rulegen.snippet import Code, SnippetDerivation
-from rulegen.symbols import own_names
+from rulegen.plan.printers import print_jax, print_torch
 
 _BODY_NAMES = {"forward": "_forward", "jvp": "_jvp", "vjp": "_vjp"}
 

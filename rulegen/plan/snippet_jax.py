@@ -1,12 +1,13 @@
-"""The JAX module of a snippet rule: one planner per route (rulegen.routes)."""
+"""The JAX module of a snippet rule: one planner per route (rulegen.derive.routes)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from rulegen.code import Assign, Comment, Def, Import, Imported, Return, Statement
-from rulegen.names import cotangent, tangent
+from rulegen.derive.routes import JaxRoute
+from rulegen.derive.snippet import SnippetDerivation
+from rulegen.plan.code import Assign, Comment, Def, Import, Imported, Return, Statement
 from rulegen.plan.header import (
     LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
@@ -29,8 +30,7 @@ from rulegen.plan.snippet import (
     tuple_literal,
     tuple_text,
 )
-from rulegen.routes import JaxRoute
-from rulegen.snippet import SnippetDerivation
+from rulegen.spec.names import cotangent, tangent
 
 
 def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:

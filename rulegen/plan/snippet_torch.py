@@ -6,9 +6,9 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rulegen import names
-from rulegen.code import Assign, Comment, Def, Import, Pass, Raise, Return, Statement
-from rulegen.names import cotangent, tangent
+from rulegen.derive.routes import Source
+from rulegen.derive.snippet import SnippetDerivation
+from rulegen.plan.code import Assign, Comment, Def, Import, Pass, Raise, Return, Statement
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -25,8 +25,8 @@ from rulegen.plan.header import (
 from rulegen.plan.model import SnippetPlan
 from rulegen.plan.snippet import SnippetPlanner, packed, snippet_definitions, tuple_text
 from rulegen.plan.torch_route import static_type, torch_route
-from rulegen.routes import Source
-from rulegen.snippet import SnippetDerivation
+from rulegen.spec import names
+from rulegen.spec.names import cotangent, tangent
 
 
 def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:

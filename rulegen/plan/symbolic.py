@@ -8,11 +8,11 @@ from types import MappingProxyType
 
 import sympy as sp
 
-from rulegen.derive import Derivation, Partials
-from rulegen.forms import CANONICAL_FORMS, CanonicalForm, canonical
-from rulegen.names import COTANGENT, TANGENT
+from rulegen.derive.forms import CANONICAL_FORMS, CanonicalForm, canonical
+from rulegen.derive.partials import Derivation, Partials
 from rulegen.plan.model import Wrap
-from rulegen.spec import Rule
+from rulegen.spec.names import COTANGENT, TANGENT
+from rulegen.spec.rules import Rule
 
 
 def linear_combination(

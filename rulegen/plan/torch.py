@@ -8,9 +8,7 @@ from dataclasses import dataclass, replace
 
 import sympy as sp
 
-from rulegen.code import Assign, Block, Class, Comment, Def, Docstring, If, Import, Pass, Return, Statement
-from rulegen.derive import Derivation, Partials
-from rulegen.forms import (
+from rulegen.derive.forms import (
     TORCH_FUSED_FORMS,
     corrections,
     float_anchors,
@@ -19,8 +17,10 @@ from rulegen.forms import (
     silu_derivatives,
     torch_forms,
 )
-from rulegen.functions import cotangent_sum, cotangent_term
-from rulegen.names import COTANGENT, TANGENT, cotangent, ctx_attribute, tangent
+from rulegen.derive.functions import cotangent_sum, cotangent_term
+from rulegen.derive.partials import Derivation, Partials
+from rulegen.derive.symbols import own_names, torch_context, value_symbol
+from rulegen.plan.code import Assign, Block, Class, Comment, Def, Docstring, If, Import, Pass, Return, Statement
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
@@ -37,6 +37,8 @@ from rulegen.plan.header import (
     unpacked,
 )
 from rulegen.plan.model import Reads, Result, TorchPlan, Wrap
+from rulegen.plan.printers import one_kernel, print_torch, print_torch_compiled
+from rulegen.plan.saving import saved_form, saved_intermediates
 from rulegen.plan.symbolic import (
     broadcast_outputs,
     dtype_casts,
@@ -46,10 +48,8 @@ from rulegen.plan.symbolic import (
     with_outputs,
 )
 from rulegen.plan.torch_route import torch_route
-from rulegen.printers import one_kernel, print_torch, print_torch_compiled
-from rulegen.saving import saved_form, saved_intermediates
-from rulegen.spec import Rule
-from rulegen.symbols import own_names, torch_context, value_symbol
+from rulegen.spec.names import COTANGENT, TANGENT, cotangent, ctx_attribute, tangent
+from rulegen.spec.rules import Rule
 
 
 @dataclass(frozen=True)
@@ -506,7 +506,7 @@ def _fused(
 
 @dataclass(frozen=True)
 class _InPlace:
-    """Bodies that update their own buffers in place (rulegen.inplace), and the tensors `plain(...)` checks."""
+    """Bodies that update their own buffers in place (rulegen.plan.inplace), and the tensors `plain(...)` checks."""
 
     forward: Block | None = None
     forward_plain: str = ""

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rulegen.code import Assign
-from rulegen.spec import Input, Rule
-from rulegen.symbols import own_names
+from rulegen.derive.symbols import own_names
+from rulegen.plan.code import Assign
+from rulegen.spec.rules import Input, Rule
 
 
 @dataclass(frozen=True)

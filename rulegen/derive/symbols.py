@@ -9,9 +9,9 @@ from types import MappingProxyType
 
 import sympy as sp
 
-from rulegen import names
-from rulegen.names import cotangent, tangent
-from rulegen.spec import Input, Rule, SnippetBody, Structured
+from rulegen.spec import names
+from rulegen.spec.names import cotangent, tangent
+from rulegen.spec.rules import Input, Rule, SnippetBody, Structured
 
 
 def _input_symbol(spec: Input) -> sp.Symbol:

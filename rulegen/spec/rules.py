@@ -37,9 +37,9 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import ErrorDetails
 
-from rulegen import names
-from rulegen.errors import Loc, SpecError, SpecErrors
-from rulegen.source import YamlList, YamlMap, load_yaml, locate
+from rulegen.spec import names
+from rulegen.spec.errors import Loc, SpecError, SpecErrors
+from rulegen.spec.source import YamlList, YamlMap, load_yaml, locate
 
 #: Keys that mark a body's form (names.RESERVED holds them too).
 SNIPPET_KEYS = ("python", "jax", "torch", "numpy")
@@ -753,7 +753,7 @@ class Rule(Node):
         bool,
         Field(
             description="search each derived expression (forward, partials, residuals) for the form with the least "
-            "measured error (rulegen.stabilise); false: compute each as derived"
+            "measured error (rulegen.derive.stabilise); false: compute each as derived"
         ),
     ] = True
     domain: Annotated[
@@ -1015,7 +1015,7 @@ def _union_errors(rule: Rule) -> list[SpecError]:
 
 
 def _generated_name_errors(rule: Rule, named: Sequence[tuple[str, Loc]], places: dict[str, Loc]) -> list[SpecError]:
-    """A rule's names against those generated code derives from them (see rulegen.names)."""
+    """A rule's names against those generated code derives from them (see rulegen.spec.names)."""
     errors: list[SpecError] = []
     for name, loc in named:
         if name in (rule.name, rule.torch_class):

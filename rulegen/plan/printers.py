@@ -21,8 +21,8 @@ from sympy.printing.numpy import JaxPrinter
 from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.pycode import PythonCodePrinter
 
-from rulegen import functions as fn
-from rulegen.code import Import
+from rulegen.derive import functions as fn
+from rulegen.plan.code import Import
 
 #: Module prefixes the generated code spells, and the import each needs.
 _IMPORTS = {
@@ -321,7 +321,7 @@ class _ArrayCode:
     result_type = ""
 
     def _float_dtype(self, anchors: Sequence[str]) -> str:
-        """The dtype of a rule's float arrays, given their names (see rulegen.forms), as code."""
+        """The dtype of a rule's float arrays, given their names (see rulegen.derive.forms), as code."""
         if not anchors:
             return self._default_float()
         if len(anchors) == 1:

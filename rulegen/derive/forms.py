@@ -24,7 +24,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 from sympy.codegen.rewriting import ReplaceOptim, optimize
 
-from rulegen.functions import (
+from rulegen.derive.functions import (
     BY_NAME,
     Piecewise,
     erfcx,
@@ -40,7 +40,7 @@ from rulegen.functions import (
     softplus,
     softplus_scaled,
 )
-from rulegen.spec import Rule
+from rulegen.spec.rules import Rule
 
 
 def float_anchors(rule: Rule, symbols: Mapping[str, sp.Symbol]) -> tuple[sp.Symbol, ...]:
@@ -215,7 +215,7 @@ CANONICAL_FORMS = (
     # log(1 + u) -> log1p(u) and c*exp(u) - c -> c*expm1(u), where the sum is written so and nowhere else: sympy's
     # log1p_opt and expm1_opt factor the whole expression first (log(1 - exp(-x)) became -x + log(expm1(x)), inf at
     # x = 800; a stabilised sum of quotients was brought back over one overflowing denominator).  Other forms of the
-    # sum are the stabilising search's, chosen by measured error (rulegen.stabilise).
+    # sum are the stabilising search's, chosen by measured error (rulegen.derive.stabilise).
     CanonicalForm(
         ReplaceOptim(lambda e: isinstance(e, sp.log), _log1p_of),
         writes=("log1p",),

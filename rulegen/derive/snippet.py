@@ -20,13 +20,13 @@ from typing import Any
 
 import sympy as sp
 
-from rulegen.errors import Loc, SpecError, SpecErrors
-from rulegen.expr import parse_expression
-from rulegen.floors import apis_used, listed
-from rulegen.names import COTANGENT, TANGENT, cotangent, tangent
-from rulegen.routes import Gives, Routes, choose_routes
-from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
-from rulegen.symbols import scope, symbols_of
+from rulegen.derive.expr import parse_expression
+from rulegen.derive.floors import apis_used, listed
+from rulegen.derive.routes import Gives, Routes, choose_routes
+from rulegen.derive.symbols import scope, symbols_of
+from rulegen.spec.errors import Loc, SpecError, SpecErrors
+from rulegen.spec.names import COTANGENT, TANGENT, cotangent, tangent
+from rulegen.spec.rules import Input, Rule, SnippetBody, SympyBody, Text
 
 #: Modules each kind of body sees, by the names it uses for them.
 MODULES = {
@@ -48,7 +48,7 @@ class Snippet:
     text: Text
     reads: frozenset[str]
     imports: frozenset[str] = frozenset()  # top-level modules the body imports itself
-    apis: frozenset[str] = frozenset()  # the framework APIs it calls whose age matters (rulegen.floors)
+    apis: frozenset[str] = frozenset()  # the framework APIs it calls whose age matters (rulegen.derive.floors)
 
 
 def _bound_names(tree: ast.AST) -> set[str]:
@@ -133,7 +133,7 @@ class Code:
     calls: tuple[str, ...] = ()  # other rules of the build it calls
     modules: tuple[str, ...] = ()  # module names it reads (np, jnp, torch, ...)
     imports: tuple[str, ...] = ()  # top-level modules the body imports itself
-    apis: tuple[str, ...] = ()  # the framework APIs it calls whose age matters (rulegen.floors)
+    apis: tuple[str, ...] = ()  # the framework APIs it calls whose age matters (rulegen.derive.floors)
 
     @property
     def host(self) -> bool:
@@ -145,7 +145,7 @@ BackendCode = Mapping[str, Code]  # backend ("jax", "torch") -> the code it runs
 
 @dataclass(frozen=True)
 class SnippetDerivation:
-    """A rule with at least one snippet body: what each backend runs, and which routes carry it (`rulegen.routes`)."""
+    """A rule with at least one snippet body: what each backend runs, and which routes carry it (`derive.routes`)."""
 
     rule: Rule
     forward: BackendCode

@@ -23,8 +23,8 @@ from typing import Any
 
 import sympy as sp
 
-from rulegen.errors import Loc, SpecError
-from rulegen.functions import CONSTANTS, HOLOMORPHIC, RULE_FUNCTIONS, Piecewise
+from rulegen.derive.functions import CONSTANTS, HOLOMORPHIC, RULE_FUNCTIONS, Piecewise
+from rulegen.spec.errors import Loc, SpecError
 
 MAX_CHARS = 20_000
 MAX_NODES = 5_000

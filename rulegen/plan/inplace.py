@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import sympy as sp
 
-from rulegen import functions as fn
-from rulegen.code import Assign
+from rulegen.derive import functions as fn
+from rulegen.plan.code import Assign
 
 # Functions of one argument whose torch method has an in-place form.
 _IN_PLACE_METHODS: dict[type, str] = {

@@ -46,7 +46,7 @@ class SourceRecord:
     # (`jax/_util.py`), and per backend the top-level modules they import.
     helpers: tuple[str, ...] = ()
     requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    apis: tuple[str, ...] = ()  # framework APIs their bodies call whose age matters (rulegen.floors)
+    apis: tuple[str, ...] = ()  # framework APIs their bodies call whose age matters (rulegen.derive.floors)
     plain: tuple[str, ...] = ()  # rules whose torch module defines no Function class
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from rulegen.check.accuracy import BACKENDS, DTYPES, SOURCES, Quantity, RuleAccuracy
-from rulegen.measure import ordinals
+from rulegen.derive.measure import ordinals
 
 # Generated code more than this many bits worse than autodiff (mean over the points) is marked.
 WORSE_BITS = 1.0

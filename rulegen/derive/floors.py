@@ -4,9 +4,9 @@ One table maps each API whose age matters to the first release that has it;
 a package's floor for a framework is the newest of those releases over what
 its modules use: what the templates and planners may print in a rule module
 (`RULE_MODULE_APIS`), what the rules' own bodies call (read from their source
-by `rulegen.snippet`) and what the runtime helpers it ships call (read as code
+by `rulegen.derive.snippet`) and what the runtime helpers it ships call (read as code
 by the build), each through `apis_used`.  A table of facts, like
-`rulegen.functions`: it imports no stage.
+`rulegen.derive.functions`: it imports no stage.
 
 `tests/test_floors.py` reads every module of a built package the same way,
 checks that its pyproject.toml's floors cover them, and that no API of a

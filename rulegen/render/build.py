@@ -21,11 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rulegen.errors import Loc, SpecError, SpecErrors, in_stage
-from rulegen.render import Distribution, helper_closure, helper_source, render_package, template_files
-from rulegen.routes import Routes
-from rulegen.spec import Rule, clash_errors, read_rule_file, rule_files
-from rulegen.write import (
+from rulegen.derive.routes import Routes
+from rulegen.render.layout import Distribution, helper_closure, helper_source, render_package, template_files
+from rulegen.render.write import (
     Difference,
     Manifest,
     PackageRecord,
@@ -37,6 +35,8 @@ from rulegen.write import (
     sha256,
     write_package,
 )
+from rulegen.spec.errors import Loc, SpecError, SpecErrors, in_stage
+from rulegen.spec.rules import Rule, clash_errors, read_rule_file, rule_files
 
 #: Fewer rules than this are derived in the calling process: starting workers
 #: (a fork server that imports sympy, each worker's first, cold derivation)
@@ -65,12 +65,12 @@ def available_cores() -> int:
 
 #: Parts of the package that generate nothing, relative to it: the check stage and the commands
 #: around it.  A change there must not make every built package stale.
-GENERATES_NOTHING = ("check", "cli.py", "pytest_plugin.py", "__main__.py", "accuracy_report.py")
+GENERATES_NOTHING = ("check", "cli.py", "pytest_plugin.py", "__main__.py")
 
 
 def fingerprinted_files() -> list[Path]:
     """The package's modules that may decide what a build writes, and the templates, in a fixed order."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent
     modules = [path for path in package.rglob("*.py") if path.relative_to(package).parts[0] not in GENERATES_NOTHING]
     return sorted({*modules, *template_files()})
 
@@ -78,7 +78,7 @@ def fingerprinted_files() -> list[Path]:
 @functools.cache
 def compiler_fingerprint() -> str:
     """A hash of everything besides the rules that decides the output."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parent.parent.parent
     parts = [f"sympy {importlib.metadata.version('sympy')}"]
     for path in fingerprinted_files():
         parts.append(f"{path.relative_to(root).as_posix()} {sha256(path.read_bytes())}")
@@ -127,7 +127,7 @@ class Generated:
     modules: Mapping[str, str]
     helpers: frozenset[str]  # the package's runtime helpers they import, as `jax/_util.py`
     requires: Mapping[str, frozenset[str]]  # per backend, the top-level modules they import
-    apis: frozenset[str]  # the framework APIs their bodies call whose age matters (rulegen.floors)
+    apis: frozenset[str]  # the framework APIs their bodies call whose age matters (rulegen.derive.floors)
     torch_class: bool  # whether the torch module defines the rule's autograd.Function
 
 
@@ -137,7 +137,7 @@ def generate_rule(rule: Rule, known_rules: Iterable[str] = ()) -> dict[str, str]
 
 
 def derive_and_generate(rule: Rule, known_rules: Iterable[str] = ()) -> tuple[Routes, dict[str, str]]:
-    """The routes that carry `rule` (see rulegen.routes) and its two unformatted modules."""
+    """The routes that carry `rule` (see rulegen.derive.routes) and its two unformatted modules."""
     generated = generate(rule, known_rules)
     return generated.routes, dict(generated.modules)
 
@@ -146,7 +146,8 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
     """Derive, plan and render one rule; an internal failure names the rule and the stage (`in_stage`)."""
     # Deriving and printing need sympy; a rebuild with nothing to derive
     # should not pay for importing it.
-    from rulegen.derive import DERIVE_SECONDS, derive_rule, sympy_time_limit
+    from rulegen.derive.partials import DERIVE_SECONDS, derive_rule, sympy_time_limit
+    from rulegen.derive.snippet import SnippetDerivation
     from rulegen.plan import (
         JaxPlan,
         SnippetPlan,
@@ -156,8 +157,7 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
         plan_torch,
         plan_torch_snippet,
     )
-    from rulegen.render import render_module
-    from rulegen.snippet import SnippetDerivation
+    from rulegen.render.layout import render_module
 
     with in_stage(rule) as stage:
         # Planning runs sympy too (cse, printing): one time limit covers both.
@@ -241,7 +241,8 @@ def worker_pool(workers: int, known_rules: frozenset[str]) -> concurrent.futures
     context = multiprocessing.get_context(method)
     if method == "forkserver":
         # Only takes effect when this process starts its fork server, on first use.
-        context.set_forkserver_preload(["rulegen.build", "rulegen.derive", "rulegen.plan", "rulegen.render"])
+        preloaded = ["rulegen.render.build", "rulegen.derive.partials", "rulegen.plan", "rulegen.render.layout"]
+        context.set_forkserver_preload(preloaded)
     return concurrent.futures.ProcessPoolExecutor(
         workers, mp_context=context, initializer=_start_worker, initargs=(known_rules, os.getpid())
     )
@@ -470,12 +471,12 @@ def distribution_of(name: str, records: Iterable[SourceRecord], version: str | N
     """The distribution `name` of a package of rules with these records: what they import, by distribution name.
 
     Each framework is required from the first release that has every API its
-    modules use (`rulegen.floors`): what a rule module may print, what the
+    modules use (`rulegen.derive.floors`): what a rule module may print, what the
     rules' bodies call, what the runtime helpers it ships call.
     """
     import sys
 
-    from rulegen.floors import RULE_MODULE_APIS, apis_used, floors_of
+    from rulegen.derive.floors import RULE_MODULE_APIS, apis_used, floors_of
 
     records = list(records)
     installed = importlib.metadata.packages_distributions()

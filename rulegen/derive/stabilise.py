@@ -27,7 +27,7 @@ expression:
   the best of those.
 
 Candidates are evaluated by numpy, the registered functions by their numpy
-or scipy implementations (rulegen.functions: `numpy_name`).  The best
+or scipy implementations (rulegen.derive.functions: `numpy_name`).  The best
 candidate may then be joined with another by regimes: a `Piecewise` on
 |variable| below or above a threshold found by measurement, or on a
 variable's sign, tried from the three best forms.  Each branch is evaluated
@@ -46,7 +46,7 @@ load would then decide which searches finish).  An expression larger than
 `SEARCH_OPS` operations or in more than `SEARCH_SYMBOLS` variables is kept
 as derived, a family is skipped above its own bound, at most
 `CANDIDATES_PER_EXPRESSION` candidates are measured per expression and at
-most `SEARCHES_PER_RULE` expressions per rule (rulegen.derive).  The derive
+most `SEARCHES_PER_RULE` expressions per rule (rulegen.derive.partials).  The derive
 stage's time limit stays the one guard against a sympy step that hangs:
 it fails the build at the rule, it does not keep another form.
 """
@@ -66,11 +66,11 @@ import numpy as np
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
-from rulegen.expr import lambdified
-from rulegen.forms import canonical
-from rulegen.functions import REGISTRY, binade, divided
-from rulegen.measure import bits_of_error, exact_value, initial_precision, sample_floats, to_floats, value_at
-from rulegen.spec import Domain
+from rulegen.derive.expr import lambdified
+from rulegen.derive.forms import canonical
+from rulegen.derive.functions import REGISTRY, binade, divided
+from rulegen.derive.measure import bits_of_error, exact_value, initial_precision, sample_floats, to_floats, value_at
+from rulegen.spec.rules import Domain
 
 #: Points per dtype at which candidates are compared, and the float32 points at which an expression is screened.
 SEARCH_POINTS = 32
@@ -120,7 +120,7 @@ class Choice:
     bits_after: tuple[float, float]
     #: The measured forms without regimes within RUNNER_UP_BITS of the chosen one, best first (the chosen one, or
     #: the branches it joins, among them): a derivative of each is a candidate for the derivative of this expression
-    #: (rulegen.derive), whose own form may cancel where theirs do not.
+    #: (rulegen.derive.partials), whose own form may cancel where theirs do not.
     good_forms: tuple[sp.Expr, ...] = ()
 
     @property
@@ -169,7 +169,7 @@ class _Points:
 @functools.lru_cache(maxsize=256)
 def _mpmath_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callable[..., Any]:
     """`expr` as an mpmath function: the exact reference of the screen, the samples and the regimes' refinement."""
-    from rulegen.functions import MPMATH_IMPLEMENTATIONS
+    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS
 
     return lambdified(variables, expr, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
 
@@ -367,7 +367,7 @@ def _numpy_implementations() -> dict[str, Callable[..., Any]]:
     """log1p, expm1 and every registered function with a numpy or scipy implementation, by the name lambdify prints."""
     import importlib
 
-    from rulegen.functions import NUMPY_IMPLEMENTATIONS
+    from rulegen.derive.functions import NUMPY_IMPLEMENTATIONS
 
     found: dict[str, Callable[..., Any]] = {"log1p": np.log1p, "expm1": np.expm1}
     for name, dotted in NUMPY_IMPLEMENTATIONS.items():

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from rulegen.errors import Loc, SpecError, SpecErrors
+from rulegen.spec.errors import Loc, SpecError, SpecErrors
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64

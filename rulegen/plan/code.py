@@ -9,7 +9,7 @@ printed import statement back.
 A module's definitions and their bodies are statements (`Assign`,
 `Return`, `If`, `Def`, `Class` ...), which `printed` writes: the one place
 that writes a generated statement.  Expressions inside them are code, as
-the printers (`rulegen.printers`) and planners print them.
+the printers (`rulegen.plan.printers`) and planners print them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import textwrap
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from rulegen import names
+from rulegen.spec import names
 
 
 @dataclass(frozen=True, order=True)

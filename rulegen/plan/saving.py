@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import sympy as sp
 
-from rulegen.derive import Derivation
-from rulegen.functions import sigmoid
-from rulegen.symbols import value_symbol
+from rulegen.derive.functions import sigmoid
+from rulegen.derive.partials import Derivation
+from rulegen.derive.symbols import value_symbol
 
 # Functions whose backward autodiff computes from their output (so it saves that).
 _SAVES_OUTPUT = (sp.exp, sp.tanh, sigmoid)

@@ -4,7 +4,7 @@ Points are sampled uniformly over the float bit patterns inside a domain,
 so that every magnitude from the smallest subnormal to the largest float is
 visited as often as the numbers near 1; the error of a result is log2(1 +
 the number of floats between it and the correctly rounded exact value).  The
-derive stage's stabilising search (rulegen.stabilise) measures candidate
+derive stage's stabilising search (rulegen.derive.stabilise) measures candidate
 forms with these, and `rulegen accuracy` (rulegen.check.accuracy) the generated code.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rulegen.spec import Domain, Input
+from rulegen.spec.rules import Domain, Input
 
 # Bit patterns as integers of the float's width, the sign bit cleared by this mask.
 _PATTERNS = {np.dtype(np.float64): (np.int64, 0x7FFF_FFFF_FFFF_FFFF), np.dtype(np.float32): (np.int32, 0x7FFF_FFFF)}

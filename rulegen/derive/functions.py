@@ -915,7 +915,7 @@ REGISTRY: tuple[MathFunction, ...] = (
         "jax.nn.softplus",
         "torch.nn.functional.softplus",
         mpmath=_mp_softplus,
-        numpy="rulegen.measure.softplus",
+        numpy="rulegen.derive.measure.softplus",
     ),
     MathFunction(
         "logaddexp", logaddexp, "jnp.logaddexp", "torch.logaddexp", mpmath=_mp_logaddexp, torch_tensor_only=True
@@ -994,7 +994,7 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("gamma_sign", gamma_sign, mpmath=_mp_gamma_sign, internal=True),
     MathFunction("in_float", in_float, internal=True),
     # What the stabilising search's scaling of a homogeneous expression writes (stabilise._rescaled).
-    MathFunction("binade", binade, numpy="rulegen.functions.binade_of", mpmath=_mp_binade, internal=True),
+    MathFunction("binade", binade, numpy="rulegen.derive.functions.binade_of", mpmath=_mp_binade, internal=True),
     MathFunction("divided", divided, numpy="numpy.divide", mpmath=lambda x, s: x / s, internal=True),
     # torch's backward of a complex rule conjugates its partials (PyTorch's convention); a new
     # tensor, not torch.conj's view, which an in-place backward would write through to its input.
@@ -1033,7 +1033,7 @@ MPMATH_IMPLEMENTATIONS: Mapping[str, Callable[..., mpmath.mpf]] = MappingProxyTy
 )
 
 #: numpy/scipy implementations (dotted names) of the registered functions, by name: what the stabilising search
-#: evaluates candidates with (rulegen.stabilise).
+#: evaluates candidates with (rulegen.derive.stabilise).
 NUMPY_IMPLEMENTATIONS: Mapping[str, str] = MappingProxyType(
     {function.name: found for function in REGISTRY if (found := function.numpy_name) is not None}
 )

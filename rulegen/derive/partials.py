@@ -23,16 +23,16 @@ from types import MappingProxyType
 
 import sympy as sp
 
-from rulegen.errors import Loc, SpecError, SpecErrors
-from rulegen.expr import parse_expression
-from rulegen.forms import canonical
-from rulegen.functions import VANISHING
-from rulegen.names import COTANGENT, TANGENT
-from rulegen.routes import Gives, Routes, choose_routes
-from rulegen.snippet import SnippetDerivation, derive_snippet_rule
-from rulegen.spec import Input, Rule, SnippetBody, SympyBody, Text
-from rulegen.stabilise import SEARCHES_PER_RULE, Choice, Sampling, searchable, stabilise
-from rulegen.symbols import scope, symbols_of
+from rulegen.derive.expr import parse_expression
+from rulegen.derive.forms import canonical
+from rulegen.derive.functions import VANISHING
+from rulegen.derive.routes import Gives, Routes, choose_routes
+from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
+from rulegen.derive.stabilise import SEARCHES_PER_RULE, Choice, Sampling, searchable, stabilise
+from rulegen.derive.symbols import scope, symbols_of
+from rulegen.spec.errors import Loc, SpecError, SpecErrors
+from rulegen.spec.names import COTANGENT, TANGENT
+from rulegen.spec.rules import Input, Rule, SnippetBody, SympyBody, Text
 
 #: Seconds sympy may spend deriving and planning one rule before the rule is refused: a guard against a sympy step
 #: that hangs, never what decides an output (the stabilising search is bounded by work).  The costliest rule in
@@ -62,7 +62,7 @@ class Derivation:
     routes: Routes
     # Outputs whose expression was rewritten into a stable form: (name, as written, as computed).
     rewritten: tuple[tuple[str, sp.Expr, sp.Expr], ...] = ()
-    # The stabilising search's choice for each expression it measured (rulegen.stabilise).
+    # The stabilising search's choice for each expression it measured (rulegen.derive.stabilise).
     choices: tuple[Choice, ...] = ()
 
     @property
@@ -154,7 +154,7 @@ class _Deriver:
         self.diff_inputs = [i.name for i in rule.inputs if i.differentiable]
 
     def scope(self, role: str) -> dict[str, sp.Symbol]:
-        """The symbols a body of `role` may name (rulegen.symbols.scope)."""
+        """The symbols a body of `role` may name (rulegen.derive.symbols.scope)."""
         return {n: self.symbols[n] for n in scope(self.rule, role)}
 
     def parse(self, text: Text, scope: Mapping[str, sp.Symbol], *, indicator: bool = False) -> sp.Expr | None:
@@ -379,7 +379,7 @@ def _sampling(d: Derivation) -> Sampling | None:
     Not the rule's `domain`: that is where the checks sample and never
     changes the generated code (SPEC), which must be right outside it too.
     """
-    from rulegen.measure import assumed_domain
+    from rulegen.derive.measure import assumed_domain
 
     rule = d.rule
     if rule.complex:
