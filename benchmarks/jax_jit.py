@@ -25,6 +25,7 @@ import numpy as np
 import scipy.special as sps
 
 import generated.jax as gen
+from benchmarks import size_and_quick
 
 
 @jax.custom_jvp
@@ -231,5 +232,5 @@ def main(log2n: int, quick: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    sizes = [a for a in sys.argv[1:] if a != "--quick"]  # --quick: 5 rounds, to see that it runs
-    main(int(sizes[0]) if sizes else 20, quick="--quick" in sys.argv)
+    size, quick = size_and_quick(sys.argv[1:], 20, __doc__ or "")
+    main(size, quick=quick)

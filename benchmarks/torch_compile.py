@@ -29,6 +29,7 @@ from collections.abc import Callable
 import torch
 import torch._dynamo
 
+from benchmarks import size_and_quick
 from benchmarks.torch_eager import CASES, _ratio_cell
 
 
@@ -87,5 +88,5 @@ def main(log2n: int, quick: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    sizes = [a for a in sys.argv[1:] if a != "--quick"]  # --quick: 5 rounds, to see that it runs
-    main(int(sizes[0]) if sizes else 22, quick="--quick" in sys.argv)
+    size, quick = size_and_quick(sys.argv[1:], 22, __doc__ or "")
+    main(size, quick=quick)

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - the conventional alias
 
 import generated.torch as gen
+from benchmarks import size_and_quick
 from rulegen.render.build import build
 
 torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -376,5 +377,5 @@ def function_floor(n: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    sizes = [a for a in sys.argv[1:] if a != "--quick"]  # --quick: 5 rounds, to see that it runs
-    main(int(sizes[0]) if sizes else 22, quick="--quick" in sys.argv)
+    size, quick = size_and_quick(sys.argv[1:], 22, __doc__ or "")
+    main(size, quick=quick)

@@ -122,3 +122,16 @@ def test_quick_benchmark_prints_a_ratio_for_every_case(command):
     run = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout + run.stderr
     TABLES[module](run.stdout)
+
+
+@pytest.mark.unit
+def test_a_benchmark_s_arguments_are_its_size_and_quick_or_its_usage():
+    # `python -m benchmarks.torch_eager --help` ended in a ValueError traceback from int("--help").
+    from benchmarks import size_and_quick
+
+    assert size_and_quick([], 22, "usage") == (22, False)
+    assert size_and_quick(["18", "--quick"], 22, "usage") == (18, True)
+    for wrong in (["--help"], ["18", "19"], ["big"]):
+        with pytest.raises(SystemExit) as stopped:
+            size_and_quick(wrong, 22, "usage")
+        assert stopped.value.code == 2

@@ -573,7 +573,7 @@ def _targets(names: Sequence[str], kept: set[str], *, tuple_of_one: bool) -> str
 def torch_definitions(plan: TorchPlan) -> tuple[Statement, ...]:
     """What the module defines after its imports: the fused bodies, the Function, its route, the public function."""
     own = plan.own
-    static = f"{own['staticmethod']}"
+    static = own["staticmethod"]
     fused = _fused_definitions(plan)
     methods = (
         Def("forward", plan.inputs, _forward_body(plan), (static,)),
