@@ -289,6 +289,32 @@ def test_tangent_and_cotangent_names_are_spelled_by_names_py_alone():
     assert found == []
 
 
+@pytest.mark.unit
+def test_names_generated_from_a_rule_s_names_are_spelled_by_names_py_alone():
+    """`_f`, `_apply_f`, `_f_jvp`, `_f_fwd`, `_x_dot`, `ctx.x_shape` ... come from `rulegen.spec.names`' functions
+    (`hidden`, `applier`, `vjp_halves`, `shape_attribute` ...), which also declare them reserved: no planner
+    writes the pattern around a name itself."""
+    suffixes = ("_fwd", "_bwd", "_jvp", "_rule", "_map", "_shape")
+    found = []
+    for rel, tree in _compiler_modules(but="spec/names.py"):
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.JoinedStr):
+                continue
+            parts = node.values
+            for k, part in enumerate(parts):
+                text = part.value if isinstance(part, ast.Constant) else None
+                after_name = k > 0 and isinstance(parts[k - 1], ast.FormattedValue)
+                before_name = k + 1 < len(parts) and isinstance(parts[k + 1], ast.FormattedValue)
+                if not isinstance(text, str):
+                    continue
+                if (after_name and text.startswith(suffixes)) or (
+                    before_name
+                    and (text.endswith(("_apply_", "_torch_", "(_", " _", ", _")) or (k == 0 and text == "_"))
+                ):
+                    found.append((rel, node.lineno, text))
+    assert found == []
+
+
 #: Where a planner still parses text the compiler printed, and why.
 PRINTED_TEXT_PARSED = {
     # Whether a printed value needs parentheses before `.attr` (a Wrap like `{}.view_as(x)`): Wraps are text

@@ -44,7 +44,16 @@ from rulegen.plan.symbolic import (
     with_fused_forms,
     with_outputs,
 )
-from rulegen.spec.names import COTANGENT, TANGENT, cotangent, tangent
+from rulegen.spec.names import (
+    COTANGENT,
+    TANGENT,
+    cotangent,
+    hidden,
+    jvp_rule,
+    linear_map_half,
+    tangent,
+    vjp_halves,
+)
 from rulegen.spec.rules import Output
 
 _JNP = frozenset({Import("jax.numpy", alias="jnp")})
@@ -59,7 +68,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
     arrays = tuple(i.name for i in rule.inputs if not i.static)
     float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
     forward = emit.block([], _forward_results(d, arrays, g))
-    primal_call = f"_{rule.name}({', '.join(i.name for i in rule.inputs)})"
+    primal_call = f"{hidden(rule.name)}({', '.join(i.name for i in rule.inputs)})"
     jvp = bwd = None
     maps: tuple[Def, ...] = ()
     saved: tuple[str, ...] = ()
@@ -359,7 +368,7 @@ def _given_linear_maps(
         used = names_in(r.expr for r in computed if r.expr is not None)
         block = emit.block([(n, e) for n, e in residuals.items() if n in used], computed)
         body: tuple[Statement, ...] = (*block.lines, Return(f"({block.result},)"))
-        return Def(f"_{name}_{kind}_map", (*statics, *known, *linear), body)
+        return Def(linear_map_half(name, kind), (*statics, *known, *linear), body)
 
     applied = [r for r in results if r.name.removesuffix(TANGENT) in diff_outputs]
     transposed = [_cotangent(d, i, diff_outputs) for i in diff_inputs]
@@ -394,7 +403,7 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
     found: list[Statement] = [
         *plan.result_classes,
         Def(name, tuple(map(str, plan.params)), tuple(public), returns=plan.returns),
-        Def(f"_{name}", plan.inputs, forward, (custom,)),
+        Def(hidden(name), plan.inputs, forward, (custom,)),
     ]
     if plan.custom == "custom_jvp":
         assert plan.jvp is not None
@@ -410,7 +419,7 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
             Return(result),
         )
         params = (*plan.statics, own["primals"], own["tangents"])
-        return (*found, *plan.maps, Def(f"_{name}_jvp", params, rule, (f"_{name}.defjvp",)))
+        return (*found, *plan.maps, Def(jvp_rule(name), params, rule, (f"{hidden(name)}.defjvp",)))
     assert plan.bwd is not None
     returned = plan.outputs[0] if len(plan.outputs) == 1 else f"({', '.join(plan.outputs)})"
     fwd = (Assign(", ".join(plan.outputs), plan.primal_call), Return(f"{returned}, ({_targets(plan.saved)})"))
@@ -420,9 +429,10 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
         bwd.append(Assign(", ".join(plan.cotangents), own["cotangents"]))
     bwd += [*plan.bwd.lines, Return(f"({plan.bwd.result}{',' if len(plan.bwd.results) == 1 else ''})")]
     cotangents = plan.cotangents[0] if single else own["cotangents"]
+    fwd_name, bwd_name = vjp_halves(name)
     return (
         *found,
-        Def(f"_{name}_fwd", plan.inputs, fwd),
-        Def(f"_{name}_bwd", (*plan.statics, own["saved"], cotangents), tuple(bwd)),
-        Assign("", f"_{name}.defvjp(_{name}_fwd, _{name}_bwd)"),
+        Def(fwd_name, plan.inputs, fwd),
+        Def(bwd_name, (*plan.statics, own["saved"], cotangents), tuple(bwd)),
+        Assign("", f"{hidden(name)}.defvjp({fwd_name}, {bwd_name})"),
     )

@@ -12,6 +12,7 @@ from rulegen.plan.code import Assign, Class, Comment, Def, Docstring, Given, Imp
 from rulegen.plan.emit import Emitter
 from rulegen.plan.model import Result, SnippetPlan, atom
 from rulegen.plan.printers import print_jax, print_torch
+from rulegen.spec.names import hidden
 
 _BODY_NAMES = {"forward": "_forward", "jvp": "_jvp", "vjp": "_vjp"}
 
@@ -148,7 +149,7 @@ class SnippetPlanner:
         return code
 
     def forward_targets(self) -> str:
-        return tuple_text([*self.outputs, *(f"_{r}" for r in self.returned)])
+        return tuple_text([*self.outputs, *map(hidden, self.returned)])
 
     def residual_lines(self, needed: set[str], *, forward_call: bool) -> list[Statement]:
         """Compute the residuals a body reads: returned ones by calling the forward body, the rest by theirs."""

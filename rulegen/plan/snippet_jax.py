@@ -30,7 +30,16 @@ from rulegen.plan.snippet import (
     tuple_literal,
     tuple_text,
 )
-from rulegen.spec.names import cotangent, tangent
+from rulegen.spec.names import (
+    bridged,
+    cotangent,
+    hidden,
+    host_rule,
+    jvp_rule,
+    linear_map_half,
+    tangent,
+    vjp_halves,
+)
 
 
 def plan_jax_snippet(d: SnippetDerivation) -> SnippetPlan:
@@ -62,7 +71,7 @@ def _module(
     prologue: tuple[Statement, ...] = (*doc_lines(header), *unpacked(rule), *array_arguments(rule, "as_arrays"))
     params = tuple(map(str, parameters_of(rule, "jax")))
     if bodies:
-        private = Def(f"_{rule.name}", p.inputs, tuple(lines), (decorator,) if decorator else ())
+        private = Def(hidden(rule.name), p.inputs, tuple(lines), (decorator,) if decorator else ())
         methods, lines, decorator = (private, *methods), _lifted(p), ""
     classes = result_classes(rule, "jax")
     if classes:
@@ -93,7 +102,7 @@ def _module(
 def _lifted(p: SnippetPlanner) -> list[Statement]:
     """The public function's body around the private one: bfloat16 and float16 computed in float32, rounded once."""
     floats = [i.name for i in p.rule.inputs if not i.static and i.dtype == "float"]
-    call = f"_{p.rule.name}({', '.join(p.inputs)})"
+    call = f"{hidden(p.rule.name)}({', '.join(p.inputs)})"
     returning = public_return(p.rule, call, lifted=bool(floats), spread=len(p.outputs) > 1)
     if not floats:
         return list(returning)
@@ -110,10 +119,10 @@ def _bridge(p: SnippetPlanner) -> SnippetPlan:
     """A torch-only rule: the torch function run through callbacks (rulegen/runtime/jax/_bridge.py)."""
     rule = p.rule
     p.imports.add(Import("._bridge", "TorchBridge"))
-    closure = f"lambda {', '.join(p.arrays)}: _torch_{rule.name}({', '.join(p.inputs)})"
+    closure = f"lambda {', '.join(p.arrays)}: {bridged(rule.name)}({', '.join(p.inputs)})"
     lines: list[Statement] = [
         # Here, not at the top: importing the JAX package must not import torch.
-        Imported((Import(f"..torch.{rule.name}", rule.name, f"_torch_{rule.name}"),)),
+        Imported((Import(f"..torch.{rule.name}", rule.name, bridged(rule.name)),)),
         Return(f"_bridge({closure}, {', '.join(p.arrays)})"),
     ]
     assignments = [Assign("_bridge", f"{p.own['TorchBridge']}({rule.name!r}, depth={rule.depth})")]
@@ -137,10 +146,10 @@ def _primitive(p: SnippetPlanner) -> SnippetPlan:
     fields += [f"diff_inputs={str_tuple_literal(p.diff_inputs)}", f"diff_outputs={str_tuple_literal(p.diff_outputs)}"]
     fields += [*(["jvp=_jvp"] if d.jvp is not None else []), *(["vjp=_vjp"] if d.vjp is not None else [])]
     fields.append(f"batching={rule.batching!r}")
-    assignment = Assign(f"_{rule.name}_rule", f"{p.own['HostRule']}(" + ", ".join(fields) + ",)")
+    assignment = Assign(host_rule(rule.name), f"{p.own['HostRule']}(" + ", ".join(fields) + ",)")
     statics = ", ".join(f"{s}={s}" for s in p.statics)
-    call = f"_{rule.name}_rule({', '.join([*p.arrays, *([statics] if statics else [])])})"
-    results = [*p.outputs, *(f"_{r}" for r in p.returned)]
+    call = f"{host_rule(rule.name)}({', '.join([*p.arrays, *([statics] if statics else [])])})"
+    results = [*p.outputs, *map(hidden, p.returned)]
     targets = f"{tuple_text(results)}{',' if len(results) == 1 else ''}"
     lines: list[Statement] = [Assign(targets, call), Return(tuple_text(p.outputs))]
     return _module(p, lines, assignments=[assignment])
@@ -177,7 +186,7 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
     lines: list[Statement] = [Assign(f"{tuple_text(p.arrays)}{',' if len(p.arrays) == 1 else ''}", primals)]
     tangent_names = [tangent(a) if a in p.diff_inputs else "_" for a in p.arrays]
     lines.append(Assign(f"{tuple_text(tangent_names)}{',' if len(p.arrays) == 1 else ''}", tangents))
-    lines.append(Assign(tuple_text(p.outputs), f"_{rule.name}({', '.join(p.inputs)})"))
+    lines.append(Assign(tuple_text(p.outputs), f"{hidden(rule.name)}({', '.join(p.inputs)})"))
     needed = p.reads(*{JaxRoute.CUSTOM_JVP: ["jvp"], JaxRoute.TRANSPOSE: ["vjp"]}.get(route, ["jvp", "vjp"]))
     lines += p.residual_lines(needed, forward_call=True)
     dots = [tangent(o) for o in p.diff_outputs]
@@ -190,7 +199,7 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
         lines.append(Assign(f"{tuple_text(dots)},", call))
     lines.append(Return(f"{packed(p.outputs)}, {packed(_output_tangents(p))}"))
     params = (*p.statics, primals, tangents)
-    methods.append(Def(f"_{rule.name}_jvp", params, tuple(lines), (f"_{rule.name}.defjvp",)))
+    methods.append(Def(jvp_rule(rule.name), params, tuple(lines), (f"{hidden(rule.name)}.defjvp",)))
     return _module(p, _primal_lines(p), decorator=decorator, methods=methods)
 
 
@@ -217,7 +226,7 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
     needed = p.reads("vjp")
     # The primal function, not the body, so that the rule holds when
     # this fwd is itself differentiated (higher order).
-    fwd: list[Statement] = [Assign(tuple_text(p.outputs), f"_{rule.name}({', '.join(p.inputs)})")]
+    fwd: list[Statement] = [Assign(tuple_text(p.outputs), f"{hidden(rule.name)}({', '.join(p.inputs)})")]
     fwd += p.residual_lines(needed, forward_call=True)
     saved = [n for n in (*p.arrays, *p.outputs, *p.returned, *(n for n, _ in p.d.residuals)) if n in needed]
     if p.broadcastable:
@@ -233,11 +242,12 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
     bwd.append(Assign(tuple_text([cotangent(i) for i in p.diff_inputs]), p.call(p.given("vjp"))))
     returns = [_input_cotangent(p, i.name) for i in rule.inputs if not i.static]
     bwd.append(Return(f"({tuple_text(returns)}{',' if len(returns) == 1 else ''})"))
+    fwd_name, bwd_name = vjp_halves(rule.name)
     methods = [
-        Def(f"_{rule.name}_fwd", p.inputs, tuple(fwd)),
-        Def(f"_{rule.name}_bwd", (*p.statics, saved_param, bars[0] if len(bars) == 1 else cotangents), tuple(bwd)),
+        Def(fwd_name, p.inputs, tuple(fwd)),
+        Def(bwd_name, (*p.statics, saved_param, bars[0] if len(bars) == 1 else cotangents), tuple(bwd)),
     ]
-    tail = [Assign("", f"_{rule.name}.defvjp(_{rule.name}_fwd, _{rule.name}_bwd)")]
+    tail = [Assign("", f"{hidden(rule.name)}.defvjp({fwd_name}, {bwd_name})")]
     return _module(p, _primal_lines(p), decorator=decorator, methods=methods, tail=tail)
 
 
@@ -271,7 +281,7 @@ def _linear_maps(p: SnippetPlanner) -> tuple[list[Def], str]:
     returned = [_input_cotangent(p, i) for i in p.diff_inputs]
     name = p.rule.name
     transpose = Def(
-        f"_{name}_vjp_map",
+        linear_map_half(name, "vjp"),
         (*statics, *known, *(cotangent(o) for o in p.diff_outputs)),
         (Assign(tuple_text(results), p.call(vjp)), Return(f"({tuple_text(returned)},)")),
     )
@@ -284,7 +294,7 @@ def _linear_maps(p: SnippetPlanner) -> tuple[list[Def], str]:
             Assign(local, f"{p.own['functools']}.partial({transpose.name}, {', '.join((*statics, *known))})"),
             Return(f"{p.own['jax']}.linear_transpose({local}, {', '.join(p.diff_outputs)})(({tuple_text(dots)},))"),
         )
-    apply = Def(f"_{name}_jvp_map", (*statics, *known, *dots), apply_lines)
+    apply = Def(linear_map_half(name, "jvp"), (*statics, *known, *dots), apply_lines)
     args = [apply.name, transpose.name, tuple_literal(known), tuple_literal(dots)]
     if statics:
         args.append(tuple_literal(statics))

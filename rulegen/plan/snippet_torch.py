@@ -26,7 +26,7 @@ from rulegen.plan.model import SnippetPlan
 from rulegen.plan.snippet import SnippetPlanner, packed, snippet_definitions, tuple_text
 from rulegen.plan.torch_route import static_type, torch_route
 from rulegen.spec import names
-from rulegen.spec.names import cotangent, tangent
+from rulegen.spec.names import cotangent, hidden, shape_attribute, tangent
 
 
 def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
@@ -305,11 +305,11 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Def:
     if kept.saved:
         setup.append(Assign("", f"{p.own['save_for_derivatives']}({ctx}, {', '.join(kept.saved)})"))
     setup += [Assign(f"{ctx}.{names.ctx_attribute(s)}", s) for s in kept.statics]
-    setup += [Assign(f"{ctx}.{i}_shape", f"{i}.shape") for i in kept.shapes]
+    setup += [Assign(f"{ctx}.{shape_attribute(i)}", f"{i}.shape") for i in kept.shapes]
     if kept.broadcast:
         if not keep & set(p.inputs):
             setup.insert(0, Assign(f"{tuple_text(p.inputs)}{',' if len(p.inputs) == 1 else ''}", inputs))
-        setup.append(Assign(f"{ctx}.{p.diff_outputs[0]}_shape", _host_shape(p)))
+        setup.append(Assign(f"{ctx}.{shape_attribute(p.diff_outputs[0])}", _host_shape(p)))
     return Def("setup_context", (ctx, inputs, output), tuple(setup) or (Pass(),), _staticmethod(p))
 
 
@@ -350,18 +350,18 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Def:
         if i.name not in p.diff_inputs:
             returns.append("None")
         elif i.name in kept.shapes:
-            returns.append(f"{cotangent(i.name)}.sum_to_size({p.ctx}.{i.name}_shape)")
+            returns.append(f"{cotangent(i.name)}.sum_to_size({p.ctx}.{shape_attribute(i.name)})")
         else:
             returns.append(cotangent(i.name))
     lines.append(Return(tuple_text(returns)))
-    bars = [cotangent(n) if n in p.diff_outputs else f"_{cotangent(n)}" for n in kept.values]
+    bars = [cotangent(n) if n in p.diff_outputs else hidden(cotangent(n)) for n in kept.values]
     return Def("backward", (p.ctx, *bars), tuple(lines), _staticmethod(p))
 
 
 def _jvp(p: SnippetPlanner, kept: _Kept) -> Def:
     """The JVP body, the VJP body transposed, or a NotImplementedError that says why there is neither."""
     routes = p.d.routes
-    dots_in = [tangent(n) if n in p.diff_inputs else f"_{tangent(n)}" for n in p.inputs]
+    dots_in = [tangent(n) if n in p.diff_inputs else hidden(tangent(n)) for n in p.inputs]
     if routes.torch_jvp == Source.NONE:
         reason = routes.no_forward_mode.get("torch", f"{p.rule.name} has no forward-mode rule")
         pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
@@ -385,7 +385,7 @@ def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
     if not kept.broadcast:
         return call
     p.imports.add(Import("._host", "broadcast_tangents"))
-    return f"{p.own['broadcast_tangents']}({call}, {p.ctx}.{p.diff_outputs[0]}_shape)"
+    return f"{p.own['broadcast_tangents']}({call}, {p.ctx}.{shape_attribute(p.diff_outputs[0])})"
 
 
 def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[Statement]:
@@ -393,7 +393,7 @@ def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[Statemen
     grads = [cotangent(i) for i in p.diff_inputs]
     torch, vjp, transpose = p.own["torch"], p.own["vjp"], p.own["transpose"]
     if p.broadcastable:
-        shaped = [f"{g}.sum_to_size({p.ctx}.{i}_shape)" for g, i in zip(grads, p.diff_inputs, strict=True)]
+        shaped = [f"{g}.sum_to_size({p.ctx}.{shape_attribute(i)})" for g, i in zip(grads, p.diff_inputs, strict=True)]
     else:
         shaped = grads
     body = (Assign(tuple_text(grads), p.call(p.given("vjp"))), Return(tuple_text(shaped)))
@@ -419,8 +419,8 @@ def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[Statement]:
     """The public function's body: apply the Function through `route` (see torch_route), residuals dropped."""
     call = f"{route}({', '.join(p.inputs)})"
     if len(kept.values) > len(p.outputs):
-        hidden = [f"_{r}" for r in kept.values[len(p.outputs) :]]
-        return [Assign(tuple_text([*p.outputs, *hidden]), call), *_returned(p, tuple_text(p.outputs))]
+        dropped = [hidden(r) for r in kept.values[len(p.outputs) :]]
+        return [Assign(tuple_text([*p.outputs, *dropped]), call), *_returned(p, tuple_text(p.outputs))]
     return _returned(p, call, spread=len(p.outputs) > 1)
 
 

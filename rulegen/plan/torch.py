@@ -48,7 +48,7 @@ from rulegen.plan.symbolic import (
     with_outputs,
 )
 from rulegen.plan.torch_route import torch_route
-from rulegen.spec.names import COTANGENT, TANGENT, cotangent, ctx_attribute, tangent
+from rulegen.spec.names import COTANGENT, TANGENT, cotangent, ctx_attribute, hidden, shape_attribute, tangent
 from rulegen.spec.rules import Rule
 
 
@@ -287,7 +287,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         setup_inputs=_targets(tuple(i.name for i in rule.inputs), {*saved, *statics_used}, tuple_of_one=True),
         setup_outputs=_targets(values_out, {*saved, *non_diff, shape_kept}, tuple_of_one=False),
         shape_kept=shape_kept,
-        wrapper_targets=", ".join(n if n in t.outputs else f"_{n}" for n in values_out),
+        wrapper_targets=", ".join(n if n in t.outputs else hidden(n) for n in values_out),
         tensor_arguments=array_arguments(rule, "as_opmath_tensors" if lifted else "as_tensors", lifted=lifted),
         forward_notes=stability_notes(t.d),
         float_arrays=float_arrays,
@@ -464,7 +464,7 @@ def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
             results.append(Result(tangent(o.name), code=f"{torch}.zeros_like({o.name})", reads=reads))
         elif needs_broadcast(t.d, expr):
             # To the shape setup_context keeps (`shape_kept`): a saved output would stay in memory for it.
-            shape = f"{torch_context(t.rule)}.{t.outputs[0]}_shape"
+            shape = f"{torch_context(t.rule)}.{shape_attribute(t.outputs[0])}"
             results.append(Result(tangent(o.name), expr, wrap=Wrap(f"{torch}.broadcast_to({{}}, {shape})")))
         elif o.name in aliases:
             # The output is a view of an input, so its tangent is a view of that input's.
@@ -627,7 +627,7 @@ def _setup_body(plan: TorchPlan) -> tuple[Statement, ...]:
         body.append(Assign("", f"{plan.own['save_for_derivatives']}({ctx}, {', '.join(plan.saved)})"))
     body += [Assign(f"{ctx}.{ctx_attribute(s)}", s) for s in plan.statics]
     if plan.shape_kept:
-        body.append(Assign(f"{ctx}.{plan.shape_kept}_shape", f"{plan.shape_kept}.shape"))
+        body.append(Assign(f"{ctx}.{shape_attribute(plan.shape_kept)}", f"{plan.shape_kept}.shape"))
     return tuple(body) or (Pass(),)
 
 

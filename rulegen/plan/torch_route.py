@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from rulegen.derive.symbols import own_names
 from rulegen.plan.code import Assign
+from rulegen.spec.names import applier
 from rulegen.spec.rules import Input, Rule
 
 
@@ -44,7 +45,7 @@ def torch_route(rule: Rule, values: int) -> TorchRoute:
     A rule with a static its schema cannot type (see `static_type`) has no
     op, and export inlines its Function.
     """
-    cls, apply, routed = rule.torch_class, f"_apply_{rule.name}", own_names(rule)["routed"]
+    cls, apply, routed = rule.torch_class, applier(rule.name), own_names(rule)["routed"]
     if any(i.static and static_type(i) is None for i in rule.inputs):
         return TorchRoute(Assign(apply, f"{routed}({cls})"), apply)
     arguments = ", ".join(f"{static_type(i) if i.static else 'Tensor'} {i.name}" for i in rule.inputs)

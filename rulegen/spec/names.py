@@ -208,27 +208,73 @@ def cotangent(name: str) -> str:
     return name + COTANGENT
 
 
+def hidden(name: str) -> str:
+    """A value generated code has but does not hand on: a residual the public function drops, a tangent or
+    cotangent parameter a method does not read (`_saved_sin`, `_x_dot`); for a rule, its private function."""
+    return f"_{name}"
+
+
+def applier(rule: str) -> str:
+    """What a torch rule's public function calls to apply its Function (the runtime's `routed`)."""
+    return f"_apply_{rule}"
+
+
+def jvp_rule(rule: str) -> str:
+    """A JAX rule's `defjvp` function."""
+    return f"_{rule}_jvp"
+
+
+def vjp_halves(rule: str) -> tuple[str, str]:
+    """A JAX `custom_vjp`'s forward and backward functions (`defvjp`)."""
+    return f"_{rule}_fwd", f"_{rule}_bwd"
+
+
+def host_rule(rule: str) -> str:
+    """A JAX host rule's primitive (the runtime's `HostRule`)."""
+    return f"_{rule}_rule"
+
+
+def linear_map_half(rule: str, kind: str) -> str:
+    """One half, `kind` `jvp` or `vjp`, of the `linear_map` a JAX rule with a given JVP and VJP applies."""
+    return f"_{rule}_{kind}_map"
+
+
+def bridged(rule: str) -> str:
+    """The torch function a torch-only rule's JAX module calls through the bridge, as that module imports it."""
+    return f"_torch_{rule}"
+
+
+def shape_attribute(name: str) -> str:
+    """The attribute of torch's Function context keeping the shape of `name`."""
+    return f"{name}_shape"
+
+
 #: Temporaries: numbered shared subexpressions, saved intermediates named for
 #: their functions (and their tangents and cotangents), prefixed with `_`
 #: until no rule name starts so.
 TEMPORARY = re.compile(rf"_*(t\d+|saved(_[a-z0-9]+)+)({TANGENT}|{COTANGENT})?")
 
 #: Names the generator derives from each name of a rule (input, output, residual).
-GENERATED_FROM_NAME = (tangent("{}"), cotangent("{}"), "{}_shape", tangent("_{}"), cotangent("_{}"), "_residual_{}")
+GENERATED_FROM_NAME = (
+    tangent("{}"),
+    cotangent("{}"),
+    shape_attribute("{}"),
+    hidden(tangent("{}")),
+    hidden(cotangent("{}")),
+)
 #: Names the generator derives from a residual's name only: a residual the public function does not return.
-GENERATED_FROM_RESIDUAL = ("_{}",)
+GENERATED_FROM_RESIDUAL = (hidden("{}"),)
 
 #: Names the generator derives from a rule's function name.
 GENERATED_FROM_RULE = (
-    "_{}",
-    "_apply_{}",
-    "_{}_jvp",
-    "_{}_fwd",
-    "_{}_bwd",
-    "_{}_rule",
-    "_{}_jvp_map",
-    "_{}_vjp_map",
-    "_torch_{}",
+    hidden("{}"),
+    applier("{}"),
+    jvp_rule("{}"),
+    *vjp_halves("{}"),
+    host_rule("{}"),
+    linear_map_half("{}", "jvp"),
+    linear_map_half("{}", "vjp"),
+    bridged("{}"),
 )
 
 
