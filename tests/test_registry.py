@@ -240,7 +240,7 @@ print(print_jax(expr, scalars=frozenset({{"beta"}}))[0])
 print(print_torch(expr, scalars=frozenset({{"beta"}}))[0])
 writer = InPlaceWriter(lambda e: print_torch(e)[0], {{"x", "y"}}, (sp.Symbol(f"t{{k}}") for k in itertools.count()))
 writer.value(parse_expression("exp2(x * y)", {{"x": x, "y": y}}, Loc("new", 1, 0)))
-print("; ".join(f"{{s.target}} = {{s.code}}" if s.target else s.code for s in writer.steps))
+print("; ".join(s.line for s in writer.steps))
 """
 
 

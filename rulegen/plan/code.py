@@ -104,14 +104,25 @@ def import_statements(imports: Iterable[Import]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Assign:
-    """`target = code`; with no target, the statement `code` (an in-place update, a call)."""
+    """`target = code`."""
 
     target: str
     code: str
 
     @property
     def line(self) -> str:
-        return f"{self.target} = {self.code}" if self.target else self.code
+        return f"{self.target} = {self.code}"
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A statement that is one expression: a call, an in-place update (`t0.mul_(x)`)."""
+
+    code: str
+
+    @property
+    def line(self) -> str:
+        return self.code
 
 
 @dataclass(frozen=True)
@@ -199,7 +210,7 @@ class Class:
     body: tuple[Statement, ...]
 
 
-Statement = Assign | Field | Return | Raise | Imported | Comment | Docstring | Pass | Given | If | Def | Class
+Statement = Assign | Expr | Field | Return | Raise | Imported | Comment | Docstring | Pass | Given | If | Def | Class
 
 
 @dataclass(frozen=True)
@@ -210,7 +221,7 @@ class Block:
     running it must have at hand (saved, unpacked, passed).
     """
 
-    lines: tuple[Assign, ...]
+    lines: tuple[Assign | Expr, ...]
     results: tuple[str, ...]
     reads: frozenset[str] = frozenset()
 
@@ -249,7 +260,7 @@ def _lines(statements: tuple[Statement, ...], indent: int, *, in_class: bool = F
 def _statement_lines(statement: Statement, indent: int) -> Iterator[str]:
     pad = _INDENT * indent
     match statement:
-        case Assign():
+        case Assign() | Expr():
             yield pad + statement.line
         case Field(name, annotation):
             yield f"{pad}{name}: {annotation}"

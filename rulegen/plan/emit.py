@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import sympy as sp
 
 from rulegen.derive import functions as fn
-from rulegen.plan.code import Assign, Block, Import
+from rulegen.plan.code import Assign, Block, Expr, Import
 from rulegen.plan.inplace import InPlaceWriter
 from rulegen.plan.model import Result
 from rulegen.plan.saving import shared_subexpressions
@@ -128,7 +128,7 @@ class Emitter:
             else:
                 text = texts[r.name]
                 returned.append(r.wrap.apply(text))
-        if not any(not step.target for step in writer.steps):
+        if not any(isinstance(step, Expr) for step in writer.steps):
             return None
         return Block(tuple(writer.steps), tuple(returned), _reads([r.expr for r in computed], results))
 

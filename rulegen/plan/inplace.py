@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 import sympy as sp
 
 from rulegen.derive import functions as fn
-from rulegen.plan.code import Assign
+from rulegen.plan.code import Assign, Expr
 
 # Functions of one argument whose torch method has an in-place form.
 _IN_PLACE_METHODS: dict[type, str] = {
@@ -47,7 +47,7 @@ class InPlaceWriter:
         self.code = code
         self.tensors = set(tensors)
         self.names = names
-        self.steps: list[Assign] = []
+        self.steps: list[Assign | Expr] = []
         # The last chain of in-place updates: its buffer, its step's index, its calls.
         self._chain: tuple[str, int, tuple[str, ...]] | None = None
         # Temporaries that hold a selection (a Piecewise): `sp.cse` names a
@@ -100,7 +100,8 @@ class InPlaceWriter:
             return self.code(expr)
         before = len(self.steps)
         name = self._owned(expr)
-        if len(self.steps) == before + 1 and self.steps[-1].target == name:
+        last = self.steps[-1] if len(self.steps) == before + 1 else None
+        if isinstance(last, Assign) and last.target == name:
             return self.steps.pop().code
         return name
 
@@ -109,10 +110,10 @@ class InPlaceWriter:
         chain = self._chain
         if chain is not None and chain[0] == buffer and chain[1] == len(self.steps) - 1:
             calls = (*chain[2], call)
-            self.steps[-1] = Assign("", ".".join((buffer, *calls)))
+            self.steps[-1] = Expr(".".join((buffer, *calls)))
         else:
             calls = (call,)
-            self.steps.append(Assign("", f"{buffer}.{call}"))
+            self.steps.append(Expr(f"{buffer}.{call}"))
         self._chain = (buffer, len(self.steps) - 1, calls)
 
     def _fresh(self, expr: sp.Expr, target: str | None) -> str:

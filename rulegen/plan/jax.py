@@ -15,7 +15,7 @@ from rulegen.derive.forms import corrections, float_anchors, float_forms, integr
 from rulegen.derive.partials import Derivation
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.symbols import own_names
-from rulegen.plan.code import Assign, Block, Comment, Def, Import, Return, Statement
+from rulegen.plan.code import Assign, Block, Comment, Def, Expr, Import, Return, Statement
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
     LIFT_IMPORT,
@@ -434,5 +434,5 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
         *found,
         Def(fwd_name, plan.inputs, fwd),
         Def(bwd_name, (*plan.statics, own["saved"], cotangents), tuple(bwd)),
-        Assign("", f"{hidden(name)}.defvjp({fwd_name}, {bwd_name})"),
+        Expr(f"{hidden(name)}.defvjp({fwd_name}, {bwd_name})"),
     )

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Comment, Def, Import, Imported, Return, Statement
+from rulegen.plan.code import Assign, Comment, Def, Expr, Import, Imported, Return, Statement
 from rulegen.plan.header import (
     LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
@@ -247,7 +247,7 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
         Def(fwd_name, p.inputs, tuple(fwd)),
         Def(bwd_name, (*p.statics, saved_param, bars[0] if len(bars) == 1 else cotangents), tuple(bwd)),
     ]
-    tail = [Assign("", f"{hidden(rule.name)}.defvjp({fwd_name}, {bwd_name})")]
+    tail = [Expr(f"{hidden(rule.name)}.defvjp({fwd_name}, {bwd_name})")]
     return _module(p, _primal_lines(p), decorator=decorator, methods=methods, tail=tail)
 
 

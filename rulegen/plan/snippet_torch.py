@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from rulegen.derive.routes import Source
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Comment, Def, Import, Pass, Raise, Return, Statement
+from rulegen.plan.code import Assign, Comment, Def, Expr, Import, Pass, Raise, Return, Statement
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -301,9 +301,9 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Def:
     if out_kept & set(kept.values):
         setup.append(Assign(tuple_text([n if n in out_kept else "_" for n in kept.values]), output))
     if kept.non_diff:
-        setup.append(Assign("", f"{ctx}.mark_non_differentiable({', '.join(kept.non_diff)})"))
+        setup.append(Expr(f"{ctx}.mark_non_differentiable({', '.join(kept.non_diff)})"))
     if kept.saved:
-        setup.append(Assign("", f"{p.own['save_for_derivatives']}({ctx}, {', '.join(kept.saved)})"))
+        setup.append(Expr(f"{p.own['save_for_derivatives']}({ctx}, {', '.join(kept.saved)})"))
     setup += [Assign(f"{ctx}.{names.ctx_attribute(s)}", s) for s in kept.statics]
     setup += [Assign(f"{ctx}.{shape_attribute(i)}", f"{i}.shape") for i in kept.shapes]
     if kept.broadcast:

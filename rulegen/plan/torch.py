@@ -20,7 +20,7 @@ from rulegen.derive.forms import (
 from rulegen.derive.functions import cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation, Partials
 from rulegen.derive.symbols import own_names, torch_context, value_symbol
-from rulegen.plan.code import Assign, Block, Class, Comment, Def, Docstring, If, Import, Pass, Return, Statement
+from rulegen.plan.code import Assign, Block, Class, Comment, Def, Docstring, Expr, If, Import, Pass, Return, Statement
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
@@ -620,11 +620,11 @@ def _setup_body(plan: TorchPlan) -> tuple[Statement, ...]:
     if plan.setup_outputs:
         body.append(Assign(plan.setup_outputs, plan.own["output"]))
     if plan.unmaterialised:
-        body.append(Assign("", f"{ctx}.set_materialize_grads(False)"))
+        body.append(Expr(f"{ctx}.set_materialize_grads(False)"))
     if plan.non_differentiable:
-        body.append(Assign("", f"{ctx}.mark_non_differentiable({', '.join(plan.non_differentiable)})"))
+        body.append(Expr(f"{ctx}.mark_non_differentiable({', '.join(plan.non_differentiable)})"))
     if plan.saved:
-        body.append(Assign("", f"{plan.own['save_for_derivatives']}({ctx}, {', '.join(plan.saved)})"))
+        body.append(Expr(f"{plan.own['save_for_derivatives']}({ctx}, {', '.join(plan.saved)})"))
     body += [Assign(f"{ctx}.{ctx_attribute(s)}", s) for s in plan.statics]
     if plan.shape_kept:
         body.append(Assign(f"{ctx}.{shape_attribute(plan.shape_kept)}", f"{plan.shape_kept}.shape"))
