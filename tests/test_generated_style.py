@@ -125,3 +125,36 @@ def test_each_backends_help_speaks_of_that_backend():
     assert "JAX recompiles" in jax_fixed_point.__doc__
     assert "JAX" not in torch_fixed_point.__doc__
     assert "f: static" in torch_fixed_point.__doc__
+
+
+def test_every_torch_function_saves_only_what_its_derivative_methods_read():
+    """Of what setup_context saves, every tensor is read by backward or jvp (a name each unpacks and uses)."""
+    checked = 0
+    for path in sorted((Path(__file__).resolve().parent.parent / "generated" / "torch").glob("[!_]*.py")):
+        tree = ast.parse(path.read_text())
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+            saves = [
+                c
+                for c in ast.walk(methods.get("setup_context", cls))
+                if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "save_for_derivatives"
+            ]
+            if not saves:
+                continue
+            saved = len(saves[0].args) - 1
+            read = [False] * saved
+            for name in ("backward", "jvp"):
+                method = methods.get(name)
+                if method is None:
+                    continue
+                loads = {n.id for n in ast.walk(method) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                for statement in method.body:
+                    if isinstance(statement, ast.Assign) and ast.unparse(statement.value).endswith(".saved_tensors"):
+                        target = statement.targets[0]
+                        names = target.elts if isinstance(target, ast.Tuple) else [target]
+                        for k, element in enumerate(names):
+                            read[k] |= isinstance(element, ast.Name) and element.id in loads
+            unread = [ast.unparse(a) for a, r in zip(saves[0].args[1:], read, strict=True) if not r]
+            assert not unread, (path.name, unread)
+            checked += 1
+    assert checked > 40
