@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
+from ._native import tanh_backward
 from ._util import as_opmath_tensors, rounded
 
 
@@ -37,25 +38,30 @@ class FGeluTanh(RuleFunction):
         if saved_tanh_bar is None and plain(x, saved_tanh, out_bar):
             t0 = saved_tanh / 2
             t0.add_(1 / 2)
-            t1 = saved_tanh**2
-            t1.neg_().add_(1)
-            t2 = x**2
-            t2.mul_(0.134145).add_(1)
-            t1.mul_(t2)
-            t0.addcmul_(t1, x, value=1 / math.sqrt(2 * math.pi)).mul_(out_bar)
+            t1 = x**2
+            t1.mul_(0.134145).add_(1)
+            t0.addcmul_(t1, tanh_backward(x, saved_tanh), value=1 / math.sqrt(2 * math.pi)).mul_(
+                out_bar
+            )
             return t0
-        t0 = math.sqrt(2 / math.pi) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
+        t0 = 0.134145 * x**2 + 1
+        t1 = math.sqrt(2 / math.pi)
         return summed_like(
             x,
-            None if out_bar is None else out_bar * (saved_tanh / 2 + t0 * x / 2 + 1 / 2),
-            None if saved_tanh_bar is None else saved_tanh_bar * t0,
+            None
+            if out_bar is None
+            else out_bar * (saved_tanh / 2 + t0 * t1 * tanh_backward(x, saved_tanh) / 2 + 1 / 2),
+            None
+            if saved_tanh_bar is None
+            else saved_tanh_bar * (t1 * tanh_backward(t0, saved_tanh)),
         )
 
     @staticmethod
     def jvp(ctx, x_dot):
         x, saved_tanh = ctx.saved_tensors
-        t0 = math.sqrt(2 / math.pi) * (1 - saved_tanh**2) * (0.134145 * x**2 + 1)
-        return x_dot * (saved_tanh / 2 + t0 * x / 2 + 1 / 2), t0 * x_dot
+        t0 = math.sqrt(2 / math.pi) * (0.134145 * x**2 + 1)
+        out_dot = x_dot * (saved_tanh / 2 + t0 * tanh_backward(x, saved_tanh) / 2 + 1 / 2)
+        return out_dot, t0 * tanh_backward(x_dot, saved_tanh)
 
 
 _apply_f_gelu_tanh = routed(FGeluTanh, "f_gelu_tanh_rule", "(Tensor x) -> (Tensor, Tensor)")

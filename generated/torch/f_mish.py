@@ -5,6 +5,7 @@
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
+from ._native import tanh_backward
 from ._util import as_opmath_tensors, rounded
 
 
@@ -32,25 +33,27 @@ class FMish(RuleFunction):
     def backward(ctx, out_bar, saved_tanh_bar):
         x, saved_tanh = ctx.saved_tensors
         if saved_tanh_bar is None and plain(x, saved_tanh, out_bar):
-            t0 = saved_tanh**2
-            t0.neg_().add_(1).mul_(torch.nn.functional.silu(x)).add_(saved_tanh).mul_(out_bar)
+            t0 = tanh_backward(torch.nn.functional.silu(x), saved_tanh)
+            t0.add_(saved_tanh).mul_(out_bar)
             return t0
-        t0 = 1 - saved_tanh**2
         return summed_like(
             x,
-            None if out_bar is None else out_bar * (saved_tanh + t0 * torch.nn.functional.silu(x)),
+            None
+            if out_bar is None
+            else out_bar * (saved_tanh + tanh_backward(torch.nn.functional.silu(x), saved_tanh)),
             None
             if saved_tanh_bar is None
-            else saved_tanh_bar * torch.ops.aten.softplus_backward(t0, x, 1.0, 40.0),
+            else saved_tanh_bar * torch.ops.aten.softplus_backward(1 - saved_tanh**2, x, 1.0, 40.0),
         )
 
     @staticmethod
     def jvp(ctx, x_dot):
         x, saved_tanh = ctx.saved_tensors
-        t0 = 1 - saved_tanh**2
-        return x_dot * (
-            saved_tanh + t0 * torch.nn.functional.silu(x)
-        ), t0 * torch.ops.aten.softplus_backward(x_dot, x, 1.0, 40.0)
+        out_dot = x_dot * (saved_tanh + tanh_backward(torch.nn.functional.silu(x), saved_tanh))
+        saved_tanh_dot = tanh_backward(
+            torch.ops.aten.softplus_backward(x_dot, x, 1.0, 40.0), saved_tanh
+        )
+        return out_dot, saved_tanh_dot
 
 
 _apply_f_mish = routed(FMish, "f_mish_rule", "(Tensor x) -> (Tensor, Tensor)")

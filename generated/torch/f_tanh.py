@@ -4,7 +4,8 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, routed, save_for_derivatives
+from ._native import tanh_backward
 from ._util import as_opmath_tensors, rounded
 
 
@@ -23,16 +24,12 @@ class FTanh(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (out,) = ctx.saved_tensors
-        if plain(out, out_bar):
-            t0 = out**2
-            t0.neg_().add_(1).mul_(out_bar)
-            return t0
-        return out_bar * (1 - out**2)
+        return tanh_backward(out_bar, out)
 
     @staticmethod
     def jvp(ctx, x_dot):
         (out,) = ctx.saved_tensors
-        return x_dot * (1 - out**2)
+        return tanh_backward(x_dot, out)
 
 
 _apply_f_tanh = routed(FTanh, "f_tanh_rule", "(Tensor x) -> Tensor")

@@ -8,6 +8,7 @@ import torch
 
 from . import _numbers
 from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
+from ._native import tanh_backward
 from ._util import as_opmath_tensors, rounded
 
 
@@ -56,8 +57,9 @@ class ScaledTanh(RuleFunction):
     def jvp(ctx, x_dot, log_scale_dot):
         _, saved_tanh = ctx.saved_tensors
         log_scale = ctx.log_scale
-        t0 = (1 - saved_tanh**2) * _numbers.exp(log_scale)
-        return x_dot * (t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)), t0 * x_dot
+        t0 = _numbers.exp(log_scale)
+        out_dot = x_dot * (t0 * (1 - saved_tanh**2) / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
+        return out_dot, t0 * tanh_backward(x_dot, saved_tanh)
 
 
 _apply_scaled_tanh = routed(

@@ -39,6 +39,7 @@ from rulegen.derive.functions import (
     silu_derivative,
     softplus,
     softplus_scaled,
+    tanh_backward,
 )
 from rulegen.spec.rules import Rule
 
@@ -338,18 +339,23 @@ def canonical(
     return optimize(expr, [f.rewrite for f in forms if f.domain == "complex" or not complex_rule])
 
 
-def torch_forms(scalars: Iterable[str], integral: Iterable[str]) -> Callable[[sp.Expr], sp.Expr]:
-    """A rewrite of products with a sigmoid, softplus or silu's derivative into torch's one-kernel forms.
+def torch_forms(
+    scalars: Iterable[str], integral: Iterable[str], tanh_values: Iterable[str] = ()
+) -> Callable[[sp.Expr], sp.Expr]:
+    """A rewrite of products with a sigmoid, softplus, silu's or tanh's derivative into torch's one-kernel forms.
 
     `a * sigmoid(beta * u)` is softplus's backward, `u * sigmoid(u)` is
-    silu, `a * silu_derivative(u)` silu's backward, and
-    `softplus(beta * u) / beta` softplus with its `beta`: one pass over
-    memory each where the composites take two or more.  `scalars` name the
-    static inputs (Python numbers, which the native kernels do not take as
-    tensors), `integral` the integer and boolean arrays (silu refuses them;
-    softplus's backward promotes them).
+    silu, `a * silu_derivative(u)` silu's backward, `a * (1 - t**2)` with
+    t = tanh(u) tanh's backward, and `softplus(beta * u) / beta` softplus
+    with its `beta`: one pass over memory each where the composites take two
+    or more.  `scalars` name the static inputs (Python numbers, which the
+    native kernels do not take as tensors), `integral` the integer and
+    boolean arrays (silu refuses them; softplus's backward promotes them),
+    `tanh_values` the saved values that are a tanh (`saved_tanh`); none for
+    a complex rule, whose conjugated partials aten's tanh_backward would
+    conjugate again.
     """
-    return _TorchForms(frozenset(scalars), frozenset(integral))
+    return _TorchForms(frozenset(scalars), frozenset(integral), frozenset(tanh_values))
 
 
 @dataclass(frozen=True)
@@ -358,6 +364,7 @@ class _TorchForms:
 
     scalars: frozenset[str]
     integral: frozenset[str]
+    tanh_values: frozenset[str] = frozenset()
 
     def __call__(self, expr: sp.Expr) -> sp.Expr:
         # A partial kept whole before its cotangent multiplies it (plan.symbolic.linear_combination) opens
@@ -373,7 +380,13 @@ class _TorchForms:
         return expr
 
     def _product(self, product: sp.Expr) -> sp.Expr:
-        for form in (self._distributed, self._silu_backward, self._softplus_scaled, self._sigmoid_product):
+        for form in (
+            self._distributed,
+            self._silu_backward,
+            self._softplus_scaled,
+            self._sigmoid_product,
+            self._tanh_backward,
+        ):
             if not product.is_Mul:
                 break
             product = form(product)
@@ -455,6 +468,28 @@ class _TorchForms:
             return product
         rest = [f for j, f in enumerate(factors) if j not in (a, k)]
         return sp.Mul(*rest, sigmoid_product(factors[a], u, beta))
+
+    def _tanh_backward(self, product: sp.Expr) -> sp.Expr:
+        """`a * (1 - t**2) * rest` -> `tanh_backward(a, t) * rest`, t a tanh: one kernel where the square, the
+        difference and the product are three."""
+        factors = list(product.args)
+        k = next((k for k, f in enumerate(factors) if self._tanh_of(f) is not None), None)
+        a = self._tensor_operand(factors, k) if k is not None else None
+        if k is None or a is None:
+            return product
+        rest = [f for j, f in enumerate(factors) if j not in (a, k)]
+        return sp.Mul(*rest, tanh_backward(factors[a], self._tanh_of(factors[k])))
+
+    def _tanh_of(self, factor: sp.Expr) -> sp.Expr | None:
+        """t where `factor` is `1 - t**2` and t a float tensor's tanh (`tanh(u)`, or a saved one by name)."""
+        if not factor.is_Add or len(factor.args) != 2 or sp.S.One not in factor.args:
+            return None
+        (square,) = (-term for term in factor.args if term != 1)
+        if not (square.is_Pow and square.exp == 2):
+            return None
+        t = square.base
+        saved = t.is_Symbol and t.name in self.tanh_values
+        return t if saved or (isinstance(t, sp.tanh) and self._operand(t)) else None
 
 
 def _times_silu_derivative(term: sp.Expr) -> bool:

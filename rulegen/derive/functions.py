@@ -316,6 +316,12 @@ class silu_backward(sp.Function):  # noqa: N801
     nargs = 2
 
 
+class tanh_backward(sp.Function):  # noqa: N801
+    """a * (1 - t**2), tanh's backward through its value t = tanh(u): tanh_backward(a, t), aten's one kernel."""
+
+    nargs = 2
+
+
 class cotangent_term(sp.Function):  # noqa: N801
     """cotangent_term(c, p): c * p, or nothing where the cotangent c is absent (torch's None).
 
@@ -1007,6 +1013,8 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("silu_derivative", silu_derivative, internal=True, torch_only=True),
     # Printed as the runtime's `silu_backward` (torch/_native.py): torch's kernel where nothing differentiates it.
     MathFunction("silu_backward", silu_backward, internal=True, torch_only=True, torch_one_kernel=True),
+    # Printed as the runtime's `tanh_backward` (torch/_native.py): aten's kernel, differentiable at every order.
+    MathFunction("tanh_backward", tanh_backward, internal=True, torch_only=True, torch_one_kernel=True),
     # Printed as `None if c is None else c * p`: a backward's term for a cotangent that may be absent.
     MathFunction("cotangent_term", cotangent_term, internal=True, torch_only=True),
     # Printed as the runtime's `summed_like(x, *terms)` (torch/_function.py): the present terms' sum.

@@ -52,6 +52,7 @@ SOFTPLUS_THRESHOLD = 40.0
 
 # silu's backward kernel, called through a runtime helper: autograd cannot differentiate it.
 SILU_BACKWARD_IMPORT = Import("._native", "silu_backward")
+TANH_BACKWARD_IMPORT = Import("._native", "tanh_backward")
 
 # A gradient summed over the cotangents present (functions.cotangent_sum), the runtime's.
 SUMMED_LIKE_IMPORT = Import("._function", "summed_like")
@@ -539,6 +540,10 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     def _print_cotangent_sum(self, expr: fn.cotangent_sum) -> str:
         self.module_imports_.add(SUMMED_LIKE_IMPORT)
         return f"{self._spelled('summed_like')}({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_tanh_backward(self, expr: fn.tanh_backward) -> str:
+        self.module_imports_.add(TANH_BACKWARD_IMPORT)
+        return f"{self._spelled('tanh_backward')}({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 
     def _print_silu_backward(self, expr: fn.silu_backward) -> str:
         self.module_imports_.add(SILU_BACKWARD_IMPORT)

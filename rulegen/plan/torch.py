@@ -81,6 +81,13 @@ class _Torch:
         return tuple(n for n, _ in self.residuals)
 
     @functools.cached_property
+    def tanh_values(self) -> frozenset[str]:
+        """The outputs and residuals whose value is a tanh, which torch's tanh_backward takes (not in complex rules)."""
+        if self.rule.complex:
+            return frozenset()
+        return frozenset(n for n, e in (*self.d.forward, *self.residuals) if isinstance(e, sp.tanh))
+
+    @functools.cached_property
     def arrays(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.rule.inputs if not i.static)
 
@@ -150,7 +157,7 @@ class _Torch:
     def emitter(self, printer: Printer) -> Emitter:
         """An emitter of `printer`'s code, after the float rewrites and torch's one-kernel forms."""
         booleans = frozenset(i.name for i in self.rule.inputs if not i.static and i.dtype == "bool")
-        native = torch_forms(self.statics, self.integral)
+        native = torch_forms(self.statics, self.integral, self.tanh_values)
         in_float = self.in_float
         corrected = corrections("torch")
         return Emitter(
@@ -406,7 +413,8 @@ def _backward(t: _Torch, emit: Emitter) -> _Backward:
     full = _backward_results(t, with_residuals=True, guarded=guarded)
     if not t.unmaterialised:
         return _Backward(full, [], emit.block([], full), None)
-    cotangent_native = torch_forms((*t.statics, *(cotangent(n) for n in (*t.outputs, *t.residual_names))), t.integral)
+    bars = (cotangent(n) for n in (*t.outputs, *t.residual_names))
+    cotangent_native = torch_forms((*t.statics, *bars), t.integral, t.tanh_values)
     in_float = t.in_float
     block = emit.block([], full, lambda e: cotangent_native(in_float(e)))
     first_order = _backward_results(t, with_residuals=False, guarded=guarded)

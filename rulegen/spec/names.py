@@ -73,6 +73,7 @@ HELPER_NAMES = frozenset(
         "sharded",
         "silu_backward",
         "summed_like",
+        "tanh_backward",
         "tanh_expm1",
         "to_host",
         "unbroadcast",

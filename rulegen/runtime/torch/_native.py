@@ -15,6 +15,11 @@ import torch
 from ._plain import plain_tensors
 from ._util import in_float32, rounded
 
+#: grad * (1 - t**2) for t = tanh(u): tanh's backward through its value, one kernel where the
+#: composite takes three; unlike silu's, aten's has derivatives (forward AD, double backward,
+#: batching rules).
+tanh_backward = torch.ops.aten.tanh_backward
+
 
 def silu_backward(grad, u):
     """grad * d/du silu(u): one kernel on plain tensors, else a differentiable composite.
