@@ -187,6 +187,15 @@ def _compiler_modules(but: str) -> Iterator[tuple[str, ast.Module]]:
             yield rel, ast.parse(path.read_text())
 
 
+def _string_text(node: ast.AST) -> str | None:
+    """The text of a string or f-string (each formatted value as the name `x`); None for any other node."""
+    if isinstance(node, ast.JoinedStr):
+        return "".join(str(v.value) if isinstance(v, ast.Constant) else "x" for v in node.values)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
 @pytest.mark.unit
 def test_imports_are_data_and_printed_in_one_place():
     """A generated module's imports are `rulegen.plan.code.Import`s, printed by `code.import_statements` and read by
@@ -194,11 +203,8 @@ def test_imports_are_data_and_printed_in_one_place():
     found = set()
     for rel, tree in _compiler_modules(but="plan/code.py"):
         for node in ast.walk(tree):
-            if isinstance(node, ast.JoinedStr):  # each formatted value as a name
-                text = "".join(str(v.value) if isinstance(v, ast.Constant) else "x" for v in node.values)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                text = node.value
-            else:
+            text = _string_text(node)
+            if text is None:
                 continue
             if re.match(r"(import [\w.]+|from [\w.]+ import \w)", text):
                 found.add((rel, text[: len("from ..torch.")]))
@@ -256,11 +262,8 @@ def test_no_stage_writes_a_statement_as_text():
             id(node) for owner in ast.walk(tree) if (rel, _defined(owner)) in NOT_STATEMENTS for node in ast.walk(owner)
         }
         for node in ast.walk(tree):
-            if isinstance(node, ast.JoinedStr):
-                text = "".join(str(v.value) if isinstance(v, ast.Constant) else "x" for v in node.values)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-                text = node.value
-            else:
+            text = None if id(node) in docstrings else _string_text(node)
+            if text is None:
                 continue
             # A rule's snippet is parsed wrapped in a function (symbols, snippet): read, not written.
             if id(node) not in exempt and _STATEMENT.search(text) and "def _body():" not in text:

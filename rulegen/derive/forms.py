@@ -425,13 +425,24 @@ class _TorchForms:
 
     def _silu_backward(self, product: sp.Expr) -> sp.Expr:
         """`a * silu_derivative(u) * rest` -> `silu_backward(a, u) * rest`, where a and u are float tensors."""
+
+        def argument(factor: sp.Expr) -> sp.Expr | None:
+            return factor.args[0] if isinstance(factor, silu_derivative) and self._operand(factor) else None
+
+        return self._backward_kernel(product, argument, silu_backward)
+
+    def _backward_kernel(
+        self, product: sp.Expr, argument: Callable[[sp.Expr], sp.Expr | None], kernel: type[sp.Function]
+    ) -> sp.Expr:
+        """`a * d * rest` -> `kernel(a, argument(d)) * rest`: a derivative factor d and a tensor factor a (a
+        cotangent, a tangent) into one kernel, where `argument` finds d's argument (None: no such factor)."""
         factors = list(product.args)
-        k = next((k for k, f in enumerate(factors) if isinstance(f, silu_derivative) and self._operand(f)), None)
+        k = next((k for k, f in enumerate(factors) if argument(f) is not None), None)
         a = self._tensor_operand(factors, k) if k is not None else None
         if k is None or a is None:
             return product
         rest = [f for j, f in enumerate(factors) if j not in (a, k)]
-        return sp.Mul(*rest, silu_backward(factors[a], factors[k].args[0]))
+        return sp.Mul(*rest, kernel(factors[a], argument(factors[k])))
 
     def _softplus_scaled(self, product: sp.Expr) -> sp.Expr:
         """`c * softplus(beta * u) * rest` -> `(c * beta) * softplus_scaled(u, beta) * rest` where c divides by beta.
@@ -472,13 +483,7 @@ class _TorchForms:
     def _tanh_backward(self, product: sp.Expr) -> sp.Expr:
         """`a * (1 - t**2) * rest` -> `tanh_backward(a, t) * rest`, t a tanh: one kernel where the square, the
         difference and the product are three."""
-        factors = list(product.args)
-        k = next((k for k, f in enumerate(factors) if self._tanh_of(f) is not None), None)
-        a = self._tensor_operand(factors, k) if k is not None else None
-        if k is None or a is None:
-            return product
-        rest = [f for j, f in enumerate(factors) if j not in (a, k)]
-        return sp.Mul(*rest, tanh_backward(factors[a], self._tanh_of(factors[k])))
+        return self._backward_kernel(product, self._tanh_of, tanh_backward)
 
     def _tanh_of(self, factor: sp.Expr) -> sp.Expr | None:
         """t where `factor` is `1 - t**2` and t a float tensor's tanh (`tanh(u)`, or a saved one by name)."""

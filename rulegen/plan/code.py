@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import builtins
 import textwrap
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from rulegen.spec import names
@@ -100,6 +100,11 @@ def import_statements(imports: Iterable[Import]) -> tuple[str, ...]:
 
 
 # -- statements
+
+
+def unpacking(names: Sequence[str]) -> str:
+    """Targets that unpack a tuple of `names`: `a,` for one name, `a, b` for several ("" for none)."""
+    return f"{names[0]}," if len(names) == 1 else ", ".join(names)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from rulegen.derive.forms import corrections, float_anchors, float_forms, integr
 from rulegen.derive.partials import Derivation
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.symbols import own_names
-from rulegen.plan.code import Assign, Block, Comment, Def, Expr, Import, Return, Statement
+from rulegen.plan.code import Assign, Block, Comment, Def, Expr, Import, Return, Statement, unpacking
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
     LIFT_IMPORT,
@@ -24,6 +24,7 @@ from rulegen.plan.header import (
     array_arguments,
     doc_lines,
     header_of,
+    jax_lift,
     jax_util_imports,
     parameters_of,
     public_return,
@@ -381,19 +382,12 @@ def _given_linear_maps(
     return maps, Assign(targets, call), kept
 
 
-def _targets(names: Sequence[str]) -> str:
-    """Unpacking targets for `names`: a tuple of one keeps its comma."""
-    return f"{names[0]}," if len(names) == 1 else ", ".join(names)
-
-
 def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
     """What the module defines after its imports: the public function, the custom function and its rule."""
     own, name = plan.own, plan.name
     public: list[Statement] = [*doc_lines(plan.header), *plan.unpack, *plan.array_arguments]
     if plan.float_arrays:
-        public.append(Comment("bfloat16 and float16 compute in float32 and round once (XLA would round every step)."))
-        floats = ", ".join(plan.float_arrays)
-        public.append(Assign(f"({_targets(plan.float_arrays)}), _low", f"{own['in_float32']}({floats})"))
+        public += jax_lift(plan.float_arrays, own)
     public += plan.returning
     if plan.nondiff_argnums:
         custom = f"{own['functools']}.partial({own['jax']}.{plan.custom}, nondiff_argnums={plan.nondiff_argnums})"
@@ -411,8 +405,8 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
         tangents = plan.jvp.result
         result = f"{outputs[0]}, {tangents}" if len(outputs) == 1 else f"({', '.join(outputs)}), ({tangents})"
         rule: tuple[Statement, ...] = (
-            Assign(_targets(plan.arrays), own["primals"]),
-            Assign(_targets(plan.tangents), own["tangents"]),
+            Assign(unpacking(plan.arrays), own["primals"]),
+            Assign(unpacking(plan.tangents), own["tangents"]),
             *map(Comment, plan.jvp_notes),
             *plan.jvp_primal,
             *plan.jvp.lines,
@@ -422,12 +416,12 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
         return (*found, *plan.maps, Def(jvp_rule(name), params, rule, (f"{hidden(name)}.defjvp",)))
     assert plan.bwd is not None
     returned = plan.outputs[0] if len(plan.outputs) == 1 else f"({', '.join(plan.outputs)})"
-    fwd = (Assign(", ".join(plan.outputs), plan.primal_call), Return(f"{returned}, ({_targets(plan.saved)})"))
+    fwd = (Assign(", ".join(plan.outputs), plan.primal_call), Return(f"{returned}, ({unpacking(plan.saved)})"))
     single = len(plan.cotangents) == 1
-    bwd: list[Statement] = [Assign(_targets(plan.saved), own["saved"])] if plan.saved else []
+    bwd: list[Statement] = [Assign(unpacking(plan.saved), own["saved"])] if plan.saved else []
     if not single:
         bwd.append(Assign(", ".join(plan.cotangents), own["cotangents"]))
-    bwd += [*plan.bwd.lines, Return(f"({plan.bwd.result}{',' if len(plan.bwd.results) == 1 else ''})")]
+    bwd += [*plan.bwd.lines, Return(tuple_literal(plan.bwd.results))]
     cotangents = plan.cotangents[0] if single else own["cotangents"]
     fwd_name, bwd_name = vjp_halves(name)
     return (

@@ -538,16 +538,19 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         return f"None if {self._print(cotangent)} is None else {product}"
 
     def _print_cotangent_sum(self, expr: fn.cotangent_sum) -> str:
-        self.module_imports_.add(SUMMED_LIKE_IMPORT)
-        return f"{self._spelled('summed_like')}({', '.join(self._print(a) for a in expr.args)})"
+        return self._helper_call(SUMMED_LIKE_IMPORT, *expr.args)
+
+    def _helper_call(self, helper: Import, *args: sp.Basic) -> str:
+        """A call of the runtime's `helper` (imported by name) on `args`."""
+        assert helper.name is not None
+        self.module_imports_.add(helper)
+        return f"{self._spelled(helper.name)}({', '.join(self._print(a) for a in args)})"
 
     def _print_tanh_backward(self, expr: fn.tanh_backward) -> str:
-        self.module_imports_.add(TANH_BACKWARD_IMPORT)
-        return f"{self._spelled('tanh_backward')}({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+        return self._helper_call(TANH_BACKWARD_IMPORT, *expr.args)
 
     def _print_silu_backward(self, expr: fn.silu_backward) -> str:
-        self.module_imports_.add(SILU_BACKWARD_IMPORT)
-        return f"{self._spelled('silu_backward')}({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+        return self._helper_call(SILU_BACKWARD_IMPORT, *expr.args)
 
     def _print_silu_derivative(self, expr: fn.silu_derivative) -> str:
         # No cotangent to hand silu_backward: the plan rewrites a lone one so before printing, sharing its sigmoid.

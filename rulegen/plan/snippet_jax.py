@@ -7,13 +7,14 @@ from dataclasses import replace
 
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Comment, Def, Expr, Import, Imported, Return, Statement
+from rulegen.plan.code import Assign, Def, Expr, Import, Imported, Return, Statement, unpacking
 from rulegen.plan.header import (
     LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
     array_arguments,
     doc_lines,
     header_of,
+    jax_lift,
     jax_util_imports,
     parameters_of,
     public_return,
@@ -107,12 +108,7 @@ def _lifted(p: SnippetPlanner) -> list[Statement]:
     if not floats:
         return list(returning)
     p.imports |= LIFT_IMPORT
-    floats_text, lift = ", ".join(floats), p.own["in_float32"]
-    return [
-        Comment("bfloat16 and float16 compute in float32 and round once (XLA would round every step)."),
-        Assign(f"({tuple_text(floats)}{',' if len(floats) == 1 else ''}), _low", f"{lift}({floats_text})"),
-        *returning,
-    ]
+    return [*jax_lift(floats, p.own), *returning]
 
 
 def _bridge(p: SnippetPlanner) -> SnippetPlan:
@@ -150,7 +146,7 @@ def _primitive(p: SnippetPlanner) -> SnippetPlan:
     statics = ", ".join(f"{s}={s}" for s in p.statics)
     call = f"{host_rule(rule.name)}({', '.join([*p.arrays, *([statics] if statics else [])])})"
     results = [*p.outputs, *map(hidden, p.returned)]
-    targets = f"{tuple_text(results)}{',' if len(results) == 1 else ''}"
+    targets = unpacking(results)
     lines: list[Statement] = [Assign(targets, call), Return(tuple_text(p.outputs))]
     return _module(p, lines, assignments=[assignment])
 
@@ -183,9 +179,9 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
     rule, route = p.rule, p.d.routes.jax
     decorator = _decorator(p, "custom_jvp")
     primals, tangents = p.own["primals"], p.own["tangents"]
-    lines: list[Statement] = [Assign(f"{tuple_text(p.arrays)}{',' if len(p.arrays) == 1 else ''}", primals)]
+    lines: list[Statement] = [Assign(unpacking(p.arrays), primals)]
     tangent_names = [tangent(a) if a in p.diff_inputs else "_" for a in p.arrays]
-    lines.append(Assign(f"{tuple_text(tangent_names)}{',' if len(p.arrays) == 1 else ''}", tangents))
+    lines.append(Assign(unpacking(tangent_names), tangents))
     lines.append(Assign(tuple_text(p.outputs), f"{hidden(rule.name)}({', '.join(p.inputs)})"))
     needed = p.reads(*{JaxRoute.CUSTOM_JVP: ["jvp"], JaxRoute.TRANSPOSE: ["vjp"]}.get(route, ["jvp", "vjp"]))
     lines += p.residual_lines(needed, forward_call=True)
@@ -231,17 +227,17 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
     saved = [n for n in (*p.arrays, *p.outputs, *p.returned, *(n for n, _ in p.d.residuals)) if n in needed]
     if p.broadcastable:
         saved += [i for i in p.diff_inputs if i not in saved]
-    fwd.append(Return(f"{packed(p.outputs)}, ({tuple_text(saved)}{',' if len(saved) == 1 else ''})"))
+    fwd.append(Return(f"{packed(p.outputs)}, {tuple_literal(saved)}"))
     bars = [cotangent(o) if o in p.diff_outputs else "_" for o in p.outputs]
     saved_param, cotangents = p.own["saved"], p.own["cotangents"]
     bwd: list[Statement] = []
     if saved:
-        bwd.append(Assign(f"{tuple_text(saved)}{',' if len(saved) == 1 else ''}", saved_param))
+        bwd.append(Assign(unpacking(saved), saved_param))
     if len(bars) > 1:
         bwd.append(Assign(tuple_text(bars), cotangents))
     bwd.append(Assign(tuple_text([cotangent(i) for i in p.diff_inputs]), p.call(p.given("vjp"))))
     returns = [_input_cotangent(p, i.name) for i in rule.inputs if not i.static]
-    bwd.append(Return(f"({tuple_text(returns)}{',' if len(returns) == 1 else ''})"))
+    bwd.append(Return(tuple_literal(returns)))
     fwd_name, bwd_name = vjp_halves(rule.name)
     methods = [
         Def(fwd_name, p.inputs, tuple(fwd)),

@@ -8,9 +8,10 @@ from dataclasses import dataclass, replace
 
 from rulegen.derive.routes import Source
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Comment, Def, Expr, Import, Pass, Raise, Return, Statement
+from rulegen.plan.code import Assign, Comment, Def, Expr, Import, Pass, Raise, Return, Statement, unpacking
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
+    TORCH_LIFT_NOTE,
     array_arguments,
     doc_lines,
     header_of,
@@ -23,7 +24,7 @@ from rulegen.plan.header import (
     unpacked,
 )
 from rulegen.plan.model import SnippetPlan
-from rulegen.plan.snippet import SnippetPlanner, packed, snippet_definitions, tuple_text
+from rulegen.plan.snippet import SnippetPlanner, packed, snippet_definitions, tuple_literal, tuple_text
 from rulegen.plan.torch_route import static_type, torch_route
 from rulegen.spec import names
 from rulegen.spec.names import cotangent, hidden, shape_attribute, tangent
@@ -72,9 +73,6 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     )
 
 
-_LIFT_NOTE = "bfloat16 and float16 compute in float32 and round once, as torch's own kernels do."
-
-
 def _module(
     p: SnippetPlanner,
     lines: Sequence[Statement],
@@ -91,7 +89,7 @@ def _module(
     header = header_of(p.d, "torch")
     arguments: list[Statement] = list(_arguments(p))
     if arguments and _float_arrays(p):
-        arguments.insert(0, Comment(_LIFT_NOTE))
+        arguments.insert(0, Comment(TORCH_LIFT_NOTE))
     prologue = (*doc_lines(header), *unpacked(rule), *arguments)
     params = tuple(map(str, parameters_of(rule, "torch")))
     classes = result_classes(rule, "torch")
@@ -261,7 +259,7 @@ def _host_forward(p: SnippetPlanner, values: Sequence[str]) -> list[Statement]:
     g = p.own
     args = ", ".join(f"{g['to_host']}({n})" if n in p.arrays else n for n in forward.params)
     elementwise = rule.batching == "elementwise"
-    arrays = f"({', '.join(p.arrays)}{',' if len(p.arrays) == 1 else ''})"
+    arrays = tuple_literal(p.arrays)
     dtype_of = _host_output_dtypes(p, like) if like is not None else {}
     converted = []
     for n in values:
@@ -296,7 +294,7 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Def:
     keep = {*kept.saved, *kept.statics, *kept.shapes}
     if keep & set(p.inputs):
         targets = [n if n in keep else "_" for n in p.inputs]
-        setup.append(Assign(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''}", inputs))
+        setup.append(Assign(unpacking(targets), inputs))
     out_kept = {*kept.saved, *kept.non_diff}
     if out_kept & set(kept.values):
         setup.append(Assign(tuple_text([n if n in out_kept else "_" for n in kept.values]), output))
@@ -308,7 +306,7 @@ def _setup_context(p: SnippetPlanner, kept: _Kept) -> Def:
     setup += [Assign(f"{ctx}.{shape_attribute(i)}", f"{i}.shape") for i in kept.shapes]
     if kept.broadcast:
         if not keep & set(p.inputs):
-            setup.insert(0, Assign(f"{tuple_text(p.inputs)}{',' if len(p.inputs) == 1 else ''}", inputs))
+            setup.insert(0, Assign(unpacking(p.inputs), inputs))
         setup.append(Assign(f"{ctx}.{shape_attribute(p.diff_outputs[0])}", _host_shape(p)))
     return Def("setup_context", (ctx, inputs, output), tuple(setup) or (Pass(),), _staticmethod(p))
 
@@ -323,7 +321,7 @@ def _unpack(p: SnippetPlanner, kept: _Kept, reads: set[str]) -> list[Statement]:
     lines: list[Statement] = []
     if any(n in reads for n in kept.saved):
         targets = [n if n in reads else "_" for n in kept.saved]
-        lines.append(Assign(f"{tuple_text(targets)}{',' if len(targets) == 1 else ''}", f"{p.ctx}.saved_tensors"))
+        lines.append(Assign(unpacking(targets), f"{p.ctx}.saved_tensors"))
     lines += [Assign(s, f"{p.ctx}.{names.ctx_attribute(s)}") for s in kept.statics if s in reads]
     if not p.given("forward").host:
         lines += p.residual_lines(reads & set(kept.needed), forward_call=True)

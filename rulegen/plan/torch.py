@@ -24,6 +24,7 @@ from rulegen.plan.code import Assign, Block, Class, Comment, Def, Docstring, Exp
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
+    TORCH_LIFT_NOTE,
     array_arguments,
     doc_lines,
     header_of,
@@ -431,20 +432,24 @@ def _grads_needed(t: _Torch) -> list[str]:
     return [f"{ctx}.needs_input_grad[{k}]" for k, i in enumerate(t.rule.inputs) if i.differentiable]
 
 
+def _residuals_absent(t: _Torch) -> list[str]:
+    """The conditions that no residual's cotangent is present: a backward nobody differentiates."""
+    return [f"{cotangent(r)} is None" for r in t.residual_names]
+
+
 def _first_order_test(t: _Torch) -> str:
     """The condition under which backward needs no residual's terms."""
-    absent = [f"{cotangent(r)} is None" for r in t.residual_names]
     # gradcheck (check_undefined_grad) calls backward with every cotangent absent.
     present = [f"{cotangent(o.name)} is not None" for o in t.rule.outputs if o.differentiable]
-    return " and ".join(present + absent)
+    return " and ".join(present + _residuals_absent(t))
 
 
 def _in_place_test(t: _Torch, plain_reads: str) -> str:
     """When the in-place backward runs: no residual's cotangent, and `plain` tensors (an absent cotangent is not)."""
     if not plain_reads:
         return ""
-    absent = [f"{cotangent(r)} is None" for r in t.residual_names]
-    return " and ".join([*absent, f"{own_names(t.rule)['plain']}({plain_reads})", *_grads_needed(t)])
+    plain = f"{own_names(t.rule)['plain']}({plain_reads})"
+    return " and ".join([*_residuals_absent(t), plain, *_grads_needed(t)])
 
 
 def _tangents_broadcast(t: _Torch) -> bool:
@@ -675,7 +680,7 @@ def _public(plan: TorchPlan) -> Def:
     body: list[Statement] = list(doc_lines(plan.header))
     body += plan.unpack
     if plan.lifted:
-        body.append(Comment("bfloat16 and float16 compute in float32 and round once, as torch's own kernels do."))
+        body.append(Comment(TORCH_LIFT_NOTE))
     elif plan.float_arrays:
         body.append(Comment(_OPMATH_NOTE))
     body += plan.tensor_arguments
