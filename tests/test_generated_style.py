@@ -92,9 +92,10 @@ _TORCH_CODE_LINES = {"gelu": 40, "fixed_point": 40, "sin_mul": 50, "sin_exp_mul"
 _TORCH_CODE_LINES_IN_ALL = 3352 * 7 // 10
 
 
-#: Where the code lines stand (stop 36): a ceiling while issue 27's targets above are not met.  The total took 8
-#: lines for tanh's backward as one kernel (an import of `tanh_backward` in four modules, calls ruff wraps).
-_TORCH_CODE_LINES_NOW = {"gelu": 45, "fixed_point": 46, "sin_mul": 48, "sin_exp_mul": 67, "point_jvp": 54}
+#: Where the code lines stand (stop 37): a ceiling while issue 27's targets above are not met.  The total took 8
+#: lines for tanh's backward as one kernel (an import of `tanh_backward` in four modules, calls ruff wraps), and
+#: sin_exp_mul 2 for its output tangent from its saved intermediates' (`_chained_tangents`: 15 kernels -> 12).
+_TORCH_CODE_LINES_NOW = {"gelu": 45, "fixed_point": 46, "sin_mul": 48, "sin_exp_mul": 69, "point_jvp": 54}
 
 
 def test_generated_torch_modules_grow_no_longer():
@@ -103,7 +104,7 @@ def test_generated_torch_modules_grow_no_longer():
     counts = rule_modules(Path(__file__).resolve().parent.parent / "generated", "torch")
     over = {name: counts[name] for name, most in _TORCH_CODE_LINES_NOW.items() if counts[name] > most}
     assert not over, f"code lines over {_TORCH_CODE_LINES_NOW}: {over}"
-    assert sum(counts.values()) <= 3136
+    assert sum(counts.values()) <= 3137
 
 
 @pytest.mark.xfail(

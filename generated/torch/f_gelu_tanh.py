@@ -59,9 +59,10 @@ class FGeluTanh(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot):
         x, saved_tanh = ctx.saved_tensors
-        t0 = math.sqrt(2 / math.pi) * (0.134145 * x**2 + 1)
-        out_dot = x_dot * (saved_tanh / 2 + t0 * tanh_backward(x, saved_tanh) / 2 + 1 / 2)
-        return out_dot, t0 * tanh_backward(x_dot, saved_tanh)
+        saved_tanh_dot = (
+            math.sqrt(2 / math.pi) * (0.134145 * x**2 + 1) * tanh_backward(x_dot, saved_tanh)
+        )
+        return saved_tanh_dot * (x / 2) + x_dot * (saved_tanh / 2 + 1 / 2), saved_tanh_dot
 
 
 _apply_f_gelu_tanh = routed(FGeluTanh, "f_gelu_tanh_rule", "(Tensor x) -> (Tensor, Tensor)")

@@ -49,11 +49,10 @@ class FMish(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot):
         x, saved_tanh = ctx.saved_tensors
-        out_dot = x_dot * (saved_tanh + tanh_backward(torch.nn.functional.silu(x), saved_tanh))
         saved_tanh_dot = tanh_backward(
             torch.ops.aten.softplus_backward(x_dot, x, 1.0, 40.0), saved_tanh
         )
-        return out_dot, saved_tanh_dot
+        return saved_tanh * x_dot + saved_tanh_dot * x, saved_tanh_dot
 
 
 _apply_f_mish = routed(FMish, "f_mish_rule", "(Tensor x) -> (Tensor, Tensor)")

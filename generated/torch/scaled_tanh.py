@@ -57,9 +57,8 @@ class ScaledTanh(RuleFunction):
     def jvp(ctx, x_dot, log_scale_dot):
         _, saved_tanh = ctx.saved_tensors
         log_scale = ctx.log_scale
-        t0 = _numbers.exp(log_scale)
-        out_dot = x_dot * (t0 * (1 - saved_tanh**2) / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
-        return out_dot, t0 * tanh_backward(x_dot, saved_tanh)
+        saved_tanh_dot = _numbers.exp(log_scale) * tanh_backward(x_dot, saved_tanh)
+        return saved_tanh_dot / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1), saved_tanh_dot
 
 
 _apply_scaled_tanh = routed(

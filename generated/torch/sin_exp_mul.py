@@ -66,10 +66,12 @@ class SinExpMul(RuleFunction):
         x, y, saved_exp, saved_sin = ctx.saved_tensors
         x_dot = torch.zeros_like(x) if x_dot is None else x_dot
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
-        t0 = torch.cos(x)
-        t1 = 2 * x
-        out_dot = x_dot * (saved_exp * y * (-saved_sin * t1 + t0)) + y_dot * (saved_exp * saved_sin)
-        return out_dot, -saved_exp * t1 * x_dot, t0 * x_dot
+        saved_exp_dot = -2 * saved_exp * x * x_dot
+        saved_sin_dot = x_dot * torch.cos(x)
+        out_dot = saved_exp * (saved_sin * y_dot + saved_sin_dot * y) + saved_exp_dot * (
+            saved_sin * y
+        )
+        return out_dot, saved_exp_dot, saved_sin_dot
 
 
 _apply_sin_exp_mul = routed(

@@ -51,8 +51,8 @@ class SinMul(RuleFunction):
         x, y, saved_sin = ctx.saved_tensors
         x_dot = torch.zeros_like(x) if x_dot is None else x_dot
         y_dot = torch.zeros_like(y) if y_dot is None else y_dot
-        t0 = torch.cos(x)
-        return saved_sin * y_dot + x_dot * (t0 * y), t0 * x_dot
+        saved_sin_dot = x_dot * torch.cos(x)
+        return saved_sin * y_dot + saved_sin_dot * y, saved_sin_dot
 
 
 _apply_sin_mul = routed(SinMul, "sin_mul_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)")

@@ -127,6 +127,11 @@ class Choice:
     def changed(self) -> bool:
         return self.chosen != self.derived
 
+    @property
+    def more_accurate(self) -> bool:
+        """Whether the chosen form measured better than the derived one, not merely as good and shorter."""
+        return self.changed and sum(self.bits_after) <= sum(self.bits_before) - MARGIN_BITS
+
 
 @dataclass(frozen=True)
 class Sampling:

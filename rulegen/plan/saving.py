@@ -55,6 +55,18 @@ def _recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol]) -> int:
     return cost
 
 
+def eager_passes(exprs: Sequence[sp.Expr], scalars: set[sp.Symbol]) -> int:
+    """What computing `exprs` together costs in eager torch, shared parts once (see `_recompute_cost`)."""
+    replacements, reduced = shared_subexpressions(exprs, sp.numbered_symbols("_pass"))
+    arrays = {s for e in exprs for s in e.free_symbols} - scalars
+    cost = 0
+    for symbol, value in replacements:
+        if value.free_symbols & arrays:
+            arrays.add(symbol)
+            cost += _recompute_cost(value, arrays)
+    return cost + sum(_recompute_cost(e, arrays) for e in reduced)
+
+
 # Selections and roundings: a compare or two in a compiled loop, as cheap as arithmetic.
 _SELECTIONS = (sp.Piecewise, sp.Abs, sp.sign, sp.Heaviside, sp.floor, sp.ceiling)
 

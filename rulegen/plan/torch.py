@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 
@@ -39,7 +40,7 @@ from rulegen.plan.header import (
 )
 from rulegen.plan.model import Reads, Result, TorchPlan, Wrap
 from rulegen.plan.printers import one_kernel, print_torch, print_torch_compiled
-from rulegen.plan.saving import saved_form, saved_intermediates
+from rulegen.plan.saving import eager_passes, saved_form, saved_intermediates
 from rulegen.plan.symbolic import (
     broadcast_outputs,
     dtype_casts,
@@ -230,8 +231,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
     forward_results, aliases = _forward_results(t)
     forward = emit.block([], forward_results)
     backward = _backward(t, emit)
-    jvp_results = _jvp_results(t, aliases)
-    jvp = emit.block([], jvp_results)
+    jvp_lets, jvp_results = _jvp_parts(t, aliases, emit.forms)
+    jvp = emit.block(jvp_lets, jvp_results)
     used = jvp.reads | backward.reads | set(t.absent_tangents)
     emit.imports.add(Import("torch"))
     statics_used = tuple(s for s in t.statics if s in used)
@@ -453,29 +454,47 @@ def _in_place_test(t: _Torch, plain_reads: str) -> str:
 
 
 def _tangents_broadcast(t: _Torch) -> bool:
-    """Whether an output's tangent lacks the outputs' shape (see `_jvp_results`), which jvp then broadcasts to."""
+    """Whether an output's tangent lacks the outputs' shape (see `_jvp_parts`), which jvp then broadcasts to."""
     differentiable = [o.name for o in t.rule.outputs if o.differentiable]
     tangents = (linear_combination(t.d, t.jvp_partials, o, t.diff_inputs, TANGENT) for o in differentiable)
     return any(needs_broadcast(t.d, tangent) for tangent in tangents if tangent != 0)
 
 
-def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
-    """One tangent per output, then per residual.
+def _jvp_parts(
+    t: _Torch, aliases: set[str], forms: Callable[[sp.Expr], sp.Expr]
+) -> tuple[list[tuple[str, sp.Expr]], list[Result]]:
+    """One tangent per output, then per residual; and the residual tangents computed first, as lets.
 
     Residual tangents too: torch.func.hessian runs forward mode over a
-    backward that reads them.
+    backward that reads them.  Since jvp computes them anyway, an output
+    whose forward reads residuals takes its tangent from theirs where that
+    runs fewer operations (`_chained_tangents`); those residual tangents are
+    the lets.
     """
-    results = []
     torch = own_names(t.rule)["torch"]
+    residual_tangents = {r: _residual_tangent(t, r) for r in t.residual_names}
+    direct = {o.name: linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, TANGENT) for o in t.rule.outputs}
+    chained = {
+        o: e
+        for o, e in _chained_tangents(t, residual_tangents).items()
+        if o not in aliases and not needs_broadcast(t.d, direct[o])
+    }
+    if chained and _eager_cost(t, forms, [*chained.values(), *residual_tangents.values()]) >= _eager_cost(
+        t, forms, [*(direct[o] for o in chained), *residual_tangents.values()]
+    ):
+        chained = {}
+    read = {s.name for e in chained.values() for s in e.free_symbols}
+    lets = [(tangent(r), e) for r, e in residual_tangents.items() if tangent(r) in read]
+    results = []
     for o in t.rule.outputs:
-        expr = linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, TANGENT)
+        expr = chained.get(o.name, direct[o.name])
         reads = frozenset({o.name})
         if not o.differentiable:
             # Marked non-differentiable: torch wants no tangent for it.
             results.append(Result(tangent(o.name), code="None"))
         elif expr == 0:
             results.append(Result(tangent(o.name), code=f"{torch}.zeros_like({o.name})", reads=reads))
-        elif needs_broadcast(t.d, expr):
+        elif needs_broadcast(t.d, direct[o.name]):
             # To the shape setup_context keeps (`shape_kept`): a saved output would stay in memory for it.
             shape = f"{torch_context(t.rule)}.{shape_attribute(t.outputs[0])}"
             results.append(Result(tangent(o.name), expr, wrap=Wrap(f"{torch}.broadcast_to({{}}, {shape})")))
@@ -485,13 +504,87 @@ def _jvp_results(t: _Torch, aliases: set[str]) -> list[Result]:
             results.append(Result(tangent(o.name), expr, wrap=wrap))
         else:
             results.append(Result(tangent(o.name), expr))
-    for r in t.residual_names:
-        expr = sp.Add(*(t.residual_partials.get((r, n), 0) * t.symbols[tangent(n)] for n in t.diff_inputs))
-        if expr == 0:
+    let_names = {name for name, _ in lets}
+    for r, expr in residual_tangents.items():
+        if tangent(r) in let_names:
+            results.append(Result(tangent(r), t.symbols[tangent(r)]))
+        elif expr == 0:
             results.append(Result(tangent(r), code=f"{torch}.zeros_like({r})", reads=frozenset({r})))
         else:
             results.append(Result(tangent(r), expr))
-    return results
+    return lets, results
+
+
+def _residual_tangent(t: _Torch, residual: str) -> sp.Expr:
+    return sp.Add(*(t.residual_partials.get((residual, n), 0) * t.symbols[tangent(n)] for n in t.diff_inputs))
+
+
+def _chained_tangents(t: _Torch, residual_tangents: Mapping[str, sp.Expr]) -> dict[str, sp.Expr]:
+    """Output tangents from the residuals' tangents, as autodiff chains them: out = F(x, s), dF/dx x_dot + dF/ds s_dot.
+
+    Only where that is the rule's derivative as derived: the rule's own
+    partials are sympy's of its forward (the chain is checked equal to
+    them), neither the forward nor a partial was rewritten into a form
+    measured more accurate (the chain computes the derived form, as
+    autodiff does), the rule is real.  Residuals are exact at every order (their own partials), so the
+    chain is too.
+    """
+    d = t.d
+    if d.rule.complex or d.residuals or not t.residual_names:
+        return {}
+    kept = {e: t.symbols[n] for n, e in t.residuals}
+    inputs = {s: e for e, s in kept.items()}
+    rewritten = {n for n, _, _ in d.rewritten}
+    stabilised = {c.quantity for c in d.choices if c.more_accurate}
+
+    def written_out(expr: sp.Expr) -> sp.Expr:
+        with_tangents = expr.doit().xreplace({t.symbols[tangent(r)]: e for r, e in residual_tangents.items()})
+        return with_outputs(d, with_tangents.xreplace(inputs))
+
+    chained = {}
+    for o in d.rule.outputs:
+        if not o.differentiable or o.dtype != "float" or o.name in rewritten:
+            continue
+        if any(f"d{o.name}/d{i}" in stabilised for i in t.diff_inputs):
+            continue
+        forward = saved_form(dict(d.forward)[o.name], kept)
+        read = [r for r in t.residual_names if t.symbols[r] in forward.free_symbols]
+        if not read:
+            continue
+        terms = [(sp.diff(forward, t.symbols[i]), t.symbols[tangent(i)]) for i in t.diff_inputs]
+        terms += [(sp.diff(forward, t.symbols[r]), t.symbols[tangent(r)]) for r in read]
+        expr = _shared_factors_once([(sp.Mul.make_args(p), dot) for p, dot in terms if p != 0])
+        direct = linear_combination(d, t.jvp_partials, o.name, t.diff_inputs, TANGENT)
+        if sp.expand(written_out(expr) - written_out(direct)) == 0:
+            chained[o.name] = expr
+    return chained
+
+
+def _shared_factors_once(terms: Sequence[tuple[tuple[sp.Expr, ...], sp.Expr]]) -> sp.Expr:
+    """The sum of each term's factors times its tangent, a factor several terms share multiplied once.
+
+    `y * (s_sin * s_exp_dot + s_exp * s_sin_dot)`, not `s_sin * y * s_exp_dot
+    + s_exp * y * s_sin_dot`: a pass over memory fewer in eager torch.
+    """
+    counts = Counter(f for factors, _ in terms for f in set(factors) if not f.is_number)
+    shared = max(sorted(counts, key=sp.default_sort_key), key=counts.__getitem__, default=None)
+    if shared is None or counts[shared] < 2:
+        products = [(sp.Mul(*factors), dot) for factors, dot in terms]
+        return sp.Add(*((sp.UnevaluatedExpr(p) if p.is_Mul else p) * dot for p, dot in products))
+    having = [(_without(factors, shared), dot) for factors, dot in terms if shared in factors]
+    rest = [term for term in terms if shared not in term[0]]
+    return shared * _shared_factors_once(having) + (_shared_factors_once(rest) if rest else 0)
+
+
+def _without(factors: tuple[sp.Expr, ...], factor: sp.Expr) -> tuple[sp.Expr, ...]:
+    k = factors.index(factor)
+    return factors[:k] + factors[k + 1 :]
+
+
+def _eager_cost(t: _Torch, forms: Callable[[sp.Expr], sp.Expr], exprs: Sequence[sp.Expr]) -> int:
+    """Passes over memory eager torch makes computing `exprs` together (shared parts once; see `eager_passes`)."""
+    scalars = {t.symbols[s] for s in t.statics}
+    return eager_passes([forms(e) for e in exprs], scalars)
 
 
 @dataclass(frozen=True)
