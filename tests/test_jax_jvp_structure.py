@@ -111,3 +111,27 @@ def test_tanh_derivative_squares_nothing(name):
     assert counts["integer_pow"] == 0 and counts["tanh"] == 1, counts
     t = np.tanh(x)
     np.testing.assert_allclose(jax.grad(lambda x: gj.f_tanh(x).sum())(x), 1 - t * t, rtol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_an_input_held_constant_adds_no_term_to_the_tangent(dtype):
+    # Forward mode in y alone gave the held x a zero tangent, and zero times x's partial, which overflows where
+    # 2x does (exp(-x**2) is 0 there), is nan: the tangent came back nan where autodiff's is 0 (the accuracy
+    # check's forward mode found it, and split3's dc/dx, nan where exp(x) overflows).  Now x's tangent is JAX's
+    # symbolic zero, and its term is none.
+    huge = float(jnp.finfo(dtype).max) * 0.8
+    x = jnp.asarray([huge, -huge, 1.0], dtype)
+    y = jnp.asarray([8e-31, 3.0, 2.0], dtype)
+    composite = lambda x, y: jnp.sin(x) * jnp.exp(-x * x) * y  # noqa: E731
+    for generated_of, composite_of, primal in (
+        (lambda y: gj.sin_exp_mul(x, y), lambda y: composite(x, y), y),
+        (lambda x: gj.sin_exp_mul(x, y), lambda x: composite(x, y), x),
+    ):
+        tangent = jax.jvp(generated_of, (primal,), (jnp.ones_like(primal),))[1]
+        expected = jax.jvp(composite_of, (primal,), (jnp.ones_like(primal),))[1]
+        np.testing.assert_array_equal(np.isnan(tangent), np.isnan(expected))
+        np.testing.assert_allclose(tangent[~np.isnan(expected)], expected[~np.isnan(expected)], rtol=1e-6)
+    # Both inputs moving: every term is there, at every order.
+    hessian = jax.hessian(lambda x, y: gj.sin_exp_mul(x, y).sum(), argnums=(0, 1))(x[2:], y[2:])
+    expected_hessian = jax.hessian(lambda x, y: composite(x, y).sum(), argnums=(0, 1))(x[2:], y[2:])
+    np.testing.assert_allclose(np.asarray(hessian).ravel(), np.asarray(expected_hessian).ravel(), rtol=1e-5)

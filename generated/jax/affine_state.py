@@ -4,9 +4,11 @@
 are no Python names).
 """
 
+import functools
+
 import jax
 
-from ._util import as_arrays, in_float32, rounded, unpack_keys
+from ._util import as_arrays, in_float32, present, rounded, summed_like, unpack_keys
 
 
 def affine_state(x: jax.typing.ArrayLike, params: dict[str, jax.typing.ArrayLike]) -> jax.Array:
@@ -42,11 +44,13 @@ def _affine_state(x, w, b):
     return b + w * x
 
 
-@_affine_state.defjvp
+@functools.partial(_affine_state.defjvp, symbolic_zeros=True)
 def _affine_state_jvp(primals, tangents):
     x, w, b = primals
-    _, w_dot, b_dot = tangents
+    _, w_dot, b_dot = present(tangents)
     # The primal function, whose own rule differentiates the output at higher order: autodiff
     # would differentiate in an input the rule holds constant.
     out = _affine_state(x, w, b)
-    return out, b_dot + w_dot * x
+    return out, summed_like(
+        out, None if w_dot is None else w_dot * x, None if b_dot is None else b_dot
+    )

@@ -2,9 +2,11 @@
 # Source: rules/complex.yaml (sha256 0c1643475052ef8e)
 """c_mobius: The Mobius map (a z + i) / (z + 2) of two complex arrays, a rational function."""
 
+import functools
+
 import jax
 
-from ._util import as_arrays
+from ._util import as_arrays, present, summed_like
 
 
 def c_mobius(z: jax.typing.ArrayLike, a: jax.typing.ArrayLike) -> jax.Array:
@@ -32,12 +34,16 @@ def _c_mobius(z, a):
     return (a * z + 1j) / (z + 2)
 
 
-@_c_mobius.defjvp
+@functools.partial(_c_mobius.defjvp, symbolic_zeros=True)
 def _c_mobius_jvp(primals, tangents):
     z, a = primals
-    z_dot, a_dot = tangents
+    z_dot, a_dot = present(tangents)
     # The primal function, whose own rule differentiates the output at higher order: autodiff
     # would differentiate an output the rule holds constant.
     out = _c_mobius(z, a)
     t0 = z + 2
-    return out, a_dot * (z / t0) + z_dot * ((2 * a - 1j) / t0**2)
+    return out, summed_like(
+        out,
+        None if z_dot is None else z_dot * ((2 * a - 1j) / t0**2),
+        None if a_dot is None else a_dot * (z / t0),
+    )

@@ -2,10 +2,12 @@
 # Source: rules/functions.yaml (sha256 6b1923ca5040876d)
 """f_atan2: a rulegen rule."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, binade, in_float32, rounded
+from ._util import as_arrays, binade, in_float32, present, rounded, summed_like
 
 
 def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
@@ -40,19 +42,23 @@ def _f_atan2(y, x):
     return jnp.arctan2(y, x)
 
 
-@_f_atan2.defjvp
+@functools.partial(_f_atan2.defjvp, symbolic_zeros=True)
 def _f_atan2_jvp(primals, tangents):
     y, x = primals
-    y_dot, x_dot = tangents
+    y_dot, x_dot = present(tangents)
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2 need not be the derived one (at a kink, a jump, a convention).
     out = _f_atan2(y, x)
     t0 = jnp.abs(x)
-    t1 = binade(jnp.maximum(t0, jnp.abs(y)))
-    t2 = y / t1
-    t3 = t0 < 3.9e-14
-    t4 = jnp.where(t3, x, 1.9498291869979312e-14) / y
-    t5 = jnp.where(t3, 7.799316747991725e-14, x)
-    return out, x_dot * ((-t2 / (t2**2 + (x / t1) ** 2)) / t1) + y_dot * jnp.where(
-        t3, t4 * (1 / y) / (t4**2 + 1), 1 / (t5 * ((y / t5) ** 2 + 1))
+    t1 = t0 < 3.9e-14
+    t2 = jnp.where(t1, x, 1.9498291869979312e-14) / y
+    t3 = jnp.where(t1, 7.799316747991725e-14, x)
+    t4 = binade(jnp.maximum(t0, jnp.abs(y)))
+    t5 = y / t4
+    return out, summed_like(
+        out,
+        None
+        if y_dot is None
+        else y_dot * jnp.where(t1, t2 * (1 / y) / (t2**2 + 1), 1 / (t3 * ((y / t3) ** 2 + 1))),
+        None if x_dot is None else x_dot * ((-t5 / (t5**2 + (x / t4) ** 2)) / t4),
     )

@@ -2,10 +2,12 @@
 # Source: rules/functions.yaml (sha256 6b1923ca5040876d)
 """f_hypot: a rulegen rule."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, present, rounded, summed_like
 
 
 def f_hypot(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
@@ -35,12 +37,16 @@ def _f_hypot(x, y):
     return jnp.hypot(x, y)
 
 
-@_f_hypot.defjvp
+@functools.partial(_f_hypot.defjvp, symbolic_zeros=True)
 def _f_hypot_jvp(primals, tangents):
     x, y = primals
-    x_dot, y_dot = tangents
+    x_dot, y_dot = present(tangents)
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of hypot need not be the derived one (at a kink, a jump, a convention).
     out = _f_hypot(x, y)
     t0 = jnp.hypot(x, y)
-    return out, x_dot * (x / t0) + y_dot * (y / t0)
+    return out, summed_like(
+        out,
+        None if x_dot is None else x_dot * (x / t0),
+        None if y_dot is None else y_dot * (y / t0),
+    )

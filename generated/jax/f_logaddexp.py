@@ -2,10 +2,12 @@
 # Source: rules/functions.yaml (sha256 6b1923ca5040876d)
 """f_logaddexp: a rulegen rule."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, present, rounded, summed_like
 
 
 def f_logaddexp(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
@@ -35,10 +37,14 @@ def _f_logaddexp(x, y):
     return jnp.logaddexp(x, y)
 
 
-@_f_logaddexp.defjvp
+@functools.partial(_f_logaddexp.defjvp, symbolic_zeros=True)
 def _f_logaddexp_jvp(primals, tangents):
     x, y = primals
-    x_dot, y_dot = tangents
+    x_dot, y_dot = present(tangents)
     t0 = x - y
     out = jnp.logaddexp(x, y)
-    return out, x_dot * jax.nn.sigmoid(t0) + y_dot * jax.nn.sigmoid(-t0)
+    return out, summed_like(
+        out,
+        None if x_dot is None else x_dot * jax.nn.sigmoid(t0),
+        None if y_dot is None else y_dot * jax.nn.sigmoid(-t0),
+    )

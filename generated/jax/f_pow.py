@@ -2,10 +2,12 @@
 # Source: rules/functions.yaml (sha256 6b1923ca5040876d)
 """f_pow: a rulegen rule."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, present, rounded, summed_like
 
 
 def f_pow(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
@@ -35,9 +37,13 @@ def _f_pow(x, y):
     return x**y
 
 
-@_f_pow.defjvp
+@functools.partial(_f_pow.defjvp, symbolic_zeros=True)
 def _f_pow_jvp(primals, tangents):
     x, y = primals
-    x_dot, y_dot = tangents
+    x_dot, y_dot = present(tangents)
     out = x**y
-    return out, x_dot * (x ** (y - 1) * y) + y_dot * (out * jnp.log(x))
+    return out, summed_like(
+        out,
+        None if x_dot is None else x_dot * (x ** (y - 1) * y),
+        None if y_dot is None else y_dot * (out * jnp.log(x)),
+    )

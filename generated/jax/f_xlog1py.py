@@ -2,11 +2,13 @@
 # Source: rules/functions.yaml (sha256 6b1923ca5040876d)
 """f_xlog1py: a rulegen rule."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, present, rounded, summed_like
 
 
 def f_xlog1py(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
@@ -36,11 +38,15 @@ def _f_xlog1py(x, y):
     return jax.scipy.special.xlog1py(x, y)
 
 
-@_f_xlog1py.defjvp
+@functools.partial(_f_xlog1py.defjvp, symbolic_zeros=True)
 def _f_xlog1py_jvp(primals, tangents):
     x, y = primals
-    x_dot, y_dot = tangents
+    x_dot, y_dot = present(tangents)
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of xlog1py need not be the derived one (at a kink, a jump, a convention).
     out = _f_xlog1py(x, y)
-    return out, x_dot * jnp.log1p(y) + y_dot * (x / (y + 1))
+    return out, summed_like(
+        out,
+        None if x_dot is None else x_dot * jnp.log1p(y),
+        None if y_dot is None else y_dot * (x / (y + 1)),
+    )

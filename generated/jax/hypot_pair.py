@@ -2,10 +2,12 @@
 # Source: rules/structures.yaml (sha256 03c1113642be80a3)
 """hypot_pair: The length of a 2-vector given as a tuple (x, y)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, binade, in_float32, rounded, unpack_tuple
+from ._util import as_arrays, binade, in_float32, present, rounded, summed_like, unpack_tuple
 
 
 def hypot_pair(xy: tuple[jax.typing.ArrayLike, jax.typing.ArrayLike]) -> jax.Array:
@@ -51,10 +53,10 @@ def _hypot_pair(x, y):
     return jnp.sqrt((x / t0) ** 2 + (y / t0) ** 2) / (1 / t0)
 
 
-@_hypot_pair.defjvp
+@functools.partial(_hypot_pair.defjvp, symbolic_zeros=True)
 def _hypot_pair_jvp(primals, tangents):
     x, y = primals
-    x_dot, y_dot = tangents
+    x_dot, y_dot = present(tangents)
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of Abs, Max, binade need not be the derived one (at a kink, a jump, a
     # convention).
@@ -63,4 +65,8 @@ def _hypot_pair_jvp(primals, tangents):
     t1 = x / t0
     t2 = y / t0
     t3 = 1 / (t0 * jnp.sqrt(t1**2 + t2**2) * (1 / t0))
-    return out, x_dot * (t1 * t3) + y_dot * (t2 * t3)
+    return out, summed_like(
+        out,
+        None if x_dot is None else x_dot * (t1 * t3),
+        None if y_dot is None else y_dot * (t2 * t3),
+    )

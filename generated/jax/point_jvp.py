@@ -4,10 +4,12 @@
 tuple out.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, rounded, unpack_fields
+from ._util import as_arrays, in_float32, present, rounded, summed_like, unpack_fields
 
 
 def point_jvp(pt) -> dict[str, jax.Array | tuple[jax.Array, jax.Array]]:
@@ -53,15 +55,16 @@ def _point_jvp(x, y):
     )
 
 
-@_point_jvp.defjvp
+@functools.partial(_point_jvp.defjvp, symbolic_zeros=True)
 def _point_jvp_jvp(primals, tangents):
     x, y = primals
-    x_dot, y_dot = tangents
+    x_dot, y_dot = present(tangents)
     # The primal function, whose own rule differentiates the output at higher order: an output's
     # expression lacks the inputs' shape, which the primal function gives it.
     a, b0, b1 = _point_jvp(x, y)
+    b1_dot = summed_like(b1, None if y_dot is None else y_dot * (-jnp.sin(y)))
     return (a, b0, b1), (
-        jnp.broadcast_to(x_dot * (2 * x), jnp.shape(a)),
-        jnp.broadcast_to(x_dot * jnp.cos(x), jnp.shape(b0)),
-        jnp.broadcast_to(y_dot * (-jnp.sin(y)), jnp.shape(b1)),
+        summed_like(a, None if x_dot is None else (2 * x) * x_dot),
+        summed_like(b0, None if x_dot is None else x_dot * jnp.cos(x)),
+        b1_dot,
     )

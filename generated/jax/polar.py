@@ -2,10 +2,12 @@
 # Source: rules/polar.yaml (sha256 8109c076b0f5cb02)
 """polar: Cartesian (x, y) to polar (r, theta); two inputs, two outputs, partials derived."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, binade, in_float32, rounded
+from ._util import as_arrays, binade, in_float32, present, rounded, summed_like
 
 
 def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, jax.Array]:
@@ -44,10 +46,10 @@ def _polar(x, y):
     return jnp.hypot(x, y), jnp.arctan2(y, x)
 
 
-@_polar.defjvp
+@functools.partial(_polar.defjvp, symbolic_zeros=True)
 def _polar_jvp(primals, tangents):
     x, y = primals
-    x_dot, y_dot = tangents
+    x_dot, y_dot = present(tangents)
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _polar(x, y)
@@ -58,7 +60,14 @@ def _polar_jvp(primals, tangents):
     t4 = jnp.where(t2, 7.799316747991725e-14, y)
     t5 = binade(jnp.maximum(t1, jnp.abs(x)))
     t6 = x / t5
-    theta_dot = x_dot * jnp.where(
-        t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1))
-    ) + y_dot * ((t6 / (t6**2 + (y / t5) ** 2)) / t5)
-    return (r, theta), (x_dot * (x / t0) + y_dot * (y / t0), theta_dot)
+    r_dot = summed_like(
+        r, None if x_dot is None else x_dot * (x / t0), None if y_dot is None else y_dot * (y / t0)
+    )
+    theta_dot = summed_like(
+        theta,
+        None
+        if x_dot is None
+        else x_dot * jnp.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1))),
+        None if y_dot is None else y_dot * ((t6 / (t6**2 + (y / t5) ** 2)) / t5),
+    )
+    return (r, theta), (r_dot, theta_dot)

@@ -2,10 +2,12 @@
 # Source: rules/sin_exp_mul.yaml (sha256 d0144fa080b5cc9f)
 """sin_exp_mul: sin(x) * exp(-x**2) * y, a two-input composite whose partials are derived."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, present, rounded, summed_like
 
 
 def sin_exp_mul(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
@@ -39,12 +41,16 @@ def _sin_exp_mul(x, y):
     return y * jnp.exp(-(x**2)) * jnp.sin(x)
 
 
-@_sin_exp_mul.defjvp
+@functools.partial(_sin_exp_mul.defjvp, symbolic_zeros=True)
 def _sin_exp_mul_jvp(primals, tangents):
     x, y = primals
-    x_dot, y_dot = tangents
+    x_dot, y_dot = present(tangents)
     t0 = jnp.exp(-(x**2))
     t1 = jnp.sin(x)
     t2 = t0 * t1
     out = t2 * y
-    return out, x_dot * (t0 * y * (-2 * t1 * x + jnp.cos(x))) + y_dot * t2
+    return out, summed_like(
+        out,
+        None if x_dot is None else x_dot * (t0 * y * (-2 * t1 * x + jnp.cos(x))),
+        None if y_dot is None else t2 * y_dot,
+    )

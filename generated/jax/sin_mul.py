@@ -2,10 +2,12 @@
 # Source: rules/sin_mul.yaml (sha256 38d32c8a6c30695d)
 """sin_mul: sin(x) * y with a hand-written JVP; reverse mode comes from transposing it."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, present, rounded, summed_like
 
 
 def sin_mul(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
@@ -35,10 +37,14 @@ def _sin_mul(x, y):
     return y * jnp.sin(x)
 
 
-@_sin_mul.defjvp
+@functools.partial(_sin_mul.defjvp, symbolic_zeros=True)
 def _sin_mul_jvp(primals, tangents):
     x, y = primals
-    x_dot, y_dot = tangents
+    x_dot, y_dot = present(tangents)
     t0 = jnp.sin(x)
     out = t0 * y
-    return out, t0 * y_dot + x_dot * (y * jnp.cos(x))
+    return out, summed_like(
+        out,
+        None if x_dot is None else x_dot * (y * jnp.cos(x)),
+        None if y_dot is None else t0 * y_dot,
+    )

@@ -2,12 +2,13 @@
 # Source: rules/structures.yaml (sha256 03c1113642be80a3)
 """to_polar: Polar coordinates of the point (x, y), returned as a named tuple Polar(r, theta)."""
 
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, binade, in_float32, rounded
+from ._util import as_arrays, binade, in_float32, present, rounded, summed_like
 
 
 class Polar(NamedTuple):
@@ -66,10 +67,10 @@ def _to_polar(x, y):
     return (jnp.sqrt((x / t0) ** 2 + (y / t0) ** 2) / (1 / t0)), jnp.arctan2(y, x)
 
 
-@_to_polar.defjvp
+@functools.partial(_to_polar.defjvp, symbolic_zeros=True)
 def _to_polar_jvp(primals, tangents):
     x, y = primals
-    x_dot, y_dot = tangents
+    x_dot, y_dot = present(tangents)
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of Abs, Max, atan2, binade need not be the derived one (at a kink, a jump, a
     # convention).
@@ -83,7 +84,16 @@ def _to_polar_jvp(primals, tangents):
     t6 = t0 < 3.9e-14
     t7 = jnp.where(t6, y, 1.9498291869979312e-14) / x
     t8 = jnp.where(t6, 7.799316747991725e-14, y)
-    theta_dot = x_dot * jnp.where(
-        t6, -t7 * (1 / x) / (t7**2 + 1), -1 / (t8 * ((x / t8) ** 2 + 1))
-    ) + y_dot * ((t2 / t4) / t1)
-    return (r, theta), (x_dot * (t2 * t5) + y_dot * (t3 * t5), theta_dot)
+    r_dot = summed_like(
+        r,
+        None if x_dot is None else x_dot * (t2 * t5),
+        None if y_dot is None else y_dot * (t3 * t5),
+    )
+    theta_dot = summed_like(
+        theta,
+        None
+        if x_dot is None
+        else x_dot * jnp.where(t6, -t7 * (1 / x) / (t7**2 + 1), -1 / (t8 * ((x / t8) ** 2 + 1))),
+        None if y_dot is None else y_dot * ((t2 / t4) / t1),
+    )
+    return (r, theta), (r_dot, theta_dot)

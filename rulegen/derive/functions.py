@@ -323,24 +323,28 @@ class tanh_backward(sp.Function):  # noqa: N801
 
 
 class cotangent_term(sp.Function):  # noqa: N801
-    """cotangent_term(c, p): c * p, or nothing where the cotangent c is absent (torch's None).
+    """cotangent_term(c, p): c * p, or nothing where the cotangent (or tangent) c is absent (None).
 
     A backward of several outputs is a sum over their cotangents; one the
     caller did not ask about arrives as None, and reading it as a zero
     makes 0 * inf = nan wherever another output's partial is infinite (the
-    gradient of `x` itself came back nan at x = 1e300 beside `x**2`).  The
-    product is this node's own, never a subexpression cse could compute
-    before the test.
+    gradient of `x` itself came back nan at x = 1e300 beside `x**2`).  A
+    JVP of several inputs is a sum over their tangents alike: an input held
+    constant has none (JAX's symbolic zero), and a zero in its place made
+    split3's dc/dx nan where exp(x) overflows, autodiff's inf.  The product
+    is this node's own, never a subexpression cse could compute before the
+    test.
     """
 
     nargs = 2
 
 
 class cotangent_sum(sp.Function):  # noqa: N801
-    """cotangent_sum(x, t1, t2, ...): the gradient of input x, the sum of the `cotangent_term`s present.
+    """cotangent_sum(x, t1, t2, ...): the sum of the `cotangent_term`s present, in the shape of x.
 
-    Only the present terms are added (an absent one is no `+ 0.0`, a kernel
-    of its own), in x's shape; none present, no gradient.
+    The gradient of input x (torch: none present, no gradient), or the
+    tangent of output x (JAX: none present, zeros).  Only the present terms
+    are added: an absent one is no `+ 0.0`, a kernel of its own.
     """
 
 
@@ -1015,10 +1019,10 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("silu_backward", silu_backward, internal=True, torch_only=True, torch_one_kernel=True),
     # Printed as the runtime's `tanh_backward` (torch/_native.py): aten's kernel, differentiable at every order.
     MathFunction("tanh_backward", tanh_backward, internal=True, torch_only=True, torch_one_kernel=True),
-    # Printed as `None if c is None else c * p`: a backward's term for a cotangent that may be absent.
-    MathFunction("cotangent_term", cotangent_term, internal=True, torch_only=True),
-    # Printed as the runtime's `summed_like(x, *terms)` (torch/_function.py): the present terms' sum.
-    MathFunction("cotangent_sum", cotangent_sum, internal=True, torch_only=True),
+    # Printed as `None if c is None else c * p`: a term for a cotangent (or tangent) that may be absent.
+    MathFunction("cotangent_term", cotangent_term, internal=True),
+    # Printed as the runtime's `summed_like(x, *terms)` (torch/_function.py, jax/_util.py): the present terms' sum.
+    MathFunction("cotangent_sum", cotangent_sum, internal=True),
     MathFunction(
         "softplus_scaled", softplus_scaled, torch="torch.nn.functional.softplus", internal=True, torch_only=True
     ),

@@ -80,17 +80,20 @@ def plan_jax(d: Derivation) -> JaxPlan:
         saved = tuple(n for n in (*arrays, *(o.name for o in rule.outputs)) if n in bwd.reads)
     else:
         reason = _primal_needed(d)
-        jvp, maps = _jvp(d, emit, inline=reason is None)
+        jvp, maps = _jvp(d, emit, inline=reason is None, held=_held_inputs(d))
         if reason is not None:
             jvp_primal = (Assign(", ".join(o.name for o in rule.outputs), primal_call),)
             jvp_notes = _wrapped(
                 f"The primal function, whose own rule differentiates the output at higher order: {reason}."
             )
+    symbolic_zeros = jvp is not None and _held_inputs(d)
     imports = {Import("jax"), *emit.imports}
     if float_arrays:
         imports |= LIFT_IMPORT
-    if any(i.static for i in rule.inputs):
+    if any(i.static for i in rule.inputs) or symbolic_zeros:
         imports.add(Import("functools"))
+    if symbolic_zeros:
+        imports.add(Import("._util", "present"))
     classes = result_classes(rule, "jax")
     if classes:
         imports.add(NAMED_TUPLE_IMPORT)
@@ -111,6 +114,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         primal_call=primal_call,
         jvp_primal=jvp_primal,
         jvp_notes=jvp_notes,
+        symbolic_zeros=symbolic_zeros,
         returning=public_return(rule, primal_call, lifted=bool(float_arrays), spread=len(rule.outputs) > 1),
         outputs=tuple(o.name for o in rule.outputs),
         jvp=jvp,
@@ -176,7 +180,19 @@ def _forward_results(d: Derivation, arrays: Sequence[str], g: Mapping[str, str])
     return [Result(n, e, wrap=wraps[n], imports=_JNP) if n in wraps else Result(n, e) for n, e in d.forward]
 
 
-def _jvp(d: Derivation, emit: Emitter, *, inline: bool) -> tuple[Block, tuple[Def, ...]]:
+def _held_inputs(d: Derivation) -> bool:
+    """Whether one differentiable input may be held constant while another is not: two or more of them.
+
+    Its tangent is then JAX's symbolic zero (`symbolic_zeros=True`), and the
+    output tangents add only the present inputs' terms: a zero tangent times
+    a partial that overflows is nan, where autodiff, which has no term for a
+    constant, is right (split3's dc/dx at exp(x) = inf).  A rule that gives
+    both its JVP and its VJP applies them as written.
+    """
+    return len(_diff_inputs(d)) > 1 and not (d.rule.jvp is not None and d.rule.vjp is not None)
+
+
+def _jvp(d: Derivation, emit: Emitter, *, inline: bool, held: bool) -> tuple[Block, tuple[Def, ...]]:
     """The custom_jvp rule's body, and with both a given JVP and VJP, the `linear_map` halves it applies.
 
     `inline`: the body computes the outputs too, from the subexpressions
@@ -184,7 +200,7 @@ def _jvp(d: Derivation, emit: Emitter, *, inline: bool) -> tuple[Block, tuple[De
     XLA does not share a called primal's work with the tangent: sin_exp_mul's
     grad computed `sin(x)` three times, autodiff's twice.
     """
-    results = [_tangent(d, o) for o in d.rule.outputs]
+    results = [_tangent(d, o, held=held) for o in d.rule.outputs]
     applying: tuple[Assign, ...] = ()
     maps: tuple[Def, ...] = ()
     if d.rule.jvp is not None and d.rule.vjp is not None:
@@ -294,8 +310,11 @@ def _wrapped(text: str) -> tuple[str, ...]:
     return tuple(textwrap.wrap(text, 90, break_long_words=False, break_on_hyphens=False))
 
 
-def _tangent(d: Derivation, o: Output) -> Result:
-    """The tangent of the output `o`: the partials times the inputs' tangents, or zeros of the right kind."""
+def _tangent(d: Derivation, o: Output, *, held: bool) -> Result:
+    """The tangent of the output `o`: the partials times the inputs' tangents, or zeros of the right kind.
+
+    `held`: an input's tangent may be absent (see `_held_inputs`), its term then none.
+    """
     g = own_names(d.rule)
     jnp = g["jnp"]
     name = tangent(o.name)
@@ -306,6 +325,10 @@ def _tangent(d: Derivation, o: Output) -> Result:
         return Result(name, code=code, imports=_JNP | {Import("numpy", alias="np"), Import("jax")}, reads=reads)
     if not o.differentiable or expr == 0:
         return Result(name, code=f"{jnp}.zeros_like({o.name})", imports=_JNP, reads=reads)
+    if held:
+        partials = ((v, d.jvp_partials.get((o.name, v), 0)) for v in _diff_inputs(d))
+        terms = [fn.cotangent_term(d.symbols[tangent(v)], p) for v, p in partials if p != 0]
+        return Result(name, fn.cotangent_sum(d.symbols[o.name], *terms))
     if needs_broadcast(d, expr):
         wrap = Wrap(f"{jnp}.broadcast_to({{}}, {jnp}.shape({o.name}))", reads)
         return Result(name, expr, wrap=wrap, imports=_JNP)
@@ -406,14 +429,20 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
         result = f"{outputs[0]}, {tangents}" if len(outputs) == 1 else f"({', '.join(outputs)}), ({tangents})"
         rule: tuple[Statement, ...] = (
             Assign(unpacking(plan.arrays), own["primals"]),
-            Assign(unpacking(plan.tangents), own["tangents"]),
+            Assign(
+                unpacking(plan.tangents),
+                f"{own['present']}({own['tangents']})" if plan.symbolic_zeros else own["tangents"],
+            ),
             *map(Comment, plan.jvp_notes),
             *plan.jvp_primal,
             *plan.jvp.lines,
             Return(result),
         )
         params = (*plan.statics, own["primals"], own["tangents"])
-        return (*found, *plan.maps, Def(jvp_rule(name), params, rule, (f"{hidden(name)}.defjvp",)))
+        defjvp = f"{hidden(name)}.defjvp"
+        if plan.symbolic_zeros:
+            defjvp = f"{own['functools']}.partial({defjvp}, symbolic_zeros=True)"
+        return (*found, *plan.maps, Def(jvp_rule(name), params, rule, (defjvp,)))
     assert plan.bwd is not None
     returned = plan.outputs[0] if len(plan.outputs) == 1 else f"({', '.join(plan.outputs)})"
     fwd = (Assign(", ".join(plan.outputs), plan.primal_call), Return(f"{returned}, ({unpacking(plan.saved)})"))

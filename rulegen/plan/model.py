@@ -86,6 +86,8 @@ class JaxPlan:
     # The JVP rule's line assigning the outputs from the primal function, and why; "" where it computes them itself.
     jvp_primal: tuple[Assign, ...]
     jvp_notes: tuple[str, ...]
+    # The JVP rule takes symbolic zeros: an input held constant has no tangent, and adds no term (`_held_inputs`).
+    symbolic_zeros: bool
     returning: tuple[Statement, ...]  # the public function's last statements (see header.public_return)
     outputs: tuple[str, ...]
     jvp: Block | None

@@ -56,6 +56,7 @@ TANH_BACKWARD_IMPORT = Import("._native", "tanh_backward")
 
 # A gradient summed over the cotangents present (functions.cotangent_sum), the runtime's.
 SUMMED_LIKE_IMPORT = Import("._function", "summed_like")
+JAX_SUMMED_LIKE_IMPORT = Import("._util", "summed_like")
 
 # The power of two that a homogeneous expression's inputs are scaled by (functions.binade), the runtime's.
 BINADE_IMPORT = Import("._util", "binade")
@@ -95,6 +96,17 @@ class _ArrayCode:
     def _module_format(self, fqn: str, register: bool = True) -> str:
         # sympy's own methods name functions through here (`abs`, `max`, `math.fmod`).
         return self._spelled(fqn)
+
+    def _print_cotangent_term(self, expr: fn.cotangent_term) -> str:
+        cotangent, partial = expr.args
+        product = self._print(cotangent if partial == 1 else sp.Mul(cotangent, partial, evaluate=False))
+        return f"None if {self._print(cotangent)} is None else {product}"
+
+    def _helper_call(self, helper: Import, *args: sp.Basic) -> str:
+        """A call of the runtime's `helper` (imported by name) on `args`."""
+        assert helper.name is not None
+        self.module_imports_.add(helper)
+        return f"{self._spelled(helper.name)}({', '.join(self._print(a) for a in args)})"
 
     def _call(self, path: str, *args: sp.Basic, fixed: Sequence[str] = ()) -> str:
         """A call of `path` on `args`, then the `fixed` arguments, already code (`threshold=40.0`)."""
@@ -453,6 +465,9 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     def _number_in_float(self, number: str, anchors: Sequence[str]) -> str:
         return f"{self._record('jnp.asarray')}({number}, dtype={self._float_dtype(anchors)})"
 
+    def _print_cotangent_sum(self, expr: fn.cotangent_sum) -> str:
+        return self._helper_call(JAX_SUMMED_LIKE_IMPORT, *expr.args)
+
     def _print_Max(self, expr: sp.Max) -> str:
         return self._nested(self.functions["Max"], expr.args)
 
@@ -532,19 +547,8 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         path = self._record(self.functions["softplus_scaled"])
         return f"{path}({self._print(u)}, beta={self._argument(beta)}, threshold={SOFTPLUS_THRESHOLD})"
 
-    def _print_cotangent_term(self, expr: fn.cotangent_term) -> str:
-        cotangent, partial = expr.args
-        product = self._print(cotangent if partial == 1 else sp.Mul(cotangent, partial, evaluate=False))
-        return f"None if {self._print(cotangent)} is None else {product}"
-
     def _print_cotangent_sum(self, expr: fn.cotangent_sum) -> str:
         return self._helper_call(SUMMED_LIKE_IMPORT, *expr.args)
-
-    def _helper_call(self, helper: Import, *args: sp.Basic) -> str:
-        """A call of the runtime's `helper` (imported by name) on `args`."""
-        assert helper.name is not None
-        self.module_imports_.add(helper)
-        return f"{self._spelled(helper.name)}({', '.join(self._print(a) for a in args)})"
 
     def _print_tanh_backward(self, expr: fn.tanh_backward) -> str:
         return self._helper_call(TANH_BACKWARD_IMPORT, *expr.args)

@@ -66,6 +66,7 @@ HELPER_NAMES = frozenset(
         "nth_root",
         "output_from_host",
         "plain",
+        "present",
         "residual_dtypes",
         "route",
         "rule_op",

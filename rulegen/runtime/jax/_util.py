@@ -24,6 +24,27 @@ def sum_to_shape(x, shape):
     return jnp.sum(x, axis=axes).reshape(shape) if axes else x
 
 
+def present(tangents):
+    """A JVP rule's tangents, None for each input held constant (JAX's symbolic zero)."""
+    return tuple(None if type(t) is jax.custom_derivatives.SymbolicZero else t for t in tangents)
+
+
+def summed_like(like, *terms):
+    """Output `like`'s tangent: the sum of `terms` (None where an input has none), in its shape.
+
+    An input held constant adds nothing, not a zero times its partial
+    (0 * inf = nan where that partial overflows); with every term absent,
+    the tangent is zero.
+    """
+    total = None
+    for term in terms:
+        if term is not None:
+            total = term if total is None else total + term
+    if total is None:
+        return jnp.zeros_like(like)
+    return jnp.broadcast_to(total, jnp.shape(like))
+
+
 def unbroadcast(x_bar, x):
     """`x_bar` summed back to the shape of `x`, leaf by leaf when `x` is a pytree."""
     return jax.tree.map(lambda g, p: sum_to_shape(g, jnp.shape(p)), x_bar, x)
