@@ -201,7 +201,7 @@ def test_points_meet_the_joint_domain_condition(cancellations):
         with np.errstate(over="ignore"):
             assert (b * b >= 4 * (a * c)).all(), dtype
     labels = [q.label for q in result.quantities]
-    assert labels == ["out", "dout/da", "dout/db", "dout/dc"]
+    assert labels == ["out", "dout/da", "dout/db", "dout/dc", "dout/da (jvp)", "dout/db (jvp)", "dout/dc (jvp)"]
 
 
 def test_a_derivative_that_deliberately_is_not_the_forward_s_is_not_measured_against_it(cancellations):
@@ -221,12 +221,19 @@ def test_the_accuracy_command_prints_a_table_per_rule_and_writes_a_plot_page(tmp
     assert result.exit_code == 0, result.output
     out = result.output
     assert "acc_cube: bits of error, mean / max" in out
-    for row in ("out +│ float64", "out +│ float32", "dout/dx +│ float64", "dout/dx +│ float32"):
+    rows = (
+        "out +│ float64",
+        "out +│ float32",
+        "dout/dx +│ float64",
+        "dout/dx +│ float32",
+        r"dout/dx \(jvp\) +│ float64",
+    )
+    for row in rows:
         assert re.search(rf"│ {row} +│(?: +\d+\.\d\d / \d+ │){{4}}", out), row
     assert max(len(line) for line in out.splitlines()) <= 100
     page = (plots / "acc_cube.html").read_text()
     svgs = re.findall(r"<svg .*?</svg>", page, re.S)
-    assert len(svgs) == 4  # (value, partial) x (float64, float32)
+    assert len(svgs) == 6  # (value, partial by a VJP, partial by a JVP) x (float64, float32)
     for svg in svgs:
         assert len(ET.fromstring(svg).findall("{http://www.w3.org/2000/svg}circle")) == 4 * 8
 
@@ -380,6 +387,56 @@ def test_a_partial_is_measured_as_the_gradient_of_its_output_alone(tmp_path):
     found = _evaluate_jax(rule_like, plan, args)
     assert found[Quantity("a", "x")] == 1.0
     assert found[Quantity("b", "x")] == 2.0
+
+
+def test_forward_mode_is_measured_an_input_at_a_time_and_a_zero_for_the_other_counts(tmp_path):
+    # Reverse mode alone was measured: a JVP that gave an input held constant a zero tangent, times a partial
+    # that overflows, was nan where autodiff's tangent (no term for a constant) is right, and no check saw it
+    # (split3's dc/dy at x = 800: exp(x) = inf; sin_exp_mul's tangent in y alone at x near float max).
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    from rulegen.check.accuracy import Quantity, _forward_partials_jax, _forward_partials_torch
+
+    jax.config.update("jax_enable_x64", True)
+    path = tmp_path / "r.yaml"
+    path.write_text("name: split3\ninputs: [x, y]\noutputs: [a, b, c]\nforward: {a: x, b: 2*x + 1, c: exp(x)*y + x}\n")
+    (rule,) = read_rule_file(path)
+
+    class Plan:
+        pass
+
+    plan = Plan()
+    plan.rule = rule
+    args = [np.asarray([800.0, 1.0]), np.asarray([2.0, 3.0])]
+
+    def split3(x, y):
+        return x, 2 * x + 1, jnp.exp(x) * y + x
+
+    @jax.custom_jvp
+    def zero_for_the_held(x, y):
+        return split3(x, y)
+
+    @zero_for_the_held.defjvp
+    def _(primals, tangents):
+        x, y = primals
+        x_dot, y_dot = tangents  # a zero array for the input held constant
+        return split3(x, y), (x_dot, 2 * x_dot, (jnp.exp(x) * y + 1) * x_dot + jnp.exp(x) * y_dot)
+
+    found = _forward_partials_jax(zero_for_the_held, plan, args)
+    autodiff = _forward_partials_jax(split3, plan, args)
+    assert set(found) == {Quantity(o, i, "forward") for o in "abc" for i in "xy"}
+    assert np.isnan(found[Quantity("c", "y", "forward")][0]) and np.isinf(autodiff[Quantity("c", "y", "forward")][0])
+    assert np.isnan(found[Quantity("c", "x", "forward")][0]) and np.isinf(autodiff[Quantity("c", "x", "forward")][0])
+    assert found[Quantity("b", "x", "forward")].tolist() == [2.0, 2.0]
+
+    def split3_torch(x, y):
+        return x.clone(), 2 * x + 1, torch.exp(x) * y + x
+
+    torch_found = _forward_partials_torch(split3_torch, plan, args)
+    assert torch_found[Quantity("c", "x", "forward")].tolist() == [math.inf, 3 * math.exp(1) + 1]
+    assert torch_found[Quantity("a", "y", "forward")].tolist() == [0.0, 0.0]
 
 
 def test_a_flushed_subnormal_counts_as_correctly_rounded_for_jax_alone(tmp_path):

@@ -93,9 +93,12 @@ _TORCH_CODE_LINES_IN_ALL = 3352 * 7 // 10
 
 
 #: Where the code lines stand (stop 37): a ceiling while issue 27's targets above are not met.  The total took 8
-#: lines for tanh's backward as one kernel (an import of `tanh_backward` in four modules, calls ruff wraps), and
-#: sin_exp_mul 2 for its output tangent from its saved intermediates' (`_chained_tangents`: 15 kernels -> 12).
-_TORCH_CODE_LINES_NOW = {"gelu": 45, "fixed_point": 46, "sin_mul": 48, "sin_exp_mul": 69, "point_jvp": 54}
+#: lines for tanh's backward as one kernel (an import of `tanh_backward` in four modules, calls ruff wraps),
+#: sin_exp_mul 2 for its output tangent from its saved intermediates' (`_chained_terms`: 15 kernels -> 12), and
+#: 61 in the 16 modules of two differentiable inputs for a correct tangent where one is held constant (an
+#: absent tangent read as torch's efficient zero, `tangent_or_zero`, and its import; grads unmaterialised, so
+#: backward returns nothing for an absent cotangent): a dense zero times an overflowing partial was nan.
+_TORCH_CODE_LINES_NOW = {"gelu": 45, "fixed_point": 46, "sin_mul": 49, "sin_exp_mul": 70, "point_jvp": 55}
 
 
 def test_generated_torch_modules_grow_no_longer():
@@ -104,7 +107,7 @@ def test_generated_torch_modules_grow_no_longer():
     counts = rule_modules(Path(__file__).resolve().parent.parent / "generated", "torch")
     over = {name: counts[name] for name, most in _TORCH_CODE_LINES_NOW.items() if counts[name] > most}
     assert not over, f"code lines over {_TORCH_CODE_LINES_NOW}: {over}"
-    assert sum(counts.values()) <= 3137
+    assert sum(counts.values()) <= 3198
 
 
 @pytest.mark.xfail(

@@ -7,6 +7,7 @@ are no Python names).
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded, unpack_keys
 
 
@@ -24,11 +25,14 @@ class AffineState(RuleFunction):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, w, b = inputs
+        ctx.set_materialize_grads(False)
         save_for_derivatives(ctx, x, w, b)
 
     @staticmethod
     def backward(ctx, out_bar):
         x, w, b = ctx.saved_tensors
+        if out_bar is None:
+            return None, None, None
         return (
             None,
             ((out_bar * x).sum_to_size(w.shape) if ctx.needs_input_grad[1] else None),
@@ -37,7 +41,9 @@ class AffineState(RuleFunction):
 
     @staticmethod
     def jvp(ctx, x_dot, w_dot, b_dot):
-        x, _, _ = ctx.saved_tensors
+        x, w, b = ctx.saved_tensors
+        w_dot = tangent_or_zero(w_dot, w)
+        b_dot = tangent_or_zero(b_dot, b)
         return b_dot + w_dot * x
 
 

@@ -5,6 +5,7 @@
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._native import tangent_or_zero
 from ._util import as_tensors
 
 
@@ -22,11 +23,14 @@ class CMobius(RuleFunction):
     @staticmethod
     def setup_context(ctx, inputs, output):
         z, a = inputs
+        ctx.set_materialize_grads(False)
         save_for_derivatives(ctx, z, a)
 
     @staticmethod
     def backward(ctx, out_bar):
         z, a = ctx.saved_tensors
+        if out_bar is None:
+            return None, None
         if plain(z, a, out_bar) and all(ctx.needs_input_grad):
             t0 = torch.conj_physical(z)
             t1 = t0 + 2
@@ -46,6 +50,8 @@ class CMobius(RuleFunction):
     @staticmethod
     def jvp(ctx, z_dot, a_dot):
         z, a = ctx.saved_tensors
+        z_dot = tangent_or_zero(z_dot, z)
+        a_dot = tangent_or_zero(a_dot, a)
         t0 = z + 2
         return a_dot * (z / t0) + z_dot * ((2 * a - 1j) / t0**2)
 

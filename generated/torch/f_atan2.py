@@ -5,6 +5,7 @@
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, binade, rounded
 
 
@@ -18,11 +19,14 @@ class FAtan2(RuleFunction):
     @staticmethod
     def setup_context(ctx, inputs, output):
         y, x = inputs
+        ctx.set_materialize_grads(False)
         save_for_derivatives(ctx, y, x)
 
     @staticmethod
     def backward(ctx, out_bar):
         y, x = ctx.saved_tensors
+        if out_bar is None:
+            return None, None
         if plain(y, x, out_bar) and all(ctx.needs_input_grad):
             t0 = torch.abs(x)
             t1 = t0 < 3.9e-14
@@ -58,6 +62,8 @@ class FAtan2(RuleFunction):
     @staticmethod
     def jvp(ctx, y_dot, x_dot):
         y, x = ctx.saved_tensors
+        y_dot = tangent_or_zero(y_dot, y)
+        x_dot = tangent_or_zero(x_dot, x)
         t0 = torch.abs(x)
         t1 = binade(torch.maximum(t0, torch.abs(y)))
         t2 = y / t1

@@ -5,6 +5,7 @@
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded
 
 
@@ -18,11 +19,14 @@ class FMax(RuleFunction):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, y = inputs
+        ctx.set_materialize_grads(False)
         save_for_derivatives(ctx, x, y)
 
     @staticmethod
     def backward(ctx, out_bar):
         x, y = ctx.saved_tensors
+        if out_bar is None:
+            return None, None
         if plain(x, y, out_bar) and all(ctx.needs_input_grad):
             t0 = -y
             t0.add_(x)
@@ -45,6 +49,8 @@ class FMax(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
+        x_dot = tangent_or_zero(x_dot, x)
+        y_dot = tangent_or_zero(y_dot, y)
         t0 = x - y
         return x_dot * (torch.sign(t0) + 1) / 2 + y_dot * (torch.sign(-t0) + 1) / 2
 

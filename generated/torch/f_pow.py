@@ -5,6 +5,7 @@
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded
 
 
@@ -19,11 +20,14 @@ class FPow(RuleFunction):
     def setup_context(ctx, inputs, output):
         x, y = inputs
         out = output
+        ctx.set_materialize_grads(False)
         save_for_derivatives(ctx, x, y, out)
 
     @staticmethod
     def backward(ctx, out_bar):
         x, y, out = ctx.saved_tensors
+        if out_bar is None:
+            return None, None
         if plain(x, y, out, out_bar) and all(ctx.needs_input_grad):
             t0 = out * y / x
             t0.mul_(out_bar)
@@ -41,6 +45,8 @@ class FPow(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, out = ctx.saved_tensors
+        x_dot = tangent_or_zero(x_dot, x)
+        y_dot = tangent_or_zero(y_dot, y)
         return x_dot * (out * y / x) + y_dot * (out * torch.log(x))
 
 

@@ -7,6 +7,7 @@ tuple out.
 import torch
 
 from ._function import RuleFunction, broadcast, plain, routed, save_for_derivatives, summed_like
+from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded, unpack_fields
 
 
@@ -51,8 +52,8 @@ class PointJvp(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        x_dot = torch.zeros_like(x) if x_dot is None else x_dot
-        y_dot = torch.zeros_like(y) if y_dot is None else y_dot
+        x_dot = tangent_or_zero(x_dot, x)
+        y_dot = tangent_or_zero(y_dot, y)
         return (
             torch.broadcast_to(x_dot * (2 * x), ctx.a_shape),
             torch.broadcast_to(x_dot * torch.cos(x), ctx.a_shape),

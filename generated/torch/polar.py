@@ -5,6 +5,7 @@
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
+from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, binade, rounded
 
 
@@ -71,8 +72,8 @@ class Polar(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        x_dot = torch.zeros_like(x) if x_dot is None else x_dot
-        y_dot = torch.zeros_like(y) if y_dot is None else y_dot
+        x_dot = tangent_or_zero(x_dot, x)
+        y_dot = tangent_or_zero(y_dot, y)
         t0 = torch.hypot(x, y)
         t1 = torch.abs(y)
         t2 = t1 < 3.9e-14

@@ -5,6 +5,7 @@
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
+from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded
 
 
@@ -64,8 +65,8 @@ class SinExpMul(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, saved_exp, saved_sin = ctx.saved_tensors
-        x_dot = torch.zeros_like(x) if x_dot is None else x_dot
-        y_dot = torch.zeros_like(y) if y_dot is None else y_dot
+        x_dot = tangent_or_zero(x_dot, x)
+        y_dot = tangent_or_zero(y_dot, y)
         saved_exp_dot = -2 * saved_exp * x * x_dot
         saved_sin_dot = x_dot * torch.cos(x)
         out_dot = saved_exp * (saved_sin * y_dot + saved_sin_dot * y) + saved_exp_dot * (

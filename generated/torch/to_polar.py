@@ -7,6 +7,7 @@ from typing import NamedTuple
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
+from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, binade, rounded
 
 
@@ -173,8 +174,8 @@ class ToPolar(RuleFunction):
             saved_binade,
             saved_abs,
         ) = ctx.saved_tensors
-        x_dot = torch.zeros_like(x) if x_dot is None else x_dot
-        y_dot = torch.zeros_like(y) if y_dot is None else y_dot
+        x_dot = tangent_or_zero(x_dot, x)
+        y_dot = tangent_or_zero(y_dot, y)
         t1 = saved_divided2 / saved_value
         t3 = 1 / (saved_binade * saved_divided)
         t4 = saved_divided3 / saved_value

@@ -17,10 +17,11 @@ without rulegen is the bar.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import sympy as sp
@@ -38,6 +39,8 @@ from rulegen.derive.measure import (
 )
 from rulegen.spec.rules import Input, Rule, SympyBody
 
+Mode = Literal["reverse", "forward"]
+
 DTYPES: dict[str, Any] = {"float64": np.float64, "float32": np.float32}
 BACKENDS = ("jax", "torch")
 SOURCES = ("generated", "autodiff")
@@ -48,14 +51,18 @@ SOURCES = ("generated", "autodiff")
 
 @dataclass(frozen=True)
 class Quantity:
-    """A value of the forward (`wrt` None) or a partial d output / d wrt."""
+    """A value of the forward (`wrt` None) or a partial d output / d wrt, as reverse or forward mode computes it."""
 
     output: str
     wrt: str | None = None
+    #: "reverse": by a VJP (a backward); "forward": by a JVP, which a rule computes with code of its own.
+    mode: Mode = "reverse"
 
     @property
     def label(self) -> str:
-        return self.output if self.wrt is None else f"d{self.output}/d{self.wrt}"
+        if self.wrt is None:
+            return self.output
+        return f"d{self.output}/d{self.wrt}" + (" (jvp)" if self.mode == "forward" else "")
 
     @property
     def is_partial(self) -> bool:
@@ -103,12 +110,14 @@ class RuleAccuracy:
     def quantities(self) -> list[Quantity]:
         return list(dict.fromkeys(s.quantity for s in self.series))
 
-    def mean_bits(self, *, partials: bool, dtype: str, backend: str, source: str) -> float:
-        """The mean over the rule's values (or partials) and points; nan where it has none."""
+    def mean_bits(self, *, partials: bool, dtype: str, backend: str, source: str, mode: Mode = "reverse") -> float:
+        """The mean over the rule's values (or partials, in `mode`) and points; nan where it has none."""
         chosen = [
             s.bits
             for s in self.series
-            if s.quantity.is_partial == partials and (s.dtype, s.backend, s.source) == (dtype, backend, source)
+            if s.quantity.is_partial == partials
+            and (s.dtype, s.backend, s.source) == (dtype, backend, source)
+            and (not partials or s.quantity.mode == mode)
         ]
         return float(np.mean(np.concatenate(chosen))) if chosen else math.nan
 
@@ -316,6 +325,46 @@ def _evaluate_torch(fn: Callable[..., Any], plan: _Plan, args: list[Any]) -> dic
     return found
 
 
+def _forward_partials_jax(fn: Callable[..., Any], plan: _Plan, args: list[Any]) -> dict[Quantity, np.ndarray]:
+    """Every partial of `plan` from `fn` in JAX by forward mode: a JVP in each input alone, the others held."""
+    import jax
+    import jax.numpy as jnp
+
+    rule = plan.rule
+    full = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+    found: dict[Quantity, np.ndarray] = {}
+    for k in (k for k, i in enumerate(rule.inputs) if i.differentiable):
+
+        def alone(x: Any, k: int = k) -> tuple[Any, ...]:
+            return _as_tuple(fn(*full[:k], x, *full[k + 1 :]))
+
+        _, tangents = jax.jvp(alone, (full[k],), (jnp.ones_like(full[k]),))
+        for output, tangent in zip(rule.outputs, tangents, strict=True):
+            if output.differentiable:
+                found[Quantity(output.name, rule.inputs[k].name, "forward")] = np.asarray(tangent)
+    return found
+
+
+def _forward_partials_torch(fn: Callable[..., Any], plan: _Plan, args: list[Any]) -> dict[Quantity, np.ndarray]:
+    """Every partial of `plan` from `fn` in torch by forward mode (`torch.func.jvp`), an input at a time."""
+    import torch
+
+    rule = plan.rule
+    full = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
+    differentiable = [n for n, o in enumerate(rule.outputs) if o.differentiable]
+    found: dict[Quantity, np.ndarray] = {}
+    for k in (k for k, i in enumerate(rule.inputs) if i.differentiable):
+
+        def alone(x: Any, k: int = k) -> tuple[Any, ...]:
+            outs = _as_tuple(fn(*full[:k], x, *full[k + 1 :]))
+            return tuple(outs[n] for n in differentiable)
+
+        tangents = torch.func.jvp(alone, (full[k],), (torch.ones_like(full[k]),))[1]
+        for n, tangent in zip(differentiable, tangents, strict=True):
+            found[Quantity(rule.outputs[n].name, rule.inputs[k].name, "forward")] = tangent.numpy(force=True)
+    return found
+
+
 # ---------------------------------------------------------------- one rule
 
 
@@ -360,6 +409,8 @@ def measure_functions(
             args, exact = _exact_points(plan, points, rng, dtype)
         except ValueError as why:
             return RuleAccuracy(rule.name, skipped=str(why))
+        # Forward mode computes the same partials, by the rule's JVP where reverse mode runs its VJP.
+        exact |= {dataclasses.replace(q, mode="forward"): v for q, v in exact.items() if q.is_partial}
         if not any(isinstance(a, np.ndarray) and a.size for a in args):
             return RuleAccuracy(rule.name, skipped="no sampled point has a finite real value")
         inputs[dtype_name] = {i.name: a for i, a in zip(rule.inputs, args, strict=True) if not i.static}
@@ -377,15 +428,21 @@ def _measured(
     backend: str,
     source: str,
 ) -> Iterator[Series]:
-    evaluate = _evaluate_jax if backend == "jax" else _evaluate_torch
+    evaluations = (
+        (_evaluate_jax, _forward_partials_jax) if backend == "jax" else (_evaluate_torch, _forward_partials_torch)
+    )
     arrays = [np.asarray(a, dtype=np.float64) for a in args if isinstance(a, np.ndarray)]
-    note = ""
-    try:
-        with np.errstate(all="ignore"):
-            found = evaluate(fn, plan, args)
-    except Exception as exc:  # a crash is as wrong as nan everywhere, and said so
-        note, found = f"{type(exc).__name__}: {str(exc)[:200]}", {}
+    notes: dict[Mode, str] = {}
+    found: dict[Quantity, np.ndarray] = {}
+    modes: tuple[Mode, Mode] = ("reverse", "forward")
+    for mode, evaluate in zip(modes, evaluations, strict=True):
+        try:
+            with np.errstate(all="ignore"):
+                found |= evaluate(fn, plan, args)
+        except Exception as exc:  # a crash is as wrong as nan everywhere, and said so
+            notes[mode] = f"{type(exc).__name__}: {str(exc)[:200]}"
     for quantity, reference in exact.items():
+        note = notes.get(quantity.mode, "")
         got = found.get(quantity, np.full(reference.shape, np.nan))
         got = np.broadcast_to(np.asarray(got, dtype=DTYPES[dtype]), reference.shape)
         bits = bits_of_error(got, reference, DTYPES[dtype])
@@ -465,7 +522,8 @@ CHECK_POINTS = 32
 
 
 def check_accuracy(s: Subject) -> str:
-    """Each value and partial, in both dtypes and backends, no worse than autodiff of the forward as written.
+    """Each value and partial (by a VJP and by a JVP), in both dtypes and backends, no worse than autodiff of the
+    forward as written.
 
     Bits of error at points spread over every magnitude of the inputs'
     domains (the float bit patterns), against the mpmath value; the rule of

@@ -28,7 +28,7 @@ def accuracy_table(result: RuleAccuracy) -> Any:
     from rich.table import Table
 
     table = Table(title=f"{result.rule}: bits of error, mean / max", title_justify="left")
-    table.add_column("quantity")
+    table.add_column("quantity", no_wrap=True)
     table.add_column("dtype")
     for backend in BACKENDS:
         for source in SOURCES:

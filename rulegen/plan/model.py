@@ -138,6 +138,7 @@ class TorchPlan:
     first_order: Block | None
     first_order_test: str
     unmaterialised: bool  # absent cotangents and tangents arrive as None (`ctx.set_materialize_grads(False)`)
+    cotangents_absent: bool  # backward sums the present cotangents' terms (see plan.torch._Torch.cotangents_absent)
     fused_backward_params: tuple[str, ...]  # with `fuse`: what the compiled backward body takes; () without
     # With `fuse`, the bodies torch.compile runs where they differ from the
     # eager ones (rulegen.plan.printers.CompiledTorchPrinter); None elsewhere.

@@ -56,6 +56,8 @@ TANH_BACKWARD_IMPORT = Import("._native", "tanh_backward")
 
 # A gradient summed over the cotangents present (functions.cotangent_sum), the runtime's.
 SUMMED_LIKE_IMPORT = Import("._function", "summed_like")
+# An absent tangent read as torch's efficient zero (plan.torch's jvp of several inputs).
+TANGENT_OR_ZERO_IMPORT = Import("._native", "tangent_or_zero")
 JAX_SUMMED_LIKE_IMPORT = Import("._util", "summed_like")
 
 # The power of two that a homogeneous expression's inputs are scaled by (functions.binade), the runtime's.

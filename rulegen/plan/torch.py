@@ -39,7 +39,7 @@ from rulegen.plan.header import (
     unpacked,
 )
 from rulegen.plan.model import Reads, Result, TorchPlan, Wrap
-from rulegen.plan.printers import one_kernel, print_torch, print_torch_compiled
+from rulegen.plan.printers import TANGENT_OR_ZERO_IMPORT, one_kernel, print_torch, print_torch_compiled
 from rulegen.plan.saving import eager_passes, saved_form, saved_intermediates
 from rulegen.plan.symbolic import (
     broadcast_outputs,
@@ -110,8 +110,8 @@ class _Torch:
         return tuple(o.name for o in self.rule.outputs if not o.differentiable)
 
     @functools.cached_property
-    def unmaterialised(self) -> bool:
-        """Whether absent cotangents and tangents arrive as None (`ctx.set_materialize_grads(False)`).
+    def cotangents_absent(self) -> bool:
+        """Whether backward may get one cotangent as None beside others, and sums the present ones' terms.
 
         Where the Function has residual outputs (whose cotangents are absent
         but in a differentiated backward) or two differentiable outputs: a
@@ -119,6 +119,18 @@ class _Torch:
         other output's partial, 0 * inf = nan where that partial overflows.
         """
         return bool(self.residual_names) or sum(o.differentiable for o in self.rule.outputs) > 1
+
+    @functools.cached_property
+    def unmaterialised(self) -> bool:
+        """Whether absent cotangents and tangents arrive as None (`ctx.set_materialize_grads(False)`).
+
+        Where cotangents may be absent (above), and where two differentiable
+        inputs are, one of which may be held constant: a zero materialised
+        for its tangent would multiply its partial, nan where that overflows,
+        where autodiff, which has no term for a constant, is right (jvp reads
+        an absent tangent as torch's efficient zero, `tangent_or_zero`).
+        """
+        return self.cotangents_absent or len(self.diff_inputs) > 1
 
     @functools.cached_property
     def absent_tangents(self) -> tuple[str, ...]:
@@ -235,6 +247,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
     jvp = emit.block(jvp_lets, jvp_results)
     used = jvp.reads | backward.reads | set(t.absent_tangents)
     emit.imports.add(Import("torch"))
+    if t.absent_tangents:
+        emit.imports.add(TANGENT_OR_ZERO_IMPORT)
     statics_used = tuple(s for s in t.statics if s in used)
     values_out = (*t.outputs, *t.residual_names)
     saved = tuple(n for n in (*(i.name for i in rule.inputs), *values_out) if n in used and n not in t.statics)
@@ -280,6 +294,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         first_order=backward.first_order_block,
         first_order_test=_first_order_test(t) if backward.first_order_block else "",
         unmaterialised=t.unmaterialised,
+        cotangents_absent=t.cotangents_absent,
         fused_backward_params=fused.backward_params,
         fused_forward_compiled=fused.forward,
         fused_backward_compiled=fused.backward,
@@ -384,14 +399,14 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
     for k, i in enumerate(t.rule.inputs):
         # With several inputs, one may need no gradient (data, or a frozen parameter): it is not computed.
         guard = f"{torch_context(t.rule)}.needs_input_grad[{k}]" if guarded and len(t.diff_inputs) > 1 else ""
-        if with_residuals and t.unmaterialised:
+        if with_residuals and t.cotangents_absent:
             expr = _terms_of_present_cotangents(t, i.name)
         else:
             expr = linear_combination(t.d, t.backward_partials, i.name, t.outputs, COTANGENT, transpose=True)
         reads = frozenset({i.name})
         if i.name not in t.diff_inputs or expr == 0:
             found.append(Result(cotangent(i.name), code="None"))
-        elif with_residuals and t.unmaterialised:
+        elif with_residuals and t.cotangents_absent:
             found.append(Result(cotangent(i.name), expr, guard=guard))
         elif broadcastable:
             wrap = Wrap(f"{{}}.sum_to_size({i.name}.shape)", reads)
@@ -413,7 +428,7 @@ def _backward(t: _Torch, emit: Emitter) -> _Backward:
     # Fused bodies are compiled functions of tensors alone, without ctx to ask.
     guarded = not t.rule.fuse
     full = _backward_results(t, with_residuals=True, guarded=guarded)
-    if not t.unmaterialised:
+    if not t.cotangents_absent:
         return _Backward(full, [], emit.block([], full), None)
     bars = (cotangent(n) for n in (*t.outputs, *t.residual_names))
     cotangent_native = torch_forms((*t.statics, *bars), t.integral, t.tanh_values)
@@ -745,6 +760,10 @@ def _unpacked(reads: Reads, ctx: str) -> list[Statement]:
 
 def _backward_body(plan: TorchPlan) -> tuple[Statement, ...]:
     body = _unpacked(plan.backward_reads, plan.own["ctx"])
+    if plan.unmaterialised and not plan.cotangents_absent:
+        # Unmaterialised for the tangents' sake: the one cotangent is absent only where no gradient flows.
+        (bar,) = (cotangent(o) for o in plan.outputs if o not in plan.non_differentiable)
+        body.append(If(f"{bar} is None", (Return(", ".join("None" for _ in plan.inputs)),)))
     fused_call = Return(f"_backward({', '.join(plan.fused_backward_params)})")
     if plan.fused_backward_params and plan.first_order:
         body.append(If(plan.first_order_test, (fused_call,)))
@@ -760,8 +779,8 @@ def _backward_body(plan: TorchPlan) -> tuple[Statement, ...]:
 
 def _jvp_body(plan: TorchPlan) -> tuple[Statement, ...]:
     body = _unpacked(plan.jvp_reads, plan.own["ctx"])
-    zeros = f"{plan.own['torch']}.zeros_like"
-    body += [Assign(dot, f"{zeros}({x}) if {dot} is None else {dot}") for x, dot in plan.absent_tangents]
+    zero = plan.own["tangent_or_zero"]
+    body += [Assign(dot, f"{zero}({dot}, {x})") for x, dot in plan.absent_tangents]
     return (*body, *plan.jvp.statements)
 
 

@@ -74,6 +74,7 @@ HELPER_NAMES = frozenset(
         "sharded",
         "silu_backward",
         "summed_like",
+        "tangent_or_zero",
         "tanh_backward",
         "tanh_expm1",
         "to_host",

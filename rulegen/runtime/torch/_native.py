@@ -1,4 +1,6 @@
-"""Native kernels autograd cannot differentiate, called where nothing differentiates them.
+"""torch's own kernels and objects the generated bodies call for what no composite does as well.
+
+Native kernels autograd cannot differentiate are called where nothing differentiates them.
 
 `torch.ops.aten.silu_backward` computes a cotangent times silu's derivative in
 one pass where the composite takes four, but it has no derivative of its own:
@@ -40,3 +42,16 @@ def silu_backward(grad, u):
         # partitioner may compute in the forward's loop and keep.
         return rounded(low, grad * (s + torch.ops.aten.sigmoid_backward(u, s)))
     return torch.ops.aten.silu_backward(grad, u)
+
+
+def tangent_or_zero(tangent, primal):
+    """`tangent`, or where its input has none (held constant), torch's efficient zero like `primal`.
+
+    A product with that zero is zero, never nan, and it allocates nothing:
+    a dense zero times a partial that overflows is nan (0 * inf), where
+    autodiff, which has no term for a constant, is right.  torch's own
+    forward-mode formulas read an absent tangent so.
+    """
+    if tangent is not None:
+        return tangent
+    return torch._efficientzerotensor(primal.shape, dtype=primal.dtype, device=primal.device)
