@@ -48,9 +48,10 @@ def _torch_compile(out: str) -> None:
 
 
 def _jax_jit(out: str) -> None:
-    for case in ["log1pexp", "tanh", "sin_mul", "sin_exp_mul", "gelu"]:
+    for case in ["log1pexp", "softplus", "tanh", "sin_mul", "sin_exp_mul", "gelu"]:
         assert re.search(rf"^{case} +{RATIO} +{RATIO} +{RATIO} +{RATIO}$", out, re.M), case
-    for case in ["log1pexp", "gelu"]:  # float32 error of value and derivative: generated, hand-written, composite
+    # float32 error of value and derivative: generated, hand-written, composite
+    for case in ["log1pexp", "softplus", "gelu"]:
         assert re.search(rf"^{case}(?: +{ERROR}, {ERROR}){{3}}$", out, re.M), case
     for case in ["softmax", "logsumexp"]:  # hand-written custom_vjps: no forward mode
         assert re.search(rf"^{case} +{RATIO} +{RATIO} +n/a +{RATIO}$", out, re.M), case
