@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -346,6 +347,14 @@ def test_a_shared_divisor_is_divided_by_never_multiplied_by_its_reciprocal(built
     assert gy.item() == -1.0
 
 
+def _split3_plan(tmp_path):
+    """What the evaluations read of a measurement's plan, for split3: a = x, b = 2x + 1, c = exp(x) y + x."""
+    path = tmp_path / "r.yaml"
+    path.write_text("name: split3\ninputs: [x, y]\noutputs: [a, b, c]\nforward: {a: x, b: 2*x + 1, c: exp(x)*y + x}\n")
+    (rule,) = read_rule_file(path)
+    return types.SimpleNamespace(rule=rule)
+
+
 def test_a_partial_is_measured_as_the_gradient_of_its_output_alone(tmp_path):
     # split3's a = x beside c = exp(x)*y + x: in float32 at x = 9, y = -3.8e36, c's partial y*exp(x) + 1 is -inf.
     # The JAX measure took d a/dx from one VJP of every output with zero arrays for the others' cotangents, and
@@ -361,15 +370,7 @@ def test_a_partial_is_measured_as_the_gradient_of_its_output_alone(tmp_path):
     def split3(x, y):
         return x, 2 * x + 1, jnp.exp(x) * y + x
 
-    path = tmp_path / "r.yaml"
-    path.write_text("name: split3\ninputs: [x, y]\noutputs: [a, b, c]\nforward: {a: x, b: 2*x + 1, c: exp(x)*y + x}\n")
-    (rule,) = read_rule_file(path)
-
-    class Plan:
-        pass
-
-    plan = Plan()
-    plan.rule = rule
+    plan = _split3_plan(tmp_path)
     args = [np.asarray([9.0168361663818359], dtype=np.float32), np.asarray([-3.7692212027758653e36], dtype=np.float32)]
 
     @jax.custom_jvp
@@ -400,15 +401,7 @@ def test_forward_mode_is_measured_an_input_at_a_time_and_a_zero_for_the_other_co
     from rulegen.check.accuracy import Quantity, _forward_partials_jax, _forward_partials_torch
 
     jax.config.update("jax_enable_x64", True)
-    path = tmp_path / "r.yaml"
-    path.write_text("name: split3\ninputs: [x, y]\noutputs: [a, b, c]\nforward: {a: x, b: 2*x + 1, c: exp(x)*y + x}\n")
-    (rule,) = read_rule_file(path)
-
-    class Plan:
-        pass
-
-    plan = Plan()
-    plan.rule = rule
+    plan = _split3_plan(tmp_path)
     args = [np.asarray([800.0, 1.0]), np.asarray([2.0, 3.0])]
 
     def split3(x, y):

@@ -54,11 +54,11 @@ SOFTPLUS_THRESHOLD = 40.0
 SILU_BACKWARD_IMPORT = Import("._native", "silu_backward")
 TANH_BACKWARD_IMPORT = Import("._native", "tanh_backward")
 
-# A gradient summed over the cotangents present (functions.cotangent_sum), the runtime's.
+# A gradient (torch) or a tangent (JAX) summed over the terms present (functions.cotangent_sum), the runtime's.
 SUMMED_LIKE_IMPORT = Import("._function", "summed_like")
+JAX_SUMMED_LIKE_IMPORT = Import("._util", "summed_like")
 # An absent tangent read as torch's efficient zero (plan.torch's jvp of several inputs).
 TANGENT_OR_ZERO_IMPORT = Import("._native", "tangent_or_zero")
-JAX_SUMMED_LIKE_IMPORT = Import("._util", "summed_like")
 
 # The power of two that a homogeneous expression's inputs are scaled by (functions.binade), the runtime's.
 BINADE_IMPORT = Import("._util", "binade")

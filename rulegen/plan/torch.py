@@ -541,8 +541,8 @@ def _chained_tangents(t: _Torch, residual_tangents: Mapping[str, sp.Expr]) -> di
     partials are sympy's of its forward (the chain is checked equal to
     them), neither the forward nor a partial was rewritten into a form
     measured more accurate (the chain computes the derived form, as
-    autodiff does), the rule is real.  Residuals are exact at every order (their own partials), so the
-    chain is too.
+    autodiff does), the rule is real.  Residuals are exact at every order
+    (their own partials), so the chain is too.
     """
     d = t.d
     if d.rule.complex or d.residuals or not t.residual_names:
