@@ -69,8 +69,8 @@ class SinExpMul(RuleFunction):
         y_dot = tangent_or_zero(y_dot, y)
         saved_exp_dot = -2 * saved_exp * x * x_dot
         saved_sin_dot = x_dot * torch.cos(x)
-        out_dot = saved_exp * (saved_sin * y_dot + saved_sin_dot * y) + saved_exp_dot * (
-            saved_sin * y
+        out_dot = y * (saved_exp * saved_sin_dot + saved_exp_dot * saved_sin) + y_dot * (
+            saved_exp * saved_sin
         )
         return out_dot, saved_exp_dot, saved_sin_dot
 

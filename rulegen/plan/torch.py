@@ -551,6 +551,7 @@ def _chained_tangents(t: _Torch, residual_tangents: Mapping[str, sp.Expr]) -> di
     inputs = {s: e for e, s in kept.items()}
     rewritten = {n for n, _, _ in d.rewritten}
     stabilised = {c.quantity for c in d.choices if c.more_accurate}
+    arrays = frozenset(t.symbols[a] for a in t.arrays)
 
     def written_out(expr: sp.Expr) -> sp.Expr:
         with_tangents = expr.doit().xreplace({t.symbols[tangent(r)]: e for r, e in residual_tangents.items()})
@@ -568,27 +569,32 @@ def _chained_tangents(t: _Torch, residual_tangents: Mapping[str, sp.Expr]) -> di
             continue
         terms = [(sp.diff(forward, t.symbols[i]), t.symbols[tangent(i)]) for i in t.diff_inputs]
         terms += [(sp.diff(forward, t.symbols[r]), t.symbols[tangent(r)]) for r in read]
-        expr = _shared_factors_once([(sp.Mul.make_args(p), dot) for p, dot in terms if p != 0])
+        expr = _shared_factors_once([(sp.Mul.make_args(p), dot) for p, dot in terms if p != 0], arrays)
         direct = linear_combination(d, t.jvp_partials, o.name, t.diff_inputs, TANGENT)
         if sp.expand(written_out(expr) - written_out(direct)) == 0:
             chained[o.name] = expr
     return chained
 
 
-def _shared_factors_once(terms: Sequence[tuple[tuple[sp.Expr, ...], sp.Expr]]) -> sp.Expr:
+def _shared_factors_once(
+    terms: Sequence[tuple[tuple[sp.Expr, ...], sp.Expr]], inputs: Set[sp.Expr] = frozenset()
+) -> sp.Expr:
     """The sum of each term's factors times its tangent, a factor several terms share multiplied once.
 
     `y * (s_sin * s_exp_dot + s_exp * s_sin_dot)`, not `s_sin * y * s_exp_dot
-    + s_exp * y * s_sin_dot`: a pass over memory fewer in eager torch.
+    + s_exp * y * s_sin_dot`: a pass over memory fewer in eager torch.  Of
+    factors shared as often, an input goes first, as autodiff of `f(x) * y`
+    multiplies the sum of f's terms by y: at y = inf that is inf or -inf,
+    where multiplying each term by y first could add inf to -inf.
     """
     counts = Counter(f for factors, _ in terms for f in set(factors) if not f.is_number)
-    shared = max(sorted(counts, key=sp.default_sort_key), key=counts.__getitem__, default=None)
+    shared = max(sorted(counts, key=sp.default_sort_key), key=lambda f: (counts[f], f in inputs), default=None)
     if shared is None or counts[shared] < 2:
         products = [(sp.Mul(*factors), dot) for factors, dot in terms]
         return sp.Add(*((sp.UnevaluatedExpr(p) if p.is_Mul else p) * dot for p, dot in products))
     having = [(_without(factors, shared), dot) for factors, dot in terms if shared in factors]
     rest = [term for term in terms if shared not in term[0]]
-    return shared * _shared_factors_once(having) + (_shared_factors_once(rest) if rest else 0)
+    return shared * _shared_factors_once(having, inputs) + (_shared_factors_once(rest, inputs) if rest else 0)
 
 
 def _without(factors: tuple[sp.Expr, ...], factor: sp.Expr) -> tuple[sp.Expr, ...]:
