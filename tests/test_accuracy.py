@@ -347,6 +347,28 @@ def test_a_shared_divisor_is_divided_by_never_multiplied_by_its_reciprocal(built
     assert gy.item() == -1.0
 
 
+def _split3_functions():
+    """split3 in JAX, and as a custom_jvp whose rule multiplies each tangent by its partial computed whole."""
+    import jax
+    import jax.numpy as jnp
+
+    def split3(x, y):
+        return x, 2 * x + 1, jnp.exp(x) * y + x
+
+    @jax.custom_jvp
+    def rule_like(x, y):
+        return split3(x, y)
+
+    @rule_like.defjvp
+    def _(primals, tangents):
+        x, y = primals
+        x_dot, y_dot = tangents
+        partial = jnp.exp(x) * y + 1
+        return split3(x, y), (x_dot, 2 * x_dot, partial * x_dot + jnp.exp(x) * y_dot)
+
+    return split3, rule_like
+
+
 def _split3_plan(tmp_path):
     """What the evaluations read of a measurement's plan, for split3: a = x, b = 2x + 1, c = exp(x) y + x."""
     path = tmp_path / "r.yaml"
@@ -361,30 +383,14 @@ def test_a_partial_is_measured_as_the_gradient_of_its_output_alone(tmp_path):
     # 0 * -inf made it nan (32 bits wrong, seed 17 of the 20-seed run); jax.grad of a alone, as torch's backward of
     # a alone, never multiplies c's partial at all.
     import jax
-    import jax.numpy as jnp
 
     from rulegen.check.accuracy import Quantity, _evaluate_jax
 
     jax.config.update("jax_enable_x64", True)
 
-    def split3(x, y):
-        return x, 2 * x + 1, jnp.exp(x) * y + x
-
     plan = _split3_plan(tmp_path)
     args = [np.asarray([9.0168361663818359], dtype=np.float32), np.asarray([-3.7692212027758653e36], dtype=np.float32)]
-
-    @jax.custom_jvp
-    def rule_like(x, y):
-        return split3(x, y)
-
-    @rule_like.defjvp
-    def _(primals, tangents):
-        x, y = primals
-        x_dot, y_dot = tangents
-        # As generated code multiplies a tangent by a partial computed whole.
-        partial = jnp.exp(x) * y + 1
-        return split3(x, y), (x_dot, 2 * x_dot, partial * x_dot + jnp.exp(x) * y_dot)
-
+    _, rule_like = _split3_functions()
     found = _evaluate_jax(rule_like, plan, args)
     assert found[Quantity("a", "x")] == 1.0
     assert found[Quantity("b", "x")] == 2.0
@@ -395,7 +401,6 @@ def test_forward_mode_is_measured_an_input_at_a_time_and_a_zero_for_the_other_co
     # that overflows, was nan where autodiff's tangent (no term for a constant) is right, and no check saw it
     # (split3's dc/dy at x = 800: exp(x) = inf; sin_exp_mul's tangent in y alone at x near float max).
     import jax
-    import jax.numpy as jnp
     import torch
 
     from rulegen.check.accuracy import Quantity, _forward_partials_jax, _forward_partials_torch
@@ -403,20 +408,7 @@ def test_forward_mode_is_measured_an_input_at_a_time_and_a_zero_for_the_other_co
     jax.config.update("jax_enable_x64", True)
     plan = _split3_plan(tmp_path)
     args = [np.asarray([800.0, 1.0]), np.asarray([2.0, 3.0])]
-
-    def split3(x, y):
-        return x, 2 * x + 1, jnp.exp(x) * y + x
-
-    @jax.custom_jvp
-    def zero_for_the_held(x, y):
-        return split3(x, y)
-
-    @zero_for_the_held.defjvp
-    def _(primals, tangents):
-        x, y = primals
-        x_dot, y_dot = tangents  # a zero array for the input held constant
-        return split3(x, y), (x_dot, 2 * x_dot, (jnp.exp(x) * y + 1) * x_dot + jnp.exp(x) * y_dot)
-
+    split3, zero_for_the_held = _split3_functions()  # JAX gives the input held constant a zero array
     found = _forward_partials_jax(zero_for_the_held, plan, args)
     autodiff = _forward_partials_jax(split3, plan, args)
     assert set(found) == {Quantity(o, i, "forward") for o in "abc" for i in "xy"}
