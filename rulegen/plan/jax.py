@@ -75,18 +75,19 @@ def plan_jax(d: Derivation) -> JaxPlan:
     saved: tuple[str, ...] = ()
     jvp_primal: tuple[Assign, ...] = ()
     jvp_notes: tuple[str, ...] = ()
+    held = _held_inputs(d)
     if d.routes.jax == JaxRoute.CUSTOM_VJP:
         bwd = emit.block(*_bwd_parts(d))
         saved = tuple(n for n in (*arrays, *(o.name for o in rule.outputs)) if n in bwd.reads)
     else:
         reason = _primal_needed(d)
-        jvp, maps = _jvp(d, emit, inline=reason is None, held=_held_inputs(d))
+        jvp, maps = _jvp(d, emit, inline=reason is None, held=held)
         if reason is not None:
             jvp_primal = (Assign(", ".join(o.name for o in rule.outputs), primal_call),)
             jvp_notes = _wrapped(
                 f"The primal function, whose own rule differentiates the output at higher order: {reason}."
             )
-    symbolic_zeros = jvp is not None and _held_inputs(d)
+    symbolic_zeros = jvp is not None and held
     imports = {Import("jax"), *emit.imports}
     if float_arrays:
         imports |= LIFT_IMPORT

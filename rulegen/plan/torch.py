@@ -133,6 +133,14 @@ class _Torch:
         return self.cotangents_absent or len(self.diff_inputs) > 1
 
     @functools.cached_property
+    def output_tangents(self) -> dict[str, sp.Expr]:
+        """Each output's tangent from the derived partials: sum over inputs of partial * x_dot."""
+        return {
+            o.name: linear_combination(self.d, self.jvp_partials, o.name, self.diff_inputs, TANGENT)
+            for o in self.rule.outputs
+        }
+
+    @functools.cached_property
     def absent_tangents(self) -> tuple[str, ...]:
         """Inputs whose tangent may arrive as None.
 
@@ -383,8 +391,7 @@ def _tangent_is_the_inputs(t: _Torch, output: str, value: sp.Symbol) -> bool:
     """Whether forward mode gives the output (or residual) `value`'s own tangent: an identity, or no forward mode."""
     if output in t.residual_names:
         return True
-    found = linear_combination(t.d, t.jvp_partials, output, t.diff_inputs, TANGENT)
-    return found in (0, t.symbols[tangent(value.name)])
+    return t.output_tangents[output] in (0, t.symbols[tangent(value.name)])
 
 
 def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) -> list[Result]:
@@ -470,8 +477,7 @@ def _in_place_test(t: _Torch, plain_reads: str) -> str:
 
 def _tangents_broadcast(t: _Torch) -> bool:
     """Whether an output's tangent lacks the outputs' shape (see `_jvp_parts`), which jvp then broadcasts to."""
-    differentiable = [o.name for o in t.rule.outputs if o.differentiable]
-    tangents = (linear_combination(t.d, t.jvp_partials, o, t.diff_inputs, TANGENT) for o in differentiable)
+    tangents = (t.output_tangents[o.name] for o in t.rule.outputs if o.differentiable)
     return any(needs_broadcast(t.d, tangent) for tangent in tangents if tangent != 0)
 
 
@@ -488,7 +494,7 @@ def _jvp_parts(
     """
     torch = own_names(t.rule)["torch"]
     residual_tangents = {r: _residual_tangent(t, r) for r in t.residual_names}
-    direct = {o.name: linear_combination(t.d, t.jvp_partials, o.name, t.diff_inputs, TANGENT) for o in t.rule.outputs}
+    direct = t.output_tangents
     chained = {
         o: e
         for o, e in _chained_tangents(t, residual_tangents).items()
@@ -519,9 +525,8 @@ def _jvp_parts(
             results.append(Result(tangent(o.name), expr, wrap=wrap))
         else:
             results.append(Result(tangent(o.name), expr))
-    let_names = {name for name, _ in lets}
     for r, expr in residual_tangents.items():
-        if tangent(r) in let_names:
+        if tangent(r) in read:
             results.append(Result(tangent(r), t.symbols[tangent(r)]))
         elif expr == 0:
             results.append(Result(tangent(r), code=f"{torch}.zeros_like({r})", reads=frozenset({r})))
@@ -570,8 +575,7 @@ def _chained_tangents(t: _Torch, residual_tangents: Mapping[str, sp.Expr]) -> di
         terms = [(sp.diff(forward, t.symbols[i]), t.symbols[tangent(i)]) for i in t.diff_inputs]
         terms += [(sp.diff(forward, t.symbols[r]), t.symbols[tangent(r)]) for r in read]
         expr = _shared_factors_once([(sp.Mul.make_args(p), dot) for p, dot in terms if p != 0], arrays)
-        direct = linear_combination(d, t.jvp_partials, o.name, t.diff_inputs, TANGENT)
-        if sp.expand(written_out(expr) - written_out(direct)) == 0:
+        if sp.expand(written_out(expr) - written_out(t.output_tangents[o.name])) == 0:
             chained[o.name] = expr
     return chained
 
