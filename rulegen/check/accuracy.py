@@ -419,6 +419,13 @@ def measure_functions(
     return RuleAccuracy(rule.name, tuple(series), inputs)
 
 
+#: How each backend computes a rule's quantities, by the mode its partials are computed in.
+_EVALUATIONS: dict[str, dict[Mode, Callable[[Callable[..., Any], _Plan, list[Any]], dict[Quantity, np.ndarray]]]] = {
+    "jax": {"reverse": _evaluate_jax, "forward": _forward_partials_jax},
+    "torch": {"reverse": _evaluate_torch, "forward": _forward_partials_torch},
+}
+
+
 def _measured(
     plan: _Plan,
     fn: Callable[..., Any],
@@ -428,14 +435,10 @@ def _measured(
     backend: str,
     source: str,
 ) -> Iterator[Series]:
-    evaluations = (
-        (_evaluate_jax, _forward_partials_jax) if backend == "jax" else (_evaluate_torch, _forward_partials_torch)
-    )
     arrays = [np.asarray(a, dtype=np.float64) for a in args if isinstance(a, np.ndarray)]
     notes: dict[Mode, str] = {}
     found: dict[Quantity, np.ndarray] = {}
-    modes: tuple[Mode, Mode] = ("reverse", "forward")
-    for mode, evaluate in zip(modes, evaluations, strict=True):
+    for mode, evaluate in _EVALUATIONS[backend].items():
         try:
             with np.errstate(all="ignore"):
                 found |= evaluate(fn, plan, args)
