@@ -100,6 +100,45 @@ def test_snippet_vjp_rules_match_autodiff_to_second_order(built, name):
     assert torch.autograd.gradgradcheck(g, (leaf,))
 
 
+@pytest.mark.parametrize("shift", [0.0, -3e2, 1e4, -1e6])
+def test_logsumexp_derivatives_are_as_accurate_as_autodiff_at_large_logits(built, shift):
+    """float32 errors in eps against float64, logits near `shift`: `exp(x - out)` (torch's own backward)
+    carries the output's rounding error, ulp(out) in the exponent, where autodiff's `exp(x - m) / s` does not."""
+    jax_pkg, torch_pkg, _ = built
+    rng = np.random.default_rng(7)
+    x = (shift + 3 * rng.standard_normal((200, 64))).astype(np.float32)
+    dx = rng.standard_normal((200, 64)).astype(np.float32)
+    exact = np.asarray(jax.grad(lambda x: jax.nn.logsumexp(x, -1).sum())(jnp.asarray(x, jnp.float64)))
+
+    def grad_eps(got):
+        got = np.asarray(got, np.float64)
+        kept = exact > np.finfo(np.float32).tiny
+        return float(np.max(np.abs(got - exact)[kept] / exact[kept]) / np.finfo(np.float32).eps)
+
+    def jvp_eps(got):
+        # Against the sum of the terms' magnitudes: a tangent that cancels has no relative error to speak of.
+        error = np.abs(np.asarray(got, np.float64) - (exact * dx).sum(-1)) / (exact * np.abs(dx)).sum(-1)
+        return float(np.max(error) / np.finfo(np.float32).eps)
+
+    def composite(x):
+        m = jax.lax.stop_gradient(jnp.max(x, -1, keepdims=True))
+        return jnp.squeeze(m, -1) + jnp.log(jnp.sum(jnp.exp(x - m), -1))
+
+    leaf = torch.from_numpy(x).requires_grad_()
+    torch_pkg.logsumexp(leaf).sum().backward()
+    errors = {
+        "jax grad": grad_eps(jax.grad(lambda x: jax_pkg.logsumexp(x).sum())(jnp.asarray(x))),
+        "torch grad": grad_eps(leaf.grad),
+        "jax jvp": jvp_eps(jax.jvp(jax_pkg.logsumexp, (jnp.asarray(x),), (jnp.asarray(dx),))[1]),
+        "torch jvp": jvp_eps(torch.func.jvp(torch_pkg.logsumexp, (torch.from_numpy(x),), (torch.from_numpy(dx),))[1]),
+    }
+    bars = {
+        "grad": grad_eps(jax.grad(lambda x: composite(x).sum())(jnp.asarray(x))) + 2,
+        "jvp": jvp_eps(jax.jvp(composite, (jnp.asarray(x),), (jnp.asarray(dx),))[1]) + 2,
+    }
+    assert {k: v for k, v in errors.items() if v > bars[k.split()[1]]} == {}, (errors, bars)
+
+
 def test_static_callable_is_passed_through_both_backends(built):
     jax_pkg, torch_pkg, _ = built
 
