@@ -29,7 +29,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "check and measure the generated rules",
         (
             *("outcome", "points", "subject", "shard_map_worker", "derivatives", "durability", "transforms"),
-            *("dtypes", "numerical", "accuracy", "accuracy_report", "registry", "report", "run"),
+            *("dtypes", "numerical", "accuracy", "accuracy_snippet", "accuracy_report", "registry", "report", "run"),
         ),
     ),
     ("", "command line", ("cli", "pytest_plugin", "__main__")),

@@ -451,9 +451,9 @@ def _measured(
         bits = bits_of_error(got, reference, DTYPES[dtype])
         if backend in FLUSHES_SUBNORMALS:
             # The platform's correctly rounded value of a subnormal is its signed zero: no JAX code computes one.
-            flushed = np.where(_subnormal([reference], DTYPES[dtype]), np.copysign(0.0, reference), reference)
+            flushed = np.where(subnormal([reference], DTYPES[dtype]), np.copysign(0.0, reference), reference)
             bits = np.minimum(bits, bits_of_error(got, flushed, DTYPES[dtype]))
-        yield Series(quantity, dtype, backend, source, bits, note, _subnormal([*arrays, reference], DTYPES[dtype]))
+        yield Series(quantity, dtype, backend, source, bits, note, subnormal([*arrays, reference], DTYPES[dtype]))
 
 
 #: Backends whose arithmetic flushes subnormal results to zero (XLA on CPU and GPU: JAX's 1e-40 / 2 is 0 in
@@ -461,7 +461,7 @@ def _measured(
 FLUSHES_SUBNORMALS = frozenset({"jax"})
 
 
-def _subnormal(values: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
+def subnormal(values: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
     """Per point, whether any of `values` (inputs and the exact value) is a nonzero below the dtype's normals."""
     tiny = np.finfo(dtype).tiny
     found = [(v != 0) & (np.abs(v) < tiny) for v in values]

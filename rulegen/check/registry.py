@@ -11,7 +11,10 @@ from typing import Literal
 
 from rulegen.check import dtypes, numerical, transforms
 from rulegen.check.accuracy import check_accuracy
+from rulegen.check.accuracy_snippet import check_snippet_accuracy
 from rulegen.check.durability import check_durability
+from rulegen.check.subject import Subject
+from rulegen.spec.rules import SympyBody
 
 #: What a check may take beside the subject: whether `--compile` was given, the built JAX package.
 Need = Literal["include_compile", "jax_package"]
@@ -26,6 +29,13 @@ class Check:
     #: `CheckFailed` or `NotApplicable`.
     function: Callable[..., str]
     needs: tuple[Need, ...] = ()
+
+
+def _accuracy(s: Subject) -> str:
+    """Section 3 of the contract: a sympy forward against mpmath, a snippet against its autodiff in float64."""
+    if isinstance(s.rule.forward, SympyBody):
+        return check_accuracy(s)
+    return check_snippet_accuracy(s)
 
 
 REGISTRY: tuple[Check, ...] = (
@@ -44,7 +54,7 @@ REGISTRY: tuple[Check, ...] = (
     Check("dtype", "dt", dtypes.check_dtype),
     Check("scalars", "sc", dtypes.check_scalars),
     Check("points", "pt", numerical.check_points),
-    Check("accuracy", "ac", check_accuracy),
+    Check("accuracy", "ac", _accuracy),
     Check("structures", "st", transforms.check_structures),
     Check("compile", "co", transforms.check_compile, needs=("include_compile",)),
     Check("durability", "du", check_durability, needs=("include_compile", "jax_package")),

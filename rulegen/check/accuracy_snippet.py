@@ -1,0 +1,360 @@
+"""Section 3 of the contract for rules whose forward is a snippet: no derivative worse than autodiff's.
+
+A snippet has no exact expression to evaluate in mpmath, so the reference is
+the forward body itself, differentiated by the framework in float64 at the
+float32 points: 29 more bits than the float32 results it judges, enough for
+every loss short of a cancellation of nine decimal digits.  Against it, each
+value and partial in float32 (a VJP of each output alone with a random
+cotangent, a JVP in each input alone with a random tangent) of the generated
+function and of the framework's own autodiff of the forward body, in both
+backends; `worse_than_autodiff` decides, as for sympy rules.
+
+The points are the rule's sample moved along the float line: shifted by
+and scaled to magnitudes from 0.6 to 1e4, within what the rule assumes of
+each input.  A sample keeps its structure there (rows of logits near each
+other, a vector and its norm): `exp(x - out)` for logsumexp's gradient is
+exact near 0 and loses the output's rounding error, ulp(out), near 1e4.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rulegen.check.accuracy import FLUSHES_SUBNORMALS, SOURCES, Quantity, Worse, subnormal, worse_than_autodiff
+from rulegen.check.outcome import CheckFailed, NotApplicable
+from rulegen.check.subject import Subject
+from rulegen.derive.measure import bits_of_error
+from rulegen.spec.rules import Rule, SnippetBody
+
+#: Where the sample is moved to: each float array input shifted by these, then scaled to their magnitudes.
+MAGNITUDES = (-1.0e4 - 0.3, -117.3, -23.7, -0.61, 0.73, 23.3, 117.1, 1.0e4 + 0.3)
+_ASSUMED = {
+    "positive": lambda v: v > 0,
+    "nonnegative": lambda v: v >= 0,
+    "negative": lambda v: v < 0,
+    "nonpositive": lambda v: v <= 0,
+    "nonzero": lambda v: v != 0,
+}
+Function = Callable[..., tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class _Point:
+    """The sample moved along the float line, in float32, and random directions for the derivatives."""
+
+    where: str
+    values: list[Any]
+    tangents: list[np.ndarray]  # one per differentiable input
+    cotangents: list[np.ndarray] | None = None  # one per differentiable output, once their shapes are known
+
+
+def autodiff_body(rule: Rule, backend: str, fn: Callable[..., Any]) -> Function | None:
+    """The forward body as a plain function of the rule's inputs in `backend`, for its autodiff; None where
+    there is none (a host body, or a torch-only body JAX runs through a callback).
+
+    It is defined in the namespace of the rule's generated module (`fn`'s), where the body's names are bound
+    as the generated code binds them (`xp`, `math`, the rules it calls).
+    """
+    forward = rule.forward
+    assert isinstance(forward, SnippetBody)
+    text = getattr(forward, backend) or forward.python
+    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+    if text is None or module is None:
+        return None
+    namespace = dict(vars(module))
+    params = ", ".join(i.name for i in rule.inputs)
+    source = f"def _autodiff_forward({params}):\n" + "".join(f"    {line}\n" for line in text.value.splitlines())
+    exec(compile(source, f"<{rule.name} forward>", "exec"), namespace)
+    body = namespace["_autodiff_forward"]
+    count = len(rule.outputs)
+
+    def outputs(*values: Any) -> tuple[Any, ...]:
+        found = body(*values)
+        found = found if isinstance(found, tuple) else (found,)
+        return tuple(found[:count])  # a body returns its residuals after the outputs
+
+    return outputs
+
+
+def _measurable(rule: Rule) -> None:
+    forward = rule.forward
+    if not isinstance(forward, SnippetBody):
+        raise NotApplicable("the forward is a sympy expression, measured against mpmath")
+    if forward.numpy is not None:
+        raise NotApplicable("a host forward runs outside autodiff: no autodiff to measure against")
+    if rule.complex:
+        raise NotApplicable("complex inputs: bits of error are measured on the real float line")
+    if rule.structured:
+        raise NotApplicable("structured arguments are not sampled yet")
+    if not rule.checks.true_derivative:
+        raise NotApplicable("the rule's derivative deliberately differs from the forward's (true_derivative: false)")
+    if not any(o.differentiable for o in rule.outputs) or not any(i.differentiable for i in rule.inputs):
+        raise NotApplicable("nothing differentiable")
+    if any(not i.static and i.dtype == "complex" for i in rule.inputs):
+        raise NotApplicable("complex inputs: bits of error are measured on the real float line")
+
+
+def _points(s: Subject) -> Iterator[_Point]:
+    """The sample, then shifted by and scaled to each magnitude where every element keeps what the rule assumes.
+
+    Only an input the rule lets the checks sample anywhere moves: one with a
+    `domain` of its own, or drawn by a `checks.sample` body, stays where the
+    rule says it is checked (fixed_point's iteration to an absolute 1e-6
+    would never end at a = 1e4 in float32), and so does every input of a
+    rule with a joint `domain` condition.
+    """
+    rule = s.rule
+    floats = [k for k, i in enumerate(rule.inputs) if not i.static and i.dtype == "float"]
+    anywhere = rule.checks.sample is None and rule.domain is None
+    movable = [k for k in floats if anywhere and not rule.inputs[k].domain_given]
+    # (where, c, scale, shift): each moved input is `value * scale + shift`.
+    moves = [("the sample", 0.0, 1.0, 0.0)]
+    for c in MAGNITUDES if movable else ():
+        moves += [(f"the sample shifted by {c:g}", c, 1.0, c), (f"the sample scaled by {abs(c):g}", c, abs(c), 0.0)]
+    for where, c, scale, shift in moves:
+        values = [np.asarray(v, np.float32) if k in floats else v for k, v in enumerate(s.values)]
+        for k in movable:
+            values[k] = np.asarray(np.asarray(s.values[k], np.float64) * scale + shift, np.float32)
+        kept = all(
+            np.isfinite(values[k]).all() and all(_ASSUMED[a](values[k]).all() for a in rule.inputs[k].assume)
+            for k in movable
+        )
+        if not kept:
+            continue
+        rng = np.random.default_rng([s.seed, *rule.name.encode(), int(abs(c) * 10)])
+        tangents = [rng.standard_normal(np.shape(values[k])).astype(np.float32) for k in s.diff]
+        yield _Point(where, values, tangents)
+
+
+def _with_cotangents(point: _Point, outputs: Sequence[np.ndarray]) -> _Point:
+    rng = np.random.default_rng([len(point.where), *point.where.encode()])
+    cotangents = [rng.standard_normal(np.shape(o)).astype(np.float32) for o in outputs]
+    return dataclasses.replace(point, cotangents=cotangents)
+
+
+def _arguments(s: Subject, point: _Point, dtype: Any, convert: Callable[[np.ndarray], Any]) -> list[Any]:
+    """The point's values as `convert`ed arrays, its float arrays in `dtype`."""
+    return [
+        v if not isinstance(v, np.ndarray) else convert(np.asarray(v, dtype) if i.dtype == "float" else v)
+        for v, i in zip(point.values, s.rule.inputs, strict=True)
+    ]
+
+
+# ---------------------------------------------------------------- evaluation in each backend
+
+
+def _jax(fn: Function, s: Subject, point: _Point, dtype: Any, forward_mode: bool) -> dict[Quantity, np.ndarray]:
+    import jax
+    import jax.numpy as jnp
+
+    rule = s.rule
+    full = _arguments(s, point, dtype, jnp.asarray)
+    names = [o.name for o in rule.outputs if o.differentiable]
+
+    def of_diff(*xs: Any) -> tuple[Any, ...]:
+        args = list(full)
+        for k, x in zip(s.diff, xs, strict=True):
+            args[k] = x
+        outs = fn(*args)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        return tuple(outs[k] for k in s.outputs)
+
+    primals = [full[k] for k in s.diff]
+    found: dict[Quantity, np.ndarray] = {}
+    if point.cotangents is None:
+        return {Quantity(name): np.asarray(out) for name, out in zip(names, of_diff(*primals), strict=True)}
+    cotangents = point.cotangents
+    for n, name in enumerate(names):
+        out, pullback = jax.vjp(lambda *xs, n=n: of_diff(*xs)[n], *primals)
+        found[Quantity(name)] = np.asarray(out)
+        for k, grad in zip(s.diff, pullback(jnp.asarray(np.asarray(cotangents[n], dtype))), strict=True):
+            found[Quantity(name, rule.inputs[k].name)] = np.asarray(grad)
+    for j, k in enumerate(s.diff) if forward_mode else ():
+
+        def alone(x: Any, j: int = j) -> tuple[Any, ...]:
+            return of_diff(*primals[:j], x, *primals[j + 1 :])
+
+        _, dots = jax.jvp(alone, (primals[j],), (jnp.asarray(np.asarray(point.tangents[j], dtype)),))
+        for name, dot in zip(names, dots, strict=True):
+            found[Quantity(name, rule.inputs[k].name, "forward")] = np.asarray(dot)
+    return found
+
+
+def _torch(fn: Function, s: Subject, point: _Point, dtype: Any, forward_mode: bool) -> dict[Quantity, np.ndarray]:
+    import torch
+
+    rule = s.rule
+    full = _arguments(s, point, dtype, torch.from_numpy)
+    names = [o.name for o in rule.outputs if o.differentiable]
+
+    def of_diff(*xs: Any) -> tuple[Any, ...]:
+        args = list(full)
+        for k, x in zip(s.diff, xs, strict=True):
+            args[k] = x
+        outs = fn(*args)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        return tuple(outs[k] for k in s.outputs)
+
+    if point.cotangents is None:
+        with torch.no_grad():
+            values = of_diff(*[full[k] for k in s.diff])
+        return {Quantity(name): o.numpy(force=True) for name, o in zip(names, values, strict=True)}
+    cotangents = point.cotangents
+    leaves = [full[k].clone().requires_grad_() for k in s.diff]
+    outs = of_diff(*leaves)
+    found: dict[Quantity, np.ndarray] = {}
+    for n, name in enumerate(names):
+        found[Quantity(name)] = outs[n].detach().numpy(force=True)
+        cotangent = torch.from_numpy(np.asarray(cotangents[n], dtype))
+        grads = torch.autograd.grad(outs[n], leaves, cotangent, retain_graph=True, allow_unused=True)
+        for k, leaf, grad in zip(s.diff, leaves, grads, strict=True):
+            value = torch.zeros_like(leaf) if grad is None else grad
+            found[Quantity(name, rule.inputs[k].name)] = value.detach().numpy(force=True)
+    primals = [full[k] for k in s.diff]
+    for j, k in enumerate(s.diff) if forward_mode else ():
+
+        def alone(x: Any, j: int = j) -> tuple[Any, ...]:
+            return of_diff(*primals[:j], x, *primals[j + 1 :])
+
+        tangent = torch.from_numpy(np.asarray(point.tangents[j], dtype))
+        dots = torch.func.jvp(alone, (primals[j],), (tangent,))[1]
+        for name, dot in zip(names, dots, strict=True):
+            found[Quantity(name, rule.inputs[k].name, "forward")] = dot.numpy(force=True)
+    return found
+
+
+_EVALUATE = {"jax": _jax, "torch": _torch}
+
+
+def _evaluated(
+    evaluate: Callable[..., dict[Quantity, np.ndarray]], fn: Function, s: Subject, point: _Point, dtype: Any, fwd: bool
+) -> dict[Quantity, np.ndarray] | str:
+    """The quantities, or why there are none (the implementation raised)."""
+    try:
+        with np.errstate(all="ignore"):
+            return evaluate(fn, s, point, dtype, fwd)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+# ---------------------------------------------------------------- the check
+
+
+@dataclass
+class _Bits:
+    """One quantity in one backend: bits of error of the generated code and of autodiff at every point, and
+    which points count (`compared`); per point, where it is and its inputs' values, for a message."""
+
+    generated: list[np.ndarray] = field(default_factory=list)
+    autodiff: list[np.ndarray] = field(default_factory=list)
+    compared: list[np.ndarray] = field(default_factory=list)
+    where: list[tuple[str, np.ndarray]] = field(default_factory=list)
+
+
+def measure_snippet(s: Subject) -> dict[tuple[Quantity, str], _Bits]:
+    """Every value and partial of `s`'s rule, by backend, where autodiff of its forward body runs."""
+    _measurable(s.rule)
+    measured: dict[tuple[Quantity, str], _Bits] = {}
+    for backend, generated in (("jax", s.jax_fn), ("torch", s.torch_fn)):
+        autodiff = autodiff_body(s.rule, backend, generated)
+        if autodiff is None:
+            continue
+        for point in _points(s):
+            for quantity, (ours, theirs, exact) in _at(s, backend, generated, autodiff, point).items():
+                # Where the exact result overflows float32, any infinity is as right as float32 can be, and a
+                # given JVP's term times a held input's zero tangent is nan, which no compiler can remove.
+                arrays = [np.asarray(v, np.float64) for v in point.values if isinstance(v, np.ndarray)]
+                compared = (np.abs(exact) <= np.finfo(np.float32).max) & ~_subnormal_anywhere(exact, arrays, backend)
+                bits = measured.setdefault((quantity, backend), _Bits())
+                with np.errstate(over="ignore"):  # an exact value beyond float32's range rounds to inf
+                    bits.generated.append(bits_of_error(ours, exact, np.float32).ravel())
+                    bits.autodiff.append(bits_of_error(theirs, exact, np.float32).ravel())
+                bits.compared.append(compared.ravel())
+                bits.where.append((point.where, np.concatenate([a.ravel() for a in arrays] or [np.zeros(0)])))
+    return measured
+
+
+def _at(
+    s: Subject, backend: str, generated: Function, autodiff: Function, point: _Point
+) -> dict[Quantity, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """At one point, each quantity: the generated code's and autodiff's in float32, and the exact one.
+
+    Nothing where autodiff of the body raises there (a domain it checks, a
+    loop JAX cannot reverse): no bar to hold the rule to.
+    """
+    evaluate = _EVALUATE[backend]
+    forward_mode = backend not in s.no_forward_mode
+    values = _evaluated(evaluate, autodiff, s, point, np.float64, False)
+    if isinstance(values, str):
+        return {}
+    point = _with_cotangents(point, [values[Quantity(o.name)] for o in s.rule.outputs if o.differentiable])
+    exact = _evaluated(evaluate, autodiff, s, point, np.float64, forward_mode)
+    theirs = _evaluated(evaluate, autodiff, s, point, np.float32, forward_mode)
+    if isinstance(exact, str) or isinstance(theirs, str):
+        return {}
+    ours = _evaluated(evaluate, generated, s, point, np.float32, forward_mode)
+    found = {}
+    for quantity, want in exact.items():
+        want = np.asarray(want, np.float64)
+        # A generated function that raises where autodiff runs is as wrong as nan everywhere.
+        got = np.full(want.shape, np.nan) if isinstance(ours, str) else ours[quantity]
+        found[quantity] = (
+            np.broadcast_to(np.asarray(got, np.float32), want.shape),
+            np.asarray(theirs[quantity], np.float32),
+            want,
+        )
+    return found
+
+
+def check_snippet_accuracy(s: Subject) -> str:
+    """Each value and partial in float32, in both backends, no worse than autodiff of the forward body, on
+    the sample moved along the float line (see the module's docstring)."""
+    measured = measure_snippet(s)
+    if not measured:
+        raise NotApplicable("autodiff of the forward body runs at none of the points")
+    failures = []
+    for (quantity, backend), bits in measured.items():
+        generated, autodiff = np.concatenate(bits.generated), np.concatenate(bits.autodiff)
+        worse = worse_than_autodiff(generated, autodiff, np.concatenate(bits.compared))
+        if worse is not None:
+            failures.append(_message(quantity, backend, bits, worse))
+    if failures:
+        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
+        raise CheckFailed("; ".join(failures[:3]) + more)
+    partials = [b for (q, _), b in measured.items() if q.is_partial] or list(measured.values())
+    means = [
+        float(np.mean(np.concatenate([np.concatenate(getattr(b, source)) for b in partials]))) for source in SOURCES
+    ]
+    points = max(len(b.where) for b in measured.values())
+    moved = f"{points} points: the sample moved to magnitudes 0.61-1e4" if points > 1 else "the sample as given"
+    backends = ", ".join(sorted({backend for _, backend in measured}))
+    return (
+        f"no value or partial worse than autodiff of the forward body ({backends}; float32 at {moved}, against "
+        f"float64); mean bits of error, generated vs autodiff: {means[0]:.1f} vs {means[1]:.1f}"
+    )
+
+
+def _subnormal_anywhere(want: np.ndarray, arrays: Sequence[np.ndarray], backend: str) -> np.ndarray:
+    """Where XLA's flushing decides (a subnormal input or result); every input's subnormal counts, per result."""
+    if backend not in FLUSHES_SUBNORMALS:
+        return np.zeros(want.shape, bool)
+    inputs = any(bool(subnormal([a], np.float32).any()) for a in arrays)
+    return np.broadcast_to(inputs, want.shape) | subnormal([want], np.float32)
+
+
+def _message(quantity: Quantity, backend: str, bits: _Bits, worse: Worse) -> str:
+    where = f"{quantity.label} in float32 ({backend})"
+    autodiff = f"autodiff of the forward body {worse.autodiff_bits:.1f}"
+    if worse.point is None:
+        return f"{where}: {worse.generated_bits:.1f} bits of error on average, {autodiff}"
+    sizes = np.cumsum([len(g) for g in bits.generated])
+    k = int(np.searchsorted(sizes, worse.point, side="right"))
+    described, values = bits.where[k]
+    near = f" (inputs from {values.min():.6g} to {values.max():.6g})" if values.size else ""
+    return f"{where}: {worse.generated_bits:.1f} bits of error at {described}{near}, {autodiff}"

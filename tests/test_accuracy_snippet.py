@@ -1,0 +1,91 @@
+"""Section 3 of the contract for snippet forwards: derivatives against autodiff of the forward body in float64."""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import jax
+import pytest
+
+from rulegen.check.accuracy_snippet import check_snippet_accuracy
+from rulegen.check.outcome import CheckFailed, NotApplicable
+from rulegen.check.subject import subject_of
+from rulegen.spec.rules import read_rule_file
+from tests.conftest import built_package
+
+jax.config.update("jax_enable_x64", True)
+
+SNIPPETS = """\
+rules:
+  - name: sa_output_rounding
+    inputs: [x]
+    forward:
+      python: |
+        m = xp.max(x, axis=-1, keepdims=True)
+        return xp.squeeze(m, axis=-1) + xp.log(xp.sum(xp.exp(x - m), axis=-1))
+    vjp:
+      python: return out_bar[..., None] * xp.exp(x - out[..., None])
+  - name: sa_residuals
+    inputs: [x]
+    forward:
+      python: |
+        m = xp.max(x, axis=-1, keepdims=True)
+        e = xp.exp(x - m)
+        s = xp.sum(e, axis=-1)
+        return xp.squeeze(m, axis=-1) + xp.log(s), e, s
+    residuals: [e, s]
+    jvp:
+      python: return xp.sum(e * x_dot, axis=-1) / s
+    vjp:
+      python: return (out_bar / s)[..., None] * e
+  # The same wrong VJP, but the rule checks its input on [0.5, 2] only: it stays there.
+  - name: sa_in_domain
+    inputs:
+      x: {shape: [4], domain: [0.5, 2.0]}
+    forward:
+      python: |
+        m = xp.max(x, axis=-1, keepdims=True)
+        return xp.squeeze(m, axis=-1) + xp.log(xp.sum(xp.exp(x - m), axis=-1))
+    vjp:
+      python: return out_bar[..., None] * xp.exp(x - out[..., None])
+  - name: sa_host
+    inputs: [x]
+    forward:
+      numpy: return np.sin(x)
+    jvp:
+      python: return xp.cos(x) * x_dot
+"""
+
+
+@pytest.fixture(scope="module")
+def snippets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("snippet_accuracy")
+    with built_package(root, SNIPPETS, "rg_snippet_accuracy"):
+        rules = {r.name: r for r in read_rule_file(root / "rg_snippet_accuracy.yaml")}
+        jax_pkg = importlib.import_module("rg_snippet_accuracy.jax")
+        torch_pkg = importlib.import_module("rg_snippet_accuracy.torch")
+        yield lambda name: subject_of(rules[name], jax_pkg, torch_pkg, 0, list(rules))
+
+
+def test_a_gradient_that_carries_the_output_s_rounding_fails_where_the_sample_is_moved_to_large_logits(snippets):
+    with pytest.raises(CheckFailed) as failed:
+        check_snippet_accuracy(snippets("sa_output_rounding"))
+    # exp(x - out) is exact near 0; near 1e4, ulp(out) ~ 1e-3 is the exponent's error.
+    said = r"dout/dx in float32 \(jax\): [0-9.]+ bits of error at the sample shifted by -10000\.3 \(inputs from "
+    assert re.match(said + r"\S+ to \S+\), autodiff of the forward body [0-2]\.[0-9];", str(failed.value))
+
+
+def test_derivatives_from_the_forward_s_residuals_pass_at_every_magnitude(snippets):
+    said = check_snippet_accuracy(snippets("sa_residuals"))
+    assert "jax, torch; float32 at 17 points: the sample moved to magnitudes 0.61-1e4" in said
+
+
+def test_an_input_with_a_domain_of_its_own_is_measured_where_the_rule_checks_it(snippets):
+    # On [0.5, 2] the output is below 4 and exp(x - out) loses nothing: only the sample itself is measured.
+    assert "float32 at the sample as given" in check_snippet_accuracy(snippets("sa_in_domain"))
+
+
+def test_a_host_forward_has_no_autodiff_to_measure_against(snippets):
+    with pytest.raises(NotApplicable, match="a host forward runs outside autodiff"):
+        check_snippet_accuracy(snippets("sa_host"))
