@@ -49,6 +49,13 @@ rules:
         return xp.squeeze(m, axis=-1) + xp.log(xp.sum(xp.exp(x - m), axis=-1))
     vjp:
       python: return out_bar[..., None] * xp.exp(x - out[..., None])
+  # A sympy forward with a VJP written by hand: the derivative loses every bit near 0, where autodiff's sinh
+  # keeps them (tests/wrong_rules/derivative_loses_bits.yaml, written as a snippet).
+  - name: sa_cosh_difference
+    inputs: [x]
+    forward: cosh(x)
+    vjp:
+      python: return out_bar * (xp.exp(x) - xp.exp(-x)) / 2
   - name: sa_host
     inputs: [x]
     forward:
@@ -78,12 +85,17 @@ def test_a_gradient_that_carries_the_output_s_rounding_fails_where_the_sample_is
 
 def test_derivatives_from_the_forward_s_residuals_pass_at_every_magnitude(snippets):
     said = check_snippet_accuracy(snippets("sa_residuals"))
-    assert "jax, torch; float32 at 17 points: the sample moved to magnitudes 0.61-1e4" in said
+    assert "jax, torch; float32 at 20 points: the sample moved to magnitudes 1e-20-1e4" in said
 
 
 def test_an_input_with_a_domain_of_its_own_is_measured_where_the_rule_checks_it(snippets):
     # On [0.5, 2] the output is below 4 and exp(x - out) loses nothing: only the sample itself is measured.
     assert "float32 at the sample as given" in check_snippet_accuracy(snippets("sa_in_domain"))
+
+
+def test_a_sympy_forward_with_a_hand_written_derivative_is_measured_against_autodiff_of_the_forward(snippets):
+    with pytest.raises(CheckFailed, match=r"dout/dx in float32 \(jax\): [0-9.]+ bits of error at the sample scaled"):
+        check_snippet_accuracy(snippets("sa_cosh_difference"))
 
 
 def test_a_host_forward_has_no_autodiff_to_measure_against(snippets):

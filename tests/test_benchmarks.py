@@ -53,7 +53,7 @@ def _jax_jit(out: str) -> None:
     # float32 error of value and derivative: generated, hand-written, composite
     for case in ["log1pexp", "softplus", "gelu"]:
         assert re.search(rf"^{case}(?: +{ERROR}, {ERROR}){{3}}$", out, re.M), case
-    for case in ["softmax", "logsumexp"]:  # hand-written custom_vjps: no forward mode
+    for case in ["softmax", "softmax_ad", "logsumexp"]:  # hand-written custom_vjps: no forward mode
         assert re.search(rf"^{case} +{RATIO} +{RATIO} +n/a +{RATIO}$", out, re.M), case
 
 

@@ -98,6 +98,7 @@ _TORCH_CODE_LINES_IN_ALL = 3352 * 7 // 10
 #: 61 in the 16 modules of two differentiable inputs for a correct tangent where one is held constant (an
 #: absent tangent read as torch's efficient zero, `tangent_or_zero`, and its import; grads unmaterialised, so
 #: backward returns nothing for an absent cotangent): a dense zero times an overflowing partial was nan.
+#: Stop 38: softmax 3 for its VJP's second centring (0 where one output is nearly 1 and the entry is 3e-10).
 _TORCH_CODE_LINES_NOW = {"gelu": 45, "fixed_point": 46, "sin_mul": 49, "sin_exp_mul": 70, "point_jvp": 55}
 
 
@@ -107,7 +108,7 @@ def test_generated_torch_modules_grow_no_longer():
     counts = rule_modules(Path(__file__).resolve().parent.parent / "generated", "torch")
     over = {name: counts[name] for name, most in _TORCH_CODE_LINES_NOW.items() if counts[name] > most}
     assert not over, f"code lines over {_TORCH_CODE_LINES_NOW}: {over}"
-    assert sum(counts.values()) <= 3198
+    assert sum(counts.values()) <= 3201
 
 
 @pytest.mark.xfail(

@@ -11,10 +11,9 @@ from typing import Literal
 
 from rulegen.check import dtypes, numerical, transforms
 from rulegen.check.accuracy import check_accuracy
-from rulegen.check.accuracy_snippet import check_snippet_accuracy
+from rulegen.check.accuracy_snippet import check_snippet_accuracy, hand_written
 from rulegen.check.durability import check_durability
 from rulegen.check.subject import Subject
-from rulegen.spec.rules import SympyBody
 
 #: What a check may take beside the subject: whether `--compile` was given, the built JAX package.
 Need = Literal["include_compile", "jax_package"]
@@ -32,10 +31,11 @@ class Check:
 
 
 def _accuracy(s: Subject) -> str:
-    """Section 3 of the contract: a sympy forward against mpmath, a snippet against its autodiff in float64."""
-    if isinstance(s.rule.forward, SympyBody):
-        return check_accuracy(s)
-    return check_snippet_accuracy(s)
+    """Section 3 of the contract: sympy bodies against mpmath, a rule with snippets against its forward's autodiff
+    in float64."""
+    if hand_written(s.rule):
+        return check_snippet_accuracy(s)
+    return check_accuracy(s)
 
 
 REGISTRY: tuple[Check, ...] = (
