@@ -36,6 +36,7 @@ from rulegen.check.accuracy import (
     subnormal,
     worse_than_autodiff,
 )
+from rulegen.check.numerical import ASSUMED_SIGN
 from rulegen.check.outcome import CheckFailed, NotApplicable
 from rulegen.check.subject import Subject, derived
 from rulegen.derive.measure import bits_of_error
@@ -45,13 +46,6 @@ from rulegen.spec.rules import Rule, SnippetBody, SympyBody
 #: TINY, where a difference of nearly equal terms (cosh' as (e^x - e^-x)/2) keeps nothing.
 MAGNITUDES = (-1.0e4 - 0.3, -117.3, -23.7, -0.61, 0.73, 23.3, 117.1, 1.0e4 + 0.3)
 TINY = (1.0e-3, 1.0e-8, 1.0e-20)
-_ASSUMED = {
-    "positive": lambda v: v > 0,
-    "nonnegative": lambda v: v >= 0,
-    "negative": lambda v: v < 0,
-    "nonpositive": lambda v: v <= 0,
-    "nonzero": lambda v: v != 0,
-}
 Function = Callable[..., tuple[Any, ...]]
 
 
@@ -118,8 +112,6 @@ def _measurable(rule: Rule) -> None:
         raise NotApplicable("the rule's derivative deliberately differs from the forward's (true_derivative: false)")
     if not any(o.differentiable for o in rule.outputs) or not any(i.differentiable for i in rule.inputs):
         raise NotApplicable("nothing differentiable")
-    if any(not i.static and i.dtype == "complex" for i in rule.inputs):
-        raise NotApplicable("complex inputs: bits of error are measured on the real float line")
 
 
 def _points(s: Subject) -> Iterator[_Point]:
@@ -145,7 +137,7 @@ def _points(s: Subject) -> Iterator[_Point]:
         for k in movable:
             values[k] = np.asarray(np.asarray(s.values[k], np.float64) * scale + shift, np.float32)
         kept = all(
-            np.isfinite(values[k]).all() and all(_ASSUMED[a](values[k]).all() for a in rule.inputs[k].assume)
+            np.isfinite(values[k]).all() and all(ASSUMED_SIGN[a](values[k]).all() for a in rule.inputs[k].assume)
             for k in movable
         )
         if not kept:

@@ -177,7 +177,8 @@ def lambdified_derivative(total: Any, x: Any, symbols: list[Any], modules: list[
     return lambdified(symbols, derivative, modules=modules)
 
 
-_ASSUMED_SIGN = {
+#: Whether a value (each element of an array) keeps what `assume:` says of an input.
+ASSUMED_SIGN = {
     "positive": lambda v: v > 0,
     "nonnegative": lambda v: v >= 0,
     "negative": lambda v: v < 0,
@@ -198,7 +199,7 @@ def _wide_point(s: Subject, c: float) -> list[Any] | None:
             values.append(v)
         elif spec.dtype == "float":
             value = c * (1 + 0.137 * k)
-            if not all(_ASSUMED_SIGN[a](value) for a in spec.assume):
+            if not all(ASSUMED_SIGN[a](value) for a in spec.assume):
                 return None
             values.append(np.asarray(value, dtype=np.float64))
             k += 1
