@@ -153,12 +153,14 @@ def _with_cotangents(point: _Point, outputs: Sequence[np.ndarray]) -> _Point:
     return dataclasses.replace(point, cotangents=cotangents)
 
 
-def _arguments(s: Subject, point: _Point, dtype: Any, convert: Callable[[np.ndarray], Any]) -> list[Any]:
-    """The point's values as `convert`ed arrays, its float arrays in `dtype`."""
-    return [
-        v if not isinstance(v, np.ndarray) else convert(np.asarray(v, dtype) if i.dtype == "float" else v)
+def _bound(s: Subject, point: _Point, dtype: Any, fn: Function, convert: Callable[[np.ndarray], Any]) -> Any:
+    """`fn` at the point as a function of the differentiable inputs (`Subject.bound`), and their values: the
+    point's float arrays in `dtype`."""
+    values = [
+        np.asarray(v, dtype) if isinstance(v, np.ndarray) and i.dtype == "float" else v
         for v, i in zip(point.values, s.rule.inputs, strict=True)
     ]
+    return dataclasses.replace(s, values=values).bound(fn, convert), [convert(values[k]) for k in s.diff]
 
 
 # ---------------------------------------------------------------- evaluation in each backend
@@ -169,18 +171,8 @@ def _jax(fn: Function, s: Subject, point: _Point, dtype: Any, forward_mode: bool
     import jax.numpy as jnp
 
     rule = s.rule
-    full = _arguments(s, point, dtype, jnp.asarray)
+    of_diff, primals = _bound(s, point, dtype, fn, jnp.asarray)
     names = [o.name for o in rule.outputs if o.differentiable]
-
-    def of_diff(*xs: Any) -> tuple[Any, ...]:
-        args = list(full)
-        for k, x in zip(s.diff, xs, strict=True):
-            args[k] = x
-        outs = fn(*args)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        return tuple(outs[k] for k in s.outputs)
-
-    primals = [full[k] for k in s.diff]
     found: dict[Quantity, np.ndarray] = {}
     if point.cotangents is None:
         return {Quantity(name): np.asarray(out) for name, out in zip(names, of_diff(*primals), strict=True)}
@@ -205,23 +197,14 @@ def _torch(fn: Function, s: Subject, point: _Point, dtype: Any, forward_mode: bo
     import torch
 
     rule = s.rule
-    full = _arguments(s, point, dtype, torch.from_numpy)
+    of_diff, primals = _bound(s, point, dtype, fn, torch.from_numpy)
     names = [o.name for o in rule.outputs if o.differentiable]
-
-    def of_diff(*xs: Any) -> tuple[Any, ...]:
-        args = list(full)
-        for k, x in zip(s.diff, xs, strict=True):
-            args[k] = x
-        outs = fn(*args)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        return tuple(outs[k] for k in s.outputs)
-
     if point.cotangents is None:
         with torch.no_grad():
-            values = of_diff(*[full[k] for k in s.diff])
+            values = of_diff(*primals)
         return {Quantity(name): o.numpy(force=True) for name, o in zip(names, values, strict=True)}
     cotangents = point.cotangents
-    leaves = [full[k].clone().requires_grad_() for k in s.diff]
+    leaves = [x.clone().requires_grad_() for x in primals]
     outs = of_diff(*leaves)
     found: dict[Quantity, np.ndarray] = {}
     for n, name in enumerate(names):
@@ -231,7 +214,6 @@ def _torch(fn: Function, s: Subject, point: _Point, dtype: Any, forward_mode: bo
         for k, leaf, grad in zip(s.diff, leaves, grads, strict=True):
             value = torch.zeros_like(leaf) if grad is None else grad
             found[Quantity(name, rule.inputs[k].name)] = value.detach().numpy(force=True)
-    primals = [full[k] for k in s.diff]
     for j, k in enumerate(s.diff) if forward_mode else ():
 
         def alone(x: Any, j: int = j) -> tuple[Any, ...]:
