@@ -51,12 +51,17 @@ Function = Callable[..., tuple[Any, ...]]
 
 @dataclass(frozen=True)
 class _Point:
-    """The sample moved along the float line, in float32, and random directions for the derivatives."""
+    """The sample moved along the float line, in float32, and random tangents for the derivatives (the
+    cotangents, of the outputs' shapes, are drawn from `cotangent_draws` as the outputs are computed)."""
 
     where: str
     values: list[Any]
     tangents: list[np.ndarray]  # one per differentiable input
-    cotangents: list[np.ndarray] | None = None  # one per differentiable output, once their shapes are known
+
+    @property
+    def cotangent_draws(self) -> np.random.Generator:
+        """Random cotangents, drawn an output at a time in the outputs' order: the same in every evaluation."""
+        return np.random.default_rng([len(self.where), *self.where.encode()])
 
 
 def hand_written(rule: Rule) -> bool:
@@ -147,12 +152,6 @@ def _points(s: Subject) -> Iterator[_Point]:
         yield _Point(where, values, tangents)
 
 
-def _with_cotangents(point: _Point, outputs: Sequence[np.ndarray]) -> _Point:
-    rng = np.random.default_rng([len(point.where), *point.where.encode()])
-    cotangents = [rng.standard_normal(np.shape(o)).astype(np.float32) for o in outputs]
-    return dataclasses.replace(point, cotangents=cotangents)
-
-
 def _bound(s: Subject, point: _Point, dtype: Any, fn: Function, convert: Callable[[np.ndarray], Any]) -> Any:
     """`fn` at the point as a function of the differentiable inputs (`Subject.bound`), and their values: the
     point's float arrays in `dtype`."""
@@ -174,13 +173,12 @@ def _jax(fn: Function, s: Subject, point: _Point, dtype: Any, forward_mode: bool
     of_diff, primals = _bound(s, point, dtype, fn, jnp.asarray)
     names = [o.name for o in rule.outputs if o.differentiable]
     found: dict[Quantity, np.ndarray] = {}
-    if point.cotangents is None:
-        return {Quantity(name): np.asarray(out) for name, out in zip(names, of_diff(*primals), strict=True)}
-    cotangents = point.cotangents
+    draws = point.cotangent_draws
     for n, name in enumerate(names):
         out, pullback = jax.vjp(lambda *xs, n=n: of_diff(*xs)[n], *primals)
         found[Quantity(name)] = np.asarray(out)
-        for k, grad in zip(s.diff, pullback(jnp.asarray(np.asarray(cotangents[n], dtype))), strict=True):
+        cotangent = draws.standard_normal(out.shape).astype(np.float32)
+        for k, grad in zip(s.diff, pullback(jnp.asarray(np.asarray(cotangent, dtype))), strict=True):
             found[Quantity(name, rule.inputs[k].name)] = np.asarray(grad)
     for j, k in enumerate(s.diff) if forward_mode else ():
 
@@ -199,17 +197,13 @@ def _torch(fn: Function, s: Subject, point: _Point, dtype: Any, forward_mode: bo
     rule = s.rule
     of_diff, primals = _bound(s, point, dtype, fn, torch.from_numpy)
     names = [o.name for o in rule.outputs if o.differentiable]
-    if point.cotangents is None:
-        with torch.no_grad():
-            values = of_diff(*primals)
-        return {Quantity(name): o.numpy(force=True) for name, o in zip(names, values, strict=True)}
-    cotangents = point.cotangents
+    draws = point.cotangent_draws
     leaves = [x.clone().requires_grad_() for x in primals]
     outs = of_diff(*leaves)
     found: dict[Quantity, np.ndarray] = {}
     for n, name in enumerate(names):
         found[Quantity(name)] = outs[n].detach().numpy(force=True)
-        cotangent = torch.from_numpy(np.asarray(cotangents[n], dtype))
+        cotangent = torch.from_numpy(draws.standard_normal(tuple(outs[n].shape)).astype(np.float32).astype(dtype))
         grads = torch.autograd.grad(outs[n], leaves, cotangent, retain_graph=True, allow_unused=True)
         for k, leaf, grad in zip(s.diff, leaves, grads, strict=True):
             value = torch.zeros_like(leaf) if grad is None else grad
@@ -263,17 +257,18 @@ def measure_snippet(s: Subject) -> dict[tuple[Quantity, str], _Bits]:
         if autodiff is None:
             continue
         for point in _points(s):
+            arrays = [np.asarray(v, np.float64) for v in point.values if isinstance(v, np.ndarray)]
+            where = (point.where, np.concatenate([a.ravel() for a in arrays] or [np.zeros(0)]))
             for quantity, (ours, theirs, exact) in _at(s, backend, generated, autodiff, point).items():
                 # Where the exact result overflows float32, any infinity is as right as float32 can be, and a
                 # given JVP's term times a held input's zero tangent is nan, which no compiler can remove.
-                arrays = [np.asarray(v, np.float64) for v in point.values if isinstance(v, np.ndarray)]
                 compared = (np.abs(exact) <= np.finfo(np.float32).max) & ~_subnormal_anywhere(exact, arrays, backend)
                 bits = measured.setdefault((quantity, backend), _Bits())
                 with np.errstate(over="ignore"):  # an exact value beyond float32's range rounds to inf
                     bits.generated.append(bits_of_error(ours, exact, np.float32).ravel())
                     bits.autodiff.append(bits_of_error(theirs, exact, np.float32).ravel())
                 bits.compared.append(compared.ravel())
-                bits.where.append((point.where, np.concatenate([a.ravel() for a in arrays] or [np.zeros(0)])))
+                bits.where.append(where)
     return measured
 
 
@@ -287,10 +282,6 @@ def _at(
     """
     evaluate = _EVALUATE[backend]
     forward_mode = backend not in s.no_forward_mode
-    values = _evaluated(evaluate, autodiff, s, point, np.float64, False)
-    if isinstance(values, str):
-        return {}
-    point = _with_cotangents(point, [values[Quantity(o.name)] for o in s.rule.outputs if o.differentiable])
     exact = _evaluated(evaluate, autodiff, s, point, np.float64, forward_mode)
     theirs = _evaluated(evaluate, autodiff, s, point, np.float32, forward_mode)
     if isinstance(exact, str) or isinstance(theirs, str):
