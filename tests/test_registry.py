@@ -263,7 +263,7 @@ def test_one_registry_entry_is_enough_to_parse_print_and_update_a_new_function(t
     assert done.stdout.splitlines() == [
         "_numbers.exp2(beta) + jnp.exp2(x*y)",
         "_numbers.exp2(beta) + torch.exp2(x*y)",
-        "t0 = x*y; t0.exp2_()",
+        "t0 = (x*y).exp2_()",
     ]
 
 

@@ -17,16 +17,13 @@ class AffineState(RuleFunction):
     @staticmethod
     def forward(x, w, b):
         if plain(x, w, b):
-            t0 = w * x
-            t0.add_(b)
-            return t0
+            return (w * x).add_(b)
         return b + w * x
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, w, b = inputs
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, w, b)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):

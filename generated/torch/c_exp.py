@@ -17,16 +17,13 @@ class CExp(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        out = output
-        save_for_derivatives(ctx, out)
+        save_for_derivatives(ctx, output)
 
     @staticmethod
     def backward(ctx, out_bar):
         (out,) = ctx.saved_tensors
         if plain(out, out_bar):
-            t0 = torch.conj_physical(out)
-            t0.mul_(out_bar)
-            return t0
+            return torch.conj_physical(out).mul_(out_bar)
         return out_bar * torch.conj_physical(out)
 
     @staticmethod

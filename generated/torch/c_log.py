@@ -19,8 +19,7 @@ class CLog(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (z,) = inputs
-        save_for_derivatives(ctx, z)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):

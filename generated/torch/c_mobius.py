@@ -15,16 +15,13 @@ class CMobius(RuleFunction):
     @staticmethod
     def forward(z, a):
         if plain(z, a):
-            t0 = a * z
-            t0.add_(1j).div_(z + 2)
-            return t0
+            return (a * z).add_(1j).div_(z + 2)
         return (a * z + 1j) / (z + 2)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        z, a = inputs
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, z, a)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -34,11 +31,8 @@ class CMobius(RuleFunction):
         if plain(z, a, out_bar) and all(ctx.needs_input_grad):
             t0 = torch.conj_physical(z)
             t1 = t0 + 2
-            t2 = torch.conj_physical(a)
-            t2.mul_(2).add_(1j).div_(t1**2).mul_(out_bar)
-            t4 = t0 / t1
-            t4.mul_(out_bar)
-            return t2.sum_to_size(z.shape), t4.sum_to_size(a.shape)
+            t2 = torch.conj_physical(a).mul_(2).add_(1j).div_(t1**2).mul_(out_bar)
+            return t2.sum_to_size(z.shape), (t0 / t1).mul_(out_bar).sum_to_size(a.shape)
         t0 = torch.conj_physical(z)
         t1 = t0 + 2
         return (

@@ -14,23 +14,18 @@ class CPoly(RuleFunction):
     @staticmethod
     def forward(z):
         if plain(z):
-            t0 = z**3
-            t0.mul_(2).add_(3 * 1j).sub_((1 - 2 * 1j) * z)
-            return t0
+            return (z**3).mul_(2).add_(3 * 1j).sub_((1 - 2 * 1j) * z)
         return 2 * z**3 + (-1 + 2 * 1j) * z + 3 * 1j
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (z,) = inputs
-        save_for_derivatives(ctx, z)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (z,) = ctx.saved_tensors
         if plain(z, out_bar):
-            t0 = torch.conj_physical(z)
-            t0.square_().mul_(6).add_(-1).add_(-2 * 1j).mul_(out_bar)
-            return t0
+            return torch.conj_physical(z).square_().mul_(6).add_(-1).add_(-2 * 1j).mul_(out_bar)
         return out_bar * (6 * torch.conj_physical(z) ** 2 - 1 - 2 * 1j)
 
     @staticmethod

@@ -17,16 +17,13 @@ class CSin(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (z,) = inputs
-        save_for_derivatives(ctx, z)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (z,) = ctx.saved_tensors
         if plain(z, out_bar):
-            t0 = torch.conj_physical(z)
-            t0.cos_().mul_(out_bar)
-            return t0
+            return torch.conj_physical(z).cos_().mul_(out_bar)
         return out_bar * torch.cos(torch.conj_physical(z))
 
     @staticmethod

@@ -17,19 +17,13 @@ class FAcosh(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = x + 1
-            t0.rsqrt_()
-            t1 = x - 1
-            t1.rsqrt_()
-            t0.mul_(t1).mul_(out_bar)
-            return t0
+            return (x + 1).rsqrt_().mul_((x - 1).rsqrt_()).mul_(out_bar)
         return out_bar * (1 / (torch.sqrt(x - 1) * torch.sqrt(x + 1)))
 
     @staticmethod

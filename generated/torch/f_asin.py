@@ -17,16 +17,13 @@ class FAsin(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = x**2
-            t0.neg_().add_(1).rsqrt_().mul_(out_bar)
-            return t0
+            return (x**2).neg_().add_(1).rsqrt_().mul_(out_bar)
         return out_bar / torch.sqrt(1 - x**2)
 
     @staticmethod

@@ -18,9 +18,8 @@ class FAtan2(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        y, x = inputs
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, y, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -37,8 +36,7 @@ class FAtan2(RuleFunction):
             t6 = out_bar * torch.where(
                 t1, t2 * (1 / y) / (t2**2 + 1), 1 / (t3 * ((y / t3) ** 2 + 1))
             )
-            t7 = (-t5 / (t5**2 + (x / t4) ** 2)) / t4
-            t7.mul_(out_bar)
+            t7 = ((-t5 / (t5**2 + (x / t4) ** 2)) / t4).mul_(out_bar)
             return t6.sum_to_size(y.shape), t7.sum_to_size(x.shape)
         t0 = torch.abs(x)
         t1 = t0 < 3.9e-14

@@ -17,17 +17,15 @@ class FBesselI1e(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
             t0 = torch.special.i1e(x)
-            t1 = torch.special.i0e(x)
-            t1.addcdiv_(t0, x, value=-1).addcmul_(torch.sign(x), t0, value=-1).mul_(out_bar)
-            return t1
+            t1 = torch.special.i0e(x).addcdiv_(t0, x, value=-1)
+            return t1.addcmul_(torch.sign(x), t0, value=-1).mul_(out_bar)
         t0 = torch.special.i1e(x)
         return out_bar * (-t0 * torch.sign(x) - t0 / x + torch.special.i0e(x))
 

@@ -17,16 +17,13 @@ class FCbrt(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t1 = nth_root(1 / x, 3) ** 2
-            t1.mul_(1 / 3).mul_(out_bar)
-            return t1
+            return (nth_root(1 / x, 3) ** 2).mul_(1 / 3).mul_(out_bar)
         return out_bar * (nth_root(1 / x, 3) ** 2 / 3)
 
     @staticmethod

@@ -17,16 +17,13 @@ class FCos(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = torch.sin(x)
-            t0.neg_().mul_(out_bar)
-            return t0
+            return torch.sin(x).neg_().mul_(out_bar)
         return out_bar * (-torch.sin(x))
 
     @staticmethod

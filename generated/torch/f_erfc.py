@@ -19,16 +19,13 @@ class FErfc(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = x**2
-            t0.neg_().exp_().mul_(-2 / math.sqrt(math.pi)).mul_(out_bar)
-            return t0
+            return (x**2).neg_().exp_().mul_(-2 / math.sqrt(math.pi)).mul_(out_bar)
         return out_bar * ((-2 / math.sqrt(math.pi)) * torch.exp(-(x**2)))
 
     @staticmethod

@@ -19,16 +19,15 @@ class FErfcx(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = torch.special.erfcx(x)
-            t0.mul_(x).mul_(2).add_(-2 / math.sqrt(math.pi)).mul_(out_bar)
-            return t0
+            return (
+                torch.special.erfcx(x).mul_(x).mul_(2).add_(-2 / math.sqrt(math.pi)).mul_(out_bar)
+            )
         return out_bar * (2 * x * torch.special.erfcx(x) - 2 / math.sqrt(math.pi))
 
     @staticmethod

@@ -19,16 +19,14 @@ class FErfinv(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = torch.special.erfinv(x)
-            t0.square_().exp_().mul_(math.sqrt(math.pi) / 2).mul_(out_bar)
-            return t0
+            t0 = torch.special.erfinv(x).square_().exp_().mul_(math.sqrt(math.pi) / 2)
+            return t0.mul_(out_bar)
         return out_bar * ((math.sqrt(math.pi) / 2) * torch.exp(torch.special.erfinv(x) ** 2))
 
     @staticmethod

@@ -17,16 +17,13 @@ class FExpm1(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = torch.exp(x)
-            t0.mul_(out_bar)
-            return t0
+            return torch.exp(x).mul_(out_bar)
         return out_bar * torch.exp(x)
 
     @staticmethod

@@ -17,32 +17,27 @@ class FGeluTanh(RuleFunction):
     @staticmethod
     def forward(x):
         if plain(x):
-            t0 = x**3
-            t0.mul_(0.044715).add_(x).mul_(math.sqrt(2 / math.pi)).tanh_()
-            t1 = t0 + 1
-            t1.mul_(x).mul_(1 / 2)
-            return t1, t0
+            t0 = (x**3).mul_(0.044715).add_(x).mul_(math.sqrt(2 / math.pi)).tanh_()
+            return (t0 + 1).mul_(x).mul_(1 / 2), t0
         t0 = torch.tanh(math.sqrt(2 / math.pi) * (0.044715 * x**3 + x))
         return x * (t0 + 1) / 2, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
         _, saved_tanh = output
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, saved_tanh)
+        save_for_derivatives(ctx, *inputs, saved_tanh)
 
     @staticmethod
     def backward(ctx, out_bar, saved_tanh_bar):
         x, saved_tanh = ctx.saved_tensors
         if saved_tanh_bar is None and plain(x, saved_tanh, out_bar):
-            t0 = saved_tanh / 2
-            t0.add_(1 / 2)
-            t1 = x**2
-            t1.mul_(0.134145).add_(1)
-            t0.addcmul_(t1, tanh_backward(x, saved_tanh), value=1 / math.sqrt(2 * math.pi)).mul_(
-                out_bar
-            )
+            t0 = (saved_tanh / 2).add_(1 / 2)
+            t0.addcmul_(
+                (x**2).mul_(0.134145).add_(1),
+                tanh_backward(x, saved_tanh),
+                value=1 / math.sqrt(2 * math.pi),
+            ).mul_(out_bar)
             return t0
         t0 = 0.134145 * x**2 + 1
         t1 = math.sqrt(2 / math.pi)

@@ -18,9 +18,8 @@ class FHypot(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, y)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -29,11 +28,8 @@ class FHypot(RuleFunction):
             return None, None
         if plain(x, y, out_bar) and all(ctx.needs_input_grad):
             t0 = torch.hypot(x, y)
-            t1 = x / t0
-            t1.mul_(out_bar)
-            t2 = y / t0
-            t2.mul_(out_bar)
-            return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
+            t1 = (x / t0).mul_(out_bar)
+            return t1.sum_to_size(x.shape), (y / t0).mul_(out_bar).sum_to_size(y.shape)
         t0 = torch.hypot(x, y)
         return ((out_bar * (x / t0)).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
             (out_bar * (y / t0)).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None

@@ -17,8 +17,7 @@ class FLog1p(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):

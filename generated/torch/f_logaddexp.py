@@ -18,9 +18,8 @@ class FLogaddexp(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, y)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -28,8 +27,7 @@ class FLogaddexp(RuleFunction):
         if out_bar is None:
             return None, None
         if plain(x, y, out_bar) and all(ctx.needs_input_grad):
-            t0 = -y
-            t0.add_(x)
+            t0 = (-y).add_(x)
             t1 = torch.ops.aten.softplus_backward(out_bar, t0, 1.0, 40.0)
             t2 = torch.ops.aten.softplus_backward(out_bar, t0, -1.0, 40.0)
             return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)

@@ -18,9 +18,8 @@ class FMax(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, y)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -28,12 +27,9 @@ class FMax(RuleFunction):
         if out_bar is None:
             return None, None
         if plain(x, y, out_bar) and all(ctx.needs_input_grad):
-            t0 = -y
-            t0.add_(x)
-            t1 = (torch.sign(t0) + 1) / 2
-            t1.mul_(out_bar)
-            t2 = (torch.sign(-t0) + 1) / 2
-            t2.mul_(out_bar)
+            t0 = (-y).add_(x)
+            t1 = ((torch.sign(t0) + 1) / 2).mul_(out_bar)
+            t2 = ((torch.sign(-t0) + 1) / 2).mul_(out_bar)
             return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = x - y
         return (

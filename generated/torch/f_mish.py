@@ -15,27 +15,23 @@ class FMish(RuleFunction):
     @staticmethod
     def forward(x):
         if plain(x):
-            t0 = torch.nn.functional.softplus(x, threshold=40.0)
-            t0.tanh_()
-            t1 = t0 * x
-            return t1, t0
+            t0 = torch.nn.functional.softplus(x, threshold=40.0).tanh_()
+            return t0 * x, t0
         t0 = torch.tanh(torch.nn.functional.softplus(x, threshold=40.0))
         return t0 * x, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
         _, saved_tanh = output
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, saved_tanh)
+        save_for_derivatives(ctx, *inputs, saved_tanh)
 
     @staticmethod
     def backward(ctx, out_bar, saved_tanh_bar):
         x, saved_tanh = ctx.saved_tensors
         if saved_tanh_bar is None and plain(x, saved_tanh, out_bar):
-            t0 = tanh_backward(torch.nn.functional.silu(x), saved_tanh)
-            t0.add_(saved_tanh).mul_(out_bar)
-            return t0
+            t0 = tanh_backward(torch.nn.functional.silu(x), saved_tanh).add_(saved_tanh)
+            return t0.mul_(out_bar)
         return summed_like(
             x,
             None

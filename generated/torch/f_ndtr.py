@@ -19,16 +19,13 @@ class FNdtr(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = x**2
-            t0.mul_(-1 / 2).exp_().mul_(1 / math.sqrt(2 * math.pi)).mul_(out_bar)
-            return t0
+            return (x**2).mul_(-1 / 2).exp_().mul_(1 / math.sqrt(2 * math.pi)).mul_(out_bar)
         return out_bar * (torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi))
 
     @staticmethod

@@ -19,16 +19,14 @@ class FNdtri(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = torch.special.ndtri(x)
-            t0.square_().mul_(1 / 2).exp_().mul_(math.sqrt(2 * math.pi)).mul_(out_bar)
-            return t0
+            t0 = torch.special.ndtri(x).square_().mul_(1 / 2).exp_().mul_(math.sqrt(2 * math.pi))
+            return t0.mul_(out_bar)
         return out_bar * (math.sqrt(2 * math.pi) * torch.exp(torch.special.ndtri(x) ** 2 / 2))
 
     @staticmethod

@@ -18,10 +18,8 @@ class FPow(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
-        out = output
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, y, out)
+        save_for_derivatives(ctx, *inputs, output)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -29,10 +27,8 @@ class FPow(RuleFunction):
         if out_bar is None:
             return None, None
         if plain(x, y, out, out_bar) and all(ctx.needs_input_grad):
-            t0 = out * y / x
-            t0.mul_(out_bar)
-            t1 = torch.log(x)
-            t1.mul_(out).mul_(out_bar)
+            t0 = (out * y / x).mul_(out_bar)
+            t1 = torch.log(x).mul_(out).mul_(out_bar)
             return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
         return (
             (out_bar * (out * y / x)).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None

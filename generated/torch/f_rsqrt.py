@@ -17,16 +17,13 @@ class FRsqrt(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = 1 / x
-            t0.pow_(3 / 2).mul_(-1 / 2).mul_(out_bar)
-            return t0
+            return (1 / x).pow_(3 / 2).mul_(-1 / 2).mul_(out_bar)
         return out_bar * (-((1 / x) ** (3 / 2)) / 2)
 
     @staticmethod

@@ -17,16 +17,13 @@ class FSigmoid(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        out = output
-        save_for_derivatives(ctx, out)
+        save_for_derivatives(ctx, output)
 
     @staticmethod
     def backward(ctx, out_bar):
         (out,) = ctx.saved_tensors
         if plain(out, out_bar):
-            t0 = -out
-            t0.add_(1).mul_(out).mul_(out_bar)
-            return t0
+            return (-out).add_(1).mul_(out).mul_(out_bar)
         return out_bar * (out * (1 - out))
 
     @staticmethod

@@ -17,16 +17,13 @@ class FSqrt(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = torch.rsqrt(x)
-            t0.mul_(1 / 2).mul_(out_bar)
-            return t0
+            return torch.rsqrt(x).mul_(1 / 2).mul_(out_bar)
         return out_bar * (torch.rsqrt(x) / 2)
 
     @staticmethod

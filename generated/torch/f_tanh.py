@@ -18,8 +18,7 @@ class FTanh(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        out = output
-        save_for_derivatives(ctx, out)
+        save_for_derivatives(ctx, output)
 
     @staticmethod
     def backward(ctx, out_bar):

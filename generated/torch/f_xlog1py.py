@@ -18,9 +18,8 @@ class FXlog1py(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, y)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
@@ -28,11 +27,8 @@ class FXlog1py(RuleFunction):
         if out_bar is None:
             return None, None
         if plain(x, y, out_bar) and all(ctx.needs_input_grad):
-            t0 = torch.log1p(y)
-            t0.mul_(out_bar)
-            t1 = x / (y + 1)
-            t1.mul_(out_bar)
-            return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
+            t0 = torch.log1p(y).mul_(out_bar)
+            return t0.sum_to_size(x.shape), (x / (y + 1)).mul_(out_bar).sum_to_size(y.shape)
         return (
             (out_bar * torch.log1p(y)).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None
         ), ((out_bar * (x / (y + 1))).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)

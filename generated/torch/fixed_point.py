@@ -36,8 +36,7 @@ class FixedPoint(RuleFunction):
     @staticmethod
     def setup_context(ctx, inputs, output):
         f, a, _ = inputs
-        x_star = output
-        save_for_derivatives(ctx, a, x_star)
+        save_for_derivatives(ctx, a, output)
         ctx.f = f
         ctx.a_shape = a.shape
 

@@ -34,8 +34,7 @@ class GaussianLogpdf(RuleFunction):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, mu, sigma = inputs
-        out = output
-        save_for_derivatives(ctx, x, mu, sigma, out)
+        save_for_derivatives(ctx, x, mu, sigma, output)
         ctx.x_shape = x.shape
         ctx.mu_shape = mu.shape
         ctx.sigma_shape = sigma.shape

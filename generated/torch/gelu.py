@@ -16,29 +16,23 @@ class Gelu(RuleFunction):
     @staticmethod
     def forward(x):
         if plain(x):
-            t0 = torch.special.erfc((-math.sqrt(2) / 2) * x)
-            t0.mul_(1 / 2)
-            t1 = t0 * x
-            return t1, t0
+            t0 = torch.special.erfc((-math.sqrt(2) / 2) * x).mul_(1 / 2)
+            return t0 * x, t0
         t0 = torch.special.erfc((-math.sqrt(2) / 2) * x) / 2
         return t0 * x, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
         _, saved_one_plus_erf = output
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, saved_one_plus_erf)
+        save_for_derivatives(ctx, *inputs, saved_one_plus_erf)
 
     @staticmethod
     def backward(ctx, out_bar, saved_one_plus_erf_bar):
         x, saved_one_plus_erf = ctx.saved_tensors
         if saved_one_plus_erf_bar is None and plain(x, saved_one_plus_erf, out_bar):
-            t0 = x**2
-            t0.mul_(-1 / 2).exp_().mul_(x).mul_(1 / math.sqrt(2 * math.pi)).add_(
-                saved_one_plus_erf
-            ).mul_(out_bar)
-            return t0
+            t0 = (x**2).mul_(-1 / 2).exp_().mul_(x).mul_(1 / math.sqrt(2 * math.pi))
+            return t0.add_(saved_one_plus_erf).mul_(out_bar)
         t0 = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
         return summed_like(
             x,

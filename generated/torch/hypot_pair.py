@@ -22,11 +22,9 @@ class HypotPair(RuleFunction):
             t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
             t1 = x / t0
             t2 = y / t0
-            t3 = t1**2
-            t3.add_(t2**2).sqrt_()
+            t3 = (t1**2).add_(t2**2).sqrt_()
             t4 = 1 / t0
-            t6 = t3 / t4
-            return t6, t3, t4, t1, t2, t0
+            return (t3 / t4), t3, t4, t1, t2, t0
         t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
         t1 = x / t0
         t2 = y / t0
@@ -36,11 +34,10 @@ class HypotPair(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
         _, saved_value, saved_divided, saved_divided2, saved_divided3, saved_binade = output
         ctx.set_materialize_grads(False)
         save_for_derivatives(
-            ctx, x, y, saved_value, saved_divided, saved_divided2, saved_divided3, saved_binade
+            ctx, *inputs, saved_value, saved_divided, saved_divided2, saved_divided3, saved_binade
         )
 
     @staticmethod
@@ -75,11 +72,8 @@ class HypotPair(RuleFunction):
             and all(ctx.needs_input_grad)
         ):
             t0 = 1 / (saved_binade * saved_divided * saved_value)
-            t1 = saved_divided2 * t0
-            t1.mul_(out_bar)
-            t2 = saved_divided3 * t0
-            t2.mul_(out_bar)
-            return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
+            t1 = (saved_divided2 * t0).mul_(out_bar)
+            return t1.sum_to_size(x.shape), (saved_divided3 * t0).mul_(out_bar).sum_to_size(y.shape)
         t2 = 1 / (saved_binade * saved_value)
         t3 = saved_divided2 * t2
         t4 = saved_divided3 * t2

@@ -18,9 +18,7 @@ class L2Normalize(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        out = output
-        save_for_derivatives(ctx, x, out)
+        save_for_derivatives(ctx, *inputs, output)
 
     @staticmethod
     def backward(ctx, out_bar):

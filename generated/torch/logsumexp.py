@@ -30,8 +30,7 @@ class Logsumexp(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):

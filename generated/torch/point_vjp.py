@@ -20,21 +20,17 @@ class PointVjp(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
         a, _, _ = output
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, y)
+        save_for_derivatives(ctx, *inputs)
         ctx.a_shape = a.shape
 
     @staticmethod
     def backward(ctx, a_bar, b0_bar, b1_bar):
         x, y = ctx.saved_tensors
         if plain(x, y, a_bar, b0_bar, b1_bar) and all(ctx.needs_input_grad):
-            t0 = 2 * x
-            t0.mul_(a_bar).addcmul_(torch.cos(x), b0_bar)
-            t2 = torch.sin(y)
-            t2.neg_().mul_(b1_bar)
-            return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
+            t0 = (2 * x).mul_(a_bar).addcmul_(torch.cos(x), b0_bar)
+            return t0.sum_to_size(x.shape), torch.sin(y).neg_().mul_(b1_bar).sum_to_size(y.shape)
         return (
             summed_like(
                 x,

@@ -18,9 +18,8 @@ class Polar(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, y)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
@@ -33,13 +32,12 @@ class Polar(RuleFunction):
             t4 = torch.where(t2, 7.799316747991725e-14, y)
             t5 = binade(torch.maximum(t1, torch.abs(x)))
             t6 = x / t5
-            t7 = x / t0
-            t7.mul_(r_bar).add_(
+            t7 = (x / t0).mul_(r_bar)
+            t7.add_(
                 theta_bar
                 * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1)))
             )
-            t9 = y / t0
-            t9.mul_(r_bar).addcmul_(((t6 / (t6**2 + (y / t5) ** 2)) / t5), theta_bar)
+            t9 = (y / t0).mul_(r_bar).addcmul_(((t6 / (t6**2 + (y / t5) ** 2)) / t5), theta_bar)
             return t7.sum_to_size(x.shape), t9.sum_to_size(y.shape)
         t0 = torch.hypot(x, y)
         t1 = torch.abs(y)

@@ -18,10 +18,8 @@ class ScaledTanh(RuleFunction):
     @staticmethod
     def forward(x, log_scale):
         if plain(x):
-            t0 = x * _numbers.exp(log_scale)
-            t0.tanh_()
-            t1 = t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)
-            return t1, t0
+            t0 = (x * _numbers.exp(log_scale)).tanh_()
+            return t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1), t0
         t0 = torch.tanh(x * _numbers.exp(log_scale))
         return t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1), t0
 
@@ -38,10 +36,10 @@ class ScaledTanh(RuleFunction):
         x, saved_tanh = ctx.saved_tensors
         log_scale = ctx.log_scale
         if saved_tanh_bar is None and plain(saved_tanh, out_bar):
-            t0 = saved_tanh**2
-            t0.neg_().add_(1).mul_(
-                _numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
-            ).mul_(_numbers.exp(log_scale)).mul_(out_bar)
+            t0 = (saved_tanh**2).neg_().add_(1)
+            t0.mul_(_numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))).mul_(
+                _numbers.exp(log_scale)
+            ).mul_(out_bar)
             return t0, None
         t0 = (1 - saved_tanh**2) * _numbers.exp(log_scale)
         x_bar = summed_like(

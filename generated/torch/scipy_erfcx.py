@@ -37,9 +37,7 @@ class ScipyErfcx(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        out = output
-        save_for_derivatives(ctx, x, out)
+        save_for_derivatives(ctx, *inputs, output)
 
     @staticmethod
     def backward(ctx, out_bar):

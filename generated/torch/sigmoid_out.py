@@ -19,17 +19,13 @@ class SigmoidOut(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        out = output
-        save_for_derivatives(ctx, x, out)
+        save_for_derivatives(ctx, *inputs, output)
 
     @staticmethod
     def backward(ctx, out_bar):
         x, out = ctx.saved_tensors
         if plain(x, out, out_bar):
-            t0 = torch.ops.aten.softplus_backward(out, x, -1.0, 40.0)
-            t0.mul_(out_bar)
-            return t0
+            return torch.ops.aten.softplus_backward(out, x, -1.0, 40.0).mul_(out_bar)
         return out_bar * torch.ops.aten.softplus_backward(out, x, -1.0, 40.0)
 
     @staticmethod

@@ -15,21 +15,18 @@ class SinExpMul(RuleFunction):
     @staticmethod
     def forward(x, y):
         if plain(x, y):
-            t0 = x**2
-            t0.neg_().exp_()
+            t0 = (x**2).neg_().exp_()
             t1 = torch.sin(x)
-            t2 = t0 * t1 * y
-            return t2, t0, t1
+            return t0 * t1 * y, t0, t1
         t0 = torch.exp(-(x**2))
         t1 = torch.sin(x)
         return t0 * t1 * y, t0, t1
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
         _, saved_exp, saved_sin = output
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, y, saved_exp, saved_sin)
+        save_for_derivatives(ctx, *inputs, saved_exp, saved_sin)
 
     @staticmethod
     def backward(ctx, out_bar, saved_exp_bar, saved_sin_bar):
@@ -40,10 +37,9 @@ class SinExpMul(RuleFunction):
             and plain(x, y, saved_exp, saved_sin, out_bar)
             and all(ctx.needs_input_grad)
         ):
-            t0 = torch.cos(x)
-            t0.addcmul_(saved_sin, x, value=-2).mul_(saved_exp).mul_(y).mul_(out_bar)
-            t1 = saved_exp * saved_sin
-            t1.mul_(out_bar)
+            t0 = torch.cos(x).addcmul_(saved_sin, x, value=-2).mul_(saved_exp).mul_(y)
+            t0.mul_(out_bar)
+            t1 = (saved_exp * saved_sin).mul_(out_bar)
             return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
         t0 = torch.cos(x)
         t1 = 2 * x

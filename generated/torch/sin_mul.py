@@ -19,19 +19,16 @@ class SinMul(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
         _, saved_sin = output
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, y, saved_sin)
+        save_for_derivatives(ctx, *inputs, saved_sin)
 
     @staticmethod
     def backward(ctx, out_bar, saved_sin_bar):
         x, y, saved_sin = ctx.saved_tensors
         if saved_sin_bar is None and plain(x, y, saved_sin, out_bar) and all(ctx.needs_input_grad):
-            t0 = torch.cos(x)
-            t0.mul_(y).mul_(out_bar)
-            t1 = out_bar * saved_sin
-            return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
+            t0 = torch.cos(x).mul_(y).mul_(out_bar)
+            return t0.sum_to_size(x.shape), (out_bar * saved_sin).sum_to_size(y.shape)
         t0 = torch.cos(x)
         return (
             summed_like(

@@ -17,17 +17,14 @@ class Sincos(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, s_bar, c_bar):
         (x,) = ctx.saved_tensors
         if plain(x, s_bar, c_bar):
-            t0 = torch.sin(x)
-            t0.neg_().mul_(c_bar).addcmul_(torch.cos(x), s_bar)
-            return t0
+            return torch.sin(x).neg_().mul_(c_bar).addcmul_(torch.cos(x), s_bar)
         return summed_like(
             x,
             None if s_bar is None else s_bar * torch.cos(x),

@@ -32,8 +32,7 @@ class Softmax(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        out = output
-        save_for_derivatives(ctx, out)
+        save_for_derivatives(ctx, output)
 
     @staticmethod
     def backward(ctx, out_bar):

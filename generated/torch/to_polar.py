@@ -25,12 +25,10 @@ class ToPolar(RuleFunction):
             t1 = binade(torch.maximum(t0, torch.abs(x)))
             t2 = x / t1
             t3 = y / t1
-            t4 = t2**2
-            t4.add_(t3**2).sqrt_()
+            t4 = (t2**2).add_(t3**2).sqrt_()
             t5 = 1 / t1
             t7 = t4 / t5
-            t8 = torch.atan2(y, x)
-            return t7, t8, t4, t5, t2, t3, t1, t0
+            return t7, torch.atan2(y, x), t4, t5, t2, t3, t1, t0
         t0 = torch.abs(y)
         t1 = binade(torch.maximum(t0, torch.abs(x)))
         t2 = x / t1
@@ -41,7 +39,6 @@ class ToPolar(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
         (
             _,
             _,
@@ -55,8 +52,7 @@ class ToPolar(RuleFunction):
         ctx.set_materialize_grads(False)
         save_for_derivatives(
             ctx,
-            x,
-            y,
+            *inputs,
             saved_value,
             saved_divided,
             saved_divided2,
@@ -111,8 +107,8 @@ class ToPolar(RuleFunction):
             t0 = 1 / (saved_binade * saved_divided * saved_value)
             t1 = saved_abs < 3.9e-14
             t2 = torch.where(t1, y, 1.9498291869979312e-14) / x
-            t3 = saved_divided2 * t0
-            t3.mul_(r_bar).add_(
+            t3 = (saved_divided2 * t0).mul_(r_bar)
+            t3.add_(
                 theta_bar
                 * torch.where(
                     t1,
@@ -121,8 +117,8 @@ class ToPolar(RuleFunction):
                     / ((x / torch.where(t1, 7.799316747991725e-14, y)) ** 2 + 1),
                 )
             )
-            t5 = saved_divided3 * t0
-            t5.mul_(r_bar).addcmul_(((saved_divided2 / saved_value**2) / saved_binade), theta_bar)
+            t5 = (saved_divided3 * t0).mul_(r_bar)
+            t5.addcmul_(((saved_divided2 / saved_value**2) / saved_binade), theta_bar)
             return t3.sum_to_size(x.shape), t5.sum_to_size(y.shape)
         t2 = 1 / (saved_binade * saved_value)
         t3 = saved_divided2 * t2

@@ -240,6 +240,20 @@ class Block:
         return (*self.lines, Return(self.result))
 
 
+def is_short(text: str) -> bool:
+    """Short enough to return inline, where a longer value among several is named first."""
+    return len(text) <= 60
+
+
+def fits_a_line(text: str) -> bool:
+    """Whether an assignment of `text` fits a line of a generated method's body (100 columns, 12 to 16 in).
+
+    What does not is better two statements: ruff lays out a long
+    expression in parentheses, a chain of calls one call per line.
+    """
+    return len(text) <= 80
+
+
 _INDENT = "    "
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import sympy as sp
 
 from rulegen.derive import functions as fn
-from rulegen.plan.code import Assign, Block, Expr, Import
+from rulegen.plan.code import Assign, Block, Import, fits_a_line, is_short
 from rulegen.plan.inplace import InPlaceWriter
 from rulegen.plan.model import Result
 from rulegen.plan.saving import shared_subexpressions
@@ -100,7 +100,7 @@ class Emitter:
                 # Inline, so that nothing of it but what it shares runs when it is not wanted.
                 returned.append(f"({r.wrap.apply(text)} if {r.guard} else None)")
                 continue
-            if len(results) > 1 and not _is_simple(text):
+            if len(results) > 1 and not is_short(text):
                 lines.append(Assign(r.name, text))
                 text = r.name
             returned.append(r.wrap.apply(text))
@@ -109,8 +109,7 @@ class Emitter:
     def in_place_block(self, results: Sequence[Result], tensors: set[str]) -> Block | None:
         """`block` of `results` as torch code that updates the buffers it allocates (see rulegen.plan.inplace).
 
-        A line with an empty target is a statement.  None where that code
-        would be the out-of-place code over again.
+        None where that code would be the out-of-place code over again.
         """
         computed = [r for r in results if r.expr is not None]
         names = temp_symbols(self.taken)
@@ -120,28 +119,33 @@ class Emitter:
         for sym, value in replacements:
             writer.assign(str(sym), value)
         texts = {r.name: writer.value(e) for r, e in zip(computed, reduced, strict=True)}
-        returned: list[str] = []
+        if not writer.updates:
+            return None
         for r in results:
             self.imports |= r.imports
-            if r.expr is None:
-                returned.append(r.code)
-            else:
-                text = texts[r.name]
-                returned.append(r.wrap.apply(text))
-        if not any(isinstance(step, Expr) for step in writer.steps):
-            return None
-        return Block(tuple(writer.steps), tuple(returned), _reads([r.expr for r in computed], results))
+        steps = list(writer.steps)
+        returned = _returned(results, texts)
+        last = steps[-1] if steps else None
+        # The buffer the last step makes or updates, which an in-place update returns.
+        built = last.target if isinstance(last, Assign) else writer.updated
+        if last is not None and built and list(texts.values()).count(built) == 1:
+            # A returned value that nothing else reads: returned as the last step builds it, where that fits a line.
+            folded = _returned(results, {name: last.code if text == built else text for name, text in texts.items()})
+            if fits_a_line(", ".join(folded)):
+                steps.pop()
+                returned = folded
+        return Block(tuple(steps), tuple(returned), _reads([r.expr for r in computed], results))
+
+
+def _returned(results: Sequence[Result], texts: Mapping[str, str]) -> tuple[str, ...]:
+    """What a block returns: each computed result's text in its wrap, fixed code as it is."""
+    return tuple(r.code if r.expr is None else r.wrap.apply(texts[r.name]) for r in results)
 
 
 def _reads(exprs: Iterable[sp.Expr], results: Iterable[Result]) -> frozenset[str]:
     """The names code computing `exprs` and `results` reads: their symbols, and what fixed code reads."""
     symbols = {s.name for e in exprs for s in e.free_symbols}
     return frozenset(symbols.union(*(r.fixed_reads for r in results)))
-
-
-def _is_simple(text: str) -> bool:
-    """Short enough to return inline rather than name first."""
-    return len(text) <= 60
 
 
 def _named_by_lets(

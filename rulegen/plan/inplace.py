@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator, Sequence
 import sympy as sp
 
 from rulegen.derive import functions as fn
-from rulegen.plan.code import Assign, Expr
+from rulegen.plan.code import Assign, Expr, fits_a_line
+from rulegen.plan.model import atom
 
 # Functions of one argument whose torch method has an in-place form.
 _IN_PLACE_METHODS: dict[type, str] = {
@@ -48,8 +49,9 @@ class InPlaceWriter:
         self.tensors = set(tensors)
         self.names = names
         self.steps: list[Assign | Expr] = []
-        # The last chain of in-place updates: its buffer, its step's index, its calls.
-        self._chain: tuple[str, int, tuple[str, ...]] | None = None
+        # The buffer the last step updates, when that step is a bare update (an Expr).
+        self.updated: str | None = None
+        self.updates = 0  # in-place updates written: none, and the steps are out-of-place code
         # Temporaries that hold a selection (a Piecewise): `sp.cse` names a
         # shared `torch.where(x > 0, 1, 0)`, and the expressions that read it
         # then have no Piecewise in them to tell.
@@ -106,19 +108,27 @@ class InPlaceWriter:
         return name
 
     def _update(self, buffer: str, call: str) -> None:
-        """Apply `buffer.call`, chained onto the previous update of the same buffer where that is the last step."""
-        chain = self._chain
-        if chain is not None and chain[0] == buffer and chain[1] == len(self.steps) - 1:
-            calls = (*chain[2], call)
-            self.steps[-1] = Expr(".".join((buffer, *calls)))
+        """Apply `buffer.call`, chained onto the last step where that step made or updated `buffer`.
+
+        An in-place method returns its tensor, so `t0 = torch.cos(x)` then
+        `t0.mul_(a)` is `t0 = torch.cos(x).mul_(a)`: one statement, as a
+        person writes it, and the same kernels.
+        """
+        last = self.steps[-1] if self.steps else None
+        chained = f"{atom(last.code)}.{call}" if isinstance(last, Assign) and last.target == buffer else ""
+        if chained and fits_a_line(chained):
+            self.steps[-1] = Assign(buffer, chained)
+        elif isinstance(last, Expr) and self.updated == buffer:
+            self.steps[-1] = Expr(f"{last.code}.{call}")
         else:
-            calls = (call,)
             self.steps.append(Expr(f"{buffer}.{call}"))
-        self._chain = (buffer, len(self.steps) - 1, calls)
+        self.updated = buffer
+        self.updates += 1
 
     def _fresh(self, expr: sp.Expr, target: str | None) -> str:
         name = target or str(next(self.names))
         self.steps.append(Assign(name, self.code(expr)))
+        self.updated = None
         return name
 
     def _owned(self, expr: sp.Expr, target: str | None = None) -> str:

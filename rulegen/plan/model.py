@@ -156,8 +156,6 @@ class TorchPlan:
     backward_reads: Reads
     jvp_reads: Reads
     imports: frozenset[Import]
-    setup_inputs: str  # unpacking targets of `inputs` in setup_context, "" if none is kept
-    setup_outputs: str  # likewise for `output`
     wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
     tensor_arguments: tuple[Assign, ...]  # the wrapper's first statement: its array arguments as tensors, if any
     unpack: tuple[Assign, ...]  # before it: structured arguments taken apart (see header.unpacked)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from rulegen.derive.routes import Source
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Comment, Def, Expr, Import, Pass, Raise, Return, Statement, unpacking
+from rulegen.plan.code import Assign, Comment, Def, Import, Raise, Return, Statement, unpacking
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     TORCH_LIFT_NOTE,
@@ -25,7 +25,7 @@ from rulegen.plan.header import (
 )
 from rulegen.plan.model import SnippetPlan
 from rulegen.plan.snippet import SnippetPlanner, packed, snippet_definitions, tuple_literal, tuple_text
-from rulegen.plan.torch_route import static_type, torch_route
+from rulegen.plan.torch_route import Kept, setup_context_body, static_type, torch_route
 from rulegen.spec import names
 from rulegen.spec.names import cotangent, hidden, shape_attribute, tangent
 
@@ -289,26 +289,21 @@ def _host_shape(p: SnippetPlanner) -> str:
 
 
 def _setup_context(p: SnippetPlanner, kept: _Kept) -> Def:
-    ctx, inputs, output = p.ctx, p.own["inputs"], p.own["output"]
-    setup: list[Statement] = []
-    keep = {*kept.saved, *kept.statics, *kept.shapes}
-    if keep & set(p.inputs):
-        targets = [n if n in keep else "_" for n in p.inputs]
-        setup.append(Assign(unpacking(targets), inputs))
-    out_kept = {*kept.saved, *kept.non_diff}
-    if out_kept & set(kept.values):
-        setup.append(Assign(tuple_text([n if n in out_kept else "_" for n in kept.values]), output))
-    if kept.non_diff:
-        setup.append(Expr(f"{ctx}.mark_non_differentiable({', '.join(kept.non_diff)})"))
-    if kept.saved:
-        setup.append(Expr(f"{p.own['save_for_derivatives']}({ctx}, {', '.join(kept.saved)})"))
-    setup += [Assign(f"{ctx}.{names.ctx_attribute(s)}", s) for s in kept.statics]
-    setup += [Assign(f"{ctx}.{shape_attribute(i)}", f"{i}.shape") for i in kept.shapes]
-    if kept.broadcast:
-        if not keep & set(p.inputs):
-            setup.insert(0, Assign(unpacking(p.inputs), inputs))
-        setup.append(Assign(f"{ctx}.{shape_attribute(p.diff_outputs[0])}", _host_shape(p)))
-    return Def("setup_context", (ctx, inputs, output), tuple(setup) or (Pass(),), _staticmethod(p))
+    shape = (shape_attribute(p.diff_outputs[0]), _host_shape(p)) if kept.broadcast else None
+    body = setup_context_body(
+        Kept(
+            inputs=tuple(p.inputs),
+            values=kept.values,
+            saved=kept.saved,
+            statics=kept.statics,
+            shapes=kept.shapes,
+            non_differentiable=kept.non_diff,
+            shape=shape,
+            shape_reads=tuple(p.arrays) if kept.broadcast else (),
+        ),
+        p.own,
+    )
+    return Def("setup_context", (p.ctx, p.own["inputs"], p.own["output"]), body, _staticmethod(p))
 
 
 def _unpack(p: SnippetPlanner, kept: _Kept, reads: set[str]) -> list[Statement]:

@@ -21,7 +21,7 @@ from rulegen.derive.forms import (
 from rulegen.derive.functions import cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation, Partials
 from rulegen.derive.symbols import own_names, torch_context, value_symbol
-from rulegen.plan.code import Assign, Block, Class, Comment, Def, Docstring, Expr, If, Import, Pass, Return, Statement
+from rulegen.plan.code import Assign, Block, Class, Comment, Def, Docstring, If, Import, Return, Statement
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
@@ -49,7 +49,7 @@ from rulegen.plan.symbolic import (
     with_fused_forms,
     with_outputs,
 )
-from rulegen.plan.torch_route import torch_route
+from rulegen.plan.torch_route import Kept, setup_context_body, torch_route
 from rulegen.spec.names import COTANGENT, TANGENT, cotangent, ctx_attribute, hidden, shape_attribute, tangent
 from rulegen.spec.rules import Rule
 
@@ -316,8 +316,6 @@ def plan_torch(d: Derivation) -> TorchPlan:
         backward_reads=_reads(saved, statics_used, backward_reads),
         jvp_reads=_reads(saved, statics_used, jvp.reads | set(t.absent_tangents)),
         imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers), own_names(rule)),
-        setup_inputs=_targets(tuple(i.name for i in rule.inputs), {*saved, *statics_used}, tuple_of_one=True),
-        setup_outputs=_targets(values_out, {*saved, *non_diff, shape_kept}, tuple_of_one=False),
         shape_kept=shape_kept,
         wrapper_targets=", ".join(n if n in t.outputs else hidden(n) for n in values_out),
         tensor_arguments=array_arguments(rule, "as_opmath_tensors" if lifted else "as_tensors", lifted=lifted),
@@ -688,19 +686,6 @@ def _reads(saved: Sequence[str], statics: Sequence[str], read: Set[str]) -> Read
     return Reads(saved=targets if read & set(saved) else "", statics=tuple(s for s in statics if s in read))
 
 
-def _targets(names: Sequence[str], kept: set[str], *, tuple_of_one: bool) -> str:
-    """Unpacking targets naming the kept values, `_` for the rest; "" if none is kept.
-
-    setup_context gets `inputs` as a tuple always, but `output` as a bare
-    value when forward returns one.
-    """
-    if not kept & set(names):
-        return ""
-    if len(names) == 1:
-        return f"({names[0]},)" if tuple_of_one else names[0]
-    return ", ".join(n if n in kept else "_" for n in names)
-
-
 def torch_definitions(plan: TorchPlan) -> tuple[Statement, ...]:
     """What the module defines after its imports: the fused bodies, the Function, its route, the public function."""
     own = plan.own
@@ -744,22 +729,16 @@ def _forward_body(plan: TorchPlan) -> tuple[Statement, ...]:
 
 
 def _setup_body(plan: TorchPlan) -> tuple[Statement, ...]:
-    ctx = plan.own["ctx"]
-    body: list[Statement] = []
-    if plan.setup_inputs:
-        body.append(Assign(plan.setup_inputs, plan.own["inputs"]))
-    if plan.setup_outputs:
-        body.append(Assign(plan.setup_outputs, plan.own["output"]))
-    if plan.unmaterialised:
-        body.append(Expr(f"{ctx}.set_materialize_grads(False)"))
-    if plan.non_differentiable:
-        body.append(Expr(f"{ctx}.mark_non_differentiable({', '.join(plan.non_differentiable)})"))
-    if plan.saved:
-        body.append(Expr(f"{plan.own['save_for_derivatives']}({ctx}, {', '.join(plan.saved)})"))
-    body += [Assign(f"{ctx}.{ctx_attribute(s)}", s) for s in plan.statics]
-    if plan.shape_kept:
-        body.append(Assign(f"{ctx}.{shape_attribute(plan.shape_kept)}", f"{plan.shape_kept}.shape"))
-    return tuple(body) or (Pass(),)
+    kept = Kept(
+        inputs=plan.inputs,
+        values=(*plan.outputs, *plan.residuals),
+        saved=plan.saved,
+        statics=plan.statics,
+        shapes=(plan.shape_kept,) if plan.shape_kept else (),
+        non_differentiable=plan.non_differentiable,
+        unmaterialised=plan.unmaterialised,
+    )
+    return setup_context_body(kept, plan.own)
 
 
 def _unpacked(reads: Reads, ctx: str) -> list[Statement]:

@@ -1,4 +1,5 @@
-"""How a torch rule's public function applies its Function: eagerly, compiled, exported.
+"""What both torch planners emit alike: how the public function applies its Function (eagerly,
+compiled, exported), and what the Function's `setup_context` keeps.
 
 The choice is made per call by the runtime helper `routed` makes (rulegen/runtime/torch/_route.py);
 the planner decides which forms a rule has: always the Function and its compiled twin
@@ -8,11 +9,12 @@ argument.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rulegen.derive.symbols import own_names
-from rulegen.plan.code import Assign
-from rulegen.spec.names import applier
+from rulegen.plan.code import Assign, Expr, Pass, Statement, unpacking
+from rulegen.spec.names import applier, ctx_attribute, shape_attribute
 from rulegen.spec.rules import Input, Rule
 
 
@@ -52,3 +54,59 @@ def torch_route(rule: Rule, values: int) -> TorchRoute:
     returns = "Tensor" if values == 1 else f"({', '.join(['Tensor'] * values)})"
     schema = f"({arguments}) -> {returns}"
     return TorchRoute(Assign(apply, f"{routed}({cls}, {rule.name + '_rule'!r}, {schema!r})"), apply)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What a Function's setup_context keeps of its `inputs` and of the `values` forward returns.
+
+    `shape` is an attribute set to code that reads `shape_reads` of the
+    inputs (a host body's broadcast output shape), if any.
+    """
+
+    inputs: tuple[str, ...]
+    values: tuple[str, ...]
+    saved: tuple[str, ...]
+    statics: tuple[str, ...] = ()
+    shapes: tuple[str, ...] = ()  # values whose shapes are kept, as ctx.<name>_shape
+    non_differentiable: tuple[str, ...] = ()
+    unmaterialised: bool = False
+    shape: tuple[str, str] | None = None
+    shape_reads: tuple[str, ...] = ()
+
+
+def setup_context_body(kept: Kept, own: Mapping[str, str]) -> tuple[Statement, ...]:
+    """setup_context's statements: unpack what it keeps, then save it and set the context's attributes.
+
+    The inputs are saved as `*inputs` where all of them are, first and in
+    order, and a lone value of forward's is `output` itself: no
+    unpacking that only renames.
+    """
+    ctx, inputs, output = own["ctx"], own["inputs"], own["output"]
+    read_otherwise = {*kept.statics, *kept.shapes, *kept.shape_reads}
+    named = {*kept.saved, *read_otherwise}
+    all_saved_first = bool(kept.inputs) and kept.saved[: len(kept.inputs)] == kept.inputs
+    splat = all_saved_first and not read_otherwise & set(kept.inputs)
+    body: list[Statement] = []
+    if named & set(kept.inputs) and not splat:
+        body.append(Assign(unpacking([n if n in named else "_" for n in kept.inputs]), inputs))
+    spelled: dict[str, str] = {}
+    if len(kept.values) == 1:
+        spelled[kept.values[0]] = output
+    elif {*named, *kept.non_differentiable} & set(kept.values):
+        out_named = {*named, *kept.non_differentiable}
+        body.append(Assign(", ".join(n if n in out_named else "_" for n in kept.values), output))
+    if kept.unmaterialised:
+        body.append(Expr(f"{ctx}.set_materialize_grads(False)"))
+    if kept.non_differentiable:
+        marked = ", ".join(spelled.get(n, n) for n in kept.non_differentiable)
+        body.append(Expr(f"{ctx}.mark_non_differentiable({marked})"))
+    if kept.saved:
+        rest = kept.saved[len(kept.inputs) :] if splat else kept.saved
+        saved = [f"*{inputs}"] * splat + [spelled.get(n, n) for n in rest]
+        body.append(Expr(f"{own['save_for_derivatives']}({ctx}, {', '.join(saved)})"))
+    body += [Assign(f"{ctx}.{ctx_attribute(s)}", s) for s in kept.statics]
+    body += [Assign(f"{ctx}.{shape_attribute(n)}", f"{spelled.get(n, n)}.shape") for n in kept.shapes]
+    if kept.shape is not None:
+        body.append(Assign(f"{ctx}.{kept.shape[0]}", kept.shape[1]))
+    return tuple(body) or (Pass(),)
