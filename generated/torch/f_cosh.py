@@ -26,10 +26,8 @@ class FCosh(RuleFunction):
             return torch.sinh(x).mul_(out_bar)
         return out_bar * torch.sinh(x)
 
-    @staticmethod
-    def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        return x_dot * torch.sinh(x)
+    # A derivative that is a number per element scales a tangent as it does a cotangent.
+    jvp = backward
 
 
 _apply_f_cosh = routed(FCosh, "f_cosh_rule", "(Tensor x) -> Tensor")

@@ -26,10 +26,8 @@ class FCube(RuleFunction):
             return (x**2).mul_(3).mul_(out_bar)
         return out_bar * (3 * x**2)
 
-    @staticmethod
-    def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        return x_dot * (3 * x**2)
+    # A derivative that is a number per element scales a tangent as it does a cotangent.
+    jvp = backward
 
 
 _apply_f_cube = routed(FCube, "f_cube_rule", "(Tensor x) -> Tensor")

@@ -41,18 +41,8 @@ class FDigamma(RuleFunction):
             torch.special.polygamma(1, x),
         )
 
-    @staticmethod
-    def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        t0 = x < 0
-        t1 = torch.where(t0, x, -1 / 2)
-        t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
-        return x_dot * torch.where(
-            t0,
-            -math.pi * (-math.pi - math.pi * torch.cos(t2) ** 2 / torch.sin(t2) ** 2)
-            - torch.special.polygamma(1, 1 - t1),
-            torch.special.polygamma(1, x),
-        )
+    # A derivative that is a number per element scales a tangent as it does a cotangent.
+    jvp = backward
 
 
 _apply_f_digamma = routed(FDigamma, "f_digamma_rule", "(Tensor x) -> Tensor")

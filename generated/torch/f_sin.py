@@ -26,10 +26,8 @@ class FSin(RuleFunction):
             return torch.cos(x).mul_(out_bar)
         return out_bar * torch.cos(x)
 
-    @staticmethod
-    def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        return x_dot * torch.cos(x)
+    # A derivative that is a number per element scales a tangent as it does a cotangent.
+    jvp = backward
 
 
 _apply_f_sin = routed(FSin, "f_sin_rule", "(Tensor x) -> Tensor")

@@ -26,10 +26,8 @@ class FSinh(RuleFunction):
             return torch.cosh(x).mul_(out_bar)
         return out_bar * torch.cosh(x)
 
-    @staticmethod
-    def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        return x_dot * torch.cosh(x)
+    # A derivative that is a number per element scales a tangent as it does a cotangent.
+    jvp = backward
 
 
 _apply_f_sinh = routed(FSinh, "f_sinh_rule", "(Tensor x) -> Tensor")

@@ -155,6 +155,8 @@ class TorchPlan:
     backward_in_place_test: str  # when it runs: first order, plain tensors, every input's gradient wanted
     backward_reads: Reads
     jvp_reads: Reads
+    # jvp is backward itself (`_jvp_is_backward`): the class binds the one method to both names.
+    jvp_is_backward: bool
     imports: frozenset[Import]
     wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
     tensor_arguments: tuple[Assign, ...]  # the wrapper's first statement: its array arguments as tensors, if any

@@ -315,6 +315,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         backward_in_place_test=_in_place_test(t, in_place.backward_plain),
         backward_reads=_reads(saved, statics_used, backward_reads),
         jvp_reads=_reads(saved, statics_used, jvp.reads | set(t.absent_tangents)),
+        jvp_is_backward=_jvp_is_backward(t, aliases),
         imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers), own_names(rule)),
         shape_kept=shape_kept,
         wrapper_targets=", ".join(n if n in t.outputs else hidden(n) for n in values_out),
@@ -471,6 +472,23 @@ def _in_place_test(t: _Torch, plain_reads: str) -> str:
         return ""
     plain = f"{own_names(t.rule)['plain']}({plain_reads})"
     return " and ".join([*_residuals_absent(t), plain, *_grads_needed(t)])
+
+
+def _jvp_is_backward(t: _Torch, aliases: Set[str]) -> bool:
+    """Whether jvp is backward over again: a real rule of one input and one output, computed anew.
+
+    Its derivative is then a number per element, which scales a tangent
+    as it scales a cotangent (torch's `auto_element_wise` forward
+    derivatives): one method, the in-place body included, serves both.
+    """
+    rule = t.rule
+    if rule.complex or rule.fuse or len(rule.inputs) != 1 or len(rule.outputs) != 1 or t.residual_names:
+        return False
+    (x,), (out,) = rule.inputs, rule.outputs
+    if x.name not in t.diff_inputs or not out.differentiable or out.dtype != "float" or out.name in aliases:
+        return False
+    partial = t.jvp_partials.get((out.name, x.name), sp.S.Zero)
+    return partial != 0 and t.backward_partials.get((out.name, x.name)) == partial
 
 
 def _tangents_broadcast(t: _Torch) -> bool:
@@ -686,16 +704,28 @@ def _reads(saved: Sequence[str], statics: Sequence[str], read: Set[str]) -> Read
     return Reads(saved=targets if read & set(saved) else "", statics=tuple(s for s in statics if s in read))
 
 
+_JVP_IS_BACKWARD = Assign("jvp", "backward")
+
+
 def torch_definitions(plan: TorchPlan) -> tuple[Statement, ...]:
     """What the module defines after its imports: the fused bodies, the Function, its route, the public function."""
     own = plan.own
     static = own["staticmethod"]
     fused = _fused_definitions(plan)
+    backward = Def("backward", (own["ctx"], *plan.cotangents), _backward_body(plan), (static,))
+    jvp: tuple[Statement, ...] = (
+        (
+            Comment("A derivative that is a number per element scales a tangent as it does a cotangent."),
+            _JVP_IS_BACKWARD,
+        )
+        if plan.jvp_is_backward
+        else (Def("jvp", (own["ctx"], *plan.tangents), _jvp_body(plan), (static,)),)
+    )
     methods = (
         Def("forward", plan.inputs, _forward_body(plan), (static,)),
         Def("setup_context", (own["ctx"], own["inputs"], own["output"]), _setup_body(plan), (static,)),
-        Def("backward", (own["ctx"], *plan.cotangents), _backward_body(plan), (static,)),
-        Def("jvp", (own["ctx"], *plan.tangents), _jvp_body(plan), (static,)),
+        backward,
+        *jvp,
     )
     doc = (Docstring(plan.header.class_help),) if plan.header.class_help else ()
     function = Class(plan.class_name, (own["RuleFunction"],), (*doc, *methods))
