@@ -69,7 +69,13 @@ class Ops:
 
 TORCH_NATIVE = Ops(F.gelu, F.silu, lambda s: torch.softmax(s, dim=-1), lambda z: torch.logsumexp(z, dim=-1))
 TORCH_GENERATED = Ops(gen_torch.gelu, gen_torch.f_swish, gen_torch.softmax, gen_torch.logsumexp)
-JAX_NATIVE = Ops(lambda x: jax.nn.gelu(x, approximate=False), jax.nn.silu, jax.nn.softmax, jax.nn.logsumexp)
+# jax.nn.logsumexp reduces over every axis unless told otherwise (jax.nn.softmax takes the last by default).
+JAX_NATIVE = Ops(
+    lambda x: jax.nn.gelu(x, approximate=False),
+    jax.nn.silu,
+    jax.nn.softmax,
+    lambda z: jax.nn.logsumexp(z, axis=-1),
+)
 JAX_GENERATED = Ops(gen_jax.gelu, gen_jax.f_swish, gen_jax.softmax, gen_jax.logsumexp)
 
 

@@ -136,3 +136,66 @@ def test_a_benchmark_s_arguments_are_its_size_and_quick_or_its_usage():
         with pytest.raises(SystemExit) as stopped:
             size_and_quick(wrong, 22, "usage")
         assert stopped.value.code == 2
+
+
+# Each benchmark times variants of one function: they must compute the same values and derivatives, or its
+# ratios compare different work (the JAX model's native logsumexp once reduced over every axis).
+
+
+@pytest.mark.unit
+def test_the_model_s_native_and_generated_variants_compute_the_same_loss_and_gradients():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    from benchmarks import model
+
+    size = model.QUICK
+    native, generated = model._torch_models(size)
+    x, labels = model._torch_data(size)
+    losses, grads = [], []
+    for block in (native, generated):
+        block.zero_grad()
+        loss = block(x, labels)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append(torch.cat([p.grad.flatten() for p in block.parameters()]))
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=0)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+
+    params = model._jax_params(size)
+    jx = jnp.asarray(x.numpy())
+    jl = jnp.asarray(labels.numpy())
+    values = [
+        jax.value_and_grad(model._jax_loss(ops, size))(params, jx, jl)
+        for ops in (model.JAX_NATIVE, model.JAX_GENERATED)
+    ]
+    np.testing.assert_allclose(values[1][0], values[0][0], rtol=1e-5)
+    for name in params:
+        np.testing.assert_allclose(values[1][1][name], values[0][1][name], rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.unit
+def test_the_jax_and_torch_benchmark_cases_compute_one_function_each():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    from benchmarks import jax_jit, torch_eager
+
+    points = np.linspace(-4, 4, 2 * jax_jit.ROWS, dtype=np.float32)
+    for name, arity, *variants in jax_jit.CASES:
+        shape = (2, jax_jit.ROWS) if name in ("softmax", "softmax_ad", "logsumexp") else (-1,)
+        args = [jnp.asarray(np.roll(points, k).reshape(shape)) for k in range(arity)]
+        outs = [(f(*args), jax.grad(lambda *a, f=f: jnp.sum(jnp.sin(f(*a))))(*args)) for f in variants]
+        for value, grad in outs[1:]:
+            np.testing.assert_allclose(value, outs[0][0], rtol=1e-4, atol=1e-6, err_msg=name)
+            np.testing.assert_allclose(grad, outs[0][1], rtol=1e-3, atol=1e-5, err_msg=name)
+    for name, arity, *variants, _ in torch_eager.CASES:
+        args = [torch.tensor(np.roll(points, k), dtype=torch.float64, requires_grad=True) for k in range(arity)]
+        outs = [(f(*args), torch.autograd.grad(f(*args).sin().sum(), args)) for f in variants]
+        for value, grad in outs[1:]:
+            torch.testing.assert_close(value, outs[0][0], rtol=1e-10, atol=1e-12, msg=name)
+            torch.testing.assert_close(grad, outs[0][1], rtol=1e-8, atol=1e-10, msg=name)
