@@ -101,3 +101,77 @@ def test_a_sympy_forward_with_a_hand_written_derivative_is_measured_against_auto
 def test_a_host_forward_has_no_autodiff_to_measure_against(snippets):
     with pytest.raises(NotApplicable, match="a host forward runs outside autodiff"):
         check_snippet_accuracy(snippets("sa_host"))
+
+
+def test_the_accuracy_table_of_a_snippet_rule_marks_the_worse_gradient_and_not_the_accurate_one(snippets):
+    from rich.console import Console
+
+    from rulegen.check.accuracy_report import accuracy_table
+    from rulegen.check.accuracy_snippet import snippet_accuracy
+
+    def table(name):
+        console = Console(width=100, record=True, color_system="truecolor")
+        result = snippet_accuracy(snippets(name))
+        assert not result.skipped and result.dtypes == ["float32"]
+        console.print(accuracy_table(result))
+        return console.export_text(styles=True), result
+
+    text, wrong = table("sa_output_rounding")
+    assert re.search(r"│ dout/dx +│ float32 │", text) and "\x1b[1;31m" in text  # bold red: worse than autodiff
+    partial = next(q for q in wrong.quantities if q.label == "dout/dx")
+    assert (
+        wrong.find(partial, "float32", "jax", "generated").max
+        > 10
+        >= wrong.find(partial, "float32", "jax", "autodiff").max
+    )
+    text, _ = table("sa_residuals")
+    assert "\x1b[1;31m" not in text and re.search(r"│ dout/dx \(jvp\) +│ float32 │", text)
+    assert snippet_accuracy(snippets("sa_host")).skipped.startswith("a host forward runs outside autodiff")
+
+
+def test_the_accuracy_command_measures_a_rule_written_with_snippets(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from rulegen.cli import app
+
+    logsumexp = Path(__file__).resolve().parent.parent / "rules" / "logsumexp.yaml"
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["accuracy", str(logsumexp)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "not measured" not in result.output
+    for row in ("out", "dout/dx", r"dout/dx \(jvp\)"):
+        assert re.search(rf"│ {row} +│ float32 │(?: +\d+\.\d\d / \d+ │){{4}}", result.output), row
+    assert "float32 against autodiff of the forward in float64" in result.output
+
+
+@pytest.mark.unit
+def test_another_seed_draws_other_cotangents_and_tangents_and_the_same_seed_the_same():
+    import dataclasses
+
+    import numpy as np
+
+    from rulegen.check import accuracy_snippet
+    from rulegen.check.subject import Subject
+
+    rule = read_rule_file_text("name: seeded\ninputs: [x, y]\nforward: x * y\n")
+    subject = Subject(rule, None, None, [np.ones(4), np.ones(4)], [0, 1], [0], 1e-6, 1e-6, np.random.default_rng(0))
+
+    def draws(seed):
+        point = next(accuracy_snippet._points(dataclasses.replace(subject, seed=seed)))
+        return np.concatenate([*point.tangents, point.cotangent_draws.standard_normal(4)])
+
+    assert np.array_equal(draws(0), draws(0))
+    assert not np.isclose(draws(0), draws(1)).any()
+
+
+def read_rule_file_text(text):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "rule.yaml"
+        path.write_text(text)
+        (rule,) = read_rule_file(path)
+    return rule

@@ -102,9 +102,26 @@ class RuleAccuracy:
     skipped: str = ""
 
     def find(self, quantity: Quantity, dtype: str, backend: str, source: str) -> Series:
+        found = self.get(quantity, dtype, backend, source)
+        if found is None:
+            raise KeyError((quantity.label, dtype, backend, source))
+        return found
+
+    def get(self, quantity: Quantity, dtype: str, backend: str, source: str) -> Series | None:
+        """The series of `quantity` in `dtype`, `backend` and `source`; None where it was not measured."""
         return next(
-            s for s in self.series if (s.quantity, s.dtype, s.backend, s.source) == (quantity, dtype, backend, source)
+            (
+                s
+                for s in self.series
+                if (s.quantity, s.dtype, s.backend, s.source) == (quantity, dtype, backend, source)
+            ),
+            None,
         )
+
+    @property
+    def dtypes(self) -> list[str]:
+        """The dtypes measured, in DTYPES' order."""
+        return [d for d in DTYPES if any(s.dtype == d for s in self.series)]
 
     @property
     def quantities(self) -> list[Quantity]:

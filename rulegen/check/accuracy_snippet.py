@@ -31,6 +31,8 @@ from rulegen.check.accuracy import (
     FLUSHES_SUBNORMALS,
     SOURCES,
     Quantity,
+    RuleAccuracy,
+    Series,
     Worse,
     array_function,
     subnormal,
@@ -57,11 +59,12 @@ class _Point:
     where: str
     values: list[Any]
     tangents: list[np.ndarray]  # one per differentiable input
+    seed: int  # the check's: another seed draws other tangents and cotangents
 
     @property
     def cotangent_draws(self) -> np.random.Generator:
         """Random cotangents, drawn an output at a time in the outputs' order: the same in every evaluation."""
-        return np.random.default_rng([len(self.where), *self.where.encode()])
+        return np.random.default_rng([self.seed, len(self.where), *self.where.encode()])
 
 
 def hand_written(rule: Rule) -> bool:
@@ -149,7 +152,7 @@ def _points(s: Subject) -> Iterator[_Point]:
             continue
         rng = np.random.default_rng([s.seed, *rule.name.encode(), int(abs(c) * 10)])
         tangents = [rng.standard_normal(np.shape(values[k])).astype(np.float32) for k in s.diff]
-        yield _Point(where, values, tangents)
+        yield _Point(where, values, tangents, s.seed)
 
 
 def _bound(s: Subject, point: _Point, dtype: Any, fn: Function, convert: Callable[[np.ndarray], Any]) -> Any:
@@ -298,6 +301,23 @@ def _at(
             want,
         )
     return found
+
+
+def snippet_accuracy(s: Subject) -> RuleAccuracy:
+    """`measure_snippet` as `rulegen accuracy` shows it: float32 bits of error per quantity, backend and source,
+    at the points the check's verdict compares (no plots: the points are a sample moved, not one input swept)."""
+    try:
+        measured = measure_snippet(s)
+    except NotApplicable as why:
+        return RuleAccuracy(s.rule.name, skipped=str(why))
+    if not measured:
+        return RuleAccuracy(s.rule.name, skipped="autodiff of the forward body runs at none of the points")
+    series = []
+    for (quantity, backend), bits in measured.items():
+        compared = np.concatenate(bits.compared)
+        for source in SOURCES:
+            series.append(Series(quantity, "float32", backend, source, np.concatenate(getattr(bits, source))[compared]))
+    return RuleAccuracy(s.rule.name, tuple(series))
 
 
 def check_snippet_accuracy(s: Subject) -> str:
