@@ -403,14 +403,14 @@ def test_forward_mode_is_measured_an_input_at_a_time_and_a_zero_for_the_other_co
     import jax
     import torch
 
-    from rulegen.check.accuracy import Quantity, _forward_partials_jax, _forward_partials_torch
+    from rulegen.check.accuracy import Quantity, _forward_partials
 
     jax.config.update("jax_enable_x64", True)
     plan = _split3_plan(tmp_path)
     args = [np.asarray([800.0, 1.0]), np.asarray([2.0, 3.0])]
     split3, zero_for_the_held = _split3_functions()  # JAX gives the input held constant a zero array
-    found = _forward_partials_jax(zero_for_the_held, plan, args)
-    autodiff = _forward_partials_jax(split3, plan, args)
+    found = _forward_partials("jax")(zero_for_the_held, plan, args)
+    autodiff = _forward_partials("jax")(split3, plan, args)
     assert set(found) == {Quantity(o, i, "forward") for o in "abc" for i in "xy"}
     assert np.isnan(found[Quantity("c", "y", "forward")][0]) and np.isinf(autodiff[Quantity("c", "y", "forward")][0])
     assert np.isnan(found[Quantity("c", "x", "forward")][0]) and np.isinf(autodiff[Quantity("c", "x", "forward")][0])
@@ -419,7 +419,7 @@ def test_forward_mode_is_measured_an_input_at_a_time_and_a_zero_for_the_other_co
     def split3_torch(x, y):
         return x.clone(), 2 * x + 1, torch.exp(x) * y + x
 
-    torch_found = _forward_partials_torch(split3_torch, plan, args)
+    torch_found = _forward_partials("torch")(split3_torch, plan, args)
     assert torch_found[Quantity("c", "x", "forward")].tolist() == [math.inf, 3 * math.exp(1) + 1]
     assert torch_found[Quantity("a", "y", "forward")].tolist() == [0.0, 0.0]
 

@@ -342,44 +342,73 @@ def _evaluate_torch(fn: Callable[..., Any], plan: _Plan, args: list[Any]) -> dic
     return found
 
 
-def _forward_partials_jax(fn: Callable[..., Any], plan: _Plan, args: list[Any]) -> dict[Quantity, np.ndarray]:
-    """Every partial of `plan` from `fn` in JAX by forward mode: a JVP in each input alone, the others held."""
-    import jax
-    import jax.numpy as jnp
+def jvp_in_each_input(
+    backend: str,
+    of_diff: Callable[..., tuple[Any, ...]],
+    primals: Sequence[Any],
+    tangents: Sequence[Any],
+    outputs: Sequence[str],
+    inputs: Sequence[str],
+) -> dict[Quantity, np.ndarray]:
+    """Forward mode a differentiable input at a time, the others held: each output's JVP in it, by `outputs` name.
 
-    rule = plan.rule
-    full = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+    `of_diff` maps the `primals` (the differentiable inputs, named `inputs`)
+    to the differentiable `outputs`; each input's tangent is `tangents`' of
+    its place (ones give the partials of an elementwise function).
+    """
     found: dict[Quantity, np.ndarray] = {}
-    for k in (k for k, i in enumerate(rule.inputs) if i.differentiable):
+    for j, (tangent, wrt) in enumerate(zip(tangents, inputs, strict=True)):
 
-        def alone(x: Any, k: int = k) -> tuple[Any, ...]:
-            return _as_tuple(fn(*full[:k], x, *full[k + 1 :]))
+        def alone(x: Any, j: int = j) -> tuple[Any, ...]:
+            return of_diff(*primals[:j], x, *primals[j + 1 :])
 
-        _, tangents = jax.jvp(alone, (full[k],), (jnp.ones_like(full[k]),))
-        for output, tangent in zip(rule.outputs, tangents, strict=True):
-            if output.differentiable:
-                found[Quantity(output.name, rule.inputs[k].name, "forward")] = np.asarray(tangent)
+        if backend == "jax":
+            import jax
+
+            dots = [np.asarray(d) for d in jax.jvp(alone, (primals[j],), (tangent,))[1]]
+        else:
+            import torch
+
+            dots = [d.numpy(force=True) for d in torch.func.jvp(alone, (primals[j],), (tangent,))[1]]
+        for name, dot in zip(outputs, dots, strict=True):
+            found[Quantity(name, wrt, "forward")] = dot
     return found
 
 
-def _forward_partials_torch(fn: Callable[..., Any], plan: _Plan, args: list[Any]) -> dict[Quantity, np.ndarray]:
-    """Every partial of `plan` from `fn` in torch by forward mode (`torch.func.jvp`), an input at a time."""
-    import torch
+def _forward_partials(backend: str) -> Callable[[Callable[..., Any], _Plan, list[Any]], dict[Quantity, np.ndarray]]:
+    """Every partial of a plan's rule from `fn` in `backend` by forward mode (`jvp_in_each_input`, tangents of ones)."""
 
-    rule = plan.rule
-    full = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
-    differentiable = [n for n, o in enumerate(rule.outputs) if o.differentiable]
-    found: dict[Quantity, np.ndarray] = {}
-    for k in (k for k, i in enumerate(rule.inputs) if i.differentiable):
+    def partials(fn: Callable[..., Any], plan: _Plan, args: list[Any]) -> dict[Quantity, np.ndarray]:
+        ones: Callable[[Any], Any]
+        full: list[Any]
+        if backend == "jax":
+            import jax.numpy as jnp
 
-        def alone(x: Any, k: int = k) -> tuple[Any, ...]:
-            outs = _as_tuple(fn(*full[:k], x, *full[k + 1 :]))
-            return tuple(outs[n] for n in differentiable)
+            full = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+            ones = jnp.ones_like
+        else:
+            import torch
 
-        tangents = torch.func.jvp(alone, (full[k],), (torch.ones_like(full[k]),))[1]
-        for n, tangent in zip(differentiable, tangents, strict=True):
-            found[Quantity(rule.outputs[n].name, rule.inputs[k].name, "forward")] = tangent.numpy(force=True)
-    return found
+            full = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
+            ones = torch.ones_like
+        rule = plan.rule
+        diff = [k for k, i in enumerate(rule.inputs) if i.differentiable]
+        kept = [n for n, o in enumerate(rule.outputs) if o.differentiable]
+
+        def of_diff(*xs: Any) -> tuple[Any, ...]:
+            values = list(full)
+            for k, x in zip(diff, xs, strict=True):
+                values[k] = x
+            outs = _as_tuple(fn(*values))
+            return tuple(outs[n] for n in kept)
+
+        primals = [full[k] for k in diff]
+        names = [rule.outputs[n].name for n in kept]
+        return jvp_in_each_input(
+            backend, of_diff, primals, [ones(p) for p in primals], names, [rule.inputs[k].name for k in diff]
+        )
+
+    return partials
 
 
 # ---------------------------------------------------------------- one rule
@@ -438,8 +467,8 @@ def measure_functions(
 
 #: How each backend computes a rule's quantities, by the mode its partials are computed in.
 _EVALUATIONS: dict[str, dict[Mode, Callable[[Callable[..., Any], _Plan, list[Any]], dict[Quantity, np.ndarray]]]] = {
-    "jax": {"reverse": _evaluate_jax, "forward": _forward_partials_jax},
-    "torch": {"reverse": _evaluate_torch, "forward": _forward_partials_torch},
+    "jax": {"reverse": _evaluate_jax, "forward": _forward_partials("jax")},
+    "torch": {"reverse": _evaluate_torch, "forward": _forward_partials("torch")},
 }
 
 

@@ -35,6 +35,7 @@ from rulegen.check.accuracy import (
     Series,
     Worse,
     array_function,
+    jvp_in_each_input,
     subnormal,
     worse_than_autodiff,
 )
@@ -183,14 +184,9 @@ def _jax(fn: Function, s: Subject, point: _Point, dtype: Any, forward_mode: bool
         cotangent = draws.standard_normal(out.shape).astype(np.float32)
         for k, grad in zip(s.diff, pullback(jnp.asarray(np.asarray(cotangent, dtype))), strict=True):
             found[Quantity(name, rule.inputs[k].name)] = np.asarray(grad)
-    for j, k in enumerate(s.diff) if forward_mode else ():
-
-        def alone(x: Any, j: int = j) -> tuple[Any, ...]:
-            return of_diff(*primals[:j], x, *primals[j + 1 :])
-
-        _, dots = jax.jvp(alone, (primals[j],), (jnp.asarray(np.asarray(point.tangents[j], dtype)),))
-        for name, dot in zip(names, dots, strict=True):
-            found[Quantity(name, rule.inputs[k].name, "forward")] = np.asarray(dot)
+    if forward_mode:
+        tangents = [jnp.asarray(np.asarray(t, dtype)) for t in point.tangents]
+        found |= jvp_in_each_input("jax", of_diff, primals, tangents, names, [rule.inputs[k].name for k in s.diff])
     return found
 
 
@@ -211,15 +207,9 @@ def _torch(fn: Function, s: Subject, point: _Point, dtype: Any, forward_mode: bo
         for k, leaf, grad in zip(s.diff, leaves, grads, strict=True):
             value = torch.zeros_like(leaf) if grad is None else grad
             found[Quantity(name, rule.inputs[k].name)] = value.detach().numpy(force=True)
-    for j, k in enumerate(s.diff) if forward_mode else ():
-
-        def alone(x: Any, j: int = j) -> tuple[Any, ...]:
-            return of_diff(*primals[:j], x, *primals[j + 1 :])
-
-        tangent = torch.from_numpy(np.asarray(point.tangents[j], dtype))
-        dots = torch.func.jvp(alone, (primals[j],), (tangent,))[1]
-        for name, dot in zip(names, dots, strict=True):
-            found[Quantity(name, rule.inputs[k].name, "forward")] = dot.numpy(force=True)
+    if forward_mode:
+        tangents = [torch.from_numpy(np.asarray(t, dtype)) for t in point.tangents]
+        found |= jvp_in_each_input("torch", of_diff, primals, tangents, names, [rule.inputs[k].name for k in s.diff])
     return found
 
 
