@@ -30,11 +30,12 @@ class AffineState(RuleFunction):
         x, w, b = ctx.saved_tensors
         if out_bar is None:
             return None, None, None
-        return (
-            None,
-            ((out_bar * x).sum_to_size(w.shape) if ctx.needs_input_grad[1] else None),
-            (out_bar.sum_to_size(b.shape) if ctx.needs_input_grad[2] else None),
-        )
+        w_bar = b_bar = None
+        if ctx.needs_input_grad[1]:
+            w_bar = (out_bar * x).sum_to_size(w.shape)
+        if ctx.needs_input_grad[2]:
+            b_bar = out_bar.sum_to_size(b.shape)
+        return None, w_bar, b_bar
 
     @staticmethod
     def jvp(ctx, x_dot, w_dot, b_dot):

@@ -35,11 +35,12 @@ class CMobius(RuleFunction):
             return t2.sum_to_size(z.shape), (t0 / t1).mul_(out_bar).sum_to_size(a.shape)
         t0 = torch.conj_physical(z)
         t1 = t0 + 2
-        return (
-            (out_bar * ((2 * torch.conj_physical(a) + 1j) / t1**2)).sum_to_size(z.shape)
-            if ctx.needs_input_grad[0]
-            else None
-        ), ((out_bar * (t0 / t1)).sum_to_size(a.shape) if ctx.needs_input_grad[1] else None)
+        z_bar = a_bar = None
+        if ctx.needs_input_grad[0]:
+            z_bar = (out_bar * ((2 * torch.conj_physical(a) + 1j) / t1**2)).sum_to_size(z.shape)
+        if ctx.needs_input_grad[1]:
+            a_bar = (out_bar * (t0 / t1)).sum_to_size(a.shape)
+        return z_bar, a_bar
 
     @staticmethod
     def jvp(ctx, z_dot, a_dot):

@@ -44,18 +44,15 @@ class FAtan2(RuleFunction):
         t3 = torch.where(t1, 7.799316747991725e-14, x)
         t4 = binade(torch.maximum(t0, torch.abs(y)))
         t5 = y / t4
-        return (
-            (
+        y_bar = x_bar = None
+        if ctx.needs_input_grad[0]:
+            y_bar = (
                 out_bar
                 * torch.where(t1, t2 * (1 / y) / (t2**2 + 1), 1 / (t3 * ((y / t3) ** 2 + 1)))
             ).sum_to_size(y.shape)
-            if ctx.needs_input_grad[0]
-            else None
-        ), (
-            (out_bar * ((-t5 / (t5**2 + (x / t4) ** 2)) / t4)).sum_to_size(x.shape)
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        if ctx.needs_input_grad[1]:
+            x_bar = (out_bar * ((-t5 / (t5**2 + (x / t4) ** 2)) / t4)).sum_to_size(x.shape)
+        return y_bar, x_bar
 
     @staticmethod
     def jvp(ctx, y_dot, x_dot):

@@ -31,9 +31,12 @@ class FHypot(RuleFunction):
             t1 = (x / t0).mul_(out_bar)
             return t1.sum_to_size(x.shape), (y / t0).mul_(out_bar).sum_to_size(y.shape)
         t0 = torch.hypot(x, y)
-        return ((out_bar * (x / t0)).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None), (
-            (out_bar * (y / t0)).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None
-        )
+        x_bar = y_bar = None
+        if ctx.needs_input_grad[0]:
+            x_bar = (out_bar * (x / t0)).sum_to_size(x.shape)
+        if ctx.needs_input_grad[1]:
+            y_bar = (out_bar * (y / t0)).sum_to_size(y.shape)
+        return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

@@ -32,15 +32,12 @@ class FLogaddexp(RuleFunction):
             t2 = torch.ops.aten.softplus_backward(out_bar, t0, -1.0, 40.0)
             return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = x - y
-        return (
-            torch.ops.aten.softplus_backward(out_bar, t0, 1.0, 40.0).sum_to_size(x.shape)
-            if ctx.needs_input_grad[0]
-            else None
-        ), (
-            torch.ops.aten.softplus_backward(out_bar, t0, -1.0, 40.0).sum_to_size(y.shape)
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        x_bar = y_bar = None
+        if ctx.needs_input_grad[0]:
+            x_bar = torch.ops.aten.softplus_backward(out_bar, t0, 1.0, 40.0).sum_to_size(x.shape)
+        if ctx.needs_input_grad[1]:
+            y_bar = torch.ops.aten.softplus_backward(out_bar, t0, -1.0, 40.0).sum_to_size(y.shape)
+        return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

@@ -32,15 +32,12 @@ class FMax(RuleFunction):
             t2 = ((torch.sign(-t0) + 1) / 2).mul_(out_bar)
             return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         t0 = x - y
-        return (
-            (out_bar * (torch.sign(t0) + 1) / 2).sum_to_size(x.shape)
-            if ctx.needs_input_grad[0]
-            else None
-        ), (
-            (out_bar * (torch.sign(-t0) + 1) / 2).sum_to_size(y.shape)
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        x_bar = y_bar = None
+        if ctx.needs_input_grad[0]:
+            x_bar = (out_bar * (torch.sign(t0) + 1) / 2).sum_to_size(x.shape)
+        if ctx.needs_input_grad[1]:
+            y_bar = (out_bar * (torch.sign(-t0) + 1) / 2).sum_to_size(y.shape)
+        return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

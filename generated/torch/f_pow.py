@@ -30,13 +30,12 @@ class FPow(RuleFunction):
             t0 = (out * y / x).mul_(out_bar)
             t1 = torch.log(x).mul_(out).mul_(out_bar)
             return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
-        return (
-            (out_bar * (out * y / x)).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None
-        ), (
-            (out_bar * (out * torch.log(x))).sum_to_size(y.shape)
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        x_bar = y_bar = None
+        if ctx.needs_input_grad[0]:
+            x_bar = (out_bar * (out * y / x)).sum_to_size(x.shape)
+        if ctx.needs_input_grad[1]:
+            y_bar = (out_bar * (out * torch.log(x))).sum_to_size(y.shape)
+        return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

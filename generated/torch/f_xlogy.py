@@ -29,9 +29,12 @@ class FXlogy(RuleFunction):
         if plain(x, y, out_bar) and all(ctx.needs_input_grad):
             t0 = torch.log(y).mul_(out_bar)
             return t0.sum_to_size(x.shape), (x / y).mul_(out_bar).sum_to_size(y.shape)
-        return (
-            (out_bar * torch.log(y)).sum_to_size(x.shape) if ctx.needs_input_grad[0] else None
-        ), ((out_bar * (x / y)).sum_to_size(y.shape) if ctx.needs_input_grad[1] else None)
+        x_bar = y_bar = None
+        if ctx.needs_input_grad[0]:
+            x_bar = (out_bar * torch.log(y)).sum_to_size(x.shape)
+        if ctx.needs_input_grad[1]:
+            y_bar = (out_bar * (x / y)).sum_to_size(y.shape)
+        return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

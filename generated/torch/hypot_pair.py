@@ -77,25 +77,22 @@ class HypotPair(RuleFunction):
         t2 = 1 / (saved_binade * saved_value)
         t3 = saved_divided2 * t2
         t4 = saved_divided3 * t2
-        return (
-            summed_like(
+        x_bar = y_bar = None
+        if ctx.needs_input_grad[0]:
+            x_bar = summed_like(
                 x,
                 None if out_bar is None else out_bar * (t3 / saved_divided),
                 None if saved_value_bar is None else saved_value_bar * t3,
                 None if saved_divided2_bar is None else saved_divided2_bar / saved_binade,
             )
-            if ctx.needs_input_grad[0]
-            else None
-        ), (
-            summed_like(
+        if ctx.needs_input_grad[1]:
+            y_bar = summed_like(
                 y,
                 None if out_bar is None else out_bar * (t4 / saved_divided),
                 None if saved_value_bar is None else saved_value_bar * t4,
                 None if saved_divided3_bar is None else saved_divided3_bar / saved_binade,
             )
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

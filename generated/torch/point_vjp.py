@@ -31,19 +31,16 @@ class PointVjp(RuleFunction):
         if plain(x, y, a_bar, b0_bar, b1_bar) and all(ctx.needs_input_grad):
             t0 = (2 * x).mul_(a_bar).addcmul_(torch.cos(x), b0_bar)
             return t0.sum_to_size(x.shape), torch.sin(y).neg_().mul_(b1_bar).sum_to_size(y.shape)
-        return (
-            summed_like(
+        x_bar = y_bar = None
+        if ctx.needs_input_grad[0]:
+            x_bar = summed_like(
                 x,
                 None if a_bar is None else a_bar * (2 * x),
                 None if b0_bar is None else b0_bar * torch.cos(x),
             )
-            if ctx.needs_input_grad[0]
-            else None
-        ), (
-            summed_like(y, None if b1_bar is None else b1_bar * (-torch.sin(y)))
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        if ctx.needs_input_grad[1]:
+            y_bar = summed_like(y, None if b1_bar is None else b1_bar * (-torch.sin(y)))
+        return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

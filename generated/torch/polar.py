@@ -46,8 +46,9 @@ class Polar(RuleFunction):
         t4 = torch.where(t2, 7.799316747991725e-14, y)
         t5 = binade(torch.maximum(t1, torch.abs(x)))
         t6 = x / t5
-        return (
-            summed_like(
+        x_bar = y_bar = None
+        if ctx.needs_input_grad[0]:
+            x_bar = summed_like(
                 x,
                 None if r_bar is None else r_bar * (x / t0),
                 None
@@ -55,17 +56,13 @@ class Polar(RuleFunction):
                 else theta_bar
                 * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1))),
             )
-            if ctx.needs_input_grad[0]
-            else None
-        ), (
-            summed_like(
+        if ctx.needs_input_grad[1]:
+            y_bar = summed_like(
                 y,
                 None if r_bar is None else r_bar * (y / t0),
                 None if theta_bar is None else theta_bar * ((t6 / (t6**2 + (y / t5) ** 2)) / t5),
             )
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

@@ -43,20 +43,17 @@ class SinExpMul(RuleFunction):
             return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
         t0 = torch.cos(x)
         t1 = 2 * x
-        return (
-            summed_like(
+        x_bar = y_bar = None
+        if ctx.needs_input_grad[0]:
+            x_bar = summed_like(
                 x,
                 None if out_bar is None else out_bar * (saved_exp * y * (-saved_sin * t1 + t0)),
                 None if saved_exp_bar is None else saved_exp_bar * (-saved_exp * t1),
                 None if saved_sin_bar is None else saved_sin_bar * t0,
             )
-            if ctx.needs_input_grad[0]
-            else None
-        ), (
-            summed_like(y, None if out_bar is None else out_bar * (saved_exp * saved_sin))
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        if ctx.needs_input_grad[1]:
+            y_bar = summed_like(y, None if out_bar is None else out_bar * (saved_exp * saved_sin))
+        return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

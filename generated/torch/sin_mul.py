@@ -30,19 +30,16 @@ class SinMul(RuleFunction):
             t0 = torch.cos(x).mul_(y).mul_(out_bar)
             return t0.sum_to_size(x.shape), (out_bar * saved_sin).sum_to_size(y.shape)
         t0 = torch.cos(x)
-        return (
-            summed_like(
+        x_bar = y_bar = None
+        if ctx.needs_input_grad[0]:
+            x_bar = summed_like(
                 x,
                 None if out_bar is None else out_bar * (t0 * y),
                 None if saved_sin_bar is None else saved_sin_bar * t0,
             )
-            if ctx.needs_input_grad[0]
-            else None
-        ), (
-            summed_like(y, None if out_bar is None else out_bar * saved_sin)
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        if ctx.needs_input_grad[1]:
+            y_bar = summed_like(y, None if out_bar is None else out_bar * saved_sin)
+        return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

@@ -125,8 +125,9 @@ class ToPolar(RuleFunction):
         t4 = saved_abs < 3.9e-14
         t5 = torch.where(t4, y, 1.9498291869979312e-14) / x
         t6 = saved_divided3 * t2
-        return (
-            summed_like(
+        x_bar = y_bar = None
+        if ctx.needs_input_grad[0]:
+            x_bar = summed_like(
                 x,
                 None if r_bar is None else r_bar * (t3 / saved_divided),
                 None
@@ -141,10 +142,8 @@ class ToPolar(RuleFunction):
                 None if saved_value_bar is None else saved_value_bar * t3,
                 None if saved_divided2_bar is None else saved_divided2_bar / saved_binade,
             )
-            if ctx.needs_input_grad[0]
-            else None
-        ), (
-            summed_like(
+        if ctx.needs_input_grad[1]:
+            y_bar = summed_like(
                 y,
                 None if r_bar is None else r_bar * (t6 / saved_divided),
                 None
@@ -154,9 +153,7 @@ class ToPolar(RuleFunction):
                 None if saved_divided3_bar is None else saved_divided3_bar / saved_binade,
                 None if saved_abs_bar is None else saved_abs_bar * torch.sign(y),
             )
-            if ctx.needs_input_grad[1]
-            else None
-        )
+        return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):

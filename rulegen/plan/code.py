@@ -109,14 +109,15 @@ def unpacking(names: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class Assign:
-    """`target = code`."""
+    """`target = code`; with `also`, `target = also... = code`: several names bound to one value."""
 
     target: str
     code: str
+    also: tuple[str, ...] = ()
 
     @property
     def line(self) -> str:
-        return f"{self.target} = {self.code}"
+        return " = ".join((self.target, *self.also, self.code))
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ class Block:
     running it must have at hand (saved, unpacked, passed).
     """
 
-    lines: tuple[Assign | Expr, ...]
+    lines: tuple[Assign | Expr | If, ...]
     results: tuple[str, ...]
     reads: frozenset[str] = frozenset()
 

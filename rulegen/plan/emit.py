@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import sympy as sp
 
 from rulegen.derive import functions as fn
-from rulegen.plan.code import Assign, Block, Import, fits_a_line, is_short
+from rulegen.plan.code import Assign, Block, If, Import, fits_a_line, is_short
 from rulegen.plan.inplace import InPlaceWriter
 from rulegen.plan.model import Result
 from rulegen.plan.saving import shared_subexpressions
@@ -84,12 +84,13 @@ class Emitter:
         renamed = _named_by_lets(replacements, reduced, [name for name, _ in lets]) if named_by_lets else {}
         scalars = self._scalar_temporaries([*replacements, *zip((n for n, _ in lets), reduced, strict=False)])
         code = functools.partial(self.code, scalars=scalars, renamed=renamed)
-        lines = [Assign(renamed.get(str(sym), str(sym)), code(value)) for sym, value in replacements]
+        lines: list[Assign | If] = [Assign(renamed.get(str(sym), str(sym)), code(value)) for sym, value in replacements]
         lines += [
             Assign(name, code(e)) for (name, _), e in zip(lets, reduced, strict=False) if renamed.get(str(e)) != name
         ]
         texts = dict(zip((r.name for r in computed), (code(e) for e in reduced[len(lets) :]), strict=True))
         returned: list[str] = []
+        guarded: list[If] = []
         for r in results:
             self.imports |= r.imports
             if r.expr is None:
@@ -97,13 +98,18 @@ class Emitter:
                 continue
             text = texts[r.name]
             if r.guard:
-                # Inline, so that nothing of it but what it shares runs when it is not wanted.
-                returned.append(f"({r.wrap.apply(text)} if {r.guard} else None)")
+                # Computed only where wanted: nothing of it but what it shares runs otherwise (as the
+                # PyTorch docs write `if ctx.needs_input_grad[0]: grad_input = ...`).
+                guarded.append(If(r.guard, (Assign(r.name, r.wrap.apply(text)),)))
+                returned.append(r.name)
                 continue
             if len(results) > 1 and not is_short(text):
                 lines.append(Assign(r.name, text))
                 text = r.name
             returned.append(r.wrap.apply(text))
+        if guarded:
+            first, *rest = (g.body[0].target for g in guarded if isinstance(g.body[0], Assign))
+            lines += [Assign(first, "None", (*rest,)), *guarded]
         return Block(tuple(lines), tuple(returned), _reads(exprs, results) - {name for name, _ in lets})
 
     def in_place_block(self, results: Sequence[Result], tensors: set[str]) -> Block | None:
