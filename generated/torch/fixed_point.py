@@ -38,14 +38,12 @@ class FixedPoint(RuleFunction):
         f, a, _ = inputs
         save_for_derivatives(ctx, a, output)
         ctx.f = f
-        ctx.a_shape = a.shape
 
     @staticmethod
     def backward(ctx, x_star_bar):
         a, x_star = ctx.saved_tensors
         f = ctx.f
-        a_bar = _vjp(f, a, x_star, x_star_bar)
-        return None, a_bar.sum_to_size(ctx.a_shape), None
+        return None, _vjp(f, a, x_star, x_star_bar).sum_to_size(a.shape), None
 
     @staticmethod
     def jvp(ctx, _f_dot, a_dot, _x_guess_dot):
@@ -53,8 +51,7 @@ class FixedPoint(RuleFunction):
         f = ctx.f
 
         def vjp(x_star_bar):
-            a_bar = _vjp(f, a, x_star, x_star_bar)
-            return a_bar.sum_to_size(ctx.a_shape)
+            return _vjp(f, a, x_star, x_star_bar).sum_to_size(a.shape)
 
         _, transpose = torch.func.vjp(vjp, torch.ones_like(x_star))
         (x_star_dot,) = transpose(a_dot)

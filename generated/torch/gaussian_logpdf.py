@@ -33,20 +33,16 @@ class GaussianLogpdf(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, mu, sigma = inputs
-        save_for_derivatives(ctx, x, mu, sigma, output)
-        ctx.x_shape = x.shape
-        ctx.mu_shape = mu.shape
-        ctx.sigma_shape = sigma.shape
+        save_for_derivatives(ctx, *inputs, output)
 
     @staticmethod
     def backward(ctx, out_bar):
         x, mu, sigma, _ = ctx.saved_tensors
         x_bar, mu_bar, sigma_bar = _vjp(x, mu, sigma, out_bar)
         return (
-            x_bar.sum_to_size(ctx.x_shape),
-            mu_bar.sum_to_size(ctx.mu_shape),
-            sigma_bar.sum_to_size(ctx.sigma_shape),
+            x_bar.sum_to_size(x.shape),
+            mu_bar.sum_to_size(mu.shape),
+            sigma_bar.sum_to_size(sigma.shape),
         )
 
     @staticmethod
@@ -56,9 +52,9 @@ class GaussianLogpdf(RuleFunction):
         def vjp(out_bar):
             x_bar, mu_bar, sigma_bar = _vjp(x, mu, sigma, out_bar)
             return (
-                x_bar.sum_to_size(ctx.x_shape),
-                mu_bar.sum_to_size(ctx.mu_shape),
-                sigma_bar.sum_to_size(ctx.sigma_shape),
+                x_bar.sum_to_size(x.shape),
+                mu_bar.sum_to_size(mu.shape),
+                sigma_bar.sum_to_size(sigma.shape),
             )
 
         _, transpose = torch.func.vjp(vjp, torch.ones_like(out))

@@ -24,8 +24,7 @@ class L2Normalize(RuleFunction):
     def backward(ctx, out_bar):
         x, out = ctx.saved_tensors
         norm = xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))
-        x_bar = (out_bar - out * xp.sum(out * out_bar, axis=-1, keepdims=True)) / norm
-        return x_bar
+        return (out_bar - out * xp.sum(out * out_bar, axis=-1, keepdims=True)) / norm
 
     @staticmethod
     def jvp(ctx, x_dot):

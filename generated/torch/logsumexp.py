@@ -36,8 +36,7 @@ class Logsumexp(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         _, e, s = _forward(x)
-        x_bar = (out_bar / s)[..., None] * e
-        return x_bar
+        return (out_bar / s)[..., None] * e
 
     @staticmethod
     def jvp(ctx, x_dot):

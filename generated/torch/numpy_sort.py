@@ -56,8 +56,7 @@ class NumpySort(torch.autograd.Function):
     def backward(ctx, out_bar, _ind_bar, _ind_inv_bar):
         ind, ind_inv = ctx.saved_tensors
         dim = ctx.dim
-        x_bar = numpy_take(out_bar, ind_inv, ind, dim)
-        return x_bar, None
+        return numpy_take(out_bar, ind_inv, ind, dim), None
 
     @staticmethod
     def jvp(ctx, x_dot, _dim_dot):

@@ -50,8 +50,7 @@ class NumpyTake(torch.autograd.Function):
     def backward(ctx, out_bar):
         ind, ind_inv = ctx.saved_tensors
         dim = ctx.dim
-        x_bar = numpy_take(out_bar, ind_inv, ind, dim)
-        return x_bar.sum_to_size(ctx.x_shape), None, None, None
+        return numpy_take(out_bar, ind_inv, ind, dim).sum_to_size(ctx.x_shape), None, None, None
 
     @staticmethod
     def jvp(ctx, x_dot, _ind_dot, _ind_inv_dot, _dim_dot):

@@ -37,16 +37,14 @@ class Softmax(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (out,) = ctx.saved_tensors
-        x_bar = _vjp(out, out_bar)
-        return x_bar
+        return _vjp(out, out_bar)
 
     @staticmethod
     def jvp(ctx, x_dot):
         (out,) = ctx.saved_tensors
 
         def vjp(out_bar):
-            x_bar = _vjp(out, out_bar)
-            return x_bar
+            return _vjp(out, out_bar)
 
         _, transpose = torch.func.vjp(vjp, torch.ones_like(out))
         (out_dot,) = transpose(x_dot)

@@ -23,7 +23,7 @@ from rulegen.plan.header import (
     unpack_helpers,
     unpacked,
 )
-from rulegen.plan.model import SnippetPlan
+from rulegen.plan.model import SnippetPlan, atom
 from rulegen.plan.snippet import SnippetPlanner, packed, snippet_definitions, tuple_literal, tuple_text
 from rulegen.plan.torch_route import Kept, setup_context_body, static_type, torch_route
 from rulegen.spec import names
@@ -123,11 +123,25 @@ class _Kept:
     needed: frozenset[str]  # what the derivative methods read
     saved: tuple[str, ...]
     statics: tuple[str, ...]
-    shapes: tuple[str, ...]  # inputs whose shapes are kept, to sum cotangents back to
+    summed: tuple[str, ...]  # inputs whose cotangents are summed back to their shapes
     non_diff: tuple[str, ...]
     # A host body's outputs have the broadcast shape of the arrays (elementwise), kept as ctx.<first output>_shape:
     # a tangent of an output that reads fewer arrays (`cos(x) * x_dot` for `sin(x)`) is broadcast to it.
     broadcast: bool = False
+
+    @property
+    def shapes(self) -> tuple[str, ...]:
+        """The summed inputs whose shapes setup_context keeps on ctx: a saved one's is the saved tensor's."""
+        return tuple(i for i in self.summed if i not in self.saved)
+
+    def shape(self, ctx: str, name: str) -> str:
+        """The shape of input `name` in a derivative method (which unpacks a saved one: `saved_shapes`)."""
+        return f"{name}.shape" if name in self.saved else f"{ctx}.{shape_attribute(name)}"
+
+    @property
+    def saved_shapes(self) -> set[str]:
+        """The saved inputs a method that sums cotangents back reads for their shapes."""
+        return set(self.summed) & set(self.saved)
 
 
 def _kept(p: SnippetPlanner) -> _Kept:
@@ -158,7 +172,7 @@ def _kept(p: SnippetPlanner) -> _Kept:
         needed=frozenset(needed),
         saved=tuple(n for n in (*p.arrays, *values) if n in needed),
         statics=tuple(s for s in p.statics if s in needed),
-        shapes=tuple(i for i in p.diff_inputs if p.broadcastable and summed),
+        summed=tuple(i for i in p.diff_inputs if p.broadcastable and summed),
         non_diff=(*(o.name for o in p.rule.outputs if not o.differentiable), *(p.returned if host else ())),
         broadcast=host and p.rule.batching == "elementwise" and p.broadcastable and bool(p.diff_outputs),
     )
@@ -327,9 +341,13 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Def:
     """The VJP body, or the JVP body's VJP; cotangents summed back to the inputs' shapes."""
     given = p.d.routes.torch_backward == Source.GIVEN
     # The VJP of the JVP takes zeros like the inputs, whether or not the JVP body reads them.
-    lines = _unpack(p, kept, p.reads("vjp") if given else p.reads("jvp") | set(p.diff_inputs))
+    reads = p.reads("vjp") if given else p.reads("jvp") | set(p.diff_inputs)
+    lines = _unpack(p, kept, reads | kept.saved_shapes)
     grads = [cotangent(i) for i in p.diff_inputs]
-    if given:
+    computed = dict(zip(grads, grads, strict=True))
+    if given and len(grads) == 1:
+        computed = {grads[0]: p.call(p.given("vjp"))}  # a lone gradient, returned where it is computed
+    elif given:
         lines.append(Assign(tuple_text(grads), p.call(p.given("vjp"))))
     else:
         dots = [tangent(i) for i in p.diff_inputs]
@@ -342,10 +360,10 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Def:
     for i in p.rule.inputs:
         if i.name not in p.diff_inputs:
             returns.append("None")
-        elif i.name in kept.shapes:
-            returns.append(f"{cotangent(i.name)}.sum_to_size({p.ctx}.{shape_attribute(i.name)})")
+        elif i.name in kept.summed:
+            returns.append(f"{atom(computed[cotangent(i.name)])}.sum_to_size({kept.shape(p.ctx, i.name)})")
         else:
-            returns.append(cotangent(i.name))
+            returns.append(computed[cotangent(i.name)])
     lines.append(Return(tuple_text(returns)))
     bars = [cotangent(n) if n in p.diff_outputs else hidden(cotangent(n)) for n in kept.values]
     return Def("backward", (p.ctx, *bars), tuple(lines), _staticmethod(p))
@@ -362,12 +380,13 @@ def _jvp(p: SnippetPlanner, kept: _Kept) -> Def:
         return Def("jvp", (p.ctx, *dots_in), (Raise(error),), _staticmethod(p))
     given = routes.torch_jvp == Source.GIVEN
     # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
-    lines = _unpack(p, kept, p.reads("jvp") if given else p.reads("vjp") | set(p.diff_outputs))
+    reads = p.reads("jvp") if given else p.reads("vjp") | set(p.diff_outputs) | kept.saved_shapes
+    lines = _unpack(p, kept, reads)
     out_dots = [tangent(o) for o in p.diff_outputs]
     if given:
         lines.append(Assign(tuple_text(out_dots), _tangents(p, kept, p.call(p.given("jvp")))))
     else:
-        lines += _transposed_vjp(p, out_dots)
+        lines += _transposed_vjp(p, kept, out_dots)
     tangents = [tangent(n) if n in p.diff_outputs else "None" for n in kept.values]
     lines.append(Return(tuple_text(tangents)))
     return Def("jvp", (p.ctx, *dots_in), tuple(lines), _staticmethod(p))
@@ -381,15 +400,18 @@ def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
     return f"{p.own['broadcast_tangents']}({call}, {p.ctx}.{shape_attribute(p.diff_outputs[0])})"
 
 
-def _transposed_vjp(p: SnippetPlanner, out_dots: Sequence[str]) -> list[Statement]:
+def _transposed_vjp(p: SnippetPlanner, kept: _Kept, out_dots: Sequence[str]) -> list[Statement]:
     """Forward mode as the VJP body's linear transpose, through torch.func.vjp of it."""
     grads = [cotangent(i) for i in p.diff_inputs]
     torch, vjp, transpose = p.own["torch"], p.own["vjp"], p.own["transpose"]
-    if p.broadcastable:
-        shaped = [f"{g}.sum_to_size({p.ctx}.{shape_attribute(i)})" for g, i in zip(grads, p.diff_inputs, strict=True)]
-    else:
-        shaped = grads
-    body = (Assign(tuple_text(grads), p.call(p.given("vjp"))), Return(tuple_text(shaped)))
+    call = p.call(p.given("vjp"))
+    lone = len(grads) == 1  # a lone gradient, returned where it is computed
+    computed = [call] if lone else grads
+    shaped = [
+        f"{atom(g)}.sum_to_size({kept.shape(p.ctx, i)})" if i in kept.summed else g
+        for g, i in zip(computed, p.diff_inputs, strict=True)
+    ]
+    body = (Return(shaped[0]),) if lone else (Assign(tuple_text(grads), call), Return(tuple_text(shaped)))
     # Linear, so any point will do; ones keep data-dependent loops running.
     ones = ", ".join(f"{torch}.ones_like({o})" for o in p.diff_outputs)
     return [
