@@ -139,42 +139,47 @@ def test_each_backends_help_speaks_of_that_backend():
     assert "f: static" in torch_fixed_point.__doc__
 
 
-def test_every_torch_function_saves_only_what_its_derivative_methods_read():
-    """Of what setup_context saves, every tensor is read by backward or jvp (a name each unpacks and uses)."""
-    checked = 0
+def _torch_functions():
+    """Each generated torch module's autograd.Functions: (module file name, class, its methods by name)."""
     for path in sorted((Path(__file__).resolve().parent.parent / "generated" / "torch").glob("[!_]*.py")):
         tree = ast.parse(path.read_text())
         for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-            methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
-            saves = [
-                c
-                for c in ast.walk(methods.get("setup_context", cls))
-                if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "save_for_derivatives"
-            ]
-            if not saves:
+            yield path.name, cls, {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+
+
+def test_every_torch_function_saves_only_what_its_derivative_methods_read():
+    """Of what setup_context saves, every tensor is read by backward or jvp (a name each unpacks and uses)."""
+    checked = 0
+    for name, cls, methods in _torch_functions():
+        saves = [
+            c
+            for c in ast.walk(methods.get("setup_context", cls))
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "save_for_derivatives"
+        ]
+        if not saves:
+            continue
+        # `*inputs` saves each of forward's parameters.
+        forward = [a.arg for a in methods["forward"].args.args]
+        args = [
+            ast.Name(n) if isinstance(a, ast.Starred) else a
+            for a in saves[0].args[1:]
+            for n in (forward if isinstance(a, ast.Starred) else [None])
+        ]
+        read = [False] * len(args)
+        for name in ("backward", "jvp"):
+            method = methods.get(name)
+            if method is None:
                 continue
-            # `*inputs` saves each of forward's parameters.
-            forward = [a.arg for a in methods["forward"].args.args]
-            args = [
-                ast.Name(n) if isinstance(a, ast.Starred) else a
-                for a in saves[0].args[1:]
-                for n in (forward if isinstance(a, ast.Starred) else [None])
-            ]
-            read = [False] * len(args)
-            for name in ("backward", "jvp"):
-                method = methods.get(name)
-                if method is None:
-                    continue
-                loads = {n.id for n in ast.walk(method) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-                for statement in method.body:
-                    if isinstance(statement, ast.Assign) and ast.unparse(statement.value).endswith(".saved_tensors"):
-                        target = statement.targets[0]
-                        names = target.elts if isinstance(target, ast.Tuple) else [target]
-                        for k, element in enumerate(names):
-                            read[k] |= isinstance(element, ast.Name) and element.id in loads
-            unread = [ast.unparse(a) for a, r in zip(args, read, strict=True) if not r]
-            assert not unread, (path.name, unread)
-            checked += 1
+            loads = {n.id for n in ast.walk(method) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            for statement in method.body:
+                if isinstance(statement, ast.Assign) and ast.unparse(statement.value).endswith(".saved_tensors"):
+                    target = statement.targets[0]
+                    names = target.elts if isinstance(target, ast.Tuple) else [target]
+                    for k, element in enumerate(names):
+                        read[k] |= isinstance(element, ast.Name) and element.id in loads
+        unread = [ast.unparse(a) for a, r in zip(args, read, strict=True) if not r]
+        assert not unread, (name, unread)
+        checked += 1
     assert checked > 40
 
 
@@ -182,38 +187,35 @@ def test_every_torch_function_saves_only_what_its_derivative_methods_read():
 def test_setup_context_unpacks_nothing_only_to_rename_it():
     """`x = output` then `save(ctx, x)`, or `x, y = inputs` then `save(ctx, x, y)`: `output`, `*inputs`."""
     renames = []
-    for path in sorted((Path(__file__).resolve().parent.parent / "generated" / "torch").glob("[!_]*.py")):
-        tree = ast.parse(path.read_text())
-        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-            methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
-            if "setup_context" not in methods:
+    for name, _, methods in _torch_functions():
+        if "setup_context" not in methods:
+            continue
+        body = methods["setup_context"].body
+        for statement in body:
+            if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Name)):
                 continue
-            body = methods["setup_context"].body
-            for statement in body:
-                if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Name)):
-                    continue
-                target = statement.targets[0]
-                if statement.value.id == "output" and isinstance(target, ast.Name):
-                    renames.append((path.name, ast.unparse(statement)))
-                if statement.value.id != "inputs" or not isinstance(target, ast.Tuple):
-                    continue
-                names = [getattr(e, "id", "_") for e in target.elts]
-                loads = [
-                    (s, n.id)
-                    for s in body
-                    for n in ast.walk(s)
-                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names
-                ]
-                saves = [
-                    c
-                    for s in body
-                    for c in ast.walk(s)
-                    if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "save_for_derivatives"
-                ]
-                saved_first = saves and [getattr(a, "id", "") for a in saves[0].args[1 : len(names) + 1]] == names
-                # Every input named, read only where they are saved, first and in order: `*inputs`.
-                if "_" not in names and saved_first and len(loads) == len(names):
-                    renames.append((path.name, ast.unparse(statement)))
+            target = statement.targets[0]
+            if statement.value.id == "output" and isinstance(target, ast.Name):
+                renames.append((name, ast.unparse(statement)))
+            if statement.value.id != "inputs" or not isinstance(target, ast.Tuple):
+                continue
+            names = [getattr(e, "id", "_") for e in target.elts]
+            loads = [
+                (s, n.id)
+                for s in body
+                for n in ast.walk(s)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names
+            ]
+            saves = [
+                c
+                for s in body
+                for c in ast.walk(s)
+                if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "save_for_derivatives"
+            ]
+            saved_first = saves and [getattr(a, "id", "") for a in saves[0].args[1 : len(names) + 1]] == names
+            # Every input named, read only where they are saved, first and in order: `*inputs`.
+            if "_" not in names and saved_first and len(loads) == len(names):
+                renames.append((name, ast.unparse(statement)))
     assert not renames, renames
 
 
@@ -221,24 +223,21 @@ def test_setup_context_unpacks_nothing_only_to_rename_it():
 def test_no_torch_function_writes_backward_over_again_as_its_jvp():
     """A real elementwise derivative is one map for cotangents and tangents: `jvp = backward`, not a copy of it."""
     copies, shared = [], 0
-    for path in sorted((Path(__file__).resolve().parent.parent / "generated" / "torch").glob("[!_]*.py")):
-        tree = ast.parse(path.read_text())
-        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-            methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
-            shared += any(isinstance(s, ast.Assign) and ast.unparse(s) == "jvp = backward" for s in cls.body)
-            backward, jvp = methods.get("backward"), methods.get("jvp")
-            if backward is None or jvp is None or len(backward.args.args) != len(jvp.args.args):
-                continue
+    for name, cls, methods in _torch_functions():
+        shared += any(isinstance(s, ast.Assign) and ast.unparse(s) == "jvp = backward" for s in cls.body)
+        backward, jvp = methods.get("backward"), methods.get("jvp")
+        if backward is None or jvp is None or len(backward.args.args) != len(jvp.args.args):
+            continue
 
-            def body(method: ast.FunctionDef) -> str:
-                renamed = {a.arg: f"v{k}" for k, a in enumerate(method.args.args)}
-                text = ast.unparse(ast.Module([s for s in method.body if not isinstance(s, ast.If)], []))
-                for old, new in renamed.items():
-                    text = re.sub(rf"\b{old}\b", new, text)
-                return text
+        def body(method: ast.FunctionDef) -> str:
+            renamed = {a.arg: f"v{k}" for k, a in enumerate(method.args.args)}
+            text = ast.unparse(ast.Module([s for s in method.body if not isinstance(s, ast.If)], []))
+            for old, new in renamed.items():
+                text = re.sub(rf"\b{old}\b", new, text)
+            return text
 
-            if body(backward) == body(jvp):
-                copies.append(path.name)
+        if body(backward) == body(jvp):
+            copies.append(name)
     assert not copies, copies
     assert shared > 30
 
@@ -263,20 +262,17 @@ def test_a_gradient_nobody_asked_for_is_skipped_as_the_pytorch_docs_write_it():
 def test_a_saved_input_s_shape_is_the_saved_tensor_s_not_a_copy_on_ctx():
     """`ctx.a_shape = a.shape` beside `save_for_derivatives(ctx, a, ...)` keeps one fact twice."""
     twice = []
-    for path in sorted((Path(__file__).resolve().parent.parent / "generated" / "torch").glob("[!_]*.py")):
-        tree = ast.parse(path.read_text())
-        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-            methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
-            setup = methods.get("setup_context")
-            if setup is None:
-                continue
-            forward = [a.arg for a in methods["forward"].args.args]
-            saved: set[str] = set()
-            for call in (c for c in ast.walk(setup) if isinstance(c, ast.Call)):
-                if getattr(call.func, "id", "") == "save_for_derivatives":
-                    for arg in call.args[1:]:
-                        saved |= set(forward) if isinstance(arg, ast.Starred) else {getattr(arg, "id", "")}
-            for statement in setup.body:
-                if isinstance(statement, ast.Assign) and ast.unparse(statement.value) in {f"{n}.shape" for n in saved}:
-                    twice.append((path.name, ast.unparse(statement)))
+    for name, _, methods in _torch_functions():
+        setup = methods.get("setup_context")
+        if setup is None:
+            continue
+        forward = [a.arg for a in methods["forward"].args.args]
+        saved: set[str] = set()
+        for call in (c for c in ast.walk(setup) if isinstance(c, ast.Call)):
+            if getattr(call.func, "id", "") == "save_for_derivatives":
+                for arg in call.args[1:]:
+                    saved |= set(forward) if isinstance(arg, ast.Starred) else {getattr(arg, "id", "")}
+        for statement in setup.body:
+            if isinstance(statement, ast.Assign) and ast.unparse(statement.value) in {f"{n}.shape" for n in saved}:
+                twice.append((name, ast.unparse(statement)))
     assert not twice, twice
