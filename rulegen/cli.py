@@ -374,7 +374,8 @@ def accuracy(
             jax_pkg, torch_pkg = session.modules
             names = [r.name for r in every]
             for rule in (r for r in every if r.name in measured):
-                if hand_written(rule):
+                snippets = hand_written(rule)
+                if snippets:
                     # No exact expression: float32 against autodiff of the forward in float64, as `test` checks.
                     result = snippet_accuracy(subject_of(rule, jax_pkg, torch_pkg, seed, names))
                 else:
@@ -383,7 +384,7 @@ def accuracy(
                     out_console.print(f"[dim]{rule.name}: not measured: {result.skipped}[/dim]")
                     continue
                 out_console.print(accuracy_table(result))
-                if hand_written(rule):
+                if snippets:
                     note = "the sample moved along the float line; --points and --plot are for sympy rules"
                     out_console.print(
                         f"[dim]{rule.name}: float32 against autodiff of the forward in float64, at {note}[/dim]"

@@ -16,17 +16,21 @@ from tests.conftest import built_package
 
 jax.config.update("jax_enable_x64", True)
 
-SNIPPETS = """\
-rules:
-  - name: sa_output_rounding
-    inputs: [x]
+# logsumexp with the gradient `exp(x - out)`, which carries the output's rounding error (ulp(out)).
+OUTPUT_ROUNDING = """\
     forward:
       python: |
         m = xp.max(x, axis=-1, keepdims=True)
         return xp.squeeze(m, axis=-1) + xp.log(xp.sum(xp.exp(x - m), axis=-1))
     vjp:
       python: return out_bar[..., None] * xp.exp(x - out[..., None])
-  - name: sa_residuals
+"""
+
+SNIPPETS = f"""\
+rules:
+  - name: sa_output_rounding
+    inputs: [x]
+{OUTPUT_ROUNDING}  - name: sa_residuals
     inputs: [x]
     forward:
       python: |
@@ -42,14 +46,9 @@ rules:
   # The same wrong VJP, but the rule checks its input on [0.5, 2] only: it stays there.
   - name: sa_in_domain
     inputs:
-      x: {shape: [4], domain: [0.5, 2.0]}
-    forward:
-      python: |
-        m = xp.max(x, axis=-1, keepdims=True)
-        return xp.squeeze(m, axis=-1) + xp.log(xp.sum(xp.exp(x - m), axis=-1))
-    vjp:
-      python: return out_bar[..., None] * xp.exp(x - out[..., None])
-  # A sympy forward with a VJP written by hand: the derivative loses every bit near 0, where autodiff's sinh
+      x: {{shape: [4], domain: [0.5, 2.0]}}
+{OUTPUT_ROUNDING}  # A sympy forward with a VJP written by hand:
+  # the derivative loses every bit near 0, where autodiff's sinh
   # keeps them (tests/wrong_rules/derivative_loses_bits.yaml, written as a snippet).
   - name: sa_cosh_difference
     inputs: [x]

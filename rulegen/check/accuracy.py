@@ -356,21 +356,24 @@ def jvp_in_each_input(
     to the differentiable `outputs`; each input's tangent is `tangents`' of
     its place (ones give the partials of an elementwise function).
     """
+    if backend == "jax":
+        import jax
+
+        def jvp(f: Callable[..., Any], primal: Any, tangent: Any) -> list[np.ndarray]:
+            return [np.asarray(d) for d in jax.jvp(f, (primal,), (tangent,))[1]]
+    else:
+        import torch
+
+        def jvp(f: Callable[..., Any], primal: Any, tangent: Any) -> list[np.ndarray]:
+            return [d.numpy(force=True) for d in torch.func.jvp(f, (primal,), (tangent,))[1]]
+
     found: dict[Quantity, np.ndarray] = {}
     for j, (tangent, wrt) in enumerate(zip(tangents, inputs, strict=True)):
 
         def alone(x: Any, j: int = j) -> tuple[Any, ...]:
             return of_diff(*primals[:j], x, *primals[j + 1 :])
 
-        if backend == "jax":
-            import jax
-
-            dots = [np.asarray(d) for d in jax.jvp(alone, (primals[j],), (tangent,))[1]]
-        else:
-            import torch
-
-            dots = [d.numpy(force=True) for d in torch.func.jvp(alone, (primals[j],), (tangent,))[1]]
-        for name, dot in zip(outputs, dots, strict=True):
+        for name, dot in zip(outputs, jvp(alone, primals[j], tangent), strict=True):
             found[Quantity(name, wrt, "forward")] = dot
     return found
 

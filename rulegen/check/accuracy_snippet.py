@@ -293,15 +293,21 @@ def _at(
     return found
 
 
+def _measured(s: Subject) -> dict[tuple[Quantity, str], _Bits]:
+    """`measure_snippet`, or NotApplicable where it measured nothing."""
+    measured = measure_snippet(s)
+    if not measured:
+        raise NotApplicable("autodiff of the forward body runs at none of the points")
+    return measured
+
+
 def snippet_accuracy(s: Subject) -> RuleAccuracy:
     """`measure_snippet` as `rulegen accuracy` shows it: float32 bits of error per quantity, backend and source,
     at the points the check's verdict compares (no plots: the points are a sample moved, not one input swept)."""
     try:
-        measured = measure_snippet(s)
+        measured = _measured(s)
     except NotApplicable as why:
         return RuleAccuracy(s.rule.name, skipped=str(why))
-    if not measured:
-        return RuleAccuracy(s.rule.name, skipped="autodiff of the forward body runs at none of the points")
     series = []
     for (quantity, backend), bits in measured.items():
         compared = np.concatenate(bits.compared)
@@ -313,9 +319,7 @@ def snippet_accuracy(s: Subject) -> RuleAccuracy:
 def check_snippet_accuracy(s: Subject) -> str:
     """Each value and partial in float32, in both backends, no worse than autodiff of the forward body, on
     the sample moved along the float line (see the module's docstring)."""
-    measured = measure_snippet(s)
-    if not measured:
-        raise NotApplicable("autodiff of the forward body runs at none of the points")
+    measured = _measured(s)
     failures = []
     for (quantity, backend), bits in measured.items():
         generated, autodiff = np.concatenate(bits.generated), np.concatenate(bits.autodiff)

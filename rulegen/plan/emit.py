@@ -90,7 +90,7 @@ class Emitter:
         ]
         texts = dict(zip((r.name for r in computed), (code(e) for e in reduced[len(lets) :]), strict=True))
         returned: list[str] = []
-        guarded: list[If] = []
+        guarded: list[If] = []  # each binds its result's name, which starts as None
         for r in results:
             self.imports |= r.imports
             if r.expr is None:
@@ -108,8 +108,8 @@ class Emitter:
                 text = r.name
             returned.append(r.wrap.apply(text))
         if guarded:
-            first, *rest = (g.body[0].target for g in guarded if isinstance(g.body[0], Assign))
-            lines += [Assign(first, "None", (*rest,)), *guarded]
+            first, *rest = (r.name for r in computed if r.guard)
+            lines += [Assign(first, "None", tuple(rest)), *guarded]
         return Block(tuple(lines), tuple(returned), _reads(exprs, results) - {name for name, _ in lets})
 
     def in_place_block(self, results: Sequence[Result], tensors: set[str]) -> Block | None:
