@@ -82,6 +82,8 @@ def _model(out: str) -> None:
         assert re.search(rf"^{row} +{RATIO} +(n/a|\d+\.\d / \d+\.\d MiB)$", out, re.M), row
     for row in ["torch jacfwd (input slice)", "torch hvp (fwd over rev)", "jax jacfwd (input slice)"]:
         assert re.search(rf"^{re.escape(row)} +{RATIO}$", out, re.M), row
+    for row in ["eager step", "jacfwd", "hvp"]:  # against the native model with gelu's accurate erfc form
+        assert re.search(rf"^  {row}, erfc gelu +{RATIO}$", out, re.M), row
 
 
 def _accuracy(out: str) -> None:
@@ -153,16 +155,18 @@ def test_the_model_s_native_and_generated_variants_compute_the_same_loss_and_gra
 
     size = model.QUICK
     native, generated = model._torch_models(size)
+    erfc_gelu, _ = model._torch_models(size, model.TORCH_NATIVE_ERFC_GELU)
     x, labels = model._torch_data(size)
     losses, grads = [], []
-    for block in (native, generated):
+    for block in (native, generated, erfc_gelu):
         block.zero_grad()
         loss = block(x, labels)
         loss.backward()
         losses.append(loss.detach())
         grads.append(torch.cat([p.grad.flatten() for p in block.parameters()]))
-    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=0)
-    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+    for k in (1, 2):
+        torch.testing.assert_close(losses[k], losses[0], rtol=1e-5, atol=0)
+        torch.testing.assert_close(grads[k], grads[0], rtol=1e-4, atol=1e-6)
 
     params = model._jax_params(size)
     jx = jnp.asarray(x.numpy())

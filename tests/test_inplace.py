@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rulegen.derive import functions as fn
 from rulegen.derive.forms import torch_forms
 from rulegen.plan import Result
-from rulegen.plan.code import Import, import_statements, printed
+from rulegen.plan.code import Expr, Import, import_statements, printed
 from rulegen.plan.emit import Emitter
 from rulegen.plan.printers import print_torch
 
@@ -308,3 +308,64 @@ def test_plain_holds_only_for_plain_tensors_of_one_shape(plain):
         dual = torch.autograd.forward_ad.make_dual(x, torch.ones(3))
         seen.append(plain(dual, y))
     assert seen == [False, False, False]
+
+
+@pytest.mark.unit
+def test_the_two_bodies_share_what_they_have_in_common():
+    """Where the in-place and out-of-place bodies differ in a line, only that line is chosen by `plain`.
+
+    Before, the whole forward was written twice (sin_exp_mul, hypot_pair: 4 and 7 lines over again).
+    """
+    from rulegen.plan.code import Assign, Return, either
+
+    shared, last = Assign("t1", "torch.sin(x)"), Return("t0 * t1 * y, t0, t1")
+    then = (Assign("t0", "(x**2).neg_().exp_()"), shared, last)
+    otherwise = (Assign("t0", "torch.exp(-(x**2))"), shared, last)
+    assert printed(either("plain(x, y)", then, otherwise)).splitlines() == [
+        "t0 = (x**2).neg_().exp_() if plain(x, y) else torch.exp(-(x**2))",
+        "t1 = torch.sin(x)",
+        "return t0 * t1 * y, t0, t1",
+    ]
+    # What differs in more than one line is an if/else between what the bodies share.
+    prefix = tuple(Assign(f"u{k}", f"x + {k}") for k in range(3))
+    two = (Assign("t0", "x.mul_(2)"), Expr("t0.add_(y)"))
+    printed_lines = printed(either("plain(x)", (*prefix, *two, last), (*prefix, Assign("t0", "2 * x + y"), last)))
+    assert printed_lines.splitlines()[3:] == [
+        "if plain(x):",
+        "    t0 = x.mul_(2)",
+        "    t0.add_(y)",
+        "else:",
+        "    t0 = 2 * x + y",
+        "return t0 * t1 * y, t0, t1",
+    ]
+    # Nothing shared at the end: the bodies stay apart, the in-place one returning first.
+    apart = either("plain(x)", (Return("x.mul_(2)"),), (Return("2 * x"),))
+    assert printed(apart).splitlines() == ["if plain(x):", "    return x.mul_(2)", "return 2 * x"]
+    # Too little shared to pay for `else:`: apart as well.
+    short = either("plain(x)", (*two, last), (Assign("t0", "2 * x + y"), last))
+    assert printed(short).splitlines()[0] == "if plain(x):" and "else:" not in printed(short)
+
+
+@pytest.mark.unit
+def test_no_generated_forward_writes_its_lines_twice():
+    """A forward's in-place and out-of-place bodies share no more than one statement written in both."""
+    import ast
+    from pathlib import Path
+
+    twice = {}
+    for path in sorted((Path(__file__).resolve().parent.parent / "generated" / "torch").glob("[!_]*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.FunctionDef) and node.name == "forward"):
+                continue
+            for k, statement in enumerate(node.body):
+                if isinstance(statement, ast.If) and not statement.orelse and "plain(" in ast.unparse(statement.test):
+                    one = [ast.unparse(s) for s in statement.body]
+                    other = [ast.unparse(s) for s in node.body[k + 1 :]]
+                    start = next(
+                        (n for n, (a, b) in enumerate(zip(one, other, strict=False)) if a != b),
+                        min(len(one), len(other)),
+                    )
+                    end = next((n for n, (a, b) in enumerate(zip(one[::-1], other[::-1], strict=False)) if a != b), 0)
+                    if start + end > 1:
+                        twice[path.stem] = start + end
+    assert not twice, twice

@@ -214,8 +214,8 @@ def test_softplus_beta_forward_is_one_softplus_with_its_beta():
         "torch.nn.functional.softplus(x, beta=beta, threshold=40.0)",
     )
     assert torch_plan.forward_in_place is None
-    assert torch_plan.backward.result == "torch.ops.aten.softplus_backward(out_bar, x, beta, 40.0), None"
-    assert torch_plan.jvp.result == "torch.ops.aten.softplus_backward(x_dot, x, beta, 40.0)"
+    assert torch_plan.backward.result == "torch.ops.aten.softplus_backward(out_bar, x, ctx.beta, 40.0), None"
+    assert torch_plan.jvp.result == "torch.ops.aten.softplus_backward(x_dot, x, ctx.beta, 40.0)"
     # XLA fuses the composite: JAX keeps it.
     assert jax_plan.forward.result == "jax.nn.softplus(beta*x)/beta"
 

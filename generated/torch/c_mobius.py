@@ -28,13 +28,11 @@ class CMobius(RuleFunction):
         z, a = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        if plain(z, a, out_bar) and all(ctx.needs_input_grad):
-            t0 = torch.conj_physical(z)
-            t1 = t0 + 2
-            t2 = torch.conj_physical(a).mul_(2).add_(1j).div_(t1**2).mul_(out_bar)
-            return t2.sum_to_size(z.shape), (t0 / t1).mul_(out_bar).sum_to_size(a.shape)
         t0 = torch.conj_physical(z)
         t1 = t0 + 2
+        if plain(z, a, out_bar) and all(ctx.needs_input_grad):
+            t2 = torch.conj_physical(a).mul_(2).add_(1j).div_(t1**2).mul_(out_bar)
+            return t2.sum_to_size(z.shape), (t0 / t1).mul_(out_bar).sum_to_size(a.shape)
         z_bar = a_bar = None
         if ctx.needs_input_grad[0]:
             z_bar = (out_bar * ((2 * torch.conj_physical(a) + 1j) / t1**2)).sum_to_size(z.shape)

@@ -26,24 +26,18 @@ class FAtan2(RuleFunction):
         y, x = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        if plain(y, x, out_bar) and all(ctx.needs_input_grad):
-            t0 = torch.abs(x)
-            t1 = t0 < 3.9e-14
-            t2 = torch.where(t1, x, 1.9498291869979312e-14) / y
-            t3 = torch.where(t1, 7.799316747991725e-14, x)
-            t4 = binade(torch.maximum(t0, torch.abs(y)))
-            t5 = y / t4
-            t6 = out_bar * torch.where(
-                t1, t2 * (1 / y) / (t2**2 + 1), 1 / (t3 * ((y / t3) ** 2 + 1))
-            )
-            t7 = ((-t5 / (t5**2 + (x / t4) ** 2)) / t4).mul_(out_bar)
-            return t6.sum_to_size(y.shape), t7.sum_to_size(x.shape)
         t0 = torch.abs(x)
         t1 = t0 < 3.9e-14
         t2 = torch.where(t1, x, 1.9498291869979312e-14) / y
         t3 = torch.where(t1, 7.799316747991725e-14, x)
         t4 = binade(torch.maximum(t0, torch.abs(y)))
         t5 = y / t4
+        if plain(y, x, out_bar) and all(ctx.needs_input_grad):
+            t6 = out_bar * torch.where(
+                t1, t2 * (1 / y) / (t2**2 + 1), 1 / (t3 * ((y / t3) ** 2 + 1))
+            )
+            t7 = ((-t5 / (t5**2 + (x / t4) ** 2)) / t4).mul_(out_bar)
+            return t6.sum_to_size(y.shape), t7.sum_to_size(x.shape)
         y_bar = x_bar = None
         if ctx.needs_input_grad[0]:
             y_bar = (

@@ -22,11 +22,10 @@ class FBesselI1e(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        t0 = torch.special.i1e(x)
         if plain(x, out_bar):
-            t0 = torch.special.i1e(x)
             t1 = torch.special.i0e(x).addcdiv_(t0, x, value=-1)
             return t1.addcmul_(torch.sign(x), t0, value=-1).mul_(out_bar)
-        t0 = torch.special.i1e(x)
         return out_bar * (-t0 * torch.sign(x) - t0 / x + torch.special.i0e(x))
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.

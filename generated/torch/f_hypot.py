@@ -26,11 +26,10 @@ class FHypot(RuleFunction):
         x, y = ctx.saved_tensors
         if out_bar is None:
             return None, None
+        t0 = torch.hypot(x, y)
         if plain(x, y, out_bar) and all(ctx.needs_input_grad):
-            t0 = torch.hypot(x, y)
             t1 = (x / t0).mul_(out_bar)
             return t1.sum_to_size(x.shape), (y / t0).mul_(out_bar).sum_to_size(y.shape)
-        t0 = torch.hypot(x, y)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = (out_bar * (x / t0)).sum_to_size(x.shape)

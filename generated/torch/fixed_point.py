@@ -42,16 +42,14 @@ class FixedPoint(RuleFunction):
     @staticmethod
     def backward(ctx, x_star_bar):
         a, x_star = ctx.saved_tensors
-        f = ctx.f
-        return None, _vjp(f, a, x_star, x_star_bar).sum_to_size(a.shape), None
+        return None, _vjp(ctx.f, a, x_star, x_star_bar).sum_to_size(a.shape), None
 
     @staticmethod
     def jvp(ctx, _f_dot, a_dot, _x_guess_dot):
         a, x_star = ctx.saved_tensors
-        f = ctx.f
 
         def vjp(x_star_bar):
-            return _vjp(f, a, x_star, x_star_bar).sum_to_size(a.shape)
+            return _vjp(ctx.f, a, x_star, x_star_bar).sum_to_size(a.shape)
 
         _, transpose = torch.func.vjp(vjp, torch.ones_like(x_star))
         (x_star_dot,) = transpose(a_dot)

@@ -18,17 +18,10 @@ class HypotPair(RuleFunction):
         # (y/binade(Max(Abs(x), Abs(y))))**2)/(1/binade(Max(Abs(x), Abs(y))))), the form with the
         # least error measured (as derived, scaled: mean bits of error float64/float32 21.8/10.8 ->
         # 0.0/0.0) (`rulegen accuracy` measures both in bits of error).
-        if plain(x, y):
-            t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-            t1 = x / t0
-            t2 = y / t0
-            t3 = (t1**2).add_(t2**2).sqrt_()
-            t4 = 1 / t0
-            return (t3 / t4), t3, t4, t1, t2, t0
         t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
         t1 = x / t0
         t2 = y / t0
-        t3 = torch.sqrt(t1**2 + t2**2)
+        t3 = (t1**2).add_(t2**2).sqrt_() if plain(x, y) else torch.sqrt(t1**2 + t2**2)
         t4 = 1 / t0
         return (t3 / t4), t3, t4, t1, t2, t0
 

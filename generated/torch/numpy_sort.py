@@ -55,14 +55,12 @@ class NumpySort(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar, _ind_bar, _ind_inv_bar):
         ind, ind_inv = ctx.saved_tensors
-        dim = ctx.dim
-        return numpy_take(out_bar, ind_inv, ind, dim), None
+        return numpy_take(out_bar, ind_inv, ind, ctx.dim), None
 
     @staticmethod
     def jvp(ctx, x_dot, _dim_dot):
         ind, ind_inv = ctx.saved_tensors
-        dim = ctx.dim
-        out_dot = numpy_take(x_dot, ind, ind_inv, dim)
+        out_dot = numpy_take(x_dot, ind, ind_inv, ctx.dim)
         return out_dot, None, None
 
     @staticmethod

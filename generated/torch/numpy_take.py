@@ -49,14 +49,12 @@ class NumpyTake(torch.autograd.Function):
     @staticmethod
     def backward(ctx, out_bar):
         ind, ind_inv = ctx.saved_tensors
-        dim = ctx.dim
-        return numpy_take(out_bar, ind_inv, ind, dim).sum_to_size(ctx.x_shape), None, None, None
+        return numpy_take(out_bar, ind_inv, ind, ctx.dim).sum_to_size(ctx.x_shape), None, None, None
 
     @staticmethod
     def jvp(ctx, x_dot, _ind_dot, _ind_inv_dot, _dim_dot):
         ind, ind_inv = ctx.saved_tensors
-        dim = ctx.dim
-        out_dot = numpy_take(x_dot, ind, ind_inv, dim)
+        out_dot = numpy_take(x_dot, ind, ind_inv, ctx.dim)
         return out_dot
 
     @staticmethod

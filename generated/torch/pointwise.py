@@ -24,10 +24,9 @@ class Pointwise(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        df = ctx.df
 
         def jvp(x_dot):
-            return df(x) * x_dot
+            return ctx.df(x) * x_dot
 
         _, transpose = torch.func.vjp(jvp, torch.zeros_like(x))
         (x_bar,) = transpose(out_bar)
@@ -36,8 +35,7 @@ class Pointwise(RuleFunction):
     @staticmethod
     def jvp(ctx, _f_dot, _df_dot, x_dot):
         (x,) = ctx.saved_tensors
-        df = ctx.df
-        out_dot = df(x) * x_dot
+        out_dot = ctx.df(x) * x_dot
         return out_dot
 
 

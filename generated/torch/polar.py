@@ -24,21 +24,6 @@ class Polar(RuleFunction):
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
         x, y = ctx.saved_tensors
-        if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
-            t0 = torch.hypot(x, y)
-            t1 = torch.abs(y)
-            t2 = t1 < 3.9e-14
-            t3 = torch.where(t2, y, 1.9498291869979312e-14) / x
-            t4 = torch.where(t2, 7.799316747991725e-14, y)
-            t5 = binade(torch.maximum(t1, torch.abs(x)))
-            t6 = x / t5
-            t7 = (x / t0).mul_(r_bar)
-            t7.add_(
-                theta_bar
-                * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1)))
-            )
-            t9 = (y / t0).mul_(r_bar).addcmul_(((t6 / (t6**2 + (y / t5) ** 2)) / t5), theta_bar)
-            return t7.sum_to_size(x.shape), t9.sum_to_size(y.shape)
         t0 = torch.hypot(x, y)
         t1 = torch.abs(y)
         t2 = t1 < 3.9e-14
@@ -46,6 +31,14 @@ class Polar(RuleFunction):
         t4 = torch.where(t2, 7.799316747991725e-14, y)
         t5 = binade(torch.maximum(t1, torch.abs(x)))
         t6 = x / t5
+        if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
+            t7 = (x / t0).mul_(r_bar)
+            t7.add_(
+                theta_bar
+                * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1)))
+            )
+            t9 = (y / t0).mul_(r_bar).addcmul_(((t6 / (t6**2 + (y / t5) ** 2)) / t5), theta_bar)
+            return t7.sum_to_size(x.shape), t9.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = summed_like(

@@ -34,19 +34,18 @@ class ScaledTanh(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar, saved_tanh_bar):
         x, saved_tanh = ctx.saved_tensors
-        log_scale = ctx.log_scale
         if saved_tanh_bar is None and plain(saved_tanh, out_bar):
             t0 = (saved_tanh**2).neg_().add_(1)
-            t0.mul_(_numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))).mul_(
-                _numbers.exp(log_scale)
+            t0.mul_(_numbers.div(1, _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1))).mul_(
+                _numbers.exp(ctx.log_scale)
             ).mul_(out_bar)
             return t0, None
-        t0 = (1 - saved_tanh**2) * _numbers.exp(log_scale)
+        t0 = (1 - saved_tanh**2) * _numbers.exp(ctx.log_scale)
         x_bar = summed_like(
             x,
             None
             if out_bar is None
-            else out_bar * (t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)),
+            else out_bar * (t0 / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1)),
             None if saved_tanh_bar is None else saved_tanh_bar * t0,
         )
         return x_bar, None
@@ -54,9 +53,9 @@ class ScaledTanh(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, log_scale_dot):
         _, saved_tanh = ctx.saved_tensors
-        log_scale = ctx.log_scale
-        saved_tanh_dot = _numbers.exp(log_scale) * tanh_backward(x_dot, saved_tanh)
-        return saved_tanh_dot / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1), saved_tanh_dot
+        saved_tanh_dot = _numbers.exp(ctx.log_scale) * tanh_backward(x_dot, saved_tanh)
+        out_dot = saved_tanh_dot / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1)
+        return out_dot, saved_tanh_dot
 
 
 _apply_scaled_tanh = routed(

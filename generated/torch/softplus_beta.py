@@ -26,14 +26,12 @@ class SoftplusBeta(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        beta = ctx.beta
-        return torch.ops.aten.softplus_backward(out_bar, x, beta, 40.0), None
+        return torch.ops.aten.softplus_backward(out_bar, x, ctx.beta, 40.0), None
 
     @staticmethod
     def jvp(ctx, x_dot, beta_dot):
         (x,) = ctx.saved_tensors
-        beta = ctx.beta
-        return torch.ops.aten.softplus_backward(x_dot, x, beta, 40.0)
+        return torch.ops.aten.softplus_backward(x_dot, x, ctx.beta, 40.0)
 
 
 _apply_softplus_beta = routed(

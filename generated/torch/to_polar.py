@@ -20,19 +20,15 @@ class ToPolar(RuleFunction):
         # (y/binade(Max(Abs(x), Abs(y))))**2)/(1/binade(Max(Abs(x), Abs(y))))), the form with the
         # least error measured (as derived, scaled: mean bits of error float64/float32 21.8/10.8 ->
         # 0.0/0.0) (`rulegen accuracy` measures both in bits of error).
-        if plain(x, y):
-            t0 = torch.abs(y)
-            t1 = binade(torch.maximum(t0, torch.abs(x)))
-            t2 = x / t1
-            t3 = y / t1
-            t4 = (t2**2).add_(t3**2).sqrt_()
-            t5 = 1 / t1
-            t7 = t4 / t5
-            return t7, torch.atan2(y, x), t4, t5, t2, t3, t1, t0
         t0 = torch.abs(y)
         t1 = binade(torch.maximum(t0, torch.abs(x)))
         t2 = x / t1
         t3 = y / t1
+        if plain(x, y):
+            t4 = (t2**2).add_(t3**2).sqrt_()
+            t5 = 1 / t1
+            t7 = t4 / t5
+            return t7, torch.atan2(y, x), t4, t5, t2, t3, t1, t0
         t4 = torch.sqrt(t2**2 + t3**2)
         t5 = 1 / t1
         return (t4 / t5), torch.atan2(y, x), t4, t5, t2, t3, t1, t0

@@ -190,10 +190,11 @@ class Given:
 
 @dataclass(frozen=True)
 class If:
-    """`if test:` and its body."""
+    """`if test:` and its body; with `orelse`, `else:` and that."""
 
     test: str
     body: tuple[Statement, ...]
+    orelse: tuple[Statement, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -239,6 +240,47 @@ class Block:
     def statements(self) -> tuple[Statement, ...]:
         """The block as a body's statements: its lines, then the return of its results."""
         return (*self.lines, Return(self.result))
+
+
+def either(test: str, then: Sequence[Statement], otherwise: Sequence[Statement]) -> tuple[Statement, ...]:
+    """`then` where `test` holds, else `otherwise`: the statements they share written once, around what differs.
+
+    Both are complete bodies (each ends in its return).  What they share at
+    the start runs before the test, so the test must read none of it: its
+    names are the method's parameters.  One assignment that differs in its
+    value alone is a conditional expression where that fits a line; `then`'s
+    value must bind tighter than one (an in-place chain, a call does).
+    """
+    then, otherwise = tuple(then), tuple(otherwise)
+    start = 0
+    while start < min(len(then), len(otherwise)) - 1 and then[start] == otherwise[start]:
+        start += 1
+    end = 0
+    while end < min(len(then), len(otherwise)) - start and then[-1 - end] == otherwise[-1 - end]:
+        end += 1
+    one, other = then[start : len(then) - end], otherwise[start : len(otherwise) - end]
+    apart = (If(test, then), *otherwise)
+    if not one or not other:
+        return apart
+    shared, after = then[:start], then[len(then) - end :]
+    if not after:  # each body returns on its own, after what they share
+        return (*shared, If(test, one), *other)
+    if len(one) == len(other) == 1 and isinstance(one[0], Assign) and isinstance(other[0], Assign):
+        a, b = one[0], other[0]
+        chosen = f"{a.code} if {test} else {b.code}"
+        if (a.target, a.also) == (b.target, b.also) and fits_a_line(chosen):
+            return (*shared, Assign(a.target, chosen, a.also), *after)
+    merged = (*shared, If(test, one, other), *after)
+    # A shared part too short to pay for the `else:` is better written twice.
+    return merged if _statement_count(merged) < _statement_count(apart) else apart
+
+
+def _statement_count(statements: Iterable[Statement]) -> int:
+    """Statements, counting those inside an `if` and its `else:` line: the lines of a body in short statements."""
+    return sum(
+        1 + _statement_count(s.body) + (1 + _statement_count(s.orelse) if s.orelse else 0) if isinstance(s, If) else 1
+        for s in statements
+    )
 
 
 def is_short(text: str) -> bool:
@@ -299,9 +341,12 @@ def _statement_lines(statement: Statement, indent: int) -> Iterator[str]:
             yield f"{pad}pass"
         case Given(lines):
             yield from (pad + line if line else "" for line in lines)
-        case If(test, body):
+        case If(test, body, orelse):
             yield f"{pad}if {test}:"
             yield from _lines(body, indent + 1)
+            if orelse:
+                yield f"{pad}else:"
+                yield from _lines(orelse, indent + 1)
         case Def(name, params, body, decorators, returns):
             yield from (f"{pad}@{d}" for d in decorators)
             arrow = f" -> {returns}" if returns else ""

@@ -23,6 +23,7 @@ class Emitter:
     `forms` rewrites each expression into the backend's own fused forms
     first.  `scalars` name the static inputs, Python numbers, which the
     printer is told of: `math.sqrt(beta)`, where `torch.sqrt(beta)` raises.
+    `spelled` prints names so (a static as `ctx.beta` in a Function's method).
     """
 
     def __init__(
@@ -31,10 +32,12 @@ class Emitter:
         taken: Iterable[str],
         forms: Callable[[sp.Expr], sp.Expr] = lambda e: e,
         scalars: Iterable[str] = (),
+        spelled: Mapping[str, str] | None = None,
     ) -> None:
         self.printer = printer
         self.forms = forms
         self.scalars = frozenset(scalars)
+        self.spelled = dict(spelled or {})
         self.imports: set[Import] = set()
         self.taken = set(taken)
 
@@ -43,7 +46,7 @@ class Emitter:
     ) -> str:
         """`expr` printed; `scalars` name this block's temporaries that hold Python numbers too, `renamed` the
         temporaries printed under a let's name."""
-        text, imports = self.printer(expr, scalars=self.scalars | scalars, renamed=renamed)
+        text, imports = self.printer(expr, scalars=self.scalars | scalars, renamed={**self.spelled, **(renamed or {})})
         self.imports |= imports
         return text
 

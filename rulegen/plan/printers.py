@@ -219,6 +219,7 @@ class _ArrayCode:
     def _constant_text(self, expr: sp.Expr) -> str:
         # A number is evaluated here and cannot raise; Python arithmetic of a static input can.
         printer = (_StaticPrinter if expr.free_symbols else _ConstantPrinter)(self.own)
+        printer.renamed = self.renamed  # a static read from ctx is read so in its Python arithmetic too
         text = printer.doprint(expr)
         self.module_imports_ |= printer.module_imports_
         return text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.snippet import Code, SnippetDerivation
@@ -12,7 +12,7 @@ from rulegen.plan.code import Assign, Class, Comment, Def, Docstring, Given, Imp
 from rulegen.plan.emit import Emitter
 from rulegen.plan.model import Result, SnippetPlan, atom
 from rulegen.plan.printers import print_jax, print_torch
-from rulegen.spec.names import hidden
+from rulegen.spec.names import ctx_attribute, hidden
 
 _BODY_NAMES = {"forward": "_forward", "jvp": "_jvp", "vjp": "_vjp"}
 
@@ -33,10 +33,6 @@ _MODULE_IMPORTS = {
 
 def _body_name(role: str) -> str:
     return _BODY_NAMES.get(role) or "_" + role.replace(" ", "_")
-
-
-def body_call(code: Code) -> str:
-    return f"{_body_name(code.role)}({', '.join(code.params)})"
 
 
 def tuple_text(names: Sequence[str]) -> str:
@@ -72,7 +68,9 @@ def body_function(
     emit = Emitter(printer, code.params, scalars=() if backend == "jax" else statics)
     block = emit.block([], [Result(r, e) for r, e in zip(code.results, code.exprs, strict=True)])
     imports |= emit.imports
-    one_line = not block.lines and len(block.results) == 1
+    # A torch derivative method passes a static as `ctx.beta`, which a function's parameter takes.
+    passed_from_ctx = backend == "torch" and bool(set(statics) & set(code.params))
+    one_line = not block.lines and len(block.results) == 1 and not passed_from_ctx
     return Def(_body_name(code.role), code.params, block.statements), atom(block.result) if one_line else None
 
 
@@ -80,11 +78,13 @@ def _module_imports(code: Code, backend: str) -> set[Import]:
     return {_XP_IMPORT[backend] if module == "xp" else _MODULE_IMPORTS[module] for module in code.modules}
 
 
-def inline_expression(code: Code) -> str | None:
+def inline_expression(code: Code, spelled: Mapping[str, str] | None = None) -> str | None:
     """The expression of a body that is one `return <expression>` on one line, to write where it is called.
 
     A person would not wrap `return xp.clip(out_bar, lo, hi)` in a function
-    of its own.  Bodies with comments keep them, in their function.
+    of its own.  Bodies with comments keep them, in their function.  With
+    `spelled`, the names it reads are written so (`ctx.dim` for `dim`), and
+    None where it binds one of them itself (a lambda's parameter).
     """
     if code.kind == "numpy" or "#" in code.text:
         return None
@@ -95,6 +95,19 @@ def inline_expression(code: Code) -> str | None:
     text = ast.get_source_segment(code.text, value)
     if text is None or "\n" in text:
         return None
+    if spelled:
+        nodes = list(ast.walk(value))
+        bound = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        bound |= {n.arg for n in nodes if isinstance(n, ast.arg)}
+        if bound & set(spelled):
+            return None
+        reads = sorted(
+            (n.col_offset - value.col_offset, (n.end_col_offset or 0) - value.col_offset, spelled[n.id])
+            for n in nodes
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in spelled
+        )
+        for start, end, name in reversed(reads):
+            text = text[:start] + name + text[end:]
     atomic = isinstance(value, ast.Name | ast.Call | ast.Attribute | ast.Subscript | ast.Constant)
     return text if atomic else f"({text})"
 
@@ -121,8 +134,18 @@ class SnippetPlanner:
         codes = [d.forward, d.jvp, d.vjp, *(c for _, c in d.residuals)]
         # A host primitive takes its bodies as functions; elsewhere a one-line body is written where it is called.
         by_reference = backend == "jax" and d.routes.jax == JaxRoute.PRIMITIVE
-        made = [body_function(c[backend], backend, self.imports, self.statics) for c in codes if c and backend in c]
-        self.inlined = {f.name: text for f, text in made if text is not None and not by_reference}
+        present = [c[backend] for c in codes if c and backend in c]
+        made = [body_function(c, backend, self.imports, self.statics) for c in present]
+        # A torch derivative method reads a static from ctx where it is used: a body that rebinds its name
+        # (a lambda's parameter) stays a function, which takes it as an argument.
+        from_ctx = self.spelled_from_ctx() if backend == "torch" else {}
+        self.inlined = {
+            f.name: text
+            for (f, text), c in zip(made, present, strict=True)
+            if text is not None
+            and not by_reference
+            and (not set(from_ctx) & set(c.params) or inline_expression(c, from_ctx) is not None)
+        }
         self.bodies = tuple(f for f, _ in made if f.name not in self.inlined)
         calls = {name for c in codes if c and backend in c for name in c[backend].calls}
         self.requires = tuple(sorted({m for c in codes if c and backend in c for m in c[backend].imports}))
@@ -130,9 +153,21 @@ class SnippetPlanner:
         self.called = tuple(sorted(calls - {rule.name}))
         self.broadcastable = len(self.arrays) > 1
 
-    def call(self, code: Code) -> str:
-        """What computes the body `code` where a method needs it: its expression, or a call of its function."""
-        return self.inlined.get(_body_name(code.role)) or body_call(code)
+    def call(self, code: Code, *, in_ctx: bool = False) -> str:
+        """What computes the body `code` where a method needs it: its expression, or a call of its function.
+
+        `in_ctx`: in a torch Function's derivative method, which reads a static
+        input where it passes it (`ctx.dim`), rather than unpacking it first.
+        """
+        spelled = self.spelled_from_ctx() if in_ctx else {}
+        name = _body_name(code.role)
+        if name in self.inlined:
+            return (inline_expression(code, spelled) if spelled else None) or self.inlined[name]
+        return f"{name}({', '.join(spelled.get(n, n) for n in code.params)})"
+
+    def spelled_from_ctx(self) -> dict[str, str]:
+        """Each static input as a torch Function's derivative method reads it: `ctx.dim`."""
+        return {s: f"{self.ctx}.{ctx_attribute(s)}" for s in self.statics}
 
     def code(self, role: str) -> Code | None:
         d = self.d
@@ -151,16 +186,16 @@ class SnippetPlanner:
     def forward_targets(self) -> str:
         return tuple_text([*self.outputs, *map(hidden, self.returned)])
 
-    def residual_lines(self, needed: set[str], *, forward_call: bool) -> list[Statement]:
+    def residual_lines(self, needed: set[str], *, forward_call: bool, in_ctx: bool = False) -> list[Statement]:
         """Compute the residuals a body reads: returned ones by calling the forward body, the rest by theirs."""
         lines: list[Statement] = []
         if forward_call and needed & set(self.returned):
             targets = ["_" if n in self.outputs else n for n in (*self.outputs, *self.returned)]
             targets = [t if t in needed or t == "_" else "_" for t in targets]
-            lines.append(Assign(tuple_text(targets), self.call(self.given("forward"))))
+            lines.append(Assign(tuple_text(targets), self.call(self.given("forward"), in_ctx=in_ctx)))
         for name, _ in self.d.residuals:
             if name in needed:
-                lines.append(Assign(name, self.call(self.given(f"residual {name}"))))
+                lines.append(Assign(name, self.call(self.given(f"residual {name}"), in_ctx=in_ctx)))
         return lines
 
     def reads(self, *roles: str) -> set[str]:

@@ -26,7 +26,6 @@ from rulegen.plan.header import (
 from rulegen.plan.model import SnippetPlan, atom
 from rulegen.plan.snippet import SnippetPlanner, packed, snippet_definitions, tuple_literal, tuple_text
 from rulegen.plan.torch_route import Kept, setup_context_body, static_type, torch_route
-from rulegen.spec import names
 from rulegen.spec.names import cotangent, hidden, shape_attribute, tangent
 
 
@@ -331,9 +330,8 @@ def _unpack(p: SnippetPlanner, kept: _Kept, reads: set[str]) -> list[Statement]:
     if any(n in reads for n in kept.saved):
         targets = [n if n in reads else "_" for n in kept.saved]
         lines.append(Assign(unpacking(targets), f"{p.ctx}.saved_tensors"))
-    lines += [Assign(s, f"{p.ctx}.{names.ctx_attribute(s)}") for s in kept.statics if s in reads]
     if not p.given("forward").host:
-        lines += p.residual_lines(reads & set(kept.needed), forward_call=True)
+        lines += p.residual_lines(reads & set(kept.needed), forward_call=True, in_ctx=True)
     return lines
 
 
@@ -346,13 +344,13 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Def:
     grads = [cotangent(i) for i in p.diff_inputs]
     computed = dict(zip(grads, grads, strict=True))
     if given and len(grads) == 1:
-        computed = {grads[0]: p.call(p.given("vjp"))}  # a lone gradient, returned where it is computed
+        computed = {grads[0]: p.call(p.given("vjp"), in_ctx=True)}  # a lone gradient, returned where it is computed
     elif given:
-        lines.append(Assign(tuple_text(grads), p.call(p.given("vjp"))))
+        lines.append(Assign(tuple_text(grads), p.call(p.given("vjp"), in_ctx=True)))
     else:
         dots = [tangent(i) for i in p.diff_inputs]
         torch, transpose = p.own["torch"], p.own["transpose"]
-        lines.append(Def(p.own["jvp"], tuple(dots), (Return(_tangents(p, kept, p.call(p.given("jvp")))),)))
+        lines.append(Def(p.own["jvp"], tuple(dots), (Return(_tangents(p, kept, p.call(p.given("jvp"), in_ctx=True))),)))
         zeros = ", ".join(f"{torch}.zeros_like({i})" for i in p.diff_inputs)
         lines.append(Assign(f"_, {transpose}", f"{torch}.func.vjp({p.own['jvp']}, {zeros})"))
         lines.append(Assign(f"{tuple_text(grads)},", f"{transpose}({packed([cotangent(o) for o in p.diff_outputs])})"))
@@ -384,7 +382,7 @@ def _jvp(p: SnippetPlanner, kept: _Kept) -> Def:
     lines = _unpack(p, kept, reads)
     out_dots = [tangent(o) for o in p.diff_outputs]
     if given:
-        lines.append(Assign(tuple_text(out_dots), _tangents(p, kept, p.call(p.given("jvp")))))
+        lines.append(Assign(tuple_text(out_dots), _tangents(p, kept, p.call(p.given("jvp"), in_ctx=True))))
     else:
         lines += _transposed_vjp(p, kept, out_dots)
     tangents = [tangent(n) if n in p.diff_outputs else "None" for n in kept.values]
@@ -404,7 +402,7 @@ def _transposed_vjp(p: SnippetPlanner, kept: _Kept, out_dots: Sequence[str]) -> 
     """Forward mode as the VJP body's linear transpose, through torch.func.vjp of it."""
     grads = [cotangent(i) for i in p.diff_inputs]
     torch, vjp, transpose = p.own["torch"], p.own["vjp"], p.own["transpose"]
-    call = p.call(p.given("vjp"))
+    call = p.call(p.given("vjp"), in_ctx=True)
     lone = len(grads) == 1  # a lone gradient, returned where it is computed
     computed = [call] if lone else grads
     shaped = [

@@ -21,7 +21,7 @@ from rulegen.derive.forms import (
 from rulegen.derive.functions import cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation, Partials
 from rulegen.derive.symbols import own_names, torch_context, value_symbol
-from rulegen.plan.code import Assign, Block, Class, Comment, Def, Docstring, If, Import, Return, Statement
+from rulegen.plan.code import Assign, Block, Class, Comment, Def, Docstring, If, Import, Return, Statement, either
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
@@ -176,8 +176,11 @@ class _Torch:
             scalars=frozenset(self.statics),
         )
 
-    def emitter(self, printer: Printer) -> Emitter:
-        """An emitter of `printer`'s code, after the float rewrites and torch's one-kernel forms."""
+    def emitter(self, printer: Printer, *, in_ctx: bool = False) -> Emitter:
+        """An emitter of `printer`'s code, after the float rewrites and torch's one-kernel forms.
+
+        `in_ctx`: for a Function's derivative methods, which read a static input from ctx where they use it.
+        """
         booleans = frozenset(i.name for i in self.rule.inputs if not i.static and i.dtype == "bool")
         native = torch_forms(self.statics, self.integral, self.tanh_values)
         in_float = self.in_float
@@ -187,6 +190,7 @@ class _Torch:
             self.symbols,
             lambda e: native(in_float(corrected(e))),
             self.statics,
+            {s: f"{torch_context(self.rule)}.{ctx_attribute(s)}" for s in self.statics} if in_ctx else None,
         )
 
 
@@ -248,11 +252,14 @@ def plan_torch(d: Derivation) -> TorchPlan:
     t = _with_saved_intermediates(with_fused_forms(stable, (silu_derivatives(statics, integral),)))
     rule = t.rule
     emit = t.emitter(print_torch)
+    in_ctx = t.emitter(print_torch, in_ctx=True)
+    # Fused bodies are functions of the statics too, compiled without ctx to ask.
+    method = emit if rule.fuse else in_ctx
     forward_results, aliases = _forward_results(t)
     forward = emit.block([], forward_results)
-    backward = _backward(t, emit)
+    backward = _backward(t, method)
     jvp_lets, jvp_results = _jvp_parts(t, aliases, emit.forms)
-    jvp = emit.block(jvp_lets, jvp_results)
+    jvp = in_ctx.block(jvp_lets, jvp_results)
     used = jvp.reads | backward.reads | set(t.absent_tangents)
     emit.imports.add(Import("torch"))
     if t.absent_tangents:
@@ -263,7 +270,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
     fused = _fused(t, forward_results, forward, backward, (*saved, *statics_used)) if rule.fuse else _Fused()
     emit.imports |= fused.imports
     # Fused rules compile these bodies instead.
-    in_place = _InPlace() if rule.fuse else _in_place_bodies(t, emit, forward_results, backward.hot, saved)
+    in_place = _InPlace() if rule.fuse else _in_place_bodies(t, emit, method, forward_results, backward.hot, saved)
+    emit.imports |= in_ctx.imports
     float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
     lifted = bool(float_arrays) and not _opmath_bodies(t, emit, forward_results, backward.hot, jvp_results)
     helpers: set[str] = set()
@@ -313,8 +321,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         forward_plain=in_place.forward_plain,
         backward_in_place=in_place.backward,
         backward_in_place_test=_in_place_test(t, in_place.backward_plain),
-        backward_reads=_reads(saved, statics_used, backward_reads),
-        jvp_reads=_reads(saved, statics_used, jvp.reads | set(t.absent_tangents)),
+        backward_reads=_reads(saved, statics_used if rule.fuse else (), backward_reads),
+        jvp_reads=_reads(saved, (), jvp.reads | set(t.absent_tangents)),
         jvp_is_backward=_jvp_is_backward(t, aliases),
         imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers), own_names(rule)),
         shape_kept=shape_kept,
@@ -666,12 +674,13 @@ class _InPlace:
 
 
 def _in_place_bodies(
-    t: _Torch, emit: Emitter, forward_results: list[Result], hot: list[Result], saved: Sequence[str]
+    t: _Torch, emit: Emitter, method: Emitter, forward_results: list[Result], hot: list[Result], saved: Sequence[str]
 ) -> _InPlace:
+    """The forward's in-place form by `emit`, the backward's by `method` (its statics read from ctx)."""
     values_out = (*t.outputs, *t.residual_names)
     tensors = {*t.arrays, *values_out, *(cotangent(n) for n in values_out)}
     forward = _in_place(emit, forward_results, tensors)
-    backward = _in_place(emit, hot, tensors)
+    backward = _in_place(method, hot, tensors)
     return _InPlace(
         forward,
         _read_names(forward, t.arrays),
@@ -752,10 +761,11 @@ def _fused_definitions(plan: TorchPlan) -> tuple[Statement, ...]:
 def _forward_body(plan: TorchPlan) -> tuple[Statement, ...]:
     if plan.fused_backward_params:
         return (Return(f"_forward({', '.join(plan.inputs)})"),)
-    body: list[Statement] = [Comment(note) for note in plan.forward_notes]
-    if plan.forward_in_place:
-        body.append(If(f"{plan.own['plain']}({plan.forward_plain})", plan.forward_in_place.statements))
-    return (*body, *plan.forward.statements)
+    notes = tuple(Comment(note) for note in plan.forward_notes)
+    if not plan.forward_in_place:
+        return (*notes, *plan.forward.statements)
+    test = f"{plan.own['plain']}({plan.forward_plain})"
+    return (*notes, *either(test, plan.forward_in_place.statements, plan.forward.statements))
 
 
 def _setup_body(plan: TorchPlan) -> tuple[Statement, ...]:
@@ -789,10 +799,13 @@ def _backward_body(plan: TorchPlan) -> tuple[Statement, ...]:
         body.append(Comment("A cotangent is absent, or this backward is differentiated: the present ones' terms."))
     elif plan.fused_backward_params:
         body.append(fused_call)
-    if plan.backward_in_place:
-        body.append(If(plan.backward_in_place_test, plan.backward_in_place.statements))
     if plan.first_order or not plan.fused_backward_params:
-        body += plan.backward.statements
+        if plan.backward_in_place:
+            body += either(plan.backward_in_place_test, plan.backward_in_place.statements, plan.backward.statements)
+        else:
+            body += plan.backward.statements
+    elif plan.backward_in_place:
+        body.append(If(plan.backward_in_place_test, plan.backward_in_place.statements))
     return tuple(body)
 
 
