@@ -304,3 +304,51 @@ def evaluate_array(printed: tuple[str, frozenset[Import]], values: dict[str, obj
     for line in import_statements(imports):
         exec(runtime_import(line), namespace)
     return eval(text, {**namespace, **values})
+
+
+_CORRECTED = """
+rules:
+  - name: with_residuals
+    inputs: [x]
+    forward: digamma(x) * exp(-x**2)
+  - name: snippet_sympy_vjp
+    inputs: [x]
+    forward: {python: "return xp.sin(x)"}
+    vjp: polygamma(1, x) * out_bar
+    checks: {true_derivative: false}
+"""
+
+
+@pytest.mark.unit
+def test_every_printed_call_of_a_corrected_function_is_its_correction(tmp_path):
+    """A registry correction (polygamma by reflection for x < 0) holds wherever the call is printed.
+
+    torch's backward of a rule whose Function saves intermediates called `torch.special.polygamma(1, x)` as it
+    is (its own cotangent forms replaced the emitter's, corrections and all), and a sympy body of a snippet rule
+    was printed with no corrections in either backend; forward and jvp were corrected.
+    """
+    import ast
+
+    from rulegen.render.build import generate
+    from rulegen.spec.rules import read_rule_file
+
+    path = tmp_path / "corrected.yaml"
+    path.write_text(_CORRECTED)
+    raw, reflected = [], 0
+    for rule in read_rule_file(path, "corrected.yaml"):
+        for name, text in generate(rule).modules.items():
+            tree = ast.parse(text)
+            # The reflection is where(x < 0, <at 1 - x>, polygamma(1, x)): its call at x is a `where`'s argument.
+            inside_where = {
+                id(a)
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Call) and ast.unparse(n.func).endswith("where")
+                for a in n.args
+            }
+            for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+                if ast.unparse(call.func).endswith("polygamma") and ast.unparse(call.args[1]) == "x":
+                    reflected += id(call) in inside_where
+                    if id(call) not in inside_where:
+                        raw.append((rule.name, name, ast.unparse(call)))
+    assert not raw, raw
+    assert reflected >= 5

@@ -15,10 +15,10 @@ def gelu(x: jax.typing.ArrayLike) -> jax.Array:
     """Exact GELU, x * Phi(x). Only the forward is given; both derivatives are derived.
 
     Forward:
-        out = x*(erf(sqrt(2)*x/2) + 1)/2
+        out = x*erfc(-sqrt(2)*x/2)/2
 
     Partials (derived by sympy):
-        dout/dx = sqrt(2)*x*exp(-x**2/2)/(2*sqrt(pi)) + erf(sqrt(2)*x/2)/2 + 1/2
+        dout/dx = sqrt(2)*x*exp(-x**2/2)/(2*sqrt(pi)) + erfc(-sqrt(2)*x/2)/2
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -33,16 +33,17 @@ def gelu(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _gelu(x):
+    # out = x*(erf(sqrt(2)*x/2) + 1)/2 is computed as x*erfc(-sqrt(2)*x/2)/2, rulegen's
+    # canonical form (`rulegen accuracy` measures both in bits of error).
     t0 = x / 2
-    return t0 * (jax.scipy.special.erf(math.sqrt(2) * t0) + 1)
+    return t0 * jax.scipy.special.erfc(-math.sqrt(2) * t0)
 
 
 @_gelu.defjvp
 def _gelu_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = x / 2
-    t1 = math.sqrt(2) * t0
-    t2 = jax.scipy.special.erf(t1)
-    out = t0 * (t2 + 1)
-    return out, x_dot * ((1 / math.sqrt(math.pi)) * t1 * jnp.exp(-(x**2) / 2) + t2 / 2 + 1 / 2)
+    t0 = (math.sqrt(2) / 2) * x
+    t1 = jax.scipy.special.erfc(-t0) / 2
+    out = t1 * x
+    return out, x_dot * ((1 / math.sqrt(math.pi)) * t0 * jnp.exp(-(x**2) / 2) + t1)

@@ -200,6 +200,27 @@ def _expm1_of(total: sp.Expr) -> sp.Expr:
     return sp.Add(*(c * expm1(u) for c, u in terms), rest)
 
 
+def _erf_term(term: sp.Expr, constant: sp.Expr) -> sp.Expr | None:
+    """u where `term` is `constant * erf(u)`; -u where it is `-constant * erf(u)`."""
+    coefficient, rest = term.as_coeff_Mul()
+    if not isinstance(rest, sp.erf):
+        return None
+    if coefficient == constant:
+        return rest.args[0]
+    if coefficient == -constant:
+        return -rest.args[0]
+    return None
+
+
+def _one_plus_erf(total: sp.Add) -> sp.Expr:
+    constant, terms = total.as_coeff_Add()
+    for term in sp.Add.make_args(terms):
+        u = _erf_term(term, constant) if constant != 0 else None
+        if u is not None:
+            return terms - term + constant * one_plus_erf(u)
+    return total
+
+
 # Forms both torch and JAX compute in one fused, more accurate operation.
 # Rules are brought to them before anything is differentiated, so a derived
 # derivative is as stable as the frameworks' own: log(1 + exp(x)) would
@@ -265,6 +286,14 @@ CANONICAL_FORMS = (
     CanonicalForm(  # gamma(u) / gamma(v) -> sgn * exp(loggamma(u) - loggamma(v)): poch(x, n) overflows past x = 171
         ReplaceOptim(lambda e: e.is_Mul and _gamma_ratio(e) is not None, lambda e: _gamma_ratio(e)),
         writes=("loggamma", "gamma_sign", "exp"),
+    ),
+    # c + c*erf(u) -> c*erfc(-u), c - c*erf(u) -> c*erfc(u): 1 + erf(u) loses every bit where erf(u) nears -1 (gelu's
+    # x * Phi(x), value and derivative, 8.4e6 eps off below x = -5 in float32; jax.nn.gelu computes erfc).  One torch
+    # kernel where `erf` then `+ 1` is two; XLA's erfc costs about twice its erf, and inductor's CPU erfc is a scalar
+    # loop: accuracy first.
+    CanonicalForm(
+        ReplaceOptim(lambda e: e.is_Add and _one_plus_erf(e) is not e, _one_plus_erf),
+        writes=("one_plus_erf",),
     ),
     CanonicalForm(  # log(erfcx(u)) -> u**2 + log(erfc(u)) where u < 0: erfcx(u) ~ 2*exp(u**2) overflows there
         ReplaceOptim(
@@ -647,36 +676,3 @@ def jax_forms(exprs: Iterable[sp.Expr], scalars: Iterable[str]) -> Callable[[sp.
         return (pieces(u, e, 1) if negated else pieces(u, 1, e)) / (1 + e)
 
     return lambda expr: expr.replace(lambda e: isinstance(e, softplus | sigmoid), rewrite)
-
-
-def _erf_term(term: sp.Expr, constant: sp.Expr) -> sp.Expr | None:
-    """u where `term` is `constant * erf(u)`; -u where it is `-constant * erf(u)`."""
-    coefficient, rest = term.as_coeff_Mul()
-    if not isinstance(rest, sp.erf):
-        return None
-    if coefficient == constant:
-        return rest.args[0]
-    if coefficient == -constant:
-        return -rest.args[0]
-    return None
-
-
-def _one_plus_erf(total: sp.Add) -> sp.Expr:
-    constant, terms = total.as_coeff_Add()
-    for term in sp.Add.make_args(terms):
-        u = _erf_term(term, constant) if constant != 0 else None
-        if u is not None:
-            return terms - term + constant * one_plus_erf(u)
-    return total
-
-
-# Torch's own: `erfc` is one kernel where `erf` then `+ 1` is two (2^22
-# float32: 1.6 ms against 2.9 ms), and exact where erf(u) nears -1. XLA's
-# erfc costs twice its erf, so JAX keeps `1 + erf(u)`.
-TORCH_FUSED_FORMS = (
-    *CANONICAL_FORMS,
-    CanonicalForm(  # c + c*erf(u) -> c*erfc(-u), c - c*erf(u) -> c*erfc(u)
-        ReplaceOptim(lambda e: e.is_Add and _one_plus_erf(e) is not e, _one_plus_erf),
-        writes=("one_plus_erf",),
-    ),
-)

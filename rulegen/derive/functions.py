@@ -355,7 +355,7 @@ class softplus_scaled(sp.Function):  # noqa: N801
 
 
 class one_plus_erf(sp.Function):  # noqa: N801
-    """1 + erf(u), which torch computes as erfc(-u): one kernel, and no cancellation where erf(u) nears -1.
+    """1 + erf(u), computed as erfc(-u): no cancellation where erf(u) nears -1 (and one torch kernel, not two).
 
     Its own function because sympy evaluates erfc(-u) to 2 - erfc(u), the
     cancellation again.
@@ -370,6 +370,13 @@ class one_plus_erf(sp.Function):  # noqa: N801
 
     def _eval_rewrite_as_erf(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
         return 1 + sp.erf(arg)
+
+
+def one_plus_erf_of(u: Any) -> Any:
+    """one_plus_erf for numpy arrays (the stabilising search's measure)."""
+    import importlib
+
+    return importlib.import_module("scipy.special").erfc(-np.asarray(u))
 
 
 class gamma_sign(sp.Function):  # noqa: N801
@@ -1010,7 +1017,13 @@ REGISTRY: tuple[MathFunction, ...] = (
     # tensor, not torch.conj's view, which an in-place backward would write through to its input.
     MathFunction("conjugate", sp.conjugate, "jnp.conj", "torch.conj_physical", internal=True),
     MathFunction("silu", silu, torch="torch.nn.functional.silu", internal=True, torch_only=True),
-    MathFunction("one_plus_erf", one_plus_erf, internal=True, torch_only=True),
+    MathFunction(
+        "one_plus_erf",
+        one_plus_erf,
+        numpy="rulegen.derive.functions.one_plus_erf_of",
+        mpmath=lambda u: mpmath.erfc(-u),
+        internal=True,
+    ),
     MathFunction(
         "sigmoid_product", sigmoid_product, torch="torch.ops.aten.softplus_backward", internal=True, torch_only=True
     ),

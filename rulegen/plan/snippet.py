@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping, Sequence
 
+from rulegen.derive.forms import corrections
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.snippet import Code, SnippetDerivation
 from rulegen.derive.symbols import own_names
@@ -65,7 +66,10 @@ def body_function(
         given = Given(tuple(code.text.splitlines()))
         return Def(_body_name(code.role), code.params, (given,)), inline_expression(code)
     printer = print_jax if backend == "jax" else print_torch
-    emit = Emitter(printer, code.params, scalars=() if backend == "jax" else statics)
+    # The registry's corrections, as for a symbolic rule: a function the backend computes wrongly somewhere (or
+    # lacks: torch has no beta) is the expression that replaces it.
+    correct = corrections("jax" if backend == "jax" else "torch")
+    emit = Emitter(printer, code.params, correct, scalars=() if backend == "jax" else statics)
     block = emit.block([], [Result(r, e) for r, e in zip(code.results, code.exprs, strict=True)])
     imports |= emit.imports
     # A torch derivative method passes a static as `ctx.beta`, which a function's parameter takes.

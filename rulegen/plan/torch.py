@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 import sympy as sp
 
 from rulegen.derive.forms import (
-    TORCH_FUSED_FORMS,
     corrections,
     float_anchors,
     float_forms,
@@ -176,19 +175,24 @@ class _Torch:
             scalars=frozenset(self.statics),
         )
 
+    def forms(self, *cotangents: str) -> Callable[[sp.Expr], sp.Expr]:
+        """What torch computes of an expression: its corrected functions, the float rewrites, the one-kernel forms
+        (those of products with the `cotangents` too)."""
+        native = torch_forms((*self.statics, *cotangents), self.integral, self.tanh_values)
+        in_float = self.in_float
+        corrected = corrections("torch")
+        return lambda e: native(in_float(corrected(e)))
+
     def emitter(self, printer: Printer, *, in_ctx: bool = False) -> Emitter:
         """An emitter of `printer`'s code, after the float rewrites and torch's one-kernel forms.
 
         `in_ctx`: for a Function's derivative methods, which read a static input from ctx where they use it.
         """
         booleans = frozenset(i.name for i in self.rule.inputs if not i.static and i.dtype == "bool")
-        native = torch_forms(self.statics, self.integral, self.tanh_values)
-        in_float = self.in_float
-        corrected = corrections("torch")
         return Emitter(
             functools.partial(printer, booleans=booleans, own=own_names(self.rule)),
             self.symbols,
-            lambda e: native(in_float(corrected(e))),
+            self.forms(),
             self.statics,
             {s: f"{torch_context(self.rule)}.{ctx_attribute(s)}" for s in self.statics} if in_ctx else None,
         )
@@ -245,7 +249,7 @@ class _Backward:
 
 def plan_torch(d: Derivation) -> TorchPlan:
     """What the torch module of a rule computes: a torch.func-style Function (see `_Torch` for its residuals)."""
-    stable = with_fused_forms(d, TORCH_FUSED_FORMS)
+    stable = with_fused_forms(d)
     statics = tuple(i.name for i in d.rule.inputs if i.static)
     integral = tuple(i.name for i in d.rule.inputs if not i.static and i.dtype in ("int", "bool"))
     # Before the intermediates are chosen: x * sigmoid(x) inside silu's derivative is then no reason to save `out`.
@@ -444,10 +448,7 @@ def _backward(t: _Torch, emit: Emitter) -> _Backward:
     full = _backward_results(t, with_residuals=True, guarded=guarded)
     if not t.cotangents_absent:
         return _Backward(full, [], emit.block([], full), None)
-    bars = (cotangent(n) for n in (*t.outputs, *t.residual_names))
-    cotangent_native = torch_forms((*t.statics, *bars), t.integral, t.tanh_values)
-    in_float = t.in_float
-    block = emit.block([], full, lambda e: cotangent_native(in_float(e)))
+    block = emit.block([], full, t.forms(*(cotangent(n) for n in (*t.outputs, *t.residual_names))))
     first_order = _backward_results(t, with_residuals=False, guarded=guarded)
     return _Backward(full, first_order, block, emit.block([], first_order) if t.rule.fuse else None)
 
