@@ -440,3 +440,20 @@ def test_an_input_held_constant_adds_no_term_to_the_tangent(name, composite):
         expected = torch.func.jvp(alone(composite), (primal,), (torch.ones_like(primal),))[1]
         tangent = torch.func.jvp(alone(function), (primal,), (torch.ones_like(primal),))[1]
         torch.testing.assert_close(tangent, expected, rtol=1e-13, atol=0, equal_nan=True)
+
+
+@pytest.mark.unit
+def test_a_quotient_kept_whole_is_parenthesised_only_where_an_operator_holds_it():
+    """divided(x, s) printed `x / s`: in parentheses inside any product or power (a negative product's factors
+    too, whose order of rounding the search measured), bare where it stands alone (`return t3 / t4, t3`, where
+    `return (t3 / t4), t3` was printed)."""
+    from rulegen.derive.functions import divided
+    from rulegen.plan.printers import print_jax, print_torch
+
+    t, x = sp.symbols("t x", real=True)
+    for printer in (print_torch, print_jax):
+        assert printer(divided(t, x))[0] == "t / x"
+        assert printer(divided(t, x) + t)[0] == "t + t / x"
+        assert printer(t * divided(1, x))[0] == "t*(1 / x)"
+        assert printer(-t * divided(1, x) / (t**2 + 1))[0] == "-t*(1 / x)/(t**2 + 1)"
+        assert printer(divided(t, x) ** 2)[0] == "(t / x)**2"

@@ -64,7 +64,7 @@ def _to_polar(x, y):
     # least error measured (as derived, scaled: mean bits of error float64/float32 21.8/10.8 ->
     # 0.0/0.0) (`rulegen accuracy` measures both in bits of error).
     t0 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
-    return (jnp.sqrt((x / t0) ** 2 + (y / t0) ** 2) / (1 / t0)), jnp.arctan2(y, x)
+    return jnp.sqrt((x / t0) ** 2 + (y / t0) ** 2) / (1 / t0), jnp.arctan2(y, x)
 
 
 @functools.partial(_to_polar.defjvp, symbolic_zeros=True)

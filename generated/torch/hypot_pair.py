@@ -23,7 +23,7 @@ class HypotPair(RuleFunction):
         t2 = y / t0
         t3 = (t1**2).add_(t2**2).sqrt_() if plain(x, y) else torch.sqrt(t1**2 + t2**2)
         t4 = 1 / t0
-        return (t3 / t4), t3, t4, t1, t2, t0
+        return t3 / t4, t3, t4, t1, t2, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):

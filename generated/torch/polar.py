@@ -37,7 +37,7 @@ class Polar(RuleFunction):
                 theta_bar
                 * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1)))
             )
-            t9 = (y / t0).mul_(r_bar).addcmul_(((t6 / (t6**2 + (y / t5) ** 2)) / t5), theta_bar)
+            t9 = (y / t0).mul_(r_bar).addcmul_((t6 / (t6**2 + (y / t5) ** 2)) / t5, theta_bar)
             return t7.sum_to_size(x.shape), t9.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:

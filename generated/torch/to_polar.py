@@ -31,7 +31,7 @@ class ToPolar(RuleFunction):
             return t7, torch.atan2(y, x), t4, t5, t2, t3, t1, t0
         t4 = torch.sqrt(t2**2 + t3**2)
         t5 = 1 / t1
-        return (t4 / t5), torch.atan2(y, x), t4, t5, t2, t3, t1, t0
+        return t4 / t5, torch.atan2(y, x), t4, t5, t2, t3, t1, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -114,7 +114,7 @@ class ToPolar(RuleFunction):
                 )
             )
             t5 = (saved_divided3 * t0).mul_(r_bar)
-            t5.addcmul_(((saved_divided2 / saved_value**2) / saved_binade), theta_bar)
+            t5.addcmul_((saved_divided2 / saved_value**2) / saved_binade, theta_bar)
             return t3.sum_to_size(x.shape), t5.sum_to_size(y.shape)
         t2 = 1 / (saved_binade * saved_value)
         t3 = saved_divided2 * t2

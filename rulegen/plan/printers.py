@@ -247,14 +247,14 @@ class _ArrayCode:
         if exponent == -sp.S.Half:
             return self._print_rsqrt(base)
         if exponent.is_Integer and exponent < 0:
-            return f"1 / {self.parenthesize(base**-exponent, PRECEDENCE['Mul'] + 1)}"  # type: ignore[attr-defined]
+            return f"1 / {self.parenthesize(base**-exponent, PRECEDENCE['Mul'] + 1)}"
         if exponent.is_Rational and exponent.q > 2 and self.exact_roots:
             # x**(p/q) as nth_root(x, q)**p: pow's rounded exponent p/q costs |ln x| ulps (100 at 1e300).
             self.module_imports_.add(NTH_ROOT_IMPORT)
             root = f"{self._spelled('nth_root')}({self._print(base)}, {exponent.q})"
             power = root if abs(exponent.p) == 1 else f"{root}**{abs(exponent.p)}"
             return power if exponent.p > 0 else f"1 / {power}"
-        base_text = self.parenthesize(base, PRECEDENCE["Pow"] + 1)  # type: ignore[attr-defined]
+        base_text = self.parenthesize(base, PRECEDENCE["Pow"] + 1)
         if exponent.is_Integer:
             return f"{base_text}**{exponent}"
         exponent_text = self._print(exponent)
@@ -282,10 +282,18 @@ class _ArrayCode:
         return f"{self._spelled('binade')}({self._print(expr.args[0])})"
 
     def _print_divided(self, expr: fn.divided) -> str:
-        # Parenthesised whole: sympy ranks a function call above a power, and `(x / s)**2` is what is meant.
         x, s = expr.args
         mul = PRECEDENCE["Mul"]
-        return f"({self.parenthesize(x, mul)} / {self.parenthesize(s, mul + 1)})"  # type: ignore[attr-defined]
+        return f"{self.parenthesize(x, mul)} / {self.parenthesize(s, mul + 1)}"
+
+    def parenthesize(self, item: Any, level: int, strict: bool = False) -> str:
+        # sympy ranks a call such as divided(x, s) above every operator: printed `x / s`, it is computed whole
+        # wherever an operator holds it ((x / s)**2; -a * (x / s), where sympy asks a negative product's
+        # factors at the level of a sum, and -a * x / s would round another way), bare where nothing does
+        # (`return t3 / t4, t3`, a call's argument).
+        if isinstance(item, fn.divided):
+            return f"({self._print(item)})"
+        return super().parenthesize(item, level, strict)  # type: ignore[misc]
 
     def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
         # The frameworks' own autodiff differentiates a kink to 0 away from it.
@@ -305,19 +313,19 @@ class _ArrayCode:
             if root is not None and not root[0] and root[1] == 1 and root[2] != 1:
                 # x / math.sqrt(2 * math.pi), as a person writes it, not (1 / math.sqrt(2 * math.pi)) * x;
                 # a negative one stays one factor: `-x / c` would be two passes in eager torch.
-                body = self._print(rest) if rest.is_Mul else self.parenthesize(rest, PRECEDENCE["Mul"])  # type: ignore[attr-defined]
+                body = self._print(rest) if rest.is_Mul else self.parenthesize(rest, PRECEDENCE["Mul"])
                 return f"{body} / {self._math_sqrt(root[2])}"
             constant = self._print_constant(sp.Mul(*numbers))
             one_call = root is not None and (root[1] != 1 or root[2] == 1)  # math.sqrt(...), not 1 / math.sqrt(...)
             if not one_call and not _one_factor(sp.Mul(*numbers)):
                 constant = f"({constant})"
-            body = self._print(rest) if rest.is_Mul else self.parenthesize(rest, PRECEDENCE["Mul"])  # type: ignore[attr-defined]
+            body = self._print(rest) if rest.is_Mul else self.parenthesize(rest, PRECEDENCE["Mul"])
             return f"{constant} * {body}"
         # Rationals as `2 * x / 3` rather than `(2/3)*x`.
         coefficient, rest = expr.as_coeff_Mul()
         if coefficient.is_Rational and not coefficient.is_Integer and rest != 1:
             p, q = coefficient.p, coefficient.q
-            body = self._print_Mul(rest) if isinstance(rest, sp.Mul) else self.parenthesize(rest, PRECEDENCE["Mul"])  # type: ignore[attr-defined]
+            body = self._print_Mul(rest) if isinstance(rest, sp.Mul) else self.parenthesize(rest, PRECEDENCE["Mul"])
             if p == -1:
                 return f"-{body} / {q}"
             if p == 1:
@@ -359,7 +367,7 @@ class _ArrayCode:
         names = [self._print(a) for a in anchors]
         if value.is_number or self._of_scalars(value):
             return self._number_in_float(self._print(value), names)
-        text = value.name if isinstance(value, sp.Symbol) else self.parenthesize(value, PRECEDENCE["Atom"])  # type: ignore[attr-defined]
+        text = value.name if isinstance(value, sp.Symbol) else self.parenthesize(value, PRECEDENCE["Atom"])
         return f"{text}{self._cast(self._float_dtype(names))}"
 
     def _number_in_float(self, number: str, anchors: Sequence[str]) -> str:
@@ -377,7 +385,7 @@ class _ArrayCode:
     def _print_Relational(self, expr: sp.core.relational.Relational) -> str:
         op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
         prec = PRECEDENCE["Relational"]
-        return f"{self.parenthesize(expr.lhs, prec)} {op} {self.parenthesize(expr.rhs, prec)}"  # type: ignore[attr-defined]
+        return f"{self.parenthesize(expr.lhs, prec)} {op} {self.parenthesize(expr.rhs, prec)}"
 
     def _print_And(self, expr: sp.And) -> str:
         return " & ".join(f"({self._print(a)})" for a in expr.args)
