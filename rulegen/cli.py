@@ -357,8 +357,10 @@ def accuracy(
     ] = None,
 ) -> None:
     """Bits of error of every value and partial, generated code beside autodiff of the written forward."""
+    from rich.markup import escape
+
     from rulegen.check import CheckSession
-    from rulegen.check.accuracy import measure_rule
+    from rulegen.check.accuracy import backend_gaps, measure_rule
     from rulegen.check.accuracy_report import accuracy_table, write_plot
     from rulegen.check.accuracy_snippet import hand_written, snippet_accuracy
     from rulegen.check.subject import subject_of
@@ -389,8 +391,11 @@ def accuracy(
                     out_console.print(
                         f"[dim]{rule.name}: float32 against autodiff of the forward in float64, at {note}[/dim]"
                     )
-                elif plot is not None:
-                    out_console.print(f"[dim]wrote {write_plot(result, plot)}[/dim]")
+                else:
+                    for gap in backend_gaps(result):
+                        out_console.print(f"[yellow]{rule.name}: the backends differ: {escape(gap)}[/yellow]")
+                    if plot is not None:
+                        out_console.print(f"[dim]wrote {write_plot(result, plot)}[/dim]")
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
 
