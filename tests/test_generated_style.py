@@ -292,3 +292,22 @@ def test_a_saved_input_s_shape_is_the_saved_tensor_s_not_a_copy_on_ctx():
             if isinstance(statement, ast.Assign) and ast.unparse(statement.value) in {f"{n}.shape" for n in saved}:
                 twice.append((name, ast.unparse(statement)))
     assert not twice, twice
+
+
+@pytest.mark.unit
+def test_a_one_line_body_reads_a_static_from_ctx_where_it_stands():
+    """A derivative method writes a one-line body with each static read from ctx (`ctx.dim`), rewriting the
+    names by their places: a keyword's name stays, text before it may be any UTF-8, and where the body binds
+    the name itself (a lambda's parameter) or reads it inside an f-string, the body keeps its function."""
+    from types import SimpleNamespace
+
+    from rulegen.plan.snippet import inline_expression
+
+    def written(text: str) -> str | None:
+        return inline_expression(SimpleNamespace(kind="python", text=text), {"dim": "ctx.dim"})
+
+    assert written('return take(x, "é", dim)') == 'take(x, "é", ctx.dim)'
+    assert written("return g(dim=dim) + dim") == "(g(dim=ctx.dim) + ctx.dim)"
+    assert written("return x.dim + y") == "(x.dim + y)"
+    assert written("return (lambda dim: dim + 1)(dim)") is None
+    assert written('return f"{dim}"') is None

@@ -371,6 +371,10 @@ class one_plus_erf(sp.Function):  # noqa: N801
     def _eval_rewrite_as_erf(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
         return 1 + sp.erf(arg)
 
+    def _sympystr(self, printer: Any) -> str:
+        # As the code computes it (docstrings, `rulegen show`).
+        return f"erfc({printer._print(-self.args[0])})"
+
 
 def one_plus_erf_of(u: Any) -> Any:
     """one_plus_erf for numpy arrays (the stabilising search's measure)."""

@@ -7,7 +7,6 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 
 import sympy as sp
-from sympy.printing.str import StrPrinter
 
 from rulegen.derive.partials import Derivation
 from rulegen.derive.snippet import SnippetDerivation
@@ -239,15 +238,8 @@ def python_literal(value: object, float_name: str = "float") -> str:
 FORMULA_CHARS = 300
 
 
-class _FormulaPrinter(StrPrinter):
-    """sympy's string form, the internal `one_plus_erf(u)` written as what it computes: `erfc(-u)`."""
-
-    def _print_one_plus_erf(self, expr: sp.Expr) -> str:
-        return f"erfc({self._print(-expr.args[0])})"
-
-
 def _formula(expr: sp.Expr) -> str:
-    text = _FormulaPrinter().doprint(expr)
+    text = sp.sstr(expr)
     return text if len(text) <= FORMULA_CHARS else text[: FORMULA_CHARS - 3] + "..."
 
 

@@ -103,15 +103,19 @@ def inline_expression(code: Code, spelled: Mapping[str, str] | None = None) -> s
         nodes = list(ast.walk(value))
         bound = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
         bound |= {n.arg for n in nodes if isinstance(n, ast.arg)}
-        if bound & set(spelled):
-            return None
         reads = sorted(
             (n.col_offset - value.col_offset, (n.end_col_offset or 0) - value.col_offset, spelled[n.id])
             for n in nodes
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in spelled
         )
+        # Python 3.11 places names inside an f-string by the string's own offsets: not rewritten by position.
+        if bound & set(spelled) or (reads and any(isinstance(n, ast.JoinedStr) for n in nodes)):
+            return None
+        # ast's offsets count UTF-8 bytes.
+        encoded = text.encode()
         for start, end, name in reversed(reads):
-            text = text[:start] + name + text[end:]
+            encoded = encoded[:start] + name.encode() + encoded[end:]
+        text = encoded.decode()
     atomic = isinstance(value, ast.Name | ast.Call | ast.Attribute | ast.Subscript | ast.Constant)
     return text if atomic else f"({text})"
 

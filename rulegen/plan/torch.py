@@ -800,13 +800,11 @@ def _backward_body(plan: TorchPlan) -> tuple[Statement, ...]:
         body.append(Comment("A cotangent is absent, or this backward is differentiated: the present ones' terms."))
     elif plan.fused_backward_params:
         body.append(fused_call)
-    if plan.first_order or not plan.fused_backward_params:
-        if plan.backward_in_place:
-            body += either(plan.backward_in_place_test, plan.backward_in_place.statements, plan.backward.statements)
-        else:
-            body += plan.backward.statements
-    elif plan.backward_in_place:
-        body.append(If(plan.backward_in_place_test, plan.backward_in_place.statements))
+    # (Fused rules have no in-place body: inductor writes its buffers itself.)
+    if plan.backward_in_place:
+        body += either(plan.backward_in_place_test, plan.backward_in_place.statements, plan.backward.statements)
+    elif plan.first_order or not plan.fused_backward_params:
+        body += plan.backward.statements
     return tuple(body)
 
 
