@@ -350,7 +350,9 @@ def _report_checks(outcomes: Sequence[Outcome], *, wide: bool) -> None:
 @app.command()
 def accuracy(
     rules: RulesArg = None,
-    points: Annotated[int, typer.Option("--points", min=1, help="Points sampled per dtype")] = 256,
+    points: Annotated[
+        int, typer.Option("--points", min=1, help="Points drawn per dtype (each input's probe magnitudes on top)")
+    ] = 256,
     seed: Annotated[int, typer.Option(help="Seed of the sampled points")] = 0,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write one HTML page of plots per rule into this folder")

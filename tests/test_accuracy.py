@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rulegen.check.accuracy import measure_rule
+from rulegen.check.accuracy import PROBES, measure_rule
 from rulegen.cli import app
 from rulegen.derive.measure import bits_of_error, exact_value, from_ordinals, ordinals, sample_floats, sampled_domain
 from rulegen.spec.rules import Domain, Input, read_rule_file
@@ -198,7 +198,8 @@ def test_points_meet_the_joint_domain_condition(cancellations):
     assert not result.skipped
     for dtype, inputs in result.inputs.items():
         a, b, c = (inputs[n].astype(np.float64) for n in "abc")
-        assert len(a) == 32 and (a != 0).all(), dtype
+        # 32 drawn, and each of the three inputs at each probe magnitude of either sign (the others drawn).
+        assert len(a) == 32 + 3 * 2 * len(PROBES) and (a != 0).all(), dtype
         with np.errstate(over="ignore"):
             assert (b * b >= 4 * (a * c)).all(), dtype
     labels = [q.label for q in result.quantities]
@@ -236,7 +237,8 @@ def test_the_accuracy_command_prints_a_table_per_rule_and_writes_a_plot_page(tmp
     svgs = re.findall(r"<svg .*?</svg>", page, re.S)
     assert len(svgs) == 6  # (value, partial by a VJP, partial by a JVP) x (float64, float32)
     for svg in svgs:
-        assert len(ET.fromstring(svg).findall("{http://www.w3.org/2000/svg}circle")) == 4 * 8
+        circles = ET.fromstring(svg).findall("{http://www.w3.org/2000/svg}circle")
+        assert len(circles) == 4 * (8 + 2 * len(PROBES))  # 8 drawn points and the probes, per series
 
 
 def test_the_accuracy_command_refuses_a_bad_joint_domain_at_its_place(tmp_path, monkeypatch):
