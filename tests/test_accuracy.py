@@ -497,7 +497,7 @@ def test_a_backend_that_loses_what_the_other_keeps_is_found_though_autodiff_lose
         return x * cdf, x_dot * (cdf + x * jax.numpy.exp(-(x**2) / 2) / math.sqrt(2 * math.pi))
 
     def measured(jax_fn):
-        # At the check's own points: 32 drawn over every binade, which mostly miss the band from x = -13 to -5,
+        # At the check's own points: CHECK_POINTS drawn over every binade, which miss the band from x = -13 to -5,
         # and the probe magnitudes, which do not.
         generated = {"jax": jax_fn, "torch": torch_gelu}
         return measure_functions(rule, generated, points=CHECK_POINTS, seed=0, dtypes=("float32",))
