@@ -34,8 +34,10 @@ from rulegen.derive.expr import lambdified
 from rulegen.derive.measure import (
     bits_of_error,
     exact_value,
+    probe_values,
     sample_floats,
     sampled_domain,
+    with_probes,
 )
 from rulegen.spec.rules import Input, Rule, SympyBody
 
@@ -220,36 +222,17 @@ PROBES = tuple(1.37 * 2.0**k for k in (-1, 1, 2, 3, 4))
 def _draw(plan: _Plan, count: int, rng: np.random.Generator, dtype: Any, *, probed: bool = False) -> list[Any]:
     """`count` candidate points in `dtype`: one array per input (statics as given), inside every domain; with
     `probed`, each input's PROBES first."""
-    columns = {i.name: sample_floats(sampled_domain(i), count, rng, dtype) for i in plan.arrays}
+    domains = [sampled_domain(i) for i in plan.arrays]
+    drawn = [sample_floats(domain, count, rng, dtype) for domain in domains]
     if probed:
-        columns = _with_probes(plan, columns, dtype)
+        drawn = with_probes(drawn, domains, PROBES, dtype)
+    columns = {i.name: column for i, column in zip(plan.arrays, drawn, strict=True)}
     args = [plan.statics[i.name] if i.static else columns[i.name] for i in plan.rule.inputs]
     if plan.condition is not None:
         with np.errstate(all="ignore"):
-            keep = np.broadcast_to(np.asarray(plan.condition(*args)) > 0.5, (len(next(iter(columns.values()))),))
+            keep = np.broadcast_to(np.asarray(plan.condition(*args)) > 0.5, drawn[0].shape)
         args = [a[keep] if isinstance(a, np.ndarray) else a for a in args]
     return args
-
-
-def _probe_values(plan: _Plan) -> list[tuple[str, float]]:
-    """(input, value) for each input and each PROBES magnitude, of either sign, that its domain holds."""
-    found = []
-    for spec in plan.arrays:
-        domain = sampled_domain(spec)
-        for value in (v for m in PROBES for v in (m, -m)):
-            inside = domain.lo < value < domain.hi or (value == domain.lo and not domain.lo_open)
-            if inside and value not in domain.exclude:
-                found.append((spec.name, value))
-    return found
-
-
-def _with_probes(plan: _Plan, columns: dict[str, np.ndarray], dtype: Any) -> dict[str, np.ndarray]:
-    """`columns` after the probe points: one input at a probe value, the others as drawn."""
-    probes: dict[str, list[float]] = {name: [] for name in columns}
-    for k, (probed, value) in enumerate(_probe_values(plan)):
-        for name, column in probes.items():
-            column.append(value if name == probed else float(columns[name][k % len(columns[name])]))
-    return {n: np.concatenate([np.asarray(probes[n], dtype=dtype), c]) for n, c in columns.items()}
 
 
 def _exact_points(
@@ -264,7 +247,7 @@ def _exact_points(
     which = 0 if np.dtype(dtype) == np.float64 else 1
     kept_args: list[list[Any]] = [[] for _ in plan.rule.inputs]
     kept: dict[Quantity, list[float]] = {q: [] for q in plan.exact}
-    count += len(_probe_values(plan))  # the probes come on top of the drawn points
+    count += len(probe_values([sampled_domain(i) for i in plan.arrays], PROBES))  # the probes come on top
     for attempt in range(8):
         args = _draw(plan, count, rng, dtype, probed=attempt == 0)
         size = len(next(a for a in args if isinstance(a, np.ndarray)))

@@ -190,6 +190,36 @@ _ASSUMED_BOUNDS = {
 }
 
 
+def probe_values(domains: Sequence[Domain], magnitudes: Sequence[float]) -> list[tuple[int, float]]:
+    """(variable's index, value) for each variable and each of `magnitudes`, of either sign, that its domain holds."""
+    found = []
+    for index, domain in enumerate(domains):
+        for value in (v for m in magnitudes for v in (m, -m)):
+            inside = domain.lo < value < domain.hi or (value == domain.lo and not domain.lo_open)
+            if inside and value not in domain.exclude:
+                found.append((index, value))
+    return found
+
+
+def probe_points(
+    drawn: Sequence[np.ndarray], domains: Sequence[Domain], magnitudes: Sequence[float], dtype: Any
+) -> list[np.ndarray]:
+    """One column per variable: each variable at each of its `probe_values`, the others at points of `drawn`."""
+    columns: list[list[float]] = [[] for _ in drawn]
+    for index, value in probe_values(domains, magnitudes):
+        for k, column in enumerate(columns):
+            column.append(value if k == index else float(drawn[k][len(column) % len(drawn[k])]))
+    return [np.asarray(c, dtype=dtype) for c in columns]
+
+
+def with_probes(
+    drawn: Sequence[np.ndarray], domains: Sequence[Domain], magnitudes: Sequence[float], dtype: Any
+) -> list[np.ndarray]:
+    """`drawn` (one column per variable) after its `probe_points`."""
+    probes = probe_points(drawn, domains, magnitudes, dtype)
+    return [np.concatenate([p, d]) for p, d in zip(probes, drawn, strict=True)]
+
+
 def sampled_domain(spec: Input) -> Domain:
     """Where `spec` is sampled: the domain the rule wrote, else the whole float line less what `assume` excludes."""
     if spec.domain_given:

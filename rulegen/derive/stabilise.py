@@ -69,7 +69,16 @@ from sympy.codegen.cfunctions import expm1, log1p
 from rulegen.derive.expr import lambdified
 from rulegen.derive.forms import canonical
 from rulegen.derive.functions import REGISTRY, binade, divided
-from rulegen.derive.measure import bits_of_error, exact_value, initial_precision, sample_floats, to_floats, value_at
+from rulegen.derive.measure import (
+    bits_of_error,
+    exact_value,
+    initial_precision,
+    probe_points,
+    sample_floats,
+    to_floats,
+    value_at,
+    with_probes,
+)
 from rulegen.spec.rules import Domain
 
 #: Points per dtype at which candidates are compared, and the float32 points at which an expression is screened.
@@ -263,9 +272,10 @@ def _looks_accurate(expr: sp.Expr, sampling: Sampling, seed: int) -> bool:
         return True
     # The probes' moderate magnitudes too, judged apart: drawn over every binade, few points land where erf(x)
     # rounds to -1 in float32 and not in float64 (gelu's 1 + erf(x/sqrt(2)) at x = -5.5 loses 18 bits), and the
-    # mean over 256 drawn points hid them.
-    probes = _with_probes([c[:1] for c in columns], sampling, np.float32)
-    return _screened(expr, fn, sampling, columns) and _screened(expr, fn, sampling, [p[:-1] for p in probes])
+    # mean over 256 drawn points hid them.  The other variables are held at the first drawn point.
+    domains = [d for _, d in sampling.domains]
+    probes = probe_points([c[:1] for c in columns], domains, _magnitudes(np.float32), np.float32)
+    return _screened(expr, fn, sampling, columns) and _screened(expr, fn, sampling, probes)
 
 
 def _screened(expr: sp.Expr, fn: Callable[..., Any], sampling: Sampling, columns: list[np.ndarray]) -> bool:
@@ -340,19 +350,14 @@ PROBES = tuple(1.37 * 2.0**k for k in range(-8, 9))
 TOP_PROBES = (0.7, 0.2)
 
 
+def _magnitudes(dtype: Any) -> tuple[float, ...]:
+    """The probe magnitudes in `dtype`: PROBES, and TOP_PROBES of its largest float."""
+    return (*PROBES, *(f * float(np.finfo(dtype).max) for f in TOP_PROBES))
+
+
 def _with_probes(drawn: list[np.ndarray], sampling: Sampling, dtype: Any) -> list[np.ndarray]:
     """`drawn` with, per variable, each probe magnitude of either sign the domain holds; the others as drawn."""
-    columns: list[list[float]] = [[] for _ in drawn]
-    largest = float(np.finfo(dtype).max)
-    for index, (_, domain) in enumerate(sampling.domains):
-        for magnitude in (*PROBES, *(f * largest for f in TOP_PROBES)):
-            for value in (magnitude, -magnitude):
-                inside = domain.lo < value < domain.hi or (value == domain.lo and not domain.lo_open)
-                if not inside or value in domain.exclude:
-                    continue
-                for k, column in enumerate(columns):
-                    column.append(value if k == index else float(drawn[k][len(column) % len(drawn[k])]))
-    return [np.concatenate([np.asarray(c, dtype=dtype), d]) for c, d in zip(columns, drawn, strict=True)]
+    return with_probes(drawn, [domain for _, domain in sampling.domains], _magnitudes(dtype), dtype)
 
 
 def _exact(fn: Callable[..., Any], point: Sequence[float]) -> tuple[float, float] | None:

@@ -137,6 +137,10 @@ class _Kept:
         """The shape of input `name` in a derivative method (which unpacks a saved one: `saved_shapes`)."""
         return f"{name}.shape" if name in self.saved else f"{ctx}.{shape_attribute(name)}"
 
+    def summed_back(self, ctx: str, name: str, grad: str) -> str:
+        """`grad`, the gradient of input `name`, summed back to its shape where that is kept."""
+        return f"{atom(grad)}.sum_to_size({self.shape(ctx, name)})" if name in self.summed else grad
+
     @property
     def saved_shapes(self) -> set[str]:
         """The saved inputs a method that sums cotangents back reads for their shapes."""
@@ -358,10 +362,8 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Def:
     for i in p.rule.inputs:
         if i.name not in p.diff_inputs:
             returns.append("None")
-        elif i.name in kept.summed:
-            returns.append(f"{atom(computed[cotangent(i.name)])}.sum_to_size({kept.shape(p.ctx, i.name)})")
         else:
-            returns.append(computed[cotangent(i.name)])
+            returns.append(kept.summed_back(p.ctx, i.name, computed[cotangent(i.name)]))
     lines.append(Return(tuple_text(returns)))
     bars = [cotangent(n) if n in p.diff_outputs else hidden(cotangent(n)) for n in kept.values]
     return Def("backward", (p.ctx, *bars), tuple(lines), _staticmethod(p))
@@ -405,10 +407,7 @@ def _transposed_vjp(p: SnippetPlanner, kept: _Kept, out_dots: Sequence[str]) -> 
     call = p.call(p.given("vjp"), in_ctx=True)
     lone = len(grads) == 1  # a lone gradient, returned where it is computed
     computed = [call] if lone else grads
-    shaped = [
-        f"{atom(g)}.sum_to_size({kept.shape(p.ctx, i)})" if i in kept.summed else g
-        for g, i in zip(computed, p.diff_inputs, strict=True)
-    ]
+    shaped = [kept.summed_back(p.ctx, i, g) for g, i in zip(computed, p.diff_inputs, strict=True)]
     body = (Return(shaped[0]),) if lone else (Assign(tuple_text(grads), call), Return(tuple_text(shaped)))
     # Linear, so any point will do; ones keep data-dependent loops running.
     ones = ", ".join(f"{torch}.ones_like({o})" for o in p.diff_outputs)
