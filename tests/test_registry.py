@@ -96,7 +96,9 @@ def test_every_function_a_rule_may_call_prints_in_both_backends_with_its_registe
     torch_text, _ = print_torch(expr)
     if function.jax:
         assert function.jax in jax_text
-    if function.torch:
+    if function.torch_runtime:
+        assert f"{function.torch_runtime}(" in torch_text
+    elif function.torch:
         assert function.torch in torch_text
 
 
@@ -185,7 +187,7 @@ def test_the_derived_tables_agree_with_the_registry_and_are_read_only():
     assert isinstance(fn.TORCH_TENSOR_ONLY, frozenset)
     for function in fn.REGISTRY:
         assert printers._JAX_FUNCTIONS.get(function.name) == function.jax
-        assert printers._TORCH_FUNCTIONS.get(function.name) == function.torch
+        assert printers._TORCH_FUNCTIONS.get(function.name) == (function.torch_runtime or function.torch)
         assert printers._MATH_FUNCTIONS.get(function.name) == function.math
 
 

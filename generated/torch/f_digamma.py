@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._function import RuleFunction, routed, save_for_derivatives
+from ._special import digamma, polygamma
 from ._util import as_opmath_tensors, rounded
 
 
@@ -19,9 +20,7 @@ class FDigamma(RuleFunction):
         t1 = torch.where(t0, x, -1 / 2)
         t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
         return torch.where(
-            t0,
-            torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
-            torch.special.digamma(x),
+            t0, digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2), digamma(x)
         )
 
     @staticmethod
@@ -37,8 +36,8 @@ class FDigamma(RuleFunction):
         return out_bar * torch.where(
             t0,
             -math.pi * (-math.pi - math.pi * torch.cos(t2) ** 2 / torch.sin(t2) ** 2)
-            - torch.special.polygamma(1, 1 - t1),
-            torch.special.polygamma(1, x),
+            - polygamma(1, 1 - t1),
+            polygamma(1, x),
         )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.

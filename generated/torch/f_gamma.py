@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._function import RuleFunction, routed, save_for_derivatives
+from ._special import digamma
 from ._util import as_opmath_tensors, rounded
 
 
@@ -32,11 +33,7 @@ class FGamma(RuleFunction):
         t1 = torch.where(t0, x, -1 / 2)
         t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
         return out_bar * (
-            torch.where(
-                t0,
-                torch.special.digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2),
-                torch.special.digamma(x),
-            )
+            torch.where(t0, digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2), digamma(x))
             * torch.exp(torch.special.gammaln(x))
             * torch.where(
                 (x < 0) & (x == torch.floor(x)),

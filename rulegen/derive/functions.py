@@ -656,8 +656,9 @@ class MathFunction:
     jax_replacement: Callable[..., sp.Expr] | None = None
     #: The same for torch's function.
     torch_replacement: Callable[..., sp.Expr] | None = None
-    #: Where torch's op lacks a derivative at some order (forward mode, or in an argument): the
-    #: function of the runtime's `torch/_special.py` that computes it with the registry's derivatives.
+    #: Where torch's op lacks a derivative at some order (forward mode, or in an argument) or is wrong
+    #: (float64's trigamma): the function of the runtime's `torch/_special.py` that computes it, with the
+    #: registry's derivatives. Every torch printer prints the function so, wherever it meets a call.
     torch_runtime: str | None = None
     #: The printers write a call of Python numbers alone as Python code of their own, with no `math` function.
     python_numbers: bool = False
@@ -872,6 +873,8 @@ REGISTRY: tuple[MathFunction, ...] = (
         refuses_large_numbers=True,
         jax_replacement=_digamma_by_reflection,
         torch_replacement=_digamma_by_reflection,
+        # torch's autograd derivative of it is torch's float64 trigamma (see polygamma's).
+        torch_runtime="digamma",
     ),
     MathFunction(
         "polygamma",
@@ -885,6 +888,8 @@ REGISTRY: tuple[MathFunction, ...] = (
         orders=1,
         jax_replacement=_polygamma_by_reflection,
         torch_replacement=_polygamma_by_reflection,
+        # torch's float64 trigamma is its float32 algorithm: 2.2e6 eps off at x = 1.1.
+        torch_runtime="polygamma",
     ),
     # torch has no beta; both compute it from log|Gamma| (see beta_by_log_gamma).
     MathFunction(

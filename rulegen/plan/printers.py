@@ -40,7 +40,11 @@ _IMPORTS = {
 
 # The function each backend calls for a registered one, by its name.
 _JAX_FUNCTIONS = {function.name: function.jax for function in fn.REGISTRY if function.jax}
-_TORCH_FUNCTIONS = {function.name: function.torch for function in fn.REGISTRY if function.torch}
+# torch's, or where its op is wrong or lacks a derivative, the runtime's (MathFunction.torch_runtime).
+_TORCH_FUNCTIONS = {
+    function.name: path for function in fn.REGISTRY if (path := function.torch_runtime or function.torch)
+}
+_TORCH_RUNTIME = frozenset(function.torch_runtime for function in fn.REGISTRY if function.torch_runtime)
 _MATH_FUNCTIONS = {function.name: function.math for function in fn.REGISTRY if function.math}
 # The same of static inputs: the runtime's IEEE versions, which return inf and nan where math raises.
 _NUMBER_FUNCTIONS = {name: "_numbers." + path.removeprefix("math.") for name, path in _MATH_FUNCTIONS.items()}
@@ -66,7 +70,7 @@ BINADE_IMPORT = Import("._util", "binade")
 # A rational power's exact root (x**(2/3) is nth_root(x, 3)**2), the runtime's.
 NTH_ROOT_IMPORT = Import("._util", "nth_root")
 
-# Functions whose torch op lacks a derivative, as the runtime's autograd.Functions (MathFunction.torch_runtime).
+# Functions whose torch op is wrong or lacks a derivative, mended by the runtime (MathFunction.torch_runtime).
 SPECIAL_MODULE = "._special"
 
 # What Python float arithmetic can print: the `math` functions and conditionals (MathFunction.numbers_alone).
@@ -509,6 +513,12 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
 
     result_type = "torch.result_type"
 
+    def _record(self, path: str) -> str:
+        if path in _TORCH_RUNTIME:
+            self.module_imports_.add(Import(SPECIAL_MODULE, path))
+            return self._spelled(path)
+        return super()._record(path)
+
     def _default_float(self) -> str:
         return f"{self._record('torch.get_default_dtype')}()"
 
@@ -532,11 +542,6 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
 
     def _print_Function(self, expr: sp.Function) -> str:
         name = type(expr).__name__
-        function = fn.BY_NAME.get(name)
-        if function is not None and function.torch_runtime is not None:
-            # torch's op lacks a derivative: the runtime's, differentiated by the registry's rule.
-            self.module_imports_.add(Import(SPECIAL_MODULE, function.torch_runtime))
-            return f"{self._spelled(function.torch_runtime)}({', '.join(self._argument(a) for a in expr.args)})"
         if name in fn.TORCH_TENSOR_ONLY and any(a.is_number for a in expr.args):
             # torch.atan2(x, 2.0) raises; a 0-d tensor promotes to x's dtype
             # and device like the number would.

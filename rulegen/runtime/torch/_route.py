@@ -63,6 +63,18 @@ def route(function, compiled, exported=None):
     return compiled.apply
 
 
+def without_jvp(function):
+    """The Function `function` without `jvp`, which torch.compile(fullgraph=True) refuses.
+
+    Dynamo traces its forward and backward; forward mode never runs under compile.
+    """
+    return type(
+        f"{function.__name__}Compiled",
+        (function,),
+        {"__doc__": f"{function.__name__} without `jvp`.", "jvp": torch.autograd.Function.jvp},
+    )
+
+
 def routed(function, name=None, schema=None):
     """What a public function calls to apply the Function `function`, in the form `route` picks.
 
@@ -71,11 +83,7 @@ def routed(function, name=None, schema=None):
     `schema`, the exported form (`rule_op`, registered in `function`'s
     module).  A rule with no schema (a static no schema types) has no op.
     """
-    compiled = type(
-        f"{function.__name__}Compiled",
-        (function,),
-        {"__doc__": f"{function.__name__} without `jvp`.", "jvp": torch.autograd.Function.jvp},
-    )
+    compiled = without_jvp(function)
     exported = None if schema is None else rule_op(function.__module__, name, function, schema)
 
     def apply(*args):

@@ -1,4 +1,4 @@
-"""Functions whose torch op lacks a derivative, differentiated by the registry's at every order.
+"""Functions whose torch op is wrong or lacks a derivative, with the registry's at every order.
 
 `torch.special.zeta` has no forward-mode derivative and none in its first
 argument: `torch.func.jvp`, `hessian` or a jvp of a rule's backward that
@@ -10,9 +10,18 @@ function, so that every derivative of a derivative has one too.
 The exponent s is never differentiated: sympy has no derivative of zeta in
 it, so no derivative rulegen derives asks for one (a tangent or gradient of
 s, which torch.func passes for a tensor s, is not read).
+
+torch's float64 trigamma, `polygamma(1, x)`, is its float32 algorithm (an
+asymptotic series cut after x**-7, its 1/x**2 rounded to float32): 2.2e6 eps
+off at x = 1.1, 13 bits lost on average over (0, 5), and digamma's autograd
+derivative is that trigamma.  In float64 both are mended here, trigamma as
+zeta(2, x) (torch's zeta is right to 3 eps there, and 7x slower);
+float32's trigamma is right to 2.5 eps and stays torch's.
 """
 
 import torch
+
+from ._route import without_jvp
 
 
 class _Zeta(torch.autograd.Function):
@@ -44,6 +53,36 @@ class _Zeta(torch.autograd.Function):
         return q_dot * _derivative(s, q)
 
 
+class _Digamma(torch.autograd.Function):
+    """torch's digamma, differentiated by this module's trigamma."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return torch.special.digamma(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_forward(*inputs)
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * polygamma(1, x)
+
+    @staticmethod
+    def jvp(ctx, x_dot):
+        (x,) = ctx.saved_tensors
+        return x_dot * polygamma(1, x)
+
+
+# Applied where torch.compile traces, which refuses a Function with a `jvp`.
+_ZetaCompiled = without_jvp(_Zeta)
+_DigammaCompiled = without_jvp(_Digamma)
+
+
 def _saved(ctx):
     if ctx.s_is_tensor:
         q, s = ctx.saved_tensors
@@ -68,4 +107,22 @@ def hurwitz_zeta(s, q):
     """The Hurwitz zeta function of `s` (a number or tensor, not differentiated) and `q`."""
     if not isinstance(q, torch.Tensor):
         q = torch.as_tensor(q, dtype=s.dtype if isinstance(s, torch.Tensor) else None)
-    return _Zeta.apply(s, q)
+    return (_ZetaCompiled if torch.compiler.is_compiling() else _Zeta).apply(s, q)
+
+
+def _float64(x):
+    return isinstance(x, torch.Tensor) and x.dtype == torch.float64
+
+
+def polygamma(n, x):
+    """torch.special.polygamma(n, x); in float64, trigamma (n = 1) as the Hurwitz zeta(2, x)."""
+    if n == 1 and _float64(x):
+        return hurwitz_zeta(2.0, x)
+    return torch.special.polygamma(n, x)
+
+
+def digamma(x):
+    """torch.special.digamma(x); in float64, differentiated by `polygamma(1, x)` above."""
+    if _float64(x):
+        return (_DigammaCompiled if torch.compiler.is_compiling() else _Digamma).apply(x)
+    return torch.special.digamma(x)
