@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rulegen.derive.partials import derive_rule
+from rulegen.derive.partials import Derivation, derive_rule
 from rulegen.plan import plan_torch
 from rulegen.spec.rules import read_rules
 
@@ -22,6 +22,7 @@ RULES = [
     {"name": "sin_exp_mul", "inputs": ["x", "y"], "forward": "sin(x) * exp(-x**2) * y"},
     {"name": "swish", "inputs": ["x"], "forward": "x * sigmoid(x)"},
     {"name": "x_exp_abs", "inputs": ["x"], "forward": "x * exp(Abs(x))"},
+    {"name": "radius", "inputs": ["x", "y"], "forward": "sqrt(x**2 + y**2)"},
     {
         "name": "softplus_beta",
         "inputs": {"x": {}, "beta": {"static": True, "default": 1.0}},
@@ -44,6 +45,9 @@ EXPECTED = {
     "x_exp_abs": (("x", "saved_exp"), ("x",)),
     # beta * x is one operation, folded into softplus_backward's beta.
     "softplus_beta": (("x",), ("x",)),
+    # Computed scaled by b = binade(max(|x|, |y|)): of b, 1/b, x/b, y/b, |y| and the scaled root (six, each a
+    # tensor until backward), the root and b, which the others are one operation from.
+    "radius": (("x", "y", "saved_value", "saved_binade"), ("x", "y")),
 }
 
 
@@ -75,3 +79,30 @@ def test_an_intermediate_is_named_for_its_functions_past_every_name_of_the_rule(
     (rule,) = read_rules([path])
     saved = plan_torch(derive_rule(rule)).saved
     assert saved == ("saved_exp", "y", "_saved_exp", "_saved_sin")
+
+
+def test_no_bundled_rule_keeps_what_one_cheap_operation_computes_from_what_else_it_keeps():
+    """A product beside its factors, x / b beside b, |y| beside y: each a tensor held until backward to spare one
+    pass. to_polar kept six (b, 1/b, x/b, y/b, |y| and the scaled root)."""
+    from rulegen.derive.forms import silu_derivatives
+    from rulegen.plan.saving import _one_step_from_the_rest, saved_intermediates
+    from rulegen.plan.torch import with_fused_forms
+    from rulegen.spec.rules import rule_files
+    from tests.conftest import RULES as BUNDLED
+
+    rules = read_rules(rule_files([BUNDLED]))
+    names = [r.name for r in rules]
+    kept = {}
+    for rule in rules:
+        if rule.fuse or not isinstance(d := derive_rule(rule, names), Derivation):
+            continue
+        # As plan_torch chooses them.
+        statics = tuple(i.name for i in rule.inputs if i.static)
+        integral = tuple(i.name for i in rule.inputs if not i.static and i.dtype in ("int", "bool"))
+        forms = with_fused_forms(with_fused_forms(d), (silu_derivatives(statics, integral),))
+        chosen = saved_intermediates(forms, set(d.symbols))
+        outputs = {e: forms.symbols[n] for n, e in forms.forward}
+        arrays = {d.symbols[i.name] for i in rule.inputs if not i.static}
+        assert not _one_step_from_the_rest(chosen, outputs, arrays), (rule.name, chosen)
+        kept[rule.name] = sorted(map(str, chosen.values()))
+    assert kept["to_polar"] == ["saved_binade", "saved_value"]

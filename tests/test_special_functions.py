@@ -156,3 +156,39 @@ def test_the_runtime_zeta_compiles_whole():
     (grad,) = torch.autograd.grad(compiled(q).sum(), q)
     (eager,) = torch.autograd.grad((hurwitz_zeta(2.0, q) * q).sum(), q)
     np.testing.assert_allclose(grad.numpy(), eager.numpy(), rtol=1e-15)
+
+
+def _normal_tails(points: list[float]) -> dict[str, np.ndarray]:
+    with mpmath.workdps(60):
+        cdf = [mpmath.ncdf(p) for p in points]
+        return {
+            "cdf": np.array([float(c) for c in cdf]),
+            "log_cdf": np.array([float(mpmath.log(c)) for c in cdf]),
+            "log_cdf'": np.array([float(mpmath.npdf(p) / c) for p, c in zip(points, cdf, strict=True)]),
+        }
+
+
+def test_torch_s_normal_cdf_keeps_its_left_tail(package):
+    _, torch_pkg = package
+    for dtype, points, ulps in [
+        (torch.float64, [-5.0, -8.0, -10.96, -20.0, -30.7, 0.3, 2.5], 700),
+        (torch.float32, [-3.0, -5.0, -7.7, -10.96, 0.3, 2.5], 32),
+    ]:
+        x = torch.tensor(points, dtype=dtype)
+        exact = _normal_tails(x.double().tolist())["cdf"]
+        got = torch_pkg.normal_cdf_left_tail(x).double().numpy()
+        np.testing.assert_allclose(got, exact, rtol=ulps * torch.finfo(dtype).eps, atol=0, err_msg=str(dtype))
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_log_ndtr_and_its_derivative_keep_both_tails(package, backend):
+    points = [-1e4, -50.0, -20.47, -5.0, -0.3, 0.3, 3.0, 5.8, 7.5]
+    exact = _normal_tails(points)
+    jax_pkg, torch_pkg = package
+    if backend == "torch":
+        got = torch_orders(torch_pkg.log_normal_cdf_tails, torch.tensor(points, dtype=torch.float64))
+    else:
+        got = jax_orders(jax_pkg.log_normal_cdf_tails, jnp.asarray(points, dtype=jnp.float64))
+    np.testing.assert_allclose(np.asarray(got["value"]), exact["log_cdf"], rtol=32 * 2.0**-52, atol=0)
+    for order in ("grad", "jvp"):
+        np.testing.assert_allclose(np.asarray(got[order]), exact["log_cdf'"], rtol=16 * 2.0**-52, atol=0, err_msg=order)

@@ -18,7 +18,9 @@ def f_log_ndtr(x: jax.typing.ArrayLike) -> jax.Array:
         out = log_ndtr(x)
 
     Partials (derived by sympy):
-        dout/dx = sqrt(2)*exp(-x**2/2 - log_ndtr(x))/(2*sqrt(pi))
+        dout/dx = Piecewise((sqrt(2)/(sqrt(pi)*erfcx(-sqrt(2)*Piecewise((x, x < 0), (-1,
+            True))/2)), x < 0), (sqrt(2)*exp(-Piecewise((x**2, x >= 0), (1,
+            True))/2)/(2*sqrt(pi)*ndtr(Piecewise((x, x >= 0), (1, True)))), True))
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -33,12 +35,30 @@ def f_log_ndtr(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_log_ndtr(x):
-    return jax.scipy.special.log_ndtr(x)
+    t0 = x < 0
+    return jnp.where(
+        t0,
+        -jnp.where(t0, x**2, 1) / 2
+        + jnp.log(jax.scipy.special.erfcx((-math.sqrt(2) / 2) * jnp.where(t0, x, -1)) / 2),
+        jnp.log1p(-jax.scipy.special.ndtr(-jnp.where(x >= 0, x, 1))),
+    )
 
 
 @_f_log_ndtr.defjvp
 def _f_log_ndtr_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = jax.scipy.special.log_ndtr(x)
-    return out, x_dot * (jnp.exp(-out - x**2 / 2) / math.sqrt(2 * math.pi))
+    t0 = x**2
+    t1 = x < 0
+    t2 = math.sqrt(2)
+    t3 = t2 / 2
+    t4 = jax.scipy.special.erfcx(-t3 * jnp.where(t1, x, -1))
+    t5 = x >= 0
+    t6 = jnp.where(t5, x, 1)
+    t7 = 1 / math.sqrt(math.pi)
+    out = jnp.where(
+        t1, -jnp.where(t1, t0, 1) / 2 + jnp.log(t4 / 2), jnp.log1p(-jax.scipy.special.ndtr(-t6))
+    )
+    return out, x_dot * jnp.where(
+        t1, t2 * t7 / t4, t3 * t7 * jnp.exp(-jnp.where(t5, t0, 1) / 2) / jax.scipy.special.ndtr(t6)
+    )

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, routed, save_for_derivatives
 from ._util import as_opmath_tensors, rounded
 
 
@@ -24,11 +24,17 @@ class FLogNdtr(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        if plain(x, out_bar):
-            t0 = (x**2).mul_(-1 / 2).sub_(torch.special.log_ndtr(x)).exp_()
-            return t0.mul_(1 / math.sqrt(2 * math.pi)).mul_(out_bar)
-        return out_bar * (
-            torch.exp(-(x**2) / 2 - torch.special.log_ndtr(x)) / math.sqrt(2 * math.pi)
+        t0 = x < 0
+        t1 = math.sqrt(2)
+        t2 = t1 / 2
+        t3 = (1 / math.sqrt(math.pi)) * t1
+        t4 = x >= 0
+        return out_bar * torch.where(
+            t0,
+            t3 / torch.special.erfcx(-t2 * torch.where(t0, x, -1)),
+            t3
+            * torch.exp(-torch.where(t4, x**2, 1) / 2)
+            / torch.special.erfc(-t2 * torch.where(t4, x, 1)),
         )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
@@ -45,7 +51,9 @@ def f_log_ndtr(x: torch.Tensor | float) -> torch.Tensor:
         out = log_ndtr(x)
 
     Partials (derived by sympy):
-        dout/dx = sqrt(2)*exp(-x**2/2 - log_ndtr(x))/(2*sqrt(pi))
+        dout/dx = Piecewise((sqrt(2)/(sqrt(pi)*erfcx(-sqrt(2)*Piecewise((x, x < 0), (-1,
+            True))/2)), x < 0), (sqrt(2)*exp(-Piecewise((x**2, x >= 0), (1,
+            True))/2)/(2*sqrt(pi)*ndtr(Piecewise((x, x >= 0), (1, True)))), True))
 
     Inputs:
         x: float array; checked on [-3, 3]

@@ -15,7 +15,9 @@ class FNdtr(RuleFunction):
 
     @staticmethod
     def forward(x):
-        return torch.special.ndtr(x)
+        if plain(x):
+            return torch.special.erfc((-math.sqrt(2) / 2) * x).mul_(1 / 2)
+        return torch.special.erfc((-math.sqrt(2) / 2) * x) / 2
 
     @staticmethod
     def setup_context(ctx, inputs, output):
