@@ -20,180 +20,95 @@ class ToPolar(RuleFunction):
         # (y/binade(Max(Abs(x), Abs(y))))**2)/(1/binade(Max(Abs(x), Abs(y))))), the form with the
         # least error measured (as derived, scaled: mean bits of error float64/float32 21.8/10.8 ->
         # 0.0/0.0) (`rulegen accuracy` measures both in bits of error).
-        t0 = torch.abs(y)
-        t1 = binade(torch.maximum(t0, torch.abs(x)))
-        t2 = x / t1
-        t3 = y / t1
+        t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
         if plain(x, y):
-            t4 = (t2**2).add_(t3**2).sqrt_()
-            t5 = 1 / t1
-            t7 = t4 / t5
-            return t7, torch.atan2(y, x), t4, t5, t2, t3, t1, t0
-        t4 = torch.sqrt(t2**2 + t3**2)
-        t5 = 1 / t1
-        return t4 / t5, torch.atan2(y, x), t4, t5, t2, t3, t1, t0
+            t1 = (x / t0).square_().add_((y / t0).square_()).sqrt_()
+            t3 = t1 / (1 / t0)
+            return t3, torch.atan2(y, x), t1, t0
+        t1 = torch.sqrt((x / t0) ** 2 + (y / t0) ** 2)
+        return t1 / (1 / t0), torch.atan2(y, x), t1, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (
-            _,
-            _,
-            saved_value,
-            saved_divided,
-            saved_divided2,
-            saved_divided3,
-            saved_binade,
-            saved_abs,
-        ) = output
+        _, _, saved_value, saved_binade = output
         ctx.set_materialize_grads(False)
-        save_for_derivatives(
-            ctx,
-            *inputs,
-            saved_value,
-            saved_divided,
-            saved_divided2,
-            saved_divided3,
-            saved_binade,
-            saved_abs,
-        )
+        save_for_derivatives(ctx, *inputs, saved_value, saved_binade)
 
     @staticmethod
-    def backward(
-        ctx,
-        r_bar,
-        theta_bar,
-        saved_value_bar,
-        saved_divided_bar,
-        saved_divided2_bar,
-        saved_divided3_bar,
-        saved_binade_bar,
-        saved_abs_bar,
-    ):
-        (
-            x,
-            y,
-            saved_value,
-            saved_divided,
-            saved_divided2,
-            saved_divided3,
-            saved_binade,
-            saved_abs,
-        ) = ctx.saved_tensors
+    def backward(ctx, r_bar, theta_bar, saved_value_bar, saved_binade_bar):
+        x, y, saved_value, saved_binade = ctx.saved_tensors
         if (
             saved_value_bar is None
-            and saved_divided_bar is None
-            and saved_divided2_bar is None
-            and saved_divided3_bar is None
             and saved_binade_bar is None
-            and saved_abs_bar is None
-            and plain(
-                x,
-                y,
-                saved_value,
-                saved_divided,
-                saved_divided2,
-                saved_divided3,
-                saved_binade,
-                saved_abs,
-                r_bar,
-                theta_bar,
-            )
+            and plain(x, y, saved_value, saved_binade, r_bar, theta_bar)
             and all(ctx.needs_input_grad)
         ):
-            t0 = 1 / (saved_binade * saved_divided * saved_value)
-            t1 = saved_abs < 3.9e-14
-            t2 = torch.where(t1, y, 1.9498291869979312e-14) / x
-            t3 = (saved_divided2 * t0).mul_(r_bar)
-            t3.add_(
+            t0 = x / saved_binade
+            t1 = 1 / (saved_binade * saved_value * (1 / saved_binade))
+            t2 = torch.abs(y) < 3.9e-14
+            t3 = torch.where(t2, y, 1.9498291869979312e-14) / x
+            t4 = torch.where(t2, 7.799316747991725e-14, y)
+            t5 = (t0 * t1).mul_(r_bar)
+            t5.add_(
                 theta_bar
-                * torch.where(
-                    t1,
-                    -t2 * (1 / x) / (t2**2 + 1),
-                    -torch.where(t1, 12822624862208.0, 1 / y)
-                    / ((x / torch.where(t1, 7.799316747991725e-14, y)) ** 2 + 1),
-                )
+                * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1)))
             )
-            t5 = (saved_divided3 * t0).mul_(r_bar)
-            t5.addcmul_((saved_divided2 / saved_value**2) / saved_binade, theta_bar)
-            return t3.sum_to_size(x.shape), t5.sum_to_size(y.shape)
+            t7 = (y / saved_binade).mul_(t1).mul_(r_bar)
+            t7.addcmul_((t0 / saved_value**2) / saved_binade, theta_bar)
+            return t5.sum_to_size(x.shape), t7.sum_to_size(y.shape)
+        t0 = 1 / saved_binade
+        t1 = x / saved_binade
         t2 = 1 / (saved_binade * saved_value)
-        t3 = saved_divided2 * t2
-        t4 = saved_abs < 3.9e-14
+        t3 = t1 * t2
+        t4 = torch.abs(y) < 3.9e-14
         t5 = torch.where(t4, y, 1.9498291869979312e-14) / x
-        t6 = saved_divided3 * t2
+        t6 = torch.where(t4, 7.799316747991725e-14, y)
+        t7 = t2 * (y / saved_binade)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = summed_like(
                 x,
-                None if r_bar is None else r_bar * (t3 / saved_divided),
+                None if r_bar is None else r_bar * (t3 / t0),
                 None
                 if theta_bar is None
                 else theta_bar
-                * torch.where(
-                    t4,
-                    -t5 * (1 / x) / (t5**2 + 1),
-                    -torch.where(t4, 12822624862208.0, 1 / y)
-                    / ((x / torch.where(t4, 7.799316747991725e-14, y)) ** 2 + 1),
-                ),
+                * torch.where(t4, -t5 * (1 / x) / (t5**2 + 1), -1 / (t6 * ((x / t6) ** 2 + 1))),
                 None if saved_value_bar is None else saved_value_bar * t3,
-                None if saved_divided2_bar is None else saved_divided2_bar / saved_binade,
             )
         if ctx.needs_input_grad[1]:
             y_bar = summed_like(
                 y,
-                None if r_bar is None else r_bar * (t6 / saved_divided),
-                None
-                if theta_bar is None
-                else theta_bar * ((saved_divided2 / saved_value**2) / saved_binade),
-                None if saved_value_bar is None else saved_value_bar * t6,
-                None if saved_divided3_bar is None else saved_divided3_bar / saved_binade,
-                None if saved_abs_bar is None else saved_abs_bar * torch.sign(y),
+                None if r_bar is None else r_bar * (t7 / t0),
+                None if theta_bar is None else theta_bar * ((t1 / saved_value**2) / saved_binade),
+                None if saved_value_bar is None else saved_value_bar * t7,
             )
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        (
-            x,
-            y,
-            saved_value,
-            saved_divided,
-            saved_divided2,
-            saved_divided3,
-            saved_binade,
-            saved_abs,
-        ) = ctx.saved_tensors
+        x, y, saved_value, saved_binade = ctx.saved_tensors
         x_dot = tangent_or_zero(x_dot, x)
         y_dot = tangent_or_zero(y_dot, y)
-        t1 = saved_divided2 / saved_value
-        t3 = 1 / (saved_binade * saved_divided)
-        t4 = saved_divided3 / saved_value
-        t5 = saved_abs < 3.9e-14
-        t6 = torch.where(t5, y, 1.9498291869979312e-14) / x
-        t7 = x_dot / saved_binade
-        t8 = y_dot / saved_binade
+        t0 = x / saved_binade
+        t1 = 1 / (saved_binade * saved_value)
+        t2 = t1 / (1 / saved_binade)
+        t3 = y / saved_binade
+        t4 = torch.abs(y) < 3.9e-14
+        t5 = torch.where(t4, y, 1.9498291869979312e-14) / x
+        t6 = torch.where(t4, 7.799316747991725e-14, y)
         theta_dot = x_dot * torch.where(
-            t5,
-            -t6 * (1 / x) / (t6**2 + 1),
-            -torch.where(t5, 12822624862208.0, 1 / y)
-            / ((x / torch.where(t5, 7.799316747991725e-14, y)) ** 2 + 1),
-        ) + y_dot * ((saved_divided2 / saved_value**2) / saved_binade)
+            t4, -t5 * (1 / x) / (t5**2 + 1), -1 / (t6 * ((x / t6) ** 2 + 1))
+        ) + y_dot * ((t0 / saved_value**2) / saved_binade)
         return (
-            x_dot * (t1 * t3) + y_dot * (t3 * t4),
+            x_dot * (t0 * t2) + y_dot * (t2 * t3),
             theta_dot,
-            t1 * t7 + t4 * t8,
-            torch.zeros_like(saved_divided),
-            t7,
-            t8,
+            t0 * t1 * x_dot + t1 * t3 * y_dot,
             torch.zeros_like(saved_binade),
-            y_dot * torch.sign(y),
         )
 
 
 _apply_to_polar = routed(
-    ToPolar,
-    "to_polar_rule",
-    "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    ToPolar, "to_polar_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor)"
 )
 
 
@@ -238,15 +153,6 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
     """
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = as_opmath_tensors("to_polar", ("x", "y"), "ff", x, y)
-    (
-        r,
-        theta,
-        _saved_value,
-        _saved_divided,
-        _saved_divided2,
-        _saved_divided3,
-        _saved_binade,
-        _saved_abs,
-    ) = _apply_to_polar(x, y)
+    r, theta, _saved_value, _saved_binade = _apply_to_polar(x, y)
     r, theta = rounded(_low, r, theta)
     return Polar(r, theta)

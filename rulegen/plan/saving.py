@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import sympy as sp
 
-from rulegen.derive.functions import sigmoid
+from rulegen.derive.functions import divided, sigmoid
 from rulegen.derive.partials import Derivation
 from rulegen.derive.symbols import value_symbol
 
@@ -141,15 +141,50 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
         return chosen
 
     chosen = choose(candidates, partials)
-    # A product kept beside all its factors costs a tensor until backward to spare one multiplication.
-    products = {e for e in chosen if e not in outputs and _product_of(e, {*chosen, *arrays})}
-    return choose([e for e in candidates if e not in products], partials) if products else chosen
+    # What one cheap operation computes from the rest (a product beside its factors, x / s beside s, |y|
+    # beside y) costs a tensor until backward to spare one pass: recomputed, and the choice made again.
+    recomputed: set[sp.Expr] = set()
+    while derived := _one_step_from_the_rest(chosen, outputs, arrays):
+        recomputed |= derived
+        chosen = choose([e for e in candidates if e not in recomputed], partials)
+    return chosen
 
 
-def _product_of(expr: sp.Expr, factors: set[sp.Expr]) -> bool:
-    """Whether `expr` is a product of tensors among `factors` (and numbers)."""
-    tensors = [f for f in sp.Mul.make_args(expr) if not f.is_number]
-    return expr.is_Mul and len(tensors) > 1 and all(f in factors for f in tensors)
+def _one_step_from_the_rest(
+    chosen: Mapping[sp.Expr, sp.Symbol], outputs: Mapping[sp.Expr, sp.Symbol], arrays: set[sp.Symbol]
+) -> set[sp.Expr]:
+    """The chosen intermediates that one cheap operation computes from the inputs, outputs and other ones kept.
+
+    Taken from the cheapest up, each against those kept before it: of b, 1 / b and x / b, b stays and the
+    others are a division from it.
+    """
+    kept = {e: s for e, s in chosen.items() if e in outputs}
+    found: set[sp.Expr] = set()
+    for expr in sorted(
+        (e for e in chosen if e not in outputs), key=lambda e: (_recompute_cost(e, arrays), sp.default_sort_key(e))
+    ):
+        if _cheap_passes(saved_form(expr, kept), arrays | set(kept.values())) <= 1:
+            found.add(expr)
+        else:
+            kept[expr] = chosen[expr]
+    return found
+
+
+def _cheap_passes(expr: sp.Expr, arrays: set[sp.Symbol]) -> int:
+    """Passes over memory that recomputing `expr` costs, counting a function other than arithmetic or a
+    selection (`_SELECTIONS`) as two, so that one pass is one cheap operation."""
+    cost = 0
+    for node in sp.preorder_traversal(expr):
+        if node.is_Atom or not node.free_symbols & arrays:
+            continue
+        if node.is_Add or node.is_Mul:
+            operands = [a for a in node.args if a.free_symbols & arrays]
+            cost += len(operands) - (len(operands) == len(node.args))
+        elif node.is_Pow or isinstance(node, (*_SELECTIONS, divided)):
+            cost += 1
+        else:
+            cost += 2
+    return cost
 
 
 def _description(expr: sp.Expr) -> str:
