@@ -45,9 +45,9 @@ EXPECTED = {
     "x_exp_abs": (("x", "saved_exp"), ("x",)),
     # beta * x is one operation, folded into softplus_backward's beta.
     "softplus_beta": (("x",), ("x",)),
-    # Computed scaled by b = binade(max(|x|, |y|)): of b, 1/b, x/b, y/b, |y| and the scaled root (six, each a
-    # tensor until backward), the root and b, which the others are one operation from.
-    "radius": (("x", "y", "saved_value", "saved_binade"), ("x", "y")),
+    # Computed scaled by b = binade(max(|x|, |y|)), its derivative (x/b) / root: the scaled root, x/b and y/b (it
+    # kept b, 1/b, x/b, y/b and the root, and 1/b is one operation from b; b is read by no derivative now).
+    "radius": (("x", "y", "saved_value", "saved_divided", "saved_divided2"), ("x", "y")),
 }
 
 

@@ -469,3 +469,19 @@ def test_a_quotient_kept_whole_is_parenthesised_only_where_an_operator_holds_it(
         assert printer(t * divided(1, x))[0] == "t*(1 / x)"
         assert printer(-t * divided(1, x) / (t**2 + 1))[0] == "-t*(1 / x)/(t**2 + 1)"
         assert printer(divided(t, x) ** 2)[0] == "(t / x)**2"
+
+
+@pytest.mark.unit
+def test_a_scaling_is_undone_by_a_product_and_its_reciprocal_cancels_in_a_derivative():
+    """A homogeneous form scaled by b = binade(...) is scaled back as divided(v, divided(1, b)): printed `v * b`
+    (it was `v / (1 / b)`), and its derivative's 1 / (1 / b) is b, which cancels against the 1 / b beside it
+    (to_polar's backward computed `1 / (b * v * (1 / b))`)."""
+    from rulegen.derive.functions import binade, divided
+    from rulegen.plan.printers import print_jax, print_torch
+
+    v, x, y = sp.symbols("v x y", real=True)
+    b = binade(sp.Max(sp.Abs(x), sp.Abs(y)))
+    for printer in (print_torch, print_jax):
+        assert printer(divided(v, divided(1, b)).subs(b, sp.Symbol("b")))[0] == "v * b"
+    root = divided(sp.sqrt(divided(x, b) ** 2 + divided(y, b) ** 2), divided(1, b))
+    assert sp.diff(root, x) == divided(x, b) / sp.sqrt(divided(x, b) ** 2 + divided(y, b) ** 2)

@@ -64,7 +64,7 @@ def _to_polar(x, y):
     # least error measured (as derived, scaled: mean bits of error float64/float32 21.8/10.8 ->
     # 0.0/0.0) (`rulegen accuracy` measures both in bits of error).
     t0 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
-    return jnp.sqrt((x / t0) ** 2 + (y / t0) ** 2) / (1 / t0), jnp.arctan2(y, x)
+    return jnp.sqrt((x / t0) ** 2 + (y / t0) ** 2) * t0, jnp.arctan2(y, x)
 
 
 @functools.partial(_to_polar.defjvp, symbolic_zeros=True)
@@ -80,7 +80,7 @@ def _to_polar_jvp(primals, tangents):
     t2 = x / t1
     t3 = y / t1
     t4 = t2**2 + t3**2
-    t5 = 1 / (t1 * jnp.sqrt(t4) * (1 / t1))
+    t5 = jax.lax.rsqrt(t4)
     t6 = t0 < 3.9e-14
     t7 = jnp.where(t6, y, 1.9498291869979312e-14) / x
     t8 = jnp.where(t6, 7.799316747991725e-14, y)

@@ -19,68 +19,65 @@ class HypotPair(RuleFunction):
         # least error measured (as derived, scaled: mean bits of error float64/float32 21.8/10.8 ->
         # 0.0/0.0) (`rulegen accuracy` measures both in bits of error).
         t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-        if plain(x, y):
-            t1 = (x / t0).square_().add_((y / t0).square_()).sqrt_()
-        else:
-            t1 = torch.sqrt((x / t0) ** 2 + (y / t0) ** 2)
-        return t1 / (1 / t0), t1, t0
+        t1 = x / t0
+        t2 = y / t0
+        t3 = (t1**2).add_(t2**2).sqrt_() if plain(x, y) else torch.sqrt(t1**2 + t2**2)
+        return t3 * t0, t3, t1, t2
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        _, saved_value, saved_binade = output
+        _, saved_value, saved_divided, saved_divided2 = output
         ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, *inputs, saved_value, saved_binade)
+        save_for_derivatives(ctx, *inputs, saved_value, saved_divided, saved_divided2)
 
     @staticmethod
-    def backward(ctx, out_bar, saved_value_bar, saved_binade_bar):
-        x, y, saved_value, saved_binade = ctx.saved_tensors
+    def backward(ctx, out_bar, saved_value_bar, saved_divided_bar, saved_divided2_bar):
+        x, y, saved_value, saved_divided, saved_divided2 = ctx.saved_tensors
         if (
             saved_value_bar is None
-            and saved_binade_bar is None
-            and plain(x, y, saved_value, saved_binade, out_bar)
+            and saved_divided_bar is None
+            and saved_divided2_bar is None
+            and plain(x, y, saved_value, saved_divided, saved_divided2, out_bar)
             and all(ctx.needs_input_grad)
         ):
-            t0 = 1 / (saved_binade * saved_value * (1 / saved_binade))
-            t1 = (x / saved_binade).mul_(t0).mul_(out_bar)
-            t2 = (y / saved_binade).mul_(t0).mul_(out_bar)
+            t1 = (saved_divided / saved_value).mul_(out_bar)
+            t2 = (saved_divided2 / saved_value).mul_(out_bar)
             return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
-        t0 = 1 / saved_binade
-        t1 = 1 / (saved_binade * saved_value)
-        t2 = t1 * (x / saved_binade)
-        t3 = t1 * (y / saved_binade)
+        t1 = saved_divided / saved_value
+        t2 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+        t3 = saved_divided2 / saved_value
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = summed_like(
                 x,
-                None if out_bar is None else out_bar * (t2 / t0),
-                None if saved_value_bar is None else saved_value_bar * t2,
+                None if out_bar is None else out_bar * t1,
+                None if saved_value_bar is None else saved_value_bar * (t1 / t2),
+                None if saved_divided_bar is None else saved_divided_bar / t2,
             )
         if ctx.needs_input_grad[1]:
             y_bar = summed_like(
                 y,
-                None if out_bar is None else out_bar * (t3 / t0),
-                None if saved_value_bar is None else saved_value_bar * t3,
+                None if out_bar is None else out_bar * t3,
+                None if saved_value_bar is None else saved_value_bar * (t3 / t2),
+                None if saved_divided2_bar is None else saved_divided2_bar / t2,
             )
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, saved_value, saved_binade = ctx.saved_tensors
+        x, y, saved_value, saved_divided, saved_divided2 = ctx.saved_tensors
         x_dot = tangent_or_zero(x_dot, x)
         y_dot = tangent_or_zero(y_dot, y)
-        t0 = x / saved_binade
-        t1 = 1 / (saved_binade * saved_value)
-        t2 = t1 / (1 / saved_binade)
-        t3 = y / saved_binade
-        return (
-            x_dot * (t0 * t2) + y_dot * (t2 * t3),
-            t0 * t1 * x_dot + t1 * t3 * y_dot,
-            torch.zeros_like(saved_binade),
-        )
+        t1 = saved_divided / saved_value
+        t2 = saved_divided2 / saved_value
+        t3 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+        t4 = x_dot / t3
+        t5 = y_dot / t3
+        return x_dot * t1 + y_dot * t2, t1 * t4 + t2 * t5, t4, t5
 
 
 _apply_hypot_pair = routed(
-    HypotPair, "hypot_pair_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor)"
+    HypotPair, "hypot_pair_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor)"
 )
 
 
@@ -113,5 +110,5 @@ def hypot_pair(xy: tuple[torch.Tensor | float, torch.Tensor | float]) -> torch.T
     x, y = unpack_tuple("hypot_pair", "xy", xy, ("x", "y"))
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x, y), _low = as_opmath_tensors("hypot_pair", ("x", "y"), "ff", x, y)
-    out, _saved_value, _saved_binade = _apply_hypot_pair(x, y)
+    out, _saved_value, _saved_divided, _saved_divided2 = _apply_hypot_pair(x, y)
     return rounded(_low, out)

@@ -23,10 +23,10 @@ class ToPolar(RuleFunction):
         t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
         if plain(x, y):
             t1 = (x / t0).square_().add_((y / t0).square_()).sqrt_()
-            t3 = t1 / (1 / t0)
+            t3 = t1 * t0
             return t3, torch.atan2(y, x), t1, t0
         t1 = torch.sqrt((x / t0) ** 2 + (y / t0) ** 2)
-        return t1 / (1 / t0), torch.atan2(y, x), t1, t0
+        return t1 * t0, torch.atan2(y, x), t1, t0
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -37,50 +37,46 @@ class ToPolar(RuleFunction):
     @staticmethod
     def backward(ctx, r_bar, theta_bar, saved_value_bar, saved_binade_bar):
         x, y, saved_value, saved_binade = ctx.saved_tensors
+        t1 = x / saved_binade
         if (
             saved_value_bar is None
             and saved_binade_bar is None
             and plain(x, y, saved_value, saved_binade, r_bar, theta_bar)
             and all(ctx.needs_input_grad)
         ):
-            t0 = x / saved_binade
-            t1 = 1 / (saved_binade * saved_value * (1 / saved_binade))
             t2 = torch.abs(y) < 3.9e-14
             t3 = torch.where(t2, y, 1.9498291869979312e-14) / x
             t4 = torch.where(t2, 7.799316747991725e-14, y)
-            t5 = (t0 * t1).mul_(r_bar)
+            t5 = (t1 / saved_value).mul_(r_bar)
             t5.add_(
                 theta_bar
                 * torch.where(t2, -t3 * (1 / x) / (t3**2 + 1), -1 / (t4 * ((x / t4) ** 2 + 1)))
             )
-            t7 = (y / saved_binade).mul_(t1).mul_(r_bar)
-            t7.addcmul_((t0 / saved_value**2) / saved_binade, theta_bar)
+            t7 = (y / saved_binade).div_(saved_value).mul_(r_bar)
+            t7.addcmul_((t1 / saved_value**2) / saved_binade, theta_bar)
             return t5.sum_to_size(x.shape), t7.sum_to_size(y.shape)
-        t0 = 1 / saved_binade
-        t1 = x / saved_binade
-        t2 = 1 / (saved_binade * saved_value)
-        t3 = t1 * t2
-        t4 = torch.abs(y) < 3.9e-14
-        t5 = torch.where(t4, y, 1.9498291869979312e-14) / x
-        t6 = torch.where(t4, 7.799316747991725e-14, y)
-        t7 = t2 * (y / saved_binade)
+        t2 = t1 / saved_value
+        t3 = torch.abs(y) < 3.9e-14
+        t4 = torch.where(t3, y, 1.9498291869979312e-14) / x
+        t5 = torch.where(t3, 7.799316747991725e-14, y)
+        t7 = (y / saved_binade) / saved_value
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = summed_like(
                 x,
-                None if r_bar is None else r_bar * (t3 / t0),
+                None if r_bar is None else r_bar * t2,
                 None
                 if theta_bar is None
                 else theta_bar
-                * torch.where(t4, -t5 * (1 / x) / (t5**2 + 1), -1 / (t6 * ((x / t6) ** 2 + 1))),
-                None if saved_value_bar is None else saved_value_bar * t3,
+                * torch.where(t3, -t4 * (1 / x) / (t4**2 + 1), -1 / (t5 * ((x / t5) ** 2 + 1))),
+                None if saved_value_bar is None else saved_value_bar * (t2 / saved_binade),
             )
         if ctx.needs_input_grad[1]:
             y_bar = summed_like(
                 y,
-                None if r_bar is None else r_bar * (t7 / t0),
+                None if r_bar is None else r_bar * t7,
                 None if theta_bar is None else theta_bar * ((t1 / saved_value**2) / saved_binade),
-                None if saved_value_bar is None else saved_value_bar * t7,
+                None if saved_value_bar is None else saved_value_bar * (t7 / saved_binade),
             )
         return x_bar, y_bar
 
@@ -89,20 +85,19 @@ class ToPolar(RuleFunction):
         x, y, saved_value, saved_binade = ctx.saved_tensors
         x_dot = tangent_or_zero(x_dot, x)
         y_dot = tangent_or_zero(y_dot, y)
-        t0 = x / saved_binade
-        t1 = 1 / (saved_binade * saved_value)
-        t2 = t1 / (1 / saved_binade)
-        t3 = y / saved_binade
+        t1 = x / saved_binade
+        t2 = t1 / saved_value
+        t3 = (y / saved_binade) / saved_value
         t4 = torch.abs(y) < 3.9e-14
         t5 = torch.where(t4, y, 1.9498291869979312e-14) / x
         t6 = torch.where(t4, 7.799316747991725e-14, y)
         theta_dot = x_dot * torch.where(
             t4, -t5 * (1 / x) / (t5**2 + 1), -1 / (t6 * ((x / t6) ** 2 + 1))
-        ) + y_dot * ((t0 / saved_value**2) / saved_binade)
+        ) + y_dot * ((t1 / saved_value**2) / saved_binade)
         return (
-            x_dot * (t0 * t2) + y_dot * (t2 * t3),
+            x_dot * t2 + y_dot * t3,
             theta_dot,
-            t0 * t1 * x_dot + t1 * t3 * y_dot,
+            t2 * x_dot / saved_binade + t3 * y_dot / saved_binade,
             torch.zeros_like(saved_binade),
         )
 

@@ -429,6 +429,14 @@ class binade(sp.Function):  # noqa: N801
         return True
 
 
+def reciprocal_of(s: sp.Expr) -> sp.Expr:
+    """1 / s; t where s is divided(1, t), a scaling's reciprocal (t a power of two): 1 / (1 / t) is t, exactly,
+    and sympy cancels it against a 1 / t beside it, where `b * v * (1 / b)` would overflow at b * v."""
+    if isinstance(s, divided) and s.args[0] == 1:
+        return s.args[1]
+    return 1 / s
+
+
 class divided(sp.Function):  # noqa: N801
     """divided(x, s): x / s, kept whole: sympy distributes a power over a quotient ((x/s)**2 is x**2/s**2), which
     computes the very square that a scaling by s was to keep in range."""
@@ -437,7 +445,7 @@ class divided(sp.Function):  # noqa: N801
 
     def fdiff(self, argindex: int = 1) -> sp.Expr:
         x, s = self.args
-        return 1 / s if argindex == 1 else -x / s**2
+        return reciprocal_of(s) if argindex == 1 else -x / s**2
 
     def _eval_is_real(self) -> bool | None:
         return self.args[0].is_real and self.args[1].is_real
