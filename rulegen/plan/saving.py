@@ -37,8 +37,9 @@ def _autodiff_saved(exprs: Sequence[sp.Expr], arrays: set[sp.Symbol]) -> set[sp.
     return {k for k in kept if not k.is_Symbol and k.free_symbols & arrays}
 
 
-def _recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol]) -> int:
-    """What recomputing `expr` in eager torch costs: a pass over memory per operation on arrays, two for a function.
+def _recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol], cheap: tuple[type, ...] = ()) -> int:
+    """What recomputing `expr` in eager torch costs: a pass over memory per operation on arrays, two for a function
+    (but the `cheap` ones).
 
     Constants fold: `sqrt(2) * x / 2` is one pass, as is `x**2`; `sin(x)` is
     one pass too, but its arithmetic costs about as much again.
@@ -51,7 +52,7 @@ def _recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol]) -> int:
             operands = [a for a in node.args if a.free_symbols & arrays]
             cost += len(operands) - (len(operands) == len(node.args))
         else:
-            cost += 2 if isinstance(node, sp.Function) else 1
+            cost += 2 if isinstance(node, sp.Function) and not isinstance(node, cheap) else 1
     return cost
 
 
@@ -69,6 +70,8 @@ def eager_passes(exprs: Sequence[sp.Expr], scalars: set[sp.Symbol]) -> int:
 
 # Selections and roundings: a compare or two in a compiled loop, as cheap as arithmetic.
 _SELECTIONS = (sp.Piecewise, sp.Abs, sp.sign, sp.Heaviside, sp.floor, sp.ceiling)
+# What eager torch computes in one pass, as arithmetic: the selections and a quotient kept whole.
+_CHEAP = (*_SELECTIONS, divided)
 
 
 def _functions_of(exprs: Iterable[sp.Expr], arrays: set[sp.Symbol]) -> set[sp.Expr]:
@@ -163,28 +166,12 @@ def _one_step_from_the_rest(
     for expr in sorted(
         (e for e in chosen if e not in outputs), key=lambda e: (_recompute_cost(e, arrays), sp.default_sort_key(e))
     ):
-        if _cheap_passes(saved_form(expr, kept), arrays | set(kept.values())) <= 1:
+        # One pass: one operation, a selection or a quotient (not a function, which costs two).
+        if _recompute_cost(saved_form(expr, kept), arrays | set(kept.values()), _CHEAP) <= 1:
             found.add(expr)
         else:
             kept[expr] = chosen[expr]
     return found
-
-
-def _cheap_passes(expr: sp.Expr, arrays: set[sp.Symbol]) -> int:
-    """Passes over memory that recomputing `expr` costs, counting a function other than arithmetic or a
-    selection (`_SELECTIONS`) as two, so that one pass is one cheap operation."""
-    cost = 0
-    for node in sp.preorder_traversal(expr):
-        if node.is_Atom or not node.free_symbols & arrays:
-            continue
-        if node.is_Add or node.is_Mul:
-            operands = [a for a in node.args if a.free_symbols & arrays]
-            cost += len(operands) - (len(operands) == len(node.args))
-        elif node.is_Pow or isinstance(node, (*_SELECTIONS, divided)):
-            cost += 1
-        else:
-            cost += 2
-    return cost
 
 
 def _description(expr: sp.Expr) -> str:
