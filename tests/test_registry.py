@@ -34,6 +34,7 @@ from rulegen.plan import printers
 from rulegen.plan.code import Import, import_statements
 from rulegen.plan.printers import print_jax, print_torch
 from rulegen.spec.errors import Loc, SpecError
+from rulegen.spec.names import HELPER_NAMES
 
 jax.config.update("jax_enable_x64", True)
 
@@ -185,6 +186,8 @@ def test_the_derived_tables_agree_with_the_registry_and_are_read_only():
     assert isinstance(fn.FUNCTIONS, MappingProxyType)
     assert isinstance(fn.MPMATH_IMPLEMENTATIONS, MappingProxyType)
     assert isinstance(fn.TORCH_TENSOR_ONLY, frozenset)
+    # A runtime function is imported into generated modules by its name, which no rule may take.
+    assert {f.torch_runtime for f in fn.REGISTRY if f.torch_runtime} <= HELPER_NAMES
     for function in fn.REGISTRY:
         assert printers._JAX_FUNCTIONS.get(function.name) == function.jax
         assert printers._TORCH_FUNCTIONS.get(function.name) == (function.torch_runtime or function.torch)
