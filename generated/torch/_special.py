@@ -22,6 +22,7 @@ float32's trigamma is right to 2.5 eps and stays torch's.
 
 import torch
 
+from ._function import save_for_derivatives
 from ._route import without_jvp
 
 
@@ -39,9 +40,7 @@ class _Zeta(torch.autograd.Function):
         # A tensor exponent is saved as tensors are (a BatchedTensor under vmap); a number as it is.
         ctx.s_is_tensor = isinstance(s, torch.Tensor)
         ctx.s = None if ctx.s_is_tensor else s
-        saved = (q, s) if ctx.s_is_tensor else (q,)
-        ctx.save_for_forward(*saved)
-        ctx.save_for_backward(*saved)
+        save_for_derivatives(ctx, *((q, s) if ctx.s_is_tensor else (q,)))
 
     @staticmethod
     def backward(ctx, grad):
@@ -65,8 +64,7 @@ class _Digamma(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.save_for_forward(*inputs)
-        ctx.save_for_backward(*inputs)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, grad):

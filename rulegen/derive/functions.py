@@ -222,8 +222,7 @@ class log_ndtr(sp.Function):  # noqa: N801
         # cancels exactly: exp(-x**2 / 2 - log_ndtr(x)), the difference of two exponents of 5e7,
         # was 8.6e6 eps off at x = -1e4 in float64. Above, where erfcx(-x / sqrt 2) overflows
         # (x = 38, float32's 13) and its derivative would be inf / inf, Phi(x) is in [1/2, 1).
-        negative = _negative_or(x, sp.S.NegativeOne)
-        positive = Piecewise((x, x >= 0), (sp.S.One, True))
+        negative, positive = _negative_or(x, sp.S.NegativeOne), _nonnegative_or(x, sp.S.One)
         left = sp.sqrt(2 / sp.pi) / erfcx(-negative / sp.sqrt(2))
         right = sp.exp(-(positive**2) / 2) / (sp.sqrt(2 * sp.pi) * ndtr(positive))
         return Piecewise((left, x < 0), (right, True))
@@ -429,12 +428,16 @@ class binade(sp.Function):  # noqa: N801
         return True
 
 
+def undone_scale(s: sp.Expr) -> sp.Expr | None:
+    """t where s is divided(1, t), a scaling's reciprocal (stabilise's t are powers of two); else None."""
+    return s.args[1] if isinstance(s, divided) and s.args[0] == 1 else None
+
+
 def reciprocal_of(s: sp.Expr) -> sp.Expr:
-    """1 / s; t where s is divided(1, t), a scaling's reciprocal (t a power of two): 1 / (1 / t) is t, exactly,
-    and sympy cancels it against a 1 / t beside it, where `b * v * (1 / b)` would overflow at b * v."""
-    if isinstance(s, divided) and s.args[0] == 1:
-        return s.args[1]
-    return 1 / s
+    """1 / s; t where s is divided(1, t): 1 / (1 / t) is t, exactly, and sympy cancels it against a 1 / t
+    beside it, where `b * v * (1 / b)` would overflow at b * v."""
+    scale = undone_scale(s)
+    return 1 / s if scale is None else scale
 
 
 class divided(sp.Function):  # noqa: N801
@@ -568,6 +571,11 @@ def _negative_or(x: sp.Expr, stand_in: sp.Expr) -> sp.Expr:
     return Piecewise((x, x < 0), (stand_in, True))
 
 
+def _nonnegative_or(x: sp.Expr, stand_in: sp.Expr) -> sp.Expr:
+    """x where x >= 0, else `stand_in`: `_negative_or`'s other half."""
+    return Piecewise((x, x >= 0), (stand_in, True))
+
+
 def _polygamma_by_reflection(order: sp.Expr, x: sp.Expr) -> sp.Expr:
     """polygamma(n, x), n >= 0, from 1 - x where x < 0: JAX's is wrong there (-1e-4 for 15.08 at x = -10000.3),
     and torch's float32 one 1e-3 off (15.0765 for 15.0928 at x = -10000.3).
@@ -610,8 +618,7 @@ def _log_ndtr_by_erfcx(x: sp.Expr) -> sp.Expr:
     the rounded x / sqrt 2 would be 2 eps off), log1p(-Phi(-x)) above.  Each branch's argument is a stand-in
     in the other's half, where its value would overflow and its derivative, times the `where`'s 0, be nan.
     """
-    negative = _negative_or(x, sp.S.NegativeOne)
-    positive = Piecewise((x, x >= 0), (sp.S.One, True))
+    negative, positive = _negative_or(x, sp.S.NegativeOne), _nonnegative_or(x, sp.S.One)
     left = sp.log(erfcx(-negative / sp.sqrt(2)) / 2) - negative**2 / 2
     return Piecewise((left, x < 0), (log1p(-ndtr(-positive)), True))
 

@@ -288,9 +288,9 @@ class _ArrayCode:
     def _print_divided(self, expr: fn.divided) -> str:
         x, s = expr.args
         mul = PRECEDENCE["Mul"]
-        if isinstance(s, fn.divided) and s.args[0] == 1:
+        if (scale := fn.undone_scale(s)) is not None:
             # x / (1 / t), a scaling undone: x * t, the same number where t is a power of two.
-            return f"{self.parenthesize(x, mul)} * {self.parenthesize(s.args[1], mul + 1)}"
+            return f"{self.parenthesize(x, mul)} * {self.parenthesize(scale, mul + 1)}"
         return f"{self.parenthesize(x, mul)} / {self.parenthesize(s, mul + 1)}"
 
     def parenthesize(self, item: Any, level: int, strict: bool = False) -> str:
