@@ -105,7 +105,9 @@ class _Flatten(torch.autograd.Function):
 def test_a_rule_op_copies_views_and_keeps_the_functions_backward():
     from rulegen.runtime.torch import _route
 
-    op = _route.rule_op("tests.runtime", "flatten_rule", _Flatten, "(Tensor x) -> Tensor")
+    op = _route.rule_op(_Flatten, "(Tensor x) -> Tensor")
+    # Named after the Function, in its module's namespace: one op per rule of each generated package.
+    assert op._qualname == f"{__name__.replace('.', '_')}::_Flatten"
     x = torch.ones(2, 3, requires_grad=True)
     op(x).sum().backward()  # an op's result may not be a view of its argument
     torch.testing.assert_close(x.grad, torch.full((2, 3), 2.0))

@@ -40,14 +40,11 @@ class AffineState(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, w_dot, b_dot):
         x, w, b = ctx.saved_tensors
-        w_dot = tangent_or_zero(w_dot, w)
-        b_dot = tangent_or_zero(b_dot, b)
+        w_dot, b_dot = tangent_or_zero(w_dot, w), tangent_or_zero(b_dot, b)
         return b_dot + w_dot * x
 
 
-_apply_affine_state = routed(
-    AffineState, "affine_state_rule", "(Tensor x, Tensor w, Tensor b) -> Tensor"
-)
+_apply_affine_state = routed(AffineState, "(Tensor x, Tensor w, Tensor b) -> Tensor")
 
 
 def affine_state(x: torch.Tensor | float, params: dict[str, torch.Tensor | float]) -> torch.Tensor:

@@ -32,7 +32,7 @@ class CExp(RuleFunction):
         return out * z_dot
 
 
-_apply_c_exp = routed(CExp, "c_exp_rule", "(Tensor z) -> Tensor")
+_apply_c_exp = routed(CExp, "(Tensor z) -> Tensor")
 
 
 def c_exp(z: torch.Tensor | complex) -> torch.Tensor:

@@ -32,7 +32,7 @@ class CLog(RuleFunction):
         return z_dot / z
 
 
-_apply_c_log = routed(CLog, "c_log_rule", "(Tensor z) -> Tensor")
+_apply_c_log = routed(CLog, "(Tensor z) -> Tensor")
 
 
 def c_log(z: torch.Tensor | complex) -> torch.Tensor:

@@ -43,13 +43,12 @@ class CMobius(RuleFunction):
     @staticmethod
     def jvp(ctx, z_dot, a_dot):
         z, a = ctx.saved_tensors
-        z_dot = tangent_or_zero(z_dot, z)
-        a_dot = tangent_or_zero(a_dot, a)
+        z_dot, a_dot = tangent_or_zero(z_dot, z), tangent_or_zero(a_dot, a)
         t0 = z + 2
         return a_dot * (z / t0) + z_dot * ((2 * a - 1j) / t0**2)
 
 
-_apply_c_mobius = routed(CMobius, "c_mobius_rule", "(Tensor z, Tensor a) -> Tensor")
+_apply_c_mobius = routed(CMobius, "(Tensor z, Tensor a) -> Tensor")
 
 
 def c_mobius(z: torch.Tensor | complex, a: torch.Tensor | complex) -> torch.Tensor:

@@ -34,7 +34,7 @@ class CPoly(RuleFunction):
         return z_dot * (6 * z**2 - 1 + 2 * 1j)
 
 
-_apply_c_poly = routed(CPoly, "c_poly_rule", "(Tensor z) -> Tensor")
+_apply_c_poly = routed(CPoly, "(Tensor z) -> Tensor")
 
 
 def c_poly(z: torch.Tensor | complex) -> torch.Tensor:

@@ -32,7 +32,7 @@ class CSin(RuleFunction):
         return z_dot * torch.cos(z)
 
 
-_apply_c_sin = routed(CSin, "c_sin_rule", "(Tensor z) -> Tensor")
+_apply_c_sin = routed(CSin, "(Tensor z) -> Tensor")
 
 
 def c_sin(z: torch.Tensor | complex) -> torch.Tensor:

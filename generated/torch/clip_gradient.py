@@ -35,9 +35,7 @@ class ClipGradient(RuleFunction):
         )
 
 
-_apply_clip_gradient = routed(
-    ClipGradient, "clip_gradient_rule", "(Tensor lo, Tensor hi, Tensor x) -> Tensor"
-)
+_apply_clip_gradient = routed(ClipGradient, "(Tensor lo, Tensor hi, Tensor x) -> Tensor")
 
 
 def clip_gradient(

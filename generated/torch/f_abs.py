@@ -30,7 +30,7 @@ class FAbs(RuleFunction):
     jvp = backward
 
 
-_apply_f_abs = routed(FAbs, "f_abs_rule", "(Tensor x) -> Tensor")
+_apply_f_abs = routed(FAbs, "(Tensor x) -> Tensor")
 
 
 def f_abs(x: torch.Tensor | float) -> torch.Tensor:

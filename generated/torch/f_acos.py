@@ -30,7 +30,7 @@ class FAcos(RuleFunction):
     jvp = backward
 
 
-_apply_f_acos = routed(FAcos, "f_acos_rule", "(Tensor x) -> Tensor")
+_apply_f_acos = routed(FAcos, "(Tensor x) -> Tensor")
 
 
 def f_acos(x: torch.Tensor | float) -> torch.Tensor:

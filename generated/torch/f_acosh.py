@@ -30,7 +30,7 @@ class FAcosh(RuleFunction):
     jvp = backward
 
 
-_apply_f_acosh = routed(FAcosh, "f_acosh_rule", "(Tensor x) -> Tensor")
+_apply_f_acosh = routed(FAcosh, "(Tensor x) -> Tensor")
 
 
 def f_acosh(x: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class FAsin(RuleFunction):
     jvp = backward
 
 
-_apply_f_asin = routed(FAsin, "f_asin_rule", "(Tensor x) -> Tensor")
+_apply_f_asin = routed(FAsin, "(Tensor x) -> Tensor")
 
 
 def f_asin(x: torch.Tensor | float) -> torch.Tensor:

@@ -38,7 +38,7 @@ class FAsinh(RuleFunction):
     jvp = backward
 
 
-_apply_f_asinh = routed(FAsinh, "f_asinh_rule", "(Tensor x) -> Tensor")
+_apply_f_asinh = routed(FAsinh, "(Tensor x) -> Tensor")
 
 
 def f_asinh(x: torch.Tensor | float) -> torch.Tensor:

@@ -28,7 +28,7 @@ class FAtan(RuleFunction):
     jvp = backward
 
 
-_apply_f_atan = routed(FAtan, "f_atan_rule", "(Tensor x) -> Tensor")
+_apply_f_atan = routed(FAtan, "(Tensor x) -> Tensor")
 
 
 def f_atan(x: torch.Tensor | float) -> torch.Tensor:

@@ -51,8 +51,7 @@ class FAtan2(RuleFunction):
     @staticmethod
     def jvp(ctx, y_dot, x_dot):
         y, x = ctx.saved_tensors
-        y_dot = tangent_or_zero(y_dot, y)
-        x_dot = tangent_or_zero(x_dot, x)
+        y_dot, x_dot = tangent_or_zero(y_dot, y), tangent_or_zero(x_dot, x)
         t0 = torch.abs(x)
         t1 = binade(torch.maximum(t0, torch.abs(y)))
         t2 = y / t1
@@ -64,7 +63,7 @@ class FAtan2(RuleFunction):
         )
 
 
-_apply_f_atan2 = routed(FAtan2, "f_atan2_rule", "(Tensor y, Tensor x) -> Tensor")
+_apply_f_atan2 = routed(FAtan2, "(Tensor y, Tensor x) -> Tensor")
 
 
 def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:

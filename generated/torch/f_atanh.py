@@ -28,7 +28,7 @@ class FAtanh(RuleFunction):
     jvp = backward
 
 
-_apply_f_atanh = routed(FAtanh, "f_atanh_rule", "(Tensor x) -> Tensor")
+_apply_f_atanh = routed(FAtanh, "(Tensor x) -> Tensor")
 
 
 def f_atanh(x: torch.Tensor | float) -> torch.Tensor:

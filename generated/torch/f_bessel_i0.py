@@ -30,7 +30,7 @@ class FBesselI0(RuleFunction):
     jvp = backward
 
 
-_apply_f_bessel_i0 = routed(FBesselI0, "f_bessel_i0_rule", "(Tensor x) -> Tensor")
+_apply_f_bessel_i0 = routed(FBesselI0, "(Tensor x) -> Tensor")
 
 
 def f_bessel_i0(x: torch.Tensor | float) -> torch.Tensor:

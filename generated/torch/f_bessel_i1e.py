@@ -32,7 +32,7 @@ class FBesselI1e(RuleFunction):
     jvp = backward
 
 
-_apply_f_bessel_i1e = routed(FBesselI1e, "f_bessel_i1e_rule", "(Tensor x) -> Tensor")
+_apply_f_bessel_i1e = routed(FBesselI1e, "(Tensor x) -> Tensor")
 
 
 def f_bessel_i1e(x: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class FCbrt(RuleFunction):
     jvp = backward
 
 
-_apply_f_cbrt = routed(FCbrt, "f_cbrt_rule", "(Tensor x) -> Tensor")
+_apply_f_cbrt = routed(FCbrt, "(Tensor x) -> Tensor")
 
 
 def f_cbrt(x: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class FCos(RuleFunction):
     jvp = backward
 
 
-_apply_f_cos = routed(FCos, "f_cos_rule", "(Tensor x) -> Tensor")
+_apply_f_cos = routed(FCos, "(Tensor x) -> Tensor")
 
 
 def f_cos(x: torch.Tensor | float) -> torch.Tensor:

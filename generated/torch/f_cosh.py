@@ -30,7 +30,7 @@ class FCosh(RuleFunction):
     jvp = backward
 
 
-_apply_f_cosh = routed(FCosh, "f_cosh_rule", "(Tensor x) -> Tensor")
+_apply_f_cosh = routed(FCosh, "(Tensor x) -> Tensor")
 
 
 def f_cosh(x: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class FCube(RuleFunction):
     jvp = backward
 
 
-_apply_f_cube = routed(FCube, "f_cube_rule", "(Tensor x) -> Tensor")
+_apply_f_cube = routed(FCube, "(Tensor x) -> Tensor")
 
 
 def f_cube(x: torch.Tensor | float) -> torch.Tensor:

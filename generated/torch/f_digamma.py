@@ -44,7 +44,7 @@ class FDigamma(RuleFunction):
     jvp = backward
 
 
-_apply_f_digamma = routed(FDigamma, "f_digamma_rule", "(Tensor x) -> Tensor")
+_apply_f_digamma = routed(FDigamma, "(Tensor x) -> Tensor")
 
 
 def f_digamma(x: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class FEntr(RuleFunction):
     jvp = backward
 
 
-_apply_f_entr = routed(FEntr, "f_entr_rule", "(Tensor x) -> Tensor")
+_apply_f_entr = routed(FEntr, "(Tensor x) -> Tensor")
 
 
 def f_entr(x: torch.Tensor | float) -> torch.Tensor:

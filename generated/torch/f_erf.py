@@ -32,7 +32,7 @@ class FErf(RuleFunction):
     jvp = backward
 
 
-_apply_f_erf = routed(FErf, "f_erf_rule", "(Tensor x) -> Tensor")
+_apply_f_erf = routed(FErf, "(Tensor x) -> Tensor")
 
 
 def f_erf(x: torch.Tensor | float) -> torch.Tensor:

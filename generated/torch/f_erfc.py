@@ -32,7 +32,7 @@ class FErfc(RuleFunction):
     jvp = backward
 
 
-_apply_f_erfc = routed(FErfc, "f_erfc_rule", "(Tensor x) -> Tensor")
+_apply_f_erfc = routed(FErfc, "(Tensor x) -> Tensor")
 
 
 def f_erfc(x: torch.Tensor | float) -> torch.Tensor:

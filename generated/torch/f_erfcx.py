@@ -34,7 +34,7 @@ class FErfcx(RuleFunction):
     jvp = backward
 
 
-_apply_f_erfcx = routed(FErfcx, "f_erfcx_rule", "(Tensor x) -> Tensor")
+_apply_f_erfcx = routed(FErfcx, "(Tensor x) -> Tensor")
 
 
 def f_erfcx(x: torch.Tensor | float) -> torch.Tensor:

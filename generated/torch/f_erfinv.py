@@ -33,7 +33,7 @@ class FErfinv(RuleFunction):
     jvp = backward
 
 
-_apply_f_erfinv = routed(FErfinv, "f_erfinv_rule", "(Tensor x) -> Tensor")
+_apply_f_erfinv = routed(FErfinv, "(Tensor x) -> Tensor")
 
 
 def f_erfinv(x: torch.Tensor | float) -> torch.Tensor:

@@ -28,7 +28,7 @@ class FExp(RuleFunction):
     jvp = backward
 
 
-_apply_f_exp = routed(FExp, "f_exp_rule", "(Tensor x) -> Tensor")
+_apply_f_exp = routed(FExp, "(Tensor x) -> Tensor")
 
 
 def f_exp(x: torch.Tensor | float) -> torch.Tensor:

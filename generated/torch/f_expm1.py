@@ -30,7 +30,7 @@ class FExpm1(RuleFunction):
     jvp = backward
 
 
-_apply_f_expm1 = routed(FExpm1, "f_expm1_rule", "(Tensor x) -> Tensor")
+_apply_f_expm1 = routed(FExpm1, "(Tensor x) -> Tensor")
 
 
 def f_expm1(x: torch.Tensor | float) -> torch.Tensor:

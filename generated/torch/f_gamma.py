@@ -46,7 +46,7 @@ class FGamma(RuleFunction):
     jvp = backward
 
 
-_apply_f_gamma = routed(FGamma, "f_gamma_rule", "(Tensor x) -> Tensor")
+_apply_f_gamma = routed(FGamma, "(Tensor x) -> Tensor")
 
 
 def f_gamma(x: torch.Tensor | float) -> torch.Tensor:

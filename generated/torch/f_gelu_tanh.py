@@ -60,7 +60,7 @@ class FGeluTanh(RuleFunction):
         return saved_tanh_dot * (x / 2) + x_dot * (saved_tanh / 2 + 1 / 2), saved_tanh_dot
 
 
-_apply_f_gelu_tanh = routed(FGeluTanh, "f_gelu_tanh_rule", "(Tensor x) -> (Tensor, Tensor)")
+_apply_f_gelu_tanh = routed(FGeluTanh, "(Tensor x) -> (Tensor, Tensor)")
 
 
 def f_gelu_tanh(x: torch.Tensor | float) -> torch.Tensor:

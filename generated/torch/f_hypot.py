@@ -40,13 +40,12 @@ class FHypot(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         t0 = torch.hypot(x, y)
         return x_dot * (x / t0) + y_dot * (y / t0)
 
 
-_apply_f_hypot = routed(FHypot, "f_hypot_rule", "(Tensor x, Tensor y) -> Tensor")
+_apply_f_hypot = routed(FHypot, "(Tensor x, Tensor y) -> Tensor")
 
 
 def f_hypot(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:

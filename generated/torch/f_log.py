@@ -28,7 +28,7 @@ class FLog(RuleFunction):
     jvp = backward
 
 
-_apply_f_log = routed(FLog, "f_log_rule", "(Tensor x) -> Tensor")
+_apply_f_log = routed(FLog, "(Tensor x) -> Tensor")
 
 
 def f_log(x: torch.Tensor | float) -> torch.Tensor:

@@ -28,7 +28,7 @@ class FLog1p(RuleFunction):
     jvp = backward
 
 
-_apply_f_log1p = routed(FLog1p, "f_log1p_rule", "(Tensor x) -> Tensor")
+_apply_f_log1p = routed(FLog1p, "(Tensor x) -> Tensor")
 
 
 def f_log1p(x: torch.Tensor | float) -> torch.Tensor:

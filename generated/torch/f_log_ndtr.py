@@ -41,7 +41,7 @@ class FLogNdtr(RuleFunction):
     jvp = backward
 
 
-_apply_f_log_ndtr = routed(FLogNdtr, "f_log_ndtr_rule", "(Tensor x) -> Tensor")
+_apply_f_log_ndtr = routed(FLogNdtr, "(Tensor x) -> Tensor")
 
 
 def f_log_ndtr(x: torch.Tensor | float) -> torch.Tensor:

@@ -42,15 +42,14 @@ class FLogaddexp(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         t0 = x - y
         return torch.ops.aten.softplus_backward(
             x_dot, t0, 1.0, 40.0
         ) + torch.ops.aten.softplus_backward(y_dot, t0, -1.0, 40.0)
 
 
-_apply_f_logaddexp = routed(FLogaddexp, "f_logaddexp_rule", "(Tensor x, Tensor y) -> Tensor")
+_apply_f_logaddexp = routed(FLogaddexp, "(Tensor x, Tensor y) -> Tensor")
 
 
 def f_logaddexp(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:

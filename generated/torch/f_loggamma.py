@@ -36,7 +36,7 @@ class FLoggamma(RuleFunction):
     jvp = backward
 
 
-_apply_f_loggamma = routed(FLoggamma, "f_loggamma_rule", "(Tensor x) -> Tensor")
+_apply_f_loggamma = routed(FLoggamma, "(Tensor x) -> Tensor")
 
 
 def f_loggamma(x: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class FLogit(RuleFunction):
     jvp = backward
 
 
-_apply_f_logit = routed(FLogit, "f_logit_rule", "(Tensor x) -> Tensor")
+_apply_f_logit = routed(FLogit, "(Tensor x) -> Tensor")
 
 
 def f_logit(x: torch.Tensor | float) -> torch.Tensor:

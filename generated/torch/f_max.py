@@ -42,13 +42,12 @@ class FMax(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         t0 = x - y
         return x_dot * (torch.sign(t0) + 1) / 2 + y_dot * (torch.sign(-t0) + 1) / 2
 
 
-_apply_f_max = routed(FMax, "f_max_rule", "(Tensor x, Tensor y) -> Tensor")
+_apply_f_max = routed(FMax, "(Tensor x, Tensor y) -> Tensor")
 
 
 def f_max(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:

@@ -51,7 +51,7 @@ class FMish(RuleFunction):
         return saved_tanh * x_dot + saved_tanh_dot * x, saved_tanh_dot
 
 
-_apply_f_mish = routed(FMish, "f_mish_rule", "(Tensor x) -> (Tensor, Tensor)")
+_apply_f_mish = routed(FMish, "(Tensor x) -> (Tensor, Tensor)")
 
 
 def f_mish(x: torch.Tensor | float) -> torch.Tensor:

@@ -34,7 +34,7 @@ class FNdtr(RuleFunction):
     jvp = backward
 
 
-_apply_f_ndtr = routed(FNdtr, "f_ndtr_rule", "(Tensor x) -> Tensor")
+_apply_f_ndtr = routed(FNdtr, "(Tensor x) -> Tensor")
 
 
 def f_ndtr(x: torch.Tensor | float) -> torch.Tensor:

@@ -33,7 +33,7 @@ class FNdtri(RuleFunction):
     jvp = backward
 
 
-_apply_f_ndtri = routed(FNdtri, "f_ndtri_rule", "(Tensor x) -> Tensor")
+_apply_f_ndtri = routed(FNdtri, "(Tensor x) -> Tensor")
 
 
 def f_ndtri(x: torch.Tensor | float) -> torch.Tensor:

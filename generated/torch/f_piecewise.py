@@ -28,7 +28,7 @@ class FPiecewise(RuleFunction):
     jvp = backward
 
 
-_apply_f_piecewise = routed(FPiecewise, "f_piecewise_rule", "(Tensor x) -> Tensor")
+_apply_f_piecewise = routed(FPiecewise, "(Tensor x) -> Tensor")
 
 
 def f_piecewise(x: torch.Tensor | float) -> torch.Tensor:

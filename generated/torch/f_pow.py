@@ -40,12 +40,11 @@ class FPow(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, out = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         return x_dot * (out * y / x) + y_dot * (out * torch.log(x))
 
 
-_apply_f_pow = routed(FPow, "f_pow_rule", "(Tensor x, Tensor y) -> Tensor")
+_apply_f_pow = routed(FPow, "(Tensor x, Tensor y) -> Tensor")
 
 
 def f_pow(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class FRelu(RuleFunction):
     jvp = backward
 
 
-_apply_f_relu = routed(FRelu, "f_relu_rule", "(Tensor x) -> Tensor")
+_apply_f_relu = routed(FRelu, "(Tensor x) -> Tensor")
 
 
 def f_relu(x: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class FRsqrt(RuleFunction):
     jvp = backward
 
 
-_apply_f_rsqrt = routed(FRsqrt, "f_rsqrt_rule", "(Tensor x) -> Tensor")
+_apply_f_rsqrt = routed(FRsqrt, "(Tensor x) -> Tensor")
 
 
 def f_rsqrt(x: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class FSigmoid(RuleFunction):
     jvp = backward
 
 
-_apply_f_sigmoid = routed(FSigmoid, "f_sigmoid_rule", "(Tensor x) -> Tensor")
+_apply_f_sigmoid = routed(FSigmoid, "(Tensor x) -> Tensor")
 
 
 def f_sigmoid(x: torch.Tensor | float) -> torch.Tensor:

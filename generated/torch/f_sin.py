@@ -30,7 +30,7 @@ class FSin(RuleFunction):
     jvp = backward
 
 
-_apply_f_sin = routed(FSin, "f_sin_rule", "(Tensor x) -> Tensor")
+_apply_f_sin = routed(FSin, "(Tensor x) -> Tensor")
 
 
 def f_sin(x: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class FSinh(RuleFunction):
     jvp = backward
 
 
-_apply_f_sinh = routed(FSinh, "f_sinh_rule", "(Tensor x) -> Tensor")
+_apply_f_sinh = routed(FSinh, "(Tensor x) -> Tensor")
 
 
 def f_sinh(x: torch.Tensor | float) -> torch.Tensor:

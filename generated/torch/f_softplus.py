@@ -28,7 +28,7 @@ class FSoftplus(RuleFunction):
     jvp = backward
 
 
-_apply_f_softplus = routed(FSoftplus, "f_softplus_rule", "(Tensor x) -> Tensor")
+_apply_f_softplus = routed(FSoftplus, "(Tensor x) -> Tensor")
 
 
 def f_softplus(x: torch.Tensor | float) -> torch.Tensor:

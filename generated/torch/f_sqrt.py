@@ -30,7 +30,7 @@ class FSqrt(RuleFunction):
     jvp = backward
 
 
-_apply_f_sqrt = routed(FSqrt, "f_sqrt_rule", "(Tensor x) -> Tensor")
+_apply_f_sqrt = routed(FSqrt, "(Tensor x) -> Tensor")
 
 
 def f_sqrt(x: torch.Tensor | float) -> torch.Tensor:

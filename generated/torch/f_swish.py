@@ -29,7 +29,7 @@ class FSwish(RuleFunction):
     jvp = backward
 
 
-_apply_f_swish = routed(FSwish, "f_swish_rule", "(Tensor x) -> Tensor")
+_apply_f_swish = routed(FSwish, "(Tensor x) -> Tensor")
 
 
 def f_swish(x: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class FTan(RuleFunction):
     jvp = backward
 
 
-_apply_f_tan = routed(FTan, "f_tan_rule", "(Tensor x) -> Tensor")
+_apply_f_tan = routed(FTan, "(Tensor x) -> Tensor")
 
 
 def f_tan(x: torch.Tensor | float) -> torch.Tensor:

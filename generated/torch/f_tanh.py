@@ -29,7 +29,7 @@ class FTanh(RuleFunction):
     jvp = backward
 
 
-_apply_f_tanh = routed(FTanh, "f_tanh_rule", "(Tensor x) -> Tensor")
+_apply_f_tanh = routed(FTanh, "(Tensor x) -> Tensor")
 
 
 def f_tanh(x: torch.Tensor | float) -> torch.Tensor:

@@ -39,12 +39,11 @@ class FXlog1py(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         return x_dot * torch.log1p(y) + y_dot * (x / (y + 1))
 
 
-_apply_f_xlog1py = routed(FXlog1py, "f_xlog1py_rule", "(Tensor x, Tensor y) -> Tensor")
+_apply_f_xlog1py = routed(FXlog1py, "(Tensor x, Tensor y) -> Tensor")
 
 
 def f_xlog1py(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:

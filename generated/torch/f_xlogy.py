@@ -39,12 +39,11 @@ class FXlogy(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         return x_dot * torch.log(y) + y_dot * (x / y)
 
 
-_apply_f_xlogy = routed(FXlogy, "f_xlogy_rule", "(Tensor x, Tensor y) -> Tensor")
+_apply_f_xlogy = routed(FXlogy, "(Tensor x, Tensor y) -> Tensor")
 
 
 def f_xlogy(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:

@@ -62,9 +62,7 @@ class GaussianLogpdf(RuleFunction):
         return out_dot
 
 
-_apply_gaussian_logpdf = routed(
-    GaussianLogpdf, "gaussian_logpdf_rule", "(Tensor x, Tensor mu, Tensor sigma) -> Tensor"
-)
+_apply_gaussian_logpdf = routed(GaussianLogpdf, "(Tensor x, Tensor mu, Tensor sigma) -> Tensor")
 
 
 def gaussian_logpdf(

@@ -49,7 +49,7 @@ class Gelu(RuleFunction):
         return x_dot * (saved_one_plus_erf + t0 * x), t0 * x_dot
 
 
-_apply_gelu = routed(Gelu, "gelu_rule", "(Tensor x) -> (Tensor, Tensor)")
+_apply_gelu = routed(Gelu, "(Tensor x) -> (Tensor, Tensor)")
 
 
 def gelu(x: torch.Tensor | float) -> torch.Tensor:

@@ -71,9 +71,7 @@ class HostMulSinJvp(torch.autograd.Function):
         return vmap_elementwise(HostMulSinJvp, info, in_dims, x, y)
 
 
-_apply_host_mul_sin_jvp = routed(
-    HostMulSinJvp, "host_mul_sin_jvp_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)"
-)
+_apply_host_mul_sin_jvp = routed(HostMulSinJvp, "(Tensor x, Tensor y) -> (Tensor, Tensor)")
 
 
 def host_mul_sin_jvp(

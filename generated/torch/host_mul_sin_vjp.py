@@ -73,9 +73,7 @@ class HostMulSinVjp(torch.autograd.Function):
         return vmap_elementwise(HostMulSinVjp, info, in_dims, x, y)
 
 
-_apply_host_mul_sin_vjp = routed(
-    HostMulSinVjp, "host_mul_sin_vjp_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)"
-)
+_apply_host_mul_sin_vjp = routed(HostMulSinVjp, "(Tensor x, Tensor y) -> (Tensor, Tensor)")
 
 
 def host_mul_sin_vjp(

@@ -66,8 +66,7 @@ class HypotPair(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, saved_value, saved_divided, saved_divided2 = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         t1 = saved_divided / saved_value
         t2 = saved_divided2 / saved_value
         t3 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
@@ -76,9 +75,7 @@ class HypotPair(RuleFunction):
         return x_dot * t1 + y_dot * t2, t1 * t4 + t2 * t5, t4, t5
 
 
-_apply_hypot_pair = routed(
-    HypotPair, "hypot_pair_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor)"
-)
+_apply_hypot_pair = routed(HypotPair, "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor)")
 
 
 def hypot_pair(xy: tuple[torch.Tensor | float, torch.Tensor | float]) -> torch.Tensor:

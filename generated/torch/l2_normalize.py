@@ -34,7 +34,7 @@ class L2Normalize(RuleFunction):
         return out_dot
 
 
-_apply_l2_normalize = routed(L2Normalize, "l2_normalize_rule", "(Tensor x) -> Tensor")
+_apply_l2_normalize = routed(L2Normalize, "(Tensor x) -> Tensor")
 
 
 def l2_normalize(x: torch.Tensor | float) -> torch.Tensor:

@@ -30,7 +30,7 @@ class Log1pexp(RuleFunction):
     jvp = backward
 
 
-_apply_log1pexp = routed(Log1pexp, "log1pexp_rule", "(Tensor x) -> Tensor")
+_apply_log1pexp = routed(Log1pexp, "(Tensor x) -> Tensor")
 
 
 def log1pexp(x: torch.Tensor | float) -> torch.Tensor:

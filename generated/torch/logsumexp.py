@@ -46,7 +46,7 @@ class Logsumexp(RuleFunction):
         return out_dot
 
 
-_apply_logsumexp = routed(Logsumexp, "logsumexp_rule", "(Tensor x) -> Tensor")
+_apply_logsumexp = routed(Logsumexp, "(Tensor x) -> Tensor")
 
 
 def logsumexp(x: torch.Tensor | float) -> torch.Tensor:

@@ -39,7 +39,7 @@ class MyCube(RuleFunction):
         return dx * x_dot, 6 * x * x_dot
 
 
-_apply_my_cube = routed(MyCube, "my_cube_rule", "(Tensor x) -> (Tensor, Tensor)")
+_apply_my_cube = routed(MyCube, "(Tensor x) -> (Tensor, Tensor)")
 
 
 def my_cube(x: torch.Tensor | float) -> torch.Tensor:

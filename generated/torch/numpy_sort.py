@@ -68,9 +68,7 @@ class NumpySort(torch.autograd.Function):
         return vmap_sequential(NumpySort, info, in_dims, x, dim)
 
 
-_apply_numpy_sort = routed(
-    NumpySort, "numpy_sort_rule", "(Tensor x, int dim) -> (Tensor, Tensor, Tensor)"
-)
+_apply_numpy_sort = routed(NumpySort, "(Tensor x, int dim) -> (Tensor, Tensor, Tensor)")
 
 
 def numpy_sort(x: torch.Tensor | float, dim=-1) -> torch.Tensor:

@@ -62,9 +62,7 @@ class NumpyTake(torch.autograd.Function):
         return vmap_sequential(NumpyTake, info, in_dims, x, ind, ind_inv, dim)
 
 
-_apply_numpy_take = routed(
-    NumpyTake, "numpy_take_rule", "(Tensor x, Tensor ind, Tensor ind_inv, int dim) -> Tensor"
-)
+_apply_numpy_take = routed(NumpyTake, "(Tensor x, Tensor ind, Tensor ind_inv, int dim) -> Tensor")
 
 
 def numpy_take(

@@ -20,10 +20,8 @@ class PointVjp(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        a, _, _ = output
         ctx.set_materialize_grads(False)
         save_for_derivatives(ctx, *inputs)
-        ctx.a_shape = a.shape
 
     @staticmethod
     def backward(ctx, a_bar, b0_bar, b1_bar):
@@ -45,18 +43,15 @@ class PointVjp(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         return (
-            torch.broadcast_to(x_dot * (2 * x), ctx.a_shape),
-            torch.broadcast_to(x_dot * torch.cos(x), ctx.a_shape),
-            torch.broadcast_to(y_dot * (-torch.sin(y)), ctx.a_shape),
+            broadcast(x_dot * (2 * x), x, y),
+            broadcast(x_dot * torch.cos(x), x, y),
+            broadcast(y_dot * (-torch.sin(y)), x, y),
         )
 
 
-_apply_point_vjp = routed(
-    PointVjp, "point_vjp_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor)"
-)
+_apply_point_vjp = routed(PointVjp, "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor)")
 
 
 def point_vjp(pt) -> dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:

@@ -60,8 +60,7 @@ class Polar(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         t0 = torch.hypot(x, y)
         t1 = torch.abs(y)
         t2 = t1 < 3.9e-14
@@ -75,7 +74,7 @@ class Polar(RuleFunction):
         return x_dot * (x / t0) + y_dot * (y / t0), theta_dot
 
 
-_apply_polar = routed(Polar, "polar_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)")
+_apply_polar = routed(Polar, "(Tensor x, Tensor y) -> (Tensor, Tensor)")
 
 
 def polar(x: torch.Tensor | float, y: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -58,9 +58,7 @@ class ScaledTanh(RuleFunction):
         return out_dot, saved_tanh_dot
 
 
-_apply_scaled_tanh = routed(
-    ScaledTanh, "scaled_tanh_rule", "(Tensor x, float log_scale) -> (Tensor, Tensor)"
-)
+_apply_scaled_tanh = routed(ScaledTanh, "(Tensor x, float log_scale) -> (Tensor, Tensor)")
 
 
 def scaled_tanh(x: torch.Tensor | float, log_scale=0.5) -> torch.Tensor:

@@ -61,7 +61,7 @@ class ScipyErfcx(torch.autograd.Function):
         return vmap_elementwise(ScipyErfcx, info, in_dims, x)
 
 
-_apply_scipy_erfcx = routed(ScipyErfcx, "scipy_erfcx_rule", "(Tensor x) -> Tensor")
+_apply_scipy_erfcx = routed(ScipyErfcx, "(Tensor x) -> Tensor")
 
 
 def scipy_erfcx(x: torch.Tensor | float) -> torch.Tensor:

@@ -32,7 +32,7 @@ class SigmoidOut(RuleFunction):
     jvp = backward
 
 
-_apply_sigmoid_out = routed(SigmoidOut, "sigmoid_out_rule", "(Tensor x) -> Tensor")
+_apply_sigmoid_out = routed(SigmoidOut, "(Tensor x) -> Tensor")
 
 
 def sigmoid_out(x: torch.Tensor | float) -> torch.Tensor:

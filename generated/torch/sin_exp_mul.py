@@ -54,8 +54,7 @@ class SinExpMul(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, saved_exp, saved_sin = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         saved_exp_dot = -2 * saved_exp * x * x_dot
         saved_sin_dot = x_dot * torch.cos(x)
         out_dot = y * (saved_exp * saved_sin_dot + saved_exp_dot * saved_sin) + y_dot * (
@@ -64,9 +63,7 @@ class SinExpMul(RuleFunction):
         return out_dot, saved_exp_dot, saved_sin_dot
 
 
-_apply_sin_exp_mul = routed(
-    SinExpMul, "sin_exp_mul_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor)"
-)
+_apply_sin_exp_mul = routed(SinExpMul, "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor)")
 
 
 def sin_exp_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:

@@ -44,13 +44,12 @@ class SinMul(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, saved_sin = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         saved_sin_dot = x_dot * torch.cos(x)
         return saved_sin * y_dot + saved_sin_dot * y, saved_sin_dot
 
 
-_apply_sin_mul = routed(SinMul, "sin_mul_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor)")
+_apply_sin_mul = routed(SinMul, "(Tensor x, Tensor y) -> (Tensor, Tensor)")
 
 
 def sin_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:

@@ -37,7 +37,7 @@ class Sincos(RuleFunction):
         return x_dot * torch.cos(x), x_dot * (-torch.sin(x))
 
 
-_apply_sincos = routed(Sincos, "sincos_rule", "(Tensor x) -> (Tensor, Tensor)")
+_apply_sincos = routed(Sincos, "(Tensor x) -> (Tensor, Tensor)")
 
 
 def sincos(x: torch.Tensor | float) -> dict[str, torch.Tensor]:

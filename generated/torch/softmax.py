@@ -51,7 +51,7 @@ class Softmax(RuleFunction):
         return out_dot
 
 
-_apply_softmax = routed(Softmax, "softmax_rule", "(Tensor x) -> Tensor")
+_apply_softmax = routed(Softmax, "(Tensor x) -> Tensor")
 
 
 def softmax(x: torch.Tensor | float) -> torch.Tensor:

@@ -34,9 +34,7 @@ class SoftplusBeta(RuleFunction):
         return torch.ops.aten.softplus_backward(x_dot, x, ctx.beta, 40.0)
 
 
-_apply_softplus_beta = routed(
-    SoftplusBeta, "softplus_beta_rule", "(Tensor x, float beta) -> Tensor"
-)
+_apply_softplus_beta = routed(SoftplusBeta, "(Tensor x, float beta) -> Tensor")
 
 
 def softplus_beta(x: torch.Tensor | float, beta=1.0) -> torch.Tensor:

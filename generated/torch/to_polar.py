@@ -83,8 +83,7 @@ class ToPolar(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, saved_value, saved_binade = ctx.saved_tensors
-        x_dot = tangent_or_zero(x_dot, x)
-        y_dot = tangent_or_zero(y_dot, y)
+        x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         t1 = x / saved_binade
         t2 = t1 / saved_value
         t3 = (y / saved_binade) / saved_value
@@ -102,9 +101,7 @@ class ToPolar(RuleFunction):
         )
 
 
-_apply_to_polar = routed(
-    ToPolar, "to_polar_rule", "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor)"
-)
+_apply_to_polar = routed(ToPolar, "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor, Tensor)")
 
 
 class Polar(NamedTuple):

@@ -20,7 +20,20 @@ from rulegen.derive.forms import (
 from rulegen.derive.functions import cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation, Partials
 from rulegen.derive.symbols import own_names, torch_context, value_symbol
-from rulegen.plan.code import Assign, Block, Class, Comment, Def, Docstring, If, Import, Return, Statement, either
+from rulegen.plan.code import (
+    Assign,
+    Block,
+    Class,
+    Comment,
+    Def,
+    Docstring,
+    If,
+    Import,
+    Return,
+    Statement,
+    either,
+    fits_a_line,
+)
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
@@ -262,7 +275,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
     forward_results, aliases = _forward_results(t)
     forward = emit.block([], forward_results)
     backward = _backward(t, method)
-    jvp_lets, jvp_results = _jvp_parts(t, aliases, emit.forms)
+    jvp_lets, jvp_results = _jvp_parts(t, aliases, emit.forms, backward.reads)
     jvp = in_ctx.block(jvp_lets, jvp_results)
     used = jvp.reads | backward.reads | set(t.absent_tangents)
     emit.imports.add(Import("torch"))
@@ -283,7 +296,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         helpers = {*(("as_opmath_tensors", "rounded") if lifted else ("as_tensors",)), *unpack_helpers(rule)}
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
-    shape_kept = t.outputs[0] if _tangents_broadcast(t) else ""
+    shape_kept = t.outputs[0] if _tangents_broadcast(t) and not _broadcasts_from(t, backward.reads) else ""
     route = torch_route(rule, len(values_out))
     wrapped = [*forward_results, *backward.full, *backward.first_order, *jvp_results]
     function_helpers = {"RuleFunction", "routed", *set().union(*(r.wrap.helpers for r in wrapped))}
@@ -380,12 +393,24 @@ def _opmath_bodies(t: _Torch, emit: Emitter, forward: list[Result], hot: list[Re
     )
 
 
+def _broadcast(t: _Torch) -> Wrap:
+    """A value in the shape of all the rule's arrays (the runtime's `broadcast`)."""
+    arrays = t.arrays
+    return Wrap(
+        f"{own_names(t.rule)['broadcast']}({{}}, {', '.join(arrays)})", frozenset(arrays), frozenset({"broadcast"})
+    )
+
+
+def _broadcasts_from(t: _Torch, kept: frozenset[str]) -> bool:
+    """Whether `kept` holds every array an output is broadcast over (see `_broadcast`)."""
+    return bool(t.arrays) and set(t.arrays) <= kept
+
+
 def _forward_results(t: _Torch) -> tuple[list[Result], set[str]]:
     """The forward's outputs and residuals, and the outputs that are an input as it is (returned as views)."""
-    d, arrays, g = t.d, t.arrays, own_names(t.rule)
+    d, arrays = t.d, t.arrays
     values = [*d.forward, *((n, with_outputs(d, e)) for n, e in t.residuals)]
-    broadcast = Wrap(f"{g['broadcast']}({{}}, {', '.join(arrays)})", frozenset(arrays), frozenset({"broadcast"}))
-    wraps = broadcast_outputs(d, broadcast) if arrays else {}
+    wraps = broadcast_outputs(d, _broadcast(t)) if arrays else {}
     # An input returned as it is must be a view: torch refuses to save it otherwise.  A view's
     # tangent must be a view of the input's tangent, so where the rule's derivative is not 1
     # (a clipped gradient) the output is a copy instead.
@@ -507,9 +532,12 @@ def _tangents_broadcast(t: _Torch) -> bool:
 
 
 def _jvp_parts(
-    t: _Torch, aliases: set[str], forms: Callable[[sp.Expr], sp.Expr]
+    t: _Torch, aliases: set[str], forms: Callable[[sp.Expr], sp.Expr], kept: frozenset[str]
 ) -> tuple[list[tuple[str, sp.Expr]], list[Result]]:
     """One tangent per output, then per residual; and the residual tangents computed first, as lets.
+
+    A tangent of fewer inputs than its output is broadcast as forward
+    broadcasts the output where backward keeps (`kept`) all of them.
 
     Residual tangents too: torch.func.hessian runs forward mode over a
     backward that reads them.  Since jvp computes them anyway, an output
@@ -540,6 +568,9 @@ def _jvp_parts(
             results.append(Result(tangent(o.name), code="None"))
         elif expr == 0:
             results.append(Result(tangent(o.name), code=f"{torch}.zeros_like({o.name})", reads=reads))
+        elif needs_broadcast(t.d, direct[o.name]) and _broadcasts_from(t, kept):
+            # As forward broadcasts the output, from the inputs backward keeps anyway.
+            results.append(Result(tangent(o.name), expr, wrap=_broadcast(t)))
         elif needs_broadcast(t.d, direct[o.name]):
             # To the shape setup_context keeps (`shape_kept`): a saved output would stay in memory for it.
             shape = f"{torch_context(t.rule)}.{shape_attribute(t.outputs[0])}"
@@ -811,7 +842,9 @@ def _backward_body(plan: TorchPlan) -> tuple[Statement, ...]:
 def _jvp_body(plan: TorchPlan) -> tuple[Statement, ...]:
     body = _unpacked(plan.jvp_reads, plan.own["ctx"])
     zero = plan.own["tangent_or_zero"]
-    body += [Assign(dot, f"{zero}({dot}, {x})") for x, dot in plan.absent_tangents]
+    each = [Assign(dot, f"{zero}({dot}, {x})") for x, dot in plan.absent_tangents]
+    together = Assign(", ".join(a.target for a in each), ", ".join(a.code for a in each))
+    body += [together] if len(each) > 1 and fits_a_line(together.line) else each
     return (*body, *plan.jvp.statements)
 
 

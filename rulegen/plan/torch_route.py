@@ -53,7 +53,7 @@ def torch_route(rule: Rule, values: int) -> TorchRoute:
     arguments = ", ".join(f"{static_type(i) if i.static else 'Tensor'} {i.name}" for i in rule.inputs)
     returns = "Tensor" if values == 1 else f"({', '.join(['Tensor'] * values)})"
     schema = f"({arguments}) -> {returns}"
-    return TorchRoute(Assign(apply, f"{routed}({cls}, {rule.name + '_rule'!r}, {schema!r})"), apply)
+    return TorchRoute(Assign(apply, f"{routed}({cls}, {schema!r})"), apply)
 
 
 @dataclass(frozen=True)

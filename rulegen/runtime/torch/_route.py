@@ -75,16 +75,16 @@ def without_jvp(function):
     )
 
 
-def routed(function, name=None, schema=None):
+def routed(function, schema=None):
     """What a public function calls to apply the Function `function`, in the form `route` picks.
 
     Made once, at import: the compiled form (`function` without `jvp`, which
-    torch.compile(fullgraph=True) refuses) and, given the op's `name` and
-    `schema`, the exported form (`rule_op`, registered in `function`'s
-    module).  A rule with no schema (a static no schema types) has no op.
+    torch.compile(fullgraph=True) refuses) and, given the op's `schema`, the
+    exported form (`rule_op`).  A rule with no schema (a static no schema
+    types) has no op.
     """
     compiled = without_jvp(function)
-    exported = None if schema is None else rule_op(function.__module__, name, function, schema)
+    exported = None if schema is None else rule_op(function, schema)
 
     def apply(*args):
         return route(function, compiled, exported)(*args)
@@ -93,22 +93,23 @@ def routed(function, name=None, schema=None):
     return apply
 
 
-def rule_op(module, name, function, schema):
-    """The Function `function` as the custom op `name` of `module`, which torch.export keeps whole.
+def rule_op(function, schema):
+    """The Function `function` as a custom op, which torch.export keeps whole.
 
-    Its forward and fake are the Function's forward (torch code runs on fake
-    tensors too, and a host forward is an op with a fake of its own), its
-    autograd the Function's `setup_context` and `backward`, themselves torch
-    code and so differentiable again.
+    The op is named after the Function in a namespace of its module's
+    (`torch.ops.<package>_torch_gelu.Gelu`), so each rule of each generated
+    package has its own.  Its forward and fake are the Function's forward
+    (torch code runs on fake tensors too, and a host forward is an op with a
+    fake of its own), its autograd the Function's `setup_context` and
+    `backward`, themselves torch code and so differentiable again.
     """
 
     def forward(*args):
         # An op's results may not alias its arguments.
         return fresh_outputs(_unaliased(function.forward(*args)), *args)
 
-    op = torch.library.custom_op(
-        f"{module.replace('.', '_')}::{name}", forward, mutates_args=(), schema=schema
-    )
+    name = f"{function.__module__.replace('.', '_')}::{function.__name__}"
+    op = torch.library.custom_op(name, forward, mutates_args=(), schema=schema)
     op.register_fake(forward)
     op.register_autograd(function.backward, setup_context=function.setup_context)
     return op
