@@ -353,7 +353,6 @@ KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
         "the derivative of sqrt(2/pi) / erfcx(u), u = -x/sqrt 2, reads erfcx's, 2*u*erfcx(u) - 2/sqrt(pi): it cancels"
         for backend in ("jax", "torch")
     },
-    **_every(("erfcx",), "array", "second derivative at large x: 2*x*erfcx(x) - 2/sqrt(pi) cancels"),
 }
 
 

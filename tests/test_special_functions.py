@@ -192,3 +192,52 @@ def test_log_ndtr_and_its_derivative_keep_both_tails(package, backend):
     np.testing.assert_allclose(np.asarray(got["value"]), exact["log_cdf"], rtol=32 * 2.0**-52, atol=0)
     for order in ("grad", "jvp"):
         np.testing.assert_allclose(np.asarray(got[order]), exact["log_cdf'"], rtol=16 * 2.0**-52, atol=0, err_msg=order)
+
+
+def _erfcx_derivatives(points: list[float]) -> list[np.ndarray]:
+    """erfcx', erfcx'' at `points`, by mpmath's own differentiation at 60 digits."""
+    with mpmath.workdps(60):
+        erfcx = lambda t: mpmath.exp(t**2) * mpmath.erfc(t)  # noqa: E731
+        return [np.array([float(mpmath.diff(erfcx, mpmath.mpf(p), n)) for p in points]) for n in (1, 2)]
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_erfcx_s_derivatives_keep_their_digits_far_out(package, backend):
+    # From 8, within a few eps (1.1e8 and 2.5e15 eps off at 1e4 before).  Below, 2 x erfcx(x) - 2 / sqrt(pi) and
+    # its derivative as the frameworks' autodiff computes them: up to 7 and 13 bits lost near 8 (147 and 9,440
+    # eps at 7.9), where the series has not converged yet.
+    far, near = [8.0, 8.5, 12.0, 30.7, 117.3, 1e4, 1e8], [-3.0, 0.3, 2.0, 5.0, 7.9]
+    jax_pkg, torch_pkg = package
+    for points, ulps in ((far, (4, 4)), (near, (2**8, 2**14))):
+        if backend == "torch":
+            got = torch_orders(torch_pkg.scaled_erfc_far_out, torch.tensor(points, dtype=torch.float64))
+        else:
+            got = jax_orders(jax_pkg.scaled_erfc_far_out, jnp.asarray(points, dtype=jnp.float64))
+        first, second = _erfcx_derivatives(points)
+        for order, exact, n in (
+            ("grad", first, 0),
+            ("jvp", first, 0),
+            ("hessian", second, 1),
+            ("jvp of grad", second, 1),
+        ):
+            got_order = np.asarray(got[order], dtype=np.float64)
+            tolerance = ulps[n] * 2.0**-52
+            np.testing.assert_allclose(got_order, exact, rtol=tolerance, atol=0, err_msg=f"{order} at {points}")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_runtime_s_erfcx_series_is_every_derivative_of_erfcx_from_8(dtype):
+    from rulegen.derive.functions import _mp_erfcx_derivative
+    from rulegen.runtime import _asymptotic
+
+    points = [8.0, 8.5, 10.0, 16.0, 117.3, 1e4, 1e8]
+    for order in range(5):
+        x = np.asarray(points, dtype=dtype)
+        with mpmath.workdps(40):
+            exact = np.array([float(_mp_erfcx_derivative(order, mpmath.mpf(float(p)))) for p in x])
+        with np.errstate(under="ignore"):
+            got = _asymptotic.erfcx_series(np, order, x)
+        assert got.dtype == dtype
+        tiny = np.finfo(dtype).tiny  # the fourth derivative at 1e8 is below float32's normal range
+        np.testing.assert_allclose(got, exact, rtol=2 * np.finfo(dtype).eps, atol=tiny, err_msg=f"order {order}")

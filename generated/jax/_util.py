@@ -7,13 +7,14 @@ import jax
 import jax.numpy as jnp
 
 # Re-exported: generated modules import every helper they call from here.
-from . import _scaling, _structures
+from . import _asymptotic, _scaling, _structures
 
 unpack_fields = _structures.unpack_fields
 unpack_keys = _structures.unpack_keys
 unpack_tuple = _structures.unpack_tuple
 binade = functools.partial(_scaling.binade, jnp)
 nth_root = functools.partial(_scaling.nth_root, jnp)
+erfcx_series = functools.partial(_asymptotic.erfcx_series, jnp)
 
 
 def sum_to_shape(x, shape):

@@ -5,9 +5,10 @@
 import math
 
 import jax
+import jax.numpy as jnp
 import jax.scipy.special
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, erfcx_series, in_float32, rounded
 
 
 def f_erfcx(x: jax.typing.ArrayLike) -> jax.Array:
@@ -17,7 +18,8 @@ def f_erfcx(x: jax.typing.ArrayLike) -> jax.Array:
         out = erfcx(x)
 
     Partials (derived by sympy):
-        dout/dx = 2*x*erfcx(x) - 2/sqrt(pi)
+        dout/dx = Piecewise((erfcx_series(1, Piecewise((x, x >= 8), (8, True))), x >= 8),
+            (2*x*erfcx(x) - 2/sqrt(pi), True))
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -40,4 +42,7 @@ def _f_erfcx_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.scipy.special.erfcx(x)
-    return out, x_dot * (2 * out * x - 2 / math.sqrt(math.pi))
+    t1 = x >= 8
+    return out, x_dot * jnp.where(
+        t1, erfcx_series(1, jnp.where(t1, x, 8)), 2 * out * x - 2 / math.sqrt(math.pi)
+    )

@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
-from ._util import as_opmath_tensors, rounded
+from ._function import RuleFunction, routed, save_for_derivatives
+from ._util import as_opmath_tensors, erfcx_series, rounded
 
 
 class FErfcx(RuleFunction):
@@ -24,11 +24,12 @@ class FErfcx(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        if plain(x, out_bar):
-            return (
-                torch.special.erfcx(x).mul_(x).mul_(2).add_(-2 / math.sqrt(math.pi)).mul_(out_bar)
-            )
-        return out_bar * (2 * x * torch.special.erfcx(x) - 2 / math.sqrt(math.pi))
+        t0 = x >= 8
+        return out_bar * torch.where(
+            t0,
+            erfcx_series(1, torch.where(t0, x, 8)),
+            2 * x * torch.special.erfcx(x) - 2 / math.sqrt(math.pi),
+        )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
     jvp = backward
@@ -44,7 +45,8 @@ def f_erfcx(x: torch.Tensor | float) -> torch.Tensor:
         out = erfcx(x)
 
     Partials (derived by sympy):
-        dout/dx = 2*x*erfcx(x) - 2/sqrt(pi)
+        dout/dx = Piecewise((erfcx_series(1, Piecewise((x, x >= 8), (8, True))), x >= 8),
+            (2*x*erfcx(x) - 2/sqrt(pi), True))
 
     Inputs:
         x: float array; checked on [-3, 3]

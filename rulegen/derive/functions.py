@@ -252,10 +252,53 @@ class erfcx(sp.Function):  # noqa: N801
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
         x = self.args[0]
-        return 2 * x * self - 2 / sp.sqrt(sp.pi)
+        # 2 x erfcx(x) - 2 / sqrt(pi) cancels as x grows (erfcx(x) ~ 1 / (x sqrt(pi))): 1.1e8 float64 eps
+        # off at x = 1e4, the second derivative, 2 erfcx + 2 x erfcx', 2.5e15.  From x = 8 (where the
+        # difference loses up to 7 bits), the asymptotic series, differentiated term by term at every order.
+        large = Piecewise((x, x >= ERFCX_SERIES_FROM), (sp.Integer(ERFCX_SERIES_FROM), True))
+        difference = 2 * x * self - 2 / sp.sqrt(sp.pi)
+        return Piecewise((erfcx_series(1, large), x >= ERFCX_SERIES_FROM), (difference, True))
 
     def _eval_rewrite_as_erfc(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
         return sp.exp(arg**2) * sp.erfc(arg)
+
+
+#: Where erfcx's derivatives are its asymptotic series (`erfcx_series`, within a float64 eps from here).
+ERFCX_SERIES_FROM = 8
+
+
+class erfcx_series(sp.Function):  # noqa: N801
+    """erfcx_series(n, x): the n-th derivative of erfcx at x >= 8, from its asymptotic series (the runtime's
+    `_asymptotic.erfcx_series`, which says how); its argument a stand-in below 8."""
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 2) -> sp.Expr:
+        if argindex != 2:
+            raise ArgumentIndexError(self, argindex)
+        order, x = self.args
+        return erfcx_series(order + 1, x)
+
+
+def erfcx_series_of(order: Any, x: Any) -> Any:
+    """erfcx_series for numpy arrays (the stabilising search's measure)."""
+    from rulegen.runtime import _asymptotic
+
+    with np.errstate(all="ignore"):
+        return _asymptotic.erfcx_series(np, int(order), np.asarray(x))
+
+
+def _mp_erfcx_derivative(order: mpmath.mpf, x: mpmath.mpf) -> mpmath.mpf:
+    """The order-th derivative of erfcx, by its recurrence (E' = 2x E - 2/sqrt(pi), E(k+1) = 2x E(k) + 2k E(k-1))
+    with the digits its cancellation takes (log10(x**2) a step) added."""
+    extra = int(order) * max(0, int(2 * mpmath.log10(abs(x) + 1))) + 10
+    with mpmath.extradps(extra):
+        x = mpmath.mpf(x)
+        values = [mpmath.exp(x**2) * mpmath.erfc(x)]
+        values.append(2 * x * values[0] - 2 / mpmath.sqrt(mpmath.pi))
+        for k in range(1, int(order)):
+            values.append(2 * x * values[k] + 2 * k * values[k - 1])
+        return +values[int(order)]
 
 
 class xlog1py(sp.Function):  # noqa: N801
@@ -1043,6 +1086,16 @@ REGISTRY: tuple[MathFunction, ...] = (
         "jax.scipy.special.erfcx",
         "torch.special.erfcx",
         mpmath=lambda x: mpmath.exp(x**2) * mpmath.erfc(x),
+    ),
+    # What erfcx's derivatives are from x = 8 (erfcx.fdiff), printed as the runtime's `erfcx_series`.
+    MathFunction(
+        "erfcx_series",
+        erfcx_series,
+        numpy="rulegen.derive.functions.erfcx_series_of",
+        mpmath=_mp_erfcx_derivative,
+        orders=1,
+        torch_one_kernel=False,
+        internal=True,
     ),
     MathFunction(
         "xlog1py",

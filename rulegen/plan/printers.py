@@ -66,6 +66,8 @@ TANGENT_OR_ZERO_IMPORT = Import("._native", "tangent_or_zero")
 
 # The power of two that a homogeneous expression's inputs are scaled by (functions.binade), the runtime's.
 BINADE_IMPORT = Import("._util", "binade")
+# erfcx's derivatives from x = 8 (functions.erfcx_series), the runtime's.
+ERFCX_SERIES_IMPORT = Import("._util", "erfcx_series")
 
 # A rational power's exact root (x**(2/3) is nth_root(x, 3)**2), the runtime's.
 NTH_ROOT_IMPORT = Import("._util", "nth_root")
@@ -284,6 +286,11 @@ class _ArrayCode:
     def _print_binade(self, expr: fn.binade) -> str:
         self.module_imports_.add(BINADE_IMPORT)
         return f"{self._spelled('binade')}({self._print(expr.args[0])})"
+
+    def _print_erfcx_series(self, expr: fn.erfcx_series) -> str:
+        self.module_imports_.add(ERFCX_SERIES_IMPORT)
+        order, x = expr.args
+        return f"{self._spelled('erfcx_series')}({int(order)}, {self._print(x)})"
 
     def _print_divided(self, expr: fn.divided) -> str:
         x, s = expr.args

@@ -5,13 +5,14 @@ import functools
 import torch
 
 # Re-exported: generated modules import every helper they call from here.
-from . import _scaling, _structures
+from . import _asymptotic, _scaling, _structures
 
 unpack_fields = _structures.unpack_fields
 unpack_keys = _structures.unpack_keys
 unpack_tuple = _structures.unpack_tuple
 binade = functools.partial(_scaling.binade, torch)
 nth_root = functools.partial(_scaling.nth_root, torch)
+erfcx_series = functools.partial(_asymptotic.erfcx_series, torch)
 
 # A complex dtype's real counterpart (a table: Dynamo cannot trace dtype.to_real()).
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}

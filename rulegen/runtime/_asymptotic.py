@@ -1,0 +1,27 @@
+"""Asymptotic series both backends compute alike, given their array namespace (`jnp` or `torch`)."""
+
+import math
+
+#: Terms of erfcx's series: within a float64 eps from x = 8 up to its fourth derivative.
+_ERFCX_TERMS = 26
+
+
+def erfcx_series(xp, order, x):
+    """The `order`-th derivative of erfcx at large x (8 and above), from its asymptotic series.
+
+    erfcx(x) ~ sum_n (-1)**n (2n - 1)!! / (2**n sqrt(pi)) x**-(2n + 1), each
+    term differentiated as a power: no difference of nearly equal values,
+    where erfcx's own derivative, 2 x erfcx(x) - 2 / sqrt(pi), cancels (it
+    loses log2(2 x**2) bits).  Horner's scheme in 1 / x**2.
+    """
+    coefficients = []
+    for n in range(_ERFCX_TERMS):
+        c, p = (-1) ** n * math.prod(range(1, 2 * n, 2)) / (2**n * math.sqrt(math.pi)), -(2 * n + 1)
+        for _ in range(order):
+            c, p = c * p, p - 1
+        coefficients.append(c)
+    y = 1 / (x * x)
+    total = coefficients[-1] * y
+    for c in reversed(coefficients[1:-1]):
+        total = (total + c) * y
+    return (total + coefficients[0]) / x ** (order + 1)
