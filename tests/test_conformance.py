@@ -148,15 +148,21 @@ def exact_values(f: Callable[..., object], columns: list[np.ndarray]) -> list[co
     return found
 
 
+#: How far from the exact value a cell may be, in eps of its dtype (relative): 1,024 in float64, 128 in float32.
+#: Every cell but the known ones is within 275 and 64 (stop 42); 1e-8 and 2e-4 before, 4.5e7 and 1,700 eps,
+#: let erfcx's second derivative (2.5e15 eps) and torch's trigamma (5e-10 relative) through.
+TOLERANCE_EPS = {"float64": 1024, "float32": 128}
+
+
 def agrees(got: complex, exact: complex, dtype: np.dtype) -> bool:
-    """Within a few roundings of `dtype` of the exact value, relative to it or to 1.
+    """Within `TOLERANCE_EPS` roundings of `dtype` of the exact value, relative to it, or 16 relative to 1.
 
     Relative to 1 as well: a second derivative such as sigmoid(u) * (1 - sigmoid(u))
     at u = 25 is 2.5e-11, which float32 computes as 0, as the frameworks' own do.
     Past the largest float, an infinity of the sign; below the smallest, about 0.
     """
     info = np.finfo(dtype)
-    tolerance = 2e-4 if info.eps > 1e-10 else 1e-8
+    tolerance = TOLERANCE_EPS["float32" if info.eps > 1e-10 else "float64"] * float(info.eps)
     if abs(exact) > float(info.max):
         return math.isinf(abs(got)) and (exact.imag != 0 or np.sign(got.real) == np.sign(exact.real))
     return abs(got - exact) <= tolerance * abs(exact) + 16 * float(info.eps)
@@ -348,9 +354,16 @@ KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
         "derivatives past the float range: I0 - I1/x of two infinities is nan where the derivative is inf "
         "(|x| = 1e4; float32 from |x| = 117)",
     ),
+    **_every(
+        ("log_ndtr",),
+        "array",
+        "second derivative in the far left tail (x = -117 in float32, -1e4 in float64: 4.3e7 eps): the derivative "
+        "of sqrt(2/pi) / erfcx(u), u = -x/sqrt 2, is the framework's derivative of erfcx, 2*u*erfcx(u) - 2/sqrt(pi), "
+        "which cancels (the registry's, a series from u = 8, is not what the framework differentiates)",
+    ),
     **{
-        ("log_ndtr", "array", backend, "float32"): "float32's second derivative in the far left tail (x = -117): "
-        "the derivative of sqrt(2/pi) / erfcx(u), u = -x/sqrt 2, reads erfcx's, 2*u*erfcx(u) - 2/sqrt(pi): it cancels"
+        ("beta", "static", backend, "float64"): "beta(-10000.3, 0.7) as Python numbers, from log|Gamma| of a and "
+        "a + b (about -8.2e4 each) differenced: 1.6e4 eps"
         for backend in ("jax", "torch")
     },
 }
