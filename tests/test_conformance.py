@@ -354,13 +354,6 @@ KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
         "derivatives past the float range: I0 - I1/x of two infinities is nan where the derivative is inf "
         "(|x| = 1e4; float32 from |x| = 117)",
     ),
-    **_every(
-        ("log_ndtr",),
-        "array",
-        "second derivative in the far left tail (x = -117 in float32, -1e4 in float64: 4.3e7 eps): the derivative "
-        "of sqrt(2/pi) / erfcx(u), u = -x/sqrt 2, is the framework's derivative of erfcx, 2*u*erfcx(u) - 2/sqrt(pi), "
-        "which cancels (the registry's, a series from u = 8, is not what the framework differentiates)",
-    ),
     **{
         ("beta", "static", backend, "float64"): "beta(-10000.3, 0.7) as Python numbers, from log|Gamma| of a and "
         "a + b (about -8.2e4 each) differenced: 1.6e4 eps"

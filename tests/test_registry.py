@@ -74,18 +74,14 @@ def resolve(path: str) -> Callable[..., object]:
     return getattr(root, attribute)
 
 
-def runtime_import(line: str) -> str:
+def runtime_import(line: str, backend: str) -> str:
     """A generated package's import of its runtime helper (`from ._special import ...`), from rulegen's copy."""
-    helper = line.replace("from ._", "from rulegen.runtime.torch._")
-    return helper.replace("from . import", "from rulegen.runtime.torch import")
+    helper = line.replace("from ._", f"from rulegen.runtime.{backend}._")
+    return helper.replace("from . import", f"from rulegen.runtime.{backend} import")
 
 
-def evaluate(printed: tuple[str, frozenset[Import]], values: dict[str, object]) -> float:
-    text, imports = printed
-    namespace: dict[str, object] = {}
-    for line in import_statements(imports):
-        exec(runtime_import(line), namespace)
-    return float(eval(text, {**namespace, **values}))
+def evaluate(printed: tuple[str, frozenset[Import]], values: dict[str, object], backend: str) -> float:
+    return float(evaluate_array(printed, values, backend))
 
 
 @pytest.mark.unit
@@ -95,7 +91,9 @@ def test_every_function_a_rule_may_call_prints_in_both_backends_with_its_registe
     expr = parse_expression(example(name), SYMBOLS, LOC)
     jax_text, _ = print_jax(expr)
     torch_text, _ = print_torch(expr)
-    if function.jax:
+    if function.jax_runtime:
+        assert f"{function.jax_runtime}(" in jax_text
+    elif function.jax:
         assert function.jax in jax_text
     if function.torch_runtime:
         assert f"{function.torch_runtime}(" in torch_text
@@ -121,8 +119,10 @@ def test_every_internal_function_prints_in_the_backends_that_meet_it(function):
 def test_jax_torch_math_and_mpmath_agree_on_every_function_a_rule_may_call(name):
     function = fn.RULE_FUNCTIONS[name]
     expr = parse_expression(example(name), SYMBOLS, LOC)
-    jax_value = evaluate(print_jax(expr), {k: jnp.asarray(v) for k, v in POINT.items()})
-    torch_value = evaluate(print_torch(expr), {k: torch.tensor(v, dtype=torch.float64) for k, v in POINT.items()})
+    jax_value = evaluate(print_jax(expr), {k: jnp.asarray(v) for k, v in POINT.items()}, "jax")
+    torch_value = evaluate(
+        print_torch(expr), {k: torch.tensor(v, dtype=torch.float64) for k, v in POINT.items()}, "torch"
+    )
     modules = [dict(fn.MPMATH_IMPLEMENTATIONS), "mpmath"]  # as the checks' high-precision reference
     reference = sp.lambdify([X, Y], expr, modules=modules)
     with mpmath.workdps(40):
@@ -130,7 +130,7 @@ def test_jax_torch_math_and_mpmath_agree_on_every_function_a_rule_may_call(name)
     assert jax_value == pytest.approx(exact, rel=1e-9)
     assert torch_value == pytest.approx(exact, rel=1e-9)
     if function.math and name not in EXAMPLES:
-        scalar = evaluate(print_torch(expr, scalars=frozenset(POINT)), POINT)
+        scalar = evaluate(print_torch(expr, scalars=frozenset(POINT)), POINT, "torch")
         # Static inputs through the runtime's IEEE version of the math function (inf and nan where math raises).
         ieee = "_numbers." + function.math.removeprefix("math.")
         assert f"{ieee}(" in print_torch(expr, scalars=frozenset(POINT))[0]
@@ -189,8 +189,9 @@ def test_the_derived_tables_agree_with_the_registry_and_are_read_only():
     assert isinstance(fn.TORCH_TENSOR_ONLY, frozenset)
     # A runtime function is imported into generated modules by its name, which no rule may take.
     assert {f.torch_runtime for f in fn.REGISTRY if f.torch_runtime} <= HELPER_NAMES
+    assert {f.jax_runtime for f in fn.REGISTRY if f.jax_runtime} <= HELPER_NAMES
     for function in fn.REGISTRY:
-        assert printers._JAX_FUNCTIONS.get(function.name) == function.jax
+        assert printers._JAX_FUNCTIONS.get(function.name) == (function.jax_runtime or function.jax)
         assert printers._TORCH_FUNCTIONS.get(function.name) == (function.torch_runtime or function.torch)
         assert printers._MATH_FUNCTIONS.get(function.name) == function.math
 
@@ -294,7 +295,8 @@ def test_every_function_of_static_inputs_alone_computes_in_the_arrays_dtype(name
         if backend == "torch"
         else (print_jax, jnp.asarray([1.0, 2.0], dtype=dtype))
     )
-    got = evaluate_array(printer(rewritten, scalars=scalars), {"a": array, "s": POINT["x"], "t": POINT["y"]})
+    values = {"a": array, "s": POINT["x"], "t": POINT["y"]}
+    got = evaluate_array(printer(rewritten, scalars=scalars), values, backend)
     assert str(got.dtype).removeprefix("torch.") == dtype
     modules = [dict(fn.MPMATH_IMPLEMENTATIONS), "mpmath"]
     reference = sp.lambdify([sp.Symbol("s"), sp.Symbol("t")], expr.subs(a, 1), modules=modules)
@@ -304,11 +306,11 @@ def test_every_function_of_static_inputs_alone_computes_in_the_arrays_dtype(name
     np.testing.assert_allclose(np.asarray(got), [exact, 2 * exact], rtol=rel, atol=0)
 
 
-def evaluate_array(printed: tuple[str, frozenset[Import]], values: dict[str, object]) -> Any:
+def evaluate_array(printed: tuple[str, frozenset[Import]], values: dict[str, object], backend: str) -> Any:
     text, imports = printed
     namespace: dict[str, object] = {}
     for line in import_statements(imports):
-        exec(runtime_import(line), namespace)
+        exec(runtime_import(line, backend), namespace)
     return eval(text, {**namespace, **values})
 
 

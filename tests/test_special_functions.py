@@ -165,6 +165,7 @@ def _normal_tails(points: list[float]) -> dict[str, np.ndarray]:
             "cdf": np.array([float(c) for c in cdf]),
             "log_cdf": np.array([float(mpmath.log(c)) for c in cdf]),
             "log_cdf'": np.array([float(mpmath.npdf(p) / c) for p, c in zip(points, cdf, strict=True)]),
+            "log_cdf''": np.array([float(mpmath.diff(lambda t: mpmath.log(mpmath.ncdf(t)), p, 2)) for p in points]),
         }
 
 
@@ -192,6 +193,12 @@ def test_log_ndtr_and_its_derivative_keep_both_tails(package, backend):
     np.testing.assert_allclose(np.asarray(got["value"]), exact["log_cdf"], rtol=32 * 2.0**-52, atol=0)
     for order in ("grad", "jvp"):
         np.testing.assert_allclose(np.asarray(got[order]), exact["log_cdf'"], rtol=16 * 2.0**-52, atol=0, err_msg=order)
+    # The second derivative reads erfcx's derivative: the frameworks' difference was 4.3e7 eps off at -1e4; the
+    # registry's difference below u = 8 (x = -11.3) loses a few bits (20 eps at x = -5).
+    for order in ("hessian", "jvp of grad"):
+        np.testing.assert_allclose(
+            np.asarray(got[order]), exact["log_cdf''"], rtol=64 * 2.0**-52, atol=0, err_msg=order
+        )
 
 
 def _erfcx_derivatives(points: list[float]) -> list[np.ndarray]:
@@ -241,3 +248,26 @@ def test_the_runtime_s_erfcx_series_is_every_derivative_of_erfcx_from_8(dtype):
         assert got.dtype == dtype
         tiny = np.finfo(dtype).tiny  # the fourth derivative at 1e8 is below float32's normal range
         np.testing.assert_allclose(got, exact, rtol=2 * np.finfo(dtype).eps, atol=tiny, err_msg=f"order {order}")
+
+
+@pytest.mark.unit
+def test_the_runtime_s_erfcx_is_differentiated_by_the_registry_s_derivative():
+    import sympy as sp
+
+    from rulegen.derive.functions import erfcx
+    from rulegen.runtime.jax._special import erfcx as jax_erfcx
+    from rulegen.runtime.torch._special import erfcx as torch_erfcx
+
+    x = sp.Symbol("x", real=True)
+    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS
+
+    registry = sp.lambdify(x, sp.diff(erfcx(x), x), modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
+    points = [-3.0, 0.3, 2.0, 7.9, 8.0, 30.7, 1e4]
+    with mpmath.workdps(40):
+        exact = np.array([float(registry(mpmath.mpf(p))) for p in points])
+    t = torch.tensor(points, dtype=torch.float64)
+    torch_slope = torch.func.grad(lambda a: torch_erfcx(a).sum())(t)
+    jax_slope = jax.grad(lambda a: jnp.sum(jax_erfcx(a)))(jnp.asarray(points))
+    for got in (torch_slope.numpy(), np.asarray(jax_slope)):
+        # The registry's difference below 8 loses what the frameworks' does (147 eps at 7.9): the same formula.
+        np.testing.assert_allclose(got, exact, rtol=256 * 2.0**-52, atol=0)

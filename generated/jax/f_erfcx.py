@@ -6,8 +6,8 @@ import math
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.special
 
+from ._special import erfcx
 from ._util import as_arrays, erfcx_series, in_float32, rounded
 
 
@@ -34,14 +34,14 @@ def f_erfcx(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_erfcx(x):
-    return jax.scipy.special.erfcx(x)
+    return erfcx(x)
 
 
 @_f_erfcx.defjvp
 def _f_erfcx_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    out = jax.scipy.special.erfcx(x)
+    out = erfcx(x)
     t1 = x >= 8
     return out, x_dot * jnp.where(
         t1, erfcx_series(1, jnp.where(t1, x, 8)), 2 * out * x - 2 / math.sqrt(math.pi)

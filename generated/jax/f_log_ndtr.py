@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
+from ._special import erfcx
 from ._util import as_arrays, in_float32, rounded
 
 
@@ -39,7 +40,7 @@ def _f_log_ndtr(x):
     return jnp.where(
         t0,
         -jnp.where(t0, x**2, 1) / 2
-        + jnp.log(jax.scipy.special.erfcx((-math.sqrt(2) / 2) * jnp.where(t0, x, -1)) / 2),
+        + jnp.log(erfcx((-math.sqrt(2) / 2) * jnp.where(t0, x, -1)) / 2),
         jnp.log1p(-jax.scipy.special.ndtr(-jnp.where(x >= 0, x, 1))),
     )
 
@@ -52,7 +53,7 @@ def _f_log_ndtr_jvp(primals, tangents):
     t1 = x < 0
     t2 = math.sqrt(2)
     t3 = t2 / 2
-    t4 = jax.scipy.special.erfcx(-t3 * jnp.where(t1, x, -1))
+    t4 = erfcx(-t3 * jnp.where(t1, x, -1))
     t5 = x >= 0
     t6 = jnp.where(t5, x, 1)
     t7 = 1 / math.sqrt(math.pi)

@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._function import RuleFunction, routed, save_for_derivatives
+from ._special import erfcx
 from ._util import as_opmath_tensors, erfcx_series, rounded
 
 
@@ -15,7 +16,7 @@ class FErfcx(RuleFunction):
 
     @staticmethod
     def forward(x):
-        return torch.special.erfcx(x)
+        return erfcx(x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -26,9 +27,7 @@ class FErfcx(RuleFunction):
         (x,) = ctx.saved_tensors
         t0 = x >= 8
         return out_bar * torch.where(
-            t0,
-            erfcx_series(1, torch.where(t0, x, 8)),
-            2 * x * torch.special.erfcx(x) - 2 / math.sqrt(math.pi),
+            t0, erfcx_series(1, torch.where(t0, x, 8)), 2 * x * erfcx(x) - 2 / math.sqrt(math.pi)
         )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.

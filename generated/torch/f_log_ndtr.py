@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._function import RuleFunction, routed, save_for_derivatives
+from ._special import erfcx
 from ._util import as_opmath_tensors, rounded
 
 
@@ -31,7 +32,7 @@ class FLogNdtr(RuleFunction):
         t4 = x >= 0
         return out_bar * torch.where(
             t0,
-            t3 / torch.special.erfcx(-t2 * torch.where(t0, x, -1)),
+            t3 / erfcx(-t2 * torch.where(t0, x, -1)),
             t3
             * torch.exp(-torch.where(t4, x**2, 1) / 2)
             / torch.special.erfc(-t2 * torch.where(t4, x, 1)),

@@ -30,6 +30,9 @@ from sympy.codegen.cfunctions import expm1, hypot, log1p
 from sympy.core.function import ArgumentIndexError
 from sympy.printing.precedence import PRECEDENCE
 
+# The shipped runtime's series, which the registry's erfcx derivative names and the measure evaluates.
+from rulegen.runtime import _asymptotic
+
 
 class sigmoid(sp.Function):  # noqa: N801 - sympy functions are lower case
     """The logistic function 1 / (1 + exp(-x))."""
@@ -264,7 +267,7 @@ class erfcx(sp.Function):  # noqa: N801
 
 
 #: Where erfcx's derivatives are its asymptotic series (`erfcx_series`, within a float64 eps from here).
-ERFCX_SERIES_FROM = 8
+ERFCX_SERIES_FROM = _asymptotic.ERFCX_SERIES_FROM
 
 
 class erfcx_series(sp.Function):  # noqa: N801
@@ -282,8 +285,6 @@ class erfcx_series(sp.Function):  # noqa: N801
 
 def erfcx_series_of(order: Any, x: Any) -> Any:
     """erfcx_series for numpy arrays (the stabilising search's measure)."""
-    from rulegen.runtime import _asymptotic
-
     with np.errstate(all="ignore"):
         return _asymptotic.erfcx_series(np, int(order), np.asarray(x))
 
@@ -746,6 +747,9 @@ class MathFunction:
     #: (float64's trigamma): the function of the runtime's `torch/_special.py` that computes it, with the
     #: registry's derivatives. Every torch printer prints the function so, wherever it meets a call.
     torch_runtime: str | None = None
+    #: The same for JAX: the function of the runtime's `jax/_special.py` (a `custom_jvp` with the registry's
+    #: derivative) that every JAX printer prints wherever it meets a call.
+    jax_runtime: str | None = None
     #: The printers write a call of Python numbers alone as Python code of their own, with no `math` function.
     python_numbers: bool = False
     #: A distribution such as DiracDelta that the frameworks' autodiff gives as 0 away
@@ -1086,6 +1090,10 @@ REGISTRY: tuple[MathFunction, ...] = (
         "jax.scipy.special.erfcx",
         "torch.special.erfcx",
         mpmath=lambda x: mpmath.exp(x**2) * mpmath.erfc(x),
+        # The frameworks differentiate it as 2 x erfcx(x) - 2 / sqrt(pi), which cancels (see erfcx.fdiff):
+        # where a derivative calls erfcx (log_ndtr's), the runtime's erfcx has the registry's derivative.
+        torch_runtime="erfcx",
+        jax_runtime="erfcx",
     ),
     # What erfcx's derivatives are from x = 8 (erfcx.fdiff), printed as the runtime's `erfcx_series`.
     MathFunction(

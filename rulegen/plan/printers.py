@@ -39,7 +39,9 @@ _IMPORTS = {
 }
 
 # The function each backend calls for a registered one, by its name.
-_JAX_FUNCTIONS = {function.name: function.jax for function in fn.REGISTRY if function.jax}
+# JAX's, or where its derivative is wrong, the runtime's (MathFunction.jax_runtime).
+_JAX_FUNCTIONS = {function.name: path for function in fn.REGISTRY if (path := function.jax_runtime or function.jax)}
+_JAX_RUNTIME = frozenset(function.jax_runtime for function in fn.REGISTRY if function.jax_runtime)
 # torch's, or where its op is wrong or lacks a derivative, the runtime's (MathFunction.torch_runtime).
 _TORCH_FUNCTIONS = {
     function.name: path for function in fn.REGISTRY if (path := function.torch_runtime or function.torch)
@@ -72,7 +74,7 @@ ERFCX_SERIES_IMPORT = Import("._util", "erfcx_series")
 # A rational power's exact root (x**(2/3) is nth_root(x, 3)**2), the runtime's.
 NTH_ROOT_IMPORT = Import("._util", "nth_root")
 
-# Functions whose torch op is wrong or lacks a derivative, mended by the runtime (MathFunction.torch_runtime).
+# Functions whose op is wrong or lacks a derivative, mended by the runtime (MathFunction.torch_runtime, jax_runtime).
 SPECIAL_MODULE = "._special"
 
 # What Python float arithmetic can print: the `math` functions and conditionals (MathFunction.numbers_alone).
@@ -482,6 +484,12 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
 
     functions = _JAX_FUNCTIONS
     as_integer = ".astype({int})"
+
+    def _record(self, path: str) -> str:
+        if path in _JAX_RUNTIME:
+            self.module_imports_.add(Import(SPECIAL_MODULE, path))
+            return self._spelled(path)
+        return super()._record(path)
 
     result_type = "jnp.result_type"
 

@@ -56,6 +56,7 @@ HELPER_NAMES = frozenset(
         "broadcast",
         "broadcast_tangents",
         "digamma",
+        "erfcx",
         "erfcx_series",
         "in_float32",
         "rounded",
