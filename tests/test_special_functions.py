@@ -247,7 +247,8 @@ def test_the_runtime_s_erfcx_series_is_every_derivative_of_erfcx_from_8(dtype):
             got = _asymptotic.erfcx_series(np, order, x)
         assert got.dtype == dtype
         tiny = np.finfo(dtype).tiny  # the fourth derivative at 1e8 is below float32's normal range
-        np.testing.assert_allclose(got, exact, rtol=2 * np.finfo(dtype).eps, atol=tiny, err_msg=f"order {order}")
+        ulps = 2 if order < 4 else 32  # the fourth derivative: 16.5 float64 eps at 8 with 22 terms
+        np.testing.assert_allclose(got, exact, rtol=ulps * np.finfo(dtype).eps, atol=tiny, err_msg=f"order {order}")
 
 
 @pytest.mark.unit

@@ -5,8 +5,9 @@ import math
 
 #: Where erfcx's derivatives are its series (below, 2 x erfcx(x) - 2 / sqrt(pi) loses up to 7 bits).
 ERFCX_SERIES_FROM = 8
-#: Terms of erfcx's series: within a float64 eps from x = 8 up to its fourth derivative.
-_ERFCX_TERMS = 26
+#: Terms of erfcx's series by dtype: within 2 eps from x = 8 up to its third derivative (each term
+#: costs two kernels in eager torch).
+_ERFCX_TERMS = {"float64": 22, "float32": 7}
 
 
 def erfcx_series(xp, order, x):
@@ -18,7 +19,8 @@ def erfcx_series(xp, order, x):
     loses log2(2 x**2) bits).  Horner's scheme in 1 / x**2.
     """
     coefficients = []
-    for n in range(_ERFCX_TERMS):
+    terms = _ERFCX_TERMS["float32" if xp.finfo(x.dtype).eps > 1e-10 else "float64"]
+    for n in range(terms):
         c, p = (-1) ** n * math.prod(range(1, 2 * n, 2)) / (2**n * math.sqrt(math.pi)), -(2 * n + 1)
         for _ in range(order):
             c, p = c * p, p - 1
