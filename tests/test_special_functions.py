@@ -272,3 +272,27 @@ def test_the_runtime_s_erfcx_is_differentiated_by_the_registry_s_derivative():
     for got in (torch_slope.numpy(), np.asarray(jax_slope)):
         # The registry's difference below 8 loses what the frameworks' does (147 eps at 7.9): the same formula.
         np.testing.assert_allclose(got, exact, rtol=256 * 2.0**-52, atol=0)
+
+
+@pytest.mark.unit
+def test_torch_s_erfcx_series_computed_where_it_is_read_is_the_series_everywhere():
+    from rulegen.runtime import _asymptotic
+    from rulegen.runtime.torch._util import erfcx_series
+
+    # As the derivatives call it: x where x >= 8, else 8 (a `where` drops those).
+    x = torch.tensor([-3.0, 0.3, 7.9, 8.0, 8.5, 30.7, 1e4], dtype=torch.float64, requires_grad=True)
+    for order in (1, 2):
+        argument = torch.where(x >= 8, x, 8.0)
+        with torch.no_grad():  # as a first-order backward runs
+            torch.testing.assert_close(
+                erfcx_series(order, argument), _asymptotic.erfcx_series(torch, order, argument), rtol=0, atol=0
+            )
+        # Differentiable, x = 8 included, as a backward differentiated again (create_graph) calls it.
+        eager = erfcx_series(order, torch.where(x >= 8, x, 8.0))
+        dense = _asymptotic.erfcx_series(torch, order, torch.where(x >= 8, x, 8.0))
+        (grad,) = torch.autograd.grad(eager.sum(), x, create_graph=True)
+        (dense_grad,) = torch.autograd.grad(dense.sum(), x, create_graph=True)
+        torch.testing.assert_close(grad, dense_grad, rtol=0, atol=0)
+        (second,) = torch.autograd.grad(grad.sum(), x)
+        (dense_second,) = torch.autograd.grad(dense_grad.sum(), x)
+        torch.testing.assert_close(second, dense_second, rtol=0, atol=0)

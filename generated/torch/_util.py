@@ -13,7 +13,30 @@ unpack_keys = _structures.unpack_keys
 unpack_tuple = _structures.unpack_tuple
 binade = functools.partial(_scaling.binade, torch)
 nth_root = functools.partial(_scaling.nth_root, torch)
-erfcx_series = functools.partial(_asymptotic.erfcx_series, torch)
+
+
+def erfcx_series(order, x):
+    """`_asymptotic.erfcx_series` of torch tensors; where nothing differentiates it, only at x > 8.
+
+    Its argument is x where x >= 8 and 8 where a `where` drops its value, so
+    at 8 it is one number; its terms cost two kernels each, which eager
+    torch would run on every element.  Differentiated (a backward with
+    `create_graph`; at 8 the number would have no derivative), compiled or
+    under torch.func (where a boolean index has no fixed shape), it is
+    computed everywhere.
+    """
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._are_functorch_transforms_active()
+        or (torch.is_grad_enabled() and x.requires_grad)
+    ):
+        return _asymptotic.erfcx_series(torch, order, x)
+    start = x.new_tensor(float(_asymptotic.ERFCX_SERIES_FROM))
+    result = torch.empty_like(x).fill_(_asymptotic.erfcx_series(torch, order, start))
+    above = x > start
+    result[above] = _asymptotic.erfcx_series(torch, order, x[above])
+    return result
+
 
 # A complex dtype's real counterpart (a table: Dynamo cannot trace dtype.to_real()).
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
