@@ -58,58 +58,50 @@ class _Zeta(torch.autograd.Function):
         return q_dot * _derivative(s, q)
 
 
-class _Digamma(torch.autograd.Function):
-    """torch's digamma, differentiated by this module's trigamma."""
+def _differentiated_by(name, forward, derivative, *, reads_output):
+    """A Function of one tensor computing `forward(x)`, differentiated by `derivative(x, out)`.
 
-    generate_vmap_rule = True
+    `out` is forward's result where it `reads_output`, else None (and not
+    saved).  The derivative is torch code of this module, so differentiable
+    again at every order.  Returned with its twin without `jvp`, which
+    Dynamo traces where torch.compile does.
+    """
 
-    @staticmethod
-    def forward(x):
-        return torch.special.digamma(x)
+    def saved(ctx):
+        return ctx.saved_tensors if reads_output else (*ctx.saved_tensors, None)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs)
+    class Mended(torch.autograd.Function):
+        # Elementwise, it batches as it is: torch.func.vmap and jacfwd need no rule of their own.
+        generate_vmap_rule = True
 
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * polygamma(1, x)
+        @staticmethod
+        def forward(x):
+            return forward(x)
 
-    @staticmethod
-    def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        return x_dot * polygamma(1, x)
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            save_for_derivatives(ctx, *inputs, *((output,) if reads_output else ()))
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * derivative(*saved(ctx))
+
+        @staticmethod
+        def jvp(ctx, x_dot):
+            return x_dot * derivative(*saved(ctx))
+
+    Mended.__name__ = Mended.__qualname__ = name
+    Mended.__doc__ = f"torch's {forward.__name__}, differentiated by {derivative.__name__}."
+    return Mended, without_jvp(Mended)
 
 
-class _Erfcx(torch.autograd.Function):
-    """torch's erfcx, differentiated by the registry's derivative (`_asymptotic.erfcx_slope`)."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x):
-        return torch.special.erfcx(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs, output)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, out = ctx.saved_tensors
-        return grad * _asymptotic.erfcx_slope(torch, x, out)
-
-    @staticmethod
-    def jvp(ctx, x_dot):
-        x, out = ctx.saved_tensors
-        return x_dot * _asymptotic.erfcx_slope(torch, x, out)
+def _applied(functions, x):
+    eager, compiled = functions
+    return (compiled if torch.compiler.is_compiling() else eager).apply(x)
 
 
 # Applied where torch.compile traces, which refuses a Function with a `jvp`.
 _ZetaCompiled = without_jvp(_Zeta)
-_DigammaCompiled = without_jvp(_Digamma)
-_ErfcxCompiled = without_jvp(_Erfcx)
 
 
 def _saved(ctx):
@@ -150,10 +142,22 @@ def polygamma(n, x):
     return torch.special.polygamma(n, x)
 
 
+def _trigamma(x, _out):
+    return polygamma(1, x)
+
+
+def _erfcx_slope(x, out):
+    return _asymptotic.erfcx_slope(torch, x, out)
+
+
+_DIGAMMA = _differentiated_by("_Digamma", torch.special.digamma, _trigamma, reads_output=False)
+_ERFCX = _differentiated_by("_Erfcx", torch.special.erfcx, _erfcx_slope, reads_output=True)
+
+
 def digamma(x):
     """torch.special.digamma(x); in float64, differentiated by `polygamma(1, x)` above."""
     if _float64(x):
-        return (_DigammaCompiled if torch.compiler.is_compiling() else _Digamma).apply(x)
+        return _applied(_DIGAMMA, x)
     return torch.special.digamma(x)
 
 
@@ -163,4 +167,4 @@ def erfcx(x):
     torch's own, 2 x erfcx(x) - 2 / sqrt(pi), cancels as x grows (1.1e8
     float64 eps off at x = 1e4), in a rule's derivative that calls erfcx too.
     """
-    return (_ErfcxCompiled if torch.compiler.is_compiling() else _Erfcx).apply(x)
+    return _applied(_ERFCX, x)
