@@ -266,7 +266,7 @@ class erfcx(sp.Function):  # noqa: N801
         return sp.exp(arg**2) * sp.erfc(arg)
 
 
-#: Where erfcx's derivatives are its asymptotic series (`erfcx_series`, within a float64 eps from here).
+#: Where erfcx's derivatives are its asymptotic series (`erfcx_series`: within 2 eps from here, in either dtype).
 ERFCX_SERIES_FROM = _asymptotic.ERFCX_SERIES_FROM
 
 
