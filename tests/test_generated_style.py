@@ -109,7 +109,8 @@ _TORCH_CODE_LINES_IN_ALL = 3352 * 7 // 10
 #: 2,754: a static input read from ctx where a derivative method uses it (`ctx.dim`, not `dim = ctx.dim`).
 #: Stop 42: 2,621 -> 2,573: a Function's op named after it (`routed(Gelu, schema)`, where 14 calls wrapped onto
 #: three lines for a name), a jvp's absent tangents made zero in one statement where it fits a line, and a
-#: tangent broadcast from the inputs backward keeps (no output shape kept on ctx for it).
+#: tangent broadcast from the inputs backward keeps (no output shape kept on ctx for it); 2,574: f_log_ndtr
+#: imports the runtime's erfcx, whose derivative is the registry's.
 _TORCH_CODE_LINES_NOW = {"gelu": 39, "fixed_point": 40, "sin_mul": 43, "sin_exp_mul": 59, "point_jvp": 43}
 
 
@@ -119,12 +120,12 @@ def test_generated_torch_modules_grow_no_longer():
     counts = rule_modules(Path(__file__).resolve().parent.parent / "generated", "torch")
     over = {name: counts[name] for name, most in _TORCH_CODE_LINES_NOW.items() if counts[name] > most}
     assert not over, f"code lines over {_TORCH_CODE_LINES_NOW}: {over}"
-    assert sum(counts.values()) <= 2573
+    assert sum(counts.values()) <= 2574
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 27: not yet met (2,573 code lines in all; point_jvp 43)",
+    reason="issue 27: not yet met (2,574 code lines in all; point_jvp 43)",
 )
 def test_generated_torch_modules_are_as_lean_as_hand_written_ones():
     from benchmarks.code_lines import rule_modules
