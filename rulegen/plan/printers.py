@@ -85,6 +85,8 @@ class _ArrayCode:
     """What both array printers (and the constant printer) print alike."""
 
     functions: ClassVar[dict[str, str]] = {}
+    # The names in `functions` that are the runtime's own (`_special.py`: MathFunction.jax_runtime, torch_runtime).
+    runtime: ClassVar[frozenset[str]] = frozenset()
     module_imports_: set[Import]
 
     def __init__(self, own: Mapping[str, str] | None = None) -> None:
@@ -99,8 +101,10 @@ class _ArrayCode:
         return self.own.get(root, root) + dot + rest
 
     def _record(self, path: str) -> str:
-        prefix = path.rsplit(".", 1)[0]
-        self.module_imports_.add(_IMPORTS[prefix])
+        if path in self.runtime:
+            self.module_imports_.add(Import(SPECIAL_MODULE, path))
+        else:
+            self.module_imports_.add(_IMPORTS[path.rsplit(".", 1)[0]])
         return self._spelled(path)
 
     def _module_format(self, fqn: str, register: bool = True) -> str:
@@ -483,13 +487,8 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     """jax.numpy / jax.scipy.special code."""
 
     functions = _JAX_FUNCTIONS
+    runtime = _JAX_RUNTIME
     as_integer = ".astype({int})"
-
-    def _record(self, path: str) -> str:
-        if path in _JAX_RUNTIME:
-            self.module_imports_.add(Import(SPECIAL_MODULE, path))
-            return self._spelled(path)
-        return super()._record(path)
 
     result_type = "jnp.result_type"
 
@@ -527,15 +526,10 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     """
 
     functions = _TORCH_FUNCTIONS
+    runtime = _TORCH_RUNTIME
     as_integer = ".int()"
 
     result_type = "torch.result_type"
-
-    def _record(self, path: str) -> str:
-        if path in _TORCH_RUNTIME:
-            self.module_imports_.add(Import(SPECIAL_MODULE, path))
-            return self._spelled(path)
-        return super()._record(path)
 
     def _default_float(self) -> str:
         return f"{self._record('torch.get_default_dtype')}()"
