@@ -1,5 +1,6 @@
 """Asymptotic series both backends compute alike, given their array namespace (`jnp` or `torch`)."""
 
+import functools
 import math
 
 #: Where erfcx's derivatives are its series (below, 2 x erfcx(x) - 2 / sqrt(pi) loses up to 7 bits).
@@ -17,18 +18,25 @@ def erfcx_series(xp, order, x):
     where erfcx's own derivative, 2 x erfcx(x) - 2 / sqrt(pi), cancels (it
     loses log2(2 x**2) bits).  Horner's scheme in 1 / x**2.
     """
-    coefficients = []
     terms = _ERFCX_TERMS["float32" if xp.finfo(x.dtype).eps > 1e-10 else "float64"]
-    for n in range(terms):
-        c, p = (-1) ** n * math.prod(range(1, 2 * n, 2)) / (2**n * math.sqrt(math.pi)), -(2 * n + 1)
-        for _ in range(order):
-            c, p = c * p, p - 1
-        coefficients.append(c)
+    coefficients = _erfcx_coefficients(order, terms)
     y = 1 / (x * x)
     total = coefficients[-1] * y
     for c in reversed(coefficients[1:-1]):
         total = (total + c) * y
     return (total + coefficients[0]) / x ** (order + 1)
+
+
+@functools.cache
+def _erfcx_coefficients(order, terms):
+    """The coefficient of x**-(2n + 1 + order), n < terms, in erfcx's `order`-th derivative."""
+    coefficients = []
+    for n in range(terms):
+        c, p = (-1) ** n * math.prod(range(1, 2 * n, 2)) / (2**n * math.sqrt(math.pi)), -(2 * n + 1)
+        for _ in range(order):
+            c, p = c * p, p - 1
+        coefficients.append(c)
+    return tuple(coefficients)
 
 
 def erfcx_slope(xp, x, out):
