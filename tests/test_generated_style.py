@@ -111,29 +111,37 @@ _TORCH_CODE_LINES_IN_ALL = 3352 * 7 // 10
 #: three lines for a name), a jvp's absent tangents made zero in one statement where it fits a line, and a
 #: tangent broadcast from the inputs backward keeps (no output shape kept on ctx for it); 2,574: f_log_ndtr
 #: imports the runtime's erfcx, whose derivative is the registry's.
-_TORCH_CODE_LINES_NOW = {"gelu": 39, "fixed_point": 40, "sin_mul": 43, "sin_exp_mul": 59, "point_jvp": 43}
+#: Stop 43: 2,574 -> 2,568: jvp broadcasts the inputs' tangents against each other before any output's tangent
+#: (`torch.broadcast_tensors`), where each output's tangent was broadcast after it (point_jvp 43 -> 40, point_vjp).
+_TORCH_CODE_LINES_NOW = {"gelu": 39, "fixed_point": 40, "sin_mul": 43, "sin_exp_mul": 59, "point_jvp": 40}
+
+
+def _torch_code_lines() -> dict[str, int]:
+    from benchmarks.code_lines import rule_modules
+
+    return rule_modules(Path(__file__).resolve().parent.parent / "generated", "torch")
 
 
 def test_generated_torch_modules_grow_no_longer():
-    from benchmarks.code_lines import rule_modules
-
-    counts = rule_modules(Path(__file__).resolve().parent.parent / "generated", "torch")
+    counts = _torch_code_lines()
     over = {name: counts[name] for name, most in _TORCH_CODE_LINES_NOW.items() if counts[name] > most}
     assert not over, f"code lines over {_TORCH_CODE_LINES_NOW}: {over}"
-    assert sum(counts.values()) <= 2574
+    assert sum(counts.values()) <= 2568
+
+
+def test_generated_torch_modules_are_as_lean_as_hand_written_ones():
+    counts = _torch_code_lines()
+    over = {name: counts[name] for name, most in _TORCH_CODE_LINES.items() if counts[name] > most}
+    assert not over, f"code lines over {_TORCH_CODE_LINES}: {over}"
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 27: not yet met (2,574 code lines in all; point_jvp 43)",
+    reason="issue 27's total (2,346) is not met: 2,568, of which 287 are the `@staticmethod` lines torch documents "
+    "and every linter asks for (docs/performance.md, 'Generated code size')",
 )
-def test_generated_torch_modules_are_as_lean_as_hand_written_ones():
-    from benchmarks.code_lines import rule_modules
-
-    counts = rule_modules(Path(__file__).resolve().parent.parent / "generated", "torch")
-    over = {name: counts[name] for name, most in _TORCH_CODE_LINES.items() if counts[name] > most}
-    assert not over, f"code lines over {_TORCH_CODE_LINES}: {over}"
-    assert sum(counts.values()) <= _TORCH_CODE_LINES_IN_ALL
+def test_all_generated_torch_modules_together_are_as_lean_as_issue_27_asks():
+    assert sum(_torch_code_lines().values()) <= _TORCH_CODE_LINES_IN_ALL
 
 
 def test_each_backends_help_speaks_of_that_backend():

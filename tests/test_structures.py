@@ -90,6 +90,42 @@ def test_the_point_rule_takes_a_named_tuple_and_returns_a_dict_in_torch(name):
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("name", ["point_jvp", "point_vjp"])
+@pytest.mark.parametrize("held", ["none", "x", "y"])
+def test_tangents_of_inputs_of_other_shapes_have_the_outputs_shape(name, held):
+    # jvp broadcasts the inputs' tangents against each other before any output's tangent
+    # (x_dot * cos(x) reads x alone, its output has the shape of x and y together).
+    import torch.autograd.forward_ad as fwad
+
+    f = getattr(gt, name)
+    x, y = torch.tensor(X).reshape(3, 1), torch.tensor(Y[:2]) + 0.25
+    x_dot, y_dot = torch.full_like(x, 2.0), torch.full_like(y, -3.0)
+    with fwad.dual_level():
+        pt = Point(x if held == "x" else fwad.make_dual(x, x_dot), y if held == "y" else fwad.make_dual(y, y_dot))
+        out = f(pt)
+        tangents = [fwad.unpack_dual(v).tangent for v in (out["a"], *out["b"])]
+    xs, ys = x.numpy(), y.numpy()
+    want = [2 * xs * 2.0, np.cos(xs) * 2.0, -np.sin(ys) * -3.0]
+    held_outputs = {"none": (), "x": (0, 1), "y": (2,)}[held]
+    for k, (got, expected) in enumerate(zip(tangents, want, strict=True)):
+        if k in held_outputs:
+            assert got is None or not got.any(), (k, got)
+            continue
+        assert got.shape == (3, 2), (k, got.shape)
+        np.testing.assert_allclose(got.numpy(), np.broadcast_to(expected, (3, 2)), rtol=1e-15)
+    _, (a_dot, (b0_dot, b1_dot)) = torch.func.jvp(lambda u, v: _ab(f(Point(u, v))), (x, y), (x_dot, y_dot))
+    assert a_dot.shape == b0_dot.shape == b1_dot.shape == (3, 2)
+    batched = torch.func.vmap(lambda u, v: torch.func.jvp(lambda p, q: _ab(f(Point(p, q))), (x, y), (u, v))[1])
+    a_dots, (_, b1_dots) = batched(torch.stack([x_dot, 2 * x_dot]), torch.stack([y_dot, y_dot]))
+    assert a_dots.shape == b1_dots.shape == (2, 3, 2)
+    np.testing.assert_allclose(a_dots[1].numpy(), np.broadcast_to(2 * xs * 4.0, (3, 2)), rtol=1e-15)
+
+
+def _ab(out):
+    return out["a"], out["b"]
+
+
+@pytest.mark.unit
 def test_a_tuple_input_and_a_dict_input_take_gradients_of_their_own_structure():
     grad = jax.grad(gj.hypot_pair)((3.0, 4.0))
     assert isinstance(grad, tuple) and np.allclose(grad, (0.6, 0.8))

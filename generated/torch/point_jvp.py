@@ -44,11 +44,8 @@ class PointJvp(RuleFunction):
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        return (
-            broadcast(x_dot * (2 * x), x, y),
-            broadcast(x_dot * torch.cos(x), x, y),
-            broadcast(y_dot * (-torch.sin(y)), x, y),
-        )
+        x_dot, y_dot = torch.broadcast_tensors(x_dot, y_dot)
+        return x_dot * (2 * x), x_dot * torch.cos(x), y_dot * (-torch.sin(y))
 
 
 _apply_point_jvp = routed(PointJvp, "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor)")

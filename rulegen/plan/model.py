@@ -146,6 +146,7 @@ class TorchPlan:
     fused_backward_compiled: Block | None
     tangents: tuple[str, ...]
     absent_tangents: tuple[tuple[str, str], ...]  # (input, its tangent) where the tangent may arrive as None
+    tangents_broadcast: bool  # jvp broadcasts the tangents against each other first (plan.torch._Torch)
     jvp: Block
     # Bodies that update their own buffers in place, run when `plain(...)` of
     # the tensors they read holds (rulegen.plan.inplace); None where nothing would.

@@ -171,6 +171,23 @@ class _Torch:
         return sp.conjugate(partial) if self.rule.complex else partial
 
     @functools.cached_property
+    def tangents_broadcast(self) -> bool:
+        """Whether jvp broadcasts the inputs' tangents against each other before any output's tangent.
+
+        Where an output's tangent reads fewer inputs than its output (`x_dot *
+        2 * x` beside `y`), and every array input has a tangent: each tangent
+        is then a product with one in the outputs' shape, with no output shape
+        kept and no zeros added after (`torch.broadcast_tensors` makes views,
+        and keeps torch's efficient zero one).
+        """
+        tangents = (self.output_tangents[o.name] for o in self.rule.outputs if o.differentiable)
+        return (
+            len(self.diff_inputs) > 1
+            and set(self.arrays) == set(self.diff_inputs)
+            and any(needs_broadcast(self.d, tangent) for tangent in tangents if tangent != 0)
+        )
+
+    @functools.cached_property
     def backward_partials(self) -> dict[tuple[str, str], sp.Expr]:
         return {k: self.conjugated(v) for k, v in self.vjp_partials.items()}
 
@@ -296,7 +313,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         helpers = {*(("as_opmath_tensors", "rounded") if lifted else ("as_tensors",)), *unpack_helpers(rule)}
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
-    shape_kept = t.outputs[0] if _tangents_broadcast(t) and not _broadcasts_from(t, backward.reads) else ""
+    kept_for_jvp = _tangents_broadcast(t) and not t.tangents_broadcast and not _broadcasts_from(t, backward.reads)
+    shape_kept = t.outputs[0] if kept_for_jvp else ""
     route = torch_route(rule, len(values_out))
     wrapped = [*forward_results, *backward.full, *backward.first_order, *jvp_results]
     function_helpers = {"RuleFunction", "routed", *set().union(*(r.wrap.helpers for r in wrapped))}
@@ -333,6 +351,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         fused_backward_compiled=fused.backward,
         tangents=tuple(tangent(i.name) for i in rule.inputs),
         absent_tangents=tuple((x, tangent(x)) for x in t.absent_tangents),
+        tangents_broadcast=t.tangents_broadcast,
         jvp=jvp,
         forward_in_place=in_place.forward,
         forward_plain=in_place.forward_plain,
@@ -568,6 +587,8 @@ def _jvp_parts(
             results.append(Result(tangent(o.name), code="None"))
         elif expr == 0:
             results.append(Result(tangent(o.name), code=f"{torch}.zeros_like({o.name})", reads=reads))
+        elif t.tangents_broadcast:
+            results.append(Result(tangent(o.name), expr))
         elif needs_broadcast(t.d, direct[o.name]) and _broadcasts_from(t, kept):
             # As forward broadcasts the output, from the inputs backward keeps anyway.
             results.append(Result(tangent(o.name), expr, wrap=_broadcast(t)))
@@ -844,6 +865,14 @@ def _jvp_body(plan: TorchPlan) -> tuple[Statement, ...]:
     zero = plan.own["tangent_or_zero"]
     each = [Assign(dot, f"{zero}({dot}, {x})") for x, dot in plan.absent_tangents]
     together = Assign(", ".join(a.target for a in each), ", ".join(a.code for a in each))
+    if plan.tangents_broadcast:
+        # Every output's tangent then has the outputs' shape, as forward mode wants it.
+        broadcast = f"{plan.own['torch']}.broadcast_tensors"
+        at_once = Assign(together.target, f"{broadcast}({together.code})")
+        if fits_a_line(at_once.line):
+            return (*body, at_once, *plan.jvp.statements)
+        body += [together] if fits_a_line(together.line) else each
+        return (*body, Assign(together.target, f"{broadcast}({together.target})"), *plan.jvp.statements)
     body += [together] if len(each) > 1 and fits_a_line(together.line) else each
     return (*body, *plan.jvp.statements)
 
