@@ -277,11 +277,15 @@ def _exact_points(
 
 def array_function(rule: Rule, exprs: Sequence[sp.Expr], backend: str) -> Callable[..., Any]:
     """`exprs` (one per output) printed as plain array code of the rule's inputs, returning them as a tuple:
-    nothing custom, so the framework differentiates it itself (autodiff of the forward as written)."""
-    from rulegen.plan.code import Import, import_statements
-    from rulegen.plan.printers import print_jax, print_torch
+    nothing custom, so the framework differentiates it itself (autodiff of the forward as written).
 
-    printer = print_jax if backend == "jax" else print_torch
+    Written with the framework's own functions, where generated code calls the runtime's mended ones
+    (erfcx, whose frameworks' derivative cancels; torch's float64 digamma): what a user gets without rulegen.
+    """
+    from rulegen.plan.code import Import, import_statements
+    from rulegen.plan.printers import print_jax_framework, print_torch_framework
+
+    printer = print_jax_framework if backend == "jax" else print_torch_framework
     statics = frozenset(i.name for i in rule.inputs if i.static)
     imports: set[Import] = set()
     results = []

@@ -47,6 +47,10 @@ _TORCH_FUNCTIONS = {
     function.name: path for function in fn.REGISTRY if (path := function.torch_runtime or function.torch)
 }
 _TORCH_RUNTIME = frozenset(function.torch_runtime for function in fn.REGISTRY if function.torch_runtime)
+# The frameworks' own, where the runtime mends one: what autodiff of a forward written with the frameworks'
+# ops computes (the accuracy check's baseline); the runtime's only where the framework has none.
+_JAX_OWN = {function.name: path for function in fn.REGISTRY if (path := function.jax or function.jax_runtime)}
+_TORCH_OWN = {function.name: path for function in fn.REGISTRY if (path := function.torch or function.torch_runtime)}
 _MATH_FUNCTIONS = {function.name: function.math for function in fn.REGISTRY if function.math}
 # The same of static inputs: the runtime's IEEE versions, which return inf and nan where math raises.
 _NUMBER_FUNCTIONS = {name: "_numbers." + path.removeprefix("math.") for name, path in _MATH_FUNCTIONS.items()}
@@ -763,15 +767,33 @@ def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[
     return print_expr
 
 
+class FrameworkJaxPrinter(JaxArrayPrinter):
+    """JAX code that calls JAX's own functions where the runtime would mend one (erfcx's derivative)."""
+
+    functions = _JAX_OWN
+
+
+class FrameworkTorchPrinter(TorchArrayPrinter):
+    """torch code that calls torch's own functions where the runtime would mend one (float64 trigamma)."""
+
+    functions = _TORCH_OWN
+
+
 print_jax = _printer(JaxArrayPrinter)
 print_torch = _printer(TorchArrayPrinter)
 print_torch_compiled = _printer(CompiledTorchPrinter)
+print_jax_framework = _printer(FrameworkJaxPrinter)
+print_torch_framework = _printer(FrameworkTorchPrinter)
 
 __all__ = [
     "CompiledTorchPrinter",
+    "FrameworkJaxPrinter",
+    "FrameworkTorchPrinter",
     "JaxArrayPrinter",
     "TorchArrayPrinter",
     "print_jax",
+    "print_jax_framework",
     "print_torch",
     "print_torch_compiled",
+    "print_torch_framework",
 ]
