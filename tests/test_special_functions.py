@@ -232,6 +232,54 @@ def test_erfcx_s_derivatives_keep_their_digits_far_out(package, backend):
             np.testing.assert_allclose(got_order, exact, rtol=tolerance, atol=0, err_msg=f"{order} at {points}")
 
 
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+@pytest.mark.parametrize("nu", [0, 1])
+def test_i0e_and_i1e_derivatives_keep_their_digits_far_out(package, backend, nu):
+    # From |x| = 25, within a few eps on either side (1.5e4 and 1.8e8 eps off at 1e4 before, 2.7e5 and 5e11 at
+    # 1e6).  Below, i1e(x) - sign(x) i0e(x) and its like as the frameworks' autodiff computes them: up to 6 and
+    # 11 bits lost near 25 (48 and 1,320 eps at 20), where the series has not converged yet.
+    far = [25.0, 25.5, 30.7, 117.3, 1e4, 1e6, -25.0, -30.7, -1e4]
+    near = [-20.0, -3.0, 0.3, 2.0, 5.0, 20.0, 24.9]
+    jax_pkg, torch_pkg = package
+    name = f"scaled_i{nu}_far_out"
+    with mpmath.workdps(60):
+        scaled = lambda t: mpmath.besseli(nu, t) * mpmath.exp(-abs(t))  # noqa: E731
+        for points, ulps in ((far, (4, 4)), (near, (2**7, 2**12))):
+            first, second = (np.array([float(mpmath.diff(scaled, mpmath.mpf(p), n)) for p in points]) for n in (1, 2))
+            if backend == "torch":
+                got = torch_orders(getattr(torch_pkg, name), torch.tensor(points, dtype=torch.float64))
+            else:
+                got = jax_orders(getattr(jax_pkg, name), jnp.asarray(points, dtype=jnp.float64))
+            for order, exact, n in (
+                ("grad", first, 0),
+                ("jvp", first, 0),
+                ("hessian", second, 1),
+                ("jvp of grad", second, 1),
+            ):
+                got_order = np.asarray(got[order], dtype=np.float64)
+                tolerance = ulps[n] * 2.0**-52
+                np.testing.assert_allclose(got_order, exact, rtol=tolerance, atol=0, err_msg=f"{order} at {points}")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("nu", [0, 1])
+def test_the_runtime_s_bessel_series_is_every_derivative_of_i0e_and_i1e_from_25(dtype, nu):
+    from rulegen.derive.functions import _mp_bessel_ie_derivative
+    from rulegen.runtime import _asymptotic
+
+    points = [25.0, 25.5, 30.0, 50.0, 117.3, 1e4, 1e8]
+    for order in range(4):
+        x = np.asarray(points, dtype=dtype)
+        with mpmath.workdps(40):
+            exact = np.array([float(_mp_bessel_ie_derivative(nu, order, mpmath.mpf(float(p)))) for p in x])
+        with np.errstate(under="ignore"):
+            got = _asymptotic.bessel_ie_series(np, nu, order, x)
+        assert got.dtype == dtype
+        tiny = np.finfo(dtype).tiny  # the third derivative at 1e8 is below float32's normal range
+        np.testing.assert_allclose(got, exact, rtol=2 * np.finfo(dtype).eps, atol=tiny, err_msg=f"order {order}")
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_the_runtime_s_erfcx_series_is_every_derivative_of_erfcx_from_8(dtype):

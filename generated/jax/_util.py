@@ -15,6 +15,7 @@ unpack_tuple = _structures.unpack_tuple
 binade = functools.partial(_scaling.binade, jnp)
 nth_root = functools.partial(_scaling.nth_root, jnp)
 erfcx_series = functools.partial(_asymptotic.erfcx_series, jnp)
+bessel_ie_series = functools.partial(_asymptotic.bessel_ie_series, jnp)
 
 
 def sum_to_shape(x, shape):

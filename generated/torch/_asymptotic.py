@@ -53,3 +53,43 @@ def erfcx_slope(xp, x, out):
     large = x >= ERFCX_SERIES_FROM
     series = erfcx_series(xp, 1, xp.where(large, x, float(ERFCX_SERIES_FROM)))
     return xp.where(large, series, 2 * x * out - 2 / math.sqrt(math.pi))
+
+
+#: Where the derivatives of the scaled Bessel functions i0e and i1e are their series, in |x|
+#: (i1e(x) - sign(x) i0e(x) and its like cancel: 14 bits lost at |x| = 1e4, 39 at second order).
+BESSEL_IE_SERIES_FROM = 25
+#: Terms by dtype: within 1.6 eps from |x| = 25 up to the third derivative.
+_BESSEL_IE_TERMS = {"float64": 32, "float32": 8}
+
+
+def bessel_ie_series(xp, nu, order, x):
+    """The `order`-th derivative of exp(-x) I_nu(x) (nu 0 or 1) at x >= 25, from its series.
+
+    exp(-x) I_nu(x) ~ sum_k a_k(nu) x**-(k + 1/2), with a_k(nu) = (-1)**k
+    prod_{j <= k} (4 nu**2 - (2j - 1)**2) / (k! 8**k sqrt(2 pi)), each term
+    differentiated as a power: no difference of nearly equal values, where
+    i0e's derivative i1e(x) - i0e(x) loses log2(2x) bits.  Horner's scheme in
+    1 / x.
+    """
+    terms = _BESSEL_IE_TERMS["float32" if xp.finfo(x.dtype).eps > 1e-10 else "float64"]
+    coefficients = _bessel_ie_coefficients(nu, order, terms)
+    y = 1 / x
+    total = coefficients[-1] * y
+    for c in reversed(coefficients[1:-1]):
+        total = (total + c) * y
+    return (total + coefficients[0]) / (x**order * xp.sqrt(x))
+
+
+@functools.cache
+def _bessel_ie_coefficients(nu, order, terms):
+    """The coefficient of x**-(k + 1/2 + order), k < terms, in the `order`-th derivative."""
+    # Loops, not a generator: Dynamo traces this where a compiled backward calls the series.
+    coefficients, a = [], 1 / math.sqrt(2 * math.pi)
+    for k in range(terms):
+        if k:
+            a *= -(4 * nu * nu - (2 * k - 1) ** 2) / (k * 8)
+        c, p = a, -(k + 0.5)
+        for _ in range(order):
+            c, p = c * p, p - 1
+        coefficients.append(c)
+    return tuple(coefficients)

@@ -156,6 +156,29 @@ class bessel_i1(sp.Function):  # noqa: N801
         return sp.besseli(1, arg)
 
 
+#: Where i0e's and i1e's derivatives are their asymptotic series in |x| (`bessel_ie_series`).
+BESSEL_IE_SERIES_FROM = _asymptotic.BESSEL_IE_SERIES_FROM
+
+
+def _bessel_ie_derivative(nu: int, x: sp.Expr, near: sp.Expr) -> sp.Expr:
+    """The derivative of exp(-|x|) I_nu(x): `near` below |x| = 25, the series' beyond, on either side.
+
+    i1e(x) - sign(x) i0e(x) (and i1e's like) cancels as |x| grows: 1.5e4 float64 eps at |x| = 1e4, the
+    second derivative 1.8e8.  Beyond 25, the series differentiated term by term at every order; on the
+    negative side through i0e's evenness and i1e's oddness (stand-ins where the `where` drops the series).
+    """
+    edge = sp.Integer(BESSEL_IE_SERIES_FROM)
+    right = Piecewise((x, x >= edge), (edge, True))
+    left = Piecewise((-x, x <= -edge), (edge, True))
+    # i0e(x) = S0(-x) on the left, so its derivative is -S0'(-x); i1e(x) = -S1(-x), so S1'(-x).
+    sign = -1 if nu == 0 else 1
+    return Piecewise(
+        (bessel_ie_series(nu, 1, right), x >= edge),
+        (sign * bessel_ie_series(nu, 1, left), x <= -edge),
+        (near, True),
+    )
+
+
 class bessel_i0e(sp.Function):  # noqa: N801
     """Exponentially scaled I0: exp(-|x|) * I0(x)."""
 
@@ -165,7 +188,7 @@ class bessel_i0e(sp.Function):  # noqa: N801
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
         x = self.args[0]
-        return bessel_i1e(x) - sp.sign(x) * self
+        return _bessel_ie_derivative(0, x, bessel_i1e(x) - sp.sign(x) * self)
 
     def _eval_rewrite_as_besseli(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
         return sp.exp(-sp.Abs(arg)) * sp.besseli(0, arg)
@@ -180,7 +203,8 @@ class bessel_i1e(sp.Function):  # noqa: N801
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
         x = self.args[0]
-        return bessel_i0e(x) - bessel_i1e(x) * (sp.sign(x) + 1 / x)
+        # Expanded: within |x| < 25, 1.7 bits fewer lost than i0e - i1e (sign(x) + 1 / x) (`rulegen accuracy`).
+        return _bessel_ie_derivative(1, x, bessel_i0e(x) - sp.sign(x) * bessel_i1e(x) - bessel_i1e(x) / x)
 
     def _eval_rewrite_as_besseli(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
         return sp.exp(-sp.Abs(arg)) * sp.besseli(1, arg)
@@ -281,6 +305,30 @@ class erfcx_series(sp.Function):  # noqa: N801
             raise ArgumentIndexError(self, argindex)
         order, x = self.args
         return erfcx_series(order + 1, x)
+
+
+class bessel_ie_series(sp.Function):  # noqa: N801
+    """bessel_ie_series(nu, n, x): the n-th derivative of exp(-x) I_nu(x) at x >= 25, from its asymptotic series
+    (the runtime's `_asymptotic.bessel_ie_series`, which says how); its argument a stand-in below 25."""
+
+    nargs = 3
+
+    def fdiff(self, argindex: int = 3) -> sp.Expr:
+        if argindex != 3:
+            raise ArgumentIndexError(self, argindex)
+        nu, order, x = self.args
+        return bessel_ie_series(nu, order + 1, x)
+
+
+def bessel_ie_series_of(nu: Any, order: Any, x: Any) -> Any:
+    """bessel_ie_series for numpy arrays (the stabilising search's measure)."""
+    with np.errstate(all="ignore"):
+        return _asymptotic.bessel_ie_series(np, int(nu), int(order), np.asarray(x, dtype=np.float64))
+
+
+def _mp_bessel_ie_derivative(nu: mpmath.mpf, order: mpmath.mpf, x: mpmath.mpf) -> mpmath.mpf:
+    """The order-th derivative of exp(-x) I_nu(x) at x > 0."""
+    return mpmath.diff(lambda t: mpmath.besseli(int(nu), t) * mpmath.exp(-t), x, int(order))
 
 
 def erfcx_series_of(order: Any, x: Any) -> Any:
@@ -1052,6 +1100,18 @@ REGISTRY: tuple[MathFunction, ...] = (
     ),
     MathFunction("bessel_i0e", bessel_i0e, "jax.scipy.special.i0e", "torch.special.i0e", mpmath=_mp_i0e),
     MathFunction("bessel_i1e", bessel_i1e, "jax.scipy.special.i1e", "torch.special.i1e", mpmath=_mp_i1e),
+    # What i0e's and i1e's derivatives are beyond |x| = 25, printed as the runtime's `bessel_ie_series`.
+    MathFunction(
+        "bessel_ie_series",
+        bessel_ie_series,
+        numpy="rulegen.derive.functions.bessel_ie_series_of",
+        mpmath=_mp_bessel_ie_derivative,
+        arity=(3, 3),
+        domain=((0, 1), (1, 3), (BESSEL_IE_SERIES_FROM, math.inf)),
+        orders=2,
+        torch_one_kernel=False,
+        internal=True,
+    ),
     MathFunction(
         "ndtr",
         ndtr,

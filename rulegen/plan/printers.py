@@ -74,6 +74,8 @@ TANGENT_OR_ZERO_IMPORT = Import("._native", "tangent_or_zero")
 BINADE_IMPORT = Import("._util", "binade")
 # erfcx's derivatives from x = 8 (functions.erfcx_series), the runtime's.
 ERFCX_SERIES_IMPORT = Import("._util", "erfcx_series")
+# i0e's and i1e's derivatives beyond |x| = 25 (functions.bessel_ie_series), the runtime's.
+BESSEL_IE_SERIES_IMPORT = Import("._util", "bessel_ie_series")
 
 # A rational power's exact root (x**(2/3) is nth_root(x, 3)**2), the runtime's.
 NTH_ROOT_IMPORT = Import("._util", "nth_root")
@@ -301,6 +303,11 @@ class _ArrayCode:
         self.module_imports_.add(ERFCX_SERIES_IMPORT)
         order, x = expr.args
         return f"{self._spelled('erfcx_series')}({int(order)}, {self._print(x)})"
+
+    def _print_bessel_ie_series(self, expr: fn.bessel_ie_series) -> str:
+        self.module_imports_.add(BESSEL_IE_SERIES_IMPORT)
+        nu, order, x = expr.args
+        return f"{self._spelled('bessel_ie_series')}({int(nu)}, {int(order)}, {self._print(x)})"
 
     def _print_divided(self, expr: fn.divided) -> str:
         x, s = expr.args

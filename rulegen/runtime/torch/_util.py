@@ -15,13 +15,25 @@ nth_root = functools.partial(_scaling.nth_root, torch)
 
 
 def erfcx_series(order, x):
-    """`_asymptotic.erfcx_series` of torch tensors; where nothing differentiates it, only at x > 8.
+    """`_asymptotic.erfcx_series` of torch tensors (see `_read_above`)."""
+    series = functools.partial(_asymptotic.erfcx_series, torch, order)
+    return _read_above(series, _asymptotic.ERFCX_SERIES_FROM, x)
 
-    Its argument is x where x >= 8 and 8 where a `where` drops its value, so
-    at 8 it is one number; its terms cost two kernels each, which eager
+
+def bessel_ie_series(nu, order, x):
+    """`_asymptotic.bessel_ie_series` of torch tensors (see `_read_above`)."""
+    series = functools.partial(_asymptotic.bessel_ie_series, torch, nu, order)
+    return _read_above(series, _asymptotic.BESSEL_IE_SERIES_FROM, x)
+
+
+def _read_above(series, start, x):
+    """`series(x)` of a stand-in x: x where x >= start, start where a `where` drops the value.
+
+    Where nothing differentiates it, computed only above start (at start it
+    is one number): a series' terms cost two kernels each, which eager
     torch would run on every element.  Differentiated (a backward with
-    `create_graph`; at 8 the number would have no derivative), compiled or
-    under torch.func (where a boolean index has no fixed shape), it is
+    `create_graph`; at start the number would have no derivative), compiled
+    or under torch.func (where a boolean index has no fixed shape), it is
     computed everywhere.
     """
     if (
@@ -29,11 +41,11 @@ def erfcx_series(order, x):
         or torch._C._are_functorch_transforms_active()
         or (torch.is_grad_enabled() and x.requires_grad)
     ):
-        return _asymptotic.erfcx_series(torch, order, x)
-    start = x.new_tensor(float(_asymptotic.ERFCX_SERIES_FROM))
-    result = torch.empty_like(x).fill_(_asymptotic.erfcx_series(torch, order, start))
+        return series(x)
+    start = x.new_tensor(float(start))
+    result = torch.empty_like(x).fill_(series(start))
     above = x > start
-    result[above] = _asymptotic.erfcx_series(torch, order, x[above])
+    result[above] = series(x[above])
     return result
 
 
