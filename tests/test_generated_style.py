@@ -114,7 +114,8 @@ _TORCH_CODE_LINES_IN_ALL = 3352 * 7 // 10
 #: Stop 43: 2,574 -> 2,568: jvp broadcasts the inputs' tangents against each other before any output's tangent
 #: (`torch.broadcast_tensors`), where each output's tangent was broadcast after it (point_jvp 43 -> 40, point_vjp).
 #: 2,575: f_bessel_i1e's derivative is its asymptotic series beyond |x| = 25 (14 bits lost at 1e4 before), a
-#: `where` of three branches in place of the in-place body.
+#: `where` of three branches in place of the in-place body.  2,577: f_tanh's and f_sigmoid's derivatives as products
+#: of sigmoids (4 sigmoid(2x) sigmoid(-2x), sigmoid(x) sigmoid(-x)), where 1 - tanh(x)**2 and 1 - sigmoid(x) cancel.
 _TORCH_CODE_LINES_NOW = {"gelu": 39, "fixed_point": 40, "sin_mul": 43, "sin_exp_mul": 59, "point_jvp": 40}
 
 
@@ -128,7 +129,7 @@ def test_generated_torch_modules_grow_no_longer():
     counts = _torch_code_lines()
     over = {name: counts[name] for name, most in _TORCH_CODE_LINES_NOW.items() if counts[name] > most}
     assert not over, f"code lines over {_TORCH_CODE_LINES_NOW}: {over}"
-    assert sum(counts.values()) <= 2575
+    assert sum(counts.values()) <= 2577
 
 
 def test_generated_torch_modules_are_as_lean_as_hand_written_ones():
@@ -139,7 +140,7 @@ def test_generated_torch_modules_are_as_lean_as_hand_written_ones():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 27's total (2,346) is not met: 2,575, of which 287 are the `@staticmethod` lines torch documents "
+    reason="issue 27's total (2,346) is not met: 2,577, of which 287 are the `@staticmethod` lines torch documents "
     "and every linter asks for (docs/performance.md, 'Generated code size')",
 )
 def test_all_generated_torch_modules_together_are_as_lean_as_issue_27_asks():

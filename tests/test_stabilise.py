@@ -41,6 +41,19 @@ def test_one_minus_a_cosine_becomes_a_squared_sine():
     assert choice.chosen.has(sp.sin) and not choice.chosen.has(sp.cos)
 
 
+def test_tanh_s_and_sigmoid_s_derivatives_become_products_of_sigmoids():
+    # 1 - tanh(u)**2 and 1 - sigmoid(u) round to 0 in the tails (past u = 19 and 37 in float64) and lose up to
+    # that many bits before; tanh(u) = 2 sigmoid(2u) - 1, and 1 - sigmoid(u) = sigmoid(-u).
+    from rulegen.derive.functions import sigmoid
+
+    tanh_choice = search(sp.diff(sp.tanh(x), x), x=Domain())
+    assert tanh_choice.bits_before[0] > 5 and max(tanh_choice.bits_after) <= 1
+    assert tanh_choice.chosen == 4 * sigmoid(2 * x) * sigmoid(-2 * x)
+    sigmoid_choice = search(sp.diff(sigmoid(x), x), x=Domain())
+    assert sigmoid_choice.bits_before[0] > 2 and max(sigmoid_choice.bits_after) <= 1
+    assert sigmoid_choice.chosen == sigmoid(x) * sigmoid(-x)
+
+
 def test_a_difference_of_logarithms_becomes_one_log1p():
     choice = search(sp.log(x + 7) - sp.log(x), x=Domain(gt=0))
     assert choice.bits_before[0] > 10

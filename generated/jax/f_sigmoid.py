@@ -16,6 +16,10 @@ def f_sigmoid(x: jax.typing.ArrayLike) -> jax.Array:
     Partials (derived by sympy):
         dout/dx = (1 - sigmoid(x))*sigmoid(x)
 
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx = sigmoid(-x)*sigmoid(x): identities, 4.4/2.0 -> 0.3/0.2
+
     Inputs:
         x: float array; checked on [-3, 3]
 
@@ -37,4 +41,4 @@ def _f_sigmoid_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.nn.sigmoid(x)
-    return out, x_dot * (out * (1 - out))
+    return out, x_dot * (out * jax.nn.sigmoid(-x))

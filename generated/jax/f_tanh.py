@@ -17,6 +17,10 @@ def f_tanh(x: jax.typing.ArrayLike) -> jax.Array:
     Partials (derived by sympy):
         dout/dx = 1 - tanh(x)**2
 
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx = 4*sigmoid(-2*x)*sigmoid(2*x): identities, 8.4/3.3 -> 0.2/0.2
+
     Inputs:
         x: float array; checked on [-3, 3]
 
@@ -37,5 +41,6 @@ def _f_tanh(x):
 def _f_tanh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    t0 = 2 * x
     out = jnp.tanh(x)
-    return out, x_dot * (1 - out) * (out + 1)
+    return out, x_dot * (4 * jax.nn.sigmoid(-t0) * jax.nn.sigmoid(t0))

@@ -17,14 +17,14 @@ class FSigmoid(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, output)
+        save_for_derivatives(ctx, *inputs, output)
 
     @staticmethod
     def backward(ctx, out_bar):
-        (out,) = ctx.saved_tensors
-        if plain(out, out_bar):
-            return (-out).add_(1).mul_(out).mul_(out_bar)
-        return out_bar * (out * (1 - out))
+        x, out = ctx.saved_tensors
+        if plain(x, out, out_bar):
+            return torch.ops.aten.softplus_backward(out, x, -1.0, 40.0).mul_(out_bar)
+        return out_bar * torch.ops.aten.softplus_backward(out, x, -1.0, 40.0)
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
     jvp = backward
@@ -41,6 +41,10 @@ def f_sigmoid(x: torch.Tensor | float) -> torch.Tensor:
 
     Partials (derived by sympy):
         dout/dx = (1 - sigmoid(x))*sigmoid(x)
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx = sigmoid(-x)*sigmoid(x): identities, 4.4/2.0 -> 0.3/0.2
 
     Inputs:
         x: float array; checked on [-3, 3]

@@ -4,8 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, routed, save_for_derivatives
-from ._native import tanh_backward
+from ._function import RuleFunction, plain, routed, save_for_derivatives
 from ._util import as_opmath_tensors, rounded
 
 
@@ -18,12 +17,15 @@ class FTanh(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, output)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, out_bar):
-        (out,) = ctx.saved_tensors
-        return tanh_backward(out_bar, out)
+        (x,) = ctx.saved_tensors
+        if plain(x, out_bar):
+            t0 = torch.ops.aten.softplus_backward(torch.sigmoid(2 * x), x, -2.0, 40.0).mul_(4)
+            return t0.mul_(out_bar)
+        return out_bar * (4 * torch.ops.aten.softplus_backward(torch.sigmoid(2 * x), x, -2.0, 40.0))
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
     jvp = backward
@@ -40,6 +42,10 @@ def f_tanh(x: torch.Tensor | float) -> torch.Tensor:
 
     Partials (derived by sympy):
         dout/dx = 1 - tanh(x)**2
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx = 4*sigmoid(-2*x)*sigmoid(2*x): identities, 8.4/3.3 -> 0.2/0.2
 
     Inputs:
         x: float array; checked on [-3, 3]

@@ -68,7 +68,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.expr import lambdified
 from rulegen.derive.forms import canonical
-from rulegen.derive.functions import REGISTRY, binade, divided
+from rulegen.derive.functions import REGISTRY, binade, divided, sigmoid
 from rulegen.derive.measure import (
     bits_of_error,
     exact_value,
@@ -510,6 +510,14 @@ def _minus_constant(f: sp.Expr, c: sp.Expr) -> sp.Expr | None:
         return -2 * sp.sin(f.args[0] / 2) ** 2
     if isinstance(f, sp.exp) and c == 1:
         return expm1(f.args[0])
+    if isinstance(f, sigmoid) and c == 1:
+        # 1 - sigmoid(u) rounds to 0 past u = 37 (float64), where sigmoid(-u) keeps its digits.
+        return -sigmoid(-f.args[0])
+    if f.is_Pow and f.exp == 2 and isinstance(f.base, sp.tanh) and c == 1:
+        # 1 - tanh(u)**2 loses log2(1 / (1 - tanh(u)**2)) bits (13 at u = 5) and is 0 past 19; tanh(u) is
+        # 2 sigmoid(2u) - 1.  Not 1 / cosh(u)**2: its derivative is 0 * inf = nan where cosh overflows.
+        u = f.base.args[0]
+        return -4 * sigmoid(2 * u) * sigmoid(-2 * u)
     if isinstance(f, sp.log) and c == 0:
         return None
     if f.is_Pow and not f.exp.is_Integer and c == 1:
@@ -522,7 +530,11 @@ def _split_term(term: sp.Expr) -> list[tuple[sp.Expr, sp.Expr]]:
     factors = sp.Mul.make_args(term)
     found = []
     for k, f in enumerate(factors):
-        if isinstance(f, sp.Function) or (f.is_Pow and not f.exp.is_Integer and f.base.free_symbols):
+        if (
+            isinstance(f, sp.Function)
+            or (f.is_Pow and not f.exp.is_Integer and f.base.free_symbols)
+            or (f.is_Pow and f.exp == 2 and isinstance(f.base, sp.tanh))
+        ):
             found.append((sp.Mul(*(factors[:k] + factors[k + 1 :])), f))
     return found
 
