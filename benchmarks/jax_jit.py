@@ -67,6 +67,18 @@ def _hand_tanh_jvp(primals, tangents):
 
 
 @jax.custom_jvp
+def hand_tanh_exact(x):
+    return jnp.tanh(x)
+
+
+@hand_tanh_exact.defjvp
+def _hand_tanh_exact_jvp(primals, tangents):
+    # 1 - tanh(x)**2 without its cancellation (0 past |x| = 19 in float64), as the generated rule computes it.
+    (x,), (x_dot,) = primals, tangents
+    return hand_tanh_exact(x), 4 * jax.nn.sigmoid(2 * x) * jax.nn.sigmoid(-2 * x) * x_dot
+
+
+@jax.custom_jvp
 def hand_sin_mul(x, y):
     return jnp.sin(x) * y
 
@@ -165,6 +177,8 @@ CASES: list[tuple[str, int, Callable, Callable, Callable]] = [
     # The same, against a rule of equal accuracy and autodiff of JAX's own stable softplus.
     ("softplus", 1, gen.log1pexp, hand_softplus, jax.nn.softplus),
     ("tanh", 1, gen.f_tanh, hand_tanh, jnp.tanh),
+    # The same, against a rule of equal accuracy (autodiff's 1 - tanh(x)**2 loses 13 bits at x = 5).
+    ("tanh_exact", 1, gen.f_tanh, hand_tanh_exact, jnp.tanh),
     ("sin_mul", 2, gen.sin_mul, hand_sin_mul, lambda x, y: jnp.sin(x) * y),
     ("sin_exp_mul", 2, gen.sin_exp_mul, hand_sin_exp_mul, lambda x, y: jnp.sin(x) * jnp.exp(-x * x) * y),
     ("gelu", 1, gen.gelu, hand_gelu, lambda x: x * (1 + jss.erf(x / jnp.sqrt(2.0))) / 2),
@@ -204,6 +218,7 @@ REFERENCES = {
     ),
 }
 REFERENCES["gelu_nn"] = REFERENCES["gelu"]
+REFERENCES["tanh"] = REFERENCES["tanh_exact"] = (np.tanh, lambda x: 1 / np.cosh(x) ** 2)
 #: The smallest exact result compared: XLA flushes subnormal intermediates on the CPU, so a result just above
 #: float32's normals (gelu's x * Phi(x) at x = -13, exp(-x**2/2) subnormal) is 0 in every variant alike.
 SMALLEST = 2.0**-100

@@ -48,10 +48,10 @@ def _torch_compile(out: str) -> None:
 
 
 def _jax_jit(out: str) -> None:
-    for case in ["log1pexp", "softplus", "tanh", "sin_mul", "sin_exp_mul", "gelu"]:
+    for case in ["log1pexp", "softplus", "tanh", "tanh_exact", "sin_mul", "sin_exp_mul", "gelu"]:
         assert re.search(rf"^{case} +{RATIO} +{RATIO} +{RATIO} +{RATIO}$", out, re.M), case
     # float32 error of value and derivative: generated, hand-written, composite
-    for case in ["log1pexp", "softplus", "gelu"]:
+    for case in ["log1pexp", "softplus", "tanh", "tanh_exact", "gelu"]:
         assert re.search(rf"^{case}(?: +{ERROR}, {ERROR}){{3}}$", out, re.M), case
     for case in ["softmax", "softmax_ad", "logsumexp"]:  # hand-written custom_vjps: no forward mode
         assert re.search(rf"^{case} +{RATIO} +{RATIO} +n/a +{RATIO}$", out, re.M), case
