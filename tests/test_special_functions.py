@@ -201,26 +201,17 @@ def test_log_ndtr_and_its_derivative_keep_both_tails(package, backend):
         )
 
 
-def _erfcx_derivatives(points: list[float]) -> list[np.ndarray]:
-    """erfcx', erfcx'' at `points`, by mpmath's own differentiation at 60 digits."""
-    with mpmath.workdps(60):
-        erfcx = lambda t: mpmath.exp(t**2) * mpmath.erfc(t)  # noqa: E731
-        return [np.array([float(mpmath.diff(erfcx, mpmath.mpf(p), n)) for p in points]) for n in (1, 2)]
-
-
-@pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_erfcx_s_derivatives_keep_their_digits_far_out(package, backend):
-    # From 8, within a few eps (1.1e8 and 2.5e15 eps off at 1e4 before).  Below, 2 x erfcx(x) - 2 / sqrt(pi) and
-    # its derivative as the frameworks' autodiff computes them: up to 7 and 13 bits lost near 8 (147 and 9,440
-    # eps at 7.9), where the series has not converged yet.
-    far, near = [8.0, 8.5, 12.0, 30.7, 117.3, 1e4, 1e8], [-3.0, 0.3, 2.0, 5.0, 7.9]
+def _assert_first_and_second_derivatives(package, backend, name, scaled, far, near, ulps_near):
+    """`name`'s first and second derivatives (each in both modes) at `far` within 4 eps, at `near` within
+    `ulps_near` (first, second) eps of mpmath's differentiation of `scaled` at 60 digits."""
     jax_pkg, torch_pkg = package
-    for points, ulps in ((far, (4, 4)), (near, (2**8, 2**14))):
+    for points, ulps in ((far, (4, 4)), (near, ulps_near)):
+        with mpmath.workdps(60):
+            first, second = (np.array([float(mpmath.diff(scaled, mpmath.mpf(p), n)) for p in points]) for n in (1, 2))
         if backend == "torch":
-            got = torch_orders(torch_pkg.scaled_erfc_far_out, torch.tensor(points, dtype=torch.float64))
+            got = torch_orders(getattr(torch_pkg, name), torch.tensor(points, dtype=torch.float64))
         else:
-            got = jax_orders(jax_pkg.scaled_erfc_far_out, jnp.asarray(points, dtype=jnp.float64))
-        first, second = _erfcx_derivatives(points)
+            got = jax_orders(getattr(jax_pkg, name), jnp.asarray(points, dtype=jnp.float64))
         for order, exact, n in (
             ("grad", first, 0),
             ("jvp", first, 0),
@@ -233,6 +224,16 @@ def test_erfcx_s_derivatives_keep_their_digits_far_out(package, backend):
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_erfcx_s_derivatives_keep_their_digits_far_out(package, backend):
+    # From 8, within a few eps (1.1e8 and 2.5e15 eps off at 1e4 before).  Below, 2 x erfcx(x) - 2 / sqrt(pi) and
+    # its derivative as the frameworks' autodiff computes them: up to 7 and 13 bits lost near 8 (147 and 9,440
+    # eps at 7.9), where the series has not converged yet.
+    far, near = [8.0, 8.5, 12.0, 30.7, 117.3, 1e4, 1e8], [-3.0, 0.3, 2.0, 5.0, 7.9]
+    erfcx = lambda t: mpmath.exp(t**2) * mpmath.erfc(t)  # noqa: E731
+    _assert_first_and_second_derivatives(package, backend, "scaled_erfc_far_out", erfcx, far, near, (2**8, 2**14))
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
 @pytest.mark.parametrize("nu", [0, 1])
 def test_i0e_and_i1e_derivatives_keep_their_digits_far_out(package, backend, nu):
     # From |x| = 25, within a few eps on either side (1.5e4 and 1.8e8 eps off at 1e4 before, 2.7e5 and 5e11 at
@@ -240,25 +241,8 @@ def test_i0e_and_i1e_derivatives_keep_their_digits_far_out(package, backend, nu)
     # 11 bits lost near 25 (48 and 1,320 eps at 20), where the series has not converged yet.
     far = [25.0, 25.5, 30.7, 117.3, 1e4, 1e6, -25.0, -30.7, -1e4]
     near = [-20.0, -3.0, 0.3, 2.0, 5.0, 20.0, 24.9]
-    jax_pkg, torch_pkg = package
-    name = f"scaled_i{nu}_far_out"
-    with mpmath.workdps(60):
-        scaled = lambda t: mpmath.besseli(nu, t) * mpmath.exp(-abs(t))  # noqa: E731
-        for points, ulps in ((far, (4, 4)), (near, (2**7, 2**12))):
-            first, second = (np.array([float(mpmath.diff(scaled, mpmath.mpf(p), n)) for p in points]) for n in (1, 2))
-            if backend == "torch":
-                got = torch_orders(getattr(torch_pkg, name), torch.tensor(points, dtype=torch.float64))
-            else:
-                got = jax_orders(getattr(jax_pkg, name), jnp.asarray(points, dtype=jnp.float64))
-            for order, exact, n in (
-                ("grad", first, 0),
-                ("jvp", first, 0),
-                ("hessian", second, 1),
-                ("jvp of grad", second, 1),
-            ):
-                got_order = np.asarray(got[order], dtype=np.float64)
-                tolerance = ulps[n] * 2.0**-52
-                np.testing.assert_allclose(got_order, exact, rtol=tolerance, atol=0, err_msg=f"{order} at {points}")
+    scaled = lambda t: mpmath.besseli(nu, t) * mpmath.exp(-abs(t))  # noqa: E731
+    _assert_first_and_second_derivatives(package, backend, f"scaled_i{nu}_far_out", scaled, far, near, (2**7, 2**12))
 
 
 @pytest.mark.unit
