@@ -19,13 +19,8 @@ def erfcx_series(xp, order, x):
     where erfcx's own derivative, 2 x erfcx(x) - 2 / sqrt(pi), cancels (it
     loses log2(2 x**2) bits).  Horner's scheme in 1 / x**2.
     """
-    terms = _ERFCX_TERMS["float32" if xp.finfo(x.dtype).eps > 1e-10 else "float64"]
-    coefficients = _erfcx_coefficients(order, terms)
-    y = 1 / (x * x)
-    total = coefficients[-1] * y
-    for c in reversed(coefficients[1:-1]):
-        total = (total + c) * y
-    return (total + coefficients[0]) / x ** (order + 1)
+    coefficients = _erfcx_coefficients(order, _terms(xp, x, _ERFCX_TERMS))
+    return _horner(coefficients, 1 / (x * x)) / x ** (order + 1)
 
 
 @functools.cache
@@ -33,11 +28,29 @@ def _erfcx_coefficients(order, terms):
     """The coefficient of x**-(2n + 1 + order), n < terms, in erfcx's `order`-th derivative."""
     coefficients = []
     for n in range(terms):
-        c, p = (-1) ** n * math.prod(range(1, 2 * n, 2)) / (2**n * math.sqrt(math.pi)), -(2 * n + 1)
-        for _ in range(order):
-            c, p = c * p, p - 1
-        coefficients.append(c)
+        c = (-1) ** n * math.prod(range(1, 2 * n, 2)) / (2**n * math.sqrt(math.pi))
+        coefficients.append(_differentiated(c, -(2 * n + 1), order))
     return tuple(coefficients)
+
+
+def _terms(xp, x, by_dtype):
+    """How many terms of a series `x`'s dtype takes (`by_dtype`: float64's and float32's)."""
+    return by_dtype["float32" if xp.finfo(x.dtype).eps > 1e-10 else "float64"]
+
+
+def _horner(coefficients, y):
+    """The polynomial sum_k coefficients[k] y**k, by Horner's scheme."""
+    total = coefficients[-1] * y
+    for c in reversed(coefficients[1:-1]):
+        total = (total + c) * y
+    return total + coefficients[0]
+
+
+def _differentiated(c, p, order):
+    """The coefficient of c x**p differentiated `order` times (a loop: Dynamo traces it)."""
+    for _ in range(order):
+        c, p = c * p, p - 1
+    return c
 
 
 def erfcx_slope(xp, x, out):
@@ -71,13 +84,8 @@ def bessel_ie_series(xp, nu, order, x):
     i0e's derivative i1e(x) - i0e(x) loses log2(2x) bits.  Horner's scheme in
     1 / x.
     """
-    terms = _BESSEL_IE_TERMS["float32" if xp.finfo(x.dtype).eps > 1e-10 else "float64"]
-    coefficients = _bessel_ie_coefficients(nu, order, terms)
-    y = 1 / x
-    total = coefficients[-1] * y
-    for c in reversed(coefficients[1:-1]):
-        total = (total + c) * y
-    return (total + coefficients[0]) / (x**order * xp.sqrt(x))
+    coefficients = _bessel_ie_coefficients(nu, order, _terms(xp, x, _BESSEL_IE_TERMS))
+    return _horner(coefficients, 1 / x) / (x**order * xp.sqrt(x))
 
 
 @functools.cache
@@ -88,8 +96,5 @@ def _bessel_ie_coefficients(nu, order, terms):
     for k in range(terms):
         if k:
             a *= -(4 * nu * nu - (2 * k - 1) ** 2) / (k * 8)
-        c, p = a, -(k + 0.5)
-        for _ in range(order):
-            c, p = c * p, p - 1
-        coefficients.append(c)
+        coefficients.append(_differentiated(a, -(k + 0.5), order))
     return tuple(coefficients)

@@ -180,12 +180,7 @@ class _Torch:
         kept and no zeros added after (`torch.broadcast_tensors` makes views,
         and keeps torch's efficient zero one).
         """
-        tangents = (self.output_tangents[o.name] for o in self.rule.outputs if o.differentiable)
-        return (
-            len(self.diff_inputs) > 1
-            and set(self.arrays) == set(self.diff_inputs)
-            and any(needs_broadcast(self.d, tangent) for tangent in tangents if tangent != 0)
-        )
+        return len(self.diff_inputs) > 1 and set(self.arrays) == set(self.diff_inputs) and _tangents_broadcast(self)
 
     @functools.cached_property
     def backward_partials(self) -> dict[tuple[str, str], sp.Expr]:
