@@ -12,11 +12,16 @@ against `generated.torch.gelu`, `f_swish`, `softmax`, `logsumexp`.
 Rows: one training step (forward, backward, an SGD update) in torch eager,
 under `torch.compile`, and in JAX under `jit`; then forward-mode lines,
 `jacfwd` of the loss with respect to a small input slice and a Hessian-vector
-product (forward over reverse). The three torch lines indented under them
-compare with the native model but for its gelu, `F.gelu` replaced by the
-erfc form JAX's exact gelu computes: `F.gelu`'s own formula is thousands to
-millions of eps off below x = -4, the generated one within 1 eps, and that
-accuracy has a price that the lines against `F.gelu` include. Each row runs the two variants interleaved
+product (forward over reverse). The torch lines indented under them compare
+with the native model but for its gelu, `F.gelu` replaced by the erfc form
+JAX's exact gelu computes: `F.gelu`'s own formula is thousands to millions of
+eps off below x = -4, the generated one within 1 eps, and that accuracy has a
+price that the lines against `F.gelu` include. The JAX lines indented so
+compare with `jax.nn.gelu` differentiated by the density of x itself
+(`jax.nn.gelu`'s autodiff reads it at the rounded x/sqrt(2), 63 eps off at
+x = -12 where the generated derivative keeps 1.4). The "alone" lines
+generate one of the four functions at a time in the native model: where a
+step's ratio comes from. Each row runs the two variants interleaved
 (native, generated, native, ...) and shows the median of the per-round ratios
 generated / native with their min and max, so a noisy machine moves both
 alike. Peak memory: torch, the rise of the process's resident set during one
@@ -88,6 +93,30 @@ JAX_NATIVE = Ops(
 JAX_GENERATED = Ops(gen_jax.gelu, gen_jax.f_swish, gen_jax.softmax, gen_jax.logsumexp)
 
 
+@jax.custom_jvp
+def _gelu_exact_density(x: jax.Array) -> jax.Array:
+    return jax.nn.gelu(x, approximate=False)
+
+
+@_gelu_exact_density.defjvp
+def _gelu_exact_density_jvp(primals, tangents):
+    # jax.nn.gelu's autodiff reads exp(-u*u) of the rounded u = x/sqrt(2) (XLA shares it with erfc's own), 63
+    # float32 eps off at x = -12; the density of x itself keeps 1.4, as the generated gelu's does.
+    (x,), (x_dot,) = primals, tangents
+    cdf = 0.5 * jax.scipy.special.erfc(-x * math.sqrt(0.5))
+    return x * cdf, x_dot * (cdf + x * jnp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+
+
+# jax.nn.gelu with a derivative as accurate as the generated one's, the JAX twin of TORCH_NATIVE_ERFC_GELU.
+JAX_NATIVE_EXACT_DENSITY = replace(JAX_NATIVE, gelu=_gelu_exact_density)
+FUNCTIONS = ("gelu", "swish", "softmax", "logsumexp")
+
+
+def one_generated(native: Ops, generated: Ops) -> list[tuple[str, Ops]]:
+    """The native ops with one function generated, for each of the four: where a step's ratio comes from."""
+    return [(name, replace(native, **{name: getattr(generated, name)})) for name in FUNCTIONS]
+
+
 class Block(torch.nn.Module):
     def __init__(self, size: Size, ops: Ops) -> None:
         super().__init__()
@@ -115,10 +144,10 @@ class Block(torch.nn.Module):
         return (self.ops.logsumexp(logits) - picked).mean()
 
 
-def _torch_models(size: Size, reference: Ops = TORCH_NATIVE) -> tuple[Block, Block]:
+def _torch_models(size: Size, reference: Ops = TORCH_NATIVE, candidate: Ops = TORCH_GENERATED) -> tuple[Block, Block]:
     torch.manual_seed(0)
     native = Block(size, reference)
-    generated = Block(size, TORCH_GENERATED)
+    generated = Block(size, candidate)
     generated.load_state_dict(native.state_dict())
     return native, generated
 
@@ -202,11 +231,21 @@ def torch_rows(size: Size, rounds: int) -> list[tuple[str, str, str]]:
     rows.append(("torch jacfwd (input slice)", _cell(_torch_forward_mode(native, generated, x, labels, rounds)), ""))
     rows.append(("torch hvp (fwd over rev)", _cell(_torch_hvp(native, generated, x, labels, rounds)), ""))
     # The lines F.gelu's inaccurate formula decides, against its accurate form (TORCH_NATIVE_ERFC_GELU).
+    for compiled in (False, True):
+        native, generated = _torch_models(size, TORCH_NATIVE_ERFC_GELU)
+        runs = [_bound(_torch_step(model, compiled), x, labels) for model in (native, generated)]
+        memory = _memory_cell(*map(_peak_rss_rise, runs))
+        rows.append(
+            (f"  {'compile' if compiled else 'eager'} step, erfc gelu", _cell(_interleaved(*runs, rounds)), memory)
+        )
     native, generated = _torch_models(size, TORCH_NATIVE_ERFC_GELU)
-    runs = [_bound(_torch_step(model, False), x, labels) for model in (native, generated)]
-    rows.append(("  eager step, erfc gelu", _cell(_interleaved(*runs, rounds)), ""))
     rows.append(("  jacfwd, erfc gelu", _cell(_torch_forward_mode(native, generated, x, labels, rounds)), ""))
     rows.append(("  hvp, erfc gelu", _cell(_torch_hvp(native, generated, x, labels, rounds)), ""))
+    for name, ops in one_generated(TORCH_NATIVE, TORCH_GENERATED):
+        native, generated = _torch_models(size, TORCH_NATIVE, ops)
+        runs = [_bound(_torch_step(model, False), x, labels) for model in (native, generated)]
+        memory = _memory_cell(*map(_peak_rss_rise, runs))
+        rows.append((f"  eager step, {name} alone", _cell(_interleaved(*runs, rounds)), memory))
     return rows
 
 
@@ -294,31 +333,40 @@ def jax_rows(size: Size, rounds: int) -> list[tuple[str, str, str]]:
 
         return step
 
-    steps = train_step(JAX_NATIVE), train_step(JAX_GENERATED)
-    ratios = _interleaved(*(lambda step=step: jax.block_until_ready(step(params)) for step in steps), rounds)
-    temp = [step.lower(params).compile().memory_analysis() for step in steps]
-    memory = "n/a" if None in temp else f"{_temp(temp[1]) / 2**20:.1f} / {_temp(temp[0]) / 2**20:.1f} MiB"
-    rows = [("jax jit step", _cell(ratios), memory)]
+    def step_row(name: str, reference: Ops, candidate: Ops) -> tuple[str, str, str]:
+        steps = train_step(reference), train_step(candidate)
+        ratios = _interleaved(*(lambda step=step: jax.block_until_ready(step(params)) for step in steps), rounds)
+        temp = [step.lower(params).compile().memory_analysis() for step in steps]
+        memory = "n/a" if None in temp else f"{_temp(temp[1]) / 2**20:.1f} / {_temp(temp[0]) / 2**20:.1f} MiB"
+        return name, _cell(ratios), memory
 
     def forward_mode(ops: Ops) -> Callable[[], object]:
         loss = _jax_loss(ops, size)
         jac = jax.jit(jax.jacfwd(lambda piece: loss(params, x[:1].at[0, 0, :8].set(piece), labels[:1])))
         return lambda: jax.block_until_ready(jac(x[0, 0, :8]))
 
-    rows.append(
-        (
-            "jax jacfwd (input slice)",
-            _cell(_interleaved(forward_mode(JAX_NATIVE), forward_mode(JAX_GENERATED), rounds)),
-            "",
-        )
-    )
-
     def hvp(ops: Ops) -> Callable[[], object]:
         grad = jax.grad(lambda inp: _jax_loss(ops, size)(params, inp, labels))
         product = jax.jit(lambda inp: jax.jvp(grad, (inp,), (jnp.ones_like(inp),))[1])
         return lambda: jax.block_until_ready(product(x))
 
-    rows.append(("jax hvp (fwd over rev)", _cell(_interleaved(hvp(JAX_NATIVE), hvp(JAX_GENERATED), rounds)), ""))
+    def lines(reference: Ops, names: tuple[str, str, str]) -> list[tuple[str, str, str]]:
+        jac = _interleaved(forward_mode(reference), forward_mode(JAX_GENERATED), rounds)
+        product = _interleaved(hvp(reference), hvp(JAX_GENERATED), rounds)
+        return [
+            step_row(names[0], reference, JAX_GENERATED),
+            (names[1], _cell(jac), ""),
+            (names[2], _cell(product), ""),
+        ]
+
+    # The lines jax.nn.gelu's derivative decides, against one as accurate as the generated gelu's.
+    rows = lines(JAX_NATIVE, ("jax jit step", "jax jacfwd (input slice)", "jax hvp (fwd over rev)"))
+    rows += lines(
+        JAX_NATIVE_EXACT_DENSITY, tuple(f"  {row}, exact-density gelu" for row in ("jit step", "jacfwd", "hvp"))
+    )
+    rows += [
+        step_row(f"  jit step, {name} alone", JAX_NATIVE, ops) for name, ops in one_generated(JAX_NATIVE, JAX_GENERATED)
+    ]
     return rows
 
 
@@ -340,9 +388,9 @@ def main(argv: list[str]) -> int:
         f"{size.heads} heads, {size.classes} classes; {rounds} interleaved rounds, generated / native"
     )
     rows = [*torch_rows(size, rounds), *jax_rows(size, rounds)]
-    print(f"{'':28} {'time: median [min, max]':>26} {'peak memory gen / native':>26}")
+    print(f"{'':32} {'time: median [min, max]':>26} {'peak memory gen / native':>26}")
     for name, time_cell, memory_cell in rows:
-        print(f"{name:28} {time_cell:>26} {memory_cell:>26}".rstrip())
+        print(f"{name:32} {time_cell:>26} {memory_cell:>26}".rstrip())
     return 0
 
 

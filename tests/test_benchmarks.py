@@ -82,8 +82,18 @@ def _model(out: str) -> None:
         assert re.search(rf"^{row} +{RATIO} +(n/a|\d+\.\d / \d+\.\d MiB)$", out, re.M), row
     for row in ["torch jacfwd (input slice)", "torch hvp (fwd over rev)", "jax jacfwd (input slice)"]:
         assert re.search(rf"^{re.escape(row)} +{RATIO}$", out, re.M), row
-    for row in ["eager step", "jacfwd", "hvp"]:  # against the native model with gelu's accurate erfc form
+    for row in ["jacfwd", "hvp"]:  # against the native model with gelu's accurate erfc form
         assert re.search(rf"^  {row}, erfc gelu +{RATIO}$", out, re.M), row
+    for row in ["jacfwd", "hvp"]:  # against jax.nn.gelu with a derivative as accurate as the generated one
+        assert re.search(rf"^  {row}, exact-density gelu +{RATIO}$", out, re.M), row
+    steps = ["  eager step, erfc gelu", "  compile step, erfc gelu", "  jit step, exact-density gelu"]
+    steps += [
+        f"  {step} step, {name} alone"
+        for step in ("eager", "jit")
+        for name in ("gelu", "swish", "softmax", "logsumexp")
+    ]
+    for row in steps:  # where the steps' ratios come from: time, then peak memory
+        assert re.search(rf"^{re.escape(row)} +{RATIO} +(n/a|\d+\.\d / \d+\.\d MiB)$", out, re.M), row
 
 
 def _accuracy(out: str) -> None:
@@ -156,15 +166,19 @@ def test_the_model_s_native_and_generated_variants_compute_the_same_loss_and_gra
     size = model.QUICK
     native, generated = model._torch_models(size)
     erfc_gelu, _ = model._torch_models(size, model.TORCH_NATIVE_ERFC_GELU)
+    alone = [
+        model._torch_models(size, model.TORCH_NATIVE, ops)[1]
+        for _, ops in model.one_generated(model.TORCH_NATIVE, model.TORCH_GENERATED)
+    ]
     x, labels = model._torch_data(size)
     losses, grads = [], []
-    for block in (native, generated, erfc_gelu):
+    for block in (native, generated, erfc_gelu, *alone):
         block.zero_grad()
         loss = block(x, labels)
         loss.backward()
         losses.append(loss.detach())
         grads.append(torch.cat([p.grad.flatten() for p in block.parameters()]))
-    for k in (1, 2):
+    for k in range(1, len(losses)):
         torch.testing.assert_close(losses[k], losses[0], rtol=1e-5, atol=0)
         torch.testing.assert_close(grads[k], grads[0], rtol=1e-4, atol=1e-6)
 
@@ -173,11 +187,17 @@ def test_the_model_s_native_and_generated_variants_compute_the_same_loss_and_gra
     jl = jnp.asarray(labels.numpy())
     values = [
         jax.value_and_grad(model._jax_loss(ops, size))(params, jx, jl)
-        for ops in (model.JAX_NATIVE, model.JAX_GENERATED)
+        for ops in (
+            model.JAX_NATIVE,
+            model.JAX_GENERATED,
+            model.JAX_NATIVE_EXACT_DENSITY,
+            *(ops for _, ops in model.one_generated(model.JAX_NATIVE, model.JAX_GENERATED)),
+        )
     ]
-    np.testing.assert_allclose(values[1][0], values[0][0], rtol=1e-5)
-    for name in params:
-        np.testing.assert_allclose(values[1][1][name], values[0][1][name], rtol=1e-3, atol=1e-6)
+    for value in values[1:]:
+        np.testing.assert_allclose(value[0], values[0][0], rtol=1e-5)
+        for name in params:
+            np.testing.assert_allclose(value[1][name], values[0][1][name], rtol=1e-3, atol=1e-6)
 
 
 @pytest.mark.unit
