@@ -176,6 +176,13 @@ def test_min_and_max_of_static_inputs_stay_python_numbers():
 
 
 @pytest.mark.unit
+def test_a_clip_of_a_tensor_between_numbers_is_one_clamp():
+    # The stabilising search clamps an input where a form has reached its limits: one kernel, not a clamp of a clamp.
+    assert print_torch(sp.Min(sp.Max(X, -2), 3))[0] == "torch.clamp(x, -2, 3)"
+    assert print_torch(sp.Max(sp.Min(X, 3), -2))[0] == "torch.clamp(torch.clamp(x, max=3), min=-2)"
+
+
+@pytest.mark.unit
 def test_the_derived_tables_agree_with_the_registry_and_are_read_only():
     names = [f.name for f in fn.REGISTRY]
     assert len(names) == len(set(names))

@@ -525,3 +525,52 @@ def test_a_cancellation_float64_shares_is_searched_not_screened_out():
     choice = search(sp.diff(gelu, x), x=Domain())
     assert choice.chosen.has(one_plus_erf) and not choice.chosen.has(sp.erf)
     assert sum(choice.bits_after) < sum(choice.bits_before) - 1
+
+
+def test_one_plus_a_tanh_becomes_twice_a_sigmoid():
+    # x (1 + tanh(x)) / 2 loses every bit below x = -19 (float64), where x sigmoid(2x) keeps them; tanh(x) - 1
+    # likewise on the other side.
+    from rulegen.derive.functions import sigmoid
+
+    for expr in (x * (1 + sp.tanh(x)) / 2, x * (sp.tanh(x) - 1) / 2):
+        choice = search(expr, x=Domain())
+        assert choice.bits_before[0] > 2  # a mean over the whole line, of which a tail of 20 binades loses them all
+        assert max(choice.bits_after) <= 1
+        assert choice.chosen.has(sigmoid) and not choice.chosen.has(sp.tanh, sp.Piecewise)
+
+
+GELU_TANH_U = sp.sqrt(2 / sp.pi) * (x + sp.Float(0.044715) * x**3)
+
+
+def test_a_form_that_overflows_on_the_way_to_its_limits_is_clamped_where_it_has_reached_them():
+    # gelu_tanh's derivative: as derived, 0 where it is 1e-136 (x = -16, float64) and nan past |x| = 1e154; its
+    # sigmoid form is exact below 1e102 and inf * 0 beyond (x**3 * sigmoid(-x**3)), where the derivative is 1.
+    derivative = sp.diff(x * (1 + sp.tanh(GELU_TANH_U)) / 2, x)
+    choice = search(derivative, x=Domain())
+    assert choice.bits_before[0] > 5
+    assert max(choice.bits_after) <= 0.5
+    assert choice.chosen.has(sp.Min, sp.Max) and not choice.chosen.has(sp.Piecewise, sp.tanh)
+    fn = sp.lambdify([x], choice.chosen, modules=[{"sigmoid": lambda u: 0.5 * (1 + np.tanh(u / 2))}, "numpy"])
+    for dtype in (np.float64, np.float32):
+        top = np.finfo(dtype).max
+        with np.errstate(all="ignore"):
+            got = fn(np.array([-top, -1e30, -40, 40, 1e30, top], dtype=dtype))
+        np.testing.assert_array_equal(got, [0, 0, 0, 1, 1, 1])
+
+
+def test_a_clamp_needs_the_derivative_to_vanish_beyond_it_and_no_overflow_at_it():
+    from rulegen.derive.functions import sigmoid
+    from rulegen.derive.stabilise import _flat_beyond, _in_range_held, _sample
+
+    sampling = Sampling(((x, Domain()),))
+    # x**2 / (x**2 + 1) is 1 to every bit past 1e8 and nan past 1e154, but its derivative, 2 / x**3, is not 0: a
+    # clamp would make the next order 0 where it is 1e-90.
+    algebraic = x**2 / (x**2 + 1)
+    points = [_sample(algebraic, sampling, 32, 1, dtype) for dtype in (np.float64, np.float32)]
+    assert not _flat_beyond(algebraic, x, 0, 1e8, (x,), points)
+    saturating = 2 * x * sp.diff(GELU_TANH_U, x) * sigmoid(2 * GELU_TANH_U) * sigmoid(-2 * GELU_TANH_U)
+    points = [_sample(saturating, sampling, 32, 1, dtype) for dtype in (np.float64, np.float32)]
+    assert _flat_beyond(saturating, x, 0, 1e8, (x,), points)
+    # Held at 1e16, x**3 is inf in float32 (and inf * 0 = nan in some order of the product); at 1e8 nothing overflows.
+    assert not _in_range_held(saturating, x, 0, 1e16, (x,), points)
+    assert _in_range_held(saturating, x, 0, 1e8, (x,), points)

@@ -9,6 +9,7 @@ log1p, expm1) before anything is differentiated.
 from __future__ import annotations
 
 import importlib
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -250,3 +251,64 @@ def test_tanh_s_and_sigmoid_s_derivatives_keep_their_digits_in_the_tails(backend
         # loses the tail there (a relative error up to 1 where it is below 1e-16 of its peak).
         assert np.isfinite(got[1]).all(), (name, got[1])
         np.testing.assert_allclose(got[1], want[1], rtol=1e-10, atol=1e-14, err_msg=f"{name} second")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gelu_tanh_keeps_its_tail_and_is_finite_at_every_magnitude(backend, dtype):
+    # x (1 + tanh(u)) / 2 was 0 from x = -6 (float64) down where the value is 1e-261 at -20, and so was its
+    # derivative (autodiff's too); the derivative was nan past |x| = 1e154, x**2 * (1 - tanh(u)**2) being inf * 0.
+    # Now the value is x sigmoid(2u) and the derivative's form is clamped where it has reached its limits (1, 0).
+    # Each is within a few eps of exact beyond what the rounding of x alone makes (the condition number).
+    import mpmath
+
+    import generated.jax as gj
+    import generated.torch as gt
+
+    top = float(np.finfo(dtype).max) / 2
+    points = np.array([-top, -1e20, -25, -20, -12, -8, -5, -2, -0.75, 0, 1, 5, 20, 1e20, top], dtype=dtype)
+
+    def f(t):
+        u = mpmath.sqrt(2 / mpmath.pi) * (t + mpmath.mpf(0.044715) * t**3)
+        return t / (1 + mpmath.exp(-2 * u))
+
+    exact, bound = [], []
+    with mpmath.workprec(4000):
+        for p in points.astype(np.float64):
+            t = mpmath.mpf(p)
+            orders = [f(t), mpmath.diff(f, t, 1), mpmath.diff(f, t, 2)] if abs(p) < 100 else [f(t), None, None]
+            if orders[1] is None:  # past 100 the derivatives are 1 and 0 (x > 0) or 0 and 0 (x < 0) to every bit
+                orders[1:] = [mpmath.mpf(1 if p > 0 else 0), mpmath.mpf(0)]
+            exact.append([float(v) for v in orders])
+            # |x g'(x) / g(x)|: the relative error the rounding of x to the dtype alone puts on g(x).
+            bound.append(
+                [float(abs(t * b / a)) if a != 0 and abs(p) < 100 else 0.0 for a, b in itertools.pairwise(orders)]
+            )
+    exact, bound = np.array(exact), np.array(bound)
+    if backend == "torch":
+        x = torch.tensor(points, requires_grad=True)
+        value = gt.f_gelu_tanh(x)
+        (grad,) = torch.autograd.grad(value.sum(), x, create_graph=True)
+        (hess,) = torch.autograd.grad(grad.sum(), x)
+        got = [value.detach().numpy(), grad.detach().numpy(), hess.numpy()]
+    else:
+        fj = gj.f_gelu_tanh
+        xs = jnp.asarray(points)
+        got = [
+            np.asarray(fj(xs)),
+            np.asarray(jax.vmap(jax.grad(fj))(xs)),
+            np.asarray(jax.vmap(jax.grad(jax.grad(fj)))(xs)),
+        ]
+    eps, tiny = float(np.finfo(dtype).eps), float(np.finfo(dtype).tiny)
+    for order in (0, 1):
+        g, want = np.asarray(got[order], np.float64), exact[:, order]
+        assert np.isfinite(g).all(), (order, g)
+        normal = np.abs(want) >= tiny
+        allowed = 8 * eps * (1 + bound[:, order])
+        errors = np.abs(g - want) / np.where(normal, np.abs(want), 1)
+        assert np.all(np.where(normal, errors <= allowed, np.abs(g) < 2 * tiny)), (order, points, g, want)
+    # The second derivative is the frameworks' autodiff of the first: finite everywhere, right where it is not tiny.
+    assert np.isfinite(got[2]).all(), got[2]
+    moderate = (np.abs(points) <= 5) & (np.abs(exact[:, 2]) > 1e-3)
+    np.testing.assert_allclose(got[2][moderate], exact[moderate, 2], rtol=1e-4 if dtype == np.float32 else 1e-10)

@@ -14,12 +14,18 @@ def f_gelu_tanh(x: jax.typing.ArrayLike) -> jax.Array:
     """f_gelu_tanh(x): a rulegen rule.
 
     Forward:
-        out = x*(tanh(sqrt(2)*(0.044714999999999998*x**3 + x)/sqrt(pi)) + 1)/2
+        out = x*sigmoid(2*sqrt(2)*(0.044714999999999998*x**3 + x)/sqrt(pi))
 
     Partials (derived by sympy):
         dout/dx = sqrt(2)*x*(1 - tanh(sqrt(2)*(0.044714999999999998*x**3 +
             x)/sqrt(pi))**2)*(0.13414499999999999*x**2 + 1)/(2*sqrt(pi)) +
             tanh(sqrt(2)*(0.044714999999999998*x**3 + x)/sqrt(pi))/2 + 1/2
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        out: identities, 1.4/0.1 -> 0.3/0.1
+        dout/dx: derivative of a forward form, identities, clamped at 1e+08, 9.7/6.5 ->
+            0.4/0.0
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -34,7 +40,11 @@ def f_gelu_tanh(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_gelu_tanh(x):
-    return x * (jnp.tanh(math.sqrt(2 / math.pi) * (0.044715 * x**3 + x)) + 1) / 2
+    # out = x*(tanh(sqrt(2)*(0.044714999999999998*x**3 + x)/sqrt(pi)) + 1)/2 is computed as
+    # x*sigmoid(2*sqrt(2)*(0.044714999999999998*x**3 + x)/sqrt(pi)), the form with the least
+    # error measured (identities: mean bits of error float64/float32 1.4/0.1 -> 0.3/0.1)
+    # (`rulegen accuracy` measures both in bits of error).
+    return x * jax.nn.sigmoid(math.sqrt(8 / math.pi) * (0.044715 * x**3 + x))
 
 
 @_f_gelu_tanh.defjvp
@@ -42,6 +52,9 @@ def _f_gelu_tanh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     t0 = math.sqrt(2 / math.pi)
-    t1 = jnp.tanh(t0 * (0.044715 * x**3 + x))
-    out = x * (t1 + 1) / 2
-    return out, x_dot * (t0 * out * (1 - t1) * (0.134145 * x**2 + 1) + t1 / 2 + 1 / 2)
+    t1 = 2 * t0
+    t2 = jnp.minimum(100000000.0, jnp.maximum(-100000000.0, x))
+    t3 = 0.08943 * t0 * t2**3 + t1 * t2
+    t4 = jax.nn.sigmoid(t3)
+    out = x * jax.nn.sigmoid(t1 * (0.044715 * x**3 + x))
+    return out, x_dot * (2 * t2 * t4 * (0.134145 * t0 * t2**2 + t0) * jax.nn.sigmoid(-t3) + t4)

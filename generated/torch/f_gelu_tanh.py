@@ -6,8 +6,7 @@ import math
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
-from ._native import tanh_backward
+from ._function import RuleFunction, plain, routed, save_for_derivatives
 from ._util import as_opmath_tensors, rounded
 
 
@@ -16,63 +15,59 @@ class FGeluTanh(RuleFunction):
 
     @staticmethod
     def forward(x):
-        if plain(x):
-            t0 = (x**3).mul_(0.044715).add_(x).mul_(math.sqrt(2 / math.pi)).tanh_()
-            return (t0 + 1).mul_(x).mul_(1 / 2), t0
-        t0 = torch.tanh(math.sqrt(2 / math.pi) * (0.044715 * x**3 + x))
-        return x * (t0 + 1) / 2, t0
+        # out = x*(tanh(sqrt(2)*(0.044714999999999998*x**3 + x)/sqrt(pi)) + 1)/2 is computed as
+        # x*sigmoid(2*sqrt(2)*(0.044714999999999998*x**3 + x)/sqrt(pi)), the form with the least
+        # error measured (identities: mean bits of error float64/float32 1.4/0.1 -> 0.3/0.1)
+        # (`rulegen accuracy` measures both in bits of error).
+        return torch.ops.aten.softplus_backward(
+            x, 0.044715 * x**3 + x, math.sqrt(8 / math.pi), 40.0
+        )
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        _, saved_tanh = output
-        ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, *inputs, saved_tanh)
+        save_for_derivatives(ctx, *inputs)
 
     @staticmethod
-    def backward(ctx, out_bar, saved_tanh_bar):
-        x, saved_tanh = ctx.saved_tensors
-        if saved_tanh_bar is None and plain(x, saved_tanh, out_bar):
-            t0 = (saved_tanh / 2).add_(1 / 2)
-            t0.addcmul_(
-                (x**2).mul_(0.134145).add_(1),
-                tanh_backward(x, saved_tanh),
-                value=1 / math.sqrt(2 * math.pi),
-            ).mul_(out_bar)
-            return t0
-        t0 = 0.134145 * x**2 + 1
-        t1 = math.sqrt(2 / math.pi)
-        return summed_like(
-            x,
-            None
-            if out_bar is None
-            else out_bar * (saved_tanh / 2 + t0 * t1 * tanh_backward(x, saved_tanh) / 2 + 1 / 2),
-            None
-            if saved_tanh_bar is None
-            else saved_tanh_bar * (t1 * tanh_backward(t0, saved_tanh)),
+    def backward(ctx, out_bar):
+        (x,) = ctx.saved_tensors
+        t0 = math.sqrt(2 / math.pi)
+        t1 = torch.clamp(x, -100000000.0, 100000000.0)
+        t2 = 2 * t1
+        if plain(x, out_bar):
+            t3 = (t0 * t2).add_((t1**3).mul_(t0).mul_(0.08943))
+            t4 = torch.sigmoid(t3)
+            t6 = torch.ops.aten.softplus_backward(0.134145 * t0 * t1**2 + t0, t3, -1.0, 40.0)
+            return t6.mul_(t2).mul_(t4).add_(t4).mul_(out_bar)
+        t3 = 0.08943 * t0 * t1**3 + t0 * t2
+        t4 = torch.sigmoid(t3)
+        return out_bar * (
+            t2 * t4 * torch.ops.aten.softplus_backward(0.134145 * t0 * t1**2 + t0, t3, -1.0, 40.0)
+            + t4
         )
 
-    @staticmethod
-    def jvp(ctx, x_dot):
-        x, saved_tanh = ctx.saved_tensors
-        saved_tanh_dot = (
-            math.sqrt(2 / math.pi) * (0.134145 * x**2 + 1) * tanh_backward(x_dot, saved_tanh)
-        )
-        return saved_tanh_dot * (x / 2) + x_dot * (saved_tanh / 2 + 1 / 2), saved_tanh_dot
+    # A derivative that is a number per element scales a tangent as it does a cotangent.
+    jvp = backward
 
 
-_apply_f_gelu_tanh = routed(FGeluTanh, "(Tensor x) -> (Tensor, Tensor)")
+_apply_f_gelu_tanh = routed(FGeluTanh, "(Tensor x) -> Tensor")
 
 
 def f_gelu_tanh(x: torch.Tensor | float) -> torch.Tensor:
     """f_gelu_tanh(x): a rulegen rule.
 
     Forward:
-        out = x*(tanh(sqrt(2)*(0.044714999999999998*x**3 + x)/sqrt(pi)) + 1)/2
+        out = x*sigmoid(2*sqrt(2)*(0.044714999999999998*x**3 + x)/sqrt(pi))
 
     Partials (derived by sympy):
         dout/dx = sqrt(2)*x*(1 - tanh(sqrt(2)*(0.044714999999999998*x**3 +
             x)/sqrt(pi))**2)*(0.13414499999999999*x**2 + 1)/(2*sqrt(pi)) +
             tanh(sqrt(2)*(0.044714999999999998*x**3 + x)/sqrt(pi))/2 + 1/2
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        out: identities, 1.4/0.1 -> 0.3/0.1
+        dout/dx: derivative of a forward form, identities, clamped at 1e+08, 9.7/6.5 ->
+            0.4/0.0
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -81,5 +76,4 @@ def f_gelu_tanh(x: torch.Tensor | float) -> torch.Tensor:
     """
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = as_opmath_tensors("f_gelu_tanh", ("x",), "f", x)
-    out, _saved_tanh = _apply_f_gelu_tanh(x)
-    return rounded(_low, out)
+    return rounded(_low, _apply_f_gelu_tanh(x))

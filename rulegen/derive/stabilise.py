@@ -508,6 +508,10 @@ def _minus_constant(f: sp.Expr, c: sp.Expr) -> sp.Expr | None:
     """f - c for a function f and a number c where the difference cancels at some argument."""
     if isinstance(f, sp.cos) and c == 1:
         return -2 * sp.sin(f.args[0] / 2) ** 2
+    if isinstance(f, sp.tanh) and c in (1, -1):
+        # tanh(u) -+ 1 rounds to 0 past |u| = 19 (float64) on the side where tanh(u) nears -+1; tanh(u) is
+        # 2 sigmoid(2u) - 1.
+        return -c * 2 * sigmoid(-c * 2 * f.args[0])
     if isinstance(f, sp.exp) and c == 1:
         return expm1(f.args[0])
     if isinstance(f, sigmoid) and c == 1:
@@ -555,6 +559,8 @@ def _rewrite_sum(total: sp.Expr) -> sp.Expr:
                             break
                 if joined is None and u.is_number and sp.expand(u + coefficient) == 0:
                     joined = _minus_constant(f, sp.S.One)
+                if joined is None and u.is_number and sp.expand(u - coefficient) == 0:
+                    joined = _minus_constant(f, sp.S.NegativeOne)
                 if joined is not None:
                     rest = [v for k, v in enumerate(terms) if k not in (i, j)]
                     return sp.Add(coefficient * joined, *rest)
@@ -1205,11 +1211,11 @@ def _with_regimes(
     domains = dict(sampling.domains)
     current = best
     for _ in range(REGIME_SPLITS):
-        if current.expr.has(sp.Piecewise):
-            break  # a form with regimes of its own (a derivative of one) is not split again
+        if current.expr.has(sp.Piecewise, sp.Min, sp.Max):
+            break  # a form with regimes (or a clamp) of its own is not split again
         options = []
         for inner in pool:
-            if inner.expr == current.expr or inner.expr.has(sp.Piecewise):
+            if inner.expr == current.expr or inner.expr.has(sp.Piecewise, sp.Min, sp.Max):
                 continue
             found = _best_split(current, inner, variables, points)
             if found is not None:
@@ -1226,6 +1232,144 @@ def _with_regimes(
             break
         current = dataclasses.replace(measured, branches=(*current.branches, current, inner))
     return current
+
+
+# ---------------------------------------------------------------- saturation
+
+
+#: Where an input may be clamped, |v| at most (constants of the generated code, within float32's range), and how
+#: many of the search's forms that are not finite somewhere are tried clamped.
+SATURATION_BOUNDS = (1e32, 1e16, 1e8, 1e4, 1e2)
+SATURATION_STARTS = 4
+FLAT_POINTS = 4
+
+
+def _non_finite_from(m: _Measured, index: int, points: Sequence[_Points]) -> float:
+    """The least |v| (v the index-th input) at which the form is not finite where the exact value is; inf if none."""
+    least = math.inf
+    for bits, p in zip(m.bits, points, strict=True):
+        width = float(np.dtype(p.dtype).itemsize * 8)
+        broken = (bits >= width) & np.isfinite(p.exact)
+        if broken.any():
+            least = min(least, float(np.min(np.abs(p.columns[index][broken].astype(np.float64)))))
+    return least
+
+
+def _finite_mean(bits: np.ndarray, dtype: Any) -> float:
+    """Mean bits of error, a point where the form is not finite counted as none."""
+    return float(np.mean(np.where(bits >= np.dtype(dtype).itemsize * 8, 0.0, bits))) if bits.size else 0.0
+
+
+def _clamped(expr: sp.Expr, v: sp.Symbol, domain: Domain, bound: float) -> sp.Expr:
+    """`expr` of v held within [-bound, bound] (the sides of it the domain reaches)."""
+    held: sp.Expr = v
+    if domain.lo < -bound:
+        held = sp.Max(held, sp.Float(-bound))
+    if domain.hi > bound:
+        held = sp.Min(held, sp.Float(bound))
+    return expr.xreplace({v: held})
+
+
+def _flat_beyond(
+    expr: sp.Expr, v: sp.Symbol, index: int, bound: float, variables: Sequence[sp.Symbol], points: Sequence[_Points]
+) -> bool:
+    """Whether the exact derivative of `expr` in v rounds to 0 in every dtype at the sampled points beyond `bound`
+    (FLAT_POINTS of each dtype at most): there the frameworks' derivative of a clamped form is 0, at every order."""
+    derivative = _attempt(lambda: sp.diff(expr, v))
+    if derivative is None:
+        return False
+    reference = _mpmath_function(derivative, tuple(variables))
+    checked = 0
+    for p in points:
+        magnitudes = np.abs(p.columns[index].astype(np.float64))
+        beyond = np.flatnonzero(magnitudes > bound)
+        beyond = beyond[np.argsort(magnitudes[beyond])]
+        for j in dict.fromkeys([*beyond[: FLAT_POINTS // 2], *beyond[-(FLAT_POINTS // 2) :]]):
+            # One evaluation wide enough to resolve a difference of terms near 1 down to float64's least subnormal
+            # (exact_value's doubling would chase exp(-1e48) for ever).
+            point = [float(c[j]) for c in p.columns]
+            value = value_at(reference, point, initial_precision(point) + 1100)
+            if value is None or to_floats(value) != (0.0, 0.0):
+                return False
+            checked += 1
+    return checked > 0
+
+
+def _in_range_held(
+    expr: sp.Expr, v: sp.Symbol, index: int, bound: float, variables: Sequence[sp.Symbol], points: Sequence[_Points]
+) -> bool:
+    """Whether `expr` of v held at +-bound overflows nowhere, in whatever order a backend multiplies or adds: at the
+    sampled points moved there, each product's factors beyond 1 multiply to a float of the dtype and each sum's terms
+    add to one in magnitude (x**3 * sigmoid(-x**3) at 1e16 is 0 in float64 and inf * 0 in float32)."""
+    nodes = [e for e in sp.preorder_traversal(expr) if isinstance(e, (sp.Mul, sp.Add))]
+    parts = sp.Tuple(*(a for e in nodes for a in e.args))
+    fn = _numpy_function(parts, tuple(variables))
+    if fn is None:
+        return False
+    for p in points:
+        held = p.columns[index].copy()
+        beyond = np.abs(held.astype(np.float64)) > bound
+        if not beyond.any():
+            continue
+        held[beyond] = np.sign(held[beyond]) * bound
+        columns = [held[beyond] if k == index else c[beyond] for k, c in enumerate(p.columns)]
+        try:
+            with np.errstate(all="ignore"):
+                values = [np.abs(np.asarray(a, dtype=np.float64)) for a in fn(*columns)]
+        except Exception:
+            return False
+        limit = math.log2(float(np.finfo(p.dtype).max))
+        k = 0
+        for e in nodes:
+            args = values[k : k + len(e.args)]
+            k += len(e.args)
+            if not all(np.isfinite(a).all() for a in args):
+                return False
+            with np.errstate(all="ignore"):
+                if isinstance(e, sp.Mul):
+                    reach = sum(np.log2(np.maximum(a, 1.0)) for a in args)
+                else:
+                    reach = np.log2(np.maximum(sum(args), 1.0))
+            if (np.asarray(reach) >= limit).any():
+                return False
+    return True
+
+
+def _saturated(
+    pool: Sequence[_Measured], sampling: Sampling, points: Sequence[_Points], least: float
+) -> list[_Measured]:
+    """Forms not finite at some sampled magnitude, each input clamped short of it, where that measures better than
+    `least` (the best score found) and is exact: x**3 * sigmoid(-x**3) is inf * 0 past x = 1e102 (float64), on the
+    way to the 0 it has reached by x = 30.  The measure says whether the value at the bound is the value beyond it;
+    `_flat_beyond`, whether the derivative's is (0, which is what the frameworks' derivative of a clamp gives)."""
+    variables = sampling.variables
+    domains = dict(sampling.domains)
+    found: list[_Measured] = []
+    # Best first by what a clamp could make of them: their error where they are finite.
+    broken = sorted(
+        (m for m in pool if not m.expr.has(sp.Piecewise, sp.Min, sp.Max)),
+        key=lambda m: sum(_finite_mean(b, p.dtype) for b, p in zip(m.bits, points, strict=True)),
+    )
+    tried = 0
+    for m in broken:
+        for index, v in enumerate(variables):
+            start = _non_finite_from(m, index, points)
+            if not math.isfinite(start):
+                continue
+            for bound in (b for b in SATURATION_BOUNDS if b < start):
+                candidate = _clamped(m.expr, v, domains[v], bound)
+                measured = _measure(candidate, f"{m.family}, clamped at {bound:g}", variables, points)
+                if measured is None or measured.score > least - MARGIN_BITS:
+                    continue
+                if _flat_beyond(m.expr, v, index, bound, variables, points) and _in_range_held(
+                    m.expr, v, index, bound, variables, points
+                ):
+                    found.append(measured)
+                    break
+            tried += 1
+        if tried >= SATURATION_STARTS:
+            break
+    return found
 
 
 # ---------------------------------------------------------------- the search
@@ -1329,6 +1473,8 @@ def _search(
     measured_from(
         ((f"{m.family}, reassociated", c) for m in leaders for c in _reassociations(m.expr)), REASSOCIATED_STARTS * 2
     )
+    # Inputs clamped where forms overflow on the way to a limit they have reached.
+    pool += _saturated(pool, sampling, search, min(m.score for m in pool))
     # Least error first; within MARGIN_BITS of the least, the fewest operations.
     least = min(m.score for m in pool)
     best = min((m for m in pool if m.score <= least + MARGIN_BITS / 2), key=lambda m: (m.ops, m.score))

@@ -625,7 +625,23 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         return self._extreme(expr.args, self.functions["Max"], "min")
 
     def _print_Min(self, expr: sp.Min) -> str:
+        clip = self._clip_of(expr)
+        if clip is not None:
+            return f"{self._record('torch.clamp')}({', '.join(self._print(a) for a in clip)})"
         return self._extreme(expr.args, self.functions["Min"], "max")
+
+    def _clip_of(self, expr: sp.Min) -> tuple[sp.Expr, sp.Expr, sp.Expr] | None:
+        """(x, lo, hi) where `expr` is clip(x, lo, hi), Min(Max(x, lo), hi), of a tensor x and numbers: one clamp,
+        not a clamp of a clamp."""
+        highs = [a for a in expr.args if a.is_number]
+        inner = [a for a in expr.args if isinstance(a, sp.Max)]
+        if len(expr.args) != 2 or len(highs) != 1 or len(inner) != 1 or len(inner[0].args) != 2:
+            return None
+        lows = [a for a in inner[0].args if a.is_number]
+        tensors = [a for a in inner[0].args if not a.is_number and not self._of_scalars(a)]
+        if len(lows) != 1 or len(tensors) != 1:
+            return None
+        return tensors[0], lows[0], highs[0]
 
     def _extreme(self, args: tuple[sp.Expr, ...], path: str, bound: str) -> str:
         # Numbers and static inputs are Python numbers, which torch.maximum refuses: clamp bounds.
