@@ -1344,19 +1344,20 @@ def _saturated(
     `_flat_beyond`, whether the derivative's is (0, which is what the frameworks' derivative of a clamp gives)."""
     variables = sampling.variables
     domains = dict(sampling.domains)
-    found: list[_Measured] = []
+    starts = {
+        id(m): [_non_finite_from(m, index, points) for index in range(len(variables))]
+        for m in pool
+        if not m.expr.has(sp.Piecewise, sp.Min, sp.Max)
+    }
     # Best first by what a clamp could make of them: their error where they are finite.
     broken = sorted(
-        (m for m in pool if not m.expr.has(sp.Piecewise, sp.Min, sp.Max)),
+        (m for m in pool if any(math.isfinite(start) for start in starts.get(id(m), ()))),
         key=lambda m: sum(_finite_mean(b, p.dtype) for b, p in zip(m.bits, points, strict=True)),
     )
-    tried = 0
-    for m in broken:
+    found: list[_Measured] = []
+    for m in broken[:SATURATION_STARTS]:
         for index, v in enumerate(variables):
-            start = _non_finite_from(m, index, points)
-            if not math.isfinite(start):
-                continue
-            for bound in (b for b in SATURATION_BOUNDS if b < start):
+            for bound in (b for b in SATURATION_BOUNDS if b < starts[id(m)][index]):
                 candidate = _clamped(m.expr, v, domains[v], bound)
                 measured = _measure(candidate, f"{m.family}, clamped at {bound:g}", variables, points)
                 if measured is None or measured.score > least - MARGIN_BITS:
@@ -1366,9 +1367,6 @@ def _saturated(
                 ):
                     found.append(measured)
                     break
-            tried += 1
-        if tried >= SATURATION_STARTS:
-            break
     return found
 
 
