@@ -41,6 +41,14 @@ def test_one_minus_a_cosine_becomes_a_squared_sine():
     assert choice.chosen.has(sp.sin) and not choice.chosen.has(sp.cos)
 
 
+def test_one_plus_a_cosine_becomes_a_squared_cosine():
+    # 1 + cos(x) cancels as x nears pi; 2 cos(x/2)**2 does not.
+    choice = search(1 + sp.cos(x), x=Domain(gt=3.1, lt=3.2))
+    assert choice.bits_before[0] > 8
+    assert max(choice.bits_after) <= 1
+    assert choice.chosen == 2 * sp.cos(x / 2) ** 2
+
+
 def test_tanh_s_and_sigmoid_s_derivatives_become_products_of_sigmoids():
     # 1 - tanh(u)**2 and 1 - sigmoid(u) round to 0 in the tails (past u = 19 and 37 in float64) and lose up to
     # that many bits before; tanh(u) = 2 sigmoid(2u) - 1, and 1 - sigmoid(u) = sigmoid(-u).

@@ -505,9 +505,11 @@ def _difference(f: sp.Expr, g: sp.Expr) -> sp.Expr | None:
 
 
 def _minus_constant(f: sp.Expr, c: sp.Expr) -> sp.Expr | None:
-    """f - c for a function f and a number c where the difference cancels at some argument."""
-    if isinstance(f, sp.cos) and c == 1:
-        return -2 * sp.sin(f.args[0] / 2) ** 2
+    """f - c for a function f and c = 1 or -1 where the difference cancels at some argument."""
+    if isinstance(f, sp.cos) and c in (1, -1):
+        # cos(u) - 1 cancels near u = 0, cos(u) + 1 near pi.
+        half = f.args[0] / 2
+        return -2 * sp.sin(half) ** 2 if c == 1 else 2 * sp.cos(half) ** 2
     if isinstance(f, sp.tanh) and c in (1, -1):
         # tanh(u) -+ 1 rounds to 0 past |u| = 19 (float64) on the side where tanh(u) nears -+1; tanh(u) is
         # 2 sigmoid(2u) - 1.
@@ -522,8 +524,6 @@ def _minus_constant(f: sp.Expr, c: sp.Expr) -> sp.Expr | None:
         # 2 sigmoid(2u) - 1.  Not 1 / cosh(u)**2: its derivative is 0 * inf = nan where cosh overflows.
         u = f.base.args[0]
         return -4 * sigmoid(2 * u) * sigmoid(-2 * u)
-    if isinstance(f, sp.log) and c == 0:
-        return None
     if f.is_Pow and not f.exp.is_Integer and c == 1:
         return _power_difference(f.base, sp.S.One, f.exp)
     return None
