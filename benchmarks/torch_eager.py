@@ -221,7 +221,7 @@ CASES: list[tuple[str, int, Callable, Callable, Callable, str]] = [
 TRANSCENDENTALS: dict[str, tuple[tuple[str, Callable], ...]] = {
     "mish": (("softplus", F.softplus), ("tanh", torch.tanh), ("sigmoid", torch.sigmoid)),
     "gelu (erf)": (("erfc", torch.special.erfc), ("exp", torch.exp)),  # the generated gelu computes 1 + erf as erfc
-    "gelu (tanh)": (("tanh", torch.tanh),),
+    "gelu (tanh)": (("sigmoid", torch.sigmoid),),  # x sigmoid(2u) since stop 44, no tanh
     "swish": (("sigmoid", torch.sigmoid),),
     "softplus": (("softplus", F.softplus), ("sigmoid", torch.sigmoid)),
     "log1pexp": (("softplus", F.softplus), ("sigmoid", torch.sigmoid)),
