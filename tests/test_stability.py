@@ -34,6 +34,8 @@ rules:
   - {name: logistic, inputs: [x], forward: 1 / (1 + exp(-x))}
   - {name: logistic_ratio, inputs: [x], forward: exp(x) / (exp(x) + 1)}
   - {name: gated, inputs: [x, y], forward: x * exp(y) / (1 + exp(y))}
+  - {name: gaussian_slope, inputs: [x], forward: x * exp(-x**2)}
+  - {name: gaussian_moment, inputs: [x], forward: x**3 * exp(-x**2 / 2)}
 """
 
 # float64 references (value, derivative) and the framework's own function, whose
@@ -312,3 +314,33 @@ def test_gelu_tanh_keeps_its_tail_and_is_finite_at_every_magnitude(backend, dtyp
     assert np.isfinite(got[2]).all(), got[2]
     moderate = (np.abs(points) <= 5) & (np.abs(exact[:, 2]) > 1e-3)
     np.testing.assert_allclose(got[2][moderate], exact[moderate, 2], rtol=1e-4 if dtype == np.float32 else 1e-10)
+
+
+@pytest.mark.parametrize("name", ["gaussian_slope", "gaussian_moment"])
+def test_a_gaussian_times_a_power_is_zero_far_out_not_nan(package, name):
+    # (1 - 2 x**2) exp(-x**2) is inf * 0 = nan past |x| = 1e154 (float64) and 1e19 (float32), where the value and
+    # its derivative are 0 and autodiff computes 0; the search never sampled past |x| = 100 (exp(-1e4)), where
+    # exact values cost mpmath a second, so it never saw it.  x**3 exp(-x**2 / 2), the value itself, likewise.
+    jax_pkg, torch_pkg = package
+    for dtype in (np.float64, np.float32):
+        top = float(np.finfo(dtype).max)
+        points = np.array([-top, -1e30, -1e17, -200.0, 200.0, 1e17, 1e30, top], dtype=dtype)
+        x = torch.tensor(points, requires_grad=True)
+        out = getattr(torch_pkg, name)(x)
+        (grad,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        (second,) = torch.autograd.grad(grad.sum(), x)
+        f = getattr(jax_pkg, name)
+        xs = jnp.asarray(points)
+        found = {
+            "torch": (out.detach().numpy(), grad.detach().numpy(), second.numpy()),
+            "jax": (
+                np.asarray(f(xs)),
+                np.asarray(jax.vmap(jax.grad(f))(xs)),
+                np.asarray(jax.vmap(jax.grad(jax.grad(f)))(xs)),
+            ),
+        }
+        for backend, orders in found.items():
+            for order, values in enumerate(orders):
+                np.testing.assert_array_equal(
+                    values, np.zeros_like(values), err_msg=f"{name} {backend} {dtype} {order}"
+                )

@@ -208,13 +208,15 @@ def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any
                 keep = np.broadcast_to(np.asarray(condition(*drawn)) > 0.5, drawn[0].shape)
             drawn = [d[keep] for d in drawn]
         growing = _growth_arguments(expr, tuple(variables))
+        far = np.zeros(len(drawn[0]) if drawn else 0, dtype=bool)
         if growing is not None:
             with np.errstate(all="ignore"):
-                reach = np.broadcast_to(np.asarray(growing(*drawn), dtype=np.float64), drawn[0].shape)
-            drawn = [d[reach <= GROWTH_ARGUMENT_LIMIT] for d in drawn]
+                far = np.broadcast_to(np.asarray(growing(*drawn), dtype=np.float64), drawn[0].shape) > (
+                    GROWTH_ARGUMENT_LIMIT
+                )
         for j in range(len(drawn[0]) if drawn else 0):
             point = [float(d[j]) for d in drawn]
-            value = _exact(reference, point)
+            value = _underflowed(expr, tuple(variables), point) if far[j] else _exact(reference, point)
             if value is None:
                 continue
             for column, x in zip(kept, point, strict=True):
@@ -228,9 +230,64 @@ def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any
     return _Points(dtype, columns, np.asarray(values, dtype=np.float64))
 
 
-#: The largest |u| of exp(u) (expm1, sinh, cosh) at a sampled point: past it every float of u gives the same
-#: overflow or underflow, and mpmath takes a second per exp(1e600) at the thousands of bits such points need.
+#: The largest |u| of exp(u) (expm1, sinh, cosh) at which a sampled point's exact value is computed: past it
+#: mpmath takes a second per exp(1e600) at the thousands of bits such points need, and a point is kept only
+#: where the value is far below every float (`_underflowed`), which moderate precision shows.
 GROWTH_ARGUMENT_LIMIT = 1e4
+#: How far below 1 (log2) a value must be, at two moderate precisions, to be 0 in every float: float64's least
+#: subnormal is 2**-1074, and the margin covers what those precisions get wrong of exp(1e600)'s exponent.
+_UNDERFLOW_BITS = 1200
+
+
+#: Functions whose interval extensions mpmath has (or that are written with them): what `_underflowed` bounds.
+_INTERVAL_FUNCTIONS: dict[type, Callable[..., Any]] = {
+    sp.exp: mpmath.iv.exp,
+    sp.log: mpmath.iv.log,
+    sp.sin: mpmath.iv.sin,
+    sp.cos: mpmath.iv.cos,
+    expm1: lambda a: mpmath.iv.exp(a) - 1,
+    log1p: lambda a: mpmath.iv.log(1 + a),
+    sp.sinh: lambda a: (mpmath.iv.exp(a) - mpmath.iv.exp(-a)) / 2,
+    sp.cosh: lambda a: (mpmath.iv.exp(a) + mpmath.iv.exp(-a)) / 2,
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _interval_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callable[..., Any] | None:
+    """`expr` in mpmath's interval arithmetic; None where it calls a function with no interval extension here."""
+    if not all(type(f) in _INTERVAL_FUNCTIONS for f in expr.atoms(sp.Function)):
+        return None
+    names = {f.__name__: g for f, g in _INTERVAL_FUNCTIONS.items()}
+    return lambdified(variables, expr, modules=[{**names, "mpf": mpmath.iv.mpf, "pi": mpmath.iv.pi}, "mpmath"])
+
+
+def _underflowed(expr: sp.Expr, variables: tuple[sp.Symbol, ...], point: Sequence[float]) -> tuple[float, float] | None:
+    """(0.0, 0.0) where `expr` at `point` lies, by interval arithmetic, within +-2**-_UNDERFLOW_BITS; else None.
+
+    Past GROWTH_ARGUMENT_LIMIT an exact value costs a second, but a value that underflows every float by a wide
+    margin needs no correct rounding: x exp(-x**2) at 1e160 is 0, and a form of its derivative that is inf * 0 =
+    nan there (where autodiff computes 0) must be measured as the failure it is.  An interval, not a value at a
+    moderate precision: exp(x + y) / (exp(x) exp(y)) at x = 1e234 is 1, and 512 bits put it below 2**-1200.
+    """
+    fn = _interval_function(expr, variables)
+    if fn is None:
+        return None
+    saved, mpmath.iv.prec = mpmath.iv.prec, 256
+    try:
+        value = fn(*[mpmath.iv.mpf(p) for p in point])
+    except Exception:
+        return None
+    finally:
+        mpmath.iv.prec = saved
+    if not isinstance(value, mpmath.iv.mpf):
+        return None
+    low, high = value.a, value.b
+    tiny = mpmath.mpf(2) ** -_UNDERFLOW_BITS
+    if not (mpmath.isfinite(low) and mpmath.isfinite(high)) or max(abs(low), abs(high)) >= tiny:
+        return None
+    return 0.0, 0.0  # the measure counts -0 and 0 alike
+
+
 _GROWING = (sp.exp, expm1, sp.sinh, sp.cosh)
 
 
