@@ -211,9 +211,8 @@ def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any
         far = np.zeros(len(drawn[0]) if drawn else 0, dtype=bool)
         if growing is not None:
             with np.errstate(all="ignore"):
-                far = np.broadcast_to(np.asarray(growing(*drawn), dtype=np.float64), drawn[0].shape) > (
-                    GROWTH_ARGUMENT_LIMIT
-                )
+                reach = np.broadcast_to(np.asarray(growing(*drawn), dtype=np.float64), drawn[0].shape)
+            far = reach > GROWTH_ARGUMENT_LIMIT
         for j in range(len(drawn[0]) if drawn else 0):
             point = [float(d[j]) for d in drawn]
             value = _underflowed(expr, tuple(variables), point) if far[j] else _exact(reference, point)
@@ -232,10 +231,9 @@ def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any
 
 #: The largest |u| of exp(u) (expm1, sinh, cosh) at which a sampled point's exact value is computed: past it
 #: mpmath takes a second per exp(1e600) at the thousands of bits such points need, and a point is kept only
-#: where the value is far below every float (`_underflowed`), which moderate precision shows.
+#: where an interval shows the value is 0 in every float (`_underflowed`).
 GROWTH_ARGUMENT_LIMIT = 1e4
-#: How far below 1 (log2) a value must be, at two moderate precisions, to be 0 in every float: float64's least
-#: subnormal is 2**-1074, and the margin covers what those precisions get wrong of exp(1e600)'s exponent.
+#: How far below 1 (log2) that interval must lie: float64's least subnormal is 2**-1074.
 _UNDERFLOW_BITS = 1200
 
 
