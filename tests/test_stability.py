@@ -344,3 +344,17 @@ def test_a_gaussian_times_a_power_is_zero_far_out_not_nan(package, name):
                 np.testing.assert_array_equal(
                     values, np.zeros_like(values), err_msg=f"{name} {backend} {dtype} {order}"
                 )
+
+
+@pytest.mark.unit
+def test_a_clamp_s_bounds_fit_the_half_precision_a_function_may_run_in():
+    # torch.clamp(x, -1e8, 1e8) raised "value cannot be converted to type c10::Half without overflow" where
+    # f_gelu_tanh's Function ran in float16 (benchmarks.low_precision times the rule in the dtype so).
+    from generated.torch.f_gelu_tanh import FGeluTanh
+    from rulegen.derive.stabilise import SATURATION_BOUNDS
+
+    assert max(SATURATION_BOUNDS) <= float(np.finfo(np.float16).max)
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.linspace(-8, 8, 9, dtype=dtype, requires_grad=True)
+        FGeluTanh.apply(x).sum().backward()
+        assert torch.isfinite(x.grad).all(), dtype

@@ -1292,9 +1292,10 @@ def _with_regimes(
 # ---------------------------------------------------------------- saturation
 
 
-#: Where an input may be clamped, |v| at most (constants of the generated code, within float32's range), and how
-#: many of the search's forms that are not finite somewhere are tried clamped.
-SATURATION_BOUNDS = (1e32, 1e16, 1e8, 1e4, 1e2)
+#: Where an input may be clamped, |v| at most, and how many of the search's forms that are not finite somewhere
+#: are tried clamped.  The bounds are Python numbers in torch code, which torch refuses beside a tensor whose dtype
+#: cannot hold them: within float16's range (65504), where every exponential has long saturated.
+SATURATION_BOUNDS = (1e4, 1e2)
 SATURATION_STARTS = 4
 FLAT_POINTS = 4
 
