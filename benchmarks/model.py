@@ -110,6 +110,7 @@ def _gelu_exact_density_jvp(primals, tangents):
 # jax.nn.gelu with a derivative as accurate as the generated one's, the JAX twin of TORCH_NATIVE_ERFC_GELU.
 JAX_NATIVE_EXACT_DENSITY = replace(JAX_NATIVE, gelu=_gelu_exact_density)
 FUNCTIONS = ("gelu", "swish", "softmax", "logsumexp")
+KINDS = ("eager", "compile")  # torch's two ways of running a step
 
 
 def one_generated(native: Ops, generated: Ops) -> list[tuple[str, Ops]]:
@@ -219,33 +220,29 @@ def _peak_rss_rise(run: Callable[[], object]) -> int | None:
 
 
 def torch_rows(size: Size, rounds: int) -> list[tuple[str, str, str]]:
-    rows = []
     x, labels = _torch_data(size)
-    for compiled in (False, True):
-        native, generated = _torch_models(size)
+
+    def step_row(name: str, reference: Ops, candidate: Ops, compiled: bool) -> tuple[str, str, str]:
+        native, generated = _torch_models(size, reference, candidate)
         runs = [_bound(_torch_step(model, compiled), x, labels) for model in (native, generated)]
-        ratios = _interleaved(*runs, rounds)
-        memory = [_peak_rss_rise(run) for run in runs]
-        rows.append((f"torch {'compile' if compiled else 'eager'} step", _cell(ratios), _memory_cell(*memory)))
-    native, generated = _torch_models(size)
-    rows.append(("torch jacfwd (input slice)", _cell(_torch_forward_mode(native, generated, x, labels, rounds)), ""))
-    rows.append(("torch hvp (fwd over rev)", _cell(_torch_hvp(native, generated, x, labels, rounds)), ""))
+        ratios = _interleaved(*runs, rounds)  # warms up (and compiles) before the memory is read
+        return name, _cell(ratios), _memory_cell(*map(_peak_rss_rise, runs))
+
+    def forward_lines(reference: Ops, names: tuple[str, str]) -> list[tuple[str, str, str]]:
+        native, generated = _torch_models(size, reference)
+        return [
+            (names[0], _cell(_torch_forward_mode(native, generated, x, labels, rounds)), ""),
+            (names[1], _cell(_torch_hvp(native, generated, x, labels, rounds)), ""),
+        ]
+
+    rows = [step_row(f"torch {kind} step", TORCH_NATIVE, TORCH_GENERATED, kind == "compile") for kind in KINDS]
+    rows += forward_lines(TORCH_NATIVE, ("torch jacfwd (input slice)", "torch hvp (fwd over rev)"))
     # The lines F.gelu's inaccurate formula decides, against its accurate form (TORCH_NATIVE_ERFC_GELU).
-    for compiled in (False, True):
-        native, generated = _torch_models(size, TORCH_NATIVE_ERFC_GELU)
-        runs = [_bound(_torch_step(model, compiled), x, labels) for model in (native, generated)]
-        memory = _memory_cell(*map(_peak_rss_rise, runs))
-        rows.append(
-            (f"  {'compile' if compiled else 'eager'} step, erfc gelu", _cell(_interleaved(*runs, rounds)), memory)
-        )
-    native, generated = _torch_models(size, TORCH_NATIVE_ERFC_GELU)
-    rows.append(("  jacfwd, erfc gelu", _cell(_torch_forward_mode(native, generated, x, labels, rounds)), ""))
-    rows.append(("  hvp, erfc gelu", _cell(_torch_hvp(native, generated, x, labels, rounds)), ""))
+    erfc = TORCH_NATIVE_ERFC_GELU
+    rows += [step_row(f"  {kind} step, erfc gelu", erfc, TORCH_GENERATED, kind == "compile") for kind in KINDS]
+    rows += forward_lines(erfc, ("  jacfwd, erfc gelu", "  hvp, erfc gelu"))
     for name, ops in one_generated(TORCH_NATIVE, TORCH_GENERATED):
-        native, generated = _torch_models(size, TORCH_NATIVE, ops)
-        runs = [_bound(_torch_step(model, False), x, labels) for model in (native, generated)]
-        memory = _memory_cell(*map(_peak_rss_rise, runs))
-        rows.append((f"  eager step, {name} alone", _cell(_interleaved(*runs, rounds)), memory))
+        rows.append(step_row(f"  eager step, {name} alone", TORCH_NATIVE, ops, False))
     return rows
 
 

@@ -1391,15 +1391,14 @@ def _in_range_held(
     return True
 
 
-def _saturated(
-    pool: Sequence[_Measured], sampling: Sampling, points: Sequence[_Points], least: float
-) -> list[_Measured]:
+def _saturated(pool: Sequence[_Measured], sampling: Sampling, points: Sequence[_Points]) -> list[_Measured]:
     """Forms not finite at some sampled magnitude, each input clamped short of it, where that measures better than
-    `least` (the best score found) and is exact: x**3 * sigmoid(-x**3) is inf * 0 past x = 1e102 (float64), on the
+    the best form of `pool` and is exact: x**3 * sigmoid(-x**3) is inf * 0 past x = 1e102 (float64), on the
     way to the 0 it has reached by x = 30.  The measure says whether the value at the bound is the value beyond it;
     `_flat_beyond`, whether the derivative's is (0, which is what the frameworks' derivative of a clamp gives)."""
     variables = sampling.variables
     domains = dict(sampling.domains)
+    least = min(m.score for m in pool)
     starts = {
         id(m): [_non_finite_from(m, index, points) for index in range(len(variables))]
         for m in pool
@@ -1528,7 +1527,7 @@ def _search(
         ((f"{m.family}, reassociated", c) for m in leaders for c in _reassociations(m.expr)), REASSOCIATED_STARTS * 2
     )
     # Inputs clamped where forms overflow on the way to a limit they have reached.
-    pool += _saturated(pool, sampling, search, min(m.score for m in pool))
+    pool += _saturated(pool, sampling, search)
     # Least error first; within MARGIN_BITS of the least, the fewest operations.
     least = min(m.score for m in pool)
     best = min((m for m in pool if m.score <= least + MARGIN_BITS / 2), key=lambda m: (m.ops, m.score))
