@@ -4,15 +4,20 @@ __version__ = "0.1.0"
 
 #: The compiler's stages in the order data flows through them: each a folder of the package (the command line's
 #: modules last, at the top), with its modules in order.  A module imports only modules before it here (its
-#: folder's package, `__init__`, counting as the folder's last): the import test and the README's layout table
-#: both read this list.
+#: folder's package, `__init__`, counting as the folder's last; a subpackage's modules are `subpackage.module`, and
+#: the subpackage itself, its `__init__`, follows them): the import test and the README's layout table both read
+#: this list.
 STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("spec", "read and validate the rule files", ("errors", "names", "source", "rules")),
     (
         "derive",
         "facts (function registry, framework floors, routes); bodies parsed as data; derive, rewrite, stabilise by "
         "measured error",
-        ("functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure", "stabilise", "partials"),
+        (
+            *("functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure"),
+            *("stabilise.budget", "stabilise.points", "stabilise.families", "stabilise.scaling", "stabilise.regimes"),
+            *("stabilise.saturation", "stabilise.search", "stabilise", "partials"),
+        ),
     ),
     (
         "plan",

@@ -146,19 +146,26 @@ def _rulegen_imports(path: pathlib.Path) -> Iterator[tuple[str, ...]]:
             yield from (tuple(a.name.split("."))[1:] for a in node.names if a.name.startswith("rulegen."))
 
 
+def _module_name(path: pathlib.Path) -> str:
+    """A module's dotted name inside the package, as rulegen.STAGES places it: a stage's package is
+    `stage.__init__`, a subpackage of a stage is named by its folder (`derive.stabilise`)."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    if len(parts) > 2 and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
 def test_no_stage_imports_a_later_one():
     """Every module of the package is in rulegen.STAGES, and imports (in any form, anywhere in it) only modules
-    before it there: no exemptions.  A folder's package (`__init__`) ranks after the folder's modules."""
+    before it there: no exemptions.  A folder's package (`__init__`) ranks after the folder's modules; a
+    subpackage's modules (`stabilise.points`) rank where STAGES puts them, the subpackage (`stabilise`) after
+    them, so that its modules import one another one way only."""
     from rulegen import STAGES
 
     order = [f"{folder}.{m}" if folder else m for folder, _, modules in STAGES for m in (*modules, "__init__")]
     order = [m for m in order if m != "__init__"]
     rank = {name: k for k, name in enumerate(order)}
-    found = {
-        ".".join(p.relative_to(PACKAGE).with_suffix("").parts)
-        for p in PACKAGE.rglob("*.py")
-        if p.relative_to(PACKAGE).parts[0] != "runtime"
-    }
+    found = {_module_name(p) for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] != "runtime"}
     assert found - {"__init__"} == set(order), "modules rulegen.STAGES does not place, or places but lacks"
 
     def resolved(parts: tuple[str, ...]) -> str | None:
@@ -170,7 +177,7 @@ def test_no_stage_imports_a_later_one():
         return None  # rulegen's own metadata (`STAGES`)
 
     for path in PACKAGE.rglob("*.py"):
-        rel = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        rel = _module_name(path)
         if rel == "__init__" or rel.startswith("runtime"):
             continue  # the package's metadata; the shipped runtime, which imports no rulegen module
         for imported in _rulegen_imports(path):
@@ -395,7 +402,7 @@ def test_the_layout_the_readme_gives_is_the_package_s():
     for row in rows:
         folder = re.search(r"`rulegen/(\w+)/`:", row)
         if folder:
-            in_rows.append((folder[1], re.findall(r"`(\w+)`", row[folder.end() :])))
+            in_rows.append((folder[1], re.findall(r"`([\w.]+)`", row[folder.end() :])))
         else:
             in_rows.append(("", [m.removesuffix(".py") for m in re.findall(r"`rulegen/(\w+\.py)`", row)]))
     assert in_rows == [(folder, list(modules)) for folder, _, modules in STAGES]

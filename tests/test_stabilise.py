@@ -1,4 +1,4 @@
-"""The stabilising search (derive/stabilise.py): each rewrite family finds a measurably better form, and only then."""
+"""The stabilising search (derive/stabilise/): each rewrite family finds a measurably better form, and only then."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_the_untaken_branch_of_a_regime_cannot_make_a_second_derivative_nan():
 
 
 def test_the_search_is_deterministic():
-    from rulegen.derive import stabilise as module
+    from rulegen.derive.stabilise import search as module
 
     expr = (sp.exp(x) - 1 - x) / x**2
     first = search(expr, x=Domain(gt=0, lt=10)).chosen
@@ -131,7 +131,7 @@ def test_the_chosen_forms_do_not_depend_on_the_clock(tmp_path, monkeypatch):
     import itertools
     import time
 
-    from rulegen.derive import stabilise as module
+    from rulegen.derive.stabilise import search as module
 
     path = tmp_path / "rules.yaml"
     path.write_text(RULES)
@@ -154,7 +154,7 @@ def test_a_search_past_the_derive_time_limit_fails_the_build_at_the_rule(tmp_pat
     import time
 
     import rulegen.derive.partials
-    from rulegen.derive import stabilise as module
+    from rulegen.derive.stabilise import search as module
     from rulegen.spec.errors import SpecErrors
 
     path = tmp_path / "rules.yaml"
@@ -176,10 +176,10 @@ def test_a_search_past_the_derive_time_limit_fails_the_build_at_the_rule(tmp_pat
 
 
 def test_an_expression_beyond_the_work_limits_is_kept_as_derived():
-    from rulegen.derive import stabilise as module
+    from rulegen.derive.stabilise import BUDGET
 
     large = sum((sp.sqrt(x + k) - sp.sqrt(x) for k in range(1, 30)), sp.S.Zero)
-    assert sp.count_ops(large) > module.SEARCH_OPS
+    assert sp.count_ops(large) > BUDGET.search_ops
     assert not search(large, x=Domain(ge=0)).changed
     assert search(sp.sqrt(x + 3) - sp.sqrt(x), x=Domain(ge=0)).changed
 
@@ -231,7 +231,8 @@ def test_the_docstring_says_which_form_was_chosen_and_its_bits_before_and_after(
 def test_a_regime_s_constants_stay_inside_float32_s_range():
     # Two forms that differ only beyond |x| = 1e150 (a cancellation at infinity in float64): the split between
     # them would lie there, but it, half and twice it are constants torch cannot put beside a float32 tensor.
-    from rulegen.derive.stabilise import _best_split, _Measured, _Points
+    from rulegen.derive.stabilise.points import _Measured, _Points
+    from rulegen.derive.stabilise.regimes import _best_split
 
     magnitudes = np.array([1e-3, 1.0, 1e10, 1e30, 1e100, 1e160, 1e200, 1e300])
     points = [_Points(np.float64, (magnitudes,), np.ones_like(magnitudes))]
@@ -329,7 +330,7 @@ def test_a_point_where_the_exact_value_is_a_python_number_is_measured_not_droppe
     # such point was dropped, and a candidate wrong exactly there (relu's series at 0, x) measured 0 bits.
     from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS
     from rulegen.derive.measure import exact_value
-    from rulegen.derive.stabilise import _sample
+    from rulegen.derive.stabilise.points import _sample
 
     relu = sp.Max(0, x)
     reference = sp.lambdify([x], relu, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
@@ -362,7 +363,7 @@ def test_no_series_of_a_special_function_is_taken():
     # sympy expands a series of ndtri term by term through its derivatives: a minute per expression, which made a
     # build of rules/ take 150 s instead of 7.
     from rulegen.derive.functions import ndtri
-    from rulegen.derive.stabilise import _candidates
+    from rulegen.derive.stabilise.families import _candidates
 
     families = {family for family, _ in _candidates(sp.exp(ndtri(x) ** 2 / 2), [x])}
     assert not any(family.startswith("series") for family in families)
@@ -386,7 +387,7 @@ def test_the_families_also_start_from_the_derivative_of_a_simpler_forward_form(t
 
 
 def _evaluated(expr: sp.Expr, **columns: list[float]) -> np.ndarray:
-    from rulegen.derive.stabilise import _numpy_function
+    from rulegen.derive.stabilise.points import _numpy_function
 
     symbols = {"x": x, "y": y}
     variables = tuple(symbols[n] for n in columns)
@@ -423,7 +424,7 @@ def test_a_homogeneous_expression_is_computed_on_inputs_scaled_by_a_power_of_two
 
 
 def test_homogeneity_is_found_with_its_degree_and_weights():
-    from rulegen.derive.stabilise import _homogeneities, _Homogeneity
+    from rulegen.derive.stabilise.scaling import _homogeneities, _Homogeneity
 
     z = sp.Symbol("z", real=True)
     whole = Sampling(tuple((s, Domain()) for s in (x, y, z)))
@@ -440,7 +441,8 @@ def test_a_scaling_that_balances_inputs_against_each_other_computes_the_expressi
     # The quadratic's root is of degree -1 in (a, c) balanced (a t, b, c / t): a scaling by binades that are not
     # exact reciprocals (binade(p/n) * binade(n/p) is 1/2) is no homogeneity at all, and computed the root
     # sqrt(2) off at (-2, 1e-5, 3).  Every scaling, alone or before the joint one, computes the same numbers.
-    from rulegen.derive.stabilise import _homogeneities, _numpy_function, _rescaled
+    from rulegen.derive.stabilise.points import _numpy_function
+    from rulegen.derive.stabilise.scaling import _homogeneities, _rescaled
 
     z = sp.Symbol("z", real=True)
     variables = (x, y, z)
@@ -498,7 +500,8 @@ def test_no_point_is_sampled_where_the_exact_value_takes_unbounded_time():
     # mpmath runs minutes for polygamma(1, -1e300) and a second per exp(1e600) at the precision such points need:
     # an expression of polygamma is not searched over the whole float line, and a point that puts an
     # exponential's argument past 1e4 is kept only where interval arithmetic shows the value is 0 in every float.
-    from rulegen.derive.stabilise import GROWTH_ARGUMENT_LIMIT, _sample, searchable
+    from rulegen.derive.stabilise import BUDGET, searchable
+    from rulegen.derive.stabilise.points import _sample
 
     whole = Sampling(((x, Domain()), (y, Domain())))
     assert not searchable(sp.polygamma(1, x) + sp.digamma(x), Sampling(((x, Domain()),)))
@@ -507,7 +510,7 @@ def test_no_point_is_sampled_where_the_exact_value_takes_unbounded_time():
     xs, ys = points.columns
     assert len(xs) >= 16
     with np.errstate(over="ignore"):
-        far = (np.abs(xs * ys) > GROWTH_ARGUMENT_LIMIT) | (np.abs(ys) > GROWTH_ARGUMENT_LIMIT)
+        far = (np.abs(xs * ys) > BUDGET.growth_argument_limit) | (np.abs(ys) > BUDGET.growth_argument_limit)
     assert far.any() and np.all(points.exact[far] == 0)
 
 
@@ -516,7 +519,7 @@ def test_a_point_far_out_is_kept_only_where_an_interval_shows_its_value_is_zero(
     # search must see such points.  exp(x + y) / (exp(x) exp(y)) is 1 however large x is, and mpmath at 512 bits
     # put it below 2**-1200 at x = 1e234 (its exponentials' exponents are that far off); its interval is wide.
     from rulegen.derive.functions import sigmoid
-    from rulegen.derive.stabilise import _underflowed
+    from rulegen.derive.stabilise.points import _underflowed
 
     assert _underflowed((1 - 2 * x**2) * sp.exp(-(x**2)), (x,), [1e160]) == (0.0, 0.0)
     assert _underflowed(sp.exp(x + y) / (sp.exp(x) * sp.exp(y)), (x, y), [3.21e234, 2.36e48]) is None
@@ -527,7 +530,7 @@ def test_a_point_far_out_is_kept_only_where_an_interval_shows_its_value_is_zero(
 def test_a_reciprocal_power_is_taken_as_a_power_of_the_reciprocal_where_that_stays_in_range():
     # 1/x**3 is 0 past x = 5.6e102, where 1/x**3 itself is a subnormal down to 1e-323 (x = 2e107): (1/x)**3 is
     # that subnormal.  The family that pairs each factor below the line with one above has only 1 above here.
-    from rulegen.derive.stabilise import _reassociations
+    from rulegen.derive.stabilise.families import _reassociations
 
     found = list(_reassociations(1 / (y**3 * (x + 1))))
     assert found
@@ -583,7 +586,8 @@ def test_a_form_that_overflows_on_the_way_to_its_limits_is_clamped_where_it_has_
 
 def test_a_clamp_needs_the_derivative_to_vanish_beyond_it_and_no_overflow_at_it():
     from rulegen.derive.functions import sigmoid
-    from rulegen.derive.stabilise import _flat_beyond, _in_range_held, _sample
+    from rulegen.derive.stabilise.points import _sample
+    from rulegen.derive.stabilise.saturation import _flat_beyond, _in_range_held
 
     sampling = Sampling(((x, Domain()),))
     # x**2 / (x**2 + 1) is 1 to every bit past 1e8 and nan past 1e154, but its derivative, 2 / x**3, is not 0: a

@@ -1191,7 +1191,7 @@ REGISTRY: tuple[MathFunction, ...] = (
     # What canonical forms write for the sign of a Gamma (forms._gamma_ratio); printed as sign_of_gamma.
     MathFunction("gamma_sign", gamma_sign, mpmath=_mp_gamma_sign, internal=True),
     MathFunction("in_float", in_float, internal=True),
-    # What the stabilising search's scaling of a homogeneous expression writes (stabilise._rescaled).
+    # What the stabilising search's scaling of a homogeneous expression writes (stabilise.scaling._rescaled).
     MathFunction("binade", binade, numpy="rulegen.derive.functions.binade_of", mpmath=_mp_binade, internal=True),
     MathFunction("divided", divided, numpy="numpy.divide", mpmath=lambda x, s: x / s, internal=True),
     # torch's backward of a complex rule conjugates its partials (PyTorch's convention); a new

@@ -28,7 +28,7 @@ from rulegen.derive.forms import canonical
 from rulegen.derive.functions import VANISHING
 from rulegen.derive.routes import Gives, Routes, choose_routes
 from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
-from rulegen.derive.stabilise import SEARCHES_PER_RULE, Choice, Sampling, searchable, stabilise
+from rulegen.derive.stabilise import BUDGET, Choice, Sampling, searchable, stabilise
 from rulegen.derive.symbols import scope, symbols_of
 from rulegen.spec.errors import Loc, SpecError, SpecErrors
 from rulegen.spec.names import COTANGENT, TANGENT
@@ -431,7 +431,7 @@ def stabilised(d: Derivation) -> Derivation:
     forward among its candidates (a derivative of a form that does not
     cancel rarely cancels itself); then each residual and its partials.  An
     expression in other symbols (outputs, statics, integer arrays) stays.
-    At most SEARCHES_PER_RULE distinct expressions are searched, in the
+    At most `BUDGET.searches_per_rule` distinct expressions are searched, in the
     order above; later ones stay as derived (a count, not a clock, so that
     the machine's load cannot change the output).
     """
@@ -445,7 +445,7 @@ def stabilised(d: Derivation) -> Derivation:
         if not searchable(expr, sampling):
             return None
         if expr not in searched:
-            if len(searched) >= SEARCHES_PER_RULE:
+            if len(searched) >= BUDGET.searches_per_rule:
                 return None
             searched.add(expr)
         choice = stabilise(expr, sampling, quantity=label, alternatives=alternatives)

@@ -1,0 +1,73 @@
+"""Stage 2, after differentiation: each expression the backends compute, in the form with the least measured error.
+
+Herbie's method (Panchekha et al., PLDI 2015) applied to derivatives as well
+as values: points are sampled over the float bit patterns inside each
+input's domain (as `rulegen accuracy` samples them), the expression's exact
+value at each comes from mpmath, and candidate rewrites are scored by their
+bits of error when numpy evaluates them in float64 and in float32.  The
+candidates come from rewrite families, none of which knows any particular
+expression:
+
+- algebraic: `cancel`, `together`, `factor`, `expand`, the canonical fused
+  forms, and `cancel` of the expression with log1p and expm1 written out;
+- identities for differences of like functions (sin, cos, tan, atan, log,
+  log1p, exp, roots: `sqrt(a) - sqrt(b)` is `(a - b)/(sqrt(a) + sqrt(b))`;
+  powers of any other exponent: `a**p - b**p` is
+  `b**p * expm1(p*log1p((a - b)/b))`) and of a function and a constant
+  (`1 - cos(u)` is `2*sin(u/2)**2`); sines and cosines of a sum in several
+  variables by angle addition; the conjugate of a sum with a square root;
+- overflow-safe scaling: each polynomial in a variable divided through by
+  its leading power, so `x**2*(x - 1)**2` is `x**4*(1 - 1/x)**2`, whose
+  parts overflow to inf (and a quotient to 0) instead of making inf/inf;
+  a quotient divided through by an exponential in it (or its square root);
+- series: Taylor at 0 and the expansion at infinity in each variable, of
+  elementary functions only;
+- forms the caller knows (`alternatives`: the forward as written, the
+  derivatives of the forward's good forms), and the families again from
+  the best of those.
+
+Candidates are evaluated by numpy, the registered functions by their numpy
+or scipy implementations (rulegen.derive.functions: `numpy_name`).  The best
+candidate may then be joined with another by regimes: a `Piecewise` on
+|variable| below or above a threshold found by measurement, or on a
+variable's sign, tried from the three best forms.  Each branch is evaluated
+at a point of its own region where it is not taken (the double-`where`), so
+that a branch which is nan where it is not taken cannot make a higher
+derivative nan.
+
+The form as derived stays unless a candidate is measurably better; ties go
+to the one with fewer operations.  An expression already within `good_bits`
+at a few screening points (float32 against float64, and mpmath where
+float64 is exactly 0) is not searched at all.
+
+The result is a pure function of the expression and its sampling: points
+are seeded, and the work is bounded by sizes, never by time (the machine's
+load would then decide which searches finish).  The bounds are the
+fields of one `Budget` (`budget`), read as `BUDGET.<field>`: an expression
+larger than `search_ops` operations or in more than `search_symbols`
+variables is kept as derived, a family is skipped above its own bound, at
+most `candidates_per_expression` candidates are measured per expression
+and at most `searches_per_rule` expressions per rule
+(rulegen.derive.partials).  The derive stage's time limit stays the one
+guard against a sympy step that hangs: it fails the build at the rule, it
+does not keep another form.
+
+The modules, by concern, data flowing one way (each imports only those
+before it; none but this one imports `search`):
+
+- `budget`: the `Budget` of the search's work and margins, and `BUDGET`;
+- `points`: `Sampling`, the sampled and probed points, their exact values
+  (mpmath, and interval arithmetic where exponentials grow past reach),
+  the screen, numpy's evaluation of a candidate and its bits of error;
+- `families`: the rewrite families and the reassociation of products;
+- `scaling`: homogeneity, and overflow-safe rescaling by powers of two;
+- `regimes`: splits on a variable's magnitude or sign, joined by `Piecewise`;
+- `saturation`: inputs clamped where a form overflows past its limit;
+- `search`: `stabilise`, its memo, and `Choice`.
+"""
+
+from rulegen.derive.stabilise.budget import BUDGET, Budget
+from rulegen.derive.stabilise.points import Sampling
+from rulegen.derive.stabilise.search import Choice, sampling_for, searchable, stabilise
+
+__all__ = ["BUDGET", "Budget", "Choice", "Sampling", "sampling_for", "searchable", "stabilise"]

@@ -1,0 +1,97 @@
+"""The bounds on the stabilising search's work and the margins of its choices, in one typed record.
+
+Work is bounded by sizes (points, operations, variables, candidates), never
+by time: the machine's load would then decide which searches finish, and
+what is chosen.  Each field is read as `BUDGET.<field>`; a test wanting
+another bound patches a module's `BUDGET` with `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What bounds the search's work and decides how much better a form must measure to be chosen."""
+
+    # ------------------------------------------------ points
+    #: Points per dtype at which candidates are compared.
+    search_points: int = 32
+    #: float32 points at which an expression is screened (float32 against float64, no mpmath: cheap).
+    screen_points: int = 256
+    #: Points where float64 gives an exact 0 that the screen asks mpmath about (one evaluation each).
+    zero_probes: int = 8
+    #: Points per dtype and side drawn between two sampled magnitudes to place a regime's threshold.
+    refine_points: int = 24
+    #: The largest |u| of exp(u) (expm1, sinh, cosh) at which a sampled point's exact value is computed: past it
+    #: mpmath takes a second per exp(1e600) at the thousands of bits such points need, and a point is kept only
+    #: where an interval shows the value is 0 in every float (`points._underflowed`).
+    growth_argument_limit: float = 1e4
+
+    # ------------------------------------------------ margins, in bits of error
+    #: Mean bits of error (in each dtype) below which an expression is not searched.
+    good_bits: float = 0.5
+    #: A candidate replaces the derived form only when it saves at least this many bits (float64 + float32 means).
+    margin_bits: float = 0.5
+    #: Mean bits (per dtype) within which two forms measure alike: the noise of `search_points` points.
+    tie_bits: float = 0.125
+
+    # ------------------------------------------------ what is searched, and how far
+    #: Operations (`sp.count_ops`) above which an expression is not searched.
+    search_ops: int = 60
+    #: Variables above which an expression is not searched.
+    search_symbols: int = 3
+    #: Operations above which factoring (`factor`, `expand`, partial fractions, scaling) is skipped: its cost grows
+    #: fastest with the expression.
+    factor_ops: int = 40
+    #: Operations above which series are skipped.
+    series_ops: int = 30
+    #: Variables above which series are skipped: sympy's series in one variable of an expression in two costs ten
+    #: times that in one.
+    series_symbols: int = 1
+    #: Terms of each series expansion.
+    series_order: int = 8
+    #: Candidates measured per expression (besides the caller's alternatives).
+    candidates_per_expression: int = 24
+    #: Candidates measured from the families applied again to the best alternative.
+    candidates_per_alternative: int = 12
+    #: Expressions searched per rule (rulegen.derive.partials).
+    searches_per_rule: int = 16
+    #: How many of the best forms the reassociation of products starts from (each gives two pairings at most).
+    reassociated_starts: int = 3
+    #: A power above this is not split into factors to pair: x**9 would be nine factors.
+    paired_power: int = 4
+
+    # ------------------------------------------------ regimes and scaling
+    #: Splits into regimes, at most: a `where` costs a pass over memory.
+    regime_splits: int = 1
+    #: Forms (the best, then the next by score) from which a regime split, or a scaling, is tried.
+    regime_starts: int = 3
+    #: The bits a regime split (or an overflow-safe scaling, which costs a binade and a division per input) must
+    #: save to be taken.
+    regime_margin_bits: float = 1.0
+    #: Points at which an expression's homogeneity is tested (scaling by 2 gives the degree, by 3 confirms it).
+    homogeneity_points: int = 8
+    #: Decimal digits of that test: a float evaluation of an expression that cancels scales by 3 only roughly.
+    homogeneity_digits: int = 40
+
+    # ------------------------------------------------ saturation
+    #: Where an input may be clamped, |v| at most: Python numbers in torch code, which torch refuses beside a
+    #: tensor whose dtype cannot hold them, so within float16's range (65504), where every exponential has long
+    #: saturated.
+    saturation_bounds: tuple[float, ...] = (1e4, 1e2)
+    #: How many of the search's forms that are not finite somewhere are tried clamped.
+    saturation_starts: int = 4
+    #: Points of each dtype beyond a clamp's bound at which the exact derivative must round to 0.
+    flat_points: int = 4
+
+    # ------------------------------------------------ what the caller is given
+    #: How far (sum of the dtypes' mean bits) behind the chosen form another good form may be.
+    runner_up_bits: float = 2.0
+    #: How many good forms are kept (a derivative of each is a candidate for the derivative's own search).
+    good_forms: int = 4
+
+
+#: The budget every search runs under.
+BUDGET = Budget()

@@ -1,0 +1,418 @@
+"""The rewrite families: each makes candidate forms of any expression, none knows a particular one."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import sympy as sp
+from sympy.codegen.cfunctions import expm1, log1p
+
+from rulegen.derive.forms import canonical
+from rulegen.derive.functions import divided, sigmoid
+from rulegen.derive.stabilise.budget import BUDGET
+from rulegen.derive.stabilise.points import _attempt
+
+
+def _tidy(expr: sp.Expr) -> sp.Expr:
+    """A difference of arguments brought to its simplest: (x + e) - x is e."""
+    simpler = sp.cancel(sp.expand(expr))
+    return min((simpler, sp.factor(simpler)), key=sp.count_ops)
+
+
+def _root_difference(a: sp.Expr, b: sp.Expr, exponent: sp.Rational) -> sp.Expr | None:
+    """a**e - b**e without cancellation, for e = 1/n or -1/n: (a - b) over the sum that rationalises it."""
+    if exponent.p == -1:
+        # a**(-1/n) - b**(-1/n) = (b**(1/n) - a**(1/n)) / (a*b)**(1/n)
+        inner = _root_difference(b, a, -exponent)
+        return None if inner is None else inner * a**exponent * b**exponent
+    if exponent.p != 1 or exponent.q > 4:
+        return None
+    n = exponent.q
+    total = sp.Add(*(a ** sp.Rational(k, n) * b ** sp.Rational(n - 1 - k, n) for k in range(n)))
+    return _tidy(a - b) / total
+
+
+#: f(a) - f(b) for one-argument functions, as identities that leave no difference of two close values.
+_DIFFERENCES: Mapping[type, Callable[[sp.Expr, sp.Expr], sp.Expr]] = {
+    sp.sin: lambda a, b: 2 * sp.cos(_tidy((a + b) / 2)) * sp.sin(_tidy((a - b) / 2)),
+    sp.cos: lambda a, b: -2 * sp.sin(_tidy((a + b) / 2)) * sp.sin(_tidy((a - b) / 2)),
+    sp.tan: lambda a, b: sp.sin(_tidy(a - b)) / (sp.cos(a) * sp.cos(b)),
+    sp.atan: lambda a, b: sp.atan(_tidy(a - b) / _tidy(1 + a * b)),
+    sp.log: lambda a, b: log1p(_tidy((a - b) / b)),
+    log1p: lambda a, b: log1p(_tidy((a - b) / (1 + b))),
+    sp.exp: lambda a, b: sp.exp(b) * expm1(_tidy(a - b)),
+}
+
+
+def _power_difference(a: sp.Expr, b: sp.Expr, exponent: sp.Expr) -> sp.Expr:
+    """a**p - b**p for an exponent p that is no integer: rationalised where p is 1/n or -1/n, else
+    b**p * expm1(p * log1p((a - b)/b)); nothing cancels in either."""
+    if exponent.is_Rational:
+        rationalised = _root_difference(a, b, exponent)
+        if rationalised is not None:
+            return rationalised
+    return b**exponent * expm1(exponent * log1p(_tidy((a - b) / b)))
+
+
+def _difference(f: sp.Expr, g: sp.Expr) -> sp.Expr | None:
+    """f - g rewritten without the cancellation of two like functions, or None where no identity applies."""
+    if f.is_Pow and g.is_Pow:
+        if f.exp != g.exp or f.exp.is_Integer:
+            return None
+        return _power_difference(f.base, g.base, f.exp)
+    identity = _DIFFERENCES.get(f.func)
+    if identity is None or f.func != g.func or len(f.args) != 1:
+        return None
+    return identity(f.args[0], g.args[0])
+
+
+def _minus_constant(f: sp.Expr, c: sp.Expr) -> sp.Expr | None:
+    """f - c for a function f and c = 1 or -1 where the difference cancels at some argument."""
+    if isinstance(f, sp.cos) and c in (1, -1):
+        # cos(u) - 1 cancels near u = 0, cos(u) + 1 near pi.
+        half = f.args[0] / 2
+        return -2 * sp.sin(half) ** 2 if c == 1 else 2 * sp.cos(half) ** 2
+    if isinstance(f, sp.tanh) and c in (1, -1):
+        # tanh(u) -+ 1 rounds to 0 past |u| = 19 (float64) on the side where tanh(u) nears -+1; tanh(u) is
+        # 2 sigmoid(2u) - 1.
+        return -c * 2 * sigmoid(-c * 2 * f.args[0])
+    if isinstance(f, sp.exp) and c == 1:
+        return expm1(f.args[0])
+    if isinstance(f, sigmoid) and c == 1:
+        # 1 - sigmoid(u) rounds to 0 past u = 37 (float64), where sigmoid(-u) keeps its digits.
+        return -sigmoid(-f.args[0])
+    if f.is_Pow and f.exp == 2 and isinstance(f.base, sp.tanh) and c == 1:
+        # 1 - tanh(u)**2 loses log2(1 / (1 - tanh(u)**2)) bits (13 at u = 5) and is 0 past 19; tanh(u) is
+        # 2 sigmoid(2u) - 1.  Not 1 / cosh(u)**2: its derivative is 0 * inf = nan where cosh overflows.
+        u = f.base.args[0]
+        return -4 * sigmoid(2 * u) * sigmoid(-2 * u)
+    if f.is_Pow and not f.exp.is_Integer and c == 1:
+        return _power_difference(f.base, sp.S.One, f.exp)
+    return None
+
+
+def _split_term(term: sp.Expr) -> list[tuple[sp.Expr, sp.Expr]]:
+    """Each (coefficient, function) factorisation of a term, one per factor that is a function or a root."""
+    factors = sp.Mul.make_args(term)
+    found = []
+    for k, f in enumerate(factors):
+        if (
+            isinstance(f, sp.Function)
+            or (f.is_Pow and not f.exp.is_Integer and f.base.free_symbols)
+            or (f.is_Pow and f.exp == 2 and isinstance(f.base, sp.tanh))
+        ):
+            found.append((sp.Mul(*(factors[:k] + factors[k + 1 :])), f))
+    return found
+
+
+def _rewrite_sum(total: sp.Expr) -> sp.Expr:
+    """The first pair of terms of a sum that is a difference of like functions (or of one and its constant), joined."""
+    terms = list(total.args)
+    for i, t in enumerate(terms):
+        for coefficient, f in _split_term(t):
+            for j, u in enumerate(terms):
+                if j == i:
+                    continue
+                joined = None
+                for other_coefficient, g in _split_term(u):
+                    if sp.expand(coefficient + other_coefficient) == 0 and g != f:
+                        joined = _difference(f, g)
+                        if joined is not None:
+                            break
+                if joined is None and u.is_number and sp.expand(u + coefficient) == 0:
+                    joined = _minus_constant(f, sp.S.One)
+                if joined is None and u.is_number and sp.expand(u - coefficient) == 0:
+                    joined = _minus_constant(f, sp.S.NegativeOne)
+                if joined is not None:
+                    rest = [v for k, v in enumerate(terms) if k not in (i, j)]
+                    return sp.Add(coefficient * joined, *rest)
+    return total
+
+
+def _identities(expr: sp.Expr) -> sp.Expr:
+    """Every sum's cancelling pairs joined by the identities above, bottom up, twice (a join can make another)."""
+    for _ in range(2):
+        expr = expr.replace(lambda e: e.is_Add, _rewrite_sum)
+    return expr
+
+
+def _scaled(expr: sp.Expr, v: sp.Symbol, *, factored: bool = True) -> sp.Expr:
+    """Each polynomial in `v` (of degree 1 or more, not a monomial) as v**degree * (the polynomial / v**degree).
+
+    `factored`: of `expr` factored first (a sum of quotients over one
+    denominator); else of the polynomials as they stand in it.
+    """
+
+    def scale(e: sp.Expr) -> sp.Expr:
+        try:
+            poly = sp.Poly(e, v)
+        except sp.PolificationFailed:
+            return e
+        degree = poly.degree()
+        if degree < 1 or len(poly.terms()) < 2:
+            return e
+        return v**degree * sp.expand(e / v**degree)
+
+    return (sp.factor(expr) if factored else expr).replace(lambda e: e.is_Add and e.has(v), scale)
+
+
+#: Functions whose series sympy expands in closed form quickly; a series of the registered special functions
+#: (ndtri, log_ndtr, ...) goes through their derivatives term by term and costs a minute.
+_ELEMENTARY = (sp.exp, sp.log, log1p, expm1, sp.sin, sp.cos, sp.tan, sp.atan, sp.sinh, sp.cosh, sp.tanh, sp.asin)
+
+
+def _elementary(expr: sp.Expr) -> bool:
+    return all(isinstance(f, _ELEMENTARY) for f in expr.atoms(sp.Function))
+
+
+def _series(expr: sp.Expr, v: sp.Symbol, point: sp.Expr) -> sp.Expr | None:
+    expansion = sp.series(expr, v, point, BUDGET.series_order)
+    result = expansion.removeO()
+    if result.has(sp.Order, sp.Subs, sp.Derivative) or result == 0:
+        return None
+    return sp.expand(result)
+
+
+def _plain(expr: sp.Expr) -> sp.Expr:
+    """`expr` with log1p and expm1 written out, so that a difference of logs (or exponentials) shows as one."""
+    return expr.replace(lambda e: isinstance(e, log1p), lambda e: sp.log(1 + e.args[0])).replace(
+        lambda e: isinstance(e, expm1), lambda e: sp.exp(e.args[0]) - 1
+    )
+
+
+def _angles_added(expr: sp.Expr) -> sp.Expr:
+    """Each sine, cosine and tangent of a sum in several variables as the angle-addition formula's products.
+
+    cos(x + e) computes x + e rounded, which for |x| far above |e| loses e
+    and every bit of the result: cos(x)cos(e) - sin(x)sin(e) reduces each
+    argument exactly.
+    """
+
+    def several(e: sp.Expr) -> bool:
+        return (
+            isinstance(e, (sp.sin, sp.cos, sp.tan))
+            and e.args[0].is_Add
+            and len({frozenset(t.free_symbols) for t in e.args[0].args if t.free_symbols}) > 1
+        )
+
+    return expr.replace(several, lambda e: sp.expand_trig(e))
+
+
+def _conjugate(total: sp.Expr) -> sp.Expr:
+    """A sum with a square root, c*sqrt(A) + R, as (c**2 A - R**2) / (c*sqrt(A) - R): the difference cancels in closed
+    form (-b + sqrt(b**2 - 4ac) is -4ac / (b + sqrt(b**2 - 4ac)))."""
+    for term in total.args:
+        roots = [f for f in sp.Mul.make_args(term) if _has_root(f)]
+        if len(roots) != 1:
+            continue
+        c = term / roots[0]
+        rest = total - term
+        numerator = _tidy(c**2 * roots[0].base - rest**2)
+        return numerator / (term - rest)
+    return total
+
+
+def _has_root(term: sp.Expr) -> bool:
+    return any(f.is_Pow and f.exp == sp.S.Half and f.base.free_symbols for f in sp.Mul.make_args(term))
+
+
+def _conjugated(expr: sp.Expr) -> sp.Expr:
+    return expr.replace(lambda e: e.is_Add and any(_has_root(t) for t in e.args), _conjugate)
+
+
+def _exp_scaled(expr: sp.Expr) -> Iterator[sp.Expr]:
+    """A quotient with exponentials, its numerator and denominator divided by each exp(u) in it, or by its square
+    root, which a root in the denominator takes inside: exp(x)/(exp(x) - 1) is 1/(1 - exp(-x)), and
+    exp(x)/sqrt(exp(x) + 1) is exp(x/2)/sqrt(1 + exp(-x)), neither overflowing to inf/inf."""
+    numerator, denominator = sp.fraction(sp.together(_plain(expr)))
+    if denominator == 1:
+        return
+    for e in sorted(expr.atoms(sp.exp), key=sp.default_sort_key)[:2]:
+        for power in (sp.S.One, sp.S.Half):
+            scale = sp.exp(-power * e.args[0])
+            top = sp.powsimp(sp.expand(numerator * scale))
+            yield canonical(top / _times_into_root(denominator, scale))
+
+
+def _partial_fractions(expr: sp.Expr) -> Iterator[sp.Expr]:
+    """A rational function of exponentials as partial fractions in each exp(u), each fraction divided through by
+    the exponential above its line: eps (exp((a+b) eps) - 1)/((exp(a eps) - 1)(exp(b eps) - 1)) is
+    eps/(exp(a eps) - 1) + eps exp(b eps)/(exp(b eps) - 1), which is -eps/expm1(-b eps) + eps/expm1(a eps): no
+    product of exponentials overflows, and each quotient is in range wherever the whole is."""
+    plain = _plain(expr).replace(lambda e: isinstance(e, sp.exp), lambda e: sp.exp(sp.expand(e.args[0])))
+    plain = sp.expand_power_exp(plain)
+    atoms = sorted(plain.atoms(sp.exp), key=sp.default_sort_key)
+    if not atoms or len(atoms) > 3:
+        return
+    x = sp.Dummy("x")
+    for atom in atoms:
+        rational = plain.xreplace({atom: x})
+        if not rational.is_rational_function(x) or not sp.fraction(sp.together(rational))[1].has(x):
+            continue
+        fractions = sp.apart(rational, x).xreplace({x: atom})
+        yield canonical(sp.Add(*(_divided_through(t) for t in sp.Add.make_args(fractions))))
+
+
+def _divided_through(term: sp.Expr) -> sp.Expr:
+    """`term`, a quotient with an exponential above and below its line, divided through by the one above."""
+    numerator, denominator = sp.fraction(term)
+    above = sorted(numerator.atoms(sp.exp) & denominator.atoms(sp.exp), key=sp.default_sort_key)
+    if not above:
+        return term
+    scale = sp.exp(-above[0].args[0])
+    return sp.powsimp(sp.expand(numerator * scale)) / sp.powsimp(sp.expand(denominator * scale))
+
+
+def _times_into_root(product: sp.Expr, scale: sp.Expr) -> sp.Expr:
+    """`product * scale` for a positive `scale`, taken into its first square root as scale**2 where it has one."""
+    factors = list(sp.Mul.make_args(product))
+    for k, f in enumerate(factors):
+        if f.is_Pow and f.exp == sp.S.Half:
+            factors[k] = sp.sqrt(sp.powsimp(sp.expand(f.base * scale**2)))
+            return sp.Mul(*factors)
+    return sp.powsimp(sp.expand(product * scale))
+
+
+def _bases(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
+    """(family, form) for each algebraic form of `expr`, which the identities then start from as well."""
+    plain = _attempt(functools.partial(_plain, expr))
+    algebraic: dict[str, Callable[[], sp.Expr | None]] = {
+        # The fused forms (softplus, sigmoid, log1p, expm1) of a partial the rule states, which the planner's own
+        # pass would write: measured here, so that the search's choice is made knowing them.
+        "canonical": lambda: canonical(expr),
+        "cancel": lambda: sp.cancel(expr),
+        "together": lambda: sp.together(expr),
+        "factor": lambda: sp.factor(expr),
+        "expand": lambda: sp.expand(expr),
+        # log1p and expm1 written out: (exp(2x) - 1)/(exp(x) - 1) cancels to exp(x) + 1, the expm1 forms do not.
+        "cancel written out": lambda: _inside(sp.cancel, plain) if plain is not None and plain != expr else None,
+        "angle addition": lambda: _angles_added(expr),
+    }
+    if ops > BUDGET.factor_ops:
+        algebraic.pop("factor")
+        algebraic.pop("expand")
+    if plain is not None and plain != expr:
+        yield "written out", plain
+    for family, make in algebraic.items():
+        found = _attempt(make)
+        if found is not None:
+            yield family, found
+            if family == "cancel written out":
+                yield family, canonical(found)
+
+
+def _inside(rewrite: Callable[[sp.Expr], sp.Expr], expr: sp.Expr) -> sp.Expr:
+    """`rewrite` of `expr` and of every function's argument and root's base in it."""
+    expr = expr.replace(
+        lambda e: (isinstance(e, sp.Function) and len(e.args) == 1) or (e.is_Pow and not e.exp.is_Integer),
+        lambda e: e.func(rewrite(e.args[0]), *e.args[1:]),
+    )
+    return rewrite(expr)
+
+
+def _identity_forms(base: sp.Expr) -> Iterator[sp.Expr]:
+    joined = _attempt(functools.partial(_identities, base))
+    if joined is None:
+        return
+    yield joined
+    yield canonical(joined)
+    added = _attempt(functools.partial(_angles_added, joined))
+    if added is not None:
+        yield added
+    if not joined.has(sp.Function) and sp.count_ops(joined) <= BUDGET.factor_ops:
+        tidied = _attempt(functools.partial(_factored, joined))
+        if tidied is not None:
+            yield tidied
+
+
+def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple[str, sp.Expr]]:
+    """(family, candidate) for every rewrite of `expr` the families make, in order of cost.
+
+    Factoring and series are skipped above their bounds on operations: their
+    cost grows fastest with the expression.
+    """
+    ops = sp.count_ops(expr)
+    bases = [expr]
+    for family, base in _bases(expr, ops):
+        bases.append(base)
+        yield family, base
+    for base in bases:
+        for joined in _identity_forms(base):
+            yield "identities", joined
+    conjugated = _attempt(functools.partial(_conjugated, expr))
+    if conjugated is not None and conjugated != expr:
+        yield "conjugate", conjugated
+        for v in variables:
+            # The sum under the root may overflow where the difference no longer cancels: b**2 - 4ac at |b| > 1e154.
+            scaled = _attempt(functools.partial(_scaled, conjugated, v, factored=False))
+            if scaled is not None:
+                yield "conjugate, scaled", scaled
+    yield from _exponential_forms(expr, ops)
+    if ops <= BUDGET.factor_ops:
+        for v in variables:
+            scaled = _attempt(functools.partial(_scaled, expr, v))
+            if scaled is not None:
+                yield "scaling", scaled
+    if ops <= BUDGET.series_ops and len(expr.free_symbols) <= BUDGET.series_symbols and _elementary(expr):
+        for v in variables:
+            for point, family in ((sp.S.Zero, "series at 0"), (sp.oo, "series at infinity")):
+                found = _attempt(functools.partial(_series, expr, v, point))
+                if found is not None:
+                    yield family, found
+
+
+def _exponential_forms(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
+    for scaled in _attempt(lambda: sp.Tuple(*_exp_scaled(expr))) or ():
+        yield "exponential scaling", scaled
+    if ops <= BUDGET.factor_ops:
+        for fractions in _attempt(lambda: sp.Tuple(*_partial_fractions(expr))) or ():
+            yield "partial fractions", fractions
+
+
+def _factored(expr: sp.Expr) -> sp.Expr:
+    return sp.factor(sp.cancel(expr))
+
+
+# ---------------------------------------------------------------- reassociated products
+
+
+def _reassociations(expr: sp.Expr) -> Iterator[sp.Expr]:
+    """`expr` with each quotient of products computed as a product of quotients, each factor below the line
+    divided into one above it: tan(x)**2 (x - sin x) / (x - tan x)**2 as (tan(x) / (x - tan x))**2 (x - sin x),
+    whose square never overflows where the quotient is in range.  Two pairings: the factors above in sympy's
+    order and reversed."""
+    if expr.has(sp.Piecewise):
+        return
+    for reverse in (False, True):
+        found = _attempt(functools.partial(_each_product_paired, expr, reverse=reverse))
+        if found is not None and found != expr:
+            yield found
+
+
+def _each_product_paired(expr: sp.Expr, *, reverse: bool) -> sp.Expr:
+    return expr.replace(lambda e: e.is_Mul, functools.partial(_paired, reverse=reverse))
+
+
+def _paired(product: sp.Expr, *, reverse: bool) -> sp.Expr:
+    above: list[sp.Expr] = []
+    below: list[sp.Expr] = []
+    rest: list[sp.Expr] = []
+    for factor in sp.Mul.make_args(product):
+        base, exponent = factor.as_base_exp()
+        if factor.is_number or not exponent.is_Integer or abs(exponent) > BUDGET.paired_power:
+            rest.append(factor)
+        elif exponent > 0:
+            above += [base] * int(exponent)
+        else:
+            below += [base] * int(-exponent)
+    if not below or len(below) + len(above) < 2:
+        return product
+    if reverse:
+        above.reverse()
+    # A power below beyond the factors above is divided into 1: 1/x**3 as (1/x)**3, in range where x**3 is not.
+    below.sort(key=lambda b: -below.count(b))
+    above += [sp.S.One] * sum(1 for b in below[len(above) :] if below.count(b) > 1)
+    pairs = [divided(a, b) for a, b in zip(above, below, strict=False)]
+    n = len(pairs)
+    return sp.Mul(*rest, *pairs, *above[n:]) / sp.Mul(*below[n:])

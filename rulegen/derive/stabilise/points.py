@@ -1,0 +1,379 @@
+"""The points a search measures at: sampled, probed, their exact values (mpmath), and bits of error there."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mpmath
+import numpy as np
+import sympy as sp
+from sympy.codegen.cfunctions import expm1, log1p
+
+from rulegen.derive.expr import lambdified
+from rulegen.derive.measure import (
+    bits_of_error,
+    exact_value,
+    initial_precision,
+    probe_points,
+    sample_floats,
+    to_floats,
+    value_at,
+    with_probes,
+)
+from rulegen.derive.stabilise.budget import BUDGET
+from rulegen.spec.rules import Domain
+
+#: The dtypes every candidate is measured in, as the frameworks compute it.
+_DTYPES = (np.float64, np.float32)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Where an expression's variables are sampled: one domain per variable, and a joint condition (or None)."""
+
+    domains: tuple[tuple[sp.Symbol, Domain], ...]
+    condition: sp.Expr | None = None
+
+    @property
+    def variables(self) -> tuple[sp.Symbol, ...]:
+        return tuple(s for s, _ in self.domains)
+
+
+# ---------------------------------------------------------------- sympy steps
+
+
+def _attempt(make: Callable[[], sp.Expr | None]) -> sp.Expr | None:
+    """`make()`, or None where sympy fails on it (deterministically: no step is timed)."""
+    try:
+        return make()
+    except (Exception, RecursionError):
+        return None
+
+
+# ---------------------------------------------------------------- the points and their exact values
+
+
+@dataclass(frozen=True)
+class _Points:
+    """Sampled points of one dtype, one array per variable, and the expression's correctly rounded values there."""
+
+    dtype: Any
+    columns: tuple[np.ndarray, ...]
+    exact: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.exact)
+
+
+@functools.lru_cache(maxsize=256)
+def _mpmath_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callable[..., Any]:
+    """`expr` as an mpmath function: the exact reference of the screen, the samples and the regimes' refinement."""
+    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS
+
+    return lambdified(variables, expr, modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
+
+
+def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any) -> _Points:
+    variables = sampling.variables
+    reference = _mpmath_function(expr, tuple(variables))
+    condition = sampling.condition and lambdified(variables, sampling.condition, modules="numpy")
+    rng = np.random.default_rng([seed, np.dtype(dtype).itemsize, count])
+    which = 0 if np.dtype(dtype) == np.float64 else 1
+    kept: list[list[float]] = [[] for _ in variables]
+    values: list[float] = []
+    wanted = count
+    for attempt in range(4):
+        with np.errstate(over="ignore"):  # a bound beyond float32's range is its largest float
+            drawn = [sample_floats(domain, count, rng, dtype) for _, domain in sampling.domains]
+        if attempt == 0:
+            drawn = _with_probes(drawn, sampling, dtype)
+            wanted = count + len(drawn[0]) - count
+        if condition is not None:
+            with np.errstate(all="ignore"):
+                keep = np.broadcast_to(np.asarray(condition(*drawn)) > 0.5, drawn[0].shape)
+            drawn = [d[keep] for d in drawn]
+        growing = _growth_arguments(expr, tuple(variables))
+        far = np.zeros(len(drawn[0]) if drawn else 0, dtype=bool)
+        if growing is not None:
+            with np.errstate(all="ignore"):
+                reach = np.broadcast_to(np.asarray(growing(*drawn), dtype=np.float64), drawn[0].shape)
+            far = reach > BUDGET.growth_argument_limit
+        for j in range(len(drawn[0]) if drawn else 0):
+            point = [float(d[j]) for d in drawn]
+            value = _underflowed(expr, tuple(variables), point) if far[j] else _exact(reference, point)
+            if value is None:
+                continue
+            for column, x in zip(kept, point, strict=True):
+                column.append(x)
+            values.append(value[which])
+            if len(values) == wanted:
+                break
+        if len(values) == wanted:
+            break
+    columns = tuple(np.asarray(c, dtype=dtype) for c in kept)
+    return _Points(dtype, columns, np.asarray(values, dtype=np.float64))
+
+
+#: How far below 1 (log2) that interval must lie: float64's least subnormal is 2**-1074.
+_UNDERFLOW_BITS = 1200
+
+
+#: Functions whose interval extensions mpmath has (or that are written with them): what `_underflowed` bounds.
+_INTERVAL_FUNCTIONS: dict[type, Callable[..., Any]] = {
+    sp.exp: mpmath.iv.exp,
+    sp.log: mpmath.iv.log,
+    sp.sin: mpmath.iv.sin,
+    sp.cos: mpmath.iv.cos,
+    expm1: lambda a: mpmath.iv.exp(a) - 1,
+    log1p: lambda a: mpmath.iv.log(1 + a),
+    sp.sinh: lambda a: (mpmath.iv.exp(a) - mpmath.iv.exp(-a)) / 2,
+    sp.cosh: lambda a: (mpmath.iv.exp(a) + mpmath.iv.exp(-a)) / 2,
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _interval_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callable[..., Any] | None:
+    """`expr` in mpmath's interval arithmetic; None where it calls a function with no interval extension here."""
+    if not all(type(f) in _INTERVAL_FUNCTIONS for f in expr.atoms(sp.Function)):
+        return None
+    names = {f.__name__: g for f, g in _INTERVAL_FUNCTIONS.items()}
+    return lambdified(variables, expr, modules=[{**names, "mpf": mpmath.iv.mpf, "pi": mpmath.iv.pi}, "mpmath"])
+
+
+def _underflowed(expr: sp.Expr, variables: tuple[sp.Symbol, ...], point: Sequence[float]) -> tuple[float, float] | None:
+    """(0.0, 0.0) where `expr` at `point` lies, by interval arithmetic, within +-2**-_UNDERFLOW_BITS; else None.
+
+    Past `BUDGET.growth_argument_limit` an exact value costs a second, but a value that underflows every float by a wide
+    margin needs no correct rounding: x exp(-x**2) at 1e160 is 0, and a form of its derivative that is inf * 0 =
+    nan there (where autodiff computes 0) must be measured as the failure it is.  An interval, not a value at a
+    moderate precision: exp(x + y) / (exp(x) exp(y)) at x = 1e234 is 1, and 512 bits put it below 2**-1200.
+    """
+    fn = _interval_function(expr, variables)
+    if fn is None:
+        return None
+    saved, mpmath.iv.prec = mpmath.iv.prec, 256
+    try:
+        value = fn(*[mpmath.iv.mpf(p) for p in point])
+    except Exception:
+        return None
+    finally:
+        mpmath.iv.prec = saved
+    if not isinstance(value, mpmath.iv.mpf):
+        return None
+    low, high = value.a, value.b
+    tiny = mpmath.mpf(2) ** -_UNDERFLOW_BITS
+    if not (mpmath.isfinite(low) and mpmath.isfinite(high)) or max(abs(low), abs(high)) >= tiny:
+        return None
+    return 0.0, 0.0  # the measure counts -0 and 0 alike
+
+
+_GROWING = (sp.exp, expm1, sp.sinh, sp.cosh)
+
+
+@functools.lru_cache(maxsize=256)
+def _growth_arguments(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callable[..., Any] | None:
+    """numpy's largest |u| over the exponentials exp(u) in `expr` (nan counts as past any limit); None if none."""
+    arguments = sorted({f.args[0] for f in expr.atoms(*_GROWING)}, key=sp.default_sort_key)
+    if not arguments:
+        return None
+    reach = _numpy_function(sp.Tuple(*arguments), variables)
+    if reach is None:
+        return None
+
+    def largest(*columns: np.ndarray) -> np.ndarray:
+        found = np.abs(np.asarray(np.broadcast_arrays(*reach(*columns)), dtype=np.float64))
+        return np.where(np.isnan(found), np.inf, found).max(axis=0)
+
+    return largest
+
+
+def _looks_accurate(expr: sp.Expr, sampling: Sampling, seed: int) -> bool:
+    """Whether float32 evaluation is within `BUDGET.good_bits` of float64 at float32 points: no mpmath, so cheap.
+
+    float64 stands in for the exact value: an expression whose float32
+    result keeps up with its float64 one neither cancels nor overflows
+    where float32 is sampled, and the search is skipped.  Where the float64
+    value is not finite the expression is searched, since no exact
+    reference was asked.
+    """
+    variables = sampling.variables
+    fn = _numpy_function(expr, tuple(variables))
+    if fn is None:
+        return True  # nothing numpy can evaluate can be measured either
+    rng = np.random.default_rng([seed, BUDGET.screen_points])
+    try:
+        with np.errstate(over="ignore"):  # a bound beyond float32's range is its largest float
+            columns = [sample_floats(domain, BUDGET.screen_points, rng, np.float32) for _, domain in sampling.domains]
+    except ValueError:
+        return True
+    # The probes' moderate magnitudes too, judged apart: drawn over every binade, few points land where erf(x)
+    # rounds to -1 in float32 and not in float64 (gelu's 1 + erf(x/sqrt(2)) at x = -5.5 loses 18 bits), and the
+    # mean over 256 drawn points hid them.  The other variables are held at the first drawn point.
+    domains = [d for _, d in sampling.domains]
+    probes = probe_points([c[:1] for c in columns], domains, _magnitudes(np.float32), np.float32)
+    return _screened(expr, fn, sampling, columns) and _screened(expr, fn, sampling, probes)
+
+
+def _screened(expr: sp.Expr, fn: Callable[..., Any], sampling: Sampling, columns: list[np.ndarray]) -> bool:
+    """Whether float32 keeps up with float64 at the points `columns`, on the mean (see `_looks_accurate`)."""
+    variables = sampling.variables
+    if sampling.condition is not None:
+        holds = _numpy_function(sampling.condition, tuple(variables))
+        if holds is None:
+            return True
+        with np.errstate(all="ignore"):
+            keep = np.broadcast_to(np.asarray(holds(*columns)) > 0.5, columns[0].shape)
+        columns = [c[keep] for c in columns]
+    try:
+        with np.errstate(all="ignore"):
+            wide = np.asarray(fn(*[c.astype(np.float64) for c in columns]), dtype=np.float64)
+            narrow = np.asarray(fn(*columns), dtype=np.float32)
+    except Exception:
+        return True
+    wide, narrow = np.broadcast_arrays(wide, narrow)
+    if not wide.size:
+        return True
+    with np.errstate(all="ignore"):
+        reference = wide.astype(np.float32)
+    if np.isnan(wide).any() and not np.isnan(wide).all():
+        return False  # nan inside the domain: 0/0 or inf - inf, which a rewrite may avoid
+    finite = np.isfinite(reference) & np.isfinite(wide)
+    if wide.shape == columns[0].shape and _zero_where_not(
+        expr, variables, [c[finite] for c in columns], wide[finite] == 0
+    ):
+        return False
+    bits = bits_of_error(narrow[finite], reference[finite], np.float32)
+    return bool(bits.size == 0 or np.mean(bits) <= BUDGET.good_bits)
+
+
+def _zero_where_not(
+    expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], zero: np.ndarray
+) -> bool:
+    """Whether float64's exact 0 at some of the points is, correctly rounded, no 0: a difference that cancels
+    completely in float32 and float64 alike (log1p(N) - log(N) past N = 1e16, which is 1/N), where float64
+    cannot stand in for the exact value.  One mpmath evaluation at each of the first `BUDGET.zero_probes` such
+    points."""
+    where = np.flatnonzero(zero)
+    if not where.size:
+        return False
+    # The smallest inputs first (a total cancellation begins where the inputs are moderate: sigmoid(x) written as
+    # 1 - 1/(exp(x) + 1) is 0 in float64 from x = -37, truly 0 only past -745), then some spread over the rest.
+    magnitude = np.max(np.abs(np.stack([c[where].astype(np.float64) for c in columns])), axis=0)
+    ordered = where[np.argsort(magnitude, kind="stable")]
+    spread = ordered[np.linspace(0, len(ordered) - 1, BUDGET.zero_probes // 2).astype(int)]
+    where = np.asarray(list(dict.fromkeys([*ordered[: BUDGET.zero_probes // 2], *spread])))
+    reference = _attempt(lambda: _mpmath_function(expr, tuple(variables)))
+    if reference is None:
+        return False
+    for j in where:
+        point = [float(c[j]) for c in columns]
+        value = value_at(reference, point, initial_precision(point) + 64)
+        if value is not None and to_floats(value)[0] != 0:
+            return True
+    return False
+
+
+#: Magnitudes every search also measures at, beside the points drawn over the bit patterns: those put about
+#: one point in a thousand between 1 and 10, where most inputs are, and a series can be wrong there unseen.
+PROBES = tuple(1.37 * 2.0**k for k in range(-8, 9))
+
+
+#: Fractions of the dtype's largest float probed too: 2x + 1 and x**2 overflow there, and a quotient of the two is
+#: nan where it should be 0; drawn points reach the top binade once in a thousand.
+TOP_PROBES = (0.7, 0.2)
+
+
+def _magnitudes(dtype: Any) -> tuple[float, ...]:
+    """The probe magnitudes in `dtype`: PROBES, and TOP_PROBES of its largest float."""
+    return (*PROBES, *(f * float(np.finfo(dtype).max) for f in TOP_PROBES))
+
+
+def _with_probes(drawn: list[np.ndarray], sampling: Sampling, dtype: Any) -> list[np.ndarray]:
+    """`drawn` with, per variable, each probe magnitude of either sign the domain holds; the others as drawn."""
+    return with_probes(drawn, [domain for _, domain in sampling.domains], _magnitudes(dtype), dtype)
+
+
+def _exact(fn: Callable[..., Any], point: Sequence[float]) -> tuple[float, float] | None:
+    """`fn` at `point` rounded to float64 and float32, in one mpmath evaluation: None where not a finite real.
+
+    measure.exact_value doubles the precision until two evaluations agree,
+    four times the cost; here one evaluation 64 bits wider than its first
+    is enough to rank candidates, which `rulegen accuracy` then measures.
+    """
+    value = value_at(fn, point, initial_precision(point) + 64)
+    if value is None:
+        return None
+    # An exact zero may be a difference whose every bit cancelled at this precision: that one is raised.
+    return to_floats(value) if value else exact_value(fn, point)
+
+
+@functools.lru_cache(maxsize=1024)
+def _numpy_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callable[..., Any] | None:
+    try:
+        return lambdified(variables, expr, modules=[_numpy_implementations(), "numpy"])
+    except Exception:
+        return None
+
+
+@functools.cache
+def _numpy_implementations() -> dict[str, Callable[..., Any]]:
+    """log1p, expm1 and every registered function with a numpy or scipy implementation, by the name lambdify prints."""
+    import importlib
+
+    from rulegen.derive.functions import NUMPY_IMPLEMENTATIONS
+
+    found: dict[str, Callable[..., Any]] = {"log1p": np.log1p, "expm1": np.expm1}
+    for name, dotted in NUMPY_IMPLEMENTATIONS.items():
+        module, _, attribute = dotted.rpartition(".")
+        found[name] = getattr(importlib.import_module(module), attribute)
+    return found
+
+
+def _bits(expr: sp.Expr, variables: Sequence[sp.Symbol], points: _Points) -> np.ndarray | None:
+    """Bits of error of `expr` evaluated by numpy in the points' dtype; None where numpy cannot evaluate it."""
+    fn = _numpy_function(expr, tuple(variables))
+    if fn is None:
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            result = np.asarray(fn(*points.columns))
+    except Exception:
+        return None
+    if np.iscomplexobj(result):
+        return None  # a candidate that leaves the reals (a root of a negative number) is no candidate
+    with np.errstate(over="ignore"):  # a float64 result past float32's range is inf there, as float32 code computes
+        got = np.broadcast_to(result.astype(points.dtype), points.exact.shape)
+    return bits_of_error(got, points.exact, points.dtype)
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """A candidate, the family it comes from, and its bits of error at every point of each dtype."""
+
+    expr: sp.Expr
+    family: str
+    bits: tuple[np.ndarray, ...]
+    #: A form joined by regimes: the measured forms it joins (unfed).
+    branches: tuple[_Measured, ...] = ()
+
+    @property
+    def means(self) -> tuple[float, ...]:
+        return tuple(float(np.mean(b)) if b.size else 0.0 for b in self.bits)
+
+    @property
+    def score(self) -> float:
+        return sum(self.means)
+
+    @functools.cached_property
+    def ops(self) -> int:
+        return int(sp.count_ops(self.expr))
+
+
+def _measure(expr: sp.Expr, family: str, variables: Sequence[sp.Symbol], points: Sequence[_Points]) -> _Measured | None:
+    found = [_bits(expr, variables, p) for p in points]
+    if any(b is None for b in found):
+        return None
+    return _Measured(expr, family, tuple(b for b in found if b is not None))

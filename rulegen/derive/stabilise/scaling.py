@@ -1,0 +1,173 @@
+"""Overflow-safe scaling of homogeneous expressions: inputs divided by powers of two, the result scaled back."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mpmath
+import numpy as np
+import sympy as sp
+
+from rulegen.derive.functions import binade, divided
+from rulegen.derive.stabilise.budget import BUDGET
+from rulegen.derive.stabilise.points import Sampling, _measure, _Measured, _mpmath_function, _Points
+
+
+@dataclass(frozen=True)
+class _Homogeneity:
+    """expr(t**w1 x1, t**w2 x2, ...) = t**degree expr(x) for every t > 0: `weights` (-1, 0 or 1 each) and `degree`."""
+
+    weights: tuple[int, ...]
+    degree: int
+
+
+def _homogeneities(expr: sp.Expr, sampling: Sampling) -> list[_Homogeneity]:
+    """The scalings under which `expr` is homogeneous: all inputs at once, or some balanced against others.
+
+    The quadratic formula's roots are of degree 0 in (a, b, c) together and
+    of degree -1 in (a, c) with weights (1, -1) (x is a root of a x**2 +
+    b x + c exactly when x/t is one of (a t) y**2 + b y + c/t).  Tested at
+    `BUDGET.homogeneity_points` points of magnitude about 1 (of the sign each
+    domain allows), in mpmath: a float evaluation of an expression that
+    cancels scales by 3 only roughly.
+    """
+    variables = sampling.variables
+    if len(variables) < 2:
+        return []  # c x**k: nothing to scale
+    fn = _mpmath_function(expr, tuple(variables))
+    rng = np.random.default_rng(len(variables))
+    signs = [
+        rng.choice([-1.0, 1.0], BUDGET.homogeneity_points)
+        if d.lo < 0 < d.hi
+        else np.full(BUDGET.homogeneity_points, 1.0 if d.hi > 0 else -1.0)
+        for _, d in sampling.domains
+    ]
+    magnitudes = 2.0 ** rng.uniform(-1, 1, (len(variables), BUDGET.homogeneity_points))
+    points = [tuple(float(x) for x in point) for point in (np.asarray(signs) * magnitudes).T]
+    found = []
+    for weights in itertools.product((1, 0, -1), repeat=len(variables)):
+        if all(w == 0 for w in weights) or next(w for w in weights if w) < 0:
+            continue  # (w) and (-w) are one scaling
+        if any(w and v not in expr.free_symbols for v, w in zip(variables, weights, strict=True)):
+            continue  # an input the expression does not read scales nothing
+        if sum(1 for w in weights if w) < 2:
+            continue  # y g(x) scaled in y alone computes the same product in another order
+        degree = _degree(fn, weights, points)
+        if degree is not None:
+            found.append(_Homogeneity(weights, degree))
+    return found
+
+
+def _degree(fn: Callable[..., Any], weights: Sequence[int], points: Sequence[tuple[float, ...]]) -> int | None:
+    """The degree k with fn(t**w x) = t**k fn(x) at every point where fn is a nonzero real, None where there is none
+    (or no point is such)."""
+    degrees = set()
+    with mpmath.workdps(BUDGET.homogeneity_digits):
+        for point in points:
+            try:
+                values = [fn(*(mpmath.mpf(t) ** w * x for w, x in zip(weights, point, strict=True))) for t in (1, 2, 3)]
+            except (ValueError, ZeroDivisionError, TypeError, OverflowError):
+                continue
+            if not all(isinstance(v, mpmath.mpf) and v != 0 and mpmath.isfinite(v) for v in values):
+                continue
+            degree = round(float(mpmath.log(abs(values[1] / values[0]), 2)))
+            expected = mpmath.mpf(3) ** degree
+            if abs(values[2] / values[0] - expected) > mpmath.mpf(10) ** (5 - BUDGET.homogeneity_digits) * expected:
+                return None
+            degrees.add(degree)
+    if len(degrees) != 1:
+        return None
+    return degrees.pop()
+
+
+def _magnitude(inputs: Sequence[sp.Expr]) -> sp.Expr:
+    return sp.Max(*(sp.Abs(x) for x in inputs)) if len(inputs) > 1 else sp.Abs(inputs[0])
+
+
+def _rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scalings: Sequence[_Homogeneity]) -> sp.Expr:
+    """`expr` computed on its inputs scaled by powers of two (`binade`), one scaling after another, and the result
+    scaled back in the reverse order: no square or product of the scaled inputs overflows or underflows where it
+    matters, and no multiplication or division rounds.
+
+    A scaling of all inputs at once divides them by the binade of their
+    largest magnitude; one with weights of both signs brings the largest of
+    each side to the same magnitude, t = sqrt(largest -1 / largest +1)
+    (the quadratic's a and c to sqrt|ac|), for the joint scaling after it.
+    """
+    inputs: list[sp.Expr] = list(variables)
+    undo: list[tuple[sp.Expr, int]] = []  # per scaling, (s, k): expr = expr(scaled) * s**k
+    for scaling in scalings:
+        weights = scaling.weights
+        if min(weights) < 0:
+            # Each side's largest magnitude meets at their geometric mean: x+ times down/up, x- times up/down, with
+            # up and down the binades of the sides' square roots, so both reciprocals are in range (binade(p/n) and
+            # binade(n/p), the way before, multiply to 1/2 where p/n is no power of two: no homogeneity at all).
+            up, down = (
+                binade(sp.sqrt(_magnitude([x for x, w in zip(inputs, weights, strict=True) if side * w > 0])))
+                for side in (1, -1)
+            )
+            inputs = [
+                divided(divided(x, up), divided(1, down))
+                if w > 0
+                else divided(divided(x, down), divided(1, up))
+                if w < 0
+                else x
+                for x, w in zip(inputs, weights, strict=True)
+            ]
+            # With t = down/up, expr(scaled) = t**degree expr: scaled back by the one power of two up/down, where
+            # multiplying by up and then dividing by down overflows on the way for a large value (the quadratic's
+            # other root, -b/a).
+            undo.append((divided(up, down), scaling.degree))
+        else:
+            scale = binade(_magnitude([x for x, w in zip(inputs, weights, strict=True) if w]))
+            inputs = [divided(x, scale) if w else x for x, w in zip(inputs, weights, strict=True)]
+            undo.append((scale, scaling.degree))
+    if isinstance(expr, sp.Piecewise):
+        # Each branch scaled, the regimes' conditions left on the inputs as they are: a threshold on |v| was
+        # placed by the unscaled magnitudes, and sympy folds a condition on a selection into one on its pieces.
+        return sp.Piecewise(*((_scaled_back(_substituted(e, variables, inputs), undo), c) for e, c in expr.args))
+    return _scaled_back(_substituted(expr, variables, inputs), undo)
+
+
+def _scaled_back(value: sp.Expr, undo: Sequence[tuple[sp.Expr, int]]) -> sp.Expr:
+    """value * s**k for every (s, k) of `undo`, the last scaling's first, one exact step at a time: each passes
+    through the expression's own value at the inputs scaled so far, where the product of the factors first could
+    overflow."""
+    for scale, k in reversed(undo):
+        for _ in range(abs(k)):
+            value = divided(value, scale) if k < 0 else divided(value, divided(1, scale))
+    return value
+
+
+def _substituted(expr: sp.Expr, variables: Sequence[sp.Symbol], inputs: Sequence[sp.Expr]) -> sp.Expr:
+    return expr.xreplace(dict(zip(variables, inputs, strict=True)))
+
+
+def _with_scaling(
+    best: _Measured, pool: Sequence[_Measured], expr: sp.Expr, sampling: Sampling, points: Sequence[_Points]
+) -> _Measured:
+    """The best of `best` and the scaled forms of it and of the pool's next best, where `expr` is homogeneous."""
+    variables = sampling.variables
+    found = sorted(_homogeneities(expr, sampling), key=lambda h: -sum(map(abs, h.weights)))
+    joint = [h for h in found if min(h.weights) >= 0][:1]
+    balancing = [h for h in found if min(h.weights) < 0][:1]
+    options = [o for o in (joint, balancing, balancing + joint) if o]
+    if not options:
+        return best
+    # The expression as derived among the starts: scaled, the simplest form is often the best.
+    ranked = sorted((m for m in pool if m is not best), key=lambda m: (m.family != "as derived", m.score))
+    starts = [best, *ranked[: BUDGET.regime_starts]]
+    scaled = [
+        _measure(_rescaled(m.expr, variables, scalings), f"{m.family}, scaled", variables, points)
+        for m in starts
+        for scalings in options
+    ]
+    chosen = min((m for m in scaled if m is not None), key=lambda m: m.score, default=None)
+    # The margin of a regime: the scaling costs a binade and a division per input, paid only for a bit.
+    if chosen is None or chosen.score > best.score - BUDGET.regime_margin_bits:
+        return best
+    return dataclasses.replace(chosen, branches=best.branches)

@@ -1,0 +1,190 @@
+"""The search: screen, sample, measure every family's candidates, then regimes, clamps and scaling; choose."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sympy as sp
+
+from rulegen.derive.functions import REGISTRY
+from rulegen.derive.stabilise.budget import BUDGET
+from rulegen.derive.stabilise.families import _candidates, _reassociations
+from rulegen.derive.stabilise.points import _DTYPES, Sampling, _looks_accurate, _measure, _Measured, _sample
+from rulegen.derive.stabilise.regimes import _with_regimes
+from rulegen.derive.stabilise.saturation import _saturated
+from rulegen.derive.stabilise.scaling import _with_scaling
+from rulegen.spec.rules import Domain
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which form of one expression the backends compute, and its measured mean bits of error before and after."""
+
+    quantity: str
+    derived: sp.Expr
+    chosen: sp.Expr
+    family: str
+    #: Mean bits of error, (float64, float32), of the form as derived and of the chosen one.
+    bits_before: tuple[float, float]
+    bits_after: tuple[float, float]
+    #: The measured forms without regimes within `BUDGET.runner_up_bits` of the chosen one, best first (the chosen
+    #: one, or the branches it joins, among them): a derivative of each is a candidate for the derivative of this
+    #: expression (rulegen.derive.partials), whose own form may cancel where theirs do not.
+    good_forms: tuple[sp.Expr, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.chosen != self.derived
+
+    @property
+    def more_accurate(self) -> bool:
+        """Whether the chosen form measured better than the derived one, not merely as good and shorter."""
+        return self.changed and sum(self.bits_after) <= sum(self.bits_before) - BUDGET.margin_bits
+
+
+def _lineage(m: _Measured) -> str:
+    """The family of the form a candidate reassociates (its own where it reassociates none)."""
+    return m.family.removesuffix(", reassociated")
+
+
+#: Functions whose exact value takes unbounded time at some floats (mpmath's polygamma(1, x) far out on the
+#: negative axis runs for minutes): an expression calling one is not sampled over the whole float line.
+_UNBOUNDED = tuple(f.sympy for f in REGISTRY if f.refuses_large_numbers and isinstance(f.sympy, type))
+
+
+def searchable(expr: sp.Expr, sampling: Sampling) -> bool:
+    """Whether `expr` is searched at all: in the sampled variables, no Piecewise, within the work limits, and
+    with an exact value in bounded time."""
+    return (
+        bool(sampling.variables)
+        and len(sampling.variables) <= BUDGET.search_symbols
+        and expr.free_symbols <= set(sampling.variables)
+        and not expr.has(sp.Piecewise, *_UNBOUNDED)
+        and sp.count_ops(expr) <= BUDGET.search_ops
+    )
+
+
+def stabilise(
+    expr: sp.Expr,
+    sampling: Sampling,
+    *,
+    quantity: str = "",
+    seed: int = 0,
+    points: int = BUDGET.search_points,
+    alternatives: tuple[tuple[str, sp.Expr], ...] = (),
+) -> Choice:
+    """The form of `expr` with the least measured error, and the bits before and after.
+
+    `expr` is its own reference: each candidate must equal it, and one that
+    does not is as far off as its values are.  `alternatives` are (family,
+    form) pairs measured before the rewrite families' own candidates: other
+    forms of the same value that the caller knows (the forward as written, a
+    derivative of another form of the forward).  Keeps `expr` where it is
+    not `searchable`, where numpy cannot evaluate it, where no point has a
+    finite value, or where nothing is measurably better.
+    """
+    unchanged = Choice(quantity, expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan))
+    if not searchable(expr, sampling):
+        return unchanged
+    key = (expr, sampling, seed, points, alternatives)
+    found = _SEARCHED.get(key)
+    if found is None:
+        found = _search(expr, sampling, seed, points, alternatives)
+        _SEARCHED[key] = found
+    return Choice(quantity, *found)
+
+
+#: Searches done in this process, by what decides them: an expression met again (a JVP's partial is the VJP's) is
+#: searched once.
+_SEARCHED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+
+def _search(
+    expr: sp.Expr, sampling: Sampling, seed: int, count: int, alternatives: tuple[tuple[str, sp.Expr], ...]
+) -> tuple[Any, ...]:
+    """(derived, chosen, family, bits before, bits after, good forms) for `expr`."""
+    variables = sampling.variables
+    nothing = (expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan))
+    if _looks_accurate(expr, sampling, seed):
+        return nothing
+    search = [_sample(expr, sampling, count, seed + 1, dtype) for dtype in _DTYPES]
+    derived = _measure(expr, "as derived", variables, search)
+    if derived is None:
+        return nothing
+    pool = [derived]
+    seen = {expr}
+
+    def measured_from(found: Iterable[tuple[str, sp.Expr]], budget: int) -> None:
+        for family, candidate in found:
+            if budget <= 0:
+                return
+            if candidate in seen or candidate.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+                continue
+            seen.add(candidate)
+            budget -= 1
+            measured = _measure(candidate, family, variables, search)
+            if measured is not None:
+                pool.append(measured)
+
+    measured_from(
+        itertools.chain(alternatives, _candidates(expr, variables)),
+        BUDGET.candidates_per_expression + len(alternatives),
+    )
+    # The families again from the best alternative, which may be a better start than the expression itself (the
+    # derivative of a simpler form of the forward): its own budget.
+    known = set(alternatives)
+    start = min((m for m in pool if (m.family, m.expr) in known), key=lambda m: m.score, default=None)
+    if start is not None and searchable(start.expr, sampling):
+        found = _candidates(start.expr, variables)
+        measured_from(((f"{start.family}, {family}", c) for family, c in found), BUDGET.candidates_per_alternative)
+    # Products reassociated in the best forms found: a family that rewrites what the others made.
+    leaders = sorted(pool, key=lambda m: m.score)[: BUDGET.reassociated_starts]
+    measured_from(
+        ((f"{m.family}, reassociated", c) for m in leaders for c in _reassociations(m.expr)),
+        BUDGET.reassociated_starts * 2,
+    )
+    # Inputs clamped where forms overflow on the way to a limit they have reached.
+    pool += _saturated(pool, sampling, search)
+    # Least error first; within `BUDGET.margin_bits` of the least, the fewest operations.
+    least = min(m.score for m in pool)
+    best = min((m for m in pool if m.score <= least + BUDGET.margin_bits / 2), key=lambda m: (m.ops, m.score))
+    # Regimes from the best and from the next ones too: the pair that joins best need not include the best alone
+    # (the derived form for x < 0 and a derivative of the conjugate for x > 0 beat an expanded form on its own).
+    regime_starts = [best]
+    for m in sorted((m for m in pool if m is not best), key=lambda m: m.score):
+        # One start per form and its reassociations, which fail where it does and would join the same way.
+        if len(regime_starts) < BUDGET.regime_starts and _lineage(m) not in {_lineage(t) for t in regime_starts}:
+            regime_starts.append(m)
+    joined = [_with_regimes(m, pool, sampling, search) for m in regime_starts]
+    plain = best
+    best = min(
+        (j for j in joined if j.branches and j.score <= plain.score - BUDGET.regime_margin_bits),
+        key=lambda m: m.score,
+        default=plain,
+    )
+    # Overflow-safe scaling last: it takes the regimes' conditions along (a sign is kept by the scaling).
+    best = _with_scaling(best, pool, expr, sampling, search)
+    if best.score > derived.score - BUDGET.margin_bits:
+        # Nothing measurably better: the simplest form no worse than the derived one at any dtype's mean (to within
+        # `BUDGET.tie_bits`, the noise of 32 points: a factored form 0.016 bits behind is as good, and prints shorter).
+        no_worse = [
+            m for m in pool if all(a <= b + BUDGET.tie_bits for a, b in zip(m.means, derived.means, strict=True))
+        ]
+        best = min(no_worse, key=lambda m: (m.ops, m is not derived, m.score))
+    # Forms without regimes: a derivative of a `where` of fed branches multiplies selections; a partial's own
+    # search joins the branches' derivatives by regimes of its own.
+    ranked = [best.expr] if not best.expr.has(sp.Piecewise) else []
+    ranked += [m.expr for m in sorted(pool, key=lambda m: m.score) if m.score <= best.score + BUDGET.runner_up_bits]
+    ranked += [m.expr for m in best.branches]
+    good_forms = tuple(e for e in dict.fromkeys(ranked) if not e.has(sp.Piecewise))[: BUDGET.good_forms]
+    return (expr, best.expr, best.family, derived.means, best.means, good_forms)
+
+
+def sampling_for(
+    variables: Mapping[str, sp.Symbol], domains: Mapping[str, Domain], condition: sp.Expr | None
+) -> Sampling:
+    return Sampling(tuple((variables[name], domains[name]) for name in domains), condition)
