@@ -16,6 +16,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         (
             *("functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure"),
             *("stabilise.budget", "stabilise.points", "stabilise.families", "stabilise.scaling", "stabilise.regimes"),
+            "stabilise.gate",
             *("stabilise.saturation", "stabilise.search", "stabilise", "partials"),
         ),
     ),

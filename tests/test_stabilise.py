@@ -381,7 +381,7 @@ def test_the_families_also_start_from_the_derivative_of_a_simpler_forward_form(t
     (rule,) = read_rule_file(path)
     d = derive_rule(rule, [rule.name])
     (partial,) = [c for c in d.choices if c.quantity == "dout/dx"]
-    assert partial.bits_before[0] > 20
+    assert partial.bits_before[0] > 15
     assert max(partial.bits_after) <= 1
     assert finite_everywhere(partial.chosen.subs(d.symbols["x"], x), [800.0, 1400.0, -800.0])
 
@@ -389,7 +389,7 @@ def test_the_families_also_start_from_the_derivative_of_a_simpler_forward_form(t
 def _evaluated(expr: sp.Expr, **columns: list[float]) -> np.ndarray:
     from rulegen.derive.stabilise.points import _numpy_function
 
-    symbols = {"x": x, "y": y}
+    symbols = {"x": x, "y": y, "z": sp.Symbol("z", real=True)}
     variables = tuple(symbols[n] for n in columns)
     fn = _numpy_function(expr, variables)
     with np.errstate(all="ignore"):
@@ -460,16 +460,26 @@ def test_a_scaling_that_balances_inputs_against_each_other_computes_the_expressi
                 assert np.isclose(scaled(*args), exact(*args), rtol=1e-13), (expr, scalings, point)
 
 
-def test_the_quadratic_s_partials_are_scaled_by_both_of_their_homogeneities():
-    # d root / dz = -1/sqrt(y**2 - 4 x z): scaled by the largest input alone, x / max underflows where it matters
-    # (x = 1e-300 against z = 1e100: 5.8 bits on the whole line); balanced first (x and z to sqrt|x z|), then
-    # scaled, correctly rounded.
+def test_the_quadratic_s_partial_is_not_scaled_where_the_gate_finds_the_scaling_infinite():
+    # d root / dz = -1/sqrt(y**2 - 4 x z), balanced (x and z to sqrt|x z|) and scaled by the largest input,
+    # measures correctly rounded on the search's points, but is -inf at mixed magnitudes such as
+    # (x, y, z) = (6.1e-265, -3.8e11, 5.6e225), where y over the largest input squared underflows and the
+    # derived form is -2.6e-12: the acceptance gate refuses it, and the form kept is finite there.
+    from rulegen.derive.stabilise.gate import admissible
+    from rulegen.derive.stabilise.scaling import _homogeneities, _rescaled
+
     z = sp.Symbol("z", real=True)
     expr = -1 / sp.sqrt(y**2 - 4 * x * z)
-    choice = stabilise(expr, Sampling(tuple((s, Domain()) for s in (x, y, z))))
+    sampling = Sampling(tuple((s, Domain()) for s in (x, y, z)))
+    scaled = _rescaled(expr, (x, y, z), _homogeneities(expr, sampling))
+    point = {"x": [6.144270660593682e-265], "y": [-378857573299.7543], "z": [5.5540844443279086e225]}
+    assert _evaluated(scaled, **point)[0] == -np.inf
+    assert not admissible(scaled, expr, sampling)
+    choice = stabilise(expr, sampling)
     assert choice.bits_before[0] > 10
-    assert "scaled" in choice.family
-    assert max(choice.bits_after) <= 0.5
+    assert sum(choice.bits_after) <= sum(choice.bits_before) - 10
+    assert admissible(choice.chosen, expr, sampling)
+    assert np.isclose(_evaluated(choice.chosen, **point)[0], -1 / 378857573299.7543, rtol=1e-12)
 
 
 def test_a_rational_function_of_exponentials_takes_partial_fractions_that_do_not_overflow():
@@ -524,7 +534,8 @@ def test_a_point_far_out_is_kept_only_where_an_interval_shows_its_value_is_zero(
     assert _underflowed((1 - 2 * x**2) * sp.exp(-(x**2)), (x,), [1e160]) == (0.0, 0.0)
     assert _underflowed(sp.exp(x + y) / (sp.exp(x) * sp.exp(y)), (x, y), [3.21e234, 2.36e48]) is None
     assert _underflowed(sp.exp(-(x**2)) + 1, (x,), [1e160]) is None
-    assert _underflowed(sigmoid(-(x**2)) * sp.exp(-(x**2)), (x,), [1e160]) is None  # no interval extension here
+    assert _underflowed(sigmoid(-(x**2)) * sp.exp(-(x**2)), (x,), [1e160]) == (0.0, 0.0)
+    assert _underflowed(sp.erfc(-(x**2)) * sp.exp(-(x**2)), (x,), [1e160]) is None  # no interval extension here
 
 
 def test_a_reciprocal_power_is_taken_as_a_power_of_the_reciprocal_where_that_stays_in_range():

@@ -17,6 +17,10 @@ def f_acosh(x: jax.typing.ArrayLike) -> jax.Array:
     Partials (derived by sympy):
         dout/dx = 1/(sqrt(x - 1)*sqrt(x + 1))
 
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: regimes (series at infinity | as derived), 0.4/0.4 -> 0.0/0.1
+
     Inputs:
         x: float array; checked on [1.1, 4]
 
@@ -38,4 +42,8 @@ def _f_acosh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jnp.arccosh(x)
-    return out, x_dot * (1 / (jnp.sqrt(x - 1) * jnp.sqrt(x + 1)))
+    return out, x_dot * jnp.where(
+        jnp.abs(x) < 130.0,
+        1 / (jnp.sqrt(x - 1) * jnp.sqrt(x + 1)),
+        1 / x + 1 / x**3 / 2 + 3 * 1 / x**5 / 8 + 5 * 1 / x**7 / 16,
+    )

@@ -3,6 +3,7 @@
 """f_cbrt: a rulegen rule."""
 
 import jax
+import jax.numpy as jnp
 
 from ._util import as_arrays, in_float32, nth_root, rounded
 
@@ -18,7 +19,7 @@ def f_cbrt(x: jax.typing.ArrayLike) -> jax.Array:
 
     Stabilised (the form with the least error rulegen measured; mean bits of error,
     float64/float32, as derived -> as computed):
-        dout/dx = 1/(3*x*(1/x)**(1/3)): derivative of a forward form, 4.7/2.6 -> 3.9/2.0
+        dout/dx: regimes (as derived | derivative of a forward form), 4.7/2.6 -> 4.2/2.0
 
     Inputs:
         x: float array; checked on [0.1, 4]
@@ -40,5 +41,11 @@ def _f_cbrt(x):
 def _f_cbrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    t0 = jnp.abs(x) > 1e-36
+    t1 = jnp.where(t0, 1 / x, 4.999208319108064e35)
     out = nth_root(x, 3)
-    return out, x_dot * (nth_root(1 / x, 3) ** 2 / 3)
+    return out, x_dot * jnp.where(
+        t0,
+        nth_root(t1, 3) ** 2 / 3,
+        jnp.where(t0, 1.5819927717613311e24, 1 / nth_root(x, 3) ** 2) / 3,
+    )

@@ -18,7 +18,7 @@ def f_rsqrt(x: jax.typing.ArrayLike) -> jax.Array:
 
     Stabilised (the form with the least error rulegen measured; mean bits of error,
     float64/float32, as derived -> as computed):
-        dout/dx = -(1/x)**(3/2)/2: series at infinity, 0.9/0.9 -> 0.4/0.2
+        dout/dx = (1/sqrt(x)/(-2*x)): powers split, 0.9/0.9 -> 0.3/0.1
 
     Inputs:
         x: float array; checked on [0.1, 4]
@@ -41,4 +41,4 @@ def _f_rsqrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.lax.rsqrt(x)
-    return out, x_dot * (-((1 / x) ** (3 / 2)) / 2)
+    return out, x_dot * (out / (-2 * x))

@@ -23,6 +23,10 @@ def scaled_tanh(x: jax.typing.ArrayLike, log_scale=0.5) -> jax.Array:
     Partials (derived by sympy):
         dout/dx = (1 - tanh(x*exp(log_scale))**2)*exp(log_scale)/sqrt(log_scale**2 + 1)
 
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: identities, 7.9/3.1 -> 0.8/0.8
+
     Inputs:
         x: float array; checked on [-3, 3]
         log_scale: static (a hashable Python value; JAX recompiles for each), default 0.5
@@ -46,6 +50,7 @@ def _scaled_tanh_jvp(log_scale, primals, tangents):
     (x_dot,) = tangents
     t0 = _numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
     t1 = _numbers.exp(log_scale)
-    t2 = jnp.tanh(t1 * x)
-    out = t0 * t2
-    return out, x_dot * (t0 * t1 * (1 - t2) * (t2 + 1))
+    t2 = t1 * x
+    t3 = 2 * t2
+    out = t0 * jnp.tanh(t2)
+    return out, x_dot * (4 * t0 * t1 * jax.nn.sigmoid(-t3) * jax.nn.sigmoid(t3))

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, routed, save_for_derivatives
 from ._util import as_opmath_tensors, rounded
 
 
@@ -22,9 +22,11 @@ class FAcosh(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        if plain(x, out_bar):
-            return (x + 1).rsqrt_().mul_((x - 1).rsqrt_()).mul_(out_bar)
-        return out_bar * (1 / (torch.sqrt(x - 1) * torch.sqrt(x + 1)))
+        return out_bar * torch.where(
+            torch.abs(x) < 130.0,
+            1 / (torch.sqrt(x - 1) * torch.sqrt(x + 1)),
+            1 / x + 1 / x**3 / 2 + 3 * 1 / x**5 / 8 + 5 * 1 / x**7 / 16,
+        )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
     jvp = backward
@@ -41,6 +43,10 @@ def f_acosh(x: torch.Tensor | float) -> torch.Tensor:
 
     Partials (derived by sympy):
         dout/dx = 1/(sqrt(x - 1)*sqrt(x + 1))
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: regimes (series at infinity | as derived), 0.4/0.4 -> 0.0/0.1
 
     Inputs:
         x: float array; checked on [1.1, 4]

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, routed, save_for_derivatives
 from ._util import as_opmath_tensors, nth_root, rounded
 
 
@@ -22,9 +22,13 @@ class FCbrt(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        if plain(x, out_bar):
-            return (nth_root(1 / x, 3) ** 2).mul_(1 / 3).mul_(out_bar)
-        return out_bar * (nth_root(1 / x, 3) ** 2 / 3)
+        t0 = torch.abs(x) > 1e-36
+        t1 = torch.where(t0, 1 / x, 4.999208319108064e35)
+        return out_bar * torch.where(
+            t0,
+            nth_root(t1, 3) ** 2 / 3,
+            torch.where(t0, 1.5819927717613311e24, 1 / nth_root(x, 3) ** 2) / 3,
+        )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
     jvp = backward
@@ -44,7 +48,7 @@ def f_cbrt(x: torch.Tensor | float) -> torch.Tensor:
 
     Stabilised (the form with the least error rulegen measured; mean bits of error,
     float64/float32, as derived -> as computed):
-        dout/dx = 1/(3*x*(1/x)**(1/3)): derivative of a forward form, 4.7/2.6 -> 3.9/2.0
+        dout/dx: regimes (as derived | derivative of a forward form), 4.7/2.6 -> 4.2/2.0
 
     Inputs:
         x: float array; checked on [0.1, 4]

@@ -23,8 +23,8 @@ class FRsqrt(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            return (1 / x).pow_(3 / 2).mul_(-1 / 2).mul_(out_bar)
-        return out_bar * (-((1 / x) ** (3 / 2)) / 2)
+            return (torch.rsqrt(x) / (-2 * x)).mul_(out_bar)
+        return out_bar * (torch.rsqrt(x) / (-2 * x))
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
     jvp = backward
@@ -44,7 +44,7 @@ def f_rsqrt(x: torch.Tensor | float) -> torch.Tensor:
 
     Stabilised (the form with the least error rulegen measured; mean bits of error,
     float64/float32, as derived -> as computed):
-        dout/dx = -(1/x)**(3/2)/2: series at infinity, 0.9/0.9 -> 0.4/0.2
+        dout/dx = (1/sqrt(x)/(-2*x)): powers split, 0.9/0.9 -> 0.3/0.1
 
     Inputs:
         x: float array; checked on [0.1, 4]

@@ -7,8 +7,7 @@ inside functions.
 import torch
 
 from . import _numbers
-from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
-from ._native import tanh_backward
+from ._function import RuleFunction, plain, routed, save_for_derivatives
 from ._util import as_opmath_tensors, rounded
 
 
@@ -19,46 +18,50 @@ class ScaledTanh(RuleFunction):
     def forward(x, log_scale):
         if plain(x):
             t0 = (x * _numbers.exp(log_scale)).tanh_()
-            return t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1), t0
-        t0 = torch.tanh(x * _numbers.exp(log_scale))
-        return t0 / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1), t0
+            return t0.mul_(_numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)))
+        return torch.tanh(x * _numbers.exp(log_scale)) / _numbers.sqrt(
+            _numbers.pow(log_scale, 2) + 1
+        )
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, log_scale = inputs
-        _, saved_tanh = output
-        ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, x, saved_tanh)
+        save_for_derivatives(ctx, x)
         ctx.log_scale = log_scale
 
     @staticmethod
-    def backward(ctx, out_bar, saved_tanh_bar):
-        x, saved_tanh = ctx.saved_tensors
-        if saved_tanh_bar is None and plain(saved_tanh, out_bar):
-            t0 = (saved_tanh**2).neg_().add_(1)
-            t0.mul_(_numbers.div(1, _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1))).mul_(
-                _numbers.exp(ctx.log_scale)
+    def backward(ctx, out_bar):
+        (x,) = ctx.saved_tensors
+        t0 = _numbers.exp(ctx.log_scale)
+        t1 = 2 * t0
+        if plain(x, out_bar):
+            t2 = torch.ops.aten.softplus_backward(torch.sigmoid(t1 * x), x, -t1, 40.0).mul_(t0)
+            t2.mul_(_numbers.div(1, _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1))).mul_(
+                4
             ).mul_(out_bar)
-            return t0, None
-        t0 = (1 - saved_tanh**2) * _numbers.exp(ctx.log_scale)
-        x_bar = summed_like(
-            x,
-            None
-            if out_bar is None
-            else out_bar * (t0 / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1)),
-            None if saved_tanh_bar is None else saved_tanh_bar * t0,
+            return t2, None
+        x_bar = out_bar * (
+            4
+            * t0
+            * torch.ops.aten.softplus_backward(torch.sigmoid(t1 * x), x, -t1, 40.0)
+            / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1)
         )
         return x_bar, None
 
     @staticmethod
     def jvp(ctx, x_dot, log_scale_dot):
-        _, saved_tanh = ctx.saved_tensors
-        saved_tanh_dot = _numbers.exp(ctx.log_scale) * tanh_backward(x_dot, saved_tanh)
-        out_dot = saved_tanh_dot / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1)
-        return out_dot, saved_tanh_dot
+        (x,) = ctx.saved_tensors
+        t0 = _numbers.exp(ctx.log_scale)
+        t1 = 2 * t0
+        return x_dot * (
+            4
+            * t0
+            * torch.ops.aten.softplus_backward(torch.sigmoid(t1 * x), x, -t1, 40.0)
+            / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1)
+        )
 
 
-_apply_scaled_tanh = routed(ScaledTanh, "(Tensor x, float log_scale) -> (Tensor, Tensor)")
+_apply_scaled_tanh = routed(ScaledTanh, "(Tensor x, float log_scale) -> Tensor")
 
 
 def scaled_tanh(x: torch.Tensor | float, log_scale=0.5) -> torch.Tensor:
@@ -71,6 +74,10 @@ def scaled_tanh(x: torch.Tensor | float, log_scale=0.5) -> torch.Tensor:
     Partials (derived by sympy):
         dout/dx = (1 - tanh(x*exp(log_scale))**2)*exp(log_scale)/sqrt(log_scale**2 + 1)
 
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dx: identities, 7.9/3.1 -> 0.8/0.8
+
     Inputs:
         x: float array; checked on [-3, 3]
         log_scale: static (a Python value, passed to the Function as it is, never
@@ -80,5 +87,4 @@ def scaled_tanh(x: torch.Tensor | float, log_scale=0.5) -> torch.Tensor:
     """
     # bfloat16 and float16 compute in float32 and round once, as torch's own kernels do.
     (x,), _low = as_opmath_tensors("scaled_tanh", ("x",), "f", x)
-    out, _saved_tanh = _apply_scaled_tanh(x, log_scale)
-    return rounded(_low, out)
+    return rounded(_low, _apply_scaled_tanh(x, log_scale))

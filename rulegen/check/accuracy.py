@@ -32,14 +32,15 @@ from rulegen.check.points import flat_call, joint_domain
 from rulegen.check.subject import Subject, derived
 from rulegen.derive.expr import lambdified
 from rulegen.derive.measure import (
+    assumed_domain,
     bits_of_error,
     exact_value,
-    probe_values,
     sample_floats,
     sampled_domain,
+    special_points,
     with_probes,
 )
-from rulegen.spec.rules import Input, Rule, SympyBody
+from rulegen.spec.rules import Domain, Input, Rule, SympyBody
 
 Mode = Literal["reverse", "forward"]
 
@@ -84,6 +85,11 @@ class Series:
     # Points where an input or the exact value is subnormal in the dtype: where XLA's fused kernels flush to
     # zero (and read a subnormal as zero), which decides there, not the formula (see `check_accuracy`).
     subnormal: np.ndarray | None = None
+    # Points where the result is inf or nan and the exact value is a finite float of the dtype: never admissible.
+    inadmissible: np.ndarray | None = None
+    # The results and the correctly rounded values, to say what was computed where a point fails.
+    values: np.ndarray | None = None
+    exact: np.ndarray | None = None
 
     @property
     def mean(self) -> float:
@@ -178,6 +184,8 @@ class _Plan:
     exact: dict[Quantity, Callable[..., Any]]
     statics: dict[str, Any]
     condition: Callable[..., Any] | None
+    #: Where each array input is sampled, in `arrays`' order.
+    domains: list[Domain]
 
     @property
     def arrays(self) -> list[Input]:
@@ -185,7 +193,7 @@ class _Plan:
 
 
 def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
-    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS
+    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS, REGISTRY
     from rulegen.derive.snippet import SnippetDerivation
 
     _measurable(rule)
@@ -207,11 +215,20 @@ def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
             if partial is not None:
                 exact[Quantity(output.name, spec.name)] = partial
     statics = {i.name: _static_value(rule, i) for i in rule.inputs if i.static}
-    return _Plan(rule, symbols, written, exact, statics, joint_domain(rule))
+    # The whole float line the inputs' `assume` allows, where the stabilising search chooses forms; the rule's
+    # `domain` where a function takes unbounded time far out (as the search does: mpmath's polygamma).
+    unbounded = tuple(f.sympy for f in REGISTRY if f.refuses_large_numbers and isinstance(f.sympy, type))
+    far = not any(expr.has(*unbounded) for expr in written.values())
+    arrays = [i for i in rule.inputs if not i.static]
+    domains = [assumed_domain(i) if far else sampled_domain(i) for i in arrays]
+    return _Plan(rule, symbols, written, exact, statics, joint_domain(rule), domains)
 
 
 # ---------------------------------------------------------------- the points and their exact values
 
+
+#: Points per ratio and pair of inputs in the mixed-magnitude pairs (|a| << |b|) the check samples.
+MIXED_POINTS = 4
 
 #: Magnitudes each input also takes (either sign, inside its domain, the others as drawn), besides the points
 #: drawn over every binade: where special functions' tails cancel (1 + erf(x/sqrt 2) from x = -5 to -13), a
@@ -220,12 +237,13 @@ PROBES = tuple(1.37 * 2.0**k for k in (-1, 1, 2, 3, 4))
 
 
 def _draw(plan: _Plan, count: int, rng: np.random.Generator, dtype: Any, *, probed: bool = False) -> list[Any]:
-    """`count` candidate points in `dtype`: one array per input (statics as given), inside every domain; with
-    `probed`, each input's PROBES first."""
-    domains = [sampled_domain(i) for i in plan.arrays]
-    drawn = [sample_floats(domain, count, rng, dtype) for domain in domains]
+    """`count` candidate points in `dtype`: one array per input (statics as given), over the float line each
+    input's `assume` allows, where the stabilising search chooses forms; with `probed`, each input's PROBES and
+    special floats, and pairs of mixed magnitudes, on top."""
+    drawn = [sample_floats(domain, count, rng, dtype) for domain in plan.domains]
     if probed:
-        drawn = with_probes(drawn, domains, PROBES, dtype)
+        drawn = with_probes(drawn, plan.domains, PROBES, dtype)
+        drawn = special_points(drawn, plan.domains, dtype, rng, MIXED_POINTS)
     columns = {i.name: column for i, column in zip(plan.arrays, drawn, strict=True)}
     args = [plan.statics[i.name] if i.static else columns[i.name] for i in plan.rule.inputs]
     if plan.condition is not None:
@@ -247,10 +265,12 @@ def _exact_points(
     which = 0 if np.dtype(dtype) == np.float64 else 1
     kept_args: list[list[Any]] = [[] for _ in plan.rule.inputs]
     kept: dict[Quantity, list[float]] = {q: [] for q in plan.exact}
-    count += len(probe_values([sampled_domain(i) for i in plan.arrays], PROBES))  # the probes come on top
+    wanted = count
     for attempt in range(8):
         args = _draw(plan, count, rng, dtype, probed=attempt == 0)
         size = len(next(a for a in args if isinstance(a, np.ndarray)))
+        if attempt == 0:
+            wanted = size  # the probes and special points come on top
         for j in range(size):
             point = [float(a[j]) if isinstance(a, np.ndarray) else a for a in args]
             values = [exact_value(fn, point) for fn in plan.exact.values()]
@@ -261,9 +281,9 @@ def _exact_points(
             for q, v in zip(plan.exact, values, strict=True):
                 assert v is not None
                 kept[q].append(v[which])
-            if len(kept_args[0]) == count:
+            if len(kept_args[0]) == wanted:
                 break
-        if kept_args and len(kept_args[0]) == count:
+        if kept_args and len(kept_args[0]) == wanted:
             break
     args = [
         plan.statics[i.name] if i.static else np.asarray(column, dtype=dtype)
@@ -516,11 +536,17 @@ def _measured(
         got = found.get(quantity, np.full(reference.shape, np.nan))
         got = np.broadcast_to(np.asarray(got, dtype=DTYPES[dtype]), reference.shape)
         bits = bits_of_error(got, reference, DTYPES[dtype])
+        with np.errstate(over="ignore"):
+            inadmissible = ~np.isfinite(got) & np.isfinite(reference.astype(DTYPES[dtype]))
         if backend in FLUSHES_SUBNORMALS:
             # The platform's correctly rounded value of a subnormal is its signed zero: no JAX code computes one.
             flushed = np.where(subnormal([reference], DTYPES[dtype]), np.copysign(0.0, reference), reference)
             bits = np.minimum(bits, bits_of_error(got, flushed, DTYPES[dtype]))
-        yield Series(quantity, dtype, backend, source, bits, note, subnormal([*arrays, reference], DTYPES[dtype]))
+        flushed = subnormal([*arrays, reference], DTYPES[dtype])
+        if backend in FLUSHES_SUBNORMALS:
+            # XLA reads a subnormal input as 0: sqrt's derivative at 1e-39 is its inf at 0 (float32).
+            inadmissible &= ~flushed
+        yield Series(quantity, dtype, backend, source, bits, note, flushed, inadmissible, np.array(got), reference)
 
 
 #: Backends whose arithmetic flushes subnormal results to zero (XLA on CPU and GPU: JAX's 1e-40 / 2 is 0 in
@@ -625,8 +651,13 @@ _OTHER_BACKEND = {"jax": "torch", "torch": "jax"}
 
 
 def accuracy_failures(measured: RuleAccuracy) -> list[str]:
-    """What `check_accuracy` fails on: each generated series worse than autodiff's (`worse_than_autodiff`)."""
-    failures = []
+    """What `check_accuracy` fails on: each generated series inf or nan where the exact value is a finite float
+    (`inadmissible`, whatever autodiff does), and each worse than autodiff's (`worse_than_autodiff`)."""
+    failures = [
+        _inadmissible_message(measured, s)
+        for s in measured.series
+        if s.source == "generated" and s.inadmissible is not None and s.inadmissible.any()
+    ]
     for generated in (x for x in measured.series if x.source == "generated"):
         autodiff = measured.find(generated.quantity, generated.dtype, generated.backend, "autodiff")
         # Not compared where subnormals are in play: XLA's fused float32 kernels flush them (a generated
@@ -659,6 +690,21 @@ def backend_gaps(measured: RuleAccuracy) -> list[str]:
         if worse is not None:
             gaps.append(_worse_message(measured, generated, worse, f"{other.backend}'s generated code"))
     return gaps
+
+
+def _inadmissible_message(measured: RuleAccuracy, generated: Series) -> str:
+    """Where `generated` is first inf or nan though the exact value is finite, and what autodiff gives there."""
+    assert generated.inadmissible is not None and generated.values is not None and generated.exact is not None
+    k = int(np.argmax(generated.inadmissible))
+    inputs = measured.inputs[generated.dtype]
+    at = ", ".join(f"{name}={float(values[k]):.17g}" for name, values in inputs.items())
+    autodiff = measured.get(generated.quantity, generated.dtype, generated.backend, "autodiff")
+    theirs = "" if autodiff is None or autodiff.values is None else f", autodiff {float(autodiff.values[k]):.6g}"
+    count = int(generated.inadmissible.sum())
+    return (
+        f"{generated.quantity.label} in {generated.dtype} ({generated.backend}): {float(generated.values[k])} at {at}"
+        f" where the exact value is {float(generated.exact[k]):.6g} ({count} of {generated.bits.size} points{theirs})"
+    )
 
 
 def _worse_message(

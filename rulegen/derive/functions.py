@@ -556,7 +556,9 @@ def binade_of(m: Any) -> Any:
     m = np.asarray(m)
     with np.errstate(all="ignore"):
         guarded = np.where((m > 0) & (m < np.inf), m, np.ones_like(m))
-        return np.asarray(2.0, dtype=m.dtype) ** np.floor(np.log2(guarded))
+        # As the runtime's binade: log2 of the largest floats rounds up to the format's end.
+        top = np.frexp(np.finfo(m.dtype).max)[1] - 1
+        return np.asarray(2.0, dtype=m.dtype) ** np.minimum(np.floor(np.log2(guarded)), top)
 
 
 def _mp_binade(m: mpmath.mpf) -> mpmath.mpf:

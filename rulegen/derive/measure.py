@@ -10,6 +10,7 @@ forms with these, and `rulegen accuracy` (rulegen.check.accuracy) the generated 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -242,3 +243,50 @@ def assumed_domain(spec: Input) -> Domain:
 def softplus(x: np.ndarray) -> np.ndarray:
     """log(1 + exp(x)) in numpy, as the frameworks' fused softplus computes it: no overflow, no cancellation."""
     return np.logaddexp(np.zeros_like(x), x)
+
+
+# ---------------------------------------------------------------- special values
+
+
+def special_magnitudes(dtype: Any) -> tuple[float, ...]:
+    """0, the smallest subnormal, the smallest normal and the largest float of `dtype`: where forms break."""
+    info = np.finfo(dtype)
+    return (0.0, float(info.smallest_subnormal), float(info.tiny), float(info.max))
+
+
+#: Powers of two by which one input is smaller than another in the mixed-magnitude pairs (|a| << |b|): a form
+#: split on one input's magnitude, or one that squares a ratio, fails on some of them.
+MIXED_RATIOS = (2.0**-12, 2.0**-40, 2.0**-100, 2.0**-300, 2.0**-700)
+
+
+def _inside(domain: Domain, values: np.ndarray) -> np.ndarray:
+    above = values > domain.lo if domain.lo_open else values >= domain.lo
+    below = values < domain.hi if domain.hi_open else values <= domain.hi
+    return above & below & ~np.isin(values, np.asarray(domain.exclude, dtype=values.dtype))
+
+
+def special_points(
+    drawn: Sequence[np.ndarray], domains: Sequence[Domain], dtype: Any, rng: np.random.Generator, mixed: int
+) -> list[np.ndarray]:
+    """`drawn` after each variable's special floats (either sign) and, for two variables or more, each pair's
+    mixed magnitudes at `mixed` of the drawn points: a = b * r and a = b * (1 + eps) for each ratio r, the
+    others as drawn, every point inside every domain."""
+    columns = [
+        np.concatenate(c)
+        for c in zip(probe_points(drawn, domains, special_magnitudes(dtype), dtype), drawn, strict=True)
+    ]
+    n = min(len(drawn[0]), mixed)
+    pairs: list[list[np.ndarray]] = [[] for _ in drawn]
+    for i, j in itertools.permutations(range(len(drawn)), 2):
+        with np.errstate(all="ignore"):
+            ratios = [*(r for r in MIXED_RATIOS if r > np.finfo(dtype).tiny), 1 + float(np.finfo(dtype).eps)]
+            for r in ratios:
+                signs = rng.choice(np.asarray([-1.0, 1.0], dtype=dtype), size=n)
+                made = (drawn[j][:n] * dtype(r) * signs).astype(dtype)
+                for k, column in enumerate(drawn):
+                    pairs[k].append(made if k == i else column[:n])
+    if pairs[0]:
+        made_pairs = [np.concatenate(p) for p in pairs]
+        keep = np.logical_and.reduce([_inside(d, c) for d, c in zip(domains, made_pairs, strict=True)])
+        columns = [np.concatenate([c, m[keep]]) for c, m in zip(columns, made_pairs, strict=True)]
+    return columns

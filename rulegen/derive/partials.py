@@ -32,7 +32,7 @@ from rulegen.derive.stabilise import BUDGET, Choice, Sampling, searchable, stabi
 from rulegen.derive.symbols import scope, symbols_of
 from rulegen.spec.errors import Loc, SpecError, SpecErrors
 from rulegen.spec.names import COTANGENT, TANGENT
-from rulegen.spec.rules import Input, Rule, SnippetBody, SympyBody, Text
+from rulegen.spec.rules import Domain, Input, Rule, SnippetBody, SympyBody, Text
 
 #: Seconds sympy may spend deriving and planning one rule before the rule is refused: a guard against a sympy step
 #: that hangs, never what decides an output (the stabilising search is bounded by work).  The costliest rule in
@@ -373,24 +373,40 @@ def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation | Sni
 
 
 def _sampling(d: Derivation) -> Sampling | None:
-    """Where the rule's expressions are measured: its float array inputs over the float line their assumptions
-    allow; None where it has none to sample.
+    """Where the rule's expressions are measured: its float array inputs and static float numbers over the float
+    line their assumptions allow; None where it has none to sample.
 
     Not the rule's `domain`: that is where the checks sample and never
     changes the generated code (SPEC), which must be right outside it too.
     """
-    from rulegen.derive.measure import assumed_domain
-
     rule = d.rule
     if rule.complex:
         return None
-    arrays = [i for i in rule.inputs if not i.static and i.dtype == "float"]
-    if not arrays:
+    arrays = [i for i in rule.inputs if i.dtype == "float" and (not i.static or _static_number(i))]
+    if not any(not i.static for i in arrays):
         return None
     try:
-        return Sampling(tuple((d.symbols[i.name], assumed_domain(i)) for i in arrays))
+        return Sampling(tuple((d.symbols[i.name], _sampled(i)) for i in arrays))
     except ValueError:
         return None
+
+
+def _static_number(spec: Input) -> bool:
+    """Whether `spec` is a static float number the search can hold as a variable (a focal loss's gamma)."""
+    return isinstance(spec.default, float) and (spec.has_default or spec.domain_given)
+
+
+def _sampled(spec: Input) -> Domain:
+    """Where the search samples `spec`: an array over the float line its `assume` allows; a static number over
+    the `domain` the rule gives it, else at its default (the whole line would choose regimes on a focal loss's
+    gamma at 1e300, which no user passes, and cost minutes)."""
+    from rulegen.derive.measure import assumed_domain
+
+    if not spec.static:
+        return assumed_domain(spec)
+    if spec.domain_given:
+        return spec.bounds
+    return Domain(ge=spec.default, le=spec.default)
 
 
 def simplest_where_unmeasured(d: Derivation) -> Derivation:

@@ -11,7 +11,12 @@ def binade(xp, m):
     products in range (the stabilising search's scaling).
     """
     guarded = xp.where((m > 0) & (m < math.inf), m, 1.0)
-    return 2.0 ** xp.floor(xp.log2(guarded))
+    # log2 of the top binade's largest floats rounds up to the format's end
+    # (1024 at float64's largest), whose power of two is inf: the exponent is
+    # held at the largest finite one.
+    top = math.frexp(float(xp.finfo(m.dtype).max))[1] - 1
+    exponent = xp.floor(xp.log2(guarded))
+    return 2.0 ** xp.where(exponent > top, float(top), exponent)
 
 
 def nth_root(xp, x, n):

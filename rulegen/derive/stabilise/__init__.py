@@ -16,6 +16,11 @@ expression:
   `b**p * expm1(p*log1p((a - b)/b))`) and of a function and a constant
   (`1 - cos(u)` is `2*sin(u/2)**2`); sines and cosines of a sum in several
   variables by angle addition; the conjugate of a sum with a square root;
+  the logs of functions that round to 0 or 1 taken exactly
+  (`log(sigmoid(u))` is `-softplus(-u)`, `log(erfc(u))` a `log_ndtr`);
+- norms: `a**2 + b**2` through `hypot(a, b)` (`p/(a**2 + b**2)` is
+  `(p/h)/h`), a ratio of magnitudes no single input's regime can express;
+  a power below -1 split (`x**(-3/2)/2` is `x**(-1/2)/(2x)`);
 - overflow-safe scaling: each polynomial in a variable divided through by
   its leading power, so `x**2*(x - 1)**2` is `x**4*(1 - 1/x)**2`, whose
   parts overflow to inf (and a quotient to 0) instead of making inf/inf;
@@ -35,8 +40,10 @@ at a point of its own region where it is not taken (the double-`where`), so
 that a branch which is nan where it is not taken cannot make a higher
 derivative nan.
 
-The form as derived stays unless a candidate is measurably better; ties go
-to the one with fewer operations.  An expression already within `good_bits`
+The form as derived stays unless a candidate is measurably better and
+passes the acceptance gate (`gate`: finite wherever the derived form and the
+exact value are, and no worse on average, on points the search never saw);
+ties go to the one with fewer operations.  An expression already within `good_bits`
 at a few screening points (float32 against float64, and mpmath where
 float64 is exactly 0) is not searched at all.
 
@@ -63,11 +70,13 @@ before it; none but this one imports `search`):
 - `scaling`: homogeneity, and overflow-safe rescaling by powers of two;
 - `regimes`: splits on a variable's magnitude or sign, joined by `Piecewise`;
 - `saturation`: inputs clamped where a form overflows past its limit;
+- `gate`: the acceptance gate every chosen form passes;
 - `search`: `stabilise`, its memo, and `Choice`.
 """
 
 from rulegen.derive.stabilise.budget import BUDGET, Budget
+from rulegen.derive.stabilise.gate import admissible
 from rulegen.derive.stabilise.points import Sampling
 from rulegen.derive.stabilise.search import Choice, sampling_for, searchable, stabilise
 
-__all__ = ["BUDGET", "Budget", "Choice", "Sampling", "sampling_for", "searchable", "stabilise"]
+__all__ = ["BUDGET", "Budget", "Choice", "Sampling", "admissible", "sampling_for", "searchable", "stabilise"]

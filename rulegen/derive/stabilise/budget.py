@@ -86,6 +86,15 @@ class Budget:
     #: Points of each dtype beyond a clamp's bound at which the exact derivative must round to 0.
     flat_points: int = 4
 
+    # ------------------------------------------------ the acceptance gate (gate.py)
+    #: Points per dtype, drawn apart from the search's, at which a chosen form must be finite wherever the exact
+    #: value and the derived form are (numpy; mpmath only where the form is not).
+    validation_points: int = 1024
+    #: Of those, with the probes, the points at which its mean bits must be no worse than the derived form's.
+    validation_measured: int = 256
+    #: Points per ratio and pair of inputs in the mixed-magnitude pairs.
+    mixed_points: int = 64
+
     # ------------------------------------------------ what the caller is given
     #: How far (sum of the dtypes' mean bits) behind the chosen form another good form may be.
     runner_up_bits: float = 2.0

@@ -6,10 +6,10 @@ import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import sympy as sp
-from sympy.codegen.cfunctions import expm1, log1p
+from sympy.codegen.cfunctions import expm1, hypot, log1p
 
 from rulegen.derive.forms import canonical
-from rulegen.derive.functions import divided, sigmoid
+from rulegen.derive.functions import divided, log_ndtr, ndtr, sigmoid, softplus
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import _attempt
 
@@ -82,6 +82,9 @@ def _minus_constant(f: sp.Expr, c: sp.Expr) -> sp.Expr | None:
     if isinstance(f, sigmoid) and c == 1:
         # 1 - sigmoid(u) rounds to 0 past u = 37 (float64), where sigmoid(-u) keeps its digits.
         return -sigmoid(-f.args[0])
+    if isinstance(f, sigmoid) and c == sp.Rational(1, 2):
+        # sigmoid(u) - 1/2 cancels near u = 0 (1 - 2 sigmoid(-u) is a logistic's odd part): it is tanh(u/2)/2.
+        return sp.tanh(f.args[0] / 2) / 2
     if f.is_Pow and f.exp == 2 and isinstance(f.base, sp.tanh) and c == 1:
         # 1 - tanh(u)**2 loses log2(1 / (1 - tanh(u)**2)) bits (13 at u = 5) and is 0 past 19; tanh(u) is
         # 2 sigmoid(2u) - 1.  Not 1 / cosh(u)**2: its derivative is 0 * inf = nan where cosh overflows.
@@ -120,20 +123,58 @@ def _rewrite_sum(total: sp.Expr) -> sp.Expr:
                         joined = _difference(f, g)
                         if joined is not None:
                             break
-                if joined is None and u.is_number and sp.expand(u + coefficient) == 0:
-                    joined = _minus_constant(f, sp.S.One)
-                if joined is None and u.is_number and sp.expand(u - coefficient) == 0:
-                    joined = _minus_constant(f, sp.S.NegativeOne)
+                if joined is None and u.is_number and u != 0:
+                    # coefficient * f + u = coefficient * (f - c): the constants an identity knows, c = 1, -1, 1/2.
+                    c = sp.nsimplify(-u / coefficient) if coefficient.is_number else sp.simplify(-u / coefficient)
+                    if c in (1, -1, sp.Rational(1, 2)):
+                        joined = _minus_constant(f, c)
                 if joined is not None:
                     rest = [v for k, v in enumerate(terms) if k not in (i, j)]
                     return sp.Add(coefficient * joined, *rest)
     return total
 
 
+def _log_of(argument: sp.Expr) -> sp.Expr | None:
+    """log(argument) without the rounding of `argument` to 0 or 1 first, or None where no identity applies.
+
+    log(sigmoid(u)) is -softplus(-u) (log(sigmoid(17)) is log(1) = 0 in float32, its partner log(1 - sigmoid(u))
+    log(0) = -inf); log(erfc(u)) and log(ndtr(u)) are log_ndtr, which keeps its digits where erfc underflows.
+    """
+    if isinstance(argument, sigmoid):
+        return -softplus(-argument.args[0])
+    if isinstance(argument, sp.erfc):
+        return log_ndtr(-sp.sqrt(2) * argument.args[0]) + sp.log(2)
+    if isinstance(argument, ndtr):
+        return log_ndtr(argument.args[0])
+    if argument.is_Add and len(argument.args) == 2 and sp.S.One in argument.args:
+        other = argument.args[1] if argument.args[0] == 1 else argument.args[0]
+        if isinstance(other, sp.erf):
+            return log_ndtr(sp.sqrt(2) * other.args[0]) + sp.log(2)
+        if isinstance(other, sp.exp):
+            return softplus(other.args[0])
+    return None
+
+
+def _log_identity(e: sp.Expr) -> sp.Expr:
+    if isinstance(e, sp.log):
+        found = _log_of(e.args[0])
+    elif isinstance(e, log1p):
+        found = _log_of(1 + e.args[0])
+        if found is None and e.args[0].is_Mul and e.args[0].args[0] == -1:
+            # log1p(-s) is log(1 - s): the sum's identities make 1 - sigmoid(u) sigmoid(-u).
+            joined = _rewrite_sum(1 + e.args[0])
+            found = _log_of(joined) if joined != 1 + e.args[0] else None
+    else:
+        return e
+    return e if found is None else found
+
+
 def _identities(expr: sp.Expr) -> sp.Expr:
-    """Every sum's cancelling pairs joined by the identities above, bottom up, twice (a join can make another)."""
+    """Every sum's cancelling pairs joined by the identities above, and the logs of functions that round to 0 or
+    1 taken exactly, bottom up, twice (a join can make another)."""
     for _ in range(2):
         expr = expr.replace(lambda e: e.is_Add, _rewrite_sum)
+        expr = expr.replace(lambda e: isinstance(e, (sp.log, log1p)), _log_identity)
     return expr
 
 
@@ -349,6 +390,7 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
             if scaled is not None:
                 yield "conjugate, scaled", scaled
     yield from _exponential_forms(expr, ops)
+    yield from _norm_forms(bases[:2])
     if ops <= BUDGET.factor_ops:
         for v in variables:
             scaled = _attempt(functools.partial(_scaled, expr, v))
@@ -360,6 +402,72 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
                 found = _attempt(functools.partial(_series, expr, v, point))
                 if found is not None:
                     yield family, found
+
+
+def _squares(total: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
+    """(a, b) where `total` is a**2 + b**2, else None."""
+    if not total.is_Add or len(total.args) != 2:
+        return None
+    roots = [t.base if t.is_Pow and t.exp == 2 else None for t in total.args]
+    if any(r is None for r in roots):
+        return None
+    return roots[0], roots[1]
+
+
+def _norm_form(expr: sp.Expr) -> sp.Expr:
+    """Each a**2 + b**2 through its hypot h: sqrt of it is h, p/(a**2 + b**2) is (p/h)/h.
+
+    The sum of squares over- and underflows where its root does not, and a ratio of two inputs' magnitudes is
+    no single input's: this form needs no regime (atan2's partials, -y/(x**2 + y**2), at |y| << |x|).
+    """
+
+    def norm(e: sp.Expr) -> sp.Expr:
+        factors = list(sp.Mul.make_args(e))
+        for k, f in enumerate(factors):
+            pair = _squares(f.base) if f.is_Pow else None
+            if pair is None:
+                continue
+            h = hypot(*pair)
+            rest = sp.Mul(*(factors[:k] + factors[k + 1 :]))
+            if f.exp == -1:
+                return divided(divided(rest, h), h)
+        return e
+
+    def rooted(e: sp.Expr) -> sp.Expr:
+        pair = _squares(e.base)
+        return e if pair is None else hypot(*pair) ** (2 * e.exp)
+
+    with_roots = expr.replace(lambda e: e.is_Pow and e.exp in (sp.S.Half, -sp.S.Half), rooted)
+    # Products first, so that a quotient's numerator is divided, not multiplied by a reciprocal; then reciprocals.
+    products = with_roots.replace(lambda e: e.is_Mul, norm)
+    return products.replace(lambda e: e.is_Pow and e.exp == -1, norm)
+
+
+def _powers_split(expr: sp.Expr) -> sp.Expr:
+    """Each product with a power b**p, p < -1 not an integer, as (the rest * b**(p + m)) / b**m, m = floor(-p):
+    -x**(-3/2)/2 is (-x**(-1/2)/2)/x, which stays in range where x**(3/2) alone leaves it (float32 x = 2e-26)."""
+
+    def split(e: sp.Expr) -> sp.Expr:
+        factors = list(sp.Mul.make_args(e))
+        for k, f in enumerate(factors):
+            if f.is_Pow and f.exp.is_Rational and not f.exp.is_Integer and f.exp < -1:
+                m = sp.floor(-f.exp)
+                rest = sp.Mul(*(factors[:k] + factors[k + 1 :]))
+                # A constant goes below the line: divided(c u, v) would print as c * (u / v).
+                constant, rest = rest.as_coeff_Mul()
+                return divided(rest * f.base ** (f.exp + m), f.base**m / constant)
+        return e
+
+    products = expr.replace(lambda e: e.is_Mul, split)
+    return products.replace(lambda e: e.is_Pow and e.exp.is_Rational and not e.exp.is_Integer and e.exp < -1, split)
+
+
+def _norm_forms(bases: Sequence[sp.Expr]) -> Iterator[tuple[str, sp.Expr]]:
+    for base in bases:
+        for family, rewrite in (("norms", _norm_form), ("powers split", _powers_split)):
+            found = _attempt(functools.partial(rewrite, base))
+            if found is not None and found != base:
+                yield family, found
 
 
 def _exponential_forms(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:

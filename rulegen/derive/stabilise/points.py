@@ -13,6 +13,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.expr import lambdified
+from rulegen.derive.functions import sigmoid
 from rulegen.derive.measure import (
     bits_of_error,
     exact_value,
@@ -131,7 +132,13 @@ _INTERVAL_FUNCTIONS: dict[type, Callable[..., Any]] = {
     log1p: lambda a: mpmath.iv.log(1 + a),
     sp.sinh: lambda a: (mpmath.iv.exp(a) - mpmath.iv.exp(-a)) / 2,
     sp.cosh: lambda a: (mpmath.iv.exp(a) + mpmath.iv.exp(-a)) / 2,
+    sigmoid: lambda a: 1 / (1 + mpmath.iv.exp(-a)),
 }
+
+
+def _interval_constant(value: Any) -> Any:
+    """A float constant as lambdify prints it (an mpf's tuple, which `iv.mpf` refuses) as an interval."""
+    return mpmath.iv.mpf(mpmath.mpf(value))
 
 
 @functools.lru_cache(maxsize=256)
@@ -140,7 +147,11 @@ def _interval_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Calla
     if not all(type(f) in _INTERVAL_FUNCTIONS for f in expr.atoms(sp.Function)):
         return None
     names = {f.__name__: g for f, g in _INTERVAL_FUNCTIONS.items()}
-    return lambdified(variables, expr, modules=[{**names, "mpf": mpmath.iv.mpf, "pi": mpmath.iv.pi}, "mpmath"])
+    return lambdified(
+        variables,
+        expr,
+        modules=[{**names, "mpf": _interval_constant, "pi": mpmath.iv.pi, "sqrt": mpmath.iv.sqrt}, "mpmath"],
+    )
 
 
 def _underflowed(expr: sp.Expr, variables: tuple[sp.Symbol, ...], point: Sequence[float]) -> tuple[float, float] | None:
@@ -170,7 +181,7 @@ def _underflowed(expr: sp.Expr, variables: tuple[sp.Symbol, ...], point: Sequenc
     return 0.0, 0.0  # the measure counts -0 and 0 alike
 
 
-_GROWING = (sp.exp, expm1, sp.sinh, sp.cosh)
+_GROWING = (sp.exp, expm1, sp.sinh, sp.cosh, sigmoid)
 
 
 @functools.lru_cache(maxsize=256)

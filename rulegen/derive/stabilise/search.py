@@ -13,6 +13,7 @@ import sympy as sp
 from rulegen.derive.functions import REGISTRY
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.families import _candidates, _reassociations
+from rulegen.derive.stabilise.gate import admissible
 from rulegen.derive.stabilise.points import _DTYPES, Sampling, _looks_accurate, _measure, _Measured, _sample
 from rulegen.derive.stabilise.regimes import _with_regimes
 from rulegen.derive.stabilise.saturation import _saturated
@@ -168,13 +169,35 @@ def _search(
     )
     # Overflow-safe scaling last: it takes the regimes' conditions along (a sign is kept by the scaling).
     best = _with_scaling(best, pool, expr, sampling, search)
+
+    # The acceptance gate: the best form proven on points it was not chosen on, else the next that is, a joined
+    # form charged what a regime costs (the branch that fails the gate may be the one a regime keeps out of its
+    # region: (2 + 1/x)/(3 + 1/x) is nan at subnormal x, and right where (2x + 1)/(3x + 1) overflows).
+    def charged(m: _Measured) -> float:
+        return m.score + (BUDGET.regime_margin_bits if m.branches else 0.0)
+
+    joined_forms = [j for j in joined if j.branches]
+    ranked_forms = [best, *sorted((m for m in (*joined_forms, *pool) if m is not best), key=charged)]
+    best = next(
+        (
+            m
+            for m in ranked_forms
+            if m.score <= derived.score - BUDGET.margin_bits
+            and (m is derived or admissible(m.expr, expr, sampling, seed))
+        ),
+        derived,
+    )
     if best.score > derived.score - BUDGET.margin_bits:
         # Nothing measurably better: the simplest form no worse than the derived one at any dtype's mean (to within
         # `BUDGET.tie_bits`, the noise of 32 points: a factored form 0.016 bits behind is as good, and prints shorter).
         no_worse = [
             m for m in pool if all(a <= b + BUDGET.tie_bits for a, b in zip(m.means, derived.means, strict=True))
         ]
-        best = min(no_worse, key=lambda m: (m.ops, m is not derived, m.score))
+        best = next(
+            m
+            for m in sorted(no_worse, key=lambda m: (m.ops, m is not derived, m.score))
+            if m is derived or admissible(m.expr, expr, sampling, seed)
+        )
     # Forms without regimes: a derivative of a `where` of fed branches multiplies selections; a partial's own
     # search joins the branches' derivatives by regimes of its own.
     ranked = [best.expr] if not best.expr.has(sp.Piecewise) else []
