@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rulegen.check import dtypes, numerical, transforms
-from rulegen.check.accuracy import check_accuracy
+from rulegen.check.accuracy import check_accuracy, check_admissible
 from rulegen.check.accuracy_snippet import check_snippet_accuracy, hand_written
 from rulegen.check.durability import check_durability
 from rulegen.check.subject import Subject
@@ -55,6 +55,7 @@ REGISTRY: tuple[Check, ...] = (
     Check("scalars", "sc", dtypes.check_scalars),
     Check("points", "pt", numerical.check_points),
     Check("accuracy", "ac", _accuracy),
+    Check("admissible", "ad", check_admissible),
     Check("structures", "st", transforms.check_structures),
     Check("compile", "co", transforms.check_compile, needs=("include_compile",)),
     Check("durability", "du", check_durability, needs=("include_compile", "jax_package")),

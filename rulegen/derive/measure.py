@@ -266,15 +266,21 @@ def _inside(domain: Domain, values: np.ndarray) -> np.ndarray:
 
 
 def special_points(
-    drawn: Sequence[np.ndarray], domains: Sequence[Domain], dtype: Any, rng: np.random.Generator, mixed: int
+    drawn: Sequence[np.ndarray],
+    domains: Sequence[Domain],
+    dtype: Any,
+    rng: np.random.Generator,
+    mixed: int,
+    *,
+    special_floats: bool = True,
 ) -> list[np.ndarray]:
-    """`drawn` after each variable's special floats (either sign) and, for two variables or more, each pair's
-    mixed magnitudes at `mixed` of the drawn points: a = b * r and a = b * (1 + eps) for each ratio r, the
-    others as drawn, every point inside every domain."""
-    columns = [
-        np.concatenate(c)
-        for c in zip(probe_points(drawn, domains, special_magnitudes(dtype), dtype), drawn, strict=True)
-    ]
+    """`drawn` after each variable's special floats (either sign; with `special_floats`) and, for two variables
+    or more, each pair's mixed magnitudes at `mixed` of the drawn points: a = b * r and a = b * (1 + eps) for
+    each ratio r, the others as drawn, every point inside every domain."""
+    columns = list(drawn)
+    if special_floats:
+        specials = probe_points(drawn, domains, special_magnitudes(dtype), dtype)
+        columns = [np.concatenate(c) for c in zip(specials, drawn, strict=True)]
     n = min(len(drawn[0]), mixed)
     pairs: list[list[np.ndarray]] = [[] for _ in drawn]
     for i, j in itertools.permutations(range(len(drawn)), 2):
