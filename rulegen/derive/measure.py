@@ -283,16 +283,21 @@ def special_points(
         columns = [np.concatenate(c) for c in zip(specials, drawn, strict=True)]
     n = min(len(drawn[0]), mixed)
     pairs: list[list[np.ndarray]] = [[] for _ in drawn]
+    made_nonzero: list[np.ndarray] = []
     for i, j in itertools.permutations(range(len(drawn)), 2):
         with np.errstate(all="ignore"):
             ratios = [*(r for r in MIXED_RATIOS if r > np.finfo(dtype).tiny), 1 + float(np.finfo(dtype).eps)]
             for r in ratios:
                 signs = rng.choice(np.asarray([-1.0, 1.0], dtype=dtype), size=n)
                 made = (drawn[j][:n] * dtype(r) * signs).astype(dtype)
+                made_nonzero.append((made != 0) | (drawn[j][:n] == 0))
                 for k, column in enumerate(drawn):
                     pairs[k].append(made if k == i else column[:n])
     if pairs[0]:
         made_pairs = [np.concatenate(p) for p in pairs]
         keep = np.logical_and.reduce([_inside(d, c) for d, c in zip(domains, made_pairs, strict=True)])
+        # A ratio that underflowed to 0 is no mixed magnitude: zero is a special float, where a kink's convention
+        # (prelu's derivative at -0) decides, not a ratio.
+        keep &= np.concatenate(made_nonzero)
         columns = [np.concatenate([c, m[keep]]) for c, m in zip(columns, made_pairs, strict=True)]
     return columns
