@@ -13,6 +13,7 @@ from rulegen.check import dtypes, numerical, transforms
 from rulegen.check.accuracy import check_accuracy, check_admissible
 from rulegen.check.accuracy_snippet import check_snippet_accuracy, hand_written
 from rulegen.check.durability import check_durability
+from rulegen.check.outcome import NotApplicable
 from rulegen.check.subject import Subject
 
 #: What a check may take beside the subject: whether `--compile` was given, the built JAX package.
@@ -38,6 +39,13 @@ def _accuracy(s: Subject) -> str:
     return check_accuracy(s)
 
 
+def _admissible(s: Subject) -> str:
+    """Section 3's first promise: finite wherever the exact value is; a rule with snippets has no exact value."""
+    if hand_written(s.rule):
+        raise NotApplicable("a body is a snippet: there is no exact expression to hold it to")
+    return check_admissible(s)
+
+
 REGISTRY: tuple[Check, ...] = (
     Check("forward", "fw", numerical.check_forward),
     Check("mpmath", "mp", numerical.check_mpmath),
@@ -55,7 +63,7 @@ REGISTRY: tuple[Check, ...] = (
     Check("scalars", "sc", dtypes.check_scalars),
     Check("points", "pt", numerical.check_points),
     Check("accuracy", "ac", _accuracy),
-    Check("admissible", "ad", check_admissible),
+    Check("admissible", "ad", _admissible),
     Check("structures", "st", transforms.check_structures),
     Check("compile", "co", transforms.check_compile, needs=("include_compile",)),
     Check("durability", "du", check_durability, needs=("include_compile", "jax_package")),
