@@ -191,7 +191,7 @@ class _Plan:
 
 
 def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
-    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS, REGISTRY
+    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS, UNBOUNDED
     from rulegen.derive.snippet import SnippetDerivation
 
     _measurable(rule)
@@ -213,8 +213,7 @@ def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
             if partial is not None:
                 exact[Quantity(output.name, spec.name)] = partial
     statics = {i.name: _static_value(rule, i) for i in rule.inputs if i.static}
-    unbounded = tuple(f.sympy for f in REGISTRY if f.refuses_large_numbers and isinstance(f.sympy, type))
-    far = not any(expr.has(*unbounded) for expr in written.values())
+    far = not any(expr.has(*UNBOUNDED) for expr in written.values())
     arrays = [i for i in rule.inputs if not i.static]
     domains = [sampled_domain(i) for i in arrays]
     whole_line = [assumed_domain(i) if far else sampled_domain(i) for i in arrays]
@@ -523,6 +522,21 @@ _EVALUATIONS: dict[str, dict[Mode, Callable[[Callable[..., Any], _Plan, list[Any
 }
 
 
+def _computed(
+    plan: _Plan, fn: Callable[..., Any], args: list[Any], backend: str
+) -> tuple[dict[Quantity, np.ndarray], dict[Mode, str]]:
+    """Every quantity `fn` computes in `backend` at `args`, in each mode; and, by mode, why one raised."""
+    notes: dict[Mode, str] = {}
+    found: dict[Quantity, np.ndarray] = {}
+    for mode, evaluate in _EVALUATIONS[backend].items():
+        try:
+            with np.errstate(all="ignore"):
+                found |= evaluate(fn, plan, args)
+        except Exception as exc:  # a crash is as wrong as nan everywhere, and said so
+            notes[mode] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return found, notes
+
+
 def _measured(
     plan: _Plan,
     fn: Callable[..., Any],
@@ -533,14 +547,7 @@ def _measured(
     source: str,
 ) -> Iterator[Series]:
     arrays = [np.asarray(a, dtype=np.float64) for a in args if isinstance(a, np.ndarray)]
-    notes: dict[Mode, str] = {}
-    found: dict[Quantity, np.ndarray] = {}
-    for mode, evaluate in _EVALUATIONS[backend].items():
-        try:
-            with np.errstate(all="ignore"):
-                found |= evaluate(fn, plan, args)
-        except Exception as exc:  # a crash is as wrong as nan everywhere, and said so
-            notes[mode] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    found, notes = _computed(plan, fn, args, backend)
     for quantity, reference in exact.items():
         note = notes.get(quantity.mode, "")
         got = found.get(quantity, np.full(reference.shape, np.nan))
@@ -622,6 +629,13 @@ def worse_than_autodiff(
 CHECK_POINTS = 24
 
 
+def _fail_on(failures: Sequence[str]) -> None:
+    """CheckFailed with the first three failures, where there are any."""
+    if failures:
+        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
+        raise CheckFailed("; ".join(failures[:3]) + more)
+
+
 def check_accuracy(s: Subject) -> str:
     """Each value and partial (by a VJP and by a JVP), in both dtypes and backends, no worse than autodiff of the
     forward as written.
@@ -638,10 +652,7 @@ def check_accuracy(s: Subject) -> str:
     )
     if measured.skipped:
         raise NotApplicable(measured.skipped)
-    failures = accuracy_failures(measured)
-    if failures:
-        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
-        raise CheckFailed("; ".join(failures[:3]) + more)
+    _fail_on(accuracy_failures(measured))
     means = {
         dtype: [measured.mean_bits(partials=True, dtype=dtype, backend="torch", source=source) for source in SOURCES]
         for dtype in DTYPES
@@ -650,7 +661,7 @@ def check_accuracy(s: Subject) -> str:
     return f"no value or partial worse than autodiff; partials' mean bits of error, generated vs autodiff: {said}"
 
 
-#: Points per dtype over the whole float line at which the `accuracy` check looks for inf and nan.
+#: Points per dtype over the whole float line at which the `admissible` check looks for inf and nan.
 SWEEP_POINTS = 256
 
 
@@ -690,21 +701,10 @@ def inadmissible_results(
     return found
 
 
-def _computed(plan: _Plan, fn: Callable[..., Any], args: list[Any], backend: str) -> dict[Quantity, np.ndarray]:
-    results: dict[Quantity, np.ndarray] = {}
-    for evaluate in _EVALUATIONS[backend].values():
-        try:
-            with np.errstate(all="ignore"):
-                results |= evaluate(fn, plan, args)
-        except Exception:  # the measure's own check reports a crash
-            continue
-    return results
-
-
 def _inadmissible_at(
     plan: _Plan, fn: Callable[..., Any], autodiff: Callable[..., Any], args: list[Any], dtype: str, backend: str
 ) -> list[str]:
-    got = _computed(plan, fn, args, backend)
+    got, _ = _computed(plan, fn, args, backend)  # a crash is the measure's to report
     theirs: dict[Quantity, np.ndarray] | None = None
     arrays = [np.asarray(a, dtype=np.float64) for a in args if isinstance(a, np.ndarray)]
     which = 0 if dtype == "float64" else 1
@@ -725,7 +725,7 @@ def _inadmissible_at(
             if backend in FLUSHES_SUBNORMALS and subnormal([np.asarray(exact[which])], DTYPES[dtype]).any():
                 continue
             if theirs is None:
-                theirs = _computed(plan, autodiff, args, backend)
+                theirs, _ = _computed(plan, autodiff, args, backend)
             other = theirs.get(quantity)
             said = "" if other is None else f", autodiff {float(np.broadcast_to(other, values.shape)[j]):.6g}"
             inputs = ", ".join(
@@ -746,10 +746,7 @@ def check_admissible(s: Subject) -> str:
         _measurable(s.rule)
     except NotMeasurable as why:
         raise NotApplicable(str(why)) from None
-    failures = inadmissible_results(s.rule, {"jax": s.jax_fn, "torch": s.torch_fn}, seed=s.seed, known=s.known)
-    if failures:
-        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
-        raise CheckFailed("; ".join(failures[:3]) + more)
+    _fail_on(inadmissible_results(s.rule, {"jax": s.jax_fn, "torch": s.torch_fn}, seed=s.seed, known=s.known))
     return f"finite wherever the exact value is, at {SWEEP_POINTS} points per dtype over the whole float line"
 
 

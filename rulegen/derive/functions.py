@@ -1259,3 +1259,8 @@ HOLOMORPHIC = frozenset(function.name for function in REGISTRY if function.holom
 
 #: torch functions that take no Python number (torch.atan2(x, 2.0) raises).
 TORCH_TENSOR_ONLY = frozenset(function.name for function in REGISTRY if function.torch_tensor_only)
+
+#: Functions whose exact value takes unbounded time at some floats (mpmath's polygamma(1, x) far out on the
+#: negative axis runs for minutes): an expression calling one is not sampled over the whole float line, by the
+#: stabilising search nor by the checks.
+UNBOUNDED = tuple(f.sympy for f in REGISTRY if f.refuses_large_numbers and isinstance(f.sympy, type))

@@ -343,20 +343,28 @@ def _numpy_implementations() -> dict[str, Callable[..., Any]]:
     return found
 
 
-def _bits(expr: sp.Expr, variables: Sequence[sp.Symbol], points: _Points) -> np.ndarray | None:
-    """Bits of error of `expr` evaluated by numpy in the points' dtype; None where numpy cannot evaluate it."""
+def _evaluated(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any) -> Any:
+    """`expr` evaluated by numpy at `columns` in `dtype`, one value per point; None where numpy cannot (or where
+    it leaves the reals: a root of a negative number is no candidate)."""
     fn = _numpy_function(expr, tuple(variables))
     if fn is None:
         return None
     try:
         with np.errstate(all="ignore"):
-            result = np.asarray(fn(*points.columns))
+            result = np.asarray(fn(*columns))
     except Exception:
         return None
     if np.iscomplexobj(result):
-        return None  # a candidate that leaves the reals (a root of a negative number) is no candidate
+        return None
     with np.errstate(over="ignore"):  # a float64 result past float32's range is inf there, as float32 code computes
-        got = np.broadcast_to(result.astype(points.dtype), points.exact.shape)
+        return np.broadcast_to(result.astype(dtype), np.shape(columns[0]))
+
+
+def _bits(expr: sp.Expr, variables: Sequence[sp.Symbol], points: _Points) -> np.ndarray | None:
+    """Bits of error of `expr` evaluated by numpy in the points' dtype; None where numpy cannot evaluate it."""
+    got = _evaluated(expr, variables, points.columns, points.dtype)
+    if got is None:
+        return None
     return bits_of_error(got, points.exact, points.dtype)
 
 

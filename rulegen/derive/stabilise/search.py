@@ -10,7 +10,7 @@ from typing import Any
 
 import sympy as sp
 
-from rulegen.derive.functions import REGISTRY
+from rulegen.derive.functions import UNBOUNDED
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.families import _candidates, _reassociations
 from rulegen.derive.stabilise.gate import admissible
@@ -52,11 +52,6 @@ def _lineage(m: _Measured) -> str:
     return m.family.removesuffix(", reassociated")
 
 
-#: Functions whose exact value takes unbounded time at some floats (mpmath's polygamma(1, x) far out on the
-#: negative axis runs for minutes): an expression calling one is not sampled over the whole float line.
-_UNBOUNDED = tuple(f.sympy for f in REGISTRY if f.refuses_large_numbers and isinstance(f.sympy, type))
-
-
 def searchable(expr: sp.Expr, sampling: Sampling) -> bool:
     """Whether `expr` is searched at all: in the sampled variables, no Piecewise, within the work limits, and
     with an exact value in bounded time."""
@@ -64,7 +59,7 @@ def searchable(expr: sp.Expr, sampling: Sampling) -> bool:
         bool(sampling.variables)
         and len(sampling.variables) <= BUDGET.search_symbols
         and expr.free_symbols <= set(sampling.variables)
-        and not expr.has(sp.Piecewise, *_UNBOUNDED)
+        and not expr.has(sp.Piecewise, *UNBOUNDED)
         and sp.count_ops(expr) <= BUDGET.search_ops
     )
 
