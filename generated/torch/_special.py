@@ -28,7 +28,7 @@ import torch
 
 from . import _asymptotic
 from ._function import save_for_derivatives
-from ._route import without_jvp
+from ._route import seen_by_outer_levels, without_jvp
 
 
 class _Zeta(torch.autograd.Function):
@@ -53,6 +53,7 @@ class _Zeta(torch.autograd.Function):
         return None, _reduced(grad * _derivative(s, q), q)
 
     @staticmethod
+    @seen_by_outer_levels
     def jvp(ctx, s_dot, q_dot):
         s, q = _saved(ctx)
         return q_dot * _derivative(s, q)
@@ -87,6 +88,7 @@ def _differentiated_by(name, forward, derivative, *, reads_output):
             return grad * derivative(*saved(ctx))
 
         @staticmethod
+        @seen_by_outer_levels
         def jvp(ctx, x_dot):
             return x_dot * derivative(*saved(ctx))
 

@@ -101,7 +101,7 @@ def check_transforms_torch(s: Subject) -> str:
         names.append("jacrev")
     if s.torch_forward_mode and batching:
         _compare_forward_mode_torch(s, small, xs, rev)
-        names += ["jacfwd", "jvp", "hessian"]
+        names += ["jacfwd", "jvp", "hessian", "jacfwd(jacfwd)", "jvp(jvp)"]
     if _linear_derivative(s):
         _gradcheck_torch(s, small, leaves)
         names.append("gradcheck" + ("" if s.torch_forward_mode else " (reverse mode)"))
@@ -140,7 +140,7 @@ def _compare_grad_torch(s: Subject, small: Subject, xs: tuple[Any, ...]) -> tupl
 
 
 def _compare_forward_mode_torch(s: Subject, small: Subject, xs: tuple[Any, ...], rev: Any) -> None:
-    """jacfwd against jacrev, jvp against jacfwd, hessian against jacrev of jacrev."""
+    """jacfwd against jacrev, jvp against jacfwd, hessian (and forward over forward) against jacrev of jacrev."""
     import torch
 
     argnums = tuple(range(len(xs)))
@@ -164,6 +164,38 @@ def _compare_forward_mode_torch(s: Subject, small: Subject, xs: tuple[Any, ...],
         for k in argnums:
             label = f"hessian vs jacrev(jacrev), block {s.input_name(i)},{s.input_name(k)}"
             compare(label, to_numpy(hess[i][k]), to_numpy(hess_rr[i][k]), max(s.rtol, 1e-9), s.atol)
+    _compare_forward_over_forward_torch(s, small, xs, eager)
+
+
+def _compare_forward_over_forward_torch(s: Subject, small: Subject, xs: tuple[Any, ...], eager: Any) -> None:
+    """jacfwd of jacfwd and jvp of jvp against jacrev of jacrev, of a weighted sum of the outputs.
+
+    torch runs a Function's jvp with forward mode off, which an outer jvp
+    level took for a constant tangent: forward over forward was 0 for every
+    generated rule (the runtime's `seen_by_outer_levels` mends it), where
+    hessian, forward over reverse, was right.  Weights, not the plain sum,
+    so that outputs whose sum is constant (softmax's) are seen too.
+    """
+    import torch
+
+    argnums = tuple(range(len(xs)))
+    rng = np.random.default_rng(0)
+    weights = [torch.from_numpy(normal_like(rng, to_numpy(o))) for o in eager]
+
+    def weighted(*ys: Any) -> Any:
+        return sum((o * w).sum() for o, w in zip(small.torch_f(*ys), weights, strict=True))
+
+    want = torch.func.jacrev(torch.func.jacrev(weighted, argnums), argnums)(*xs)
+    got = torch.func.jacfwd(torch.func.jacfwd(weighted, argnums), argnums)(*xs)
+    for i in argnums:
+        for k in argnums:
+            label = f"jacfwd(jacfwd) vs jacrev(jacrev), block {s.input_name(i)},{s.input_name(k)}"
+            compare(label, to_numpy(got[i][k]), to_numpy(want[i][k]), max(s.rtol, 1e-9), s.atol)
+    ones = tuple(torch.ones_like(x) for x in xs)
+    twice = torch.func.jvp(lambda *ys: torch.func.jvp(weighted, ys, ones)[1], xs, ones)[1]
+    # d2/dt2 weighted(xs + t): the sum of every block's entries.
+    by_blocks = sum(np.sum(to_numpy(want[i][k])) for i in argnums for k in argnums)
+    compare("jvp(jvp) vs jacrev(jacrev)", to_numpy(twice), by_blocks, max(s.rtol, 1e-9), s.atol)
 
 
 def _gradcheck_torch(s: Subject, small: Subject, leaves: tuple[Any, ...]) -> None:

@@ -5,6 +5,8 @@ import functools
 import numpy as np
 import torch
 
+from ._route import eager
+
 #: Floats a host body gets in float32: NumPy has no bfloat16, and its float16 rounds every step.
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -67,11 +69,15 @@ def broadcast_tangents(tangents, shape):
 
 
 def vmap_sequential(function, info, in_dims, *args):
-    """Apply `function` to one slice of the batch at a time and stack the results."""
+    """Apply `function` to one slice of the batch at a time and stack the results.
+
+    A vmap rule runs under torch.func, where `function` applies as `eager` makes it (so that a
+    forward level outside the vmap sees its jvp), as the public function applies it there.
+    """
     results = []
     for k in range(info.batch_size):
         sliced = [a if d is None else a.select(d, k) for a, d in zip(args, in_dims, strict=True)]
-        out = function.apply(*sliced)
+        out = eager(function).apply(*sliced)
         results.append(out if isinstance(out, tuple) else (out,))
     stacked = tuple(torch.stack(r) for r in zip(*results, strict=True))
     if len(stacked) == 1:
@@ -80,7 +86,7 @@ def vmap_sequential(function, info, in_dims, *args):
 
 
 def vmap_elementwise(function, info, in_dims, *args):
-    """Apply an elementwise `function` once to the whole batch."""
+    """Apply an elementwise `function` once to the whole batch (as `eager` makes it: see above)."""
     rank = max(
         (
             a.dim() - (d is not None)
@@ -95,7 +101,7 @@ def vmap_elementwise(function, info, in_dims, *args):
             a = a.movedim(d, 0)
             a = a.reshape(a.shape[:1] + (1,) * (rank + 1 - a.dim()) + a.shape[1:])
         aligned.append(a)
-    out = function.apply(*aligned)
+    out = eager(function).apply(*aligned)
     if isinstance(out, tuple):
         return out, (0,) * len(out)
     return out, 0

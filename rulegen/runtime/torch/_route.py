@@ -10,9 +10,20 @@ but the autograd that `register_autograd` gives it fails under torch.func
 or compiled, so it cannot stand in for the Function there.
 """
 
+import contextlib
 import functools
 
 import torch
+from torch._C._functorch import (
+    TransformType,
+    _add_batch_dim,
+    _unwrap_batched,
+    _unwrap_for_grad,
+    _wrap_for_grad,
+)
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+from torch._functorch.vmap import vmap_increment_nesting
+from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
 from ._util import fresh_outputs
 
@@ -21,24 +32,165 @@ from ._util import fresh_outputs
     reason="under torch.func, Dynamo inlines an autograd.Function's forward and drops its rule"
 )
 def _apply_eagerly(function, *args):
-    return _eager(function).apply(*args)
+    return eager(function).apply(*args)
 
 
 @functools.cache
-def _eager(function):
-    """`function` whose derivative methods run eagerly wherever autograd calls them.
+def eager(function):
+    """`function` as torch.func applies it: its derivative methods run eagerly, its `jvp` seen.
 
-    A transform may call them from a compiled frame (a vjp's function
-    called after a graph break), where Dynamo would compile them as frames
-    of their own on the transform's wrapped tensors, which inductor cannot
-    read (torch 2.13: "Cannot access data pointer of Tensor that doesn't
-    have storage").
+    Its `jvp` is seen by outer forward levels (`seen_by_outer_levels`).  A
+    transform may call the derivative methods from a compiled frame (a vjp's
+    function called after a graph break), where Dynamo would compile them
+    as frames of their own on the transform's wrapped tensors, which
+    inductor cannot read (torch 2.13: "Cannot access data pointer of Tensor
+    that doesn't have storage").
     """
     methods = {
-        name: staticmethod(torch.compiler.disable(getattr(function, name)))
-        for name in ("backward", "jvp")
+        "backward": staticmethod(torch.compiler.disable(function.backward)),
+        "jvp": staticmethod(torch.compiler.disable(seen_by_outer_levels(function.jvp))),
     }
     return type(function.__name__, (function,), methods)
+
+
+def seen_by_outer_levels(jvp):
+    """An autograd.Function's `jvp` staticmethod whose computation outer forward levels see.
+
+    torch runs a Function's `jvp` with forward-mode AD off, so that its own
+    level computes no tangent of the tangent; functorch's outer jvp levels
+    only ever turn it off on the way down, so under `torch.func.jvp` of
+    `torch.func.jvp` (`jacfwd` of `jacfwd`) the outer level took the tangent
+    for a constant and its derivative for 0 (torch 2.13, any Function with a
+    `jvp`).  Where a jvp level below would see it, `jvp` runs below its own
+    level instead (`_Lowered`), forward mode on as that level had it, as
+    functorch runs a Function's `forward`; elsewhere `jvp` runs as it is.
+    """
+
+    @functools.wraps(jvp)
+    def lowered(ctx, *tangents):
+        levels = _forward_over_forward()
+        if levels is None:
+            return jvp(ctx, *tangents)
+        lowering = _Lowered(*levels)
+        with lowering:
+            result = jvp(_Unwrapped(ctx, lowering.down), *(lowering.down(t) for t in tangents))
+            taken = lowering.taken_out(result)
+        return lowering.put_back(taken)
+
+    return lowered
+
+
+def _forward_over_forward():
+    """(the jvp level whose Function's jvp runs, the vmap levels above it), or None.
+
+    None unless a jvp level lies below that one.  The vmap levels are those
+    of torch's vmap rule (`generate_vmap_rule`), which runs a Function's jvp
+    under a vmap of its own over the jvp level.
+    """
+    if torch._C._functorch.peek_interpreter_stack() is None:
+        return None
+    stack = [i.key() for i in torch._C._functorch.get_interpreter_stack()]
+    if stack.count(TransformType.Jvp) < 2:
+        return None
+    current = len(stack) - 1
+    while stack[current] == TransformType.Vmap:
+        current -= 1
+    if stack[current] != TransformType.Jvp:
+        return None
+    interpreters = retrieve_all_functorch_interpreters()
+    return interpreters[current], interpreters[current + 1 :]
+
+
+class _Lowered(contextlib.ExitStack):
+    """Computing at the levels below a jvp level `current`, under vmap levels like `vmaps`.
+
+    Entered, the stack is the levels below `current` with fresh vmap levels
+    of the same sizes over them, and forward-mode AD is as `current` found
+    it.  `down` takes a tensor of the caller's levels there (its batch
+    dimensions and `current`'s wrapper removed, the fresh levels' batch
+    dimensions added); `taken_out` (inside) and `put_back` (after leaving)
+    take results back to the caller's levels.  Nothing is computed at
+    `current`'s level: none of its tangents are read, so the vmap levels may
+    as well lie below it.
+    """
+
+    def __init__(self, current, vmaps):
+        super().__init__()
+        self._current = current
+        self._vmaps = vmaps
+        self._fresh = []
+
+    def __enter__(self):
+        super().__enter__()
+        try:
+            self.enter_context(_set_fwd_grad_enabled(self._current.prev_fwd_grad_mode()))
+            for _ in range(len(self._vmaps) + 1):
+                popped = torch._C._functorch.pop_dynamic_layer_stack()
+                self.callback(torch._C._functorch.push_dynamic_layer_stack, popped)
+            self._fresh = [
+                self.enter_context(vmap_increment_nesting(v.batch_size(), v.randomness()))
+                for v in self._vmaps
+            ]
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def down(self, value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        dims = []
+        for vmap in reversed(self._vmaps):
+            value, dim = _unwrap_batched(value, vmap.level())
+            dims.insert(0, dim)
+        value = _unwrap_for_grad(value, self._current.level())
+        for level, dim in zip(self._fresh, dims, strict=True):
+            if dim is not None:
+                value = _add_batch_dim(value, dim, level)
+        return value
+
+    def taken_out(self, result):
+        """`result` (a tensor, None or a tuple of them) off the fresh levels, with batch dims."""
+        several = isinstance(result, tuple)
+        return several, [self._taken(r) for r in (result if several else (result,))]
+
+    def put_back(self, taken):
+        """What `taken_out` gave, at the caller's levels."""
+        several, pairs = taken
+        values = tuple(self._put(value, dims) for value, dims in pairs)
+        return values if several else values[0]
+
+    def _taken(self, value):
+        dims = []
+        if isinstance(value, torch.Tensor):
+            for level in reversed(self._fresh):
+                value, dim = _unwrap_batched(value, level)
+                dims.insert(0, dim)
+        return value, dims
+
+    def _put(self, value, dims):
+        if not isinstance(value, torch.Tensor):
+            return value
+        value = _wrap_for_grad(value, self._current.level())
+        for vmap, dim in zip(self._vmaps, dims, strict=True):
+            if dim is not None:
+                value = _add_batch_dim(value, dim, vmap.level())
+        return value
+
+
+class _Unwrapped:
+    """A Function's context whose saved tensors and tensor attributes are taken `down`."""
+
+    def __init__(self, ctx, down):
+        self._ctx = ctx
+        self._down = down
+
+    @property
+    def saved_tensors(self):
+        return tuple(self._down(t) for t in self._ctx.saved_tensors)
+
+    def __getattr__(self, name):
+        return self._down(getattr(self._ctx, name))
 
 
 def route(function, compiled, exported=None):
@@ -55,7 +207,7 @@ def route(function, compiled, exported=None):
     if torch._C._are_functorch_transforms_active():
         if torch.compiler.is_compiling():
             return lambda *args: _apply_eagerly(function, *args)
-        return _eager(function).apply
+        return eager(function).apply
     if not torch.compiler.is_compiling():
         return function.apply
     if torch.compiler.is_exporting() and exported is not None:
