@@ -2,6 +2,9 @@
 
 import collections
 import inspect
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -62,11 +65,13 @@ x32 = jnp.float32(100.0)
 print(f"  jax.grad       {plain(jax.grad(naive_log1pexp_jax)(x32)):>14}   {plain(jax.grad(log1pexp_jax)(x32))}")
 (naive,), (ruled,) = (torch_grads(f, 100.0, dtype=torch.float32) for f in (naive_log1pexp_torch, log1pexp_torch))
 print(f"  torch backward {plain(naive):>14}   {plain(ruled)}")
-# What `rulegen show log1pexp` prints for it, in part: the docstring of the generated function.
+# The generated function's docstring names what is computed in another form; `--why` says which and why.
 doc = inspect.getdoc(log1pexp_jax).splitlines()
-print("`rulegen show log1pexp` prints the code of both; its docstring says:")
+print("help(log1pexp) says, in part:")
 print(*(f"    {line}" for line in doc[doc.index("Forward:") : doc.index("Inputs:")] if line), sep="\n")
-print()
+print("`rulegen show log1pexp --why` prints:")
+why = [sys.executable, "-m", "rulegen", "show", "log1pexp", "--why", "rules/"]
+print(subprocess.run(why, capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "100"}).stdout)
 
 # In float64 from here on, the same dtype and the same transform on both sides of each row.
 two, three, four = (torch.tensor(v, dtype=torch.float64) for v in (2.0, 3.0, 4.0))

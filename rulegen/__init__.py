@@ -15,8 +15,8 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "measured error",
         (
             *("functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure"),
-            *("stabilise.budget", "stabilise.points", "stabilise.families", "stabilise.scaling", "stabilise.regimes"),
-            "stabilise.gate",
+            *("stabilise.budget", "stabilise.cache", "stabilise.points", "stabilise.families"),
+            *("stabilise.scaling", "stabilise.regimes", "stabilise.gate"),
             *("stabilise.saturation", "stabilise.search", "stabilise", "partials"),
         ),
     ),

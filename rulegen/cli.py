@@ -17,8 +17,11 @@ from rich.console import Console
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from rich.console import RenderableType
+
     from rulegen.check import Outcome
     from rulegen.render.build import BuildResult
+    from rulegen.render.write import StabilisedRecord
     from rulegen.spec.rules import Rule
 
 app = typer.Typer(
@@ -415,13 +418,17 @@ def show(
     rules: Annotated[
         list[Path] | None, typer.Option("--rules", help="Rule files or folders (as the arguments after NAME)")
     ] = None,
+    why: Annotated[
+        bool,
+        typer.Option("--why", help="Instead of the code: which forms the accuracy search chose, and their error"),
+    ] = False,
 ) -> None:
     """Print the routes (rulegen/derive/routes.py) and the generated code of one rule."""
     from rich.markup import escape
     from rich.syntax import Syntax
 
     from rulegen.derive.routes import describe
-    from rulegen.render.build import derive_and_generate, display_path
+    from rulegen.render.build import display_path, generate
     from rulegen.render.write import format_sources
     from rulegen.spec.errors import SpecErrors
     from rulegen.spec.rules import read_rules, rule_files
@@ -433,18 +440,48 @@ def show(
         rule = next((r for r in found if r.name == name), None)
         if rule is not None:
             known = {r.name for r in (*found, *project_rules(shown))}
-            routes, modules = derive_and_generate(rule, known)
-            generated = format_sources(modules)
+            made = generate(rule, known)
+            routes, generated = made.routes, format_sources(made.modules)
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
     if rule is None:
         err_console.print(escape(f"no rule named {name!r}{_did_you_mean(name, [r.name for r in found])}"))
         raise typer.Exit(EXIT_SPEC)
+    if why:
+        out_console.print(_why_table(rule.name, made.stabilised, searched=made.searched))
+        return
     out_console.print(f"[dim]routes: {escape(describe(routes))}[/dim]")
     for rel, text in sorted(generated.items()):
         if backend is None or rel.startswith(backend.value):
             out_console.rule(rel)
             out_console.print(Syntax(text, "python", theme="ansi_dark", background_color="default"))
+
+
+def _why_table(name: str, stabilised: Sequence[StabilisedRecord], *, searched: bool) -> RenderableType:
+    """The search's choices for one rule as `rulegen show NAME --why` prints them."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    if not searched:
+        return Text(f"{name}: Python bodies, computed as written (the accuracy search works on sympy expressions)")
+    if not stabilised:
+        return Text(f"{name}: every quantity is computed as derived (no other form measured more accurate)")
+
+    def bits(pair: tuple[float, float]) -> str:
+        return "/".join("-" if b != b else f"{b:.1f}" for b in pair)
+
+    table = Table(
+        title=f"{name}: forms the accuracy search chose",
+        caption="bits: mean bits of error against the correctly rounded value, float64/float32",
+    )
+    for column in ("quantity", "family", "as derived", "as computed", "bits before", "bits after"):
+        table.add_column(column, overflow="fold")
+    for c in stabilised:
+        table.add_row(
+            c.quantity, c.family, escape(c.derived), escape(c.chosen), bits(c.bits_before), bits(c.bits_after)
+        )
+    return table
 
 
 #: The JSON Schema of rule files, written beside a new rule: editors with YAML

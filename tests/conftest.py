@@ -23,6 +23,12 @@ os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"rulegen-tests-jax-cache-{getpass.getuser()}")
 )
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# The accuracy search's results, kept the same way (rulegen/derive/stabilise/cache.py): the key is the
+# expression, the budget and a hash of the searching code, so an entry is read only where a search would
+# find it again. Tests of the search itself turn it off (`search_cache_off`).
+os.environ.setdefault(
+    "RULEGEN_SEARCH_CACHE", str(Path(tempfile.gettempdir()) / f"rulegen-tests-search-cache-{getpass.getuser()}")
+)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,3 +123,12 @@ def _unit_tests_build_nothing(request: pytest.FixtureRequest, monkeypatch: pytes
         import rulegen.render.build
 
         monkeypatch.setattr(rulegen.render.build, "plan_build", _refuse_build)
+
+
+@pytest.fixture
+def search_cache_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every search of the test runs: none is read from this process's memo or from disk."""
+    from rulegen.derive.stabilise import search
+
+    monkeypatch.setenv("RULEGEN_SEARCH_CACHE", "off")
+    monkeypatch.setattr(search, "_SEARCHED", {})

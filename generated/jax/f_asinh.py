@@ -17,9 +17,8 @@ def f_asinh(x: jax.typing.ArrayLike) -> jax.Array:
     Partials (derived by sympy):
         dout/dx = 1/sqrt(x**2 + 1)
 
-    Stabilised (the form with the least error rulegen measured; mean bits of error,
-    float64/float32, as derived -> as computed):
-        dout/dx: regimes (scaling | as derived), 7.3/5.3 -> 0.2/0.1
+    Computed in the form rulegen's accuracy search chose over the derived one: dout/dx
+    (`rulegen show f_asinh --why` gives the forms and their measured error).
 
     Inputs:
         x: float array; checked on [-3, 3]

@@ -23,9 +23,8 @@ def scaled_tanh(x: jax.typing.ArrayLike, log_scale=0.5) -> jax.Array:
     Partials (derived by sympy):
         dout/dx = (1 - tanh(x*exp(log_scale))**2)*exp(log_scale)/sqrt(log_scale**2 + 1)
 
-    Stabilised (the form with the least error rulegen measured; mean bits of error,
-    float64/float32, as derived -> as computed):
-        dout/dx: identities, 7.9/3.1 -> 0.8/0.8
+    Computed in the form rulegen's accuracy search chose over the derived one: dout/dx
+    (`rulegen show scaled_tanh --why` gives the forms and their measured error).
 
     Inputs:
         x: float array; checked on [-3, 3]

@@ -10,7 +10,6 @@ import sympy as sp
 
 from rulegen.derive.partials import Derivation
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.derive.stabilise import Choice
 from rulegen.derive.symbols import own_names
 from rulegen.plan.code import (
     DOC_WIDTH,
@@ -304,18 +303,6 @@ def stability_notes(d: Derivation) -> tuple[str, ...]:
     return tuple(lines)
 
 
-#: Characters of a chosen form the docstring prints whole; a longer one (regimes) is named by its family only.
-CHOSEN_FORM_WIDTH = 60
-
-
-def _chosen(choice: Choice) -> str:
-    """`dout/dx = sigmoid(x)` where the chosen form is short, else the quantity alone (the code has it whole)."""
-    formula = _formula(choice.chosen)
-    if choice.quantity.startswith("residual") or choice.chosen.has(sp.Piecewise) or len(formula) > CHOSEN_FORM_WIDTH:
-        return choice.quantity
-    return f"{choice.quantity} = {formula}"
-
-
 def help_text(d: Derivation | SnippetDerivation, backend: str) -> str:
     """What `help()` of a `backend` function says: the rule's doc, its formulas, its inputs, its source."""
     rule = d.rule
@@ -335,14 +322,11 @@ def help_text(d: Derivation | SnippetDerivation, backend: str) -> str:
         if partials:
             parts.append(f"Partials ({'from the rule' if given else 'derived by sympy'}):\n" + "\n".join(partials))
         if stabilised:
+            # Names only: measured numbers would change the file whenever a measurement moves.
+            quantities = ", ".join(dict.fromkeys(c.quantity for c in stabilised))
             parts.append(
-                "Stabilised (the form with the least error rulegen measured; mean bits of error, float64/float32, "
-                "as derived -> as computed):\n"
-                + "\n".join(
-                    f"    {_chosen(c)}: {c.family}, {c.bits_before[0]:.1f}/{c.bits_before[1]:.1f} -> "
-                    f"{c.bits_after[0]:.1f}/{c.bits_after[1]:.1f}"
-                    for c in stabilised
-                )
+                f"Computed in the form rulegen's accuracy search chose over the derived one: {quantities} "
+                f"(`rulegen show {rule.name} --why` gives the forms and their measured error)."
             )
     else:
         bodies = [k for k in ("forward", "jvp", "vjp") if getattr(rule, k) is not None]

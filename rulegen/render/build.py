@@ -29,6 +29,7 @@ from rulegen.render.write import (
     PackageRecord,
     Plan,
     SourceRecord,
+    StabilisedRecord,
     compare,
     format_sources,
     remove_temporaries,
@@ -129,6 +130,8 @@ class Generated:
     requires: Mapping[str, frozenset[str]]  # per backend, the top-level modules they import
     apis: frozenset[str]  # the framework APIs their bodies call whose age matters (rulegen.derive.floors)
     torch_class: bool  # whether the torch module defines the rule's autograd.Function
+    stabilised: tuple[StabilisedRecord, ...] = ()  # the search's choices, for the manifest and `show --why`
+    searched: bool = False  # whether the rule is sympy, whose expressions the accuracy search measures
 
 
 def generate_rule(rule: Rule, known_rules: Iterable[str] = ()) -> dict[str, str]:
@@ -181,6 +184,31 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
         requires={backend: n.modules for backend, n in needs.items()},
         apis=jax_plan.needs.apis | torch_plan.needs.apis,
         torch_class=bool(torch_plan.class_name),
+        stabilised=_stabilised(derivation),
+        searched=not isinstance(derivation, SnippetDerivation),
+    )
+
+
+def _stabilised(derivation: object) -> tuple[StabilisedRecord, ...]:
+    """The quantities `derivation` computes in a form the search chose over the derived one."""
+    import sympy as sp
+
+    from rulegen.derive.partials import Derivation
+
+    if not isinstance(derivation, Derivation):
+        return ()
+    return tuple(
+        StabilisedRecord(
+            rule=derivation.rule.name,
+            quantity=c.quantity,
+            family=c.family,
+            derived=sp.sstr(c.derived),
+            chosen=sp.sstr(c.chosen),
+            bits_before=c.bits_before,
+            bits_after=c.bits_after,
+        )
+        for c in derivation.choices
+        if c.changed
     )
 
 
@@ -354,6 +382,7 @@ def _generate_sources(found: _Sources, jobs: int) -> tuple[dict[str, str], list[
             requires={b: tuple(sorted(set().union(*(g.requires[b] for g in made)))) for b in BACKENDS},
             apis=tuple(sorted(set().union(*(g.apis for g in made)))),
             plain=tuple(sorted(r.name for r, g in zip(rules, outcomes, strict=True) if _without_class(g))),
+            stabilised=tuple(c for g in made for c in g.stabilised),
         )
         rebuilt.append(key)
     return fresh, rebuilt

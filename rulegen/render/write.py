@@ -36,6 +36,48 @@ def sha256(data: str | bytes) -> str:
 
 
 @dataclass(frozen=True)
+class StabilisedRecord:
+    """A quantity a rule computes in another form than derived: the search's choice, as the manifest keeps it."""
+
+    rule: str
+    quantity: str
+    family: str
+    derived: str
+    chosen: str
+    #: Mean bits of error, (float64, float32), of the derived and of the chosen form; nan where not measured.
+    bits_before: tuple[float, float]
+    bits_after: tuple[float, float]
+
+    def as_json(self) -> dict[str, object]:
+        # One decimal: the manifest records the choice, not the measurement's noise.
+        bits = {k: [None if b != b else round(b, 1) for b in getattr(self, k)] for k in ("bits_before", "bits_after")}
+        return {
+            "rule": self.rule,
+            "quantity": self.quantity,
+            "family": self.family,
+            "derived": self.derived,
+            "chosen": self.chosen,
+            **bits,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, object]) -> StabilisedRecord:
+        def bits(key: str) -> tuple[float, float]:
+            low, high = (float("nan") if b is None else float(b) for b in data[key])  # type: ignore[attr-defined]
+            return low, high
+
+        return StabilisedRecord(
+            rule=str(data["rule"]),
+            quantity=str(data["quantity"]),
+            family=str(data["family"]),
+            derived=str(data["derived"]),
+            chosen=str(data["chosen"]),
+            bits_before=bits("bits_before"),
+            bits_after=bits("bits_after"),
+        )
+
+
+@dataclass(frozen=True)
 class SourceRecord:
     """What one rule file produced last time."""
 
@@ -48,6 +90,7 @@ class SourceRecord:
     requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     apis: tuple[str, ...] = ()  # framework APIs their bodies call whose age matters (rulegen.derive.floors)
     plain: tuple[str, ...] = ()  # rules whose torch module defines no Function class
+    stabilised: tuple[StabilisedRecord, ...] = ()  # what `rulegen show NAME --why` explains
 
 
 @dataclass(frozen=True)
@@ -87,6 +130,7 @@ class Manifest:
                     requires={b: tuple(m) for b, m in s["requires"].items()},
                     apis=tuple(s.get("apis", ())),  # absent from manifests of older rulegens
                     plain=tuple(s["plain"]),
+                    stabilised=tuple(StabilisedRecord.from_json(c) for c in s.get("stabilised", ())),
                 )
                 for path, s in data["sources"].items()
             }
@@ -117,6 +161,7 @@ class Manifest:
                     "requires": {b: list(m) for b, m in sorted(s.requires.items())},
                     "apis": list(s.apis),
                     "plain": list(s.plain),
+                    "stabilised": [c.as_json() for c in s.stabilised],
                 }
                 for path, s in sorted(self.sources.items())
             },

@@ -12,6 +12,7 @@ import sympy as sp
 
 from rulegen.derive.functions import UNBOUNDED
 from rulegen.derive.stabilise.budget import BUDGET
+from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.families import _candidates, _reassociations
 from rulegen.derive.stabilise.gate import admissible
 from rulegen.derive.stabilise.points import _DTYPES, Sampling, _looks_accurate, _measure, _Measured, _sample
@@ -89,13 +90,17 @@ def stabilise(
     key = (expr, sampling, seed, points, alternatives)
     found = _SEARCHED.get(key)
     if found is None:
-        found = _search(expr, sampling, seed, points, alternatives)
+        on_disk = search_key(expr, (sampling.domains, sampling.condition, seed, points, alternatives, BUDGET))
+        found = load(on_disk)
+        if found is None:
+            found = _search(expr, sampling, seed, points, alternatives)
+            store(on_disk, found)
         _SEARCHED[key] = found
     return Choice(quantity, *found)
 
 
 #: Searches done in this process, by what decides them: an expression met again (a JVP's partial is the VJP's) is
-#: searched once.
+#: searched once; `cache` keeps them across processes.
 _SEARCHED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
