@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 import types
@@ -117,6 +118,21 @@ def test_an_input_without_a_domain_is_sampled_on_the_float_line_its_assumptions_
 
 
 # ---------------------------------------------------------------- the reference
+
+
+@pytest.mark.unit
+def test_the_reference_raises_to_a_huge_integer_power_as_mpmath_does():
+    # Every float past 2**52 is an integer: mpmath raised x**1e300 by repeated squaring, milliseconds a point,
+    # most of a whole-line sweep of a power rule's time; through exp and log it rounds alike.
+    import sympy as sp
+
+    from rulegen.derive.expr import lambdified
+
+    x, y = sp.symbols("x y", real=True)
+    power = lambdified([x, y], y * x ** (y - 1), modules=["mpmath"])
+    assert "power_of(" in inspect.getsource(power)
+    for point in [(-1.0000001, 3e200 + 1), (-1.0000001, 3e200), (1 - 2**-52, 2.0**60), (0.5, 7.0), (-2.0, 2.0**40)]:
+        assert exact_value(power, list(point)) == exact_value(lambda a, b: b * a ** (b - 1), list(point)), point
 
 
 @pytest.mark.unit

@@ -135,4 +135,3 @@ def test_the_choices_are_in_the_manifest_and_show_why_prints_them(tmp_path, monk
     assert "1 - tanh(x)**2" in row and "sigmoid" in row and f"{tanh['bits_before'][0]:.1f}" in row
     result = CliRunner().invoke(app, ["show", "plain_sin", "rules.yaml", "--why"])
     assert result.exit_code == 0 and "computed as derived" in result.output, result.output
-

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sympy as sp
+from sympy.printing.pycode import MpmathPrinter
 
 from rulegen.derive.functions import CONSTANTS, HOLOMORPHIC, RULE_FUNCTIONS, Piecewise
 from rulegen.spec.errors import Loc, SpecError
@@ -365,4 +366,43 @@ def lambdified(args: Sequence[sp.Symbol], expr: Any, modules: Any) -> Callable[.
                 name += "_"
             fresh[s] = sp.Symbol(name, **s.assumptions0)
     body = expr.xreplace(fresh) if fresh and isinstance(expr, sp.Basic) else expr
-    return sp.lambdify([fresh.get(s, s) for s in args], body, modules=modules)
+    listed = list(modules) if isinstance(modules, list | tuple) else [modules]
+    if "mpmath" not in listed:
+        return sp.lambdify([fresh.get(s, s) for s in args], body, modules=modules)
+    listed = [{"power_of": power_of}, *listed]
+    # The settings lambdify gives the printer it picks itself.
+    user_functions = {name: name for m in listed if isinstance(m, dict) for name in m}
+    printer = _MpmathPowers(
+        {
+            "fully_qualified_modules": False,
+            "inline": True,
+            "allow_unknown_functions": True,
+            "user_functions": user_functions,
+        }
+    )
+    return sp.lambdify([fresh.get(s, s) for s in args], body, modules=listed, printer=printer)
+
+
+class _MpmathPowers(MpmathPrinter):
+    """mpmath's printer, with powers of a variable exponent through `power_of`."""
+
+    def _print_Pow(self, expr: sp.Pow, rational: bool = False) -> str:
+        if expr.exp.is_Number:
+            return str(super()._print_Pow(expr, rational=rational))
+        return f"power_of({self._print(expr.base)}, {self._print(expr.exp)})"
+
+
+#: Integer exponents past this are raised through exp and log: mpmath raises by repeated squaring at the
+#: working precision, some ms a call at the 2,000 bits a point near the float line's ends needs (x**y at
+#: y = 1e300, an integer like every float past 2**52, was most of a whole-line check's time).
+SQUARING_LIMIT = 2**32
+
+
+def power_of(x: Any, y: Any) -> Any:
+    """`x**y` for mpf numbers, as mpmath gives it, in microseconds at any integer exponent."""
+    import mpmath
+
+    if x == 0 or abs(y) <= SQUARING_LIMIT or not mpmath.isint(y):
+        return x**y
+    magnitude = mpmath.exp(y * mpmath.log(abs(x)))
+    return -magnitude if x < 0 and int(y) % 2 else magnitude
