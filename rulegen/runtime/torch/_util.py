@@ -57,44 +57,37 @@ def as_tensors(rule, names, kinds, *values):
     """A rule's array arguments as tensors, as torch's own arithmetic would read them.
 
     `kinds` has a letter per argument: `f` (float), `c` (complex), `i` (int),
-    `b` (bool).  A Python number given for a float argument takes the
-    promoted float dtype of the float tensors among the arguments (the
-    default dtype without any), as a weakly typed JAX number would; a NumPy
-    array keeps its float dtype; an integer array given for a float argument
-    takes the float dtype, as NumPy would promote it.  A complex argument
-    given as real becomes complex.  All take the tensors' device.  A complex
-    array for a real argument is refused: the rule's derivatives are real.
+    `b` (bool).  The float arguments take the dtype torch's arithmetic of them
+    would compute in (`torch.result_type`): that of the dimensioned float
+    tensors, else of the 0-d ones, else the default dtype, so a 0-d tensor or
+    a Python number beside a dimensioned tensor takes its dtype
+    (`x_bf16 * torch.tensor(2.0)` is bfloat16).  A NumPy array counts as the
+    tensor it becomes; an integer array given for a float argument takes the
+    float dtype, as NumPy would promote it.  A complex argument given as real
+    becomes complex.  All take the tensors' device.  A complex array for a
+    real argument is refused: the rule's derivatives are real.
     """
-    given = [v for v in values if isinstance(v, torch.Tensor)]
     for name, kind, value in zip(names, kinds, values, strict=True):
         if kind != "c" and isinstance(value, torch.Tensor) and value.is_complex():
             raise TypeError(_real_only(rule, name, value.dtype))
-    # Float tensors of one dtype, as most calls are, need nothing; of several, each is first
-    # promoted to theirs: exp(x) of a float32 x beside a float64 y is computed in float64.
-    if (
-        len(given) == len(values)
-        and all(
-            v.is_complex() if kind == "c" else v.is_floating_point()
-            for v, kind in zip(values, kinds, strict=True)
-            if kind in "fc"
-        )
-        and len({v.dtype for v, kind in zip(values, kinds, strict=True) if kind == "f"}) <= 1
-    ):
+    # Float tensors of one dtype, as most calls are, need nothing.
+    if _alike(kinds, values):
         return values
-    # A complex tensor's precision counts too: a number beside a complex128 one is float64.
-    floats = [_REAL.get(v.dtype, v.dtype) for v in given if v.is_floating_point() or v.is_complex()]
-    dtype = functools.reduce(torch.promote_types, floats) if floats else torch.get_default_dtype()
+    given = [v for v in values if isinstance(v, torch.Tensor)]
     device = given[0].device if given else None
+    # A NumPy array keeps its dtype and ranks as the tensor it is.
+    values = tuple(torch.as_tensor(v, device=device) if _is_numpy_real(v) else v for v in values)
+    dtype = _promoted(v for v, kind in zip(values, kinds, strict=True) if kind in "fc")
     converted = []
     for name, kind, value in zip(names, kinds, values, strict=True):
         if kind == "c":
             converted.append(_complex(value, dtype, device))
             continue
         if isinstance(value, torch.Tensor):
+            # Promoted before anything is computed: exp(x) of a float32 x beside a float64 y is
+            # float64 arithmetic; an integer array for a float input is computed as floats.
             if kind == "f" and value.dtype != dtype:
-                value = value.to(
-                    dtype
-                )  # an integer array for a float input: the float dtype, as NumPy would
+                value = value.to(dtype)
         elif not (
             isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value)
         ):
@@ -103,16 +96,45 @@ def as_tensors(rule, names, kinds, *values):
                 or getattr(getattr(value, "dtype", None), "kind", "") == "c"
             ):
                 raise TypeError(_real_only(rule, name, "complex"))
-            weak = not hasattr(value, "dtype")  # a Python number or list, not a NumPy array
-            value = torch.as_tensor(
-                value, dtype=dtype if kind == "f" and weak else None, device=device
-            )
-            if kind == "f" and not value.is_floating_point():
-                value = value.to(dtype)
-            elif kind == "b":
+            value = torch.as_tensor(value, dtype=dtype if kind == "f" else None, device=device)
+            if kind == "b":
                 value = value.bool()
         converted.append(value)
     return tuple(converted)
+
+
+def _alike(kinds, values):
+    """Whether every argument is a tensor of its kind, the float ones of one dtype."""
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        return False
+    pairs = list(zip(kinds, values, strict=True))
+    if not all(
+        v.is_complex() if k == "c" else v.is_floating_point() for k, v in pairs if k in "fc"
+    ):
+        return False
+    return len({v.dtype for k, v in pairs if k == "f"}) <= 1
+
+
+def _is_numpy_real(value):
+    kind = getattr(getattr(value, "dtype", None), "kind", "")
+    return not isinstance(value, torch.Tensor) and kind in "fiub" and kind != ""
+
+
+def _promoted(values):
+    """The real dtype torch's arithmetic of `values` computes in, as `torch.result_type` ranks them.
+
+    Dimensioned float (or complex) tensors decide; without any, 0-d ones; without
+    those, the default dtype (Python numbers, integer tensors).  A complex
+    tensor counts by its precision.
+    """
+    tiers = ([], [])
+    for value in values:
+        if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
+            tiers[value.dim() == 0].append(_REAL.get(value.dtype, value.dtype))
+    for dtypes in tiers:
+        if dtypes:
+            return functools.reduce(torch.promote_types, dtypes)
+    return torch.get_default_dtype()
 
 
 def _real_only(rule, name, dtype):
