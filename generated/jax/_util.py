@@ -112,6 +112,33 @@ def _weak(leaf):
     return isinstance(leaf, int | float) or getattr(leaf, "weak_type", False)
 
 
+def check_statics(rule, names, kinds, *values):
+    """Refuse a traced value for a static input (an argument of `jit`, `grad`, `jvp` or `vmap`).
+
+    A static is a Python value the trace is made for (`nondiff_argnums`):
+    traced, `custom_jvp` would hold it constant, so its gradient would be a
+    silent zero, and inside `jit` no one can tell whether an outer `grad` is
+    differentiating it.  `kinds` has a letter per static: `n`, a number the
+    rule would differentiate were it declared `static: false`; `v`, another.
+    """
+    for name, kind, value in zip(names, kinds, values, strict=True):
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value)):
+            raise TypeError(_traced_static(rule, name, kind))
+
+
+def _traced_static(rule, name, kind):
+    message = (
+        f"{rule}: {name} is a static input, a Python value fixed when JAX traces the rule, "
+        "but it was given a traced value (an argument that jax.grad, jvp, vmap or jit "
+        "transforms), whose derivative the rule would silently take as zero. Pass a Python "
+        "number or a concrete array (under jax.jit, mark it static: "
+        f"static_argnames=({name!r},), or close over it)"
+    )
+    if kind == "n":
+        return f"{message}; to differentiate it, declare it `static: false` in the rule."
+    return f"{message}; the rule cannot differentiate it."
+
+
 def varying_axes(*arrays):
     """The manual mesh axes (of `shard_map`) along which any of `arrays` varies; () outside one."""
     axes = set()

@@ -138,6 +138,42 @@ def _promoted(values):
     return torch.get_default_dtype()
 
 
+def check_statics(rule, names, kinds, *values):
+    """Refuse a tensor that is differentiated or batched for a static input.
+
+    A static is handed to the Function as it is, and its backward returns
+    None for it: a tensor that requires grad (or is under a torch.func
+    transform, or carries a forward-mode tangent) would get a silent None
+    gradient.  `kinds` has a letter per static: `n`, a number the rule would
+    differentiate were it declared `static: false`; `v`, another.
+    """
+    for name, kind, value in zip(names, kinds, values, strict=True):
+        if isinstance(value, torch.Tensor) and _tracked(value):
+            raise TypeError(_tracked_static(rule, name, kind))
+
+
+def _tracked(tensor):
+    if torch.compiler.is_compiling():
+        return tensor.requires_grad
+    return (
+        tensor.requires_grad
+        or torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+        or torch.autograd.forward_ad.unpack_dual(tensor).tangent is not None
+    )
+
+
+def _tracked_static(rule, name, kind):
+    message = (
+        f"{rule}: {name} is a static input, a Python value handed to the rule as it is, "
+        "but it was given a tensor that requires grad (or one that torch.func transforms, or "
+        "a dual tensor), whose gradient the rule would silently leave None. Pass a Python "
+        "number (`.item()`)"
+    )
+    if kind == "n":
+        return f"{message}; to differentiate it, declare it `static: false` in the rule."
+    return f"{message}; the rule cannot differentiate it."
+
+
 def _real_only(rule, name, dtype):
     return (
         f"{rule}: complex inputs are not supported for {name}, a real input ({name} is {dtype}); "
