@@ -181,3 +181,15 @@ def test_python_numbers_stay_weakly_typed_in_jax(built):
         assert (out.dtype, out.weak_type) == (jnp.result_type(float), True), args
         assert (jnp.asarray(out, dtype=jnp.bfloat16) * out).dtype == jnp.bfloat16
     assert jax_pkg.sin_exp_mul(jnp.ones(2, jnp.bfloat16), 2).dtype == jnp.bfloat16
+
+
+def test_numpy_scalars_and_arrays_are_strongly_typed_as_in_jnp(built):
+    jax_pkg, torch_pkg, _ = built
+    x = jnp.asarray([0.5, 2.0], dtype=jnp.float32)
+    for other in (np.float64(2.0), np.array(2.0), np.array([2.0, 3.0])):
+        out = jax_pkg.f_pow(x, other)
+        assert (out.dtype, out.weak_type) == (jnp.result_type(x, other), False)
+    # In torch a NumPy array ranks as the tensor it becomes: 0-d below a dimensioned tensor.
+    xt = torch.tensor([0.5, 2.0])
+    assert torch_pkg.f_pow(xt, np.array(2.0)).dtype == torch.float32
+    assert torch_pkg.f_pow(xt, np.array([2.0, 3.0])).dtype == torch.float64

@@ -107,8 +107,11 @@ def as_arrays(rule, names, kinds, *values):
 
 
 def _weak(leaf):
-    """Whether `leaf` is weakly typed: a Python number, or an array (a tracer) made of one."""
-    return isinstance(leaf, int | float) or getattr(leaf, "weak_type", False)
+    """Whether `leaf` is weakly typed: a Python number, or an array (a tracer) made of one.
+
+    A NumPy scalar is not (`np.float64` is a `float`, and strongly typed to JAX).
+    """
+    return type(leaf) in (int, float) or getattr(leaf, "weak_type", False)
 
 
 def check_statics(rule, names, kinds, *values):
