@@ -193,3 +193,16 @@ def test_numpy_scalars_and_arrays_are_strongly_typed_as_in_jnp(built):
     xt = torch.tensor([0.5, 2.0])
     assert torch_pkg.f_pow(xt, np.array(2.0)).dtype == torch.float32
     assert torch_pkg.f_pow(xt, np.array([2.0, 3.0])).dtype == torch.float64
+
+
+@pytest.mark.slow
+def test_compiled_calls_promote_as_eager_ones_with_numbers_dynamo_makes_symbolic(built):
+    # After a recompile Dynamo passes a Python number as a symbolic int or float, whose attributes it
+    # cannot look up: the check for a NumPy array raised "Unsupported hasattr call" under fullgraph=True.
+    _, torch_pkg, _ = built
+    x = torch.linspace(0.1, 1, 5, requires_grad=True)
+    compiled = torch.compile(torch_pkg.f_pow, fullgraph=True)
+    for other in (torch.tensor(1.5, dtype=torch.float64), 2, 3, 2.5, 3.5):
+        out = compiled(x, other)
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out, torch_pkg.f_pow(x, other))

@@ -77,7 +77,9 @@ def as_tensors(rule, names, kinds, *values):
     given = [v for v in values if isinstance(v, torch.Tensor)]
     device = given[0].device if given else None
     # A NumPy array keeps its dtype and ranks as the tensor it is.
-    values = tuple(torch.as_tensor(v, device=device) if _is_numpy_real(v) else v for v in values)
+    values = tuple(
+        torch.as_tensor(v, device=device) if _numpy_kind(v) in "fiub" else v for v in values
+    )
     dtype = _promoted(v for v, kind in zip(values, kinds, strict=True) if kind in "fc")
     converted = []
     for name, kind, value in zip(names, kinds, values, strict=True):
@@ -92,10 +94,7 @@ def as_tensors(rule, names, kinds, *values):
         elif not (
             isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value)
         ):
-            if (
-                isinstance(value, complex)
-                or getattr(getattr(value, "dtype", None), "kind", "") == "c"
-            ):
+            if isinstance(value, complex) or _numpy_kind(value) == "c":
                 raise TypeError(_real_only(rule, name, "complex"))
             value = torch.as_tensor(value, dtype=dtype if kind == "f" else None, device=device)
             if kind == "b":
@@ -116,9 +115,15 @@ def _alike(kinds, values):
     return len({v.dtype for k, v in pairs if k == "f"}) <= 1
 
 
-def _is_numpy_real(value):
-    kind = getattr(getattr(value, "dtype", None), "kind", "")
-    return not isinstance(value, torch.Tensor) and kind in "fiub" and kind != ""
+def _numpy_kind(value):
+    """The dtype kind of a NumPy array or scalar (`f`, `c`, ...); "x" for anything else.
+
+    Python numbers are told apart first: under torch.compile they may be
+    symbolic, whose attributes Dynamo cannot look up.
+    """
+    if isinstance(value, torch.Tensor | bool | int | float | complex | list | tuple):
+        return "x"
+    return getattr(getattr(value, "dtype", None), "kind", "x")
 
 
 def _promoted(values):
