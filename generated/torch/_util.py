@@ -158,6 +158,12 @@ def check_statics(rule, names, kinds, *values):
 
 
 def _tracked(tensor):
+    """Whether something would differentiate or batch `tensor`.
+
+    No public API tells a tensor that torch.func wraps (its `requires_grad`
+    is False under `jvp` and `vmap`); Dynamo does not trace that private
+    test, and compiled code sees only `requires_grad`.
+    """
     if torch.compiler.is_compiling():
         return tensor.requires_grad
     return (
