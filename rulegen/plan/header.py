@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import math
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -66,19 +65,18 @@ def array_arguments(rule: Rule, helper: str, *, lifted: bool = False) -> tuple[A
     return (Assign(targets, f"{own_names(rule)[helper]}({rule.name!r}, ({quoted}), {kinds!r}, {names})"),)
 
 
-def static_check(rule: Rule, backend: str) -> tuple[Expr, ...]:
+def static_check(rule: Rule, called: Iterable[str] = ()) -> tuple[Expr, ...]:
     """The public function's first statement where the rule has statics: `check_statics` of them, which
     refuses a traced or differentiated value.
 
     JAX would hand a traced static to the rule as a constant and torch would
     return no gradient for it: a silent zero.  Its letter tells the message
     whether `static: false` would make the input differentiable (`n`) or not
-    (`v`).  torch leaves out a static its bodies call (fixed_point's `f`): a
-    tensor there fails at the call, where a JAX callable may be a pytree
-    holding tracers (`jax.tree_util.Partial`).
+    (`v`).  torch leaves out the statics its bodies call (`called`:
+    fixed_point's `f`), where a tensor fails at the call; a JAX callable may
+    be a pytree holding tracers (`jax.tree_util.Partial`), so JAX checks them.
     """
-    called = _called_names(rule) if backend == "torch" else set()
-    statics = [i for i in rule.inputs if i.static and i.name not in called]
+    statics = [i for i in rule.inputs if i.static and i.name not in set(called)]
     if not statics:
         return ()
     names = ", ".join(i.name for i in statics)
@@ -90,17 +88,6 @@ def static_check(rule: Rule, backend: str) -> tuple[Expr, ...]:
 def _snippets(rule: Rule) -> list[SnippetBody]:
     residuals = rule.residuals.values() if isinstance(rule.residuals, dict) else ()
     return [b for b in (rule.forward, rule.jvp, rule.vjp, *residuals) if isinstance(b, SnippetBody)]
-
-
-def _called_names(rule: Rule) -> set[str]:
-    """The names the rule's Python bodies call (`f(a, x)`)."""
-    texts = [t for b in _snippets(rule) for t in (b.python, b.jax, b.torch, b.numpy) if t is not None]
-    return {
-        node.func.id
-        for text in texts
-        for node in ast.walk(ast.parse(str(text)))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-    }
 
 
 def _differentiable_as_array(rule: Rule, static: Input) -> bool:
@@ -115,7 +102,7 @@ def jax_util_imports(imports: set[Import], rule: Rule) -> frozenset[Import]:
     """A JAX module's imports, with what it takes from jax/_util.py for its arguments, spelled as the module spells
     its own names (symbols.own_names)."""
     util = ["as_arrays"] if any(not i.static for i in rule.inputs) else []
-    util += ["check_statics"] if static_check(rule, "jax") else []
+    util += ["check_statics"] if static_check(rule) else []
     return spelled(imports | imported("._util", *util, *unpack_helpers(rule)), own_names(rule))
 
 

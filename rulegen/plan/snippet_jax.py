@@ -73,7 +73,7 @@ def _module(
     prologue: tuple[Statement, ...] = (
         *doc_lines(header),
         *unpacked(rule),
-        *static_check(rule, "jax"),
+        *static_check(rule),
         *array_arguments(rule, "as_arrays"),
     )
     params = tuple(map(str, parameters_of(rule, "jax")))

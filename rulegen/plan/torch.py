@@ -307,7 +307,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
     helpers: set[str] = set()
     if any(not i.static for i in rule.inputs):
         helpers = {*(("as_opmath_tensors", "rounded") if lifted else ("as_tensors",)), *unpack_helpers(rule)}
-    if static_check(rule, "torch"):
+    if static_check(rule):
         helpers.add("check_statics")
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
@@ -361,7 +361,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers), own_names(rule)),
         shape_kept=shape_kept,
         wrapper_targets=", ".join(n if n in t.outputs else hidden(n) for n in values_out),
-        static_check=static_check(rule, "torch"),
+        static_check=static_check(rule),
         tensor_arguments=array_arguments(rule, "as_opmath_tensors" if lifted else "as_tensors", lifted=lifted),
         forward_notes=stability_notes(t.d),
         float_arrays=float_arrays,
