@@ -57,38 +57,31 @@ def as_arrays(rule, names, kinds, *values):
     """A rule's array arguments (arrays, numbers or pytrees of them), as the rule reads them.
 
     `kinds` has a letter per argument: `f` (float), `c` (complex), `i` (int),
-    `b` (bool).  An integer or boolean array given for a float argument
-    becomes an array of the float dtype of the float arguments (JAX's default
-    float without any); Python numbers stay as they are, weakly typed.  A
-    complex argument given as real becomes complex; a complex array for a
-    real argument is refused, the rule's derivatives being real.
+    `b` (bool).  The float arguments take the dtype `jnp.result_type` gives
+    them, Python numbers weakly typed as in `jnp` arithmetic: beside an
+    array they take its dtype, alone they stay weakly typed numbers of the
+    default float dtype (a Python int too).  An integer or boolean array
+    given for a float argument becomes an array of that dtype.  A complex
+    argument given as real becomes complex; a complex array for a real
+    argument is refused, the rule's derivatives being real.
     """
     leaves = [jax.tree.leaves(v) for v in values]
     floats = [
-        jnp.result_type(leaf)
+        leaf
         for v, kind in zip(leaves, kinds, strict=True)
         if kind == "f"
         for leaf in v
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.floating)
     ]
-    floats = [d for d in floats if jnp.issubdtype(d, jnp.floating)]
-    target = jnp.result_type(*floats) if floats else float
-    # The float arrays' own promoted dtype (weakly typed Python numbers take theirs): each is first
-    # promoted to it, so exp(x) of a float32 x beside a float64 y is computed in float64.
-    strong = [
-        leaf.dtype
-        for v, kind in zip(leaves, kinds, strict=True)
-        if kind == "f"
-        for leaf in v
-        if hasattr(leaf, "dtype")
-        and not getattr(leaf, "weak_type", False)
-        and jnp.issubdtype(leaf.dtype, jnp.floating)
-    ]
-    promoted = jnp.result_type(*strong) if len(set(strong)) > 1 else None
+    # Only arrays fix a dtype: weakly typed numbers alone keep theirs.
+    strong = [leaf for leaf in floats if not _weak(leaf)]
+    target = jnp.result_type(*floats) if strong else None
 
     def read(name, kind, leaf):
         # Every leaf an array: a Python number stays weakly typed, but 1 / 0.0 must not raise, and
         # under jax.grad of a number the tracer's primal is a Python float, which the JVP rule
         # would compute with (x**2 raising OverflowError at 1e200): asarray of the tracer is not.
+        weak = _weak(leaf)
         leaf = jnp.asarray(leaf)
         dtype = jnp.result_type(leaf)
         if kind == "c":
@@ -99,17 +92,54 @@ def as_arrays(rule, names, kinds, *values):
                 f"{rule}: complex inputs are not supported for {name}, a real input "
                 f"({name} is {dtype}); a holomorphic rule declares its inputs `dtype: complex`"
             )
-        if kind == "f" and not jnp.issubdtype(dtype, jnp.floating):
+        if kind != "f" or (dtype == target and not weak):
+            return leaf
+        if target is not None:
             return jnp.asarray(leaf, dtype=target)
-        weak = getattr(leaf, "weak_type", False)
-        if kind == "f" and promoted is not None and dtype != promoted and not weak:
-            return jnp.asarray(leaf, dtype=promoted)
-        return leaf
+        if jnp.issubdtype(dtype, jnp.floating):
+            return leaf
+        # A weakly typed int + 0.0 is a weakly typed float (asarray would make it strong).
+        return leaf + 0.0 if weak else jnp.asarray(leaf, dtype=float)
 
     return tuple(
         jax.tree.map(lambda leaf, n=name, k=kind: read(n, k, leaf), value)
         for name, kind, value in zip(names, kinds, values, strict=True)
     )
+
+
+def _weak(leaf):
+    """Whether `leaf` is weakly typed: a Python number, or an array (a tracer) made of one.
+
+    A NumPy scalar is not (`np.float64` is a `float`, and strongly typed to JAX).
+    """
+    return type(leaf) in (int, float) or getattr(leaf, "weak_type", False)
+
+
+def check_statics(rule, names, kinds, *values):
+    """Refuse a traced value for a static input (an argument of `jit`, `grad`, `jvp` or `vmap`).
+
+    A static is a Python value the trace is made for (`nondiff_argnums`):
+    traced, `custom_jvp` would hold it constant, so its gradient would be a
+    silent zero, and inside `jit` no one can tell whether an outer `grad` is
+    differentiating it.  `kinds` has a letter per static: `n`, a number the
+    rule would differentiate were it declared `static: false`; `v`, another.
+    """
+    for name, kind, value in zip(names, kinds, values, strict=True):
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value)):
+            raise TypeError(_traced_static(rule, name, kind))
+
+
+def _traced_static(rule, name, kind):
+    message = (
+        f"{rule}: {name} is a static input, a Python value fixed when JAX traces the rule, "
+        "but it was given a traced value (an argument that jax.grad, jvp, vmap or jit "
+        "transforms), whose derivative the rule would silently take as zero. Pass a Python "
+        "number or a concrete array (under jax.jit, mark it static: "
+        f"static_argnames=({name!r},), or close over it)"
+    )
+    if kind == "n":
+        return f"{message}; to differentiate it, declare it `static: false` in the rule."
+    return f"{message}; the rule cannot differentiate it."
 
 
 def varying_axes(*arrays):

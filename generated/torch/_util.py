@@ -58,62 +58,131 @@ def as_tensors(rule, names, kinds, *values):
     """A rule's array arguments as tensors, as torch's own arithmetic would read them.
 
     `kinds` has a letter per argument: `f` (float), `c` (complex), `i` (int),
-    `b` (bool).  A Python number given for a float argument takes the
-    promoted float dtype of the float tensors among the arguments (the
-    default dtype without any), as a weakly typed JAX number would; a NumPy
-    array keeps its float dtype; an integer array given for a float argument
-    takes the float dtype, as NumPy would promote it.  A complex argument
-    given as real becomes complex.  All take the tensors' device.  A complex
-    array for a real argument is refused: the rule's derivatives are real.
+    `b` (bool).  The float arguments take the dtype torch's arithmetic of them
+    would compute in (`torch.result_type`): that of the dimensioned float
+    tensors, else of the 0-d ones, else the default dtype, so a 0-d tensor or
+    a Python number beside a dimensioned tensor takes its dtype
+    (`x_bf16 * torch.tensor(2.0)` is bfloat16).  A NumPy array counts as the
+    tensor it becomes; an integer array given for a float argument takes the
+    float dtype, as NumPy would promote it.  A complex argument given as real
+    becomes complex.  All take the tensors' device.  A complex array for a
+    real argument is refused: the rule's derivatives are real.
     """
-    given = [v for v in values if isinstance(v, torch.Tensor)]
     for name, kind, value in zip(names, kinds, values, strict=True):
         if kind != "c" and isinstance(value, torch.Tensor) and value.is_complex():
             raise TypeError(_real_only(rule, name, value.dtype))
-    # Float tensors of one dtype, as most calls are, need nothing; of several, each is first
-    # promoted to theirs: exp(x) of a float32 x beside a float64 y is computed in float64.
-    if (
-        len(given) == len(values)
-        and all(
-            v.is_complex() if kind == "c" else v.is_floating_point()
-            for v, kind in zip(values, kinds, strict=True)
-            if kind in "fc"
-        )
-        and len({v.dtype for v, kind in zip(values, kinds, strict=True) if kind == "f"}) <= 1
-    ):
+    # Float tensors of one dtype, as most calls are, need nothing.
+    if _alike(kinds, values):
         return values
-    # A complex tensor's precision counts too: a number beside a complex128 one is float64.
-    floats = [_REAL.get(v.dtype, v.dtype) for v in given if v.is_floating_point() or v.is_complex()]
-    dtype = functools.reduce(torch.promote_types, floats) if floats else torch.get_default_dtype()
+    given = [v for v in values if isinstance(v, torch.Tensor)]
     device = given[0].device if given else None
+    # A NumPy array keeps its dtype and ranks as the tensor it is.
+    values = tuple(
+        torch.as_tensor(v, device=device) if _numpy_kind(v) in "fiub" else v for v in values
+    )
+    dtype = _promoted(v for v, kind in zip(values, kinds, strict=True) if kind in "fc")
     converted = []
     for name, kind, value in zip(names, kinds, values, strict=True):
         if kind == "c":
             converted.append(_complex(value, dtype, device))
             continue
         if isinstance(value, torch.Tensor):
+            # Promoted before anything is computed: exp(x) of a float32 x beside a float64 y is
+            # float64 arithmetic; an integer array for a float input is computed as floats.
             if kind == "f" and value.dtype != dtype:
-                value = value.to(
-                    dtype
-                )  # an integer array for a float input: the float dtype, as NumPy would
+                value = value.to(dtype)
         elif not (
             isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value)
         ):
-            if (
-                isinstance(value, complex)
-                or getattr(getattr(value, "dtype", None), "kind", "") == "c"
-            ):
+            if isinstance(value, complex) or _numpy_kind(value) == "c":
                 raise TypeError(_real_only(rule, name, "complex"))
-            weak = not hasattr(value, "dtype")  # a Python number or list, not a NumPy array
-            value = torch.as_tensor(
-                value, dtype=dtype if kind == "f" and weak else None, device=device
-            )
-            if kind == "f" and not value.is_floating_point():
-                value = value.to(dtype)
-            elif kind == "b":
+            value = torch.as_tensor(value, dtype=dtype if kind == "f" else None, device=device)
+            if kind == "b":
                 value = value.bool()
         converted.append(value)
     return tuple(converted)
+
+
+def _alike(kinds, values):
+    """Whether every argument is a tensor of its kind, the float ones of one dtype."""
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        return False
+    pairs = list(zip(kinds, values, strict=True))
+    if not all(
+        v.is_complex() if k == "c" else v.is_floating_point() for k, v in pairs if k in "fc"
+    ):
+        return False
+    return len({v.dtype for k, v in pairs if k == "f"}) <= 1
+
+
+def _numpy_kind(value):
+    """The dtype kind of a NumPy array or scalar (`f`, `c`, ...); "x" for anything else.
+
+    Python numbers are told apart first: under torch.compile they may be
+    symbolic, whose attributes Dynamo cannot look up.
+    """
+    if isinstance(value, torch.Tensor | bool | int | float | complex | list | tuple):
+        return "x"
+    return getattr(getattr(value, "dtype", None), "kind", "x")
+
+
+def _promoted(values):
+    """The real dtype torch's arithmetic of `values` computes in, as `torch.result_type` ranks them.
+
+    Dimensioned float (or complex) tensors decide; without any, 0-d ones; without
+    those, the default dtype (Python numbers, integer tensors).  A complex
+    tensor counts by its precision.
+    """
+    tiers = ([], [])
+    for value in values:
+        if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
+            tiers[value.dim() == 0].append(_REAL.get(value.dtype, value.dtype))
+    for dtypes in tiers:
+        if dtypes:
+            return functools.reduce(torch.promote_types, dtypes)
+    return torch.get_default_dtype()
+
+
+def check_statics(rule, names, kinds, *values):
+    """Refuse a tensor that is differentiated or batched for a static input.
+
+    A static is handed to the Function as it is, and its backward returns
+    None for it: a tensor that requires grad (or is under a torch.func
+    transform, or carries a forward-mode tangent) would get a silent None
+    gradient.  `kinds` has a letter per static: `n`, a number the rule would
+    differentiate were it declared `static: false`; `v`, another.
+    """
+    for name, kind, value in zip(names, kinds, values, strict=True):
+        if isinstance(value, torch.Tensor) and _tracked(value):
+            raise TypeError(_tracked_static(rule, name, kind))
+
+
+def _tracked(tensor):
+    """Whether something would differentiate or batch `tensor`.
+
+    No public API tells a tensor that torch.func wraps (its `requires_grad`
+    is False under `jvp` and `vmap`); Dynamo does not trace that private
+    test, and compiled code sees only `requires_grad`.
+    """
+    if torch.compiler.is_compiling():
+        return tensor.requires_grad
+    return (
+        tensor.requires_grad
+        or torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+        or torch.autograd.forward_ad.unpack_dual(tensor).tangent is not None
+    )
+
+
+def _tracked_static(rule, name, kind):
+    message = (
+        f"{rule}: {name} is a static input, a Python value handed to the rule as it is, "
+        "but it was given a tensor that requires grad (or one that torch.func transforms, or "
+        "a dual tensor), whose gradient the rule would silently leave None. Pass a Python "
+        "number (`.item()`)"
+    )
+    if kind == "n":
+        return f"{message}; to differentiate it, declare it `static: false` in the rule."
+    return f"{message}; the rule cannot differentiate it."
 
 
 def _real_only(rule, name, dtype):

@@ -49,6 +49,7 @@ class Snippet:
     reads: frozenset[str]
     imports: frozenset[str] = frozenset()  # top-level modules the body imports itself
     apis: frozenset[str] = frozenset()  # the framework APIs it calls whose age matters (rulegen.derive.floors)
+    called: frozenset[str] = frozenset()  # the names it calls as functions (`f` of `f(a, x)`)
 
 
 def _bound_names(tree: ast.AST) -> set[str]:
@@ -95,7 +96,14 @@ def parse_snippet(kind: str, text: Text, scope: Iterable[str], rules: Iterable[s
                 raise SpecError(where, f"unknown name {node.id!r} in the `{kind}` body{hint}")
             reads.add(node.id)
     apis = listed(apis_used(function, {n: m for n, m in _FRAMEWORK_NAMES.items() if n in MODULES[kind]}))
-    return Snippet(kind=kind, text=text, reads=frozenset(reads), imports=_imported_modules(function), apis=apis)
+    called = frozenset(
+        node.func.id
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in reads
+    )
+    return Snippet(
+        kind=kind, text=text, reads=frozenset(reads), imports=_imported_modules(function), apis=apis, called=called
+    )
 
 
 def _imported_modules(tree: ast.AST) -> frozenset[str]:
@@ -134,6 +142,7 @@ class Code:
     modules: tuple[str, ...] = ()  # module names it reads (np, jnp, torch, ...)
     imports: tuple[str, ...] = ()  # top-level modules the body imports itself
     apis: tuple[str, ...] = ()  # the framework APIs it calls whose age matters (rulegen.derive.floors)
+    called: tuple[str, ...] = ()  # the names in scope it calls as functions (a static `f` of `f(a, x)`)
 
     @property
     def host(self) -> bool:
@@ -158,6 +167,12 @@ class SnippetDerivation:
     @property
     def diff_inputs(self) -> tuple[Input, ...]:
         return tuple(i for i in self.rule.inputs if i.differentiable)
+
+    @property
+    def called(self) -> frozenset[str]:
+        """The names in scope that some body calls as functions (`f` of `f(a, x)`)."""
+        bodies = [self.forward, self.jvp, self.vjp, *(code for _, code in self.residuals)]
+        return frozenset(n for body in bodies if body is not None for code in body.values() for n in code.called)
 
     @property
     def host(self) -> bool:
@@ -234,6 +249,7 @@ class _SnippetDeriver:
                 modules=tuple(sorted(snippet.reads & MODULES[chosen] - set(scope))),
                 imports=tuple(sorted(snippet.imports)),
                 apis=tuple(sorted(snippet.apis)),
+                called=tuple(n for n in scope if n in snippet.called),
             )
         return found
 

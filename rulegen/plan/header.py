@@ -17,6 +17,7 @@ from rulegen.plan.code import (
     Class,
     Comment,
     Docstring,
+    Expr,
     Field,
     Import,
     Return,
@@ -27,11 +28,19 @@ from rulegen.plan.code import (
     unpacking,
 )
 from rulegen.plan.model import Header, Param
-from rulegen.spec.rules import ASSUMPTION_CONDITIONS, Input, Returned, Rule, Structured, StructureKind
+from rulegen.spec.rules import (
+    ASSUMPTION_CONDITIONS,
+    Input,
+    Returned,
+    Rule,
+    SnippetBody,
+    Structured,
+    StructureKind,
+)
 
 
 def array_arguments(rule: Rule, helper: str, *, lifted: bool = False) -> tuple[Assign, ...]:
-    """The public function's first statement: its array arguments through the backend's `helper`, if any.
+    """The public function's array arguments through the backend's `helper`, if any (after `static_check`).
 
     `lifted`: the helper also returns the dtype its float arrays were lifted
     from (torch's `as_opmath_tensors`), unpacked as `_low`.
@@ -55,10 +64,44 @@ def array_arguments(rule: Rule, helper: str, *, lifted: bool = False) -> tuple[A
     return (Assign(targets, f"{own_names(rule)[helper]}({rule.name!r}, ({quoted}), {kinds!r}, {names})"),)
 
 
+def static_check(rule: Rule, called: Iterable[str] = ()) -> tuple[Expr, ...]:
+    """The public function's first statement where the rule has statics: `check_statics` of them, which
+    refuses a traced or differentiated value.
+
+    JAX would hand a traced static to the rule as a constant and torch would
+    return no gradient for it: a silent zero.  Its letter tells the message
+    whether `static: false` would make the input differentiable (`n`) or not
+    (`v`).  torch leaves out the statics its bodies call (`called`:
+    fixed_point's `f`), where a tensor fails at the call; a JAX callable may
+    be a pytree holding tracers (`jax.tree_util.Partial`), so JAX checks them.
+    """
+    statics = [i for i in rule.inputs if i.static and i.name not in set(called)]
+    if not statics:
+        return ()
+    names = ", ".join(i.name for i in statics)
+    quoted = ", ".join(repr(i.name) for i in statics) + ("," if len(statics) == 1 else "")
+    kinds = "".join("n" if _differentiable_as_array(rule, i) else "v" for i in statics)
+    return (Expr(f"{own_names(rule)['check_statics']}({rule.name!r}, ({quoted}), {kinds!r}, {names})"),)
+
+
+def _snippets(rule: Rule) -> list[SnippetBody]:
+    residuals = rule.residuals.values() if isinstance(rule.residuals, dict) else ()
+    return [b for b in (rule.forward, rule.jvp, rule.vjp, *residuals) if isinstance(b, SnippetBody)]
+
+
+def _differentiable_as_array(rule: Rule, static: Input) -> bool:
+    """Whether `static: false` makes `static` an input the rule differentiates: a float number read by
+    symbolic bodies alone, whose derivatives sympy derives."""
+    default = static.default
+    number = not static.has_default or (isinstance(default, int | float) and not isinstance(default, bool))
+    return static.dtype == "float" and number and not _snippets(rule)
+
+
 def jax_util_imports(imports: set[Import], rule: Rule) -> frozenset[Import]:
     """A JAX module's imports, with what it takes from jax/_util.py for its arguments, spelled as the module spells
     its own names (symbols.own_names)."""
     util = ["as_arrays"] if any(not i.static for i in rule.inputs) else []
+    util += ["check_statics"] if static_check(rule) else []
     return spelled(imports | imported("._util", *util, *unpack_helpers(rule)), own_names(rule))
 
 

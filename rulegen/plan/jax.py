@@ -31,6 +31,7 @@ from rulegen.plan.header import (
     result_classes,
     returns_of,
     stability_notes,
+    static_check,
     unpacked,
 )
 from rulegen.plan.model import JaxPlan, Result, Wrap
@@ -124,7 +125,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         bwd=bwd,
         imports=jax_util_imports(imports, rule),
         float_arrays=float_arrays,
-        array_arguments=array_arguments(rule, "as_arrays"),
+        array_arguments=(*static_check(rule), *array_arguments(rule, "as_arrays")),
         maps=maps,
         forward_notes=stability_notes(d),
         result_classes=classes,

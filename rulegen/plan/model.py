@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from rulegen.plan.code import Assign, Block, Class, Def, Import, Statement, import_statements
+from rulegen.plan.code import Assign, Block, Class, Def, Expr, Import, Statement, import_statements
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class JaxPlan:
     imports: frozenset[Import]
     # With both a jvp and a vjp: the two halves of the linear_map the JVP applies.
     maps: tuple[Def, ...]
-    array_arguments: tuple[Assign, ...]  # the public function's first statement, if any (see array_arguments)
+    array_arguments: tuple[Assign | Expr, ...]  # the public function's first statements (static_check, array_arguments)
     unpack: tuple[Assign, ...]  # before it: structured arguments taken apart (see header.unpacked)
     forward_notes: tuple[str, ...] = ()  # comment lines above the forward (see stability_notes)
     # Float array inputs: bfloat16 and float16 compute in float32 (rounded once); () for none.
@@ -160,7 +160,8 @@ class TorchPlan:
     jvp_is_backward: bool
     imports: frozenset[Import]
     wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
-    tensor_arguments: tuple[Assign, ...]  # the wrapper's first statement: its array arguments as tensors, if any
+    static_check: tuple[Expr, ...]  # the wrapper's first statement: its statics checked, if any (see static_check)
+    tensor_arguments: tuple[Assign, ...]  # then its array arguments as tensors, if any
     unpack: tuple[Assign, ...]  # before it: structured arguments taken apart (see header.unpacked)
     returning: tuple[Statement, ...]  # the wrapper's last statements (see header.public_return)
     routed_line: Assign  # the module-level statement binding `route` to the runtime's `routed` of the Function

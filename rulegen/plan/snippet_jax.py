@@ -20,6 +20,7 @@ from rulegen.plan.header import (
     public_return,
     result_classes,
     returns_of,
+    static_check,
     unpacked,
 )
 from rulegen.plan.model import SnippetPlan
@@ -69,7 +70,12 @@ def _module(
     """
     rule = p.rule
     header = header_of(p.d, "jax")
-    prologue: tuple[Statement, ...] = (*doc_lines(header), *unpacked(rule), *array_arguments(rule, "as_arrays"))
+    prologue: tuple[Statement, ...] = (
+        *doc_lines(header),
+        *unpacked(rule),
+        *static_check(rule),
+        *array_arguments(rule, "as_arrays"),
+    )
     params = tuple(map(str, parameters_of(rule, "jax")))
     if bodies:
         private = Def(hidden(rule.name), p.inputs, tuple(lines), (decorator,) if decorator else ())

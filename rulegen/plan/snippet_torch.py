@@ -19,6 +19,7 @@ from rulegen.plan.header import (
     public_return,
     result_classes,
     returns_of,
+    static_check,
     torch_util_imports,
     unpack_helpers,
     unpacked,
@@ -35,6 +36,7 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     p.imports.add(Import("torch"))
     util_names = (["as_opmath_tensors", "rounded"] if _float_arrays(p) else ["as_tensors"]) if _arguments(p) else []
     util_names += unpack_helpers(d.rule)
+    util_names += ["check_statics"] if static_check(d.rule, d.called) else []
     if d.jvp is None and d.vjp is None:
         # Nothing custom: torch differentiates the body as it is.
         forward = p.given("forward")
@@ -89,7 +91,7 @@ def _module(
     arguments: list[Statement] = list(_arguments(p))
     if arguments and _float_arrays(p):
         arguments.insert(0, Comment(TORCH_LIFT_NOTE))
-    prologue = (*doc_lines(header), *unpacked(rule), *arguments)
+    prologue = (*doc_lines(header), *unpacked(rule), *static_check(rule, p.d.called), *arguments)
     params = tuple(map(str, parameters_of(rule, "torch")))
     classes = result_classes(rule, "torch")
     if classes:

@@ -46,6 +46,7 @@ from rulegen.plan.header import (
     result_classes,
     returns_of,
     stability_notes,
+    static_check,
     torch_util_imports,
     unpack_helpers,
     unpacked,
@@ -306,6 +307,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
     helpers: set[str] = set()
     if any(not i.static for i in rule.inputs):
         helpers = {*(("as_opmath_tensors", "rounded") if lifted else ("as_tensors",)), *unpack_helpers(rule)}
+    if static_check(rule):
+        helpers.add("check_statics")
     backward_reads = backward.reads | in_place.backward_reads | set(fused.backward_params)
     non_diff = t.non_differentiable
     kept_for_jvp = _tangents_broadcast(t) and not t.tangents_broadcast and not _broadcasts_from(t, backward.reads)
@@ -358,6 +361,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers), own_names(rule)),
         shape_kept=shape_kept,
         wrapper_targets=", ".join(n if n in t.outputs else hidden(n) for n in values_out),
+        static_check=static_check(rule),
         tensor_arguments=array_arguments(rule, "as_opmath_tensors" if lifted else "as_tensors", lifted=lifted),
         forward_notes=stability_notes(t.d),
         float_arrays=float_arrays,
@@ -879,6 +883,7 @@ def _public(plan: TorchPlan) -> Def:
     """The function users call: arguments as tensors, the Function applied, residuals dropped."""
     body: list[Statement] = list(doc_lines(plan.header))
     body += plan.unpack
+    body += plan.static_check
     if plan.lifted:
         body.append(Comment(TORCH_LIFT_NOTE))
     elif plan.float_arrays:

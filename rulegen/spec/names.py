@@ -56,6 +56,7 @@ HELPER_NAMES = frozenset(
         "binade",
         "broadcast",
         "broadcast_tangents",
+        "check_statics",
         "digamma",
         "erfcx",
         "erfcx_series",
