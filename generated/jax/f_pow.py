@@ -5,7 +5,7 @@
 import functools
 
 import jax
-import jax.numpy as jnp
+import jax.scipy.special
 
 from ._util import as_arrays, in_float32, present, rounded, summed_like
 
@@ -19,6 +19,10 @@ def f_pow(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
     Partials (derived by sympy):
         dout/dx = x**(y - 1)*y
         dout/dy = x**y*log(x)
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dy = xlogy(x**y, x): canonical, 0.1/0.1 -> 0.1/0.1
 
     Inputs:
         x: float array; checked on [0.5, 3]
@@ -45,5 +49,5 @@ def _f_pow_jvp(primals, tangents):
     return out, summed_like(
         out,
         None if x_dot is None else x_dot * (x ** (y - 1) * y),
-        None if y_dot is None else y_dot * (out * jnp.log(x)),
+        None if y_dot is None else y_dot * jax.scipy.special.xlogy(out, x),
     )

@@ -27,21 +27,21 @@ class FPow(RuleFunction):
         if out_bar is None:
             return None, None
         if plain(x, y, out, out_bar) and all(ctx.needs_input_grad):
-            t0 = (out * y / x).mul_(out_bar)
-            t1 = torch.log(x).mul_(out).mul_(out_bar)
+            t0 = (x ** (y - 1)).mul_(y).mul_(out_bar)
+            t1 = torch.special.xlogy(out, x).mul_(out_bar)
             return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = (out_bar * (out * y / x)).sum_to_size(x.shape)
+            x_bar = (out_bar * (x ** (y - 1) * y)).sum_to_size(x.shape)
         if ctx.needs_input_grad[1]:
-            y_bar = (out_bar * (out * torch.log(x))).sum_to_size(y.shape)
+            y_bar = (out_bar * torch.special.xlogy(out, x)).sum_to_size(y.shape)
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, out = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        return x_dot * (out * y / x) + y_dot * (out * torch.log(x))
+        return x_dot * (x ** (y - 1) * y) + y_dot * torch.special.xlogy(out, x)
 
 
 _apply_f_pow = routed(FPow, "(Tensor x, Tensor y) -> Tensor")
@@ -56,6 +56,10 @@ def f_pow(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     Partials (derived by sympy):
         dout/dx = x**(y - 1)*y
         dout/dy = x**y*log(x)
+
+    Stabilised (the form with the least error rulegen measured; mean bits of error,
+    float64/float32, as derived -> as computed):
+        dout/dy = xlogy(x**y, x): canonical, 0.1/0.1 -> 0.1/0.1
 
     Inputs:
         x: float array; checked on [0.5, 3]

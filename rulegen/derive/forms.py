@@ -40,6 +40,7 @@ from rulegen.derive.functions import (
     softplus,
     softplus_scaled,
     tanh_backward,
+    xlogy,
 )
 from rulegen.spec.rules import Rule
 
@@ -295,6 +296,11 @@ CANONICAL_FORMS = (
         ReplaceOptim(lambda e: e.is_Add and _one_plus_erf(e) is not e, _one_plus_erf),
         writes=("one_plus_erf",),
     ),
+    # b**p * log(b) -> xlogy(b**p, b): 0 * -inf, nan, at b = 0, where the limit and the frameworks' derivative are 0
+    CanonicalForm(
+        ReplaceOptim(lambda e: e.is_Mul and _power_times_log(e) is not None, lambda e: _power_times_log(e)),
+        writes=("xlogy",),
+    ),
     CanonicalForm(  # log(erfcx(u)) -> u**2 + log(erfc(u)) where u < 0: erfcx(u) ~ 2*exp(u**2) overflows there
         ReplaceOptim(
             lambda e: isinstance(e, sp.log) and isinstance(e.args[0], erfcx), lambda e: _log_erfcx(e.args[0].args[0])
@@ -317,6 +323,18 @@ def _exponents_of_log_of_sum(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
         else:
             return None
     return exponents[0], exponents[1]
+
+
+def _power_times_log(product: sp.Mul) -> sp.Expr | None:
+    """A product of b**p and log(b) as xlogy(b**p, b) times the rest (x**y's derivative in y); None without both."""
+    logs = {f.args[0]: f for f in product.args if isinstance(f, sp.log)}
+    for f in product.args:
+        if f.is_Pow and not f.base.is_number and f.base in logs:
+            rest = list(product.args)
+            rest.remove(f)
+            rest.remove(logs[f.base])
+            return sp.Mul(*rest, xlogy(f, f.base))
+    return None
 
 
 def _gamma_ratio(product: sp.Mul) -> sp.Expr | None:

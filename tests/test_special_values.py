@@ -1,0 +1,77 @@
+"""The bundled function rules at the edges of the float line: nan, zeros, subnormals, the largest floats.
+
+Each case is a point the conformance matrix's special values found wrong (tests/test_conformance.py holds
+every registered function there); here against the committed `generated/` package, so that it runs in the
+unit lane, and with the mechanism it pins: how branches are printed, how a derivative reads the output.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+
+import generated.jax as gj
+import generated.torch as gt
+from rulegen.plan.saving import saved_form
+
+jax.config.update("jax_enable_x64", True)
+
+pytestmark = pytest.mark.unit
+
+DTYPES = (np.float32, np.float64)
+
+
+def jax_grad(f, *args, argnum=0):
+    return np.asarray(jax.vmap(jax.grad(f, argnums=argnum))(*(jnp.asarray(a) for a in args)))
+
+
+def torch_grad(f, *args, argnum=0):
+    return torch.vmap(torch.func.grad(f, argnums=argnum))(*(torch.from_numpy(a) for a in args)).numpy()
+
+
+def torch_value(f, *args):
+    return f(*(torch.from_numpy(a) for a in args)).numpy()
+
+
+# -------------------------------------------------------------------- a derivative is not divided out of the output
+
+
+def test_a_saved_output_is_read_where_it_is_a_factor_only():
+    x, y, out = sp.symbols("x y out")
+    assert saved_form(x ** (y - 1) * y, {x**y: out}) == x ** (y - 1) * y
+    assert saved_form(x**y * sp.log(x) * 2, {x**y: out}) == 2 * out * sp.log(x)
+    assert saved_form(2 * x * sp.exp(x) * sp.sin(x), {sp.exp(x) * sp.sin(x): out}) == 2 * out * x
+
+
+@pytest.mark.parametrize(
+    ("dtype", "x", "y"),
+    [
+        (np.float32, 1e-30, 1.5),  # x**y underflows: out * y / x was 2.80e-15 for 1.5e-15
+        (np.float32, 3.64e-31, 1.5),  # and 0 here
+        (np.float32, 1.29e20, 2.0),  # x**y overflows: inf for 2.58e20
+        (np.float64, 1e-300, 1.5),  # 0 for 1.5e-150
+    ],
+)
+def test_pow_derivative_where_the_output_under_or_overflows(dtype, x, y):
+    xs, ys = np.asarray([x], dtype=dtype), np.asarray([y], dtype=dtype)
+    exact = y * float(xs[0]) ** (y - 1)
+    for f, grad in ((gj.f_pow, jax_grad), (gt.f_pow, torch_grad)):
+        got = float(grad(f, xs, ys)[0])
+        assert got == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps), abs=0), f
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pow_derivatives_at_zero_are_the_frameworks(dtype):
+    x = np.zeros(3, dtype=dtype)
+    y = np.asarray([0.5, 1.5, 2.0], dtype=dtype)
+    for f, grad in ((gj.f_pow, jax_grad), (gt.f_pow, torch_grad)):
+        np.testing.assert_array_equal(grad(f, x, y, argnum=0), [math.inf, 0.0, 0.0])
+        np.testing.assert_array_equal(grad(f, x, y, argnum=1), [0.0, 0.0, 0.0])
+
+
