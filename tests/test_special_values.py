@@ -18,6 +18,7 @@ import torch
 
 import generated.jax as gj
 import generated.torch as gt
+from rulegen.derive.functions import Piecewise
 from rulegen.plan.saving import saved_form
 
 jax.config.update("jax_enable_x64", True)
@@ -37,6 +38,29 @@ def torch_grad(f, *args, argnum=0):
 
 def torch_value(f, *args):
     return f(*(torch.from_numpy(a) for a in args)).numpy()
+
+
+# -------------------------------------------------------------------- nan takes a branch that reads it
+
+
+def test_a_stand_in_is_the_first_piece_so_that_nan_reads_the_variable():
+    x = sp.Symbol("x", real=True)
+    assert Piecewise((x, x >= 0), (1, True)).args == Piecewise((1, x < 0), (x, True)).args
+    # Both pieces read x, or the condition is no ordering (nan != 0 holds): as written.
+    assert Piecewise((x, x >= 0), (-x, True)).args[0].cond == (x >= 0)
+    assert Piecewise((x, sp.Ne(x, 0)), (1, True)).args[0].cond == sp.Ne(x, 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_log_ndtr_of_nan_is_nan(dtype):
+    x = np.asarray([math.nan, -1.0, 2.0], dtype=dtype)
+    for got in (
+        np.asarray(gj.f_log_ndtr(x)),
+        torch_value(gt.f_log_ndtr, x),
+        jax_grad(gj.f_log_ndtr, x),
+        torch_grad(gt.f_log_ndtr, x),
+    ):
+        assert math.isnan(got[0]) and np.isfinite(got[1:]).all()
 
 
 # -------------------------------------------------------------------- a derivative is not divided out of the output
@@ -73,5 +97,3 @@ def test_pow_derivatives_at_zero_are_the_frameworks(dtype):
     for f, grad in ((gj.f_pow, jax_grad), (gt.f_pow, torch_grad)):
         np.testing.assert_array_equal(grad(f, x, y, argnum=0), [math.inf, 0.0, 0.0])
         np.testing.assert_array_equal(grad(f, x, y, argnum=1), [0.0, 0.0, 0.0])
-
-

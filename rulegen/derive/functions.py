@@ -597,10 +597,36 @@ class Piecewise(sp.Piecewise):
     x = 0, and the derivatives there are nan (inf times a zero cotangent).
     """
 
+    def __new__(cls, *args: Any, **options: Any) -> sp.Expr:
+        return super().__new__(cls, *_nan_reads(args), **options)
+
     def _eval_power(self, exponent: sp.Expr) -> sp.Expr | None:
         if exponent.is_negative is not False:
             return None
         return super()._eval_power(exponent)
+
+
+# Orderings, which nan makes false: nan takes a Piecewise's last piece.
+_ORDERINGS = (sp.StrictLessThan, sp.LessThan, sp.StrictGreaterThan, sp.GreaterThan)
+
+
+def _nan_reads(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Two pieces, a stand-in last: the stand-in first, on the negated ordering, so that nan reads the variable.
+
+    `where(x >= 0, x, 1)` (a stand-in for x in a branch a `where` drops) is 1 at x = nan, as every ordering is
+    false there, and the branch that nan takes computes a finite number from it: log_ndtr(nan) was log_ndtr(1).
+    `where(x < 0, 1, x)` is the same on every number and nan at nan.  sympy writes Not(x < 0) as x >= 0, so the
+    negation is spelt as the other piece's, never left to it.
+    """
+    if len(args) != 2:
+        return args
+    first, last = (sp.functions.elementary.piecewise.ExprCondPair(*a) for a in args)
+    if not isinstance(first.cond, _ORDERINGS) or last.cond != sp.true:
+        return args
+    compared = first.cond.free_symbols
+    if first.expr.free_symbols & compared and not last.expr.free_symbols & compared:
+        return ((last.expr, first.cond.negated), (first.expr, True))
+    return args
 
 
 def _clip(x: sp.Expr, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:
