@@ -11,6 +11,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import mpmath
 import numpy as np
 import pytest
 import sympy as sp
@@ -80,12 +81,16 @@ def test_a_saved_output_is_read_where_it_is_a_factor_only():
         (np.float32, 3.64e-31, 1.5),  # and 0 here
         (np.float32, 1.29e20, 2.0),  # x**y overflows: inf for 2.58e20
         (np.float64, 1e-300, 1.5),  # 0 for 1.5e-150
+        # x**(y - 1) overflows where y x**(y - 1) does not: the output's quotient, y * out / x, is right there.
+        (np.float64, 2.4850300990025238e-311, -1.3071596040192355e-100),
     ],
 )
 def test_pow_derivative_where_the_output_under_or_overflows(dtype, x, y):
     xs, ys = np.asarray([x], dtype=dtype), np.asarray([y], dtype=dtype)
-    exact = y * float(xs[0]) ** (y - 1)
-    for f, grad in ((gj.f_pow, jax_grad), (gt.f_pow, torch_grad)):
+    exact = float(y * mpmath.mpf(float(xs[0])) ** (mpmath.mpf(float(ys[0])) - 1))
+    # XLA on the CPU reads a subnormal x as 0: the derivative at 0 is JAX's there.
+    subnormal = abs(float(xs[0])) < float(np.finfo(dtype).tiny)
+    for f, grad in ((gj.f_pow, jax_grad), (gt.f_pow, torch_grad))[subnormal:]:
         got = float(grad(f, xs, ys)[0])
         assert got == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps), abs=0), f
 
@@ -97,3 +102,24 @@ def test_pow_derivatives_at_zero_are_the_frameworks(dtype):
     for f, grad in ((gj.f_pow, jax_grad), (gt.f_pow, torch_grad)):
         np.testing.assert_array_equal(grad(f, x, y, argnum=0), [math.inf, 0.0, 0.0])
         np.testing.assert_array_equal(grad(f, x, y, argnum=1), [0.0, 0.0, 0.0])
+
+
+# -------------------------------------------------------------------- quotients that cancel at 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hypot_derivative_at_zero_and_subnormals(dtype):
+    tiny = np.finfo(dtype).smallest_subnormal
+    x = np.asarray([0.0, tiny, 3 * tiny], dtype=dtype)
+    y = np.asarray([0.0, tiny, 4 * tiny], dtype=dtype)
+    # torch computes subnormals: 1/sqrt(2) and 3/5; XLA on CPU reads them as 0, the derivative at (0, 0), 0.
+    np.testing.assert_allclose(torch_grad(gt.f_hypot, x, y), [0.0, 1 / math.sqrt(2), 0.6], rtol=1e-6)
+    np.testing.assert_array_equal(jax_grad(gj.f_hypot, x, y), [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bessel_i1e_derivative_near_zero_is_one_half(dtype):
+    info = np.finfo(dtype)
+    x = np.asarray([0.0, -0.0, info.smallest_subnormal, 1.5e-38, 2e-38, 1e-20], dtype=dtype)
+    for f, grad in ((gj.f_bessel_i1e, jax_grad), (gt.f_bessel_i1e, torch_grad)):
+        np.testing.assert_allclose(grad(f, x), 0.5, rtol=2 * float(info.eps))

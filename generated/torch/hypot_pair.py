@@ -64,8 +64,8 @@ def hypot_pair(xy: tuple[torch.Tensor | float, torch.Tensor | float]) -> torch.T
     Stabilised (the form with the least error rulegen measured; mean bits of error,
     float64/float32, as derived -> as computed):
         out = hypot(x, y): norms, 21.8/10.8 -> 0.0/0.0
-        dout/dx = x/hypot(x, y): derivative of a forward form, 19.6/10.8 -> 0.0/0.0
-        dout/dy = y/hypot(x, y): derivative of a forward form, 21.9/10.8 -> 0.0/0.0
+        dout/dx = x/hypot(x, y): norms, 19.6/10.8 -> 0.0/0.0
+        dout/dy = y/hypot(x, y): norms, 21.9/10.8 -> 0.0/0.0
 
     Inputs:
         x: float array; checked on [-3, 3]
