@@ -123,3 +123,15 @@ def test_bessel_i1e_derivative_near_zero_is_one_half(dtype):
     x = np.asarray([0.0, -0.0, info.smallest_subnormal, 1.5e-38, 2e-38, 1e-20], dtype=dtype)
     for f, grad in ((gj.f_bessel_i1e, jax_grad), (gt.f_bessel_i1e, torch_grad)):
         np.testing.assert_allclose(grad(f, x), 0.5, rtol=2 * float(info.eps))
+
+
+# -------------------------------------------------------------------- a refinement taken only where it is in range
+
+
+def test_cbrt_of_the_largest_float32():
+    # The 46 largest, where y**3 of the rounded root overflowed and the Newton step made it 2/3 of the root.
+    top = np.finfo(np.float32).max.view(np.int32)
+    x = np.concatenate([np.arange(top - 45, top + 1, dtype=np.int32).view(np.float32), np.float32([1e38, 8.0])])
+    exact = np.cbrt(x.astype(np.float64))
+    for got in (np.asarray(gj.f_cbrt(x)), torch_value(gt.f_cbrt, x)):
+        np.testing.assert_allclose(got, exact, rtol=2 * np.finfo(np.float32).eps)
