@@ -11,12 +11,19 @@ A static Python number and an integer array are values only (neither is
 differentiated); the integer array's result is in the default float dtype.
 A new registry entry is in the matrix by being registered: it passes, or
 the registry says where its framework implementation is wrong.
+
+The special values (`test_special_values`) run each function of one or two
+inputs, and `x**y` and `x**(1/3)`, at nan, ±0, ±the smallest subnormal,
+±the smallest normal, ±the largest float and ±inf of each dtype (every pair
+for two inputs), value, first derivative (reverse and forward mode) and
+second: nan in gives nan out, elsewhere the exact value where it is defined.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -109,6 +116,9 @@ def rules_text() -> str:
             lines.append(
                 f"  - {{name: z_{name.lower()}, inputs: {{z: {{dtype: complex}}}}, forward: '{call.text(['z'])}'}}"
             )
+    for name, (text, arity) in POWERS.items():
+        names = ", ".join(f"x{k}" for k in range(arity))
+        lines.append(f"  - {{name: p_{name}, inputs: [{names}], forward: '{text}'}}")
     return "\n".join(lines) + "\n"
 
 
@@ -384,3 +394,1045 @@ def test_conformance(package, name, kind, backend, dtype):
         assert failures, f"{name} {kind} {backend} {dtype} now passes: remove it from KNOWN_WRONG ({known})"
         pytest.xfail(known)
     assert not failures, "\n".join(failures[:12])
+
+
+# -------------------------------------------------------------------- special values
+#
+# Each function at the special points of each dtype (nan, ±0, ±smallest subnormal, ±smallest normal, ±largest,
+# ±inf, and for two-input functions every pair of them), plus points where a power under- or overflows while its
+# derivative is a normal float: the value, the first derivative in each input (reverse and forward mode) and the
+# second (reverse over reverse), both backends.  Expected: the exact value (mpmath, 40 digits) wherever it is
+# defined, nan wherever an input is nan.  Powers (`x**y`, `x**(1/3)`) are rules' arithmetic, not registry entries,
+# and are in the matrix beside them.
+
+#: Arithmetic a rule writes without a registry function, with what the frameworks do wrong at the float edges.
+POWERS = {"pow": ("x0**x1", 2), "cbrt": ("x0**(1/3)", 1)}
+
+
+def special_points(dtype: np.dtype) -> list[float]:
+    info = np.finfo(dtype)
+    edges = [float(info.smallest_subnormal), float(info.tiny), float(info.max), math.inf]
+    return [math.nan, 0.0, -0.0, *(s * e for e in edges for s in (1.0, -1.0))]
+
+
+#: Where `x**y` under- or overflows while `y x**(y-1)` is a normal float, and where XLA's i1e ~ x/2 is flushed.
+EDGES = {"float32": (1e-30, 3.64e-31, 1.29e20, 1.5e-38), "float64": (1e-300, 1e200)}
+EXPONENTS = (0.5, 1.5, 2.0, -1.0)
+
+
+@dataclass(frozen=True)
+class Special:
+    """One function of the special-value matrix: its rule in the conformance package and its sympy expression."""
+
+    name: str
+    rule: str
+    arity: int
+    build: Callable[[list[sp.Symbol]], sp.Expr]
+    domains: tuple[tuple[float, float], ...] = ()
+
+    def inside(self, row: tuple[float, ...]) -> bool:
+        """Whether `row` is in the function's domain (its boundary included), where it has a real value."""
+        return all(lo <= v <= hi for (lo, hi), v in zip(self.domains, row, strict=False))
+
+    def expr(self) -> tuple[sp.Expr, list[sp.Symbol]]:
+        symbols = [sp.Symbol(f"x{k}", real=True) for k in range(self.arity)]
+        return self.build(symbols), symbols
+
+    def columns(self, dtype: np.dtype) -> list[np.ndarray]:
+        specials = special_points(dtype)
+        edges = EDGES[dtype.name]
+        if self.arity == 1:
+            column = specials + [s * e for e in edges for s in (1.0, -1.0)]
+            return [np.asarray(column, dtype=dtype)]
+        pairs = [(a, b) for a in specials for b in specials]
+        pairs += [(e, p) for e in edges for p in EXPONENTS] + [(p, e) for e in edges for p in EXPONENTS]
+        return [np.asarray([p[k] for p in pairs], dtype=dtype) for k in range(2)]
+
+
+def _specials() -> dict[str, Special]:
+    found = {
+        name: Special(
+            name,
+            f"c_{name.lower()}",
+            call.arity,
+            lambda s, call=call: call.expr(real=True)[0].xreplace(dict(zip(call.expr(real=True)[1], s, strict=True))),
+            tuple(call.domain(k) for k in range(call.arity)),
+        )
+        for name, call in CALLS.items()
+        if call.arity <= 2
+    }
+    for name, (text, arity) in POWERS.items():
+        found[name] = Special(
+            name,
+            f"p_{name}",
+            arity,
+            lambda s, text=text: sp.sympify(text, locals={f"x{k}": v for k, v in enumerate(s)}),
+        )
+    return found
+
+
+SPECIALS = _specials()
+
+
+def special_reference(special: Special, order: str, varied: int) -> tuple[Callable[..., object], sp.Expr]:
+    expr, symbols = special.expr()
+    for _ in range({"value": 0, "first": 1, "jvp": 1, "second": 2}[order]):
+        expr = sp.diff(expr, symbols[varied])
+        expr = expr.replace(
+            lambda e: isinstance(e, sp.Derivative) and isinstance(e.expr, (sp.floor, sp.ceiling)), lambda _: sp.S.Zero
+        )
+        expr = expr.replace(lambda e: isinstance(e, fn.VANISHING), lambda _: sp.S.Zero)
+    return sp.lambdify(symbols, expr, modules=[dict(fn.MPMATH_IMPLEMENTATIONS), "mpmath"]), expr
+
+
+class _TooLong(Exception):
+    pass
+
+
+def _too_long(*_: object) -> None:
+    raise _TooLong
+
+
+def _exact(f: Callable[..., object], row: tuple[object, ...]) -> float | None:
+    """f at `row` to 40 digits; None where it is undefined, or where mpmath takes more than a second: its digamma at
+    -1.8e308, a pole it does not see (every float past 2**53 is an integer), never returns."""
+    previous = signal.signal(signal.SIGALRM, _too_long)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with mpmath.workdps(40):
+            value = complex(f(*(mpmath.mpf(v) for v in row)))
+    except (ValueError, ZeroDivisionError, OverflowError, TypeError, _TooLong):
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    if value.imag != 0 or math.isnan(value.real):
+        return None
+    return value.real
+
+
+def _one_sided(row: tuple[float, ...], depth: int, order: tuple[int, ...]) -> tuple[object, ...]:
+    """`row` with each zero a number of its sign 10**-depth or so, far below every float (mpmath has no -0), the
+    zeros of `row` in the order of `order`'s magnitudes."""
+    return tuple(
+        mpmath.mpf(f"{'-' if math.copysign(1, v) < 0 else ''}1e-{depth + 50 * order[k]}") if v == 0 else v
+        for k, v in enumerate(row)
+    )
+
+
+def _limit(f: Callable[..., object], row: tuple[float, ...]) -> float | None:
+    """f's limit at `row`'s zeros from their sides: the value at 10**-450 where 10**-900 gives the same, ±inf where
+    it grows with the same sign (sqrt'(+0), loggamma(+0)), else None; of two zeros, only where the limit is the
+    same whichever is the smaller (not atan2's at (0, 0), nor x**y's derivatives)."""
+    found = set()
+    for order in {(0,) * len(row), tuple(range(len(row))), tuple(reversed(range(len(row))))}:
+        near, nearer = _exact(f, _one_sided(row, 450, order)), _exact(f, _one_sided(row, 900, order))
+        if near is None or nearer is None:
+            return None
+        if abs(near - nearer) <= 1e-30 * max(1.0, abs(near)):
+            found.add(round(near, 12) if abs(near) < 1e300 else near)
+        elif np.sign(near) == np.sign(nearer) and abs(nearer) > 1.5 * abs(near) and abs(near) > 100:
+            found.add(math.copysign(math.inf, near))
+        else:
+            return None
+    return found.pop() if len(found) == 1 else None
+
+
+def _flushed(row: tuple[float, ...], dtype: np.dtype) -> tuple[float, ...]:
+    """`row` as XLA on CPU reads it: a subnormal operand is a zero of its sign (denormals-are-zero)."""
+    return tuple(math.copysign(0.0, v) if 0 < abs(v) < float(np.finfo(dtype).tiny) else v for v in row)
+
+
+def special_expected(f: Callable[..., object], row: tuple[float, ...], backend: str, dtype: np.dtype) -> list[float]:
+    """The exact values a cell may give at `row`: at it, at its zeros' one-sided limits, and (JAX) at it flushed."""
+    found = []
+    for r in [row, _flushed(row, dtype)] if backend == "jax" else [row]:
+        found += [e for e in (_exact(f, r), _limit(f, r) if 0 in r else None) if e is not None]
+        if not found:
+            return []  # undefined at the point itself: no value to expect (a negative base's root)
+    return found
+
+
+#: Where IEEE 754 (C's Annex F, and both frameworks) gives a number for a nan input: the value is the same for
+#: every other input there.
+IEEE_BEYOND_NAN: dict[str, Callable[[tuple[float, ...]], bool]] = {
+    "hypot": lambda row: any(math.isinf(v) for v in row),  # hypot(±inf, nan) = inf
+    "pow": lambda row: row[1] == 0 or row[0] == 1,  # pow(nan, ±0) = 1, pow(1, nan) = 1
+}
+
+
+def special_agrees(got: float, exact: float, dtype: np.dtype) -> bool:
+    """Within `TOLERANCE_EPS` roundings of the exact value, relative to it; below the smallest normal, about it.
+
+    No absolute tolerance relative to 1 here: the values at these points are the tiny and the huge ones.
+    """
+    info = np.finfo(dtype)
+    tolerance = TOLERANCE_EPS[dtype.name] * float(info.eps)
+    if abs(exact) > float(info.max):
+        return math.isinf(got) and np.sign(got) == np.sign(exact)
+    if math.isinf(exact) or not math.isfinite(got):
+        return got == exact
+    return abs(got - exact) <= tolerance * abs(exact) + 2 * float(info.tiny)
+
+
+def special_mismatches(
+    special: Special, order: str, varied: int, got: np.ndarray, columns: list[np.ndarray], backend: str
+) -> list[str]:
+    dtype = columns[0].dtype
+    f, expr = special_reference(special, order, varied)
+    got = np.broadcast_to(np.asarray(got, dtype=np.float64), columns[0].shape)
+    found = []
+    for k in range(len(got)):
+        row = tuple(float(c[k]) for c in columns)
+        if any(math.isnan(v) for v in row):
+            # nan in, nan out; a derivative that is a constant (a step's) is that constant everywhere.
+            ok = math.isnan(got[k]) or (expr.is_number and got[k] == float(expr))
+            ok = ok or (order == "value" and IEEE_BEYOND_NAN.get(special.name, lambda _: False)(row))
+            if not ok:
+                found.append(f"{order} in x{varied} at {row}: {got[k]!r}, exact nan")
+            continue
+        if not special.inside(row):
+            continue
+        expected = special_expected(f, row, backend, dtype)
+        if expected and not any(special_agrees(float(got[k]), e, dtype) for e in expected):
+            found.append(f"{order} in x{varied} at {row}: {got[k]!r}, exact {expected[0]!r}")
+    return found
+
+
+def special_cell(package: tuple, name: str, backend: str, dtype: str) -> list[str]:
+    special = SPECIALS[name]
+    jax_pkg, torch_pkg = package
+    f = getattr(jax_pkg if backend == "jax" else torch_pkg, special.rule)
+    columns = special.columns(np.dtype(dtype))
+    orders = jax_orders if backend == "jax" else torch_orders
+    failures = []
+    for varied in range(special.arity):
+        try:
+            results = list(orders(f, as_arrays(columns, backend), varied))
+        except Exception as exc:
+            return [f"raised {type(exc).__name__}: {exc}"]
+        for order, got in results:
+            if varied and order == "value":
+                continue
+            failures += special_mismatches(special, order, varied, to_numpy(got), columns, backend)
+    return failures
+
+
+def special_cells() -> list[tuple[str, str, str]]:
+    return [(name, backend, dtype) for name in SPECIALS for backend in ("jax", "torch") for dtype in DTYPES]
+
+
+# Measured with this module's special values on the bundled registry: why each fails, and the first point.
+SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str]] = {
+    ("Abs", "first"): (
+        (
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the derivative is sign(x), and torch.sign(nan) is 0 (JAX: nan)",
+        "torch float32 first in x0 at (nan,): 0.0, exact nan",
+    ),
+    ("Abs", "jvp"): (
+        (
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the derivative is sign(x), and torch.sign(nan) is 0 (JAX: nan)",
+        "torch float32 jvp in x0 at (nan,): 0.0, exact nan",
+    ),
+    ("Max", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the derivative of Max at a tie (Heaviside(0) = 1/2) against mpmath's one-sided limit at signed "
+            "zeros and infinities"
+        ),
+        "jax float32 first in x0 at (inf, inf): nan, exact 1.0",
+    ),
+    ("Max", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
+            "too); the derivative of Max at a tie (Heaviside(0) = 1/2) against mpmath's one-sided limit at "
+            "signed zeros and infinities"
+        ),
+        "jax float32 jvp in x0 at (inf, inf): nan, exact 1.0",
+    ),
+    ("Min", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the derivative of Min at a tie (Heaviside(0) = 1/2) against mpmath's one-sided limit at signed "
+            "zeros and infinities"
+        ),
+        "jax float32 first in x0 at (inf, inf): nan, exact 1.0",
+    ),
+    ("Min", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
+            "too); the derivative of Min at a tie (Heaviside(0) = 1/2) against mpmath's one-sided limit at "
+            "signed zeros and infinities"
+        ),
+        "jax float32 jvp in x0 at (inf, inf): nan, exact 1.0",
+    ),
+    ("acosh", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the derived second derivative squares x: inf / inf = nan past sqrt(max)",
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -8.636169584606055e-78",
+    ),
+    ("asinh", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the derived second derivative x / (x**2 + 1)**(3/2) is 0 * inf or inf / inf at 0, subnormals and"
+            " past sqrt(max)"
+        ),
+        "jax float32 second in x0 at (0.0,): nan, exact 0.0",
+    ),
+    ("atan", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the derived second derivative -2x / (x**2 + 1)**2 is inf / inf = nan past sqrt(max)",
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -5.075884582270137e-116",
+    ),
+    ("atan2", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        (
+            "atan2's partials -y / hypot**2 at zeros, subnormals and infinities (inf / inf, 0 / 0); XLA's "
+            "atan2 of subnormal pairs"
+        ),
+        "jax float32 first in x0 at (0.0, 1.401298464324817e-45): nan, exact 7.1362384635298e+44",
+    ),
+    ("atan2", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
+            "too); atan2's partials -y / hypot**2 at zeros, subnormals and infinities (inf / inf, 0 / 0); "
+            "XLA's atan2 of subnormal pairs"
+        ),
+        "jax float32 jvp in x0 at (0.0, 1.401298464324817e-45): nan, exact 7.1362384635298e+44",
+    ),
+    ("atan2", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "atan2's partials -y / hypot**2 at zeros, subnormals and infinities (inf / inf, 0 / 0); XLA's "
+            "atan2 of subnormal pairs"
+        ),
+        "jax float32 second in x0 at (0.0, 1.401298464324817e-45): nan, exact 0.0",
+    ),
+    ("atan2", "value"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "atan2's partials -y / hypot**2 at zeros, subnormals and infinities (inf / inf, 0 / 0); XLA's "
+            "atan2 of subnormal pairs"
+        ),
+        "jax float32 value in x0 at (0.0, -0.0): 3.1415927410125732, exact 0.0",
+    ),
+    ("bessel_i0", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "I0 - I1/x of two infinities, and the derived second derivative's I1(x)/x at 0",
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact inf",
+    ),
+    ("bessel_i0e", "first"): (
+        (
+            ("jax", "float64"),
+            ("torch", "float64"),
+        ),
+        "i1e(x) - sign(x) i0e(x) at ±inf, and XLA flushing i1e at float32's smallest normals",
+        "jax float64 first in x0 at (1e+200,): -1.9947114020071632e-301, exact 0.0",
+    ),
+    ("bessel_i0e", "jvp"): (
+        (
+            ("jax", "float64"),
+            ("torch", "float64"),
+        ),
+        "i1e(x) - sign(x) i0e(x) at ±inf, and XLA flushing i1e at float32's smallest normals",
+        "jax float64 jvp in x0 at (1e+200,): -1.9947114020071632e-301, exact 0.0",
+    ),
+    ("bessel_i1", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        ("I1(x) / x in its derivative is 0/0 at 0 (the limit 1/2, as i1e's now), and inf / inf past the float range"),
+        "jax float32 first in x0 at (0.0,): nan, exact 0.5",
+    ),
+    ("bessel_i1", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        ("I1(x) / x in its derivative is 0/0 at 0 (the limit 1/2, as i1e's now), and inf / inf past the float range"),
+        "jax float32 jvp in x0 at (0.0,): nan, exact 0.5",
+    ),
+    ("bessel_i1", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        ("I1(x) / x in its derivative is 0/0 at 0 (the limit 1/2, as i1e's now), and inf / inf past the float range"),
+        "jax float32 second in x0 at (0.0,): nan, exact 0.0",
+    ),
+    ("bessel_i1e", "first"): (
+        (
+            ("jax", "float64"),
+            ("torch", "float64"),
+        ),
+        "the second derivative at 0 and ±inf: sign(x)'s derivative and the series' guard",
+        "jax float64 first in x0 at (1e+200,): -1.9947114020071632e-301, exact 0.0",
+    ),
+    ("bessel_i1e", "jvp"): (
+        (
+            ("jax", "float64"),
+            ("torch", "float64"),
+        ),
+        "the second derivative at 0 and ±inf: sign(x)'s derivative and the series' guard",
+        "jax float64 jvp in x0 at (1e+200,): -1.9947114020071632e-301, exact 0.0",
+    ),
+    ("bessel_i1e", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        "the second derivative at 0 and ±inf: sign(x)'s derivative and the series' guard",
+        "jax float32 second in x0 at (0.0,): 0.5, exact 0.0",
+    ),
+    ("beta", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        ("beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it"),
+        "jax float32 first in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
+    ),
+    ("beta", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
+            "too); beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its "
+            "partials with it"
+        ),
+        "jax float32 jvp in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
+    ),
+    ("beta", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        ("beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it"),
+        "jax float32 second in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
+    ),
+    ("beta", "value"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        ("beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it"),
+        "jax float32 value in x0 at (0.0, 0.0): nan, exact inf",
+    ),
+    ("cbrt", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        (
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats "
+            "and flushed by XLA; the second derivative at subnormals"
+        ),
+        ("jax float32 first in x0 at (1.401298464324817e-45,): 4.225510815844866e+29, exact 2.6618994585656948e+29"),
+    ),
+    ("cbrt", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        (
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats "
+            "and flushed by XLA; the second derivative at subnormals"
+        ),
+        ("jax float32 jvp in x0 at (1.401298464324817e-45,): 4.225510815844866e+29, exact 2.6618994585656948e+29"),
+    ),
+    ("cbrt", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats "
+            "and flushed by XLA; the second derivative at subnormals"
+        ),
+        "jax float32 second in x0 at (1.401298464324817e-45,): nan, exact -1.266396620151044e+74",
+    ),
+    ("cbrt", "value"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        (
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats "
+            "and flushed by XLA; the second derivative at subnormals"
+        ),
+        ("jax float32 value in x0 at (1.401298464324817e-45,): 8.881775197276188e-16, exact 1.1190346870425511e-15"),
+    ),
+    ("digamma", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float64"),
+        ),
+        (
+            "the reflection's cot(pi x) at 0, subnormals and the largest floats (every float past 2**53 an "
+            "integer, a pole)"
+        ),
+        "jax float32 first in x0 at (inf,): nan, exact 0.0",
+    ),
+    ("digamma", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float64"),
+        ),
+        (
+            "the reflection's cot(pi x) at 0, subnormals and the largest floats (every float past 2**53 an "
+            "integer, a pole)"
+        ),
+        "jax float32 jvp in x0 at (inf,): nan, exact 0.0",
+    ),
+    ("digamma", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the reflection's cot(pi x) at 0, subnormals and the largest floats (every float past 2**53 an "
+            "integer, a pole)"
+        ),
+        "jax float32 second in x0 at (1.401298464324817e-45,): nan, exact -7.268387242956069e+134",
+    ),
+    ("digamma", "value"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        (
+            "the reflection's cot(pi x) at 0, subnormals and the largest floats (every float past 2**53 an "
+            "integer, a pole)"
+        ),
+        "jax float32 value in x0 at (1.401298464324817e-45,): nan, exact -7.1362384635298e+44",
+    ),
+    ("erf", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the derived second derivative -2x exp(-x**2) is 0 * inf = nan at ±max",
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -0.0",
+    ),
+    ("erfc", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the derived second derivative 2x exp(-x**2) is 0 * inf = nan at ±max",
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact 0.0",
+    ),
+    ("erfcx", "second"): (
+        (
+            ("jax", "float32"),
+            ("torch", "float32"),
+        ),
+        "the second derivative's series at the largest float32 (x**-3 underflows inside, inf * 0)",
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact 2.863761208607465e-116",
+    ),
+    ("gamma", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        "Gamma(x) digamma(x) at 0, subnormals and poles: inf * inf of opposite signs, or 0 * inf",
+        "jax float32 first in x0 at (1.401298464324817e-45,): nan, exact -5.092589940836215e+89",
+    ),
+    ("gamma", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        "Gamma(x) digamma(x) at 0, subnormals and poles: inf * inf of opposite signs, or 0 * inf",
+        "jax float32 jvp in x0 at (1.401298464324817e-45,): nan, exact -5.092589940836215e+89",
+    ),
+    ("gamma", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "Gamma(x) digamma(x) at 0, subnormals and poles: inf * inf of opposite signs, or 0 * inf",
+        "jax float32 second in x0 at (1.401298464324817e-45,): nan, exact 7.268387242956069e+134",
+    ),
+    ("hypot", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
+            "too); the second derivative of the binade-scaled quotient, and the jvp at (x, ±inf) (inf / inf)"
+        ),
+        "jax float32 jvp in x0 at (0.0, inf): nan, exact 0.0",
+    ),
+    ("hypot", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the second derivative of the binade-scaled quotient, and the jvp at (x, ±inf) (inf / inf)",
+        "jax float32 second in x0 at (0.0, inf): nan, exact 0.0",
+    ),
+    ("log_ndtr", "first"): (
+        (
+            ("jax", "float32"),
+            ("torch", "float32"),
+        ),
+        (
+            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series"
+            " argument overflows"
+        ),
+        ("jax float32 first in x0 at (-1.2899999941867969e+20,): 1.2899998182649364e+20, exact 1.2400634808853076e+20"),
+    ),
+    ("log_ndtr", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("torch", "float32"),
+        ),
+        (
+            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series"
+            " argument overflows"
+        ),
+        ("jax float32 jvp in x0 at (-1.2899999941867969e+20,): 1.2899998182649364e+20, exact 1.2400634808853076e+20"),
+    ),
+    ("log_ndtr", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series"
+            " argument overflows"
+        ),
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -0.0",
+    ),
+    ("loggamma", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        "digamma's reflection at 0, subnormals and the largest floats (a pole past 2**53)",
+        "jax float32 first in x0 at (1.401298464324817e-45,): nan, exact -7.1362384635298e+44",
+    ),
+    ("loggamma", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        "digamma's reflection at 0, subnormals and the largest floats (a pole past 2**53)",
+        "jax float32 jvp in x0 at (1.401298464324817e-45,): nan, exact -7.1362384635298e+44",
+    ),
+    ("loggamma", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "digamma's reflection at 0, subnormals and the largest floats (a pole past 2**53)",
+        "jax float32 second in x0 at (-1.1754943508222875e-38,): nan, exact 7.237005577332262e+75",
+    ),
+    ("logit", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the derived second derivative (2p - 1) / (p (1 - p))**2 at subnormal p: the square underflows",
+        "jax float32 second in x0 at (1.401298464324817e-45,): nan, exact -5.092589940836215e+89",
+    ),
+    ("ndtr", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the derived second derivative -x exp(-x**2/2) is 0 * inf = nan at ±max",
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -0.0",
+    ),
+    ("ndtri", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
+        ("jax float32 first in x0 at (1.1754943508222875e-38,): 6.530802155237514e+36, exact 6.530690411757613e+36"),
+    ),
+    ("ndtri", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
+        ("jax float32 jvp in x0 at (1.1754943508222875e-38,): 6.530802155237514e+36, exact 6.530690411757613e+36"),
+    ),
+    ("ndtri", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
+        "jax float32 second in x0 at (0.0,): 0.0, exact -inf",
+    ),
+    ("ndtri", "value"): (
+        (
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
+        "jax float64 value in x0 at (2.2250738585072014e-308,): -37.5193793471445, exact -inf",
+    ),
+    ("polygamma", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the frameworks' polygamma at inf (nan) and past 1e20 (0 where the exact is a normal float)",
+        "jax float32 first in x0 at (1.401298464324817e-45,): nan, exact -7.268387242956069e+134",
+    ),
+    ("polygamma", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the frameworks' polygamma at inf (nan) and past 1e20 (0 where the exact is a normal float)",
+        "jax float32 jvp in x0 at (1.401298464324817e-45,): nan, exact -7.268387242956069e+134",
+    ),
+    ("polygamma", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the frameworks' polygamma at inf (nan) and past 1e20 (0 where the exact is a normal float)",
+        "jax float32 second in x0 at (-1.1754943508222875e-38,): nan, exact 3.142454983580296e+152",
+    ),
+    ("polygamma", "value"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float64"),
+        ),
+        "the frameworks' polygamma at inf (nan) and past 1e20 (0 where the exact is a normal float)",
+        "jax float32 value in x0 at (inf,): nan, exact 0.0",
+    ),
+    ("pow", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "x**y at pairs of special points: (±0, ±0), (±inf, ±0), negative bases, y x**(y-1) at x = 0 with "
+            "y = 0 (0 * inf), and the second derivatives"
+        ),
+        "jax float32 first in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
+    ),
+    ("pow", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
+            "too); x**y at pairs of special points: (±0, ±0), (±inf, ±0), negative bases, y x**(y-1) at x = 0"
+            " with y = 0 (0 * inf), and the second derivatives"
+        ),
+        "jax float32 jvp in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
+    ),
+    ("pow", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "x**y at pairs of special points: (±0, ±0), (±inf, ±0), negative bases, y x**(y-1) at x = 0 with "
+            "y = 0 (0 * inf), and the second derivatives"
+        ),
+        "jax float32 second in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
+    ),
+    ("pow", "value"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "x**y at pairs of special points: (±0, ±0), (±inf, ±0), negative bases, y x**(y-1) at x = 0 with "
+            "y = 0 (0 * inf), and the second derivatives"
+        ),
+        "jax float32 value in x0 at (inf, -0.0): 1.0, exact 0.0",
+    ),
+    ("sigmoid", "second"): (
+        (
+            ("jax", "float32"),
+            ("torch", "float32"),
+        ),
+        "the derived second derivative at ±max: inf / inf",
+        "jax float32 second in x0 at (1.0000000031710769e-30,): 0.0, exact -1.250000003963846e-31",
+    ),
+    ("sign", "value"): (
+        (
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "sign at a subnormal in JAX: XLA reads it as 0",
+        "torch float32 value in x0 at (nan,): 0.0, exact nan",
+    ),
+    ("tanh", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the second derivative -2 tanh(x) (1 - tanh(x)**2) through the frameworks' tanh_backward: 0 at "
+            "1e-30, where it is -2e-30"
+        ),
+        "jax float32 second in x0 at (1.0000000031710769e-30,): 0.0, exact -2.0000000063421537e-30",
+    ),
+    ("xlog1py", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "xlog1py's partials at y = -1 and infinities: x / (1 + y) of 0 / 0 or inf / inf",
+        "jax float32 first in x0 at (nan, 0.0): 0.0, exact nan",
+    ),
+    ("xlog1py", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
+            "too); xlog1py's partials at y = -1 and infinities: x / (1 + y) of 0 / 0 or inf / inf"
+        ),
+        "jax float32 jvp in x0 at (inf, 0.0): nan, exact 0.0",
+    ),
+    ("xlog1py", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        "xlog1py's partials at y = -1 and infinities: x / (1 + y) of 0 / 0 or inf / inf",
+        "jax float32 second in x1 at (inf, 3.4028234663852886e+38): nan, exact -inf",
+    ),
+    ("xlog1py", "value"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        "xlog1py's partials at y = -1 and infinities: x / (1 + y) of 0 / 0 or inf / inf",
+        "jax float32 value in x0 at (inf, 1.401298464324817e-45): nan, exact inf",
+    ),
+    ("xlogy", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "xlogy's partial x / y of 0 / 0 at x = y = 0 and inf / inf, where the frameworks give 0 or nan",
+        "jax float32 first in x0 at (nan, 0.0): -inf, exact nan",
+    ),
+    ("xlogy", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
+            "too); xlogy's partial x / y of 0 / 0 at x = y = 0 and inf / inf, where the frameworks give 0 or "
+            "nan"
+        ),
+        "jax float32 jvp in x0 at (0.0, 0.0): nan, exact -inf",
+    ),
+    ("xlogy", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        "xlogy's partial x / y of 0 / 0 at x = y = 0 and inf / inf, where the frameworks give 0 or nan",
+        "jax float32 second in x1 at (0.0, 1.401298464324817e-45): nan, exact 0.0",
+    ),
+    ("zeta", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        "zeta(2, x) at huge x (0 where 1/x is a normal float) and its derivative at subnormal x",
+        "jax float32 first in x0 at (1.401298464324817e-45,): nan, exact -7.268387242956069e+134",
+    ),
+    ("zeta", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+        ),
+        "zeta(2, x) at huge x (0 where 1/x is a normal float) and its derivative at subnormal x",
+        "jax float32 jvp in x0 at (1.401298464324817e-45,): nan, exact -7.268387242956069e+134",
+    ),
+    ("zeta", "value"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("torch", "float64"),
+        ),
+        "zeta(2, x) at huge x (0 where 1/x is a normal float) and its derivative at subnormal x",
+        "jax float32 value in x0 at (1.2899999941867969e+20,): 0.0, exact 7.75193801942914e-21",
+    ),
+}
+
+
+#: The special-value cells known to fail, by (function, backend, dtype, order): why, and a point that shows it.
+#: Each is a defect of the generated code or of the framework function it calls that no mechanism of rulegen's
+#: mends yet, not a limit of the test.  An order listed here that passes fails the test (strict).
+SPECIAL_KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
+    (name, backend, dtype, order): f"{why} (e.g. {example})"
+    for (name, order), (cells, why, example) in SPECIAL_KNOWN.items()
+    for backend, dtype in cells
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "backend", "dtype"),
+    [pytest.param(*c, marks=pytest.mark.slow) if c[2] == "float32" else c for c in special_cells()],
+)
+def test_special_values(package, name, backend, dtype):
+    failures = special_cell(package, name, backend, dtype)
+    known = {o: why for (n, b, d, o), why in SPECIAL_KNOWN_WRONG.items() if (n, b, d) == (name, backend, dtype)}
+    for order in known:
+        assert any(f.startswith(f"{order} ") for f in failures), (
+            f"{name} {backend} {dtype} {order} now passes: remove it from SPECIAL_KNOWN ({known[order]})"
+        )
+    left = [f for f in failures if f.split()[0] not in known]
+    assert not left, f"{len(left)} points wrong:\n" + "\n".join(left[:16])
+    if known:
+        pytest.xfail("; ".join(f"{o}: {why}" for o, why in known.items()))

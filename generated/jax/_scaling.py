@@ -28,6 +28,14 @@ def nth_root(xp, x, n):
     x < 0, as x**(1/n) is.
     """
     y = x ** (1 / n)
+    power = y**n
+    # Where y**n overflows (float32's 46 largest x), x divided by y n times is in range: x / inf
+    # would make the step y / n, a root 2/3 of the right one.  Where it underflows, x / 0 is no
+    # step at all (XLA reads a subnormal x as 0: x / y / y / y would be 0 and the step y / n).
+    over = x
+    for _ in range(int(n)):
+        over = over / y
+    ratio = xp.where(power < math.inf, x / power, over)
     # Relative, so that the residual is no subnormal (XLA flushes those: no step at x = 1e-300).
-    step = y * (1 - x / y**n) / n
+    step = y * (1 - ratio) / n
     return xp.where(xp.isfinite(step), y - step, y)

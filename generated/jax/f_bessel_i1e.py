@@ -16,9 +16,10 @@ def f_bessel_i1e(x: jax.typing.ArrayLike) -> jax.Array:
         out = bessel_i1e(x)
 
     Partials (derived by sympy):
-        dout/dx = Piecewise((bessel_ie_series(1, 1, Piecewise((x, x >= 25), (25, True))), x >=
-            25), (bessel_ie_series(1, 1, Piecewise((-x, x <= -25), (25, True))), x <= -25),
-            (bessel_i0e(x) - bessel_i1e(x)*sign(x) - bessel_i1e(x)/x, True))
+        dout/dx = Piecewise((bessel_ie_series(1, 1, Piecewise((25, x < 25), (x, True))), x >=
+            25), (bessel_ie_series(1, 1, Piecewise((25, x > -25), (-x, True))), x <= -25),
+            (-Piecewise((exp(-Abs(x))/2, Abs(x) < 1/67108864), (bessel_i1e(x)/Piecewise((1,
+            Abs(x) < 1/67108864), (x, True)), True)) + bessel_i0e(x) - bes...
 
     Inputs:
         x: float array; checked on [0.2, 3]
@@ -43,15 +44,17 @@ def _f_bessel_i1e_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of bessel_i1e need not be the derived one (at a kink, a jump, a convention).
     out = _f_bessel_i1e(x)
-    t0 = x >= 25
-    t1 = x <= -25
-    t2 = jax.scipy.special.i1e(x)
+    t0 = jax.scipy.special.i1e(x)
+    t1 = jnp.abs(x)
+    t2 = t1 < 1 / 67108864
     return out, x_dot * jnp.where(
-        t0,
-        bessel_ie_series(1, 1, jnp.where(t0, x, 25)),
+        x >= 25,
+        bessel_ie_series(1, 1, jnp.where(x < 25, 25, x)),
         jnp.where(
-            t1,
-            bessel_ie_series(1, 1, jnp.where(t1, -x, 25)),
-            -t2 * jnp.sign(x) - t2 / x + jax.scipy.special.i0e(x),
+            x <= -25,
+            bessel_ie_series(1, 1, jnp.where(x > -25, 25, -x)),
+            -t0 * jnp.sign(x)
+            - jnp.where(t2, jnp.exp(-t1) / 2, t0 / jnp.where(t2, 1, x))
+            + jax.scipy.special.i0e(x),
         ),
     )

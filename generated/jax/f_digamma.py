@@ -33,12 +33,11 @@ def f_digamma(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_digamma(x):
-    t0 = x < 0
-    t1 = jnp.where(t0, x, -1 / 2)
-    t2 = math.pi * (t1 - jnp.floor(t1 + 1 / 2))
+    t0 = jnp.where(x >= 0, -1 / 2, x)
+    t1 = math.pi * (t0 - jnp.floor(t0 + 1 / 2))
     return jnp.where(
-        t0,
-        jax.scipy.special.digamma(1 - t1) - math.pi * jnp.cos(t2) / jnp.sin(t2),
+        x < 0,
+        jax.scipy.special.digamma(1 - t0) - math.pi * jnp.cos(t1) / jnp.sin(t1),
         jax.scipy.special.digamma(x),
     )
 
@@ -50,12 +49,11 @@ def _f_digamma_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of polygamma need not be the derived one (at a kink, a jump, a convention).
     out = _f_digamma(x)
-    t0 = x < 0
-    t1 = jnp.where(t0, x, -1 / 2)
-    t2 = math.pi * (t1 - jnp.floor(t1 + 1 / 2))
+    t0 = jnp.where(x >= 0, -1 / 2, x)
+    t1 = math.pi * (t0 - jnp.floor(t0 + 1 / 2))
     return out, x_dot * jnp.where(
-        t0,
-        -math.pi * (-math.pi - math.pi * jnp.cos(t2) ** 2 / jnp.sin(t2) ** 2)
-        - jax.scipy.special.polygamma(1, 1 - t1),
+        x < 0,
+        -math.pi * (-math.pi - math.pi * jnp.cos(t1) ** 2 / jnp.sin(t1) ** 2)
+        - jax.scipy.special.polygamma(1, 1 - t0),
         jax.scipy.special.polygamma(1, x),
     )

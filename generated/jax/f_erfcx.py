@@ -18,7 +18,7 @@ def f_erfcx(x: jax.typing.ArrayLike) -> jax.Array:
         out = erfcx(x)
 
     Partials (derived by sympy):
-        dout/dx = Piecewise((erfcx_series(1, Piecewise((x, x >= 8), (8, True))), x >= 8),
+        dout/dx = Piecewise((erfcx_series(1, Piecewise((8, x < 8), (x, True))), x >= 8),
             (2*x*erfcx(x) - 2/sqrt(pi), True))
 
     Inputs:
@@ -42,7 +42,6 @@ def _f_erfcx_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = erfcx(x)
-    t1 = x >= 8
     return out, x_dot * jnp.where(
-        t1, erfcx_series(1, jnp.where(t1, x, 8)), 2 * out * x - 2 / math.sqrt(math.pi)
+        x >= 8, erfcx_series(1, jnp.where(x < 8, 8, x)), 2 * out * x - 2 / math.sqrt(math.pi)
     )

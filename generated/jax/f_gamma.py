@@ -41,14 +41,13 @@ def _f_gamma_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.scipy.special.gamma(x)
-    t1 = x < 0
-    t2 = jnp.where(t1, x, -1 / 2)
-    t3 = math.pi * (t2 - jnp.floor(t2 + 1 / 2))
+    t1 = jnp.where(x >= 0, -1 / 2, x)
+    t2 = math.pi * (t1 - jnp.floor(t1 + 1 / 2))
     return out, x_dot * (
         out
         * jnp.where(
-            t1,
-            jax.scipy.special.digamma(1 - t2) - math.pi * jnp.cos(t3) / jnp.sin(t3),
+            x < 0,
+            jax.scipy.special.digamma(1 - t1) - math.pi * jnp.cos(t2) / jnp.sin(t2),
             jax.scipy.special.digamma(x),
         )
     )

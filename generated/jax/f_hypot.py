@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, present, rounded, summed_like
+from ._util import as_arrays, binade, in_float32, present, rounded, summed_like
 
 
 def f_hypot(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
@@ -17,8 +17,12 @@ def f_hypot(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
         out = hypot(x, y)
 
     Partials (derived by sympy):
-        dout/dx = x/hypot(x, y)
-        dout/dy = y/hypot(x, y)
+        dout/dx = (x/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
+        dout/dy = (y/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -44,9 +48,13 @@ def _f_hypot_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of hypot need not be the derived one (at a kink, a jump, a convention).
     out = _f_hypot(x, y)
-    t0 = jnp.hypot(x, y)
+    t0 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
+    t1 = x / t0
+    t2 = y / t0
+    t3 = jnp.hypot(t1, t2)
+    t4 = jnp.where(t3 == 0, 1, t3)
     return out, summed_like(
         out,
-        None if x_dot is None else x_dot * (x / t0),
-        None if y_dot is None else y_dot * (y / t0),
+        None if x_dot is None else x_dot * (t1 / t4),
+        None if y_dot is None else y_dot * (t2 / t4),
     )

@@ -19,9 +19,9 @@ def f_log_ndtr(x: jax.typing.ArrayLike) -> jax.Array:
         out = log_ndtr(x)
 
     Partials (derived by sympy):
-        dout/dx = Piecewise((sqrt(2)/(sqrt(pi)*erfcx(-sqrt(2)*Piecewise((x, x < 0), (-1,
-            True))/2)), x < 0), (sqrt(2)*exp(-Piecewise((x**2, x >= 0), (1,
-            True))/2)/(2*sqrt(pi)*ndtr(Piecewise((x, x >= 0), (1, True)))), True))
+        dout/dx = Piecewise((sqrt(2)/(sqrt(pi)*erfcx(-sqrt(2)*Piecewise((-1, x >= 0), (x,
+            True))/2)), x < 0), (sqrt(2)*exp(-Piecewise((1, x < 0), (x**2,
+            True))/2)/(2*sqrt(pi)*ndtr(Piecewise((1, x < 0), (x, True)))), True))
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -36,12 +36,13 @@ def f_log_ndtr(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_log_ndtr(x):
-    t0 = x < 0
+    t0 = x >= 0
+    t1 = x < 0
     return jnp.where(
-        t0,
-        -jnp.where(t0, x**2, 1) / 2
-        + jnp.log(erfcx((-math.sqrt(2) / 2) * jnp.where(t0, x, -1)) / 2),
-        jnp.log1p(-jax.scipy.special.ndtr(-jnp.where(x >= 0, x, 1))),
+        t1,
+        -jnp.where(t0, 1, x**2) / 2
+        + jnp.log(erfcx((-math.sqrt(2) / 2) * jnp.where(t0, -1, x)) / 2),
+        jnp.log1p(-jax.scipy.special.ndtr(-jnp.where(t1, 1, x))),
     )
 
 
@@ -49,17 +50,17 @@ def _f_log_ndtr(x):
 def _f_log_ndtr_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = x**2
-    t1 = x < 0
+    t0 = x >= 0
+    t1 = x**2
     t2 = math.sqrt(2)
     t3 = t2 / 2
-    t4 = erfcx(-t3 * jnp.where(t1, x, -1))
-    t5 = x >= 0
-    t6 = jnp.where(t5, x, 1)
+    t4 = erfcx(-t3 * jnp.where(t0, -1, x))
+    t5 = x < 0
+    t6 = jnp.where(t5, 1, x)
     t7 = 1 / math.sqrt(math.pi)
     out = jnp.where(
-        t1, -jnp.where(t1, t0, 1) / 2 + jnp.log(t4 / 2), jnp.log1p(-jax.scipy.special.ndtr(-t6))
+        t5, -jnp.where(t0, 1, t1) / 2 + jnp.log(t4 / 2), jnp.log1p(-jax.scipy.special.ndtr(-t6))
     )
     return out, x_dot * jnp.where(
-        t1, t2 * t7 / t4, t3 * t7 * jnp.exp(-jnp.where(t5, t0, 1) / 2) / jax.scipy.special.ndtr(t6)
+        t5, t2 * t7 / t4, t3 * t7 * jnp.exp(-jnp.where(t5, 1, t1) / 2) / jax.scipy.special.ndtr(t6)
     )

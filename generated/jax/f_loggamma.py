@@ -40,12 +40,11 @@ def _f_loggamma(x):
 def _f_loggamma_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = x < 0
-    t1 = jnp.where(t0, x, -1 / 2)
-    t2 = math.pi * (t1 - jnp.floor(t1 + 1 / 2))
+    t0 = jnp.where(x >= 0, -1 / 2, x)
+    t1 = math.pi * (t0 - jnp.floor(t0 + 1 / 2))
     out = jax.scipy.special.gammaln(x)
     return out, x_dot * jnp.where(
-        t0,
-        jax.scipy.special.digamma(1 - t1) - math.pi * jnp.cos(t2) / jnp.sin(t2),
+        x < 0,
+        jax.scipy.special.digamma(1 - t0) - math.pi * jnp.cos(t1) / jnp.sin(t1),
         jax.scipy.special.digamma(x),
     )

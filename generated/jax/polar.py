@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, present, rounded, summed_like
+from ._util import as_arrays, binade, in_float32, present, rounded, summed_like
 
 
 def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, jax.Array]:
@@ -18,8 +18,12 @@ def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, 
         theta = atan2(y, x)
 
     Partials (derived by sympy):
-        dr/dx = x/hypot(x, y)
-        dr/dy = y/hypot(x, y)
+        dr/dx = (x/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
+        dr/dy = (y/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
         dtheta/dx = -y/(x**2 + y**2)
         dtheta/dy = x/(x**2 + y**2)
 
@@ -50,13 +54,20 @@ def _polar_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _polar(x, y)
-    t0 = jnp.hypot(x, y)
+    t0 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
+    t1 = x / t0
+    t2 = y / t0
+    t3 = jnp.hypot(t1, t2)
+    t4 = jnp.where(t3 == 0, 1, t3)
+    t5 = jnp.hypot(x, y)
     r_dot = summed_like(
-        r, None if x_dot is None else x_dot * (x / t0), None if y_dot is None else y_dot * (y / t0)
+        r,
+        None if x_dot is None else x_dot * (t1 / t4),
+        None if y_dot is None else y_dot * (t2 / t4),
     )
     theta_dot = summed_like(
         theta,
-        None if x_dot is None else x_dot * (((-y) / t0) / t0),
-        None if y_dot is None else y_dot * ((x / t0) / t0),
+        None if x_dot is None else x_dot * (((-y) / t5) / t5),
+        None if y_dot is None else y_dot * ((x / t5) / t5),
     )
     return (r, theta), (r_dot, theta_dot)

@@ -22,16 +22,18 @@ class FBesselI1e(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = x >= 25
-        t1 = x <= -25
-        t2 = torch.special.i1e(x)
+        t0 = torch.special.i1e(x)
+        t1 = torch.abs(x)
+        t2 = t1 < 1 / 67108864
         return out_bar * torch.where(
-            t0,
-            bessel_ie_series(1, 1, torch.where(t0, x, 25)),
+            x >= 25,
+            bessel_ie_series(1, 1, torch.where(x < 25, 25, x)),
             torch.where(
-                t1,
-                bessel_ie_series(1, 1, torch.where(t1, -x, 25)),
-                -t2 * torch.sign(x) - t2 / x + torch.special.i0e(x),
+                x <= -25,
+                bessel_ie_series(1, 1, torch.where(x > -25, 25, -x)),
+                -t0 * torch.sign(x)
+                - torch.where(t2, torch.exp(-t1) / 2, t0 / torch.where(t2, 1, x))
+                + torch.special.i0e(x),
             ),
         )
 
@@ -49,9 +51,10 @@ def f_bessel_i1e(x: torch.Tensor | float) -> torch.Tensor:
         out = bessel_i1e(x)
 
     Partials (derived by sympy):
-        dout/dx = Piecewise((bessel_ie_series(1, 1, Piecewise((x, x >= 25), (25, True))), x >=
-            25), (bessel_ie_series(1, 1, Piecewise((-x, x <= -25), (25, True))), x <= -25),
-            (bessel_i0e(x) - bessel_i1e(x)*sign(x) - bessel_i1e(x)/x, True))
+        dout/dx = Piecewise((bessel_ie_series(1, 1, Piecewise((25, x < 25), (x, True))), x >=
+            25), (bessel_ie_series(1, 1, Piecewise((25, x > -25), (-x, True))), x <= -25),
+            (-Piecewise((exp(-Abs(x))/2, Abs(x) < 1/67108864), (bessel_i1e(x)/Piecewise((1,
+            Abs(x) < 1/67108864), (x, True)), True)) + bessel_i0e(x) - bes...
 
     Inputs:
         x: float array; checked on [0.2, 3]

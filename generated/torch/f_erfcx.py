@@ -25,9 +25,10 @@ class FErfcx(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = x >= 8
         return out_bar * torch.where(
-            t0, erfcx_series(1, torch.where(t0, x, 8)), 2 * x * erfcx(x) - 2 / math.sqrt(math.pi)
+            x >= 8,
+            erfcx_series(1, torch.where(x < 8, 8, x)),
+            2 * x * erfcx(x) - 2 / math.sqrt(math.pi),
         )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
@@ -44,7 +45,7 @@ def f_erfcx(x: torch.Tensor | float) -> torch.Tensor:
         out = erfcx(x)
 
     Partials (derived by sympy):
-        dout/dx = Piecewise((erfcx_series(1, Piecewise((x, x >= 8), (8, True))), x >= 8),
+        dout/dx = Piecewise((erfcx_series(1, Piecewise((8, x < 8), (x, True))), x >= 8),
             (2*x*erfcx(x) - 2/sqrt(pi), True))
 
     Inputs:

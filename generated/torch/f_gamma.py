@@ -29,11 +29,12 @@ class FGamma(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = x < 0
-        t1 = torch.where(t0, x, -1 / 2)
-        t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
+        t0 = torch.where(x >= 0, -1 / 2, x)
+        t1 = math.pi * (t0 - torch.floor(t0 + 1 / 2))
         return out_bar * (
-            torch.where(t0, digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2), digamma(x))
+            torch.where(
+                x < 0, digamma(1 - t0) - math.pi * torch.cos(t1) / torch.sin(t1), digamma(x)
+            )
             * torch.exp(torch.special.gammaln(x))
             * torch.where(
                 (x < 0) & (x == torch.floor(x)),

@@ -4,9 +4,9 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, routed, save_for_derivatives
 from ._native import tangent_or_zero
-from ._util import as_opmath_tensors, rounded
+from ._util import as_opmath_tensors, binade, rounded
 
 
 class FHypot(RuleFunction):
@@ -26,23 +26,28 @@ class FHypot(RuleFunction):
         x, y = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        t0 = torch.hypot(x, y)
-        if plain(x, y, out_bar) and all(ctx.needs_input_grad):
-            t1 = (x / t0).mul_(out_bar)
-            return t1.sum_to_size(x.shape), (y / t0).mul_(out_bar).sum_to_size(y.shape)
+        t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+        t1 = x / t0
+        t2 = y / t0
+        t3 = torch.hypot(t1, t2)
+        t4 = torch.where(t3 == 0, 1, t3)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = (out_bar * (x / t0)).sum_to_size(x.shape)
+            x_bar = (out_bar * (t1 / t4)).sum_to_size(x.shape)
         if ctx.needs_input_grad[1]:
-            y_bar = (out_bar * (y / t0)).sum_to_size(y.shape)
+            y_bar = (out_bar * (t2 / t4)).sum_to_size(y.shape)
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        t0 = torch.hypot(x, y)
-        return x_dot * (x / t0) + y_dot * (y / t0)
+        t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+        t1 = x / t0
+        t2 = y / t0
+        t3 = torch.hypot(t1, t2)
+        t4 = torch.where(t3 == 0, 1, t3)
+        return x_dot * (t1 / t4) + y_dot * (t2 / t4)
 
 
 _apply_f_hypot = routed(FHypot, "(Tensor x, Tensor y) -> Tensor")
@@ -55,8 +60,12 @@ def f_hypot(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
         out = hypot(x, y)
 
     Partials (derived by sympy):
-        dout/dx = x/hypot(x, y)
-        dout/dy = y/hypot(x, y)
+        dout/dx = (x/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
+        dout/dy = (y/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
 
     Inputs:
         x: float array; checked on [-3, 3]

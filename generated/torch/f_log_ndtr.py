@@ -25,17 +25,16 @@ class FLogNdtr(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = x < 0
-        t1 = math.sqrt(2)
-        t2 = t1 / 2
-        t3 = (1 / math.sqrt(math.pi)) * t1
-        t4 = x >= 0
+        t0 = math.sqrt(2)
+        t1 = t0 / 2
+        t2 = (1 / math.sqrt(math.pi)) * t0
+        t3 = x < 0
         return out_bar * torch.where(
-            t0,
-            t3 / erfcx(-t2 * torch.where(t0, x, -1)),
-            t3
-            * torch.exp(-torch.where(t4, x**2, 1) / 2)
-            / torch.special.erfc(-t2 * torch.where(t4, x, 1)),
+            t3,
+            t2 / erfcx(-t1 * torch.where(x >= 0, -1, x)),
+            t2
+            * torch.exp(-torch.where(t3, 1, x**2) / 2)
+            / torch.special.erfc(-t1 * torch.where(t3, 1, x)),
         )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
@@ -52,9 +51,9 @@ def f_log_ndtr(x: torch.Tensor | float) -> torch.Tensor:
         out = log_ndtr(x)
 
     Partials (derived by sympy):
-        dout/dx = Piecewise((sqrt(2)/(sqrt(pi)*erfcx(-sqrt(2)*Piecewise((x, x < 0), (-1,
-            True))/2)), x < 0), (sqrt(2)*exp(-Piecewise((x**2, x >= 0), (1,
-            True))/2)/(2*sqrt(pi)*ndtr(Piecewise((x, x >= 0), (1, True)))), True))
+        dout/dx = Piecewise((sqrt(2)/(sqrt(pi)*erfcx(-sqrt(2)*Piecewise((-1, x >= 0), (x,
+            True))/2)), x < 0), (sqrt(2)*exp(-Piecewise((1, x < 0), (x**2,
+            True))/2)/(2*sqrt(pi)*ndtr(Piecewise((1, x < 0), (x, True)))), True))
 
     Inputs:
         x: float array; checked on [-3, 3]

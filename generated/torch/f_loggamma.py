@@ -25,11 +25,10 @@ class FLoggamma(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = x < 0
-        t1 = torch.where(t0, x, -1 / 2)
-        t2 = math.pi * (t1 - torch.floor(t1 + 1 / 2))
+        t0 = torch.where(x >= 0, -1 / 2, x)
+        t1 = math.pi * (t0 - torch.floor(t0 + 1 / 2))
         return out_bar * torch.where(
-            t0, digamma(1 - t1) - math.pi * torch.cos(t2) / torch.sin(t2), digamma(x)
+            x < 0, digamma(1 - t0) - math.pi * torch.cos(t1) / torch.sin(t1), digamma(x)
         )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.

@@ -6,7 +6,7 @@ import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
 from ._native import tangent_or_zero
-from ._util import as_opmath_tensors, rounded
+from ._util import as_opmath_tensors, binade, rounded
 
 
 class Polar(RuleFunction):
@@ -24,23 +24,28 @@ class Polar(RuleFunction):
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
         x, y = ctx.saved_tensors
-        t0 = torch.hypot(x, y)
+        t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+        t1 = x / t0
+        t2 = y / t0
+        t3 = torch.hypot(t1, t2)
+        t4 = torch.where(t3 == 0, 1, t3)
+        t5 = torch.hypot(x, y)
         if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
-            t2 = (x / t0).mul_(r_bar).addcmul_(((-y) / t0) / t0, theta_bar)
-            t4 = (y / t0).mul_(r_bar).addcmul_((x / t0) / t0, theta_bar)
-            return t2.sum_to_size(x.shape), t4.sum_to_size(y.shape)
+            t6 = (((-y) / t5) / t5).mul_(theta_bar).add_(r_bar * (t1 / t4))
+            t8 = ((x / t5) / t5).mul_(theta_bar).add_(r_bar * (t2 / t4))
+            return t6.sum_to_size(x.shape), t8.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = summed_like(
                 x,
-                None if r_bar is None else r_bar * (x / t0),
-                None if theta_bar is None else theta_bar * (((-y) / t0) / t0),
+                None if r_bar is None else r_bar * (t1 / t4),
+                None if theta_bar is None else theta_bar * (((-y) / t5) / t5),
             )
         if ctx.needs_input_grad[1]:
             y_bar = summed_like(
                 y,
-                None if r_bar is None else r_bar * (y / t0),
-                None if theta_bar is None else theta_bar * ((x / t0) / t0),
+                None if r_bar is None else r_bar * (t2 / t4),
+                None if theta_bar is None else theta_bar * ((x / t5) / t5),
             )
         return x_bar, y_bar
 
@@ -48,9 +53,14 @@ class Polar(RuleFunction):
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        t0 = torch.hypot(x, y)
-        return x_dot * (x / t0) + y_dot * (y / t0), x_dot * (((-y) / t0) / t0) + y_dot * (
-            (x / t0) / t0
+        t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+        t1 = x / t0
+        t2 = y / t0
+        t3 = torch.hypot(t1, t2)
+        t4 = torch.where(t3 == 0, 1, t3)
+        t5 = torch.hypot(x, y)
+        return x_dot * (t1 / t4) + y_dot * (t2 / t4), x_dot * (((-y) / t5) / t5) + y_dot * (
+            (x / t5) / t5
         )
 
 
@@ -65,8 +75,12 @@ def polar(x: torch.Tensor | float, y: torch.Tensor | float) -> tuple[torch.Tenso
         theta = atan2(y, x)
 
     Partials (derived by sympy):
-        dr/dx = x/hypot(x, y)
-        dr/dy = y/hypot(x, y)
+        dr/dx = (x/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
+        dr/dy = (y/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
         dtheta/dx = -y/(x**2 + y**2)
         dtheta/dy = x/(x**2 + y**2)
 

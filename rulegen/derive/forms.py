@@ -27,6 +27,7 @@ from sympy.codegen.rewriting import ReplaceOptim, optimize
 from rulegen.derive.functions import (
     BY_NAME,
     Piecewise,
+    divided,
     erfcx,
     gamma_sign,
     in_float,
@@ -40,6 +41,7 @@ from rulegen.derive.functions import (
     softplus,
     softplus_scaled,
     tanh_backward,
+    xlogy,
 )
 from rulegen.spec.rules import Rule
 
@@ -295,6 +297,17 @@ CANONICAL_FORMS = (
         ReplaceOptim(lambda e: e.is_Add and _one_plus_erf(e) is not e, _one_plus_erf),
         writes=("one_plus_erf",),
     ),
+    # p * b**(p - 1) -> p * b**p / b where b**(p - 1) overflows: x**y's derivative in x at x = 2.5e-311, y = -1e-100
+    # (-5.3e210), where the quotient of the output is right and the power inf
+    CanonicalForm(
+        ReplaceOptim(lambda e: e.is_Mul and _power_derivative(e) is not None, lambda e: _power_derivative(e)),
+        writes=("divided", "Piecewise"),
+    ),
+    # b**p * log(b) -> xlogy(b**p, b): 0 * -inf, nan, at b = 0, where the limit and the frameworks' derivative are 0
+    CanonicalForm(
+        ReplaceOptim(lambda e: e.is_Mul and _power_times_log(e) is not None, lambda e: _power_times_log(e)),
+        writes=("xlogy",),
+    ),
     CanonicalForm(  # log(erfcx(u)) -> u**2 + log(erfc(u)) where u < 0: erfcx(u) ~ 2*exp(u**2) overflows there
         ReplaceOptim(
             lambda e: isinstance(e, sp.log) and isinstance(e.args[0], erfcx), lambda e: _log_erfcx(e.args[0].args[0])
@@ -317,6 +330,38 @@ def _exponents_of_log_of_sum(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
         else:
             return None
     return exponents[0], exponents[1]
+
+
+def _power_derivative(product: sp.Mul) -> sp.Expr | None:
+    """p * b**(p - 1) (p a variable) times the rest, as itself where it is finite, else as p * b**p / b; None for any
+    other product.  The power overflows where p is tiny and b subnormal (x**(-1e-100) is 1, x**(-1 - 1e-100) inf);
+    the quotient is 0 or inf where b**p under- or overflows: each where the other is not."""
+    factors = list(product.args)
+    for f in factors:
+        if f.is_Pow and not f.base.is_number and not f.exp.is_number and (f.exp + 1) in factors:
+            p, b = f.exp + 1, f.base
+            rest = [g for g in factors if g is not f]
+            rest.remove(p)
+            derivative = p * f
+            # Only below |b| = 1 (above, b**p overflows too), and not at 0, where the derivative is inf or 0.
+            overflows = sp.And(sp.Eq(sp.Abs(derivative), sp.oo), sp.Abs(b) < 1, sp.Ne(b, 0))
+            # b a stand-in where the quotient is not taken: its derivative there, times the `where`'s 0, is finite.
+            taken = Piecewise((b, overflows), (sp.S.One, True))
+            quotient = divided(p * taken**p, taken)
+            return sp.Mul(*rest, Piecewise((quotient, overflows), (derivative, True)))
+    return None
+
+
+def _power_times_log(product: sp.Mul) -> sp.Expr | None:
+    """A product of b**p and log(b) as xlogy(b**p, b) times the rest (x**y's derivative in y); None without both."""
+    logs = {f.args[0]: f for f in product.args if isinstance(f, sp.log)}
+    for f in product.args:
+        if f.is_Pow and not f.base.is_number and f.base in logs:
+            rest = list(product.args)
+            rest.remove(f)
+            rest.remove(logs[f.base])
+            return sp.Mul(*rest, xlogy(f, f.base))
+    return None
 
 
 def _gamma_ratio(product: sp.Mul) -> sp.Expr | None:

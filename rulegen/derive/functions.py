@@ -26,7 +26,8 @@ from typing import Any, Literal
 import mpmath
 import numpy as np
 import sympy as sp
-from sympy.codegen.cfunctions import expm1, hypot, log1p
+from sympy.codegen import cfunctions
+from sympy.codegen.cfunctions import expm1, log1p
 from sympy.core.function import ArgumentIndexError
 from sympy.printing.precedence import PRECEDENCE
 
@@ -204,10 +205,20 @@ class bessel_i1e(sp.Function):  # noqa: N801
             raise ArgumentIndexError(self, argindex)
         x = self.args[0]
         # Expanded: within |x| < 25, 1.7 bits fewer lost than i0e - i1e (sign(x) + 1 / x) (`rulegen accuracy`).
-        return _bessel_ie_derivative(1, x, bessel_i0e(x) - sp.sign(x) * bessel_i1e(x) - bessel_i1e(x) / x)
+        return _bessel_ie_derivative(1, x, bessel_i0e(x) - sp.sign(x) * bessel_i1e(x) - _i1e_over(x))
 
     def _eval_rewrite_as_besseli(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
         return sp.exp(-sp.Abs(arg)) * sp.besseli(1, arg)
+
+
+def _i1e_over(x: sp.Expr) -> sp.Expr:
+    """i1e(x) / x, exp(-|x|) / 2 where |x| < 2**-26 (its limit, the next term x**2 / 16 below a float64 rounding).
+
+    The quotient is 0 / 0 at x = 0, and near it i1e(x) ~ x / 2 is subnormal (or flushed by XLA: float32
+    [1.2e-38, 2.4e-38)), where the derivative 1/2 came out nan, 0 or 1.
+    """
+    small = sp.Abs(x) < sp.Rational(1, 2**26)
+    return Piecewise((sp.exp(-sp.Abs(x)) / 2, small), (bessel_i1e(x) / Piecewise((sp.S.One, small), (x, True)), True))
 
 
 class ndtr(sp.Function):  # noqa: N801
@@ -551,6 +562,23 @@ class divided(sp.Function):  # noqa: N801
         return f"({x}/{s})"
 
 
+class hypot(cfunctions.hypot):  # noqa: N801
+    """sqrt(x**2 + y**2), whose partials x / hypot(x, y) are computed on x and y over their binade.
+
+    Unscaled, the quotient is nan at (0, 0), where the frameworks' own derivative is 0, and 1 at equal subnormals
+    (hypot(5e-324, 5e-324) rounds to 5e-324), where it is 0.7071: over the binade of the larger magnitude both are
+    normal numbers, and a 0 divisor (both inputs 0, or flushed to it by XLA) divides 0 by 1.
+    """
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex not in (1, 2):
+            raise ArgumentIndexError(self, argindex)
+        x, y = self.args
+        s = binade(sp.Max(sp.Abs(x), sp.Abs(y)))
+        h = hypot(divided(x, s), divided(y, s))
+        return divided(self.args[argindex - 1], s) / Piecewise((sp.S.One, sp.Eq(h, 0)), (h, True))
+
+
 def binade_of(m: Any) -> Any:
     """binade for numpy arrays (the stabilising search's measure)."""
     m = np.asarray(m)
@@ -597,10 +625,36 @@ class Piecewise(sp.Piecewise):
     x = 0, and the derivatives there are nan (inf times a zero cotangent).
     """
 
+    def __new__(cls, *args: Any, **options: Any) -> sp.Expr:
+        return super().__new__(cls, *_nan_reads(args), **options)
+
     def _eval_power(self, exponent: sp.Expr) -> sp.Expr | None:
         if exponent.is_negative is not False:
             return None
         return super()._eval_power(exponent)
+
+
+# Orderings, which nan makes false: nan takes a Piecewise's last piece.
+_ORDERINGS = (sp.StrictLessThan, sp.LessThan, sp.StrictGreaterThan, sp.GreaterThan)
+
+
+def _nan_reads(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Two pieces, a stand-in last: the stand-in first, on the negated ordering, so that nan reads the variable.
+
+    `where(x >= 0, x, 1)` (a stand-in for x in a branch a `where` drops) is 1 at x = nan, as every ordering is
+    false there, and the branch that nan takes computes a finite number from it: log_ndtr(nan) was log_ndtr(1).
+    `where(x < 0, 1, x)` is the same on every number and nan at nan.  sympy writes Not(x < 0) as x >= 0, so the
+    negation is spelt as the other piece's, never left to it.
+    """
+    if len(args) != 2:
+        return args
+    first, last = (sp.functions.elementary.piecewise.ExprCondPair(*a) for a in args)
+    if not isinstance(first.cond, _ORDERINGS) or last.cond != sp.true:
+        return args
+    compared = first.cond.free_symbols
+    if first.expr.free_symbols & compared and not last.expr.free_symbols & compared:
+        return ((last.expr, first.cond.negated), (first.expr, True))
+    return args
 
 
 def _clip(x: sp.Expr, lo: sp.Expr, hi: sp.Expr) -> sp.Expr:

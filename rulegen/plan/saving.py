@@ -89,10 +89,36 @@ def _fused_recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol]) -> int:
     return len(_functions_of([expr], arrays))
 
 
+def as_factor(expr: sp.Expr, value: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
+    """`expr` with `symbol` for `value` wherever `value` is a factor of it: the whole of a subexpression, or some of
+    a product's factors (`2*x*exp(u)*sin(x)` reads `exp(u)*sin(x)`).
+
+    Never more: sympy's `subs` also rewrites `x**(y - 1)` as `x**y / x` to read `x**y`, and a derivative divided
+    out of the output is 0, inf or a few bits wherever the output under- or overflows and the derivative does not
+    (`out * y / x` at x = 1e-300, y = 1.5 in float64 is 0 for 1.5e-150), and nan at x = 0.
+    """
+    wanted = sp.Mul.make_args(value) if value.is_Mul else None
+
+    def visit(node: sp.Basic) -> sp.Basic:
+        if node == value:
+            return symbol
+        if node.is_Atom:
+            return node
+        if wanted is not None and node.is_Mul:
+            factors = list(node.args)
+            if all(factors.count(f) >= wanted.count(f) for f in wanted):
+                for f in wanted:
+                    factors.remove(f)
+                return sp.Mul(symbol, *(visit(f) for f in factors))
+        return node.func(*(visit(a) for a in node.args))
+
+    return visit(expr)
+
+
 def saved_form(expr: sp.Expr, saved: Mapping[sp.Expr, sp.Symbol]) -> sp.Expr:
-    """`expr` reading the saved intermediates, larger ones first; `subs` finds them inside products too."""
+    """`expr` reading the saved intermediates, larger ones first, each where it is a factor (`as_factor`)."""
     for value, symbol in saved.items():
-        expr = expr.subs(value, symbol)
+        expr = as_factor(expr, value, symbol)
     return expr
 
 
@@ -134,7 +160,7 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
                 continue  # double backward needs its partials, and sympy has none
             name = f"{prefix}_{_description(expr)}"
             symbol = outputs.get(expr) or value_symbol(d.rule, _fresh(name, chosen.values()))
-            rewritten = [p.subs(expr, symbol) for p in partials]
+            rewritten = [as_factor(p, expr, symbol) for p in partials]
             if rewritten == partials:
                 continue
             if d.rule.fuse and len(_functions_of(partials, arrays) - _functions_of(rewritten, arrays)) < 2:

@@ -6,10 +6,10 @@ import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import sympy as sp
-from sympy.codegen.cfunctions import expm1, hypot, log1p
+from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.forms import canonical
-from rulegen.derive.functions import divided, log_ndtr, ndtr, sigmoid, softplus
+from rulegen.derive.functions import divided, hypot, log_ndtr, ndtr, sigmoid, softplus
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import _attempt
 
