@@ -5,6 +5,7 @@ import types
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 # Re-exported: generated modules import every helper they call from here.
 from . import _asymptotic, _scaling, _structures
@@ -194,6 +195,16 @@ def varying_like(results, *arrays):
         return jax.lax.pvary(result, missing)
 
     return jax.tree.map(cast, results)
+
+
+def no_tangent(output):
+    """The tangent of an integer or boolean output: float0 zeros, of the output's type.
+
+    Under `shard_map` that type names the mesh axes the output varies
+    along, which a bare NumPy float0 array does not: JAX refused the
+    differentiated rule ("primal int32[2]{V:i} with tangent float0[2]").
+    """
+    return varying_like(np.zeros(jnp.shape(output), dtype=jax.dtypes.float0), output)
 
 
 _LOW_PRECISION = (jnp.bfloat16, jnp.float16)
