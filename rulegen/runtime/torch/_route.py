@@ -277,8 +277,8 @@ def numbers_read(function):
     those of the rules they apply, whose public functions carry theirs.
     """
     package = function.__module__.rpartition(".")[0]
-    found: dict[tuple[int, str], tuple[types.ModuleType, str]] = {}
-    seen: set[types.CodeType] = set()
+    found = {}
+    seen = set()
 
     def scan(code, namespace):
         if code in seen:
