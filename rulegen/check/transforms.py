@@ -89,6 +89,8 @@ def _compare_shard_map_jax(s: Subject, small: Subject, xs: Sequence[Any], grads:
     One device types every value as varying along the mesh axis as many
     do, which is what a rule's tangents must match (an integer output's
     float0 tangent did not); the durability check (`--compile`) runs two.
+    As there, every array input is sharded, the differentiated ones and
+    the others.
     """
     import jax
     import jax.numpy as jnp
@@ -100,12 +102,16 @@ def _compare_shard_map_jax(s: Subject, small: Subject, xs: Sequence[Any], grads:
         return
     mesh = Mesh(np.array(jax.devices()[:1]), ("calls",))
 
-    def per_shard(*shards: Any) -> tuple[Any, ...]:
-        return tuple(o[None] for o in small.jax_f(*[x[0] for x in shards]))
+    arrays = [k for k, v in enumerate(small.values) if isinstance(v, np.ndarray)]
+    call = small.bound(small.jax_fn, jnp.asarray, over=arrays)
 
-    sharded = shard_map(per_shard, mesh=mesh, in_specs=tuple(P("calls") for _ in xs), out_specs=P("calls"))
-    found = jax.grad(sum_of(sharded), tuple(range(len(xs))), holomorphic=s.rule.complex)(
-        *[jnp.asarray(x)[None] for x in xs]
+    def per_shard(*shards: Any) -> tuple[Any, ...]:
+        return tuple(o[None] for o in call(*[x[0] for x in shards]))
+
+    sharded = shard_map(per_shard, mesh=mesh, in_specs=tuple(P("calls") for _ in arrays), out_specs=P("calls"))
+    wrt = tuple(arrays.index(k) for k in small.diff)
+    found = jax.grad(sum_of(sharded), wrt, holomorphic=s.rule.complex)(
+        *[jnp.asarray(small.values[k])[None] for k in arrays]
     )
     for k, (a, b) in enumerate(zip(found, grads, strict=True)):
         small.compare(f"shard_map(grad) vs grad, {s.partial(k)}", a[0], b, s.rtol, s.atol)
