@@ -488,3 +488,21 @@ def test_a_rule_s_subject_is_built_once_and_every_check_gets_it_as_built(monkeyp
     for values, drawn in seen:
         assert np.array_equal(values, alone.values[0]) and not np.all(values == 0)
         assert drawn == alone.fresh().rng.standard_normal()
+
+
+@pytest.mark.unit
+def test_a_failure_message_keeps_whole_sentences():
+    # A shard_map failure was reported as its first line, which ended at "but got:".
+    from rulegen.check.durability import _raised
+    from rulegen.check.outcome import brief
+
+    stderr = (
+        "Traceback (most recent call last):\n  File ...\n"
+        "TypeError: Custom JVP rule must produce primal and tangent outputs with corresponding shapes "
+        "and dtypes, but got:\n  primal int64[3]{V:calls} with tangent float0[3], expecting tangent "
+        "float0[3]{V:calls}\n--------------------\nFor simplicity, JAX has removed its internal frames."
+    )
+    message = brief(_raised(stderr))
+    assert message.endswith("expecting tangent float0[3]{V:calls}") and "For simplicity" not in message
+    long = "The first sentence says what failed. " + "A second goes on " * 60 + "and ends here."
+    assert brief(long, 100) == "The first sentence says what failed. (...)"

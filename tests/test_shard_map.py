@@ -108,3 +108,37 @@ def test_rules_of_array_code_keep_their_sharding_under_jit_on_a_mesh():
     found = _on_two_devices(JIT_SCRIPT)
     wrong = {name: specs for name, specs in found.items() if specs[0] != specs[1] or "rows" not in specs[0]}
     assert not wrong, found
+
+
+ARGMAX = """
+name: max_index
+doc: The maximum over the last axis and where it lies.
+inputs: [x]
+outputs:
+  m: {}
+  i: {diff: false, dtype: int}
+forward:
+  python: |
+    i = xp.argmax(x, axis=-1)
+    return xp.max(x, axis=-1), i
+vjp:
+  python: return xp.where(xp.arange(x.shape[-1]) == i[..., None], m_bar[..., None], xp.zeros_like(x))
+"""
+
+
+def test_an_integer_output_differentiates_under_shard_map(tmp_path, monkeypatch):
+    # The JVP gave an integer output's tangent as a bare NumPy float0 array, which carries no mesh
+    # axes: "primal int64[3]{V:calls} with tangent float0[3]" (--compile found it, its message cut
+    # at "but got:"). The plain check runs shard_map on one device, which types values as two do.
+    from rulegen.check.run import run_checks
+    from rulegen.render.build import build
+    from rulegen.spec.rules import read_rules
+
+    (tmp_path / "max_index.yaml").write_text(ARGMAX)
+    files = [tmp_path / "max_index.yaml", ROOT / "tests" / "right_rules" / "integer_output.yaml"]
+    build(files, tmp_path / "rg_int_aux")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    outcomes = run_checks(read_rules(files), "rg_int_aux", only=["transforms_jax"])
+    failed = {o.rule: o.detail for o in outcomes if o.status != "pass"}
+    assert not failed, failed
+    assert all("shard_map(grad)" in o.detail for o in outcomes)

@@ -290,3 +290,44 @@ def test_symbolic_body_of_a_snippet_rule_reads_a_static_inside_a_function(tmp_pa
     failed = [(o.check, o.detail) for o in outcomes if o.status == "fail"]
     assert not failed, failed
     assert {o.check for o in outcomes if o.status == "pass"} >= {"forward", "jvp_fd", "cross_backend", "vjp_dot"}
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (), (0, 3)])
+def test_softmax_and_logsumexp_take_the_shapes_the_frameworks_own_take(built, shape):
+    # An empty last axis raised IndexError (no maximum to shift by), and logsumexp of a 0-d
+    # tensor indexed past its shape; torch's own take both, a 0-d tensor as one entry.
+    jax_pkg, torch_pkg, _ = built
+    x = np.linspace(-1.0, 2.0, int(np.prod(shape))).reshape(shape)
+    expected = {
+        "softmax": torch.softmax(torch.tensor(x), -1),
+        "logsumexp": torch.logsumexp(torch.tensor(x), -1),
+    }
+    for name, value in expected.items():
+        leaf = torch.tensor(x, requires_grad=True)
+        got = getattr(torch_pkg, name)(leaf)
+        torch.testing.assert_close(got, value)
+        got.sum().backward()
+        assert leaf.grad.shape == leaf.shape
+        got_jax = getattr(jax_pkg, name)(jnp.asarray(x))
+        np.testing.assert_allclose(np.asarray(got_jax), value.numpy(), rtol=1e-12)
+        grad = jax.grad(lambda x, name=name: getattr(jax_pkg, name)(x).sum())(jnp.asarray(x))
+        assert grad.shape == shape
+
+
+def test_fixed_point_takes_arrays_in_both_backends(built):
+    # JAX's while_loop condition was `|x_prev - x| > 1e-6`, a scalar only: an array of
+    # `a` raised where the torch body (`torch.any`) took it.
+    jax_pkg, torch_pkg, _ = built
+    a = np.array([[0.5, 2.0], [3.0, 4.0]])
+    np.testing.assert_allclose(np.asarray(_newton(jax_pkg.fixed_point, jnp.asarray(a))), np.sqrt(a))
+    grad = jax.grad(lambda a: _newton(jax_pkg.fixed_point, a).sum())(jnp.asarray(a))
+    np.testing.assert_allclose(np.asarray(grad), 0.5 / np.sqrt(a), rtol=1e-6)
+    np.testing.assert_allclose(_newton(torch_pkg.fixed_point, torch.tensor(a)).numpy(), np.sqrt(a))
+
+
+def test_torch_clip_gradient_returns_a_tensor_of_its_own(built):
+    # The forward returned its input as it is, which torch hands back as a view of it.
+    _, torch_pkg, _ = built
+    x = torch.linspace(-1.0, 1.0, 5, requires_grad=True)
+    out = torch_pkg.clip_gradient(-0.5, 0.5, x)
+    assert not out._is_view() and out.data_ptr() != x.data_ptr()

@@ -200,3 +200,22 @@ def test_the_durability_check_differentiates_compiled_transforms_and_exports(mon
     details = {o.check: o for o in run_checks(rules, "generated", include_compile=True, only=("durability",))}
     assert details["durability"].status == "fail"
     assert "compiled torch.func.grad" in details["durability"].detail
+
+
+@pytest.mark.slow
+def test_dynamic_compile_of_rules_reading_the_same_constant_in_turn():
+    # Each of these reads math.pi in its forward or backward.  Under dynamic=True Dynamo made
+    # math.pi a graph input inside the first Function's subgraph and handed that subgraph's value
+    # to the next: "lift_tracked_freevar_to_input should not be called on root SubgraphTracer".
+    from generated.torch import f_gelu_tanh, scipy_erfcx
+
+    def chain(x):
+        return (scipy_erfcx(f_gelu_tanh(x)) + f_gelu_tanh(x)).sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(chain, dynamic=True)
+    leaf = X.clone().requires_grad_()
+    compiled(leaf).backward()
+    reference = X.clone().requires_grad_()
+    chain(reference).backward()
+    torch.testing.assert_close(leaf.grad, reference.grad)

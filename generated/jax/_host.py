@@ -9,6 +9,7 @@ rule to a tangent), and its batching rule binds the primitive again, so the
 rule stays in force under `vmap` of `grad` and the rest.
 """
 
+import contextlib
 import functools
 import inspect
 
@@ -19,7 +20,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
 from jax.interpreters import batching as jax_batching
 
-from ._util import sum_to_shape, unbroadcast, varying_like
+from ._util import Callback, sum_to_shape, unbroadcast, value_key, varying_like
 
 _RESULT_DTYPES = {"int": np.int64, "bool": np.bool_}
 
@@ -97,6 +98,7 @@ class HostRule:
         self.jvp = jvp
         self.vjp = vjp
         self.batching = batching
+        self._probed = {}
         self.primitive = Primitive(name)
         self.primitive.multiple_results = True
         self.primitive.def_impl(self._impl)
@@ -130,19 +132,32 @@ class HostRule:
             for _, kind in self.outputs
         ]
         if self.residuals:
-            # A residual's shape and dtype are whatever the host body makes of
-            # inputs of these shapes: run it once on ones to see.
-            with np.errstate(all="ignore"):
-                probe = self._host_results([np.ones(a.shape, a.dtype) for a in avals], statics)
-            for value in probe[len(self.outputs) :]:
-                value = np.asarray(value)
-                types.append(
-                    jax.ShapeDtypeStruct(value.shape, jax.dtypes.canonicalize_dtype(value.dtype))
-                )
+            types.extend(self._residual_types(avals, statics))
         return types
+
+    def _residual_types(self, avals, statics):
+        """A residual's shape and dtype: what the host body makes of ones of these shapes.
+
+        Found once per signature: every eager call asks again.
+        """
+        key = (tuple((a.shape, a.dtype) for a in avals), value_key(statics))
+        try:
+            return self._probed[key]
+        except (KeyError, TypeError):
+            pass
+        with np.errstate(all="ignore"):
+            probe = self._host_results([np.ones(a.shape, a.dtype) for a in avals], statics)
+        found = [
+            jax.ShapeDtypeStruct(np.shape(r), jax.dtypes.canonicalize_dtype(np.asarray(r).dtype))
+            for r in probe[len(self.outputs) :]
+        ]
+        with contextlib.suppress(TypeError):
+            self._probed[key] = found
+        return found
 
     def _impl(self, *arrays, statics):
         types = self._result_types([jax.typeof(a) for a in arrays], statics)
+        signature = tuple((t.shape, t.dtype) for t in types)
 
         def host(*values):
             results = self._host_results([_host_array(v) for v in values], statics)
@@ -159,7 +174,8 @@ class HostRule:
                 for r, t in zip([*outputs, *residuals], types, strict=True)
             )
 
-        results = jax.pure_callback(host, tuple(types), *arrays, vmap_method="sequential")
+        callback = Callback(host, (self, value_key(statics), signature))
+        results = jax.pure_callback(callback, tuple(types), *arrays, vmap_method="sequential")
         return varying_like(results, *arrays)
 
     def _abstract(self, *avals, statics):

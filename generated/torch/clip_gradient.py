@@ -14,7 +14,7 @@ class ClipGradient(RuleFunction):
 
     @staticmethod
     def forward(lo, hi, x):
-        return x
+        return x.clone()
 
     @staticmethod
     def setup_context(ctx, inputs, output):

@@ -27,7 +27,7 @@ import numpy as np
 import sympy as sp
 
 from rulegen.check.numerical import lambdified_derivative
-from rulegen.check.outcome import CheckFailed, NotApplicable
+from rulegen.check.outcome import CheckFailed, NotApplicable, brief
 from rulegen.check.points import flat_call, joint_domain
 from rulegen.check.subject import Subject, derived
 from rulegen.derive.expr import lambdified
@@ -533,7 +533,7 @@ def _computed(
             with np.errstate(all="ignore"):
                 found |= evaluate(fn, plan, args)
         except Exception as exc:  # a crash is as wrong as nan everywhere, and said so
-            notes[mode] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            notes[mode] = f"{type(exc).__name__}: {brief(str(exc), 200)}"
     return found, notes
 
 

@@ -40,7 +40,7 @@ from rulegen.check.accuracy import (
     worse_than_autodiff,
 )
 from rulegen.check.numerical import ASSUMED_SIGN
-from rulegen.check.outcome import CheckFailed, NotApplicable
+from rulegen.check.outcome import CheckFailed, NotApplicable, brief
 from rulegen.check.subject import Subject, derived
 from rulegen.derive.measure import bits_of_error
 from rulegen.spec.rules import Rule, SnippetBody, SympyBody
@@ -224,7 +224,7 @@ def _evaluated(
         with np.errstate(all="ignore"):
             return evaluate(fn, s, point, dtype, fwd)
     except Exception as exc:
-        return f"{type(exc).__name__}: {str(exc)[:200]}"
+        return f"{type(exc).__name__}: {brief(str(exc), 200)}"
 
 
 # ---------------------------------------------------------------- the check

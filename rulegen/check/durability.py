@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from rulegen.check.derivatives import jax_grad, sum_of, torch_grads, torch_total
-from rulegen.check.outcome import CheckFailed, NotApplicable, compare
+from rulegen.check.outcome import CheckFailed, NotApplicable, brief, compare
 from rulegen.check.shard_map_worker import ShardedCall
 from rulegen.check.subject import Subject, derived, to_numpy
 from rulegen.derive.routes import JaxRoute
@@ -98,7 +98,7 @@ def _compiled_torch_func(s: Subject) -> str:
         try:
             compiled = torch.compile(jvp)(*xs)
         except Exception as exc:  # refused loudly is what a route without forward mode under compile may do
-            return f"compiled torch.func.jvp raises ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+            return f"compiled torch.func.jvp raises ({type(exc).__name__}: {brief(str(exc), 160)})"
         for k, (a, b) in enumerate(zip(compiled, jvp(*xs), strict=True)):
             s.compare(
                 f"compiled torch.func.jvp, output {s.output_name(k)} vs eager",
@@ -192,6 +192,20 @@ def _exported_jax(s: Subject) -> str:
     return ""
 
 
+def _raised(stderr: str) -> str:
+    """The last exception in `stderr`, every line of its message, not JAX's notes after it."""
+    lines = stderr.strip().splitlines()
+    starts = [k for k, line in enumerate(lines) if re.match(r"[\w.]+(Error|Exception)\b", line)]
+    if not starts:
+        return lines[-1] if lines else "no output"
+    message = []
+    for line in lines[starts[-1] :]:
+        if not line.strip() or line.startswith("-----"):
+            break
+        message.append(line)
+    return "\n".join(message)
+
+
 def _sharded_jax(s: Subject, jax_package: Any) -> str:
     """shard_map on 2 host devices: values and gradients of each shard against eager."""
     import tempfile
@@ -211,10 +225,7 @@ def _sharded_jax(s: Subject, jax_package: Any) -> str:
             check=False,
         )
     if run.returncode != 0:
-        # The exception's own line, not JAX's notes after it.
-        raised = [line for line in run.stderr.splitlines() if re.match(r"[\w.]+(Error|Exception)\b", line)]
-        last = (raised or run.stderr.strip().splitlines() or ["no output"])[-1]
-        raise CheckFailed(f"shard_map on 2 devices: {last[:400]}")
+        raise CheckFailed(f"shard_map on 2 devices: {brief(_raised(run.stderr))}")
     off = json.loads(run.stdout.strip().splitlines()[-1])
     if off:
         raise CheckFailed(f"shard_map on 2 devices against eager: {'; '.join(off[:3])}")

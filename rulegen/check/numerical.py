@@ -19,7 +19,7 @@ from rulegen.check.derivatives import (
     vjp_jax,
     vjp_torch,
 )
-from rulegen.check.outcome import CheckFailed, NotApplicable, compare
+from rulegen.check.outcome import CheckFailed, NotApplicable, brief, compare
 from rulegen.check.points import NUMPY_DTYPES, sample
 from rulegen.check.subject import Subject, derived, smaller, to_numpy
 from rulegen.derive.expr import lambdified
@@ -425,7 +425,7 @@ def check_second_order(s: Subject) -> str:
     try:
         torch.autograd.gradgradcheck(small.torch_f, leaves, raise_exception=True)
     except Exception as exc:
-        raise CheckFailed(f"torch gradgradcheck ({s.positions()}): {str(exc)[:600]}") from None
+        raise CheckFailed(f"torch gradgradcheck ({s.positions()}): {brief(str(exc))}") from None
     modes = ["fwd", "rev"] if s.jax_forward_mode else ["rev"]
     try:
         # The derivatives being checked are exact, so the difference step
@@ -435,7 +435,7 @@ def check_second_order(s: Subject) -> str:
         eps = min(1e-5 * scale, 1e-3 * _domain_width(s))
         check_grads(small.jax_f, [jnp.asarray(x) for x in small.xs()], order=2, modes=modes, eps=eps)
     except AssertionError as exc:
-        raise CheckFailed(f"jax check_grads(order=2, modes={modes}) ({s.positions()}): {str(exc)[:600]}") from None
+        raise CheckFailed(f"jax check_grads(order=2, modes={modes}) ({s.positions()}): {brief(str(exc))}") from None
     return f"gradgradcheck and check_grads(order=2, modes={modes}) pass"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -20,6 +21,22 @@ class Outcome:
     check: str
     status: Status
     detail: str = ""
+
+
+def brief(message: str, limit: int = 600) -> str:
+    """`message` on one line, cut (if longer than `limit`) only where a sentence ends.
+
+    A message whose first line ends "but got:" says what it got on the
+    next: its lines are joined, never dropped.  Past `limit`, the text
+    keeps every whole sentence that fits, and the first one always.
+    """
+    text = re.sub(r"\s*\n\s*", " ", message.strip())
+    if len(text) <= limit:
+        return text
+    ends = [m.end() for m in re.finditer(r"[.;!?](?=\s)", text)]
+    fitting = [e for e in ends if e <= limit]
+    cut = fitting[-1] if fitting else next(iter(ends), len(text))
+    return text if cut >= len(text) else f"{text[:cut]} (...)"
 
 
 class CheckFailed(Exception):

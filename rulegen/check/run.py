@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from rulegen.check.outcome import CheckFailed, NotApplicable, Outcome
+from rulegen.check.outcome import CheckFailed, NotApplicable, Outcome, brief
 from rulegen.check.registry import CHECKS, REGISTRY, Check
 from rulegen.check.subject import Subject, subject_of
 from rulegen.render.build import available_cores
@@ -221,4 +221,4 @@ def _outcome(rule: Rule, check: Check, built: Subject | Exception, available: di
     except CheckFailed as failure:
         return Outcome(rule.name, check.name, "fail", str(failure))
     except Exception as exc:
-        return Outcome(rule.name, check.name, "fail", f"{type(exc).__name__}: {str(exc)[:600]}")
+        return Outcome(rule.name, check.name, "fail", f"{type(exc).__name__}: {brief(str(exc))}")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from rulegen.check.derivatives import jax_grad, normal_like, sum_of, torch_grads, torch_total
-from rulegen.check.outcome import CheckFailed, NotApplicable, compare
+from rulegen.check.outcome import CheckFailed, NotApplicable, brief, compare
 from rulegen.check.points import leaves_of_arguments, structured_arguments
 from rulegen.check.subject import Subject, forward_kind, smaller, to_numpy
 from rulegen.spec.rules import Structured, SympyBody
@@ -51,6 +51,8 @@ def check_transforms_jax(s: Subject) -> str:
     ):
         small.compare(f"jit(grad) vs grad, {s.partial(k)}", a, b, s.rtol, s.atol)
     names.append("grad")
+    _compare_shard_map_jax(s, small, xs, grads)
+    names.append("shard_map(grad)")
     rev = jax.jacrev(small.jax_f, argnums, holomorphic=holomorphic)(*xs)
     if _linear_derivative(s):
         for k, g in enumerate(grads):
@@ -79,6 +81,40 @@ def check_transforms_jax(s: Subject) -> str:
     else:
         names.append(f"(no jacfwd, hessian: {s.no_forward_mode['jax']})")
     return ", ".join(names) + " consistent" + s.note
+
+
+def _compare_shard_map_jax(s: Subject, small: Subject, xs: Sequence[Any], grads: Sequence[Any]) -> None:
+    """grad under `shard_map` on a mesh of one device, against grad.
+
+    One device types every value as varying along the mesh axis as many
+    do, which is what a rule's tangents must match (an integer output's
+    float0 tangent did not); the durability check (`--compile`) runs two.
+    As there, every array input is sharded, the differentiated ones and
+    the others.
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    shard_map = getattr(jax, "shard_map", None)
+    if shard_map is None:  # before JAX 0.7 it lived in jax.experimental, which --compile checks
+        return
+    mesh = Mesh(np.array(jax.devices()[:1]), ("calls",))
+
+    arrays = [k for k, v in enumerate(small.values) if isinstance(v, np.ndarray)]
+    call = small.bound(small.jax_fn, jnp.asarray, over=arrays)
+
+    def per_shard(*shards: Any) -> tuple[Any, ...]:
+        return tuple(o[None] for o in call(*[x[0] for x in shards]))
+
+    sharded = shard_map(per_shard, mesh=mesh, in_specs=tuple(P("calls") for _ in arrays), out_specs=P("calls"))
+    wrt = tuple(arrays.index(k) for k in small.diff)
+    found = jax.grad(sum_of(sharded), wrt, holomorphic=s.rule.complex)(
+        *[jnp.asarray(small.values[k])[None] for k in arrays]
+    )
+    for k, (a, b) in enumerate(zip(found, grads, strict=True)):
+        small.compare(f"shard_map(grad) vs grad, {s.partial(k)}", a[0], b, s.rtol, s.atol)
 
 
 def check_transforms_torch(s: Subject) -> str:
@@ -213,7 +249,7 @@ def _gradcheck_torch(s: Subject, small: Subject, leaves: tuple[Any, ...]) -> Non
             raise_exception=True,
         )
     except Exception as exc:
-        raise CheckFailed(f"gradcheck ({s.positions()}): {str(exc)[:600]}") from None
+        raise CheckFailed(f"gradcheck ({s.positions()}): {brief(str(exc))}") from None
 
 
 def check_broadcast(s: Subject) -> str:
@@ -304,7 +340,7 @@ def _not_broadcasting(s: Subject, values: list[Any], expanded: list[Any]) -> str
         except Exception as exc:
             # The last line of a host callback's error is the host's own exception.
             lines = str(exc).strip().splitlines() or [""]
-            return f"{name}: {type(exc).__name__}: {lines[-1][:200]}"
+            return f"{name}: {type(exc).__name__}: {brief(lines[-1], 200)}"
     return ""
 
 

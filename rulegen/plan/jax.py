@@ -323,8 +323,8 @@ def _tangent(d: Derivation, o: Output, *, held: bool) -> Result:
     expr = linear_combination(d, d.jvp_partials, o.name, _diff_inputs(d), TANGENT)
     reads = frozenset({o.name})
     if not o.differentiable and o.dtype != "float":
-        code = f"{g['np']}.zeros({jnp}.shape({o.name}), dtype={g['jax']}.dtypes.float0)"
-        return Result(name, code=code, imports=_JNP | {Import("numpy", alias="np"), Import("jax")}, reads=reads)
+        code = f"{g['no_tangent']}({o.name})"
+        return Result(name, code=code, imports=frozenset({Import("._util", "no_tangent")}), reads=reads)
     if not o.differentiable or expr == 0:
         return Result(name, code=f"{jnp}.zeros_like({o.name})", imports=_JNP, reads=reads)
     if held:

@@ -215,9 +215,8 @@ def _output_tangents(p: SnippetPlanner) -> list[str]:
             p.imports.add(Import("jax.numpy", alias="jnp"))
             tangents.append(f"{p.own['jnp']}.zeros_like({o.name})")
         else:
-            p.imports |= {Import("numpy", alias="np"), Import("jax.numpy", alias="jnp")}
-            np, jnp, jax = p.own["np"], p.own["jnp"], p.own["jax"]
-            tangents.append(f"{np}.zeros({jnp}.shape({o.name}), dtype={jax}.dtypes.float0)")
+            p.imports.add(Import("._util", "no_tangent"))
+            tangents.append(f"{p.own['no_tangent']}({o.name})")
     return tangents
 
 

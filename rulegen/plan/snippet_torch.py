@@ -191,11 +191,15 @@ def _forward(p: SnippetPlanner, kept: _Kept, util_names: list[str]) -> Def:
     elif forward.host:
         lines = _host_forward(p, kept.values)
     else:
-        # A body may return an input as it is (`return x`), which torch refuses to save for backward.
+        # A body may return an input as it is (`return x`): torch refuses to save it for
+        # backward, and hands it back as a view of the input, which a Function's output
+        # must not be (an in-place update of one would write through to the other).
         read = ", ".join(a for a in p.arrays if a in forward.params)
-        copies = read and kept.needed & set(kept.values)
-        result = f"{p.own['fresh_outputs']}({p.call(forward)}, {read})" if copies else p.call(forward)
-        if copies:
+        result = p.call(forward)
+        if result in p.arrays:
+            result = f"{result}.clone()"
+        elif read:
+            result = f"{p.own['fresh_outputs']}({result}, {read})"
             util_names.append("fresh_outputs")
         lines = [Return(result)]
         if p.returned:

@@ -68,6 +68,7 @@ HELPER_NAMES = frozenset(
         "fused",
         "hurwitz_zeta",
         "linear_map",
+        "no_tangent",
         "nth_root",
         "output_from_host",
         "plain",

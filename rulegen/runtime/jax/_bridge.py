@@ -13,7 +13,7 @@ JAX rules must not cost a torch import where no bridged rule runs.
 import jax
 import numpy as np
 
-from ._util import varying_like
+from ._util import Callback, value_key, varying_like
 
 
 def _result_types(function, arrays):
@@ -66,7 +66,11 @@ def _to_numpy(tensor):
 
 
 def _host(function, types):
-    """`function` on NumPy arrays, its results cast to the declared types."""
+    """`function` on NumPy arrays, its results cast to the declared types.
+
+    Equal for equal functions and types (see `Callback`): the generated
+    code passes a fresh lambda over the rule's statics on every call.
+    """
 
     def call(*values):
         import torch
@@ -79,7 +83,9 @@ def _host(function, types):
             np.asarray(_to_numpy(r), dtype=t.dtype) for r, t in zip(results, types, strict=True)
         )
 
-    return call
+    return Callback(
+        call, ("forward", value_key(function), tuple((t.shape, t.dtype) for t in types))
+    )
 
 
 def _torch_vjp(function, count):
@@ -103,7 +109,7 @@ def _torch_vjp(function, count):
         found = dict(zip(floating, grads, strict=True))
         return tuple(found.get(k, torch.zeros_like(a)) for k, a in enumerate(arrays))
 
-    return vjp
+    return Callback(vjp, ("vjp", value_key(function), count))
 
 
 class TorchBridge:

@@ -1,9 +1,11 @@
 """Helpers that the generated JAX rules share."""
 
 import functools
+import types
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 # Re-exported: generated modules import every helper they call from here.
 from . import _asymptotic, _scaling, _structures
@@ -15,6 +17,58 @@ binade = functools.partial(_scaling.binade, jnp)
 nth_root = functools.partial(_scaling.nth_root, jnp)
 erfcx_series = functools.partial(_asymptotic.erfcx_series, jnp)
 bessel_ie_series = functools.partial(_asymptotic.bessel_ie_series, jnp)
+
+
+class Callback:
+    """A host callback equal to any other of the same `key`: one compiled executable per key.
+
+    Outside `jit`, `jax.pure_callback` compiles an executable for its
+    callback and keeps it keyed by that callback; a fresh closure on every
+    call compiled anew on every call (10-20 ms each, and memory that grew
+    with every call).  A key that cannot be hashed (a static list) makes
+    the callback equal only to itself, which is right, and slow.
+    """
+
+    def __init__(self, call, key):
+        self._call = call
+        try:
+            hash(key)
+        except TypeError:
+            key = object()
+        self._key = key
+
+    def __call__(self, *values):
+        return self._call(*values)
+
+    def __eq__(self, other):
+        return isinstance(other, Callback) and self._key == other._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+
+def value_key(value):
+    """`value` as a key that tells apart what `==` does not: 1, 1.0 and True, 0.0 and -0.0, nan.
+
+    A function made by the same code over the same values (a lambda taking a
+    rule's statics) is the same function.
+    """
+    if isinstance(value, float):
+        return (float, value.hex())
+    if isinstance(value, (tuple, list)):
+        return (type(value), tuple(value_key(v) for v in value))
+    if isinstance(value, types.FunctionType):
+        try:
+            cells = tuple(c.cell_contents for c in value.__closure__ or ())
+        except ValueError:  # a cell not yet filled
+            return (type(value), value)
+        return (
+            value.__code__,
+            id(value.__globals__),
+            value_key(cells),
+            value_key(value.__defaults__ or ()),
+        )
+    return (type(value), value)
 
 
 def sum_to_shape(x, shape):
@@ -171,6 +225,16 @@ def varying_like(results, *arrays):
         return jax.lax.pvary(result, missing)
 
     return jax.tree.map(cast, results)
+
+
+def no_tangent(output):
+    """The tangent of an integer or boolean output: float0 zeros, of the output's type.
+
+    Under `shard_map` that type names the mesh axes the output varies
+    along, which a bare NumPy float0 array does not: JAX refused the
+    differentiated rule ("primal int32[2]{V:i} with tangent float0[2]").
+    """
+    return varying_like(np.zeros(jnp.shape(output), dtype=jax.dtypes.float0), output)
 
 
 _LOW_PRECISION = (jnp.bfloat16, jnp.float16)

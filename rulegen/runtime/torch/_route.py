@@ -11,7 +11,11 @@ or compiled, so it cannot stand in for the Function there.
 """
 
 import contextlib
+import dis
 import functools
+import math
+import sys
+import types
 
 import torch
 from torch._C._functorch import (
@@ -237,12 +241,109 @@ def routed(function, schema=None):
     """
     compiled = without_jvp(function)
     exported = None if schema is None else rule_op(function, schema)
+    numbers = numbers_read(function)
 
     def apply(*args):
+        if numbers and torch.compiler.is_compiling():
+            _read_here(numbers)
         return route(function, compiled, exported)(*args)
 
     apply.__name__ = apply.__qualname__ = f"apply_{function.__name__}"
+    apply.numbers_read = numbers
     return apply
+
+
+def _read_here(numbers):
+    """Each of `numbers` read in the frame Dynamo is tracing, before any Function's subgraph.
+
+    Under `torch.compile(dynamic=True)` Dynamo makes a graph input of each
+    Python number a traced frame reads (`math.pi`) and caches what it read
+    for the whole graph.  Read first inside one Function's forward or
+    backward (a subgraph of its own), the cached value belonged to that
+    subgraph, and the next Function to read it failed ("lift_tracked_freevar_
+    to_input should not be called on root SubgraphTracer", torch 2.13):
+    `f_gelu_tanh` then `scipy_erfcx`, or `f_gelu_tanh` twice.  Read here
+    first, it belongs to the graph that holds every subgraph.
+    """
+    for owner, name in numbers:
+        _ = getattr(owner, name) * 1
+
+
+def numbers_read(function):
+    """The module-level numbers the Function `function`'s forward and backward read.
+
+    As (module, name) pairs: `math.pi`, a constant of the rule's module or
+    of the runtime modules its methods call (in the same package), and
+    those of the rules they apply, whose public functions carry theirs.
+    """
+    package = function.__module__.rpartition(".")[0]
+    found = {}
+    seen = set()
+
+    def scan(code, namespace):
+        if code in seen:
+            return
+        seen.add(code)
+        owner = None
+        for instruction in dis.get_instructions(code):
+            if instruction.opname == "LOAD_GLOBAL":
+                holder = sys.modules.get(namespace.get("__name__", ""))
+            elif instruction.opname in ("LOAD_ATTR", "LOAD_METHOD") and owner is not None:
+                holder = owner
+            else:
+                owner = None
+                continue
+            name = instruction.argval
+            value = getattr(holder, name, None)
+            owner = value if isinstance(value, types.ModuleType) else None
+            if _is_number(value) and holder is not None:
+                found.setdefault((id(holder), name), (holder, name))
+            for pair in getattr(value, "numbers_read", ()):
+                found.setdefault((id(pair[0]), pair[1]), pair)
+            for called in _called(value, package):
+                scan(called.__code__, called.__globals__)
+        for constant in code.co_consts:
+            if isinstance(constant, types.CodeType):
+                scan(constant, namespace)
+
+    for method in _methods(function):
+        scan(method.__code__, method.__globals__)
+    return tuple(found.values())
+
+
+def _methods(function):
+    for name in ("forward", "setup_context", "backward"):
+        body = getattr(function, name, None)
+        if isinstance(body, types.FunctionType):
+            yield body
+
+
+def _called(value, package):
+    """The Python functions of `package` that calling `value` runs in the traced frame.
+
+    Through the runtime's own wrappers: a cache (`__wrapped__`), a partial,
+    a Function class (its methods) or a tuple of them.
+    """
+    if isinstance(value, types.FunctionType):
+        if value.__module__.startswith(package):
+            yield value
+        if isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
+            yield from _called(value.__wrapped__, package)
+    elif isinstance(value, functools.partial):
+        yield from _called(value.func, package)
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from _called(item, package)
+    elif isinstance(value, type) and issubclass(value, torch.autograd.Function):
+        if value.__module__.startswith(package):
+            yield from _methods(value)
+    elif isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
+        yield from _called(value.__wrapped__, package)
+
+
+def _is_number(value):
+    # Dynamo keeps nan and the infinities as constants: only finite numbers become inputs.
+    return type(value) in (int, float) and math.isfinite(value)
 
 
 def rule_op(function, schema):
