@@ -115,3 +115,24 @@ def test_both_printers_compute_what_sympy_computes(expr):
         got = namespace["f"](convert(points["x"]), convert(points["y"]))
         got = np.broadcast_to(np.asarray(got.numpy() if hasattr(got, "numpy") else got, dtype=float), (3,))
         np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12, err_msg=code)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text", ["x * (x / where(x != 0, x, 1))", "(x / where(x != 0, x, 1)) * x"])
+def test_a_written_quotient_beside_a_factor_of_its_own_is_computed_as_written(text):
+    # sympy made x * (x / w) into x**2 / w: inf past |x| = 1.3e154, where the written order gives x.
+    import torch
+
+    code, imports = print_torch(parse_expression(text, SYMBOLS, Loc("p.yaml", 1, 1)))
+    namespace: dict = {}
+    exec("\n".join(import_statements(imports)) + f"\ndef f(x):\n    return {code}\n", namespace)
+    x = torch.tensor([6.4e266, -1.5, 0.0], dtype=torch.float64)
+    assert namespace["f"](x).tolist() == [6.4e266, -1.5, 0.0]
+
+
+@pytest.mark.unit
+def test_a_quotient_that_shares_nothing_with_its_factor_is_sympy_s():
+    # Canonical forms read sympy's products (exp(x) / (1 + exp(x)) is a sigmoid).
+    assert parse_expression("x * (y / 2)", SYMBOLS, Loc("p.yaml", 1, 1)) == X * Y / 2
+    parsed = parse_expression("exp(x) * (1 / (1 + exp(x)))", SYMBOLS, Loc("p.yaml", 1, 1))
+    assert parsed == sp.exp(X) / (1 + sp.exp(X))

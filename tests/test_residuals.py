@@ -9,11 +9,14 @@ more, against the write and the read that saving it costs.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import sympy as sp
 import yaml
 
 from rulegen.derive.partials import Derivation, derive_rule
 from rulegen.plan import plan_torch
+from rulegen.plan.saving import shared_subexpressions
 from rulegen.spec.rules import read_rules
 
 RULES = [
@@ -107,3 +110,15 @@ def test_no_bundled_rule_keeps_what_one_cheap_operation_computes_from_what_else_
         assert not _one_step_from_the_rest(chosen, outputs, arrays), (rule.name, chosen)
         kept[rule.name] = sorted(map(str, chosen.values()))
     assert kept["to_polar"] == []
+
+
+@pytest.mark.unit
+def test_a_product_shared_with_a_partial_is_computed_in_its_own_order():
+    # cse took y*z of x*y*z out for dout/dx and computed out = (y*z)*x: inf at (-2.4e-184, 1.4e206, -3.7e121),
+    # where x*y*z is 1.2e144 (JAX's JVP of a ChainRules product rule).
+    x, y, z = sp.symbols("x y z", real=True)
+    replacements, (out, d_x, *_) = shared_subexpressions([x * y * z, y * z, x * z, x * y], sp.numbered_symbols("t"))
+    assert out == x * y * z
+    assert d_x.xreplace(dict(replacements)) == y * z
+    value = sp.lambdify([x, y, z], out, "numpy")(np.float64(-2.4e-184), np.float64(1.4e206), np.float64(-3.7e121))
+    assert value == pytest.approx(1.2432e144)

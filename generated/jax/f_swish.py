@@ -38,4 +38,4 @@ def _f_swish_jvp(primals, tangents):
     (x_dot,) = tangents
     t0 = jax.nn.sigmoid(x)
     out = t0 * x
-    return out, x_dot * (t0 + out * (1 - t0))
+    return out, x_dot * (t0 * x * (1 - t0) + t0)

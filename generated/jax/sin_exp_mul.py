@@ -47,7 +47,7 @@ def _sin_exp_mul_jvp(primals, tangents):
     t0 = jnp.exp(-(x**2))
     t1 = jnp.sin(x)
     t2 = t0 * t1
-    out = t2 * y
+    out = t0 * t1 * y
     return out, summed_like(
         out,
         None if x_dot is None else x_dot * (t0 * y * (-2 * t1 * x + jnp.cos(x))),

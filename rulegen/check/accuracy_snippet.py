@@ -252,17 +252,54 @@ def measure_snippet(s: Subject) -> dict[tuple[Quantity, str], _Bits]:
         for point in _points(s):
             arrays = [np.asarray(v, np.float64) for v in point.values if isinstance(v, np.ndarray)]
             where = (point.where, np.concatenate([a.ravel() for a in arrays] or [np.zeros(0)]))
-            for quantity, (ours, theirs, exact) in _at(s, backend, generated, autodiff, point).items():
+            found = _at(s, backend, generated, autodiff, point)
+            terms = {} if s.elementwise else _term_sizes(s, point, {q: exact for q, (_, _, exact) in found.items()})
+            for quantity, (ours, theirs, exact) in found.items():
                 # Where the exact result overflows float32, any infinity is as right as float32 can be, and a
                 # given JVP's term times a held input's zero tangent is nan, which no compiler can remove.
                 compared = (np.abs(exact) <= np.finfo(np.float32).max) & ~_subnormal_anywhere(exact, arrays, backend)
                 bits = measured.setdefault((quantity, backend), _Bits())
+                size = terms.get(quantity, 0.0)
                 with np.errstate(over="ignore"):  # an exact value beyond float32's range rounds to inf
-                    bits.generated.append(bits_of_error(ours, exact, np.float32).ravel())
-                    bits.autodiff.append(bits_of_error(theirs, exact, np.float32).ravel())
+                    bits.generated.append(against_terms(ours, exact, size).ravel())
+                    bits.autodiff.append(against_terms(theirs, exact, size).ravel())
                 bits.compared.append(compared.ravel())
                 bits.where.append(where)
     return measured
+
+
+def _term_sizes(s: Subject, point: _Point, exact: dict[Quantity, np.ndarray]) -> dict[Quantity, float]:
+    """The size of the terms each partial of a rule that is not elementwise sums, by quantity: its cotangent's
+    (a VJP's) or tangent's (a JVP's) largest entry, drawn as `_jax` and `_torch` draw them.
+
+    An entry of softmax's VJP, `out * (out_bar - sum(out * out_bar))`, sums products of the cotangent with
+    outputs at most 1, and is exactly 0 for the cotangent of ones (the gradient of the outputs' sum).
+    """
+    sizes: dict[Quantity, float] = {}
+    draws = point.cotangent_draws
+    names = [o.name for o in s.rule.outputs if o.differentiable]
+    for name in names:
+        value = exact.get(Quantity(name))
+        if value is None:
+            return sizes  # the draws are in the outputs' order: a missing one puts the rest out of step
+        cotangent = draws.standard_normal(np.shape(value)).astype(np.float32)
+        for k in s.diff:
+            sizes[Quantity(name, s.rule.inputs[k].name)] = float(np.max(np.abs(cotangent), initial=0.0))
+    for k, tangent in zip(s.diff, point.tangents, strict=True):
+        for name in names:
+            sizes[Quantity(name, s.rule.inputs[k].name, "forward")] = float(np.max(np.abs(tangent), initial=0.0))
+    return sizes
+
+
+def against_terms(got: np.ndarray, exact: np.ndarray, size: float) -> np.ndarray:
+    """float32 bits of error of `got`, or fewer: its error in units of half a float32 ulp of terms of `size`,
+    where the exact value is small beside them (no order of summing such terms keeps more)."""
+    bits = bits_of_error(got, exact, np.float32)
+    if not size > 0:
+        return bits
+    with np.errstate(all="ignore"):
+        absolute = np.log2(1.0 + np.abs(np.asarray(got, np.float64) - exact) / (size * 2.0**-24))
+    return np.where(np.isnan(got), bits, np.minimum(bits, absolute))
 
 
 def _at(

@@ -24,7 +24,7 @@ from typing import Any
 import sympy as sp
 from sympy.printing.pycode import MpmathPrinter
 
-from rulegen.derive.functions import CONSTANTS, HOLOMORPHIC, RULE_FUNCTIONS, Piecewise
+from rulegen.derive.functions import CONSTANTS, HOLOMORPHIC, RULE_FUNCTIONS, Piecewise, divided
 from rulegen.spec.errors import Loc, SpecError
 
 MAX_CHARS = 20_000
@@ -191,6 +191,7 @@ class _Builder:
         while isinstance(spine[-1].left, ast.BinOp) and not isinstance(spine[-1].op, ast.Pow):
             spine.append(spine[-1].left)
         result = self.value(spine[-1].left)
+        quotient: tuple[sp.Expr, sp.Expr] | None = None  # the last step's, where it divided
         for step in reversed(spine):
             op = type(step.op)
             if op in _REFUSED_BINARY:
@@ -198,8 +199,30 @@ class _Builder:
             right = self.value(step.right)
             if op is ast.Pow:
                 self.check_power(step, result, right)
+            if op is ast.Mult:
+                result, right = self.written_quotients(step, result, quotient, right)
+            quotient = (result, right) if op is ast.Div else None
             result = _BINARY[op](result, right)
         return result
+
+    def written_quotients(
+        self, step: ast.BinOp, left: sp.Expr, quotient: tuple[sp.Expr, sp.Expr] | None, right: sp.Expr
+    ) -> tuple[sp.Expr, sp.Expr]:
+        """The factors of a product, a written quotient among them kept whole where sympy would merge it.
+
+        sympy makes `x * (x / w)` into `x**2 / w`, which overflows past
+        |x| = 1.3e154 where the written order does not (torch's "safe where"
+        idiom): a quotient that shares a base with the other factor is
+        `divided(x, w)`, computed as written.  A product of quotients that
+        share nothing is left to sympy, whose canonical forms read it.
+        """
+        if not _share_a_base(left, right):
+            return left, right
+        if quotient is not None and _share_a_base(quotient[0] / quotient[1], right):
+            left = divided(*quotient)
+        if isinstance(step.right, ast.BinOp) and isinstance(step.right.op, ast.Div):
+            right = divided(self.value(step.right.left), self.value(step.right.right))
+        return left, right
 
     def check_power(self, node: ast.BinOp, base: sp.Expr, exponent: sp.Expr) -> None:
         if exponent.is_number:
@@ -272,6 +295,12 @@ class _Builder:
                 raise self.error(arg, "each Piecewise argument is a pair (value, condition)")
             pieces.append((self.value(arg.elts[0]), self.condition(arg.elts[1])))
         return Piecewise(*pieces)
+
+
+def _share_a_base(a: sp.Expr, b: sp.Expr) -> bool:
+    """Whether sympy's product of `a` and `b` merges a power of one with the other's (`x * x**-1`)."""
+    bases = [{base for base in sp.Mul.make_args(e) if not base.is_number} for e in (a, b)]
+    return bool({f.as_base_exp()[0] for f in bases[0]} & {f.as_base_exp()[0] for f in bases[1]})
 
 
 def _depth_and_size(tree: ast.AST, builder: _Builder) -> None:

@@ -247,7 +247,44 @@ def shared_subexpressions(
             divisors[symbol] = 1 / symbol
             value = value.base
         shared.append((symbol, value))
-    return shared, [e.xreplace(divisors) for e in reduced]
+    return _products_kept_whole(shared, [e.xreplace(divisors) for e in reduced])
+
+
+def _products_kept_whole(
+    replacements: list[tuple[sp.Symbol, sp.Expr]], reduced: list[sp.Expr]
+) -> tuple[list[tuple[sp.Symbol, sp.Expr]], list[sp.Expr]]:
+    """cse's shared products put back as factors into the products they were taken out of.
+
+    sp.cse shares `y*z` of `x*y*z` and `y*z` as `t0 = y*z`, then `t0*x`:
+    another order of the same product, which overflows at
+    (x, y, z) = (-2.4e-184, 1.4e206, -3.7e121) where x*y*z is 1.2e144.
+    Each product is computed in its own printed order, the one the
+    stabilising search measures; a shared product stays shared where it is
+    a whole expression (a partial, a term of a sum).
+    """
+    products: dict[sp.Expr, sp.Expr] = {}
+
+    def inline(expr: sp.Expr) -> sp.Expr:
+        if not isinstance(expr, sp.Basic) or expr.is_Atom:
+            return expr
+        args = [inline(a) for a in expr.args]
+        # Only a product of three or more non-numbers is reassociated; a number or a sign scales it exactly.
+        if isinstance(expr, sp.Mul) and any(a in products for a in args) and sum(not a.is_number for a in args) > 1:
+            return sp.Mul(*(products.get(a, a) for a in args))
+        return expr.func(*args) if args != list(expr.args) else expr
+
+    kept = []
+    for symbol, value in replacements:
+        value = inline(value)
+        if isinstance(value, sp.Mul) and sum(not a.is_number for a in value.args) > 1:
+            products[symbol] = value
+        kept.append((symbol, value))
+    reduced = [inline(e) for e in reduced]
+    used: set[sp.Basic] = set().union(*(e.free_symbols for e in reduced)) if reduced else set()
+    for symbol, value in reversed(kept):
+        if symbol in used:
+            used |= value.free_symbols
+    return [(symbol, value) for symbol, value in kept if symbol in used], reduced
 
 
 def _shared_with_forward(forward: Sequence[sp.Expr], partials: Sequence[sp.Expr]) -> set[sp.Expr]:
