@@ -67,6 +67,17 @@ def test_log_ndtr_of_nan_is_nan(dtype):
 # -------------------------------------------------------------------- a derivative is not divided out of the output
 
 
+@pytest.mark.parametrize(("dtype", "x"), [(np.float64, -1.6531469186949233e154), (np.float32, -2.499662e19)])
+def test_log_ndtr_is_finite_where_x_squared_overflows_but_half_of_it_does_not(dtype, x):
+    # log Phi(x) ~ -x**2 / 2: finite on a band past sqrt(max), where x**2 alone is inf (JAX printed -inf there).
+    point = np.asarray([x], dtype=dtype)
+    with mpmath.workprec(200):
+        exact = float(mpmath.log(mpmath.ncdf(mpmath.mpf(float(point[0])))))
+    assert math.isfinite(exact) and abs(exact) <= float(np.finfo(dtype).max)
+    for got in (np.asarray(gj.f_log_ndtr(point)), torch_value(gt.f_log_ndtr, point)):
+        assert got.dtype == dtype and got[0] == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps))
+
+
 def test_a_saved_output_is_read_where_it_is_a_factor_only():
     x, y, out = sp.symbols("x y out")
     assert saved_form(x ** (y - 1) * y, {x**y: out}) == x ** (y - 1) * y

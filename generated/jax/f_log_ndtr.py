@@ -36,12 +36,11 @@ def f_log_ndtr(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_log_ndtr(x):
-    t0 = x >= 0
+    t0 = jnp.where(x >= 0, -1, x)
     t1 = x < 0
     return jnp.where(
         t1,
-        -jnp.where(t0, 1, x**2) / 2
-        + jnp.log(erfcx((-math.sqrt(2) / 2) * jnp.where(t0, -1, x)) / 2),
+        -t0 * (t0 / 2) + jnp.log(erfcx((-math.sqrt(2) / 2) * t0) / 2),
         jnp.log1p(-jax.scipy.special.ndtr(-jnp.where(t1, 1, x))),
     )
 
@@ -50,17 +49,16 @@ def _f_log_ndtr(x):
 def _f_log_ndtr_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = x >= 0
-    t1 = x**2
-    t2 = math.sqrt(2)
-    t3 = t2 / 2
-    t4 = erfcx(-t3 * jnp.where(t0, -1, x))
-    t5 = x < 0
-    t6 = jnp.where(t5, 1, x)
-    t7 = 1 / math.sqrt(math.pi)
-    out = jnp.where(
-        t5, -jnp.where(t0, 1, t1) / 2 + jnp.log(t4 / 2), jnp.log1p(-jax.scipy.special.ndtr(-t6))
-    )
+    t0 = jnp.where(x >= 0, -1, x)
+    t1 = math.sqrt(2)
+    t2 = t1 / 2
+    t3 = erfcx(-t0 * t2)
+    t4 = x < 0
+    t5 = jnp.where(t4, 1, x)
+    t6 = 1 / math.sqrt(math.pi)
+    out = jnp.where(t4, -t0 * (t0 / 2) + jnp.log(t3 / 2), jnp.log1p(-jax.scipy.special.ndtr(-t5)))
     return out, x_dot * jnp.where(
-        t5, t2 * t7 / t4, t3 * t7 * jnp.exp(-jnp.where(t5, 1, t1) / 2) / jax.scipy.special.ndtr(t6)
+        t4,
+        t1 * t6 / t3,
+        t2 * t6 * jnp.exp(-jnp.where(t4, 1, x**2) / 2) / jax.scipy.special.ndtr(t5),
     )

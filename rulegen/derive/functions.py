@@ -762,12 +762,14 @@ def _log_ndtr_by_erfcx(x: sp.Expr) -> sp.Expr:
     """log Phi(x): JAX's is log(ndtr(x)) up to x = 8 (1.6e12 eps off at x = 7.5, where it is -3e-14) and a
     three-term series below x = -20 (7e4 eps off at -20.5).
 
-    log(erfcx(-x / sqrt 2) / 2) - x**2 / 2 below 0 (within 2 eps; x**2 / 2 of x itself, where the square of
-    the rounded x / sqrt 2 would be 2 eps off), log1p(-Phi(-x)) above.  Each branch's argument is a stand-in
-    in the other's half, where its value would overflow and its derivative, times the `where`'s 0, be nan.
+    log(erfcx(-x / sqrt 2) / 2) - x (x / 2) below 0 (within 2 eps; x**2 / 2 of x itself, where the square of
+    the rounded x / sqrt 2 would be 2 eps off; halved before the product, since x**2 overflows on
+    [-1.9e154, -1.3e154] in float64 where log Phi(x) is a finite -x**2 / 2), log1p(-Phi(-x)) above.  Each
+    branch's argument is a stand-in in the other's half, where its value would overflow and its derivative,
+    times the `where`'s 0, be nan.
     """
     negative, positive = _negative_or(x, sp.S.NegativeOne), _nonnegative_or(x, sp.S.One)
-    left = sp.log(erfcx(-negative / sp.sqrt(2)) / 2) - negative**2 / 2
+    left = sp.log(erfcx(-negative / sp.sqrt(2)) / 2) - negative * divided(negative, 2)
     return Piecewise((left, x < 0), (log1p(-ndtr(-positive)), True))
 
 
