@@ -128,7 +128,9 @@ def test_the_choices_are_in_the_manifest_and_show_why_prints_them(tmp_path, monk
     # The docstring names the quantity, without numbers: a file changes only when a choice does.
     module = (tmp_path / "pkg" / "torch" / "cached_tanh.py").read_text()
     assert "dout/dx" in module and "show cached_tanh --why" in module and "bits" not in module
-    monkeypatch.setenv("COLUMNS", "200")
+    from rulegen import cli
+
+    monkeypatch.setattr(cli.out_console, "width", 200)  # a row on one line, whatever the terminal
     result = CliRunner().invoke(app, ["show", "cached_tanh", "rules.yaml", "--why"])
     assert result.exit_code == 0, result.output
     row = next(line for line in result.output.splitlines() if "dout/dx" in line)
