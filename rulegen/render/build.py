@@ -139,12 +139,6 @@ def generate_rule(rule: Rule, known_rules: Iterable[str] = ()) -> dict[str, str]
     return dict(generate(rule, known_rules).modules)
 
 
-def derive_and_generate(rule: Rule, known_rules: Iterable[str] = ()) -> tuple[Routes, dict[str, str]]:
-    """The routes that carry `rule` (see rulegen.derive.routes) and its two unformatted modules."""
-    generated = generate(rule, known_rules)
-    return generated.routes, dict(generated.modules)
-
-
 def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
     """Derive, plan and render one rule; an internal failure names the rule and the stage (`in_stage`)."""
     # Deriving and printing need sympy; a rebuild with nothing to derive
