@@ -259,7 +259,7 @@ def special_magnitudes(dtype: Any) -> tuple[float, ...]:
 MIXED_RATIOS = (2.0**-12, 2.0**-40, 2.0**-100, 2.0**-300, 2.0**-700)
 
 
-def _inside(domain: Domain, values: np.ndarray) -> np.ndarray:
+def inside(domain: Domain, values: np.ndarray) -> np.ndarray:
     above = values > domain.lo if domain.lo_open else values >= domain.lo
     below = values < domain.hi if domain.hi_open else values <= domain.hi
     return above & below & ~np.isin(values, np.asarray(domain.exclude, dtype=values.dtype))
@@ -295,7 +295,7 @@ def special_points(
                     pairs[k].append(made if k == i else column[:n])
     if pairs[0]:
         made_pairs = [np.concatenate(p) for p in pairs]
-        keep = np.logical_and.reduce([_inside(d, c) for d, c in zip(domains, made_pairs, strict=True)])
+        keep = np.logical_and.reduce([inside(d, c) for d, c in zip(domains, made_pairs, strict=True)])
         # A ratio that underflowed to 0 is no mixed magnitude: zero is a special float, where a kink's convention
         # (prelu's derivative at -0) decides, not a ratio.
         keep &= np.concatenate(made_nonzero)

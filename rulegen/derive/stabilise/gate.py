@@ -10,7 +10,14 @@ and, for two inputs or more, pairs of mixed magnitudes (|a| << |b|, |b| << |a|, 
   wherever the derived form is finite and the exact value is a finite float of the dtype: numpy says where the
   forms are finite, mpmath is asked only where the candidate is not;
 - on `BUDGET.validation_measured` of them (mpmath at each, the costly part) its mean bits of error are no worse
-  than the derived form's, to within `BUDGET.tie_bits`, in either dtype.
+  than the derived form's, to within `BUDGET.tie_bits`, in either dtype;
+- it breaks no point the derived form gets right: where the two disagree in the upper half of their bits (numpy
+  says where; mpmath decides at `BUDGET.disagreement_points` of them), the form is not more than
+  `BUDGET.broken_bits` worse wherever the derived form is within `BUDGET.accurate_bits`.  A mean over the float
+  line is dominated by huge and tiny inputs; the rows where an input is an ordinary number (a label of 1, a
+  count of 2) come first, because a form better on average can cancel exactly there:
+  y*softplus(-z) + (1 - y)*softplus(z) as y*(softplus(-z) - softplus(z)) + softplus(z) loses every bit at
+  y = 1, z = 100.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import numpy as np
 import sympy as sp
 
 from rulegen.derive.expr import lambdified
-from rulegen.derive.measure import bits_of_error, sample_floats, special_points
+from rulegen.derive.measure import bits_of_error, inside, sample_floats, special_points
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import (
     _DTYPES,
@@ -38,15 +45,41 @@ from rulegen.derive.stabilise.points import (
 
 #: Added to a search's seed for the gate's points: a form is proven on points it was not chosen on.
 _VALIDATION_SEED = 0x5EED
+#: The ordinary numbers of `BUDGET.ordinary_rows`, either sign, and the binades the other inputs are drawn from
+#: there (a logit of 17, a scale of 0.1): where code people run spends its time, which the float line's bit
+#: patterns, mostly huge or tiny, rarely sample.
+_ORDINARY = (1.0, 2.0, 0.5)
+_ORDINARY_BINADES = (-6, 10)
+
+
+def _ordinary_rows(sampling: Sampling, rng: np.random.Generator, dtype: Any) -> list[np.ndarray]:
+    """Rows where one variable is an ordinary number inside its domain and the others are of ordinary size."""
+    domains = [d for _, d in sampling.domains]
+    rows: list[np.ndarray] = [np.empty(0, dtype) for _ in domains]
+    for index, domain in enumerate(domains):
+        values = np.asarray([s * v for v in _ORDINARY for s in (1.0, -1.0)], dtype=dtype)
+        for value in values[inside(domain, values)]:
+            count = BUDGET.ordinary_rows
+            size = 2.0 ** rng.uniform(*_ORDINARY_BINADES, size=(len(domains), count))
+            drawn = (size * rng.choice([-1.0, 1.0], size=size.shape)).astype(dtype)
+            for k, d in enumerate(domains):  # a narrow domain (a static held at its value) is drawn from itself
+                outside = ~inside(d, drawn[k])
+                with np.errstate(over="ignore"):
+                    drawn[k][outside] = sample_floats(d, int(outside.sum()), rng, dtype)
+            drawn[index] = value
+            rows = [np.concatenate([r, c]) for r, c in zip(rows, drawn, strict=True)]
+    return rows
 
 
 def _validation_columns(sampling: Sampling, seed: int, dtype: Any) -> tuple[np.ndarray, ...]:
-    """BUDGET.validation_points drawn points of `dtype`, each variable's special floats and the mixed magnitudes on top,
-    inside the sampling's joint condition."""
+    """The ordinary rows, then BUDGET.validation_points drawn points of `dtype`, each variable's special floats and
+    the mixed magnitudes, inside the sampling's joint condition."""
     rng = np.random.default_rng([seed + _VALIDATION_SEED, np.dtype(dtype).itemsize])
     with np.errstate(over="ignore"):  # a bound beyond float32's range is its largest float
         drawn = [sample_floats(domain, BUDGET.validation_points, rng, dtype) for _, domain in sampling.domains]
+    ordinary = _ordinary_rows(sampling, rng, dtype)
     columns = special_points(drawn, [d for _, d in sampling.domains], dtype, rng, BUDGET.mixed_points)
+    columns = [np.concatenate([o, c]) for o, c in zip(ordinary, columns, strict=True)]
     if sampling.condition is not None:
         condition = lambdified(sampling.variables, sampling.condition, modules="numpy")
         with np.errstate(all="ignore"):
@@ -91,6 +124,35 @@ def _finite_where_exact(
     return True
 
 
+def _breaks_accurate_points(
+    candidate: sp.Expr, derived: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any
+) -> bool:
+    """Whether `candidate` is `BUDGET.broken_bits` worse than `derived` at a point where `derived` is within
+    `BUDGET.accurate_bits` of the exact value (the columns' first rows, the ordinary ones, decided first)."""
+    theirs = _evaluated(derived, variables, columns, dtype)
+    ours = _evaluated(candidate, variables, columns, dtype)
+    if theirs is None or ours is None:
+        return False
+    half = 2.0 ** -(np.finfo(dtype).nmant // 2)
+    with np.errstate(all="ignore"):
+        differ = np.isfinite(theirs) & ~(np.abs(ours - theirs) <= half * np.abs(theirs))
+    suspect = np.flatnonzero(differ)[: BUDGET.disagreement_points]
+    if not suspect.size:
+        return False
+    reference = _mpmath_function(derived, tuple(variables))
+    which = 0 if np.dtype(dtype) == np.float64 else 1
+    for j in suspect:
+        value = _exact(reference, [float(c[j]) for c in columns])
+        if value is None or not math.isfinite(value[which]):
+            continue
+        exact = np.asarray([value[which]])
+        before = bits_of_error(theirs[j : j + 1], exact, dtype)[0]
+        after = bits_of_error(ours[j : j + 1], exact, dtype)[0]
+        if before <= BUDGET.accurate_bits and after > before + BUDGET.broken_bits:
+            return True
+    return False
+
+
 def as_computed(expr: sp.Expr) -> sp.Expr:
     """`expr` as generated code computes it: after `sympy.cse`, whose substitutions sympy evaluates again
     (-sqrt(1/x)/(2x) becomes -(1/x)**(3/2)/2, which overflows in float32 where the first does not)."""
@@ -115,6 +177,8 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
     candidate = as_computed(candidate)
     for measured, columns in _validation(derived, sampling, seed):
         if not _finite_where_exact(candidate, derived, variables, columns, measured.dtype):
+            return False
+        if _breaks_accurate_points(candidate, derived, variables, columns, measured.dtype):
             return False
         if not len(measured):
             continue
