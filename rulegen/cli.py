@@ -350,6 +350,11 @@ def _report_checks(outcomes: Sequence[Outcome], *, wide: bool) -> None:
     out_console.print(summary(outcomes))
 
 
+class PlotFormat(StrEnum):
+    html = "html"
+    png = "png"
+
+
 @app.command()
 def accuracy(
     rules: RulesArg = None,
@@ -357,9 +362,10 @@ def accuracy(
         int, typer.Option("--points", min=1, help="Points drawn per dtype (each input's probe magnitudes on top)")
     ] = 256,
     seed: Annotated[int, typer.Option(help="Seed of the sampled points")] = 0,
-    plot: Annotated[
-        Path | None, typer.Option("--plot", help="Write one HTML page of plots per rule into this folder")
-    ] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write plots of each rule into this folder")] = None,
+    plot_format: Annotated[
+        PlotFormat, typer.Option("--format", help="One HTML page (SVG) or one PNG (matplotlib) per rule")
+    ] = PlotFormat.html,
 ) -> None:
     """Bits of error of every value and partial, generated code beside autodiff of the written forward."""
     from rich.markup import escape
@@ -400,7 +406,7 @@ def accuracy(
                     for gap in backend_gaps(result):
                         out_console.print(f"[yellow]{rule.name}: the backends differ: {escape(gap)}[/yellow]")
                     if plot is not None:
-                        out_console.print(f"[dim]wrote {write_plot(result, plot)}[/dim]")
+                        out_console.print(f"[dim]wrote {write_plot(result, plot, plot_format.value)}[/dim]")
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 import re
 import types
@@ -281,6 +282,34 @@ def test_the_accuracy_command_prints_a_table_per_rule_and_writes_a_plot_page(tmp
     for svg in svgs:
         circles = ET.fromstring(svg).findall("{http://www.w3.org/2000/svg}circle")
         assert len(circles) == 4 * (8 + 2 * len(PROBES))  # 8 drawn points and the probes, per series
+
+
+def test_the_accuracy_command_writes_a_png_per_rule(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cube.yaml").write_text("name: acc_png\ninputs: [x]\nforward: x**3 / 3\n")
+    plots = tmp_path / "plots"
+    args = ["accuracy", str(tmp_path / "cube.yaml"), "--points", "8", "--plot", str(plots), "--format", "png"]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert (plots / "acc_png.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_plot_ticks_are_the_dtype_s_own_and_never_overlap(dtype):
+    from rulegen.check.accuracy_report import _MOST_TICKS, _ticks
+    from rulegen.derive.measure import ordinals
+
+    largest = float(np.finfo(dtype).max)
+    for lo, hi in ((-largest, largest), (0.5, 3.0), (0.0, 1e4), (-3.0, 3.0)):
+        a, b = (float(ordinals(np.asarray(v, dtype=dtype))) for v in (lo, hi))
+        ticks = _ticks(a, b, dtype)
+        positions = [p for p, _ in ticks]
+        assert len(ticks) >= 3, (lo, hi, ticks)
+        assert all(a <= p <= b for p in positions)
+        assert all(q - p >= (b - a) / _MOST_TICKS for p, q in itertools.pairwise(positions))
+        for position, label in ticks:  # each label is where it is drawn, on this dtype's own axis
+            assert float(ordinals(np.asarray(float(label), dtype=dtype))) == position
 
 
 def test_the_accuracy_command_refuses_a_bad_joint_domain_at_its_place(tmp_path, monkeypatch):

@@ -1,9 +1,11 @@
-"""What `rulegen accuracy` shows: a table per rule, and a page of plots per rule.
+"""What `rulegen accuracy` shows: a table per rule, and plots per rule.
 
-The plots are SVG drawn here, one self-contained HTML page per rule, so
-that no plotting library is needed: bits of error against the input's
-position on the float line (the axis the points are sampled along, labelled
-with magnitudes), the generated code beside the framework's autodiff.
+The plots show bits of error against the first input's position on the
+float line of each dtype (the axis the points are sampled along, labelled
+with powers of ten), the generated code beside the framework's autodiff.
+They are SVG drawn here, one self-contained HTML page per rule, so that no
+plotting library is needed; `format="png"` draws one PNG per rule with
+matplotlib instead (`pip install matplotlib`).
 """
 
 from __future__ import annotations
@@ -67,12 +69,16 @@ _COLOURS = {
     ("jax", "autodiff"): "#d62728",
     ("torch", "autodiff"): "#ff7f0e",
 }
-_TICKS = (-1e300, -1e100, -1e10, -1.0, -1e-10, -1e-100, -1e-300, 0.0, 1e-300, 1e-100, 1e-10, 1.0, 1e10, 1e100, 1e300)
+#: Tick labels on an axis, at most: "-1e-300" is seven characters, and an axis of 640 pixels holds nine.
+_MOST_TICKS = 9
 
 
-def write_plot(result: RuleAccuracy, folder: Path) -> Path:
-    """`folder/<rule>.html`: per quantity and dtype, bits of error against the first input, generated vs autodiff."""
+def write_plot(result: RuleAccuracy, folder: Path, format: str = "html") -> Path:
+    """`folder/<rule>.html` (or `.png`): per quantity and dtype, bits of error against the first input,
+    generated vs autodiff."""
     folder.mkdir(parents=True, exist_ok=True)
+    if format == "png":
+        return _write_png(result, folder / f"{result.rule}.png")
     sections = [
         f"<h2>{html.escape(quantity.label)}, {dtype}</h2>\n{_svg(result, quantity, dtype)}"
         for quantity in result.quantities
@@ -86,17 +92,70 @@ def write_plot(result: RuleAccuracy, folder: Path) -> Path:
         f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(result.rule)}: accuracy</title>"
         "<style>body{font-family:sans-serif;margin:2em}</style></head><body>\n"
         f"<h1>{html.escape(result.rule)}: bits of error</h1>\n<p>{legend}</p>\n"
-        "<p>x: the first input, along the float line (the points are uniform over its bit patterns); "
-        "y: bits of error, 0 for the correctly rounded value.</p>\n" + "\n".join(sections) + "\n</body></html>\n"
+        "<p>x: the first input, along the float line of each dtype (the points are uniform over its bit "
+        "patterns); y: bits of error, 0 for the correctly rounded value.</p>\n"
+        + "\n".join(sections)
+        + "\n</body></html>\n"
     )
     path = folder / f"{result.rule}.html"
     path.write_text(page)
     return path
 
 
-def _svg(result: RuleAccuracy, quantity: Quantity, dtype: str) -> str:
+def _positions(result: RuleAccuracy, dtype: str) -> np.ndarray:
+    """The first input's points as positions on the float line of `dtype` itself."""
     inputs = result.inputs[dtype]
-    xs = ordinals(next(iter(inputs.values())).astype(np.float64)).astype(np.float64)
+    return ordinals(next(iter(inputs.values())).astype(DTYPES[dtype])).astype(np.float64)
+
+
+def _ticks(lo: float, hi: float, dtype: str) -> list[tuple[float, str]]:
+    """Powers of ten of `dtype` between the positions lo and hi, none closer than 1/`_MOST_TICKS` of the axis to
+    another (so that no labels overlap): 0 and 1 first, then exponents that are multiples of 100, of 10, any,
+    then 2 and 5 times a power of ten (a narrow domain)."""
+    info = np.finfo(DTYPES[dtype])
+    smallest, largest = (math.floor(math.log10(float(v))) for v in (info.smallest_subnormal, info.max))
+    exponents = sorted(range(smallest, largest + 1), key=lambda e: (e != 0, e % 100 != 0, e % 10 != 0, abs(e)))
+    candidates = [0.0, *(s * m * 10.0**e for m in (1.0, 2.0, 5.0) for e in exponents for s in (1.0, -1.0))]
+    gap = (hi - lo) / _MOST_TICKS
+    kept: list[tuple[float, str]] = []
+    for value in (v for v in candidates if abs(v) <= float(info.max)):
+        position = float(ordinals(np.asarray(value, dtype=DTYPES[dtype])))
+        if lo <= position <= hi and all(abs(position - p) >= gap for p, _ in kept):
+            label = "0" if value == 0 else f"{value:.0e}".replace("e+", "e").replace("e0", "e").replace("e-0", "e-")
+            kept.append((position, label))
+    return sorted(kept)
+
+
+def _write_png(result: RuleAccuracy, path: Path) -> Path:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError as exc:
+        raise RuntimeError("PNG plots need matplotlib: pip install matplotlib") from exc
+    panels = [(quantity, dtype) for quantity in result.quantities for dtype in DTYPES]
+    figure, axes = pyplot.subplots(len(panels), 1, figsize=(8, 2.4 * len(panels)), squeeze=False)
+    for axis, (quantity, dtype) in zip(axes[:, 0], panels, strict=True):
+        xs = _positions(result, dtype)
+        for (backend, source), colour in _COLOURS.items():
+            bits = result.find(quantity, dtype, backend, source).bits
+            axis.scatter(xs, bits, s=4, color=colour, alpha=0.6, label=f"{backend} {source}")
+        ticks = _ticks(float(xs.min()), float(xs.max()), dtype)
+        axis.set_xticks([p for p, _ in ticks], [label for _, label in ticks])
+        axis.set_ylim(-1, np.dtype(DTYPES[dtype]).itemsize * 8 + 1)
+        axis.set_ylabel("bits of error")
+        axis.set_title(f"{result.rule}: {quantity.label}, {dtype}", fontsize=10, loc="left")
+    axes[0, 0].legend(loc="upper right", fontsize=8, markerscale=3)
+    axes[-1, 0].set_xlabel("the first input, along the float line (uniform over its bit patterns)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+    return path
+
+
+def _svg(result: RuleAccuracy, quantity: Quantity, dtype: str) -> str:
+    xs = _positions(result, dtype)
     lo, hi = float(xs.min()), float(xs.max())
     span = hi - lo or 1.0
     top = float(np.dtype(DTYPES[dtype]).itemsize * 8)
@@ -108,7 +167,7 @@ def _svg(result: RuleAccuracy, quantity: Quantity, dtype: str) -> str:
         return _HEIGHT - _MARGIN + -bits / top * (_HEIGHT - 2 * _MARGIN)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}">']
-    parts.append(_axes(x_of, y_of, lo, hi, top))
+    parts.append(_axes(x_of, y_of, _ticks(lo, hi, dtype), top))
     for (backend, source), colour in _COLOURS.items():
         bits = result.find(quantity, dtype, backend, source).bits
         for x, b in zip(xs, bits, strict=True):
@@ -117,7 +176,7 @@ def _svg(result: RuleAccuracy, quantity: Quantity, dtype: str) -> str:
     return "\n".join(parts)
 
 
-def _axes(x_of: Any, y_of: Any, lo: float, hi: float, top: float) -> str:
+def _axes(x_of: Any, y_of: Any, ticks: list[tuple[float, str]], top: float) -> str:
     bottom = y_of(0.0)
     lines = [
         f'<line x1="{_MARGIN}" y1="{bottom:.1f}" x2="{_WIDTH - _MARGIN}" y2="{bottom:.1f}" stroke="black"/>',
@@ -127,12 +186,8 @@ def _axes(x_of: Any, y_of: Any, lo: float, hi: float, top: float) -> str:
         lines.append(
             f'<text x="{_MARGIN - 6}" y="{y_of(bits) + 4:.1f}" font-size="10" text-anchor="end">{bits:.0f}</text>'
         )
-    for tick in _TICKS:
-        position = float(ordinals(np.asarray(tick, dtype=np.float64)))
-        if lo <= position <= hi:
-            label = "0" if tick == 0 else f"{'-' if tick < 0 else ''}1e{round(math.log10(abs(tick)))}"
-            lines.append(
-                f'<text x="{x_of(position):.1f}" y="{bottom + 14:.1f}" font-size="10" text-anchor="middle">'
-                f"{label}</text>"
-            )
+    for position, label in ticks:
+        lines.append(
+            f'<text x="{x_of(position):.1f}" y="{bottom + 14:.1f}" font-size="10" text-anchor="middle">{label}</text>'
+        )
     return "\n".join(lines)
