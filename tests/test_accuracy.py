@@ -578,3 +578,96 @@ def test_a_backend_that_loses_what_the_other_keeps_is_found_though_autodiff_lose
     said = backend_gaps(erf_form)
     assert said and all("(jax)" in s and "torch's generated code" in s for s in said), said
     assert not backend_gaps(measured(jax_gelu))
+
+
+def test_the_check_is_finite_wherever_the_exact_value_is_whatever_autodiff_does(tmp_path):
+    """The logistic as exp(x) / (exp(x) + 1) is nan past x = 709 (88 in float32), where it is 1, and autodiff of
+    it just as nan: "no worse than autodiff" passed it.  The check's points reach the whole line, and a result inf
+    or nan where the exact value is a finite float fails, whatever autodiff does."""
+    from rulegen.check.accuracy import CHECK_POINTS, accuracy_failures, measure_functions
+
+    path = tmp_path / "r.yaml"
+    path.write_text("name: logistic\ninputs: {x: {domain: [-3, 3]}}\nforward: exp(x) / (exp(x) + 1)\n")
+    (rule,) = read_rule_file(path)
+
+    def written(exp):
+        return lambda x: exp(x) / (exp(x) + 1)
+
+    import jax.numpy as jnp
+    import torch
+
+    generated = {"jax": written(jnp.exp), "torch": written(torch.exp)}
+    measured = measure_functions(rule, generated, points=CHECK_POINTS, where="both")
+    failures = accuracy_failures(measured)
+    assert failures and all("where the exact value is" in f and "autodiff nan" in f for f in failures), failures
+    # Inside its domain alone, as the check sampled before, nothing is found.
+    assert not accuracy_failures(measure_functions(rule, generated, points=CHECK_POINTS))
+
+
+def test_the_checks_sample_each_input_s_special_floats(tmp_path):
+    """0, the smallest subnormal and normal and the largest float, of either sign, inside the line sampled: a
+    derivative nan at 0 alone (sin(x) / tan(x), exactly cos(x)) is found there and nowhere else."""
+    import jax.numpy as jnp
+    import torch
+
+    from rulegen.check.accuracy import inadmissible_results
+
+    path = tmp_path / "r.yaml"
+    path.write_text("name: at_zero\ninputs: [x]\nforward: sin(x)\n")
+    (rule,) = read_rule_file(path)
+
+    def custom(backend):
+        if backend == "jax":
+            import jax
+
+            @jax.custom_jvp
+            def f(x):
+                return jnp.sin(x)
+
+            f.defjvp(lambda p, t: (jnp.sin(p[0]), t[0] * jnp.sin(p[0]) / jnp.tan(p[0])))
+            return f
+
+        class F(torch.autograd.Function):
+            @staticmethod
+            def forward(x):
+                return torch.sin(x)
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_backward(inputs[0])
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return g * torch.sin(x) / torch.tan(x)
+
+            @staticmethod
+            def jvp(ctx, t):
+                raise NotImplementedError
+
+        return F.apply
+
+    found = inadmissible_results(rule, {"jax": custom("jax"), "torch": custom("torch")}, points=64)
+    assert any("dout/dx in float64 (jax): nan at x=0 " in f for f in found), found
+    assert any("dout/dx in float32 (torch): nan at x=0 " in f for f in found), found
+
+
+def test_an_overflow_far_beyond_the_floats_is_proved_at_low_precision():
+    import mpmath
+
+    from rulegen.check.accuracy import beyond_the_floats
+
+    assert beyond_the_floats(mpmath.exp, [1e300], np.float64)
+    assert beyond_the_floats(mpmath.exp, [100.0], np.float32) and not beyond_the_floats(mpmath.exp, [80.0], np.float32)
+    assert beyond_the_floats(mpmath.asin, [2.0], np.float64)  # off the real line
+    assert beyond_the_floats(lambda x: mpmath.mpf(5.48) ** x, [9.9e132], np.float64)  # an exponent itself huge
+
+    # A cancellation's remainder is no overflow: e^x - (e^(x/2))^2 + 1 is 1, but at x = 1200 both low precisions
+    # leave remainders beyond the largest float, 96 binades apart.
+    def cancels(x):
+        return mpmath.exp(x) - mpmath.exp(x / 2) ** 2 + 1
+
+    with mpmath.workprec(96):
+        assert mpmath.mag(cancels(mpmath.mpf(1200))) > 1100
+    assert not beyond_the_floats(cancels, [1200.0], np.float64)
+    assert not beyond_the_floats(lambda x: 1 / ((x + mpmath.mpf(2) ** -300) - x), [1.0], np.float64)

@@ -506,3 +506,29 @@ def test_a_failure_message_keeps_whole_sentences():
     assert message.endswith("expecting tangent float0[3]{V:calls}") and "For simplicity" not in message
     long = "The first sentence says what failed. " + "A second goes on " * 60 + "and ends here."
     assert brief(long, 100) == "The first sentence says what failed. (...)"
+
+
+def test_wide_takes_an_input_with_a_domain_inside_it(tmp_path, monkeypatch):
+    """A label in [0, 1] is never -11370 (the focal loss's wide failure named one); a positive scale is reflected
+    into its half-line; an input without a domain still goes out to ±1e4."""
+    from rulegen.check import numerical
+
+    seen = []
+    compare_point = numerical._wide_compare
+
+    def spy(point, refs, grads, scales):
+        seen.append({i.name: float(np.ravel(v)[0]) for i, v in zip(point.rule.inputs, point.values, strict=True)})
+        return compare_point(point, refs, grads, scales)
+
+    monkeypatch.setattr(numerical, "_wide_compare", spy)
+    path = tmp_path / "label.yaml"
+    path.write_text(
+        "name: weighted_softplus\n"
+        "inputs: {z: {}, y: {domain: [0, 1]}, s: {domain: {gt: 0}}}\n"
+        "forward: y * log(1 + exp(z)) + s\n"
+    )
+    (outcome,) = run_checks(read_rules([path]), only={"wide"})
+    assert outcome.status == "pass", outcome.detail
+    assert len(seen) == 8
+    assert all(0 <= p["y"] <= 1 and p["s"] > 0 for p in seen), seen
+    assert len({p["y"] for p in seen}) == 8 and max(abs(p["z"]) for p in seen) > 1e4

@@ -43,6 +43,9 @@ from rulegen.derive.measure import (
 from rulegen.spec.rules import Domain, Input, Rule, SympyBody
 
 Mode = Literal["reverse", "forward"]
+#: Where points are drawn: each input's `domain`; the whole float line its `assume` allows (where the search
+#: chooses forms); or half of them in each.
+Where = Literal["domain", "whole_line", "both"]
 
 DTYPES: dict[str, Any] = {"float64": np.float64, "float32": np.float32}
 BACKENDS = ("jax", "torch")
@@ -85,6 +88,19 @@ class Series:
     # Points where an input or the exact value is subnormal in the dtype: where XLA's fused kernels flush to
     # zero (and read a subnormal as zero), which decides there, not the formula (see `check_accuracy`).
     subnormal: np.ndarray | None = None
+    #: The results themselves, in the dtype, and the exact values correctly rounded to it.
+    got: np.ndarray | None = None
+    exact: np.ndarray | None = None
+    #: Points where an input is exactly 0 and the forward has a kink (a Piecewise, Max, Min, Abs, sign): a partial
+    #: there is a convention (prelu's VJP at 0 takes the right side), which the check does not judge.
+    kink: np.ndarray | None = None
+
+    @property
+    def inadmissible(self) -> np.ndarray:
+        """Per point, whether the result is inf or nan where the exact value is a finite float of the dtype."""
+        if self.got is None or self.exact is None:
+            return np.zeros(self.bits.shape, bool)
+        return ~np.isfinite(self.got) & np.isfinite(self.exact)
 
     @property
     def mean(self) -> float:
@@ -184,6 +200,8 @@ class _Plan:
     #: The whole float line each array input's `assume` allows, where the search chooses forms (its `domain`
     #: where a function takes unbounded time far out, as the search does: mpmath's polygamma).
     whole_line: list[Domain]
+    #: Whether a written forward is not smooth (a Piecewise, Max, Min, Abs, sign): its partials at 0 are conventions.
+    kinked: bool = False
 
     @property
     def arrays(self) -> list[Input]:
@@ -217,7 +235,8 @@ def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
     arrays = [i for i in rule.inputs if not i.static]
     domains = [sampled_domain(i) for i in arrays]
     whole_line = [assumed_domain(i) if far else sampled_domain(i) for i in arrays]
-    return _Plan(rule, symbols, written, exact, statics, joint_domain(rule), domains, whole_line)
+    kinked = any(expr.has(sp.Piecewise, sp.Max, sp.Min, sp.Abs, sp.sign, sp.Heaviside) for expr in written.values())
+    return _Plan(rule, symbols, written, exact, statics, joint_domain(rule), domains, whole_line, kinked)
 
 
 # ---------------------------------------------------------------- the points and their exact values
@@ -239,20 +258,22 @@ def _draw(
     dtype: Any,
     *,
     probed: bool = False,
-    whole_line: bool = False,
+    where: Where = "domain",
 ) -> list[Any]:
-    """`count` candidate points in `dtype`: one array per input (statics as given), inside every domain (the
-    whole float line the inputs allow with `whole_line`); with `probed`, each input's PROBES and pairs of mixed
-    magnitudes on top."""
-    domains = plan.whole_line if whole_line else plan.domains
+    """`count` candidate points in `dtype`: one array per input (statics as given), drawn `where` says; with
+    `probed`, each input's PROBES, special floats and pairs of mixed magnitudes on top (over the whole line
+    unless `where` is "domain")."""
+    domains = plan.domains if where == "domain" else plan.whole_line
     drawn = [sample_floats(domain, count, rng, dtype) for domain in domains]
+    if where == "both":
+        # Half in the domain, where the rule's author looks, half over the whole line, where the search decides.
+        inside = [sample_floats(domain, count - count // 2, rng, dtype) for domain in plan.domains]
+        drawn = [np.concatenate([a, b[: count // 2]]) for a, b in zip(inside, drawn, strict=True)]
     if probed:
         drawn = with_probes(drawn, domains, PROBES, dtype)
-        # The mixed magnitudes, not yet the special floats (0, subnormals, the largest): there several registered
-        # functions are still wrong in a backend (f_bessel_i1e's derivative in JAX at the smallest normal, where
-        # XLA flushes i1e's subnormal value; f_log_ndtr's at float32's -max), to be stated per function by
-        # tests/test_conformance.py and mended first.  The acceptance gate samples them.
-        drawn = special_points(drawn, domains, dtype, rng, MIXED_POINTS, special_floats=False)
+        # Each input's special floats (0, the smallest subnormal and normal, the largest, either sign, where its
+        # domain holds them) and the mixed magnitudes: where forms break, as the search's acceptance gate samples.
+        drawn = special_points(drawn, domains, dtype, rng, MIXED_POINTS)
     columns = {i.name: column for i, column in zip(plan.arrays, drawn, strict=True)}
     args = [plan.statics[i.name] if i.static else columns[i.name] for i in plan.rule.inputs]
     if plan.condition is not None:
@@ -263,7 +284,7 @@ def _draw(
 
 
 def _exact_points(
-    plan: _Plan, count: int, rng: np.random.Generator, dtype: Any
+    plan: _Plan, count: int, rng: np.random.Generator, dtype: Any, where: Where = "domain"
 ) -> tuple[list[Any], dict[Quantity, np.ndarray]]:
     """Up to `count` points where every quantity is a finite real number, with its correctly rounded values.
 
@@ -276,7 +297,7 @@ def _exact_points(
     kept: dict[Quantity, list[float]] = {q: [] for q in plan.exact}
     wanted = count
     for attempt in range(8):
-        args = _draw(plan, count, rng, dtype, probed=attempt == 0)
+        args = _draw(plan, count, rng, dtype, probed=attempt == 0, where=where)
         size = len(next(a for a in args if isinstance(a, np.ndarray)))
         if attempt == 0:
             wanted = size  # the probes and mixed magnitudes come on top
@@ -487,8 +508,10 @@ def measure_functions(
     seed: int = 0,
     known: Sequence[str] = (),
     dtypes: Sequence[str] = tuple(DTYPES),
+    where: Where = "domain",
 ) -> RuleAccuracy:
-    """`measure_rule` of the generated functions by backend, called with every input positionally (`flat_call`)."""
+    """`measure_rule` of the generated functions by backend, called with every input positionally (`flat_call`),
+    at points drawn `where` says."""
     try:
         plan = _plan(rule, known or [rule.name])
     except NotMeasurable as why:
@@ -502,7 +525,7 @@ def measure_functions(
         dtype = DTYPES[dtype_name]
         rng = np.random.default_rng([seed, *rule.name.encode(), np.dtype(dtype).itemsize])
         try:
-            args, exact = _exact_points(plan, points, rng, dtype)
+            args, exact = _exact_points(plan, points, rng, dtype, where)
         except ValueError as why:
             return RuleAccuracy(rule.name, skipped=str(why))
         # Forward mode computes the same partials, by the rule's JVP where reverse mode runs its VJP.
@@ -557,7 +580,20 @@ def _measured(
             # The platform's correctly rounded value of a subnormal is its signed zero: no JAX code computes one.
             flushed = np.where(subnormal([reference], DTYPES[dtype]), np.copysign(0.0, reference), reference)
             bits = np.minimum(bits, bits_of_error(got, flushed, DTYPES[dtype]))
-        yield Series(quantity, dtype, backend, source, bits, note, subnormal([*arrays, reference], DTYPES[dtype]))
+        with np.errstate(over="ignore"):
+            rounded = reference.astype(DTYPES[dtype])
+        yield Series(
+            quantity,
+            dtype,
+            backend,
+            source,
+            bits,
+            note,
+            subnormal([*arrays, reference], DTYPES[dtype]),
+            np.asarray(got),
+            rounded,
+            np.logical_or.reduce([a == 0 for a in arrays]) if plan.kinked and quantity.is_partial else None,
+        )
 
 
 #: Backends whose arithmetic flushes subnormal results to zero (XLA on CPU and GPU: JAX's 1e-40 / 2 is 0 in
@@ -637,17 +673,24 @@ def _fail_on(failures: Sequence[str]) -> None:
 
 
 def check_accuracy(s: Subject) -> str:
-    """Each value and partial (by a VJP and by a JVP), in both dtypes and backends, no worse than autodiff of the
-    forward as written.
+    """Each value and partial (by a VJP and by a JVP), in both dtypes and backends, finite wherever the exact value
+    is a finite float and no worse than autodiff of the forward as written.
 
-    Bits of error at points spread over every magnitude of the inputs'
-    domains (the float bit patterns), against the mpmath value; the rule of
-    `worse_than_autodiff` decides.
+    Bits of error against the correctly rounded mpmath value, at points
+    spread over every magnitude (the float bit patterns): half inside the
+    inputs' domains, half over the whole float line their `assume` allows,
+    where the search chooses forms, each input's probes, special floats and
+    mixed magnitudes on top.  The rule of `worse_than_autodiff` decides.
     """
     measured = s.once(
         "accuracy",
         lambda: measure_functions(
-            s.rule, {"jax": s.jax_fn, "torch": s.torch_fn}, points=CHECK_POINTS, seed=s.seed, known=s.known
+            s.rule,
+            {"jax": s.jax_fn, "torch": s.torch_fn},
+            points=CHECK_POINTS,
+            seed=s.seed,
+            known=s.known,
+            where="both",
         ),
     )
     if measured.skipped:
@@ -657,8 +700,11 @@ def check_accuracy(s: Subject) -> str:
         dtype: [measured.mean_bits(partials=True, dtype=dtype, backend="torch", source=source) for source in SOURCES]
         for dtype in DTYPES
     }
-    said = ", ".join(f"{dtype} {g:.1f} vs {a:.1f}" for dtype, (g, a) in means.items() if not math.isnan(g))
-    return f"no value or partial worse than autodiff; partials' mean bits of error, generated vs autodiff: {said}"
+    said = ", ".join(f"{dtype} {g:.1f} ({a:.1f})" for dtype, (g, a) in means.items() if not math.isnan(g))
+    return (
+        "finite wherever the exact value is, no value or partial worse than autodiff; partials' mean bits from"
+        f" correctly rounded, generated (autodiff): {said}"
+    )
 
 
 #: Points per dtype over the whole float line at which the `admissible` check looks for inf and nan.
@@ -690,7 +736,7 @@ def inadmissible_results(
     for dtype_name, dtype in DTYPES.items():
         rng = np.random.default_rng([seed, *rule.name.encode(), np.dtype(dtype).itemsize, 1])
         try:
-            args = _draw(plan, points, rng, dtype, probed=True, whole_line=True)
+            args = _draw(plan, points, rng, dtype, probed=True, where="whole_line")
         except ValueError:
             continue
         arrays = [a for a in args if isinstance(a, np.ndarray)]
@@ -700,6 +746,50 @@ def inadmissible_results(
         for backend, fn in generated.items():
             found += _inadmissible_at(plan, fn, autodiff[backend], args, dtype_name, backend, exact)
     return found
+
+
+#: The working precisions (bits) at which `beyond_the_floats` evaluates an exact value: low, and apart enough
+#: that a cancellation's leftover differs between them by orders of magnitude.
+SCREEN_PRECISIONS = (96, 192)
+#: Binades past the dtype's largest float beyond which `beyond_the_floats` believes a low-precision value.
+SCREEN_MARGIN = 8
+
+
+def beyond_the_floats(fn: Callable[..., Any], point: Sequence[Any], dtype: Any) -> bool:
+    """Whether `fn` at `point` is surely no finite float of `dtype`: at each of SCREEN_PRECISIONS a real number
+    over 2**SCREEN_MARGIN times the largest float, or a number off the real line, the two (their imaginary
+    parts) within a factor of 2 of each other (their exponents within 2**-64 of each other, where huge).
+
+    Where the generated code overflows, so mostly does the exact value (exp(x) past 709, half the float64
+    line), and where it is nan the exact value is mostly complex (asin past 1): proving that at low precision
+    is some hundred times cheaper than `exact_value`'s rounding, whose first precision covers the inputs'
+    exponents (2,100 bits at 1e300).  A cancellation at low precision leaves a remainder that changes by
+    orders of magnitude between the two; a value that does not is believed.
+    """
+    import mpmath
+
+    def far(value: Any) -> tuple[bool, Any] | None:
+        """(whether off the real line, its imaginary part) there, (False, itself) where beyond the floats, else None."""
+        if isinstance(value, mpmath.mpc) and value.imag != 0 and mpmath.isfinite(value):
+            return True, value.imag
+        beyond = isinstance(value, mpmath.mpf) and mpmath.isfinite(value)
+        return (False, value) if beyond and mpmath.mag(value) > np.finfo(dtype).maxexp + SCREEN_MARGIN else None
+
+    values: list[tuple[bool, Any]] = []
+    for precision in SCREEN_PRECISIONS:
+        with mpmath.workprec(precision):
+            try:
+                found = far(fn(*[mpmath.mpf(a) for a in point]))
+            except (ValueError, ZeroDivisionError, OverflowError, TypeError):
+                return False
+        if found is None or (values and found[0] != values[0][0]):
+            return False
+        values.append(found)
+    (_, low), (_, high) = values
+    # Within a factor of 2, or where the exponent is itself huge (5.48**1e133), within what its low-precision
+    # rounding leaves of it; a cancellation's remainders differ by SCREEN_PRECISIONS' spread, 96 binades.
+    apart = abs(mpmath.mag(low) - mpmath.mag(high))
+    return bool(mpmath.sign(low) == mpmath.sign(high) and apart <= 1 + (abs(mpmath.mag(high)) >> 64))
 
 
 def _inadmissible_at(
@@ -728,7 +818,8 @@ def _inadmissible_at(
             point = [float(a[j]) if isinstance(a, np.ndarray) else a for a in args]
             key = (exact_fn, *point)
             if key not in exact_values:
-                exact_values[key] = exact_value(exact_fn, point)
+                overflows = beyond_the_floats(exact_fn, point, DTYPES[dtype])
+                exact_values[key] = None if overflows else exact_value(exact_fn, point)
             exact = exact_values[key]
             if exact is None or not math.isfinite(exact[which]):
                 continue
@@ -766,17 +857,35 @@ _OTHER_BACKEND = {"jax": "torch", "torch": "jax"}
 
 
 def accuracy_failures(measured: RuleAccuracy) -> list[str]:
-    """What `check_accuracy` fails on: each generated series worse than autodiff's (`worse_than_autodiff`)."""
+    """What `check_accuracy` fails on: each generated series inf or nan where the exact value is a finite float
+    (whatever autodiff does there), or worse than autodiff's (`worse_than_autodiff`)."""
     failures = []
     for generated in (x for x in measured.series if x.source == "generated"):
         autodiff = measured.find(generated.quantity, generated.dtype, generated.backend, "autodiff")
         # Not compared where subnormals are in play: XLA's fused float32 kernels flush them (a generated
         # `sign(x)` is 0 at x = 3.3e-39, a value 7e-39 becomes 0) where the eager autodiff's ops do not.
         compared = None if generated.subnormal is None else ~generated.subnormal
+        if generated.kink is not None:
+            compared = ~generated.kink & (True if compared is None else compared)
+        inadmissible = generated.inadmissible & (True if compared is None else compared)
+        if inadmissible.any():
+            failures.append(_inadmissible_message(measured, generated, autodiff, int(np.argmax(inadmissible))))
+            continue
         worse = worse_than_autodiff(generated.bits, autodiff.bits, compared)
         if worse is not None:
             failures.append(_worse_message(measured, generated, worse))
     return failures
+
+
+def _inadmissible_message(measured: RuleAccuracy, generated: Series, autodiff: Series, point: int) -> str:
+    assert generated.got is not None and generated.exact is not None
+    inputs = measured.inputs[generated.dtype]
+    at = ", ".join(f"{name}={float(values[point]):.17g}" for name, values in inputs.items())
+    theirs = "" if autodiff.got is None else f", autodiff {float(autodiff.got[point]):.6g}"
+    return (
+        f"{generated.quantity.label} in {generated.dtype} ({generated.backend}): {float(generated.got[point])} at"
+        f" {at} where the exact value is {float(generated.exact[point]):.6g}{theirs}"
+    )
 
 
 def backend_gaps(measured: RuleAccuracy) -> list[str]:

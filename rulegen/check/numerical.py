@@ -23,7 +23,7 @@ from rulegen.check.outcome import CheckFailed, NotApplicable, brief, compare
 from rulegen.check.points import NUMPY_DTYPES, sample
 from rulegen.check.subject import Subject, derived, smaller, to_numpy
 from rulegen.derive.expr import lambdified
-from rulegen.spec.rules import Rule, SympyBody
+from rulegen.spec.rules import Domain, Rule, SympyBody
 
 
 def _number(value: complex) -> str:
@@ -132,7 +132,7 @@ def check_mpmath(s: Subject) -> str:
     return f"{count} points agree with a 40-digit evaluation"
 
 
-# Points far outside any sample domain: no integers (floor's and ceiling's kinks).
+# Points far outside the default sample domain: no integers (floor's and ceiling's kinks).
 WIDE_POINTS = (-1.0e4 - 0.3, -117.3, -23.7, -0.61, 0.73, 23.3, 117.1, 1.0e4 + 0.3)
 
 
@@ -187,8 +187,29 @@ ASSUMED_SIGN = {
 }
 
 
+def inside_bounds(domain: Domain, value: float, index: int) -> float | None:
+    """`value` if `domain` holds it, else a point inside it: the `index`-th of WIDE_POINTS' spread over a bounded
+    domain, `value` reflected in the one bound of a half-bounded one; None where that too falls outside."""
+    if math.isfinite(domain.lo) and math.isfinite(domain.hi):
+        fraction = ((index + 0.5) / len(WIDE_POINTS) + 0.137 * math.copysign(1, value)) % 1.0
+        moved = domain.lo + (domain.hi - domain.lo) * fraction
+    elif math.isfinite(domain.lo):
+        moved = domain.lo + abs(value - domain.lo)
+    elif math.isfinite(domain.hi):
+        moved = domain.hi - abs(value - domain.hi)
+    else:
+        moved = value
+    for candidate in (value, moved):
+        above = candidate > domain.lo if domain.lo_open else candidate >= domain.lo
+        below = candidate < domain.hi if domain.hi_open else candidate <= domain.hi
+        if above and below and candidate not in domain.exclude:
+            return candidate
+    return None
+
+
 def _wide_point(s: Subject, c: float) -> list[Any] | None:
-    """Every float array input near `c`, each a little apart (ties are kinks of Max, Min and comparisons).
+    """Every float array input near `c`, each a little apart (ties are kinks of Max, Min and comparisons), and
+    inside its `domain` where the rule wrote one (`inside_bounds`): a label in [0, 1] is never -11370.
 
     None where an input would break what the rule assumes of it (`assume:`):
     calls there are the caller's error.
@@ -198,8 +219,10 @@ def _wide_point(s: Subject, c: float) -> list[Any] | None:
         if spec.static:
             values.append(v)
         elif spec.dtype == "float":
-            value = c * (1 + 0.137 * k)
-            if not all(ASSUMED_SIGN[a](value) for a in spec.assume):
+            value: float | None = c * (1 + 0.137 * k)
+            if spec.domain_given:
+                value = inside_bounds(spec.bounds, c * (1 + 0.137 * k), WIDE_POINTS.index(c) + k)
+            if value is None or not all(ASSUMED_SIGN[a](value) for a in spec.assume):
                 return None
             values.append(np.asarray(value, dtype=np.float64))
             k += 1
@@ -225,9 +248,9 @@ def _reference(fn: Callable[..., Any], values: Sequence[Any], rule: Rule) -> flo
 
 
 def check_wide(s: Subject) -> str:
-    """The generated code on the whole real line, not only on the sample domain.
+    """The generated code far from the default sample domain, inside the bounds a rule writes.
 
-    At points far outside any domain (±0.61 to ±1e4), where the forward is
+    At points from ±0.61 to ±1e4 (an input with a `domain` taken inside it), where the forward is
     a finite real number: the value and the gradient in float64 against a
     40-digit evaluation of the forward and of its sympy derivative, and in
     float32 finite wherever float32 can hold the exact value.  A simplification
@@ -272,7 +295,10 @@ def check_wide(s: Subject) -> str:
     scales = np.max(np.abs([[*refs, *grads] for _, _, refs, grads in found]), axis=0)
     for _, point, refs, grads in found:
         _wide_compare(point, refs, grads, scales)
-    return f"{len(found)} of {len(WIDE_POINTS)} wide points (±0.61 to ±1e4) hold in float64, and finite in float32"
+    return (
+        f"{len(found)} of {len(WIDE_POINTS)} wide points (±0.61 to ±1e4, inside each written domain) hold in float64,"
+        " and finite in float32"
+    )
 
 
 def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales: np.ndarray) -> None:
