@@ -16,11 +16,13 @@ The special values (`test_special_values`) run each function of one or two
 inputs, and `x**y` and `x**(1/3)`, at nan, ±0, ±the smallest subnormal,
 ±the smallest normal, ±the largest float and ±inf of each dtype (every pair
 for two inputs), value, first derivative (reverse and forward mode) and
-second: nan in gives nan out, elsewhere the exact value where it is defined.
+second, JAX eager and under `jax.jit` and torch: nan in gives nan out, elsewhere the exact value where it
+is defined (the section's comment says what is right at signed zeros, infinities, ties and flushed subnormals).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import signal
@@ -191,16 +193,31 @@ def mismatches(got: np.ndarray, columns: list[np.ndarray], f: Callable[..., obje
 # -------------------------------------------------------------------- each backend's derivatives
 
 
-def jax_orders(f: Callable[..., jax.Array], args: list[jax.Array], varied: int) -> Iterator[tuple[str, jax.Array]]:
+def jax_orders(
+    f: Callable[..., jax.Array], args: list[jax.Array], varied: int, *, jit: bool = False
+) -> Iterator[tuple[str, jax.Array]]:
+    """Each order of f at `args` in argument `varied`; with `jit`, each order compiled whole by `jax.jit`."""
+
     def along(g: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
         # Elementwise: the gradient of the sum is the derivative at each point.
         return jax.grad(lambda *a: jnp.sum(g(*a)), argnums=varied)
 
-    yield "value", f(*args)
-    yield "first", along(f)(*args)
-    yield "second", along(along(f))(*args)
-    tangents = [jnp.ones_like(a) if k == varied else jnp.zeros_like(a) for k, a in enumerate(args)]
-    yield "jvp", jax.jvp(f, tuple(args), tuple(tangents))[1]
+    def jvp(*a: jax.Array) -> jax.Array:
+        return jax.jvp(held(f, list(a), varied), (a[varied],), (jnp.ones_like(a[varied]),))[1]
+
+    for order, g in (("value", f), ("first", along(f)), ("second", along(along(f))), ("jvp", jvp)):
+        yield order, (jax.jit(g) if jit else g)(*args)
+
+
+def held(f: Callable, args: list, varied: int) -> Callable:
+    """f of argument `varied` alone, the others held constant: the partial derivative's jvp.
+
+    A held input has no tangent (JAX's symbolic zero, torch's efficient zero tensor), and a generated
+    jvp adds no term for it.  A zero tangent passed in is a number like any other: its product with a
+    partial that is inf (atan2's in x at (0, 5e-324)) is nan, in the frameworks' own jvp as in a
+    generated one (JAX's jvp must stay linear in its tangents, which it transposes for reverse mode).
+    """
+    return lambda a: f(*args[:varied], a, *args[varied + 1 :])
 
 
 def torch_orders(
@@ -212,8 +229,18 @@ def torch_orders(
     yield "value", f(*args)
     yield "first", along(f)(*args)
     yield "second", along(along(f))(*args)
-    tangents = tuple(torch.ones_like(a) if k == varied else torch.zeros_like(a) for k, a in enumerate(args))
-    yield "jvp", torch.func.jvp(f, tuple(args), tangents)[1]
+    yield "jvp", torch.func.jvp(held(f, args, varied), (args[varied],), (torch.ones_like(args[varied]),))[1]
+
+
+def compiled_torch_orders(
+    f: Callable[..., torch.Tensor], args: list[torch.Tensor], varied: int
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The value and first derivative of `torch.compile(f)`: inductor's code, AOTAutograd's backward."""
+    compiled = torch.compile(f)
+    leaves = [a.clone().requires_grad_(k == varied) for k, a in enumerate(args)]
+    out = compiled(*leaves)
+    yield "value", out.detach()
+    yield "first", torch.autograd.grad(out.sum(), leaves[varied])[0]
 
 
 def to_numpy(value: object) -> np.ndarray:
@@ -401,9 +428,20 @@ def test_conformance(package, name, kind, backend, dtype):
 # Each function at the special points of each dtype (nan, ±0, ±smallest subnormal, ±smallest normal, ±largest,
 # ±inf, and for two-input functions every pair of them), plus points where a power under- or overflows while its
 # derivative is a normal float: the value, the first derivative in each input (reverse and forward mode) and the
-# second (reverse over reverse), both backends.  Expected: the exact value (mpmath, 40 digits) wherever it is
-# defined, nan wherever an input is nan.  Powers (`x**y`, `x**(1/3)`) are rules' arithmetic, not registry entries,
-# and are in the matrix beside them.
+# second (reverse over reverse), JAX eager and under `jax.jit`, and torch.  Powers (`x**y`, `x**(1/3)`) are
+# rules' arithmetic, not registry entries, and are in the matrix beside them.
+#
+# Expected: the framework's own where it is right, the exact value where it is not.  What is right:
+# - the exact value (mpmath, 40 digits) wherever it is defined, and at a signed zero its one-sided limit
+#   (mpmath has no -0);
+# - IEEE 754's (C99 Annex F, as numpy's C library computes it) where the value at a signed zero or an infinity is
+#   specified there (`IEEE_VALUES`): atan2(+0, -0) = pi, pow(inf, -0) = 1, where mpmath's limit differs;
+# - nan wherever an input is nan, but for a derivative that does not read that input (xlogy's in x is log(y) at
+#   every x) and the values IEEE gives (`IEEE_BEYOND_NAN`);
+# - at a tie of Max or Min (infinite ones included), 1/2 for each input's derivative (`TIES`);
+# - in JAX, each reading of the point with some of its subnormal inputs flushed to a zero of their sign, as XLA on
+#   the CPU computes (denormals-are-zero), and nan where such a reading is undefined (0/0);
+# - a jvp along one input with the others held constant (`held`): a held input has no tangent, and no term.
 
 #: Arithmetic a rule writes without a registry function, with what the frameworks do wrong at the float edges.
 POWERS = {"pow": ("x0**x1", 2), "cbrt": ("x0**(1/3)", 1)}
@@ -432,7 +470,7 @@ class Special:
 
     def inside(self, row: tuple[float, ...]) -> bool:
         """Whether `row` is in the function's domain (its boundary included), where it has a real value."""
-        return all(lo <= v <= hi for (lo, hi), v in zip(self.domains, row, strict=False))
+        return all(v != v or lo <= v <= hi for (lo, hi), v in zip(self.domains, row, strict=False))
 
     def expr(self) -> tuple[sp.Expr, list[sp.Symbol]]:
         symbols = [sp.Symbol(f"x{k}", real=True) for k in range(self.arity)]
@@ -538,18 +576,48 @@ def _limit(f: Callable[..., object], row: tuple[float, ...]) -> float | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _flushed(row: tuple[float, ...], dtype: np.dtype) -> tuple[float, ...]:
-    """`row` as XLA on CPU reads it: a subnormal operand is a zero of its sign (denormals-are-zero)."""
-    return tuple(math.copysign(0.0, v) if 0 < abs(v) < float(np.finfo(dtype).tiny) else v for v in row)
+def _flushed(row: tuple[float, ...], dtype: np.dtype) -> list[tuple[float, ...]]:
+    """`row` as XLA on CPU may read it: each subnormal operand a zero of its sign (denormals-are-zero), or not.
+
+    XLA flushes an operation's subnormal operands, and a framework function is many operations: atan2 of
+    (5e-324, 5e-324) reads one of them as 0 (pi/2), so every subset of them is a reading.
+    """
+    subnormal = [k for k, v in enumerate(row) if 0 < abs(v) < float(np.finfo(dtype).tiny)]
+    readings = []
+    for mask in range(1, 2 ** len(subnormal)):
+        flushed = {k for j, k in enumerate(subnormal) if mask >> j & 1}
+        readings.append(tuple(math.copysign(0.0, v) if k in flushed else v for k, v in enumerate(row)))
+    return readings
 
 
-def special_expected(f: Callable[..., object], row: tuple[float, ...], backend: str, dtype: np.dtype) -> list[float]:
-    """The exact values a cell may give at `row`: at it, at its zeros' one-sided limits, and (JAX) at it flushed."""
+#: The values IEEE 754 and C99's Annex F give at signed zeros and infinities, as numpy's C library computes them:
+#: the framework's own there is right where mpmath, which has no signed zero and reads x**y at (inf, -0) as a
+#: limit, differs (atan2(+0, -0) = pi, pow(x, ±0) = 1).
+IEEE_VALUES: dict[str, Callable[..., object]] = {"atan2": np.arctan2, "hypot": np.hypot, "pow": np.power}
+
+#: Max and Min at a tie, infinite ones included: each input's derivative is 1/2 (both frameworks' own
+#: convention, the mean of the two one-sided derivatives), the second 0; mpmath's Heaviside of inf - inf is not
+#: a tie.  A nan input gives a nan derivative, as everywhere.
+TIES = {"first": 0.5, "jvp": 0.5, "second": 0.0}
+
+
+def special_expected(
+    special: Special, order: str, f: Callable[..., object], row: tuple[float, ...], backend: str, dtype: np.dtype
+) -> list[float]:
+    """The exact values a cell may give at `row`: at it, at its zeros' one-sided limits, IEEE's where the value
+    at a signed zero or an infinity is IEEE's, and (JAX) at each of its flushed readings, or nan where a reading
+    is undefined (atan2's partial at (0, 5e-324) read as (0, 0))."""
+    if special.name in ("Max", "Min") and order in TIES and row[0] == row[1]:
+        return [TIES[order]]
     found = []
-    for r in [row, _flushed(row, dtype)] if backend == "jax" else [row]:
-        found += [e for e in (_exact(f, r), _limit(f, r) if 0 in r else None) if e is not None]
-        if not found:
+    for k, r in enumerate([row, *_flushed(row, dtype)] if backend == "jax" else [row]):
+        at = [e for e in (_exact(f, r), _limit(f, r) if 0 in r else None) if e is not None]
+        if not at and not k:
             return []  # undefined at the point itself: no value to expect (a negative base's root)
+        found += at or [math.nan]
+    if order == "value" and special.name in IEEE_VALUES and any(v == 0 or math.isinf(v) for v in row):
+        with np.errstate(all="ignore"):
+            found.append(float(IEEE_VALUES[special.name](*np.asarray(row, dtype=dtype))))
     return found
 
 
@@ -568,6 +636,8 @@ def special_agrees(got: float, exact: float, dtype: np.dtype) -> bool:
     """
     info = np.finfo(dtype)
     tolerance = TOLERANCE_EPS[dtype.name] * float(info.eps)
+    if math.isnan(exact):
+        return math.isnan(got)
     if abs(exact) > float(info.max):
         return math.isinf(got) and np.sign(got) == np.sign(exact)
     if math.isinf(exact) or not math.isfinite(got):
@@ -582,10 +652,13 @@ def special_mismatches(
     f, expr = special_reference(special, order, varied)
     got = np.broadcast_to(np.asarray(got, dtype=np.float64), columns[0].shape)
     found = []
+    symbols = special.expr()[1]
     for k in range(len(got)):
         row = tuple(float(c[k]) for c in columns)
-        if any(math.isnan(v) for v in row):
-            # nan in, nan out; a derivative that is a constant (a step's) is that constant everywhere.
+        nan_free = expr.free_symbols.isdisjoint(s for s, v in zip(symbols, row, strict=True) if v != v)
+        if not nan_free:
+            # nan in, nan out; a derivative that is a constant (a step's) is that constant everywhere, and one
+            # that does not read the nan input (xlogy's in x, log(y)) is its value at the others.
             ok = math.isnan(got[k]) or (expr.is_number and got[k] == float(expr))
             ok = ok or (order == "value" and IEEE_BEYOND_NAN.get(special.name, lambda _: False)(row))
             if not ok:
@@ -593,7 +666,7 @@ def special_mismatches(
             continue
         if not special.inside(row):
             continue
-        expected = special_expected(f, row, backend, dtype)
+        expected = special_expected(special, order, f, row, backend, dtype)
         if expected and not any(special_agrees(float(got[k]), e, dtype) for e in expected):
             found.append(f"{order} in x{varied} at {row}: {got[k]!r}, exact {expected[0]!r}")
     return found
@@ -602,314 +675,235 @@ def special_mismatches(
 def special_cell(package: tuple, name: str, backend: str, dtype: str) -> list[str]:
     special = SPECIALS[name]
     jax_pkg, torch_pkg = package
-    f = getattr(jax_pkg if backend == "jax" else torch_pkg, special.rule)
+    framework = backend.split(".")[0]
+    f = getattr(torch_pkg if framework == "torch" else jax_pkg, special.rule)
     columns = special.columns(np.dtype(dtype))
-    orders = jax_orders if backend == "jax" else torch_orders
+    orders = {
+        "jax": jax_orders,
+        "jax.jit": functools.partial(jax_orders, jit=True),
+        "torch": torch_orders,
+        "torch.compile": compiled_torch_orders,
+    }[backend]
     failures = []
     for varied in range(special.arity):
         try:
-            results = list(orders(f, as_arrays(columns, backend), varied))
+            results = list(orders(f, as_arrays(columns, framework), varied))
         except Exception as exc:
             return [f"raised {type(exc).__name__}: {exc}"]
         for order, got in results:
             if varied and order == "value":
                 continue
-            failures += special_mismatches(special, order, varied, to_numpy(got), columns, backend)
+            failures += special_mismatches(special, order, varied, to_numpy(got), columns, framework)
     return failures
 
 
 def special_cells() -> list[tuple[str, str, str]]:
-    return [(name, backend, dtype) for name in SPECIALS for backend in ("jax", "torch") for dtype in DTYPES]
+    return [(name, backend, dtype) for name in SPECIALS for backend in SPECIAL_BACKENDS for dtype in DTYPES]
+
+
+#: JAX eager and under `jax.jit` (XLA compiles each order whole, and may fuse and reorder what eager
+#: dispatch computes op by op), and torch.
+SPECIAL_BACKENDS = ("jax", "jax.jit", "torch")
 
 
 # Measured with this module's special values on the bundled registry: why each fails, and the first point.
 SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str]] = {
-    ("Abs", "first"): (
-        (
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "the derivative is sign(x), and torch.sign(nan) is 0 (JAX: nan)",
-        "torch float32 first in x0 at (nan,): 0.0, exact nan",
-    ),
-    ("Abs", "jvp"): (
-        (
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "the derivative is sign(x), and torch.sign(nan) is 0 (JAX: nan)",
-        "torch float32 jvp in x0 at (nan,): 0.0, exact nan",
-    ),
-    ("Max", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        (
-            "the derivative of Max at a tie (Heaviside(0) = 1/2) against mpmath's one-sided limit at signed "
-            "zeros and infinities"
-        ),
-        "jax float32 first in x0 at (inf, inf): nan, exact 1.0",
-    ),
-    ("Max", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        (
-            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
-            "too); the derivative of Max at a tie (Heaviside(0) = 1/2) against mpmath's one-sided limit at "
-            "signed zeros and infinities"
-        ),
-        "jax float32 jvp in x0 at (inf, inf): nan, exact 1.0",
-    ),
-    ("Min", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        (
-            "the derivative of Min at a tie (Heaviside(0) = 1/2) against mpmath's one-sided limit at signed "
-            "zeros and infinities"
-        ),
-        "jax float32 first in x0 at (inf, inf): nan, exact 1.0",
-    ),
-    ("Min", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        (
-            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
-            "too); the derivative of Min at a tie (Heaviside(0) = 1/2) against mpmath's one-sided limit at "
-            "signed zeros and infinities"
-        ),
-        "jax float32 jvp in x0 at (inf, inf): nan, exact 1.0",
-    ),
     ("acosh", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
-        "the derived second derivative squares x: inf / inf = nan past sqrt(max)",
+        (
+            "the stabilised derivative's series past x = 130 (1 / x**3 / 2 + ...): x**3 overflows at the largest "
+            "floats and its derivative times 0 is nan (the stabilising search's form)"
+        ),
         "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -8.636169584606055e-78",
     ),
     ("asinh", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
         (
-            "the derived second derivative x / (x**2 + 1)**(3/2) is 0 * inf or inf / inf at 0, subnormals and"
-            " past sqrt(max)"
+            "the stabilised derivative's scaled branch computes 1 / x**2 where the where drops it: at x = 0 its "
+            "derivative is inf * 0 (the stabilising search's form)"
         ),
         "jax float32 second in x0 at (0.0,): nan, exact 0.0",
     ),
-    ("atan", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "the derived second derivative -2x / (x**2 + 1)**2 is inf / inf = nan past sqrt(max)",
-        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -5.075884582270137e-116",
-    ),
     ("atan2", "first"): (
         (
-            ("jax", "float32"),
-            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
         ),
         (
-            "atan2's partials -y / hypot**2 at zeros, subnormals and infinities (inf / inf, 0 / 0); XLA's "
-            "atan2 of subnormal pairs"
+            "under jax.jit XLA reassociates the partial (x1 / t0) / t0 into x1 / (t0 * t0), whose square "
+            "underflows at the smallest normals: inf where it is 8.5e37 (eager JAX is right)"
         ),
-        "jax float32 first in x0 at (0.0, 1.401298464324817e-45): nan, exact 7.1362384635298e+44",
+        "jax.jit float32 first in x0 at (0.0, 1.1754943508222875e-38): inf, exact 8.507059173023462e+37",
     ),
     ("atan2", "jvp"): (
         (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
         ),
         (
-            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
-            "too); atan2's partials -y / hypot**2 at zeros, subnormals and infinities (inf / inf, 0 / 0); "
-            "XLA's atan2 of subnormal pairs"
+            "under jax.jit XLA reassociates the partial (x1 / t0) / t0 into x1 / (t0 * t0), whose square "
+            "underflows at the smallest normals: inf where it is 8.5e37 (eager JAX is right)"
         ),
-        "jax float32 jvp in x0 at (0.0, 1.401298464324817e-45): nan, exact 7.1362384635298e+44",
+        "jax.jit float32 jvp in x0 at (0.0, 1.1754943508222875e-38): inf, exact 8.507059173023462e+37",
     ),
     ("atan2", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
         (
-            "atan2's partials -y / hypot**2 at zeros, subnormals and infinities (inf / inf, 0 / 0); XLA's "
-            "atan2 of subnormal pairs"
+            "the autodiff of the partials (x1 / t0) / t0, t0 = hypot, at zeros and subnormals: hypot's derivative "
+            "0 / 0 and 0 * inf"
         ),
-        "jax float32 second in x0 at (0.0, 1.401298464324817e-45): nan, exact 0.0",
+        "jax float32 second in x0 at (0.0, 1.1754943508222875e-38): nan, exact 0.0",
     ),
     ("atan2", "value"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
         ),
-        (
-            "atan2's partials -y / hypot**2 at zeros, subnormals and infinities (inf / inf, 0 / 0); XLA's "
-            "atan2 of subnormal pairs"
-        ),
-        "jax float32 value in x0 at (0.0, -0.0): 3.1415927410125732, exact 0.0",
+        "XLA's atan2 of subnormal pairs, flushed inside its algorithm: nan or pi/2 where atan2 is pi/4",
+        ("jax float32 value in x0 at (1.401298464324817e-45, 1.401298464324817e-45): nan, exact 0.7853981633974483"),
     ),
     ("bessel_i0", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
-        "I0 - I1/x of two infinities, and the derived second derivative's I1(x)/x at 0",
+        "I0'' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
         "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact inf",
-    ),
-    ("bessel_i0e", "first"): (
-        (
-            ("jax", "float64"),
-            ("torch", "float64"),
-        ),
-        "i1e(x) - sign(x) i0e(x) at ±inf, and XLA flushing i1e at float32's smallest normals",
-        "jax float64 first in x0 at (1e+200,): -1.9947114020071632e-301, exact 0.0",
-    ),
-    ("bessel_i0e", "jvp"): (
-        (
-            ("jax", "float64"),
-            ("torch", "float64"),
-        ),
-        "i1e(x) - sign(x) i0e(x) at ±inf, and XLA flushing i1e at float32's smallest normals",
-        "jax float64 jvp in x0 at (1e+200,): -1.9947114020071632e-301, exact 0.0",
-    ),
-    ("bessel_i1", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        ("I1(x) / x in its derivative is 0/0 at 0 (the limit 1/2, as i1e's now), and inf / inf past the float range"),
-        "jax float32 first in x0 at (0.0,): nan, exact 0.5",
-    ),
-    ("bessel_i1", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        ("I1(x) / x in its derivative is 0/0 at 0 (the limit 1/2, as i1e's now), and inf / inf past the float range"),
-        "jax float32 jvp in x0 at (0.0,): nan, exact 0.5",
-    ),
-    ("bessel_i1", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        ("I1(x) / x in its derivative is 0/0 at 0 (the limit 1/2, as i1e's now), and inf / inf past the float range"),
-        "jax float32 second in x0 at (0.0,): nan, exact 0.0",
-    ),
-    ("bessel_i1e", "first"): (
-        (
-            ("jax", "float64"),
-            ("torch", "float64"),
-        ),
-        "the second derivative at 0 and ±inf: sign(x)'s derivative and the series' guard",
-        "jax float64 first in x0 at (1e+200,): -1.9947114020071632e-301, exact 0.0",
-    ),
-    ("bessel_i1e", "jvp"): (
-        (
-            ("jax", "float64"),
-            ("torch", "float64"),
-        ),
-        "the second derivative at 0 and ±inf: sign(x)'s derivative and the series' guard",
-        "jax float64 jvp in x0 at (1e+200,): -1.9947114020071632e-301, exact 0.0",
     ),
     ("bessel_i1e", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
         ),
-        "the second derivative at 0 and ±inf: sign(x)'s derivative and the series' guard",
+        (
+            "JAX at ±0: exp(-|x|) / 2 and sign(x) i1e(x) differentiated with JAX's |x|' = 1 at 0: 0.5 where the "
+            "second derivative is 0"
+        ),
         "jax float32 second in x0 at (0.0,): 0.5, exact 0.0",
+    ),
+    ("bessel_i1", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "I1' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
+        "jax float32 first in x0 at (3.4028234663852886e+38,): nan, exact inf",
+    ),
+    ("bessel_i1", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "I1' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
+        "jax float32 jvp in x0 at (3.4028234663852886e+38,): nan, exact inf",
+    ),
+    ("bessel_i1", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "I1' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact inf",
     ),
     ("beta", "first"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
-        ("beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it"),
-        "jax float32 first in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
+        "beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it",
+        "jax float32 first in x0 at (1.1754943508222875e-38, 0.0): nan, exact 0.0",
     ),
     ("beta", "jvp"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
-        (
-            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
-            "too); beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its "
-            "partials with it"
-        ),
-        "jax float32 jvp in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
+        "beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it",
+        "jax float32 jvp in x0 at (1.1754943508222875e-38, 0.0): nan, exact 0.0",
     ),
     ("beta", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
-        ("beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it"),
-        "jax float32 second in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
+        "beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it",
+        "jax float32 second in x0 at (1.1754943508222875e-38, 0.0): nan, exact 0.0",
     ),
     ("beta", "value"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
-        ("beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it"),
+        "beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it",
         "jax float32 value in x0 at (0.0, 0.0): nan, exact inf",
     ),
     ("cbrt", "first"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
         ),
         (
-            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats "
-            "and flushed by XLA; the second derivative at subnormals"
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats and "
+            "flushed by XLA; the second derivative at subnormals"
         ),
         ("jax float32 first in x0 at (1.401298464324817e-45,): 4.225510815844866e+29, exact 2.6618994585656948e+29"),
     ),
@@ -917,10 +911,12 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
         ),
         (
-            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats "
-            "and flushed by XLA; the second derivative at subnormals"
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats and "
+            "flushed by XLA; the second derivative at subnormals"
         ),
         ("jax float32 jvp in x0 at (1.401298464324817e-45,): 4.225510815844866e+29, exact 2.6618994585656948e+29"),
     ),
@@ -928,236 +924,175 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
         (
-            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats "
-            "and flushed by XLA; the second derivative at subnormals"
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats and "
+            "flushed by XLA; the second derivative at subnormals"
         ),
-        "jax float32 second in x0 at (1.401298464324817e-45,): nan, exact -1.266396620151044e+74",
+        "jax float32 second in x0 at (1.1754943508222875e-38,): nan, exact -3.6566767940471243e+62",
     ),
     ("cbrt", "value"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
         ),
         (
-            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats "
-            "and flushed by XLA; the second derivative at subnormals"
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats and "
+            "flushed by XLA; the second derivative at subnormals"
         ),
         ("jax float32 value in x0 at (1.401298464324817e-45,): 8.881775197276188e-16, exact 1.1190346870425511e-15"),
-    ),
-    ("digamma", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float64"),
-        ),
-        (
-            "the reflection's cot(pi x) at 0, subnormals and the largest floats (every float past 2**53 an "
-            "integer, a pole)"
-        ),
-        "jax float32 first in x0 at (inf,): nan, exact 0.0",
-    ),
-    ("digamma", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float64"),
-        ),
-        (
-            "the reflection's cot(pi x) at 0, subnormals and the largest floats (every float past 2**53 an "
-            "integer, a pole)"
-        ),
-        "jax float32 jvp in x0 at (inf,): nan, exact 0.0",
     ),
     ("digamma", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
         (
-            "the reflection's cot(pi x) at 0, subnormals and the largest floats (every float past 2**53 an "
-            "integer, a pole)"
+            "the reflection's cotangent derivative cos(pi u)**2 / sin(pi u)**2 at tiny negative x (the pole at "
+            "0): the squares under- and overflow, and their autodiff is inf * 0"
         ),
-        "jax float32 second in x0 at (1.401298464324817e-45,): nan, exact -7.268387242956069e+134",
-    ),
-    ("digamma", "value"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-        ),
-        (
-            "the reflection's cot(pi x) at 0, subnormals and the largest floats (every float past 2**53 an "
-            "integer, a pole)"
-        ),
-        "jax float32 value in x0 at (1.401298464324817e-45,): nan, exact -7.1362384635298e+44",
-    ),
-    ("erf", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "the derived second derivative -2x exp(-x**2) is 0 * inf = nan at ±max",
-        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -0.0",
-    ),
-    ("erfc", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "the derived second derivative 2x exp(-x**2) is 0 * inf = nan at ±max",
-        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact 0.0",
+        "jax float32 second in x0 at (-1.1754943508222875e-38,): nan, exact 1.2313126936373275e+114",
     ),
     ("erfcx", "second"): (
         (
             ("jax", "float32"),
+            ("jax.jit", "float32"),
             ("torch", "float32"),
         ),
         "the second derivative's series at the largest float32 (x**-3 underflows inside, inf * 0)",
         "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact 2.863761208607465e-116",
     ),
-    ("gamma", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-        ),
-        "Gamma(x) digamma(x) at 0, subnormals and poles: inf * inf of opposite signs, or 0 * inf",
-        "jax float32 first in x0 at (1.401298464324817e-45,): nan, exact -5.092589940836215e+89",
-    ),
-    ("gamma", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-        ),
-        "Gamma(x) digamma(x) at 0, subnormals and poles: inf * inf of opposite signs, or 0 * inf",
-        "jax float32 jvp in x0 at (1.401298464324817e-45,): nan, exact -5.092589940836215e+89",
-    ),
     ("gamma", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
-        "Gamma(x) digamma(x) at 0, subnormals and poles: inf * inf of opposite signs, or 0 * inf",
-        "jax float32 second in x0 at (1.401298464324817e-45,): nan, exact 7.268387242956069e+134",
+        (
+            "Gamma(x) times the reflection's cotangent derivative cos(pi u)**2 / sin(pi u)**2 at tiny negative x "
+            "(the pole at 0): the squares under- and overflow, and their autodiff is inf * 0"
+        ),
+        "jax float32 second in x0 at (-1.1754943508222875e-38,): nan, exact -1.2313126936373275e+114",
+    ),
+    ("hypot", "first"): (
+        (
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        (
+            "under jax.jit XLA reassociates the binade-scaled quotient x / hypot(x, y): 0 at (max, 0) where it is "
+            "1 (eager JAX is right)"
+        ),
+        "jax.jit float32 first in x0 at (3.4028234663852886e+38, 0.0): 0.0, exact 1.0",
     ),
     ("hypot", "jvp"): (
         (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
         ),
         (
-            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
-            "too); the second derivative of the binade-scaled quotient, and the jvp at (x, ±inf) (inf / inf)"
+            "under jax.jit XLA reassociates the binade-scaled quotient x / hypot(x, y): 0 at (max, 0) where it is "
+            "1 (eager JAX is right)"
         ),
-        "jax float32 jvp in x0 at (0.0, inf): nan, exact 0.0",
+        "jax.jit float32 jvp in x0 at (3.4028234663852886e+38, 0.0): 0.0, exact 1.0",
     ),
     ("hypot", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
-        "the second derivative of the binade-scaled quotient, and the jvp at (x, ±inf) (inf / inf)",
+        (
+            "the second derivative of the binade-scaled quotient at (±0, ±inf), (0, 0) and subnormal pairs: inf / "
+            "inf and 0 * inf"
+        ),
         "jax float32 second in x0 at (0.0, inf): nan, exact 0.0",
     ),
     ("log_ndtr", "first"): (
         (
             ("jax", "float32"),
+            ("jax.jit", "float32"),
             ("torch", "float32"),
         ),
         (
-            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series"
-            " argument overflows"
+            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series "
+            "argument overflows"
         ),
         ("jax float32 first in x0 at (-1.2899999941867969e+20,): 1.2899998182649364e+20, exact 1.2400634808853076e+20"),
     ),
     ("log_ndtr", "jvp"): (
         (
             ("jax", "float32"),
+            ("jax.jit", "float32"),
             ("torch", "float32"),
         ),
         (
-            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series"
-            " argument overflows"
+            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series "
+            "argument overflows"
         ),
         ("jax float32 jvp in x0 at (-1.2899999941867969e+20,): 1.2899998182649364e+20, exact 1.2400634808853076e+20"),
     ),
     ("log_ndtr", "second"): (
         (
             ("jax", "float32"),
-            ("jax", "float64"),
+            ("jax.jit", "float32"),
             ("torch", "float32"),
-            ("torch", "float64"),
         ),
         (
-            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series"
-            " argument overflows"
+            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series "
+            "argument overflows"
         ),
-        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -0.0",
-    ),
-    ("loggamma", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-        ),
-        "digamma's reflection at 0, subnormals and the largest floats (a pole past 2**53)",
-        "jax float32 first in x0 at (1.401298464324817e-45,): nan, exact -7.1362384635298e+44",
-    ),
-    ("loggamma", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-        ),
-        "digamma's reflection at 0, subnormals and the largest floats (a pole past 2**53)",
-        "jax float32 jvp in x0 at (1.401298464324817e-45,): nan, exact -7.1362384635298e+44",
+        "jax float32 second in x0 at (-3.4028234663852886e+38,): nan, exact -inf",
     ),
     ("loggamma", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
-        "digamma's reflection at 0, subnormals and the largest floats (a pole past 2**53)",
+        (
+            "the reflection's cotangent derivative cos(pi u)**2 / sin(pi u)**2 at tiny negative x (the pole at "
+            "0): the squares under- and overflow, and their autodiff is inf * 0"
+        ),
         "jax float32 second in x0 at (-1.1754943508222875e-38,): nan, exact 7.237005577332262e+75",
     ),
     ("logit", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
         "the derived second derivative (2p - 1) / (p (1 - p))**2 at subnormal p: the square underflows",
-        "jax float32 second in x0 at (1.401298464324817e-45,): nan, exact -5.092589940836215e+89",
-    ),
-    ("ndtr", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "the derived second derivative -x exp(-x**2/2) is 0 * inf = nan at ±max",
-        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -0.0",
+        "jax float32 second in x0 at (1.1754943508222875e-38,): nan, exact -7.237005577332262e+75",
     ),
     ("ndtri", "first"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
@@ -1168,6 +1103,8 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
@@ -1178,6 +1115,8 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
         ),
         "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
         "jax float32 second in x0 at (0.0,): 0.0, exact -inf",
@@ -1185,228 +1124,150 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
     ("ndtri", "value"): (
         (
             ("jax", "float64"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
         "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
         "jax float64 value in x0 at (2.2250738585072014e-308,): -37.5193793471445, exact -inf",
     ),
-    ("polygamma", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "the frameworks' polygamma at inf (nan) and past 1e20 (0 where the exact is a normal float)",
-        "jax float32 first in x0 at (1.401298464324817e-45,): nan, exact -7.268387242956069e+134",
-    ),
-    ("polygamma", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "the frameworks' polygamma at inf (nan) and past 1e20 (0 where the exact is a normal float)",
-        "jax float32 jvp in x0 at (1.401298464324817e-45,): nan, exact -7.268387242956069e+134",
-    ),
     ("polygamma", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
-        "the frameworks' polygamma at inf (nan) and past 1e20 (0 where the exact is a normal float)",
-        "jax float32 second in x0 at (-1.1754943508222875e-38,): nan, exact 3.142454983580296e+152",
-    ),
-    ("polygamma", "value"): (
         (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float64"),
+            "the reflection's cotangent derivative cos(pi u)**2 / sin(pi u)**2 at tiny negative x (the pole at "
+            "0): the squares under- and overflow, and their autodiff is inf * 0"
         ),
-        "the frameworks' polygamma at inf (nan) and past 1e20 (0 where the exact is a normal float)",
-        "jax float32 value in x0 at (inf,): nan, exact 0.0",
+        "jax float32 second in x0 at (-1.1754943508222875e-38,): nan, exact 3.142454983580296e+152",
     ),
     ("pow", "first"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
         (
-            "x**y at pairs of special points: (±0, ±0), (±inf, ±0), negative bases, y x**(y-1) at x = 0 with "
-            "y = 0 (0 * inf), and the second derivatives"
+            "x**y at pairs of special points: y x**(y-1) at a subnormal x and a normal y (x**(y-1) overflows in "
+            "float32 where the derivative is finite), and the second derivatives (0 * inf)"
         ),
-        "jax float32 first in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
+        "jax float32 first in x0 at (1.401298464324817e-45, 1.1754943508222875e-38): inf, exact 8388608.0",
     ),
     ("pow", "jvp"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
         (
-            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
-            "too); x**y at pairs of special points: (±0, ±0), (±inf, ±0), negative bases, y x**(y-1) at x = 0"
-            " with y = 0 (0 * inf), and the second derivatives"
+            "x**y at pairs of special points: y x**(y-1) at a subnormal x and a normal y (x**(y-1) overflows in "
+            "float32 where the derivative is finite), and the second derivatives (0 * inf)"
         ),
-        "jax float32 jvp in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
+        "jax float32 jvp in x0 at (1.401298464324817e-45, 1.1754943508222875e-38): inf, exact 8388608.0",
     ),
     ("pow", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
         (
-            "x**y at pairs of special points: (±0, ±0), (±inf, ±0), negative bases, y x**(y-1) at x = 0 with "
-            "y = 0 (0 * inf), and the second derivatives"
+            "x**y at pairs of special points: y x**(y-1) at a subnormal x and a normal y (x**(y-1) overflows in "
+            "float32 where the derivative is finite), and the second derivatives (0 * inf)"
         ),
-        "jax float32 second in x0 at (1.401298464324817e-45, 0.0): nan, exact 0.0",
-    ),
-    ("pow", "value"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        (
-            "x**y at pairs of special points: (±0, ±0), (±inf, ±0), negative bases, y x**(y-1) at x = 0 with "
-            "y = 0 (0 * inf), and the second derivatives"
-        ),
-        "jax float32 value in x0 at (inf, -0.0): 1.0, exact 0.0",
+        "jax float32 second in x0 at (1.1754943508222875e-38, 0.0): nan, exact 0.0",
     ),
     ("sigmoid", "second"): (
         (
             ("jax", "float32"),
+            ("jax.jit", "float32"),
             ("torch", "float32"),
         ),
-        "the derived second derivative at ±max: inf / inf",
-        "jax float32 second in x0 at (1.0000000031710769e-30,): 0.0, exact -1.250000003963846e-31",
-    ),
-    ("sign", "value"): (
         (
-            ("torch", "float32"),
-            ("torch", "float64"),
+            "the second derivative s (1 - s) (1 - 2 s) at |x| = 1e-30 in float32: 1 - 2 sigmoid(x) cancels to 0 "
+            "where it is -x / 2"
         ),
-        "sign at a subnormal in JAX: XLA reads it as 0",
-        "torch float32 value in x0 at (nan,): 0.0, exact nan",
+        "jax float32 second in x0 at (1.0000000031710769e-30,): 0.0, exact -1.250000003963846e-31",
     ),
     ("tanh", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
             ("torch", "float32"),
             ("torch", "float64"),
         ),
         (
-            "the second derivative -2 tanh(x) (1 - tanh(x)**2) through the frameworks' tanh_backward: 0 at "
-            "1e-30, where it is -2e-30"
+            "the stabilised derivative 4 sigmoid(-2x) sigmoid(2x), whose derivative's difference sigmoid(-2x) - "
+            "sigmoid(2x) cancels to 0 at 1e-30 where the second derivative is -2e-30 (the stabilising search's "
+            "form)"
         ),
         "jax float32 second in x0 at (1.0000000031710769e-30,): 0.0, exact -2.0000000063421537e-30",
-    ),
-    ("xlog1py", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "xlog1py's partials at y = -1 and infinities: x / (1 + y) of 0 / 0 or inf / inf",
-        "jax float32 first in x0 at (nan, 0.0): 0.0, exact nan",
-    ),
-    ("xlog1py", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        (
-            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
-            "too); xlog1py's partials at y = -1 and infinities: x / (1 + y) of 0 / 0 or inf / inf"
-        ),
-        "jax float32 jvp in x0 at (inf, 0.0): nan, exact 0.0",
     ),
     ("xlog1py", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
         ),
-        "xlog1py's partials at y = -1 and infinities: x / (1 + y) of 0 / 0 or inf / inf",
-        "jax float32 second in x1 at (inf, 3.4028234663852886e+38): nan, exact -inf",
-    ),
-    ("xlog1py", "value"): (
         (
-            ("jax", "float32"),
-            ("jax", "float64"),
+            "JAX's division rule differentiates the partial x / (1 + y) as -g x (1 + y)**-2: inf * 0 where the "
+            "square overflows (torch's is right)"
         ),
-        "xlog1py's partials at y = -1 and infinities: x / (1 + y) of 0 / 0 or inf / inf",
-        "jax float32 value in x0 at (inf, 1.401298464324817e-45): nan, exact inf",
+        "jax float32 second in x1 at (inf, 3.4028234663852886e+38): nan, exact -inf",
     ),
     ("xlogy", "first"): (
         (
             ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
+            ("jax.jit", "float32"),
         ),
-        "xlogy's partial x / y of 0 / 0 at x = y = 0 and inf / inf, where the frameworks give 0 or nan",
-        "jax float32 first in x0 at (nan, 0.0): -inf, exact nan",
+        (
+            "JAX float32: XLA flushes the subnormal y in the partial x / y: inf, the limit at the flushed reading "
+            "(x, +0), which `_limit` does not give (its values at 1e-450 and 1e-900 are both past the float "
+            "range)"
+        ),
+        "jax float32 first in x1 at (1.1754943508222875e-38, 1.401298464324817e-45): inf, exact 8388608.0",
     ),
     ("xlogy", "jvp"): (
         (
             ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
+            ("jax.jit", "float32"),
         ),
         (
-            "a zero tangent of the other input times its inf or nan partial is nan (the frameworks' own jvp "
-            "too); xlogy's partial x / y of 0 / 0 at x = y = 0 and inf / inf, where the frameworks give 0 or "
-            "nan"
+            "JAX float32: XLA flushes the subnormal y in the partial x / y: inf, the limit at the flushed reading "
+            "(x, +0), which `_limit` does not give (its values at 1e-450 and 1e-900 are both past the float "
+            "range)"
         ),
-        "jax float32 jvp in x0 at (0.0, 0.0): nan, exact -inf",
+        "jax float32 jvp in x1 at (1.1754943508222875e-38, 1.401298464324817e-45): inf, exact 8388608.0",
     ),
     ("xlogy", "second"): (
         (
             ("jax", "float32"),
             ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
         ),
-        "xlogy's partial x / y of 0 / 0 at x = y = 0 and inf / inf, where the frameworks give 0 or nan",
-        "jax float32 second in x1 at (0.0, 1.401298464324817e-45): nan, exact 0.0",
-    ),
-    ("zeta", "first"): (
         (
-            ("jax", "float32"),
-            ("jax", "float64"),
+            "JAX's division rule differentiates the partial x / y as -g x y**-2: 0 * inf where y**2 underflows "
+            "(torch's (x / y) / y is right)"
         ),
-        "zeta(2, x) at huge x (0 where 1/x is a normal float) and its derivative at subnormal x",
-        "jax float32 first in x0 at (1.401298464324817e-45,): nan, exact -7.268387242956069e+134",
-    ),
-    ("zeta", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-        ),
-        "zeta(2, x) at huge x (0 where 1/x is a normal float) and its derivative at subnormal x",
-        "jax float32 jvp in x0 at (1.401298464324817e-45,): nan, exact -7.268387242956069e+134",
-    ),
-    ("zeta", "value"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("torch", "float64"),
-        ),
-        "zeta(2, x) at huge x (0 where 1/x is a normal float) and its derivative at subnormal x",
-        "jax float32 value in x0 at (1.2899999941867969e+20,): 0.0, exact 7.75193801942914e-21",
+        "jax float32 second in x1 at (0.0, 1.1754943508222875e-38): nan, exact 0.0",
     ),
 }
 
@@ -1436,3 +1297,29 @@ def test_special_values(package, name, backend, dtype):
     assert not left, f"{len(left)} points wrong:\n" + "\n".join(left[:16])
     if known:
         pytest.xfail("; ".join(f"{o}: {why}" for o, why in known.items()))
+
+
+#: A sample of the special-value functions under torch.compile, value and first derivative: inductor compiles
+#: each for some seconds, too long for the whole matrix in every run.
+COMPILED_SAMPLE = ("atan", "erf", "Abs", "Max", "xlogy", "digamma", "cbrt")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", COMPILED_SAMPLE)
+def test_special_values_under_torch_compile(package, name, dtype):
+    failures = special_cell(package, name, "torch.compile", dtype)
+    known = COMPILED_KNOWN.get((name, dtype))
+    if known:
+        assert failures, f"{name} {dtype} under torch.compile now passes: remove it from COMPILED_KNOWN ({known})"
+        pytest.xfail(known)
+    assert not failures, f"{len(failures)} points wrong:\n" + "\n".join(failures[:16])
+
+
+#: The sample's cells known to fail under torch.compile, with why (strict, as SPECIAL_KNOWN).
+COMPILED_KNOWN = {
+    ("erf", "float32"): (
+        "inductor's float32 erf is 0 at |x| = 1e-30 and 3.6e-31, where it is 1.13 x (eager torch's is right): "
+        "its own lowering of erf, which the generated code calls as torch.special.erf"
+    ),
+}

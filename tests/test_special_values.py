@@ -19,7 +19,7 @@ import torch
 
 import generated.jax as gj
 import generated.torch as gt
-from rulegen.derive.functions import Piecewise
+from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS, Piecewise, bessel_i1
 from rulegen.plan.saving import saved_form
 
 jax.config.update("jax_enable_x64", True)
@@ -146,3 +146,88 @@ def test_cbrt_of_the_largest_float32():
     exact = np.cbrt(x.astype(np.float64))
     for got in (np.asarray(gj.f_cbrt(x)), torch_value(gt.f_cbrt, x)):
         np.testing.assert_allclose(got, exact, rtol=2 * np.finfo(np.float32).eps)
+
+
+# -------------------------------------------------------------------- a derivative's square does not overflow
+
+
+def jax_second(f, x):
+    return np.asarray(jax.vmap(jax.grad(jax.grad(f)))(jnp.asarray(x)))
+
+
+def torch_second(f, x):
+    return torch.vmap(torch.func.grad(torch.func.grad(f)))(torch.from_numpy(x)).numpy()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["f_atan", "f_erf", "f_erfc", "f_ndtr"])
+def test_a_second_derivative_through_a_square_is_finite_at_the_largest_floats(name, dtype):
+    # 1 / (x**2 + 1) and exp(-x**2) differentiate through the square: `x**2`'s derivative 2 * x is inf at the
+    # largest floats, times the 0 it meets nan; printed `x * x`, it is -0 + -0.
+    big = float(np.finfo(dtype).max)
+    x = np.asarray([big, -big, 0.5], dtype=dtype)
+    for got in (jax_second(getattr(gj, name), x), torch_second(getattr(gt, name), x)):
+        assert got[0] == 0 and got[1] == 0 and got[2] != 0, got
+
+
+# -------------------------------------------------------------------- nan in, nan out: torch's sign and Max's tie
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_abs_and_max_derivatives_of_nan_are_nan_in_torch(dtype):
+    # torch.sign(nan) is 0: |x|'s derivative at nan was 0, Max's 1/2 (JAX's are nan).
+    x = np.asarray([math.nan, -2.0, 3.0], dtype=dtype)
+    for got in (torch_grad(gt.f_abs, x), jax_grad(gj.f_abs, x)):
+        assert math.isnan(got[0]) and list(got[1:]) == [-1, 1]
+    y = np.asarray([1.0, 1.0, 1.0], dtype=dtype)
+    for argnum in (0, 1):
+        for got in (torch_grad(gt.f_max, x, y, argnum=argnum), jax_grad(gj.f_max, x, y, argnum=argnum)):
+            assert math.isnan(got[0]) and np.isfinite(got[1:]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_max_at_a_tie_of_infinities_gives_each_input_half(dtype):
+    # Max's derivative sign(x - y) reads inf - inf as nan; at any tie it is 1/2, as both frameworks' own.
+    x = np.asarray([math.inf, -math.inf, 2.0, 3.0], dtype=dtype)
+    y = np.asarray([math.inf, -math.inf, 2.0, 1.0], dtype=dtype)
+    for argnum, last in ((0, 1.0), (1, 0.0)):
+        for got in (torch_grad(gt.f_max, x, y, argnum=argnum), jax_grad(gj.f_max, x, y, argnum=argnum)):
+            assert list(got) == [0.5, 0.5, 0.5, last]
+
+
+# -------------------------------------------------------------------- a quotient by x at x = 0
+
+
+def test_bessel_i1_derivative_is_its_limit_at_zero():
+    # I1'(x) = I0(x) - I1(x) / x: 0 / 0 at x = 0, where it is 1/2; its second derivative 3x/8 near 0.
+    x = sp.Symbol("x", real=True)
+    first = bessel_i1(x).diff(x)
+    reference = sp.lambdify(x, [first, first.diff(x)], modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
+    with mpmath.workdps(30):
+        assert [float(v) for v in reference(mpmath.mpf(0))] == [0.5, 0.0]
+        value, slope = reference(mpmath.mpf("1e-300"))
+    assert float(value) == 0.5 and float(slope) == pytest.approx(3e-300 / 8, rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_jax_i0_in_a_derivative_is_differentiated_by_i1(dtype):
+    # JAX's own i0 differentiates to 1 at 0 (through exp(|x|)); I1's second derivative called it.
+    from generated.jax._special import bessel_i0 as runtime_i0
+
+    x = np.asarray([0.0, -0.0, 1.5], dtype=dtype)
+    got = jax_grad(runtime_i0, x)
+    assert list(got[:2]) == [0, 0] and got[2] == pytest.approx(float(mpmath.besseli(1, 1.5)), rel=1e-6)
+
+
+# -------------------------------------------------------------------- a series where the framework's is 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_digamma_derivative_at_huge_arguments_is_its_series(dtype):
+    # polygamma(1, x), digamma's derivative, is 0 in both frameworks past 1e20 and nan at inf, where it is 1/x.
+    x = np.asarray([1e20, 1e30, math.inf, 3.5], dtype=dtype)
+    with mpmath.workdps(30):
+        exact = [float(mpmath.polygamma(1, mpmath.mpf(float(v)))) for v in x[[0, 1, 3]]]
+    for got in (jax_grad(gj.f_digamma, x), torch_grad(gt.f_digamma, x)):
+        assert got[2] == 0
+        assert list(got[[0, 1, 3]]) == pytest.approx(exact, rel=16 * float(np.finfo(dtype).eps))

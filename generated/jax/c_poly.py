@@ -37,4 +37,4 @@ def _c_poly_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: autodiff
     # would differentiate an output the rule holds constant.
     out = _c_poly(z)
-    return out, z_dot * (6 * z**2 - 1 + 2 * 1j)
+    return out, z_dot * (6 * (z * z) - 1 + 2 * 1j)

@@ -38,4 +38,4 @@ def _f_acos_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jnp.arccos(x)
-    return out, x_dot * (-1 / jnp.sqrt(1 - x**2))
+    return out, x_dot * (-1 / jnp.sqrt(1 - (x * x)))

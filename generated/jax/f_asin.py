@@ -38,4 +38,4 @@ def _f_asin_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jnp.arcsin(x)
-    return out, x_dot / jnp.sqrt(1 - x**2)
+    return out, x_dot / jnp.sqrt(1 - (x * x))

@@ -38,4 +38,4 @@ def _f_atan_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jnp.arctan(x)
-    return out, x_dot / (x**2 + 1)
+    return out, x_dot / (x * x + 1)

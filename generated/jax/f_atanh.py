@@ -38,4 +38,4 @@ def _f_atanh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jnp.arctanh(x)
-    return out, x_dot / (1 - x**2)
+    return out, x_dot / (1 - (x * x))

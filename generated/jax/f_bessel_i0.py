@@ -5,6 +5,7 @@
 import jax
 import jax.scipy.special
 
+from ._special import bessel_i0
 from ._util import as_arrays, in_float32, rounded
 
 
@@ -30,7 +31,7 @@ def f_bessel_i0(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_bessel_i0(x):
-    return jax.scipy.special.i0(x)
+    return bessel_i0(x)
 
 
 @_f_bessel_i0.defjvp

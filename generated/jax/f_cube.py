@@ -37,4 +37,4 @@ def _f_cube_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = x**3
-    return out, x_dot * (3 * x**2)
+    return out, x_dot * (3 * (x * x))

@@ -51,9 +51,13 @@ def _f_digamma_jvp(primals, tangents):
     out = _f_digamma(x)
     t0 = jnp.where(x >= 0, -1 / 2, x)
     t1 = math.pi * (t0 - jnp.floor(t0 + 1 / 2))
+    t2 = 1 / jnp.where(x < 134217728, 134217728, x)
+    t3 = x >= 134217728
     return out, x_dot * jnp.where(
         x < 0,
         -math.pi * (-math.pi - math.pi * jnp.cos(t1) ** 2 / jnp.sin(t1) ** 2)
         - jax.scipy.special.polygamma(1, 1 - t0),
-        jax.scipy.special.polygamma(1, x),
+        jnp.where(
+            t3, (t2 * t2) / 2 + t2, jax.scipy.special.polygamma(1, jnp.where(t3, 134217727, x))
+        ),
     )

@@ -41,4 +41,4 @@ def _f_erfc_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.scipy.special.erfc(x)
-    return out, x_dot * ((-2 / math.sqrt(math.pi)) * jnp.exp(-(x**2)))
+    return out, x_dot * ((-2 / math.sqrt(math.pi)) * jnp.exp(-(x * x)))

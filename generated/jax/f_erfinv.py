@@ -41,4 +41,4 @@ def _f_erfinv_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.scipy.special.erfinv(x)
-    return out, x_dot * ((math.sqrt(math.pi) / 2) * jnp.exp(out**2))
+    return out, x_dot * ((math.sqrt(math.pi) / 2) * jnp.exp(out * out))

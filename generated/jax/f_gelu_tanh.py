@@ -54,4 +54,4 @@ def _f_gelu_tanh_jvp(primals, tangents):
     t3 = 0.08943 * t0 * t2**3 + t1 * t2
     t4 = jax.nn.sigmoid(t3)
     out = x * jax.nn.sigmoid(t1 * (0.044715 * x**3 + x))
-    return out, x_dot * (2 * t2 * t4 * (0.134145 * t0 * t2**2 + t0) * jax.nn.sigmoid(-t3) + t4)
+    return out, x_dot * (2 * t2 * t4 * (0.134145 * t0 * (t2 * t2) + t0) * jax.nn.sigmoid(-t3) + t4)

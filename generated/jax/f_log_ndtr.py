@@ -60,5 +60,5 @@ def _f_log_ndtr_jvp(primals, tangents):
     return out, x_dot * jnp.where(
         t4,
         t1 * t6 / t3,
-        t2 * t6 * jnp.exp(-jnp.where(t4, 1, x**2) / 2) / jax.scipy.special.ndtr(t5),
+        t2 * t6 * jnp.exp(-jnp.where(t4, 1, x * x) / 2) / jax.scipy.special.ndtr(t5),
     )

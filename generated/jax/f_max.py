@@ -17,8 +17,8 @@ def f_max(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
         out = Max(x, y)
 
     Partials (derived by sympy):
-        dout/dx = Heaviside(x - y)
-        dout/dy = Heaviside(-x + y)
+        dout/dx = Piecewise((1/2, Eq(x, y)), (Heaviside(x - y), True))
+        dout/dy = Piecewise((1/2, Eq(x, y)), (Heaviside(-x + y), True))
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -44,9 +44,10 @@ def _f_max_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of Max need not be the derived one (at a kink, a jump, a convention).
     out = _f_max(x, y)
-    t0 = x - y
+    t0 = x == y
+    t1 = x - y
     return out, summed_like(
         out,
-        None if x_dot is None else x_dot * (jnp.sign(t0) + 1) / 2,
-        None if y_dot is None else y_dot * (jnp.sign(-t0) + 1) / 2,
+        None if x_dot is None else x_dot * jnp.where(t0, 1 / 2, (jnp.sign(t1) + 1) / 2),
+        None if y_dot is None else y_dot * jnp.where(t0, 1 / 2, (jnp.sign(-t1) + 1) / 2),
     )

@@ -41,4 +41,4 @@ def _f_ndtr_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.scipy.special.ndtr(x)
-    return out, x_dot * (jnp.exp(-(x**2) / 2) / math.sqrt(2 * math.pi))
+    return out, x_dot * (jnp.exp(-(x * x) / 2) / math.sqrt(2 * math.pi))

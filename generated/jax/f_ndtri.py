@@ -41,4 +41,4 @@ def _f_ndtri_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jax.scipy.special.ndtri(x)
-    return out, x_dot * (math.sqrt(2 * math.pi) * jnp.exp(out**2 / 2))
+    return out, x_dot * (math.sqrt(2 * math.pi) * jnp.exp((out * out) / 2))

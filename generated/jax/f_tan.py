@@ -38,4 +38,4 @@ def _f_tan_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jnp.tan(x)
-    return out, x_dot * (out**2 + 1)
+    return out, x_dot * (out * out + 1)

@@ -49,7 +49,7 @@ def point_jvp(pt) -> dict[str, jax.Array | tuple[jax.Array, jax.Array]]:
 @jax.custom_jvp
 def _point_jvp(x, y):
     return (
-        jnp.broadcast_to(x**2, jnp.broadcast_shapes(jnp.shape(x), jnp.shape(y))),
+        jnp.broadcast_to(x * x, jnp.broadcast_shapes(jnp.shape(x), jnp.shape(y))),
         jnp.broadcast_to(jnp.sin(x), jnp.broadcast_shapes(jnp.shape(x), jnp.shape(y))),
         jnp.broadcast_to(jnp.cos(y), jnp.broadcast_shapes(jnp.shape(x), jnp.shape(y))),
     )

@@ -48,7 +48,7 @@ def point_vjp(pt) -> dict[str, jax.Array | tuple[jax.Array, jax.Array]]:
 @jax.custom_vjp
 def _point_vjp(x, y):
     return (
-        jnp.broadcast_to(x**2, jnp.broadcast_shapes(jnp.shape(x), jnp.shape(y))),
+        jnp.broadcast_to(x * x, jnp.broadcast_shapes(jnp.shape(x), jnp.shape(y))),
         jnp.broadcast_to(jnp.sin(x), jnp.broadcast_shapes(jnp.shape(x), jnp.shape(y))),
         jnp.broadcast_to(jnp.cos(y), jnp.broadcast_shapes(jnp.shape(x), jnp.shape(y))),
     )

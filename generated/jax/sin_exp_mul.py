@@ -37,14 +37,14 @@ def sin_exp_mul(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _sin_exp_mul(x, y):
-    return y * jnp.exp(-(x**2)) * jnp.sin(x)
+    return y * jnp.exp(-(x * x)) * jnp.sin(x)
 
 
 @functools.partial(_sin_exp_mul.defjvp, symbolic_zeros=True)
 def _sin_exp_mul_jvp(primals, tangents):
     x, y = primals
     x_dot, y_dot = present(tangents)
-    t0 = jnp.exp(-(x**2))
+    t0 = jnp.exp(-(x * x))
     t1 = jnp.sin(x)
     t2 = t0 * t1
     out = t0 * t1 * y

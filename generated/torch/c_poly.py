@@ -31,7 +31,7 @@ class CPoly(RuleFunction):
     @staticmethod
     def jvp(ctx, z_dot):
         (z,) = ctx.saved_tensors
-        return z_dot * (6 * z**2 - 1 + 2 * 1j)
+        return z_dot * (6 * (z * z) - 1 + 2 * 1j)
 
 
 _apply_c_poly = routed(CPoly, "(Tensor z) -> Tensor")

@@ -23,8 +23,8 @@ class FAcos(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            return (x**2).neg_().add_(1).rsqrt_().neg_().mul_(out_bar)
-        return out_bar * (-1 / torch.sqrt(1 - x**2))
+            return (x * x).neg_().add_(1).rsqrt_().neg_().mul_(out_bar)
+        return out_bar * (-1 / torch.sqrt(1 - (x * x)))
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
     jvp = backward

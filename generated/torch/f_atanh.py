@@ -22,7 +22,7 @@ class FAtanh(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        return out_bar / (1 - x**2)
+        return out_bar / (1 - (x * x))
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
     jvp = backward

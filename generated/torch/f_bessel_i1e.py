@@ -2,6 +2,8 @@
 # Source: rules/functions.yaml (sha256 f786454347e52230)
 """f_bessel_i1e: a rulegen rule."""
 
+import math
+
 import torch
 
 from ._function import RuleFunction, routed, save_for_derivatives
@@ -31,7 +33,7 @@ class FBesselI1e(RuleFunction):
             torch.where(
                 x <= -25,
                 bessel_ie_series(1, 1, torch.where(x > -25, 25, -x)),
-                -t0 * torch.sign(x)
+                -t0 * torch.where(x.isnan(), math.nan, torch.sign(x))
                 - torch.where(t2, torch.exp(-t1) / 2, t0 / torch.where(t2, 1, x))
                 + torch.special.i0e(x),
             ),

@@ -31,11 +31,13 @@ class FDigamma(RuleFunction):
         (x,) = ctx.saved_tensors
         t0 = torch.where(x >= 0, -1 / 2, x)
         t1 = math.pi * (t0 - torch.floor(t0 + 1 / 2))
+        t2 = 1 / torch.where(x < 134217728, 134217728, x)
+        t3 = x >= 134217728
         return out_bar * torch.where(
             x < 0,
             -math.pi * (-math.pi - math.pi * torch.cos(t1) ** 2 / torch.sin(t1) ** 2)
             - polygamma(1, 1 - t0),
-            polygamma(1, x),
+            torch.where(t3, (t2 * t2) / 2 + t2, polygamma(1, torch.where(t3, 134217727, x))),
         )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.

@@ -25,8 +25,8 @@ class FErf(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            return (x**2).neg_().exp_().mul_(2 / math.sqrt(math.pi)).mul_(out_bar)
-        return out_bar * ((2 / math.sqrt(math.pi)) * torch.exp(-(x**2)))
+            return (x * x).neg_().exp_().mul_(2 / math.sqrt(math.pi)).mul_(out_bar)
+        return out_bar * ((2 / math.sqrt(math.pi)) * torch.exp(-(x * x)))
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
     jvp = backward

@@ -36,12 +36,14 @@ class FGeluTanh(RuleFunction):
         if plain(x, out_bar):
             t3 = (t0 * t2).add_((t1**3).mul_(t0).mul_(0.08943))
             t4 = torch.sigmoid(t3)
-            t6 = torch.ops.aten.softplus_backward(0.134145 * t0 * t1**2 + t0, t3, -1.0, 40.0)
+            t6 = torch.ops.aten.softplus_backward(0.134145 * t0 * (t1 * t1) + t0, t3, -1.0, 40.0)
             return t6.mul_(t2).mul_(t4).add_(t4).mul_(out_bar)
         t3 = 0.08943 * t0 * t1**3 + t0 * t2
         t4 = torch.sigmoid(t3)
         return out_bar * (
-            t2 * t4 * torch.ops.aten.softplus_backward(0.134145 * t0 * t1**2 + t0, t3, -1.0, 40.0)
+            t2
+            * t4
+            * torch.ops.aten.softplus_backward(0.134145 * t0 * (t1 * t1) + t0, t3, -1.0, 40.0)
             + t4
         )
 

@@ -33,7 +33,7 @@ class FLogNdtr(RuleFunction):
             t3,
             t2 / erfcx(-t1 * torch.where(x >= 0, -1, x)),
             t2
-            * torch.exp(-torch.where(t3, 1, x**2) / 2)
+            * torch.exp(-torch.where(t3, 1, x * x) / 2)
             / torch.special.erfc(-t1 * torch.where(t3, 1, x)),
         )
 

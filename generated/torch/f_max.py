@@ -2,6 +2,8 @@
 # Source: rules/functions.yaml (sha256 f786454347e52230)
 """f_max: a rulegen rule."""
 
+import math
+
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives
@@ -26,25 +28,45 @@ class FMax(RuleFunction):
         x, y = ctx.saved_tensors
         if out_bar is None:
             return None, None
+        t0 = x == y
         if plain(x, y, out_bar) and all(ctx.needs_input_grad):
-            t0 = (-y).add_(x)
-            t1 = ((torch.sign(t0) + 1) / 2).mul_(out_bar)
-            t2 = ((torch.sign(-t0) + 1) / 2).mul_(out_bar)
-            return t1.sum_to_size(x.shape), t2.sum_to_size(y.shape)
-        t0 = x - y
+            t1 = (-y).add_(x)
+            t2 = out_bar * torch.where(
+                t0, 1 / 2, (torch.where(t1.isnan(), math.nan, torch.sign(t1)) + 1) / 2
+            )
+            t3 = out_bar * torch.where(
+                t0, 1 / 2, (torch.where((-t1).isnan(), math.nan, torch.sign(-t1)) + 1) / 2
+            )
+            return t2.sum_to_size(x.shape), t3.sum_to_size(y.shape)
+        t1 = x - y
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = (out_bar * (torch.sign(t0) + 1) / 2).sum_to_size(x.shape)
+            x_bar = (
+                out_bar
+                * torch.where(
+                    t0, 1 / 2, (torch.where(t1.isnan(), math.nan, torch.sign(t1)) + 1) / 2
+                )
+            ).sum_to_size(x.shape)
         if ctx.needs_input_grad[1]:
-            y_bar = (out_bar * (torch.sign(-t0) + 1) / 2).sum_to_size(y.shape)
+            y_bar = (
+                out_bar
+                * torch.where(
+                    t0, 1 / 2, (torch.where((-t1).isnan(), math.nan, torch.sign(-t1)) + 1) / 2
+                )
+            ).sum_to_size(y.shape)
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        t0 = x - y
-        return x_dot * (torch.sign(t0) + 1) / 2 + y_dot * (torch.sign(-t0) + 1) / 2
+        t0 = x == y
+        t1 = x - y
+        return x_dot * torch.where(
+            t0, 1 / 2, (torch.where(t1.isnan(), math.nan, torch.sign(t1)) + 1) / 2
+        ) + y_dot * torch.where(
+            t0, 1 / 2, (torch.where((-t1).isnan(), math.nan, torch.sign(-t1)) + 1) / 2
+        )
 
 
 _apply_f_max = routed(FMax, "(Tensor x, Tensor y) -> Tensor")
@@ -57,8 +79,8 @@ def f_max(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
         out = Max(x, y)
 
     Partials (derived by sympy):
-        dout/dx = Heaviside(x - y)
-        dout/dy = Heaviside(-x + y)
+        dout/dx = Piecewise((1/2, Eq(x, y)), (Heaviside(x - y), True))
+        dout/dy = Piecewise((1/2, Eq(x, y)), (Heaviside(-x + y), True))
 
     Inputs:
         x: float array; checked on [-3, 3]

@@ -39,7 +39,8 @@ class FMish(RuleFunction):
             else out_bar * (saved_tanh + tanh_backward(torch.nn.functional.silu(x), saved_tanh)),
             None
             if saved_tanh_bar is None
-            else saved_tanh_bar * torch.ops.aten.softplus_backward(1 - saved_tanh**2, x, 1.0, 40.0),
+            else saved_tanh_bar
+            * torch.ops.aten.softplus_backward(1 - (saved_tanh * saved_tanh), x, 1.0, 40.0),
         )
 
     @staticmethod

@@ -27,8 +27,8 @@ class FNdtr(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            return (x**2).mul_(-1 / 2).exp_().mul_(1 / math.sqrt(2 * math.pi)).mul_(out_bar)
-        return out_bar * (torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi))
+            return (x * x).mul_(-1 / 2).exp_().mul_(1 / math.sqrt(2 * math.pi)).mul_(out_bar)
+        return out_bar * (torch.exp(-(x * x) / 2) / math.sqrt(2 * math.pi))
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
     jvp = backward

@@ -2,6 +2,8 @@
 # Source: rules/functions.yaml (sha256 f786454347e52230)
 """f_relu: a rulegen rule."""
 
+import math
+
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives
@@ -23,8 +25,8 @@ class FRelu(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            return ((torch.sign(x) + 1) / 2).mul_(out_bar)
-        return out_bar * (torch.sign(x) + 1) / 2
+            return ((torch.where(x.isnan(), math.nan, torch.sign(x)) + 1) / 2).mul_(out_bar)
+        return out_bar * (torch.where(x.isnan(), math.nan, torch.sign(x)) + 1) / 2
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.
     jvp = backward

@@ -33,9 +33,9 @@ class Gelu(RuleFunction):
     def backward(ctx, out_bar, saved_one_plus_erf_bar):
         x, saved_one_plus_erf = ctx.saved_tensors
         if saved_one_plus_erf_bar is None and plain(x, saved_one_plus_erf, out_bar):
-            t0 = (x**2).mul_(-1 / 2).exp_().mul_(x).mul_(1 / math.sqrt(2 * math.pi))
+            t0 = (x * x).mul_(-1 / 2).exp_().mul_(x).mul_(1 / math.sqrt(2 * math.pi))
             return t0.add_(saved_one_plus_erf).mul_(out_bar)
-        t0 = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
+        t0 = torch.exp(-(x * x) / 2) / math.sqrt(2 * math.pi)
         return summed_like(
             x,
             None if out_bar is None else out_bar * (saved_one_plus_erf + t0 * x),
@@ -45,7 +45,7 @@ class Gelu(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot):
         x, saved_one_plus_erf = ctx.saved_tensors
-        t0 = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
+        t0 = torch.exp(-(x * x) / 2) / math.sqrt(2 * math.pi)
         return x_dot * (saved_one_plus_erf + t0 * x), t0 * x_dot
 
 

@@ -149,9 +149,8 @@ class bessel_i1(sp.Function):  # noqa: N801
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
         x = self.args[0]
-        # I1'(x) = I0(x) - I1(x) / x, whose limit at 0 (1/2) the frameworks
-        # reach only through their own rules; rules near 0 should say so.
-        return bessel_i0(x) - bessel_i1(x) / x
+        # I1'(x) = I0(x) - I1(x) / x, I1(x) / x its series 1/2 + x**2/16 near 0 (0 / 0 at it).
+        return bessel_i0(x) - quotient_by_x(bessel_i1(x), x, sp.S.Half + x**2 / 16)
 
     def _eval_rewrite_as_besseli(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
         return sp.besseli(1, arg)
@@ -212,13 +211,20 @@ class bessel_i1e(sp.Function):  # noqa: N801
 
 
 def _i1e_over(x: sp.Expr) -> sp.Expr:
-    """i1e(x) / x, exp(-|x|) / 2 where |x| < 2**-26 (its limit, the next term x**2 / 16 below a float64 rounding).
+    """i1e(x) / x, exp(-|x|) / 2 where |x| < 2**-26 (its limit, the next term x**2 / 16 below a float64 rounding)."""
+    return quotient_by_x(bessel_i1e(x), x, sp.exp(-sp.Abs(x)) / 2)
 
-    The quotient is 0 / 0 at x = 0, and near it i1e(x) ~ x / 2 is subnormal (or flushed by XLA: float32
-    [1.2e-38, 2.4e-38)), where the derivative 1/2 came out nan, 0 or 1.
+
+def quotient_by_x(numerator: sp.Expr, x: sp.Expr, near: sp.Expr) -> sp.Expr:
+    """`numerator / x` for a numerator that vanishes at x = 0, as `near`, its series there, where |x| < 2**-26.
+
+    The quotient is 0 / 0 at x = 0, and near it the numerator is subnormal (or flushed by XLA: i1e(x) ~ x / 2
+    on float32 [1.2e-38, 2.4e-38)), where the quotient came out nan, 0 or 1.  `near` holds to a float64
+    rounding below 2**-26 with its first derivative: a derivative differentiates it.  The quotient's
+    denominator is 1 there, so that neither piece is 0 / 0 (or its derivative inf * 0) at 0.
     """
     small = sp.Abs(x) < sp.Rational(1, 2**26)
-    return Piecewise((sp.exp(-sp.Abs(x)) / 2, small), (bessel_i1e(x) / Piecewise((sp.S.One, small), (x, True)), True))
+    return Piecewise((near, small), (numerator / Piecewise((sp.S.One, small), (x, True)), True))
 
 
 class ndtr(sp.Function):  # noqa: N801
@@ -338,8 +344,11 @@ def bessel_ie_series_of(nu: Any, order: Any, x: Any) -> Any:
 
 
 def _mp_bessel_ie_derivative(nu: mpmath.mpf, order: mpmath.mpf, x: mpmath.mpf) -> mpmath.mpf:
-    """The order-th derivative of exp(-x) I_nu(x) at x > 0."""
-    return mpmath.diff(lambda t: mpmath.besseli(int(nu), t) * mpmath.exp(-t), x, int(order))
+    """The order-th derivative of exp(-x) I_nu(x) at x > 0, with the digits its cancellation takes: the derivative
+    is about i_nu e(x) / x, so log10(x) digits of the two terms cancel (0 at x = 1e200 with 40 digits, -2e-301)."""
+    with mpmath.extradps(int(order) * max(0, int(mpmath.log10(abs(x) + 1))) + 10):
+        value = mpmath.diff(lambda t: mpmath.besseli(int(nu), t) * mpmath.exp(-t), mpmath.mpf(x), int(order))
+    return +value
 
 
 def erfcx_series_of(order: Any, x: Any) -> Any:
@@ -744,7 +753,32 @@ def _polygamma_by_reflection(order: sp.Expr, x: sp.Expr) -> sp.Expr:
     nearest = negative - sp.floor(negative + sp.S.Half)
     cotangent = sp.diff(sp.cos(sp.pi * u) / sp.sin(sp.pi * u), u, int(order)).subs(u, nearest)
     reflected = (-1) ** int(order) * sp.polygamma(order, 1 - negative) - sp.pi * cotangent
-    return Piecewise((reflected, x < 0), (sp.polygamma(order, x), True))
+    if order == 0:
+        return Piecewise((reflected, x < 0), (sp.polygamma(order, x), True))
+    # From 2**27 on, psi_n(x) = (-1)**(n+1) ((n-1)! / x**n + n! / (2 x**(n+1))) to a float64 rounding (the next
+    # term is n(n+1)/(12 x**2) of the first): both frameworks' polygamma is 0 there past 1e20 and nan at inf,
+    # where it is 1/x and 0.  Powers of r = 1/x, so that none overflows (x**2 at 1e200) where the term is 0.
+    n, far = int(order), sp.Integer(POLYGAMMA_SERIES_FROM)
+    r = divided(sp.S.One, Piecewise((x, x >= far), (far, True)))
+    series = (-1) ** (n + 1) * (sp.factorial(n - 1) * r**n + sp.factorial(n) / 2 * r ** (n + 1))
+    near = Piecewise((x, x < far), (far - 1, True))
+    return Piecewise((reflected, x < 0), (series, x >= far), (sp.polygamma(order, near), True))
+
+
+#: Where polygamma(n, x), n >= 1, and zeta(s, q) are their asymptotic series (`_polygamma_by_reflection`,
+#: `_zeta_with_series`).
+POLYGAMMA_SERIES_FROM = 2**27
+
+
+def _zeta_with_series(s: sp.Expr, q: sp.Expr) -> sp.Expr:
+    """zeta(s, q), from q = 2**27 on its series q**(1-s) / (s-1) + q**-s / 2 + s q**(-s-1) / 12 (the next term
+    q**-4 of the first): JAX's zeta(2, q) is 0 from q = 1e20 in float32 and 1e200 in float64, where it is 1/q,
+    torch's float64 too.  Powers of r = 1/q, as polygamma's series."""
+    far = sp.Integer(POLYGAMMA_SERIES_FROM)
+    r = divided(sp.S.One, Piecewise((q, q >= far), (far, True)))
+    series = r ** (s - 1) / (s - 1) + r**s / 2 + s * r ** (s + 1) / 12
+    near = Piecewise((q, q < far), (far - 1, True))
+    return Piecewise((series, q >= far), (sp.zeta(s, near), True))
 
 
 def _digamma_by_reflection(x: sp.Expr) -> sp.Expr:
@@ -1109,9 +1143,12 @@ REGISTRY: tuple[MathFunction, ...] = (
         domain=((2, 3), (0.0, math.inf)),
         orders=1,
         torch_runtime="hurwitz_zeta",
+        jax_replacement=_zeta_with_series,
+        torch_replacement=_zeta_with_series,
     ),
     MathFunction("Abs", sp.Abs, "jnp.abs", "torch.abs", math="math.fabs", in_place="abs_", aliases=("abs",)),
-    MathFunction("sign", sp.sign, "jnp.sign", "torch.sign", in_place="sign_"),
+    # No in-place torch.sign_: torch's sign of nan is 0, and the printer's is nan.
+    MathFunction("sign", sp.sign, "jnp.sign", "torch.sign"),
     MathFunction("Min", sp.Min, "jnp.minimum", "torch.minimum", aliases=("min",), arity=(2, 32)),
     MathFunction("Max", sp.Max, "jnp.maximum", "torch.maximum", aliases=("max",), arity=(2, 32)),
     MathFunction("floor", sp.floor, "jnp.floor", "torch.floor", math="math.floor", in_place="floor_"),
@@ -1151,7 +1188,13 @@ REGISTRY: tuple[MathFunction, ...] = (
         domain=((-math.inf, math.inf), (0.0, math.inf)),
     ),
     MathFunction(
-        "bessel_i0", bessel_i0, "jax.scipy.special.i0", "torch.special.i0", mpmath=lambda x: mpmath.besseli(0, x)
+        "bessel_i0",
+        bessel_i0,
+        "jax.scipy.special.i0",
+        "torch.special.i0",
+        mpmath=lambda x: mpmath.besseli(0, x),
+        # JAX's derivative of i0 at 0 is 1 (I1(0) = 0): where a derivative calls I0 (I1's), the runtime's.
+        jax_runtime="bessel_i0",
     ),
     MathFunction(
         "bessel_i1", bessel_i1, "jax.scipy.special.i1", "torch.special.i1", mpmath=lambda x: mpmath.besseli(1, x)

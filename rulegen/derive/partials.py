@@ -25,7 +25,7 @@ import sympy as sp
 
 from rulegen.derive.expr import parse_expression
 from rulegen.derive.forms import canonical
-from rulegen.derive.functions import VANISHING
+from rulegen.derive.functions import VANISHING, Piecewise
 from rulegen.derive.routes import Gives, Routes, choose_routes
 from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.derive.stabilise import BUDGET, Choice, Sampling, searchable, stabilise
@@ -333,10 +333,24 @@ def differentiate(expr: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
     # DiracDelta of a kink (sign, Abs's second derivative) is 0 to the frameworks' autodiff too.
     result = result.replace(lambda e: isinstance(e, VANISHING), lambda _: sp.S.Zero)
     result = result.replace(lambda e: isinstance(e, sp.Subs) and not e.expr.has(sp.Derivative), sp.Subs.doit)
+    result = result.replace(_is_step_of_difference, _tied)
     if any(not p.exp.is_number for p in result.atoms(sp.Pow)):
         # d/dx x**n is n*x**n/x to sympy, nan at x = 0; n*x**(n - 1) is not.
         result = sp.powsimp(result, combine="exp")
     return result
+
+
+def _is_step_of_difference(expr: sp.Basic) -> bool:
+    return isinstance(expr, sp.Heaviside) and expr.args[0].is_Add and len(expr.args[0].args) == 2
+
+
+def _tied(step: sp.Heaviside) -> sp.Expr:
+    """Heaviside(a - b), Max's derivative, as 1/2 wherever a == b: a tie of infinities too, where a - b is nan.
+
+    1/2 at a tie is sympy's Heaviside(0) and both frameworks' derivative of maximum and minimum.
+    """
+    a, minus_b = step.args[0].args
+    return Piecewise((sp.S.Half, sp.Eq(a, -minus_b)), (step, True))
 
 
 def _is_step_derivative(expr: sp.Basic) -> bool:

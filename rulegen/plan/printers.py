@@ -260,6 +260,8 @@ class _ArrayCode:
 
     def _print_Pow(self, expr: sp.Pow, rational: bool = False) -> str:
         base, exponent = expr.as_base_exp()
+        if self._square_of_name(expr):
+            return f"{self._print(base)} * {self._print(base)}"
         if exponent == sp.S.Half:
             return self._print_sqrt(base)
         if exponent == -sp.S.Half:
@@ -322,9 +324,24 @@ class _ArrayCode:
         # wherever an operator holds it ((x / s)**2; -a * (x / s), where sympy asks a negative product's
         # factors at the level of a sum, and -a * x / s would round another way), bare where nothing does
         # (`return t3 / t4, t3`, a call's argument).
-        if isinstance(item, fn.divided):
+        if isinstance(item, fn.divided) or (self._square_of_name(item) and level >= PRECEDENCE["Add"]):
             return f"({self._print(item)})"
         return super().parenthesize(item, level, strict)  # type: ignore[misc]
+
+    #: Whether a square of a name is printed `x * x` (`_square_of_name`); the constant printer's stays `x**2`.
+    squares_as_products: ClassVar[bool] = True
+
+    def _square_of_name(self, item: Any) -> bool:
+        """Whether `item` is the square of a name (an input, a temporary), printed `x * x`, whole in a product.
+
+        Both frameworks differentiate `x**2` as `2 * x`, which overflows at the largest floats where the
+        derivative it multiplies is 0: atan's second derivative, the autodiff of 1 / (x**2 + 1), was
+        -0 * inf = nan at x = max, erf's (of exp(-x**2)) too.  The product `x * x` is the same number,
+        and its derivative `g * x + g * x` is -0 there.
+        """
+        return (
+            self.squares_as_products and isinstance(item, sp.Pow) and item.exp == 2 and isinstance(item.base, sp.Symbol)
+        )
 
     def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
         # The frameworks' own autodiff differentiates a kink to 0 away from it.
@@ -411,7 +428,7 @@ class _ArrayCode:
         # Heaviside(0) is 1/2 in sympy and in the frameworks' own derivative
         # of maximum at a tie; (sign(x) + 1) / 2 is exactly that, with no
         # tensors to build for the constants.
-        return f"({self._call(self.functions['sign'], expr.args[0])} + 1) / 2"
+        return f"({self._print(sp.sign(expr.args[0], evaluate=False))} + 1) / 2"
 
     def _print_Relational(self, expr: sp.core.relational.Relational) -> str:
         op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
@@ -448,6 +465,7 @@ class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
 
     functions = _MATH_FUNCTIONS
     exact_roots = False
+    squares_as_products = False
 
     def _argument(self, arg: sp.Basic) -> str:
         return self._print(arg)  # math functions take Python ints as they are
@@ -537,6 +555,15 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     """
 
     functions = _TORCH_FUNCTIONS
+
+    def _print_sign(self, expr: sp.sign) -> str:
+        # torch.sign(nan) is 0 (JAX's and C's nan): Abs's derivative and Max's at a nan were 0 and 1/2.
+        # A nan of its own, not x: differentiated, the piece that is x would give 1.
+        x = self._print(expr.args[0])
+        x = x if isinstance(expr.args[0], sp.Symbol) else f"({x})"
+        sign = self._call(self.functions["sign"], expr.args[0])
+        return f"{self._record('torch.where')}({x}.isnan(), {self._record('math.nan')}, {sign})"
+
     runtime = _TORCH_RUNTIME
     as_integer = ".int()"
 

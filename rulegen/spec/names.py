@@ -52,6 +52,7 @@ HELPER_NAMES = frozenset(
         "as_arrays",
         "as_opmath_tensors",
         "as_tensors",
+        "bessel_i0",
         "bessel_ie_series",
         "binade",
         "broadcast",

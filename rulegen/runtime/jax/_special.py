@@ -5,6 +5,10 @@ float64 eps off at x = 1e4); the registry's is a series from x = 8
 (`_asymptotic.erfcx_slope`), and a rule whose derivative calls erfcx
 (log_ndtr's) is differentiated by it here.  Its value is the series from
 x = 8 too, where JAX's own erfcx is 0 on a band of each dtype.
+
+JAX differentiates i0 as i0e(x) exp(|x|), whose derivative at 0 is 1
+(|x|'s there), where I0'(0) = I1(0) = 0: a derivative that calls I0
+(I1's, I0(x) - I1(x) / x) is differentiated by I1 here.
 """
 
 import jax
@@ -31,3 +35,15 @@ def _erfcx_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
     out = erfcx(x)
     return out, x_dot * _asymptotic.erfcx_slope(jnp, x, out)
+
+
+@jax.custom_jvp
+def bessel_i0(x):
+    """I0(x), JAX's, with its derivative I1(x) at every order."""
+    return jax.scipy.special.i0(x)
+
+
+@bessel_i0.defjvp
+def _bessel_i0_jvp(primals, tangents):
+    (x,), (x_dot,) = primals, tangents
+    return bessel_i0(x), x_dot * jax.scipy.special.i1(x)
