@@ -368,15 +368,6 @@ def test_two_jobs_give_the_outcomes_of_one(small_rules):
     assert {(o.rule, o.check): o.status for o in parallel} == {key: o.status for key, o in serial.items()}
 
 
-def test_right_rules_that_once_broke_the_generated_code_pass_every_check():
-    rules = read_rules(rule_files([RIGHT]))
-    outcomes = run_checks(rules, jobs=1)
-    failed = [(o.rule, o.check, o.detail[:300]) for o in outcomes if o.status == "fail"]
-    assert not failed, failed
-    assert {o.rule for o in outcomes} == {r.name for r in rules}
-    assert {Path(r.loc.file).name for r in rules} == {p.name for p in RIGHT.glob("*.yaml")}
-
-
 def test_integer_and_boolean_outputs_have_their_dtype_in_both_backends(tmp_path):
     import importlib
     import sys
