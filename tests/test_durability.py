@@ -26,10 +26,10 @@ ROUTES = ["gelu", "clip_gradient", "softmax", "point_vjp", "c_mobius", "scipy_er
 
 @pytest.mark.costly
 @pytest.mark.slow
-def test_a_rule_of_each_route_survives_compile_export_and_shard_map():
+def test_a_rule_of_each_route_survives_compile_export_and_shard_map(bundled):
     rules = [r for r in read_rules(sorted(RULES.glob("*.yaml"))) if r.name in ROUTES]
     # The two checks `--compile` adds: the others, at this seed, are the fast lane's sweep of the bundled rules.
-    outcomes = run_checks(rules, include_compile=True, only=("compile", "durability"))
+    outcomes = run_checks(rules, bundled, include_compile=True, only=("compile", "durability"))
     compiled = {o.rule: o for o in outcomes if o.check == "compile"}
     assert set(compiled) == set(ROUTES)
     for name, outcome in compiled.items():
@@ -72,9 +72,9 @@ def test_a_function_whose_rule_compile_drops_fails_the_check():
     assert "match eager" in check_durability(subject_of(rule, gj, gt, seed=0), True, gj)
 
 
-def test_the_check_says_how_to_run_it():
+def test_the_check_says_how_to_run_it(bundled):
     rule = next(r for r in read_rules([RULES / "log1pexp.yaml"]))
-    outcome = next(o for o in run_checks([rule], only=("durability",)) if o.check == "durability")
+    outcome = next(o for o in run_checks([rule], bundled, only=("durability",)) if o.check == "durability")
     assert outcome.status == "n/a" and "--compile" in outcome.detail
 
 

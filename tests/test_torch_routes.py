@@ -219,3 +219,33 @@ def test_dynamic_compile_of_rules_reading_the_same_constant_in_turn():
     reference = X.clone().requires_grad_()
     chain(reference).backward()
     torch.testing.assert_close(leaf.grad, reference.grad)
+
+
+def _in_a_fresh_process(code):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_importing_the_package_imports_neither_dynamo_nor_dtensor():
+    # Each costs a second or more of an import that needs neither: Dynamo until a route runs under
+    # torch.compile, DTensor until the program imports it (the host ops' shardings wait for it).
+    out = _in_a_fresh_process(
+        "import sys, generated.torch\n"
+        "print(sorted(m for m in ('torch._dynamo', 'torch.distributed.tensor') if m in sys.modules))"
+    )
+    assert out.split() == ["[]"]
+
+
+def test_the_host_ops_shardings_are_registered_when_dtensor_is_imported_later():
+    if not torch.distributed.is_available():
+        pytest.skip("torch without distributed")
+    out = _in_a_fresh_process(
+        "import generated.torch\n"
+        "from torch.distributed.tensor import DTensor\n"
+        "found = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs\n"
+        "print(sorted(str(op).split('.')[1] for op in found if str(op).startswith('generated_torch')))"
+    )
+    assert "host_mul_sin_jvp" in out and "numpy_sort" in out, out

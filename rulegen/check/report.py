@@ -36,13 +36,16 @@ _MARKS = {"pass": "[green]✓[/green]", "fail": "[bold red]✗[/bold red]", "n/a
 
 
 def compact_table(outcomes: Sequence[Outcome]):
-    """One row per rule, one mark per check under its two-letter code: fits 80 columns (see `legend`)."""
+    """One row per rule, one mark per check under its two-letter code (see `legend`).
+
+    It fits the console from 3 columns a check and a few for the names up
+    (at `COLUMNS=80` and above): the names take the width the checks leave,
+    and a name longer than that folds onto the rows below its marks.
+    """
     from rich.table import Table
 
     table = Table(title="rulegen test", box=None, pad_edge=False, collapse_padding=True, title_justify="left")
-    # A long name is cut short rather than folded onto a second row (the failure lines below name it
-    # whole), at what leaves every check its column in 80.
-    table.add_column("rule", max_width=80 - 3 * len(CHECKS) - 1, overflow="ellipsis", no_wrap=True)
+    table.add_column("rule", overflow="fold", min_width=8)
     for check in REGISTRY:
         table.add_column(check.code, justify="center", no_wrap=True, min_width=2)
     by_rule: dict[str, dict[str, Outcome]] = {}

@@ -1,6 +1,9 @@
 """Tensors to and from host (NumPy) bodies; batching them under vmap, sharding them as DTensors."""
 
 import functools
+import importlib.abc
+import importlib.util
+import sys
 
 import numpy as np
 import torch
@@ -146,20 +149,55 @@ def sharded(*, elementwise):
     shard as on the whole: any dimension of the outputs may be sharded, with
     the inputs sharded alike (a broadcast dimension of an input replicated).
     Any other body may read every element: its inputs are gathered
-    (replicated) and it runs whole on each rank.  (Importing DTensor here
-    costs nothing: torch.library's custom ops have imported it already.)
+    (replicated) and it runs whole on each rank.  The strategy is registered
+    once DTensor is imported (`_AfterDTensor`): importing it costs a second,
+    which a program that never makes a DTensor does not pay.
     """
 
     def register(op):
         if torch.distributed.is_available():
-            from torch.distributed.tensor.experimental import register_sharding
-
-            outputs = len(op._opoverload._schema.returns)
-            shardings = functools.partial(_shardings, outputs, elementwise)
-            register_sharding(op._opoverload)(shardings)
+            _UNSHARDED.append((op, elementwise))
+            if _DTENSOR in sys.modules:
+                _register_shardings()
         return op
 
     return register
+
+
+_DTENSOR = "torch.distributed.tensor"
+_UNSHARDED: list = []  # (host op, elementwise) whose strategy waits for DTensor's import
+
+
+def _register_shardings():
+    from torch.distributed.tensor.experimental import register_sharding
+
+    while _UNSHARDED:
+        op, elementwise = _UNSHARDED.pop()
+        outputs = len(op._opoverload._schema.returns)
+        register_sharding(op._opoverload)(functools.partial(_shardings, outputs, elementwise))
+
+
+class _AfterDTensor(importlib.abc.MetaPathFinder):
+    """An import hook: `_register_shardings` runs as soon as DTensor's package has been executed."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _DTENSOR:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            execute = spec.loader.exec_module
+
+            def exec_module(module):
+                execute(module)
+                _register_shardings()
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+if torch.distributed.is_available() and _DTENSOR not in sys.modules:
+    sys.meta_path.insert(0, _AfterDTensor())
 
 
 def _shardings(outputs, elementwise, *arguments):

@@ -18,6 +18,7 @@ import sys
 import types
 
 import torch
+from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
 from torch._C._functorch import (
     TransformType,
     _add_batch_dim,
@@ -32,11 +33,29 @@ from torch.autograd.forward_ad import _set_fwd_grad_enabled
 from ._util import fresh_outputs
 
 
-@torch.compiler.disable(
-    reason="under torch.func, Dynamo inlines an autograd.Function's forward and drops its rule"
-)
 def _apply_eagerly(function, *args):
+    """`eager(function).apply(*args)`, run as `torch.compiler.disable` runs a function.
+
+    Made so without importing torch._dynamo, which `torch.compiler.disable`
+    does (a second and more, at the generated package's import): Dynamo
+    reads the marks below where it traces a call to it (a graph break there;
+    under `fullgraph=True`, an error giving the reason), and the call runs
+    with neither this frame nor any it calls compiled (the frame's strategy,
+    read by the frame evaluator torch has loaded anyway).
+    """
     return eager(function).apply(*args)
+
+
+vars(_apply_eagerly).update(
+    _torchdynamo_disable=True,
+    _torchdynamo_disable_recursive=True,
+    _torchdynamo_disable_msg=(
+        "under torch.func, Dynamo inlines an autograd.Function's forward and drops its rule"
+    ),
+)
+set_code_exec_strategy(
+    _apply_eagerly.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+)
 
 
 @functools.cache
