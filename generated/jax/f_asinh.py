@@ -41,14 +41,14 @@ def _f_asinh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     t0 = x**2
-    t1 = jnp.abs(x) < 1900000.0
+    t1 = jnp.abs(x) < 131072.0
     out = jnp.arcsinh(x)
     return out, x_dot * jnp.where(
         t1,
         jax.lax.rsqrt(t0 + 1),
         1
         / (
-            jnp.sqrt(jnp.where(t1, 6.925016116099414e-14, 1 / t0) + 1)
-            * jnp.abs(jnp.where(t1, 3800064.0, x))
+            jnp.sqrt(jnp.where(t1, 1.4551915228366852e-11, 1 / t0) + 1)
+            * jnp.abs(jnp.where(t1, 262144.0, x))
         ),
     )

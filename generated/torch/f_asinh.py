@@ -23,14 +23,14 @@ class FAsinh(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         t0 = x**2
-        t1 = torch.abs(x) < 1900000.0
+        t1 = torch.abs(x) < 131072.0
         return out_bar * torch.where(
             t1,
             torch.rsqrt(t0 + 1),
             1
             / (
-                torch.sqrt(torch.where(t1, 6.925016116099414e-14, 1 / t0) + 1)
-                * torch.abs(torch.where(t1, 3800064.0, x))
+                torch.sqrt(torch.where(t1, 1.4551915228366852e-11, 1 / t0) + 1)
+                * torch.abs(torch.where(t1, 262144.0, x))
             ),
         )
 
