@@ -163,3 +163,16 @@ def test_the_half_cauchy_partials_are_finite_and_accurate_in_float32(search_cach
             value = evaluated(choice.chosen, (x, scale), point, np.float32)
             assert math.isfinite(value), (v, point)
             assert bits(value, exact, np.float32) <= 2, (v, point, value, exact)
+
+
+def test_a_gamma_entropy_s_partial_takes_the_series_whose_leading_terms_cancel(search_cache_off):
+    # torch's Gamma.entropy differentiated in its concentration: 1 + (1 - c) trigamma(c), where c trigamma(c) is
+    # 1 + 1/(2c) + ...: as written it loses log2(c) bits (30 over the positive floats, on average).
+    c = sp.Symbol("c", real=True)
+    expr = 1 + (1 - c) * sp.polygamma(1, c)
+    choice = stabilise(expr, Sampling(((c, POSITIVE),)))
+    assert choice.more_accurate and max(choice.bits_after) <= 1, choice
+    for value in (40.0, 8000.0, 3.7e9, 1e150):
+        with mpmath.workprec(1000):
+            exact = 1 + (1 - mpmath.mpf(value)) * mpmath.polygamma(1, value)
+        assert bits(evaluated(choice.chosen, (c,), (value,), np.float64), exact) <= 2, value

@@ -138,3 +138,49 @@ def zero_sum_groups(total: sp.Expr, tidy: Callable[[sp.Expr], sp.Expr]) -> sp.Ex
             rest = [t for index, t in enumerate(total.args) if index not in used]
             return sp.Add(*joined, *rest)
     return total
+
+
+#: Bernoulli terms of a series in one argument: where its leading terms cancel (1 + (1 - c) trigamma(c) is
+#: 1/(2c) + ...), the first term left out must be below 2**-56 of what remains, one order lower, at `THRESHOLD`.
+ONE_ARGUMENT_TERMS = 6
+
+
+def _series(function: sp.Expr, u: sp.Expr) -> sp.Expr:
+    """f(u) for f = loggamma or polygamma(n, .): its Stirling series in u, `ONE_ARGUMENT_TERMS` Bernoulli terms."""
+    bernoulli = [sp.bernoulli(2 * k) for k in range(1, ONE_ARGUMENT_TERMS + 1)]
+    if isinstance(function, sp.loggamma):
+        tail = sp.Add(*(b2k / (2 * k * (2 * k - 1)) * u ** (1 - 2 * k) for k, b2k in enumerate(bernoulli, start=1)))
+        return (u - sp.S.Half) * sp.log(u) - u + sp.log(2 * sp.pi) / 2 + tail
+    n = int(function.args[0])
+    if n == 0:
+        return sp.log(u) - 1 / (2 * u) - sp.Add(*(b2k / (2 * k) * u ** (-2 * k) for k, b2k in enumerate(bernoulli, 1)))
+    total = math.factorial(n - 1) * u**-n + sp.Rational(math.factorial(n), 2) * u ** -(n + 1)
+    for k, b2k in enumerate(bernoulli, start=1):
+        total += b2k * sp.Rational(math.factorial(2 * k + n - 1), math.factorial(2 * k)) * u ** -(2 * k + n)
+    return (-1) ** (n + 1) * total
+
+
+def one_argument_series(expr: sp.Expr) -> sp.Expr | None:
+    """`expr`, whose gamma-family calls all take one argument u, with each call its Stirling series past
+    `THRESHOLD` and the whole expanded, so that terms of like order cancel exactly before anything is rounded: a
+    Gamma entropy's loggamma(c) + (1 - c) digamma(c) + c is log(c)/2 + log(2 pi)/2 + 1/2 - 1/(3c) - ..., where
+    as written c log c cancels against itself; its partial 1 + (1 - c) trigamma(c) is 1/(2c) + 1/(3c**2) + ...
+    Below the threshold, `expr` as it is.  None where the calls take several arguments or none."""
+    calls = [f for f in expr.atoms(sp.Function) if is_gamma_function(f)]
+    arguments = {f.args[-1] for f in calls}
+    if len(arguments) != 1:
+        return None
+    (u,) = arguments
+    if not u.free_symbols:
+        return None
+    big = sp.Dummy("u", positive=True)
+    inside = expr.xreplace({f: f.func(*f.args[:-1], big) for f in calls})
+    if u.is_Symbol:
+        inside = inside.xreplace({u: big})
+    series = inside.xreplace({f: _series(f, big) for f in inside.atoms(sp.Function) if is_gamma_function(f)})
+    expanded = sp.collect(sp.expand(series, log=False), sp.log(big))
+    large = u > THRESHOLD
+    fed = sp.Piecewise((u, large), (2 * THRESHOLD, True))
+    with sp.evaluate(False):
+        branch = expanded.xreplace({big: fed})
+    return sp.Piecewise((branch, large), (expr, True))

@@ -10,7 +10,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.forms import canonical
 from rulegen.derive.functions import divided, hypot, log_ndtr, ndtr, sigmoid, softplus
-from rulegen.derive.stabilise.asymptotic import gamma_difference, released, zero_sum_groups
+from rulegen.derive.stabilise.asymptotic import gamma_difference, one_argument_series, released, zero_sum_groups
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import _attempt
 
@@ -396,6 +396,7 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
                 yield "conjugate, scaled", scaled
     yield from _exponential_forms(expr, ops)
     yield from _norm_forms(bases[:2])
+    yield from _gamma_series(expr, ops)
     if ops <= BUDGET.factor_ops:
         for v in variables:
             scaled = _attempt(functools.partial(_scaled, expr, v))
@@ -407,6 +408,12 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
                 found = _attempt(functools.partial(_series, expr, v, point))
                 if found is not None:
                     yield family, found
+
+
+def _gamma_series(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
+    series = _attempt(functools.partial(one_argument_series, expr)) if ops <= BUDGET.factor_ops else None
+    if series is not None:
+        yield "gamma series", series
 
 
 def _squares(total: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
