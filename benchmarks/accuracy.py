@@ -1,9 +1,12 @@
 """Bits of error of the generated code beside each framework's autodiff of the forward as written.
 
-    python -m benchmarks.accuracy [--quick] [--points N (default 64)] [--seed S] [--plot DIR]
+    python -m benchmarks.accuracy [--quick] [--suite NAME] [--points N (default 64)] [--seed S] [--plot DIR]
 
-Two suites: `rules/` and FPBench's hamming-ch3 (`benchmarks/fpbench/`, 28
-textbook cancellations translated into forward-only rules). For each rule
+Three suites: `rules/`, FPBench's hamming-ch3 (`benchmarks/fpbench/`, 28
+textbook cancellations translated into forward-only rules) and
+`benchmarks/distributions/` (25 log-densities, log-masses, entropies and KL
+divergences as torch.distributions, NumPyro, TFP and SciPy write them);
+`--suite NAME` measures one of them. For each rule
 that can be measured (`rulegen.check.accuracy`: a symbolic forward of real
 inputs), points uniform over the float bit patterns of each input's domain
 (the whole float line where the rule gives none), in float64 and float32;
@@ -12,7 +15,7 @@ outputs (value) and the points, generated / autodiff. The summary line per
 suite: the mean over its rules, how many rules' generated gradient is within
 1 bit in every dtype and backend, and how many are worse than autodiff (a
 mean more than 1 bit above autodiff's in some dtype or backend). `--quick`
-samples 8 points per dtype and measures every third FPBench rule, to see
+samples 8 points per dtype and measures every third rule of the other suites, to see
 that everything runs.
 """
 
@@ -30,7 +33,11 @@ from rulegen.check.accuracy_report import WORSE_BITS, write_plot
 from rulegen.spec.rules import read_rules, rule_files
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITES = {"rules/": ROOT / "rules", "FPBench hamming-ch3": ROOT / "benchmarks" / "fpbench"}
+SUITES = {
+    "rules/": ROOT / "rules",
+    "FPBench hamming-ch3": ROOT / "benchmarks" / "fpbench",
+    "distributions": ROOT / "benchmarks" / "distributions",
+}
 KINDS = (("gradient", True), ("value", False))
 
 
@@ -113,12 +120,15 @@ def run_suite(
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="8 points per dtype, a third of FPBench's rules")
+    parser.add_argument("--suite", choices=list(SUITES), default=None, help="measure this suite only")
     parser.add_argument("--points", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", type=Path, default=None, help="write one HTML page per rule here")
     args = parser.parse_args(argv)
     points = 8 if args.quick else args.points
     for title, folder in SUITES.items():
+        if args.suite is not None and title != args.suite:
+            continue
         every = 3 if args.quick and folder != SUITES["rules/"] else 1
         run_suite(title, folder, points, args.seed, args.plot, every=every)
     return 0

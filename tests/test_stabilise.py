@@ -242,7 +242,7 @@ def test_a_regime_s_constants_stay_inside_float32_s_range():
     found = _best_split(wrong_far_out, right_far_out, [x], points)
     assert found is not None
     _, split = found
-    assert not split.signed and 1e-36 <= split.threshold <= 1e36, split
+    assert not split.signed and 2.0**-120 <= split.threshold <= 2.0**120, split
     # Still a split that takes the right form where the other is wrong.
     assert not split.below and split.threshold > 1.0
 

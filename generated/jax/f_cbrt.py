@@ -40,11 +40,11 @@ def _f_cbrt(x):
 def _f_cbrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jnp.abs(x) > 1e-36
-    t1 = jnp.where(t0, 1 / x, 4.999208319108064e35)
+    t0 = jnp.abs(x) > 7.52316384526264e-37
+    t1 = jnp.where(t0, 1 / x, 6.64613997892458e35)
     out = nth_root(x, 3)
     return out, x_dot * jnp.where(
         t0,
         nth_root(t1, 3) ** 2 / 3,
-        jnp.where(t0, 1.5819927717613311e24, 1 / nth_root(x, 3) ** 2) / 3,
+        jnp.where(t0, 1.9125584255622063e24, 1 / nth_root(x, 3) ** 2) / 3,
     )

@@ -22,12 +22,12 @@ class FCbrt(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = torch.abs(x) > 1e-36
-        t1 = torch.where(t0, 1 / x, 4.999208319108064e35)
+        t0 = torch.abs(x) > 7.52316384526264e-37
+        t1 = torch.where(t0, 1 / x, 6.64613997892458e35)
         return out_bar * torch.where(
             t0,
             nth_root(t1, 3) ** 2 / 3,
-            torch.where(t0, 1.5819927717613311e24, 1 / nth_root(x, 3) ** 2) / 3,
+            torch.where(t0, 1.9125584255622063e24, 1 / nth_root(x, 3) ** 2) / 3,
         )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.

@@ -87,6 +87,25 @@ SPECIAL_MODULE = "._special"
 _SCALAR_FUNCTIONS = frozenset(f.name for f in fn.REGISTRY if f.numbers_alone in ("math", "python"))
 
 
+def cancelling_pair_first(terms: Sequence[sp.Expr]) -> list[sp.Expr]:
+    """`terms` of a sum of three or more, the first pair c*f(u), -c*f(v) of one function (or one `where`) moved to
+    the front, adjacent; else as they are."""
+    terms = list(terms)
+    if len(terms) < 3:
+        return terms
+    split = [t.as_coeff_Mul() for t in terms]
+    for i, (c, f) in enumerate(split):
+        if not (isinstance(f, (sp.Function, sp.Piecewise)) and c.is_number):
+            continue
+        for j in range(i + 1, len(terms)):
+            d, g = split[j]
+            if type(g) is type(f) and g != f and d.is_number and c + d == 0:
+                if (i, j) == (0, 1):
+                    return terms
+                return [terms[i], terms[j], *(t for k, t in enumerate(terms) if k not in (i, j))]
+    return terms
+
+
 class _ArrayCode:
     """What both array printers (and the constant printer) print alike."""
 
@@ -257,6 +276,12 @@ class _ArrayCode:
         return super()._print(expr, **kwargs)  # type: ignore[misc]
 
     # -- arithmetic
+
+    def _as_ordered_terms(self, expr: sp.Expr, order: Any = None) -> list[sp.Expr]:
+        # A sum is computed left to right: a pair of like functions with opposite coefficients goes first, so
+        # that it cancels before anything is added to it (logits - digamma(k + 1) + digamma(11 - k) at k = 5,
+        # logits = 1e-6 keeps logits whole only as digamma(11 - k) - digamma(k + 1) + logits).
+        return cancelling_pair_first(super()._as_ordered_terms(expr, order=order))  # type: ignore[misc]
 
     def _print_Pow(self, expr: sp.Pow, rational: bool = False) -> str:
         base, exponent = expr.as_base_exp()

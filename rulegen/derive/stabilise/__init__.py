@@ -18,6 +18,13 @@ expression:
   variables by angle addition; the conjugate of a sum with a square root;
   the logs of functions that round to 0 or 1 taken exactly
   (`log(sigmoid(u))` is `-softplus(-u)`, `log(erfc(u))` a `log_ndtr`);
+- differences of loggamma, digamma and polygamma (`asymptotic`): past
+  2**5 the difference of their Stirling series, each pair of like terms
+  without cancellation (`digamma(a) - digamma(a + b)` at b << a), below it
+  the difference computed on its own; like terms whose coefficients add to
+  0 (a Beta entropy's three digammas) as differences from one of them;
+  calls all of one argument replaced by their series and expanded, so
+  that like orders cancel exactly (`1 + (1 - c) trigamma(c)`);
 - norms: `a**2 + b**2` through `hypot(a, b)` (`p/(a**2 + b**2)` is
   `(p/h)/h`), a ratio of magnitudes no single input's regime can express;
   a power below -1 split (`x**(-3/2)/2` is `x**(-1/2)/(2x)`);
@@ -35,7 +42,9 @@ Candidates are evaluated by numpy, the registered functions by their numpy
 or scipy implementations (rulegen.derive.functions: `numpy_name`).  The best
 candidate may then be joined with another by regimes: a `Piecewise` on
 |variable| below or above a threshold found by measurement, or on a
-variable's sign, tried from the three best forms.  Each branch is evaluated
+variable's sign, or, for an expression homogeneous in two variables
+together, on the ratio |a| < k |b| (k a power of two), tried from the
+three best forms; every threshold is a power of two.  Each branch is evaluated
 at a point of its own region where it is not taken (the double-`where`), so
 that a branch which is nan where it is not taken cannot make a higher
 derivative nan.
@@ -66,9 +75,10 @@ before it; none but this one imports `search`):
 - `points`: `Sampling`, the sampled and probed points, their exact values
   (mpmath, and interval arithmetic where exponentials grow past reach),
   the screen, numpy's evaluation of a candidate and its bits of error;
+- `asymptotic`: differences of the gamma family by their series at infinity;
 - `families`: the rewrite families and the reassociation of products;
 - `scaling`: homogeneity, and overflow-safe rescaling by powers of two;
-- `regimes`: splits on a variable's magnitude or sign, joined by `Piecewise`;
+- `regimes`: splits on a variable's magnitude or sign or two variables' ratio, joined by `Piecewise`;
 - `saturation`: inputs clamped where a form overflows past its limit;
 - `gate`: the acceptance gate every chosen form passes;
 - `search`: `stabilise`, its memo, and `Choice`.

@@ -10,6 +10,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.forms import canonical
 from rulegen.derive.functions import divided, hypot, log_ndtr, ndtr, sigmoid, softplus
+from rulegen.derive.stabilise.asymptotic import gamma_difference, one_argument_series, released, zero_sum_groups
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import _attempt
 
@@ -61,6 +62,9 @@ def _difference(f: sp.Expr, g: sp.Expr) -> sp.Expr | None:
         if f.exp != g.exp or f.exp.is_Integer:
             return None
         return _power_difference(f.base, g.base, f.exp)
+    joined = gamma_difference(f, g, _tidy)
+    if joined is not None:
+        return joined
     identity = _DIFFERENCES.get(f.func)
     if identity is None or f.func != g.func or len(f.args) != 1:
         return None
@@ -173,9 +177,10 @@ def _identities(expr: sp.Expr) -> sp.Expr:
     """Every sum's cancelling pairs joined by the identities above, and the logs of functions that round to 0 or
     1 taken exactly, bottom up, twice (a join can make another)."""
     for _ in range(2):
+        expr = expr.replace(lambda e: e.is_Add, functools.partial(zero_sum_groups, tidy=_tidy))
         expr = expr.replace(lambda e: e.is_Add, _rewrite_sum)
         expr = expr.replace(lambda e: isinstance(e, (sp.log, log1p)), _log_identity)
-    return expr
+    return released(expr)
 
 
 def _scaled(expr: sp.Expr, v: sp.Symbol, *, factored: bool = True) -> sp.Expr:
@@ -391,6 +396,7 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
                 yield "conjugate, scaled", scaled
     yield from _exponential_forms(expr, ops)
     yield from _norm_forms(bases[:2])
+    yield from _gamma_series(expr, ops)
     if ops <= BUDGET.factor_ops:
         for v in variables:
             scaled = _attempt(functools.partial(_scaled, expr, v))
@@ -402,6 +408,12 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
                 found = _attempt(functools.partial(_series, expr, v, point))
                 if found is not None:
                     yield family, found
+
+
+def _gamma_series(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
+    series = _attempt(functools.partial(one_argument_series, expr)) if ops <= BUDGET.factor_ops else None
+    if series is not None:
+        yield "gamma series", series
 
 
 def _squares(total: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:

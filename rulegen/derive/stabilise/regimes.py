@@ -1,8 +1,18 @@
-"""Regimes: two forms joined by a `Piecewise` on a variable's magnitude or sign, placed by measurement."""
+"""Regimes: two forms joined by a `Piecewise` on a variable's magnitude or sign, or on the ratio of two variables'
+magnitudes, placed by measurement.
+
+Every threshold printed into the generated code is a power of two: a
+magnitude's threshold is rounded to the nearest one (to 2**-126 .. 2**126,
+where float32 holds it and its half and double), a ratio's `k` in
+|a| < k |b| is one of `_RATIOS`.  A split on one input's magnitude cannot
+say |y| << |x|; for an expression homogeneous in a and b together, where only
+their ratio decides which form is accurate, the ratio split can.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +37,15 @@ from rulegen.spec.rules import Domain
 
 #: Where a regime's threshold may lie: it, half and twice it are constants of the generated code, which torch
 #: refuses beside a float32 tensor beyond float32's range.
-_THRESHOLDS = (1e-36, 1e36)
+_THRESHOLDS = (2.0**-120, 2.0**120)
+#: The k of a ratio split |a| < k |b|: powers of two.
+_RATIOS = tuple(2.0**e for e in range(-12, 13, 4))
+
+
+def _power_of_two(t: float) -> float:
+    """`t` rounded to the nearest power of two (geometrically), within `_THRESHOLDS`."""
+    rounded = 2.0 ** round(math.log2(t)) if 0 < t < math.inf else _THRESHOLDS[0]
+    return min(max(rounded, _THRESHOLDS[0]), _THRESHOLDS[1])
 
 
 @dataclass(frozen=True)
@@ -40,17 +58,38 @@ class _Split:
     below: bool
     threshold: float
     signed: bool = False
+    #: A ratio split: |v| below (or above) `threshold` |over|, `over` the variable at `over_index`.
+    over: sp.Symbol | None = None
+    over_index: int = -1
 
-    def taken(self, v: Any) -> Any:
-        """Where `inner` is taken, of a numpy array or a sympy symbol."""
+    def taken(self, v: Any, w: Any = None) -> Any:
+        """Where `inner` is taken, of numpy arrays or sympy symbols (`w`: the `over` variable's)."""
         if self.signed:
             return v < 0 if self.below else v > 0
-        magnitude = np.abs(v) if isinstance(v, np.ndarray) else sp.Abs(v)
-        return magnitude < self.threshold if self.below else magnitude > self.threshold
+        numeric = isinstance(v, np.ndarray)
+        magnitude = np.abs(v) if numeric else sp.Abs(v)
+        bound: Any = self.threshold
+        if self.over is not None:
+            bound = self.threshold * np.abs(w) if numeric else sp.Float(self.threshold, 3) * sp.Abs(w)
+        return magnitude < bound if self.below else magnitude > bound
+
+    def condition(self) -> Any:
+        return self.taken(self.v, self.over)
 
 
 def _regions(split: _Split, points: Sequence[_Points]) -> list[np.ndarray]:
-    return [split.taken(p.columns[split.index].astype(np.float64)) for p in points]
+    with np.errstate(over="ignore"):  # k |b| past the largest float is inf, above every |a|
+        return _masks(split, points)
+
+
+def _masks(split: _Split, points: Sequence[_Points]) -> list[np.ndarray]:
+    return [
+        split.taken(
+            p.columns[split.index].astype(np.float64),
+            p.columns[split.over_index].astype(np.float64) if split.over is not None else None,
+        )
+        for p in points
+    ]
 
 
 def _split_score(split: _Split, outer: _Measured, inner: _Measured, points: Sequence[_Points]) -> float:
@@ -61,9 +100,14 @@ def _split_score(split: _Split, outer: _Measured, inner: _Measured, points: Sequ
 
 
 def _best_split(
-    outer: _Measured, inner: _Measured, variables: Sequence[sp.Symbol], points: Sequence[_Points]
+    outer: _Measured,
+    inner: _Measured,
+    variables: Sequence[sp.Symbol],
+    points: Sequence[_Points],
+    ratios: Sequence[tuple[int, int]] = (),
 ) -> tuple[float, _Split] | None:
-    """The split on one variable's magnitude that most lowers the sum of the dtypes' mean bits."""
+    """The split on one variable's magnitude (or sign), or on the ratio of a pair in `ratios`, that most lowers the
+    sum of the dtypes' mean bits."""
     best: tuple[float, _Split] | None = None
     for index, v in enumerate(variables):
         candidates = sorted({float(abs(x)) for p in points for x in p.columns[index] if x != 0})
@@ -74,17 +118,34 @@ def _best_split(
                 if best is None or score < best[0]:
                     best = (score, signed)
             for k in range(len(candidates) - 1):
-                # Midway (geometrically) between two sampled magnitudes, to two significant digits.
-                threshold = float(f"{math.sqrt(candidates[k] * candidates[k + 1]):.2g}")
-                if not candidates[k] < threshold < candidates[k + 1]:
-                    threshold = candidates[k + 1] if below else candidates[k]
-                if not _THRESHOLDS[0] <= threshold <= _THRESHOLDS[1]:
+                # Midway (geometrically) between two sampled magnitudes, a power of two.
+                threshold = _power_of_two(math.sqrt(candidates[k]) * math.sqrt(candidates[k + 1]))
+                if not candidates[k] <= threshold <= candidates[k + 1]:
                     continue
                 split = _Split(v, index, below, threshold)
                 score = _split_score(split, outer, inner, points)
                 if best is None or score < best[0]:
                     best = (score, split)
+    for index, over_index in ratios:
+        for ratio in _RATIOS:
+            for below in (True, False):
+                split = _Split(variables[index], index, below, ratio, over=variables[over_index], over_index=over_index)
+                score = _split_score(split, outer, inner, points)
+                if best is None or score < best[0]:
+                    best = (score, split)
     return best
+
+
+def _ratio_pairs(expr: sp.Expr, sampling: Sampling) -> list[tuple[int, int]]:
+    """(i, j) for each two variables the expression is homogeneous in together (scaled alike): where their ratio,
+    not either magnitude, decides between two forms."""
+    from rulegen.derive.stabilise.scaling import _homogeneities
+
+    pairs: set[tuple[int, int]] = set()
+    for found in _homogeneities(expr, sampling):
+        scaled = [i for i, w in enumerate(found.weights) if w == 1]
+        pairs |= {(i, j) for i in scaled for j in scaled if i != j}
+    return sorted(pairs)
 
 
 def _refined(split: _Split, inner: sp.Expr, outer: sp.Expr, sampling: Sampling, points: Sequence[_Points]) -> _Split:
@@ -95,7 +156,7 @@ def _refined(split: _Split, inner: sp.Expr, outer: sp.Expr, sampling: Sampling, 
     inside that gap (over its bit patterns, of either sign the domain
     allows) and the threshold moves to where they put it.
     """
-    if split.signed:
+    if split.signed or split.over is not None:
         return split
     magnitudes = sorted({float(abs(x)) for p in points for x in p.columns[split.index] if x != 0})
     lower = max((m for m in magnitudes if m < split.threshold), default=0.0)
@@ -131,8 +192,7 @@ def _refined(split: _Split, inner: sp.Expr, outer: sp.Expr, sampling: Sampling, 
             for m, i, o in zip(_regions(trial, refined), inner_bits, outer_bits, strict=True)
         )
         best = min(best, (score, candidate))
-    threshold = min(max(float(f"{best[1]:.2g}"), _THRESHOLDS[0]), _THRESHOLDS[1])
-    return _Split(split.v, split.index, split.below, threshold)
+    return _Split(split.v, split.index, split.below, _power_of_two(best[1]))
 
 
 def _safe_point(domain: Domain, magnitude: float) -> sp.Float:
@@ -147,8 +207,9 @@ def _finite_where_untaken(
     variables: Sequence[sp.Symbol],
     points: Sequence[_Points],
 ) -> bool:
-    """Whether `branch` and its derivative in the split's variable are finite at every sampled point not its own."""
-    for expr in (branch, _attempt(lambda: sp.diff(branch, split.v))):
+    """Whether `branch` and its derivative in the split's variables are finite at every sampled point not its own."""
+    derivatives = [_attempt(functools.partial(sp.diff, branch, v)) for v in (split.v, split.over) if v is not None]
+    for expr in (branch, *derivatives):
         if expr is None:
             return False
         fn = _numpy_function(expr, tuple(variables))
@@ -172,7 +233,7 @@ def _joined(
     domain: Domain,
     variables: Sequence[sp.Symbol],
     points: Sequence[_Points],
-) -> sp.Expr:
+) -> sp.Expr | None:
     """where(|v| below/above t, inner, outer).
 
     A branch that is inf or nan (or has such a derivative) at sampled points
@@ -180,7 +241,9 @@ def _joined(
     (the double-`where`): `where` passes no value of it on, but a derivative
     of the whole multiplies its derivative by 0, and 0 * inf is nan.
     """
-    taken = split.taken(split.v)
+    taken = split.condition()
+    if split.over is not None:
+        return _joined_on_ratio(inner, outer, split, variables, points)
     if split.signed:
         inside, outside = (sp.Float(-1.0 if split.below else 1.0, 3), sp.Float(1.0 if split.below else -1.0, 3))
     else:
@@ -196,6 +259,19 @@ def _joined(
     return sp.Piecewise((inner, taken), (outer, True))
 
 
+def _joined_on_ratio(
+    inner: sp.Expr, outer: sp.Expr, split: _Split, variables: Sequence[sp.Symbol], points: Sequence[_Points]
+) -> sp.Expr | None:
+    """where(|a| below/above k |b|, inner, outer), or None where a branch is not finite where it is not taken (no
+    one point of a ratio's region is fed to it)."""
+    masks = _regions(split, points)
+    if not _finite_where_untaken(inner, split, masks, variables, points):
+        return None
+    if not _finite_where_untaken(outer, split, [~m for m in masks], variables, points):
+        return None
+    return sp.Piecewise((inner, split.condition()), (outer, True))
+
+
 def _fed(branch: sp.Expr, v: sp.Symbol, safe: sp.Piecewise) -> sp.Expr:
     """`branch` of `safe` for `v`, unevaluated: sympy would copy the selection into every power of v."""
     with sp.evaluate(False):
@@ -208,6 +284,8 @@ def _with_regimes(
     variables = sampling.variables
     domains = dict(sampling.domains)
     current = best
+    ratios = _attempt(lambda: sp.Tuple(*(sp.Tuple(*pair) for pair in _ratio_pairs(best.expr, sampling))))
+    pairs = [(int(i), int(j)) for i, j in ratios] if ratios is not None else []
     for _ in range(BUDGET.regime_splits):
         if current.expr.has(sp.Piecewise, sp.Min, sp.Max):
             break  # a form with regimes (or a clamp) of its own is not split again
@@ -215,7 +293,7 @@ def _with_regimes(
         for inner in pool:
             if inner.expr == current.expr or inner.expr.has(sp.Piecewise, sp.Min, sp.Max):
                 continue
-            found = _best_split(current, inner, variables, points)
+            found = _best_split(current, inner, variables, points, pairs)
             if found is not None:
                 options.append((found[0], found[1], inner))
         if not options:
@@ -225,6 +303,8 @@ def _with_regimes(
             break
         split = _refined(split, inner.expr, current.expr, sampling, points)
         joined = _joined(inner.expr, current.expr, split, domains[split.v], variables, points)
+        if joined is None:
+            break
         measured = _measure(joined, f"regimes ({current.family} | {inner.family})", variables, points)
         if measured is None or measured.score > current.score - BUDGET.regime_margin_bits:
             break

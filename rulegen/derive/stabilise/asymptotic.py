@@ -1,0 +1,186 @@
+"""Differences of loggamma and polygamma (digamma, trigamma, ...) at large arguments, by their asymptotic series.
+
+digamma(a) - digamma(a + b) loses every bit where b is small beside a
+(the digammas agree to all their digits), and loggamma(x + 1/2) -
+loggamma(x) loses log2(x log x) bits: Beta, Student-t and Gamma entropies,
+KL divergences between them, a Student-t's partial in its degrees of
+freedom.  Past `THRESHOLD` each function is its Stirling series, and the
+difference of two series is a sum of differences of like terms, each taken
+without cancellation: log(a) - log(b) is log1p((a - b)/b), a**-k - b**-k
+is -(a - b) * sum_j a**-(j+1) b**-(k-j), and a - b is simplified
+symbolically first ((a + b) - a is b, exactly).  Below it the difference
+is computed as written, on its own before anything is added to it: a
+Binomial log-mass's partial in k, logits - digamma(k + 1) + digamma(n - k +
+1), adds logits to one digamma before the other cancels it.
+
+The identity is general (any two arguments of one of these functions); the
+search measures it like every other family's candidate and the gate proves
+it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import sympy as sp
+from sympy.codegen.cfunctions import log1p
+
+#: Where the series take over: both arguments above 2**5.  With `TERMS` Bernoulli terms the first one left out
+#: is below 2**-56 of the leading term there (B_10 / 32**10 = 6.7e-17 for digamma and trigamma).
+THRESHOLD = sp.Integer(2**5)
+#: Bernoulli terms of each series.
+TERMS = 4
+
+
+class held(sp.Function):  # noqa: N801 - a marker, gone before anything is measured
+    """A difference the identities have already joined, kept from being joined again inside its own fallback;
+    `released` takes the marker off."""
+
+
+def released(expr: sp.Expr) -> sp.Expr:
+    return expr.replace(lambda e: isinstance(e, held), lambda e: e.args[0])
+
+
+def _power_difference(a: sp.Expr, b: sp.Expr, d: sp.Expr, k: int) -> sp.Expr:
+    """a**-k - b**-k, d = a - b: -d * sum_j a**-(j+1) b**-(k-j), no difference of two close values."""
+    return -d * sp.Add(*(a ** -(j + 1) * b ** -(k - j) for j in range(k)))
+
+
+def _series_difference(function: sp.Expr, a: sp.Expr, b: sp.Expr, d: sp.Expr) -> sp.Expr | None:
+    """f(a) - f(b) for f = loggamma or polygamma(n, .), from the series at infinity, a, b, d placeholders."""
+    bernoulli = [sp.bernoulli(2 * k) for k in range(1, TERMS + 1)]
+    logs = log1p(d / b)
+    if isinstance(function, sp.loggamma):
+        # (x - 1/2) log x - x + log(2 pi)/2 + sum_k B_2k / (2k (2k - 1) x**(2k - 1))
+        total = (a - sp.S.Half) * logs + d * (sp.log(b) - 1)
+        for k, b2k in enumerate(bernoulli, start=1):
+            total += b2k / (2 * k * (2 * k - 1)) * _power_difference(a, b, d, 2 * k - 1)
+        return total
+    order = int(function.args[0])
+    if order == 0:
+        # log x - 1/(2x) - sum_k B_2k / (2k x**2k)
+        total = logs - _power_difference(a, b, d, 1) / 2
+        for k, b2k in enumerate(bernoulli, start=1):
+            total -= b2k / (2 * k) * _power_difference(a, b, d, 2 * k)
+        return total
+    # (-1)**(n+1) ((n-1)!/x**n + n!/(2 x**(n+1)) + sum_k B_2k (2k+n-1)!/((2k)! x**(2k+n)))
+    n = order
+    total = math.factorial(n - 1) * _power_difference(a, b, d, n)
+    total += sp.Rational(math.factorial(n), 2) * _power_difference(a, b, d, n + 1)
+    for k, b2k in enumerate(bernoulli, start=1):
+        coefficient = b2k * sp.Rational(math.factorial(2 * k + n - 1), math.factorial(2 * k))
+        total += coefficient * _power_difference(a, b, d, 2 * k + n)
+    return (-1) ** (n + 1) * total
+
+
+def is_gamma_function(f: sp.Expr) -> bool:
+    """loggamma(u) or polygamma(n, u) with a non-negative integer order n: the functions this module knows."""
+    if isinstance(f, sp.loggamma):
+        return True
+    return isinstance(f, sp.polygamma) and f.args[0].is_Integer and f.args[0] >= 0
+
+
+def gamma_difference(f: sp.Expr, g: sp.Expr, tidy: Callable[[sp.Expr], sp.Expr]) -> sp.Expr | None:
+    """f - g for like functions of the gamma family (same order): the series past `THRESHOLD`, else f - g computed
+    on its own (a `Piecewise` keeps it whole in any sum around it), or None where f and g are not alike."""
+    if not (is_gamma_function(f) and is_gamma_function(g)) or f.func != g.func or f.args[:-1] != g.args[:-1]:
+        return None
+    a, b = f.args[-1], g.args[-1]
+    if a == b or not (a.free_symbols or b.free_symbols):
+        return None
+    d = tidy(a - b)
+    big_a, big_b, small_d = sp.Dummy("a"), sp.Dummy("b"), sp.Dummy("d")
+    series = _series_difference(f, big_a, big_b, small_d)
+    if series is None:
+        return None
+    large = sp.And(a > THRESHOLD, b > THRESHOLD)
+    # Each placeholder fed a point of the series' own region where it is not taken (the double `where`): there
+    # log1p(d/b) and 1/a would be nan and inf, and a derivative of the whole multiplies them by 0.
+    safe = 2 * THRESHOLD
+    fed = {
+        big_a: sp.Piecewise((a, large), (safe, True)),
+        big_b: sp.Piecewise((b, large), (safe, True)),
+        small_d: sp.Piecewise((d, large), (sp.S.Zero, True)),
+    }
+    with sp.evaluate(False):
+        branch = series.xreplace(fed)
+    return sp.Piecewise((branch, large), (held(f - g), True))
+
+
+def zero_sum_groups(total: sp.Expr, tidy: Callable[[sp.Expr], sp.Expr]) -> sp.Expr:
+    """A sum with like gamma-family terms whose coefficients add to 0, sum_i c_i f(u_i), as the differences
+    sum_{i != r} c_i (f(u_i) - f(u_r)): a Beta entropy's -(a - 1) digamma(a) - (b - 1) digamma(b) + (a + b - 2)
+    digamma(a + b) is (1 - a)(digamma(a) - digamma(a + b)) + (1 - b)(digamma(b) - digamma(a + b)).  The reference
+    u_r is the argument with the most operations (a + b): its differences with the others simplify."""
+    groups: dict[tuple[sp.Expr, ...], list[tuple[int, sp.Expr, sp.Expr]]] = {}
+    for index, term in enumerate(total.args):
+        factors = sp.Mul.make_args(term)
+        for k, f in enumerate(factors):
+            if is_gamma_function(f):
+                coefficient = sp.Mul(*(factors[:k] + factors[k + 1 :]))
+                groups.setdefault((f.func, *f.args[:-1]), []).append((index, coefficient, f))
+                break
+    for members in groups.values():
+        if len(members) < 3 or sp.expand(sp.Add(*(c for _, c, _ in members))) != 0:
+            continue
+        reference = max(members, key=lambda m: (sp.count_ops(m[2].args[-1]), sp.default_sort_key(m[2])))
+        joined = []
+        for _, coefficient, f in members:
+            if f is reference[2]:
+                continue
+            difference = gamma_difference(f, reference[2], tidy)
+            if difference is None:
+                break
+            joined.append(coefficient * difference)
+        else:
+            used = {index for index, _, _ in members}
+            rest = [t for index, t in enumerate(total.args) if index not in used]
+            return sp.Add(*joined, *rest)
+    return total
+
+
+#: Bernoulli terms of a series in one argument: where its leading terms cancel (1 + (1 - c) trigamma(c) is
+#: 1/(2c) + ...), the first term left out must be below 2**-56 of what remains, one order lower, at `THRESHOLD`.
+ONE_ARGUMENT_TERMS = 6
+
+
+def _series(function: sp.Expr, u: sp.Expr) -> sp.Expr:
+    """f(u) for f = loggamma or polygamma(n, .): its Stirling series in u, `ONE_ARGUMENT_TERMS` Bernoulli terms."""
+    bernoulli = [sp.bernoulli(2 * k) for k in range(1, ONE_ARGUMENT_TERMS + 1)]
+    if isinstance(function, sp.loggamma):
+        tail = sp.Add(*(b2k / (2 * k * (2 * k - 1)) * u ** (1 - 2 * k) for k, b2k in enumerate(bernoulli, start=1)))
+        return (u - sp.S.Half) * sp.log(u) - u + sp.log(2 * sp.pi) / 2 + tail
+    n = int(function.args[0])
+    if n == 0:
+        return sp.log(u) - 1 / (2 * u) - sp.Add(*(b2k / (2 * k) * u ** (-2 * k) for k, b2k in enumerate(bernoulli, 1)))
+    total = math.factorial(n - 1) * u**-n + sp.Rational(math.factorial(n), 2) * u ** -(n + 1)
+    for k, b2k in enumerate(bernoulli, start=1):
+        total += b2k * sp.Rational(math.factorial(2 * k + n - 1), math.factorial(2 * k)) * u ** -(2 * k + n)
+    return (-1) ** (n + 1) * total
+
+
+def one_argument_series(expr: sp.Expr) -> sp.Expr | None:
+    """`expr`, whose gamma-family calls all take one argument u, with each call its Stirling series past
+    `THRESHOLD` and the whole expanded, so that terms of like order cancel exactly before anything is rounded: a
+    Gamma entropy's loggamma(c) + (1 - c) digamma(c) + c is log(c)/2 + log(2 pi)/2 + 1/2 - 1/(3c) - ..., where
+    as written c log c cancels against itself; its partial 1 + (1 - c) trigamma(c) is 1/(2c) + 1/(3c**2) + ...
+    Below the threshold, `expr` as it is.  None where the calls take several arguments or none."""
+    calls = [f for f in expr.atoms(sp.Function) if is_gamma_function(f)]
+    arguments = {f.args[-1] for f in calls}
+    if len(arguments) != 1:
+        return None
+    (u,) = arguments
+    if not u.free_symbols:
+        return None
+    big = sp.Dummy("u", positive=True)
+    inside = expr.xreplace({f: f.func(*f.args[:-1], big) for f in calls})
+    if u.is_Symbol:
+        inside = inside.xreplace({u: big})
+    series = inside.xreplace({f: _series(f, big) for f in inside.atoms(sp.Function) if is_gamma_function(f)})
+    expanded = sp.collect(sp.expand(series, log=False), sp.log(big))
+    large = u > THRESHOLD
+    fed = sp.Piecewise((u, large), (2 * THRESHOLD, True))
+    with sp.evaluate(False):
+        branch = expanded.xreplace({big: fed})
+    return sp.Piecewise((branch, large), (expr, True))
