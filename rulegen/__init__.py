@@ -15,7 +15,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "measured error",
         (
             *("functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure"),
-            *("stabilise.budget", "stabilise.cache", "stabilise.points", "stabilise.families"),
+            *("stabilise.budget", "stabilise.cache", "stabilise.points", "stabilise.asymptotic", "stabilise.families"),
             *("stabilise.scaling", "stabilise.regimes", "stabilise.gate"),
             *("stabilise.saturation", "stabilise.search", "stabilise", "partials"),
         ),

@@ -96,13 +96,13 @@ class Budget:
     mixed_points: int = 64
     #: Rows per input and value at which that input is an ordinary number (±1, ±2, ±1/2: labels, counts, unit
     #: scales) and the others are drawn.
-    ordinary_rows: int = 8
+    ordinary_rows: int = 16
     #: Where the derived form is within `accurate_bits` of the exact value, a chosen form may not be more than
     #: `broken_bits` worse: a form that trades the common case for the extremes is refused.
     accurate_bits: float = 2.0
     broken_bits: float = 8.0
-    #: How many of the validation points where the two forms disagree in the upper half of their bits mpmath
-    #: decides between (the ordinary rows first).
+    #: How many of the validation points where the two forms are more than 2**broken_bits units in the last place
+    #: apart mpmath decides between (the ordinary rows first).
     disagreement_points: int = 48
 
     # ------------------------------------------------ what the caller is given

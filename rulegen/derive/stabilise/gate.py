@@ -11,8 +11,8 @@ and, for two inputs or more, pairs of mixed magnitudes (|a| << |b|, |b| << |a|, 
   forms are finite, mpmath is asked only where the candidate is not;
 - on `BUDGET.validation_measured` of them (mpmath at each, the costly part) its mean bits of error are no worse
   than the derived form's, to within `BUDGET.tie_bits`, in either dtype;
-- it breaks no point the derived form gets right: where the two disagree in the upper half of their bits (numpy
-  says where; mpmath decides at `BUDGET.disagreement_points` of them), the form is not more than
+- it breaks no point the derived form gets right: where the two are more than 2**broken_bits units in the last
+  place apart (numpy says where; mpmath decides at `BUDGET.disagreement_points` of them), the form is not more than
   `BUDGET.broken_bits` worse wherever the derived form is within `BUDGET.accurate_bits`.  A mean over the float
   line is dominated by huge and tiny inputs; the rows where an input is an ordinary number (a label of 1, a
   count of 2) come first, because a form better on average can cancel exactly there:
@@ -133,9 +133,11 @@ def _breaks_accurate_points(
     ours = _evaluated(candidate, variables, columns, dtype)
     if theirs is None or ours is None:
         return False
-    half = 2.0 ** -(np.finfo(dtype).nmant // 2)
+    # Two forms within 2**broken_bits units in the last place of each other cannot be broken_bits apart in error
+    # where one is right: only where they are further apart is the exact value needed.
+    apart = 2.0 ** (BUDGET.broken_bits - np.finfo(dtype).nmant)
     with np.errstate(all="ignore"):
-        differ = np.isfinite(theirs) & ~(np.abs(ours - theirs) <= half * np.abs(theirs))
+        differ = np.isfinite(theirs) & ~(np.abs(ours - theirs) <= apart * np.abs(theirs))
     suspect = np.flatnonzero(differ)[: BUDGET.disagreement_points]
     if not suspect.size:
         return False
