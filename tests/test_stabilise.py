@@ -8,7 +8,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import expm1
 
 from rulegen.derive.partials import derive_rule
-from rulegen.derive.stabilise import Sampling, stabilise
+from rulegen.derive.stabilise import Sampling, admissible, stabilise
 from rulegen.spec.rules import Domain, read_rule_file
 
 x = sp.Symbol("x", real=True)
@@ -483,17 +483,21 @@ def test_the_quadratic_s_partial_is_not_scaled_where_the_gate_finds_the_scaling_
     assert np.isclose(_evaluated(choice.chosen, **point)[0], -1 / 378857573299.7543, rtol=1e-12)
 
 
-def test_a_rational_function_of_exponentials_takes_partial_fractions_that_do_not_overflow():
-    # x (exp(x + y) - 1)/((exp(x) - 1)(exp(y) - 1)) is x (1 + 1/expm1(x) + 1/expm1(y)): its exponentials and their
-    # products overflow past 709 (inf/inf, nan at x = 800 where 800.04 is right); x/expm1(y) - x/expm1(-x), its
-    # partial fractions in exp(x) with the exp(x) above the line divided through, never do.
+def test_partial_fractions_of_exponentials_that_cancel_where_the_derived_form_is_right_are_refused():
+    # x (exp(x + y) - 1)/((exp(x) - 1)(exp(y) - 1)) is x (1 + 1/expm1(x) + 1/expm1(y)): its partial fractions in
+    # exp(x), x/expm1(y) - x/expm1(-x), never overflow, and were chosen; but they cancel to 0 in float32 at
+    # x = 73.3, y = -5.6e21, where the value is 1.04e-30 and the derived form has it right.  The gate refuses a
+    # form that breaks a point the derived one gets right; a product of quotients is chosen instead.  Left: that
+    # product is inf/inf past y = 709 as the derived form is (x = -5, y = 1e300), where the partial fractions
+    # are right; a regime joining the two is not found yet.
     expr = x * (sp.exp(x + y) - 1) / ((sp.exp(x) - 1) * (sp.exp(y) - 1))
+    whole_line = Sampling(((x, Domain()), (y, Domain())))
+    assert not admissible(x / expm1(y) - x / expm1(-x), expr, whole_line)
     choice = search(expr, x=Domain(), y=Domain())
-    assert choice.bits_before[0] > 20
-    assert max(choice.bits_after) <= 1
-    assert "partial fractions" in choice.family
-    got = _evaluated(choice.chosen, x=[800.0, 1e10, -5.0], y=[10.0, 3.0, 1e300])
-    exact = [800 * (1 + 1 / np.expm1(10.0)), 1e10 * (1 + 1 / np.expm1(3.0)), -5 * (1 + 1 / np.expm1(-5.0))]
+    assert choice.bits_before[0] > 20 and max(choice.bits_after) <= 4
+    assert not choice.chosen.has(sp.Add) or "partial fractions" not in choice.family
+    got = _evaluated(choice.chosen, x=[-5.0, 3.0], y=[40.0, 2.0])
+    exact = [-5 * (1 + 1 / np.expm1(-5.0) + 1 / np.expm1(40.0)), 3 * (1 + 1 / np.expm1(3.0) + 1 / np.expm1(2.0))]
     assert np.allclose(got, exact, rtol=1e-13, atol=0)
 
 
