@@ -281,7 +281,8 @@ def test_the_accuracy_command_prints_a_table_per_rule_and_writes_a_plot_page(tmp
     assert len(svgs) == 6  # (value, partial by a VJP, partial by a JVP) x (float64, float32)
     for svg in svgs:
         circles = ET.fromstring(svg).findall("{http://www.w3.org/2000/svg}circle")
-        assert len(circles) == 4 * (8 + 2 * len(PROBES))  # 8 drawn points and the probes, per series
+        # 8 drawn points, the probes, and the special floats (±0, ±smallest subnormal and normal, ±largest)
+        assert len(circles) == 4 * (8 + 2 * len(PROBES) + 8)
 
 
 def test_the_accuracy_command_writes_a_png_per_rule(tmp_path, monkeypatch):

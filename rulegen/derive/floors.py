@@ -32,6 +32,8 @@ API_FLOORS: Mapping[str, tuple[str, str]] = {
     "torch.autograd.Function": ("torch", "2.0"),
     "torch.func": ("torch", "2.0"),
     "torch.autograd.forward_ad": ("torch", "2.0"),
+    # Marks a frame Dynamo skips without importing torch._dynamo: set_code_exec_strategy replaced skip_code in 2.6.
+    "torch._C._dynamo.eval_frame": ("torch", "2.6"),
     "torch._C._functorch": ("torch", "2.2"),
     "torch._C._are_functorch_transforms_active": ("torch", "2.2"),
     "torch.compiler.disable": ("torch", "2.1"),
