@@ -234,6 +234,10 @@ KNOWN_FAILURES = {
         "JAX: the derivative in z is nan at a label of -5.9e302 and z = -2.2e29, where it is 5.9e302: "
         "y*sigmoid(-z)**2*softplus(-z) overflows before the terms of the sum meet"
     ),
+    ("focal_loss", "accuracy"): (
+        "JAX: the derivative in z is nan at z = the largest float, where it is 1 (autodiff's is nan too): a "
+        "product of the sum's terms overflows before sigmoid(-z) = 0 meets it"
+    ),
     ("student_t_log_prob", "accuracy"): (
         "JAX float32: log(beta(df/2, 1/2)) is computed as a difference of two loggammas near 60, 8.8 bits where "
         "jax.scipy.special.betaln (autodiff's) keeps 1"
@@ -250,7 +254,7 @@ def test_rulegen_test_passes_every_cookbook_rule_but_the_known_findings(tmp_path
     from rulegen.spec.rules import read_rules
 
     (tmp_path / "cookbook.yaml").write_text(_rules_file())
-    outcomes = run_checks(read_rules([tmp_path / "cookbook.yaml"]), "rg_cookbook_checked")
+    outcomes = run_checks(read_rules([tmp_path / "cookbook.yaml"]))
     assert {o.rule for o in outcomes} == {yaml.safe_load(text)["name"] for text in _own_rules()}
     failed = {(o.rule, o.check): o.detail for o in outcomes if o.status == "fail"}
     new = {k: v for k, v in failed.items() if k not in KNOWN_FAILURES}
