@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -100,55 +100,56 @@ def _validation(expr: sp.Expr, sampling: Sampling, seed: int) -> tuple[tuple[_Po
     )
 
 
-def _finite_where_exact(
-    candidate: sp.Expr, derived: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any
-) -> bool:
-    """Whether `candidate` is finite at every point where `derived` is and the exact value is a finite float."""
-    if not len(columns[0]):
-        return True
-    theirs = _evaluated(derived, variables, columns, dtype)
-    if theirs is None:
-        return True
-    ours = _evaluated(candidate, variables, columns, dtype)
-    if ours is None:
-        return False
-    suspect = np.flatnonzero(np.isfinite(theirs) & ~np.isfinite(ours))
-    if not suspect.size:
-        return True
+def _exact_at(
+    derived: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any, points: np.ndarray
+) -> Iterator[tuple[int, float | None]]:
+    """Each of `points` with `derived`'s exact value there rounded to `dtype` (None where no real number)."""
     reference = _mpmath_function(derived, tuple(variables))
     which = 0 if np.dtype(dtype) == np.float64 else 1
-    for j in suspect:
+    for j in points:
         value = _exact(reference, [float(c[j]) for c in columns])
-        if value is not None and math.isfinite(value[which]):
-            return False
-    return True
+        yield int(j), None if value is None else value[which]
+
+
+def _finite_where_exact(
+    ours: np.ndarray,
+    theirs: np.ndarray,
+    derived: sp.Expr,
+    variables: Sequence[sp.Symbol],
+    columns: Sequence[np.ndarray],
+    dtype: Any,
+) -> bool:
+    """Whether the candidate (`ours`) is finite at every point where `derived` (`theirs`) is and the exact value
+    is a finite float."""
+    suspect = np.flatnonzero(np.isfinite(theirs) & ~np.isfinite(ours))
+    return not any(
+        exact is not None and math.isfinite(exact)
+        for _, exact in _exact_at(derived, variables, columns, dtype, suspect)
+    )
 
 
 def _breaks_accurate_points(
-    candidate: sp.Expr, derived: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any
+    ours: np.ndarray,
+    theirs: np.ndarray,
+    derived: sp.Expr,
+    variables: Sequence[sp.Symbol],
+    columns: Sequence[np.ndarray],
+    dtype: Any,
 ) -> bool:
-    """Whether `candidate` is `BUDGET.broken_bits` worse than `derived` at a point where `derived` is within
-    `BUDGET.accurate_bits` of the exact value (the columns' first rows, the ordinary ones, decided first)."""
-    theirs = _evaluated(derived, variables, columns, dtype)
-    ours = _evaluated(candidate, variables, columns, dtype)
-    if theirs is None or ours is None:
-        return False
+    """Whether the candidate (`ours`) is `BUDGET.broken_bits` worse than `derived` (`theirs`) at a point where
+    `derived` is within `BUDGET.accurate_bits` of the exact value (the columns' first rows, the ordinary ones,
+    decided first)."""
     # Two forms within 2**broken_bits units in the last place of each other cannot be broken_bits apart in error
     # where one is right: only where they are further apart is the exact value needed.
     apart = 2.0 ** (BUDGET.broken_bits - np.finfo(dtype).nmant)
     with np.errstate(all="ignore"):
         differ = np.isfinite(theirs) & ~(np.abs(ours - theirs) <= apart * np.abs(theirs))
     suspect = np.flatnonzero(differ)[: BUDGET.disagreement_points]
-    if not suspect.size:
-        return False
-    reference = _mpmath_function(derived, tuple(variables))
-    which = 0 if np.dtype(dtype) == np.float64 else 1
-    for j in suspect:
-        value = _exact(reference, [float(c[j]) for c in columns])
+    for j, value in _exact_at(derived, variables, columns, dtype, suspect):
         # A subnormal exact value has fewer bits to lose, and XLA flushes it anyway: no point to break there.
-        if value is None or not np.finfo(dtype).tiny <= abs(value[which]) < math.inf:
+        if value is None or not np.finfo(dtype).tiny <= abs(value) < math.inf:
             continue
-        exact = np.asarray([value[which]])
+        exact = np.asarray([value])
         before = bits_of_error(theirs[j : j + 1], exact, dtype)[0]
         after = bits_of_error(ours[j : j + 1], exact, dtype)[0]
         if before <= BUDGET.accurate_bits and after > before + BUDGET.broken_bits:
@@ -179,10 +180,14 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
     variables = sampling.variables
     candidate = as_computed(candidate)
     for measured, columns in _validation(derived, sampling, seed):
-        if not _finite_where_exact(candidate, derived, variables, columns, measured.dtype):
-            return False
-        if _breaks_accurate_points(candidate, derived, variables, columns, measured.dtype):
-            return False
+        # Both forms at every validation point, once: each test below reads them.
+        theirs = _evaluated(derived, variables, columns, measured.dtype) if len(columns[0]) else None
+        if theirs is not None:
+            ours = _evaluated(candidate, variables, columns, measured.dtype)
+            if ours is None or not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
+                return False
+            if _breaks_accurate_points(ours, theirs, derived, variables, columns, measured.dtype):
+                return False
         if not len(measured):
             continue
         theirs = _evaluated(derived, variables, measured.columns, measured.dtype)
