@@ -31,6 +31,9 @@ os.environ.setdefault(
 )
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
+# tests/check/ and tests/package/ run pytest in a temporary folder to test rulegen's plugin.
+pytest_plugins = ["pytester"]
+
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
 SHARED_EXAMPLES = ROOT.parent / "shared" / "examples"
@@ -90,8 +93,47 @@ def built_package(root: Path, rules_text: str, package: str) -> Iterator[Path]:
         sys.path.remove(str(root))
 
 
+# The stage folders test one stage each and build no package (the unit lane, `pytest tests/spec tests/derive
+# tests/plan tests/render tests/check tests/runtime`); built packages are tested in tests/package and tests/docs.
+STAGE_FOLDERS = frozenset({"spec", "derive", "plan", "render", "check", "runtime"})
+
+
 def _refuse_build(*args: object, **kwargs: object) -> None:
-    raise AssertionError("a test marked unit builds a package: mark it otherwise, or give it rules already built")
+    raise AssertionError("a test in a stage folder builds a package: move it to tests/package, or give it rules built")
+
+
+def _in_stage_folder(item: pytest.Item) -> bool:
+    parts = Path(item.path).resolve().relative_to(ROOT / "tests").parts
+    return len(parts) > 1 and parts[0] in STAGE_FOLDERS
+
+
+@contextmanager
+def _builds_refused_in_stage_folders(item: pytest.Item) -> Iterator[None]:
+    # Patched around setup as well as the call: a session fixture that builds fails in the first stage test
+    # that asks for it, instead of quietly taking minutes there.
+    if not _in_stage_folder(item):
+        yield
+        return
+    import rulegen.render.build
+
+    plan_build = rulegen.render.build.plan_build
+    rulegen.render.build.plan_build = _refuse_build  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        rulegen.render.build.plan_build = plan_build
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _builds_refused_in_stage_folders(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _builds_refused_in_stage_folders(item):
+        return (yield)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -102,27 +144,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # `--maxschedchunk` wins; the other schedulings (`--dist loadfile`) do not read it.
     if config.pluginmanager.hasplugin("xdist") and config.getoption("maxschedchunk", None) is None:
         config.option.maxschedchunk = 1
-    # The unit lane (`pytest -m unit`) builds nothing, in fixtures of any scope too: where
-    # one would, it fails instead of quietly taking minutes.
-    if config.getoption("markexpr", "") == "unit":
-        import rulegen.render.build
-
-        rulegen.render.build.plan_build = _refuse_build  # type: ignore[assignment]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # `pytest -m unit` selects the stage folders: the folder decides, the mark only names the lane.
+    for item in items:
+        if _in_stage_folder(item):
+            item.add_marker(pytest.mark.unit)
     # The costliest tests first (a stable sort keeps the rest in order): handed out last, one of them kept a
     # worker busy for the slow lane's last three minutes while the other sat idle.  Handed out one at a time
     # (see pytest_configure), they go to the two workers as each comes free, the longest first.
     items.sort(key=lambda item: item.get_closest_marker("costly") is None)
-
-
-@pytest.fixture(autouse=True)
-def _unit_tests_build_nothing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if request.node.get_closest_marker("unit") is not None:
-        import rulegen.render.build
-
-        monkeypatch.setattr(rulegen.render.build, "plan_build", _refuse_build)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ by `rulegen.derive.snippet`) and what the runtime helpers it ships call (read as
 by the build), each through `apis_used`.  A table of facts, like
 `rulegen.derive.functions`: it imports no stage.
 
-`tests/test_floors.py` reads every module of a built package the same way,
+`tests/package/test_floors.py` reads every module of a built package the same way,
 checks that its pyproject.toml's floors cover them, and that no API of a
 namespace that changes between releases goes unlisted.
 """

@@ -221,7 +221,7 @@ def _jvp(d: Derivation, emit: Emitter, *, inline: bool, held: bool) -> tuple[Blo
 # wherever they are defined (a rewrite into jax_forms included): no kink, jump
 # or convention at a point.  A forward rewritten into a stable form is judged
 # as computed: softplus's `where(x >= 0, x, 0) + log1p(exp(-|x|))` is exact
-# under autodiff at every order (tests/test_jax_forms.py).
+# under autodiff at every order (tests/plan/test_jax_forms.py).
 _SMOOTH = frozenset(
     {
         sp.exp,

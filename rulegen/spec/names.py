@@ -28,10 +28,11 @@ torch's context has an attribute of that name (`CTX_ATTRIBUTES`), by
 another (`ctx_attribute`).
 
 Temporaries (`TEMPORARY`: `t0`, `saved_exp`, `saved_exp_bar`) need no
-reservation: the planner numbers them past every name the rule takes.  `tests/test_names.py` builds every bundled
-rule and checks that each identifier of the generated code is the rule's
-own, one of the generator's names here as spelled for the rule, or derived by
-the patterns here; and builds rules whose names are every one of the generator's.
+reservation: the planner numbers them past every name the rule takes.
+`tests/package/test_names.py` builds every bundled rule and checks that each
+identifier of the generated code is the rule's own, one of the generator's
+names here as spelled for the rule, or derived by the patterns here;
+and builds rules whose names are every one of the generator's.
 """
 
 from __future__ import annotations

@@ -1,0 +1,124 @@
+"""Admissibility: every form the search chooses is finite wherever the exact value is, on points it never saw.
+
+The search decides on a few points per dtype; it once shipped, for atan2's
+derivative, a regime split on |y| < 3.9e-14 that squared y/x, nan at
+(x, y) = (1e-200, 1e-20) where the exact value (and autodiff) is -1e20.
+The acceptance gate (rulegen/derive/stabilise/gate.py) validates each choice
+on a disjoint sample with the special floats and mixed magnitudes; the
+`accuracy` check samples the whole line the inputs allow and fails any
+inf/nan where the exact value is a finite float, whatever autodiff does.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+from sympy.codegen.cfunctions import hypot
+
+from rulegen.derive.functions import binade, sigmoid
+from rulegen.derive.stabilise import Sampling, admissible, stabilise
+from rulegen.derive.stabilise.families import _identities, _norm_form, _powers_split
+from rulegen.derive.stabilise.points import _numpy_function
+from rulegen.spec.rules import Domain
+from tests.conftest import built_package
+
+jax.config.update("jax_enable_x64", True)
+x, y = sp.symbols("x y", real=True)
+WHOLE_LINE = Sampling(((x, Domain()), (y, Domain())))
+
+
+def _old_atan2_partial() -> sp.Expr:
+    """d atan2(y, x) / dx as the search chose it before the gate: a split on |y| alone, with its constants."""
+    small = sp.Abs(y) < 3.9e-14
+    t3 = sp.Piecewise((y, small), (1.9498291869979312e-14, True)) / x
+    t4 = sp.Piecewise((7.799316747991725e-14, small), (y, True))
+    return sp.Piecewise((-t3 * (1 / x) / (t3**2 + 1), small), (-1 / (t4 * ((x / t4) ** 2 + 1)), True))
+
+
+def test_the_gate_refuses_a_regime_that_is_nan_where_the_derived_form_is_finite():
+    derived = -y / (x**2 + y**2)
+    old = _old_atan2_partial()
+    with np.errstate(all="ignore"):
+        at = _numpy_function(old, (x, y))(np.float64(1e-200), np.float64(1e-20))
+    assert np.isnan(at)
+    assert not admissible(old, derived, WHOLE_LINE)
+    assert admissible(_norm_form(derived), derived, WHOLE_LINE)
+
+
+def test_the_gate_refuses_a_form_better_on_average_that_breaks_an_ordinary_label():
+    from rulegen.derive.functions import softplus
+
+    # Over the whole float line y is mostly huge or tiny, where y*(A - B) + B beats y*A + (1 - y)*B on average;
+    # at the label y = 1 it cancels (z = 100: 0 for 3.7e-44).  The search chose it for a binary cross-entropy.
+    z = sp.Symbol("z", real=True)
+    written = y * softplus(-z) + (1 - y) * softplus(z)
+    cancelling = y * (softplus(-z) - softplus(z)) + softplus(z)
+    sampling = Sampling(((z, Domain()), (y, Domain())))
+    assert not admissible(cancelling, written, sampling)
+    assert stabilise(written, sampling).chosen == written
+
+
+def test_atan2_s_partials_go_through_hypot_and_are_right_at_mixed_magnitudes():
+    for derived, exact in ((-y / (x**2 + y**2), -1e20), (x / (x**2 + y**2), 1e-180)):
+        choice = stabilise(derived, WHOLE_LINE)
+        assert choice.chosen.has(hypot)
+        assert not choice.chosen.has(sp.Piecewise, binade)
+        assert max(choice.bits_after) < 0.5
+        value = _numpy_function(choice.chosen, (x, y))(np.float64(1e-200), np.float64(1e-20))
+        assert value == pytest.approx(exact, rel=1e-15)
+
+
+def test_logs_of_functions_that_round_to_0_or_1_are_taken_exactly():
+    from sympy.codegen.cfunctions import log1p
+
+    from rulegen.derive.functions import log_ndtr, softplus
+
+    assert _identities(sp.log(sigmoid(x))) == -softplus(-x)
+    assert _identities(sp.log(1 - sigmoid(x))) == -softplus(x)
+    assert _identities(log1p(-sigmoid(x))) == -softplus(x)
+    assert _identities(1 - 2 * sigmoid(-x)) == sp.tanh(x / 2)
+    assert _identities(sp.log(sp.erfc(x))) == log_ndtr(-sp.sqrt(2) * x) + sp.log(2)
+    assert _identities(sp.log(1 + sp.erf(x))) == log_ndtr(sp.sqrt(2) * x) + sp.log(2)
+
+
+def test_a_power_below_minus_one_is_divided_not_raised():
+    # -(1/x)**(3/2)/2 (what cse made of an earlier choice) is -inf in float32 at x = 2e-26, where the exact value
+    # is -1.7e38; divided, the power never leaves the range.
+    split = _powers_split(-1 / (2 * x ** sp.Rational(3, 2)))
+    with np.errstate(all="ignore"):
+        f32 = _numpy_function(split, (x,))(np.float32(2.03e-26))
+        plain = _numpy_function(-((1 / x) ** sp.Rational(3, 2)) / 2, (x,))(np.float32(2.03e-26))
+    assert np.isfinite(f32) and not np.isfinite(plain)
+    assert float(f32) == pytest.approx(-0.5 * 2.03e-26**-1.5, rel=1e-6)
+
+
+def test_binade_is_finite_at_the_largest_floats():
+    from rulegen.derive.functions import binade_of
+    from rulegen.runtime._scaling import binade as runtime_binade
+
+    for dtype in (np.float64, np.float32):
+        top = np.asarray([np.finfo(dtype).max], dtype=dtype)
+        assert np.isfinite(binade_of(top)).all()
+        assert np.isfinite(runtime_binade(torch, torch.from_numpy(top)).numpy()).all()
+
+
+FOCAL = """
+name: focal_as_papers_write_it
+doc: The sigmoid focal loss, written with sigmoid(z) as in the paper.
+inputs:
+  z: {}
+  y: {domain: [0, 1]}
+  gamma: {static: true, default: 2.0}
+forward: -(y*(1 - sigmoid(z))**gamma*log(sigmoid(z)) + (1 - y)*sigmoid(z)**gamma*log(1 - sigmoid(z)))
+"""
+
+
+@pytest.fixture(scope="module")
+def focal(tmp_path_factory):
+    import importlib
+
+    with built_package(tmp_path_factory.mktemp("focal"), FOCAL, "rg_focal"):
+        yield importlib.import_module("rg_focal.jax"), importlib.import_module("rg_focal.torch")

@@ -1,0 +1,232 @@
+"""The bundled function rules at the edges of the float line: nan, zeros, subnormals, the largest floats.
+
+Each case is a point the conformance matrix's special values found wrong (tests/package/test_conformance.py holds
+every registered function there); here against the committed `generated/` package, so that it runs in the
+unit lane, and with the mechanism it pins: how branches are printed, how a derivative reads the output.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+
+import generated.jax as gj
+import generated.torch as gt
+from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS, Piecewise, bessel_i1
+from rulegen.plan.saving import saved_form
+
+jax.config.update("jax_enable_x64", True)
+
+
+DTYPES = (np.float32, np.float64)
+
+
+def jax_grad(f, *args, argnum=0):
+    return np.asarray(jax.vmap(jax.grad(f, argnums=argnum))(*(jnp.asarray(a) for a in args)))
+
+
+def torch_grad(f, *args, argnum=0):
+    return torch.vmap(torch.func.grad(f, argnums=argnum))(*(torch.from_numpy(a) for a in args)).numpy()
+
+
+def torch_value(f, *args):
+    return f(*(torch.from_numpy(a) for a in args)).numpy()
+
+
+# -------------------------------------------------------------------- nan takes a branch that reads it
+
+
+def test_a_stand_in_is_the_first_piece_so_that_nan_reads_the_variable():
+    x = sp.Symbol("x", real=True)
+    assert Piecewise((x, x >= 0), (1, True)).args == Piecewise((1, x < 0), (x, True)).args
+    # Both pieces read x, or the condition is no ordering (nan != 0 holds): as written.
+    assert Piecewise((x, x >= 0), (-x, True)).args[0].cond == (x >= 0)
+    assert Piecewise((x, sp.Ne(x, 0)), (1, True)).args[0].cond == sp.Ne(x, 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_log_ndtr_of_nan_is_nan(dtype):
+    x = np.asarray([math.nan, -1.0, 2.0], dtype=dtype)
+    for got in (
+        np.asarray(gj.f_log_ndtr(x)),
+        torch_value(gt.f_log_ndtr, x),
+        jax_grad(gj.f_log_ndtr, x),
+        torch_grad(gt.f_log_ndtr, x),
+    ):
+        assert math.isnan(got[0]) and np.isfinite(got[1:]).all()
+
+
+# -------------------------------------------------------------------- a derivative is not divided out of the output
+
+
+@pytest.mark.parametrize(("dtype", "x"), [(np.float64, -1.6531469186949233e154), (np.float32, -2.499662e19)])
+def test_log_ndtr_is_finite_where_x_squared_overflows_but_half_of_it_does_not(dtype, x):
+    # log Phi(x) ~ -x**2 / 2: finite on a band past sqrt(max), where x**2 alone is inf (JAX printed -inf there).
+    point = np.asarray([x], dtype=dtype)
+    with mpmath.workprec(200):
+        exact = float(mpmath.log(mpmath.ncdf(mpmath.mpf(float(point[0])))))
+    assert math.isfinite(exact) and abs(exact) <= float(np.finfo(dtype).max)
+    for got in (np.asarray(gj.f_log_ndtr(point)), torch_value(gt.f_log_ndtr, point)):
+        assert got.dtype == dtype and got[0] == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps))
+
+
+def test_a_saved_output_is_read_where_it_is_a_factor_only():
+    x, y, out = sp.symbols("x y out")
+    assert saved_form(x ** (y - 1) * y, {x**y: out}) == x ** (y - 1) * y
+    assert saved_form(x**y * sp.log(x) * 2, {x**y: out}) == 2 * out * sp.log(x)
+    assert saved_form(2 * x * sp.exp(x) * sp.sin(x), {sp.exp(x) * sp.sin(x): out}) == 2 * out * x
+
+
+@pytest.mark.parametrize(
+    ("dtype", "x", "y"),
+    [
+        (np.float32, 1e-30, 1.5),  # x**y underflows: out * y / x was 2.80e-15 for 1.5e-15
+        (np.float32, 3.64e-31, 1.5),  # and 0 here
+        (np.float32, 1.29e20, 2.0),  # x**y overflows: inf for 2.58e20
+        (np.float64, 1e-300, 1.5),  # 0 for 1.5e-150
+        # x**(y - 1) overflows where y x**(y - 1) does not: the output's quotient, y * out / x, is right there.
+        (np.float64, 2.4850300990025238e-311, -1.3071596040192355e-100),
+    ],
+)
+def test_pow_derivative_where_the_output_under_or_overflows(dtype, x, y):
+    xs, ys = np.asarray([x], dtype=dtype), np.asarray([y], dtype=dtype)
+    exact = float(y * mpmath.mpf(float(xs[0])) ** (mpmath.mpf(float(ys[0])) - 1))
+    # XLA on the CPU reads a subnormal x as 0: the derivative at 0 is JAX's there.
+    subnormal = abs(float(xs[0])) < float(np.finfo(dtype).tiny)
+    for f, grad in ((gj.f_pow, jax_grad), (gt.f_pow, torch_grad))[subnormal:]:
+        got = float(grad(f, xs, ys)[0])
+        assert got == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps), abs=0), f
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pow_derivatives_at_zero_are_the_frameworks(dtype):
+    x = np.zeros(3, dtype=dtype)
+    y = np.asarray([0.5, 1.5, 2.0], dtype=dtype)
+    for f, grad in ((gj.f_pow, jax_grad), (gt.f_pow, torch_grad)):
+        np.testing.assert_array_equal(grad(f, x, y, argnum=0), [math.inf, 0.0, 0.0])
+        np.testing.assert_array_equal(grad(f, x, y, argnum=1), [0.0, 0.0, 0.0])
+
+
+# -------------------------------------------------------------------- quotients that cancel at 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hypot_derivative_at_zero_and_subnormals(dtype):
+    tiny = np.finfo(dtype).smallest_subnormal
+    x = np.asarray([0.0, tiny, 3 * tiny], dtype=dtype)
+    y = np.asarray([0.0, tiny, 4 * tiny], dtype=dtype)
+    # torch computes subnormals: 1/sqrt(2) and 3/5; XLA on CPU reads them as 0, the derivative at (0, 0), 0.
+    np.testing.assert_allclose(torch_grad(gt.f_hypot, x, y), [0.0, 1 / math.sqrt(2), 0.6], rtol=1e-6)
+    np.testing.assert_array_equal(jax_grad(gj.f_hypot, x, y), [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bessel_i1e_derivative_near_zero_is_one_half(dtype):
+    info = np.finfo(dtype)
+    x = np.asarray([0.0, -0.0, info.smallest_subnormal, 1.5e-38, 2e-38, 1e-20], dtype=dtype)
+    for f, grad in ((gj.f_bessel_i1e, jax_grad), (gt.f_bessel_i1e, torch_grad)):
+        np.testing.assert_allclose(grad(f, x), 0.5, rtol=2 * float(info.eps))
+
+
+# -------------------------------------------------------------------- a refinement taken only where it is in range
+
+
+def test_cbrt_of_the_largest_float32():
+    # The 46 largest, where y**3 of the rounded root overflowed and the Newton step made it 2/3 of the root.
+    top = np.finfo(np.float32).max.view(np.int32)
+    x = np.concatenate([np.arange(top - 45, top + 1, dtype=np.int32).view(np.float32), np.float32([1e38, 8.0])])
+    exact = np.cbrt(x.astype(np.float64))
+    for got in (np.asarray(gj.f_cbrt(x)), torch_value(gt.f_cbrt, x)):
+        np.testing.assert_allclose(got, exact, rtol=2 * np.finfo(np.float32).eps)
+
+
+# -------------------------------------------------------------------- a derivative's square does not overflow
+
+
+def jax_second(f, x):
+    return np.asarray(jax.vmap(jax.grad(jax.grad(f)))(jnp.asarray(x)))
+
+
+def torch_second(f, x):
+    return torch.vmap(torch.func.grad(torch.func.grad(f)))(torch.from_numpy(x)).numpy()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["f_atan", "f_erf", "f_erfc", "f_ndtr"])
+def test_a_second_derivative_through_a_square_is_finite_at_the_largest_floats(name, dtype):
+    # 1 / (x**2 + 1) and exp(-x**2) differentiate through the square: `x**2`'s derivative 2 * x is inf at the
+    # largest floats, times the 0 it meets nan; printed `x * x`, it is -0 + -0.
+    big = float(np.finfo(dtype).max)
+    x = np.asarray([big, -big, 0.5], dtype=dtype)
+    for got in (jax_second(getattr(gj, name), x), torch_second(getattr(gt, name), x)):
+        assert got[0] == 0 and got[1] == 0 and got[2] != 0, got
+
+
+# -------------------------------------------------------------------- nan in, nan out: torch's sign and Max's tie
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_abs_and_max_derivatives_of_nan_are_nan_in_torch(dtype):
+    # torch.sign(nan) is 0: |x|'s derivative at nan was 0, Max's 1/2 (JAX's are nan).
+    x = np.asarray([math.nan, -2.0, 3.0], dtype=dtype)
+    for got in (torch_grad(gt.f_abs, x), jax_grad(gj.f_abs, x)):
+        assert math.isnan(got[0]) and list(got[1:]) == [-1, 1]
+    y = np.asarray([1.0, 1.0, 1.0], dtype=dtype)
+    for argnum in (0, 1):
+        for got in (torch_grad(gt.f_max, x, y, argnum=argnum), jax_grad(gj.f_max, x, y, argnum=argnum)):
+            assert math.isnan(got[0]) and np.isfinite(got[1:]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_max_at_a_tie_of_infinities_gives_each_input_half(dtype):
+    # Max's derivative sign(x - y) reads inf - inf as nan; at any tie it is 1/2, as both frameworks' own.
+    x = np.asarray([math.inf, -math.inf, 2.0, 3.0], dtype=dtype)
+    y = np.asarray([math.inf, -math.inf, 2.0, 1.0], dtype=dtype)
+    for argnum, last in ((0, 1.0), (1, 0.0)):
+        for got in (torch_grad(gt.f_max, x, y, argnum=argnum), jax_grad(gj.f_max, x, y, argnum=argnum)):
+            assert list(got) == [0.5, 0.5, 0.5, last]
+
+
+# -------------------------------------------------------------------- a quotient by x at x = 0
+
+
+def test_bessel_i1_derivative_is_its_limit_at_zero():
+    # I1'(x) = I0(x) - I1(x) / x: 0 / 0 at x = 0, where it is 1/2; its second derivative 3x/8 near 0.
+    x = sp.Symbol("x", real=True)
+    first = bessel_i1(x).diff(x)
+    reference = sp.lambdify(x, [first, first.diff(x)], modules=[dict(MPMATH_IMPLEMENTATIONS), "mpmath"])
+    with mpmath.workdps(30):
+        assert [float(v) for v in reference(mpmath.mpf(0))] == [0.5, 0.0]
+        value, slope = reference(mpmath.mpf("1e-300"))
+    assert float(value) == 0.5 and float(slope) == pytest.approx(3e-300 / 8, rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_jax_i0_in_a_derivative_is_differentiated_by_i1(dtype):
+    # JAX's own i0 differentiates to 1 at 0 (through exp(|x|)); I1's second derivative called it.
+    from generated.jax._special import bessel_i0 as runtime_i0
+
+    x = np.asarray([0.0, -0.0, 1.5], dtype=dtype)
+    got = jax_grad(runtime_i0, x)
+    assert list(got[:2]) == [0, 0] and got[2] == pytest.approx(float(mpmath.besseli(1, 1.5)), rel=1e-6)
+
+
+# -------------------------------------------------------------------- a series where the framework's is 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_digamma_derivative_at_huge_arguments_is_its_series(dtype):
+    # polygamma(1, x), digamma's derivative, is 0 in both frameworks past 1e20 and nan at inf, where it is 1/x.
+    x = np.asarray([1e20, 1e30, math.inf, 3.5], dtype=dtype)
+    with mpmath.workdps(30):
+        exact = [float(mpmath.polygamma(1, mpmath.mpf(float(v)))) for v in x[[0, 1, 3]]]
+    for got in (jax_grad(gj.f_digamma, x), torch_grad(gt.f_digamma, x)):
+        assert got[2] == 0
+        assert list(got[[0, 1, 3]]) == pytest.approx(exact, rel=16 * float(np.finfo(dtype).eps))

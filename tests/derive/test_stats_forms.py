@@ -1,0 +1,173 @@
+"""Forms statistics code writes: differences of the gamma family at large arguments, sums whose order decides a
+cancellation, and regimes on the ratio of two inputs with powers of two for thresholds."""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+import sympy as sp
+from sympy.codegen.cfunctions import log1p
+
+from rulegen.derive.stabilise import Sampling, searchable, stabilise
+from rulegen.derive.stabilise.points import _numpy_function
+from rulegen.spec.rules import Domain
+
+a = sp.Symbol("a", real=True)
+b = sp.Symbol("b", real=True)
+x = sp.Symbol("x", real=True)
+scale = sp.Symbol("scale", real=True)
+POSITIVE = Domain(gt=0)
+
+
+def bits(value: float, exact: mpmath.mpf, dtype: type = np.float64) -> float:
+    """Bits of error of `value` beside `exact` rounded to `dtype`, as ulps of the exact value (log2(1 + ulps))."""
+    target = dtype(float(exact))
+    if value == target:
+        return 0.0
+    ulp = float(np.spacing(np.abs(target)))
+    return math.log2(1 + abs(float(value) - float(target)) / ulp)
+
+
+def evaluated(expr: sp.Expr, variables: tuple[sp.Symbol, ...], point: tuple[float, ...], dtype: type) -> float:
+    fn = _numpy_function(expr, variables)
+    assert fn is not None
+    with np.errstate(all="ignore"):
+        return float(np.asarray(fn(*(np.asarray([v], dtype=dtype) for v in point))).reshape(-1)[0])
+
+
+def test_digamma_is_searched_where_its_arguments_are_positive_and_not_on_the_whole_line():
+    # mpmath's polygamma takes minutes far out on the negative axis, in bounded time on the positive one: a
+    # Beta's or a Student-t's digammas are searched, digamma over the whole float line is not.
+    positive = Sampling(((a, POSITIVE), (b, POSITIVE)))
+    assert searchable(sp.digamma(a) - sp.digamma(a + b), positive)
+    assert searchable(sp.loggamma(b / 2) - sp.loggamma((b + 1) / 2), positive)
+    assert not searchable(sp.digamma(a - b), positive)
+    assert not searchable(sp.digamma(a) - sp.digamma(a + b), Sampling(((a, Domain()), (b, POSITIVE))))
+
+
+def test_a_difference_of_digammas_at_large_arguments_takes_their_asymptotic_series(search_cache_off):
+    # digamma(a) - digamma(a + b) with b small beside a: the two digammas agree to every digit of b / a.
+    expr = sp.digamma(a) - sp.digamma(a + b)
+    choice = stabilise(expr, Sampling(((a, POSITIVE), (b, POSITIVE))))
+    assert choice.more_accurate, choice
+    for point in ((1e8, 1e-3), (3e12, 7.0), (40.0, 1e-9), (1e200, 1e190)):
+        with mpmath.workprec(2000):
+            exact = mpmath.digamma(point[0]) - mpmath.digamma(mpmath.mpf(point[0]) + point[1])
+        assert bits(evaluated(choice.chosen, (a, b), point, np.float64), exact) <= 2, point
+        assert bits(evaluated(expr, (a, b), point, np.float64), exact) > 10, point  # as derived: lost
+
+
+def test_a_difference_of_loggammas_half_apart_is_accurate_at_large_arguments(search_cache_off):
+    # A Student-t's normaliser: loggamma((df + 1)/2) - loggamma(df/2) loses log2(df log df) bits as written.
+    df = sp.Symbol("df", real=True)
+    expr = sp.loggamma((df + 1) / 2) - sp.loggamma(df / 2)
+    choice = stabilise(expr, Sampling(((df, POSITIVE),)))
+    assert choice.more_accurate, choice
+    for value in (8000.0, 3.7e9, 1e150):
+        with mpmath.workprec(1000):
+            exact = mpmath.loggamma((mpmath.mpf(value) + 1) / 2) - mpmath.loggamma(mpmath.mpf(value) / 2)
+        assert bits(evaluated(choice.chosen, (df,), (value,), np.float64), exact) <= 2, value
+
+
+def test_like_gamma_terms_whose_coefficients_add_to_zero_are_joined_as_differences():
+    # A Beta entropy's digamma terms: -(a - 1) digamma(a) - (b - 1) digamma(b) + (a + b - 2) digamma(a + b).
+    from rulegen.derive.stabilise.families import _identities
+
+    total = -(a - 1) * sp.digamma(a) - (b - 1) * sp.digamma(b) + (a + b - 2) * sp.digamma(a + b)
+    joined = _identities(total)
+    assert joined.count(sp.Piecewise) >= 2  # one difference per argument besides a + b
+    point = (1e12, 3.0)
+    with mpmath.workprec(2000):
+        exact = (
+            -(point[0] - 1) * mpmath.digamma(point[0])
+            - (point[1] - 1) * mpmath.digamma(point[1])
+            + (point[0] + point[1] - 2) * mpmath.digamma(mpmath.mpf(point[0]) + point[1])
+        )
+    assert bits(evaluated(joined, (a, b), point, np.float64), exact) <= 2
+    assert bits(evaluated(total, (a, b), point, np.float64), exact) > 10
+
+
+def test_a_cancelling_pair_is_summed_before_a_small_term_is_added():
+    # A Binomial log-mass's partial in k: logits - digamma(k + 1) + digamma(n - k + 1).  At k = 5, n = 10 the
+    # digammas cancel exactly; added to logits = 1e-6 first, one of them rounds it (9.999999999177e-07).
+    torch = pytest.importorskip("torch")
+    from rulegen.plan.printers import TorchArrayPrinter
+
+    k, logits = sp.symbols("k logits", real=True)
+    code = TorchArrayPrinter().doprint(logits - sp.digamma(k + 1) + sp.digamma(11 - k))
+    names = {"torch": torch, "digamma": torch.special.digamma}
+    value = eval(code, names, {"k": torch.tensor(5.0, dtype=torch.float64), "logits": 1e-6})
+    assert float(value) == 1e-6, code
+
+
+def test_regime_thresholds_are_powers_of_two():
+    from rulegen.derive.stabilise.points import _Measured, _Points
+    from rulegen.derive.stabilise.regimes import _best_split
+
+    magnitudes = np.array([1e-3, 1.0, 3.0, 1e10, 1e30, 1e100])
+    points = [_Points(np.float64, (magnitudes,), np.ones_like(magnitudes))]
+    wrong_far_out = _Measured(x, "as derived", (np.where(magnitudes > 2, 60.0, 0.0),))
+    right_far_out = _Measured(-x, "series at infinity", (np.where(magnitudes > 2, 0.0, 5.0),))
+    found = _best_split(wrong_far_out, right_far_out, [x], points)
+    assert found is not None
+    threshold = found[1].threshold
+    assert math.log2(threshold).is_integer() and 1.0 <= threshold <= 3.0, threshold
+
+
+def test_a_homogeneous_expression_splits_on_the_ratio_of_its_inputs():
+    # Two forms of a function of x/scale, each right on one side of |x| = |scale| whatever the magnitudes: no
+    # threshold on x alone separates them, the ratio does.
+    from rulegen.derive.stabilise.points import _Measured, _Points
+    from rulegen.derive.stabilise.regimes import _best_split, _ratio_pairs
+
+    rng = np.random.default_rng(0)
+    xs = 10.0 ** rng.uniform(-30, 30, 64)
+    scales = 10.0 ** rng.uniform(-30, 30, 64)
+    points = [_Points(np.float64, (xs, scales), np.ones_like(xs))]
+    small = np.abs(xs) < np.abs(scales)
+    below = _Measured(x, "x over scale", (np.where(small, 0.0, 40.0),))
+    above = _Measured(-x, "scale over x", (np.where(small, 40.0, 0.0),))
+    expr = -2 * x / (scale**2 * (1 + x**2 / scale**2))
+    pairs = _ratio_pairs(expr, Sampling(((x, Domain(ge=0)), (scale, POSITIVE))))
+    assert (0, 1) in pairs
+    found = _best_split(above, below, [x, scale], points, pairs)
+    assert found is not None
+    score, split = found
+    assert split.over == scale and split.below and split.threshold == 1.0, split
+    assert score == 0.0
+
+
+def test_the_half_cauchy_partials_are_finite_and_accurate_in_float32(search_cache_off):
+    # (scale/x)**2 in a split placed for float64 overflows in float32: each form chosen holds in both dtypes.
+    forward = -log1p((x / scale) ** 2)
+    sampling = Sampling(((x, Domain(ge=0)), (scale, POSITIVE)))
+    for v in (x, scale):
+        choice = stabilise(sp.diff(forward, v), sampling)
+        printed = [float(c) for c in choice.chosen.atoms(sp.Float)]
+        assert all(c == 0 or math.log2(abs(c)).is_integer() for c in printed), choice.chosen
+        for point in ((1e-20, 1e18), (1e18, 1e-20), (3.0, 5.0), (1e-30, 1e-31)):
+            with mpmath.workprec(500):
+                px, ps = (mpmath.mpf(p) for p in point)
+                # d/dx -log1p((x/s)**2) = -2x/(s**2 + x**2); d/ds = 2x**2/(s (s**2 + x**2))
+                exact = -2 * px / (ps**2 + px**2) if v == x else 2 * px**2 / (ps * (ps**2 + px**2))
+            if abs(exact) < np.finfo(np.float32).tiny or abs(exact) > np.finfo(np.float32).max:
+                continue
+            value = evaluated(choice.chosen, (x, scale), point, np.float32)
+            assert math.isfinite(value), (v, point)
+            assert bits(value, exact, np.float32) <= 2, (v, point, value, exact)
+
+
+def test_a_gamma_entropy_s_partial_takes_the_series_whose_leading_terms_cancel(search_cache_off):
+    # torch's Gamma.entropy differentiated in its concentration: 1 + (1 - c) trigamma(c), where c trigamma(c) is
+    # 1 + 1/(2c) + ...: as written it loses log2(c) bits (30 over the positive floats, on average).
+    c = sp.Symbol("c", real=True)
+    expr = 1 + (1 - c) * sp.polygamma(1, c)
+    choice = stabilise(expr, Sampling(((c, POSITIVE),)))
+    assert choice.more_accurate and max(choice.bits_after) <= 1, choice
+    for value in (40.0, 8000.0, 3.7e9, 1e150):
+        with mpmath.workprec(1000):
+            exact = 1 + (1 - mpmath.mpf(value)) * mpmath.polygamma(1, value)
+        assert bits(evaluated(choice.chosen, (c,), (value,), np.float64), exact) <= 2, value

@@ -1,0 +1,1243 @@
+"""The conformance matrix of the function layer, generated from the registry (rulegen.derive.functions.REGISTRY).
+
+Every function a rule may call, built as a rule of its own, against a
+40-digit mpmath reference on points across its whole domain (the registry's
+`domain`), |x| up to 1e4 and the negative axis included:
+
+    function x {array, static Python number, integer array, complex where holomorphic}
+             x {value, first and second derivative, jvp} x {JAX, torch} x {float32, float64}
+
+A static Python number and an integer array are values only (neither is
+differentiated); the integer array's result is in the default float dtype.
+A new registry entry is in the matrix by being registered: it passes, or
+the registry says where its framework implementation is wrong.
+
+The special values (`test_special_values`) run each function of one or two
+inputs, and `x**y` and `x**(1/3)`, at nan, ±0, ±the smallest subnormal,
+±the smallest normal, ±the largest float and ±inf of each dtype (every pair
+for two inputs), value, first derivative (reverse and forward mode) and
+second, JAX eager and under `jax.jit` and torch: nan in gives nan out, elsewhere the exact value where it
+is defined (the section's comment says what is right at signed zeros, infinities, ties and flushed subnormals).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+
+from rulegen.derive import functions as fn
+from tests.conftest import built_package
+from tests.derive.test_conformance import (
+    CALLS,
+    DTYPES,
+    ORDERS,
+    Call,
+    cells,
+    fixed,
+    reference,
+)
+
+jax.config.update("jax_enable_x64", True)
+
+
+INTEGERS = (-10000, -117, -30, -3, 0, 2, 25, 117, 10000)
+COMPLEX = (0.5 + 0.3j, -1.5 + 0.7j, 0.3 - 2.1j, -0.2 - 0.4j)
+
+
+def rules_text() -> str:
+    lines = ["rules:"]
+    for name, call in CALLS.items():
+        names = [f"x{k}" for k in range(call.arity)]
+        lines.append(f"  - {{name: c_{name.lower()}, inputs: [{', '.join(names)}], forward: '{call.text(names)}'}}")
+        statics = ", ".join(f"s{k}: {{static: true}}" for k in range(call.arity))
+        static_call = call.text([f"s{k}" for k in range(call.arity)])
+        lines.append(f"  - {{name: s_{name.lower()}, inputs: {{x: {{}}, {statics}}}, forward: 'x * {static_call}'}}")
+        if call.function.holomorphic:
+            lines.append(
+                f"  - {{name: z_{name.lower()}, inputs: {{z: {{dtype: complex}}}}, forward: '{call.text(['z'])}'}}"
+            )
+    for name, (text, arity) in POWERS.items():
+        names = ", ".join(f"x{k}" for k in range(arity))
+        lines.append(f"  - {{name: p_{name}, inputs: [{names}], forward: '{text}'}}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    with built_package(tmp_path_factory.mktemp("conformance"), rules_text(), "rg_conformance"):
+        yield importlib.import_module("rg_conformance.jax"), importlib.import_module("rg_conformance.torch")
+
+
+# -------------------------------------------------------------------- the reference
+
+
+def exact_values(f: Callable[..., object], columns: list[np.ndarray]) -> list[complex | None]:
+    """The reference at each point, at the points as the dtype holds them; None where it is undefined (a pole)."""
+    found: list[complex | None] = []
+    with mpmath.workdps(40):
+        for row in zip(*columns, strict=True):
+            args = [mpmath.mpc(complex(v)) if np.iscomplexobj(v) else mpmath.mpf(float(v)) for v in row]
+            try:
+                value = complex(f(*args))
+            except (ValueError, ZeroDivisionError, OverflowError):
+                found.append(None)
+                continue
+            found.append(value if not (math.isnan(value.real) or math.isnan(value.imag)) else None)
+    return found
+
+
+#: How far from the exact value a cell may be, in eps of its dtype (relative): 1,024 in float64, 128 in float32.
+#: Every cell but the known ones is within 275 and 64 (stop 42); 1e-8 and 2e-4 before, 4.5e7 and 1,700 eps,
+#: let erfcx's second derivative (2.5e15 eps) and torch's trigamma (5e-10 relative) through.
+TOLERANCE_EPS = {"float64": 1024, "float32": 128}
+
+
+def agrees(got: complex, exact: complex, dtype: np.dtype) -> bool:
+    """Within `TOLERANCE_EPS` roundings of `dtype` of the exact value, relative to it, or 16 relative to 1.
+
+    Relative to 1 as well: a second derivative such as sigmoid(u) * (1 - sigmoid(u))
+    at u = 25 is 2.5e-11, which float32 computes as 0, as the frameworks' own do.
+    Past the largest float, an infinity of the sign; below the smallest, about 0.
+    """
+    info = np.finfo(dtype)
+    tolerance = TOLERANCE_EPS["float32" if info.eps > 1e-10 else "float64"] * float(info.eps)
+    if abs(exact) > float(info.max):
+        return math.isinf(abs(got)) and (exact.imag != 0 or np.sign(got.real) == np.sign(exact.real))
+    return abs(got - exact) <= tolerance * abs(exact) + 16 * float(info.eps)
+
+
+def mismatches(got: np.ndarray, columns: list[np.ndarray], f: Callable[..., object], dtype: np.dtype) -> list[str]:
+    exact = exact_values(f, columns)
+    got = np.broadcast_to(np.asarray(got), (len(exact),))
+    return [
+        f"at {tuple(c[k].item() for c in columns)}: {got[k]!r}, exact {e!r}"
+        for k, e in enumerate(exact)
+        if e is not None and not agrees(complex(got[k]), e, dtype)
+    ]
+
+
+# -------------------------------------------------------------------- each backend's derivatives
+
+
+def jax_orders(
+    f: Callable[..., jax.Array], args: list[jax.Array], varied: int, *, jit: bool = False
+) -> Iterator[tuple[str, jax.Array]]:
+    """Each order of f at `args` in argument `varied`; with `jit`, each order compiled whole by `jax.jit`."""
+
+    def along(g: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+        # Elementwise: the gradient of the sum is the derivative at each point.
+        return jax.grad(lambda *a: jnp.sum(g(*a)), argnums=varied)
+
+    def jvp(*a: jax.Array) -> jax.Array:
+        return jax.jvp(held(f, list(a), varied), (a[varied],), (jnp.ones_like(a[varied]),))[1]
+
+    for order, g in (("value", f), ("first", along(f)), ("second", along(along(f))), ("jvp", jvp)):
+        yield order, (jax.jit(g) if jit else g)(*args)
+
+
+def held(f: Callable, args: list, varied: int) -> Callable:
+    """f of argument `varied` alone, the others held constant: the partial derivative's jvp.
+
+    A held input has no tangent (JAX's symbolic zero, torch's efficient zero tensor), and a generated
+    jvp adds no term for it.  A zero tangent passed in is a number like any other: its product with a
+    partial that is inf (atan2's in x at (0, 5e-324)) is nan, in the frameworks' own jvp as in a
+    generated one (JAX's jvp must stay linear in its tangents, which it transposes for reverse mode).
+    """
+    return lambda a: f(*args[:varied], a, *args[varied + 1 :])
+
+
+def torch_orders(
+    f: Callable[..., torch.Tensor], args: list[torch.Tensor], varied: int
+) -> Iterator[tuple[str, torch.Tensor]]:
+    def along(g: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        return torch.func.grad(lambda *a: g(*a).sum(), argnums=varied)
+
+    yield "value", f(*args)
+    yield "first", along(f)(*args)
+    yield "second", along(along(f))(*args)
+    yield "jvp", torch.func.jvp(held(f, args, varied), (args[varied],), (torch.ones_like(args[varied]),))[1]
+
+
+def compiled_torch_orders(
+    f: Callable[..., torch.Tensor], args: list[torch.Tensor], varied: int
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The value and first derivative of `torch.compile(f)`: inductor's code, AOTAutograd's backward."""
+    compiled = torch.compile(f)
+    leaves = [a.clone().requires_grad_(k == varied) for k, a in enumerate(args)]
+    out = compiled(*leaves)
+    yield "value", out.detach()
+    yield "first", torch.autograd.grad(out.sum(), leaves[varied])[0]
+
+
+def to_numpy(value: object) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().numpy(force=True)
+    return np.asarray(value)
+
+
+# -------------------------------------------------------------------- the matrix
+
+
+def run_cell(package: tuple, name: str, kind: str, backend: str, dtype: str) -> list[str]:
+    call = CALLS[name]
+    jax_pkg, torch_pkg = package
+    module = jax_pkg if backend == "jax" else torch_pkg
+    if kind == "array":
+        return array_cell(getattr(module, f"c_{name.lower()}"), call, backend, np.dtype(dtype))
+    if kind == "complex":
+        return complex_cell(getattr(module, f"z_{name.lower()}"), call, backend, np.dtype(dtype))
+    if kind == "static":
+        return static_cell(getattr(module, f"s_{name.lower()}"), call, backend, np.dtype(dtype))
+    return integer_cell(getattr(module, f"c_{name.lower()}"), call, backend)
+
+
+def as_arrays(columns: list[np.ndarray], backend: str) -> list:
+    return [jnp.asarray(c) if backend == "jax" else torch.from_numpy(c.copy()) for c in columns]
+
+
+def array_cell(f: Callable, call: Call, backend: str, dtype: np.dtype) -> list[str]:
+    failures = []
+    for varied in range(call.arity):
+        columns = [np.asarray(c, dtype=dtype) for c in call.grid(varied)]
+        orders = jax_orders if backend == "jax" else torch_orders
+        for order, got in orders(f, as_arrays(columns, backend), varied):
+            failures += [
+                f"{order} in x{varied} {m}"
+                for m in mismatches(to_numpy(got), columns, reference(call, order, varied), dtype)
+            ]
+    return failures
+
+
+def complex_cell(f: Callable, call: Call, backend: str, dtype: np.dtype) -> list[str]:
+    complex_dtype = np.dtype(np.complex64 if dtype == np.float32 else np.complex128)
+    z = np.asarray([p for p in COMPLEX], dtype=complex_dtype)
+    (arg,) = as_arrays([z], backend)
+    failures = []
+    values = {"value": f(arg)}
+    if backend == "jax":
+        values["jvp"] = jax.jvp(f, (arg,), (jnp.ones_like(arg),))[1]
+        values["first"] = jax.vmap(jax.grad(f, holomorphic=True))(arg)
+        values["second"] = jax.vmap(jax.grad(jax.grad(f, holomorphic=True), holomorphic=True))(arg)
+    else:
+
+        def derivative(g: Callable) -> Callable:
+            return lambda a: torch.func.jvp(g, (a,), (torch.ones_like(a),))[1]
+
+        def gradient(g: Callable) -> Callable:
+            # torch's gradient of a holomorphic g is conj(g'(z)) times the cotangent (its convention).
+            return lambda a: torch.func.vjp(g, a)[1](torch.ones_like(a))[0].conj()
+
+        values["jvp"] = derivative(f)(arg)
+        values["first"] = gradient(f)(arg)
+        values["second"] = derivative(gradient(f))(arg)  # forward over reverse, as torch.func.hessian
+    for order in ORDERS:
+        failures += [
+            f"{order} {m}"
+            for m in mismatches(to_numpy(values[order]), [z], reference(call, order, 0, real=False), complex_dtype)
+        ]
+    return failures
+
+
+def static_cell(f: Callable, call: Call, backend: str, dtype: np.dtype) -> list[str]:
+    failures = []
+    ones = np.ones(1, dtype=dtype)
+    (x,) = as_arrays([ones], backend)
+    for varied in range(call.arity):
+        columns = call.grid(varied)
+        got = [to_numpy(f(x, *(float(c[k]) for c in columns))).item() for k in range(len(columns[0]))]
+        if any(np.asarray(to_numpy(f(x, *(float(c[0]) for c in columns)))).dtype != dtype for _ in [0]):
+            failures.append(f"static in x{varied}: result not {dtype}")
+        # A static is a Python number, computed as one (math.sin(s)) or as an array of the rule's
+        # dtype (MathFunction.numbers_alone), or partly each (a replacement's Python arithmetic around
+        # the framework's call): exact at the number, or at the dtype's rounding of it.
+        at_number, at_rounding = (
+            mismatches(np.asarray(got), [np.asarray(c, dtype=d) for c in columns], reference(call, "value", 0), dtype)
+            for d in (np.float64, dtype)
+        )
+        failures += [f"static in x{varied} {m}" for m in at_number if at_rounding]
+    return failures
+
+
+def integer_cell(f: Callable, call: Call, backend: str) -> list[str]:
+    failures = []
+    for varied in range(call.arity):
+        column = [p for p in INTEGERS if call.domain(varied)[0] < p < call.domain(varied)[1]]
+        if not column:
+            continue
+        columns = [
+            np.asarray(column if k == varied else [round(fixed(call.domain(k))) or 1] * len(column), dtype=np.int64)
+            for k in range(call.arity)
+        ]
+        if any(not (call.domain(k)[0] < c[0] < call.domain(k)[1]) for k, c in enumerate(columns)):
+            continue
+        got = to_numpy(f(*as_arrays(columns, backend)))
+        if got.dtype.kind != "f":
+            failures.append(f"integer in x{varied}: result {got.dtype}, not a float")
+        failures += [
+            f"integer in x{varied} {m}" for m in mismatches(got, columns, reference(call, "value", 0), got.dtype)
+        ]
+    return failures
+
+
+# The cells known to fail, by (function, kind, backend, dtype): what the framework gets wrong, to be fixed
+# in the registry (issue 25). A cell listed here that passes fails the test (strict), so the list only shrinks.
+def _every(names: tuple[str, ...], kind: str, reason: str) -> dict[tuple[str, str, str, str], str]:
+    return {(n, kind, b, d): reason for n in names for b in ("jax", "torch") for d in DTYPES}
+
+
+KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
+    **_every(
+        ("beta",),
+        "array",
+        "derivatives where a + b is a pole of Gamma (a = -30.7, b = 0.7): beta is 0 there, its derivative "
+        "beta * (digamma(a) - digamma(a + b)) is 0 * inf, nan, where the limit is finite",
+    ),
+    **_every(
+        ("beta",),
+        "integer",
+        "beta of a non-positive integer is a ratio of two poles of Gamma, nan, where its limit is finite",
+    ),
+    **_every(
+        ("bessel_i0", "bessel_i1"),
+        "array",
+        "derivatives past the float range: I0 - I1/x of two infinities is nan where the derivative is inf "
+        "(|x| = 1e4; float32 from |x| = 117)",
+    ),
+    **{
+        ("beta", "static", backend, "float64"): "beta(-10000.3, 0.7) as Python numbers, from log|Gamma| of a and "
+        "a + b (about -8.2e4 each) differenced: 1.6e4 eps"
+        for backend in ("jax", "torch")
+    },
+}
+
+
+def marked(cell: tuple[str, str, str, str]) -> object:
+    # float64 in the fast lane; float32, its twin, in the slow one.
+    return pytest.param(*cell, marks=pytest.mark.slow) if cell[3] == "float32" else cell
+
+
+@pytest.mark.parametrize(("name", "kind", "backend", "dtype"), [marked(c) for c in cells()])
+def test_conformance(package, name, kind, backend, dtype):
+    known = KNOWN_WRONG.get((name, kind, backend, dtype))
+    try:
+        failures = run_cell(package, name, kind, backend, dtype)
+    except Exception as exc:
+        failures = [f"raised {type(exc).__name__}: {exc}"]
+    if known:
+        assert failures, f"{name} {kind} {backend} {dtype} now passes: remove it from KNOWN_WRONG ({known})"
+        pytest.xfail(known)
+    assert not failures, "\n".join(failures[:12])
+
+
+# -------------------------------------------------------------------- special values
+#
+# Each function at the special points of each dtype (nan, ±0, ±smallest subnormal, ±smallest normal, ±largest,
+# ±inf, and for two-input functions every pair of them), plus points where a power under- or overflows while its
+# derivative is a normal float: the value, the first derivative in each input (reverse and forward mode) and the
+# second (reverse over reverse), JAX eager and under `jax.jit`, and torch.  Powers (`x**y`, `x**(1/3)`) are
+# rules' arithmetic, not registry entries, and are in the matrix beside them.
+#
+# Expected: the framework's own where it is right, the exact value where it is not.  What is right:
+# - the exact value (mpmath, 40 digits) wherever it is defined, and at a signed zero its one-sided limit
+#   (mpmath has no -0);
+# - IEEE 754's (C99 Annex F, as numpy's C library computes it) where the value at a signed zero or an infinity is
+#   specified there (`IEEE_VALUES`): atan2(+0, -0) = pi, pow(inf, -0) = 1, where mpmath's limit differs;
+# - nan wherever an input is nan, but for a derivative that does not read that input (xlogy's in x is log(y) at
+#   every x) and the values IEEE gives (`IEEE_BEYOND_NAN`);
+# - at a tie of Max or Min (infinite ones included), 1/2 for each input's derivative (`TIES`);
+# - in JAX, each reading of the point with some of its subnormal inputs flushed to a zero of their sign, as XLA on
+#   the CPU computes (denormals-are-zero), and nan where such a reading is undefined (0/0);
+# - a jvp along one input with the others held constant (`held`): a held input has no tangent, and no term.
+
+#: Arithmetic a rule writes without a registry function, with what the frameworks do wrong at the float edges.
+POWERS = {"pow": ("x0**x1", 2), "cbrt": ("x0**(1/3)", 1)}
+
+
+def special_points(dtype: np.dtype) -> list[float]:
+    info = np.finfo(dtype)
+    edges = [float(info.smallest_subnormal), float(info.tiny), float(info.max), math.inf]
+    return [math.nan, 0.0, -0.0, *(s * e for e in edges for s in (1.0, -1.0))]
+
+
+#: Where `x**y` under- or overflows while `y x**(y-1)` is a normal float, and where XLA's i1e ~ x/2 is flushed.
+EDGES = {"float32": (1e-30, 3.64e-31, 1.29e20, 1.5e-38), "float64": (1e-300, 1e200)}
+EXPONENTS = (0.5, 1.5, 2.0, -1.0)
+
+
+@dataclass(frozen=True)
+class Special:
+    """One function of the special-value matrix: its rule in the conformance package and its sympy expression."""
+
+    name: str
+    rule: str
+    arity: int
+    build: Callable[[list[sp.Symbol]], sp.Expr]
+    domains: tuple[tuple[float, float], ...] = ()
+
+    def inside(self, row: tuple[float, ...]) -> bool:
+        """Whether `row` is in the function's domain (its boundary included), where it has a real value."""
+        return all(v != v or lo <= v <= hi for (lo, hi), v in zip(self.domains, row, strict=False))
+
+    def expr(self) -> tuple[sp.Expr, list[sp.Symbol]]:
+        symbols = [sp.Symbol(f"x{k}", real=True) for k in range(self.arity)]
+        return self.build(symbols), symbols
+
+    def columns(self, dtype: np.dtype) -> list[np.ndarray]:
+        specials = special_points(dtype)
+        edges = EDGES[dtype.name]
+        if self.arity == 1:
+            column = specials + [s * e for e in edges for s in (1.0, -1.0)]
+            return [np.asarray(column, dtype=dtype)]
+        pairs = [(a, b) for a in specials for b in specials]
+        pairs += [(e, p) for e in edges for p in EXPONENTS] + [(p, e) for e in edges for p in EXPONENTS]
+        return [np.asarray([p[k] for p in pairs], dtype=dtype) for k in range(2)]
+
+
+def _specials() -> dict[str, Special]:
+    found = {
+        name: Special(
+            name,
+            f"c_{name.lower()}",
+            call.arity,
+            lambda s, call=call: call.expr(real=True)[0].xreplace(dict(zip(call.expr(real=True)[1], s, strict=True))),
+            tuple(call.domain(k) for k in range(call.arity)),
+        )
+        for name, call in CALLS.items()
+        if call.arity <= 2
+    }
+    for name, (text, arity) in POWERS.items():
+        found[name] = Special(
+            name,
+            f"p_{name}",
+            arity,
+            lambda s, text=text: sp.sympify(text, locals={f"x{k}": v for k, v in enumerate(s)}),
+        )
+    return found
+
+
+SPECIALS = _specials()
+
+
+def special_reference(special: Special, order: str, varied: int) -> tuple[Callable[..., object], sp.Expr]:
+    expr, symbols = special.expr()
+    for _ in range({"value": 0, "first": 1, "jvp": 1, "second": 2}[order]):
+        expr = sp.diff(expr, symbols[varied])
+        expr = expr.replace(
+            lambda e: isinstance(e, sp.Derivative) and isinstance(e.expr, (sp.floor, sp.ceiling)), lambda _: sp.S.Zero
+        )
+        expr = expr.replace(lambda e: isinstance(e, fn.VANISHING), lambda _: sp.S.Zero)
+    return sp.lambdify(symbols, expr, modules=[dict(fn.MPMATH_IMPLEMENTATIONS), "mpmath"]), expr
+
+
+class _TooLong(Exception):
+    pass
+
+
+def _too_long(*_: object) -> None:
+    raise _TooLong
+
+
+def _exact(f: Callable[..., object], row: tuple[object, ...]) -> float | None:
+    """f at `row` to 40 digits; None where it is undefined, or where mpmath takes more than a second: its digamma at
+    -1.8e308, a pole it does not see (every float past 2**53 is an integer), never returns."""
+    previous = signal.signal(signal.SIGALRM, _too_long)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with mpmath.workdps(40):
+            value = complex(f(*(mpmath.mpf(v) for v in row)))
+    except (ValueError, ZeroDivisionError, OverflowError, TypeError, _TooLong):
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    if value.imag != 0 or math.isnan(value.real):
+        return None
+    return value.real
+
+
+def _one_sided(row: tuple[float, ...], depth: int, order: tuple[int, ...]) -> tuple[object, ...]:
+    """`row` with each zero a number of its sign 10**-depth or so, far below every float (mpmath has no -0), the
+    zeros of `row` in the order of `order`'s magnitudes."""
+    return tuple(
+        mpmath.mpf(f"{'-' if math.copysign(1, v) < 0 else ''}1e-{depth + 50 * order[k]}") if v == 0 else v
+        for k, v in enumerate(row)
+    )
+
+
+def _limit(f: Callable[..., object], row: tuple[float, ...]) -> float | None:
+    """f's limit at `row`'s zeros from their sides: the value at 10**-450 where 10**-900 gives the same, ±inf where
+    it grows with the same sign (sqrt'(+0), loggamma(+0)), else None; of two zeros, only where the limit is the
+    same whichever is the smaller (not atan2's at (0, 0), nor x**y's derivatives)."""
+    found = set()
+    for order in {(0,) * len(row), tuple(range(len(row))), tuple(reversed(range(len(row))))}:
+        near, nearer = _exact(f, _one_sided(row, 450, order)), _exact(f, _one_sided(row, 900, order))
+        if near is None or nearer is None:
+            return None
+        if abs(near - nearer) <= 1e-30 * max(1.0, abs(near)):
+            found.add(round(near, 12) if abs(near) < 1e300 else near)
+        elif np.sign(near) == np.sign(nearer) and abs(nearer) > 1.5 * abs(near) and abs(near) > 100:
+            found.add(math.copysign(math.inf, near))
+        else:
+            return None
+    return found.pop() if len(found) == 1 else None
+
+
+def _flushed(row: tuple[float, ...], dtype: np.dtype) -> list[tuple[float, ...]]:
+    """`row` as XLA on CPU may read it: each subnormal operand a zero of its sign (denormals-are-zero), or not.
+
+    XLA flushes an operation's subnormal operands, and a framework function is many operations: atan2 of
+    (5e-324, 5e-324) reads one of them as 0 (pi/2), so every subset of them is a reading.
+    """
+    subnormal = [k for k, v in enumerate(row) if 0 < abs(v) < float(np.finfo(dtype).tiny)]
+    readings = []
+    for mask in range(1, 2 ** len(subnormal)):
+        flushed = {k for j, k in enumerate(subnormal) if mask >> j & 1}
+        readings.append(tuple(math.copysign(0.0, v) if k in flushed else v for k, v in enumerate(row)))
+    return readings
+
+
+#: The values IEEE 754 and C99's Annex F give at signed zeros and infinities, as numpy's C library computes them:
+#: the framework's own there is right where mpmath, which has no signed zero and reads x**y at (inf, -0) as a
+#: limit, differs (atan2(+0, -0) = pi, pow(x, ±0) = 1).
+IEEE_VALUES: dict[str, Callable[..., object]] = {"atan2": np.arctan2, "hypot": np.hypot, "pow": np.power}
+
+#: Max and Min at a tie, infinite ones included: each input's derivative is 1/2 (both frameworks' own
+#: convention, the mean of the two one-sided derivatives), the second 0; mpmath's Heaviside of inf - inf is not
+#: a tie.  A nan input gives a nan derivative, as everywhere.
+TIES = {"first": 0.5, "jvp": 0.5, "second": 0.0}
+
+
+def special_expected(
+    special: Special, order: str, f: Callable[..., object], row: tuple[float, ...], backend: str, dtype: np.dtype
+) -> list[float]:
+    """The exact values a cell may give at `row`: at it, at its zeros' one-sided limits, IEEE's where the value
+    at a signed zero or an infinity is IEEE's, and (JAX) at each of its flushed readings, or nan where a reading
+    is undefined (atan2's partial at (0, 5e-324) read as (0, 0))."""
+    if special.name in ("Max", "Min") and order in TIES and row[0] == row[1]:
+        return [TIES[order]]
+    found = []
+    for k, r in enumerate([row, *_flushed(row, dtype)] if backend == "jax" else [row]):
+        at = [e for e in (_exact(f, r), _limit(f, r) if 0 in r else None) if e is not None]
+        if not at and not k:
+            return []  # undefined at the point itself: no value to expect (a negative base's root)
+        found += at or [math.nan]
+    if order == "value" and special.name in IEEE_VALUES and any(v == 0 or math.isinf(v) for v in row):
+        with np.errstate(all="ignore"):
+            found.append(float(IEEE_VALUES[special.name](*np.asarray(row, dtype=dtype))))
+    return found
+
+
+#: Where IEEE 754 (C's Annex F, and both frameworks) gives a number for a nan input: the value is the same for
+#: every other input there.
+IEEE_BEYOND_NAN: dict[str, Callable[[tuple[float, ...]], bool]] = {
+    "hypot": lambda row: any(math.isinf(v) for v in row),  # hypot(±inf, nan) = inf
+    "pow": lambda row: row[1] == 0 or row[0] == 1,  # pow(nan, ±0) = 1, pow(1, nan) = 1
+}
+
+
+def special_agrees(got: float, exact: float, dtype: np.dtype) -> bool:
+    """Within `TOLERANCE_EPS` roundings of the exact value, relative to it; below the smallest normal, about it.
+
+    No absolute tolerance relative to 1 here: the values at these points are the tiny and the huge ones.
+    """
+    info = np.finfo(dtype)
+    tolerance = TOLERANCE_EPS[dtype.name] * float(info.eps)
+    if math.isnan(exact):
+        return math.isnan(got)
+    if abs(exact) > float(info.max):
+        return math.isinf(got) and np.sign(got) == np.sign(exact)
+    if math.isinf(exact) or not math.isfinite(got):
+        return got == exact
+    return abs(got - exact) <= tolerance * abs(exact) + 2 * float(info.tiny)
+
+
+def special_mismatches(
+    special: Special, order: str, varied: int, got: np.ndarray, columns: list[np.ndarray], backend: str
+) -> list[str]:
+    dtype = columns[0].dtype
+    f, expr = special_reference(special, order, varied)
+    got = np.broadcast_to(np.asarray(got, dtype=np.float64), columns[0].shape)
+    found = []
+    symbols = special.expr()[1]
+    for k in range(len(got)):
+        row = tuple(float(c[k]) for c in columns)
+        nan_free = expr.free_symbols.isdisjoint(s for s, v in zip(symbols, row, strict=True) if v != v)
+        if not nan_free:
+            # nan in, nan out; a derivative that is a constant (a step's) is that constant everywhere, and one
+            # that does not read the nan input (xlogy's in x, log(y)) is its value at the others.
+            ok = math.isnan(got[k]) or (expr.is_number and got[k] == float(expr))
+            ok = ok or (order == "value" and IEEE_BEYOND_NAN.get(special.name, lambda _: False)(row))
+            if not ok:
+                found.append(f"{order} in x{varied} at {row}: {got[k]!r}, exact nan")
+            continue
+        if not special.inside(row):
+            continue
+        expected = special_expected(special, order, f, row, backend, dtype)
+        if expected and not any(special_agrees(float(got[k]), e, dtype) for e in expected):
+            found.append(f"{order} in x{varied} at {row}: {got[k]!r}, exact {expected[0]!r}")
+    return found
+
+
+def special_cell(package: tuple, name: str, backend: str, dtype: str) -> list[str]:
+    special = SPECIALS[name]
+    jax_pkg, torch_pkg = package
+    framework = backend.split(".")[0]
+    f = getattr(torch_pkg if framework == "torch" else jax_pkg, special.rule)
+    columns = special.columns(np.dtype(dtype))
+    orders = {
+        "jax": jax_orders,
+        "jax.jit": functools.partial(jax_orders, jit=True),
+        "torch": torch_orders,
+        "torch.compile": compiled_torch_orders,
+    }[backend]
+    failures = []
+    for varied in range(special.arity):
+        try:
+            results = list(orders(f, as_arrays(columns, framework), varied))
+        except Exception as exc:
+            return [f"raised {type(exc).__name__}: {exc}"]
+        for order, got in results:
+            if varied and order == "value":
+                continue
+            failures += special_mismatches(special, order, varied, to_numpy(got), columns, framework)
+    return failures
+
+
+def special_cells() -> list[tuple[str, str, str]]:
+    return [(name, backend, dtype) for name in SPECIALS for backend in SPECIAL_BACKENDS for dtype in DTYPES]
+
+
+#: JAX eager and under `jax.jit` (XLA compiles each order whole, and may fuse and reorder what eager
+#: dispatch computes op by op), and torch.
+SPECIAL_BACKENDS = ("jax", "jax.jit", "torch")
+
+
+# Measured with this module's special values on the bundled registry: why each fails, and the first point.
+SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str]] = {
+    ("acosh", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the stabilised derivative's series past x = 130 (1 / x**3 / 2 + ...): x**3 overflows at the largest "
+            "floats and its derivative times 0 is nan (the stabilising search's form)"
+        ),
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -8.636169584606055e-78",
+    ),
+    ("asinh", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the stabilised derivative's scaled branch computes 1 / x**2 where the where drops it: at x = 0 its "
+            "derivative is inf * 0 (the stabilising search's form)"
+        ),
+        "jax float32 second in x0 at (0.0,): nan, exact 0.0",
+    ),
+    ("atan2", "first"): (
+        (
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        (
+            "under jax.jit XLA reassociates the partial (x1 / t0) / t0 into x1 / (t0 * t0), whose square "
+            "underflows at the smallest normals: inf where it is 8.5e37 (eager JAX is right)"
+        ),
+        "jax.jit float32 first in x0 at (0.0, 1.1754943508222875e-38): inf, exact 8.507059173023462e+37",
+    ),
+    ("atan2", "jvp"): (
+        (
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        (
+            "under jax.jit XLA reassociates the partial (x1 / t0) / t0 into x1 / (t0 * t0), whose square "
+            "underflows at the smallest normals: inf where it is 8.5e37 (eager JAX is right)"
+        ),
+        "jax.jit float32 jvp in x0 at (0.0, 1.1754943508222875e-38): inf, exact 8.507059173023462e+37",
+    ),
+    ("atan2", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the autodiff of the partials (x1 / t0) / t0, t0 = hypot, at zeros and subnormals: hypot's derivative "
+            "0 / 0 and 0 * inf"
+        ),
+        "jax float32 second in x0 at (0.0, 1.1754943508222875e-38): nan, exact 0.0",
+    ),
+    ("atan2", "value"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        "XLA's atan2 of subnormal pairs, flushed inside its algorithm: nan or pi/2 where atan2 is pi/4",
+        ("jax float32 value in x0 at (1.401298464324817e-45, 1.401298464324817e-45): nan, exact 0.7853981633974483"),
+    ),
+    ("bessel_i0", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "I0'' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact inf",
+    ),
+    ("bessel_i1e", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        (
+            "JAX at ±0: exp(-|x|) / 2 and sign(x) i1e(x) differentiated with JAX's |x|' = 1 at 0: 0.5 where the "
+            "second derivative is 0"
+        ),
+        "jax float32 second in x0 at (0.0,): 0.5, exact 0.0",
+    ),
+    ("bessel_i1", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "I1' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
+        "jax float32 first in x0 at (3.4028234663852886e+38,): nan, exact inf",
+    ),
+    ("bessel_i1", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "I1' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
+        "jax float32 jvp in x0 at (3.4028234663852886e+38,): nan, exact inf",
+    ),
+    ("bessel_i1", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "I1' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact inf",
+    ),
+    ("beta", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it",
+        "jax float32 first in x0 at (1.1754943508222875e-38, 0.0): nan, exact 0.0",
+    ),
+    ("beta", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it",
+        "jax float32 jvp in x0 at (1.1754943508222875e-38, 0.0): nan, exact 0.0",
+    ),
+    ("beta", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it",
+        "jax float32 second in x0 at (1.1754943508222875e-38, 0.0): nan, exact 0.0",
+    ),
+    ("beta", "value"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "beta through exp(log|Gamma| sums): inf - inf = nan at zeros and infinities, and its partials with it",
+        "jax float32 value in x0 at (0.0, 0.0): nan, exact inf",
+    ),
+    ("cbrt", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        (
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats and "
+            "flushed by XLA; the second derivative at subnormals"
+        ),
+        ("jax float32 first in x0 at (1.401298464324817e-45,): 4.225510815844866e+29, exact 2.6618994585656948e+29"),
+    ),
+    ("cbrt", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        (
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats and "
+            "flushed by XLA; the second derivative at subnormals"
+        ),
+        ("jax float32 jvp in x0 at (1.401298464324817e-45,): 4.225510815844866e+29, exact 2.6618994585656948e+29"),
+    ),
+    ("cbrt", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats and "
+            "flushed by XLA; the second derivative at subnormals"
+        ),
+        "jax float32 second in x0 at (1.1754943508222875e-38,): nan, exact -3.6566767940471243e+62",
+    ),
+    ("cbrt", "value"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        (
+            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats and "
+            "flushed by XLA; the second derivative at subnormals"
+        ),
+        ("jax float32 value in x0 at (1.401298464324817e-45,): 8.881775197276188e-16, exact 1.1190346870425511e-15"),
+    ),
+    ("digamma", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the reflection's cotangent derivative cos(pi u)**2 / sin(pi u)**2 at tiny negative x (the pole at "
+            "0): the squares under- and overflow, and their autodiff is inf * 0"
+        ),
+        "jax float32 second in x0 at (-1.1754943508222875e-38,): nan, exact 1.2313126936373275e+114",
+    ),
+    ("erfcx", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax.jit", "float32"),
+            ("torch", "float32"),
+        ),
+        "the second derivative's series at the largest float32 (x**-3 underflows inside, inf * 0)",
+        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact 2.863761208607465e-116",
+    ),
+    ("gamma", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "Gamma(x) times the reflection's cotangent derivative cos(pi u)**2 / sin(pi u)**2 at tiny negative x "
+            "(the pole at 0): the squares under- and overflow, and their autodiff is inf * 0"
+        ),
+        "jax float32 second in x0 at (-1.1754943508222875e-38,): nan, exact -1.2313126936373275e+114",
+    ),
+    ("hypot", "first"): (
+        (
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        (
+            "under jax.jit XLA reassociates the binade-scaled quotient x / hypot(x, y): 0 at (max, 0) where it is "
+            "1 (eager JAX is right)"
+        ),
+        "jax.jit float32 first in x0 at (3.4028234663852886e+38, 0.0): 0.0, exact 1.0",
+    ),
+    ("hypot", "jvp"): (
+        (
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        (
+            "under jax.jit XLA reassociates the binade-scaled quotient x / hypot(x, y): 0 at (max, 0) where it is "
+            "1 (eager JAX is right)"
+        ),
+        "jax.jit float32 jvp in x0 at (3.4028234663852886e+38, 0.0): 0.0, exact 1.0",
+    ),
+    ("hypot", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the second derivative of the binade-scaled quotient at (±0, ±inf), (0, 0) and subnormal pairs: inf / "
+            "inf and 0 * inf"
+        ),
+        "jax float32 second in x0 at (0.0, inf): nan, exact 0.0",
+    ),
+    ("log_ndtr", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax.jit", "float32"),
+            ("torch", "float32"),
+        ),
+        (
+            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series "
+            "argument overflows"
+        ),
+        ("jax float32 first in x0 at (-1.2899999941867969e+20,): 1.2899998182649364e+20, exact 1.2400634808853076e+20"),
+    ),
+    ("log_ndtr", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax.jit", "float32"),
+            ("torch", "float32"),
+        ),
+        (
+            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series "
+            "argument overflows"
+        ),
+        ("jax float32 jvp in x0 at (-1.2899999941867969e+20,): 1.2899998182649364e+20, exact 1.2400634808853076e+20"),
+    ),
+    ("log_ndtr", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax.jit", "float32"),
+            ("torch", "float32"),
+        ),
+        (
+            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series "
+            "argument overflows"
+        ),
+        "jax float32 second in x0 at (-3.4028234663852886e+38,): nan, exact -inf",
+    ),
+    ("loggamma", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the reflection's cotangent derivative cos(pi u)**2 / sin(pi u)**2 at tiny negative x (the pole at "
+            "0): the squares under- and overflow, and their autodiff is inf * 0"
+        ),
+        "jax float32 second in x0 at (-1.1754943508222875e-38,): nan, exact 7.237005577332262e+75",
+    ),
+    ("logit", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "the derived second derivative (2p - 1) / (p (1 - p))**2 at subnormal p: the square underflows",
+        "jax float32 second in x0 at (1.1754943508222875e-38,): nan, exact -7.237005577332262e+75",
+    ),
+    ("ndtri", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
+        ("jax float32 first in x0 at (1.1754943508222875e-38,): 6.530802155237514e+36, exact 6.530690411757613e+36"),
+    ),
+    ("ndtri", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
+        ("jax float32 jvp in x0 at (1.1754943508222875e-38,): 6.530802155237514e+36, exact 6.530690411757613e+36"),
+    ),
+    ("ndtri", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
+        "jax float32 second in x0 at (0.0,): 0.0, exact -inf",
+    ),
+    ("ndtri", "value"): (
+        (
+            ("jax", "float64"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
+        "jax float64 value in x0 at (2.2250738585072014e-308,): -37.5193793471445, exact -inf",
+    ),
+    ("polygamma", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the reflection's cotangent derivative cos(pi u)**2 / sin(pi u)**2 at tiny negative x (the pole at "
+            "0): the squares under- and overflow, and their autodiff is inf * 0"
+        ),
+        "jax float32 second in x0 at (-1.1754943508222875e-38,): nan, exact 3.142454983580296e+152",
+    ),
+    ("pow", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "x**y at pairs of special points: y x**(y-1) at a subnormal x and a normal y (x**(y-1) overflows in "
+            "float32 where the derivative is finite), and the second derivatives (0 * inf)"
+        ),
+        "jax float32 first in x0 at (1.401298464324817e-45, 1.1754943508222875e-38): inf, exact 8388608.0",
+    ),
+    ("pow", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "x**y at pairs of special points: y x**(y-1) at a subnormal x and a normal y (x**(y-1) overflows in "
+            "float32 where the derivative is finite), and the second derivatives (0 * inf)"
+        ),
+        "jax float32 jvp in x0 at (1.401298464324817e-45, 1.1754943508222875e-38): inf, exact 8388608.0",
+    ),
+    ("pow", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "x**y at pairs of special points: y x**(y-1) at a subnormal x and a normal y (x**(y-1) overflows in "
+            "float32 where the derivative is finite), and the second derivatives (0 * inf)"
+        ),
+        "jax float32 second in x0 at (1.1754943508222875e-38, 0.0): nan, exact 0.0",
+    ),
+    ("sigmoid", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax.jit", "float32"),
+            ("torch", "float32"),
+        ),
+        (
+            "the second derivative s (1 - s) (1 - 2 s) at |x| = 1e-30 in float32: 1 - 2 sigmoid(x) cancels to 0 "
+            "where it is -x / 2"
+        ),
+        "jax float32 second in x0 at (1.0000000031710769e-30,): 0.0, exact -1.250000003963846e-31",
+    ),
+    ("tanh", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+            ("torch", "float32"),
+            ("torch", "float64"),
+        ),
+        (
+            "the stabilised derivative 4 sigmoid(-2x) sigmoid(2x), whose derivative's difference sigmoid(-2x) - "
+            "sigmoid(2x) cancels to 0 at 1e-30 where the second derivative is -2e-30 (the stabilising search's "
+            "form)"
+        ),
+        "jax float32 second in x0 at (1.0000000031710769e-30,): 0.0, exact -2.0000000063421537e-30",
+    ),
+    ("xlog1py", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        (
+            "JAX's division rule differentiates the partial x / (1 + y) as -g x (1 + y)**-2: inf * 0 where the "
+            "square overflows (torch's is right)"
+        ),
+        "jax float32 second in x1 at (inf, 3.4028234663852886e+38): nan, exact -inf",
+    ),
+    ("xlogy", "first"): (
+        (
+            ("jax", "float32"),
+            ("jax.jit", "float32"),
+        ),
+        (
+            "JAX float32: XLA flushes the subnormal y in the partial x / y: inf, the limit at the flushed reading "
+            "(x, +0), which `_limit` does not give (its values at 1e-450 and 1e-900 are both past the float "
+            "range)"
+        ),
+        "jax float32 first in x1 at (1.1754943508222875e-38, 1.401298464324817e-45): inf, exact 8388608.0",
+    ),
+    ("xlogy", "jvp"): (
+        (
+            ("jax", "float32"),
+            ("jax.jit", "float32"),
+        ),
+        (
+            "JAX float32: XLA flushes the subnormal y in the partial x / y: inf, the limit at the flushed reading "
+            "(x, +0), which `_limit` does not give (its values at 1e-450 and 1e-900 are both past the float "
+            "range)"
+        ),
+        "jax float32 jvp in x1 at (1.1754943508222875e-38, 1.401298464324817e-45): inf, exact 8388608.0",
+    ),
+    ("xlogy", "second"): (
+        (
+            ("jax", "float32"),
+            ("jax", "float64"),
+            ("jax.jit", "float32"),
+            ("jax.jit", "float64"),
+        ),
+        (
+            "JAX's division rule differentiates the partial x / y as -g x y**-2: 0 * inf where y**2 underflows "
+            "(torch's (x / y) / y is right)"
+        ),
+        "jax float32 second in x1 at (0.0, 1.1754943508222875e-38): nan, exact 0.0",
+    ),
+}
+
+
+#: The special-value cells known to fail, by (function, backend, dtype, order): why, and a point that shows it.
+#: Each is a defect of the generated code or of the framework function it calls that no mechanism of rulegen's
+#: mends yet, not a limit of the test.  An order listed here that passes fails the test (strict).
+SPECIAL_KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
+    (name, backend, dtype, order): f"{why} (e.g. {example})"
+    for (name, order), (cells, why, example) in SPECIAL_KNOWN.items()
+    for backend, dtype in cells
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "backend", "dtype"),
+    [pytest.param(*c, marks=pytest.mark.slow) if c[2] == "float32" else c for c in special_cells()],
+)
+def test_special_values(package, name, backend, dtype):
+    failures = special_cell(package, name, backend, dtype)
+    known = {o: why for (n, b, d, o), why in SPECIAL_KNOWN_WRONG.items() if (n, b, d) == (name, backend, dtype)}
+    for order in known:
+        assert any(f.startswith(f"{order} ") for f in failures), (
+            f"{name} {backend} {dtype} {order} now passes: remove it from SPECIAL_KNOWN ({known[order]})"
+        )
+    left = [f for f in failures if f.split()[0] not in known]
+    assert not left, f"{len(left)} points wrong:\n" + "\n".join(left[:16])
+    if known:
+        pytest.xfail("; ".join(f"{o}: {why}" for o, why in known.items()))
+
+
+#: A sample of the special-value functions under torch.compile, value and first derivative: inductor compiles
+#: each for some seconds, too long for the whole matrix in every run.
+COMPILED_SAMPLE = ("atan", "erf", "Abs", "Max", "xlogy", "digamma", "cbrt")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", COMPILED_SAMPLE)
+def test_special_values_under_torch_compile(package, name, dtype):
+    failures = special_cell(package, name, "torch.compile", dtype)
+    known = COMPILED_KNOWN.get((name, dtype))
+    if known:
+        assert failures, f"{name} {dtype} under torch.compile now passes: remove it from COMPILED_KNOWN ({known})"
+        pytest.xfail(known)
+    assert not failures, f"{len(failures)} points wrong:\n" + "\n".join(failures[:16])
+
+
+#: The sample's cells known to fail under torch.compile, with why (strict, as SPECIAL_KNOWN).
+COMPILED_KNOWN = {
+    ("erf", "float32"): (
+        "inductor's float32 erf is 0 at |x| = 1e-30 and 3.6e-31, where it is 1.13 x (eager torch's is right): "
+        "its own lowering of erf, which the generated code calls as torch.special.erf"
+    ),
+}

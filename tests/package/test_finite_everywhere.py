@@ -1,0 +1,79 @@
+"""Every rule known to be right is finite wherever its exact value is a finite float, over the whole float line.
+
+The `admissible` check's sweep (`inadmissible_results`) at WHOLE_LINE_POINTS points per dtype (1,024 in CI;
+`RULEGEN_WHOLE_LINE_POINTS=4096` for the full sweep, about 11 minutes of CPU), each input's
+probes, special floats and mixed magnitudes on top, in both backends: the generated code is evaluated at
+every point, mpmath only where a value or partial is not finite.  A rule with a true finding not mended yet
+says so in its `checks: skip: admissible:`, and is left out.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rulegen.check import CheckSession
+from rulegen.check.accuracy import inadmissible_results
+from rulegen.check.points import flat_call
+from rulegen.spec.rules import Rule, read_rules, rule_files
+from tests.conftest import RULES, SHARED_EXAMPLES
+
+RIGHT_RULES = Path(__file__).resolve().parents[1] / "right_rules"
+WHOLE_LINE_POINTS = int(os.environ.get("RULEGEN_WHOLE_LINE_POINTS", "1024"))
+
+
+def _inadmissible(rules: list[Rule], jax_pkg: object, torch_pkg: object, names: list[str]) -> list[str]:
+    """Each rule's `inadmissible_results` at WHOLE_LINE_POINTS, named; `names`: every rule the package holds."""
+    found = []
+    for rule in rules:
+        if "admissible" in rule.checks.skip or not hasattr(jax_pkg, rule.name):
+            continue
+        generated = {
+            "jax": flat_call(rule, getattr(jax_pkg, rule.name)),
+            "torch": flat_call(rule, getattr(torch_pkg, rule.name)),
+        }
+        found += [
+            f"{rule.name}: {message}"
+            for message in inadmissible_results(rule, generated, points=WHOLE_LINE_POINTS, known=names)
+        ]
+    return found
+
+
+BUNDLED_FILES = rule_files([RULES])
+#: rules/functions.yaml holds most of the sweep's cost (bessel_i0 alone a third): its rules are shared out in
+#: parts, so that the slow lane's two workers split it.
+PARTS = 4
+
+
+def _part(path: Path, part: int) -> list[Rule]:
+    rules = read_rules([path])
+    return rules[part::PARTS] if path.name == "functions.yaml" else rules
+
+
+@pytest.mark.costly
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("path", "part"),
+    [(p, k) for p in BUNDLED_FILES for k in range(PARTS if p.name == "functions.yaml" else 1)],
+    ids=lambda v: v.stem if isinstance(v, Path) else str(v),
+)
+def test_the_bundled_rules_are_finite_wherever_the_exact_value_is(built, path, part):
+    jax_pkg, torch_pkg, bundled_rules = built
+    found = _inadmissible(_part(path, part), jax_pkg, torch_pkg, list(bundled_rules))
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "folder",
+    [RIGHT_RULES, pytest.param(SHARED_EXAMPLES, marks=pytest.mark.skipif(not SHARED_EXAMPLES.exists(), reason=""))],
+    ids=["right_rules", "shared_examples"],
+)
+def test_the_right_rules_are_finite_wherever_the_exact_value_is(folder):
+    rules = read_rules(rule_files([folder]))
+    with CheckSession(rules) as session:
+        jax_pkg, torch_pkg = session.modules
+        found = _inadmissible(rules, jax_pkg, torch_pkg, [r.name for r in rules])
+    assert not found, "\n".join(found)
