@@ -98,6 +98,22 @@ def built_package(root: Path, rules_text: str, package: str) -> Iterator[Path]:
 STAGE_FOLDERS = frozenset({"spec", "derive", "plan", "render", "check", "runtime"})
 
 
+def outcomes_of_part(rules: list, part: int, parts: int, package: str | None, seed: int) -> list:
+    """`run_checks(rules, package, seed=seed)`'s outcomes for every `parts`-th rule from the `part`-th.
+
+    A sweep cut into parts, each a test of its own, is shared by the xdist workers (whole, one took a
+    worker for minutes).  A rule's outcomes are those of the whole sweep: its points come from the seed
+    and its name, and each rule knows every other rule of the sweep (rules calling each other), as in one
+    `CheckSession`.  With `package` None the session builds the rules (once per worker and part).
+    """
+    from rulegen.check import CheckSession, check_rule
+
+    names = [r.name for r in rules]
+    with CheckSession(rules, package) as session:
+        jax_pkg, torch_pkg = session.modules
+        return [o for rule in rules[part::parts] for o in check_rule(rule, jax_pkg, torch_pkg, seed, False, names)]
+
+
 def _refuse_build(*args: object, **kwargs: object) -> None:
     raise AssertionError("a test in a stage folder builds a package: move it to tests/package, or give it rules built")
 
@@ -151,6 +167,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _in_stage_folder(item):
             item.add_marker(pytest.mark.unit)
+        # Tests that share a module's fixture run on one worker (`--dist loadgroup`), so that it is made
+        # once; the others go one at a time to whichever worker is free.
+        scopes = {d.scope for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs}  # type: ignore[attr-defined]
+        if scopes & {"module", "class", "package"}:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))  # type: ignore[attr-defined]
     # The costliest tests first (a stable sort keeps the rest in order): handed out last, one of them kept a
     # worker busy for the slow lane's last three minutes while the other sat idle.  Handed out one at a time
     # (see pytest_configure), they go to the two workers as each comes free, the longest first.

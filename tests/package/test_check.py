@@ -20,7 +20,7 @@ from rulegen.check import CHECKS, REGISTRY, CheckSession, check_rule, run_checks
 from rulegen.cli import app
 from rulegen.spec.rules import read_rules, rule_files
 from tests.check.test_check import WRONG, WRONG_FILES
-from tests.conftest import RULES, SHARED_EXAMPLES
+from tests.conftest import RULES, SHARED_EXAMPLES, outcomes_of_part
 
 # Right rules that once broke the generated code; each says how in a comment.
 RIGHT = Path(__file__).resolve().parents[1] / "right_rules"
@@ -127,21 +127,8 @@ def test_the_complex_rules_pass_the_checks_of_values_and_derivatives(seed_0_outc
 
 
 # The slow lane's sweeps are cut into this many parts, each a test of its own, so that the two xdist
-# workers share a sweep (whole, one took a worker for up to two minutes).
+# workers share a sweep.
 SWEEP_PARTS = 3
-
-
-def _outcomes_of_part(rules: list, part: int, package: str, seed: int):
-    """`run_checks(rules, package, seed=seed)`'s outcomes for every `SWEEP_PARTS`-th rule from the `part`-th.
-
-    A rule's outcomes are those of the whole sweep: its points come from the seed and its name, and each
-    rule knows every other rule of the sweep (rules calling each other), as in one `CheckSession`.
-    """
-    names = [r.name for r in rules]
-    with CheckSession(rules, package) as session:
-        jax_pkg, torch_pkg = session.modules
-        part_rules = rules[part::SWEEP_PARTS]
-        return [o for rule in part_rules for o in check_rule(rule, jax_pkg, torch_pkg, seed, False, names)]
 
 
 # Seed 0 in the fast lane (above); another, and the function table's 60 rules, in the slow one.
@@ -151,7 +138,7 @@ def _outcomes_of_part(rules: list, part: int, package: str, seed: int):
 @pytest.mark.parametrize("part", range(SWEEP_PARTS))
 def test_bundled_rules_pass_at_another_seed(bundled, part):
     paths = [p for p in rule_files([RULES]) if p.name != "functions.yaml"]
-    outcomes = _outcomes_of_part(read_rules(paths), part, bundled, 1)
+    outcomes = outcomes_of_part(read_rules(paths), part, SWEEP_PARTS, bundled, 1)
     assert outcomes
     failures = [f"{o.rule}/{o.check}: {o.detail}" for o in outcomes if o.status == "fail"]
     assert not failures, "\n".join(failures)
@@ -169,7 +156,7 @@ def test_every_shared_example_passes():
 @pytest.mark.slow
 @pytest.mark.parametrize("part", range(SWEEP_PARTS))
 def test_function_rules_pass_every_check(bundled, part):
-    outcomes = _outcomes_of_part(read_rules([RULES / "functions.yaml"]), part, bundled, 3)
+    outcomes = outcomes_of_part(read_rules([RULES / "functions.yaml"]), part, SWEEP_PARTS, bundled, 3)
     assert outcomes
     failures = [f"{o.rule}/{o.check}: {o.detail}" for o in outcomes if o.status == "fail"]
     assert not failures, "\n".join(failures)

@@ -74,7 +74,7 @@ def rules_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def package(tmp_path_factory):
     with built_package(tmp_path_factory.mktemp("conformance"), rules_text(), "rg_conformance"):
         yield importlib.import_module("rg_conformance.jax"), importlib.import_module("rg_conformance.torch")
