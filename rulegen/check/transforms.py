@@ -110,7 +110,8 @@ def _compare_shard_map_jax(s: Subject, small: Subject, xs: Sequence[Any], grads:
 
     sharded = shard_map(per_shard, mesh=mesh, in_specs=tuple(P("calls") for _ in arrays), out_specs=P("calls"))
     wrt = tuple(arrays.index(k) for k in small.diff)
-    found = jax.grad(sum_of(sharded), wrt, holomorphic=s.rule.complex)(
+    # Under jit: eager, every primitive inside shard_map is compiled on its own (hundreds of XLA compilations).
+    found = jax.jit(jax.grad(sum_of(sharded), wrt, holomorphic=s.rule.complex))(
         *[jnp.asarray(small.values[k])[None] for k in arrays]
     )
     for k, (a, b) in enumerate(zip(found, grads, strict=True)):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rulegen.check import CHECKS, REGISTRY, CheckSession, check_rule, run_checks, summary
+from rulegen.check import CHECKS, REGISTRY, run_checks, summary
 from rulegen.cli import app
 from rulegen.spec.rules import read_rules, rule_files
 from tests.check.test_check import WRONG, WRONG_FILES
