@@ -178,6 +178,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("costly") is None)
 
 
+# A project (test_names.py of tests/spec and tests/package) whose rule in one file calls a rule of another.
+CALLEE = "name: halved\ninputs: [x]\nforward: x / 2\n"
+CALLER = "name: quartered\ninputs: [x]\nforward:\n  python: return halved(halved(x))\n"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    (tmp_path / "pyproject.toml").write_text('[tool.rulegen]\nrules = ["rules"]\nout = "generated"\n')
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "halved.yaml").write_text(CALLEE)
+    (tmp_path / "rules" / "quartered.yaml").write_text(CALLER)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
 @pytest.fixture
 def search_cache_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every search of the test runs: none is read from this process's memo or from disk."""

@@ -23,7 +23,6 @@ from rulegen.derive.stabilise import Sampling, admissible, stabilise
 from rulegen.derive.stabilise.families import _identities, _norm_form, _powers_split
 from rulegen.derive.stabilise.points import _numpy_function
 from rulegen.spec.rules import Domain
-from tests.conftest import built_package
 
 jax.config.update("jax_enable_x64", True)
 x, y = sp.symbols("x y", real=True)
@@ -103,22 +102,3 @@ def test_binade_is_finite_at_the_largest_floats():
         top = np.asarray([np.finfo(dtype).max], dtype=dtype)
         assert np.isfinite(binade_of(top)).all()
         assert np.isfinite(runtime_binade(torch, torch.from_numpy(top)).numpy()).all()
-
-
-FOCAL = """
-name: focal_as_papers_write_it
-doc: The sigmoid focal loss, written with sigmoid(z) as in the paper.
-inputs:
-  z: {}
-  y: {domain: [0, 1]}
-  gamma: {static: true, default: 2.0}
-forward: -(y*(1 - sigmoid(z))**gamma*log(sigmoid(z)) + (1 - y)*sigmoid(z)**gamma*log(1 - sigmoid(z)))
-"""
-
-
-@pytest.fixture(scope="module")
-def focal(tmp_path_factory):
-    import importlib
-
-    with built_package(tmp_path_factory.mktemp("focal"), FOCAL, "rg_focal"):
-        yield importlib.import_module("rg_focal.jax"), importlib.import_module("rg_focal.torch")

@@ -17,6 +17,27 @@ import pytest
 import sympy as sp
 import torch
 
+from tests.conftest import built_package
+
+FOCAL = """
+name: focal_as_papers_write_it
+doc: The sigmoid focal loss, written with sigmoid(z) as in the paper.
+inputs:
+  z: {}
+  y: {domain: [0, 1]}
+  gamma: {static: true, default: 2.0}
+forward: -(y*(1 - sigmoid(z))**gamma*log(sigmoid(z)) + (1 - y)*sigmoid(z)**gamma*log(1 - sigmoid(z)))
+"""
+
+
+@pytest.fixture(scope="module")
+def focal(tmp_path_factory):
+    import importlib
+
+    with built_package(tmp_path_factory.mktemp("focal"), FOCAL, "rg_focal"):
+        yield importlib.import_module("rg_focal.jax"), importlib.import_module("rg_focal.torch")
+
+
 jax.config.update("jax_enable_x64", True)
 x, y = sp.symbols("x y", real=True)
 

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rulegen.cli import app
+from tests.spec.test_bad_rules import schema_validator
 
 GOOD = """\
 name: good
@@ -250,10 +251,10 @@ def test_new_x_builds_with_an_input_of_another_name(tmp_path):
         "name: a\ninputs: {x: {dtype: complex128}}\nforward: x\n",
     ],
 )
-def test_the_schema_refuses_what_the_reader_refuses(text, schema_validator, tmp_path):
+def test_the_schema_refuses_what_the_reader_refuses(text, tmp_path):
     import yaml
 
-    assert list(schema_validator.iter_errors(yaml.safe_load(text)))
+    assert list(schema_validator().iter_errors(yaml.safe_load(text)))
     (tmp_path / "a.yaml").write_text(text)
     result = CliRunner().invoke(app, ["build", str(tmp_path / "a.yaml"), "--out", str(tmp_path / "pkg")])
     assert result.exit_code == 2, result.output

@@ -8,6 +8,7 @@ release that has all of them.
 
 from __future__ import annotations
 
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -18,7 +19,21 @@ from typer.testing import CliRunner
 
 from rulegen.cli import app
 from rulegen.derive.floors import API_FLOORS, apis_used
+from tests.conftest import ROOT
 from tests.render.test_floors import _rules
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled rules built as a distribution (from a copy of generated/: only what changed is derived)."""
+    out = tmp_path_factory.mktemp("shipped") / "bundled"
+    shutil.copytree(ROOT / "generated", out)
+    result = CliRunner().invoke(
+        app, ["build", str(ROOT / "rules"), "--out", str(out), "--package-name", "bundled", "--jobs", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    return out
+
 
 #: Where the frameworks add and change APIs from release to release: every API
 #: of the package under one of these must have its own row in the table

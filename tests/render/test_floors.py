@@ -8,7 +8,6 @@ release that has all of them.
 
 from __future__ import annotations
 
-import shutil
 import tomllib
 from pathlib import Path
 
@@ -22,18 +21,6 @@ from rulegen.derive.floors import apis_used, floors_of
 from tests.conftest import ROOT
 
 SQUARE = "name: sq\ndoc: The square.\ninputs: [x]\nforward: x**2\n"
-
-
-@pytest.fixture(scope="module")
-def shipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundled rules built as a distribution (from a copy of generated/: only what changed is derived)."""
-    out = tmp_path_factory.mktemp("shipped") / "bundled"
-    shutil.copytree(ROOT / "generated", out)
-    result = CliRunner().invoke(
-        app, ["build", str(ROOT / "rules"), "--out", str(out), "--package-name", "bundled", "--jobs", "1"]
-    )
-    assert result.exit_code == 0, result.output
-    return out
 
 
 def test_rulegens_own_jax_extra_covers_the_generated_code():

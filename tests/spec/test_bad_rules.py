@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -84,8 +85,10 @@ BUNDLED = sorted(
 )
 
 
-@pytest.fixture(scope="module")
+@functools.cache
 def schema_validator():
+    """rulegen's JSON Schema as `rulegen schema` prints it, ready to validate with."""
+
     import json
 
     import jsonschema
@@ -95,11 +98,11 @@ def schema_validator():
 
 
 @pytest.mark.parametrize("path", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_every_bundled_rule_file_validates_against_the_schema(path, schema_validator):
+def test_every_bundled_rule_file_validates_against_the_schema(path):
     # rulegen's YAML reader, as an editor's YAML 1.2 reads `1e-7` (a number; PyYAML's 1.1 reads a string)
     from rulegen.spec.source import load_yaml
 
-    errors = [f"{list(e.absolute_path)}: {e.message}" for e in schema_validator.iter_errors(load_yaml(path))]
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in schema_validator().iter_errors(load_yaml(path))]
     assert not errors, errors[:3]
 
 

@@ -33,21 +33,6 @@ def test_every_rule_and_input_read_from_a_file_knows_where_it_is(folder):
             assert i.loc.file != "<unknown>", (rule.name, i.name)
 
 
-# A project whose rule in one file calls a rule of another.
-CALLEE = "name: halved\ninputs: [x]\nforward: x / 2\n"
-CALLER = "name: quartered\ninputs: [x]\nforward:\n  python: return halved(halved(x))\n"
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch) -> Path:
-    (tmp_path / "pyproject.toml").write_text('[tool.rulegen]\nrules = ["rules"]\nout = "generated"\n')
-    (tmp_path / "rules").mkdir()
-    (tmp_path / "rules" / "halved.yaml").write_text(CALLEE)
-    (tmp_path / "rules" / "quartered.yaml").write_text(CALLER)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def test_show_resolves_rules_of_other_files(project):
     result = CliRunner().invoke(app, ["show", "quartered", "--rules", "rules/quartered.yaml", "-b", "jax"])
     assert result.exit_code == 0, result.output
