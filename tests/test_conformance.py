@@ -723,21 +723,6 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         ),
         "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact -8.636169584606055e-78",
     ),
-    ("asinh", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        (
-            "the stabilised derivative's scaled branch computes 1 / x**2 where the where drops it: at x = 0 its "
-            "derivative is inf * 0 (the stabilising search's form)"
-        ),
-        "jax float32 second in x0 at (0.0,): nan, exact 0.0",
-    ),
     ("atan2", "first"): (
         (
             ("jax.jit", "float32"),

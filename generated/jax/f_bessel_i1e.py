@@ -47,14 +47,13 @@ def _f_bessel_i1e_jvp(primals, tangents):
     t0 = jax.scipy.special.i1e(x)
     t1 = jnp.abs(x)
     t2 = t1 < 1 / 67108864
+    t3 = jnp.where(t2, 1, x)
     return out, x_dot * jnp.where(
         x >= 25,
         bessel_ie_series(1, 1, jnp.where(x < 25, 25, x)),
         jnp.where(
             x <= -25,
             bessel_ie_series(1, 1, jnp.where(x > -25, 25, -x)),
-            -t0 * jnp.sign(x)
-            - jnp.where(t2, jnp.exp(-t1) / 2, t0 / jnp.where(t2, 1, x))
-            + jax.scipy.special.i0e(x),
+            -t0 * jnp.sign(x) - jnp.where(t2, jnp.exp(-t1) / 2, t0 / t3) + jax.scipy.special.i0e(x),
         ),
     )
