@@ -20,6 +20,36 @@ erfcx_series = functools.partial(_asymptotic.erfcx_series, jnp)
 bessel_ie_series = functools.partial(_asymptotic.bessel_ie_series, jnp)
 
 
+def quotient(a, b):
+    """a / b, whose derivative in b is -(a / b) / b.
+
+    JAX's own, -a * b**-2, is 0 * inf = nan where b**2 under- or overflows
+    and the quotient's derivative is a float (x / y at (0, 1e-38), and
+    inf / (1 + y) at y = 3.4e38).
+    """
+    # An integer divides as a float, of the other's type where that is one (jnp's true_divide).
+    inexact = [jnp.issubdtype(jnp.result_type(v), jnp.inexact) for v in (a, b)]
+    if not inexact[0]:
+        a = jnp.asarray(a, jnp.result_type(b) if inexact[1] else float)
+    if not inexact[1]:
+        b = jnp.asarray(b, jnp.result_type(a))
+    return _quotient(a, b)
+
+
+@jax.custom_jvp
+def _quotient(a, b):
+    return a / b
+
+
+@_quotient.defjvp
+def _quotient_jvp(primals, tangents):
+    a, b = primals
+    a_dot, b_dot = tangents
+    q = _quotient(a, b)
+    # Held whole: XLA would reassociate (a / b) / b into a / (b * b), the square this rule avoids.
+    return q, _quotient(a_dot, b) - _quotient(jax.lax.optimization_barrier(q), b) * b_dot
+
+
 class Callback:
     """A host callback equal to any other of the same `key`: one compiled executable per key.
 

@@ -7,7 +7,7 @@ from the samples).
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays
+from ._util import as_arrays, quotient
 
 
 def c_log(z: jax.typing.ArrayLike) -> jax.Array:
@@ -41,4 +41,4 @@ def _c_log_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: autodiff
     # would differentiate an output the rule holds constant.
     out = _c_log(z)
-    return out, z_dot / z
+    return out, quotient(z_dot, z)

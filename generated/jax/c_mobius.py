@@ -6,7 +6,7 @@ import functools
 
 import jax
 
-from ._util import as_arrays, present, summed_like
+from ._util import as_arrays, present, quotient, summed_like
 
 
 def c_mobius(z: jax.typing.ArrayLike, a: jax.typing.ArrayLike) -> jax.Array:
@@ -31,7 +31,7 @@ def c_mobius(z: jax.typing.ArrayLike, a: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _c_mobius(z, a):
-    return (a * z + 1j) / (z + 2)
+    return quotient(a * z + 1j, z + 2)
 
 
 @functools.partial(_c_mobius.defjvp, symbolic_zeros=True)
@@ -44,6 +44,6 @@ def _c_mobius_jvp(primals, tangents):
     t0 = z + 2
     return out, summed_like(
         out,
-        None if z_dot is None else z_dot * ((2 * a - 1j) / (t0 * t0)),
-        None if a_dot is None else a_dot * (z / t0),
+        None if z_dot is None else z_dot * quotient(2 * a - 1j, t0 * t0),
+        None if a_dot is None else a_dot * quotient(z, t0),
     )

@@ -40,15 +40,9 @@ def _f_asinh(x):
 def _f_asinh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = x * x
-    t1 = jnp.abs(x) < 131072.0
+    t0 = jnp.abs(x) < 131072.0
+    t1 = jnp.where(t0, 262144.0, x)
     out = jnp.arcsinh(x)
     return out, x_dot * jnp.where(
-        t1,
-        jax.lax.rsqrt(t0 + 1),
-        1
-        / (
-            jnp.sqrt(jnp.where(t1, 1.4551915228366852e-11, 1 / t0) + 1)
-            * jnp.abs(jnp.where(t1, 262144.0, x))
-        ),
+        t0, jax.lax.rsqrt(x * x + 1), 1 / (jnp.sqrt(1 + 1 / (t1 * t1)) * jnp.abs(t1))
     )

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
-from ._util import as_arrays, bessel_ie_series, in_float32, rounded
+from ._util import as_arrays, bessel_ie_series, in_float32, quotient, rounded
 
 
 def f_bessel_i1e(x: jax.typing.ArrayLike) -> jax.Array:
@@ -47,6 +47,7 @@ def _f_bessel_i1e_jvp(primals, tangents):
     t0 = jax.scipy.special.i1e(x)
     t1 = jnp.abs(x)
     t2 = t1 < 1 / 67108864
+    t3 = jnp.where(t2, 1, x)
     return out, x_dot * jnp.where(
         x >= 25,
         bessel_ie_series(1, 1, jnp.where(x < 25, 25, x)),
@@ -54,7 +55,7 @@ def _f_bessel_i1e_jvp(primals, tangents):
             x <= -25,
             bessel_ie_series(1, 1, jnp.where(x > -25, 25, -x)),
             -t0 * jnp.sign(x)
-            - jnp.where(t2, jnp.exp(-t1) / 2, t0 / jnp.where(t2, 1, x))
+            - jnp.where(t2, jnp.exp(-t1) / 2, quotient(t0, t3))
             + jax.scipy.special.i0e(x),
         ),
     )

@@ -41,10 +41,7 @@ def _f_cbrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     t0 = jnp.abs(x) > 7.52316384526264e-37
-    t1 = jnp.where(t0, 1 / x, 6.64613997892458e35)
+    t1 = jnp.where(t0, 3.76158192263132e-37, x)
+    t2 = jnp.where(t0, x, 1.504632769052528e-36)
     out = nth_root(x, 3)
-    return out, x_dot * jnp.where(
-        t0,
-        nth_root(t1, 3) ** 2 / 3,
-        jnp.where(t0, 1.9125584255622063e24, 1 / nth_root(x, 3) ** 2) / 3,
-    )
+    return out, x_dot * jnp.where(t0, nth_root(1 / t2, 3) ** 2 / 3, 1 / nth_root(t1, 3) ** 2 / 3)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, quotient, rounded
 
 
 def f_digamma(x: jax.typing.ArrayLike) -> jax.Array:
@@ -37,7 +37,7 @@ def _f_digamma(x):
     t1 = math.pi * (t0 - jnp.floor(t0 + 1 / 2))
     return jnp.where(
         x < 0,
-        jax.scipy.special.digamma(1 - t0) - math.pi * jnp.cos(t1) / jnp.sin(t1),
+        jax.scipy.special.digamma(1 - t0) + quotient(-math.pi * jnp.cos(t1), jnp.sin(t1)),
         jax.scipy.special.digamma(x),
     )
 
@@ -55,7 +55,7 @@ def _f_digamma_jvp(primals, tangents):
     t3 = x >= 134217728
     return out, x_dot * jnp.where(
         x < 0,
-        -math.pi * (-math.pi - math.pi * jnp.cos(t1) ** 2 / jnp.sin(t1) ** 2)
+        -math.pi * (-math.pi + quotient(-math.pi * jnp.cos(t1) ** 2, jnp.sin(t1) ** 2))
         - jax.scipy.special.polygamma(1, 1 - t0),
         jnp.where(
             t3, (t2 * t2) / 2 + t2, jax.scipy.special.polygamma(1, jnp.where(t3, 134217727, x))

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, quotient, rounded
 
 
 def f_gamma(x: jax.typing.ArrayLike) -> jax.Array:
@@ -47,7 +47,7 @@ def _f_gamma_jvp(primals, tangents):
         out
         * jnp.where(
             x < 0,
-            jax.scipy.special.digamma(1 - t1) - math.pi * jnp.cos(t2) / jnp.sin(t2),
+            jax.scipy.special.digamma(1 - t1) + quotient(-math.pi * jnp.cos(t2), jnp.sin(t2)),
             jax.scipy.special.digamma(x),
         )
     )

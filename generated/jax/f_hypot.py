@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, binade, in_float32, present, rounded, summed_like
+from ._util import as_arrays, binade, in_float32, present, quotient, rounded, summed_like
 
 
 def f_hypot(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
@@ -55,6 +55,6 @@ def _f_hypot_jvp(primals, tangents):
     t4 = jnp.where(t3 == 0, 1, t3)
     return out, summed_like(
         out,
-        None if x_dot is None else x_dot * (t1 / t4),
-        None if y_dot is None else y_dot * (t2 / t4),
+        None if x_dot is None else x_dot * quotient(t1, t4),
+        None if y_dot is None else y_dot * quotient(t2, t4),
     )

@@ -5,7 +5,7 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, quotient, rounded
 
 
 def f_log(x: jax.typing.ArrayLike) -> jax.Array:
@@ -38,4 +38,4 @@ def _f_log_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jnp.log(x)
-    return out, x_dot / x
+    return out, quotient(x_dot, x)

@@ -5,7 +5,7 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, quotient, rounded
 
 
 def f_log1p(x: jax.typing.ArrayLike) -> jax.Array:
@@ -38,4 +38,4 @@ def _f_log1p_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = jnp.log1p(x)
-    return out, x_dot / (x + 1)
+    return out, quotient(x_dot, x + 1)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import jax.scipy.special
 
 from ._special import erfcx
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, quotient, rounded
 
 
 def f_log_ndtr(x: jax.typing.ArrayLike) -> jax.Array:
@@ -59,6 +59,6 @@ def _f_log_ndtr_jvp(primals, tangents):
     out = jnp.where(t4, -t0 * (t0 / 2) + jnp.log(t3 / 2), jnp.log1p(-jax.scipy.special.ndtr(-t5)))
     return out, x_dot * jnp.where(
         t4,
-        t1 * t6 / t3,
-        t2 * t6 * jnp.exp(-jnp.where(t4, 1, x * x) / 2) / jax.scipy.special.ndtr(t5),
+        quotient(t1 * t6, t3),
+        quotient(t2 * t6 * jnp.exp(-jnp.where(t4, 1, x * x) / 2), jax.scipy.special.ndtr(t5)),
     )

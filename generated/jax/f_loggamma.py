@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, quotient, rounded
 
 
 def f_loggamma(x: jax.typing.ArrayLike) -> jax.Array:
@@ -45,6 +45,6 @@ def _f_loggamma_jvp(primals, tangents):
     out = jax.scipy.special.gammaln(x)
     return out, x_dot * jnp.where(
         x < 0,
-        jax.scipy.special.digamma(1 - t0) - math.pi * jnp.cos(t1) / jnp.sin(t1),
+        jax.scipy.special.digamma(1 - t0) + quotient(-math.pi * jnp.cos(t1), jnp.sin(t1)),
         jax.scipy.special.digamma(x),
     )

@@ -5,7 +5,7 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, quotient, rounded
 
 
 def f_mish(x: jax.typing.ArrayLike) -> jax.Array:
@@ -41,4 +41,4 @@ def _f_mish_jvp(primals, tangents):
     t1 = jnp.exp(-jnp.abs(x))
     t2 = jnp.tanh(jnp.where(t0, x, 0) + jnp.log1p(t1))
     out = t2 * x
-    return out, x_dot * (t2 + x * (1 - t2) * (t2 + 1) * jnp.where(t0, 1, t1) / (t1 + 1))
+    return out, x_dot * (t2 + quotient(x * (1 - t2) * (t2 + 1) * jnp.where(t0, 1, t1), t1 + 1))

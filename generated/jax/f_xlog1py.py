@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
-from ._util import as_arrays, in_float32, present, rounded, summed_like
+from ._util import as_arrays, in_float32, present, quotient, rounded, summed_like
 
 
 def f_xlog1py(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
@@ -48,5 +48,5 @@ def _f_xlog1py_jvp(primals, tangents):
     return out, summed_like(
         out,
         None if x_dot is None else x_dot * jnp.log1p(y),
-        None if y_dot is None else y_dot * (x / (y + 1)),
+        None if y_dot is None else y_dot * quotient(x, y + 1),
     )

@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, present, rounded, summed_like, unpack_tuple
+from ._util import as_arrays, in_float32, present, quotient, rounded, summed_like, unpack_tuple
 
 
 def hypot_pair(xy: tuple[jax.typing.ArrayLike, jax.typing.ArrayLike]) -> jax.Array:
@@ -57,6 +57,6 @@ def _hypot_pair_jvp(primals, tangents):
     t0 = jnp.hypot(x, y)
     return out, summed_like(
         out,
-        None if x_dot is None else x_dot * (x / t0),
-        None if y_dot is None else y_dot * (y / t0),
+        None if x_dot is None else x_dot * quotient(x, t0),
+        None if y_dot is None else y_dot * quotient(y, t0),
     )

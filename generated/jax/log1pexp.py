@@ -5,7 +5,7 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, rounded
+from ._util import as_arrays, in_float32, quotient, rounded
 
 
 def log1pexp(x: jax.typing.ArrayLike) -> jax.Array:
@@ -45,4 +45,4 @@ def _log1pexp_jvp(primals, tangents):
     t0 = x >= 0
     t1 = jnp.exp(-jnp.abs(x))
     out = jnp.where(t0, x, 0) + jnp.log1p(t1)
-    return out, x_dot * jnp.where(t0, 1, t1) / (t1 + 1)
+    return out, quotient(x_dot * jnp.where(t0, 1, t1), t1 + 1)

@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, binade, in_float32, present, rounded, summed_like
+from ._util import as_arrays, binade, in_float32, present, quotient, rounded, summed_like
 
 
 def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, jax.Array]:
@@ -62,8 +62,8 @@ def _polar_jvp(primals, tangents):
     t5 = jnp.hypot(x, y)
     r_dot = summed_like(
         r,
-        None if x_dot is None else x_dot * (t1 / t4),
-        None if y_dot is None else y_dot * (t2 / t4),
+        None if x_dot is None else x_dot * quotient(t1, t4),
+        None if y_dot is None else y_dot * quotient(t2, t4),
     )
     theta_dot = summed_like(
         theta,

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ._util import as_arrays, in_float32, present, rounded, summed_like
+from ._util import as_arrays, in_float32, present, quotient, rounded, summed_like
 
 
 class Polar(NamedTuple):
@@ -68,7 +68,9 @@ def _to_polar_jvp(primals, tangents):
     r, theta = _to_polar(x, y)
     t0 = jnp.hypot(x, y)
     r_dot = summed_like(
-        r, None if x_dot is None else x_dot * (x / t0), None if y_dot is None else y_dot * (y / t0)
+        r,
+        None if x_dot is None else x_dot * quotient(x, t0),
+        None if y_dot is None else y_dot * quotient(y, t0),
     )
     theta_dot = summed_like(
         theta,

@@ -22,16 +22,10 @@ class FAsinh(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = x * x
-        t1 = torch.abs(x) < 131072.0
+        t0 = torch.abs(x) < 131072.0
+        t1 = torch.where(t0, 262144.0, x)
         return out_bar * torch.where(
-            t1,
-            torch.rsqrt(t0 + 1),
-            1
-            / (
-                torch.sqrt(torch.where(t1, 1.4551915228366852e-11, 1 / t0) + 1)
-                * torch.abs(torch.where(t1, 262144.0, x))
-            ),
+            t0, torch.rsqrt(x * x + 1), 1 / (torch.sqrt(1 + 1 / (t1 * t1)) * torch.abs(t1))
         )
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.

@@ -27,6 +27,7 @@ class FBesselI1e(RuleFunction):
         t0 = torch.special.i1e(x)
         t1 = torch.abs(x)
         t2 = t1 < 1 / 67108864
+        t3 = torch.where(t2, 1, x)
         return out_bar * torch.where(
             x >= 25,
             bessel_ie_series(1, 1, torch.where(x < 25, 25, x)),
@@ -34,7 +35,7 @@ class FBesselI1e(RuleFunction):
                 x <= -25,
                 bessel_ie_series(1, 1, torch.where(x > -25, 25, -x)),
                 -t0 * torch.where(x.isnan(), math.nan, torch.sign(x))
-                - torch.where(t2, torch.exp(-t1) / 2, t0 / torch.where(t2, 1, x))
+                - torch.where(t2, torch.exp(-t1) / 2, t0 / t3)
                 + torch.special.i0e(x),
             ),
         )

@@ -50,6 +50,8 @@ API_FLOORS: Mapping[str, tuple[str, str]] = {
     ".to_tangent_aval": ("jax", "0.4.34"),
     "jax.pure_callback(vmap_method=)": ("jax", "0.4.35"),
     "jax.typeof": ("jax", "0.5.3"),
+    # Differentiated and batched since 0.5.3 (its jvp, transpose and vmap rules): the runtime's `quotient`.
+    "jax.lax.optimization_barrier": ("jax", "0.5.3"),
 }
 
 #: What a rule module may use of the table by itself, whatever helpers it imports:

@@ -80,6 +80,10 @@ BESSEL_IE_SERIES_IMPORT = Import("._util", "bessel_ie_series")
 # A rational power's exact root (x**(2/3) is nth_root(x, 3)**2), the runtime's.
 NTH_ROOT_IMPORT = Import("._util", "nth_root")
 
+# A quotient of arrays whose JAX derivative in the divisor is -(a / b) / b (JAX's own: -a * b**-2, inf * 0 where
+# b**2 under- or overflows), the runtime's.
+QUOTIENT_IMPORT = Import("._util", "quotient")
+
 # Functions whose op is wrong or lacks a derivative, mended by the runtime (MathFunction.torch_runtime, jax_runtime).
 SPECIAL_MODULE = "._special"
 
@@ -557,6 +561,31 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
 
     def _print_cotangent_sum(self, expr: fn.cotangent_sum) -> str:
         return self._helper_call(JAX_SUMMED_LIKE_IMPORT, *expr.args)
+
+    @staticmethod
+    def _as_quotient(expr: Any) -> tuple[sp.Expr, sp.Expr] | None:
+        """A product of arrays with divisors among its factors, as (numerator, denominator); else None."""
+        if not isinstance(expr, sp.Mul):
+            return None
+        divisors = [f for f in expr.args if f.is_Pow and f.exp.is_Integer and f.exp < 0 and f.free_symbols]
+        rest = [f for f in expr.args if f not in divisors]
+        if not divisors or not any(f.free_symbols and not (f.is_Pow and f.exp.is_negative) for f in rest):
+            return None
+        return sp.Mul(*rest), sp.Mul(*(f.base**-f.exp for f in divisors))
+
+    def _print_Mul(self, expr: sp.Mul) -> str:
+        # a / b of arrays through the runtime's `quotient`: JAX differentiates a / b in b as -a * b**-2, whose
+        # square under- or overflows where the quotient's derivative -(a / b) / b is a float (xlogy's partial
+        # x / y at (0, 1e-38): 0 * inf = nan in its second derivative).
+        quotient = self._as_quotient(expr)
+        if quotient is not None:
+            return self._helper_call(QUOTIENT_IMPORT, *quotient)
+        return super()._print_Mul(expr)
+
+    def parenthesize(self, item: Any, level: int, strict: bool = False) -> str:
+        if self._as_quotient(item) is not None:  # a call: whole at every level
+            return self._print(item)
+        return super().parenthesize(item, level, strict)
 
     def _print_Max(self, expr: sp.Max) -> str:
         return self._nested(self.functions["Max"], expr.args)

@@ -224,6 +224,50 @@ def _fresh(name: str, chosen: Iterable[sp.Symbol]) -> str:
     return candidate
 
 
+def _fed_selections(exprs: Sequence[sp.Expr]) -> list[sp.Piecewise]:
+    """Each `Piecewise` that selects between a variable and a number and is raised to a power: an input fed a
+    stand-in where a branch is not taken (the double-`where` of rulegen.derive.stabilise.regimes)."""
+    found = {
+        node.base
+        for e in exprs
+        for node in sp.preorder_traversal(e)
+        if node.is_Pow
+        and isinstance(node.base, sp.Piecewise)
+        and all(v.is_Atom for v, _ in node.base.args)
+        and any(v.is_Symbol for v, _ in node.base.args)
+    }
+    return sorted(found, key=sp.default_sort_key)
+
+
+def _cse_with_selections_named(
+    exprs: list[sp.Expr], symbols: Iterator[sp.Symbol]
+) -> tuple[list[tuple[sp.Symbol, sp.Expr]], list[sp.Expr]]:
+    """`sp.cse` of `exprs`, each selection of a variable raised to a power (`_fed_selections`) named first.
+
+    sp.cse rebuilds every expression it takes apart, and sympy folds a power of a `Piecewise` into its pieces:
+    1/where(|x| < t, c, x)**2 becomes where(|x| < t, 1/c**2, 1/x**2), the stand-in gone from the power, whose
+    derivative at x = 0 is then inf times the `where`'s 0.  Named, the selection is one value the rest reads.
+    """
+    selections = _fed_selections(exprs)
+    if not selections:
+        return sp.cse(exprs, symbols=symbols, order="none")
+    held = {s: sp.Dummy(f"selection{k}") for k, s in enumerate(selections)}
+    with sp.evaluate(False):
+        masked = [e.xreplace(held) for e in exprs]
+    replacements, reduced = sp.cse([*masked, *selections], symbols=sp.numbered_symbols(cls=sp.Dummy), order="none")
+    defined = [(held[s], r) for s, r in zip(selections, reduced[len(exprs) :], strict=True)]
+    pending = [*replacements, *defined]
+    waiting = {sym for sym, _ in pending}
+    ordered: list[tuple[sp.Symbol, sp.Expr]] = []
+    while pending:  # each after what it reads, in cse's order otherwise
+        k = next(k for k, (_, v) in enumerate(pending) if not v.free_symbols & waiting)
+        sym, value = pending.pop(k)
+        waiting.discard(sym)
+        ordered.append((sym, value))
+    names = {sym: next(symbols) for sym, _ in ordered}
+    return [(names[sym], v.xreplace(names)) for sym, v in ordered], [e.xreplace(names) for e in reduced[: len(exprs)]]
+
+
 def shared_subexpressions(
     exprs: Sequence[sp.Expr], symbols: Iterator[sp.Symbol]
 ) -> tuple[list[tuple[sp.Symbol, sp.Expr]], list[sp.Expr]]:
@@ -235,7 +279,7 @@ def shared_subexpressions(
     what `y/hypot` gets right (or 0 where it underflows).  A shared
     reciprocal becomes the shared divisor, each use a division.
     """
-    replacements, reduced = sp.cse(list(exprs), symbols=symbols, order="none")
+    replacements, reduced = _cse_with_selections_named(list(exprs), symbols)
     divisors: dict[sp.Symbol, sp.Expr] = {}
     shared = []
     for symbol, value in replacements:
