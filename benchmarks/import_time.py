@@ -4,25 +4,37 @@
 
 Each backend in fresh processes: the framework is imported first, then the
 package's subpackage (`generated.jax`, `generated.torch`) is timed alone,
-best of REPEATS (default 7).  Also says whether `generated.jax` imported
-torch (it must not: the one rule bridged to torch imports it on its first call).
+best and median of REPEATS (default 7), in wall-clock and CPU seconds (on a
+loaded machine the wall clock runs ahead of the CPU time).  Also says
+whether `generated.jax` imported torch (it must not: the one rule bridged to
+torch imports it on its first call).
+
+Between the two imports the process runs a full garbage collection, timed
+apart (`framework gc s`): the framework's import leaves one due, which the
+next few thousand objects any import makes set off (0.07 s of CPU after
+`import torch`), whatever that import is.
 `generated/` must be built first (`rulegen build`).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 
 PROBE = """
-import json, sys, time
+import gc, json, sys, time
 import {framework}
 start = time.perf_counter()
+gc.collect()
+collection = time.perf_counter() - start
+start, cpu = time.perf_counter(), time.process_time()
 import generated.{framework} as package
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 rules = [n for n in dir(package) if not n.startswith("_") and n[0].islower()]
-print(json.dumps({{"seconds": seconds, "rules": len(rules), "torch": "torch" in sys.modules}}))
+print(json.dumps({{"seconds": seconds, "cpu": cpu, "collection": collection, "rules": len(rules),
+                  "torch": "torch" in sys.modules}}))
 """
 
 
@@ -34,16 +46,20 @@ def measure(framework: str, repeats: int) -> dict[str, float]:
         ).stdout
         runs.append(json.loads(out.strip().splitlines()[-1]))
     best = min(runs, key=lambda r: r["seconds"])
-    return {**best, "median": sorted(r["seconds"] for r in runs)[len(runs) // 2]}
+    medians = {f"median {key}": statistics.median(r[key] for r in runs) for key in ("seconds", "cpu", "collection")}
+    return {**best, **medians}
 
 
 def main(argv: list[str]) -> int:
     repeats = int(argv[0]) if argv else 7
-    print(f"{'package':<18}{'rules':>6}{'best s':>9}{'median s':>10}  imports torch")
+    print(f"{'package':<18}{'rules':>6}{'best s':>9}{'median s':>10}{'cpu s':>8}{'framework gc s':>16}  imports torch")
     for framework in ("jax", "torch"):
         r = measure(framework, repeats)
         torch = r["torch"] if framework == "jax" else "(the framework)"
-        print(f"generated.{framework:<8}{r['rules']:>6}{r['seconds']:>9.3f}{r['median']:>10.3f}  {torch}")
+        print(
+            f"generated.{framework:<8}{r['rules']:>6}{r['seconds']:>9.3f}{r['median seconds']:>10.3f}"
+            f"{r['median cpu']:>8.3f}{r['median collection']:>16.3f}  {torch}"
+        )
     return 0
 
 

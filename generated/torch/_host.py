@@ -141,6 +141,23 @@ def _probed(forward, outputs, kinds):
     return tuple(getattr(torch, np.asarray(r).dtype.name) for r in results[outputs:])
 
 
+def host_op(name, *, elementwise):
+    """A decorator that makes a host forward the torch custom op `name`, sharded as `sharded` says.
+
+    The op is registered here, not where the rule's module decorates its
+    forward: torch reads the source line of the frame that registers an
+    op's fake, and `inspect` finds a module being imported only by a scan
+    of every loaded one (about 5 ms an op after `import torch`), where this
+    module's frames it finds at once.
+    """
+
+    def register(forward):
+        op = torch.library.custom_op(name, forward, mutates_args=())
+        return sharded(elementwise=elementwise)(op)
+
+    return register
+
+
 def sharded(*, elementwise):
     """A decorator of a host op (a torch custom op) that tells DTensor how to shard it.
 

@@ -254,23 +254,50 @@ def without_jvp(function):
 def routed(function, schema=None):
     """What a public function calls to apply the Function `function`, in the form `route` picks.
 
-    Made once, at import: the compiled form (`function` without `jvp`, which
-    torch.compile(fullgraph=True) refuses) and, given the op's `schema`, the
-    exported form (`rule_op`).  A rule with no schema (a static no schema
-    types) has no op.
+    The compiled form (`function` without `jvp`, which
+    torch.compile(fullgraph=True) refuses) is made at import.  The numbers
+    its methods read (`numbers_read`) are found under the first compile,
+    and the exported form (`rule_op`, given the op's `schema`) made under
+    the first export: a bytecode scan and an op registered for each rule
+    would cost more at import than the rest of it.  A rule with no schema
+    (a static no schema types) has no op.
     """
     compiled = without_jvp(function)
-    exported = None if schema is None else rule_op(function, schema)
-    numbers = numbers_read(function)
+    numbers, exported = [], []
+    find_numbers = once(lambda: numbers.extend(numbers_read(function)))
+    make_op = None if schema is None else once(lambda: exported.append(rule_op(function, schema)))
 
     def apply(*args):
-        if numbers and torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():
+            find_numbers()
             _read_here(numbers)
-        return route(function, compiled, exported)(*args)
+            if make_op is not None and torch.compiler.is_exporting():
+                make_op()
+        return route(function, compiled, exported[0] if exported else None)(*args)
 
     apply.__name__ = apply.__qualname__ = f"apply_{function.__name__}"
-    apply.numbers_read = numbers
+    apply.applies = function
     return apply
+
+
+def once(fill):
+    """A function of no arguments that calls `fill()` on its first call only, and returns None.
+
+    Dynamo runs it as Python rather than tracing it
+    (`torch._dynamo.assume_constant_result`, marked so without importing
+    torch._dynamo): a bytecode scan or an op's registration is nothing a
+    graph can hold.  What `fill` made is read after it, from where the
+    traced frame finds it, so that Dynamo sees it as it sees any other.
+    """
+    done = []
+
+    def call():
+        if not done:
+            done.append(True)
+            fill()
+
+    call._dynamo_marked_constant = True
+    return call
 
 
 def _read_here(numbers):
@@ -294,7 +321,7 @@ def numbers_read(function):
 
     As (module, name) pairs: `math.pi`, a constant of the rule's module or
     of the runtime modules its methods call (in the same package), and
-    those of the rules they apply, whose public functions carry theirs.
+    those of the rules they apply (the Function each one's `routed` applies).
     """
     package = function.__module__.rpartition(".")[0]
     found = {}
@@ -318,8 +345,6 @@ def numbers_read(function):
             owner = value if isinstance(value, types.ModuleType) else None
             if _is_number(value) and holder is not None:
                 found.setdefault((id(holder), name), (holder, name))
-            for pair in getattr(value, "numbers_read", ()):
-                found.setdefault((id(pair[0]), pair[1]), pair)
             for called in _called(value, package):
                 scan(called.__code__, called.__globals__)
         for constant in code.co_consts:
@@ -342,11 +367,14 @@ def _called(value, package):
     """The Python functions of `package` that calling `value` runs in the traced frame.
 
     Through the runtime's own wrappers: a cache (`__wrapped__`), a partial,
-    a Function class (its methods) or a tuple of them.
+    a Function class (its methods) or a tuple of them, and what `routed`
+    gives (the Function it `applies`).
     """
     if isinstance(value, types.FunctionType):
         if value.__module__.startswith(package):
             yield value
+        if isinstance(getattr(value, "applies", None), type):
+            yield from _called(value.applies, package)
         if isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
             yield from _called(value.__wrapped__, package)
     elif isinstance(value, functools.partial):

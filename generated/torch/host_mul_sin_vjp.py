@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ._function import routed, save_for_derivatives
-from ._host import output_from_host, sharded, to_host, vmap_elementwise
+from ._host import host_op, output_from_host, to_host, vmap_elementwise
 from ._util import as_opmath_tensors, rounded
 
 
@@ -17,8 +17,7 @@ def _forward(x, y):
     return x * y, np.sin(x)
 
 
-@sharded(elementwise=True)
-@torch.library.custom_op(__name__.replace(".", "_") + "::host_mul_sin_vjp", mutates_args=())
+@host_op(__name__.replace(".", "_") + "::host_mul_sin_vjp", elementwise=True)
 def _host_op(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     p, s = _forward(to_host(x), to_host(y))
     return output_from_host(

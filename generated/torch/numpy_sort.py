@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ._function import routed, save_for_derivatives
-from ._host import from_host, output_from_host, residual_dtypes, sharded, to_host, vmap_sequential
+from ._host import from_host, host_op, output_from_host, residual_dtypes, to_host, vmap_sequential
 from ._util import as_opmath_tensors, check_statics, rounded
 
 
@@ -16,8 +16,7 @@ def _forward(x, dim):
     return np.take_along_axis(x, ind, axis=dim), ind, ind_inv
 
 
-@sharded(elementwise=False)
-@torch.library.custom_op(__name__.replace(".", "_") + "::numpy_sort", mutates_args=())
+@host_op(__name__.replace(".", "_") + "::numpy_sort", elementwise=False)
 def _host_op(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     out, ind, ind_inv = _forward(to_host(x), dim)
     return (

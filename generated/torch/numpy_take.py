@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ._function import routed, save_for_derivatives
-from ._host import output_from_host, sharded, to_host, vmap_sequential
+from ._host import host_op, output_from_host, to_host, vmap_sequential
 from ._util import as_opmath_tensors, check_statics, rounded
 
 
@@ -16,8 +16,7 @@ def _forward(x, ind, dim):
     return np.take_along_axis(x, ind, axis=dim)
 
 
-@sharded(elementwise=False)
-@torch.library.custom_op(__name__.replace(".", "_") + "::numpy_take", mutates_args=())
+@host_op(__name__.replace(".", "_") + "::numpy_take", elementwise=False)
 def _host_op(x: torch.Tensor, ind: torch.Tensor, ind_inv: torch.Tensor, dim: int) -> torch.Tensor:
     out = _forward(to_host(x), to_host(ind), dim)
     return output_from_host(

@@ -8,7 +8,7 @@ import scipy
 import torch
 
 from ._function import routed, save_for_derivatives
-from ._host import output_from_host, sharded, to_host, vmap_elementwise
+from ._host import host_op, output_from_host, to_host, vmap_elementwise
 from ._util import as_opmath_tensors, rounded
 
 
@@ -16,8 +16,7 @@ def _forward(x):
     return scipy.special.erfcx(x)
 
 
-@sharded(elementwise=True)
-@torch.library.custom_op(__name__.replace(".", "_") + "::scipy_erfcx", mutates_args=())
+@host_op(__name__.replace(".", "_") + "::scipy_erfcx", elementwise=True)
 def _host_op(x: torch.Tensor) -> torch.Tensor:
     out = _forward(to_host(x))
     return output_from_host("scipy_erfcx", "out", out, x, (x,), x.dtype, elementwise=True)

@@ -242,13 +242,13 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Def, De
     returns = tensor if len(values) == 1 else f"{g['tuple']}[{', '.join([tensor] * len(values))}]"
     name = f'__name__.replace(".", "_") + "::{rule.name}"'
     # DTensor shards an elementwise body pointwise and gathers the inputs of any other (_host.sharded).
-    p.imports.add(Import("._host", "sharded"))
+    p.imports.add(Import("._host", "host_op"))
     elementwise = rule.batching == "elementwise"
     op = Def(
         _HOST_OP,
         params,
         tuple(_host_forward(p, values)),
-        (f"{g['sharded']}(elementwise={elementwise})", f"{g['torch']}.library.custom_op({name}, mutates_args=())"),
+        (f"{g['host_op']}({name}, elementwise={elementwise})",),
         returns=returns,
     )
     shape = _host_shape(p)

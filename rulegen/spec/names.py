@@ -68,6 +68,7 @@ HELPER_NAMES = frozenset(
         "fresh_outputs",
         "from_host",
         "fused",
+        "host_op",
         "hurwitz_zeta",
         "linear_map",
         "no_tangent",
