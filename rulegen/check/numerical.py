@@ -83,7 +83,14 @@ def _numpy_forward(s: Subject) -> Callable[..., list[np.ndarray]]:
     return lambda *xs: [to_numpy(o) for o in s.jax_f(*xs)]
 
 
+def _one_backend(s: Subject, what: str) -> None:
+    """NotApplicable where a framework is not installed: `what` compares the two."""
+    if s.absent:
+        raise NotApplicable(f"{what} needs both frameworks: {'; '.join(s.absent.values())}")
+
+
 def check_forward(s: Subject) -> str:
+    _one_backend(s, "comparing the two frameworks' values")
     import jax.numpy as jnp
     import torch
 
@@ -207,7 +214,7 @@ def inside_bounds(domain: Domain, value: float, index: int) -> float | None:
     return None
 
 
-def _wide_point(s: Subject, c: float) -> list[Any] | None:
+def wide_point(s: Subject, c: float) -> list[Any] | None:
     """Every float array input near `c`, each a little apart (ties are kinks of Max, Min and comparisons), and
     inside its `domain` where the rule wrote one (`inside_bounds`): a label in [0, 1] is never -11370.
 
@@ -279,7 +286,7 @@ def check_wide(s: Subject) -> str:
     grads_fn = [g for g in maybe if g is not None] if None not in maybe else []
     found = []
     for c in WIDE_POINTS:
-        values = _wide_point(s, c)
+        values = wide_point(s, c)
         if values is None:
             continue
         point = dataclasses.replace(s, values=values)
@@ -365,7 +372,7 @@ def check_jvp_fd(s: Subject) -> str:
     if s.torch_forward_mode:
         backends.append(("torch", jvp_torch))
     if not backends:
-        raise NotApplicable(f"no forward mode in either backend: {s.no_forward_mode['torch']}")
+        raise NotApplicable(f"no forward mode in either backend: {_no_forward_mode(s)}")
     for attempt in range(3):
         xs, ts = s.xs(), tangents(s)
         fd, error = _finite_difference(_numpy_forward(s), xs, ts, _domain_width(s))
@@ -391,6 +398,11 @@ def check_jvp_fd(s: Subject) -> str:
     raise CheckFailed("no sample point where the forward is smooth within the difference step, in 3 samples")
 
 
+def _no_forward_mode(s: Subject) -> str:
+    """Why neither backend has forward mode: each installed one's reason."""
+    return "; ".join(dict.fromkeys(s.no_forward_mode[b] for b in s.backends)) or s.no_forward_mode["torch"]
+
+
 def check_vjp_dot(s: Subject) -> str:
     _true_derivative(s)
     xs, ts = s.xs(), tangents(s)
@@ -400,12 +412,12 @@ def check_vjp_dot(s: Subject) -> str:
         pairs.append(("jax", jvp_jax, vjp_jax))
     if s.torch_forward_mode:
         pairs.append(("torch", jvp_torch, vjp_torch))
-    if s.torch_forward_mode and not s.jax_forward_mode:
+    if s.torch_forward_mode and not s.jax_forward_mode and not s.absent:
         pairs.append(("jax VJP / torch JVP", jvp_torch, vjp_jax))
-    if s.jax_forward_mode and not s.torch_forward_mode:
+    if s.jax_forward_mode and not s.torch_forward_mode and not s.absent:
         pairs.append(("torch VJP / jax JVP", jvp_jax, vjp_torch))
     if not pairs:
-        raise NotApplicable(f"no forward mode in either backend: {s.no_forward_mode['torch']}")
+        raise NotApplicable(f"no forward mode in either backend: {_no_forward_mode(s)}")
     for backend, jvp, vjp in pairs:
         jt = jvp(s, xs, ts)
         cs = cotangents(s, jt)
@@ -423,6 +435,7 @@ def check_vjp_dot(s: Subject) -> str:
 
 
 def check_cross_backend(s: Subject) -> str:
+    _one_backend(s, "comparing the two frameworks' derivatives")
     if not s.diff:
         raise NotApplicable("no differentiable input")
     xs, ts = s.xs(), tangents(s)
@@ -441,17 +454,22 @@ def check_cross_backend(s: Subject) -> str:
 
 
 def check_second_order(s: Subject) -> str:
-    import jax.numpy as jnp
-    import torch
-    from jax.test_util import check_grads
+    if "torch" in s.backends:
+        import torch
 
     _true_derivative(s)
     small = smaller(s)
-    leaves = tuple(torch.from_numpy(x).clone().requires_grad_() for x in small.xs())
-    try:
-        torch.autograd.gradgradcheck(small.torch_f, leaves, raise_exception=True)
-    except Exception as exc:
-        raise CheckFailed(f"torch gradgradcheck ({s.positions()}): {brief(str(exc))}") from None
+    if "torch" in s.backends:
+        leaves = tuple(torch.from_numpy(x).clone().requires_grad_() for x in small.xs())
+        try:
+            torch.autograd.gradgradcheck(small.torch_f, leaves, raise_exception=True)
+        except Exception as exc:
+            raise CheckFailed(f"torch gradgradcheck ({s.positions()}): {brief(str(exc))}") from None
+    if "jax" not in s.backends:
+        return "gradgradcheck passes (jax is not installed)"
+    import jax.numpy as jnp
+    from jax.test_util import check_grads
+
     modes = ["fwd", "rev"] if s.jax_forward_mode else ["rev"]
     # The derivatives being checked are exact, so the difference step only
     # trades truncation (eps**2) for rounding (1e-16 / eps): 1e-5 of the
@@ -475,9 +493,6 @@ def check_second_order(s: Subject) -> str:
 
 
 def check_points(s: Subject) -> str:
-    import jax.numpy as jnp
-    import torch
-
     points = s.rule.checks.points
     if not points:
         raise NotApplicable("the rule gives no checks.points")
@@ -495,7 +510,8 @@ def check_points(s: Subject) -> str:
                 for i, v in zip(s.rule.inputs, given, strict=True)
             ],
         )
-        for name, fn, convert in (("jax", s.jax_fn, jnp.asarray), ("torch", s.torch_fn, torch.from_numpy)):
+        for name in s.backends:
+            fn, convert = (s.jax_fn, _asarray("jax")) if name == "jax" else (s.torch_fn, _asarray("torch"))
             if point.value is not None:
                 out = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in at_point.values])
                 outs = out if isinstance(out, tuple) else (out,)
@@ -525,7 +541,19 @@ def check_points(s: Subject) -> str:
                 if note:
                     notes.add(note)
                 compare(f"point {n}: {name} jvp", got, np.ravel(point.jvp.value), rtol, s.atol)
-    return f"{len(points)} point(s) hold in both backends" + "".join(sorted(notes))
+    both = "both backends" if len(s.backends) == 2 else " and ".join(s.backends)
+    return f"{len(points)} point(s) hold in {both}" + "".join(sorted(notes))
+
+
+def _asarray(backend: str) -> Callable[[Any], Any]:
+    """The backend's array of a NumPy array."""
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray
+    import torch
+
+    return torch.from_numpy
 
 
 def _point_input(s: Subject, n: int, key: str, input_name: str) -> int:

@@ -1,0 +1,180 @@
+"""`rulegen test RULE --against ...`: hand-written implementations audited against a rule file.
+
+rulegen's own code of `log1pexp` is built once for the module; each test holds
+an implementation of `tests/implementations/` to it with the few checks it
+is about.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from rulegen.check.against import (
+    AgainstError,
+    Audit,
+    audit_outcomes,
+    chosen_audit_checks,
+    generated_code,
+    load_callable,
+    parse_against,
+)
+from rulegen.check.outcome import Outcome
+from rulegen.cli import app
+from rulegen.spec.rules import read_rule_file
+
+pytest_plugins = ["pytester"]
+
+HERE = Path(__file__).resolve().parent
+IMPLEMENTATIONS = HERE / "implementations"
+EXAMPLES = HERE.parent.parent / "shared" / "examples"
+LOG1PEXP = EXAMPLES / "log1pexp.yaml"
+
+
+@pytest.fixture(scope="module")
+def importable() -> Iterator[None]:
+    sys.path.insert(0, str(IMPLEMENTATIONS))
+    yield
+    sys.path.remove(str(IMPLEMENTATIONS))
+
+
+@pytest.fixture(scope="module")
+def rulegen_log1pexp(importable: None) -> Iterator[dict[str, Any]]:
+    """rulegen's generated log1pexp in each framework, built once."""
+    (rule,) = read_rule_file(LOG1PEXP)
+    with generated_code([rule]) as modules:
+        yield {backend: module.log1pexp for backend, module in modules.items()}
+
+
+def audited(generated: dict[str, Any], checks: list[str], **targets: str) -> dict[str, Outcome]:
+    """The named checks' outcomes on the implementations `targets` names (backend=MODULE:ATTR)."""
+    (rule,) = read_rule_file(LOG1PEXP)
+    implementations = {backend: load_callable(target) for backend, target in targets.items()}
+    audit = Audit(rule, dict(targets), implementations, generated, (rule.name,))
+    return {o.check: o for o in audit_outcomes(audit, checks=chosen_audit_checks(checks))}
+
+
+def test_against_is_parsed_and_refused_with_the_reason() -> None:
+    assert parse_against(["jax=pkg.mod:f", "torch=pkg.mod:F.apply"]) == {"jax": "pkg.mod:f", "torch": "pkg.mod:F.apply"}
+    for bad in (["numpy=m:f"], ["jax=m"], ["jax=m:f", "jax=m:g"], []):
+        with pytest.raises(AgainstError):
+            parse_against(bad)
+    with pytest.raises(AgainstError, match="cannot import no_such_module_here: ModuleNotFoundError"):
+        load_callable("no_such_module_here:f")
+    with pytest.raises(AgainstError, match="has no attribute 'nothing'"):
+        load_callable("json:nothing")
+
+
+def test_cli_exits_2_for_a_module_that_does_not_import() -> None:
+    result = CliRunner().invoke(app, ["test", str(LOG1PEXP), "--against", "jax=no_such_module_here:log1pexp"])
+    assert result.exit_code == 2, result.output
+    assert "cannot import no_such_module_here" in result.output
+
+
+def test_right_implementations_pass_the_audit_checks(rulegen_log1pexp: dict[str, Any]) -> None:
+    found = audited(
+        rulegen_log1pexp,
+        ["jvp_fd", "cross_backend", "generated", "grad_dtype", "saved", "scalars"],
+        jax="right_log1pexp:log1pexp",
+        torch="right_log1pexp:log1pexp_torch",
+    )
+    assert {c: o.status for c, o in found.items() if o.check != "scalars"} == dict.fromkeys(
+        ["jvp_fd", "cross_backend", "generated", "grad_dtype", "saved"], "pass"
+    ), found
+    assert found["scalars"].status == "n/a"
+    assert "rulegen's generated functions take them" in found["scalars"].detail
+
+
+def test_naive_log1pexp_is_flagged_where_float32_overflows(rulegen_log1pexp: dict[str, Any]) -> None:
+    found = audited(rulegen_log1pexp, ["generated"], jax="wrong_log1pexp_naive:log1pexp")["generated"]
+    assert found.status == "fail"
+    # Where, what it gives there, and what rulegen's own rule gives.
+    assert "in float32 at x=" in found.detail and " is inf; rulegen's log1pexp gives " in found.detail, found.detail
+
+
+@pytest.mark.parametrize(
+    ("target", "check", "says"),
+    [
+        ("jax=wrong_log1pexp_dtype_leak_jax:log1pexp", "grad_dtype", "is float64 for float32 inputs"),
+        ("torch=wrong_log1pexp_dtype_leak_torch:log1pexp", "grad_dtype", "Log1pExp.backward's gradient 0 is float64"),
+        ("torch=wrong_log1pexp_ctx_attribute:log1pexp", "saved", "keeps ctx.x as an attribute of ctx"),
+        ("torch=wrong_log1pexp_inplace:log1pexp", "saved", "changes its input x in place"),
+        ("jax=wrong_log1pexp_dropped_tangent:log1pexp", "jvp_fd", "jax JVP of output out vs finite differences"),
+    ],
+)
+def test_each_bug_fails_the_check_it_names(
+    rulegen_log1pexp: dict[str, Any], target: str, check: str, says: str
+) -> None:
+    backend, _, where = target.partition("=")
+    found = audited(rulegen_log1pexp, [check], **{backend: where})[check]
+    assert found.status == "fail" and says in found.detail, found
+
+
+def test_forward_mode_of_a_custom_vjp_is_na_with_what_rulegen_generates(rulegen_log1pexp: dict[str, Any]) -> None:
+    (rule,) = read_rule_file(LOG1PEXP)
+    target = "wrong_log1pexp_dtype_leak_jax:log1pexp"
+    audit = Audit(rule, {"jax": target}, {"jax": load_callable(target)}, rulegen_log1pexp, (rule.name,))
+    why = audit.subject(0).no_forward_mode["jax"]
+    assert "JAX refuses forward mode of a custom_vjp" in why and "rulegen generates a custom_jvp" in why
+
+
+def test_one_framework_installed(rulegen_log1pexp: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch not importable: a JAX audit runs what needs JAX alone, and the rest is n/a for the reason."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    only_jax = {"jax": rulegen_log1pexp["jax"]}
+    checks = ["forward", "jvp_fd", "vjp_dot", "transforms_torch", "float32", "points", "dtype", "generated"]
+    right = audited(only_jax, checks, jax="right_log1pexp:log1pexp")
+    assert {c: o.status for c, o in right.items()} == {
+        "forward": "n/a",
+        "jvp_fd": "pass",
+        "vjp_dot": "pass",
+        "transforms_torch": "n/a",
+        "float32": "pass",
+        "points": "pass",
+        "dtype": "n/a",
+        "generated": "pass",
+    }, right
+    assert right["dtype"].detail == "it needs torch, which is not installed"
+    wrong = audited(only_jax, ["jvp_fd"], jax="wrong_log1pexp_dropped_tangent:log1pexp")
+    assert wrong["jvp_fd"].status == "fail"
+
+
+def test_a_check_that_never_ends_fails(rulegen_log1pexp: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from rulegen.check import against
+
+    never = threading.Event()
+    slow = against.Check("generated", "ge", lambda s: str(never.wait(5)))
+    monkeypatch.setattr(against, "AUDIT_CHECKS", (slow,))
+    (rule,) = read_rule_file(LOG1PEXP)
+    audit = Audit(rule, {}, {}, rulegen_log1pexp, (rule.name,))
+    (found,) = audit_outcomes(audit, checks=(slow,), timeout=0.2)
+    never.set()
+    assert found.status == "fail" and "did not finish in 0 s" in found.detail
+
+
+def test_pytest_marker_audits_after_the_test(pytester: pytest.Pytester, importable: None) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(
+        test_audit=f"""
+        import pytest
+
+        @pytest.mark.rulegen_against({str(LOG1PEXP)!r}, jax="wrong_log1pexp_dropped_tangent:log1pexp",
+                                     checks=["jvp_fd", "points"])
+        def test_wrong():
+            pass
+
+        @pytest.mark.rulegen_against({str(LOG1PEXP)!r}, jax="right_log1pexp:log1pexp", checks=["jvp_fd"])
+        def test_right():
+            pass
+        """
+    )
+    result = pytester.runpytest("-p", "no:hypothesispytest", "-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*check jvp_fd failed: jax JVP of output out vs finite differences*"])
