@@ -178,3 +178,63 @@ def test_pytest_marker_audits_after_the_test(pytester: pytest.Pytester, importab
     result = pytester.runpytest("-p", "no:hypothesispytest", "-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*check jvp_fd failed: jax JVP of output out vs finite differences*"])
+
+
+class _TwoOutputs:
+    """log1pexp as MyCube is written: the Function also returns its derivative, which the wrapper drops."""
+
+    @staticmethod
+    def function() -> Any:
+        import torch
+
+        class Log1pExpAndSigmoid(torch.autograd.Function):
+            @staticmethod
+            def forward(x: Any) -> Any:
+                return torch.logaddexp(torch.zeros_like(x), x), torch.sigmoid(x)
+
+            @staticmethod
+            def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+                ctx.save_for_backward(inputs[0], output[1])
+
+            @staticmethod
+            def backward(ctx: Any, grad_out: Any, grad_sigmoid: Any) -> Any:
+                _, sigmoid = ctx.saved_tensors
+                # grad_sigmoid is None unless torch materializes it: the wrapper drops that output.
+                return grad_out * sigmoid + grad_sigmoid * sigmoid * (1 - sigmoid)
+
+        return lambda x: Log1pExpAndSigmoid.apply(x)[0]
+
+
+def test_grad_dtype_calls_backwards_as_torch_does(rulegen_log1pexp: dict[str, Any]) -> None:
+    """A Function with an output the caller drops gets zeros for its gradient, as from torch's engine."""
+    (rule,) = read_rule_file(LOG1PEXP)
+    audit = Audit(rule, {"torch": "two:outputs"}, {"torch": _TwoOutputs.function()}, rulegen_log1pexp, (rule.name,))
+    (found,) = audit_outcomes(audit, checks=chosen_audit_checks(["grad_dtype"]))
+    assert found.status == "pass", found
+
+
+def test_no_accuracy_is_asked_of_a_forward_mode_the_framework_refuses(rulegen_log1pexp: dict[str, Any]) -> None:
+    """A torch Function without jvp has no JVP to measure: accuracy judges its VJP, not a nan JVP."""
+    found = audited(rulegen_log1pexp, ["accuracy"], torch="right_log1pexp:log1pexp_torch")["accuracy"]
+    assert found.status == "pass", found
+
+
+def test_a_host_function_that_refuses_bfloat16_is_na_for_low_precision(rulegen_log1pexp: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    def on_the_host(x: Any) -> Any:  # NumPy has no bfloat16: x.numpy() raises for it
+        return torch.from_numpy(np.logaddexp(0.0, x.detach().numpy()))
+
+    (rule,) = read_rule_file(LOG1PEXP)
+    audit = Audit(rule, {"torch": "host:f"}, {"torch": on_the_host}, rulegen_log1pexp, (rule.name,))
+    (found,) = audit_outcomes(audit, checks=chosen_audit_checks(["low_precision"]))
+    assert found.status == "n/a" and "refuses bfloat16 or float16 inputs (TypeError" in found.detail, found
+
+
+def test_a_custom_op_passes_opcheck_and_its_silent_zero_jvp_fails(rulegen_log1pexp: dict[str, Any]) -> None:
+    found = audited(rulegen_log1pexp, ["jvp_fd", "opcheck"], torch="wrong_log1pexp_custom_op:log1pexp")
+    assert found["opcheck"].status == "pass", found
+    assert found["jvp_fd"].status == "fail" and "got 0" in found["jvp_fd"].detail, found
+    function = audited(rulegen_log1pexp, ["opcheck"], torch="right_log1pexp:log1pexp_torch")["opcheck"]
+    assert function.status == "n/a" and "no torch.library custom op" in function.detail
