@@ -127,10 +127,12 @@ def test_one_framework_installed(rulegen_log1pexp: dict[str, Any], monkeypatch: 
     """torch not importable: a JAX audit runs what needs JAX alone, and the rest is n/a for the reason."""
     monkeypatch.setitem(sys.modules, "torch", None)
     only_jax = {"jax": rulegen_log1pexp["jax"]}
-    checks = ["forward", "jvp_fd", "vjp_dot", "transforms_torch", "float32", "points", "dtype", "generated"]
-    right = audited(only_jax, checks, jax="right_log1pexp:log1pexp")
+    checks = ["forward", "mpmath", "wide", "jvp_fd", "vjp_dot", "transforms_torch", "float32", "points", "dtype"]
+    right = audited(only_jax, [*checks, "generated"], jax="right_log1pexp:log1pexp")
     assert {c: o.status for c, o in right.items()} == {
         "forward": "n/a",
+        "mpmath": "pass",
+        "wide": "pass",
         "jvp_fd": "pass",
         "vjp_dot": "pass",
         "transforms_torch": "n/a",
@@ -142,6 +144,8 @@ def test_one_framework_installed(rulegen_log1pexp: dict[str, Any], monkeypatch: 
     assert right["dtype"].detail == "it needs torch, which is not installed"
     wrong = audited(only_jax, ["jvp_fd"], jax="wrong_log1pexp_dropped_tangent:log1pexp")
     assert wrong["jvp_fd"].status == "fail"
+    naive = audited(only_jax, ["wide"], jax="wrong_log1pexp_naive:log1pexp")
+    assert naive["wide"].status == "fail" and "jax float32 value is not finite" in naive["wide"].detail
 
 
 def test_a_check_that_never_ends_fails(rulegen_log1pexp: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -115,7 +115,11 @@ def check_mpmath(s: Subject) -> str:
     if not isinstance(s.rule.forward, SympyBody):
         raise NotApplicable("the forward is a snippet, not a sympy expression")
     forward = _mpmath_forward(s)
-    jouts = s.jax_fn(*s.values)
+    first = s.backends[0]
+    convert = _asarray(first)
+    jouts = (s.jax_fn if first == "jax" else s.torch_fn)(
+        *[convert(v) if isinstance(v, np.ndarray) else v for v in s.values]
+    )
     jouts = jouts if isinstance(jouts, tuple) else (jouts,)
     # mpmath's complex numbers (mpc) where the rule's are complex.
     kind, number, result = (complex, mpmath.mpc, complex) if s.rule.complex else (float, mpmath.mpf, float)
@@ -310,17 +314,17 @@ def check_wide(s: Subject) -> str:
 
 def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales: np.ndarray) -> None:
     """A point's float64 values and gradients against the references, and float32 finiteness."""
-    import jax
-    import jax.numpy as jnp
-
     xs = point.xs()
     at = point.where()
-    jouts = point.jax_fn(*[jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in point.values])
+    first = point.backends[0]
+    convert = _asarray(first)
+    fn = point.jax_fn if first == "jax" else point.torch_fn
+    jouts = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in point.values])
     jouts = jouts if isinstance(jouts, tuple) else (jouts,)
     for k, (o, r) in enumerate(zip(jouts, refs, strict=True)):
         name = point.rule.outputs[k].name
-        compare(f"at {at}: jax output {name} vs 40 digits", to_numpy(o), np.asarray(r), 1e-8, 1e-9 * scales[k])
-    for backend in ("jax", "torch") if grads else ():
+        compare(f"at {at}: {first} output {name} vs 40 digits", to_numpy(o), np.asarray(r), 1e-8, 1e-9 * scales[k])
+    for backend in point.backends if grads else ():
         got = [_point_grad(point, backend, j) for j in range(len(xs))]
         for j, (g, r) in enumerate(zip(got, grads, strict=True)):
             scale = scales[len(refs) + j]
@@ -336,12 +340,8 @@ def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales:
             v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype == np.float64 else v for v in point.values
         ],
     )
-    for backend in ("jax", "torch"):
-        outs = (
-            f32.jax_f(*[jnp.asarray(x) for x in f32.xs()])
-            if backend == "jax"
-            else f32.torch_f(*[__import__("torch").from_numpy(x) for x in f32.xs()])
-        )
+    for backend in point.backends:
+        outs = (f32.jax_f if backend == "jax" else f32.torch_f)(*map(_asarray(backend), f32.xs()))
         if not all(np.isfinite(to_numpy(o)).all() for o in outs):
             exact = ", ".join(f"{o.name} = {r:.8g}" for o, r in zip(point.rule.outputs, refs, strict=False))
             raise CheckFailed(f"at {at}: {backend} float32 value is not finite where the exact one is {exact}")
@@ -353,7 +353,6 @@ def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales:
                     for j, (g, r) in enumerate(zip(got, grads, strict=True))
                 )
                 raise CheckFailed(f"at {at}: {backend} float32 gradient {found}")
-    del jax
 
 
 def _true_derivative(s: Subject) -> None:
