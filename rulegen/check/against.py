@@ -39,6 +39,7 @@ import numpy as np
 from rulegen.check.derivatives import cotangents, vjp_jax, vjp_torch
 from rulegen.check.numerical import WIDE_POINTS, wide_point
 from rulegen.check.outcome import CheckFailed, NotApplicable, Outcome, brief, compare
+from rulegen.check.points import flat_call
 from rulegen.check.registry import REGISTRY, Check
 from rulegen.check.subject import Subject, subject_of, to_numpy
 from rulegen.spec.rules import Rule, SympyBody
@@ -254,10 +255,11 @@ def check_generated(s: Subject) -> str:
     """
     audit = _audit_of(s)
     compared = []
-    for backend, fn in audit.implementations.items():
-        mine = audit.generated.get(backend)
-        if mine is None or backend in s.absent:
+    for backend, given in audit.implementations.items():
+        if audit.generated.get(backend) is None or backend in s.absent:
             continue
+        # Called as the subject calls them: a structured rule's arguments and results in its structures.
+        fn, mine = flat_call(s.rule, given), flat_call(s.rule, audit.generated[backend])
         who = audit.under_test(backend)
         theirs = _call(s, backend, fn, s.values)
         ours = _call(s, backend, mine, s.values)
