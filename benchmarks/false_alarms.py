@@ -106,8 +106,8 @@ def audit_module(module: Any, seeds: Sequence[int], only: Collection[str] | None
     targets = {backend: f"{module.__name__}:{attribute}" for backend, attribute in module.AGAINST.items()}
     checks = chosen_audit_checks(only)
     with audits([rule], targets, examples) as audited:
-        # A check that loops forever fails after a minute (its thread is left behind).
-        return [o for seed in seeds for o in audit_outcomes(audited[0], seed=seed, checks=checks, timeout=60)]
+        # A check that loops forever fails after two minutes (its thread is left behind).
+        return [o for seed in seeds for o in audit_outcomes(audited[0], seed=seed, checks=checks, timeout=120)]
 
 
 def implementation_false_alarms(seeds: int, only: Collection[str] | None) -> tuple[int, list[Outcome]]:

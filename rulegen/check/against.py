@@ -532,7 +532,7 @@ def _not_for_hand_written(audit: Audit, check: str) -> str | None:
 
 
 #: How long one check of hand-written code may run, in seconds, before it fails as not finishing.
-CHECK_TIMEOUT = 120.0
+CHECK_TIMEOUT = 300.0
 
 
 def _within(seconds: float, function: Callable[..., str], *args: Any, **kwargs: Any) -> str:
