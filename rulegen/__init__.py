@@ -36,6 +36,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         (
             *("outcome", "points", "subject", "shard_map_worker", "derivatives", "durability", "transforms"),
             *("dtypes", "numerical", "accuracy", "accuracy_snippet", "accuracy_report", "registry", "report", "run"),
+            "against",
         ),
     ),
     ("", "command line", ("cli", "pytest_plugin", "__main__")),

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from rich.console import RenderableType
 
-    from rulegen.check import Outcome
+    from rulegen.check import Check, Outcome
     from rulegen.render.build import BuildResult
     from rulegen.render.write import StabilisedRecord
     from rulegen.spec.rules import Rule
@@ -273,8 +273,22 @@ def test(
         list[str] | None,
         typer.Option("--check", "-c", help="Run only this check (repeat for several; names: rulegen test --wide)"),
     ] = None,
+    against: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--against",
+            help="Check your own implementation of the rule instead: jax=MODULE:ATTR or torch=MODULE:ATTR "
+            "(either or both; importable from the current directory)",
+        ),
+    ] = None,
 ) -> None:
-    """Build the rules into a temporary package and run the checks on every rule."""
+    """Build the rules into a temporary package and run the checks on every rule.
+
+    With --against, the checks run on implementations you already have, the rule as the reference.
+    """
+    if against:
+        _audit(rules, against, seed=seed, include_compile=compile_, as_json=as_json, wide=wide, only=only)
+        return
     from rich.progress import Progress
 
     from rulegen.check import outcomes_json, run_checks
@@ -322,7 +336,45 @@ def test(
         raise typer.Exit(1)
 
 
-def _report_checks(outcomes: Sequence[Outcome], *, wide: bool) -> None:
+def _audit(
+    rules: list[Path] | None,
+    against: list[str],
+    *,
+    seed: int,
+    include_compile: bool,
+    as_json: bool,
+    wide: bool,
+    only: list[str] | None,
+) -> None:
+    """`rulegen test RULE --against ...`: the user's implementations of one rule checked against it."""
+    from rulegen.check import outcomes_json
+    from rulegen.check.against import AgainstError, audit_file, chosen_audit_checks, parse_against
+    from rulegen.spec.errors import SpecErrors
+    from rulegen.spec.rules import rule_files
+
+    try:
+        checks = chosen_audit_checks(only)
+        targets = parse_against(against)
+        files = rule_files(rule_paths(rules, load_config()))
+        if len(files) != 1:
+            raise AgainstError(f"--against audits the rule of one rule file; {len(files)} given")
+        outcomes = audit_file(
+            files[0], targets, seed=seed, include_compile=include_compile, checks=checks, others=project_rules(files)
+        )
+    except (ValueError, AgainstError) as exc:
+        err_console.print(f"[bold red]error:[/bold red] {exc}")
+        raise typer.Exit(2) from None
+    except SpecErrors as exc:
+        raise _report_spec_errors(exc) from None
+    if as_json:
+        sys.stdout.write(outcomes_json(outcomes) + "\n")
+    else:
+        _report_checks(outcomes, wide=wide, checks=checks)
+    if any(o.status == "fail" for o in outcomes):
+        raise typer.Exit(1)
+
+
+def _report_checks(outcomes: Sequence[Outcome], *, wide: bool, checks: Sequence[Check] | None = None) -> None:
     """The table of outcomes, then each failure, each reason for n/a, and the summary.
 
     The compact table (a mark per check under a two-letter code) and the
@@ -332,16 +384,17 @@ def _report_checks(outcomes: Sequence[Outcome], *, wide: bool) -> None:
     from rich.markup import escape
     from rich.measure import Measurement
 
-    from rulegen.check import compact_table, legend, report_table, summary
+    from rulegen.check import REGISTRY, compact_table, legend, report_table, summary
 
+    columns = REGISTRY if checks is None else checks
     if wide:
-        table = report_table(outcomes)
+        table = report_table(outcomes, columns)
         # A file or a pipe has no width to fit: print the table whole, not cut to 80 columns.
         whole = Measurement.get(out_console, out_console.options.update(width=10_000), table).maximum
         (out_console if out_console.is_terminal else Console(highlight=False, width=whole)).print(table)
     else:
-        out_console.print(compact_table(outcomes))
-        out_console.print(legend(), soft_wrap=False)
+        out_console.print(compact_table(outcomes, columns))
+        out_console.print(legend(columns), soft_wrap=False)
     for o in outcomes:
         if o.status == "fail":
             out_console.print(f"[bold red]FAIL[/bold red] {o.rule} / {o.check}: {escape(o.detail)}", soft_wrap=wide)

@@ -21,6 +21,16 @@ Nothing else: a project that does not set `rulegen_rules` and runs plain
 Each file is built once, the first time one of its items runs; a failed
 check fails its item with the numbers, a check that cannot apply is skipped
 with its reason.
+
+A test marked `rulegen_against` audits implementations a project already
+has against a rule file, after the test's own body:
+
+    @pytest.mark.rulegen_against("rules/log1pexp.yaml", jax="mylib.ops:log1pexp", torch="mylib.ops:log1pexp_torch")
+    def test_log1pexp(): ...
+
+The rule file's path is relative to the test file's folder; `seed=` and
+`checks=` (a list of check names) are optional.  Every failed check fails
+the test, with its numbers.
 """
 
 from __future__ import annotations
@@ -45,6 +55,11 @@ def _ini_rule_paths(config: pytest.Config) -> list[Path]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "rulegen_against(rule_file, jax=MODULE:ATTR, torch=MODULE:ATTR, seed=0, checks=None): audit your own "
+        "implementations against a rulegen rule file",
+    )
     paths = _ini_rule_paths(config)
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -61,6 +76,29 @@ def pytest_configure(config: pytest.Config) -> None:
     for path in paths:
         if not any(path == i or i in path.parents for i in initial):
             config.args.append(str(path))
+
+
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """A test marked `rulegen_against`: its implementations audited against the rule file, after its body."""
+    marker = item.get_closest_marker("rulegen_against")
+    if marker is None:
+        return
+    from rulegen.check.against import BACKENDS, AgainstError, audit_file, chosen_audit_checks
+
+    if len(marker.args) != 1:
+        raise pytest.UsageError("rulegen_against takes one rule file: rulegen_against(path, jax=..., torch=...)")
+    targets = {backend: marker.kwargs[backend] for backend in BACKENDS if marker.kwargs.get(backend)}
+    path = Path(item.path).parent / marker.args[0]
+    try:
+        checks = chosen_audit_checks(marker.kwargs.get("checks"))
+        if not targets:
+            raise AgainstError("rulegen_against: give jax=MODULE:ATTR, torch=MODULE:ATTR or both")
+        outcomes = audit_file(path, targets, seed=int(marker.kwargs.get("seed", 0)), checks=checks)
+    except (ValueError, AgainstError) as exc:
+        raise CheckFailure(str(exc)) from None
+    failed = [o for o in outcomes if o.status == "fail"]
+    if failed:
+        raise CheckFailure("\n".join(f"{o.rule}: check {o.check} failed: {o.detail}" for o in failed))
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

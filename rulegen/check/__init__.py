@@ -12,7 +12,8 @@ The modules, by concern: `outcome` (what a check finds), `points` (where a
 rule is checked, the structures it takes), `subject` (one rule with its two
 implementations and its sample, built once per rule), `derivatives`,
 `numerical`, `transforms`, `dtypes` and `durability` (the checks),
-`registry` (every check once), `run` (sessions and workers), `report`.
+`registry` (every check once), `run` (sessions and workers), `report`,
+`against` (hand-written implementations audited against a rule).
 """
 
 from rulegen.check.derivatives import jax_grad, sum_of, torch_grads, torch_total

@@ -6,7 +6,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -15,13 +15,25 @@ from rulegen.check.outcome import CheckFailed, NotApplicable, compare
 from rulegen.check.subject import Subject, to_numpy
 
 
-def check_float32(s: Subject) -> str:
-    import jax
-    import jax.numpy as jnp
+def _float64_of(s: Subject, xs64: Sequence[np.ndarray], grads: bool) -> list[np.ndarray]:
+    """The float64 outputs (or gradients of their sum) of the first installed backend: JAX, else torch."""
+    if "jax" in s.backends:
+        import jax.numpy as jnp
+
+        if grads:
+            return jax_grad(s, sum_of(s.jax_f), tuple(range(len(xs64))))(*[jnp.asarray(x) for x in xs64])
+        return [to_numpy(o) for o in s.jax_f(*xs64)]
     import torch
 
+    leaves = [torch.from_numpy(x).requires_grad_() for x in xs64]
+    if grads:
+        return [to_numpy(g) for g in torch_grads(s, sum_of(s.torch_f)(*leaves), leaves)]
+    return [to_numpy(o) for o in s.torch_f(*leaves)]
+
+
+def check_float32(s: Subject) -> str:
     xs64 = s.xs()
-    ref = [to_numpy(o) for o in s.jax_f(*xs64)]
+    ref = _float64_of(s, xs64, grads=False)
     found = []
     grads64: Any = None
     # Non-differentiable float arrays go to float32 too: the whole call is float32.
@@ -31,10 +43,8 @@ def check_float32(s: Subject) -> str:
         s,
         values=[v.astype(narrow[v.dtype]) if isinstance(v, np.ndarray) and v.dtype in narrow else v for v in s.values],
     )
-    for name, convert in (
-        ("jax", lambda x: jnp.asarray(x, dtype=narrow[x.dtype])),
-        ("torch", lambda x: torch.from_numpy(x.astype(narrow[x.dtype]))),
-    ):
+    for name in s.backends:
+        convert = _narrowing(name, narrow)
         f32 = s32.jax_f if name == "jax" else s32.torch_f
         outs = f32(*[convert(x) for x in xs64])
         for k, (o, r) in enumerate(zip(outs, ref, strict=True)):
@@ -59,11 +69,11 @@ def check_float32(s: Subject) -> str:
             if name == "jax":
                 grads = jax_grad(s, sum_of(f32), argnums)(*[convert(x) for x in xs64])
             else:
-                leaves = [cast("torch.Tensor", convert(x)).requires_grad_() for x in xs64]
+                leaves = [convert(x).requires_grad_() for x in xs64]
                 grads = torch_grads(s, sum_of(f32)(*leaves), leaves)
             # The float64 gradients, taken once for both backends, where the first needs them.
             if grads64 is None:
-                grads64 = jax_grad(s, sum_of(s.jax_f), argnums)(*[jnp.asarray(x) for x in xs64])
+                grads64 = _float64_of(s, xs64, grads=True)
             for k, (g, g64) in enumerate(zip(grads, grads64, strict=True)):
                 g, g64 = to_numpy(g), to_numpy(g64)
                 finite = np.isfinite(g64)
@@ -78,8 +88,18 @@ def check_float32(s: Subject) -> str:
                     1e-4 * max(1.0, float(np.max(np.abs(g64[finite]), initial=0.0))),
                 )
         found.append(name)
-    del jax
     return f"float32 finite and within 1e-4 of float64 ({', '.join(found)})"
+
+
+def _narrowing(backend: str, narrow: dict[np.dtype, Any]) -> Callable[[np.ndarray], Any]:
+    """A float64 (complex128) NumPy array as the backend's float32 (complex64) array."""
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        return lambda x: jnp.asarray(x, dtype=narrow[x.dtype])
+    import torch
+
+    return lambda x: torch.from_numpy(x.astype(narrow[x.dtype]))
 
 
 #: Within this many eps of the float64 value at the rounded inputs, relative to max(|value|, 1).
@@ -222,8 +242,6 @@ def check_dtype(s: Subject) -> str:
     tolerances let pass.  Under a bfloat16 default it is an error near 1e-3,
     and code that never uses the default dtype gives the same numbers.
     """
-    import jax.numpy as jnp
-
     rng_state = s.rng.bit_generator.state
     reference = _torch_results(s)
     s.rng.bit_generator.state = rng_state
@@ -239,6 +257,10 @@ def check_dtype(s: Subject) -> str:
         if ref.dtype.kind == "c" and ref.dtype != np.complex128:
             raise CheckFailed(f"torch: {what} is {ref.dtype} for complex128 inputs")
         s.compare(f"torch: {what} with a bfloat16 default dtype vs the float32 default's", got, ref, 1e-12, 1e-300)
+    if "jax" not in s.backends:
+        return "float64 throughout in torch, the same results under a bfloat16 default dtype (jax is not installed)"
+    import jax.numpy as jnp
+
     outs = s.jax_f(*[jnp.asarray(x) for x in s.xs()])
     results = list(outs)
     if s.diff:

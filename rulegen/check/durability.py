@@ -210,6 +210,8 @@ def _sharded_jax(s: Subject, jax_package: Any) -> str:
     """shard_map on 2 host devices: values and gradients of each shard against eager."""
     import tempfile
 
+    if jax_package is None:
+        return "shard_map (it runs a built package in a process of its own; hand-written code is not one)"
     # JAX reads the device count once, at its first use: the worker is a process of its own.
     folder = str(Path(jax_package.__file__).resolve().parent.parent.parent)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}

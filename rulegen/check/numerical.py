@@ -83,7 +83,14 @@ def _numpy_forward(s: Subject) -> Callable[..., list[np.ndarray]]:
     return lambda *xs: [to_numpy(o) for o in s.jax_f(*xs)]
 
 
+def _one_backend(s: Subject, what: str) -> None:
+    """NotApplicable where a framework is not installed: `what` compares the two."""
+    if s.absent:
+        raise NotApplicable(f"{what} needs both frameworks: {'; '.join(s.absent.values())}")
+
+
 def check_forward(s: Subject) -> str:
+    _one_backend(s, "comparing the two frameworks' values")
     import jax.numpy as jnp
     import torch
 
@@ -108,7 +115,11 @@ def check_mpmath(s: Subject) -> str:
     if not isinstance(s.rule.forward, SympyBody):
         raise NotApplicable("the forward is a snippet, not a sympy expression")
     forward = _mpmath_forward(s)
-    jouts = s.jax_fn(*s.values)
+    first = s.backends[0]
+    convert = _asarray(first)
+    jouts = (s.jax_fn if first == "jax" else s.torch_fn)(
+        *[convert(v) if isinstance(v, np.ndarray) else v for v in s.values]
+    )
     jouts = jouts if isinstance(jouts, tuple) else (jouts,)
     # mpmath's complex numbers (mpc) where the rule's are complex.
     kind, number, result = (complex, mpmath.mpc, complex) if s.rule.complex else (float, mpmath.mpf, float)
@@ -207,7 +218,7 @@ def inside_bounds(domain: Domain, value: float, index: int) -> float | None:
     return None
 
 
-def _wide_point(s: Subject, c: float) -> list[Any] | None:
+def wide_point(s: Subject, c: float) -> list[Any] | None:
     """Every float array input near `c`, each a little apart (ties are kinks of Max, Min and comparisons), and
     inside its `domain` where the rule wrote one (`inside_bounds`): a label in [0, 1] is never -11370.
 
@@ -279,7 +290,7 @@ def check_wide(s: Subject) -> str:
     grads_fn = [g for g in maybe if g is not None] if None not in maybe else []
     found = []
     for c in WIDE_POINTS:
-        values = _wide_point(s, c)
+        values = wide_point(s, c)
         if values is None:
             continue
         point = dataclasses.replace(s, values=values)
@@ -303,17 +314,17 @@ def check_wide(s: Subject) -> str:
 
 def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales: np.ndarray) -> None:
     """A point's float64 values and gradients against the references, and float32 finiteness."""
-    import jax
-    import jax.numpy as jnp
-
     xs = point.xs()
     at = point.where()
-    jouts = point.jax_fn(*[jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in point.values])
+    first = point.backends[0]
+    convert = _asarray(first)
+    fn = point.jax_fn if first == "jax" else point.torch_fn
+    jouts = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in point.values])
     jouts = jouts if isinstance(jouts, tuple) else (jouts,)
     for k, (o, r) in enumerate(zip(jouts, refs, strict=True)):
         name = point.rule.outputs[k].name
-        compare(f"at {at}: jax output {name} vs 40 digits", to_numpy(o), np.asarray(r), 1e-8, 1e-9 * scales[k])
-    for backend in ("jax", "torch") if grads else ():
+        compare(f"at {at}: {first} output {name} vs 40 digits", to_numpy(o), np.asarray(r), 1e-8, 1e-9 * scales[k])
+    for backend in point.backends if grads else ():
         got = [_point_grad(point, backend, j) for j in range(len(xs))]
         for j, (g, r) in enumerate(zip(got, grads, strict=True)):
             scale = scales[len(refs) + j]
@@ -329,12 +340,8 @@ def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales:
             v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype == np.float64 else v for v in point.values
         ],
     )
-    for backend in ("jax", "torch"):
-        outs = (
-            f32.jax_f(*[jnp.asarray(x) for x in f32.xs()])
-            if backend == "jax"
-            else f32.torch_f(*[__import__("torch").from_numpy(x) for x in f32.xs()])
-        )
+    for backend in point.backends:
+        outs = (f32.jax_f if backend == "jax" else f32.torch_f)(*map(_asarray(backend), f32.xs()))
         if not all(np.isfinite(to_numpy(o)).all() for o in outs):
             exact = ", ".join(f"{o.name} = {r:.8g}" for o, r in zip(point.rule.outputs, refs, strict=False))
             raise CheckFailed(f"at {at}: {backend} float32 value is not finite where the exact one is {exact}")
@@ -346,7 +353,6 @@ def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales:
                     for j, (g, r) in enumerate(zip(got, grads, strict=True))
                 )
                 raise CheckFailed(f"at {at}: {backend} float32 gradient {found}")
-    del jax
 
 
 def _true_derivative(s: Subject) -> None:
@@ -365,7 +371,7 @@ def check_jvp_fd(s: Subject) -> str:
     if s.torch_forward_mode:
         backends.append(("torch", jvp_torch))
     if not backends:
-        raise NotApplicable(f"no forward mode in either backend: {s.no_forward_mode['torch']}")
+        raise NotApplicable(f"no forward mode in either backend: {_no_forward_mode(s)}")
     for attempt in range(3):
         xs, ts = s.xs(), tangents(s)
         fd, error = _finite_difference(_numpy_forward(s), xs, ts, _domain_width(s))
@@ -391,6 +397,11 @@ def check_jvp_fd(s: Subject) -> str:
     raise CheckFailed("no sample point where the forward is smooth within the difference step, in 3 samples")
 
 
+def _no_forward_mode(s: Subject) -> str:
+    """Why neither backend has forward mode: each installed one's reason."""
+    return "; ".join(dict.fromkeys(s.no_forward_mode[b] for b in s.backends)) or s.no_forward_mode["torch"]
+
+
 def check_vjp_dot(s: Subject) -> str:
     _true_derivative(s)
     xs, ts = s.xs(), tangents(s)
@@ -400,12 +411,12 @@ def check_vjp_dot(s: Subject) -> str:
         pairs.append(("jax", jvp_jax, vjp_jax))
     if s.torch_forward_mode:
         pairs.append(("torch", jvp_torch, vjp_torch))
-    if s.torch_forward_mode and not s.jax_forward_mode:
+    if s.torch_forward_mode and not s.jax_forward_mode and not s.absent:
         pairs.append(("jax VJP / torch JVP", jvp_torch, vjp_jax))
-    if s.jax_forward_mode and not s.torch_forward_mode:
+    if s.jax_forward_mode and not s.torch_forward_mode and not s.absent:
         pairs.append(("torch VJP / jax JVP", jvp_jax, vjp_torch))
     if not pairs:
-        raise NotApplicable(f"no forward mode in either backend: {s.no_forward_mode['torch']}")
+        raise NotApplicable(f"no forward mode in either backend: {_no_forward_mode(s)}")
     for backend, jvp, vjp in pairs:
         jt = jvp(s, xs, ts)
         cs = cotangents(s, jt)
@@ -423,6 +434,7 @@ def check_vjp_dot(s: Subject) -> str:
 
 
 def check_cross_backend(s: Subject) -> str:
+    _one_backend(s, "comparing the two frameworks' derivatives")
     if not s.diff:
         raise NotApplicable("no differentiable input")
     xs, ts = s.xs(), tangents(s)
@@ -441,17 +453,22 @@ def check_cross_backend(s: Subject) -> str:
 
 
 def check_second_order(s: Subject) -> str:
-    import jax.numpy as jnp
-    import torch
-    from jax.test_util import check_grads
+    if "torch" in s.backends:
+        import torch
 
     _true_derivative(s)
     small = smaller(s)
-    leaves = tuple(torch.from_numpy(x).clone().requires_grad_() for x in small.xs())
-    try:
-        torch.autograd.gradgradcheck(small.torch_f, leaves, raise_exception=True)
-    except Exception as exc:
-        raise CheckFailed(f"torch gradgradcheck ({s.positions()}): {brief(str(exc))}") from None
+    if "torch" in s.backends:
+        leaves = tuple(torch.from_numpy(x).clone().requires_grad_() for x in small.xs())
+        try:
+            torch.autograd.gradgradcheck(small.torch_f, leaves, raise_exception=True)
+        except Exception as exc:
+            raise CheckFailed(f"torch gradgradcheck ({s.positions()}): {brief(str(exc))}") from None
+    if "jax" not in s.backends:
+        return "gradgradcheck passes (jax is not installed)"
+    import jax.numpy as jnp
+    from jax.test_util import check_grads
+
     modes = ["fwd", "rev"] if s.jax_forward_mode else ["rev"]
     # The derivatives being checked are exact, so the difference step only
     # trades truncation (eps**2) for rounding (1e-16 / eps): 1e-5 of the
@@ -475,9 +492,6 @@ def check_second_order(s: Subject) -> str:
 
 
 def check_points(s: Subject) -> str:
-    import jax.numpy as jnp
-    import torch
-
     points = s.rule.checks.points
     if not points:
         raise NotApplicable("the rule gives no checks.points")
@@ -495,7 +509,8 @@ def check_points(s: Subject) -> str:
                 for i, v in zip(s.rule.inputs, given, strict=True)
             ],
         )
-        for name, fn, convert in (("jax", s.jax_fn, jnp.asarray), ("torch", s.torch_fn, torch.from_numpy)):
+        for name in s.backends:
+            fn, convert = (s.jax_fn, _asarray("jax")) if name == "jax" else (s.torch_fn, _asarray("torch"))
             if point.value is not None:
                 out = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in at_point.values])
                 outs = out if isinstance(out, tuple) else (out,)
@@ -525,7 +540,19 @@ def check_points(s: Subject) -> str:
                 if note:
                     notes.add(note)
                 compare(f"point {n}: {name} jvp", got, np.ravel(point.jvp.value), rtol, s.atol)
-    return f"{len(points)} point(s) hold in both backends" + "".join(sorted(notes))
+    both = "both backends" if len(s.backends) == 2 else " and ".join(s.backends)
+    return f"{len(points)} point(s) hold in {both}" + "".join(sorted(notes))
+
+
+def _asarray(backend: str) -> Callable[[Any], Any]:
+    """The backend's array of a NumPy array."""
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray
+    import torch
+
+    return torch.from_numpy
 
 
 def _point_input(s: Subject, n: int, key: str, input_name: str) -> int:

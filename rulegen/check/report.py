@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
+from typing import Any
 
 from rulegen.check.outcome import Outcome
-from rulegen.check.registry import CHECKS, REGISTRY
+from rulegen.check.registry import REGISTRY, Check
 
 
 def summary(outcomes: Sequence[Outcome]) -> str:
@@ -16,26 +17,27 @@ def summary(outcomes: Sequence[Outcome]) -> str:
     return f"{rules} rules: {counts['pass']} passed, {counts['fail']} failed, {counts['n/a']} n/a"
 
 
-def report_table(outcomes: Sequence[Outcome]):
+def report_table(outcomes: Sequence[Outcome], checks: Sequence[Check] = REGISTRY) -> Any:
     from rich.table import Table
 
+    names = [check.name for check in checks]
     table = Table(title="rulegen test", show_lines=False)
     table.add_column("rule")
-    for check in CHECKS:
-        table.add_column(check, justify="center")
+    for name in names:
+        table.add_column(name, justify="center")
     by_rule: dict[str, dict[str, Outcome]] = {}
     for o in outcomes:
         by_rule.setdefault(o.rule, {})[o.check] = o
     marks = {"pass": "[green]pass[/green]", "fail": "[bold red]FAIL[/bold red]", "n/a": "[dim]n/a[/dim]"}
     for rule, cells in by_rule.items():
-        table.add_row(rule, *(marks[cells[c].status] if c in cells else "" for c in CHECKS))
+        table.add_row(rule, *(marks[cells[c].status] if c in cells else "" for c in names))
     return table
 
 
 _MARKS = {"pass": "[green]✓[/green]", "fail": "[bold red]✗[/bold red]", "n/a": "[dim]·[/dim]"}
 
 
-def compact_table(outcomes: Sequence[Outcome]):
+def compact_table(outcomes: Sequence[Outcome], checks: Sequence[Check] = REGISTRY) -> Any:
     """One row per rule, one mark per check under its two-letter code (see `legend`).
 
     It fits the console from 3 columns a check and a few for the names up
@@ -46,19 +48,19 @@ def compact_table(outcomes: Sequence[Outcome]):
 
     table = Table(title="rulegen test", box=None, pad_edge=False, collapse_padding=True, title_justify="left")
     table.add_column("rule", overflow="fold", min_width=8)
-    for check in REGISTRY:
+    for check in checks:
         table.add_column(check.code, justify="center", no_wrap=True, min_width=2)
     by_rule: dict[str, dict[str, Outcome]] = {}
     for o in outcomes:
         by_rule.setdefault(o.rule, {})[o.check] = o
     for rule, cells in by_rule.items():
-        table.add_row(rule, *(_MARKS[cells[c].status] if c in cells else "" for c in CHECKS))
+        table.add_row(rule, *(_MARKS[cells[c.name].status] if c.name in cells else "" for c in checks))
     return table
 
 
-def legend() -> str:
+def legend(checks: Sequence[Check] = REGISTRY) -> str:
     """What the compact table's marks and column codes mean."""
-    codes = ", ".join(f"{check.code} {check.name}" for check in REGISTRY)
+    codes = ", ".join(f"{check.code} {check.name}" for check in checks)
     return f"{_MARKS['pass']} pass  {_MARKS['fail']} FAIL  {_MARKS['n/a']} n/a (reasons below); {codes}"
 
 

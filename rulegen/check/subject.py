@@ -47,8 +47,15 @@ class Subject:
     note: str = ""
     known: tuple[str, ...] = ()  # the rules of the build, which bodies may call
     seed: int = 0
+    # The frameworks not installed, with why (a one-framework audit): the checks use only the others.
+    absent: dict[str, str] = dataclasses.field(default_factory=dict)
     # What checks of this rule compute alike (the mpmath forward), shared by its copies.
     memo: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The frameworks the checks call: both, but for one that is not installed."""
+        return tuple(b for b in ("jax", "torch") if b not in self.absent)
 
     @property
     def jax_forward_mode(self) -> bool:
