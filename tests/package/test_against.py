@@ -30,7 +30,7 @@ from rulegen.spec.rules import read_rule_file
 
 pytest_plugins = ["pytester"]
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 IMPLEMENTATIONS = HERE / "implementations"
 EXAMPLES = HERE.parent.parent / "shared" / "examples"
 LOG1PEXP = EXAMPLES / "log1pexp.yaml"
