@@ -46,9 +46,5 @@ def _f_asinh_jvp(primals, tangents):
     return out, x_dot * jnp.where(
         t1,
         jax.lax.rsqrt(t0 + 1),
-        1
-        / (
-            jnp.sqrt(jnp.where(t1, 1.4551915228366852e-11, 1 / t0) + 1)
-            * jnp.abs(jnp.where(t1, 262144.0, x))
-        ),
+        1 / (jnp.sqrt(jnp.where(t1, 2.0**-36, 1 / t0) + 1) * jnp.abs(jnp.where(t1, 262144.0, x))),
     )

@@ -29,7 +29,7 @@ class FAsinh(RuleFunction):
             torch.rsqrt(t0 + 1),
             1
             / (
-                torch.sqrt(torch.where(t1, 1.4551915228366852e-11, 1 / t0) + 1)
+                torch.sqrt(torch.where(t1, 2.0**-36, 1 / t0) + 1)
                 * torch.abs(torch.where(t1, 262144.0, x))
             ),
         )
