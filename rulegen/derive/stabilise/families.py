@@ -43,7 +43,17 @@ _DIFFERENCES: Mapping[type, Callable[[sp.Expr, sp.Expr], sp.Expr]] = {
     sp.log: lambda a, b: log1p(_tidy((a - b) / b)),
     log1p: lambda a, b: log1p(_tidy((a - b) / (1 + b))),
     sp.exp: lambda a, b: sp.exp(b) * expm1(_tidy(a - b)),
+    softplus: lambda a, b: _softplus_difference(a, b),
 }
+
+
+def _softplus_difference(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """softplus(a) - softplus(b) without the cancellation of two close values: a where b = -a (softplus(u) is
+    u + softplus(-u): a log-odds, log(sigmoid(u)) - log(1 - sigmoid(u)), is u), else log1p(sigmoid(b) expm1(a - b)),
+    as (1 + exp(a)) / (1 + exp(b)) is 1 + sigmoid(b) (exp(a - b) - 1)."""
+    if _tidy(a + b) == 0:
+        return a
+    return log1p(sigmoid(b) * expm1(_tidy(a - b)))
 
 
 def _power_difference(a: sp.Expr, b: sp.Expr, exponent: sp.Expr) -> sp.Expr:
