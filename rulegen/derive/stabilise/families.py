@@ -415,9 +415,17 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
     if ops <= BUDGET.series_ops and len(expr.free_symbols) <= BUDGET.series_symbols and _elementary(expr):
         for v in variables:
             for point, family in ((sp.S.Zero, "series at 0"), (sp.oo, "series at infinity")):
+                if point is sp.oo and _grows_exponentially(expr, v):
+                    continue
                 found = _attempt(functools.partial(_series, expr, v, point))
                 if found is not None:
                     yield family, found
+
+
+def _grows_exponentially(expr: sp.Expr, v: sp.Symbol) -> bool:
+    """Whether `expr` has an exponential of `v` (exp, sinh, cosh, tanh): at infinity that has no expansion in powers
+    of 1/v, and sympy's search for one (Gruntz's algorithm, log(1 - 1/(1 + exp(-z)))) runs for minutes."""
+    return any(f.args[0].has(v) for f in expr.atoms(sp.exp, sp.sinh, sp.cosh, sp.tanh))
 
 
 def _gamma_series(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
