@@ -2,10 +2,12 @@
 
     python -m benchmarks.accuracy [--quick] [--suite NAME] [--points N (default 64)] [--seed S] [--plot DIR]
 
-Three suites: `rules/`, FPBench's hamming-ch3 (`benchmarks/fpbench/`, 28
-textbook cancellations translated into forward-only rules) and
+Four suites: `rules/`, FPBench's hamming-ch3 (`benchmarks/fpbench/`, 28
+textbook cancellations translated into forward-only rules),
 `benchmarks/distributions/` (25 log-densities, log-masses, entropies and KL
-divergences as torch.distributions, NumPyro, TFP and SciPy write them);
+divergences as torch.distributions, NumPyro, TFP and SciPy write them) and
+`benchmarks/ml/` (28 losses, activations and normalisations as ML code
+writes them the textbook way);
 `--suite NAME` measures one of them. For each rule
 that can be measured (`rulegen.check.accuracy`: a symbolic forward of real
 inputs), points uniform over the float bit patterns of each input's domain
@@ -37,6 +39,7 @@ SUITES = {
     "rules/": ROOT / "rules",
     "FPBench hamming-ch3": ROOT / "benchmarks" / "fpbench",
     "distributions": ROOT / "benchmarks" / "distributions",
+    "ml": ROOT / "benchmarks" / "ml",
 }
 KINDS = (("gradient", True), ("value", False))
 

@@ -40,8 +40,8 @@ def _f_cbrt(x):
 def _f_cbrt_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
-    t0 = jnp.abs(x) > 7.52316384526264e-37
-    t1 = jnp.where(t0, 3.76158192263132e-37, x)
-    t2 = jnp.where(t0, x, 1.504632769052528e-36)
+    t0 = jnp.abs(x) > 2.0**-120
+    t1 = jnp.where(t0, 2.0**-121, x)
+    t2 = jnp.where(t0, x, 2.0**-119)
     out = nth_root(x, 3)
     return out, x_dot * jnp.where(t0, nth_root(1 / t2, 3) ** 2 / 3, 1 / nth_root(t1, 3) ** 2 / 3)

@@ -22,9 +22,9 @@ class FCbrt(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = torch.abs(x) > 7.52316384526264e-37
-        t1 = torch.where(t0, 3.76158192263132e-37, x)
-        t2 = torch.where(t0, x, 1.504632769052528e-36)
+        t0 = torch.abs(x) > 2.0**-120
+        t1 = torch.where(t0, 2.0**-121, x)
+        t2 = torch.where(t0, x, 2.0**-119)
         return out_bar * torch.where(t0, nth_root(1 / t2, 3) ** 2 / 3, 1 / nth_root(t1, 3) ** 2 / 3)
 
     # A derivative that is a number per element scales a tangent as it does a cotangent.

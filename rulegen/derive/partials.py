@@ -34,10 +34,11 @@ from rulegen.spec.errors import Loc, SpecError, SpecErrors
 from rulegen.spec.names import COTANGENT, TANGENT
 from rulegen.spec.rules import Domain, Input, Rule, SnippetBody, SympyBody, Text
 
-#: Seconds sympy may spend deriving and planning one rule before the rule is refused: a guard against a sympy step
-#: that hangs, never what decides an output (the stabilising search is bounded by work).  The costliest rule in
-#: rules/, tests/right_rules, the shared examples and benchmarks/fpbench takes under 6 s of CPU, so that even a
-#: machine loaded tenfold stays inside it.
+#: Seconds of CPU time sympy may spend deriving and planning one rule before the rule is refused: a guard against a
+#: sympy step that hangs, never what decides an output (the stabilising search is bounded by work).  CPU time, the
+#: process's own (`ITIMER_PROF`), not the wall clock: on a machine shared tenfold a rule's wall time is ten times its
+#: CPU time, and the load would decide which rules build.  The costliest rule in rules/, tests/right_rules, the
+#: shared examples and the benchmark suites takes well under a tenth of it.
 DERIVE_SECONDS = 120.0
 
 Partials = Mapping[tuple[str, str], sp.Expr]
@@ -117,8 +118,8 @@ def sympy_time_limit(seconds: float, loc: Loc) -> Iterator[None]:
             state["expired"] = True
             raise _Timeout
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds, _REFIRE_SECONDS)
+    previous = signal.signal(signal.SIGPROF, on_alarm)
+    signal.setitimer(signal.ITIMER_PROF, seconds, _REFIRE_SECONDS)
     _limit_active = True
     try:
         try:
@@ -126,7 +127,7 @@ def sympy_time_limit(seconds: float, loc: Loc) -> Iterator[None]:
                 yield
         finally:
             state["armed"] = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
     except SpecErrors:
         raise
     except Exception as exc:
@@ -138,7 +139,7 @@ def sympy_time_limit(seconds: float, loc: Loc) -> Iterator[None]:
         raise
     finally:
         _limit_active = False
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGPROF, previous)
 
 
 class _Deriver:

@@ -12,6 +12,7 @@ numeric constants such as `sqrt(2)` become array calls on Python numbers
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -110,6 +111,17 @@ def cancelling_pair_first(terms: Sequence[sp.Expr]) -> list[sp.Expr]:
     return terms
 
 
+def float_text(value: float) -> str:
+    """`value` as Python source, exactly: its shortest repr, but a power of two that repr writes with an exponent
+    as `2.0**k` (`2.0**-120`, not 7.52316384526264e-37: the search's thresholds, the points of a branch's own
+    region and the scalings it prints are powers of two, and their digits would hide it)."""
+    text = repr(value)
+    mantissa, exponent = math.frexp(value)
+    if abs(mantissa) == 0.5 and "e" in text:
+        return f"{'-' if value < 0 else ''}2.0**{exponent - 1}"
+    return text
+
+
 class _ArrayCode:
     """What both array printers (and the constant printer) print alike."""
 
@@ -182,7 +194,7 @@ class _ArrayCode:
         return "1 / 2"
 
     def _print_Float(self, expr: sp.Float) -> str:
-        return repr(float(expr))
+        return float_text(float(expr))
 
     def _print_NaN(self, expr: sp.Basic) -> str:
         return self._record("math.nan")
@@ -255,7 +267,7 @@ class _ArrayCode:
             return f"-{text}" if negative else text
         if all(f.func.__name__ in _SCALAR_FUNCTIONS for f in expr.atoms(sp.Function)):
             return self._constant_text(expr)
-        return repr(float(expr.evalf(30)))
+        return float_text(float(expr.evalf(30)))
 
     def _constant_text(self, expr: sp.Expr) -> str:
         # A number is evaluated here and cannot raise; Python arithmetic of a static input can.
@@ -355,6 +367,8 @@ class _ArrayCode:
         # (`return t3 / t4, t3`, a call's argument).
         if isinstance(item, fn.divided) or (self._square_of_name(item) and level >= PRECEDENCE["Add"]):
             return f"({self._print(item)})"
+        if isinstance(item, sp.Float) and level >= PRECEDENCE["Pow"] and "**" in (text := self._print(item)):
+            return f"({text})"  # a power of two as a base or exponent: (2.0**-120)**2
         return super().parenthesize(item, level, strict)  # type: ignore[misc]
 
     #: Whether a square of a name is printed `x * x` (`_square_of_name`); the constant printer's stays `x**2`.

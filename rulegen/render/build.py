@@ -257,7 +257,7 @@ def worker_pool(workers: int, known_rules: frozenset[str]) -> concurrent.futures
     calling process runs (pytest with torch or JAX loaded), half-initialised;
     spawn, the fallback where there is no fork server, imports sympy again in
     every worker.  Each task runs in its worker's main thread, where
-    `sympy_time_limit` can take SIGALRM.
+    `sympy_time_limit` can take SIGPROF.
     """
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)

@@ -98,13 +98,14 @@ def _model(out: str) -> None:
 
 
 def _accuracy(out: str) -> None:
-    for suite in ("rules/", "FPBench hamming-ch3", "distributions"):
+    for suite in ("rules/", "FPBench hamming-ch3", "distributions", "ml"):
         for kind in ("gradient", "value"):
             pairs = ", ".join(rf"float(?:64|32) (?:jax|torch) {BITS}" for _ in range(4))
             assert re.search(rf"^{re.escape(suite)} mean bits, {kind} generated/autodiff: {pairs}$", out, re.M)
         summary = rf"^{re.escape(suite)} summary: \d+ of \d+ rules within 1 bit \(gradient\), \d+ worse than autodiff"
         assert re.search(summary, out, re.M), suite
-    for rule in ("log1pexp", "nmse_example_3_1", "nmse_problem_3_4_5", "normal_log_prob"):  # --quick: every third
+    # --quick: every third rule of the suites but rules/
+    for rule in ("log1pexp", "nmse_example_3_1", "nmse_problem_3_4_5", "normal_log_prob", "ml_log_sigmoid"):
         assert re.search(rf"^{rule} +(?:{BITS} +){{7}}{BITS}$", out, re.M), rule
 
 

@@ -41,7 +41,7 @@ class Budget:
     #: Operations (`sp.count_ops`) above which an expression is not searched.
     search_ops: int = 60
     #: Variables above which an expression is not searched.
-    search_symbols: int = 3
+    search_symbols: int = 4
     #: Operations above which factoring (`factor`, `expand`, partial fractions, scaling) is skipped: its cost grows
     #: fastest with the expression.
     factor_ops: int = 40

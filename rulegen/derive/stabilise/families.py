@@ -43,7 +43,17 @@ _DIFFERENCES: Mapping[type, Callable[[sp.Expr, sp.Expr], sp.Expr]] = {
     sp.log: lambda a, b: log1p(_tidy((a - b) / b)),
     log1p: lambda a, b: log1p(_tidy((a - b) / (1 + b))),
     sp.exp: lambda a, b: sp.exp(b) * expm1(_tidy(a - b)),
+    softplus: lambda a, b: _softplus_difference(a, b),
 }
+
+
+def _softplus_difference(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """softplus(a) - softplus(b) without the cancellation of two close values: a where b = -a (softplus(u) is
+    u + softplus(-u): a log-odds, log(sigmoid(u)) - log(1 - sigmoid(u)), is u), else log1p(sigmoid(b) expm1(a - b)),
+    as (1 + exp(a)) / (1 + exp(b)) is 1 + sigmoid(b) (exp(a - b) - 1)."""
+    if _tidy(a + b) == 0:
+        return a
+    return log1p(sigmoid(b) * expm1(_tidy(a - b)))
 
 
 def _power_difference(a: sp.Expr, b: sp.Expr, exponent: sp.Expr) -> sp.Expr:
@@ -405,9 +415,17 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
     if ops <= BUDGET.series_ops and len(expr.free_symbols) <= BUDGET.series_symbols and _elementary(expr):
         for v in variables:
             for point, family in ((sp.S.Zero, "series at 0"), (sp.oo, "series at infinity")):
+                if point is sp.oo and _grows_exponentially(expr, v):
+                    continue
                 found = _attempt(functools.partial(_series, expr, v, point))
                 if found is not None:
                     yield family, found
+
+
+def _grows_exponentially(expr: sp.Expr, v: sp.Symbol) -> bool:
+    """Whether `expr` has an exponential of `v` (exp, sinh, cosh, tanh): at infinity that has no expansion in powers
+    of 1/v, and sympy's search for one (Gruntz's algorithm, log(1 - 1/(1 + exp(-z)))) runs for minutes."""
+    return any(f.args[0].has(v) for f in expr.atoms(sp.exp, sp.sinh, sp.cosh, sp.tanh))
 
 
 def _gamma_series(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
