@@ -1,6 +1,7 @@
 """Bits of error of the generated code beside each framework's autodiff of the forward as written.
 
     python -m benchmarks.accuracy [--quick] [--suite NAME] [--points N (default 64)] [--seed S] [--plot DIR]
+                                  [--markdown]
 
 Three suites: `rules/`, FPBench's hamming-ch3 (`benchmarks/fpbench/`, 28
 textbook cancellations translated into forward-only rules) and
@@ -16,7 +17,8 @@ suite: the mean over its rules, how many rules' generated gradient is within
 1 bit in every dtype and backend, and how many are worse than autodiff (a
 mean more than 1 bit above autodiff's in some dtype or backend). `--quick`
 samples 8 points per dtype and measures every third rule of the other suites, to see
-that everything runs.
+that everything runs. `--markdown` measures FPBench's suite and `rules/` and prints
+docs/accuracy.md's table of their means: each cell generated (autodiff), the gradient's in bold.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.table import Layout, Table, quiet_if, request
 from rulegen.check import CheckSession
 from rulegen.check.accuracy import BACKENDS, DTYPES, RuleAccuracy, measure_rule
 from rulegen.check.accuracy_report import WORSE_BITS, write_plot
@@ -39,6 +42,33 @@ SUITES = {
     "distributions": ROOT / "benchmarks" / "distributions",
 }
 KINDS = (("gradient", True), ("value", False))
+TABLES = ("accuracy",)
+#: The suites of the markdown table, in its order.
+TABLE_SUITES = ("FPBench hamming-ch3", "rules/")
+
+
+def layout(table: str = TABLES[0]) -> Layout:
+    labels = ["rules measured"]
+    labels += [f"{kind} {dtype}, JAX / torch" for kind, _ in KINDS for dtype in DTYPES]
+    labels += ["within 1 bit (gradient)", "worse than autodiff (gradient)"]
+    return Layout(("mean bits of error, generated (autodiff)", *TABLE_SUITES), tuple(labels))
+
+
+def markdown_column(results: list[RuleAccuracy], rules: int) -> list[str]:
+    """One suite's cells of the markdown table, in `layout()`'s order."""
+    cells = [f"{len(results)} of {rules}"]
+    for _, partials in KINDS:
+        for dtype in DTYPES:
+            means = {
+                source: " / ".join(f"{_suite_mean(results, partials, dtype, b, source):.1f}" for b in BACKENDS)
+                for source in ("generated", "autodiff")
+            }
+            generated = f"**{means['generated']}**" if partials else means["generated"]
+            cells.append(f"{generated} ({means['autodiff']})")
+    within = sum(_within_one_bit(r) for r in results)
+    worse = sum(_worse_than_autodiff(r) for r in results)
+    cells += [f"**{within} of {len(results)}**", f"**{worse}**"]
+    return cells
 
 
 def _cells(result: RuleAccuracy) -> list[str]:
@@ -124,8 +154,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--points", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", type=Path, default=None, help="write one HTML page per rule here")
-    args = parser.parse_args(argv)
+    asked = request(argv, TABLES)
+    args = parser.parse_args(asked.rest)
     points = 8 if args.quick else args.points
+    if asked.markdown:
+        columns = []
+        with quiet_if(True):
+            for title in TABLE_SUITES:
+                results = run_suite(title, SUITES[title], points, args.seed, args.plot)
+                columns.append(markdown_column(results, len(read_rules(rule_files([SUITES[title]])))))
+        table = Table(list(layout().header))
+        for label, *cells in zip(layout().labels, *columns, strict=True):
+            table.add(label, *cells)
+        print(table.markdown())
+        return 0
     for title, folder in SUITES.items():
         if args.suite is not None and title != args.suite:
             continue

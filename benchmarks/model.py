@@ -1,6 +1,6 @@
 """A transformer-style training step with generated rules against the frameworks' native ops.
 
-    python -m benchmarks.model [--quick] [--rounds N]
+    python -m benchmarks.model [--quick] [--rounds N] [--markdown]
 
 One pre-norm block (attention with a softmax, an MLP whose hidden layer is
 gelu(x W1) * swish(x W2)) and a logsumexp cross-entropy loss, float32 on the
@@ -28,7 +28,7 @@ alike. Peak memory: torch, the rise of the process's resident set during one
 step (Linux's peak-RSS counter, reset before the step; the benchmark runs
 itself again with a fixed glibc mmap threshold, so that a freed tensor leaves
 the resident set); JAX, the compiled step's temporary buffers
-(`memory_analysis`).
+(`memory_analysis`). `--markdown` prints the rows as docs/performance.md's table.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ import torch.nn.functional as F  # noqa: N812 - the conventional alias
 
 import generated.jax as gen_jax
 import generated.torch as gen_torch
+from benchmarks.table import Layout, Table, quiet_if, request
 
 
 @dataclass(frozen=True)
@@ -371,15 +372,41 @@ def _temp(analysis: object) -> int:
     return int(getattr(analysis, "temp_size_in_bytes", 0))
 
 
+TABLES = ("model",)
+HEADER = ("step, generated / native", "time: median [min, max]", "peak memory gen / native")
+
+
+def layout(table: str = TABLES[0]) -> Layout:
+    """The rows' labels, as `torch_rows` and `jax_rows` name them (the indented ones are stripped)."""
+    labels = [f"torch {kind} step" for kind in KINDS] + ["torch jacfwd (input slice)", "torch hvp (fwd over rev)"]
+    labels += [f"{kind} step, erfc gelu" for kind in KINDS] + ["jacfwd, erfc gelu", "hvp, erfc gelu"]
+    names = [name for name, _ in one_generated(TORCH_NATIVE, TORCH_GENERATED)]
+    labels += [f"eager step, {name} alone" for name in names]
+    labels += ["jax jit step", "jax jacfwd (input slice)", "jax hvp (fwd over rev)"]
+    labels += [f"{row}, exact-density gelu" for row in ("jit step", "jacfwd", "hvp")]
+    labels += [f"jit step, {name} alone" for name in names]
+    return Layout(HEADER, tuple(labels))
+
+
 def main(argv: list[str]) -> int:
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None and sys.platform == "linux":
         # glibc raises its mmap threshold as large blocks are freed, after which freed tensors stay
         # resident and the peak-RSS rise reads 0: a fixed threshold returns each large block on free.
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
         os.execve(sys.executable, [sys.executable, "-m", "benchmarks.model", *argv], env)
+    asked = request(argv, TABLES)
+    argv = asked.rest
     quick = "--quick" in argv
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else (3 if quick else 15)
     size = QUICK if quick else FULL
+    if asked.markdown:
+        with quiet_if(True):
+            rows = [*torch_rows(size, rounds), *jax_rows(size, rounds)]
+        table = Table(list(HEADER))
+        for row in rows:
+            table.add(*row)
+        print(table.markdown())
+        return 0
     print(
         f"model step, float32, batch {size.batch} x sequence {size.sequence} x width {size.width}, "
         f"{size.heads} heads, {size.classes} classes; {rounds} interleaved rounds, generated / native"

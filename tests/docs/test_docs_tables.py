@@ -1,0 +1,135 @@
+"""The numbers tables of docs/performance.md and docs/accuracy.md are the benchmarks' own.
+
+Each table is preceded by the command that writes it, `<!-- python -m benchmarks.X --markdown ... -->`,
+or by `<!-- table: not measured... -->` and a reason. A command's module must take those flags, and its
+`layout()` (known without measuring) must be the table's header and first column; a table computed
+without timing is run and compared whole, so that it cannot go stale.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from benchmarks.table import Table, parse_markdown, request
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "docs" / "performance.md", ROOT / "docs" / "accuracy.md"]
+COMMAND = re.compile(r"^<!-- (python -m (benchmarks\.\w+)(?: [^>]*)?) -->$")
+NOT_MEASURED = re.compile(r"^<!-- table: not measured\b.*\S.* -->$")
+#: Tables computed without timing, (module, table): run and compared whole. The slow ones run in the slow lane.
+EXACT = {("benchmarks.code_lines", "code_lines")}
+EXACT_SLOW = {("benchmarks.jax_jit", "errors"), ("benchmarks.low_precision", "errors")}
+
+
+@dataclass(frozen=True)
+class DocTable:
+    doc: str
+    line: int  # 1-based, the table's header
+    comment: str  # the line above it
+    text: str  # the table's lines
+
+    @property
+    def table(self) -> Table:
+        return parse_markdown(self.text)
+
+    def __str__(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+
+def doc_tables(text: str, doc: str) -> list[DocTable]:
+    """Every markdown table of `text` (outside fenced blocks), with the non-blank line above it."""
+    lines = text.splitlines()
+    tables, fenced, k = [], False, 0
+    while k < len(lines):
+        if lines[k].startswith("```"):
+            fenced = not fenced
+        if not fenced and lines[k].startswith("|") and k + 1 < len(lines) and lines[k + 1].startswith("|---"):
+            end = k
+            while end < len(lines) and lines[end].startswith("|"):
+                end += 1
+            above = next((lines[j] for j in range(k - 1, -1, -1) if lines[j].strip()), "")
+            tables.append(DocTable(doc, k + 1, above, "\n".join(lines[k:end])))
+            k = end
+            continue
+        k += 1
+    return tables
+
+
+ALL = [t for path in DOCS for t in doc_tables(path.read_text(), path.name)]
+MEASURED = [t for t in ALL if COMMAND.match(t.comment)]
+
+
+def _module_and_request(table: DocTable):
+    match = COMMAND.match(table.comment)
+    assert match, table
+    args = shlex.split(match.group(1))[3:]
+    module = importlib.import_module(match.group(2))
+    assert "--markdown" in args, f"{table}: the command must print markdown"
+    return module, request(args, module.TABLES), args
+
+
+def test_every_table_says_what_writes_it():
+    assert len(MEASURED) >= 10
+    loose = [f"{t}: {t.comment!r}" for t in ALL if not COMMAND.match(t.comment) and not NOT_MEASURED.match(t.comment)]
+    assert not loose, "tables preceded by neither a benchmark command nor `<!-- table: not measured ... -->`"
+    assert len(ALL) - len(MEASURED) <= 6, "keep the tables not written by a benchmark few"
+
+
+@pytest.mark.parametrize("table", MEASURED, ids=str)
+def test_the_table_is_laid_out_as_its_benchmark_prints_it(table):
+    module, asked, _ = _module_and_request(table)
+    assert asked.markdown
+    layout = module.layout(asked.table)
+    assert table.table.layout.header == layout.header, table
+    assert table.table.layout.labels == layout.labels, table
+
+
+def _run(table: DocTable) -> None:
+    match = COMMAND.match(table.comment)
+    assert match
+    out = subprocess.run(
+        [sys.executable, *shlex.split(match.group(1))[1:]], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == table.text, f"{table} is stale: `{match.group(1)}` prints\n{out}"
+
+
+def _exact(tables: set[tuple[str, str]]) -> list[DocTable]:
+    found = [t for t in MEASURED if (_module_and_request(t)[0].__name__, _module_and_request(t)[1].table) in tables]
+    assert len(found) == len(tables), "each table computed without timing is in the docs"
+    return found
+
+
+@pytest.mark.parametrize("table", _exact(EXACT), ids=str)
+def test_a_table_computed_without_timing_is_what_its_command_prints(table):
+    _run(table)
+
+
+@pytest.mark.slow
+@pytest.mark.costly
+@pytest.mark.parametrize("table", _exact(EXACT_SLOW), ids=str)
+def test_an_error_table_is_what_its_command_prints(table):
+    _run(table)
+
+
+def test_markdown_tables_read_back_as_written():
+    table = Table(["case", "a | b", "c"])
+    table.add("gelu (erf)", "1.0 [0.9, 1.1]", "")
+    table.add("  indented", 2, "3 (composite)")
+    back = parse_markdown(table.markdown())
+    assert back.header == ["case", "a | b", "c"]
+    assert back.rows == [["gelu (erf)", "1.0 [0.9, 1.1]", ""], ["indented", "2", "3 (composite)"]]
+    assert table.text().splitlines()[1].startswith("gelu (erf)")
+
+
+def test_a_benchmark_refuses_a_table_it_does_not_print():
+    with pytest.raises(SystemExit):
+        request(["--markdown", "--table", "speeds"], ("errors", "speed"))
+    assert request(["18", "--markdown", "--table", "speed", "--quick"], ("errors", "speed")).rest == ["18", "--quick"]
