@@ -1,7 +1,7 @@
 """Bits of error of the generated code beside each framework's autodiff of the forward as written.
 
     python -m benchmarks.accuracy [--quick] [--suite NAME] [--points N (default 64)] [--seed S] [--plot DIR]
-                                  [--markdown]
+                                  [--markdown [--table accuracy|tanh_sigmoid|gelu_tanh]]
 
 Three suites: `rules/`, FPBench's hamming-ch3 (`benchmarks/fpbench/`, 28
 textbook cancellations translated into forward-only rules) and
@@ -19,6 +19,8 @@ mean more than 1 bit above autodiff's in some dtype or backend). `--quick`
 samples 8 points per dtype and measures every third rule of the other suites, to see
 that everything runs. `--markdown` measures FPBench's suite and `rules/` and prints
 docs/accuracy.md's table of their means: each cell generated (autodiff), the gradient's in bold.
+`--table tanh_sigmoid` and `--table gelu_tanh` print instead the mean / max bits of f_tanh's and
+f_sigmoid's derivatives and of f_gelu_tanh's value and derivative, generated (autodiff).
 """
 
 from __future__ import annotations
@@ -42,16 +44,52 @@ SUITES = {
     "distributions": ROOT / "benchmarks" / "distributions",
 }
 KINDS = (("gradient", True), ("value", False))
-TABLES = ("accuracy",)
+TABLES = ("accuracy", "tanh_sigmoid", "gelu_tanh")
+TAIL_RULES = {"tanh_sigmoid": ("f_tanh", "f_sigmoid"), "gelu_tanh": ("f_gelu_tanh",)}
+TAIL_COLUMNS = tuple(f"{dtype} {name}" for dtype in DTYPES for name in ("JAX", "torch"))
 #: The suites of the markdown table, in its order.
 TABLE_SUITES = ("FPBench hamming-ch3", "rules/")
 
 
 def layout(table: str = TABLES[0]) -> Layout:
+    if table == "tanh_sigmoid":
+        return Layout(("", *TAIL_COLUMNS), TAIL_RULES[table])
+    if table == "gelu_tanh":
+        return Layout(("", *TAIL_COLUMNS), ("value", "derivative"))
     labels = ["rules measured"]
     labels += [f"{kind} {dtype}, JAX / torch" for kind, _ in KINDS for dtype in DTYPES]
     labels += ["within 1 bit (gradient)", "worse than autodiff (gradient)"]
     return Layout(("mean bits of error, generated (autodiff)", *TABLE_SUITES), tuple(labels))
+
+
+def tails(table: str, points: int, seed: int) -> Table:
+    """Mean / max bits of error, generated (autodiff), of the rules of `TAIL_RULES[table]` in `rules/`."""
+    every = read_rules(rule_files([SUITES["rules/"]]))
+    rules = [r for r in every if r.name in TAIL_RULES[table]]
+    with CheckSession(rules, "generated") as session:
+        jax_pkg, torch_pkg = session.modules
+        known = [r.name for r in every]
+        results = [measure_rule(r, jax_pkg, torch_pkg, points=points, seed=seed, known=known) for r in rules]
+    out = Table(list(layout(table).header))
+
+    def cell(result: RuleAccuracy, partial: bool, dtype: str, backend: str) -> str:
+        found = [
+            [
+                s
+                for s in result.series
+                if (s.quantity.is_partial, s.quantity.mode, s.dtype, s.backend, s.source)
+                == (partial, "reverse", dtype, backend, source)
+            ]
+            for source in ("generated", "autodiff")
+        ]
+        generated, autodiff = (f"{sum(x.mean for x in f) / len(f):.2f} / {max(x.max for x in f):.0f}" for f in found)
+        return f"{generated} ({autodiff})"
+
+    for result in results:
+        kinds = [(result.rule, True)] if table == "tanh_sigmoid" else [("value", False), ("derivative", True)]
+        for label, partial in kinds:
+            out.add(label, *(cell(result, partial, d, b) for d in DTYPES for b in BACKENDS))
+    return out
 
 
 def markdown_column(results: list[RuleAccuracy], rules: int) -> list[str]:
@@ -157,6 +195,11 @@ def main(argv: list[str]) -> int:
     asked = request(argv, TABLES)
     args = parser.parse_args(asked.rest)
     points = 8 if args.quick else args.points
+    if asked.markdown and asked.table != "accuracy":
+        with quiet_if(True):
+            table = tails(asked.table, points, args.seed)
+        print(table.markdown())
+        return 0
     if asked.markdown:
         columns = []
         with quiet_if(True):

@@ -26,7 +26,13 @@ COMMAND = re.compile(r"^<!-- (python -m (benchmarks\.\w+)(?: [^>]*)?) -->$")
 NOT_MEASURED = re.compile(r"^<!-- table: not measured\b.*\S.* -->$")
 #: Tables computed without timing, (module, table): run and compared whole. The slow ones run in the slow lane.
 EXACT = {("benchmarks.code_lines", "code_lines")}
-EXACT_SLOW = {("benchmarks.jax_jit", "errors"), ("benchmarks.low_precision", "errors")}
+EXACT_SLOW = {
+    ("benchmarks.jax_jit", "errors"),
+    ("benchmarks.low_precision", "errors"),
+    ("benchmarks.model", "gelu_tail"),
+    ("benchmarks.accuracy", "tanh_sigmoid"),
+    ("benchmarks.accuracy", "gelu_tanh"),
+}
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ def test_every_table_says_what_writes_it():
     assert len(MEASURED) >= 10
     loose = [f"{t}: {t.comment!r}" for t in ALL if not COMMAND.match(t.comment) and not NOT_MEASURED.match(t.comment)]
     assert not loose, "tables preceded by neither a benchmark command nor `<!-- table: not measured ... -->`"
-    assert len(ALL) - len(MEASURED) <= 6, "keep the tables not written by a benchmark few"
+    assert len(ALL) - len(MEASURED) <= 3, "keep the tables not written by a benchmark few"
 
 
 @pytest.mark.parametrize("table", MEASURED, ids=str)
