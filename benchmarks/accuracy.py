@@ -1,7 +1,7 @@
 """Bits of error of the generated code beside each framework's autodiff of the forward as written.
 
     python -m benchmarks.accuracy [--quick] [--suite NAME] [--points N (default 64)] [--seed S] [--plot DIR]
-                                  [--markdown [--table accuracy|tanh_sigmoid|gelu_tanh]]
+                                  [--markdown [--table accuracy|tanh_sigmoid|gelu_tanh|bessel_ie]]
 
 Three suites: `rules/`, FPBench's hamming-ch3 (`benchmarks/fpbench/`, 28
 textbook cancellations translated into forward-only rules) and
@@ -20,7 +20,9 @@ samples 8 points per dtype and measures every third rule of the other suites, to
 that everything runs. `--markdown` measures FPBench's suite and `rules/` and prints
 docs/accuracy.md's table of their means: each cell generated (autodiff), the gradient's in bold.
 `--table tanh_sigmoid` and `--table gelu_tanh` print instead the mean / max bits of f_tanh's and
-f_sigmoid's derivatives and of f_gelu_tanh's value and derivative, generated (autodiff).
+f_sigmoid's derivatives and of f_gelu_tanh's value and derivative, generated (autodiff);
+`--table bessel_ie` the float64 relative error in eps of the first two derivatives of i0e and i1e in
+torch, of rules built here against autodiff of `torch.special`'s, at a few points of their tails.
 """
 
 from __future__ import annotations
@@ -44,7 +46,13 @@ SUITES = {
     "distributions": ROOT / "benchmarks" / "distributions",
 }
 KINDS = (("gradient", True), ("value", False))
-TABLES = ("accuracy", "tanh_sigmoid", "gelu_tanh")
+TABLES = ("accuracy", "tanh_sigmoid", "gelu_tanh", "bessel_ie")
+#: The points of the bessel_ie table, as its header writes them.
+BESSEL_POINTS = {"20": 20.0, "50": 50.0, "100": 100.0, "1e3": 1e3, "1e4": 1e4, "1e6": 1e6, "-30": -30.0}
+BESSEL_RULES = """rules:
+  - {name: ie0, inputs: [x], forward: bessel_i0e(x)}
+  - {name: ie1, inputs: [x], forward: bessel_i1e(x)}
+"""
 TAIL_RULES = {"tanh_sigmoid": ("f_tanh", "f_sigmoid"), "gelu_tanh": ("f_gelu_tanh",)}
 TAIL_COLUMNS = tuple(f"{dtype} {name}" for dtype in DTYPES for name in ("JAX", "torch"))
 #: The suites of the markdown table, in its order.
@@ -56,6 +64,8 @@ def layout(table: str = TABLES[0]) -> Layout:
         return Layout(("", *TAIL_COLUMNS), TAIL_RULES[table])
     if table == "gelu_tanh":
         return Layout(("", *TAIL_COLUMNS), ("value", "derivative"))
+    if table == "bessel_ie":
+        return Layout(("x", *BESSEL_POINTS), ("i0e'", "i0e''", "i1e'", "i1e''"))
     labels = ["rules measured"]
     labels += [f"{kind} {dtype}, JAX / torch" for kind, _ in KINDS for dtype in DTYPES]
     labels += ["within 1 bit (gradient)", "worse than autodiff (gradient)"]
@@ -89,6 +99,57 @@ def tails(table: str, points: int, seed: int) -> Table:
         kinds = [(result.rule, True)] if table == "tanh_sigmoid" else [("value", False), ("derivative", True)]
         for label, partial in kinds:
             out.add(label, *(cell(result, partial, d, b) for d in DTYPES for b in BACKENDS))
+    return out
+
+
+def _eps(value: float) -> str:
+    """An error in eps as docs/accuracy.md writes it: three digits, powers of ten from 10^4."""
+    if value >= 1e4:
+        mantissa, exponent = f"{value:.1e}".split("e")
+        return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+    if value >= 100:
+        return f"{float(f'{value:.3g}'):,.0f}"
+    if value >= 10:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if value >= 0.05 else f"{value:.1g}"
+
+
+def bessel_ie() -> Table:
+    """i0e's and i1e's first two derivatives in torch float64, rules built here (autodiff of torch.special's)."""
+    import importlib
+    import tempfile
+
+    import mpmath
+    import torch
+
+    from rulegen.render.build import build
+
+    mpmath.mp.dps = 60
+    eps = float(torch.finfo(torch.float64).eps)
+    out = Table(list(layout("bessel_ie").header))
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "ie.yaml").write_text(BESSEL_RULES)
+        build([Path(tmp) / "ie.yaml"], Path(tmp) / "bench_ie")
+        sys.path.insert(0, tmp)
+        try:
+            package = importlib.import_module("bench_ie.torch")
+        finally:
+            sys.path.remove(tmp)
+        for nu, generated, framework in ((0, package.ie0, torch.special.i0e), (1, package.ie1, torch.special.i1e)):
+            for order in (1, 2):
+                cells = []
+                for x in BESSEL_POINTS.values():
+                    exact = mpmath.diff(lambda t, nu=nu: mpmath.exp(-abs(t)) * mpmath.besseli(nu, t), x, order)
+
+                    def error(f: object, x: float = x, exact: object = exact, order: int = order) -> str:
+                        t = torch.tensor([x], dtype=torch.float64, requires_grad=True)
+                        y = f(t)  # type: ignore[operator]
+                        for _ in range(order):
+                            (y,) = torch.autograd.grad(y.sum(), t, create_graph=True)
+                        return _eps(float(abs((mpmath.mpf(float(y.detach())) - exact) / exact)) / eps)
+
+                    cells.append(f"{error(generated)} ({error(framework)})")
+                out.add(f"i{nu}e" + "'" * order, *cells)
     return out
 
 
@@ -197,7 +258,7 @@ def main(argv: list[str]) -> int:
     points = 8 if args.quick else args.points
     if asked.markdown and asked.table != "accuracy":
         with quiet_if(True):
-            table = tails(asked.table, points, args.seed)
+            table = bessel_ie() if asked.table == "bessel_ie" else tails(asked.table, points, args.seed)
         print(table.markdown())
         return 0
     if asked.markdown:

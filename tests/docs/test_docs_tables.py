@@ -32,6 +32,7 @@ EXACT_SLOW = {
     ("benchmarks.model", "gelu_tail"),
     ("benchmarks.accuracy", "tanh_sigmoid"),
     ("benchmarks.accuracy", "gelu_tanh"),
+    ("benchmarks.accuracy", "bessel_ie"),
 }
 
 
@@ -86,7 +87,7 @@ def test_every_table_says_what_writes_it():
     assert len(MEASURED) >= 10
     loose = [f"{t}: {t.comment!r}" for t in ALL if not COMMAND.match(t.comment) and not NOT_MEASURED.match(t.comment)]
     assert not loose, "tables preceded by neither a benchmark command nor `<!-- table: not measured ... -->`"
-    assert len(ALL) - len(MEASURED) <= 3, "keep the tables not written by a benchmark few"
+    assert len(ALL) - len(MEASURED) <= 2, "keep the tables not written by a benchmark few"
 
 
 @pytest.mark.parametrize("table", MEASURED, ids=str)
