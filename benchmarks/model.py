@@ -435,6 +435,15 @@ def layout(table: str = TABLES[0]) -> Layout:
     return Layout(HEADER, tuple(labels))
 
 
+def _rows(size: Size, rounds: int) -> list[tuple[str, str, str]]:
+    """Every row, in `layout()`'s order (checked: the docs' table is compared with `layout()`)."""
+    rows = [*torch_rows(size, rounds), *jax_rows(size, rounds)]
+    labels = tuple(name.strip() for name, _, _ in rows)
+    if labels != layout().labels:
+        raise AssertionError(f"the rows {labels} are not layout()'s {layout().labels}")
+    return rows
+
+
 def main(argv: list[str]) -> int:
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None and sys.platform == "linux":
         # glibc raises its mmap threshold as large blocks are freed, after which freed tensors stay
@@ -451,7 +460,7 @@ def main(argv: list[str]) -> int:
         return 0
     if asked.markdown:
         with quiet_if(True):
-            rows = [*torch_rows(size, rounds), *jax_rows(size, rounds)]
+            rows = _rows(size, rounds)
         table = Table(list(HEADER))
         for row in rows:
             table.add(*row)
@@ -461,7 +470,7 @@ def main(argv: list[str]) -> int:
         f"model step, float32, batch {size.batch} x sequence {size.sequence} x width {size.width}, "
         f"{size.heads} heads, {size.classes} classes; {rounds} interleaved rounds, generated / native"
     )
-    rows = [*torch_rows(size, rounds), *jax_rows(size, rounds)]
+    rows = _rows(size, rounds)
     print(f"{'':32} {'time: median [min, max]':>26} {'peak memory gen / native':>26}")
     for name, time_cell, memory_cell in rows:
         print(f"{name:32} {time_cell:>26} {memory_cell:>26}".rstrip())

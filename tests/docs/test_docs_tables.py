@@ -140,3 +140,22 @@ def test_a_benchmark_refuses_a_table_it_does_not_print():
     with pytest.raises(SystemExit):
         request(["--markdown", "--table", "speeds"], ("errors", "speed"))
     assert request(["18", "--markdown", "--table", "speed", "--quick"], ("errors", "speed")).rest == ["18", "--quick"]
+
+
+#: Measured tables whose `layout()` is written apart from the code that fills the table: a quick run of
+#: each prints the labels `layout()` says (the header's first cell names the size, which a quick run shrinks).
+#: benchmarks.model checks its rows against `layout()` itself, on every run (tests/docs/test_benchmarks.py).
+QUICK_RUNS = [["benchmarks.jax_eager_host", "10"]]
+
+
+@pytest.mark.slow
+@pytest.mark.costly
+@pytest.mark.parametrize("command", QUICK_RUNS, ids=lambda command: command[0])
+def test_a_measured_table_prints_the_layout_its_module_gives(command):
+    module = importlib.import_module(command[0])
+    out = subprocess.run(
+        [sys.executable, "-m", *command, "--markdown"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    printed = parse_markdown(out).layout
+    assert printed.labels == module.layout().labels
+    assert printed.header[1:] == module.layout().header[1:]
