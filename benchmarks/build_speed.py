@@ -1,13 +1,14 @@
 """Cold and no-op build times of N generated rules, through the `rulegen` command as a user runs it.
 
-    python -m benchmarks.build_speed [N ...] [--jobs J] [--cold-runs R]    (default: 10 100 1000)
+    python -m benchmarks.build_speed [N ...] [--jobs J] [--cold-runs R] [--markdown]    (default: 10 100 1000)
 
 For each N: the cold build (into an empty folder; the median of R runs), the
 no-op rebuild (the median of 3) and the cold cost per rule.  Then the
 marginal cost per rule between successive N and the least-squares line
 cold = fixed + slope * N: a flat cost per rule shows as marginal costs that
 match the slope, whatever N.  `--jobs` is passed to `rulegen build`; without
-it, rulegen's default (the available cores) applies.
+it, rulegen's default (the available cores) applies. `--markdown` measures each N with `--jobs 1` and
+with the default, and prints docs/performance.md's table.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.table import Layout, Table, quiet_if, request
 
 # Forward-only bodies of the kind users write; every derivative is derived.
 BODIES = [
@@ -36,6 +39,30 @@ BODIES = [
 ]
 
 NOOP_RUNS = 3
+COUNTS = (10, 100, 1000)
+TABLES = ("build_speed",)
+
+
+def layout(table: str = TABLES[0], counts: tuple[int, ...] = COUNTS) -> Layout:
+    labels = [str(n) for n in counts] + [f"cost per rule, {counts[-2]} -> {counts[-1]}"]
+    return Layout(("rules", "cold, `--jobs 1`", "cold, default", "no-op"), tuple(labels))
+
+
+def markdown_table(counts: list[int], cold_runs: int) -> Table:
+    """Each count's cold build with one worker and with the default, its no-op rebuild, the marginal cost."""
+    table = Table(list(layout(counts=tuple(counts)).header))
+    colds: dict[int | None, list[float]] = {1: [], None: []}
+    for count in counts:
+        noop = 0.0
+        for jobs in colds:
+            cold, noop = measure(count, jobs, cold_runs)
+            colds[jobs].append(cold)
+            print(f"{count} rules, --jobs {jobs}: cold {cold:.2f} s, no-op {noop:.2f} s", file=sys.stderr)
+        table.add(str(count), f"{colds[1][-1]:.1f} s", f"{colds[None][-1]:.1f} s", f"{noop:.1f} s")
+    step = counts[-1] - counts[-2]
+    marginal = [f"{1000 * (c[-1] - c[-2]) / step:.0f} ms" for c in colds.values()]
+    table.add(layout(counts=tuple(counts)).labels[-1], *marginal, "")
+    return table
 
 
 def write_rules(folder: Path, count: int) -> None:
@@ -80,11 +107,17 @@ def measure(count: int, jobs: int | None, cold_runs: int) -> tuple[float, float]
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("counts", nargs="*", type=int, default=[10, 100, 1000], help="numbers of rules")
+    parser.add_argument("counts", nargs="*", type=int, default=list(COUNTS), help="numbers of rules")
     parser.add_argument("--jobs", "-j", type=int, help="passed to `rulegen build --jobs`")
     parser.add_argument("--cold-runs", type=int, default=1, help="cold builds per count (the median is shown)")
-    args = parser.parse_args(argv)
+    asked = request(sys.argv[1:] if argv is None else argv, TABLES)
+    args = parser.parse_args(asked.rest)
     counts = sorted(set(args.counts))
+    if asked.markdown:
+        with quiet_if(True):
+            table = markdown_table(counts, args.cold_runs)
+        print(table.markdown())
+        return
     jobs = "rulegen's default" if args.jobs is None else args.jobs
     print(f"rulegen build, --jobs {jobs}; no-op: median of {NOOP_RUNS}")
     print(f"{'rules':>6} {'cold s':>8} {'per rule ms':>12} {'no-op s':>8}")

@@ -1,6 +1,10 @@
 """Code lines of the generated rule modules, per backend: what a reader reads besides the prose.
 
-    python -m benchmarks.code_lines [generated folder, default generated/]
+    python -m benchmarks.code_lines [generated folder, default generated/] [--markdown]
+
+`--markdown` prints the table of docs/performance.md instead: the code lines
+of eight rules of the shared examples, torch, JAX and both, and the totals
+over all rule modules.
 
 A code line holds a token that is neither a comment nor part of a docstring
 (module, class or function); blank lines do not count. The runtime helpers
@@ -14,6 +18,8 @@ import io
 import sys
 import tokenize
 from pathlib import Path
+
+from benchmarks.table import Layout, Table, request
 
 _LAYOUT = {
     tokenize.COMMENT,
@@ -51,8 +57,35 @@ def rule_modules(generated: Path, backend: str) -> dict[str, int]:
     return {path.stem: code_lines(path.read_text()) for path in sorted((generated / backend).glob("[!_]*.py"))}
 
 
+#: The rules of the markdown table: the shared examples, one of each kind of rule.
+EXAMPLES = ("gelu", "sin_mul", "my_cube", "log1pexp", "fixed_point", "clip_gradient", "numpy_sort", "polar")
+TOTAL = "all rule modules"
+TABLES = ("code_lines",)
+
+
+def layout(table: str = TABLES[0]) -> Layout:
+    """The markdown table's header and row labels."""
+    return Layout(("rule", "torch", "JAX", "both"), (*EXAMPLES, TOTAL))
+
+
+def markdown_table(generated: Path) -> Table:
+    """Code lines of each of `EXAMPLES` per backend and in all, then the totals over every rule module."""
+    torch, jax = rule_modules(generated, "torch"), rule_modules(generated, "jax")
+    table = Table(list(layout().header))
+    for name in EXAMPLES:
+        table.add(name, torch[name], jax[name], torch[name] + jax[name])
+    total_torch, total_jax = sum(torch.values()), sum(jax.values())
+    table.add(TOTAL, f"{total_torch:,}", f"{total_jax:,}", f"{total_torch + total_jax:,}")
+    return table
+
+
 def main(argv: list[str]) -> None:
+    asked = request(argv, TABLES)
+    argv = asked.rest
     generated = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "generated"
+    if asked.markdown:
+        print(markdown_table(generated).markdown())
+        return
     for backend in ("torch", "jax"):
         counts = rule_modules(generated, backend)
         for name, count in counts.items():

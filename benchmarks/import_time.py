@@ -1,6 +1,6 @@
 """What importing the generated package costs beyond the framework itself.
 
-    python -m benchmarks.import_time [REPEATS]
+    python -m benchmarks.import_time [REPEATS] [--markdown]
 
 Each backend in fresh processes: the framework is imported first, then the
 package's subpackage (`generated.jax`, `generated.torch`) is timed alone,
@@ -23,6 +23,9 @@ import statistics
 import subprocess
 import sys
 
+from benchmarks.table import Layout, Table, request
+
+TABLES = ("import_time",)
 PROBE = """
 import gc, json, sys, time
 import {framework}
@@ -50,16 +53,30 @@ def measure(framework: str, repeats: int) -> dict[str, float]:
     return {**best, **medians}
 
 
+def layout(table: str = TABLES[0]) -> Layout:
+    return Layout(
+        ("package", "rules", "best s", "median s", "cpu s", "framework gc s", "imports torch"),
+        ("generated.jax", "generated.torch"),
+    )
+
+
 def main(argv: list[str]) -> int:
-    repeats = int(argv[0]) if argv else 7
-    print(f"{'package':<18}{'rules':>6}{'best s':>9}{'median s':>10}{'cpu s':>8}{'framework gc s':>16}  imports torch")
+    asked = request(argv, TABLES)
+    repeats = int(asked.rest[0]) if asked.rest else 7
+    table = Table(list(layout().header))
     for framework in ("jax", "torch"):
         r = measure(framework, repeats)
         torch = r["torch"] if framework == "jax" else "(the framework)"
-        print(
-            f"generated.{framework:<8}{r['rules']:>6}{r['seconds']:>9.3f}{r['median seconds']:>10.3f}"
-            f"{r['median cpu']:>8.3f}{r['median collection']:>16.3f}  {torch}"
+        table.add(
+            f"generated.{framework}",
+            r["rules"],
+            f"{r['seconds']:.3f}",
+            f"{r['median seconds']:.3f}",
+            f"{r['median cpu']:.3f}",
+            f"{r['median collection']:.3f}",
+            torch,
         )
+    print(table.markdown() if asked.markdown else table.text())
     return 0
 
 

@@ -1,6 +1,7 @@
 """Generated JAX rules under jit against the hand-written rules of the JAX docs and jax.grad of the composite.
 
     python -m benchmarks.jax_jit [log2 of the element count, default 20] [--quick: 5 rounds]
+                                 [--markdown [--table jax_jit|errors]]
 
 float32 on the CPU, value and gradient of the sum of squares (reverse mode)
 and `jax.jvp` with a tangent of ones for every input (forward mode),
@@ -17,7 +18,9 @@ differentiated): the composite's `stop_gradient` on the maximum leaves autodiff 
 cancellation where one output is nearly 1, which the generated rule and this autodiff do not have. The
 hand-written gelu computes Phi(x) as `jax.nn.gelu` does, `erfc(-x/sqrt(2))/2`, as accurate as the
 generated rule; the gelu row's composite is the rule's forward as written (`1 + erf`, which cancels below
-x = -5), the gelu_nn row's is `jax.nn.gelu`.
+x = -5), the gelu_nn row's is `jax.nn.gelu`. `--markdown` prints one of docs/performance.md's
+tables: the timings' medians (`--table jax_jit`, the default) or the errors (`--table errors`, which
+times nothing).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import scipy.special as sps
 
 import generated.jax as gen
 from benchmarks import size_and_quick
+from benchmarks.table import Layout, Table, quiet_if, request
 
 
 @jax.custom_jvp
@@ -233,7 +237,20 @@ def _relative_error(got: jax.Array, exact: np.ndarray) -> str:
     return f"{error.max() / np.finfo(np.float32).eps:.3g}"
 
 
-def accuracy() -> None:
+TABLES = ("jax_jit", "errors")
+COLUMNS = ("grad gen/hand", "grad gen/composite", "jvp gen/hand", "jvp gen/composite")
+
+
+def layout(table: str = TABLES[0], log2n: int = 20) -> Layout:
+    if table == "errors":
+        labels = tuple(case[0] for case in CASES if case[0] in REFERENCES)
+        return Layout(("value, derivative", "generated", "hand", "composite"), labels)
+    return Layout((f"JAX jit, 2^{log2n} float32", *COLUMNS), tuple(case[0] for case in CASES))
+
+
+def accuracy() -> Table:
+    """Prints the errors table, and returns it."""
+    table = Table(list(layout("errors").header))
     x = np.linspace(-100.0, 100.0, 200_001)
     x32 = jnp.asarray(x, dtype=jnp.float32)
     x = np.asarray(x32, dtype=np.float64)  # the points float32 can hold
@@ -251,9 +268,13 @@ def accuracy() -> None:
             got, grad = jax.jit(jax.vmap(jax.value_and_grad(f)))(x32)
             cells.append(f"{_relative_error(got, value(x))}, {_relative_error(grad, derivative(x))}")
         print(f"{name:<12} " + " ".join(f"{c:>22}" for c in cells))
+        table.add(name, *cells)
+    return table
 
 
-def main(log2n: int, quick: bool = False) -> None:
+def main(log2n: int, quick: bool = False) -> tuple[Table, Table]:
+    """Prints both tables as it measures; returns them (the timings' medians, the errors)."""
+    table = Table(list(layout(log2n=log2n).header))
     n = 1 << log2n
     rounds = 5 if quick else 30
     print(f"jax.jit, float32, {n} elements, {rounds} interleaved rounds")
@@ -278,9 +299,14 @@ def main(log2n: int, quick: bool = False) -> None:
         times = _interleaved(jvps, xs, rounds)
         cells += [_cell(times[0], times[1]), _cell(times[0], times[2])] if hand_has_jvp else ["n/a", _cell(*times)]
         print(f"{name:<12} " + " ".join(f"{c:>22}" for c in cells))
-    accuracy()
+        table.add(name, *(cell.split()[0] for cell in cells))
+    return table, accuracy()
 
 
 if __name__ == "__main__":
-    size, quick = size_and_quick(sys.argv[1:], 20, __doc__ or "")
-    main(size, quick=quick)
+    asked = request(sys.argv[1:], TABLES)
+    size, quick = size_and_quick(asked.rest, 20, __doc__ or "")
+    with quiet_if(asked.markdown):
+        measured = accuracy() if asked.markdown and asked.table == "errors" else main(size, quick=quick)
+    if asked.markdown:
+        print((measured if isinstance(measured, Table) else measured[0]).markdown())

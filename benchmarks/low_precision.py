@@ -1,6 +1,7 @@
 """bfloat16 and float16: the generated rules' error against the frameworks' native ops, and their speed.
 
     python -m benchmarks.low_precision [log2 of the element count for the timings, default 20] [--quick]
+                                       [--markdown [--table errors|speed]]
 
 The 8 elementwise cases of `benchmarks.torch_eager`, in torch and JAX. Error:
 the largest difference over 4001 points of [-6, 6] (y on [0.5, 3]) from the
@@ -20,7 +21,9 @@ without its casts, which in eager are kernels of their own); torch.compile
 its eager self and warmed up before timing, dynamo reset for each case and
 dtype; JAX jit(grad).  `--quick` (the slow lane's run, to see that it all
 runs) times 5 rounds and compiles the first case only, the others' compiled
-cells "-": compiling 16 steps was most of its two minutes.
+cells "-": compiling 16 steps was most of its two minutes. `--markdown` prints one of
+docs/performance.md's tables alone: the errors (`--table errors`, the default, which times nothing) or
+the speed (`--table speed`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import torch.nn.functional as F  # noqa: N812 - the conventional alias
 
 import generated.jax as gj
 import generated.torch as gt
+from benchmarks.table import Layout, Table, quiet_if, request
 from benchmarks.torch_compile import step_of
 
 BETA = 1.5
@@ -176,7 +180,39 @@ def error_table() -> Errors:
     return table
 
 
-def errors() -> None:
+TABLES = ("errors", "speed")
+DTYPES = ("bf16", "f16")
+#: Cases with no native op in the frameworks: their "native" is the composite, in the dtype.
+COMPOSITE = {"sin(x)*exp(-x^2)*y"}
+SPEED_COLUMNS = tuple(f"{b} {d}" for b in ("eager torch", "f32 body", "torch.compile", "JAX jit") for d in DTYPES)
+
+
+def layout(table: str = TABLES[0], log2n: int = 20) -> Layout:
+    if table == "speed":
+        return Layout((f"2^{log2n}", *SPEED_COLUMNS), tuple(EXACT))
+    columns = [f"{d} {c}" for d in DTYPES for c in ("generated (torch = JAX)", "native torch", "native JAX")]
+    return Layout(("case", *columns), tuple(EXACT))
+
+
+def error_markdown(table: Errors) -> Table:
+    """docs/performance.md's errors table: value, gradient; the generated torch and JAX share a cell where equal."""
+
+    def pair(key: tuple[str, str, str, str]) -> str:
+        return f"{table[key][0]:.2g}, {table[key][1]:.2g}"
+
+    out = Table(list(layout("errors").header))
+    for name in EXACT:
+        cells = []
+        for d in DTYPES:
+            torch_gen, jax_gen = pair((name, d, "torch", "gen")), pair((name, d, "jax", "gen"))
+            cells.append(torch_gen if torch_gen == jax_gen else f"{torch_gen} (JAX {jax_gen})")
+            composite = " (composite)" if name in COMPOSITE else ""
+            cells += [pair((name, d, backend, "native")) + composite for backend in ("torch", "jax")]
+        out.add(name, *cells)
+    return out
+
+
+def errors() -> Errors:
     table = error_table()
     print("max error / eps (value, gradient), relative to max(|exact|, 1)")
     columns = [(d, b, k) for d in ("bf16", "f16") for b in ("torch", "jax") for k in ("gen", "native")]
@@ -184,6 +220,7 @@ def errors() -> None:
     for name in EXACT:
         cells = [f"{table[name, d, b, k][0]:.2g}, {table[name, d, b, k][1]:.2g}" for d, b, k in columns]
         print(f"{name:<22} " + " ".join(f"{c:>18}" for c in cells))
+    return table
 
 
 def _interleaved(fs: list[Callable], rounds: int) -> list[list[float]]:
@@ -235,7 +272,9 @@ def _compiled_cell(name: str, dtype: torch.dtype, n: int, rounds: int) -> str:
     return _cell(_interleaved([lambda step=step: step(*xs, g) for step in steps], rounds))
 
 
-def speed(log2n: int, quick: bool = False) -> None:
+def speed(log2n: int, quick: bool = False) -> Table:
+    """Prints the speed table as it measures, and returns it."""
+    table = Table(list(layout("speed", log2n).header))
     n = 1 << log2n
     rounds = 5 if quick else 40
     print(f"\nspeed, {n} elements, {rounds} interleaved rounds: generated (float32 inside) / the rule in the dtype")
@@ -270,6 +309,8 @@ def speed(log2n: int, quick: bool = False) -> None:
             calls = [lambda g=g, a=jxs: g(*a).block_until_ready() for g in (generated, in_dtype)]
             cells.append(_cell(_interleaved(calls, rounds)))
         print(f"{name:<22} " + " ".join(f"{c:>20}" for c in cells))
+        table.add(name, *cells)
+    return table
 
 
 def _private_jax(name: str) -> Callable:
@@ -286,10 +327,17 @@ def _private_jax(name: str) -> Callable:
 
 
 def main(argv: list[str]) -> None:
-    quick = "--quick" in argv
-    sizes = [a for a in argv if a != "--quick"]
-    errors()
-    speed(int(sizes[0]) if sizes else 20, quick)
+    asked = request(argv, TABLES)
+    quick = "--quick" in asked.rest
+    sizes = [a for a in asked.rest if a != "--quick"]
+    log2n = int(sizes[0]) if sizes else 20
+    if not asked.markdown:
+        errors()
+        speed(log2n, quick)
+        return
+    with quiet_if(True):
+        measured = error_markdown(error_table()) if asked.table == "errors" else speed(log2n, quick)
+    print(measured.markdown())
 
 
 if __name__ == "__main__":

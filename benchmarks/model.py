@@ -1,6 +1,6 @@
 """A transformer-style training step with generated rules against the frameworks' native ops.
 
-    python -m benchmarks.model [--quick] [--rounds N]
+    python -m benchmarks.model [--quick] [--rounds N] [--markdown [--table model|gelu_tail]]
 
 One pre-norm block (attention with a softmax, an MLP whose hidden layer is
 gelu(x W1) * swish(x W2)) and a logsumexp cross-entropy loss, float32 on the
@@ -28,7 +28,9 @@ alike. Peak memory: torch, the rise of the process's resident set during one
 step (Linux's peak-RSS counter, reset before the step; the benchmark runs
 itself again with a fixed glibc mmap threshold, so that a freed tensor leaves
 the resident set); JAX, the compiled step's temporary buffers
-(`memory_analysis`).
+(`memory_analysis`). `--markdown` prints the rows as docs/performance.md's table; with
+`--table gelu_tail` it prints instead (timing nothing) the float32 relative error, in eps, of
+`F.gelu`, autodiff of its formula and the generated gelu against mpmath in gelu's left tail.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ import torch.nn.functional as F  # noqa: N812 - the conventional alias
 
 import generated.jax as gen_jax
 import generated.torch as gen_torch
+from benchmarks.table import Layout, Table, quiet_if, request
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,8 @@ class Ops:
 
 TORCH_NATIVE = Ops(F.gelu, F.silu, lambda s: torch.softmax(s, dim=-1), lambda z: torch.logsumexp(z, dim=-1))
 TORCH_GENERATED = Ops(gen_torch.gelu, gen_torch.f_swish, gen_torch.softmax, gen_torch.logsumexp)
-# F.gelu computes 1 + erf(x / sqrt(2)), whose cancellation puts its value and gradient 340 to 8.4e6 eps off
-# below x = -4 in float32; the generated gelu is within 1 eps of exact there.  JAX's exact gelu is the erfc
+# F.gelu computes 1 + erf(x / sqrt(2)), whose cancellation puts its value and gradient 140 to 8.4e6 eps off
+# from x = -4 down in float32; the generated gelu is within 1 eps of exact there.  JAX's exact gelu is the erfc
 # form, within 82 eps: the same formula in torch is the native reference of (nearly) equal accuracy, as
 # issue 28 takes a hand-written softplus/sigmoid rule for log1pexp.
 TORCH_NATIVE_ERFC_GELU = replace(TORCH_NATIVE, gelu=lambda x: 0.5 * x * torch.special.erfc(-x * math.sqrt(0.5)))
@@ -371,20 +374,103 @@ def _temp(analysis: object) -> int:
     return int(getattr(analysis, "temp_size_in_bytes", 0))
 
 
+TABLES = ("model", "gelu_tail")
+HEADER = ("step, generated / native", "time: median [min, max]", "peak memory gen / native")
+TAIL = (-12.0, -8.0, -6.0, -5.0, -4.0, -3.0)
+TAIL_GELUS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "`F.gelu` (native)": F.gelu,
+    "autodiff of `x (1 + erf(x/sqrt 2)) / 2`": lambda x: x * (1 + torch.erf(x / math.sqrt(2))) / 2,
+    "generated `gelu`": gen_torch.gelu,
+}
+
+
+def _eps_cell(value: float) -> str:
+    """An error in eps as docs/performance.md writes it: two digits, powers of ten from 10^4."""
+    if value >= 1e4:
+        mantissa, exponent = f"{value:.1e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    if value >= 100:
+        return f"{float(f'{value:.2g}'):.0f}"
+    if value >= 10:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if value >= 1 else f"{value:.1g}"
+
+
+def gelu_tail() -> Table:
+    """float32 relative error / eps of value and derivative at `TAIL`, against mpmath at the float32 points."""
+    import mpmath
+
+    mpmath.mp.dps = 50
+    eps = torch.finfo(torch.float32).eps
+    table = Table(list(layout("gelu_tail").header))
+    for name, gelu in TAIL_GELUS.items():
+        cells = []
+        for point in TAIL:
+            x = torch.tensor([point], dtype=torch.float32, requires_grad=True)
+            out = gelu(x)
+            (grad,) = torch.autograd.grad(out.sum(), x)
+            m = mpmath.mpf(float(x.detach()))
+            phi = mpmath.exp(-(m**2) / 2) / mpmath.sqrt(2 * mpmath.pi)
+            cdf = mpmath.ncdf(m)
+            errors = [
+                float(abs((mpmath.mpf(float(got)) - exact) / exact)) / eps
+                for got, exact in ((out.detach(), m * cdf), (grad, cdf + m * phi))
+            ]
+            cells.append(" / ".join(_eps_cell(e) for e in errors))
+        table.add(name, *cells)
+    return table
+
+
+def layout(table: str = TABLES[0]) -> Layout:
+    if table == "gelu_tail":
+        return Layout(("x", *(f"{x:g}" for x in TAIL)), tuple(TAIL_GELUS))
+    """The rows' labels, as `torch_rows` and `jax_rows` name them (the indented ones are stripped)."""
+    labels = [f"torch {kind} step" for kind in KINDS] + ["torch jacfwd (input slice)", "torch hvp (fwd over rev)"]
+    labels += [f"{kind} step, erfc gelu" for kind in KINDS] + ["jacfwd, erfc gelu", "hvp, erfc gelu"]
+    names = [name for name, _ in one_generated(TORCH_NATIVE, TORCH_GENERATED)]
+    labels += [f"eager step, {name} alone" for name in names]
+    labels += ["jax jit step", "jax jacfwd (input slice)", "jax hvp (fwd over rev)"]
+    labels += [f"{row}, exact-density gelu" for row in ("jit step", "jacfwd", "hvp")]
+    labels += [f"jit step, {name} alone" for name in names]
+    return Layout(HEADER, tuple(labels))
+
+
+def _rows(size: Size, rounds: int) -> list[tuple[str, str, str]]:
+    """Every row, in `layout()`'s order (checked: the docs' table is compared with `layout()`)."""
+    rows = [*torch_rows(size, rounds), *jax_rows(size, rounds)]
+    labels = tuple(name.strip() for name, _, _ in rows)
+    if labels != layout().labels:
+        raise AssertionError(f"the rows {labels} are not layout()'s {layout().labels}")
+    return rows
+
+
 def main(argv: list[str]) -> int:
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None and sys.platform == "linux":
         # glibc raises its mmap threshold as large blocks are freed, after which freed tensors stay
         # resident and the peak-RSS rise reads 0: a fixed threshold returns each large block on free.
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
         os.execve(sys.executable, [sys.executable, "-m", "benchmarks.model", *argv], env)
+    asked = request(argv, TABLES)
+    argv = asked.rest
     quick = "--quick" in argv
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else (3 if quick else 15)
     size = QUICK if quick else FULL
+    if asked.markdown and asked.table == "gelu_tail":
+        print(gelu_tail().markdown())
+        return 0
+    if asked.markdown:
+        with quiet_if(True):
+            rows = _rows(size, rounds)
+        table = Table(list(HEADER))
+        for row in rows:
+            table.add(*row)
+        print(table.markdown())
+        return 0
     print(
         f"model step, float32, batch {size.batch} x sequence {size.sequence} x width {size.width}, "
         f"{size.heads} heads, {size.classes} classes; {rounds} interleaved rounds, generated / native"
     )
-    rows = [*torch_rows(size, rounds), *jax_rows(size, rounds)]
+    rows = _rows(size, rounds)
     print(f"{'':32} {'time: median [min, max]':>26} {'peak memory gen / native':>26}")
     for name, time_cell, memory_cell in rows:
         print(f"{name:32} {time_cell:>26} {memory_cell:>26}".rstrip())

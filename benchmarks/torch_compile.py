@@ -1,6 +1,6 @@
 """Generated torch rules against the composite, both under `torch.compile`, forward + backward.
 
-    python -m benchmarks.torch_compile [log2 of the element count, default 22] [--quick: 5 rounds]
+    python -m benchmarks.torch_compile [log2 of the element count, default 22] [--quick: 5 rounds] [--markdown]
 
 float32 on the CPU, the 8 elementwise cases of `benchmarks.torch_eager`. Each
 side is one `torch.compile(dynamic=False)` of a step that calls the function
@@ -16,7 +16,7 @@ one's (and the compiled composite's its eager self). The two steps then run
 interleaved (A B A B ...); "gen/composite" is the median of the per-round
 ratios, with their min and max; then each side's median time, and how many
 graphs dynamo made of each step (`torch._dynamo.explain`; 1 where the
-function compiles whole).
+function compiles whole). `--markdown` prints docs/performance.md's table.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import torch
 import torch._dynamo
 
 from benchmarks import size_and_quick
+from benchmarks.table import Layout, Table, quiet_if, request
 from benchmarks.torch_eager import CASES, _ratio_cell
 
 
@@ -57,7 +58,17 @@ def timed(step: Callable, args: list[torch.Tensor]) -> float:
     return time.perf_counter() - start
 
 
-def main(log2n: int, quick: bool = False) -> None:
+TABLES = ("torch_compile",)
+COLUMNS = ("gen/composite [min, max]", "gen ms", "composite ms", "graphs gen/composite")
+
+
+def layout(table: str = TABLES[0], log2n: int = 22) -> Layout:
+    return Layout((f"torch.compile, fwd+bwd, 2^{log2n} float32", *COLUMNS), tuple(case[0] for case in CASES))
+
+
+def main(log2n: int, quick: bool = False) -> Table:
+    """Prints the table as it measures, and returns it as docs/performance.md lays it out."""
+    table = Table(list(layout(log2n=log2n).header))
     n = 1 << log2n
     rounds = 5 if quick else 40
     print(f"torch.compile, float32, {n} elements, forward+backward, {rounds} interleaved rounds")
@@ -85,8 +96,14 @@ def main(log2n: int, quick: bool = False) -> None:
                 times[k].append(timed(step, [*xs, g]))
         ms = [f"{statistics.median(t) * 1e3:.2f}" for t in times]
         print(f"{name:<22} {_ratio_cell(times[0], times[1]):>22} {ms[0]:>8} {ms[1]:>12} {n_graphs:>21}")
+        table.add(name, _ratio_cell(times[0], times[1]), *ms, n_graphs)
+    return table
 
 
 if __name__ == "__main__":
-    size, quick = size_and_quick(sys.argv[1:], 22, __doc__ or "")
-    main(size, quick=quick)
+    asked = request(sys.argv[1:], TABLES)
+    size, quick = size_and_quick(asked.rest, 22, __doc__ or "")
+    with quiet_if(asked.markdown):
+        measured = main(size, quick=quick)
+    if asked.markdown:
+        print(measured.markdown())

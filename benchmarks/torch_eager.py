@@ -1,6 +1,6 @@
 """Generated torch Functions against autodiff and hand-written Functions, forward + backward.
 
-    python -m benchmarks.torch_eager [log2 of the element count, default 22] [--quick: 5 rounds]
+    python -m benchmarks.torch_eager [log2 of the element count, default 22] [--quick: 5 rounds] [--markdown]
 
 float32 on the CPU. The four implementations of a case (generated, autodiff
 of the composite, hand-written in the torch-docs style, generated with
@@ -12,6 +12,7 @@ interleaved the same way (the hand-written Functions have no `jvp`). The last
 columns are the bytes each saves for backward (saved_tensors_hooks). The
 last line measures the floor under every generated Function: a minimal
 torch.func-style Function running the very kernels autodiff runs.
+`--markdown` prints the medians and the saved bytes as docs/performance.md's table.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch.nn.functional as F  # noqa: N812 - the conventional alias
 
 import generated.torch as gen
 from benchmarks import size_and_quick
+from benchmarks.table import Layout, Table, quiet_if, request
 from rulegen.render.build import build
 
 torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -309,7 +311,17 @@ def _ratio_cell(times: list[float], base: list[float]) -> str:
     return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
 
 
-def main(log2n: int, quick: bool = False) -> None:
+TABLES = ("torch_eager",)
+COLUMNS = ("gen/autodiff", "gen/hand", "`fuse`/autodiff", "jvp gen/autodiff", "saved MB gen/autodiff/hand/fused")
+
+
+def layout(table: str = TABLES[0], log2n: int = 22) -> Layout:
+    return Layout((f"torch eager, fwd+bwd, 2^{log2n} float32", *COLUMNS), tuple(case[0] for case in CASES))
+
+
+def main(log2n: int, quick: bool = False) -> Table:
+    """Prints the table as it measures; returns docs/performance.md's (medians, saved bytes)."""
+    table = Table(list(layout(log2n=log2n).header))
     n = 1 << log2n
     rounds = 5 if quick else 40
     with tempfile.TemporaryDirectory() as tmp:
@@ -356,7 +368,9 @@ def main(log2n: int, quick: bool = False) -> None:
             + " ".join(f"{c:>22}" for c in cells)
             + f" {mb:>30} {ms:>20} {fused_s / floor:>10.1f}x {slowest_op(name, xs[0], rounds):>21}"
         )
+        table.add(name, *(cell.split()[0] for cell in cells), mb)
     function_floor(n, rounds)
+    return table
 
 
 def function_floor(n: int, rounds: int) -> None:
@@ -377,5 +391,9 @@ def function_floor(n: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    size, quick = size_and_quick(sys.argv[1:], 22, __doc__ or "")
-    main(size, quick=quick)
+    asked = request(sys.argv[1:], TABLES)
+    size, quick = size_and_quick(asked.rest, 22, __doc__ or "")
+    with quiet_if(asked.markdown):
+        measured = main(size, quick=quick)
+    if asked.markdown:
+        print(measured.markdown())
