@@ -59,6 +59,6 @@ def _f_log_ndtr_jvp(primals, tangents):
     out = jnp.where(t4, -t0 * (t0 / 2) + jnp.log(t3 / 2), jnp.log1p(-jax.scipy.special.ndtr(-t5)))
     return out, x_dot * jnp.where(
         t4,
-        quotient(t1 * t6, t3),
+        t1 * t6 / t3,
         quotient(t2 * t6 * jnp.exp(-jnp.where(t4, 1, x * x) / 2), jax.scipy.special.ndtr(t5)),
     )

@@ -8,7 +8,7 @@ import functools
 
 import jax
 
-from ._util import as_arrays, check_statics, in_float32, quotient, rounded
+from ._util import as_arrays, check_statics, in_float32, rounded
 
 
 def softplus_beta(x: jax.typing.ArrayLike, beta=1.0) -> jax.Array:
@@ -35,7 +35,7 @@ def softplus_beta(x: jax.typing.ArrayLike, beta=1.0) -> jax.Array:
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _softplus_beta(x, beta):
-    return quotient(jax.nn.softplus(beta * x), beta)
+    return jax.nn.softplus(beta * x) / beta
 
 
 @_softplus_beta.defjvp
@@ -43,5 +43,5 @@ def _softplus_beta_jvp(beta, primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     t0 = beta * x
-    out = quotient(jax.nn.softplus(t0), beta)
+    out = jax.nn.softplus(t0) / beta
     return out, x_dot * jax.nn.sigmoid(t0)

@@ -576,14 +576,20 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     def _print_cotangent_sum(self, expr: fn.cotangent_sum) -> str:
         return self._helper_call(JAX_SUMMED_LIKE_IMPORT, *expr.args)
 
-    @staticmethod
-    def _as_quotient(expr: Any) -> tuple[sp.Expr, sp.Expr] | None:
-        """A product of arrays with divisors among its factors, as (numerator, denominator); else None."""
+    def _as_quotient(self, expr: Any) -> tuple[sp.Expr, sp.Expr] | None:
+        """A product of arrays with array divisors among its factors, as (numerator, denominator); else None.
+
+        A divisor of static inputs alone is a Python number, which nothing differentiates.
+        """
         if not isinstance(expr, sp.Mul):
             return None
-        divisors = [f for f in expr.args if f.is_Pow and f.exp.is_Integer and f.exp < 0 and f.free_symbols]
+
+        def array(factor: sp.Expr) -> bool:
+            return any(s.name not in self.scalars for s in factor.free_symbols)
+
+        divisors = [f for f in expr.args if f.is_Pow and f.exp.is_Integer and f.exp < 0 and array(f)]
         rest = [f for f in expr.args if f not in divisors]
-        if not divisors or not any(f.free_symbols and not (f.is_Pow and f.exp.is_negative) for f in rest):
+        if not divisors or not any(array(f) and not (f.is_Pow and f.exp.is_negative) for f in rest):
             return None
         return sp.Mul(*rest), sp.Mul(*(f.base**-f.exp for f in divisors))
 

@@ -77,6 +77,7 @@ HELPER_NAMES = frozenset(
         "plain",
         "polygamma",
         "present",
+        "quotient",
         "residual_dtypes",
         "route",
         "rule_op",

@@ -125,6 +125,12 @@ def test_forward_mode_of_a_custom_vjp_is_na_with_what_rulegen_generates(rulegen_
 
 def test_one_framework_installed(rulegen_log1pexp: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """torch not importable: a JAX audit runs what needs JAX alone, and the rest is n/a for the reason."""
+    # The corpus keeps each rule's JAX and torch versions in one module: imported before torch goes, as a
+    # JAX-only user's module imports without it.
+    import importlib
+
+    for module in ("right_log1pexp", "wrong_log1pexp_dropped_tangent", "wrong_log1pexp_naive"):
+        importlib.import_module(module)
     monkeypatch.setitem(sys.modules, "torch", None)
     only_jax = {"jax": rulegen_log1pexp["jax"]}
     checks = ["forward", "mpmath", "wide", "jvp_fd", "vjp_dot", "transforms_torch", "float32", "points", "dtype"]

@@ -38,7 +38,8 @@ def _function(exprs, forms):
     emit = Emitter(print_jax, {"x", "y"}, forms)
     block = emit.block([], [Result(f"r{k}", e) for k, e in enumerate(exprs)])
     source = "\n".join(["def f(x, y=0.25):", *(f"    {a.line}" for a in block.lines), f"    return ({block.result},)"])
-    env: dict = {}
+    # Run as a module of the bundled package would be: runtime helpers (`quotient`) import from `._util`.
+    env: dict = {"__name__": "generated.jax.forms_under_test", "__package__": "generated.jax"}
     exec("\n".join(import_statements(emit.imports)), env)
     exec(source, env)
     return env["f"], source
