@@ -179,6 +179,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.maxschedchunk = 1
 
 
+# First: xdist's own hook turns the xdist_group marks given here into the groups it schedules.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # `pytest -m unit` selects the stage folders: the folder decides, the mark only names the lane.
     for item in items:
