@@ -7,6 +7,7 @@ is about.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -169,7 +170,11 @@ def test_a_check_that_never_ends_fails(rulegen_log1pexp: dict[str, Any], monkeyp
     assert found.status == "fail" and "did not finish in 0 s" in found.detail
 
 
-def test_pytest_marker_audits_after_the_test(pytester: pytest.Pytester, importable: None) -> None:
+def test_pytest_marker_audits_after_the_test(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # In a process of its own: an in-process run puts back sys.modules as it was, so torch modules first imported
+    # there are imported again later, and torch refuses the libraries they register a second time (the checks of
+    # the next test on this worker failed with "Only a single TORCH_LIBRARY can be used to register ...").
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(IMPLEMENTATIONS), str(HERE.parent)]))
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(
         test_audit=f"""
@@ -185,7 +190,7 @@ def test_pytest_marker_audits_after_the_test(pytester: pytest.Pytester, importab
             pass
         """
     )
-    result = pytester.runpytest("-p", "no:hypothesispytest", "-p", "no:cacheprovider", "-q")
+    result = pytester.runpytest_subprocess("-p", "no:hypothesispytest", "-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*check jvp_fd failed: jax JVP of output out vs finite differences*"])
 
