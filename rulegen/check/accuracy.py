@@ -686,7 +686,7 @@ def check_accuracy(s: Subject) -> str:
         "accuracy",
         lambda: measure_functions(
             s.rule,
-            {b: fn for b, fn in (("jax", s.jax_fn), ("torch", s.torch_fn)) if b in s.backends},
+            s.implementations,
             points=CHECK_POINTS,
             seed=s.seed,
             known=s.known,
@@ -847,7 +847,7 @@ def check_admissible(s: Subject) -> str:
         _measurable(s.rule)
     except NotMeasurable as why:
         raise NotApplicable(str(why)) from None
-    generated = {b: fn for b, fn in (("jax", s.jax_fn), ("torch", s.torch_fn)) if b in s.backends}
+    generated = s.implementations
     _fail_on(inadmissible_results(s.rule, generated, points=SWEEP_POINTS, seed=s.seed, known=s.known))
     return f"finite wherever the exact value is, at {SWEEP_POINTS} points per dtype over the whole float line"
 

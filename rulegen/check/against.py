@@ -41,7 +41,7 @@ from rulegen.check.numerical import WIDE_POINTS, wide_point
 from rulegen.check.outcome import CheckFailed, NotApplicable, Outcome, brief, compare
 from rulegen.check.points import flat_call
 from rulegen.check.registry import REGISTRY, Check
-from rulegen.check.subject import Subject, subject_of, to_numpy
+from rulegen.check.subject import Subject, from_numpy, subject_of, to_numpy
 from rulegen.spec.rules import Rule, SympyBody
 
 BACKENDS = ("jax", "torch")
@@ -218,29 +218,16 @@ def _audit_of(s: Subject) -> Audit:
 
 
 def _call(s: Subject, backend: str, fn: Callable[..., Any], values: Sequence[Any]) -> list[np.ndarray]:
-    convert = _converter(backend)
+    convert = from_numpy(backend)
     out = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in values])
     return [to_numpy(o) for o in (out if isinstance(out, tuple) else (out,))]
-
-
-def _converter(backend: str) -> Callable[[Any], Any]:
-    if backend == "jax":
-        import jax.numpy as jnp
-
-        return jnp.asarray
-    import torch
-
-    return torch.from_numpy
 
 
 def _grads(s: Subject, backend: str, fn: Callable[..., Any], values: Sequence[Any]) -> list[np.ndarray]:
     """The gradient of the sum of the differentiable outputs of `fn` at `values`, for each differentiable input."""
     point = dataclasses.replace(s, values=list(values), jax_fn=fn, torch_fn=fn)
     xs = point.xs()
-    ones = [
-        np.ones_like(to_numpy(o))
-        for o in (point.jax_f if backend == "jax" else point.torch_f)(*map(_converter(backend), xs))
-    ]
+    ones = [np.ones_like(to_numpy(o)) for o in point.f(backend)(*map(from_numpy(backend), xs))]
     return (vjp_jax if backend == "jax" else vjp_torch)(point, xs, ones)
 
 

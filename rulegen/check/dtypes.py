@@ -12,7 +12,7 @@ import numpy as np
 
 from rulegen.check.derivatives import cotangents, jax_grad, jvp_torch, sum_of, tangents, torch_grads, vjp_torch
 from rulegen.check.outcome import CheckFailed, NotApplicable, compare
-from rulegen.check.subject import Subject, to_numpy
+from rulegen.check.subject import Subject, from_numpy, to_numpy
 
 
 def _float64_of(s: Subject, xs64: Sequence[np.ndarray], grads: bool) -> list[np.ndarray]:
@@ -45,7 +45,7 @@ def check_float32(s: Subject) -> str:
     )
     for name in s.backends:
         convert = _narrowing(name, narrow)
-        f32 = s32.jax_f if name == "jax" else s32.torch_f
+        f32 = s32.f(name)
         outs = f32(*[convert(x) for x in xs64])
         for k, (o, r) in enumerate(zip(outs, ref, strict=True)):
             o = to_numpy(o)
@@ -93,13 +93,8 @@ def check_float32(s: Subject) -> str:
 
 def _narrowing(backend: str, narrow: dict[np.dtype, Any]) -> Callable[[np.ndarray], Any]:
     """A float64 (complex128) NumPy array as the backend's float32 (complex64) array."""
-    if backend == "jax":
-        import jax.numpy as jnp
-
-        return lambda x: jnp.asarray(x, dtype=narrow[x.dtype])
-    import torch
-
-    return lambda x: torch.from_numpy(x.astype(narrow[x.dtype]))
+    to_backend = from_numpy(backend)
+    return lambda x: to_backend(x.astype(narrow[x.dtype]))
 
 
 #: Within this many eps of the float64 value at the rounded inputs, relative to max(|value|, 1).
@@ -138,7 +133,7 @@ def _check_low_dtype(s: Subject, jax_dtype: Any, torch_dtype: Any) -> None:
     }
     for name, convert in converters.items():
         low = dataclasses.replace(s, values=[_low_value(v, convert) for v in s.values])
-        f = low.jax_f if name == "jax" else low.torch_f
+        f = low.f(name)
         xs = [convert(x) for x in rounded]
         for k, (o, r) in enumerate(zip(map(_to_numpy_any, f(*xs)), ref, strict=True)):
             if np.issubdtype(r.dtype, np.floating):

@@ -21,7 +21,7 @@ from rulegen.check.derivatives import (
 )
 from rulegen.check.outcome import CheckFailed, NotApplicable, brief, compare
 from rulegen.check.points import NUMPY_DTYPES, sample
-from rulegen.check.subject import Subject, derived, smaller, to_numpy
+from rulegen.check.subject import Subject, derived, from_numpy, smaller, to_numpy
 from rulegen.derive.expr import lambdified
 from rulegen.spec.rules import Domain, Rule, SympyBody
 
@@ -116,10 +116,8 @@ def check_mpmath(s: Subject) -> str:
         raise NotApplicable("the forward is a snippet, not a sympy expression")
     forward = _mpmath_forward(s)
     first = s.backends[0]
-    convert = _asarray(first)
-    jouts = (s.jax_fn if first == "jax" else s.torch_fn)(
-        *[convert(v) if isinstance(v, np.ndarray) else v for v in s.values]
-    )
+    convert = from_numpy(first)
+    jouts = s.fn(first)(*[convert(v) if isinstance(v, np.ndarray) else v for v in s.values])
     jouts = jouts if isinstance(jouts, tuple) else (jouts,)
     # mpmath's complex numbers (mpc) where the rule's are complex.
     kind, number, result = (complex, mpmath.mpc, complex) if s.rule.complex else (float, mpmath.mpf, float)
@@ -317,9 +315,8 @@ def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales:
     xs = point.xs()
     at = point.where()
     first = point.backends[0]
-    convert = _asarray(first)
-    fn = point.jax_fn if first == "jax" else point.torch_fn
-    jouts = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in point.values])
+    convert = from_numpy(first)
+    jouts = point.fn(first)(*[convert(v) if isinstance(v, np.ndarray) else v for v in point.values])
     jouts = jouts if isinstance(jouts, tuple) else (jouts,)
     for k, (o, r) in enumerate(zip(jouts, refs, strict=True)):
         name = point.rule.outputs[k].name
@@ -341,7 +338,7 @@ def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales:
         ],
     )
     for backend in point.backends:
-        outs = (f32.jax_f if backend == "jax" else f32.torch_f)(*map(_asarray(backend), f32.xs()))
+        outs = f32.f(backend)(*map(from_numpy(backend), f32.xs()))
         if not all(np.isfinite(to_numpy(o)).all() for o in outs):
             exact = ", ".join(f"{o.name} = {r:.8g}" for o, r in zip(point.rule.outputs, refs, strict=False))
             raise CheckFailed(f"at {at}: {backend} float32 value is not finite where the exact one is {exact}")
@@ -510,7 +507,7 @@ def check_points(s: Subject) -> str:
             ],
         )
         for name in s.backends:
-            fn, convert = (s.jax_fn, _asarray("jax")) if name == "jax" else (s.torch_fn, _asarray("torch"))
+            fn, convert = s.fn(name), from_numpy(name)
             if point.value is not None:
                 out = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in at_point.values])
                 outs = out if isinstance(out, tuple) else (out,)
@@ -542,17 +539,6 @@ def check_points(s: Subject) -> str:
                 compare(f"point {n}: {name} jvp", got, np.ravel(point.jvp.value), rtol, s.atol)
     both = "both backends" if len(s.backends) == 2 else " and ".join(s.backends)
     return f"{len(points)} point(s) hold in {both}" + "".join(sorted(notes))
-
-
-def _asarray(backend: str) -> Callable[[Any], Any]:
-    """The backend's array of a NumPy array."""
-    if backend == "jax":
-        import jax.numpy as jnp
-
-        return jnp.asarray
-    import torch
-
-    return torch.from_numpy
 
 
 def _point_input(s: Subject, n: int, key: str, input_name: str) -> int:

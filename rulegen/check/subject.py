@@ -29,6 +29,17 @@ def to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
+def from_numpy(backend: str) -> Callable[[Any], Any]:
+    """The backend's array of a NumPy array: `jnp.asarray` or `torch.from_numpy`."""
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray
+    import torch
+
+    return torch.from_numpy
+
+
 @dataclass
 class Subject:
     """One rule with its two implementations and a sample point."""
@@ -56,6 +67,19 @@ class Subject:
     def backends(self) -> tuple[str, ...]:
         """The frameworks the checks call: both, but for one that is not installed."""
         return tuple(b for b in ("jax", "torch") if b not in self.absent)
+
+    def fn(self, backend: str) -> Callable[..., Any]:
+        """The backend's implementation, taking every argument."""
+        return self.jax_fn if backend == "jax" else self.torch_fn
+
+    def f(self, backend: str) -> Callable[..., tuple[Any, ...]]:
+        """The backend's implementation as a function of the differentiable inputs (`jax_f`, `torch_f`)."""
+        return self.jax_f if backend == "jax" else self.torch_f
+
+    @property
+    def implementations(self) -> dict[str, Callable[..., Any]]:
+        """Each installed backend's implementation, by backend."""
+        return {backend: self.fn(backend) for backend in self.backends}
 
     @property
     def jax_forward_mode(self) -> bool:
