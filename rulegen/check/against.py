@@ -138,8 +138,8 @@ class Audit:
             types.SimpleNamespace(**{self.rule.name: functions["torch"]}),
             seed,
             self.known,
+            absent={b: f"{b} is not installed" for b in BACKENDS if not installed(b)},
         )
-        s.absent = {b: f"{b} is not installed" for b in BACKENDS if not installed(b)}
         for backend in self.implementations:
             s.no_forward_mode.pop(backend, None)
             why = _refused_forward_mode(s, backend)

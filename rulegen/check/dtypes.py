@@ -105,33 +105,37 @@ def check_low_precision(s: Subject) -> str:
     """bfloat16 and float16 in: outputs and gradients of that dtype, within a few of its eps of float64."""
     if s.rule.complex:
         raise NotApplicable("bfloat16 and float16 have no complex counterpart (complex32 is no dtype JAX has)")
-    import jax.numpy as jnp
+    for label in ("bfloat16", "float16"):
+        _check_low_dtype(s, label)
+    backends = ", ".join(s.backends)
+    return f"bfloat16 and float16: values and gradients within {LOW_PRECISION_EPS:g} eps of float64 ({backends})"
+
+
+def _low_dtype(backend: str, label: str) -> Any:
+    """The backend's dtype named `label` (`bfloat16`, `float16`)."""
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        return getattr(jnp, label)
     import torch
 
-    for jax_dtype, torch_dtype in ((jnp.bfloat16, torch.bfloat16), (jnp.float16, torch.float16)):
-        _check_low_dtype(s, jax_dtype, torch_dtype)
-    return f"bfloat16 and float16: values and gradients within {LOW_PRECISION_EPS:g} eps of float64 (jax, torch)"
+    return getattr(torch, label)
 
 
-def _check_low_dtype(s: Subject, jax_dtype: Any, torch_dtype: Any) -> None:
-    import jax.numpy as jnp
-    import torch
-
-    label = str(jnp.dtype(jax_dtype))
-    rounded = [np.asarray(jnp.asarray(x, dtype=jax_dtype), dtype=np.float64) for x in s.xs()]
+def _check_low_dtype(s: Subject, label: str) -> None:
+    # The first installed backend rounds the inputs and gives the float64 reference: both round alike.
+    first = s.backends[0]
+    rounding = functools.partial(_rounded64, backend=first, dtype=_low_dtype(first, label))
+    rounded = [rounding(x) for x in s.xs()]
     # The reference: float64 at the rounded inputs, non-differentiated float arrays rounded too.
-    exact = dataclasses.replace(
-        s, values=[_low_value(v, functools.partial(_rounded64, dtype=jax_dtype)) for v in s.values]
-    )
-    ref = [to_numpy(o) for o in exact.jax_f(*rounded)]
-    grads64 = _grads_jax(exact.jax_f, rounded, np.float64) if s.diff else []
-    eps, largest = float(jnp.finfo(jax_dtype).eps), float(jnp.finfo(jax_dtype).max)
-    # Arguments as each backend's own arrays: NumPy has no bfloat16 that torch takes.
-    converters: dict[str, Callable[[Any], Any]] = {
-        "jax": functools.partial(jnp.asarray, dtype=jax_dtype),
-        "torch": functools.partial(torch.tensor, dtype=torch_dtype),
-    }
-    for name, convert in converters.items():
+    exact = dataclasses.replace(s, values=[_low_value(v, rounding) for v in s.values])
+    ref = [_to_numpy_any(o) for o in exact.f(first)(*map(from_numpy(first), rounded))]
+    grads64 = _grads(first, exact.f(first), [from_numpy(first)(x) for x in rounded], low=False) if s.diff else []
+    info = _finfo(first, _low_dtype(first, label))
+    eps, largest = float(info.eps), float(info.max)
+    for name in s.backends:
+        # Arguments as each backend's own arrays: NumPy has no bfloat16 that torch takes.
+        convert = _low_converter(name, _low_dtype(name, label))
         low = dataclasses.replace(s, values=[_low_value(v, convert) for v in s.values])
         f = low.f(name)
         xs = [convert(x) for x in rounded]
@@ -139,15 +143,34 @@ def _check_low_dtype(s: Subject, jax_dtype: Any, torch_dtype: Any) -> None:
             if np.issubdtype(r.dtype, np.floating):
                 _within_eps(f"{name}: {label} output {s.output_name(k)}", o, r, eps, largest, exact)
         if s.diff:
-            grads = _grads_jax(f, xs, None) if name == "jax" else _grads_torch(f, xs)
+            grads = _grads(name, f, xs, low=True)
             for k, (g, g64) in enumerate(zip(grads, grads64, strict=True)):
                 _within_eps(f"{name}: {label} gradient {s.partial(k)}", g, g64, eps, largest, exact)
 
 
-def _rounded64(value: np.ndarray, dtype: Any) -> np.ndarray:
-    import jax.numpy as jnp
+def _low_converter(backend: str, dtype: Any) -> Callable[[Any], Any]:
+    if backend == "jax":
+        import jax.numpy as jnp
 
-    return np.asarray(jnp.asarray(value, dtype=dtype), dtype=np.float64)
+        return functools.partial(jnp.asarray, dtype=dtype)
+    import torch
+
+    return functools.partial(torch.tensor, dtype=dtype)
+
+
+def _finfo(backend: str, dtype: Any) -> Any:
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        return jnp.finfo(dtype)
+    import torch
+
+    return torch.finfo(dtype)
+
+
+def _rounded64(value: np.ndarray, backend: str, dtype: Any) -> np.ndarray:
+    """`value` rounded to the backend's `dtype`, back in float64."""
+    return _to_numpy_any(_low_converter(backend, dtype)(value))
 
 
 def _low_value(value: Any, convert: Callable[[np.ndarray], Any]) -> Any:
@@ -156,15 +179,17 @@ def _low_value(value: Any, convert: Callable[[np.ndarray], Any]) -> Any:
 
 
 def _to_numpy_any(value: Any) -> np.ndarray:
-    import torch
-
-    if isinstance(value, torch.Tensor):
+    """A backend's array as NumPy: low-precision floats widened to float64 (NumPy has no bfloat16)."""
+    if type(value).__module__.startswith("torch"):
         return value.detach().double().numpy() if value.is_floating_point() else value.numpy()
-    return (
-        np.asarray(value, dtype=np.float64)
-        if np.issubdtype(np.asarray(value).dtype, np.floating)
-        else np.asarray(value)
-    )
+    array = np.asarray(value)
+    # ml_dtypes' bfloat16 (JAX's) is no np.floating: every dtype but bool, integers and complex is widened.
+    return array if array.dtype.kind in "biuc" else array.astype(np.float64)
+
+
+def _grads(backend: str, f: Callable[..., Sequence[Any]], xs: Sequence[Any], low: bool) -> list[np.ndarray]:
+    """The gradients of the sum of `f`'s outputs; `low`: summed in float32, as a low-precision user sums."""
+    return _grads_jax(f, xs, None if low else np.float64) if backend == "jax" else _grads_torch(f, xs)
 
 
 def _grads_jax(f: Callable[..., Sequence[Any]], xs: Sequence[Any], dtype: Any) -> list[np.ndarray]:
@@ -204,10 +229,14 @@ def _within_eps(what: str, got: np.ndarray, exact: np.ndarray, eps: float, large
 
 @contextmanager
 def _torch_default_dtype(dtype: Any) -> Iterator[None]:
+    """torch's default dtype set to `dtype` (a torch dtype or its name) for the block; None leaves it alone."""
+    if dtype is None:
+        yield
+        return
     import torch
 
     previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
+    torch.set_default_dtype(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
     try:
         yield
     finally:
@@ -237,13 +266,25 @@ def check_dtype(s: Subject) -> str:
     tolerances let pass.  Under a bfloat16 default it is an error near 1e-3,
     and code that never uses the default dtype gives the same numbers.
     """
+    outputs = [f"output {s.output_name(k)}" for k in range(len(s.outputs))]
+    done = []
+    if "torch" in s.backends:
+        _float64_throughout_torch(s, outputs)
+        done.append("torch: the same results under a bfloat16 default dtype")
+    if "jax" in s.backends:
+        _float64_throughout_jax(s, outputs)
+        done.append("jax")
+    absent = "".join(f"; {b} is not installed" for b in s.absent)
+    return f"float64 throughout ({', '.join(done)}{absent})"
+
+
+def _float64_throughout_torch(s: Subject, outputs: list[str]) -> None:
     rng_state = s.rng.bit_generator.state
     reference = _torch_results(s)
     s.rng.bit_generator.state = rng_state
     with _torch_default_dtype(__import__("torch").bfloat16):
         narrow = _torch_results(s)
     # What _torch_results returns, by name: the outputs, the cotangents, the tangents.
-    outputs = [f"output {s.output_name(k)}" for k in range(len(s.outputs))]
     labels = [*outputs, *(f"cotangent of {s.input_name(k)}" for k in range(len(s.diff)))]
     labels += [f"tangent of {s.output_name(k)}" for k in range(len(s.outputs))]
     for what, got, ref in zip(labels, narrow, reference, strict=False):
@@ -252,8 +293,9 @@ def check_dtype(s: Subject) -> str:
         if ref.dtype.kind == "c" and ref.dtype != np.complex128:
             raise CheckFailed(f"torch: {what} is {ref.dtype} for complex128 inputs")
         s.compare(f"torch: {what} with a bfloat16 default dtype vs the float32 default's", got, ref, 1e-12, 1e-300)
-    if "jax" not in s.backends:
-        return "float64 throughout in torch, the same results under a bfloat16 default dtype (jax is not installed)"
+
+
+def _float64_throughout_jax(s: Subject, outputs: list[str]) -> None:
     import jax.numpy as jnp
 
     outs = s.jax_f(*[jnp.asarray(x) for x in s.xs()])
@@ -265,17 +307,14 @@ def check_dtype(s: Subject) -> str:
             raise CheckFailed(f"jax: {what} is {r.dtype} for complex128 inputs")
         if jnp.issubdtype(r.dtype, jnp.floating) and r.dtype != jnp.float64:
             raise CheckFailed(f"jax: {what} is {r.dtype} for float64 inputs")
-    return "float64 throughout (torch: the same results under a bfloat16 default dtype)"
 
 
 def _call_both(s: Subject, values: Sequence[Any]) -> dict[str, list[np.ndarray]]:
-    """Each backend's outputs for arguments given as they are (numbers stay numbers)."""
-    import jax.numpy as jnp
-    import torch
-
+    """Each installed backend's outputs for arguments given as they are (numbers stay numbers)."""
     found = {}
-    for name, fn, convert in (("jax", s.jax_fn, jnp.asarray), ("torch", s.torch_fn, torch.from_numpy)):
-        out = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in values])
+    for name in s.backends:
+        convert = from_numpy(name)
+        out = s.fn(name)(*[convert(v) if isinstance(v, np.ndarray) else v for v in values])
         found[name] = [to_numpy(o) for o in (out if isinstance(out, tuple) else (out,))]
     return found
 
@@ -304,7 +343,7 @@ def check_scalars(s: Subject) -> str:
             with_array = [np.full_like(v, number) if j == k else v for j, v in enumerate(s.values)]
             what = f"a Python number for {s.rule.inputs[k].name}"
             # A number beside no float tensor takes torch's default dtype: float64 here, as in the array call.
-            with _torch_default_dtype(__import__("torch").float64):
+            with _torch_default_dtype("float64" if "torch" in s.backends else None):
                 got = _call_both(s, with_number)
             _same_calls(what, got, _call_both(s, with_array), s)
         done.append(f"a number for each of {len(arrays)} float array(s)")
@@ -317,4 +356,4 @@ def check_scalars(s: Subject) -> str:
         raise NotApplicable(
             "no float array input takes a number (the rule is not elementwise) and no input has a default"
         )
-    return "; ".join(done) + ", in both backends"
+    return "; ".join(done) + (", in both backends" if len(s.backends) == 2 else f", in {s.backends[0]}")

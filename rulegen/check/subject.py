@@ -227,12 +227,10 @@ def _pointwise(s: Subject) -> None:
     condition) cannot run on a sample of several points; its derivatives
     are then checked at the first point of each array.
     """
-    import jax.numpy as jnp
-    import torch
-
     try:
-        s.jax_fn(*[jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in s.values])
-        s.torch_fn(*[torch.from_numpy(v) if isinstance(v, np.ndarray) else v for v in s.values])
+        for backend in s.backends:
+            convert = from_numpy(backend)
+            s.fn(backend)(*[convert(v) if isinstance(v, np.ndarray) else v for v in s.values])
     except Exception as exc:
         arrays = [v for v in s.values if isinstance(v, np.ndarray)]
         if not arrays or any(v.ndim != 1 or len(v) != len(arrays[0]) for v in arrays) or s.elementwise:
@@ -241,7 +239,15 @@ def _pointwise(s: Subject) -> None:
         s.note = f" (at one point of the sample: the rule raised {type(exc).__name__} on the whole sample)"
 
 
-def subject_of(rule: Rule, jax_pkg: Any, torch_pkg: Any, seed: int, known: Sequence[str] = ()) -> Subject:
+def subject_of(
+    rule: Rule,
+    jax_pkg: Any,
+    torch_pkg: Any,
+    seed: int,
+    known: Sequence[str] = (),
+    absent: dict[str, str] | None = None,
+) -> Subject:
+    """The subject of `rule` at `seed`; `absent`: the frameworks not installed, with why, which nothing calls."""
     rng = np.random.default_rng([seed, *rule.name.encode()])
     tolerance = rule.checks.tolerance
     no_forward_mode, elementwise = _forward_modes(rule, known or [rule.name])
@@ -259,6 +265,7 @@ def subject_of(rule: Rule, jax_pkg: Any, torch_pkg: Any, seed: int, known: Seque
         elementwise=elementwise,
         known=tuple(sorted(known or [rule.name])),
         seed=seed,
+        absent=dict(absent or {}),
     )
     if rule.checks.sample is not None:
         _pointwise(subject)

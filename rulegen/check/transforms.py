@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from rulegen.check.derivatives import jax_grad, normal_like, sum_of, torch_grads, torch_total
+from rulegen.check.derivatives import jax_grad, normal_like, sum_of, torch_grads, torch_total, vjp_jax, vjp_torch
 from rulegen.check.outcome import CheckFailed, NotApplicable, brief, compare
 from rulegen.check.points import leaves_of_arguments, structured_arguments
-from rulegen.check.subject import Subject, forward_kind, smaller, to_numpy
+from rulegen.check.subject import Subject, forward_kind, from_numpy, smaller, to_numpy
 from rulegen.spec.rules import Structured, SympyBody
 
 
@@ -281,7 +281,7 @@ def check_broadcast(s: Subject) -> str:
         reason = _not_broadcasting(s, values, expanded)
         if reason:
             raise NotApplicable(f"the forward does not broadcast its inputs: {reason}")
-    for name in ("jax", "torch"):
+    for name in s.backends:
         small, big = _broadcast_grads(s, name, values, expanded)
         for k, g, b in zip(s.diff, small, big, strict=True):
             shape = np.shape(values[k])
@@ -298,11 +298,8 @@ def check_broadcast(s: Subject) -> str:
 
 def _broadcast_grads(s: Subject, name: str, values: list[Any], expanded: list[Any]) -> tuple[Any, Any]:
     """One backend's gradients at inputs of stretchable shapes, and at the same inputs stretched."""
-    import jax.numpy as jnp
-    import torch
-
     diff = list(s.diff)
-    fn, convert = (s.jax_fn, jnp.asarray) if name == "jax" else (s.torch_fn, torch.from_numpy)
+    fn, convert = s.fn(name), from_numpy(name)
 
     def total(*xs: Any, base: list[Any]) -> Any:
         args = [convert(v) if isinstance(v, np.ndarray) else v for v in base]
@@ -315,9 +312,9 @@ def _broadcast_grads(s: Subject, name: str, values: list[Any], expanded: list[An
     def grads(base: list[Any]) -> Any:
         if name == "jax":
             return jax_grad(s, lambda *xs: total(*xs, base=base), tuple(range(len(diff))))(
-                *[jnp.asarray(base[k]) for k in diff]
+                *[convert(base[k]) for k in diff]
             )
-        leaves = [torch.from_numpy(base[k]).requires_grad_() for k in diff]
+        leaves = [convert(base[k]).requires_grad_() for k in diff]
         return torch_grads(s, total(*leaves, base=base), leaves)
 
     return grads(values), grads(expanded)
@@ -325,10 +322,8 @@ def _broadcast_grads(s: Subject, name: str, values: list[Any], expanded: list[An
 
 def _not_broadcasting(s: Subject, values: list[Any], expanded: list[Any]) -> str:
     """Why the rule's forward does not act on `values` as on their broadcast `expanded`; empty if it does."""
-    import jax.numpy as jnp
-    import torch
-
-    for name, fn, convert in (("jax", s.jax_fn, jnp.asarray), ("torch", s.torch_fn, torch.from_numpy)):
+    for name in s.backends:
+        fn, convert = s.fn(name), from_numpy(name)
         try:
             with _quiet_host_callbacks():
                 small = fn(*[convert(v) if isinstance(v, np.ndarray) else v for v in values])
@@ -363,10 +358,6 @@ def _quiet_host_callbacks() -> Iterator[None]:
 
 def check_structures(s: Subject) -> str:
     """Gradients with respect to structured arguments come in those structures, equal to the inputs' gradients."""
-    import jax
-    import jax.numpy as jnp
-    import torch
-
     rule = s.rule
     if not rule.structured:
         raise NotApplicable("the rule takes and returns arrays, no structures")
@@ -378,27 +369,15 @@ def check_structures(s: Subject) -> str:
     ]
     if not wrt:
         raise NotApplicable("no argument is differentiable as a whole")
-    weights = [normal_like(s.rng, to_numpy(o)) for o in s.jax_f(*[jnp.asarray(x) for x in s.xs()])]
-    flat = _grads_of_weighted(s, weights)
+    first = s.backends[0]
+    weights = [normal_like(s.rng, to_numpy(o)) for o in s.f(first)(*map(from_numpy(first), s.xs()))]
+    flat = (vjp_jax if first == "jax" else vjp_torch)(s, s.xs(), weights)
     by_input = dict(zip((rule.inputs[k].name for k in s.diff), flat, strict=True))
-    public = {"jax": s.jax_fn, "torch": s.torch_fn}
-    for backend, convert in (("jax", jnp.asarray), ("torch", torch.from_numpy)):
+    for backend in s.backends:
+        convert = from_numpy(backend)
         values = [convert(v) if isinstance(v, np.ndarray) else v for v in s.values]
         arguments = structured_arguments(rule, values)
-
-        def total(*args: Any, backend: str = backend, convert: Callable[[Any], Any] = convert) -> Any:
-            # The structures as the user passes them: rebuilt from whatever the transform hands in.
-            outs = public[backend](*leaves_of_arguments(rule, args))
-            outs = outs if isinstance(outs, tuple) else (outs,)
-            xp = jnp if backend == "jax" else torch
-            summed = sum(xp.sum(outs[k] * convert(w)) for k, w in zip(s.outputs, weights, strict=True))
-            # torch differentiates a complex rule's real part (conjugate Wirtinger), JAX holomorphically.
-            return summed.real if backend == "torch" and rule.complex else summed
-
-        if backend == "jax":
-            grads = jax.grad(total, argnums=tuple(wrt), holomorphic=rule.complex)(*arguments)
-        else:
-            grads = torch.func.grad(total, argnums=tuple(wrt))(*arguments)
+        grads = _structured_grads(s, backend, weights, arguments, wrt)
         got = dict(zip(wrt, grads, strict=True))
         wrong = next((k for k, g in got.items() if type(g) is not type(arguments[k])), None)
         if wrong is not None:
@@ -414,18 +393,32 @@ def check_structures(s: Subject) -> str:
                 compare(f"{backend} gradient of {leaf.name}", found, by_input[leaf.name], s.rtol, s.atol)
     kinds = ", ".join(f"{p.name} ({p.kind})" for p in rule.parameters if isinstance(p, Structured))
     shapes = f"{kinds} in" + (", " if rule.returns else "") if kinds else ""
-    return f"jax.grad and torch.func.grad through the structures ({shapes}{'results' if rule.returns else ''})"
+    grads = " and ".join({"jax": "jax.grad", "torch": "torch.func.grad"}[b] for b in s.backends)
+    return f"{grads} through the structures ({shapes}{'results' if rule.returns else ''})"
 
 
-def _grads_of_weighted(s: Subject, weights: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """The gradient of sum(w * out) with respect to each differentiable input, by JAX on flat inputs."""
-    import jax.numpy as jnp
+def _structured_grads(
+    s: Subject, backend: str, weights: Sequence[np.ndarray], arguments: Sequence[Any], wrt: Sequence[int]
+) -> Any:
+    """The backend's gradient of sum(w * out) with respect to the arguments `wrt`, structures as they are passed."""
+    rule = s.rule
+    convert = from_numpy(backend)
 
-    def total(*xs: Any) -> Any:
-        return sum(jnp.sum(o * w) for o, w in zip(s.jax_f(*xs), weights, strict=True))
+    def total(*args: Any) -> Any:
+        # The structures as the user passes them: rebuilt from whatever the transform hands in.
+        outs = s.fn(backend)(*leaves_of_arguments(rule, args))
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        summed = sum((outs[k] * convert(w)).sum() for k, w in zip(s.outputs, weights, strict=True))
+        # torch differentiates a complex rule's real part (conjugate Wirtinger), JAX holomorphically.
+        return summed.real if backend == "torch" and rule.complex else summed
 
-    grads = jax_grad(s, total, tuple(range(len(s.diff))))(*[jnp.asarray(x) for x in s.xs()])
-    return [np.asarray(g) for g in grads]
+    if backend == "jax":
+        import jax
+
+        return jax.grad(total, argnums=tuple(wrt), holomorphic=rule.complex)(*arguments)
+    import torch
+
+    return torch.func.grad(total, argnums=tuple(wrt))(*arguments)
 
 
 def check_compile(s: Subject, include_compile: bool) -> str:
