@@ -1,4 +1,4 @@
-"""`rulegen accuracy`: bits of error, the float-line sampler, the adaptive reference, the command."""
+"""`rulegen accuracy` on built rules: autodiff of the forward as written, the verdict, the table and the plots."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Section 3 of the contract for snippet forwards: derivatives against autodiff of the forward body in float64."""
+"""Snippet forwards, built: their derivatives measured against autodiff of the forward body in float64."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Admissibility: every form the search chooses is finite wherever the exact value is, on points it never saw.
+"""Admissibility of built rules: what the search chose is finite wherever the exact value is, on points it never saw.
 
 The search decides on a few points per dtype; it once shipped, for atan2's
 derivative, a regime split on |y| < 3.9e-14 that squared y/x, nan at

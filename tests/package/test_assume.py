@@ -1,4 +1,4 @@
-"""`domain` is only where checks sample; `assume` is what a rule vouches for.
+"""`domain` and `assume` in built rules: the domain never changes the generated code, an assumption does.
 
 An assumption read off the sample domain once changed the function itself:
 `atan2(y, x)` with `x` sampled in [0.5, 3] was generated as `atan(y / x)`.

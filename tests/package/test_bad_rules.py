@@ -1,4 +1,4 @@
-"""Bad and hostile rule files: each gets `file:line:col: message`, exit 2, and nothing runs or is written."""
+"""Bad rule files against a build on disk: located errors, exit 2, and the earlier output left as it was."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Parallel and incremental builds.
+"""Parallel and incremental builds of packages: the same bytes, errors from workers, defaults that import.
 
 `rulegen build --jobs N` derives rules in worker processes: the package and
 the errors are the same as a serial build's.  An incremental build keeps

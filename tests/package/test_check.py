@@ -1,4 +1,4 @@
-"""The checks of `rulegen test` catch wrong rules and pass correct ones.
+"""`rulegen test` on built packages: every wrong rule caught by its check, every bundled rule passing on several seeds.
 
 tests/wrong_rules/ holds deliberately wrong rules, each naming in a comment
 the check that must catch it ("Caught by <check>"); every bundled rule must

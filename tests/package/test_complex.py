@@ -1,4 +1,4 @@
-"""Holomorphic complex rules (issue 16): one convention per backend, each as its own autodiff has it.
+"""Built holomorphic complex rules against each framework's own complex autodiff, to second order.
 
 JAX's VJP is the transpose (cotangent * f'(z)); torch's backward the
 conjugate Wirtinger gradient (cotangent * conj(f'(z))).  The generated rules

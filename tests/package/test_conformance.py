@@ -1,4 +1,4 @@
-"""The conformance matrix of the function layer, generated from the registry (rulegen.derive.functions.REGISTRY).
+"""The conformance matrix, built: every registered function against a 40-digit mpmath reference and special values.
 
 Every function a rule may call, built as a rule of its own, against a
 40-digit mpmath reference on points across its whole domain (the registry's

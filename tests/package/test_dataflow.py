@@ -1,4 +1,4 @@
-"""What the build knows about generated modules comes from the plans, never from their text.
+"""A built package's manifest and requirements come from the plans, and the stages import one way.
 
 Which helpers the package ships, what a distribution requires, which rules
 export a Function class and which tensors a method saves are read off typed

@@ -1,4 +1,4 @@
-"""Rule files in editors and in pre-commit.
+"""A rule written by `rulegen new` names its JSON Schema and builds.
 
 `rulegen new` writes a rule whose first line names the JSON Schema of the
 format (written beside it), so that an editor with yaml-language-server

@@ -1,4 +1,4 @@
-"""The shipped package (`rulegen build --package-name`): its version, and framework floors that cover its code.
+"""The framework floors of a package built from the bundled rules cover every API its modules use.
 
 The floors are read off the APIs the package's modules use (`rulegen.derive.floors`);
 these tests read every module of a package built from the bundled rules the

@@ -1,4 +1,4 @@
-"""The generated code reads as an expert writes it: what a reader needs is said, nothing is said twice."""
+"""Built modules read as an expert writes them: code lines, help text per backend, only what is read is saved."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Host bodies whose outputs read fewer of the arrays than the others (rules/host_broadcast.yaml).
+"""Host bodies with outputs of fewer arrays, built: shapes, dtypes and derivatives in both backends.
 
 Both backends know a host body's output shapes before it runs (JAX traces,
 torch's fake tensors): the broadcast shape of the arrays with `batching:

@@ -1,4 +1,4 @@
-"""In-place torch bodies compute what the out-of-place ones do, and write only the buffers they allocate."""
+"""Built in-place torch bodies compute the out-of-place values and write no input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Numbers and static inputs where the frameworks want floats or tensors.
+"""Numbers and static inputs in built rules: floats and tensors where each framework wants them, at every order.
 
 `xlogy(1, y)` printed the integer 1, an integer array to JAX, whose xlogy
 rule then gave it a float0 tangent at second order; `Max(x, lo)` with a

@@ -1,4 +1,4 @@
-"""Name hygiene: a rule's names never collide with the names generated code introduces (rulegen.spec.names)."""
+"""Names in built packages: every name is the rule's or reserved, and collisions are refused where they are."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the torch Function saves for backward, and what it recomputes.
+"""What the bundled rules' built torch Functions keep for backward: nothing one cheap operation recomputes.
 
 Eager, an intermediate costs a pass over memory per operation to recompute,
 so the forward keeps what is dearer than one (bounded by what autodiff

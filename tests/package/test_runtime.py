@@ -1,4 +1,4 @@
-"""The runtime helpers (`rulegen/runtime/`), tested where they live, and copied verbatim into packages."""
+"""The runtime helpers inside built packages: broadcasting, summed cotangents and saving only what is read."""
 
 from __future__ import annotations
 

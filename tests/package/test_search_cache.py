@@ -1,4 +1,4 @@
-"""The search cache on disk: what it reads back is what the search found, and a stale or bad entry is a miss."""
+"""The search's choices recorded in a built package's manifest and printed by `rulegen show --why`."""
 
 from __future__ import annotations
 

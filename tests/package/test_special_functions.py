@@ -1,4 +1,4 @@
-"""Registered functions whose framework op is wrong or lacks a derivative, at every order (issue 25).
+"""Registered functions whose framework op is wrong or lacks a derivative, built and checked at every order.
 
 The rules are tests/right_rules/function_layer.yaml's; each is compared, to
 second order, with a 40-digit mpmath reference, under torch.func's forward

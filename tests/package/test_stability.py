@@ -1,4 +1,4 @@
-"""Derived derivatives are as stable as the frameworks' own, on the whole real line.
+"""Built derivatives are as stable as the frameworks' own on the whole real line, in float32 too.
 
 Forward-only `log(1 + exp(x))` (the JAX docs' own example) was derived as
 `exp(x) / (1 + exp(x))`: in float32 its gradient at x = 100 was inf in torch

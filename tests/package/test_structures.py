@@ -1,4 +1,4 @@
-"""Structured arguments and results: named tuples, dicts and tuples of arrays (issue 16).
+"""Structured arguments and results in built rules: pytrees under every transform, refused alike when wrong.
 
 A rule's bodies read arrays by their own names; the public function takes
 the structures apart and builds its result's structure, so each framework's

@@ -1,4 +1,4 @@
-"""torch's one-kernel forms of what a rule computes.
+"""torch's one-kernel forms in built rules: exact tails, double backward and compiled bodies.
 
 `1 + erf(u)` is `erfc(-u)`: one kernel, and exact where erf(u) nears -1.
 silu's derivative times a cotangent or tangent is `silu_backward`, and

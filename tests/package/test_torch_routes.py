@@ -1,4 +1,4 @@
-"""A rule survives torch.compile under torch.func, and torch.export.
+"""Built rules under torch.compile, torch.func and torch.export, and what importing the package imports.
 
 On torch 2.13, Dynamo inlines an autograd.Function's forward when it runs
 under a torch.func transform and drops its backward and jvp: before,
