@@ -5,9 +5,11 @@
 Each backend in fresh processes: the framework is imported first, then the
 package's subpackage (`generated.jax`, `generated.torch`) is timed alone,
 best and median of REPEATS (default 7), in wall-clock and CPU seconds (on a
-loaded machine the wall clock runs ahead of the CPU time).  Also says
-whether `generated.jax` imported torch (it must not: the one rule bridged to
-torch imports it on its first call).
+loaded machine the wall clock runs ahead of the CPU time).  The package
+imports a rule's module when the rule is first read: `gelu s` is reading
+one rule after the import, `every rule s` reading all of them.  Also says
+whether `generated.jax` imported torch once every rule is read (it must
+not: the one rule bridged to torch imports it on its first call).
 
 Between the two imports the process runs a full garbage collection, timed
 apart (`framework gc s`): the framework's import leaves one due, which the
@@ -35,9 +37,16 @@ collection = time.perf_counter() - start
 start, cpu = time.perf_counter(), time.process_time()
 import generated.{framework} as package
 seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-rules = [n for n in dir(package) if not n.startswith("_") and n[0].islower()]
-print(json.dumps({{"seconds": seconds, "cpu": cpu, "collection": collection, "rules": len(rules),
-                  "torch": "torch" in sys.modules}}))
+rules = [n for n in package.__all__ if n[0].islower()]
+start = time.perf_counter()
+package.gelu
+gelu = time.perf_counter() - start
+start = time.perf_counter()
+for name in rules:
+    getattr(package, name)
+every = time.perf_counter() - start
+print(json.dumps({{"seconds": seconds, "cpu": cpu, "collection": collection, "rules": len(rules), "gelu": gelu,
+                  "every": every, "torch": "torch" in sys.modules}}))
 """
 
 
@@ -49,13 +58,26 @@ def measure(framework: str, repeats: int) -> dict[str, float]:
         ).stdout
         runs.append(json.loads(out.strip().splitlines()[-1]))
     best = min(runs, key=lambda r: r["seconds"])
-    medians = {f"median {key}": statistics.median(r[key] for r in runs) for key in ("seconds", "cpu", "collection")}
+    medians = {
+        f"median {key}": statistics.median(r[key] for r in runs)
+        for key in ("seconds", "cpu", "collection", "gelu", "every")
+    }
     return {**best, **medians}
 
 
 def layout(table: str = TABLES[0]) -> Layout:
     return Layout(
-        ("package", "rules", "best s", "median s", "cpu s", "framework gc s", "imports torch"),
+        (
+            "package",
+            "rules",
+            "best s",
+            "median s",
+            "cpu s",
+            "gelu s",
+            "every rule s",
+            "framework gc s",
+            "imports torch",
+        ),
         ("generated.jax", "generated.torch"),
     )
 
@@ -73,6 +95,8 @@ def main(argv: list[str]) -> int:
             f"{r['seconds']:.3f}",
             f"{r['median seconds']:.3f}",
             f"{r['median cpu']:.3f}",
+            f"{r['median gelu']:.3f}",
+            f"{r['median every']:.3f}",
             f"{r['median collection']:.3f}",
             torch,
         )

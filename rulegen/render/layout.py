@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rulegen.plan.code import Assign, Docstring, Import, Imported, Statement
+from rulegen.plan.code import Assign, Comment, Def, Docstring, Expr, If, Import, Imported, Raise, Return, Statement
 
 if TYPE_CHECKING:
     import jinja2
@@ -103,13 +103,50 @@ def render_module(plan: JaxPlan | TorchPlan | SnippetPlan) -> str:
 
 
 def _package_init(doc: str, imports: Sequence[tuple[str, Sequence[str]]]) -> tuple[Statement, ...]:
-    """An `__init__.py`: its docstring, each rule module's names imported, and all of them in `__all__`."""
+    """An `__init__.py` that imports each rule module on first use (PEP 562), its names all in `__all__`.
+
+    Importing the package costs next to nothing beyond the framework: a
+    program that uses two rules imports two modules.  Type checkers read the
+    imports under `TYPE_CHECKING`.
+    """
     exports = sorted(name for _, names in imports for name in names)
+    if not exports:
+        return (Docstring(doc),)
     listed = "[" + "".join(f'"{name}", ' for name in exports) + "]"
+    module_of = "{" + "".join(f'"{name}": "{module}", ' for module, names in imports for name in sorted(names)) + "}"
     return (
         Docstring(doc),
-        *(Imported(tuple(Import(f".{module}", name) for name in names)) for module, names in imports),
-        *((Assign("__all__", listed),) if exports else ()),
+        Imported((Import("sys", alias="_sys"),)),
+        Imported((Import("importlib", "import_module", "_import_module"),)),
+        Imported((Import("typing", alias="_typing"),)),
+        Comment("What type checkers read: at run time each rule's module is imported when the rule is first read."),
+        If(
+            "_typing.TYPE_CHECKING",
+            tuple(Imported(tuple(Import(f".{module}", name) for name in names)) for module, names in imports),
+        ),
+        Comment("The module each name is defined in."),
+        Assign("_MODULE_OF", module_of),
+        Assign("__all__", listed),
+        Def(
+            "__getattr__",
+            ("name: str",),
+            (
+                If(
+                    "name not in _MODULE_OF",
+                    (Raise('AttributeError(f"module {__name__!r} has no attribute {name!r}")'),),
+                ),
+                Expr('_import_module(f".{_MODULE_OF[name]}", __name__)'),
+                Comment("Every loaded module's names bound to what they are: importing a module binds its name"),
+                Comment("here to the module, also where one rule's module imports another's."),
+                Expr(
+                    'globals().update({n: getattr(_sys.modules[f"{__name__}.{m}"], n) for n, m in _MODULE_OF.items() '
+                    'if f"{__name__}.{m}" in _sys.modules})'
+                ),
+                Return("globals()[name]"),
+            ),
+            returns="object",
+        ),
+        Def("__dir__", (), (Return("sorted({*globals(), *__all__})"),), returns="list[str]"),
     )
 
 

@@ -3,7 +3,7 @@
 Registering each rule's export op and scanning each Function's bytecode for
 the numbers it reads cost more at import than the rest of it; both wait for
 the route that needs them (`_route.routed`).  A host op is registered at
-import, from the runtime (`_host.host_op`): torch reads the source line of
+import of its rule's module, from the runtime (`_host.host_op`): torch reads the source line of
 the frame that registers an op's fake, and `inspect` finds a rule module that
 is still being imported only by scanning every loaded module.
 """
@@ -47,11 +47,12 @@ def test_import_registers_no_rule_op_and_reads_no_bytecode():
         "    return getmodule(value, *args)\n"
         "inspect.getmodule = spy\n"
         "import torch\n" + _HAS_OP + "import generated.torch\n"
+        "rules = [getattr(generated.torch, name) for name in generated.torch.__all__]\n"
         "print(has_op('generated_torch_gelu::Gelu'), has_op('generated_torch_numpy_sort::numpy_sort'))\n"
         "print(sorted({f for f in frames if '/generated/torch/' in f and '/generated/torch/_' not in f}))\n"
     )
     ops, rule_frames = out.splitlines()
-    # gelu's export op waits for an export; numpy_sort's host op is its forward, registered at import.
+    # gelu's export op waits for an export; numpy_sort's host op is its forward, registered when its module loads.
     assert ops == "False True"
     # No rule module's frame registers an op (each cost a scan of sys.modules).
     assert rule_frames == "[]"
@@ -86,3 +87,21 @@ def test_once_fills_on_the_first_call_only():
     call = _route.once(lambda: calls.append(1))
     assert call() is None and call() is None
     assert calls == [1]
+
+
+def test_the_package_imports_a_rule_module_when_the_rule_is_first_read():
+    out = _run(
+        "import sys, torch, generated.torch as package\n"
+        "loaded = lambda: sorted(m.rpartition('.')[2] for m in sys.modules if m.startswith('generated.torch.')\n"
+        "                        and not m.rpartition('.')[2].startswith('_'))\n"
+        "print(loaded())\n"
+        # numpy_sort's module imports numpy_take's, which binds the package's numpy_take to that module.
+        "sort = package.numpy_sort\n"
+        "print(loaded(), type(package.numpy_take).__name__, type(package.NumpySort).__name__)\n"
+        "from generated.torch import *\n"
+        "print(len(loaded()), callable(gelu), 'gelu' in dir(package))\n"
+    )
+    before, after_sort, after_star = out.splitlines()
+    assert before == "[]"
+    assert after_sort == "['numpy_sort', 'numpy_take'] function FunctionMeta"
+    assert after_star == "83 True True"

@@ -216,6 +216,7 @@ def test_importing_the_package_imports_neither_dynamo_nor_dtensor():
     # torch.compile, DTensor until the program imports it (the host ops' shardings wait for it).
     out = _in_a_fresh_process(
         "import sys, generated.torch\n"
+        "rules = [getattr(generated.torch, name) for name in generated.torch.__all__]\n"
         "print(sorted(m for m in ('torch._dynamo', 'torch.distributed.tensor') if m in sys.modules))"
     )
     assert out.split() == ["[]"]
@@ -226,6 +227,7 @@ def test_the_host_ops_shardings_are_registered_when_dtensor_is_imported_later():
         pytest.skip("torch without distributed")
     out = _in_a_fresh_process(
         "import generated.torch\n"
+        "rules = [getattr(generated.torch, name) for name in generated.torch.__all__]\n"
         "from torch.distributed.tensor import DTensor\n"
         "found = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs\n"
         "print(sorted(str(op).split('.')[1] for op in found if str(op).startswith('generated_torch')))"
