@@ -20,6 +20,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
 from jax.interpreters import batching as jax_batching
 
+from . import _host_shapes
 from ._util import Callback, sum_to_shape, unbroadcast, value_key, varying_like
 
 _RESULT_DTYPES = {"int": np.int64, "bool": np.bool_}
@@ -39,30 +40,12 @@ def _host_array(value):
 
 
 def shaped(rule, output, value, shape, *, elementwise):
-    """A host body's `output` in the `shape` both backends give it, or a ValueError saying why not.
-
-    The shape is known before the body runs (JAX traces, torch's fake
-    tensors): the first array input's, or with elementwise batching the
-    broadcast of the arrays', to which an output of fewer inputs
-    (`np.sin(x)` beside `x * y`) is broadcast, as the same rule in array
-    code would be.
-    """
+    """A host body's `output` in the `shape` both backends give it (`_host_shapes`)."""
     array = np.asarray(value)
     shape = tuple(shape)
-    if array.shape == shape:
-        return array
-    if elementwise and np.broadcast_shapes(array.shape, shape) == shape:
+    if _host_shapes.broadcast_needed(rule, output, array.shape, shape, elementwise=elementwise):
         return np.broadcast_to(array, shape)
-    expected = (
-        "the broadcast of its array inputs' shapes" if elementwise else "its first array's shape"
-    )
-    hint = (
-        "" if elementwise else "; `batching: elementwise` makes them the broadcast of its arrays'"
-    )
-    raise ValueError(
-        f"{rule}: its numpy forward returned {output} of shape {array.shape} where {shape} "
-        f"was expected: a host body's outputs have {expected}{hint}"
-    )
+    return array
 
 
 def _as_tuple(value, count):

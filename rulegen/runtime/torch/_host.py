@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import torch
 
+from . import _host_shapes
 from ._route import eager
 
 #: Floats a host body gets in float32: NumPy has no bfloat16, and its float16 rounds every step.
@@ -36,32 +37,16 @@ def from_host(value, like, dtype=None):
 def output_from_host(rule, output, value, like, arrays, dtype, *, elementwise):
     """A host body's `output` in `dtype` on the device of `like`, shaped as the fake says.
 
-    The fake, as JAX, knows the shape before the body runs: the first array
-    input's, or with elementwise batching the broadcast of the arrays', to
-    which an output of fewer inputs (`np.sin(x)` beside `x * y`) is
-    broadcast, as the same rule in array code would be.  Any other shape is
-    a ValueError saying so, never a tensor that compiled code would take
-    for another shape.
+    The fake, as JAX, knows the shape before the body runs (`_host_shapes`).
     """
     shape = tuple(
         torch.broadcast_shapes(*(a.shape for a in arrays)) if elementwise else arrays[0].shape
     )
     array = np.asarray(value)
-    if array.shape == shape:
-        return from_host(array, like, dtype)
-    if elementwise and np.broadcast_shapes(array.shape, shape) == shape:
+    if _host_shapes.broadcast_needed(rule, output, array.shape, shape, elementwise=elementwise):
         # A tensor of its own, not a stride-0 view that an in-place update would write through.
         return from_host(np.broadcast_to(array, shape).copy(), like, dtype)
-    expected = (
-        "the broadcast of its array inputs' shapes" if elementwise else "its first array's shape"
-    )
-    hint = (
-        "" if elementwise else "; `batching: elementwise` makes them the broadcast of its arrays'"
-    )
-    raise ValueError(
-        f"{rule}: its numpy forward returned {output} of shape {array.shape} where {shape} "
-        f"was expected: a host body's outputs have {expected}{hint}"
-    )
+    return from_host(array, like, dtype)
 
 
 def broadcast_tangents(tangents, shape):
