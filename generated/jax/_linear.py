@@ -16,9 +16,14 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.extend.core import Primitive
-from jax.interpreters import ad, mlir
-from jax.interpreters import batching as jax_batching
+
+from . import _private
+
+with _private.guarded(jax):
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, mlir
+    from jax.interpreters import batching as jax_batching
+_private.require(jax, ad, "Zero", "instantiate_zeros", "is_undefined_primal")
 
 linear_map_p = Primitive("rulegen_linear_map")
 linear_map_p.multiple_results = True
@@ -132,7 +137,8 @@ def _batch_rule(operands, dims, *, apply, transpose, statics, n_known, axes):
 
 linear_map_p.def_impl(_impl)
 linear_map_p.def_abstract_eval(_abstract)
-mlir.register_lowering(linear_map_p, mlir.lower_fun(_impl, multiple_results=True))
-ad.primitive_jvps[linear_map_p] = _jvp_rule
-ad.primitive_transposes[linear_map_p] = _transpose_rule
-jax_batching.primitive_batchers[linear_map_p] = _batch_rule
+with _private.guarded(jax):
+    mlir.register_lowering(linear_map_p, mlir.lower_fun(_impl, multiple_results=True))
+    ad.primitive_jvps[linear_map_p] = _jvp_rule
+    ad.primitive_transposes[linear_map_p] = _transpose_rule
+    jax_batching.primitive_batchers[linear_map_p] = _batch_rule

@@ -2,12 +2,16 @@
 """Tensors no transform or autograd recording watches: where generated bodies may take shortcuts."""
 
 import torch
-from torch._C._functorch import (
-    is_functorch_wrapped_tensor,
-    is_legacy_batchedtensor,
-    peek_interpreter_stack,
-)
 from torch.autograd import forward_ad
+
+from . import _private
+
+with _private.guarded(torch):
+    from torch._C._functorch import (
+        is_functorch_wrapped_tensor,
+        is_legacy_batchedtensor,
+        peek_interpreter_stack,
+    )
 
 
 def plain_tensors(tensors):

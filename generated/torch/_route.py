@@ -19,19 +19,31 @@ import sys
 import types
 
 import torch
-from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
-from torch._C._functorch import (
-    TransformType,
-    _add_batch_dim,
-    _unwrap_batched,
-    _unwrap_for_grad,
-    _wrap_for_grad,
-)
-from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
-from torch._functorch.vmap import vmap_increment_nesting
-from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
+from . import _private
 from ._util import fresh_outputs
+
+with _private.guarded(torch):
+    from torch._C import _are_functorch_transforms_active
+    from torch._C._dynamo.eval_frame import (
+        _FrameAction,
+        _FrameExecStrategy,
+        set_code_exec_strategy,
+    )
+    from torch._C._functorch import (
+        TransformType,
+        _add_batch_dim,
+        _unwrap_batched,
+        _unwrap_for_grad,
+        _wrap_for_grad,
+        get_interpreter_stack,
+        peek_interpreter_stack,
+        pop_dynamic_layer_stack,
+        push_dynamic_layer_stack,
+    )
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+    from torch._functorch.vmap import vmap_increment_nesting
+    from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
 
 def _apply_eagerly(function, *args):
@@ -111,9 +123,9 @@ def _forward_over_forward():
     of torch's vmap rule (`generate_vmap_rule`), which runs a Function's jvp
     under a vmap of its own over the jvp level.
     """
-    if torch._C._functorch.peek_interpreter_stack() is None:
+    if peek_interpreter_stack() is None:
         return None
-    stack = [i.key() for i in torch._C._functorch.get_interpreter_stack()]
+    stack = [i.key() for i in get_interpreter_stack()]
     if stack.count(TransformType.Jvp) < 2:
         return None
     current = len(stack) - 1
@@ -149,8 +161,8 @@ class _Lowered(contextlib.ExitStack):
         try:
             self.enter_context(_set_fwd_grad_enabled(self._current.prev_fwd_grad_mode()))
             for _ in range(len(self._vmaps) + 1):
-                popped = torch._C._functorch.pop_dynamic_layer_stack()
-                self.callback(torch._C._functorch.push_dynamic_layer_stack, popped)
+                popped = pop_dynamic_layer_stack()
+                self.callback(push_dynamic_layer_stack, popped)
             self._fresh = [
                 self.enter_context(vmap_increment_nesting(v.batch_size(), v.randomness()))
                 for v in self._vmaps
@@ -228,7 +240,7 @@ def route(function, compiled, exported=None):
     under torch.compile: `compiled`, the Function without `jvp` (which
     Dynamo refuses), which Dynamo traces with its backward.
     """
-    if torch._C._are_functorch_transforms_active():
+    if _are_functorch_transforms_active():
         if torch.compiler.is_compiling():
             return lambda *args: _apply_eagerly(function, *args)
         return eager(function).apply

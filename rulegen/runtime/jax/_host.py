@@ -15,12 +15,15 @@ import inspect
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import Primitive
-from jax.interpreters import ad, mlir
-from jax.interpreters import batching as jax_batching
 
-from . import _host_shapes
+from . import _host_shapes, _private
 from ._util import Callback, sum_to_shape, unbroadcast, value_key, varying_like
+
+with _private.guarded(jax):
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, mlir
+    from jax.interpreters import batching as jax_batching
+_private.require(jax, ad, "Zero", "instantiate_zeros", "is_undefined_primal")
 
 _RESULT_DTYPES = {"int": np.int64, "bool": np.bool_}
 
@@ -85,10 +88,12 @@ class HostRule:
         self.primitive.multiple_results = True
         self.primitive.def_impl(self._impl)
         self.primitive.def_abstract_eval(self._abstract)
-        mlir.register_lowering(self.primitive, mlir.lower_fun(self._impl, multiple_results=True))
-        ad.primitive_jvps[self.primitive] = self._jvp_rule
-        ad.primitive_transposes[self.primitive] = self._transpose_rule
-        jax_batching.primitive_batchers[self.primitive] = self._batch_rule
+        with _private.guarded(jax):
+            lower = mlir.lower_fun(self._impl, multiple_results=True)
+            mlir.register_lowering(self.primitive, lower)
+            ad.primitive_jvps[self.primitive] = self._jvp_rule
+            ad.primitive_transposes[self.primitive] = self._transpose_rule
+            jax_batching.primitive_batchers[self.primitive] = self._batch_rule
 
     def __call__(self, /, *arrays, **statics):
         """Every result (outputs, then residuals) for these arguments."""

@@ -5,7 +5,13 @@ import functools
 import torch
 
 # Re-exported: generated modules import every helper they call from here.
-from . import _asymptotic, _scaling, _structures
+from . import _asymptotic, _private, _scaling, _structures
+
+with _private.guarded(torch):
+    from torch._C import _are_functorch_transforms_active
+    from torch._C._functorch import is_functorch_wrapped_tensor
+# Called by the rule modules that `sigmoid_product` is printed into.
+_private.require(torch, torch.ops.aten, "softplus_backward")
 
 unpack_fields = _structures.unpack_fields
 unpack_keys = _structures.unpack_keys
@@ -38,7 +44,7 @@ def _read_above(series, start, x):
     """
     if (
         torch.compiler.is_compiling()
-        or torch._C._are_functorch_transforms_active()
+        or _are_functorch_transforms_active()
         or (torch.is_grad_enabled() and x.requires_grad)
     ):
         return series(x)
@@ -167,7 +173,7 @@ def _tracked(tensor):
         return tensor.requires_grad
     return (
         tensor.requires_grad
-        or torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+        or is_functorch_wrapped_tensor(tensor)
         or torch.autograd.forward_ad.unpack_dual(tensor).tangent is not None
     )
 
