@@ -29,7 +29,7 @@ with _private.guarded(torch):
     _efficient_zero = torch._efficientzerotensor
 
 
-def silu_backward(grad, u):
+def silu_backward(grad: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """grad * d/du silu(u): one kernel on plain tensors, else a differentiable composite.
 
     Both compute bfloat16 and float16 in float32 and round once, so a rule
@@ -50,7 +50,7 @@ def silu_backward(grad, u):
     return _silu_backward(grad, u)
 
 
-def tangent_or_zero(tangent, primal):
+def tangent_or_zero(tangent: torch.Tensor | None, primal: torch.Tensor) -> torch.Tensor:
     """`tangent`, or where its input has none (held constant), torch's efficient zero like `primal`.
 
     A product with that zero is zero, never nan, and it allocates nothing:

@@ -1,5 +1,7 @@
 """Tensors no transform or autograd recording watches: where generated bodies may take shortcuts."""
 
+from collections.abc import Iterable
+
 import torch
 from torch.autograd import forward_ad
 
@@ -13,7 +15,7 @@ with _private.guarded(torch):
     )
 
 
-def plain_tensors(tensors):
+def plain_tensors(tensors: Iterable[torch.Tensor]) -> bool:
     """True when no torch.func transform, forward-mode AD or autograd recording sees `tensors`."""
     if peek_interpreter_stack() is not None:
         return False
