@@ -21,7 +21,13 @@ import pytest
 import torch
 
 from rulegen.derive import functions
-from rulegen.derive.floors import PRIVATE_APIS, PRIVATE_APIS_CHECKED_ON, private_api_row, private_apis_used
+from rulegen.derive.floors import (
+    PRIVATE_APIS,
+    PRIVATE_APIS_CHECKED_ON,
+    floors_of,
+    private_api_row,
+    private_apis_used,
+)
 from rulegen.render.layout import RUNTIME
 from rulegen.runtime import _private
 
@@ -300,10 +306,12 @@ def test_the_private_api_behaves_as_the_runtime_assumes(api):
     try:
         PROBES[api]()
     except Exception as error:
+        floor = floors_of([api]).get(row.framework)
+        since = f", the package's floor for it {row.framework} {floor}" if floor else ""
         pytest.fail(
             f"{api} on {row.framework} {_installed(row.framework)} (checked on {row.framework} "
-            f"{PRIVATE_APIS_CHECKED_ON[row.framework]}) is not what {', '.join(row.used_in)} assume: "
-            f"{error!r}. Without it: {row.fallback}"
+            f"{PRIVATE_APIS_CHECKED_ON[row.framework]}{since}) is not what {', '.join(row.used_in)} "
+            f"assume: {error!r}. Without it: {row.fallback}"
         )
 
 

@@ -47,7 +47,7 @@ with _private.guarded(torch):
     from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
 
-def _apply_eagerly(function: Any, *args: Any) -> Any:
+def _apply_eagerly(function: type[torch.autograd.Function], *args: Any) -> Any:
     """`eager(function).apply(*args)`, run as `torch.compiler.disable` runs a function.
 
     Made so without importing torch._dynamo, which `torch.compiler.disable`
@@ -73,7 +73,7 @@ set_code_exec_strategy(
 
 
 @functools.cache
-def eager(function: Any) -> Any:
+def eager(function: type[torch.autograd.Function]) -> type[torch.autograd.Function]:
     """`function` as torch.func applies it: its derivative methods run eagerly, its `jvp` seen.
 
     Its `jvp` is seen by outer forward levels (`seen_by_outer_levels`).  A
@@ -231,7 +231,9 @@ class _Unwrapped:
 
 
 def route(
-    function: Any, compiled: Any, exported: Callable[..., Any] | None = None
+    function: type[torch.autograd.Function],
+    compiled: type[torch.autograd.Function],
+    exported: Callable[..., Any] | None = None,
 ) -> Callable[..., Any]:
     """What applies the Function `function` here, taking its arguments.
 
@@ -254,7 +256,7 @@ def route(
     return compiled.apply
 
 
-def without_jvp(function: Any) -> Any:
+def without_jvp(function: type[torch.autograd.Function]) -> type[torch.autograd.Function]:
     """The Function `function` without `jvp`, which torch.compile(fullgraph=True) refuses.
 
     Dynamo traces its forward and backward; forward mode never runs under compile.
@@ -266,7 +268,9 @@ def without_jvp(function: Any) -> Any:
     )
 
 
-def routed(function: Any, schema: str | None = None) -> Callable[..., Any]:
+def routed(
+    function: type[torch.autograd.Function], schema: str | None = None
+) -> Callable[..., Any]:
     """What a public function calls to apply the Function `function`, in the form `route` picks.
 
     The compiled form (`function` without `jvp`, which
@@ -332,7 +336,7 @@ def _read_here(numbers: Iterable[tuple[Any, str]]) -> None:
         _ = getattr(owner, name) * 1
 
 
-def numbers_read(function: Any) -> tuple[tuple[Any, str], ...]:
+def numbers_read(function: type[torch.autograd.Function]) -> tuple[tuple[Any, str], ...]:
     """The module-level numbers the Function `function`'s forward and backward read.
 
     As (module, name) pairs: `math.pi`, a constant of the rule's module or
@@ -372,7 +376,7 @@ def numbers_read(function: Any) -> tuple[tuple[Any, str], ...]:
     return tuple(found.values())
 
 
-def _methods(function: Any) -> Iterator[types.FunctionType]:
+def _methods(function: type[torch.autograd.Function]) -> Iterator[types.FunctionType]:
     for name in ("forward", "setup_context", "backward"):
         body = getattr(function, name, None)
         if isinstance(body, types.FunctionType):
@@ -410,7 +414,7 @@ def _is_number(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
 
 
-def rule_op(function: Any, schema: str) -> Any:
+def rule_op(function: type[torch.autograd.Function], schema: str) -> Any:
     """The Function `function` as a custom op, which torch.export keeps whole.
 
     The op is named after the Function in a namespace of its module's
