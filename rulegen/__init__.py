@@ -8,7 +8,11 @@ __version__ = "0.1.0"
 #: the subpackage itself, its `__init__`, follows them): the import test and the README's layout table both read
 #: this list.
 STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("spec", "read and validate the rule files", ("errors", "names", "source", "rules")),
+    (
+        "spec",
+        "read and validate the rule files",
+        ("errors", "names", "source", "normalise", "model", "consistency", "ruleset", "reading", "rules"),
+    ),
     (
         "derive",
         "facts (function registry, framework floors, routes); bodies parsed as data; derive, rewrite, stabilise by "

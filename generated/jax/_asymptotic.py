@@ -3,6 +3,8 @@
 
 import functools
 import math
+from types import ModuleType
+from typing import Any
 
 #: Where erfcx's derivatives are its series (below, 2 x erfcx(x) - 2 / sqrt(pi) loses up to 7 bits).
 ERFCX_SERIES_FROM = 8
@@ -11,7 +13,7 @@ ERFCX_SERIES_FROM = 8
 _ERFCX_TERMS = {"float64": 22, "float32": 7}
 
 
-def erfcx_series(xp, order, x):
+def erfcx_series(xp: ModuleType, order: int, x: Any) -> Any:
     """The `order`-th derivative of erfcx at large x (8 and above), from its asymptotic series.
 
     erfcx(x) ~ sum_n (-1)**n (2n - 1)!! / (2**n sqrt(pi)) x**-(2n + 1), each
@@ -24,7 +26,7 @@ def erfcx_series(xp, order, x):
 
 
 @functools.cache
-def _erfcx_coefficients(order, terms):
+def _erfcx_coefficients(order: int, terms: int) -> tuple[float, ...]:
     """The coefficient of x**-(2n + 1 + order), n < terms, in erfcx's `order`-th derivative."""
     coefficients = []
     for n in range(terms):
@@ -33,12 +35,12 @@ def _erfcx_coefficients(order, terms):
     return tuple(coefficients)
 
 
-def _terms(xp, x, by_dtype):
+def _terms(xp: ModuleType, x: Any, by_dtype: dict[str, int]) -> int:
     """How many terms of a series `x`'s dtype takes (`by_dtype`: float64's and float32's)."""
     return by_dtype["float32" if xp.finfo(x.dtype).eps > 1e-10 else "float64"]
 
 
-def _horner(coefficients, y):
+def _horner(coefficients: tuple[float, ...], y: Any) -> Any:
     """The polynomial sum_k coefficients[k] y**k, by Horner's scheme."""
     total = coefficients[-1] * y
     for c in reversed(coefficients[1:-1]):
@@ -46,14 +48,14 @@ def _horner(coefficients, y):
     return total + coefficients[0]
 
 
-def _differentiated(c, p, order):
+def _differentiated(c: float, p: float, order: int) -> float:
     """The coefficient of c x**p differentiated `order` times (a loop: Dynamo traces it)."""
     for _ in range(order):
         c, p = c * p, p - 1
     return c
 
 
-def erfcx_slope(xp, x, out):
+def erfcx_slope(xp: ModuleType, x: Any, out: Any) -> Any:
     """erfcx's derivative at x, where out = erfcx(x).
 
     Its series from 8 (the argument a stand-in below, where 1 / x**2 would be
@@ -75,7 +77,7 @@ BESSEL_IE_SERIES_FROM = 25
 _BESSEL_IE_TERMS = {"float64": 32, "float32": 8}
 
 
-def bessel_ie_series(xp, nu, order, x):
+def bessel_ie_series(xp: ModuleType, nu: int, order: int, x: Any) -> Any:
     """The `order`-th derivative of exp(-x) I_nu(x) (nu 0 or 1) at x >= 25, from its series.
 
     exp(-x) I_nu(x) ~ sum_k a_k(nu) x**-(k + 1/2), with a_k(nu) = (-1)**k
@@ -89,7 +91,7 @@ def bessel_ie_series(xp, nu, order, x):
 
 
 @functools.cache
-def _bessel_ie_coefficients(nu, order, terms):
+def _bessel_ie_coefficients(nu: int, order: int, terms: int) -> tuple[float, ...]:
     """The coefficient of x**-(k + 1/2 + order), k < terms, in the `order`-th derivative."""
     # Loops, not a generator: Dynamo traces this where a compiled backward calls the series.
     coefficients, a = [], 1 / math.sqrt(2 * math.pi)

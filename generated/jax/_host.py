@@ -12,25 +12,31 @@ rule stays in force under `vmap` of `grad` and the rest.
 import contextlib
 import functools
 import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import Primitive
-from jax.interpreters import ad, mlir
-from jax.interpreters import batching as jax_batching
 
+from . import _host_shapes, _private
 from ._util import Callback, sum_to_shape, unbroadcast, value_key, varying_like
+
+with _private.guarded(jax):
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, mlir
+    from jax.interpreters import batching as jax_batching
+_private.require(jax, ad, "Zero", "instantiate_zeros", "is_undefined_primal")
 
 _RESULT_DTYPES = {"int": np.int64, "bool": np.bool_}
 
 
-def _call(body, scope):
+def _call(body: Callable[..., Any], scope: dict[str, Any]) -> Any:
     """Call `body` with the names it takes from `scope`."""
     return body(**{name: scope[name] for name in inspect.signature(body).parameters})
 
 
-def _host_array(value):
+def _host_array(value: Any) -> np.ndarray:
     """A NumPy array for a host body: bfloat16 and float16 in float32, rounded back once after."""
     array = np.asarray(value)
     if array.dtype in (jnp.bfloat16, jnp.float16):
@@ -38,34 +44,18 @@ def _host_array(value):
     return array
 
 
-def shaped(rule, output, value, shape, *, elementwise):
-    """A host body's `output` in the `shape` both backends give it, or a ValueError saying why not.
-
-    The shape is known before the body runs (JAX traces, torch's fake
-    tensors): the first array input's, or with elementwise batching the
-    broadcast of the arrays', to which an output of fewer inputs
-    (`np.sin(x)` beside `x * y`) is broadcast, as the same rule in array
-    code would be.
-    """
+def shaped(
+    rule: str, output: str, value: Any, shape: Sequence[int], *, elementwise: bool
+) -> np.ndarray:
+    """A host body's `output` in the `shape` both backends give it (`_host_shapes`)."""
     array = np.asarray(value)
     shape = tuple(shape)
-    if array.shape == shape:
-        return array
-    if elementwise and np.broadcast_shapes(array.shape, shape) == shape:
+    if _host_shapes.broadcast_needed(rule, output, array.shape, shape, elementwise=elementwise):
         return np.broadcast_to(array, shape)
-    expected = (
-        "the broadcast of its array inputs' shapes" if elementwise else "its first array's shape"
-    )
-    hint = (
-        "" if elementwise else "; `batching: elementwise` makes them the broadcast of its arrays'"
-    )
-    raise ValueError(
-        f"{rule}: its numpy forward returned {output} of shape {array.shape} where {shape} "
-        f"was expected: a host body's outputs have {expected}{hint}"
-    )
+    return array
 
 
-def _as_tuple(value, count):
+def _as_tuple(value: Any, count: int) -> tuple[Any, ...]:
     return tuple(value) if count > 1 else (value,)
 
 
@@ -74,19 +64,19 @@ class HostRule:
 
     def __init__(
         self,
-        name,
-        host,
+        name: str,
+        host: Callable[..., Any],
         *,
-        arrays,
-        statics,
-        outputs,
-        residuals=(),
-        diff_inputs=(),
-        diff_outputs=(),
-        jvp=None,
-        vjp=None,
-        batching="sequential",
-    ):
+        arrays: Sequence[str],
+        statics: Any,
+        outputs: Sequence[tuple[str, str]],
+        residuals: Sequence[str] = (),
+        diff_inputs: Sequence[str] = (),
+        diff_outputs: Sequence[str] = (),
+        jvp: Callable[..., Any] | None = None,
+        vjp: Callable[..., Any] | None = None,
+        batching: str = "sequential",
+    ) -> None:
         self.name = name
         self.host = host
         self.arrays = tuple(arrays)
@@ -98,27 +88,29 @@ class HostRule:
         self.jvp = jvp
         self.vjp = vjp
         self.batching = batching
-        self._probed = {}
+        self._probed: dict[Any, list[jax.ShapeDtypeStruct]] = {}
         self.primitive = Primitive(name)
         self.primitive.multiple_results = True
         self.primitive.def_impl(self._impl)
         self.primitive.def_abstract_eval(self._abstract)
-        mlir.register_lowering(self.primitive, mlir.lower_fun(self._impl, multiple_results=True))
-        ad.primitive_jvps[self.primitive] = self._jvp_rule
-        ad.primitive_transposes[self.primitive] = self._transpose_rule
-        jax_batching.primitive_batchers[self.primitive] = self._batch_rule
+        with _private.guarded(jax):
+            lower = mlir.lower_fun(self._impl, multiple_results=True)
+            mlir.register_lowering(self.primitive, lower)
+            ad.primitive_jvps[self.primitive] = self._jvp_rule
+            ad.primitive_transposes[self.primitive] = self._transpose_rule
+            jax_batching.primitive_batchers[self.primitive] = self._batch_rule
 
-    def __call__(self, /, *arrays, **statics):
+    def __call__(self, /, *arrays: Any, **statics: Any) -> Any:
         """Every result (outputs, then residuals) for these arguments."""
         return self.primitive.bind(*arrays, statics=tuple(statics.items()))
 
     # ------------------------------------------------------------ evaluation
 
-    def _host_results(self, arrays, statics):
+    def _host_results(self, arrays: Sequence[Any], statics: Any) -> tuple[Any, ...]:
         results = _call(self.host, {**dict(zip(self.arrays, arrays, strict=True)), **dict(statics)})
         return _as_tuple(results, len(self.outputs) + len(self.residuals))
 
-    def _result_types(self, avals, statics):
+    def _result_types(self, avals: Any, statics: Any) -> list[jax.ShapeDtypeStruct]:
         """Outputs take the first array's shape (the broadcast shape if elementwise)."""
         elementwise = self.batching == "elementwise"
         shape = jnp.broadcast_shapes(*(a.shape for a in avals)) if elementwise else avals[0].shape
@@ -135,7 +127,7 @@ class HostRule:
             types.extend(self._residual_types(avals, statics))
         return types
 
-    def _residual_types(self, avals, statics):
+    def _residual_types(self, avals: Any, statics: Any) -> list[jax.ShapeDtypeStruct]:
         """A residual's shape and dtype: what the host body makes of ones of these shapes.
 
         Found once per signature: every eager call asks again.
@@ -155,11 +147,11 @@ class HostRule:
             self._probed[key] = found
         return found
 
-    def _impl(self, *arrays, statics):
+    def _impl(self, *arrays: Any, statics: Any) -> Any:
         types = self._result_types([jax.typeof(a) for a in arrays], statics)
         signature = tuple((t.shape, t.dtype) for t in types)
 
-        def host(*values):
+        def host(*values: Any) -> tuple[np.ndarray, ...]:
             results = self._host_results([_host_array(v) for v in values], statics)
             outputs = [
                 shaped(self.name, name, r, t.shape, elementwise=self.batching == "elementwise")
@@ -178,14 +170,14 @@ class HostRule:
         results = jax.pure_callback(callback, tuple(types), *arrays, vmap_method="sequential")
         return varying_like(results, *arrays)
 
-    def _abstract(self, *avals, statics):
+    def _abstract(self, *avals: Any, statics: Any) -> Any:
         # Traced rather than built: the results' types carry what the
         # arguments' do beyond shape and dtype (varying mesh axes).
         return jax.make_jaxpr(functools.partial(self._impl, statics=statics))(*avals).out_avals
 
     # ------------------------------------------------------------ derivatives
 
-    def _scope(self, arrays, statics, results):
+    def _scope(self, arrays: Sequence[Any], statics: Any, results: Sequence[Any]) -> dict[str, Any]:
         names = [n for n, _ in self.outputs] + list(self.residuals)
         return {
             **dict(zip(self.arrays, arrays, strict=True)),
@@ -193,7 +185,7 @@ class HostRule:
             **dict(zip(names, results, strict=True)),
         }
 
-    def _jvp_rule(self, primals, tangents, *, statics):
+    def _jvp_rule(self, primals: Any, tangents: Any, *, statics: Any) -> tuple[Any, list[Any]]:
         results = self.primitive.bind(*primals, statics=statics)
         scope = self._scope(primals, statics, results)
         for name, tangent in zip(self.arrays, tangents, strict=True):
@@ -209,7 +201,7 @@ class HostRule:
             )
         else:
             found = self._transposed_vjp(scope)
-        out_tangents = []
+        out_tangents: list[Any] = []
         for (name, _), value in zip(self.outputs, results, strict=False):
             if name not in found:
                 out_tangents.append(ad.Zero(jax.typeof(value).to_tangent_aval()))
@@ -221,18 +213,20 @@ class HostRule:
             out_tangents.append(ad.Zero(jax.typeof(value).to_tangent_aval()))
         return results, out_tangents
 
-    def _transposed_vjp(self, scope):
+    def _transposed_vjp(self, scope: dict[str, Any]) -> dict[str, Any]:
         """The JVP as the linear transpose of the VJP body."""
         outputs = dict(
             zip([n for n, _ in self.outputs], [scope[n] for n, _ in self.outputs], strict=True)
         )
 
-        def vjp(*cotangents):
+        def vjp(*cotangents: Any) -> tuple[Any, ...]:
             inner = {
                 **scope,
                 **{f"{n}_bar": c for n, c in zip(self.diff_outputs, cotangents, strict=True)},
             }
-            found = _as_tuple(_call(self.vjp, inner), len(self.diff_inputs))
+            # Reached only for a rule without a JVP body, which has a VJP body.
+            body = cast("Callable[..., Any]", self.vjp)
+            found = _as_tuple(_call(body, inner), len(self.diff_inputs))
             # Summed back to each input's shape, which broadcast into the outputs'.
             return tuple(
                 unbroadcast(g, scope[n]) for g, n in zip(found, self.diff_inputs, strict=True)
@@ -242,7 +236,7 @@ class HostRule:
         found = transpose(tuple(scope[f"{n}_dot"] for n in self.diff_inputs))
         return dict(zip(self.diff_outputs, found, strict=True))
 
-    def _transpose_rule(self, cotangents, *arrays, statics):
+    def _transpose_rule(self, cotangents: Any, *arrays: Any, statics: Any) -> list[Any]:
         # Reached when another rule's JVP applies this rule to a tangent: the
         # rule is then linear in that argument, and its VJP is its transpose.
         if self.vjp is None:
@@ -272,7 +266,9 @@ class HostRule:
 
     # ------------------------------------------------------------ batching
 
-    def _batch_rule(self, arrays, dims, *, statics):
+    def _batch_rule(
+        self, arrays: Sequence[Any], dims: Sequence[int | None], *, statics: Any
+    ) -> tuple[list[Any], list[int]]:
         moved = [
             a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(arrays, dims, strict=True)
         ]
@@ -288,7 +284,7 @@ class HostRule:
             return results, [0] * len(results)
         batched = [k for k, d in enumerate(dims) if d is not None]
 
-        def one(sliced):
+        def one(sliced: Any) -> tuple[Any, ...]:
             args = list(moved)
             for k, value in zip(batched, sliced, strict=True):
                 args[k] = value

@@ -13,18 +13,31 @@ batching binds the primitive again with one more level of `vmap` recorded
 """
 
 import functools
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.extend.core import Primitive
-from jax.interpreters import ad, mlir
-from jax.interpreters import batching as jax_batching
+
+from . import _private
+
+with _private.guarded(jax):
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, mlir
+    from jax.interpreters import batching as jax_batching
+_private.require(jax, ad, "Zero", "instantiate_zeros", "is_undefined_primal")
 
 linear_map_p = Primitive("rulegen_linear_map")
 linear_map_p.multiple_results = True
 
 
-def linear_map(apply, transpose, known, linear, statics=()):
+def linear_map(
+    apply: Callable[..., Any],
+    transpose: Callable[..., Any],
+    known: Sequence[Any],
+    linear: Sequence[Any],
+    statics: Any = (),
+) -> Any:
     """`apply(*statics, *known, *linear)`, linear in `linear`, whose transpose is `transpose`.
 
     `transpose(*statics, *known, *cotangents)` returns one cotangent per
@@ -41,24 +54,42 @@ def linear_map(apply, transpose, known, linear, statics=()):
     )
 
 
-def _vmapped(fn, axes):
+def _vmapped(
+    fn: Callable[..., Any], axes: tuple[tuple[int | None, ...], ...]
+) -> Callable[..., Any]:
     """`fn` under one `vmap` per recorded level, innermost first, every result at axis 0."""
     for level in axes:
         fn = jax.vmap(fn, in_axes=level, out_axes=0)
     return fn
 
 
-def _impl(*operands, apply, transpose, statics, n_known, axes):
+def _impl(
+    *operands: Any,
+    apply: Callable[..., Any],
+    transpose: Callable[..., Any],
+    statics: Any,
+    n_known: int,
+    axes: tuple[tuple[int | None, ...], ...],
+) -> Any:
     return tuple(_vmapped(lambda *args: apply(*statics, *args), axes)(*operands))
 
 
-def _abstract(*avals, **params):
+def _abstract(*avals: Any, **params: Any) -> Any:
     # Traced rather than built from shapes and dtypes: the results' types keep
     # what the arguments' carry beyond those (the varying axes of shard_map).
     return jax.make_jaxpr(functools.partial(_impl, **params))(*avals).out_avals
 
 
-def _jvp_rule(primals, tangents, *, apply, transpose, statics, n_known, axes):
+def _jvp_rule(
+    primals: Any,
+    tangents: Any,
+    *,
+    apply: Callable[..., Any],
+    transpose: Callable[..., Any],
+    statics: Any,
+    n_known: int,
+    axes: tuple[tuple[int | None, ...], ...],
+) -> tuple[Any, list[Any]]:
     params = dict(apply=apply, transpose=transpose, statics=statics, n_known=n_known, axes=axes)
     results = linear_map_p.bind(*primals, **params)
     known, linear = primals[:n_known], primals[n_known:]
@@ -84,13 +115,21 @@ def _jvp_rule(primals, tangents, *, apply, transpose, statics, n_known, axes):
     return results, list(out_dots)
 
 
-def _transpose_rule(cotangents, *operands, apply, transpose, statics, n_known, axes):
+def _transpose_rule(
+    cotangents: Any,
+    *operands: Any,
+    apply: Callable[..., Any],
+    transpose: Callable[..., Any],
+    statics: Any,
+    n_known: int,
+    axes: tuple[tuple[int | None, ...], ...],
+) -> list[Any]:
     known, linear = operands[:n_known], operands[n_known:]
     if any(ad.is_undefined_primal(k) for k in known):
         raise TypeError("linear_map is linear only in its `linear` arguments")
     cotangents = [ad.instantiate_zeros(c) for c in cotangents]
 
-    def base(*args):
+    def base(*args: Any) -> tuple[Any, ...]:
         return tuple(transpose(*statics, *args))
 
     fn = base
@@ -102,11 +141,13 @@ def _transpose_rule(cotangents, *operands, apply, transpose, statics, n_known, a
     ]
 
 
-def _transpose_level(fn, known_axes, linear_axes):
+def _transpose_level(
+    fn: Callable[..., Any], known_axes: Sequence[int | None], linear_axes: Sequence[int | None]
+) -> Callable[..., tuple[Any, ...]]:
     """One `vmap` level of the transpose: cotangents are batched; a linear
     argument that was not batched at this level gets the sum over the batch."""
 
-    def level(*args):
+    def level(*args: Any) -> tuple[Any, ...]:
         n_cotangents = len(args) - len(known_axes)
         found = jax.vmap(fn, in_axes=(*known_axes, *([0] * n_cotangents)), out_axes=0)(*args)
         return tuple(
@@ -116,7 +157,16 @@ def _transpose_level(fn, known_axes, linear_axes):
     return level
 
 
-def _batch_rule(operands, dims, *, apply, transpose, statics, n_known, axes):
+def _batch_rule(
+    operands: Any,
+    dims: Sequence[int | None],
+    *,
+    apply: Callable[..., Any],
+    transpose: Callable[..., Any],
+    statics: Any,
+    n_known: int,
+    axes: tuple[tuple[int | None, ...], ...],
+) -> tuple[Any, list[int]]:
     moved = [x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(operands, dims, strict=True)]
     level = tuple(None if d is None else 0 for d in dims)
     results = linear_map_p.bind(
@@ -132,7 +182,8 @@ def _batch_rule(operands, dims, *, apply, transpose, statics, n_known, axes):
 
 linear_map_p.def_impl(_impl)
 linear_map_p.def_abstract_eval(_abstract)
-mlir.register_lowering(linear_map_p, mlir.lower_fun(_impl, multiple_results=True))
-ad.primitive_jvps[linear_map_p] = _jvp_rule
-ad.primitive_transposes[linear_map_p] = _transpose_rule
-jax_batching.primitive_batchers[linear_map_p] = _batch_rule
+with _private.guarded(jax):
+    mlir.register_lowering(linear_map_p, mlir.lower_fun(_impl, multiple_results=True))
+    ad.primitive_jvps[linear_map_p] = _jvp_rule
+    ad.primitive_transposes[linear_map_p] = _transpose_rule
+    jax_batching.primitive_batchers[linear_map_p] = _batch_rule

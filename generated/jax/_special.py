@@ -24,7 +24,7 @@ SERIES_FROM = 8.0
 
 
 @jax.custom_jvp
-def erfcx(x):
+def erfcx(x: jax.Array) -> jax.Array:
     """erfcx(x) (its series from x = 8), with the registry's derivative at every order."""
     far = x >= SERIES_FROM
     series = _asymptotic.erfcx_series(jnp, 0, jnp.where(far, x, SERIES_FROM))
@@ -32,19 +32,23 @@ def erfcx(x):
 
 
 @erfcx.defjvp
-def _erfcx_jvp(primals, tangents):
+def _erfcx_jvp(
+    primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[jax.Array, jax.Array]:
     (x,), (x_dot,) = primals, tangents
     out = erfcx(x)
     return out, x_dot * _asymptotic.erfcx_slope(jnp, x, out)
 
 
 @jax.custom_jvp
-def bessel_i0(x):
+def bessel_i0(x: jax.Array) -> jax.Array:
     """I0(x), JAX's, with its derivative I1(x) at every order."""
     return jax.scipy.special.i0(x)
 
 
 @bessel_i0.defjvp
-def _bessel_i0_jvp(primals, tangents):
+def _bessel_i0_jvp(
+    primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[jax.Array, jax.Array]:
     (x,), (x_dot,) = primals, tangents
     return bessel_i0(x), x_dot * jax.scipy.special.i1(x)

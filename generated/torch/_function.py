@@ -2,6 +2,8 @@
 """What generated torch Functions call: where they run (`routed`), whether in place (`plain`), and
 the shapes, saves and absent cotangents every Function handles alike."""
 
+from typing import Any
+
 import torch
 
 from ._inplace import plain
@@ -20,7 +22,7 @@ class RuleFunction(torch.autograd.Function):
     generate_vmap_rule = True
 
 
-def broadcast(value, *arrays):
+def broadcast(value: Any, *arrays: torch.Tensor) -> Any:
     """An output that reads only some of `arrays` (or none: a number), in the shape of all of them.
 
     A fresh tensor of their broadcast shape, in the dtype the first one
@@ -34,7 +36,7 @@ def broadcast(value, *arrays):
     return value + torch.zeros(shape, dtype=first.dtype, device=first.device)
 
 
-def summed_like(like, *terms):
+def summed_like(like: torch.Tensor, *terms: torch.Tensor | None) -> torch.Tensor | None:
     """The gradient for `like`: the sum of `terms` (None where a cotangent is absent), in its shape.
 
     Absent terms add nothing, not a zero (0 * inf = nan where another
@@ -52,7 +54,7 @@ def summed_like(like, *terms):
     return (total + torch.zeros_like(like)).sum_to_size(like.shape)
 
 
-def _kept_as_it_is(value, shape, dtype):
+def _kept_as_it_is(value: Any, shape: torch.Size, dtype: torch.dtype) -> bool:
     """Whether adding zeros of `shape` and `dtype` to `value` would give `value` over again."""
     return (
         isinstance(value, torch.Tensor)
@@ -61,7 +63,7 @@ def _kept_as_it_is(value, shape, dtype):
     )
 
 
-def save_for_derivatives(ctx, *tensors):
+def save_for_derivatives(ctx: Any, *tensors: torch.Tensor) -> None:
     """Keep `tensors` on the Function's context for backward and jvp alike."""
     ctx.save_for_backward(*tensors)
     ctx.save_for_forward(*tensors)

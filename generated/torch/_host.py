@@ -3,19 +3,24 @@
 
 import functools
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import torch
 
+from . import _host_shapes
 from ._route import eager
 
 #: Floats a host body gets in float32: NumPy has no bfloat16, and its float16 rounds every step.
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-def to_host(tensor):
+def to_host(tensor: torch.Tensor) -> np.ndarray:
     """The tensor's values as a NumPy array (a host body sees no autograd).
 
     bfloat16 and float16 arrive in float32; the float results go back in
@@ -27,52 +32,49 @@ def to_host(tensor):
     return tensor.numpy(force=True)
 
 
-def from_host(value, like, dtype=None):
+def from_host(
+    value: Any, like: torch.Tensor | None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """A host result as a tensor on the device of `like`, cast to `dtype` if given."""
     return torch.as_tensor(
         np.asarray(value), device=like.device if like is not None else None, dtype=dtype
     )
 
 
-def output_from_host(rule, output, value, like, arrays, dtype, *, elementwise):
+def output_from_host(
+    rule: str,
+    output: str,
+    value: Any,
+    like: torch.Tensor | None,
+    arrays: Sequence[torch.Tensor],
+    dtype: torch.dtype | None,
+    *,
+    elementwise: bool,
+) -> torch.Tensor:
     """A host body's `output` in `dtype` on the device of `like`, shaped as the fake says.
 
-    The fake, as JAX, knows the shape before the body runs: the first array
-    input's, or with elementwise batching the broadcast of the arrays', to
-    which an output of fewer inputs (`np.sin(x)` beside `x * y`) is
-    broadcast, as the same rule in array code would be.  Any other shape is
-    a ValueError saying so, never a tensor that compiled code would take
-    for another shape.
+    The fake, as JAX, knows the shape before the body runs (`_host_shapes`).
     """
     shape = tuple(
         torch.broadcast_shapes(*(a.shape for a in arrays)) if elementwise else arrays[0].shape
     )
     array = np.asarray(value)
-    if array.shape == shape:
-        return from_host(array, like, dtype)
-    if elementwise and np.broadcast_shapes(array.shape, shape) == shape:
+    if _host_shapes.broadcast_needed(rule, output, array.shape, shape, elementwise=elementwise):
         # A tensor of its own, not a stride-0 view that an in-place update would write through.
         return from_host(np.broadcast_to(array, shape).copy(), like, dtype)
-    expected = (
-        "the broadcast of its array inputs' shapes" if elementwise else "its first array's shape"
-    )
-    hint = (
-        "" if elementwise else "; `batching: elementwise` makes them the broadcast of its arrays'"
-    )
-    raise ValueError(
-        f"{rule}: its numpy forward returned {output} of shape {array.shape} where {shape} "
-        f"was expected: a host body's outputs have {expected}{hint}"
-    )
+    return from_host(array, like, dtype)
 
 
-def broadcast_tangents(tangents, shape):
+def broadcast_tangents(tangents: Any, shape: Sequence[int]) -> Any:
     """A JVP body's tangents (one, or a tuple) broadcast to the host outputs' `shape`."""
     if isinstance(tangents, tuple):
         return tuple(torch.broadcast_to(t, shape) for t in tangents)
     return torch.broadcast_to(tangents, shape)
 
 
-def vmap_sequential(function, info, in_dims, *args):
+def vmap_sequential(
+    function: type[torch.autograd.Function], info: Any, in_dims: Sequence[int | None], *args: Any
+) -> tuple[Any, Any]:
     """Apply `function` to one slice of the batch at a time and stack the results.
 
     A vmap rule runs under torch.func, where `function` applies as `eager` makes it (so that a
@@ -89,7 +91,9 @@ def vmap_sequential(function, info, in_dims, *args):
     return stacked, (0,) * len(stacked)
 
 
-def vmap_elementwise(function, info, in_dims, *args):
+def vmap_elementwise(
+    function: type[torch.autograd.Function], info: Any, in_dims: Sequence[int | None], *args: Any
+) -> tuple[Any, Any]:
     """Apply an elementwise `function` once to the whole batch (as `eager` makes it: see above)."""
     rank = max(
         (
@@ -111,7 +115,9 @@ def vmap_elementwise(function, info, in_dims, *args):
     return out, 0
 
 
-def residual_dtypes(forward, outputs, *arguments):
+def residual_dtypes(
+    forward: Callable[..., Any], outputs: int, *arguments: Any
+) -> tuple[torch.dtype, ...]:
     """The torch dtypes of the residuals a host `forward` returns after its `outputs` results.
 
     A fake cannot run the body on its (symbolic) shapes; the dtype a body
@@ -130,7 +136,9 @@ _TO_NUMPY = {torch.bfloat16: np.float32, torch.float16: np.float32}  # as to_hos
 
 
 @functools.cache
-def _probed(forward, outputs, kinds):
+def _probed(
+    forward: Callable[..., Any], outputs: int, kinds: tuple[tuple[Any, ...], ...]
+) -> tuple[torch.dtype, ...]:
     arguments = [
         np.ones((2,) * kind[1], dtype=_TO_NUMPY.get(kind[2], str(kind[2]).removeprefix("torch.")))
         if kind[0] == "array"
@@ -141,7 +149,7 @@ def _probed(forward, outputs, kinds):
     return tuple(getattr(torch, np.asarray(r).dtype.name) for r in results[outputs:])
 
 
-def host_op(name, *, elementwise):
+def host_op(name: str, *, elementwise: bool) -> Callable[[Callable[..., Any]], Any]:
     """A decorator that makes a host forward the torch custom op `name`, sharded as `sharded` says.
 
     The op is registered here, not where the rule's module decorates its
@@ -151,14 +159,14 @@ def host_op(name, *, elementwise):
     module's frames it finds at once.
     """
 
-    def register(forward):
+    def register(forward: Callable[..., Any]) -> Any:
         op = torch.library.custom_op(name, forward, mutates_args=())
         return sharded(elementwise=elementwise)(op)
 
     return register
 
 
-def sharded(*, elementwise):
+def sharded(*, elementwise: bool) -> Callable[[Any], Any]:
     """A decorator of a host op (a torch custom op) that tells DTensor how to shard it.
 
     DTensor knows no strategy for a custom op and refuses it ("does not have
@@ -172,7 +180,7 @@ def sharded(*, elementwise):
     which a program that never makes a DTensor does not pay.
     """
 
-    def register(op):
+    def register(op: Any) -> Any:
         if torch.distributed.is_available():
             _UNSHARDED.append((op, elementwise))
             if _DTENSOR in sys.modules:
@@ -186,7 +194,7 @@ _DTENSOR = "torch.distributed.tensor"
 _UNSHARDED: list = []  # (host op, elementwise) whose strategy waits for DTensor's import
 
 
-def _register_shardings():
+def _register_shardings() -> None:
     from torch.distributed.tensor.experimental import register_sharding
 
     while _UNSHARDED:
@@ -198,7 +206,9 @@ def _register_shardings():
 class _AfterDTensor(importlib.abc.MetaPathFinder):
     """An import hook: `_register_shardings` runs as soon as DTensor's package has been executed."""
 
-    def find_spec(self, fullname, path, target=None):
+    def find_spec(
+        self, fullname: str, path: Any, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != _DTENSOR:
             return None
         sys.meta_path.remove(self)
@@ -206,11 +216,11 @@ class _AfterDTensor(importlib.abc.MetaPathFinder):
         if spec is not None and spec.loader is not None:
             execute = spec.loader.exec_module
 
-            def exec_module(module):
+            def exec_module(module: ModuleType) -> None:
                 execute(module)
                 _register_shardings()
 
-            spec.loader.exec_module = exec_module
+            spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
@@ -218,23 +228,27 @@ if torch.distributed.is_available() and _DTENSOR not in sys.modules:
     sys.meta_path.insert(0, _AfterDTensor())
 
 
-def _shardings(outputs, elementwise, *arguments):
+def _shardings(
+    outputs: int, elementwise: bool, *arguments: Any
+) -> list[tuple[list[Any], list[Any]]]:
     """The (output placements, input placements) pairs DTensor may run a host op under."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
     tensors = [a for a in arguments if isinstance(a, DTensorSpec)]
 
-    def each(placement_of):
+    def each(placement_of: Callable[[Any], Any]) -> list[Any]:
         return [placement_of(a) if isinstance(a, DTensorSpec) else None for a in arguments]
 
-    found = [([Replicate()] * outputs, each(lambda a: Replicate()))]
+    found: list[tuple[list[Any], list[Any]]] = [
+        ([Replicate()] * outputs, each(lambda a: Replicate()))
+    ]
     if not elementwise or not tensors:
         return found
     shape = torch.broadcast_shapes(*(a.shape for a in tensors))
     for dim in range(len(shape)):
 
-        def placement(spec, dim=dim):
+        def placement(spec: Any, dim: int = dim) -> Any:
             # The input's dimension aligned with `dim` from the right: whole if missing or broadcast
             own = dim - (len(shape) - spec.ndim)
             return Shard(own) if own >= 0 and spec.shape[own] == shape[dim] else Replicate()

@@ -15,16 +15,21 @@ kernel (it runs with grad mode off) and so does a jvp of plain tensors.
 
 import torch
 
+from . import _private
 from ._plain import plain_tensors
 from ._util import in_float32, rounded
 
-#: grad * (1 - t**2) for t = tanh(u): tanh's backward through its value, one kernel where the
-#: composite takes three; unlike silu's, aten's has derivatives (forward AD, double backward,
-#: batching rules).
-tanh_backward = torch.ops.aten.tanh_backward
+with _private.guarded(torch):
+    #: grad * (1 - t**2) for t = tanh(u): tanh's backward through its value, one kernel where the
+    #: composite takes three; unlike silu's, aten's has derivatives (forward AD, double backward,
+    #: batching rules).
+    tanh_backward = torch.ops.aten.tanh_backward
+    _sigmoid_backward = torch.ops.aten.sigmoid_backward
+    _silu_backward = torch.ops.aten.silu_backward
+    _efficient_zero = torch._efficientzerotensor
 
 
-def silu_backward(grad, u):
+def silu_backward(grad: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """grad * d/du silu(u): one kernel on plain tensors, else a differentiable composite.
 
     Both compute bfloat16 and float16 in float32 and round once, so a rule
@@ -41,11 +46,11 @@ def silu_backward(grad, u):
         # s * (1 + u * (1 - s)) takes six, each a fresh tensor.  The
         # cotangent last: the factor of u alone is what AOTAutograd's
         # partitioner may compute in the forward's loop and keep.
-        return rounded(low, grad * (s + torch.ops.aten.sigmoid_backward(u, s)))
-    return torch.ops.aten.silu_backward(grad, u)
+        return rounded(low, grad * (s + _sigmoid_backward(u, s)))
+    return _silu_backward(grad, u)
 
 
-def tangent_or_zero(tangent, primal):
+def tangent_or_zero(tangent: torch.Tensor | None, primal: torch.Tensor) -> torch.Tensor:
     """`tangent`, or where its input has none (held constant), torch's efficient zero like `primal`.
 
     A product with that zero is zero, never nan, and it allocates nothing:
@@ -55,4 +60,4 @@ def tangent_or_zero(tangent, primal):
     """
     if tangent is not None:
         return tangent
-    return torch._efficientzerotensor(primal.shape, dtype=primal.dtype, device=primal.device)
+    return _efficient_zero(primal.shape, dtype=primal.dtype, device=primal.device)

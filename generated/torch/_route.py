@@ -17,24 +17,38 @@ import functools
 import math
 import sys
 import types
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
-from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
-from torch._C._functorch import (
-    TransformType,
-    _add_batch_dim,
-    _unwrap_batched,
-    _unwrap_for_grad,
-    _wrap_for_grad,
-)
-from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
-from torch._functorch.vmap import vmap_increment_nesting
-from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
+from . import _private
 from ._util import fresh_outputs
 
+with _private.guarded(torch):
+    from torch._C import _are_functorch_transforms_active
+    from torch._C._dynamo.eval_frame import (
+        _FrameAction,
+        _FrameExecStrategy,
+        set_code_exec_strategy,
+    )
+    from torch._C._functorch import (
+        TransformType,
+        _add_batch_dim,
+        _unwrap_batched,
+        _unwrap_for_grad,
+        _wrap_for_grad,
+        get_interpreter_stack,
+        peek_interpreter_stack,
+        pop_dynamic_layer_stack,
+        push_dynamic_layer_stack,
+    )
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+    from torch._functorch.vmap import vmap_increment_nesting
+    from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
-def _apply_eagerly(function, *args):
+
+def _apply_eagerly(function: type[torch.autograd.Function], *args: Any) -> Any:
     """`eager(function).apply(*args)`, run as `torch.compiler.disable` runs a function.
 
     Made so without importing torch._dynamo, which `torch.compiler.disable`
@@ -60,7 +74,7 @@ set_code_exec_strategy(
 
 
 @functools.cache
-def eager(function):
+def eager(function: type[torch.autograd.Function]) -> type[torch.autograd.Function]:
     """`function` as torch.func applies it: its derivative methods run eagerly, its `jvp` seen.
 
     Its `jvp` is seen by outer forward levels (`seen_by_outer_levels`).  A
@@ -77,7 +91,7 @@ def eager(function):
     return type(function.__name__, (function,), methods)
 
 
-def seen_by_outer_levels(jvp):
+def seen_by_outer_levels(jvp: Callable[..., Any]) -> Callable[..., Any]:
     """An autograd.Function's `jvp` staticmethod whose computation outer forward levels see.
 
     torch runs a Function's `jvp` with forward-mode AD off, so that its own
@@ -91,7 +105,7 @@ def seen_by_outer_levels(jvp):
     """
 
     @functools.wraps(jvp)
-    def lowered(ctx, *tangents):
+    def lowered(ctx: Any, *tangents: Any) -> Any:
         levels = _forward_over_forward()
         if levels is None:
             return jvp(ctx, *tangents)
@@ -104,16 +118,16 @@ def seen_by_outer_levels(jvp):
     return lowered
 
 
-def _forward_over_forward():
+def _forward_over_forward() -> tuple[Any, list[Any]] | None:
     """(the jvp level whose Function's jvp runs, the vmap levels above it), or None.
 
     None unless a jvp level lies below that one.  The vmap levels are those
     of torch's vmap rule (`generate_vmap_rule`), which runs a Function's jvp
     under a vmap of its own over the jvp level.
     """
-    if torch._C._functorch.peek_interpreter_stack() is None:
+    if peek_interpreter_stack() is None:
         return None
-    stack = [i.key() for i in torch._C._functorch.get_interpreter_stack()]
+    stack = [i.key() for i in get_interpreter_stack()]
     if stack.count(TransformType.Jvp) < 2:
         return None
     current = len(stack) - 1
@@ -138,19 +152,19 @@ class _Lowered(contextlib.ExitStack):
     as well lie below it.
     """
 
-    def __init__(self, current, vmaps):
+    def __init__(self, current: Any, vmaps: Sequence[Any]) -> None:
         super().__init__()
         self._current = current
         self._vmaps = vmaps
-        self._fresh = []
+        self._fresh: list[int] = []
 
-    def __enter__(self):
+    def __enter__(self) -> "_Lowered":
         super().__enter__()
         try:
             self.enter_context(_set_fwd_grad_enabled(self._current.prev_fwd_grad_mode()))
             for _ in range(len(self._vmaps) + 1):
-                popped = torch._C._functorch.pop_dynamic_layer_stack()
-                self.callback(torch._C._functorch.push_dynamic_layer_stack, popped)
+                popped = pop_dynamic_layer_stack()
+                self.callback(push_dynamic_layer_stack, popped)
             self._fresh = [
                 self.enter_context(vmap_increment_nesting(v.batch_size(), v.randomness()))
                 for v in self._vmaps
@@ -160,10 +174,10 @@ class _Lowered(contextlib.ExitStack):
             raise
         return self
 
-    def down(self, value):
+    def down(self, value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
-        dims = []
+        dims: list[int | None] = []
         for vmap in reversed(self._vmaps):
             value, dim = _unwrap_batched(value, vmap.level())
             dims.insert(0, dim)
@@ -173,26 +187,26 @@ class _Lowered(contextlib.ExitStack):
                 value = _add_batch_dim(value, dim, level)
         return value
 
-    def taken_out(self, result):
+    def taken_out(self, result: Any) -> tuple[bool, list[tuple[Any, list[int | None]]]]:
         """`result` (a tensor, None or a tuple of them) off the fresh levels, with batch dims."""
         several = isinstance(result, tuple)
         return several, [self._taken(r) for r in (result if several else (result,))]
 
-    def put_back(self, taken):
+    def put_back(self, taken: tuple[bool, list[tuple[Any, list[int | None]]]]) -> Any:
         """What `taken_out` gave, at the caller's levels."""
         several, pairs = taken
         values = tuple(self._put(value, dims) for value, dims in pairs)
         return values if several else values[0]
 
-    def _taken(self, value):
-        dims = []
+    def _taken(self, value: Any) -> tuple[Any, list[int | None]]:
+        dims: list[int | None] = []
         if isinstance(value, torch.Tensor):
             for level in reversed(self._fresh):
                 value, dim = _unwrap_batched(value, level)
                 dims.insert(0, dim)
         return value, dims
 
-    def _put(self, value, dims):
+    def _put(self, value: Any, dims: Sequence[int | None]) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
         value = _wrap_for_grad(value, self._current.level())
@@ -205,19 +219,23 @@ class _Lowered(contextlib.ExitStack):
 class _Unwrapped:
     """A Function's context whose saved tensors and tensor attributes are taken `down`."""
 
-    def __init__(self, ctx, down):
+    def __init__(self, ctx: Any, down: Callable[[Any], Any]) -> None:
         self._ctx = ctx
         self._down = down
 
     @property
-    def saved_tensors(self):
+    def saved_tensors(self) -> tuple[Any, ...]:
         return tuple(self._down(t) for t in self._ctx.saved_tensors)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return self._down(getattr(self._ctx, name))
 
 
-def route(function, compiled, exported=None):
+def route(
+    function: type[torch.autograd.Function],
+    compiled: type[torch.autograd.Function],
+    exported: Callable[..., Any] | None = None,
+) -> Callable[..., Any]:
     """What applies the Function `function` here, taking its arguments.
 
     Under a torch.func transform: `function`, run eagerly, derivative
@@ -228,7 +246,7 @@ def route(function, compiled, exported=None):
     under torch.compile: `compiled`, the Function without `jvp` (which
     Dynamo refuses), which Dynamo traces with its backward.
     """
-    if torch._C._are_functorch_transforms_active():
+    if _are_functorch_transforms_active():
         if torch.compiler.is_compiling():
             return lambda *args: _apply_eagerly(function, *args)
         return eager(function).apply
@@ -239,7 +257,7 @@ def route(function, compiled, exported=None):
     return compiled.apply
 
 
-def without_jvp(function):
+def without_jvp(function: type[torch.autograd.Function]) -> type[torch.autograd.Function]:
     """The Function `function` without `jvp`, which torch.compile(fullgraph=True) refuses.
 
     Dynamo traces its forward and backward; forward mode never runs under compile.
@@ -251,7 +269,9 @@ def without_jvp(function):
     )
 
 
-def routed(function, schema=None):
+def routed(
+    function: type[torch.autograd.Function], schema: str | None = None
+) -> Callable[..., Any]:
     """What a public function calls to apply the Function `function`, in the form `route` picks.
 
     The compiled form (`function` without `jvp`, which
@@ -263,11 +283,12 @@ def routed(function, schema=None):
     (a static no schema types) has no op.
     """
     compiled = without_jvp(function)
-    numbers, exported = [], []
+    numbers: list[tuple[Any, str]] = []
+    exported: list[Any] = []
     find_numbers = once(lambda: numbers.extend(numbers_read(function)))
     make_op = None if schema is None else once(lambda: exported.append(rule_op(function, schema)))
 
-    def apply(*args):
+    def apply(*args: Any) -> Any:
         if torch.compiler.is_compiling():
             find_numbers()
             _read_here(numbers)
@@ -276,11 +297,11 @@ def routed(function, schema=None):
         return route(function, compiled, exported[0] if exported else None)(*args)
 
     apply.__name__ = apply.__qualname__ = f"apply_{function.__name__}"
-    apply.applies = function
+    apply.applies = function  # type: ignore[attr-defined]
     return apply
 
 
-def once(fill):
+def once(fill: Callable[[], object]) -> Callable[[], None]:
     """A function of no arguments that calls `fill()` on its first call only, and returns None.
 
     Dynamo runs it as Python rather than tracing it
@@ -289,18 +310,18 @@ def once(fill):
     graph can hold.  What `fill` made is read after it, from where the
     traced frame finds it, so that Dynamo sees it as it sees any other.
     """
-    done = []
+    done: list[bool] = []
 
-    def call():
+    def call() -> None:
         if not done:
             done.append(True)
             fill()
 
-    call._dynamo_marked_constant = True
+    call._dynamo_marked_constant = True  # type: ignore[attr-defined]
     return call
 
 
-def _read_here(numbers):
+def _read_here(numbers: Iterable[tuple[Any, str]]) -> None:
     """Each of `numbers` read in the frame Dynamo is tracing, before any Function's subgraph.
 
     Under `torch.compile(dynamic=True)` Dynamo makes a graph input of each
@@ -316,7 +337,7 @@ def _read_here(numbers):
         _ = getattr(owner, name) * 1
 
 
-def numbers_read(function):
+def numbers_read(function: type[torch.autograd.Function]) -> tuple[tuple[Any, str], ...]:
     """The module-level numbers the Function `function`'s forward and backward read.
 
     As (module, name) pairs: `math.pi`, a constant of the rule's module or
@@ -324,10 +345,10 @@ def numbers_read(function):
     those of the rules they apply (the Function each one's `routed` applies).
     """
     package = function.__module__.rpartition(".")[0]
-    found = {}
-    seen = set()
+    found: dict[tuple[int, str], tuple[Any, str]] = {}
+    seen: set[types.CodeType] = set()
 
-    def scan(code, namespace):
+    def scan(code: types.CodeType, namespace: dict[str, Any]) -> None:
         if code in seen:
             return
         seen.add(code)
@@ -356,14 +377,14 @@ def numbers_read(function):
     return tuple(found.values())
 
 
-def _methods(function):
+def _methods(function: type[torch.autograd.Function]) -> Iterator[types.FunctionType]:
     for name in ("forward", "setup_context", "backward"):
         body = getattr(function, name, None)
         if isinstance(body, types.FunctionType):
             yield body
 
 
-def _called(value, package):
+def _called(value: Any, package: str) -> Iterator[types.FunctionType]:
     """The Python functions of `package` that calling `value` runs in the traced frame.
 
     Through the runtime's own wrappers: a cache (`__wrapped__`), a partial,
@@ -374,9 +395,9 @@ def _called(value, package):
         if value.__module__.startswith(package):
             yield value
         if isinstance(getattr(value, "applies", None), type):
-            yield from _called(value.applies, package)
+            yield from _called(value.applies, package)  # type: ignore[attr-defined]
         if isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
-            yield from _called(value.__wrapped__, package)
+            yield from _called(value.__wrapped__, package)  # type: ignore[attr-defined]
     elif isinstance(value, functools.partial):
         yield from _called(value.func, package)
     elif isinstance(value, tuple):
@@ -389,12 +410,12 @@ def _called(value, package):
         yield from _called(value.__wrapped__, package)
 
 
-def _is_number(value):
+def _is_number(value: Any) -> bool:
     # Dynamo keeps nan and the infinities as constants: only finite numbers become inputs.
     return type(value) in (int, float) and math.isfinite(value)
 
 
-def rule_op(function, schema):
+def rule_op(function: type[torch.autograd.Function], schema: str) -> Any:
     """The Function `function` as a custom op, which torch.export keeps whole.
 
     The op is named after the Function in a namespace of its module's
@@ -405,7 +426,7 @@ def rule_op(function, schema):
     `backward`, themselves torch code and so differentiable again.
     """
 
-    def forward(*args):
+    def forward(*args: Any) -> Any:
         # An op's results may not alias its arguments.
         return fresh_outputs(_unaliased(function.forward(*args)), *args)
 
@@ -416,7 +437,7 @@ def rule_op(function, schema):
     return op
 
 
-def _unaliased(result):
+def _unaliased(result: Any) -> Any:
     if isinstance(result, tuple):
         return tuple(_unaliased(r) for r in result)
     return result.clone() if result._is_view() else result

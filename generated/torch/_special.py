@@ -24,6 +24,9 @@ registry's is a series from x = 8 (`_asymptotic.erfcx_slope`), and a rule
 whose derivative calls erfcx (log_ndtr's) is differentiated by it here.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from . import _asymptotic
@@ -36,11 +39,11 @@ class _Zeta(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(s, q):
+    def forward(s: Any, q: Any) -> Any:
         return torch.special.zeta(s, q)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
+    def setup_context(ctx: Any, inputs: Any, output: str) -> None:
         s, q = inputs
         # A tensor exponent is saved as tensors are (a BatchedTensor under vmap); a number as it is.
         ctx.s_is_tensor = isinstance(s, torch.Tensor)
@@ -48,18 +51,24 @@ class _Zeta(torch.autograd.Function):
         save_for_derivatives(ctx, *((q, s) if ctx.s_is_tensor else (q,)))
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
         s, q = _saved(ctx)
         return None, _reduced(grad * _derivative(s, q), q)
 
     @staticmethod
     @seen_by_outer_levels
-    def jvp(ctx, s_dot, q_dot):
+    def jvp(ctx: Any, s_dot: Any, q_dot: Any) -> Any:
         s, q = _saved(ctx)
         return q_dot * _derivative(s, q)
 
 
-def _differentiated_by(name, forward, derivative, *, reads_output):
+def _differentiated_by(
+    name: str,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    derivative: Callable[..., torch.Tensor],
+    *,
+    reads_output: bool,
+) -> tuple[type[torch.autograd.Function], type[torch.autograd.Function]]:
     """A Function of one tensor computing `forward(x)`, differentiated by `derivative(x, out)`.
 
     `out` is forward's result where it `reads_output`, else None (and not
@@ -68,7 +77,7 @@ def _differentiated_by(name, forward, derivative, *, reads_output):
     Dynamo traces where torch.compile does.
     """
 
-    def saved(ctx):
+    def saved(ctx: Any) -> tuple[Any, ...]:
         return ctx.saved_tensors if reads_output else (*ctx.saved_tensors, None)
 
     class Mended(torch.autograd.Function):
@@ -76,20 +85,20 @@ def _differentiated_by(name, forward, derivative, *, reads_output):
         generate_vmap_rule = True
 
         @staticmethod
-        def forward(x):
+        def forward(x: torch.Tensor) -> Any:
             return forward(x)
 
         @staticmethod
-        def setup_context(ctx, inputs, output):
+        def setup_context(ctx: Any, inputs: Any, output: str) -> None:
             save_for_derivatives(ctx, *inputs, *((output,) if reads_output else ()))
 
         @staticmethod
-        def backward(ctx, grad):
+        def backward(ctx: Any, grad: torch.Tensor) -> Any:
             return grad * derivative(*saved(ctx))
 
         @staticmethod
         @seen_by_outer_levels
-        def jvp(ctx, x_dot):
+        def jvp(ctx: Any, x_dot: Any) -> Any:
             return x_dot * derivative(*saved(ctx))
 
     Mended.__name__ = Mended.__qualname__ = name
@@ -97,7 +106,9 @@ def _differentiated_by(name, forward, derivative, *, reads_output):
     return Mended, without_jvp(Mended)
 
 
-def _applied(functions, x):
+def _applied(
+    functions: tuple[type[torch.autograd.Function], type[torch.autograd.Function]], x: torch.Tensor
+) -> Any:
     eager, compiled = functions
     return (compiled if torch.compiler.is_compiling() else eager).apply(x)
 
@@ -106,7 +117,7 @@ def _applied(functions, x):
 _ZetaCompiled = without_jvp(_Zeta)
 
 
-def _saved(ctx):
+def _saved(ctx: Any) -> tuple[Any, torch.Tensor]:
     if ctx.s_is_tensor:
         q, s = ctx.saved_tensors
         return s, q
@@ -114,41 +125,41 @@ def _saved(ctx):
     return ctx.s, q
 
 
-def _derivative(s, q):
+def _derivative(s: Any, q: Any) -> torch.Tensor:
     """d/dq zeta(s, q), by this module's hurwitz_zeta: itself differentiable."""
     return -s * hurwitz_zeta(s + 1, q)
 
 
-def _reduced(grad, like):
+def _reduced(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     # A broadcast q (0-d beside an array s) takes its gradient summed over the broadcast dimensions.
     if grad.shape == like.shape:
         return grad
     return grad.sum_to_size(like.shape)
 
 
-def hurwitz_zeta(s, q):
+def hurwitz_zeta(s: Any, q: Any) -> torch.Tensor:
     """The Hurwitz zeta function of `s` (a number or tensor, not differentiated) and `q`."""
     if not isinstance(q, torch.Tensor):
         q = torch.as_tensor(q, dtype=s.dtype if isinstance(s, torch.Tensor) else None)
     return (_ZetaCompiled if torch.compiler.is_compiling() else _Zeta).apply(s, q)
 
 
-def _float64(x):
+def _float64(x: object) -> bool:
     return isinstance(x, torch.Tensor) and x.dtype == torch.float64
 
 
-def polygamma(n, x):
+def polygamma(n: int, x: torch.Tensor) -> torch.Tensor:
     """torch.special.polygamma(n, x); in float64, trigamma (n = 1) as the Hurwitz zeta(2, x)."""
     if n == 1 and _float64(x):
         return hurwitz_zeta(2.0, x)
     return torch.special.polygamma(n, x)
 
 
-def _trigamma(x, _out):
+def _trigamma(x: torch.Tensor, _out: torch.Tensor | None) -> torch.Tensor:
     return polygamma(1, x)
 
 
-def _erfcx_slope(x, out):
+def _erfcx_slope(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return _asymptotic.erfcx_slope(torch, x, out)
 
 
@@ -156,14 +167,14 @@ _DIGAMMA = _differentiated_by("_Digamma", torch.special.digamma, _trigamma, read
 _ERFCX = _differentiated_by("_Erfcx", torch.special.erfcx, _erfcx_slope, reads_output=True)
 
 
-def digamma(x):
+def digamma(x: torch.Tensor) -> torch.Tensor:
     """torch.special.digamma(x); in float64, differentiated by `polygamma(1, x)` above."""
     if _float64(x):
         return _applied(_DIGAMMA, x)
     return torch.special.digamma(x)
 
 
-def erfcx(x):
+def erfcx(x: torch.Tensor) -> torch.Tensor:
     """torch.special.erfcx(x), differentiated by the registry's derivative at every order.
 
     torch's own, 2 x erfcx(x) - 2 / sqrt(pi), cancels as x grows (1.1e8

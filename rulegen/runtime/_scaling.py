@@ -1,9 +1,11 @@
 """Exact scalings both backends compute alike, given their array namespace (`jnp` or `torch`)."""
 
 import math
+from types import ModuleType
+from typing import Any
 
 
-def binade(xp, m):
+def binade(xp: ModuleType, m: Any) -> Any:
     """The power of two at or below m (within a factor of two), 1 where m is 0, inf or nan.
 
     Dividing by it is exact: a homogeneous expression computed on its inputs
@@ -19,7 +21,7 @@ def binade(xp, m):
     return 2.0 ** xp.where(exponent > top, float(top), exponent)
 
 
-def nth_root(xp, x, n):
+def nth_root(xp: ModuleType, x: Any, n: int) -> Any:
     """x**(1/n), within an ulp.
 
     pow's exponent 1/n is rounded, which costs 2**-53 |ln x| of the result

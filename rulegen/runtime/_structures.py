@@ -5,8 +5,11 @@ not a KeyError or AttributeError from inside.  Under jit they run when
 tracing, at no cost to the computation.
 """
 
+from collections.abc import Sequence
+from typing import Any
 
-def unpack_keys(rule, argument, value, keys):
+
+def unpack_keys(rule: str, argument: str, value: Any, keys: Sequence[str]) -> tuple[Any, ...]:
     """The values of the dict `value` at `keys`, refused unless its keys are exactly those.
 
     The refusals name the rule and its structured argument, not a KeyError
@@ -23,7 +26,7 @@ def unpack_keys(rule, argument, value, keys):
     return values
 
 
-def unpack_fields(rule, argument, value, fields):
+def unpack_fields(rule: str, argument: str, value: Any, fields: Sequence[str]) -> tuple[Any, ...]:
     """The attributes `fields` of `value` (a named tuple or any object with them)."""
     try:
         return tuple(getattr(value, field) for field in fields)
@@ -35,7 +38,7 @@ def unpack_fields(rule, argument, value, fields):
         ) from None
 
 
-def unpack_tuple(rule, argument, value, names):
+def unpack_tuple(rule: str, argument: str, value: Any, names: Sequence[str]) -> tuple[Any, ...]:
     """The items of `value`, a tuple of as many as `names`."""
     try:
         values = tuple(value)

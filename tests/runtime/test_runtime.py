@@ -25,10 +25,10 @@ def test_generated_helpers_are_the_runtime_modules_verbatim():
 
 
 def test_a_helper_brings_the_helpers_it_imports():
-    assert helper_closure(["torch/_inplace.py"]) == {"torch/_inplace.py", "torch/_plain.py"}
+    assert helper_closure(["torch/_inplace.py"]) == {"torch/_inplace.py", "torch/_plain.py", "torch/_private.py"}
     found = helper_closure(["torch/_fuse.py", "jax/_util.py"])
     shared = {"jax/_asymptotic.py", "jax/_scaling.py", "jax/_structures.py"}
-    assert found == {"torch/_fuse.py", "torch/_plain.py", "jax/_util.py", *shared}
+    assert found == {"torch/_fuse.py", "torch/_plain.py", "torch/_private.py", "jax/_util.py", *shared}
 
 
 @pytest.mark.parametrize(

@@ -2,10 +2,13 @@
 
 import functools
 import types
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 # Re-exported: generated modules import every helper they call from here.
 from . import _asymptotic, _scaling, _structures
@@ -19,7 +22,7 @@ erfcx_series = functools.partial(_asymptotic.erfcx_series, jnp)
 bessel_ie_series = functools.partial(_asymptotic.bessel_ie_series, jnp)
 
 
-def quotient(a, b):
+def quotient(a: ArrayLike, b: ArrayLike) -> jax.Array:
     """a / b, whose derivative in b is -(a / b) / b.
 
     JAX's own, -a * b**-2, is 0 * inf = nan where b**2 under- or overflows
@@ -36,12 +39,14 @@ def quotient(a, b):
 
 
 @jax.custom_jvp
-def _quotient(a, b):
+def _quotient(a: jax.Array, b: jax.Array) -> jax.Array:
     return a / b
 
 
 @_quotient.defjvp
-def _quotient_jvp(primals, tangents):
+def _quotient_jvp(
+    primals: tuple[jax.Array, jax.Array], tangents: tuple[jax.Array, jax.Array]
+) -> tuple[jax.Array, jax.Array]:
     a, b = primals
     a_dot, b_dot = tangents
     q = _quotient(a, b)
@@ -59,7 +64,7 @@ class Callback:
     the callback equal only to itself, which is right, and slow.
     """
 
-    def __init__(self, call, key):
+    def __init__(self, call: Callable[..., Any], key: Hashable) -> None:
         self._call = call
         try:
             hash(key)
@@ -67,17 +72,17 @@ class Callback:
             key = object()
         self._key = key
 
-    def __call__(self, *values):
+    def __call__(self, *values: Any) -> Any:
         return self._call(*values)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Callback) and self._key == other._key
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self._key)
 
 
-def value_key(value):
+def value_key(value: Any) -> Hashable:
     """`value` as a key that tells apart what `==` does not: 1, 1.0 and True, 0.0 and -0.0, nan.
 
     A function made by the same code over the same values (a lambda taking a
@@ -101,7 +106,7 @@ def value_key(value):
     return (type(value), value)
 
 
-def sum_to_shape(x, shape):
+def sum_to_shape(x: jax.Array, shape: Sequence[int]) -> jax.Array:
     """Sum `x` over the axes that broadcasting added to an array of `shape`."""
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
@@ -110,12 +115,12 @@ def sum_to_shape(x, shape):
     return jnp.sum(x, axis=axes).reshape(shape) if axes else x
 
 
-def present(tangents):
+def present(tangents: Sequence[Any]) -> tuple[Any, ...]:
     """A JVP rule's tangents, None for each input held constant (JAX's symbolic zero)."""
     return tuple(None if type(t) is jax.custom_derivatives.SymbolicZero else t for t in tangents)
 
 
-def summed_like(like, *terms):
+def summed_like(like: ArrayLike, *terms: jax.Array | None) -> jax.Array:
     """Output `like`'s tangent: the sum of `terms` (None where an input has none), in its shape.
 
     An input held constant adds nothing, not a zero times its partial
@@ -131,12 +136,12 @@ def summed_like(like, *terms):
     return jnp.broadcast_to(total, jnp.shape(like))
 
 
-def unbroadcast(x_bar, x):
+def unbroadcast(x_bar: Any, x: Any) -> Any:
     """`x_bar` summed back to the shape of `x`, leaf by leaf when `x` is a pytree."""
     return jax.tree.map(lambda g, p: sum_to_shape(g, jnp.shape(p)), x_bar, x)
 
 
-def as_arrays(rule, names, kinds, *values):
+def as_arrays(rule: str, names: Sequence[str], kinds: str, *values: Any) -> tuple[Any, ...]:
     """A rule's array arguments (arrays, numbers or pytrees of them), as the rule reads them.
 
     `kinds` has a letter per argument: `f` (float), `c` (complex), `i` (int),
@@ -160,7 +165,7 @@ def as_arrays(rule, names, kinds, *values):
     strong = [leaf for leaf in floats if not _weak(leaf)]
     target = jnp.result_type(*floats) if strong else None
 
-    def read(name, kind, leaf):
+    def read(name: str, kind: str, leaf: Any) -> Any:
         # Every leaf an array: a Python number stays weakly typed, but 1 / 0.0 must not raise, and
         # under jax.grad of a number the tracer's primal is a Python float, which the JVP rule
         # would compute with (x**2 raising OverflowError at 1e200): asarray of the tracer is not.
@@ -190,7 +195,7 @@ def as_arrays(rule, names, kinds, *values):
     )
 
 
-def _weak(leaf):
+def _weak(leaf: Any) -> bool:
     """Whether `leaf` is weakly typed: a Python number, or an array (a tracer) made of one.
 
     A NumPy scalar is not (`np.float64` is a `float`, and strongly typed to JAX).
@@ -198,7 +203,7 @@ def _weak(leaf):
     return type(leaf) in (int, float) or getattr(leaf, "weak_type", False)
 
 
-def check_statics(rule, names, kinds, *values):
+def check_statics(rule: str, names: Sequence[str], kinds: str, *values: Any) -> None:
     """Refuse a traced value for a static input (an argument of `jit`, `grad`, `jvp` or `vmap`).
 
     A static is a Python value the trace is made for (`nondiff_argnums`):
@@ -212,7 +217,7 @@ def check_statics(rule, names, kinds, *values):
             raise TypeError(_traced_static(rule, name, kind))
 
 
-def _traced_static(rule, name, kind):
+def _traced_static(rule: str, name: str, kind: str) -> str:
     message = (
         f"{rule}: {name} is a static input, a Python value fixed when JAX traces the rule, "
         "but it was given a traced value (an argument that jax.grad, jvp, vmap or jit "
@@ -225,7 +230,7 @@ def _traced_static(rule, name, kind):
     return f"{message}; the rule cannot differentiate it."
 
 
-def varying_axes(*arrays):
+def varying_axes(*arrays: Any) -> tuple[str, ...]:
     """The manual mesh axes (of `shard_map`) along which any of `arrays` varies; () outside one."""
     axes = set()
     for leaf in jax.tree.leaves(arrays):
@@ -235,7 +240,7 @@ def varying_axes(*arrays):
     return tuple(sorted(axes))
 
 
-def varying_like(results, *arrays):
+def varying_like(results: Any, *arrays: Any) -> Any:
     """`results` of a host callback, typed as varying along the mesh axes that `arrays` vary along.
 
     Under `shard_map`, JAX types a callback's results as the same on every
@@ -246,18 +251,18 @@ def varying_like(results, *arrays):
     if not axes:
         return results
 
-    def cast(result):
+    def cast(result: jax.Array) -> jax.Array:
         missing = tuple(a for a in axes if a not in varying_axes(result))
         if not missing:
             return result
         if hasattr(jax.lax, "pcast"):
             return jax.lax.pcast(result, missing, to="varying")
-        return jax.lax.pvary(result, missing)
+        return jax.lax.pvary(result, missing)  # type: ignore[attr-defined]  # before JAX 0.7
 
     return jax.tree.map(cast, results)
 
 
-def no_tangent(output):
+def no_tangent(output: ArrayLike) -> Any:
     """The tangent of an integer or boolean output: float0 zeros, of the output's type.
 
     Under `shard_map` that type names the mesh axes the output varies
@@ -270,7 +275,7 @@ def no_tangent(output):
 _LOW_PRECISION = (jnp.bfloat16, jnp.float16)
 
 
-def in_float32(*arrays):
+def in_float32(*arrays: Any) -> tuple[tuple[Any, ...], Any]:
     """bfloat16 and float16 arrays in float32, and the dtype to round results to (None: keep them).
 
     XLA computes each operation of these dtypes in them, rounding every
@@ -284,11 +289,11 @@ def in_float32(*arrays):
     return tuple(_lifted(a) for a in arrays), low
 
 
-def _lifted(array):
+def _lifted(array: Any) -> Any:
     return array.astype(jnp.float32) if getattr(array, "dtype", None) in _LOW_PRECISION else array
 
 
-def rounded(low, *results):
+def rounded(low: Any, *results: Any) -> Any:
     """`results`, each float one rounded to `low` (None: as they are); one result bare."""
     if low is not None:
         results = tuple(

@@ -11,19 +11,21 @@ after a failed compile (no C++ compiler, say), which is reported once.
 
 import functools
 import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from ._plain import plain_tensors
 
 
-def _eager_only(args):
+def _eager_only(args: Sequence[Any]) -> bool:
     if torch.compiler.is_compiling():
         return True
     return not plain_tensors([a for a in args if isinstance(a, torch.Tensor)])
 
 
-def tanh_expm1(u):
+def tanh_expm1(u: torch.Tensor) -> torch.Tensor:
     """tanh(u) for compiled bodies: inductor's CPU tanh is several times slower than its expm1.
 
     Within a few ulps of tanh, with its nan, infinities and signed zeros; its
@@ -34,7 +36,9 @@ def tanh_expm1(u):
     return torch.copysign(-t / (t + 2), u)
 
 
-def fused(body=None, *, compiled=None):
+def fused(
+    body: Callable[..., Any] | None = None, *, compiled: Callable[..., Any] | None = None
+) -> Any:
     """`body`, compiled on first use where possible, else as it is.
 
     `compiled` is what to compile instead of `body` itself, where the two
@@ -47,7 +51,7 @@ def fused(body=None, *, compiled=None):
     failed = False
 
     @functools.wraps(body)
-    def call(*args):
+    def call(*args: Any) -> Any:
         nonlocal failed
         if failed or _eager_only(args):
             return body(*args)

@@ -1,15 +1,21 @@
 """Tensors no transform or autograd recording watches: where generated bodies may take shortcuts."""
 
+from collections.abc import Iterable
+
 import torch
-from torch._C._functorch import (
-    is_functorch_wrapped_tensor,
-    is_legacy_batchedtensor,
-    peek_interpreter_stack,
-)
 from torch.autograd import forward_ad
 
+from . import _private
 
-def plain_tensors(tensors):
+with _private.guarded(torch):
+    from torch._C._functorch import (
+        is_functorch_wrapped_tensor,
+        is_legacy_batchedtensor,
+        peek_interpreter_stack,
+    )
+
+
+def plain_tensors(tensors: Iterable[torch.Tensor]) -> bool:
     """True when no torch.func transform, forward-mode AD or autograd recording sees `tensors`."""
     if peek_interpreter_stack() is not None:
         return False

@@ -1,11 +1,19 @@
 """Helpers that the generated torch rules share."""
 
 import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 
 # Re-exported: generated modules import every helper they call from here.
-from . import _asymptotic, _scaling, _structures
+from . import _asymptotic, _private, _scaling, _structures
+
+with _private.guarded(torch):
+    from torch._C import _are_functorch_transforms_active
+    from torch._C._functorch import is_functorch_wrapped_tensor
+# Called by the rule modules that `sigmoid_product` is printed into.
+_private.require(torch, torch.ops.aten, "softplus_backward")
 
 unpack_fields = _structures.unpack_fields
 unpack_keys = _structures.unpack_keys
@@ -14,19 +22,21 @@ binade = functools.partial(_scaling.binade, torch)
 nth_root = functools.partial(_scaling.nth_root, torch)
 
 
-def erfcx_series(order, x):
+def erfcx_series(order: int, x: torch.Tensor) -> torch.Tensor:
     """`_asymptotic.erfcx_series` of torch tensors (see `_read_above`)."""
     series = functools.partial(_asymptotic.erfcx_series, torch, order)
     return _read_above(series, _asymptotic.ERFCX_SERIES_FROM, x)
 
 
-def bessel_ie_series(nu, order, x):
+def bessel_ie_series(nu: int, order: int, x: torch.Tensor) -> torch.Tensor:
     """`_asymptotic.bessel_ie_series` of torch tensors (see `_read_above`)."""
     series = functools.partial(_asymptotic.bessel_ie_series, torch, nu, order)
     return _read_above(series, _asymptotic.BESSEL_IE_SERIES_FROM, x)
 
 
-def _read_above(series, start, x):
+def _read_above(
+    series: Callable[[torch.Tensor], torch.Tensor], start: float, x: torch.Tensor
+) -> torch.Tensor:
     """`series(x)` of a stand-in x: x where x >= start, start where a `where` drops the value.
 
     Where nothing differentiates it, computed only above start (at start it
@@ -38,13 +48,13 @@ def _read_above(series, start, x):
     """
     if (
         torch.compiler.is_compiling()
-        or torch._C._are_functorch_transforms_active()
+        or _are_functorch_transforms_active()
         or (torch.is_grad_enabled() and x.requires_grad)
     ):
         return series(x)
-    start = x.new_tensor(float(start))
-    result = torch.empty_like(x).fill_(series(start))
-    above = x > start
+    at = x.new_tensor(float(start))
+    result = torch.empty_like(x).fill_(series(at))
+    above = x > at
     result[above] = series(x[above])
     return result
 
@@ -53,7 +63,7 @@ def _read_above(series, start, x):
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 
-def as_tensors(rule, names, kinds, *values):
+def as_tensors(rule: str, names: Sequence[str], kinds: str, *values: Any) -> tuple[Any, ...]:
     """A rule's array arguments as tensors, as torch's own arithmetic would read them.
 
     `kinds` has a letter per argument: `f` (float), `c` (complex), `i` (int),
@@ -102,7 +112,7 @@ def as_tensors(rule, names, kinds, *values):
     return tuple(converted)
 
 
-def _alike(kinds, values):
+def _alike(kinds: str, values: Any) -> bool:
     """Whether every argument is a tensor of its kind, the float ones of one dtype."""
     if not all(isinstance(v, torch.Tensor) for v in values):
         return False
@@ -114,7 +124,7 @@ def _alike(kinds, values):
     return len({v.dtype for k, v in pairs if k == "f"}) <= 1
 
 
-def _numpy_kind(value):
+def _numpy_kind(value: Any) -> str:
     """The dtype kind of a NumPy array or scalar (`f`, `c`, ...); "x" for anything else.
 
     Python numbers are told apart first: under torch.compile they may be
@@ -125,14 +135,14 @@ def _numpy_kind(value):
     return getattr(getattr(value, "dtype", None), "kind", "x")
 
 
-def _promoted(values):
+def _promoted(values: Iterable[Any]) -> torch.dtype:
     """The real dtype torch's arithmetic of `values` computes in, as `torch.result_type` ranks them.
 
     Dimensioned float (or complex) tensors decide; without any, 0-d ones; without
     those, the default dtype (Python numbers, integer tensors).  A complex
     tensor counts by its precision.
     """
-    tiers = ([], [])
+    tiers: tuple[list[torch.dtype], list[torch.dtype]] = ([], [])
     for value in values:
         if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
             tiers[value.dim() == 0].append(_REAL.get(value.dtype, value.dtype))
@@ -142,7 +152,7 @@ def _promoted(values):
     return torch.get_default_dtype()
 
 
-def check_statics(rule, names, kinds, *values):
+def check_statics(rule: str, names: Sequence[str], kinds: str, *values: Any) -> None:
     """Refuse a tensor that is differentiated or batched for a static input.
 
     A static is handed to the Function as it is, and its backward returns
@@ -156,7 +166,7 @@ def check_statics(rule, names, kinds, *values):
             raise TypeError(_tracked_static(rule, name, kind))
 
 
-def _tracked(tensor):
+def _tracked(tensor: torch.Tensor) -> bool:
     """Whether something would differentiate or batch `tensor`.
 
     No public API tells a tensor that torch.func wraps (its `requires_grad`
@@ -167,12 +177,12 @@ def _tracked(tensor):
         return tensor.requires_grad
     return (
         tensor.requires_grad
-        or torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+        or is_functorch_wrapped_tensor(tensor)
         or torch.autograd.forward_ad.unpack_dual(tensor).tangent is not None
     )
 
 
-def _tracked_static(rule, name, kind):
+def _tracked_static(rule: str, name: str, kind: str) -> str:
     message = (
         f"{rule}: {name} is a static input, a Python value handed to the rule as it is, "
         "but it was given a tensor that requires grad (or one that torch.func transforms, or "
@@ -184,14 +194,14 @@ def _tracked_static(rule, name, kind):
     return f"{message}; the rule cannot differentiate it."
 
 
-def _real_only(rule, name, dtype):
+def _real_only(rule: str, name: str, dtype: Any) -> str:
     return (
         f"{rule}: complex inputs are not supported for {name}, a real input ({name} is {dtype}); "
         "a holomorphic rule declares its inputs `dtype: complex`"
     )
 
 
-def _complex(value, dtype, device):
+def _complex(value: Any, dtype: Any, device: torch.device | None) -> torch.Tensor:
     """A complex argument as a complex tensor; a real one made complex at its own precision."""
     if not isinstance(value, torch.Tensor):
         value = torch.as_tensor(value, device=device)
@@ -203,7 +213,7 @@ def _complex(value, dtype, device):
     return real.to(torch.promote_types(real.dtype, torch.complex64))
 
 
-def fresh_outputs(result, *inputs):
+def fresh_outputs(result: Any, *inputs: torch.Tensor) -> Any:
     """`result` (a tensor or a tuple) with a copy of any output that is one of `inputs` as it is.
 
     torch refuses to save for backward an input that a Function returned as
@@ -217,7 +227,9 @@ def fresh_outputs(result, *inputs):
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-def as_opmath_tensors(rule, names, kinds, *values):
+def as_opmath_tensors(
+    rule: str, names: Sequence[str], kinds: str, *values: Any
+) -> tuple[tuple[Any, ...], torch.dtype | None]:
     """`as_tensors`, its bfloat16 and float16 float arguments in float32, and the dtype to round to.
 
     As torch's own kernels compute those dtypes (their "opmath"); see
@@ -231,7 +243,7 @@ def as_opmath_tensors(rule, names, kinds, *values):
     return tuple(tensors), low
 
 
-def in_float32(*tensors):
+def in_float32(*tensors: Any) -> tuple[tuple[Any, ...], torch.dtype | None]:
     """bfloat16 and float16 tensors in float32, and the dtype to round results to (None: keep them).
 
     As torch's own kernels compute these dtypes (their "opmath"): each
@@ -245,16 +257,16 @@ def in_float32(*tensors):
     return tuple(_lifted(t) for t in tensors), low
 
 
-def _lifted(tensor):
+def _lifted(tensor: Any) -> Any:
     low = isinstance(tensor, torch.Tensor) and tensor.dtype in _LOW_PRECISION
     return tensor.float() if low else tensor
 
 
-def _is_float_tensor(value):
+def _is_float_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.is_floating_point()
 
 
-def rounded(low, *results):
+def rounded(low: torch.dtype | None, *results: Any) -> Any:
     """`results`, each float one rounded to `low` (None: as they are); one result bare."""
     if low is not None:
         results = tuple(r.to(low) if _is_float_tensor(r) else r for r in results)
