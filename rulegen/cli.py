@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -76,8 +77,6 @@ def rule_paths(given: Iterable[Path] | None, config: Config) -> list[Path]:
     if given:
         return list(given)
     if config.pyproject is None and not any(path.exists() for path in config.rules):
-        from rich.markup import escape
-
         message = (
             f"no rule files given, and no rules here: no pyproject.toml with [tool.rulegen] from {Path.cwd()} up, "
             "and no rules/ folder.\nName rule files or folders (`rulegen build path/to/rules --out path/to/package`), "
@@ -124,7 +123,8 @@ def _report_spec_errors(exc: BaseException) -> typer.Exit:
 
     assert isinstance(exc, SpecErrors)
     for error in exc.errors:
-        err_console.print(f"[bold]{error.loc}[/bold]: [red]error:[/red] {error.message}", soft_wrap=True)
+        where, message = escape(str(error.loc)), escape(error.message)
+        err_console.print(f"[bold]{where}[/bold]: [red]error:[/red] {message}", soft_wrap=True)
     count = len(exc.errors)
     err_console.print(f"{count} error{'s' if count != 1 else ''}; nothing was written.")
     return typer.Exit(EXIT_SPEC)
@@ -188,14 +188,14 @@ def build(
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
     except OutputError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_ENVIRONMENT) from None
     except PackageNameError as exc:
-        err_console.print(f"[red]error:[/red] {exc}; nothing was written.")
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}; nothing was written.")
         raise typer.Exit(EXIT_SPEC) from None
     except HandEditedError as exc:
         for path in exc.paths:
-            err_console.print(f"{target / path}: [red]edited by hand[/red] since rulegen wrote it")
+            err_console.print(f"{escape(str(target / path))}: [red]edited by hand[/red] since rulegen wrote it")
         err_console.print("Move your change into the rule, or pass --force to overwrite.")
         raise typer.Exit(EXIT_STALE) from None
     _report_build(result, target, check=check, seconds=time.perf_counter() - started)
@@ -207,7 +207,9 @@ def _package_name(name: str | None) -> str | None:
     import re
 
     if name is not None and (not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name)):
-        err_console.print(f"[red]error:[/red] --package-name {name!r}: the name must be a Python identifier")
+        err_console.print(
+            f"[red]error:[/red] --package-name {escape(repr(name))}: the name must be a Python identifier"
+        )
         raise typer.Exit(EXIT_SPEC)
     return name
 
@@ -215,7 +217,6 @@ def _package_name(name: str | None) -> str | None:
 def _package_version(given: str | None, config: Config, package_name: str | None) -> str | None:
     """The distribution's version, `given` or the project's, normalised; exit 2 where it is no PEP 440 version."""
     from packaging.version import InvalidVersion, Version
-    from rich.markup import escape
 
     version = given if given is not None else config.package_version
     if version is None:
@@ -241,13 +242,13 @@ def _report_build(result: BuildResult, target: Path, *, check: bool, seconds: fl
     if check:
         if changed:
             for rel in changed:
-                err_console.print(f"stale: {target / rel}")
-            err_console.print(f"{target} is stale; run `rulegen build`.")
+                err_console.print(f"stale: {escape(str(target / rel))}")
+            err_console.print(f"{escape(str(target))} is stale; run `rulegen build`.")
             raise typer.Exit(EXIT_STALE)
-        out_console.print(f"{target} is up to date ({result.rules} rules, {seconds:.2f} s)")
+        out_console.print(f"{escape(str(target))} is up to date ({result.rules} rules, {seconds:.2f} s)")
         return
     out_console.print(
-        f"{result.rules} rules -> {target}: {len(result.rebuilt)} file(s) derived, "
+        f"{result.rules} rules -> {escape(str(target))}: {len(result.rebuilt)} file(s) derived, "
         f"{len(result.reused)} unchanged, {len(changed)} written, {seconds:.2f} s"
     )
 
@@ -292,21 +293,28 @@ def test(
     from rich.progress import Progress
 
     from rulegen.check import outcomes_json, run_checks
+    from rulegen.check.against import AUDIT_CHECKS, AgainstError, chosen_audit_checks, declared_audit_outcomes
     from rulegen.check.run import chosen_checks
     from rulegen.render.build import available_cores
     from rulegen.spec.errors import SpecErrors
     from rulegen.spec.rules import callees, read_rules, rule_files
 
-    try:
-        chosen_checks(only)
-    except ValueError as exc:
-        err_console.print(f"[bold red]error:[/bold red] {exc}")
-        raise typer.Exit(2) from None
     files = rule_files(rule_paths(rules, load_config()))
     try:
         found = read_rules(files)
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
+    # Implementations a rule declares (`checks.against`) are audited beside rulegen's code of it.
+    declaring = [r for r in found if r.checks.against]
+    audit_only = {c.name for c in AUDIT_CHECKS} - {c.name for c in chosen_checks(None)}
+    try:
+        columns = chosen_audit_checks(only) if declaring else None
+        chosen_checks(only if not declaring or only is None else [c for c in only if c not in audit_only])
+    except ValueError as exc:
+        err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    if only is not None:
+        only = [c for c in only if c not in audit_only]
     # Rules of other files that these call are built and checked with them, but not reported.
     checked = {r.name for r in found}
     found = (*found, *callees(found, project_rules(files)))
@@ -328,10 +336,18 @@ def test(
         except SpecErrors as exc:
             raise _report_spec_errors(exc) from None
     outcomes = [o for o in outcomes if o.rule in checked]
+    if declaring:
+        try:
+            outcomes += declared_audit_outcomes(
+                declaring, found, seed=seed, include_compile=compile_, checks=columns or ()
+            )
+        except AgainstError as exc:
+            err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}")
+            raise typer.Exit(2) from None
     if as_json:
         sys.stdout.write(outcomes_json(outcomes) + "\n")
     else:
-        _report_checks(outcomes, wide=wide)
+        _report_checks(outcomes, wide=wide, checks=columns)
     if any(o.status == "fail" for o in outcomes):
         raise typer.Exit(1)
 
@@ -362,7 +378,7 @@ def _audit(
             files[0], targets, seed=seed, include_compile=include_compile, checks=checks, others=project_rules(files)
         )
     except (ValueError, AgainstError) as exc:
-        err_console.print(f"[bold red]error:[/bold red] {exc}")
+        err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
@@ -381,7 +397,6 @@ def _report_checks(outcomes: Sequence[Outcome], *, wide: bool, checks: Sequence[
     lines after it fit the console; `wide` prints the table with the checks'
     names instead, whole, and the lines unwrapped.
     """
-    from rich.markup import escape
     from rich.measure import Measurement
 
     from rulegen.check import REGISTRY, compact_table, legend, report_table, summary
@@ -421,7 +436,6 @@ def accuracy(
     ] = PlotFormat.html,
 ) -> None:
     """Bits of error of every value and partial, generated code beside autodiff of the written forward."""
-    from rich.markup import escape
 
     from rulegen.check import CheckSession
     from rulegen.check.accuracy import backend_gaps, measure_rule
@@ -447,7 +461,7 @@ def accuracy(
                 else:
                     result = measure_rule(rule, jax_pkg, torch_pkg, points=points, seed=seed, known=names)
                 if result.skipped:
-                    out_console.print(f"[dim]{rule.name}: not measured: {result.skipped}[/dim]")
+                    out_console.print(f"[dim]{rule.name}: not measured: {escape(result.skipped)}[/dim]")
                     continue
                 out_console.print(accuracy_table(result))
                 if snippets:
@@ -459,7 +473,8 @@ def accuracy(
                     for gap in backend_gaps(result):
                         out_console.print(f"[yellow]{rule.name}: the backends differ: {escape(gap)}[/yellow]")
                     if plot is not None:
-                        out_console.print(f"[dim]wrote {write_plot(result, plot, plot_format.value)}[/dim]")
+                        written = write_plot(result, plot, plot_format.value)
+                        out_console.print(f"[dim]wrote {escape(str(written))}[/dim]")
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
 
@@ -483,7 +498,6 @@ def show(
     ] = False,
 ) -> None:
     """Print the routes (rulegen/derive/routes.py) and the generated code of one rule."""
-    from rich.markup import escape
     from rich.syntax import Syntax
 
     from rulegen.derive.routes import describe
@@ -518,7 +532,6 @@ def show(
 
 def _why_table(name: str, stabilised: Sequence[StabilisedRecord], *, searched: bool) -> RenderableType:
     """The search's choices for one rule as `rulegen show NAME --why` prints them."""
-    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
@@ -603,7 +616,9 @@ def _starter(name: str) -> str:
                 problems += [e.message for e in exc.errors]
                 continue
             return text
-    err_console.print(f"[red]error:[/red] no rule can be named {name!r}: {problems[0]}; nothing was written.")
+    err_console.print(
+        f"[red]error:[/red] no rule can be named {escape(repr(name))}: {escape(problems[0])}; nothing was written."
+    )
     raise typer.Exit(EXIT_SPEC)
 
 
@@ -618,24 +633,27 @@ def new(
     import re
 
     if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
-        err_console.print(f"{name!r} is not a snake_case identifier")
+        err_console.print(f"{escape(repr(name))} is not a snake_case identifier")
         raise typer.Exit(EXIT_SPEC)
     text = _starter(name)
     target_dir = folder or load_config().rules[0]
     if target_dir.exists() and not target_dir.is_dir():
-        err_console.print(f"[red]error:[/red] {target_dir} is a file; --dir names the folder to write {name}.yaml in")
+        err_console.print(
+            f"[red]error:[/red] {escape(str(target_dir))} is a file; --dir names the folder to write {name}.yaml in"
+        )
         raise typer.Exit(EXIT_SPEC)
     path = target_dir / f"{name}.yaml"
     if path.exists():
-        err_console.print(f"{path} exists; not overwritten")
+        err_console.print(f"{escape(str(path))} exists; not overwritten")
         raise typer.Exit(EXIT_SPEC)
     try:
         target_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(MODELINE + text)
     except OSError as exc:
-        err_console.print(f"[red]error:[/red] cannot write {path}: {exc.strerror or exc}; nothing was written.")
+        why = escape(str(exc.strerror or exc))
+        err_console.print(f"[red]error:[/red] cannot write {escape(str(path))}: {why}; nothing was written.")
         raise typer.Exit(EXIT_SPEC) from None
-    out_console.print(f"wrote {path}")
+    out_console.print(f"wrote {escape(str(path))}")
     _write_schema(target_dir / SCHEMA_FILE)
 
 
@@ -644,7 +662,7 @@ def _write_schema(path: Path) -> None:
     text = _schema_text()
     if not path.is_file() or path.read_text() != text:
         path.write_text(text)
-        out_console.print(f"wrote {path} (the JSON Schema your editor checks rule files with)")
+        out_console.print(f"wrote {escape(str(path))} (the JSON Schema your editor checks rule files with)")
 
 
 @app.command()

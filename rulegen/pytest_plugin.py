@@ -149,9 +149,56 @@ class RuleFile(pytest.File):
         except SpecErrors as exc:
             raise pytest.Collector.CollectError(str(exc)) from None
         self.rules = rules
+        # The declared audits' outcomes by rule and check, or why they could not run.
+        self._audits: dict[str, dict[str, Any] | str] = {}
         for rule in rules:
             for check in CHECKS:
                 yield CheckItem.from_parent(self, name=f"{rule.name}::{check}", rule=rule.name, check=check)
+        # Implementations a rule declares (`checks.against`), audited against it check by check.
+        for rule in rules:
+            if rule.checks.against:
+                from rulegen.check.against import AUDIT_CHECKS
+
+                for audit_check in AUDIT_CHECKS:
+                    yield CheckItem.from_parent(
+                        self,
+                        name=f"{rule.name}::against::{audit_check.name}",
+                        rule=rule.name,
+                        check=audit_check.name,
+                        audit=True,
+                    )
+
+    def audit_outcome(self, rule: str, check: str) -> Any:
+        """The outcome of `check` on the implementations `rule` declares; CheckFailure where one does not import."""
+        if rule not in self._audits:
+            from rulegen.check.against import AgainstError, chosen_audit_checks, declared_audit_outcomes
+            from rulegen.cli import project_rules
+
+            (declaring,) = (r for r in self.rules if r.name == rule)
+            seed = int(self.config.getoption("rulegen_seed"))
+            include_compile = bool(self.config.getoption("rulegen_compile"))
+            # The checks of this rule's audit items the session runs (`-k` may select a few).
+            selected = {
+                i.check
+                for i in self.session.items
+                if isinstance(i, CheckItem) and i.parent is self and i.audit and i.rule == rule
+            }
+            try:
+                found = declared_audit_outcomes(
+                    [declaring],
+                    project_rules([self.path]),
+                    seed=seed,
+                    include_compile=include_compile,
+                    checks=chosen_audit_checks(selected),
+                )
+            except AgainstError as exc:
+                self._audits[rule] = str(exc)
+            else:
+                self._audits[rule] = {o.check: o for o in found}
+        audited = self._audits[rule]
+        if isinstance(audited, str):
+            raise CheckFailure(audited)
+        return audited[check]
 
     def outcome(self, rule: str, check: str) -> Any:
         if self._outcomes is None:
@@ -173,14 +220,18 @@ class CheckFailure(Exception):
 
 
 class CheckItem(pytest.Item):
-    def __init__(self, *, rule: str, check: str, **kwargs: Any) -> None:
+    def __init__(self, *, rule: str, check: str, audit: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.rule = rule
         self.check = check
+        self.audit = audit
 
     def runtest(self) -> None:
         assert isinstance(self.parent, RuleFile)
-        outcome = self.parent.outcome(self.rule, self.check)
+        if self.audit:
+            outcome = self.parent.audit_outcome(self.rule, self.check)
+        else:
+            outcome = self.parent.outcome(self.rule, self.check)
         if outcome.status == "n/a":
             pytest.skip(f"n/a: {outcome.detail}")
         if outcome.status == "fail":

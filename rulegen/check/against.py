@@ -669,3 +669,23 @@ def audit_file(
         raise AgainstError(f"{path}: an audit holds implementations to one rule; the file has {names}")
     with audits(found, targets, [*others, *sibling_rules(path)]) as audited:
         return audit_outcomes(audited[0], seed=seed, include_compile=include_compile, checks=checks)
+
+
+def declared_audit_outcomes(
+    rules: Sequence[Rule],
+    others: Sequence[Rule] = (),
+    *,
+    seed: int = 0,
+    include_compile: bool = False,
+    checks: Sequence[Check] = AUDIT_CHECKS,
+) -> list[Outcome]:
+    """The audits the rules declare (`checks.against`): each rule's implementations held to it.
+
+    AgainstError where a declared implementation does not import.
+    """
+    found: list[Outcome] = []
+    for rule in rules:
+        if rule.checks.against:
+            with audits([rule], {str(b): t for b, t in rule.checks.against.items()}, others) as (audit,):
+                found += audit_outcomes(audit, seed=seed, include_compile=include_compile, checks=checks)
+    return found

@@ -18,6 +18,7 @@ def summary(outcomes: Sequence[Outcome]) -> str:
 
 
 def report_table(outcomes: Sequence[Outcome], checks: Sequence[Check] = REGISTRY) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
     names = [check.name for check in checks]
@@ -30,7 +31,7 @@ def report_table(outcomes: Sequence[Outcome], checks: Sequence[Check] = REGISTRY
         by_rule.setdefault(o.rule, {})[o.check] = o
     marks = {"pass": "[green]pass[/green]", "fail": "[bold red]FAIL[/bold red]", "n/a": "[dim]n/a[/dim]"}
     for rule, cells in by_rule.items():
-        table.add_row(rule, *(marks[cells[c].status] if c in cells else "" for c in names))
+        table.add_row(escape(rule), *(marks[cells[c].status] if c in cells else "" for c in names))
     return table
 
 
@@ -44,6 +45,7 @@ def compact_table(outcomes: Sequence[Outcome], checks: Sequence[Check] = REGISTR
     (at `COLUMNS=80` and above): the names take the width the checks leave,
     and a name longer than that folds onto the rows below its marks.
     """
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="rulegen test", box=None, pad_edge=False, collapse_padding=True, title_justify="left")
@@ -54,7 +56,7 @@ def compact_table(outcomes: Sequence[Outcome], checks: Sequence[Check] = REGISTR
     for o in outcomes:
         by_rule.setdefault(o.rule, {})[o.check] = o
     for rule, cells in by_rule.items():
-        table.add_row(rule, *(_MARKS[cells[c.name].status] if c.name in cells else "" for c in checks))
+        table.add_row(escape(rule), *(_MARKS[cells[c.name].status] if c.name in cells else "" for c in checks))
     return table
 
 

@@ -49,6 +49,7 @@ from rulegen.spec.normalise import (
     to_name,
     to_returned,
     to_rule_name,
+    to_target,
     to_text,
     updated,
 )
@@ -463,6 +464,13 @@ class Checks(Node):
     tolerance: Tolerance | None = None
     skip: dict[str, str] = Field(default_factory=dict)
     true_derivative: bool = True
+    against: Annotated[
+        dict[Literal["jax", "torch"], Annotated[str, BeforeValidator(to_target, json_schema_input_type=str)]],
+        Field(
+            description="implementations you already have (MODULE:ATTR, importable from where the checks run), "
+            "audited against this rule by `rulegen test` and the pytest plugin beside rulegen's own code"
+        ),
+    ] = Field(default_factory=dict)
 
 
 class Rule(Node):

@@ -76,6 +76,16 @@ def to_rule_name(value: object) -> str:
     return str(value)
 
 
+_TARGET = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def to_target(value: object) -> str:
+    """`MODULE:ATTR`, an implementation to audit (a dotted module, a colon, a dotted attribute)."""
+    if not isinstance(value, str) or not _TARGET.fullmatch(value):
+        raise ValueError(f"an implementation is MODULE:ATTR (a dotted module, a colon, a name), not {value!r}")
+    return value
+
+
 def to_class_name(value: object) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]*", value):
         raise ValueError(f"class_name is a CamelCase identifier, not {value!r}")

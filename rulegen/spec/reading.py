@@ -79,6 +79,8 @@ def _message(error: ErrorDetails) -> str:
         return f"unknown key {error['loc'][-1]!r}"
     if kind == "missing":
         return f"missing required key {error['loc'][-1]!r}"
+    if error["loc"][-1:] == ("[key]",):
+        return f"key {error['loc'][-2]!r}: {msg}"
     field = next((p for p in reversed(error["loc"]) if isinstance(p, str) and not p.startswith("<")), None)
     return f"{field}: {msg}" if field and msg.startswith("Input should") else msg
 
@@ -91,6 +93,13 @@ def _located_errors(root: object, error: ValidationError, path_prefix: Sequence[
         loc_path = [p for p in e["loc"] if p not in (SYMPY_TAG, SNIPPET_TAG, INPUT_TAG, STRUCTURE_TAG)]
         yaml_path = _yaml_path(root, [*path_prefix, *loc_path])
         loc = locate(root, yaml_path) or getattr(root, "loc", None) or UNKNOWN
+        if loc_path[-1:] == ["[key]"] and yaml_path:
+            # A key refused as a key: its place, not its value's.
+            parent = root
+            for part in yaml_path[:-1]:
+                parent = parent[part]  # type: ignore[index]
+            if isinstance(parent, YamlMap) and yaml_path[-1] in parent.key_locs:
+                loc = parent.key_locs[yaml_path[-1]]
         if e["type"] == "extra_forbidden":
             parent = locate(root, yaml_path[:-1])
             node = root

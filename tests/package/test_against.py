@@ -7,6 +7,7 @@ is about.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -253,3 +254,48 @@ def test_a_custom_op_passes_opcheck_and_its_silent_zero_jvp_fails(rulegen_log1pe
     assert found["jvp_fd"].status == "fail" and "got 0" in found["jvp_fd"].detail, found
     function = audited(rulegen_log1pexp, ["opcheck"], torch="right_log1pexp:log1pexp_torch")["opcheck"]
     assert function.status == "n/a" and "no torch.library custom op" in function.detail
+
+
+def _declaring(tmp_path: Path, jax: str, torch: str) -> Path:
+    """shared/examples/log1pexp.yaml with `checks.against` naming the two implementations."""
+    path = tmp_path / "log1pexp.yaml"
+    path.write_text(LOG1PEXP.read_text() + f"  against:\n    jax: {jax}\n    torch: {torch}\n")
+    return path
+
+
+def test_rulegen_test_audits_what_a_rule_file_declares(tmp_path: Path, importable: None) -> None:
+    path = _declaring(tmp_path, "right_log1pexp:log1pexp", "wrong_log1pexp_dtype_leak_torch:log1pexp")
+    result = CliRunner().invoke(app, ["test", str(path), "-c", "jvp_fd", "-c", "grad_dtype", "--json"])
+    assert result.exit_code == 1, result.output
+    found = {(o["rule"], o["check"]): o["status"] for o in json.loads(result.output)}
+    audited = "jax=right_log1pexp:log1pexp, torch=wrong_log1pexp_dtype_leak_torch:log1pexp vs log1pexp"
+    # rulegen's own code of the rule, then the implementations the file declares, each held to it.
+    assert found == {
+        ("log1pexp", "jvp_fd"): "pass",
+        (audited, "jvp_fd"): "pass",
+        (audited, "grad_dtype"): "fail",
+    }, found
+    missing = _declaring(tmp_path, "no_such_module_here:log1pexp", "right_log1pexp:log1pexp_torch")
+    result = CliRunner().invoke(app, ["test", str(missing), "-c", "jvp_fd"])
+    assert result.exit_code == 2 and "cannot import no_such_module_here" in result.output, result.output
+
+
+def test_the_pytest_plugin_audits_what_a_rule_file_declares(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In a process of its own, as the marker's test is (torch registers an op library once per process).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(IMPLEMENTATIONS), str(HERE.parent)]))
+    pytester.makeini("[pytest]\n")
+    path = _declaring(pytester.path, "right_log1pexp:log1pexp", "wrong_log1pexp_dtype_leak_torch:log1pexp")
+    result = pytester.runpytest_subprocess(
+        str(path),
+        "-p",
+        "no:hypothesispytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-k",
+        "against and (jvp_fd or grad_dtype)",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*log1pexp: check grad_dtype failed: torch=wrong_log1pexp_dtype_leak_torch*float64*"])
