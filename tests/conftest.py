@@ -136,7 +136,10 @@ def _refuse_build(*args: object, **kwargs: object) -> None:
 
 
 def _in_stage_folder(item: pytest.Item) -> bool:
-    parts = Path(item.path).resolve().relative_to(ROOT / "tests").parts
+    path = Path(item.path).resolve()
+    if not path.is_relative_to(ROOT / "tests"):  # a test suite that pytester writes
+        return False
+    parts = path.relative_to(ROOT / "tests").parts
     return len(parts) > 1 and parts[0] in STAGE_FOLDERS
 
 
@@ -177,20 +180,39 @@ def pytest_configure(config: pytest.Config) -> None:
     # `--maxschedchunk` wins; the other schedulings (`--dist loadfile`) do not read it.
     if config.pluginmanager.hasplugin("xdist") and config.getoption("maxschedchunk", None) is None:
         config.option.maxschedchunk = 1
+    # `--dist loadgroup` schedules groups of tests (see below) and lone tests alike as units; by default xdist
+    # hands the units out largest first, which put every costly test after the groups.  In collection order,
+    # the costly tests go first.
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", None) == "loadgroup":
+        config.option.loadscopereorder = False
 
 
-# First: xdist's own hook turns the xdist_group marks given here into the groups it schedules.
+def _join_group(item: pytest.Item, group: str) -> None:
+    """`item` scheduled in `group` under `--dist loadgroup`: xdist groups the tests whose node ids end in `@group`.
+
+    xdist (3.8) writes that suffix from an `xdist_group` mark into the item's `_nodeid`, which pytest 9.2 no longer
+    reads (a node's id is its `_id`): no test was grouped.  The suffix is written here, where pytest reads it.
+    """
+    nodeid = f"{item.nodeid}@{group}"
+    if isinstance(getattr(item, "_nodeid", None), str):  # pytest before 9.2
+        item._nodeid = nodeid  # type: ignore[attr-defined]
+    else:
+        from _pytest.nodeid import NodeId  # type: ignore[import-not-found,unused-ignore]
+
+        item._id = NodeId.parse(nodeid)  # type: ignore[attr-defined]
+
+
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # `pytest -m unit` selects the stage folders: the folder decides, the mark only names the lane.
     for item in items:
         if _in_stage_folder(item):
             item.add_marker(pytest.mark.unit)
-        # Tests that share a module's fixture run on one worker (`--dist loadgroup`), so that it is made
-        # once; the others go one at a time to whichever worker is free.
+        # Tests that share a module's fixture run on one worker (`--dist loadgroup`, in an xdist worker), one
+        # after the other, so that it is made once; the others go one at a time to whichever worker is free.
         scopes = {d.scope for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs}  # type: ignore[attr-defined]
-        if scopes & {"module", "class", "package"}:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))  # type: ignore[attr-defined]
+        if scopes & {"module", "class", "package"} and getattr(config.option, "loadgroup", False):
+            _join_group(item, item.module.__name__)  # type: ignore[attr-defined]
     # The costliest tests first (a stable sort keeps the rest in order): handed out last, one of them kept a
     # worker busy for the slow lane's last three minutes while the other sat idle.  Handed out one at a time
     # (see pytest_configure), they go to the two workers as each comes free, the longest first.

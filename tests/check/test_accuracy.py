@@ -167,7 +167,9 @@ def test_autodiff_is_of_the_frameworks_own_functions_not_the_runtime_s(name, bac
     from tests.conftest import RULES
 
     rules = {r.name: r for r in read_rule_file(RULES / "functions.yaml")}
-    result = measure_rule(rules[name], gj, gt, points=32, known=[name])
+    # 16 points: erfcx's exact values far out take mpmath seconds each; the two means stay 4 bits either side of
+    # the bounds (generated 0.6-0.8, autodiff 9.8-21 bits, as at 32 points).
+    result = measure_rule(rules[name], gj, gt, points=16, known=[name])
     for backend in backends:
         generated = result.mean_bits(partials=True, dtype=dtype, backend=backend, source="generated")
         autodiff = result.mean_bits(partials=True, dtype=dtype, backend=backend, source="autodiff")

@@ -18,3 +18,37 @@ def test_the_ci_steps_are_the_readme_test_command():
             words = shlex.split(line)
             steps.append(words[2:])
     assert steps == [shlex.split(part) for part in re.split(r" && ", command)]
+
+
+SHARED_FIXTURE_SUITE = """
+import pytest
+
+@pytest.fixture(scope="module")
+def made(request):
+    with open("made.log", "a") as log:
+        log.write("made\\n")
+
+def test_shared_1(made): pass
+def test_alone_1(): pass
+def test_shared_2(made): pass
+def test_alone_2(): pass
+def test_shared_3(made): pass
+@pytest.mark.parametrize("k", range(6))
+def test_alone_3(k): pass
+def test_shared_4(made): pass
+"""
+
+
+def test_the_tests_sharing_a_module_fixture_run_on_one_worker_which_makes_it_once(pytester, monkeypatch):
+    # xdist groups a test by its node id's `@group` suffix, which it wrote where pytest 9.2 no longer reads it:
+    # under `-n 2 --dist loadgroup` each test went alone, and the seed-0 sweep's module fixture was made twice.
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makeconftest("from tests.conftest import pytest_collection_modifyitems, pytest_configure  # noqa: F401\n")
+    pytester.makepyfile(test_suite=SHARED_FIXTURE_SUITE)
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=12)
+    ran = re.findall(r"^\[(gw\d)\] .*PASSED test_suite\.py::(test_\w+)(@\w+)?", result.stdout.str(), re.M)
+    shared = [(worker, group) for worker, name, group in ran if name.startswith("test_shared")]
+    assert len(shared) == 4 and len(set(shared)) == 1 and shared[0][1] == "@test_suite", ran
+    assert all(not group for _, name, group in ran if name.startswith("test_alone")), ran
+    assert (pytester.path / "made.log").read_text() == "made\n"
