@@ -29,7 +29,7 @@ from rulegen.derive.functions import VANISHING, Piecewise
 from rulegen.derive.routes import Gives, Routes, choose_routes
 from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.derive.stabilise import BUDGET, Choice, Sampling, searchable, stabilise
-from rulegen.derive.symbols import scope, symbols_of
+from rulegen.derive.symbols import scope, symbols_of, value_symbol
 from rulegen.spec.errors import Loc, SpecError, SpecErrors
 from rulegen.spec.names import COTANGENT, TANGENT
 from rulegen.spec.rules import Domain, Input, Rule, SnippetBody, SympyBody, Text
@@ -69,6 +69,10 @@ class Derivation:
     @property
     def diff_inputs(self) -> tuple[Input, ...]:
         return tuple(i for i in self.rule.inputs if i.differentiable)
+
+    def value_symbol(self, name: str) -> sp.Symbol:
+        """The symbol of a value named beside the rule's own (a saved intermediate, its tangent or cotangent)."""
+        return value_symbol(self.rule, name)
 
 
 class _Timeout(BaseException):

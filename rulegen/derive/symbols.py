@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import ast
-import textwrap
-from collections.abc import Mapping
-from types import MappingProxyType
-
 import sympy as sp
 
-from rulegen.spec import names
 from rulegen.spec.names import cotangent, tangent
-from rulegen.spec.rules import Input, Rule, SnippetBody, Structured
+from rulegen.spec.rules import Input, Rule
 
 
 def _input_symbol(spec: Input) -> sp.Symbol:
@@ -37,60 +31,8 @@ def value_symbol(rule: Rule, name: str) -> sp.Symbol:
 def symbols_of(rule: Rule) -> dict[str, sp.Symbol]:
     """Inputs (with their stated assumptions), outputs, residuals, tangents and cotangents, by name."""
     symbols = {i.name: _input_symbol(i) for i in rule.inputs}
-    for name in [o.name for o in rule.outputs] + list(rule.residual_names):
-        symbols[name] = value_symbol(rule, name)
-    for i in rule.inputs:
-        if i.differentiable:
-            symbols[tangent(i.name)] = value_symbol(rule, tangent(i.name))
-    for name in [o.name for o in rule.outputs]:
-        symbols[cotangent(name)] = value_symbol(rule, cotangent(name))
+    symbols |= {name: value_symbol(rule, name) for name in rule.value_names}
     return symbols
-
-
-def snippet_names(rule: Rule) -> set[str]:
-    """Every name the rule's Python bodies read or bind (their modules, the rules they call, their locals)."""
-    bodies = [rule.forward, rule.jvp, rule.vjp, rule.checks.sample, rule.batching]
-    if isinstance(rule.residuals, dict):
-        bodies += list(rule.residuals.values())
-    found: set[str] = set()
-    for body in bodies:
-        if not isinstance(body, SnippetBody):
-            continue
-        for text in (body.python, body.jax, body.torch, body.numpy):
-            if text is None:
-                continue
-            try:
-                tree = ast.parse("def _body():\n" + textwrap.indent(text.value, "    "))
-            except (SyntaxError, RecursionError, MemoryError, ValueError):
-                continue  # reported where the body is parsed
-            found |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-            found |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
-            found |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
-    return found - {"_body"}
-
-
-def taken_names(rule: Rule) -> frozenset[str]:
-    """Every name a rule's generated modules bind for the rule: its names, tangents and cotangents, structures,
-    function and classes, and what its Python bodies call and bind (the modules they read are the generator's
-    own: the bodies read them by their names)."""
-    taken = {*symbols_of(rule), *(p.name for p in rule.parameters if isinstance(p, Structured))}
-    # The rule's function and classes are module-level names generated functions call.
-    taken |= {rule.name, rule.torch_class}
-    taken |= {n.name for n in (rule.returns.named_tuples if rule.returns is not None else ())}
-    return frozenset(taken | (snippet_names(rule) - names.MODULE_NAMES))
-
-
-def own_names(rule: Rule) -> Mapping[str, str]:
-    """How the rule's modules spell each name generated code gives its own things: its locals
-    (`names.OWN_LOCALS`: `ctx`, `primals`, ...) and the modules, helpers and builtins it reads
-    (`names.GLOBAL_NAMES`: `torch`, `plain`, `max`); `name`, or `name_` where the rule takes `name`."""
-    taken = taken_names(rule)
-    return MappingProxyType({own: names.own_local(own, taken) for own in sorted(names.OWN_LOCALS | names.GLOBAL_NAMES)})
-
-
-def torch_context(rule: Rule) -> str:
-    """The name of a torch Function's context parameter: `ctx`, renamed where one of the rule's names is `ctx`."""
-    return own_names(rule)["ctx"]
 
 
 def scope(rule: Rule, role: str) -> list[str]:

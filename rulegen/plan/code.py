@@ -59,7 +59,7 @@ def imported(module: str, *names_: str) -> frozenset[Import]:
 
 
 def spelled(imports: Iterable[Import], own: Mapping[str, str]) -> frozenset[Import]:
-    """`imports`, each name they bind spelled as the module spells it (`symbols.own_names`).
+    """`imports`, each name they bind spelled as the module spells it (`Rule.own_names`).
 
     `import torch` becomes `import torch as torch_` in a module where the rule
     takes `torch`; a dotted `import jax.scipy.special` stays (it loads the

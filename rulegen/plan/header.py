@@ -10,7 +10,6 @@ import sympy as sp
 
 from rulegen.derive.partials import Derivation
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.derive.symbols import own_names
 from rulegen.plan.code import (
     DOC_WIDTH,
     Assign,
@@ -61,7 +60,7 @@ def array_arguments(rule: Rule, helper: str, *, lifted: bool = False) -> tuple[A
         targets = f"({targets}), _low"
     quoted = ", ".join(repr(i.name) for i in arrays) + ("," if len(arrays) == 1 else "")
     kinds = "".join(_DTYPE_LETTERS[i.dtype] for i in arrays)
-    return (Assign(targets, f"{own_names(rule)[helper]}({rule.name!r}, ({quoted}), {kinds!r}, {names})"),)
+    return (Assign(targets, f"{rule.own_names[helper]}({rule.name!r}, ({quoted}), {kinds!r}, {names})"),)
 
 
 def static_check(rule: Rule, called: Iterable[str] = ()) -> tuple[Expr, ...]:
@@ -81,7 +80,7 @@ def static_check(rule: Rule, called: Iterable[str] = ()) -> tuple[Expr, ...]:
     names = ", ".join(i.name for i in statics)
     quoted = ", ".join(repr(i.name) for i in statics) + ("," if len(statics) == 1 else "")
     kinds = "".join("n" if _differentiable_as_array(rule, i) else "v" for i in statics)
-    return (Expr(f"{own_names(rule)['check_statics']}({rule.name!r}, ({quoted}), {kinds!r}, {names})"),)
+    return (Expr(f"{rule.own_names['check_statics']}({rule.name!r}, ({quoted}), {kinds!r}, {names})"),)
 
 
 def _snippets(rule: Rule) -> list[SnippetBody]:
@@ -99,10 +98,10 @@ def _differentiable_as_array(rule: Rule, static: Input) -> bool:
 
 def jax_util_imports(imports: set[Import], rule: Rule) -> frozenset[Import]:
     """A JAX module's imports, with what it takes from jax/_util.py for its arguments, spelled as the module spells
-    its own names (symbols.own_names)."""
+    its own names (`Rule.own_names`)."""
     util = ["as_arrays"] if any(not i.static for i in rule.inputs) else []
     util += ["check_statics"] if static_check(rule) else []
-    return spelled(imports | imported("._util", *util, *unpack_helpers(rule)), own_names(rule))
+    return spelled(imports | imported("._util", *util, *unpack_helpers(rule)), rule.own_names)
 
 
 #: The import of the lift to float32 and the rounding back (bfloat16 and float16 arrays).
@@ -145,7 +144,7 @@ def array_types(backend: str, own: Mapping[str, str]) -> tuple[dict[str, str], s
 def parameters_of(rule: Rule, backend: str) -> tuple[Param, ...]:
     """The public function's parameters: the inputs, a structure standing for its arrays; array arguments
     annotated (statics may be any hashable value)."""
-    own = own_names(rule)
+    own = rule.own_names
     arguments, _ = array_types(backend, own)
     found: list[Param] = []
     for p in rule.parameters:
@@ -180,7 +179,7 @@ def unpacked(rule: Rule) -> tuple[Assign, ...]:
             targets = f"{leaves[0]}," if len(leaves) == 1 else ", ".join(leaves)
             names = [i.dict_key for i in p.leaves] if p.kind == "keys" else leaves
             listed = f"({', '.join(map(repr, names))}{',' if len(names) == 1 else ''})"
-            helper = own_names(rule)[_UNPACKERS[p.kind]]
+            helper = rule.own_names[_UNPACKERS[p.kind]]
             lines.append(Assign(targets, f"{helper}({rule.name!r}, {p.name!r}, {p.name}, {listed})"))
     return tuple(lines)
 
@@ -200,7 +199,7 @@ def public_return(rule: Rule, value: str, *, lifted: bool, spread: bool) -> tupl
     `spread`: `value` is one expression evaluating to a tuple of outputs
     (rather than the outputs' names, comma-separated).
     """
-    result = f"{own_names(rule)['rounded']}(_low, {'*' if spread else ''}{value})" if lifted else value
+    result = f"{rule.own_names['rounded']}(_low, {'*' if spread else ''}{value})" if lifted else value
     if rule.returns is None:
         return (Return(result),)
     outputs = ", ".join(o.name for o in rule.outputs)
@@ -226,7 +225,7 @@ def result_classes(rule: Rule, backend: str) -> tuple[Class, ...]:
     """The module-level classes of the named tuples the public function returns."""
     if rule.returns is None:
         return ()
-    own = own_names(rule)
+    own = rule.own_names
     _, result = array_types(backend, own)
     classes = []
     for named in rule.returns.named_tuples:
@@ -241,7 +240,7 @@ def _union(types: Iterable[str]) -> str:
 
 
 def returns_of(rule: Rule, backend: str) -> str:
-    own = own_names(rule)
+    own = rule.own_names
     _, result = array_types(backend, own)
     if rule.returns is not None:
         return _structure_type(rule.returns, result, own)

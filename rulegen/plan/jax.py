@@ -14,7 +14,6 @@ from rulegen.derive import functions as fn
 from rulegen.derive.forms import corrections, float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.derive.partials import Derivation
 from rulegen.derive.routes import JaxRoute
-from rulegen.derive.symbols import own_names
 from rulegen.plan.code import Assign, Block, Comment, Def, Expr, Import, Return, Statement, unpacking
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
@@ -65,7 +64,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
     """What the JAX module of a rule computes: a custom_jvp, or a custom_vjp."""
     d = with_fused_forms(d)
     rule = d.rule
-    g = own_names(rule)
+    g = rule.own_names
     emit = _emitter(d)
     arrays = tuple(i.name for i in rule.inputs if not i.static)
     float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
@@ -150,7 +149,7 @@ def _emitter(d: Derivation) -> Emitter:
     shared_exp = jax_forms(every, statics)
     corrected = corrections("jax")
     return Emitter(
-        functools.partial(print_jax, booleans=booleans, own=own_names(rule)),
+        functools.partial(print_jax, booleans=booleans, own=rule.own_names),
         d.symbols,
         lambda e: shared_exp(in_float(corrected(_tanh_derivative_factored(e)))),
         statics,
@@ -317,7 +316,7 @@ def _tangent(d: Derivation, o: Output, *, held: bool) -> Result:
 
     `held`: an input's tangent may be absent (see `_held_inputs`), its term then none.
     """
-    g = own_names(d.rule)
+    g = d.rule.own_names
     jnp = g["jnp"]
     name = tangent(o.name)
     expr = linear_combination(d, d.jvp_partials, o.name, _diff_inputs(d), TANGENT)
@@ -339,7 +338,7 @@ def _tangent(d: Derivation, o: Output, *, held: bool) -> Result:
 
 def _cotangent(d: Derivation, i: str, outputs: Sequence[str]) -> Result:
     """The cotangent of the array input `i`: the transposed partials, summed back to `i`'s shape where it broadcasts."""
-    jnp = own_names(d.rule)["jnp"]
+    jnp = d.rule.own_names["jnp"]
     expr = linear_combination(d, d.vjp_partials, i, outputs, COTANGENT, transpose=True)
     if expr == 0:
         return Result(cotangent(i), code=f"{jnp}.zeros_like({i})", imports=_JNP, reads=frozenset({i}))
@@ -359,7 +358,7 @@ def _bwd_parts(d: Derivation) -> tuple[list[tuple[str, sp.Expr]], list[Result]]:
         if i.differentiable:
             results.append(_cotangent(d, i.name, outputs))
         elif i.dtype == "float":
-            code = f"{own_names(d.rule)['jnp']}.zeros_like({i.name})"
+            code = f"{d.rule.own_names['jnp']}.zeros_like({i.name})"
             results.append(Result(cotangent(i.name), code=code, imports=_JNP, reads=frozenset({i.name})))
         else:
             results.append(Result(cotangent(i.name), code="None"))
@@ -402,7 +401,7 @@ def _given_linear_maps(
     emit.imports.add(Import("._linear", "linear_map"))
     targets = ", ".join(tangent(o) for o in diff_outputs) + ","
     packed = [tuple_literal(known), tuple_literal(dots), *([f"statics={tuple_literal(statics)}"] if statics else [])]
-    call = f"{own_names(rule)['linear_map']}({maps[0].name}, {maps[1].name}, {', '.join(packed)})"
+    call = f"{rule.own_names['linear_map']}({maps[0].name}, {maps[1].name}, {', '.join(packed)})"
     kept = [Result(r.name, code=r.name) if r in applied else r for r in results]
     return maps, Assign(targets, call), kept
 

@@ -133,7 +133,7 @@ class _ArrayCode:
     def __init__(self, own: Mapping[str, str] | None = None) -> None:
         super().__init__({"fully_qualified_modules": True})  # type: ignore[call-arg]
         self.module_imports_ = set()
-        # How the module spells the modules, helpers and builtins it reads (symbols.own_names).
+        # How the module spells the modules, helpers and builtins it reads (`Rule.own_names`).
         self.own: Mapping[str, str] = own or {}
 
     def _spelled(self, path: str) -> str:
@@ -878,7 +878,7 @@ def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[
         """`expr` as code, and the imports it needs.
 
         `scalars` name the symbols that hold Python numbers, `booleans` those that hold boolean arrays;
-        `own` spells the modules, helpers and builtins the code reads as its module does (symbols.own_names);
+        `own` spells the modules, helpers and builtins the code reads as its module does (`Rule.own_names`);
         `renamed` prints symbols under other names.
         """
         printer = cls(own)

@@ -9,7 +9,6 @@ import sympy as sp
 
 from rulegen.derive.functions import divided, sigmoid
 from rulegen.derive.partials import Derivation
-from rulegen.derive.symbols import value_symbol
 
 # Functions whose backward autodiff computes from their output (so it saves that).
 _SAVES_OUTPUT = (sp.exp, sp.tanh, sigmoid)
@@ -159,7 +158,7 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
             if expr not in outputs and any(sp.diff(expr, a).has(sp.Derivative, sp.Subs) for a in arrays):
                 continue  # double backward needs its partials, and sympy has none
             name = f"{prefix}_{_description(expr)}"
-            symbol = outputs.get(expr) or value_symbol(d.rule, _fresh(name, chosen.values()))
+            symbol = outputs.get(expr) or d.value_symbol(_fresh(name, chosen.values()))
             rewritten = [as_factor(p, expr, symbol) for p in partials]
             if rewritten == partials:
                 continue

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from rulegen.derive.forms import corrections
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.snippet import Code, SnippetDerivation
-from rulegen.derive.symbols import own_names
 from rulegen.plan.code import Assign, Class, Comment, Def, Docstring, Given, Import, Imported, Statement
 from rulegen.plan.emit import Emitter
 from rulegen.plan.model import Result, SnippetPlan, atom
@@ -132,7 +131,7 @@ class SnippetPlanner:
         self.statics = tuple(i.name for i in rule.inputs if i.static)
         self.inputs = tuple(i.name for i in rule.inputs)
         # How the module spells generated code's own names (`primals`, `torch`): `_` added where the rule takes one.
-        self.own = own_names(rule)
+        self.own = rule.own_names
         self.ctx = self.own["ctx"]  # a torch Function's context parameter
         self.outputs = tuple(o.name for o in rule.outputs)
         self.diff_inputs = tuple(i.name for i in d.diff_inputs)

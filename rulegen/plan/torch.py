@@ -19,7 +19,6 @@ from rulegen.derive.forms import (
 )
 from rulegen.derive.functions import cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation, Partials
-from rulegen.derive.symbols import own_names, torch_context, value_symbol
 from rulegen.plan.code import (
     Assign,
     Block,
@@ -216,11 +215,11 @@ class _Torch:
         """
         booleans = frozenset(i.name for i in self.rule.inputs if not i.static and i.dtype == "bool")
         return Emitter(
-            functools.partial(printer, booleans=booleans, own=own_names(self.rule)),
+            functools.partial(printer, booleans=booleans, own=self.rule.own_names),
             self.symbols,
             self.forms(),
             self.statics,
-            {s: f"{torch_context(self.rule)}.{ctx_attribute(s)}" for s in self.statics} if in_ctx else None,
+            {s: f"{self.rule.torch_context}.{ctx_attribute(s)}" for s in self.statics} if in_ctx else None,
         )
 
 
@@ -230,7 +229,7 @@ def _with_saved_intermediates(d: Derivation) -> _Torch:
     saved_map = saved_intermediates(d, set(symbols))
     intermediates = [(str(sym), expr) for expr, sym in saved_map.items() if str(sym) not in symbols]
     for name, _ in intermediates:
-        symbols[name] = value_symbol(d.rule, name)
+        symbols[name] = d.value_symbol(name)
 
     def rewritten(partials: Partials) -> dict[tuple[str, str], sp.Expr]:
         return {k: saved_form(v, saved_map) for k, v in partials.items()}
@@ -243,8 +242,8 @@ def _with_saved_intermediates(d: Derivation) -> _Torch:
                 residual_partials[(name, i.name)] = saved_form(partial, saved_map)
     residuals = (*d.residuals, *intermediates)
     for n, _ in residuals:
-        symbols[cotangent(n)] = value_symbol(d.rule, cotangent(n))
-        symbols[tangent(n)] = value_symbol(d.rule, tangent(n))
+        symbols[cotangent(n)] = d.value_symbol(cotangent(n))
+        symbols[tangent(n)] = d.value_symbol(tangent(n))
     return _Torch(d, symbols, rewritten(d.vjp_partials), rewritten(d.jvp_partials), residual_partials, tuple(residuals))
 
 
@@ -326,7 +325,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         header=header_of(stable, "torch"),
         name=rule.name,
         class_name=rule.torch_class,
-        own=own_names(rule),
+        own=rule.own_names,
         params=parameters_of(rule, "torch"),
         unpack=unpacked(rule),
         returning=_returning(t, lifted),
@@ -358,7 +357,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         backward_reads=_reads(saved, statics_used if rule.fuse else (), backward_reads),
         jvp_reads=_reads(saved, (), jvp.reads | set(t.absent_tangents)),
         jvp_is_backward=_jvp_is_backward(t, aliases),
-        imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers), own_names(rule)),
+        imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers), rule.own_names),
         shape_kept=shape_kept,
         wrapper_targets=", ".join(n if n in t.outputs else hidden(n) for n in values_out),
         static_check=static_check(rule),
@@ -415,7 +414,7 @@ def _broadcast(t: _Torch) -> Wrap:
     """A value in the shape of all the rule's arrays (the runtime's `broadcast`)."""
     arrays = t.arrays
     return Wrap(
-        f"{own_names(t.rule)['broadcast']}({{}}, {', '.join(arrays)})", frozenset(arrays), frozenset({"broadcast"})
+        f"{t.rule.own_names['broadcast']}({{}}, {', '.join(arrays)})", frozenset(arrays), frozenset({"broadcast"})
     )
 
 
@@ -459,7 +458,7 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
     broadcastable = len(t.arrays) > 1
     for k, i in enumerate(t.rule.inputs):
         # With several inputs, one may need no gradient (data, or a frozen parameter): it is not computed.
-        guard = f"{torch_context(t.rule)}.needs_input_grad[{k}]" if guarded and len(t.diff_inputs) > 1 else ""
+        guard = f"{t.rule.torch_context}.needs_input_grad[{k}]" if guarded and len(t.diff_inputs) > 1 else ""
         if with_residuals and t.cotangents_absent:
             expr = _terms_of_present_cotangents(t, i.name)
         else:
@@ -500,9 +499,9 @@ def _grads_needed(t: _Torch) -> list[str]:
     """The conditions under which every input's gradient is wanted: the in-place backward computes them all."""
     if t.rule.fuse or len(t.diff_inputs) < 2:
         return []
-    ctx = torch_context(t.rule)
+    ctx = t.rule.torch_context
     if all(i.differentiable for i in t.rule.inputs):
-        return [f"{own_names(t.rule)['all']}({ctx}.needs_input_grad)"]
+        return [f"{t.rule.own_names['all']}({ctx}.needs_input_grad)"]
     return [f"{ctx}.needs_input_grad[{k}]" for k, i in enumerate(t.rule.inputs) if i.differentiable]
 
 
@@ -522,7 +521,7 @@ def _in_place_test(t: _Torch, plain_reads: str) -> str:
     """When the in-place backward runs: no residual's cotangent, and `plain` tensors (an absent cotangent is not)."""
     if not plain_reads:
         return ""
-    plain = f"{own_names(t.rule)['plain']}({plain_reads})"
+    plain = f"{t.rule.own_names['plain']}({plain_reads})"
     return " and ".join([*_residuals_absent(t), plain, *_grads_needed(t)])
 
 
@@ -563,7 +562,7 @@ def _jvp_parts(
     runs fewer operations (`_chained_tangents`); those residual tangents are
     the lets.
     """
-    torch = own_names(t.rule)["torch"]
+    torch = t.rule.own_names["torch"]
     residual_tangents = {r: _residual_tangent(t, r) for r in t.residual_names}
     direct = t.output_tangents
     chained = {
@@ -593,7 +592,7 @@ def _jvp_parts(
             results.append(Result(tangent(o.name), expr, wrap=_broadcast(t)))
         elif needs_broadcast(t.d, direct[o.name]):
             # To the shape setup_context keeps (`shape_kept`): a saved output would stay in memory for it.
-            shape = f"{torch_context(t.rule)}.{shape_attribute(t.outputs[0])}"
+            shape = f"{t.rule.torch_context}.{shape_attribute(t.outputs[0])}"
             results.append(Result(tangent(o.name), expr, wrap=Wrap(f"{torch}.broadcast_to({{}}, {shape})")))
         elif o.name in aliases:
             # The output is a view of an input, so its tangent is a view of that input's.

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rulegen.derive.symbols import own_names
 from rulegen.plan.code import Assign, Expr, Pass, Statement, unpacking
 from rulegen.spec.names import applier, ctx_attribute, shape_attribute
 from rulegen.spec.rules import Input, Rule
@@ -47,7 +46,7 @@ def torch_route(rule: Rule, values: int) -> TorchRoute:
     A rule with a static its schema cannot type (see `static_type`) has no
     op, and export inlines its Function.
     """
-    cls, apply, routed = rule.torch_class, applier(rule.name), own_names(rule)["routed"]
+    cls, apply, routed = rule.torch_class, applier(rule.name), rule.own_names["routed"]
     if any(i.static and static_type(i) is None for i in rule.inputs):
         return TorchRoute(Assign(apply, f"{routed}({cls})"), apply)
     arguments = ", ".join(f"{static_type(i) if i.static else 'Tensor'} {i.name}" for i in rule.inputs)

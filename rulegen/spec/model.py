@@ -10,8 +10,12 @@ what no field can check alone, `rulegen.spec.consistency` checks.
 
 from __future__ import annotations
 
+import ast
 import functools
 import math
+import textwrap
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -554,6 +558,66 @@ class Rule(Node):
     @property
     def torch_class(self) -> str:
         return self.class_name or names.camel_case(self.name)
+
+    @property
+    def value_names(self) -> tuple[str, ...]:
+        """The values the rule computes, by name: outputs, residuals, the differentiable inputs' tangents, the
+        outputs' cotangents (beside its inputs, the names its expressions are written in)."""
+        return (
+            *(o.name for o in self.outputs),
+            *self.residual_names,
+            *(names.tangent(i.name) for i in self.inputs if i.differentiable),
+            *(names.cotangent(o.name) for o in self.outputs),
+        )
+
+    @property
+    def snippet_names(self) -> frozenset[str]:
+        """Every name the rule's Python bodies read or bind (their modules, the rules they call, their locals)."""
+        bodies = [self.forward, self.jvp, self.vjp, self.checks.sample, self.batching]
+        if isinstance(self.residuals, dict):
+            bodies += list(self.residuals.values())
+        found: set[str] = set()
+        for body in bodies:
+            if not isinstance(body, SnippetBody):
+                continue
+            for text in (body.python, body.jax, body.torch, body.numpy):
+                if text is None:
+                    continue
+                try:
+                    tree = ast.parse("def _body():\n" + textwrap.indent(text.value, "    "))
+                except (SyntaxError, RecursionError, MemoryError, ValueError):
+                    continue  # reported where the body is parsed
+                found |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+                found |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+                found |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        return frozenset(found - {"_body"})
+
+    @property
+    def taken_names(self) -> frozenset[str]:
+        """Every name the rule's generated modules bind for the rule: its names, tangents and cotangents,
+        structures, function and classes, and what its Python bodies call and bind (the modules they read are the
+        generator's own: the bodies read them by their names)."""
+        taken = {*(i.name for i in self.inputs), *self.value_names}
+        taken |= {p.name for p in self.parameters if isinstance(p, Structured)}
+        # The rule's function and classes are module-level names generated functions call.
+        taken |= {self.name, self.torch_class}
+        taken |= {n.name for n in (self.returns.named_tuples if self.returns is not None else ())}
+        return frozenset(taken | (self.snippet_names - names.MODULE_NAMES))
+
+    @functools.cached_property
+    def own_names(self) -> Mapping[str, str]:
+        """How the rule's modules spell each name generated code gives its own things, worked out once: its
+        locals (`names.OWN_LOCALS`: `ctx`, `primals`, ...) and the modules, helpers and builtins it reads
+        (`names.GLOBAL_NAMES`: `torch`, `plain`, `max`); `name`, or `name_` where the rule takes `name`."""
+        taken = self.taken_names
+        return MappingProxyType(
+            {own: names.own_local(own, taken) for own in sorted(names.OWN_LOCALS | names.GLOBAL_NAMES)}
+        )
+
+    @property
+    def torch_context(self) -> str:
+        """The name of a torch Function's context parameter: `ctx`, renamed where one of the rule's names is `ctx`."""
+        return self.own_names["ctx"]
 
     @property
     def residual_names(self) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ the helpers of the package, the builtins they call).  None of them is
 refused: each is spelled `name_` (`own_local`) in a module where the rule
 takes `name`, the locals (`OWN_LOCALS`) in the functions that bind them,
 the module-level names (`GLOBAL_NAMES`) in the module's imports and every
-reference (`symbols.own_names` states the spelling once per rule).  The
+reference (`Rule.own_names` states the spelling once per rule).  The
 rule format refuses only:
 
 - a Python keyword, and the names of the rule format's own keys (`RESERVED`);

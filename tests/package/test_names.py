@@ -12,7 +12,6 @@ import pytest
 from typer.testing import CliRunner
 
 from rulegen.cli import app
-from rulegen.derive.symbols import own_names, snippet_names, torch_context
 from rulegen.render.build import build
 from rulegen.spec import names
 from rulegen.spec.rules import Structured, read_rules, rule_files
@@ -60,9 +59,9 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, tmp_pat
         named_tuples = rule.returns.named_tuples if rule.returns is not None else ()
         own |= {n.name for n in named_tuples} | {field for n in named_tuples for field, _ in n.items}
         derived = {generated for generated, _ in names.derived_names(rule.name, own, rule.residual_names)}
-        ctx = torch_context(rule)
-        allowed = own | derived | every_rule | snippet_names(rule) | names.ATTRIBUTE_NAMES
-        allowed |= set(own_names(rule).values())
+        ctx = rule.torch_context
+        allowed = own | derived | every_rule | rule.snippet_names | names.ATTRIBUTE_NAMES
+        allowed |= set(rule.own_names.values())
         statics = {i.name for i in rule.inputs if i.static}
         for backend in ("jax", "torch"):
             tree = ast.parse((out / backend / f"{rule.name}.py").read_text())
