@@ -14,7 +14,6 @@ from rulegen.plan.code import (
     DOC_WIDTH,
     Assign,
     Class,
-    Comment,
     Docstring,
     Expr,
     Field,
@@ -106,16 +105,11 @@ def jax_util_imports(imports: set[Import], rule: Rule) -> frozenset[Import]:
 
 #: The import of the lift to float32 and the rounding back (bfloat16 and float16 arrays).
 LIFT_IMPORT = imported("._util", "in_float32", "rounded")
-#: Why a torch public function lifts its float arrays (`as_opmath_tensors`).
-TORCH_LIFT_NOTE = "bfloat16 and float16 compute in float32 and round once, as torch's own kernels do."
 
 
 def jax_lift(floats: Sequence[str], own: Mapping[str, str]) -> tuple[Statement, ...]:
     """A JAX public function's float arrays in float32 where bfloat16 or float16, and the dtype to round back to."""
-    return (
-        Comment("bfloat16 and float16 compute in float32 and round once (XLA would round every step)."),
-        Assign(f"({unpacking(floats)}), _low", f"{own['in_float32']}({', '.join(floats)})"),
-    )
+    return (Assign(f"({unpacking(floats)}), _low", f"{own['in_float32']}({', '.join(floats)})"),)
 
 
 #: The import of the sum of a cotangent back to a broadcast input's shape.

@@ -8,10 +8,9 @@ from dataclasses import dataclass, replace
 
 from rulegen.derive.routes import Source
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Comment, Def, Import, Raise, Return, Statement, unpacking
+from rulegen.plan.code import Assign, Def, Import, Raise, Return, Statement, unpacking
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
-    TORCH_LIFT_NOTE,
     array_arguments,
     doc_lines,
     header_of,
@@ -89,8 +88,6 @@ def _module(
     rule = p.rule
     header = header_of(p.d, "torch")
     arguments: list[Statement] = list(_arguments(p))
-    if arguments and _float_arrays(p):
-        arguments.insert(0, Comment(TORCH_LIFT_NOTE))
     prologue = (*doc_lines(header), *unpacked(rule), *static_check(rule, p.d.called), *arguments)
     params = tuple(map(str, parameters_of(rule, "torch")))
     classes = result_classes(rule, "torch")

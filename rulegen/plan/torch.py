@@ -36,7 +36,6 @@ from rulegen.plan.code import (
 from rulegen.plan.emit import Emitter, Printer
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
-    TORCH_LIFT_NOTE,
     array_arguments,
     doc_lines,
     header_of,
@@ -774,10 +773,7 @@ def torch_definitions(plan: TorchPlan) -> tuple[Statement, ...]:
     fused = _fused_definitions(plan)
     backward = Def("backward", (own["ctx"], *plan.cotangents), _backward_body(plan), (static,))
     jvp: tuple[Statement, ...] = (
-        (
-            Comment("A derivative that is a number per element scales a tangent as it does a cotangent."),
-            _JVP_IS_BACKWARD,
-        )
+        (_JVP_IS_BACKWARD,)
         if plan.jvp_is_backward
         else (Def("jvp", (own["ctx"], *plan.tangents), _jvp_body(plan), (static,)),)
     )
@@ -883,9 +879,7 @@ def _public(plan: TorchPlan) -> Def:
     body: list[Statement] = list(doc_lines(plan.header))
     body += plan.unpack
     body += plan.static_check
-    if plan.lifted:
-        body.append(Comment(TORCH_LIFT_NOTE))
-    elif plan.float_arrays:
+    if not plan.lifted and plan.float_arrays:
         body.append(Comment(_OPMATH_NOTE))
     body += plan.tensor_arguments
     if plan.residuals:

@@ -16,6 +16,10 @@ class RuleFunction(torch.autograd.Function):
 
     Its `forward`, `setup_context`, `backward` and `jvp` are torch code, so
     `torch.func.vmap` runs them on batched tensors (`generate_vmap_rule`).
+    Where the derivative is a number per element (one real input, one
+    output), it scales a tangent as it does a cotangent: `jvp = backward`.
+    Its public function computes bfloat16 and float16 in float32 and rounds
+    once, as torch's own kernels do (`as_opmath_tensors`).
     """
 
     generate_vmap_rule = True
