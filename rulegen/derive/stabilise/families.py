@@ -9,7 +9,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.forms import canonical
-from rulegen.derive.functions import divided, hypot, log_ndtr, ndtr, sigmoid, softplus
+from rulegen.derive.functions import divided, erfcx, hypot, log_ndtr, ndtr, sigmoid, softplus
 from rulegen.derive.stabilise.asymptotic import gamma_difference, one_argument_series, released, zero_sum_groups
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import _attempt
@@ -154,6 +154,11 @@ def _log_of(argument: sp.Expr) -> sp.Expr | None:
     log(sigmoid(u)) is -softplus(-u) (log(sigmoid(17)) is log(1) = 0 in float32, its partner log(1 - sigmoid(u))
     log(0) = -inf); log(erfc(u)) and log(ndtr(u)) are log_ndtr, which keeps its digits where erfc underflows.
     """
+    coefficient, rest = argument.as_coeff_Mul()
+    if coefficient.is_positive and coefficient != 1:
+        # log(erfc(u) / 2): the constant comes out, and the identity takes the rest.
+        found = _log_of(rest)
+        return None if found is None else sp.log(coefficient) + found
     if isinstance(argument, sigmoid):
         return -softplus(-argument.args[0])
     if isinstance(argument, sp.erfc):
@@ -167,6 +172,23 @@ def _log_of(argument: sp.Expr) -> sp.Expr | None:
         if isinstance(other, sp.exp):
             return softplus(other.args[0])
     return None
+
+
+def _gaussian_over_tail(product: sp.Expr) -> sp.Expr:
+    """exp(-b**2) / erfc(b) as 1 / erfcx(b), and exp(-u**2 / 2) / ndtr(u) as 2 / erfcx(-u / sqrt 2): a Gaussian
+    over its own tail is a ratio of two numbers that underflow together (to 0 / 0 from b = 27), which erfcx
+    holds apart (a normal log-CDF's partials, an inverse Mills ratio)."""
+    factors = list(sp.Mul.make_args(product))
+    for k, tail in enumerate(factors):
+        if not (tail.is_Pow and tail.exp == -1 and isinstance(tail.base, (sp.erfc, ndtr))):
+            continue
+        b = tail.base.args[0] if isinstance(tail.base, sp.erfc) else -tail.base.args[0] / sp.sqrt(2)
+        scale = 1 if isinstance(tail.base, sp.erfc) else 2
+        for j, gaussian in enumerate(factors):
+            if isinstance(gaussian, sp.exp) and sp.expand(gaussian.args[0] + b**2) == 0:
+                rest = [f for i, f in enumerate(factors) if i not in (j, k)]
+                return sp.Mul(*rest, scale / erfcx(b))
+    return product
 
 
 def _log_identity(e: sp.Expr) -> sp.Expr:
@@ -190,6 +212,7 @@ def _identities(expr: sp.Expr) -> sp.Expr:
         expr = expr.replace(lambda e: e.is_Add, functools.partial(zero_sum_groups, tidy=_tidy))
         expr = expr.replace(lambda e: e.is_Add, _rewrite_sum)
         expr = expr.replace(lambda e: isinstance(e, (sp.log, log1p)), _log_identity)
+        expr = expr.replace(lambda e: e.is_Mul, _gaussian_over_tail)
     return released(expr)
 
 
