@@ -181,7 +181,11 @@ def fused_package(folder: Path):
     (folder / "fused.yaml").write_text(FUSED_RULES)
     build([folder / "fused.yaml"], folder / "bench_fused")
     sys.path.insert(0, str(folder))
-    return importlib.import_module("bench_fused.torch")
+    package = importlib.import_module("bench_fused.torch")
+    # Each rule's module is imported when the rule is first read: read them all while `folder` exists.
+    for name in package.__all__:
+        getattr(package, name)
+    return package
 
 
 CASES: list[tuple[str, int, Callable, Callable, Callable, str]] = [
