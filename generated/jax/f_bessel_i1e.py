@@ -43,18 +43,16 @@ def _f_bessel_i1e_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of bessel_i1e need not be the derived one (at a kink, a jump, a convention).
     out = _f_bessel_i1e(x)
-    t0 = jax.scipy.special.i1e(x)
-    t1 = jnp.abs(x)
-    t2 = t1 < 1 / 67108864
-    t3 = jnp.where(t2, 1, x)
+    t0 = jnp.abs(x)
+    t1 = jnp.where(t0 < 1 / 67108864, 1, x)
     return out, x_dot * jnp.where(
         x >= 25,
         bessel_ie_series(1, 1, jnp.where(x < 25, 25, x)),
         jnp.where(
             x <= -25,
             bessel_ie_series(1, 1, jnp.where(x > -25, 25, -x)),
-            -t0 * jnp.sign(x)
-            - jnp.where(t2, jnp.exp(-t1) / 2, quotient(t0, t3))
+            -out * jnp.sign(x)
+            - jnp.where(t0 >= 1 / 67108864, quotient(out, t1), jnp.exp(-t0) / 2)
             + jax.scipy.special.i0e(x),
         ),
     )

@@ -34,10 +34,21 @@ def f_digamma(x: jax.typing.ArrayLike) -> jax.Array:
 def _f_digamma(x):
     t0 = jnp.where(x >= 0, -1 / 2, x)
     t1 = math.pi * (t0 - jnp.floor(t0 + 1 / 2))
+    t2 = x < 0
+    t3 = x < 134217728
+    t4 = jnp.log(jnp.where(t3, 134217728, x))
+    t5 = x >= 9007199254740992
+    t6 = x >= 134217728
     return jnp.where(
-        x < 0,
+        t2,
         jax.scipy.special.digamma(1 - t0) + quotient(-math.pi * jnp.cos(t1), jnp.sin(t1)),
-        jax.scipy.special.digamma(x),
+        jnp.where(
+            t6,
+            jnp.where(
+                t5, t4, t4 - (1 / jnp.where(t3, 134217728, jnp.where(t5, 9007199254740992, x))) / 2
+            ),
+            jax.scipy.special.digamma(jnp.where(t2 | t6, 134217727, x)),
+        ),
     )
 
 
@@ -50,13 +61,14 @@ def _f_digamma_jvp(primals, tangents):
     out = _f_digamma(x)
     t0 = jnp.where(x >= 0, -1 / 2, x)
     t1 = math.pi * (t0 - jnp.floor(t0 + 1 / 2))
-    t2 = 1 / jnp.where(x < 134217728, 134217728, x)
-    t3 = x >= 134217728
+    t2 = x < 0
+    t3 = 1 / jnp.where(x < 134217728, 134217728, x)
+    t4 = x >= 134217728
     return out, x_dot * jnp.where(
-        x < 0,
+        t2,
         -math.pi * (-math.pi + quotient(-math.pi * jnp.cos(t1) ** 2, jnp.sin(t1) ** 2))
         - jax.scipy.special.polygamma(1, 1 - t0),
         jnp.where(
-            t3, (t2 * t2) / 2 + t2, jax.scipy.special.polygamma(1, jnp.where(t3, 134217727, x))
+            t4, (t3 * t3) / 2 + t3, jax.scipy.special.polygamma(1, jnp.where(t2 | t4, 134217727, x))
         ),
     )

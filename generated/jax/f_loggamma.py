@@ -39,11 +39,24 @@ def _f_loggamma(x):
 def _f_loggamma_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    # The primal function, whose own rule differentiates the output at higher order: JAX's
+    # derivative of loggamma need not be the derived one (at a kink, a jump, a convention).
+    out = _f_loggamma(x)
     t0 = jnp.where(x >= 0, -1 / 2, x)
     t1 = math.pi * (t0 - jnp.floor(t0 + 1 / 2))
-    out = jax.scipy.special.gammaln(x)
+    t2 = x < 0
+    t3 = x < 134217728
+    t4 = jnp.log(jnp.where(t3, 134217728, x))
+    t5 = x >= 9007199254740992
+    t6 = x >= 134217728
     return out, x_dot * jnp.where(
-        x < 0,
+        t2,
         jax.scipy.special.digamma(1 - t0) + quotient(-math.pi * jnp.cos(t1), jnp.sin(t1)),
-        jax.scipy.special.digamma(x),
+        jnp.where(
+            t6,
+            jnp.where(
+                t5, t4, t4 - (1 / jnp.where(t3, 134217728, jnp.where(t5, 9007199254740992, x))) / 2
+            ),
+            jax.scipy.special.digamma(jnp.where(t2 | t6, 134217727, x)),
+        ),
     )

@@ -53,9 +53,8 @@ def _hypot_pair_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of hypot need not be the derived one (at a kink, a jump, a convention).
     out = _hypot_pair(x, y)
-    t0 = jnp.hypot(x, y)
     return out, summed_like(
         out,
-        None if x_dot is None else x_dot * quotient(x, t0),
-        None if y_dot is None else y_dot * quotient(y, t0),
+        None if x_dot is None else x_dot * quotient(x, out),
+        None if y_dot is None else y_dot * quotient(y, out),
     )

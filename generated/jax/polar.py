@@ -58,7 +58,6 @@ def _polar_jvp(primals, tangents):
     t2 = y / t0
     t3 = jnp.hypot(t1, t2)
     t4 = jnp.where(t3 == 0, 1, t3)
-    t5 = jnp.hypot(x, y)
     r_dot = summed_like(
         r,
         None if x_dot is None else x_dot * quotient(t1, t4),
@@ -66,7 +65,7 @@ def _polar_jvp(primals, tangents):
     )
     theta_dot = summed_like(
         theta,
-        None if x_dot is None else x_dot * (((-y) / t5) / t5),
-        None if y_dot is None else y_dot * ((x / t5) / t5),
+        None if x_dot is None else x_dot * (((-y) / r) / r),
+        None if y_dot is None else y_dot * ((x / r) / r),
     )
     return (r, theta), (r_dot, theta_dot)

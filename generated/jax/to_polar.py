@@ -65,15 +65,14 @@ def _to_polar_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _to_polar(x, y)
-    t0 = jnp.hypot(x, y)
     r_dot = summed_like(
         r,
-        None if x_dot is None else x_dot * quotient(x, t0),
-        None if y_dot is None else y_dot * quotient(y, t0),
+        None if x_dot is None else x_dot * quotient(x, r),
+        None if y_dot is None else y_dot * quotient(y, r),
     )
     theta_dot = summed_like(
         theta,
-        None if x_dot is None else x_dot * (((-y) / t0) / t0),
-        None if y_dot is None else y_dot * ((x / t0) / t0),
+        None if x_dot is None else x_dot * (((-y) / r) / r),
+        None if y_dot is None else y_dot * ((x / r) / r),
     )
     return (r, theta), (r_dot, theta_dot)

@@ -27,8 +27,23 @@ class FLoggamma(RuleFunction):
         (x,) = ctx.saved_tensors
         t0 = torch.where(x >= 0, -1 / 2, x)
         t1 = math.pi * (t0 - torch.floor(t0 + 1 / 2))
+        t2 = x < 0
+        t3 = x < 134217728
+        t4 = torch.log(torch.where(t3, 134217728, x))
+        t5 = x >= 9007199254740992
+        t6 = x >= 134217728
         return out_bar * torch.where(
-            x < 0, digamma(1 - t0) - math.pi * torch.cos(t1) / torch.sin(t1), digamma(x)
+            t2,
+            digamma(1 - t0) - math.pi * torch.cos(t1) / torch.sin(t1),
+            torch.where(
+                t6,
+                torch.where(
+                    t5,
+                    t4,
+                    t4 - (1 / torch.where(t3, 134217728, torch.where(t5, 9007199254740992, x))) / 2,
+                ),
+                digamma(torch.where(t2 | t6, 134217727, x)),
+            ),
         )
 
     jvp = backward

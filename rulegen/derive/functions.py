@@ -753,15 +753,25 @@ def _polygamma_by_reflection(order: sp.Expr, x: sp.Expr) -> sp.Expr:
     nearest = negative - sp.floor(negative + sp.S.Half)
     cotangent = sp.diff(sp.cos(sp.pi * u) / sp.sin(sp.pi * u), u, int(order)).subs(u, nearest)
     reflected = (-1) ** int(order) * sp.polygamma(order, 1 - negative) - sp.pi * cotangent
-    if order == 0:
-        return Piecewise((reflected, x < 0), (sp.polygamma(order, x), True))
     # From 2**27 on, psi_n(x) = (-1)**(n+1) ((n-1)! / x**n + n! / (2 x**(n+1))) to a float64 rounding (the next
-    # term is n(n+1)/(12 x**2) of the first): both frameworks' polygamma is 0 there past 1e20 and nan at inf,
-    # where it is 1/x and 0.  Powers of r = 1/x, so that none overflows (x**2 at 1e200) where the term is 0.
+    # term is n(n+1)/(12 x**2) of the first), and psi(x) = log(x) - 1 / (2x): both frameworks' polygamma is 0
+    # there past 1e20 and nan at inf, where it is 1/x and 0, and it is what they differentiate digamma by.
+    # Powers of r = 1/x, so that none overflows (x**2 at 1e200) where the term is 0.
     n, far = int(order), sp.Integer(POLYGAMMA_SERIES_FROM)
-    r = divided(sp.S.One, Piecewise((x, x >= far), (far, True)))
-    series = (-1) ** (n + 1) * (sp.factorial(n - 1) * r**n + sp.factorial(n) / 2 * r ** (n + 1))
-    near = Piecewise((x, x < far), (far - 1, True))
+    # Each branch is fed its own region's input (the double `where`): reverse mode gives the branch a `where`
+    # drops a zero cotangent, and zero times a pole's infinite derivative (at a tiny negative x) is nan.  nan
+    # takes the last branch of each: nan in, nan out.
+    large = Piecewise((far, x < far), (x, True))
+    if n == 0:
+        # From 2**53 on, 1 / (2x) is below half an ulp of log(x), and left out: its derivative underflows to 0
+        # there, and times an infinite Gamma (whose derivative is Gamma * digamma) would be nan.
+        huge = sp.Integer(2) ** 53
+        r = divided(sp.S.One, Piecewise((far, x < far), (huge, x >= huge), (x, True)))
+        series = Piecewise((sp.log(large), x >= huge), (sp.log(large) - r / 2, True))
+    else:
+        r = divided(sp.S.One, large)
+        series = (-1) ** (n + 1) * (sp.factorial(n - 1) * r**n + sp.factorial(n) / 2 * r ** (n + 1))
+    near = Piecewise((far - 1, (x < 0) | (x >= far)), (x, True))
     return Piecewise((reflected, x < 0), (series, x >= far), (sp.polygamma(order, near), True))
 
 

@@ -202,6 +202,12 @@ def _jvp(d: Derivation, emit: Emitter, *, inline: bool, held: bool) -> tuple[Blo
     grad computed `sin(x)` three times, autodiff's twice.
     """
     results = [_tangent(d, o, held=held) for o in d.rule.outputs]
+    if not inline:
+        # The outputs come from the primal function, whose own rule differentiates them at higher order: a
+        # tangent that computed one again (gamma's, `gamma(x) * digamma(x)`) would be differentiated by JAX's
+        # rule of it instead.
+        named = {e: d.symbols[n] for n, e in d.forward if not e.is_Atom}
+        results = [replace(r, expr=r.expr.xreplace(named)) if r.expr is not None else r for r in results]
     applying: tuple[Assign, ...] = ()
     maps: tuple[Def, ...] = ()
     if d.rule.jvp is not None and d.rule.vjp is not None:
@@ -220,7 +226,9 @@ def _jvp(d: Derivation, emit: Emitter, *, inline: bool, held: bool) -> tuple[Blo
 # wherever they are defined (a rewrite into jax_forms included): no kink, jump
 # or convention at a point.  A forward rewritten into a stable form is judged
 # as computed: softplus's `where(x >= 0, x, 0) + log1p(exp(-|x|))` is exact
-# under autodiff at every order (tests/plan/test_jax_forms.py).
+# under autodiff at every order (tests/plan/test_jax_forms.py).  Not Gamma
+# and log Gamma: JAX differentiates them by its own digamma and polygamma,
+# which the registry replaces (nan at tiny negative x, 0 past 1e20).
 _SMOOTH = frozenset(
     {
         sp.exp,
@@ -240,8 +248,6 @@ _SMOOTH = frozenset(
         sp.atanh,
         sp.acosh,
         sp.erfinv,
-        sp.gamma,
-        sp.loggamma,
         expm1,
         log1p,
         fn.sigmoid,

@@ -478,14 +478,18 @@ class _ArrayCode:
         prec = PRECEDENCE["Relational"]
         return f"{self.parenthesize(expr.lhs, prec)} {op} {self.parenthesize(expr.rhs, prec)}"
 
+    def _bitwise_operand(self, arg: sp.Basic) -> str:
+        # `&`, `|` and `~` bind tighter than comparisons: a comparison needs its parentheses, a name does not.
+        return self._print(arg) if isinstance(arg, sp.Symbol) else f"({self._print(arg)})"
+
     def _print_And(self, expr: sp.And) -> str:
-        return " & ".join(f"({self._print(a)})" for a in expr.args)
+        return " & ".join(self._bitwise_operand(a) for a in expr.args)
 
     def _print_Or(self, expr: sp.Or) -> str:
-        return " | ".join(f"({self._print(a)})" for a in expr.args)
+        return " | ".join(self._bitwise_operand(a) for a in expr.args)
 
     def _print_Not(self, expr: sp.Not) -> str:
-        return f"~({self._print(expr.args[0])})"
+        return f"~{self._bitwise_operand(expr.args[0])}"
 
     def _print_Piecewise(self, expr: sp.Piecewise) -> str:
         *pieces, (last, otherwise) = expr.args

@@ -219,9 +219,17 @@ def test_every_printed_call_of_a_corrected_function_is_its_correction(tmp_path):
                 if isinstance(n, ast.Call) and ast.unparse(n.func).endswith("where")
                 for a in n.args
             }
+            # A stand-in the body names first (`t4 = where(t2 | t3, 2**27 - 1, x)`) is read through its name.
+            assigned = {
+                n.targets[0].id: n.value
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+            }
             for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
                 # At x, or at x's stand-in below the asymptotic series, where(x >= 2**27, 2**27 - 1, x).
                 argument = call.args[1] if len(call.args) > 1 else call
+                if isinstance(argument, ast.Name):
+                    argument = assigned.get(argument.id, argument)
                 at_x = ast.unparse(argument) == "x" or (
                     isinstance(argument, ast.Call)
                     and ast.unparse(argument.func).endswith("where")
