@@ -14,7 +14,7 @@ class CPoly(RuleFunction):
     @staticmethod
     def forward(z):
         if plain(z):
-            return (z**3).mul_(2).add_(3 * 1j).sub_((1 - 2 * 1j) * z)
+            return (z**3).mul_(2).sub_((1 - 2 * 1j) * z).add_(3 * 1j)
         return 2 * z**3 + (-1 + 2 * 1j) * z + 3 * 1j
 
     @staticmethod

@@ -34,7 +34,7 @@ class FGeluTanh(RuleFunction):
         t1 = torch.clamp(x, -10000.0, 10000.0)
         t2 = 2 * t1
         if plain(x, out_bar):
-            t3 = (t0 * t2).add_((t1**3).mul_(t0).mul_(0.08943))
+            t3 = (t1**3).mul_(t0).mul_(0.08943).add_(t0 * t2)
             t4 = torch.sigmoid(t3)
             t6 = torch.ops.aten.softplus_backward(0.134145 * t0 * (t1 * t1) + t0, t3, -1.0, 40.0)
             return t6.mul_(t2).mul_(t4).add_(t4).mul_(out_bar)

@@ -27,6 +27,7 @@ import sympy as sp
 from rulegen.derive import functions as fn
 from rulegen.plan.code import Assign, Expr, fits_a_line
 from rulegen.plan.model import atom
+from rulegen.plan.printers import printed_terms
 
 # Functions of one argument whose torch method has an in-place form.
 _IN_PLACE_METHODS: dict[type, str] = {
@@ -163,11 +164,20 @@ class InPlaceWriter:
         return term.is_Mul and sum(self._is_tensor(f) for f in term.args) >= 2
 
     def _sum(self, expr: sp.Add, target: str | None) -> str:
-        terms = list(expr.args)
-        k = self._seed(terms)
-        if k is None:
-            return self._fresh(expr, target)
-        buffer = self._owned(terms.pop(k), target)
+        terms = printed_terms(expr)
+        if len(terms) > 2:
+            # Left to right, as the out-of-place code adds them: a sum's rounding depends on its order
+            # (softsign's (|x| - x sign(x)) + 1 is 1; (1 - x sign(x)) + |x| is 0 from |x| = 2**53).
+            head = sp.Add(*terms[:2])
+            if not self._buildable(head):
+                return self._fresh(expr, target)
+            buffer = self._owned(head, target)
+            terms = terms[2:]
+        else:
+            k = self._seed(terms)
+            if k is None:
+                return self._fresh(expr, target)
+            buffer = self._owned(terms.pop(k), target)
         for term in terms:
             if self._fused_product(buffer, term):
                 continue

@@ -111,6 +111,11 @@ def cancelling_pair_first(terms: Sequence[sp.Expr]) -> list[sp.Expr]:
     return terms
 
 
+def printed_terms(total: sp.Add) -> list[sp.Expr]:
+    """The terms of `total` in the order the array printers add them, left to right."""
+    return cancelling_pair_first(total.as_ordered_terms())
+
+
 def float_text(value: float) -> str:
     """`value` as Python source, exactly: its shortest repr, but a power of two that repr writes with an exponent
     as `2.0**k` (`2.0**-120`, not 7.52316384526264e-37: the search's thresholds, the points of a branch's own

@@ -271,3 +271,23 @@ def test_no_generated_forward_writes_its_lines_twice():
                     if start + end > 1:
                         twice[path.stem] = start + end
     assert not twice, twice
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        # softsign's derivative as sympy leaves it: (|x| - x sign(x)) + 1 is 1; (1 - x sign(x)) + |x| is 0.
+        (sp.Abs(X) - X * sp.sign(X) + 1) / (2 * sp.Abs(X) + X**2 + 1),
+        X**2 - Y**2 + 1,
+        sp.exp(X) - sp.exp(Y) + 1 + X * S,
+    ],
+)
+def test_an_in_place_sum_adds_in_the_order_the_out_of_place_code_does(expr):
+    out_of_place, in_place, imports = _both([expr])
+    assert in_place is not None
+    values = {n: torch.tensor([1e17, -3e16, 2.0**60, 0.5], dtype=torch.float64) for n in sorted(TENSORS)}
+    values["y"] = values["x"].clone()
+    values["beta"] = 1.5
+    (expected,) = _run(out_of_place, imports, values)
+    (got,) = _run(in_place, imports, values)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)

@@ -161,6 +161,10 @@ def _log_of(argument: sp.Expr) -> sp.Expr | None:
         return None if found is None else sp.log(coefficient) + found
     if isinstance(argument, sigmoid):
         return -softplus(-argument.args[0])
+    if isinstance(argument, sp.cosh):
+        # cosh(u) = exp(|u|) (1 + exp(-2|u|)) / 2, which overflows from |u| = 710 where its log is about |u|.
+        size = sp.Abs(argument.args[0])
+        return size + softplus(-2 * size) - sp.log(2)
     if isinstance(argument, sp.erfc):
         return log_ndtr(-sp.sqrt(2) * argument.args[0]) + sp.log(2)
     if isinstance(argument, ndtr):
@@ -191,6 +195,31 @@ def _gaussian_over_tail(product: sp.Expr) -> sp.Expr:
     return product
 
 
+def _hyperbolic_ratio(product: sp.Expr) -> sp.Expr:
+    """sinh(u) / cosh(u) as tanh(u): both overflow from |u| = 710 (inf / inf), where tanh(u) is +-1."""
+    factors = list(sp.Mul.make_args(product))
+    for k, top in enumerate(factors):
+        if not isinstance(top, sp.sinh):
+            continue
+        for j, bottom in enumerate(factors):
+            if bottom.is_Pow and bottom.exp.is_negative and bottom.base == sp.cosh(top.args[0]):
+                rest = [f for i, f in enumerate(factors) if i not in (j, k)]
+                return sp.Mul(*rest, sp.tanh(top.args[0]), sp.cosh(top.args[0]) ** (bottom.exp + 1))
+    return product
+
+
+def _magnitude(product: sp.Expr) -> sp.Expr:
+    """u * sign(u) as |u|: a derivative of |u| times u, which sympy leaves apart, and a sum then keeps
+    |u| - u sign(u) (softsign's derivative) where it is 0."""
+    factors = list(sp.Mul.make_args(product))
+    for k, f in enumerate(factors):
+        if isinstance(f, sp.sign) and f.args[0] in factors:
+            rest = [g for i, g in enumerate(factors) if i != k]
+            rest.remove(f.args[0])
+            return sp.Mul(*rest, sp.Abs(f.args[0]))
+    return product
+
+
 def _log_identity(e: sp.Expr) -> sp.Expr:
     if isinstance(e, sp.log):
         found = _log_of(e.args[0])
@@ -209,10 +238,12 @@ def _identities(expr: sp.Expr) -> sp.Expr:
     """Every sum's cancelling pairs joined by the identities above, and the logs of functions that round to 0 or
     1 taken exactly, bottom up, twice (a join can make another)."""
     for _ in range(2):
+        expr = expr.replace(lambda e: e.is_Mul, _magnitude)
         expr = expr.replace(lambda e: e.is_Add, functools.partial(zero_sum_groups, tidy=_tidy))
         expr = expr.replace(lambda e: e.is_Add, _rewrite_sum)
         expr = expr.replace(lambda e: isinstance(e, (sp.log, log1p)), _log_identity)
         expr = expr.replace(lambda e: e.is_Mul, _gaussian_over_tail)
+        expr = expr.replace(lambda e: e.is_Mul, _hyperbolic_ratio)
     return released(expr)
 
 

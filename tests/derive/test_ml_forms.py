@@ -1,0 +1,55 @@
+"""Losses and activations as ML code writes them, searched into forms that are finite and accurate.
+
+A log-cosh loss, `log(cosh(x))`: cosh overflows from |x| = 710 in float64 (89 in float32), where
+log(cosh(x)) is about |x| - log 2: the value was inf there, and its derivative sinh(x) / cosh(x),
+inf / inf = nan, where it is tanh(x) = +-1.
+
+Softsign, `x / (1 + |x|)`: sympy's derivative keeps |x| - x sign(x) + 1 apart, 9 bits off in torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import sympy as sp
+
+from rulegen.derive.expr import lambdified
+from rulegen.derive.functions import softplus
+from rulegen.derive.partials import derive_rule
+from rulegen.derive.stabilise.families import _identities
+from rulegen.derive.stabilise.points import _numpy_implementations
+from rulegen.spec.rules import read_rule_file
+
+x = sp.Symbol("x", real=True)
+
+
+def test_the_log_of_a_cosh_is_taken_without_the_cosh() -> None:
+    found = _identities(sp.log(sp.cosh(x)))
+    assert found == sp.Abs(x) + softplus(-2 * sp.Abs(x)) - sp.log(2), found
+    assert _identities(3 * sp.sinh(x) / sp.cosh(x)) == 3 * sp.tanh(x)
+    assert _identities(sp.sinh(x) / sp.cosh(x) ** 2) == sp.tanh(x) / sp.cosh(x)
+    # A sinh over another argument's cosh is no tanh.
+    assert not _identities(sp.sinh(x) / sp.cosh(2 * x)).has(sp.tanh)
+
+
+def test_log_cosh_is_finite_where_cosh_overflows(tmp_path: Path) -> None:
+    path = tmp_path / "log_cosh.yaml"
+    path.write_text("name: log_cosh\ninputs: [x]\nforward: log(cosh(x))\n")
+    (rule,) = read_rule_file(path)
+    d = derive_rule(rule)
+    chosen = {c.quantity: c.chosen for c in d.choices}
+    points = np.array([-1e300, -800.0, -100.0, 1e-3, 0.5, 100.0, 800.0, 1e300])
+    with np.errstate(all="ignore"):
+        value = lambdified((x,), chosen["out"], [_numpy_implementations(), "numpy"])(points)
+        slope = lambdified((x,), chosen["dout/dx"], [_numpy_implementations(), "numpy"])(points)
+    np.testing.assert_allclose(value[[1, -2]], 800 - np.log(2), rtol=1e-15)
+    assert np.isfinite(value).all() and np.isfinite(slope).all(), (value, slope)
+    np.testing.assert_allclose(slope, np.tanh(points), rtol=1e-15)
+
+
+def test_a_variable_times_its_sign_is_its_magnitude() -> None:
+    y = sp.Symbol("y", real=True)
+    assert _identities(3 * x * sp.sign(x)) == 3 * sp.Abs(x)
+    assert _identities(sp.Abs(x) - x * sp.sign(x) + 1) == 1
+    assert _identities(y * sp.sign(x)) == y * sp.sign(x)
