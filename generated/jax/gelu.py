@@ -33,7 +33,7 @@ def gelu(x: jax.typing.ArrayLike) -> jax.Array:
 @jax.custom_jvp
 def _gelu(x):
     # out = x*(erf(sqrt(2)*x/2) + 1)/2 is computed as x*erfc(-sqrt(2)*x/2)/2, rulegen's
-    # canonical form (`rulegen accuracy` measures both in bits of error).
+    # canonical form.
     t0 = x / 2
     return t0 * jax.scipy.special.erfc(-math.sqrt(2) * t0)
 

@@ -32,8 +32,7 @@ def log1pexp(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _log1pexp(x):
-    # out = log(exp(x) + 1) is computed as softplus(x), rulegen's canonical form (`rulegen
-    # accuracy` measures both in bits of error).
+    # out = log(exp(x) + 1) is computed as softplus(x), rulegen's canonical form.
     return jnp.where(x >= 0, x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
 
 

@@ -28,8 +28,7 @@ def sigmoid_out(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _sigmoid_out(x):
-    # out = 1/(1 + exp(-x)) is computed as sigmoid(x), rulegen's canonical form (`rulegen
-    # accuracy` measures both in bits of error).
+    # out = 1/(1 + exp(-x)) is computed as sigmoid(x), rulegen's canonical form.
     return jax.nn.sigmoid(x)
 
 

@@ -16,7 +16,7 @@ class Gelu(RuleFunction):
     @staticmethod
     def forward(x):
         # out = x*(erf(sqrt(2)*x/2) + 1)/2 is computed as x*erfc(-sqrt(2)*x/2)/2, rulegen's
-        # canonical form (`rulegen accuracy` measures both in bits of error).
+        # canonical form.
         if plain(x):
             t0 = torch.special.erfc((-math.sqrt(2) / 2) * x).mul_(1 / 2)
             return t0 * x, t0

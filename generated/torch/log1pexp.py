@@ -13,8 +13,7 @@ class Log1pexp(RuleFunction):
 
     @staticmethod
     def forward(x):
-        # out = log(exp(x) + 1) is computed as softplus(x), rulegen's canonical form (`rulegen
-        # accuracy` measures both in bits of error).
+        # out = log(exp(x) + 1) is computed as softplus(x), rulegen's canonical form.
         return torch.nn.functional.softplus(x, threshold=40.0)
 
     @staticmethod

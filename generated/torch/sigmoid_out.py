@@ -13,8 +13,7 @@ class SigmoidOut(RuleFunction):
 
     @staticmethod
     def forward(x):
-        # out = 1/(1 + exp(-x)) is computed as sigmoid(x), rulegen's canonical form (`rulegen
-        # accuracy` measures both in bits of error).
+        # out = 1/(1 + exp(-x)) is computed as sigmoid(x), rulegen's canonical form.
         return torch.sigmoid(x)
 
     @staticmethod

@@ -324,17 +324,14 @@ def stability_notes(d: Derivation) -> tuple[str, ...]:
     searched = {c.quantity: c for c in d.choices if c.changed}
     for name, written, computed in d.rewritten:
         choice = searched.get(name)
+        # No numbers: a generated file changes when the code does, not when a measurement does.
         why = (
             "rulegen's canonical form"
             if choice is None
-            else f"the form with the least error measured ({choice.family}: mean bits of error float64/float32 "
-            f"{choice.bits_before[0]:.1f}/{choice.bits_before[1]:.1f} -> {choice.bits_after[0]:.1f}/"
-            f"{choice.bits_after[1]:.1f})"
+            else f"the form with the least error measured ({choice.family}; `rulegen show {d.rule.name} --why` "
+            "gives the measurements)"
         )
-        note = (
-            f"{name} = {_formula(written)} is computed as {_formula(computed)}, {why}"
-            " (`rulegen accuracy` measures both in bits of error)."
-        )
+        note = f"{name} = {_formula(written)} is computed as {_formula(computed)}, {why}."
         lines += textwrap.wrap(note, DOC_WIDTH - 10, break_long_words=False, break_on_hyphens=False)
     return tuple(lines)
 

@@ -228,7 +228,10 @@ def test_the_docstring_names_the_stabilised_quantities_without_numbers(tmp_path)
     assert "show st_on --why" in text
     assert f"{value.bits_before[0]:.1f}" not in text and value.family not in text
     assert "accuracy search" not in help_text(off, "jax")
-    assert "least error measured" in " ".join(stability_notes(on))
+    notes = " ".join(stability_notes(on))
+    assert "least error measured" in notes and "show st_on --why" in notes
+    # The code's comments are no measurement either.
+    assert f"{value.bits_before[0]:.1f}" not in notes and "->" not in notes, notes
 
 
 def test_a_regime_s_constants_stay_inside_float32_s_range():
