@@ -149,12 +149,24 @@ class bessel_i1(sp.Function):  # noqa: N801
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
         x = self.args[0]
-        # I1'(x) = I0(x) - I1(x) / x, I1(x) / x its series 1/2 + x**2/16 near 0 (0 / 0 at it).
-        return bessel_i0(x) - quotient_by_x(bessel_i1(x), x, sp.S.Half + x**2 / 16)
+        # I1'(x) = I0(x) - I1(x) / x, I1(x) / x its series 1/2 + x**2/16 near 0 (0 / 0 at it).  From |x| = 64 on,
+        # exp(|x|) (i0e(x) - i1e(x) / x): I0 and I1 overflow together (from 89 in float32), inf - inf, where
+        # their difference is inf too.  Each branch fed its own region's input.
+        edge = sp.Integer(BESSEL_SCALED_FROM)
+        near = Piecewise((sp.S.Zero, sp.Abs(x) >= edge), (x, True))
+        far = Piecewise((edge, sp.Abs(x) < edge), (x, True))
+        scaled = sp.exp(sp.Abs(far)) * (bessel_i0e(far) - bessel_i1e(far) / far)
+        return Piecewise(
+            (bessel_i0(near) - quotient_by_x(bessel_i1(near), near, sp.S.Half + near**2 / 16), sp.Abs(x) < edge),
+            (scaled, True),
+        )
 
     def _eval_rewrite_as_besseli(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
         return sp.besseli(1, arg)
 
+
+#: From where I1's derivative is computed from the exponentially scaled functions (`bessel_i1.fdiff`).
+BESSEL_SCALED_FROM = 64
 
 #: Where i0e's and i1e's derivatives are their asymptotic series in |x| (`bessel_ie_series`).
 BESSEL_IE_SERIES_FROM = _asymptotic.BESSEL_IE_SERIES_FROM

@@ -738,30 +738,6 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         ),
         "jax float32 second in x0 at (0.0,): 0.5, exact 0.0",
     ),
-    ("bessel_i1", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "I1' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
-        "jax float32 first in x0 at (3.4028234663852886e+38,): nan, exact inf",
-    ),
-    ("bessel_i1", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "I1' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
-        "jax float32 jvp in x0 at (3.4028234663852886e+38,): nan, exact inf",
-    ),
     ("bessel_i1", "second"): (
         (
             ("jax", "float32"),
