@@ -3,9 +3,8 @@
 """f_bessel_i0: a rulegen rule."""
 
 import jax
-import jax.scipy.special
 
-from ._special import bessel_i0
+from ._special import bessel_i0, bessel_i1
 from ._util import as_arrays, in_float32, rounded
 
 
@@ -40,4 +39,4 @@ def _f_bessel_i0_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of bessel_i0 need not be the derived one (at a kink, a jump, a convention).
     out = _f_bessel_i0(x)
-    return out, x_dot * jax.scipy.special.i1(x)
+    return out, x_dot * bessel_i1(x)

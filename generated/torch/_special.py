@@ -163,7 +163,23 @@ def _erfcx_slope(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return _asymptotic.erfcx_slope(torch, x, out)
 
 
+def _bessel_i1_slope(x: torch.Tensor, _out: torch.Tensor | None) -> torch.Tensor:
+    return bessel_i1_slope(x)
+
+
+def _bessel_i1_slope_value(x: torch.Tensor) -> torch.Tensor:
+    return _asymptotic.bessel_i1_slope(torch, torch.special, x)
+
+
+def _bessel_i1_curvature(x: torch.Tensor, _out: torch.Tensor | None) -> torch.Tensor:
+    return _asymptotic.bessel_i1_curvature(torch, torch.special, x)
+
+
 _DIGAMMA = _differentiated_by("_Digamma", torch.special.digamma, _trigamma, reads_output=False)
+_BESSEL_I1 = _differentiated_by("_BesselI1", torch.special.i1, _bessel_i1_slope, reads_output=False)
+_BESSEL_I1_SLOPE = _differentiated_by(
+    "_BesselI1Slope", _bessel_i1_slope_value, _bessel_i1_curvature, reads_output=False
+)
 _ERFCX = _differentiated_by("_Erfcx", torch.special.erfcx, _erfcx_slope, reads_output=True)
 
 
@@ -181,3 +197,15 @@ def erfcx(x: torch.Tensor) -> torch.Tensor:
     float64 eps off at x = 1e4), in a rule's derivative that calls erfcx too.
     """
     return _applied(_ERFCX, x)
+
+
+def bessel_i1(x: torch.Tensor) -> torch.Tensor:
+    """torch.special.i1(x), differentiated by `bessel_i1_slope`: torch's I0(x) - I1(x) / x is
+    inf - inf where both overflow (from |x| = 89 in float32)."""
+    return _applied(_BESSEL_I1, x)
+
+
+def bessel_i1_slope(x: torch.Tensor) -> torch.Tensor:
+    """I1'(x) (`_asymptotic.bessel_i1_slope`), differentiated by I1''(x) as one product where I0
+    and I1 overflow (autodiff of exp(|x|) times the scaled functions is inf - inf there)."""
+    return _applied(_BESSEL_I1_SLOPE, x)

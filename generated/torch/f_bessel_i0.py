@@ -5,6 +5,7 @@
 import torch
 
 from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._special import bessel_i1
 from ._util import as_opmath_tensors, rounded
 
 
@@ -23,8 +24,8 @@ class FBesselI0(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            return torch.special.i1(x).mul_(out_bar)
-        return out_bar * torch.special.i1(x)
+            return bessel_i1(x).mul_(out_bar)
+        return out_bar * bessel_i1(x)
 
     jvp = backward
 

@@ -148,25 +148,43 @@ class bessel_i1(sp.Function):  # noqa: N801
     def fdiff(self, argindex: int = 1) -> sp.Expr:
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
-        x = self.args[0]
-        # I1'(x) = I0(x) - I1(x) / x, I1(x) / x its series 1/2 + x**2/16 near 0 (0 / 0 at it).  From |x| = 64 on,
-        # exp(|x|) (i0e(x) - i1e(x) / x): I0 and I1 overflow together (from 89 in float32), inf - inf, where
-        # their difference is inf too.  Each branch fed its own region's input.
-        edge = sp.Integer(BESSEL_SCALED_FROM)
-        near = Piecewise((sp.S.Zero, sp.Abs(x) >= edge), (x, True))
-        far = Piecewise((edge, sp.Abs(x) < edge), (x, True))
-        scaled = sp.exp(sp.Abs(far)) * (bessel_i0e(far) - bessel_i1e(far) / far)
-        return Piecewise(
-            (bessel_i0(near) - quotient_by_x(bessel_i1(near), near, sp.S.Half + near**2 / 16), sp.Abs(x) < edge),
-            (scaled, True),
-        )
+        return bessel_i1_slope(self.args[0])
 
     def _eval_rewrite_as_besseli(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
         return sp.besseli(1, arg)
 
 
-#: From where I1's derivative is computed from the exponentially scaled functions (`bessel_i1.fdiff`).
-BESSEL_SCALED_FROM = 64
+class bessel_i1_slope(sp.Function):  # noqa: N801
+    """I1'(x) = I0(x) - I1(x) / x, the runtime's `bessel_i1_slope` in both backends: from the exponentially scaled
+    functions where I0 and I1 overflow together (inf - inf), and differentiated there as one product."""
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        x = self.args[0]
+        # I1''(x) = (1 + 2 / x**2) I1(x) - I0(x) / x, 3x/8 near 0 (1/x - 1/x there).
+        small = sp.Abs(x) < sp.Rational(1, 2**26)
+        fed = Piecewise((sp.S.One, small), (x, True))
+        return Piecewise((3 * x / 8, small), ((1 + 2 / fed**2) * bessel_i1(fed) - bessel_i0(fed) / fed, True))
+
+    def _eval_rewrite_as_besseli(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
+        return sp.besseli(0, arg) - sp.besseli(1, arg) / arg
+
+
+def bessel_i1_slope_of(x: Any) -> Any:
+    """I1'(x) in numpy, as the runtime computes it: the accuracy search's evaluation."""
+    import importlib
+
+    special = importlib.import_module("scipy.special")
+    with np.errstate(all="ignore"):
+        return _asymptotic.bessel_i1_slope(np, special, np.asarray(x, dtype=np.float64))
+
+
+def _mp_bessel_i1_slope(x: mpmath.mpf) -> mpmath.mpf:
+    return mpmath.besseli(0, x) - mpmath.besseli(1, x) / x if x != 0 else mpmath.mpf(1) / 2
+
 
 #: Where i0e's and i1e's derivatives are their asymptotic series in |x| (`bessel_ie_series`).
 BESSEL_IE_SERIES_FROM = _asymptotic.BESSEL_IE_SERIES_FROM
@@ -1219,7 +1237,26 @@ REGISTRY: tuple[MathFunction, ...] = (
         jax_runtime="bessel_i0",
     ),
     MathFunction(
-        "bessel_i1", bessel_i1, "jax.scipy.special.i1", "torch.special.i1", mpmath=lambda x: mpmath.besseli(1, x)
+        "bessel_i1",
+        bessel_i1,
+        "jax.scipy.special.i1",
+        "torch.special.i1",
+        mpmath=lambda x: mpmath.besseli(1, x),
+        # The frameworks differentiate it as I0 - I1 / x, inf - inf where both overflow: the runtime's I1 has
+        # the registry's derivative, `bessel_i1_slope`.
+        jax_runtime="bessel_i1",
+        torch_runtime="bessel_i1",
+    ),
+    # I1's derivative, printed as the runtime's `bessel_i1_slope`.
+    MathFunction(
+        "bessel_i1_slope",
+        bessel_i1_slope,
+        numpy="rulegen.derive.functions.bessel_i1_slope_of",
+        mpmath=_mp_bessel_i1_slope,
+        jax_runtime="bessel_i1_slope",
+        torch_runtime="bessel_i1_slope",
+        torch_one_kernel=False,
+        internal=True,
     ),
     MathFunction("bessel_i0e", bessel_i0e, "jax.scipy.special.i0e", "torch.special.i0e", mpmath=_mp_i0e),
     MathFunction("bessel_i1e", bessel_i1e, "jax.scipy.special.i1e", "torch.special.i1e", mpmath=_mp_i1e),

@@ -99,3 +99,48 @@ def _bessel_ie_coefficients(nu: int, order: int, terms: int) -> tuple[float, ...
             a *= -(4 * nu * nu - (2 * k - 1) ** 2) / (k * 8)
         coefficients.append(_differentiated(a, -(k + 0.5), order))
     return tuple(coefficients)
+
+
+#: From where I1's derivatives are computed from the exponentially scaled functions: I0 and
+#: I1 overflow together (from |x| = 89 in float32, 713 in float64), where I0 - I1 / x is
+#: inf - inf.
+BESSEL_SCALED_FROM = 64
+#: Below, I1'' is its series: its closed form (1 + 2 / x**2) I1 - I0 / x cancels as x goes to 0.
+_I1_CURVATURE_SERIES_BELOW = 1
+#: I1'' = sum_k (2k + 1) 2k x**(2k - 1) / (2**(2k + 1) k! (k + 1)!), k = 1..9: within a
+#: float64 rounding below 1.
+_I1_CURVATURE_COEFFICIENTS = tuple(
+    (2 * k + 1) * 2 * k / (2 ** (2 * k + 1) * math.factorial(k) * math.factorial(k + 1))
+    for k in range(1, 10)
+)
+
+
+def bessel_i1_slope(xp: ModuleType, special: ModuleType, x: Any) -> Any:
+    """I1'(x) = I0(x) - I1(x) / x: 1/2 + 3 x**2 / 16 below |x| = 2**-26 (0 / 0 at 0), and
+    exp(|x|) (i0e(x) - i1e(x) / x) from `BESSEL_SCALED_FROM` on.  Each branch reads a stand-in
+    where the others are taken."""
+    size = xp.abs(x)
+    far = size >= BESSEL_SCALED_FROM
+    small = size < 2.0**-26
+    at_far = xp.where(far, x, BESSEL_SCALED_FROM)
+    at_near = xp.where(far | small, 1.0, x)
+    scaled = xp.exp(xp.abs(at_far)) * (special.i0e(at_far) - special.i1e(at_far) / at_far)
+    near = special.i0(at_near) - special.i1(at_near) / at_near
+    return xp.where(far, scaled, xp.where(small, 0.5 + 3 * (x * x) / 16, near))
+
+
+def bessel_i1_curvature(xp: ModuleType, special: ModuleType, x: Any) -> Any:
+    """I1''(x) = (1 + 2 / x**2) I1(x) - I0(x) / x: its series below |x| = 1, and exp(|x|) times
+    the scaled functions' combination from `BESSEL_SCALED_FROM` on (one product: no inf - inf
+    where I0 and I1 overflow)."""
+    size = xp.abs(x)
+    far = size >= BESSEL_SCALED_FROM
+    small = size < _I1_CURVATURE_SERIES_BELOW
+    at_far = xp.where(far, x, BESSEL_SCALED_FROM)
+    at_mid = xp.where(far | small, 2.0, x)
+    scaled = xp.exp(xp.abs(at_far)) * (
+        (1 + 2 / (at_far * at_far)) * special.i1e(at_far) - special.i0e(at_far) / at_far
+    )
+    mid = (1 + 2 / (at_mid * at_mid)) * special.i1(at_mid) - special.i0(at_mid) / at_mid
+    series = x * _horner(_I1_CURVATURE_COEFFICIENTS, x * x)
+    return xp.where(far, scaled, xp.where(small, series, mid))

@@ -54,6 +54,8 @@ HELPER_NAMES = frozenset(
         "as_opmath_tensors",
         "as_tensors",
         "bessel_i0",
+        "bessel_i1",
+        "bessel_i1_slope",
         "bessel_ie_series",
         "binade",
         "broadcast",

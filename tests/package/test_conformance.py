@@ -309,12 +309,6 @@ KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
         "integer",
         "beta of a non-positive integer is a ratio of two poles of Gamma, nan, where its limit is finite",
     ),
-    **_every(
-        ("bessel_i0", "bessel_i1"),
-        "array",
-        "derivatives past the float range: I0 - I1/x of two infinities is nan where the derivative is inf "
-        "(|x| = 1e4; float32 from |x| = 117)",
-    ),
     **{
         ("beta", "static", backend, "float64"): "beta(-10000.3, 0.7) as Python numbers, from log|Gamma| of a and "
         "a + b (about -8.2e4 each) differenced: 1.6e4 eps"
@@ -713,18 +707,6 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         "XLA's atan2 of subnormal pairs, flushed inside its algorithm: nan or pi/2 where atan2 is pi/4",
         ("jax float32 value in x0 at (1.401298464324817e-45, 1.401298464324817e-45): nan, exact 0.7853981633974483"),
     ),
-    ("bessel_i0", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "I0'' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
-        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact inf",
-    ),
     ("bessel_i1e", "second"): (
         (
             ("jax", "float32"),
@@ -737,18 +719,6 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
             "second derivative is 0"
         ),
         "jax float32 second in x0 at (0.0,): 0.5, exact 0.0",
-    ),
-    ("bessel_i1", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "I1' = I0 - I1 / x of two infinities past the float range (inf - inf), where it is inf",
-        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact inf",
     ),
     ("beta", "first"): (
         (

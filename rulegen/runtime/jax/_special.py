@@ -8,7 +8,9 @@ x = 8 too, where JAX's own erfcx is 0 on a band of each dtype.
 
 JAX differentiates i0 as i0e(x) exp(|x|), whose derivative at 0 is 1
 (|x|'s there), where I0'(0) = I1(0) = 0: a derivative that calls I0
-(I1's, I0(x) - I1(x) / x) is differentiated by I1 here.
+(I1's, I0(x) - I1(x) / x) is differentiated by I1 here.  I1 is
+differentiated by I0(x) - I1(x) / x, inf - inf where both overflow: here by
+`_asymptotic.bessel_i1_slope`, itself differentiated as one product.
 """
 
 import jax
@@ -50,4 +52,34 @@ def _bessel_i0_jvp(
     primals: tuple[jax.Array], tangents: tuple[jax.Array]
 ) -> tuple[jax.Array, jax.Array]:
     (x,), (x_dot,) = primals, tangents
-    return bessel_i0(x), x_dot * jax.scipy.special.i1(x)
+    return bessel_i0(x), x_dot * bessel_i1(x)
+
+
+@jax.custom_jvp
+def bessel_i1(x: jax.Array) -> jax.Array:
+    """I1(x), JAX's, with its derivative `bessel_i1_slope` at every order."""
+    return jax.scipy.special.i1(x)
+
+
+@bessel_i1.defjvp
+def _bessel_i1_jvp(
+    primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[jax.Array, jax.Array]:
+    (x,), (x_dot,) = primals, tangents
+    return bessel_i1(x), x_dot * bessel_i1_slope(x)
+
+
+@jax.custom_jvp
+def bessel_i1_slope(x: jax.Array) -> jax.Array:
+    """I1'(x) (`_asymptotic.bessel_i1_slope`), differentiated by I1''(x) as one product where I0
+    and I1 overflow: JAX's derivative of I0 - I1 / x, or of exp(|x|) times the scaled functions,
+    is inf - inf there."""
+    return _asymptotic.bessel_i1_slope(jnp, jax.scipy.special, x)
+
+
+@bessel_i1_slope.defjvp
+def _bessel_i1_slope_jvp(
+    primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[jax.Array, jax.Array]:
+    (x,), (x_dot,) = primals, tangents
+    return bessel_i1_slope(x), x_dot * _asymptotic.bessel_i1_curvature(jnp, jax.scipy.special, x)
