@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, routed, save_for_derivatives
 from ._util import as_tensors
 
 
@@ -22,8 +22,6 @@ class CExp(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (out,) = ctx.saved_tensors
-        if plain(out, out_bar):
-            return torch.conj_physical(out).mul_(out_bar)
         return out_bar * torch.conj_physical(out)
 
     @staticmethod

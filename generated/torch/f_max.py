@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, routed, save_for_derivatives
 from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded
 
@@ -29,15 +29,6 @@ class FMax(RuleFunction):
         if out_bar is None:
             return None, None
         t0 = x == y
-        if plain(x, y, out_bar) and all(ctx.needs_input_grad):
-            t1 = (-y).add_(x)
-            t2 = out_bar * torch.where(
-                t0, 1 / 2, (torch.where(t1.isnan(), math.nan, torch.sign(t1)) + 1) / 2
-            )
-            t3 = out_bar * torch.where(
-                t0, 1 / 2, (torch.where((-t1).isnan(), math.nan, torch.sign(-t1)) + 1) / 2
-            )
-            return t2.sum_to_size(x.shape), t3.sum_to_size(y.shape)
         t1 = x - y
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:

@@ -14,9 +14,6 @@ class FMish(RuleFunction):
 
     @staticmethod
     def forward(x):
-        if plain(x):
-            t0 = torch.nn.functional.softplus(x, threshold=40.0).tanh_()
-            return t0 * x, t0
         t0 = torch.tanh(torch.nn.functional.softplus(x, threshold=40.0))
         return t0 * x, t0
 

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
+from ._function import RuleFunction, routed, save_for_derivatives, summed_like
 from ._util import as_opmath_tensors, rounded
 
 
@@ -13,9 +13,6 @@ class MyCube(RuleFunction):
 
     @staticmethod
     def forward(x):
-        if plain(x):
-            t0 = x**3
-            return t0, (x * x).mul_(3)
         return x**3, 3 * (x * x)
 
     @staticmethod

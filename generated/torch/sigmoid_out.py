@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, routed, save_for_derivatives
 from ._util import as_opmath_tensors, rounded
 
 
@@ -23,8 +23,6 @@ class SigmoidOut(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         x, out = ctx.saved_tensors
-        if plain(x, out, out_bar):
-            return torch.ops.aten.softplus_backward(out, x, -1.0, 40.0).mul_(out_bar)
         return out_bar * torch.ops.aten.softplus_backward(out, x, -1.0, 40.0)
 
     jvp = backward

@@ -52,7 +52,9 @@ class InPlaceWriter:
         self.steps: list[Assign | Expr] = []
         # The buffer the last step updates, when that step is a bare update (an Expr).
         self.updated: str | None = None
-        self.updates = 0  # in-place updates written: none, and the steps are out-of-place code
+        # Allocations the out-of-place code makes that the updates written spare: none, and the steps are
+        # out-of-place code.
+        self.spared = 0
         # Temporaries that hold a selection (a Piecewise): `sp.cse` names a
         # shared `torch.where(x > 0, 1, 0)`, and the expressions that read it
         # then have no Piecewise in them to tell.
@@ -108,7 +110,7 @@ class InPlaceWriter:
             return self.steps.pop().code
         return name
 
-    def _update(self, buffer: str, call: str) -> None:
+    def _update(self, buffer: str, call: str, spared: int = 1) -> None:
         """Apply `buffer.call`, chained onto the last step where that step made or updated `buffer`.
 
         An in-place method returns its tensor, so `t0 = torch.cos(x)` then
@@ -124,7 +126,7 @@ class InPlaceWriter:
         else:
             self.steps.append(Expr(f"{buffer}.{call}"))
         self.updated = buffer
-        self.updates += 1
+        self.spared += spared
 
     def _fresh(self, expr: sp.Expr, target: str | None) -> str:
         name = target or str(next(self.names))
@@ -212,7 +214,8 @@ class InPlaceWriter:
         arguments = [self._operand(sp.Mul(*factors)), self._operand(second)]
         if value != 1:
             arguments.append(f"value={self.code(value)}")
-        self._update(buffer, f"{method}({', '.join(arguments)})")
+        # The sum, the last product of tensors and the scaling, each an allocation out of place.
+        self._update(buffer, f"{method}({', '.join(arguments)})", spared=2 + (value != 1))
         return True
 
     def _product(self, expr: sp.Mul, target: str | None) -> str:

@@ -37,7 +37,8 @@ def _both(exprs, forms=TORCH_FORMS):
     # of the Python float would raise out of place too (hypothesis seed 44).
     emit = Emitter(print_torch, {"x", "y", "s", "g", "beta"}, forms, scalars={"beta"})
     out_of_place = emit.block([], results)
-    in_place = emit.in_place_block(results, TENSORS)
+    # The writer's mechanics, on bodies small enough that a generated module would keep them out of place.
+    in_place = emit.in_place_block(results, TENSORS, min_spared=1)
     return out_of_place, in_place, import_statements(emit.imports | {Import("torch")})
 
 
@@ -291,3 +292,17 @@ def test_an_in_place_sum_adds_in_the_order_the_out_of_place_code_does(expr):
     (expected,) = _run(out_of_place, imports, values)
     (got,) = _run(in_place, imports, values)
     torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    ("expr", "twin"),
+    [
+        (3 * X**2, False),  # (x*x).mul_(3): one allocation spared, not worth a guard and a second body
+        (sp.exp(X) / 2, False),
+        (sp.exp(X) + 2 * G * S, True),  # addcmul_ spares the product, its scaling and the sum
+        (sp.exp(-(X**2) / 2) * X / 3 + S, True),
+    ],
+)
+def test_an_in_place_twin_is_written_where_it_spares_two_allocations(expr, twin):
+    emit = Emitter(print_torch, {"x", "y", "s", "g", "beta"}, TORCH_FORMS, scalars={"beta"})
+    assert (emit.in_place_block([Result("r0", expr)], TENSORS) is not None) is twin
