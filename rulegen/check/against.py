@@ -522,18 +522,32 @@ def _not_for_hand_written(audit: Audit, check: str) -> str | None:
 CHECK_TIMEOUT = 300.0
 
 
+class _TimedOut(BaseException):
+    """Raised inside a check's thread that ran past its time: a BaseException, so no `except Exception` of the
+    code under test swallows it."""
+
+
+#: How long a timed-out check's thread is given to stop once told to, in seconds.
+_STOP_GRACE = 5.0
+
+
 def _within(seconds: float, function: Callable[..., str], *args: Any, **kwargs: Any) -> str:
     """`function(*args, **kwargs)`, or CheckFailed where it runs longer than `seconds`.
 
     Hand-written code may loop forever at some dtype (an absolute tolerance
-    that bfloat16 never reaches): the check runs in a daemon thread, left
-    behind where it does not finish.
+    that bfloat16 never reaches): the check runs in a daemon thread, which
+    is stopped where it does not finish (an exception raised in it at its
+    next Python instruction), so that it does not run on beside the checks
+    after it, on the same frameworks.  A loop inside one native call ends
+    only when the call does; the failure says so.
     """
     result: dict[str, Any] = {}
 
     def run() -> None:
         try:
             result["value"] = function(*args, **kwargs)
+        except _TimedOut:
+            pass
         except BaseException as exc:
             result["error"] = exc
 
@@ -541,10 +555,21 @@ def _within(seconds: float, function: Callable[..., str], *args: Any, **kwargs: 
     thread.start()
     thread.join(seconds)
     if thread.is_alive():
-        raise CheckFailed(f"did not finish in {seconds:.0f} s (a loop that never ends at some dtype or point?)")
+        _raise_in(thread, _TimedOut)
+        thread.join(_STOP_GRACE)
+        left = "stopped" if not thread.is_alive() else "still running, inside a native call"
+        raise CheckFailed(f"did not finish in {seconds:.0f} s (a loop that never ends at some dtype or point?); {left}")
     if "error" in result:
         raise result["error"]
     return cast(str, result["value"])
+
+
+def _raise_in(thread: threading.Thread, exception: type[BaseException]) -> None:
+    """Raise `exception` in `thread` at its next Python instruction (CPython's asynchronous exception)."""
+    import ctypes
+
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exception))
 
 
 def _refused_dtype(audit: Audit, check: str, exc: BaseException) -> str:
