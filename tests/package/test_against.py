@@ -299,3 +299,19 @@ def test_the_pytest_plugin_audits_what_a_rule_file_declares(
     )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*log1pexp: check grad_dtype failed: torch=wrong_log1pexp_dtype_leak_torch*float64*"])
+
+
+@pytest.mark.slow
+def test_compile_and_durability_run_on_hand_written_code_with_compile(rulegen_log1pexp: dict[str, Any]) -> None:
+    """`--compile` holds the user's code to torch.compile, export and shard_map as it does rulegen's own."""
+    (rule,) = read_rule_file(LOG1PEXP)
+    targets = {"jax": "right_log1pexp:log1pexp", "torch": "right_log1pexp:log1pexp_torch"}
+    implementations = {backend: load_callable(target) for backend, target in targets.items()}
+    audit = Audit(rule, targets, implementations, rulegen_log1pexp, (rule.name,))
+    checks = chosen_audit_checks(["compile", "durability"])
+    without = {o.check: o for o in audit_outcomes(audit, checks=checks)}
+    assert {o.status for o in without.values()} == {"n/a"}, without
+    found = {o.check: o for o in audit_outcomes(audit, checks=checks, include_compile=True)}
+    assert found["compile"].status == "pass", found["compile"]
+    assert found["durability"].status in ("pass", "n/a"), found["durability"]
+    assert found["durability"].status == "pass" or "shard_map" in found["durability"].detail, found["durability"]
