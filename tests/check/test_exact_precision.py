@@ -21,7 +21,7 @@ def test_exact_values_round_the_working_precision_up_to_a_step_and_keep_their_va
         asked.append(mpmath.mp.prec)
         return mpmath.digamma(x)
 
-    points = [0.3, 7.0, 1e5, 3.5e17, 1e200, 2.5e-300]
+    points = [0.3, 7.0, 1e5, 3.5e17, 1e30, 2.5e-20]
     for x in points:
         assert accuracy._exact_value(digamma, [x]) == exact_value(recorded, [x])
     assert len(seen) == len(asked)
