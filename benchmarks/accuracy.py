@@ -18,9 +18,10 @@ outputs (value) and the points, generated / autodiff. The summary line per
 suite: the mean over its rules, how many rules' generated gradient is within
 1 bit in every dtype and backend, and how many are worse than autodiff (a
 mean more than 1 bit above autodiff's in some dtype or backend). `--quick`
-samples 8 points per dtype and measures every third rule of FPBench's suite and the
-first rule of the others, to see that everything runs. `--markdown` measures FPBench's suite and `rules/` and prints
-docs/accuracy.md's table of their means: each cell generated (autodiff), the gradient's in bold.
+samples 8 points per dtype and measures every fourth rule of `rules/`, every third
+of FPBench's suite and the first rule of the others, to see that everything runs.
+`--markdown` measures FPBench's suite and `rules/` and prints docs/accuracy.md's table of
+their means: each cell generated (autodiff), the gradient's in bold.
 `--table tanh_sigmoid` and `--table gelu_tanh` print instead the mean / max bits of f_tanh's and
 f_sigmoid's derivatives and of f_gelu_tanh's value and derivative, generated (autodiff);
 `--table bessel_ie` the float64 relative error in eps of the first two derivatives of i0e and i1e in
@@ -51,9 +52,10 @@ SUITES = {
     "distributions": ROOT / "benchmarks" / "distributions",
     "ml": ROOT / "benchmarks" / "ml",
 }
-#: --quick measures every third rule of FPBench's suite, and the first rule only (every sys.maxsize-th) of the
-#: others, whose rules are searched on a cold build for minutes each.
-_QUICK_EVERY = {"FPBench hamming-ch3": 3}
+#: --quick measures every fourth rule of `rules/` (every rule of it is measured by the `accuracy` check of
+#: `rulegen test`, at more points), every third of FPBench's suite, and the first rule only (every
+#: sys.maxsize-th) of the others, whose rules are searched on a cold build for minutes each.
+_QUICK_EVERY = {"rules/": 4, "FPBench hamming-ch3": 3}
 KINDS = (("gradient", True), ("value", False))
 TABLES = ("accuracy", "tanh_sigmoid", "gelu_tanh", "bessel_ie")
 #: The points of the bessel_ie table, as its header writes them.
@@ -244,7 +246,7 @@ def _alone(rules: list[Rule], alone: bool) -> Iterator[list[Rule]]:
 def run_suite(
     title: str, folder: Path, points: int, seed: int, plot: Path | None, *, every: int = 1
 ) -> list[RuleAccuracy]:
-    """The suite's table and summary; `every`: measure every so many of its rules (--quick: a third of FPBench's)."""
+    """The suite's table and summary; `every`: measure every so many of its rules (--quick: see _QUICK_EVERY)."""
     rules = list(read_rules(rule_files([folder]))[::every])
     started = time.perf_counter()
     # rules/ is generated/ (built first, as every benchmark needs); the others are built here.
@@ -283,7 +285,9 @@ def run_suite(
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="8 points per dtype, a third of FPBench's rules")
+    parser.add_argument(
+        "--quick", action="store_true", help="8 points per dtype, a quarter of rules/, a third of FPBench's rules"
+    )
     parser.add_argument("--suite", choices=list(SUITES), default=None, help="measure this suite only")
     parser.add_argument("--points", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
@@ -310,7 +314,7 @@ def main(argv: list[str]) -> int:
     for title, folder in SUITES.items():
         if args.suite is not None and title != args.suite:
             continue
-        every = _QUICK_EVERY.get(title, sys.maxsize) if args.quick and folder != SUITES["rules/"] else 1
+        every = _QUICK_EVERY.get(title, sys.maxsize) if args.quick else 1
         run_suite(title, folder, points, args.seed, args.plot, every=every)
     return 0
 

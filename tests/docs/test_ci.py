@@ -52,3 +52,18 @@ def test_the_tests_sharing_a_module_fixture_run_on_one_worker_which_makes_it_onc
     assert len(shared) == 4 and len(set(shared)) == 1 and shared[0][1] == "@test_suite", ran
     assert all(not group for _, name, group in ran if name.startswith("test_alone")), ran
     assert (pytester.path / "made.log").read_text() == "made\n"
+
+
+def test_the_unit_lane_is_a_step_of_its_own_and_the_steps_run_every_test_folder():
+    # The unit lane's time is printed as a step's; together the pytest steps run every folder of tests/.
+    from tests.conftest import STAGE_FOLDERS
+
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    runs = [words[2:] for words in (shlex.split(line) for line in lines if line.startswith("step "))]
+    paths = [[w for w in words if w.startswith("tests/")] for words in runs if words[0] == "pytest"]
+    assert len(paths) == 2
+    assert paths[0] == [f"tests/{folder}" for folder in ("spec", "derive", "plan", "render", "check", "runtime")]
+    assert {p.removeprefix("tests/") for p in paths[0]} == STAGE_FOLDERS
+    folders = {"/".join(p.relative_to(ROOT).parts[:2]) for p in (ROOT / "tests").rglob("test_*.py")}
+    assert folders == {p for run in paths for p in run}
+    assert not set(paths[0]) & set(paths[1])
