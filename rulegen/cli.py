@@ -328,13 +328,15 @@ def test(
     from rulegen.check import outcomes_json, run_checks
     from rulegen.check.against import AUDIT_CHECKS, AgainstError, chosen_audit_checks, declared_audit_outcomes
     from rulegen.check.run import chosen_checks
-    from rulegen.render.build import available_cores
+    from rulegen.render.build import available_cores, with_accuracy
     from rulegen.spec.errors import SpecErrors
     from rulegen.spec.rules import callees, read_rules, rule_files
 
-    files = rule_files(rule_paths(rules, load_config()))
+    config = load_config()
+    policy = build_accuracy(config)
+    files = rule_files(rule_paths(rules, config))
     try:
-        found = read_rules(files)
+        found = with_accuracy(read_rules(files), policy)
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
     # Implementations a rule declares (`checks.against`) are audited beside rulegen's code of it.
@@ -365,6 +367,7 @@ def test(
                 progress=advance,
                 jobs=jobs or available_cores(),
                 only=only,
+                accuracy=policy,
             )
         except SpecErrors as exc:
             raise _report_spec_errors(exc) from None
@@ -493,10 +496,11 @@ def accuracy(
         _print_fronts(files)
         return
     try:
-        found = with_accuracy(read_rules(files), build_accuracy(config))
+        policy = build_accuracy(config)
+        found = with_accuracy(read_rules(files), policy)
         measured = {r.name for r in found}
         every = (*found, *callees(found, project_rules(files)))
-        with CheckSession(every) as session:
+        with CheckSession(every, accuracy=policy) as session:
             jax_pkg, torch_pkg = session.modules
             names = [r.name for r in every]
             for rule in (r for r in every if r.name in measured):

@@ -52,3 +52,18 @@ def test_the_command_line_wins_over_the_project(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["build", "-j", "1", "--accuracy", "balanced"])
     assert result.exit_code == 0, result.output
     assert _stabilised(tmp_path / "generated")[0] == "balanced"
+
+
+def test_the_checks_build_under_the_project_s_policy(tmp_path, monkeypatch):
+    import inspect
+
+    from rulegen.check.run import CheckSession
+    from rulegen.spec.rules import read_rule_file
+
+    (tmp_path / "f_tanh.yaml").write_text(TANH)
+    rules = read_rule_file(tmp_path / "f_tanh.yaml")
+    for policy, exact_tail in (("fast", False), (None, True)):
+        with CheckSession(rules, accuracy=policy) as session:
+            _, torch_pkg = session.modules
+            source = inspect.getsource(inspect.getmodule(torch_pkg.f_tanh))
+            assert ("sigmoid" in source) == exact_tail
