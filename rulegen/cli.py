@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 import tomllib
@@ -47,6 +48,7 @@ class Config:
     pyproject: Path | None = None  # where [tool.rulegen] was found; None: the defaults of the working directory
     package_name: str | None = None  # `package-name`: see `build --package-name`
     package_version: str | None = None  # `package-version`: see `build --package-version`
+    accuracy: object = None  # `accuracy`: see `build --accuracy` (checked where it is used)
 
 
 def load_config(start: Path | None = None) -> Config:
@@ -68,6 +70,7 @@ def load_config(start: Path | None = None) -> Config:
                     pyproject,
                     table.get("package-name"),
                     table.get("package-version"),
+                    table.get("accuracy"),
                 )
     return Config((here / "rules",), here / "generated")
 
@@ -136,6 +139,12 @@ RulesArg = Annotated[
 ]
 
 
+class AccuracyPolicy(StrEnum):
+    best = "best"
+    balanced = "balanced"
+    fast = "fast"
+
+
 @app.command()
 def build(
     rules: RulesArg = None,
@@ -163,6 +172,15 @@ def build(
             help="The version of that distribution, a PEP 440 version (default: [tool.rulegen] package-version; 0.1.0)",
         ),
     ] = None,
+    accuracy: Annotated[
+        AccuracyPolicy | None,
+        typer.Option(
+            "--accuracy",
+            help="What the accuracy search keeps, for rules with no `accuracy` of their own: the most accurate "
+            "form (best), the most accurate at most 1.25x the derived form's cost (balanced), the cheapest no "
+            "less accurate than the derived form (fast) (default: [tool.rulegen] accuracy; best)",
+        ),
+    ] = None,
 ) -> None:
     """Validate the rules, derive what they lack, and write the package."""
     from rulegen.render.build import HandEditedError, OutputError, PackageNameError, available_cores
@@ -174,6 +192,7 @@ def build(
     target = out or config.out
     package_name = _package_name(package_name or config.package_name)
     package_version = _package_version(package_version, config, package_name)
+    policy = accuracy.value if accuracy is not None else build_accuracy(config)
     started = time.perf_counter()
     try:
         result = run_build(
@@ -184,6 +203,7 @@ def build(
             jobs=jobs or available_cores(),
             package_name=package_name,
             package_version=package_version,
+            accuracy=policy,
         )
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
@@ -199,6 +219,19 @@ def build(
         err_console.print("Move your change into the rule, or pass --force to overwrite.")
         raise typer.Exit(EXIT_STALE) from None
     _report_build(result, target, check=check, seconds=time.perf_counter() - started)
+
+
+def build_accuracy(config: Config) -> str | None:
+    """The project's `[tool.rulegen] accuracy` (None where it names none); exit 2 where it is no policy."""
+    value = config.accuracy
+    if value is None or value in AccuracyPolicy.__members__:
+        return value  # type: ignore[return-value]
+    choices = ", ".join(AccuracyPolicy.__members__)
+    err_console.print(
+        f"[red]error:[/red] {escape(f'{config.pyproject}: [tool.rulegen] accuracy {value!r}')}: "
+        f"one of {choices}; nothing was written."
+    )
+    raise typer.Exit(EXIT_SPEC)
 
 
 def _package_name(name: str | None) -> str | None:
@@ -295,13 +328,15 @@ def test(
     from rulegen.check import outcomes_json, run_checks
     from rulegen.check.against import AUDIT_CHECKS, AgainstError, chosen_audit_checks, declared_audit_outcomes
     from rulegen.check.run import chosen_checks
-    from rulegen.render.build import available_cores
+    from rulegen.render.build import available_cores, with_accuracy
     from rulegen.spec.errors import SpecErrors
     from rulegen.spec.rules import callees, read_rules, rule_files
 
-    files = rule_files(rule_paths(rules, load_config()))
+    config = load_config()
+    policy = build_accuracy(config)
+    files = rule_files(rule_paths(rules, config))
     try:
-        found = read_rules(files)
+        found = with_accuracy(read_rules(files), policy)
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
     # Implementations a rule declares (`checks.against`) are audited beside rulegen's code of it.
@@ -332,6 +367,7 @@ def test(
                 progress=advance,
                 jobs=jobs or available_cores(),
                 only=only,
+                accuracy=policy,
             )
         except SpecErrors as exc:
             raise _report_spec_errors(exc) from None
@@ -434,6 +470,14 @@ def accuracy(
     plot_format: Annotated[
         PlotFormat, typer.Option("--format", help="One HTML page (SVG) or one PNG (matplotlib) per rule")
     ] = PlotFormat.html,
+    front: Annotated[
+        bool,
+        typer.Option(
+            "--front",
+            help="Instead: each searched quantity's forms on the front of bits of error against cost, and the one "
+            "each accuracy policy keeps",
+        ),
+    ] = False,
 ) -> None:
     """Bits of error of every value and partial, generated code beside autodiff of the written forward."""
 
@@ -442,15 +486,21 @@ def accuracy(
     from rulegen.check.accuracy_report import accuracy_table, write_plot
     from rulegen.check.accuracy_snippet import hand_written, snippet_accuracy
     from rulegen.check.subject import subject_of
+    from rulegen.render.build import with_accuracy
     from rulegen.spec.errors import SpecErrors
     from rulegen.spec.rules import callees, read_rules, rule_files
 
-    files = rule_files(rule_paths(rules, load_config()))
+    config = load_config()
+    files = rule_files(rule_paths(rules, config))
+    if front:
+        _print_fronts(files)
+        return
     try:
-        found = read_rules(files)
+        policy = build_accuracy(config)
+        found = with_accuracy(read_rules(files), policy)
         measured = {r.name for r in found}
         every = (*found, *callees(found, project_rules(files)))
-        with CheckSession(every) as session:
+        with CheckSession(every, accuracy=policy) as session:
             jax_pkg, torch_pkg = session.modules
             names = [r.name for r in every]
             for rule in (r for r in every if r.name in measured):
@@ -479,6 +529,54 @@ def accuracy(
         raise _report_spec_errors(exc) from None
 
 
+def _print_fronts(files: Sequence[Path]) -> None:
+    """Each searched quantity of the rules in `files`: its forms on the front of bits of error against cost
+    (rulegen.derive.stabilise.policy), and the form each policy keeps."""
+    from rich.table import Table
+
+    from rulegen.derive.partials import Derivation, derive_rule
+    from rulegen.derive.stabilise import POLICIES
+    from rulegen.derive.stabilise.cost import costs
+    from rulegen.spec.errors import SpecErrors
+    from rulegen.spec.rules import read_rules
+
+    try:
+        found = read_rules(files)
+        known = tuple(r.name for r in (*found, *project_rules(files)))
+        for rule in found:
+            runs = {p: derive_rule(rule.model_copy(update={"accuracy": p}), known) for p in POLICIES}
+            choices = {p: {c.quantity: c for c in d.choices} for p, d in runs.items() if isinstance(d, Derivation)}
+            searched = [q for q, c in choices.get("best", {}).items() if not math.isnan(c.bits_before[0])]
+            if not searched:
+                out_console.print(f"[dim]{rule.name}: no quantity searched (screened accurate, or not sympy)[/dim]")
+                continue
+            for quantity in searched:
+                forms: dict[object, tuple[str, tuple[float, float]]] = {}
+                for policy in POLICIES:
+                    chosen = choices[policy].get(quantity)
+                    for family, form, means in () if chosen is None else chosen.front:
+                        forms.setdefault(form, (family, means))
+                table = Table(
+                    title=f"{rule.name}: {quantity}",
+                    caption="bits: mean bits of error, float64/float32; cost: torch eager/JAX jit "
+                    "(rulegen.derive.stabilise.cost)",
+                )
+                for column in ("form", "family", "bits", "cost", "kept by"):
+                    table.add_column(column, overflow="fold")
+                for form, (family, means) in forms.items():
+                    kept = [p for p in POLICIES if quantity in choices[p] and choices[p][quantity].chosen == form]
+                    table.add_row(
+                        escape(str(form)),
+                        escape(family),
+                        "/".join(f"{b:.1f}" for b in means),
+                        "/".join(f"{c:.1f}" for c in costs(form)),
+                        ", ".join(kept),
+                    )
+                out_console.print(table)
+    except SpecErrors as exc:
+        raise _report_spec_errors(exc) from None
+
+
 class Backend(StrEnum):
     jax = "jax"
     torch = "torch"
@@ -501,15 +599,16 @@ def show(
     from rich.syntax import Syntax
 
     from rulegen.derive.routes import describe
-    from rulegen.render.build import display_path, generate
+    from rulegen.render.build import display_path, generate, with_accuracy
     from rulegen.render.write import format_sources
     from rulegen.spec.errors import SpecErrors
     from rulegen.spec.rules import read_rules, rule_files
 
-    paths = rule_paths([*(files or ()), *(rules or ())], load_config())
+    config = load_config()
+    paths = rule_paths([*(files or ()), *(rules or ())], config)
     try:
         shown = [display_path(path) for path in rule_files(paths)]
-        found = read_rules(shown)
+        found = with_accuracy(read_rules(shown), build_accuracy(config))
         rule = next((r for r in found if r.name == name), None)
         if rule is not None:
             known = {r.name for r in (*found, *project_rules(shown))}
@@ -521,7 +620,10 @@ def show(
         err_console.print(escape(f"no rule named {name!r}{_did_you_mean(name, [r.name for r in found])}"))
         raise typer.Exit(EXIT_SPEC)
     if why:
-        out_console.print(_why_table(rule.name, made.stabilised, searched=made.searched))
+        from rulegen.spec.model import DEFAULT_ACCURACY
+
+        policy = rule.accuracy or DEFAULT_ACCURACY
+        out_console.print(_why_table(rule.name, made.stabilised, searched=made.searched, policy=policy))
         return
     out_console.print(f"[dim]routes: {escape(describe(routes))}[/dim]")
     for rel, text in sorted(generated.items()):
@@ -530,21 +632,26 @@ def show(
             out_console.print(Syntax(text, "python", theme="ansi_dark", background_color="default"))
 
 
-def _why_table(name: str, stabilised: Sequence[StabilisedRecord], *, searched: bool) -> RenderableType:
-    """The search's choices for one rule as `rulegen show NAME --why` prints them."""
+def _why_table(
+    name: str, stabilised: Sequence[StabilisedRecord], *, searched: bool, policy: str = "best"
+) -> RenderableType:
+    """The search's choices for one rule, under accuracy `policy`, as `rulegen show NAME --why` prints them."""
     from rich.table import Table
     from rich.text import Text
 
     if not searched:
         return Text(f"{name}: Python bodies, computed as written (the accuracy search works on sympy expressions)")
     if not stabilised:
-        return Text(f"{name}: every quantity is computed as derived (no other form measured more accurate)")
+        return Text(
+            f"{name}: every quantity is computed as derived (accuracy: {policy}; no other form measured more "
+            "accurate, or none the policy keeps)"
+        )
 
     def bits(pair: tuple[float, float]) -> str:
         return "/".join("-" if b != b else f"{b:.1f}" for b in pair)
 
     table = Table(
-        title=f"{name}: forms the accuracy search chose",
+        title=f"{name}: forms the accuracy search chose (accuracy: {policy})",
         caption="bits: mean bits of error against the correctly rounded value, float64/float32",
     )
     for column in ("quantity", "family", "as derived", "as computed", "bits before", "bits after"):

@@ -31,8 +31,11 @@ class CheckSession:
     the package or restarting the workers.
     """
 
-    def __init__(self, rules: Sequence[Rule], package: str | None = None, *, jobs: int = 1) -> None:
+    def __init__(
+        self, rules: Sequence[Rule], package: str | None = None, *, jobs: int = 1, accuracy: str | None = None
+    ) -> None:
         self.rules = list(rules)
+        self.accuracy = accuracy  # the build's accuracy policy, of the rules that name none
         self.package = package
         self.jobs = max(1, min(jobs, len(self.rules)))
         self._stack = ExitStack()
@@ -48,7 +51,7 @@ class CheckSession:
                 self._stack.callback(_forget_package, package)
                 from rulegen.render.build import build
 
-                build(sorted({Path(r.source) for r in self.rules}), Path(folder) / package)
+                build(sorted({Path(r.source) for r in self.rules}), Path(folder) / package, accuracy=self.accuracy)
             if self.jobs > 1:
                 # Each worker gets an equal share of the cores for torch's own threads.
                 threads = max(1, available_cores() // self.jobs)
@@ -169,14 +172,16 @@ def run_checks(
     progress: Callable[[Outcome], None] | None = None,
     jobs: int = 1,
     only: Collection[str] | None = None,
+    accuracy: str | None = None,
 ) -> list[Outcome]:
     """Every check (or those named in `only`) on every rule; `package` names an importable built package,
     else one is built.
 
-    `jobs` above 1 checks rules in that many worker processes (see `CheckSession`).
+    `jobs` above 1 checks rules in that many worker processes (see `CheckSession`); `accuracy` is the
+    build's accuracy policy.
     """
     checks = chosen_checks(only)  # an unknown name is refused before anything is built
-    with CheckSession(rules, package, jobs=jobs) as session:
+    with CheckSession(rules, package, jobs=jobs, accuracy=accuracy) as session:
         return session.run(seed=seed, include_compile=include_compile, progress=progress, checks=checks)
 
 

@@ -203,7 +203,7 @@ def derived(rule: Rule, known: tuple[str, ...]) -> Any:
     """The rule's derivation, once per rule and set of known rules."""
     from rulegen.derive.partials import derive_rule
 
-    key = (rule.source, rule.name, rule.source_hash, rule.stabilise, *known)
+    key = (rule.source, rule.name, rule.source_hash, rule.stabilise, rule.accuracy, *known)
     if key not in _DERIVED:
         _DERIVED[key] = derive_rule(rule, known)
     return _DERIVED[key]

@@ -28,7 +28,7 @@ from rulegen.derive.forms import canonical
 from rulegen.derive.functions import VANISHING, Piecewise
 from rulegen.derive.routes import Gives, Routes, choose_routes
 from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
-from rulegen.derive.stabilise import BUDGET, Choice, Sampling, searchable, stabilise
+from rulegen.derive.stabilise import BUDGET, DEFAULT_POLICY, Choice, Sampling, searchable, stabilise
 from rulegen.derive.symbols import scope, symbols_of, value_symbol
 from rulegen.spec.errors import Loc, SpecError, SpecErrors
 from rulegen.spec.names import COTANGENT, TANGENT
@@ -475,6 +475,7 @@ def stabilised(d: Derivation) -> Derivation:
         return d
     choices: dict[str, Choice] = {}
     searched: set[sp.Expr] = set()
+    policy = d.rule.accuracy or DEFAULT_POLICY
 
     def chosen(label: str, expr: sp.Expr, alternatives: tuple[tuple[str, sp.Expr], ...] = ()) -> Choice | None:
         if not searchable(expr, sampling):
@@ -483,7 +484,7 @@ def stabilised(d: Derivation) -> Derivation:
             if len(searched) >= BUDGET.searches_per_rule:
                 return None
             searched.add(expr)
-        choice = stabilise(expr, sampling, quantity=label, alternatives=alternatives)
+        choice = stabilise(expr, sampling, quantity=label, alternatives=alternatives, policy=policy)
         choices.setdefault(label, choice)
         return choice
 

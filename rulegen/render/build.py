@@ -37,6 +37,7 @@ from rulegen.render.write import (
     write_package,
 )
 from rulegen.spec.errors import Loc, SpecError, SpecErrors, in_stage
+from rulegen.spec.model import DEFAULT_ACCURACY
 from rulegen.spec.rules import Rule, clash_errors, read_rule_file, rule_files
 
 #: Fewer rules than this are derived in the calling process: starting workers
@@ -312,8 +313,11 @@ class _Sources:
     to_generate: list[tuple[str, str, tuple[Rule, ...]]] = field(default_factory=list)  # (key, hash, rules)
 
 
-def _read_sources(paths: Iterable[Path], out: Path, previous: Manifest, same_compiler: bool) -> _Sources:
-    """Each rule file: kept as the last build left it where nothing changed, else read to be derived."""
+def _read_sources(
+    paths: Iterable[Path], out: Path, previous: Manifest, same_compiler: bool, accuracy: str | None = None
+) -> _Sources:
+    """Each rule file: kept as the last build left it where nothing changed, else read to be derived, its rules
+    without an `accuracy` of their own under the build's (`accuracy`; None: the default)."""
     found = _Sources()
     cwd, root = Path.cwd(), resolved_path(out).parent
     for path in rule_files(paths):
@@ -344,7 +348,7 @@ def _read_sources(paths: Iterable[Path], out: Path, previous: Manifest, same_com
             found.claims += [(name, cls, Loc(str(path))) for name, cls in record.rules]
             continue
         try:
-            rules = read_rule_file(path, key)
+            rules = with_accuracy(read_rule_file(path, key), accuracy)
         except SpecErrors as exc:
             found.errors.extend(exc.errors)
             continue
@@ -382,6 +386,13 @@ def _generate_sources(found: _Sources, jobs: int) -> tuple[dict[str, str], list[
     return fresh, rebuilt
 
 
+def with_accuracy(rules: Sequence[Rule], accuracy: str | None) -> tuple[Rule, ...]:
+    """`rules`, those that name no accuracy policy of their own under `accuracy` (None: leave them be)."""
+    if accuracy is None:
+        return tuple(rules)
+    return tuple(r if r.accuracy is not None else r.model_copy(update={"accuracy": accuracy}) for r in rules)
+
+
 def _without_class(outcome: Generated | SpecErrors) -> bool:
     """A rule whose torch module is a plain function: the package exports no Function class for it."""
     return isinstance(outcome, Generated) and not outcome.torch_class
@@ -393,19 +404,23 @@ def plan_build(
     jobs: int = 1,
     package_name: str | None = None,
     package_version: str | None = None,
+    accuracy: str | None = None,
 ) -> tuple[Plan, Manifest, tuple[str, ...], tuple[str, ...], dict[str, str]]:
     """What `out` should hold for the rules in `paths`; SpecErrors if any rule is bad.
 
     With `package_name`, the package gets a pyproject.toml of its own, of
-    `package_version` (default 0.1.0).
+    `package_version` (default 0.1.0).  `accuracy` is the build's accuracy
+    policy, of the rules that name none (None: the default).
 
     Also returns the previous manifest, the rule files derived and reused,
     and the hashes of the files already read from `out` (for `compare`).
     """
     compiler = compiler_fingerprint()
     previous = Manifest.load(out)
-    same_compiler = previous.compiler == compiler
-    found = _read_sources(paths, out, previous, same_compiler)
+    policy = accuracy or DEFAULT_ACCURACY
+    # Another policy decides other forms: nothing a build under another one derived is reused.
+    same_compiler = previous.compiler == compiler and previous.accuracy == policy
+    found = _read_sources(paths, out, previous, same_compiler, accuracy)
     if clash_errors(found.claims):
         found.errors += clash_errors(_located(found.claims, found.reused_files))
     fresh, rebuilt = _generate_sources(found, jobs)
@@ -436,6 +451,7 @@ def plan_build(
     files = {**texts, **format_sources(fresh)}
     manifest = Manifest(
         compiler=compiler,
+        accuracy=policy,
         sources=records,
         files={rel: sha256(t) for rel, t in files.items()},
         package=PackageRecord(hash=package_hash, files=package_files),
@@ -574,11 +590,13 @@ def build(
     jobs: int = 1,
     package_name: str | None = None,
     package_version: str | None = None,
+    accuracy: str | None = None,
 ) -> BuildResult:
     """Build the package at `out`; with `check`, only report what a build would change.
 
     With `package_name`, `out` also gets a pyproject.toml: a distribution of that
-    name, of `package_version` (default 0.1.0).
+    name, of `package_version` (default 0.1.0).  `accuracy` is the accuracy
+    policy of the rules that name none (None: the default, `best`).
 
     With `jobs` above 1, rules are derived in up to that many worker processes
     (the output is the same); the calling script's main module must then be
@@ -586,7 +604,7 @@ def build(
     """
     if out.exists() and not out.is_dir():
         raise SpecErrors([SpecError(Loc(str(out)), "the output names a file; it must be a folder (the package)")])
-    plan, previous, rebuilt, reused, read = plan_build(paths, out, jobs, package_name, package_version)
+    plan, previous, rebuilt, reused, read = plan_build(paths, out, jobs, package_name, package_version, accuracy)
     difference = compare(out, plan, previous, read)
     if not check:
         if difference.edited and not force:

@@ -109,6 +109,7 @@ class PackageRecord:
 @dataclass(frozen=True)
 class Manifest:
     compiler: str = ""
+    accuracy: str = "best"  # the build's accuracy policy, of the rules that name none
     sources: Mapping[str, SourceRecord] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)  # relative path -> sha256
     package: PackageRecord | None = None
@@ -137,6 +138,7 @@ class Manifest:
             package = data.get("package")
             return Manifest(
                 compiler=data["compiler"],
+                accuracy=str(data.get("accuracy", "best")),  # absent from manifests of older rulegens
                 sources=sources,
                 files=dict(data["files"]),
                 package=PackageRecord(hash=package["hash"], files=tuple(package["files"])) if package else None,
@@ -152,6 +154,7 @@ class Manifest:
     def dumps(self) -> str:
         data = {
             "compiler": self.compiler,
+            "accuracy": self.accuracy,
             "sources": {
                 path: {
                     "hash": s.hash,

@@ -477,6 +477,11 @@ class Checks(Node):
     ] = Field(default_factory=dict)
 
 
+#: The accuracy policies (rulegen.derive.stabilise.policy), and the one where neither a rule nor its build names one.
+Accuracy = Literal["best", "balanced", "fast"]
+DEFAULT_ACCURACY: Accuracy = "best"
+
+
 class Rule(Node):
     """One differentiable function, as its rule file states it."""
 
@@ -511,6 +516,14 @@ class Rule(Node):
             "measured error (rulegen.derive.stabilise); false: compute each as derived"
         ),
     ] = True
+    accuracy: Annotated[
+        Accuracy | None,
+        Field(
+            description="what the accuracy search keeps: best, the most accurate form; balanced, the most accurate "
+            "costing at most 1.25x the derived form; fast, the cheapest no less accurate than the derived form "
+            "(default: the build's, [tool.rulegen] accuracy or `rulegen build --accuracy`, else best)"
+        ),
+    ] = None
     domain: Annotated[
         TextField | None,
         Field(

@@ -52,7 +52,9 @@ derivative nan.
 The form as derived stays unless a candidate is measurably better and
 passes the acceptance gate (`gate`: finite wherever the derived form and the
 exact value are, and no worse on average, on points the search never saw);
-ties go to the one with fewer operations.  An expression already within `good_bits`
+ties go to the one with fewer operations.  The accuracy policy (`policy`:
+`best`, `balanced`, `fast`) may then keep a cheaper admissible form, by a
+cost model per backend (`cost`).  An expression already within `good_bits`
 at a few screening points (float32 against float64, and mpmath where
 float64 is exactly 0) is not searched at all.
 
@@ -81,12 +83,26 @@ before it; none but this one imports `search`):
 - `regimes`: splits on a variable's magnitude or sign or two variables' ratio, joined by `Piecewise`;
 - `saturation`: inputs clamped where a form overflows past its limit;
 - `gate`: the acceptance gate every chosen form passes;
+- `cost`: what a form costs per backend (eager torch's kernels, XLA's fused code), as data;
+- `policy`: the accuracy policy (`best`, `balanced`, `fast`) choosing among the admissible forms by cost;
 - `search`: `stabilise`, its memo, and `Choice`.
 """
 
 from rulegen.derive.stabilise.budget import BUDGET, Budget
 from rulegen.derive.stabilise.gate import admissible
 from rulegen.derive.stabilise.points import Sampling
+from rulegen.derive.stabilise.policy import DEFAULT_POLICY, POLICIES
 from rulegen.derive.stabilise.search import Choice, sampling_for, searchable, stabilise
 
-__all__ = ["BUDGET", "Budget", "Choice", "Sampling", "admissible", "sampling_for", "searchable", "stabilise"]
+__all__ = [
+    "BUDGET",
+    "DEFAULT_POLICY",
+    "POLICIES",
+    "Budget",
+    "Choice",
+    "Sampling",
+    "admissible",
+    "sampling_for",
+    "searchable",
+    "stabilise",
+]

@@ -17,6 +17,7 @@ from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.families import _candidates, _reassociations
 from rulegen.derive.stabilise.gate import admissible
 from rulegen.derive.stabilise.points import _DTYPES, Sampling, _looks_accurate, _measure, _Measured, _sample
+from rulegen.derive.stabilise.policy import DEFAULT_POLICY, front, pick
 from rulegen.derive.stabilise.regimes import _with_regimes
 from rulegen.derive.stabilise.saturation import _saturated
 from rulegen.derive.stabilise.scaling import _with_scaling
@@ -38,6 +39,11 @@ class Choice:
     #: one, or the branches it joins, among them): a derivative of each is a candidate for the derivative of this
     #: expression (rulegen.derive.partials), whose own form may cancel where theirs do not.
     good_forms: tuple[sp.Expr, ...] = ()
+    #: The accuracy policy that chose (rulegen.derive.stabilise.policy).
+    policy: str = DEFAULT_POLICY
+    #: The measured forms on the Pareto front of bits of error against cost: (family, form, (float64, float32)
+    #: mean bits), fewest bits first, the derived and the chosen form among them.
+    front: tuple[tuple[str, sp.Expr, tuple[float, float]], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -101,6 +107,7 @@ def stabilise(
     seed: int = 0,
     points: int = BUDGET.search_points,
     alternatives: tuple[tuple[str, sp.Expr], ...] = (),
+    policy: str = DEFAULT_POLICY,
 ) -> Choice:
     """The form of `expr` with the least measured error, and the bits before and after.
 
@@ -110,21 +117,24 @@ def stabilise(
     forms of the same value that the caller knows (the forward as written, a
     derivative of another form of the forward).  Keeps `expr` where it is
     not `searchable`, where numpy cannot evaluate it, where no point has a
-    finite value, or where nothing is measurably better.
+    finite value, or where nothing is measurably better.  `policy` trades
+    bits of error against cost (rulegen.derive.stabilise.policy).
     """
-    unchanged = Choice(quantity, expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan))
+    unchanged = Choice(quantity, expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan), policy=policy)
     if not searchable(expr, sampling):
         return unchanged
-    key = (expr, sampling, seed, points, alternatives)
+    key = (expr, sampling, seed, points, alternatives, policy)
     found = _SEARCHED.get(key)
     if found is None:
-        on_disk = search_key(expr, (sampling.domains, sampling.condition, seed, points, alternatives, BUDGET))
+        decided_by = (sampling.domains, sampling.condition, seed, points, alternatives, BUDGET, policy)
+        on_disk = search_key(expr, decided_by)
         found = load(on_disk)
         if found is None:
-            found = _search(expr, sampling, seed, points, alternatives)
+            found = _search(expr, sampling, seed, points, alternatives, policy)
             store(on_disk, found)
         _SEARCHED[key] = found
-    return Choice(quantity, *found)
+    derived, chosen, family, before, after, good_forms, shown = found
+    return Choice(quantity, derived, chosen, family, before, after, good_forms, policy, shown)
 
 
 #: Searches done in this process, by what decides them: an expression met again (a JVP's partial is the VJP's) is
@@ -133,11 +143,16 @@ _SEARCHED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
 def _search(
-    expr: sp.Expr, sampling: Sampling, seed: int, count: int, alternatives: tuple[tuple[str, sp.Expr], ...]
+    expr: sp.Expr,
+    sampling: Sampling,
+    seed: int,
+    count: int,
+    alternatives: tuple[tuple[str, sp.Expr], ...],
+    policy: str = DEFAULT_POLICY,
 ) -> tuple[Any, ...]:
-    """(derived, chosen, family, bits before, bits after, good forms) for `expr`."""
+    """(derived, chosen, family, bits before, bits after, good forms, front) for `expr` under `policy`."""
     variables = sampling.variables
-    nothing = (expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan))
+    nothing = (expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan), (), ())
     if _looks_accurate(expr, sampling, seed):
         return nothing
     search = [_sample(expr, sampling, count, seed + 1, dtype) for dtype in _DTYPES]
@@ -226,13 +241,17 @@ def _search(
             for m in sorted(no_worse, key=lambda m: (m.ops, m is not derived, m.score))
             if m is derived or admissible(m.expr, expr, sampling, seed)
         )
+    # The accuracy policy: `best` keeps the form above; the others may keep a cheaper admissible one.
+    forms = [*joined_forms, *pool]
+    best = pick(policy, best, derived, forms, sampling, seed, {id(m): charged(m) for m in forms})
+    shown = tuple((m.family, m.expr, m.means) for m in front(forms, derived, (best,)))
     # Forms without regimes: a derivative of a `where` of fed branches multiplies selections; a partial's own
     # search joins the branches' derivatives by regimes of its own.
     ranked = [best.expr] if not best.expr.has(sp.Piecewise) else []
     ranked += [m.expr for m in sorted(pool, key=lambda m: m.score) if m.score <= best.score + BUDGET.runner_up_bits]
     ranked += [m.expr for m in best.branches]
     good_forms = tuple(e for e in dict.fromkeys(ranked) if not e.has(sp.Piecewise))[: BUDGET.good_forms]
-    return (expr, best.expr, best.family, derived.means, best.means, good_forms)
+    return (expr, best.expr, best.family, derived.means, best.means, good_forms, shown)
 
 
 def sampling_for(

@@ -1,0 +1,98 @@
+"""The cost model and the accuracy policy: what each policy keeps, and that none keeps an inf for speed."""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy.codegen.cfunctions import log1p
+from typer.testing import CliRunner
+
+from rulegen.cli import app
+from rulegen.derive.functions import sigmoid, softplus
+from rulegen.derive.stabilise import BUDGET, Sampling, stabilise
+from rulegen.derive.stabilise.cost import BACKENDS, cost, costs
+from rulegen.derive.stabilise.policy import BALANCED_COST, finite_as
+from rulegen.spec.rules import Domain
+
+x = sp.Symbol("x", real=True)
+LINE = Sampling(((x, Domain()),))
+
+
+def test_native_one_kernel_functions_cost_less_than_their_composites_in_eager_torch():
+    assert cost(log1p(x), "torch") < cost(sp.log(1 + x), "torch")
+    assert cost(sp.tanh(x), "torch") < cost(2 * sigmoid(2 * x) - 1, "torch")
+    assert cost(softplus(x), "torch") < cost(sp.log(1 + sp.exp(x)), "torch")
+
+
+def test_jax_arithmetic_is_cheap_beside_transcendental_calls():
+    assert cost(x * x + 3 * x + 1, "jax") < cost(sp.exp(x), "jax")
+    assert cost(sp.exp(x) + sp.exp(2 * x), "jax") > cost(sp.exp(x), "jax")
+
+
+def test_a_repeated_subexpression_is_costed_once_and_a_where_costs_its_branches_and_a_select():
+    shared = cost(sp.sin(x) ** 2 + sp.sin(x), "torch")
+    assert shared == cost(sp.sin(x) ** 2, "torch") + cost(x + x**2, "torch") - cost(x**2, "torch")
+    branches = sp.Piecewise((sp.exp(x), x > 1), (log1p(x), True))
+    for backend in BACKENDS:
+        assert cost(branches, backend) > cost(sp.exp(x), backend) + cost(log1p(x), backend)
+
+
+def test_fast_keeps_a_finite_form_where_the_written_one_overflows(search_cache_off):
+    written = sp.log(1 + sp.exp(x))
+    # The written form is the cheapest in JAX by far, so only the admissibility invariant keeps it out.
+    assert costs(written)[1] < costs(softplus(x))[1] / 2
+    assert not finite_as(written, softplus(x), written, LINE, 0)
+    for policy in ("fast", "balanced"):
+        chosen = stabilise(written, LINE, policy=policy).chosen
+        assert chosen != written
+        assert finite_as(chosen, softplus(x), written, LINE, 0)
+
+
+def test_fast_and_balanced_keep_no_form_worse_than_the_derived_one(search_cache_off):
+    for expr in (1 - sp.tanh(x) ** 2, sp.log(1 + x), 1 - 1 / (1 + sp.exp(x))):
+        for policy in ("fast", "balanced"):
+            choice = stabilise(expr, LINE, policy=policy)
+            assert choice.policy == policy
+            assert all(a <= b + BUDGET.tie_bits for a, b in zip(choice.bits_after, choice.bits_before, strict=True))
+
+
+def test_balanced_keeps_the_most_accurate_form_within_its_cost_bound(search_cache_off):
+    expr = 1 - sp.tanh(x) ** 2
+    best = stabilise(expr, LINE, policy="best")
+    balanced = stabilise(expr, LINE, policy="balanced")
+    for c, bound in zip(costs(balanced.chosen), costs(expr), strict=True):
+        assert c <= BALANCED_COST * bound
+    # Two logistics cost more than the tanh autodiff reads: best keeps them, balanced does not.
+    assert best.chosen == 4 * sigmoid(2 * x) * sigmoid(-2 * x)
+    assert balanced.chosen != best.chosen
+
+
+def test_best_is_the_search_s_own_choice(search_cache_off):
+    assert stabilise(sp.log(1 + x), LINE).chosen == log1p(x)
+    assert stabilise(sp.log(1 + x), LINE, policy="best").chosen == log1p(x)
+    assert stabilise(1 - sp.tanh(x) ** 2, LINE).policy == "best"
+
+
+def test_the_policy_is_part_of_what_decides_a_search():
+    """A search under one policy is never answered from the memo or the disk cache of another."""
+    expr = 1 - sp.tanh(x) ** 2
+    assert stabilise(expr, LINE, policy="best").chosen != stabilise(expr, LINE, policy="fast").chosen
+    assert stabilise(expr, LINE, policy="best").chosen == 4 * sigmoid(2 * x) * sigmoid(-2 * x)
+
+
+RULE = """\
+name: tanh_rule
+inputs: [x]
+forward: tanh(x)
+"""
+
+
+def test_front_lists_the_forms_and_marks_what_each_policy_keeps(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tanh_rule.yaml").write_text(RULE)
+    result = CliRunner().invoke(app, ["accuracy", "tanh_rule.yaml", "--front"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "tanh_rule: dout/dx" in result.output
+    lines = [line for line in result.output.splitlines() if "sigmoid" in line or "as derived" in line]
+    assert any("best" in line and "sigmoid" in line for line in lines), result.output
+    assert any("as derived" in line and "fast" in line for line in lines), result.output
+    assert "cost" in result.output
