@@ -296,10 +296,26 @@ class log_ndtr(sp.Function):  # noqa: N801
         # cancels exactly: exp(-x**2 / 2 - log_ndtr(x)), the difference of two exponents of 5e7,
         # was 8.6e6 eps off at x = -1e4 in float64. Above, where erfcx(-x / sqrt 2) overflows
         # (x = 38, float32's 13) and its derivative would be inf / inf, Phi(x) is in [1/2, 1).
-        negative, positive = _negative_or(x, sp.S.NegativeOne), _nonnegative_or(x, sp.S.One)
+        # Below -2**10, -x - 1/x + 2/x**3 - 10/x**5, from Mills' ratio's series (the next term, 74/x**7, is below
+        # a float64 rounding of x there): erfcx(-x / sqrt 2) is subnormal in float32 from x = -6.8e37, and its
+        # square, in the second derivative, underflows from -1e19 (0 / 0).  A sum, not -x over a series: the
+        # cotangent of a quotient's denominator is -x itself, which times the powers' underflowing derivatives
+        # is inf * 0.
+        far = sp.Integer(-(2**LOG_NDTR_SERIES_BELOW))
+        tail = Piecewise((x, x < far), (far, True))
+        r = divided(sp.S.One, tail)
+        series = -tail - r + 2 * r**3 - 10 * r**5
+        negative = Piecewise((sp.S.NegativeOne, (x >= 0) | (x < far)), (x, True))
+        positive = _nonnegative_or(x, sp.S.One)
         left = sp.sqrt(2 / sp.pi) / erfcx(-negative / sp.sqrt(2))
-        right = sp.exp(-(positive**2) / 2) / (sp.sqrt(2 * sp.pi) * ndtr(positive))
-        return Piecewise((left, x < 0), (right, True))
+        # positive * (positive / 2), not positive**2 / 2: sympy folds a power of a Piecewise into its pieces, and
+        # the stand-in would leave the square (x * x at x = -inf, times the `where`'s zero cotangent, is nan).
+        right = sp.exp(-positive * divided(positive, 2)) / (sp.sqrt(2 * sp.pi) * ndtr(positive))
+        return Piecewise((series, x < far), (left, x < 0), (right, True))
+
+
+#: log_ndtr's derivative is Mills' ratio's series below -2**LOG_NDTR_SERIES_BELOW.
+LOG_NDTR_SERIES_BELOW = 10
 
 
 class logit(sp.Function):  # noqa: N801
@@ -387,13 +403,23 @@ def erfcx_series_of(order: Any, x: Any) -> Any:
         return _asymptotic.erfcx_series(np, int(order), np.asarray(x))
 
 
+def _mp_erfcx(x: mpmath.mpf) -> mpmath.mpf:
+    """exp(x**2) erfc(x), at a precision raised by the bits of x**2: at the working precision alone, x**2 loses
+    its last digits, which exp then multiplies by (4% off at x = 9.1e19 with 40 digits)."""
+    if not mpmath.isfinite(x):
+        return mpmath.exp(x**2) * mpmath.erfc(x) if mpmath.isnan(x) else (mpmath.mpf(0) if x > 0 else mpmath.inf)
+    with mpmath.extraprec(2 * max(0, int(mpmath.log(abs(x) + 1, 2))) + 16):
+        x = mpmath.mpf(x)
+        return +(mpmath.exp(x**2) * mpmath.erfc(x))
+
+
 def _mp_erfcx_derivative(order: mpmath.mpf, x: mpmath.mpf) -> mpmath.mpf:
     """The order-th derivative of erfcx, by its recurrence (E' = 2x E - 2/sqrt(pi), E(k+1) = 2x E(k) + 2k E(k-1))
     with the digits its cancellation takes (log10(x**2) a step) added."""
     extra = int(order) * max(0, int(2 * mpmath.log10(abs(x) + 1))) + 10
     with mpmath.extradps(extra):
         x = mpmath.mpf(x)
-        values = [mpmath.exp(x**2) * mpmath.erfc(x)]
+        values = [_mp_erfcx(x)]
         values.append(2 * x * values[0] - 2 / mpmath.sqrt(mpmath.pi))
         for k in range(1, int(order)):
             values.append(2 * x * values[k] + 2 * k * values[k - 1])
@@ -1309,7 +1335,7 @@ REGISTRY: tuple[MathFunction, ...] = (
         erfcx,
         "jax.scipy.special.erfcx",
         "torch.special.erfcx",
-        mpmath=lambda x: mpmath.exp(x**2) * mpmath.erfc(x),
+        mpmath=_mp_erfcx,
         # The frameworks differentiate it as 2 x erfcx(x) - 2 / sqrt(pi), which cancels (see erfcx.fdiff):
         # where a derivative calls erfcx (log_ndtr's), the runtime's erfcx has the registry's derivative.
         torch_runtime="erfcx",

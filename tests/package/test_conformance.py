@@ -880,42 +880,6 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         ),
         "jax float32 second in x0 at (0.0, inf): nan, exact 0.0",
     ),
-    ("log_ndtr", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax.jit", "float32"),
-            ("torch", "float32"),
-        ),
-        (
-            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series "
-            "argument overflows"
-        ),
-        ("jax float32 first in x0 at (-1.2899999941867969e+20,): 1.2899998182649364e+20, exact 1.2400634808853076e+20"),
-    ),
-    ("log_ndtr", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax.jit", "float32"),
-            ("torch", "float32"),
-        ),
-        (
-            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series "
-            "argument overflows"
-        ),
-        ("jax float32 jvp in x0 at (-1.2899999941867969e+20,): 1.2899998182649364e+20, exact 1.2400634808853076e+20"),
-    ),
-    ("log_ndtr", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax.jit", "float32"),
-            ("torch", "float32"),
-        ),
-        (
-            "float32 at -1.29e20: the derivative sqrt(2/pi) / erfcx(-x/sqrt 2) is 4% off where erfcx's series "
-            "argument overflows"
-        ),
-        "jax float32 second in x0 at (-3.4028234663852886e+38,): nan, exact -inf",
-    ),
     ("logit", "second"): (
         (
             ("jax", "float32"),
