@@ -110,3 +110,10 @@ def test_no_policy_keeps_a_power_that_overflows_as_the_generated_code_prints_it(
         chosen = stabilise(derived, line, policy=policy).chosen
         assert chosen != derived
         assert finite_as(chosen, best, derived, line, 0)
+
+
+def test_the_binade_points_of_several_inputs_take_the_others_from_the_validation_rows():
+    x, y = sp.symbols("x y", real=True)
+    plane = Sampling(((x, Domain()), (y, Domain())))
+    norm = sp.sqrt(x**2 + y**2)
+    assert finite_as(norm, norm, norm, plane, 0)

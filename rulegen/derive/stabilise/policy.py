@@ -102,7 +102,7 @@ def _binade_columns(sampling: Sampling, columns: Sequence[np.ndarray], dtype: An
         return out
     for index, (_, domain) in enumerate(sampling.domains):
         values = grid[inside(domain, grid)]
-        rows = np.arange(len(values)) % len(out[0])
+        rows = np.arange(len(values)) % len(columns[0])
         drawn = [values if k == index else np.asarray(columns[k])[rows] for k in range(len(out))]
         if sampling.condition is not None:
             condition = lambdified(sampling.variables, sampling.condition, modules="numpy")
