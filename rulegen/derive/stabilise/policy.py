@@ -10,20 +10,25 @@ Admissible, under every policy, is the acceptance gate's (`gate.admissible`: fin
 and the exact value are, no worse on average, on points the search never saw) and, where the policy keeps
 another form than `best`'s, finite wherever `best`'s choice is and the exact value is a finite float: no
 policy buys speed with an inf or a nan (log(1 + exp(x)) overflows where softplus does not, so `fast` keeps a
-form that does not).  A form no policy can keep leaves the choice to `best`.
+form that does not).  Finite as the generated code computes it (`as_computed`, a negative fractional power
+as one power, not numpy's division) at the validation points and at `_PER_BINADE` points on every binade of
+each input.  A form no policy can keep leaves the choice to `best`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import get_args
+from typing import Any, get_args
 
+import numpy as np
 import sympy as sp
 
+from rulegen.derive.expr import lambdified
+from rulegen.derive.measure import inside
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cost import costs, relative
 from rulegen.derive.stabilise.gate import _finite_where_exact, _validation, admissible, as_computed
-from rulegen.derive.stabilise.points import Sampling, _evaluated, _Measured
+from rulegen.derive.stabilise.points import Sampling, _evaluated, _Measured, _numpy_implementations
 from rulegen.spec.model import DEFAULT_ACCURACY, Accuracy
 
 #: The policies, in the order reports print them.
@@ -36,17 +41,91 @@ BALANCED_COST = 1.25
 TRIES = 8
 
 
+class _printed_power(sp.Function):  # noqa: N801 - sympy functions are lower case
+    """`base**exponent` as the backends' printers write a negative fractional power: one power, no division."""
+
+    nargs = 2
+
+
+def _as_printed(expr: sp.Expr) -> sp.Expr:
+    """`expr` with each power below 0 of a fractional exponent (but -1/2, a reciprocal root) held as one power:
+    numpy's printer writes -1/(2*x**(3/2)) as a division, finite at x = 2.6e-206, where the generated code's
+    -(x**(-3/2))/2 overflows."""
+
+    def fractional(e: sp.Basic) -> bool:
+        exponent = getattr(e, "exp", None)
+        return (
+            isinstance(e, sp.Pow)
+            and exponent is not None
+            and exponent.is_Rational
+            and not exponent.is_Integer
+            and bool(exponent < 0)
+            and exponent != -sp.S.Half
+        )
+
+    return expr.replace(fractional, lambda e: _printed_power(e.base, e.exp))
+
+
+def _printed_values(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any) -> Any:
+    """`expr` evaluated by numpy at `columns` in `dtype` as the generated code computes it (`as_computed`, and
+    `_as_printed`); None where numpy cannot."""
+    printed = _as_printed(as_computed(expr))
+    if not printed.has(_printed_power):
+        return _evaluated(printed, variables, columns, dtype)
+    try:
+        fn = lambdified(variables, printed, modules=[{"_printed_power": np.power, **_numpy_implementations()}, "numpy"])
+        with np.errstate(all="ignore"):
+            result = np.asarray(fn(*columns))
+    except Exception:
+        return None
+    if np.iscomplexobj(result):
+        return None
+    with np.errstate(over="ignore"):
+        return np.broadcast_to(result.astype(dtype), np.shape(columns[0]))
+
+
+#: Points per binade of `_binade_columns`: an overflow's window can be narrower than a binade (-(x**(-3/2))/2
+#: overflows where the exact value is finite for x in (2.0e-206, 3.1e-206), which the validation's thousand
+#: points drawn over 2046 binades mostly miss).
+_PER_BINADE = 4
+
+
+def _binade_columns(sampling: Sampling, columns: Sequence[np.ndarray], dtype: Any) -> list[np.ndarray]:
+    """`columns` and, for each variable, `_PER_BINADE` points per binade of its dtype, either sign, inside its
+    domain (and the joint condition), the other variables as in `columns`' rows in turn."""
+    info = np.finfo(dtype)
+    low, high = info.minexp - info.nmant, info.maxexp - 1  # the smallest subnormal's binade, the largest's
+    magnitudes = np.exp2(np.arange(low * _PER_BINADE, high * _PER_BINADE + 1) / _PER_BINADE).astype(dtype)
+    grid = np.concatenate([magnitudes, -magnitudes])
+    out = [np.asarray(c) for c in columns]
+    if not len(out[0]):
+        return out
+    for index, (_, domain) in enumerate(sampling.domains):
+        values = grid[inside(domain, grid)]
+        rows = np.arange(len(values)) % len(columns[0])
+        drawn = [values if k == index else np.asarray(columns[k])[rows] for k in range(len(out))]
+        if sampling.condition is not None:
+            condition = lambdified(sampling.variables, sampling.condition, modules="numpy")
+            with np.errstate(all="ignore"):
+                keep = np.broadcast_to(np.asarray(condition(*drawn)) > 0.5, drawn[0].shape)
+            drawn = [d[keep] for d in drawn]
+        out = [np.concatenate([o, d]) for o, d in zip(out, drawn, strict=True)]
+    return out
+
+
 def finite_as(candidate: sp.Expr, reference: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int) -> bool:
-    """Whether `candidate` is finite at every validation point where `reference` is and `derived`'s exact value
-    is a finite float of the dtype."""
+    """Whether `candidate` is finite at every validation point, and at points on every binade of each variable,
+    where `reference` is and `derived`'s exact value is a finite float of the dtype, both computed as the
+    generated code computes them."""
     variables = sampling.variables
-    for measured, columns in _validation(derived, sampling, seed):
-        if not len(columns[0]):
+    for measured, validation in _validation(derived, sampling, seed):
+        if not len(validation[0]):
             continue
-        theirs = _evaluated(as_computed(reference), variables, columns, measured.dtype)
+        columns = _binade_columns(sampling, validation, measured.dtype)
+        theirs = _printed_values(reference, variables, columns, measured.dtype)
         if theirs is None:
             continue
-        ours = _evaluated(as_computed(candidate), variables, columns, measured.dtype)
+        ours = _printed_values(candidate, variables, columns, measured.dtype)
         if ours is None or not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
             return False
     return True
