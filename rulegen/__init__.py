@@ -21,7 +21,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             *("functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure"),
             *("stabilise.budget", "stabilise.cache", "stabilise.points", "stabilise.asymptotic", "stabilise.families"),
             *("stabilise.scaling", "stabilise.regimes", "stabilise.gate"),
-            *("stabilise.saturation", "stabilise.search", "stabilise", "partials"),
+            *("stabilise.saturation", "stabilise.search", "stabilise", "saved", "partials"),
         ),
     ),
     (

@@ -27,6 +27,7 @@ from rulegen.derive.expr import parse_expression
 from rulegen.derive.forms import canonical
 from rulegen.derive.functions import VANISHING, Piecewise
 from rulegen.derive.routes import Gives, Routes, choose_routes
+from rulegen.derive.saved import completed
 from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.derive.stabilise import BUDGET, Choice, Sampling, searchable, stabilise
 from rulegen.derive.symbols import scope, symbols_of, value_symbol
@@ -65,6 +66,8 @@ class Derivation:
     rewritten: tuple[tuple[str, sp.Expr, sp.Expr], ...] = ()
     # The stabilising search's choice for each expression it measured (rulegen.derive.stabilise).
     choices: tuple[Choice, ...] = ()
+    # Whether each partial the rule gives is sympy's of its forward, in the forms computed (rulegen.derive.saved).
+    given_are_derived: bool = False
 
     @property
     def diff_inputs(self) -> tuple[Input, ...]:
@@ -388,7 +391,7 @@ def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation | Sni
         if has_snippets(rule):
             return derive_snippet_rule(rule, known_rules)
         derivation = _Deriver(rule, frozenset(known_rules) | {rule.name}).derive()
-        return simplest_where_unmeasured(stabilised(derivation) if rule.stabilise else derivation)
+        return completed(simplest_where_unmeasured(stabilised(derivation) if rule.stabilise else derivation))
 
 
 def _sampling(d: Derivation) -> Sampling | None:

@@ -19,6 +19,7 @@ from rulegen.derive.forms import (
 )
 from rulegen.derive.functions import cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation, Partials
+from rulegen.derive.saved import with_fused_forms, with_outputs
 from rulegen.plan.code import (
     Assign,
     Block,
@@ -57,8 +58,6 @@ from rulegen.plan.symbolic import (
     dtype_casts,
     linear_combination,
     needs_broadcast,
-    with_fused_forms,
-    with_outputs,
 )
 from rulegen.plan.torch_route import Kept, setup_context_body, torch_route
 from rulegen.spec.names import COTANGENT, TANGENT, cotangent, ctx_attribute, hidden, shape_attribute, tangent

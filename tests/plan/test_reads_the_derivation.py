@@ -22,7 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DIFFERENTIATES = {
     ("torch.py", "_with_saved_intermediates"),
     ("torch.py", "_chained_tangents"),
-    ("jax.py", "_given_are_derived"),
     ("saving.py", "choose"),
 }
 

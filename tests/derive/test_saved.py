@@ -1,0 +1,28 @@
+"""derive/saved.py: what the planners read beyond the partials is derived once, on the forms the search chose."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rulegen.derive.partials import Derivation, derive_rule
+from rulegen.spec.rules import read_rule_file
+
+
+def _derived(tmp_path: Path, text: str) -> Derivation:
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    (rule,) = read_rule_file(path)
+    d = derive_rule(rule)
+    assert isinstance(d, Derivation)
+    return d
+
+
+@pytest.mark.parametrize(
+    ("derivative", "derived"),
+    [("cos(x) * exp(x) + sin(x) * exp(x)", True), ("exp(x) * (sin(x) + cos(x))", True), ("exp(x)", False)],
+)
+def test_whether_a_given_partial_is_sympys_is_in_the_derivation(tmp_path: Path, derivative: str, derived: bool) -> None:
+    d = _derived(tmp_path, f"name: r\ninputs: [x]\nforward: sin(x) * exp(x)\nderivatives:\n  x: {derivative}\n")
+    assert d.given_are_derived is derived
