@@ -68,6 +68,10 @@ class Derivation:
     choices: tuple[Choice, ...] = ()
     # Whether each partial the rule gives is sympy's of its forward, in the forms computed (rulegen.derive.saved).
     given_are_derived: bool = False
+    # The intermediates of the forward torch's backward reads, in torch's forms, each with the symbol it is saved
+    # as (an output's own where it is one), and the partials of those beside the rule's names (rulegen.derive.saved).
+    saved: tuple[tuple[sp.Expr, sp.Symbol], ...] = ()
+    saved_partials: Partials = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def diff_inputs(self) -> tuple[Input, ...]:

@@ -19,7 +19,7 @@ from rulegen.derive.forms import (
 )
 from rulegen.derive.functions import cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation, Partials
-from rulegen.derive.saved import with_fused_forms, with_outputs
+from rulegen.derive.saved import saved_form, with_fused_forms, with_outputs
 from rulegen.plan.code import (
     Assign,
     Block,
@@ -52,7 +52,7 @@ from rulegen.plan.header import (
 )
 from rulegen.plan.model import Reads, Result, TorchPlan, Wrap
 from rulegen.plan.printers import TANGENT_OR_ZERO_IMPORT, one_kernel, print_torch, print_torch_compiled
-from rulegen.plan.saving import eager_passes, saved_form, saved_intermediates
+from rulegen.plan.saving import eager_passes
 from rulegen.plan.symbolic import (
     broadcast_outputs,
     dtype_casts,
@@ -222,9 +222,10 @@ class _Torch:
 
 
 def _with_saved_intermediates(d: Derivation) -> _Torch:
-    """`d` reading the intermediates `saved_intermediates` keeps, each a residual with its own partials."""
+    """`d` reading the intermediates the derivation keeps (`Derivation.saved`), each a residual with its own
+    partials."""
     symbols = dict(d.symbols)
-    saved_map = saved_intermediates(d, set(symbols))
+    saved_map = dict(d.saved)
     intermediates = [(str(sym), expr) for expr, sym in saved_map.items() if str(sym) not in symbols]
     for name, _ in intermediates:
         symbols[name] = d.value_symbol(name)
@@ -232,12 +233,7 @@ def _with_saved_intermediates(d: Derivation) -> _Torch:
     def rewritten(partials: Partials) -> dict[tuple[str, str], sp.Expr]:
         return {k: saved_form(v, saved_map) for k, v in partials.items()}
 
-    residual_partials = dict(d.residual_partials)
-    for name, expr in intermediates:
-        for i in d.diff_inputs:
-            partial = sp.diff(expr, symbols[i.name])
-            if partial != 0:
-                residual_partials[(name, i.name)] = saved_form(partial, saved_map)
+    residual_partials = {**d.residual_partials, **d.saved_partials}
     residuals = (*d.residuals, *intermediates)
     for n, _ in residuals:
         symbols[cotangent(n)] = d.value_symbol(cotangent(n))

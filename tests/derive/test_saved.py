@@ -26,3 +26,10 @@ def _derived(tmp_path: Path, text: str) -> Derivation:
 def test_whether_a_given_partial_is_sympys_is_in_the_derivation(tmp_path: Path, derivative: str, derived: bool) -> None:
     d = _derived(tmp_path, f"name: r\ninputs: [x]\nforward: sin(x) * exp(x)\nderivatives:\n  x: {derivative}\n")
     assert d.given_are_derived is derived
+
+
+def test_the_intermediates_torch_saves_and_their_partials_are_in_the_derivation(tmp_path: Path) -> None:
+    d = _derived(tmp_path, "name: r\ninputs: [x]\nforward: tanh(x) * x\n")
+    ((expr, symbol),) = d.saved
+    assert str(expr) == "tanh(x)" and str(symbol) == "saved_tanh"
+    assert dict(d.saved_partials) == {("saved_tanh", "x"): 1 - symbol**2}

@@ -20,9 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: chained outputs' tangents, and two checks that a partial is what it claims.  Each is to move into derive/,
 #: where the accuracy search measures it; one more here fails this test, and one fewer asks to be struck off.
 DIFFERENTIATES = {
-    ("torch.py", "_with_saved_intermediates"),
     ("torch.py", "_chained_tangents"),
-    ("saving.py", "choose"),
 }
 
 
