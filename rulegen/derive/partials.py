@@ -43,6 +43,8 @@ from rulegen.spec.rules import Domain, Input, Rule, SnippetBody, SympyBody, Text
 DERIVE_SECONDS = 120.0
 
 Partials = Mapping[tuple[str, str], sp.Expr]
+# Each output's tangent as autodiff chains it through the saved intermediates: its terms (partial, tangent symbol).
+Chained = tuple[tuple[str, tuple[tuple[sp.Expr, sp.Symbol], ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class Derivation:
     # as (an output's own where it is one), and the partials of those beside the rule's names (rulegen.derive.saved).
     saved: tuple[tuple[sp.Expr, sp.Symbol], ...] = ()
     saved_partials: Partials = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    # The outputs whose tangent chains through the saved intermediates' is the derived one, with its terms.
+    chained_tangents: Chained = ()
 
     @property
     def diff_inputs(self) -> tuple[Input, ...]:

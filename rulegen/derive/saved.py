@@ -18,9 +18,10 @@ import sympy as sp
 
 from rulegen.derive.forms import CANONICAL_FORMS, CanonicalForm, canonical, silu_derivatives
 from rulegen.derive.functions import divided, sigmoid
+from rulegen.spec.names import tangent
 
 if TYPE_CHECKING:
-    from rulegen.derive.partials import Derivation, Partials
+    from rulegen.derive.partials import Chained, Derivation, Partials
 
 
 def with_outputs(d: Derivation, expr: sp.Expr) -> sp.Expr:
@@ -432,6 +433,60 @@ def _saved_partials(d: Derivation, saved: Mapping[sp.Expr, sp.Symbol]) -> Partia
     return MappingProxyType(table)
 
 
+def _chained_tangents(d: Derivation, saved: Mapping[sp.Expr, sp.Symbol], saved_partials: Partials) -> Chained:
+    """Output tangents from the saved intermediates' tangents, as autodiff chains them: out = F(x, s),
+    dF/dx x_dot + dF/ds s_dot, each output's as its terms (partial, tangent), zero ones left out.
+
+    Only where that is the rule's derivative as derived: the rule's own
+    partials are sympy's of its forward (the chain is checked equal to
+    them), neither the forward nor a partial was rewritten into a form
+    measured more accurate (the chain computes the derived form, as
+    autodiff does), the rule is real and has no residuals of its own.  The
+    saved intermediates are exact at every order (their own partials), so
+    the chain is too.  Whether the chain is cheaper is the planner's to say.
+    """
+    kept = {e: s for e, s in saved.items() if str(s) not in d.symbols}
+    if d.rule.complex or d.residuals or not kept:
+        return ()
+    inputs = {s: e for e, s in kept.items()}
+    names = [str(s) for s in kept.values()]
+    diff_inputs = [i.name for i in d.diff_inputs]
+
+    def dot(name: str) -> sp.Symbol:
+        return d.symbols[tangent(name)] if name in d.symbols else d.value_symbol(tangent(name))
+
+    residual_tangents = {dot(r): sp.Add(*(saved_partials.get((r, i), 0) * dot(i) for i in diff_inputs)) for r in names}
+
+    def written_out(expr: sp.Expr) -> sp.Expr:
+        return with_outputs(d, expr.xreplace(residual_tangents).xreplace(inputs))
+
+    rewritten = {n for n, _, _ in d.rewritten}
+    stabilised = {c.quantity for c in d.choices if c.more_accurate}
+    chained = []
+    for o in d.rule.outputs:
+        if not o.differentiable or o.dtype != "float" or o.name in rewritten:
+            continue
+        if any(f"d{o.name}/d{i}" in stabilised for i in diff_inputs):
+            continue
+        forward = saved_form(dict(d.forward)[o.name], kept)
+        read = [r for r in names if d.value_symbol(r) in forward.free_symbols]
+        if not read:
+            continue
+        terms = [(sp.diff(forward, d.symbols[i]), dot(i)) for i in diff_inputs]
+        terms += [(sp.diff(forward, d.value_symbol(r)), dot(r)) for r in read]
+        terms = [(p, t) for p, t in terms if p != 0]
+        direct = sp.Add(
+            *(
+                saved_form(d.jvp_partials[(o.name, i)], saved) * dot(i)
+                for i in diff_inputs
+                if (o.name, i) in d.jvp_partials
+            )
+        )
+        if sp.expand(written_out(sp.Add(*(p * t for p, t in terms))) - written_out(direct)) == 0:
+            chained.append((o.name, tuple(terms)))
+    return tuple(chained)
+
+
 def completed(d: Derivation) -> Derivation:
     """`d`, as the stabilising search left it, with what the planners read of it derived too.
 
@@ -443,9 +498,11 @@ def completed(d: Derivation) -> Derivation:
     integral = tuple(i.name for i in d.rule.inputs if not i.static and i.dtype in ("int", "bool"))
     torch = with_fused_forms(fused, (silu_derivatives(statics, integral),))
     saved = saved_intermediates(torch, set(torch.symbols))
+    saved_partials = _saved_partials(torch, saved)
     return replace(
         d,
         given_are_derived=given_are_derived(fused),
         saved=tuple(saved.items()),
-        saved_partials=_saved_partials(torch, saved),
+        saved_partials=saved_partials,
+        chained_tangents=_chained_tangents(torch, saved, saved_partials),
     )

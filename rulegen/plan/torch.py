@@ -560,9 +560,7 @@ def _jvp_parts(
     residual_tangents = {r: _residual_tangent(t, r) for r in t.residual_names}
     direct = t.output_tangents
     chained = {
-        o: e
-        for o, e in _chained_tangents(t, residual_tangents).items()
-        if o not in aliases and not needs_broadcast(t.d, direct[o])
+        o: e for o, e in _chained_tangents(t).items() if o not in aliases and not needs_broadcast(t.d, direct[o])
     }
     if chained and _eager_cost(t, forms, [*chained.values(), *residual_tangents.values()]) >= _eager_cost(
         t, forms, [*(direct[o] for o in chained), *residual_tangents.values()]
@@ -608,45 +606,14 @@ def _residual_tangent(t: _Torch, residual: str) -> sp.Expr:
     return sp.Add(*(t.residual_partials.get((residual, n), 0) * t.symbols[tangent(n)] for n in t.diff_inputs))
 
 
-def _chained_tangents(t: _Torch, residual_tangents: Mapping[str, sp.Expr]) -> dict[str, sp.Expr]:
-    """Output tangents from the residuals' tangents, as autodiff chains them: out = F(x, s), dF/dx x_dot + dF/ds s_dot.
-
-    Only where that is the rule's derivative as derived: the rule's own
-    partials are sympy's of its forward (the chain is checked equal to
-    them), neither the forward nor a partial was rewritten into a form
-    measured more accurate (the chain computes the derived form, as
-    autodiff does), the rule is real.  Residuals are exact at every order
-    (their own partials), so the chain is too.
-    """
-    d = t.d
-    if d.rule.complex or d.residuals or not t.residual_names:
-        return {}
-    kept = {e: t.symbols[n] for n, e in t.residuals}
-    inputs = {s: e for e, s in kept.items()}
-    rewritten = {n for n, _, _ in d.rewritten}
-    stabilised = {c.quantity for c in d.choices if c.more_accurate}
+def _chained_tangents(t: _Torch) -> dict[str, sp.Expr]:
+    """Output tangents from the residuals' tangents, as autodiff chains them (`Derivation.chained_tangents`), a
+    factor several terms share multiplied once."""
     arrays = frozenset(t.symbols[a] for a in t.arrays)
-
-    def written_out(expr: sp.Expr) -> sp.Expr:
-        with_tangents = expr.doit().xreplace({t.symbols[tangent(r)]: e for r, e in residual_tangents.items()})
-        return with_outputs(d, with_tangents.xreplace(inputs))
-
-    chained = {}
-    for o in d.rule.outputs:
-        if not o.differentiable or o.dtype != "float" or o.name in rewritten:
-            continue
-        if any(f"d{o.name}/d{i}" in stabilised for i in t.diff_inputs):
-            continue
-        forward = saved_form(dict(d.forward)[o.name], kept)
-        read = [r for r in t.residual_names if t.symbols[r] in forward.free_symbols]
-        if not read:
-            continue
-        terms = [(sp.diff(forward, t.symbols[i]), t.symbols[tangent(i)]) for i in t.diff_inputs]
-        terms += [(sp.diff(forward, t.symbols[r]), t.symbols[tangent(r)]) for r in read]
-        expr = _shared_factors_once([(sp.Mul.make_args(p), dot) for p, dot in terms if p != 0], arrays)
-        if sp.expand(written_out(expr) - written_out(t.output_tangents[o.name])) == 0:
-            chained[o.name] = expr
-    return chained
+    return {
+        o: _shared_factors_once([(sp.Mul.make_args(p), dot) for p, dot in terms], arrays)
+        for o, terms in t.d.chained_tangents
+    }
 
 
 def _shared_factors_once(

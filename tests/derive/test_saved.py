@@ -33,3 +33,16 @@ def test_the_intermediates_torch_saves_and_their_partials_are_in_the_derivation(
     ((expr, symbol),) = d.saved
     assert str(expr) == "tanh(x)" and str(symbol) == "saved_tanh"
     assert dict(d.saved_partials) == {("saved_tanh", "x"): 1 - symbol**2}
+
+
+def test_an_outputs_tangent_chained_through_a_saved_intermediate_is_in_the_derivation(tmp_path: Path) -> None:
+    d = _derived(tmp_path, "name: r\ninputs: [x, y]\nforward: sin(x) * y\n")
+    ((_, saved),) = d.saved
+    ((output, terms),) = d.chained_tangents
+    dot = d.value_symbol
+    assert output == "out" and set(terms) == {(saved, dot("y_dot")), (d.symbols["y"], dot(f"{saved}_dot"))}
+
+
+def test_a_given_partial_not_sympys_is_not_chained(tmp_path: Path) -> None:
+    d = _derived(tmp_path, "name: r\ninputs: [x, y]\nforward: sin(x) * y\nderivatives:\n  x: cos(x) * y\n  y: 1.0\n")
+    assert d.chained_tangents == ()
