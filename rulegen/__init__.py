@@ -16,18 +16,17 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "derive",
         "facts (function registry, framework floors, routes); bodies parsed as data; derive, rewrite, stabilise by "
-        "measured error",
+        "measured error; choose what torch saves",
         (
             *("functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure"),
             *("stabilise.budget", "stabilise.cache", "stabilise.points", "stabilise.asymptotic", "stabilise.families"),
             *("stabilise.scaling", "stabilise.regimes", "stabilise.gate", "stabilise.cost", "stabilise.policy"),
-            *("stabilise.saturation", "stabilise.search", "stabilise", "partials"),
+            *("stabilise.saturation", "stabilise.search", "stabilise", "saved", "partials"),
         ),
     ),
     (
         "plan",
-        "plan each backend: what is saved, the code model, printers, in-place bodies, one planner per body kind "
-        "and backend",
+        "plan each backend: the code model, printers, in-place bodies, one planner per body kind and backend",
         (
             *("code", "saving", "model", "printers", "torch_route", "inplace", "symbolic", "header", "emit"),
             *("torch", "snippet", "jax", "snippet_jax", "snippet_torch"),

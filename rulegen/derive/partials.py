@@ -27,6 +27,7 @@ from rulegen.derive.expr import parse_expression
 from rulegen.derive.forms import canonical
 from rulegen.derive.functions import VANISHING, Piecewise
 from rulegen.derive.routes import Gives, Routes, choose_routes
+from rulegen.derive.saved import completed
 from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.derive.stabilise import BUDGET, DEFAULT_POLICY, Choice, Sampling, searchable, stabilise
 from rulegen.derive.symbols import scope, symbols_of, value_symbol
@@ -42,6 +43,8 @@ from rulegen.spec.rules import Domain, Input, Rule, SnippetBody, SympyBody, Text
 DERIVE_SECONDS = 120.0
 
 Partials = Mapping[tuple[str, str], sp.Expr]
+# Each output's tangent as autodiff chains it through the saved intermediates: its terms (partial, tangent symbol).
+Chained = tuple[tuple[str, tuple[tuple[sp.Expr, sp.Symbol], ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,14 @@ class Derivation:
     rewritten: tuple[tuple[str, sp.Expr, sp.Expr], ...] = ()
     # The stabilising search's choice for each expression it measured (rulegen.derive.stabilise).
     choices: tuple[Choice, ...] = ()
+    # Whether each partial the rule gives is sympy's of its forward, in the forms computed (rulegen.derive.saved).
+    given_are_derived: bool = False
+    # The intermediates of the forward torch's backward reads, in torch's forms, each with the symbol it is saved
+    # as (an output's own where it is one), and the partials of those beside the rule's names (rulegen.derive.saved).
+    saved: tuple[tuple[sp.Expr, sp.Symbol], ...] = ()
+    saved_partials: Partials = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    # The outputs whose tangent chains through the saved intermediates' is the derived one, with its terms.
+    chained_tangents: Chained = ()
 
     @property
     def diff_inputs(self) -> tuple[Input, ...]:
@@ -388,7 +399,7 @@ def derive_rule(rule: Rule, known_rules: Iterable[str] = ()) -> Derivation | Sni
         if has_snippets(rule):
             return derive_snippet_rule(rule, known_rules)
         derivation = _Deriver(rule, frozenset(known_rules) | {rule.name}).derive()
-        return simplest_where_unmeasured(stabilised(derivation) if rule.stabilise else derivation)
+        return completed(simplest_where_unmeasured(stabilised(derivation) if rule.stabilise else derivation))
 
 
 def _sampling(d: Derivation) -> Sampling | None:

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import sympy as sp
 
 from rulegen.derive import functions as fn
+from rulegen.derive.saved import shared_subexpressions
 from rulegen.plan.code import Assign, Block, If, Import, fits_a_line, is_short
 from rulegen.plan.inplace import InPlaceWriter
 from rulegen.plan.model import Result
-from rulegen.plan.saving import shared_subexpressions
 
 # print_torch and its kind: an expression, and `scalars=`, the names of Python numbers in it.
 Printer = Callable[..., tuple[str, frozenset[Import]]]

@@ -14,6 +14,7 @@ from rulegen.derive import functions as fn
 from rulegen.derive.forms import corrections, float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.derive.partials import Derivation
 from rulegen.derive.routes import JaxRoute
+from rulegen.derive.saved import with_fused_forms
 from rulegen.plan.code import Assign, Block, Comment, Def, Expr, Import, Return, Statement, unpacking
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
@@ -42,8 +43,6 @@ from rulegen.plan.symbolic import (
     linear_combination,
     names_in,
     needs_broadcast,
-    with_fused_forms,
-    with_outputs,
 )
 from rulegen.spec.names import (
     COTANGENT,
@@ -277,7 +276,7 @@ def _primal_needed(d: Derivation) -> str | None:
     if rule.jvp is not None and rule.vjp is not None:
         return "the rule's own JVP and VJP are its derivatives, whatever autodiff of its forward says"
     given = rule.derivatives is not None or rule.jvp is not None or rule.vjp is not None
-    if given and not _given_are_derived(d):
+    if given and not d.given_are_derived:
         return "the rule's own derivatives are not sympy's of its forward, which autodiff's would be"
     if any(not o.differentiable or o.dtype != "float" for o in rule.outputs):
         return "autodiff would differentiate an output the rule holds constant"
@@ -294,23 +293,6 @@ def _primal_needed(d: Derivation) -> str | None:
         named = sorted(f.__name__ for f in rough if issubclass(f, sp.core.function.Application)) or ["an expression"]
         return f"JAX's derivative of {', '.join(named)} need not be the derived one (at a kink, a jump, a convention)"
     return None
-
-
-def _given_are_derived(d: Derivation) -> bool:
-    """Whether each partial the rule gives is, residuals and outputs written out, sympy's own of the forward.
-
-    A rule writes its derivative out mostly to compute it differently
-    (stably, or not as the derivative at all); one that is what sympy
-    derives, term for term, is what autodiff computes too.
-    """
-    known = {d.symbols[n]: e for n, e in d.residuals}
-    forward = dict(d.forward)
-    for o in (o.name for o in d.rule.outputs):
-        for i in _diff_inputs(d):
-            given = with_outputs(d, sp.sympify(d.jvp_partials.get((o, i), 0)).subs(known))
-            if sp.expand(sp.diff(forward[o], d.symbols[i]) - given) != 0:
-                return False
-    return True
 
 
 def _wrapped(text: str) -> tuple[str, ...]:

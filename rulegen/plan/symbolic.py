@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
-from types import MappingProxyType
+from collections.abc import Iterable, Mapping
 
 import sympy as sp
 
-from rulegen.derive.forms import CANONICAL_FORMS, CanonicalForm, canonical
-from rulegen.derive.partials import Derivation, Partials
+from rulegen.derive.partials import Derivation
 from rulegen.plan.model import Wrap
 from rulegen.spec.names import COTANGENT, TANGENT
 from rulegen.spec.rules import Rule
@@ -84,28 +81,6 @@ def names_in(exprs: Iterable[sp.Expr]) -> set[str]:
     for expr in exprs:
         names |= {s.name for s in expr.free_symbols}
     return names
-
-
-def with_outputs(d: Derivation, expr: sp.Expr) -> sp.Expr:
-    """`expr` with outputs replaced by their forward expressions."""
-    return expr.subs({d.symbols[n]: e for n, e in d.forward})
-
-
-def with_fused_forms(d: Derivation, forms: Sequence[CanonicalForm] = CANONICAL_FORMS) -> Derivation:
-    def rewrite(expr: sp.Expr) -> sp.Expr:
-        return canonical(expr, forms, complex_rule=d.rule.complex)
-
-    def partials(table: Partials) -> Partials:
-        return MappingProxyType({k: rewrite(v) for k, v in table.items()})
-
-    return replace(
-        d,
-        forward=tuple((n, rewrite(e)) for n, e in d.forward),
-        residuals=tuple((n, rewrite(e)) for n, e in d.residuals),
-        jvp_partials=partials(d.jvp_partials),
-        vjp_partials=partials(d.vjp_partials),
-        residual_partials=partials(d.residual_partials),
-    )
 
 
 def dtype_casts(rule: Rule, casts: Mapping[str, str]) -> dict[str, Wrap]:

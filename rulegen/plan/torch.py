@@ -19,6 +19,7 @@ from rulegen.derive.forms import (
 )
 from rulegen.derive.functions import cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation, Partials
+from rulegen.derive.saved import saved_form, with_fused_forms, with_outputs
 from rulegen.plan.code import (
     Assign,
     Block,
@@ -51,14 +52,12 @@ from rulegen.plan.header import (
 )
 from rulegen.plan.model import Reads, Result, TorchPlan, Wrap
 from rulegen.plan.printers import TANGENT_OR_ZERO_IMPORT, one_kernel, print_torch, print_torch_compiled
-from rulegen.plan.saving import eager_passes, saved_form, saved_intermediates
+from rulegen.plan.saving import eager_passes
 from rulegen.plan.symbolic import (
     broadcast_outputs,
     dtype_casts,
     linear_combination,
     needs_broadcast,
-    with_fused_forms,
-    with_outputs,
 )
 from rulegen.plan.torch_route import Kept, setup_context_body, torch_route
 from rulegen.spec.names import COTANGENT, TANGENT, cotangent, ctx_attribute, hidden, shape_attribute, tangent
@@ -223,9 +222,10 @@ class _Torch:
 
 
 def _with_saved_intermediates(d: Derivation) -> _Torch:
-    """`d` reading the intermediates `saved_intermediates` keeps, each a residual with its own partials."""
+    """`d` reading the intermediates the derivation keeps (`Derivation.saved`), each a residual with its own
+    partials."""
     symbols = dict(d.symbols)
-    saved_map = saved_intermediates(d, set(symbols))
+    saved_map = dict(d.saved)
     intermediates = [(str(sym), expr) for expr, sym in saved_map.items() if str(sym) not in symbols]
     for name, _ in intermediates:
         symbols[name] = d.value_symbol(name)
@@ -233,12 +233,7 @@ def _with_saved_intermediates(d: Derivation) -> _Torch:
     def rewritten(partials: Partials) -> dict[tuple[str, str], sp.Expr]:
         return {k: saved_form(v, saved_map) for k, v in partials.items()}
 
-    residual_partials = dict(d.residual_partials)
-    for name, expr in intermediates:
-        for i in d.diff_inputs:
-            partial = sp.diff(expr, symbols[i.name])
-            if partial != 0:
-                residual_partials[(name, i.name)] = saved_form(partial, saved_map)
+    residual_partials = {**d.residual_partials, **d.saved_partials}
     residuals = (*d.residuals, *intermediates)
     for n, _ in residuals:
         symbols[cotangent(n)] = d.value_symbol(cotangent(n))
@@ -565,9 +560,7 @@ def _jvp_parts(
     residual_tangents = {r: _residual_tangent(t, r) for r in t.residual_names}
     direct = t.output_tangents
     chained = {
-        o: e
-        for o, e in _chained_tangents(t, residual_tangents).items()
-        if o not in aliases and not needs_broadcast(t.d, direct[o])
+        o: e for o, e in _chained_tangents(t).items() if o not in aliases and not needs_broadcast(t.d, direct[o])
     }
     if chained and _eager_cost(t, forms, [*chained.values(), *residual_tangents.values()]) >= _eager_cost(
         t, forms, [*(direct[o] for o in chained), *residual_tangents.values()]
@@ -613,45 +606,14 @@ def _residual_tangent(t: _Torch, residual: str) -> sp.Expr:
     return sp.Add(*(t.residual_partials.get((residual, n), 0) * t.symbols[tangent(n)] for n in t.diff_inputs))
 
 
-def _chained_tangents(t: _Torch, residual_tangents: Mapping[str, sp.Expr]) -> dict[str, sp.Expr]:
-    """Output tangents from the residuals' tangents, as autodiff chains them: out = F(x, s), dF/dx x_dot + dF/ds s_dot.
-
-    Only where that is the rule's derivative as derived: the rule's own
-    partials are sympy's of its forward (the chain is checked equal to
-    them), neither the forward nor a partial was rewritten into a form
-    measured more accurate (the chain computes the derived form, as
-    autodiff does), the rule is real.  Residuals are exact at every order
-    (their own partials), so the chain is too.
-    """
-    d = t.d
-    if d.rule.complex or d.residuals or not t.residual_names:
-        return {}
-    kept = {e: t.symbols[n] for n, e in t.residuals}
-    inputs = {s: e for e, s in kept.items()}
-    rewritten = {n for n, _, _ in d.rewritten}
-    stabilised = {c.quantity for c in d.choices if c.more_accurate}
+def _chained_tangents(t: _Torch) -> dict[str, sp.Expr]:
+    """Output tangents from the residuals' tangents, as autodiff chains them (`Derivation.chained_tangents`), a
+    factor several terms share multiplied once."""
     arrays = frozenset(t.symbols[a] for a in t.arrays)
-
-    def written_out(expr: sp.Expr) -> sp.Expr:
-        with_tangents = expr.doit().xreplace({t.symbols[tangent(r)]: e for r, e in residual_tangents.items()})
-        return with_outputs(d, with_tangents.xreplace(inputs))
-
-    chained = {}
-    for o in d.rule.outputs:
-        if not o.differentiable or o.dtype != "float" or o.name in rewritten:
-            continue
-        if any(f"d{o.name}/d{i}" in stabilised for i in t.diff_inputs):
-            continue
-        forward = saved_form(dict(d.forward)[o.name], kept)
-        read = [r for r in t.residual_names if t.symbols[r] in forward.free_symbols]
-        if not read:
-            continue
-        terms = [(sp.diff(forward, t.symbols[i]), t.symbols[tangent(i)]) for i in t.diff_inputs]
-        terms += [(sp.diff(forward, t.symbols[r]), t.symbols[tangent(r)]) for r in read]
-        expr = _shared_factors_once([(sp.Mul.make_args(p), dot) for p, dot in terms if p != 0], arrays)
-        if sp.expand(written_out(expr) - written_out(t.output_tangents[o.name])) == 0:
-            chained[o.name] = expr
-    return chained
+    return {
+        o: _shared_factors_once([(sp.Mul.make_args(p), dot) for p, dot in terms], arrays)
+        for o, terms in t.d.chained_tangents
+    }
 
 
 def _shared_factors_once(

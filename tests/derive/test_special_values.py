@@ -20,7 +20,7 @@ import torch
 import generated.jax as gj
 import generated.torch as gt
 from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS, Piecewise, bessel_i1
-from rulegen.plan.saving import saved_form
+from rulegen.derive.saved import saved_form
 
 jax.config.update("jax_enable_x64", True)
 

@@ -18,8 +18,7 @@ def test_no_bundled_rule_keeps_what_one_cheap_operation_computes_from_what_else_
     pass. to_polar kept six (b, 1/b, x/b, y/b, |y| and the scaled root), then two (b and the scaled root); computed
     through hypot, it keeps none beyond its inputs."""
     from rulegen.derive.forms import silu_derivatives
-    from rulegen.plan.saving import _one_step_from_the_rest, saved_intermediates
-    from rulegen.plan.torch import with_fused_forms
+    from rulegen.derive.saved import _one_step_from_the_rest, saved_intermediates, with_fused_forms
     from rulegen.spec.rules import rule_files
     from tests.conftest import RULES as BUNDLED
 

@@ -15,8 +15,8 @@ import sympy as sp
 import yaml
 
 from rulegen.derive.partials import derive_rule
+from rulegen.derive.saved import shared_subexpressions
 from rulegen.plan import plan_torch
-from rulegen.plan.saving import shared_subexpressions
 from rulegen.spec.rules import read_rules
 
 RULES = [

@@ -1,0 +1,48 @@
+"""derive/saved.py: what the planners read beyond the partials is derived once, on the forms the search chose."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rulegen.derive.partials import Derivation, derive_rule
+from rulegen.spec.rules import read_rule_file
+
+
+def _derived(tmp_path: Path, text: str) -> Derivation:
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    (rule,) = read_rule_file(path)
+    d = derive_rule(rule)
+    assert isinstance(d, Derivation)
+    return d
+
+
+@pytest.mark.parametrize(
+    ("derivative", "derived"),
+    [("cos(x) * exp(x) + sin(x) * exp(x)", True), ("exp(x) * (sin(x) + cos(x))", True), ("exp(x)", False)],
+)
+def test_whether_a_given_partial_is_sympys_is_in_the_derivation(tmp_path: Path, derivative: str, derived: bool) -> None:
+    d = _derived(tmp_path, f"name: r\ninputs: [x]\nforward: sin(x) * exp(x)\nderivatives:\n  x: {derivative}\n")
+    assert d.given_are_derived is derived
+
+
+def test_the_intermediates_torch_saves_and_their_partials_are_in_the_derivation(tmp_path: Path) -> None:
+    d = _derived(tmp_path, "name: r\ninputs: [x]\nforward: tanh(x) * x\n")
+    ((expr, symbol),) = d.saved
+    assert str(expr) == "tanh(x)" and str(symbol) == "saved_tanh"
+    assert dict(d.saved_partials) == {("saved_tanh", "x"): 1 - symbol**2}
+
+
+def test_an_outputs_tangent_chained_through_a_saved_intermediate_is_in_the_derivation(tmp_path: Path) -> None:
+    d = _derived(tmp_path, "name: r\ninputs: [x, y]\nforward: sin(x) * y\n")
+    ((_, saved),) = d.saved
+    ((output, terms),) = d.chained_tangents
+    dot = d.value_symbol
+    assert output == "out" and set(terms) == {(saved, dot("y_dot")), (d.symbols["y"], dot(f"{saved}_dot"))}
+
+
+def test_a_given_partial_not_sympys_is_not_chained(tmp_path: Path) -> None:
+    d = _derived(tmp_path, "name: r\ninputs: [x, y]\nforward: sin(x) * y\nderivatives:\n  x: cos(x) * y\n  y: 1.0\n")
+    assert d.chained_tangents == ()
