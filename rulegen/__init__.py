@@ -21,7 +21,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             *("functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure"),
             *("stabilise.budget", "stabilise.cache", "stabilise.points", "stabilise.asymptotic", "stabilise.families"),
             *("stabilise.scaling", "stabilise.regimes", "stabilise.gate", "stabilise.cost", "stabilise.policy"),
-            *("stabilise.saturation", "stabilise.search", "stabilise", "saved", "partials"),
+            *("stabilise.saturation", "stabilise.search", "stabilise", "derivation", "saved", "partials"),
         ),
     ),
     (

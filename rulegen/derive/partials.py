@@ -18,19 +18,19 @@ import signal
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from types import MappingProxyType
 
 import sympy as sp
 
+from rulegen.derive.derivation import Derivation, Partials
 from rulegen.derive.expr import parse_expression
 from rulegen.derive.forms import canonical
 from rulegen.derive.functions import VANISHING, Piecewise
-from rulegen.derive.routes import Gives, Routes, choose_routes
+from rulegen.derive.routes import Gives, choose_routes
 from rulegen.derive.saved import completed
 from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.derive.stabilise import BUDGET, DEFAULT_POLICY, Choice, Sampling, searchable, stabilise
-from rulegen.derive.symbols import scope, symbols_of, value_symbol
+from rulegen.derive.symbols import scope, symbols_of
 from rulegen.spec.errors import Loc, SpecError, SpecErrors
 from rulegen.spec.names import COTANGENT, TANGENT
 from rulegen.spec.rules import Domain, Input, Rule, SnippetBody, SympyBody, Text
@@ -41,49 +41,6 @@ from rulegen.spec.rules import Domain, Input, Rule, SnippetBody, SympyBody, Text
 #: CPU time, and the load would decide which rules build.  The costliest rule in rules/, tests/right_rules, the
 #: shared examples and the benchmark suites takes well under a tenth of it.
 DERIVE_SECONDS = 120.0
-
-Partials = Mapping[tuple[str, str], sp.Expr]
-# Each output's tangent as autodiff chains it through the saved intermediates: its terms (partial, tangent symbol).
-Chained = tuple[tuple[str, tuple[tuple[sp.Expr, sp.Symbol], ...]], ...]
-
-
-@dataclass(frozen=True)
-class Derivation:
-    """A symbolic rule with every derivative in closed form.
-
-    Expressions are in the symbols named in `symbols`: inputs (static ones
-    included), outputs, residuals, tangents `x_dot` and cotangents `y_bar`.
-    Partials of an (output, input) pair that is absent are zero.
-    """
-
-    rule: Rule
-    symbols: Mapping[str, sp.Symbol]
-    forward: tuple[tuple[str, sp.Expr], ...]
-    residuals: tuple[tuple[str, sp.Expr], ...]
-    jvp_partials: Partials
-    vjp_partials: Partials
-    residual_partials: Partials
-    routes: Routes
-    # Outputs whose expression was rewritten into a stable form: (name, as written, as computed).
-    rewritten: tuple[tuple[str, sp.Expr, sp.Expr], ...] = ()
-    # The stabilising search's choice for each expression it measured (rulegen.derive.stabilise).
-    choices: tuple[Choice, ...] = ()
-    # Whether each partial the rule gives is sympy's of its forward, in the forms computed (rulegen.derive.saved).
-    given_are_derived: bool = False
-    # The intermediates of the forward torch's backward reads, in torch's forms, each with the symbol it is saved
-    # as (an output's own where it is one), and the partials of those beside the rule's names (rulegen.derive.saved).
-    saved: tuple[tuple[sp.Expr, sp.Symbol], ...] = ()
-    saved_partials: Partials = dataclasses.field(default_factory=lambda: MappingProxyType({}))
-    # The outputs whose tangent chains through the saved intermediates' is the derived one, with its terms.
-    chained_tangents: Chained = ()
-
-    @property
-    def diff_inputs(self) -> tuple[Input, ...]:
-        return tuple(i for i in self.rule.inputs if i.differentiable)
-
-    def value_symbol(self, name: str) -> sp.Symbol:
-        """The symbol of a value named beside the rule's own (a saved intermediate, its tangent or cotangent)."""
-        return value_symbol(self.rule, name)
 
 
 class _Timeout(BaseException):

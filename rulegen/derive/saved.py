@@ -21,7 +21,7 @@ from rulegen.derive.functions import divided, sigmoid
 from rulegen.spec.names import tangent
 
 if TYPE_CHECKING:
-    from rulegen.derive.partials import Chained, Derivation, Partials
+    from rulegen.derive.derivation import Chained, Derivation, Partials
 
 
 def with_outputs(d: Derivation, expr: sp.Expr) -> sp.Expr:
