@@ -83,4 +83,9 @@ def _bessel_i1_slope_jvp(
     primals: tuple[jax.Array], tangents: tuple[jax.Array]
 ) -> tuple[jax.Array, jax.Array]:
     (x,), (x_dot,) = primals, tangents
-    return bessel_i1_slope(x), x_dot * _asymptotic.bessel_i1_curvature(jnp, jax.scipy.special, x)
+    return bessel_i1_slope(x), x_dot * bessel_i1_curvature(x)
+
+
+def bessel_i1_curvature(x: jax.Array) -> jax.Array:
+    """I1''(x) (`_asymptotic.bessel_i1_curvature`), differentiated by JAX."""
+    return _asymptotic.bessel_i1_curvature(jnp, jax.scipy.special, x)

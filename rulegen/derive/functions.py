@@ -163,14 +163,38 @@ class bessel_i1_slope(sp.Function):  # noqa: N801
     def fdiff(self, argindex: int = 1) -> sp.Expr:
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
-        x = self.args[0]
-        # I1''(x) = (1 + 2 / x**2) I1(x) - I0(x) / x, 3x/8 near 0 (1/x - 1/x there).
-        small = sp.Abs(x) < sp.Rational(1, 2**26)
-        fed = Piecewise((sp.S.One, small), (x, True))
-        return Piecewise((3 * x / 8, small), ((1 + 2 / fed**2) * bessel_i1(fed) - bessel_i0(fed) / fed, True))
+        return bessel_i1_curvature(self.args[0])
 
     def _eval_rewrite_as_besseli(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
         return sp.besseli(0, arg) - sp.besseli(1, arg) / arg
+
+
+#: I1''' = sum_k (2k + 1) 2k (2k - 1) x**(2k - 2) / (2**(2k + 1) k! (k + 1)!), k = 1..10: within a float64
+#: rounding below |x| = 1, where the closed form cancels (3 / x**2 - 3 / x**2 at 0).
+_I1_THIRD_SERIES = tuple(
+    sp.Rational((2 * k + 1) * (2 * k) * (2 * k - 1), 2 ** (2 * k + 1) * math.factorial(k) * math.factorial(k + 1))
+    for k in range(1, 11)
+)
+
+
+class bessel_i1_curvature(sp.Function):  # noqa: N801
+    """I1''(x) = (1 + 2 / x**2) I1(x) - I0(x) / x, the runtime's `bessel_i1_curvature` in both backends: its series
+    below |x| = 1, where the closed form cancels, and one product of exp(|x|) and the scaled functions far out."""
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        x = self.args[0]
+        small = sp.Abs(x) < 1
+        fed = Piecewise((sp.Integer(2), small), (x, True))
+        series = sum((c * x ** (2 * k) for k, c in enumerate(_I1_THIRD_SERIES)), sp.S.Zero)
+        closed = (1 + 3 / fed**2) * bessel_i0(fed) - (2 / fed + 6 / fed**3) * bessel_i1(fed)
+        return Piecewise((series, small), (closed, True))
+
+    def _eval_rewrite_as_besseli(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
+        return (3 * sp.besseli(1, arg) + sp.besseli(3, arg)) / 4
 
 
 def bessel_i1_slope_of(x: Any) -> Any:
@@ -183,7 +207,22 @@ def bessel_i1_slope_of(x: Any) -> Any:
 
 
 def _mp_bessel_i1_slope(x: mpmath.mpf) -> mpmath.mpf:
-    return mpmath.besseli(0, x) - mpmath.besseli(1, x) / x if x != 0 else mpmath.mpf(1) / 2
+    # (I0 + I2) / 2, from I_n' = (I_(n-1) + I_(n+1)) / 2: I0 - I1 / x cancels as x goes to 0.
+    return (mpmath.besseli(0, x) + mpmath.besseli(2, x)) / 2
+
+
+def bessel_i1_curvature_of(x: Any) -> Any:
+    """I1''(x) in numpy, as the runtime computes it: the accuracy search's evaluation."""
+    import importlib
+
+    special = importlib.import_module("scipy.special")
+    with np.errstate(all="ignore"):
+        return _asymptotic.bessel_i1_curvature(np, special, np.asarray(x, dtype=np.float64))
+
+
+def _mp_bessel_i1_curvature(x: mpmath.mpf) -> mpmath.mpf:
+    # (3 I1 + I3) / 4, from I_n' = (I_(n-1) + I_(n+1)) / 2: no cancellation near 0.
+    return (3 * mpmath.besseli(1, x) + mpmath.besseli(3, x)) / 4
 
 
 #: Where i0e's and i1e's derivatives are their asymptotic series in |x| (`bessel_ie_series`).
@@ -406,8 +445,10 @@ def erfcx_series_of(order: Any, x: Any) -> Any:
 def _mp_erfcx(x: mpmath.mpf) -> mpmath.mpf:
     """exp(x**2) erfc(x), at a precision raised by the bits of x**2: at the working precision alone, x**2 loses
     its last digits, which exp then multiplies by (4% off at x = 9.1e19 with 40 digits)."""
-    if not mpmath.isfinite(x):
-        return mpmath.exp(x**2) * mpmath.erfc(x) if mpmath.isnan(x) else (mpmath.mpf(0) if x > 0 else mpmath.inf)
+    if mpmath.isnan(x):
+        return x
+    if mpmath.isinf(x):
+        return mpmath.mpf(0) if x > 0 else mpmath.inf
     with mpmath.extraprec(2 * max(0, int(mpmath.log(abs(x) + 1, 2))) + 16):
         x = mpmath.mpf(x)
         return +(mpmath.exp(x**2) * mpmath.erfc(x))
@@ -1281,6 +1322,17 @@ REGISTRY: tuple[MathFunction, ...] = (
         mpmath=_mp_bessel_i1_slope,
         jax_runtime="bessel_i1_slope",
         torch_runtime="bessel_i1_slope",
+        torch_one_kernel=False,
+        internal=True,
+    ),
+    # I1's second derivative, printed as the runtime's `bessel_i1_curvature`.
+    MathFunction(
+        "bessel_i1_curvature",
+        bessel_i1_curvature,
+        numpy="rulegen.derive.functions.bessel_i1_curvature_of",
+        mpmath=_mp_bessel_i1_curvature,
+        jax_runtime="bessel_i1_curvature",
+        torch_runtime="bessel_i1_curvature",
         torch_one_kernel=False,
         internal=True,
     ),

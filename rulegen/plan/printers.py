@@ -302,7 +302,8 @@ class _ArrayCode:
         # A sum is computed left to right: a pair of like functions with opposite coefficients goes first, so
         # that it cancels before anything is added to it (logits - digamma(k + 1) + digamma(11 - k) at k = 5,
         # logits = 1e-6 keeps logits whole only as digamma(11 - k) - digamma(k + 1) + logits).
-        return cancelling_pair_first(super()._as_ordered_terms(expr, order=order))  # type: ignore[misc]
+        # One order for the printers and the torch in-place writer, which adds the same terms in place.
+        return printed_terms(expr)
 
     def _print_Pow(self, expr: sp.Pow, rational: bool = False) -> str:
         base, exponent = expr.as_base_exp()

@@ -230,3 +230,30 @@ def test_digamma_derivative_at_huge_arguments_is_its_series(dtype):
     for got in (jax_grad(gj.f_digamma, x), torch_grad(gt.f_digamma, x)):
         assert got[2] == 0
         assert list(got[[0, 1, 3]]) == pytest.approx(exact, rel=16 * float(np.finfo(dtype).eps))
+
+
+def test_i1_second_derivative_is_the_runtime_s_in_the_registry_too():
+    # The registry's I1'' was a closed form of its own, (1 + 2/x**2) I1 - I0/x: cancelling near 0 (1.5e-3 relative at
+    # x = 1e-6) and inf - inf where I0 and I1 overflow (nan at 800, where it is inf); the runtime's is a series and a
+    # scaled product.
+    import importlib
+
+    from rulegen.derive.functions import NUMPY_IMPLEMENTATIONS, bessel_i1_curvature
+
+    x = sp.Symbol("x", real=True)
+    second = bessel_i1(x).diff(x, 2)
+    assert second == bessel_i1_curvature(x)
+    numpy_names = {
+        name: importlib.import_module(path.rpartition(".")[0]) for name, path in NUMPY_IMPLEMENTATIONS.items()
+    }
+    modules = [
+        {n: getattr(m, NUMPY_IMPLEMENTATIONS[n].rpartition(".")[2]) for n, m in numpy_names.items()},
+        "scipy",
+        "numpy",
+    ]
+    evaluate = sp.lambdify(x, second, modules=modules)
+    points = [1e-6, 0.5, 3.0, 800.0]
+    with mpmath.workdps(40):
+        exact = [float((3 * mpmath.besseli(1, p) + mpmath.besseli(3, p)) / 4) for p in points]
+    got = evaluate(np.asarray(points))
+    assert np.allclose(got, exact, rtol=1e-12, atol=0)

@@ -171,7 +171,7 @@ def _bessel_i1_slope_value(x: torch.Tensor) -> torch.Tensor:
 
 
 def _bessel_i1_curvature(x: torch.Tensor, _out: torch.Tensor | None) -> torch.Tensor:
-    return _asymptotic.bessel_i1_curvature(torch, torch.special, x)
+    return bessel_i1_curvature(x)
 
 
 _DIGAMMA = _differentiated_by("_Digamma", torch.special.digamma, _trigamma, reads_output=False)
@@ -208,3 +208,8 @@ def bessel_i1_slope(x: torch.Tensor) -> torch.Tensor:
     """I1'(x) (`_asymptotic.bessel_i1_slope`), differentiated by I1''(x) as one product where I0
     and I1 overflow (autodiff of exp(|x|) times the scaled functions is inf - inf there)."""
     return _applied(_BESSEL_I1_SLOPE, x)
+
+
+def bessel_i1_curvature(x: torch.Tensor) -> torch.Tensor:
+    """I1''(x) (`_asymptotic.bessel_i1_curvature`), differentiated by torch."""
+    return _asymptotic.bessel_i1_curvature(torch, torch.special, x)
