@@ -44,6 +44,6 @@ def _c_mobius_jvp(primals, tangents):
     t0 = z + 2
     return out, summed_like(
         out,
-        None if z_dot is None else z_dot * quotient(2 * a - 1j, t0 * t0),
+        None if z_dot is None else z_dot * quotient(quotient(2 * a - 1j, t0), t0),
         None if a_dot is None else a_dot * quotient(z, t0),
     )

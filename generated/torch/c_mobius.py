@@ -31,11 +31,11 @@ class CMobius(RuleFunction):
         t0 = torch.conj_physical(z)
         t1 = t0 + 2
         if plain(z, a, out_bar) and all(ctx.needs_input_grad):
-            t2 = torch.conj_physical(a).mul_(2).add_(1j).div_(t1 * t1).mul_(out_bar)
+            t2 = torch.conj_physical(a).mul_(2).add_(1j).div_(t1).div_(t1).mul_(out_bar)
             return t2.sum_to_size(z.shape), (t0 / t1).mul_(out_bar).sum_to_size(a.shape)
         z_bar = a_bar = None
         if ctx.needs_input_grad[0]:
-            z_bar = (out_bar * ((2 * torch.conj_physical(a) + 1j) / (t1 * t1))).sum_to_size(z.shape)
+            z_bar = (out_bar * ((2 * torch.conj_physical(a) + 1j) / t1 / t1)).sum_to_size(z.shape)
         if ctx.needs_input_grad[1]:
             a_bar = (out_bar * (t0 / t1)).sum_to_size(a.shape)
         return z_bar, a_bar
@@ -45,7 +45,7 @@ class CMobius(RuleFunction):
         z, a = ctx.saved_tensors
         z_dot, a_dot = tangent_or_zero(z_dot, z), tangent_or_zero(a_dot, a)
         t0 = z + 2
-        return a_dot * (z / t0) + z_dot * ((2 * a - 1j) / (t0 * t0))
+        return a_dot * (z / t0) + z_dot * ((2 * a - 1j) / t0 / t0)
 
 
 _apply_c_mobius = routed(CMobius, "(Tensor z, Tensor a) -> Tensor")

@@ -231,7 +231,12 @@ class InPlaceWriter:
         for factor in factors:
             self._update(buffer, f"mul_({self._operand(factor)})")
         for divisor in divisors:
-            self._update(buffer, f"div_({self._operand(divisor)})")
+            # By a name's square twice, as the printers divide (b * b over- or underflows where the quotient does not).
+            square = divisor.is_Pow and divisor.exp == 2 and divisor.base.is_Symbol
+            for _ in range(2 if square else 1):
+                self._update(buffer, f"div_({self._operand(divisor.base if square else divisor)})")
+        if coefficient.is_Float and abs(float(coefficient)) == 1:  # a rule's 0.5 * 2
+            coefficient = sp.Integer(int(coefficient))
         if coefficient == -1:
             self._update(buffer, "neg_()")
         elif coefficient != 1:

@@ -401,6 +401,15 @@ class _ArrayCode:
         return self._call(self.functions["erfc"], -expr.args[0])
 
     def _print_Mul(self, expr: sp.Mul) -> str:
+        coefficient, rest = expr.as_coeff_Mul()
+        if (
+            coefficient.is_Float
+            and abs(float(coefficient)) == 1
+            and any(s.name not in self.scalars for s in rest.free_symbols)
+        ):
+            # A rule's 0.5 * 2 is sympy's Float 1.0: an array's product with it is the array.
+            body = self._print(rest) if rest.is_Mul else self.parenthesize(rest, PRECEDENCE["Mul"])
+            return body if coefficient > 0 else f"-{body}"
         numbers = [f for f in expr.args if f.is_number]
         if len(numbers) < len(expr.args) and (len(numbers) > 1 or (numbers and not numbers[0].is_Rational)):
             # sympy keeps 2, sqrt(2) and 1/sqrt(pi) apart, and eager torch
@@ -428,6 +437,14 @@ class _ArrayCode:
             if p == 1:
                 return f"{body} / {q}"
             return f"{p} * {body} / {q}"
+        squared = _divided_by_a_square(expr)
+        if squared is not None:
+            # a / b**2 as (a / b) / b: as many roundings, and b * b over- or underflows where the quotient does not
+            # ((p_loc - q_loc) / q_scale**2 at 6.6e226 and 1.5e159 is 3.1e-92, not 0).
+            rest, base = squared
+            body = self._print(rest) if rest.is_Mul or rest.is_Atom else self.parenthesize(rest, PRECEDENCE["Mul"])
+            divisor = self.parenthesize(base, PRECEDENCE["Mul"] + 1)
+            return f"{body} / {divisor} / {divisor}"
         return super()._print_Mul(expr)  # type: ignore[misc]
 
     # -- functions
@@ -609,6 +626,10 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
         # x / y at (0, 1e-38): 0 * inf = nan in its second derivative).
         quotient = self._as_quotient(expr)
         if quotient is not None:
+            numerator, divisor = quotient
+            if divisor.is_Pow and divisor.exp == 2 and divisor.base.is_Symbol:  # as _ArrayCode._print_Mul does
+                numerator = sp.Mul(numerator, 1 / divisor.base, evaluate=False)
+                return self._helper_call(QUOTIENT_IMPORT, numerator, divisor.base)
             return self._helper_call(QUOTIENT_IMPORT, *quotient)
         return super()._print_Mul(expr)
 
@@ -865,6 +886,16 @@ def one_square_root(number: sp.Expr) -> tuple[bool, sp.Expr, sp.Expr] | None:
         return None
     numerator, denominator = sp.fraction(square)
     return bool(number.is_negative), numerator, denominator
+
+
+def _divided_by_a_square(expr: sp.Mul) -> tuple[sp.Expr, sp.Expr] | None:
+    """(a, b) where `expr` is a / b**2 with b a name (printed twice, computed once) and no other divisor; else None."""
+    squares = [f for f in expr.args if f.is_Pow and f.exp == -2 and f.base.is_Symbol]
+    divisors = [f for f in expr.args if f.is_Pow and f.exp.is_negative]
+    if len(squares) != 1 or len(divisors) != 1:
+        return None
+    (square,) = squares
+    return sp.Mul(*(f for f in expr.args if f is not square)), square.base
 
 
 def _one_factor(number: sp.Expr) -> bool:

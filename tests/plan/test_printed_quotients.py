@@ -1,0 +1,41 @@
+"""How the printers write quotients by a square and products with a Float 1.0."""
+
+import pytest
+import sympy as sp
+import torch
+
+from rulegen.plan.printers import print_jax, print_torch
+
+x, y, z = sp.symbols("x y z", real=True)
+
+
+def _torch_value(expr: sp.Expr, **values: float) -> float:
+    text, _ = print_torch(expr)
+    tensors = {k: torch.tensor(v, dtype=torch.float64) for k, v in values.items()}
+    return float(eval(text, {"torch": torch, "math": __import__("math")}, tensors))
+
+
+def test_a_quotient_by_a_square_divides_twice():
+    # (p_loc - q_loc) / q_scale**2 at 6.6e226 and 1.5e159 is 3.1e-92; q_scale * q_scale overflows to inf and the
+    # quotient was 0 (KL of two normals, every 61-bit point of its partial in p_loc).
+    expr = (x - z) / y**2
+    assert print_torch(expr)[0] == "(x - z) / y / y"
+    assert print_jax(expr)[0] == "quotient(quotient(x - z, y), y)"
+    got = _torch_value(expr, x=6.636054853089071e226, z=0.0, y=1.4535601920145953e159)
+    assert got == pytest.approx(3.140826351022659e-92, rel=1e-15)
+    # and where the square underflows: 1e-300 / (1e-160)**2 is 1e20, not inf
+    assert _torch_value(x / y**2, x=1e-300, y=1e-160) == pytest.approx(1e20, rel=1e-15)
+
+
+def test_a_square_of_an_expression_is_not_computed_twice():
+    # Only a name is divided by twice: the planner names what is used more than once, and an expression printed
+    # twice would be computed twice (digamma's cos(t)**2 / sin(t)**2 called sin twice).
+    assert print_torch(x / sp.sin(y) ** 2)[0].count("torch.sin") == 1
+
+
+@pytest.mark.parametrize("printer", [print_torch, print_jax])
+def test_a_float_one_is_not_printed_as_a_factor(printer):
+    # A rule's 0.5 * 2 is sympy's Float 1.0, printed as `1.0 * 1 / q_scale**3` in a KL divergence's partial.
+    assert printer(sp.Float(1.0) / y**3)[0] == "1 / y**3"
+    assert printer(sp.Float(-1.0) * x * y)[0] == "-x*y"
+    assert printer(sp.Float(-1.0) * (x + y))[0] == "-x - y"
