@@ -46,6 +46,10 @@ def test_digamma_is_searched_where_its_arguments_are_positive_and_not_on_the_who
     assert searchable(sp.loggamma(b / 2) - sp.loggamma((b + 1) / 2), positive)
     assert not searchable(sp.digamma(a - b), positive)
     assert not searchable(sp.digamma(a) - sp.digamma(a + b), Sampling(((a, Domain()), (b, POSITIVE))))
+    # torch's StudentT writes 0.5 * df: a Float in the argument, which mpmath's intervals could not take, left
+    # every Student-t quantity unsearched.
+    half = sp.Float(0.5)
+    assert searchable(sp.loggamma(half * b) - sp.loggamma(half * (b + 1)), positive)
 
 
 def test_a_difference_of_digammas_at_large_arguments_takes_their_asymptotic_series(search_cache_off):
@@ -171,3 +175,30 @@ def test_a_gamma_entropy_s_partial_takes_the_series_whose_leading_terms_cancel(s
         with mpmath.workprec(1000):
             exact = 1 + (1 - mpmath.mpf(value)) * mpmath.polygamma(1, value)
         assert bits(evaluated(choice.chosen, (c,), (value,), np.float64), exact) <= 2, value
+
+
+def test_calls_of_shifted_arguments_are_one_series_whose_leading_terms_cancel():
+    # torch's StudentT.entropy differentiated in df: 1/(2 df) + (df + 1)(trigamma((df + 1)/2) - trigamma(df/2))/4,
+    # -1/df**2 + ..., where as written 1/(2 df) cancels against the trigamma difference's leading term (every bit
+    # lost from df = 1e16); as torch writes it, with 0.5 for 1/2.
+    from rulegen.derive.stabilise.asymptotic import one_argument_series
+
+    df = sp.Symbol("df", positive=True)
+    half = sp.Float(0.5)
+    entropy = (
+        half * (df + 1) * (sp.digamma(half * (df + 1)) - sp.digamma(half * df))
+        + half * sp.log(df)
+        + (sp.loggamma(half * df) + sp.loggamma(half) - sp.loggamma(half * (df + 1)))
+    )
+    for expr in (entropy, entropy.diff(df)):
+        series = one_argument_series(expr)
+        assert series is not None
+        for value in (80.0, 8000.0, 1.2e25, 1e200):
+            with mpmath.workprec(2000):
+                exact = sp.lambdify(df, expr, "mpmath")(mpmath.mpf(value))
+            assert bits(evaluated(series, (df,), (value,), np.float64), exact) <= 2, (expr, value)
+    # Terms in another variable are added as they are: a Student-t log-density's partial in df.
+    log_density = -half * (df + 1) * log1p(x**2 / df) - (sp.loggamma(half * df) - sp.loggamma(half * (df + 1)))
+    partial = log_density.diff(df)
+    series = one_argument_series(partial)
+    assert series is not None and series.has(log1p(x**2 / df))

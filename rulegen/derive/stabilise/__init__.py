@@ -23,8 +23,9 @@ expression:
   without cancellation (`digamma(a) - digamma(a + b)` at b << a), below it
   the difference computed on its own; like terms whose coefficients add to
   0 (a Beta entropy's three digammas) as differences from one of them;
-  calls all of one argument replaced by their series and expanded, so
-  that like orders cancel exactly (`1 + (1 - c) trigamma(c)`);
+  calls all of one argument, or of its shifts by constants (a Student-t's
+  df/2 and (df + 1)/2), replaced by their series and expanded, so that like
+  orders cancel exactly (`1 + (1 - c) trigamma(c)`);
 - norms: `a**2 + b**2` through `hypot(a, b)` (`p/(a**2 + b**2)` is
   `(p/h)/h`), a ratio of magnitudes no single input's regime can express;
   a power below -1 split (`x**(-3/2)/2` is `x**(-1/2)/(2x)`);

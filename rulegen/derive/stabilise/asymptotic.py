@@ -168,6 +168,8 @@ def one_argument_series(expr: sp.Expr) -> sp.Expr | None:
     Below the threshold, `expr` as it is.  None where the calls take several arguments or none."""
     calls = [f for f in expr.atoms(sp.Function) if is_gamma_function(f)]
     arguments = {f.args[-1] for f in calls}
+    if len(arguments) > 1:
+        return shifted_argument_series(expr)
     if len(arguments) != 1:
         return None
     (u,) = arguments
@@ -184,3 +186,46 @@ def one_argument_series(expr: sp.Expr) -> sp.Expr | None:
     with sp.evaluate(False):
         branch = expanded.xreplace({big: fed})
     return sp.Piecewise((branch, large), (expr, True))
+
+
+#: Powers of 1/u kept where the calls' arguments differ by constants: the Stirling series (`ONE_ARGUMENT_TERMS`
+#: Bernoulli terms) are right to 1/u**14 relative to their leading term, which is what a leading cancellation of
+#: two orders leaves within 2**-56 at `THRESHOLD`.
+SHIFTED_ORDERS = 14
+
+
+def shifted_argument_series(expr: sp.Expr) -> sp.Expr | None:
+    """`expr`, whose gamma-family calls take arguments u + c of one variable (constants c: a Student-t's df/2 and
+    (df + 1)/2), with its terms in that variable alone as one series in 1/u past `THRESHOLD`, expanded so that like
+    orders cancel exactly: a Student-t entropy's partial in df, 1/(2 df) + (df + 1)(trigamma((df + 1)/2) -
+    trigamma(df/2))/4, is -1/(4u**2) - 1/(16u**3) + ..., u = df/2, where as written 1/(2 df) cancels against the
+    difference (every bit lost from df = 1e16).  Terms in other variables are added as they are.  Below the
+    threshold, `expr` as it is.  None where the arguments are not one variable's shifts."""
+    exact = expr.xreplace({f: sp.Rational(f) for f in expr.atoms(sp.Float)})  # 0.5 - 1/2 must cancel to 0
+    calls = [f for f in exact.atoms(sp.Function) if is_gamma_function(f)]
+    arguments = sorted({f.args[-1] for f in calls}, key=lambda a: (sp.count_ops(a), sp.default_sort_key(a)))
+    u = arguments[0]
+    shifts = [a - u for a in arguments]
+    if len(u.free_symbols) != 1 or not all(s.is_Rational for s in shifts):
+        return None
+    (x,) = u.free_symbols
+    if sp.Poly(u, x).degree() != 1:
+        return None
+    t = sp.Dummy("t", positive=True)
+    (at_t,) = sp.solve(sp.Eq(u, 1 / t), x)
+    terms = sp.Add.make_args(exact)
+    alone = sp.Add(*(term for term in terms if term.free_symbols <= {x}))
+    others = sp.Add(*(term for term in terms if not term.free_symbols <= {x}))
+    if not alone.has(*calls):
+        return None
+    series_at_t = alone.xreplace({f: _series(f, 1 / t + (f.args[-1] - u)) for f in calls}).xreplace({x: at_t})
+    expanded = sp.expand(sp.series(series_at_t, t, 0, SHIFTED_ORDERS).removeO(), log=False)
+    if expanded.has(sp.Order) or not expanded.free_symbols <= {t}:
+        return None
+    large = u + min(shifts) > THRESHOLD
+    fed = sp.Piecewise((u, large), (2 * THRESHOLD + max(0, -min(shifts)), True))
+    big = sp.Dummy("u", positive=True)
+    in_u = sp.collect(sp.expand(expanded.xreplace({t: 1 / big}), log=False), sp.log(big))
+    with sp.evaluate(False):
+        branch = in_u.xreplace({big: fed})
+    return sp.Piecewise((branch, large), (alone, True)) + others

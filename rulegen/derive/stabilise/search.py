@@ -85,7 +85,8 @@ def _bounded_time(expr: sp.Expr, sampling: Sampling) -> bool:
         return False
     box = [mpmath.iv.mpf([domain.lo, domain.hi]) for _, domain in sampling.domains]
     for f in calls:
-        argument = f.args[-1]
+        # A Float as mpmath prints it, mpf((0, 1, -1, 1)), is no interval: 0.5 * df as df / 2.
+        argument = f.args[-1].xreplace({c: sp.Rational(c) for c in f.args[-1].atoms(sp.Float)})
         if argument.atoms(sp.Function) or not argument.free_symbols <= set(sampling.variables):
             return False
         try:
