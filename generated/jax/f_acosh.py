@@ -39,9 +39,12 @@ def _f_acosh(x):
 def _f_acosh_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
+    t0 = jnp.abs(x) < 128.0
+    t1 = jnp.where(t0, x, 64.0)
+    t2 = jnp.where(t0, 256.0, x)
     out = jnp.arccosh(x)
     return out, x_dot * jnp.where(
-        jnp.abs(x) < 128.0,
-        1 / (jnp.sqrt(x - 1) * jnp.sqrt(x + 1)),
-        1 / x + 1 / x**3 / 2 + 3 * 1 / x**5 / 8 + 5 * 1 / x**7 / 16,
+        t0,
+        1 / (jnp.sqrt(t1 - 1) * jnp.sqrt(t1 + 1)),
+        1 / t2 + t2**-3 / 2 + 3 * t2**-5 / 8 + 5 * t2**-7 / 16,
     )

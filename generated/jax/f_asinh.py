@@ -41,7 +41,8 @@ def _f_asinh_jvp(primals, tangents):
     (x_dot,) = tangents
     t0 = jnp.abs(x) < 131072.0
     t1 = jnp.where(t0, 262144.0, x)
+    t2 = jnp.where(t0, x, 65536.0)
     out = jnp.arcsinh(x)
     return out, x_dot * jnp.where(
-        t0, jax.lax.rsqrt(x * x + 1), 1 / (jnp.sqrt(1 + 1 / (t1 * t1)) * jnp.abs(t1))
+        t0, jax.lax.rsqrt(t2 * t2 + 1), 1 / (jnp.sqrt(1 + 1 / (t1 * t1)) * jnp.abs(t1))
     )

@@ -22,10 +22,13 @@ class FAcosh(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        t0 = torch.abs(x) < 128.0
+        t1 = torch.where(t0, x, 64.0)
+        t2 = torch.where(t0, 256.0, x)
         return out_bar * torch.where(
-            torch.abs(x) < 128.0,
-            1 / (torch.sqrt(x - 1) * torch.sqrt(x + 1)),
-            1 / x + 1 / x**3 / 2 + 3 * 1 / x**5 / 8 + 5 * 1 / x**7 / 16,
+            t0,
+            1 / (torch.sqrt(t1 - 1) * torch.sqrt(t1 + 1)),
+            1 / t2 + t2**-3 / 2 + 3 * t2**-5 / 8 + 5 * t2**-7 / 16,
         )
 
     jvp = backward

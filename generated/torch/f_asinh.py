@@ -24,8 +24,9 @@ class FAsinh(RuleFunction):
         (x,) = ctx.saved_tensors
         t0 = torch.abs(x) < 131072.0
         t1 = torch.where(t0, 262144.0, x)
+        t2 = torch.where(t0, x, 65536.0)
         return out_bar * torch.where(
-            t0, torch.rsqrt(x * x + 1), 1 / (torch.sqrt(1 + 1 / (t1 * t1)) * torch.abs(t1))
+            t0, torch.rsqrt(t2 * t2 + 1), 1 / (torch.sqrt(1 + 1 / (t1 * t1)) * torch.abs(t1))
         )
 
     jvp = backward

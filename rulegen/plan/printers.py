@@ -313,6 +313,11 @@ class _ArrayCode:
             return self._print_sqrt(base)
         if exponent == -sp.S.Half:
             return self._print_rsqrt(base)
+        if exponent.is_Integer and exponent < -2 and base.is_Symbol:
+            # x**-3, not 1 / x**3: the frameworks differentiate the quotient as -(1 / x**6) * 3x**2, 0 * inf = nan
+            # where x**3 overflows (an asymptotic series in 1/x at the largest floats); x**-3's derivative is
+            # -3 x**-4, 0 there.
+            return f"{self._print(base)}**{exponent}"
         if exponent.is_Integer and exponent < 0:
             return f"1 / {self.parenthesize(base**-exponent, PRECEDENCE['Mul'] + 1)}"
         if exponent.is_Rational and exponent.q > 2 and self.exact_roots:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
+from rulegen.derive.measure import inside
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import (
     _DTYPES,
@@ -207,9 +208,19 @@ def _finite_where_untaken(
     variables: Sequence[sp.Symbol],
     points: Sequence[_Points],
 ) -> bool:
-    """Whether `branch` and its derivative in the split's variables are finite at every sampled point not its own."""
+    """Whether `branch`, its derivative in the split's variables and every intermediate value it computes are
+    finite at every sampled point not its own.
+
+    The intermediate values too: reverse mode multiplies each one's local derivative by the zero cotangent the
+    `where` gives the branch, and 1/(sqrt(x - 1) sqrt(x + 1)) at x = inf is 0 with a derivative sympy finds finite,
+    where autodiff's is 0 * inf = nan (sqrt(inf) in the product's partial).
+    """
     derivatives = [_attempt(functools.partial(sp.diff, branch, v)) for v in (split.v, split.over) if v is not None]
-    for expr in (branch, *derivatives):
+    intermediate = sorted(
+        {n for n in sp.preorder_traversal(branch) if isinstance(n, sp.Expr) and n.free_symbols and not n.is_Atom},
+        key=sp.default_sort_key,
+    )
+    for expr in (branch, *derivatives, *intermediate):
         if expr is None:
             return False
         fn = _numpy_function(expr, tuple(variables))
@@ -251,12 +262,28 @@ def _joined(
             _safe_point(domain, split.threshold / 2 if split.below else split.threshold * 2),
             _safe_point(domain, split.threshold * 2 if split.below else split.threshold / 2),
         )
+    points = [_with_special_values(p, split.index, domain) for p in points]
     masks = _regions(split, points)
     if not _finite_where_untaken(inner, split, masks, variables, points):
         inner = _fed(inner, split.v, sp.Piecewise((split.v, taken), (inside, True)))
     if not _finite_where_untaken(outer, split, [~m for m in masks], variables, points):
         outer = _fed(outer, split.v, sp.Piecewise((outside, taken), (split.v, True)))
     return sp.Piecewise((inner, taken), (outer, True))
+
+
+def _with_special_values(points: _Points, index: int, domain: Domain) -> _Points:
+    """`points` after rows with the split variable at each special float of its dtype inside `domain`, either sign
+    and infinities included (the others as in the first rows), for `_finite_where_untaken`: the sampled points are
+    finite floats, and a branch's derivative is nan at inf as well."""
+    info = np.finfo(points.dtype)
+    magnitudes = (0.0, float(info.smallest_subnormal), float(info.tiny), float(info.max), math.inf)
+    values = np.asarray([s * m for m in magnitudes for s in (1.0, -1.0)], dtype=points.dtype)
+    values = values[inside(domain, values)]
+    if not len(values) or not len(points):
+        return points
+    rows = np.arange(len(values)) % len(points)
+    columns = tuple(np.concatenate([c, values if k == index else c[rows]]) for k, c in enumerate(points.columns))
+    return dataclasses.replace(points, columns=columns, exact=np.concatenate([points.exact, points.exact[rows]]))
 
 
 def _joined_on_ratio(
