@@ -22,7 +22,10 @@ def erfcx_series(xp: ModuleType, order: int, x: Any) -> Any:
     loses log2(2 x**2) bits).  Horner's scheme in 1 / x**2.
     """
     coefficients = _erfcx_coefficients(order, _terms(xp, x, _ERFCX_TERMS))
-    return _horner(coefficients, 1 / (x * x)) / x ** (order + 1)
+    # Times x**-(order + 1), not divided by x**(order + 1): the quotient's derivative goes
+    # through the power's, inf where it overflows (float32's largest x), times the quotient's
+    # 0: nan in the next derivative.
+    return _horner(coefficients, 1 / (x * x)) * x ** -(order + 1)
 
 
 @functools.cache
@@ -60,14 +63,17 @@ def erfcx_slope(xp: ModuleType, x: Any, out: Any) -> Any:
 
     Its series from 8 (the argument a stand-in below, where 1 / x**2 would be
     infinite at 0 and its derivative, times the `where`'s 0, nan); below,
-    2 x erfcx(x) - 2 / sqrt(pi).  The registry's derivative of erfcx
+    2 x erfcx(x) - 2 / sqrt(pi) (its x a stand-in above).  The registry's derivative of erfcx
     (rulegen.derive.functions.erfcx), for the frameworks' autodiff: a
     derivative that calls erfcx is differentiated by this one, not by the
     frameworks' difference.
     """
     large = x >= ERFCX_SERIES_FROM
     series = erfcx_series(xp, 1, xp.where(large, x, float(ERFCX_SERIES_FROM)))
-    return xp.where(large, series, 2 * x * out - 2 / math.sqrt(math.pi))
+    # The difference is fed 0 where the series is taken: 2 x out is inf there at float32's
+    # largest x, and its partial in out (2 x) times the `where`'s 0 was nan.
+    near = xp.where(large, 0.0, x)
+    return xp.where(large, series, 2 * near * out - 2 / math.sqrt(math.pi))
 
 
 #: Where the derivatives of the scaled Bessel functions i0e and i1e are their series, in |x|

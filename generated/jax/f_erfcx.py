@@ -19,7 +19,7 @@ def f_erfcx(x: jax.typing.ArrayLike) -> jax.Array:
 
     Partials (derived by sympy):
         dout/dx = Piecewise((erfcx_series(1, Piecewise((8, x < 8), (x, True))), x >= 8),
-            (2*x*erfcx(x) - 2/sqrt(pi), True))
+            (2*Piecewise((0, x >= 8), (x, True))*erfcx(x) - 2/sqrt(pi), True))
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -41,6 +41,9 @@ def _f_erfcx_jvp(primals, tangents):
     (x,) = primals
     (x_dot,) = tangents
     out = erfcx(x)
+    t1 = x >= 8
     return out, x_dot * jnp.where(
-        x >= 8, erfcx_series(1, jnp.where(x < 8, 8, x)), 2 * out * x - 2 / math.sqrt(math.pi)
+        t1,
+        erfcx_series(1, jnp.where(x < 8, 8, x)),
+        2 * out * jnp.where(t1, 0, x) - 2 / math.sqrt(math.pi),
     )

@@ -25,10 +25,11 @@ class FErfcx(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
+        t0 = x >= 8
         return out_bar * torch.where(
-            x >= 8,
+            t0,
             erfcx_series(1, torch.where(x < 8, 8, x)),
-            2 * x * erfcx(x) - 2 / math.sqrt(math.pi),
+            2 * torch.where(t0, 0, x) * erfcx(x) - 2 / math.sqrt(math.pi),
         )
 
     jvp = backward
@@ -45,7 +46,7 @@ def f_erfcx(x: torch.Tensor | float) -> torch.Tensor:
 
     Partials (derived by sympy):
         dout/dx = Piecewise((erfcx_series(1, Piecewise((8, x < 8), (x, True))), x >= 8),
-            (2*x*erfcx(x) - 2/sqrt(pi), True))
+            (2*Piecewise((0, x >= 8), (x, True))*erfcx(x) - 2/sqrt(pi), True))
 
     Inputs:
         x: float array; checked on [-3, 3]

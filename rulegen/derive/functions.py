@@ -385,7 +385,10 @@ class erfcx(sp.Function):  # noqa: N801
         # off at x = 1e4, the second derivative, 2 erfcx + 2 x erfcx', 2.5e15.  From x = 8 (where the
         # difference loses up to 7 bits), the asymptotic series, differentiated term by term at every order.
         large = Piecewise((x, x >= ERFCX_SERIES_FROM), (sp.Integer(ERFCX_SERIES_FROM), True))
-        difference = 2 * x * self - 2 / sp.sqrt(sp.pi)
+        # The difference's x a stand-in (0) where the series is taken: 2 x erfcx(x) is inf at float32's largest x,
+        # and its partial in erfcx(x), 2 x, times the `where`'s 0 was nan in the second derivative.
+        near = Piecewise((sp.S.Zero, x >= ERFCX_SERIES_FROM), (x, True))
+        difference = 2 * near * self - 2 / sp.sqrt(sp.pi)
         return Piecewise((erfcx_series(1, large), x >= ERFCX_SERIES_FROM), (difference, True))
 
     def _eval_rewrite_as_erfc(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:

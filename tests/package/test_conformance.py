@@ -807,15 +807,6 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         ),
         ("jax float32 value in x0 at (1.401298464324817e-45,): 8.881775197276188e-16, exact 1.1190346870425511e-15"),
     ),
-    ("erfcx", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax.jit", "float32"),
-            ("torch", "float32"),
-        ),
-        "the second derivative's series at the largest float32 (x**-3 underflows inside, inf * 0)",
-        "jax float32 second in x0 at (3.4028234663852886e+38,): nan, exact 2.863761208607465e-116",
-    ),
     ("gamma", "second"): (
         (
             ("torch", "float32"),
