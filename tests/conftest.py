@@ -37,6 +37,8 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
 SHARED_EXAMPLES = ROOT.parent / "shared" / "examples"
+#: Right rules that once broke the generated code (tests/package/test_right_rules.py sweeps them).
+RIGHT = ROOT / "tests" / "right_rules"
 
 
 def bundled_package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
@@ -77,6 +79,22 @@ def built(bundled: str):
     torch_pkg = importlib.import_module(f"{bundled}.torch")
     rules = {r.name: r for r in read_rules(rule_files([RULES]))}
     yield jax_pkg, torch_pkg, rules
+
+
+@pytest.fixture(scope="session")
+def right_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """tests/right_rules/ built once per worker, importable as `rg_right`: the sweep of every check and the
+    whole-line sweep of finiteness (tests/package/test_finite_everywhere.py) share it."""
+    from rulegen.render.build import build
+    from rulegen.spec.rules import rule_files
+
+    root = tmp_path_factory.mktemp("right")
+    build(rule_files([RIGHT]), root / "rg_right")
+    sys.path.insert(0, str(root))
+    try:
+        yield "rg_right"
+    finally:
+        sys.path.remove(str(root))
 
 
 @contextmanager
