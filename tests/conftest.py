@@ -25,7 +25,9 @@ os.environ.setdefault(
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # The accuracy search's results, kept the same way (rulegen/derive/stabilise/cache.py): the key is the
 # expression, the budget and a hash of the searching code, so an entry is read only where a search would
-# find it again. Tests of the search itself turn it off (`search_cache_off`).
+# find it again, and a test of what a search chooses reads it as a build does. Tests that need the search
+# itself to run (its determinism, its clock, its time limit, the cache's own tests) turn it off
+# (`search_cache_off`).
 os.environ.setdefault(
     "RULEGEN_SEARCH_CACHE", str(Path(tempfile.gettempdir()) / f"rulegen-tests-search-cache-{getpass.getuser()}")
 )
