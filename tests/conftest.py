@@ -25,7 +25,9 @@ os.environ.setdefault(
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # The accuracy search's results, kept the same way (rulegen/derive/stabilise/cache.py): the key is the
 # expression, the budget and a hash of the searching code, so an entry is read only where a search would
-# find it again. Tests of the search itself turn it off (`search_cache_off`).
+# find it again, and a test of what a search chooses reads it as a build does. Tests that need the search
+# itself to run (its determinism, its clock, its time limit, the cache's own tests) turn it off
+# (`search_cache_off`).
 os.environ.setdefault(
     "RULEGEN_SEARCH_CACHE", str(Path(tempfile.gettempdir()) / f"rulegen-tests-search-cache-{getpass.getuser()}")
 )
@@ -37,6 +39,8 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
 SHARED_EXAMPLES = ROOT.parent / "shared" / "examples"
+#: Right rules that once broke the generated code (tests/package/test_right_rules.py sweeps them).
+RIGHT = ROOT / "tests" / "right_rules"
 
 
 def bundled_package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
@@ -77,6 +81,22 @@ def built(bundled: str):
     torch_pkg = importlib.import_module(f"{bundled}.torch")
     rules = {r.name: r for r in read_rules(rule_files([RULES]))}
     yield jax_pkg, torch_pkg, rules
+
+
+@pytest.fixture(scope="session")
+def right_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """tests/right_rules/ built once per worker, importable as `rg_right`: the sweep of every check and the
+    whole-line sweep of finiteness (tests/package/test_finite_everywhere.py) share it."""
+    from rulegen.render.build import build
+    from rulegen.spec.rules import rule_files
+
+    root = tmp_path_factory.mktemp("right")
+    build(rule_files([RIGHT]), root / "rg_right")
+    sys.path.insert(0, str(root))
+    try:
+        yield "rg_right"
+    finally:
+        sys.path.remove(str(root))
 
 
 @contextmanager

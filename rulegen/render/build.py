@@ -466,8 +466,8 @@ FRAMEWORKS = ("jax", "torch")
 
 
 #: Distributions a package of rules may never be named after, whatever its rules import: the
-#: frameworks, what their helpers and checks import, and rulegen itself.
-SHADOWED_ALWAYS = ("jax", "jaxlib", "torch", "numpy", "scipy", "sympy", "mpmath", "rulegen")
+#: frameworks, what their helpers and checks import (gmpy2: mpmath's and sympy's integers), and rulegen itself.
+SHADOWED_ALWAYS = ("jax", "jaxlib", "torch", "numpy", "scipy", "sympy", "mpmath", "gmpy2", "rulegen")
 
 
 class PackageNameError(ValueError):

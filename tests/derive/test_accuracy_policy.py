@@ -36,7 +36,7 @@ def test_a_repeated_subexpression_is_costed_once_and_a_where_costs_its_branches_
         assert cost(branches, backend) > cost(sp.exp(x), backend) + cost(log1p(x), backend)
 
 
-def test_fast_keeps_a_finite_form_where_the_written_one_overflows(search_cache_off):
+def test_fast_keeps_a_finite_form_where_the_written_one_overflows():
     written = sp.log(1 + sp.exp(x))
     # The written form is the cheapest in JAX by far, so only the admissibility invariant keeps it out.
     assert costs(written)[1] < costs(softplus(x))[1] / 2
@@ -47,7 +47,7 @@ def test_fast_keeps_a_finite_form_where_the_written_one_overflows(search_cache_o
         assert finite_as(chosen, softplus(x), written, LINE, 0)
 
 
-def test_fast_and_balanced_keep_no_form_worse_than_the_derived_one(search_cache_off):
+def test_fast_and_balanced_keep_no_form_worse_than_the_derived_one():
     for expr in (1 - sp.tanh(x) ** 2, sp.log(1 + x), 1 - 1 / (1 + sp.exp(x))):
         for policy in ("fast", "balanced"):
             choice = stabilise(expr, LINE, policy=policy)
@@ -55,7 +55,7 @@ def test_fast_and_balanced_keep_no_form_worse_than_the_derived_one(search_cache_
             assert all(a <= b + BUDGET.tie_bits for a, b in zip(choice.bits_after, choice.bits_before, strict=True))
 
 
-def test_balanced_keeps_the_most_accurate_form_within_its_cost_bound(search_cache_off):
+def test_balanced_keeps_the_most_accurate_form_within_its_cost_bound():
     expr = 1 - sp.tanh(x) ** 2
     best = stabilise(expr, LINE, policy="best")
     balanced = stabilise(expr, LINE, policy="balanced")
@@ -66,7 +66,7 @@ def test_balanced_keeps_the_most_accurate_form_within_its_cost_bound(search_cach
     assert balanced.chosen != best.chosen
 
 
-def test_best_is_the_search_s_own_choice(search_cache_off):
+def test_best_is_the_search_s_own_choice():
     assert stabilise(sp.log(1 + x), LINE).chosen == log1p(x)
     assert stabilise(sp.log(1 + x), LINE, policy="best").chosen == log1p(x)
     assert stabilise(1 - sp.tanh(x) ** 2, LINE).policy == "best"
@@ -98,7 +98,7 @@ def test_front_lists_the_forms_and_marks_what_each_policy_keeps(tmp_path, monkey
     assert "cost" in result.output
 
 
-def test_no_policy_keeps_a_power_that_overflows_as_the_generated_code_prints_it(search_cache_off):
+def test_no_policy_keeps_a_power_that_overflows_as_the_generated_code_prints_it():
     """-1/(2*x**(3/2)), printed -(x**(-3/2))/2, is -inf for x in (2.0e-206, 3.1e-206) where the exact value is
     finite; numpy's division hid it, and the validation's points over 2046 binades rarely land there."""
     positive = sp.Symbol("x", positive=True)

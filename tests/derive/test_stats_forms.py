@@ -52,7 +52,7 @@ def test_digamma_is_searched_where_its_arguments_are_positive_and_not_on_the_who
     assert searchable(sp.loggamma(half * b) - sp.loggamma(half * (b + 1)), positive)
 
 
-def test_a_difference_of_digammas_at_large_arguments_takes_their_asymptotic_series(search_cache_off):
+def test_a_difference_of_digammas_at_large_arguments_takes_their_asymptotic_series():
     # digamma(a) - digamma(a + b) with b small beside a: the two digammas agree to every digit of b / a.
     expr = sp.digamma(a) - sp.digamma(a + b)
     choice = stabilise(expr, Sampling(((a, POSITIVE), (b, POSITIVE))))
@@ -64,7 +64,7 @@ def test_a_difference_of_digammas_at_large_arguments_takes_their_asymptotic_seri
         assert bits(evaluated(expr, (a, b), point, np.float64), exact) > 10, point  # as derived: lost
 
 
-def test_a_difference_of_loggammas_half_apart_is_accurate_at_large_arguments(search_cache_off):
+def test_a_difference_of_loggammas_half_apart_is_accurate_at_large_arguments():
     # A Student-t's normaliser: loggamma((df + 1)/2) - loggamma(df/2) loses log2(df log df) bits as written.
     df = sp.Symbol("df", real=True)
     expr = sp.loggamma((df + 1) / 2) - sp.loggamma(df / 2)
@@ -144,7 +144,7 @@ def test_a_homogeneous_expression_splits_on_the_ratio_of_its_inputs():
     assert score == 0.0
 
 
-def test_the_half_cauchy_partials_are_finite_and_accurate_in_float32(search_cache_off):
+def test_the_half_cauchy_partials_are_finite_and_accurate_in_float32():
     # (scale/x)**2 in a split placed for float64 overflows in float32: each form chosen holds in both dtypes.
     forward = -log1p((x / scale) ** 2)
     sampling = Sampling(((x, Domain(ge=0)), (scale, POSITIVE)))
@@ -164,7 +164,7 @@ def test_the_half_cauchy_partials_are_finite_and_accurate_in_float32(search_cach
             assert bits(value, exact, np.float32) <= 2, (v, point, value, exact)
 
 
-def test_a_gamma_entropy_s_partial_takes_the_series_whose_leading_terms_cancel(search_cache_off):
+def test_a_gamma_entropy_s_partial_takes_the_series_whose_leading_terms_cancel():
     # torch's Gamma.entropy differentiated in its concentration: 1 + (1 - c) trigamma(c), where c trigamma(c) is
     # 1 + 1/(2c) + ...: as written it loses log2(c) bits (30 over the positive floats, on average).
     c = sp.Symbol("c", real=True)

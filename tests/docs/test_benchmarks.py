@@ -104,7 +104,7 @@ def _accuracy(out: str) -> None:
             assert re.search(rf"^{re.escape(suite)} mean bits, {kind} generated/autodiff: {pairs}$", out, re.M)
         summary = rf"^{re.escape(suite)} summary: \d+ of \d+ rules within 1 bit \(gradient\), \d+ worse than autodiff"
         assert re.search(summary, out, re.M), suite
-    # --quick: every fourth rule of rules/, every third of FPBench's suite, the first of the distributions and ML suites
+    # --quick: every twelfth rule of rules/, every third of FPBench's, the first of the distributions and ML suites
     for rule in ("log1pexp", "nmse_example_3_1", "nmse_problem_3_4_5", "normal_log_prob", "ml_log_sigmoid"):
         assert re.search(rf"^{rule} +(?:{BITS} +){{7}}{BITS}$", out, re.M), rule
 

@@ -67,11 +67,17 @@ def _rules_file() -> str:
     )
 
 
-@pytest.fixture(scope="module")
-def cookbook(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cookbook")
-    with built_package(root, _rules_file(), "rg_cookbook"):
-        yield importlib.import_module("rg_cookbook.jax"), importlib.import_module("rg_cookbook.torch")
+@pytest.fixture(scope="session")
+def cookbook_package(tmp_path_factory):
+    """The cookbook's rules built once per worker, importable as `rg_cookbook`: the tests of their values and
+    `rulegen test` of each rule share it."""
+    with built_package(tmp_path_factory.mktemp("cookbook"), _rules_file(), "rg_cookbook"):
+        yield "rg_cookbook"
+
+
+@pytest.fixture
+def cookbook(cookbook_package):
+    return importlib.import_module(f"{cookbook_package}.jax"), importlib.import_module(f"{cookbook_package}.torch")
 
 
 def _torch_grads(f, *args):
@@ -250,18 +256,19 @@ def _own_rule_names() -> list[str]:
     return [yaml.safe_load(text)["name"] for text in _own_rules()]
 
 
-# One test per rule, each building its own rule alone, so that the two xdist workers share them (whole, the
-# test took one worker for two minutes, most of them student_t_log_prob's accuracy check).
+# One test per rule, so that the two xdist workers share them (whole, the test took one worker for two minutes,
+# most of them student_t_log_prob's accuracy check); each checks its rule in the cookbook's package, built once
+# per worker (a rule's outcomes depend on its seed and name alone).
 @pytest.mark.costly
 @pytest.mark.slow
 @pytest.mark.parametrize("name", _own_rule_names())
-def test_rulegen_test_passes_every_cookbook_rule_but_the_known_findings(tmp_path, name):
+def test_rulegen_test_passes_every_cookbook_rule_but_the_known_findings(tmp_path, cookbook_package, name):
     from rulegen.check import CHECKS, run_checks
     from rulegen.spec.rules import read_rules
 
     (text,) = [text for text in _own_rules() if yaml.safe_load(text)["name"] == name]
     (tmp_path / f"{name}.yaml").write_text(text)
-    outcomes = run_checks(read_rules([tmp_path / f"{name}.yaml"]))
+    outcomes = run_checks(read_rules([tmp_path / f"{name}.yaml"]), cookbook_package)
     assert [(o.rule, o.check) for o in outcomes] == [(name, check) for check in CHECKS]
     failed = {(o.rule, o.check): o.detail for o in outcomes if o.status == "fail"}
     new = {k: v for k, v in failed.items() if k not in KNOWN_FAILURES}

@@ -18,9 +18,8 @@ from rulegen.check import CheckSession
 from rulegen.check.accuracy import inadmissible_results
 from rulegen.check.points import flat_call
 from rulegen.spec.rules import Rule, read_rules, rule_files
-from tests.conftest import RULES, SHARED_EXAMPLES
+from tests.conftest import RIGHT, RULES, SHARED_EXAMPLES
 
-RIGHT_RULES = Path(__file__).resolve().parents[1] / "right_rules"
 WHOLE_LINE_POINTS = int(os.environ.get("RULEGEN_WHOLE_LINE_POINTS", "1024"))
 
 
@@ -68,12 +67,14 @@ def test_the_bundled_rules_are_finite_wherever_the_exact_value_is(built, path, p
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "folder",
-    [RIGHT_RULES, pytest.param(SHARED_EXAMPLES, marks=pytest.mark.skipif(not SHARED_EXAMPLES.exists(), reason=""))],
+    [RIGHT, pytest.param(SHARED_EXAMPLES, marks=pytest.mark.skipif(not SHARED_EXAMPLES.exists(), reason=""))],
     ids=["right_rules", "shared_examples"],
 )
-def test_the_right_rules_are_finite_wherever_the_exact_value_is(folder):
+def test_the_right_rules_are_finite_wherever_the_exact_value_is(request, folder):
     rules = read_rules(rule_files([folder]))
-    with CheckSession(rules) as session:
+    # tests/right_rules/ as built for test_right_rules.py's sweep, once per worker (the shared examples: here).
+    package = request.getfixturevalue("right_package") if folder == RIGHT else None
+    with CheckSession(rules, package) as session:
         jax_pkg, torch_pkg = session.modules
         found = _inadmissible(rules, jax_pkg, torch_pkg, [r.name for r in rules])
     assert not found, "\n".join(found)

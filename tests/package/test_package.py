@@ -181,7 +181,8 @@ def _imported_distributions_top_level_names() -> list[str]:
 @pytest.mark.parametrize(
     "name",
     [
-        *("torch", "jax", "jaxlib", "numpy", "rulegen", "sympy", "scipy", "typing", "math", "json", "Torch", "NumPy"),
+        *("torch", "jax", "jaxlib", "numpy", "rulegen", "sympy", "scipy", "gmpy2", "typing", "math", "json", "Torch"),
+        "NumPy",
         *_imported_distributions_top_level_names(),
     ],
 )

@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rulegen.spec.rules import read_rules, rule_files
-from tests.conftest import outcomes_of_part
+from tests.conftest import RIGHT, outcomes_of_part
 
-RIGHT = Path(__file__).resolve().parents[1] / "right_rules"
 # The costliest sweep of the suite, cut so that both xdist workers share it.
 PARTS = 4
-
-
-@pytest.fixture(scope="session")
-def right_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """tests/right_rules/ built once per worker, importable as `rg_right`."""
-    from rulegen.render.build import build
-
-    root = tmp_path_factory.mktemp("right")
-    build(rule_files([RIGHT]), root / "rg_right")
-    sys.path.insert(0, str(root))
-    try:
-        yield "rg_right"
-    finally:
-        sys.path.remove(str(root))
 
 
 def test_every_right_rule_file_is_swept():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import textwrap
+
 import pytest
 import sympy as sp
 import torch
@@ -42,10 +45,6 @@ def _both(exprs, forms=TORCH_FORMS):
     return out_of_place, in_place, import_statements(emit.imports | {Import("torch")})
 
 
-def _lines(block):
-    return printed(block.statements).splitlines()
-
-
 def _inputs():
     generator = torch.Generator().manual_seed(0)
     values = {n: torch.randn(5, dtype=torch.float64, generator=generator) for n in sorted(TENSORS)}
@@ -56,27 +55,52 @@ def _inputs():
 MASK = sp.Piecewise((1, X > 0), (0, True))  # torch.where(x > 0, 1, 0): int64
 
 
+def _written(block) -> tuple[set[str], set[str], list[ast.expr]]:
+    """The names `block` binds to a `torch.where(...)` (a mask), those it binds to what reads a mask, and the
+    receiver of each in-place method it calls."""
+    tree = _tree(block)
+    masks: set[str] = set()
+    from_masks: set[str] = set()
+    for node in ast.walk(tree):  # statements in order: a name is bound before it is read
+        if isinstance(node, ast.Assign):
+            names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+            if "torch.where" in ast.unparse(node.value):
+                masks |= names
+            elif {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)} & (masks | from_masks):
+                from_masks |= names
+    receivers = [node.func.value for node in ast.walk(tree) if _in_place_call(node)]
+    return masks, from_masks, receivers
+
+
 @pytest.mark.parametrize(
-    ("exprs", "lines"),
+    ("exprs", "written_in_place"),
     [
         # sp.cse names the shared mask t0, and what reads it has no Piecewise
         # left in it: these built a buffer from t0 (hypothesis seeds 16, 27).
-        ([MASK, X - MASK], None),  # t1 = -t0, int64: t1.add_(x) raised
-        ([MASK, sp.log(MASK + 1)], None),  # t1 = t0 + 1, int64: t1.log_() raised
-        (
-            [MASK, BETA * MASK - X / BETA],  # t1 = beta*t0 was float32: t1.sub_(x/beta) rounded the float64 result
-            ["t0 = torch.where(x > 0, 1, 0)", "return t0, (-x/beta).add_(beta*t0)"],
-        ),
+        ([MASK, X - MASK], False),  # t1 = -t0, int64: t1.add_(x) raised
+        ([MASK, sp.log(MASK + 1)], False),  # t1 = t0 + 1, int64: t1.log_() raised
+        # t1 = beta*t0 was float32: t1.sub_(x/beta) rounded the float64 result; now the buffer is -x/beta's
+        ([MASK, BETA * MASK - X / BETA], True),
     ],
 )
-def test_a_shared_mask_is_never_a_buffer(exprs, lines):
+def test_a_shared_mask_is_never_a_buffer(exprs, written_in_place):
     out_of_place, in_place, imports = _both(exprs)
     values = _inputs()
     expected = _run(out_of_place, imports, values)
     got = _run(in_place or out_of_place, imports, values)
     for e, g in zip(expected, got, strict=True):
         torch.testing.assert_close(g, e)  # dtypes too
-    assert (in_place and _lines(in_place)) == lines
+    assert (in_place is not None) == written_in_place
+    if in_place is None:
+        return
+    # The structure, not the spelling: the mask is computed once and shared, and no buffer written in place is
+    # the mask, a name bound from it, or an input.
+    masks, from_masks, receivers = _written(in_place)
+    assert len(masks) == 1, printed(in_place.statements)
+    assert receivers, printed(in_place.statements)
+    for receiver in receivers:
+        written = receiver.id if isinstance(receiver, ast.Name) else None
+        assert written not in masks | from_masks | TENSORS, printed(in_place.statements)
 
 
 @pytest.mark.parametrize(
@@ -100,11 +124,45 @@ def test_a_temporary_of_statics_and_numbers_alone_is_a_python_number(exprs):
             torch.testing.assert_close(g, e)
 
 
+def _tree(block) -> ast.Module:
+    return ast.parse("def body():\n" + textwrap.indent(printed(block.statements), "    "))
+
+
+def _in_place_call(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr.endswith("_")
+        and not node.func.attr.startswith("_")
+    )
+
+
+def _allocations(block) -> int:
+    """The tensors `block` allocates: each operator and each call but an in-place method's that reads a tensor."""
+    return sum(
+        isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Call))
+        and not _in_place_call(node)
+        and any(isinstance(n, ast.Name) and n.id in TENSORS for n in ast.walk(node))
+        for node in ast.walk(_tree(block))
+    )
+
+
+def _statements(block) -> list[ast.stmt]:
+    (function,) = _tree(block).body
+    assert isinstance(function, ast.FunctionDef)
+    return function.body
+
+
 def test_mish_backward_allocates_two_buffers():
     expr = G * (S + X * (1 - S**2) * fn.sigmoid(X))
-    _, in_place, _ = _both([expr])
-    # The buffer made where it is first computed, updated and returned in one chain: one statement.
-    assert _lines(in_place) == ["return (s * s).neg_().add_(1).mul_(torch.nn.functional.silu(x)).add_(s).mul_(g)"]
+    out_of_place, in_place, imports = _both([expr])
+    values = _inputs()
+    torch.testing.assert_close(_run(in_place, imports, values), _run(out_of_place, imports, values))
+    # The buffer made where it is first computed, updated and returned in one chain: one statement, two buffers
+    # (s * s and silu(x)), every other step in place.
+    (returned,) = _statements(in_place)
+    assert isinstance(returned, ast.Return) and _in_place_call(returned.value), ast.unparse(returned)
+    assert _allocations(in_place) == 2 < _allocations(out_of_place), printed(in_place.statements)
 
 
 @pytest.mark.parametrize(
@@ -146,19 +204,26 @@ def test_a_product_with_a_sigmoid_is_one_native_kernel(expr, code):
 
 
 @pytest.mark.parametrize(
-    ("expr", "lines"),
+    ("expr", "fused", "allocations"),
     [
-        (sp.exp(X) + 2 * G * S, ["return torch.exp(x).addcmul_(g, s, value=2)"]),
-        (sp.exp(X) - G * S / Y, ["return torch.exp(x).addcdiv_(g*s, y, value=-1)"]),
-        (sp.exp(X) + BETA * G * S * Y, ["return torch.exp(x).addcmul_(g*s, y, value=beta)"]),
-        (G * S + X * Y, ["return (g*s).addcmul_(x, y)"]),
+        (sp.exp(X) + 2 * G * S, "addcmul_", 1),  # torch.exp(x).addcmul_(g, s, value=2)
+        (sp.exp(X) - G * S / Y, "addcdiv_", 2),  # torch.exp(x).addcdiv_(g*s, y, value=-1)
+        (sp.exp(X) + BETA * G * S * Y, "addcmul_", 2),  # torch.exp(x).addcmul_(g*s, y, value=beta)
+        (G * S + X * Y, "addcmul_", 1),  # (g*s).addcmul_(x, y)
     ],
 )
-def test_a_product_added_to_a_buffer_takes_one_pass(expr, lines):
+def test_a_product_added_to_a_buffer_takes_one_pass(expr, fused, allocations):
     out_of_place, in_place, imports = _both([expr])
-    assert _lines(in_place) == lines
     values = _inputs()
     torch.testing.assert_close(_run(in_place, imports, values), _run(out_of_place, imports, values))
+    # One statement: the product is added to a buffer the body allocated, by one fused in-place kernel.
+    (returned,) = _statements(in_place)
+    assert isinstance(returned, ast.Return), ast.unparse(returned)
+    call = returned.value
+    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute), ast.unparse(returned)
+    assert call.func.attr == fused, ast.unparse(returned)
+    assert not isinstance(call.func.value, ast.Name), ast.unparse(returned)  # not an input written
+    assert _allocations(in_place) == allocations < _allocations(out_of_place), ast.unparse(returned)
 
 
 def test_no_native_kernel_for_statics_masks_or_integer_silu():
