@@ -31,13 +31,11 @@ class FMish(RuleFunction):
             return t0.mul_(out_bar)
         return summed_like(
             x,
-            None
-            if out_bar is None
-            else out_bar * (saved_tanh + tanh_backward(torch.nn.functional.silu(x), saved_tanh)),
-            None
-            if saved_tanh_bar is None
-            else saved_tanh_bar
-            * torch.ops.aten.softplus_backward(1 - (saved_tanh * saved_tanh), x, 1.0, 40.0),
+            (out_bar, saved_tanh + tanh_backward(torch.nn.functional.silu(x), saved_tanh)),
+            (
+                saved_tanh_bar,
+                torch.ops.aten.softplus_backward(1 - (saved_tanh * saved_tanh), x, 1.0, 40.0),
+            ),
         )
 
     @staticmethod

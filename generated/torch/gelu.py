@@ -33,11 +33,7 @@ class Gelu(RuleFunction):
             t0 = (x * x).mul_(-1 / 2).exp_().mul_(x).mul_(1 / math.sqrt(2 * math.pi))
             return t0.add_(saved_one_plus_erf).mul_(out_bar)
         t0 = torch.exp(-(x * x) / 2) / math.sqrt(2 * math.pi)
-        return summed_like(
-            x,
-            None if out_bar is None else out_bar * (saved_one_plus_erf + t0 * x),
-            None if saved_one_plus_erf_bar is None else saved_one_plus_erf_bar * t0,
-        )
+        return summed_like(x, (out_bar, saved_one_plus_erf + t0 * x), (saved_one_plus_erf_bar, t0))
 
     @staticmethod
     def jvp(ctx, x_dot):

@@ -36,17 +36,9 @@ class Polar(RuleFunction):
             return t6.sum_to_size(x.shape), t8.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = summed_like(
-                x,
-                None if r_bar is None else r_bar * (t1 / t4),
-                None if theta_bar is None else theta_bar * (((-y) / t5) / t5),
-            )
+            x_bar = summed_like(x, (r_bar, t1 / t4), (theta_bar, ((-y) / t5) / t5))
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(
-                y,
-                None if r_bar is None else r_bar * (t2 / t4),
-                None if theta_bar is None else theta_bar * ((x / t5) / t5),
-            )
+            y_bar = summed_like(y, (r_bar, t2 / t4), (theta_bar, (x / t5) / t5))
         return x_bar, y_bar
 
     @staticmethod

@@ -43,12 +43,12 @@ class SinExpMul(RuleFunction):
         if ctx.needs_input_grad[0]:
             x_bar = summed_like(
                 x,
-                None if out_bar is None else out_bar * (saved_exp * y * (-saved_sin * t1 + t0)),
-                None if saved_exp_bar is None else saved_exp_bar * (-saved_exp * t1),
-                None if saved_sin_bar is None else saved_sin_bar * t0,
+                (out_bar, saved_exp * y * (-saved_sin * t1 + t0)),
+                (saved_exp_bar, -saved_exp * t1),
+                (saved_sin_bar, t0),
             )
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(y, None if out_bar is None else out_bar * (saved_exp * saved_sin))
+            y_bar = summed_like(y, (out_bar, saved_exp * saved_sin))
         return x_bar, y_bar
 
     @staticmethod

@@ -32,13 +32,9 @@ class SinMul(RuleFunction):
         t0 = torch.cos(x)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = summed_like(
-                x,
-                None if out_bar is None else out_bar * (t0 * y),
-                None if saved_sin_bar is None else saved_sin_bar * t0,
-            )
+            x_bar = summed_like(x, (out_bar, t0 * y), (saved_sin_bar, t0))
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(y, None if out_bar is None else out_bar * saved_sin)
+            y_bar = summed_like(y, (out_bar, saved_sin))
         return x_bar, y_bar
 
     @staticmethod

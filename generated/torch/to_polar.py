@@ -35,17 +35,9 @@ class ToPolar(RuleFunction):
             return t2.sum_to_size(x.shape), t4.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = summed_like(
-                x,
-                None if r_bar is None else r_bar * (x / t0),
-                None if theta_bar is None else theta_bar * (((-y) / t0) / t0),
-            )
+            x_bar = summed_like(x, (r_bar, x / t0), (theta_bar, ((-y) / t0) / t0))
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(
-                y,
-                None if r_bar is None else r_bar * (y / t0),
-                None if theta_bar is None else theta_bar * ((x / t0) / t0),
-            )
+            y_bar = summed_like(y, (r_bar, y / t0), (theta_bar, (x / t0) / t0))
         return x_bar, y_bar
 
     @staticmethod

@@ -15,16 +15,15 @@ from rulegen.derive.forms import corrections, float_anchors, float_forms, integr
 from rulegen.derive.partials import Derivation
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.saved import with_fused_forms
-from rulegen.plan.code import Assign, Block, Comment, Def, Expr, Import, Return, Statement, unpacking
+from rulegen.plan.code import Assign, Block, Comment, Def, Expr, Import, Return, Statement, unpacked_pairs, unpacking
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
     LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
     SUM_TO_SHAPE_IMPORT,
-    array_arguments,
     doc_lines,
     header_of,
-    jax_lift,
+    jax_array_arguments,
     jax_util_imports,
     parameters_of,
     public_return,
@@ -123,7 +122,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         bwd=bwd,
         imports=jax_util_imports(imports, rule),
         float_arrays=float_arrays,
-        array_arguments=(*static_check(rule), *array_arguments(rule, "as_arrays")),
+        array_arguments=(*static_check(rule), *jax_array_arguments(rule)),
         maps=maps,
         forward_notes=stability_notes(d),
         result_classes=classes,
@@ -397,10 +396,7 @@ def _given_linear_maps(
 def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
     """What the module defines after its imports: the public function, the custom function and its rule."""
     own, name = plan.own, plan.name
-    public: list[Statement] = [*doc_lines(plan.header), *plan.unpack, *plan.array_arguments]
-    if plan.float_arrays:
-        public += jax_lift(plan.float_arrays, own)
-    public += plan.returning
+    public: list[Statement] = [*doc_lines(plan.header), *plan.unpack, *plan.array_arguments, *plan.returning]
     if plan.nondiff_argnums:
         custom = f"{own['functools']}.partial({own['jax']}.{plan.custom}, nondiff_argnums={plan.nondiff_argnums})"
     else:
@@ -417,10 +413,9 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
         tangents = plan.jvp.result
         result = f"{outputs[0]}, {tangents}" if len(outputs) == 1 else f"({', '.join(outputs)}), ({tangents})"
         rule: tuple[Statement, ...] = (
-            Assign(unpacking(plan.arrays), own["primals"]),
-            Assign(
-                unpacking(plan.tangents),
-                f"{own['present']}({own['tangents']})" if plan.symbolic_zeros else own["tangents"],
+            *unpacked_pairs(
+                (plan.arrays, own["primals"]),
+                (plan.tangents, f"{own['present']}({own['tangents']})" if plan.symbolic_zeros else own["tangents"]),
             ),
             *map(Comment, plan.jvp_notes),
             *plan.jvp_primal,

@@ -158,9 +158,11 @@ class _ArrayCode:
         return self._spelled(fqn)
 
     def _print_cotangent_term(self, expr: fn.cotangent_term) -> str:
+        # `(c, p)`, which the runtime's summed_like multiplies where c is present; `c` alone where p is 1.
         cotangent, partial = expr.args
-        product = self._print(cotangent if partial == 1 else sp.Mul(cotangent, partial, evaluate=False))
-        return f"None if {self._print(cotangent)} is None else {product}"
+        if partial == 1:
+            return self._print(cotangent)
+        return f"({self._print(cotangent)}, {self._print(partial)})"
 
     def _helper_call(self, helper: Import, *args: sp.Basic) -> str:
         """A call of the runtime's `helper` (imported by name) on `args`."""

@@ -7,14 +7,14 @@ from dataclasses import replace
 
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Def, Expr, Import, Imported, Return, Statement, unpacking
+from rulegen.plan.code import Assign, Def, Expr, Import, Imported, Return, Statement, unpacked_pairs, unpacking
 from rulegen.plan.header import (
     LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
     array_arguments,
     doc_lines,
     header_of,
-    jax_lift,
+    jax_array_arguments,
     jax_util_imports,
     parameters_of,
     public_return,
@@ -74,7 +74,7 @@ def _module(
         *doc_lines(header),
         *unpacked(rule),
         *static_check(rule),
-        *array_arguments(rule, "as_arrays"),
+        *(jax_array_arguments(rule) if bodies else array_arguments(rule, "as_arrays")),
     )
     params = tuple(map(str, parameters_of(rule, "jax")))
     if bodies:
@@ -86,7 +86,7 @@ def _module(
     plan = SnippetPlan(
         header=header,
         name=rule.name,
-        imports=jax_util_imports(p.imports, rule),
+        imports=jax_util_imports(p.imports, rule, lift=bodies),
         bodies=p.bodies if bodies else (),
         called=p.called if bodies else (),
         assignments=tuple(assignments),
@@ -114,7 +114,7 @@ def _lifted(p: SnippetPlanner) -> list[Statement]:
     if not floats:
         return list(returning)
     p.imports |= LIFT_IMPORT
-    return [*jax_lift(floats, p.own), *returning]
+    return list(returning)
 
 
 def _bridge(p: SnippetPlanner) -> SnippetPlan:
@@ -185,9 +185,8 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
     rule, route = p.rule, p.d.routes.jax
     decorator = _decorator(p, "custom_jvp")
     primals, tangents = p.own["primals"], p.own["tangents"]
-    lines: list[Statement] = [Assign(unpacking(p.arrays), primals)]
     tangent_names = [tangent(a) if a in p.diff_inputs else "_" for a in p.arrays]
-    lines.append(Assign(unpacking(tangent_names), tangents))
+    lines: list[Statement] = [*unpacked_pairs((p.arrays, primals), (tangent_names, tangents))]
     lines.append(Assign(tuple_text(p.outputs), f"{hidden(rule.name)}({', '.join(p.inputs)})"))
     needed = p.reads(*{JaxRoute.CUSTOM_JVP: ["jvp"], JaxRoute.TRANSPOSE: ["vjp"]}.get(route, ["jvp", "vjp"]))
     lines += p.residual_lines(needed, forward_call=True)

@@ -51,6 +51,7 @@ HELPER_NAMES = frozenset(
         "RuleFunction",
         "TorchBridge",
         "as_arrays",
+        "as_lifted_arrays",
         "as_opmath_tensors",
         "as_tensors",
         "bessel_i0",

@@ -39,22 +39,32 @@ def broadcast(value: Any, *arrays: torch.Tensor) -> Any:
     return value + torch.zeros(shape, dtype=first.dtype, device=first.device)
 
 
-def summed_like(like: torch.Tensor, *terms: torch.Tensor | None) -> torch.Tensor | None:
-    """The gradient for `like`: the sum of `terms` (None where a cotangent is absent), in its shape.
+def summed_like(like: torch.Tensor, *terms: Any) -> torch.Tensor | None:
+    """The gradient for `like`: the sum of `terms`, in its shape.
 
-    Absent terms add nothing, not a zero (0 * inf = nan where another
+    A term is a pair (cotangent, partial), their product where the
+    cotangent is present, or a cotangent alone (a partial of 1).  Absent
+    cotangents (None) add nothing, not a zero (0 * inf = nan where another
     output's partial overflows, and a kernel of its own); with every one
     absent, the gradient is None, which autograd reads as zeros.  The sum
     may be broadcast beyond `like` (summed back) or be a number (broadcast
     to it).
     """
     total = None
-    for term in terms:
+    for term in map(_product, terms):
         if term is not None:
             total = term if total is None else total + term
     if total is None or _kept_as_it_is(total, like.shape, like.dtype):
         return total
     return (total + torch.zeros_like(like)).sum_to_size(like.shape)
+
+
+def _product(term: Any) -> Any:
+    """A `summed_like` term: a (cotangent, partial) pair's product, None where the cotangent is."""
+    if not isinstance(term, tuple):
+        return term
+    cotangent, partial = term
+    return None if cotangent is None else cotangent * partial
 
 
 def _kept_as_it_is(value: Any, shape: torch.Size, dtype: torch.dtype) -> bool:

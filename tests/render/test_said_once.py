@@ -1,0 +1,40 @@
+"""What every generated module would say alike is said once, in the runtime: argument conversion, the
+terms of a gradient or tangent whose cotangent may be absent, a JVP rule's arguments."""
+
+from __future__ import annotations
+
+from rulegen.render.build import generate
+from rulegen.spec.rules import read_rule_file
+
+TWO_INPUTS = "name: r\ninputs: [x, y]\nforward: sin(x) * exp(y)\n"
+
+
+def _modules(tmp_path, text: str) -> dict[str, str]:
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    (rule,) = read_rule_file(path, "r.yaml")
+    return {str(rel): module for rel, module in generate(rule).modules.items()}
+
+
+def _module(modules: dict[str, str], backend: str) -> str:
+    (text,) = (t for rel, t in modules.items() if rel.startswith(backend) and not rel.endswith("__init__.py"))
+    return text
+
+
+def test_a_jax_public_function_takes_and_lifts_its_arrays_in_one_call(tmp_path):
+    text = _module(_modules(tmp_path, TWO_INPUTS), "jax")
+    assert "(x, y), _low = as_lifted_arrays(" in text
+    assert "in_float32" not in text
+    assert "as_arrays(" not in text
+
+
+def test_a_jax_jvp_rule_unpacks_its_primals_and_tangents_in_one_statement(tmp_path):
+    text = _module(_modules(tmp_path, TWO_INPUTS), "jax")
+    assert "(x, y), (x_dot, y_dot) = primals, present(tangents)" in text
+
+
+def test_a_term_whose_cotangent_may_be_absent_is_a_pair_the_runtime_multiplies(tmp_path):
+    modules = _modules(tmp_path, TWO_INPUTS)
+    for text in modules.values():
+        assert "is None else" not in text
+    assert "summed_like(out, (x_dot, " in _module(modules, "jax")
