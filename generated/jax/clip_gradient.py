@@ -38,8 +38,7 @@ def _clip_gradient_fwd(lo, hi, x):
 
 def _clip_gradient_bwd(saved, out_bar):
     lo, hi, x = saved
-    x_bar = xp.clip(out_bar, lo, hi)
-    return (None, None, unbroadcast(x_bar, x))
+    return (None, None, unbroadcast(xp.clip(out_bar, lo, hi), x))
 
 
 _clip_gradient.defvjp(_clip_gradient_fwd, _clip_gradient_bwd)

@@ -34,5 +34,4 @@ def _f_acos(x):
 @_f_acos.defjvp
 def _f_acos_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jnp.arccos(x)
-    return out, x_dot * (-1 / jnp.sqrt(1 - (x * x)))
+    return jnp.arccos(x), x_dot * (-1 / jnp.sqrt(1 - (x * x)))

@@ -34,5 +34,4 @@ def _f_asin(x):
 @_f_asin.defjvp
 def _f_asin_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jnp.arcsin(x)
-    return out, x_dot / jnp.sqrt(1 - (x * x))
+    return jnp.arcsin(x), x_dot / jnp.sqrt(1 - (x * x))

@@ -34,5 +34,4 @@ def _f_atanh(x):
 @_f_atanh.defjvp
 def _f_atanh_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jnp.arctanh(x)
-    return out, quotient(x_dot, 1 - (x * x))
+    return jnp.arctanh(x), quotient(x_dot, 1 - (x * x))

@@ -34,5 +34,4 @@ def _f_cosh(x):
 @_f_cosh.defjvp
 def _f_cosh_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jnp.cosh(x)
-    return out, x_dot * jnp.sinh(x)
+    return jnp.cosh(x), x_dot * jnp.sinh(x)

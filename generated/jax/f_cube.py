@@ -33,5 +33,4 @@ def _f_cube(x):
 @_f_cube.defjvp
 def _f_cube_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = x**3
-    return out, x_dot * (3 * (x * x))
+    return x**3, x_dot * (3 * (x * x))

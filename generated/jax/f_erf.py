@@ -37,5 +37,4 @@ def _f_erf(x):
 @_f_erf.defjvp
 def _f_erf_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jax.scipy.special.erf(x)
-    return out, x_dot * ((2 / math.sqrt(math.pi)) * jnp.exp(-(x * x)))
+    return jax.scipy.special.erf(x), x_dot * ((2 / math.sqrt(math.pi)) * jnp.exp(-(x * x)))

@@ -37,5 +37,4 @@ def _f_erfc(x):
 @_f_erfc.defjvp
 def _f_erfc_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jax.scipy.special.erfc(x)
-    return out, x_dot * ((-2 / math.sqrt(math.pi)) * jnp.exp(-(x * x)))
+    return jax.scipy.special.erfc(x), x_dot * ((-2 / math.sqrt(math.pi)) * jnp.exp(-(x * x)))

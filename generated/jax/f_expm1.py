@@ -34,5 +34,4 @@ def _f_expm1(x):
 @_f_expm1.defjvp
 def _f_expm1_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jnp.expm1(x)
-    return out, x_dot * jnp.exp(x)
+    return jnp.expm1(x), x_dot * jnp.exp(x)

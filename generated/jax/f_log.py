@@ -34,5 +34,4 @@ def _f_log(x):
 @_f_log.defjvp
 def _f_log_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jnp.log(x)
-    return out, quotient(x_dot, x)
+    return jnp.log(x), quotient(x_dot, x)

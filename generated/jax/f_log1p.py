@@ -34,5 +34,4 @@ def _f_log1p(x):
 @_f_log1p.defjvp
 def _f_log1p_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jnp.log1p(x)
-    return out, quotient(x_dot, x + 1)
+    return jnp.log1p(x), quotient(x_dot, x + 1)

@@ -34,5 +34,4 @@ def _f_logit(x):
 @_f_logit.defjvp
 def _f_logit_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jax.scipy.special.logit(x)
-    return out, x_dot * (1 / (x * (1 - x)))
+    return jax.scipy.special.logit(x), x_dot * (1 / (x * (1 - x)))

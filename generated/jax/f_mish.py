@@ -37,5 +37,4 @@ def _f_mish_jvp(primals, tangents):
     t0 = x >= 0
     t1 = jnp.exp(-jnp.abs(x))
     t2 = jnp.tanh(jnp.where(t0, x, 0) + jnp.log1p(t1))
-    out = t2 * x
-    return out, x_dot * (t2 + quotient(x * (1 - t2) * (t2 + 1) * jnp.where(t0, 1, t1), t1 + 1))
+    return t2 * x, x_dot * (t2 + quotient(x * (1 - t2) * (t2 + 1) * jnp.where(t0, 1, t1), t1 + 1))

@@ -37,5 +37,4 @@ def _f_ndtr(x):
 @_f_ndtr.defjvp
 def _f_ndtr_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jax.scipy.special.ndtr(x)
-    return out, x_dot * (jnp.exp(-(x * x) / 2) / math.sqrt(2 * math.pi))
+    return jax.scipy.special.ndtr(x), x_dot * (jnp.exp(-(x * x) / 2) / math.sqrt(2 * math.pi))

@@ -34,5 +34,4 @@ def _f_sinh(x):
 @_f_sinh.defjvp
 def _f_sinh_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jnp.sinh(x)
-    return out, x_dot * jnp.cosh(x)
+    return jnp.sinh(x), x_dot * jnp.cosh(x)

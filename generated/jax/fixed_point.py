@@ -72,8 +72,7 @@ def _fixed_point_fwd(f, a, x_guess):
 
 def _fixed_point_bwd(f, saved, x_star_bar):
     a, x_star = saved
-    a_bar = _vjp(f, a, x_star, x_star_bar)
-    return (unbroadcast(a_bar, a), None)
+    return (unbroadcast(_vjp(f, a, x_star, x_star_bar), a), None)
 
 
 _fixed_point.defvjp(_fixed_point_fwd, _fixed_point_bwd)

@@ -42,5 +42,4 @@ def _gelu_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
     t0 = (math.sqrt(2) / 2) * x
     t1 = jax.scipy.special.erfc(-t0) / 2
-    out = t1 * x
-    return out, x_dot * ((1 / math.sqrt(math.pi)) * t0 * jnp.exp(-(x * x) / 2) + t1)
+    return t1 * x, x_dot * ((1 / math.sqrt(math.pi)) * t0 * jnp.exp(-(x * x) / 2) + t1)

@@ -16,10 +16,6 @@ def _forward(x, y):
     return x * y, np.sin(x)
 
 
-def _jvp(x, y, x_dot, y_dot):
-    return y * x_dot + x * y_dot, xp.cos(x) * x_dot
-
-
 _host_mul_sin_jvp_rule = HostRule(
     "host_mul_sin_jvp",
     _forward,
@@ -31,7 +27,7 @@ _host_mul_sin_jvp_rule = HostRule(
     ),
     diff_inputs=("x", "y"),
     diff_outputs=("p", "s"),
-    jvp=_jvp,
+    jvp=lambda x, y, x_dot, y_dot: (y * x_dot + x * y_dot, xp.cos(x) * x_dot),
     batching="elementwise",
 )
 

@@ -16,10 +16,6 @@ def _forward(x, y):
     return x * y, np.sin(x)
 
 
-def _vjp(x, y, p_bar, s_bar):
-    return y * p_bar + xp.cos(x) * s_bar, x * p_bar
-
-
 _host_mul_sin_vjp_rule = HostRule(
     "host_mul_sin_vjp",
     _forward,
@@ -31,7 +27,7 @@ _host_mul_sin_vjp_rule = HostRule(
     ),
     diff_inputs=("x", "y"),
     diff_outputs=("p", "s"),
-    vjp=_vjp,
+    vjp=lambda x, y, p_bar, s_bar: (y * p_bar + xp.cos(x) * s_bar, x * p_bar),
     batching="elementwise",
 )
 

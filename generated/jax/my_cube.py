@@ -33,6 +33,5 @@ def _my_cube(x):
 @_my_cube.defjvp
 def _my_cube_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = x**3
     dx = 3 * (x * x)
-    return out, dx * x_dot
+    return x**3, dx * x_dot

@@ -15,14 +15,6 @@ def _forward(x, dim):
     return np.take_along_axis(x, ind, axis=dim), ind, ind_inv
 
 
-def _jvp(dim, ind, ind_inv, x_dot):
-    return numpy_take(x_dot, ind, ind_inv, dim)
-
-
-def _vjp(dim, ind, ind_inv, out_bar):
-    return numpy_take(out_bar, ind_inv, ind, dim)
-
-
 _numpy_sort_rule = HostRule(
     "numpy_sort",
     _forward,
@@ -32,8 +24,8 @@ _numpy_sort_rule = HostRule(
     residuals=("ind", "ind_inv"),
     diff_inputs=("x",),
     diff_outputs=("out",),
-    jvp=_jvp,
-    vjp=_vjp,
+    jvp=lambda dim, ind, ind_inv, x_dot: numpy_take(x_dot, ind, ind_inv, dim),
+    vjp=lambda dim, ind, ind_inv, out_bar: numpy_take(out_bar, ind_inv, ind, dim),
     batching="sequential",
 )
 
@@ -55,8 +47,7 @@ def numpy_sort(x: jax.typing.ArrayLike, dim=-1) -> jax.Array:
 
 
 def _numpy_sort(x, dim):
-    out, _ind, _ind_inv = _numpy_sort_rule(x, dim=dim)
-    return out
+    return _numpy_sort_rule(x, dim=dim)[0]
 
 
 # The rules this one calls, imported last: rules may call each other, and a

@@ -15,14 +15,6 @@ def _forward(x, ind, dim):
     return np.take_along_axis(x, ind, axis=dim)
 
 
-def _jvp(ind, ind_inv, dim, x_dot):
-    return numpy_take(x_dot, ind, ind_inv, dim)
-
-
-def _vjp(ind, ind_inv, dim, out_bar):
-    return numpy_take(out_bar, ind_inv, ind, dim)
-
-
 _numpy_take_rule = HostRule(
     "numpy_take",
     _forward,
@@ -31,8 +23,8 @@ _numpy_take_rule = HostRule(
     outputs=(("out", "float"),),
     diff_inputs=("x",),
     diff_outputs=("out",),
-    jvp=_jvp,
-    vjp=_vjp,
+    jvp=lambda ind, ind_inv, dim, x_dot: numpy_take(x_dot, ind, ind_inv, dim),
+    vjp=lambda ind, ind_inv, dim, out_bar: numpy_take(out_bar, ind_inv, ind, dim),
     batching="sequential",
 )
 

@@ -49,5 +49,4 @@ def _scaled_tanh_jvp(log_scale, primals, tangents):
     t1 = _numbers.exp(log_scale)
     t2 = t1 * x
     t3 = 2 * t2
-    out = t0 * jnp.tanh(t2)
-    return out, x_dot * (4 * t0 * t1 * jax.nn.sigmoid(-t3) * jax.nn.sigmoid(t3))
+    return t0 * jnp.tanh(t2), x_dot * (4 * t0 * t1 * jax.nn.sigmoid(-t3) * jax.nn.sigmoid(t3))

@@ -15,10 +15,6 @@ def _forward(x):
     return scipy.special.erfcx(x)
 
 
-def _jvp(x, out, x_dot):
-    return (2 * x * out - 2 / math.sqrt(math.pi)) * x_dot
-
-
 _scipy_erfcx_rule = HostRule(
     "scipy_erfcx",
     _forward,
@@ -27,7 +23,7 @@ _scipy_erfcx_rule = HostRule(
     outputs=(("out", "float"),),
     diff_inputs=("x",),
     diff_outputs=("out",),
-    jvp=_jvp,
+    jvp=lambda x, out, x_dot: (2 * x * out - 2 / math.sqrt(math.pi)) * x_dot,
     batching="elementwise",
 )
 

@@ -40,5 +40,4 @@ def _softplus_beta(x, beta):
 def _softplus_beta_jvp(beta, primals, tangents):
     (x,), (x_dot,) = primals, tangents
     t0 = beta * x
-    out = jax.nn.softplus(t0) / beta
-    return out, x_dot * jax.nn.sigmoid(t0)
+    return jax.nn.softplus(t0) / beta, x_dot * jax.nn.sigmoid(t0)

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
+from ._function import RuleFunction, plain, routed, saves_inputs, summed_like
 from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, binade, rounded
 
@@ -16,10 +16,7 @@ class Polar(RuleFunction):
     def forward(x, y):
         return torch.hypot(x, y), torch.atan2(y, x)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs(materialize_grads=False)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):

@@ -216,8 +216,11 @@ def _jvp(d: Derivation, emit: Emitter, *, inline: bool, held: bool) -> tuple[Blo
     used = names_in([*(r.expr for r in results if r.expr is not None), *(e for _, e in outputs)])
     # A temporary an output merely copies (`t0 = jnp.tanh(x)`, `out = t0`) is named by the output.
     lets = [*outputs, *((n, e) for n, e in residuals.items() if n in used)]
-    block = emit.block(lets, results, named_by_lets=True)
-    return Block((*applying, *block.lines), block.results, block.reads), maps
+    names = [o.name for o in d.rule.outputs]
+    # The block returns the outputs, then their tangents: an output nothing else reads as computed.
+    block = emit.block(lets, results, named_by_lets=True, returned_lets=names if inline else ())
+    returned = block.results if inline else (*names, *block.results)
+    return Block((*applying, *block.lines), returned, block.reads), maps
 
 
 # Functions whose JAX derivative, at every order, is the one sympy derives
@@ -409,9 +412,10 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
     ]
     if plan.custom == "custom_jvp":
         assert plan.jvp is not None
-        outputs = plan.outputs
-        tangents = plan.jvp.result
-        result = f"{outputs[0]}, {tangents}" if len(outputs) == 1 else f"({', '.join(outputs)}), ({tangents})"
+        # The jvp block returns the outputs, then their tangents.
+        n = len(plan.outputs)
+        outputs, tangents = ", ".join(plan.jvp.results[:n]), ", ".join(plan.jvp.results[n:])
+        result = f"{outputs}, {tangents}" if n == 1 else f"({outputs}), ({tangents})"
         rule: tuple[Statement, ...] = (
             *unpacked_pairs(
                 (plan.arrays, own["primals"]),

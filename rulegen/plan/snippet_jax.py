@@ -7,7 +7,18 @@ from dataclasses import replace
 
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Def, Expr, Import, Imported, Return, Statement, unpacked_pairs, unpacking
+from rulegen.plan.code import (
+    Assign,
+    Def,
+    Expr,
+    Import,
+    Imported,
+    Return,
+    Statement,
+    fits_a_line,
+    unpacked_pairs,
+    unpacking,
+)
 from rulegen.plan.header import (
     LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
@@ -133,12 +144,12 @@ def _bridge(p: SnippetPlanner) -> SnippetPlan:
 
 def _primitive(p: SnippetPlanner) -> SnippetPlan:
     """A host (`numpy:`) rule: a JAX primitive whose rules call the bodies (rulegen/runtime/jax/_host.py)."""
-    rule, d = p.rule, p.d
+    rule = p.rule
     p.imports.add(Import("._host", "HostRule"))
     outputs = ", ".join(f"({o.name!r}, {o.dtype!r})" for o in rule.outputs)
     fields = [
         f"{rule.name!r}",
-        "_forward",
+        p.reference(p.given("forward")),
         f"arrays={str_tuple_literal(p.arrays)}",
         f"statics={str_tuple_literal(p.statics)}",
         f"outputs=({outputs},)",
@@ -146,14 +157,16 @@ def _primitive(p: SnippetPlanner) -> SnippetPlan:
     if p.returned:
         fields.append(f"residuals={str_tuple_literal(p.returned)}")
     fields += [f"diff_inputs={str_tuple_literal(p.diff_inputs)}", f"diff_outputs={str_tuple_literal(p.diff_outputs)}"]
-    fields += [*(["jvp=_jvp"] if d.jvp is not None else []), *(["vjp=_vjp"] if d.vjp is not None else [])]
+    fields += [f"{role}={p.reference(p.given(role))}" for role in ("jvp", "vjp") if p.code(role) is not None]
     fields.append(f"batching={rule.batching!r}")
     assignment = Assign(host_rule(rule.name), f"{p.own['HostRule']}(" + ", ".join(fields) + ",)")
     statics = ", ".join(f"{s}={s}" for s in p.statics)
     call = f"{host_rule(rule.name)}({', '.join([*p.arrays, *([statics] if statics else [])])})"
     results = [*p.outputs, *map(hidden, p.returned)]
-    targets = unpacking(results)
-    lines: list[Statement] = [Assign(targets, call), Return(tuple_text(p.outputs))]
+    lines: list[Statement] = [Assign(unpacking(results), call), Return(tuple_text(p.outputs))]
+    if len(p.outputs) == 1 and p.returned:
+        # A lone output taken from the rule's values where it is returned: no name used once.
+        lines = [Return(f"{call}[0]")]
     return _module(p, lines, assignments=[assignment])
 
 
@@ -239,9 +252,15 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
         bwd.append(Assign(unpacking(saved), saved_param))
     if len(bars) > 1:
         bwd.append(Assign(tuple_text(bars), cotangents))
-    bwd.append(Assign(tuple_text([cotangent(i) for i in p.diff_inputs]), p.call(p.given("vjp"))))
+    call = p.call(p.given("vjp"))
     returns = [_input_cotangent(p, i.name) for i in rule.inputs if not i.static]
-    bwd.append(Return(tuple_literal(returns)))
+    # A lone cotangent is returned where it is computed, where that fits a line: no name used once.
+    lone = tuple_literal([_input_cotangent(p, i.name, call) for i in rule.inputs if not i.static])
+    if len(p.diff_inputs) == 1 and fits_a_line(lone):
+        bwd.append(Return(lone))
+    else:
+        bwd.append(Assign(tuple_text([cotangent(i) for i in p.diff_inputs]), call))
+        bwd.append(Return(tuple_literal(returns)))
     fwd_name, bwd_name = vjp_halves(rule.name)
     methods = [
         Def(fwd_name, p.inputs, tuple(fwd)),
@@ -251,13 +270,15 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
     return _module(p, _primal_lines(p), decorator=decorator, methods=methods, tail=tail)
 
 
-def _input_cotangent(p: SnippetPlanner, name: str) -> str:
+def _input_cotangent(p: SnippetPlanner, name: str, value: str = "") -> str:
+    """What bwd returns for input `name`: its cotangent (`value`, else its name), summed to its shape if broadcast."""
     if name not in p.diff_inputs:
         return "None"
+    value = value or cotangent(name)
     if p.broadcastable:
         p.imports.add(Import("._util", "unbroadcast"))
-        return f"{p.own['unbroadcast']}({cotangent(name)}, {name})"
-    return cotangent(name)
+        return f"{p.own['unbroadcast']}({value}, {name})"
+    return value
 
 
 def _linear_maps(p: SnippetPlanner) -> tuple[list[Def], str]:

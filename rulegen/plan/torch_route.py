@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rulegen.plan.code import Assign, Expr, Pass, Statement, unpacking
+from rulegen.plan.code import Assign, Def, Expr, Pass, Statement, unpacking
 from rulegen.spec.names import applier, ctx_attribute, shape_attribute
 from rulegen.spec.rules import Input, Rule
 
@@ -109,3 +109,35 @@ def setup_context_body(kept: Kept, own: Mapping[str, str]) -> tuple[Statement, .
     if kept.shape is not None:
         body.append(Assign(f"{ctx}.{kept.shape[0]}", kept.shape[1]))
     return tuple(body) or (Pass(),)
+
+
+def residuals_saved(kept: Kept) -> int | None:
+    """How many of forward's last values setup_context saves after every input, where that is all it does
+    (and, unmaterialised, leaves absent cotangents None): the runtime's `saves_inputs` writes it.  None otherwise.
+    """
+    if kept.statics or kept.shapes or kept.shape or kept.shape_reads or kept.non_differentiable:
+        return None
+    n = len(kept.inputs)
+    rest = kept.saved[n:]
+    if (
+        not kept.inputs
+        or kept.saved[:n] != kept.inputs
+        or (rest and kept.values[len(kept.values) - len(rest) :] != rest)
+    ):
+        return None
+    return len(rest)
+
+
+def setup_context_method(kept: Kept, own: Mapping[str, str], decorators: tuple[str, ...]) -> Statement:
+    """The Function's setup_context: the runtime's `saves_inputs` where it says all (`residuals_saved`), else
+    a method of `setup_context_body`."""
+    residuals = residuals_saved(kept)
+    if residuals is None:
+        return Def(
+            "setup_context", (own["ctx"], own["inputs"], own["output"]), setup_context_body(kept, own), decorators
+        )
+    arguments = [
+        *([f"residuals={residuals}"] if residuals else []),
+        *(["materialize_grads=False"] if kept.unmaterialised else []),
+    ]
+    return Assign("setup_context", f"{own['saves_inputs']}({', '.join(arguments)})")

@@ -7,6 +7,7 @@ from rulegen.render.build import generate
 from rulegen.spec.rules import read_rule_file
 
 TWO_INPUTS = "name: r\ninputs: [x, y]\nforward: sin(x) * exp(y)\n"
+SAVED = "name: r\ninputs: [x]\nforward: x**3\nresiduals:\n  dx: 3 * x**2\nvjp:\n  x: out_bar * dx\n"
 
 
 def _modules(tmp_path, text: str) -> dict[str, str]:
@@ -38,3 +39,17 @@ def test_a_term_whose_cotangent_may_be_absent_is_a_pair_the_runtime_multiplies(t
     for text in modules.values():
         assert "is None else" not in text
     assert "summed_like(out, (x_dot, " in _module(modules, "jax")
+
+
+def test_a_function_that_saves_its_inputs_and_residuals_takes_its_setup_context_from_the_runtime(tmp_path):
+    text = _module(_modules(tmp_path, SAVED), "torch")
+    assert "setup_context = saves_inputs(residuals=1, materialize_grads=False)" in text
+    assert "def setup_context" not in text
+
+
+def test_an_output_is_returned_as_computed_only_where_nothing_else_reads_it(tmp_path):
+    text = _module(_modules(tmp_path, "name: r\ninputs: [x]\nforward: sin(x)\n"), "jax")
+    assert "return jnp.sin(x), " in text
+    # The tangent of two inputs sums its terms in the output's shape: the output is named first.
+    text = _module(_modules(tmp_path, TWO_INPUTS), "jax")
+    assert "    out = " in text and "summed_like(out, " in text

@@ -1,5 +1,6 @@
 """The runtime's `summed_like` (torch and JAX): a term is a (cotangent, partial) pair, multiplied where
-the cotangent is present; and JAX's `as_lifted_arrays`, the arguments lifted in one call."""
+the cotangent is present; JAX's `as_lifted_arrays`, the arguments lifted in one call; torch's
+`saves_inputs`, the setup_context most Functions share."""
 
 from __future__ import annotations
 
@@ -41,3 +42,26 @@ def test_as_lifted_arrays_lifts_the_float_arguments_and_names_the_dtype_to_round
     assert k.dtype == jnp.arange(2).dtype
     (y,), none = jax_util.as_lifted_arrays("r", ("y",), "f", jnp.ones(2, jnp.float32))
     assert y.dtype == jnp.float32 and none is None
+
+
+def test_saves_inputs_saves_every_input_then_the_last_outputs_and_leaves_absent_cotangents_none():
+    seen = []
+
+    class Cube(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x**3, 3 * x * x
+
+        setup_context = torch_function.saves_inputs(residuals=1, materialize_grads=False)
+
+        @staticmethod
+        def backward(ctx, out_bar, dx_bar):
+            x, dx = ctx.saved_tensors
+            seen.append(dx_bar)
+            return torch_function.summed_like(x, (out_bar, dx), (dx_bar, 6 * x))
+
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    out, _ = Cube.apply(x)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    torch.testing.assert_close(grad, 3 * x.detach() ** 2)
+    assert seen == [None]

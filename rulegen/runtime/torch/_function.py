@@ -8,7 +8,16 @@ import torch
 from ._inplace import plain
 from ._route import routed
 
-__all__ = ["RuleFunction", "broadcast", "plain", "routed", "save_for_derivatives", "summed_like"]
+__all__ = [
+    "RuleFunction",
+    "broadcast",
+    "no_forward_mode",
+    "plain",
+    "routed",
+    "save_for_derivatives",
+    "saves_inputs",
+    "summed_like",
+]
 
 
 class RuleFunction(torch.autograd.Function):
@@ -80,3 +89,30 @@ def save_for_derivatives(ctx: Any, *tensors: torch.Tensor) -> None:
     """Keep `tensors` on the Function's context for backward and jvp alike."""
     ctx.save_for_backward(*tensors)
     ctx.save_for_forward(*tensors)
+
+
+def saves_inputs(residuals: int = 0, *, materialize_grads: bool = True) -> Any:
+    """A Function's `setup_context` that saves every input, then forward's last `residuals` outputs.
+
+    What most Functions keep, written once: `backward` and `jvp` unpack
+    `ctx.saved_tensors` as the inputs, then those outputs, in order
+    (`save_for_derivatives`).  With `materialize_grads=False`, an absent
+    cotangent or tangent arrives as None, not as zeros.
+    """
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        if not materialize_grads:
+            ctx.set_materialize_grads(False)
+        values = output if isinstance(output, tuple) else (output,)
+        save_for_derivatives(ctx, *inputs, *values[len(values) - residuals :])
+
+    return staticmethod(setup_context)
+
+
+def no_forward_mode(reason: str) -> Any:
+    """A Function's `jvp` where the rule has no forward mode: raises NotImplementedError(reason)."""
+
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        raise NotImplementedError(reason)
+
+    return staticmethod(jvp)
