@@ -92,11 +92,14 @@ def save_for_derivatives(ctx: Any, *tensors: torch.Tensor) -> None:
     ctx.save_for_forward(*tensors)
 
 
-def saves_inputs(residuals: int = 0, *, materialize_grads: bool = True) -> Any:
-    """A Function's `setup_context` that saves every input, then forward's last `residuals` outputs.
+def saves_inputs(
+    residuals: int = 0, *, outputs: tuple[int, ...] = (), materialize_grads: bool = True
+) -> Any:
+    """A Function's `setup_context` that saves every input, then forward's values at positions
+    `outputs`, then its last `residuals` values.
 
     What most Functions keep, written once: `backward` and `jvp` unpack
-    `ctx.saved_tensors` as the inputs, then those outputs, in order
+    `ctx.saved_tensors` as the inputs, then those values, in order
     (`save_for_derivatives`).  With `materialize_grads=False`, an absent
     cotangent or tangent arrives as None, not as zeros.
     """
@@ -105,7 +108,8 @@ def saves_inputs(residuals: int = 0, *, materialize_grads: bool = True) -> Any:
         if not materialize_grads:
             ctx.set_materialize_grads(False)
         values = output if isinstance(output, tuple) else (output,)
-        save_for_derivatives(ctx, *inputs, *values[len(values) - residuals :])
+        kept = [values[k] for k in outputs]
+        save_for_derivatives(ctx, *inputs, *kept, *values[len(values) - residuals :])
 
     return staticmethod(setup_context)
 

@@ -16,40 +16,38 @@ class Polar(RuleFunction):
     def forward(x, y):
         return torch.hypot(x, y), torch.atan2(y, x)
 
-    setup_context = saves_inputs(materialize_grads=False)
+    setup_context = saves_inputs(outputs=(0,), materialize_grads=False)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
-        x, y = ctx.saved_tensors
+        x, y, r = ctx.saved_tensors
         t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
         t1 = x / t0
         t2 = y / t0
         t3 = torch.hypot(t1, t2)
         t4 = torch.where(t3 == 0, 1, t3)
-        t5 = torch.hypot(x, y)
-        if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
-            t6 = (((-y) / t5) / t5).mul_(theta_bar).add_(r_bar * (t1 / t4))
-            t8 = ((x / t5) / t5).mul_(theta_bar).add_(r_bar * (t2 / t4))
-            return t6.sum_to_size(x.shape), t8.sum_to_size(y.shape)
+        if plain(x, y, r, r_bar, theta_bar) and all(ctx.needs_input_grad):
+            t5 = (((-y) / r) / r).mul_(theta_bar).add_(r_bar * (t1 / t4))
+            t7 = ((x / r) / r).mul_(theta_bar).add_(r_bar * (t2 / t4))
+            return t5.sum_to_size(x.shape), t7.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = summed_like(x, (r_bar, t1 / t4), (theta_bar, ((-y) / t5) / t5))
+            x_bar = summed_like(x, (r_bar, t1 / t4), (theta_bar, ((-y) / r) / r))
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(y, (r_bar, t2 / t4), (theta_bar, (x / t5) / t5))
+            y_bar = summed_like(y, (r_bar, t2 / t4), (theta_bar, (x / r) / r))
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y = ctx.saved_tensors
+        x, y, r = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
         t1 = x / t0
         t2 = y / t0
         t3 = torch.hypot(t1, t2)
         t4 = torch.where(t3 == 0, 1, t3)
-        t5 = torch.hypot(x, y)
-        return x_dot * (t1 / t4) + y_dot * (t2 / t4), x_dot * (((-y) / t5) / t5) + y_dot * (
-            (x / t5) / t5
+        return x_dot * (t1 / t4) + y_dot * (t2 / t4), x_dot * (((-y) / r) / r) + y_dot * (
+            (x / r) / r
         )
 
 

@@ -20,31 +20,27 @@ class ToPolar(RuleFunction):
         # (norms; `rulegen show to_polar --why` gives the measurements).
         return torch.hypot(x, y), torch.atan2(y, x)
 
-    setup_context = saves_inputs(materialize_grads=False)
+    setup_context = saves_inputs(outputs=(0,), materialize_grads=False)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
-        x, y = ctx.saved_tensors
-        t0 = torch.hypot(x, y)
-        if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
-            t2 = (x / t0).mul_(r_bar).addcmul_(((-y) / t0) / t0, theta_bar)
-            t4 = (y / t0).mul_(r_bar).addcmul_((x / t0) / t0, theta_bar)
-            return t2.sum_to_size(x.shape), t4.sum_to_size(y.shape)
+        x, y, r = ctx.saved_tensors
+        if plain(x, y, r, r_bar, theta_bar) and all(ctx.needs_input_grad):
+            t1 = (x / r).mul_(r_bar).addcmul_(((-y) / r) / r, theta_bar)
+            t3 = (y / r).mul_(r_bar).addcmul_((x / r) / r, theta_bar)
+            return t1.sum_to_size(x.shape), t3.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = summed_like(x, (r_bar, x / t0), (theta_bar, ((-y) / t0) / t0))
+            x_bar = summed_like(x, (r_bar, x / r), (theta_bar, ((-y) / r) / r))
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(y, (r_bar, y / t0), (theta_bar, (x / t0) / t0))
+            y_bar = summed_like(y, (r_bar, y / r), (theta_bar, (x / r) / r))
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y = ctx.saved_tensors
+        x, y, r = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        t0 = torch.hypot(x, y)
-        return x_dot * (x / t0) + y_dot * (y / t0), x_dot * (((-y) / t0) / t0) + y_dot * (
-            (x / t0) / t0
-        )
+        return x_dot * (x / r) + y_dot * (y / r), x_dot * (((-y) / r) / r) + y_dot * ((x / r) / r)
 
 
 _apply_to_polar = routed(ToPolar, "(Tensor x, Tensor y) -> (Tensor, Tensor)")

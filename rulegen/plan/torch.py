@@ -59,7 +59,7 @@ from rulegen.plan.symbolic import (
     linear_combination,
     needs_broadcast,
 )
-from rulegen.plan.torch_route import Kept, residuals_saved, setup_context_method, torch_route
+from rulegen.plan.torch_route import Kept, setup_context_method, torch_route, values_saved
 from rulegen.spec.names import COTANGENT, TANGENT, cotangent, ctx_attribute, hidden, shape_attribute, tangent
 from rulegen.spec.rules import Rule
 
@@ -318,7 +318,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         non_diff,
         t.unmaterialised,
     )
-    if residuals_saved(kept) is not None:
+    if values_saved(kept) is not None:
         function_helpers.add("saves_inputs")
     elif saved:
         function_helpers.add("save_for_derivatives")

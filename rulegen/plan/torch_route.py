@@ -111,33 +111,35 @@ def setup_context_body(kept: Kept, own: Mapping[str, str]) -> tuple[Statement, .
     return tuple(body) or (Pass(),)
 
 
-def residuals_saved(kept: Kept) -> int | None:
-    """How many of forward's last values setup_context saves after every input, where that is all it does
-    (and, unmaterialised, leaves absent cotangents None): the runtime's `saves_inputs` writes it.  None otherwise.
+def values_saved(kept: Kept) -> tuple[tuple[int, ...], int] | None:
+    """Where setup_context saves every input, then some of forward's values, and nothing else (unmaterialised,
+    it leaves absent cotangents None): the positions of the values saved before forward's last ones, and how
+    many of those last ones it saves (the runtime's `saves_inputs(residuals, outputs=...)`).  None otherwise.
     """
     if kept.statics or kept.shapes or kept.shape or kept.shape_reads or kept.non_differentiable:
         return None
     n = len(kept.inputs)
     rest = kept.saved[n:]
-    if (
-        not kept.inputs
-        or kept.saved[:n] != kept.inputs
-        or (rest and kept.values[len(kept.values) - len(rest) :] != rest)
-    ):
+    if not kept.inputs or kept.saved[:n] != kept.inputs or not set(rest) <= set(kept.values):
         return None
-    return len(rest)
+    last = 0
+    while last < len(rest) and rest[len(rest) - 1 - last] == kept.values[len(kept.values) - 1 - last]:
+        last += 1
+    positions = tuple(kept.values.index(v) for v in rest[: len(rest) - last])
+    if list(positions) != sorted(positions) or any(k >= len(kept.values) - last for k in positions):
+        return None
+    return positions, last
 
 
 def setup_context_method(kept: Kept, own: Mapping[str, str], decorators: tuple[str, ...]) -> Statement:
-    """The Function's setup_context: the runtime's `saves_inputs` where it says all (`residuals_saved`), else
+    """The Function's setup_context: the runtime's `saves_inputs` where it says all (`values_saved`), else
     a method of `setup_context_body`."""
-    residuals = residuals_saved(kept)
-    if residuals is None:
-        return Def(
-            "setup_context", (own["ctx"], own["inputs"], own["output"]), setup_context_body(kept, own), decorators
-        )
-    arguments = [
-        *([f"residuals={residuals}"] if residuals else []),
-        *(["materialize_grads=False"] if kept.unmaterialised else []),
-    ]
+    saved = values_saved(kept)
+    if saved is None:
+        params = (own["ctx"], own["inputs"], own["output"])
+        return Def("setup_context", params, setup_context_body(kept, own), decorators)
+    positions, residuals = saved
+    arguments = [f"residuals={residuals}"] if residuals else []
+    arguments += [f"outputs=({', '.join(map(str, positions))},)"] if positions else []
+    arguments += ["materialize_grads=False"] if kept.unmaterialised else []
     return Assign("setup_context", f"{own['saves_inputs']}({', '.join(arguments)})")

@@ -81,7 +81,8 @@ def test_each_backends_help_speaks_of_that_backend():
 
 
 def _saves_inputs(cls: ast.ClassDef) -> int | None:
-    """k where the class's setup_context is the runtime's `saves_inputs(residuals=k, ...)`; else None."""
+    """How many of forward's values the class's setup_context saves after the inputs where it is the runtime's
+    `saves_inputs(residuals=k, outputs=(...))`; else None."""
     for statement in cls.body:
         if (
             isinstance(statement, ast.Assign)
@@ -89,7 +90,7 @@ def _saves_inputs(cls: ast.ClassDef) -> int | None:
             and isinstance(statement.value, ast.Call)
         ):
             keywords = {k.arg: ast.literal_eval(k.value) for k in statement.value.keywords}
-            return int(keywords.get("residuals", 0))
+            return int(keywords.get("residuals", 0)) + len(keywords.get("outputs", ()))
     return None
 
 

@@ -53,3 +53,10 @@ def test_an_output_is_returned_as_computed_only_where_nothing_else_reads_it(tmp_
     # The tangent of two inputs sums its terms in the output's shape: the output is named first.
     text = _module(_modules(tmp_path, TWO_INPUTS), "jax")
     assert "    out = " in text and "summed_like(out, " in text
+
+
+def test_a_function_that_saves_an_output_not_last_names_its_position(tmp_path):
+    rule = "name: pol\ninputs: [x, y]\noutputs: [r, theta]\nforward:\n  r: hypot(x, y)\n  theta: atan2(y, x)\n"
+    text = _module(_modules(tmp_path, rule), "torch")
+    assert "setup_context = saves_inputs(outputs=(0,), materialize_grads=False)" in text
+    assert "torch.hypot(x, y)" not in text.split("def backward")[1]

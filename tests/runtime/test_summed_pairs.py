@@ -65,3 +65,24 @@ def test_saves_inputs_saves_every_input_then_the_last_outputs_and_leaves_absent_
     (grad,) = torch.autograd.grad(out.sum(), x)
     torch.testing.assert_close(grad, 3 * x.detach() ** 2)
     assert seen == [None]
+
+
+def test_saves_inputs_saves_the_outputs_at_the_positions_named():
+    class Polar(torch.autograd.Function):
+        @staticmethod
+        def forward(x, y):
+            return torch.hypot(x, y), torch.atan2(y, x)
+
+        setup_context = torch_function.saves_inputs(outputs=(0,))
+
+        @staticmethod
+        def backward(ctx, r_bar, theta_bar):
+            x, y, r = ctx.saved_tensors
+            return r_bar * x / r - theta_bar * y / r / r, r_bar * y / r + theta_bar * x / r / r
+
+    x = torch.tensor([3.0], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([4.0], dtype=torch.float64, requires_grad=True)
+    r, theta = Polar.apply(x, y)
+    grads = torch.autograd.grad(r + theta, (x, y))
+    torch.testing.assert_close(grads[0], torch.tensor([3 / 5 - 4 / 25], dtype=torch.float64))
+    torch.testing.assert_close(grads[1], torch.tensor([4 / 5 + 3 / 25], dtype=torch.float64))
