@@ -28,10 +28,10 @@ class FMish(RuleFunction):
         return summed_like(
             x,
             (out_bar, saved_tanh + tanh_backward(torch.nn.functional.silu(x), saved_tanh)),
-            (
-                saved_tanh_bar,
-                torch.ops.aten.softplus_backward(1 - (saved_tanh * saved_tanh), x, 1.0, 40.0),
-            ),
+            None
+            if saved_tanh_bar is None
+            else saved_tanh_bar
+            * torch.ops.aten.softplus_backward(1 - (saved_tanh * saved_tanh), x, 1.0, 40.0),
         )
 
     @staticmethod

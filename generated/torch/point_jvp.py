@@ -28,9 +28,13 @@ class PointJvp(RuleFunction):
             return t0.sum_to_size(x.shape), torch.sin(y).neg_().mul_(b1_bar).sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = summed_like(x, (a_bar, 2 * x), (b0_bar, torch.cos(x)))
+            x_bar = summed_like(
+                x,
+                None if a_bar is None else a_bar * (2 * x),
+                None if b0_bar is None else b0_bar * torch.cos(x),
+            )
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(y, (b1_bar, -torch.sin(y)))
+            y_bar = summed_like(y, None if b1_bar is None else b1_bar * (-torch.sin(y)))
         return x_bar, y_bar
 
     @staticmethod

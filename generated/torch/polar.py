@@ -32,9 +32,17 @@ class Polar(RuleFunction):
             return t5.sum_to_size(x.shape), t7.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = summed_like(x, (r_bar, t1 / t4), (theta_bar, ((-y) / r) / r))
+            x_bar = summed_like(
+                x,
+                None if r_bar is None else r_bar * (t1 / t4),
+                None if theta_bar is None else theta_bar * (((-y) / r) / r),
+            )
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(y, (r_bar, t2 / t4), (theta_bar, (x / r) / r))
+            y_bar = summed_like(
+                y,
+                None if r_bar is None else r_bar * (t2 / t4),
+                None if theta_bar is None else theta_bar * ((x / r) / r),
+            )
         return x_bar, y_bar
 
     @staticmethod

@@ -40,7 +40,7 @@ class SinExpMul(RuleFunction):
             x_bar = summed_like(
                 x,
                 (out_bar, saved_exp * y * (-saved_sin * t1 + t0)),
-                (saved_exp_bar, -saved_exp * t1),
+                None if saved_exp_bar is None else saved_exp_bar * (-saved_exp * t1),
                 (saved_sin_bar, t0),
             )
         if ctx.needs_input_grad[1]:

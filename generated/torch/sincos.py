@@ -22,7 +22,11 @@ class Sincos(RuleFunction):
         (x,) = ctx.saved_tensors
         if plain(x, s_bar, c_bar):
             return torch.sin(x).neg_().mul_(c_bar).addcmul_(torch.cos(x), s_bar)
-        return summed_like(x, (s_bar, torch.cos(x)), (c_bar, -torch.sin(x)))
+        return summed_like(
+            x,
+            None if s_bar is None else s_bar * torch.cos(x),
+            None if c_bar is None else c_bar * (-torch.sin(x)),
+        )
 
     @staticmethod
     def jvp(ctx, x_dot):

@@ -31,9 +31,17 @@ class ToPolar(RuleFunction):
             return t1.sum_to_size(x.shape), t3.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = summed_like(x, (r_bar, x / r), (theta_bar, ((-y) / r) / r))
+            x_bar = summed_like(
+                x,
+                None if r_bar is None else r_bar * (x / r),
+                None if theta_bar is None else theta_bar * (((-y) / r) / r),
+            )
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(y, (r_bar, y / r), (theta_bar, (x / r) / r))
+            y_bar = summed_like(
+                y,
+                None if r_bar is None else r_bar * (y / r),
+                None if theta_bar is None else theta_bar * ((x / r) / r),
+            )
         return x_bar, y_bar
 
     @staticmethod

@@ -212,8 +212,11 @@ class _Torch:
         `in_ctx`: for a Function's derivative methods, which read a static input from ctx where they use it.
         """
         booleans = frozenset(i.name for i in self.rule.inputs if not i.static and i.dtype == "bool")
+        # A lone output's cotangent is present wherever backward runs (its residuals are the wrapper's own): its
+        # terms are computed as they stand, the residuals' and those of several outputs only where present.
+        present = frozenset({cotangent(self.outputs[0])} if len(self.outputs) == 1 else ())
         return Emitter(
-            functools.partial(printer, booleans=booleans, own=self.rule.own_names),
+            functools.partial(printer, booleans=booleans, own=self.rule.own_names, present=present),
             self.symbols,
             self.forms(),
             self.statics,

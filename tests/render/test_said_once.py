@@ -60,3 +60,10 @@ def test_a_function_that_saves_an_output_not_last_names_its_position(tmp_path):
     text = _module(_modules(tmp_path, rule), "torch")
     assert "setup_context = saves_inputs(outputs=(0,), materialize_grads=False)" in text
     assert "torch.hypot(x, y)" not in text.split("def backward")[1]
+
+
+def test_eager_torch_computes_a_partial_only_where_its_cotangent_may_be_absent_and_it_is(tmp_path):
+    # The lone output's cotangent is present wherever backward runs: its term is a pair.  A residual's is
+    # absent at first order, and its partial (6 * x, a kernel) is computed only where it is present.
+    text = _module(_modules(tmp_path, SAVED), "torch")
+    assert "summed_like(x, (out_bar, dx), None if dx_bar is None else dx_bar" in text
