@@ -121,20 +121,30 @@ def present(tangents: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(None if type(t) is jax.custom_derivatives.SymbolicZero else t for t in tangents)
 
 
-def summed_like(like: ArrayLike, *terms: jax.Array | None) -> jax.Array:
-    """Output `like`'s tangent: the sum of `terms` (None where an input has none), in its shape.
+def summed_like(like: ArrayLike, *terms: Any) -> jax.Array:
+    """Output `like`'s tangent: the sum of `terms`, in its shape.
 
-    An input held constant adds nothing, not a zero times its partial
-    (0 * inf = nan where that partial overflows); with every term absent,
-    the tangent is zero.
+    A term is a pair (tangent, partial), their product where the tangent is
+    present, or a tangent alone (a partial of 1).  An input held constant
+    (tangent None) adds nothing, not a zero times its partial (0 * inf = nan
+    where that partial overflows); with every term absent, the tangent is
+    zero.  Under jit, a partial no present tangent reads is never computed.
     """
     total = None
-    for term in terms:
+    for term in map(_product, terms):
         if term is not None:
             total = term if total is None else total + term
     if total is None:
         return jnp.zeros_like(like)
     return jnp.broadcast_to(total, jnp.shape(like))
+
+
+def _product(term: Any) -> Any:
+    """A term of `summed_like`: a (tangent, partial) pair's product, None where the tangent is."""
+    if not isinstance(term, tuple):
+        return term
+    tangent, partial = term
+    return None if tangent is None else tangent * partial
 
 
 def unbroadcast(x_bar: Any, x: Any) -> Any:
@@ -194,6 +204,21 @@ def as_arrays(rule: str, names: Sequence[str], kinds: str, *values: Any) -> tupl
         jax.tree.map(lambda leaf, n=name, k=kind: read(n, k, leaf), value)
         for name, kind, value in zip(names, kinds, values, strict=True)
     )
+
+
+def as_lifted_arrays(
+    rule: str, names: Sequence[str], kinds: str, *values: Any
+) -> tuple[tuple[Any, ...], Any]:
+    """`as_arrays`, its bfloat16 and float16 float arguments in float32, and the dtype to round to.
+
+    As `in_float32` computes them; the dtype is None where nothing was lifted.
+    """
+    arrays = list(as_arrays(rule, names, kinds, *values))
+    floats = [k for k, kind in enumerate(kinds) if kind == "f"]
+    lifted, low = in_float32(*(arrays[k] for k in floats))
+    for k, array in zip(floats, lifted, strict=True):
+        arrays[k] = array
+    return tuple(arrays), low
 
 
 def _weak(leaf: Any) -> bool:

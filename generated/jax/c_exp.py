@@ -33,8 +33,7 @@ def _c_exp(z):
 
 @_c_exp.defjvp
 def _c_exp_jvp(primals, tangents):
-    (z,) = primals
-    (z_dot,) = tangents
+    (z,), (z_dot,) = primals, tangents
     # The primal function, whose own rule differentiates the output at higher order: autodiff
     # would differentiate an output the rule holds constant.
     out = _c_exp(z)

@@ -36,14 +36,11 @@ def _c_mobius(z, a):
 
 @functools.partial(_c_mobius.defjvp, symbolic_zeros=True)
 def _c_mobius_jvp(primals, tangents):
-    z, a = primals
-    z_dot, a_dot = present(tangents)
+    (z, a), (z_dot, a_dot) = primals, present(tangents)
     # The primal function, whose own rule differentiates the output at higher order: autodiff
     # would differentiate an output the rule holds constant.
     out = _c_mobius(z, a)
     t0 = z + 2
     return out, summed_like(
-        out,
-        None if z_dot is None else z_dot * quotient(quotient(2 * a - 1j, t0), t0),
-        None if a_dot is None else a_dot * quotient(z, t0),
+        out, (z_dot, quotient(quotient(2 * a - 1j, t0), t0)), (a_dot, quotient(z, t0))
     )

@@ -32,8 +32,7 @@ def _c_poly(z):
 
 @_c_poly.defjvp
 def _c_poly_jvp(primals, tangents):
-    (z,) = primals
-    (z_dot,) = tangents
+    (z,), (z_dot,) = primals, tangents
     # The primal function, whose own rule differentiates the output at higher order: autodiff
     # would differentiate an output the rule holds constant.
     out = _c_poly(z)

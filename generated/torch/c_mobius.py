@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, plain, routed, saves_inputs
 from ._native import tangent_or_zero
 from ._util import as_tensors
 
@@ -18,10 +18,7 @@ class CMobius(RuleFunction):
             return (a * z).add_(1j).div_(z + 2)
         return (a * z + 1j) / (z + 2)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs(materialize_grads=False)
 
     @staticmethod
     def backward(ctx, out_bar):

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, plain, routed, saves_inputs
 from ._util import as_tensors
 
 
@@ -17,9 +17,7 @@ class CPoly(RuleFunction):
             return (z**3).mul_(2).sub_((1 - 2 * 1j) * z).add_(3 * 1j)
         return 2 * z**3 + (-1 + 2 * 1j) * z + 3 * 1j
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs()
 
     @staticmethod
     def backward(ctx, out_bar):

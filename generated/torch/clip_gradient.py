@@ -5,7 +5,7 @@
 import array_api_compat.torch as xp
 import torch
 
-from ._function import RuleFunction, routed, save_for_derivatives
+from ._function import RuleFunction, no_forward_mode, routed, save_for_derivatives
 from ._util import as_opmath_tensors, rounded
 
 
@@ -27,12 +27,10 @@ class ClipGradient(RuleFunction):
         lo, hi = ctx.saved_tensors
         return None, None, xp.clip(out_bar, lo, hi).sum_to_size(ctx.x_shape)
 
-    @staticmethod
-    def jvp(ctx, _lo_dot, _hi_dot, x_dot):
-        raise NotImplementedError(
-            "clip_gradient has no forward mode: its VJP is not the derivative of its forward "
-            "(true_derivative: false), so it is not a linear map that can be transposed"
-        )
+    jvp = no_forward_mode(
+        "clip_gradient has no forward mode: its VJP is not the derivative of its forward "
+        "(true_derivative: false), so it is not a linear map that can be transposed"
+    )
 
 
 _apply_clip_gradient = routed(ClipGradient, "(Tensor lo, Tensor hi, Tensor x) -> Tensor")

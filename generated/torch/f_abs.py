@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import RuleFunction, routed, save_for_derivatives
+from ._function import RuleFunction, routed, saves_inputs
 from ._util import as_opmath_tensors, rounded
 
 
@@ -17,9 +17,7 @@ class FAbs(RuleFunction):
     def forward(x):
         return torch.abs(x)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs()
 
     @staticmethod
     def backward(ctx, out_bar):

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, routed, save_for_derivatives
+from ._function import RuleFunction, routed, saves_inputs
 from ._util import as_opmath_tensors, rounded
 
 
@@ -15,9 +15,7 @@ class FCosh(RuleFunction):
     def forward(x):
         return torch.cosh(x)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs()
 
     @staticmethod
     def backward(ctx, out_bar):

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import RuleFunction, routed, save_for_derivatives
+from ._function import RuleFunction, routed, saves_inputs
 from ._special import digamma
 from ._util import as_opmath_tensors, rounded
 
@@ -22,9 +22,7 @@ class FGamma(RuleFunction):
             torch.where((x < 0) & (torch.floor(x) % 2 == 1), -1.0, 1.0),
         )
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs()
 
     @staticmethod
     def backward(ctx, out_bar):

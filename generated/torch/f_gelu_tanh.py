@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, plain, routed, saves_inputs
 from ._util import as_opmath_tensors, rounded
 
 
@@ -22,9 +22,7 @@ class FGeluTanh(RuleFunction):
             x, 0.044715 * x**3 + x, math.sqrt(8 / math.pi), 40.0
         )
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs()
 
     @staticmethod
     def backward(ctx, out_bar):

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import RuleFunction, routed, save_for_derivatives
+from ._function import RuleFunction, routed, saves_inputs
 from ._special import erfcx
 from ._util import as_opmath_tensors, rounded
 
@@ -18,9 +18,7 @@ class FLogNdtr(RuleFunction):
     def forward(x):
         return torch.special.log_ndtr(x)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs()
 
     @staticmethod
     def backward(ctx, out_bar):

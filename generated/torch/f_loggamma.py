@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import RuleFunction, routed, save_for_derivatives
+from ._function import RuleFunction, routed, saves_inputs
 from ._special import digamma
 from ._util import as_opmath_tensors, rounded
 
@@ -18,9 +18,7 @@ class FLoggamma(RuleFunction):
     def forward(x):
         return torch.special.gammaln(x)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs()
 
     @staticmethod
     def backward(ctx, out_bar):

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._function import RuleFunction, routed, save_for_derivatives
+from ._function import RuleFunction, routed, saves_inputs
 from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded
 
@@ -18,10 +18,7 @@ class FMax(RuleFunction):
     def forward(x, y):
         return torch.maximum(x, y)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs(materialize_grads=False)
 
     @staticmethod
     def backward(ctx, out_bar):

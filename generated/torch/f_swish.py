@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, routed, save_for_derivatives
+from ._function import RuleFunction, routed, saves_inputs
 from ._native import silu_backward
 from ._util import as_tensors
 
@@ -16,9 +16,7 @@ class FSwish(RuleFunction):
     def forward(x):
         return torch.nn.functional.silu(x)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs()
 
     @staticmethod
     def backward(ctx, out_bar):

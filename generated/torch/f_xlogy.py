@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, plain, routed, saves_inputs
 from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded
 
@@ -16,10 +16,7 @@ class FXlogy(RuleFunction):
     def forward(x, y):
         return torch.special.xlogy(x, y)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs(materialize_grads=False)
 
     @staticmethod
     def backward(ctx, out_bar):

@@ -52,8 +52,7 @@ class FixedPoint(RuleFunction):
             return _vjp(ctx.f, a, x_star, x_star_bar).sum_to_size(a.shape)
 
         _, transpose = torch.func.vjp(vjp, torch.ones_like(x_star))
-        (x_star_dot,) = transpose(a_dot)
-        return x_star_dot
+        return transpose(a_dot)[0]
 
 
 _apply_fixed_point = routed(FixedPoint)

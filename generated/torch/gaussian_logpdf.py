@@ -58,8 +58,7 @@ class GaussianLogpdf(RuleFunction):
             )
 
         _, transpose = torch.func.vjp(vjp, torch.ones_like(out))
-        (out_dot,) = transpose((x_dot, mu_dot, sigma_dot))
-        return out_dot
+        return transpose((x_dot, mu_dot, sigma_dot))[0]
 
 
 _apply_gaussian_logpdf = routed(GaussianLogpdf, "(Tensor x, Tensor mu, Tensor sigma) -> Tensor")

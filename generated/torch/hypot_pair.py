@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._function import RuleFunction, plain, routed, saves_inputs
 from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded, unpack_tuple
 
@@ -18,33 +18,28 @@ class HypotPair(RuleFunction):
         # (norms; `rulegen show hypot_pair --why` gives the measurements).
         return torch.hypot(x, y)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs(residuals=1, materialize_grads=False)
 
     @staticmethod
     def backward(ctx, out_bar):
-        x, y = ctx.saved_tensors
+        x, y, out = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        t0 = torch.hypot(x, y)
-        if plain(x, y, out_bar) and all(ctx.needs_input_grad):
-            t1 = (x / t0).mul_(out_bar)
-            return t1.sum_to_size(x.shape), (y / t0).mul_(out_bar).sum_to_size(y.shape)
+        if plain(x, y, out, out_bar) and all(ctx.needs_input_grad):
+            t1 = (x / out).mul_(out_bar)
+            return t1.sum_to_size(x.shape), (y / out).mul_(out_bar).sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = (out_bar * (x / t0)).sum_to_size(x.shape)
+            x_bar = (out_bar * (x / out)).sum_to_size(x.shape)
         if ctx.needs_input_grad[1]:
-            y_bar = (out_bar * (y / t0)).sum_to_size(y.shape)
+            y_bar = (out_bar * (y / out)).sum_to_size(y.shape)
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y = ctx.saved_tensors
+        x, y, out = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        t0 = torch.hypot(x, y)
-        return x_dot * (x / t0) + y_dot * (y / t0)
+        return x_dot * (x / out) + y_dot * (y / out)
 
 
 _apply_hypot_pair = routed(HypotPair, "(Tensor x, Tensor y) -> Tensor")

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, routed, save_for_derivatives
+from ._function import RuleFunction, routed, saves_inputs
 from ._util import as_tensors
 
 
@@ -16,9 +16,7 @@ class Log1pexp(RuleFunction):
         # out = log(exp(x) + 1) is computed as softplus(x), rulegen's canonical form.
         return torch.nn.functional.softplus(x, threshold=40.0)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs()
 
     @staticmethod
     def backward(ctx, out_bar):

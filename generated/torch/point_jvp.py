@@ -6,7 +6,7 @@ tuple out.
 
 import torch
 
-from ._function import RuleFunction, broadcast, plain, routed, save_for_derivatives, summed_like
+from ._function import RuleFunction, broadcast, plain, routed, saves_inputs, summed_like
 from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded, unpack_fields
 
@@ -18,10 +18,7 @@ class PointJvp(RuleFunction):
     def forward(x, y):
         return broadcast(x * x, x, y), broadcast(torch.sin(x), x, y), broadcast(torch.cos(y), x, y)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs(materialize_grads=False)
 
     @staticmethod
     def backward(ctx, a_bar, b0_bar, b1_bar):

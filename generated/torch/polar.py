@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
+from ._function import RuleFunction, plain, routed, saves_inputs, summed_like
 from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, binade, rounded
 
@@ -16,51 +16,46 @@ class Polar(RuleFunction):
     def forward(x, y):
         return torch.hypot(x, y), torch.atan2(y, x)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs(outputs=(0,), materialize_grads=False)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
-        x, y = ctx.saved_tensors
+        x, y, r = ctx.saved_tensors
         t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
         t1 = x / t0
         t2 = y / t0
         t3 = torch.hypot(t1, t2)
         t4 = torch.where(t3 == 0, 1, t3)
-        t5 = torch.hypot(x, y)
-        if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
-            t6 = (((-y) / t5) / t5).mul_(theta_bar).add_(r_bar * (t1 / t4))
-            t8 = ((x / t5) / t5).mul_(theta_bar).add_(r_bar * (t2 / t4))
-            return t6.sum_to_size(x.shape), t8.sum_to_size(y.shape)
+        if plain(x, y, r, r_bar, theta_bar) and all(ctx.needs_input_grad):
+            t5 = (((-y) / r) / r).mul_(theta_bar).add_(r_bar * (t1 / t4))
+            t7 = ((x / r) / r).mul_(theta_bar).add_(r_bar * (t2 / t4))
+            return t5.sum_to_size(x.shape), t7.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = summed_like(
                 x,
                 None if r_bar is None else r_bar * (t1 / t4),
-                None if theta_bar is None else theta_bar * (((-y) / t5) / t5),
+                None if theta_bar is None else theta_bar * (((-y) / r) / r),
             )
         if ctx.needs_input_grad[1]:
             y_bar = summed_like(
                 y,
                 None if r_bar is None else r_bar * (t2 / t4),
-                None if theta_bar is None else theta_bar * ((x / t5) / t5),
+                None if theta_bar is None else theta_bar * ((x / r) / r),
             )
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y = ctx.saved_tensors
+        x, y, r = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
         t1 = x / t0
         t2 = y / t0
         t3 = torch.hypot(t1, t2)
         t4 = torch.where(t3 == 0, 1, t3)
-        t5 = torch.hypot(x, y)
-        return x_dot * (t1 / t4) + y_dot * (t2 / t4), x_dot * (((-y) / t5) / t5) + y_dot * (
-            (x / t5) / t5
+        return x_dot * (t1 / t4) + y_dot * (t2 / t4), x_dot * (((-y) / r) / r) + y_dot * (
+            (x / r) / r
         )
 
 

@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, routed, save_for_derivatives
+from ._function import RuleFunction, routed, saves_inputs
 from ._util import as_opmath_tensors, rounded
 
 
@@ -16,9 +16,7 @@ class SigmoidOut(RuleFunction):
         # out = 1/(1 + exp(-x)) is computed as sigmoid(x), rulegen's canonical form.
         return torch.sigmoid(x)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs, output)
+    setup_context = saves_inputs(residuals=1)
 
     @staticmethod
     def backward(ctx, out_bar):

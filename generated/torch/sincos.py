@@ -4,7 +4,7 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
+from ._function import RuleFunction, plain, routed, saves_inputs, summed_like
 from ._util import as_opmath_tensors, rounded
 
 
@@ -15,10 +15,7 @@ class Sincos(RuleFunction):
     def forward(x):
         return torch.sin(x), torch.cos(x)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs(materialize_grads=False)
 
     @staticmethod
     def backward(ctx, s_bar, c_bar):

@@ -54,8 +54,7 @@ class Softmax(RuleFunction):
             return _vjp(out, out_bar)
 
         _, transpose = torch.func.vjp(vjp, torch.ones_like(out))
-        (out_dot,) = transpose(x_dot)
-        return out_dot
+        return transpose(x_dot)[0]
 
 
 _apply_softmax = routed(Softmax, "(Tensor x) -> Tensor")

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._function import RuleFunction, plain, routed, save_for_derivatives, summed_like
+from ._function import RuleFunction, plain, routed, saves_inputs, summed_like
 from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded
 
@@ -20,42 +20,35 @@ class ToPolar(RuleFunction):
         # (norms; `rulegen show to_polar --why` gives the measurements).
         return torch.hypot(x, y), torch.atan2(y, x)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.set_materialize_grads(False)
-        save_for_derivatives(ctx, *inputs)
+    setup_context = saves_inputs(outputs=(0,), materialize_grads=False)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
-        x, y = ctx.saved_tensors
-        t0 = torch.hypot(x, y)
-        if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
-            t2 = (x / t0).mul_(r_bar).addcmul_(((-y) / t0) / t0, theta_bar)
-            t4 = (y / t0).mul_(r_bar).addcmul_((x / t0) / t0, theta_bar)
-            return t2.sum_to_size(x.shape), t4.sum_to_size(y.shape)
+        x, y, r = ctx.saved_tensors
+        if plain(x, y, r, r_bar, theta_bar) and all(ctx.needs_input_grad):
+            t1 = (x / r).mul_(r_bar).addcmul_(((-y) / r) / r, theta_bar)
+            t3 = (y / r).mul_(r_bar).addcmul_((x / r) / r, theta_bar)
+            return t1.sum_to_size(x.shape), t3.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = summed_like(
                 x,
-                None if r_bar is None else r_bar * (x / t0),
-                None if theta_bar is None else theta_bar * (((-y) / t0) / t0),
+                None if r_bar is None else r_bar * (x / r),
+                None if theta_bar is None else theta_bar * (((-y) / r) / r),
             )
         if ctx.needs_input_grad[1]:
             y_bar = summed_like(
                 y,
-                None if r_bar is None else r_bar * (y / t0),
-                None if theta_bar is None else theta_bar * ((x / t0) / t0),
+                None if r_bar is None else r_bar * (y / r),
+                None if theta_bar is None else theta_bar * ((x / r) / r),
             )
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y = ctx.saved_tensors
+        x, y, r = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        t0 = torch.hypot(x, y)
-        return x_dot * (x / t0) + y_dot * (y / t0), x_dot * (((-y) / t0) / t0) + y_dot * (
-            (x / t0) / t0
-        )
+        return x_dot * (x / r) + y_dot * (y / r), x_dot * (((-y) / r) / r) + y_dot * ((x / r) / r)
 
 
 _apply_to_polar = routed(ToPolar, "(Tensor x, Tensor y) -> (Tensor, Tensor)")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from rulegen.derive.forms import CANONICAL_FORMS, CanonicalForm, canonical, silu_derivatives
-from rulegen.derive.functions import divided, sigmoid
+from rulegen.derive.functions import divided, hypot, sigmoid
 from rulegen.spec.names import tangent
 
 if TYPE_CHECKING:
@@ -66,8 +66,9 @@ def given_are_derived(d: Derivation) -> bool:
     return True
 
 
-# Functions whose backward autodiff computes from their output (so it saves that).
-_SAVES_OUTPUT = (sp.exp, sp.tanh, sigmoid)
+# Functions whose backward autodiff computes from their output (so it saves that): torch's derivatives.yaml
+# reads `result` for exp, tanh, sigmoid and hypot (`grad * self / result`).
+_SAVES_OUTPUT = (sp.exp, sp.tanh, sigmoid, hypot)
 
 
 def _autodiff_saved(exprs: Sequence[sp.Expr], arrays: set[sp.Symbol]) -> set[sp.Expr]:

@@ -107,6 +107,18 @@ def unpacking(names: Sequence[str]) -> str:
     return f"{names[0]}," if len(names) == 1 else ", ".join(names)
 
 
+def unpacked_pairs(*pairs: tuple[Sequence[str], str]) -> tuple[Assign, ...]:
+    """Each of `pairs` (targets, a tuple's code) unpacked: one statement where it fits a line, else one each.
+
+    `(x, y), (x_dot, y_dot) = primals, tangents`: a JAX rule's arguments,
+    said once.
+    """
+    joined = Assign(", ".join(f"({unpacking(t)})" for t, _ in pairs), ", ".join(c for _, c in pairs))
+    if len(pairs) > 1 and fits_a_line(joined.line):
+        return (joined,)
+    return tuple(Assign(unpacking(t), c) for t, c in pairs)
+
+
 @dataclass(frozen=True)
 class Assign:
     """`target = code`; with `also`, `target = also... = code`: several names bound to one value."""

@@ -76,6 +76,7 @@ class Emitter:
         forms: Callable[[sp.Expr], sp.Expr] | None = None,
         *,
         named_by_lets: bool = False,
+        returned_lets: Sequence[str] = (),
     ) -> Block:
         """Assign each `let` and compute each result, shared parts once.
 
@@ -83,6 +84,8 @@ class Emitter:
         several is named first, as a person would write it.  `forms`, if given, replaces the emitter's own.
         `named_by_lets`: a shared subexpression that a let merely copies
         (`t0 = jnp.tanh(x)`, `out = t0`) takes the let's name instead.
+        `returned_lets`: lets the block returns before its results, each as
+        computed where nothing else reads it (`return x**3, ...`), else by name.
         """
         computed = [r for r in results if r.expr is not None]
         forms = forms or self.forms
@@ -92,9 +95,14 @@ class Emitter:
         scalars = self._scalar_temporaries([*replacements, *zip((n for n, _ in lets), reduced, strict=False)])
         code = functools.partial(self.code, scalars=scalars, renamed=renamed)
         lines: list[Assign | If] = [Assign(renamed.get(str(sym), str(sym)), code(value)) for sym, value in replacements]
+        inlined = _read_once(returned_lets, lets, replacements, reduced, renamed)
         lines += [
-            Assign(name, code(e)) for (name, _), e in zip(lets, reduced, strict=False) if renamed.get(str(e)) != name
+            Assign(name, code(e))
+            for (name, _), e in zip(lets, reduced, strict=False)
+            if renamed.get(str(e)) != name and name not in inlined
         ]
+        let_end = len(lines)
+        let_values = {name: e for (name, _), e in zip(lets, reduced, strict=False)}
         texts = dict(zip((r.name for r in computed), (code(e) for e in reduced[len(lets) :]), strict=True))
         returned: list[str] = []
         guarded: list[If] = []  # each binds its result's name, which starts as None
@@ -117,7 +125,12 @@ class Emitter:
         if guarded:
             first, *rest = (r.name for r in computed if r.guard)
             lines += [Assign(first, "None", tuple(rest)), *guarded]
-        return Block(tuple(lines), tuple(returned), _reads(exprs, results) - {name for name, _ in lets})
+        lets_returned = [code(let_values[n]) if n in inlined else n for n in returned_lets]
+        if inlined and not fits_a_line(", ".join((*lets_returned, *returned))):
+            # Returned as computed only where the return fits a line: ruff would wrap it otherwise.
+            lines[let_end:let_end] = [Assign(n, code(let_values[n])) for n in returned_lets if n in inlined]
+            lets_returned = list(returned_lets)
+        return Block(tuple(lines), (*lets_returned, *returned), _reads(exprs, results) - {name for name, _ in lets})
 
     def in_place_block(
         self, results: Sequence[Result], tensors: set[str], *, min_spared: int = MIN_SAVED_ALLOCATIONS
@@ -152,6 +165,26 @@ class Emitter:
                 steps.pop()
                 returned = folded
         return Block(tuple(steps), tuple(returned), _reads([r.expr for r in computed], results))
+
+
+def _read_once(
+    returned: Sequence[str],
+    lets: Sequence[tuple[str, sp.Expr]],
+    replacements: Sequence[tuple[sp.Symbol, sp.Expr]],
+    reduced: Sequence[sp.Expr],
+    renamed: Mapping[str, str],
+) -> frozenset[str]:
+    """The `returned` lets that no other let, shared subexpression or result reads, nor a shared one is named by."""
+    names = [name for name, _ in lets]
+    found = set()
+    for name in returned:
+        if name not in names or name in renamed.values():
+            continue
+        own = names.index(name)
+        others = [v for _, v in replacements] + [e for k, e in enumerate(reduced) if k != own]
+        if not any(name in {s.name for s in e.free_symbols} for e in others):
+            found.add(name)
+    return frozenset(found)
 
 
 def _returned(results: Sequence[Result], texts: Mapping[str, str]) -> tuple[str, ...]:

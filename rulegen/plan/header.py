@@ -23,7 +23,6 @@ from rulegen.plan.code import (
     docstring,
     imported,
     spelled,
-    unpacking,
 )
 from rulegen.plan.model import Header, Param
 from rulegen.spec.rules import (
@@ -95,21 +94,32 @@ def _differentiable_as_array(rule: Rule, static: Input) -> bool:
     return static.dtype == "float" and number and not _snippets(rule)
 
 
-def jax_util_imports(imports: set[Import], rule: Rule) -> frozenset[Import]:
+def jax_util_imports(imports: set[Import], rule: Rule, *, lift: bool = True) -> frozenset[Import]:
     """A JAX module's imports, with what it takes from jax/_util.py for its arguments, spelled as the module spells
-    its own names (`Rule.own_names`)."""
-    util = ["as_arrays"] if any(not i.static for i in rule.inputs) else []
+    its own names (`Rule.own_names`); `lift`: the public function lifts float arrays (`jax_array_helper`)."""
+    util = [jax_array_helper(rule) if lift else "as_arrays"] if any(not i.static for i in rule.inputs) else []
     util += ["check_statics"] if static_check(rule) else []
     return spelled(imports | imported("._util", *util, *unpack_helpers(rule)), rule.own_names)
 
 
-#: The import of the lift to float32 and the rounding back (bfloat16 and float16 arrays).
-LIFT_IMPORT = imported("._util", "in_float32", "rounded")
+#: The import of the rounding back of results computed in float32 (bfloat16 and float16 arrays).
+LIFT_IMPORT = imported("._util", "rounded")
 
 
-def jax_lift(floats: Sequence[str], own: Mapping[str, str]) -> tuple[Statement, ...]:
-    """A JAX public function's float arrays in float32 where bfloat16 or float16, and the dtype to round back to."""
-    return (Assign(f"({unpacking(floats)}), _low", f"{own['in_float32']}({', '.join(floats)})"),)
+def jax_lifted(rule: Rule) -> bool:
+    """Whether a JAX public function lifts float arrays to float32 (where bfloat16 or float16) and rounds back."""
+    return any(not i.static and i.dtype == "float" for i in rule.inputs)
+
+
+def jax_array_helper(rule: Rule) -> str:
+    """The jax/_util.py helper taking a rule's array arguments: `as_lifted_arrays` where it has float ones, which
+    lifts them to float32 as well (`jax_lifted`), else `as_arrays`."""
+    return "as_lifted_arrays" if jax_lifted(rule) else "as_arrays"
+
+
+def jax_array_arguments(rule: Rule) -> tuple[Assign, ...]:
+    """A JAX public function's array arguments as the rule reads them, float ones lifted (`jax_array_helper`)."""
+    return array_arguments(rule, jax_array_helper(rule), lifted=jax_lifted(rule))
 
 
 #: The import of the sum of a cotangent back to a broadcast input's shape.

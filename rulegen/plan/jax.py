@@ -15,16 +15,15 @@ from rulegen.derive.forms import corrections, float_anchors, float_forms, integr
 from rulegen.derive.partials import Derivation
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.saved import with_fused_forms
-from rulegen.plan.code import Assign, Block, Comment, Def, Expr, Import, Return, Statement, unpacking
+from rulegen.plan.code import Assign, Block, Comment, Def, Expr, Import, Return, Statement, unpacked_pairs, unpacking
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
     LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
     SUM_TO_SHAPE_IMPORT,
-    array_arguments,
     doc_lines,
     header_of,
-    jax_lift,
+    jax_array_arguments,
     jax_util_imports,
     parameters_of,
     public_return,
@@ -123,7 +122,7 @@ def plan_jax(d: Derivation) -> JaxPlan:
         bwd=bwd,
         imports=jax_util_imports(imports, rule),
         float_arrays=float_arrays,
-        array_arguments=(*static_check(rule), *array_arguments(rule, "as_arrays")),
+        array_arguments=(*static_check(rule), *jax_array_arguments(rule)),
         maps=maps,
         forward_notes=stability_notes(d),
         result_classes=classes,
@@ -217,8 +216,11 @@ def _jvp(d: Derivation, emit: Emitter, *, inline: bool, held: bool) -> tuple[Blo
     used = names_in([*(r.expr for r in results if r.expr is not None), *(e for _, e in outputs)])
     # A temporary an output merely copies (`t0 = jnp.tanh(x)`, `out = t0`) is named by the output.
     lets = [*outputs, *((n, e) for n, e in residuals.items() if n in used)]
-    block = emit.block(lets, results, named_by_lets=True)
-    return Block((*applying, *block.lines), block.results, block.reads), maps
+    names = [o.name for o in d.rule.outputs]
+    # The block returns the outputs, then their tangents: an output nothing else reads as computed.
+    block = emit.block(lets, results, named_by_lets=True, returned_lets=names if inline else ())
+    returned = block.results if inline else (*names, *block.results)
+    return Block((*applying, *block.lines), returned, block.reads), maps
 
 
 # Functions whose JAX derivative, at every order, is the one sympy derives
@@ -397,10 +399,7 @@ def _given_linear_maps(
 def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
     """What the module defines after its imports: the public function, the custom function and its rule."""
     own, name = plan.own, plan.name
-    public: list[Statement] = [*doc_lines(plan.header), *plan.unpack, *plan.array_arguments]
-    if plan.float_arrays:
-        public += jax_lift(plan.float_arrays, own)
-    public += plan.returning
+    public: list[Statement] = [*doc_lines(plan.header), *plan.unpack, *plan.array_arguments, *plan.returning]
     if plan.nondiff_argnums:
         custom = f"{own['functools']}.partial({own['jax']}.{plan.custom}, nondiff_argnums={plan.nondiff_argnums})"
     else:
@@ -413,14 +412,14 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
     ]
     if plan.custom == "custom_jvp":
         assert plan.jvp is not None
-        outputs = plan.outputs
-        tangents = plan.jvp.result
-        result = f"{outputs[0]}, {tangents}" if len(outputs) == 1 else f"({', '.join(outputs)}), ({tangents})"
+        # The jvp block returns the outputs, then their tangents.
+        n = len(plan.outputs)
+        outputs, tangents = ", ".join(plan.jvp.results[:n]), ", ".join(plan.jvp.results[n:])
+        result = f"{outputs}, {tangents}" if n == 1 else f"({outputs}), ({tangents})"
         rule: tuple[Statement, ...] = (
-            Assign(unpacking(plan.arrays), own["primals"]),
-            Assign(
-                unpacking(plan.tangents),
-                f"{own['present']}({own['tangents']})" if plan.symbolic_zeros else own["tangents"],
+            *unpacked_pairs(
+                (plan.arrays, own["primals"]),
+                (plan.tangents, f"{own['present']}({own['tangents']})" if plan.symbolic_zeros else own["tangents"]),
             ),
             *map(Comment, plan.jvp_notes),
             *plan.jvp_primal,

@@ -254,7 +254,7 @@ class SnippetPlan:
     bodies: tuple[Def, ...]
     assignments: tuple[Statement, ...]
     public: Def
-    methods: tuple[Def, ...]
+    methods: tuple[Def | Assign, ...]
     tail: tuple[Statement, ...]
     class_name: str = ""
     base: str = ""  # the Function's base class, with `class_name`

@@ -157,10 +157,21 @@ class _ArrayCode:
         # sympy's own methods name functions through here (`abs`, `max`, `math.fmod`).
         return self._spelled(fqn)
 
+    # Whether a term's partial is computed only where its cotangent is present (`None if c is None else c * p`):
+    # eager torch runs a kernel per operation, where JAX under jit computes nothing no present tangent reads.
+    lazy_terms: ClassVar[bool] = False
+    present: frozenset[str] = frozenset()  # cotangents present whenever the code runs
+
     def _print_cotangent_term(self, expr: fn.cotangent_term) -> str:
+        # `(c, p)`, which the runtime's summed_like multiplies where c is present; `c` alone where p is 1.  Eager,
+        # a partial that costs a kernel is computed only where its cotangent is present, unless it always is.
         cotangent, partial = expr.args
-        product = self._print(cotangent if partial == 1 else sp.Mul(cotangent, partial, evaluate=False))
-        return f"None if {self._print(cotangent)} is None else {product}"
+        if partial == 1:
+            return self._print(cotangent)
+        if self.lazy_terms and not partial.is_Atom and str(cotangent) not in self.present:
+            product = self._print(sp.Mul(cotangent, partial, evaluate=False))
+            return f"None if {self._print(cotangent)} is None else {product}"
+        return f"({self._print(cotangent)}, {self._print(partial)})"
 
     def _helper_call(self, helper: Import, *args: sp.Basic) -> str:
         """A call of the runtime's `helper` (imported by name) on `args`."""
@@ -664,6 +675,8 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     method it adds is replaced here anyway.
     """
 
+    lazy_terms = True
+
     functions = _TORCH_FUNCTIONS
 
     def _print_sign(self, expr: sp.sign) -> str:
@@ -920,17 +933,19 @@ def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[
         booleans: frozenset[str] = frozenset(),
         own: Mapping[str, str] | None = None,
         renamed: Mapping[str, str] | None = None,
+        present: frozenset[str] = frozenset(),
     ) -> tuple[str, frozenset[Import]]:
         """`expr` as code, and the imports it needs.
 
         `scalars` name the symbols that hold Python numbers, `booleans` those that hold boolean arrays;
         `own` spells the modules, helpers and builtins the code reads as its module does (`Rule.own_names`);
-        `renamed` prints symbols under other names.
+        `renamed` prints symbols under other names; `present` names the cotangents present wherever it runs.
         """
         printer = cls(own)
         printer.scalars = scalars
         printer.booleans = booleans
         printer.renamed = renamed or {}
+        printer.present = present
         text = printer.doprint(expr)  # type: ignore[attr-defined]
         return text, frozenset(printer.module_imports_)
 

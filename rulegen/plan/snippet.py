@@ -139,7 +139,8 @@ class SnippetPlanner:
         self.returned = d.returned_residuals
         self.imports: set[Import] = set()
         codes = [d.forward, d.jvp, d.vjp, *(c for _, c in d.residuals)]
-        # A host primitive takes its bodies as functions; elsewhere a one-line body is written where it is called.
+        # A host primitive takes its bodies as functions (a one-line one as a lambda, `reference`); elsewhere a
+        # one-line body is written where it is called.
         by_reference = backend == "jax" and d.routes.jax == JaxRoute.PRIMITIVE
         present = [c[backend] for c in codes if c and backend in c]
         made = [body_function(c, backend, self.imports, self.statics) for c in present]
@@ -150,7 +151,7 @@ class SnippetPlanner:
             f.name: text
             for (f, text), c in zip(made, present, strict=True)
             if text is not None
-            and not by_reference
+            and not (by_reference and c.host)
             and (not set(from_ctx) & set(c.params) or inline_expression(c, from_ctx) is not None)
         }
         self.bodies = tuple(f for f, _ in made if f.name not in self.inlined)
@@ -171,6 +172,13 @@ class SnippetPlanner:
         if name in self.inlined:
             return (inline_expression(code, spelled) if spelled else None) or self.inlined[name]
         return f"{name}({', '.join(spelled.get(n, n) for n in code.params)})"
+
+    def reference(self, code: Code) -> str:
+        """The body `code` as a function value: its function's name, or a lambda of its one line."""
+        name = _body_name(code.role)
+        if name in self.inlined:
+            return f"lambda{' ' if code.params else ''}{', '.join(code.params)}: {self.inlined[name]}"
+        return name
 
     def spelled_from_ctx(self) -> dict[str, str]:
         """Each static input as a torch Function's derivative method reads it: `ctx.dim`."""

@@ -7,14 +7,25 @@ from dataclasses import replace
 
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Def, Expr, Import, Imported, Return, Statement, unpacking
+from rulegen.plan.code import (
+    Assign,
+    Def,
+    Expr,
+    Import,
+    Imported,
+    Return,
+    Statement,
+    fits_a_line,
+    unpacked_pairs,
+    unpacking,
+)
 from rulegen.plan.header import (
     LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
     array_arguments,
     doc_lines,
     header_of,
-    jax_lift,
+    jax_array_arguments,
     jax_util_imports,
     parameters_of,
     public_return,
@@ -74,7 +85,7 @@ def _module(
         *doc_lines(header),
         *unpacked(rule),
         *static_check(rule),
-        *array_arguments(rule, "as_arrays"),
+        *(jax_array_arguments(rule) if bodies else array_arguments(rule, "as_arrays")),
     )
     params = tuple(map(str, parameters_of(rule, "jax")))
     if bodies:
@@ -86,7 +97,7 @@ def _module(
     plan = SnippetPlan(
         header=header,
         name=rule.name,
-        imports=jax_util_imports(p.imports, rule),
+        imports=jax_util_imports(p.imports, rule, lift=bodies),
         bodies=p.bodies if bodies else (),
         called=p.called if bodies else (),
         assignments=tuple(assignments),
@@ -114,7 +125,7 @@ def _lifted(p: SnippetPlanner) -> list[Statement]:
     if not floats:
         return list(returning)
     p.imports |= LIFT_IMPORT
-    return [*jax_lift(floats, p.own), *returning]
+    return list(returning)
 
 
 def _bridge(p: SnippetPlanner) -> SnippetPlan:
@@ -133,12 +144,12 @@ def _bridge(p: SnippetPlanner) -> SnippetPlan:
 
 def _primitive(p: SnippetPlanner) -> SnippetPlan:
     """A host (`numpy:`) rule: a JAX primitive whose rules call the bodies (rulegen/runtime/jax/_host.py)."""
-    rule, d = p.rule, p.d
+    rule = p.rule
     p.imports.add(Import("._host", "HostRule"))
     outputs = ", ".join(f"({o.name!r}, {o.dtype!r})" for o in rule.outputs)
     fields = [
         f"{rule.name!r}",
-        "_forward",
+        p.reference(p.given("forward")),
         f"arrays={str_tuple_literal(p.arrays)}",
         f"statics={str_tuple_literal(p.statics)}",
         f"outputs=({outputs},)",
@@ -146,14 +157,16 @@ def _primitive(p: SnippetPlanner) -> SnippetPlan:
     if p.returned:
         fields.append(f"residuals={str_tuple_literal(p.returned)}")
     fields += [f"diff_inputs={str_tuple_literal(p.diff_inputs)}", f"diff_outputs={str_tuple_literal(p.diff_outputs)}"]
-    fields += [*(["jvp=_jvp"] if d.jvp is not None else []), *(["vjp=_vjp"] if d.vjp is not None else [])]
+    fields += [f"{role}={p.reference(p.given(role))}" for role in ("jvp", "vjp") if p.code(role) is not None]
     fields.append(f"batching={rule.batching!r}")
     assignment = Assign(host_rule(rule.name), f"{p.own['HostRule']}(" + ", ".join(fields) + ",)")
     statics = ", ".join(f"{s}={s}" for s in p.statics)
     call = f"{host_rule(rule.name)}({', '.join([*p.arrays, *([statics] if statics else [])])})"
     results = [*p.outputs, *map(hidden, p.returned)]
-    targets = unpacking(results)
-    lines: list[Statement] = [Assign(targets, call), Return(tuple_text(p.outputs))]
+    lines: list[Statement] = [Assign(unpacking(results), call), Return(tuple_text(p.outputs))]
+    if len(p.outputs) == 1 and p.returned:
+        # A lone output taken from the rule's values where it is returned: no name used once.
+        lines = [Return(f"{call}[0]")]
     return _module(p, lines, assignments=[assignment])
 
 
@@ -185,9 +198,8 @@ def _custom_jvp(p: SnippetPlanner) -> SnippetPlan:
     rule, route = p.rule, p.d.routes.jax
     decorator = _decorator(p, "custom_jvp")
     primals, tangents = p.own["primals"], p.own["tangents"]
-    lines: list[Statement] = [Assign(unpacking(p.arrays), primals)]
     tangent_names = [tangent(a) if a in p.diff_inputs else "_" for a in p.arrays]
-    lines.append(Assign(unpacking(tangent_names), tangents))
+    lines: list[Statement] = [*unpacked_pairs((p.arrays, primals), (tangent_names, tangents))]
     lines.append(Assign(tuple_text(p.outputs), f"{hidden(rule.name)}({', '.join(p.inputs)})"))
     needed = p.reads(*{JaxRoute.CUSTOM_JVP: ["jvp"], JaxRoute.TRANSPOSE: ["vjp"]}.get(route, ["jvp", "vjp"]))
     lines += p.residual_lines(needed, forward_call=True)
@@ -240,9 +252,15 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
         bwd.append(Assign(unpacking(saved), saved_param))
     if len(bars) > 1:
         bwd.append(Assign(tuple_text(bars), cotangents))
-    bwd.append(Assign(tuple_text([cotangent(i) for i in p.diff_inputs]), p.call(p.given("vjp"))))
+    call = p.call(p.given("vjp"))
     returns = [_input_cotangent(p, i.name) for i in rule.inputs if not i.static]
-    bwd.append(Return(tuple_literal(returns)))
+    # A lone cotangent is returned where it is computed, where that fits a line: no name used once.
+    lone = tuple_literal([_input_cotangent(p, i.name, call) for i in rule.inputs if not i.static])
+    if len(p.diff_inputs) == 1 and fits_a_line(lone):
+        bwd.append(Return(lone))
+    else:
+        bwd.append(Assign(tuple_text([cotangent(i) for i in p.diff_inputs]), call))
+        bwd.append(Return(tuple_literal(returns)))
     fwd_name, bwd_name = vjp_halves(rule.name)
     methods = [
         Def(fwd_name, p.inputs, tuple(fwd)),
@@ -252,13 +270,15 @@ def _custom_vjp(p: SnippetPlanner) -> SnippetPlan:
     return _module(p, _primal_lines(p), decorator=decorator, methods=methods, tail=tail)
 
 
-def _input_cotangent(p: SnippetPlanner, name: str) -> str:
+def _input_cotangent(p: SnippetPlanner, name: str, value: str = "") -> str:
+    """What bwd returns for input `name`: its cotangent (`value`, else its name), summed to its shape if broadcast."""
     if name not in p.diff_inputs:
         return "None"
+    value = value or cotangent(name)
     if p.broadcastable:
         p.imports.add(Import("._util", "unbroadcast"))
-        return f"{p.own['unbroadcast']}({cotangent(name)}, {name})"
-    return cotangent(name)
+        return f"{p.own['unbroadcast']}({value}, {name})"
+    return value
 
 
 def _linear_maps(p: SnippetPlanner) -> tuple[list[Def], str]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from rulegen.derive.routes import Source
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Def, Import, Raise, Return, Statement, unpacking
+from rulegen.plan.code import Assign, Def, Import, Return, Statement, fits_a_line, unpacking
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -50,7 +50,8 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     host = p.given("forward").host
     base = f"{p.own['torch']}.autograd.Function" if host else p.own["RuleFunction"]
     function_names += [] if host else ["RuleFunction"]
-    methods = [
+    function_names += ["no_forward_mode"] if p.d.routes.torch_jvp == Source.NONE else []
+    methods: list[Def | Assign] = [
         _forward(p, kept, util_names),
         _setup_context(p, kept),
         _backward(p, kept),
@@ -78,7 +79,7 @@ def _module(
     lines: Sequence[Statement],
     util_names: Sequence[str],
     *,
-    methods: Sequence[Def] = (),
+    methods: Sequence[Def | Assign] = (),
     base: str = "",
     extra_bodies: Sequence[Def] = (),
     routed_line: Assign | None = None,
@@ -372,25 +373,30 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Def:
     return Def("backward", (p.ctx, *bars), tuple(lines), _staticmethod(p))
 
 
-def _jvp(p: SnippetPlanner, kept: _Kept) -> Def:
-    """The JVP body, the VJP body transposed, or a NotImplementedError that says why there is neither."""
+def _jvp(p: SnippetPlanner, kept: _Kept) -> Def | Assign:
+    """The JVP body, the VJP body transposed, or the runtime's `no_forward_mode` saying why there is neither."""
     routes = p.d.routes
     dots_in = [tangent(n) if n in p.diff_inputs else hidden(tangent(n)) for n in p.inputs]
     if routes.torch_jvp == Source.NONE:
         reason = routes.no_forward_mode.get("torch", f"{p.rule.name} has no forward-mode rule")
         pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
-        error = f"{p.own['NotImplementedError']}(\n" + "".join(f"    {piece!r}\n" for piece in pieces) + ")"
-        return Def("jvp", (p.ctx, *dots_in), (Raise(error),), _staticmethod(p))
+        return Assign("jvp", f"{p.own['no_forward_mode']}(\n" + "".join(f"    {piece!r}\n" for piece in pieces) + ")")
     given = routes.torch_jvp == Source.GIVEN
     # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
     reads = p.reads("jvp") if given else p.reads("vjp") | set(p.diff_outputs) | kept.saved_shapes
     lines = _unpack(p, kept, reads)
     out_dots = [tangent(o) for o in p.diff_outputs]
+    tangents = [tangent(n) if n in p.diff_outputs else "None" for n in kept.values]
     if given:
         lines.append(Assign(tuple_text(out_dots), _tangents(p, kept, p.call(p.given("jvp"), in_ctx=True))))
     else:
-        lines += _transposed_vjp(p, kept, out_dots)
-    tangents = [tangent(n) if n in p.diff_outputs else "None" for n in kept.values]
+        transposing, transposed = _transposed_vjp(p, kept)
+        lines += transposing
+        # A lone tangent is returned where the transpose computes it, where that fits a line: no name used once.
+        lone = tuple_text([f"{transposed}[0]" if n in p.diff_outputs else "None" for n in kept.values])
+        if len(out_dots) == 1 and fits_a_line(lone):
+            return Def("jvp", (p.ctx, *dots_in), (*lines, Return(lone)), _staticmethod(p))
+        lines.append(Assign(f"{tuple_text(out_dots)},", transposed))
     lines.append(Return(tuple_text(tangents)))
     return Def("jvp", (p.ctx, *dots_in), tuple(lines), _staticmethod(p))
 
@@ -403,8 +409,9 @@ def _tangents(p: SnippetPlanner, kept: _Kept, call: str) -> str:
     return f"{p.own['broadcast_tangents']}({call}, {p.ctx}.{shape_attribute(p.diff_outputs[0])})"
 
 
-def _transposed_vjp(p: SnippetPlanner, kept: _Kept, out_dots: Sequence[str]) -> list[Statement]:
-    """Forward mode as the VJP body's linear transpose, through torch.func.vjp of it."""
+def _transposed_vjp(p: SnippetPlanner, kept: _Kept) -> tuple[list[Statement], str]:
+    """Forward mode as the VJP body's linear transpose, through torch.func.vjp of it: the statements that make
+    the transpose, and the call of it that gives the tuple of output tangents."""
     grads = [cotangent(i) for i in p.diff_inputs]
     torch, vjp, transpose = p.own["torch"], p.own["vjp"], p.own["transpose"]
     call = p.call(p.given("vjp"), in_ctx=True)
@@ -414,11 +421,11 @@ def _transposed_vjp(p: SnippetPlanner, kept: _Kept, out_dots: Sequence[str]) -> 
     body = (Return(shaped[0]),) if lone else (Assign(tuple_text(grads), call), Return(tuple_text(shaped)))
     # Linear, so any point will do; ones keep data-dependent loops running.
     ones = ", ".join(f"{torch}.ones_like({o})" for o in p.diff_outputs)
-    return [
+    made: list[Statement] = [
         Def(vjp, tuple(cotangent(o) for o in p.diff_outputs), body),
         Assign(f"_, {transpose}", f"{torch}.func.vjp({vjp}, {ones})"),
-        Assign(f"{tuple_text(out_dots)},", f"{transpose}({packed([tangent(i) for i in p.diff_inputs])})"),
     ]
+    return made, f"{transpose}({packed([tangent(i) for i in p.diff_inputs])})"
 
 
 def _host_vmap(p: SnippetPlanner) -> Def:
@@ -433,6 +440,9 @@ def _host_vmap(p: SnippetPlanner) -> Def:
 def _wrapper(p: SnippetPlanner, kept: _Kept, route: str) -> list[Statement]:
     """The public function's body: apply the Function through `route` (see torch_route), residuals dropped."""
     call = f"{route}({', '.join(p.inputs)})"
+    if len(kept.values) > len(p.outputs) == 1:
+        # A lone output taken from the Function's values where it is returned: no name used once.
+        return _returned(p, f"{call}[0]")
     if len(kept.values) > len(p.outputs):
         dropped = [hidden(r) for r in kept.values[len(p.outputs) :]]
         return [Assign(tuple_text([*p.outputs, *dropped]), call), *_returned(p, tuple_text(p.outputs))]

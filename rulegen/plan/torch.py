@@ -59,7 +59,7 @@ from rulegen.plan.symbolic import (
     linear_combination,
     needs_broadcast,
 )
-from rulegen.plan.torch_route import Kept, setup_context_body, torch_route
+from rulegen.plan.torch_route import Kept, setup_context_method, torch_route, values_saved
 from rulegen.spec.names import COTANGENT, TANGENT, cotangent, ctx_attribute, hidden, shape_attribute, tangent
 from rulegen.spec.rules import Rule
 
@@ -212,8 +212,11 @@ class _Torch:
         `in_ctx`: for a Function's derivative methods, which read a static input from ctx where they use it.
         """
         booleans = frozenset(i.name for i in self.rule.inputs if not i.static and i.dtype == "bool")
+        # A lone output's cotangent is present wherever backward runs (its residuals are the wrapper's own): its
+        # terms are computed as they stand, the residuals' and those of several outputs only where present.
+        present = frozenset({cotangent(self.outputs[0])} if len(self.outputs) == 1 else ())
         return Emitter(
-            functools.partial(printer, booleans=booleans, own=self.rule.own_names),
+            functools.partial(printer, booleans=booleans, own=self.rule.own_names, present=present),
             self.symbols,
             self.forms(),
             self.statics,
@@ -309,7 +312,19 @@ def plan_torch(d: Derivation) -> TorchPlan:
     route = torch_route(rule, len(values_out))
     wrapped = [*forward_results, *backward.full, *backward.first_order, *jvp_results]
     function_helpers = {"RuleFunction", "routed", *set().union(*(r.wrap.helpers for r in wrapped))}
-    function_helpers |= {"save_for_derivatives"} if saved else set()
+    kept = Kept(
+        tuple(i.name for i in rule.inputs),
+        values_out,
+        saved,
+        statics_used,
+        (shape_kept,) if shape_kept else (),
+        non_diff,
+        t.unmaterialised,
+    )
+    if values_saved(kept) is not None:
+        function_helpers.add("saves_inputs")
+    elif saved:
+        function_helpers.add("save_for_derivatives")
     function_helpers |= {"plain"} if in_place.forward or in_place.backward else set()
     classes = result_classes(rule, "torch")
     if classes:
@@ -369,8 +384,11 @@ def plan_torch(d: Derivation) -> TorchPlan:
 def _returning(t: _Torch, lifted: bool) -> tuple[Statement, ...]:
     """The wrapper's last lines: the Function's outputs (its residuals dropped), rounded where lifted."""
     call = f"{torch_route(t.rule, 0).route}({', '.join(i.name for i in t.rule.inputs)})"
-    if t.residual_names:
+    if t.residual_names and len(t.outputs) > 1:
         return public_return(t.rule, ", ".join(t.outputs), lifted=lifted, spread=False)
+    if t.residual_names:
+        # A lone output taken from the Function's values where it is returned: no name used once.
+        return public_return(t.rule, f"{call}[0]", lifted=lifted, spread=False)
     return public_return(t.rule, call, lifted=lifted, spread=len(t.outputs) > 1)
 
 
@@ -741,7 +759,7 @@ def torch_definitions(plan: TorchPlan) -> tuple[Statement, ...]:
     )
     methods = (
         Def("forward", plan.inputs, _forward_body(plan), (static,)),
-        Def("setup_context", (own["ctx"], own["inputs"], own["output"]), _setup_body(plan), (static,)),
+        setup_context_method(_kept(plan), own, (static,)),
         backward,
         *jvp,
     )
@@ -777,8 +795,9 @@ def _forward_body(plan: TorchPlan) -> tuple[Statement, ...]:
     return (*notes, *either(test, plan.forward_in_place.statements, plan.forward.statements))
 
 
-def _setup_body(plan: TorchPlan) -> tuple[Statement, ...]:
-    kept = Kept(
+def _kept(plan: TorchPlan) -> Kept:
+    """What the Function's setup_context keeps."""
+    return Kept(
         inputs=plan.inputs,
         values=(*plan.outputs, *plan.residuals),
         saved=plan.saved,
@@ -787,7 +806,6 @@ def _setup_body(plan: TorchPlan) -> tuple[Statement, ...]:
         non_differentiable=plan.non_differentiable,
         unmaterialised=plan.unmaterialised,
     )
-    return setup_context_body(kept, plan.own)
 
 
 def _unpacked(reads: Reads, ctx: str) -> list[Statement]:
@@ -844,7 +862,7 @@ def _public(plan: TorchPlan) -> Def:
     if not plan.lifted and plan.float_arrays:
         body.append(Comment(_OPMATH_NOTE))
     body += plan.tensor_arguments
-    if plan.residuals:
+    if plan.residuals and len(plan.outputs) > 1:
         body.append(Assign(plan.wrapper_targets, f"{plan.route}({', '.join(plan.inputs)})"))
     body += plan.returning
     return Def(plan.name, tuple(map(str, plan.params)), tuple(body), returns=plan.returns)

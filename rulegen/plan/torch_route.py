@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rulegen.plan.code import Assign, Expr, Pass, Statement, unpacking
+from rulegen.plan.code import Assign, Def, Expr, Pass, Statement, unpacking
 from rulegen.spec.names import applier, ctx_attribute, shape_attribute
 from rulegen.spec.rules import Input, Rule
 
@@ -109,3 +109,37 @@ def setup_context_body(kept: Kept, own: Mapping[str, str]) -> tuple[Statement, .
     if kept.shape is not None:
         body.append(Assign(f"{ctx}.{kept.shape[0]}", kept.shape[1]))
     return tuple(body) or (Pass(),)
+
+
+def values_saved(kept: Kept) -> tuple[tuple[int, ...], int] | None:
+    """Where setup_context saves every input, then some of forward's values, and nothing else (unmaterialised,
+    it leaves absent cotangents None): the positions of the values saved before forward's last ones, and how
+    many of those last ones it saves (the runtime's `saves_inputs(residuals, outputs=...)`).  None otherwise.
+    """
+    if kept.statics or kept.shapes or kept.shape or kept.shape_reads or kept.non_differentiable:
+        return None
+    n = len(kept.inputs)
+    rest = kept.saved[n:]
+    if not kept.inputs or kept.saved[:n] != kept.inputs or not set(rest) <= set(kept.values):
+        return None
+    last = 0
+    while last < len(rest) and rest[len(rest) - 1 - last] == kept.values[len(kept.values) - 1 - last]:
+        last += 1
+    positions = tuple(kept.values.index(v) for v in rest[: len(rest) - last])
+    if list(positions) != sorted(positions) or any(k >= len(kept.values) - last for k in positions):
+        return None
+    return positions, last
+
+
+def setup_context_method(kept: Kept, own: Mapping[str, str], decorators: tuple[str, ...]) -> Statement:
+    """The Function's setup_context: the runtime's `saves_inputs` where it says all (`values_saved`), else
+    a method of `setup_context_body`."""
+    saved = values_saved(kept)
+    if saved is None:
+        params = (own["ctx"], own["inputs"], own["output"])
+        return Def("setup_context", params, setup_context_body(kept, own), decorators)
+    positions, residuals = saved
+    arguments = [f"residuals={residuals}"] if residuals else []
+    arguments += [f"outputs=({', '.join(map(str, positions))},)"] if positions else []
+    arguments += ["materialize_grads=False"] if kept.unmaterialised else []
+    return Assign("setup_context", f"{own['saves_inputs']}({', '.join(arguments)})")

@@ -46,3 +46,14 @@ def test_an_outputs_tangent_chained_through_a_saved_intermediate_is_in_the_deriv
 def test_a_given_partial_not_sympys_is_not_chained(tmp_path: Path) -> None:
     d = _derived(tmp_path, "name: r\ninputs: [x, y]\nforward: sin(x) * y\nderivatives:\n  x: cos(x) * y\n  y: 1.0\n")
     assert d.chained_tangents == ()
+
+
+def test_an_output_torch_s_autodiff_would_keep_is_read_where_the_backward_computes_it_again(tmp_path: Path) -> None:
+    # torch's hypot backward reads its result (`grad * self / result`): the output is kept, not computed again
+    # for atan2's partials -y / hypot(x, y) / hypot(x, y).
+    d = _derived(
+        tmp_path,
+        "name: pol\ninputs: [x, y]\noutputs: [r, theta]\nforward:\n  r: hypot(x, y)\n  theta: atan2(y, x)\n",
+    )
+    ((expr, symbol),) = d.saved
+    assert str(expr) == "hypot(x, y)" and str(symbol) == "r"
