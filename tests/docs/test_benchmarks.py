@@ -234,3 +234,13 @@ def test_a_benchmark_takes_an_accuracy_policy_out_of_its_arguments():
         with pytest.raises(SystemExit) as stopped:
             policy_argument(wrong)
         assert stopped.value.code == 2
+
+
+def test_the_zoo_is_forty_forward_only_rules_its_table_names_in_order():
+    from benchmarks import zoo_speed
+    from rulegen.spec.rules import read_rules
+
+    rules = read_rules([zoo_speed.ZOO])
+    assert len(rules) == 40
+    assert all(not (r.derivatives or r.jvp or r.vjp) for r in rules), "the compiler derives every partial"
+    assert zoo_speed.layout().labels == tuple(r.name for r in rules)
