@@ -143,3 +143,15 @@ def test_front_plot_as_png(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert (tmp_path / "fronts" / "tanh_rule.front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_half_power_other_than_a_root_costs_the_pow_it_prints_as():
+    """(x**2 + 1)**(-3/2) prints as one `** (3 / 2)` (XLA: an exponential of a logarithm, 10x autodiff's
+    reuse of the forward's square root under jit); it was priced as a square root and a product."""
+    from rulegen.derive.stabilise.cost import WEIGHTS
+
+    for backend in BACKENDS:
+        pow_weight = WEIGHTS[backend]["pow"]
+        assert cost((x**2 + 1) ** sp.Rational(-3, 2), backend) >= pow_weight
+        assert cost(x ** sp.Rational(5, 2), backend) >= pow_weight
+        assert cost(sp.sqrt(x), backend) < pow_weight and cost(1 / sp.sqrt(x), backend) < pow_weight
