@@ -1,7 +1,7 @@
 """Generated JAX rules under jit against the hand-written rules of the JAX docs and jax.grad of the composite.
 
     python -m benchmarks.jax_jit [log2 of the element count, default 20] [--quick: 5 rounds]
-                                 [--markdown [--table jax_jit|errors]]
+                                 [--markdown [--table jax_jit|errors]] [--accuracy best|balanced|fast]
 
 float32 on the CPU, value and gradient of the sum of squares (reverse mode)
 and `jax.jvp` with a tangent of ones for every input (forward mode),
@@ -20,7 +20,8 @@ hand-written gelu computes Phi(x) as `jax.nn.gelu` does, `erfc(-x/sqrt(2))/2`, a
 generated rule; the gelu row's composite is the rule's forward as written (`1 + erf`, which cancels below
 x = -5), the gelu_nn row's is `jax.nn.gelu`. `--markdown` prints one of docs/performance.md's
 tables: the timings' medians (`--table jax_jit`, the default) or the errors (`--table errors`, which
-times nothing).
+times nothing). `--accuracy POLICY` builds rules/ under that accuracy policy into a temporary folder and
+measures it in generated/'s place; each row of timings ends with the policy its rule was built under.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ import jax.scipy.special as jss
 import numpy as np
 import scipy.special as sps
 
-import generated.jax as gen
-from benchmarks import size_and_quick
+from benchmarks import bundled, rule_policies, size_and_quick
 from benchmarks.table import Layout, Table, quiet_if, request
+
+#: The bundled rules: generated/, or rules/ built under `--accuracy POLICY`.
+gen = bundled("jax")
 
 
 @jax.custom_jvp
@@ -279,7 +282,8 @@ def main(log2n: int, quick: bool = False) -> tuple[Table, Table]:
     rounds = 5 if quick else 30
     print(f"jax.jit, float32, {n} elements, {rounds} interleaved rounds")
     columns = ["grad gen/hand", "grad gen/composite", "jvp gen/hand", "jvp gen/composite"]
-    print(f"{'case':<12} " + " ".join(f"{c:>22}" for c in columns))
+    print(f"{'case':<12} " + " ".join(f"{c:>22}" for c in columns) + " policy")
+    policies = rule_policies()
     for name, arity, generated, hand, composite in CASES:
         keys = jax.random.split(jax.random.key(0), arity)
         shape = (n // ROWS, ROWS) if name in ("softmax", "softmax_ad", "logsumexp") else (n,)
@@ -298,7 +302,7 @@ def main(log2n: int, quick: bool = False) -> tuple[Table, Table]:
         ]
         times = _interleaved(jvps, xs, rounds)
         cells += [_cell(times[0], times[1]), _cell(times[0], times[2])] if hand_has_jvp else ["n/a", _cell(*times)]
-        print(f"{name:<12} " + " ".join(f"{c:>22}" for c in cells))
+        print(f"{name:<12} " + " ".join(f"{c:>22}" for c in cells) + f" {policies[generated.__name__]}")
         table.add(name, *(cell.split()[0] for cell in cells))
     return table, accuracy()
 

@@ -1,6 +1,7 @@
 """Generated torch Functions against autodiff and hand-written Functions, forward + backward.
 
     python -m benchmarks.torch_eager [log2 of the element count, default 22] [--quick: 5 rounds] [--markdown]
+                                     [--accuracy best|balanced|fast]
 
 float32 on the CPU. The four implementations of a case (generated, autodiff
 of the composite, hand-written in the torch-docs style, generated with
@@ -13,6 +14,9 @@ columns are the bytes each saves for backward (saved_tensors_hooks). The
 last line measures the floor under every generated Function: a minimal
 torch.func-style Function running the very kernels autodiff runs.
 `--markdown` prints the medians and the saved bytes as docs/performance.md's table.
+`--accuracy POLICY` builds rules/ under that accuracy policy into a temporary
+folder and measures it in generated/'s place; each row ends with the policy
+its rule was built under.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F  # noqa: N812 - the conventional alias
 
-import generated.torch as gen
-from benchmarks import size_and_quick
+from benchmarks import bundled, rule_policies, size_and_quick
 from benchmarks.table import Layout, Table, quiet_if, request
 from rulegen.render.build import build
+
+#: The bundled rules: generated/, or rules/ built under `--accuracy POLICY`.
+gen = bundled("torch")
 
 torch.set_num_threads(max(1, torch.get_num_threads()))
 
@@ -338,8 +344,9 @@ def main(log2n: int, quick: bool = False) -> Table:
         f"{'case':<22} "
         + " ".join(f"{c:>22}" for c in columns)
         + f" {'saved MB gen/auto/hand/fused':>30} {'floor/gen/fused ms':>20} {'fused/floor':>11}"
-        + f" {'slowest op alone, ms':>21}"
+        + f" {'slowest op alone, ms':>21} policy"
     )
+    policies = rule_policies()
     for name, arity, generated, autodiff, hand, fused_name in CASES:
         gen_ = torch.Generator().manual_seed(0)
         xs = [torch.randn(n, generator=gen_) for _ in range(arity)]
@@ -371,6 +378,7 @@ def main(log2n: int, quick: bool = False) -> Table:
             f"{name:<22} "
             + " ".join(f"{c:>22}" for c in cells)
             + f" {mb:>30} {ms:>20} {fused_s / floor:>10.1f}x {slowest_op(name, xs[0], rounds):>21}"
+            + f" {policies[fused_name if generated.__name__ == '<lambda>' else generated.__name__]}"
         )
         table.add(name, *(cell.split()[0] for cell in cells), mb)
     function_floor(n, rounds)

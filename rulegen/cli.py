@@ -466,7 +466,10 @@ def accuracy(
         int, typer.Option("--points", min=1, help="Points drawn per dtype (each input's probe magnitudes on top)")
     ] = 256,
     seed: Annotated[int, typer.Option(help="Seed of the sampled points")] = 0,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write plots of each rule into this folder")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Write plots of each rule (with --front: of its fronts) into this folder"),
+    ] = None,
     plot_format: Annotated[
         PlotFormat, typer.Option("--format", help="One HTML page (SVG) or one PNG (matplotlib) per rule")
     ] = PlotFormat.html,
@@ -493,7 +496,7 @@ def accuracy(
     config = load_config()
     files = rule_files(rule_paths(rules, config))
     if front:
-        _print_fronts(files)
+        _print_fronts(files, plot, plot_format.value)
         return
     try:
         policy = build_accuracy(config)
@@ -529,11 +532,13 @@ def accuracy(
         raise _report_spec_errors(exc) from None
 
 
-def _print_fronts(files: Sequence[Path]) -> None:
+def _print_fronts(files: Sequence[Path], plot: Path | None = None, plot_format: str = "html") -> None:
     """Each searched quantity of the rules in `files`: its forms on the front of bits of error against cost
-    (rulegen.derive.stabilise.policy), and the form each policy keeps."""
+    (rulegen.derive.stabilise.policy), and the form each policy keeps; with `plot`, one page (or PNG) of the
+    fronts per rule in that folder."""
     from rich.table import Table
 
+    from rulegen.check.accuracy_report import FrontForm, write_front_plot
     from rulegen.derive.partials import Derivation, derive_rule
     from rulegen.derive.stabilise import POLICIES
     from rulegen.derive.stabilise.cost import costs
@@ -550,12 +555,24 @@ def _print_fronts(files: Sequence[Path]) -> None:
             if not searched:
                 out_console.print(f"[dim]{rule.name}: no quantity searched (screened accurate, or not sympy)[/dim]")
                 continue
+            fronts: list[tuple[str, list[FrontForm]]] = []
             for quantity in searched:
                 forms: dict[object, tuple[str, tuple[float, float]]] = {}
                 for policy in POLICIES:
                     chosen = choices[policy].get(quantity)
                     for family, form, means in () if chosen is None else chosen.front:
                         forms.setdefault(form, (family, means))
+                shown = [
+                    FrontForm(
+                        str(form),
+                        family,
+                        means,
+                        costs(form),
+                        tuple(p for p in POLICIES if quantity in choices[p] and choices[p][quantity].chosen == form),
+                    )
+                    for form, (family, means) in forms.items()
+                ]
+                fronts.append((str(quantity), shown))
                 table = Table(
                     title=f"{rule.name}: {quantity}",
                     caption="bits: mean bits of error, float64/float32; cost: torch eager/JAX jit "
@@ -563,16 +580,18 @@ def _print_fronts(files: Sequence[Path]) -> None:
                 )
                 for column in ("form", "family", "bits", "cost", "kept by"):
                     table.add_column(column, overflow="fold")
-                for form, (family, means) in forms.items():
-                    kept = [p for p in POLICIES if quantity in choices[p] and choices[p][quantity].chosen == form]
+                for f in shown:
                     table.add_row(
-                        escape(str(form)),
-                        escape(family),
-                        "/".join(f"{b:.1f}" for b in means),
-                        "/".join(f"{c:.1f}" for c in costs(form)),
-                        ", ".join(kept),
+                        escape(f.form),
+                        escape(f.family),
+                        "/".join(f"{b:.1f}" for b in f.bits),
+                        "/".join(f"{c:.1f}" for c in f.cost),
+                        ", ".join(f.kept_by),
                     )
                 out_console.print(table)
+            if plot is not None:
+                written = write_front_plot(rule.name, fronts, plot, plot_format)
+                out_console.print(f"[dim]wrote {escape(str(written))}[/dim]")
     except SpecErrors as exc:
         raise _report_spec_errors(exc) from None
 

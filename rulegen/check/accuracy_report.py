@@ -6,12 +6,18 @@ with powers of ten), the generated code beside the framework's autodiff.
 They are SVG drawn here, one self-contained HTML page per rule, so that no
 plotting library is needed; `format="png"` draws one PNG per rule with
 matplotlib instead (`pip install matplotlib`).
+
+`write_front_plot` draws what `rulegen accuracy --front` prints: per searched
+quantity and backend, the forms on the front as mean bits of error (float64
+and float32) against cost, each marked with the policies that keep it.
 """
 
 from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +197,152 @@ def _axes(x_of: Any, y_of: Any, ticks: list[tuple[float, str]], top: float) -> s
             f'<text x="{x_of(position):.1f}" y="{bottom + 14:.1f}" font-size="10" text-anchor="middle">{label}</text>'
         )
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- fronts
+
+
+@dataclass(frozen=True)
+class FrontForm:
+    """One form on a quantity's front: its mean bits of error (float64, float32), its cost per backend
+    (`rulegen.derive.stabilise.cost.BACKENDS`) and the policies that keep it."""
+
+    form: str
+    family: str
+    bits: tuple[float, ...]
+    cost: tuple[float, ...]
+    kept_by: tuple[str, ...]
+
+
+#: The dtypes of `FrontForm.bits`, and their colours.
+_FRONT_DTYPES = {"float64": "#1f77b4", "float32": "#2ca02c"}
+
+
+def _front_backends() -> tuple[str, ...]:
+    from rulegen.derive.stabilise.cost import BACKENDS as COSTED
+
+    return COSTED
+
+
+def write_front_plot(
+    rule: str, fronts: Sequence[tuple[str, Sequence[FrontForm]]], folder: Path, format: str = "html"
+) -> Path:
+    """`folder/<rule>.front.html` (or `.png`): per quantity and backend, mean bits of error against cost of the
+    forms in `fronts` ((quantity, forms) pairs), each point labelled with the policies that keep it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    panels = [
+        (quantity, forms, b, backend) for quantity, forms in fronts for b, backend in enumerate(_front_backends())
+    ]
+    if format == "png":
+        return _write_front_png(rule, panels, folder / f"{rule}.front.png")
+    sections = [
+        f"<h2>{html.escape(quantity)}, cost in {backend}</h2>\n{_front_svg(forms, b)}"
+        for quantity, forms, b, backend in panels
+    ]
+    legend = " ".join(f'<span style="color:{colour}">&#9679; {dtype}</span>' for dtype, colour in _FRONT_DTYPES.items())
+    rows = "\n".join(
+        f"<tr><td>{html.escape(f.form)}</td><td>{html.escape(f.family)}</td>"
+        f"<td>{'/'.join(f'{b:.1f}' for b in f.bits)}</td><td>{'/'.join(f'{c:.1f}' for c in f.cost)}</td>"
+        f"<td>{html.escape(', '.join(f.kept_by))}</td></tr>"
+        for _, forms in fronts
+        for f in forms
+    )
+    page = (
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(rule)}: fronts</title>"
+        "<style>body{font-family:sans-serif;margin:2em} td{padding:0 .6em}</style></head><body>\n"
+        f"<h1>{html.escape(rule)}: bits of error against cost</h1>\n<p>{legend}</p>\n"
+        "<p>x: the form's cost in the backend (rulegen.derive.stabilise.cost); y: mean bits of error; "
+        "labels: the policies that keep the form.</p>\n"
+        + "\n".join(sections)
+        + "\n<table><tr><th>form</th><th>family</th><th>bits float64/float32</th><th>cost "
+        + "/".join(_front_backends())
+        + "</th><th>kept by</th></tr>\n"
+        + rows
+        + "\n</table>\n</body></html>\n"
+    )
+    path = folder / f"{rule}.front.html"
+    path.write_text(page)
+    return path
+
+
+def _front_limits(forms: Sequence[FrontForm], backend: int) -> tuple[float, float]:
+    """The largest cost and bits an axis shows (never 0, so that one form at the origin still draws)."""
+    right = max((f.cost[backend] for f in forms), default=0.0) * 1.1 or 1.0
+    top = max((b for f in forms for b in f.bits if math.isfinite(b)), default=0.0) * 1.1 or 1.0
+    return right, top
+
+
+def _front_svg(forms: Sequence[FrontForm], backend: int) -> str:
+    right, top = _front_limits(forms, backend)
+
+    def x_of(c: float) -> float:
+        return _MARGIN + c / right * (_WIDTH - 2 * _MARGIN)
+
+    def y_of(bits: float) -> float:
+        return _HEIGHT - _MARGIN - min(bits, top) / top * (_HEIGHT - 2 * _MARGIN)
+
+    bottom = y_of(0.0)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}">',
+        f'<line x1="{_MARGIN}" y1="{bottom:.1f}" x2="{_WIDTH - _MARGIN}" y2="{bottom:.1f}" stroke="black"/>',
+        f'<line x1="{_MARGIN}" y1="{y_of(top):.1f}" x2="{_MARGIN}" y2="{bottom:.1f}" stroke="black"/>',
+    ]
+    for bits in (0.0, top / 2, top):
+        parts.append(
+            f'<text x="{_MARGIN - 6}" y="{y_of(bits) + 4:.1f}" font-size="10" text-anchor="end">{bits:.1f}</text>'
+        )
+    for c in (0.0, right / 2, right):
+        parts.append(
+            f'<text x="{x_of(c):.1f}" y="{bottom + 14:.1f}" font-size="10" text-anchor="middle">{c:.1f}</text>'
+        )
+    for f in forms:
+        for (dtype, colour), bits in zip(_FRONT_DTYPES.items(), f.bits, strict=False):
+            if not math.isfinite(bits):
+                continue
+            cx, cy = x_of(f.cost[backend]), y_of(bits)
+            parts.append(
+                f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="3" fill="{colour}"><title>{html.escape(f.form)}, '
+                f"{dtype}: {bits:.2f} bits</title></circle>"
+            )
+        if f.kept_by:
+            label = html.escape(", ".join(f.kept_by))
+            cy = y_of(max((b for b in f.bits if math.isfinite(b)), default=0.0))
+            parts.append(f'<text x="{x_of(f.cost[backend]) + 5:.1f}" y="{cy - 5:.1f}" font-size="10">{label}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _write_front_png(rule: str, panels: Sequence[tuple[str, Sequence[FrontForm], int, str]], path: Path) -> Path:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError as exc:
+        raise RuntimeError("PNG plots need matplotlib: pip install matplotlib") from exc
+    figure, axes = pyplot.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
+    for axis, (quantity, forms, backend, name) in zip(axes[:, 0], panels, strict=True):
+        for (dtype, colour), k in zip(_FRONT_DTYPES.items(), range(2), strict=True):
+            points = [(f.cost[backend], f.bits[k]) for f in forms if math.isfinite(f.bits[k])]
+            axis.scatter([c for c, _ in points], [b for _, b in points], s=14, color=colour, label=dtype)
+        for f in forms:
+            if f.kept_by:
+                highest = max((b for b in f.bits if math.isfinite(b)), default=0.0)
+                axis.annotate(
+                    ", ".join(f.kept_by),
+                    (f.cost[backend], highest),
+                    fontsize=8,
+                    xytext=(4, 4),
+                    textcoords="offset points",
+                )
+        right, top = _front_limits(forms, backend)
+        axis.set_xlim(0, right)
+        axis.set_ylim(0, top)
+        axis.set_xlabel(f"cost in {name}")
+        axis.set_ylabel("mean bits of error")
+        axis.set_title(f"{rule}: {quantity}, cost in {name}", fontsize=10, loc="left")
+    axes[0, 0].legend(loc="upper right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+    return path

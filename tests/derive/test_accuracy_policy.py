@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sympy as sp
 from sympy.codegen.cfunctions import log1p
 from typer.testing import CliRunner
@@ -117,3 +118,40 @@ def test_the_binade_points_of_several_inputs_take_the_others_from_the_validation
     plane = Sampling(((x, Domain()), (y, Domain())))
     norm = sp.sqrt(x**2 + y**2)
     assert finite_as(norm, norm, norm, plane, 0)
+
+
+def test_front_plot_draws_each_quantity_s_front_per_backend(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tanh_rule.yaml").write_text(RULE)
+    args = ["accuracy", "tanh_rule.yaml", "--front", "--plot", "fronts"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "fronts" / "tanh_rule.front.html").read_text()
+    # One panel per backend of the searched quantity, a point per form and dtype, the policies' picks labelled.
+    assert page.count("<svg") == len(BACKENDS)
+    assert "dout/dx, cost in torch" in page and "dout/dx, cost in jax" in page
+    assert page.count("<circle") >= 2 * 2 * len(BACKENDS)
+    assert ">best<" in page or ">best," in page
+    assert "fast" in page and "sigmoid" in page
+
+
+def test_front_plot_as_png(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tanh_rule.yaml").write_text(RULE)
+    args = ["accuracy", "tanh_rule.yaml", "--front", "--plot", "fronts", "--format", "png"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "fronts" / "tanh_rule.front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_half_power_other_than_a_root_costs_the_pow_it_prints_as():
+    """(x**2 + 1)**(-3/2) prints as one `** (3 / 2)` (XLA: an exponential of a logarithm, 10x autodiff's
+    reuse of the forward's square root under jit); it was priced as a square root and a product."""
+    from rulegen.derive.stabilise.cost import WEIGHTS
+
+    for backend in BACKENDS:
+        pow_weight = WEIGHTS[backend]["pow"]
+        assert cost((x**2 + 1) ** sp.Rational(-3, 2), backend) >= pow_weight
+        assert cost(x ** sp.Rational(5, 2), backend) >= pow_weight
+        assert cost(sp.sqrt(x), backend) < pow_weight and cost(1 / sp.sqrt(x), backend) < pow_weight

@@ -28,6 +28,7 @@ TORCH_CASES = [
 ]
 ERROR = r"(inf|[\d.e+-]+)"
 BITS = r"\d+\.\d/\d+\.\d"  # generated/autodiff mean bits of error
+POLICY = r"(?:best|balanced|fast)"  # the accuracy policy the row's rule was built under
 
 
 def _torch_eager(out: str) -> None:
@@ -36,7 +37,7 @@ def _torch_eager(out: str) -> None:
         # then the floor, generated and fused milliseconds, fused / floor, and the slowest transcendental alone
         row = (
             rf"^{re.escape(case)} +{RATIO} +{RATIO} +{RATIO} +{RATIO} +\d+/\d+/\d+/\d+ +{MS}/{MS}/{MS} +\d+\.\dx"
-            rf" +[a-z]+ {MS}$"
+            rf" +[a-z]+ {MS} +{POLICY}$"
         )
         assert re.search(row, out, re.M), case
     assert re.search(rf"minimal torch.func-style Function/autodiff {RATIO}, generated/autodiff {RATIO}$", out, re.M)
@@ -49,12 +50,12 @@ def _torch_compile(out: str) -> None:
 
 def _jax_jit(out: str) -> None:
     for case in ["log1pexp", "softplus", "tanh", "tanh_exact", "sin_mul", "sin_exp_mul", "gelu"]:
-        assert re.search(rf"^{case} +{RATIO} +{RATIO} +{RATIO} +{RATIO}$", out, re.M), case
+        assert re.search(rf"^{case} +{RATIO} +{RATIO} +{RATIO} +{RATIO} +{POLICY}$", out, re.M), case
     # float32 error of value and derivative: generated, hand-written, composite
     for case in ["log1pexp", "softplus", "tanh", "tanh_exact", "gelu"]:
         assert re.search(rf"^{case}(?: +{ERROR}, {ERROR}){{3}}$", out, re.M), case
     for case in ["softmax", "softmax_ad", "logsumexp"]:  # hand-written custom_vjps: no forward mode
-        assert re.search(rf"^{case} +{RATIO} +{RATIO} +n/a +{RATIO}$", out, re.M), case
+        assert re.search(rf"^{case} +{RATIO} +{RATIO} +n/a +{RATIO} +{POLICY}$", out, re.M), case
 
 
 def _low_precision(out: str) -> None:
@@ -221,3 +222,25 @@ def test_the_jax_and_torch_benchmark_cases_compute_one_function_each():
         for value, grad in outs[1:]:
             torch.testing.assert_close(value, outs[0][0], rtol=1e-10, atol=1e-12, msg=name)
             torch.testing.assert_close(grad, outs[0][1], rtol=1e-8, atol=1e-10, msg=name)
+
+
+def test_a_benchmark_takes_an_accuracy_policy_out_of_its_arguments():
+    from benchmarks import policy_argument, size_and_quick
+
+    assert policy_argument(["18", "--accuracy", "fast", "--quick"]) == ("fast", ["18", "--quick"])
+    assert policy_argument(["18"]) == (None, ["18"])
+    assert size_and_quick(["--accuracy", "balanced", "18"], 22, "usage") == (18, False)
+    for wrong in (["--accuracy"], ["--accuracy", "quick"]):
+        with pytest.raises(SystemExit) as stopped:
+            policy_argument(wrong)
+        assert stopped.value.code == 2
+
+
+def test_the_zoo_is_forty_forward_only_rules_its_table_names_in_order():
+    from benchmarks import zoo_speed
+    from rulegen.spec.rules import read_rules
+
+    rules = read_rules([zoo_speed.ZOO])
+    assert len(rules) == 40
+    assert all(not (r.derivatives or r.jvp or r.vjp) for r in rules), "the compiler derives every partial"
+    assert zoo_speed.layout().labels == tuple(r.name for r in rules)

@@ -136,7 +136,9 @@ WEIGHTS: Mapping[str, Mapping[str, float]] = MappingProxyType(
 
 
 def _power(exponent: sp.Expr, weights: Mapping[str, float]) -> float:
-    """What raising to `exponent` costs: repeated multiplication for small integers, a root for halves."""
+    """What raising to `exponent` costs as the printers write it (`rulegen.plan.printers`): repeated
+    multiplication for small integers, a root for 1/2 and -1/2, and `pow` for any other fraction (x**(3/2)
+    prints as one power, which both backends compute as an exponential of a logarithm)."""
     if exponent.is_Integer:
         n = abs(int(exponent))
         if n == 1:
@@ -145,9 +147,10 @@ def _power(exponent: sp.Expr, weights: Mapping[str, float]) -> float:
             return weights["pow"]
         multiplications = n.bit_length() + bin(n).count("1") - 2
         return multiplications * weights["unary"] + (weights["unary"] if exponent < 0 else 0.0)
-    if exponent.is_Rational and exponent.q == 2:
-        root = weights["sqrt"] if exponent > 0 else weights["rsqrt"]
-        return root + (_power(sp.Integer(abs(exponent.p) // 2), weights) if abs(exponent.p) > 1 else 0.0)
+    if exponent == sp.S.Half:
+        return weights["sqrt"]
+    if exponent == -sp.S.Half:
+        return weights["rsqrt"]
     return weights["pow"]
 
 
