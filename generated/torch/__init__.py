@@ -2,6 +2,7 @@
 """PyTorch implementations (torch.autograd.Function) of the rules."""
 
 import sys as _sys
+import types as _types
 import typing as _typing
 from importlib import import_module as _import_module
 
@@ -443,3 +444,18 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
+
+
+class _Package(_types.ModuleType):
+    """The package's module: importing a rule's module by its full name binds the name here to
+    the module (the import system does, after the module has run, over what `__getattr__`
+    bound); the rule's function is bound instead.
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _MODULE_OF and isinstance(value, _types.ModuleType) and hasattr(value, name):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

@@ -13,7 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rulegen.plan.code import Assign, Comment, Def, Docstring, Expr, If, Import, Imported, Raise, Return, Statement
+from rulegen.plan.code import (
+    Assign,
+    Class,
+    Comment,
+    Def,
+    Docstring,
+    Expr,
+    If,
+    Import,
+    Imported,
+    Raise,
+    Return,
+    Statement,
+)
 
 if TYPE_CHECKING:
     import jinja2
@@ -117,6 +130,7 @@ def _package_init(doc: str, imports: Sequence[tuple[str, Sequence[str]]]) -> tup
     return (
         Docstring(doc),
         Imported((Import("sys", alias="_sys"),)),
+        Imported((Import("types", alias="_types"),)),
         Imported((Import("importlib", "import_module", "_import_module"),)),
         Imported((Import("typing", alias="_typing"),)),
         Comment("What type checkers read: at run time each rule's module is imported when the rule is first read."),
@@ -147,6 +161,30 @@ def _package_init(doc: str, imports: Sequence[tuple[str, Sequence[str]]]) -> tup
             returns="object",
         ),
         Def("__dir__", (), (Return("sorted({*globals(), *__all__})"),), returns="list[str]"),
+        Class(
+            "_Package",
+            ("_types.ModuleType",),
+            (
+                Docstring(
+                    "The package's module: importing a rule's module by its full name binds the name here to the "
+                    "module (the import system does, after the module has run, over what `__getattr__` bound); the "
+                    "rule's function is bound instead."
+                ),
+                Def(
+                    "__setattr__",
+                    ("self", "name: str", "value: object"),
+                    (
+                        If(
+                            "name in _MODULE_OF and isinstance(value, _types.ModuleType) and hasattr(value, name)",
+                            (Assign("value", "getattr(value, name)"),),
+                        ),
+                        Expr("super().__setattr__(name, value)"),
+                    ),
+                    returns="None",
+                ),
+            ),
+        ),
+        Assign("_sys.modules[__name__].__class__", "_Package"),
     )
 
 

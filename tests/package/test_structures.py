@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib
 import keyword
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -204,3 +207,18 @@ def test_both_backends_refuse_a_structure_given_wrongly_in_the_same_words():
         assert messages[0][1].startswith("r: argument arg must "), messages[0]
     assert torch_util.unpack_keys("r", "arg", {"b": 2, "a": 1}, ("a", "b")) == (1, 2)
     assert torch_util.unpack_tuple("r", "arg", [5], ("x",)) == (5,)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_a_rule_s_module_imported_first_leaves_the_package_name_its_function(backend):
+    # The import system binds a submodule's name on its package after the submodule has run: imported by its
+    # full name before the rule was read from the package, `generated.jax.to_polar` was the module, not callable.
+    code = (
+        "import importlib, sys\n"
+        f"importlib.import_module('generated.{backend}.to_polar')\n"
+        f"package = sys.modules['generated.{backend}']\n"
+        "assert callable(package.to_polar), package.to_polar\n"
+        f"from generated.{backend} import to_polar\n"
+        "assert callable(to_polar)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
