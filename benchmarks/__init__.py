@@ -27,18 +27,11 @@ def size_and_quick(argv: list[str], default: int, usage: str) -> tuple[int, bool
 
 def policy_argument(argv: list[str]) -> tuple[str | None, list[str]]:
     """`--accuracy POLICY` taken out of `argv`: (the policy or None, the rest); a policy not known exits with 2."""
+    from benchmarks.table import option
     from rulegen.derive.stabilise import POLICIES
 
     rest = list(argv)
-    if "--accuracy" not in rest:
-        return None, rest
-    at = rest.index("--accuracy")
-    if at + 1 == len(rest) or rest[at + 1] not in POLICIES:
-        print(f"--accuracy takes one of: {', '.join(POLICIES)}", file=sys.stderr)
-        raise SystemExit(2)
-    policy = rest[at + 1]
-    del rest[at : at + 2]
-    return policy, rest
+    return option(rest, "--accuracy", POLICIES), rest
 
 
 def bundled(framework: str) -> ModuleType:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 
@@ -98,15 +98,22 @@ def request(argv: list[str], tables: tuple[str, ...]) -> Request:
     markdown = "--markdown" in rest
     if markdown:
         rest.remove("--markdown")
-    table = tables[0]
-    if "--table" in rest:
-        at = rest.index("--table")
-        if at + 1 == len(rest) or rest[at + 1] not in tables:
-            print(f"--table takes one of: {', '.join(tables)}", file=sys.stderr)
-            raise SystemExit(2)
-        table = rest[at + 1]
-        del rest[at : at + 2]
+    table = option(rest, "--table", tables) or tables[0]
     return Request(markdown, table, rest)
+
+
+def option(rest: list[str], flag: str, choices: Sequence[str]) -> str | None:
+    """`flag CHOICE` taken out of `rest` (in place): the choice, or None where `flag` is absent; a value not among
+    `choices` exits with status 2."""
+    if flag not in rest:
+        return None
+    at = rest.index(flag)
+    if at + 1 == len(rest) or rest[at + 1] not in choices:
+        print(f"{flag} takes one of: {', '.join(choices)}", file=sys.stderr)
+        raise SystemExit(2)
+    value = rest[at + 1]
+    del rest[at : at + 2]
+    return value
 
 
 @contextlib.contextmanager
