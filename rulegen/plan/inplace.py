@@ -130,7 +130,12 @@ class InPlaceWriter:
 
     def _fresh(self, expr: sp.Expr, target: str | None) -> str:
         name = target or str(next(self.names))
-        self.steps.append(Assign(name, self.code(expr)))
+        code = self.code(expr)
+        if code.isidentifier():
+            # A name is a tensor someone else holds (an input, a saved value): the buffer updated in place is a
+            # copy of it, never it (a rule's 1.0 * t prints as t).
+            code = f"{code}.clone()"
+        self.steps.append(Assign(name, code))
         self.updated = None
         return name
 
@@ -138,6 +143,7 @@ class InPlaceWriter:
         """The name of a buffer allocated here that holds `expr`."""
         if isinstance(expr, sp.UnevaluatedExpr):  # a partial, computed whole before its tangent multiplies it
             return self._owned(expr.args[0], target)
+        expr = _without_float_units(expr)
         if isinstance(expr, sp.Add):
             return self._sum(expr, target)
         if isinstance(expr, sp.Mul):
@@ -257,6 +263,21 @@ class InPlaceWriter:
 
 def _is_negated(term: sp.Expr) -> bool:
     return isinstance(term, sp.Mul) and term.as_coeff_mul()[0] == -1
+
+
+def _without_float_units(expr: sp.Expr) -> sp.Expr:
+    """`expr` with each term's Float coefficient 1.0 or -1.0 (a rule's 0.5 * 2) an integer one: 1.0 * t is the
+    name t, which no buffer of this writer's holds, not a product that allocates one."""
+
+    def unit(term: sp.Expr) -> sp.Expr:
+        coefficient, rest = term.as_coeff_Mul()
+        if coefficient.is_Float and abs(float(coefficient)) == 1:
+            return sp.Integer(int(coefficient)) * rest
+        return term
+
+    if isinstance(expr, sp.Add):
+        return sp.Add(*(unit(t) for t in expr.args))
+    return unit(expr) if isinstance(expr, sp.Mul) else expr
 
 
 def _is_reciprocal(factor: sp.Expr) -> bool:

@@ -371,3 +371,27 @@ def test_an_in_place_sum_adds_in_the_order_the_out_of_place_code_does(expr):
 def test_an_in_place_twin_is_written_where_it_spares_two_allocations(expr, twin):
     emit = Emitter(print_torch, {"x", "y", "s", "g", "beta"}, TORCH_FORMS, scalars={"beta"})
     assert (emit.in_place_block([Result("r0", expr)], TENSORS) is not None) is twin
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        # A rule's 0.5 * 2 leaves sympy's Float 1.0 on each term of huber's partial: 1.0 * y printed as y was taken
+        # for a buffer this writer allocated, and y.sub_(x) wrote into the input (a version-counter error in
+        # gradcheck, and the next partial's sign flipped).
+        sp.Float(1.0) * Y - sp.Float(1.0) * X,
+        sp.Float(-1.0) * X + sp.Float(1.0) * Y * S,
+        sp.exp(X) + sp.Float(1.0) * Y - sp.Float(1.0) * X,
+    ],
+)
+def test_no_input_is_a_buffer_written_in_place(expr):
+    out_of_place, in_place, imports = _both([expr, 2 * expr])
+    assert in_place is not None
+    values = _inputs()
+    before = {n: v.clone() for n, v in values.items() if isinstance(v, torch.Tensor)}
+    expected = _run(out_of_place, imports, values)
+    got = _run(in_place, imports, values)
+    for name, value in before.items():
+        torch.testing.assert_close(values[name], value, rtol=0, atol=0)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
