@@ -27,7 +27,7 @@ import sympy as sp
 from rulegen.derive import functions as fn
 from rulegen.plan.code import Assign, Expr, fits_a_line
 from rulegen.plan.model import atom
-from rulegen.plan.printers import printed_terms
+from rulegen.plan.printers import float_unit, printed_terms, square_of_a_name
 
 # Functions of one argument whose torch method has an in-place form.
 _IN_PLACE_METHODS: dict[type, str] = {
@@ -238,11 +238,9 @@ class InPlaceWriter:
             self._update(buffer, f"mul_({self._operand(factor)})")
         for divisor in divisors:
             # By a name's square twice, as the printers divide (b * b over- or underflows where the quotient does not).
-            square = divisor.is_Pow and divisor.exp == 2 and divisor.base.is_Symbol
+            square = square_of_a_name(divisor)
             for _ in range(2 if square else 1):
                 self._update(buffer, f"div_({self._operand(divisor.base if square else divisor)})")
-        if coefficient.is_Float and abs(float(coefficient)) == 1:  # a rule's 0.5 * 2
-            coefficient = sp.Integer(int(coefficient))
         if coefficient == -1:
             self._update(buffer, "neg_()")
         elif coefficient != 1:
@@ -270,10 +268,8 @@ def _without_float_units(expr: sp.Expr) -> sp.Expr:
     name t, which no buffer of this writer's holds, not a product that allocates one."""
 
     def unit(term: sp.Expr) -> sp.Expr:
-        coefficient, rest = term.as_coeff_Mul()
-        if coefficient.is_Float and abs(float(coefficient)) == 1:
-            return sp.Integer(int(coefficient)) * rest
-        return term
+        found = float_unit(term)
+        return term if found is None else found[0] * found[1]
 
     if isinstance(expr, sp.Add):
         return sp.Add(*(unit(t) for t in expr.args))

@@ -404,9 +404,7 @@ class _ArrayCode:
         -0 * inf = nan at x = max, erf's (of exp(-x**2)) too.  The product `x * x` is the same number,
         and its derivative `g * x + g * x` is -0 there.
         """
-        return (
-            self.squares_as_products and isinstance(item, sp.Pow) and item.exp == 2 and isinstance(item.base, sp.Symbol)
-        )
+        return self.squares_as_products and square_of_a_name(item)
 
     def _print_DiracDelta(self, expr: sp.DiracDelta) -> str:
         # The frameworks' own autodiff differentiates a kink to 0 away from it.
@@ -417,15 +415,12 @@ class _ArrayCode:
         return self._call(self.functions["erfc"], -expr.args[0])
 
     def _print_Mul(self, expr: sp.Mul) -> str:
-        coefficient, rest = expr.as_coeff_Mul()
-        if (
-            coefficient.is_Float
-            and abs(float(coefficient)) == 1
-            and any(s.name not in self.scalars for s in rest.free_symbols)
-        ):
+        unit = float_unit(expr)
+        if unit is not None and any(s.name not in self.scalars for s in unit[1].free_symbols):
             # A rule's 0.5 * 2 is sympy's Float 1.0: an array's product with it is the array.
+            sign, rest = unit
             body = self._print(rest) if rest.is_Mul else self.parenthesize(rest, PRECEDENCE["Mul"])
-            return body if coefficient > 0 else f"-{body}"
+            return body if sign > 0 else f"-{body}"
         numbers = [f for f in expr.args if f.is_number]
         if len(numbers) < len(expr.args) and (len(numbers) > 1 or (numbers and not numbers[0].is_Rational)):
             # sympy keeps 2, sqrt(2) and 1/sqrt(pi) apart, and eager torch
@@ -643,7 +638,7 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
         quotient = self._as_quotient(expr)
         if quotient is not None:
             numerator, divisor = quotient
-            if divisor.is_Pow and divisor.exp == 2 and divisor.base.is_Symbol:  # as _ArrayCode._print_Mul does
+            if square_of_a_name(divisor):  # (a / b) / b, as _ArrayCode._print_Mul divides by a square
                 numerator = sp.Mul(numerator, 1 / divisor.base, evaluate=False)
                 return self._helper_call(QUOTIENT_IMPORT, numerator, divisor.base)
             return self._helper_call(QUOTIENT_IMPORT, *quotient)
@@ -906,9 +901,22 @@ def one_square_root(number: sp.Expr) -> tuple[bool, sp.Expr, sp.Expr] | None:
     return bool(number.is_negative), numerator, denominator
 
 
+def square_of_a_name(item: Any) -> bool:
+    """Whether `item` is b**2 with b a name: printed with b twice, computed once."""
+    return isinstance(item, sp.Pow) and item.exp == 2 and isinstance(item.base, sp.Symbol)
+
+
+def float_unit(term: sp.Expr) -> tuple[int, sp.Expr] | None:
+    """(1 or -1, rest) where `term` is rest times sympy's Float 1.0 or -1.0 (a rule's 0.5 * 2); else None."""
+    coefficient, rest = term.as_coeff_Mul()
+    if coefficient.is_Float and abs(float(coefficient)) == 1:
+        return int(coefficient), rest
+    return None
+
+
 def _divided_by_a_square(expr: sp.Mul) -> tuple[sp.Expr, sp.Expr] | None:
     """(a, b) where `expr` is a / b**2 with b a name (printed twice, computed once) and no other divisor; else None."""
-    squares = [f for f in expr.args if f.is_Pow and f.exp == -2 and f.base.is_Symbol]
+    squares = [f for f in expr.args if f.is_Pow and square_of_a_name(1 / f)]
     divisors = [f for f in expr.args if f.is_Pow and f.exp.is_negative]
     if len(squares) != 1 or len(divisors) != 1:
         return None

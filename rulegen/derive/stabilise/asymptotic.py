@@ -26,6 +26,8 @@ from collections.abc import Callable
 import sympy as sp
 from sympy.codegen.cfunctions import log1p
 
+from rulegen.derive.stabilise.points import exact_floats
+
 #: Where the series take over: both arguments above 2**5.  With `TERMS` Bernoulli terms the first one left out
 #: is below 2**-56 of the leading term there (B_10 / 32**10 = 6.7e-17 for digamma and trigamma).
 THRESHOLD = sp.Integer(2**5)
@@ -201,7 +203,7 @@ def shifted_argument_series(expr: sp.Expr) -> sp.Expr | None:
     trigamma(df/2))/4, is -1/(4u**2) - 1/(16u**3) + ..., u = df/2, where as written 1/(2 df) cancels against the
     difference (every bit lost from df = 1e16).  Terms in other variables are added as they are.  Below the
     threshold, `expr` as it is.  None where the arguments are not one variable's shifts."""
-    exact = expr.xreplace({f: sp.Rational(f) for f in expr.atoms(sp.Float)})  # 0.5 - 1/2 must cancel to 0
+    exact = exact_floats(expr)
     calls = [f for f in exact.atoms(sp.Function) if is_gamma_function(f)]
     arguments = sorted({f.args[-1] for f in calls}, key=lambda a: (sp.count_ops(a), sp.default_sort_key(a)))
     u = arguments[0]

@@ -55,6 +55,12 @@ def _attempt(make: Callable[[], sp.Expr | None]) -> sp.Expr | None:
         return None
 
 
+def exact_floats(expr: sp.Expr) -> sp.Expr:
+    """`expr` with each Float the rational it is exactly (a rule's 0.5 is 1/2): mpmath's intervals cannot read a
+    Float as lambdify prints it, and 0.5 - 1/2 cancels to 0 only between rationals."""
+    return expr.xreplace({f: sp.Rational(f) for f in expr.atoms(sp.Float)})
+
+
 # ---------------------------------------------------------------- the points and their exact values
 
 

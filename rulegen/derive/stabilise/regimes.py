@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from rulegen.derive.measure import inside
+from rulegen.derive.measure import inside, special_magnitudes
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import (
     _DTYPES,
@@ -275,8 +275,7 @@ def _with_special_values(points: _Points, index: int, domain: Domain) -> _Points
     """`points` after rows with the split variable at each special float of its dtype inside `domain`, either sign
     and infinities included (the others as in the first rows), for `_finite_where_untaken`: the sampled points are
     finite floats, and a branch's derivative is nan at inf as well."""
-    info = np.finfo(points.dtype)
-    magnitudes = (0.0, float(info.smallest_subnormal), float(info.tiny), float(info.max), math.inf)
+    magnitudes = (*special_magnitudes(points.dtype), math.inf)
     values = np.asarray([s * m for m in magnitudes for s in (1.0, -1.0)], dtype=points.dtype)
     values = values[inside(domain, values)]
     if not len(values) or not len(points):

@@ -16,7 +16,15 @@ from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.families import _candidates, _reassociations
 from rulegen.derive.stabilise.gate import admissible
-from rulegen.derive.stabilise.points import _DTYPES, Sampling, _looks_accurate, _measure, _Measured, _sample
+from rulegen.derive.stabilise.points import (
+    _DTYPES,
+    Sampling,
+    _looks_accurate,
+    _measure,
+    _Measured,
+    _sample,
+    exact_floats,
+)
 from rulegen.derive.stabilise.policy import DEFAULT_POLICY, front, pick
 from rulegen.derive.stabilise.regimes import _with_regimes
 from rulegen.derive.stabilise.saturation import _saturated
@@ -85,8 +93,7 @@ def _bounded_time(expr: sp.Expr, sampling: Sampling) -> bool:
         return False
     box = [mpmath.iv.mpf([domain.lo, domain.hi]) for _, domain in sampling.domains]
     for f in calls:
-        # A Float as mpmath prints it, mpf((0, 1, -1, 1)), is no interval: 0.5 * df as df / 2.
-        argument = f.args[-1].xreplace({c: sp.Rational(c) for c in f.args[-1].atoms(sp.Float)})
+        argument = exact_floats(f.args[-1])  # 0.5 * df as df / 2
         if argument.atoms(sp.Function) or not argument.free_symbols <= set(sampling.variables):
             return False
         try:
