@@ -7,6 +7,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from ._special import sigmoid_slope
 from ._util import as_lifted_arrays, rounded
 
 
@@ -48,6 +49,7 @@ def _f_gelu_tanh_jvp(primals, tangents):
     t1 = 2 * t0
     t2 = jnp.minimum(10000.0, jnp.maximum(-10000.0, x))
     t3 = 0.08943 * t0 * t2**3 + t1 * t2
-    t4 = jax.nn.sigmoid(t3)
     out = x * jax.nn.sigmoid(t1 * (0.044715 * x**3 + x))
-    return out, x_dot * (2 * t2 * t4 * (0.134145 * t0 * (t2 * t2) + t0) * jax.nn.sigmoid(-t3) + t4)
+    return out, x_dot * (
+        2 * t2 * (0.134145 * t0 * (t2 * t2) + t0) * sigmoid_slope(t3) + jax.nn.sigmoid(t3)
+    )

@@ -4,6 +4,7 @@
 
 import jax
 
+from ._special import sigmoid_slope
 from ._util import as_lifted_arrays, rounded
 
 
@@ -36,5 +37,4 @@ def _f_sigmoid(x):
 @_f_sigmoid.defjvp
 def _f_sigmoid_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    out = jax.nn.sigmoid(x)
-    return out, x_dot * (out * jax.nn.sigmoid(-x))
+    return jax.nn.sigmoid(x), x_dot * sigmoid_slope(x)

@@ -5,6 +5,7 @@
 import jax
 import jax.numpy as jnp
 
+from ._special import sigmoid_slope
 from ._util import as_lifted_arrays, rounded
 
 
@@ -37,5 +38,4 @@ def _f_tanh(x):
 @_f_tanh.defjvp
 def _f_tanh_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    t0 = 2 * x
-    return jnp.tanh(x), x_dot * (4 * jax.nn.sigmoid(-t0) * jax.nn.sigmoid(t0))
+    return jnp.tanh(x), x_dot * (4 * sigmoid_slope(2 * x))

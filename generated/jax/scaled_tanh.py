@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _numbers
+from ._special import sigmoid_slope
 from ._util import as_lifted_arrays, check_statics, rounded
 
 
@@ -48,5 +49,4 @@ def _scaled_tanh_jvp(log_scale, primals, tangents):
     t0 = _numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
     t1 = _numbers.exp(log_scale)
     t2 = t1 * x
-    t3 = 2 * t2
-    return t0 * jnp.tanh(t2), x_dot * (4 * t0 * t1 * jax.nn.sigmoid(-t3) * jax.nn.sigmoid(t3))
+    return t0 * jnp.tanh(t2), x_dot * (4 * t0 * t1 * sigmoid_slope(2 * t2))

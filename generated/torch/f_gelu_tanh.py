@@ -7,6 +7,7 @@ import math
 import torch
 
 from ._function import RuleFunction, plain, routed, saves_inputs
+from ._special import sigmoid_slope
 from ._util import as_opmath_tensors, rounded
 
 
@@ -32,16 +33,14 @@ class FGeluTanh(RuleFunction):
         t2 = 2 * t1
         if plain(x, out_bar):
             t3 = (t1**3).mul_(t0).mul_(0.08943).add_(t0 * t2)
-            t4 = torch.sigmoid(t3)
-            t6 = torch.ops.aten.softplus_backward(0.134145 * t0 * (t1 * t1) + t0, t3, -1.0, 40.0)
-            return t6.mul_(t2).mul_(t4).add_(t4).mul_(out_bar)
+            t5 = torch.sigmoid(t3)
+            t5.addcmul_(
+                (t1 * t1).mul_(t0).mul_(0.134145).add_(t0).mul_(sigmoid_slope(t3)), t2
+            ).mul_(out_bar)
+            return t5
         t3 = 0.08943 * t0 * t1**3 + t0 * t2
-        t4 = torch.sigmoid(t3)
         return out_bar * (
-            t2
-            * t4
-            * torch.ops.aten.softplus_backward(0.134145 * t0 * (t1 * t1) + t0, t3, -1.0, 40.0)
-            + t4
+            t2 * (0.134145 * t0 * (t1 * t1) + t0) * sigmoid_slope(t3) + torch.sigmoid(t3)
         )
 
     jvp = backward

@@ -5,6 +5,7 @@
 import torch
 
 from ._function import RuleFunction, plain, routed, saves_inputs
+from ._special import sigmoid_slope
 from ._util import as_opmath_tensors, rounded
 
 
@@ -21,9 +22,8 @@ class FTanh(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            t0 = torch.ops.aten.softplus_backward(torch.sigmoid(2 * x), x, -2.0, 40.0).mul_(4)
-            return t0.mul_(out_bar)
-        return out_bar * (4 * torch.ops.aten.softplus_backward(torch.sigmoid(2 * x), x, -2.0, 40.0))
+            return sigmoid_slope(2 * x).mul_(4).mul_(out_bar)
+        return out_bar * (4 * sigmoid_slope(2 * x))
 
     jvp = backward
 

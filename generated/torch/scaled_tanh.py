@@ -8,6 +8,7 @@ import torch
 
 from . import _numbers
 from ._function import RuleFunction, plain, routed, save_for_derivatives
+from ._special import sigmoid_slope
 from ._util import as_opmath_tensors, check_statics, rounded
 
 
@@ -33,18 +34,14 @@ class ScaledTanh(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         t0 = _numbers.exp(ctx.log_scale)
-        t1 = 2 * t0
         if plain(x, out_bar):
-            t2 = torch.ops.aten.softplus_backward(torch.sigmoid(t1 * x), x, -t1, 40.0).mul_(t0)
-            t2.mul_(_numbers.div(1, _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1))).mul_(
+            t1 = sigmoid_slope(2 * t0 * x).mul_(t0)
+            t1.mul_(_numbers.div(1, _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1))).mul_(
                 4
             ).mul_(out_bar)
-            return t2, None
+            return t1, None
         x_bar = out_bar * (
-            4
-            * t0
-            * torch.ops.aten.softplus_backward(torch.sigmoid(t1 * x), x, -t1, 40.0)
-            / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1)
+            4 * (t0 * sigmoid_slope(2 * t0 * x) / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1))
         )
         return x_bar, None
 
@@ -52,12 +49,8 @@ class ScaledTanh(RuleFunction):
     def jvp(ctx, x_dot, log_scale_dot):
         (x,) = ctx.saved_tensors
         t0 = _numbers.exp(ctx.log_scale)
-        t1 = 2 * t0
         return x_dot * (
-            4
-            * t0
-            * torch.ops.aten.softplus_backward(torch.sigmoid(t1 * x), x, -t1, 40.0)
-            / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1)
+            4 * (t0 * sigmoid_slope(2 * t0 * x) / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1))
         )
 
 

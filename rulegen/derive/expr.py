@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sympy as sp
+from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import MpmathPrinter
 
 from rulegen.derive.functions import CONSTANTS, HOLOMORPHIC, RULE_FUNCTIONS, Piecewise, divided
@@ -396,20 +397,45 @@ def lambdified(args: Sequence[sp.Symbol], expr: Any, modules: Any) -> Callable[.
             fresh[s] = sp.Symbol(name, **s.assumptions0)
     body = expr.xreplace(fresh) if fresh and isinstance(expr, sp.Basic) else expr
     listed = list(modules) if isinstance(modules, list | tuple) else [modules]
-    if "mpmath" not in listed:
-        return sp.lambdify([fresh.get(s, s) for s in args], body, modules=modules)
-    listed = [{"power_of": power_of}, *listed]
+    if "mpmath" in listed:
+        listed = [{"power_of": power_of}, *listed]
     # The settings lambdify gives the printer it picks itself.
     user_functions = {name: name for m in listed if isinstance(m, dict) for name in m}
-    printer = _MpmathPowers(
-        {
-            "fully_qualified_modules": False,
-            "inline": True,
-            "allow_unknown_functions": True,
-            "user_functions": user_functions,
-        }
-    )
-    return sp.lambdify([fresh.get(s, s) for s in args], body, modules=listed, printer=printer)
+    settings = {
+        "fully_qualified_modules": False,
+        "inline": True,
+        "allow_unknown_functions": True,
+        "user_functions": user_functions,
+    }
+    if "numpy" in listed:
+        return sp.lambdify([fresh.get(s, s) for s in args], body, modules=listed, printer=_NumPyOrder(settings))
+    if "mpmath" not in listed:
+        return sp.lambdify([fresh.get(s, s) for s in args], body, modules=modules)
+    return sp.lambdify([fresh.get(s, s) for s in args], body, modules=listed, printer=_MpmathPowers(settings))
+
+
+def scaled_quotient(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
+    """(k, q) where `expr` is an integer k, |k| > 1, times a quotient q of variables: computed k * (a / b), as
+    every printer of rulegen's writes it, since (k * a) / b overflows where the quotient times k does not
+    (-2 c / (b + sqrt(b**2 - 4 a c)) at c = -1.8e308)."""
+    if not isinstance(expr, sp.Mul):
+        return None
+    coefficient, rest = expr.as_coeff_Mul()
+    if not (coefficient.is_Integer and abs(coefficient) > 1 and rest.free_symbols):
+        return None
+    divisors = [f for f in sp.Mul.make_args(rest) if f.is_Pow and f.exp.is_negative and f.free_symbols]
+    return (coefficient, rest) if divisors and len(sp.Mul.make_args(rest)) > 1 else None
+
+
+class _NumPyOrder(NumPyPrinter):
+    """numpy's printer, multiplying a quotient by an integer last (`scaled_quotient`), as the generated code does."""
+
+    def _print_Mul(self, expr: sp.Expr) -> str:
+        scaled = scaled_quotient(expr)
+        if scaled is None:
+            return str(super()._print_Mul(expr))
+        coefficient, rest = scaled
+        return f"{self._print(coefficient)}*({self._print(rest)})"
 
 
 class _MpmathPowers(MpmathPrinter):

@@ -60,6 +60,48 @@ class sigmoid(sp.Function):  # noqa: N801 - sympy functions are lower case
         return self.args[0].is_real
 
 
+class sigmoid_slope(sp.Function):  # noqa: N801
+    """sigmoid'(x) = sigmoid(x) sigmoid(-x), the runtime's `sigmoid_slope` in both backends, differentiated as
+    -tanh(x / 2) sigmoid'(x).
+
+    Autodiff of any product of logistics cancels at the next order: sigmoid(-x) - sigmoid(x) is 0 at x = 1e-30
+    in float32, where sigmoid'' is -x / 8 (and tanh'' = 8 sigmoid''(2x) is -2x).  tanh(x / 2) is exact there.
+    """
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return -sp.tanh(self.args[0] / 2) * self
+
+    @classmethod
+    def eval(cls, arg: sp.Expr) -> sp.Expr | None:
+        if arg.is_zero:
+            return sp.Rational(1, 4)
+        return None
+
+    def _eval_rewrite_as_sigmoid(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
+        return sigmoid(arg) * sigmoid(-arg)
+
+    def _eval_rewrite_as_exp(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
+        return 1 / ((1 + sp.exp(-arg)) * (1 + sp.exp(arg)))
+
+    _eval_rewrite_as_tractable = _eval_rewrite_as_exp
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real
+
+
+def sigmoid_slope_of(x: Any) -> Any:
+    """sigmoid'(x) in numpy, as the runtime computes it: the accuracy search's evaluation."""
+    import importlib
+
+    expit = importlib.import_module("scipy.special").expit
+    x = np.asarray(x)
+    return expit(x) * expit(-x)
+
+
 class softplus(sp.Function):  # noqa: N801
     """log(1 + exp(x)), computed without overflow."""
 
@@ -787,6 +829,10 @@ def _mp_sigmoid(x: mpmath.mpf) -> mpmath.mpf:
     return 1 / (1 + mpmath.exp(-x))
 
 
+def _mp_sigmoid_slope(x: mpmath.mpf) -> mpmath.mpf:
+    return _mp_sigmoid(x) * _mp_sigmoid(-x)
+
+
 def _mp_softplus(x: mpmath.mpf) -> mpmath.mpf:
     return mpmath.log1p(mpmath.exp(x))
 
@@ -1277,6 +1323,18 @@ REGISTRY: tuple[MathFunction, ...] = (
         mpmath=_mp_sigmoid,
         in_place="sigmoid_",
         numpy="scipy.special.expit",
+    ),
+    # sigmoid's derivative where a partial multiplies sigmoid(u) by sigmoid(-u) (`forms.with_slopes`), printed as
+    # the runtime's `sigmoid_slope`: differentiated by the registry's derivative, not autodiff of the product.
+    MathFunction(
+        "sigmoid_slope",
+        sigmoid_slope,
+        numpy="rulegen.derive.functions.sigmoid_slope_of",
+        mpmath=_mp_sigmoid_slope,
+        jax_runtime="sigmoid_slope",
+        torch_runtime="sigmoid_slope",
+        torch_one_kernel=False,
+        internal=True,
     ),
     MathFunction(
         "softplus",

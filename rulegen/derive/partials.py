@@ -24,7 +24,7 @@ import sympy as sp
 
 from rulegen.derive.derivation import Derivation, Partials
 from rulegen.derive.expr import parse_expression
-from rulegen.derive.forms import canonical
+from rulegen.derive.forms import canonical, with_slopes
 from rulegen.derive.functions import VANISHING, Piecewise
 from rulegen.derive.routes import Gives, choose_routes
 from rulegen.derive.saved import completed
@@ -488,6 +488,12 @@ def stabilised(d: Derivation) -> Derivation:
     jvp_partials = partials(d.jvp_partials)
     vjp_partials = jvp_partials if d.vjp_partials == d.jvp_partials else partials(d.vjp_partials)
     residual_partials = partials(d.residual_partials)
+    if not d.rule.complex:
+        # The partials are differentiated again at the next order: in the forms whose derivatives do not cancel.
+        jvp_partials, vjp_partials, residual_partials = (
+            MappingProxyType({k: with_slopes(e) for k, e in p.items()})
+            for p in (jvp_partials, vjp_partials, residual_partials)
+        )
     residuals = []
     for n, e in d.residuals:
         choice = chosen(f"residual {n}", e)

@@ -23,6 +23,7 @@ from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.pycode import PythonCodePrinter
 
 from rulegen.derive import functions as fn
+from rulegen.derive.expr import scaled_quotient
 from rulegen.plan.code import Import
 
 #: Module prefixes the generated code spells, and the import each needs.
@@ -448,15 +449,26 @@ class _ArrayCode:
             if p == 1:
                 return f"{body} / {q}"
             return f"{p} * {body} / {q}"
+        return self._print_quotient_in_order(expr) or super()._print_Mul(expr)  # type: ignore[misc]
+
+    def _print_quotient_in_order(self, expr: sp.Mul) -> str | None:
+        """A quotient in the order that over- or underflows only where its value does; None for another product."""
+        scaled = scaled_quotient(expr)
+        if scaled is not None:
+            return self._print_scaled_quotient(*scaled)
         squared = _divided_by_a_square(expr)
-        if squared is not None:
-            # a / b**2 as (a / b) / b: as many roundings, and b * b over- or underflows where the quotient does not
-            # ((p_loc - q_loc) / q_scale**2 at 6.6e226 and 1.5e159 is 3.1e-92, not 0).
-            rest, base = squared
-            body = self._print(rest) if rest.is_Mul or rest.is_Atom else self.parenthesize(rest, PRECEDENCE["Mul"])
-            divisor = self.parenthesize(base, PRECEDENCE["Mul"] + 1)
-            return f"{body} / {divisor} / {divisor}"
-        return super()._print_Mul(expr)  # type: ignore[misc]
+        if squared is None:
+            return None
+        # a / b**2 as (a / b) / b: as many roundings, and b * b over- or underflows where the quotient does not
+        # ((p_loc - q_loc) / q_scale**2 at 6.6e226 and 1.5e159 is 3.1e-92, not 0).
+        rest, base = squared
+        body = self._print(rest) if rest.is_Mul or rest.is_Atom else self.parenthesize(rest, PRECEDENCE["Mul"])
+        divisor = self.parenthesize(base, PRECEDENCE["Mul"] + 1)
+        return f"{body} / {divisor} / {divisor}"
+
+    def _print_scaled_quotient(self, coefficient: sp.Integer, quotient: sp.Expr) -> str:
+        """k * (a / b): an integer times a quotient multiplies last (`scaled_quotient`)."""
+        return f"{self._print(coefficient)} * {self.parenthesize(quotient, PRECEDENCE['Mul'])}"
 
     # -- functions
 
@@ -635,6 +647,9 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
         # a / b of arrays through the runtime's `quotient`: JAX differentiates a / b in b as -a * b**-2, whose
         # square under- or overflows where the quotient's derivative -(a / b) / b is a float (xlogy's partial
         # x / y at (0, 1e-38): 0 * inf = nan in its second derivative).
+        scaled = scaled_quotient(expr)
+        if scaled is not None:
+            return self._print_scaled_quotient(*scaled)
         quotient = self._as_quotient(expr)
         if quotient is not None:
             numerator, divisor = quotient

@@ -50,3 +50,19 @@ def test_a_negative_power_of_a_name_is_a_power_whose_derivative_is_finite():
     point = torch.tensor(1.7976931348623157e308, dtype=torch.float64, requires_grad=True)
     (slope,) = torch.autograd.grad(eval(text, {"torch": torch}, {"x": point}), point)
     assert slope == 0  # -1/x**2 - 3 x**-4 / 2, below the smallest subnormal
+
+
+def test_an_integer_times_a_quotient_multiplies_last():
+    # -2 c / (b + sqrt(b**2 - 4 a c)), the quadratic formula's stable root: (-2 c) / d is -inf at c = -1.8e308,
+    # where the root is 1.95e199.  The search's numpy evaluation computes it as the printers do, so its gate saw
+    # the overflow the generated code would have and turned the form down.
+    a, b, c = sp.symbols("a b c", real=True)
+    expr = -2 * c / (b + sp.sqrt(b**2 - 4 * a * c))
+    assert print_torch(expr)[0] == "-2 * (c/(b + torch.sqrt(-4*a*c + b * b)))"
+    assert print_jax(expr)[0].startswith("-2 * quotient(c, ")
+    values = {"a": 4.7295197743819505e-91, "b": 7.039856586209132e101, "c": -1.7976931348623157e308}
+    assert _torch_value(expr, **values) == pytest.approx(1.949616719326133e199, rel=1e-15)
+    from rulegen.derive.expr import lambdified
+
+    numpy_value = lambdified([a, b, c], expr, modules=["numpy"])(*values.values())
+    assert numpy_value == pytest.approx(1.949616719326133e199, rel=1e-15)
