@@ -174,6 +174,9 @@ class TorchPlan:
     result_classes: tuple[Class, ...] = ()  # the named tuples returned (see header.result_classes)
     # The output whose shape, that of every output, setup_context keeps for jvp to broadcast to; "" for none.
     shape_kept: str = ""
+    # The module-level function computing the partials backward and jvp share, and their call of it; None for none.
+    partials: Def | None = None
+    partials_call: Assign | None = None
     # What the module defines after its imports (plan.torch.torch_definitions): the code model the template prints.
     definitions: tuple[Statement, ...] = ()
 
