@@ -360,7 +360,6 @@ def plan_torch(d: Derivation) -> TorchPlan:
         cotangents=tuple(cotangent(n) for n in values_out),
         backward=backward.block,
         first_order=backward.first_order_block,
-        first_order_test=_first_order_test(t) if backward.first_order_block else "",
         unmaterialised=t.unmaterialised,
         cotangents_absent=t.cotangents_absent,
         fused_backward_params=fused.backward_params,
@@ -373,7 +372,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
         forward_in_place=in_place.forward,
         forward_plain=in_place.forward_plain,
         backward_in_place=in_place.backward,
-        backward_in_place_test=_in_place_test(t, in_place.backward_plain),
+        backward_plain=in_place.backward_plain,
+        gradients_wanted=_gradients_wanted(t),
         backward_reads=_reads(saved, statics_used if rule.fuse else (), backward_reads),
         jvp_reads=_reads(saved, (), jvp.reads | set(t.absent_tangents)),
         jvp_is_backward=_jvp_is_backward(t, aliases),
@@ -381,7 +381,6 @@ def plan_torch(d: Derivation) -> TorchPlan:
         shape_kept=shape_kept,
         partials=jacobian.helper,
         partials_call=jacobian.call,
-        wrapper_targets=", ".join(n if n in t.outputs else hidden(n) for n in values_out),
         static_check=static_check(rule),
         tensor_arguments=array_arguments(rule, "as_opmath_tensors" if lifted else "as_tensors", lifted=lifted),
         forward_notes=stability_notes(t.d),
@@ -520,34 +519,12 @@ def _backward(t: _Torch, emit: Emitter) -> _Backward:
     return _Backward(full, first_order, block, emit.block([], first_order) if t.rule.fuse else None)
 
 
-def _grads_needed(t: _Torch) -> list[str]:
-    """The conditions under which every input's gradient is wanted: the in-place backward computes them all."""
+def _gradients_wanted(t: _Torch) -> tuple[int, ...]:
+    """The inputs, by position, whose gradients the in-place backward computes all of, where it checks they are
+    wanted: where two inputs or more may each want one or not."""
     if t.rule.fuse or len(t.diff_inputs) < 2:
-        return []
-    ctx = t.rule.torch_context
-    if all(i.differentiable for i in t.rule.inputs):
-        return [f"{t.rule.own_names['all']}({ctx}.needs_input_grad)"]
-    return [f"{ctx}.needs_input_grad[{k}]" for k, i in enumerate(t.rule.inputs) if i.differentiable]
-
-
-def _residuals_absent(t: _Torch) -> list[str]:
-    """The conditions that no residual's cotangent is present: a backward nobody differentiates."""
-    return [f"{cotangent(r)} is None" for r in t.residual_names]
-
-
-def _first_order_test(t: _Torch) -> str:
-    """The condition under which backward needs no residual's terms."""
-    # gradcheck (check_undefined_grad) calls backward with every cotangent absent.
-    present = [f"{cotangent(o.name)} is not None" for o in t.rule.outputs if o.differentiable]
-    return " and ".join(present + _residuals_absent(t))
-
-
-def _in_place_test(t: _Torch, plain_reads: str) -> str:
-    """When the in-place backward runs: no residual's cotangent, and `plain` tensors (an absent cotangent is not)."""
-    if not plain_reads:
-        return ""
-    plain = f"{t.rule.own_names['plain']}({plain_reads})"
-    return " and ".join([*_residuals_absent(t), plain, *_grads_needed(t)])
+        return ()
+    return tuple(k for k, i in enumerate(t.rule.inputs) if i.differentiable)
 
 
 def _jvp_is_backward(t: _Torch, aliases: Set[str]) -> bool:
@@ -798,9 +775,9 @@ class _InPlace:
     """Bodies that update their own buffers in place (rulegen.plan.inplace), and the tensors `plain(...)` checks."""
 
     forward: Block | None = None
-    forward_plain: str = ""
+    forward_plain: tuple[str, ...] = ()
     backward: Block | None = None
-    backward_plain: str = ""
+    backward_plain: tuple[str, ...] = ()
 
     @property
     def backward_reads(self) -> frozenset[str]:
@@ -845,9 +822,9 @@ def _in_place(emit: Emitter, results: Sequence[Result], tensors: set[str]) -> Bl
     return emit.in_place_block(results, tensors)
 
 
-def _read_names(block: Block | None, names: Sequence[str]) -> str:
-    """The `names` that `block` reads, as call arguments."""
-    return ", ".join(n for n in names if n in block.reads) if block is not None else ""
+def _read_names(block: Block | None, names: Sequence[str]) -> tuple[str, ...]:
+    """The `names` that `block` reads."""
+    return tuple(n for n in names if n in block.reads) if block is not None else ()
 
 
 def _reads(saved: Sequence[str], statics: Sequence[str], read: Set[str]) -> Reads:
@@ -907,7 +884,7 @@ def _forward_body(plan: TorchPlan) -> tuple[Statement, ...]:
     notes = tuple(Comment(note) for note in plan.forward_notes)
     if not plan.forward_in_place:
         return (*notes, *plan.forward.statements)
-    test = f"{plan.own['plain']}({plan.forward_plain})"
+    test = _plain(plan, plan.forward_plain)
     return (*notes, *either(test, plan.forward_in_place.statements, plan.forward.statements))
 
 
@@ -940,16 +917,45 @@ def _backward_body(plan: TorchPlan) -> tuple[Statement, ...]:
         body.append(plan.partials_call)
     fused_call = Return(f"_backward({', '.join(plan.fused_backward_params)})")
     if plan.fused_backward_params and plan.first_order:
-        body.append(If(plan.first_order_test, (fused_call,)))
+        body.append(If(_first_order_test(plan), (fused_call,)))
         body.append(Comment("A cotangent is absent, or this backward is differentiated: the present ones' terms."))
     elif plan.fused_backward_params:
         body.append(fused_call)
     # (Fused rules have no in-place body: inductor writes its buffers itself.)
     if plan.backward_in_place:
-        body += either(plan.backward_in_place_test, plan.backward_in_place.statements, plan.backward.statements)
+        body += either(_in_place_test(plan), plan.backward_in_place.statements, plan.backward.statements)
     elif plan.first_order or not plan.fused_backward_params:
         body += plan.backward.statements
     return tuple(body)
+
+
+def _plain(plan: TorchPlan, tensors: Sequence[str]) -> str:
+    """The runtime's check that `tensors` are plain: what an in-place body runs on."""
+    return f"{plan.own['plain']}({', '.join(tensors)})"
+
+
+def _residuals_absent(plan: TorchPlan) -> list[str]:
+    """The conditions that no residual's cotangent is present: a backward nobody differentiates."""
+    return [f"{cotangent(r)} is None" for r in plan.residuals]
+
+
+def _first_order_test(plan: TorchPlan) -> str:
+    """The condition under which backward needs no residual's terms."""
+    # gradcheck (check_undefined_grad) calls backward with every cotangent absent.
+    present = [f"{cotangent(o)} is not None" for o in plan.outputs if o not in plan.non_differentiable]
+    return " and ".join(present + _residuals_absent(plan))
+
+
+def _in_place_test(plan: TorchPlan) -> str:
+    """When the in-place backward runs: no residual's cotangent, `plain` tensors (an absent cotangent is not),
+    and every gradient it computes wanted."""
+    ctx = plan.own["ctx"]
+    wanted = plan.gradients_wanted
+    if len(wanted) == len(plan.inputs):
+        needed = [f"{plan.own['all']}({ctx}.needs_input_grad)"]
+    else:
+        needed = [f"{ctx}.needs_input_grad[{k}]" for k in wanted]
+    return " and ".join([*_residuals_absent(plan), _plain(plan, plan.backward_plain), *needed])
 
 
 def _jvp_body(plan: TorchPlan) -> tuple[Statement, ...]:
@@ -983,6 +989,7 @@ def _public(plan: TorchPlan) -> Def:
         body.append(Comment(_OPMATH_NOTE))
     body += plan.tensor_arguments
     if plan.residuals and len(plan.outputs) > 1:
-        body.append(Assign(plan.wrapper_targets, f"{plan.route}({', '.join(plan.inputs)})"))
+        targets = ", ".join(n if n in plan.outputs else hidden(n) for n in (*plan.outputs, *plan.residuals))
+        body.append(Assign(targets, f"{plan.route}({', '.join(plan.inputs)})"))
     body += plan.returning
     return Def(plan.name, tuple(map(str, plan.params)), tuple(body), returns=plan.returns)
