@@ -82,7 +82,6 @@ class JaxPlan:
     forward: Block
     # custom_jvp
     tangents: tuple[str, ...]
-    primal_call: str
     # The JVP rule's line assigning the outputs from the primal function, and why; "" where it computes them itself.
     jvp_primal: tuple[Assign, ...]
     jvp_notes: tuple[str, ...]
