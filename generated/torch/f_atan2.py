@@ -4,9 +4,15 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, saves_inputs
+from ._function import RuleFunction, routed, saves_inputs
 from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded
+
+
+def _partials(y, x):
+    """The partials dout/dy, dout/dx, which backward and jvp multiply."""
+    t0 = torch.hypot(x, y)
+    return (x / t0) / t0, ((-y) / t0) / t0
 
 
 class FAtan2(RuleFunction):
@@ -23,23 +29,20 @@ class FAtan2(RuleFunction):
         y, x = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        t0 = torch.hypot(x, y)
-        if plain(y, x, out_bar) and all(ctx.needs_input_grad):
-            t1 = ((x / t0) / t0).mul_(out_bar)
-            return t1.sum_to_size(y.shape), (((-y) / t0) / t0).mul_(out_bar).sum_to_size(x.shape)
+        dout_dy, dout_dx = _partials(y, x)
         y_bar = x_bar = None
         if ctx.needs_input_grad[0]:
-            y_bar = (out_bar * ((x / t0) / t0)).sum_to_size(y.shape)
+            y_bar = (dout_dy * out_bar).sum_to_size(y.shape)
         if ctx.needs_input_grad[1]:
-            x_bar = (out_bar * (((-y) / t0) / t0)).sum_to_size(x.shape)
+            x_bar = (dout_dx * out_bar).sum_to_size(x.shape)
         return y_bar, x_bar
 
     @staticmethod
     def jvp(ctx, y_dot, x_dot):
         y, x = ctx.saved_tensors
+        dout_dy, dout_dx = _partials(y, x)
         y_dot, x_dot = tangent_or_zero(y_dot, y), tangent_or_zero(x_dot, x)
-        t0 = torch.hypot(x, y)
-        return x_dot * (((-y) / t0) / t0) + y_dot * ((x / t0) / t0)
+        return dout_dx * x_dot + dout_dy * y_dot
 
 
 _apply_f_atan2 = routed(FAtan2, "(Tensor y, Tensor x) -> Tensor")

@@ -9,6 +9,16 @@ from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, binade, rounded
 
 
+def _partials(x, y):
+    """The partials dout/dx, dout/dy, which backward and jvp multiply."""
+    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+    t1 = x / t0
+    t2 = y / t0
+    t3 = torch.hypot(t1, t2)
+    t4 = torch.where(t3 == 0, 1, t3)
+    return t1 / t4, t2 / t4
+
+
 class FHypot(RuleFunction):
     """The torch.autograd.Function behind `f_hypot`, which applies it."""
 
@@ -23,28 +33,20 @@ class FHypot(RuleFunction):
         x, y = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-        t1 = x / t0
-        t2 = y / t0
-        t3 = torch.hypot(t1, t2)
-        t4 = torch.where(t3 == 0, 1, t3)
+        dout_dx, dout_dy = _partials(x, y)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = (out_bar * (t1 / t4)).sum_to_size(x.shape)
+            x_bar = (dout_dx * out_bar).sum_to_size(x.shape)
         if ctx.needs_input_grad[1]:
-            y_bar = (out_bar * (t2 / t4)).sum_to_size(y.shape)
+            y_bar = (dout_dy * out_bar).sum_to_size(y.shape)
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
+        dout_dx, dout_dy = _partials(x, y)
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-        t1 = x / t0
-        t2 = y / t0
-        t3 = torch.hypot(t1, t2)
-        t4 = torch.where(t3 == 0, 1, t3)
-        return x_dot * (t1 / t4) + y_dot * (t2 / t4)
+        return dout_dx * x_dot + dout_dy * y_dot
 
 
 _apply_f_hypot = routed(FHypot, "(Tensor x, Tensor y) -> Tensor")

@@ -11,6 +11,17 @@ from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded
 
 
+def _partials(x, y):
+    """The partials dout/dx, dout/dy, which backward and jvp multiply."""
+    t0 = x == y
+    t1 = x - y
+    dout_dx = torch.where(t0, 1 / 2, (torch.where(t1.isnan(), math.nan, torch.sign(t1)) + 1) / 2)
+    dout_dy = torch.where(
+        t0, 1 / 2, (torch.where((-t1).isnan(), math.nan, torch.sign(-t1)) + 1) / 2
+    )
+    return dout_dx, dout_dy
+
+
 class FMax(RuleFunction):
     """The torch.autograd.Function behind `f_max`, which applies it."""
 
@@ -25,36 +36,20 @@ class FMax(RuleFunction):
         x, y = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        t0 = x == y
-        t1 = x - y
+        dout_dx, dout_dy = _partials(x, y)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = (
-                out_bar
-                * torch.where(
-                    t0, 1 / 2, (torch.where(t1.isnan(), math.nan, torch.sign(t1)) + 1) / 2
-                )
-            ).sum_to_size(x.shape)
+            x_bar = (dout_dx * out_bar).sum_to_size(x.shape)
         if ctx.needs_input_grad[1]:
-            y_bar = (
-                out_bar
-                * torch.where(
-                    t0, 1 / 2, (torch.where((-t1).isnan(), math.nan, torch.sign(-t1)) + 1) / 2
-                )
-            ).sum_to_size(y.shape)
+            y_bar = (dout_dy * out_bar).sum_to_size(y.shape)
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
+        dout_dx, dout_dy = _partials(x, y)
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        t0 = x == y
-        t1 = x - y
-        return x_dot * torch.where(
-            t0, 1 / 2, (torch.where(t1.isnan(), math.nan, torch.sign(t1)) + 1) / 2
-        ) + y_dot * torch.where(
-            t0, 1 / 2, (torch.where((-t1).isnan(), math.nan, torch.sign(-t1)) + 1) / 2
-        )
+        return dout_dx * x_dot + dout_dy * y_dot
 
 
 _apply_f_max = routed(FMax, "(Tensor x, Tensor y) -> Tensor")

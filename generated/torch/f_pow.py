@@ -6,9 +6,17 @@ import math
 
 import torch
 
-from ._function import RuleFunction, plain, routed, saves_inputs
+from ._function import RuleFunction, routed, saves_inputs
 from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, rounded
+
+
+def _partials(x, y, out):
+    """The partials dout/dx, dout/dy, which backward and jvp multiply."""
+    t0 = x ** (y - 1) * y
+    t1 = (x != 0) & (torch.abs(t0) == math.inf) & (torch.abs(x) < 1)
+    t2 = torch.where(t1, x, 1)
+    return torch.where(t1, (t2**y * y) / t2, t0), torch.special.xlogy(out, x)
 
 
 class FPow(RuleFunction):
@@ -25,31 +33,20 @@ class FPow(RuleFunction):
         x, y, out = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        if plain(x, y, out, out_bar) and all(ctx.needs_input_grad):
-            t0 = (x ** (y - 1)).mul_(y)
-            t1 = (x != 0) & (torch.abs(t0) == math.inf) & (torch.abs(x) < 1)
-            t2 = torch.where(t1, x, 1)
-            t3 = out_bar * torch.where(t1, (t2**y * y) / t2, t0)
-            t4 = torch.special.xlogy(out, x).mul_(out_bar)
-            return t3.sum_to_size(x.shape), t4.sum_to_size(y.shape)
-        t0 = x ** (y - 1) * y
-        t1 = (x != 0) & (torch.abs(t0) == math.inf) & (torch.abs(x) < 1)
-        t2 = torch.where(t1, x, 1)
+        dout_dx, dout_dy = _partials(x, y, out)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = (out_bar * torch.where(t1, (t2**y * y) / t2, t0)).sum_to_size(x.shape)
+            x_bar = (dout_dx * out_bar).sum_to_size(x.shape)
         if ctx.needs_input_grad[1]:
-            y_bar = (out_bar * torch.special.xlogy(out, x)).sum_to_size(y.shape)
+            y_bar = (dout_dy * out_bar).sum_to_size(y.shape)
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, out = ctx.saved_tensors
+        dout_dx, dout_dy = _partials(x, y, out)
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        t0 = x ** (y - 1) * y
-        t1 = (x != 0) & (torch.abs(t0) == math.inf) & (torch.abs(x) < 1)
-        t2 = torch.where(t1, x, 1)
-        return x_dot * torch.where(t1, (t2**y * y) / t2, t0) + y_dot * torch.special.xlogy(out, x)
+        return dout_dx * x_dot + dout_dy * y_dot
 
 
 _apply_f_pow = routed(FPow, "(Tensor x, Tensor y) -> Tensor")

@@ -9,6 +9,16 @@ from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, binade, rounded
 
 
+def _partials(x, y, r):
+    """The partials dr/dx, dr/dy, dtheta/dx, dtheta/dy, which backward and jvp multiply."""
+    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+    t1 = x / t0
+    t2 = y / t0
+    t3 = torch.hypot(t1, t2)
+    t4 = torch.where(t3 == 0, 1, t3)
+    return t1 / t4, t2 / t4, ((-y) / r) / r, (x / r) / r
+
+
 class Polar(RuleFunction):
     """The torch.autograd.Function behind `polar`, which applies it."""
 
@@ -21,42 +31,24 @@ class Polar(RuleFunction):
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
         x, y, r = ctx.saved_tensors
-        t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-        t1 = x / t0
-        t2 = y / t0
-        t3 = torch.hypot(t1, t2)
-        t4 = torch.where(t3 == 0, 1, t3)
+        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y, r)
         if plain(x, y, r, r_bar, theta_bar) and all(ctx.needs_input_grad):
-            t5 = (((-y) / r) / r).mul_(theta_bar).add_(r_bar * (t1 / t4))
-            t7 = ((x / r) / r).mul_(theta_bar).add_(r_bar * (t2 / t4))
-            return t5.sum_to_size(x.shape), t7.sum_to_size(y.shape)
+            t0 = (dr_dx * r_bar).addcmul_(dtheta_dx, theta_bar)
+            t1 = (dr_dy * r_bar).addcmul_(dtheta_dy, theta_bar)
+            return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = summed_like(
-                x,
-                None if r_bar is None else r_bar * (t1 / t4),
-                None if theta_bar is None else theta_bar * (((-y) / r) / r),
-            )
+            x_bar = summed_like(x, (r_bar, dr_dx), (theta_bar, dtheta_dx))
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(
-                y,
-                None if r_bar is None else r_bar * (t2 / t4),
-                None if theta_bar is None else theta_bar * ((x / r) / r),
-            )
+            y_bar = summed_like(y, (r_bar, dr_dy), (theta_bar, dtheta_dy))
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, r = ctx.saved_tensors
+        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y, r)
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-        t1 = x / t0
-        t2 = y / t0
-        t3 = torch.hypot(t1, t2)
-        t4 = torch.where(t3 == 0, 1, t3)
-        return x_dot * (t1 / t4) + y_dot * (t2 / t4), x_dot * (((-y) / r) / r) + y_dot * (
-            (x / r) / r
-        )
+        return dr_dx * x_dot + dr_dy * y_dot, dtheta_dx * x_dot + dtheta_dy * y_dot
 
 
 _apply_polar = routed(Polar, "(Tensor x, Tensor y) -> (Tensor, Tensor)")

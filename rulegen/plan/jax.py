@@ -110,7 +110,6 @@ def plan_jax(d: Derivation) -> JaxPlan:
         custom="custom_vjp" if d.routes.jax == JaxRoute.CUSTOM_VJP else "custom_jvp",
         forward=forward,
         tangents=() if jvp is None else tuple(tangent(n) if n in _diff_inputs(d) else "_" for n in arrays),
-        primal_call=primal_call,
         jvp_primal=jvp_primal,
         jvp_notes=jvp_notes,
         symbolic_zeros=symbolic_zeros,
@@ -433,7 +432,8 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
         return (*found, *plan.maps, Def(jvp_rule(name), params, rule, (defjvp,)))
     assert plan.bwd is not None
     returned = plan.outputs[0] if len(plan.outputs) == 1 else f"({', '.join(plan.outputs)})"
-    fwd = (Assign(", ".join(plan.outputs), plan.primal_call), Return(f"{returned}, ({unpacking(plan.saved)})"))
+    primal_call = f"{hidden(plan.name)}({', '.join(plan.inputs)})"
+    fwd = (Assign(", ".join(plan.outputs), primal_call), Return(f"{returned}, ({unpacking(plan.saved)})"))
     single = len(plan.cotangents) == 1
     bwd: list[Statement] = [Assign(unpacking(plan.saved), own["saved"])] if plan.saved else []
     if not single:

@@ -82,7 +82,6 @@ class JaxPlan:
     forward: Block
     # custom_jvp
     tangents: tuple[str, ...]
-    primal_call: str
     # The JVP rule's line assigning the outputs from the primal function, and why; "" where it computes them itself.
     jvp_primal: tuple[Assign, ...]
     jvp_notes: tuple[str, ...]
@@ -133,10 +132,9 @@ class TorchPlan:
     saved: tuple[str, ...]
     cotangents: tuple[str, ...]
     backward: Block  # every present cotangent's terms
-    # With `fuse`: the outputs' terms only, the compiled body's, run when
-    # `first_order_test` holds (every output's cotangent present, no residual's).
+    # With `fuse`: the outputs' terms only, the compiled body's, run when every output's cotangent is present
+    # and no residual's.
     first_order: Block | None
-    first_order_test: str
     unmaterialised: bool  # absent cotangents and tangents arrive as None (`ctx.set_materialize_grads(False)`)
     cotangents_absent: bool  # backward sums the present cotangents' terms (see plan.torch._Torch.cotangents_absent)
     fused_backward_params: tuple[str, ...]  # with `fuse`: what the compiled backward body takes; () without
@@ -151,15 +149,16 @@ class TorchPlan:
     # Bodies that update their own buffers in place, run when `plain(...)` of
     # the tensors they read holds (rulegen.plan.inplace); None where nothing would.
     forward_in_place: Block | None
-    forward_plain: str
+    forward_plain: tuple[str, ...]  # the tensors the in-place forward reads, which `plain(...)` checks
     backward_in_place: Block | None  # of the first-order backward
-    backward_in_place_test: str  # when it runs: first order, plain tensors, every input's gradient wanted
+    backward_plain: tuple[str, ...]  # the tensors `plain(...)` checks before it runs
+    # The inputs, by position, whose gradients it computes: each wanted, as it runs (none: it need not ask).
+    gradients_wanted: tuple[int, ...]
     backward_reads: Reads
     jvp_reads: Reads
     # jvp is backward itself (`_jvp_is_backward`): the class binds the one method to both names.
     jvp_is_backward: bool
     imports: frozenset[Import]
-    wrapper_targets: str  # what the wrapper unpacks from apply() when residuals are hidden
     static_check: tuple[Expr, ...]  # the wrapper's first statement: its statics checked, if any (see static_check)
     tensor_arguments: tuple[Assign, ...]  # then its array arguments as tensors, if any
     unpack: tuple[Assign, ...]  # before it: structured arguments taken apart (see header.unpacked)
@@ -174,6 +173,9 @@ class TorchPlan:
     result_classes: tuple[Class, ...] = ()  # the named tuples returned (see header.result_classes)
     # The output whose shape, that of every output, setup_context keeps for jvp to broadcast to; "" for none.
     shape_kept: str = ""
+    # The module-level function computing the partials backward and jvp share, and their call of it; None for none.
+    partials: Def | None = None
+    partials_call: Assign | None = None
     # What the module defines after its imports (plan.torch.torch_definitions): the code model the template prints.
     definitions: tuple[Statement, ...] = ()
 

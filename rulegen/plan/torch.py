@@ -60,7 +60,16 @@ from rulegen.plan.symbolic import (
     needs_broadcast,
 )
 from rulegen.plan.torch_route import Kept, setup_context_method, torch_route, values_saved
-from rulegen.spec.names import COTANGENT, TANGENT, cotangent, ctx_attribute, hidden, shape_attribute, tangent
+from rulegen.spec.names import (
+    COTANGENT,
+    TANGENT,
+    cotangent,
+    ctx_attribute,
+    hidden,
+    partial_name,
+    shape_attribute,
+    tangent,
+)
 from rulegen.spec.rules import Rule
 
 
@@ -281,11 +290,11 @@ def plan_torch(d: Derivation) -> TorchPlan:
     in_ctx = t.emitter(print_torch, in_ctx=True)
     # Fused bodies are functions of the statics too, compiled without ctx to ask.
     method = emit if rule.fuse else in_ctx
+    jacobian = _jacobian(t, emit, in_ctx)
+    t = jacobian.torch
     forward_results, aliases = _forward_results(t)
     forward = emit.block([], forward_results)
-    backward = _backward(t, method)
-    jvp_lets, jvp_results = _jvp_parts(t, aliases, emit.forms, backward.reads)
-    jvp = in_ctx.block(jvp_lets, jvp_results)
+    backward, jvp_results, jvp = _derivative_bodies(t, aliases, emit, in_ctx, method, jacobian)
     used = jvp.reads | backward.reads | set(t.absent_tangents)
     emit.imports.add(Import("torch"))
     if t.absent_tangents:
@@ -296,7 +305,9 @@ def plan_torch(d: Derivation) -> TorchPlan:
     fused = _fused(t, forward_results, forward, backward, (*saved, *statics_used)) if rule.fuse else _Fused()
     emit.imports |= fused.imports
     # Fused rules compile these bodies instead.
-    in_place = _InPlace() if rule.fuse else _in_place_bodies(t, emit, method, forward_results, backward.hot, saved)
+    in_place = (
+        _InPlace() if rule.fuse else _in_place_bodies(t, emit, method, forward_results, backward.hot, saved, jacobian)
+    )
     emit.imports |= in_ctx.imports
     float_arrays = tuple(i.name for i in rule.inputs if not i.static and i.dtype == "float")
     lifted = bool(float_arrays) and not _opmath_bodies(t, emit, forward_results, backward.hot, jvp_results)
@@ -349,7 +360,6 @@ def plan_torch(d: Derivation) -> TorchPlan:
         cotangents=tuple(cotangent(n) for n in values_out),
         backward=backward.block,
         first_order=backward.first_order_block,
-        first_order_test=_first_order_test(t) if backward.first_order_block else "",
         unmaterialised=t.unmaterialised,
         cotangents_absent=t.cotangents_absent,
         fused_backward_params=fused.backward_params,
@@ -362,13 +372,15 @@ def plan_torch(d: Derivation) -> TorchPlan:
         forward_in_place=in_place.forward,
         forward_plain=in_place.forward_plain,
         backward_in_place=in_place.backward,
-        backward_in_place_test=_in_place_test(t, in_place.backward_plain),
+        backward_plain=in_place.backward_plain,
+        gradients_wanted=_gradients_wanted(t),
         backward_reads=_reads(saved, statics_used if rule.fuse else (), backward_reads),
         jvp_reads=_reads(saved, (), jvp.reads | set(t.absent_tangents)),
         jvp_is_backward=_jvp_is_backward(t, aliases),
         imports=torch_util_imports(emit.imports, sorted(helpers), sorted(function_helpers), rule.own_names),
         shape_kept=shape_kept,
-        wrapper_targets=", ".join(n if n in t.outputs else hidden(n) for n in values_out),
+        partials=jacobian.helper,
+        partials_call=jacobian.call,
         static_check=static_check(rule),
         tensor_arguments=array_arguments(rule, "as_opmath_tensors" if lifted else "as_tensors", lifted=lifted),
         forward_notes=stability_notes(t.d),
@@ -507,34 +519,12 @@ def _backward(t: _Torch, emit: Emitter) -> _Backward:
     return _Backward(full, first_order, block, emit.block([], first_order) if t.rule.fuse else None)
 
 
-def _grads_needed(t: _Torch) -> list[str]:
-    """The conditions under which every input's gradient is wanted: the in-place backward computes them all."""
+def _gradients_wanted(t: _Torch) -> tuple[int, ...]:
+    """The inputs, by position, whose gradients the in-place backward computes all of, where it checks they are
+    wanted: where two inputs or more may each want one or not."""
     if t.rule.fuse or len(t.diff_inputs) < 2:
-        return []
-    ctx = t.rule.torch_context
-    if all(i.differentiable for i in t.rule.inputs):
-        return [f"{t.rule.own_names['all']}({ctx}.needs_input_grad)"]
-    return [f"{ctx}.needs_input_grad[{k}]" for k, i in enumerate(t.rule.inputs) if i.differentiable]
-
-
-def _residuals_absent(t: _Torch) -> list[str]:
-    """The conditions that no residual's cotangent is present: a backward nobody differentiates."""
-    return [f"{cotangent(r)} is None" for r in t.residual_names]
-
-
-def _first_order_test(t: _Torch) -> str:
-    """The condition under which backward needs no residual's terms."""
-    # gradcheck (check_undefined_grad) calls backward with every cotangent absent.
-    present = [f"{cotangent(o.name)} is not None" for o in t.rule.outputs if o.differentiable]
-    return " and ".join(present + _residuals_absent(t))
-
-
-def _in_place_test(t: _Torch, plain_reads: str) -> str:
-    """When the in-place backward runs: no residual's cotangent, and `plain` tensors (an absent cotangent is not)."""
-    if not plain_reads:
-        return ""
-    plain = f"{t.rule.own_names['plain']}({plain_reads})"
-    return " and ".join([*_residuals_absent(t), plain, *_grads_needed(t)])
+        return ()
+    return tuple(k for k, i in enumerate(t.rule.inputs) if i.differentiable)
 
 
 def _jvp_is_backward(t: _Torch, aliases: Set[str]) -> bool:
@@ -666,6 +656,97 @@ def _eager_cost(t: _Torch, forms: Callable[[sp.Expr], sp.Expr], exprs: Sequence[
     return eager_passes([forms(e) for e in exprs], scalars)
 
 
+def _derivative_bodies(
+    t: _Torch, aliases: set[str], emit: Emitter, in_ctx: Emitter, method: Emitter, jacobian: _Jacobian
+) -> tuple[_Backward, list[Result], Block]:
+    """The backward, and the jvp's results and block, each reading what the `jacobian`'s call reads."""
+    backward = _backward(t, method)
+    backward = replace(backward, block=jacobian.read_by(backward.block))
+    jvp_lets, jvp_results = _jvp_parts(t, aliases, emit.forms, backward.reads)
+    return backward, jvp_results, jacobian.read_by(in_ctx.block(jvp_lets, jvp_results))
+
+
+@dataclass(frozen=True)
+class _Jacobian:
+    """The partials backward and jvp both multiply, computed once by a module-level function both call.
+
+    A person writing polar by hand computes its scaled quotients once, in a
+    function of x, y and r that returns the four partials, and multiplies
+    cotangents and tangents by them; `torch` is the rule as the methods then
+    read it, each compound partial a name.
+    """
+
+    torch: _Torch
+    helper: Def | None = None  # None: each method computes the partials it multiplies
+    call: Assign | None = None  # `dr_dx, ... = _partials(x, y, r)`, as a method reads it (statics from ctx)
+    names: tuple[str, ...] = ()
+
+    def read_by(self, block: Block) -> Block:
+        """`block`, which reads the partials by name, reading what the call does instead where it reads any."""
+        if self.helper is None or not block.reads & set(self.names):
+            return block
+        return replace(block, reads=(block.reads - set(self.names)) | set(self.helper.params))
+
+
+#: The module-level function computing the partials backward and jvp share (`_Jacobian`).
+PARTIALS_FUNCTION = "_partials"
+
+
+def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
+    """The partials as one function that backward and jvp call, where they share a subexpression.
+
+    Only where the two multiply the same partials (a real rule of two inputs
+    or more, no residual, nothing broadcast), where the partials share
+    a temporary that each method would compute anew, and where neither
+    method then runs more passes over memory than it does computing its own
+    (torch's one-kernel forms of a product with a cotangent stay whole).
+    """
+    rule = t.rule
+    if rule.complex or rule.fuse or t.residual_names or len(t.diff_inputs) < 2 or _tangents_broadcast(t):
+        return _Jacobian(t)
+    if dict(t.vjp_partials) != dict(t.jvp_partials):
+        return _Jacobian(t)
+    compound = {k: v for k, v in t.jvp_partials.items() if not v.is_Atom and v.free_symbols}
+    if len(compound) < 2:
+        return _Jacobian(t)
+    taken = set(t.symbols) | set(rule.own_names.values())
+    names = {k: _unclaimed(partial_name(*k), taken) for k in compound}
+    block = emit.block([], [Result(names[k], e) for k, e in compound.items()])
+    if not any(isinstance(line, Assign) and line.target not in names.values() for line in block.lines):
+        return _Jacobian(t)  # nothing shared: each method computes only the partials it multiplies
+    symbols = {name: t.d.value_symbol(name) for name in names.values()}
+    named = {k: symbols[names[k]] if k in compound else v for k, v in t.jvp_partials.items()}
+    shared = replace(t, symbols={**t.symbols, **symbols}, vjp_partials=named, jvp_partials=named)
+    bars = [cotangent(o) for o in t.outputs]
+    partials_cost = _eager_cost(t, t.forms(), list(compound.values()))
+    for before, after, forms in (
+        (_hot_exprs(t), _hot_exprs(shared), t.forms(*bars)),
+        (list(t.output_tangents.values()), list(shared.output_tangents.values()), t.forms()),
+    ):
+        if partials_cost + _eager_cost(t, forms, after) > _eager_cost(t, forms, before):
+            return _Jacobian(t)
+    order = [*(i.name for i in rule.inputs), *t.outputs]
+    params = tuple(n for n in order if n in block.reads)
+    listed = ", ".join(f"d{o}/d{i}" for o, i in compound)
+    doc = Docstring(f"The partials {listed}, which backward and jvp multiply.")
+    helper = Def(PARTIALS_FUNCTION, params, (doc, *block.statements))
+    arguments = ", ".join(method.code(t.symbols[p]) for p in params)
+    call = Assign(", ".join(names.values()), f"{PARTIALS_FUNCTION}({arguments})")
+    return _Jacobian(shared, helper, call, tuple(names.values()))
+
+
+def _unclaimed(name: str, taken: Set[str]) -> str:
+    """`name` (`dr_dx`), `_` before it until no name of the rule's is it."""
+    while name in taken:
+        name = "_" + name
+    return name
+
+
+def _hot_exprs(t: _Torch) -> list[sp.Expr]:
+    """What the first-order backward computes (its results' expressions)."""
+    return [r.expr for r in _backward_results(t, with_residuals=False) if r.expr is not None]
+
+
 @dataclass(frozen=True)
 class _Fused:
     """With `fuse`, the bodies torch.compile runs where they differ from the eager ones, and what they need."""
@@ -694,9 +775,9 @@ class _InPlace:
     """Bodies that update their own buffers in place (rulegen.plan.inplace), and the tensors `plain(...)` checks."""
 
     forward: Block | None = None
-    forward_plain: str = ""
+    forward_plain: tuple[str, ...] = ()
     backward: Block | None = None
-    backward_plain: str = ""
+    backward_plain: tuple[str, ...] = ()
 
     @property
     def backward_reads(self) -> frozenset[str]:
@@ -704,18 +785,29 @@ class _InPlace:
 
 
 def _in_place_bodies(
-    t: _Torch, emit: Emitter, method: Emitter, forward_results: list[Result], hot: list[Result], saved: Sequence[str]
+    t: _Torch,
+    emit: Emitter,
+    method: Emitter,
+    forward_results: list[Result],
+    hot: list[Result],
+    saved: Sequence[str],
+    jacobian: _Jacobian,
 ) -> _InPlace:
-    """The forward's in-place form by `emit`, the backward's by `method` (its statics read from ctx)."""
+    """The forward's in-place form by `emit`, the backward's by `method` (its statics read from ctx).
+
+    Where the `jacobian` names partials, the backward reads them so, tensors it does not own, and `plain(...)`
+    checks what they are computed from: plain tensors of one shape give plain partials of that shape.
+    """
     values_out = (*t.outputs, *t.residual_names)
     tensors = {*t.arrays, *values_out, *(cotangent(n) for n in values_out)}
     forward = _in_place(emit, forward_results, tensors)
-    backward = _in_place(method, hot, tensors)
+    backward = _in_place(method, hot, tensors | set(jacobian.names))
+    checked = jacobian.read_by(backward) if backward else backward
     return _InPlace(
         forward,
         _read_names(forward, t.arrays),
         backward,
-        _read_names(backward, (*saved, *(cotangent(n) for n in values_out))),
+        _read_names(checked, (*saved, *(cotangent(n) for n in values_out))),
     )
 
 
@@ -730,9 +822,9 @@ def _in_place(emit: Emitter, results: Sequence[Result], tensors: set[str]) -> Bl
     return emit.in_place_block(results, tensors)
 
 
-def _read_names(block: Block | None, names: Sequence[str]) -> str:
-    """The `names` that `block` reads, as call arguments."""
-    return ", ".join(n for n in names if n in block.reads) if block is not None else ""
+def _read_names(block: Block | None, names: Sequence[str]) -> tuple[str, ...]:
+    """The `names` that `block` reads."""
+    return tuple(n for n in names if n in block.reads) if block is not None else ()
 
 
 def _reads(saved: Sequence[str], statics: Sequence[str], read: Set[str]) -> Reads:
@@ -765,7 +857,8 @@ def torch_definitions(plan: TorchPlan) -> tuple[Statement, ...]:
     )
     doc = (Docstring(plan.header.class_help),) if plan.header.class_help else ()
     function = Class(plan.class_name, (own["RuleFunction"],), (*doc, *methods))
-    return (*fused, function, plan.routed_line, *plan.result_classes, _public(plan))
+    partials = (plan.partials,) if plan.partials else ()
+    return (*fused, *partials, function, plan.routed_line, *plan.result_classes, _public(plan))
 
 
 def _fused_definitions(plan: TorchPlan) -> tuple[Statement, ...]:
@@ -791,7 +884,7 @@ def _forward_body(plan: TorchPlan) -> tuple[Statement, ...]:
     notes = tuple(Comment(note) for note in plan.forward_notes)
     if not plan.forward_in_place:
         return (*notes, *plan.forward.statements)
-    test = f"{plan.own['plain']}({plan.forward_plain})"
+    test = _plain(plan, plan.forward_plain)
     return (*notes, *either(test, plan.forward_in_place.statements, plan.forward.statements))
 
 
@@ -820,22 +913,55 @@ def _backward_body(plan: TorchPlan) -> tuple[Statement, ...]:
         # Unmaterialised for the tangents' sake: the one cotangent is absent only where no gradient flows.
         (bar,) = (cotangent(o) for o in plan.outputs if o not in plan.non_differentiable)
         body.append(If(f"{bar} is None", (Return(", ".join("None" for _ in plan.inputs)),)))
+    if plan.partials_call:
+        body.append(plan.partials_call)
     fused_call = Return(f"_backward({', '.join(plan.fused_backward_params)})")
     if plan.fused_backward_params and plan.first_order:
-        body.append(If(plan.first_order_test, (fused_call,)))
+        body.append(If(_first_order_test(plan), (fused_call,)))
         body.append(Comment("A cotangent is absent, or this backward is differentiated: the present ones' terms."))
     elif plan.fused_backward_params:
         body.append(fused_call)
     # (Fused rules have no in-place body: inductor writes its buffers itself.)
     if plan.backward_in_place:
-        body += either(plan.backward_in_place_test, plan.backward_in_place.statements, plan.backward.statements)
+        body += either(_in_place_test(plan), plan.backward_in_place.statements, plan.backward.statements)
     elif plan.first_order or not plan.fused_backward_params:
         body += plan.backward.statements
     return tuple(body)
 
 
+def _plain(plan: TorchPlan, tensors: Sequence[str]) -> str:
+    """The runtime's check that `tensors` are plain: what an in-place body runs on."""
+    return f"{plan.own['plain']}({', '.join(tensors)})"
+
+
+def _residuals_absent(plan: TorchPlan) -> list[str]:
+    """The conditions that no residual's cotangent is present: a backward nobody differentiates."""
+    return [f"{cotangent(r)} is None" for r in plan.residuals]
+
+
+def _first_order_test(plan: TorchPlan) -> str:
+    """The condition under which backward needs no residual's terms."""
+    # gradcheck (check_undefined_grad) calls backward with every cotangent absent.
+    present = [f"{cotangent(o)} is not None" for o in plan.outputs if o not in plan.non_differentiable]
+    return " and ".join(present + _residuals_absent(plan))
+
+
+def _in_place_test(plan: TorchPlan) -> str:
+    """When the in-place backward runs: no residual's cotangent, `plain` tensors (an absent cotangent is not),
+    and every gradient it computes wanted."""
+    ctx = plan.own["ctx"]
+    wanted = plan.gradients_wanted
+    if len(wanted) == len(plan.inputs):
+        needed = [f"{plan.own['all']}({ctx}.needs_input_grad)"]
+    else:
+        needed = [f"{ctx}.needs_input_grad[{k}]" for k in wanted]
+    return " and ".join([*_residuals_absent(plan), _plain(plan, plan.backward_plain), *needed])
+
+
 def _jvp_body(plan: TorchPlan) -> tuple[Statement, ...]:
     body = _unpacked(plan.jvp_reads, plan.own["ctx"])
+    if plan.partials_call:
+        body.append(plan.partials_call)
     zero = plan.own["tangent_or_zero"]
     each = [Assign(dot, f"{zero}({dot}, {x})") for x, dot in plan.absent_tangents]
     together = Assign(", ".join(a.target for a in each), ", ".join(a.code for a in each))
@@ -863,6 +989,7 @@ def _public(plan: TorchPlan) -> Def:
         body.append(Comment(_OPMATH_NOTE))
     body += plan.tensor_arguments
     if plan.residuals and len(plan.outputs) > 1:
-        body.append(Assign(plan.wrapper_targets, f"{plan.route}({', '.join(plan.inputs)})"))
+        targets = ", ".join(n if n in plan.outputs else hidden(n) for n in (*plan.outputs, *plan.residuals))
+        body.append(Assign(targets, f"{plan.route}({', '.join(plan.inputs)})"))
     body += plan.returning
     return Def(plan.name, tuple(map(str, plan.params)), tuple(body), returns=plan.returns)

@@ -27,8 +27,9 @@ A static input is kept on torch's Function context by its name, or where
 torch's context has an attribute of that name (`CTX_ATTRIBUTES`), by
 another (`ctx_attribute`).
 
-Temporaries (`TEMPORARY`: `t0`, `saved_exp`, `saved_exp_bar`) need no
-reservation: the planner numbers them past every name the rule takes.
+Temporaries (`TEMPORARY`: `t0`, `saved_exp`, `saved_exp_bar`, the partial
+`dr_dx`) need no reservation: the planner numbers or prefixes them past
+every name the rule takes.
 `tests/package/test_names.py` builds every bundled rule and checks that each
 identifier of the generated code is the rule's own, one of the generator's
 names here as spelled for the rule, or derived by the patterns here;
@@ -212,6 +213,7 @@ PRIVATE_NAMES = frozenset(
         "__name__",  # names a host rule's custom op after its module
         "_low",
         "_numbers",
+        "_partials",
     }
 )
 
@@ -270,10 +272,15 @@ def shape_attribute(name: str) -> str:
     return f"{name}_shape"
 
 
+def partial_name(output: str, input_: str) -> str:
+    """The name of the partial of `output` in `input_` where a torch Function computes it once (`dr_dx`)."""
+    return f"d{output}_d{input_}"
+
+
 #: Temporaries: numbered shared subexpressions, saved intermediates named for
-#: their functions (and their tangents and cotangents), prefixed with `_`
-#: until no rule name starts so.
-TEMPORARY = re.compile(rf"_*(t\d+|saved(_[a-z0-9]+)+)({TANGENT}|{COTANGENT})?")
+#: their functions (and their tangents and cotangents), partials, each
+#: prefixed with `_` until no rule name starts so (a partial: is so).
+TEMPORARY = re.compile(rf"_*(t\d+|saved(_[a-z0-9]+)+|d\w+_d\w+)({TANGENT}|{COTANGENT})?")
 
 #: Names the generator derives from each name of a rule (input, output, residual).
 GENERATED_FROM_NAME = (
