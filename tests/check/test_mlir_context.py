@@ -57,3 +57,18 @@ def test_another_thread_gets_contexts_of_its_own(monkeypatch):
     assert first is second is inner
     assert other[0] is not first
     assert len(made) == 2 and made[1] != made[0]
+
+
+def test_measuring_a_rule_s_accuracy_lowers_in_one_mlir_context(monkeypatch):
+    """`rulegen accuracy` and the accuracy benchmark measure outside the checks, in a block of their own."""
+    import generated.jax as jax_pkg
+    import generated.torch as torch_pkg
+    from rulegen.check.accuracy import measure_rule
+
+    (gelu,) = read_rules([RULES / "gelu.yaml"])
+    made: list = []
+    monkeypatch.setattr(mlir, "make_ir_context", _counting(made))
+    monkeypatch.setattr(running, "_SHARED_CONTEXT", threading.local())
+    jax.clear_caches()
+    assert measure_rule(gelu, jax_pkg, torch_pkg, points=8).series
+    assert len(made) == 1, f"{len(made)} MLIR contexts made for one rule's measure"
