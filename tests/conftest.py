@@ -61,6 +61,16 @@ def bundled_package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
     return root, "rg_built"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_mlir_context_per_worker() -> Iterator[None]:
+    """JAX's lowerings in the tests share one MLIR context, as in the checks (`rulegen.check.run.one_mlir_context`):
+    the tests run JAX eagerly on many shapes, and each lowering made a context of its own."""
+    from rulegen.check.run import one_mlir_context
+
+    with one_mlir_context():
+        yield
+
+
 @pytest.fixture(scope="session")
 def bundled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The importable name of `rules/` built (see `bundled_package`), for `run_checks(..., package=...)`."""

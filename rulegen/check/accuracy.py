@@ -516,11 +516,14 @@ def measure_rule(
     `jax_pkg` and `torch_pkg` are the built package's backends.  Raises
     SpecErrors where the rule's joint `domain` condition does not parse.
     """
+    from rulegen.check.run import one_mlir_context  # run imports this module
+
     generated = {
         "jax": flat_call(rule, getattr(jax_pkg, rule.name)),
         "torch": flat_call(rule, getattr(torch_pkg, rule.name)),
     }
-    return measure_functions(rule, generated, points=points, seed=seed, known=known)
+    with one_mlir_context():  # as the checks lower JAX (`rulegen accuracy`, the benchmarks)
+        return measure_functions(rule, generated, points=points, seed=seed, known=known)
 
 
 def measure_functions(
