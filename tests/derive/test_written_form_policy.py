@@ -57,3 +57,21 @@ def test_a_rule_under_fast_computes_its_written_forward_and_under_best_the_rewri
         for expr in (out, partial):
             assert finite_as(expr, expr, expr, Sampling(((next(iter(expr.free_symbols)), Domain()),)), 0)
         assert out != sp.log(1 + sp.exp(x_))
+
+
+def test_the_planners_print_the_written_form_a_policy_kept_not_its_fused_form_again(tmp_path):
+    """The planners bring every expression to the fused forms again (`with_fused_forms`): the written
+    `log(1 + x**2)` a policy kept for its cost was printed as `log1p` all the same."""
+    from rulegen.derive.saved import with_fused_forms
+    from rulegen.plan.jax import plan_jax
+    from rulegen.plan.torch import plan_torch
+
+    for policy, fused in (("best", True), ("fast", False), ("balanced", False)):
+        path = tmp_path / f"r_{policy}.yaml"
+        path.write_text(f"name: r\ninputs: [x]\naccuracy: {policy}\nforward: log(1 + x**2)\n")
+        (rule,) = read_rule_file(path)
+        d = derive_rule(rule, [rule.name])
+        ((_, out),) = with_fused_forms(d).forward
+        assert out.has(log1p) == fused, (policy, out)
+        for plan in (plan_jax(d), plan_torch(d)):
+            assert ("log1p" in repr(plan)) == fused, (policy, plan)
