@@ -445,14 +445,17 @@ def stabilised(d: Derivation) -> Derivation:
     searched: set[sp.Expr] = set()
     policy = d.rule.accuracy or DEFAULT_POLICY
 
-    def chosen(label: str, expr: sp.Expr, alternatives: tuple[tuple[str, sp.Expr], ...] = ()) -> Choice | None:
+    def chosen(
+        label: str, expr: sp.Expr, alternatives: tuple[tuple[str, sp.Expr], ...] = (), written: sp.Expr | None = None
+    ) -> Choice | None:
         if not searchable(expr, sampling):
             return None
         if expr not in searched:
             if len(searched) >= BUDGET.searches_per_rule:
                 return None
             searched.add(expr)
-        choice = stabilise(expr, sampling, quantity=label, alternatives=alternatives, policy=policy)
+        reference = None if policy == "best" else written
+        choice = stabilise(expr, sampling, quantity=label, alternatives=alternatives, policy=policy, written=reference)
         choices.setdefault(label, choice)
         return choice
 
@@ -463,7 +466,8 @@ def stabilised(d: Derivation) -> Derivation:
     forms: dict[str, tuple[sp.Expr, ...]] = {}
     forward = []
     for n, e in d.forward:
-        choice = None if n in booleans else chosen(n, e, (("as written", written[n]),) if written[n] != e else ())
+        alternatives = (("as written", written[n]),) if written[n] != e else ()
+        choice = None if n in booleans else chosen(n, e, alternatives, written[n])
         forward.append((n, e if choice is None else choice.chosen))
         # The forms whose derivatives the partials try: the good forms measured (the branches of a form with
         # regimes among them: its partial's search joins their derivatives by regimes of its own), the written one.
@@ -476,12 +480,15 @@ def stabilised(d: Derivation) -> Derivation:
         for (o, i), e in of.items():
             symbol = d.symbols[i]
             alternatives: tuple[tuple[str, sp.Expr], ...] = ()
+            reference = None
             if o in derived and e == differentiate(derived[o], symbol):
                 # Only a derived partial: one the rule gives is its own reference, whatever the forward says.
                 alternatives = tuple(
                     ("derivative of a forward form", differentiate(f, symbol)) for f in forms[o] if f != derived[o]
                 )
-            choice = chosen(f"d{o}/d{i}", e, alternatives)
+                # What autodiff of the forward as written computes: the reference of `fast` and `balanced`.
+                reference = differentiate(written[o], symbol) if written[o] != derived[o] else None
+            choice = chosen(f"d{o}/d{i}", e, alternatives, reference)
             table[(o, i)] = e if choice is None else choice.chosen
         return MappingProxyType(table)
 

@@ -30,10 +30,14 @@ def with_outputs(d: Derivation, expr: sp.Expr) -> sp.Expr:
 
 
 def with_fused_forms(d: Derivation, forms: Sequence[CanonicalForm] = CANONICAL_FORMS) -> Derivation:
-    """`d` with every expression in the one-kernel forms `forms` name (the backends' fused functions)."""
+    """`d` with every expression in the one-kernel forms `forms` name (the backends' fused functions).
+
+    A form an accuracy policy other than `best` chose stays as it is: the canonical forms were its candidates
+    (rulegen.derive.stabilise.policy), and `log(1 + x)` kept for its cost is not `log1p` again."""
+    chosen = {c.chosen for c in d.choices if c.policy != "best"}
 
     def rewrite(expr: sp.Expr) -> sp.Expr:
-        return canonical(expr, forms, complex_rule=d.rule.complex)
+        return expr if expr in chosen else canonical(expr, forms, complex_rule=d.rule.complex)
 
     def partials(table: Partials) -> Partials:
         return MappingProxyType({k: rewrite(v) for k, v in table.items()})

@@ -74,7 +74,8 @@ def fingerprinted_files() -> list[Path]:
     """The package's modules that may decide what a build writes, and the templates, in a fixed order."""
     package = Path(__file__).resolve().parent.parent
     modules = [path for path in package.rglob("*.py") if path.relative_to(package).parts[0] not in GENERATES_NOTHING]
-    return sorted({*modules, *template_files()})
+    data = sorted((package / "derive").glob("*.json"))  # the cost model's weights
+    return sorted({*modules, *data, *template_files()})
 
 
 @functools.cache

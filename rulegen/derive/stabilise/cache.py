@@ -50,7 +50,9 @@ def searcher_fingerprint() -> str:
     for library in ("sympy", "numpy", "mpmath"):
         digest.update(f"{library} {importlib.metadata.version(library)}\n".encode())
     digest.update(f"python {sys.version_info[:2]}\n".encode())
-    for path in sorted([*(package / "derive").rglob("*.py"), *(package / "spec").rglob("*.py")]):
+    for path in sorted(
+        [*(package / "derive").rglob("*.py"), *(package / "derive").rglob("*.json"), *(package / "spec").rglob("*.py")]
+    ):
         digest.update(path.relative_to(package).as_posix().encode() + b"\n" + path.read_bytes())
     return digest.hexdigest()
 

@@ -17,24 +17,22 @@ A `Piecewise` (a `where`) costs its branches, its conditions (one comparison
 each) and a select per branch after the first.  A function of Python numbers
 alone costs nothing (the printers compute it once, as a number).
 
-Calibrated once, with a timing script on the 2-core CPU machine the
-benchmarks run on (torch 2.13 eager, `torch.set_num_threads(1)`; jax 0.10 under
-`jax.jit`; 1e5 float32 elements, the least of five repeats): in torch an add
-takes 23.8 us, neg 15.5, sqrt 72, rsqrt 36, pow(x, 1.5) 806, exp 145, log 169,
-log1p 216, expm1 289, tanh 443, sigmoid 100, softplus 374, erf 156, erfc 319,
-erfcx 3597, gammaln 1321, digamma 2944, sin 206, atan 399, xlogy 562, ndtr 227,
-log_ndtr 2445; under jit, per call of 8 fused, exp 25.7 us, log 59.8, log1p 103,
-expm1 97, tanh 68, sigmoid 61, softplus 305, erf 43, erfc 122, gammaln 932,
-digamma 1838, sin 421, atan 913, ndtr 149, log_ndtr 442, sqrt 21.6, x**1.5 826,
-where 2.5, add and mul below the noise.  Names left out are weighed like their
-nearest measured kin (cos as sin, asinh as log).
+The weights are data beside the function registry
+(`rulegen/derive/cost_weights.json`), written by `python -m
+benchmarks.cost_weights --write`, which times each function as the
+generated code calls it, interleaved, on the CPU machine the benchmarks run
+on, and records there what it measured (times, load average, versions).
+Arithmetic, a `where` and the fallbacks are set by hand.  Names left out are
+weighed like their nearest measured kin (`function`, `composite`).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 
 import sympy as sp
@@ -48,89 +46,12 @@ BACKENDS = ("torch", "jax")
 #: `unary` a negation, reciprocal, square or absolute value; `sqrt`/`rsqrt` a half power; `pow` any other
 #: power; `select` one `where`; each function by its registry name (the sympy class's name); `function` a
 #: registered function not listed, `composite` one torch computes in several kernels (the registry's
-#: `one_torch_kernel` is false).
+#: `one_torch_kernel` is false).  Read from `WEIGHTS_FILE`.
+WEIGHTS_FILE = Path(__file__).resolve().parent.parent / "cost_weights.json"
 WEIGHTS: Mapping[str, Mapping[str, float]] = MappingProxyType(
     {
-        "torch": MappingProxyType(
-            {
-                "arithmetic": 1.0,
-                "unary": 1.0,
-                "sqrt": 1.2,
-                "rsqrt": 1.1,
-                "pow": 4.3,
-                "select": 2.0,  # a comparison's kernel and the where's
-                "exp": 1.5,
-                "log": 1.6,
-                "log1p": 1.8,
-                "expm1": 2.1,
-                "tanh": 2.8,
-                "sigmoid": 1.3,
-                "softplus": 2.5,
-                "logaddexp": 2.5,
-                "erf": 1.6,
-                "erfc": 2.2,
-                "erfcx": 16.0,
-                "loggamma": 6.5,
-                "digamma": 13.3,
-                "polygamma": 13.3,
-                "sin": 1.8,
-                "cos": 1.8,
-                "tan": 2.0,
-                "atan": 2.6,
-                "atan2": 2.8,
-                "sinh": 2.0,
-                "cosh": 2.0,
-                "asinh": 2.0,
-                "acosh": 2.0,
-                "atanh": 2.0,
-                "xlogy": 3.3,
-                "xlog1py": 3.3,
-                "ndtr": 1.9,
-                "log_ndtr": 11.3,
-                "function": 2.0,
-                "composite": 4.0,
-            }
-        ),
-        "jax": MappingProxyType(
-            {
-                "arithmetic": 0.05,
-                "unary": 0.05,
-                "sqrt": 0.85,
-                "rsqrt": 0.85,
-                "pow": 32.0,
-                "select": 0.1,
-                "exp": 1.0,
-                "log": 2.3,
-                "log1p": 4.0,
-                "expm1": 3.8,
-                "tanh": 2.65,
-                "sigmoid": 2.4,
-                "softplus": 11.8,
-                "logaddexp": 11.8,
-                "erf": 1.7,
-                "erfc": 4.7,
-                "erfcx": 6.0,
-                "loggamma": 36.0,
-                "digamma": 71.0,
-                "polygamma": 71.0,
-                "sin": 16.4,
-                "cos": 16.4,
-                "tan": 17.0,
-                "atan": 35.5,
-                "atan2": 36.0,
-                "sinh": 2.5,
-                "cosh": 2.5,
-                "asinh": 5.0,
-                "acosh": 5.0,
-                "atanh": 5.0,
-                "xlogy": 2.4,
-                "xlog1py": 4.1,
-                "ndtr": 5.8,
-                "log_ndtr": 17.2,
-                "function": 10.0,
-                "composite": 10.0,
-            }
-        ),
+        backend: MappingProxyType({name: float(w) for name, w in weights.items()})
+        for backend, weights in json.loads(WEIGHTS_FILE.read_text())["weights"].items()
     }
 )
 

@@ -1,10 +1,15 @@
 """The accuracy policy: which of the measured forms a search keeps, trading bits of error against cost.
 
 - `best`: the most accurate admissible form (the search's own choice);
-- `balanced`: the most accurate admissible form that costs at most `BALANCED_COST` times the derived form in
-  each backend (`cost`), the derived form being what autodiff of the forward computes;
-- `fast`: the cheapest admissible form (its largest cost ratio to the derived form over the backends) whose
-  mean bits of error are no worse than the derived form's in either dtype.
+- `balanced`: the most accurate admissible form that costs at most `BALANCED_COST` times the reference in
+  each backend (`cost`);
+- `fast`: the cheapest admissible form (its largest cost ratio to the reference over the backends) whose
+  mean bits of error are no worse than the reference's in either dtype.
+
+The reference is what autodiff of the forward as the rule writes it computes: the derived form, or, where
+the derivation rewrote the forward into a stable form before it searched (log(1 + x) into log1p(x), c + c
+erf(u) into an erfc), the written form or its derivative, which is then a candidate too: the cheap written
+form is kept wherever it is admissible.
 
 Admissible, under every policy, is the acceptance gate's (`gate.admissible`: finite wherever the derived form
 and the exact value are, no worse on average, on points the search never saw) and, where the policy keeps
@@ -144,13 +149,18 @@ def pick(
     sampling: Sampling,
     seed: int,
     charged: dict[int, float] | None = None,
+    reference: _Measured | None = None,
 ) -> _Measured:
-    """The form `policy` keeps of `forms`, `best` being the search's own choice and `derived` the reference.
+    """The form `policy` keeps of `forms`, `best` being the search's own choice and `derived` the form searched.
 
+    `reference` is what autodiff of the forward as written computes, where the derivation rewrote the forward
+    first (None: `derived`): the cost and the accuracy `fast` and `balanced` weigh forms against, and a form they
+    may keep (finite wherever `best` is and the exact value is a finite float, as any form they keep).
     `charged` gives a form's score as the search ranks it (a joined form charged what a regime costs), by id."""
     if policy == "best":
         return best
     expr = derived.expr
+    ref = derived if reference is None else reference
 
     def score(m: _Measured) -> float:
         return (charged or {}).get(id(m), m.score)
@@ -159,14 +169,14 @@ def pick(
         if m is best:
             return True
         return (
-            no_worse(m, derived)
-            and (m is derived or admissible(m.expr, expr, sampling, seed))
+            no_worse(m, ref)
+            and (m is derived or m is ref or admissible(m.expr, ref.expr, sampling, seed))
             and finite_as(m.expr, best.expr, expr, sampling, seed)
         )
 
-    unique = list({m.expr: m for m in reversed([best, *forms])}.values())
+    unique = list({m.expr: m for m in reversed([best, *forms, ref])}.values())
     if policy == "balanced":
-        limit = [BALANCED_COST * c for c in costs(expr)]
+        limit = [BALANCED_COST * c for c in costs(ref.expr)]
 
         def within(m: _Measured) -> bool:
             return all(c <= bound + 1e-9 for c, bound in zip(costs(m.expr), limit, strict=True))
@@ -175,10 +185,10 @@ def pick(
             return best
         ranked = sorted((m for m in unique if within(m)), key=lambda m: (score(m), relative(m.expr, expr)))
     elif policy == "fast":
-        ceiling = relative(best.expr, expr)
+        ceiling = relative(best.expr, ref.expr)
         ranked = sorted(
-            (m for m in unique if m is best or relative(m.expr, expr) < ceiling),
-            key=lambda m: (relative(m.expr, expr), score(m)),
+            (m for m in unique if m is best or relative(m.expr, ref.expr) < ceiling),
+            key=lambda m: (relative(m.expr, ref.expr), score(m)),
         )
     else:
         raise ValueError(f"unknown accuracy policy {policy!r}: one of {', '.join(POLICIES)}")

@@ -116,6 +116,7 @@ def stabilise(
     points: int = BUDGET.search_points,
     alternatives: tuple[tuple[str, sp.Expr], ...] = (),
     policy: str = DEFAULT_POLICY,
+    written: sp.Expr | None = None,
 ) -> Choice:
     """The form of `expr` with the least measured error, and the bits before and after.
 
@@ -126,19 +127,26 @@ def stabilise(
     derivative of another form of the forward).  Keeps `expr` where it is
     not `searchable`, where numpy cannot evaluate it, where no point has a
     finite value, or where nothing is measurably better.  `policy` trades
-    bits of error against cost (rulegen.derive.stabilise.policy).
+    bits of error against cost (rulegen.derive.stabilise.policy).  `written`
+    is what autodiff of the forward as the rule writes it computes, where the
+    derivation rewrote the forward into a stable form first (log(1 + x) into
+    log1p(x)): under `fast` and `balanced` it is a candidate beside `expr`,
+    searched even where `expr` looks accurate, and the reference of their
+    cost and accuracy; `best` ignores it.
     """
     unchanged = Choice(quantity, expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan), policy=policy)
     if not searchable(expr, sampling):
         return unchanged
-    key = (expr, sampling, seed, points, alternatives, policy)
+    if policy == "best" or written == expr or (written is not None and not searchable(written, sampling)):
+        written = None
+    key = (expr, sampling, seed, points, alternatives, policy, written)
     found = _SEARCHED.get(key)
     if found is None:
         decided_by = (sampling.domains, sampling.condition, seed, points, alternatives, BUDGET, policy)
-        on_disk = search_key(expr, decided_by)
+        on_disk = search_key(expr, decided_by if written is None else (*decided_by, written))
         found = load(on_disk)
         if found is None:
-            found = _search(expr, sampling, seed, points, alternatives, policy)
+            found = _search(expr, sampling, seed, points, alternatives, policy, written)
             store(on_disk, found)
         _SEARCHED[key] = found
     derived, chosen, family, before, after, good_forms, shown = found
@@ -157,18 +165,22 @@ def _search(
     count: int,
     alternatives: tuple[tuple[str, sp.Expr], ...],
     policy: str = DEFAULT_POLICY,
+    written: sp.Expr | None = None,
 ) -> tuple[Any, ...]:
-    """(derived, chosen, family, bits before, bits after, good forms, front) for `expr` under `policy`."""
+    """(derived, chosen, family, bits before, bits after, good forms, front) for `expr` under `policy`, `written`
+    the reference of a policy other than `best` where the derivation rewrote the forward (None: `expr`)."""
     variables = sampling.variables
     nothing = (expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan), (), ())
-    if _looks_accurate(expr, sampling, seed):
+    accurate = _looks_accurate(expr, sampling, seed)
+    if accurate and written is None:
         return nothing
     search = [_sample(expr, sampling, count, seed + 1, dtype) for dtype in _DTYPES]
     derived = _measure(expr, "as derived", variables, search)
-    if derived is None:
-        return nothing
-    pool = [derived]
-    seen = {expr}
+    reference = None if written is None else _measure(written, "as written", variables, search)
+    if derived is None or accurate:
+        return nothing if derived is None or reference is None else _alone(derived, reference, policy, sampling, seed)
+    pool = [derived, *([] if reference is None else [reference])]
+    seen = {m.expr for m in pool}
 
     def measured_from(found: Iterable[tuple[str, sp.Expr]], budget: int) -> None:
         for family, candidate in found:
@@ -251,15 +263,28 @@ def _search(
         )
     # The accuracy policy: `best` keeps the form above; the others may keep a cheaper admissible one.
     forms = [*joined_forms, *pool]
-    best = pick(policy, best, derived, forms, sampling, seed, {id(m): charged(m) for m in forms})
-    shown = tuple((m.family, m.expr, m.means) for m in front(forms, derived, (best,)))
+    best = pick(policy, best, derived, forms, sampling, seed, {id(m): charged(m) for m in forms}, reference)
+    shown = tuple((m.family, m.expr, m.means) for m in front(forms, derived, (best, *filter(None, [reference]))))
+    return (expr, best.expr, best.family, derived.means, best.means, _good_forms(best, pool), shown)
+
+
+def _good_forms(best: _Measured, pool: list[_Measured]) -> tuple[sp.Expr, ...]:
+    """The chosen form and those measured within `BUDGET.runner_up_bits` of it, without regimes."""
     # Forms without regimes: a derivative of a `where` of fed branches multiplies selections; a partial's own
     # search joins the branches' derivatives by regimes of its own.
     ranked = [best.expr] if not best.expr.has(sp.Piecewise) else []
     ranked += [m.expr for m in sorted(pool, key=lambda m: m.score) if m.score <= best.score + BUDGET.runner_up_bits]
     ranked += [m.expr for m in best.branches]
-    good_forms = tuple(e for e in dict.fromkeys(ranked) if not e.has(sp.Piecewise))[: BUDGET.good_forms]
-    return (expr, best.expr, best.family, derived.means, best.means, good_forms, shown)
+    return tuple(e for e in dict.fromkeys(ranked) if not e.has(sp.Piecewise))[: BUDGET.good_forms]
+
+
+def _alone(derived: _Measured, reference: _Measured, policy: str, sampling: Sampling, seed: int) -> tuple[Any, ...]:
+    """`_search`'s answer where the derived form looks accurate: the policy weighs it against the written one
+    alone."""
+    pool = [derived, reference]
+    chosen = pick(policy, derived, derived, pool, sampling, seed, reference=reference)
+    shown = tuple((m.family, m.expr, m.means) for m in front(pool, derived, (chosen, reference)))
+    return (derived.expr, chosen.expr, chosen.family, derived.means, chosen.means, (), shown)
 
 
 def sampling_for(
