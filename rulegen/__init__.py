@@ -37,9 +37,9 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "check",
         "check and measure the generated rules",
         (
-            *("outcome", "points", "subject", "shard_map_worker", "derivatives", "durability", "transforms"),
-            *("dtypes", "numerical", "accuracy", "accuracy_snippet", "accuracy_report", "registry", "report", "run"),
-            "against",
+            *("outcome", "lowering", "points", "subject", "shard_map_worker", "derivatives", "durability"),
+            *("transforms", "dtypes", "numerical", "accuracy", "accuracy_snippet", "accuracy_report", "registry"),
+            *("report", "run", "against"),
         ),
     ),
     ("", "command line", ("cli", "pytest_plugin", "__main__")),

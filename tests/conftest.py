@@ -63,9 +63,10 @@ def bundled_package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
 
 @pytest.fixture(scope="session", autouse=True)
 def one_mlir_context_per_worker() -> Iterator[None]:
-    """JAX's lowerings in the tests share one MLIR context, as in the checks (`rulegen.check.run.one_mlir_context`):
-    the tests run JAX eagerly on many shapes, and each lowering made a context of its own."""
-    from rulegen.check.run import one_mlir_context
+    """JAX's lowerings in the tests share one MLIR context, as in the checks
+    (`rulegen.check.lowering.one_mlir_context`): the tests run JAX eagerly on many shapes, and each lowering made
+    a context of its own."""
+    from rulegen.check.lowering import one_mlir_context
 
     with one_mlir_context():
         yield

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 import sympy as sp
 
+from rulegen.check.lowering import one_mlir_context
 from rulegen.check.numerical import lambdified_derivative
 from rulegen.check.outcome import CheckFailed, NotApplicable, brief
 from rulegen.check.points import flat_call, joint_domain
@@ -516,7 +517,6 @@ def measure_rule(
     `jax_pkg` and `torch_pkg` are the built package's backends.  Raises
     SpecErrors where the rule's joint `domain` condition does not parse.
     """
-    from rulegen.check.run import one_mlir_context  # run imports this module
 
     generated = {
         "jax": flat_call(rule, getattr(jax_pkg, rule.name)),

@@ -1,4 +1,4 @@
-"""A rule's checks lower JAX programs into one shared MLIR context (`rulegen.check.run.one_mlir_context`)."""
+"""A rule's checks lower JAX programs into one shared MLIR context (`rulegen.check.lowering.one_mlir_context`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import threading
 import jax
 from jax._src.interpreters import mlir
 
-from rulegen.check import run as running
-from rulegen.check.run import check_rule, chosen_checks, one_mlir_context
+from rulegen.check import lowering as running
+from rulegen.check.lowering import one_mlir_context
+from rulegen.check.run import check_rule, chosen_checks
 from rulegen.spec.rules import read_rules
 from tests.conftest import RULES
 
