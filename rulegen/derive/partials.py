@@ -475,6 +475,9 @@ def stabilised(d: Derivation) -> Derivation:
         forms[n] = tuple(dict.fromkeys((*found, e, written[n])))
     derived = dict(d.forward)
 
+    # A partial is differentiated again at the next order: in the forms whose derivatives do not cancel.
+    slopes = (lambda e: e) if d.rule.complex else with_slopes
+
     def partials(of: Partials) -> Partials:
         table = {}
         for (o, i), e in of.items():
@@ -489,18 +492,12 @@ def stabilised(d: Derivation) -> Derivation:
                 # What autodiff of the forward as written computes: the reference of `fast` and `balanced`.
                 reference = differentiate(written[o], symbol) if written[o] != derived[o] else None
             choice = chosen(f"d{o}/d{i}", e, alternatives, reference)
-            table[(o, i)] = e if choice is None else choice.chosen
+            table[(o, i)] = slopes(e if choice is None else choice.chosen)
         return MappingProxyType(table)
 
     jvp_partials = partials(d.jvp_partials)
     vjp_partials = jvp_partials if d.vjp_partials == d.jvp_partials else partials(d.vjp_partials)
     residual_partials = partials(d.residual_partials)
-    if not d.rule.complex:
-        # The partials are differentiated again at the next order: in the forms whose derivatives do not cancel.
-        jvp_partials, vjp_partials, residual_partials = (
-            MappingProxyType({k: with_slopes(e) for k, e in p.items()})
-            for p in (jvp_partials, vjp_partials, residual_partials)
-        )
     residuals = []
     for n, e in d.residuals:
         choice = chosen(f"residual {n}", e)
