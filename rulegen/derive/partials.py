@@ -454,8 +454,7 @@ def stabilised(d: Derivation) -> Derivation:
             if len(searched) >= BUDGET.searches_per_rule:
                 return None
             searched.add(expr)
-        reference = None if policy == "best" else written
-        choice = stabilise(expr, sampling, quantity=label, alternatives=alternatives, policy=policy, written=reference)
+        choice = stabilise(expr, sampling, quantity=label, alternatives=alternatives, policy=policy, written=written)
         choices.setdefault(label, choice)
         return choice
 
