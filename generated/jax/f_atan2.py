@@ -45,4 +45,4 @@ def _f_atan2_jvp(primals, tangents):
     # derivative of atan2 need not be the derived one (at a kink, a jump, a convention).
     out = _f_atan2(y, x)
     t0 = jnp.hypot(x, y)
-    return out, summed_like(out, (y_dot, (x / t0) / t0), (x_dot, ((-y) / t0) / t0))
+    return out, summed_like(out, (y_dot, (x / t0) / t0), (x_dot, -((y / t0) / t0)))

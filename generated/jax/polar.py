@@ -57,5 +57,5 @@ def _polar_jvp(primals, tangents):
     t3 = jnp.hypot(t1, t2)
     t4 = jnp.where(t3 == 0, 1, t3)
     r_dot = summed_like(r, (x_dot, quotient(t1, t4)), (y_dot, quotient(t2, t4)))
-    theta_dot = summed_like(theta, (x_dot, ((-y) / r) / r), (y_dot, (x / r) / r))
+    theta_dot = summed_like(theta, (x_dot, -((y / r) / r)), (y_dot, (x / r) / r))
     return (r, theta), (r_dot, theta_dot)

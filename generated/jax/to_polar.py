@@ -63,5 +63,5 @@ def _to_polar_jvp(primals, tangents):
     # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _to_polar(x, y)
     r_dot = summed_like(r, (x_dot, quotient(x, r)), (y_dot, quotient(y, r)))
-    theta_dot = summed_like(theta, (x_dot, ((-y) / r) / r), (y_dot, (x / r) / r))
+    theta_dot = summed_like(theta, (x_dot, -((y / r) / r)), (y_dot, (x / r) / r))
     return (r, theta), (r_dot, theta_dot)

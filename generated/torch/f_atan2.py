@@ -12,7 +12,7 @@ from ._util import as_opmath_tensors, rounded
 def _partials(y, x):
     """The partials dout/dy, dout/dx, which backward and jvp multiply."""
     t0 = torch.hypot(x, y)
-    return (x / t0) / t0, ((-y) / t0) / t0
+    return (x / t0) / t0, -((y / t0) / t0)
 
 
 class FAtan2(RuleFunction):

@@ -16,7 +16,7 @@ def _partials(x, y, r):
     t2 = y / t0
     t3 = torch.hypot(t1, t2)
     t4 = torch.where(t3 == 0, 1, t3)
-    return t1 / t4, t2 / t4, ((-y) / r) / r, (x / r) / r
+    return t1 / t4, t2 / t4, -((y / r) / r), (x / r) / r
 
 
 class Polar(RuleFunction):

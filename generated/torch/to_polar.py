@@ -26,7 +26,7 @@ class ToPolar(RuleFunction):
     def backward(ctx, r_bar, theta_bar):
         x, y, r = ctx.saved_tensors
         if plain(x, y, r, r_bar, theta_bar) and all(ctx.needs_input_grad):
-            t1 = (x / r).mul_(r_bar).addcmul_(((-y) / r) / r, theta_bar)
+            t1 = (x / r).mul_(r_bar).addcmul_(((y / r) / r).neg_(), theta_bar)
             t3 = (y / r).mul_(r_bar).addcmul_((x / r) / r, theta_bar)
             return t1.sum_to_size(x.shape), t3.sum_to_size(y.shape)
         x_bar = y_bar = None
@@ -34,7 +34,7 @@ class ToPolar(RuleFunction):
             x_bar = summed_like(
                 x,
                 None if r_bar is None else r_bar * (x / r),
-                None if theta_bar is None else theta_bar * (((-y) / r) / r),
+                None if theta_bar is None else theta_bar * (-((y / r) / r)),
             )
         if ctx.needs_input_grad[1]:
             y_bar = summed_like(
@@ -48,7 +48,7 @@ class ToPolar(RuleFunction):
     def jvp(ctx, x_dot, y_dot):
         x, y, r = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        return x_dot * (x / r) + y_dot * (y / r), x_dot * (((-y) / r) / r) + y_dot * ((x / r) / r)
+        return x_dot * (x / r) + y_dot * (y / r), x_dot * (-((y / r) / r)) + y_dot * ((x / r) / r)
 
 
 _apply_to_polar = routed(ToPolar, "(Tensor x, Tensor y) -> (Tensor, Tensor)")

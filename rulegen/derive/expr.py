@@ -427,6 +427,21 @@ def scaled_quotient(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
     return (coefficient, rest) if divisors and len(sp.Mul.make_args(rest)) > 1 else None
 
 
+def square_of_a_name(item: Any) -> bool:
+    """Whether `item` is b**2 with b a name: printed with b twice, computed once."""
+    return isinstance(item, sp.Pow) and item.exp == 2 and isinstance(item.base, sp.Symbol)
+
+
+def divided_by_a_square(expr: sp.Mul) -> tuple[sp.Expr, sp.Expr] | None:
+    """(a, b) where `expr` is a / b**2 with b a name (printed twice, computed once) and no other divisor; else None."""
+    squares = [f for f in expr.args if f.is_Pow and square_of_a_name(1 / f)]
+    divisors = [f for f in expr.args if f.is_Pow and f.exp.is_negative]
+    if len(squares) != 1 or len(divisors) != 1:
+        return None
+    (square,) = squares
+    return sp.Mul(*(f for f in expr.args if f is not square)), square.base
+
+
 class _NumPyOrder(NumPyPrinter):
     """numpy's printer, multiplying a quotient by an integer last (`scaled_quotient`), as the generated code does."""
 

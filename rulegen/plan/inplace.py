@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterator, Sequence
 import sympy as sp
 
 from rulegen.derive import functions as fn
+from rulegen.derive.expr import square_of_a_name
 from rulegen.plan.code import Assign, Expr, fits_a_line
 from rulegen.plan.model import atom
-from rulegen.plan.printers import float_unit, printed_terms, square_of_a_name
+from rulegen.plan.printers import float_unit, printed_terms
 
 # Functions of one argument whose torch method has an in-place form.
 _IN_PLACE_METHODS: dict[type, str] = {

@@ -23,7 +23,7 @@ from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.pycode import PythonCodePrinter
 
 from rulegen.derive import functions as fn
-from rulegen.derive.expr import scaled_quotient
+from rulegen.derive.expr import divided_by_a_square, scaled_quotient, square_of_a_name
 from rulegen.plan.code import Import
 
 #: Module prefixes the generated code spells, and the import each needs.
@@ -456,7 +456,7 @@ class _ArrayCode:
         scaled = scaled_quotient(expr)
         if scaled is not None:
             return self._print_scaled_quotient(*scaled)
-        squared = _divided_by_a_square(expr)
+        squared = divided_by_a_square(expr)
         if squared is None:
             return None
         # a / b**2 as (a / b) / b: as many roundings, and b * b over- or underflows where the quotient does not
@@ -916,27 +916,12 @@ def one_square_root(number: sp.Expr) -> tuple[bool, sp.Expr, sp.Expr] | None:
     return bool(number.is_negative), numerator, denominator
 
 
-def square_of_a_name(item: Any) -> bool:
-    """Whether `item` is b**2 with b a name: printed with b twice, computed once."""
-    return isinstance(item, sp.Pow) and item.exp == 2 and isinstance(item.base, sp.Symbol)
-
-
 def float_unit(term: sp.Expr) -> tuple[int, sp.Expr] | None:
     """(1 or -1, rest) where `term` is rest times sympy's Float 1.0 or -1.0 (a rule's 0.5 * 2); else None."""
     coefficient, rest = term.as_coeff_Mul()
     if coefficient.is_Float and abs(float(coefficient)) == 1:
         return int(coefficient), rest
     return None
-
-
-def _divided_by_a_square(expr: sp.Mul) -> tuple[sp.Expr, sp.Expr] | None:
-    """(a, b) where `expr` is a / b**2 with b a name (printed twice, computed once) and no other divisor; else None."""
-    squares = [f for f in expr.args if f.is_Pow and square_of_a_name(1 / f)]
-    divisors = [f for f in expr.args if f.is_Pow and f.exp.is_negative]
-    if len(squares) != 1 or len(divisors) != 1:
-        return None
-    (square,) = squares
-    return sp.Mul(*(f for f in expr.args if f is not square)), square.base
 
 
 def _one_factor(number: sp.Expr) -> bool:

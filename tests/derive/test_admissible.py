@@ -102,3 +102,72 @@ def test_binade_is_finite_at_the_largest_floats():
         top = np.asarray([np.finfo(dtype).max], dtype=dtype)
         assert np.isfinite(binade_of(top)).all()
         assert np.isfinite(runtime_binade(torch, torch.from_numpy(top)).numpy()).all()
+
+
+# -------------------------------------------------------------------- the gate measures what the code computes
+
+s_ = sp.Symbol("scale", positive=True)
+HALF_LINE = Sampling(((x, Domain(ge=0)), (s_, Domain(gt=0))))
+
+
+def test_the_gate_evaluates_a_quotient_by_a_square_as_the_printers_divide_it():
+    from rulegen.derive.functions import divided
+    from rulegen.derive.functions import hypot as registry_hypot
+    from rulegen.derive.stabilise.gate import as_computed
+
+    # cse takes (s/h)/h apart as s * t**-2, t = h, which the printers write (s / t) / t: evaluated as s / t**2 the
+    # square overflows (s = 2.2e27 in float32: the form is 1e-28 there, and the gate refused it as inf).
+    h = registry_hypot(x, s_)
+    with sp.evaluate(False):
+        form = -2 * divided(divided(s_, h), h) + 1 / s_
+    computed = as_computed(form)
+    at = np.float32(2.65e-38), np.float32(2.2e27)
+    with np.errstate(all="ignore"):
+        value = _numpy_function(computed, (x, s_))(*at)
+    assert np.isfinite(value) and value == pytest.approx(-1 / 2.2e27, rel=1e-6)
+
+
+def test_a_norm_form_multiplies_its_constant_last():
+    # (-2s/h)/h overflows at s > max/2, where -2((s/h)/h) is -2/s.
+    derived = -1 / s_ + 2 * x**2 / (s_**3 * (1 + x**2 / s_**2))
+    form = _norm_form(derived)
+    with np.errstate(all="ignore"):
+        value = _numpy_function(form, (x, s_))(np.float64(1.7e99), np.float64(1.79e308))
+    assert value == pytest.approx(-1 / 1.79e308, rel=1e-12)
+
+
+def test_the_gate_does_not_hold_a_root_that_one_form_hits_by_luck_against_another():
+    from rulegen.derive.functions import divided
+    from rulegen.derive.functions import hypot as registry_hypot
+
+    # At x = s the derivative of a half-Cauchy log-density in its scale is 0: the derived form rounds to 0 there,
+    # the norm form to 2e-16, and elsewhere it is the far better one (no inf/nan at s > 1e102).
+    derived = -1 / s_ + 2 * x**2 / (s_**3 * (1 + x**2 / s_**2))
+    h = registry_hypot(x, s_)
+    with sp.evaluate(False):
+        form = -2 * divided(divided(s_, h), h) + 1 / s_
+    assert admissible(form, derived, HALF_LINE)
+
+
+def test_the_sums_of_a_homogeneous_quotient_are_scaled_and_its_monomials_are_not():
+    from rulegen.derive.stabilise.scaling import _Homogeneity, _sums_rescaled
+
+    # (d**2 - s**2) / (s (d**2 + s**2)): where s is below d by more than the float range, scaling every input
+    # by d's binade takes s to 0 and the quotient to inf; s outside the scaling stays what it is (about 1/s).
+    d = sp.Symbol("d", real=True)
+    together = (d**2 - s_**2) / (s_ * (d**2 + s_**2))
+    form = _sums_rescaled(together, (d, s_), _Homogeneity((1, 1), -1))
+    assert form is not None
+    with np.errstate(all="ignore"):
+        value = _numpy_function(form, (d, s_))(np.float64(1e200), np.float64(1e-200))
+        unscaled = _numpy_function(together, (d, s_))(np.float64(1e200), np.float64(1e-200))
+    assert not np.isfinite(unscaled)
+    assert value == pytest.approx(1e200, rel=1e-12)
+
+
+def test_cauchy_s_scale_partial_is_right_over_the_whole_line():
+    loc = sp.Symbol("loc", real=True)
+    derived = sp.diff(-sp.log(s_) - sp.log(1 + ((x - loc) / s_) ** 2), s_)
+    sampling = Sampling(((x, Domain()), (loc, Domain()), (s_, Domain(gt=0))))
+    choice = stabilise(derived, sampling)
+    assert sum(choice.bits_before) > 40 and max(choice.bits_after) < 2

@@ -40,10 +40,9 @@ class Budget:
     # ------------------------------------------------ what is searched, and how far
     #: Operations (`sp.count_ops`) above which an expression is not searched.
     search_ops: int = 60
-    #: Variables above which an expression is not searched.  Four would reach the KL divergences of two Gammas
-    #: (8.1 -> 1.9 bits), but the gate then let through a Student-t log-density partial that cancels to -4.4e-16
-    #: where the exact value is 6.2e-61 (docs/cookbook.md's test): four waits for a gate that catches it.
-    search_symbols: int = 3
+    #: Variables above which an expression is not searched.  Four reach the KL divergences of two normals and
+    #: of two Gammas (4.1 -> 1.1 and 7.1 -> 2.4 bits float64, the scale and rate partials from 20-45 bits).
+    search_symbols: int = 4
     #: Operations above which factoring (`factor`, `expand`, partial fractions, scaling) is skipped: its cost grows
     #: fastest with the expression.
     factor_ops: int = 40
@@ -94,6 +93,8 @@ class Budget:
     validation_points: int = 1024
     #: Of those, with the probes, the points at which its mean bits must be no worse than the derived form's.
     validation_measured: int = 256
+    #: How many admissible forms, in the search's order, the gate's measured points choose between.
+    validated_forms: int = 3
     #: Points per ratio and pair of inputs in the mixed-magnitude pairs.
     mixed_points: int = 64
     #: Rows per input and value at which that input is an ordinary number (±1, ±2, ±1/2: labels, counts, unit

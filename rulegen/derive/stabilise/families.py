@@ -512,9 +512,10 @@ def _norm_form(expr: sp.Expr) -> sp.Expr:
             if pair is None:
                 continue
             h = hypot(*pair)
-            rest = sp.Mul(*(factors[:k] + factors[k + 1 :]))
+            # A constant multiplies last: (-2s/h)/h overflows at s > max/2, -2((s/h)/h) does not.
+            constant, rest = sp.Mul(*(factors[:k] + factors[k + 1 :])).as_coeff_Mul()
             if f.exp == -1:
-                return divided(divided(rest, h), h)
+                return constant * divided(divided(rest, h), h)
         return e
 
     def rooted(e: sp.Expr) -> sp.Expr:

@@ -30,8 +30,10 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from rulegen.derive.expr import lambdified
+from rulegen.derive.expr import divided_by_a_square, lambdified
+from rulegen.derive.functions import divided
 from rulegen.derive.measure import bits_of_error, inside, sample_floats, special_points
+from rulegen.derive.saved import shared_subexpressions
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import (
     _DTYPES,
@@ -146,7 +148,9 @@ def _breaks_accurate_points(
         differ = np.isfinite(theirs) & ~(np.abs(ours - theirs) <= apart * np.abs(theirs))
     suspect = np.flatnonzero(differ)[: BUDGET.disagreement_points]
     for j, value in _exact_at(derived, variables, columns, dtype, suspect):
-        # A subnormal exact value has fewer bits to lose, and XLA flushes it anyway: no point to break there.
+        # A subnormal exact value has fewer bits to lose, and XLA flushes it anyway: no point to break there.  Nor
+        # an exact 0, a root where every form that cancels is all bits wrong but for the one that rounds to 0
+        # there by luck (at x = s, -1/s + 2 x**2/(s**3 (1 + x**2/s**2)) is 0, 1/s - 2s/hypot(x, s)**2 is 2e-16).
         if value is None or not np.finfo(dtype).tiny <= abs(value) < math.inf:
             continue
         exact = np.asarray([value])
@@ -158,15 +162,29 @@ def _breaks_accurate_points(
 
 
 def as_computed(expr: sp.Expr) -> sp.Expr:
-    """`expr` as generated code computes it: after `sympy.cse`, whose substitutions sympy evaluates again
-    (-sqrt(1/x)/(2x) becomes -(1/x)**(3/2)/2, which overflows in float32 where the first does not)."""
+    """`expr` as generated code computes it: the planner's common subexpressions (`shared_subexpressions`), a
+    quotient by the square of a name divided twice (as the printers write it: `divided_by_a_square`), put back
+    without sympy evaluating the result again.  cse takes ((-2s)/h)/h apart as -2s*t**-2, t = h, which the
+    printers compute as (-2s/t)/t and numpy would as -2s/t**2, whose square overflows where the divisions do not;
+    and cse's own rebuilding (-sqrt(1/x)/(2x) as -(1/x)**(3/2)/2) is the generated code's too."""
     try:
-        replacements, (reduced,) = sp.cse([expr])
+        replacements, (reduced,) = shared_subexpressions([expr], sp.numbered_symbols("_computed", cls=sp.Dummy))
     except Exception:  # cse cannot take every expression apart; the planner's own cse then keeps it whole
         return expr
-    for symbol, value in reversed(replacements):
-        reduced = reduced.subs(symbol, value)
+    reduced = _squares_divided(reduced)
+    values = [(symbol, _squares_divided(value)) for symbol, value in replacements]
+    with sp.evaluate(False):
+        for symbol, value in reversed(values):
+            reduced = reduced.xreplace({symbol: value})
     return reduced
+
+
+def _squares_divided(expr: sp.Expr) -> sp.Expr:
+    def twice(product: sp.Expr) -> sp.Expr:
+        rest, base = divided_by_a_square(product)  # type: ignore[misc]
+        return divided(divided(rest, base), base)
+
+    return expr.replace(lambda e: isinstance(e, sp.Mul) and divided_by_a_square(e) is not None, twice)
 
 
 def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0) -> bool:
@@ -201,3 +219,19 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
         if after > before + BUDGET.tie_bits:
             return False
     return True
+
+
+def validated_bits(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0) -> float:
+    """`candidate`'s mean bits of error on the gate's measured points, summed over the dtypes (inf where it cannot
+    be evaluated): how admissible forms that the search's few points rank alike are told apart."""
+    variables = sampling.variables
+    candidate = as_computed(candidate)
+    total = 0.0
+    for measured, _ in _validation(derived, sampling, seed):
+        if not len(measured):
+            continue
+        ours = _evaluated(candidate, variables, measured.columns, measured.dtype)
+        if ours is None:
+            return math.inf
+        total += float(bits_of_error(ours, measured.exact, measured.dtype).mean())
+    return total

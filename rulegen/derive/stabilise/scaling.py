@@ -133,6 +133,46 @@ def _rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scalings: Sequence[
     return _scaled_back(_substituted(expr, variables, inputs), undo)
 
 
+def _sums_rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scaling: _Homogeneity) -> sp.Expr | None:
+    """`expr`, a product, with each of its sums that is a homogeneous polynomial computed on the inputs scaled by
+    the binade of their largest magnitude and the powers of that binade put back once, after the sums' quotient;
+    its other factors (a monomial, a function) as they stand.
+
+    (d**2 - s**2) / (s (s**2 + d**2)) is then 1/s times a quotient of two sums of degree 2 whose scalings cancel:
+    where s is below every other input by more than the float range, the joint scaling takes s to 0 and the
+    quotient to inf, but s alone stays what it is.  None where no factor is such a sum.
+    """
+    scaled_inputs = [v for v, w in zip(variables, scaling.weights, strict=True) if w]
+    if min(scaling.weights) < 0 or not expr.is_Mul:
+        return None
+    scale = binade(_magnitude(scaled_inputs))
+    substitution = {v: divided(v, scale) for v in scaled_inputs}
+    kept, sums, degree = [], [], 0
+    for factor in expr.args:
+        base, exponent = factor.as_base_exp()
+        order = _polynomial_order(base, scaled_inputs) if base.is_Add and exponent.is_Integer else None
+        if order is None:
+            kept.append(factor)
+            continue
+        sums.append(base.xreplace(substitution) ** exponent)
+        degree += order * int(exponent)
+    if not sums:
+        return None
+    return sp.Mul(*kept) * _scaled_back(sp.Mul(*sums), [(scale, degree)])
+
+
+def _polynomial_order(base: sp.Expr, inputs: Sequence[sp.Symbol]) -> int | None:
+    """The degree of `base` where it is a homogeneous polynomial in `inputs` (its other symbols coefficients)."""
+    try:
+        poly = sp.Poly(base, *inputs)
+    except (sp.PolificationFailed, sp.PolynomialError):
+        return None
+    if len(poly.terms()) < 2 or not poly.is_homogeneous:
+        return None
+    order = poly.homogeneous_order()
+    return None if order is None else int(order)
+
+
 def _scaled_back(value: sp.Expr, undo: Sequence[tuple[sp.Expr, int]]) -> sp.Expr:
     """value * s**k for every (s, k) of `undo`, the last scaling's first, one exact step at a time: each passes
     through the expression's own value at the inputs scaled so far, where the product of the factors first could
@@ -147,6 +187,10 @@ def _substituted(expr: sp.Expr, variables: Sequence[sp.Symbol], inputs: Sequence
     return expr.xreplace(dict(zip(variables, inputs, strict=True)))
 
 
+#: The families whose forms are scaled first: the derived form and the sums over one denominator.
+_SIMPLEST = frozenset({"as derived", "together", "cancel"})
+
+
 def _with_scaling(
     best: _Measured, pool: Sequence[_Measured], expr: sp.Expr, sampling: Sampling, points: Sequence[_Points]
 ) -> _Measured:
@@ -158,14 +202,17 @@ def _with_scaling(
     options = [o for o in (joint, balancing, balancing + joint) if o]
     if not options:
         return best
-    # The expression as derived among the starts: scaled, the simplest form is often the best.
-    ranked = sorted((m for m in pool if m is not best), key=lambda m: (m.family != "as derived", m.score))
+    # The expression as derived and over one denominator among the starts: scaled, the simplest form is often the
+    # best, though unscaled it measured worst (a sum over one denominator overflows first).
+    ranked = sorted((m for m in pool if m is not best), key=lambda m: (m.family not in _SIMPLEST, m.score))
     starts = [best, *ranked[: BUDGET.regime_starts]]
     scaled = [
         _measure(_rescaled(m.expr, variables, scalings), f"{m.family}, scaled", variables, points)
         for m in starts
         for scalings in options
     ]
+    sums_scaled = (_sums_rescaled(m.expr, variables, scaling) for m in starts for scaling in joint)
+    scaled += [_measure(e, "sums scaled", variables, points) for e in sums_scaled if e is not None]
     chosen = min((m for m in scaled if m is not None), key=lambda m: m.score, default=None)
     # The margin of a regime: the scaling costs a binade and a division per input, paid only for a bit.
     if chosen is None or chosen.score > best.score - BUDGET.regime_margin_bits:

@@ -15,7 +15,7 @@ from rulegen.derive.functions import UNBOUNDED
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.families import _candidates, _reassociations
-from rulegen.derive.stabilise.gate import admissible
+from rulegen.derive.stabilise.gate import admissible, validated_bits
 from rulegen.derive.stabilise.points import (
     _DTYPES,
     Sampling,
@@ -241,15 +241,16 @@ def _search(
 
     joined_forms = [j for j in joined if j.branches]
     ranked_forms = [best, *sorted((m for m in (*joined_forms, *pool) if m is not best), key=charged)]
-    best = next(
+    admitted = itertools.islice(
         (
             m
             for m in ranked_forms
             if m.score <= derived.score - BUDGET.margin_bits
             and (m is derived or admissible(m.expr, expr, sampling, seed))
         ),
-        derived,
+        BUDGET.validated_forms,
     )
+    best = _validated_choice(list(admitted), expr, sampling, seed) or derived
     if best.score > derived.score - BUDGET.margin_bits:
         # Nothing measurably better: the simplest form no worse than the derived one at any dtype's mean (to within
         # `BUDGET.tie_bits`, the noise of 32 points: a factored form 0.016 bits behind is as good, and prints shorter).
@@ -266,6 +267,22 @@ def _search(
     best = pick(policy, best, derived, forms, sampling, seed, {id(m): charged(m) for m in forms}, reference)
     shown = tuple((m.family, m.expr, m.means) for m in front(forms, derived, (best, *filter(None, [reference]))))
     return (expr, best.expr, best.family, derived.means, best.means, _good_forms(best, pool), shown)
+
+
+def _validated_choice(admitted: list[_Measured], derived: sp.Expr, sampling: Sampling, seed: int) -> _Measured | None:
+    """The first of the admitted forms (the search's ranking), unless another measures `BUDGET.margin_bits` better
+    on the gate's points: a regime split the search's few points rank first can be nan a binade away from them,
+    where a form ranked a little behind is right."""
+    if len(admitted) < 2:
+        return admitted[0] if admitted else None
+    # A joined form is charged what a regime costs, as in the search's own ranking.
+    bits = [
+        validated_bits(m.expr, derived, sampling, seed) + (BUDGET.regime_margin_bits if m.branches else 0.0)
+        for m in admitted
+    ]
+    first = bits[0]
+    better = min(range(len(admitted)), key=lambda k: bits[k])
+    return admitted[better] if bits[better] < first - BUDGET.margin_bits else admitted[0]
 
 
 def _good_forms(best: _Measured, pool: list[_Measured]) -> tuple[sp.Expr, ...]:
