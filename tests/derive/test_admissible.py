@@ -171,3 +171,20 @@ def test_cauchy_s_scale_partial_is_right_over_the_whole_line():
     sampling = Sampling(((x, Domain()), (loc, Domain()), (s_, Domain(gt=0))))
     choice = stabilise(derived, sampling)
     assert sum(choice.bits_before) > 40 and max(choice.bits_after) < 2
+
+
+def test_two_terms_with_a_common_factor_are_joined_where_an_identity_then_applies():
+    from rulegen.derive.stabilise.families import _common_factors
+
+    # A logistic log-density's partial in its scale: -u/s + 2u sigmoid(u)/s - 1/s, u = (loc - x)/s.  Once u
+    # overflows the first two terms are inf - inf; u (2 sigmoid(u) - 1)/s is u tanh(u/2)/s, inf where it is.
+    loc = sp.Symbol("loc", real=True)
+    u = (loc - x) / s_
+    derived = -(1 / s_) * u + 2 * u * sigmoid(u) / s_ - 1 / s_
+    forms = list(_common_factors(derived))
+    assert any(f.has(sp.tanh) and not f.has(sigmoid) for f in forms)
+    sampling = Sampling(((x, Domain()), (loc, Domain()), (s_, Domain(gt=0))))
+    chosen = stabilise(derived, sampling).chosen
+    with np.errstate(all="ignore"):
+        at = _numpy_function(chosen, (x, loc, s_))(np.float64(0.0), np.float64(2e270), np.float64(8.6e-114))
+    assert at == np.inf  # exact: about u/s = 2.7e497, past the float range; the derived form is nan

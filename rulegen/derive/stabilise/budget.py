@@ -63,6 +63,9 @@ class Budget:
     reassociated_starts: int = 3
     #: A power above this is not split into factors to pair: x**9 would be nine factors.
     paired_power: int = 4
+    #: A sum of more terms than this is not searched for pairs of terms with a common factor (pairs grow as the
+    #: square of the terms).
+    paired_terms: int = 6
 
     # ------------------------------------------------ regimes and scaling
     #: Splits into regimes, at most: a `where` costs a pass over memory.

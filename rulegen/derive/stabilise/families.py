@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import sympy as sp
@@ -436,6 +437,31 @@ def _identity_forms(base: sp.Expr) -> Iterator[sp.Expr]:
             yield tidied
 
 
+def _common_factors(expr: sp.Expr) -> Iterator[sp.Expr]:
+    """`expr`, a sum, with each pair of its terms that shares a factor written as that factor times their sum,
+    where the identities then have a difference to join: -u/s + 2u sigmoid(u)/s is u (2 sigmoid(u) - 1)/s, which
+    is u tanh(u/2)/s, where the two terms alone are inf - inf once u overflows."""
+    terms = sp.Add.make_args(expr)
+    if len(terms) < 3 or len(terms) > BUDGET.paired_terms:
+        return  # two terms are the sum itself, which the algebraic families factor
+    for a, b in itertools.combinations(terms, 2):
+        joined = sp.factor_terms(a + b)
+        if not joined.is_Mul or all(f.is_number for f in joined.args if not f.is_Add):
+            continue
+        identified = _identities(joined)
+        if identified != joined:
+            yield identified + sp.Add(*(t for t in terms if t is not a and t is not b))
+
+
+def _joined_forms(expr: sp.Expr, bases: Sequence[sp.Expr]) -> Iterator[tuple[str, sp.Expr]]:
+    """The identities' forms of each base, then of the expression's pairs of terms with a common factor."""
+    for base in bases:
+        for joined in _identity_forms(base):
+            yield "identities", joined
+    for joined in _attempt(lambda: sp.Tuple(*_common_factors(expr))) or ():
+        yield "common factors", joined
+
+
 def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple[str, sp.Expr]]:
     """(family, candidate) for every rewrite of `expr` the families make, in order of cost.
 
@@ -447,9 +473,7 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
     for family, base in _bases(expr, ops):
         bases.append(base)
         yield family, base
-    for base in bases:
-        for joined in _identity_forms(base):
-            yield "identities", joined
+    yield from _joined_forms(expr, bases)
     conjugated = _attempt(functools.partial(_conjugated, expr))
     if conjugated is not None and conjugated != expr:
         yield "conjugate", conjugated
