@@ -116,29 +116,38 @@ def test_the_untaken_branch_of_a_regime_cannot_make_a_second_derivative_nan():
         assert np.isfinite(float(second(jax.numpy.float64(point)))), point
 
 
-def test_the_search_is_deterministic(search_cache_off):
+def _searches_run_from_now_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`search_cache_off` from this point of a test: what it searched so far could be read back."""
     from rulegen.derive.stabilise import search as module
 
+    monkeypatch.setenv("RULEGEN_SEARCH_CACHE", "off")
+    monkeypatch.setattr(module, "_SEARCHED", {})
+
+
+def test_the_search_is_deterministic(monkeypatch):
+    # The first search is read back where a test process stored it (the two tests above search the same): a
+    # search in another process, under another hash seed, or a search of this one where none is stored.  The
+    # second runs here.
     expr = (sp.exp(x) - 1 - x) / x**2
     first = search(expr, x=Domain(gt=0, lt=10)).chosen
-    module._SEARCHED.clear()
+    _searches_run_from_now_on(monkeypatch)
     assert search(expr, x=Domain(gt=0, lt=10)).chosen == first
 
 
-def test_the_chosen_forms_do_not_depend_on_the_clock(tmp_path, monkeypatch, search_cache_off):
+def test_the_chosen_forms_do_not_depend_on_the_clock(tmp_path, monkeypatch):
     # A machine so loaded that every clock reading is a minute later than the last: a search bounded by time
     # would give up and keep the derived forms; one bounded by work chooses the same forms as on an idle machine.
+    # The idle machine's forms are read back where a test process stored them (as in the determinism test); the
+    # loaded machine's are searched here.
     import itertools
     import time
-
-    from rulegen.derive.stabilise import search as module
 
     path = tmp_path / "rules.yaml"
     path.write_text(RULES)
     (rule,) = [r for r in read_rule_file(path) if r.name == "st_on"]
     idle = derive_rule(rule, [rule.name])
     assert any(c.changed for c in idle.choices)
-    module._SEARCHED.clear()
+    _searches_run_from_now_on(monkeypatch)
     minutes = itertools.count(start=time.monotonic(), step=60.0)
     monkeypatch.setattr(time, "monotonic", lambda: next(minutes))
     monkeypatch.setattr(time, "perf_counter", lambda: next(minutes))

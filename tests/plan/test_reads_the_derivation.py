@@ -13,13 +13,14 @@ from pathlib import Path
 
 import rulegen.plan
 from rulegen.spec.rules import read_rule_file
+from tests.sources import parsed
 
 PLAN = Path(rulegen.plan.__file__).parent
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _modules() -> dict[str, ast.Module]:
-    return {path.name: ast.parse(path.read_text()) for path in sorted(PLAN.glob("*.py"))}
+    return {path.name: parsed(path) for path in sorted(PLAN.glob("*.py"))}
 
 
 def test_no_planner_imports_the_derivation_of_names() -> None:

@@ -18,6 +18,7 @@ import pytest
 from rulegen.render.build import generate
 from rulegen.spec.errors import SpecErrors
 from rulegen.spec.rules import read_rule_file
+from tests.sources import walked
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "rulegen"
 
@@ -83,12 +84,13 @@ def test_a_value_read_only_by_fixed_code_is_saved(tmp_path):
     assert "y" in plan.saved
 
 
-def _compiler_modules(but: str) -> Iterator[tuple[str, ast.Module]]:
-    """(path relative to the package, parsed module) of every compiler module but the runtime it ships and `but`."""
-    for path in PACKAGE.rglob("*.py"):
+def _compiler_modules(but: str) -> Iterator[tuple[str, tuple[ast.AST, ...]]]:
+    """(path relative to the package, every node of the parsed module) of every compiler module but the runtime it
+    ships and `but`, parsed once per process (tests/sources.py)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
         if not rel.startswith("runtime/") and rel != but:
-            yield rel, ast.parse(path.read_text())
+            yield rel, walked(path)
 
 
 def _string_text(node: ast.AST) -> str | None:
@@ -104,8 +106,8 @@ def test_imports_are_data_and_printed_in_one_place():
     """A generated module's imports are `rulegen.plan.code.Import`s, printed by `code.import_statements` and read by
     `needs_of` off their fields: no stage writes an import statement as text, or parses one back."""
     found = set()
-    for rel, tree in _compiler_modules(but="plan/code.py"):
-        for node in ast.walk(tree):
+    for rel, nodes in _compiler_modules(but="plan/code.py"):
+        for node in nodes:
             text = _string_text(node)
             if text is None:
                 continue
@@ -123,8 +125,8 @@ _STATEMENT = re.compile(
 )
 
 
-def _docstrings(tree: ast.Module) -> set[int]:
-    bodies = [n for n in ast.walk(tree) if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef)]
+def _docstrings(nodes: tuple[ast.AST, ...]) -> set[int]:
+    bodies = [n for n in nodes if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef)]
     return {id(b.body[0].value) for b in bodies if b.body and isinstance(b.body[0], ast.Expr)}
 
 
@@ -156,14 +158,12 @@ def test_no_stage_writes_a_statement_as_text():
     alone writes: no string or f-string of the stages that write the package is a statement, and the module
     template is layout."""
     found = []
-    for rel, tree in _compiler_modules(but="plan/code.py"):
+    for rel, nodes in _compiler_modules(but="plan/code.py"):
         if rel.split("/")[0] not in _WRITING_STAGES:
             continue
-        docstrings = _docstrings(tree)
-        exempt = {
-            id(node) for owner in ast.walk(tree) if (rel, _defined(owner)) in NOT_STATEMENTS for node in ast.walk(owner)
-        }
-        for node in ast.walk(tree):
+        docstrings = _docstrings(nodes)
+        exempt = {id(node) for owner in nodes if (rel, _defined(owner)) in NOT_STATEMENTS for node in ast.walk(owner)}
+        for node in nodes:
             text = None if id(node) in docstrings else _string_text(node)
             if text is None:
                 continue
@@ -181,8 +181,8 @@ def test_tangent_and_cotangent_names_are_spelled_by_names_py_alone():
     from rulegen.spec.names import COTANGENT, TANGENT
 
     found = []
-    for rel, tree in _compiler_modules(but="spec/names.py"):
-        for node in ast.walk(tree):
+    for rel, nodes in _compiler_modules(but="spec/names.py"):
+        for node in nodes:
             if isinstance(node, ast.Constant) and node.value in (TANGENT, COTANGENT):
                 found.append((rel, node.lineno))
             if isinstance(node, ast.JoinedStr):
@@ -199,8 +199,8 @@ def test_names_generated_from_a_rule_s_names_are_spelled_by_names_py_alone():
     writes the pattern around a name itself."""
     suffixes = ("_fwd", "_bwd", "_jvp", "_rule", "_map", "_shape")
     found = []
-    for rel, tree in _compiler_modules(but="spec/names.py"):
-        for node in ast.walk(tree):
+    for rel, nodes in _compiler_modules(but="spec/names.py"):
+        for node in nodes:
             if not isinstance(node, ast.JoinedStr):
                 continue
             parts = node.values
@@ -232,11 +232,10 @@ def test_no_planner_reads_back_the_code_it_printed():
     found = set()
     for path in (PACKAGE / "plan").glob("*.py"):
         rel = path.relative_to(PACKAGE).as_posix()
-        tree = ast.parse(path.read_text())
         assert not any(
-            isinstance(node, ast.Import) and any(a.name == "re" for a in node.names) for node in ast.walk(tree)
+            isinstance(node, ast.Import) and any(a.name == "re" for a in node.names) for node in walked(path)
         ), rel
-        for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        for function in (n for n in walked(path) if isinstance(n, ast.FunctionDef)):
             for node in ast.walk(function):
                 if isinstance(node, ast.Call) and ast.unparse(node.func) == "ast.parse":
                     found.add((rel, function.name))
