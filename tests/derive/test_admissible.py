@@ -188,3 +188,24 @@ def test_two_terms_with_a_common_factor_are_joined_where_an_identity_then_applie
     with np.errstate(all="ignore"):
         at = _numpy_function(chosen, (x, loc, s_))(np.float64(0.0), np.float64(2e270), np.float64(8.6e-114))
     assert at == np.inf  # exact: about u/s = 2.7e497, past the float range; the derived form is nan
+
+
+def test_the_search_samples_pairs_of_inputs_that_nearly_agree():
+    from rulegen.derive.stabilise.points import _close_pairs
+
+    # The KL divergence of two exponentials, in p: 1/p - q/p**2 cancels where q ~ p (two close distributions),
+    # which the float line's bit patterns never draw: the search now does, and keeps (p - q)/p/p there.
+    p, q = sp.symbols("p q", positive=True)
+    sampling = Sampling(((p, Domain(gt=0)), (q, Domain(gt=0))))
+    columns = [np.asarray([3.0, 5.0]), np.asarray([7.0, 11.0])]
+    p_column, q_column = _close_pairs(columns, [Domain(gt=0), Domain(gt=0)], np.float64)
+    assert p_column[-2] == 11.0 * (1 + 2 * np.finfo(np.float64).eps) and q_column[-2] == 11.0
+    derived = sp.diff(-sp.log(q / p) + q / p - 1, p)
+    chosen = stabilise(derived, sampling).chosen
+    at_p, at_q = 5.48, 5.480000000000001
+    exact = (at_p - at_q) / at_p**2  # p - q is exact here (Sterbenz), and so nearly is the rest
+    with np.errstate(all="ignore"):
+        before = _numpy_function(derived, (p, q))(at_p, at_q)
+        after = _numpy_function(chosen, (p, q))(at_p, at_q)
+    assert abs(before - exact) > 1e-3 * abs(exact)  # some 50 bits wrong
+    assert after == pytest.approx(exact, rel=1e-14)

@@ -20,6 +20,10 @@ class Budget:
     search_points: int = 32
     #: float32 points at which an expression is screened (float32 against float64, no mpmath: cheap).
     screen_points: int = 256
+    #: Points per ordered pair of variables at which one is the other times 1 + 2 eps (points.`_close_pairs`).
+    close_pairs: int = 1
+    #: The same points per ordered pair at which an expression is screened.
+    screen_close_pairs: int = 8
     #: Points where float64 gives an exact 0 that the screen asks mpmath about (one evaluation each).
     zero_probes: int = 8
     #: Points per dtype and side drawn between two sampled magnitudes to place a regime's threshold.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from rulegen.derive.measure import (
     bits_of_error,
     exact_value,
     initial_precision,
+    inside,
     probe_points,
     sample_floats,
     to_floats,
@@ -232,7 +234,9 @@ def _looks_accurate(expr: sp.Expr, sampling: Sampling, seed: int) -> bool:
     # mean over 256 drawn points hid them.  The other variables are held at the first drawn point.
     domains = [d for _, d in sampling.domains]
     probes = probe_points([c[:1] for c in columns], domains, _magnitudes(np.float32), np.float32)
-    return _screened(expr, fn, sampling, columns) and _screened(expr, fn, sampling, probes)
+    # And the close pairs, where a difference of two inputs' functions cancels (1/p - 1/q at q ~ p).
+    close = _close_pair_points(columns, domains, np.float32, BUDGET.screen_close_pairs)
+    return all(not len(c[0]) or _screened(expr, fn, sampling, c) for c in (columns, probes, close))
 
 
 def _screened(expr: sp.Expr, fn: Callable[..., Any], sampling: Sampling, columns: list[np.ndarray]) -> bool:
@@ -327,8 +331,35 @@ def _magnitudes(dtype: Any) -> tuple[float, ...]:
 
 
 def _with_probes(drawn: list[np.ndarray], sampling: Sampling, dtype: Any) -> list[np.ndarray]:
-    """`drawn` with, per variable, each probe magnitude of either sign the domain holds; the others as drawn."""
-    return with_probes(drawn, [domain for _, domain in sampling.domains], _magnitudes(dtype), dtype)
+    """`drawn` with, per variable, each probe magnitude of either sign the domain holds, the others as drawn; and,
+    for two variables or more, the close pairs (`_close_pairs`)."""
+    domains = [domain for _, domain in sampling.domains]
+    return _close_pairs(with_probes(drawn, domains, _magnitudes(dtype), dtype), domains, dtype)
+
+
+def _close_pairs(drawn: list[np.ndarray], domains: Sequence[Domain], dtype: Any) -> list[np.ndarray]:
+    """`drawn` with, for each ordered pair of variables (a, b), `BUDGET.close_pairs` points where a is b times
+    1 + 2 eps, the others as drawn: where a difference of the two cancels (1/p - q/p**2 at q ~ p, a divergence of
+    two close distributions), which the float line's bit patterns never draw and a form written as the difference
+    itself, (p - q)/p/p, gets exactly."""
+    pairs = _close_pair_points(drawn, domains, dtype, BUDGET.close_pairs)
+    return [np.concatenate([c, p]) for c, p in zip(drawn, pairs, strict=True)]
+
+
+def _close_pair_points(drawn: list[np.ndarray], domains: Sequence[Domain], dtype: Any, count: int) -> list[np.ndarray]:
+    """The points of `_close_pairs` alone, from the last `count` drawn points (none for one variable)."""
+    count = min(count, len(drawn[0]) if drawn else 0)
+    if len(drawn) < 2 or not count:
+        return [np.empty(0, dtype) for _ in drawn]
+    near = dtype(1 + 2 * float(np.finfo(dtype).eps))
+    made: list[list[np.ndarray]] = [[] for _ in drawn]
+    for i, j in itertools.permutations(range(len(drawn)), 2):
+        for k, column in enumerate(drawn):
+            made[k].append((drawn[j][-count:] * near).astype(dtype) if k == i else column[-count:])
+    pairs = [np.concatenate(m) for m in made]
+    with np.errstate(invalid="ignore"):
+        keep = np.logical_and.reduce([inside(d, c) & np.isfinite(c) for d, c in zip(domains, pairs, strict=True)])
+    return [p[keep] for p in pairs]
 
 
 def _exact(fn: Callable[..., Any], point: Sequence[float]) -> tuple[float, float] | None:
