@@ -361,7 +361,43 @@ class ndtri(sp.Function):  # noqa: N801
     def fdiff(self, argindex: int = 1) -> sp.Expr:
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
-        return sp.sqrt(2 * sp.pi) * sp.exp(self**2 / 2)
+        return ndtri_slope(self.args[0])
+
+
+class ndtri_slope(sp.Function):  # noqa: N801
+    """ndtri'(x) = 1 / phi(ndtri(x)), the runtime's `ndtri_slope` in both backends (`_asymptotic.ndtri_slope`:
+    Mills' ratio, erfcx(|z| / sqrt 2), over x or 1 - x in the tails), differentiated as ndtri(x) ndtri'(x)**2.
+
+    sqrt(2 pi) exp(ndtri(x)**2 / 2) takes ndtri's rounding times z**2 (143 float32 eps off at the smallest
+    normal x), and autodiff of the tails' quotient is inf - inf where the second derivative overflows.
+    """
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return ndtri(self.args[0]) * self**2
+
+    def _eval_rewrite_as_exp(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
+        return sp.sqrt(2 * sp.pi) * sp.exp(ndtri(arg) ** 2 / 2)
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real
+
+
+def ndtri_slope_of(x: Any) -> Any:
+    """ndtri'(x) in numpy, as the runtime computes it: the accuracy search's evaluation."""
+    import importlib
+
+    special = importlib.import_module("scipy.special")
+    with np.errstate(all="ignore"):
+        return _asymptotic.ndtri_slope(np, special, np.asarray(x, dtype=np.float64))
+
+
+def _mp_ndtri_slope(x: mpmath.mpf) -> mpmath.mpf:
+    z = mpmath.sqrt(2) * mpmath.erfinv(2 * x - 1)
+    return mpmath.sqrt(2 * mpmath.pi) * mpmath.exp(z**2 / 2)
 
 
 class log_ndtr(sp.Function):  # noqa: N801
@@ -1427,6 +1463,18 @@ REGISTRY: tuple[MathFunction, ...] = (
         mpmath=lambda p: mpmath.sqrt(2) * mpmath.erfinv(2 * p - 1),
         domain=((0.0, 1.0),),
     ),
+    # ndtri's derivative, printed as the runtime's `ndtri_slope`: differentiated as one product.
+    MathFunction(
+        "ndtri_slope",
+        ndtri_slope,
+        numpy="rulegen.derive.functions.ndtri_slope_of",
+        mpmath=_mp_ndtri_slope,
+        jax_runtime="ndtri_slope",
+        torch_runtime="ndtri_slope",
+        torch_one_kernel=False,
+        domain=((0.0, 1.0),),
+        internal=True,
+    ),
     MathFunction(
         "log_ndtr",
         log_ndtr,
@@ -1520,6 +1568,42 @@ REGISTRY: tuple[MathFunction, ...] = (
         "softplus_scaled", softplus_scaled, torch="torch.nn.functional.softplus", internal=True, torch_only=True
     ),
 )
+
+
+def _in_partial_fractions(cls: type[sp.Function]) -> None:
+    """State `cls`'s partial in partial fractions (`sympy.apart`) where it is a rational function of its one
+    argument: the form whose own derivative is well behaved.
+
+    Autodiff differentiates the partial as written.  logit's 1 / (p (1 - p)) differentiates to a quotient by
+    its square, (p (1 - p))**2, which underflows at subnormal p (0 / 0, nan, where logit'' is -inf) and
+    overflows first; 1 / p - 1 / (p - 1) differentiates term by term, each term's square of its own.
+    Computed once per class, on a dummy argument, and substituted.
+    """
+    stated = cls.fdiff
+    x = sp.Dummy("x", real=True)
+    try:
+        partial = stated(cls(x), 1)
+    except (ArgumentIndexError, TypeError):
+        return
+    if partial.free_symbols != {x} or not partial.is_rational_function(x) or partial.is_polynomial(x):
+        return
+    fractions = sp.apart(partial, x)
+    if fractions == partial:
+        return
+
+    def fdiff(self: sp.Function, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return fractions.xreplace({x: self.args[0]})
+
+    fdiff.__doc__ = stated.__doc__
+    setattr(cls, "fdiff", fdiff)  # noqa: B010 - a method replaced on the class
+
+
+for _function in REGISTRY:
+    _class = _function.sympy
+    if isinstance(_class, type) and _class.__module__ == __name__ and getattr(_class, "nargs", None) == {1}:
+        _in_partial_fractions(_class)
 
 #: The registered functions a symbolic body may call, by the names it calls them.
 RULE_FUNCTIONS: Mapping[str, MathFunction] = MappingProxyType(

@@ -257,3 +257,83 @@ def test_i1_second_derivative_is_the_runtime_s_in_the_registry_too():
         exact = [float((3 * mpmath.besseli(1, p) + mpmath.besseli(3, p)) / 4) for p in points]
     got = evaluate(np.asarray(points))
     assert np.allclose(got, exact, rtol=1e-12, atol=0)
+
+
+# -------------------------------------------------------------------- a derivative through Mills' ratio, not exp(z**2)
+
+
+def _ndtri_slope(x: float) -> float:
+    with mpmath.workdps(40 + max(0, int(-math.log10(x)))):
+        z = mpmath.sqrt(2) * mpmath.erfinv(2 * mpmath.mpf(x) - 1)
+        return float(mpmath.sqrt(2 * mpmath.pi) * mpmath.exp(z**2 / 2))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ndtri_derivative_in_the_tails_reads_x_not_the_square_of_ndtri(dtype):
+    # sqrt(2 pi) exp(ndtri(x)**2 / 2) takes ndtri's rounding times z**2: 143 float32 eps off (JAX) at the smallest
+    # normal x.  sqrt(pi / 2) erfcx(-z / sqrt 2) / x, and its mirror in 1 - x, are within a few.
+    points = [float(np.finfo(dtype).tiny), 1e-30, 1e-5, 0.02, 0.3, 0.5, 0.9, 1 - 2.0**-20]
+    x = np.asarray(points, dtype=dtype)
+    exact = [_ndtri_slope(float(v)) for v in x]
+    for got in (jax_grad(gj.f_ndtri, x), torch_grad(gt.f_ndtri, x)):
+        assert list(got) == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ndtri_second_derivative_is_one_product_at_the_ends(dtype):
+    # ndtri'' = ndtri(x) ndtri'(x)**2: -inf at 0 and where it overflows near 0, inf at 1.  JAX's own derivative of
+    # ndtri is 0 at 0 (0 there), and autodiff of the tails' erfcx(u) / x is inf - inf where it overflows (nan).
+    tiny = float(np.finfo(dtype).tiny)
+    x = np.asarray([0.0, tiny, 1e-300 if dtype == np.float64 else 1e-30, 1.0, 1e-10, 0.7], dtype=dtype)
+    finite = []
+    for v in x[4:]:
+        with mpmath.workdps(60):
+            z = mpmath.sqrt(2) * mpmath.erfinv(2 * mpmath.mpf(float(v)) - 1)
+            finite.append(float(z * _ndtri_slope(float(v)) ** 2))
+    for got in (jax_second(gj.f_ndtri, x), torch_second(gt.f_ndtri, x)):
+        assert list(got[:4]) == [-math.inf, -math.inf, -math.inf, math.inf], got
+        assert list(got[4:]) == pytest.approx(finite, rel=16 * float(np.finfo(dtype).eps))
+
+
+# -------------------------------------------------------------------- a rational partial in partial fractions
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_logit_second_derivative_at_tiny_p_is_minus_inf_not_nan(dtype):
+    # 1 / (p (1 - p)) differentiates to a quotient by (p (1 - p))**2, which underflows at tiny p: nan where logit''
+    # is -inf (it overflows there).  1/p - 1/(p - 1) differentiates term by term.
+    tiny = float(np.finfo(dtype).tiny)
+    small = [tiny, 1e-300 if dtype == np.float64 else 1e-30, 0.0]
+    finite = [0.3, 0.5, 0.9, 1e-10 if dtype == np.float64 else 1e-8]
+    x = np.asarray(small + finite, dtype=dtype)
+    exact = [
+        float((2 * mpmath.mpf(float(p)) - 1) / (mpmath.mpf(float(p)) * (1 - mpmath.mpf(float(p)))) ** 2) for p in x[3:]
+    ]
+    for got in (jax_second(gj.f_logit, x), torch_second(gt.f_logit, x)):
+        assert list(got[:3]) == [-math.inf] * 3, got
+        assert list(got[3:]) == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps), abs=1e-12)
+
+
+def test_a_registry_partial_rational_in_its_argument_is_in_partial_fractions():
+    from rulegen.derive.functions import logit
+
+    p = sp.Symbol("p", real=True)
+    assert sp.Add.make_args(logit(p).diff(p)) == sp.Add.make_args(1 / p - 1 / (p - 1))
+    assert sp.simplify(logit(p).diff(p) - 1 / (p * (1 - p))) == 0
+
+
+def test_a_partial_is_measured_where_the_registry_s_function_is_defined():
+    # Over the whole line the search took 1/p - 1/(p - 1) for -1/(p**2 - p), which it measured more accurate at
+    # p > 1 (where logit is nan, and the fractions cancel), and whose derivative underflows again.
+    from rulegen.derive.functions import logit, xlogy
+    from rulegen.derive.partials import defined_where
+    from rulegen.derive.stabilise import Sampling
+    from rulegen.spec.rules import Domain
+
+    x, y = sp.symbols("x y", real=True)
+    line = Sampling(((x, Domain()), (y, Domain())))
+    assert defined_where(line, logit(x) + y).condition == sp.And(x >= 0, x <= 1)
+    assert defined_where(line, xlogy(x, y)).condition == (y >= 0)
+    # sympy's own functions, whose partials the registry does not state, and arguments other than an input: as sampled.
+    assert defined_where(line, sp.log(x)) is None
+    assert defined_where(line, logit(x * y)) is None

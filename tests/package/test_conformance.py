@@ -866,44 +866,6 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         ),
         "jax float32 second in x0 at (0.0, inf): nan, exact 0.0",
     ),
-    ("logit", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        "the derived second derivative (2p - 1) / (p (1 - p))**2 at subnormal p: the square underflows",
-        "jax float32 second in x0 at (1.1754943508222875e-38,): nan, exact -7.237005577332262e+75",
-    ),
-    ("ndtri", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax.jit", "float32"),
-        ),
-        "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
-        ("jax float32 first in x0 at (1.1754943508222875e-38,): 6.530802155237514e+36, exact 6.530690411757613e+36"),
-    ),
-    ("ndtri", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax.jit", "float32"),
-        ),
-        "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
-        ("jax float32 jvp in x0 at (1.1754943508222875e-38,): 6.530802155237514e+36, exact 6.530690411757613e+36"),
-    ),
-    ("ndtri", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-        ),
-        "ndtri at 0 and 1 and its derivative sqrt(2 pi) exp(ndtri**2 / 2) there: inf * 0",
-        "jax float32 second in x0 at (0.0,): 0.0, exact -inf",
-    ),
     ("pow", "first"): (
         (
             ("jax", "float32"),
