@@ -392,7 +392,7 @@ def ndtri_slope_of(x: Any) -> Any:
 
     special = importlib.import_module("scipy.special")
     with np.errstate(all="ignore"):
-        return _asymptotic.ndtri_slope(np, special, np.asarray(x, dtype=np.float64))
+        return _asymptotic.ndtri_slope(np, special.ndtri, special.erfcx, np.asarray(x, dtype=np.float64))
 
 
 def _mp_ndtri_slope(x: mpmath.mpf) -> mpmath.mpf:

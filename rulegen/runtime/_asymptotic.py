@@ -157,27 +157,21 @@ def bessel_i1_curvature(xp: ModuleType, special: ModuleType, x: Any) -> Any:
 NDTRI_TAILS_FROM = 1.0
 
 
-def ndtri_slope(xp: ModuleType, special: ModuleType, x: Any) -> Any:
+def ndtri_slope(xp: ModuleType, ndtri: Any, erfcx: Any, x: Any) -> Any:
     """ndtri'(x) = 1 / phi(z), z = ndtri(x): sqrt(pi / 2) erfcx(-z / sqrt 2) / x for z below -1
     and sqrt(pi / 2) erfcx(z / sqrt 2) / (1 - x) above 1 (Phi(z) = erfcx(-z / sqrt 2)
     exp(-z**2 / 2) / 2), sqrt(2 pi) exp(z**2 / 2) between and where z is infinite (x = 0 or 1).
 
     sqrt(2 pi) exp(z**2 / 2) alone takes z's rounding times z**2: 143 float32 eps off at the
     smallest normal x.  The tails' form reads x, exact, and erfcx, whose relative error is z's
-    times 1 / z**2 there; 1 - x is exact where z > 1 (x > 1/2).  erfcx is its series from 8
-    (JAX's own is 0 on a band near 9.3 in float32 and near 26.6 in float64).
+    times 1 / z**2 there; 1 - x is exact where z > 1 (x > 1/2).  `ndtri` and `erfcx` are the
+    backend's (JAX's erfcx the runtime's, its series from 8: JAX's own is 0 on a band near 9.3
+    in float32 and near 26.6 in float64).
     """
-    z = special.ndtri(x)
-    left = (z < -NDTRI_TAILS_FROM) & (z > -math.inf)
-    right = (z > NDTRI_TAILS_FROM) & (z < math.inf)
-    # The tail reads erfcx at u = |z| / sqrt 2 (u >= 0.7), the other branches a stand-in.
-    u = xp.where(left, -z, xp.where(right, z, NDTRI_TAILS_FROM)) / math.sqrt(2)
-    far = u >= ERFCX_SERIES_FROM
-    scaled = xp.where(
-        far,
-        erfcx_series(xp, 0, xp.where(far, u, float(ERFCX_SERIES_FROM))),
-        special.erfcx(xp.where(far, 1.0, u)),
-    )
-    tail = math.sqrt(math.pi / 2) * scaled / xp.where(left, x, xp.where(right, 1 - x, 0.5))
-    near = xp.where(left | right, 0.0, z)
-    return xp.where(left | right, tail, math.sqrt(2 * math.pi) * xp.exp(near * (near / 2)))
+    z = ndtri(x)
+    size = xp.abs(z)
+    tails = (size > NDTRI_TAILS_FROM) & (size < math.inf)
+    # A value only, never differentiated (its derivative is ndtri(x) ndtri'(x)**2): no stand-ins
+    # for the branches a `where` drops.
+    tail = math.sqrt(math.pi / 2) * erfcx(size / math.sqrt(2)) / xp.where(z < 0, x, 1 - x)
+    return xp.where(tails, tail, math.sqrt(2 * math.pi) * xp.exp(z * z / 2))

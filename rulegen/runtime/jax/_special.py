@@ -118,7 +118,7 @@ def _sigmoid_slope_jvp(
 def ndtri_slope(x: jax.Array) -> jax.Array:
     """ndtri'(x) = 1 / phi(ndtri(x)) (`_asymptotic.ndtri_slope`), differentiated as
     ndtri(x) ndtri'(x)**2 at every order."""
-    return _asymptotic.ndtri_slope(jnp, jax.scipy.special, x)
+    return _asymptotic.ndtri_slope(jnp, jax.scipy.special.ndtri, erfcx, x)
 
 
 @ndtri_slope.defjvp

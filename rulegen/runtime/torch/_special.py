@@ -176,7 +176,7 @@ def _bessel_i1_curvature(x: torch.Tensor, _out: torch.Tensor | None) -> torch.Te
 
 
 def _ndtri_slope_value(x: torch.Tensor) -> torch.Tensor:
-    return _asymptotic.ndtri_slope(torch, torch.special, x)
+    return _asymptotic.ndtri_slope(torch, torch.special.ndtri, torch.special.erfcx, x)
 
 
 def _ndtri_curvature(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
@@ -252,5 +252,8 @@ def sigmoid_slope(x: torch.Tensor) -> torch.Tensor:
 def ndtri_slope(x: torch.Tensor) -> torch.Tensor:
     """ndtri'(x) = 1 / phi(ndtri(x)) (`_asymptotic.ndtri_slope`), differentiated as
     ndtri(x) ndtri'(x)**2 at every order: one product, -inf where it overflows (autodiff of
-    its tails' erfcx(u) / x is inf - inf there)."""
+    its tails' erfcx(u) / x is inf - inf there).  Where nothing differentiates it, the value
+    alone."""
+    if plain_tensors((x,)) and not torch.compiler.is_compiling():
+        return _ndtri_slope_value(x)
     return _applied(_NDTRI_SLOPE, x)
