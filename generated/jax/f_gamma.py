@@ -40,26 +40,32 @@ def _f_gamma_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of gamma need not be the derived one (at a kink, a jump, a convention).
     out = _f_gamma(x)
-    t0 = jnp.where(x >= 0, -1 / 2, x)
-    t1 = math.pi * (t0 - jnp.floor(t0 + 1 / 2))
-    t2 = x < 0
-    t3 = x < 134217728
-    t4 = jnp.log(jnp.where(t3, 134217728, x))
-    t5 = x >= 9007199254740992
-    t6 = x >= 134217728
+    t0 = x < 0
+    t1 = t0 & (x >= -1 / 8)
+    t2 = jnp.where(t1, x, -1 / 16)
+    t3 = jnp.where(t0 & (~t1), x, -1 / 2)
+    t4 = math.pi * (t3 - jnp.floor(t3 + 1 / 2))
+    t5 = x < 134217728
+    t6 = jnp.log(jnp.where(t5, 134217728, x))
+    t7 = x >= 9007199254740992
+    t8 = x >= 134217728
     return out, x_dot * (
         out
         * jnp.where(
-            t2,
-            jax.scipy.special.digamma(1 - t0) + quotient(-math.pi * jnp.cos(t1), jnp.sin(t1)),
+            t1,
+            -(1 / t2) + jax.scipy.special.digamma(t2 + 1),
             jnp.where(
-                t6,
+                t0,
+                jax.scipy.special.digamma(1 - t3) + quotient(-math.pi * jnp.cos(t4), jnp.sin(t4)),
                 jnp.where(
-                    t5,
-                    t4,
-                    t4 - (1 / jnp.where(t3, 134217728, jnp.where(t5, 9007199254740992, x))) / 2,
+                    t8,
+                    jnp.where(
+                        t7,
+                        t6,
+                        t6 - (1 / jnp.where(t5, 134217728, jnp.where(t7, 9007199254740992, x))) / 2,
+                    ),
+                    jax.scipy.special.digamma(jnp.where(t0 | t8, 134217727, x)),
                 ),
-                jax.scipy.special.digamma(jnp.where(t2 | t6, 134217727, x)),
             ),
         )
     )

@@ -16,24 +16,32 @@ class FDigamma(RuleFunction):
 
     @staticmethod
     def forward(x):
-        t0 = torch.where(x >= 0, -1 / 2, x)
-        t1 = math.pi * (t0 - torch.floor(t0 + 1 / 2))
-        t2 = x < 0
-        t3 = x < 134217728
-        t4 = torch.log(torch.where(t3, 134217728, x))
-        t5 = x >= 9007199254740992
-        t6 = x >= 134217728
+        t0 = x < 0
+        t1 = t0 & (x >= -1 / 8)
+        t2 = torch.where(t1, x, -1 / 16)
+        t3 = torch.where(t0 & (~t1), x, -1 / 2)
+        t4 = math.pi * (t3 - torch.floor(t3 + 1 / 2))
+        t5 = x < 134217728
+        t6 = torch.log(torch.where(t5, 134217728, x))
+        t7 = x >= 9007199254740992
+        t8 = x >= 134217728
         return torch.where(
-            t2,
-            digamma(1 - t0) - math.pi * torch.cos(t1) / torch.sin(t1),
+            t1,
+            -(1 / t2) + digamma(t2 + 1),
             torch.where(
-                t6,
+                t0,
+                digamma(1 - t3) - math.pi * torch.cos(t4) / torch.sin(t4),
                 torch.where(
-                    t5,
-                    t4,
-                    t4 - (1 / torch.where(t3, 134217728, torch.where(t5, 9007199254740992, x))) / 2,
+                    t8,
+                    torch.where(
+                        t7,
+                        t6,
+                        t6
+                        - (1 / torch.where(t5, 134217728, torch.where(t7, 9007199254740992, x)))
+                        / 2,
+                    ),
+                    digamma(torch.where(t0 | t8, 134217727, x)),
                 ),
-                digamma(torch.where(t2 | t6, 134217727, x)),
             ),
         )
 

@@ -931,7 +931,14 @@ def _polygamma_by_reflection(order: sp.Expr, x: sp.Expr) -> sp.Expr:
     if not (order.is_Integer and order >= 0):
         return sp.polygamma(order, x)
     u = sp.Dummy("u")
-    negative = _negative_or(x, sp.Rational(-1, 2))
+    # digamma just below 0 (order 0, x in [-1/8, 0)) by the recurrence psi(1 + x) - 1/x instead: the reflection's
+    # two derivatives, -trigamma(1 - x) and pi**2 / sin(pi x)**2, have opposite signs, and where Gamma is
+    # infinite (x subnormal) the second derivative of Gamma gives them an infinite cotangent: inf - inf.  The
+    # recurrence's, trigamma(1 + x) and 1 / x**2, have one sign; psi(1 + x) is in [-0.75, -0.58] there and -1/x
+    # at least 8 (no digit lost).
+    recurring = int(order) == 0
+    close = (x >= -RECURRENCE_BELOW_ZERO) & (x < 0) if recurring else sp.false
+    negative = Piecewise((x, (x < 0) & ~close), (sp.Rational(-1, 2), True))
     nearest = negative - sp.floor(negative + sp.S.Half)
     cotangent = sp.diff(sp.cos(sp.pi * u) / sp.sin(sp.pi * u), u, int(order)).subs(u, nearest)
     reflected = (-1) ** int(order) * sp.polygamma(order, 1 - negative) - sp.pi * cotangent
@@ -954,7 +961,15 @@ def _polygamma_by_reflection(order: sp.Expr, x: sp.Expr) -> sp.Expr:
         r = divided(sp.S.One, large)
         series = (-1) ** (n + 1) * (sp.factorial(n - 1) * r**n + sp.factorial(n) / 2 * r ** (n + 1))
     near = Piecewise((far - 1, (x < 0) | (x >= far)), (x, True))
+    if recurring:
+        small = Piecewise((x, close), (-RECURRENCE_BELOW_ZERO / 2, True))
+        recurrence = sp.polygamma(order, 1 + small) - divided(sp.S.One, small)
+        return Piecewise((recurrence, close), (reflected, x < 0), (series, x >= far), (sp.polygamma(order, near), True))
     return Piecewise((reflected, x < 0), (series, x >= far), (sp.polygamma(order, near), True))
+
+
+#: digamma is psi(1 + x) - 1/x from -1/8 up to 0 (`_polygamma_by_reflection`).
+RECURRENCE_BELOW_ZERO = sp.Rational(1, 8)
 
 
 #: Where polygamma(n, x), n >= 1, and zeta(s, q) are their asymptotic series (`_polygamma_by_reflection`,

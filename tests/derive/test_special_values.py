@@ -337,3 +337,42 @@ def test_a_partial_is_measured_where_the_registry_s_function_is_defined():
     # sympy's own functions, whose partials the registry does not state, and arguments other than an input: as sampled.
     assert defined_where(line, sp.log(x)) is None
     assert defined_where(line, logit(x * y)) is None
+
+
+# -------------------------------------------------------------------- digamma by recurrence just below 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gamma_second_derivative_where_gamma_is_infinite_below_zero(dtype):
+    # At the smallest negative subnormal Gamma is -inf and Gamma'' = Gamma (psi**2 + psi') is -inf.  Through the
+    # reflection psi(1 - x) - pi cot(pi x), reverse mode gave the infinite cotangent to -trigamma(1 - x) and
+    # pi**2 / sin(pi x)**2, of opposite signs: nan.  psi(1 + x) - 1/x's two derivatives have one sign.
+    x = np.asarray([-float(np.finfo(dtype).smallest_subnormal), -0.1, -0.125, -0.13, -2.5], dtype=dtype)
+    exact = []
+    for v in x[1:]:
+        with mpmath.workdps(40):
+            p = mpmath.mpf(float(v))
+            exact.append(float(mpmath.gamma(p) * (mpmath.digamma(p) ** 2 + mpmath.polygamma(1, p))))
+    got = torch_second(gt.f_gamma, x)
+    assert got[0] == -math.inf, got
+    assert list(got[1:]) == pytest.approx(exact, rel=64 * float(np.finfo(dtype).eps))
+    digamma_exact = [float(mpmath.digamma(mpmath.mpf(float(v)))) for v in x[1:]]
+    assert torch_value(gt.f_digamma, x)[0] == math.inf
+    for value in (torch_value(gt.f_digamma, x), np.asarray(gj.f_digamma(x))):
+        assert list(value[1:]) == pytest.approx(digamma_exact, rel=8 * float(np.finfo(dtype).eps))
+
+
+def test_a_partial_is_searched_where_one_comparison_is_its_domain(tmp_path, search_cache_off):
+    # One domain condition (xlogy's y >= 0) is a bare Relational, not an And: the search asked its truth value,
+    # and the cookbook's Beta log-density was refused as an internal error.
+    from rulegen.derive.partials import derive_rule
+    from rulegen.spec.rules import read_rule_file
+
+    path = tmp_path / "beta_log_prob.yaml"
+    path.write_text(
+        "name: beta_log_prob\n"
+        "inputs: {x: {}, a: {assume: positive}, b: {assume: positive}}\n"
+        "forward: xlogy(a - 1, x) + xlog1py(b - 1, -x) - log(beta(a, b))\n"
+    )
+    (rule,) = read_rule_file(path)
+    assert derive_rule(rule).choices

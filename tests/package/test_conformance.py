@@ -817,18 +817,6 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         ),
         ("jax float32 value in x0 at (1.401298464324817e-45,): 8.881775197276188e-16, exact 1.1190346870425511e-15"),
     ),
-    ("gamma", "second"): (
-        (
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        (
-            "reverse mode at the smallest negative subnormal, where Gamma is -inf: the cotangent of digamma's "
-            "reflection is infinite, and its two partials, -trigamma(1 - x) (finite) and pi**2 / sin(pi x)**2 "
-            "(inf), take it as inf - inf"
-        ),
-        "torch float64 second in x0 at (-5e-324,): nan, exact -inf",
-    ),
     ("hypot", "first"): (
         (
             ("jax.jit", "float32"),
