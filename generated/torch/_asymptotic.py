@@ -151,3 +151,28 @@ def bessel_i1_curvature(xp: ModuleType, special: ModuleType, x: Any) -> Any:
     mid = (1 + 2 / (at_mid * at_mid)) * special.i1(at_mid) - special.i0(at_mid) / at_mid
     series = x * _horner(_I1_CURVATURE_COEFFICIENTS, x * x)
     return xp.where(far, scaled, xp.where(small, series, mid))
+
+
+#: Where ndtri's derivative is its tails' form, in |ndtri(x)| (below, sqrt(2 pi) exp(z**2 / 2)
+#: is within z**2 roundings, and the tails' Mills ratio cancels at the next order as z nears 0).
+NDTRI_TAILS_FROM = 1.0
+
+
+def ndtri_slope(xp: ModuleType, ndtri: Any, erfcx: Any, x: Any) -> Any:
+    """ndtri'(x) = 1 / phi(z), z = ndtri(x): sqrt(pi / 2) erfcx(-z / sqrt 2) / x for z below -1
+    and sqrt(pi / 2) erfcx(z / sqrt 2) / (1 - x) above 1 (Phi(z) = erfcx(-z / sqrt 2)
+    exp(-z**2 / 2) / 2), sqrt(2 pi) exp(z**2 / 2) between and where z is infinite (x = 0 or 1).
+
+    sqrt(2 pi) exp(z**2 / 2) alone takes z's rounding times z**2: 143 float32 eps off at the
+    smallest normal x.  The tails' form reads x, exact, and erfcx, whose relative error is z's
+    times 1 / z**2 there; 1 - x is exact where z > 1 (x > 1/2).  `ndtri` and `erfcx` are the
+    backend's (JAX's erfcx the runtime's, its series from 8: JAX's own is 0 on a band near 9.3
+    in float32 and near 26.6 in float64).
+    """
+    z = ndtri(x)
+    size = xp.abs(z)
+    tails = (size > NDTRI_TAILS_FROM) & (size < math.inf)
+    # A value only, never differentiated (its derivative is ndtri(x) ndtri'(x)**2): no stand-ins
+    # for the branches a `where` drops.
+    tail = math.sqrt(math.pi / 2) * erfcx(size / math.sqrt(2)) / xp.where(z < 0, x, 1 - x)
+    return xp.where(tails, tail, math.sqrt(2 * math.pi) * xp.exp(z * z / 2))

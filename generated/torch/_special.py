@@ -176,6 +176,14 @@ def _bessel_i1_curvature(x: torch.Tensor, _out: torch.Tensor | None) -> torch.Te
     return bessel_i1_curvature(x)
 
 
+def _ndtri_slope_value(x: torch.Tensor) -> torch.Tensor:
+    return _asymptotic.ndtri_slope(torch, torch.special.ndtri, torch.special.erfcx, x)
+
+
+def _ndtri_curvature(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    return torch.special.ndtri(x) * out * out
+
+
 def _sigmoid_slope_value(x: torch.Tensor) -> torch.Tensor:
     # sigmoid(x) * sigmoid(-x): softplus's backward at beta = -1 multiplies its first
     # argument by sigmoid(-x).
@@ -190,6 +198,9 @@ _DIGAMMA = _differentiated_by("_Digamma", torch.special.digamma, _trigamma, read
 _BESSEL_I1 = _differentiated_by("_BesselI1", torch.special.i1, _bessel_i1_slope, reads_output=False)
 _BESSEL_I1_SLOPE = _differentiated_by(
     "_BesselI1Slope", _bessel_i1_slope_value, _bessel_i1_curvature, reads_output=False
+)
+_NDTRI_SLOPE = _differentiated_by(
+    "_NdtriSlope", _ndtri_slope_value, _ndtri_curvature, reads_output=True
 )
 _SIGMOID_SLOPE = _differentiated_by(
     "_SigmoidSlope", _sigmoid_slope_value, _sigmoid_curvature, reads_output=False
@@ -237,3 +248,13 @@ def sigmoid_slope(x: torch.Tensor) -> torch.Tensor:
     if plain_tensors((x,)) and not torch.compiler.is_compiling():
         return _sigmoid_slope_value(x)
     return _applied(_SIGMOID_SLOPE, x)
+
+
+def ndtri_slope(x: torch.Tensor) -> torch.Tensor:
+    """ndtri'(x) = 1 / phi(ndtri(x)) (`_asymptotic.ndtri_slope`), differentiated as
+    ndtri(x) ndtri'(x)**2 at every order: one product, -inf where it overflows (autodiff of
+    its tails' erfcx(u) / x is inf - inf there).  Where nothing differentiates it, the value
+    alone."""
+    if plain_tensors((x,)) and not torch.compiler.is_compiling():
+        return _ndtri_slope_value(x)
+    return _applied(_NDTRI_SLOPE, x)

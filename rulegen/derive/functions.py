@@ -361,7 +361,43 @@ class ndtri(sp.Function):  # noqa: N801
     def fdiff(self, argindex: int = 1) -> sp.Expr:
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
-        return sp.sqrt(2 * sp.pi) * sp.exp(self**2 / 2)
+        return ndtri_slope(self.args[0])
+
+
+class ndtri_slope(sp.Function):  # noqa: N801
+    """ndtri'(x) = 1 / phi(ndtri(x)), the runtime's `ndtri_slope` in both backends (`_asymptotic.ndtri_slope`:
+    Mills' ratio, erfcx(|z| / sqrt 2), over x or 1 - x in the tails), differentiated as ndtri(x) ndtri'(x)**2.
+
+    sqrt(2 pi) exp(ndtri(x)**2 / 2) takes ndtri's rounding times z**2 (143 float32 eps off at the smallest
+    normal x), and autodiff of the tails' quotient is inf - inf where the second derivative overflows.
+    """
+
+    nargs = 1
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return ndtri(self.args[0]) * self**2
+
+    def _eval_rewrite_as_exp(self, arg: sp.Expr, **kwargs: object) -> sp.Expr:
+        return sp.sqrt(2 * sp.pi) * sp.exp(ndtri(arg) ** 2 / 2)
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real
+
+
+def ndtri_slope_of(x: Any) -> Any:
+    """ndtri'(x) in numpy, as the runtime computes it: the accuracy search's evaluation."""
+    import importlib
+
+    special = importlib.import_module("scipy.special")
+    with np.errstate(all="ignore"):
+        return _asymptotic.ndtri_slope(np, special.ndtri, special.erfcx, np.asarray(x, dtype=np.float64))
+
+
+def _mp_ndtri_slope(x: mpmath.mpf) -> mpmath.mpf:
+    z = mpmath.sqrt(2) * mpmath.erfinv(2 * x - 1)
+    return mpmath.sqrt(2 * mpmath.pi) * mpmath.exp(z**2 / 2)
 
 
 class log_ndtr(sp.Function):  # noqa: N801
@@ -895,7 +931,14 @@ def _polygamma_by_reflection(order: sp.Expr, x: sp.Expr) -> sp.Expr:
     if not (order.is_Integer and order >= 0):
         return sp.polygamma(order, x)
     u = sp.Dummy("u")
-    negative = _negative_or(x, sp.Rational(-1, 2))
+    # digamma just below 0 (order 0, x in [-1/8, 0)) by the recurrence psi(1 + x) - 1/x instead: the reflection's
+    # two derivatives, -trigamma(1 - x) and pi**2 / sin(pi x)**2, have opposite signs, and where Gamma is
+    # infinite (x subnormal) the second derivative of Gamma gives them an infinite cotangent: inf - inf.  The
+    # recurrence's, trigamma(1 + x) and 1 / x**2, have one sign; psi(1 + x) is in [-0.75, -0.58] there and -1/x
+    # at least 8 (no digit lost).
+    recurring = int(order) == 0
+    close = (x >= -RECURRENCE_BELOW_ZERO) & (x < 0) if recurring else sp.false
+    negative = Piecewise((x, (x < 0) & ~close), (sp.Rational(-1, 2), True))
     nearest = negative - sp.floor(negative + sp.S.Half)
     cotangent = sp.diff(sp.cos(sp.pi * u) / sp.sin(sp.pi * u), u, int(order)).subs(u, nearest)
     reflected = (-1) ** int(order) * sp.polygamma(order, 1 - negative) - sp.pi * cotangent
@@ -918,7 +961,15 @@ def _polygamma_by_reflection(order: sp.Expr, x: sp.Expr) -> sp.Expr:
         r = divided(sp.S.One, large)
         series = (-1) ** (n + 1) * (sp.factorial(n - 1) * r**n + sp.factorial(n) / 2 * r ** (n + 1))
     near = Piecewise((far - 1, (x < 0) | (x >= far)), (x, True))
+    if recurring:
+        small = Piecewise((x, close), (-RECURRENCE_BELOW_ZERO / 2, True))
+        recurrence = sp.polygamma(order, 1 + small) - divided(sp.S.One, small)
+        return Piecewise((recurrence, close), (reflected, x < 0), (series, x >= far), (sp.polygamma(order, near), True))
     return Piecewise((reflected, x < 0), (series, x >= far), (sp.polygamma(order, near), True))
+
+
+#: digamma is psi(1 + x) - 1/x from -1/8 up to 0 (`_polygamma_by_reflection`).
+RECURRENCE_BELOW_ZERO = sp.Rational(1, 8)
 
 
 #: Where polygamma(n, x), n >= 1, and zeta(s, q) are their asymptotic series (`_polygamma_by_reflection`,
@@ -1427,6 +1478,18 @@ REGISTRY: tuple[MathFunction, ...] = (
         mpmath=lambda p: mpmath.sqrt(2) * mpmath.erfinv(2 * p - 1),
         domain=((0.0, 1.0),),
     ),
+    # ndtri's derivative, printed as the runtime's `ndtri_slope`: differentiated as one product.
+    MathFunction(
+        "ndtri_slope",
+        ndtri_slope,
+        numpy="rulegen.derive.functions.ndtri_slope_of",
+        mpmath=_mp_ndtri_slope,
+        jax_runtime="ndtri_slope",
+        torch_runtime="ndtri_slope",
+        torch_one_kernel=False,
+        domain=((0.0, 1.0),),
+        internal=True,
+    ),
     MathFunction(
         "log_ndtr",
         log_ndtr,
@@ -1520,6 +1583,42 @@ REGISTRY: tuple[MathFunction, ...] = (
         "softplus_scaled", softplus_scaled, torch="torch.nn.functional.softplus", internal=True, torch_only=True
     ),
 )
+
+
+def _in_partial_fractions(cls: type[sp.Function]) -> None:
+    """State `cls`'s partial in partial fractions (`sympy.apart`) where it is a rational function of its one
+    argument: the form whose own derivative is well behaved.
+
+    Autodiff differentiates the partial as written.  logit's 1 / (p (1 - p)) differentiates to a quotient by
+    its square, (p (1 - p))**2, which underflows at subnormal p (0 / 0, nan, where logit'' is -inf) and
+    overflows first; 1 / p - 1 / (p - 1) differentiates term by term, each term's square of its own.
+    Computed once per class, on a dummy argument, and substituted.
+    """
+    stated = cls.fdiff
+    x = sp.Dummy("x", real=True)
+    try:
+        partial = stated(cls(x), 1)
+    except (ArgumentIndexError, TypeError):
+        return
+    if partial.free_symbols != {x} or not partial.is_rational_function(x) or partial.is_polynomial(x):
+        return
+    fractions = sp.apart(partial, x)
+    if fractions == partial:
+        return
+
+    def fdiff(self: sp.Function, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return fractions.xreplace({x: self.args[0]})
+
+    fdiff.__doc__ = stated.__doc__
+    setattr(cls, "fdiff", fdiff)  # noqa: B010 - a method replaced on the class
+
+
+for _function in REGISTRY:
+    _class = _function.sympy
+    if isinstance(_class, type) and _class.__module__ == __name__ and getattr(_class, "nargs", None) == {1}:
+        _in_partial_fractions(_class)
 
 #: The registered functions a symbolic body may call, by the names it calls them.
 RULE_FUNCTIONS: Mapping[str, MathFunction] = MappingProxyType(

@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 import sympy as sp
 
+from rulegen.derive import functions as fn
 from rulegen.derive.derivation import Derivation, Partials
 from rulegen.derive.expr import parse_expression
 from rulegen.derive.forms import canonical, with_slopes
@@ -378,6 +379,37 @@ def _sampling(d: Derivation) -> Sampling | None:
         return None
 
 
+def defined_where(sampling: Sampling, forward: sp.Expr | None) -> Sampling | None:
+    """`sampling` where `forward` is defined: each argument of a function of the registry's own (a class of
+    rulegen.derive.functions) in it that has a `domain`, where the argument is an input, inside that domain (None
+    where there is none to add).
+
+    A partial is measured where its output has a value: logit's 1/p - 1/(p - 1) cancels at p > 1, where logit
+    is nan, and within [0, 1] is the form whose own derivative is right (`functions._in_partial_fractions`).
+    """
+    if forward is None:
+        return None
+    variables = set(sampling.variables)
+    conditions: list[sp.Basic] = []
+    for call in sp.preorder_traversal(forward):
+        function = fn.BY_NAME.get(type(call).__name__) if isinstance(call, sp.Function) else None
+        # The registry's own functions, whose partials it states (sympy's, log's 1/x, it does not).
+        if function is None or not function.domain or type(call).__module__ != fn.__name__:
+            continue
+        for k in range(function.orders, len(call.args)):
+            lo, hi = function.argument_domain(k)
+            argument = call.args[k]
+            # An input itself: the condition is numpy code of the inputs (`Sampling.condition`).
+            if argument not in variables:
+                continue
+            conditions += [argument >= sp.Rational(lo)] if math.isfinite(lo) else []
+            conditions += [argument <= sp.Rational(hi)] if math.isfinite(hi) else []
+    if not conditions:
+        return None
+    condition = sp.And(*conditions) if sampling.condition is None else sp.And(sampling.condition, *conditions)
+    return Sampling(sampling.domains, condition)
+
+
 def _static_number(spec: Input) -> bool:
     """Whether `spec` is a static float number the search can hold as a variable (a focal loss's gamma)."""
     return isinstance(spec.default, float) and (spec.has_default or spec.domain_given)
@@ -446,15 +478,20 @@ def stabilised(d: Derivation) -> Derivation:
     policy = d.rule.accuracy or DEFAULT_POLICY
 
     def chosen(
-        label: str, expr: sp.Expr, alternatives: tuple[tuple[str, sp.Expr], ...] = (), written: sp.Expr | None = None
+        label: str,
+        expr: sp.Expr,
+        alternatives: tuple[tuple[str, sp.Expr], ...] = (),
+        written: sp.Expr | None = None,
+        where: Sampling | None = None,
     ) -> Choice | None:
-        if not searchable(expr, sampling):
+        where = where or sampling
+        if not searchable(expr, where):
             return None
         if expr not in searched:
             if len(searched) >= BUDGET.searches_per_rule:
                 return None
             searched.add(expr)
-        choice = stabilise(expr, sampling, quantity=label, alternatives=alternatives, policy=policy, written=written)
+        choice = stabilise(expr, where, quantity=label, alternatives=alternatives, policy=policy, written=written)
         choices.setdefault(label, choice)
         return choice
 
@@ -490,7 +527,7 @@ def stabilised(d: Derivation) -> Derivation:
                 )
                 # What autodiff of the forward as written computes: the reference of `fast` and `balanced`.
                 reference = differentiate(written[o], symbol) if written[o] != derived[o] else None
-            choice = chosen(f"d{o}/d{i}", e, alternatives, reference)
+            choice = chosen(f"d{o}/d{i}", e, alternatives, reference, defined_where(sampling, derived.get(o)))
             table[(o, i)] = slopes(e if choice is None else choice.chosen)
         return MappingProxyType(table)
 

@@ -59,6 +59,7 @@ HELPER_NAMES = frozenset(
         "bessel_i1",
         "bessel_i1_slope",
         "sigmoid_slope",
+        "ndtri_slope",
         "bessel_i1_curvature",
         "bessel_ie_series",
         "binade",

@@ -257,3 +257,122 @@ def test_i1_second_derivative_is_the_runtime_s_in_the_registry_too():
         exact = [float((3 * mpmath.besseli(1, p) + mpmath.besseli(3, p)) / 4) for p in points]
     got = evaluate(np.asarray(points))
     assert np.allclose(got, exact, rtol=1e-12, atol=0)
+
+
+# -------------------------------------------------------------------- a derivative through Mills' ratio, not exp(z**2)
+
+
+def _ndtri_slope(x: float) -> float:
+    with mpmath.workdps(40 + max(0, int(-math.log10(x)))):
+        z = mpmath.sqrt(2) * mpmath.erfinv(2 * mpmath.mpf(x) - 1)
+        return float(mpmath.sqrt(2 * mpmath.pi) * mpmath.exp(z**2 / 2))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ndtri_derivative_in_the_tails_reads_x_not_the_square_of_ndtri(dtype):
+    # sqrt(2 pi) exp(ndtri(x)**2 / 2) takes ndtri's rounding times z**2: 143 float32 eps off (JAX) at the smallest
+    # normal x.  sqrt(pi / 2) erfcx(-z / sqrt 2) / x, and its mirror in 1 - x, are within a few.
+    points = [float(np.finfo(dtype).tiny), 1e-30, 1e-5, 0.02, 0.3, 0.5, 0.9, 1 - 2.0**-20]
+    x = np.asarray(points, dtype=dtype)
+    exact = [_ndtri_slope(float(v)) for v in x]
+    for got in (jax_grad(gj.f_ndtri, x), torch_grad(gt.f_ndtri, x)):
+        assert list(got) == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ndtri_second_derivative_is_one_product_at_the_ends(dtype):
+    # ndtri'' = ndtri(x) ndtri'(x)**2: -inf at 0 and where it overflows near 0, inf at 1.  JAX's own derivative of
+    # ndtri is 0 at 0 (0 there), and autodiff of the tails' erfcx(u) / x is inf - inf where it overflows (nan).
+    tiny = float(np.finfo(dtype).tiny)
+    x = np.asarray([0.0, tiny, 1e-300 if dtype == np.float64 else 1e-30, 1.0, 1e-10, 0.7], dtype=dtype)
+    finite = []
+    for v in x[4:]:
+        with mpmath.workdps(60):
+            z = mpmath.sqrt(2) * mpmath.erfinv(2 * mpmath.mpf(float(v)) - 1)
+            finite.append(float(z * _ndtri_slope(float(v)) ** 2))
+    for got in (jax_second(gj.f_ndtri, x), torch_second(gt.f_ndtri, x)):
+        assert list(got[:4]) == [-math.inf, -math.inf, -math.inf, math.inf], got
+        assert list(got[4:]) == pytest.approx(finite, rel=16 * float(np.finfo(dtype).eps))
+
+
+# -------------------------------------------------------------------- a rational partial in partial fractions
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_logit_second_derivative_at_tiny_p_is_minus_inf_not_nan(dtype):
+    # 1 / (p (1 - p)) differentiates to a quotient by (p (1 - p))**2, which underflows at tiny p: nan where logit''
+    # is -inf (it overflows there).  1/p - 1/(p - 1) differentiates term by term.
+    tiny = float(np.finfo(dtype).tiny)
+    small = [tiny, 1e-300 if dtype == np.float64 else 1e-30, 0.0]
+    finite = [0.3, 0.5, 0.9, 1e-10 if dtype == np.float64 else 1e-8]
+    x = np.asarray(small + finite, dtype=dtype)
+    exact = [
+        float((2 * mpmath.mpf(float(p)) - 1) / (mpmath.mpf(float(p)) * (1 - mpmath.mpf(float(p)))) ** 2) for p in x[3:]
+    ]
+    for got in (jax_second(gj.f_logit, x), torch_second(gt.f_logit, x)):
+        assert list(got[:3]) == [-math.inf] * 3, got
+        assert list(got[3:]) == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps), abs=1e-12)
+
+
+def test_a_registry_partial_rational_in_its_argument_is_in_partial_fractions():
+    from rulegen.derive.functions import logit
+
+    p = sp.Symbol("p", real=True)
+    assert sp.Add.make_args(logit(p).diff(p)) == sp.Add.make_args(1 / p - 1 / (p - 1))
+    assert sp.simplify(logit(p).diff(p) - 1 / (p * (1 - p))) == 0
+
+
+def test_a_partial_is_measured_where_the_registry_s_function_is_defined():
+    # Over the whole line the search took 1/p - 1/(p - 1) for -1/(p**2 - p), which it measured more accurate at
+    # p > 1 (where logit is nan, and the fractions cancel), and whose derivative underflows again.
+    from rulegen.derive.functions import logit, xlogy
+    from rulegen.derive.partials import defined_where
+    from rulegen.derive.stabilise import Sampling
+    from rulegen.spec.rules import Domain
+
+    x, y = sp.symbols("x y", real=True)
+    line = Sampling(((x, Domain()), (y, Domain())))
+    assert defined_where(line, logit(x) + y).condition == sp.And(x >= 0, x <= 1)
+    assert defined_where(line, xlogy(x, y)).condition == (y >= 0)
+    # sympy's own functions, whose partials the registry does not state, and arguments other than an input: as sampled.
+    assert defined_where(line, sp.log(x)) is None
+    assert defined_where(line, logit(x * y)) is None
+
+
+# -------------------------------------------------------------------- digamma by recurrence just below 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gamma_second_derivative_where_gamma_is_infinite_below_zero(dtype):
+    # At the smallest negative subnormal Gamma is -inf and Gamma'' = Gamma (psi**2 + psi') is -inf.  Through the
+    # reflection psi(1 - x) - pi cot(pi x), reverse mode gave the infinite cotangent to -trigamma(1 - x) and
+    # pi**2 / sin(pi x)**2, of opposite signs: nan.  psi(1 + x) - 1/x's two derivatives have one sign.
+    x = np.asarray([-float(np.finfo(dtype).smallest_subnormal), -0.1, -0.125, -0.13, -2.5], dtype=dtype)
+    exact = []
+    for v in x[1:]:
+        with mpmath.workdps(40):
+            p = mpmath.mpf(float(v))
+            exact.append(float(mpmath.gamma(p) * (mpmath.digamma(p) ** 2 + mpmath.polygamma(1, p))))
+    got = torch_second(gt.f_gamma, x)
+    assert got[0] == -math.inf, got
+    assert list(got[1:]) == pytest.approx(exact, rel=64 * float(np.finfo(dtype).eps))
+    digamma_exact = [float(mpmath.digamma(mpmath.mpf(float(v)))) for v in x[1:]]
+    assert torch_value(gt.f_digamma, x)[0] == math.inf
+    for value in (torch_value(gt.f_digamma, x), np.asarray(gj.f_digamma(x))):
+        assert list(value[1:]) == pytest.approx(digamma_exact, rel=8 * float(np.finfo(dtype).eps))
+
+
+def test_a_partial_is_searched_where_one_comparison_is_its_domain(tmp_path, search_cache_off):
+    # One domain condition (xlogy's y >= 0) is a bare Relational, not an And: the search asked its truth value,
+    # and the cookbook's Beta log-density was refused as an internal error.
+    from rulegen.derive.partials import derive_rule
+    from rulegen.spec.rules import read_rule_file
+
+    path = tmp_path / "beta_log_prob.yaml"
+    path.write_text(
+        "name: beta_log_prob\n"
+        "inputs: {x: {}, a: {assume: positive}, b: {assume: positive}}\n"
+        "forward: xlogy(a - 1, x) + xlog1py(b - 1, -x) - log(beta(a, b))\n"
+    )
+    (rule,) = read_rule_file(path)
+    assert derive_rule(rule).choices

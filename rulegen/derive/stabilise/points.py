@@ -89,7 +89,7 @@ def _mpmath_function(expr: sp.Expr, variables: tuple[sp.Symbol, ...]) -> Callabl
 def _sample(expr: sp.Expr, sampling: Sampling, count: int, seed: int, dtype: Any) -> _Points:
     variables = sampling.variables
     reference = _mpmath_function(expr, tuple(variables))
-    condition = sampling.condition and lambdified(variables, sampling.condition, modules="numpy")
+    condition = None if sampling.condition is None else lambdified(variables, sampling.condition, modules="numpy")
     rng = np.random.default_rng([seed, np.dtype(dtype).itemsize, count])
     which = 0 if np.dtype(dtype) == np.float64 else 1
     kept: list[list[float]] = [[] for _ in variables]

@@ -11,6 +11,11 @@ JAX differentiates i0 as i0e(x) exp(|x|), whose derivative at 0 is 1
 (I1's, I0(x) - I1(x) / x) is differentiated by I1 here.  I1 is
 differentiated by I0(x) - I1(x) / x, inf - inf where both overflow: here by
 `_asymptotic.bessel_i1_slope`, itself differentiated as one product.
+
+ndtri's derivative, 1 / phi(ndtri(x)), is `_asymptotic.ndtri_slope`,
+differentiated as ndtri(x) times its square: one product, -inf where it
+overflows (autodiff of its tails' erfcx(u) / x is inf - inf there, and JAX's
+own derivative of ndtri is 0 at x = 0).
 """
 
 import jax
@@ -107,3 +112,19 @@ def _sigmoid_slope_jvp(
     # Each factor at most 1 in magnitude, into the tangent in turn: no product is subnormal
     # where the result is normal (XLA flushes it: tanh'' at 1.5e-38 in float32 was 0).
     return out, x_dot * -jnp.tanh(x / 2) * out
+
+
+@jax.custom_jvp
+def ndtri_slope(x: jax.Array) -> jax.Array:
+    """ndtri'(x) = 1 / phi(ndtri(x)) (`_asymptotic.ndtri_slope`), differentiated as
+    ndtri(x) ndtri'(x)**2 at every order."""
+    return _asymptotic.ndtri_slope(jnp, jax.scipy.special.ndtri, erfcx, x)
+
+
+@ndtri_slope.defjvp
+def _ndtri_slope_jvp(
+    primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[jax.Array, jax.Array]:
+    (x,), (x_dot,) = primals, tangents
+    out = ndtri_slope(x)
+    return out, x_dot * (jax.scipy.special.ndtri(x) * out) * out
