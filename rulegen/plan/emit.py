@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import sympy as sp
 
 from rulegen.derive import functions as fn
-from rulegen.derive.saved import shared_subexpressions
+from rulegen.derive.expr import shared_subexpressions
 from rulegen.plan.code import Assign, Block, If, Import, fits_a_line, is_short
 from rulegen.plan.inplace import InPlaceWriter
 from rulegen.plan.model import Result

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import sympy as sp
 
-from rulegen.derive.saved import recompute_cost, shared_subexpressions
+from rulegen.derive.expr import shared_subexpressions
+from rulegen.derive.saved import recompute_cost
 
 
 def eager_passes(exprs: Sequence[sp.Expr], scalars: set[sp.Symbol]) -> int:

@@ -19,7 +19,7 @@ import torch
 
 import generated.jax as gj
 import generated.torch as gt
-from rulegen.derive.saved import shared_subexpressions
+from rulegen.derive.expr import shared_subexpressions
 
 jax.config.update("jax_enable_x64", True)
 
