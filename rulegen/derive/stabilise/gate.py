@@ -207,17 +207,19 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
                 return False
         if not len(measured):
             continue
-        theirs = _evaluated(derived, variables, measured.columns, measured.dtype)
-        ours = _evaluated(candidate, variables, measured.columns, measured.dtype)
-        if ours is None:
+        after = _measured_bits(candidate, variables, measured)
+        if after is None:
             return False
-        if theirs is None:
-            continue
-        before = bits_of_error(theirs, measured.exact, measured.dtype).mean()
-        after = bits_of_error(ours, measured.exact, measured.dtype).mean()
-        if after > before + BUDGET.tie_bits:
+        before = _measured_bits(derived, variables, measured)
+        if before is not None and after > before + BUDGET.tie_bits:
             return False
     return True
+
+
+def _measured_bits(expr: sp.Expr, variables: Sequence[sp.Symbol], measured: _Points) -> float | None:
+    """`expr`'s mean bits of error at the gate's measured points of one dtype; None where numpy cannot evaluate it."""
+    values = _evaluated(expr, variables, measured.columns, measured.dtype)
+    return None if values is None else float(bits_of_error(values, measured.exact, measured.dtype).mean())
 
 
 def validated_bits(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0) -> float:
@@ -229,8 +231,8 @@ def validated_bits(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, see
     for measured, _ in _validation(derived, sampling, seed):
         if not len(measured):
             continue
-        ours = _evaluated(candidate, variables, measured.columns, measured.dtype)
-        if ours is None:
+        bits = _measured_bits(candidate, variables, measured)
+        if bits is None:
             return math.inf
-        total += float(bits_of_error(ours, measured.exact, measured.dtype).mean())
+        total += bits
     return total
