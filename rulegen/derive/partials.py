@@ -510,6 +510,8 @@ def stabilised(d: Derivation) -> Derivation:
         found = () if choice is None else choice.good_forms
         forms[n] = tuple(dict.fromkeys((*found, e, written[n])))
     derived = dict(d.forward)
+    # Where each output is defined, once: every partial of it, in either mode, is searched there.
+    defined = {o: defined_where(sampling, e) for o, e in derived.items()}
 
     # A partial is differentiated again at the next order: in the forms whose derivatives do not cancel.
     slopes = (lambda e: e) if d.rule.complex else with_slopes
@@ -527,7 +529,7 @@ def stabilised(d: Derivation) -> Derivation:
                 )
                 # What autodiff of the forward as written computes: the reference of `fast` and `balanced`.
                 reference = differentiate(written[o], symbol) if written[o] != derived[o] else None
-            choice = chosen(f"d{o}/d{i}", e, alternatives, reference, defined_where(sampling, derived.get(o)))
+            choice = chosen(f"d{o}/d{i}", e, alternatives, reference, defined.get(o))
             table[(o, i)] = slopes(e if choice is None else choice.chosen)
         return MappingProxyType(table)
 
