@@ -179,11 +179,14 @@ def as_computed(expr: sp.Expr) -> sp.Expr:
 
 
 def _squares_divided(expr: sp.Expr) -> sp.Expr:
-    def twice(product: sp.Expr) -> sp.Expr:
-        rest, base = divided_by_a_square(product)  # type: ignore[misc]
+    def twice(product: sp.Mul) -> sp.Expr:
+        found = divided_by_a_square(product)
+        if found is None:
+            return product
+        rest, base = found
         return divided(divided(rest, base), base)
 
-    return expr.replace(lambda e: isinstance(e, sp.Mul) and divided_by_a_square(e) is not None, twice)
+    return expr.replace(lambda e: isinstance(e, sp.Mul), twice)
 
 
 def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0) -> bool:
