@@ -202,3 +202,47 @@ def test_calls_of_shifted_arguments_are_one_series_whose_leading_terms_cancel():
     partial = log_density.diff(df)
     series = one_argument_series(partial)
     assert series is not None and series.has(log1p(x**2 / df))
+
+
+def test_calls_at_several_arguments_are_one_series_each_whose_leading_terms_cancel():
+    # torch's Beta.entropy and its partial in a: -(a - 1) trigamma(a) + (a + b - 2) trigamma(a + b) is
+    # 1/(2a) - 3/(2(a + b)) + ..., where as written two terms near 1 cancel (every bit lost from a = 2**53), and
+    # the entropy's loggammas and digammas cancel to their logs; the arguments a and a + b are not shifts of one.
+    from rulegen.derive.stabilise.asymptotic import several_argument_series
+
+    p, q = sp.symbols("p q", positive=True)
+    entropy = (
+        sp.loggamma(p)
+        + sp.loggamma(q)
+        - sp.loggamma(p + q)
+        - (p - 1) * sp.digamma(p)
+        - (q - 1) * sp.digamma(q)
+        + (p + q - 2) * sp.digamma(p + q)
+    )
+    lost = 0
+    for expr in (entropy, entropy.diff(p)):
+        series = several_argument_series(expr)
+        assert series is not None
+        for point in ((40.0, 35.0), (1e7, 3e7), (33.0, 1e10), (1e300, 1e3), (1.2e159, 4.5e284), (0.3, 2.0)):
+            with mpmath.workprec(4000):
+                exact = sp.lambdify((p, q), expr, "mpmath")(mpmath.mpf(point[0]), mpmath.mpf(point[1]))
+            assert bits(evaluated(series, (p, q), point, np.float64), exact) <= 2, (expr, point)
+            lost += bits(evaluated(expr, (p, q), point, np.float64), exact) > 10
+    assert lost >= 4  # as derived
+    # The entropy's partial near 0 is 1/p**2 - 2/(p + q)**2 + ...: inf - inf as written, where it is inf or -inf.
+    series = several_argument_series(entropy.diff(p))
+    for point, sign in (((5.1e-185, 1.5e-252), -1), ((8.6e-252, 1.1e-177), 1)):
+        assert evaluated(series, (p, q), point, np.float64) == sign * math.inf
+        assert math.isnan(evaluated(entropy.diff(p), (p, q), point, np.float64))
+    # A Beta log-density's partial in b: digamma(a + b) - digamma(b) leads with log(a + b) - log(b), log1p(a/b).
+    partial = sp.digamma(p + q) - sp.digamma(q)
+    series = several_argument_series(partial)
+    assert series is not None
+    # Near 0 its pole parts 1/q - 1/(p + q) are joined, (p/q)/(p + q): 0 as written where p << q << 1.
+    for point in ((5.6e221, 1.2e247), (1e3, 1e5), (1e100, 1e5), (40.0, 50.0), (1.3e-216, 1.7e-186), (1e-3, 2e-3)):
+        with mpmath.workprec(4000):
+            exact = mpmath.digamma(mpmath.mpf(point[0]) + point[1]) - mpmath.digamma(point[1])
+        assert bits(evaluated(series, (p, q), point, np.float64), exact) <= 2, point
+    # A call that is not a factor of a term, or arguments that are not linear, are not this family's.
+    assert several_argument_series(sp.log(sp.digamma(p)) + sp.digamma(p + q)) is None
+    assert several_argument_series(sp.digamma(p**2) - sp.digamma(q)) is None

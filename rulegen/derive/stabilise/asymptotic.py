@@ -26,6 +26,7 @@ from collections.abc import Callable
 import sympy as sp
 from sympy.codegen.cfunctions import log1p
 
+from rulegen.derive.functions import divided
 from rulegen.derive.stabilise.points import exact_floats
 
 #: Where the series take over: both arguments above 2**5.  With `TERMS` Bernoulli terms the first one left out
@@ -231,3 +232,156 @@ def shifted_argument_series(expr: sp.Expr) -> sp.Expr | None:
     with sp.evaluate(False):
         branch = in_u.xreplace({big: fed})
     return sp.Piecewise((branch, large), (alone, True)) + others
+
+
+def _rewritten_in(coefficient: sp.Expr, u: sp.Expr, big: sp.Dummy) -> sp.Expr:
+    """`coefficient` with one of `u`'s variables solved for in u = big, where that leaves fewer other variables
+    (then fewer operations): (a + b - 2) beside a call at a + b is big - 2, whose leading term cancels the call's."""
+    best = coefficient
+    for s in sorted(u.free_symbols, key=sp.default_sort_key):
+        (solved,) = sp.solve(sp.Eq(u, big), s)
+        candidate = sp.expand(coefficient.xreplace({s: solved}))
+        if (len(candidate.free_symbols - {big}), sp.count_ops(candidate)) < (
+            len(best.free_symbols - {big}),
+            sp.count_ops(best),
+        ):
+            best = candidate
+    return best
+
+
+def _in_horner_form(total: sp.Expr, variables: list[sp.Dummy]) -> sp.Expr:
+    """`total` with its terms c u**-k in each of `variables` as one polynomial in 1/u, nested (Horner): the series'
+    tail is added smallest first, and each power of 1/u is a product, never a power that underflows early."""
+    w = sp.Dummy("w")
+    nested = []
+    for u in variables:
+        tail = sp.Add(*(t for t in sp.Add.make_args(total) if t.free_symbols == {u} and t.as_coeff_exponent(u)[1] < 0))
+        if tail != 0:
+            total -= tail
+            nested.append(sp.horner(sp.expand(tail.xreplace({u: 1 / w})), w).xreplace({w: 1 / u}))
+    return total + sp.Add(*nested)
+
+
+def _log_ratio(a: sp.Expr, b: sp.Expr, d: sp.Expr, close: sp.Expr) -> sp.Expr:
+    """log(a) - log(b), d = a - b, for positive a and b: log1p(d/b) where a and b are `close` (log(a/b) would round
+    the ratio near 1), log(a/b) where they are not (1 + d/b would round a small ratio)."""
+    return sp.Piecewise((log1p(d / b), close), (sp.log(a / b), True))
+
+
+def _pole(function: sp.Expr, u: sp.Expr) -> sp.Expr:
+    """f(u) - f(u + 1) for f = loggamma or polygamma(n, .): -log(u), or (-1)**(n+1) n!/u**(n+1), exactly."""
+    if isinstance(function, sp.loggamma):
+        return -sp.log(u)
+    n = int(function.args[0])
+    return (-1) ** (n + 1) * math.factorial(n) * u ** -(n + 1)
+
+
+def _pair(order: int, p: sp.Dummy, q: sp.Dummy, d: sp.Expr, close: sp.Expr) -> sp.Expr:
+    """The difference of like terms at p and q, d = p - q (their arguments), without subtracting two close values:
+    log(p) - log(q); 1/p - 1/q = -(d/p)/q; 1/p**2 - 1/q**2 = (1/p - 1/q)(1/p + 1/q)."""
+    if order == 0:
+        return _log_ratio(p, q, d, close)
+    simple = -divided(divided(d, p), q)
+    return simple if order == 1 else simple * (1 / p + 1 / q)
+
+
+def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...]) -> tuple[sp.Expr, int]:
+    """`total` with its like terms c log(u) (order 0) or c/u**k (order k) of opposite signs paired as differences,
+    the pair whose arguments differ most simply first, and how many pairs were joined: digamma(r + k) -
+    digamma(r) leads with log(r + k) - log(r), which is log1p(k/r), not 0, where k is small beside r, and its pole
+    parts at 0 are 1/r - 1/(r + k), (k/r)/(r + k), not inf - inf.  Two double poles of unlike weights c, -e are
+    (sqrt(c)/p - sqrt(e)/q)(sqrt(c)/p + sqrt(e)/q): each factor in range where either square is not."""
+    weights: dict[tuple[int, sp.Dummy], sp.Expr] = {}
+    rest = []
+    for term in sp.Add.make_args(total):
+        coefficient, factor = term.as_coeff_Mul()
+        if isinstance(factor, sp.log) and factor.args[0] in big.values():
+            key = (0, factor.args[0])
+        elif factor.is_Pow and factor.base in big.values() and factor.exp.is_Integer and factor.exp < 0:
+            key = (int(-factor.exp), factor.base)
+        else:
+            key = None
+        if key is None or key[0] not in orders or not coefficient.is_Rational:
+            rest.append(term)
+        else:
+            weights[key] = weights.get(key, sp.S.Zero) + coefficient
+    argument = {b: u for u, b in big.items()}
+    pairs = sorted(
+        (
+            (sp.expand(argument[p] - argument[q]), order, p, q)
+            for (order, p) in weights
+            for (other, q) in weights
+            if other == order and p != q
+        ),
+        key=lambda pair: (pair[1], sp.count_ops(pair[0]), sp.default_sort_key(pair[0])),
+    )
+    count = 0
+    for d, order, p, q in pairs:
+        c, e = weights[order, p], -weights[order, q]
+        if not c > 0 < e:
+            continue
+        count += 1
+        alone = sum(1 for (o, _), w in weights.items() if o == order and w != 0) == 2
+        if order == 2 and c != e and alone:
+            first, second = sp.sqrt(c) / p, sp.sqrt(e) / q
+            rest.append((first - second) * (first + second))
+            weights[order, p] = weights[order, q] = sp.S.Zero
+            continue
+        joined = min(c, e)
+        rest.append(joined * _pair(order, p, q, d, abs(d) < argument[q] / 2))
+        weights[order, p] -= joined
+        weights[order, q] += joined
+    unpaired = (w * (sp.log(u) if order == 0 else u**-order) for (order, u), w in weights.items())
+    return sp.Add(*rest, *unpaired), count
+
+
+def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
+    """`expr`, a sum of terms c f(u) with f of the gamma family and u linear in the variables (a, b, a + b), with each
+    call its Stirling series where every argument is past `THRESHOLD`, and each coefficient c written in its call's
+    argument where it can be, so that like orders cancel exactly before anything is rounded: a Beta entropy's partial
+    -(a - 1) trigamma(a) + (a + b - 2) trigamma(a + b) is 1/(2a) - 3/(2(a + b)) + ..., where as written two terms
+    near 1 cancel (every bit lost from a = 2**53).  Terms polynomial in the arguments go back to the variables, so
+    -a - b + (a + b) is 0 before anything is computed.  Below the threshold, `expr` as it is.  None where a call is
+    not a factor of a term, or the arguments are one or not linear."""
+    exact = exact_floats(expr)
+    calls = [f for f in exact.atoms(sp.Function) if is_gamma_function(f)]
+    arguments = sorted({f.args[-1] for f in calls}, key=lambda a: (sp.count_ops(a), sp.default_sort_key(a)))
+    if len(arguments) < 2:
+        return None
+    for u in arguments:
+        if not u.free_symbols or any(sp.Poly(u, s).degree() != 1 for s in u.free_symbols):
+            return None
+    big = {u: sp.Dummy("u", positive=True) for u in arguments}
+    terms, others, poles, shifted = [], [], [], []
+    for term in sp.Add.make_args(sp.expand(exact, log=False, deep=False)):
+        called = [f for f in sp.Mul.make_args(term) if is_gamma_function(f)]
+        if len(called) != 1:
+            if term.has(*calls):
+                return None
+            others.append(term)
+            continue
+        (f,) = called
+        u, coefficient = f.args[-1], term / f
+        written = _rewritten_in(coefficient, u, big[u])
+        terms.append(sp.expand(written * _series(f, big[u]), log=False))
+        poles.append(sp.expand(written * _pole(f, big[u]), log=False))
+        shifted.append(coefficient * f.func(*f.args[:-1], u + 1))
+    raw = {b: u for u, b in big.items()}
+    # Near 0 each call is its pole part and the call one further on (f(u) = pole + f(u + 1), exactly), and the
+    # pole parts are joined: their sum is what overflows or cancels there.
+    near_poles, joins = _joined(sp.collect(sp.Add(*poles), [sp.log(b) for b in big.values()]), big, (0, 1, 2))
+    small = sp.Add(near_poles.xreplace(raw), *shifted, *others) if joins else expr
+    terms += others
+    series = sp.collect(sp.Add(*terms), [sp.log(b) for b in big.values()])
+    series = _in_horner_form(_joined(series, big, orders=(0,))[0], list(big.values()))
+    large = sp.And(*(u > THRESHOLD for u in arguments))
+    fed = {b: sp.Piecewise((u, large), (2 * THRESHOLD, True)) for u, b in big.items()}
+
+    polynomial = [t for t in sp.Add.make_args(series) if not t.has(sp.log) and t.is_polynomial(*big.values())]
+    # A log or a power of 1/u is nan or inf at the points of the other branch, where a polynomial is not: it goes
+    # back to the variables unguarded, and its like terms cancel (-a - b + (a + b) is 0).
+    exact_part = sp.Add(*polynomial).xreplace(raw)
+    with sp.evaluate(False):
+        guarded = [t.xreplace(fed) for t in sp.Add.make_args(series) if t not in polynomial]
+        branch = sp.Add(*([exact_part] if exact_part != 0 else []), *guarded)
+    return sp.Piecewise((branch, large), (small, True))

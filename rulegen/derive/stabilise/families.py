@@ -11,7 +11,13 @@ from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.forms import canonical
 from rulegen.derive.functions import divided, erfcx, hypot, log_ndtr, ndtr, sigmoid, softplus
-from rulegen.derive.stabilise.asymptotic import gamma_difference, one_argument_series, released, zero_sum_groups
+from rulegen.derive.stabilise.asymptotic import (
+    gamma_difference,
+    one_argument_series,
+    released,
+    several_argument_series,
+    zero_sum_groups,
+)
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import _attempt
 
@@ -507,9 +513,15 @@ def _grows_exponentially(expr: sp.Expr, v: sp.Symbol) -> bool:
 
 
 def _gamma_series(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
-    series = _attempt(functools.partial(one_argument_series, expr)) if ops <= BUDGET.factor_ops else None
-    if series is not None:
-        yield "gamma series", series
+    if ops > BUDGET.factor_ops:
+        return
+    for family, make in (
+        ("gamma series", one_argument_series),
+        ("gamma series, each argument", several_argument_series),
+    ):
+        series = _attempt(functools.partial(make, expr))
+        if series is not None:
+            yield family, series
 
 
 def _squares(total: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
