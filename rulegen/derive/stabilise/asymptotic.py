@@ -278,11 +278,11 @@ def _pole(function: sp.Expr, u: sp.Expr) -> sp.Expr:
 
 def _pair(order: int, p: sp.Dummy, q: sp.Dummy, d: sp.Expr, close: sp.Expr) -> sp.Expr:
     """The difference of like terms at p and q, d = p - q (their arguments), without subtracting two close values:
-    log(p) - log(q); 1/p - 1/q = -(d/p)/q; 1/p**2 - 1/q**2 = (1/p - 1/q)(1/p + 1/q)."""
+    log(p) - log(q); 1/p - 1/q = -(d/p)/q; 1/p**k - 1/q**k = (1/p - 1/q) sum_j p**-j q**-(k-1-j)."""
     if order == 0:
         return _log_ratio(p, q, d, close)
     simple = -divided(divided(d, p), q)
-    return simple if order == 1 else simple * (1 / p + 1 / q)
+    return simple if order == 1 else simple * sp.Add(*(p**-j * q ** -(order - 1 - j) for j in range(order)))
 
 
 def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...]) -> tuple[sp.Expr, int]:
@@ -335,6 +335,10 @@ def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...
     return sp.Add(*rest, *unpaired), count
 
 
+#: The orders of 1/u in a series of `ONE_ARGUMENT_TERMS` Bernoulli terms (polygamma(n) to order 2 terms + n + 1).
+_SERIES_ORDERS = 2 * ONE_ARGUMENT_TERMS + 4
+
+
 def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     """`expr`, a sum of terms c f(u) with f of the gamma family and u linear in the variables (a, b, a + b), with each
     call its Stirling series where every argument is past `THRESHOLD`, and each coefficient c written in its call's
@@ -373,7 +377,8 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     small = sp.Add(near_poles.xreplace(raw), *shifted, *others) if joins else expr
     terms += others
     series = sp.collect(sp.Add(*terms), [sp.log(b) for b in big.values()])
-    series = _in_horner_form(_joined(series, big, orders=(0,))[0], list(big.values()))
+    # Like orders of two arguments cancel where the arguments are close (-1/(2a) + 1/(2(a + b)) at b << a).
+    series = _in_horner_form(_joined(series, big, orders=tuple(range(_SERIES_ORDERS)))[0], list(big.values()))
     large = sp.And(*(u > THRESHOLD for u in arguments))
     fed = {b: sp.Piecewise((u, large), (2 * THRESHOLD, True)) for u, b in big.items()}
 
