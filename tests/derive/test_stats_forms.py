@@ -238,11 +238,30 @@ def test_calls_at_several_arguments_are_one_series_each_whose_leading_terms_canc
     partial = sp.digamma(p + q) - sp.digamma(q)
     series = several_argument_series(partial)
     assert series is not None
-    # Near 0 its pole parts 1/q - 1/(p + q) are joined, (p/q)/(p + q): 0 as written where p << q << 1.
-    for point in ((5.6e221, 1.2e247), (1e3, 1e5), (1e100, 1e5), (40.0, 50.0), (1.3e-216, 1.7e-186), (1e-3, 2e-3)):
+    # Near 0 its pole parts 1/q - 1/(p + q) are joined, (p/(p + q))/q: 0 as written where p << q << 1, and the
+    # larger divides first ((p/q)/(p + q) overflows at q << 1 << p).
+    points = ((5.6e221, 1.2e247), (1e3, 1e5), (1e100, 1e5), (40.0, 50.0), (1.3e-216, 1.7e-186), (1e-3, 2e-3))
+    for point in (*points, (1e300, 1e-300)):
         with mpmath.workprec(4000):
             exact = mpmath.digamma(mpmath.mpf(point[0]) + point[1]) - mpmath.digamma(point[1])
         assert bits(evaluated(series, (p, q), point, np.float64), exact) <= 2, point
     # A call that is not a factor of a term, or arguments that are not linear, are not this family's.
     assert several_argument_series(sp.log(sp.digamma(p)) + sp.digamma(p + q)) is None
     assert several_argument_series(sp.digamma(p**2) - sp.digamma(q)) is None
+
+
+def test_a_difference_of_reciprocals_is_divided_by_the_larger_first():
+    # A KL divergence of two exponentials differentiated in q: 1/p - 1/q cancels at q ~ p; over one denominator,
+    # (q - p)/(p q) overflows where p q does, and ((q - p)/p)/q where p << q.
+    p, q = sp.symbols("p q", positive=True)
+    expr = 1 / p - 1 / q
+    choice = stabilise(expr, Sampling(((p, POSITIVE), (q, POSITIVE))))
+    assert choice.more_accurate, choice
+    close = 3.0 * (1 + 1e-8)  # 1/p and 1/q agree to 27 bits, each rounded
+    for point in ((3.0, close), (close, 3.0), (1e-300, 1e300), (1e300, 1e-300), (1e-200, 1e-200 * 1.5)):
+        with mpmath.workprec(2000):
+            exact = 1 / mpmath.mpf(point[0]) - 1 / mpmath.mpf(point[1])
+        assert bits(evaluated(choice.chosen, (p, q), point, np.float64), exact) <= 2, point
+    with mpmath.workprec(2000):
+        exact = 1 / mpmath.mpf(3.0) - 1 / mpmath.mpf(close)
+    assert bits(evaluated(expr, (p, q), (3.0, close), np.float64), exact) > 10  # as written

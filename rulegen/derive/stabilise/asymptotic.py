@@ -278,10 +278,11 @@ def _pole(function: sp.Expr, u: sp.Expr) -> sp.Expr:
 
 def _pair(order: int, p: sp.Dummy, q: sp.Dummy, d: sp.Expr, close: sp.Expr) -> sp.Expr:
     """The difference of like terms at p and q, d = p - q (their arguments), without subtracting two close values:
-    log(p) - log(q); 1/p - 1/q = -(d/p)/q; 1/p**k - 1/q**k = (1/p - 1/q) sum_j p**-j q**-(k-1-j)."""
+    log(p) - log(q); 1/p - 1/q = -(d/max)/min, by the larger first (|d| <= max: in range wherever the difference
+    is); 1/p**k - 1/q**k = (1/p - 1/q) sum_j p**-j q**-(k-1-j)."""
     if order == 0:
         return _log_ratio(p, q, d, close)
-    simple = -divided(divided(d, p), q)
+    simple = -divided(divided(d, sp.Max(p, q)), sp.Min(p, q))
     return simple if order == 1 else simple * sp.Add(*(p**-j * q ** -(order - 1 - j) for j in range(order)))
 
 

@@ -490,6 +490,9 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
                 yield "conjugate, scaled", scaled
     yield from _exponential_forms(expr, ops)
     yield from _norm_forms(bases[:2])
+    paired = _attempt(functools.partial(_reciprocals_paired, expr))
+    if paired is not None and paired != expr:
+        yield "reciprocals paired", paired
     yield from _gamma_series(expr, ops)
     if ops <= BUDGET.factor_ops:
         for v in variables:
@@ -504,6 +507,38 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
                 found = _attempt(functools.partial(_series, expr, v, point))
                 if found is not None:
                     yield family, found
+
+
+def _reciprocal_difference(p: sp.Expr, q: sp.Expr) -> sp.Expr:
+    """1/p - 1/q as ((q - p)/p)/q, divided by the larger magnitude first: |q - p| is at most twice it, so the
+    quotient is in range wherever the difference is (1/p - 1/q cancels at q ~ p; (q - p)/(p q) overflows where
+    p q does, and ((q - p)/p)/q where p << q)."""
+    d = _tidy(q - p)
+    return sp.Piecewise(
+        (divided(divided(d, p), q), sp.Abs(p) >= sp.Abs(q)),
+        (divided(divided(d, q), p), True),
+    )
+
+
+def _reciprocals_paired(expr: sp.Expr) -> sp.Expr:
+    """Each sum's terms c/p and -c/q (c a number, p and q not) joined as c (1/p - 1/q), taken without cancellation:
+    a KL divergence of two exponentials' partial 1/p - 1/q, every bit lost at q ~ p as written."""
+
+    def pair(total: sp.Expr) -> sp.Expr:
+        terms = list(sp.Add.make_args(total))
+        reciprocals = []
+        for k, term in enumerate(terms):
+            c, rest = term.as_coeff_Mul()
+            if rest.is_Pow and rest.exp == -1 and not rest.base.is_number:
+                reciprocals.append((k, c, rest.base))
+        used: set[int] = set()
+        for (i, c, p), (j, e, q) in itertools.combinations(reciprocals, 2):
+            if c == -e and not used & {i, j}:
+                terms[i], terms[j] = c * _reciprocal_difference(p, q), sp.S.Zero
+                used |= {i, j}
+        return sp.Add(*terms)
+
+    return expr.replace(lambda e: e.is_Add, pair)
 
 
 def _grows_exponentially(expr: sp.Expr, v: sp.Symbol) -> bool:
