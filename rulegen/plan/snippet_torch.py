@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from rulegen.derive.routes import Source
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Def, Import, Return, Statement, fits_a_line, unpacking
+from rulegen.plan.code import LITERAL, Assign, Def, Import, Return, Statement, Value, fits_a_line, unpacking
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -23,7 +23,7 @@ from rulegen.plan.header import (
     unpack_helpers,
     unpacked,
 )
-from rulegen.plan.model import SnippetPlan, atom
+from rulegen.plan.model import SnippetPlan
 from rulegen.plan.snippet import SnippetPlanner, packed, snippet_definitions, tuple_literal, tuple_text
 from rulegen.plan.torch_route import Kept, setup_context_body, static_type, torch_route
 from rulegen.spec.names import cotangent, hidden, shape_attribute, tangent
@@ -137,9 +137,11 @@ class _Kept:
         """The shape of input `name` in a derivative method (which unpacks a saved one: `saved_shapes`)."""
         return f"{name}.shape" if name in self.saved else f"{ctx}.{shape_attribute(name)}"
 
-    def summed_back(self, ctx: str, name: str, grad: str) -> str:
+    def summed_back(self, ctx: str, name: str, grad: Value) -> str:
         """`grad`, the gradient of input `name`, summed back to its shape where that is kept."""
-        return f"{atom(grad)}.sum_to_size({self.shape(ctx, name)})" if name in self.summed else grad
+        if name not in self.summed:
+            return grad.within(LITERAL)
+        return grad.method(f"sum_to_size({self.shape(ctx, name)})").text
 
     @property
     def saved_shapes(self) -> set[str]:
@@ -350,9 +352,9 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Def:
     reads = p.reads("vjp") if given else p.reads("jvp") | set(p.diff_inputs)
     lines = _unpack(p, kept, reads | kept.saved_shapes)
     grads = [cotangent(i) for i in p.diff_inputs]
-    computed = dict(zip(grads, grads, strict=True))
+    computed = {g: Value(g) for g in grads}
     if given and len(grads) == 1:
-        computed = {grads[0]: p.call(p.given("vjp"), in_ctx=True)}  # a lone gradient, returned where it is computed
+        computed = {grads[0]: p.computed(p.given("vjp"), in_ctx=True)}  # a lone gradient, returned where computed
     elif given:
         lines.append(Assign(tuple_text(grads), p.call(p.given("vjp"), in_ctx=True)))
     else:
@@ -414,9 +416,10 @@ def _transposed_vjp(p: SnippetPlanner, kept: _Kept) -> tuple[list[Statement], st
     the transpose, and the call of it that gives the tuple of output tangents."""
     grads = [cotangent(i) for i in p.diff_inputs]
     torch, vjp, transpose = p.own["torch"], p.own["vjp"], p.own["transpose"]
-    call = p.call(p.given("vjp"), in_ctx=True)
+    value = p.computed(p.given("vjp"), in_ctx=True)
+    call = value.within(LITERAL)
     lone = len(grads) == 1  # a lone gradient, returned where it is computed
-    computed = [call] if lone else grads
+    computed = [value] if lone else [Value(g) for g in grads]
     shaped = [kept.summed_back(p.ctx, i, g) for g, i in zip(computed, p.diff_inputs, strict=True)]
     body = (Return(shaped[0]),) if lone else (Assign(tuple_text(grads), call), Return(tuple_text(shaped)))
     # Linear, so any point will do; ones keep data-dependent loops running.
