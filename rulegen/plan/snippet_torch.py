@@ -59,9 +59,9 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     ]
     if host:
         methods.append(_host_vmap(p))
-    route = torch_route(p.rule, len(kept.values))
-    lines = _wrapper(p, kept, route.route)
     host_op = host_op_functions(p, kept.values) if p.given("forward").host and _host_op_applies(p) else ()
+    route = torch_route(p.rule, len(kept.values), _HOST_OP if host_op else "")
+    lines = _wrapper(p, kept, route.route)
     return _module(
         p,
         lines,
@@ -230,7 +230,9 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Def, De
     Without it, Dynamo breaks the graph at the NumPy call.  The fake gives
     the results' shapes without running the host: the broadcast shape of
     the arrays for an elementwise rule, else the first array's (as JAX's
-    HostRule assumes); float results in the float arrays' dtype.
+    HostRule assumes); float results in the float arrays' dtype.  Under
+    export it is the rule's one op: the runtime gives it the Function's
+    autograd (`host_rule_op`).
     """
     rule = p.rule
     float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
@@ -240,7 +242,8 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Def, De
     tensor = f"{g['torch']}.Tensor"
     params = tuple(f"{i.name}: {statics[i.name]}" if i.static else f"{i.name}: {tensor}" for i in rule.inputs)
     returns = tensor if len(values) == 1 else f"{g['tuple']}[{', '.join([tensor] * len(values))}]"
-    name = f'__name__.replace(".", "_") + "::{rule.name}"'
+    # Named after the Function, as every rule's exported op is (the runtime's `rule_op`): it is the rule's.
+    name = f'__name__.replace(".", "_") + "::{rule.torch_class}"'
     # DTensor shards an elementwise body pointwise and gathers the inputs of any other (_host.sharded).
     p.imports.add(Import("._host", "host_op"))
     elementwise = rule.batching == "elementwise"
