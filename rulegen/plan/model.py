@@ -225,8 +225,8 @@ class Wrap:
         """The wrap that applies `inner`, then this one."""
         if inner.text == "{}":
             return Wrap(self.text, self.reads | inner.reads, self.helpers | inner.helpers, self.takes)
-        placed = Value(inner.text).within(self.takes)  # a wrap's code is a primary
-        return Wrap(self.text.format(placed), self.reads | inner.reads, self.helpers | inner.helpers, inner.takes)
+        # A wrap's code is a primary, which any hole takes bare: `broadcast(...).long()`.
+        return Wrap(self.text.format(inner.text), self.reads | inner.reads, self.helpers | inner.helpers, inner.takes)
 
     def apply(self, value: Value) -> Value:
         """`value` in this code: parenthesised where it binds more loosely than the code takes it."""
