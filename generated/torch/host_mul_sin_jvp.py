@@ -17,7 +17,7 @@ def _forward(x, y):
     return x * y, np.sin(x)
 
 
-@host_op(__name__.replace(".", "_") + "::host_mul_sin_jvp", elementwise=True)
+@host_op(__name__.replace(".", "_") + "::HostMulSinJvp", elementwise=True)
 def _host_op(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     p, s = _forward(to_host(x), to_host(y))
     return output_from_host(
@@ -70,7 +70,7 @@ class HostMulSinJvp(torch.autograd.Function):
         return vmap_elementwise(HostMulSinJvp, info, in_dims, x, y)
 
 
-_apply_host_mul_sin_jvp = routed(HostMulSinJvp, "(Tensor x, Tensor y) -> (Tensor, Tensor)")
+_apply_host_mul_sin_jvp = routed(HostMulSinJvp, op=_host_op)
 
 
 def host_mul_sin_jvp(

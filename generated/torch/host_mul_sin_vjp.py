@@ -17,7 +17,7 @@ def _forward(x, y):
     return x * y, np.sin(x)
 
 
-@host_op(__name__.replace(".", "_") + "::host_mul_sin_vjp", elementwise=True)
+@host_op(__name__.replace(".", "_") + "::HostMulSinVjp", elementwise=True)
 def _host_op(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     p, s = _forward(to_host(x), to_host(y))
     return output_from_host(
@@ -72,7 +72,7 @@ class HostMulSinVjp(torch.autograd.Function):
         return vmap_elementwise(HostMulSinVjp, info, in_dims, x, y)
 
 
-_apply_host_mul_sin_vjp = routed(HostMulSinVjp, "(Tensor x, Tensor y) -> (Tensor, Tensor)")
+_apply_host_mul_sin_vjp = routed(HostMulSinVjp, op=_host_op)
 
 
 def host_mul_sin_vjp(

@@ -16,7 +16,7 @@ def _forward(x, dim):
     return np.take_along_axis(x, ind, axis=dim), ind, ind_inv
 
 
-@host_op(__name__.replace(".", "_") + "::numpy_sort", elementwise=False)
+@host_op(__name__.replace(".", "_") + "::NumpySort", elementwise=False)
 def _host_op(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     out, ind, ind_inv = _forward(to_host(x), dim)
     return (
@@ -67,7 +67,7 @@ class NumpySort(torch.autograd.Function):
         return vmap_sequential(NumpySort, info, in_dims, x, dim)
 
 
-_apply_numpy_sort = routed(NumpySort, "(Tensor x, int dim) -> (Tensor, Tensor, Tensor)")
+_apply_numpy_sort = routed(NumpySort, op=_host_op)
 
 
 def numpy_sort(x: torch.Tensor | float, dim=-1) -> torch.Tensor:

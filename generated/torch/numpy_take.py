@@ -16,7 +16,7 @@ def _forward(x, ind, dim):
     return np.take_along_axis(x, ind, axis=dim)
 
 
-@host_op(__name__.replace(".", "_") + "::numpy_take", elementwise=False)
+@host_op(__name__.replace(".", "_") + "::NumpyTake", elementwise=False)
 def _host_op(x: torch.Tensor, ind: torch.Tensor, ind_inv: torch.Tensor, dim: int) -> torch.Tensor:
     out = _forward(to_host(x), to_host(ind), dim)
     return output_from_host(
@@ -61,7 +61,7 @@ class NumpyTake(torch.autograd.Function):
         return vmap_sequential(NumpyTake, info, in_dims, x, ind, ind_inv, dim)
 
 
-_apply_numpy_take = routed(NumpyTake, "(Tensor x, Tensor ind, Tensor ind_inv, int dim) -> Tensor")
+_apply_numpy_take = routed(NumpyTake, op=_host_op)
 
 
 def numpy_take(

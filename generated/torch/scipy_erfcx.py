@@ -16,7 +16,7 @@ def _forward(x):
     return scipy.special.erfcx(x)
 
 
-@host_op(__name__.replace(".", "_") + "::scipy_erfcx", elementwise=True)
+@host_op(__name__.replace(".", "_") + "::ScipyErfcx", elementwise=True)
 def _host_op(x: torch.Tensor) -> torch.Tensor:
     out = _forward(to_host(x))
     return output_from_host("scipy_erfcx", "out", out, x, (x,), x.dtype, elementwise=True)
@@ -60,7 +60,7 @@ class ScipyErfcx(torch.autograd.Function):
         return vmap_elementwise(ScipyErfcx, info, in_dims, x)
 
 
-_apply_scipy_erfcx = routed(ScipyErfcx, "(Tensor x) -> Tensor")
+_apply_scipy_erfcx = routed(ScipyErfcx, op=_host_op)
 
 
 def scipy_erfcx(x: torch.Tensor | float) -> torch.Tensor:

@@ -366,7 +366,7 @@ def array_function(rule: Rule, exprs: Sequence[sp.Expr], backend: str) -> Callab
     for expr in exprs:
         code, needed = printer(expr, scalars=statics)
         imports |= needed
-        results.append(code)
+        results.append(code.text)
     params = ", ".join(i.name for i in rule.inputs)
     body = ", ".join(results) + ("," if len(results) == 1 else "")
     source = "\n".join(import_statements(imports)) + f"\ndef written_forward({params}):\n    return ({body})\n"

@@ -9,7 +9,9 @@ printed import statement back.
 A module's definitions and their bodies are statements (`Assign`,
 `Return`, `If`, `Def`, `Class` ...), which `printed` writes: the one place
 that writes a generated statement.  Expressions inside them are code, as
-the printers (`rulegen.plan.printers`) and planners print them.
+the printers (`rulegen.plan.printers`) and planners print them; where
+code goes inside other code, it is a `Value`, which says how tightly it
+binds, so that no one parses printed text to place parentheses.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import builtins
 import textwrap
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+
+from sympy.printing.precedence import PRECEDENCE
 
 from rulegen.spec import names
 
@@ -97,6 +101,46 @@ def import_statements(imports: Iterable[Import]) -> tuple[str, ...]:
             taken.setdefault(item.module, set()).add(item.name + (f" as {item.alias}" if item.alias else ""))
     joined = {f"from {module} import {', '.join(sorted(found))}" for module, found in taken.items()}
     return tuple(sorted(whole | joined))
+
+
+# -- expressions
+
+#: How tightly a primary binds (a name, a call, an attribute, a subscript): tightest of all, on the scale of
+#: sympy's `PRECEDENCE` (a sum "Add", a product "Mul", a power "Pow"), which the printers rank their code on.
+PRIMARY = PRECEDENCE["Atom"]
+#: A number literal: bare beside every operator, but not before `.attr` (`(2.0).clone()`, `2.real` is an error).
+LITERAL = PRIMARY - 1
+#: A conditional expression or a tuple: looser than every operator.
+LOOSEST = PRECEDENCE["Lambda"]
+
+
+@dataclass(frozen=True)
+class Value:
+    """An expression's code, and how tightly it binds (`precedence`, on the printers' scale: see PRIMARY).
+
+    Set by whoever writes the code (a printer, from the expression it
+    prints; a planner, for the call it writes), and asked by whoever places
+    it inside other code.
+    """
+
+    text: str
+    precedence: int = PRIMARY
+
+    def __str__(self) -> str:
+        return self.text
+
+    def within(self, level: int) -> str:
+        """The code where an operator of precedence `level` takes it: parenthesised if it binds more loosely."""
+        return self.text if self.precedence >= level else f"({self.text})"
+
+    @property
+    def receiver(self) -> str:
+        """The code before `.attr` or `.method(...)`: bare only if it is a primary."""
+        return self.within(PRIMARY)
+
+    def method(self, call: str) -> Value:
+        """`self.call`: a method called on the value (`t0.mul_(x)`), a primary."""
+        return Value(f"{self.receiver}.{call}", PRIMARY)
 
 
 # -- statements
@@ -241,12 +285,12 @@ class Block:
     """
 
     lines: tuple[Assign | Expr | If, ...]
-    results: tuple[str, ...]
+    results: tuple[Value, ...]
     reads: frozenset[str] = frozenset()
 
     @property
     def result(self) -> str:
-        return ", ".join(self.results)
+        return ", ".join(r.text for r in self.results)
 
     @property
     def statements(self) -> tuple[Statement, ...]:

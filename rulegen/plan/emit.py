@@ -9,12 +9,12 @@ import sympy as sp
 
 from rulegen.derive import functions as fn
 from rulegen.derive.expr import shared_subexpressions
-from rulegen.plan.code import Assign, Block, If, Import, fits_a_line, is_short
+from rulegen.plan.code import Assign, Block, If, Import, Value, fits_a_line, is_short
 from rulegen.plan.inplace import InPlaceWriter
 from rulegen.plan.model import Result
 
 # print_torch and its kind: an expression, and `scalars=`, the names of Python numbers in it.
-Printer = Callable[..., tuple[str, frozenset[Import]]]
+Printer = Callable[..., tuple[Value, frozenset[Import]]]
 
 
 #: The allocations an in-place twin of a body must spare to be written.
@@ -45,14 +45,20 @@ class Emitter:
         self.imports: set[Import] = set()
         self.taken = set(taken)
 
+    def value(
+        self, expr: sp.Expr, scalars: frozenset[str] = frozenset(), renamed: Mapping[str, str] | None = None
+    ) -> Value:
+        """`expr` printed; `scalars` name this block's temporaries that hold Python numbers too, `renamed` the
+        temporaries printed under a let's name."""
+        value, imports = self.printer(expr, scalars=self.scalars | scalars, renamed={**self.spelled, **(renamed or {})})
+        self.imports |= imports
+        return value
+
     def code(
         self, expr: sp.Expr, scalars: frozenset[str] = frozenset(), renamed: Mapping[str, str] | None = None
     ) -> str:
-        """`expr` printed; `scalars` name this block's temporaries that hold Python numbers too, `renamed` the
-        temporaries printed under a let's name."""
-        text, imports = self.printer(expr, scalars=self.scalars | scalars, renamed={**self.spelled, **(renamed or {})})
-        self.imports |= imports
-        return text
+        """The text of `value`."""
+        return self.value(expr, scalars, renamed).text
 
     def _scalar_temporaries(self, assigned: Iterable[tuple[sp.Symbol, sp.Expr]]) -> frozenset[str]:
         """The names `assigned` of static inputs and numbers alone: Python numbers, as the static inputs are.
@@ -94,6 +100,7 @@ class Emitter:
         renamed = _named_by_lets(replacements, reduced, [name for name, _ in lets]) if named_by_lets else {}
         scalars = self._scalar_temporaries([*replacements, *zip((n for n, _ in lets), reduced, strict=False)])
         code = functools.partial(self.code, scalars=scalars, renamed=renamed)
+        value = functools.partial(self.value, scalars=scalars, renamed=renamed)
         lines: list[Assign | If] = [Assign(renamed.get(str(sym), str(sym)), code(value)) for sym, value in replacements]
         inlined = _read_once(returned_lets, lets, replacements, reduced, renamed)
         lines += [
@@ -103,33 +110,33 @@ class Emitter:
         ]
         let_end = len(lines)
         let_values = {name: e for (name, _), e in zip(lets, reduced, strict=False)}
-        texts = dict(zip((r.name for r in computed), (code(e) for e in reduced[len(lets) :]), strict=True))
-        returned: list[str] = []
+        texts = dict(zip((r.name for r in computed), (value(e) for e in reduced[len(lets) :]), strict=True))
+        returned: list[Value] = []
         guarded: list[If] = []  # each binds its result's name, which starts as None
         for r in results:
             self.imports |= r.imports
             if r.expr is None:
-                returned.append(r.code)
+                returned.append(Value(r.code))
                 continue
             text = texts[r.name]
             if r.guard:
                 # Computed only where wanted: nothing of it but what it shares runs otherwise (as the
                 # PyTorch docs write `if ctx.needs_input_grad[0]: grad_input = ...`).
-                guarded.append(If(r.guard, (Assign(r.name, r.wrap.apply(text)),)))
-                returned.append(r.name)
+                guarded.append(If(r.guard, (Assign(r.name, r.wrap.apply(text).text),)))
+                returned.append(Value(r.name))
                 continue
-            if len(results) > 1 and not is_short(text):
-                lines.append(Assign(r.name, text))
-                text = r.name
+            if len(results) > 1 and not is_short(text.text):
+                lines.append(Assign(r.name, text.text))
+                text = Value(r.name)
             returned.append(r.wrap.apply(text))
         if guarded:
             first, *rest = (r.name for r in computed if r.guard)
             lines += [Assign(first, "None", tuple(rest)), *guarded]
-        lets_returned = [code(let_values[n]) if n in inlined else n for n in returned_lets]
-        if inlined and not fits_a_line(", ".join((*lets_returned, *returned))):
+        lets_returned = [value(let_values[n]) if n in inlined else Value(n) for n in returned_lets]
+        if inlined and not fits_a_line(", ".join(v.text for v in (*lets_returned, *returned))):
             # Returned as computed only where the return fits a line: ruff would wrap it otherwise.
             lines[let_end:let_end] = [Assign(n, code(let_values[n])) for n in returned_lets if n in inlined]
-            lets_returned = list(returned_lets)
+            lets_returned = [Value(n) for n in returned_lets]
         return Block(tuple(lines), (*lets_returned, *returned), _reads(exprs, results) - {name for name, _ in lets})
 
     def in_place_block(
@@ -144,8 +151,8 @@ class Emitter:
         computed = [r for r in results if r.expr is not None]
         names = temp_symbols(self.taken)
         replacements, reduced = shared_subexpressions([self.forms(r.expr) for r in computed], names)
-        code = functools.partial(self.code, scalars=self._scalar_temporaries(replacements))
-        writer = InPlaceWriter(code, tensors, names)
+        value = functools.partial(self.value, scalars=self._scalar_temporaries(replacements))
+        writer = InPlaceWriter(value, tensors, names)
         for sym, value in replacements:
             writer.assign(str(sym), value)
         texts = {r.name: writer.value(e) for r, e in zip(computed, reduced, strict=True)}
@@ -158,10 +165,11 @@ class Emitter:
         last = steps[-1] if steps else None
         # The buffer the last step makes or updates, which an in-place update returns.
         built = last.target if isinstance(last, Assign) else writer.updated
-        if last is not None and built and list(texts.values()).count(built) == 1:
+        if last is not None and built and [t.text for t in texts.values()].count(built) == 1:
             # A returned value that nothing else reads: returned as the last step builds it, where that fits a line.
-            folded = _returned(results, {name: last.code if text == built else text for name, text in texts.items()})
-            if fits_a_line(", ".join(folded)):
+            made = writer.made(last)
+            folded = _returned(results, {name: made if text.text == built else text for name, text in texts.items()})
+            if fits_a_line(", ".join(v.text for v in folded)):
                 steps.pop()
                 returned = folded
         return Block(tuple(steps), tuple(returned), _reads([r.expr for r in computed], results))
@@ -187,9 +195,9 @@ def _read_once(
     return frozenset(found)
 
 
-def _returned(results: Sequence[Result], texts: Mapping[str, str]) -> tuple[str, ...]:
-    """What a block returns: each computed result's text in its wrap, fixed code as it is."""
-    return tuple(r.code if r.expr is None else r.wrap.apply(texts[r.name]) for r in results)
+def _returned(results: Sequence[Result], texts: Mapping[str, Value]) -> tuple[Value, ...]:
+    """What a block returns: each computed result's value in its wrap, fixed code as it is."""
+    return tuple(Value(r.code) if r.expr is None else r.wrap.apply(texts[r.name]) for r in results)
 
 
 def _reads(exprs: Iterable[sp.Expr], results: Iterable[Result]) -> frozenset[str]:

@@ -26,8 +26,7 @@ import sympy as sp
 
 from rulegen.derive import functions as fn
 from rulegen.derive.expr import square_of_a_name
-from rulegen.plan.code import Assign, Expr, fits_a_line
-from rulegen.plan.model import atom
+from rulegen.plan.code import Assign, Expr, Value, fits_a_line
 from rulegen.plan.printers import float_unit, printed_terms
 
 # Functions of one argument whose torch method has an in-place form.
@@ -41,16 +40,19 @@ _IN_PLACE_METHODS: dict[type, str] = {
 class InPlaceWriter:
     """Writes expressions as steps that allocate once per compound operand.
 
-    `code` prints an expression out of place; `tensors` names the symbols
+    `code` prints an expression out of place (its Value: how tightly it
+    binds decides whether an update chained onto it takes parentheses); `tensors` names the symbols
     that hold tensors (the others are Python numbers: static inputs);
     `names` gives fresh names for buffers.
     """
 
-    def __init__(self, code: Callable[[sp.Expr], str], tensors: set[str], names: Iterator[sp.Symbol]) -> None:
+    def __init__(self, code: Callable[[sp.Expr], Value], tensors: set[str], names: Iterator[sp.Symbol]) -> None:
         self.code = code
         self.tensors = set(tensors)
         self.names = names
         self.steps: list[Assign | Expr] = []
+        # The value each buffer's last assignment step assigns it.
+        self.values: dict[str, Value] = {}
         # The buffer the last step updates, when that step is a bare update (an Expr).
         self.updated: str | None = None
         # Allocations the out-of-place code makes that the updates written spare: none, and the steps are
@@ -66,17 +68,27 @@ class InPlaceWriter:
         if self._is_tensor(expr) and not expr.is_Atom:
             self._owned(expr, target)
         else:
-            self.steps.append(Assign(target, self.code(expr)))
+            self._assign(target, self.code(expr))
         if self._is_tensor(expr):
             self.tensors.add(target)
         if self._selects(expr):
             self.selections.add(target)
 
-    def value(self, expr: sp.Expr) -> str:
-        """The text of `expr` as a returned value: a fresh buffer when it is a compound tensor."""
+    def value(self, expr: sp.Expr) -> Value:
+        """`expr` as a returned value: a fresh buffer when it is a compound tensor."""
         if self._is_tensor(expr) and not expr.is_Atom:
-            return self._owned(expr)
+            return Value(self._owned(expr))
         return self.code(expr)
+
+    def made(self, step: Assign | Expr) -> Value:
+        """The value `step`, one of `steps`, makes: what it assigns, or the buffer its updates return."""
+        if isinstance(step, Assign):
+            return self.values[step.target]
+        return Value(step.code)  # `t0.mul_(x)`: a method's call
+
+    def _assign(self, target: str, value: Value) -> None:
+        self.steps.append(Assign(target, value.text))
+        self.values[target] = value
 
     def _is_tensor(self, expr: sp.Expr) -> bool:
         # in_float(s, x) of a static s is a 0-d tensor: x names only its dtype, and no buffer of x's shape holds it.
@@ -103,7 +115,7 @@ class InPlaceWriter:
     def _operand(self, expr: sp.Expr) -> str:
         """Text for the argument of an in-place method: inline when one out-of-place call computes it."""
         if not self._compound(expr):
-            return self.code(expr)
+            return self.code(expr).text
         before = len(self.steps)
         name = self._owned(expr)
         last = self.steps[-1] if len(self.steps) == before + 1 else None
@@ -119,9 +131,10 @@ class InPlaceWriter:
         person writes it, and the same kernels.
         """
         last = self.steps[-1] if self.steps else None
-        chained = f"{atom(last.code)}.{call}" if isinstance(last, Assign) and last.target == buffer else ""
-        if chained and fits_a_line(chained):
-            self.steps[-1] = Assign(buffer, chained)
+        chained = self.values[buffer].method(call) if isinstance(last, Assign) and last.target == buffer else None
+        if chained and fits_a_line(chained.text):
+            self.steps.pop()
+            self._assign(buffer, chained)
         elif isinstance(last, Expr) and self.updated == buffer:
             self.steps[-1] = Expr(f"{last.code}.{call}")
         else:
@@ -131,12 +144,12 @@ class InPlaceWriter:
 
     def _fresh(self, expr: sp.Expr, target: str | None) -> str:
         name = target or str(next(self.names))
-        code = self.code(expr)
-        if code.isidentifier():
+        value = self.code(expr)
+        if value.text.isidentifier():
             # A name is a tensor someone else holds (an input, a saved value): the buffer updated in place is a
             # copy of it, never it (a rule's 1.0 * t prints as t).
-            code = f"{code}.clone()"
-        self.steps.append(Assign(name, code))
+            value = value.method("clone()")
+        self._assign(name, value)
         self.updated = None
         return name
 
@@ -220,7 +233,7 @@ class InPlaceWriter:
         value = sp.Mul(*scale)
         arguments = [self._operand(sp.Mul(*factors)), self._operand(second)]
         if value != 1:
-            arguments.append(f"value={self.code(value)}")
+            arguments.append(f"value={self.code(value).text}")
         # The sum, the last product of tensors and the scaling, each an allocation out of place.
         self._update(buffer, f"{method}({', '.join(arguments)})", spared=2 + (value != 1))
         return True
@@ -245,7 +258,7 @@ class InPlaceWriter:
         if coefficient == -1:
             self._update(buffer, "neg_()")
         elif coefficient != 1:
-            self._update(buffer, f"mul_({self.code(coefficient)})")
+            self._update(buffer, f"mul_({self.code(coefficient).text})")
         return buffer
 
     def _power(self, expr: sp.Pow, target: str | None) -> str:
@@ -256,7 +269,7 @@ class InPlaceWriter:
             return self._fresh(expr, target)  # the printer's nth_root, which pow_ would not be
         special = {2: "square_()", -1: "reciprocal_()", sp.S.Half: "sqrt_()", -sp.S.Half: "rsqrt_()"}
         buffer = self._owned(base, target)
-        self._update(buffer, special.get(exponent, f"pow_({self.code(exponent)})"))
+        self._update(buffer, special.get(exponent, f"pow_({self.code(exponent).text})"))
         return buffer
 
 

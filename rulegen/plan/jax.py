@@ -15,7 +15,19 @@ from rulegen.derive.forms import corrections, float_anchors, float_forms, integr
 from rulegen.derive.partials import Derivation
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.saved import with_fused_forms
-from rulegen.plan.code import Assign, Block, Comment, Def, Expr, Import, Return, Statement, unpacked_pairs, unpacking
+from rulegen.plan.code import (
+    Assign,
+    Block,
+    Comment,
+    Def,
+    Expr,
+    Import,
+    Return,
+    Statement,
+    Value,
+    unpacked_pairs,
+    unpacking,
+)
 from rulegen.plan.emit import Emitter
 from rulegen.plan.header import (
     LIFT_IMPORT,
@@ -175,7 +187,7 @@ def _forward_results(d: Derivation, arrays: Sequence[str], g: Mapping[str, str])
     shapes = ", ".join(f"{jnp}.shape({a})" for a in arrays)
     full_shape = f"{jnp}.broadcast_shapes({shapes})" if len(arrays) > 1 else shapes
     wraps = broadcast_outputs(d, Wrap(f"{jnp}.broadcast_to({{}}, {full_shape})", frozenset(arrays)))
-    casts = {"int": f"{{}}.astype({g['int']})", "bool": f"{{}}.astype({g['bool']})"}
+    casts = {"int": f"astype({g['int']})", "bool": f"astype({g['bool']})"}
     for n, cast in dtype_casts(d.rule, casts).items():
         wraps[n] = cast.around(wraps.get(n, Wrap()))
     return [Result(n, e, wrap=wraps[n], imports=_JNP) if n in wraps else Result(n, e) for n, e in d.forward]
@@ -221,7 +233,7 @@ def _jvp(d: Derivation, emit: Emitter, *, inline: bool, held: bool) -> tuple[Blo
     names = [o.name for o in d.rule.outputs]
     # The block returns the outputs, then their tangents: an output nothing else reads as computed.
     block = emit.block(lets, results, named_by_lets=True, returned_lets=names if inline else ())
-    returned = block.results if inline else (*names, *block.results)
+    returned = block.results if inline else (*map(Value, names), *block.results)
     return Block((*applying, *block.lines), returned, block.reads), maps
 
 
@@ -416,7 +428,8 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
         assert plan.jvp is not None
         # The jvp block returns the outputs, then their tangents.
         n = len(plan.outputs)
-        outputs, tangents = ", ".join(plan.jvp.results[:n]), ", ".join(plan.jvp.results[n:])
+        texts = [r.text for r in plan.jvp.results]
+        outputs, tangents = ", ".join(texts[:n]), ", ".join(texts[n:])
         result = f"{outputs}, {tangents}" if n == 1 else f"({outputs}), ({tangents})"
         rule: tuple[Statement, ...] = (
             *unpacked_pairs(
@@ -441,7 +454,7 @@ def jax_definitions(plan: JaxPlan) -> tuple[Statement, ...]:
     bwd: list[Statement] = [Assign(unpacking(plan.saved), own["saved"])] if plan.saved else []
     if not single:
         bwd.append(Assign(", ".join(plan.cotangents), own["cotangents"]))
-    bwd += [*plan.bwd.lines, Return(tuple_literal(plan.bwd.results))]
+    bwd += [*plan.bwd.lines, Return(tuple_literal([r.text for r in plan.bwd.results]))]
     cotangents = plan.cotangents[0] if single else own["cotangents"]
     fwd_name, bwd_name = vjp_halves(name)
     return (

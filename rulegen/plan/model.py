@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import sympy as sp
 
-from rulegen.plan.code import Assign, Block, Class, Def, Expr, Import, Statement, import_statements
+from rulegen.plan.code import (
+    LOOSEST,
+    PRIMARY,
+    Assign,
+    Block,
+    Class,
+    Def,
+    Expr,
+    Import,
+    Statement,
+    Value,
+    import_statements,
+)
 
 
 @dataclass(frozen=True)
@@ -194,22 +205,34 @@ class Wrap:
 
     Which values a method reads, and so which it saves and unpacks, is the
     union of its expressions' free symbols and its wraps' `reads`: never a
-    search of the printed text.
+    search of the printed text.  The code around is a call, or a method
+    called on the value (`Wrap.method`): a primary, whatever it holds.
     """
 
     text: str = "{}"
     reads: frozenset[str] = frozenset()
     helpers: frozenset[str] = frozenset()  # the runtime's `_util` functions the code calls
+    # How tightly the value must bind where `{}` stands (see rulegen.plan.code.PRIMARY): a primary before
+    # `.attr`, anything as a call's argument.
+    takes: int = LOOSEST
+
+    @classmethod
+    def method(cls, call: str, reads: frozenset[str] = frozenset()) -> Wrap:
+        """The value's method `call` (`sum_to_size(x.shape)`), called on it."""
+        return cls("{}." + call, reads, takes=PRIMARY)
 
     def around(self, inner: Wrap) -> Wrap:
         """The wrap that applies `inner`, then this one."""
-        # `{}.long()` around `({}) + zeros` casts the sum, not the zeros: the inner code parenthesised.
-        inner_text = f"({inner.text})" if self.text.startswith("{}.") and inner.text != "{}" else inner.text
-        return Wrap(self.text.format(inner_text), self.reads | inner.reads, self.helpers | inner.helpers)
+        if inner.text == "{}":
+            return Wrap(self.text, self.reads | inner.reads, self.helpers | inner.helpers, self.takes)
+        # A wrap's code is a primary, which any hole takes bare: `broadcast(...).long()`.
+        return Wrap(self.text.format(inner.text), self.reads | inner.reads, self.helpers | inner.helpers, inner.takes)
 
-    def apply(self, value: str) -> str:
-        # `{}.attr` binds tighter than most of what `value` can be.
-        return self.text.format(atom(value) if self.text.startswith("{}.") else value)
+    def apply(self, value: Value) -> Value:
+        """`value` in this code: parenthesised where it binds more loosely than the code takes it."""
+        if self.text == "{}":
+            return value
+        return Value(self.text.format(value.within(self.takes)))
 
 
 @dataclass(frozen=True)
@@ -219,7 +242,7 @@ class Result:
     name: str
     expr: sp.Expr | None = None
     wrap: Wrap = Wrap()
-    code: str = ""
+    code: str = ""  # a name or a call
     imports: frozenset[Import] = frozenset()
     reads: frozenset[str] = frozenset()
     # A condition under which the value is wanted (`ctx.needs_input_grad[1]`): else it is None, never computed.
@@ -229,15 +252,6 @@ class Result:
     def fixed_reads(self) -> frozenset[str]:
         """What the result reads besides its expression's symbols."""
         return self.reads | self.wrap.reads
-
-
-def atom(text: str) -> str:
-    """`text`, parenthesised unless it already binds tighter than `.attr`."""
-    try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return f"({text})"
-    return text if isinstance(node, ast.Name | ast.Call | ast.Attribute | ast.Subscript) else f"({text})"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ prints `erfinv` or `polygamma(n, x)`, rationals become `(1/3)*x`, and
 numeric constants such as `sqrt(2)` become array calls on Python numbers
 (`torch.sqrt(2)` raises).  The printers here subclass them and override one
 `_print_<Node>` method per fix.  Imports are collected through
-`_module_format`, never guessed from the text.
+`_module_format`, never guessed from the text; how tightly the printed code
+binds (`binding`) is read off the expression as the printer prints it.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from typing import Any, ClassVar
 
 import sympy as sp
 from sympy.printing.numpy import JaxPrinter
-from sympy.printing.precedence import PRECEDENCE
+from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 
 from rulegen.derive import functions as fn
 from rulegen.derive.expr import divided_by_a_square, scaled_quotient, square_of_a_name
-from rulegen.plan.code import Import
+from rulegen.plan.code import LITERAL, LOOSEST, PRIMARY, Import, Value
 
 #: Module prefixes the generated code spells, and the import each needs.
 _IMPORTS = {
@@ -117,15 +118,28 @@ def printed_terms(total: sp.Add) -> list[sp.Expr]:
     return cancelling_pair_first(total.as_ordered_terms())
 
 
+#: Operators the printers write as sympy does, and how tightly each binds.
+_OPERATOR_BINDINGS: tuple[tuple[type, int], ...] = (
+    (sp.Add, PRECEDENCE["Add"]),
+    (sp.core.relational.Relational, PRECEDENCE["Relational"]),
+    (sp.And, PRECEDENCE["BitwiseAnd"]),  # `(x > 0) & (y > 0)`
+    (sp.Or, PRECEDENCE["BitwiseOr"]),
+    (sp.Not, PRECEDENCE["Add"]),  # `~x`: a unary operator, looser than a power
+)
+
+
+def _power_of_two_text(value: float) -> bool:
+    """Whether `float_text` writes `value` as a power `2.0**k`."""
+    return abs(math.frexp(value)[0]) == 0.5 and "e" in repr(value)
+
+
 def float_text(value: float) -> str:
     """`value` as Python source, exactly: its shortest repr, but a power of two that repr writes with an exponent
     as `2.0**k` (`2.0**-120`, not 7.52316384526264e-37: the search's thresholds, the points of a branch's own
     region and the scalings it prints are powers of two, and their digits would hide it)."""
-    text = repr(value)
-    mantissa, exponent = math.frexp(value)
-    if abs(mantissa) == 0.5 and "e" in text:
-        return f"{'-' if value < 0 else ''}2.0**{exponent - 1}"
-    return text
+    if _power_of_two_text(value):
+        return f"{'-' if value < 0 else ''}2.0**{math.frexp(value)[1] - 1}"
+    return repr(value)
 
 
 class _ArrayCode:
@@ -390,9 +404,125 @@ class _ArrayCode:
         # (`return t3 / t4, t3`, a call's argument).
         if isinstance(item, fn.divided) or (self._square_of_name(item) and level >= PRECEDENCE["Add"]):
             return f"({self._print(item)})"
-        if isinstance(item, sp.Float) and level >= PRECEDENCE["Pow"] and "**" in (text := self._print(item)):
-            return f"({text})"  # a power of two as a base or exponent: (2.0**-120)**2
+        if isinstance(item, sp.Float) and level >= PRECEDENCE["Pow"] and _power_of_two_text(float(item)):
+            return f"({self._print(item)})"  # a power of two as a base or exponent: (2.0**-120)**2
         return super().parenthesize(item, level, strict)  # type: ignore[misc]
+
+    # -- how tightly the printed code binds
+
+    def binding(self, expr: sp.Basic) -> int:
+        """How tightly the code `_print` writes for `expr` binds (rulegen.plan.code.PRIMARY and its scale).
+
+        Read off the expression as `_print` dispatches it, never off the
+        text.  A primary only where the printer writes a name or a call;
+        where it is unsure, looser, which costs parentheses, never a wrong
+        order (`tests/plan/test_binding.py` holds it to Python's grammar).
+        """
+        if (
+            isinstance(expr, sp.Expr)
+            and not isinstance(self, _ConstantPrinter)
+            and not expr.is_Atom
+            and expr.is_real is not False
+            and (expr.is_number or self._of_scalars(expr))
+        ):
+            return self._constant_binding(expr)
+        if expr.is_Atom:
+            return self._atom_binding(expr)
+        fixed = next((level for kind, level in _OPERATOR_BINDINGS if isinstance(expr, kind)), None)
+        if fixed is not None:
+            return fixed
+        if isinstance(expr, sp.Mul):
+            return self._product_binding(expr)
+        if isinstance(expr, sp.Pow):
+            return self._power_binding(expr)
+        if isinstance(expr, sp.Piecewise):
+            (value, cond), *others = expr.args
+            # The first piece is the outermost `_piece`; a lone one that always holds is its value.
+            return self.binding(value) if cond == sp.true and not others else self._piece_binding(cond)
+        return self._function_binding(expr)
+
+    def _atom_binding(self, expr: sp.Basic) -> int:
+        """How tightly a name or a number binds as printed."""
+        if isinstance(expr, sp.Symbol | sp.NumberSymbol) or expr in (sp.nan, sp.oo):
+            return PRIMARY  # a name, `ctx.beta`, `x.int()`; `math.pi`, `math.nan`, `math.inf`
+        if isinstance(expr, sp.Integer):
+            return LITERAL if 0 <= expr < 2**1024 else PRECEDENCE["Add"] if expr < 0 else PRIMARY
+        if isinstance(expr, sp.Float):
+            if float(expr) < 0:
+                return PRECEDENCE["Add"]  # `-0.5`, `-2.0**-120`: a unary minus
+            return PRECEDENCE["Pow"] if _power_of_two_text(float(expr)) else LITERAL
+        if isinstance(expr, sp.Rational):
+            return PRECEDENCE["Mul"]  # `1 / 2`
+        if expr == -sp.oo:
+            return PRECEDENCE["Add"]  # `-math.inf`
+        return LITERAL if expr in (sp.true, sp.false, sp.I) else LOOSEST
+
+    def _constant_binding(self, expr: sp.Expr) -> int:
+        """How tightly `_print_constant`'s Python arithmetic binds: a primary only as one `math.sqrt(n)`."""
+        root = one_square_root(expr)
+        if root is not None and not root[0] and root[2] == 1:
+            return PRIMARY
+        return LOOSEST
+
+    def _product_binding(self, expr: sp.Mul) -> int:
+        unit = float_unit(expr)
+        if unit is not None and any(s.name not in self.scalars for s in unit[1].free_symbols):
+            sign, rest = unit
+            if sign < 0:
+                return PRECEDENCE["Add"]  # `-x`
+            return self.binding(rest) if rest.is_Mul or not self._parenthesized(rest, PRECEDENCE["Mul"]) else PRIMARY
+        if scaled_quotient(expr) is not None:
+            return PRECEDENCE["Mul"]
+        return precedence(expr)  # `a * b / c`, `-a * b`: a product, or a negated one at a sum's level
+
+    def _parenthesized(self, item: sp.Basic, level: int) -> bool:
+        """Whether `parenthesize(item, level)` writes parentheses around `item`."""
+        if isinstance(item, fn.divided) or (self._square_of_name(item) and level >= PRECEDENCE["Add"]):
+            return True
+        if isinstance(item, sp.Float) and level >= PRECEDENCE["Pow"] and _power_of_two_text(float(item)):
+            return True
+        return precedence(item) < level
+
+    def _power_binding(self, expr: sp.Pow) -> int:
+        base, exponent = expr.as_base_exp()
+        if self._square_of_name(expr):
+            return PRECEDENCE["Mul"]  # `x * x`
+        if exponent in (sp.S.Half, -sp.S.Half):
+            return PRIMARY  # sqrt(x), rsqrt(x)
+        if exponent.is_Integer and exponent < -2 and base.is_Symbol:
+            return PRECEDENCE["Pow"]
+        if exponent.is_Integer and exponent < 0:
+            return PRECEDENCE["Mul"]  # `1 / x**2`
+        if exponent.is_Rational and exponent.q > 2 and self.exact_roots:
+            return PRIMARY if exponent.p == 1 else PRECEDENCE["Pow"] if exponent.p > 0 else PRECEDENCE["Mul"]
+        return PRECEDENCE["Pow"]
+
+    def _piece_binding(self, cond: sp.Basic) -> int:
+        """How tightly the code `_piece` writes for a piece under `cond` binds: a `where` call."""
+        return PRIMARY
+
+    #: Registered functions the printers write as an operator, not a call: how tightly that binds.
+    operator_functions: ClassVar[dict[str, int]] = {
+        "divided": PRECEDENCE["Mul"],  # `x / s`, `x * t`
+        "Heaviside": PRECEDENCE["Mul"],  # `(sign(x) + 1) / 2`
+        "cotangent_term": LOOSEST,  # `(c, p)`, `None if c is None else c * p`
+    }
+    #: Registered functions the printers write as another expression, by the function that gives it.
+    rewritten: ClassVar[dict[str, Callable[[sp.Basic], sp.Basic]]] = {
+        "gamma_sign": lambda e: fn.sign_of_gamma(e.args[0]),
+    }
+
+    def _function_binding(self, expr: sp.Basic) -> int:
+        name = type(expr).__name__
+        if isinstance(expr, sp.UnevaluatedExpr) or (name == "cotangent_term" and expr.args[1] == 1):
+            return self.binding(expr.args[0])  # printed as its argument (`c` of `(c, 1)`)
+        if name in self.rewritten:
+            return self.binding(self.rewritten[name](expr))
+        if name in self.operator_functions:
+            return self.operator_functions[name]
+        # A registered function is a call (`_call`, `_helper_call`, `_print_Max`'s nested calls ...); any other,
+        # sympy's printing, is not known here to be one.
+        return PRIMARY if name in fn.BY_NAME else LOOSEST
 
     #: Whether a square of a name is printed `x * x` (`_square_of_name`); the constant printer's stays `x**2`.
     squares_as_products: ClassVar[bool] = True
@@ -664,6 +794,14 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
             return self._print(item)
         return super().parenthesize(item, level, strict)
 
+    def _parenthesized(self, item: sp.Basic, level: int) -> bool:
+        return self._as_quotient(item) is None and super()._parenthesized(item, level)
+
+    def _product_binding(self, expr: sp.Mul) -> int:
+        if scaled_quotient(expr) is None and self._as_quotient(expr) is not None:
+            return PRIMARY  # `quotient(a, b)`
+        return super()._product_binding(expr)
+
     def _print_Max(self, expr: sp.Max) -> str:
         return self._nested(self.functions["Max"], expr.args)
 
@@ -780,6 +918,19 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         if self._of_scalars(cond):
             return f"({self._print(value)} if {self._print_constant(cond)} else {otherwise})"
         return super()._piece(cond, value, otherwise)
+
+    def _piece_binding(self, cond: sp.Basic) -> int:
+        return LOOSEST if self._of_scalars(cond) else PRIMARY  # `(value if cond else otherwise)`, torch.where
+
+    operator_functions: ClassVar[dict[str, int]] = {
+        **_ArrayCode.operator_functions,
+        "gamma": PRECEDENCE["Mul"],  # `exp(gammaln(x)) * sign`
+    }
+    rewritten: ClassVar[dict[str, Callable[[sp.Basic], sp.Basic]]] = {
+        **_ArrayCode.rewritten,
+        "beta": lambda e: fn.beta_by_log_gamma(*e.args),
+        "silu_derivative": lambda e: e.rewrite(fn.sigmoid),
+    }
 
     def _print_Max(self, expr: sp.Max) -> str:
         return self._extreme(expr.args, self.functions["Max"], "min")
@@ -934,7 +1085,7 @@ def _one_factor(number: sp.Expr) -> bool:
     return isinstance(magnitude, sp.Function) and all(a.is_Integer or a.is_NumberSymbol for a in magnitude.args)
 
 
-def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[..., tuple[str, frozenset[Import]]]:
+def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[..., tuple[Value, frozenset[Import]]]:
     def print_expr(
         expr: sp.Expr,
         scalars: frozenset[str] = frozenset(),
@@ -942,8 +1093,8 @@ def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[
         own: Mapping[str, str] | None = None,
         renamed: Mapping[str, str] | None = None,
         present: frozenset[str] = frozenset(),
-    ) -> tuple[str, frozenset[Import]]:
-        """`expr` as code, and the imports it needs.
+    ) -> tuple[Value, frozenset[Import]]:
+        """`expr` as code (its Value: the text, and how tightly it binds), and the imports it needs.
 
         `scalars` name the symbols that hold Python numbers, `booleans` those that hold boolean arrays;
         `own` spells the modules, helpers and builtins the code reads as its module does (`Rule.own_names`);
@@ -955,7 +1106,7 @@ def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[
         printer.renamed = renamed or {}
         printer.present = present
         text = printer.doprint(expr)  # type: ignore[attr-defined]
-        return text, frozenset(printer.module_imports_)
+        return Value(text, printer.binding(expr)), frozenset(printer.module_imports_)
 
     return print_expr
 

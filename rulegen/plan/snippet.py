@@ -5,12 +5,28 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping, Sequence
 
+from sympy.printing.precedence import PRECEDENCE
+
 from rulegen.derive.forms import corrections
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.snippet import Code, SnippetDerivation
-from rulegen.plan.code import Assign, Class, Comment, Def, Docstring, Given, Import, Imported, Statement
+from rulegen.plan.code import (
+    LITERAL,
+    LOOSEST,
+    PRIMARY,
+    Assign,
+    Class,
+    Comment,
+    Def,
+    Docstring,
+    Given,
+    Import,
+    Imported,
+    Statement,
+    Value,
+)
 from rulegen.plan.emit import Emitter
-from rulegen.plan.model import Result, SnippetPlan, atom
+from rulegen.plan.model import Result, SnippetPlan
 from rulegen.plan.printers import print_jax, print_torch
 from rulegen.spec.names import ctx_attribute, hidden
 
@@ -58,7 +74,7 @@ def str_tuple_literal(names: Sequence[str]) -> str:
 
 def body_function(
     code: Code, backend: str, imports: set[Import], statics: Sequence[str] = ()
-) -> tuple[Def, str | None]:
+) -> tuple[Def, Value | None]:
     """The body as a private function, and its expression where it is one line (see `inline_expression`)."""
     if code.kind != "sympy":
         imports |= _module_imports(code, backend)
@@ -74,14 +90,14 @@ def body_function(
     # A torch derivative method passes a static as `ctx.beta`, which a function's parameter takes.
     passed_from_ctx = backend == "torch" and bool(set(statics) & set(code.params))
     one_line = not block.lines and len(block.results) == 1 and not passed_from_ctx
-    return Def(_body_name(code.role), code.params, block.statements), atom(block.result) if one_line else None
+    return Def(_body_name(code.role), code.params, block.statements), block.results[0] if one_line else None
 
 
 def _module_imports(code: Code, backend: str) -> set[Import]:
     return {_XP_IMPORT[backend] if module == "xp" else _MODULE_IMPORTS[module] for module in code.modules}
 
 
-def inline_expression(code: Code, spelled: Mapping[str, str] | None = None) -> str | None:
+def inline_expression(code: Code, spelled: Mapping[str, str] | None = None) -> Value | None:
     """The expression of a body that is one `return <expression>` on one line, to write where it is called.
 
     A person would not wrap `return xp.clip(out_bar, lo, hi)` in a function
@@ -115,8 +131,47 @@ def inline_expression(code: Code, spelled: Mapping[str, str] | None = None) -> s
         for start, end, name in reversed(reads):
             encoded = encoded[:start] + name.encode() + encoded[end:]
         text = encoded.decode()
-    atomic = isinstance(value, ast.Name | ast.Call | ast.Attribute | ast.Subscript | ast.Constant)
-    return text if atomic else f"({text})"
+    return Value(text, binding(value))
+
+
+#: How tightly each of Python's operators binds, on the printers' scale (rulegen.plan.code.PRIMARY).
+_OPERATORS: dict[type, int] = {
+    ast.Add: PRECEDENCE["Add"],
+    ast.Sub: PRECEDENCE["Add"],
+    ast.Mult: PRECEDENCE["Mul"],
+    ast.MatMult: PRECEDENCE["Mul"],
+    ast.Div: PRECEDENCE["Mul"],
+    ast.FloorDiv: PRECEDENCE["Mul"],
+    ast.Mod: PRECEDENCE["Mul"],
+    ast.Pow: PRECEDENCE["Pow"],
+    ast.BitOr: PRECEDENCE["BitwiseOr"],
+    ast.BitXor: PRECEDENCE["BitwiseXor"],
+    ast.BitAnd: PRECEDENCE["BitwiseAnd"],
+    ast.LShift: PRECEDENCE["BitwiseAnd"],
+    ast.RShift: PRECEDENCE["BitwiseAnd"],
+    ast.And: PRECEDENCE["And"],
+    ast.Or: PRECEDENCE["Or"],
+}
+
+
+def binding(node: ast.expr) -> int:
+    """How tightly the expression a rule's snippet writes binds, by its syntax tree's node (see PRIMARY)."""
+    match node:
+        case ast.Name() | ast.Call() | ast.Attribute() | ast.Subscript():
+            return PRIMARY
+        case ast.List() | ast.Dict() | ast.Set() | ast.ListComp() | ast.DictComp() | ast.SetComp():
+            return PRIMARY  # a display: an atom
+        case ast.Constant():
+            return LITERAL
+        case ast.BinOp(op=op) | ast.BoolOp(op=op):
+            return _OPERATORS.get(type(op), LOOSEST)
+        case ast.UnaryOp(op=ast.Not()):
+            return PRECEDENCE["And"]  # `not a`: looser than a comparison
+        case ast.UnaryOp():
+            return PRECEDENCE["Add"]  # `-a`, `~a`: looser than a power
+        case ast.Compare():
+            return PRECEDENCE["Relational"]
+    return LOOSEST  # a conditional expression, a lambda, a tuple
 
 
 class SnippetPlanner:
@@ -148,9 +203,9 @@ class SnippetPlanner:
         # (a lambda's parameter) stays a function, which takes it as an argument.
         from_ctx = self.spelled_from_ctx() if backend == "torch" else {}
         self.inlined = {
-            f.name: text
-            for (f, text), c in zip(made, present, strict=True)
-            if text is not None
+            f.name: value
+            for (f, value), c in zip(made, present, strict=True)
+            if value is not None
             and not (by_reference and c.host)
             and (not set(from_ctx) & set(c.params) or inline_expression(c, from_ctx) is not None)
         }
@@ -162,22 +217,28 @@ class SnippetPlanner:
         self.broadcastable = len(self.arrays) > 1
 
     def call(self, code: Code, *, in_ctx: bool = False) -> str:
-        """What computes the body `code` where a method needs it: its expression, or a call of its function.
+        """What computes the body `code` where a method needs it: its expression (in parentheses unless a
+        primary or a literal), or a call of its function.
 
         `in_ctx`: in a torch Function's derivative method, which reads a static
         input where it passes it (`ctx.dim`), rather than unpacking it first.
         """
+        return self.computed(code, in_ctx=in_ctx).within(LITERAL)
+
+    def computed(self, code: Code, *, in_ctx: bool = False) -> Value:
+        """`call`'s expression or call, as a Value: the code, and how tightly it binds."""
         spelled = self.spelled_from_ctx() if in_ctx else {}
         name = _body_name(code.role)
         if name in self.inlined:
             return (inline_expression(code, spelled) if spelled else None) or self.inlined[name]
-        return f"{name}({', '.join(spelled.get(n, n) for n in code.params)})"
+        return Value(f"{name}({', '.join(spelled.get(n, n) for n in code.params)})")
 
     def reference(self, code: Code) -> str:
         """The body `code` as a function value: its function's name, or a lambda of its one line."""
         name = _body_name(code.role)
         if name in self.inlined:
-            return f"lambda{' ' if code.params else ''}{', '.join(code.params)}: {self.inlined[name]}"
+            body = self.inlined[name].within(LITERAL)
+            return f"lambda{' ' if code.params else ''}{', '.join(code.params)}: {body}"
         return name
 
     def spelled_from_ctx(self) -> dict[str, str]:

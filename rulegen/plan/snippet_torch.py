@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from rulegen.derive.routes import Source
 from rulegen.derive.snippet import SnippetDerivation
-from rulegen.plan.code import Assign, Def, Import, Return, Statement, fits_a_line, unpacking
+from rulegen.plan.code import LITERAL, Assign, Def, Import, Return, Statement, Value, fits_a_line, unpacking
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -23,7 +23,7 @@ from rulegen.plan.header import (
     unpack_helpers,
     unpacked,
 )
-from rulegen.plan.model import SnippetPlan, atom
+from rulegen.plan.model import SnippetPlan
 from rulegen.plan.snippet import SnippetPlanner, packed, snippet_definitions, tuple_literal, tuple_text
 from rulegen.plan.torch_route import Kept, setup_context_body, static_type, torch_route
 from rulegen.spec.names import cotangent, hidden, shape_attribute, tangent
@@ -59,9 +59,9 @@ def plan_torch_snippet(d: SnippetDerivation) -> SnippetPlan:
     ]
     if host:
         methods.append(_host_vmap(p))
-    route = torch_route(p.rule, len(kept.values))
-    lines = _wrapper(p, kept, route.route)
     host_op = host_op_functions(p, kept.values) if p.given("forward").host and _host_op_applies(p) else ()
+    route = torch_route(p.rule, len(kept.values), _HOST_OP if host_op else "")
+    lines = _wrapper(p, kept, route.route)
     return _module(
         p,
         lines,
@@ -137,9 +137,11 @@ class _Kept:
         """The shape of input `name` in a derivative method (which unpacks a saved one: `saved_shapes`)."""
         return f"{name}.shape" if name in self.saved else f"{ctx}.{shape_attribute(name)}"
 
-    def summed_back(self, ctx: str, name: str, grad: str) -> str:
+    def summed_back(self, ctx: str, name: str, grad: Value) -> str:
         """`grad`, the gradient of input `name`, summed back to its shape where that is kept."""
-        return f"{atom(grad)}.sum_to_size({self.shape(ctx, name)})" if name in self.summed else grad
+        if name not in self.summed:
+            return grad.within(LITERAL)
+        return grad.method(f"sum_to_size({self.shape(ctx, name)})").text
 
     @property
     def saved_shapes(self) -> set[str]:
@@ -228,7 +230,9 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Def, De
     Without it, Dynamo breaks the graph at the NumPy call.  The fake gives
     the results' shapes without running the host: the broadcast shape of
     the arrays for an elementwise rule, else the first array's (as JAX's
-    HostRule assumes); float results in the float arrays' dtype.
+    HostRule assumes); float results in the float arrays' dtype.  Under
+    export it is the rule's one op: the runtime gives it the Function's
+    autograd (`host_rule_op`).
     """
     rule = p.rule
     float_arrays = [i.name for i in rule.inputs if not i.static and i.dtype == "float"]
@@ -238,7 +242,8 @@ def host_op_functions(p: SnippetPlanner, values: Sequence[str]) -> tuple[Def, De
     tensor = f"{g['torch']}.Tensor"
     params = tuple(f"{i.name}: {statics[i.name]}" if i.static else f"{i.name}: {tensor}" for i in rule.inputs)
     returns = tensor if len(values) == 1 else f"{g['tuple']}[{', '.join([tensor] * len(values))}]"
-    name = f'__name__.replace(".", "_") + "::{rule.name}"'
+    # Named after the Function, as every rule's exported op is (the runtime's `rule_op`): it is the rule's.
+    name = f'__name__.replace(".", "_") + "::{rule.torch_class}"'
     # DTensor shards an elementwise body pointwise and gathers the inputs of any other (_host.sharded).
     p.imports.add(Import("._host", "host_op"))
     elementwise = rule.batching == "elementwise"
@@ -350,9 +355,9 @@ def _backward(p: SnippetPlanner, kept: _Kept) -> Def:
     reads = p.reads("vjp") if given else p.reads("jvp") | set(p.diff_inputs)
     lines = _unpack(p, kept, reads | kept.saved_shapes)
     grads = [cotangent(i) for i in p.diff_inputs]
-    computed = dict(zip(grads, grads, strict=True))
+    computed = {g: Value(g) for g in grads}
     if given and len(grads) == 1:
-        computed = {grads[0]: p.call(p.given("vjp"), in_ctx=True)}  # a lone gradient, returned where it is computed
+        computed = {grads[0]: p.computed(p.given("vjp"), in_ctx=True)}  # a lone gradient, returned where computed
     elif given:
         lines.append(Assign(tuple_text(grads), p.call(p.given("vjp"), in_ctx=True)))
     else:
@@ -414,9 +419,10 @@ def _transposed_vjp(p: SnippetPlanner, kept: _Kept) -> tuple[list[Statement], st
     the transpose, and the call of it that gives the tuple of output tangents."""
     grads = [cotangent(i) for i in p.diff_inputs]
     torch, vjp, transpose = p.own["torch"], p.own["vjp"], p.own["transpose"]
-    call = p.call(p.given("vjp"), in_ctx=True)
+    value = p.computed(p.given("vjp"), in_ctx=True)
+    call = value.within(LITERAL)
     lone = len(grads) == 1  # a lone gradient, returned where it is computed
-    computed = [call] if lone else grads
+    computed = [value] if lone else [Value(g) for g in grads]
     shaped = [kept.summed_back(p.ctx, i, g) for g, i in zip(computed, p.diff_inputs, strict=True)]
     body = (Return(shaped[0]),) if lone else (Assign(tuple_text(grads), call), Return(tuple_text(shaped)))
     # Linear, so any point will do; ones keep data-dependent loops running.

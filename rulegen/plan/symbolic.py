@@ -84,5 +84,6 @@ def names_in(exprs: Iterable[sp.Expr]) -> set[str]:
 
 
 def dtype_casts(rule: Rule, casts: Mapping[str, str]) -> dict[str, Wrap]:
-    """The wrap that gives each output of an integer or boolean `dtype` that dtype; sympy computes in floats."""
-    return {o.name: Wrap(casts[o.dtype]) for o in rule.outputs if o.dtype in casts}
+    """The wrap that gives each output of an integer or boolean `dtype` that dtype, by the method `casts` names for
+    it (`long()`); sympy computes in floats."""
+    return {o.name: Wrap.method(casts[o.dtype]) for o in rule.outputs if o.dtype in casts}

@@ -457,9 +457,9 @@ def _forward_results(t: _Torch) -> tuple[list[Result], set[str]]:
     # (a clipped gradient) the output is a copy instead.
     returned = {n: e for n, e in values if isinstance(e, sp.Symbol) and e.name in arrays and n not in wraps}
     aliases = {n for n, e in returned.items() if _tangent_is_the_inputs(t, n, e)}
-    wraps |= {n: Wrap(f"{{}}.view_as({e})", frozenset({e.name})) for n, e in returned.items() if n in aliases}
-    wraps |= {n: Wrap("{}.clone()") for n in returned if n not in aliases}
-    for n, cast in dtype_casts(t.rule, {"int": "{}.long()", "bool": "{}.bool()"}).items():
+    wraps |= {n: Wrap.method(f"view_as({e})", frozenset({e.name})) for n, e in returned.items() if n in aliases}
+    wraps |= {n: Wrap.method("clone()") for n in returned if n not in aliases}
+    for n, cast in dtype_casts(t.rule, {"int": "long()", "bool": "bool()"}).items():
         wraps[n] = cast.around(wraps.get(n, Wrap()))
     return [Result(n, e, wrap=wraps.get(n, Wrap())) for n, e in values], aliases
 
@@ -493,7 +493,7 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
         elif with_residuals and t.cotangents_absent:
             found.append(Result(cotangent(i.name), expr, guard=guard))
         elif broadcastable:
-            wrap = Wrap(f"{{}}.sum_to_size({i.name}.shape)", reads)
+            wrap = Wrap.method(f"sum_to_size({i.name}.shape)", reads)
             found.append(Result(cotangent(i.name), expr, wrap=wrap, guard=guard))
         else:
             found.append(Result(cotangent(i.name), expr, guard=guard))
@@ -596,7 +596,7 @@ def _jvp_parts(
             results.append(Result(tangent(o.name), expr, wrap=Wrap(f"{torch}.broadcast_to({{}}, {shape})")))
         elif o.name in aliases:
             # The output is a view of an input, so its tangent is a view of that input's.
-            wrap = Wrap(f"{{}}.view_as({expr})", frozenset(s.name for s in expr.free_symbols))
+            wrap = Wrap.method(f"view_as({expr})", frozenset(s.name for s in expr.free_symbols))
             results.append(Result(tangent(o.name), expr, wrap=wrap))
         else:
             results.append(Result(tangent(o.name), expr))

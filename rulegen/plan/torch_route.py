@@ -40,13 +40,17 @@ def static_type(i: Input) -> str | None:
     return _SCHEMA_TYPES.get(type(i.default))
 
 
-def torch_route(rule: Rule, values: int) -> TorchRoute:
+def torch_route(rule: Rule, values: int, host_op: str = "") -> TorchRoute:
     """How `rule`'s Function, whose forward returns `values` tensors, is applied (`routed` of the runtime).
 
-    A rule with a static its schema cannot type (see `static_type`) has no
-    op, and export inlines its Function.
+    A host rule whose forward is the custom op `host_op` exports as that op
+    (the runtime gives it the Function's autograd); another rule as an op
+    of the schema given here.  A rule with a static its schema cannot type
+    (see `static_type`) has no op, and export inlines its Function.
     """
     cls, apply, routed = rule.torch_class, applier(rule.name), rule.own_names["routed"]
+    if host_op:
+        return TorchRoute(Assign(apply, f"{routed}({cls}, op={host_op})"), apply)
     if any(i.static and static_type(i) is None for i in rule.inputs):
         return TorchRoute(Assign(apply, f"{routed}({cls})"), apply)
     arguments = ", ".join(f"{static_type(i) if i.static else 'Tensor'} {i.name}" for i in rule.inputs)

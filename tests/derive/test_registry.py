@@ -67,8 +67,8 @@ def resolve(path: str) -> Callable[..., object]:
 def test_every_function_a_rule_may_call_prints_in_both_backends_with_its_registered_spelling(name):
     function = fn.RULE_FUNCTIONS[name]
     expr = parse_expression(example(name), SYMBOLS, LOC)
-    jax_text, _ = print_jax(expr)
-    torch_text, _ = print_torch(expr)
+    jax_text = print_jax(expr)[0].text
+    torch_text = print_torch(expr)[0].text
     if function.jax_runtime:
         assert f"{function.jax_runtime}(" in jax_text
     elif function.jax:
@@ -114,22 +114,22 @@ def test_every_in_place_method_computes_the_function_into_its_buffer(function):
 def test_tensor_only_functions_refuse_a_python_number_and_are_printed_with_a_tensor(function):
     with pytest.raises(TypeError):
         resolve(function.torch)(torch.ones(2), 2.0)
-    text, _ = print_torch(function.sympy(X, 2))
+    text = print_torch(function.sympy(X, 2))[0].text
     assert text == f"{function.torch}(x, torch.tensor(2.0))"
 
 
 def test_min_and_max_of_static_inputs_stay_python_numbers():
     # Min and Max are no sympy Functions, so the registered printing of functions does not reach them.
     c = sp.Symbol("c")
-    assert print_jax(sp.Max(BETA, c) * X, scalars=frozenset({"beta", "c"}))[0] == "x*max(beta, c)"
-    assert print_torch(sp.Min(BETA, c) * X, scalars=frozenset({"beta", "c"}))[0] == "x*min(beta, c)"
-    assert print_torch(sp.Min(BETA, X), scalars=frozenset({"beta"}))[0] == "torch.clamp(x, max=beta)"
+    assert print_jax(sp.Max(BETA, c) * X, scalars=frozenset({"beta", "c"}))[0].text == "x*max(beta, c)"
+    assert print_torch(sp.Min(BETA, c) * X, scalars=frozenset({"beta", "c"}))[0].text == "x*min(beta, c)"
+    assert print_torch(sp.Min(BETA, X), scalars=frozenset({"beta"}))[0].text == "torch.clamp(x, max=beta)"
 
 
 def test_a_clip_of_a_tensor_between_numbers_is_one_clamp():
     # The stabilising search clamps an input where a form has reached its limits: one kernel, not a clamp of a clamp.
-    assert print_torch(sp.Min(sp.Max(X, -2), 3))[0] == "torch.clamp(x, -2, 3)"
-    assert print_torch(sp.Max(sp.Min(X, 3), -2))[0] == "torch.clamp(torch.clamp(x, max=3), min=-2)"
+    assert print_torch(sp.Min(sp.Max(X, -2), 3))[0].text == "torch.clamp(x, -2, 3)"
+    assert print_torch(sp.Max(sp.Min(X, 3), -2))[0].text == "torch.clamp(torch.clamp(x, max=3), min=-2)"
 
 
 def test_the_derived_tables_agree_with_the_registry_and_are_read_only():

@@ -48,7 +48,7 @@ def test_import_registers_no_rule_op_and_reads_no_bytecode():
         "inspect.getmodule = spy\n"
         "import torch\n" + _HAS_OP + "import generated.torch\n"
         "rules = [getattr(generated.torch, name) for name in generated.torch.__all__]\n"
-        "print(has_op('generated_torch_gelu::Gelu'), has_op('generated_torch_numpy_sort::numpy_sort'))\n"
+        "print(has_op('generated_torch_gelu::Gelu'), has_op('generated_torch_numpy_sort::NumpySort'))\n"
         "print(sorted({f for f in frames if '/generated/torch/' in f and '/generated/torch/_' not in f}))\n"
     )
     ops, rule_frames = out.splitlines()

@@ -26,7 +26,7 @@ import torch
 from rulegen.derive import forms
 from rulegen.derive import functions as fn
 from rulegen.derive.expr import parse_expression
-from rulegen.plan.code import Import, import_statements
+from rulegen.plan.code import Import, Value, import_statements
 from rulegen.plan.printers import print_jax, print_torch
 from tests.derive.test_registry import EXAMPLES, LOC, RULE_NAMES, SYMBOLS, example
 
@@ -42,7 +42,7 @@ def runtime_import(line: str, backend: str) -> str:
     return helper.replace("from . import", f"from rulegen.runtime.{backend} import")
 
 
-def evaluate(printed: tuple[str, frozenset[Import]], values: dict[str, object], backend: str) -> float:
+def evaluate(printed: tuple[Value, frozenset[Import]], values: dict[str, object], backend: str) -> float:
     return float(evaluate_array(printed, values, backend))
 
 
@@ -64,7 +64,7 @@ def test_jax_torch_math_and_mpmath_agree_on_every_function_a_rule_may_call(name)
         scalar = evaluate(print_torch(expr, scalars=frozenset(POINT)), POINT, "torch")
         # Static inputs through the runtime's IEEE version of the math function (inf and nan where math raises).
         ieee = "_numbers." + function.math.removeprefix("math.")
-        assert f"{ieee}(" in print_torch(expr, scalars=frozenset(POINT))[0]
+        assert f"{ieee}(" in print_torch(expr, scalars=frozenset(POINT))[0].text
         assert scalar == pytest.approx(exact, rel=1e-12)
 
 
@@ -84,8 +84,8 @@ from rulegen.plan.printers import print_jax, print_torch
 assert rulegen.__file__.startswith({root!r}), rulegen.__file__
 x, y, beta = sp.symbols("x y beta")
 expr = parse_expression("exp2(x * y) + exp2(beta)", {{"x": x, "y": y, "beta": beta}}, Loc("new", 1, 0))
-print(print_jax(expr, scalars=frozenset({{"beta"}}))[0])
-print(print_torch(expr, scalars=frozenset({{"beta"}}))[0])
+print(print_jax(expr, scalars=frozenset({{"beta"}}))[0].text)
+print(print_torch(expr, scalars=frozenset({{"beta"}}))[0].text)
 writer = InPlaceWriter(lambda e: print_torch(e)[0], {{"x", "y"}}, (sp.Symbol(f"t{{k}}") for k in itertools.count()))
 writer.value(parse_expression("exp2(x * y)", {{"x": x, "y": y}}, Loc("new", 1, 0)))
 print("; ".join(s.line for s in writer.steps))
@@ -147,9 +147,9 @@ def test_every_function_of_static_inputs_alone_computes_in_the_arrays_dtype(name
     np.testing.assert_allclose(np.asarray(got), [exact, 2 * exact], rtol=rel, atol=0)
 
 
-def evaluate_array(printed: tuple[str, frozenset[Import]], values: dict[str, object], backend: str) -> Any:
-    text, imports = printed
+def evaluate_array(printed: tuple[Value, frozenset[Import]], values: dict[str, object], backend: str) -> Any:
+    value, imports = printed
     namespace: dict[str, object] = {}
     for line in import_statements(imports):
         exec(runtime_import(line, backend), namespace)
-    return eval(text, {**namespace, **values})
+    return eval(value.text, {**namespace, **values})

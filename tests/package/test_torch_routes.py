@@ -161,6 +161,43 @@ def test_every_rule_with_an_op_exports_its_value_and_gradient():
     assert exported_rules >= 60
 
 
+class _Sorted(torch.nn.Module):
+    def forward(self, x):
+        return WEIGHTS * numpy_sort(x, 0)
+
+
+class _Erfcx(torch.nn.Module):
+    def forward(self, x):
+        from generated.torch import scipy_erfcx
+
+        return scipy_erfcx(x)
+
+
+def test_an_exported_host_rule_is_its_host_op_alone():
+    """A host rule exports as its host op given the Function's autograd (`_route.host_rule_op`): one op in
+    its module's namespace, not an op around the Function's forward holding the host op, and the exported
+    program's value, gradient and second derivative are eager's."""
+    program = torch.export.export(_Sorted(), (X,))
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert "generated_torch_numpy_sort.NumpySort.default" in targets
+    registered = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith("generated_torch_numpy_sort::")]
+    assert registered == ["generated_torch_numpy_sort::NumpySort"]
+    torch.library.opcheck(torch.ops.generated_torch_numpy_sort.NumpySort.default, (X.clone().requires_grad_(), 0))
+    leaf, reference = X.clone().requires_grad_(), X.clone().requires_grad_()
+    torch.testing.assert_close(program.module()(leaf), _Sorted()(reference))
+    program.module()(leaf).sum().backward()
+    _Sorted()(reference).sum().backward()
+    torch.testing.assert_close(leaf.grad, reference.grad)
+
+    exported = torch.export.export(_Erfcx(), (X,)).module()
+    second = []
+    for f in (exported, _Erfcx()):
+        x = X.clone().requires_grad_()
+        (first,) = torch.autograd.grad(f(x).sum(), x, create_graph=True)
+        second.append(torch.autograd.grad(first.sum(), x)[0])
+    torch.testing.assert_close(*second)
+
+
 @pytest.mark.slow
 def test_the_durability_check_differentiates_compiled_transforms_and_exports(monkeypatch):
     from rulegen.check import run_checks
@@ -232,4 +269,4 @@ def test_the_host_ops_shardings_are_registered_when_dtensor_is_imported_later():
         "found = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs\n"
         "print(sorted(str(op).split('.')[1] for op in found if str(op).startswith('generated_torch')))"
     )
-    assert "host_mul_sin_jvp" in out and "numpy_sort" in out, out
+    assert "HostMulSinJvp" in out and "NumpySort" in out, out

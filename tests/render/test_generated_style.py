@@ -190,10 +190,12 @@ def test_a_one_line_body_reads_a_static_from_ctx_where_it_stands():
     the name itself (a lambda's parameter) or reads it inside an f-string, the body keeps its function."""
     from types import SimpleNamespace
 
+    from rulegen.plan.code import LITERAL
     from rulegen.plan.snippet import inline_expression
 
     def written(text: str) -> str | None:
-        return inline_expression(SimpleNamespace(kind="python", text=text), {"dim": "ctx.dim"})
+        value = inline_expression(SimpleNamespace(kind="python", text=text), {"dim": "ctx.dim"})
+        return None if value is None else value.within(LITERAL)  # placed where it is called
 
     assert written('return take(x, "é", dim)') == 'take(x, "é", ctx.dim)'
     assert written("return g(dim=dim) + dim") == "(g(dim=ctx.dim) + ctx.dim)"

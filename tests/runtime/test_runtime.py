@@ -109,6 +109,51 @@ def test_a_rule_op_copies_views_and_keeps_the_functions_backward():
     torch.testing.assert_close(transformed, torch.full((2, 3), 2.0))
 
 
+@torch.library.custom_op(f"{__name__.replace('.', '_')}::_Tripled", mutates_args=())
+def _tripled_op(x: torch.Tensor) -> torch.Tensor:
+    """A host forward as a custom op (as `_host.host_op` makes one)."""
+    return torch.as_tensor(3 * x.detach().numpy())
+
+
+_tripled_op.register_fake(lambda x: torch.empty_like(x))
+
+
+class _Tripled(torch.autograd.Function):
+    """A host rule's Function: its forward the op, a gradient of half the cotangent (not the forward's)."""
+
+    @staticmethod
+    def forward(x):
+        return _tripled_op(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, out_bar):
+        return out_bar / 2
+
+
+def test_a_host_rule_op_is_the_host_op_with_the_functions_backward():
+    """A host rule's exported op is its host op itself, given the Function's autograd: no second op."""
+    from rulegen.runtime.torch import _route
+
+    apply = _route.routed(_Tripled, op=_tripled_op)
+
+    class Module(torch.nn.Module):
+        def forward(self, x):
+            return apply(x)
+
+    program = torch.export.export(Module(), (torch.ones(3),))
+    assert [str(n.target) for n in program.graph.nodes if n.op == "call_function"] == [
+        f"{__name__.replace('.', '_')}._Tripled.default"
+    ]
+    x = torch.ones(3, requires_grad=True)
+    program.module()(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 0.5))
+    torch.testing.assert_close(program.module()(torch.ones(3)), torch.full((3,), 3.0))
+
+
 def test_numbers_gives_the_ieee_value_where_math_raises_even_of_a_function_it_does_not_name():
     """A function registered after `_numbers` was written (math.exp2) still computes static inputs."""
     from rulegen.runtime import _numbers

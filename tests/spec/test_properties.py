@@ -109,7 +109,8 @@ def test_both_printers_compute_what_sympy_computes(expr):
     reference = sp.lambdify([X, Y], expr, "mpmath")
     expected = np.array([float(reference(a, b)) for a, b in zip(points["x"], points["y"], strict=True)])
     for printer, convert in ((print_jax, jnp.asarray), (print_torch, torch.from_numpy)):
-        code, imports = printer(expr)
+        value, imports = printer(expr)
+        code = value.text
         namespace: dict = {}
         exec("\n".join(import_statements(imports)) + f"\ndef f(x, y):\n    return {code}\n", namespace)
         got = namespace["f"](convert(points["x"]), convert(points["y"]))
@@ -122,7 +123,8 @@ def test_a_written_quotient_beside_a_factor_of_its_own_is_computed_as_written(te
     # sympy made x * (x / w) into x**2 / w: inf past |x| = 1.3e154, where the written order gives x.
     import torch
 
-    code, imports = print_torch(parse_expression(text, SYMBOLS, Loc("p.yaml", 1, 1)))
+    value, imports = print_torch(parse_expression(text, SYMBOLS, Loc("p.yaml", 1, 1)))
+    code = value.text
     namespace: dict = {}
     exec("\n".join(import_statements(imports)) + f"\ndef f(x):\n    return {code}\n", namespace)
     x = torch.tensor([6.4e266, -1.5, 0.0], dtype=torch.float64)

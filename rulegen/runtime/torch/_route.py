@@ -240,8 +240,9 @@ def route(
     Under a torch.func transform: `function`, run eagerly, derivative
     methods included (compiled, by a graph break; with `fullgraph=True`, an
     error).  Elsewhere, eagerly: `function`.  Under torch.export:
-    `exported`, the rule as an op (`rule_op`); a rule without one (its
-    statics have no schema type) is inlined, its gradient lost.  Elsewhere
+    `exported`, the rule as an op (`rule_op`, or a host rule's own op:
+    `host_rule_op`); a rule without one (its statics have no schema type)
+    is inlined, its gradient lost.  Elsewhere
     under torch.compile: `compiled`, the Function without `jvp` (which
     Dynamo refuses), which Dynamo traces with its backward.
     """
@@ -269,7 +270,7 @@ def without_jvp(function: type[torch.autograd.Function]) -> type[torch.autograd.
 
 
 def routed(
-    function: type[torch.autograd.Function], schema: str | None = None
+    function: type[torch.autograd.Function], schema: str | None = None, *, op: Any = None
 ) -> Callable[..., Any]:
     """What a public function calls to apply the Function `function`, in the form `route` picks.
 
@@ -278,14 +279,20 @@ def routed(
     its methods read (`numbers_read`) are found under the first compile,
     and the exported form (`rule_op`, given the op's `schema`) made under
     the first export: a bytecode scan and an op registered for each rule
-    would cost more at import than the rest of it.  A rule with no schema
-    (a static no schema types) has no op.
+    would cost more at import than the rest of it.  A host rule passes its
+    host op (`op`, its forward as a custom op: `_host.host_op`), which the
+    first export gives the Function's autograd (`host_rule_op`): the rule's
+    one op.  A rule with neither (a static no schema types) has no op.
     """
     compiled = without_jvp(function)
     numbers: list[tuple[Any, str]] = []
     exported: list[Any] = []
     find_numbers = once(lambda: numbers.extend(numbers_read(function)))
-    make_op = None if schema is None else once(lambda: exported.append(rule_op(function, schema)))
+    make_op = None
+    if op is not None:
+        make_op = once(lambda: exported.append(host_rule_op(function, op)))
+    elif schema is not None:
+        make_op = once(lambda: exported.append(rule_op(function, schema)))
 
     def apply(*args: Any) -> Any:
         if torch.compiler.is_compiling():
@@ -420,9 +427,10 @@ def rule_op(function: type[torch.autograd.Function], schema: str) -> Any:
     The op is named after the Function in a namespace of its module's
     (`torch.ops.<package>_torch_gelu.Gelu`), so each rule of each generated
     package has its own.  Its forward and fake are the Function's forward
-    (torch code runs on fake tensors too, and a host forward is an op with a
-    fake of its own), its autograd the Function's `setup_context` and
-    `backward`, themselves torch code and so differentiable again.
+    (torch code runs on fake tensors too), its autograd the Function's
+    `setup_context` and `backward`, themselves torch code and so
+    differentiable again.  A host rule's forward is an op already: see
+    `host_rule_op`.
     """
 
     def forward(*args: Any) -> Any:
@@ -432,6 +440,22 @@ def rule_op(function: type[torch.autograd.Function], schema: str) -> Any:
     name = f"{function.__module__.replace('.', '_')}::{function.__name__}"
     op = torch.library.custom_op(name, forward, mutates_args=(), schema=schema)
     op.register_fake(forward)
+    op.register_autograd(function.backward, setup_context=function.setup_context)
+    return op
+
+
+def host_rule_op(function: type[torch.autograd.Function], op: Any) -> Any:
+    """`op`, the Function `function`'s host forward as a custom op, given the Function's autograd.
+
+    `function.forward` returns what `op` returns, so the op with the
+    Function's `setup_context` and `backward` is the rule, as `rule_op`
+    would make it: one op, named after the Function too, where an op
+    around the Function's forward would hold the host op inside.  Given it
+    under the first export, as `rule_op` is made then; elsewhere the op
+    runs inside the Function's forward, where autograd records nothing, and
+    torch.func applies the Function, never the op's own autograd (which
+    fails there, pytorch#168393).
+    """
     op.register_autograd(function.backward, setup_context=function.setup_context)
     return op
 
