@@ -245,6 +245,21 @@ def test_calls_at_several_arguments_are_one_series_each_whose_leading_terms_canc
         with mpmath.workprec(4000):
             exact = mpmath.digamma(mpmath.mpf(point[0]) + point[1]) - mpmath.digamma(point[1])
         assert bits(evaluated(series, (p, q), point, np.float64), exact) <= 2, point
+    # Weights in other variables: a KL divergence of two Betas in p1, (p1 - q1) trigamma(p1) + (q1 + q0 - p1 - p0)
+    # trigamma(p1 + p0), whose -q1/p1 + (q1 + q0)/(p1 + p0) is -q1 (1/p1 - 1/(p1 + p0)) + q0/(p1 + p0).
+    r, s = sp.symbols("r s", positive=True)
+    kl_partial = (p - r) * sp.polygamma(1, p) + (r + s - p - q) * sp.polygamma(1, p + q)
+    series = several_argument_series(kl_partial)
+    assert series is not None
+    for point in (
+        (1e5, 3e2, 7e4, 1e-3),
+        (50.0, 40.0, 1e9, 3.0),
+        (1e-100, 1e-120, 5.0, 1e-50),
+        (1e200, 1e100, 1e150, 1e180),
+    ):
+        with mpmath.workprec(4000):
+            exact = sp.lambdify((p, q, r, s), kl_partial, "mpmath")(*map(mpmath.mpf, point))
+        assert bits(evaluated(series, (p, q, r, s), point, np.float64), exact) <= 2, point
     # A call that is not a factor of a term, or arguments that are not linear, are not this family's.
     assert several_argument_series(sp.log(sp.digamma(p)) + sp.digamma(p + q)) is None
     assert several_argument_series(sp.digamma(p**2) - sp.digamma(q)) is None

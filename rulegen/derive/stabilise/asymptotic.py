@@ -20,6 +20,7 @@ it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -293,20 +294,40 @@ def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...
     parts at 0 are 1/r - 1/(r + k), (k/r)/(r + k), not inf - inf.  Two double poles of unlike weights c, -e are
     (sqrt(c)/p - sqrt(e)/q)(sqrt(c)/p + sqrt(e)/q): each factor in range where either square is not."""
     weights: dict[tuple[int, sp.Dummy], sp.Expr] = {}
+    symbolic: dict[tuple[int, sp.Dummy], sp.Expr] = {}
     rest = []
     for term in sp.Add.make_args(total):
-        coefficient, factor = term.as_coeff_Mul()
+        coefficient, factor = term.as_independent(*big.values(), as_Add=False)
         if isinstance(factor, sp.log) and factor.args[0] in big.values():
             key = (0, factor.args[0])
         elif factor.is_Pow and factor.base in big.values() and factor.exp.is_Integer and factor.exp < 0:
             key = (int(-factor.exp), factor.base)
         else:
             key = None
-        if key is None or key[0] not in orders or not coefficient.is_Rational:
+        if key is None or key[0] not in orders:
             rest.append(term)
         else:
-            weights[key] = weights.get(key, sp.S.Zero) + coefficient
+            chosen = weights if coefficient.is_Rational else symbolic
+            chosen[key] = chosen.get(key, sp.S.Zero) + coefficient
     argument = {b: u for u, b in big.items()}
+    count = 0
+    # Weights in the other variables, c and e, where c + e is simpler than either: c (f(p) - f(q)) + (c + e) f(q)
+    # (a KL divergence of two Betas: -q1/p1 + (q1 + q0)/(p1 + p0) is -q1 (1/p1 - 1/(p1 + p0)) + q0/(p1 + p0)).
+    for (order, p), (other, q) in itertools.permutations(list(symbolic), 2):
+        if other != order or symbolic[order, p] == 0 or symbolic[order, q] == 0:
+            continue
+        c, e = symbolic[order, p], symbolic[order, q]
+        joined = sp.expand(c + e)
+        # The simpler weight multiplies the difference, the sum goes to the other's term: (q1 + q0)(1/p - 1/q) +
+        # q0/q cancels where q0 dwarfs q1.
+        simpler = (len(c.free_symbols), sp.count_ops(c)) <= (len(e.free_symbols), sp.count_ops(e))
+        if sp.count_ops(joined) >= min(sp.count_ops(c), sp.count_ops(e)) or not simpler:
+            continue
+        d = sp.expand(argument[p] - argument[q])
+        rest.append(c * _pair(order, p, q, d, abs(d) < argument[q] / 2))
+        symbolic[order, p], symbolic[order, q] = sp.S.Zero, joined
+        count += 1
+    rest += [w * (sp.log(u) if order == 0 else u**-order) for (order, u), w in symbolic.items()]
     pairs = sorted(
         (
             (sp.expand(argument[p] - argument[q]), order, p, q)
@@ -316,7 +337,6 @@ def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...
         ),
         key=lambda pair: (pair[1], sp.count_ops(pair[0]), sp.default_sort_key(pair[0])),
     )
-    count = 0
     for d, order, p, q in pairs:
         c, e = weights[order, p], -weights[order, q]
         if not c > 0 < e:
