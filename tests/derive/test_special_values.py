@@ -114,6 +114,48 @@ def test_pow_derivatives_at_zero_are_the_frameworks(dtype):
         np.testing.assert_array_equal(grad(f, x, y, argnum=1), [0.0, 0.0, 0.0])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pow_derivative_below_zero_keeps_the_parity_of_a_huge_exponent(dtype):
+    # y x**(y - 1): y - 1 rounds to y past 2**53 (2**24 in float32), and x**(y - 1) took y's parity, the wrong
+    # sign: 1e20 at (-1, 1e20) for -1e20, +inf at (-max, max) for -inf, -inf at (-tiny, -max) for +inf.
+    info = np.finfo(dtype)
+    big = float(info.max)
+    x = np.asarray([-1.0, -big, -float(info.tiny), -2.0], dtype=dtype)
+    y = np.asarray([1e20, big, -big, 3.0], dtype=dtype)
+    expected = [-float(y[0]), -math.inf, math.inf, 12.0]
+    jitted = lambda f, *a: np.asarray(jax.jit(jax.vmap(jax.grad(f)))(*(jnp.asarray(v) for v in a)))  # noqa: E731
+    for f, grad in ((gj.f_pow, jax_grad), (gj.f_pow, jitted), (gt.f_pow, torch_grad)):
+        np.testing.assert_array_equal(grad(f, x, y), expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pow_derivative_at_a_zero_exponent_is_zero_at_subnormals(dtype):
+    # 0 * x**-1, 0 * inf, was nan; x**0 is 1 on both sides of x.  XLA reads a subnormal as 0: torch only.
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    x = np.asarray([tiny, -tiny, 2 * tiny], dtype=dtype)
+    y = np.zeros(3, dtype=dtype)
+    np.testing.assert_array_equal(torch_grad(gt.f_pow, x, y), [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_atan2_and_hypot_partials_under_jit_at_the_ends_of_the_float_line(dtype):
+    # XLA under jit divides (a / h) / h as a / (h * h), whose square underflows at the smallest normals (atan2's
+    # partial in y at (0, tiny) was inf for 1 / tiny), and by a power of two as a multiply by its reciprocal,
+    # 2**-1023 (2**-127) at the largest floats, a subnormal flushed to 0 (hypot's partial at (max, 0) was 0).
+    info = np.finfo(dtype)
+    tiny, big = float(info.tiny), float(info.max)
+
+    def jitted(f, *args, argnum=0):
+        g = jax.jit(jax.vmap(jax.grad(f, argnums=argnum)))
+        return np.asarray(g(*(jnp.asarray(a) for a in args)))
+
+    y, x = np.asarray([0.0, 0.0], dtype=dtype), np.asarray([tiny, -tiny], dtype=dtype)
+    np.testing.assert_allclose(jitted(gj.f_atan2, y, x), [1 / tiny, -1 / tiny], rtol=4 * float(info.eps))
+    np.testing.assert_allclose(jitted(gj.f_atan2, x, y, argnum=1), [-1 / tiny, 1 / tiny], rtol=4 * float(info.eps))
+    x, y = np.asarray([big, -big], dtype=dtype), np.asarray([0.0, 0.0], dtype=dtype)
+    np.testing.assert_array_equal(jitted(gj.f_hypot, x, y), [1.0, -1.0])
+
+
 # -------------------------------------------------------------------- quotients that cancel at 0
 
 
