@@ -322,8 +322,12 @@ class bessel_i1e(sp.Function):  # noqa: N801
 
 
 def _i1e_over(x: sp.Expr) -> sp.Expr:
-    """i1e(x) / x, exp(-|x|) / 2 where |x| < 2**-26 (its limit, the next term x**2 / 16 below a float64 rounding)."""
-    return quotient_by_x(bessel_i1e(x), x, sp.exp(-sp.Abs(x)) / 2)
+    """i1e(x) / x, exp(-|x|) / 2 where |x| < 2**-26 (its limit, the next term x**2 / 16 below a float64 rounding).
+
+    |x| written x sign(x): the frameworks differentiate sign as 0 everywhere, so the kink's derivative at 0 is
+    sign(0) = 0, sympy's; JAX differentiates abs as 1 at 0, which made i1e's second derivative 0.5 there.
+    """
+    return quotient_by_x(bessel_i1e(x), x, sp.exp(-x * sp.sign(x)) / 2)
 
 
 def quotient_by_x(numerator: sp.Expr, x: sp.Expr, near: sp.Expr) -> sp.Expr:

@@ -180,6 +180,19 @@ def test_bessel_i1e_derivative_near_zero_is_one_half(dtype):
 # -------------------------------------------------------------------- a refinement taken only where it is in range
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bessel_i1e_second_derivative_at_zero_is_sign_s_convention(dtype):
+    # i1e'' is -sign(x) near 0: 0 at 0, as sign(0) is.  Its limit form exp(-|x|) / 2 differentiated with JAX's
+    # |x|' = 1 at 0 gave 0.5 (XLA reads the subnormals as 0, where it is 0 too).
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    x = np.asarray([0.0, -0.0, tiny, -tiny], dtype=dtype)
+    second = jax.vmap(jax.grad(jax.grad(gj.f_bessel_i1e)))
+    for g in (second, jax.jit(second)):
+        np.testing.assert_array_equal(np.asarray(g(jnp.asarray(x))), [0.0, 0.0, 0.0, 0.0])
+    got = torch.vmap(torch.func.grad(torch.func.grad(gt.f_bessel_i1e)))(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, [0, 0, -1, 1], rtol=2 * float(np.finfo(dtype).eps), atol=0)
+
+
 def test_cbrt_of_the_largest_float32():
     # The 46 largest, where y**3 of the rounded root overflowed and the Newton step made it 2/3 of the root.
     top = np.finfo(np.float32).max.view(np.int32)

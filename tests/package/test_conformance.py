@@ -710,19 +710,6 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         "XLA's atan2 of subnormal pairs, flushed inside its algorithm: nan or pi/2 where atan2 is pi/4",
         ("jax float32 value in x0 at (1.401298464324817e-45, 1.401298464324817e-45): nan, exact 0.7853981633974483"),
     ),
-    ("bessel_i1e", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-        ),
-        (
-            "JAX at ±0: exp(-|x|) / 2 and sign(x) i1e(x) differentiated with JAX's |x|' = 1 at 0: 0.5 where the "
-            "second derivative is 0"
-        ),
-        "jax float32 second in x0 at (0.0,): 0.5, exact 0.0",
-    ),
     ("beta", "first"): (
         (
             ("jax", "float32"),
