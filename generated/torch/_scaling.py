@@ -51,4 +51,7 @@ def nth_root(xp: ModuleType, x: Any, n: int) -> Any:
     ratio = xp.where(power < math.inf, x / power, over)
     # Relative, so that the residual is no subnormal (XLA flushes those: no step at x = 1e-300).
     step = y * (1 - ratio) / n
-    return xp.where(xp.isfinite(step), y - step, y)
+    # x == 0 holds at a subnormal x where XLA reads it as 0 (denormals-are-zero), and its pow
+    # reads 2**-1074 as 2**-1075 (cbrt(5e-324) was 1.35e-108 for 1.70e-108): the root of that
+    # 0, as its arithmetic reads it.  torch computes subnormals, and only 0 is 0 there.
+    return xp.where(x == 0, x * 0, xp.where(xp.isfinite(step), y - step, y))

@@ -193,6 +193,19 @@ def test_bessel_i1e_second_derivative_at_zero_is_sign_s_convention(dtype):
     np.testing.assert_allclose(got, [0, 0, -1, 1], rtol=2 * float(np.finfo(dtype).eps), atol=0)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cbrt_of_a_subnormal_is_the_root_of_what_the_framework_reads(dtype):
+    # XLA reads a subnormal as 0 in its arithmetic, and its pow reads 2**-1074 as 2**-1075: the root was
+    # 2**(-1/3) of the right one (1.35e-108 for 1.70e-108).  JAX: the root of 0; torch computes subnormals.
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    x = np.asarray([tiny, 8 * tiny], dtype=dtype)
+    exact = [float(mpmath.cbrt(mpmath.mpf(float(v)))) for v in x]
+    for f in (gj.f_cbrt, jax.jit(gj.f_cbrt)):
+        np.testing.assert_array_equal(np.asarray(f(jnp.asarray(x))), [0.0, 0.0])
+    # y**3 is subnormal in the Newton step, its residual rounded: within the matrix's tolerance.
+    np.testing.assert_allclose(torch_value(gt.f_cbrt, x), exact, rtol=128 * float(np.finfo(dtype).eps))
+
+
 def test_cbrt_of_the_largest_float32():
     # The 46 largest, where y**3 of the rounded root overflowed and the Newton step made it 2/3 of the root.
     top = np.finfo(np.float32).max.view(np.int32)

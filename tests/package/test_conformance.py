@@ -799,19 +799,6 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         ),
         "jax float32 second in x0 at (1.1754943508222875e-38,): nan, exact -3.6566767940471243e+62",
     ),
-    ("cbrt", "value"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-        ),
-        (
-            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats and "
-            "flushed by XLA; the second derivative at subnormals"
-        ),
-        ("jax float32 value in x0 at (1.401298464324817e-45,): 8.881775197276188e-16, exact 1.1190346870425511e-15"),
-    ),
     ("hypot", "second"): (
         (
             ("jax", "float32"),
