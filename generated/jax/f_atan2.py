@@ -7,6 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from ._special import atan2
 from ._util import as_lifted_arrays, binade, present, quotient, rounded, summed_like
 
 
@@ -36,7 +37,7 @@ def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_atan2(y, x):
-    return jnp.arctan2(y, x)
+    return atan2(y, x)
 
 
 @functools.partial(_f_atan2.defjvp, symbolic_zeros=True)

@@ -7,6 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from ._special import atan2
 from ._util import as_lifted_arrays, binade, present, quotient, rounded, summed_like
 
 
@@ -43,7 +44,7 @@ def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, 
 
 @jax.custom_jvp
 def _polar(x, y):
-    return jnp.hypot(x, y), jnp.arctan2(y, x)
+    return jnp.hypot(x, y), atan2(y, x)
 
 
 @functools.partial(_polar.defjvp, symbolic_zeros=True)

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ._special import atan2
 from ._util import as_lifted_arrays, binade, present, quotient, rounded, summed_like
 
 
@@ -56,7 +57,7 @@ def to_polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> Polar:
 def _to_polar(x, y):
     # r = sqrt(x**2 + y**2) is computed as hypot(x, y), the form with the least error measured
     # (norms; `rulegen show to_polar --why` gives the measurements).
-    return jnp.hypot(x, y), jnp.arctan2(y, x)
+    return jnp.hypot(x, y), atan2(y, x)
 
 
 @functools.partial(_to_polar.defjvp, symbolic_zeros=True)

@@ -1239,7 +1239,15 @@ REGISTRY: tuple[MathFunction, ...] = (
         domain=((-1.0, 1.0),),
     ),
     MathFunction("atan", sp.atan, "jnp.arctan", "torch.atan", math="math.atan", in_place="atan_", holomorphic=True),
-    MathFunction("atan2", atan2, "jnp.arctan2", "torch.atan2", torch_tensor_only=True),
+    MathFunction(
+        "atan2",
+        atan2,
+        "jnp.arctan2",
+        "torch.atan2",
+        torch_tensor_only=True,
+        # XLA's arctan2 of subnormal inputs, flushed partway: nan at (1e-45, 1e-45), -pi at (5e-324, -max).
+        jax_runtime="atan2",
+    ),
     MathFunction(
         "sinh",
         sp.sinh,

@@ -138,6 +138,20 @@ def test_pow_derivative_at_a_zero_exponent_is_zero_at_subnormals(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_atan2_of_subnormals_is_the_angle_of_what_xla_reads(dtype):
+    # XLA's arctan2 flushed subnormal inputs partway: nan at (tiny, tiny), -pi at (tiny, -max).  Read as the
+    # zeros of their signs, as XLA's arithmetic reads them: IEEE's atan2 of those, eager and under jit.
+    tiny, big = float(np.finfo(dtype).smallest_subnormal), float(np.finfo(dtype).max)
+    y = np.asarray([tiny, -tiny, tiny, tiny], dtype=dtype)
+    x = np.asarray([tiny, tiny, -tiny, -big], dtype=dtype)
+    expected = np.arctan2(np.asarray([0.0, -0.0, 0.0, 0.0]), np.asarray([0.0, 0.0, -0.0, -big])).astype(dtype)
+    for f in (gj.f_atan2, jax.jit(gj.f_atan2)):
+        np.testing.assert_array_equal(np.asarray(f(jnp.asarray(y), jnp.asarray(x))), expected)
+    # torch computes subnormals: the angle itself.
+    np.testing.assert_allclose(torch_value(gt.f_atan2, y, x), np.arctan2(y, x), rtol=2 * float(np.finfo(dtype).eps))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_atan2_and_hypot_partials_under_jit_at_the_ends_of_the_float_line(dtype):
     # XLA under jit divides (a / h) / h as a / (h * h), whose square underflows at the smallest normals (atan2's
     # partial in y at (0, tiny) was inf for 1 / tiny), and by a power of two as a multiply by its reciprocal,
