@@ -11,15 +11,26 @@ def binade(xp: ModuleType, m: Any) -> Any:
 
     Dividing by it is exact: a homogeneous expression computed on its inputs
     over the binade of their largest magnitude keeps its squares and
-    products in range (the stabilising search's scaling).
+    products in range (the stabilising search's scaling).  Its exponent is
+    held within the normal floats' and its reciprocal's (2**-1022 to
+    2**1022 in float64): XLA under `jit` divides by a power of two as a
+    multiply by its reciprocal, which at 2**1023 is the subnormal 2**-1023,
+    flushed to 0 (hypot's partial x / hypot at (max, 0) was 0, not 1).  Any
+    power of two scales exactly, the smallest normal one a subnormal too.
     """
     guarded = xp.where((m > 0) & (m < math.inf), m, 1.0)
     # log2 of the top binade's largest floats rounds up to the format's end
-    # (1024 at float64's largest), whose power of two is inf: the exponent is
-    # held at the largest finite one.
-    top = math.frexp(float(xp.finfo(m.dtype).max))[1] - 1
+    # (1024 at float64's largest), whose power of two is inf.
+    top, bottom = _exponents(xp, m)
     exponent = xp.floor(xp.log2(guarded))
-    return 2.0 ** xp.where(exponent > top, float(top), exponent)
+    return 2.0 ** xp.clip(exponent, float(bottom), float(top))
+
+
+def _exponents(xp: ModuleType, m: Any) -> tuple[int, int]:
+    """The exponents of the largest and smallest powers of two whose reciprocals are normal too."""
+    info = xp.finfo(m.dtype)
+    top = math.frexp(float(info.max))[1] - 2
+    return top, -top
 
 
 def nth_root(xp: ModuleType, x: Any, n: int) -> Any:
@@ -40,4 +51,7 @@ def nth_root(xp: ModuleType, x: Any, n: int) -> Any:
     ratio = xp.where(power < math.inf, x / power, over)
     # Relative, so that the residual is no subnormal (XLA flushes those: no step at x = 1e-300).
     step = y * (1 - ratio) / n
-    return xp.where(xp.isfinite(step), y - step, y)
+    # x == 0 holds at a subnormal x where XLA reads it as 0 (denormals-are-zero), and its pow
+    # reads 2**-1074 as 2**-1075 (cbrt(5e-324) was 1.35e-108 for 1.70e-108): the root of that
+    # 0, as its arithmetic reads it.  torch computes subnormals, and only 0 is 0 there.
+    return xp.where(x == 0, x * 0, xp.where(xp.isfinite(step), y - step, y))

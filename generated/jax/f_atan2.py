@@ -7,7 +7,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._util import as_lifted_arrays, present, rounded, summed_like
+from ._special import atan2
+from ._util import as_lifted_arrays, binade, present, quotient, rounded, summed_like
 
 
 def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
@@ -17,11 +18,12 @@ def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
         out = atan2(y, x)
 
     Partials (derived by sympy):
-        dout/dy = x/(x**2 + y**2)
-        dout/dx = -y/(x**2 + y**2)
-
-    Computed in the form rulegen's accuracy search chose over the derived one: dout/dy,
-    dout/dx (`rulegen show f_atan2 --why` gives the forms and their measured error).
+        dout/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+        dout/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
 
     Inputs:
         y: float array; checked on [-3, 3]
@@ -35,7 +37,7 @@ def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_atan2(y, x):
-    return jnp.arctan2(y, x)
+    return atan2(y, x)
 
 
 @functools.partial(_f_atan2.defjvp, symbolic_zeros=True)
@@ -44,5 +46,10 @@ def _f_atan2_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2 need not be the derived one (at a kink, a jump, a convention).
     out = _f_atan2(y, x)
-    t0 = jnp.hypot(x, y)
-    return out, summed_like(out, (y_dot, (x / t0) / t0), (x_dot, -((y / t0) / t0)))
+    t0 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
+    t1 = x / t0
+    t2 = y / t0
+    t3 = jnp.hypot(t1, t2)
+    return out, summed_like(
+        out, (y_dot, quotient(t1 / t3, t3) / t0), (x_dot, quotient((-t2) / t3, t3) / t0)
+    )

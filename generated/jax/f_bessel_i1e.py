@@ -18,8 +18,8 @@ def f_bessel_i1e(x: jax.typing.ArrayLike) -> jax.Array:
     Partials (derived by sympy):
         dout/dx = Piecewise((bessel_ie_series(1, 1, Piecewise((25, x < 25), (x, True))), x >=
             25), (bessel_ie_series(1, 1, Piecewise((25, x > -25), (-x, True))), x <= -25),
-            (-Piecewise((exp(-Abs(x))/2, Abs(x) < 1/67108864), (bessel_i1e(x)/Piecewise((1,
-            Abs(x) < 1/67108864), (x, True)), True)) + bessel_i0e(x) - bes...
+            (-Piecewise((exp(-x*sign(x))/2, Abs(x) < 1/67108864), (bessel_i1e(x)/Piecewise((1,
+            Abs(x) < 1/67108864), (x, True)), True)) + bessel_i0e(x) - ...
 
     Inputs:
         x: float array; checked on [0.2, 3]
@@ -41,16 +41,17 @@ def _f_bessel_i1e_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of bessel_i1e need not be the derived one (at a kink, a jump, a convention).
     out = _f_bessel_i1e(x)
-    t0 = jnp.abs(x)
-    t1 = jnp.where(t0 < 1 / 67108864, 1, x)
+    t0 = jnp.sign(x)
+    t1 = jnp.abs(x)
+    t2 = jnp.where(t1 < 1 / 67108864, 1, x)
     return out, x_dot * jnp.where(
         x >= 25,
         bessel_ie_series(1, 1, jnp.where(x < 25, 25, x)),
         jnp.where(
             x <= -25,
             bessel_ie_series(1, 1, jnp.where(x > -25, 25, -x)),
-            -out * jnp.sign(x)
-            - jnp.where(t0 >= 1 / 67108864, quotient(out, t1), jnp.exp(-t0) / 2)
+            -out * t0
+            - jnp.where(t1 >= 1 / 67108864, quotient(out, t2), jnp.exp(-t0 * x) / 2)
             + jax.scipy.special.i0e(x),
         ),
     )

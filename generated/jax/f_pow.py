@@ -19,10 +19,10 @@ def f_pow(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
         out = x**y
 
     Partials (derived by sympy):
-        dout/dx = Piecewise((((y*Piecewise((x, Ne(x, 0) & (Abs(x) < 1) & Eq(Abs(x**(y - 1)*y),
-            oo)), (1, True))**y)/Piecewise((x, Ne(x, 0) & (Abs(x) < 1) & Eq(Abs(x**(y - 1)*y),
-            oo)), (1, True))), Ne(x, 0) & (Abs(x) < 1) & Eq(Abs(x**(y - 1)*y), oo)), (x**(y -
-            1)*y, True))
+        dout/dx = Piecewise((((y*Piecewise((x, Ne(x, 0) & (Abs(x) < 1) & (Abs(y) < 1) &
+            Eq(Abs(x)**(y - 1), oo)), (1, True))**y)/Piecewise((x, Ne(x, 0) & (Abs(x) < 1) &
+            (Abs(y) < 1) & Eq(Abs(x)**(y - 1), oo)), (1, True))), Ne(x, 0) & (Abs(x) < 1) &
+            (Abs(y) < 1) & Eq(Abs(x)**(y - 1), oo)), (y*Piecewise((-1, Eq(y, f...
         dout/dy = x**y*log(x)
 
     Computed in the form rulegen's accuracy search chose over the derived one: dout/dy
@@ -47,9 +47,27 @@ def _f_pow(x, y):
 def _f_pow_jvp(primals, tangents):
     (x, y), (x_dot, y_dot) = primals, present(tangents)
     out = x**y
-    t1 = x ** (y - 1) * y
-    t2 = (x != 0) & (jnp.abs(t1) == math.inf) & (jnp.abs(x) < 1)
-    t3 = jnp.where(t2, x, 1)
+    t1 = jnp.abs(x)
+    t2 = y - 1
+    t3 = (t1 < 1) & (x != 0) & (jnp.abs(y) < 1) & (t1**t2 == math.inf)
+    t4 = y == jnp.floor(y)
+    t5 = (x < 0) | (1 / x < 0)
+    t6 = jnp.where(t3, x, 1)
     return out, summed_like(
-        out, (x_dot, jnp.where(t2, (t3**y * y) / t3, t1)), (y_dot, jax.scipy.special.xlogy(out, x))
+        out,
+        (
+            x_dot,
+            jnp.where(
+                t3,
+                (t6**y * y) / t6,
+                y
+                * jnp.where(t4 & t5, -x, x) ** t2
+                * jnp.where(
+                    t4 & t5 & (y == 2 * jnp.floor(y / 2)),
+                    jnp.asarray(-1, dtype=jnp.result_type(x, y)),
+                    1,
+                ),
+            ),
+        ),
+        (y_dot, jax.scipy.special.xlogy(out, x)),
     )

@@ -7,6 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from ._special import atan2
 from ._util import as_lifted_arrays, binade, present, quotient, rounded, summed_like
 
 
@@ -24,11 +25,12 @@ def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, 
         dr/dy = (y/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
             Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
             Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
-        dtheta/dx = -y/(x**2 + y**2)
-        dtheta/dy = x/(x**2 + y**2)
-
-    Computed in the form rulegen's accuracy search chose over the derived one: dtheta/dx,
-    dtheta/dy (`rulegen show polar --why` gives the forms and their measured error).
+        dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+        dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
 
     Inputs:
         x: float array; checked on [0.5, 3]
@@ -42,7 +44,7 @@ def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, 
 
 @jax.custom_jvp
 def _polar(x, y):
-    return jnp.hypot(x, y), jnp.arctan2(y, x)
+    return jnp.hypot(x, y), atan2(y, x)
 
 
 @functools.partial(_polar.defjvp, symbolic_zeros=True)
@@ -57,5 +59,7 @@ def _polar_jvp(primals, tangents):
     t3 = jnp.hypot(t1, t2)
     t4 = jnp.where(t3 == 0, 1, t3)
     r_dot = summed_like(r, (x_dot, quotient(t1, t4)), (y_dot, quotient(t2, t4)))
-    theta_dot = summed_like(theta, (x_dot, -((y / r) / r)), (y_dot, (x / r) / r))
+    theta_dot = summed_like(
+        theta, (x_dot, quotient((-t2) / t3, t3) / t0), (y_dot, quotient(t1 / t3, t3) / t0)
+    )
     return (r, theta), (r_dot, theta_dot)

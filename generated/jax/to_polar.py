@@ -8,7 +8,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ._util import as_lifted_arrays, present, quotient, rounded, summed_like
+from ._special import atan2
+from ._util import as_lifted_arrays, binade, present, quotient, rounded, summed_like
 
 
 class Polar(NamedTuple):
@@ -28,12 +29,15 @@ def to_polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> Polar:
     Partials (derived by sympy):
         dr/dx = x/sqrt(x**2 + y**2)
         dr/dy = y/sqrt(x**2 + y**2)
-        dtheta/dx = -y/(x**2 + y**2)
-        dtheta/dy = x/(x**2 + y**2)
+        dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+        dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
 
-    Computed in the form rulegen's accuracy search chose over the derived one: r, dr/dx,
-    dr/dy, dtheta/dx, dtheta/dy (`rulegen show to_polar --why` gives the forms and their
-    measured error).
+    Computed in the form rulegen's accuracy search chose over the derived one: r, dr/dx, dr/dy
+    (`rulegen show to_polar --why` gives the forms and their measured error).
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -53,7 +57,7 @@ def to_polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> Polar:
 def _to_polar(x, y):
     # r = sqrt(x**2 + y**2) is computed as hypot(x, y), the form with the least error measured
     # (norms; `rulegen show to_polar --why` gives the measurements).
-    return jnp.hypot(x, y), jnp.arctan2(y, x)
+    return jnp.hypot(x, y), atan2(y, x)
 
 
 @functools.partial(_to_polar.defjvp, symbolic_zeros=True)
@@ -62,6 +66,12 @@ def _to_polar_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _to_polar(x, y)
+    t1 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
+    t2 = x / t1
+    t3 = y / t1
+    t4 = jnp.hypot(t2, t3)
     r_dot = summed_like(r, (x_dot, quotient(x, r)), (y_dot, quotient(y, r)))
-    theta_dot = summed_like(theta, (x_dot, -((y / r) / r)), (y_dot, (x / r) / r))
+    theta_dot = summed_like(
+        theta, (x_dot, quotient((-t3) / t4, t4) / t1), (y_dot, quotient(t2 / t4, t4) / t1)
+    )
     return (r, theta), (r_dot, theta_dot)

@@ -6,13 +6,16 @@ import torch
 
 from ._function import RuleFunction, routed, saves_inputs
 from ._native import tangent_or_zero
-from ._util import as_opmath_tensors, rounded
+from ._util import as_opmath_tensors, binade, rounded
 
 
 def _partials(y, x):
     """The partials dout/dy, dout/dx, which backward and jvp multiply."""
-    t0 = torch.hypot(x, y)
-    return (x / t0) / t0, -((y / t0) / t0)
+    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+    t1 = x / t0
+    t2 = y / t0
+    t3 = torch.hypot(t1, t2)
+    return ((t1 / t3) / t3) / t0, (((-t2) / t3) / t3) / t0
 
 
 class FAtan2(RuleFunction):
@@ -55,11 +58,12 @@ def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:
         out = atan2(y, x)
 
     Partials (derived by sympy):
-        dout/dy = x/(x**2 + y**2)
-        dout/dx = -y/(x**2 + y**2)
-
-    Computed in the form rulegen's accuracy search chose over the derived one: dout/dy,
-    dout/dx (`rulegen show f_atan2 --why` gives the forms and their measured error).
+        dout/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+        dout/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
 
     Inputs:
         y: float array; checked on [-3, 3]

@@ -23,8 +23,8 @@ class FBesselI1e(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         t0 = torch.special.i1e(x)
-        t1 = torch.abs(x)
-        t2 = t1 < 1 / 67108864
+        t1 = torch.where(x.isnan(), math.nan, torch.sign(x))
+        t2 = torch.abs(x) < 1 / 67108864
         t3 = torch.where(t2, 1, x)
         return out_bar * torch.where(
             x >= 25,
@@ -32,9 +32,7 @@ class FBesselI1e(RuleFunction):
             torch.where(
                 x <= -25,
                 bessel_ie_series(1, 1, torch.where(x > -25, 25, -x)),
-                -t0 * torch.where(x.isnan(), math.nan, torch.sign(x))
-                - torch.where(t2, torch.exp(-t1) / 2, t0 / t3)
-                + torch.special.i0e(x),
+                -t0 * t1 - torch.where(t2, torch.exp(-t1 * x) / 2, t0 / t3) + torch.special.i0e(x),
             ),
         )
 
@@ -53,8 +51,8 @@ def f_bessel_i1e(x: torch.Tensor | float) -> torch.Tensor:
     Partials (derived by sympy):
         dout/dx = Piecewise((bessel_ie_series(1, 1, Piecewise((25, x < 25), (x, True))), x >=
             25), (bessel_ie_series(1, 1, Piecewise((25, x > -25), (-x, True))), x <= -25),
-            (-Piecewise((exp(-Abs(x))/2, Abs(x) < 1/67108864), (bessel_i1e(x)/Piecewise((1,
-            Abs(x) < 1/67108864), (x, True)), True)) + bessel_i0e(x) - bes...
+            (-Piecewise((exp(-x*sign(x))/2, Abs(x) < 1/67108864), (bessel_i1e(x)/Piecewise((1,
+            Abs(x) < 1/67108864), (x, True)), True)) + bessel_i0e(x) - ...
 
     Inputs:
         x: float array; checked on [0.2, 3]

@@ -13,10 +13,24 @@ from ._util import as_opmath_tensors, rounded
 
 def _partials(x, y, out):
     """The partials dout/dx, dout/dy, which backward and jvp multiply."""
-    t0 = x ** (y - 1) * y
-    t1 = (x != 0) & (torch.abs(t0) == math.inf) & (torch.abs(x) < 1)
-    t2 = torch.where(t1, x, 1)
-    return torch.where(t1, (t2**y * y) / t2, t0), torch.special.xlogy(out, x)
+    t0 = torch.abs(x)
+    t1 = y - 1
+    t2 = (t0 < 1) & (x != 0) & (torch.abs(y) < 1) & (t0**t1 == math.inf)
+    t3 = y == torch.floor(y)
+    t4 = (x < 0) | (1 / x < 0)
+    t5 = torch.where(t2, x, 1)
+    dout_dx = torch.where(
+        t2,
+        (t5**y * y) / t5,
+        y
+        * torch.where(t3 & t4, -x, x) ** t1
+        * torch.where(
+            t3 & t4 & (y == 2 * torch.floor(y / 2)),
+            torch.tensor(-1, dtype=torch.result_type(x, y), device=x.device),
+            1,
+        ),
+    )
+    return dout_dx, torch.special.xlogy(out, x)
 
 
 class FPow(RuleFunction):
@@ -59,10 +73,10 @@ def f_pow(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
         out = x**y
 
     Partials (derived by sympy):
-        dout/dx = Piecewise((((y*Piecewise((x, Ne(x, 0) & (Abs(x) < 1) & Eq(Abs(x**(y - 1)*y),
-            oo)), (1, True))**y)/Piecewise((x, Ne(x, 0) & (Abs(x) < 1) & Eq(Abs(x**(y - 1)*y),
-            oo)), (1, True))), Ne(x, 0) & (Abs(x) < 1) & Eq(Abs(x**(y - 1)*y), oo)), (x**(y -
-            1)*y, True))
+        dout/dx = Piecewise((((y*Piecewise((x, Ne(x, 0) & (Abs(x) < 1) & (Abs(y) < 1) &
+            Eq(Abs(x)**(y - 1), oo)), (1, True))**y)/Piecewise((x, Ne(x, 0) & (Abs(x) < 1) &
+            (Abs(y) < 1) & Eq(Abs(x)**(y - 1), oo)), (1, True))), Ne(x, 0) & (Abs(x) < 1) &
+            (Abs(y) < 1) & Eq(Abs(x)**(y - 1), oo)), (y*Piecewise((-1, Eq(y, f...
         dout/dy = x**y*log(x)
 
     Computed in the form rulegen's accuracy search chose over the derived one: dout/dy

@@ -9,14 +9,14 @@ from ._native import tangent_or_zero
 from ._util import as_opmath_tensors, binade, rounded
 
 
-def _partials(x, y, r):
+def _partials(x, y):
     """The partials dr/dx, dr/dy, dtheta/dx, dtheta/dy, which backward and jvp multiply."""
     t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
     t1 = x / t0
     t2 = y / t0
     t3 = torch.hypot(t1, t2)
     t4 = torch.where(t3 == 0, 1, t3)
-    return t1 / t4, t2 / t4, -((y / r) / r), (x / r) / r
+    return t1 / t4, t2 / t4, (((-t2) / t3) / t3) / t0, ((t1 / t3) / t3) / t0
 
 
 class Polar(RuleFunction):
@@ -26,13 +26,13 @@ class Polar(RuleFunction):
     def forward(x, y):
         return torch.hypot(x, y), torch.atan2(y, x)
 
-    setup_context = saves_inputs(outputs=(0,), materialize_grads=False)
+    setup_context = saves_inputs(materialize_grads=False)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
-        x, y, r = ctx.saved_tensors
-        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y, r)
-        if plain(x, y, r, r_bar, theta_bar) and all(ctx.needs_input_grad):
+        x, y = ctx.saved_tensors
+        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y)
+        if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
             t0 = (dr_dx * r_bar).addcmul_(dtheta_dx, theta_bar)
             t1 = (dr_dy * r_bar).addcmul_(dtheta_dy, theta_bar)
             return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
@@ -45,8 +45,8 @@ class Polar(RuleFunction):
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, r = ctx.saved_tensors
-        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y, r)
+        x, y = ctx.saved_tensors
+        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y)
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         return dr_dx * x_dot + dr_dy * y_dot, dtheta_dx * x_dot + dtheta_dy * y_dot
 
@@ -68,11 +68,12 @@ def polar(x: torch.Tensor | float, y: torch.Tensor | float) -> tuple[torch.Tenso
         dr/dy = (y/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
             Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
             Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
-        dtheta/dx = -y/(x**2 + y**2)
-        dtheta/dy = x/(x**2 + y**2)
-
-    Computed in the form rulegen's accuracy search chose over the derived one: dtheta/dx,
-    dtheta/dy (`rulegen show polar --why` gives the forms and their measured error).
+        dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x),
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+        dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
 
     Inputs:
         x: float array; checked on [0.5, 3]

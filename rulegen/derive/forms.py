@@ -374,21 +374,38 @@ def _exponents_of_log_of_sum(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
 def _power_derivative(product: sp.Mul) -> sp.Expr | None:
     """p * b**(p - 1) (p a variable) times the rest, as itself where it is finite, else as p * b**p / b; None for any
     other product.  The power overflows where p is tiny and b subnormal (x**(-1e-100) is 1, x**(-1 - 1e-100) inf);
-    the quotient is 0 or inf where b**p under- or overflows: each where the other is not."""
+    the quotient is 0 or inf where b**p under- or overflows: each where the other is not.
+
+    Below b = 0 the power is -(-1)**p * |b|**(p - 1): p - 1 rounds to p past 2**53 (2**24 in float32), and
+    b**(p - 1) with it takes the parity of p, the wrong sign (x**y's derivative at (-1, 1e200) was 1e200)."""
     factors = list(product.args)
     for f in factors:
         if f.is_Pow and not f.base.is_number and not f.exp.is_number and (f.exp + 1) in factors:
             p, b = f.exp + 1, f.base
             rest = [g for g in factors if g is not f]
             rest.remove(p)
-            derivative = p * f
-            # Only below |b| = 1 (above, b**p overflows too), and not at 0, where the derivative is inf or 0.
-            overflows = sp.And(sp.Eq(sp.Abs(derivative), sp.oo), sp.Abs(b) < 1, sp.Ne(b, 0))
+            sign, size = _signed_power(b, p)
+            # Only below |b| = 1 (above, b**p overflows too), not at 0, where the derivative is inf or 0, and where
+            # |p| < 1, where p * b**(p - 1) is finite though the power is not (p = 0 too: 0 * inf).  With |p| >= 1
+            # the derivative overflows too, and the power's own derivative is the one its inf needs.  |b|, not the
+            # magnitude's pieces: a condition on a Piecewise is folded into one per piece, each its own power.
+            overflows = sp.And(sp.Eq(sp.Abs(b) ** (p - 1), sp.oo), sp.Abs(b) < 1, sp.Ne(b, 0), sp.Abs(p) < 1)
             # b a stand-in where the quotient is not taken: its derivative there, times the `where`'s 0, is finite.
             taken = Piecewise((b, overflows), (sp.S.One, True))
             quotient = divided(p * taken**p, taken)
-            return sp.Mul(*rest, Piecewise((quotient, overflows), (derivative, True)))
+            return sp.Mul(*rest, Piecewise((quotient, overflows), (p * sign * size, True)))
     return None
+
+
+def _signed_power(b: sp.Expr, p: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """b**(p - 1) as its sign and its magnitude: where b < 0 (or -0) and p is an integer, -1 where p is even, else
+    1, and (-b)**(p - 1).  p - 1 rounds to p past 2**53 (2**24 in float32), and b**(p - 1) with it takes the parity
+    of p; p / 2 is exact, an integer where p is even.  Elsewhere b**(p - 1) whole, IEEE's: nan below 0 at every
+    other p, but 0 at (-inf, -1.5), and at p = 1e-300, where p - 1 rounds to -1, the frameworks' own."""
+    # -0 too (1 / b < 0): (-0)**(-1e308 - 1) is -inf, and XLA reads b = -5e-324 as -0.
+    signed = sp.And(sp.Or(b < 0, 1 / b < 0), sp.Eq(sp.floor(p), p))
+    sign = Piecewise((sp.S.NegativeOne, sp.And(signed, sp.Eq(sp.floor(p / 2), p / 2))), (sp.S.One, True))
+    return sign, Piecewise((-b, signed), (b, True)) ** (p - 1)
 
 
 def _power_times_log(product: sp.Mul) -> sp.Expr | None:

@@ -322,8 +322,12 @@ class bessel_i1e(sp.Function):  # noqa: N801
 
 
 def _i1e_over(x: sp.Expr) -> sp.Expr:
-    """i1e(x) / x, exp(-|x|) / 2 where |x| < 2**-26 (its limit, the next term x**2 / 16 below a float64 rounding)."""
-    return quotient_by_x(bessel_i1e(x), x, sp.exp(-sp.Abs(x)) / 2)
+    """i1e(x) / x, exp(-|x|) / 2 where |x| < 2**-26 (its limit, the next term x**2 / 16 below a float64 rounding).
+
+    |x| written x sign(x): the frameworks differentiate sign as 0 everywhere, so the kink's derivative at 0 is
+    sign(0) = 0, sympy's; JAX differentiates abs as 1 at 0, which made i1e's second derivative 0.5 there.
+    """
+    return quotient_by_x(bessel_i1e(x), x, sp.exp(-x * sp.sign(x)) / 2)
 
 
 def quotient_by_x(numerator: sp.Expr, x: sp.Expr, near: sp.Expr) -> sp.Expr:
@@ -766,14 +770,33 @@ class hypot(cfunctions.hypot):  # noqa: N801
         return divided(self.args[argindex - 1], s) / Piecewise((sp.S.One, sp.Eq(h, 0)), (h, True))
 
 
+class atan2(sp.atan2):  # noqa: N801
+    """atan2(y, x), whose partials x / (x**2 + y**2) and -y / (x**2 + y**2) are computed on x and y over their binade:
+    (x' / h' / h') / s, with x' = x / s, h' = hypot(x', y') within [1, 3).
+
+    Unscaled, (x / h) / h is what XLA under `jit` computes as x / (h * h), whose square underflows at the smallest
+    normals (inf where the partial is 4.5e307) and overflows past 1e154.  (0, 0) stays 0 / 0, nan: atan2 has no
+    derivative there, and the frameworks' own is nan.
+    """
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex not in (1, 2):
+            raise ArgumentIndexError(self, argindex)
+        y, x = self.args
+        s = binade(sp.Max(sp.Abs(x), sp.Abs(y)))
+        h = hypot(divided(x, s), divided(y, s))  # as hypot(x, y)'s partials have it: one hypot of both
+        numerator = divided(x, s) if argindex == 1 else -divided(y, s)
+        return divided(divided(numerator, h) / h, s)
+
+
 def binade_of(m: Any) -> Any:
     """binade for numpy arrays (the stabilising search's measure)."""
     m = np.asarray(m)
     with np.errstate(all="ignore"):
         guarded = np.where((m > 0) & (m < np.inf), m, np.ones_like(m))
-        # As the runtime's binade: log2 of the largest floats rounds up to the format's end.
-        top = np.frexp(np.finfo(m.dtype).max)[1] - 1
-        return np.asarray(2.0, dtype=m.dtype) ** np.minimum(np.floor(np.log2(guarded)), top)
+        # As the runtime's binade: held where its reciprocal is a normal float too (2**-1022 to 2**1022).
+        top = np.frexp(np.finfo(m.dtype).max)[1] - 2
+        return np.asarray(2.0, dtype=m.dtype) ** np.clip(np.floor(np.log2(guarded)), -top, top)
 
 
 def _mp_binade(m: mpmath.mpf) -> mpmath.mpf:
@@ -1216,7 +1239,15 @@ REGISTRY: tuple[MathFunction, ...] = (
         domain=((-1.0, 1.0),),
     ),
     MathFunction("atan", sp.atan, "jnp.arctan", "torch.atan", math="math.atan", in_place="atan_", holomorphic=True),
-    MathFunction("atan2", sp.atan2, "jnp.arctan2", "torch.atan2", torch_tensor_only=True),
+    MathFunction(
+        "atan2",
+        atan2,
+        "jnp.arctan2",
+        "torch.atan2",
+        torch_tensor_only=True,
+        # XLA's arctan2 of subnormal inputs, flushed partway: nan at (1e-45, 1e-45), -pi at (5e-324, -max).
+        jax_runtime="atan2",
+    ),
     MathFunction(
         "sinh",
         sp.sinh,

@@ -55,6 +55,7 @@ HELPER_NAMES = frozenset(
         "as_lifted_arrays",
         "as_opmath_tensors",
         "as_tensors",
+        "atan2",
         "bessel_i0",
         "bessel_i1",
         "bessel_i1_slope",

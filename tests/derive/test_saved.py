@@ -50,10 +50,10 @@ def test_a_given_partial_not_sympys_is_not_chained(tmp_path: Path) -> None:
 
 def test_an_output_torch_s_autodiff_would_keep_is_read_where_the_backward_computes_it_again(tmp_path: Path) -> None:
     # torch's hypot backward reads its result (`grad * self / result`): the output is kept, not computed again
-    # for atan2's partials -y / hypot(x, y) / hypot(x, y).
+    # for the partials of y / hypot(x, y), which divide by hypot(x, y)**2 (atan2's are over their binade).
     d = _derived(
         tmp_path,
-        "name: pol\ninputs: [x, y]\noutputs: [r, theta]\nforward:\n  r: hypot(x, y)\n  theta: atan2(y, x)\n",
+        "name: pol\ninputs: [x, y]\noutputs: [r, theta]\nforward:\n  r: hypot(x, y)\n  theta: y / hypot(x, y)\n",
     )
     ((expr, symbol),) = d.saved
     assert str(expr) == "hypot(x, y)" and str(symbol) == "r"

@@ -114,6 +114,62 @@ def test_pow_derivatives_at_zero_are_the_frameworks(dtype):
         np.testing.assert_array_equal(grad(f, x, y, argnum=1), [0.0, 0.0, 0.0])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pow_derivative_below_zero_keeps_the_parity_of_a_huge_exponent(dtype):
+    # y x**(y - 1): y - 1 rounds to y past 2**53 (2**24 in float32), and x**(y - 1) took y's parity, the wrong
+    # sign: 1e20 at (-1, 1e20) for -1e20, +inf at (-max, max) for -inf, -inf at (-tiny, -max) for +inf.
+    info = np.finfo(dtype)
+    big = float(info.max)
+    x = np.asarray([-1.0, -big, -float(info.tiny), -2.0], dtype=dtype)
+    y = np.asarray([1e20, big, -big, 3.0], dtype=dtype)
+    expected = [-float(y[0]), -math.inf, math.inf, 12.0]
+    jitted = lambda f, *a: np.asarray(jax.jit(jax.vmap(jax.grad(f)))(*(jnp.asarray(v) for v in a)))  # noqa: E731
+    for f, grad in ((gj.f_pow, jax_grad), (gj.f_pow, jitted), (gt.f_pow, torch_grad)):
+        np.testing.assert_array_equal(grad(f, x, y), expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pow_derivative_at_a_zero_exponent_is_zero_at_subnormals(dtype):
+    # 0 * x**-1, 0 * inf, was nan; x**0 is 1 on both sides of x.  XLA reads a subnormal as 0: torch only.
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    x = np.asarray([tiny, -tiny, 2 * tiny], dtype=dtype)
+    y = np.zeros(3, dtype=dtype)
+    np.testing.assert_array_equal(torch_grad(gt.f_pow, x, y), [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_atan2_of_subnormals_is_the_angle_of_what_xla_reads(dtype):
+    # XLA's arctan2 flushed subnormal inputs partway: nan at (tiny, tiny), -pi at (tiny, -max).  Read as the
+    # zeros of their signs, as XLA's arithmetic reads them: IEEE's atan2 of those, eager and under jit.
+    tiny, big = float(np.finfo(dtype).smallest_subnormal), float(np.finfo(dtype).max)
+    y = np.asarray([tiny, -tiny, tiny, tiny], dtype=dtype)
+    x = np.asarray([tiny, tiny, -tiny, -big], dtype=dtype)
+    expected = np.arctan2(np.asarray([0.0, -0.0, 0.0, 0.0]), np.asarray([0.0, 0.0, -0.0, -big])).astype(dtype)
+    for f in (gj.f_atan2, jax.jit(gj.f_atan2)):
+        np.testing.assert_array_equal(np.asarray(f(jnp.asarray(y), jnp.asarray(x))), expected)
+    # torch computes subnormals: the angle itself.
+    np.testing.assert_allclose(torch_value(gt.f_atan2, y, x), np.arctan2(y, x), rtol=2 * float(np.finfo(dtype).eps))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_atan2_and_hypot_partials_under_jit_at_the_ends_of_the_float_line(dtype):
+    # XLA under jit divides (a / h) / h as a / (h * h), whose square underflows at the smallest normals (atan2's
+    # partial in y at (0, tiny) was inf for 1 / tiny), and by a power of two as a multiply by its reciprocal,
+    # 2**-1023 (2**-127) at the largest floats, a subnormal flushed to 0 (hypot's partial at (max, 0) was 0).
+    info = np.finfo(dtype)
+    tiny, big = float(info.tiny), float(info.max)
+
+    def jitted(f, *args, argnum=0):
+        g = jax.jit(jax.vmap(jax.grad(f, argnums=argnum)))
+        return np.asarray(g(*(jnp.asarray(a) for a in args)))
+
+    y, x = np.asarray([0.0, 0.0], dtype=dtype), np.asarray([tiny, -tiny], dtype=dtype)
+    np.testing.assert_allclose(jitted(gj.f_atan2, y, x), [1 / tiny, -1 / tiny], rtol=4 * float(info.eps))
+    np.testing.assert_allclose(jitted(gj.f_atan2, x, y, argnum=1), [-1 / tiny, 1 / tiny], rtol=4 * float(info.eps))
+    x, y = np.asarray([big, -big], dtype=dtype), np.asarray([0.0, 0.0], dtype=dtype)
+    np.testing.assert_array_equal(jitted(gj.f_hypot, x, y), [1.0, -1.0])
+
+
 # -------------------------------------------------------------------- quotients that cancel at 0
 
 
@@ -136,6 +192,32 @@ def test_bessel_i1e_derivative_near_zero_is_one_half(dtype):
 
 
 # -------------------------------------------------------------------- a refinement taken only where it is in range
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bessel_i1e_second_derivative_at_zero_is_sign_s_convention(dtype):
+    # i1e'' is -sign(x) near 0: 0 at 0, as sign(0) is.  Its limit form exp(-|x|) / 2 differentiated with JAX's
+    # |x|' = 1 at 0 gave 0.5 (XLA reads the subnormals as 0, where it is 0 too).
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    x = np.asarray([0.0, -0.0, tiny, -tiny], dtype=dtype)
+    second = jax.vmap(jax.grad(jax.grad(gj.f_bessel_i1e)))
+    for g in (second, jax.jit(second)):
+        np.testing.assert_array_equal(np.asarray(g(jnp.asarray(x))), [0.0, 0.0, 0.0, 0.0])
+    got = torch.vmap(torch.func.grad(torch.func.grad(gt.f_bessel_i1e)))(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, [0, 0, -1, 1], rtol=2 * float(np.finfo(dtype).eps), atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cbrt_of_a_subnormal_is_the_root_of_what_the_framework_reads(dtype):
+    # XLA reads a subnormal as 0 in its arithmetic, and its pow reads 2**-1074 as 2**-1075: the root was
+    # 2**(-1/3) of the right one (1.35e-108 for 1.70e-108).  JAX: the root of 0; torch computes subnormals.
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    x = np.asarray([tiny, 8 * tiny], dtype=dtype)
+    exact = [float(mpmath.cbrt(mpmath.mpf(float(v)))) for v in x]
+    for f in (gj.f_cbrt, jax.jit(gj.f_cbrt)):
+        np.testing.assert_array_equal(np.asarray(f(jnp.asarray(x))), [0.0, 0.0])
+    # y**3 is subnormal in the Newton step, its residual rounded: within the matrix's tolerance.
+    np.testing.assert_allclose(torch_value(gt.f_cbrt, x), exact, rtol=128 * float(np.finfo(dtype).eps))
 
 
 def test_cbrt_of_the_largest_float32():

@@ -128,3 +128,26 @@ def _ndtri_slope_jvp(
     (x,), (x_dot,) = primals, tangents
     out = ndtri_slope(x)
     return out, x_dot * (jax.scipy.special.ndtri(x) * out) * out
+
+
+@jax.custom_jvp
+def atan2(y: jax.Array, x: jax.Array) -> jax.Array:
+    """atan2(y, x) of the signed zeros XLA reads a subnormal input as, with JAX's own derivative.
+
+    XLA's arctan2 flushes a subnormal input partway through its algorithm:
+    nan at (1e-45, 1e-45), -pi at (5e-324, -max).  Here a subnormal is the
+    zero of its sign (`y * 0`), as XLA's arithmetic reads it, chosen by its
+    magnitude: XLA under `jit` simplifies where(y == 0, y * 0, y) to y.
+    """
+    return jnp.arctan2(_zero_if_subnormal(y), _zero_if_subnormal(x))
+
+
+def _zero_if_subnormal(v: jax.Array) -> jax.Array:
+    return jnp.where(jnp.abs(v) < jnp.finfo(v.dtype).tiny, v * 0, v)
+
+
+@atan2.defjvp
+def _atan2_jvp(
+    primals: tuple[jax.Array, jax.Array], tangents: tuple[jax.Array, jax.Array]
+) -> tuple[jax.Array, jax.Array]:
+    return atan2(*primals), jax.jvp(jnp.arctan2, primals, tangents)[1]
