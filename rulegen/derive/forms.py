@@ -340,7 +340,7 @@ CANONICAL_FORMS = (
     # (-5.3e210), where the quotient of the output is right and the power inf
     CanonicalForm(
         ReplaceOptim(lambda e: e.is_Mul and _power_derivative(e) is not None, lambda e: _power_derivative(e)),
-        writes=("divided", "Piecewise", "Abs"),
+        writes=("divided", "Piecewise", "Abs", "floor"),
     ),
     # b**p * log(b) -> xlogy(b**p, b): 0 * -inf, nan, at b = 0, where the limit and the frameworks' derivative are 0
     CanonicalForm(

@@ -291,11 +291,11 @@ def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...
     """`total` with its like terms c log(u) (order 0) or c/u**k (order k) of opposite signs paired as differences,
     the pair whose arguments differ most simply first, and how many pairs were joined: digamma(r + k) -
     digamma(r) leads with log(r + k) - log(r), which is log1p(k/r), not 0, where k is small beside r, and its pole
-    parts at 0 are 1/r - 1/(r + k), (k/r)/(r + k), not inf - inf.  Two double poles of unlike weights c, -e are
+    parts at 0 are 1/r - 1/(r + k), (k/(r + k))/r, not inf - inf.  Two double poles of unlike weights c, -e are
     (sqrt(c)/p - sqrt(e)/q)(sqrt(c)/p + sqrt(e)/q): each factor in range where either square is not."""
     weights: dict[tuple[int, sp.Dummy], sp.Expr] = {}
     symbolic: dict[tuple[int, sp.Dummy], sp.Expr] = {}
-    rest = []
+    rest: list[sp.Expr] = []
     for term in sp.Add.make_args(total):
         coefficient, factor = term.as_independent(*big.values(), as_Add=False)
         if isinstance(factor, sp.log) and factor.args[0] in big.values():
@@ -327,7 +327,6 @@ def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...
         rest.append(c * _pair(order, p, q, d, abs(d) < argument[q] / 2))
         symbolic[order, p], symbolic[order, q] = sp.S.Zero, joined
         count += 1
-    rest += [w * (sp.log(u) if order == 0 else u**-order) for (order, u), w in symbolic.items()]
     pairs = sorted(
         (
             (sp.expand(argument[p] - argument[q]), order, p, q)
@@ -352,7 +351,7 @@ def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...
         rest.append(joined * _pair(order, p, q, d, abs(d) < argument[q] / 2))
         weights[order, p] -= joined
         weights[order, q] += joined
-    unpaired = (w * (sp.log(u) if order == 0 else u**-order) for (order, u), w in weights.items())
+    unpaired = (w * (sp.log(u) if order == 0 else u**-order) for (order, u), w in (*symbolic.items(), *weights.items()))
     return sp.Add(*rest, *unpaired), count
 
 
