@@ -21,16 +21,16 @@ def _torch_module(tmp_path, text: str) -> str:
 
 def test_backward_and_jvp_call_one_function_for_the_partials_they_share(tmp_path):
     text = _torch_module(tmp_path, POLAR)
-    # The scaled quotients of dr/dx and dr/dy, once in the module.
+    # The scaled quotients of dr/dx, dr/dy, dtheta/dx and dtheta/dy over one hypot, once in the module.
     assert text.count("torch.hypot(t1, t2)") == 1
-    assert text.count("def _partials(x, y, r):") == 1
+    assert text.count("def _partials(x, y):") == 1
     backward, jvp = text.split("def backward")[1].split("def jvp")
-    call = "dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y, r)"
+    call = "dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y)"
     assert call in backward and call in jvp
     # Each gradient a sum of present cotangents times named partials, on one line.
     assert "x_bar = summed_like(x, (r_bar, dr_dx), (theta_bar, dtheta_dx))" in backward
     # The in-place body checks what the partials are computed from.
-    assert "plain(x, y, r, r_bar, theta_bar)" in backward
+    assert "plain(x, y, r_bar, theta_bar)" in backward
 
 
 def test_partials_that_share_nothing_are_computed_where_they_are_multiplied(tmp_path):
