@@ -311,14 +311,18 @@ class _ArrayCode:
     def _math_sqrt(self, expr: sp.Expr) -> str:
         return f"{self._record('math.sqrt')}({self._constant_text(expr)})"
 
-    def _print(self, expr: Any, **kwargs: Any) -> str:
-        if (
+    def _prints_as_constant(self, expr: Any) -> bool:
+        """Whether `_print` writes `expr` as a constant (Python arithmetic of numbers and scalar statics)."""
+        return (
             isinstance(expr, sp.Expr)
             and not isinstance(self, _ConstantPrinter)
             and not expr.is_Atom
             and expr.is_real is not False
             and (expr.is_number or self._of_scalars(expr))
-        ):
+        )
+
+    def _print(self, expr: Any, **kwargs: Any) -> str:
+        if self._prints_as_constant(expr):
             return self._print_constant(expr)
         return super()._print(expr, **kwargs)  # type: ignore[misc]
 
@@ -418,13 +422,7 @@ class _ArrayCode:
         where it is unsure, looser, which costs parentheses, never a wrong
         order (`tests/plan/test_binding.py` holds it to Python's grammar).
         """
-        if (
-            isinstance(expr, sp.Expr)
-            and not isinstance(self, _ConstantPrinter)
-            and not expr.is_Atom
-            and expr.is_real is not False
-            and (expr.is_number or self._of_scalars(expr))
-        ):
+        if self._prints_as_constant(expr):
             return self._constant_binding(expr)
         if expr.is_Atom:
             return self._atom_binding(expr)
