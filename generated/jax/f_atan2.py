@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from ._special import atan2
-from ._util import as_lifted_arrays, binade, present, quotient, rounded, summed_like
+from ._util import as_lifted_arrays, binade, present, rounded, summed_like
 
 
 def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
@@ -19,11 +19,11 @@ def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
 
     Partials (derived by sympy):
         dout/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
         dout/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
 
     Inputs:
         y: float array; checked on [-3, 3]
@@ -50,6 +50,4 @@ def _f_atan2_jvp(primals, tangents):
     t1 = x / t0
     t2 = y / t0
     t3 = jnp.hypot(t1, t2)
-    return out, summed_like(
-        out, (y_dot, quotient(t1 / t3, t3) / t0), (x_dot, quotient((-t2) / t3, t3) / t0)
-    )
+    return out, summed_like(out, (y_dot, ((t1 / t3) / t0) / t3), (x_dot, (((-t2) / t3) / t0) / t3))

@@ -22,7 +22,7 @@ def f_pow(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
         dout/dx = Piecewise((((y*Piecewise((x, Ne(x, 0) & (Abs(x) < 1) & (Abs(y) < 1) &
             Eq(Abs(x)**(y - 1), oo)), (1, True))**y)/Piecewise((x, Ne(x, 0) & (Abs(x) < 1) &
             (Abs(y) < 1) & Eq(Abs(x)**(y - 1), oo)), (1, True))), Ne(x, 0) & (Abs(x) < 1) &
-            (Abs(y) < 1) & Eq(Abs(x)**(y - 1), oo)), (y*Piecewise((-1, Eq(y, f...
+            (Abs(y) < 1) & Eq(Abs(x)**(y - 1), oo)), (-y*Piecewise((-x, Eq(y, ...
         dout/dy = x**y*log(x)
 
     Computed in the form rulegen's accuracy search chose over the derived one: dout/dy
@@ -52,21 +52,14 @@ def _f_pow_jvp(primals, tangents):
     t3 = (t1 < 1) & (x != 0) & (jnp.abs(y) < 1) & (t1**t2 == math.inf)
     t4 = y == jnp.floor(y)
     t5 = (x < 0) | (1 / x < 0)
-    t6 = jnp.where(t3, x, 1)
+    t6 = y * jnp.where(t4 & t5, -x, x) ** t2
+    t7 = jnp.where(t3, x, 1)
     return out, summed_like(
         out,
         (
             x_dot,
             jnp.where(
-                t3,
-                (t6**y * y) / t6,
-                y
-                * jnp.where(t4 & t5, -x, x) ** t2
-                * jnp.where(
-                    t4 & t5 & (y == 2 * jnp.floor(y / 2)),
-                    jnp.asarray(-1, dtype=jnp.result_type(x, y)),
-                    1,
-                ),
+                t3, (t7**y * y) / t7, jnp.where(t4 & t5 & (y == 2 * jnp.floor(y / 2)), -t6, t6)
             ),
         ),
         (y_dot, jax.scipy.special.xlogy(out, x)),

@@ -26,11 +26,11 @@ def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, 
             Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
             Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
         dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
         dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
 
     Inputs:
         x: float array; checked on [0.5, 3]
@@ -60,6 +60,6 @@ def _polar_jvp(primals, tangents):
     t4 = jnp.where(t3 == 0, 1, t3)
     r_dot = summed_like(r, (x_dot, quotient(t1, t4)), (y_dot, quotient(t2, t4)))
     theta_dot = summed_like(
-        theta, (x_dot, quotient((-t2) / t3, t3) / t0), (y_dot, quotient(t1 / t3, t3) / t0)
+        theta, (x_dot, (((-t2) / t3) / t0) / t3), (y_dot, ((t1 / t3) / t0) / t3)
     )
     return (r, theta), (r_dot, theta_dot)

@@ -30,11 +30,11 @@ def to_polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> Polar:
         dr/dx = x/sqrt(x**2 + y**2)
         dr/dy = y/sqrt(x**2 + y**2)
         dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
         dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
 
     Computed in the form rulegen's accuracy search chose over the derived one: r, dr/dx, dr/dy
     (`rulegen show to_polar --why` gives the forms and their measured error).
@@ -67,11 +67,11 @@ def _to_polar_jvp(primals, tangents):
     # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _to_polar(x, y)
     t1 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
-    t2 = x / t1
-    t3 = y / t1
-    t4 = jnp.hypot(t2, t3)
+    t2 = y / t1
+    t3 = x / t1
+    t4 = jnp.hypot(t3, t2)
     r_dot = summed_like(r, (x_dot, quotient(x, r)), (y_dot, quotient(y, r)))
     theta_dot = summed_like(
-        theta, (x_dot, quotient((-t3) / t4, t4) / t1), (y_dot, quotient(t2 / t4, t4) / t1)
+        theta, (x_dot, (((-t2) / t4) / t1) / t4), (y_dot, ((t3 / t4) / t1) / t4)
     )
     return (r, theta), (r_dot, theta_dot)

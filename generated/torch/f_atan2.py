@@ -15,7 +15,7 @@ def _partials(y, x):
     t1 = x / t0
     t2 = y / t0
     t3 = torch.hypot(t1, t2)
-    return ((t1 / t3) / t3) / t0, (((-t2) / t3) / t3) / t0
+    return ((t1 / t3) / t0) / t3, (((-t2) / t3) / t0) / t3
 
 
 class FAtan2(RuleFunction):
@@ -59,11 +59,11 @@ def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:
 
     Partials (derived by sympy):
         dout/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
         dout/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
 
     Inputs:
         y: float array; checked on [-3, 3]

@@ -18,17 +18,10 @@ def _partials(x, y, out):
     t2 = (t0 < 1) & (x != 0) & (torch.abs(y) < 1) & (t0**t1 == math.inf)
     t3 = y == torch.floor(y)
     t4 = (x < 0) | (1 / x < 0)
-    t5 = torch.where(t2, x, 1)
+    t5 = y * torch.where(t3 & t4, -x, x) ** t1
+    t6 = torch.where(t2, x, 1)
     dout_dx = torch.where(
-        t2,
-        (t5**y * y) / t5,
-        y
-        * torch.where(t3 & t4, -x, x) ** t1
-        * torch.where(
-            t3 & t4 & (y == 2 * torch.floor(y / 2)),
-            torch.tensor(-1, dtype=torch.result_type(x, y), device=x.device),
-            1,
-        ),
+        t2, (t6**y * y) / t6, torch.where(t3 & t4 & (y == 2 * torch.floor(y / 2)), -t5, t5)
     )
     return dout_dx, torch.special.xlogy(out, x)
 
@@ -76,7 +69,7 @@ def f_pow(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
         dout/dx = Piecewise((((y*Piecewise((x, Ne(x, 0) & (Abs(x) < 1) & (Abs(y) < 1) &
             Eq(Abs(x)**(y - 1), oo)), (1, True))**y)/Piecewise((x, Ne(x, 0) & (Abs(x) < 1) &
             (Abs(y) < 1) & Eq(Abs(x)**(y - 1), oo)), (1, True))), Ne(x, 0) & (Abs(x) < 1) &
-            (Abs(y) < 1) & Eq(Abs(x)**(y - 1), oo)), (y*Piecewise((-1, Eq(y, f...
+            (Abs(y) < 1) & Eq(Abs(x)**(y - 1), oo)), (-y*Piecewise((-x, Eq(y, ...
         dout/dy = x**y*log(x)
 
     Computed in the form rulegen's accuracy search chose over the derived one: dout/dy

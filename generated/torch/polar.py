@@ -16,7 +16,7 @@ def _partials(x, y):
     t2 = y / t0
     t3 = torch.hypot(t1, t2)
     t4 = torch.where(t3 == 0, 1, t3)
-    return t1 / t4, t2 / t4, (((-t2) / t3) / t3) / t0, ((t1 / t3) / t3) / t0
+    return t1 / t4, t2 / t4, (((-t2) / t3) / t0) / t3, ((t1 / t3) / t0) / t3
 
 
 class Polar(RuleFunction):
@@ -69,11 +69,11 @@ def polar(x: torch.Tensor | float, y: torch.Tensor | float) -> tuple[torch.Tenso
             Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
             Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
         dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
         dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
 
     Inputs:
         x: float array; checked on [0.5, 3]

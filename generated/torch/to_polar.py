@@ -14,10 +14,10 @@ from ._util import as_opmath_tensors, binade, rounded
 def _partials(x, y, r):
     """The partials dr/dx, dr/dy, dtheta/dx, dtheta/dy, which backward and jvp multiply."""
     t1 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-    t2 = x / t1
-    t3 = y / t1
-    t4 = torch.hypot(t2, t3)
-    return x / r, y / r, (((-t3) / t4) / t4) / t1, ((t2 / t4) / t4) / t1
+    t2 = y / t1
+    t3 = x / t1
+    t4 = torch.hypot(t3, t2)
+    return x / r, y / r, (((-t2) / t4) / t1) / t4, ((t3 / t4) / t1) / t4
 
 
 class ToPolar(RuleFunction):
@@ -75,11 +75,11 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
         dr/dx = x/sqrt(x**2 + y**2)
         dr/dy = y/sqrt(x**2 + y**2)
         dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
         dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x), Abs(y))))
+            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
+            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
 
     Computed in the form rulegen's accuracy search chose over the derived one: r, dr/dx, dr/dy
     (`rulegen show to_polar --why` gives the forms and their measured error).

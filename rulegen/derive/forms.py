@@ -384,7 +384,7 @@ def _power_derivative(product: sp.Mul) -> sp.Expr | None:
             p, b = f.exp + 1, f.base
             rest = [g for g in factors if g is not f]
             rest.remove(p)
-            sign, size = _signed_power(b, p)
+            negative, size = _signed_power(b, p)
             # Only below |b| = 1 (above, b**p overflows too), not at 0, where the derivative is inf or 0, and where
             # |p| < 1, where p * b**(p - 1) is finite though the power is not (p = 0 too: 0 * inf).  With |p| >= 1
             # the derivative overflows too, and the power's own derivative is the one its inf needs.  |b|, not the
@@ -393,19 +393,22 @@ def _power_derivative(product: sp.Mul) -> sp.Expr | None:
             # b a stand-in where the quotient is not taken: its derivative there, times the `where`'s 0, is finite.
             taken = Piecewise((b, overflows), (sp.S.One, True))
             quotient = divided(p * taken**p, taken)
-            return sp.Mul(*rest, Piecewise((quotient, overflows), (p * sign * size, True)))
+            # The sign a branch of its own: a `where` between two constants is a tensor torch.compile cannot make
+            # (`torch.tensor(-1, dtype=torch.result_type(x, y))` breaks a fullgraph backward).
+            signed = Piecewise((quotient, overflows), (-p * size, negative), (p * size, True))
+            return sp.Mul(*rest, signed)
     return None
 
 
 def _signed_power(b: sp.Expr, p: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
-    """b**(p - 1) as its sign and its magnitude: where b < 0 (or -0) and p is an integer, -1 where p is even, else
-    1, and (-b)**(p - 1).  p - 1 rounds to p past 2**53 (2**24 in float32), and b**(p - 1) with it takes the parity
-    of p; p / 2 is exact, an integer where p is even.  Elsewhere b**(p - 1) whole, IEEE's: nan below 0 at every
-    other p, but 0 at (-inf, -1.5), and at p = 1e-300, where p - 1 rounds to -1, the frameworks' own."""
+    """b**(p - 1) as where it is negative and its magnitude: negative where b < 0 (or -0) and p is an even
+    integer, and (-b)**(p - 1) where b < 0 (or -0) and p is an integer.  p - 1 rounds to p past 2**53 (2**24 in
+    float32), and b**(p - 1) with it takes the parity of p; p / 2 is exact, an integer where p is even.
+    Elsewhere b**(p - 1) whole, IEEE's: nan below 0 at every other p, but 0 at (-inf, -1.5), and at p = 1e-300,
+    where p - 1 rounds to -1, the frameworks' own."""
     # -0 too (1 / b < 0): (-0)**(-1e308 - 1) is -inf, and XLA reads b = -5e-324 as -0.
     signed = sp.And(sp.Or(b < 0, 1 / b < 0), sp.Eq(sp.floor(p), p))
-    sign = Piecewise((sp.S.NegativeOne, sp.And(signed, sp.Eq(sp.floor(p / 2), p / 2))), (sp.S.One, True))
-    return sign, Piecewise((-b, signed), (b, True)) ** (p - 1)
+    return sp.And(signed, sp.Eq(sp.floor(p / 2), p / 2)), Piecewise((-b, signed), (b, True)) ** (p - 1)
 
 
 def _power_times_log(product: sp.Mul) -> sp.Expr | None:
