@@ -432,6 +432,15 @@ def square_of_a_name(item: Any) -> bool:
     return isinstance(item, sp.Pow) and item.exp == 2 and isinstance(item.base, sp.Symbol)
 
 
+def reciprocal_difference(p: sp.Expr, q: sp.Expr, d: sp.Expr) -> sp.Expr:
+    """1/p - 1/q, d = q - p, as (d/p)/q divided by the larger magnitude first: |d| is at most twice it, so the
+    quotient is in range wherever the difference is (1/p - 1/q cancels at q ~ p; d/(p q) overflows where p q
+    does, and (d/p)/q where p << q).  Of two positives, the larger is their Max; else a `where` on magnitudes."""
+    if p.is_positive and q.is_positive:
+        return divided(divided(d, sp.Max(p, q)), sp.Min(p, q))
+    return sp.Piecewise((divided(divided(d, p), q), sp.Abs(p) >= sp.Abs(q)), (divided(divided(d, q), p), True))
+
+
 def divided_by_a_square(expr: sp.Mul) -> tuple[sp.Expr, sp.Expr] | None:
     """(a, b) where `expr` is a / b**2 with b a name (printed twice, computed once) and no other divisor; else None."""
     squares = [f for f in expr.args if f.is_Pow and square_of_a_name(1 / f)]

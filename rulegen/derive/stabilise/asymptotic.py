@@ -27,7 +27,7 @@ from collections.abc import Callable
 import sympy as sp
 from sympy.codegen.cfunctions import log1p
 
-from rulegen.derive.functions import divided
+from rulegen.derive.expr import reciprocal_difference
 from rulegen.derive.stabilise.points import exact_floats
 
 #: Where the series take over: both arguments above 2**5.  With `TERMS` Bernoulli terms the first one left out
@@ -283,7 +283,7 @@ def _pair(order: int, p: sp.Dummy, q: sp.Dummy, d: sp.Expr, close: sp.Expr) -> s
     is); 1/p**k - 1/q**k = (1/p - 1/q) sum_j p**-j q**-(k-1-j)."""
     if order == 0:
         return _log_ratio(p, q, d, close)
-    simple = -divided(divided(d, sp.Max(p, q)), sp.Min(p, q))
+    simple = -reciprocal_difference(q, p, d)
     return simple if order == 1 else simple * sp.Add(*(p**-j * q ** -(order - 1 - j) for j in range(order)))
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
+from rulegen.derive.expr import reciprocal_difference
 from rulegen.derive.forms import canonical
 from rulegen.derive.functions import divided, erfcx, hypot, log_ndtr, ndtr, sigmoid, softplus
 from rulegen.derive.stabilise.asymptotic import (
@@ -509,17 +510,6 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
                     yield family, found
 
 
-def _reciprocal_difference(p: sp.Expr, q: sp.Expr) -> sp.Expr:
-    """1/p - 1/q as ((q - p)/p)/q, divided by the larger magnitude first: |q - p| is at most twice it, so the
-    quotient is in range wherever the difference is (1/p - 1/q cancels at q ~ p; (q - p)/(p q) overflows where
-    p q does, and ((q - p)/p)/q where p << q)."""
-    d = _tidy(q - p)
-    return sp.Piecewise(
-        (divided(divided(d, p), q), sp.Abs(p) >= sp.Abs(q)),
-        (divided(divided(d, q), p), True),
-    )
-
-
 def _reciprocals_paired(expr: sp.Expr) -> sp.Expr:
     """Each sum's terms c/p and -c/q (c a number, p and q not) joined as c (1/p - 1/q), taken without cancellation:
     a KL divergence of two exponentials' partial 1/p - 1/q, every bit lost at q ~ p as written."""
@@ -534,7 +524,7 @@ def _reciprocals_paired(expr: sp.Expr) -> sp.Expr:
         used: set[int] = set()
         for (i, c, p), (j, e, q) in itertools.combinations(reciprocals, 2):
             if c == -e and not used & {i, j}:
-                terms[i], terms[j] = c * _reciprocal_difference(p, q), sp.S.Zero
+                terms[i], terms[j] = c * reciprocal_difference(p, q, _tidy(q - p)), sp.S.Zero
                 used |= {i, j}
         return sp.Add(*terms)
 
