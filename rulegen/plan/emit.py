@@ -100,8 +100,8 @@ class Emitter:
         renamed = _named_by_lets(replacements, reduced, [name for name, _ in lets]) if named_by_lets else {}
         scalars = self._scalar_temporaries([*replacements, *zip((n for n, _ in lets), reduced, strict=False)])
         code = functools.partial(self.code, scalars=scalars, renamed=renamed)
-        value = functools.partial(self.value, scalars=scalars, renamed=renamed)
-        lines: list[Assign | If] = [Assign(renamed.get(str(sym), str(sym)), code(value)) for sym, value in replacements]
+        printed = functools.partial(self.value, scalars=scalars, renamed=renamed)
+        lines: list[Assign | If] = [Assign(renamed.get(str(sym), str(sym)), code(e)) for sym, e in replacements]
         inlined = _read_once(returned_lets, lets, replacements, reduced, renamed)
         lines += [
             Assign(name, code(e))
@@ -110,7 +110,7 @@ class Emitter:
         ]
         let_end = len(lines)
         let_values = {name: e for (name, _), e in zip(lets, reduced, strict=False)}
-        texts = dict(zip((r.name for r in computed), (value(e) for e in reduced[len(lets) :]), strict=True))
+        texts = dict(zip((r.name for r in computed), (printed(e) for e in reduced[len(lets) :]), strict=True))
         returned: list[Value] = []
         guarded: list[If] = []  # each binds its result's name, which starts as None
         for r in results:
@@ -132,7 +132,7 @@ class Emitter:
         if guarded:
             first, *rest = (r.name for r in computed if r.guard)
             lines += [Assign(first, "None", tuple(rest)), *guarded]
-        lets_returned = [value(let_values[n]) if n in inlined else Value(n) for n in returned_lets]
+        lets_returned = [printed(let_values[n]) if n in inlined else Value(n) for n in returned_lets]
         if inlined and not fits_a_line(", ".join(v.text for v in (*lets_returned, *returned))):
             # Returned as computed only where the return fits a line: ruff would wrap it otherwise.
             lines[let_end:let_end] = [Assign(n, code(let_values[n])) for n in returned_lets if n in inlined]
@@ -151,8 +151,8 @@ class Emitter:
         computed = [r for r in results if r.expr is not None]
         names = temp_symbols(self.taken)
         replacements, reduced = shared_subexpressions([self.forms(r.expr) for r in computed], names)
-        value = functools.partial(self.value, scalars=self._scalar_temporaries(replacements))
-        writer = InPlaceWriter(value, tensors, names)
+        printed = functools.partial(self.value, scalars=self._scalar_temporaries(replacements))
+        writer = InPlaceWriter(printed, tensors, names)
         for sym, value in replacements:
             writer.assign(str(sym), value)
         texts = {r.name: writer.value(e) for r, e in zip(computed, reduced, strict=True)}
