@@ -406,11 +406,16 @@ class _ArrayCode:
         # wherever an operator holds it ((x / s)**2; -a * (x / s), where sympy asks a negative product's
         # factors at the level of a sum, and -a * x / s would round another way), bare where nothing does
         # (`return t3 / t4, t3`, a call's argument).
+        return f"({self._print(item)})" if self._parenthesized(item, level, strict) else self._print(item)
+
+    def _parenthesized(self, item: sp.Basic, level: int, strict: bool = False) -> bool:
+        """Whether `parenthesize(item, level, strict)` writes parentheses around `item`."""
         if isinstance(item, fn.divided) or (self._square_of_name(item) and level >= PRECEDENCE["Add"]):
-            return f"({self._print(item)})"
+            return True
         if isinstance(item, sp.Float) and level >= PRECEDENCE["Pow"] and _power_of_two_text(float(item)):
-            return f"({self._print(item)})"  # a power of two as a base or exponent: (2.0**-120)**2
-        return super().parenthesize(item, level, strict)  # type: ignore[misc]
+            return True  # a power of two as a base or exponent: (2.0**-120)**2
+        # sympy's StrPrinter.parenthesize: an equal precedence too, unless `strict`.
+        return precedence(item) < level or (not strict and precedence(item) <= level)
 
     # -- how tightly the printed code binds
 
@@ -468,18 +473,14 @@ class _ArrayCode:
             sign, rest = unit
             if sign < 0:
                 return PRECEDENCE["Add"]  # `-x`
-            return self.binding(rest) if rest.is_Mul or not self._parenthesized(rest, PRECEDENCE["Mul"]) else PRIMARY
+            return (
+                self.binding(rest)
+                if rest.is_Mul or not self._parenthesized(rest, PRECEDENCE["Mul"], strict=True)
+                else PRIMARY
+            )
         if scaled_quotient(expr) is not None:
             return PRECEDENCE["Mul"]
         return precedence(expr)  # `a * b / c`, `-a * b`: a product, or a negated one at a sum's level
-
-    def _parenthesized(self, item: sp.Basic, level: int) -> bool:
-        """Whether `parenthesize(item, level)` writes parentheses around `item`."""
-        if isinstance(item, fn.divided) or (self._square_of_name(item) and level >= PRECEDENCE["Add"]):
-            return True
-        if isinstance(item, sp.Float) and level >= PRECEDENCE["Pow"] and _power_of_two_text(float(item)):
-            return True
-        return precedence(item) < level
 
     def _power_binding(self, expr: sp.Pow) -> int:
         base, exponent = expr.as_base_exp()
@@ -787,13 +788,9 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
             return self._helper_call(QUOTIENT_IMPORT, *quotient)
         return super()._print_Mul(expr)
 
-    def parenthesize(self, item: Any, level: int, strict: bool = False) -> str:
-        if self._as_quotient(item) is not None:  # a call: whole at every level
-            return self._print(item)
-        return super().parenthesize(item, level, strict)
-
-    def _parenthesized(self, item: sp.Basic, level: int) -> bool:
-        return self._as_quotient(item) is None and super()._parenthesized(item, level)
+    def _parenthesized(self, item: sp.Basic, level: int, strict: bool = False) -> bool:
+        # A quotient is a call here: whole at every level.
+        return self._as_quotient(item) is None and super()._parenthesized(item, level, strict)
 
     def _product_binding(self, expr: sp.Mul) -> int:
         if scaled_quotient(expr) is None and self._as_quotient(expr) is not None:
