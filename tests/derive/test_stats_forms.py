@@ -265,6 +265,34 @@ def test_calls_at_several_arguments_are_one_series_each_whose_leading_terms_canc
     assert several_argument_series(sp.digamma(p**2) - sp.digamma(q)) is None
 
 
+def test_calls_past_the_threshold_are_series_where_the_others_are_not():
+    # A Beta entropy at a = 1e300, b = 1e-200: loggamma(a) - loggamma(a + b) is inf - inf as written, and so was the
+    # series branch (every argument past 2**5) beside the pole branch (none past it); the calls at a and a + b are
+    # series whose leading terms cancel, the calls at b as written.  Its partial in a at (5e-324, 1.8e202) was the
+    # pole branch's 1/a**2 - 2/(a + b)**2 paired against -(b/(a + b))/a: inf - inf where the exact value is inf.
+    # The logs of two arguments paired as log(a/b) overflowed at (21.92, 2.2e-308): their logs' difference there.
+    from rulegen.derive.stabilise.asymptotic import several_argument_series
+
+    p, q = sp.symbols("p q", positive=True)
+    entropy = (
+        sp.loggamma(p)
+        + sp.loggamma(q)
+        - sp.loggamma(p + q)
+        - (p - 1) * sp.digamma(p)
+        - (q - 1) * sp.digamma(q)
+        + (p + q - 2) * sp.digamma(p + q)
+    )
+    series = several_argument_series(entropy)
+    assert series is not None
+    points = ((1e300, 1e-200), (2.2e-230, 3e305), (8e198, 0.085), (3e26, 5e-3), (21.92, 2.2250738585072014e-308))
+    for point in points:
+        with mpmath.workprec(4000):
+            exact = sp.lambdify((p, q), entropy, "mpmath")(mpmath.mpf(point[0]), mpmath.mpf(point[1]))
+        assert bits(evaluated(series, (p, q), point, np.float64), exact) <= 2, point
+    partial = several_argument_series(entropy.diff(p))
+    assert evaluated(partial, (p, q), (5e-324, 1.8e202), np.float64) == math.inf
+
+
 def test_a_difference_of_reciprocals_is_divided_by_the_larger_first():
     # A KL divergence of two exponentials differentiated in q: 1/p - 1/q cancels at q ~ p; over one denominator,
     # (q - p)/(p q) overflows where p q does, and ((q - p)/p)/q where p << q.

@@ -263,10 +263,17 @@ def _in_horner_form(total: sp.Expr, variables: list[sp.Dummy]) -> sp.Expr:
     return total + sp.Add(*nested)
 
 
+#: Past this log of the ratio of two arguments (either way) their logs are subtracted: a/b is out of range long
+#: before their logs' difference loses a bit to them (|log a| is at most 745).
+FAR_LOG_RATIO = sp.Integer(44)
+
+
 def _log_ratio(a: sp.Expr, b: sp.Expr, d: sp.Expr, close: sp.Expr) -> sp.Expr:
     """log(a) - log(b), d = a - b, for positive a and b: log1p(d/b) where a and b are `close` (log(a/b) would round
-    the ratio near 1), log(a/b) where they are not (1 + d/b would round a small ratio)."""
-    return sp.Piecewise((log1p(d / b), close), (sp.log(a / b), True))
+    the ratio near 1), log(a/b) where they are not (1 + d/b would round a small ratio), and log(a) - log(b) where the
+    ratio's log is past `FAR_LOG_RATIO` (the ratio may have overflowed or underflowed: 21.92/2.2e-308)."""
+    ratio = sp.log(a / b)
+    return sp.Piecewise((log1p(d / b), close), (ratio, sp.Abs(ratio) < FAR_LOG_RATIO), (sp.log(a) - sp.log(b), True))
 
 
 def _pole(function: sp.Expr, u: sp.Expr) -> sp.Expr:
@@ -361,12 +368,15 @@ _SERIES_ORDERS = 2 * ONE_ARGUMENT_TERMS + 4
 
 def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     """`expr`, a sum of terms c f(u) with f of the gamma family and u linear in the variables (a, b, a + b), with each
-    call its Stirling series where every argument is past `THRESHOLD`, and each coefficient c written in its call's
+    call its Stirling series where its argument is past `THRESHOLD`, and each coefficient c written in its call's
     argument where it can be, so that like orders cancel exactly before anything is rounded: a Beta entropy's partial
     -(a - 1) trigamma(a) + (a + b - 2) trigamma(a + b) is 1/(2a) - 3/(2(a + b)) + ..., where as written two terms
     near 1 cancel (every bit lost from a = 2**53).  Terms polynomial in the arguments go back to the variables, so
-    -a - b + (a + b) is 0 before anything is computed.  Below the threshold, `expr` as it is.  None where a call is
-    not a factor of a term, or the arguments are one or not linear."""
+    -a - b + (a + b) is 0 before anything is computed.  Where some arguments are past the threshold and others not
+    (a = 1e300, b = 1e-200), the calls past it are series and the others are as written: the series of a and a + b
+    cancel each other's leading terms, and b's calls are finite on their own.  Below the threshold in every
+    argument, `expr` as it is, or its calls' pole parts joined.  None where a call is not a factor of a term, or the
+    arguments are one or not linear."""
     exact = exact_floats(expr)
     calls = [f for f in exact.atoms(sp.Function) if is_gamma_function(f)]
     arguments = sorted({f.args[-1] for f in calls}, key=lambda a: (sp.count_ops(a), sp.default_sort_key(a)))
@@ -376,18 +386,19 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
         if not u.free_symbols or any(sp.Poly(u, s).degree() != 1 for s in u.free_symbols):
             return None
     big = {u: sp.Dummy("u", positive=True) for u in arguments}
-    terms, others, poles, shifted = [], [], [], []
+    called: list[tuple[sp.Expr, sp.Expr, sp.Expr]] = []
+    others, poles, shifted = [], [], []
     for term in sp.Add.make_args(sp.expand(exact, log=False, deep=False)):
-        called = [f for f in sp.Mul.make_args(term) if is_gamma_function(f)]
-        if len(called) != 1:
+        factors = [f for f in sp.Mul.make_args(term) if is_gamma_function(f)]
+        if len(factors) != 1:
             if term.has(*calls):
                 return None
             others.append(term)
             continue
-        (f,) = called
+        (f,) = factors
         u, coefficient = f.args[-1], term / f
         written = _rewritten_in(coefficient, u, big[u])
-        terms.append(sp.expand(written * _series(f, big[u]), log=False))
+        called.append((term, f, written))
         poles.append(sp.expand(written * _pole(f, big[u]), log=False))
         shifted.append(coefficient * f.func(*f.args[:-1], u + 1))
     raw = {b: u for u, b in big.items()}
@@ -395,18 +406,55 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     # pole parts are joined: their sum is what overflows or cancels there.
     near_poles, joins = _joined(sp.collect(sp.Add(*poles), [sp.log(b) for b in big.values()]), big, (0, 1, 2))
     small = sp.Add(near_poles.xreplace(raw), *shifted, *others) if joins else expr
-    terms += others
-    series = sp.collect(sp.Add(*terms), [sp.log(b) for b in big.values()])
-    # Like orders of two arguments cancel where the arguments are close (-1/(2a) + 1/(2(a + b)) at b << a).
-    series = _in_horner_form(_joined(series, big, orders=tuple(range(_SERIES_ORDERS)))[0], list(big.values()))
-    large = sp.And(*(u > THRESHOLD for u in arguments))
-    fed = {b: sp.Piecewise((u, large), (2 * THRESHOLD, True)) for u, b in big.items()}
+    # One argument past the threshold has no like terms to cancel: its calls are as written, and so are the others,
+    # which the pole parts' joins would cancel against an infinite 1/u of the large one.
+    branches = [
+        (_series_branch(called, others, {u: big[u] for u in past}, large) if len(past) > 1 else expr, large)
+        for past in _arguments_past(arguments)
+        for large in [sp.And(*(u > THRESHOLD if u in past else u <= THRESHOLD for u in arguments))]
+    ]
+    return sp.Piecewise(*branches, (small, True))
 
-    polynomial = [t for t in sp.Add.make_args(series) if not t.has(sp.log) and t.is_polynomial(*big.values())]
+
+#: The most sets of arguments past the threshold, each a branch of its own, beside the one where all are: 3 reach
+#: a Beta's (a, b, a + b) past it but one of a and b, or a + b alone.
+MIXED_BRANCHES = 3
+
+
+def _arguments_past(arguments: list[sp.Expr]) -> list[set[sp.Expr]]:
+    """The sets of `arguments` that can be past the threshold while the others are not, all of them first: an
+    argument at least another (a + b beside a, for positive a and b) is past it wherever the other is.  All sets but
+    the first are left out where there are more than `MIXED_BRANCHES`."""
+    everything = set(arguments)
+    at_least = {(u, v) for u in arguments for v in arguments if u != v and sp.expand(v - u).is_nonnegative}
+    mixed = [
+        set(past)
+        for size in range(len(arguments) - 1, 0, -1)
+        for past in itertools.combinations(arguments, size)
+        if not any(u in past and v not in past for u, v in at_least)
+    ]
+    return [everything, *(mixed if len(mixed) <= MIXED_BRANCHES else [])]
+
+
+def _series_branch(
+    called: list[tuple[sp.Expr, sp.Expr, sp.Expr]], others: list[sp.Expr], big: dict[sp.Expr, sp.Dummy], large: sp.Expr
+) -> sp.Expr:
+    """The sum of `called` terms (term, call, its coefficient in its argument) and `others` with each call at an
+    argument of `big` its Stirling series, like orders of two arguments joined (-1/(2a) + 1/(2(a + b)) at b << a),
+    fed its argument where `large` holds; the other calls as written."""
+    terms = [
+        sp.expand(written * _series(f, big[f.args[-1]]), log=False) if f.args[-1] in big else term
+        for term, f, written in called
+    ]
+    series = sp.collect(sp.Add(*terms, *others), [sp.log(b) for b in big.values()])
+    series = _in_horner_form(_joined(series, big, orders=tuple(range(_SERIES_ORDERS)))[0], list(big.values()))
+    raw = {b: u for u, b in big.items()}
+    fed = {b: sp.Piecewise((u, large), (2 * THRESHOLD, True)) for u, b in big.items()}
+    series_terms = sp.Add.make_args(series)
+    polynomial = [t for t in series_terms if not t.has(sp.log) and t.is_polynomial(*big.values())]
     # A log or a power of 1/u is nan or inf at the points of the other branch, where a polynomial is not: it goes
     # back to the variables unguarded, and its like terms cancel (-a - b + (a + b) is 0).
     exact_part = sp.Add(*polynomial).xreplace(raw)
     with sp.evaluate(False):
-        guarded = [t.xreplace(fed) for t in sp.Add.make_args(series) if t not in polynomial]
-        branch = sp.Add(*([exact_part] if exact_part != 0 else []), *guarded)
-    return sp.Piecewise((branch, large), (small, True))
+        guarded = [t.xreplace(fed) for t in series_terms if t not in polynomial]
+        return sp.Add(*([exact_part] if exact_part != 0 else []), *guarded)
