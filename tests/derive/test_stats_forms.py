@@ -291,6 +291,20 @@ def test_calls_past_the_threshold_are_series_where_the_others_are_not():
         assert bits(evaluated(series, (p, q), point, np.float64), exact) <= 2, point
     partial = several_argument_series(entropy.diff(p))
     assert evaluated(partial, (p, q), (5e-324, 1.8e202), np.float64) == math.inf
+    # A Beta log-density: loggamma(a + b) - loggamma(b) leads with (a + b) log(a + b) - b log(b), whose every digit
+    # cancelled where a << b; it is (a + b) log1p(a/b) + a log(b).  Its partial in b adds log1p(-x) to the calls'
+    # sum, not to one call (log1p(-x) = -2.8e-24 was lost beside digamma(22.92) = 3.1).
+    x = sp.Symbol("x", positive=True)
+    log_density = (p - 1) * sp.log(x) + (q - 1) * log1p(-x) - sp.loggamma(p) - sp.loggamma(q) + sp.loggamma(p + q)
+    for expr, points in (
+        (log_density, ((3.6e-71, 0.508, 4.5e265), (0.3, 1e200, 1e180), (1e-5, 1e300, 2.0), (0.5, 1e10, 3e10))),
+        (log_density.diff(q), ((2.79e-24, 7.6e-100, 21.92), (0.3, 1e200, 1e180))),
+    ):
+        series = several_argument_series(expr)
+        for point in points:
+            with mpmath.workprec(4000):
+                exact = sp.lambdify((x, p, q), expr, "mpmath")(*map(mpmath.mpf, point))
+            assert bits(evaluated(series, (x, p, q), point, np.float64), exact) <= 2, (expr, point)
 
 
 def test_a_difference_of_reciprocals_is_divided_by_the_larger_first():

@@ -263,17 +263,21 @@ def _in_horner_form(total: sp.Expr, variables: list[sp.Dummy]) -> sp.Expr:
     return total + sp.Add(*nested)
 
 
-#: Past this log of the ratio of two arguments (either way) their logs are subtracted: a/b is out of range long
-#: before their logs' difference loses a bit to them (|log a| is at most 745).
-FAR_LOG_RATIO = sp.Integer(44)
+#: Past this log of the ratio of two arguments (either way) their logs are subtracted: the ratio is near float64's
+#: range there (e**709), and below it log(a/b) is correctly rounded where log(a) - log(b) loses log2(|log a| / 44)
+#: bits at a log ratio of 44.
+FAR_LOG_RATIO = sp.Integer(700)
 
 
-def _log_ratio(a: sp.Expr, b: sp.Expr, d: sp.Expr, close: sp.Expr) -> sp.Expr:
-    """log(a) - log(b), d = a - b, for positive a and b: log1p(d/b) where a and b are `close` (log(a/b) would round
-    the ratio near 1), log(a/b) where they are not (1 + d/b would round a small ratio), and log(a) - log(b) where the
-    ratio's log is past `FAR_LOG_RATIO` (the ratio may have overflowed or underflowed: 21.92/2.2e-308)."""
-    ratio = sp.log(a / b)
-    return sp.Piecewise((log1p(d / b), close), (ratio, sp.Abs(ratio) < FAR_LOG_RATIO), (sp.log(a) - sp.log(b), True))
+def _log_ratio(a: sp.Expr, b: sp.Expr, d: sp.Expr, where: tuple[sp.Expr, sp.Expr]) -> sp.Expr:
+    """log(a) - log(b), d = a - b, for positive a and b, at arguments `where` (a and b as the conditions read them,
+    not fed): log1p(d/b) where they are close (log(a/b) would round the ratio near 1), log(a/b) where they are not
+    (1 + d/b would round a small ratio), and log(a) - log(b) where the ratio's log is past `FAR_LOG_RATIO` (the
+    ratio may have overflowed or underflowed: 21.92/2.2e-308)."""
+    at_a, at_b = where
+    close = abs(sp.expand(at_a - at_b)) < at_b / 2
+    far = sp.Abs(sp.log(at_a / at_b)) >= FAR_LOG_RATIO
+    return sp.Piecewise((log1p(d / b), close), (sp.log(a) - sp.log(b), far), (sp.log(a / b), True))
 
 
 def _pole(function: sp.Expr, u: sp.Expr) -> sp.Expr:
@@ -284,29 +288,62 @@ def _pole(function: sp.Expr, u: sp.Expr) -> sp.Expr:
     return (-1) ** (n + 1) * math.factorial(n) * u ** -(n + 1)
 
 
-def _pair(order: int, p: sp.Dummy, q: sp.Dummy, d: sp.Expr, close: sp.Expr) -> sp.Expr:
-    """The difference of like terms at p and q, d = p - q (their arguments), without subtracting two close values:
+def _pair(order: int, p: sp.Dummy, q: sp.Dummy, d: sp.Expr, where: tuple[sp.Expr, sp.Expr]) -> sp.Expr:
+    """The difference of like terms at p and q, d = p - q (their arguments `where`), without subtracting two close
+    values:
     log(p) - log(q); 1/p - 1/q = -(d/max)/min, by the larger first (|d| <= max: in range wherever the difference
     is); 1/p**k - 1/q**k = (1/p - 1/q) sum_j p**-j q**-(k-1-j)."""
     if order == 0:
-        return _log_ratio(p, q, d, close)
+        return _log_ratio(p, q, d, where)
+    if order == -1:
+        # p log p - q log q = p (log p - log q) + (p - q) log q: loggamma(a + b) - loggamma(b) leads with it, every
+        # digit of (a + b) log(a + b) cancelled by b log b where a << b.
+        return p * _log_ratio(p, q, d, where) + d * sp.log(q)
     simple = -reciprocal_difference(q, p, d)
     return simple if order == 1 else simple * sp.Add(*(p**-j * q ** -(order - 1 - j) for j in range(order)))
 
 
+def _like_term(order: int, u: sp.Dummy) -> sp.Expr:
+    """The term of `order` that `_joined` pairs: u log(u) (-1), log(u) (0) or u**-order."""
+    return u * sp.log(u) if order == -1 else sp.log(u) if order == 0 else u**-order
+
+
+def _sums_of_parts(weights: dict[tuple[int, sp.Dummy], sp.Expr], argument: dict[sp.Dummy, sp.Expr]) -> list[sp.Expr]:
+    """c u log u - c sum_i v_i log v_i, for u = sum_i v_i (two or three), as c sum_i v_i log(u/v_i), each term of one
+    sign, with those weights taken out of `weights`: a Beta log-density's (a + b) log(a + b) - a log a - b log b,
+    paired as two, cancels wherever a and b differ."""
+    found = []
+    for (order, u), c in list(weights.items()):
+        if order != -1 or not c > 0:
+            continue
+        others = [v for (o, v), w in weights.items() if o == -1 and w == -c]
+        groups = (g for size in (2, 3) for g in itertools.combinations(others, size))
+        parts = next((g for g in groups if sp.expand(argument[u] - sp.Add(*(argument[v] for v in g))) == 0), None)
+        if parts is None:
+            continue
+        terms = (v * _log_ratio(u, v, sp.expand(argument[u] - argument[v]), (argument[u], argument[v])) for v in parts)
+        found.append(c * sp.Add(*terms))
+        for v in (u, *parts):
+            weights[order, v] = sp.S.Zero
+    return found
+
+
 def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...]) -> tuple[sp.Expr, int]:
-    """`total` with its like terms c log(u) (order 0) or c/u**k (order k) of opposite signs paired as differences,
-    the pair whose arguments differ most simply first, and how many pairs were joined: digamma(r + k) -
-    digamma(r) leads with log(r + k) - log(r), which is log1p(k/r), not 0, where k is small beside r, and its pole
-    parts at 0 are 1/r - 1/(r + k), (k/(r + k))/r, not inf - inf.  Two double poles of unlike weights c, -e are
-    (sqrt(c)/p - sqrt(e)/q)(sqrt(c)/p + sqrt(e)/q): each factor in range where either square is not."""
+    """`total` with its like terms c u log(u) (order -1), c log(u) (order 0) or c/u**k (order k) of opposite signs
+    paired as differences, the pair whose arguments differ most simply first, and how many pairs were joined:
+    digamma(r + k) - digamma(r) leads with log(r + k) - log(r), which is log1p(k/r), not 0, where k is small beside
+    r, and its pole parts at 0 are 1/r - 1/(r + k), (k/(r + k))/r, not inf - inf.  Two double poles of unlike
+    weights c, -e are (sqrt(c)/p - sqrt(e)/q)(sqrt(c)/p + sqrt(e)/q): each factor in range where either square is
+    not."""
     weights: dict[tuple[int, sp.Dummy], sp.Expr] = {}
     symbolic: dict[tuple[int, sp.Dummy], sp.Expr] = {}
     rest: list[sp.Expr] = []
-    for term in sp.Add.make_args(total):
+    for term in sp.Add.make_args(sp.expand(total, log=False) if -1 in orders else total):
         coefficient, factor = term.as_independent(*big.values(), as_Add=False)
         if isinstance(factor, sp.log) and factor.args[0] in big.values():
             key = (0, factor.args[0])
+        elif factor.is_Mul and len(factor.args) == 2 and any(factor == u * sp.log(u) for u in big.values()):
+            key = (-1, next(u for u in big.values() if factor == u * sp.log(u)))
         elif factor.is_Pow and factor.base in big.values() and factor.exp.is_Integer and factor.exp < 0:
             key = (int(-factor.exp), factor.base)
         else:
@@ -331,8 +368,11 @@ def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...
         if sp.count_ops(joined) >= min(sp.count_ops(c), sp.count_ops(e)) or not simpler:
             continue
         d = sp.expand(argument[p] - argument[q])
-        rest.append(c * _pair(order, p, q, d, abs(d) < argument[q] / 2))
+        rest.append(c * _pair(order, p, q, d, (argument[p], argument[q])))
         symbolic[order, p], symbolic[order, q] = sp.S.Zero, joined
+        count += 1
+    for term in _sums_of_parts(weights, argument):
+        rest.append(term)
         count += 1
     pairs = sorted(
         (
@@ -355,10 +395,10 @@ def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...
             weights[order, p] = weights[order, q] = sp.S.Zero
             continue
         joined = min(c, e)
-        rest.append(joined * _pair(order, p, q, d, abs(d) < argument[q] / 2))
+        rest.append(joined * _pair(order, p, q, d, (argument[p], argument[q])))
         weights[order, p] -= joined
         weights[order, q] += joined
-    unpaired = (w * (sp.log(u) if order == 0 else u**-order) for (order, u), w in (*symbolic.items(), *weights.items()))
+    unpaired = (w * _like_term(order, u) for (order, u), w in (*symbolic.items(), *weights.items()))
     return sp.Add(*rest, *unpaired), count
 
 
@@ -405,7 +445,16 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     # Near 0 each call is its pole part and the call one further on (f(u) = pole + f(u + 1), exactly), and the
     # pole parts are joined: their sum is what overflows or cancels there.
     near_poles, joins = _joined(sp.collect(sp.Add(*poles), [sp.log(b) for b in big.values()]), big, (0, 1, 2))
-    small = sp.Add(near_poles.xreplace(raw), *shifted, *others) if joins else expr
+    small = expr
+    if joins:
+        # The calls' sum is taken whole (a `where` of its own) before the other terms are added: a Beta log-density's
+        # partial in b, log1p(-x) - digamma(b + 1) + digamma(a + b + 1) at a = 7.6e-100, b = 21.92, kept log1p(-x)
+        # = -2.8e-24 only as (digamma(a + b + 1) - digamma(b + 1)) + log1p(-x).
+        none_past = sp.And(*(u <= THRESHOLD for u in arguments))
+        called_sum = sp.Piecewise(
+            (sp.Add(near_poles.xreplace(raw), *shifted), none_past), (expr - sp.Add(*others), True)
+        )
+        small = called_sum + sp.Add(*others)
     # One argument past the threshold has no like terms to cancel: its calls are as written, and so are the others,
     # which the pole parts' joins would cancel against an infinite 1/u of the large one.
     branches = [
@@ -447,7 +496,7 @@ def _series_branch(
         for term, f, written in called
     ]
     series = sp.collect(sp.Add(*terms, *others), [sp.log(b) for b in big.values()])
-    series = _in_horner_form(_joined(series, big, orders=tuple(range(_SERIES_ORDERS)))[0], list(big.values()))
+    series = _in_horner_form(_joined(series, big, orders=(-1, *range(_SERIES_ORDERS)))[0], list(big.values()))
     raw = {b: u for u, b in big.items()}
     fed = {b: sp.Piecewise((u, large), (2 * THRESHOLD, True)) for u, b in big.items()}
     series_terms = sp.Add.make_args(series)
