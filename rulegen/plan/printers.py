@@ -615,7 +615,7 @@ class _ArrayCode:
     result_type = ""
 
     def _float_dtype(self, anchors: Sequence[str]) -> str:
-        """The dtype of a rule's float arrays, given their names (see rulegen.derive.forms), as code."""
+        """The dtype of a rule's float arrays, given their names (see rulegen.plan.forms), as code."""
         if not anchors:
             return self._default_float()
         if len(anchors) == 1:
