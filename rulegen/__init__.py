@@ -28,7 +28,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "plan",
         "plan each backend: the code model, printers, in-place bodies, one planner per body kind and backend",
         (
-            *("code", "saving", "model", "printers", "torch_route", "inplace", "symbolic", "header", "emit"),
+            *("forms", "code", "saving", "model", "printers", "torch_route", "inplace", "symbolic", "header", "emit"),
             *("torch", "snippet", "jax", "snippet_jax", "snippet_torch"),
         ),
     ),

@@ -50,4 +50,4 @@ def _f_atan2_jvp(primals, tangents):
     t1 = x / t0
     t2 = y / t0
     t3 = jnp.hypot(t1, t2)
-    return out, summed_like(out, (y_dot, ((t1 / t3) / t0) / t3), (x_dot, (((-t2) / t3) / t0) / t3))
+    return out, summed_like(out, (y_dot, t1 / t3 / t0 / t3), (x_dot, -t2 / t3 / t0 / t3))

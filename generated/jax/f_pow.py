@@ -59,7 +59,7 @@ def _f_pow_jvp(primals, tangents):
         (
             x_dot,
             jnp.where(
-                t3, (t7**y * y) / t7, jnp.where(t4 & t5 & (y == 2 * jnp.floor(y / 2)), -t6, t6)
+                t3, t7**y * y / t7, jnp.where(t4 & t5 & (y == 2 * jnp.floor(y / 2)), -t6, t6)
             ),
         ),
         (y_dot, jax.scipy.special.xlogy(out, x)),

@@ -59,7 +59,5 @@ def _polar_jvp(primals, tangents):
     t3 = jnp.hypot(t1, t2)
     t4 = jnp.where(t3 == 0, 1, t3)
     r_dot = summed_like(r, (x_dot, quotient(t1, t4)), (y_dot, quotient(t2, t4)))
-    theta_dot = summed_like(
-        theta, (x_dot, (((-t2) / t3) / t0) / t3), (y_dot, ((t1 / t3) / t0) / t3)
-    )
+    theta_dot = summed_like(theta, (x_dot, -t2 / t3 / t0 / t3), (y_dot, t1 / t3 / t0 / t3))
     return (r, theta), (r_dot, theta_dot)

@@ -71,7 +71,5 @@ def _to_polar_jvp(primals, tangents):
     t3 = x / t1
     t4 = jnp.hypot(t3, t2)
     r_dot = summed_like(r, (x_dot, quotient(x, r)), (y_dot, quotient(y, r)))
-    theta_dot = summed_like(
-        theta, (x_dot, (((-t2) / t4) / t1) / t4), (y_dot, ((t3 / t4) / t1) / t4)
-    )
+    theta_dot = summed_like(theta, (x_dot, -t2 / t4 / t1 / t4), (y_dot, t3 / t4 / t1 / t4))
     return (r, theta), (r_dot, theta_dot)

@@ -15,7 +15,7 @@ def _partials(y, x):
     t1 = x / t0
     t2 = y / t0
     t3 = torch.hypot(t1, t2)
-    return ((t1 / t3) / t0) / t3, (((-t2) / t3) / t0) / t3
+    return t1 / t3 / t0 / t3, -t2 / t3 / t0 / t3
 
 
 class FAtan2(RuleFunction):

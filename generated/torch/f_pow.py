@@ -21,7 +21,7 @@ def _partials(x, y, out):
     t5 = y * torch.where(t3 & t4, -x, x) ** t1
     t6 = torch.where(t2, x, 1)
     dout_dx = torch.where(
-        t2, (t6**y * y) / t6, torch.where(t3 & t4 & (y == 2 * torch.floor(y / 2)), -t5, t5)
+        t2, t6**y * y / t6, torch.where(t3 & t4 & (y == 2 * torch.floor(y / 2)), -t5, t5)
     )
     return dout_dx, torch.special.xlogy(out, x)
 

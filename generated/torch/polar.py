@@ -16,7 +16,7 @@ def _partials(x, y):
     t2 = y / t0
     t3 = torch.hypot(t1, t2)
     t4 = torch.where(t3 == 0, 1, t3)
-    return t1 / t4, t2 / t4, (((-t2) / t3) / t0) / t3, ((t1 / t3) / t0) / t3
+    return t1 / t4, t2 / t4, -t2 / t3 / t0 / t3, t1 / t3 / t0 / t3
 
 
 class Polar(RuleFunction):

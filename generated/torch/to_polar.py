@@ -17,7 +17,7 @@ def _partials(x, y, r):
     t2 = y / t1
     t3 = x / t1
     t4 = torch.hypot(t3, t2)
-    return x / r, y / r, (((-t2) / t4) / t1) / t4, ((t3 / t4) / t1) / t4
+    return x / r, y / r, -t2 / t4 / t1 / t4, t3 / t4 / t1 / t4
 
 
 class ToPolar(RuleFunction):

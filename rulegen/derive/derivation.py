@@ -22,6 +22,20 @@ Chained = tuple[tuple[str, tuple[tuple[sp.Expr, sp.Symbol], ...]], ...]
 
 
 @dataclass(frozen=True)
+class TorchForms:
+    """What torch's planner prints of a derivation: every expression in torch's forms, the partials reading the
+    intermediates torch saves, and those intermediates as residuals with their symbols and partials."""
+
+    derivation: Derivation  # in torch's forms: the fused ones, silu's derivative as one
+    symbols: Mapping[str, sp.Symbol]  # the rule's, and each saved intermediate's with its tangent and cotangent
+    vjp_partials: Partials
+    jvp_partials: Partials
+    residual_partials: Partials  # the rule's residuals' and the saved intermediates'
+    residuals: tuple[tuple[str, sp.Expr], ...]  # the rule's own, then the saved intermediates
+    residual_values: tuple[tuple[str, sp.Expr], ...]  # the same, as the forward computes them (outputs written out)
+
+
+@dataclass(frozen=True)
 class Derivation:
     """A symbolic rule with every derivative in closed form.
 
@@ -50,6 +64,24 @@ class Derivation:
     saved_partials: Partials = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     # The outputs whose tangent chains through the saved intermediates' is the derived one, with its terms.
     chained_tangents: Chained = ()
+    # Every expression in the one-kernel forms both backends compute (what JAX's planner and the header print),
+    # and in torch's; set where the derivation is completed (rulegen.derive.saved.completed), None in those views.
+    fused_forms: Derivation | None = None
+    torch_forms: TorchForms | None = None
+
+    @property
+    def fused(self) -> Derivation:
+        """The derivation in the one-kernel forms both backends compute (`fused_forms`)."""
+        if self.fused_forms is None:
+            raise ValueError(f"{self.rule.name}: the derivation is not completed (rulegen.derive.saved.completed)")
+        return self.fused_forms
+
+    @property
+    def torch(self) -> TorchForms:
+        """The derivation as torch's planner prints it (`torch_forms`)."""
+        if self.torch_forms is None:
+            raise ValueError(f"{self.rule.name}: the derivation is not completed (rulegen.derive.saved.completed)")
+        return self.torch_forms
 
     @property
     def diff_inputs(self) -> tuple[Input, ...]:

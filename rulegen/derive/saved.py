@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 import sympy as sp
 
+from rulegen.derive.derivation import TorchForms
 from rulegen.derive.expr import shared_subexpressions
 from rulegen.derive.forms import CANONICAL_FORMS, CanonicalForm, canonical, silu_derivatives
 from rulegen.derive.functions import divided, hypot, sigmoid
-from rulegen.spec.names import tangent
+from rulegen.spec.names import cotangent, tangent
 
 if TYPE_CHECKING:
     from rulegen.derive.derivation import Chained, Derivation, Partials
@@ -390,7 +391,8 @@ def completed(d: Derivation) -> Derivation:
     """`d`, as the stabilising search left it, with what the planners read of it derived too.
 
     The intermediates torch saves are chosen in torch's forms: the fused ones, and silu's derivative written
-    as one (x * sigmoid(x) inside it is then no reason to save `out`).
+    as one (x * sigmoid(x) inside it is then no reason to save `out`).  The fused forms and torch's are kept
+    in the derivation (`Derivation.fused`, `Derivation.torch`): the planners print them as they are.
     """
     fused = with_fused_forms(d)
     statics = tuple(i.name for i in d.rule.inputs if i.static)
@@ -398,10 +400,38 @@ def completed(d: Derivation) -> Derivation:
     torch = with_fused_forms(fused, (silu_derivatives(statics, integral),))
     saved = saved_intermediates(torch, set(torch.symbols))
     saved_partials = _saved_partials(torch, saved)
-    return replace(
-        d,
+    settled = functools.partial(
+        replace,
         given_are_derived=given_are_derived(fused),
         saved=tuple(saved.items()),
         saved_partials=saved_partials,
         chained_tangents=_chained_tangents(torch, saved, saved_partials),
+    )
+    return settled(d, fused_forms=settled(fused), torch_forms=_torch_forms(settled(torch)))
+
+
+def _torch_forms(d: Derivation) -> TorchForms:
+    """`d` (in torch's forms) reading the intermediates it keeps (`Derivation.saved`), each a residual with its
+    own partials."""
+    symbols = dict(d.symbols)
+    saved = dict(d.saved)
+    intermediates = [(str(sym), expr) for expr, sym in saved.items() if str(sym) not in symbols]
+    for name, _ in intermediates:
+        symbols[name] = d.value_symbol(name)
+    residuals = (*d.residuals, *intermediates)
+    for n, _ in residuals:
+        symbols[cotangent(n)] = d.value_symbol(cotangent(n))
+        symbols[tangent(n)] = d.value_symbol(tangent(n))
+
+    def partials(table: Partials) -> Partials:
+        return MappingProxyType({k: saved_form(v, saved) for k, v in table.items()})
+
+    return TorchForms(
+        derivation=d,
+        symbols=MappingProxyType(symbols),
+        vjp_partials=partials(d.vjp_partials),
+        jvp_partials=partials(d.jvp_partials),
+        residual_partials=MappingProxyType({**d.residual_partials, **d.saved_partials}),
+        residuals=residuals,
+        residual_values=tuple((n, with_outputs(d, e)) for n, e in residuals),
     )

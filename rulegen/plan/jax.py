@@ -11,10 +11,8 @@ import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive import functions as fn
-from rulegen.derive.forms import corrections, float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.derive.partials import Derivation
 from rulegen.derive.routes import JaxRoute
-from rulegen.derive.saved import with_fused_forms
 from rulegen.plan.code import (
     Assign,
     Block,
@@ -29,6 +27,7 @@ from rulegen.plan.code import (
     unpacking,
 )
 from rulegen.plan.emit import Emitter
+from rulegen.plan.forms import corrections, float_anchors, float_forms, integral_arrays, jax_forms
 from rulegen.plan.header import (
     LIFT_IMPORT,
     NAMED_TUPLE_IMPORT,
@@ -72,7 +71,7 @@ _JNP = frozenset({Import("jax.numpy", alias="jnp")})
 
 def plan_jax(d: Derivation) -> JaxPlan:
     """What the JAX module of a rule computes: a custom_jvp, or a custom_vjp."""
-    d = with_fused_forms(d)
+    d = d.fused
     rule = d.rule
     g = rule.own_names
     emit = _emitter(d)

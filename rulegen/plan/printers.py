@@ -398,8 +398,19 @@ class _ArrayCode:
         mul = PRECEDENCE["Mul"]
         if (scale := fn.undone_scale(s)) is not None:
             # x / (1 / t), a scaling undone: x * t, the same number where t is a power of two.
-            return f"{self.parenthesize(x, mul)} * {self.parenthesize(scale, mul + 1)}"
-        return f"{self.parenthesize(x, mul)} / {self.parenthesize(s, mul + 1)}"
+            return f"{self._dividend(x)} * {self.parenthesize(scale, mul + 1)}"
+        return f"{self._dividend(x)} / {self.parenthesize(s, mul + 1)}"
+
+    def _dividend(self, x: sp.Expr) -> str:
+        """`x` as the left operand of `x / s`: bare where Python computes it first anyway.
+
+        `*` and `/` group from the left, and a unary minus binds tighter than either: `y / h / h` is
+        `(y / h) / h`, `-y / h` is `(-y) / h` (a negation is exact), the same numbers in the same order.
+        """
+        negated = x.is_Mul and x.could_extract_minus_sign()
+        if self.binding(-x if negated else x) >= PRECEDENCE["Mul"]:
+            return self._print(x)
+        return f"({self._print(x)})"
 
     def parenthesize(self, item: Any, level: int, strict: bool = False) -> str:
         # sympy ranks a call such as divided(x, s) above every operator: printed `x / s`, it is computed whole
@@ -615,7 +626,7 @@ class _ArrayCode:
     result_type = ""
 
     def _float_dtype(self, anchors: Sequence[str]) -> str:
-        """The dtype of a rule's float arrays, given their names (see rulegen.derive.forms), as code."""
+        """The dtype of a rule's float arrays, given their names (see rulegen.plan.forms), as code."""
         if not anchors:
             return self._default_float()
         if len(anchors) == 1:

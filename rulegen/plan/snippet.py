@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 
 from sympy.printing.precedence import PRECEDENCE
 
-from rulegen.derive.forms import corrections
 from rulegen.derive.routes import JaxRoute
 from rulegen.derive.snippet import Code, SnippetDerivation
 from rulegen.plan.code import (
@@ -26,6 +25,7 @@ from rulegen.plan.code import (
     Value,
 )
 from rulegen.plan.emit import Emitter
+from rulegen.plan.forms import corrections
 from rulegen.plan.model import Result, SnippetPlan
 from rulegen.plan.printers import print_jax, print_torch
 from rulegen.spec.names import ctx_attribute, hidden

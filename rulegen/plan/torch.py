@@ -9,17 +9,8 @@ from dataclasses import dataclass, replace
 
 import sympy as sp
 
-from rulegen.derive.forms import (
-    corrections,
-    float_anchors,
-    float_forms,
-    integral_arrays,
-    silu_derivatives,
-    torch_forms,
-)
 from rulegen.derive.functions import cotangent_sum, cotangent_term
-from rulegen.derive.partials import Derivation, Partials
-from rulegen.derive.saved import saved_form, with_fused_forms, with_outputs
+from rulegen.derive.partials import Derivation
 from rulegen.plan.code import (
     Assign,
     Block,
@@ -35,6 +26,7 @@ from rulegen.plan.code import (
     fits_a_line,
 )
 from rulegen.plan.emit import Emitter, Printer
+from rulegen.plan.forms import corrections, float_anchors, float_forms, integral_arrays, torch_forms
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -92,6 +84,7 @@ class _Torch:
     jvp_partials: Mapping[tuple[str, str], sp.Expr]
     residual_partials: Mapping[tuple[str, str], sp.Expr]
     residuals: tuple[tuple[str, sp.Expr], ...]  # the rule's own, then the saved intermediates
+    residual_values: tuple[tuple[str, sp.Expr], ...]  # the same, as the forward computes them
 
     @property
     def rule(self) -> Rule:
@@ -234,23 +227,18 @@ class _Torch:
 
 
 def _with_saved_intermediates(d: Derivation) -> _Torch:
-    """`d` reading the intermediates the derivation keeps (`Derivation.saved`), each a residual with its own
-    partials."""
-    symbols = dict(d.symbols)
-    saved_map = dict(d.saved)
-    intermediates = [(str(sym), expr) for expr, sym in saved_map.items() if str(sym) not in symbols]
-    for name, _ in intermediates:
-        symbols[name] = d.value_symbol(name)
-
-    def rewritten(partials: Partials) -> dict[tuple[str, str], sp.Expr]:
-        return {k: saved_form(v, saved_map) for k, v in partials.items()}
-
-    residual_partials = {**d.residual_partials, **d.saved_partials}
-    residuals = (*d.residuals, *intermediates)
-    for n, _ in residuals:
-        symbols[cotangent(n)] = d.value_symbol(cotangent(n))
-        symbols[tangent(n)] = d.value_symbol(tangent(n))
-    return _Torch(d, symbols, rewritten(d.vjp_partials), rewritten(d.jvp_partials), residual_partials, tuple(residuals))
+    """`d` as torch prints it (`Derivation.torch`): reading the intermediates the derivation keeps, each a
+    residual with its own partials."""
+    f = d.torch
+    return _Torch(
+        f.derivation,
+        dict(f.symbols),
+        dict(f.vjp_partials),
+        dict(f.jvp_partials),
+        dict(f.residual_partials),
+        f.residuals,
+        f.residual_values,
+    )
 
 
 @dataclass(frozen=True)
@@ -280,11 +268,7 @@ class _Backward:
 
 def plan_torch(d: Derivation) -> TorchPlan:
     """What the torch module of a rule computes: a torch.func-style Function (see `_Torch` for its residuals)."""
-    stable = with_fused_forms(d)
-    statics = tuple(i.name for i in d.rule.inputs if i.static)
-    integral = tuple(i.name for i in d.rule.inputs if not i.static and i.dtype in ("int", "bool"))
-    # Before the intermediates are chosen: x * sigmoid(x) inside silu's derivative is then no reason to save `out`.
-    t = _with_saved_intermediates(with_fused_forms(stable, (silu_derivatives(statics, integral),)))
+    t = _with_saved_intermediates(d)
     rule = t.rule
     emit = t.emitter(print_torch)
     in_ctx = t.emitter(print_torch, in_ctx=True)
@@ -342,7 +326,7 @@ def plan_torch(d: Derivation) -> TorchPlan:
         emit.imports.add(NAMED_TUPLE_IMPORT)
     plan = TorchPlan(
         # The docstring shows silu's derivative as sympy derived it, not by an internal function's name.
-        header=header_of(stable, "torch"),
+        header=header_of(d.fused, "torch"),
         name=rule.name,
         class_name=rule.torch_class,
         own=rule.own_names,
@@ -450,7 +434,7 @@ def _broadcasts_from(t: _Torch, kept: frozenset[str]) -> bool:
 def _forward_results(t: _Torch) -> tuple[list[Result], set[str]]:
     """The forward's outputs and residuals, and the outputs that are an input as it is (returned as views)."""
     d, arrays = t.d, t.arrays
-    values = [*d.forward, *((n, with_outputs(d, e)) for n, e in t.residuals)]
+    values = [*d.forward, *t.residual_values]
     wraps = broadcast_outputs(d, _broadcast(t)) if arrays else {}
     # An input returned as it is must be a view: torch refuses to save it otherwise.  A view's
     # tangent must be a view of the input's tangent, so where the rule's derivative is not 1

@@ -23,9 +23,9 @@ import pytest
 import sympy as sp
 import torch
 
-from rulegen.derive import forms
 from rulegen.derive import functions as fn
 from rulegen.derive.expr import parse_expression
+from rulegen.plan import forms
 from rulegen.plan.code import Import, Value, import_statements
 from rulegen.plan.printers import print_jax, print_torch
 from tests.derive.test_registry import EXAMPLES, LOC, RULE_NAMES, SYMBOLS, example

@@ -10,10 +10,10 @@ import sympy as sp
 import torch
 
 from rulegen.derive import functions as fn
-from rulegen.derive.forms import torch_forms
 from rulegen.plan import Result
 from rulegen.plan.code import Expr, Import, import_statements, printed
 from rulegen.plan.emit import Emitter
+from rulegen.plan.forms import torch_forms
 from rulegen.plan.printers import print_torch
 
 X, Y, S, G = sp.symbols("x y s g", real=True)

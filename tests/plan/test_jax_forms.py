@@ -9,10 +9,10 @@ import pytest
 import sympy as sp
 
 from rulegen.derive import functions as fn
-from rulegen.derive.forms import jax_forms
 from rulegen.plan import Result
 from rulegen.plan.code import import_statements
 from rulegen.plan.emit import Emitter
+from rulegen.plan.forms import jax_forms
 from rulegen.plan.printers import print_jax
 
 jax.config.update("jax_enable_x64", True)

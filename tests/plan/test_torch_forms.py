@@ -110,6 +110,24 @@ def test_a_quotient_kept_whole_is_parenthesised_only_where_an_operator_holds_it(
         assert printer(divided(t, x) ** 2)[0].text == "(t / x)**2"
 
 
+def test_a_quotient_kept_whole_divides_left_to_right_without_parentheses():
+    """The dividend of divided(x, s) goes bare where Python computes it first anyway: polar's partial
+    `((-y / h) / b) / h` is `-y / h / b / h`, the same tree as the parenthesised one (it was printed
+    `(((-t2) / t3) / t0) / t3`); a sum stays in parentheses."""
+    import ast
+
+    from rulegen.derive.functions import divided
+    from rulegen.plan.printers import print_jax, print_torch
+
+    y, h, b = sp.symbols("y h b", real=True)
+    for printer in (print_torch, print_jax):
+        text = printer(divided(divided(divided(-y, h), b), h))[0].text
+        assert text == "-y / h / b / h"
+        assert ast.dump(ast.parse(text)) == ast.dump(ast.parse("(((-y) / h) / b) / h"))
+        assert printer(divided(y * h, b))[0].text == "h*y / b"
+        assert printer(divided(y + h, b))[0].text == "(h + y) / b"
+
+
 def test_a_scaling_is_undone_by_a_product_and_its_reciprocal_cancels_in_a_derivative():
     """A homogeneous form scaled by b = binade(...) is scaled back as divided(v, divided(1, b)): printed `v * b`
     (it was `v / (1 / b)`), and its derivative's 1 / (1 / b) is b, which cancels against the 1 / b beside it
