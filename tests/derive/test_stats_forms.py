@@ -291,6 +291,9 @@ def test_calls_past_the_threshold_are_series_where_the_others_are_not():
         assert bits(evaluated(series, (p, q), point, np.float64), exact) <= 2, point
     partial = several_argument_series(entropy.diff(p))
     assert evaluated(partial, (p, q), (5e-324, 1.8e202), np.float64) == math.inf
+    # Near 0 the pole parts' highest order (1/q**2) and the lower (-1/q, paired with 1/(p + q)) were inf - inf.
+    partial = several_argument_series(entropy.diff(q))
+    assert evaluated(partial, (p, q), (10.96, 5e-324), np.float64) == math.inf
     # A Beta log-density: loggamma(a + b) - loggamma(b) leads with (a + b) log(a + b) - b log(b), whose every digit
     # cancelled where a << b; it is (a + b) log1p(a/b) + a log(b).  Its partial in b adds log1p(-x) to the calls'
     # sum, not to one call (log1p(-x) = -2.8e-24 was lost beside digamma(22.92) = 3.1).

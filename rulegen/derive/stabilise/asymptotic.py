@@ -328,16 +328,19 @@ def _sums_of_parts(weights: dict[tuple[int, sp.Dummy], sp.Expr], argument: dict[
     return found
 
 
-def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...]) -> tuple[sp.Expr, int]:
+def _joined_terms(
+    total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...]
+) -> tuple[list[tuple[int | None, sp.Expr]], int]:
     """`total` with its like terms c u log(u) (order -1), c log(u) (order 0) or c/u**k (order k) of opposite signs
-    paired as differences, the pair whose arguments differ most simply first, and how many pairs were joined:
+    paired as differences, the pair whose arguments differ most simply first, each term with its order (None: not
+    a like term), and how many pairs were joined:
     digamma(r + k) - digamma(r) leads with log(r + k) - log(r), which is log1p(k/r), not 0, where k is small beside
     r, and its pole parts at 0 are 1/r - 1/(r + k), (k/(r + k))/r, not inf - inf.  Two double poles of unlike
     weights c, -e are (sqrt(c)/p - sqrt(e)/q)(sqrt(c)/p + sqrt(e)/q): each factor in range where either square is
     not."""
     weights: dict[tuple[int, sp.Dummy], sp.Expr] = {}
     symbolic: dict[tuple[int, sp.Dummy], sp.Expr] = {}
-    rest: list[sp.Expr] = []
+    rest: list[tuple[int | None, sp.Expr]] = []
     for term in sp.Add.make_args(sp.expand(total, log=False) if -1 in orders else total):
         coefficient, factor = term.as_independent(*big.values(), as_Add=False)
         if isinstance(factor, sp.log) and factor.args[0] in big.values():
@@ -349,7 +352,7 @@ def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...
         else:
             key = None
         if key is None or key[0] not in orders:
-            rest.append(term)
+            rest.append((None, term))
         else:
             chosen = weights if coefficient.is_Rational else symbolic
             chosen[key] = chosen.get(key, sp.S.Zero) + coefficient
@@ -368,11 +371,11 @@ def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...
         if sp.count_ops(joined) >= min(sp.count_ops(c), sp.count_ops(e)) or not simpler:
             continue
         d = sp.expand(argument[p] - argument[q])
-        rest.append(c * _pair(order, p, q, d, (argument[p], argument[q])))
+        rest.append((order, c * _pair(order, p, q, d, (argument[p], argument[q]))))
         symbolic[order, p], symbolic[order, q] = sp.S.Zero, joined
         count += 1
     for term in _sums_of_parts(weights, argument):
-        rest.append(term)
+        rest.append((-1, term))
         count += 1
     pairs = sorted(
         (
@@ -391,15 +394,40 @@ def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...
         alone = sum(1 for (o, _), w in weights.items() if o == order and w != 0) == 2
         if order == 2 and c != e and alone:
             first, second = sp.sqrt(c) / p, sp.sqrt(e) / q
-            rest.append((first - second) * (first + second))
+            rest.append((order, (first - second) * (first + second)))
             weights[order, p] = weights[order, q] = sp.S.Zero
             continue
         joined = min(c, e)
-        rest.append(joined * _pair(order, p, q, d, (argument[p], argument[q])))
+        rest.append((order, joined * _pair(order, p, q, d, (argument[p], argument[q]))))
         weights[order, p] -= joined
         weights[order, q] += joined
-    unpaired = (w * _like_term(order, u) for (order, u), w in (*symbolic.items(), *weights.items()))
-    return sp.Add(*rest, *unpaired), count
+    unpaired = [(order, w * _like_term(order, u)) for (order, u), w in (*symbolic.items(), *weights.items())]
+    return [*rest, *unpaired], count
+
+
+def _joined(total: sp.Expr, big: dict[sp.Expr, sp.Dummy], orders: tuple[int, ...]) -> tuple[sp.Expr, int]:
+    """`_joined_terms` summed."""
+    terms, count = _joined_terms(total, big, orders)
+    return sp.Add(*(term for _, term in terms)), count
+
+
+#: Where the terms of the highest order of 1/u and those of lower orders are both at least this large, the highest
+#: alone is their sum: its terms are the others' times 1/u, where u is below 2**-1000 of them (in float32 the bound
+#: is inf, and the test reads "both are inf").
+BOTH_HUGE = sp.Integer(2) ** 1000
+
+
+def _highest_order_first(terms: list[tuple[int | None, sp.Expr]]) -> sp.Expr:
+    """The sum of pole `terms` (order k: c/u**k) where the highest order and the lower ones may overflow to opposite
+    infinities: a Beta entropy's partial at a = 5e-324 is (1/a - sqrt(2)/(a + b))(1/a + sqrt(2)/(a + b)) - (b/(a +
+    b))/a, inf - inf, where it is inf."""
+    top = max((order for order, _ in terms if order is not None), default=None)
+    highest = sp.Add(*(term for order, term in terms if order == top))
+    lower = sp.Add(*(term for order, term in terms if order != top))
+    if top is None or top < 2 or lower == 0:
+        return highest + lower
+    both_huge = sp.And(sp.Abs(highest) >= BOTH_HUGE, sp.Abs(lower) >= BOTH_HUGE)
+    return sp.Piecewise((highest, both_huge), (highest + lower, True))
 
 
 #: The orders of 1/u in a series of `ONE_ARGUMENT_TERMS` Bernoulli terms (polygamma(n) to order 2 terms + n + 1).
@@ -444,7 +472,8 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     raw = {b: u for u, b in big.items()}
     # Near 0 each call is its pole part and the call one further on (f(u) = pole + f(u + 1), exactly), and the
     # pole parts are joined: their sum is what overflows or cancels there.
-    near_poles, joins = _joined(sp.collect(sp.Add(*poles), [sp.log(b) for b in big.values()]), big, (0, 1, 2))
+    pole_terms, joins = _joined_terms(sp.collect(sp.Add(*poles), [sp.log(b) for b in big.values()]), big, (0, 1, 2))
+    near_poles = _highest_order_first(pole_terms)
     small = expr
     if joins:
         # The calls' sum is taken whole (a `where` of its own) before the other terms are added: a Beta log-density's
