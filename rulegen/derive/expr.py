@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import sympy as sp
+from sympy.codegen.cfunctions import log1p
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import MpmathPrinter
 
@@ -439,6 +440,30 @@ def reciprocal_difference(p: sp.Expr, q: sp.Expr, d: sp.Expr) -> sp.Expr:
     if p.is_positive and q.is_positive:
         return divided(divided(d, sp.Max(p, q)), sp.Min(p, q))
     return sp.Piecewise((divided(divided(d, p), q), sp.Abs(p) >= sp.Abs(q)), (divided(divided(d, q), p), True))
+
+
+#: Past this log of the ratio of two positives (either way) `log_difference` subtracts their logs: the ratio is near
+#: float64's range there (e**709), and below it log(a/b) is correctly rounded where log(a) - log(b) loses
+#: log2(|log a| / log(a/b)) bits (4 at a ratio of e**44 beside a = 1e300).
+FAR_LOG_RATIO = sp.Integer(700)
+
+
+def log_difference(
+    a: sp.Expr,
+    b: sp.Expr,
+    d: sp.Expr,
+    where: tuple[sp.Expr, sp.Expr] | None = None,
+    kept: Callable[[sp.Expr], sp.Expr] = lambda e: e,
+) -> sp.Expr:
+    """log(a) - log(b), d = a - b, for positive a and b, its conditions read at `where` (stand-ins fed a and b, where
+    a caller evaluates a and b at points of its own; None: a and b): log1p(d/b) where a and b are close (log(a/b)
+    rounds the ratio near 1), log(a/b) where they are not (1 + d/b rounds a small ratio), log(a) - log(b) where
+    the ratio's log is past `FAR_LOG_RATIO` (the ratio may have overflowed or underflowed: 21.92/2.2e-308), `kept`
+    from a caller's rewriting it again."""
+    at_a, at_b = where or (a, b)
+    close = sp.Abs(sp.expand(at_a - at_b)) < sp.Abs(at_b) / 2
+    far = sp.Abs(sp.log(at_a / at_b)) >= FAR_LOG_RATIO
+    return sp.Piecewise((log1p(d / b), close), (kept(sp.log(a) - sp.log(b)), far), (sp.log(a / b), True))
 
 
 def divided_by_a_square(expr: sp.Mul) -> tuple[sp.Expr, sp.Expr] | None:

@@ -325,3 +325,20 @@ def test_a_difference_of_reciprocals_is_divided_by_the_larger_first():
     with mpmath.workprec(2000):
         exact = 1 / mpmath.mpf(3.0) - 1 / mpmath.mpf(close)
     assert bits(evaluated(expr, (p, q), (3.0, close), np.float64), exact) > 10  # as written
+
+
+def test_a_difference_of_logs_is_taken_by_how_close_its_arguments_are():
+    # A KL divergence of two Bernoullis differentiated in p: log(p) - log(q) - log1p(-p) + log1p(-q).  Its identity
+    # was log1p((p - q)/q) alone, which rounds 1 + (p - q)/q where p << q (33 bits float64 measured, the form as
+    # derived 3.4); by how close p and q are it is log1p((p - q)/q), log(p/q), or log(p) - log(q) where p/q is out
+    # of range.
+    p, q = sp.symbols("p q", real=True)
+    partial = sp.log(p) - sp.log(q) - log1p(-p) + log1p(-q)
+    unit = Domain(gt=0, lt=1)
+    choice = stabilise(partial, Sampling(((p, unit), (q, unit))))
+    assert choice.bits_after[0] < 0.5 and choice.bits_after[1] < 0.5, choice
+    eps = float(np.finfo(np.float64).eps)
+    for point in ((1e-300, 0.5), (0.3, 0.3 * (1 + 2 * eps)), (2.3e-13, 5e-324), (0.5, 1e-200), (0.999, 1e-5)):
+        with mpmath.workprec(4000):
+            exact = sp.lambdify((p, q), partial, "mpmath")(*map(mpmath.mpf, point))
+        assert bits(evaluated(choice.chosen, (p, q), point, np.float64), exact) <= 2, point

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import sympy as sp
 from sympy.codegen.cfunctions import log1p
 
-from rulegen.derive.expr import reciprocal_difference
+from rulegen.derive.expr import log_difference, reciprocal_difference
 from rulegen.derive.stabilise.points import exact_floats
 
 #: Where the series take over: both arguments above 2**5.  With `TERMS` Bernoulli terms the first one left out
@@ -263,23 +263,6 @@ def _in_horner_form(total: sp.Expr, variables: list[sp.Dummy]) -> sp.Expr:
     return total + sp.Add(*nested)
 
 
-#: Past this log of the ratio of two arguments (either way) their logs are subtracted: the ratio is near float64's
-#: range there (e**709), and below it log(a/b) is correctly rounded where log(a) - log(b) loses log2(|log a| / 44)
-#: bits at a log ratio of 44.
-FAR_LOG_RATIO = sp.Integer(700)
-
-
-def _log_ratio(a: sp.Expr, b: sp.Expr, d: sp.Expr, where: tuple[sp.Expr, sp.Expr]) -> sp.Expr:
-    """log(a) - log(b), d = a - b, for positive a and b, at arguments `where` (a and b as the conditions read them,
-    not fed): log1p(d/b) where they are close (log(a/b) would round the ratio near 1), log(a/b) where they are not
-    (1 + d/b would round a small ratio), and log(a) - log(b) where the ratio's log is past `FAR_LOG_RATIO` (the
-    ratio may have overflowed or underflowed: 21.92/2.2e-308)."""
-    at_a, at_b = where
-    close = abs(sp.expand(at_a - at_b)) < at_b / 2
-    far = sp.Abs(sp.log(at_a / at_b)) >= FAR_LOG_RATIO
-    return sp.Piecewise((log1p(d / b), close), (sp.log(a) - sp.log(b), far), (sp.log(a / b), True))
-
-
 def _pole(function: sp.Expr, u: sp.Expr) -> sp.Expr:
     """f(u) - f(u + 1) for f = loggamma or polygamma(n, .): -log(u), or (-1)**(n+1) n!/u**(n+1), exactly."""
     if isinstance(function, sp.loggamma):
@@ -294,11 +277,11 @@ def _pair(order: int, p: sp.Dummy, q: sp.Dummy, d: sp.Expr, where: tuple[sp.Expr
     log(p) - log(q); 1/p - 1/q = -(d/max)/min, by the larger first (|d| <= max: in range wherever the difference
     is); 1/p**k - 1/q**k = (1/p - 1/q) sum_j p**-j q**-(k-1-j)."""
     if order == 0:
-        return _log_ratio(p, q, d, where)
+        return log_difference(p, q, d, where)
     if order == -1:
         # p log p - q log q = p (log p - log q) + (p - q) log q: loggamma(a + b) - loggamma(b) leads with it, every
         # digit of (a + b) log(a + b) cancelled by b log b where a << b.
-        return p * _log_ratio(p, q, d, where) + d * sp.log(q)
+        return p * log_difference(p, q, d, where) + d * sp.log(q)
     simple = -reciprocal_difference(q, p, d)
     return simple if order == 1 else simple * sp.Add(*(p**-j * q ** -(order - 1 - j) for j in range(order)))
 
@@ -321,7 +304,9 @@ def _sums_of_parts(weights: dict[tuple[int, sp.Dummy], sp.Expr], argument: dict[
         parts = next((g for g in groups if sp.expand(argument[u] - sp.Add(*(argument[v] for v in g))) == 0), None)
         if parts is None:
             continue
-        terms = (v * _log_ratio(u, v, sp.expand(argument[u] - argument[v]), (argument[u], argument[v])) for v in parts)
+        terms = (
+            v * log_difference(u, v, sp.expand(argument[u] - argument[v]), (argument[u], argument[v])) for v in parts
+        )
         found.append(c * sp.Add(*terms))
         for v in (u, *parts):
             weights[order, v] = sp.S.Zero

@@ -9,11 +9,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
-from rulegen.derive.expr import reciprocal_difference
+from rulegen.derive.expr import log_difference, reciprocal_difference
 from rulegen.derive.forms import canonical
 from rulegen.derive.functions import divided, erfcx, hypot, log_ndtr, ndtr, sigmoid, softplus
 from rulegen.derive.stabilise.asymptotic import (
     gamma_difference,
+    held,
     one_argument_series,
     released,
     several_argument_series,
@@ -48,8 +49,9 @@ _DIFFERENCES: Mapping[type, Callable[[sp.Expr, sp.Expr], sp.Expr]] = {
     sp.cos: lambda a, b: -2 * sp.sin(_tidy((a + b) / 2)) * sp.sin(_tidy((a - b) / 2)),
     sp.tan: lambda a, b: sp.sin(_tidy(a - b)) / (sp.cos(a) * sp.cos(b)),
     sp.atan: lambda a, b: sp.atan(_tidy(a - b) / _tidy(1 + a * b)),
-    sp.log: lambda a, b: log1p(_tidy((a - b) / b)),
-    log1p: lambda a, b: log1p(_tidy((a - b) / (1 + b))),
+    # By how close a and b are: log1p of the difference over b, the log of their ratio, or the logs' difference.
+    sp.log: lambda a, b: log_difference(a, b, _tidy(a - b), kept=held),
+    log1p: lambda a, b: log_difference(1 + a, 1 + b, _tidy(a - b), kept=held),
     sp.exp: lambda a, b: sp.exp(b) * expm1(_tidy(a - b)),
     softplus: lambda a, b: _softplus_difference(a, b),
 }
