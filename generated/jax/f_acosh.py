@@ -37,12 +37,13 @@ def _f_acosh(x):
 @_f_acosh.defjvp
 def _f_acosh_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    t0 = jnp.abs(x) < 128.0
-    t1 = jnp.where(t0, x, 64.0)
-    t2 = jnp.where(t0, 256.0, x)
+    t0 = jnp.abs(x)
+    t1 = jnp.where(t0 >= 128.0, 64.0, x)
+    t2 = t0 < 128.0
+    t3 = jnp.where(t2, 256.0, x)
     out = jnp.arccosh(x)
     return out, x_dot * jnp.where(
-        t0,
+        t2,
         1 / (jnp.sqrt(t1 - 1) * jnp.sqrt(t1 + 1)),
-        1 / t2 + t2**-3 / 2 + 3 * t2**-5 / 8 + 5 * t2**-7 / 16,
+        1 / t3 + t3**-3 / 2 + 3 * t3**-5 / 8 + 5 * t3**-7 / 16,
     )

@@ -37,10 +37,11 @@ def _f_asinh(x):
 @_f_asinh.defjvp
 def _f_asinh_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    t0 = jnp.abs(x) < 131072.0
-    t1 = jnp.where(t0, 262144.0, x)
-    t2 = jnp.where(t0, x, 65536.0)
+    t0 = jnp.abs(x)
+    t1 = t0 < 131072.0
+    t2 = jnp.where(t0 >= 131072.0, 65536.0, x)
+    t3 = jnp.where(t1, 262144.0, x)
     out = jnp.arcsinh(x)
     return out, x_dot * jnp.where(
-        t0, jax.lax.rsqrt(t2 * t2 + 1), 1 / (jnp.sqrt(1 + 1 / (t1 * t1)) * jnp.abs(t1))
+        t1, jax.lax.rsqrt(t2 * t2 + 1), 1 / (jnp.sqrt(1 + 1 / (t3 * t3)) * jnp.abs(t3))
     )

@@ -37,8 +37,9 @@ def _f_cbrt(x):
 @_f_cbrt.defjvp
 def _f_cbrt_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    t0 = jnp.abs(x) > 2.0**-120
-    t1 = jnp.where(t0, 2.0**-121, x)
-    t2 = jnp.where(t0, x, 2.0**-119)
+    t0 = jnp.abs(x)
+    t1 = t0 > 2.0**-120
+    t2 = jnp.where(t1, 2.0**-121, x)
+    t3 = jnp.where(t0 <= 2.0**-120, 2.0**-119, x)
     out = nth_root(x, 3)
-    return out, x_dot * jnp.where(t0, nth_root(1 / t2, 3) ** 2 / 3, 1 / nth_root(t1, 3) ** 2 / 3)
+    return out, x_dot * jnp.where(t1, nth_root(1 / t3, 3) ** 2 / 3, 1 / nth_root(t2, 3) ** 2 / 3)

@@ -20,13 +20,14 @@ class FAcosh(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = torch.abs(x) < 128.0
-        t1 = torch.where(t0, x, 64.0)
-        t2 = torch.where(t0, 256.0, x)
+        t0 = torch.abs(x)
+        t1 = torch.where(t0 >= 128.0, 64.0, x)
+        t2 = t0 < 128.0
+        t3 = torch.where(t2, 256.0, x)
         return out_bar * torch.where(
-            t0,
+            t2,
             1 / (torch.sqrt(t1 - 1) * torch.sqrt(t1 + 1)),
-            1 / t2 + t2**-3 / 2 + 3 * t2**-5 / 8 + 5 * t2**-7 / 16,
+            1 / t3 + t3**-3 / 2 + 3 * t3**-5 / 8 + 5 * t3**-7 / 16,
         )
 
     jvp = backward

@@ -20,11 +20,12 @@ class FAsinh(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = torch.abs(x) < 131072.0
-        t1 = torch.where(t0, 262144.0, x)
-        t2 = torch.where(t0, x, 65536.0)
+        t0 = torch.abs(x)
+        t1 = t0 < 131072.0
+        t2 = torch.where(t0 >= 131072.0, 65536.0, x)
+        t3 = torch.where(t1, 262144.0, x)
         return out_bar * torch.where(
-            t0, torch.rsqrt(t2 * t2 + 1), 1 / (torch.sqrt(1 + 1 / (t1 * t1)) * torch.abs(t1))
+            t1, torch.rsqrt(t2 * t2 + 1), 1 / (torch.sqrt(1 + 1 / (t3 * t3)) * torch.abs(t3))
         )
 
     jvp = backward

@@ -20,10 +20,11 @@ class FCbrt(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = torch.abs(x) > 2.0**-120
-        t1 = torch.where(t0, 2.0**-121, x)
-        t2 = torch.where(t0, x, 2.0**-119)
-        return out_bar * torch.where(t0, nth_root(1 / t2, 3) ** 2 / 3, 1 / nth_root(t1, 3) ** 2 / 3)
+        t0 = torch.abs(x)
+        t1 = t0 > 2.0**-120
+        t2 = torch.where(t1, 2.0**-121, x)
+        t3 = torch.where(t0 <= 2.0**-120, 2.0**-119, x)
+        return out_bar * torch.where(t1, nth_root(1 / t3, 3) ** 2 / 3, 1 / nth_root(t2, 3) ** 2 / 3)
 
     jvp = backward
 

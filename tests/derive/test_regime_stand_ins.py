@@ -34,3 +34,19 @@ def test_every_intermediate_of_an_untaken_branch_is_finite_at_the_special_floats
                 with np.errstate(all="ignore"):
                     values = np.broadcast_to(np.asarray(_numpy_function(node, (x,))(points), dtype=dtype), (5,))
                 assert np.isfinite(values[~np.asarray(taken, bool)]).all(), (node, dtype)
+
+
+def test_a_stand_in_keeps_a_negative_power_outside_its_selection():
+    # A Bernoulli KL's partial in q, -p/q + (1 - p)/(1 - q), split on |q| > 2 with q fed 1 past it: once evaluated
+    # (the planners' cse), sympy's Piecewise took the power inside, -p * where(|q| > 2, 1, 1/q), and 1/q is inf at
+    # a subnormal float32 q in the branch taken (-inf where -p/q is -1.1e12).
+    from rulegen.derive.stabilise.regimes import _fed, _stand_in
+
+    p, q = sp.symbols("p q", real=True)
+    fed = _fed(-p / q, q, _stand_in(q, sp.Abs(q) > 2, sp.Float(1.0), where_taken=True))
+    replacements, (evaluated,) = sp.cse(fed)
+    evaluated = evaluated.xreplace(dict(reversed(replacements)))
+    point = [np.asarray([1.7134817e-29], np.float32), np.asarray([1.558384e-41], np.float32)]
+    with np.errstate(all="ignore"):
+        value = np.asarray(_numpy_function(evaluated, (p, q))(*point), np.float32)
+    assert np.isfinite(value).all() and abs(float(value[0]) + 1.0995246e12) < 1e7, evaluated

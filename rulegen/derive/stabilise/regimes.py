@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
+from rulegen.derive.functions import Piecewise
 from rulegen.derive.measure import inside, special_magnitudes
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import (
@@ -265,9 +266,9 @@ def _joined(
     points = [_with_special_values(p, split.index, domain) for p in points]
     masks = _regions(split, points)
     if not _finite_where_untaken(inner, split, masks, variables, points):
-        inner = _fed(inner, split.v, sp.Piecewise((split.v, taken), (inside, True)))
+        inner = _fed(inner, split.v, _stand_in(split.v, taken, inside, where_taken=False))
     if not _finite_where_untaken(outer, split, [~m for m in masks], variables, points):
-        outer = _fed(outer, split.v, sp.Piecewise((outside, taken), (split.v, True)))
+        outer = _fed(outer, split.v, _stand_in(split.v, taken, outside, where_taken=True))
     return sp.Piecewise((inner, taken), (outer, True))
 
 
@@ -296,6 +297,13 @@ def _joined_on_ratio(
     if not _finite_where_untaken(outer, split, [~m for m in masks], variables, points):
         return None
     return sp.Piecewise((inner, split.condition()), (outer, True))
+
+
+def _stand_in(v: sp.Symbol, taken: sp.Expr, value: sp.Expr, *, where_taken: bool) -> sp.Expr:
+    """`v`, but `value` where `taken` is (or is not): a Piecewise that keeps a negative power outside it, as sympy's
+    would not once anything evaluates it: 1/where(|q| > 2, 1, q) as where(|q| > 2, 1, 1/q) computes 1/q, inf at a
+    subnormal float32 q, in the branch taken (a Bernoulli KL's partial in q, -p/q, is -1.1e12 there)."""
+    return Piecewise((value, taken), (v, True)) if where_taken else Piecewise((v, taken), (value, True))
 
 
 def _fed(branch: sp.Expr, v: sp.Symbol, safe: sp.Piecewise) -> sp.Expr:
