@@ -957,7 +957,8 @@ def polygamma_of(order: Any, x: Any) -> Any:
     x = np.asarray(x)
     n = int(order)
     if n == 0:
-        return special.psi(x)
+        # scipy's digamma is right and fast on the whole line; its polygamma(0, x) is float64 whatever x is.
+        return special.polygamma(0, x)
     with np.errstate(all="ignore"):
         negative = np.where(x < 0, x, -0.5)
         nearest = negative - np.floor(negative + 0.5)
