@@ -948,9 +948,9 @@ def _mp_polygamma(order: mpmath.mpf, x: mpmath.mpf) -> mpmath.mpf:
 
 
 def polygamma_of(order: Any, x: Any) -> Any:
-    """polygamma(n, x) in numpy, by the reflection of `_mp_polygamma` where x < 0 (cot(pi t) at t = x - round(x),
-    exact in floats, as `_polygamma_by_reflection` computes it): scipy's polygamma(n, x), n >= 1, sums |x| terms
-    there (minutes at x = -1e10).  The accuracy search's evaluation."""
+    """polygamma(n, x) in numpy: for n >= 1 and x < 0 by the reflection of `_mp_polygamma` (cot(pi t) at
+    t = x - round(x), exact in floats, as `_polygamma_by_reflection` computes it), where scipy's polygamma(n, x)
+    sums |x| terms (minutes at x = -1e10); scipy's elsewhere.  The accuracy search's evaluation."""
     import importlib
 
     special = importlib.import_module("scipy.special")
