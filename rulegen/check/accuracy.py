@@ -198,8 +198,7 @@ class _Plan:
     condition: Callable[..., Any] | None
     #: Where each array input is sampled, in `arrays`' order: its `domain`, where the checks sample.
     domains: list[Domain]
-    #: The whole float line each array input's `assume` allows, where the search chooses forms (its `domain`
-    #: where a function takes unbounded time far out, as the search does: mpmath's polygamma).
+    #: The whole float line each array input's `assume` allows, where the search chooses forms.
     whole_line: list[Domain]
     #: Whether a written forward is not smooth (a Piecewise, Max, Min, Abs, sign): its partials at 0 are conventions.
     kinked: bool = False
@@ -210,7 +209,7 @@ class _Plan:
 
 
 def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
-    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS, UNBOUNDED
+    from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS
     from rulegen.derive.snippet import SnippetDerivation
 
     _measurable(rule)
@@ -232,10 +231,9 @@ def _plan(rule: Rule, known: Sequence[str]) -> _Plan:
             if partial is not None:
                 exact[Quantity(output.name, spec.name)] = partial
     statics = {i.name: _static_value(rule, i) for i in rule.inputs if i.static}
-    far = not any(expr.has(*UNBOUNDED) for expr in written.values())
     arrays = [i for i in rule.inputs if not i.static]
     domains = [sampled_domain(i) for i in arrays]
-    whole_line = [assumed_domain(i) if far else sampled_domain(i) for i in arrays]
+    whole_line = [assumed_domain(i) for i in arrays]
     kinked = any(expr.has(sp.Piecewise, sp.Max, sp.Min, sp.Abs, sp.sign, sp.Heaviside) for expr in written.values())
     return _Plan(rule, symbols, written, exact, statics, joint_domain(rule), domains, whole_line, kinked)
 

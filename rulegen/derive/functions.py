@@ -881,9 +881,95 @@ def _where(cond: sp.Basic, a: sp.Expr, b: sp.Expr) -> sp.Expr:
 CONSTANTS: Mapping[str, sp.Expr] = MappingProxyType({"pi": sp.pi, "E": sp.E, "inf": sp.oo, "oo": sp.oo})
 
 
+def _mp_difference(terms: Callable[[], tuple[mpmath.mpf, mpmath.mpf]]) -> mpmath.mpf:
+    """a - b of `terms()` = (a, b) at the working precision, however many of their leading bits cancel: each try
+    computes them with more guard bits than the last one lost (near a root of digamma or of log|Gamma| on the
+    negative axis the two terms of a reflection agree to as many bits as the float is close to the root)."""
+    extra = 32
+    while True:
+        with mpmath.extraprec(extra):
+            a, b = terms()
+            difference = a - b
+        lost = max(mpmath.mag(a), mpmath.mag(b)) - mpmath.mag(difference) if difference else extra + mpmath.mp.prec
+        if lost <= extra - 16 or extra > 8 * mpmath.mp.prec + 4096:
+            return +difference
+        extra = 2 * extra + int(lost)
+
+
+def _mp_pole(x: mpmath.mpf) -> bool:
+    """Whether x is 0 or a negative integer: a pole of Gamma and of each polygamma."""
+    return x <= 0 and x == mpmath.floor(x)
+
+
 def _mp_log_abs_gamma(x: mpmath.mpf) -> mpmath.mpf:
-    # The frameworks' gammaln is log|Gamma(x)|: real on the negative axis, where mpmath's loggamma is complex.
-    return mpmath.re(mpmath.loggamma(x))
+    """log|Gamma(x)|, the frameworks' gammaln (mpmath's loggamma is complex on the negative axis): there by the
+    reflection log|Gamma(x)| = log(pi / |sin(pi x)|) - log Gamma(1 - x), sinpi reducing x exactly."""
+    if _mp_pole(x):
+        raise ValueError("gamma function pole")
+    if x > 0:
+        return mpmath.loggamma(x)
+    return _mp_difference(lambda: (mpmath.log(mpmath.pi / abs(mpmath.sinpi(x))), mpmath.loggamma(1 - x)))
+
+
+def _cotangent_derivative(order: int) -> list[int]:
+    """The coefficients, lowest power first, of the polynomial P with d^n/dt^n cot(t) = P(cot(t)), n = `order`:
+    P_0(c) = c and P_(n+1)(c) = -(1 + c**2) P_n'(c), as cot' = -(1 + cot**2).  Its terms have one sign at each c
+    (each power's parity is n + 1's), so that no digit cancels between them."""
+    coefficients = [0, 1]
+    for _ in range(order):
+        slope = [k * c for k, c in enumerate(coefficients)][1:] or [0]
+        grown = [0] * (len(slope) + 2)
+        for k, c in enumerate(slope):
+            grown[k] -= c
+            grown[k + 2] -= c
+        coefficients = grown
+    return coefficients
+
+
+def _mp_polygamma(order: mpmath.mpf, x: mpmath.mpf) -> mpmath.mpf:
+    """polygamma(n, x), n >= 0, in bounded time on the whole line: mpmath's own runs for seconds at x = -1e6 and
+    for minutes past -1e10 (a sum of as many terms), and scipy's too.  For x < 0 the reflection
+    psi_n(x) = (-1)**n psi_n(1 - x) - pi**(n+1) P_n(cot(pi x)) (`_cotangent_derivative`), from mpmath's cospi and
+    sinpi, which reduce the float x exactly; psi_n(1 - x) is at a positive argument, where mpmath's is fast."""
+    n = int(order)
+    if n != order or n < 0:
+        return mpmath.polygamma(order, x)
+    if _mp_pole(x):
+        raise ValueError("polygamma pole")
+    if x > 0:
+        return mpmath.polygamma(n, x)
+
+    def terms() -> tuple[mpmath.mpf, mpmath.mpf]:
+        cotangent = mpmath.cospi(x) / mpmath.sinpi(x)
+        polynomial = mpmath.polyval(_cotangent_derivative(n)[::-1], cotangent)
+        return (-1) ** n * mpmath.polygamma(n, 1 - x), mpmath.pi ** (n + 1) * polynomial
+
+    return _mp_difference(terms)
+
+
+def polygamma_of(order: Any, x: Any) -> Any:
+    """polygamma(n, x) in numpy: for n >= 1 and x < 0 by the reflection of `_mp_polygamma` (cot(pi t) at
+    t = x - round(x), exact in floats, as `_polygamma_by_reflection` computes it), where scipy's polygamma(n, x)
+    sums |x| terms (minutes at x = -1e10); scipy's elsewhere.  The accuracy search's evaluation."""
+    import importlib
+
+    special = importlib.import_module("scipy.special")
+    x = np.asarray(x)
+    n = int(order)
+    if n == 0:
+        # scipy's digamma is right and fast on the whole line; its polygamma(0, x) is float64 whatever x is.
+        return special.polygamma(0, x)
+    with np.errstate(all="ignore"):
+        negative = np.where(x < 0, x, -0.5)
+        nearest = negative - np.floor(negative + 0.5)
+        cotangent = np.cos(np.pi * nearest) / np.sin(np.pi * nearest)
+        # Horner's rule from the leading coefficient (numpy's polyval starts from 0, and 0 * inf is nan at a pole).
+        coefficients = _cotangent_derivative(n)[::-1]
+        polynomial = np.full_like(cotangent, coefficients[0])
+        for coefficient in coefficients[1:]:
+            polynomial = polynomial * cotangent + coefficient
+        reflected = (-1) ** n * special.polygamma(n, 1 - negative) - np.pi ** (n + 1) * polynomial
+        return np.where(x < 0, reflected, special.polygamma(n, np.where(x < 0, 1.0, x)))
 
 
 def _mp_sigmoid(x: mpmath.mpf) -> mpmath.mpf:
@@ -1127,8 +1213,9 @@ class MathFunction:
     #: A distribution such as DiracDelta that the frameworks' autodiff gives as 0 away
     #: from a kink: derivatives and the high-precision reference take it as 0.
     vanishes_almost_everywhere: bool = False
-    #: sympy evaluates it exactly at a number, which for a large one takes unbounded time (mpmath too, at some
-    #: floats: the stabilising search leaves an expression calling it as derived).
+    #: sympy evaluates it exactly at a number, which for a large one takes unbounded time: a rule may not call
+    #: it on a large literal.  (The high-precision reference, mpmath, computes it in bounded time on the whole
+    #: float line: `_mp_polygamma`, `_mp_log_abs_gamma`.)
     refuses_large_numbers: bool = False
     #: Rules cannot call it: derivatives produce it, or the plan writes it after deriving.
     internal: bool = False
@@ -1351,7 +1438,8 @@ REGISTRY: tuple[MathFunction, ...] = (
         sp.polygamma,
         "jax.scipy.special.polygamma",
         "torch.special.polygamma",
-        mpmath=mpmath.polygamma,
+        mpmath=_mp_polygamma,
+        numpy="rulegen.derive.functions.polygamma_of",
         arity=(2, 2),
         refuses_large_numbers=True,
         domain=((1, 2), (-math.inf, math.inf)),
@@ -1688,8 +1776,3 @@ HOLOMORPHIC = frozenset(function.name for function in REGISTRY if function.holom
 
 #: torch functions that take no Python number (torch.atan2(x, 2.0) raises).
 TORCH_TENSOR_ONLY = frozenset(function.name for function in REGISTRY if function.torch_tensor_only)
-
-#: Functions whose exact value takes unbounded time at some floats (mpmath's polygamma(1, x) far out on the
-#: negative axis runs for minutes): an expression calling one is not sampled over the whole float line, by the
-#: stabilising search nor by the checks.
-UNBOUNDED = tuple(f.sympy for f in REGISTRY if f.refuses_large_numbers and isinstance(f.sympy, type))

@@ -205,6 +205,22 @@ def test_rulegen_test_samples_points_where_the_joint_domain_holds(tmp_path):
         assert (y >= 0).all()
 
 
+def test_a_rule_of_the_gamma_family_is_checked_on_the_whole_line_its_inputs_allow(tmp_path):
+    # The reference computes the gamma family on the negative axis in bounded time: a count with a `domain` and
+    # no `assume` is checked where the search chooses, its whole float line, as every other rule is.
+    from rulegen.check.accuracy import _plan
+
+    path = tmp_path / "count.yaml"
+    path.write_text(
+        "name: count\ninputs: {k: {domain: {ge: 0}}, r: {assume: positive}}\n"
+        "forward: loggamma(k + r) - loggamma(k + 1) + digamma(r)\n"
+    )
+    (rule,) = read_rule_file(path)
+    plan = _plan(rule, [rule.name])
+    bounds = [[(d.gt, d.ge, d.lt, d.le) for d in domains] for domains in (plan.whole_line, plan.domains)]
+    assert bounds == [[(None, None, None, None), (0, None, None, None)], [(None, 0, None, None), (0, None, None, None)]]
+
+
 def test_a_joint_domain_that_no_drawn_point_meets_makes_the_checks_not_applicable(tmp_path):
     from rulegen.check import NotApplicable, sample
 

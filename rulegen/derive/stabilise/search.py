@@ -8,10 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import mpmath
 import sympy as sp
 
-from rulegen.derive.functions import UNBOUNDED
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.families import _candidates, _reassociations
@@ -23,7 +21,6 @@ from rulegen.derive.stabilise.points import (
     _measure,
     _Measured,
     _sample,
-    exact_floats,
 )
 from rulegen.derive.stabilise.policy import DEFAULT_POLICY, front, pick
 from rulegen.derive.stabilise.regimes import _with_regimes
@@ -69,42 +66,14 @@ def _lineage(m: _Measured) -> str:
 
 
 def searchable(expr: sp.Expr, sampling: Sampling) -> bool:
-    """Whether `expr` is searched at all: in the sampled variables, no Piecewise, within the work limits, and
-    with an exact value in bounded time."""
+    """Whether `expr` is searched at all: in the sampled variables, no Piecewise, and within the work limits."""
     return (
         bool(sampling.variables)
         and len(sampling.variables) <= BUDGET.search_symbols
         and expr.free_symbols <= set(sampling.variables)
         and not expr.has(sp.Piecewise)
         and sp.count_ops(expr) <= BUDGET.search_ops
-        and _bounded_time(expr, sampling)
     )
-
-
-def _bounded_time(expr: sp.Expr, sampling: Sampling) -> bool:
-    """Whether every function in `expr` whose exact value can take unbounded time (polygamma far out on the
-    negative axis) is called only on arguments that interval arithmetic over the inputs' domains shows are
-    positive, where mpmath computes them in bounded time: a Beta's or a Student-t's digammas are searched, a
-    digamma over the whole float line is not."""
-    calls: list[sp.Expr] = [f for f in expr.atoms(sp.Function) if isinstance(f, UNBOUNDED)]
-    if not calls:
-        return True
-    if any(not isinstance(f, (sp.loggamma, sp.polygamma)) for f in calls):
-        return False
-    box = [mpmath.iv.mpf([domain.lo, domain.hi]) for _, domain in sampling.domains]
-    for f in calls:
-        argument = exact_floats(f.args[-1])  # 0.5 * df as df / 2
-        if argument.atoms(sp.Function) or not argument.free_symbols <= set(sampling.variables):
-            return False
-        try:
-            with mpmath.workprec(64):
-                fn = sp.lambdify(sampling.variables, argument, modules=[{"mpf": mpmath.iv.mpf}, "mpmath"])
-                interval = fn(*box)
-        except Exception:
-            return False
-        if not mpmath.iv.mpf(interval).a >= 0:
-            return False
-    return True
 
 
 def stabilise(

@@ -1,0 +1,103 @@
+"""The gamma family's high-precision reference on the negative axis: bounded in time, right to the last digit."""
+
+from __future__ import annotations
+
+import time
+
+import mpmath
+import numpy as np
+import pytest
+import sympy as sp
+
+from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS, NUMPY_IMPLEMENTATIONS
+from rulegen.derive.measure import exact_value
+from rulegen.derive.stabilise import Sampling, searchable
+from rulegen.derive.stabilise.points import _numpy_implementations
+from rulegen.spec.rules import Domain
+
+x = sp.Symbol("x", real=True)
+a = sp.Symbol("a", real=True)
+b = sp.Symbol("b", real=True)
+polygamma = MPMATH_IMPLEMENTATIONS["polygamma"]
+loggamma = MPMATH_IMPLEMENTATIONS["loggamma"]
+
+
+def reflected(order: int, t: float) -> mpmath.mpf:
+    """psi_n(t) for t < 0 by the reflection formula, written out for orders 0 to 2, at 1,000 bits."""
+    with mpmath.workprec(1000):
+        u = mpmath.mpf(t)
+        s, c = mpmath.sinpi(u), mpmath.cospi(u)
+        pi = mpmath.pi
+        value = {
+            0: mpmath.digamma(1 - u) - pi * c / s,
+            1: -mpmath.polygamma(1, 1 - u) + pi**2 / s**2,
+            2: mpmath.polygamma(2, 1 - u) - 2 * pi**3 * c / s**3,
+        }[order]
+        return +value
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_polygamma_far_out_on_the_negative_axis_takes_well_under_a_second_and_is_the_reflection(order):
+    # mpmath's polygamma(1, x) sums about |x| terms there: 4 s at x = -1e6 + 0.5, minutes past -1e10, and it never
+    # returns at a pole such as -1e300; the search refused every gamma-family expression off the positive axis.
+    for point in (-1e6 + 0.5, -1.5e10 + 0.25, -4.5e15 + 0.5, -10000.3):
+        started = time.perf_counter()
+        got = exact_value(lambda t: polygamma(order, t), [point])
+        assert time.perf_counter() - started < 0.5, point
+        assert got is not None
+        assert got[0] == float(reflected(order, point)), (order, point)
+    for pole in (-1e300, -3.0, 0.0):
+        started = time.perf_counter()
+        assert exact_value(lambda t: polygamma(order, t), [pole]) is None
+        assert time.perf_counter() - started < 0.5, pole
+
+
+def test_polygamma_near_a_root_on_the_negative_axis_keeps_every_digit():
+    # digamma's root near -0.504 and trigamma's second derivative's near -2.5: the reflection's two terms agree
+    # to as many bits as the float is close to the root; the difference is taken with as many more guard bits.
+    for order, point in ((0, -0.5040830082644554), (2, -2.4570247), (0, -1e6 + 0.0000001)):
+        with mpmath.workprec(120):
+            got = polygamma(order, mpmath.mpf(point))
+        with mpmath.workprec(2000):
+            exact = mpmath.polygamma(order, mpmath.mpf(point)) if abs(point) < 1e4 else reflected(order, point)
+        assert abs(got - exact) <= abs(exact) * mpmath.mpf(2) ** -110, (order, point)
+
+
+def test_log_abs_gamma_on_the_negative_axis_is_the_frameworks_gammaln():
+    # torch's and JAX's gammaln are log|Gamma(x)|: real where mpmath's loggamma is complex.
+    for point in (-0.3, -2.5, -2.4570247, -10000.3, -1.5e10 + 0.25, -4.5e15 + 0.5):
+        with mpmath.workprec(1000):
+            u = mpmath.mpf(point)
+            exact = mpmath.log(abs(mpmath.gamma(u))) if abs(point) < 1e5 else mpmath.re(mpmath.loggamma(u))
+        with mpmath.workprec(120):
+            got = loggamma(mpmath.mpf(point))
+        assert abs(got - exact) <= abs(exact) * mpmath.mpf(2) ** -110, point
+    assert exact_value(loggamma, [-7.0]) is None  # a pole
+
+
+def test_the_search_s_numpy_polygamma_is_the_reflection_on_the_negative_axis():
+    # scipy's polygamma(n, x), n >= 1, sums |x| terms there too (minutes at -1.5e10): the search's is the
+    # reflection the generated code computes.
+    assert NUMPY_IMPLEMENTATIONS["polygamma"] != "scipy.special.polygamma"
+    numpy_polygamma = _numpy_implementations()["polygamma"]
+    points = np.array([-1.5e10 + 0.25, -1e6 + 0.5, -10000.3, -2.5, -0.3, 0.7, 3e15])
+    for order in (0, 1, 2, 3):
+        started = time.perf_counter()
+        got = numpy_polygamma(order, points)
+        assert time.perf_counter() - started < 0.5
+        exact = [float(polygamma(order, mpmath.mpf(p))) for p in points]
+        # cot(pi t) of the float t = x - round(x), in float64 as the generated code computes it: a few ulps of the
+        # terms (psi_2 at a half-integer is -1e-12, where cos(pi / 2) rounds to 6e-17, not 0).
+        np.testing.assert_allclose(got, exact, rtol=1e-12, atol=1e-13)
+
+
+def test_the_search_refuses_no_gamma_family_expression_off_the_positive_axis():
+    whole = Sampling(((a, Domain()), (b, Domain(gt=0))))
+    for expr in (
+        sp.digamma(a) - sp.digamma(a + b),
+        sp.loggamma(a + b) - sp.loggamma(a + 1) - sp.loggamma(b),
+        sp.polygamma(1, a) + sp.digamma(a),
+        sp.polygamma(2, a - b),
+        sp.gamma(a) * sp.digamma(b),
+    ):
+        assert searchable(expr, whole), expr
