@@ -202,21 +202,26 @@ def test_calls_of_shifted_arguments_are_one_series_whose_leading_terms_cancel():
     assert series is not None and series.has(log1p(x**2 / df))
 
 
+P, Q = sp.symbols("p q", positive=True)
+#: torch's Beta.entropy.
+BETA_ENTROPY = (
+    sp.loggamma(P)
+    + sp.loggamma(Q)
+    - sp.loggamma(P + Q)
+    - (P - 1) * sp.digamma(P)
+    - (Q - 1) * sp.digamma(Q)
+    + (P + Q - 2) * sp.digamma(P + Q)
+)
+
+
 def test_calls_at_several_arguments_are_one_series_each_whose_leading_terms_cancel():
     # torch's Beta.entropy and its partial in a: -(a - 1) trigamma(a) + (a + b - 2) trigamma(a + b) is
     # 1/(2a) - 3/(2(a + b)) + ..., where as written two terms near 1 cancel (every bit lost from a = 2**53), and
     # the entropy's loggammas and digammas cancel to their logs; the arguments a and a + b are not shifts of one.
     from rulegen.derive.stabilise.asymptotic import several_argument_series
 
-    p, q = sp.symbols("p q", positive=True)
-    entropy = (
-        sp.loggamma(p)
-        + sp.loggamma(q)
-        - sp.loggamma(p + q)
-        - (p - 1) * sp.digamma(p)
-        - (q - 1) * sp.digamma(q)
-        + (p + q - 2) * sp.digamma(p + q)
-    )
+    p, q = P, Q
+    entropy = BETA_ENTROPY
     lost = 0
     for expr in (entropy, entropy.diff(p)):
         series = several_argument_series(expr)
@@ -271,15 +276,8 @@ def test_calls_past_the_threshold_are_series_where_the_others_are_not():
     # The logs of two arguments paired as log(a/b) overflowed at (21.92, 2.2e-308): their logs' difference there.
     from rulegen.derive.stabilise.asymptotic import several_argument_series
 
-    p, q = sp.symbols("p q", positive=True)
-    entropy = (
-        sp.loggamma(p)
-        + sp.loggamma(q)
-        - sp.loggamma(p + q)
-        - (p - 1) * sp.digamma(p)
-        - (q - 1) * sp.digamma(q)
-        + (p + q - 2) * sp.digamma(p + q)
-    )
+    p, q = P, Q
+    entropy = BETA_ENTROPY
     series = several_argument_series(entropy)
     assert series is not None
     points = ((1e300, 1e-200), (2.2e-230, 3e305), (8e198, 0.085), (3e26, 5e-3), (21.92, 2.2250738585072014e-308))
