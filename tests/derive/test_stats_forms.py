@@ -287,6 +287,15 @@ def test_calls_past_the_threshold_are_series_where_the_others_are_not():
         assert bits(evaluated(series, (p, q), point, np.float64), exact) <= 2, point
     partial = several_argument_series(entropy.diff(p))
     assert evaluated(partial, (p, q), (5e-324, 1.8e202), np.float64) == math.inf
+    # Where no set of arguments has a branch of its own (a KL divergence of two Betas: four arguments, too many
+    # sets), the poles are joined wherever not every argument is past the threshold: 1/p0 - 1/(p1 + p0) beside
+    # q1 + q0 = 1.3e237 was the digammas' difference as written, 0 where it is 3.5e102.
+    r, s = sp.symbols("r s", positive=True)
+    kl_partial = sp.digamma(s) - sp.digamma(r + s) - sp.digamma(q) + sp.digamma(p + q)
+    point = (6.8e-223, 4.4e-163, 1.28e237, 3.2e-46)
+    with mpmath.workprec(4000):
+        exact = sp.lambdify((p, q, r, s), kl_partial, "mpmath")(*map(mpmath.mpf, point))
+    assert bits(evaluated(several_argument_series(kl_partial), (p, q, r, s), point, np.float64), exact) <= 2
     # Near 0 the pole parts' highest order (1/q**2) and the lower (-1/q, paired with 1/(p + q)) were inf - inf.
     partial = several_argument_series(entropy.diff(q))
     assert evaluated(partial, (p, q), (10.96, 5e-324), np.float64) == math.inf

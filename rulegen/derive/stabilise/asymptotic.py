@@ -459,16 +459,6 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     # pole parts are joined: their sum is what overflows or cancels there.
     pole_terms, joins = _joined_terms(sp.collect(sp.Add(*poles), [sp.log(b) for b in big.values()]), big, (0, 1, 2))
     near_poles = _highest_order_first(pole_terms)
-    small = expr
-    if joins:
-        # The calls' sum is taken whole (a `where` of its own) before the other terms are added: a Beta log-density's
-        # partial in b, log1p(-x) - digamma(b + 1) + digamma(a + b + 1) at a = 7.6e-100, b = 21.92, kept log1p(-x)
-        # = -2.8e-24 only as (digamma(a + b + 1) - digamma(b + 1)) + log1p(-x).
-        none_past = sp.And(*(u <= THRESHOLD for u in arguments))
-        called_sum = sp.Piecewise(
-            (sp.Add(near_poles.xreplace(raw), *shifted), none_past), (expr - sp.Add(*others), True)
-        )
-        small = called_sum + sp.Add(*others)
     # One argument past the threshold has no like terms to cancel: its calls are as written, and so are the others,
     # which the pole parts' joins would cancel against an infinite 1/u of the large one.
     branches = [
@@ -476,6 +466,16 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
         for past in _arguments_past(arguments)
         for large in [sp.And(*(u > THRESHOLD if u in past else u <= THRESHOLD for u in arguments))]
     ]
+    small = expr
+    if joins:
+        # The calls' sum is taken whole (a `where` of its own, on the last branch's own region) before the other
+        # terms are added: a Beta log-density's partial in b, log1p(-x) - digamma(b + 1) + digamma(a + b + 1) at
+        # a = 7.6e-100, b = 21.92, kept log1p(-x) = -2.8e-24 only as (digamma(a + b + 1) - digamma(b + 1)) +
+        # log1p(-x).  That region holds points where some argument is past the threshold, where no branch of
+        # their own is made: the poles are joined there too (1/p0 - 1/(p1 + p0) beside q1 + q0 = 1e237).
+        region = sp.Not(sp.Or(*(condition for _, condition in branches)))
+        called_sum = sp.Piecewise((sp.Add(near_poles.xreplace(raw), *shifted), region), (expr - sp.Add(*others), True))
+        small = called_sum + sp.Add(*others)
     return sp.Piecewise(*branches, (small, True))
 
 
