@@ -632,3 +632,42 @@ def test_a_clamp_needs_the_derivative_to_vanish_beyond_it_and_no_overflow_at_it(
     # Held at 1e16, x**3 is inf in float32 (and inf * 0 = nan in some order of the product); at 1e8 nothing overflows.
     assert not _in_range_held(saturating, x, 0, 1e16, (x,), points)
     assert _in_range_held(saturating, x, 0, 1e8, (x,), points)
+
+
+def test_a_form_is_clamped_in_the_argument_that_decides_its_limit(search_cache_off):
+    # A normal log-CDF's partial in its scale, by erfcx: sqrt(2) (loc - x) / (sqrt(pi) scale**2 erfcx(w)), w =
+    # (loc - x) / (sqrt(2) scale), was nan where the exact value is 0: scale**2 underflows at the first point
+    # (inf * 0), w overflows at the second and (loc - x) at the third.  No input's magnitude says where it has
+    # reached its limit; w's does, and the form in w, 2 w / (sqrt(pi) scale erfcx(w)), held at a w far past it.
+    from scipy import special
+
+    from rulegen.derive.stabilise.points import _evaluated
+
+    loc, scale = sp.Symbol("loc", real=True), sp.Symbol("scale", positive=True)
+    forward = sp.log(sp.erfc(-(x - loc) / (scale * sp.sqrt(2))) / 2)
+    sampling = Sampling(((x, Domain()), (loc, Domain()), (scale, Domain(gt=0))))
+    choice = stabilise(sp.diff(forward, scale), sampling)
+    assert choice.chosen.has(sp.Max)
+    assert max(choice.bits_after) <= 1
+    broken = [(9.24e-122, -5e-324, 6.33e-254), (2.4e93, -10.96, 2.2e-308), (1.79e308, -3.6e300, 2.6e225)]
+    columns = [np.array(c, dtype=np.float64) for c in zip(*broken, (0.5, 0.0, 2.0), strict=True)]
+    got = _evaluated(choice.chosen, (x, loc, scale), columns, np.float64)
+    t = 0.5 / 2.0  # (x - loc) / scale at the last, ordinary point: -t / scale * phi(t) / Phi(t)
+    np.testing.assert_array_equal(got[:3], [0.0, 0.0, 0.0])
+    np.testing.assert_allclose(got[3], -t / 2.0 * np.exp(-t * t / 2) / np.sqrt(2 * np.pi) / special.ndtr(t))
+
+
+def test_a_polygamma_s_pole_is_taken_out_where_it_overflows(search_cache_off):
+    # A KL divergence of two Gammas' partial in p: (p - q) trigamma(p) + (s - r)/r is inf at p = 1.1e-165
+    # (trigamma(p) ~ 1/p**2 overflows) where it is 1/p = 9.1e164; with the pole taken out, (p - q) trigamma(p + 1)
+    # + ((p - q)/p)/p, it is in range wherever the product is.
+    from rulegen.derive.stabilise.points import _evaluated
+
+    p, q, r, s = (sp.Symbol(name, positive=True) for name in "pqrs")
+    sampling = Sampling(tuple((v, Domain(gt=0)) for v in (p, q, r, s)))
+    choice = stabilise((p - q) * sp.polygamma(1, p) + (s - r) / r, sampling)
+    assert "poles taken out" in choice.family
+    small, tiny = 1.1031095184447013e-165, 5.3692022840681334e-253
+    columns = [np.array([small, 2.0, 1e-200]), np.array([tiny, 3.0, 1e-300]), np.ones(3), np.ones(3)]
+    got = _evaluated(choice.chosen, (p, q, r, s), columns, np.float64)
+    np.testing.assert_allclose(got, [1 / small, -float(sp.polygamma(1, 2)), 1e200], rtol=1e-14)

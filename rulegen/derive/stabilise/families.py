@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import sympy as sp
@@ -497,6 +498,9 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
     if paired is not None and paired != expr:
         yield "reciprocals paired", paired
     yield from _gamma_series(expr, ops)
+    poles = _attempt(functools.partial(_poles_taken_out, expr))
+    if poles is not None and poles != expr:
+        yield "poles taken out", poles
     if ops <= BUDGET.factor_ops:
         for v in variables:
             scaled = _attempt(functools.partial(_scaled, expr, v))
@@ -549,6 +553,39 @@ def _gamma_series(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
         series = _attempt(functools.partial(make, expr))
         if series is not None:
             yield family, series
+            # Below the series' threshold the calls as written, each pole taken out (trigamma(p) at p = 1e-165).
+            poles = _attempt(functools.partial(_each_sum_poles_taken_out, series))
+            if poles is not None and poles != series:
+                yield f"{family}, poles taken out", poles
+
+
+def _each_sum_poles_taken_out(expr: sp.Expr) -> sp.Expr:
+    return expr.replace(lambda e: e.is_Add, _poles_taken_out)
+
+
+def _poles_taken_out(expr: sp.Expr) -> sp.Expr:
+    """Each term c f(u) of `expr`, f digamma, trigamma, ... (polygamma(n, .), n >= 1), as c f(u + 1) plus its pole
+    part at 0, c (-1)**(n+1) n! / u**(n+1), computed as c divided by u n + 1 times: a KL divergence of two Gammas'
+    partial (p - q) trigamma(p) is inf at p = 1e-165 (trigamma(p) = 1/p**2 overflows) where it is 1/p = 1e165,
+    and ((p - q)/p)/p is in range wherever the product is.  Exact at every u (the recurrence f(u) = f(u + 1) +
+    pole); where a pole part cancels against f(u + 1) (digamma's near its root) the search measures it."""
+    calls = [f for f in expr.atoms(sp.polygamma) if int(f.args[0]) >= 1 and f.args[1].free_symbols]
+    if not calls:
+        return expr
+    terms = []
+    for term in sp.Add.make_args(sp.expand(expr, deep=False)):
+        factors = [f for f in sp.Mul.make_args(term) if f in calls]
+        if len(factors) != 1:
+            terms.append(term)
+            continue
+        (f,) = factors
+        n, u = int(f.args[0]), f.args[1]
+        coefficient = sp.factor(term / f)
+        pole = coefficient
+        for _ in range(n + 1):
+            pole = divided(pole, u)
+        terms += [coefficient * sp.polygamma(n, u + 1), (-1) ** (n + 1) * math.factorial(n) * pole]
+    return sp.Add(*terms)
 
 
 def _squares(total: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
