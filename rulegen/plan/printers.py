@@ -894,8 +894,11 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         return self._print(expr.rewrite(fn.sigmoid))
 
     def _print_beta(self, expr: sp.beta) -> str:
-        # torch has none: from log|Gamma| and Gamma's sign, as the registry replaces JAX's too.
-        return self._print(fn.beta_by_log_gamma(*expr.args))
+        # torch has none: by cases, from log|Gamma| and Gamma's sign, as the registry replaces JAX's too.
+        return self._print(fn.beta_by_cases(*expr.args))
+
+    def _print_beta_slope(self, expr: fn.beta_slope) -> str:
+        return self._print(fn.beta_slope_by_cases(*expr.args))
 
     def _print_gamma(self, expr: sp.gamma) -> str:
         x = self._print(expr.args[0])
@@ -923,7 +926,8 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     }
     rewritten: ClassVar[dict[str, Callable[[sp.Basic], sp.Basic]]] = {
         **_ArrayCode.rewritten,
-        "beta": lambda e: fn.beta_by_log_gamma(*e.args),
+        "beta": lambda e: fn.beta_by_cases(*e.args),
+        "beta_slope": lambda e: fn.beta_slope_by_cases(*e.args),
         "silu_derivative": lambda e: e.rewrite(fn.sigmoid),
     }
 
