@@ -1156,7 +1156,7 @@ def beta_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
         # beta(+-0, inf): the limits of Gamma(+-e) inf**-+e, 0 and -inf (mpmath's beta(0, inf) is nan).
         (sp.S.Zero, (_is_inf(a) & _is_plus_zero(b)) | (_is_inf(b) & _is_plus_zero(a))),
         (-sp.oo, (_is_inf(a) & sp.Eq(b, 0)) | (_is_inf(b) & sp.Eq(a, 0))),
-        (sp.oo * _one_or_nan(a) * _one_or_nan(b), _is_pole(a) | _is_pole(b)),
+        (sp.oo, (_is_pole(a) | _is_pole(b)) & _is_number(a) & _is_number(b)),
         (sp.S.Zero, sp.Min(a, b) >= BETA_VANISHES_FROM),
         (_beta_sign(a, b) * sp.exp(_log_abs_beta(a, b)), True),
     )
@@ -1172,10 +1172,16 @@ def _is_plus_zero(x: sp.Expr) -> sp.Basic:
     return sp.Eq(x, 0) & (divided(sp.S.One, x) > 0)
 
 
-def _one_or_nan(x: sp.Expr) -> sp.Expr:
-    """1 at every finite x, nan at nan: a constant piece's factor, so that nan in one argument is nan out where
-    the other argument chose the piece (beta(nan, 0) is nan, not the pole's inf)."""
-    return divided(1 + sp.Abs(x), 1 + sp.Abs(x))
+def _is_number(x: sp.Basic) -> sp.Basic:
+    """Whether x is no nan (true at the infinities): |x / 2| <= |x|.  A condition, where a constant piece
+    (beta's inf at a pole) has no factor that reads x: in a `where`, the product of inf and such a factor gets the
+    dropped piece's zero cotangent as nan at the next order."""
+    return sp.Abs(divided(x, 2)) <= sp.Abs(x)
+
+
+def _finite(x: sp.Expr) -> sp.Basic:
+    """Whether x is a number and not +inf (nan at an infinity's pole pieces: no limit there)."""
+    return _is_number(x) & ~_is_inf(x)
 
 
 def _digamma_difference(a: sp.Expr, b: sp.Expr) -> sp.Expr:
@@ -1210,20 +1216,27 @@ def beta_slope_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     )
     log_beta = _log_abs_beta(a, b)
     # At a pole b (an integer), digamma(a + b) reflected: digamma(a) - digamma(a + b) = digamma(1 - a) -
-    # digamma(1 - a - b), whose sign is the derivative's (beta is inf there, as mpmath's).
-    at_pole = _polygamma_by_reflection(sp.S.Zero, 1 - a) - _polygamma_by_reflection(sp.S.Zero, 1 - s)
-    nan_of_b = _one_or_nan(b)
+    # digamma(1 - a - b), whose sign is the derivative's (beta is inf there, as mpmath's).  Where neither
+    # condition below says it, nan.
+    residue = sign_of_gamma(b) * sign_of_gamma(s)
+    # Infinities are constant pieces, their signs conditions (see `_is_number`).
+    difference = _digamma_difference(a, b)
     return Piecewise(
-        (-sp.oo * nan_of_b, sp.Eq(a, 0)),
+        (-sp.oo, sp.Eq(a, 0) & _is_number(b) & ~_is_inf(b)),
         (sp.S.Zero, sp.Min(a, b) >= BETA_VANISHES_FROM),
         (sp.oo, _is_pole(b) & expanded & (b < 0)),
         (expansion, expanded),
         (sp.S.Zero, _is_inf(b) & (a > 0)),
-        (-sp.oo * sign_of_gamma(a), _is_inf(b) & (a < 0) & ~_is_pole(a)),
-        (sp.oo * at_pole, _is_pole(b)),
-        (sp.oo * _digamma_difference(a, b), _is_pole(a)),
+        (sp.oo, _is_inf(b) & (a < 0) & ~_is_pole(a) & (sign_of_gamma(a) < 0)),
+        (-sp.oo, _is_inf(b) & (a < 0) & ~_is_pole(a)),
+        # At a pole b, the sign of digamma(1 - a) - digamma(1 - a - b): digamma increases on (0, inf).
+        (-sp.oo, _is_pole(b) & (a < 1)),
+        (sp.oo, _is_pole(b) & (s > 0)),
+        # At a pole a = -k, -sign of Gamma's residue there times Gamma(b) / Gamma(a + b).
+        (sp.oo, _is_pole(a) & _finite(b) & sp.Equivalent(sp.Eq(2 * sp.floor(a / 2), a), residue < 0)),
+        (-sp.oo, _is_pole(a) & _finite(b)),
         (sp.S.Zero, log_beta < -(sp.Integer(2) ** 126)),
-        (_beta_sign(a, b) * sp.exp(log_beta) * _digamma_difference(a, b), True),
+        (_beta_sign(a, b) * sp.exp(log_beta) * difference, True),
     )
 
 

@@ -1117,9 +1117,24 @@ class FrameworkJaxPrinter(JaxArrayPrinter):
 
 
 class FrameworkTorchPrinter(TorchArrayPrinter):
-    """torch code that calls torch's own functions where the runtime would mend one (float64 trigamma)."""
+    """torch code that calls torch's own functions where the runtime would mend one (float64 trigamma).
+
+    beta, which torch lacks, as a user writes it: exp of log|Gamma| sums, and its partial as sympy's product.
+    """
 
     functions = _TORCH_OWN
+    rewritten: ClassVar[dict[str, Callable[[sp.Basic], sp.Basic]]] = {
+        **TorchArrayPrinter.rewritten,
+        "beta": lambda e: fn.beta_by_log_gamma(*e.args),
+        "beta_slope": lambda e: e.rewrite(fn.beta),
+    }
+
+    def _print_beta(self, expr: sp.beta) -> str:
+        return self._print(fn.beta_by_log_gamma(*expr.args))
+
+    def _print_beta_slope(self, expr: fn.beta_slope) -> str:
+        a, b = expr.args
+        return self._print(fn.beta_by_log_gamma(a, b) * (sp.digamma(a) - sp.digamma(a + b)))
 
 
 print_jax = _printer(JaxArrayPrinter)
