@@ -1127,19 +1127,290 @@ def _log_ndtr_by_erfcx(x: sp.Expr) -> sp.Expr:
 
 def sign_of_gamma(x: sp.Expr) -> sp.Expr:
     """The sign of Gamma(x): -1 on (-1, 0), (-3, -2), ..., where floor(x) is odd; exact in floats."""
-    parity = sp.floor(x) - 2 * sp.floor(x / 2)
+    # floor(x) halved, not x: x / 2 rounds -5e-324 to -0, whose floor made the parity -1 and the sign 3.
+    parity = sp.floor(x) - 2 * sp.floor(sp.floor(x) / 2)
     return Piecewise((1 - 2 * parity, x < 0), (sp.S.One, True))
 
 
 def beta_by_log_gamma(a: sp.Expr, b: sp.Expr) -> sp.Expr:
-    """beta(a, b) as sgn * exp(log|Gamma(a)| + log|Gamma(b)| - log|Gamma(a + b)|).
+    """beta(a, b) as sgn * exp(log|Gamma(a)| + log|Gamma(b)| - log|Gamma(a + b)|), where no argument is large.
 
     torch has no beta, and JAX's is nan on much of the negative axis (at
-    a = -30.7, b = 0.7; its derivatives at every a < 0).  Where a Gamma
-    overflows (|a| past 171) the logarithms do not.
+    a = -30.7, b = 0.7; its derivatives at every a < 0).  `beta_by_cases`
+    takes it where the arguments are moderate.
     """
-    signs = sign_of_gamma(a) * sign_of_gamma(b) * sign_of_gamma(a + b)
-    return signs * sp.exp(sp.loggamma(a) + sp.loggamma(b) - sp.loggamma(a + b))
+    return _beta_sign(a, b) * sp.exp(sp.loggamma(a) + sp.loggamma(b) - sp.loggamma(a + b))
+
+
+def _beta_sign(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    return sign_of_gamma(a) * sign_of_gamma(b) * sign_of_gamma(a + b)
+
+
+#: From where an argument of beta is large (`beta_by_cases`): log Gamma(x) is Stirling's (x - 1/2) log x - x +
+#: log(2 pi) / 2 + 1 / (12 x) to a float64 rounding there (the next term is 1 / (360 x**3)), and log Gamma's
+#: difference is taken in closed form, where log|Gamma| of two numbers near 1e200 (4.6e202) would cancel.
+BETA_LARGE_FROM = 2**27
+
+#: From where both arguments of beta are so large that beta is 0 and so is each derivative (both dtypes: 2**120
+#: is a float32 number, and beta(2**120, 2**120) is 2**-(2**121)).  Also where both are inf, whose ratio is nan.
+BETA_VANISHES_FROM = 2**120
+
+#: Where |b| is below this fraction of |a|, d/da beta(a, b) is its expansion in b (`beta_slope_by_cases`):
+#: digamma(a) - digamma(a + b) is -b trigamma(a + b / 2) to within (b / a)**2 of itself, where the difference
+#: would cancel (to 0 at a + b = a in floats: -4.93 for 0 at (0.5, 1e-300), the limit -trigamma(a) at b = 0).
+BETA_EXPANDED_BELOW = sp.Rational(1, 2**24)
+
+
+def _is_pole(x: sp.Expr) -> sp.Basic:
+    """Whether x is a pole of Gamma (0 or a negative integer; false at nan): floor(x) >= x only at integers."""
+    return (x <= 0) & (sp.floor(x) >= x)
+
+
+def _stirling_rest(x: sp.Expr) -> sp.Expr:
+    """log Gamma(x) - ((x - 1/2) log x - x + log(2 pi) / 2) for x >= 2**27: 1 / (12 x), 0 at inf.  Plain
+    quotients here (of stand-ins, never 0): a static input's beta is Python arithmetic throughout."""
+    return 1 / (12 * x)
+
+
+def _log1p_ratio(x: sp.Expr, y: sp.Expr, small: sp.Basic) -> sp.Expr:
+    """log1p(u) / u of u = x / y: 1 - u / 2 + u**2 / 3 where `small` says |u| < 2**-26 (0 / 0 at u = 0, where an
+    argument is infinite)."""
+    u = x / y
+    near = Piecewise((sp.S.One, small), (u, True))
+    return Piecewise((1 - u / 2 + u**2 / 3, small), (log1p(near) / near, True))
+
+
+def _log_abs_beta(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """log|beta(a, b)| of arguments that are not poles of Gamma, and not both at least `BETA_VANISHES_FROM`.
+
+    Where both are large, log(2 pi) / 2 - log(y) / 2 - (x - 1/2) log1p(y / x) - y log1p(x / y) with Stirling's
+    rests, x <= y; where only y and a + b are, log|Gamma(x)| + log Gamma(y) - log Gamma(x + y) as
+    -(x + y - 1/2) log1p(x / y) - x log(y) + x with the rests, the first product x (1 + (x - 1/2) / y) times
+    log1p(u) / u (finite at y = inf, where -x log(y) is beta's -inf or inf); elsewhere log|Gamma| summed.
+    """
+    x, y, s = sp.Min(a, b), sp.Max(a, b), a + b
+    large = sp.Integer(BETA_LARGE_FROM)
+    both = (x >= large) & (x < BETA_VANISHES_FROM)
+    one = (y >= large) & (s >= large) & ~both
+    # Each branch its own region's arguments, a stand-in elsewhere (2**27 for the large, 1/2 for the small).
+    x2, y2 = (Piecewise((v, both), (large, True)) for v in (x, y))
+    two_large = (
+        sp.log(2 * sp.pi) / 2
+        - sp.log(y2) / 2
+        + _stirling_rest(x2)
+        + _stirling_rest(y2)
+        - _stirling_rest(x2 + y2)
+        - (x2 - sp.S.Half) * log1p(y2 / x2)
+        - y2 * log1p(x2 / y2)
+    )
+    x1, y1 = Piecewise((x, one), (sp.S.Half, True)), Piecewise((y, one), (large, True))
+    one_large = (
+        sp.loggamma(x1)
+        + _stirling_rest(y1)
+        - _stirling_rest(x1 + y1)
+        - x1 * (1 + (x1 - sp.S.Half) / y1) * _log1p_ratio(x1, y1, sp.Abs(x) < y * sp.Rational(1, 2**26))
+        - x1 * sp.log(y1)
+        + x1
+    )
+    a0, b0 = (Piecewise((sp.S.Half, both | one), (v, True)) for v in (a, b))
+    small = sp.loggamma(a0) + sp.loggamma(b0) - sp.loggamma(a0 + b0)
+    return Piecewise((two_large, both), (one_large, one), (small, True))
+
+
+def beta_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """beta(a, b) at every real pair, as sgn * exp(`_log_abs_beta`), with its poles and limits.
+
+    A pole of Gamma in a or b is inf (mpmath's beta there, which has no sign), but where a + b is one too and the
+    other argument a positive integer: then (-1)**b beta(b, 1 - a - b), Gamma's reflection (beta(-max, max) is
+    1/max).  From `BETA_VANISHES_FROM` both ways (inf included) 0.  nan takes the last piece: nan out.
+    """
+    s = a + b
+
+    def reflected(other: sp.Expr) -> sp.Expr:
+        # (-1)**other by a comparison: 1 - 2 (other - 2 floor(other / 2)), which sympy expands, overflows at max.
+        even = sp.Eq(2 * sp.floor(other / 2), other)
+        return Piecewise((sp.S.One, even), (sp.S.NegativeOne, True)) * sp.exp(_log_abs_beta(other, 1 - s))
+
+    def pole_beside(pole: sp.Expr, other: sp.Expr) -> sp.Basic:
+        # a + b is a pole only through the other argument's being an integer, not a + b's rounding to one.
+        return _is_pole(pole) & _is_pole(s) & (other > 0) & (sp.floor(other) >= other)
+
+    return Piecewise(
+        (reflected(b), pole_beside(a, b)),
+        (reflected(a), pole_beside(b, a)),
+        (sp.S.Zero, (_is_inf(a) & (b > 0)) | (_is_inf(b) & (a > 0))),
+        # beta(+-0, inf): the limits of Gamma(+-e) inf**-+e, 0 and -inf (mpmath's beta(0, inf) is nan).
+        (sp.S.Zero, (_is_inf(a) & _is_plus_zero(b)) | (_is_inf(b) & _is_plus_zero(a))),
+        (-sp.oo, (_is_inf(a) & sp.Eq(b, 0)) | (_is_inf(b) & sp.Eq(a, 0))),
+        (sp.oo, (_is_pole(a) | _is_pole(b)) & _is_number(a) & _is_number(b)),
+        (sp.S.Zero, sp.Min(a, b) >= BETA_VANISHES_FROM),
+        (_beta_sign(a, b) * sp.exp(_log_abs_beta(a, b)), True),
+    )
+
+
+def _is_inf(x: sp.Expr) -> sp.Basic:
+    """Whether x is +inf, in either dtype: its half is itself (false at nan, and at the largest float)."""
+    return (x > 0) & (divided(x, 2) >= x)
+
+
+def _is_plus_zero(x: sp.Expr) -> sp.Basic:
+    """Whether x is +0 (not -0): 1 / x is +inf."""
+    return sp.Eq(x, 0) & (divided(sp.S.One, x) > 0)
+
+
+def _is_number(x: sp.Basic) -> sp.Basic:
+    """Whether x is no nan (true at the infinities): |x / 2| <= |x|.  A condition, where a constant piece
+    (beta's inf at a pole) has no factor that reads x: in a `where`, the product of inf and such a factor gets the
+    dropped piece's zero cotangent as nan at the next order."""
+    return sp.Abs(divided(x, 2)) <= sp.Abs(x)
+
+
+def _finite(x: sp.Expr) -> sp.Basic:
+    """Whether x is a number and not +inf (nan at an infinity's pole pieces: no limit there)."""
+    return _is_number(x) & ~_is_inf(x)
+
+
+def _digamma_difference(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """digamma(a) - digamma(a + b) as digamma(1 + a) - digamma(1 + a + b) - (b / a) / (a + b), by the recurrence:
+    where a is subnormal digamma(a) is -inf (-1/a overflows), and two of them inf - inf, where the difference,
+    -1 / (2a) at b = a, is a number or an infinity of its sign."""
+    return (
+        _polygamma_by_reflection(sp.S.Zero, 1 + a)
+        - _polygamma_by_reflection(sp.S.Zero, 1 + a + b)
+        - divided(divided(b, a), a + b)
+    )
+
+
+def beta_slope_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """d/da beta(a, b) = beta(a, b) (digamma(a) - digamma(a + b)), right where beta over- or underflows.
+
+    The product in logarithms, sgn exp(log|beta| + log|d|), where beta is inf or 0 and the product is not
+    (beta(5e-324, max) is inf, its derivative -inf; beta(max, 5e-324) inf, its derivative -1/max); 0 where
+    log|beta| is below -2**126 (beta 0, the digamma difference at most inf: 0, not 0 * inf).  Where |b| is
+    below `BETA_EXPANDED_BELOW` of |a|, its expansion in b, -trigamma(a + b/2) Gamma(1 + b) exp(-b digamma(a + b/2))
+    (b beta(a, b) times the difference over b): the limit -trigamma(a) at b = 0, where beta is a pole.  At
+    a = 0, a pole of beta, its limit -inf; inf times the difference's sign at the other poles (mpmath's beta is
+    inf there).  digamma and trigamma are the registry's (`_polygamma_by_reflection`).
+    """
+    s = a + b
+    expanded = (sp.Abs(b) <= BETA_EXPANDED_BELOW * sp.Abs(a)) & sp.Ne(a, 0)
+    middle = a + b / 2
+    expansion = -sign_of_gamma(1 + b) * sp.exp(
+        sp.log(_polygamma_by_reflection(sp.S.One, middle))
+        + sp.loggamma(1 + b)
+        - Piecewise((sp.S.Zero, sp.Eq(b, 0)), (b * _polygamma_by_reflection(sp.S.Zero, middle), True))
+    )
+    log_beta = _log_abs_beta(a, b)
+    # At a pole b (an integer), digamma(a + b) reflected: digamma(a) - digamma(a + b) = digamma(1 - a) -
+    # digamma(1 - a - b), whose sign is the derivative's (beta is inf there, as mpmath's).  Where neither
+    # condition below says it, nan.
+    residue = sign_of_gamma(b) * sign_of_gamma(s)
+    # Infinities are constant pieces, their signs conditions (see `_is_number`).
+    difference = _digamma_difference(a, b)
+    return Piecewise(
+        (-sp.oo, sp.Eq(a, 0) & _is_number(b) & ~_is_inf(b)),
+        (sp.S.Zero, sp.Min(a, b) >= BETA_VANISHES_FROM),
+        (sp.oo, _is_pole(b) & expanded & (b < 0)),
+        (expansion, expanded),
+        (sp.S.Zero, _is_inf(b) & (a > 0)),
+        (sp.oo, _is_inf(b) & (a < 0) & ~_is_pole(a) & (sign_of_gamma(a) < 0)),
+        (-sp.oo, _is_inf(b) & (a < 0) & ~_is_pole(a)),
+        # At a pole b, the sign of digamma(1 - a) - digamma(1 - a - b): digamma increases on (0, inf).
+        (-sp.oo, _is_pole(b) & (a < 1)),
+        (sp.oo, _is_pole(b) & (s > 0)),
+        # At a pole a = -k, -sign of Gamma's residue there times Gamma(b) / Gamma(a + b).
+        (sp.oo, _is_pole(a) & _finite(b) & sp.Equivalent(sp.Eq(2 * sp.floor(a / 2), a), residue < 0)),
+        (-sp.oo, _is_pole(a) & _finite(b)),
+        (sp.S.Zero, log_beta < -(sp.Integer(2) ** 126)),
+        (_beta_sign(a, b) * sp.exp(log_beta) * difference, True),
+    )
+
+
+class beta(sp.beta):  # noqa: N801
+    """Euler's beta function, whose partials are `beta_slope`: beta (digamma(a) - digamma(a + b)) written so that
+    it is right where beta over- or underflows (sympy's product is inf * 0 and 0 * inf there)."""
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        a, b = self.args
+        if argindex == 1:
+            return beta_slope(a, b)
+        if argindex == 2:
+            return beta_slope(b, a)
+        raise ArgumentIndexError(self, argindex)
+
+
+class beta_slope(sp.Function):  # noqa: N801
+    """beta_slope(a, b) = d/da beta(a, b) = beta(a, b) (digamma(a) - digamma(a + b)): both backends compute it by
+    `beta_slope_by_cases`."""
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        a, b = self.args
+        d = sp.digamma(a) - sp.digamma(a + b)
+        if argindex == 1:
+            return self * d + beta(a, b) * (sp.polygamma(1, a) - sp.polygamma(1, a + b))
+        if argindex == 2:
+            return self * (sp.digamma(b) - sp.digamma(a + b)) - beta(a, b) * sp.polygamma(1, a + b)
+        raise ArgumentIndexError(self, argindex)
+
+    def _eval_rewrite_as_beta(self, a: sp.Expr, b: sp.Expr, **kwargs: object) -> sp.Expr:
+        return beta(a, b) * (sp.digamma(a) - sp.digamma(a + b))
+
+    _eval_rewrite_as_tractable = _eval_rewrite_as_beta
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real and self.args[1].is_real
+
+
+def beta_ratios(expr: sp.Expr) -> sp.Expr:
+    """`expr` with each beta_slope(a, b) divided by beta(a, b) written digamma(a) - digamma(a + b): log(beta)'s
+    derivative, which sympy's own product form cancels to the difference, and which the quotient of two
+    functions that under- and overflow together would make 0 / 0 (beta(1e200, 1e200) is 0)."""
+
+    def ratio(product: sp.Mul) -> sp.Expr:
+        factors = list(product.args)
+        for k, slope in enumerate(factors):
+            if not isinstance(slope, beta_slope):
+                continue
+            a, b = slope.args
+            for j, other in enumerate(factors):
+                base, exponent = other.as_base_exp()
+                if j != k and isinstance(base, beta) and base.args == (a, b) and exponent.is_negative:
+                    rest = [f for i, f in enumerate(factors) if i not in (j, k)]
+                    difference = sp.digamma(a) - sp.digamma(a + b)
+                    return ratio(sp.Mul(*rest, difference, base ** (exponent + 1)))
+        return product
+
+    return expr.replace(lambda e: e.is_Mul and e.has(beta_slope), ratio)
+
+
+def _digits_spanning(*args: mpmath.mpf) -> int:
+    """Digits beyond the working precision that span `args`' scales (at most 700): a + b keeps the smaller's
+    digits, where mpmath's beta(0.5, 1e200) at 40 digits is 1.77 (for 1.77e-100)."""
+    scales = [abs(v) for v in args if v != 0 and mpmath.isfinite(v)]
+    if not scales:
+        return 0
+    spread = mpmath.log10(max(max(scales), 1)) - mpmath.log10(min(min(scales), 1))
+    return min(int(spread) + 10, 700)
+
+
+def _mp_beta(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
+    with mpmath.extradps(_digits_spanning(a, b)):
+        return +mpmath.beta(a, b)
+
+
+def _mp_beta_slope(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
+    """d/da beta(a, b): its limit -trigamma(a) at b = 0, and the difference of digammas in b's expansion where
+    b is below the precision of a + b (a one-sided limit's stand-in for 0, 1e-450)."""
+    with mpmath.extradps(_digits_spanning(a, b)):
+        if b == 0:
+            return -mpmath.psi(1, a)
+        if abs(b) < abs(a) * mpmath.mpf(10) ** (-mpmath.mp.dps // 2):
+            difference = -b * mpmath.psi(1, a + b / 2)
+        else:
+            difference = mpmath.psi(0, a) - mpmath.psi(0, a + b)
+        return +(mpmath.beta(a, b) * difference)
 
 
 def _mp_gamma_sign(x: mpmath.mpf) -> mpmath.mpf:
@@ -1449,16 +1720,26 @@ REGISTRY: tuple[MathFunction, ...] = (
         # torch's float64 trigamma is its float32 algorithm: 2.2e6 eps off at x = 1.1.
         torch_runtime="polygamma",
     ),
-    # torch has no beta; both compute it from log|Gamma| (see beta_by_log_gamma).
+    # torch has no beta; both compute it by cases (see beta_by_cases), and its partials by beta_slope's.
     MathFunction(
         "beta",
-        sp.beta,
+        beta,
         "jax.scipy.special.beta",
-        mpmath=mpmath.beta,
+        mpmath=_mp_beta,
         arity=(2, 2),
         refuses_large_numbers=True,
-        jax_replacement=beta_by_log_gamma,
-        torch_replacement=beta_by_log_gamma,
+        jax_replacement=beta_by_cases,
+        torch_replacement=beta_by_cases,
+    ),
+    MathFunction(
+        "beta_slope",
+        beta_slope,
+        mpmath=_mp_beta_slope,
+        arity=(2, 2),
+        refuses_large_numbers=True,
+        internal=True,
+        jax_replacement=beta_slope_by_cases,
+        torch_replacement=beta_slope_by_cases,
     ),
     # The Hurwitz zeta function zeta(s, q), differentiated in q only (as by torch, JAX and sympy).
     # torch's (torch.special.zeta) is called by the runtime's hurwitz_zeta, which differentiates it.

@@ -26,7 +26,7 @@ from rulegen.derive import functions as fn
 from rulegen.derive.derivation import Derivation, Partials
 from rulegen.derive.expr import parse_expression
 from rulegen.derive.forms import canonical, with_slopes
-from rulegen.derive.functions import VANISHING, Piecewise
+from rulegen.derive.functions import VANISHING, Piecewise, beta_ratios
 from rulegen.derive.routes import Gives, choose_routes
 from rulegen.derive.saved import completed
 from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
@@ -308,6 +308,8 @@ def differentiate(expr: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
     result = result.replace(lambda e: isinstance(e, VANISHING), lambda _: sp.S.Zero)
     result = result.replace(lambda e: isinstance(e, sp.Subs) and not e.expr.has(sp.Derivative), sp.Subs.doit)
     result = result.replace(_is_step_of_difference, _tied)
+    # d/da log(beta(a, b)) is beta's partial over beta: digamma(a) - digamma(a + b), as sympy's product cancels.
+    result = beta_ratios(result)
     if any(not p.exp.is_number for p in result.atoms(sp.Pow)):
         # d/dx x**n is n*x**n/x to sympy, nan at x = 0; n*x**(n - 1) is not.
         result = sp.powsimp(result, combine="exp")

@@ -905,8 +905,11 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         return self._print(expr.rewrite(fn.sigmoid))
 
     def _print_beta(self, expr: sp.beta) -> str:
-        # torch has none: from log|Gamma| and Gamma's sign, as the registry replaces JAX's too.
-        return self._print(fn.beta_by_log_gamma(*expr.args))
+        # torch has none: by cases, from log|Gamma| and Gamma's sign, as the registry replaces JAX's too.
+        return self._print(fn.beta_by_cases(*expr.args))
+
+    def _print_beta_slope(self, expr: fn.beta_slope) -> str:
+        return self._print(fn.beta_slope_by_cases(*expr.args))
 
     def _print_gamma(self, expr: sp.gamma) -> str:
         x = self._print(expr.args[0])
@@ -934,7 +937,8 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     }
     rewritten: ClassVar[dict[str, Callable[[sp.Basic], sp.Basic]]] = {
         **_ArrayCode.rewritten,
-        "beta": lambda e: fn.beta_by_log_gamma(*e.args),
+        "beta": lambda e: fn.beta_by_cases(*e.args),
+        "beta_slope": lambda e: fn.beta_slope_by_cases(*e.args),
         "silu_derivative": lambda e: e.rewrite(fn.sigmoid),
     }
 
@@ -1124,9 +1128,24 @@ class FrameworkJaxPrinter(JaxArrayPrinter):
 
 
 class FrameworkTorchPrinter(TorchArrayPrinter):
-    """torch code that calls torch's own functions where the runtime would mend one (float64 trigamma)."""
+    """torch code that calls torch's own functions where the runtime would mend one (float64 trigamma).
+
+    beta, which torch lacks, as a user writes it: exp of log|Gamma| sums, and its partial as sympy's product.
+    """
 
     functions = _TORCH_OWN
+    rewritten: ClassVar[dict[str, Callable[[sp.Basic], sp.Basic]]] = {
+        **TorchArrayPrinter.rewritten,
+        "beta": lambda e: fn.beta_by_log_gamma(*e.args),
+        "beta_slope": lambda e: e.rewrite(fn.beta),
+    }
+
+    def _print_beta(self, expr: sp.beta) -> str:
+        return self._print(fn.beta_by_log_gamma(*expr.args))
+
+    def _print_beta_slope(self, expr: fn.beta_slope) -> str:
+        a, b = expr.args
+        return self._print(fn.beta_by_log_gamma(a, b) * (sp.digamma(a) - sp.digamma(a + b)))
 
 
 print_jax = _printer(JaxArrayPrinter)

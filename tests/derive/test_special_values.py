@@ -460,3 +460,99 @@ def test_a_partial_is_searched_where_one_comparison_is_its_domain(tmp_path, sear
     )
     (rule,) = read_rule_file(path)
     assert derive_rule(rule).choices
+
+
+# -------------------------------------------------------------------- beta by cases, its partial by the registry
+
+
+def _registry_beta(order: str) -> object:
+    """beta (value) or its partial in a as JAX code computes it (the registry's replacement, printed)."""
+    import rulegen.runtime.jax._util as jax_util
+    from rulegen.derive import functions as fn
+    from rulegen.plan.forms import corrections
+    from rulegen.plan.printers import JaxArrayPrinter
+
+    a, b = sp.symbols("a b", real=True)
+    expr = fn.FUNCTIONS["beta"](a, b)
+    expr = sp.diff(expr, a) if order == "first" else expr
+    code = JaxArrayPrinter().doprint(corrections("jax")(expr))
+    f = eval(f"lambda a, b: {code}", {"jnp": jnp, "jax": jax, "math": math, **vars(jax_util)})
+
+    def at(x: float, y: float, dtype: type = np.float64) -> float:
+        return float(f(jnp.asarray([x], dtype=dtype), jnp.asarray([y], dtype=dtype))[0])
+
+    return at
+
+
+def test_beta_at_its_zeros_infinities_and_overflow_edges():
+    # float64 (XLA flushes float32's subnormals: the matrix holds both dtypes and its readings).
+    dtype = np.float64
+    # As exp(log|Gamma| sums) beta was inf - inf = nan wherever an argument was 0, inf or the largest float,
+    # and 1.77 at (1e200, 0.5), where log Gamma of 1e200 (4.6e202) cancelled: Stirling's difference there.
+    beta = _registry_beta("value")
+    info = np.finfo(dtype)
+    tiny, big, sub = float(info.tiny), float(info.max), float(info.smallest_subnormal)
+    assert beta(0.0, 0.0, dtype) == math.inf
+    assert beta(sub, big, dtype) == math.inf
+    assert beta(big, big, dtype) == 0.0
+    assert beta(math.inf, 0.5, dtype) == 0.0
+    assert beta(-sub, math.inf, dtype) == -math.inf
+    assert beta(big, tiny, dtype) == pytest.approx(1 / tiny, rel=1e3 * float(info.eps))
+    assert math.isnan(beta(math.nan, 0.0, dtype))
+    # beta(-max, max): poles of Gamma at a and a + b, whose ratio is 1/max (Gamma's reflection).
+    assert 0 <= beta(-big, big, dtype) <= 2 * tiny
+    assert beta(1e200, 0.5) == pytest.approx(math.sqrt(math.pi) * 1e-100, rel=1e-13)
+
+
+def test_beta_partial_where_beta_over_or_underflows():
+    # float64 (XLA flushes float32's subnormals: the matrix holds both dtypes and its readings).
+    dtype = np.float64
+    # sympy's beta (digamma(a) - digamma(a + b)) is inf * 0 at b = 0 (its limit is -trigamma(a)), and
+    # digamma(a) - digamma(a + b) is 0 wherever a + b rounds to a: the registry's beta_slope expands it in b.
+    slope = _registry_beta("first")
+    info = np.finfo(dtype)
+    big, sub = float(info.max), float(info.smallest_subnormal)
+    assert slope(0.5, 0.0, dtype) == pytest.approx(-(math.pi**2) / 2, rel=1e3 * float(info.eps))
+    assert slope(sub, big, dtype) == -math.inf
+    assert slope(sub, sub, dtype) == -math.inf
+    assert abs(slope(big, sub, dtype)) <= 2 * float(info.tiny)
+    assert slope(-0.5, math.inf, dtype) == math.inf
+    assert math.isnan(slope(0.0, math.nan, dtype))
+    assert slope(0.5, 1e-300) == pytest.approx(-(math.pi**2) / 2, rel=1e-13)
+    assert slope(1e200, 0.5) == pytest.approx(-math.sqrt(math.pi) / 2 * 1e-300, rel=1e-12)
+
+
+def test_sign_of_gamma_at_the_smallest_negative_subnormal():
+    # Its parity took x / 2, which rounds -5e-324 to -0: the sign came out 3.
+    from rulegen.derive.functions import sign_of_gamma
+
+    x = sp.Symbol("x", real=True)
+    f = sp.lambdify([x], sign_of_gamma(x), modules="numpy")
+    assert f(np.float64(-5e-324)) == -1
+    assert f(np.float64(-1.5)) == 1
+
+
+def test_beta_reference_spans_its_arguments_scales():
+    # mpmath's beta(0.5, 1e200) at 40 digits is 1.77 (log Gamma of 1e200 differenced); its derivative in a at
+    # b = 0 is the limit -trigamma(a), where the product is inf * 0.
+    with mpmath.workdps(40):
+        assert float(MPMATH_IMPLEMENTATIONS["beta"](mpmath.mpf(0.5), mpmath.mpf(1e200))) == pytest.approx(
+            math.sqrt(math.pi) * 1e-100, rel=1e-15
+        )
+        assert float(MPMATH_IMPLEMENTATIONS["beta_slope"](mpmath.mpf(0.5), mpmath.mpf(0))) == pytest.approx(
+            -(math.pi**2) / 2, rel=1e-15
+        )
+
+
+def test_log_beta_partial_is_the_digamma_difference_not_a_quotient():
+    # beta's partial is the registry's beta_slope; over beta (log(beta)'s derivative, a Beta log-density's) it is
+    # digamma(a) - digamma(a + b), as sympy's own product form cancels: beta_slope / beta is 0 / 0 where both
+    # underflow.
+    from rulegen.derive import functions as fn
+    from rulegen.derive.partials import differentiate
+
+    a, b = sp.symbols("a b", positive=True)
+    got = differentiate(-sp.log(fn.FUNCTIONS["beta"](a, b)), a)
+    assert not got.has(fn.beta_slope) and not got.has(sp.beta)
+    assert sp.simplify(got - (sp.digamma(a + b) - sp.digamma(a))) == 0
+    assert differentiate(fn.FUNCTIONS["beta"](a, b), b) == fn.beta_slope(b, a)
