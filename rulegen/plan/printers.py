@@ -692,6 +692,10 @@ class _ArrayCode:
         """`value` where `cond` holds, else the code `otherwise`."""
         return f"{self._record(self.functions['Piecewise'])}({self._print(cond)}, {self._print(value)}, {otherwise})"
 
+    def _print_beta_slope(self, expr: fn.beta_slope) -> str:
+        # Neither framework has one: by its cases (the registry's replacement in both).
+        return self._print(fn.beta_slope_by_cases(*expr.args))
+
 
 class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
     """Python floats for numeric subexpressions (`math.sqrt(2) / 2`) and functions of static inputs."""
@@ -907,9 +911,6 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     def _print_beta(self, expr: sp.beta) -> str:
         # torch has none: by cases, from log|Gamma| and Gamma's sign, as the registry replaces JAX's too.
         return self._print(fn.beta_by_cases(*expr.args))
-
-    def _print_beta_slope(self, expr: fn.beta_slope) -> str:
-        return self._print(fn.beta_slope_by_cases(*expr.args))
 
     def _print_gamma(self, expr: sp.gamma) -> str:
         x = self._print(expr.args[0])
