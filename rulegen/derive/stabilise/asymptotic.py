@@ -263,12 +263,17 @@ def _in_horner_form(total: sp.Expr, variables: list[sp.Dummy]) -> sp.Expr:
     return total + sp.Add(*nested)
 
 
+def pole_weight(n: int) -> int:
+    """polygamma(n, u) - polygamma(n, u + 1) is this over u**(n + 1), exactly."""
+    return (-1) ** (n + 1) * math.factorial(n)
+
+
 def _pole(function: sp.Expr, u: sp.Expr) -> sp.Expr:
-    """f(u) - f(u + 1) for f = loggamma or polygamma(n, .): -log(u), or (-1)**(n+1) n!/u**(n+1), exactly."""
+    """f(u) - f(u + 1) for f = loggamma or polygamma(n, .): -log(u), or `pole_weight(n)`/u**(n+1), exactly."""
     if isinstance(function, sp.loggamma):
         return -sp.log(u)
     n = int(function.args[0])
-    return (-1) ** (n + 1) * math.factorial(n) * u ** -(n + 1)
+    return pole_weight(n) * u ** -(n + 1)
 
 
 def _pair(order: int, p: sp.Dummy, q: sp.Dummy, d: sp.Expr, where: tuple[sp.Expr, sp.Expr]) -> sp.Expr:

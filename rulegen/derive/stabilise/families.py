@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import sympy as sp
@@ -17,6 +16,7 @@ from rulegen.derive.stabilise.asymptotic import (
     gamma_difference,
     held,
     one_argument_series,
+    pole_weight,
     released,
     several_argument_series,
     zero_sum_groups,
@@ -584,7 +584,7 @@ def _poles_taken_out(expr: sp.Expr) -> sp.Expr:
         pole = coefficient
         for _ in range(n + 1):
             pole = divided(pole, u)
-        terms += [coefficient * sp.polygamma(n, u + 1), (-1) ** (n + 1) * math.factorial(n) * pole]
+        terms += [coefficient * sp.polygamma(n, u + 1), pole_weight(n) * pole]
     return sp.Add(*terms)
 
 
