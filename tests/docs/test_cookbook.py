@@ -253,15 +253,6 @@ KNOWN_FAILURES = {
         "JAX: the derivative in z is nan at z = the largest float, where it is 1 (autodiff's is nan too): a "
         "product of the sum's terms overflows before sigmoid(-z) = 0 meets it"
     ),
-    ("beta_log_prob", "accuracy"): (
-        "JAX float64, checked on the whole line its assume allows: log(beta(a, b)) is log(0) = -inf where beta "
-        "underflows (a = 10.96, b = the largest float: exact -2.4e252), where loggamma sums are finite; the partial "
-        "in b is nan at a = 3.5e235, b = 1.6e306 (exact 2.1e-71, autodiff's nan too)"
-    ),
-    ("beta_log_prob", "admissible"): (
-        "JAX float64: log(beta(a, b)) is inf where beta underflows past b = 1e305 (exact -4.7e305), and its partial "
-        "in b nan at a = 3.5e235, b = 1.6e306"
-    ),
     ("student_t_log_prob", "accuracy"): (
         "JAX float32: log(beta(df/2, 1/2)) is computed as a difference of two loggammas near 60, 8.8 bits where "
         "jax.scipy.special.betaln (autodiff's) keeps 1"
