@@ -35,18 +35,36 @@ def _modules() -> dict[str, ast.Module]:
     return {path.name: parsed(path) for path in sorted(PLAN.glob("*.py"))}
 
 
+def _imported_modules(tree: ast.Module) -> set[str]:
+    """Every module `tree` imports, in any form: `import a.b`, `from a.b import c` (a.b, and a.b.c, which may be a
+    module: `from rulegen.derive import symbols`)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return found
+
+
 def test_no_planner_imports_the_derivation_of_names() -> None:
     imported = {
-        (name, node.module)
+        (name, module)
         for name, tree in _modules().items()
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rulegen.derive.symbols")
+        for module in _imported_modules(tree)
+        if module.startswith("rulegen.derive.symbols")
     }
     assert not imported, imported
+    # The test sees each form an import takes.
+    forms = ast.parse(
+        "import rulegen.derive.symbols\nfrom rulegen.derive import symbols\nfrom rulegen.derive.symbols import x"
+    )
+    assert _imported_modules(forms) >= {"rulegen.derive.symbols", "rulegen.derive.symbols.x"}
 
 
-#: What differentiates: sympy's `diff` (a method, or the function) and derive's own `differentiate`.
-_DERIVATIVES = frozenset({"diff", "differentiate"})
+#: What differentiates: sympy's `diff` (a method, or the function), its `Derivative` (evaluated by `doit`) and
+#: `idiff`, and derive's own `differentiate`.
+_DERIVATIVES = frozenset({"diff", "Derivative", "idiff", "differentiate"})
 
 
 class _Differentiations(ast.NodeVisitor):
