@@ -23,8 +23,8 @@ from sympy.printing.numpy import JaxPrinter
 from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 
+from rulegen.computation.quotients import divided_by_a_square, scaled_quotient, square_of_a_name
 from rulegen.derive import functions as fn
-from rulegen.derive.expr import divided_by_a_square, scaled_quotient, square_of_a_name
 from rulegen.plan.code import LITERAL, LOOSEST, PRIMARY, Import, Value
 
 #: Module prefixes the generated code spells, and the import each needs.
