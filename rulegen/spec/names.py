@@ -78,6 +78,7 @@ HELPER_NAMES = frozenset(
         "fused",
         "host_op",
         "hurwitz_zeta",
+        "xlogy",
         "linear_map",
         "no_forward_mode",
         "no_tangent",
