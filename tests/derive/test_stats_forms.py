@@ -347,3 +347,19 @@ def test_a_difference_of_logs_is_taken_by_how_close_its_arguments_are():
         with mpmath.workprec(4000):
             exact = sp.lambdify((p, q), partial, "mpmath")(*map(mpmath.mpf, point))
         assert bits(evaluated(choice.chosen, (p, q), point, np.float64), exact) <= 2, point
+
+
+def test_a_log_of_a_product_that_overflows_takes_the_logs_of_its_factors():
+    # log1p((x/scale)**2) as sympy writes it, x**2/scale**2, was inf past x/scale = 1.3e154 and 0/0 or inf/inf
+    # where x and scale are both tiny or both large (a half-Cauchy log-density: 26.9 bits float64 as derived).
+    # log1p((x/scale)**2) with the quotient computed whole where finite, 2 log|x| - 2 log(scale) where inf.
+    positive = sp.Symbol("scale", positive=True)
+    forward = -sp.log(positive) - log1p((x / positive) ** 2)
+    sampling = Sampling(((x, Domain(ge=0)), (positive, POSITIVE)))
+    choice = stabilise(forward, sampling)
+    for point in ((1e200, 1.0), (8.5e177, 1.26e308), (2.4e-301, 1.3e-229), (3.0, 5.0), (1e-20, 1e-30)):
+        with mpmath.workprec(500):
+            px, ps = (mpmath.mpf(p) for p in point)
+            exact = -mpmath.log(ps) - mpmath.log1p((px / ps) ** 2)
+        value = evaluated(choice.chosen, (x, positive), point, np.float64)
+        assert bits(value, exact) <= 2, (point, value, exact, choice.chosen)

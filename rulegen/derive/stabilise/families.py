@@ -523,8 +523,8 @@ def _logs_taken_apart(expr: sp.Expr) -> sp.Expr:
     """Each log(w) and log1p(w) of a product w that overflows while its log does not, taken apart: log(c f**e g)
     as log|c| + e log|f| + log|g|, and log1p(w) as itself where w is finite, the logs of its factors where it is
     inf (then w > 0, and log1p(1/w) is 0).  A Student t's log1p((x/s)**2/df) is inf past |x|/s = 1.3e154 (float64;
-    1.8e19 in float32), where the log-density is a finite -(df + 1) log|x/s| ...; as a sum of logs, so are its
-    partials (2/x, where 2x/(df + x**2) is 0)."""
+    1.8e19 in float32), where the log-density is a finite -(df + 1) log|x/s| ...; a half-Cauchy's log1p((x/s)**2)
+    was 0/0 where x and s are both tiny, inf/inf where both are large, as sympy writes it (x**2/s**2)."""
 
     def factors(w: sp.Expr) -> list[tuple[sp.Expr, sp.Expr]] | None:
         coefficient, rest = w.as_coeff_Mul()
@@ -544,12 +544,27 @@ def _logs_taken_apart(expr: sp.Expr) -> sp.Expr:
             return e
         if isinstance(e, sp.log):
             # log(w) of a w < 0 is nan; the logs of |factors| are not: only where the factors' signs are known.
-            signed = all(b.is_positive or e.is_even for b, e in parts[1:])
+            signed = all(b.is_positive or k.is_even for b, k in parts[1:])
             return logs(parts) if signed else e
-        w = e.args[0]
-        return sp.Piecewise((e, (w <= 0) | (divided(w, 2) < w)), (logs(parts), True))
+        # A power of a quotient computed whole, (x/s)**2 and not x**2/s**2 (sympy's form): inf/inf and 0/0 where
+        # x and s are both large or both small.  The logs only where w is inf: nan is no sign that it is large.
+        w = _power_of_quotient(parts[1:]) * parts[0][0]
+        return sp.Piecewise((logs(parts), (w > 0) & (divided(w, 2) >= w)), (log1p(w), True))
 
     return expr.replace(lambda e: isinstance(e, (sp.log, log1p)), apart)
+
+
+def _power_of_quotient(parts: list[tuple[sp.Expr, sp.Expr]]) -> sp.Expr:
+    """prod b**e with the bases of each exponent's magnitude k joined into one quotient, computed whole, to the
+    power k: u**2 s**-2 df**-1 as (u/s)**2 / df, which is not inf/inf where u and s are both large."""
+    groups: dict[int, tuple[list[sp.Expr], list[sp.Expr]]] = {}
+    for b, e in parts:
+        groups.setdefault(int(abs(e)), ([], []))[1 if e.is_negative else 0].append(b)
+    factors = []
+    for k, (top, bottom) in sorted(groups.items(), reverse=True):
+        whole = top and bottom
+        factors.append((divided(sp.Mul(*top), sp.Mul(*bottom)) if whole else sp.Mul(*top) / sp.Mul(*bottom)) ** k)
+    return sp.Mul(*factors)
 
 
 def _reciprocals_paired(expr: sp.Expr) -> sp.Expr:

@@ -257,13 +257,15 @@ def _validated_choice(admitted: list[_Measured], derived: sp.Expr, sampling: Sam
 def _good_forms(best: _Measured, pool: list[_Measured]) -> tuple[sp.Expr, ...]:
     """The chosen form and those measured within `BUDGET.runner_up_bits` of it, without regimes."""
     # Forms without regimes: a derivative of a `where` of fed branches multiplies selections; a partial's own
-    # search joins the branches' derivatives by regimes of its own.  A family's own small `where` stays (log1p(w)
-    # where w is finite, the logs of its factors where not): its derivative is the partial's form past overflow.
-    ranked = [best.expr] if not best.branches else []
-    ranked += [m.expr for m in sorted(pool, key=lambda m: m.score) if m.score <= best.score + BUDGET.runner_up_bits]
+    # search joins the branches' derivatives by regimes of its own.
+    ranked = [best.expr] if not best.expr.has(sp.Piecewise) else []
+    # Within 2 bits of the best form without a `where`: a chosen form with one (the logs of a product that
+    # overflows) leaves the partials the same forms to try as a chosen form without.
+    plain = min((m for m in pool if not m.expr.has(sp.Piecewise)), key=lambda m: m.score, default=best)
+    anchor = best if not best.expr.has(sp.Piecewise) else plain
+    ranked += [m.expr for m in sorted(pool, key=lambda m: m.score) if m.score <= anchor.score + BUDGET.runner_up_bits]
     ranked += [m.expr for m in best.branches]
-    kept = (e for e in dict.fromkeys(ranked) if not e.has(sp.Piecewise) or sp.count_ops(e) <= 2 * BUDGET.factor_ops)
-    return tuple(kept)[: BUDGET.good_forms]
+    return tuple(e for e in dict.fromkeys(ranked) if not e.has(sp.Piecewise))[: BUDGET.good_forms]
 
 
 def _alone(derived: _Measured, reference: _Measured, policy: str, sampling: Sampling, seed: int) -> tuple[Any, ...]:
