@@ -17,6 +17,7 @@ new entry there (and, when sympy lacks it, a class here).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -1217,6 +1218,10 @@ def _log_abs_beta(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     return Piecewise((two_large, both), (one_large, one), (small, True))
 
 
+# beta's and beta_slope's cases are built once per pair of arguments: sympy simplifies each Piecewise as it is
+# built (a second of CPU for beta_slope's), and a printer asks for them twice (its text and how tightly that binds),
+# a build once per printer and call.  The expressions are immutable; the cache hands out the same one.
+@functools.cache
 def beta_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """beta(a, b) at every real pair, as sgn * exp(`_log_abs_beta`), with its poles and limits.
 
@@ -1281,6 +1286,7 @@ def _digamma_difference(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     )
 
 
+@functools.cache
 def beta_slope_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """d/da beta(a, b) = beta(a, b) (digamma(a) - digamma(a + b)), right where beta over- or underflows.
 
