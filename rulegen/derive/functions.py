@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
@@ -1401,15 +1402,31 @@ def _digits_spanning(*args: mpmath.mpf) -> int:
     return min(int(spread) + 10, 700)
 
 
+#: Bits to which the beta references round their working precision up, as the accuracy check rounds every exact
+#: value's (rulegen.check.accuracy.PRECISION_STEP): mpmath keeps the Bernoulli numbers of its digamma and gamma's
+#: Taylor coefficients per working precision, and digits that follow each point's scales (`_digits_spanning`) had
+#: them computed afresh point after point (two thirds of a Student-t log-density's accuracy check).
+SPANNING_PRECISION_STEP = 256
+
+
+@contextmanager
+def _spanning_precision(*args: mpmath.mpf) -> Iterator[None]:
+    """The working precision and `_digits_spanning(*args)` digits more, rounded up to SPANNING_PRECISION_STEP."""
+    with mpmath.extradps(_digits_spanning(*args)):
+        step = SPANNING_PRECISION_STEP
+        with mpmath.workprec(-(-mpmath.mp.prec // step) * step):
+            yield
+
+
 def _mp_beta(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
-    with mpmath.extradps(_digits_spanning(a, b)):
+    with _spanning_precision(a, b):
         return +mpmath.beta(a, b)
 
 
 def _mp_beta_slope(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
     """d/da beta(a, b): its limit -trigamma(a) at b = 0, and the difference of digammas in b's expansion where
     b is below the precision of a + b (a one-sided limit's stand-in for 0, 1e-450)."""
-    with mpmath.extradps(_digits_spanning(a, b)):
+    with _spanning_precision(a, b):
         if b == 0:
             return -mpmath.psi(1, a)
         if abs(b) < abs(a) * mpmath.mpf(10) ** (-mpmath.mp.dps // 2):
