@@ -17,8 +17,10 @@ new entry there (and, when sympy lacks it, a class here).
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
@@ -1267,11 +1269,16 @@ def _beta_pieces(a: sp.Expr, b: sp.Expr, *, logarithm: bool) -> sp.Expr:
     )
 
 
+# beta's, betaln's and beta_slope's cases are built once per pair of arguments: sympy simplifies each Piecewise as
+# it is built (a second of CPU for beta_slope's), and a printer asks for them twice (its text and how tightly that
+# binds), a build once per printer and call.  The expressions are immutable; the cache hands out the same one.
+@functools.cache
 def beta_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """beta(a, b) at every real pair (`_beta_pieces`)."""
     return _beta_pieces(a, b, logarithm=False)
 
 
+@functools.cache
 def betaln_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """log|beta(a, b)| at every real pair (`_beta_pieces`): finite where beta under- or overflows."""
     return _beta_pieces(a, b, logarithm=True)
@@ -1310,6 +1317,7 @@ def _digamma_difference(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     )
 
 
+@functools.cache
 def beta_slope_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """d/da beta(a, b) = beta(a, b) (digamma(a) - digamma(a + b)), right where beta over- or underflows.
 
@@ -1448,8 +1456,24 @@ def _digits_spanning(*args: mpmath.mpf) -> int:
     return min(int(spread) + 10, 700)
 
 
+#: Bits to which the beta references round their working precision up, as the accuracy check rounds every exact
+#: value's (rulegen.check.accuracy.PRECISION_STEP): mpmath keeps the Bernoulli numbers of its digamma and gamma's
+#: Taylor coefficients per working precision, and digits that follow each point's scales (`_digits_spanning`) had
+#: them computed afresh point after point (two thirds of a Student-t log-density's accuracy check).
+SPANNING_PRECISION_STEP = 256
+
+
+@contextmanager
+def _spanning_precision(*args: mpmath.mpf) -> Iterator[None]:
+    """The working precision and `_digits_spanning(*args)` digits more, rounded up to SPANNING_PRECISION_STEP."""
+    with mpmath.extradps(_digits_spanning(*args)):
+        step = SPANNING_PRECISION_STEP
+        with mpmath.workprec(-(-mpmath.mp.prec // step) * step):
+            yield
+
+
 def _mp_beta(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
-    with mpmath.extradps(_digits_spanning(a, b)):
+    with _spanning_precision(a, b):
         return +mpmath.beta(a, b)
 
 
@@ -1460,7 +1484,7 @@ def _mp_betaln(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
 def _mp_beta_slope(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
     """d/da beta(a, b): its limit -trigamma(a) at b = 0, and the difference of digammas in b's expansion where
     b is below the precision of a + b (a one-sided limit's stand-in for 0, 1e-450)."""
-    with mpmath.extradps(_digits_spanning(a, b)):
+    with _spanning_precision(a, b):
         if b == 0:
             return -mpmath.psi(1, a)
         if abs(b) < abs(a) * mpmath.mpf(10) ** (-mpmath.mp.dps // 2):
