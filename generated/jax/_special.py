@@ -25,6 +25,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special
 import numpy as np
 
 from . import _asymptotic
@@ -176,6 +177,10 @@ def _log(y: jax.Array) -> jax.Array:
 def xlogy(x: Any, y: Any) -> jax.Array:
     """x log(y), 0 where x is 0 (but nan at a nan y), as JAX's xlogy, a subnormal y read exactly
     (`_log`); differentiated by log(y) and x / y, an input held constant adding no term."""
+    if all(type(a) in (int, float) or getattr(a, "weak_type", False) for a in (x, y)):
+        # Python numbers, weakly typed: JAX's own keeps its result weakly typed, as jnp's
+        # arithmetic of them is; the read of a subnormal below converts to a strong float.
+        return jax.scipy.special.xlogy(x, y)
     x, y = _inexact(x, y)
     return jnp.where((x != 0) | jnp.isnan(y), x * _log(y), jnp.zeros_like(x))
 
