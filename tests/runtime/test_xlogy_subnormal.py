@@ -49,4 +49,6 @@ def test_xlogy_of_python_numbers_is_weakly_typed_as_jnp_s():
     for x, y in ((2.0, 3.0), (2, 3), (2.0, 3)):
         got = xlogy(jnp.asarray(x) + 0.0, jnp.asarray(y) + 0.0)
         assert got.weak_type and float(got) == pytest.approx(x * math.log(y))
+        out, _ = jax.jvp(xlogy, (jnp.asarray(x) + 0.0, jnp.asarray(y) + 0.0), (1.0, 1.0))
+        assert out.weak_type  # the jvp's primal is the function's own
     assert not xlogy(jnp.asarray([2.0]), 3.0).weak_type

@@ -261,8 +261,9 @@ def _good_forms(best: _Measured, pool: list[_Measured]) -> tuple[sp.Expr, ...]:
     ranked = [best.expr] if not best.expr.has(sp.Piecewise) else []
     # Within 2 bits of the best form without a `where`: a chosen form with one (the logs of a product that
     # overflows) leaves the partials the same forms to try as a chosen form without.
-    plain = min((m for m in pool if not m.expr.has(sp.Piecewise)), key=lambda m: m.score, default=best)
-    anchor = best if not best.expr.has(sp.Piecewise) else plain
+    anchor = best
+    if best.expr.has(sp.Piecewise):
+        anchor = min((m for m in pool if not m.expr.has(sp.Piecewise)), key=lambda m: m.score, default=best)
     ranked += [m.expr for m in sorted(pool, key=lambda m: m.score) if m.score <= anchor.score + BUDGET.runner_up_bits]
     ranked += [m.expr for m in best.branches]
     return tuple(e for e in dict.fromkeys(ranked) if not e.has(sp.Piecewise))[: BUDGET.good_forms]
