@@ -244,3 +244,25 @@ def test_the_zoo_is_forty_forward_only_rules_its_table_names_in_order():
     assert len(rules) == 40
     assert all(not (r.derivatives or r.jvp or r.vjp) for r in rules), "the compiler derives every partial"
     assert zoo_speed.layout().labels == tuple(r.name for r in rules)
+
+
+def test_against_commit_imports_a_commit_s_package_beside_today_s_and_times_the_same_functions():
+    # The A/B benchmark compares the generated code of two commits: HEAD's committed package must import beside
+    # generated/ (its torch ops named after its own modules) and its functions compute what today's compute.
+    import importlib
+
+    import torch
+
+    from benchmarks import against_commit
+
+    assert against_commit.main([]) == 2 and against_commit.main(["HEAD", "big"]) == 2
+    against_commit.generated_at("HEAD")
+    then = importlib.import_module(f"{against_commit.PACKAGE}.torch")
+    now = importlib.import_module("generated.torch")
+    assert then.__file__ != now.__file__
+    x, y = torch.linspace(-3, 3, 7, dtype=torch.float64), torch.linspace(0.5, 2, 7, dtype=torch.float64)
+    for _, name, arity, statics in against_commit.TORCH_CASES:
+        args = (x, y)[:arity]
+        got = [against_commit._function(package, name, statics)(*args) for package in (then, now)]
+        for a, b in zip(against_commit._outputs(got[0]), against_commit._outputs(got[1]), strict=True):
+            torch.testing.assert_close(a, b)

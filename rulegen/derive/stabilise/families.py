@@ -721,6 +721,16 @@ def _factored(expr: sp.Expr) -> sp.Expr:
 # ---------------------------------------------------------------- reassociated products
 
 
+def _finishing(family: str, expr: sp.Expr) -> Iterator[sp.Expr]:
+    """The forms of `family`'s rewrites that mend one overflow of a form the other families made and leave the rest
+    of it as it is: its products reassociated, its logs of products taken apart (a Student t's loggamma difference
+    as the gamma series write it, and its log1p((x/s)**2/df) inf past |x|/s = 1.3e154)."""
+    if family == "reassociated":
+        yield from _reassociations(expr)
+    else:
+        yield from (found for _, found in _changed(family, _logs_taken_apart, expr))
+
+
 def _reassociations(expr: sp.Expr) -> Iterator[sp.Expr]:
     """`expr` with each quotient of products computed as a product of quotients, each factor below the line
     divided into one above it: tan(x)**2 (x - sin x) / (x - tan x)**2 as (tan(x) / (x - tan x))**2 (x - sin x),

@@ -12,7 +12,7 @@ import sympy as sp
 
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cache import load, search_key, store
-from rulegen.derive.stabilise.families import _candidates, _reassociations
+from rulegen.derive.stabilise.families import _candidates, _finishing
 from rulegen.derive.stabilise.gate import admissible, validated_bits
 from rulegen.derive.stabilise.points import (
     _DTYPES,
@@ -174,11 +174,19 @@ def _search(
     if start is not None and searchable(start.expr, sampling):
         found = _candidates(start.expr, variables)
         measured_from(((f"{start.family}, {family}", c) for family, c in found), BUDGET.candidates_per_alternative)
-    # Products reassociated in the best forms found: a family that rewrites what the others made.
+    # The best forms found, each overflow they keep mended: families that rewrite what the others made, once each.
+    # Logs are taken apart in a form the gamma series made (a `where` of thresholds) that keeps the log1p of a
+    # product that overflows; products reassociate in a form without a `where`.
     leaders = sorted(pool, key=lambda m: m.score)[: BUDGET.reassociated_starts]
     measured_from(
-        ((f"{m.family}, reassociated", c) for m in leaders for c in _reassociations(m.expr)),
-        BUDGET.reassociated_starts * 2,
+        (
+            (f"{m.family}, {family}", c)
+            for family in ("reassociated", "logs taken apart")
+            for m in leaders
+            for c in _finishing(family, m.expr)
+            if family not in m.family.split(", ")
+        ),
+        BUDGET.reassociated_starts * 3,
     )
     # Inputs clamped where forms overflow on the way to a limit they have reached.
     pool += _saturated(pool, sampling, search)
