@@ -150,6 +150,15 @@ def _erf_term(term: sp.Expr, constant: sp.Expr) -> sp.Expr | None:
     return None
 
 
+def _log_sigmoid(e: sp.Expr) -> sp.Expr | None:
+    """-softplus(-u) where `e` is log(sigmoid(u)), -softplus(u) where it is log1p(-sigmoid(u)), else None."""
+    if isinstance(e, sp.log) and isinstance(e.args[0], sigmoid):
+        return -softplus(-e.args[0].args[0])
+    if isinstance(e, log1p) and isinstance(-e.args[0], sigmoid):
+        return -softplus((-e.args[0]).args[0])
+    return None
+
+
 def _one_plus_erf(total: sp.Add) -> sp.Expr:
     constant, terms = total.as_coeff_Add()
     for term in sp.Add.make_args(terms):
@@ -191,6 +200,9 @@ CANONICAL_FORMS = (
         ),
         writes=("softplus",),
     ),
+    # log(sigmoid(u)) -> -softplus(-u), log1p(-sigmoid(u)) -> -softplus(u): log(sigmoid(17)) is log(1) = 0 in
+    # float32 (exact -4.1e-8), log1p(-sigmoid(-17)) the same, and log1p(-sigmoid(89)) is log(0) = -inf.
+    CanonicalForm(ReplaceOptim(lambda e: _log_sigmoid(e) is not None, lambda e: _log_sigmoid(e)), writes=("softplus",)),
     CanonicalForm(  # 1 / (1 + exp(u)) -> sigmoid(-u)
         ReplaceOptim(
             lambda e: e.is_Pow and e.exp == -1 and _is_one_plus_exp(e.base),

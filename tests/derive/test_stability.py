@@ -33,6 +33,15 @@ def test_canonical_forms():
     assert canonical(sp.log(2 + sp.exp(x))) == sp.log(2 + sp.exp(x))
 
 
+def test_the_log_of_a_sigmoid_is_a_softplus():
+    # log(sigmoid(17)) is log(1) = 0 in float32 (exact -4.1e-8) and log(1 - sigmoid(89)) is log(0) = -inf: a
+    # negative binomial's log(sigmoid(-logits)) and log(sigmoid(logits)) kept them wherever the search did not look.
+    x, y = sp.symbols("x y", real=True)
+    assert canonical(sp.log(sigmoid(x))) == -softplus(-x)
+    assert canonical(sp.log(1 - sigmoid(x))) == -softplus(x)
+    assert canonical(y * sp.log(sigmoid(-x)) + sp.log(1 - sigmoid(2 * x))) == -y * softplus(x) - softplus(2 * x)
+
+
 def test_a_complex_rule_keeps_the_forms_that_hold_for_complex_arguments_only():
     # log(1 + exp(z)) was made the real softplus: JAX's value wrong, torch's softplus_cpu raised for complex.
     z = sp.Symbol("z")
@@ -47,7 +56,7 @@ X = sp.Symbol("x", real=True)
 P = sp.Symbol("p", positive=True)
 # One expression each canonical form rewrites, as the forms' declared `writes` must cover.
 FORM_EXAMPLES = {
-    "softplus": [sp.log(1 + sp.exp(X)), log1p(sp.exp(X))],
+    "softplus": [sp.log(1 + sp.exp(X)), log1p(sp.exp(X)), sp.log(sigmoid(X)), log1p(-sigmoid(2 * X))],
     "log1p": [sp.log(1 + X)],
     "expm1": [sp.exp(X) - 1],
     "sigmoid": [1 / (1 + sp.exp(X)), 1 - sigmoid(-X), sp.exp(X) * sigmoid(-X)],

@@ -11,6 +11,7 @@ import pytest
 import sympy as sp
 from sympy.codegen.cfunctions import log1p
 
+from rulegen.derive.functions import softplus
 from rulegen.derive.stabilise import Sampling, searchable, stabilise
 from rulegen.derive.stabilise.points import _numpy_function
 from rulegen.spec.rules import Domain
@@ -352,6 +353,21 @@ def test_a_difference_of_logs_is_taken_by_how_close_its_arguments_are():
         with mpmath.workprec(2000):
             exact = sp.lambdify((p, q), partial, "mpmath")(*map(mpmath.mpf, point))
         assert bits(evaluated(choice.chosen, (p, q), point, np.float64), exact) <= 2, point
+
+
+def test_a_sum_of_softplus_terms_of_opposite_arguments_is_written_by_sign():
+    # A Bernoulli log-mass, y log(sigmoid(z)) + (1 - y) log(1 - sigmoid(z)), is -y softplus(-z) - (1 - y) softplus(z)
+    # by the canonical forms; its two softplus terms times y cancel to y z where |y| >> |z| (8 bits float64 at
+    # y = 1e10, z = 0.02).  By sign it is (y - 1) z - softplus(-z) above 0 and y z - softplus(z) below.
+    y, z = sp.Symbol("y", real=True), sp.Symbol("z", real=True)
+    forward = -y * softplus(-z) - (1 - y) * softplus(z)
+    choice = stabilise(forward, Sampling(((y, Domain()), (z, Domain()))))
+    for point in ((1e10, 0.02), (-3e12, -0.5), (0.25, 40.0), (1.0, -1e300), (0.5, 1e-20), (1e300, 1e-300)):
+        with mpmath.workprec(2000):
+            py, pz = (mpmath.mpf(p) for p in point)
+            exact = py * pz - mpmath.log1p(mpmath.exp(pz))
+        value = evaluated(choice.chosen, (y, z), point, np.float64)
+        assert bits(value, exact) <= 2, (point, value, exact, choice.family)
 
 
 def test_the_gamma_series_form_has_its_log_of_an_overflowing_product_taken_apart():

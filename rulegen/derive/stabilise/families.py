@@ -495,6 +495,7 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
     yield from _exponential_forms(expr, ops)
     yield from _norm_forms(bases[:2])
     yield from _changed("logs taken apart", _logs_taken_apart, expr)
+    yield from _changed("softplus by sign", _softplus_by_sign, expr)
     yield from _changed("reciprocals paired", _reciprocals_paired, expr)
     yield from _gamma_series(expr, ops)
     yield from _changed("poles taken out", _poles_taken_out, expr)
@@ -552,6 +553,24 @@ def _logs_taken_apart(expr: sp.Expr) -> sp.Expr:
         return sp.Piecewise((logs(parts), (w > 0) & (divided(w, 2) >= w)), (log1p(w), True))
 
     return expr.replace(lambda e: isinstance(e, (sp.log, log1p)), apart)
+
+
+def _softplus_by_sign(expr: sp.Expr) -> sp.Expr:
+    """A sum with softplus(u) and softplus(-u) written in one of them on each side of 0, as softplus(u) is
+    u + softplus(-u), its terms collected: a Bernoulli log-mass, -y softplus(-z) - (1 - y) softplus(z), is
+    (y - 1) z - softplus(-z) for z > 0 and y z - softplus(z) below (the form of torch's BCE with logits), where the
+    two softplus terms times y cancel to y z for |y| >> 1."""
+    arguments = sorted({f.args[0] for f in expr.atoms(softplus)}, key=sp.default_sort_key)
+    u = next((a for a in arguments if -a in arguments and sp.default_sort_key(a) < sp.default_sort_key(-a)), None)
+    if u is None:
+        return expr
+
+    def collected(e: sp.Expr) -> sp.Expr:
+        return sp.collect(sp.expand(e), [softplus(u), softplus(-u), u])
+
+    above = collected(expr.xreplace({softplus(u): u + softplus(-u)}))
+    below = collected(expr.xreplace({softplus(-u): -u + softplus(u)}))
+    return sp.Piecewise((above, u > 0), (below, True))
 
 
 def _power_of_quotient(parts: list[tuple[sp.Expr, sp.Expr]]) -> sp.Expr:
