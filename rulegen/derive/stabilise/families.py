@@ -565,11 +565,16 @@ def _softplus_by_sign(expr: sp.Expr) -> sp.Expr:
     if u is None:
         return expr
 
-    def collected(e: sp.Expr) -> sp.Expr:
-        return sp.collect(sp.expand(e), [softplus(u), softplus(-u), u])
+    # u stands as one symbol while the terms are collected, so that (1 - y) u stays a product of u (and 0 at y = 1)
+    # where u itself is a sum; only the terms with a softplus of u are multiplied out.
+    whole = sp.Dummy("u")
 
-    above = collected(expr.xreplace({softplus(u): u + softplus(-u)}))
-    below = collected(expr.xreplace({softplus(-u): -u + softplus(u)}))
+    def collected(e: sp.Expr) -> sp.Expr:
+        spread = sp.Add(*(sp.expand_mul(t) if t.has(whole, softplus) else t for t in sp.Add.make_args(e)))
+        return sp.collect(spread, [softplus(u), softplus(-u), whole]).xreplace({whole: u})
+
+    above = collected(expr.xreplace({softplus(u): whole + softplus(-u)}))
+    below = collected(expr.xreplace({softplus(-u): -whole + softplus(u)}))
     return sp.Piecewise((above, u > 0), (below, True))
 
 
