@@ -7,8 +7,8 @@ import math
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.special
 
+from ._special import xlogy
 from ._util import as_lifted_arrays, present, rounded, summed_like
 
 
@@ -62,5 +62,5 @@ def _f_pow_jvp(primals, tangents):
                 t3, t7**y * y / t7, jnp.where(t4 & t5 & (y == 2 * jnp.floor(y / 2)), -t6, t6)
             ),
         ),
-        (y_dot, jax.scipy.special.xlogy(out, x)),
+        (y_dot, xlogy(out, x)),
     )

@@ -6,8 +6,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.special
 
+from ._special import xlogy
 from ._util import as_lifted_arrays, present, quotient, rounded, summed_like
 
 
@@ -33,7 +33,7 @@ def f_xlogy(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _f_xlogy(x, y):
-    return jax.scipy.special.xlogy(x, y)
+    return xlogy(x, y)
 
 
 @functools.partial(_f_xlogy.defjvp, symbolic_zeros=True)

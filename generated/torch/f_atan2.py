@@ -4,18 +4,10 @@
 
 import torch
 
-from ._function import RuleFunction, routed, saves_inputs
+from ._function import RuleFunction, plain, routed, saves_inputs
 from ._native import tangent_or_zero
-from ._util import as_opmath_tensors, binade, rounded
-
-
-def _partials(y, x):
-    """The partials dout/dy, dout/dx, which backward and jvp multiply."""
-    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-    t1 = x / t0
-    t2 = y / t0
-    t3 = torch.hypot(t1, t2)
-    return t1 / t3 / t0 / t3, -t2 / t3 / t0 / t3
+from ._special import atan2_slope
+from ._util import as_opmath_tensors, rounded
 
 
 class FAtan2(RuleFunction):
@@ -32,20 +24,22 @@ class FAtan2(RuleFunction):
         y, x = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        dout_dy, dout_dx = _partials(y, x)
+        if plain(y, x, out_bar) and all(ctx.needs_input_grad):
+            t0 = atan2_slope(x, y).mul_(out_bar)
+            t1 = atan2_slope(y, x).neg_().mul_(out_bar)
+            return t0.sum_to_size(y.shape), t1.sum_to_size(x.shape)
         y_bar = x_bar = None
         if ctx.needs_input_grad[0]:
-            y_bar = (dout_dy * out_bar).sum_to_size(y.shape)
+            y_bar = (out_bar * atan2_slope(x, y)).sum_to_size(y.shape)
         if ctx.needs_input_grad[1]:
-            x_bar = (dout_dx * out_bar).sum_to_size(x.shape)
+            x_bar = (out_bar * (-atan2_slope(y, x))).sum_to_size(x.shape)
         return y_bar, x_bar
 
     @staticmethod
     def jvp(ctx, y_dot, x_dot):
         y, x = ctx.saved_tensors
-        dout_dy, dout_dx = _partials(y, x)
         y_dot, x_dot = tangent_or_zero(y_dot, y), tangent_or_zero(x_dot, x)
-        return dout_dx * x_dot + dout_dy * y_dot
+        return x_dot * (-atan2_slope(y, x)) + y_dot * atan2_slope(x, y)
 
 
 _apply_f_atan2 = routed(FAtan2, "(Tensor y, Tensor x) -> Tensor")
@@ -58,12 +52,8 @@ def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:
         out = atan2(y, x)
 
     Partials (derived by sympy):
-        dout/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
-        dout/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
+        dout/dy = atan2_slope(x, y)
+        dout/dx = -atan2_slope(y, x)
 
     Inputs:
         y: float array; checked on [-3, 3]

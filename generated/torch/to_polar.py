@@ -8,16 +8,8 @@ import torch
 
 from ._function import RuleFunction, plain, routed, saves_inputs, summed_like
 from ._native import tangent_or_zero
-from ._util import as_opmath_tensors, binade, rounded
-
-
-def _partials(x, y, r):
-    """The partials dr/dx, dr/dy, dtheta/dx, dtheta/dy, which backward and jvp multiply."""
-    t1 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-    t2 = y / t1
-    t3 = x / t1
-    t4 = torch.hypot(t3, t2)
-    return x / r, y / r, -t2 / t4 / t1 / t4, t3 / t4 / t1 / t4
+from ._special import atan2_slope, hypot_slope
+from ._util import as_opmath_tensors, rounded
 
 
 class ToPolar(RuleFunction):
@@ -29,29 +21,37 @@ class ToPolar(RuleFunction):
         # (norms; `rulegen show to_polar --why` gives the measurements).
         return torch.hypot(x, y), torch.atan2(y, x)
 
-    setup_context = saves_inputs(outputs=(0,), materialize_grads=False)
+    setup_context = saves_inputs(materialize_grads=False)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
-        x, y, r = ctx.saved_tensors
-        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y, r)
-        if plain(x, y, r, r_bar, theta_bar) and all(ctx.needs_input_grad):
-            t0 = (dr_dx * r_bar).addcmul_(dtheta_dx, theta_bar)
-            t1 = (dr_dy * r_bar).addcmul_(dtheta_dy, theta_bar)
-            return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
+        x, y = ctx.saved_tensors
+        if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
+            t0 = hypot_slope(x, y).mul_(r_bar).addcmul_(atan2_slope(y, x).neg_(), theta_bar)
+            t2 = hypot_slope(y, x).mul_(r_bar).addcmul_(atan2_slope(x, y), theta_bar)
+            return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = summed_like(x, (r_bar, dr_dx), (theta_bar, dtheta_dx))
+            x_bar = summed_like(
+                x,
+                None if r_bar is None else r_bar * hypot_slope(x, y),
+                None if theta_bar is None else theta_bar * (-atan2_slope(y, x)),
+            )
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(y, (r_bar, dr_dy), (theta_bar, dtheta_dy))
+            y_bar = summed_like(
+                y,
+                None if r_bar is None else r_bar * hypot_slope(y, x),
+                None if theta_bar is None else theta_bar * atan2_slope(x, y),
+            )
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, r = ctx.saved_tensors
-        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y, r)
+        x, y = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        return dr_dx * x_dot + dr_dy * y_dot, dtheta_dx * x_dot + dtheta_dy * y_dot
+        return x_dot * hypot_slope(x, y) + y_dot * hypot_slope(y, x), x_dot * (
+            -atan2_slope(y, x)
+        ) + y_dot * atan2_slope(x, y)
 
 
 _apply_to_polar = routed(ToPolar, "(Tensor x, Tensor y) -> (Tensor, Tensor)")
@@ -74,12 +74,8 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
     Partials (derived by sympy):
         dr/dx = x/sqrt(x**2 + y**2)
         dr/dy = y/sqrt(x**2 + y**2)
-        dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
-        dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
+        dtheta/dx = -atan2_slope(y, x)
+        dtheta/dy = atan2_slope(x, y)
 
     Computed in the form rulegen's accuracy search chose over the derived one: r, dr/dx, dr/dy
     (`rulegen show to_polar --why` gives the forms and their measured error).

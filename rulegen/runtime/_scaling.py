@@ -54,3 +54,55 @@ def nth_root(xp: ModuleType, x: Any, n: int) -> Any:
     # reads 2**-1074 as 2**-1075 (cbrt(5e-324) was 1.35e-108 for 1.70e-108): the root of that
     # 0, as its arithmetic reads it.  torch computes subnormals, and only 0 is 0 there.
     return xp.where(x == 0, x * 0, xp.where(xp.isfinite(step), y - step, y))
+
+
+def _over_binade(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
+    """(u, v, h, r): x and y over the binade s of the larger magnitude, h = hypot(u, v) within
+    [1, 3), and r = 1 / s.
+
+    Where an input is infinite and the other finite, (u, v) is the unit vector of its direction
+    and r is 0: a product by r is the limit 0 (the scaled quotient would be inf / inf).  A 0 pair
+    is (0, 0, 0, 1).  A quotient is multiplied by r, not divided by s: XLA under `jit` computes
+    a / s / s as a / (s * s), whose square underflows at the smallest normals (0 / 0 for atan2's
+    second derivative at (0, 2.2e-308)).
+    """
+    s = binade(xp, xp.maximum(xp.abs(x), xp.abs(y)))
+    infinite_x, infinite_y = xp.abs(x) == math.inf, xp.abs(y) == math.inf
+    infinite = infinite_x | infinite_y
+    u = xp.where(infinite, xp.where(infinite_x, xp.sign(x), 0 * x), x / s)
+    v = xp.where(infinite, xp.where(infinite_y, xp.sign(y), 0 * y), y / s)
+    return u, v, xp.hypot(u, v), xp.where(infinite, 0.0, 1 / s)
+
+
+def hypot_slope(xp: ModuleType, x: Any, y: Any) -> Any:
+    """d/dx hypot(x, y) = x / hypot(x, y), on x and y over their binade: 0 at (0, 0), as the
+    frameworks' own, the direction at an infinite input beside a finite one, nan at two."""
+    u, _, h, _ = _over_binade(xp, x, y)
+    return u / xp.where(h == 0, 1.0, h)
+
+
+def hypot_curvature(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any]:
+    """hypot_slope's partials (the registry's `hypot_slope.fdiff`): y**2 / h**3, inf at (0, 0)
+    (its limit), and -x y / h**3, products of factors of the scaled inputs, never inf * 0."""
+    u, v, h, r = _over_binade(xp, x, y)
+    zero = h == 0
+    h = xp.where(zero, 1.0, h)
+    cosine, sine = u / h, v / h
+    return xp.where(zero, math.inf, sine * sine / h * r), -(cosine * sine / h * r)
+
+
+def atan2_slope(xp: ModuleType, u: Any, v: Any) -> Any:
+    """u / (u**2 + v**2) (atan2's partials), as ((u' / h') / s) / h' on u and v over their
+    binade s: each step within a factor 3 of the result (`functions.atan2_slope`); 0 at an
+    infinite input beside a finite one."""
+    u, v, h, r = _over_binade(xp, u, v)
+    return u / h * r / h
+
+
+def atan2_curvature(xp: ModuleType, u: Any, v: Any) -> tuple[Any, Any]:
+    """atan2_slope's partials (the registry's `atan2_slope.fdiff`): (v - u) (v + u) / h**4 (no
+    cancellation near the diagonal) and -2 u v / h**4, on u and v over their binade, each
+    factor at most 1 before the products by 1 / s and quotients by h."""
+    u, v, h, r = _over_binade(xp, u, v)
+    uu = (v - u) / h * ((v + u) / h) * r / h * r / h
+    return uu, -2 * (u / h) * (v / h) * r / h * r / h

@@ -7,6 +7,8 @@ from rulegen.render.build import generate
 from rulegen.spec.rules import read_rule_file
 
 POLAR = "name: pol\ninputs: [x, y]\noutputs: [r, theta]\nforward:\n  r: hypot(x, y)\n  theta: atan2(y, x)\n"
+# Partials that share hypot(x, y): log(x**2 + y**2)'s 2 x / hypot**2 and 2 y / hypot**2.
+SHARING = "name: pol\ninputs: [x, y]\noutputs: [r, theta]\nforward:\n  r: log(x**2 + y**2)\n  theta: atan(y / x)\n"
 
 
 def _torch_module(tmp_path, text: str) -> str:
@@ -20,9 +22,9 @@ def _torch_module(tmp_path, text: str) -> str:
 
 
 def test_backward_and_jvp_call_one_function_for_the_partials_they_share(tmp_path):
-    text = _torch_module(tmp_path, POLAR)
-    # The scaled quotients of dr/dx, dr/dy, dtheta/dx and dtheta/dy over one hypot, once in the module.
-    assert text.count("torch.hypot(t1, t2)") == 1
+    text = _torch_module(tmp_path, SHARING)
+    # dr/dx and dr/dy over one hypot, once in the module.
+    assert text.count("torch.hypot(x, y)") == 1
     assert text.count("def _partials(x, y):") == 1
     backward, jvp = text.split("def backward")[1].split("def jvp")
     call = "dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y)"
@@ -33,6 +35,15 @@ def test_backward_and_jvp_call_one_function_for_the_partials_they_share(tmp_path
     assert "plain(x, y, r_bar, theta_bar)" in backward
 
 
+def test_hypot_and_atan2_partials_are_the_runtime_functions_with_their_derivatives(tmp_path):
+    # Each computes its own quotient over the binade, and is differentiated by the registry's partials.
+    text = _torch_module(tmp_path, POLAR)
+    backward, jvp = text.split("def backward")[1].split("def jvp")
+    for partial in ("hypot_slope(x, y)", "hypot_slope(y, x)", "atan2_slope(y, x)", "atan2_slope(x, y)"):
+        assert partial in backward and partial in jvp
+    assert "from ._special import atan2_slope, hypot_slope" in text
+
+
 def test_partials_that_share_nothing_are_computed_where_they_are_multiplied(tmp_path):
     text = _torch_module(tmp_path, "name: r\ninputs: [x, y]\nforward: sin(x) + cosh(y)\n")
     assert "_partials" not in text
@@ -40,6 +51,6 @@ def test_partials_that_share_nothing_are_computed_where_they_are_multiplied(tmp_
 
 
 def test_a_partial_takes_a_name_no_name_of_the_rule_is(tmp_path):
-    rule = "name: r\ninputs: [x, dout_dx]\nforward: hypot(x, dout_dx)\n"
+    rule = "name: r\ninputs: [x, dout_dx]\nforward: log(x**2 + dout_dx**2)\n"
     text = _torch_module(tmp_path, rule)
     assert "_dout_dx, dout_ddout_dx = _partials(x, dout_dx)" in text

@@ -18,10 +18,15 @@ overflows (autodiff of its tails' erfcx(u) / x is inf - inf there, and JAX's
 own derivative of ndtri is 0 at x = 0).
 """
 
+import functools
+import math
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from . import _asymptotic
+from . import _asymptotic, _scaling
 
 # Where erfcx is its asymptotic series: jax.scipy.special.erfcx is 0 on
 # [9.195, 9.419] in float32 and on [26.544, 26.641] in float64 (JAX 0.10),
@@ -151,3 +156,79 @@ def _atan2_jvp(
     primals: tuple[jax.Array, jax.Array], tangents: tuple[jax.Array, jax.Array]
 ) -> tuple[jax.Array, jax.Array]:
     return atan2(*primals), jax.jvp(jnp.arctan2, primals, tangents)[1]
+
+
+def _pair_jvp(
+    value: Any, partials: Any, primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+) -> tuple[jax.Array, jax.Array]:
+    """The jvp of a function of two inputs, `value`, by its `partials`: an input held constant
+    (JAX's symbolic zero) adds no term, not 0 times a partial that may be inf."""
+    out = value(*primals)
+    dx, dy = partials(jnp, *primals)
+    zero = jax.custom_derivatives.SymbolicZero
+    terms = [t * d for t, d in zip(tangents, (dx, dy), strict=True) if type(t) is not zero]
+    tangent = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(out)
+    return out, jnp.broadcast_to(tangent, jnp.shape(out))
+
+
+@jax.custom_jvp
+def hypot_slope(x: jax.Array, y: jax.Array) -> jax.Array:
+    """x / hypot(x, y) (`_scaling.hypot_slope`), differentiated by the registry's partials."""
+    return _scaling.hypot_slope(jnp, x, y)
+
+
+@functools.partial(hypot_slope.defjvp, symbolic_zeros=True)
+def _hypot_slope_jvp(
+    primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+) -> tuple[jax.Array, jax.Array]:
+    return _pair_jvp(hypot_slope, _scaling.hypot_curvature, primals, tangents)
+
+
+@jax.custom_jvp
+def atan2_slope(u: jax.Array, v: jax.Array) -> jax.Array:
+    """u / (u**2 + v**2) (`_scaling.atan2_slope`), differentiated by the registry's partials."""
+    return _scaling.atan2_slope(jnp, u, v)
+
+
+@functools.partial(atan2_slope.defjvp, symbolic_zeros=True)
+def _atan2_slope_jvp(
+    primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+) -> tuple[jax.Array, jax.Array]:
+    return _pair_jvp(atan2_slope, _scaling.atan2_curvature, primals, tangents)
+
+
+def _log(y: jax.Array) -> jax.Array:
+    """log(y), a positive subnormal y read from its bits (an integer k times the smallest
+    subnormal: log(k) + log(2**-1074) in float64): XLA reads it as 0 (-inf), in integer
+    arithmetic it reads nothing."""
+    info = jnp.finfo(y.dtype)
+    integer = np.dtype(f"int{8 * y.dtype.itemsize}")
+    bits = jax.lax.bitcast_convert_type(y, integer)
+    smallest_normal = int(np.asarray(info.tiny, dtype=y.dtype).view(integer))
+    subnormal = (bits > 0) & (bits < smallest_normal)
+    scaled = jnp.log(bits.astype(y.dtype)) + math.log(float(info.smallest_subnormal))
+    return jnp.where(subnormal, scaled, jnp.log(y))
+
+
+@jax.custom_jvp
+def xlogy(x: Any, y: Any) -> jax.Array:
+    """x log(y), 0 where x is 0 (but nan at a nan y), as JAX's xlogy, a subnormal y read exactly
+    (`_log`); differentiated by log(y) and x / y, an input held constant adding no term."""
+    x, y = _inexact(x, y)
+    return jnp.where((x != 0) | jnp.isnan(y), x * _log(y), jnp.zeros_like(x))
+
+
+def _inexact(*args: Any) -> tuple[jax.Array, ...]:
+    dtype = jnp.result_type(*args, float)
+    return tuple(jnp.asarray(a).astype(dtype) for a in args)
+
+
+@functools.partial(xlogy.defjvp, symbolic_zeros=True)
+def _xlogy_jvp(primals: tuple[Any, Any], tangents: tuple[Any, Any]) -> tuple[jax.Array, jax.Array]:
+    x, y = _inexact(*primals)
+    out = xlogy(x, y)
+    zero = jax.custom_derivatives.SymbolicZero
+    x_dot, y_dot = (None if type(t) is zero else t for t in tangents)
+    terms = [t * d for t, d in ((x_dot, _log(y)), (y_dot, x / y)) if t is not None]
+    tangent = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(out)
+    return out, jnp.broadcast_to(tangent, jnp.shape(out)).astype(out.dtype)

@@ -1,0 +1,117 @@
+"""hypot's and atan2's partials in the runtime, `hypot_slope` and `atan2_slope`: differentiated by the registry's
+partials at every order, right at zeros, subnormals and infinities.
+
+Autodiff of the scaled quotients was inf * 0 where a partial overflows beside a zero input (atan2's second
+derivative at (0, 5e-324): nan, where it is 0) and inf / inf at an infinite input (hypot's at (0, inf)).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+import pytest
+import torch
+import torch.autograd.forward_ad as forward_ad
+
+from rulegen.derive import functions as fn
+
+jax.config.update("jax_enable_x64", True)
+
+TINY = 5e-324
+#: (x, y) pairs: a subnormal beside a zero, an infinity beside a zero, the smallest normals, ordinary ones.
+PAIRS = [(0.0, TINY), (TINY, 0.0), (0.0, math.inf), (math.inf, 0.0), (2.2e-308, TINY), (0.6, -1.7), (3e200, 1e199)]
+#: The same in JAX without the subnormals, which XLA on the CPU reads as zeros: a zero beside the smallest normal.
+NORMAL_PAIRS = [(0.0, 2.2250738585072014e-308), (2.2250738585072014e-308, 0.0), *PAIRS[2:4], *PAIRS[5:]]
+
+
+def _exact(f, x: float, y: float) -> float:
+    """f's value at (x, y) in mpmath, the registry's partials at an infinite input (their limits there)."""
+    with mpmath.workdps(60):
+        return float(f(mpmath.mpf(x), mpmath.mpf(y)))
+
+
+def _hypot_xx(x, y):
+    # d/dx (x / h) = y**2 / h**3, via the registry's statement: hypot_slope(y, x) * atan2_slope(y, x).
+    return fn._mp_hypot_slope(y, x) * fn._mp_atan2_slope(y, x)
+
+
+def _atan2_uv(u, v):
+    return -2 * fn._mp_atan2_slope(u, v) * fn._mp_atan2_slope(v, u)
+
+
+def _atan2_uu(u, v):
+    return fn._mp_atan2_slope(v, u) ** 2 - fn._mp_atan2_slope(u, v) ** 2
+
+
+def _close(got: float, exact: float) -> bool:
+    if math.isinf(exact) or exact == 0:
+        return got == exact
+    return abs(got - exact) <= 1e-14 * abs(exact)
+
+
+@pytest.mark.parametrize(
+    ("name", "argnum", "exact"),
+    [("hypot_slope", 0, _hypot_xx), ("atan2_slope", 0, _atan2_uu), ("atan2_slope", 1, _atan2_uv)],
+)
+def test_jax_partials_are_differentiated_by_the_registry(name, argnum, exact):
+    from rulegen.runtime.jax import _special
+
+    f = getattr(_special, name)
+    for x, y in NORMAL_PAIRS:
+        args = (jnp.float64(x), jnp.float64(y))
+        got = float(jax.grad(f, argnums=argnum)(*args))
+        want = _exact(exact, x, y)
+        assert _close(got, want), (name, argnum, x, y, got, want)
+
+
+@pytest.mark.parametrize(
+    ("name", "argnum", "exact"),
+    [("hypot_slope", 0, _hypot_xx), ("atan2_slope", 0, _atan2_uu), ("atan2_slope", 1, _atan2_uv)],
+)
+def test_torch_partials_are_differentiated_by_the_registry(name, argnum, exact):
+    from rulegen.runtime.torch import _special
+
+    f = getattr(_special, name)
+    for x, y in PAIRS:
+        args = [torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)]
+        args[argnum].requires_grad_(True)
+        (got,) = torch.autograd.grad(f(*args), args[argnum])
+        want = _exact(exact, x, y)
+        assert _close(float(got), want), (name, argnum, x, y, float(got), want)
+        # Forward mode: only the varied input has a tangent, and the held one adds no 0 * inf.
+        with forward_ad.dual_level():
+            duals = [
+                forward_ad.make_dual(a.detach(), torch.ones(())) if k == argnum else a.detach()
+                for k, a in enumerate(args)
+            ]
+            tangent = forward_ad.unpack_dual(f(*duals)).tangent
+        assert _close(float(tangent), want), (name, argnum, x, y, float(tangent), want)
+
+
+def test_the_atan2_second_derivative_was_nan_beside_a_subnormal():
+    # d2/dy2 atan2(y, x) at (0, 5e-324): -2 x y / (x**2 + y**2)**2 = 0, where the partial x / (x**2 + y**2) is inf.
+    from rulegen.runtime.torch._special import atan2_slope
+
+    y = torch.tensor(0.0, dtype=torch.float64, requires_grad=True)
+    x = torch.tensor(TINY, dtype=torch.float64)
+    (got,) = torch.autograd.grad(atan2_slope(x, y), y)
+    assert float(got) == 0.0
+    # hypot's second derivative at (0, 0): y**2 / h**3's limit, inf; at (0, inf), 0.
+    from rulegen.runtime.jax._special import hypot_slope
+
+    assert float(jax.grad(hypot_slope)(0.0, 0.0)) == math.inf
+    assert float(jax.grad(hypot_slope)(0.0, math.inf)) == 0.0
+
+
+def test_the_value_where_nothing_differentiates_it_is_the_functions():
+    from rulegen.runtime.torch._special import atan2_slope, hypot_slope
+
+    x = torch.tensor([0.0, 3.0, -math.inf, 1e-310], dtype=torch.float64)
+    y = torch.tensor([0.0, 4.0, 2.0, 1e-310], dtype=torch.float64)
+    with torch.no_grad():
+        h, q = hypot_slope(x, y), atan2_slope(x, y)
+    np.testing.assert_allclose(h.numpy(), [0.0, 0.6, -1.0, math.sqrt(0.5)], rtol=1e-15)
+    np.testing.assert_allclose(q.numpy()[1:3], [3 / 25, 0.0], rtol=1e-15)
+    assert math.isnan(q[0]) and q[3] == pytest.approx(0.5 / 1e-310, rel=1e-12)
