@@ -67,11 +67,13 @@ def _over_binade(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
     a / s / s as a / (s * s), whose square underflows at the smallest normals (0 / 0 for atan2's
     second derivative at (0, 2.2e-308)).
     """
-    s = binade(xp, xp.maximum(xp.abs(x), xp.abs(y)))
-    infinite_x, infinite_y = xp.abs(x) == math.inf, xp.abs(y) == math.inf
-    infinite = infinite_x | infinite_y
-    u = xp.where(infinite, xp.where(infinite_x, xp.sign(x), 0 * x), x / s)
-    v = xp.where(infinite, xp.where(infinite_y, xp.sign(y), 0 * y), y / s)
+    size_x, size_y = xp.abs(x), xp.abs(y)
+    larger = xp.maximum(size_x, size_y)
+    s = binade(xp, larger)
+    infinite = larger == math.inf
+    # The direction: sign(x) where x is infinite, a zero of its sign where it is finite.
+    u = xp.where(infinite, xp.sign(x) * (size_x == math.inf), x / s)
+    v = xp.where(infinite, xp.sign(y) * (size_y == math.inf), y / s)
     return u, v, xp.hypot(u, v), xp.where(infinite, 0.0, 1 / s)
 
 
