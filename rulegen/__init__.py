@@ -9,6 +9,12 @@ __version__ = "0.1.0"
 #: this list.
 STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
+        "computation",
+        "how generated code computes an expression (what it shares, how it divides, what it costs), below the "
+        "stages that derive and print it",
+        ("quotients", "sharing", "cost"),
+    ),
+    (
         "spec",
         "read and validate the rule files",
         ("errors", "names", "source", "normalise", "model", "consistency", "ruleset", "reading", "rules"),
@@ -28,7 +34,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "plan",
         "plan each backend: the code model, printers, in-place bodies, one planner per body kind and backend",
         (
-            *("forms", "code", "saving", "model", "printers", "torch_route", "inplace", "symbolic", "header", "emit"),
+            *("forms", "code", "model", "printers", "torch_route", "inplace", "symbolic", "header", "emit"),
             *("torch", "snippet", "jax", "snippet_jax", "snippet_torch"),
         ),
     ),

@@ -25,9 +25,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special
 import numpy as np
 
-from . import _asymptotic, _scaling
+from . import _asymptotic, _scaling, _util
 
 # Where erfcx is its asymptotic series: jax.scipy.special.erfcx is 0 on
 # [9.195, 9.419] in float32 and on [26.544, 26.641] in float64 (JAX 0.10),
@@ -215,6 +216,10 @@ def _log(y: jax.Array) -> jax.Array:
 def xlogy(x: Any, y: Any) -> jax.Array:
     """x log(y), 0 where x is 0 (but nan at a nan y), as JAX's xlogy, a subnormal y read exactly
     (`_log`); differentiated by log(y) and x / y, an input held constant adding no term."""
+    if all(_util.weakly_typed(a) for a in (x, y)):
+        # Python numbers, weakly typed: JAX's own keeps its result weakly typed, as jnp's
+        # arithmetic of them is; the read of a subnormal below converts to a strong float.
+        return jax.scipy.special.xlogy(x, y)
     x, y = _inexact(x, y)
     return jnp.where((x != 0) | jnp.isnan(y), x * _log(y), jnp.zeros_like(x))
 
@@ -226,8 +231,8 @@ def _inexact(*args: Any) -> tuple[jax.Array, ...]:
 
 @functools.partial(xlogy.defjvp, symbolic_zeros=True)
 def _xlogy_jvp(primals: tuple[Any, Any], tangents: tuple[Any, Any]) -> tuple[jax.Array, jax.Array]:
+    out = xlogy(*primals)  # of the arguments as given: weakly typed where they are
     x, y = _inexact(*primals)
-    out = xlogy(x, y)
     zero = jax.custom_derivatives.SymbolicZero
     x_dot, y_dot = (None if type(t) is zero else t for t in tangents)
     terms = [t * d for t, d in ((x_dot, _log(y)), (y_dot, x / y)) if t is not None]

@@ -33,11 +33,12 @@ class GaussianLogpdf(RuleFunction):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        save_for_derivatives(ctx, *inputs, output)
+        save_for_derivatives(ctx, *inputs)
+        ctx.out_shape = output.shape
 
     @staticmethod
     def backward(ctx, out_bar):
-        x, mu, sigma, _ = ctx.saved_tensors
+        x, mu, sigma = ctx.saved_tensors
         x_bar, mu_bar, sigma_bar = _vjp(x, mu, sigma, out_bar)
         return (
             x_bar.sum_to_size(x.shape),
@@ -47,7 +48,7 @@ class GaussianLogpdf(RuleFunction):
 
     @staticmethod
     def jvp(ctx, x_dot, mu_dot, sigma_dot):
-        x, mu, sigma, out = ctx.saved_tensors
+        x, mu, sigma = ctx.saved_tensors
 
         def vjp(out_bar):
             x_bar, mu_bar, sigma_bar = _vjp(x, mu, sigma, out_bar)
@@ -57,7 +58,7 @@ class GaussianLogpdf(RuleFunction):
                 sigma_bar.sum_to_size(sigma.shape),
             )
 
-        _, transpose = torch.func.vjp(vjp, torch.ones_like(out))
+        _, transpose = torch.func.vjp(vjp, x_dot.new_ones(ctx.out_shape))
         return transpose((x_dot, mu_dot, sigma_dot))[0]
 
 

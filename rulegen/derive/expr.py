@@ -18,7 +18,7 @@ import keyword
 import math
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sympy as sp
@@ -26,6 +26,7 @@ from sympy.codegen.cfunctions import log1p
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import MpmathPrinter
 
+from rulegen.computation.quotients import scaled_quotient
 from rulegen.derive.functions import CONSTANTS, HOLOMORPHIC, RULE_FUNCTIONS, Piecewise, divided
 from rulegen.spec.errors import Loc, SpecError
 
@@ -415,24 +416,6 @@ def lambdified(args: Sequence[sp.Symbol], expr: Any, modules: Any) -> Callable[.
     return sp.lambdify([fresh.get(s, s) for s in args], body, modules=listed, printer=_MpmathPowers(settings))
 
 
-def scaled_quotient(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
-    """(k, q) where `expr` is an integer k, |k| > 1, times a quotient q of variables: computed k * (a / b), as
-    every printer of rulegen's writes it, since (k * a) / b overflows where the quotient times k does not
-    (-2 c / (b + sqrt(b**2 - 4 a c)) at c = -1.8e308)."""
-    if not isinstance(expr, sp.Mul):
-        return None
-    coefficient, rest = expr.as_coeff_Mul()
-    if not (coefficient.is_Integer and abs(coefficient) > 1 and rest.free_symbols):
-        return None
-    divisors = [f for f in sp.Mul.make_args(rest) if f.is_Pow and f.exp.is_negative and f.free_symbols]
-    return (coefficient, rest) if divisors and len(sp.Mul.make_args(rest)) > 1 else None
-
-
-def square_of_a_name(item: Any) -> bool:
-    """Whether `item` is b**2 with b a name: printed with b twice, computed once."""
-    return isinstance(item, sp.Pow) and item.exp == 2 and isinstance(item.base, sp.Symbol)
-
-
 def reciprocal_difference(p: sp.Expr, q: sp.Expr, d: sp.Expr) -> sp.Expr:
     """1/p - 1/q, d = q - p, as (d/p)/q divided by the larger magnitude first: |d| is at most twice it, so the
     quotient is in range wherever the difference is (1/p - 1/q cancels at q ~ p; d/(p q) overflows where p q
@@ -464,16 +447,6 @@ def log_difference(
     close = sp.Abs(sp.expand(at_a - at_b)) < sp.Abs(at_b) / 2
     far = sp.Abs(sp.log(at_a / at_b)) >= FAR_LOG_RATIO
     return sp.Piecewise((log1p(d / b), close), (kept(sp.log(a) - sp.log(b)), far), (sp.log(a / b), True))
-
-
-def divided_by_a_square(expr: sp.Mul) -> tuple[sp.Expr, sp.Expr] | None:
-    """(a, b) where `expr` is a / b**2 with b a name (printed twice, computed once) and no other divisor; else None."""
-    squares = [f for f in expr.args if f.is_Pow and square_of_a_name(1 / f)]
-    divisors = [f for f in expr.args if f.is_Pow and f.exp.is_negative]
-    if len(squares) != 1 or len(divisors) != 1:
-        return None
-    (square,) = squares
-    return sp.Mul(*(f for f in expr.args if f is not square)), square.base
 
 
 class _NumPyOrder(NumPyPrinter):
@@ -510,113 +483,3 @@ def power_of(x: Any, y: Any) -> Any:
         return x**y
     magnitude = mpmath.exp(y * mpmath.log(abs(x)))
     return -magnitude if x < 0 and int(y) % 2 else magnitude
-
-
-# ---------------------------------------------------------------- common subexpressions, as the planners share them
-
-
-def _fed_selections(exprs: Sequence[sp.Expr]) -> list[sp.Piecewise]:
-    """Each `Piecewise` that selects between a variable and a number and is raised to a power: an input fed a
-    stand-in where a branch is not taken (the double-`where` of rulegen.derive.stabilise.regimes)."""
-    found = {
-        node.base
-        for e in exprs
-        for node in sp.preorder_traversal(e)
-        if node.is_Pow
-        and isinstance(node.base, sp.Piecewise)
-        and all(v.is_Atom for v, _ in node.base.args)
-        and any(v.is_Symbol for v, _ in node.base.args)
-    }
-    return sorted(found, key=sp.default_sort_key)
-
-
-def _cse_with_selections_named(
-    exprs: list[sp.Expr], symbols: Iterator[sp.Symbol]
-) -> tuple[list[tuple[sp.Symbol, sp.Expr]], list[sp.Expr]]:
-    """`sp.cse` of `exprs`, each selection of a variable raised to a power (`_fed_selections`) named first.
-
-    sp.cse rebuilds every expression it takes apart, and sympy folds a power of a `Piecewise` into its pieces:
-    1/where(|x| < t, c, x)**2 becomes where(|x| < t, 1/c**2, 1/x**2), the stand-in gone from the power, whose
-    derivative at x = 0 is then inf times the `where`'s 0.  Named, the selection is one value the rest reads.
-    """
-    selections = _fed_selections(exprs)
-    if not selections:
-        return sp.cse(exprs, symbols=symbols, order="none")
-    held = {s: sp.Dummy(f"selection{k}") for k, s in enumerate(selections)}
-    with sp.evaluate(False):
-        masked = [e.xreplace(held) for e in exprs]
-    replacements, reduced = sp.cse([*masked, *selections], symbols=sp.numbered_symbols(cls=sp.Dummy), order="none")
-    defined = [(held[s], r) for s, r in zip(selections, reduced[len(exprs) :], strict=True)]
-    pending = [*replacements, *defined]
-    waiting = {sym for sym, _ in pending}
-    ordered: list[tuple[sp.Symbol, sp.Expr]] = []
-    while pending:  # each after what it reads, in cse's order otherwise
-        k = next(k for k, (_, v) in enumerate(pending) if not v.free_symbols & waiting)
-        sym, value = pending.pop(k)
-        waiting.discard(sym)
-        ordered.append((sym, value))
-    names = {sym: next(symbols) for sym, _ in ordered}
-    return [(names[sym], v.xreplace(names)) for sym, v in ordered], [e.xreplace(names) for e in reduced[: len(exprs)]]
-
-
-def shared_subexpressions(
-    exprs: Sequence[sp.Expr], symbols: Iterator[sp.Symbol]
-) -> tuple[list[tuple[sp.Symbol, sp.Expr]], list[sp.Expr]]:
-    """`sp.cse` of `exprs`, sharing a divisor rather than its reciprocal.
-
-    sp.cse shares `1/hypot(x, y)` of `x/hypot(x, y)` and `y/hypot(x, y)` as
-    `t0 = 1/hypot(x, y)`, then `t0*y`: where the divisor is large (1.3e38 in
-    float32) the reciprocal is subnormal and the product keeps a few bits of
-    what `y/hypot` gets right (or 0 where it underflows).  A shared
-    reciprocal becomes the shared divisor, each use a division.
-    """
-    replacements, reduced = _cse_with_selections_named(list(exprs), symbols)
-    divisors: dict[sp.Symbol, sp.Expr] = {}
-    shared = []
-    for symbol, value in replacements:
-        value = value.xreplace(divisors)
-        if isinstance(value, sp.Pow) and value.exp == -1 and not value.base.is_number:
-            if value.base.is_Symbol:  # already named: divide by that name
-                divisors[symbol] = value
-                continue
-            divisors[symbol] = 1 / symbol
-            value = value.base
-        shared.append((symbol, value))
-    return _products_kept_whole(shared, [e.xreplace(divisors) for e in reduced])
-
-
-def _products_kept_whole(
-    replacements: list[tuple[sp.Symbol, sp.Expr]], reduced: list[sp.Expr]
-) -> tuple[list[tuple[sp.Symbol, sp.Expr]], list[sp.Expr]]:
-    """cse's shared products put back as factors into the products they were taken out of.
-
-    sp.cse shares `y*z` of `x*y*z` and `y*z` as `t0 = y*z`, then `t0*x`:
-    another order of the same product, which overflows at
-    (x, y, z) = (-2.4e-184, 1.4e206, -3.7e121) where x*y*z is 1.2e144.
-    Each product is computed in its own printed order, the one the
-    stabilising search measures; a shared product stays shared where it is
-    a whole expression (a partial, a term of a sum).
-    """
-    products: dict[sp.Expr, sp.Expr] = {}
-
-    def inline(expr: sp.Expr) -> sp.Expr:
-        if not isinstance(expr, sp.Basic) or expr.is_Atom:
-            return expr
-        args = [inline(a) for a in expr.args]
-        # Only a product of three or more non-numbers is reassociated; a number or a sign scales it exactly.
-        if isinstance(expr, sp.Mul) and any(a in products for a in args) and sum(not a.is_number for a in args) > 1:
-            return sp.Mul(*(products.get(a, a) for a in args))
-        return expr.func(*args) if args != list(expr.args) else expr
-
-    kept = []
-    for symbol, value in replacements:
-        value = inline(value)
-        if isinstance(value, sp.Mul) and sum(not a.is_number for a in value.args) > 1:
-            products[symbol] = value
-        kept.append((symbol, value))
-    reduced = [inline(e) for e in reduced]
-    used: set[sp.Basic] = set().union(*(e.free_symbols for e in reduced)) if reduced else set()
-    for symbol, value in reversed(kept):
-        if symbol in used:
-            used |= value.free_symbols
-    return [(symbol, value) for symbol, value in kept if symbol in used], reduced

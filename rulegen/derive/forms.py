@@ -20,6 +20,7 @@ from sympy.codegen.rewriting import ReplaceOptim, optimize
 from rulegen.derive.functions import (
     BY_NAME,
     Piecewise,
+    betaln,
     divided,
     erfcx,
     gamma_sign,
@@ -224,6 +225,10 @@ CANONICAL_FORMS = (
         ReplaceOptim(lambda e: e.is_Mul and _gamma_ratio(e) is not None, lambda e: _gamma_ratio(e)),
         writes=("loggamma", "gamma_sign", "exp"),
     ),
+    CanonicalForm(  # log(beta(a, b)) -> betaln(a, b) of positive a, b: beta(11, 1e308) is 0, its log -7792.5
+        ReplaceOptim(lambda e: isinstance(e, sp.log) and _positive_beta(e.args[0]), lambda e: betaln(*e.args[0].args)),
+        writes=("betaln",),
+    ),
     # c + c*erf(u) -> c*erfc(-u), c - c*erf(u) -> c*erfc(u): 1 + erf(u) loses every bit where erf(u) nears -1 (gelu's
     # x * Phi(x), value and derivative, 8.4e6 eps off below x = -5 in float32; jax.nn.gelu computes erfc).  One torch
     # kernel where `erf` then `+ 1` is two; XLA's erfc costs about twice its erf, and inductor's CPU erfc is a scalar
@@ -317,6 +322,11 @@ def _power_times_log(product: sp.Mul) -> sp.Expr | None:
             rest.remove(logs[f.base])
             return sp.Mul(*rest, xlogy(f, f.base))
     return None
+
+
+def _positive_beta(expr: sp.Expr) -> bool:
+    """Whether `expr` is beta(a, b) of a and b known positive, where log(beta) is log|beta|, betaln."""
+    return isinstance(expr, sp.beta) and all(a.is_positive for a in expr.args)
 
 
 def _gamma_ratio(product: sp.Mul) -> sp.Expr | None:

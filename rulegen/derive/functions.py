@@ -17,8 +17,10 @@ new entry there (and, when sympy lacks it, a class here).
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
@@ -1231,10 +1233,11 @@ def _beta_sign(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     return sign_of_gamma(a) * sign_of_gamma(b) * sign_of_gamma(a + b)
 
 
-#: From where an argument of beta is large (`beta_by_cases`): log Gamma(x) is Stirling's (x - 1/2) log x - x +
-#: log(2 pi) / 2 + 1 / (12 x) to a float64 rounding there (the next term is 1 / (360 x**3)), and log Gamma's
-#: difference is taken in closed form, where log|Gamma| of two numbers near 1e200 (4.6e202) would cancel.
-BETA_LARGE_FROM = 2**27
+#: From where an argument of beta is large (`beta_by_cases`, `betaln`): log Gamma(x) is Stirling's (x - 1/2) log x
+#: - x + log(2 pi) / 2 plus `_stirling_rest`, and log Gamma's difference is taken in closed form, where log|Gamma|
+#: of two numbers near 1e200 (4.6e202) would cancel, and of two near 1e5 (1.05e6, for log beta(1e5, 1/2) = -5.2)
+#: loses 17 bits.
+BETA_LARGE_FROM = 8
 
 #: From where both arguments of beta are so large that beta is 0 and so is each derivative (both dtypes: 2**120
 #: is a float32 number, and beta(2**120, 2**120) is 2**-(2**121)).  Also where both are inf, whose ratio is nan.
@@ -1251,10 +1254,20 @@ def _is_pole(x: sp.Expr) -> sp.Basic:
     return (x <= 0) & (sp.floor(x) >= x)
 
 
+#: Stirling's series of log Gamma(x) - ((x - 1/2) log x - x + log(2 pi) / 2): B_2k / (2k (2k - 1)) x**(1 - 2k).
+#: Seven terms from x = 8 (`BETA_LARGE_FROM`), where the eighth is 8.4e-16.
+_STIRLING_SERIES = tuple(sp.bernoulli(2 * k) / (2 * k * (2 * k - 1)) for k in range(1, 8))
+
+
 def _stirling_rest(x: sp.Expr) -> sp.Expr:
-    """log Gamma(x) - ((x - 1/2) log x - x + log(2 pi) / 2) for x >= 2**27: 1 / (12 x), 0 at inf.  Plain
-    quotients here (of stand-ins, never 0): a static input's beta is Python arithmetic throughout."""
-    return 1 / (12 * x)
+    """log Gamma(x) - ((x - 1/2) log x - x + log(2 pi) / 2) for x >= `BETA_LARGE_FROM`, in Horner form in 1 / x**2:
+    0 at inf.  Plain quotients here (of stand-ins, never 0): a static input's beta is Python arithmetic
+    throughout."""
+    r = 1 / x
+    total = sp.S.Zero
+    for c in reversed(_STIRLING_SERIES):
+        total = c + r * r * total
+    return r * total
 
 
 def _log1p_ratio(x: sp.Expr, y: sp.Expr, small: sp.Basic) -> sp.Expr:
@@ -1265,8 +1278,9 @@ def _log1p_ratio(x: sp.Expr, y: sp.Expr, small: sp.Basic) -> sp.Expr:
     return Piecewise((1 - u / 2 + u**2 / 3, small), (log1p(near) / near, True))
 
 
-def _log_abs_beta(a: sp.Expr, b: sp.Expr) -> sp.Expr:
-    """log|beta(a, b)| of arguments that are not poles of Gamma, and not both at least `BETA_VANISHES_FROM`.
+def _log_abs_beta(a: sp.Expr, b: sp.Expr, *, bounded: bool = True) -> sp.Expr:
+    """log|beta(a, b)| of arguments that are not poles of Gamma, and (`bounded`) not both at least
+    `BETA_VANISHES_FROM`, where beta is 0 and its logarithm is not.
 
     Where both are large, log(2 pi) / 2 - log(y) / 2 - (x - 1/2) log1p(y / x) - y log1p(x / y) with Stirling's
     rests, x <= y; where only y and a + b are, log|Gamma(x)| + log Gamma(y) - log Gamma(x + y) as
@@ -1275,7 +1289,7 @@ def _log_abs_beta(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """
     x, y, s = sp.Min(a, b), sp.Max(a, b), a + b
     large = sp.Integer(BETA_LARGE_FROM)
-    both = (x >= large) & (x < BETA_VANISHES_FROM)
+    both = (x >= large) & (x < BETA_VANISHES_FROM) if bounded else x >= large
     one = (y >= large) & (s >= large) & ~both
     # Each branch its own region's arguments, a stand-in elsewhere (2**27 for the large, 1/2 for the small).
     x2, y2 = (Piecewise((v, both), (large, True)) for v in (x, y))
@@ -1302,35 +1316,57 @@ def _log_abs_beta(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     return Piecewise((two_large, both), (one_large, one), (small, True))
 
 
-def beta_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
-    """beta(a, b) at every real pair, as sgn * exp(`_log_abs_beta`), with its poles and limits.
+def _beta_pieces(a: sp.Expr, b: sp.Expr, *, logarithm: bool) -> sp.Expr:
+    """beta(a, b), or (`logarithm`) log|beta(a, b)|, at every real pair: sgn * exp(`_log_abs_beta`) or
+    `_log_abs_beta` alone, with the poles and limits.
 
     A pole of Gamma in a or b is inf (mpmath's beta there, which has no sign), but where a + b is one too and the
     other argument a positive integer: then (-1)**b beta(b, 1 - a - b), Gamma's reflection (beta(-max, max) is
-    1/max).  From `BETA_VANISHES_FROM` both ways (inf included) 0.  nan takes the last piece: nan out.
+    1/max).  From `BETA_VANISHES_FROM` both ways beta is 0, its logarithm a number (-inf past the largest float).
+    nan takes the last piece: nan out.
     """
     s = a + b
+
+    def value(sign: sp.Expr, log_abs: sp.Expr) -> sp.Expr:
+        return log_abs if logarithm else sign * sp.exp(log_abs)
 
     def reflected(other: sp.Expr) -> sp.Expr:
         # (-1)**other by a comparison: 1 - 2 (other - 2 floor(other / 2)), which sympy expands, overflows at max.
         even = sp.Eq(2 * sp.floor(other / 2), other)
-        return Piecewise((sp.S.One, even), (sp.S.NegativeOne, True)) * sp.exp(_log_abs_beta(other, 1 - s))
+        return value(Piecewise((sp.S.One, even), (sp.S.NegativeOne, True)), _log_abs_beta(other, 1 - s))
 
     def pole_beside(pole: sp.Expr, other: sp.Expr) -> sp.Basic:
         # a + b is a pole only through the other argument's being an integer, not a + b's rounding to one.
         return _is_pole(pole) & _is_pole(s) & (other > 0) & (sp.floor(other) >= other)
 
+    zero = -sp.oo if logarithm else sp.S.Zero
+    vanishes = [] if logarithm else [(sp.S.Zero, sp.Min(a, b) >= BETA_VANISHES_FROM)]
     return Piecewise(
         (reflected(b), pole_beside(a, b)),
         (reflected(a), pole_beside(b, a)),
-        (sp.S.Zero, (_is_inf(a) & (b > 0)) | (_is_inf(b) & (a > 0))),
+        (zero, (_is_inf(a) & (b > 0)) | (_is_inf(b) & (a > 0))),
         # beta(+-0, inf): the limits of Gamma(+-e) inf**-+e, 0 and -inf (mpmath's beta(0, inf) is nan).
-        (sp.S.Zero, (_is_inf(a) & _is_plus_zero(b)) | (_is_inf(b) & _is_plus_zero(a))),
-        (-sp.oo, (_is_inf(a) & sp.Eq(b, 0)) | (_is_inf(b) & sp.Eq(a, 0))),
+        (zero, (_is_inf(a) & _is_plus_zero(b)) | (_is_inf(b) & _is_plus_zero(a))),
+        (sp.oo if logarithm else -sp.oo, (_is_inf(a) & sp.Eq(b, 0)) | (_is_inf(b) & sp.Eq(a, 0))),
         (sp.oo, (_is_pole(a) | _is_pole(b)) & _is_number(a) & _is_number(b)),
-        (sp.S.Zero, sp.Min(a, b) >= BETA_VANISHES_FROM),
-        (_beta_sign(a, b) * sp.exp(_log_abs_beta(a, b)), True),
+        *vanishes,
+        (value(_beta_sign(a, b), _log_abs_beta(a, b, bounded=not logarithm)), True),
     )
+
+
+# beta's, betaln's and beta_slope's cases are built once per pair of arguments: sympy simplifies each Piecewise as
+# it is built (a second of CPU for beta_slope's), and a printer asks for them twice (its text and how tightly that
+# binds), a build once per printer and call.  The expressions are immutable; the cache hands out the same one.
+@functools.cache
+def beta_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """beta(a, b) at every real pair (`_beta_pieces`)."""
+    return _beta_pieces(a, b, logarithm=False)
+
+
+@functools.cache
+def betaln_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """log|beta(a, b)| at every real pair (`_beta_pieces`): finite where beta under- or overflows."""
+    return _beta_pieces(a, b, logarithm=True)
 
 
 def _is_inf(x: sp.Expr) -> sp.Basic:
@@ -1366,6 +1402,7 @@ def _digamma_difference(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     )
 
 
+@functools.cache
 def beta_slope_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """d/da beta(a, b) = beta(a, b) (digamma(a) - digamma(a + b)), right where beta over- or underflows.
 
@@ -1424,6 +1461,30 @@ class beta(sp.beta):  # noqa: N801
         raise ArgumentIndexError(self, argindex)
 
 
+class betaln(sp.Function):  # noqa: N801
+    """log|beta(a, b)|, as scipy's and JAX's betaln: what log(beta(a, b)) of positive a and b is written as
+    (`rulegen.derive.forms`), finite where beta under- or overflows (beta(11, 1e308) is 0, its log -2.4e252).
+    Its partials are digamma differences, which the stabilising search takes as it takes any."""
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        a, b = self.args
+        if argindex == 1:
+            return sp.digamma(a) - sp.digamma(a + b)
+        if argindex == 2:
+            return sp.digamma(b) - sp.digamma(a + b)
+        raise ArgumentIndexError(self, argindex)
+
+    def _eval_rewrite_as_loggamma(self, a: sp.Expr, b: sp.Expr, **kwargs: object) -> sp.Expr:
+        return sp.loggamma(a) + sp.loggamma(b) - sp.loggamma(a + b)
+
+    _eval_rewrite_as_tractable = _eval_rewrite_as_loggamma
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real and self.args[1].is_real
+
+
 class beta_slope(sp.Function):  # noqa: N801
     """beta_slope(a, b) = d/da beta(a, b) = beta(a, b) (digamma(a) - digamma(a + b)): both backends compute it by
     `beta_slope_by_cases`."""
@@ -1480,15 +1541,35 @@ def _digits_spanning(*args: mpmath.mpf) -> int:
     return min(int(spread) + 10, 700)
 
 
+#: Bits to which the beta references round their working precision up, as the accuracy check rounds every exact
+#: value's (rulegen.check.accuracy.PRECISION_STEP): mpmath keeps the Bernoulli numbers of its digamma and gamma's
+#: Taylor coefficients per working precision, and digits that follow each point's scales (`_digits_spanning`) had
+#: them computed afresh point after point (two thirds of a Student-t log-density's accuracy check).
+SPANNING_PRECISION_STEP = 256
+
+
+@contextmanager
+def _spanning_precision(*args: mpmath.mpf) -> Iterator[None]:
+    """The working precision and `_digits_spanning(*args)` digits more, rounded up to SPANNING_PRECISION_STEP."""
+    with mpmath.extradps(_digits_spanning(*args)):
+        step = SPANNING_PRECISION_STEP
+        with mpmath.workprec(-(-mpmath.mp.prec // step) * step):
+            yield
+
+
 def _mp_beta(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
-    with mpmath.extradps(_digits_spanning(a, b)):
+    with _spanning_precision(a, b):
         return +mpmath.beta(a, b)
+
+
+def _mp_betaln(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
+    return +mpmath.log(abs(_mp_beta(a, b)))
 
 
 def _mp_beta_slope(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
     """d/da beta(a, b): its limit -trigamma(a) at b = 0, and the difference of digammas in b's expansion where
     b is below the precision of a + b (a one-sided limit's stand-in for 0, 1e-450)."""
-    with mpmath.extradps(_digits_spanning(a, b)):
+    with _spanning_precision(a, b):
         if b == 0:
             return -mpmath.psi(1, a)
         if abs(b) < abs(a) * mpmath.mpf(10) ** (-mpmath.mp.dps // 2):
@@ -1836,6 +1917,17 @@ REGISTRY: tuple[MathFunction, ...] = (
         refuses_large_numbers=True,
         jax_replacement=beta_by_cases,
         torch_replacement=beta_by_cases,
+    ),
+    MathFunction(
+        "betaln",
+        betaln,
+        mpmath=_mp_betaln,
+        numpy="scipy.special.betaln",
+        arity=(2, 2),
+        refuses_large_numbers=True,
+        internal=True,
+        jax_replacement=betaln_by_cases,
+        torch_replacement=betaln_by_cases,
     ),
     MathFunction(
         "beta_slope",

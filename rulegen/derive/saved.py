@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 import sympy as sp
 
+from rulegen.computation.cost import recompute_cost
+from rulegen.computation.sharing import shared_subexpressions
 from rulegen.derive.derivation import TorchForms
-from rulegen.derive.expr import shared_subexpressions
 from rulegen.derive.forms import CANONICAL_FORMS, CanonicalForm, canonical, silu_derivatives
 from rulegen.derive.functions import divided, hypot, sigmoid
 from rulegen.spec.names import cotangent, tangent
@@ -97,25 +98,6 @@ def _autodiff_saved(exprs: Sequence[sp.Expr], arrays: set[sp.Symbol]) -> set[sp.
             elif isinstance(node, sp.Function):
                 kept |= {node} if isinstance(node, _SAVES_OUTPUT) else {a for a in node.args if not a.is_Number}
     return {k for k in kept if not k.is_Symbol and k.free_symbols & arrays}
-
-
-def recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol], cheap: tuple[type, ...] = ()) -> int:
-    """What recomputing `expr` in eager torch costs: a pass over memory per operation on arrays, two for a function
-    (but the `cheap` ones).
-
-    Constants fold: `sqrt(2) * x / 2` is one pass, as is `x**2`; `sin(x)` is
-    one pass too, but its arithmetic costs about as much again.
-    """
-    cost = 0
-    for node in sp.preorder_traversal(expr):
-        if node.is_Atom or not node.free_symbols & arrays:
-            continue
-        if node.is_Add or node.is_Mul:
-            operands = [a for a in node.args if a.free_symbols & arrays]
-            cost += len(operands) - (len(operands) == len(node.args))
-        else:
-            cost += 2 if isinstance(node, sp.Function) and not isinstance(node, cheap) else 1
-    return cost
 
 
 # Selections and roundings: a compare or two in a compiled loop, as cheap as arithmetic.

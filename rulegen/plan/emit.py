@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import sympy as sp
 
+from rulegen.computation.sharing import shared_subexpressions
 from rulegen.derive import functions as fn
-from rulegen.derive.expr import shared_subexpressions
 from rulegen.plan.code import Assign, Block, If, Import, Value, fits_a_line, is_short
 from rulegen.plan.inplace import InPlaceWriter
 from rulegen.plan.model import Result

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import sympy as sp
 
+from rulegen.computation.quotients import square_of_a_name
 from rulegen.derive import functions as fn
-from rulegen.derive.expr import square_of_a_name
 from rulegen.plan.code import Assign, Expr, Value, fits_a_line
 from rulegen.plan.printers import float_unit, printed_terms
 

@@ -23,8 +23,8 @@ from sympy.printing.numpy import JaxPrinter
 from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 
+from rulegen.computation.quotients import divided_by_a_square, scaled_quotient, square_of_a_name
 from rulegen.derive import functions as fn
-from rulegen.derive.expr import divided_by_a_square, scaled_quotient, square_of_a_name
 from rulegen.plan.code import LITERAL, LOOSEST, PRIMARY, Import, Value
 
 #: Module prefixes the generated code spells, and the import each needs.
@@ -696,6 +696,9 @@ class _ArrayCode:
         # Neither framework has one: by its cases (the registry's replacement in both).
         return self._print(fn.beta_slope_by_cases(*expr.args))
 
+    def _print_betaln(self, expr: fn.betaln) -> str:
+        return self._print(fn.betaln_by_cases(*expr.args))
+
 
 class _ConstantPrinter(_ArrayCode, PythonCodePrinter):
     """Python floats for numeric subexpressions (`math.sqrt(2) / 2`) and functions of static inputs."""
@@ -940,6 +943,7 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
         **_ArrayCode.rewritten,
         "beta": lambda e: fn.beta_by_cases(*e.args),
         "beta_slope": lambda e: fn.beta_slope_by_cases(*e.args),
+        "betaln": lambda e: fn.betaln_by_cases(*e.args),
         "silu_derivative": lambda e: e.rewrite(fn.sigmoid),
     }
 
@@ -1139,6 +1143,7 @@ class FrameworkTorchPrinter(TorchArrayPrinter):
         **TorchArrayPrinter.rewritten,
         "beta": lambda e: fn.beta_by_log_gamma(*e.args),
         "beta_slope": lambda e: e.rewrite(fn.beta),
+        "betaln": lambda e: e.rewrite(sp.loggamma),
     }
 
     def _print_beta(self, expr: sp.beta) -> str:
@@ -1147,6 +1152,9 @@ class FrameworkTorchPrinter(TorchArrayPrinter):
     def _print_beta_slope(self, expr: fn.beta_slope) -> str:
         a, b = expr.args
         return self._print(fn.beta_by_log_gamma(a, b) * (sp.digamma(a) - sp.digamma(a + b)))
+
+    def _print_betaln(self, expr: fn.betaln) -> str:
+        return self._print(expr.rewrite(sp.loggamma))
 
 
 print_jax = _printer(JaxArrayPrinter)

@@ -127,11 +127,23 @@ class _Kept:
     # A host body's outputs have the broadcast shape of the arrays (elementwise), kept as ctx.<first output>_shape:
     # a tangent of an output that reads fewer arrays (`cos(x) * x_dot` for `sin(x)`) is broadcast to it.
     broadcast: bool = False
+    # The outputs the transposed VJP is evaluated at ones of (any point will do: it is linear).
+    ones: tuple[str, ...] = ()
 
     @property
     def shapes(self) -> tuple[str, ...]:
-        """The summed inputs whose shapes setup_context keeps on ctx: a saved one's is the saved tensor's."""
-        return tuple(i for i in self.summed if i not in self.saved)
+        """The summed inputs and the outputs of `ones` whose shapes setup_context keeps on ctx: a saved one's is
+        the saved tensor's, and a host body's broadcast outputs share the first one's (`broadcast`)."""
+        outputs = () if self.broadcast else self.ones
+        return tuple(n for n in (*self.summed, *outputs) if n not in self.saved)
+
+    def ones_like(self, ctx: str, name: str, like: str, torch: str) -> str:
+        """Ones shaped like output `name`, as a derivative method makes them: like the output where backward reads
+        it anyway, else of its shape kept on ctx, in the dtype and on the device of the tensor `like`."""
+        if name in self.saved:
+            return f"{torch}.ones_like({name})"
+        shape = shape_attribute(self.ones[0] if self.broadcast else name)
+        return f"{like}.new_ones({ctx}.{shape})"
 
     def shape(self, ctx: str, name: str) -> str:
         """The shape of input `name` in a derivative method (which unpacks a saved one: `saved_shapes`)."""
@@ -161,9 +173,9 @@ def _kept(p: SnippetPlanner) -> _Kept:
     needed = p.reads("vjp" if routes.torch_backward == Source.GIVEN else "jvp")
     if routes.torch_jvp != Source.NONE:
         needed |= p.reads("jvp" if routes.torch_jvp == Source.GIVEN else "vjp")
-    if routes.torch_jvp == Source.TRANSPOSE:
-        # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
-        needed |= set(p.diff_outputs)
+    # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them: of their shapes, kept
+    # on ctx, where nothing else reads an output (saved, it would live as long as the graph for jvp alone).
+    ones = tuple(p.diff_outputs) if routes.torch_jvp == Source.TRANSPOSE else ()
     if routes.torch_backward != Source.GIVEN:
         # The VJP of the JVP takes zeros like the inputs, whether or not the JVP body reads them.
         needed |= set(p.diff_inputs)
@@ -180,6 +192,7 @@ def _kept(p: SnippetPlanner) -> _Kept:
         summed=tuple(i for i in p.diff_inputs if p.broadcastable and summed),
         non_diff=(*(o.name for o in p.rule.outputs if not o.differentiable), *(p.returned if host else ())),
         broadcast=host and p.rule.batching == "elementwise" and p.broadcastable and bool(p.diff_outputs),
+        ones=ones,
     )
 
 
@@ -387,8 +400,9 @@ def _jvp(p: SnippetPlanner, kept: _Kept) -> Def | Assign:
         pieces = textwrap.wrap(reason, 80, drop_whitespace=False)
         return Assign("jvp", f"{p.own['no_forward_mode']}(\n" + "".join(f"    {piece!r}\n" for piece in pieces) + ")")
     given = routes.torch_jvp == Source.GIVEN
-    # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them.
-    reads = p.reads("jvp") if given else p.reads("vjp") | set(p.diff_outputs) | kept.saved_shapes
+    # The transposed VJP takes ones like the outputs, whether or not the VJP body reads them (`_Kept.ones_like`).
+    ones_read = {o for o in kept.ones if o in kept.saved}
+    reads = p.reads("jvp") if given else p.reads("vjp") | ones_read | kept.saved_shapes
     lines = _unpack(p, kept, reads)
     out_dots = [tangent(o) for o in p.diff_outputs]
     tangents = [tangent(n) if n in p.diff_outputs else "None" for n in kept.values]
@@ -426,7 +440,8 @@ def _transposed_vjp(p: SnippetPlanner, kept: _Kept) -> tuple[list[Statement], st
     shaped = [kept.summed_back(p.ctx, i, g) for g, i in zip(computed, p.diff_inputs, strict=True)]
     body = (Return(shaped[0]),) if lone else (Assign(tuple_text(grads), call), Return(tuple_text(shaped)))
     # Linear, so any point will do; ones keep data-dependent loops running.
-    ones = ", ".join(f"{torch}.ones_like({o})" for o in p.diff_outputs)
+    like = tangent(p.diff_inputs[0])
+    ones = ", ".join(kept.ones_like(p.ctx, o, like, torch) for o in p.diff_outputs)
     made: list[Statement] = [
         Def(vjp, tuple(cotangent(o) for o in p.diff_outputs), body),
         Assign(f"_, {transpose}", f"{torch}.func.vjp({vjp}, {ones})"),

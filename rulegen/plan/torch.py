@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 import sympy as sp
 
+from rulegen.computation.cost import eager_passes
 from rulegen.derive.functions import cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation
 from rulegen.plan.code import (
@@ -44,7 +45,6 @@ from rulegen.plan.header import (
 )
 from rulegen.plan.model import Reads, Result, TorchPlan, Wrap
 from rulegen.plan.printers import TANGENT_OR_ZERO_IMPORT, one_kernel, print_torch, print_torch_compiled
-from rulegen.plan.saving import eager_passes
 from rulegen.plan.symbolic import (
     broadcast_outputs,
     dtype_casts,

@@ -101,3 +101,27 @@ def test_the_search_refuses_no_gamma_family_expression_off_the_positive_axis():
         sp.gamma(a) * sp.digamma(b),
     ):
         assert searchable(expr, whole), expr
+
+
+@pytest.mark.parametrize("name", ["beta", "beta_slope"])
+def test_the_beta_references_round_their_spanning_precision_up_to_a_step_and_keep_their_value(monkeypatch, name):
+    # Digits that follow each point's scales made a working precision of its own at almost every point, and mpmath
+    # computed its Bernoulli numbers and gamma's Taylor coefficients afresh at each.
+    from rulegen.derive import functions
+
+    reference = MPMATH_IMPLEMENTATIONS[name]
+    points = [(0.5, 1e200), (3.0, 7.0), (2.5e-20, 4.0), (1e5, 3e-3), (6.5, 1e30)]
+    seen = []
+    beta = mpmath.beta
+
+    def recorded(*args):
+        seen.append(mpmath.mp.prec)
+        return beta(*args)
+
+    monkeypatch.setattr(mpmath, "beta", recorded)
+    values = [exact_value(reference, point) for point in points]
+    stepped, seen[:] = seen[:], []
+    monkeypatch.setattr(functions, "SPANNING_PRECISION_STEP", 1)  # each point's own precision
+    assert [exact_value(reference, point) for point in points] == values
+    assert all(p % 256 == 0 and p >= own for p, own in zip(stepped, seen, strict=True))
+    assert len(set(stepped)) < len(set(seen))

@@ -465,15 +465,15 @@ def test_a_partial_is_searched_where_one_comparison_is_its_domain(tmp_path, sear
 # -------------------------------------------------------------------- beta by cases, its partial by the registry
 
 
-def _registry_beta(order: str) -> object:
-    """beta (value) or its partial in a as JAX code computes it (the registry's replacement, printed)."""
+def _registry_beta(order: str, name: str = "beta") -> object:
+    """beta or betaln (value) or its partial in a as JAX code computes it (the registry's replacement, printed)."""
     import rulegen.runtime.jax._util as jax_util
     from rulegen.derive import functions as fn
     from rulegen.plan.forms import corrections
     from rulegen.plan.printers import JaxArrayPrinter
 
     a, b = sp.symbols("a b", real=True)
-    expr = fn.FUNCTIONS["beta"](a, b)
+    expr = fn.FUNCTIONS[name](a, b) if name in fn.FUNCTIONS else fn.BY_NAME[name].sympy(a, b)
     expr = sp.diff(expr, a) if order == "first" else expr
     code = JaxArrayPrinter().doprint(corrections("jax")(expr))
     f = eval(f"lambda a, b: {code}", {"jnp": jnp, "jax": jax, "math": math, **vars(jax_util)})
@@ -502,6 +502,42 @@ def test_beta_at_its_zeros_infinities_and_overflow_edges():
     # beta(-max, max): poles of Gamma at a and a + b, whose ratio is 1/max (Gamma's reflection).
     assert 0 <= beta(-big, big, dtype) <= 2 * tiny
     assert beta(1e200, 0.5) == pytest.approx(math.sqrt(math.pi) * 1e-100, rel=1e-13)
+
+
+def test_log_of_beta_is_betaln_finite_where_beta_under_or_overflows():
+    # log(beta(a, b)) of positive a, b was the log of beta by cases: -inf where beta underflows (a Beta
+    # log-density at b = the largest float), and from a = 8 on log Gamma of the larger arguments cancelled (as a
+    # log Gamma sum, 17 bits lost at (1e5, 1/2)).  It is betaln, Stirling's differences from 8.
+    from rulegen.derive import functions as fn
+    from rulegen.derive.forms import canonical
+
+    a, b = sp.symbols("a b", positive=True)
+    assert canonical(sp.log(fn.FUNCTIONS["beta"](a, b))) == fn.betaln(a, b)
+    x, y = sp.symbols("x y", real=True)
+    assert not canonical(sp.log(fn.FUNCTIONS["beta"](x, y))).has(fn.betaln)  # log(beta) < 0 there: not log|beta|
+    betaln = _registry_beta("value", "betaln")
+    big = float(np.finfo(np.float64).max)
+    points = [
+        (11.0, big),
+        (1e5, 0.5),
+        (0.5, 1e5),
+        (8.0, 8.0),
+        (7.9, 8.1),
+        (1e200, 1e200),
+        (3.5e235, 1.6e306),
+        (1e-300, 0.5),
+        (0.3, 2.5),
+        (20.0, 1e-10),
+        (big, big / 2),
+    ]
+    with mpmath.workdps(60):
+        for x_, y_ in points:
+            exact = float(MPMATH_IMPLEMENTATIONS["betaln"](mpmath.mpf(x_), mpmath.mpf(y_)))
+            assert betaln(x_, y_) == pytest.approx(exact, rel=8 * float(np.finfo(np.float64).eps)), (x_, y_)
+    assert betaln(big, big) == -math.inf
+    assert betaln(0.0, 0.5) == math.inf
+    assert betaln(math.inf, 0.5) == -math.inf
+    assert math.isnan(betaln(math.nan, 0.5))
 
 
 def test_beta_partial_where_beta_over_or_underflows():

@@ -44,6 +44,7 @@ def test_a_complex_rule_keeps_the_forms_that_hold_for_complex_arguments_only():
 
 
 X = sp.Symbol("x", real=True)
+P = sp.Symbol("p", positive=True)
 # One expression each canonical form rewrites, as the forms' declared `writes` must cover.
 FORM_EXAMPLES = {
     "softplus": [sp.log(1 + sp.exp(X)), log1p(sp.exp(X))],
@@ -60,6 +61,7 @@ FORM_EXAMPLES = {
     "divided": [X * (X + 1) ** (X - 1), 3 * X * sp.exp(X) ** (X - 1)],
     "Abs": [],
     "floor": [],
+    "betaln": [sp.log(fn.FUNCTIONS["beta"](P, P + 1)), sp.log(fn.FUNCTIONS["beta"](2 * P, sp.S.Half))],
     "xlogy": [(X + 1) ** X * sp.log(X + 1), 2 * sp.exp(X) ** X * sp.log(sp.exp(X))],
 }
 

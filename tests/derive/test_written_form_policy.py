@@ -4,12 +4,17 @@ the rewritten form stands as before."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+import pytest
 import sympy as sp
 from sympy.codegen.cfunctions import log1p
 
 from rulegen.derive.functions import softplus
 from rulegen.derive.partials import derive_rule
 from rulegen.derive.stabilise import Sampling, stabilise
+from rulegen.derive.stabilise.points import _numpy_function
 from rulegen.derive.stabilise.policy import finite_as
 from rulegen.spec.rules import Domain, read_rule_file
 
@@ -61,17 +66,29 @@ def test_a_rule_under_fast_computes_its_written_forward_and_under_best_the_rewri
 
 def test_the_planners_print_the_written_form_a_policy_kept_not_its_fused_form_again(tmp_path):
     """The planners bring every expression to the fused forms again (`with_fused_forms`): the written
-    `log(1 + x**2)` a policy kept for its cost was printed as `log1p` all the same."""
+    `log(1 + x/3)` a policy kept for its cost was printed as `log1p` all the same."""
     from rulegen.derive.saved import with_fused_forms
     from rulegen.plan.jax import plan_jax
     from rulegen.plan.torch import plan_torch
 
     for policy, fused in (("best", True), ("fast", False), ("balanced", False)):
         path = tmp_path / f"r_{policy}.yaml"
-        path.write_text(f"name: r\ninputs: [x]\naccuracy: {policy}\nforward: log(1 + x**2)\n")
+        path.write_text(f"name: r\ninputs: [x]\naccuracy: {policy}\nforward: log(1 + x/3)\n")
         (rule,) = read_rule_file(path)
         d = derive_rule(rule, [rule.name])
         ((_, out),) = with_fused_forms(d).forward
         assert out.has(log1p) == fused, (policy, out)
         for plan in (plan_jax(d), plan_torch(d)):
             assert ("log1p" in repr(plan)) == fused, (policy, plan)
+
+
+def test_no_policy_keeps_a_log_of_a_square_that_overflows(tmp_path):
+    """log(1 + x**2) is inf past |x| = 1.3e154, where it is 2 log|x|: every policy computes log1p(x**2) where
+    x**2 is finite and the logs of its factors where not (`fast` kept the written form, inf at x = 1e200)."""
+    x_ = sp.Symbol("x", real=True)
+    for policy in ("best", "fast", "balanced"):
+        out, partial = _forward_and_partial(tmp_path, "log(1 + x**2)", policy)
+        f = [_numpy_function(e, (x_,)) for e in (out, partial)]
+        for x, value, slope in ((1e200, 2 * 200 * math.log(10), 2e-200), (-3e300, 2 * math.log(3e300), -2 / 3e300)):
+            got = [float(g(np.array([x]))[0]) for g in f]
+            assert got == pytest.approx([value, slope], rel=1e-14), (policy, out, partial)

@@ -253,21 +253,14 @@ KNOWN_FAILURES = {
         "JAX: the derivative in z is nan at z = the largest float, where it is 1 (autodiff's is nan too): a "
         "product of the sum's terms overflows before sigmoid(-z) = 0 meets it"
     ),
-    ("beta_log_prob", "accuracy"): (
-        "JAX float64, checked on the whole line its assume allows: log(beta(a, b)) is log(0) = -inf where beta "
-        "underflows (a = 10.96, b = the largest float: exact -2.4e252), where loggamma sums are finite; the partial "
-        "in b is nan at a = 3.5e235, b = 1.6e306 (exact 2.1e-71, autodiff's nan too)"
-    ),
-    ("beta_log_prob", "admissible"): (
-        "JAX float64: log(beta(a, b)) is inf where beta underflows past b = 1e305 (exact -4.7e305), and its partial "
-        "in b nan at a = 3.5e235, b = 1.6e306"
-    ),
     ("student_t_log_prob", "accuracy"): (
-        "JAX float32: log(beta(df/2, 1/2)) is computed as a difference of two loggammas near 60, 8.8 bits where "
-        "jax.scipy.special.betaln (autodiff's) keeps 1"
+        "JAX float64: at df = the smallest normal, XLA flushes df/2 (a subnormal) to 0, where betaln(df/2, 1/2) is "
+        "inf: the value is -inf for -712; its partial in s is nan at df = 1.8e308, s = 9.8e-145, where df s**3 "
+        "underflows in the chain rule's u**2/(df s**3 (1 + w)) (0/0; exact -1/s = -1.0e144)"
     ),
     ("student_t_log_prob", "admissible"): (
-        "((x - loc)/s)**2 overflows past |x - loc|/s = 1e154, where the log-density is finite"
+        "as in accuracy: the value -inf at df = the smallest normal (XLA's flush of df/2), the partial in s nan "
+        "where df s**3 underflows"
     ),
 }
 

@@ -5,16 +5,17 @@ symbols of values a planner names (a saved intermediate, its tangent) come from 
 derivative a planner prints.  Before, plan/ called `derive.symbols.own_names` at 22 places, each parsing the
 rule's snippet bodies again, and differentiated at four.
 
-Nor do they call back into derive/ to rewrite or fuse what they print.  Of the call sites of plan/ into
+Nor do they call back into derive/ to rewrite, fuse or measure what they print.  Of the call sites of plan/ into
 derive/ that derive, rewrite or measure, there were 22: the fused forms (`saved.with_fused_forms`, 3), silu's
 derivative as one (`forms.silu_derivatives`, 1), the partials reading the saved intermediates (`saved.saved_form`,
 1), the residuals with outputs written out (`saved.with_outputs`, 1), the backends' printing rewrites
 (`forms.float_forms` 2, `float_anchors` 2, `integral_arrays` 2, `corrections` 3, `torch_forms` 1, `jax_forms` 1)
 and the eager cost model (`expr.shared_subexpressions` 3, `saved.recompute_cost` 2).  The first four are the
-derivation's now, computed once where it is completed (`Derivation.fused`, `Derivation.torch`); the printing
-rewrites are the planners' own (`rulegen.plan.forms`).  Five remain, the model of generated code that derive/
-measures by too (`SHARED_WITH_THE_MEASURE`), beside 8 calls of structural predicates the accuracy gate shares
-with the printers and the registry's tables and functions, read as data.
+derivation's, computed once where it is completed (`Derivation.fused`, `Derivation.torch`); the printing
+rewrites are the planners' own (`rulegen.plan.forms`); the model of how generated code computes an expression,
+which derive/ measures by and the planners print by (the subexpressions shared, the eager cost, how a quotient
+is divided), is a library below both stages (`rulegen.computation`).  None remain: plan/ imports of derive/ the
+derivation's model and the registry, as data.
 """
 
 from __future__ import annotations
@@ -34,18 +35,36 @@ def _modules() -> dict[str, ast.Module]:
     return {path.name: parsed(path) for path in sorted(PLAN.glob("*.py"))}
 
 
+def _imported_modules(tree: ast.Module) -> set[str]:
+    """Every module `tree` imports, in any form: `import a.b`, `from a.b import c` (a.b, and a.b.c, which may be a
+    module: `from rulegen.derive import symbols`)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return found
+
+
 def test_no_planner_imports_the_derivation_of_names() -> None:
     imported = {
-        (name, node.module)
+        (name, module)
         for name, tree in _modules().items()
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rulegen.derive.symbols")
+        for module in _imported_modules(tree)
+        if module.startswith("rulegen.derive.symbols")
     }
     assert not imported, imported
+    # The test sees each form an import takes.
+    forms = ast.parse(
+        "import rulegen.derive.symbols\nfrom rulegen.derive import symbols\nfrom rulegen.derive.symbols import x"
+    )
+    assert _imported_modules(forms) >= {"rulegen.derive.symbols", "rulegen.derive.symbols.x"}
 
 
-#: What differentiates: sympy's `diff` (a method, or the function) and derive's own `differentiate`.
-_DERIVATIVES = frozenset({"diff", "differentiate"})
+#: What differentiates: sympy's `diff` (a method, or the function), its `Derivative` (evaluated by `doit`) and
+#: `idiff`, and derive's own `differentiate`.
+_DERIVATIVES = frozenset({"diff", "Derivative", "idiff", "differentiate"})
 
 
 class _Differentiations(ast.NodeVisitor):
@@ -98,24 +117,6 @@ DATA = frozenset(
         ("rulegen.derive.routes", "Source"),
     }
 )
-#: Structural predicates (what an expression is, never a rewrite of it) the printers share with the accuracy gate,
-#: which must evaluate a quotient as the printers write it.
-PREDICATES = frozenset(
-    {
-        ("rulegen.derive.expr", "divided_by_a_square"),
-        ("rulegen.derive.expr", "scaled_quotient"),
-        ("rulegen.derive.expr", "square_of_a_name"),
-    }
-)
-#: The model of generated code that derive/ measures by too: the common subexpressions the emitted bodies share
-#: (which the accuracy gate evaluates) and the eager cost of a body (by which derive chooses what torch saves).
-#: One definition, so below the planners; they print with it, and derive nothing by it.
-SHARED_WITH_THE_MEASURE = frozenset(
-    {
-        ("rulegen.derive.expr", "shared_subexpressions"),
-        ("rulegen.derive.saved", "recompute_cost"),
-    }
-)
 
 
 def _imports_from_derive() -> set[tuple[str, str, str]]:
@@ -131,12 +132,13 @@ def _imports_from_derive() -> set[tuple[str, str, str]]:
 
 def _allowed(module: str, name: str) -> bool:
     registry = module == "rulegen.derive.functions" or (module, name) == ("rulegen.derive", "functions")
-    return registry or (module, name) in DATA | PREDICATES | SHARED_WITH_THE_MEASURE
+    return registry or (module, name) in DATA
 
 
 def test_planners_read_the_derivation_and_the_registry_as_data() -> None:
-    """No planner imports from derive/ what derives, rewrites or fuses: the fused forms, torch's, the partials
-    reading the saved intermediates are the Derivation's, and each backend's printing rewrites plan/'s own."""
+    """No planner imports from derive/ what derives, rewrites, fuses or measures: the fused forms, torch's, the
+    partials reading the saved intermediates are the Derivation's, each backend's printing rewrites plan/'s own,
+    and how generated code computes an expression `rulegen.computation`'s, below both stages."""
     found = _imports_from_derive()
     assert found, "no import from derive/ found: the test reads the wrong modules"
     refused = {(plan, module, name) for plan, module, name in found if not _allowed(module, name)}

@@ -14,8 +14,8 @@ import pytest
 import sympy as sp
 import yaml
 
+from rulegen.computation.sharing import shared_subexpressions
 from rulegen.derive.partials import derive_rule
-from rulegen.derive.saved import shared_subexpressions
 from rulegen.plan import plan_torch
 from rulegen.spec.rules import read_rules
 

@@ -19,7 +19,7 @@ import torch
 
 import generated.jax as gj
 import generated.torch as gt
-from rulegen.derive.expr import shared_subexpressions
+from rulegen.computation.sharing import shared_subexpressions
 
 jax.config.update("jax_enable_x64", True)
 

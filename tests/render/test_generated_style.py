@@ -202,3 +202,34 @@ def test_a_one_line_body_reads_a_static_from_ctx_where_it_stands():
     assert written("return x.dim + y") == "(x.dim + y)"
     assert written("return (lambda dim: dim + 1)(dim)") is None
     assert written('return f"{dim}"') is None
+
+
+def _saves(cls: ast.ClassDef, methods: dict[str, ast.FunctionDef]) -> bool:
+    """Whether the Function's setup_context saves tensors: a `save_for_derivatives` call, or the runtime's
+    `saves_inputs`, which saves every input."""
+    calls = [c for c in ast.walk(methods.get("setup_context", cls)) if isinstance(c, ast.Call)]
+    return any(isinstance(c.func, ast.Name) and c.func.id in ("save_for_derivatives", "saves_inputs") for c in calls)
+
+
+def test_every_tensor_a_function_saves_is_one_its_backward_reads():
+    """What setup_context keeps lives as long as the graph, for backward: a tensor jvp alone reads (an output kept
+    only for the ones its transposed VJP is evaluated at) is kept by no Function of rules/.  Backward and jvp
+    unpack `ctx.saved_tensors` whole, `_` for what a method does not read."""
+    unread, checked = [], 0
+    for name, cls, methods in _torch_functions():
+        if not _saves(cls, methods):
+            continue
+        checked += 1
+        backward = methods.get("backward")
+        assert backward is not None, name
+        loads = {n.id for n in ast.walk(backward) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        unpacked = [
+            statement.targets[0]
+            for statement in backward.body
+            if isinstance(statement, ast.Assign) and ast.unparse(statement.value).endswith(".saved_tensors")
+        ]
+        assert len(unpacked) == 1, name
+        targets = unpacked[0].elts if isinstance(unpacked[0], ast.Tuple) else [unpacked[0]]
+        unread += [(name, k) for k, t in enumerate(targets) if not (isinstance(t, ast.Name) and t.id in loads)]
+    assert checked > 40
+    assert not unread, unread

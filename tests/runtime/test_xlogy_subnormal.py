@@ -39,3 +39,16 @@ def test_the_derivative_of_a_power_in_its_exponent_at_a_subnormal_base():
 
     x, y = jnp.float64(5e-324), jnp.float64(2.2250738585072014e-308)
     assert float(xlogy(x**y, x)) == pytest.approx(-744.4400719213812, rel=1e-15)
+
+
+def test_xlogy_of_python_numbers_is_weakly_typed_as_jnp_s():
+    # The subnormal read converted its arguments to a strong float: f_xlogy(2.0, 3.0) was strongly typed where
+    # jnp's arithmetic of two Python numbers is weakly typed (tests/package/test_promotion.py).
+    from rulegen.runtime.jax._special import xlogy
+
+    for x, y in ((2.0, 3.0), (2, 3), (2.0, 3)):
+        got = xlogy(jnp.asarray(x) + 0.0, jnp.asarray(y) + 0.0)
+        assert got.weak_type and float(got) == pytest.approx(x * math.log(y))
+        out, _ = jax.jvp(xlogy, (jnp.asarray(x) + 0.0, jnp.asarray(y) + 0.0), (1.0, 1.0))
+        assert out.weak_type  # the jvp's primal is the function's own
+    assert not xlogy(jnp.asarray([2.0]), 3.0).weak_type

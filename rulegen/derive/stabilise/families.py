@@ -494,13 +494,10 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
                 yield "conjugate, scaled", scaled
     yield from _exponential_forms(expr, ops)
     yield from _norm_forms(bases[:2])
-    paired = _attempt(functools.partial(_reciprocals_paired, expr))
-    if paired is not None and paired != expr:
-        yield "reciprocals paired", paired
+    yield from _changed("logs taken apart", _logs_taken_apart, expr)
+    yield from _changed("reciprocals paired", _reciprocals_paired, expr)
     yield from _gamma_series(expr, ops)
-    poles = _attempt(functools.partial(_poles_taken_out, expr))
-    if poles is not None and poles != expr:
-        yield "poles taken out", poles
+    yield from _changed("poles taken out", _poles_taken_out, expr)
     if ops <= BUDGET.factor_ops:
         for v in variables:
             scaled = _attempt(functools.partial(_scaled, expr, v))
@@ -514,6 +511,60 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
                 found = _attempt(functools.partial(_series, expr, v, point))
                 if found is not None:
                     yield family, found
+
+
+def _changed(family: str, rewrite: Callable[[sp.Expr], sp.Expr], expr: sp.Expr) -> Iterator[tuple[str, sp.Expr]]:
+    found = _attempt(functools.partial(rewrite, expr))
+    if found is not None and found != expr:
+        yield family, found
+
+
+def _logs_taken_apart(expr: sp.Expr) -> sp.Expr:
+    """Each log(w) and log1p(w) of a product w that overflows while its log does not, taken apart: log(c f**e g)
+    as log|c| + e log|f| + log|g|, and log1p(w) as itself where w is finite, the logs of its factors where it is
+    inf (then w > 0, and log1p(1/w) is 0).  A Student t's log1p((x/s)**2/df) is inf past |x|/s = 1.3e154 (float64;
+    1.8e19 in float32), where the log-density is a finite -(df + 1) log|x/s| ...; a half-Cauchy's log1p((x/s)**2)
+    was 0/0 where x and s are both tiny, inf/inf where both are large, as sympy writes it (x**2/s**2)."""
+
+    def factors(w: sp.Expr) -> list[tuple[sp.Expr, sp.Expr]] | None:
+        coefficient, rest = w.as_coeff_Mul()
+        parts = [f.as_base_exp() for f in sp.Mul.make_args(rest)]
+        if not (len(parts) > 1 or (parts and abs(parts[0][1]) > 1)) or coefficient <= 0:
+            return None
+        if any(not e.is_Integer or b.is_number for b, e in parts):
+            return None
+        return [(coefficient, sp.S.One), *parts]
+
+    def logs(parts: list[tuple[sp.Expr, sp.Expr]]) -> sp.Expr:
+        return sp.Add(*(e * sp.log(sp.Abs(b)) for b, e in parts))
+
+    def apart(e: sp.Expr) -> sp.Expr:
+        parts = factors(e.args[0])
+        if parts is None:
+            return e
+        if isinstance(e, sp.log):
+            # log(w) of a w < 0 is nan; the logs of |factors| are not: only where the factors' signs are known.
+            signed = all(b.is_positive or k.is_even for b, k in parts[1:])
+            return logs(parts) if signed else e
+        # A power of a quotient computed whole, (x/s)**2 and not x**2/s**2 (sympy's form): inf/inf and 0/0 where
+        # x and s are both large or both small.  The logs only where w is inf: nan is no sign that it is large.
+        w = _power_of_quotient(parts[1:]) * parts[0][0]
+        return sp.Piecewise((logs(parts), (w > 0) & (divided(w, 2) >= w)), (log1p(w), True))
+
+    return expr.replace(lambda e: isinstance(e, (sp.log, log1p)), apart)
+
+
+def _power_of_quotient(parts: list[tuple[sp.Expr, sp.Expr]]) -> sp.Expr:
+    """prod b**e with the bases of each exponent's magnitude k joined into one quotient, computed whole, to the
+    power k: u**2 s**-2 df**-1 as (u/s)**2 / df, which is not inf/inf where u and s are both large."""
+    groups: dict[int, tuple[list[sp.Expr], list[sp.Expr]]] = {}
+    for b, e in parts:
+        groups.setdefault(int(abs(e)), ([], []))[1 if e.is_negative else 0].append(b)
+    factors = []
+    for k, (top, bottom) in sorted(groups.items(), reverse=True):
+        whole = top and bottom
+        factors.append((divided(sp.Mul(*top), sp.Mul(*bottom)) if whole else sp.Mul(*top) / sp.Mul(*bottom)) ** k)
+    return sp.Mul(*factors)
 
 
 def _reciprocals_paired(expr: sp.Expr) -> sp.Expr:

@@ -30,7 +30,9 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from rulegen.derive.expr import divided_by_a_square, lambdified, shared_subexpressions
+from rulegen.computation.quotients import divided_by_a_square
+from rulegen.computation.sharing import shared_subexpressions
+from rulegen.derive.expr import lambdified
 from rulegen.derive.functions import divided
 from rulegen.derive.measure import bits_of_error, inside, sample_floats, special_points
 from rulegen.derive.stabilise.budget import BUDGET

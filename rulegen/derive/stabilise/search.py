@@ -259,7 +259,12 @@ def _good_forms(best: _Measured, pool: list[_Measured]) -> tuple[sp.Expr, ...]:
     # Forms without regimes: a derivative of a `where` of fed branches multiplies selections; a partial's own
     # search joins the branches' derivatives by regimes of its own.
     ranked = [best.expr] if not best.expr.has(sp.Piecewise) else []
-    ranked += [m.expr for m in sorted(pool, key=lambda m: m.score) if m.score <= best.score + BUDGET.runner_up_bits]
+    # Within 2 bits of the best form without a `where`: a chosen form with one (the logs of a product that
+    # overflows) leaves the partials the same forms to try as a chosen form without.
+    anchor = best
+    if best.expr.has(sp.Piecewise):
+        anchor = min((m for m in pool if not m.expr.has(sp.Piecewise)), key=lambda m: m.score, default=best)
+    ranked += [m.expr for m in sorted(pool, key=lambda m: m.score) if m.score <= anchor.score + BUDGET.runner_up_bits]
     ranked += [m.expr for m in best.branches]
     return tuple(e for e in dict.fromkeys(ranked) if not e.has(sp.Piecewise))[: BUDGET.good_forms]
 

@@ -172,14 +172,14 @@ def as_arrays(rule: str, names: Sequence[str], kinds: str, *values: Any) -> tupl
         if jnp.issubdtype(jnp.result_type(leaf), jnp.floating)
     ]
     # Only arrays fix a dtype: weakly typed numbers alone keep theirs.
-    strong = [leaf for leaf in floats if not _weak(leaf)]
+    strong = [leaf for leaf in floats if not weakly_typed(leaf)]
     target = jnp.result_type(*floats) if strong else None
 
     def read(name: str, kind: str, leaf: Any) -> Any:
         # Every leaf an array: a Python number stays weakly typed, but 1 / 0.0 must not raise, and
         # under jax.grad of a number the tracer's primal is a Python float, which the JVP rule
         # would compute with (x**2 raising OverflowError at 1e200): asarray of the tracer is not.
-        weak = _weak(leaf)
+        weak = weakly_typed(leaf)
         leaf = jnp.asarray(leaf)
         dtype = jnp.result_type(leaf)
         if kind == "c":
@@ -220,7 +220,7 @@ def as_lifted_arrays(
     return tuple(arrays), low
 
 
-def _weak(leaf: Any) -> bool:
+def weakly_typed(leaf: Any) -> bool:
     """Whether `leaf` is weakly typed: a Python number, or an array (a tracer) made of one.
 
     A NumPy scalar is not (`np.float64` is a `float`, and strongly typed to JAX).
