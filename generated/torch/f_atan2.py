@@ -4,10 +4,22 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, saves_inputs
+from ._function import RuleFunction, differentiated, routed, saves_inputs
 from ._native import tangent_or_zero
 from ._special import atan2_slope
-from ._util import as_opmath_tensors, rounded
+from ._util import as_opmath_tensors, binade, rounded
+
+
+def _partials(y, x):
+    """The partials dout/dy, dout/dx, which backward and jvp multiply."""
+    if differentiated(y, x):
+        # Differentiated again: the runtime's partials, whose own derivatives are stated.
+        return atan2_slope(x, y), -atan2_slope(y, x)
+    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+    t1 = x / t0
+    t2 = y / t0
+    t3 = torch.hypot(t1, t2)
+    return t1 / t3 / t0 / t3, -(t2 / t3 / t0 / t3)
 
 
 class FAtan2(RuleFunction):
@@ -24,22 +36,20 @@ class FAtan2(RuleFunction):
         y, x = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        if plain(y, x, out_bar) and all(ctx.needs_input_grad):
-            t0 = atan2_slope(x, y).mul_(out_bar)
-            t1 = atan2_slope(y, x).neg_().mul_(out_bar)
-            return t0.sum_to_size(y.shape), t1.sum_to_size(x.shape)
+        dout_dy, dout_dx = _partials(y, x)
         y_bar = x_bar = None
         if ctx.needs_input_grad[0]:
-            y_bar = (out_bar * atan2_slope(x, y)).sum_to_size(y.shape)
+            y_bar = (dout_dy * out_bar).sum_to_size(y.shape)
         if ctx.needs_input_grad[1]:
-            x_bar = (out_bar * (-atan2_slope(y, x))).sum_to_size(x.shape)
+            x_bar = (dout_dx * out_bar).sum_to_size(x.shape)
         return y_bar, x_bar
 
     @staticmethod
     def jvp(ctx, y_dot, x_dot):
         y, x = ctx.saved_tensors
+        dout_dy, dout_dx = _partials(y, x)
         y_dot, x_dot = tangent_or_zero(y_dot, y), tangent_or_zero(x_dot, x)
-        return x_dot * (-atan2_slope(y, x)) + y_dot * atan2_slope(x, y)
+        return dout_dx * x_dot + dout_dy * y_dot
 
 
 _apply_f_atan2 = routed(FAtan2, "(Tensor y, Tensor x) -> Tensor")

@@ -4,10 +4,23 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, saves_inputs
+from ._function import RuleFunction, differentiated, routed, saves_inputs
 from ._native import tangent_or_zero
 from ._special import hypot_slope
-from ._util import as_opmath_tensors, rounded
+from ._util import as_opmath_tensors, binade, rounded
+
+
+def _partials(x, y):
+    """The partials dout/dx, dout/dy, which backward and jvp multiply."""
+    if differentiated(x, y):
+        # Differentiated again: the runtime's partials, whose own derivatives are stated.
+        return hypot_slope(x, y), hypot_slope(y, x)
+    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+    t1 = x / t0
+    t2 = y / t0
+    t3 = torch.hypot(t1, t2)
+    t4 = torch.where(t3 == 0, 1, t3)
+    return t1 / t4, t2 / t4
 
 
 class FHypot(RuleFunction):
@@ -24,21 +37,20 @@ class FHypot(RuleFunction):
         x, y = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        if plain(x, y, out_bar) and all(ctx.needs_input_grad):
-            t0 = hypot_slope(x, y).mul_(out_bar)
-            return t0.sum_to_size(x.shape), hypot_slope(y, x).mul_(out_bar).sum_to_size(y.shape)
+        dout_dx, dout_dy = _partials(x, y)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = (out_bar * hypot_slope(x, y)).sum_to_size(x.shape)
+            x_bar = (dout_dx * out_bar).sum_to_size(x.shape)
         if ctx.needs_input_grad[1]:
-            y_bar = (out_bar * hypot_slope(y, x)).sum_to_size(y.shape)
+            y_bar = (dout_dy * out_bar).sum_to_size(y.shape)
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
+        dout_dx, dout_dy = _partials(x, y)
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        return x_dot * hypot_slope(x, y) + y_dot * hypot_slope(y, x)
+        return dout_dx * x_dot + dout_dy * y_dot
 
 
 _apply_f_hypot = routed(FHypot, "(Tensor x, Tensor y) -> Tensor")

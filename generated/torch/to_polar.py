@@ -6,10 +6,23 @@ from typing import NamedTuple
 
 import torch
 
-from ._function import RuleFunction, plain, routed, saves_inputs, summed_like
+from ._function import RuleFunction, differentiated, plain, routed, saves_inputs, summed_like
 from ._native import tangent_or_zero
 from ._special import atan2_slope, hypot_slope
-from ._util import as_opmath_tensors, rounded
+from ._util import as_opmath_tensors, binade, rounded
+
+
+def _partials(x, y):
+    """The partials dr/dx, dr/dy, dtheta/dx, dtheta/dy, which backward and jvp multiply."""
+    if differentiated(x, y):
+        # Differentiated again: the runtime's partials, whose own derivatives are stated.
+        return hypot_slope(x, y), hypot_slope(y, x), -atan2_slope(y, x), atan2_slope(x, y)
+    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
+    t1 = x / t0
+    t2 = y / t0
+    t3 = torch.hypot(t1, t2)
+    t4 = torch.where(t3 == 0, 1, t3)
+    return t1 / t4, t2 / t4, -(t2 / t3 / t0 / t3), t1 / t3 / t0 / t3
 
 
 class ToPolar(RuleFunction):
@@ -26,32 +39,24 @@ class ToPolar(RuleFunction):
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
         x, y = ctx.saved_tensors
+        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y)
         if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
-            t0 = hypot_slope(x, y).mul_(r_bar).addcmul_(atan2_slope(y, x).neg_(), theta_bar)
-            t2 = hypot_slope(y, x).mul_(r_bar).addcmul_(atan2_slope(x, y), theta_bar)
-            return t0.sum_to_size(x.shape), t2.sum_to_size(y.shape)
+            t0 = (dr_dx * r_bar).addcmul_(dtheta_dx, theta_bar)
+            t1 = (dr_dy * r_bar).addcmul_(dtheta_dy, theta_bar)
+            return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = summed_like(
-                x,
-                None if r_bar is None else r_bar * hypot_slope(x, y),
-                None if theta_bar is None else theta_bar * (-atan2_slope(y, x)),
-            )
+            x_bar = summed_like(x, (r_bar, dr_dx), (theta_bar, dtheta_dx))
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(
-                y,
-                None if r_bar is None else r_bar * hypot_slope(y, x),
-                None if theta_bar is None else theta_bar * atan2_slope(x, y),
-            )
+            y_bar = summed_like(y, (r_bar, dr_dy), (theta_bar, dtheta_dy))
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y = ctx.saved_tensors
+        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y)
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        return x_dot * hypot_slope(x, y) + y_dot * hypot_slope(y, x), x_dot * (
-            -atan2_slope(y, x)
-        ) + y_dot * atan2_slope(x, y)
+        return dr_dx * x_dot + dr_dy * y_dot, dtheta_dx * x_dot + dtheta_dy * y_dot
 
 
 _apply_to_polar = routed(ToPolar, "(Tensor x, Tensor y) -> (Tensor, Tensor)")

@@ -27,7 +27,7 @@ from rulegen.plan.code import (
     fits_a_line,
 )
 from rulegen.plan.emit import Emitter, Printer
-from rulegen.plan.forms import corrections, float_anchors, float_forms, integral_arrays, torch_forms
+from rulegen.plan.forms import corrections, float_anchors, float_forms, inlined, integral_arrays, torch_forms
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -321,6 +321,8 @@ def plan_torch(d: Derivation) -> TorchPlan:
     elif saved:
         function_helpers.add("save_for_derivatives")
     function_helpers |= {"plain"} if in_place.forward or in_place.backward else set()
+    if jacobian.helper is not None and any(isinstance(line, If) for line in jacobian.helper.body):
+        function_helpers.add("differentiated")
     classes = result_classes(rule, "torch")
     if classes:
         emit.imports.add(NAMED_TUPLE_IMPORT)
@@ -695,17 +697,21 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
         return _Jacobian(t)
     taken = set(t.symbols) | set(rule.own_names.values())
     names = {k: _unclaimed(partial_name(*k), taken) for k in compound}
-    block = emit.block([], [Result(names[k], e) for k, e in compound.items()])
+    # Where nothing differentiates them, the runtime's partials that state their own derivatives are computed
+    # inline (`forms.inlined`), sharing a scaling that each runtime call computes anew.
+    inline = {k: inlined(e) for k, e in compound.items()}
+    block = emit.block([], [Result(names[k], e) for k, e in inline.items()])
     if not any(isinstance(line, Assign) and line.target not in names.values() for line in block.lines):
         return _Jacobian(t)  # nothing shared: each method computes only the partials it multiplies
     symbols = {name: t.d.value_symbol(name) for name in names.values()}
     named = {k: symbols[names[k]] if k in compound else v for k, v in t.jvp_partials.items()}
     shared = replace(t, symbols={**t.symbols, **symbols}, vjp_partials=named, jvp_partials=named)
     bars = [cotangent(o) for o in t.outputs]
-    partials_cost = _eager_cost(t, t.forms(), list(compound.values()))
+    inline_t = replace(t, vjp_partials={**t.vjp_partials, **inline}, jvp_partials={**t.jvp_partials, **inline})
+    partials_cost = _eager_cost(t, t.forms(), list(inline.values()))
     for before, after, forms in (
-        (_hot_exprs(t), _hot_exprs(shared), t.forms(*bars)),
-        (list(t.output_tangents.values()), list(shared.output_tangents.values()), t.forms()),
+        (_hot_exprs(inline_t), _hot_exprs(shared), t.forms(*bars)),
+        (list(inline_t.output_tangents.values()), list(shared.output_tangents.values()), t.forms()),
     ):
         if partials_cost + _eager_cost(t, forms, after) > _eager_cost(t, forms, before):
             return _Jacobian(t)
@@ -713,7 +719,13 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
     params = tuple(n for n in order if n in block.reads)
     listed = ", ".join(f"d{o}/d{i}" for o, i in compound)
     doc = Docstring(f"The partials {listed}, which backward and jvp multiply.")
-    helper = Def(PARTIALS_FUNCTION, params, (doc, *block.statements))
+    body: tuple[Statement, ...] = block.statements
+    if inline != compound:
+        stated = emit.block([], [Result(names[k], e) for k, e in compound.items()])
+        test = f"{rule.own_names['differentiated']}({', '.join(params)})"
+        why = Comment("Differentiated again: the runtime's partials, whose own derivatives are stated.")
+        body = (If(test, (why, *stated.statements)), *body)
+    helper = Def(PARTIALS_FUNCTION, params, (doc, *body))
     arguments = ", ".join(method.code(t.symbols[p]) for p in params)
     call = Assign(", ".join(names.values()), f"{PARTIALS_FUNCTION}({arguments})")
     return _Jacobian(shared, helper, call, tuple(names.values()))
@@ -781,11 +793,17 @@ def _in_place_bodies(
 
     Where the `jacobian` names partials, the backward reads them so, tensors it does not own, and `plain(...)`
     checks what they are computed from: plain tensors of one shape give plain partials of that shape.
+    Nothing differentiates the in-place backward: it computes runtime functions that state their higher
+    derivatives inline (`forms.inlined`), sharing what their calls would each compute anew.
     """
     values_out = (*t.outputs, *t.residual_names)
     tensors = {*t.arrays, *values_out, *(cotangent(n) for n in values_out)}
     forward = _in_place(emit, forward_results, tensors)
-    backward = _in_place(method, hot, tensors | set(jacobian.names))
+    first_order = Emitter(
+        method.printer, method.taken, lambda e: method.forms(inlined(e)), method.scalars, method.spelled
+    )
+    backward = _in_place(first_order, hot, tensors | set(jacobian.names))
+    method.imports |= first_order.imports
     checked = jacobian.read_by(backward) if backward else backward
     return _InPlace(
         forward,

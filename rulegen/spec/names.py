@@ -68,6 +68,7 @@ HELPER_NAMES = frozenset(
         "broadcast",
         "broadcast_tangents",
         "check_statics",
+        "differentiated",
         "digamma",
         "erfcx",
         "erfcx_series",
