@@ -109,3 +109,30 @@ def atan2_curvature(xp: ModuleType, u: Any, v: Any) -> tuple[Any, Any]:
     u, v, h, r = _over_binade(xp, u, v)
     uu = (v - u) / h * ((v + u) / h) * r / h * r / h
     return uu, -2 * (u / h) * (v / h) * r / h * r / h
+
+
+def plane_slopes(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
+    """hypot_slope(x, y), hypot_slope(y, x), atan2_slope(x, y) and atan2_slope(y, x) on one scaling:
+    x / h, y / h, x / h**2 and y / h**2, h = hypot(x, y) (the partials of hypot and atan2 at a
+    point), each computed as the function of its own computes it."""
+    u, v, h, r = _over_binade(xp, x, y)
+    guarded = xp.where(h == 0, 1.0, h)
+    return u / guarded, v / guarded, u / h * r / h, v / h * r / h
+
+
+def plane_curvature(xp: ModuleType, x: Any, y: Any) -> tuple[tuple[Any, Any], ...]:
+    """`plane_slopes`' partials in x and y, output by output, on one scaling: `hypot_curvature`
+    and `atan2_curvature` of (x, y) and of (y, x)."""
+    u, v, h, r = _over_binade(xp, x, y)
+    zero = h == 0
+    guarded = xp.where(zero, 1.0, h)
+    cosine, sine = u / guarded, v / guarded
+    cross = -(cosine * sine / guarded * r)
+    across = (v - u) / h * ((v + u) / h) * r / h * r / h
+    product = -2 * (u / h) * (v / h) * r / h * r / h
+    return (
+        (xp.where(zero, math.inf, sine * sine / guarded * r), cross),
+        (cross, xp.where(zero, math.inf, cosine * cosine / guarded * r)),
+        (across, product),
+        (product, -across),
+    )

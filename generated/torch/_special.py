@@ -268,15 +268,21 @@ def ndtri_slope(x: torch.Tensor) -> torch.Tensor:
 
 def _pair_differentiated_by(
     name: str,
-    forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    partials: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    forward: Callable[[torch.Tensor, torch.Tensor], Any],
+    partials: Callable[[torch.Tensor, torch.Tensor], Any],
+    outputs: int = 1,
 ) -> tuple[type[torch.autograd.Function], type[torch.autograd.Function]]:
     """A Function of two tensors computing `forward(x, y)`, differentiated by `partials(x, y)`.
 
-    The partials are torch code of this module, differentiable again.  An input with no
-    gradient asked or no tangent adds no term (not 0 times a partial that may be inf).
-    Returned with its twin without `jvp`.
+    Of one output, `partials` gives its (d/dx, d/dy); of several (`outputs`), `forward` gives a
+    tuple and `partials` each output's pair.  The partials are torch code of this module,
+    differentiable again.  An input with no gradient asked, an output with no cotangent and an
+    input with no tangent add no term (not 0 times a partial that may be inf).  Returned with
+    its twin without `jvp`.
     """
+
+    def rows(x: torch.Tensor, y: torch.Tensor) -> Any:
+        return (partials(x, y),) if outputs == 1 else partials(x, y)
 
     class Mended(torch.autograd.Function):
         # Elementwise, it batches as it is: torch.func.vmap and jacfwd need no rule of their own.
@@ -293,25 +299,31 @@ def _pair_differentiated_by(
             save_for_derivatives(ctx, *inputs)
 
         @staticmethod
-        def backward(ctx: Any, grad: torch.Tensor | None) -> Any:
+        def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
             x, y = ctx.saved_tensors
-            if grad is None:
+            present = [(g, k) for k, g in enumerate(grads) if g is not None]
+            if not present:
                 return None, None
-            dx, dy = partials(x, y)
-            return tuple(
-                _reduced(grad * d, like) if needed else None
-                for needed, d, like in zip(ctx.needs_input_grad, (dx, dy), (x, y), strict=True)
-            )
+            found = rows(x, y)
+            gradients = []
+            for j, (needed, like) in enumerate(zip(ctx.needs_input_grad, (x, y), strict=True)):
+                terms = [g * found[k][j] for g, k in present] if needed else []
+                gradients.append(_reduced(sum(terms[1:], terms[0]), like) if terms else None)
+            return tuple(gradients)
 
         @staticmethod
         @seen_by_outer_levels
         def jvp(ctx: Any, x_dot: Any, y_dot: Any) -> Any:
             x, y = ctx.saved_tensors
-            dx, dy = partials(x, y)
-            terms = [t * d for t, d in ((x_dot, dx), (y_dot, dy)) if t is not None]
-            if not terms:
-                return torch.zeros_like(torch.broadcast_tensors(x, y)[0])
-            return sum(terms[1:], terms[0]).expand(torch.broadcast_shapes(x.shape, y.shape))
+            shape = torch.broadcast_shapes(x.shape, y.shape)
+            tangents = []
+            for dx, dy in rows(x, y):
+                terms = [t * d for t, d in ((x_dot, dx), (y_dot, dy)) if t is not None]
+                if terms:
+                    tangents.append(sum(terms[1:], terms[0]).expand(shape))
+                else:
+                    tangents.append(torch.zeros_like(torch.broadcast_tensors(x, y)[0]))
+            return tangents[0] if outputs == 1 else tuple(tangents)
 
     Mended.__name__ = Mended.__qualname__ = name
     Mended.__doc__ = f"{forward.__name__}, differentiated by {partials.__name__}."
@@ -334,7 +346,16 @@ def _atan2_curvature(u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, to
     return _scaling.atan2_curvature(torch, u, v)
 
 
+def _plane_slopes_value(x: torch.Tensor, y: torch.Tensor) -> Any:
+    return _scaling.plane_slopes(torch, x, y)
+
+
+def _plane_curvature(x: torch.Tensor, y: torch.Tensor) -> Any:
+    return _scaling.plane_curvature(torch, x, y)
+
+
 _HYPOT_SLOPE = _pair_differentiated_by("_HypotSlope", _hypot_slope_value, _hypot_curvature)
+_PLANE_SLOPES = _pair_differentiated_by("_PlaneSlopes", _plane_slopes_value, _plane_curvature, 4)
 _ATAN2_SLOPE = _pair_differentiated_by("_Atan2Slope", _atan2_slope_value, _atan2_curvature)
 
 
@@ -367,3 +388,11 @@ def atan2_slope(u: torch.Tensor | float, v: torch.Tensor | float) -> torch.Tenso
     """u / (u**2 + v**2) (`_scaling.atan2_slope`), differentiated by the registry's partials at
     every order."""
     return _pair_applied(_ATAN2_SLOPE, _atan2_slope_value, u, v)
+
+
+def plane_slopes(x: torch.Tensor | float, y: torch.Tensor | float) -> Any:
+    """hypot_slope(x, y), hypot_slope(y, x), atan2_slope(x, y) and atan2_slope(y, x) together,
+    on one scaling (`_scaling.plane_slopes`): the partials of hypot and atan2 at a point, where
+    each call of its own scales (x, y) anew; differentiated by the registry's partials at every
+    order."""
+    return _pair_applied(_PLANE_SLOPES, _plane_slopes_value, x, y)

@@ -6,7 +6,7 @@ import torch
 
 from ._function import RuleFunction, differentiated, routed, saves_inputs
 from ._native import tangent_or_zero
-from ._special import atan2_slope
+from ._special import plane_slopes
 from ._util import as_opmath_tensors, binade, rounded
 
 
@@ -14,7 +14,8 @@ def _partials(y, x):
     """The partials dout/dy, dout/dx, which backward and jvp multiply."""
     if differentiated(y, x):
         # Differentiated again: the runtime's partials, whose own derivatives are stated.
-        return atan2_slope(x, y), -atan2_slope(y, x)
+        _, _, s2, s3 = plane_slopes(x, y)
+        return s2, -s3
     t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
     t1 = x / t0
     t2 = y / t0

@@ -6,7 +6,7 @@ import torch
 
 from ._function import RuleFunction, differentiated, routed, saves_inputs
 from ._native import tangent_or_zero
-from ._special import hypot_slope
+from ._special import plane_slopes
 from ._util import as_opmath_tensors, binade, rounded, unpack_tuple
 
 
@@ -14,7 +14,8 @@ def _partials(x, y):
     """The partials dout/dx, dout/dy, which backward and jvp multiply."""
     if differentiated(x, y):
         # Differentiated again: the runtime's partials, whose own derivatives are stated.
-        return hypot_slope(x, y), hypot_slope(y, x)
+        s0, s1, _, _ = plane_slopes(x, y)
+        return s0, s1
     t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
     t1 = x / t0
     t2 = y / t0

@@ -8,7 +8,7 @@ import torch
 
 from ._function import RuleFunction, differentiated, plain, routed, saves_inputs, summed_like
 from ._native import tangent_or_zero
-from ._special import atan2_slope, hypot_slope
+from ._special import plane_slopes
 from ._util import as_opmath_tensors, binade, rounded
 
 
@@ -16,7 +16,8 @@ def _partials(x, y):
     """The partials dr/dx, dr/dy, dtheta/dx, dtheta/dy, which backward and jvp multiply."""
     if differentiated(x, y):
         # Differentiated again: the runtime's partials, whose own derivatives are stated.
-        return hypot_slope(x, y), hypot_slope(y, x), -atan2_slope(y, x), atan2_slope(x, y)
+        s0, s1, s2, s3 = plane_slopes(x, y)
+        return s0, s1, -s3, s2
     t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
     t1 = x / t0
     t2 = y / t0

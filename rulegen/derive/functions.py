@@ -861,6 +861,12 @@ def atan2_slope_inline(u: sp.Expr, v: sp.Expr) -> sp.Expr:
     return divided(divided(divided(scaled, h), s), h)
 
 
+#: The torch runtime's functions computing several registry functions of one pair of arguments on one scaling,
+#: each with the functions it computes: its outputs are f(a, b) and f(b, a) of each, in order, for (a, b) as it
+#: is called.  `plane_slopes(x, y)` is hypot_slope(x, y), hypot_slope(y, x), atan2_slope(x, y), atan2_slope(y, x).
+JOINT_RUNTIME: dict[str, tuple[str, ...]] = {"plane_slopes": ("hypot_slope", "atan2_slope")}
+
+
 def hypot_slope_of(x: Any, y: Any) -> Any:
     """hypot_slope in numpy, as the runtime computes it: the accuracy search's evaluation."""
     with np.errstate(all="ignore"):

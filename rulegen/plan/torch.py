@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 import sympy as sp
 
 from rulegen.computation.cost import eager_passes
-from rulegen.derive.functions import cotangent_sum, cotangent_term
+from rulegen.derive.functions import JOINT_RUNTIME, cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation
 from rulegen.plan.code import (
     Assign,
@@ -721,14 +721,51 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
     doc = Docstring(f"The partials {listed}, which backward and jvp multiply.")
     body: tuple[Statement, ...] = block.statements
     if inline != compound:
-        stated = emit.block([], [Result(names[k], e) for k, e in compound.items()])
+        joint, computed = _jointly(compound, taken | set(names.values()), emit, rule.own_names)
+        stated = emit.block([], [Result(names[k], e) for k, e in computed.items()])
         test = f"{rule.own_names['differentiated']}({', '.join(params)})"
         why = Comment("Differentiated again: the runtime's partials, whose own derivatives are stated.")
-        body = (If(test, (why, *stated.statements)), *body)
+        body = (If(test, (why, *joint, *stated.statements)), *body)
     helper = Def(PARTIALS_FUNCTION, params, (doc, *body))
     arguments = ", ".join(method.code(t.symbols[p]) for p in params)
     call = Assign(", ".join(names.values()), f"{PARTIALS_FUNCTION}({arguments})")
     return _Jacobian(shared, helper, call, tuple(names.values()))
+
+
+def _jointly(
+    partials: Mapping[tuple[str, str], sp.Expr], taken: Set[str], emit: Emitter, own: Mapping[str, str]
+) -> tuple[tuple[Assign, ...], dict[tuple[str, str], sp.Expr]]:
+    """The runtime's calls that compute several of `partials`' calls of one pair of arguments on one scaling
+    (`JOINT_RUNTIME`: `plane_slopes(x, y)` for hypot_slope(x, y), atan2_slope(y, x), ...), and the partials
+    reading their results by name; a lone call stays as it is."""
+    members = {f: (joint, k) for joint, functions in JOINT_RUNTIME.items() for k, f in enumerate(functions)}
+    groups: dict[tuple[str, tuple[sp.Expr, ...]], dict[int, sp.Expr]] = {}
+    for expr in partials.values():
+        for call in sorted(expr.atoms(sp.Function), key=sp.default_sort_key):
+            found = members.get(type(call).__name__)
+            if found is None or len(call.args) != 2 or call.args[0] == call.args[1]:
+                continue
+            pair = tuple(sorted(call.args, key=sp.default_sort_key))
+            index = 2 * found[1] + (0 if call.args[0] == pair[0] else 1)
+            groups.setdefault((found[0], pair), {})[index] = call
+    lines: list[Assign] = []
+    named: dict[sp.Expr, sp.Expr] = {}
+    used = set(taken)
+    for (joint, pair), calls in groups.items():
+        if len(calls) < 2:
+            continue
+        targets = []
+        for index in range(2 * len(JOINT_RUNTIME[joint])):
+            if index not in calls:
+                targets.append("_")
+                continue
+            name = _unclaimed(f"s{index}", used)
+            used.add(name)
+            named[calls[index]] = sp.Symbol(name, real=True)
+            targets.append(name)
+        emit.imports.add(Import("._special", joint))
+        lines.append(Assign(", ".join(targets), f"{own[joint]}({', '.join(emit.code(a) for a in pair)})"))
+    return tuple(lines), {k: e.xreplace(named) for k, e in partials.items()}
 
 
 def _unclaimed(name: str, taken: Set[str]) -> str:

@@ -88,6 +88,7 @@ HELPER_NAMES = frozenset(
         "nth_root",
         "output_from_host",
         "plain",
+        "plane_slopes",
         "polygamma",
         "present",
         "quotient",

@@ -117,6 +117,31 @@ def test_the_value_where_nothing_differentiates_it_is_the_functions():
     assert math.isnan(q[0]) and q[3] == pytest.approx(0.5 / 1e-310, rel=1e-12)
 
 
+@pytest.mark.parametrize("varied", [0, 1])
+def test_the_slopes_of_a_point_together_are_differentiated_as_each_alone(varied):
+    # plane_slopes(x, y): hypot_slope(x, y), hypot_slope(y, x), atan2_slope(x, y), atan2_slope(y, x) on one
+    # scaling, each output's derivatives the registry's (its second-order partials on one scaling too).
+    from rulegen.runtime.torch._special import atan2_slope, hypot_slope, plane_slopes
+
+    x = torch.tensor([p[0] for p in PAIRS] + [0.0, -1e4], dtype=torch.float64)
+    y = torch.tensor([p[1] for p in PAIRS] + [0.0, 0.7], dtype=torch.float64)
+    alone = (hypot_slope, lambda a, b: hypot_slope(b, a), atan2_slope, lambda a, b: atan2_slope(b, a))
+    with torch.no_grad():
+        for value, f in zip(plane_slopes(x, y), alone, strict=True):
+            torch.testing.assert_close(value, f(x, y), rtol=1e-15, atol=0, equal_nan=True)
+    for k, f in enumerate(alone):
+        got = [x.clone().requires_grad_(varied == 0), y.clone().requires_grad_(varied == 1)]
+        want = [x.clone().requires_grad_(varied == 0), y.clone().requires_grad_(varied == 1)]
+        (reverse,) = torch.autograd.grad(plane_slopes(*got)[k].sum(), got[varied])
+        (expected,) = torch.autograd.grad(f(*want).sum(), want[varied])
+        torch.testing.assert_close(reverse, expected, rtol=1e-15, atol=0, equal_nan=True)
+        def along(a, k=k):
+            return plane_slopes(*((a, y) if varied == 0 else (x, a)))[k]
+
+        (_, forward) = torch.func.jvp(along, ((x, y)[varied],), (torch.ones_like(x),))
+        torch.testing.assert_close(forward, expected, rtol=1e-15, atol=0, equal_nan=True)
+
+
 # -------------------------------------------------------------------- the generated rules: one scaling, both orders
 
 
