@@ -135,6 +135,7 @@ def test_the_slopes_of_a_point_together_are_differentiated_as_each_alone(varied)
         (reverse,) = torch.autograd.grad(plane_slopes(*got)[k].sum(), got[varied])
         (expected,) = torch.autograd.grad(f(*want).sum(), want[varied])
         torch.testing.assert_close(reverse, expected, rtol=1e-15, atol=0, equal_nan=True)
+
         def along(a, k=k):
             return plane_slopes(*((a, y) if varied == 0 else (x, a)))[k]
 
