@@ -840,7 +840,8 @@ def _in_place_bodies(
         method.printer, method.taken, lambda e: method.forms(inlined(e)), method.scalars, method.spelled
     )
     backward = _in_place(first_order, hot, tensors | set(jacobian.names))
-    method.imports |= first_order.imports
+    if backward is not None:
+        method.imports |= first_order.imports
     checked = jacobian.read_by(backward) if backward else backward
     return _InPlace(
         forward,
