@@ -9,10 +9,11 @@ named (default: every rule whose torch module differs between the two and
 whose public function takes float arrays alone) it prints the aten
 operations the backward runs in each (a TorchDispatchMode's count, every
 gradient wanted) and the median, min and max of the per-round ratios of
-this checkout's time to COMMIT's, the two run interleaved (A B A B ...) on
-float32 inputs uniform on [0.5, 2], so that a noisy shared machine moves
-both alike.  The same for forward mode (`torch.func.jvp`).  `--no-compile`
-is the default and the only mode: torch.compile is `benchmarks.torch_compile`'s.
+this checkout's time to COMMIT's, the two run interleaved (A B A B ...),
+each round's time the least of 3 runs, on float32 inputs uniform on
+[0.5, 2], so that a noisy shared machine moves both alike.  The same for
+forward mode (`torch.func.jvp`).  `--no-compile` is the default and the
+only mode: torch.compile is `benchmarks.torch_compile`'s.
 """
 
 from __future__ import annotations
@@ -107,14 +108,19 @@ def forward_mode(f: Callable, xs: list[torch.Tensor]) -> float:
     return time.perf_counter() - start
 
 
+#: Runs of each implementation per round, whose least time the round's ratio reads: a shared machine's load
+#: lengthens some runs, never shortens one.
+RUNS = 3
+
+
 def ratios(measure: Callable, ours: Callable, theirs: Callable, xs: list[torch.Tensor], rounds: int) -> str:
     """Median [min, max] of the per-round ratios ours / theirs, interleaved, after one warm-up each."""
     measure(ours, xs)
     measure(theirs, xs)
     found = []
     for _ in range(rounds):
-        b = measure(theirs, xs)
-        a = measure(ours, xs)
+        b = min(measure(theirs, xs) for _ in range(RUNS))
+        a = min(measure(ours, xs) for _ in range(RUNS))
         found.append(a / b)
     return f"{statistics.median(found):.2f} [{min(found):.2f}, {max(found):.2f}]"
 
