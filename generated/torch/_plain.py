@@ -28,13 +28,3 @@ def plain_tensors(tensors: Iterable[torch.Tensor]) -> bool:
     if any(forward_ad.unpack_dual(t).tangent is not None for t in tensors):
         return False
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
-
-
-def differentiated(*arguments: object) -> bool:
-    """Whether what is computed from `arguments` may be differentiated again: a torch.func
-    transform, forward-mode AD or autograd recording sees their tensors (a static input is a
-    Python number).  Never under torch.compile, whose compiled backward nothing differentiates
-    (AOTAutograd refuses a double backward)."""
-    if torch.compiler.is_compiling():
-        return False
-    return not plain_tensors(tuple(a for a in arguments if isinstance(a, torch.Tensor)))

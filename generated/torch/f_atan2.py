@@ -4,23 +4,16 @@
 
 import torch
 
-from ._function import RuleFunction, differentiated, routed, saves_inputs
+from ._function import RuleFunction, routed, saves_inputs
 from ._native import tangent_or_zero
-from ._special import plane_slopes
-from ._util import as_opmath_tensors, binade, rounded
+from ._special import atan2_slopes
+from ._util import as_opmath_tensors, rounded
 
 
 def _partials(y, x):
     """The partials dout/dy, dout/dx, which backward and jvp multiply."""
-    if differentiated(y, x):
-        # Differentiated again: the runtime's partials, whose own derivatives are stated.
-        _, _, s2, s3 = plane_slopes(x, y)
-        return s2, -s3
-    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-    t1 = x / t0
-    t2 = y / t0
-    t3 = torch.hypot(t1, t2)
-    return t1 / t3 / t0 / t3, -(t2 / t3 / t0 / t3)
+    s0, s1 = atan2_slopes(x, y)
+    return s0, -s1
 
 
 class FAtan2(RuleFunction):

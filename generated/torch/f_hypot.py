@@ -4,24 +4,16 @@
 
 import torch
 
-from ._function import RuleFunction, differentiated, routed, saves_inputs
+from ._function import RuleFunction, routed, saves_inputs
 from ._native import tangent_or_zero
-from ._special import plane_slopes
-from ._util import as_opmath_tensors, binade, rounded
+from ._special import hypot_slopes
+from ._util import as_opmath_tensors, rounded
 
 
 def _partials(x, y):
     """The partials dout/dx, dout/dy, which backward and jvp multiply."""
-    if differentiated(x, y):
-        # Differentiated again: the runtime's partials, whose own derivatives are stated.
-        s0, s1, _, _ = plane_slopes(x, y)
-        return s0, s1
-    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-    t1 = x / t0
-    t2 = y / t0
-    t3 = torch.hypot(t1, t2)
-    t4 = torch.where(t3 == 0, 1, t3)
-    return t1 / t4, t2 / t4
+    s0, s1 = hypot_slopes(x, y)
+    return s0, s1
 
 
 class FHypot(RuleFunction):

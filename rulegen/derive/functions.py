@@ -839,32 +839,15 @@ class atan2_slope(sp.Function):  # noqa: N801
         return self.args[0].is_real and self.args[1].is_real
 
 
-def _scaled_pair(u: sp.Expr, v: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
-    """(u', s, h'): u over the binade s of the larger magnitude of u and v, and h' = hypot(u', v') within [1, 3),
-    written alike whichever order u and v come in, so that the partials of one point share them."""
-    s = binade(sp.Max(sp.Abs(u), sp.Abs(v)))
-    first, second = sorted((u, v), key=sp.default_sort_key)
-    return divided(u, s), s, hypot(divided(first, s), divided(second, s))
-
-
-def hypot_slope_inline(x: sp.Expr, y: sp.Expr) -> sp.Expr:
-    """hypot_slope(x, y) as registered functions: x' / h', 0 at (0, 0) (h' is 0 there only); nan at an infinite
-    input (inf / inf), where the runtime's is the direction."""
-    scaled, _, h = _scaled_pair(x, y)
-    return scaled / Piecewise((sp.S.One, sp.Eq(h, 0)), (h, True))
-
-
-def atan2_slope_inline(u: sp.Expr, v: sp.Expr) -> sp.Expr:
-    """atan2_slope(u, v) as registered functions: ((u' / h') / s) / h', each step within a factor 3 of the result
-    (see `atan2_slope`); nan at an infinite input, where the runtime's is 0."""
-    scaled, s, h = _scaled_pair(u, v)
-    return divided(divided(divided(scaled, h), s), h)
-
-
-#: The torch runtime's functions computing several registry functions of one pair of arguments on one scaling,
+#: The torch runtime's functions computing registry functions of one pair of arguments together, on one scaling,
 #: each with the functions it computes: its outputs are f(a, b) and f(b, a) of each, in order, for (a, b) as it
-#: is called.  `plane_slopes(x, y)` is hypot_slope(x, y), hypot_slope(y, x), atan2_slope(x, y), atan2_slope(y, x).
-JOINT_RUNTIME: dict[str, tuple[str, ...]] = {"plane_slopes": ("hypot_slope", "atan2_slope")}
+#: is called (`plane_slopes(x, y)`: hypot_slope(x, y), hypot_slope(y, x), atan2_slope(x, y), atan2_slope(y, x)).
+#: Where nothing differentiates them, each computes its inline form; elsewhere a Function with their derivatives.
+JOINT_RUNTIME: dict[str, tuple[str, ...]] = {
+    "hypot_slopes": ("hypot_slope",),
+    "atan2_slopes": ("atan2_slope",),
+    "plane_slopes": ("hypot_slope", "atan2_slope"),
+}
 
 
 def hypot_slope_of(x: Any, y: Any) -> Any:
@@ -1691,11 +1674,6 @@ class MathFunction:
     #: The numpy or scipy function (a dotted name) that the stabilising search evaluates it with, where the JAX
     #: name does not say it (`numpy_name`).
     numpy: str | None = None
-    #: Where a runtime function (`torch_runtime`) states its derivatives for the orders above the first: builds,
-    #: from the call's arguments, the expression of registered functions that computes it inline where nothing
-    #: differentiates it (torch's first-order backward of plain tensors), its parts shared with the other calls'
-    #: (hypot's and atan2's partials computed on one scaling, where each runtime call scales on its own).
-    inline: Callable[..., sp.Expr] | None = None
 
     @property
     def numpy_name(self) -> str | None:
@@ -1881,7 +1859,6 @@ REGISTRY: tuple[MathFunction, ...] = (
         torch_runtime="hypot_slope",
         torch_one_kernel=False,
         internal=True,
-        inline=hypot_slope_inline,
     ),
     MathFunction(
         "atan2_slope",
@@ -1892,7 +1869,6 @@ REGISTRY: tuple[MathFunction, ...] = (
         torch_runtime="atan2_slope",
         torch_one_kernel=False,
         internal=True,
-        inline=atan2_slope_inline,
     ),
     MathFunction("erf", sp.erf, "jax.scipy.special.erf", "torch.special.erf", math="math.erf", in_place="erf_"),
     MathFunction("erfc", sp.erfc, "jax.scipy.special.erfc", "torch.special.erfc", math="math.erfc", in_place="erfc_"),

@@ -127,22 +127,6 @@ def corrections(backend: Literal["jax", "torch"]) -> Callable[[sp.Expr], sp.Expr
     return lambda expr: expr.replace(lambda e: builder(e) is not None, replace)
 
 
-def inlined(expr: sp.Expr) -> sp.Expr:
-    """`expr` with each call of a runtime function that states its higher derivatives (`MathFunction.inline`)
-    computed inline: what a body nothing differentiates computes, sharing the parts of several such calls."""
-
-    def build(e: sp.Basic) -> Callable[..., sp.Expr] | None:
-        function = BY_NAME.get(type(e).__name__) if isinstance(e, sp.Function) else None
-        return function.inline if function is not None else None
-
-    def replace(e: sp.Function) -> sp.Expr:
-        builder = build(e)
-        assert builder is not None
-        return builder(*e.args)
-
-    return expr.replace(lambda e: build(e) is not None, replace)
-
-
 def torch_forms(
     scalars: Iterable[str], integral: Iterable[str], tanh_values: Iterable[str] = ()
 ) -> Callable[[sp.Expr], sp.Expr]:

@@ -27,7 +27,7 @@ from rulegen.plan.code import (
     fits_a_line,
 )
 from rulegen.plan.emit import Emitter, Printer
-from rulegen.plan.forms import corrections, float_anchors, float_forms, inlined, integral_arrays, torch_forms
+from rulegen.plan.forms import corrections, float_anchors, float_forms, integral_arrays, torch_forms
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -321,8 +321,6 @@ def plan_torch(d: Derivation) -> TorchPlan:
     elif saved:
         function_helpers.add("save_for_derivatives")
     function_helpers |= {"plain"} if in_place.forward or in_place.backward else set()
-    if jacobian.helper is not None and any(isinstance(line, If) for line in jacobian.helper.body):
-        function_helpers.add("differentiated")
     classes = result_classes(rule, "torch")
     if classes:
         emit.imports.add(NAMED_TUPLE_IMPORT)
@@ -685,7 +683,9 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
     or more, no residual, nothing broadcast), where the partials share
     a temporary that each method would compute anew, and where neither
     method then runs more passes over memory than it does computing its own
-    (torch's one-kernel forms of a product with a cotangent stay whole).
+    (torch's one-kernel forms of a product with a cotangent stay whole);
+    always where they call hypot's or atan2's partials, which one runtime
+    call of their point computes on one scaling (`_jointly`).
     """
     rule = t.rule
     if rule.complex or rule.fuse or t.residual_names or len(t.diff_inputs) < 2 or _tangents_broadcast(t):
@@ -697,35 +697,27 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
         return _Jacobian(t)
     taken = set(t.symbols) | set(rule.own_names.values())
     names = {k: _unclaimed(partial_name(*k), taken) for k in compound}
-    # Where nothing differentiates them, the runtime's partials that state their own derivatives are computed
-    # inline (`forms.inlined`), sharing a scaling that each runtime call computes anew.
-    inline = {k: inlined(e) for k, e in compound.items()}
-    block = emit.block([], [Result(names[k], e) for k, e in inline.items()])
-    if not any(isinstance(line, Assign) and line.target not in names.values() for line in block.lines):
+    # hypot's and atan2's partials of one point from one runtime call, on one scaling (`_jointly`).
+    joint, computed, joint_reads = _jointly(compound, taken | set(names.values()), emit, rule.own_names)
+    block = emit.block([], [Result(names[k], e) for k, e in computed.items()])
+    if not joint and not any(isinstance(line, Assign) and line.target not in names.values() for line in block.lines):
         return _Jacobian(t)  # nothing shared: each method computes only the partials it multiplies
     symbols = {name: t.d.value_symbol(name) for name in names.values()}
     named = {k: symbols[names[k]] if k in compound else v for k, v in t.jvp_partials.items()}
     shared = replace(t, symbols={**t.symbols, **symbols}, vjp_partials=named, jvp_partials=named)
     bars = [cotangent(o) for o in t.outputs]
-    inline_t = replace(t, vjp_partials={**t.vjp_partials, **inline}, jvp_partials={**t.jvp_partials, **inline})
-    partials_cost = _eager_cost(t, t.forms(), list(inline.values()))
+    partials_cost = _eager_cost(t, t.forms(), list(compound.values()))
     for before, after, forms in (
-        (_hot_exprs(inline_t), _hot_exprs(shared), t.forms(*bars)),
-        (list(inline_t.output_tangents.values()), list(shared.output_tangents.values()), t.forms()),
+        (_hot_exprs(t), _hot_exprs(shared), t.forms(*bars)),
+        (list(t.output_tangents.values()), list(shared.output_tangents.values()), t.forms()),
     ):
-        if partials_cost + _eager_cost(t, forms, after) > _eager_cost(t, forms, before):
+        if not joint and partials_cost + _eager_cost(t, forms, after) > _eager_cost(t, forms, before):
             return _Jacobian(t)
     order = [*(i.name for i in rule.inputs), *t.outputs]
-    params = tuple(n for n in order if n in block.reads)
+    params = tuple(n for n in order if n in block.reads | joint_reads)
     listed = ", ".join(f"d{o}/d{i}" for o, i in compound)
     doc = Docstring(f"The partials {listed}, which backward and jvp multiply.")
-    body: tuple[Statement, ...] = block.statements
-    if inline != compound:
-        joint, computed = _jointly(compound, taken | set(names.values()), emit, rule.own_names)
-        stated = emit.block([], [Result(names[k], e) for k, e in computed.items()])
-        test = f"{rule.own_names['differentiated']}({', '.join(params)})"
-        why = Comment("Differentiated again: the runtime's partials, whose own derivatives are stated.")
-        body = (If(test, (why, *joint, *stated.statements)), *body)
+    body: tuple[Statement, ...] = (*joint, *block.statements)
     helper = Def(PARTIALS_FUNCTION, params, (doc, *body))
     arguments = ", ".join(method.code(t.symbols[p]) for p in params)
     call = Assign(", ".join(names.values()), f"{PARTIALS_FUNCTION}({arguments})")
@@ -734,38 +726,39 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
 
 def _jointly(
     partials: Mapping[tuple[str, str], sp.Expr], taken: Set[str], emit: Emitter, own: Mapping[str, str]
-) -> tuple[tuple[Assign, ...], dict[tuple[str, str], sp.Expr]]:
-    """The runtime's calls that compute several of `partials`' calls of one pair of arguments on one scaling
-    (`JOINT_RUNTIME`: `plane_slopes(x, y)` for hypot_slope(x, y), atan2_slope(y, x), ...), and the partials
-    reading their results by name; a lone call stays as it is."""
-    members = {f: (joint, k) for joint, functions in JOINT_RUNTIME.items() for k, f in enumerate(functions)}
-    groups: dict[tuple[str, tuple[sp.Expr, ...]], dict[int, sp.Expr]] = {}
+) -> tuple[tuple[Assign, ...], dict[tuple[str, str], sp.Expr], frozenset[str]]:
+    """The runtime's calls computing `partials`' calls of registry functions of one pair of arguments together,
+    on one scaling (`JOINT_RUNTIME`: `plane_slopes(x, y)` for hypot_slope(x, y), atan2_slope(y, x), ...), each
+    the one of fewest outputs that has them; the partials reading their outputs by name; the names they read."""
+    members = {f for functions in JOINT_RUNTIME.values() for f in functions}
+    groups: dict[tuple[sp.Expr, ...], set[sp.Expr]] = {}
     for expr in partials.values():
-        for call in sorted(expr.atoms(sp.Function), key=sp.default_sort_key):
-            found = members.get(type(call).__name__)
-            if found is None or len(call.args) != 2 or call.args[0] == call.args[1]:
-                continue
-            pair = tuple(sorted(call.args, key=sp.default_sort_key))
-            index = 2 * found[1] + (0 if call.args[0] == pair[0] else 1)
-            groups.setdefault((found[0], pair), {})[index] = call
+        for call in expr.atoms(sp.Function):
+            if type(call).__name__ in members and len(call.args) == 2 and call.args[0] != call.args[1]:
+                groups.setdefault(tuple(sorted(call.args, key=sp.default_sort_key)), set()).add(call)
     lines: list[Assign] = []
     named: dict[sp.Expr, sp.Expr] = {}
+    reads: set[str] = set()
     used = set(taken)
-    for (joint, pair), calls in groups.items():
-        if len(calls) < 2:
-            continue
+    for pair, calls in sorted(groups.items(), key=lambda g: sp.default_sort_key(g[0])):
+        needed = {type(c).__name__ for c in calls}
+        joint = min((j for j, fs in JOINT_RUNTIME.items() if needed <= set(fs)), key=lambda j: len(JOINT_RUNTIME[j]))
+        # Each function of the joint one has a call here (the fewest outputs that have them): its class from it.
+        classes = {type(c).__name__: type(c) for c in calls}
+        outputs = [classes[f](*args) for f in JOINT_RUNTIME[joint] for args in (pair, pair[::-1])]
         targets = []
-        for index in range(2 * len(JOINT_RUNTIME[joint])):
-            if index not in calls:
+        for output in outputs:
+            if output not in calls:
                 targets.append("_")
                 continue
-            name = _unclaimed(f"s{index}", used)
+            name = _unclaimed(f"s{len(named)}", used)
             used.add(name)
-            named[calls[index]] = sp.Symbol(name, real=True)
+            named[output] = sp.Symbol(name, real=True)
             targets.append(name)
         emit.imports.add(Import("._special", joint))
+        reads |= {str(s) for a in pair for s in a.free_symbols}
         lines.append(Assign(", ".join(targets), f"{own[joint]}({', '.join(emit.code(a) for a in pair)})"))
-    return tuple(lines), {k: e.xreplace(named) for k, e in partials.items()}
+    return tuple(lines), {k: e.xreplace(named) for k, e in partials.items()}, frozenset(reads)
 
 
 def _unclaimed(name: str, taken: Set[str]) -> str:
@@ -830,18 +823,11 @@ def _in_place_bodies(
 
     Where the `jacobian` names partials, the backward reads them so, tensors it does not own, and `plain(...)`
     checks what they are computed from: plain tensors of one shape give plain partials of that shape.
-    Nothing differentiates the in-place backward: it computes runtime functions that state their higher
-    derivatives inline (`forms.inlined`), sharing what their calls would each compute anew.
     """
     values_out = (*t.outputs, *t.residual_names)
     tensors = {*t.arrays, *values_out, *(cotangent(n) for n in values_out)}
     forward = _in_place(emit, forward_results, tensors)
-    first_order = Emitter(
-        method.printer, method.taken, lambda e: method.forms(inlined(e)), method.scalars, method.spelled
-    )
-    backward = _in_place(first_order, hot, tensors | set(jacobian.names))
-    if backward is not None:
-        method.imports |= first_order.imports
+    backward = _in_place(method, hot, tensors | set(jacobian.names))
     checked = jacobian.read_by(backward) if backward else backward
     return _InPlace(
         forward,

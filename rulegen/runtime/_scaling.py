@@ -110,6 +110,48 @@ def atan2_curvature(xp: ModuleType, u: Any, v: Any) -> tuple[Any, Any]:
     return uu, -2 * (u / h) * (v / h) * r / h * r / h
 
 
+def _scaled(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
+    """(s, x / s, y / s, h): the inputs over the binade s of the larger magnitude and their hypot h,
+    as a person computing the partials of one point writes them (no limit at an infinite input)."""
+    s = binade(xp, xp.maximum(xp.abs(x), xp.abs(y)))
+    u, v = x / s, y / s
+    return s, u, v, xp.hypot(u, v)
+
+
+def hypot_slopes_inline(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any]:
+    """`hypot_slopes` where nothing differentiates it: on one scaling, nan at an infinite input
+    (inf / inf), as the frameworks' own derivatives are."""
+    _, u, v, h = _scaled(xp, x, y)
+    guarded = xp.where(h == 0, 1.0, h)
+    return u / guarded, v / guarded
+
+
+def atan2_slopes_inline(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any]:
+    """`atan2_slopes` where nothing differentiates it: ((x' / h') / s) / h' on one scaling."""
+    s, u, v, h = _scaled(xp, x, y)
+    return u / h / s / h, v / h / s / h
+
+
+def plane_slopes_inline(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
+    """`plane_slopes` where nothing differentiates it: the four quotients on one scaling."""
+    s, u, v, h = _scaled(xp, x, y)
+    guarded = xp.where(h == 0, 1.0, h)
+    return u / guarded, v / guarded, u / h / s / h, v / h / s / h
+
+
+def hypot_slopes(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any]:
+    """hypot_slope(x, y) and hypot_slope(y, x) on one scaling, each as `hypot_slope` computes it."""
+    u, v, h, _ = _over_binade(xp, x, y)
+    guarded = xp.where(h == 0, 1.0, h)
+    return u / guarded, v / guarded
+
+
+def atan2_slopes(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any]:
+    """atan2_slope(x, y) and atan2_slope(y, x) on one scaling, each as `atan2_slope` computes it."""
+    u, v, h, r = _over_binade(xp, x, y)
+    return u / h * r / h, v / h * r / h
+
+
 def plane_slopes(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
     """hypot_slope(x, y), hypot_slope(y, x), atan2_slope(x, y) and atan2_slope(y, x) on one scaling:
     x / h, y / h, x / h**2 and y / h**2, h = hypot(x, y) (the partials of hypot and atan2 at a

@@ -35,22 +35,21 @@ def test_backward_and_jvp_call_one_function_for_the_partials_they_share(tmp_path
     assert "plain(x, y, r_bar, theta_bar)" in backward
 
 
-def test_hypot_and_atan2_partials_share_one_scaling_where_nothing_differentiates_them(tmp_path):
-    # Where the partials are differentiated again, the runtime's, whose derivatives are stated: the four of the
-    # point from one call on one scaling (plane_slopes); elsewhere (a first-order backward or jvp of plain tensors)
-    # the four quotients over one binade and one hypot, as one person would write them.  Each partial the
-    # runtime's call of its own, scaling anew, polar's backward ran 131 kernels where these run 31.
+def test_hypot_and_atan2_partials_of_a_point_are_one_runtime_call(tmp_path):
+    # The four partials of (x, y) from one call on one scaling: the runtime's plane_slopes, inline where nothing
+    # differentiates them and differentiated by their stated derivatives where something does.  Each partial the
+    # runtime's call of its own, scaling anew, polar's backward ran 131 kernels where one scaling runs 31.
     text = _torch_module(tmp_path, POLAR)
     helper = text.split("def _partials(x, y):")[1].split("class ")[0]
-    differentiated, inline = helper.split("if differentiated(x, y):")[1].split("return", 1)[1].split("\n", 1)
     assert "s0, s1, s2, s3 = plane_slopes(x, y)" in helper
-    assert differentiated.strip() == "s0, s1, -s3, s2"
-    assert inline.count("binade(") == 1 and inline.count("torch.hypot(") == 1
-    assert "_slope" not in inline
+    assert "return s0, s1, -s3, s2" in helper
     backward, jvp = text.split("def backward")[1].split("def jvp")
     call = "dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y)"
     assert call in backward and call in jvp
     assert "from ._special import plane_slopes" in text
+    # hypot's alone take the joint function of hypot's partials alone: no quotient atan2's partials need.
+    alone = _torch_module(tmp_path, "name: r\ninputs: [x, y]\nforward: hypot(x, y)\n")
+    assert "s0, s1 = hypot_slopes(x, y)" in alone
 
 
 def test_partials_that_share_nothing_are_computed_where_they_are_multiplied(tmp_path):

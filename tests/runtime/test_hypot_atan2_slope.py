@@ -117,27 +117,40 @@ def test_the_value_where_nothing_differentiates_it_is_the_functions():
     assert math.isnan(q[0]) and q[3] == pytest.approx(0.5 / 1e-310, rel=1e-12)
 
 
+@pytest.mark.parametrize("joint", ["plane_slopes", "hypot_slopes", "atan2_slopes"])
 @pytest.mark.parametrize("varied", [0, 1])
-def test_the_slopes_of_a_point_together_are_differentiated_as_each_alone(varied):
+def test_the_slopes_of_a_point_together_are_differentiated_as_each_alone(joint, varied):
     # plane_slopes(x, y): hypot_slope(x, y), hypot_slope(y, x), atan2_slope(x, y), atan2_slope(y, x) on one
-    # scaling, each output's derivatives the registry's (its second-order partials on one scaling too).
-    from rulegen.runtime.torch._special import atan2_slope, hypot_slope, plane_slopes
+    # scaling (hypot_slopes the first two, atan2_slopes the last two), each output's derivatives the registry's.
+    from rulegen.runtime.torch import _special
+    from rulegen.runtime.torch._special import atan2_slope, hypot_slope
 
+    f = getattr(_special, joint)
     x = torch.tensor([p[0] for p in PAIRS] + [0.0, -1e4], dtype=torch.float64)
     y = torch.tensor([p[1] for p in PAIRS] + [0.0, 0.7], dtype=torch.float64)
-    alone = (hypot_slope, lambda a, b: hypot_slope(b, a), atan2_slope, lambda a, b: atan2_slope(b, a))
+    every = (hypot_slope, lambda a, b: hypot_slope(b, a), atan2_slope, lambda a, b: atan2_slope(b, a))
+    alone = {"plane_slopes": every, "hypot_slopes": every[:2], "atan2_slopes": every[2:]}[joint]
+    # Differentiated, each output is the function's own, at an infinite input too (its limit).
+    values = f(x.clone().requires_grad_(), y)
+    for value, g in zip(values, alone, strict=True):
+        torch.testing.assert_close(value.detach(), g(x, y), rtol=1e-15, atol=0, equal_nan=True)
+    # Where nothing differentiates them, the same quotients on one scaling, inline: at an infinite input, inf / inf
+    # where the function's own is its limit.
     with torch.no_grad():
-        for value, f in zip(plane_slopes(x, y), alone, strict=True):
-            torch.testing.assert_close(value, f(x, y), rtol=1e-15, atol=0, equal_nan=True)
-    for k, f in enumerate(alone):
+        for value, g in zip(f(x, y), alone, strict=True):
+            own = g(x, y)
+            same = (value == own) | (torch.isnan(value) & torch.isnan(own))
+            assert (same | (torch.isnan(value) & ~(torch.isfinite(x) & torch.isfinite(y)))).all()
+            torch.testing.assert_close(value[~torch.isnan(value)], own[~torch.isnan(value)], rtol=1e-15, atol=0)
+    for k, g in enumerate(alone):
         got = [x.clone().requires_grad_(varied == 0), y.clone().requires_grad_(varied == 1)]
         want = [x.clone().requires_grad_(varied == 0), y.clone().requires_grad_(varied == 1)]
-        (reverse,) = torch.autograd.grad(plane_slopes(*got)[k].sum(), got[varied])
-        (expected,) = torch.autograd.grad(f(*want).sum(), want[varied])
+        (reverse,) = torch.autograd.grad(f(*got)[k].sum(), got[varied])
+        (expected,) = torch.autograd.grad(g(*want).sum(), want[varied])
         torch.testing.assert_close(reverse, expected, rtol=1e-15, atol=0, equal_nan=True)
 
         def along(a, k=k):
-            return plane_slopes(*((a, y) if varied == 0 else (x, a)))[k]
+            return f(*((a, y) if varied == 0 else (x, a)))[k]
 
         (_, forward) = torch.func.jvp(along, ((x, y)[varied],), (torch.ones_like(x),))
         torch.testing.assert_close(forward, expected, rtol=1e-15, atol=0, equal_nan=True)

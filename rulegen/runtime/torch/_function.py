@@ -1,19 +1,16 @@
-"""What generated torch Functions call: where they run (`routed`), whether in place (`plain`),
-whether their partials are differentiated again (`differentiated`), and the shapes, saves and
-absent cotangents every Function handles alike."""
+"""What generated torch Functions call: where they run (`routed`), whether in place (`plain`), and
+the shapes, saves and absent cotangents every Function handles alike."""
 
 from typing import Any
 
 import torch
 
 from ._inplace import plain
-from ._plain import differentiated
 from ._route import routed
 
 __all__ = [
     "RuleFunction",
     "broadcast",
-    "differentiated",
     "no_forward_mode",
     "plain",
     "routed",

@@ -345,17 +345,26 @@ def _atan2_curvature(u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, to
     return _scaling.atan2_curvature(torch, u, v)
 
 
-def _plane_slopes_value(x: torch.Tensor, y: torch.Tensor) -> Any:
-    return _scaling.plane_slopes(torch, x, y)
+def _joint(name: str, outputs: int) -> Any:
+    """The Functions of `_scaling`'s joint function `name`, differentiated by its curvature."""
 
+    def value(x: torch.Tensor, y: torch.Tensor) -> Any:
+        return getattr(_scaling, name)(torch, x, y)
 
-def _plane_curvature(x: torch.Tensor, y: torch.Tensor) -> Any:
-    return _scaling.plane_curvature(torch, x, y)
+    def curvature(x: torch.Tensor, y: torch.Tensor) -> Any:
+        return _scaling.plane_curvature(torch, x, y)[_ROWS[name]]
+
+    value.__name__, curvature.__name__ = name, f"{name}'s curvature"
+    title = "".join(part.title() for part in name.split("_"))
+    return _pair_differentiated_by(f"_{title}", value, curvature, outputs)
 
 
 _HYPOT_SLOPE = _pair_differentiated_by("_HypotSlope", _hypot_slope_value, _hypot_curvature)
-_PLANE_SLOPES = _pair_differentiated_by("_PlaneSlopes", _plane_slopes_value, _plane_curvature, 4)
 _ATAN2_SLOPE = _pair_differentiated_by("_Atan2Slope", _atan2_slope_value, _atan2_curvature)
+
+#: Which of `plane_curvature`'s rows each joint function's outputs are.
+_ROWS = {"hypot_slopes": slice(0, 2), "atan2_slopes": slice(2, 4), "plane_slopes": slice(0, 4)}
+_JOINT = {name: _joint(name, rows.stop - rows.start) for name, rows in _ROWS.items()}
 
 
 def _pair_applied(
@@ -389,9 +398,29 @@ def atan2_slope(u: torch.Tensor | float, v: torch.Tensor | float) -> torch.Tenso
     return _pair_applied(_ATAN2_SLOPE, _atan2_slope_value, u, v)
 
 
+def _joint_applied(name: str, x: torch.Tensor | float, y: torch.Tensor | float) -> Any:
+    """The joint function `name` of (x, y): where something differentiates it, its Function, whose
+    outputs are each computed as their function of its own computes them and differentiated by the
+    registry's partials; elsewhere its inline form (`_scaling`'s `<name>_inline`), one scaling."""
+
+    def inline(x: torch.Tensor, y: torch.Tensor) -> Any:
+        return getattr(_scaling, f"{name}_inline")(torch, x, y)
+
+    return _pair_applied(_JOINT[name], inline, x, y)
+
+
+def hypot_slopes(x: torch.Tensor | float, y: torch.Tensor | float) -> Any:
+    """hypot_slope(x, y) and hypot_slope(y, x), hypot's partials at a point, on one scaling."""
+    return _joint_applied("hypot_slopes", x, y)
+
+
+def atan2_slopes(x: torch.Tensor | float, y: torch.Tensor | float) -> Any:
+    """atan2_slope(x, y) and atan2_slope(y, x), atan2's partials at a point (but for the sign of
+    one), on one scaling."""
+    return _joint_applied("atan2_slopes", x, y)
+
+
 def plane_slopes(x: torch.Tensor | float, y: torch.Tensor | float) -> Any:
-    """hypot_slope(x, y), hypot_slope(y, x), atan2_slope(x, y) and atan2_slope(y, x) together,
-    on one scaling (`_scaling.plane_slopes`): the partials of hypot and atan2 at a point, where
-    each call of its own scales (x, y) anew; differentiated by the registry's partials at every
-    order."""
-    return _pair_applied(_PLANE_SLOPES, _plane_slopes_value, x, y)
+    """hypot_slopes and atan2_slopes of (x, y) together, on one scaling: the partials of hypot and
+    atan2 at a point, where each call of its own scales (x, y) anew."""
+    return _joint_applied("plane_slopes", x, y)
