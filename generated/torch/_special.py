@@ -27,7 +27,10 @@ hypot's and atan2's partials, x / hypot(x, y) and u / (u**2 + v**2), are
 `hypot_slope` and `atan2_slope`: quotients on their inputs over a binade
 (`_scaling`), whose autodiff is inf * 0 where a partial overflows beside a
 zero (atan2's at (0, 5e-324)) or an input is infinite; differentiated here by
-the registry's partials, each computed whole.
+the registry's partials, each computed whole.  Those of one point together are
+`plane_slopes` (`hypot_slopes`, `atan2_slopes`): one scaling for all, and
+where nothing differentiates them the quotients computed inline, as a rule's
+own code would, with no Function around them.
 """
 
 from collections.abc import Callable
