@@ -11,7 +11,9 @@ operations the backward runs in each (a TorchDispatchMode's count, every
 gradient wanted) and the median, min and max of the per-round ratios of
 this checkout's time to COMMIT's, the two run interleaved (A B A B ...),
 each round's time the least of 3 runs, on float32 inputs uniform on
-[0.5, 2], so that a noisy shared machine moves both alike.  The same for
+[0.5, 2].  Times are the process's CPU time with torch on one thread: on a
+shared machine the wall time of identical code varied 0.2-10x between runs
+(load 5-12 on two cores), its CPU time within 5%.  The same for
 forward mode (`torch.func.jvp`).  `--no-compile` is the default and the
 only mode: torch.compile is `benchmarks.torch_compile`'s.
 """
@@ -92,10 +94,10 @@ def backward_ops(f: Callable, xs: list[torch.Tensor]) -> int:
 
 def fwd_bwd(f: Callable, xs: list[torch.Tensor]) -> float:
     leaves = [x.requires_grad_() for x in xs]
-    start = time.perf_counter()
+    start = time.process_time()
     outs = _outputs(f(*leaves))
     torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     for x in leaves:
         x.grad = None
     return elapsed
@@ -103,9 +105,9 @@ def fwd_bwd(f: Callable, xs: list[torch.Tensor]) -> float:
 
 def forward_mode(f: Callable, xs: list[torch.Tensor]) -> float:
     tangents = tuple(torch.ones_like(x) for x in xs)
-    start = time.perf_counter()
+    start = time.process_time()
     torch.func.jvp(f, tuple(x.detach() for x in xs), tangents)
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 #: Runs of each implementation per round, whose least time the round's ratio reads: a shared machine's load
@@ -142,8 +144,8 @@ def main(argv: list[str]) -> None:
     try:
         theirs = commit_package(commit, folder)
         names = rest or differing(ROOT / "generated" / "torch", folder / "committed_torch")
-        torch.set_num_threads(max(1, torch.get_num_threads()))
-        print(f"{commit} against this checkout, 2**{log2n} float32, {rounds} rounds, {torch.get_num_threads()} threads")
+        torch.set_num_threads(1)
+        print(f"{commit} against this checkout, 2**{log2n} float32, {rounds} rounds, CPU time, one thread")
         print(f"{'rule':<14} {'bwd aten ops':>14} {'fwd+bwd ours/theirs':>24} {'jvp ours/theirs':>24}")
         for name in names:
             f_ours = getattr(ours, name, None)
