@@ -6,7 +6,7 @@ import functools
 
 import jax
 
-from ._special import atan2, atan2_slope
+from ._special import atan2, atan2_slopes
 from ._util import as_lifted_arrays, present, rounded, summed_like
 
 
@@ -41,4 +41,5 @@ def _f_atan2_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2 need not be the derived one (at a kink, a jump, a convention).
     out = _f_atan2(y, x)
-    return out, summed_like(out, (y_dot, atan2_slope(x, y)), (x_dot, -atan2_slope(y, x)))
+    s0, s1 = atan2_slopes(x, y)
+    return out, summed_like(out, (y_dot, s0), (x_dot, -s1))

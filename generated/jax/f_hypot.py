@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._special import hypot_slope
+from ._special import hypot_slopes
 from ._util import as_lifted_arrays, present, rounded, summed_like
 
 
@@ -42,4 +42,5 @@ def _f_hypot_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of hypot need not be the derived one (at a kink, a jump, a convention).
     out = _f_hypot(x, y)
-    return out, summed_like(out, (x_dot, hypot_slope(x, y)), (y_dot, hypot_slope(y, x)))
+    s0, s1 = hypot_slopes(x, y)
+    return out, summed_like(out, (x_dot, s0), (y_dot, s1))

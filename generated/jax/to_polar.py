@@ -8,7 +8,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ._special import atan2, atan2_slope, hypot_slope
+from ._special import atan2, plane_slopes
 from ._util import as_lifted_arrays, present, rounded, summed_like
 
 
@@ -62,6 +62,8 @@ def _to_polar_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _to_polar(x, y)
-    r_dot = summed_like(r, (x_dot, hypot_slope(x, y)), (y_dot, hypot_slope(y, x)))
-    theta_dot = summed_like(theta, (x_dot, -atan2_slope(y, x)), (y_dot, atan2_slope(x, y)))
-    return (r, theta), (r_dot, theta_dot)
+    s0, s1, s2, s3 = plane_slopes(x, y)
+    return (r, theta), (
+        summed_like(r, (x_dot, s0), (y_dot, s1)),
+        summed_like(theta, (x_dot, -s3), (y_dot, s2)),
+    )

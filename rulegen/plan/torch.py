@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 import sympy as sp
 
 from rulegen.computation.cost import eager_passes
-from rulegen.derive.functions import JOINT_RUNTIME, cotangent_sum, cotangent_term
+from rulegen.derive.functions import cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation
 from rulegen.plan.code import (
     Assign,
@@ -26,7 +26,7 @@ from rulegen.plan.code import (
     either,
     fits_a_line,
 )
-from rulegen.plan.emit import Emitter, Printer
+from rulegen.plan.emit import Emitter, Printer, joint_calls
 from rulegen.plan.forms import corrections, float_anchors, float_forms, integral_arrays, torch_forms
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
@@ -685,7 +685,7 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
     method then runs more passes over memory than it does computing its own
     (torch's one-kernel forms of a product with a cotangent stay whole);
     always where they call hypot's or atan2's partials, which one runtime
-    call of their point computes on one scaling (`_jointly`).
+    call of their point computes on one scaling (`emit.joint_calls`).
     """
     rule = t.rule
     if rule.complex or rule.fuse or t.residual_names or len(t.diff_inputs) < 2 or _tangents_broadcast(t):
@@ -697,8 +697,8 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
         return _Jacobian(t)
     taken = set(t.symbols) | set(rule.own_names.values())
     names = {k: _unclaimed(partial_name(*k), taken) for k in compound}
-    # hypot's and atan2's partials of one point from one runtime call, on one scaling (`_jointly`).
-    joint, computed, joint_reads = _jointly(compound, taken | set(names.values()), emit, rule.own_names)
+    # hypot's and atan2's partials of one point from one runtime call, on one scaling (`joint_calls`).
+    joint, computed, joint_reads = joint_calls(compound, taken | set(names.values()), emit, rule.own_names)
     block = emit.block([], [Result(names[k], e) for k, e in computed.items()])
     if not joint and not any(isinstance(line, Assign) and line.target not in names.values() for line in block.lines):
         return _Jacobian(t)  # nothing shared: each method computes only the partials it multiplies
@@ -722,43 +722,6 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
     arguments = ", ".join(method.code(t.symbols[p]) for p in params)
     call = Assign(", ".join(names.values()), f"{PARTIALS_FUNCTION}({arguments})")
     return _Jacobian(shared, helper, call, tuple(names.values()))
-
-
-def _jointly(
-    partials: Mapping[tuple[str, str], sp.Expr], taken: Set[str], emit: Emitter, own: Mapping[str, str]
-) -> tuple[tuple[Assign, ...], dict[tuple[str, str], sp.Expr], frozenset[str]]:
-    """The runtime's calls computing `partials`' calls of registry functions of one pair of arguments together,
-    on one scaling (`JOINT_RUNTIME`: `plane_slopes(x, y)` for hypot_slope(x, y), atan2_slope(y, x), ...), each
-    the one of fewest outputs that has them; the partials reading their outputs by name; the names they read."""
-    members = {f for functions in JOINT_RUNTIME.values() for f in functions}
-    groups: dict[tuple[sp.Expr, ...], set[sp.Expr]] = {}
-    for expr in partials.values():
-        for call in expr.atoms(sp.Function):
-            if type(call).__name__ in members and len(call.args) == 2 and call.args[0] != call.args[1]:
-                groups.setdefault(tuple(sorted(call.args, key=sp.default_sort_key)), set()).add(call)
-    lines: list[Assign] = []
-    named: dict[sp.Expr, sp.Expr] = {}
-    reads: set[str] = set()
-    used = set(taken)
-    for pair, calls in sorted(groups.items(), key=lambda g: sp.default_sort_key(g[0])):
-        needed = {type(c).__name__ for c in calls}
-        joint = min((j for j, fs in JOINT_RUNTIME.items() if needed <= set(fs)), key=lambda j: len(JOINT_RUNTIME[j]))
-        # Each function of the joint one has a call here (the fewest outputs that have them): its class from it.
-        classes = {type(c).__name__: type(c) for c in calls}
-        outputs = [classes[f](*args) for f in JOINT_RUNTIME[joint] for args in (pair, pair[::-1])]
-        targets = []
-        for output in outputs:
-            if output not in calls:
-                targets.append("_")
-                continue
-            name = _unclaimed(f"s{len(named)}", used)
-            used.add(name)
-            named[output] = sp.Symbol(name, real=True)
-            targets.append(name)
-        emit.imports.add(Import("._special", joint))
-        reads |= {str(s) for a in pair for s in a.free_symbols}
-        lines.append(Assign(", ".join(targets), f"{own[joint]}({', '.join(emit.code(a) for a in pair)})"))
-    return tuple(lines), {k: e.xreplace(named) for k, e in partials.items()}, frozenset(reads)
 
 
 def _unclaimed(name: str, taken: Set[str]) -> str:

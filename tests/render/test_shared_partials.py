@@ -11,14 +11,18 @@ POLAR = "name: pol\ninputs: [x, y]\noutputs: [r, theta]\nforward:\n  r: hypot(x,
 SHARING = "name: pol\ninputs: [x, y]\noutputs: [r, theta]\nforward:\n  r: log(x**2 + y**2)\n  theta: atan(y / x)\n"
 
 
-def _torch_module(tmp_path, text: str) -> str:
+def _module(tmp_path, text: str, backend: str) -> str:
     path = tmp_path / "r.yaml"
     path.write_text(text)
     (rule,) = read_rule_file(path, "r.yaml")
     (module,) = (
-        t for rel, t in generate(rule).modules.items() if str(rel).startswith("torch") and "__init__" not in str(rel)
+        t for rel, t in generate(rule).modules.items() if str(rel).startswith(backend) and "__init__" not in str(rel)
     )
     return module
+
+
+def _torch_module(tmp_path, text: str) -> str:
+    return _module(tmp_path, text, "torch")
 
 
 def test_backward_and_jvp_call_one_function_for_the_partials_they_share(tmp_path):
@@ -47,6 +51,9 @@ def test_hypot_and_atan2_partials_of_a_point_are_one_runtime_call(tmp_path):
     call = "dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y)"
     assert call in backward and call in jvp
     assert "from ._special import plane_slopes" in text
+    # JAX's rule calls the same joint function (a custom_jvp): eagerly, one scaling for the four.
+    jax_text = _module(tmp_path, POLAR, "jax")
+    assert "s0, s1, s2, s3 = plane_slopes(x, y)" in jax_text
     # hypot's alone take the joint function of hypot's partials alone: no quotient atan2's partials need.
     alone = _torch_module(tmp_path, "name: r\ninputs: [x, y]\nforward: hypot(x, y)\n")
     assert "s0, s1 = hypot_slopes(x, y)" in alone

@@ -198,6 +198,39 @@ def _atan2_slope_jvp(
     return _pair_jvp(atan2_slope, _scaling.atan2_curvature, primals, tangents)
 
 
+def _joint(name: str, rows: slice) -> Any:
+    """`_scaling`'s joint function `name` (several partials of a point on one scaling) as a
+    custom_jvp, differentiated by `plane_curvature`'s `rows`: an input held constant adds no
+    term."""
+
+    def value(x: jax.Array, y: jax.Array) -> Any:
+        return getattr(_scaling, name)(jnp, x, y)
+
+    value.__name__ = value.__qualname__ = name
+    value.__doc__ = f"`_scaling.{name}`, differentiated by the registry's partials at every order."
+    joint = jax.custom_jvp(value)
+
+    @functools.partial(joint.defjvp, symbolic_zeros=True)
+    def _joint_jvp(primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]) -> Any:
+        outs = joint(*primals)
+        zero = jax.custom_derivatives.SymbolicZero
+        found = []
+        for out, pair in zip(outs, _scaling.plane_curvature(jnp, *primals)[rows], strict=True):
+            terms = [t * d for t, d in zip(tangents, pair, strict=True) if type(t) is not zero]
+            tangent = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(out)
+            found.append(jnp.broadcast_to(tangent, jnp.shape(out)))
+        return outs, tuple(found)
+
+    return joint
+
+
+#: hypot's and atan2's partials of a point from one call on one scaling (the torch runtime's
+#: names): eagerly one scaling where each call of its own computes one (under jit, XLA shares).
+hypot_slopes = _joint("hypot_slopes", slice(0, 2))
+atan2_slopes = _joint("atan2_slopes", slice(2, 4))
+plane_slopes = _joint("plane_slopes", slice(0, 4))
+
+
 def _log(y: jax.Array) -> jax.Array:
     """log(y), a positive subnormal y read from its bits (an integer k times the smallest
     subnormal: log(k) + log(2**-1074) in float64): XLA reads it as 0 (-inf), in integer
