@@ -55,3 +55,126 @@ def nth_root(xp: ModuleType, x: Any, n: int) -> Any:
     # reads 2**-1074 as 2**-1075 (cbrt(5e-324) was 1.35e-108 for 1.70e-108): the root of that
     # 0, as its arithmetic reads it.  torch computes subnormals, and only 0 is 0 there.
     return xp.where(x == 0, x * 0, xp.where(xp.isfinite(step), y - step, y))
+
+
+def _over_binade(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
+    """(u, v, h, r): x and y over the binade s of the larger magnitude, h = hypot(u, v) within
+    [1, 3), and r = 1 / s.
+
+    Where an input is infinite and the other finite, (u, v) is the unit vector of its direction
+    and r is 0: a product by r is the limit 0 (the scaled quotient would be inf / inf).  A 0 pair
+    is (0, 0, 0, 1).  A quotient is multiplied by r, not divided by s: XLA under `jit` computes
+    a / s / s as a / (s * s), whose square underflows at the smallest normals (0 / 0 for atan2's
+    second derivative at (0, 2.2e-308)).
+    """
+    size_x, size_y = xp.abs(x), xp.abs(y)
+    larger = xp.maximum(size_x, size_y)
+    s = binade(xp, larger)
+    infinite = larger == math.inf
+    # The direction: sign(x) where x is infinite, a zero of its sign where it is finite.
+    u = xp.where(infinite, xp.sign(x) * (size_x == math.inf), x / s)
+    v = xp.where(infinite, xp.sign(y) * (size_y == math.inf), y / s)
+    return u, v, xp.hypot(u, v), xp.where(infinite, 0.0, 1 / s)
+
+
+def hypot_slope(xp: ModuleType, x: Any, y: Any) -> Any:
+    """d/dx hypot(x, y) = x / hypot(x, y), on x and y over their binade: 0 at (0, 0), as the
+    frameworks' own, the direction at an infinite input beside a finite one, nan at two."""
+    u, _, h, _ = _over_binade(xp, x, y)
+    return u / xp.where(h == 0, 1.0, h)
+
+
+def hypot_curvature(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any]:
+    """hypot_slope's partials (the registry's `hypot_slope.fdiff`): y**2 / h**3, inf at (0, 0)
+    (its limit), and -x y / h**3, products of factors of the scaled inputs, never inf * 0."""
+    u, v, h, r = _over_binade(xp, x, y)
+    zero = h == 0
+    h = xp.where(zero, 1.0, h)
+    cosine, sine = u / h, v / h
+    return xp.where(zero, math.inf, sine * sine / h * r), -(cosine * sine / h * r)
+
+
+def atan2_slope(xp: ModuleType, u: Any, v: Any) -> Any:
+    """u / (u**2 + v**2) (atan2's partials), as ((u' / h') / s) / h' on u and v over their
+    binade s: each step within a factor 3 of the result (`functions.atan2_slope`); 0 at an
+    infinite input beside a finite one."""
+    u, v, h, r = _over_binade(xp, u, v)
+    return u / h * r / h
+
+
+def atan2_curvature(xp: ModuleType, u: Any, v: Any) -> tuple[Any, Any]:
+    """atan2_slope's partials (the registry's `atan2_slope.fdiff`): (v - u) (v + u) / h**4 (no
+    cancellation near the diagonal) and -2 u v / h**4, on u and v over their binade, each
+    factor at most 1 before the products by 1 / s and quotients by h."""
+    u, v, h, r = _over_binade(xp, u, v)
+    uu = (v - u) / h * ((v + u) / h) * r / h * r / h
+    return uu, -2 * (u / h) * (v / h) * r / h * r / h
+
+
+def _scaled(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
+    """(s, x / s, y / s, h): the inputs over the binade s of the larger magnitude and their hypot h,
+    as a person computing the partials of one point writes them (no limit at an infinite input)."""
+    s = binade(xp, xp.maximum(xp.abs(x), xp.abs(y)))
+    u, v = x / s, y / s
+    return s, u, v, xp.hypot(u, v)
+
+
+def hypot_slopes_inline(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any]:
+    """`hypot_slopes` where nothing differentiates it: on one scaling, nan at an infinite input
+    (inf / inf), as the frameworks' own derivatives are."""
+    _, u, v, h = _scaled(xp, x, y)
+    guarded = xp.where(h == 0, 1.0, h)
+    return u / guarded, v / guarded
+
+
+def atan2_slopes_inline(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any]:
+    """`atan2_slopes` where nothing differentiates it: ((x' / h') / s) / h' on one scaling."""
+    s, u, v, h = _scaled(xp, x, y)
+    return u / h / s / h, v / h / s / h
+
+
+def plane_slopes_inline(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
+    """`plane_slopes` where nothing differentiates it: the four quotients on one scaling."""
+    s, u, v, h = _scaled(xp, x, y)
+    guarded = xp.where(h == 0, 1.0, h)
+    return u / guarded, v / guarded, u / h / s / h, v / h / s / h
+
+
+def hypot_slopes(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any]:
+    """hypot_slope(x, y) and hypot_slope(y, x) on one scaling, each as `hypot_slope` computes it."""
+    u, v, h, _ = _over_binade(xp, x, y)
+    guarded = xp.where(h == 0, 1.0, h)
+    return u / guarded, v / guarded
+
+
+def atan2_slopes(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any]:
+    """atan2_slope(x, y) and atan2_slope(y, x) on one scaling, each as `atan2_slope` computes it."""
+    u, v, h, r = _over_binade(xp, x, y)
+    return u / h * r / h, v / h * r / h
+
+
+def plane_slopes(xp: ModuleType, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
+    """hypot_slope(x, y), hypot_slope(y, x), atan2_slope(x, y) and atan2_slope(y, x) on one scaling:
+    x / h, y / h, x / h**2 and y / h**2, h = hypot(x, y) (the partials of hypot and atan2 at a
+    point), each computed as the function of its own computes it."""
+    u, v, h, r = _over_binade(xp, x, y)
+    guarded = xp.where(h == 0, 1.0, h)
+    return u / guarded, v / guarded, u / h * r / h, v / h * r / h
+
+
+def plane_curvature(xp: ModuleType, x: Any, y: Any) -> tuple[tuple[Any, Any], ...]:
+    """`plane_slopes`' partials in x and y, output by output, on one scaling: `hypot_curvature`
+    and `atan2_curvature` of (x, y) and of (y, x)."""
+    u, v, h, r = _over_binade(xp, x, y)
+    zero = h == 0
+    guarded = xp.where(zero, 1.0, h)
+    cosine, sine = u / guarded, v / guarded
+    cross = -(cosine * sine / guarded * r)
+    across = (v - u) / h * ((v + u) / h) * r / h * r / h
+    product = -2 * (u / h) * (v / h) * r / h * r / h
+    return (
+        (xp.where(zero, math.inf, sine * sine / guarded * r), cross),
+        (cross, xp.where(zero, math.inf, cosine * cosine / guarded * r)),
+        (across, product),
+        (product, -across),
+    )

@@ -5,10 +5,9 @@
 import functools
 
 import jax
-import jax.numpy as jnp
 
-from ._special import atan2
-from ._util import as_lifted_arrays, binade, present, rounded, summed_like
+from ._special import atan2, atan2_slopes
+from ._util import as_lifted_arrays, present, rounded, summed_like
 
 
 def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
@@ -18,12 +17,8 @@ def f_atan2(y: jax.typing.ArrayLike, x: jax.typing.ArrayLike) -> jax.Array:
         out = atan2(y, x)
 
     Partials (derived by sympy):
-        dout/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
-        dout/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
+        dout/dy = atan2_slope(x, y)
+        dout/dx = -atan2_slope(y, x)
 
     Inputs:
         y: float array; checked on [-3, 3]
@@ -46,8 +41,5 @@ def _f_atan2_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2 need not be the derived one (at a kink, a jump, a convention).
     out = _f_atan2(y, x)
-    t0 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
-    t1 = x / t0
-    t2 = y / t0
-    t3 = jnp.hypot(t1, t2)
-    return out, summed_like(out, (y_dot, t1 / t3 / t0 / t3), (x_dot, -t2 / t3 / t0 / t3))
+    s0, s1 = atan2_slopes(x, y)
+    return out, summed_like(out, (y_dot, s0), (x_dot, -s1))

@@ -7,7 +7,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._util import as_lifted_arrays, binade, present, quotient, rounded, summed_like
+from ._special import hypot_slopes
+from ._util import as_lifted_arrays, present, rounded, summed_like
 
 
 def f_hypot(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
@@ -17,12 +18,8 @@ def f_hypot(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
         out = hypot(x, y)
 
     Partials (derived by sympy):
-        dout/dx = (x/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
-        dout/dy = (y/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
+        dout/dx = hypot_slope(x, y)
+        dout/dy = hypot_slope(y, x)
 
     Inputs:
         x: float array; checked on [-3, 3]
@@ -45,9 +42,5 @@ def _f_hypot_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of hypot need not be the derived one (at a kink, a jump, a convention).
     out = _f_hypot(x, y)
-    t0 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
-    t1 = x / t0
-    t2 = y / t0
-    t3 = jnp.hypot(t1, t2)
-    t4 = jnp.where(t3 == 0, 1, t3)
-    return out, summed_like(out, (x_dot, quotient(t1, t4)), (y_dot, quotient(t2, t4)))
+    s0, s1 = hypot_slopes(x, y)
+    return out, summed_like(out, (x_dot, s0), (y_dot, s1))

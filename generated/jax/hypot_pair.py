@@ -7,7 +7,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._util import as_lifted_arrays, present, quotient, rounded, summed_like, unpack_tuple
+from ._special import hypot_slopes
+from ._util import as_lifted_arrays, present, rounded, summed_like, unpack_tuple
 
 
 def hypot_pair(xy: tuple[jax.typing.ArrayLike, jax.typing.ArrayLike]) -> jax.Array:
@@ -50,4 +51,5 @@ def _hypot_pair_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of hypot need not be the derived one (at a kink, a jump, a convention).
     out = _hypot_pair(x, y)
-    return out, summed_like(out, (x_dot, quotient(x, out)), (y_dot, quotient(y, out)))
+    s0, s1 = hypot_slopes(x, y)
+    return out, summed_like(out, (x_dot, s0), (y_dot, s1))

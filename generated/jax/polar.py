@@ -7,8 +7,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._special import atan2
-from ._util import as_lifted_arrays, binade, present, quotient, rounded, summed_like
+from ._special import atan2, plane_slopes
+from ._util import as_lifted_arrays, present, rounded, summed_like
 
 
 def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, jax.Array]:
@@ -19,18 +19,10 @@ def polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> tuple[jax.Array, 
         theta = atan2(y, x)
 
     Partials (derived by sympy):
-        dr/dx = (x/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
-        dr/dy = (y/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
-        dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
-        dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
+        dr/dx = hypot_slope(x, y)
+        dr/dy = hypot_slope(y, x)
+        dtheta/dx = -atan2_slope(y, x)
+        dtheta/dy = atan2_slope(x, y)
 
     Inputs:
         x: float array; checked on [0.5, 3]
@@ -53,11 +45,8 @@ def _polar_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _polar(x, y)
-    t0 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
-    t1 = x / t0
-    t2 = y / t0
-    t3 = jnp.hypot(t1, t2)
-    t4 = jnp.where(t3 == 0, 1, t3)
-    r_dot = summed_like(r, (x_dot, quotient(t1, t4)), (y_dot, quotient(t2, t4)))
-    theta_dot = summed_like(theta, (x_dot, -t2 / t3 / t0 / t3), (y_dot, t1 / t3 / t0 / t3))
-    return (r, theta), (r_dot, theta_dot)
+    s0, s1, s2, s3 = plane_slopes(x, y)
+    return (r, theta), (
+        summed_like(r, (x_dot, s0), (y_dot, s1)),
+        summed_like(theta, (x_dot, -s3), (y_dot, s2)),
+    )

@@ -8,8 +8,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ._special import atan2
-from ._util import as_lifted_arrays, binade, present, quotient, rounded, summed_like
+from ._special import atan2, plane_slopes
+from ._util import as_lifted_arrays, present, rounded, summed_like
 
 
 class Polar(NamedTuple):
@@ -29,12 +29,8 @@ def to_polar(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> Polar:
     Partials (derived by sympy):
         dr/dx = x/sqrt(x**2 + y**2)
         dr/dy = y/sqrt(x**2 + y**2)
-        dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
-        dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
+        dtheta/dx = -atan2_slope(y, x)
+        dtheta/dy = atan2_slope(x, y)
 
     Computed in the form rulegen's accuracy search chose over the derived one: r, dr/dx, dr/dy
     (`rulegen show to_polar --why` gives the forms and their measured error).
@@ -66,10 +62,8 @@ def _to_polar_jvp(primals, tangents):
     # The primal function, whose own rule differentiates the output at higher order: JAX's
     # derivative of atan2, hypot need not be the derived one (at a kink, a jump, a convention).
     r, theta = _to_polar(x, y)
-    t1 = binade(jnp.maximum(jnp.abs(x), jnp.abs(y)))
-    t2 = y / t1
-    t3 = x / t1
-    t4 = jnp.hypot(t3, t2)
-    r_dot = summed_like(r, (x_dot, quotient(x, r)), (y_dot, quotient(y, r)))
-    theta_dot = summed_like(theta, (x_dot, -t2 / t4 / t1 / t4), (y_dot, t3 / t4 / t1 / t4))
-    return (r, theta), (r_dot, theta_dot)
+    s0, s1, s2, s3 = plane_slopes(x, y)
+    return (r, theta), (
+        summed_like(r, (x_dot, s0), (y_dot, s1)),
+        summed_like(theta, (x_dot, -s3), (y_dot, s2)),
+    )

@@ -22,6 +22,15 @@ float32's trigamma is right to 2.5 eps and stays torch's.
 erfcx's derivative, 2 x erfcx(x) - 2 / sqrt(pi), cancels as x grows; the
 registry's is a series from x = 8 (`_asymptotic.erfcx_slope`), and a rule
 whose derivative calls erfcx (log_ndtr's) is differentiated by it here.
+
+hypot's and atan2's partials, x / hypot(x, y) and u / (u**2 + v**2), are
+`hypot_slope` and `atan2_slope`: quotients on their inputs over a binade
+(`_scaling`), whose autodiff is inf * 0 where a partial overflows beside a
+zero (atan2's at (0, 5e-324)) or an input is infinite; differentiated here by
+the registry's partials, each computed whole.  Those of one point together are
+`plane_slopes` (`hypot_slopes`, `atan2_slopes`): one scaling for all, and
+where nothing differentiates them the quotients computed inline, as a rule's
+own code would, with no Function around them.
 """
 
 from collections.abc import Callable
@@ -29,7 +38,7 @@ from typing import Any
 
 import torch
 
-from . import _asymptotic
+from . import _asymptotic, _scaling
 from ._function import save_for_derivatives
 from ._plain import plain_tensors
 from ._route import seen_by_outer_levels, without_jvp
@@ -258,3 +267,164 @@ def ndtri_slope(x: torch.Tensor) -> torch.Tensor:
     if plain_tensors((x,)) and not torch.compiler.is_compiling():
         return _ndtri_slope_value(x)
     return _applied(_NDTRI_SLOPE, x)
+
+
+def _pair_differentiated_by(
+    name: str,
+    forward: Callable[[torch.Tensor, torch.Tensor], Any],
+    partials: Callable[[torch.Tensor, torch.Tensor], Any],
+    outputs: int = 1,
+) -> tuple[type[torch.autograd.Function], type[torch.autograd.Function]]:
+    """A Function of two tensors computing `forward(x, y)`, differentiated by `partials(x, y)`.
+
+    Of one output, `partials` gives its (d/dx, d/dy); of several (`outputs`), `forward` gives a
+    tuple and `partials` each output's pair.  The partials are torch code of this module,
+    differentiable again.  An input with no gradient asked, an output with no cotangent and an
+    input with no tangent add no term (not 0 times a partial that may be inf).  Returned with
+    its twin without `jvp`.
+    """
+
+    def rows(x: torch.Tensor, y: torch.Tensor) -> Any:
+        return (partials(x, y),) if outputs == 1 else partials(x, y)
+
+    class Mended(torch.autograd.Function):
+        # Elementwise, it batches as it is: torch.func.vmap and jacfwd need no rule of their own.
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x: torch.Tensor, y: torch.Tensor) -> Any:
+            return forward(x, y)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, output: str) -> None:
+            # An absent tangent arrives as None, not as a dense zero (0 * an inf partial: nan).
+            ctx.set_materialize_grads(False)
+            save_for_derivatives(ctx, *inputs)
+
+        @staticmethod
+        def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
+            x, y = ctx.saved_tensors
+            present = [(g, k) for k, g in enumerate(grads) if g is not None]
+            if not present:
+                return None, None
+            found = rows(x, y)
+            gradients = []
+            for j, (needed, like) in enumerate(zip(ctx.needs_input_grad, (x, y), strict=True)):
+                terms = [g * found[k][j] for g, k in present] if needed else []
+                gradients.append(_reduced(sum(terms[1:], terms[0]), like) if terms else None)
+            return tuple(gradients)
+
+        @staticmethod
+        @seen_by_outer_levels
+        def jvp(ctx: Any, x_dot: Any, y_dot: Any) -> Any:
+            x, y = ctx.saved_tensors
+            shape = torch.broadcast_shapes(x.shape, y.shape)
+            tangents = []
+            for dx, dy in rows(x, y):
+                terms = [t * d for t, d in ((x_dot, dx), (y_dot, dy)) if t is not None]
+                if terms:
+                    tangents.append(sum(terms[1:], terms[0]).expand(shape))
+                else:
+                    tangents.append(torch.zeros_like(torch.broadcast_tensors(x, y)[0]))
+            return tangents[0] if outputs == 1 else tuple(tangents)
+
+    Mended.__name__ = Mended.__qualname__ = name
+    Mended.__doc__ = f"{forward.__name__}, differentiated by {partials.__name__}."
+    return Mended, without_jvp(Mended)
+
+
+def _hypot_slope_value(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return _scaling.hypot_slope(torch, x, y)
+
+
+def _hypot_curvature(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _scaling.hypot_curvature(torch, x, y)
+
+
+def _atan2_slope_value(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return _scaling.atan2_slope(torch, u, v)
+
+
+def _atan2_curvature(u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _scaling.atan2_curvature(torch, u, v)
+
+
+def _joint(name: str, outputs: int) -> Any:
+    """The Functions of `_scaling`'s joint function `name`, differentiated by its curvature."""
+
+    def value(x: torch.Tensor, y: torch.Tensor) -> Any:
+        return getattr(_scaling, name)(torch, x, y)
+
+    def curvature(x: torch.Tensor, y: torch.Tensor) -> Any:
+        return _scaling.plane_curvature(torch, x, y)[_ROWS[name]]
+
+    value.__name__, curvature.__name__ = name, f"{name}'s curvature"
+    title = "".join(part.title() for part in name.split("_"))
+    return _pair_differentiated_by(f"_{title}", value, curvature, outputs)
+
+
+_HYPOT_SLOPE = _pair_differentiated_by("_HypotSlope", _hypot_slope_value, _hypot_curvature)
+_ATAN2_SLOPE = _pair_differentiated_by("_Atan2Slope", _atan2_slope_value, _atan2_curvature)
+
+#: Which of `plane_curvature`'s rows each joint function's outputs are.
+_ROWS = {"hypot_slopes": slice(0, 2), "atan2_slopes": slice(2, 4), "plane_slopes": slice(0, 4)}
+_JOINT = {name: _joint(name, rows.stop - rows.start) for name, rows in _ROWS.items()}
+
+
+def _pair_applied(
+    functions: tuple[type[torch.autograd.Function], type[torch.autograd.Function]],
+    value: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor | float,
+    y: torch.Tensor | float,
+) -> Any:
+    """`functions`' Function applied to (x, y); where nothing differentiates it, `value` alone.
+    A Python number beside a tensor is a 0-d tensor of its dtype and device."""
+    if isinstance(y, torch.Tensor) and not isinstance(x, torch.Tensor):
+        x = torch.as_tensor(x, dtype=y.dtype, device=y.device)
+    if isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor):
+        y = torch.as_tensor(y, dtype=x.dtype, device=x.device)
+    assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+    if plain_tensors((x, y)) and not torch.compiler.is_compiling():
+        return value(x, y)
+    eager, compiled = functions
+    return (compiled if torch.compiler.is_compiling() else eager).apply(x, y)
+
+
+def hypot_slope(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
+    """x / hypot(x, y) (`_scaling.hypot_slope`), differentiated by the registry's partials at
+    every order."""
+    return _pair_applied(_HYPOT_SLOPE, _hypot_slope_value, x, y)
+
+
+def atan2_slope(u: torch.Tensor | float, v: torch.Tensor | float) -> torch.Tensor:
+    """u / (u**2 + v**2) (`_scaling.atan2_slope`), differentiated by the registry's partials at
+    every order."""
+    return _pair_applied(_ATAN2_SLOPE, _atan2_slope_value, u, v)
+
+
+def _joint_applied(name: str, x: torch.Tensor | float, y: torch.Tensor | float) -> Any:
+    """The joint function `name` of (x, y): where something differentiates it, its Function, whose
+    outputs are each computed as their function of its own computes them and differentiated by the
+    registry's partials; elsewhere its inline form (`_scaling`'s `<name>_inline`), one scaling."""
+
+    def inline(x: torch.Tensor, y: torch.Tensor) -> Any:
+        return getattr(_scaling, f"{name}_inline")(torch, x, y)
+
+    return _pair_applied(_JOINT[name], inline, x, y)
+
+
+def hypot_slopes(x: torch.Tensor | float, y: torch.Tensor | float) -> Any:
+    """hypot_slope(x, y) and hypot_slope(y, x), hypot's partials at a point, on one scaling."""
+    return _joint_applied("hypot_slopes", x, y)
+
+
+def atan2_slopes(x: torch.Tensor | float, y: torch.Tensor | float) -> Any:
+    """atan2_slope(x, y) and atan2_slope(y, x), atan2's partials at a point (but for the sign of
+    one), on one scaling."""
+    return _joint_applied("atan2_slopes", x, y)
+
+
+def plane_slopes(x: torch.Tensor | float, y: torch.Tensor | float) -> Any:
+    """hypot_slopes and atan2_slopes of (x, y) together, on one scaling: the partials of hypot and
+    atan2 at a point, where each call of its own scales (x, y) anew."""
+    return _joint_applied("plane_slopes", x, y)

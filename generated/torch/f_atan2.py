@@ -6,16 +6,14 @@ import torch
 
 from ._function import RuleFunction, routed, saves_inputs
 from ._native import tangent_or_zero
-from ._util import as_opmath_tensors, binade, rounded
+from ._special import atan2_slopes
+from ._util import as_opmath_tensors, rounded
 
 
 def _partials(y, x):
     """The partials dout/dy, dout/dx, which backward and jvp multiply."""
-    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-    t1 = x / t0
-    t2 = y / t0
-    t3 = torch.hypot(t1, t2)
-    return t1 / t3 / t0 / t3, -t2 / t3 / t0 / t3
+    s0, s1 = atan2_slopes(x, y)
+    return s0, -s1
 
 
 class FAtan2(RuleFunction):
@@ -58,12 +56,8 @@ def f_atan2(y: torch.Tensor | float, x: torch.Tensor | float) -> torch.Tensor:
         out = atan2(y, x)
 
     Partials (derived by sympy):
-        dout/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
-        dout/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
+        dout/dy = atan2_slope(x, y)
+        dout/dx = -atan2_slope(y, x)
 
     Inputs:
         y: float array; checked on [-3, 3]

@@ -6,17 +6,14 @@ import torch
 
 from ._function import RuleFunction, routed, saves_inputs
 from ._native import tangent_or_zero
-from ._util import as_opmath_tensors, binade, rounded
+from ._special import hypot_slopes
+from ._util import as_opmath_tensors, rounded
 
 
 def _partials(x, y):
     """The partials dout/dx, dout/dy, which backward and jvp multiply."""
-    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-    t1 = x / t0
-    t2 = y / t0
-    t3 = torch.hypot(t1, t2)
-    t4 = torch.where(t3 == 0, 1, t3)
-    return t1 / t4, t2 / t4
+    s0, s1 = hypot_slopes(x, y)
+    return s0, s1
 
 
 class FHypot(RuleFunction):
@@ -59,12 +56,8 @@ def f_hypot(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
         out = hypot(x, y)
 
     Partials (derived by sympy):
-        dout/dx = (x/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
-        dout/dy = (y/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
+        dout/dx = hypot_slope(x, y)
+        dout/dy = hypot_slope(y, x)
 
     Inputs:
         x: float array; checked on [-3, 3]

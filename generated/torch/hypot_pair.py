@@ -4,9 +4,16 @@
 
 import torch
 
-from ._function import RuleFunction, plain, routed, saves_inputs
+from ._function import RuleFunction, routed, saves_inputs
 from ._native import tangent_or_zero
+from ._special import hypot_slopes
 from ._util import as_opmath_tensors, rounded, unpack_tuple
+
+
+def _partials(x, y):
+    """The partials dout/dx, dout/dy, which backward and jvp multiply."""
+    s0, s1 = hypot_slopes(x, y)
+    return s0, s1
 
 
 class HypotPair(RuleFunction):
@@ -18,28 +25,27 @@ class HypotPair(RuleFunction):
         # (norms; `rulegen show hypot_pair --why` gives the measurements).
         return torch.hypot(x, y)
 
-    setup_context = saves_inputs(residuals=1, materialize_grads=False)
+    setup_context = saves_inputs(materialize_grads=False)
 
     @staticmethod
     def backward(ctx, out_bar):
-        x, y, out = ctx.saved_tensors
+        x, y = ctx.saved_tensors
         if out_bar is None:
             return None, None
-        if plain(x, y, out, out_bar) and all(ctx.needs_input_grad):
-            t1 = (x / out).mul_(out_bar)
-            return t1.sum_to_size(x.shape), (y / out).mul_(out_bar).sum_to_size(y.shape)
+        dout_dx, dout_dy = _partials(x, y)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = (out_bar * (x / out)).sum_to_size(x.shape)
+            x_bar = (dout_dx * out_bar).sum_to_size(x.shape)
         if ctx.needs_input_grad[1]:
-            y_bar = (out_bar * (y / out)).sum_to_size(y.shape)
+            y_bar = (dout_dy * out_bar).sum_to_size(y.shape)
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, out = ctx.saved_tensors
+        x, y = ctx.saved_tensors
+        dout_dx, dout_dy = _partials(x, y)
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        return x_dot * (x / out) + y_dot * (y / out)
+        return dout_dx * x_dot + dout_dy * y_dot
 
 
 _apply_hypot_pair = routed(HypotPair, "(Tensor x, Tensor y) -> Tensor")

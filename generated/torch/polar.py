@@ -6,17 +6,14 @@ import torch
 
 from ._function import RuleFunction, plain, routed, saves_inputs, summed_like
 from ._native import tangent_or_zero
-from ._util import as_opmath_tensors, binade, rounded
+from ._special import plane_slopes
+from ._util import as_opmath_tensors, rounded
 
 
 def _partials(x, y):
     """The partials dr/dx, dr/dy, dtheta/dx, dtheta/dy, which backward and jvp multiply."""
-    t0 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-    t1 = x / t0
-    t2 = y / t0
-    t3 = torch.hypot(t1, t2)
-    t4 = torch.where(t3 == 0, 1, t3)
-    return t1 / t4, t2 / t4, -t2 / t3 / t0 / t3, t1 / t3 / t0 / t3
+    s0, s1, s2, s3 = plane_slopes(x, y)
+    return s0, s1, -s3, s2
 
 
 class Polar(RuleFunction):
@@ -62,18 +59,10 @@ def polar(x: torch.Tensor | float, y: torch.Tensor | float) -> tuple[torch.Tenso
         theta = atan2(y, x)
 
     Partials (derived by sympy):
-        dr/dx = (x/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
-        dr/dy = (y/binade(Max(Abs(x), Abs(y))))/Piecewise((1, Eq(hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), 0)), (hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))), True))
-        dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
-        dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
+        dr/dx = hypot_slope(x, y)
+        dr/dy = hypot_slope(y, x)
+        dtheta/dx = -atan2_slope(y, x)
+        dtheta/dy = atan2_slope(x, y)
 
     Inputs:
         x: float array; checked on [0.5, 3]

@@ -8,16 +8,14 @@ import torch
 
 from ._function import RuleFunction, plain, routed, saves_inputs, summed_like
 from ._native import tangent_or_zero
-from ._util import as_opmath_tensors, binade, rounded
+from ._special import plane_slopes
+from ._util import as_opmath_tensors, rounded
 
 
-def _partials(x, y, r):
+def _partials(x, y):
     """The partials dr/dx, dr/dy, dtheta/dx, dtheta/dy, which backward and jvp multiply."""
-    t1 = binade(torch.maximum(torch.abs(x), torch.abs(y)))
-    t2 = y / t1
-    t3 = x / t1
-    t4 = torch.hypot(t3, t2)
-    return x / r, y / r, -t2 / t4 / t1 / t4, t3 / t4 / t1 / t4
+    s0, s1, s2, s3 = plane_slopes(x, y)
+    return s0, s1, -s3, s2
 
 
 class ToPolar(RuleFunction):
@@ -29,13 +27,13 @@ class ToPolar(RuleFunction):
         # (norms; `rulegen show to_polar --why` gives the measurements).
         return torch.hypot(x, y), torch.atan2(y, x)
 
-    setup_context = saves_inputs(outputs=(0,), materialize_grads=False)
+    setup_context = saves_inputs(materialize_grads=False)
 
     @staticmethod
     def backward(ctx, r_bar, theta_bar):
-        x, y, r = ctx.saved_tensors
-        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y, r)
-        if plain(x, y, r, r_bar, theta_bar) and all(ctx.needs_input_grad):
+        x, y = ctx.saved_tensors
+        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y)
+        if plain(x, y, r_bar, theta_bar) and all(ctx.needs_input_grad):
             t0 = (dr_dx * r_bar).addcmul_(dtheta_dx, theta_bar)
             t1 = (dr_dy * r_bar).addcmul_(dtheta_dy, theta_bar)
             return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
@@ -48,8 +46,8 @@ class ToPolar(RuleFunction):
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
-        x, y, r = ctx.saved_tensors
-        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y, r)
+        x, y = ctx.saved_tensors
+        dr_dx, dr_dy, dtheta_dx, dtheta_dy = _partials(x, y)
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         return dr_dx * x_dot + dr_dy * y_dot, dtheta_dx * x_dot + dtheta_dy * y_dot
 
@@ -74,12 +72,8 @@ def to_polar(x: torch.Tensor | float, y: torch.Tensor | float) -> Polar:
     Partials (derived by sympy):
         dr/dx = x/sqrt(x**2 + y**2)
         dr/dy = y/sqrt(x**2 + y**2)
-        dtheta/dx = ((((-(y/binade(Max(Abs(x), Abs(y)))))/hypot((x/binade(Max(Abs(x),
-            Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
-        dtheta/dy = ((((x/binade(Max(Abs(x), Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))),
-            (y/binade(Max(Abs(x), Abs(y))))))/binade(Max(Abs(x),
-            Abs(y))))/hypot((x/binade(Max(Abs(x), Abs(y)))), (y/binade(Max(Abs(x), Abs(y))))))
+        dtheta/dx = -atan2_slope(y, x)
+        dtheta/dy = atan2_slope(x, y)
 
     Computed in the form rulegen's accuracy search chose over the derived one: r, dr/dx, dr/dy
     (`rulegen show to_polar --why` gives the forms and their measured error).

@@ -34,7 +34,7 @@ from sympy.core.function import ArgumentIndexError
 from sympy.printing.precedence import PRECEDENCE
 
 # The shipped runtime's series, which the registry's erfcx derivative names and the measure evaluates.
-from rulegen.runtime import _asymptotic
+from rulegen.runtime import _asymptotic, _scaling
 
 
 class sigmoid(sp.Function):  # noqa: N801 - sympy functions are lower case
@@ -756,7 +756,7 @@ class divided(sp.Function):  # noqa: N801
 
 
 class hypot(cfunctions.hypot):  # noqa: N801
-    """sqrt(x**2 + y**2), whose partials x / hypot(x, y) are computed on x and y over their binade.
+    """sqrt(x**2 + y**2), whose partials x / hypot(x, y) are `hypot_slope`, computed on x and y over their binade.
 
     Unscaled, the quotient is nan at (0, 0), where the frameworks' own derivative is 0, and 1 at equal subnormals
     (hypot(5e-324, 5e-324) rounds to 5e-324), where it is 0.7071: over the binade of the larger magnitude both are
@@ -767,30 +767,126 @@ class hypot(cfunctions.hypot):  # noqa: N801
         if argindex not in (1, 2):
             raise ArgumentIndexError(self, argindex)
         x, y = self.args
-        s = binade(sp.Max(sp.Abs(x), sp.Abs(y)))
-        h = hypot(divided(x, s), divided(y, s))
-        return divided(self.args[argindex - 1], s) / Piecewise((sp.S.One, sp.Eq(h, 0)), (h, True))
+        return hypot_slope(x, y) if argindex == 1 else hypot_slope(y, x)
+
+
+class hypot_slope(sp.Function):  # noqa: N801
+    """hypot_slope(x, y) = d/dx hypot(x, y) = x / hypot(x, y), the runtime's `hypot_slope` in both backends
+    (`_scaling.hypot_slope`: on x and y over their binade, 0 at (0, 0) as the frameworks', the direction at an
+    infinite input), differentiated by its partials as stated here: y**2 / h**3 and -x y / h**3.
+
+    Autodiff of the scaled quotient is inf * 0 or inf / inf where an input is 0 or infinite beside a subnormal or
+    an infinity ((0, inf): nan, where the second derivative is 0).  At (0, 0), y**2 / h**3's limit, inf.
+    """
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        x, y = self.args
+        if argindex == 1:
+            return Piecewise((sp.oo, sp.Eq(x, 0) & sp.Eq(y, 0)), (hypot_slope(y, x) * atan2_slope(y, x), True))
+        if argindex == 2:
+            return -hypot_slope(x, y) * atan2_slope(y, x)
+        raise ArgumentIndexError(self, argindex)
+
+    def _eval_rewrite_as_hypot(self, x: sp.Expr, y: sp.Expr, **kwargs: object) -> sp.Expr:
+        return x / hypot(x, y)
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real and self.args[1].is_real
 
 
 class atan2(sp.atan2):  # noqa: N801
-    """atan2(y, x), whose partials x / (x**2 + y**2) and -y / (x**2 + y**2) are computed on x and y over their binade:
-    ((x' / h') / s) / h', with x' = x / s, h' = hypot(x', y') within [1, 3): each step's value within a factor 3 of
-    the partial's.  (x' / h' / h') / s passed through the partial times s, subnormal where s < 1 and the partial
-    near the smallest normal, which XLA flushes to 0 (d/dy at (0.8, 2.2e-308): 0 for 3.4e-308).
-
-    Unscaled, (x / h) / h is what XLA under `jit` computes as x / (h * h), whose square underflows at the smallest
-    normals (inf where the partial is 4.5e307) and overflows past 1e154.  (0, 0) stays 0 / 0, nan: atan2 has no
-    derivative there, and the frameworks' own is nan.
+    """atan2(y, x), whose partials x / (x**2 + y**2) and -y / (x**2 + y**2) are `atan2_slope(x, y)` and
+    `-atan2_slope(y, x)`, computed on x and y over their binade.  (0, 0) stays 0 / 0, nan: atan2 has no derivative
+    there, and the frameworks' own is nan.
     """
 
     def fdiff(self, argindex: int = 1) -> sp.Expr:
         if argindex not in (1, 2):
             raise ArgumentIndexError(self, argindex)
         y, x = self.args
-        s = binade(sp.Max(sp.Abs(x), sp.Abs(y)))
-        h = hypot(divided(x, s), divided(y, s))  # as hypot(x, y)'s partials have it: one hypot of both
-        numerator = divided(x, s) if argindex == 1 else -divided(y, s)
-        return divided(divided(divided(numerator, h), s), h)
+        return atan2_slope(x, y) if argindex == 1 else -atan2_slope(y, x)
+
+
+class atan2_slope(sp.Function):  # noqa: N801
+    """atan2_slope(u, v) = u / (u**2 + v**2), atan2's partials, the runtime's `atan2_slope` in both backends,
+    differentiated by its partials as stated here: (v**2 - u**2) / h**4 and -2 u v / h**4, h = hypot(u, v).
+
+    The runtime computes it as ((u' / h') / s) / h', u' = u / s, h' = hypot(u', v') within [1, 3): each step's value
+    within a factor 3 of the partial's.  (u' / h' / h') / s passed through the partial times s, subnormal where
+    s < 1 and the partial near the smallest normal, which XLA flushes to 0 (d/dy atan2 at (0.8, 2.2e-308): 0 for
+    3.4e-308); unscaled, (u / h) / h is what XLA under `jit` computes as u / (h * h), whose square underflows at
+    the smallest normals and overflows past 1e154.  Autodiff of that quotient is inf * 0 at (±0, ±5e-324), where
+    the partial overflows and its derivative in the zero input is 0: the partials here are computed whole, and
+    (v**2 - u**2) as (v - u) (v + u), which does not cancel near the diagonal.
+    """
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        u, v = self.args
+        if argindex == 1:
+            return atan2_slope(v, u) ** 2 - atan2_slope(u, v) ** 2
+        if argindex == 2:
+            return -2 * atan2_slope(u, v) * atan2_slope(v, u)
+        raise ArgumentIndexError(self, argindex)
+
+    def _eval_rewrite_as_hypot(self, u: sp.Expr, v: sp.Expr, **kwargs: object) -> sp.Expr:
+        return u / (u**2 + v**2)
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real and self.args[1].is_real
+
+
+#: The torch runtime's functions computing registry functions of one pair of arguments together, on one scaling,
+#: each with the functions it computes: its outputs are f(a, b) and f(b, a) of each, in order, for (a, b) as it
+#: is called (`plane_slopes(x, y)`: hypot_slope(x, y), hypot_slope(y, x), atan2_slope(x, y), atan2_slope(y, x)).
+#: Where nothing differentiates them, each computes its inline form; elsewhere a Function with their derivatives.
+JOINT_RUNTIME: dict[str, tuple[str, ...]] = {
+    "hypot_slopes": ("hypot_slope",),
+    "atan2_slopes": ("atan2_slope",),
+    "plane_slopes": ("hypot_slope", "atan2_slope"),
+}
+
+
+def hypot_slope_of(x: Any, y: Any) -> Any:
+    """hypot_slope in numpy, as the runtime computes it: the accuracy search's evaluation."""
+    with np.errstate(all="ignore"):
+        return _scaling.hypot_slope(np, *np.broadcast_arrays(np.asarray(x), np.asarray(y)))
+
+
+def atan2_slope_of(u: Any, v: Any) -> Any:
+    """atan2_slope in numpy, as the runtime computes it: the accuracy search's evaluation."""
+    with np.errstate(all="ignore"):
+        return _scaling.atan2_slope(np, *np.broadcast_arrays(np.asarray(u), np.asarray(v)))
+
+
+def _mp_direction(x: mpmath.mpf, y: mpmath.mpf) -> tuple[mpmath.mpf, mpmath.mpf] | None:
+    """(x, y) read as a direction where one of them is infinite and the other finite (the unit vector its
+    limit points along), None where neither is infinite."""
+    if mpmath.isinf(x) and mpmath.isfinite(y):
+        return mpmath.sign(x), mpmath.mpf(0)
+    if mpmath.isinf(y) and mpmath.isfinite(x):
+        return mpmath.mpf(0), mpmath.sign(y)
+    return None
+
+
+def _mp_hypot_slope(x: mpmath.mpf, y: mpmath.mpf) -> mpmath.mpf:
+    # 0 at (0, 0), the frameworks' (hypot has no derivative there); the limit at an infinite input.
+    direction = _mp_direction(x, y)
+    if direction is not None:
+        return direction[0]
+    if x == 0 and y == 0:
+        return mpmath.mpf(0)
+    return x / mpmath.hypot(x, y)
+
+
+def _mp_atan2_slope(u: mpmath.mpf, v: mpmath.mpf) -> mpmath.mpf:
+    # 0 at an infinite input beside a finite one, its limit.
+    if _mp_direction(u, v) is not None:
+        return mpmath.mpf(0)
+    return u / (u**2 + v**2)
 
 
 def binade_of(m: Any) -> Any:
@@ -1753,6 +1849,27 @@ REGISTRY: tuple[MathFunction, ...] = (
         holomorphic=True,
     ),
     MathFunction("hypot", hypot, "jnp.hypot", "torch.hypot", mpmath=mpmath.hypot, torch_tensor_only=True),
+    # hypot's and atan2's partials, printed as the runtime's: differentiated by the registry's derivatives.
+    MathFunction(
+        "hypot_slope",
+        hypot_slope,
+        numpy="rulegen.derive.functions.hypot_slope_of",
+        mpmath=_mp_hypot_slope,
+        jax_runtime="hypot_slope",
+        torch_runtime="hypot_slope",
+        torch_one_kernel=False,
+        internal=True,
+    ),
+    MathFunction(
+        "atan2_slope",
+        atan2_slope,
+        numpy="rulegen.derive.functions.atan2_slope_of",
+        mpmath=_mp_atan2_slope,
+        jax_runtime="atan2_slope",
+        torch_runtime="atan2_slope",
+        torch_one_kernel=False,
+        internal=True,
+    ),
     MathFunction("erf", sp.erf, "jax.scipy.special.erf", "torch.special.erf", math="math.erf", in_place="erf_"),
     MathFunction("erfc", sp.erfc, "jax.scipy.special.erfc", "torch.special.erfc", math="math.erfc", in_place="erfc_"),
     MathFunction(

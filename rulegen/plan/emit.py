@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from typing import TypeVar
 
 import sympy as sp
 
@@ -12,6 +13,8 @@ from rulegen.derive import functions as fn
 from rulegen.plan.code import Assign, Block, If, Import, Value, fits_a_line, is_short
 from rulegen.plan.inplace import InPlaceWriter
 from rulegen.plan.model import Result
+
+K = TypeVar("K")
 
 # print_torch and its kind: an expression, and `scalars=`, the names of Python numbers in it.
 Printer = Callable[..., tuple[Value, frozenset[Import]]]
@@ -223,3 +226,44 @@ def temp_symbols(taken: set[str]) -> Iterator[sp.Symbol]:
     while any(n.startswith(prefix) and n[len(prefix) :].isdigit() for n in taken):
         prefix = "_" + prefix
     return sp.numbered_symbols(prefix)
+
+
+def joint_calls(
+    partials: Mapping[K, sp.Expr], taken: Set[str], emit: Emitter, own: Mapping[str, str]
+) -> tuple[tuple[Assign, ...], dict[K, sp.Expr], frozenset[str]]:
+    """The runtime's calls computing `partials`' calls of registry functions of one pair of arguments together,
+    on one scaling (`fn.JOINT_RUNTIME`: `plane_slopes(x, y)` for hypot_slope(x, y), atan2_slope(y, x), ...), each
+    the one of fewest outputs that has them; the partials reading their outputs by name; the names they read."""
+    members = {f for functions in fn.JOINT_RUNTIME.values() for f in functions}
+    groups: dict[tuple[sp.Expr, ...], set[sp.Expr]] = {}
+    for expr in partials.values():
+        for call in expr.atoms(sp.Function):
+            if type(call).__name__ in members and len(call.args) == 2 and call.args[0] != call.args[1]:
+                groups.setdefault(tuple(sorted(call.args, key=sp.default_sort_key)), set()).add(call)
+    lines: list[Assign] = []
+    named: dict[sp.Expr, sp.Expr] = {}
+    reads: set[str] = set()
+    used = set(taken)
+    for pair, calls in sorted(groups.items(), key=lambda g: sp.default_sort_key(g[0])):
+        needed = {type(c).__name__ for c in calls}
+        joint = min(
+            (j for j, fs in fn.JOINT_RUNTIME.items() if needed <= set(fs)), key=lambda j: len(fn.JOINT_RUNTIME[j])
+        )
+        # Each function of the joint one has a call here (the fewest outputs that have them): its class from it.
+        classes = {type(c).__name__: type(c) for c in calls}
+        outputs = [classes[f](*args) for f in fn.JOINT_RUNTIME[joint] for args in (pair, pair[::-1])]
+        targets = []
+        for output in outputs:
+            if output not in calls:
+                targets.append("_")
+                continue
+            name = f"s{len(named)}"
+            while name in used:
+                name = "_" + name
+            used.add(name)
+            named[output] = sp.Symbol(name, real=True)
+            targets.append(name)
+        emit.imports.add(Import("._special", joint))
+        reads |= {str(s) for a in pair for s in a.free_symbols}
+        lines.append(Assign(", ".join(targets), f"{own[joint]}({', '.join(emit.code(a) for a in pair)})"))
+    return tuple(lines), {k: e.xreplace(named) for k, e in partials.items()}, frozenset(reads)

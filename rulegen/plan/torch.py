@@ -26,7 +26,7 @@ from rulegen.plan.code import (
     either,
     fits_a_line,
 )
-from rulegen.plan.emit import Emitter, Printer
+from rulegen.plan.emit import Emitter, Printer, joint_calls
 from rulegen.plan.forms import corrections, float_anchors, float_forms, integral_arrays, torch_forms
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
@@ -683,7 +683,9 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
     or more, no residual, nothing broadcast), where the partials share
     a temporary that each method would compute anew, and where neither
     method then runs more passes over memory than it does computing its own
-    (torch's one-kernel forms of a product with a cotangent stay whole).
+    (torch's one-kernel forms of a product with a cotangent stay whole);
+    always where they call hypot's or atan2's partials, which one runtime
+    call of their point computes on one scaling (`emit.joint_calls`).
     """
     rule = t.rule
     if rule.complex or rule.fuse or t.residual_names or len(t.diff_inputs) < 2 or _tangents_broadcast(t):
@@ -695,8 +697,10 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
         return _Jacobian(t)
     taken = set(t.symbols) | set(rule.own_names.values())
     names = {k: _unclaimed(partial_name(*k), taken) for k in compound}
-    block = emit.block([], [Result(names[k], e) for k, e in compound.items()])
-    if not any(isinstance(line, Assign) and line.target not in names.values() for line in block.lines):
+    # hypot's and atan2's partials of one point from one runtime call, on one scaling (`joint_calls`).
+    joint, computed, joint_reads = joint_calls(compound, taken | set(names.values()), emit, rule.own_names)
+    block = emit.block([], [Result(names[k], e) for k, e in computed.items()])
+    if not joint and not any(isinstance(line, Assign) and line.target not in names.values() for line in block.lines):
         return _Jacobian(t)  # nothing shared: each method computes only the partials it multiplies
     symbols = {name: t.d.value_symbol(name) for name in names.values()}
     named = {k: symbols[names[k]] if k in compound else v for k, v in t.jvp_partials.items()}
@@ -707,13 +711,14 @@ def _jacobian(t: _Torch, emit: Emitter, method: Emitter) -> _Jacobian:
         (_hot_exprs(t), _hot_exprs(shared), t.forms(*bars)),
         (list(t.output_tangents.values()), list(shared.output_tangents.values()), t.forms()),
     ):
-        if partials_cost + _eager_cost(t, forms, after) > _eager_cost(t, forms, before):
+        if not joint and partials_cost + _eager_cost(t, forms, after) > _eager_cost(t, forms, before):
             return _Jacobian(t)
     order = [*(i.name for i in rule.inputs), *t.outputs]
-    params = tuple(n for n in order if n in block.reads)
+    params = tuple(n for n in order if n in block.reads | joint_reads)
     listed = ", ".join(f"d{o}/d{i}" for o, i in compound)
     doc = Docstring(f"The partials {listed}, which backward and jvp multiply.")
-    helper = Def(PARTIALS_FUNCTION, params, (doc, *block.statements))
+    body: tuple[Statement, ...] = (*joint, *block.statements)
+    helper = Def(PARTIALS_FUNCTION, params, (doc, *body))
     arguments = ", ".join(method.code(t.symbols[p]) for p in params)
     call = Assign(", ".join(names.values()), f"{PARTIALS_FUNCTION}({arguments})")
     return _Jacobian(shared, helper, call, tuple(names.values()))

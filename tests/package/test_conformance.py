@@ -685,17 +685,6 @@ SPECIAL_BACKENDS = ("jax", "jax.jit", "torch")
 
 # Measured with this module's special values on the bundled registry: why each fails, and the first point.
 SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str]] = {
-    ("atan2", "second"): (
-        (
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        (
-            "torch at (±0, ±min subnormal) and (±min subnormal, ±0): the partial 1 / x1 overflows (2e323), and its "
-            "derivative, 0 there, is the autodiff of a graph through inf: nan"
-        ),
-        "torch float64 second in x0 at (0.0, 5e-324): nan, exact 0.0",
-    ),
     ("beta", "second"): (
         (
             ("jax", "float32"),
@@ -752,25 +741,12 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
             ("torch", "float64"),
         ),
         (
-            "JAX's stabilised form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats and "
-            "flushed by XLA; the second derivative at subnormals"
+            "autodiff of nth_root's refinement step (its y**3 and x / y / y / y under- and overflow: nth_root's own "
+            "derivative is -inf at 5e-324 and nan at inf in torch), and at x = inf the search's form "
+            "nth_root(1/x, 3)**2 / 3, whose derivative there is nth_root'(0) (inf) times -1/x**2 (0); wants "
+            "nth_root with a stated derivative and the form 1/nth_root(x, 3)**2 / 3"
         ),
         "jax float32 second in x0 at (1.1754943508222875e-38,): nan, exact -3.6566767940471243e+62",
-    ),
-    ("hypot", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        (
-            "the second derivative of the binade-scaled quotient at (±0, ±inf), (0, 0) and subnormal pairs: inf / "
-            "inf and 0 * inf"
-        ),
-        "jax float32 second in x0 at (0.0, inf): nan, exact 0.0",
     ),
     ("pow", "second"): (
         (

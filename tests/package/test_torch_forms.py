@@ -373,5 +373,8 @@ def test_an_input_held_constant_adds_no_term_to_the_tangent(name, composite):
     # where each term took y before the sum (autodiff's of `sin(x) * exp(-x**2) * y`: the sum times y, -inf).
     for alone, primal in ((lambda f: lambda y: f(x, y), y), (lambda f: lambda x: f(x, y), x)):
         expected = torch.func.jvp(alone(composite), (primal,), (torch.ones_like(primal),))[1]
+        if name == "f_hypot" and primal is y:
+            # torch's own d/dy at y = inf is y / hypot(x, y) = inf / inf, nan; the partial's limit there is 1.
+            expected = torch.where(torch.isinf(y), 1.0, expected)
         tangent = torch.func.jvp(alone(function), (primal,), (torch.ones_like(primal),))[1]
         torch.testing.assert_close(tangent, expected, rtol=1e-13, atol=0, equal_nan=True)

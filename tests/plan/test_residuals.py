@@ -48,10 +48,9 @@ EXPECTED = {
     "x_exp_abs": (("x", "saved_exp"), ("x",)),
     # beta * x is one operation, folded into softplus_backward's beta.
     "softplus_beta": (("x",), ("x",)),
-    # Computed as hypot(x, y), one kernel that neither over- nor underflows, its derivative x / hypot(x, y): x, y and
-    # the output, which torch's hypot backward reads too (scaled by binade(max(|x|, |y|)), it kept the scaled root,
-    # x/b and y/b); compiled, one function is not worth the write and the read.
-    "radius": (("x", "y", "out"), ("x", "y")),
+    # Computed as hypot(x, y), one kernel that neither over- nor underflows, its derivative the runtime's
+    # hypot_slope(x, y), which reads x and y alone (its own hypot of them over their binade): x and y either way.
+    "radius": (("x", "y"), ("x", "y")),
 }
 
 

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import jax.scipy.special
 import numpy as np
 
-from . import _asymptotic, _util
+from . import _asymptotic, _scaling, _util
 
 # Where erfcx is its asymptotic series: jax.scipy.special.erfcx is 0 on
 # [9.195, 9.419] in float32 and on [26.544, 26.641] in float64 (JAX 0.10),
@@ -157,6 +157,78 @@ def _atan2_jvp(
     primals: tuple[jax.Array, jax.Array], tangents: tuple[jax.Array, jax.Array]
 ) -> tuple[jax.Array, jax.Array]:
     return atan2(*primals), jax.jvp(jnp.arctan2, primals, tangents)[1]
+
+
+def _pair_jvp(
+    value: Any, partials: Any, primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+) -> tuple[jax.Array, jax.Array]:
+    """The jvp of a function of two inputs, `value`, by its `partials`: an input held constant
+    (JAX's symbolic zero) adds no term, not 0 times a partial that may be inf."""
+    out = value(*primals)
+    dx, dy = partials(jnp, *primals)
+    zero = jax.custom_derivatives.SymbolicZero
+    terms = [t * d for t, d in zip(tangents, (dx, dy), strict=True) if type(t) is not zero]
+    tangent = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(out)
+    return out, jnp.broadcast_to(tangent, jnp.shape(out))
+
+
+@jax.custom_jvp
+def hypot_slope(x: jax.Array, y: jax.Array) -> jax.Array:
+    """x / hypot(x, y) (`_scaling.hypot_slope`), differentiated by the registry's partials."""
+    return _scaling.hypot_slope(jnp, x, y)
+
+
+@functools.partial(hypot_slope.defjvp, symbolic_zeros=True)
+def _hypot_slope_jvp(
+    primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+) -> tuple[jax.Array, jax.Array]:
+    return _pair_jvp(hypot_slope, _scaling.hypot_curvature, primals, tangents)
+
+
+@jax.custom_jvp
+def atan2_slope(u: jax.Array, v: jax.Array) -> jax.Array:
+    """u / (u**2 + v**2) (`_scaling.atan2_slope`), differentiated by the registry's partials."""
+    return _scaling.atan2_slope(jnp, u, v)
+
+
+@functools.partial(atan2_slope.defjvp, symbolic_zeros=True)
+def _atan2_slope_jvp(
+    primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+) -> tuple[jax.Array, jax.Array]:
+    return _pair_jvp(atan2_slope, _scaling.atan2_curvature, primals, tangents)
+
+
+def _joint(name: str, rows: slice) -> Any:
+    """`_scaling`'s joint function `name` (several partials of a point on one scaling) as a
+    custom_jvp, differentiated by `plane_curvature`'s `rows`: an input held constant adds no
+    term."""
+
+    def value(x: jax.Array, y: jax.Array) -> Any:
+        return getattr(_scaling, name)(jnp, x, y)
+
+    value.__name__ = value.__qualname__ = name
+    value.__doc__ = f"`_scaling.{name}`, differentiated by the registry's partials at every order."
+    joint = jax.custom_jvp(value)
+
+    @functools.partial(joint.defjvp, symbolic_zeros=True)
+    def _joint_jvp(primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]) -> Any:
+        outs = joint(*primals)
+        zero = jax.custom_derivatives.SymbolicZero
+        found = []
+        for out, pair in zip(outs, _scaling.plane_curvature(jnp, *primals)[rows], strict=True):
+            terms = [t * d for t, d in zip(tangents, pair, strict=True) if type(t) is not zero]
+            tangent = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(out)
+            found.append(jnp.broadcast_to(tangent, jnp.shape(out)))
+        return outs, tuple(found)
+
+    return joint
+
+
+#: hypot's and atan2's partials of a point from one call on one scaling (the torch runtime's
+#: names): eagerly one scaling where each call of its own computes one (under jit, XLA shares).
+hypot_slopes = _joint("hypot_slopes", slice(0, 2))
+atan2_slopes = _joint("atan2_slopes", slice(2, 4))
+plane_slopes = _joint("plane_slopes", slice(0, 4))
 
 
 def _log(y: jax.Array) -> jax.Array:
