@@ -289,3 +289,25 @@ class SnippetPlan:
     @property
     def import_lines(self) -> tuple[str, ...]:
         return import_statements(self.imports)
+
+
+@dataclass(frozen=True)
+class ModulePlan:
+    """One generated module as the render stage takes it: its header, imports and definitions (the code model the
+    template prints), what it needs of its package, and its torch Function's class name ("" for none)."""
+
+    header: Header
+    imports: frozenset[Import]
+    definitions: tuple[Statement, ...]
+    needs: Needs
+    function_class: str = ""
+
+    @property
+    def import_lines(self) -> tuple[str, ...]:
+        return import_statements(self.imports)
+
+
+def module_plan(plan: JaxPlan | TorchPlan | SnippetPlan) -> ModulePlan:
+    """The module `plan` decided, as the render stage takes it."""
+    function_class = plan.class_name if isinstance(plan, TorchPlan | SnippetPlan) else ""
+    return ModulePlan(plan.header, plan.imports, plan.definitions, plan.needs, function_class)

@@ -147,15 +147,7 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
     # should not pay for importing it.
     from rulegen.derive.partials import DERIVE_SECONDS, derive_rule, sympy_time_limit
     from rulegen.derive.snippet import SnippetDerivation
-    from rulegen.plan import (
-        JaxPlan,
-        SnippetPlan,
-        TorchPlan,
-        plan_jax,
-        plan_jax_snippet,
-        plan_torch,
-        plan_torch_snippet,
-    )
+    from rulegen.plan import plan_modules
     from rulegen.render.layout import render_module
 
     with in_stage(rule) as stage:
@@ -164,12 +156,7 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
             stage("deriving")
             derivation = derive_rule(rule, known_rules)
             stage("planning")
-            jax_plan: JaxPlan | SnippetPlan
-            torch_plan: TorchPlan | SnippetPlan
-            if isinstance(derivation, SnippetDerivation):
-                jax_plan, torch_plan = plan_jax_snippet(derivation), plan_torch_snippet(derivation)
-            else:
-                jax_plan, torch_plan = plan_jax(derivation), plan_torch(derivation)
+            jax_plan, torch_plan = plan_modules(derivation)
         stage("rendering")
         modules = {f"jax/{rule.name}.py": render_module(jax_plan), f"torch/{rule.name}.py": render_module(torch_plan)}
     needs = {"jax": jax_plan.needs, "torch": torch_plan.needs}
@@ -179,7 +166,7 @@ def generate(rule: Rule, known_rules: Iterable[str] = ()) -> Generated:
         helpers=frozenset(f"{backend}/{h}.py" for backend, n in needs.items() for h in n.helpers),
         requires={backend: n.modules for backend, n in needs.items()},
         apis=jax_plan.needs.apis | torch_plan.needs.apis,
-        torch_class=bool(torch_plan.class_name),
+        torch_class=bool(torch_plan.function_class),
         stabilised=_stabilised(derivation),
         searched=not isinstance(derivation, SnippetDerivation),
     )

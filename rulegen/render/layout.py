@@ -31,7 +31,7 @@ from rulegen.plan.code import (
 if TYPE_CHECKING:
     import jinja2
 
-    from rulegen.plan import JaxPlan, SnippetPlan, TorchPlan
+    from rulegen.plan import ModulePlan
 
 
 def _templates() -> Path:
@@ -110,7 +110,7 @@ def _environment() -> jinja2.Environment:
     return environment
 
 
-def render_module(plan: JaxPlan | TorchPlan | SnippetPlan) -> str:
+def render_module(plan: ModulePlan) -> str:
     """A rule's module for one backend: its header, imports and definitions, as the plan holds them."""
     return _environment().get_template("module.py.j2").render(plan=plan, header=plan.header)
 
