@@ -165,11 +165,15 @@ def _pair_jvp(
     """The jvp of a function of two inputs, `value`, by its `partials`: an input held constant
     (JAX's symbolic zero) adds no term, not 0 times a partial that may be inf."""
     out = value(*primals)
-    dx, dy = partials(jnp, *primals)
+    return out, _tangent(out, partials(jnp, *primals), tangents)
+
+
+def _tangent(out: jax.Array, partials: tuple[Any, Any], tangents: tuple[Any, Any]) -> jax.Array:
+    """The tangent of `out` by its two `partials`, shaped like it: a symbolic zero adds no term."""
     zero = jax.custom_derivatives.SymbolicZero
-    terms = [t * d for t, d in zip(tangents, (dx, dy), strict=True) if type(t) is not zero]
+    terms = [t * d for t, d in zip(tangents, partials, strict=True) if type(t) is not zero]
     tangent = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(out)
-    return out, jnp.broadcast_to(tangent, jnp.shape(out))
+    return jnp.broadcast_to(tangent, jnp.shape(out))
 
 
 @jax.custom_jvp
@@ -213,13 +217,9 @@ def _joint(name: str, rows: slice) -> Any:
     @functools.partial(joint.defjvp, symbolic_zeros=True)
     def _joint_jvp(primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]) -> Any:
         outs = joint(*primals)
-        zero = jax.custom_derivatives.SymbolicZero
-        found = []
-        for out, pair in zip(outs, _scaling.plane_curvature(jnp, *primals)[rows], strict=True):
-            terms = [t * d for t, d in zip(tangents, pair, strict=True) if type(t) is not zero]
-            tangent = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(out)
-            found.append(jnp.broadcast_to(tangent, jnp.shape(out)))
-        return outs, tuple(found)
+        curvature = _scaling.plane_curvature(jnp, *primals)[rows]
+        pairs = zip(outs, curvature, strict=True)
+        return outs, tuple(_tangent(out, pair, tangents) for out, pair in pairs)
 
     return joint
 
