@@ -1140,7 +1140,7 @@ def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[
         printer.booleans = booleans
         printer.renamed = renamed or {}
         printer.present = present
-        text = printer.doprint(expr)  # type: ignore[attr-defined]
+        text = printer.doprint(expr)
         return Value(text, printer.binding(expr)), frozenset(printer.module_imports_)
 
     return print_expr
