@@ -807,7 +807,9 @@ def special_mismatches(
 def _given_up_unasked(name: str, dtype: str, asked: set[tuple[str, int, tuple[str, ...]]]) -> list[str]:
     """The points `GIVEN_UP` lists for (name, dtype) that a JAX cell did not ask for (JAX's cells ask for every point
     torch's do, and the flushed readings too): a list that no longer says which points are checked."""
-    return [f"GIVEN_UP lists {point}, which is not asked for" for point in GIVEN_UP.get((name, dtype), ()) - asked]
+    return [
+        f"GIVEN_UP lists {point}, which is not asked for" for point in GIVEN_UP.get((name, dtype), frozenset()) - asked
+    ]
 
 
 def special_cell(package: tuple, name: str, backend: str, dtype: str) -> list[str]:
