@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -797,7 +798,9 @@ def schema() -> None:
     sys.stdout.write(_schema_text())
 
 
+@functools.cache
 def _schema_text() -> str:
+    """The rule format's JSON Schema as text, made once per process (pydantic builds it afresh at each call)."""
     from rulegen.spec.rules import json_schema
 
     return json.dumps(json_schema(), indent=2) + "\n"

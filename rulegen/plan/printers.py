@@ -321,7 +321,27 @@ class _ArrayCode:
             and (expr.is_number or self._of_scalars(expr))
         )
 
+    def doprint(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        # Each subexpression is printed once per call: the registry's cases repeat theirs (beta's 45,000
+        # characters print log|Gamma| and its sign terms many times over), and a printer's text for an
+        # expression depends on nothing else but whether it is the whole (sympy strips a Float's zeros below
+        # it), which the first `_print` is.
+        self._printed: dict[tuple[Any, ...], str] = {}
+        try:
+            return super().doprint(expr, *args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._printed = {}
+
     def _print(self, expr: Any, **kwargs: Any) -> str:
+        memo = getattr(self, "_printed", None)
+        if memo is None or not self._print_level or not isinstance(expr, sp.Basic):  # type: ignore[attr-defined]
+            return self._print_uncached(expr, **kwargs)
+        key = (expr, *sorted(kwargs.items()))
+        if key not in memo:
+            memo[key] = self._print_uncached(expr, **kwargs)
+        return memo[key]
+
+    def _print_uncached(self, expr: Any, **kwargs: Any) -> str:
         if self._prints_as_constant(expr):
             return self._print_constant(expr)
         return super()._print(expr, **kwargs)  # type: ignore[misc]
@@ -1120,7 +1140,7 @@ def _printer(cls: Callable[[Mapping[str, str] | None], _ArrayCode]) -> Callable[
         printer.booleans = booleans
         printer.renamed = renamed or {}
         printer.present = present
-        text = printer.doprint(expr)  # type: ignore[attr-defined]
+        text = printer.doprint(expr)
         return Value(text, printer.binding(expr)), frozenset(printer.module_imports_)
 
     return print_expr

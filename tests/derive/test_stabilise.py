@@ -634,7 +634,7 @@ def test_a_clamp_needs_the_derivative_to_vanish_beyond_it_and_no_overflow_at_it(
     assert _in_range_held(saturating, x, 0, 1e8, (x,), points)
 
 
-def test_a_form_is_clamped_in_the_argument_that_decides_its_limit(search_cache_off):
+def test_a_form_is_clamped_in_the_argument_that_decides_its_limit():
     # A normal log-CDF's partial in its scale, by erfcx: sqrt(2) (loc - x) / (sqrt(pi) scale**2 erfcx(w)), w =
     # (loc - x) / (sqrt(2) scale), was nan where the exact value is 0: scale**2 underflows at the first point
     # (inf * 0), w overflows at the second and (loc - x) at the third.  No input's magnitude says where it has
@@ -657,7 +657,7 @@ def test_a_form_is_clamped_in_the_argument_that_decides_its_limit(search_cache_o
     np.testing.assert_allclose(got[3], -t / 2.0 * np.exp(-t * t / 2) / np.sqrt(2 * np.pi) / special.ndtr(t))
 
 
-def test_a_polygamma_s_pole_is_taken_out_where_it_overflows(search_cache_off):
+def test_a_polygamma_s_pole_is_taken_out_where_it_overflows():
     # A KL divergence of two Gammas' partial in p: (p - q) trigamma(p) + (s - r)/r is inf at p = 1.1e-165
     # (trigamma(p) ~ 1/p**2 overflows) where it is 1/p = 9.1e164; with the pole taken out, (p - q) trigamma(p + 1)
     # + ((p - q)/p)/p, it is in range wherever the product is.
