@@ -140,15 +140,12 @@ def _breaks_accurate_points(
     variables: Sequence[sp.Symbol],
     columns: Sequence[np.ndarray],
     dtype: Any,
-    *,
-    flushed: bool = False,
 ) -> bool:
     """Whether the candidate (`ours`) is `BUDGET.broken_bits` worse than `derived` (`theirs`) at a point where
     `derived` is within `BUDGET.accurate_bits` of the exact value (the columns' first rows, the ordinary ones,
-    decided first).  `flushed`: both computed as XLA does, where an exact value less than a significand's width
-    above the subnormals is not decided: a product of the form's factors passes through a subnormal there or not
-    by the order the printer writes them in (2*(w/(s*erfcx(w))) at a result of 1.7e-38 in float32), not by the
-    form."""
+    decided first).  As numpy computes only: as XLA does, a product of a form's factors passes through a subnormal
+    or not by the order the printer writes them in (2*(w/(s*erfcx(w))) at a result of 1.7e-38 in float32;
+    (p/r)*(q/r) of a Gamma KL's partial at p = 1e-300), not by the form, and the mean bits weigh it."""
     # Two forms within 2**broken_bits units in the last place of each other cannot be broken_bits apart in error
     # where one is right: only where they are further apart is the exact value needed.
     apart = 2.0 ** (BUDGET.broken_bits - np.finfo(dtype).nmant)
@@ -159,8 +156,7 @@ def _breaks_accurate_points(
         # A subnormal exact value has fewer bits to lose, and XLA flushes it anyway: no point to break there.  Nor
         # an exact 0, a root where every form that cancels is all bits wrong but for the one that rounds to 0
         # there by luck (at x = s, -1/s + 2 x**2/(s**3 (1 + x**2/s**2)) is 0, 1/s - 2s/hypot(x, s)**2 is 2e-16).
-        smallest = np.finfo(dtype).tiny / (np.finfo(dtype).eps if flushed else 1)
-        if value is None or not smallest <= abs(value) < math.inf:
+        if value is None or not np.finfo(dtype).tiny <= abs(value) < math.inf:
             continue
         exact = np.asarray([value])
         before = bits_of_error(theirs[j : j + 1], exact, dtype)[0]
@@ -226,7 +222,7 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
     candidate = as_computed(candidate)
     for measured, columns in _validation(derived, sampling, seed):
         # Both forms at every validation point, once per way of computing (numpy's and torch's, XLA's flushing
-        # subnormals): each test below reads them.
+        # subnormals): each test below reads them, the broken points numpy's alone.
         plain: tuple[np.ndarray, np.ndarray] | None = None
         for flushed in (False, True) if len(columns[0]) else ():
             theirs = _evaluated(derived, variables, columns, measured.dtype, flushed=flushed)
@@ -239,7 +235,7 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
                 ours = decided_again(ours, theirs, plain, columns)
             if not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
                 return False
-            if _breaks_accurate_points(ours, theirs, derived, variables, columns, measured.dtype, flushed=flushed):
+            if not flushed and _breaks_accurate_points(ours, theirs, derived, variables, columns, measured.dtype):
                 return False
             plain = ours, theirs
         if not len(measured):
