@@ -3,7 +3,6 @@
 """f_cbrt: a rulegen rule."""
 
 import jax
-import jax.numpy as jnp
 
 from ._util import as_lifted_arrays, nth_root, rounded
 
@@ -16,9 +15,6 @@ def f_cbrt(x: jax.typing.ArrayLike) -> jax.Array:
 
     Partials (derived by sympy):
         dout/dx = 1/(3*x**(2/3))
-
-    Computed in the form rulegen's accuracy search chose over the derived one: dout/dx
-    (`rulegen show f_cbrt --why` gives the forms and their measured error).
 
     Inputs:
         x: float array; checked on [0.1, 4]
@@ -37,9 +33,4 @@ def _f_cbrt(x):
 @_f_cbrt.defjvp
 def _f_cbrt_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    t0 = jnp.abs(x)
-    t1 = t0 > 2.0**-120
-    t2 = jnp.where(t1, 2.0**-121, x)
-    t3 = jnp.where(t0 <= 2.0**-120, 2.0**-119, x)
-    out = nth_root(x, 3)
-    return out, x_dot * jnp.where(t1, nth_root(1 / t3, 3) ** 2 / 3, 1 / nth_root(t2, 3) ** 2 / 3)
+    return nth_root(x, 3), x_dot * (1 / nth_root(x, 3) ** 2 / 3)

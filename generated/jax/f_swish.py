@@ -16,6 +16,9 @@ def f_swish(x: jax.typing.ArrayLike) -> jax.Array:
     Partials (derived by sympy):
         dout/dx = x*(1 - sigmoid(x))*sigmoid(x) + sigmoid(x)
 
+    Computed in the form rulegen's accuracy search chose over the derived one: dout/dx
+    (`rulegen show f_swish --why` gives the forms and their measured error).
+
     Inputs:
         x: float array; checked on [-3, 3]
 
@@ -34,5 +37,4 @@ def _f_swish(x):
 def _f_swish_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
     t0 = jax.nn.sigmoid(x)
-    out = t0 * x
-    return out, x_dot * (t0 * x * (1 - t0) + t0)
+    return t0 * x, x_dot * (t0 * (x * jax.nn.sigmoid(-x) + 1))

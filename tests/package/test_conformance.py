@@ -867,36 +867,6 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
         ),
         "jax float64 second in x0 at (0.0, 1.7976931348623157e+308): nan, exact inf",
     ),
-    ("cbrt", "first"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-        ),
-        (
-            "the search's form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats, which "
-            "XLA flushes to 0 (2.9e-39 in float32); the search measures in numpy, which does not flush, and chose "
-            "it over 1/nth_root(x, 3)**2 / 3 for 0.48 eps against 0.50 (float32 mean), which XLA computes as "
-            "6.8389e-27 there: the search's choice, not a framework limit"
-        ),
-        "jax float32 first in x0 at (3.4028234663852886e+38,): 0.0, exact 6.838892847453062e-27",
-    ),
-    ("cbrt", "jvp"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-        ),
-        (
-            "the search's form nth_root(1/x, 3)**2 / 3 goes through 1/x, subnormal at the largest floats, which "
-            "XLA flushes to 0 (2.9e-39 in float32); the search measures in numpy, which does not flush, and chose "
-            "it over 1/nth_root(x, 3)**2 / 3 for 0.48 eps against 0.50 (float32 mean), which XLA computes as "
-            "6.8389e-27 there: the search's choice, not a framework limit"
-        ),
-        "jax float32 jvp in x0 at (3.4028234663852886e+38,): 0.0, exact 6.838892847453062e-27",
-    ),
     ("cbrt", "second"): (
         (
             ("jax", "float32"),
@@ -907,10 +877,8 @@ SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str
             ("torch", "float64"),
         ),
         (
-            "autodiff of nth_root's refinement step (its y**3 and x / y / y / y under- and overflow: nth_root's own "
-            "derivative is -inf at 5e-324 and nan at inf in torch), and at x = inf the search's form "
-            "nth_root(1/x, 3)**2 / 3, whose derivative there is nth_root'(0) (inf) times -1/x**2 (0); wants "
-            "nth_root with a stated derivative and the form 1/nth_root(x, 3)**2 / 3"
+            "the autodiff of the first derivative 1/nth_root(x, 3)**2 / 3 through nth_root's refinement step: nan "
+            "at the smallest normals, at 1e-30 in float32 and 1e-300 in float64, at inf and at large negative x"
         ),
         "jax float32 second in x0 at (1.1754943508222875e-38,): nan, exact -3.6566767940471243e+62",
     ),

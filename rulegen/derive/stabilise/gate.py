@@ -36,9 +36,11 @@ from rulegen.derive.expr import lambdified
 from rulegen.derive.functions import divided
 from rulegen.derive.measure import bits_of_error, inside, sample_floats, special_points
 from rulegen.derive.stabilise.budget import BUDGET
+from rulegen.derive.stabilise.flushed import read_as_zero
 from rulegen.derive.stabilise.points import (
     _DTYPES,
     Sampling,
+    _bits,
     _evaluated,
     _exact,
     _mpmath_function,
@@ -141,7 +143,9 @@ def _breaks_accurate_points(
 ) -> bool:
     """Whether the candidate (`ours`) is `BUDGET.broken_bits` worse than `derived` (`theirs`) at a point where
     `derived` is within `BUDGET.accurate_bits` of the exact value (the columns' first rows, the ordinary ones,
-    decided first)."""
+    decided first).  As numpy computes only: as XLA does, a product of a form's factors passes through a subnormal
+    or not by the order the printer writes them in (2*(w/(s*erfcx(w))) at a result of 1.7e-38 in float32;
+    (p/r)*(q/r) of a Gamma KL's partial at p = 1e-300), not by the form, and the mean bits weigh it."""
     # Two forms within 2**broken_bits units in the last place of each other cannot be broken_bits apart in error
     # where one is right: only where they are further apart is the exact value needed.
     apart = 2.0 ** (BUDGET.broken_bits - np.finfo(dtype).nmant)
@@ -191,6 +195,21 @@ def _squares_divided(expr: sp.Expr) -> sp.Expr:
     return expr.replace(lambda e: isinstance(e, sp.Mul), twice)
 
 
+def decided_again(
+    ours: np.ndarray, theirs: np.ndarray, plain: tuple[np.ndarray, np.ndarray], columns: Sequence[np.ndarray]
+) -> np.ndarray:
+    """The candidate's flushed values (`ours`) where flushing changed either form's value (`plain`: both as numpy
+    computes them), the derived form's flushed ones (`theirs`) elsewhere and where an input is subnormal: a point
+    both forms compute alike either way was decided by the first pass (asking mpmath there again is the gate's
+    cost), and one XLA reads as 0 is judged by no form (`read_as_zero`), as the `accuracy` check does not."""
+
+    def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return (a == b) | (np.isnan(a) & np.isnan(b))
+
+    decided = same(ours, plain[0]) & same(theirs, plain[1]) | read_as_zero(columns, ours.dtype)
+    return np.where(decided, theirs, ours)
+
+
 def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0) -> bool:
     """Whether `candidate` may replace `derived`: on the validation sample (disjoint from the search's, special
     floats and mixed magnitudes included) it is finite wherever the exact value is a finite float of the dtype
@@ -202,14 +221,23 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
     variables = sampling.variables
     candidate = as_computed(candidate)
     for measured, columns in _validation(derived, sampling, seed):
-        # Both forms at every validation point, once: each test below reads them.
-        theirs = _evaluated(derived, variables, columns, measured.dtype) if len(columns[0]) else None
-        if theirs is not None:
-            ours = _evaluated(candidate, variables, columns, measured.dtype)
-            if ours is None or not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
+        # Both forms at every validation point, once per way of computing (numpy's and torch's, XLA's flushing
+        # subnormals): each test below reads them, the broken points numpy's alone.
+        plain: tuple[np.ndarray, np.ndarray] | None = None
+        for flushed in (False, True) if len(columns[0]) else ():
+            theirs = _evaluated(derived, variables, columns, measured.dtype, flushed=flushed)
+            if theirs is None:
+                continue
+            ours = _evaluated(candidate, variables, columns, measured.dtype, flushed=flushed)
+            if ours is None:
                 return False
-            if _breaks_accurate_points(ours, theirs, derived, variables, columns, measured.dtype):
+            if plain is not None:
+                ours = decided_again(ours, theirs, plain, columns)
+            if not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
                 return False
+            if not flushed and _breaks_accurate_points(ours, theirs, derived, variables, columns, measured.dtype):
+                return False
+            plain = ours, theirs
         if not len(measured):
             continue
         after = _measured_bits(candidate, variables, measured)
@@ -222,9 +250,10 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
 
 
 def _measured_bits(expr: sp.Expr, variables: Sequence[sp.Symbol], measured: _Points) -> float | None:
-    """`expr`'s mean bits of error at the gate's measured points of one dtype; None where numpy cannot evaluate it."""
-    values = _evaluated(expr, variables, measured.columns, measured.dtype)
-    return None if values is None else float(bits_of_error(values, measured.exact, measured.dtype).mean())
+    """`expr`'s mean bits of error at the gate's measured points of one dtype, each point's the worse of numpy's
+    and XLA's (`_bits`); None where numpy cannot evaluate it."""
+    bits = _bits(expr, variables, measured)
+    return None if bits is None else float(bits.mean()) if bits.size else 0.0
 
 
 def validated_bits(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0) -> float:

@@ -28,6 +28,7 @@ from rulegen.derive.measure import (
     with_probes,
 )
 from rulegen.derive.stabilise.budget import BUDGET
+from rulegen.derive.stabilise.flushed import flush, flushed_call, read_as_zero
 from rulegen.spec.rules import Domain
 
 #: The dtypes every candidate is measured in, as the frameworks compute it.
@@ -274,6 +275,25 @@ def _screened(expr: sp.Expr, fn: Callable[..., Any], sampling: Sampling, columns
     ):
         return False
     bits = bits_of_error(narrow[finite], reference[finite], np.float32)
+    return bool(bits.size == 0 or np.mean(bits) <= BUDGET.good_bits) and _flushed_keeps_up(
+        fn, columns, reference, finite
+    )
+
+
+def _flushed_keeps_up(
+    fn: Callable[..., Any], columns: list[np.ndarray], reference: np.ndarray, finite: np.ndarray
+) -> bool:
+    """Whether float32 as XLA computes it (subnormals flushed) keeps up with the float64 `reference`, flushed
+    alike, at the `finite` points where no input is subnormal (XLA reads those as 0 whatever the form)."""
+    try:
+        with np.errstate(all="ignore"):
+            flushed = np.asarray(flushed_call(fn, columns, np.float32), dtype=np.float32)
+    except Exception:
+        return True
+    flushed = np.broadcast_to(flushed, reference.shape)
+    if reference.shape == columns[0].shape:
+        finite = finite & ~read_as_zero(columns, np.float32)
+    bits = bits_of_error(flushed[finite], flush(reference[finite]), np.float32)
     return bool(bits.size == 0 or np.mean(bits) <= BUDGET.good_bits)
 
 
@@ -398,15 +418,18 @@ def _numpy_implementations() -> dict[str, Callable[..., Any]]:
     return found
 
 
-def _evaluated(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any) -> Any:
+def _evaluated(
+    expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any, *, flushed: bool = False
+) -> Any:
     """`expr` evaluated by numpy at `columns` in `dtype`, one value per point; None where numpy cannot (or where
-    it leaves the reals: a root of a negative number is no candidate)."""
+    it leaves the reals: a root of a negative number is no candidate).  With `flushed`, as XLA computes on the
+    CPU: every subnormal input, intermediate and result a zero of its sign (`flushed_call`)."""
     fn = _numpy_function(expr, tuple(variables))
     if fn is None:
         return None
     try:
         with np.errstate(all="ignore"):
-            result = np.asarray(fn(*columns))
+            result = flushed_call(fn, columns, dtype) if flushed else np.asarray(fn(*columns))
     except Exception:
         return None
     if np.iscomplexobj(result):
@@ -416,11 +439,30 @@ def _evaluated(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[
 
 
 def _bits(expr: sp.Expr, variables: Sequence[sp.Symbol], points: _Points) -> np.ndarray | None:
-    """Bits of error of `expr` evaluated by numpy in the points' dtype; None where numpy cannot evaluate it."""
+    """Bits of error of `expr` evaluated by numpy in the points' dtype, at each point the worse of numpy's
+    evaluation (torch's) and XLA's (`flushed_bits`); None where numpy cannot evaluate it."""
     got = _evaluated(expr, variables, points.columns, points.dtype)
     if got is None:
         return None
-    return bits_of_error(got, points.exact, points.dtype)
+    bits = bits_of_error(got, points.exact, points.dtype)
+    flushed = flushed_bits(expr, variables, points.columns, points.exact, points.dtype)
+    return bits if flushed is None else np.maximum(bits, flushed)
+
+
+def flushed_bits(
+    expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], exact: np.ndarray, dtype: Any
+) -> np.ndarray | None:
+    """Bits of error of `expr` as XLA computes it on the CPU (subnormals flushed to 0), against the exact value
+    flushed alike: no form computes a subnormal there.  0 where an input is subnormal: XLA reads it as 0, and
+    what a form computes at 0 measures the input's flush, the same for every form.  None where numpy cannot
+    evaluate it."""
+    got = _evaluated(expr, variables, columns, dtype, flushed=True)
+    if got is None:
+        return None
+    with np.errstate(over="ignore"):
+        bits = bits_of_error(got, flush(np.asarray(exact, dtype=dtype)), dtype)
+    zero = read_as_zero(columns, dtype)
+    return np.where(zero, 0.0, bits) if np.ndim(zero) else bits
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from rulegen.derive.expr import lambdified
 from rulegen.derive.measure import inside
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cost import costs, relative
-from rulegen.derive.stabilise.gate import _finite_where_exact, _validation, admissible, as_computed
+from rulegen.derive.stabilise.flushed import flushed_call
+from rulegen.derive.stabilise.gate import _finite_where_exact, _validation, admissible, as_computed, decided_again
 from rulegen.derive.stabilise.points import Sampling, _evaluated, _Measured, _numpy_implementations
 from rulegen.spec.model import DEFAULT_ACCURACY, Accuracy
 
@@ -71,16 +72,18 @@ def _as_printed(expr: sp.Expr) -> sp.Expr:
     return expr.replace(fractional, lambda e: _printed_power(e.base, e.exp))
 
 
-def _printed_values(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any) -> Any:
+def _printed_values(
+    expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any, *, flushed: bool
+) -> Any:
     """`expr` evaluated by numpy at `columns` in `dtype` as the generated code computes it (`as_computed`, and
-    `_as_printed`); None where numpy cannot."""
+    `_as_printed`), with `flushed` as XLA does (`flushed_call`); None where numpy cannot."""
     printed = _as_printed(as_computed(expr))
     if not printed.has(_printed_power):
-        return _evaluated(printed, variables, columns, dtype)
+        return _evaluated(printed, variables, columns, dtype, flushed=flushed)
     try:
         fn = lambdified(variables, printed, modules=[{"_printed_power": np.power, **_numpy_implementations()}, "numpy"])
         with np.errstate(all="ignore"):
-            result = np.asarray(fn(*columns))
+            result = flushed_call(fn, columns, dtype) if flushed else np.asarray(fn(*columns))
     except Exception:
         return None
     if np.iscomplexobj(result):
@@ -127,12 +130,19 @@ def finite_as(candidate: sp.Expr, reference: sp.Expr, derived: sp.Expr, sampling
         if not len(validation[0]):
             continue
         columns = _binade_columns(sampling, validation, measured.dtype)
-        theirs = _printed_values(reference, variables, columns, measured.dtype)
-        if theirs is None:
-            continue
-        ours = _printed_values(candidate, variables, columns, measured.dtype)
-        if ours is None or not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
-            return False
+        plain: tuple[np.ndarray, np.ndarray] | None = None
+        for flushed in (False, True):
+            theirs = _printed_values(reference, variables, columns, measured.dtype, flushed=flushed)
+            if theirs is None:
+                continue
+            ours = _printed_values(candidate, variables, columns, measured.dtype, flushed=flushed)
+            if ours is None:
+                return False
+            if plain is not None:
+                ours = decided_again(ours, theirs, plain, columns)
+            if not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
+                return False
+            plain = ours, theirs
     return True
 
 
