@@ -25,7 +25,14 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "measured error; choose what torch saves",
         (
             *("functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure"),
-            *("stabilise.budget", "stabilise.cache", "stabilise.points", "stabilise.asymptotic", "stabilise.families"),
+            *(
+                "stabilise.budget",
+                "stabilise.cache",
+                "stabilise.flushed",
+                "stabilise.points",
+                "stabilise.asymptotic",
+                "stabilise.families",
+            ),
             *("stabilise.scaling", "stabilise.regimes", "stabilise.gate", "stabilise.cost", "stabilise.policy"),
             *("stabilise.saturation", "stabilise.search", "stabilise", "derivation", "saved", "partials"),
         ),

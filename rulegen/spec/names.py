@@ -27,8 +27,8 @@ A static input is kept on torch's Function context by its name, or where
 torch's context has an attribute of that name (`CTX_ATTRIBUTES`), by
 another (`ctx_attribute`).
 
-Temporaries (`TEMPORARY`: `t0`, `saved_exp`, `saved_exp_bar`, the partial
-`dr_dx`) need no reservation: the planner numbers or prefixes them past
+Temporaries (`TEMPORARY`: `t0`, a point's slopes `s0`, `saved_exp`, `saved_exp_bar`, the
+partial `dr_dx`) need no reservation: the planner numbers or prefixes them past
 every name the rule takes.
 `tests/package/test_names.py` builds every bundled rule and checks that each
 identifier of the generated code is the rule's own, one of the generator's
@@ -285,10 +285,11 @@ def partial_name(output: str, input_: str) -> str:
     return f"d{output}_d{input_}"
 
 
-#: Temporaries: numbered shared subexpressions, saved intermediates named for
-#: their functions (and their tangents and cotangents), partials, each
+#: Temporaries: numbered shared subexpressions, the numbered slopes of a point one runtime call gives
+#: (`s0, s1 = hypot_slopes(x, y)`), saved intermediates named for their functions (and their tangents and
+#: cotangents), partials, each
 #: prefixed with `_` until no rule name starts so (a partial: is so).
-TEMPORARY = re.compile(rf"_*(t\d+|saved(_[a-z0-9]+)+|d\w+_d\w+)({TANGENT}|{COTANGENT})?")
+TEMPORARY = re.compile(rf"_*(t\d+|s\d+|saved(_[a-z0-9]+)+|d\w+_d\w+)({TANGENT}|{COTANGENT})?")
 
 #: Names the generator derives from each name of a rule (input, output, residual).
 GENERATED_FROM_NAME = (
