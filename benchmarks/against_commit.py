@@ -85,8 +85,9 @@ JAX_CASES: tuple[tuple[str, str, int], ...] = (
 ROWS_OF = {"softmax", "logsumexp"}
 
 
-def generated_at(rev: str) -> str:
-    """Imports REV's committed generated/ as `PACKAGE` from a temporary folder; returns the commit's short name."""
+def generated_at(rev: str) -> Path:
+    """Imports REV's committed generated/ as `PACKAGE` from a temporary folder (removed at exit); returns the
+    package's folder."""
     folder = Path(tempfile.mkdtemp(prefix="rulegen-at-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "generated"], capture_output=True, check=True)
@@ -94,8 +95,7 @@ def generated_at(rev: str) -> str:
         tar.extractall(folder, filter="data")
     (folder / "generated").rename(folder / PACKAGE)
     sys.path.insert(0, str(folder))
-    short = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], capture_output=True, check=True)
-    return short.stdout.decode().strip()
+    return folder / PACKAGE
 
 
 def _function(package: ModuleType, name: str, statics: tuple[float, ...] = ()) -> Callable | None:
@@ -221,7 +221,9 @@ def main(argv: list[str]) -> int:
         print(USAGE.strip(), file=sys.stderr)
         return 2
     rev, log2n = rest[0], int(rest[1]) if len(rest) == 2 else 20
-    short = generated_at(rev)
+    generated_at(rev)
+    named = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], capture_output=True, check=True)
+    short = named.stdout.decode().strip()
     then_torch, then_jax = (importlib.import_module(f"{PACKAGE}.{f}") for f in ("torch", "jax"))
     now_torch, now_jax = (importlib.import_module(f"generated.{f}") for f in ("torch", "jax"))
     rounds = 5 if quick else 30

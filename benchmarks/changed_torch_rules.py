@@ -22,33 +22,19 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks import ROOT
+from benchmarks.against_commit import PACKAGE, generated_at
 
 USAGE = __doc__.split("\n\n")[1]
-
-
-def commit_package(commit: str, folder: Path) -> ModuleType:
-    """COMMIT's generated/torch, imported as the package `committed_torch` from `folder`."""
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit, "generated/torch"], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
-    shutil.move(str(folder / "generated" / "torch"), str(folder / "committed_torch"))
-    sys.path.insert(0, str(folder))
-    return importlib.import_module("committed_torch")
 
 
 def differing(ours: Path, theirs: Path) -> list[str]:
@@ -140,26 +126,23 @@ def main(argv: list[str]) -> None:
     commit, *rest = rest
     log2n = int(rest.pop(0)) if rest and rest[0].isdigit() else 20
     ours = importlib.import_module("generated.torch")
-    folder = Path(tempfile.mkdtemp(prefix="rulegen-against-"))
-    try:
-        theirs = commit_package(commit, folder)
-        names = rest or differing(ROOT / "generated" / "torch", folder / "committed_torch")
-        torch.set_num_threads(1)
-        print(f"{commit} against this checkout, 2**{log2n} float32, {rounds} rounds, CPU time, one thread")
-        print(f"{'rule':<14} {'bwd aten ops':>14} {'fwd+bwd ours/theirs':>24} {'jvp ours/theirs':>24}")
-        for name in names:
-            f_ours = getattr(ours, name, None)
-            f_theirs = getattr(theirs, name, None)
-            xs = _inputs(f_ours, 2**log2n) if f_ours is not None and f_theirs is not None else None
-            if xs is None:
-                print(f"{name:<14} (skipped: not float arrays alone)")
-                continue
-            ops = f"{backward_ops(f_theirs, xs)} -> {backward_ops(f_ours, xs)}"
-            timed = ratios(fwd_bwd, f_ours, f_theirs, xs, rounds)
-            jvp = ratios(forward_mode, f_ours, f_theirs, xs, rounds)
-            print(f"{name:<14} {ops:>14} {timed:>24} {jvp:>24}")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    folder = generated_at(commit) / "torch"
+    theirs = importlib.import_module(f"{PACKAGE}.torch")
+    names = rest or differing(ROOT / "generated" / "torch", folder)
+    torch.set_num_threads(1)
+    print(f"{commit} against this checkout, 2**{log2n} float32, {rounds} rounds, CPU time, one thread")
+    print(f"{'rule':<14} {'bwd aten ops':>14} {'fwd+bwd ours/theirs':>24} {'jvp ours/theirs':>24}")
+    for name in names:
+        f_ours = getattr(ours, name, None)
+        f_theirs = getattr(theirs, name, None)
+        xs = _inputs(f_ours, 2**log2n) if f_ours is not None and f_theirs is not None else None
+        if xs is None:
+            print(f"{name:<14} (skipped: not float arrays alone)")
+            continue
+        ops = f"{backward_ops(f_theirs, xs)} -> {backward_ops(f_ours, xs)}"
+        timed = ratios(fwd_bwd, f_ours, f_theirs, xs, rounds)
+        jvp = ratios(forward_mode, f_ours, f_theirs, xs, rounds)
+        print(f"{name:<14} {ops:>14} {timed:>24} {jvp:>24}")
 
 
 if __name__ == "__main__":
