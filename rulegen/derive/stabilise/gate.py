@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -210,6 +210,29 @@ def decided_again(
     return np.where(decided, theirs, ours)
 
 
+def both_ways(
+    values: Callable[[sp.Expr, bool], np.ndarray | None],
+    candidate: sp.Expr,
+    reference: sp.Expr,
+    columns: Sequence[np.ndarray],
+) -> Iterator[tuple[bool, np.ndarray | None, np.ndarray]]:
+    """(flushed, the candidate's values, the reference's) for each way of computing where the reference has values
+    (`values(expr, flushed)`): numpy's and torch's, then XLA's, which flushes subnormals, its candidate values
+    `decided_again` against the first pass's; the candidate's None, and no pass after, where it has none."""
+    plain: tuple[np.ndarray, np.ndarray] | None = None
+    for flushed in (False, True):
+        theirs = values(reference, flushed)
+        if theirs is None:
+            continue
+        ours = values(candidate, flushed)
+        if ours is not None and plain is not None:
+            ours = decided_again(ours, theirs, plain, columns)
+        yield flushed, ours, theirs
+        if ours is None:
+            return
+        plain = ours, theirs
+
+
 def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0) -> bool:
     """Whether `candidate` may replace `derived`: on the validation sample (disjoint from the search's, special
     floats and mixed magnitudes included) it is finite wherever the exact value is a finite float of the dtype
@@ -221,23 +244,16 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
     variables = sampling.variables
     candidate = as_computed(candidate)
     for measured, columns in _validation(derived, sampling, seed):
-        # Both forms at every validation point, once per way of computing (numpy's and torch's, XLA's flushing
-        # subnormals): each test below reads them, the broken points numpy's alone.
-        plain: tuple[np.ndarray, np.ndarray] | None = None
-        for flushed in (False, True) if len(columns[0]) else ():
-            theirs = _evaluated(derived, variables, columns, measured.dtype, flushed=flushed)
-            if theirs is None:
-                continue
-            ours = _evaluated(candidate, variables, columns, measured.dtype, flushed=flushed)
-            if ours is None:
-                return False
-            if plain is not None:
-                ours = decided_again(ours, theirs, plain, columns)
-            if not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
+        # Both forms at every validation point, once per way of computing: each test below reads them, the broken
+        # points numpy's alone.
+        def values(expr: sp.Expr, flushed: bool, columns: Sequence[np.ndarray] = columns, dtype: Any = measured.dtype):
+            return _evaluated(expr, variables, columns, dtype, flushed=flushed)
+
+        for flushed, ours, theirs in both_ways(values, candidate, derived, columns) if len(columns[0]) else ():
+            if ours is None or not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
                 return False
             if not flushed and _breaks_accurate_points(ours, theirs, derived, variables, columns, measured.dtype):
                 return False
-            plain = ours, theirs
         if not len(measured):
             continue
         after = _measured_bits(candidate, variables, measured)

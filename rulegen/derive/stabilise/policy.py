@@ -33,7 +33,7 @@ from rulegen.derive.measure import inside
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cost import costs, relative
 from rulegen.derive.stabilise.flushed import flushed_call
-from rulegen.derive.stabilise.gate import _finite_where_exact, _validation, admissible, as_computed, decided_again
+from rulegen.derive.stabilise.gate import _finite_where_exact, _validation, admissible, as_computed, both_ways
 from rulegen.derive.stabilise.points import Sampling, _evaluated, _Measured, _numpy_implementations
 from rulegen.spec.model import DEFAULT_ACCURACY, Accuracy
 
@@ -130,19 +130,13 @@ def finite_as(candidate: sp.Expr, reference: sp.Expr, derived: sp.Expr, sampling
         if not len(validation[0]):
             continue
         columns = _binade_columns(sampling, validation, measured.dtype)
-        plain: tuple[np.ndarray, np.ndarray] | None = None
-        for flushed in (False, True):
-            theirs = _printed_values(reference, variables, columns, measured.dtype, flushed=flushed)
-            if theirs is None:
-                continue
-            ours = _printed_values(candidate, variables, columns, measured.dtype, flushed=flushed)
-            if ours is None:
+
+        def values(expr: sp.Expr, flushed: bool, columns: Sequence[np.ndarray] = columns, dtype: Any = measured.dtype):
+            return _printed_values(expr, variables, columns, dtype, flushed=flushed)
+
+        for _, ours, theirs in both_ways(values, candidate, reference, columns):
+            if ours is None or not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
                 return False
-            if plain is not None:
-                ours = decided_again(ours, theirs, plain, columns)
-            if not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
-                return False
-            plain = ours, theirs
     return True
 
 
