@@ -147,16 +147,48 @@ class RuleAccuracy:
     def quantities(self) -> list[Quantity]:
         return list(dict.fromkeys(s.quantity for s in self.series))
 
-    def mean_bits(self, *, partials: bool, dtype: str, backend: str, source: str, mode: Mode = "reverse") -> float:
-        """The mean over the rule's values (or partials, in `mode`) and points; nan where it has none."""
+    def mean_bits(
+        self,
+        *,
+        partials: bool,
+        dtype: str,
+        backend: str,
+        source: str,
+        mode: Mode = "reverse",
+        flushed_inputs: bool = True,
+    ) -> float:
+        """The mean over the rule's values (or partials, in `mode`) and points; nan where it has none.
+
+        `flushed_inputs=False` leaves out the points where `backend` reads a subnormal input as 0 (XLA): no code
+        run there sees the input it was given, so those points measure the platform, not the formula.
+        """
+        kept = np.ones((), bool) if flushed_inputs else self.read_points(dtype, backend)
         chosen = [
-            s.bits
+            s.bits[np.broadcast_to(kept, s.bits.shape)]
             for s in self.series
             if s.quantity.is_partial == partials
             and (s.dtype, s.backend, s.source) == (dtype, backend, source)
             and (not partials or s.quantity.mode == mode)
         ]
+        chosen = [c for c in chosen if c.size]
         return float(np.mean(np.concatenate(chosen))) if chosen else math.nan
+
+    def read_points(self, dtype: str, backend: str) -> np.ndarray:
+        """Per point of `dtype`, whether `backend` computes with the inputs it was given: False where it reads a
+        subnormal input as 0 (XLA), so that what it returns there measures the platform, not the formula."""
+        if backend not in FLUSHES_SUBNORMALS or not self.inputs.get(dtype):
+            return np.ones((), bool)
+        return ~subnormal(list(self.inputs[dtype].values()), DTYPES[dtype])
+
+    def inadmissible(self, source: str = "generated") -> list[Series]:
+        """The series of `source` that are inf or nan at a point where the exact value is a finite float of the
+        dtype, of the points the backend reads as given (`read_points`)."""
+        return [
+            s
+            for s in self.series
+            if s.source == source
+            and (s.inadmissible & np.broadcast_to(self.read_points(s.dtype, s.backend), s.bits.shape)).any()
+        ]
 
 
 class NotMeasurable(Exception):

@@ -252,3 +252,43 @@ def test_the_table_says_why_an_implementation_counts_as_nan_everywhere():
     text = console.export_text()
     assert "torch generated, float32: TypeError: no [b]float32[/b]" in text
     assert re.search(r"│ out +│ float32 │ +0\.00 / 0 │ +0\.00 / 0 │ +64\.00 / 64 │ +0\.00 / 0 │", text), text
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_mean_can_leave_out_the_inputs_xla_reads_as_zero(dtype):
+    from rulegen.check.accuracy import Quantity, RuleAccuracy, Series
+
+    tiny = np.finfo(dtype).tiny
+    x = np.asarray([1.0, tiny / 4, -tiny / 2, tiny], dtype=dtype)  # two subnormal inputs, then a normal
+    bits = np.asarray([1.0, 60.0, 60.0, 1.0])
+    value = Quantity("out")
+    result = RuleAccuracy(
+        "r", tuple(Series(value, dtype, b, "generated", bits) for b in ("jax", "torch")), {dtype: {"x": x}}
+    )
+    for backend in ("jax", "torch"):
+        assert result.mean_bits(partials=False, dtype=dtype, backend=backend, source="generated") == 30.5
+    # Only the backend that flushes has the points left out; torch computes with the subnormal it is given.
+    assert result.mean_bits(partials=False, dtype=dtype, backend="jax", source="generated", flushed_inputs=False) == 1
+    left = result.mean_bits(partials=False, dtype=dtype, backend="torch", source="generated", flushed_inputs=False)
+    assert left == 30.5
+
+
+def test_a_rule_is_inadmissible_where_it_is_inf_at_a_finite_exact_value_the_backend_was_given():
+    from rulegen.check.accuracy import Quantity, RuleAccuracy, Series
+
+    tiny = np.finfo(np.float64).tiny
+    x = np.asarray([1.0, tiny / 4])
+    value = Quantity("out")
+
+    def rule(got: list[float], backend: str) -> RuleAccuracy:
+        got_, exact = np.asarray(got), np.asarray([2.0, 3.0])
+        series = Series(value, "float64", backend, "generated", np.zeros(2), got=got_, exact=exact)
+        return RuleAccuracy("r", (series,), {"float64": {"x": x}})
+
+    assert rule([2.0, 3.0], "torch").inadmissible() == []
+    assert [s.backend for s in rule([np.inf, 3.0], "torch").inadmissible()] == ["torch"]
+    assert [s.backend for s in rule([2.0, np.nan], "torch").inadmissible()] == ["torch"]
+    # XLA reads the subnormal input as 0: what it returns there is the platform's, not the formula's.
+    assert rule([2.0, np.nan], "jax").inadmissible() == []
+    assert rule([np.nan, 3.0], "jax").inadmissible() != []
+    assert rule([2.0, 3.0], "torch").inadmissible("autodiff") == []

@@ -411,3 +411,27 @@ def test_a_log_of_a_product_that_overflows_takes_the_logs_of_its_factors():
             exact = -mpmath.log(ps) - mpmath.log1p((px / ps) ** 2)
         value = evaluated(choice.chosen, (x, positive), point, np.float64)
         assert bits(value, exact) <= 2, (point, value, exact, choice.chosen)
+
+
+def test_a_log_of_a_sum_that_overflows_takes_the_log_of_its_larger_term_apart():
+    # A Student t's partial in df, as the difference family writes log1p(x**2/df) where the ratio is far from 1:
+    # log(df + x**2) - log(df), -inf past |x| = 1.3e154 where the partial is a finite 1e303 (df = 1.8e-304).
+    # Where the sum overflows, the logs of the larger term's factors plus log1p of the other divided through.
+    from rulegen.derive.stabilise.families import _logs_taken_apart
+
+    df = sp.Symbol("df", positive=True)
+    far = [(1e200, 2.8e-226), (-7.8e177, 1.8e-304), (1.7976931348623157e308, 2e-280)]
+    # The sum alone, where it overflows by its larger term or by both, and where it does not.
+    for written, points in (
+        (sp.log(df + x**2) - sp.log(df), far),
+        (sp.log(df + x**2), [*far, (1e154, 1.7e308), (2e154, 1e308), (3.0, 5.0), (1e-3, 1e300), (1e150, 1.0)]),
+    ):
+        apart = _logs_taken_apart(written)
+        for point in points:
+            with mpmath.workprec(500):
+                px, pdf = (mpmath.mpf(p) for p in point)
+                exact = sp.lambdify((x, df), written, "mpmath")(px, pdf)
+            value = evaluated(apart, (x, df), point, np.float64)
+            assert bits(value, exact) <= 2, (written, point, value, exact)
+    # Terms of unknown sign are left as written: log(a + b**2) may be nan for a < 0, whatever the logs of b.
+    assert _logs_taken_apart(sp.log(a + x**2)) == sp.log(a + x**2)

@@ -542,7 +542,7 @@ def _logs_taken_apart(expr: sp.Expr) -> sp.Expr:
     def apart(e: sp.Expr) -> sp.Expr:
         parts = factors(e.args[0])
         if parts is None:
-            return e
+            return _log_of_sum_apart(e, factors, logs) if isinstance(e, sp.log) else e
         if isinstance(e, sp.log):
             # log(w) of a w < 0 is nan; the logs of |factors| are not: only where the factors' signs are known.
             signed = all(b.is_positive or k.is_even for b, k in parts[1:])
@@ -553,6 +553,39 @@ def _logs_taken_apart(expr: sp.Expr) -> sp.Expr:
         return sp.Piecewise((logs(parts), (w > 0) & (divided(w, 2) >= w)), (log1p(w), True))
 
     return expr.replace(lambda e: isinstance(e, (sp.log, log1p)), apart)
+
+
+def _log_of_sum_apart(
+    e: sp.log,
+    factors: Callable[[sp.Expr], list[tuple[sp.Expr, sp.Expr]] | None],
+    logs: Callable[[list[tuple[sp.Expr, sp.Expr]]], sp.Expr],
+) -> sp.Expr:
+    """log(p + q), p a product and q a sum of the other terms, both known not negative, where p + q overflows
+    while its log does not: the logs of p's factors plus log1p(q / p), q divided by one factor at a time, where
+    p >= q; log(q) + log1p(p / q) where q is the larger.  A Student t's partial in df has log(df + x**2), inf past
+    |x| = 1.3e154 (float64), where it is a finite 2 log|x| + log1p(df/x/x)."""
+    total = e.args[0]
+    if not total.is_Add:
+        return e
+    products = [t for t in sp.Add.make_args(total) if factors(t) is not None]
+    if len(products) != 1:
+        return e
+    (p,) = products
+    q = total - p
+    if not (p.is_nonnegative and q.is_nonnegative):
+        return e
+    parts = factors(p)
+    assert parts is not None
+    ratio = q / parts[0][0]
+    for base, exponent in parts[1:]:
+        for _ in range(abs(int(exponent))):
+            ratio = divided(ratio, base) if exponent > 0 else ratio * base
+    overflows = divided(total, 2) >= total
+    return sp.Piecewise(
+        (logs(parts) + log1p(ratio), overflows & (p >= q)),
+        (sp.log(q) + log1p(divided(p, q)), overflows),
+        (e, True),
+    )
 
 
 def _softplus_by_sign(expr: sp.Expr) -> sp.Expr:
