@@ -9,8 +9,67 @@ they share (`rulegen.derive.saved`): one definition, below both.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import sympy as sp
+
+
+class added(sp.Function):  # noqa: N801 - sympy functions are lower case
+    """added(a, b): a + b computed before anything else is added to it, the pair of like terms of a sum that cancel
+    (`cancelling_pair`); sympy flattens a sum into its terms, and cse names one of the pair apart from the other."""
+
+    nargs = 2
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real and self.args[1].is_real
+
+    def _sympystr(self, printer: Any) -> str:
+        return f"({printer._print(sp.Add(*self.args))})"
+
+
+def cancelling_pair(terms: Sequence[sp.Expr]) -> tuple[int, int] | None:
+    """The positions of the first pair c*f(u), -c*f(v) of one function (or one `where`) among `terms` of a sum of
+    three or more: at k = 5, logits = 1e-6, logits - digamma(k + 1) + digamma(11 - k) keeps logits whole only as
+    (digamma(11 - k) - digamma(k + 1)) + logits."""
+    if len(terms) < 3:
+        return None
+    split = [t.as_coeff_Mul() for t in terms]
+    for i, (c, f) in enumerate(split):
+        if not (isinstance(f, (sp.Function, sp.Piecewise)) and c.is_number):
+            continue
+        for j in range(i + 1, len(terms)):
+            d, g = split[j]
+            if type(g) is type(f) and g != f and d.is_number and c + d == 0:
+                return i, j
+    return None
+
+
+def cancelling_pair_first(terms: Sequence[sp.Expr]) -> list[sp.Expr]:
+    """`terms` of a sum, its `cancelling_pair` moved to the front, adjacent; else as they are."""
+    terms = list(terms)
+    pair = cancelling_pair(terms)
+    if pair is None or pair == (0, 1):
+        return terms
+    i, j = pair
+    return [terms[i], terms[j], *(t for k, t in enumerate(terms) if k not in pair)]
+
+
+def pairs_added_first(expr: sp.Expr) -> sp.Expr:
+    """`expr` with the `cancelling_pair` of each sum `added` as one term, so that sharing subexpressions leaves it
+    a pair: cse names one digamma of a negative binomial's d/dr, -softplus(logits) - digamma(r) + digamma(k + r),
+    and the sum read (-softplus(logits) + t) - digamma(r), 0 at k = 7.5e-110, r = 2.6e-25 (exact -0.0626)."""
+
+    def pair_added(total: sp.Expr) -> sp.Expr:
+        terms = total.as_ordered_terms()
+        pair = cancelling_pair(terms)
+        if pair is None:
+            return total
+        i, j = pair
+        return sp.Add(added(terms[i], terms[j]), *(t for k, t in enumerate(terms) if k not in pair))
+
+    if not isinstance(expr, sp.Basic):
+        return expr
+    return expr.replace(lambda e: e.is_Add and len(e.args) >= 3, pair_added)
 
 
 def _fed_selections(exprs: Sequence[sp.Expr]) -> list[sp.Piecewise]:
@@ -68,7 +127,7 @@ def shared_subexpressions(
     what `y/hypot` gets right (or 0 where it underflows).  A shared
     reciprocal becomes the shared divisor, each use a division.
     """
-    replacements, reduced = _cse_with_selections_named(list(exprs), symbols)
+    replacements, reduced = _cse_with_selections_named([pairs_added_first(e) for e in exprs], symbols)
     divisors: dict[sp.Symbol, sp.Expr] = {}
     shared = []
     for symbol, value in replacements:

@@ -24,6 +24,7 @@ from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 
 from rulegen.computation.quotients import divided_by_a_square, scaled_quotient, square_of_a_name
+from rulegen.computation.sharing import added, cancelling_pair_first
 from rulegen.derive import functions as fn
 from rulegen.plan.code import LITERAL, LOOSEST, PRIMARY, Import, Value
 
@@ -92,25 +93,6 @@ SPECIAL_MODULE = "._special"
 
 # What Python float arithmetic can print: the `math` functions and conditionals (MathFunction.numbers_alone).
 _SCALAR_FUNCTIONS = frozenset(f.name for f in fn.REGISTRY if f.numbers_alone in ("math", "python"))
-
-
-def cancelling_pair_first(terms: Sequence[sp.Expr]) -> list[sp.Expr]:
-    """`terms` of a sum of three or more, the first pair c*f(u), -c*f(v) of one function (or one `where`) moved to
-    the front, adjacent; else as they are."""
-    terms = list(terms)
-    if len(terms) < 3:
-        return terms
-    split = [t.as_coeff_Mul() for t in terms]
-    for i, (c, f) in enumerate(split):
-        if not (isinstance(f, (sp.Function, sp.Piecewise)) and c.is_number):
-            continue
-        for j in range(i + 1, len(terms)):
-            d, g = split[j]
-            if type(g) is type(f) and g != f and d.is_number and c + d == 0:
-                if (i, j) == (0, 1):
-                    return terms
-                return [terms[i], terms[j], *(t for k, t in enumerate(terms) if k not in (i, j))]
-    return terms
 
 
 def printed_terms(total: sp.Add) -> list[sp.Expr]:
@@ -412,6 +394,9 @@ class _ArrayCode:
         self.module_imports_.add(BESSEL_IE_SERIES_IMPORT)
         nu, order, x = expr.args
         return f"{self._spelled('bessel_ie_series')}({int(nu)}, {int(order)}, {self._print(x)})"
+
+    def _print_added(self, expr: added) -> str:
+        return f"({self._print(sp.Add(*expr.args))})"
 
     def _print_divided(self, expr: fn.divided) -> str:
         x, s = expr.args

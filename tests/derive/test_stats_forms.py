@@ -435,3 +435,21 @@ def test_a_log_of_a_sum_that_overflows_takes_the_log_of_its_larger_term_apart():
             assert bits(value, exact) <= 2, (written, point, value, exact)
     # Terms of unknown sign are left as written: log(a + b**2) may be nan for a < 0, whatever the logs of b.
     assert _logs_taken_apart(sp.log(a + x**2)) == sp.log(a + x**2)
+
+
+def test_a_difference_of_reciprocals_divides_by_the_larger_magnitude_whatever_its_stand_ins_assume():
+    # A pole part of a negative binomial's digamma(k + r) - digamma(r), 1/r - 1/(k + r), is joined on positive
+    # symbols that stand for r and k + r; k + r is negative at k = -1894, where the Max of the two is r = 3e-36 and
+    # (k/r)/(k + r) overflowed float32 (exact 3.4e35): the gate turned the gamma series' form down for it.
+    from rulegen.derive.expr import reciprocal_difference
+
+    k, r = sp.Symbol("k", real=True), sp.Symbol("r", positive=True)
+    p, q = sp.Dummy("p", positive=True), sp.Dummy("q", positive=True)
+    joined = reciprocal_difference(p, q, q - p, (r, k + r)).xreplace({p: r, q: k + r})
+    for point in ((-1893.951904296875, 2.9626710413405055e-36), (-2055.04345703125, 1.097474676613614e-38)):
+        point32 = tuple(float(np.float32(v)) for v in point)
+        with mpmath.workprec(300):
+            pk, pr = (mpmath.mpf(v) for v in point32)
+            exact = 1 / pr - 1 / (pk + pr)
+        value = evaluated(joined, (k, r), point32, np.float32)
+        assert bits(value, exact, np.float32) <= 1, (point, value, exact)

@@ -287,7 +287,7 @@ def _pair(order: int, p: sp.Dummy, q: sp.Dummy, d: sp.Expr, where: tuple[sp.Expr
         # p log p - q log q = p (log p - log q) + (p - q) log q: loggamma(a + b) - loggamma(b) leads with it, every
         # digit of (a + b) log(a + b) cancelled by b log b where a << b.
         return p * log_difference(p, q, d, where) + d * sp.log(q)
-    simple = -reciprocal_difference(q, p, d)
+    simple = -reciprocal_difference(q, p, d, (where[1], where[0]))
     return simple if order == 1 else simple * sp.Add(*(p**-j * q ** -(order - 1 - j) for j in range(order)))
 
 

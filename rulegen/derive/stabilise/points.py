@@ -411,7 +411,8 @@ def _numpy_implementations() -> dict[str, Callable[..., Any]]:
 
     from rulegen.derive.functions import NUMPY_IMPLEMENTATIONS
 
-    found: dict[str, Callable[..., Any]] = {"log1p": np.log1p, "expm1": np.expm1}
+    # `added` of a sum's cancelling pair (the planners' shared subexpressions): a call, so that it is one value.
+    found: dict[str, Callable[..., Any]] = {"log1p": np.log1p, "expm1": np.expm1, "added": np.add}
     for name, dotted in NUMPY_IMPLEMENTATIONS.items():
         module, _, attribute = dotted.rpartition(".")
         found[name] = getattr(importlib.import_module(module), attribute)

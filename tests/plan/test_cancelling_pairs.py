@@ -1,0 +1,70 @@
+"""A sum's pair of like terms that cancel is added first, in the code the planners emit and as the search measures
+it, whatever subexpressions the body shares."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import sympy as sp
+import torch
+
+from rulegen.computation.sharing import added, shared_subexpressions
+from rulegen.derive import functions as fn
+from rulegen.derive.stabilise.gate import as_computed
+from rulegen.derive.stabilise.points import _numpy_function
+from rulegen.plan import Result
+from rulegen.plan.code import Import, import_statements
+from rulegen.plan.emit import Emitter
+from rulegen.plan.forms import torch_forms
+from rulegen.plan.printers import print_torch
+
+K, LOGITS = sp.symbols("k logits", real=True)
+R = sp.Symbol("r", positive=True)
+# A negative binomial's partials in r and k, as derived: digamma(k + r) is in both, and a body shares it.
+D_R = -fn.softplus(LOGITS) - sp.polygamma(0, R) + sp.polygamma(0, K + R)
+D_K = -fn.softplus(-LOGITS) - sp.polygamma(0, K + 1) + sp.polygamma(0, K + R)
+# Where k is negligible beside r: digamma(k + r) - digamma(r) is 1e-60, and the partial is -softplus(logits).
+POINT = {"k": 7.515205075876123e-110, "r": 2.6091218465861878e-25, "logits": -2.74}
+EXACT = -math.log1p(math.exp(-2.74))
+
+
+def test_sharing_keeps_a_cancelling_pair_one_term():
+    replacements, (reduced, _) = shared_subexpressions([D_R, D_K], sp.numbered_symbols("t"))
+    pairs = [a for a in sp.preorder_traversal(reduced) if isinstance(a, added)]
+    assert len(pairs) == 1, reduced
+    # cse names digamma(k + r), which both partials read: the pair reads the name and the other digamma.
+    values = dict(replacements)
+    written = [sp.Add(*pairs[0].args).xreplace(values)]
+    while written[-1].has(*values):
+        written.append(written[-1].xreplace(values))
+    assert sp.simplify(written[-1] - (sp.polygamma(0, K + R) - sp.polygamma(0, R))) == 0
+
+
+def test_the_torch_body_adds_the_pair_before_the_softplus():
+    # As torch's backward reads it: the softplus saved by the forward, a name like the one cse gives digamma(k + r).
+    saved = sp.Symbol("saved_softplus", real=True)
+    d_r, d_k = (d.xreplace({fn.softplus(LOGITS): saved}) for d in (D_R, D_K))
+    forms = torch_forms(set(), ())
+    emit = Emitter(print_torch, {"k", "r", "logits", "saved_softplus"}, forms)
+    block = emit.block([], [Result("d_r", d_r), Result("d_k", d_k)])
+    env = {name: torch.tensor([value], dtype=torch.float64) for name, value in POINT.items()}
+    env["saved_softplus"] = torch.nn.functional.softplus(env["logits"])
+    imports = import_statements(emit.imports | {Import("torch")})
+    relative = [line.replace("from ._", "from generated.torch._") for line in imports]
+    exec("\n".join(line.replace("from . import", "from generated.torch import") for line in relative), env)
+    exec("\n".join([*(a.line for a in block.lines), f"__result = ({block.result},)"]), env)
+    d_r = float(env["__result"][0])
+    # Added left to right as sympy orders the terms, the saved softplus and the name first, it was lost: 0.0.
+    assert math.isclose(d_r, EXACT, rel_tol=1e-15), d_r
+
+
+def test_the_search_measures_the_pair_added_first():
+    # The gate measures a form as the planners compute it (`as_computed`): the same pairs, the same order.
+    saved = sp.Symbol("saved_softplus", real=True)
+    computed = as_computed(D_R.xreplace({fn.softplus(LOGITS): saved}))
+    fn_ = _numpy_function(computed, (K, R, saved))
+    assert fn_ is not None
+    columns = (np.asarray([POINT["k"]]), np.asarray([POINT["r"]]), np.asarray([-EXACT]))
+    value = float(np.asarray(fn_(*columns)).reshape(-1)[0])
+    assert math.isclose(value, EXACT, rel_tol=1e-15), value
