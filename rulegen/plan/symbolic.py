@@ -30,8 +30,8 @@ def linear_combination(
     x and y), and `ct / h * y` loses every bit that `ct * (y / h)` keeps
     where `h` is large enough for `ct / h` to be subnormal.
 
-    A negated product or name is subtracted, `a - r * y_dot` (the same number as `a + y_dot * (-r)`, one operation
-    fewer: in eager torch a negation is a kernel of its own).
+    A negated product, function or name is subtracted, `a - r * y_dot` (the same number as `a + y_dot * (-r)`,
+    one operation fewer: in eager torch a negation is a kernel of its own), or negated after the product.
     """
     total = sp.S.Zero
     for v in variables:
@@ -41,7 +41,7 @@ def linear_combination(
             sign = sp.S.One
             # Not -1 / s, which prints as the division it is, not as 1 / s times the tangent.
             negated = isinstance(partial, sp.Mul) and partial.as_coeff_Mul()[0] == -1
-            if negated and ((-partial).is_Atom or (-partial).is_Mul):
+            if negated and not isinstance(-partial, (sp.Pow, sp.Add)):
                 sign, partial = sp.S.NegativeOne, -partial
             if isinstance(partial, sp.Mul):
                 partial = sp.UnevaluatedExpr(partial)

@@ -130,3 +130,13 @@ def test_under_fast_a_factor_the_partials_share_multiplies_the_tangents_once(tmp
     assert _jax_tangent(tmp_path, "(x - y)**2 / 2", "best").endswith("summed_like(out,(x_dot,t0),(y_dot,-t0))")
     # Partials that share no factor are summed as they are.
     assert "(x_dot," in _jax_tangent(tmp_path, "exp(x) * y", "fast")
+
+
+def test_a_negated_function_times_the_cotangent_is_one_native_kernel_negated(tmp_path):
+    # softplus(1 - z)'s partial -sigmoid(1 - z): out_bar * (-sigmoid(1 - z)) was a sigmoid, a negation and a
+    # product; as -(out_bar * sigmoid(1 - z)) it is softplus's own backward kernel, negated.
+    path = tmp_path / "r.yaml"
+    path.write_text("name: hinge\ninputs: [z]\nforward: softplus(1 - z)\n")
+    (rule,) = read_rule_file(path)
+    backward = plan_torch(derive_rule(rule)).backward
+    assert backward.result.replace(" ", "").startswith("-torch.ops.aten.softplus_backward(out_bar,"), backward.result
