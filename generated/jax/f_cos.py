@@ -34,4 +34,4 @@ def _f_cos(x):
 @_f_cos.defjvp
 def _f_cos_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    return jnp.cos(x), x_dot * (-jnp.sin(x))
+    return jnp.cos(x), -x_dot * jnp.sin(x)

@@ -42,7 +42,7 @@ def _f_digamma(x):
     t8 = x >= 134217728
     return jnp.where(
         t1,
-        -(1 / t2) + jax.scipy.special.digamma(t2 + 1),
+        jax.scipy.special.digamma(t2 + 1) - (1 / t2),
         jnp.where(
             t0,
             jax.scipy.special.digamma(1 - t3) + quotient(-math.pi * jnp.cos(t4), jnp.sin(t4)),

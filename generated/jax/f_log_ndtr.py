@@ -40,7 +40,7 @@ def _f_log_ndtr(x):
     t1 = x < 0
     return jnp.where(
         t1,
-        -t0 * (t0 / 2) + jnp.log(erfcx((-math.sqrt(2) / 2) * t0) / 2),
+        jnp.log(erfcx((-math.sqrt(2) / 2) * t0) / 2) - t0 * (t0 / 2),
         jnp.log1p(-jax.scipy.special.ndtr(-jnp.where(t1, 1, x))),
     )
 
@@ -59,7 +59,7 @@ def _f_log_ndtr_jvp(primals, tangents):
     t8 = x < -1024
     t9 = 1 / math.sqrt(math.pi)
     out = jnp.where(
-        t4, -t1 * (t1 / 2) + jnp.log(erfcx(-t1 * t3) / 2), jnp.log1p(-jax.scipy.special.ndtr(-t5))
+        t4, jnp.log(erfcx(-t1 * t3) / 2) - t1 * (t1 / 2), jnp.log1p(-jax.scipy.special.ndtr(-t5))
     )
     return out, x_dot * jnp.where(
         t8,

@@ -34,4 +34,4 @@ def _f_logit(x):
 @_f_logit.defjvp
 def _f_logit_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    return jax.scipy.special.logit(x), x_dot * (-1 / (x - 1) + 1 / x)
+    return jax.scipy.special.logit(x), x_dot * (1 / x - 1 / (x - 1))

@@ -62,7 +62,7 @@ def _point_vjp_bwd(saved, cotangents):
     a_bar, b0_bar, b1_bar = cotangents
     return (
         _sum_to_shape(a_bar * (2 * x) + b0_bar * jnp.cos(x), jnp.shape(x)),
-        _sum_to_shape(b1_bar * (-jnp.sin(y)), jnp.shape(y)),
+        _sum_to_shape(-b1_bar * jnp.sin(y), jnp.shape(y)),
     )
 
 

@@ -45,4 +45,4 @@ def _sin_exp_mul_jvp(primals, tangents):
     t1 = jnp.sin(x)
     t2 = t0 * t1
     out = t0 * t1 * y
-    return out, summed_like(out, (x_dot, t0 * y * (-2 * t1 * x + jnp.cos(x))), (y_dot, t2))
+    return out, summed_like(out, (x_dot, t0 * y * (jnp.cos(x) - 2 * t1 * x)), (y_dot, t2))

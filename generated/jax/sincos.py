@@ -42,4 +42,4 @@ def _sincos_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
     s = jnp.sin(x)
     c = jnp.cos(x)
-    return (s, c), (c * x_dot, x_dot * (-s))
+    return (s, c), (c * x_dot, -s * x_dot)

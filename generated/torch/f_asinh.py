@@ -25,7 +25,9 @@ class FAsinh(RuleFunction):
         t2 = torch.where(t0 >= 131072.0, 65536.0, x)
         t3 = torch.where(t1, 262144.0, x)
         return out_bar * torch.where(
-            t1, torch.rsqrt(t2 * t2 + 1), 1 / (torch.sqrt(1 + 1 / (t3 * t3)) * torch.abs(t3))
+            t1,
+            torch.rsqrt(t2 * t2 + 1),
+            1 / (torch.sqrt(1 + torch.reciprocal(t3 * t3)) * torch.abs(t3)),
         )
 
     jvp = backward

@@ -21,8 +21,8 @@ class FCos(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            return torch.sin(x).neg_().mul_(out_bar)
-        return out_bar * (-torch.sin(x))
+            return torch.sin(x).mul_(out_bar).neg_()
+        return -out_bar * torch.sin(x)
 
     jvp = backward
 

@@ -27,7 +27,7 @@ class FDigamma(RuleFunction):
         t8 = x >= 134217728
         return torch.where(
             t1,
-            -(1 / t2) + digamma(t2 + 1),
+            digamma(t2 + 1) - (1 / t2),
             torch.where(
                 t0,
                 digamma(1 - t3) - math.pi * torch.cos(t4) / torch.sin(t4),

@@ -34,7 +34,7 @@ class FLoggamma(RuleFunction):
         t8 = x >= 134217728
         return out_bar * torch.where(
             t1,
-            -(1 / t2) + digamma(t2 + 1),
+            digamma(t2 + 1) - (1 / t2),
             torch.where(
                 t0,
                 digamma(1 - t3) - math.pi * torch.cos(t4) / torch.sin(t4),

@@ -21,8 +21,8 @@ class FLogit(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            return (1 / x).sub_((x - 1).reciprocal_()).mul_(out_bar)
-        return out_bar * (-1 / (x - 1) + 1 / x)
+            return torch.reciprocal(x).sub_((x - 1).reciprocal_()).mul_(out_bar)
+        return out_bar * (torch.reciprocal(x) - 1 / (x - 1))
 
     jvp = backward
 

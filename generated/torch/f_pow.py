@@ -17,7 +17,7 @@ def _partials(x, y, out):
     t1 = y - 1
     t2 = (t0 < 1) & (x != 0) & (torch.abs(y) < 1) & (t0**t1 == math.inf)
     t3 = y == torch.floor(y)
-    t4 = (x < 0) | (1 / x < 0)
+    t4 = (x < 0) | (torch.reciprocal(x) < 0)
     t5 = y * torch.where(t3 & t4, -x, x) ** t1
     t6 = torch.where(t2, x, 1)
     dout_dx = torch.where(

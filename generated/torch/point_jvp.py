@@ -25,7 +25,7 @@ class PointJvp(RuleFunction):
         x, y = ctx.saved_tensors
         if plain(x, y, a_bar, b0_bar, b1_bar) and all(ctx.needs_input_grad):
             t0 = (2 * x).mul_(a_bar).addcmul_(torch.cos(x), b0_bar)
-            return t0.sum_to_size(x.shape), torch.sin(y).neg_().mul_(b1_bar).sum_to_size(y.shape)
+            return t0.sum_to_size(x.shape), torch.sin(y).mul_(b1_bar).neg_().sum_to_size(y.shape)
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = summed_like(
@@ -42,7 +42,7 @@ class PointJvp(RuleFunction):
         x, y = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
         x_dot, y_dot = torch.broadcast_tensors(x_dot, y_dot)
-        return x_dot * (2 * x), x_dot * torch.cos(x), y_dot * (-torch.sin(y))
+        return x_dot * (2 * x), x_dot * torch.cos(x), -y_dot * torch.sin(y)
 
 
 _apply_point_jvp = routed(PointJvp, "(Tensor x, Tensor y) -> (Tensor, Tensor, Tensor)")

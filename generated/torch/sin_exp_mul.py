@@ -39,7 +39,7 @@ class SinExpMul(RuleFunction):
         if ctx.needs_input_grad[0]:
             x_bar = summed_like(
                 x,
-                (out_bar, saved_exp * y * (-saved_sin * t1 + t0)),
+                (out_bar, saved_exp * y * (t0 - saved_sin * t1)),
                 None if saved_exp_bar is None else saved_exp_bar * (-saved_exp * t1),
                 (saved_sin_bar, t0),
             )

@@ -21,7 +21,7 @@ class Sincos(RuleFunction):
     def backward(ctx, s_bar, c_bar):
         (x,) = ctx.saved_tensors
         if plain(x, s_bar, c_bar):
-            return torch.sin(x).neg_().mul_(c_bar).addcmul_(torch.cos(x), s_bar)
+            return torch.cos(x).mul_(s_bar).addcmul_(torch.sin(x), c_bar, value=-1)
         return summed_like(
             x,
             None if s_bar is None else s_bar * torch.cos(x),
@@ -31,7 +31,7 @@ class Sincos(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot):
         (x,) = ctx.saved_tensors
-        return x_dot * torch.cos(x), x_dot * (-torch.sin(x))
+        return x_dot * torch.cos(x), -x_dot * torch.sin(x)
 
 
 _apply_sincos = routed(Sincos, "(Tensor x) -> (Tensor, Tensor)")

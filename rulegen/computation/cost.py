@@ -19,7 +19,8 @@ def recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol], cheap: tuple[type, ...
     (but the `cheap` ones).
 
     Constants fold: `sqrt(2) * x / 2` is one pass, as is `x**2`; `sin(x)` is
-    one pass too, but its arithmetic costs about as much again.
+    one pass too, but its arithmetic costs about as much again.  A negated
+    term of a sum is subtracted (`x - y`, one pass), unless every term is.
     """
     cost = 0
     for node in sp.preorder_traversal(expr):
@@ -28,9 +29,17 @@ def recompute_cost(expr: sp.Expr, arrays: set[sp.Symbol], cheap: tuple[type, ...
         if node.is_Add or node.is_Mul:
             operands = [a for a in node.args if a.free_symbols & arrays]
             cost += len(operands) - (len(operands) == len(node.args))
+            if node.is_Add:
+                negated = sum(_negated(a) for a in operands)
+                cost -= negated - (negated == len(node.args))
         else:
             cost += 2 if isinstance(node, sp.Function) and not isinstance(node, cheap) else 1
     return cost
+
+
+def _negated(term: sp.Expr) -> bool:
+    """Whether `term` is -u, whose negation, a pass of its own, a sum's subtraction does instead."""
+    return term.is_Mul and term.as_coeff_Mul()[0] == -1
 
 
 def eager_passes(exprs: Sequence[sp.Expr], scalars: set[sp.Symbol]) -> int:

@@ -32,12 +32,16 @@ def with_outputs(d: Derivation, expr: sp.Expr) -> sp.Expr:
     return expr.subs({d.symbols[n]: e for n, e in d.forward})
 
 
-def with_fused_forms(d: Derivation, forms: Sequence[CanonicalForm] = CANONICAL_FORMS) -> Derivation:
+def with_fused_forms(
+    d: Derivation, forms: Sequence[CanonicalForm] = CANONICAL_FORMS, *, policy_chose: bool = True
+) -> Derivation:
     """`d` with every expression in the one-kernel forms `forms` name (the backends' fused functions).
 
-    A form an accuracy policy other than `best` chose stays as it is: the canonical forms were its candidates
-    (rulegen.derive.stabilise.policy), and `log(1 + x)` kept for its cost is not `log1p` again."""
-    chosen = {c.chosen for c in d.choices if c.policy != "best"}
+    With `policy_chose`, a form an accuracy policy other than `best` chose stays as it is: the canonical forms
+    were its candidates (rulegen.derive.stabilise.policy), and `log(1 + x)` kept for its cost is not `log1p`
+    again.  Without, those are rewritten too: for a kernel of torch's that computes the form as its own
+    autodiff does (silu's derivative as `silu_backward`), which no policy weighed."""
+    chosen = {c.chosen for c in d.choices if c.policy != "best"} if policy_chose else set()
 
     def rewrite(expr: sp.Expr) -> sp.Expr:
         return expr if expr in chosen else canonical(expr, forms, complex_rule=d.rule.complex)
@@ -283,7 +287,9 @@ def _shared_with_forward(forward: Sequence[sp.Expr], partials: Sequence[sp.Expr]
 
     for expr in reduced[len(forward) :]:
         visit(expr)
-    return {full[s] for s in wanted}
+    # cse shares -exp(r) between exp(r) - r*y and its partial -y + exp(r) (sympy's -(-y) is y), which reads
+    # exp(r), not -exp(r): a number times a value, the value too (the partials say which they read).
+    return {e for s in wanted for e in (full[s], full[s].as_coeff_Mul()[1] if full[s].is_Mul else full[s])}
 
 
 def _cost_model(*, fused: bool, arrays: set[sp.Symbol]) -> Callable[[sp.Expr], int]:
@@ -379,7 +385,7 @@ def completed(d: Derivation) -> Derivation:
     fused = with_fused_forms(d)
     statics = tuple(i.name for i in d.rule.inputs if i.static)
     integral = tuple(i.name for i in d.rule.inputs if not i.static and i.dtype in ("int", "bool"))
-    torch = with_fused_forms(fused, (silu_derivatives(statics, integral),))
+    torch = with_fused_forms(fused, (silu_derivatives(statics, integral),), policy_chose=False)
     saved = saved_intermediates(torch, set(torch.symbols))
     saved_partials = _saved_partials(torch, saved)
     settled = functools.partial(

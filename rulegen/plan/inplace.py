@@ -176,8 +176,11 @@ class InPlaceWriter:
 
         A negated one only when no other is, and a product of tensors last:
         added to a buffer, it takes one pass (addcmul_); as the buffer, two.
+        Never the negation of a name: `(-y).add_(x)` is two passes where `x - y` is one.
         """
-        compound = [k for k, t in enumerate(terms) if self._buildable(t)]
+        compound = [
+            k for k, t in enumerate(terms) if self._buildable(t) and not (_is_negated(t) and not self._compound(-t))
+        ]
         if not compound:
             return None
         return min(compound, key=lambda k: (_is_negated(terms[k]), self._tensor_product(terms[k]), k))

@@ -54,6 +54,7 @@ from rulegen.plan.symbolic import (
     names_in,
     needs_broadcast,
 )
+from rulegen.spec.model import DEFAULT_ACCURACY
 from rulegen.spec.names import (
     COTANGENT,
     TANGENT,
@@ -336,13 +337,36 @@ def _tangent(d: Derivation, o: Output, *, held: bool) -> Result:
     if not o.differentiable or expr == 0:
         return Result(name, code=f"{jnp}.zeros_like({o.name})", imports=_JNP, reads=reads)
     if held:
-        partials = ((v, d.jvp_partials.get((o.name, v), 0)) for v in _diff_inputs(d))
-        terms = [fn.cotangent_term(d.symbols[tangent(v)], p) for v, p in partials if p != 0]
+        partials = [(v, p) for v in _diff_inputs(d) if (p := d.jvp_partials.get((o.name, v), 0)) != 0]
+        shared = _shared_factor([p for _, p in partials]) if _as_autodiff(d) else None
+        if shared is not None:
+            # t0 * (x_dot - y_dot), as autodiff writes (x - y)**2 / 2's: transposed, x's cotangent is ct * t0 and
+            # y's its negation, where x_dot * t0 + y_dot * (-t0) computes t0 and a product for each.
+            terms = [fn.cotangent_term(d.symbols[tangent(v)], sp.cancel(p / shared)) for v, p in partials]
+            return Result(name, shared * fn.cotangent_sum(d.symbols[o.name], *terms))
+        terms = [fn.cotangent_term(d.symbols[tangent(v)], p) for v, p in partials]
         return Result(name, fn.cotangent_sum(d.symbols[o.name], *terms))
     if needs_broadcast(d, expr):
         wrap = Wrap(f"{jnp}.broadcast_to({{}}, {jnp}.shape({o.name}))", reads)
         return Result(name, expr, wrap=wrap, imports=_JNP)
     return Result(name, expr)
+
+
+def _as_autodiff(d: Derivation) -> bool:
+    """Whether the rule's accuracy policy weighs forms against autodiff's (`fast`, `balanced`): its tangent may then
+    be summed as autodiff sums it, whose rounding and range the policy accepts."""
+    return (d.rule.accuracy or DEFAULT_ACCURACY) != "best"
+
+
+def _shared_factor(partials: Sequence[sp.Expr]) -> sp.Expr | None:
+    """The one factor of arrays two or more partials all are, each times a number (`x - y` of `x - y` and
+    `-x + y`); None where they are not."""
+    if len(partials) < 2:
+        return None
+    factor = partials[0].as_coeff_Mul()[1]
+    if factor.is_number or not all(sp.cancel(p / factor).is_number for p in partials[1:]):
+        return None
+    return factor
 
 
 def _cotangent(d: Derivation, i: str, outputs: Sequence[str]) -> Result:

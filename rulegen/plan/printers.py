@@ -96,8 +96,14 @@ _SCALAR_FUNCTIONS = frozenset(f.name for f in fn.REGISTRY if f.numbers_alone in 
 
 
 def printed_terms(total: sp.Add) -> list[sp.Expr]:
-    """The terms of `total` in the order the array printers add them, left to right."""
-    return cancelling_pair_first(total.as_ordered_terms())
+    """The terms of `total` in the order the array printers add them, left to right.
+
+    A negated first term and a second that is not swap places: `x - t0`, one operation (and the same number),
+    where `-t0 + x` is a negation and a sum, two kernels in eager torch."""
+    terms = cancelling_pair_first(total.as_ordered_terms())
+    if len(terms) >= 2 and terms[0].could_extract_minus_sign() and not terms[1].could_extract_minus_sign():
+        terms[0], terms[1] = terms[1], terms[0]
+    return terms
 
 
 #: Operators the printers write as sympy does, and how tightly each binds.
@@ -351,7 +357,7 @@ class _ArrayCode:
             # -3 x**-4, 0 there.
             return f"{self._print(base)}**{exponent}"
         if exponent.is_Integer and exponent < 0:
-            return f"1 / {self.parenthesize(base**-exponent, PRECEDENCE['Mul'] + 1)}"
+            return self._print_reciprocal(base**-exponent)
         if exponent.is_Rational and exponent.q > 2 and self.exact_roots:
             # x**(p/q) as nth_root(x, q)**p: pow's rounded exponent p/q costs |ln x| ulps (100 at 1e300).
             self.module_imports_.add(NTH_ROOT_IMPORT)
@@ -368,6 +374,12 @@ class _ArrayCode:
 
     def _print_sqrt(self, base: sp.Expr) -> str:
         return self._call(self.functions["sqrt"], base)
+
+    def _print_reciprocal(self, denominator: sp.Expr) -> str:
+        return f"1 / {self.parenthesize(denominator, PRECEDENCE['Mul'] + 1)}"
+
+    def _reciprocal_binding(self, denominator: sp.Expr) -> int:
+        return PRECEDENCE["Mul"]  # `1 / x**2`
 
     def _print_rsqrt(self, base: sp.Expr) -> str:
         return self._call(self.functions["rsqrt"], base)
@@ -507,7 +519,7 @@ class _ArrayCode:
         if exponent.is_Integer and exponent < -2 and base.is_Symbol:
             return PRECEDENCE["Pow"]
         if exponent.is_Integer and exponent < 0:
-            return PRECEDENCE["Mul"]  # `1 / x**2`
+            return self._reciprocal_binding(base**-exponent)
         if exponent.is_Rational and exponent.q > 2 and self.exact_roots:
             return PRIMARY if exponent.p == 1 else PRECEDENCE["Pow"] if exponent.p > 0 else PRECEDENCE["Mul"]
         return PRECEDENCE["Pow"]
@@ -890,6 +902,17 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
             return f"{self._record(self.functions[name])}({args})"
         return super()._print_Function(expr)
 
+    def _print_reciprocal(self, denominator: sp.Expr) -> str:
+        # `1 / t` is `t.reciprocal() * 1` in torch (Tensor.__rtruediv__): two kernels where reciprocal is one.
+        if not denominator.free_symbols or self._of_scalars(denominator):
+            return super()._print_reciprocal(denominator)
+        return self._call("torch.reciprocal", denominator)
+
+    def _reciprocal_binding(self, denominator: sp.Expr) -> int:
+        if not denominator.free_symbols or self._of_scalars(denominator):
+            return super()._reciprocal_binding(denominator)
+        return PRIMARY
+
     def _print_softplus(self, expr: fn.softplus) -> str:
         return self._call(self.functions["softplus"], expr.args[0], fixed=[f"threshold={SOFTPLUS_THRESHOLD}"])
 
@@ -1153,6 +1176,12 @@ class FrameworkTorchPrinter(TorchArrayPrinter):
 
     def _print_beta(self, expr: sp.beta) -> str:
         return self._print(fn.beta_by_log_gamma(*expr.args))
+
+    def _print_reciprocal(self, denominator: sp.Expr) -> str:
+        return _ArrayCode._print_reciprocal(self, denominator)  # `1 / x`, as a user writes it
+
+    def _reciprocal_binding(self, denominator: sp.Expr) -> int:
+        return _ArrayCode._reciprocal_binding(self, denominator)
 
     def _print_beta_slope(self, expr: fn.beta_slope) -> str:
         a, b = expr.args

@@ -29,15 +29,23 @@ def linear_combination(
     partial's own `(t0 * y) * c` is 0 (exp(-x**2) underflowing beside a large
     x and y), and `ct / h * y` loses every bit that `ct * (y / h)` keeps
     where `h` is large enough for `ct / h` to be subnormal.
+
+    A negated product, function or name is subtracted, `a - r * y_dot` (the same number as `a + y_dot * (-r)`,
+    one operation fewer: in eager torch a negation is a kernel of its own), or negated after the product.
     """
     total = sp.S.Zero
     for v in variables:
         key = (v, result) if transpose else (result, v)
         if key in partials:
             partial = partials[key]
+            sign = sp.S.One
+            # Not -1 / s, which prints as the division it is, not as 1 / s times the tangent.
+            negated = isinstance(partial, sp.Mul) and partial.as_coeff_Mul()[0] == -1
+            if negated and not isinstance(-partial, (sp.Pow, sp.Add)):
+                sign, partial = sp.S.NegativeOne, -partial
             if isinstance(partial, sp.Mul):
                 partial = sp.UnevaluatedExpr(partial)
-            total += partial * d.symbols[f"{v}{suffix}"]
+            total += sign * partial * d.symbols[f"{v}{suffix}"]
     return total
 
 

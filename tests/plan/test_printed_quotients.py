@@ -46,7 +46,7 @@ def test_a_negative_power_of_a_name_is_a_power_whose_derivative_is_finite():
     # derivative 3 x**2, inf at the largest floats, times the quotient's 0: acosh's second derivative was nan there.
     expr = 1 / x + x**-3 / 2
     text = print_torch(expr)[0].text
-    assert text == "1 / x + x**-3 / 2"
+    assert text == "torch.reciprocal(x) + x**-3 / 2"  # `1 / x` is two kernels in torch
     point = torch.tensor(1.7976931348623157e308, dtype=torch.float64, requires_grad=True)
     (slope,) = torch.autograd.grad(eval(text, {"torch": torch}, {"x": point}), point)
     assert slope == 0  # -1/x**2 - 3 x**-4 / 2, below the smallest subnormal
@@ -58,7 +58,7 @@ def test_an_integer_times_a_quotient_multiplies_last():
     # the overflow the generated code would have and turned the form down.
     a, b, c = sp.symbols("a b c", real=True)
     expr = -2 * c / (b + sp.sqrt(b**2 - 4 * a * c))
-    assert print_torch(expr)[0].text == "-2 * (c/(b + torch.sqrt(-4*a*c + b * b)))"
+    assert print_torch(expr)[0].text == "-2 * (c/(b + torch.sqrt(b * b - 4*a*c)))"
     assert print_jax(expr)[0].text.startswith("-2 * quotient(c, ")
     values = {"a": 4.7295197743819505e-91, "b": 7.039856586209132e101, "c": -1.7976931348623157e308}
     assert _torch_value(expr, **values) == pytest.approx(1.949616719326133e199, rel=1e-15)

@@ -26,6 +26,8 @@ RULES = [
     {"name": "swish", "inputs": ["x"], "forward": "x * sigmoid(x)"},
     {"name": "x_exp_abs", "inputs": ["x"], "forward": "x * exp(Abs(x))"},
     {"name": "radius", "inputs": ["x", "y"], "forward": "sqrt(x**2 + y**2)"},
+    {"name": "swish_fast", "inputs": ["x"], "forward": "x * sigmoid(x)", "accuracy": "fast"},
+    {"name": "poisson_nll", "inputs": ["r", "y"], "forward": "exp(r) - y * r"},
     {
         "name": "softplus_beta",
         "inputs": {"x": {}, "beta": {"static": True, "default": 1.0}},
@@ -46,6 +48,11 @@ EXPECTED = {
     "swish": (("x",), ("x",)),
     # exp(|x|): compiled, |x| is a select, as cheap as arithmetic, so one function only.
     "x_exp_abs": (("x", "saved_exp"), ("x",)),
+    # Under `fast` too, though the policy kept sympy's x*(1 - s)*s + s for its cost: silu_backward is torch's
+    # own kernel for it, not a form the policy weighed.
+    "swish_fast": (("x",), ("x",)),
+    # exp(r), though cse shares it with the partial -y + exp(r) as -exp(r); compiled, one function only.
+    "poisson_nll": (("r", "y", "saved_exp"), ("r", "y")),
     # beta * x is one operation, folded into softplus_backward's beta.
     "softplus_beta": (("x",), ("x",)),
     # Computed as hypot(x, y), one kernel that neither over- nor underflows, its derivative the runtime's

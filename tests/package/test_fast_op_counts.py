@@ -1,0 +1,119 @@
+"""Under `fast`, a rule whose written forward is admissible runs no more operations than autodiff of it.
+
+Eager torch: the aten operations that write an array (torch's dispatcher), forward and backward together and
+under `torch.func.jvp`.  JAX: the array operations of the compiled `jit(value_and_grad)`, fusions' bodies
+included.  Each against the forward as written in plain torch or jax.numpy: a deterministic stand-in for the
+times `python -m benchmarks.zoo_speed` measures (docs/performance.md, "The zoo under `fast`").
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from rulegen.render.build import build
+
+# From benchmarks/zoo/zoo.yaml, each with autodiff's forward as a user writes it.
+RULES = """\
+rules:
+  - {name: z_squared_error, inputs: [x, y], forward: (x - y)**2 / 2}
+  - {name: z_silu, inputs: [x], forward: x * sigmoid(x)}
+  - {name: z_tanhshrink, inputs: [x], forward: x - tanh(x)}
+  - {name: z_gamma2_log_prob, inputs: {x: {domain: [0.01, 10], assume: positive}}, forward: log(x) - x}
+  - {name: z_poisson_nll, inputs: {r: {}, y: {domain: [0, 10]}}, forward: exp(r) - y * r}
+  - {name: z_normal_log_prob, inputs: [x, mu], forward: -(x - mu)**2 / 2 - log(sqrt(2 * pi))}
+"""
+WRITTEN: dict[str, Callable[..., torch.Tensor]] = {
+    "z_squared_error": lambda x, y: (x - y) ** 2 / 2,
+    "z_silu": lambda x: x * torch.sigmoid(x),
+    "z_tanhshrink": lambda x: x - torch.tanh(x),
+    "z_gamma2_log_prob": lambda x: torch.log(x) - x,
+    "z_poisson_nll": lambda r, y: torch.exp(r) - y * r,
+    "z_normal_log_prob": lambda x, mu: -((x - mu) ** 2) / 2 - math.log(math.sqrt(2 * math.pi)),
+}
+WRITTEN_JAX = {
+    "z_squared_error": lambda x, y: (x - y) ** 2 / 2,
+    "z_normal_log_prob": lambda x, mu: -((x - mu) ** 2) / 2 - math.log(math.sqrt(2 * math.pi)),
+}
+#: Where the generated jvp runs one kernel more than autodiff's, and why (docs/performance.md says so too):
+#: the partial 1/x - 1 is computed whole before the tangent multiplies it, where autodiff distributes the
+#: tangent, x_dot / x - x_dot.
+JVP_ONE_MORE = {"z_gamma2_log_prob"}
+
+
+class _Kernels(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = Counter[str]()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.numel() > 1 and not func.is_view:
+            self.count[func.__name__] += 1
+        return out
+
+
+def _fwd_bwd(f: Callable[..., torch.Tensor], arrays: list[torch.Tensor]) -> int:
+    leaves = [a.clone().requires_grad_() for a in arrays]
+    g = torch.ones_like(arrays[0])
+    with _Kernels() as counted:
+        f(*leaves).backward(g)
+    return sum(counted.count.values())
+
+
+def _jvp(f: Callable[..., torch.Tensor], arrays: list[torch.Tensor]) -> int:
+    tangents = tuple(torch.ones_like(a) for a in arrays)
+    with _Kernels() as counted:
+        torch.func.jvp(f, tuple(arrays), tangents)
+    return sum(counted.count.values())
+
+
+@pytest.fixture(scope="module")
+def fast(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fast")
+    (root / "zoo.yaml").write_text(RULES)
+    build([root / "zoo.yaml"], root / "zoo_fast_kernels", accuracy="fast")
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module("zoo_fast_kernels.torch"), importlib.import_module("zoo_fast_kernels.jax")
+    finally:
+        sys.path.remove(str(root))
+
+
+@pytest.mark.parametrize("name", sorted(WRITTEN))
+def test_no_more_kernels_than_autodiff_of_the_written_forward(fast, name):
+    generated, written = getattr(fast[0], name), WRITTEN[name]
+    count = written.__code__.co_argcount
+    arrays = [torch.linspace(0.5, 3.0, 64, dtype=torch.float32) + k for k in range(count)]
+    assert _fwd_bwd(generated, arrays) <= _fwd_bwd(written, arrays)
+    assert _jvp(generated, arrays) <= _jvp(written, arrays) + (name in JVP_ONE_MORE)
+
+
+def _compiled_operations(f: Callable, arrays: list) -> int:
+    """The array operations of `jit(value_and_grad(sum of f**2))` as XLA compiles it: each fusion's body counted,
+    so an input read again by a second fusion is counted again."""
+    import jax
+
+    grad = jax.jit(jax.value_and_grad(lambda *a: (f(*a) ** 2).sum(), tuple(range(len(arrays)))))
+    text = grad.lower(*arrays).compile().as_text()
+    size = arrays[0].size
+    operation = re.compile(rf"= f32\[{size}\]\S* (\w[\w-]*)\(")
+    ignored = {"parameter", "broadcast", "constant", "fusion", "bitcast", "copy"}
+    return sum(1 for m in map(operation.search, text.splitlines()) if m and m.group(1) not in ignored)
+
+
+@pytest.mark.parametrize("name", sorted(WRITTEN_JAX))
+def test_a_shared_factor_is_multiplied_once_under_jit(fast, name):
+    import jax.numpy as jnp
+
+    arrays = [jnp.linspace(0.5, 3.0, 4096, dtype=jnp.float32) + k for k in range(2)]
+    generated = getattr(fast[1], name)
+    assert _compiled_operations(generated, arrays) <= _compiled_operations(WRITTEN_JAX[name], arrays)
