@@ -259,6 +259,10 @@ class _ArrayCode:
 
         torch.exp(beta) of the Python float beta raises; math.exp(beta) is the number.
         """
+        if not self.scalars:
+            # No static input: no expression is one (its free symbols are a walk of the whole subexpression, asked
+            # of every subexpression printed, and beta's code by cases is thousands).
+            return False
         symbols = expr.free_symbols
         return (
             bool(symbols)
@@ -305,8 +309,9 @@ class _ArrayCode:
             isinstance(expr, sp.Expr)
             and not isinstance(self, _ConstantPrinter)
             and not expr.is_Atom
-            and expr.is_real is not False
+            # Asked last: sympy's assumptions are the costliest of these, and most subexpressions are neither.
             and (expr.is_number or self._of_scalars(expr))
+            and expr.is_real is not False
         )
 
     def doprint(self, expr: Any, *args: Any, **kwargs: Any) -> Any:

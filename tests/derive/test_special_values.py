@@ -8,6 +8,7 @@ unit lane, and with the mechanism it pins: how branches are printed, how a deriv
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -465,8 +466,13 @@ def test_a_partial_is_searched_where_one_comparison_is_its_domain(tmp_path, sear
 # -------------------------------------------------------------------- beta by cases, its partial by the registry
 
 
-def _registry_beta(order: str, name: str = "beta") -> object:
-    """beta or betaln (value) or its partial in a as JAX code computes it (the registry's replacement, printed)."""
+def _registry_beta(order: str, name: str = "beta") -> Callable[[Sequence[tuple[float, float]]], list[float]]:
+    """beta or betaln (value) or its partial in a as JAX code computes it (the registry's replacement, printed).
+
+    The function takes every point at once, one array per argument: the code by cases is hundreds of JAX
+    operations, each run eagerly, and a call per point ran them all again (seconds of a worker's CPU a test).
+    The operations are elementwise, so each point's value is the one a call of its own gives.
+    """
     import rulegen.runtime.jax._util as jax_util
     from rulegen.derive import functions as fn
     from rulegen.plan.forms import corrections
@@ -478,8 +484,9 @@ def _registry_beta(order: str, name: str = "beta") -> object:
     code = JaxArrayPrinter().doprint(corrections("jax")(expr))
     f = eval(f"lambda a, b: {code}", {"jnp": jnp, "jax": jax, "math": math, **vars(jax_util)})
 
-    def at(x: float, y: float, dtype: type = np.float64) -> float:
-        return float(f(jnp.asarray([x], dtype=dtype), jnp.asarray([y], dtype=dtype))[0])
+    def at(points: Sequence[tuple[float, float]], dtype: type = np.float64) -> list[float]:
+        xs, ys = zip(*points, strict=True)
+        return [float(v) for v in f(jnp.asarray(xs, dtype=dtype), jnp.asarray(ys, dtype=dtype))]
 
     return at
 
@@ -492,16 +499,28 @@ def test_beta_at_its_zeros_infinities_and_overflow_edges():
     beta = _registry_beta("value")
     info = np.finfo(dtype)
     tiny, big, sub = float(info.tiny), float(info.max), float(info.smallest_subnormal)
-    assert beta(0.0, 0.0, dtype) == math.inf
-    assert beta(sub, big, dtype) == math.inf
-    assert beta(big, big, dtype) == 0.0
-    assert beta(math.inf, 0.5, dtype) == 0.0
-    assert beta(-sub, math.inf, dtype) == -math.inf
-    assert beta(big, tiny, dtype) == pytest.approx(1 / tiny, rel=1e3 * float(info.eps))
-    assert math.isnan(beta(math.nan, 0.0, dtype))
+    points = [
+        (0.0, 0.0),
+        (sub, big),
+        (big, big),
+        (math.inf, 0.5),
+        (-sub, math.inf),
+        (big, tiny),
+        (math.nan, 0.0),
+        (-big, big),
+        (1e200, 0.5),
+    ]
+    zeros, sub_big, bigs, inf_half, sub_inf, big_tiny, nan_zero, poles, large = beta(points, dtype)
+    assert zeros == math.inf
+    assert sub_big == math.inf
+    assert bigs == 0.0
+    assert inf_half == 0.0
+    assert sub_inf == -math.inf
+    assert big_tiny == pytest.approx(1 / tiny, rel=1e3 * float(info.eps))
+    assert math.isnan(nan_zero)
     # beta(-max, max): poles of Gamma at a and a + b, whose ratio is 1/max (Gamma's reflection).
-    assert 0 <= beta(-big, big, dtype) <= 2 * tiny
-    assert beta(1e200, 0.5) == pytest.approx(math.sqrt(math.pi) * 1e-100, rel=1e-13)
+    assert 0 <= poles <= 2 * tiny
+    assert large == pytest.approx(math.sqrt(math.pi) * 1e-100, rel=1e-13)
 
 
 def test_log_of_beta_is_betaln_finite_where_beta_under_or_overflows():
@@ -531,13 +550,15 @@ def test_log_of_beta_is_betaln_finite_where_beta_under_or_overflows():
         (big, big / 2),
     ]
     with mpmath.workdps(60):
-        for x_, y_ in points:
-            exact = float(MPMATH_IMPLEMENTATIONS["betaln"](mpmath.mpf(x_), mpmath.mpf(y_)))
-            assert betaln(x_, y_) == pytest.approx(exact, rel=8 * float(np.finfo(np.float64).eps)), (x_, y_)
-    assert betaln(big, big) == -math.inf
-    assert betaln(0.0, 0.5) == math.inf
-    assert betaln(math.inf, 0.5) == -math.inf
-    assert math.isnan(betaln(math.nan, 0.5))
+        exact = [float(MPMATH_IMPLEMENTATIONS["betaln"](mpmath.mpf(x_), mpmath.mpf(y_))) for x_, y_ in points]
+    edges = [(big, big), (0.0, 0.5), (math.inf, 0.5), (math.nan, 0.5)]
+    *values, both_big, zero, inf, nan = betaln([*points, *edges])
+    for point, value, want in zip(points, values, exact, strict=True):
+        assert value == pytest.approx(want, rel=8 * float(np.finfo(np.float64).eps)), point
+    assert both_big == -math.inf
+    assert zero == math.inf
+    assert inf == -math.inf
+    assert math.isnan(nan)
 
 
 def test_beta_partial_where_beta_over_or_underflows():
@@ -548,14 +569,16 @@ def test_beta_partial_where_beta_over_or_underflows():
     slope = _registry_beta("first")
     info = np.finfo(dtype)
     big, sub = float(info.max), float(info.smallest_subnormal)
-    assert slope(0.5, 0.0, dtype) == pytest.approx(-(math.pi**2) / 2, rel=1e3 * float(info.eps))
-    assert slope(sub, big, dtype) == -math.inf
-    assert slope(sub, sub, dtype) == -math.inf
-    assert abs(slope(big, sub, dtype)) <= 2 * float(info.tiny)
-    assert slope(-0.5, math.inf, dtype) == math.inf
-    assert math.isnan(slope(0.0, math.nan, dtype))
-    assert slope(0.5, 1e-300) == pytest.approx(-(math.pi**2) / 2, rel=1e-13)
-    assert slope(1e200, 0.5) == pytest.approx(-math.sqrt(math.pi) / 2 * 1e-300, rel=1e-12)
+    points = [(0.5, 0.0), (sub, big), (sub, sub), (big, sub), (-0.5, math.inf), (0.0, math.nan), (0.5, 1e-300)]
+    at_zero, sub_big, subs, big_sub, inf, nan, near_zero, large = slope([*points, (1e200, 0.5)], dtype)
+    assert at_zero == pytest.approx(-(math.pi**2) / 2, rel=1e3 * float(info.eps))
+    assert sub_big == -math.inf
+    assert subs == -math.inf
+    assert abs(big_sub) <= 2 * float(info.tiny)
+    assert inf == math.inf
+    assert math.isnan(nan)
+    assert near_zero == pytest.approx(-(math.pi**2) / 2, rel=1e-13)
+    assert large == pytest.approx(-math.sqrt(math.pi) / 2 * 1e-300, rel=1e-12)
 
 
 def test_sign_of_gamma_at_the_smallest_negative_subnormal():
