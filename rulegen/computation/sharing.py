@@ -132,12 +132,15 @@ def shared_subexpressions(
     shared = []
     for symbol, value in replacements:
         value = value.xreplace(divisors)
-        if isinstance(value, sp.Pow) and value.exp == -1 and not value.base.is_number:
-            if value.base.is_Symbol:  # already named: divide by that name
+        coefficient, power = value.as_coeff_Mul() if isinstance(value, sp.Expr) else (sp.S.One, value)
+        if power.is_Pow and power.exp.is_Integer and power.exp < 0 and not power.base.is_number:
+            # A number over a power, c/h**k, shared as h, each use divided by it: 0.5/s**2 as a factor of
+            # 0.5 x**2/s**2 is inf where s**2 is subnormal and the quotient 3e273 (s = 1.2e-156).
+            if power.base.is_Symbol:  # already named: divide by that name
                 divisors[symbol] = value
                 continue
-            divisors[symbol] = 1 / symbol
-            value = value.base
+            divisors[symbol] = coefficient * symbol**power.exp
+            value = power.base
         shared.append((symbol, value))
     return _products_kept_whole(shared, [e.xreplace(divisors) for e in reduced])
 

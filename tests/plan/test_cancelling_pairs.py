@@ -68,3 +68,22 @@ def test_the_search_measures_the_pair_added_first():
     columns = (np.asarray([POINT["k"]]), np.asarray([POINT["r"]]), np.asarray([-EXACT]))
     value = float(np.asarray(fn_(*columns)).reshape(-1)[0])
     assert math.isclose(value, EXACT, rel_tol=1e-15), value
+
+
+def test_a_number_over_a_shared_square_divides_each_use():
+    # A KL divergence of two normals as the logs-apart form writes it: cse shared 0.5/s**2 between the two
+    # quotients, inf where s**2 is subnormal (s = 1.2e-156) though 0.5 (x - y)**2/s**2 is 1.7e273; the gate then
+    # turned down the form that keeps its log finite where (p/s)**2 underflows.
+    p, s = sp.symbols("p s", positive=True)
+    x, y = sp.symbols("x y", real=True)
+    quotient = fn.divided(p, s) ** 2
+    expr = (
+        0.5 * p**2 / s**2 + 0.5 * (x - y) ** 2 / s**2 - 0.5 * sp.Piecewise((sp.log(quotient), quotient > 0), (0, True))
+    )
+    computed = as_computed(expr)
+    fn_ = _numpy_function(computed, (x, p, y, s))
+    assert fn_ is not None
+    point = (1.4649389862981735e-126, 1.991833634434781e-153, -6.764943453036454e-20, 1.176823319272837e-156)
+    with np.errstate(all="ignore"):
+        value = float(np.asarray(fn_(*(np.asarray([v]) for v in point))).reshape(-1)[0])
+    assert math.isfinite(value) and math.isclose(value, 1.6522502063060107e273, rel_tol=1e-12), value

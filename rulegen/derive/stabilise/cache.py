@@ -51,7 +51,13 @@ def searcher_fingerprint() -> str:
         digest.update(f"{library} {importlib.metadata.version(library)}\n".encode())
     digest.update(f"python {sys.version_info[:2]}\n".encode())
     for path in sorted(
-        [*(package / "derive").rglob("*.py"), *(package / "derive").rglob("*.json"), *(package / "spec").rglob("*.py")]
+        [
+            *(package / "derive").rglob("*.py"),
+            *(package / "derive").rglob("*.json"),
+            *(package / "spec").rglob("*.py"),
+            # The gate measures a form as the planners compute it (`gate.as_computed`: computation.sharing).
+            *(package / "computation").rglob("*.py"),
+        ]
     ):
         digest.update(path.relative_to(package).as_posix().encode() + b"\n" + path.read_bytes())
     return digest.hexdigest()

@@ -543,13 +543,17 @@ def _logs_taken_apart(expr: sp.Expr) -> sp.Expr:
         parts = factors(e.args[0])
         if parts is None:
             return _log_of_sum_apart(e, factors, logs) if isinstance(e, sp.log) else e
+        # A power of a quotient computed whole, (x/s)**2 and not x**2/s**2 (sympy's form): inf/inf and 0/0 where
+        # x and s are both large or both small.
+        w = _power_of_quotient(parts[1:]) * parts[0][0]
         if isinstance(e, sp.log):
             # log(w) of a w < 0 is nan; the logs of |factors| are not: only where the factors' signs are known.
-            signed = all(b.is_positive or k.is_even for b, k in parts[1:])
-            return logs(parts) if signed else e
-        # A power of a quotient computed whole, (x/s)**2 and not x**2/s**2 (sympy's form): inf/inf and 0/0 where
-        # x and s are both large or both small.  The logs only where w is inf: nan is no sign that it is large.
-        w = _power_of_quotient(parts[1:]) * parts[0][0]
+            if not all(b.is_positive or k.is_even for b, k in parts[1:]):
+                return e
+            # The logs apart only where w under- or overflows: log(p) - log(q) cancels where p ~ q, and a KL
+            # divergence of two normals is its log((p/q)**2) beside (p/q)**2 - 1 there.
+            return sp.Piecewise((sp.log(w), (w > 0) & (divided(w, 2) < w)), (logs(parts), True))
+        # The logs only where w is inf: nan is no sign that it is large.
         return sp.Piecewise((logs(parts), (w > 0) & (divided(w, 2) >= w)), (log1p(w), True))
 
     return expr.replace(lambda e: isinstance(e, (sp.log, log1p)), apart)
