@@ -222,3 +222,12 @@ def test_a_snippet_s_call_is_a_primary_and_its_sum_is_not():
     assert bound("return xp.clip(out_bar, lo, hi)") == PRIMARY
     assert bound("return out_bar * 2") == PRECEDENCE["Mul"]
     assert bound("return a if c else b") == LOOSEST
+
+
+@pytest.mark.parametrize(("printer", "module"), [(print_jax, "._util"), (print_torch, "._special")])
+def test_a_negative_rational_power_is_the_roots_power_not_a_quotient(printer, module):
+    """x**(-2/3) as nth_root(x, 3)**-2: the frameworks differentiate 1 / r**2 as -(1 / r**4) * 2 r r', inf * 0
+    at x = inf (where r' = 0), and r**-2 as -2 r**-3 r', 0.  The root is the runtime's, with a stated derivative."""
+    value, imports = printer(x ** sp.Rational(-2, 3))
+    assert value == Value("nth_root(x, 3)**-2", PRECEDENCE["Pow"])
+    assert {(i.module, i.name) for i in imports} == {(module, "nth_root")}
