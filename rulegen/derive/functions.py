@@ -2283,7 +2283,11 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("in_float", in_float, internal=True),
     # What the stabilising search's scaling of a homogeneous expression writes (stabilise.scaling._rescaled).
     MathFunction("binade", binade, numpy="rulegen.derive.functions.binade_of", mpmath=_mp_binade, internal=True),
-    MathFunction("divided", divided, numpy="numpy.divide", mpmath=lambda x, s: x / s, internal=True),
+    # Of static inputs alone, Python's IEEE division (`_numbers.div`), no array: a `where` on such a condition of
+    # Python numbers is torch's default dtype, float32, in a float64 rule.
+    MathFunction(
+        "divided", divided, numpy="numpy.divide", mpmath=lambda x, s: x / s, internal=True, python_numbers=True
+    ),
     # torch's backward of a complex rule conjugates its partials (PyTorch's convention); a new
     # tensor, not torch.conj's view, which an in-place backward would write through to its input.
     MathFunction("conjugate", sp.conjugate, "jnp.conj", "torch.conj_physical", internal=True),

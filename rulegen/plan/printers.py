@@ -777,6 +777,9 @@ class _StaticPrinter(_ConstantPrinter):
     def _print_rsqrt(self, base: sp.Expr) -> str:
         return f"{self._record('_numbers.div')}(1, {self._call(self.functions['sqrt'], base)})"
 
+    def _print_divided(self, expr: fn.divided) -> str:
+        return self._call("_numbers.div", *expr.args)
+
 
 class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     """jax.numpy / jax.scipy.special code."""

@@ -294,11 +294,7 @@ def integer_cell(f: Callable, call: Call, backend: str) -> list[str]:
 
 # The cells known to fail, by (function, kind, backend, dtype): what the framework gets wrong, to be fixed
 # in the registry (issue 25). A cell listed here that passes fails the test (strict), so the list only shrinks.
-KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
-    ("beta", "static", "torch", "float64"): "beta of Python numbers in a float64 rule is torch.where of Python "
-    "numbers under a tensor condition (`_is_inf` halves a static as a 0-d tensor), in torch's default dtype: "
-    "every value rounded to float32 (3.8832221 for 3.88322208 at (0.3, 0.7))",
-}
+KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {}
 
 
 def marked(cell: tuple[str, str, str, str]) -> object:

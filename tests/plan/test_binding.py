@@ -231,3 +231,17 @@ def test_a_negative_rational_power_is_the_roots_power_not_a_quotient(printer, mo
     value, imports = printer(x ** sp.Rational(-2, 3))
     assert value == Value("nth_root(x, 3)**-2", PRECEDENCE["Pow"])
     assert {(i.module, i.name) for i in imports} == {(module, "nth_root")}
+
+
+@pytest.mark.parametrize("printer", [print_torch, print_jax])
+def test_a_condition_of_static_inputs_halved_is_python_arithmetic(printer):
+    """`_is_inf(s)` of a static s, s / 2 >= s: a 0-d tensor of s before, whose `where` of Python numbers torch makes
+    float32 (torch's default dtype) in a float64 rule.  Python's IEEE division now, and the `where` a conditional."""
+    from rulegen.plan.forms import float_forms
+
+    s, u = sp.Symbol("s", real=True), sp.Symbol("u", real=True)
+    expr = fn.Piecewise((sp.Float(0.5), (s > 0) & (fn.divided(s, 2) >= s)), (s / 3, True)) * u
+    rewritten = float_forms((u,), (), for_torch=printer is print_torch, scalars=frozenset({"s"}))(expr)
+    value, _ = printer(rewritten, scalars=frozenset({"s"}))
+    assert "_numbers.div(s, 2)" in value.text
+    assert "where" not in value.text and "tensor" not in value.text and "asarray" not in value.text, value.text
