@@ -33,4 +33,4 @@ def _f_cbrt(x):
 @_f_cbrt.defjvp
 def _f_cbrt_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    return nth_root(x, 3), x_dot * (1 / nth_root(x, 3) ** 2 / 3)
+    return nth_root(x, 3), x_dot * (nth_root(x, 3) ** -2 / 3)

@@ -269,6 +269,51 @@ def ndtri_slope(x: torch.Tensor) -> torch.Tensor:
     return _applied(_NDTRI_SLOPE, x)
 
 
+class _NthRoot(torch.autograd.Function):
+    """`_scaling.nth_root(x, n)`, differentiated by nth_root(x, n)**(1 - n) / n."""
+
+    # Elementwise, it batches as it is: torch.func.vmap and jacfwd need no rule of their own.
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor, n: int) -> Any:
+        return _scaling.nth_root(torch, x, n)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: str) -> None:
+        x, ctx.n = inputs
+        save_for_derivatives(ctx, x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        (x,) = ctx.saved_tensors
+        return grad * _nth_root_slope(x, ctx.n), None
+
+    @staticmethod
+    @seen_by_outer_levels
+    def jvp(ctx: Any, x_dot: Any, _n_dot: Any) -> Any:
+        (x,) = ctx.saved_tensors
+        return x_dot * _nth_root_slope(x, ctx.n)
+
+
+_NthRootCompiled = without_jvp(_NthRoot)
+
+
+def _nth_root_slope(x: torch.Tensor, n: int) -> torch.Tensor:
+    # A power of the root, not a quotient by one: its derivative (1 - n) out**-n out' is 0 at
+    # x = inf, where that of 1 / out**(n - 1) is inf * 0.
+    return nth_root(x, n) ** (1 - n) / n
+
+
+def nth_root(x: torch.Tensor, n: int) -> torch.Tensor:
+    """x**(1/n) within an ulp (`_scaling.nth_root`), differentiated by its stated derivative
+    nth_root(x, n)**(1 - n) / n at every order: autodiff of the refinement step is nan at the
+    smallest normals, at 1e-300 and at inf.  Where nothing differentiates it, the value alone."""
+    if plain_tensors((x,)) and not torch.compiler.is_compiling():
+        return _scaling.nth_root(torch, x, n)
+    return (_NthRootCompiled if torch.compiler.is_compiling() else _NthRoot).apply(x, n)
+
+
 def _pair_differentiated_by(
     name: str,
     forward: Callable[[torch.Tensor, torch.Tensor], Any],

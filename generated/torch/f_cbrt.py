@@ -5,7 +5,8 @@
 import torch
 
 from ._function import RuleFunction, plain, routed, saves_inputs
-from ._util import as_opmath_tensors, nth_root, rounded
+from ._special import nth_root
+from ._util import as_opmath_tensors, rounded
 
 
 class FCbrt(RuleFunction):
@@ -21,8 +22,8 @@ class FCbrt(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            return (1 / nth_root(x, 3) ** 2).mul_(1 / 3).mul_(out_bar)
-        return out_bar * (1 / nth_root(x, 3) ** 2 / 3)
+            return (nth_root(x, 3) ** -2).mul_(1 / 3).mul_(out_bar)
+        return out_bar * (nth_root(x, 3) ** -2 / 3)
 
     jvp = backward
 

@@ -1327,6 +1327,71 @@ def _log_abs_beta(a: sp.Expr, b: sp.Expr, *, bounded: bool = True) -> sp.Expr:
     return Piecewise((two_large, both), (one_large, one), (small, True))
 
 
+#: At or below this a negative argument of beta is reflected (`_reflects`).  Above it, in (-1/2, 0), sin(pi a) is
+#: as small as a, and the reflected partial's two terms cancel (at (-2.2e-308, 5e-324) both are pi); the log Gamma
+#: sum has nothing to cancel there.
+BETA_REFLECTED_BELOW = sp.Rational(-1, 2)
+
+
+def _reflects(a: sp.Expr, b: sp.Expr) -> sp.Basic:
+    """Whether beta(a, b) is reflected in a (`_reflected_pieces`): a at most `BETA_REFLECTED_BELOW` and no pole,
+    b > 0 and a + b < 0 (a pole of Gamma or not; false at nan and at the infinities, which are poles here)."""
+    return (a <= BETA_REFLECTED_BELOW) & ~_is_pole(a) & (b > 0) & (a + b < 0)
+
+
+def _odd(k: sp.Expr) -> sp.Expr:
+    """1 where the integer k is odd, else 0: exact in floats below 2**53."""
+    return k - 2 * sp.floor(k / 2)
+
+
+def _sin_pi(x: sp.Expr) -> sp.Expr:
+    """sin(pi x) of x - k, k = floor(x + 1/2) (exact in floats), with the sign of k's parity: pi * x would round
+    away the digits that matter (1.6e4 eps at x = -1e4 + 0.3), and sin(pi k) is 0 exactly."""
+    k = sp.floor(x + sp.S.Half)
+    return (1 - 2 * _odd(k)) * sp.sin(sp.pi * (x - k))
+
+
+class _Grouped(sp.UnevaluatedExpr):
+    """An operand kept whole (sympy would flatten a sum of sums and reorder its terms), real unless it is known not
+    to be (sympy takes floor() of an operand of unknown realness, a symbol of no assumptions, for non-real)."""
+
+    def _eval_is_extended_real(self) -> bool:
+        return self.args[0].is_extended_real is not False
+
+    def _eval_is_real(self) -> bool:
+        return self.args[0].is_real is not False
+
+
+def _sin_pi_of_sum(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """sin(pi (a + b)), the sum taken of a and b each less its nearest integer (exact), then reduced again: the
+    rounding of a + b itself moves it by up to half an ulp of the sum (9e-13 at -1e4), where the exact sum of
+    -30.7 and 0.7 is 6.7e-16 from the pole -30 that a + b rounds to."""
+    ka, kb = sp.floor(a + sp.S.Half), sp.floor(b + sp.S.Half)
+    t = _Grouped(a - ka) + _Grouped(b - kb)
+    k = sp.floor(t + sp.S.Half)
+    return (1 - 2 * _odd(ka + kb + k)) * sp.sin(sp.pi * (t - k))
+
+
+def _reflected_pieces(a: sp.Expr, b: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]:
+    """(sin(pi a), sin(pi (a + b)), sin(pi b), log beta(b, 1 - a - b)) where `_reflects(a, b)`, of stand-ins
+    elsewhere: Gamma's reflection gives beta(a, b) = beta(b, 1 - a - b) sin(pi (a + b)) / sin(pi a), both arguments
+    of the beta positive.  log|Gamma(a)| - log|Gamma(a + b)| (about -8.2e4 each at a = -1e4 + 0.3, b = 0.7) would
+    cancel (1.6e4 eps), and at a pole a + b of Gamma beta is 0 and its derivative a number, not 0 * inf."""
+
+    def pieces(a1: sp.Expr, b1: sp.Expr) -> sp.Expr:
+        return sp.Tuple(_sin_pi(a1), _sin_pi_of_sum(a1, b1), _sin_pi(b1), _log_abs_beta(b1, 1 - a1 - b1))
+
+    found = _of_stand_ins(pieces, _reflects(a, b), (a, sp.Rational(-5, 4)), (b, sp.S.Half))
+    return found[0], found[1], found[2], found[3]
+
+
+def _of_stand_ins(build: Callable[..., sp.Expr], inside: sp.Basic, *pairs: tuple[sp.Expr, sp.Expr]) -> sp.Expr:
+    """`build` of each (value, stand-in) of `pairs` as the value where `inside`, the stand-in elsewhere: a branch
+    fed its own region's input (reverse mode gives a branch a `where` drops a zero cotangent, times an infinite
+    derivative nan)."""
+    return build(*(Piecewise((v, inside), (stand_in, True)) for v, stand_in in pairs))
+
+
 def _beta_pieces(a: sp.Expr, b: sp.Expr, *, logarithm: bool) -> sp.Expr:
     """beta(a, b), or (`logarithm`) log|beta(a, b)|, at every real pair: sgn * exp(`_log_abs_beta`) or
     `_log_abs_beta` alone, with the poles and limits.
@@ -1334,6 +1399,7 @@ def _beta_pieces(a: sp.Expr, b: sp.Expr, *, logarithm: bool) -> sp.Expr:
     A pole of Gamma in a or b is inf (mpmath's beta there, which has no sign), but where a + b is one too and the
     other argument a positive integer: then (-1)**b beta(b, 1 - a - b), Gamma's reflection (beta(-max, max) is
     1/max).  From `BETA_VANISHES_FROM` both ways beta is 0, its logarithm a number (-inf past the largest float).
+    Where an argument is reflected (`_reflects`), beta(b, 1 - a - b) sin(pi (a + b)) / sin(pi a).
     nan takes the last piece: nan out.
     """
     s = a + b
@@ -1350,6 +1416,11 @@ def _beta_pieces(a: sp.Expr, b: sp.Expr, *, logarithm: bool) -> sp.Expr:
         # a + b is a pole only through the other argument's being an integer, not a + b's rounding to one.
         return _is_pole(pole) & _is_pole(s) & (other > 0) & (sp.floor(other) >= other)
 
+    def reflection(a: sp.Expr, b: sp.Expr) -> tuple[sp.Expr, sp.Basic]:
+        sine_a, sine_s, _, log_beta = _reflected_pieces(a, b)
+        sign = Piecewise((sp.S.One, sp.Equivalent(sine_a < 0, sine_s < 0)), (sp.S.NegativeOne, True))
+        return value(sign, log_beta + sp.log(sp.Abs(sine_s)) - sp.log(sp.Abs(sine_a))), _reflects(a, b)
+
     zero = -sp.oo if logarithm else sp.S.Zero
     vanishes = [] if logarithm else [(sp.S.Zero, sp.Min(a, b) >= BETA_VANISHES_FROM)]
     return Piecewise(
@@ -1361,6 +1432,8 @@ def _beta_pieces(a: sp.Expr, b: sp.Expr, *, logarithm: bool) -> sp.Expr:
         (sp.oo if logarithm else -sp.oo, (_is_inf(a) & sp.Eq(b, 0)) | (_is_inf(b) & sp.Eq(a, 0))),
         (sp.oo, (_is_pole(a) | _is_pole(b)) & _is_number(a) & _is_number(b)),
         *vanishes,
+        reflection(a, b),
+        reflection(b, a),
         (value(_beta_sign(a, b), _log_abs_beta(a, b, bounded=not logarithm)), True),
     )
 
@@ -1423,7 +1496,9 @@ def beta_slope_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     below `BETA_EXPANDED_BELOW` of |a|, its expansion in b, -trigamma(a + b/2) Gamma(1 + b) exp(-b digamma(a + b/2))
     (b beta(a, b) times the difference over b): the limit -trigamma(a) at b = 0, where beta is a pole.  At
     a = 0, a pole of beta, its limit -inf; inf times the difference's sign at the other poles (mpmath's beta is
-    inf there).  digamma and trigamma are the registry's (`_polygamma_by_reflection`).
+    inf there).  Where an argument is reflected (`_reflects`), the derivative of the reflection's product
+    (`_reflected_slope`, `_reflected_slope_beside`).  digamma and trigamma are the registry's
+    (`_polygamma_by_reflection`).
     """
     s = a + b
     expanded = (sp.Abs(b) <= BETA_EXPANDED_BELOW * sp.Abs(a)) & sp.Ne(a, 0)
@@ -1433,13 +1508,20 @@ def beta_slope_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
         + sp.loggamma(1 + b)
         - Piecewise((sp.S.Zero, sp.Eq(b, 0)), (b * _polygamma_by_reflection(sp.S.Zero, middle), True))
     )
-    log_beta = _log_abs_beta(a, b)
     # At a pole b (an integer), digamma(a + b) reflected: digamma(a) - digamma(a + b) = digamma(1 - a) -
     # digamma(1 - a - b), whose sign is the derivative's (beta is inf there, as mpmath's).  Where neither
     # condition below says it, nan.
     residue = sign_of_gamma(b) * sign_of_gamma(s)
-    # Infinities are constant pieces, their signs conditions (see `_is_number`).
-    difference = _digamma_difference(a, b)
+    # Infinities are constant pieces, their signs conditions (see `_is_number`).  The last piece reads stand-ins
+    # where beta is reflected: at a pole a + b of Gamma its digamma difference's derivative is inf, times the
+    # `where`'s zero cotangent nan.
+    reflected = _reflects(a, b) | _reflects(b, a)
+
+    def last(a2: sp.Expr, b2: sp.Expr) -> sp.Expr:
+        return sp.Tuple(_log_abs_beta(a2, b2), _digamma_difference(a2, b2), _beta_sign(a2, b2))
+
+    log_beta_inside, difference, sign = _of_stand_ins(last, ~reflected, (a, sp.S.Half), (b, sp.S.Half))
+    log_beta = _log_abs_beta(a, b)
     return Piecewise(
         (-sp.oo, sp.Eq(a, 0) & _is_number(b) & ~_is_inf(b)),
         (sp.S.Zero, sp.Min(a, b) >= BETA_VANISHES_FROM),
@@ -1454,9 +1536,41 @@ def beta_slope_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
         # At a pole a = -k, -sign of Gamma's residue there times Gamma(b) / Gamma(a + b).
         (sp.oo, _is_pole(a) & _finite(b) & sp.Equivalent(sp.Eq(2 * sp.floor(a / 2), a), residue < 0)),
         (-sp.oo, _is_pole(a) & _finite(b)),
+        (_reflected_slope(a, b), _reflects(a, b)),
+        (_reflected_slope_beside(a, b), _reflects(b, a)),
         (sp.S.Zero, log_beta < -(sp.Integer(2) ** 126)),
-        (_beta_sign(a, b) * sp.exp(log_beta) * difference, True),
+        (sign * sp.exp(log_beta_inside) * difference, True),
     )
+
+
+def _reflected_slope(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """d/da beta(a, b) where a is reflected (`_reflected_pieces`): with B = beta(b, 1 - a - b), whose log has the
+    derivative psi(1 - a) - psi(1 - a - b), and d/da sin(pi (a + b)) / sin(pi a) = -pi sin(pi b) / sin(pi a)**2
+    (no difference of products), B / sin(pi a) ((psi(1 - a) - psi(1 - a - b)) sin(pi (a + b)) - pi sin(pi b) /
+    sin(pi a)): a number at a pole a + b of Gamma, where sin(pi (a + b)) is 0."""
+    sine_a, sine_s, sine_b, log_beta = _reflected_pieces(a, b)
+
+    def digammas(a1: sp.Expr, s1: sp.Expr) -> sp.Expr:
+        return _polygamma_by_reflection(sp.S.Zero, 1 - a1) - _polygamma_by_reflection(sp.S.Zero, 1 - s1)
+
+    difference = _of_stand_ins(digammas, _reflects(a, b), (a, sp.Rational(-5, 4)), (a + b, sp.Rational(-3, 4)))
+    return sp.exp(log_beta) / sine_a * (difference * sine_s - sp.pi * sine_b / sine_a)
+
+
+def _reflected_slope_beside(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """d/da beta(a, b) where b is reflected (`_reflected_pieces` of (b, a)): B = beta(a, 1 - a - b), whose log has
+    the derivative psi(a) - psi(1 - a - b), and d/da sin(pi (a + b)) / sin(pi b) = pi cos(pi (a + b)) / sin(pi b):
+    B / sin(pi b) ((psi(a) - psi(1 - a - b)) sin(pi (a + b)) + pi cos(pi (a + b)))."""
+    sine_b, sine_s, _, log_beta = _reflected_pieces(b, a)
+
+    def parts(a1: sp.Expr, b1: sp.Expr, s1: sp.Expr) -> sp.Expr:
+        # cos(pi s) = sin(pi (s + 1/2)), reduced as the sine of the sum is.
+        digammas = _polygamma_by_reflection(sp.S.Zero, a1) - _polygamma_by_reflection(sp.S.Zero, 1 - s1)
+        return sp.Tuple(digammas, _sin_pi_of_sum(b1, a1 + sp.S.Half))
+
+    pairs = ((a, sp.S.Half), (b, sp.Rational(-5, 4)), (a + b, sp.Rational(-3, 4)))
+    difference, cosine_s = _of_stand_ins(parts, _reflects(b, a), *pairs)
+    return sp.exp(log_beta) / sine_b * (difference * sine_s + sp.pi * cosine_s)
 
 
 class beta(sp.beta):  # noqa: N801
@@ -2169,7 +2283,11 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("in_float", in_float, internal=True),
     # What the stabilising search's scaling of a homogeneous expression writes (stabilise.scaling._rescaled).
     MathFunction("binade", binade, numpy="rulegen.derive.functions.binade_of", mpmath=_mp_binade, internal=True),
-    MathFunction("divided", divided, numpy="numpy.divide", mpmath=lambda x, s: x / s, internal=True),
+    # Of static inputs alone, Python's IEEE division (`_numbers.div`), no array: a `where` on such a condition of
+    # Python numbers is torch's default dtype, float32, in a float64 rule.
+    MathFunction(
+        "divided", divided, numpy="numpy.divide", mpmath=lambda x, s: x / s, internal=True, python_numbers=True
+    ),
     # torch's backward of a complex rule conjugates its partials (PyTorch's convention); a new
     # tensor, not torch.conj's view, which an in-place backward would write through to its input.
     MathFunction("conjugate", sp.conjugate, "jnp.conj", "torch.conj_physical", internal=True),

@@ -81,15 +81,18 @@ ERFCX_SERIES_IMPORT = Import("._util", "erfcx_series")
 # i0e's and i1e's derivatives beyond |x| = 25 (functions.bessel_ie_series), the runtime's.
 BESSEL_IE_SERIES_IMPORT = Import("._util", "bessel_ie_series")
 
-# A rational power's exact root (x**(2/3) is nth_root(x, 3)**2), the runtime's.
+# Functions whose op is wrong or lacks a derivative, mended by the runtime (MathFunction.torch_runtime, jax_runtime).
+SPECIAL_MODULE = "._special"
+
+# A rational power's exact root (x**(2/3) is nth_root(x, 3)**2), the runtime's: differentiated by its stated
+# derivative, in JAX a custom_jvp of its helpers, in torch a Function of the mended functions.
 NTH_ROOT_IMPORT = Import("._util", "nth_root")
+TORCH_NTH_ROOT_IMPORT = Import(SPECIAL_MODULE, "nth_root")
 
 # A quotient of arrays whose JAX derivative in the divisor is -(a / b) / b (JAX's own: -a * b**-2, inf * 0 where
 # b**2 under- or overflows), the runtime's.
 QUOTIENT_IMPORT = Import("._util", "quotient")
 
-# Functions whose op is wrong or lacks a derivative, mended by the runtime (MathFunction.torch_runtime, jax_runtime).
-SPECIAL_MODULE = "._special"
 
 # What Python float arithmetic can print: the `math` functions and conditionals (MathFunction.numbers_alone).
 _SCALAR_FUNCTIONS = frozenset(f.name for f in fn.REGISTRY if f.numbers_alone in ("math", "python"))
@@ -238,6 +241,8 @@ class _ArrayCode:
 
     #: Rational powers through the runtime's nth_root (arrays); Python floats keep `**`.
     exact_roots = True
+    #: Where the runtime's nth_root is imported from.
+    nth_root_import: ClassVar[Import] = NTH_ROOT_IMPORT
     #: Symbols that stand for Python numbers (static inputs), not arrays.
     scalars: frozenset[str] = frozenset()
     #: Symbols that stand for boolean arrays, which neither framework
@@ -365,10 +370,11 @@ class _ArrayCode:
             return self._print_reciprocal(base**-exponent)
         if exponent.is_Rational and exponent.q > 2 and self.exact_roots:
             # x**(p/q) as nth_root(x, q)**p: pow's rounded exponent p/q costs |ln x| ulps (100 at 1e300).
-            self.module_imports_.add(NTH_ROOT_IMPORT)
+            # A negative one as the root's power, not a quotient by it: the frameworks differentiate 1 / r**2 as
+            # -(1 / r**4) * 2 r r', inf * 0 = nan at x = inf (r' = 0), where r**-2's derivative is -2 r**-3 r', 0.
+            self.module_imports_.add(self.nth_root_import)
             root = f"{self._spelled('nth_root')}({self._print(base)}, {exponent.q})"
-            power = root if abs(exponent.p) == 1 else f"{root}**{abs(exponent.p)}"
-            return power if exponent.p > 0 else f"1 / {power}"
+            return root if exponent.p == 1 else f"{root}**{exponent.p}"
         base_text = self.parenthesize(base, PRECEDENCE["Pow"] + 1)
         if exponent.is_Integer:
             return f"{base_text}**{exponent}"
@@ -526,7 +532,7 @@ class _ArrayCode:
         if exponent.is_Integer and exponent < 0:
             return self._reciprocal_binding(base**-exponent)
         if exponent.is_Rational and exponent.q > 2 and self.exact_roots:
-            return PRIMARY if exponent.p == 1 else PRECEDENCE["Pow"] if exponent.p > 0 else PRECEDENCE["Mul"]
+            return PRIMARY if exponent.p == 1 else PRECEDENCE["Pow"]
         return PRECEDENCE["Pow"]
 
     def _piece_binding(self, cond: sp.Basic) -> int:
@@ -773,6 +779,9 @@ class _StaticPrinter(_ConstantPrinter):
     def _print_rsqrt(self, base: sp.Expr) -> str:
         return f"{self._record('_numbers.div')}(1, {self._call(self.functions['sqrt'], base)})"
 
+    def _print_divided(self, expr: fn.divided) -> str:
+        return self._call("_numbers.div", *expr.args)
+
 
 class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     """jax.numpy / jax.scipy.special code."""
@@ -857,6 +866,8 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     that module imports torch itself (a second at every build) and every
     method it adds is replaced here anyway.
     """
+
+    nth_root_import = TORCH_NTH_ROOT_IMPORT
 
     lazy_terms = True
 

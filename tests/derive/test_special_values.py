@@ -8,7 +8,7 @@ unit lane, and with the mechanism it pins: how branches are printed, how a deriv
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -466,8 +466,9 @@ def test_a_partial_is_searched_where_one_comparison_is_its_domain(tmp_path, sear
 # -------------------------------------------------------------------- beta by cases, its partial by the registry
 
 
-def _registry_beta(order: str, name: str = "beta") -> Callable[[Sequence[tuple[float, float]]], list[float]]:
-    """beta or betaln (value) or its partial in a as JAX code computes it (the registry's replacement, printed).
+def _registry_beta(order: str, name: str = "beta", *, traced: bool = False) -> object:
+    """beta or betaln (value) or its partial in a as JAX code computes it (the registry's replacement, printed);
+    `traced`, the code itself, of arrays (which JAX may differentiate).
 
     The function takes every point at once, one array per argument: the code by cases is hundreds of JAX
     operations, each run eagerly, and a call per point ran them all again (seconds of a worker's CPU a test).
@@ -483,6 +484,8 @@ def _registry_beta(order: str, name: str = "beta") -> Callable[[Sequence[tuple[f
     expr = sp.diff(expr, a) if order == "first" else expr
     code = JaxArrayPrinter().doprint(corrections("jax")(expr))
     f = eval(f"lambda a, b: {code}", {"jnp": jnp, "jax": jax, "math": math, **vars(jax_util)})
+    if traced:
+        return f
 
     def at(points: Sequence[tuple[float, float]], dtype: type = np.float64) -> list[float]:
         xs, ys = zip(*points, strict=True)
@@ -579,6 +582,35 @@ def test_beta_partial_where_beta_over_or_underflows():
     assert math.isnan(nan)
     assert near_zero == pytest.approx(-(math.pi**2) / 2, rel=1e-13)
     assert large == pytest.approx(-math.sqrt(math.pi) / 2 * 1e-300, rel=1e-12)
+
+
+def _exact_beta(a: float, b: float, order: int) -> float:
+    """d^n/da^n beta(a, b) at the floats a and b (their exact sum, not its rounding), n = `order` <= 2."""
+    with mpmath.workdps(60):
+        x, y = mpmath.mpf(a), mpmath.mpf(b)
+        value, difference = mpmath.beta(x, y), mpmath.psi(0, x) - mpmath.psi(0, x + y)
+        if order == 0:
+            return float(value)
+        if order == 1:
+            return float(value * difference)
+        return float(value * (difference**2 + mpmath.psi(1, x) - mpmath.psi(1, x + y)))
+
+
+@pytest.mark.parametrize(("a", "b"), [(-10000.3, 0.7), (-117.3, 0.7), (-30.7, 0.7), (-2.5, 0.7), (-3.3, 2.5)])
+def test_beta_of_a_negative_argument_is_reflected(a, b):
+    # log|Gamma(a)| - log|Gamma(a + b)|, about -8.2e4 each at a = -10000.3, cancelled (1.6e4 eps off), and at
+    # -30.7 + 0.7, which rounds to the pole -30, beta's partial was 0 * inf (0.0 for -0.457) and its second
+    # derivative nan: beta(b, 1 - a - b) sin(pi (a + b)) / sin(pi a), the sine of the sum reduced exactly.
+    eps = float(np.finfo(np.float64).eps)
+    beta, slope = _registry_beta("value"), _registry_beta("first")
+    (value,) = beta([(a, b)])
+    assert value == pytest.approx(_exact_beta(a, b, 0), rel=16 * eps, abs=1e-300)
+    in_a, in_b = slope([(a, b), (b, a)])
+    assert in_a == pytest.approx(_exact_beta(a, b, 1), rel=64 * eps)
+    assert in_b == pytest.approx(_exact_beta(b, a, 1), rel=64 * eps)
+    second = _registry_beta("first", traced=True)
+    curvature = float(jax.grad(lambda x: second(x, jnp.asarray(b))[()])(jnp.asarray(a)))
+    assert curvature == pytest.approx(_exact_beta(a, b, 2), rel=1024 * eps)
 
 
 def test_sign_of_gamma_at_the_smallest_negative_subnormal():

@@ -222,3 +222,26 @@ def test_a_snippet_s_call_is_a_primary_and_its_sum_is_not():
     assert bound("return xp.clip(out_bar, lo, hi)") == PRIMARY
     assert bound("return out_bar * 2") == PRECEDENCE["Mul"]
     assert bound("return a if c else b") == LOOSEST
+
+
+@pytest.mark.parametrize(("printer", "module"), [(print_jax, "._util"), (print_torch, "._special")])
+def test_a_negative_rational_power_is_the_roots_power_not_a_quotient(printer, module):
+    """x**(-2/3) as nth_root(x, 3)**-2: the frameworks differentiate 1 / r**2 as -(1 / r**4) * 2 r r', inf * 0
+    at x = inf (where r' = 0), and r**-2 as -2 r**-3 r', 0.  The root is the runtime's, with a stated derivative."""
+    value, imports = printer(x ** sp.Rational(-2, 3))
+    assert value == Value("nth_root(x, 3)**-2", PRECEDENCE["Pow"])
+    assert {(i.module, i.name) for i in imports} == {(module, "nth_root")}
+
+
+@pytest.mark.parametrize("printer", [print_torch, print_jax])
+def test_a_condition_of_static_inputs_halved_is_python_arithmetic(printer):
+    """`_is_inf(s)` of a static s, s / 2 >= s: a 0-d tensor of s before, whose `where` of Python numbers torch makes
+    float32 (torch's default dtype) in a float64 rule.  Python's IEEE division now, and the `where` a conditional."""
+    from rulegen.plan.forms import float_forms
+
+    s, u = sp.Symbol("s", real=True), sp.Symbol("u", real=True)
+    expr = fn.Piecewise((sp.Float(0.5), (s > 0) & (fn.divided(s, 2) >= s)), (s / 3, True)) * u
+    rewritten = float_forms((u,), (), for_torch=printer is print_torch, scalars=frozenset({"s"}))(expr)
+    value, _ = printer(rewritten, scalars=frozenset({"s"}))
+    assert "_numbers.div(s, 2)" in value.text
+    assert "where" not in value.text and "tensor" not in value.text and "asarray" not in value.text, value.text

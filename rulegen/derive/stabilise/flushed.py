@@ -4,7 +4,7 @@ XLA sets the CPU's flush-to-zero and denormals-are-zero modes, in float32 and fl
 result of any operation is written as a zero of its sign, and a subnormal operand is read as one
 (`jnp.array([2.2e-308]) / 2` is 0, eagerly and under `jit`).  numpy and torch keep subnormals.  A form
 measured in numpy alone can be right there and wrong under JAX: cbrt's derivative as nth_root(1/x, 3)**2/3
-goes through 1/x, subnormal at the largest floats, and is 0 under XLA where 1/nth_root(x, 3)**2/3 is right.
+goes through 1/x, subnormal at the largest floats, and is 0 under XLA where nth_root(x, 3)**-2/3 is right.
 
 `flushed_call` runs a lambdified numpy function on arrays that flush every ufunc's result (operators and
 scipy's special functions are ufuncs) and every result of numpy's other functions (`where`, `select`), after

@@ -19,7 +19,6 @@ unpack_fields = _structures.unpack_fields
 unpack_keys = _structures.unpack_keys
 unpack_tuple = _structures.unpack_tuple
 binade = functools.partial(_scaling.binade, torch)
-nth_root = functools.partial(_scaling.nth_root, torch)
 
 
 def erfcx_series(order: int, x: torch.Tensor) -> torch.Tensor:
