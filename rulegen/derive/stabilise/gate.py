@@ -243,17 +243,13 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
     """
     variables = sampling.variables
     candidate = as_computed(candidate)
-    # Each form as the planners compute it: the derived one, kept, is computed so too (a KL divergence of two
-    # normals shares 0.5/q**2 between its quotients), and was not admissible in place of itself beside its written
-    # form; its exact value is the derived form's.
-    computed = as_computed(derived)
     for measured, columns in _validation(derived, sampling, seed):
         # Both forms at every validation point, once per way of computing: each test below reads them, the broken
         # points numpy's alone.
         def values(expr: sp.Expr, flushed: bool, columns: Sequence[np.ndarray] = columns, dtype: Any = measured.dtype):
             return _evaluated(expr, variables, columns, dtype, flushed=flushed)
 
-        for flushed, ours, theirs in both_ways(values, candidate, computed, columns) if len(columns[0]) else ():
+        for flushed, ours, theirs in both_ways(values, candidate, derived, columns) if len(columns[0]) else ():
             if ours is None or not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
                 return False
             if not flushed and _breaks_accurate_points(ours, theirs, derived, variables, columns, measured.dtype):
