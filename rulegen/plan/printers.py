@@ -95,7 +95,8 @@ QUOTIENT_IMPORT = Import("._util", "quotient")
 
 
 # What Python float arithmetic can print: the `math` functions and conditionals (MathFunction.numbers_alone).
-_SCALAR_FUNCTIONS = frozenset(f.name for f in fn.REGISTRY if f.numbers_alone in ("math", "python"))
+# `added`, a cancelling pair summed first (computation.sharing), is Python's `+` of what it adds.
+_SCALAR_FUNCTIONS = frozenset(f.name for f in fn.REGISTRY if f.numbers_alone in ("math", "python")) | {"added"}
 
 
 def printed_terms(total: sp.Add) -> list[sp.Expr]:

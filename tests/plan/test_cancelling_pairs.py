@@ -87,3 +87,20 @@ def test_a_number_over_a_shared_square_divides_each_use():
     with np.errstate(all="ignore"):
         value = float(np.asarray(fn_(*(np.asarray([v]) for v in point))).reshape(-1)[0])
     assert math.isfinite(value) and math.isclose(value, 1.6522502063060107e273, rel_tol=1e-12), value
+
+
+def test_a_pair_of_static_inputs_is_python_arithmetic():
+    # beta of static inputs in torch: cse kept a cancelling pair of the static a and b whole, and the printers, which
+    # write a function of static inputs alone as Python's math, took `added` for a tensor function:
+    # torch.exp((a - b) + ...) of a Python float raised TypeError.
+    a, b, c = sp.symbols("a b c", real=True)
+    emit = Emitter(print_torch, {"a", "b", "c"}, torch_forms({"a", "b", "c"}, ()), scalars={"a", "b", "c"})
+    pair = sp.exp(sp.loggamma(a) - sp.loggamma(b) + c)
+    block = emit.block([], [Result("r", pair)])
+    env: dict[str, object] = {"a": 3.5, "b": 2.5, "c": 0.25}
+    imports = import_statements(emit.imports | {Import("torch"), Import("math")})
+    relative = [line.replace("from ._", "from generated.torch._") for line in imports]
+    exec("\n".join(line.replace("from . import", "from generated.torch import") for line in relative), env)
+    exec("\n".join([*(a.line for a in block.lines), f"__result = ({block.result},)"]), env)
+    (value,) = env["__result"]  # type: ignore[misc]
+    assert math.isclose(float(value), 2.5 * math.exp(0.25), rel_tol=1e-14), block
