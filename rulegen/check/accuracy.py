@@ -174,11 +174,8 @@ class RuleAccuracy:
         return float(np.mean(np.concatenate(chosen))) if chosen else math.nan
 
     def read_points(self, dtype: str, backend: str) -> np.ndarray:
-        """Per point of `dtype`, whether `backend` computes with the inputs it was given: False where it reads a
-        subnormal input as 0 (XLA), so that what it returns there measures the platform, not the formula."""
-        if backend not in FLUSHES_SUBNORMALS or not self.inputs.get(dtype):
-            return np.ones((), bool)
-        return ~subnormal(list(self.inputs[dtype].values()), DTYPES[dtype])
+        """`read_as_given` at the rule's points of `dtype`."""
+        return read_as_given(list(self.inputs.get(dtype, {}).values()), dtype, backend)
 
     def inadmissible(self, source: str = "generated") -> list[Series]:
         """The series of `source` that are inf or nan at a point where the exact value is a finite float of the
@@ -657,6 +654,14 @@ def _measured(
 FLUSHES_SUBNORMALS = frozenset({"jax"})
 
 
+def read_as_given(inputs: Sequence[np.ndarray], dtype: str, backend: str) -> np.ndarray:
+    """Per point, whether `backend` computes with the `inputs` it was given: False where it reads a subnormal input
+    as 0 (XLA), so that what it returns there measures the platform, not the formula."""
+    if backend not in FLUSHES_SUBNORMALS or not inputs:
+        return np.ones((), bool)
+    return ~subnormal(inputs, DTYPES[dtype])
+
+
 def subnormal(values: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
     """Per point, whether any of `values` (inputs and the exact value) is a nonzero below the dtype's normals."""
     tiny = np.finfo(dtype).tiny
@@ -867,9 +872,7 @@ def _inadmissible_at(
         if exact_fn is None:
             continue
         values = np.broadcast_to(np.asarray(values, dtype=DTYPES[dtype]), arrays[0].shape)
-        suspect = ~np.isfinite(values)
-        if backend in FLUSHES_SUBNORMALS:
-            suspect &= ~subnormal(arrays, DTYPES[dtype])  # XLA reads a subnormal input as 0
+        suspect = ~np.isfinite(values) & read_as_given(arrays, dtype, backend)
         for j in np.flatnonzero(suspect):
             point = [float(a[j]) if isinstance(a, np.ndarray) else a for a in args]
             key = (exact_fn, *point)

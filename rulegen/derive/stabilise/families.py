@@ -571,15 +571,13 @@ def _log_of_sum_apart(
     total = e.args[0]
     if not total.is_Add:
         return e
-    products = [t for t in sp.Add.make_args(total) if factors(t) is not None]
+    products = [(t, parts) for t in sp.Add.make_args(total) if (parts := factors(t)) is not None]
     if len(products) != 1:
         return e
-    (p,) = products
+    ((p, parts),) = products
     q = total - p
     if not (p.is_nonnegative and q.is_nonnegative):
         return e
-    parts = factors(p)
-    assert parts is not None
     ratio = q / parts[0][0]
     for base, exponent in parts[1:]:
         for _ in range(abs(int(exponent))):
