@@ -216,3 +216,21 @@ def test_the_search_samples_pairs_of_inputs_that_nearly_agree():
         after = _numpy_function(chosen, (p, q))(at_p, at_q)
     assert abs(before - exact) > 1e-3 * abs(exact)  # some 50 bits wrong
     assert after == pytest.approx(exact, rel=1e-14)
+
+
+def test_the_gate_measures_the_derived_form_as_the_generated_code_computes_it():
+    # A KL divergence of two normals, 0.5 ((p/q)**2 + ((m - n)/q)**2 - 1 - log((p/q)**2)), is inf where (p/q)**2
+    # underflows (p = 5.2e-152, q = 2.3e56 in float64: exact 477.6); with the log taken apart there it is finite.
+    # The gate computed the derived form as sympy writes it (p**2/q**2, whose squares under- and overflow at
+    # points where the printers' (p/q)**2 does not): it looked finite where the generated code is inf, and the
+    # gate refused the form that mends it.
+    p, q = sp.symbols("p q", positive=True)
+    m, n = sp.symbols("m n", real=True)
+    half = sp.Float(0.5)  # as torch writes it
+    derived = half * ((p / q) ** 2 + ((m - n) / q) ** 2 - 1 - sp.log((p / q) ** 2))
+    sampling = Sampling(((m, Domain()), (p, Domain(gt=0)), (n, Domain()), (q, Domain(gt=0))))
+    chosen = _numpy_function(stabilise(derived, sampling).chosen, (m, p, n, q))
+    at = (0.0, 5.202575961034304e-152, -2.055522150006118e-58, 2.2786183944857622e56)
+    with np.errstate(all="ignore"):
+        value = chosen(*(np.float64(v) for v in at))
+    assert value == pytest.approx(477.612114754674, rel=1e-14)

@@ -236,20 +236,25 @@ def both_ways(
 def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0) -> bool:
     """Whether `candidate` may replace `derived`: on the validation sample (disjoint from the search's, special
     floats and mixed magnitudes included) it is finite wherever the exact value is a finite float of the dtype
-    and `derived` is finite, and no worse in mean bits (to within BUDGET.tie_bits) in either dtype.
+    and `derived` is finite, both as the generated code computes them (`as_computed`), and no worse in mean bits
+    (to within BUDGET.tie_bits) in either dtype.
 
     The invariant every chosen form keeps; the search decides on a few points, where a regime's threshold or a
     rescaling can look right and be nan one binade away (atan2's derivative split on |y| < 3.9e-14).
     """
     variables = sampling.variables
     candidate = as_computed(candidate)
+    # Both forms as the generated code computes them: sympy writes (p/q)**2 as p**2/q**2, whose squares under-
+    # and overflow where the printers' quotient does not, and the derived form measured so was finite where the
+    # code shipped is inf.  The exact values are the derived form's, as written.
+    computed = as_computed(derived)
     for measured, columns in _validation(derived, sampling, seed):
         # Both forms at every validation point, once per way of computing: each test below reads them, the broken
         # points numpy's alone.
         def values(expr: sp.Expr, flushed: bool, columns: Sequence[np.ndarray] = columns, dtype: Any = measured.dtype):
             return _evaluated(expr, variables, columns, dtype, flushed=flushed)
 
-        for flushed, ours, theirs in both_ways(values, candidate, derived, columns) if len(columns[0]) else ():
+        for flushed, ours, theirs in both_ways(values, candidate, computed, columns) if len(columns[0]) else ():
             if ours is None or not _finite_where_exact(ours, theirs, derived, variables, columns, measured.dtype):
                 return False
             if not flushed and _breaks_accurate_points(ours, theirs, derived, variables, columns, measured.dtype):
@@ -259,7 +264,7 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
         after = _measured_bits(candidate, variables, measured)
         if after is None:
             return False
-        before = _measured_bits(derived, variables, measured)
+        before = _measured_bits(computed, variables, measured)
         if before is not None and after > before + BUDGET.tie_bits:
             return False
     return True
