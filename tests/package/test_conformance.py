@@ -601,6 +601,14 @@ def test_a_complex_value_below_the_floats_is_no_real_value():
     assert _exact(second, (1e200,)) is not None
 
 
+def test_no_second_derivative_is_taken_in_an_input_where_the_first_is_complex():
+    # x**y's in y at (-1, 1e200) is i pi, its second -pi**2 (real): no value of (-1)**y, real at integers alone.
+    float64 = np.dtype("float64")
+    assert _complex_first(SPECIALS["pow"], 1, (-1.0, 1e200), float64)
+    assert not _complex_first(SPECIALS["pow"], 1, (2.0, 1.5), float64)
+    assert not _complex_first(SPECIALS["pow"], 0, (-1.0, 1e200), float64)  # in x: 1e200 (-1)**(1e200 - 1), real
+
+
 def test_a_point_mpmath_does_not_return_at_fails_unless_it_is_given_up(monkeypatch):
     def hangs(x: object) -> object:
         while True:
