@@ -203,6 +203,42 @@ def _atan2_slope_jvp(
     return _pair_jvp(atan2_slope, _scaling.atan2_curvature, primals, tangents)
 
 
+@jax.custom_jvp
+def power_slope(x: jax.Array, y: jax.Array) -> jax.Array:
+    """d/dx x**y = y x**(y - 1) (`_scaling.power_slope`), differentiated by the registry's
+    partials (`_scaling.power_curvature`) at every order."""
+    return _scaling.power_slope(jnp, *_inexact(x, y))
+
+
+@functools.partial(power_slope.defjvp, symbolic_zeros=True)
+def _power_slope_jvp(
+    primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+) -> tuple[jax.Array, jax.Array]:
+    return _pair_jvp(power_slope, _power_curvature, primals, tangents)
+
+
+def _power_curvature(xp: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return _scaling.power_curvature(xp, xlogy, *_inexact(x, y))
+
+
+@jax.custom_jvp
+def power_log(x: jax.Array, y: jax.Array) -> jax.Array:
+    """d/dy x**y = xlogy(x**y, x) (`_scaling.power_log`), differentiated by the registry's
+    partials (`_scaling.power_log_curvature`) at every order."""
+    return _scaling.power_log(jnp, xlogy, *_inexact(x, y))
+
+
+@functools.partial(power_log.defjvp, symbolic_zeros=True)
+def _power_log_jvp(
+    primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+) -> tuple[jax.Array, jax.Array]:
+    return _pair_jvp(power_log, _power_log_curvature, primals, tangents)
+
+
+def _power_log_curvature(xp: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return _scaling.power_log_curvature(xp, xlogy, *_inexact(x, y))
+
+
 def _joint(name: str, rows: slice) -> Any:
     """`_scaling`'s joint function `name` (several partials of a point on one scaling) as a
     custom_jvp, differentiated by `plane_curvature`'s `rows`: an input held constant adds no

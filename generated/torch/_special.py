@@ -411,6 +411,26 @@ def _joint(name: str, outputs: int) -> Any:
 _HYPOT_SLOPE = _pair_differentiated_by("_HypotSlope", _hypot_slope_value, _hypot_curvature)
 _ATAN2_SLOPE = _pair_differentiated_by("_Atan2Slope", _atan2_slope_value, _atan2_curvature)
 
+
+def _power_slope_value(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return _scaling.power_slope(torch, x, y)
+
+
+def _power_curvature(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _scaling.power_curvature(torch, torch.special.xlogy, x, y)
+
+
+def _power_log_value(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return _scaling.power_log(torch, torch.special.xlogy, x, y)
+
+
+def _power_log_curvature(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _scaling.power_log_curvature(torch, torch.special.xlogy, x, y)
+
+
+_POWER_SLOPE = _pair_differentiated_by("_PowerSlope", _power_slope_value, _power_curvature)
+_POWER_LOG = _pair_differentiated_by("_PowerLog", _power_log_value, _power_log_curvature)
+
 #: Which of `plane_curvature`'s rows each joint function's outputs are.
 _ROWS = {"hypot_slopes": slice(0, 2), "atan2_slopes": slice(2, 4), "plane_slopes": slice(0, 4)}
 _JOINT = {name: _joint(name, rows.stop - rows.start) for name, rows in _ROWS.items()}
@@ -445,6 +465,18 @@ def atan2_slope(u: torch.Tensor | float, v: torch.Tensor | float) -> torch.Tenso
     """u / (u**2 + v**2) (`_scaling.atan2_slope`), differentiated by the registry's partials at
     every order."""
     return _pair_applied(_ATAN2_SLOPE, _atan2_slope_value, u, v)
+
+
+def power_slope(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
+    """d/dx x**y = y x**(y - 1) (`_scaling.power_slope`), differentiated by the registry's
+    partials (`_scaling.power_curvature`) at every order."""
+    return _pair_applied(_POWER_SLOPE, _power_slope_value, x, y)
+
+
+def power_log(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
+    """d/dy x**y = xlogy(x**y, x) (`_scaling.power_log`), differentiated by the registry's
+    partials (`_scaling.power_log_curvature`) at every order."""
+    return _pair_applied(_POWER_LOG, _power_log_value, x, y)
 
 
 def _joint_applied(name: str, x: torch.Tensor | float, y: torch.Tensor | float) -> Any:

@@ -21,11 +21,12 @@ from rulegen.derive.functions import (
     BY_NAME,
     Piecewise,
     betaln,
-    divided,
     erfcx,
     gamma_sign,
     logaddexp,
     one_plus_erf,
+    power_log,
+    power_slope,
     sigmoid,
     sigmoid_slope,
     silu_derivative,
@@ -249,16 +250,17 @@ CANONICAL_FORMS = (
         ReplaceOptim(lambda e: e.is_Add and _one_plus_erf(e) is not e, _one_plus_erf),
         writes=("one_plus_erf",),
     ),
-    # p * b**(p - 1) -> p * b**p / b where b**(p - 1) overflows: x**y's derivative in x at x = 2.5e-311, y = -1e-100
-    # (-5.3e210), where the quotient of the output is right and the power inf
+    # p * b**(p - 1) -> power_slope(b, p): x**y's derivative in x, right where the power overflows (x = 2.5e-311,
+    # y = -1e-100: -5.3e210) and differentiated by its stated partials
     CanonicalForm(
         ReplaceOptim(lambda e: e.is_Mul and _power_derivative(e) is not None, lambda e: _power_derivative(e)),
-        writes=("divided", "Piecewise", "Abs", "floor"),
+        writes=("power_slope",),
     ),
-    # b**p * log(b) -> xlogy(b**p, b): 0 * -inf, nan, at b = 0, where the limit and the frameworks' derivative are 0
+    # b**p * log(b) -> power_log(b, p), xlogy(b**p, b): 0 * -inf, nan, at b = 0, where the limit and the
+    # frameworks' derivative are 0; differentiated by its stated partials
     CanonicalForm(
         ReplaceOptim(lambda e: e.is_Mul and _power_times_log(e) is not None, lambda e: _power_times_log(e)),
-        writes=("xlogy",),
+        writes=("power_log", "xlogy"),
     ),
     CanonicalForm(  # log(erfcx(u)) -> u**2 + log(erfc(u)) where u < 0: erfcx(u) ~ 2*exp(u**2) overflows there
         ReplaceOptim(
@@ -285,54 +287,34 @@ def _exponents_of_log_of_sum(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
 
 
 def _power_derivative(product: sp.Mul) -> sp.Expr | None:
-    """p * b**(p - 1) (p a variable) times the rest, as itself where it is finite, else as p * b**p / b; None for any
-    other product.  The power overflows where p is tiny and b subnormal (x**(-1e-100) is 1, x**(-1 - 1e-100) inf);
-    the quotient is 0 or inf where b**p under- or overflows: each where the other is not.
-
-    Below b = 0 the power is -(-1)**p * |b|**(p - 1): p - 1 rounds to p past 2**53 (2**24 in float32), and
-    b**(p - 1) with it takes the parity of p, the wrong sign (x**y's derivative at (-1, 1e200) was 1e200)."""
+    """p * b**(p - 1) (p a variable) times the rest, as `power_slope(b, p)` times the rest; None for any other
+    product.  The runtime computes it right where the power overflows (x**(-1 - 1e-100) at a subnormal x) and
+    below b = 0 (p - 1 rounds to p past 2**53), and differentiates it by its stated partials, whole: autodiff of
+    the product is 0 * inf at p = 0 beside a subnormal b, and p (p - 1) times an overflowed b**(p - 2)
+    (`functions.power_slope`)."""
     factors = list(product.args)
     for f in factors:
         if f.is_Pow and not f.base.is_number and not f.exp.is_number and (f.exp + 1) in factors:
             p, b = f.exp + 1, f.base
             rest = [g for g in factors if g is not f]
             rest.remove(p)
-            negative, size = _signed_power(b, p)
-            # Only below |b| = 1 (above, b**p overflows too), not at 0, where the derivative is inf or 0, and where
-            # |p| < 1, where p * b**(p - 1) is finite though the power is not (p = 0 too: 0 * inf).  With |p| >= 1
-            # the derivative overflows too, and the power's own derivative is the one its inf needs.  |b|, not the
-            # magnitude's pieces: a condition on a Piecewise is folded into one per piece, each its own power.
-            overflows = sp.And(sp.Eq(sp.Abs(b) ** (p - 1), sp.oo), sp.Abs(b) < 1, sp.Ne(b, 0), sp.Abs(p) < 1)
-            # b a stand-in where the quotient is not taken: its derivative there, times the `where`'s 0, is finite.
-            taken = Piecewise((b, overflows), (sp.S.One, True))
-            quotient = divided(p * taken**p, taken)
-            # The sign a branch of its own: a `where` between two constants is a tensor torch.compile cannot make
-            # (`torch.tensor(-1, dtype=torch.result_type(x, y))` breaks a fullgraph backward).
-            signed = Piecewise((quotient, overflows), (-p * size, negative), (p * size, True))
-            return sp.Mul(*rest, signed)
+            return sp.Mul(*rest, power_slope(b, p))
     return None
 
 
-def _signed_power(b: sp.Expr, p: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
-    """b**(p - 1) as where it is negative and its magnitude: negative where b < 0 (or -0) and p is an even
-    integer, and (-b)**(p - 1) where b < 0 (or -0) and p is an integer.  p - 1 rounds to p past 2**53 (2**24 in
-    float32), and b**(p - 1) with it takes the parity of p; p / 2 is exact, an integer where p is even.
-    Elsewhere b**(p - 1) whole, IEEE's: nan below 0 at every other p, but 0 at (-inf, -1.5), and at p = 1e-300,
-    where p - 1 rounds to -1, the frameworks' own."""
-    # -0 too (1 / b < 0): (-0)**(-1e308 - 1) is -inf, and XLA reads b = -5e-324 as -0.
-    signed = sp.And(sp.Or(b < 0, 1 / b < 0), sp.Eq(sp.floor(p), p))
-    return sp.And(signed, sp.Eq(sp.floor(p / 2), p / 2)), Piecewise((-b, signed), (b, True)) ** (p - 1)
-
-
 def _power_times_log(product: sp.Mul) -> sp.Expr | None:
-    """A product of b**p and log(b) as xlogy(b**p, b) times the rest (x**y's derivative in y); None without both."""
+    """A product of b**p and log(b) as `power_log(b, p)` times the rest (x**y's derivative in y, xlogy(b**p, b)
+    differentiated by its stated partials: autodiff of xlogy's log(b) times b**p log(b) is -inf * 0 at b = 0),
+    xlogy(b**p, b) of a number p; None without both."""
     logs = {f.args[0]: f for f in product.args if isinstance(f, sp.log)}
     for f in product.args:
         if f.is_Pow and not f.base.is_number and f.base in logs:
             rest = list(product.args)
             rest.remove(f)
             rest.remove(logs[f.base])
-            return sp.Mul(*rest, xlogy(f, f.base))
+            # A number's power is a function of b alone, whose xlogy autodiff differentiates as it is.
+            found = xlogy(f, f.base) if f.exp.is_number else power_log(f.base, f.exp)
+            return sp.Mul(*rest, found)
     return None
 
 

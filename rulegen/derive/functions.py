@@ -170,6 +170,81 @@ class xlogy(sp.Function):  # noqa: N801
     _eval_rewrite_as_tractable = _eval_rewrite_as_log
 
 
+class power_slope(sp.Function):  # noqa: N801
+    """power_slope(b, p) = d/db b**p = p b**(p - 1), the runtime's `power_slope` in both backends
+    (`_scaling.power_slope`: right where the power overflows, y b**y / b there, and below b = 0, where p - 1
+    rounds to p past 2**53), differentiated by its partials as stated here, each computed whole
+    (`_scaling.power_curvature`).
+
+    Autodiff of the product is 0 * inf at p = 0 beside a subnormal b (x**0's second derivative, 0), and
+    p (p - 1) times an overflowed b**(p - 2) at (2.2e-308, 5e-324), where the derivative is -9.98e291.
+    """
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        b, p = self.args
+        if argindex == 1:
+            return p * power_slope(b, p - 1)
+        if argindex == 2:
+            return b ** (p - 1) * (1 + p * sp.log(b))
+        raise ArgumentIndexError(self, argindex)
+
+    def _eval_rewrite_as_power(self, b: sp.Expr, p: sp.Expr, **kwargs: object) -> sp.Expr:
+        return p * b ** (p - 1)
+
+    _eval_rewrite_as_tractable = _eval_rewrite_as_power
+
+
+class power_log(sp.Function):  # noqa: N801
+    """power_log(b, p) = d/dp b**p = b**p log(b), the runtime's `power_log` in both backends (xlogy(b**p, b): 0
+    at b = 0 beside p > 0, where the product is 0 * -inf), differentiated by its partials as stated here, each
+    computed whole (`_scaling.power_log_curvature`): autodiff of xlogy(b**p, b) in p is log(b) times
+    b**p log(b), -inf * 0 at b = 0, where b**p log(b)**2 is 0 (xlogy(xlogy(b**p, b), b))."""
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        b, p = self.args
+        if argindex == 1:
+            return b ** (p - 1) * (1 + p * sp.log(b))
+        if argindex == 2:
+            return power_log(b, p) * sp.log(b)
+        raise ArgumentIndexError(self, argindex)
+
+    def _eval_rewrite_as_log(self, b: sp.Expr, p: sp.Expr, **kwargs: object) -> sp.Expr:
+        return b**p * sp.log(b)
+
+    _eval_rewrite_as_tractable = _eval_rewrite_as_log
+
+
+def power_slope_of(b: Any, p: Any) -> Any:
+    """power_slope in numpy, as the runtime computes it: the accuracy search's evaluation."""
+    with np.errstate(all="ignore"):
+        return _scaling.power_slope(np, *np.broadcast_arrays(np.asarray(b, dtype=float), np.asarray(p)))
+
+
+def power_log_of(b: Any, p: Any) -> Any:
+    """power_log in numpy, as the runtime computes it: the accuracy search's evaluation."""
+    import importlib
+
+    xlogy_of = importlib.import_module("scipy.special").xlogy
+    with np.errstate(all="ignore"):
+        return _scaling.power_log(np, xlogy_of, *np.broadcast_arrays(np.asarray(b, dtype=float), np.asarray(p)))
+
+
+def _mp_power_slope(b: mpmath.mpf, p: mpmath.mpf) -> mpmath.mpf:
+    # 0 at p = 0 (b**0 is 1 at every b, 0 too).
+    return mpmath.mpf(0) if p == 0 else p * b ** (p - 1)
+
+
+def _mp_power_log(b: mpmath.mpf, p: mpmath.mpf) -> mpmath.mpf:
+    # Its limit at b = 0: 0 beside p > 0, -inf beside p <= 0 (mpmath's 0 * -inf is nan).
+    if b == 0:
+        return mpmath.mpf(0) if p > 0 else mpmath.mpf("-inf")
+    return b**p * mpmath.log(b)
+
+
 class bessel_i0(sp.Function):  # noqa: N801
     """Modified Bessel function of the first kind, order 0."""
 
@@ -2133,6 +2208,27 @@ REGISTRY: tuple[MathFunction, ...] = (
         # XLA's log reads a subnormal y as 0 where its pow does not (x**y log(x), pow's derivative in y, was
         # 1 * -inf at (5e-324, 2.2e-308)): the runtime's xlogy reads it from its bits.
         jax_runtime="xlogy",
+    ),
+    # x**y's partials, printed as the runtime's: differentiated by the registry's derivatives.
+    MathFunction(
+        "power_slope",
+        power_slope,
+        numpy="rulegen.derive.functions.power_slope_of",
+        mpmath=_mp_power_slope,
+        jax_runtime="power_slope",
+        torch_runtime="power_slope",
+        torch_one_kernel=False,
+        internal=True,
+    ),
+    MathFunction(
+        "power_log",
+        power_log,
+        numpy="rulegen.derive.functions.power_log_of",
+        mpmath=_mp_power_log,
+        jax_runtime="power_log",
+        torch_runtime="power_log",
+        torch_one_kernel=False,
+        internal=True,
     ),
     MathFunction(
         "bessel_i0",

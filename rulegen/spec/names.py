@@ -80,6 +80,8 @@ HELPER_NAMES = frozenset(
         "host_op",
         "hurwitz_zeta",
         "hypot_slope",
+        "power_slope",
+        "power_log",
         "xlogy",
         "linear_map",
         "no_forward_mode",

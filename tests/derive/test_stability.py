@@ -67,11 +67,12 @@ FORM_EXAMPLES = {
     "Piecewise": [],
     "exp": [],
     "erfc": [sp.log(fn.erfcx(X)), 2 * sp.log(fn.erfcx(-X))],
-    "divided": [X * (X + 1) ** (X - 1), 3 * X * sp.exp(X) ** (X - 1)],
+    "power_slope": [X * (X + 1) ** (X - 1), 3 * X * sp.exp(X) ** (X - 1)],
     "Abs": [],
     "floor": [],
     "betaln": [sp.log(fn.FUNCTIONS["beta"](P, P + 1)), sp.log(fn.FUNCTIONS["beta"](2 * P, sp.S.Half))],
-    "xlogy": [(X + 1) ** X * sp.log(X + 1), 2 * sp.exp(X) ** X * sp.log(sp.exp(X))],
+    "power_log": [(X + 1) ** X * sp.log(X + 1), 2 * sp.exp(X) ** X * sp.log(sp.exp(X))],
+    "xlogy": [(X + 1) ** 2 * sp.log(X + 1)],
 }
 
 
