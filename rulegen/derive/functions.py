@@ -716,6 +716,13 @@ class cotangent_term(sp.Function):  # noqa: N801
     nargs = 2
 
 
+class cotangent_product(sp.Function):  # noqa: N801
+    """cotangent_product(c, e): e, a product with the cotangent c that one of torch's native kernels computes
+    (`-softplus_backward(c, u, 1, 40)` for c * (-sigmoid(u))), or nothing where c is absent (None)."""
+
+    nargs = 2
+
+
 class cotangent_sum(sp.Function):  # noqa: N801
     """cotangent_sum(x, t1, t2, ...): the sum of the `cotangent_term`s present, in the shape of x.
 
@@ -2405,6 +2412,8 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("tanh_backward", tanh_backward, internal=True, torch_only=True, torch_one_kernel=True),
     # Printed as `None if c is None else c * p`: a term for a cotangent (or tangent) that may be absent.
     MathFunction("cotangent_term", cotangent_term, internal=True),
+    # Printed as `None if c is None else e`: a term computed with its cotangent in one native kernel.
+    MathFunction("cotangent_product", cotangent_product, internal=True),
     # Printed as the runtime's `summed_like(x, *terms)` (torch/_function.py, jax/_util.py): the present terms' sum.
     MathFunction("cotangent_sum", cotangent_sum, internal=True),
     MathFunction(

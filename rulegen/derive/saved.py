@@ -174,18 +174,27 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
     arrays = {d.symbols[i.name] for i in d.rule.inputs if not i.static}
     outputs = {e: d.symbols[n] for n, e in d.forward}
     cost = _cost_model(fused=d.rule.fuse, arrays=arrays)
+    autodiff_kept = _autodiff_saved(forward, arrays)
+    # Compiled, arithmetic is free; complex, the backward reads a saved value through a conjugation, a pass
+    # of its own, where recomputing conjugates the inputs instead.
+    once = d.rule.fuse or d.rule.complex
+    unfolded = (
+        set()
+        if once
+        else {e for e in autodiff_kept if _one_pass_that_does_not_fold(e, arrays) and _stands_in(e, partials, arrays)}
+    )
     candidates = sorted(
         (
             e
             for e in _shared_with_forward(forward, partials)
-            if e.free_symbols & arrays and (e in outputs or cost(e) > 1)
+            if e.free_symbols & arrays and (e in outputs or cost(e) > 1 or e in unfolded)
         ),
         key=lambda e: (e not in outputs, -cost(e), sp.default_sort_key(e)),
     )
     prefix = "saved"
     while any(n.startswith(prefix) for n in taken):
         prefix = "_" + prefix
-    budget = len(_autodiff_saved(forward, arrays))
+    budget = len(autodiff_kept)
 
     def choose(candidates: Sequence[sp.Expr], partials: Sequence[sp.Expr]) -> dict[sp.Expr, sp.Symbol]:
         chosen: dict[sp.Expr, sp.Symbol] = {}
@@ -207,26 +216,33 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
 
     chosen = choose(candidates, partials)
     # What one cheap operation computes from the rest (a product beside its factors, x / s beside s, |y|
-    # beside y) costs a tensor until backward to spare one pass: recomputed, and the choice made again.
+    # beside y) costs a tensor until backward to spare one pass: recomputed, and the choice made again.  But
+    # for one operation autodiff keeps too, whose pass no constant of the backward absorbs and which the
+    # backward reads in place of its inputs (`1 - z` of softplus(1 - z)): recomputing it is a kernel more than
+    # autodiff runs, keeping it no more than autodiff keeps.
     recomputed: set[sp.Expr] = set()
-    while derived := _one_step_from_the_rest(chosen, outputs, arrays):
+    while derived := _one_step_from_the_rest(chosen, outputs, arrays, unfolded):
         recomputed |= derived
         chosen = choose([e for e in candidates if e not in recomputed], partials)
     return chosen
 
 
 def _one_step_from_the_rest(
-    chosen: Mapping[sp.Expr, sp.Symbol], outputs: Mapping[sp.Expr, sp.Symbol], arrays: set[sp.Symbol]
+    chosen: Mapping[sp.Expr, sp.Symbol],
+    outputs: Mapping[sp.Expr, sp.Symbol],
+    arrays: set[sp.Symbol],
+    unfolded: Iterable[sp.Expr] = (),
 ) -> set[sp.Expr]:
-    """The chosen intermediates that one cheap operation computes from the inputs, outputs and other ones kept.
+    """The chosen intermediates that one cheap operation computes from the inputs, outputs and other ones kept,
+    but those `unfolded` (`_one_pass_that_does_not_fold`, which autodiff keeps too).
 
     Taken from the cheapest up, each against those kept before it: of b, 1 / b and x / b, b stays and the
     others are a division from it.
     """
-    kept = {e: s for e, s in chosen.items() if e in outputs}
+    kept = {e: s for e, s in chosen.items() if e in outputs or e in unfolded}
     found: set[sp.Expr] = set()
     for expr in sorted(
-        (e for e in chosen if e not in outputs), key=lambda e: (recompute_cost(e, arrays), sp.default_sort_key(e))
+        (e for e in chosen if e not in kept), key=lambda e: (recompute_cost(e, arrays), sp.default_sort_key(e))
     ):
         # One pass: one operation, a selection or a quotient (not a function, which costs two).
         if recompute_cost(saved_form(expr, kept), arrays | set(kept.values()), _CHEAP) <= 1:
@@ -234,6 +250,26 @@ def _one_step_from_the_rest(
         else:
             kept[expr] = chosen[expr]
     return found
+
+
+def _one_pass_that_does_not_fold(expr: sp.Expr, arrays: set[sp.Symbol]) -> bool:
+    """Whether recomputing `expr` is one pass of eager torch that the backward cannot absorb: not a scale
+    (`x / sqrt(2)`, `beta * x`), which folds into a constant of a product or into softplus_backward's beta, but a
+    shift or a difference (`1 - z`, `x - y`), a product of arrays or a power."""
+    if recompute_cost(expr, arrays) != 1:
+        return False
+    return not (expr.is_Mul and sum(1 for a in expr.args if a.free_symbols & arrays) == 1)
+
+
+def _stands_in(expr: sp.Expr, partials: Sequence[sp.Expr], arrays: set[sp.Symbol]) -> bool:
+    """Whether the partials, reading `expr`, read none of the arrays it is computed from: kept, it takes their
+    place in the backward (`1 - z` of softplus(1 - z)'s `-sigmoid(1 - z)`), where beside them it would spare one
+    pass of the backward for one more tangent to compute in forward mode (`x**2` beside the `2*x` of log1p(x**2)'s
+    partial)."""
+    symbol = sp.Dummy("kept")
+    rewritten = [as_factor(p, expr, symbol) for p in partials]
+    read = set().union(*(r.free_symbols for r in rewritten))
+    return symbol in read and not read & expr.free_symbols & arrays
 
 
 def _description(expr: sp.Expr) -> str:

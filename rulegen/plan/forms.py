@@ -127,6 +127,10 @@ def corrections(backend: Literal["jax", "torch"]) -> Callable[[sp.Expr], sp.Expr
     return lambda expr: expr.replace(lambda e: builder(e) is not None, replace)
 
 
+#: What `torch_forms` writes: each one kernel of torch's.
+NATIVE_KERNELS = (silu, silu_backward, softplus_scaled, sigmoid_product, tanh_backward)
+
+
 def torch_forms(
     scalars: Iterable[str], integral: Iterable[str], tanh_values: Iterable[str] = ()
 ) -> Callable[[sp.Expr], sp.Expr]:

@@ -180,6 +180,10 @@ class _ArrayCode:
             return f"None if {self._print(cotangent)} is None else {product}"
         return f"({self._print(cotangent)}, {self._print(partial)})"
 
+    def _print_cotangent_product(self, expr: fn.cotangent_product) -> str:
+        cotangent, product = expr.args
+        return f"None if {self._print(cotangent)} is None else {self._print(product)}"
+
     def _helper_call(self, helper: Import, *args: sp.Basic) -> str:
         """A call of the runtime's `helper` (imported by name) on `args`."""
         assert helper.name is not None
@@ -545,6 +549,7 @@ class _ArrayCode:
         "divided": PRECEDENCE["Mul"],  # `x / s`, `x * t`
         "Heaviside": PRECEDENCE["Mul"],  # `(sign(x) + 1) / 2`
         "cotangent_term": LOOSEST,  # `(c, p)`, `None if c is None else c * p`
+        "cotangent_product": LOOSEST,  # `None if c is None else e`
     }
     #: Registered functions the printers write as another expression, by the function that gives it.
     rewritten: ClassVar[dict[str, Callable[[sp.Basic], sp.Basic]]] = {

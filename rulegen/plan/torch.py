@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 import sympy as sp
 
 from rulegen.computation.cost import eager_passes
-from rulegen.derive.functions import cotangent_sum, cotangent_term
+from rulegen.derive.functions import cotangent_product, cotangent_sum, cotangent_term
 from rulegen.derive.partials import Derivation
 from rulegen.plan.code import (
     Assign,
@@ -27,7 +27,14 @@ from rulegen.plan.code import (
     fits_a_line,
 )
 from rulegen.plan.emit import Emitter, Printer, joint_calls
-from rulegen.plan.forms import corrections, float_anchors, float_forms, integral_arrays, torch_forms
+from rulegen.plan.forms import (
+    NATIVE_KERNELS,
+    corrections,
+    float_anchors,
+    float_forms,
+    integral_arrays,
+    torch_forms,
+)
 from rulegen.plan.header import (
     NAMED_TUPLE_IMPORT,
     array_arguments,
@@ -485,11 +492,31 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
 
 
 def _terms_of_present_cotangents(t: _Torch, name: str) -> sp.Expr:
-    """The gradient of input `name`: each output's and residual's partial times its cotangent, where present."""
+    """The gradient of input `name`: each output's and residual's partial times its cotangent, where present.
+
+    Where one of torch's native kernels computes an output's partial times its cotangent (`-out_bar *
+    sigmoid(u)`, softplus's backward, negated), the term is that product (`cotangent_product`), not a pair for
+    the runtime to multiply: for a rule of one differentiable input, whose other gradients cse could share it
+    with (computing it before its cotangent is known present) there are none.
+    """
     partials = [(o, t.backward_partials.get((o, name), sp.S.Zero)) for o in t.outputs]
     partials += [(r, t.conjugated(t.residual_partials.get((r, name), sp.S.Zero))) for r in t.residual_names]
-    terms = [cotangent_term(t.symbols[cotangent(n)], p) for n, p in partials if p != 0]
+
+    def term(n: str, p: sp.Expr) -> sp.Expr:
+        c = t.symbols[cotangent(n)]
+        if n in t.outputs and len(t.diff_inputs) == 1:
+            native = t.forms(*(cotangent(m) for m in (*t.outputs, *t.residual_names) if m != n))
+            if _native_kernels(product := native(c * p)) > _native_kernels(native(p)):
+                return cotangent_product(c, product)
+        return cotangent_term(c, p)
+
+    terms = [term(n, p) for n, p in partials if p != 0]
     return cotangent_sum(t.symbols[name], *terms) if terms else sp.S.Zero
+
+
+def _native_kernels(expr: sp.Expr) -> int:
+    """How many of torch's one-kernel forms (`plan.forms.torch_forms`) `expr` computes."""
+    return sum(1 for node in sp.preorder_traversal(expr) if isinstance(node, NATIVE_KERNELS))
 
 
 def _backward(t: _Torch, emit: Emitter) -> _Backward:

@@ -30,6 +30,7 @@ rules:
   - {name: z_gamma2_log_prob, inputs: {x: {domain: [0.01, 10], assume: positive}}, forward: log(x) - x}
   - {name: z_poisson_nll, inputs: {r: {}, y: {domain: [0, 10]}}, forward: exp(r) - y * r}
   - {name: z_normal_log_prob, inputs: [x, mu], forward: -(x - mu)**2 / 2 - log(sqrt(2 * pi))}
+  - {name: z_hinge_smooth, inputs: [z], forward: softplus(1 - z)}
 """
 WRITTEN: dict[str, Callable[..., torch.Tensor]] = {
     "z_squared_error": lambda x, y: (x - y) ** 2 / 2,
@@ -38,6 +39,7 @@ WRITTEN: dict[str, Callable[..., torch.Tensor]] = {
     "z_gamma2_log_prob": lambda x: torch.log(x) - x,
     "z_poisson_nll": lambda r, y: torch.exp(r) - y * r,
     "z_normal_log_prob": lambda x, mu: -((x - mu) ** 2) / 2 - math.log(math.sqrt(2 * math.pi)),
+    "z_hinge_smooth": lambda z: torch.nn.functional.softplus(1 - z),
 }
 WRITTEN_JAX = {
     "z_squared_error": lambda x, y: (x - y) ** 2 / 2,

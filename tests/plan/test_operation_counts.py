@@ -22,6 +22,7 @@ from rulegen.plan import Result, plan_jax, plan_torch
 from rulegen.plan.emit import Emitter
 from rulegen.plan.forms import torch_forms
 from rulegen.plan.printers import print_jax, print_torch, print_torch_framework
+from rulegen.runtime.torch._function import summed_like
 from rulegen.spec.rules import read_rule_file
 
 X, Y = sp.symbols("x y", real=True)
@@ -134,9 +135,37 @@ def test_under_fast_a_factor_the_partials_share_multiplies_the_tangents_once(tmp
 
 def test_a_negated_function_times_the_cotangent_is_one_native_kernel_negated(tmp_path):
     # softplus(1 - z)'s partial -sigmoid(1 - z): out_bar * (-sigmoid(1 - z)) was a sigmoid, a negation and a
-    # product; as -(out_bar * sigmoid(1 - z)) it is softplus's own backward kernel, negated.
+    # product; as -(out_bar * sigmoid(1 - z)) it is softplus's own backward kernel, negated.  With the residual
+    # 1 - z kept, the lone output's term is that product too, not a pair summed_like multiplies (sigmoid, neg, mul).
     path = tmp_path / "r.yaml"
     path.write_text("name: hinge\ninputs: [z]\nforward: softplus(1 - z)\n")
     (rule,) = read_rule_file(path)
-    backward = plan_torch(derive_rule(rule)).backward
-    assert backward.result.replace(" ", "").startswith("-torch.ops.aten.softplus_backward(out_bar,"), backward.result
+    plan = plan_torch(derive_rule(rule))
+    backward = plan.backward.result.replace(" ", "")
+    assert "else-torch.ops.aten.softplus_backward(out_bar,saved_value,1.0," in backward, backward
+    values = {"z": torch.linspace(-2.0, 2.0, 16, dtype=torch.float64)}
+    values["saved_value"], values["out_bar"] = 1 - values["z"], torch.ones(16, dtype=torch.float64)
+    counted = _kernels(plan.backward.result, {"summed_like": summed_like, "saved_value_bar": None, **values})
+    assert counted == Counter({"softplus_backward": 1, "neg": 1}), counted  # autodiff's two
+    # gradcheck calls backward with the output's cotangent absent too: the residual's term alone.
+    values["out_bar"], values["saved_value_bar"] = None, torch.ones(16, dtype=torch.float64)
+    assert eval(plan.backward.result, {"torch": torch, "summed_like": summed_like, **values}).tolist() == [-1.0] * 16
+
+
+def test_a_one_operation_argument_autodiff_keeps_is_kept_where_it_stands_in_for_the_input(tmp_path):
+    # softplus(1 - z): recomputing 1 - z in backward was a kernel more than autodiff, which keeps it (backward
+    # 3 kernels against 2, torch.func.jvp 5 against 4).  The backward reads it in place of z, and forward mode
+    # chains through its tangent, -z_dot, into softplus's backward kernel: 4 kernels, as autodiff.
+    path = tmp_path / "r.yaml"
+    path.write_text("name: hinge\ninputs: [z]\nforward: softplus(1 - z)\n")
+    (rule,) = read_rule_file(path)
+    plan = plan_torch(derive_rule(rule))
+    assert plan.saved == ("z", "saved_value")
+    assert "z-1" not in plan.backward.result.replace(" ", "")  # z only for summed_like's shape
+    jvp = "\n".join([*(a.line for a in plan.jvp.lines), plan.jvp.result]).replace(" ", "")
+    assert "saved_value_dot=-z_dot" in jvp and "softplus_backward(saved_value_dot,saved_value,1.0," in jvp, jvp
+    # Beside its input it would spare one pass of backward for one more tangent: log1p(x**2)'s partial 2x/(1 + x**2)
+    # reads x, so x**2 is recomputed.
+    path.write_text("name: r\ninputs: [x]\nforward: log1p(x**2)\n")
+    (rule,) = read_rule_file(path)
+    assert plan_torch(derive_rule(rule)).saved == ("x",)
