@@ -181,7 +181,12 @@ def saved_intermediates(d: Derivation, taken: set[str]) -> dict[sp.Expr, sp.Symb
     unfolded = (
         set()
         if once
-        else {e for e in autodiff_kept if _one_pass_that_does_not_fold(e, arrays) and _stands_in(e, partials, arrays)}
+        else {
+            e
+            for e in autodiff_kept
+            # A where's (value, condition) pairs are no values to keep.
+            if isinstance(e, sp.Expr) and _one_pass_that_does_not_fold(e, arrays) and _stands_in(e, partials, arrays)
+        }
     )
     candidates = sorted(
         (
