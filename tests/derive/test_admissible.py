@@ -234,3 +234,20 @@ def test_the_gate_measures_the_derived_form_as_the_generated_code_computes_it():
     with np.errstate(all="ignore"):
         value = chosen(*(np.float64(v) for v in at))
     assert value == pytest.approx(477.612114754674, rel=1e-14)
+
+
+def test_the_gate_weighs_points_a_form_breaks_at_extremes_against_those_it_mends():
+    from rulegen.derive.stabilise.gate import _breaks_accurate_points
+
+    # A Gamma KL's partial in p_rate with its products reordered lost 9 bits where p_c/p_rate is subnormal
+    # (p_c = 3e-259, p_rate = 1.2e53) and mended every point where p_c*q_rate overflows: the gate refused it at
+    # the one point, and the derived form, inf at the others, stayed.  Here the exact value is x itself.
+    exact = np.asarray([1e-300, 1e300, 1e-250, 1.5])
+    columns = [exact]
+    ours, theirs = exact.copy(), exact.copy()
+    ours[0] = exact[0] * (1 + 2.0**-40)  # broken at an extreme: 12 bits
+    theirs[1:3] = exact[1:3] * (1 + 2.0**-30)  # mended at two extremes
+    assert not _breaks_accurate_points(ours, theirs, x, (x,), columns, np.float64)
+    # At a point of ordinary size no break is weighed against anything.
+    ours[3] = exact[3] * (1 + 2.0**-40)
+    assert _breaks_accurate_points(ours, theirs, x, (x,), columns, np.float64)

@@ -11,9 +11,12 @@ and, for two inputs or more, pairs of mixed magnitudes (|a| << |b|, |b| << |a|, 
   forms are finite, mpmath is asked only where the candidate is not;
 - on `BUDGET.validation_measured` of them (mpmath at each, the costly part) its mean bits of error are no worse
   than the derived form's, to within `BUDGET.tie_bits`, in either dtype;
-- it breaks no point the derived form gets right: where the two are more than 2**broken_bits units in the last
-  place apart (numpy says where; mpmath decides at `BUDGET.disagreement_points` of them), the form is not more than
-  `BUDGET.broken_bits` worse wherever the derived form is within `BUDGET.accurate_bits`.  A mean over the float
+- it breaks no point of ordinary size the derived form gets right, and elsewhere degrades no more than it mends
+  and leaves more than half the bits right: where
+  the two are more than 2**broken_bits units in the last place apart (numpy says where; mpmath decides at
+  `BUDGET.disagreement_points` of them), the form is not more than `BUDGET.broken_bits` worse wherever the
+  derived form is within `BUDGET.accurate_bits`, at a point whose inputs are all 0 or between 2**-7 and 2**11;
+  at the others such points are counted against those where the derived form is that much worse.  A mean over the float
   line is dominated by huge and tiny inputs; the rows where an input is an ordinary number (a label of 1, a
   count of 2) come first, because a form better on average can cancel exactly there:
   y*softplus(-z) + (1 - y)*softplus(z) as y*(softplus(-z) - softplus(z)) + softplus(z) loses every bit at
@@ -152,6 +155,8 @@ def _breaks_accurate_points(
     with np.errstate(all="ignore"):
         differ = np.isfinite(theirs) & ~(np.abs(ours - theirs) <= apart * np.abs(theirs))
     suspect = np.flatnonzero(differ)[: BUDGET.disagreement_points]
+    ordinary = _of_ordinary_size(columns)
+    broken = mended = 0
     for j, value in _exact_at(derived, variables, columns, dtype, suspect):
         # A subnormal exact value has fewer bits to lose, and XLA flushes it anyway: no point to break there.  Nor
         # an exact 0, a root where every form that cancels is all bits wrong but for the one that rounds to 0
@@ -162,8 +167,24 @@ def _breaks_accurate_points(
         before = bits_of_error(theirs[j : j + 1], exact, dtype)[0]
         after = bits_of_error(ours[j : j + 1], exact, dtype)[0]
         if before <= BUDGET.accurate_bits and after > before + BUDGET.broken_bits:
-            return True
-    return False
+            # At a point of ordinary size, or where it leaves fewer than half the bits right, a break refuses.
+            if ordinary[j] or after > np.finfo(dtype).nmant / 2:
+                return True
+            broken += 1
+        elif after <= BUDGET.accurate_bits and before > after + BUDGET.broken_bits:
+            mended += 1
+    # Where an input is huge or tiny, a point degraded (more than half its bits still right) is weighed against
+    # the points mended: a Gamma KL's partial in p_rate with its products reordered loses 9 bits where p_c/p_rate
+    # is subnormal (p_c = 3e-259, p_rate = 1.2e53) and mends every point where p_c*q_rate overflows.  Partial
+    # fractions that cancel to 0 where the value is 1e-30 are refused, whatever they mend.
+    return broken > mended
+
+
+def _of_ordinary_size(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """Per point, whether every input is 0 or of a size code runs at (2**-7 to 2**11, the ordinary rows' range)."""
+    with np.errstate(all="ignore"):
+        sizes = [(c == 0) | ((np.abs(c) >= 2.0**-7) & (np.abs(c) <= 2.0**11)) for c in columns]
+    return np.logical_and.reduce(sizes, axis=0) if sizes else np.zeros(0, bool)
 
 
 def as_computed(expr: sp.Expr) -> sp.Expr:
