@@ -8,7 +8,7 @@ import importlib
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -65,9 +65,29 @@ def bundled_package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
     difference = build([RULES], ROOT / "generated", check=True).difference
     if not (difference.written or difference.removed or difference.edited):
         return ROOT, "generated"
-    root = tmp_path_factory.mktemp("built")
-    build([RULES], root / "rg_built")
-    return root, "rg_built"
+    return built_once(tmp_path_factory, "built", lambda root: build([RULES], root / "rg_built")), "rg_built"
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
+    """A folder `make(folder)` filled once per test run: the xdist workers of one run share it.
+
+    A package build takes tens of seconds of CPU (tests/right_rules/ 37 s, the conformance matrix's rules 30 s),
+    and every worker that ran a test of such a package built it again.  The first worker to ask builds it under a
+    file lock; the others wait for it and import the same files.  A failed build leaves no mark, so the next
+    asker builds again and fails as the first did.
+    """
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's base is a folder of the run's own
+        base = base.parent
+    root = base / f"shared-{name}"
+    with FileLock(f"{root}.lock"):
+        if not (root / ".built").exists():
+            root.mkdir(exist_ok=True)
+            make(root)
+            (root / ".built").touch()
+    return root
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -103,15 +123,19 @@ def built(bundled: str):
     yield jax_pkg, torch_pkg, rules
 
 
-@pytest.fixture(scope="session")
-def right_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """tests/right_rules/ built once per worker, importable as `rg_right`: the sweep of every check and the
-    whole-line sweep of finiteness (tests/package/test_finite_everywhere.py) share it."""
+def right_rules_built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder holding tests/right_rules/ built as the package `rg_right`, once per run (`built_once`)."""
     from rulegen.render.build import build
     from rulegen.spec.rules import rule_files
 
-    root = tmp_path_factory.mktemp("right")
-    build(rule_files([RIGHT]), root / "rg_right")
+    return built_once(tmp_path_factory, "right", lambda root: build(rule_files([RIGHT]), root / "rg_right"))
+
+
+@pytest.fixture(scope="session")
+def right_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """tests/right_rules/ built once per run (`built_once`), importable as `rg_right`: the sweep of every check and
+    the whole-line sweep of finiteness (tests/package/test_finite_everywhere.py) share it."""
+    root = right_rules_built(tmp_path_factory)
     sys.path.insert(0, str(root))
     try:
         yield "rg_right"
@@ -126,9 +150,31 @@ def built_package(root: Path, rules_text: str, package: str) -> Iterator[Path]:
 
     (root / f"{package}.yaml").write_text(rules_text)
     build([root / f"{package}.yaml"], root / package)
+    with importable(root):
+        yield root / package
+
+
+@contextmanager
+def shared_package(tmp_path_factory: pytest.TempPathFactory, rules_text: str, package: str) -> Iterator[Path]:
+    """`built_package` for a session fixture that tests on both xdist workers use: built once per run
+    (`built_once`), importable while the block runs."""
+    from rulegen.render.build import build
+
+    def make(root: Path) -> None:
+        (root / f"{package}.yaml").write_text(rules_text)
+        build([root / f"{package}.yaml"], root / package)
+
+    root = built_once(tmp_path_factory, package, make)
+    with importable(root):
+        yield root / package
+
+
+@contextmanager
+def importable(root: Path) -> Iterator[None]:
+    """The packages in `root` importable while the block runs."""
     sys.path.insert(0, str(root))
     try:
-        yield root / package
+        yield
     finally:
         sys.path.remove(str(root))
 
@@ -250,13 +296,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
         # Tests that share a module's fixture run on one worker (`--dist loadgroup`, in an xdist worker), one
         # after the other, so that it is made once; the others go one at a time to whichever worker is free.
+        # A test's `xdist_group` mark names its group (tests that share what a process remembers, as the
+        # special-value cells of one function and dtype share mpmath's values); xdist no longer reads it (above).
+        if not getattr(config.option, "loadgroup", False):
+            continue
+        named = item.get_closest_marker("xdist_group")
         scopes = {d.scope for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs}  # type: ignore[attr-defined]
-        if scopes & {"module", "class", "package"} and getattr(config.option, "loadgroup", False):
+        if named is not None:
+            _join_group(item, str(named.args[0] if named.args else named.kwargs.get("name", "default")))
+        elif scopes & {"module", "class", "package"}:
             _join_group(item, item.module.__name__)  # type: ignore[attr-defined]
     # The costliest tests first (a stable sort keeps the rest in order): handed out last, one of them kept a
     # worker busy for the slow lane's last three minutes while the other sat idle.  Handed out one at a time
     # (see pytest_configure), they go to the two workers as each comes free, the longest first.
     items.sort(key=lambda item: item.get_closest_marker("costly") is None)
+    # A package that tests on both workers import is built once, by the first worker to ask (`built_once`): the
+    # first test of each such package goes first, so that the two workers build different packages side by side
+    # and neither waits on the lock for a build the other began a moment before.
+    first: dict[str, pytest.Item] = {}
+    for item in items:
+        defs = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+        for name in SHARED_BUILDS:
+            if name in defs and defs[name][-1].scope == "session":
+                first.setdefault(name, item)
+    # In this order: xdist hands the first unit to one worker, the second to the other, the third to the first.
+    leading = list(dict.fromkeys(first[name] for name in SHARED_BUILDS if name in first))
+    ahead = {id(item) for item in leading}
+    items[:] = leading + [item for item in items if id(item) not in ahead]
+
+
+#: The session fixtures whose package `built_once` builds once per run: tests/right_rules/, the conformance
+#: matrix's rules (tests/package/test_conformance.py) and the cookbook's (tests/docs/test_cookbook.py).
+SHARED_BUILDS = ("right_package", "package", "cookbook_package")
 
 
 # A project (test_names.py of tests/spec and tests/package) whose rule in one file calls a rule of another.

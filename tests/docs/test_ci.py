@@ -54,6 +54,45 @@ def test_the_tests_sharing_a_module_fixture_run_on_one_worker_which_makes_it_onc
     assert (pytester.path / "made.log").read_text() == "made\n"
 
 
+BUILT_ONCE_SUITE = """
+import pytest
+
+from tests.conftest import built_once
+
+@pytest.fixture(scope="session")
+def folder(tmp_path_factory):
+    def make(root):
+        (root / "package").write_text("built")
+        with open("made.log", "a") as log:
+            log.write("made\\n")
+
+    return built_once(tmp_path_factory, "package", make)
+
+@pytest.mark.parametrize("k", range(8))
+def test_reads(folder, k):
+    assert (folder / "package").read_text() == "built"
+
+@pytest.mark.xdist_group("together")
+@pytest.mark.parametrize("k", range(4))
+def test_grouped(k): pass
+"""
+
+
+def test_a_package_both_workers_use_is_built_once_and_a_named_group_runs_on_one_worker(pytester, monkeypatch):
+    # Each worker built tests/right_rules/ and the conformance matrix's rules for itself (37 s and 30 s of CPU
+    # each), and the special-value cells of beta in float64 asked mpmath for the same values on both workers.
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makeconftest("from tests.conftest import pytest_collection_modifyitems, pytest_configure  # noqa: F401\n")
+    pytester.makepyfile(test_suite=BUILT_ONCE_SUITE)
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=12)
+    ran = re.findall(r"^\[(gw\d)\] .*PASSED test_suite\.py::(test_\w+)\[\d\](@\w+)?", result.stdout.str(), re.M)
+    assert {worker for worker, name, _ in ran if name == "test_reads"} == {"gw0", "gw1"}, ran
+    assert (pytester.path / "made.log").read_text() == "made\n"
+    grouped = {(worker, group) for worker, name, group in ran if name == "test_grouped"}
+    assert len(grouped) == 1 and grouped.pop()[1] == "@together", ran
+
+
 def test_the_unit_lane_is_a_step_of_its_own_and_the_steps_run_every_test_folder():
     # The unit lane's time is printed as a step's; together the pytest steps run every folder of tests/.
     from tests.conftest import STAGE_FOLDERS

@@ -17,7 +17,7 @@ import yaml
 from jax.scipy import stats as jstats
 from torch.nn import functional
 
-from tests.conftest import ROOT, built_package
+from tests.conftest import ROOT, shared_package
 
 jax.config.update("jax_enable_x64", True)
 
@@ -69,9 +69,9 @@ def _rules_file() -> str:
 
 @pytest.fixture(scope="session")
 def cookbook_package(tmp_path_factory):
-    """The cookbook's rules built once per worker, importable as `rg_cookbook`: the tests of their values and
-    `rulegen test` of each rule share it."""
-    with built_package(tmp_path_factory.mktemp("cookbook"), _rules_file(), "rg_cookbook"):
+    """The cookbook's rules built once per run (`shared_package`), importable as `rg_cookbook`: the tests of their
+    values and `rulegen test` of each rule share it."""
+    with shared_package(tmp_path_factory, _rules_file(), "rg_cookbook"):
         yield "rg_cookbook"
 
 

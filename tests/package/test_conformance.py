@@ -39,7 +39,7 @@ import sympy as sp
 import torch
 
 from rulegen.derive import functions as fn
-from tests.conftest import built_package
+from tests.conftest import shared_package
 from tests.derive.test_conformance import (
     CALLS,
     DTYPES,
@@ -77,7 +77,7 @@ def rules_text() -> str:
 
 @pytest.fixture(scope="session")
 def package(tmp_path_factory):
-    with built_package(tmp_path_factory.mktemp("conformance"), rules_text(), "rg_conformance"):
+    with shared_package(tmp_path_factory, rules_text(), "rg_conformance"):
         yield importlib.import_module("rg_conformance.jax"), importlib.import_module("rg_conformance.torch")
 
 
@@ -912,9 +912,18 @@ SPECIAL_KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
 }
 
 
+def _shares_references(name: str, dtype: str) -> pytest.MarkDecorator:
+    """The cells of one function and dtype run in one process (`--dist loadgroup`): their backends ask mpmath for
+    the same values, which `_REFERENCE_VALUES` keeps (beta's float64 cells took 35 s of CPU each on two workers)."""
+    return pytest.mark.xdist_group(f"special-{name}-{dtype}")
+
+
 @pytest.mark.parametrize(
     ("name", "backend", "dtype"),
-    [pytest.param(*c, marks=pytest.mark.slow) if c[2] == "float32" else c for c in special_cells()],
+    [
+        pytest.param(*c, marks=[_shares_references(c[0], c[2]), *([pytest.mark.slow] if c[2] == "float32" else [])])
+        for c in special_cells()
+    ],
 )
 def test_special_values(package, name, backend, dtype):
     failures = special_cell(package, name, backend, dtype)
@@ -935,8 +944,10 @@ COMPILED_SAMPLE = ("atan", "erf", "Abs", "Max", "xlogy", "digamma", "cbrt")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", COMPILED_SAMPLE)
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [pytest.param(n, d, marks=_shares_references(n, d), id=f"{n}-{d}") for n in COMPILED_SAMPLE for d in DTYPES],
+)
 def test_special_values_under_torch_compile(package, name, dtype):
     failures = special_cell(package, name, "torch.compile", dtype)
     known = COMPILED_KNOWN.get((name, dtype))

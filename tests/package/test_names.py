@@ -15,7 +15,7 @@ from rulegen.cli import app
 from rulegen.render.build import build
 from rulegen.spec import names
 from rulegen.spec.rules import Structured, read_rules, rule_files
-from tests.conftest import RULES, bundled_package
+from tests.conftest import RIGHT, RULES, bundled_package, right_rules_built
 from tests.spec.test_names import BUNDLED
 
 
@@ -48,6 +48,8 @@ def test_every_name_in_generated_code_is_the_rules_or_reserved(tmp_path, tmp_pat
     if folder == RULES:  # built already: generated/ when fresh (see bundled_package), not a third build of it
         root, package = bundled_package(tmp_path_factory)
         out = root / package
+    elif folder == RIGHT:  # the build the sweep of every check reads (right_package)
+        out = right_rules_built(tmp_path_factory) / "rg_right"
     else:
         out = tmp_path / "pkg"
         build([folder], out)
