@@ -20,6 +20,7 @@ own derivative of ndtri is 0 at x = 0).
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -159,13 +160,27 @@ def _atan2_jvp(
     return atan2(*primals), jax.jvp(jnp.arctan2, primals, tangents)[1]
 
 
-def _pair_jvp(
-    value: Any, partials: Any, primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
-) -> tuple[jax.Array, jax.Array]:
-    """The jvp of a function of two inputs, `value`, by its `partials`: an input held constant
+def _two_input_slope(
+    partials: Callable[[Any, jax.Array, jax.Array], tuple[Any, Any]],
+) -> Callable[[Callable[..., jax.Array]], jax.custom_jvp[jax.Array]]:
+    """Decorator: the function of two inputs it decorates (its value) as a custom_jvp,
+    differentiated by `partials(jnp, x, y)` (d/dx, d/dy) at every order: an input held constant
     (JAX's symbolic zero) adds no term, not 0 times a partial that may be inf."""
-    out = value(*primals)
-    return out, _tangent(out, partials(jnp, *primals), tangents)
+
+    def slope(value: Callable[..., jax.Array]) -> jax.custom_jvp[jax.Array]:
+        function = jax.custom_jvp(value)
+
+        @functools.partial(function.defjvp, symbolic_zeros=True)
+        def _jvp(
+            primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+        ) -> tuple[jax.Array, jax.Array]:
+            out = function(*primals)
+            return out, _tangent(out, partials(jnp, *primals), tangents)
+
+        _jvp.__name__ = _jvp.__qualname__ = f"_{value.__name__}_jvp"  # as jaxprs name it
+        return function
+
+    return slope
 
 
 def _tangent(out: jax.Array, partials: tuple[Any, Any], tangents: tuple[Any, Any]) -> jax.Array:
@@ -176,66 +191,38 @@ def _tangent(out: jax.Array, partials: tuple[Any, Any], tangents: tuple[Any, Any
     return jnp.broadcast_to(tangent, jnp.shape(out))
 
 
-@jax.custom_jvp
+def _power_curvature(xp: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return _scaling.power_curvature(xp, xlogy, *_inexact(x, y))
+
+
+def _power_log_curvature(xp: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return _scaling.power_log_curvature(xp, xlogy, *_inexact(x, y))
+
+
+@_two_input_slope(_scaling.hypot_curvature)
 def hypot_slope(x: jax.Array, y: jax.Array) -> jax.Array:
     """x / hypot(x, y) (`_scaling.hypot_slope`), differentiated by the registry's partials."""
     return _scaling.hypot_slope(jnp, x, y)
 
 
-@functools.partial(hypot_slope.defjvp, symbolic_zeros=True)
-def _hypot_slope_jvp(
-    primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
-) -> tuple[jax.Array, jax.Array]:
-    return _pair_jvp(hypot_slope, _scaling.hypot_curvature, primals, tangents)
-
-
-@jax.custom_jvp
+@_two_input_slope(_scaling.atan2_curvature)
 def atan2_slope(u: jax.Array, v: jax.Array) -> jax.Array:
     """u / (u**2 + v**2) (`_scaling.atan2_slope`), differentiated by the registry's partials."""
     return _scaling.atan2_slope(jnp, u, v)
 
 
-@functools.partial(atan2_slope.defjvp, symbolic_zeros=True)
-def _atan2_slope_jvp(
-    primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
-) -> tuple[jax.Array, jax.Array]:
-    return _pair_jvp(atan2_slope, _scaling.atan2_curvature, primals, tangents)
-
-
-@jax.custom_jvp
+@_two_input_slope(_power_curvature)
 def power_slope(x: jax.Array, y: jax.Array) -> jax.Array:
     """d/dx x**y = y x**(y - 1) (`_scaling.power_slope`), differentiated by the registry's
     partials (`_scaling.power_curvature`) at every order."""
     return _scaling.power_slope(jnp, *_inexact(x, y))
 
 
-@functools.partial(power_slope.defjvp, symbolic_zeros=True)
-def _power_slope_jvp(
-    primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
-) -> tuple[jax.Array, jax.Array]:
-    return _pair_jvp(power_slope, _power_curvature, primals, tangents)
-
-
-def _power_curvature(xp: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return _scaling.power_curvature(xp, xlogy, *_inexact(x, y))
-
-
-@jax.custom_jvp
+@_two_input_slope(_power_log_curvature)
 def power_log(x: jax.Array, y: jax.Array) -> jax.Array:
     """d/dy x**y = xlogy(x**y, x) (`_scaling.power_log`), differentiated by the registry's
     partials (`_scaling.power_log_curvature`) at every order."""
     return _scaling.power_log(jnp, xlogy, *_inexact(x, y))
-
-
-@functools.partial(power_log.defjvp, symbolic_zeros=True)
-def _power_log_jvp(
-    primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
-) -> tuple[jax.Array, jax.Array]:
-    return _pair_jvp(power_log, _power_log_curvature, primals, tangents)
-
-
-def _power_log_curvature(xp: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return _scaling.power_log_curvature(xp, xlogy, *_inexact(x, y))
 
 
 def _joint(name: str, rows: slice) -> Any:

@@ -32,8 +32,9 @@ where nothing differentiates them the quotients computed inline, as a rule's
 own code would, with no Function around them.
 """
 
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -377,64 +378,6 @@ def _pair_differentiated_by(
     return Mended, without_jvp(Mended)
 
 
-def _hypot_slope_value(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return _scaling.hypot_slope(torch, x, y)
-
-
-def _hypot_curvature(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _scaling.hypot_curvature(torch, x, y)
-
-
-def _atan2_slope_value(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return _scaling.atan2_slope(torch, u, v)
-
-
-def _atan2_curvature(u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _scaling.atan2_curvature(torch, u, v)
-
-
-def _joint(name: str, outputs: int) -> Any:
-    """The Functions of `_scaling`'s joint function `name`, differentiated by its curvature."""
-
-    def value(x: torch.Tensor, y: torch.Tensor) -> Any:
-        return getattr(_scaling, name)(torch, x, y)
-
-    def curvature(x: torch.Tensor, y: torch.Tensor) -> Any:
-        return _scaling.plane_curvature(torch, x, y)[_ROWS[name]]
-
-    value.__name__, curvature.__name__ = name, f"{name}'s curvature"
-    title = "".join(part.title() for part in name.split("_"))
-    return _pair_differentiated_by(f"_{title}", value, curvature, outputs)
-
-
-_HYPOT_SLOPE = _pair_differentiated_by("_HypotSlope", _hypot_slope_value, _hypot_curvature)
-_ATAN2_SLOPE = _pair_differentiated_by("_Atan2Slope", _atan2_slope_value, _atan2_curvature)
-
-
-def _power_slope_value(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return _scaling.power_slope(torch, x, y)
-
-
-def _power_curvature(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _scaling.power_curvature(torch, torch.special.xlogy, x, y)
-
-
-def _power_log_value(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return _scaling.power_log(torch, torch.special.xlogy, x, y)
-
-
-def _power_log_curvature(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _scaling.power_log_curvature(torch, torch.special.xlogy, x, y)
-
-
-_POWER_SLOPE = _pair_differentiated_by("_PowerSlope", _power_slope_value, _power_curvature)
-_POWER_LOG = _pair_differentiated_by("_PowerLog", _power_log_value, _power_log_curvature)
-
-#: Which of `plane_curvature`'s rows each joint function's outputs are.
-_ROWS = {"hypot_slopes": slice(0, 2), "atan2_slopes": slice(2, 4), "plane_slopes": slice(0, 4)}
-_JOINT = {name: _joint(name, rows.stop - rows.start) for name, rows in _ROWS.items()}
-
-
 def _pair_applied(
     functions: tuple[type[torch.autograd.Function], type[torch.autograd.Function]],
     value: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -454,28 +397,89 @@ def _pair_applied(
     return (compiled if torch.compiler.is_compiling() else eager).apply(x, y)
 
 
+def _class_name(name: str) -> str:
+    """The private class name of a function's Function: `_HypotSlope` of hypot_slope."""
+    return "_" + "".join(part.title() for part in name.split("_"))
+
+
+_Slope = TypeVar("_Slope", bound=Callable[..., torch.Tensor])
+
+
+def _two_input_slope(
+    partials: Callable[[Any, torch.Tensor, torch.Tensor], tuple[Any, Any]],
+) -> Callable[[_Slope], _Slope]:
+    """Decorator: the function of (x, y) it decorates is a value, applied where something
+    differentiates it as a Function (`_pair_differentiated_by`) differentiated by
+    `partials(torch, x, y)` (d/dx, d/dy) at every order, elsewhere alone (`_pair_applied`)."""
+
+    def slope(value: _Slope) -> _Slope:
+        def stated(x: torch.Tensor, y: torch.Tensor) -> tuple[Any, Any]:
+            return partials(torch, x, y)
+
+        stated.__name__ = partials.__name__
+        functions = _pair_differentiated_by(_class_name(value.__name__), value, stated)
+
+        @functools.wraps(value)
+        def applied(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
+            return _pair_applied(functions, value, x, y)
+
+        return cast(_Slope, applied)
+
+    return slope
+
+
+def _power_curvature(xp: Any, x: torch.Tensor, y: torch.Tensor) -> tuple[Any, Any]:
+    return _scaling.power_curvature(xp, torch.special.xlogy, x, y)
+
+
+def _power_log_curvature(xp: Any, x: torch.Tensor, y: torch.Tensor) -> tuple[Any, Any]:
+    return _scaling.power_log_curvature(xp, torch.special.xlogy, x, y)
+
+
+@_two_input_slope(_scaling.hypot_curvature)
 def hypot_slope(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """x / hypot(x, y) (`_scaling.hypot_slope`), differentiated by the registry's partials at
     every order."""
-    return _pair_applied(_HYPOT_SLOPE, _hypot_slope_value, x, y)
+    return _scaling.hypot_slope(torch, x, y)
 
 
+@_two_input_slope(_scaling.atan2_curvature)
 def atan2_slope(u: torch.Tensor | float, v: torch.Tensor | float) -> torch.Tensor:
     """u / (u**2 + v**2) (`_scaling.atan2_slope`), differentiated by the registry's partials at
     every order."""
-    return _pair_applied(_ATAN2_SLOPE, _atan2_slope_value, u, v)
+    return _scaling.atan2_slope(torch, u, v)
 
 
+@_two_input_slope(_power_curvature)
 def power_slope(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """d/dx x**y = y x**(y - 1) (`_scaling.power_slope`), differentiated by the registry's
     partials (`_scaling.power_curvature`) at every order."""
-    return _pair_applied(_POWER_SLOPE, _power_slope_value, x, y)
+    return _scaling.power_slope(torch, x, y)
 
 
+@_two_input_slope(_power_log_curvature)
 def power_log(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tensor:
     """d/dy x**y = xlogy(x**y, x) (`_scaling.power_log`), differentiated by the registry's
     partials (`_scaling.power_log_curvature`) at every order."""
-    return _pair_applied(_POWER_LOG, _power_log_value, x, y)
+    return _scaling.power_log(torch, torch.special.xlogy, x, y)
+
+
+def _joint(name: str, outputs: int) -> Any:
+    """The Functions of `_scaling`'s joint function `name`, differentiated by its curvature."""
+
+    def value(x: torch.Tensor, y: torch.Tensor) -> Any:
+        return getattr(_scaling, name)(torch, x, y)
+
+    def curvature(x: torch.Tensor, y: torch.Tensor) -> Any:
+        return _scaling.plane_curvature(torch, x, y)[_ROWS[name]]
+
+    value.__name__, curvature.__name__ = name, f"{name}'s curvature"
+    return _pair_differentiated_by(_class_name(name), value, curvature, outputs)
+
+
+#: Which of `plane_curvature`'s rows each joint function's outputs are.
+_ROWS = {"hypot_slopes": slice(0, 2), "atan2_slopes": slice(2, 4), "plane_slopes": slice(0, 4)}
+_JOINT = {name: _joint(name, rows.stop - rows.start) for name, rows in _ROWS.items()}
 
 
 def _joint_applied(name: str, x: torch.Tensor | float, y: torch.Tensor | float) -> Any:
