@@ -275,23 +275,19 @@ def _repaired(
     """`best`, unless it is inf or nan at validation points where the derived form is and the exact value is
     finite (`inadmissible_points`) and another form the gate admits is so at fewer: then the one at fewest, in the
     search's order among equals.  The forms the search's points rank alike are the ones told apart: a form
-    finite at the overflow edge measures as the derived one wherever the search looked.  Only forms measured no
-    worse than `best` are tried: one a little behind on the search's points was 19 bits behind on others."""
+    finite at the overflow edge measures as the derived one wherever the search looked."""
     expr = derived.expr
     left = inadmissible_points(best.expr, expr, sampling, seed)
     if not left:
         return best
-    tied = [m for m in forms if m is not best and m.expr != expr and m.score <= best.score]
+    tied = [m for m in forms if m is not best and m.expr != expr and m.score <= best.score + BUDGET.margin_bits]
     counted = []
     for m in sorted(tied, key=lambda m: (charged(m), m.ops))[: BUDGET.repair_forms]:
         count = inadmissible_points(m.expr, expr, sampling, seed)
         if count < left:
             counted.append((count, m))
-    # No worse than `best` on the gate's measured points either: the search's few can rank a cancelling form alike
-    # (a Gumbel's partial in its scale as derived, reassociated: 0.1 -> 19 bits where the sum cancels).
-    limit = validated_bits(best.expr, expr, sampling, seed) + BUDGET.margin_bits
     for _, m in sorted(counted, key=lambda c: c[0]):
-        if admissible(m.expr, expr, sampling, seed) and validated_bits(m.expr, expr, sampling, seed) <= limit:
+        if admissible(m.expr, expr, sampling, seed):
             return m
     return best
 
