@@ -12,11 +12,11 @@ and, for two inputs or more, pairs of mixed magnitudes (|a| << |b|, |b| << |a|, 
 - on `BUDGET.validation_measured` of them (mpmath at each, the costly part) its mean bits of error are no worse
   than the derived form's, to within `BUDGET.tie_bits`, in either dtype;
 - it breaks no point of ordinary size the derived form gets right, and elsewhere degrades no more than it mends
-  and leaves more than half the bits right: where
-  the two are more than 2**broken_bits units in the last place apart (numpy says where; mpmath decides at
-  `BUDGET.disagreement_points` of them), the form is not more than `BUDGET.broken_bits` worse wherever the
-  derived form is within `BUDGET.accurate_bits`, at a point whose inputs are all 0 or between 2**-7 and 2**11;
-  at the others such points are counted against those where the derived form is that much worse.  A mean over the float
+  and leaves more than half the bits right: where the two are more than 2**broken_bits units in the last place
+  apart (numpy says where; mpmath decides at `BUDGET.disagreement_points` of them), the form is not more than
+  `BUDGET.broken_bits` worse wherever the derived form is within `BUDGET.accurate_bits`, at a point whose inputs
+  are all 0 or between 2**-7 and 2**11; at the others such points are counted against those where the derived
+  form is that much worse.  A mean over the float
   line is dominated by huge and tiny inputs; the rows where an input is an ordinary number (a label of 1, a
   count of 2) come first, because a form better on average can cancel exactly there:
   y*softplus(-z) + (1 - y)*softplus(z) as y*(softplus(-z) - softplus(z)) + softplus(z) loses every bit at
@@ -181,9 +181,10 @@ def _breaks_accurate_points(
 
 
 def _of_ordinary_size(columns: Sequence[np.ndarray]) -> np.ndarray:
-    """Per point, whether every input is 0 or of a size code runs at (2**-7 to 2**11, the ordinary rows' range)."""
+    """Per point, whether every input is 0 or of a size code runs at: the ordinary rows' binades, one either side."""
+    low, high = (2.0 ** (_ORDINARY_BINADES[0] - 1), 2.0 ** (_ORDINARY_BINADES[1] + 1))
     with np.errstate(all="ignore"):
-        sizes = [(c == 0) | ((np.abs(c) >= 2.0**-7) & (np.abs(c) <= 2.0**11)) for c in columns]
+        sizes = [(c == 0) | ((np.abs(c) >= low) & (np.abs(c) <= high)) for c in columns]
     return np.logical_and.reduce(sizes, axis=0) if sizes else np.zeros(0, bool)
 
 
