@@ -1152,6 +1152,25 @@ def polygamma_of(order: Any, x: Any) -> Any:
         return np.where(x < 0, reflected, special.polygamma(n, np.where(x < 0, 1.0, x)))
 
 
+def zeta_of(s: Any, q: Any) -> Any:
+    """zeta(s, q) in numpy, in bounded time on the whole line: scipy's (cephes') sums from q up to 9 one term at a
+    time, so it does not return at q = -1e300 (q + 1 == q) and takes minutes at -1e10.  For q < 0 the sum is
+    real only for an integer s, where it is (-1)**s polygamma(s - 1, q) / (s - 1)! (`polygamma_of`, reflected);
+    nan for any other s, as scipy's.  The accuracy search's evaluation."""
+    import importlib
+
+    special = importlib.import_module("scipy.special")
+    s, q = np.broadcast_arrays(np.asarray(s), np.asarray(q))
+    with np.errstate(all="ignore"):
+        order = np.where(s == np.floor(s), s, np.nan) - 1
+        reflected = np.full(np.shape(q), np.nan, dtype=np.result_type(q, float))
+        negative = (q < 0) & (order >= 1)
+        for n in np.unique(order[negative]).astype(int):
+            at = negative & (order == n)
+            reflected[at] = (-1) ** (n + 1) * polygamma_of(n, q[at]) / math.factorial(n)
+        return np.where(q < 0, reflected, special.zeta(s, np.where(q < 0, 1.0, q)))
+
+
 def _mp_sigmoid(x: mpmath.mpf) -> mpmath.mpf:
     return 1 / (1 + mpmath.exp(-x))
 
@@ -2152,6 +2171,7 @@ REGISTRY: tuple[MathFunction, ...] = (
         "zeta",
         sp.zeta,
         "jax.scipy.special.zeta",
+        numpy="rulegen.derive.functions.zeta_of",
         mpmath=mpmath.zeta,
         arity=(2, 2),
         domain=((2, 3), (0.0, math.inf)),

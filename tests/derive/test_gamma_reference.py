@@ -125,3 +125,21 @@ def test_the_beta_references_round_their_spanning_precision_up_to_a_step_and_kee
     assert [exact_value(reference, point) for point in points] == values
     assert all(p % 256 == 0 and p >= own for p, own in zip(stepped, seen, strict=True))
     assert len(set(stepped)) < len(set(seen))
+
+
+def test_the_search_s_numpy_zeta_returns_on_the_negative_axis():
+    # scipy's (cephes') zeta(s, q) sums from q up to 9 one term at a time: 6 s at q = -1e8 - 0.5, and it never
+    # returns at q = -1e300 (q + 1 == q), which hung a build whose input q has no sign assumed.
+    numpy_zeta = _numpy_implementations()["zeta"]
+    points = np.array([-1e8 - 0.5, -1e6 - 0.5, -2.5, -0.3, 0.7, 3e15])
+    for s in (2.0, 3.0):
+        started = time.perf_counter()
+        got = numpy_zeta(s, points)
+        assert time.perf_counter() - started < 0.5
+        # For an integer s and q < 0, the sum over k of (k + q)**-s is (-1)**s polygamma(s - 1, q) / (s - 1)!.
+        n = int(s) - 1
+        exact = [float((-1) ** (n + 1) * polygamma(n, mpmath.mpf(p)) / mpmath.factorial(n)) for p in points]
+        # The reflection's cot(pi t) at a half-integer is 6e-17, not 0 (as `polygamma_of` computes it).
+        np.testing.assert_allclose(got, exact, rtol=1e-12, atol=1e-13)
+    assert np.isinf(numpy_zeta(2.0, np.array([-1e300, -3.0]))).all()  # poles
+    assert np.isnan(numpy_zeta(2.5, np.array([-2.5]))).all()  # (k + q)**-2.5 is not real

@@ -114,6 +114,11 @@ class Budget:
     #: How many of the validation points where the two forms are more than 2**broken_bits units in the last place
     #: apart mpmath decides between (the ordinary rows first).
     disagreement_points: int = 48
+    #: How many of the validation points where a form is inf or nan mpmath is asked whether the exact value is a
+    #: finite float (`inadmissible_points`), and how many of the search's forms are counted so to repair a derived
+    #: form that is inf or nan at such a point.
+    repair_points: int = 16
+    repair_forms: int = 6
 
     # ------------------------------------------------ what the caller is given
     #: How far (sum of the dtypes' mean bits) behind the chosen form another good form may be.

@@ -591,25 +591,34 @@ def _log_of_sum_apart(
 
 
 def _softplus_by_sign(expr: sp.Expr) -> sp.Expr:
-    """A sum with softplus(u) and softplus(-u) written in one of them on each side of 0, as softplus(u) is
-    u + softplus(-u), its terms collected: a Bernoulli log-mass, -y softplus(-z) - (1 - y) softplus(z), is
-    (y - 1) z - softplus(-z) for z > 0 and y z - softplus(z) below (the form of torch's BCE with logits), where the
-    two softplus terms times y cancel to y z for |y| >> 1."""
+    """A sum with softplus(u) and softplus(-u), or one of them and u itself, written in one softplus on each side of
+    0, as softplus(u) is u + softplus(-u), its terms collected: a Bernoulli log-mass, -y softplus(-z) -
+    (1 - y) softplus(z), is (y - 1) z - softplus(-z) for z > 0 and y z - softplus(z) below (the form of torch's BCE
+    with logits), where the two softplus terms times y cancel to y z for |y| >> 1; a logistic log-density,
+    -u - 2 softplus(-u) - log(s), is u - 2 softplus(u) - log(s) below 0, where the two terms are inf - inf once
+    2|u| overflows."""
     arguments = sorted({f.args[0] for f in expr.atoms(softplus)}, key=sp.default_sort_key)
-    u = next((a for a in arguments if -a in arguments and sp.default_sort_key(a) < sp.default_sort_key(-a)), None)
-    if u is None:
+    if not arguments:
         return expr
+    # u is the argument or its negation, whichever sorts first, so that softplus(u) and softplus(-u) name one u.
+    u = next((a for a in arguments if -a in arguments), arguments[0])
+    u = min(u, -u, key=sp.default_sort_key)
 
     # u stands as one symbol while the terms are collected, so that (1 - y) u stays a product of u (and 0 at y = 1)
-    # where u itself is a sum; only the terms with a softplus of u are multiplied out.
+    # where u itself is a sum; only the terms with a softplus of u are multiplied out.  xreplace finds u as written
+    # (-(x - loc)/s), subs as sympy rebuilds it ((loc - x)/s).
     whole = sp.Dummy("u")
+    named = expr.xreplace({u: whole, -u: -whole}).subs(u, whole).subs(-u, -whole)
+    alone = named.xreplace({softplus(whole): sp.S.Zero, softplus(-whole): sp.S.Zero})
+    if not (named.has(softplus(whole)) and named.has(softplus(-whole))) and not alone.has(whole):
+        return expr
 
     def collected(e: sp.Expr) -> sp.Expr:
         spread = sp.Add(*(sp.expand_mul(t) if t.has(whole, softplus) else t for t in sp.Add.make_args(e)))
-        return sp.collect(spread, [softplus(u), softplus(-u), whole]).xreplace({whole: u})
+        return sp.collect(spread, [softplus(whole), softplus(-whole), whole]).xreplace({whole: u})
 
-    above = collected(expr.xreplace({softplus(u): whole + softplus(-u)}))
-    below = collected(expr.xreplace({softplus(-u): -whole + softplus(u)}))
+    above = collected(named.xreplace({softplus(whole): whole + softplus(-whole)}))
+    below = collected(named.xreplace({softplus(-whole): -whole + softplus(whole)}))
     return sp.Piecewise((above, u > 0), (below, True))
 
 

@@ -292,6 +292,72 @@ def admissible(candidate: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: i
     return True
 
 
+@functools.lru_cache(maxsize=64)
+def _columns(sampling: Sampling, seed: int) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
+    """(dtype, the validation columns) per dtype: the gate's points without its measured ones (no mpmath)."""
+    return tuple((dtype, _validation_columns(sampling, seed, dtype)) for dtype in _DTYPES)
+
+
+def _not_finite(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
+    """Per point, whether `expr` as the generated code computes it is inf or nan, numpy's way or XLA's (a point
+    with a subnormal input not judged XLA's way); everywhere where numpy cannot evaluate it."""
+    computed = as_computed(expr)
+    plain = _evaluated(computed, variables, columns, dtype)
+    xla = _evaluated(computed, variables, columns, dtype, flushed=True)
+    if plain is None or xla is None:
+        return np.ones(np.shape(columns[0]), bool)
+    return ~np.isfinite(plain) | (~np.isfinite(xla) & ~read_as_zero(columns, dtype))
+
+
+@functools.lru_cache(maxsize=64)
+def _inadmissible_rows(derived: sp.Expr, sampling: Sampling, seed: int) -> tuple[np.ndarray, ...]:
+    """Per dtype, the validation points where `derived` is inf or nan (`_not_finite`) and its exact value is a
+    finite float of the dtype (of the first `BUDGET.repair_points` suspects: mpmath is the cost)."""
+    variables = sampling.variables
+    rows = []
+    for dtype, columns in _columns(sampling, seed):
+        suspect = np.flatnonzero(_not_finite(derived, variables, columns, dtype))
+        # Most such points are where the exact value is past the float range too: where a wider float can say, only
+        # those where it says the value is in range are asked.
+        in_range = _in_range_wider(derived, variables, columns, dtype, suspect)
+        suspect = (suspect if in_range is None else suspect[in_range])[: BUDGET.repair_points]
+        exact = _exact_at(derived, variables, columns, dtype, suspect)
+        rows.append(np.asarray([j for j, value in exact if value is not None and math.isfinite(value)], int))
+    return tuple(rows)
+
+
+def _in_range_wider(
+    expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any, points: np.ndarray
+) -> np.ndarray | None:
+    """At `points`, whether `expr` computed in a wider float (float64 for float32, numpy's long double for
+    float64, where its functions take one) is finite and within `dtype`'s range; None where no wider float can."""
+    wider = np.float64 if np.dtype(dtype) == np.float32 else np.longdouble
+    if np.finfo(wider).max <= np.finfo(dtype).max:
+        return None  # a long double no wider than float64
+    values = _evaluated(expr, variables, [c[points].astype(wider) for c in columns], wider)
+    if values is None:
+        return None
+    with np.errstate(all="ignore"):
+        return np.isfinite(values) & (np.abs(values) <= np.finfo(dtype).max)
+
+
+def inadmissible_points(form: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0) -> int:
+    """How many validation points (either dtype) where `derived` is inf or nan and the exact value is a finite
+    float `form` is inf or nan at too, both as the generated code computes them.  A form finite where `derived`
+    is not and not finite where it is (the gate's invariant) is right at more points by this count.
+
+    A derived form can be inf at points the search's few never draw (a logistic log-density's -u - 2 softplus(-u)
+    is inf - inf where 2|u| overflows, float32's top binade of u), and measure there as accurate as any form:
+    this count is what a form must lower to replace it."""
+    variables = sampling.variables
+    count = 0
+    broken = _inadmissible_rows(derived, sampling, seed)
+    for rows, (dtype, columns) in zip(broken, _columns(sampling, seed), strict=True):
+        if len(rows):
+            count += int(_not_finite(form, variables, [c[rows] for c in columns], dtype).sum())
+    return count
+
+
 def _measured_bits(expr: sp.Expr, variables: Sequence[sp.Symbol], measured: _Points) -> float | None:
     """`expr`'s mean bits of error at the gate's measured points of one dtype, each point's the worse of numpy's
     and XLA's (`_bits`); None where numpy cannot evaluate it."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,7 @@ import sympy as sp
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.families import _candidates, _finishing
-from rulegen.derive.stabilise.gate import admissible, validated_bits
+from rulegen.derive.stabilise.gate import admissible, inadmissible_points, validated_bits
 from rulegen.derive.stabilise.points import (
     _DTYPES,
     Sampling,
@@ -140,7 +140,8 @@ def _search(
     the reference of a policy other than `best` where the derivation rewrote the forward (None: `expr`)."""
     variables = sampling.variables
     nothing = (expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan), (), ())
-    accurate = _looks_accurate(expr, sampling, seed)
+    # Inf or nan at validation points where the exact value is finite: searched, however accurate it looks.
+    accurate = _looks_accurate(expr, sampling, seed) and not inadmissible_points(expr, expr, sampling, seed)
     if accurate and written is None:
         return nothing
     search = [_sample(expr, sampling, count, seed + 1, dtype) for dtype in _DTYPES]
@@ -239,8 +240,9 @@ def _search(
             for m in sorted(no_worse, key=lambda m: (m.ops, m is not derived, m.score))
             if m is derived or admissible(m.expr, expr, sampling, seed)
         )
-    # The accuracy policy: `best` keeps the form above; the others may keep a cheaper admissible one.
     forms = [*joined_forms, *pool]
+    best = _repaired(best, derived, forms, sampling, seed, charged)
+    # The accuracy policy: `best` keeps the form above; the others may keep a cheaper admissible one.
     best = pick(policy, best, derived, forms, sampling, seed, {id(m): charged(m) for m in forms}, reference)
     shown = tuple((m.family, m.expr, m.means) for m in front(forms, derived, (best, *filter(None, [reference]))))
     return (expr, best.expr, best.family, derived.means, best.means, _good_forms(best, pool), shown)
@@ -260,6 +262,38 @@ def _validated_choice(admitted: list[_Measured], derived: sp.Expr, sampling: Sam
     first = bits[0]
     better = min(range(len(admitted)), key=lambda k: bits[k])
     return admitted[better] if bits[better] < first - BUDGET.margin_bits else admitted[0]
+
+
+def _repaired(
+    best: _Measured,
+    derived: _Measured,
+    forms: list[_Measured],
+    sampling: Sampling,
+    seed: int,
+    charged: Callable[[_Measured], float],
+) -> _Measured:
+    """`best`, unless it is inf or nan at validation points where the derived form is and the exact value is
+    finite (`inadmissible_points`) and another form the gate admits is so at fewer: then the one at fewest, in the
+    search's order among equals.  The forms the search's points rank alike are the ones told apart: a form
+    finite at the overflow edge measures as the derived one wherever the search looked.  Only forms measured no
+    worse than `best` are tried: one a little behind on the search's points was 19 bits behind on others."""
+    expr = derived.expr
+    left = inadmissible_points(best.expr, expr, sampling, seed)
+    if not left:
+        return best
+    tied = [m for m in forms if m is not best and m.expr != expr and m.score <= best.score]
+    counted = []
+    for m in sorted(tied, key=lambda m: (charged(m), m.ops))[: BUDGET.repair_forms]:
+        count = inadmissible_points(m.expr, expr, sampling, seed)
+        if count < left:
+            counted.append((count, m))
+    # No worse than `best` on the gate's measured points either: the search's few can rank a cancelling form alike
+    # (a Gumbel's partial in its scale as derived, reassociated: 0.1 -> 19 bits where the sum cancels).
+    limit = validated_bits(best.expr, expr, sampling, seed) + BUDGET.margin_bits
+    for _, m in sorted(counted, key=lambda c: c[0]):
+        if admissible(m.expr, expr, sampling, seed) and validated_bits(m.expr, expr, sampling, seed) <= limit:
+            return m
+    return best
 
 
 def _good_forms(best: _Measured, pool: list[_Measured]) -> tuple[sp.Expr, ...]:
