@@ -72,7 +72,7 @@ def _f_digamma_jvp(primals, tangents):
     t4 = x >= 134217728
     return out, x_dot * jnp.where(
         t2,
-        -math.pi * (-math.pi + quotient(-math.pi * jnp.cos(t1) ** 2, jnp.sin(t1) ** 2))
+        -math.pi * (-math.pi - math.pi * quotient(jnp.cos(t1), jnp.sin(t1)) ** 2)
         - jax.scipy.special.polygamma(1, 1 - t0),
         jnp.where(
             t4, (t3 * t3) / 2 + t3, jax.scipy.special.polygamma(1, jnp.where(t2 | t4, 134217727, x))

@@ -57,7 +57,7 @@ class FDigamma(RuleFunction):
         t4 = x >= 134217728
         return out_bar * torch.where(
             t2,
-            -math.pi * (-math.pi - math.pi * torch.cos(t1) ** 2 / torch.sin(t1) ** 2)
+            -math.pi * (-math.pi - math.pi * (torch.cos(t1) / torch.sin(t1)) ** 2)
             - polygamma(1, 1 - t0),
             torch.where(t4, (t3 * t3) / 2 + t3, polygamma(1, torch.where(t2 | t4, 134217727, x))),
         )

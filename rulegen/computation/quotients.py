@@ -1,9 +1,11 @@
-"""How generated code computes a quotient: an integer times a quotient multiplies last, a quotient by the square of a
-name divides twice.  Every printer of the plan stage writes quotients so, and the accuracy gate of the derive stage
-evaluates them so (`rulegen.derive.stabilise.gate.as_computed`), the form it measures the one that is printed."""
+"""How generated code computes a quotient: an integer times a quotient multiplies last, a power over a power of the
+same or a higher degree is a power of the quotient, a quotient by the square of a name divides twice.  Every printer
+of the plan stage writes quotients so, and the accuracy gate of the derive stage evaluates them so
+(`rulegen.derive.stabilise.gate.as_computed`), the form it measures the one that is printed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sympy as sp
@@ -35,3 +37,46 @@ def divided_by_a_square(expr: sp.Mul) -> tuple[sp.Expr, sp.Expr] | None:
         return None
     (square,) = squares
     return sp.Mul(*(f for f in expr.args if f is not square)), square.base
+
+
+def power_of_a_quotient(expr: Any) -> tuple[sp.Expr, sp.Expr, sp.Expr, int, int] | None:
+    """(rest, u, v, k, e) where `expr` is rest * u**k / v**(k + e), k >= 2 an integer, u**n (n >= k) a factor and
+    v**(k + e) the one divisor: computed as `quotient_power` writes it, as a user writes ((x - loc) / scale)**2 and
+    sympy does not keep (it distributes the power over the quotient).  The square of u or of v over- or underflows
+    where their quotient's does not (a KL divergence of two normals, ((p_loc - q_loc) / q_scale)**2 at 1e200 and
+    1e100: inf as (p_loc - q_loc)**2 / q_scale / q_scale), and the quotient rounds once where the squares round
+    twice."""
+    if not isinstance(expr, sp.Mul):
+        return None
+    divisors = [f for f in expr.args if f.is_Pow and f.exp.is_Integer and f.exp < 0 and f.free_symbols]
+    if len(divisors) != 1 or -divisors[0].exp < 2:
+        return None
+    (divisor,) = divisors
+    powers = [f for f in expr.args if f.is_Pow and f.exp.is_Integer and f.exp >= 2 and f.free_symbols]
+    if not powers:
+        return None
+    power = max(powers, key=lambda f: (f.exp, sp.default_sort_key(f)))
+    u, v, n, m = power.base, divisor.base, int(power.exp), int(-divisor.exp)
+    k = min(n, m)
+    rest = sp.Mul(*(f for f in expr.args if f is not power and f is not divisor)) * u ** (n - k)
+    return rest, u, v, k, m - k
+
+
+def quotient_power(
+    rest: sp.Expr, u: sp.Expr, v: sp.Expr, k: int, e: int, divide: Callable[[sp.Expr, sp.Expr], sp.Expr]
+) -> sp.Expr:
+    """rest * u**k / v**(k + e) (`power_of_a_quotient`) as computed, each quotient `divide(a, b)` (kept whole by
+    the caller): rest * (u / v)**k, or where v divides once more, rest * (u / v)**(k - 1) * ((u / v) / v ...),
+    as (u / v)**2 / v overflows where (u / v) * ((u / v) / v) does not (((p_loc - q_loc) / q_scale)**2 / q_scale
+    at 8e294 and 5e133 is 6e188)."""
+    quotient = divide(u, v)
+    if not e:
+        factors = [sp.Pow(quotient, k, evaluate=False)]
+    else:
+        last = quotient
+        for _ in range(e):
+            last = divide(last, v)
+        factors = [*([sp.Pow(quotient, k - 1, evaluate=False)] if k > 2 else [quotient]), last]
+    if rest == 1 and len(factors) == 1:
+        return factors[0]
+    return sp.Mul(*(sp.Mul.make_args(rest) if rest != 1 else ()), *factors, evaluate=False)

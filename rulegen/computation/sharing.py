@@ -13,6 +13,8 @@ from typing import Any
 
 import sympy as sp
 
+from rulegen.computation.quotients import power_of_a_quotient
+
 
 class added(sp.Function):  # noqa: N801 - sympy functions are lower case
     """added(a, b): a + b computed before anything else is added to it, the pair of like terms of a sum that cancel
@@ -148,7 +150,8 @@ def shared_subexpressions(
 def _products_kept_whole(
     replacements: list[tuple[sp.Symbol, sp.Expr]], reduced: list[sp.Expr]
 ) -> tuple[list[tuple[sp.Symbol, sp.Expr]], list[sp.Expr]]:
-    """cse's shared products put back as factors into the products they were taken out of.
+    """cse's shared products put back as factors into the products they were taken out of, and shared powers into
+    the quotients that take them whole (`power_of_a_quotient`).
 
     sp.cse shares `y*z` of `x*y*z` and `y*z` as `t0 = y*z`, then `t0*x`:
     another order of the same product, which overflows at
@@ -158,11 +161,18 @@ def _products_kept_whole(
     a whole expression (a partial, a term of a sum).
     """
     products: dict[sp.Expr, sp.Expr] = {}
+    powers: dict[sp.Expr, sp.Expr] = {}
 
     def inline(expr: sp.Expr) -> sp.Expr:
         if not isinstance(expr, sp.Basic) or expr.is_Atom:
             return expr
         args = [inline(a) for a in expr.args]
+        if isinstance(expr, sp.Mul) and any(a in powers for a in args):
+            # A shared power over a divisor of the same degree, put back: computed as a power of the quotient
+            # (`power_of_a_quotient`), where the named square of (p_loc - q_loc) overflows from 1.3e154.
+            whole = sp.Mul(*(powers.get(a, a) for a in args))
+            if power_of_a_quotient(whole) is not None:
+                args = list(sp.Mul.make_args(whole))
         # Only a product of three or more non-numbers is reassociated; a number or a sign scales it exactly.
         if isinstance(expr, sp.Mul) and any(a in products for a in args) and sum(not a.is_number for a in args) > 1:
             return sp.Mul(*(products.get(a, a) for a in args))
@@ -173,6 +183,8 @@ def _products_kept_whole(
         value = inline(value)
         if isinstance(value, sp.Mul) and sum(not a.is_number for a in value.args) > 1:
             products[symbol] = value
+        if isinstance(value, sp.Pow) and value.exp.is_Integer and value.exp >= 2:
+            powers[symbol] = value
         kept.append((symbol, value))
     reduced = [inline(e) for e in reduced]
     used: set[sp.Basic] = set().union(*(e.free_symbols for e in reduced)) if reduced else set()

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import sympy as sp
 
-from rulegen.computation.quotients import square_of_a_name
+from rulegen.computation.quotients import power_of_a_quotient, square_of_a_name
 from rulegen.derive import functions as fn
 from rulegen.plan.code import Assign, Expr, Value, fits_a_line
 from rulegen.plan.printers import float_unit, printed_terms
@@ -217,7 +217,7 @@ class InPlaceWriter:
 
         Numbers and static inputs among its factors become `value`.
         """
-        if not term.is_Mul:
+        if not term.is_Mul or power_of_a_quotient(term) is not None:  # the printers' (u / v)**k, not addcdiv_
             return False
         scale = [f for f in term.args if not self._is_tensor(f)]
         tensors = [f for f in term.args if self._is_tensor(f)]
@@ -248,7 +248,7 @@ class InPlaceWriter:
         factors = [f for f in factors_tuple if not _is_reciprocal(f)]
         divisors = [1 / f for f in factors_tuple if _is_reciprocal(f)]
         k = self._seed(factors)
-        if k is None:
+        if k is None or power_of_a_quotient(expr) is not None:  # the printers' (u / v)**k, not u**k / v / v
             return self._fresh(expr, target)
         buffer = self._owned(factors.pop(k), target)
         for factor in factors:

@@ -23,7 +23,13 @@ from sympy.printing.numpy import JaxPrinter
 from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 
-from rulegen.computation.quotients import divided_by_a_square, scaled_quotient, square_of_a_name
+from rulegen.computation.quotients import (
+    divided_by_a_square,
+    power_of_a_quotient,
+    quotient_power,
+    scaled_quotient,
+    square_of_a_name,
+)
 from rulegen.computation.sharing import added, cancelling_pair_first
 from rulegen.derive import functions as fn
 from rulegen.plan.code import LITERAL, LOOSEST, PRIMARY, Import, Value
@@ -456,6 +462,8 @@ class _ArrayCode:
         """Whether `parenthesize(item, level, strict)` writes parentheses around `item`."""
         if isinstance(item, fn.divided) or (self._square_of_name(item) and level >= PRECEDENCE["Add"]):
             return True
+        if isinstance(item, sp.UnevaluatedExpr) and item.args[0].is_Mul and level >= PRECEDENCE["Add"]:
+            return True  # a quotient kept whole (`_print_power_of_a_quotient`): Python multiplies left to right
         if isinstance(item, sp.Float) and level >= PRECEDENCE["Pow"] and _power_of_two_text(float(item)):
             return True  # a power of two as a base or exponent: (2.0**-120)**2
         # sympy's StrPrinter.parenthesize: an equal precedence too, unless `strict`.
@@ -627,6 +635,9 @@ class _ArrayCode:
 
     def _print_quotient_in_order(self, expr: sp.Mul) -> str | None:
         """A quotient in the order that over- or underflows only where its value does; None for another product."""
+        powered = power_of_a_quotient(expr)
+        if powered is not None:
+            return self._print_power_of_a_quotient(*powered)
         scaled = scaled_quotient(expr)
         if scaled is not None:
             return self._print_scaled_quotient(*scaled)
@@ -639,6 +650,15 @@ class _ArrayCode:
         body = self._print(rest) if rest.is_Mul or rest.is_Atom else self.parenthesize(rest, PRECEDENCE["Mul"])
         divisor = self.parenthesize(base, PRECEDENCE["Mul"] + 1)
         return f"{body} / {divisor} / {divisor}"
+
+    def _print_power_of_a_quotient(self, rest: sp.Expr, u: sp.Expr, v: sp.Expr, k: int, e: int) -> str:
+        """rest * u**k / v**(k + e) as `quotient_power` computes it, each quotient one product this printer writes
+        its way, unevaluated: a product rebuilt around it (sympy's Mul) distributes a power of a product."""
+
+        def divide(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+            return sp.UnevaluatedExpr(sp.Mul(a, sp.Pow(b, -1), evaluate=False))
+
+        return self._print(quotient_power(rest, u, v, k, e, divide))
 
     def _print_scaled_quotient(self, coefficient: sp.Integer, quotient: sp.Expr) -> str:
         """k * (a / b): an integer times a quotient multiplies last (`scaled_quotient`)."""
@@ -831,6 +851,9 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
         # a / b of arrays through the runtime's `quotient`: JAX differentiates a / b in b as -a * b**-2, whose
         # square under- or overflows where the quotient's derivative -(a / b) / b is a float (xlogy's partial
         # x / y at (0, 1e-38): 0 * inf = nan in its second derivative).
+        powered = power_of_a_quotient(expr)
+        if powered is not None:
+            return self._print_power_of_a_quotient(*powered)
         scaled = scaled_quotient(expr)
         if scaled is not None:
             return self._print_scaled_quotient(*scaled)
@@ -844,10 +867,15 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
         return super()._print_Mul(expr)
 
     def _parenthesized(self, item: sp.Basic, level: int, strict: bool = False) -> bool:
-        # A quotient is a call here: whole at every level.
-        return self._as_quotient(item) is None and super()._parenthesized(item, level, strict)
+        # A quotient is a call here: whole at every level (a power of one is a product: `c * quotient(u, v)**2`).
+        if isinstance(item, sp.UnevaluatedExpr):
+            item = item.args[0]
+        whole = self._as_quotient(item) is not None and power_of_a_quotient(item) is None
+        return not whole and super()._parenthesized(item, level, strict)
 
     def _product_binding(self, expr: sp.Mul) -> int:
+        if power_of_a_quotient(expr) is not None:
+            return PRECEDENCE["Mul"]  # `c * quotient(u, v)**2`
         if scaled_quotient(expr) is None and self._as_quotient(expr) is not None:
             return PRIMARY  # `quotient(a, b)`
         return super()._product_binding(expr)

@@ -395,3 +395,19 @@ def test_no_input_is_a_buffer_written_in_place(expr):
         torch.testing.assert_close(values[name], value, rtol=0, atol=0)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
+def test_a_power_over_a_power_is_written_as_the_printers_write_it():
+    # The KL divergence of two normals' partial in q_scale: the in-place writer added -p_scale**2 / q_scale**3 as
+    # addcdiv_(p_scale * p_scale, q_scale**3), inf where the square or the cube overflows and the value is finite
+    # (-(p / q)**2 / q at p = 1e200, q = 1e110 is -1e70); the printers' (p / q) * ((p / q) / q) is not.
+    expr = sp.exp(X) - G**2 / S**3
+    out_of_place, in_place, imports = _both([expr])
+    assert "addcdiv_" not in "\n".join(a.line for a in in_place.lines) + in_place.result
+    values: dict[str, object] = {
+        k: torch.tensor([v], dtype=torch.float64) for k, v in {"x": 0.0, "g": 1e200, "s": 1e110, "y": 1.0}.items()
+    }
+    values["beta"] = 1.5
+    for block in (in_place, out_of_place):
+        (got,) = _run(block, imports, values)
+        torch.testing.assert_close(got, torch.tensor([1 - 1e70], dtype=torch.float64), rtol=1e-14, atol=0)

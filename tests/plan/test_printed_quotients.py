@@ -66,3 +66,50 @@ def test_an_integer_times_a_quotient_multiplies_last():
 
     numpy_value = lambdified([a, b, c], expr, modules=["numpy"])(*values.values())
     assert numpy_value == pytest.approx(1.949616719326133e199, rel=1e-15)
+
+
+def test_a_power_over_a_power_is_a_power_of_the_quotient():
+    # A KL divergence of two normals as torch writes it, ((p_loc - q_loc) / q_scale)**2: sympy distributes the
+    # power, and (p_loc - q_loc)**2 / q_scale / q_scale overflowed from |p_loc - q_loc| = 1.3e154 where the value is
+    # 1e200 (inf at 87 of 64 x 4 points of the distributions suite, float64).
+    expr = sp.Float(0.5) * (x - z) ** 2 / y**2
+    assert print_torch(expr)[0].text == "0.5 * ((x - z)/y)**2"
+    assert print_jax(expr)[0].text == "0.5 * quotient(x - z, y)**2"
+    assert _torch_value(expr, x=2e200, z=0.0, y=1e100) == pytest.approx(2e200, rel=1e-15)
+    assert _torch_value(expr, x=2e-200, z=0.0, y=1e-100) == pytest.approx(2e-200, rel=1e-15)  # no underflow
+
+
+def test_a_power_over_a_higher_power_divides_once_more_after_the_quotient():
+    # Its partial in q_scale, -((p_loc - q_loc) / q_scale)**2 / q_scale: the square of the quotient overflows at
+    # (-8.3e294, 4.9e133) where the value is -5.8e188; (u / v) * ((u / v) / v) does not.
+    expr = -((x - z) ** 2) / y**3
+    text = print_torch(expr)[0].text
+    assert text == "-((x - z)/y)*(((x - z)/y)/y)"
+    assert print_jax(expr)[0].text == "-quotient(x - z, y)*quotient(quotient(x - z, y), y)"
+    point = {"x": -8.288927067780894e294, "z": -1.8854566170208712e233, "y": 4.9049854243951e133}
+    assert _torch_value(expr, **point) == pytest.approx(-5.822151112936418e188, rel=1e-14)
+
+
+def test_the_search_computes_a_power_of_a_quotient_as_the_printers_do():
+    from rulegen.derive.stabilise.gate import as_computed
+    from rulegen.derive.stabilise.points import _numpy_function
+
+    for expr, point, exact in (
+        (sp.Float(0.5) * (x - z) ** 2 / y**2, (2e200, 1e100, 0.0), 2e200),
+        (-((x - z) ** 2) / y**3, (-8.288927067780894e294, 4.9049854243951e133, -1.8854566170208712e233), -5.822e188),
+    ):
+        for form in (expr, as_computed(expr)):
+            value = _numpy_function(form, (x, y, z))(*point)
+            assert value == pytest.approx(exact, rel=1e-3), (form, value)
+
+
+def test_a_shared_power_is_put_back_into_a_quotient_of_its_degree():
+    # cse named (p_loc - q_loc)**2, shared by a KL divergence's value and torch's saved residual, and the value
+    # divided the name by q_scale twice: inf from |p_loc - q_loc| = 1.3e154.
+    from rulegen.computation.sharing import shared_subexpressions
+
+    replacements, (value, _residual) = shared_subexpressions(
+        [sp.Float(0.5) * (x - z) ** 2 / y**2 + sp.log(y), (x - z) ** 2 * sp.exp(y)], sp.numbered_symbols("t")
+    )
+    assert value.has((x - z) ** 2), (replacements, value)
+    assert print_torch(value)[0].text.count("((x - z)/y)**2") == 1

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from rulegen.computation.quotients import divided_by_a_square
+from rulegen.computation.quotients import divided_by_a_square, power_of_a_quotient, quotient_power
 from rulegen.computation.sharing import shared_subexpressions
 from rulegen.derive.expr import lambdified
 from rulegen.derive.functions import divided
@@ -190,7 +190,8 @@ def _of_ordinary_size(columns: Sequence[np.ndarray]) -> np.ndarray:
 
 def as_computed(expr: sp.Expr) -> sp.Expr:
     """`expr` as generated code computes it: the planner's common subexpressions (`shared_subexpressions`), a
-    quotient by the square of a name divided twice (as the printers write it: `divided_by_a_square`), put back
+    power of a quotient taken whole and a quotient by the square of a name divided twice (as the printers write
+    them: `power_of_a_quotient`, `divided_by_a_square`), put back
     without sympy evaluating the result again.  cse takes ((-2s)/h)/h apart as -2s*t**-2, t = h, which the
     printers compute as (-2s/t)/t and numpy would as -2s/t**2, whose square overflows where the divisions do not;
     and cse's own rebuilding (-sqrt(1/x)/(2x) as -(1/x)**(3/2)/2) is the generated code's too."""
@@ -208,6 +209,10 @@ def as_computed(expr: sp.Expr) -> sp.Expr:
 
 def _squares_divided(expr: sp.Expr) -> sp.Expr:
     def twice(product: sp.Mul) -> sp.Expr:
+        powered = power_of_a_quotient(product)
+        if powered is not None:
+            rest, u, v, k, e = powered
+            return quotient_power(_squares_divided(rest), u, v, k, e, divided)
         found = divided_by_a_square(product)
         if found is None:
             return product
