@@ -1603,12 +1603,18 @@ def beta_slope_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """
     s = a + b
     expanded = (sp.Abs(b) <= BETA_EXPANDED_BELOW * sp.Abs(a)) & sp.Ne(a, 0)
-    middle = a + b / 2
-    expansion = -sign_of_gamma(1 + b) * sp.exp(
-        sp.log(_polygamma_by_reflection(sp.S.One, middle))
-        + sp.loggamma(1 + b)
-        - Piecewise((sp.S.Zero, sp.Eq(b, 0)), (b * _polygamma_by_reflection(sp.S.Zero, middle), True))
-    )
+
+    def expansion_of(a1: sp.Expr, b1: sp.Expr) -> sp.Expr:
+        middle = a1 + b1 / 2
+        return -sign_of_gamma(1 + b1) * sp.exp(
+            sp.log(_polygamma_by_reflection(sp.S.One, middle))
+            + sp.loggamma(1 + b1)
+            - Piecewise((sp.S.Zero, sp.Eq(b1, 0)), (b1 * _polygamma_by_reflection(sp.S.Zero, middle), True))
+        )
+
+    # The expansion reads its own region's arguments, stand-ins elsewhere: a + b / 2 is a pole of trigamma
+    # outside it (-2 at (-3.25, 2.5)), whose infinite derivative times the `where`'s zero cotangent is nan.
+    expansion = _of_stand_ins(expansion_of, expanded, (a, sp.S.Half), (b, sp.S.Zero))
     # At a pole b (an integer), digamma(a + b) reflected: digamma(a) - digamma(a + b) = digamma(1 - a) -
     # digamma(1 - a - b), whose sign is the derivative's (beta is inf there, as mpmath's).  Where neither
     # condition below says it, nan.
