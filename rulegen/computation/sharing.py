@@ -134,10 +134,17 @@ def shared_subexpressions(
     shared = []
     for symbol, value in replacements:
         value = value.xreplace(divisors)
-        coefficient, power = value.as_coeff_Mul() if isinstance(value, sp.Expr) else (sp.S.One, value)
+        # The number a value is times, irrational ones too (sqrt(2)/s is sqrt(2) times 1/s).
+        coefficient, power = (
+            value.as_independent(*value.free_symbols, as_Add=False)
+            if isinstance(value, sp.Expr) and value.free_symbols
+            else (sp.S.One, value)
+        )
         if power.is_Pow and power.exp.is_Integer and power.exp < 0 and not power.base.is_number:
             # A number over a power, c/h**k, shared as h, each use divided by it: 0.5/s**2 as a factor of
-            # 0.5 x**2/s**2 is inf where s**2 is subnormal and the quotient 3e273 (s = 1.2e-156).
+            # 0.5 x**2/s**2 is inf where s**2 is subnormal and the quotient 3e273 (s = 1.2e-156); sqrt(2)/s as a
+            # factor of sqrt(2)/(sqrt(pi) s erfcx(u)) is inf / inf = nan at s = 5e-324 (the value 0: a normal's
+            # log-cdf's partial in x far in its upper tail).
             if power.base.is_Symbol:  # already named: divide by that name
                 divisors[symbol] = value
                 continue

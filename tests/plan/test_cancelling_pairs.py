@@ -104,3 +104,26 @@ def test_a_pair_of_static_inputs_is_python_arithmetic():
     exec("\n".join([*(a.line for a in block.lines), f"__result = ({block.result},)"]), env)
     (value,) = env["__result"]  # type: ignore[misc]
     assert math.isclose(float(value), 2.5 * math.exp(0.25), rel_tol=1e-14), block
+
+
+def test_an_irrational_number_over_a_shared_name_divides_each_use():
+    # A normal's log-cdf's partials in x and loc, sqrt(2)/(sqrt(pi) s erfcx(sqrt(2)(loc - x)/(2s))), share
+    # sqrt(2)/s with the argument: cse named it, inf at s = 5e-324, and the partial was inf / erfcx(-inf) = nan
+    # where it is 0 (x - loc = 2.3e19).  sqrt(2) is a number that 1/s is times, as 0.5 is.
+    x, loc = sp.symbols("x loc", real=True)
+    s = sp.Symbol("s", positive=True)
+    u = sp.sqrt(2) * (loc - x) / (2 * s)
+    slope = sp.sqrt(2) / (sp.sqrt(sp.pi) * s * fn.erfcx(u))
+    replacements, reduced = shared_subexpressions([slope, -slope, u * slope], sp.numbered_symbols("t"))
+    named = dict(replacements)
+    assert not any(v.free_symbols == {s} for v in named.values()), replacements  # no sqrt(2)/s named
+    point = (2.3119009046119e19, 10.96, 5e-324)
+    for form in reduced[:2]:
+        whole = form
+        for symbol, value in reversed(replacements):
+            whole = whole.xreplace({symbol: value})
+        fn_ = _numpy_function(as_computed(whole), (x, loc, s))
+        assert fn_ is not None
+        with np.errstate(all="ignore"):
+            value = float(np.asarray(fn_(*(np.asarray([v]) for v in point))).reshape(-1)[0])
+        assert value == 0, (whole, value)
