@@ -26,7 +26,7 @@ from sympy.codegen.cfunctions import log1p
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import MpmathPrinter
 
-from rulegen.computation.quotients import scaled_quotient
+from rulegen.computation.quotients import scaled_product
 from rulegen.derive.functions import CONSTANTS, HOLOMORPHIC, RULE_FUNCTIONS, Piecewise, divided
 from rulegen.spec.errors import Loc, SpecError
 
@@ -454,10 +454,11 @@ def log_difference(
 
 
 class _NumPyOrder(NumPyPrinter):
-    """numpy's printer, multiplying a quotient by an integer last (`scaled_quotient`), as the generated code does."""
+    """numpy's printer, multiplying a quotient or a product by an integer last (`scaled_product`), as the generated
+    code does."""
 
     def _print_Mul(self, expr: sp.Expr) -> str:
-        scaled = scaled_quotient(expr)
+        scaled = scaled_product(expr)
         if scaled is None:
             return str(super()._print_Mul(expr))
         coefficient, rest = scaled

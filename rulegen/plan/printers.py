@@ -23,7 +23,7 @@ from sympy.printing.numpy import JaxPrinter
 from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 
-from rulegen.computation.quotients import divided_by_a_square, scaled_quotient, square_of_a_name
+from rulegen.computation.quotients import divided_by_a_square, scaled_product, square_of_a_name
 from rulegen.computation.sharing import added, cancelling_pair_first
 from rulegen.derive import functions as fn
 from rulegen.plan.code import LITERAL, LOOSEST, PRIMARY, Import, Value
@@ -522,7 +522,7 @@ class _ArrayCode:
                 if rest.is_Mul or not self._parenthesized(rest, PRECEDENCE["Mul"], strict=True)
                 else PRIMARY
             )
-        if scaled_quotient(expr) is not None:
+        if scaled_product(expr, self.scalars) is not None:
             return PRECEDENCE["Mul"]
         return precedence(expr)  # `a * b / c`, `-a * b`: a product, or a negated one at a sum's level
 
@@ -627,9 +627,9 @@ class _ArrayCode:
 
     def _print_quotient_in_order(self, expr: sp.Mul) -> str | None:
         """A quotient in the order that over- or underflows only where its value does; None for another product."""
-        scaled = scaled_quotient(expr)
+        scaled = scaled_product(expr, self.scalars)
         if scaled is not None:
-            return self._print_scaled_quotient(*scaled)
+            return self._print_scaled_product(*scaled)
         squared = divided_by_a_square(expr)
         if squared is None:
             return None
@@ -640,8 +640,8 @@ class _ArrayCode:
         divisor = self.parenthesize(base, PRECEDENCE["Mul"] + 1)
         return f"{body} / {divisor} / {divisor}"
 
-    def _print_scaled_quotient(self, coefficient: sp.Integer, quotient: sp.Expr) -> str:
-        """k * (a / b): an integer times a quotient multiplies last (`scaled_quotient`)."""
+    def _print_scaled_product(self, coefficient: sp.Integer, quotient: sp.Expr) -> str:
+        """k * (r): an integer times a quotient or a product multiplies last (`scaled_product`)."""
         return f"{self._print(coefficient)} * {self.parenthesize(quotient, PRECEDENCE['Mul'])}"
 
     # -- functions
@@ -831,9 +831,9 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
         # a / b of arrays through the runtime's `quotient`: JAX differentiates a / b in b as -a * b**-2, whose
         # square under- or overflows where the quotient's derivative -(a / b) / b is a float (xlogy's partial
         # x / y at (0, 1e-38): 0 * inf = nan in its second derivative).
-        scaled = scaled_quotient(expr)
+        scaled = scaled_product(expr, self.scalars)
         if scaled is not None:
-            return self._print_scaled_quotient(*scaled)
+            return self._print_scaled_product(*scaled)
         quotient = self._as_quotient(expr)
         if quotient is not None:
             numerator, divisor = quotient
@@ -848,7 +848,7 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
         return self._as_quotient(item) is None and super()._parenthesized(item, level, strict)
 
     def _product_binding(self, expr: sp.Mul) -> int:
-        if scaled_quotient(expr) is None and self._as_quotient(expr) is not None:
+        if scaled_product(expr, self.scalars) is None and self._as_quotient(expr) is not None:
             return PRIMARY  # `quotient(a, b)`
         return super()._product_binding(expr)
 
