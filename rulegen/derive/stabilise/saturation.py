@@ -257,7 +257,9 @@ def _overflowing_factors(
                 rest = expr.xreplace({product: sp.Mul(*(sp.Dummy() if f in held else f for f in product.args))})
                 if v in rest.free_symbols and (product, held) not in found:
                     found.append((product, held))
-    return found[: BUDGET.saturation_starts]
+            if len(found) >= BUDGET.saturation_starts:
+                return found[: BUDGET.saturation_starts]
+    return found
 
 
 def _not_finite_at(
