@@ -559,16 +559,18 @@ def _print_fronts(files: Sequence[Path], plot: Path | None = None, plot_format: 
             fronts: list[tuple[str, list[FrontForm]]] = []
             for quantity in searched:
                 forms: dict[object, tuple[str, tuple[float, float]]] = {}
+                free: frozenset = frozenset()
                 for policy in POLICIES:
                     chosen = choices[policy].get(quantity)
                     for family, form, means in () if chosen is None else chosen.front:
                         forms.setdefault(form, (family, means))
+                    free = free or (frozenset() if chosen is None else chosen.free)
                 shown = [
                     FrontForm(
                         str(form),
                         family,
                         means,
-                        costs(form),
+                        costs(form, free),
                         tuple(p for p in POLICIES if quantity in choices[p] and choices[p][quantity].chosen == form),
                     )
                     for form, (family, means) in forms.items()

@@ -43,5 +43,5 @@ def _f_erfcx_jvp(primals, tangents):
     return out, x_dot * jnp.where(
         t1,
         erfcx_series(1, jnp.where(x < 8, 8, x)),
-        2 * out * jnp.where(t1, 0, x) - 2 / math.sqrt(math.pi),
+        2 * (out * jnp.where(t1, 0, x)) - 2 / math.sqrt(math.pi),
     )

@@ -51,5 +51,5 @@ def _f_gelu_tanh_jvp(primals, tangents):
     t3 = 0.08943 * t0 * t2**3 + t1 * t2
     out = x * jax.nn.sigmoid(t1 * (0.044715 * x**3 + x))
     return out, x_dot * (
-        2 * t2 * (0.134145 * t0 * (t2 * t2) + t0) * sigmoid_slope(t3) + jax.nn.sigmoid(t3)
+        2 * (t2 * (0.134145 * t0 * (t2 * t2) + t0) * sigmoid_slope(t3)) + jax.nn.sigmoid(t3)
     )

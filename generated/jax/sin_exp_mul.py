@@ -20,9 +20,6 @@ def sin_exp_mul(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> jax.Array:
         dout/dx = -2*x*y*exp(-x**2)*sin(x) + y*exp(-x**2)*cos(x)
         dout/dy = exp(-x**2)*sin(x)
 
-    Computed in the form rulegen's accuracy search chose over the derived one: dout/dx
-    (`rulegen show sin_exp_mul --why` gives the forms and their measured error).
-
     Inputs:
         x: float array; checked on [-3, 3]
         y: float array; checked on [-3, 3]
@@ -41,8 +38,8 @@ def _sin_exp_mul(x, y):
 @functools.partial(_sin_exp_mul.defjvp, symbolic_zeros=True)
 def _sin_exp_mul_jvp(primals, tangents):
     (x, y), (x_dot, y_dot) = primals, present(tangents)
+    t3 = jnp.sin(x)
     t0 = jnp.exp(-(x * x))
-    t1 = jnp.sin(x)
-    t2 = t0 * t1
-    out = t0 * t1 * y
-    return out, summed_like(out, (x_dot, t0 * y * (jnp.cos(x) - 2 * t1 * x)), (y_dot, t2))
+    t1 = t0 * t3
+    out = t0 * t3 * y
+    return out, summed_like(out, (x_dot, t0 * y * jnp.cos(x) - 2 * (t0 * t3 * x * y)), (y_dot, t1))

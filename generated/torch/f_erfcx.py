@@ -27,7 +27,7 @@ class FErfcx(RuleFunction):
         return out_bar * torch.where(
             t0,
             erfcx_series(1, torch.where(x < 8, 8, x)),
-            2 * torch.where(t0, 0, x) * erfcx(x) - 2 / math.sqrt(math.pi),
+            2 * (torch.where(t0, 0, x) * erfcx(x)) - 2 / math.sqrt(math.pi),
         )
 
     jvp = backward

@@ -25,7 +25,7 @@ class MyCube(RuleFunction):
     @staticmethod
     def jvp(ctx, x_dot):
         x, dx = ctx.saved_tensors
-        return dx * x_dot, 6 * x * x_dot
+        return dx * x_dot, 6 * (x * x_dot)
 
 
 _apply_my_cube = routed(MyCube, "(Tensor x) -> (Tensor, Tensor)")

@@ -29,29 +29,30 @@ class SinExpMul(RuleFunction):
             and plain(x, y, saved_exp, saved_sin, out_bar)
             and all(ctx.needs_input_grad)
         ):
-            t0 = torch.cos(x).addcmul_(saved_sin, x, value=-2).mul_(saved_exp).mul_(y)
-            t0.mul_(out_bar)
-            t1 = (saved_exp * saved_sin).mul_(out_bar)
-            return t0.sum_to_size(x.shape), t1.sum_to_size(y.shape)
+            t0 = saved_exp * saved_sin
+            t1 = torch.cos(x).mul_(saved_exp).mul_(y)
+            t1.addcmul_(saved_exp * saved_sin * x, y, value=-2).mul_(out_bar)
+            return t1.sum_to_size(x.shape), t0.clone().mul_(out_bar).sum_to_size(y.shape)
         t0 = torch.cos(x)
-        t1 = 2 * x
+        t1 = saved_exp * saved_sin
+        t2 = 2 * x
         x_bar = y_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = summed_like(
                 x,
-                (out_bar, saved_exp * y * (t0 - saved_sin * t1)),
-                None if saved_exp_bar is None else saved_exp_bar * (-saved_exp * t1),
+                (out_bar, saved_exp * t0 * y - saved_exp * saved_sin * t2 * y),
+                None if saved_exp_bar is None else saved_exp_bar * (-saved_exp * t2),
                 (saved_sin_bar, t0),
             )
         if ctx.needs_input_grad[1]:
-            y_bar = summed_like(y, (out_bar, saved_exp * saved_sin))
+            y_bar = summed_like(y, (out_bar, t1))
         return x_bar, y_bar
 
     @staticmethod
     def jvp(ctx, x_dot, y_dot):
         x, y, saved_exp, saved_sin = ctx.saved_tensors
         x_dot, y_dot = tangent_or_zero(x_dot, x), tangent_or_zero(y_dot, y)
-        saved_exp_dot = -2 * saved_exp * x * x_dot
+        saved_exp_dot = -2 * (saved_exp * x * x_dot)
         saved_sin_dot = x_dot * torch.cos(x)
         out_dot = y * (saved_exp * saved_sin_dot + saved_exp_dot * saved_sin) + y_dot * (
             saved_exp * saved_sin
@@ -71,9 +72,6 @@ def sin_exp_mul(x: torch.Tensor | float, y: torch.Tensor | float) -> torch.Tenso
     Partials (derived by sympy):
         dout/dx = -2*x*y*exp(-x**2)*sin(x) + y*exp(-x**2)*cos(x)
         dout/dy = exp(-x**2)*sin(x)
-
-    Computed in the form rulegen's accuracy search chose over the derived one: dout/dx
-    (`rulegen show sin_exp_mul --why` gives the forms and their measured error).
 
     Inputs:
         x: float array; checked on [-3, 3]

@@ -1,27 +1,34 @@
-"""How generated code computes a quotient: an integer times a quotient multiplies last, a power over a power of the
-same or a higher degree is a power of the quotient, a quotient by the square of a name divides twice.  Every printer
-of the plan stage writes quotients so, and the accuracy gate of the derive stage evaluates them so
+"""How generated code computes a quotient or a product: an integer times a quotient, or times a product of
+several factors, multiplies last, a power over a power of the same or a higher degree is a power of the quotient, a
+quotient by the square of a name divides twice.  Every printer of the plan stage writes quotients and products so,
+and the accuracy gate of the derive stage evaluates them so
 (`rulegen.derive.stabilise.gate.as_computed`), the form it measures the one that is printed."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import sympy as sp
 
 
-def scaled_quotient(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
-    """(k, q) where `expr` is an integer k, |k| > 1, times a quotient q of variables: computed k * (a / b), as
-    every printer of rulegen's writes it, since (k * a) / b overflows where the quotient times k does not
-    (-2 c / (b + sqrt(b**2 - 4 a c)) at c = -1.8e308)."""
+def scaled_product(expr: sp.Expr, scalars: Collection[str] = frozenset()) -> tuple[sp.Expr, sp.Expr] | None:
+    """(k, r) where `expr` is an integer k, |k| > 1, times a quotient or a product r of several factors: computed
+    k * (r), as every printer of rulegen's writes it.  Multiplied last, k makes nothing inf that the value is not:
+    (k * a) / b overflows where the quotient times k does not (-2 c / (b + sqrt(b**2 - 4 a c)) at c = -1.8e308),
+    and (k * a) * b where b brings the value back (-2 x exp(-x**2) at x = 1e38 in float32 is inf * 0 = nan;
+    -2 (x exp(-x**2)) is 0).  Each partial product's magnitude is the same or less than with k first, so no
+    order of k is finite where this one is not.  Factors in `scalars` (names of Python numbers) alone are
+    numbers: 2 c x with c a static input is one pass over x, as k (c x) would be two."""
     if not isinstance(expr, sp.Mul):
         return None
     coefficient, rest = expr.as_coeff_Mul()
     if not (coefficient.is_Integer and abs(coefficient) > 1 and rest.free_symbols):
         return None
-    divisors = [f for f in sp.Mul.make_args(rest) if f.is_Pow and f.exp.is_negative and f.free_symbols]
-    return (coefficient, rest) if divisors and len(sp.Mul.make_args(rest)) > 1 else None
+    factors = sp.Mul.make_args(rest)
+    divisors = [f for f in factors if f.is_Pow and f.exp.is_negative and f.free_symbols]
+    variable = [f for f in factors if any(v.name not in scalars for v in f.free_symbols)]
+    return (coefficient, rest) if len(factors) > 1 and (divisors or len(variable) > 1) else None
 
 
 def square_of_a_name(item: Any) -> bool:

@@ -151,7 +151,7 @@ def shared_subexpressions(
             divisors[symbol] = coefficient * symbol**power.exp
             value = power.base
         shared.append((symbol, value))
-    return _products_kept_whole(shared, [e.xreplace(divisors) for e in reduced])
+    return _calls_named(*_products_kept_whole(shared, [e.xreplace(divisors) for e in reduced]), symbols)
 
 
 def _products_kept_whole(
@@ -199,3 +199,31 @@ def _products_kept_whole(
         if symbol in used:
             used |= value.free_symbols
     return [(symbol, value) for symbol, value in kept if symbol in used], reduced
+
+
+def _calls_named(
+    replacements: list[tuple[sp.Symbol, sp.Expr]], reduced: list[sp.Expr], symbols: Iterator[sp.Symbol]
+) -> tuple[list[tuple[sp.Symbol, sp.Expr]], list[sp.Expr]]:
+    """Each function call computed more than once after the shared products are put back (`_products_kept_whole`),
+    named once, the largest first: cse shares `t0 = exp(-x**2)*sin(x)` of `exp(-x**2)*sin(x)*y` and
+    `-2*(x*y*exp(-x**2)*sin(x))`, and put back as factors each product would compute `sin(x)` again.  A name
+    reads the same value, so no product's order or rounding changes."""
+    while True:
+        counts: dict[sp.Expr, int] = {}
+        for expr in [*(v for _, v in replacements), *reduced]:
+            for node in sp.preorder_traversal(expr):
+                if isinstance(node, sp.Function) and not isinstance(node, added) and node.free_symbols:
+                    counts[node] = counts.get(node, 0) + 1
+        repeated = [c for c, n in counts.items() if n > 1]
+        if not repeated:
+            return replacements, reduced
+        call = max(repeated, key=lambda c: (sp.count_ops(c), sp.default_sort_key(c)))
+        symbol = next(symbols)
+        defined = [k for k, (s, _) in enumerate(replacements) if s in call.free_symbols]
+        at = max(defined, default=-1) + 1
+        replacements = [
+            *replacements[:at],
+            (symbol, call),
+            *((s, v.xreplace({call: symbol})) for s, v in replacements[at:]),
+        ]
+        reduced = [e.xreplace({call: symbol}) if isinstance(e, sp.Basic) else e for e in reduced]

@@ -26,7 +26,7 @@ from sympy.codegen.cfunctions import log1p
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import MpmathPrinter
 
-from rulegen.computation.quotients import power_of_a_quotient, quotient_power, scaled_quotient
+from rulegen.computation.quotients import power_of_a_quotient, quotient_power, scaled_product
 from rulegen.derive.functions import CONSTANTS, HOLOMORPHIC, RULE_FUNCTIONS, Piecewise, divided
 from rulegen.spec.errors import Loc, SpecError
 
@@ -454,14 +454,14 @@ def log_difference(
 
 
 class _NumPyOrder(NumPyPrinter):
-    """numpy's printer, multiplying a quotient by an integer last (`scaled_quotient`) and taking a power of a quotient
-    whole (`power_of_a_quotient`), as the generated code does."""
+    """numpy's printer, multiplying a quotient or a product by an integer last (`scaled_product`) and taking a power
+    of a quotient whole (`power_of_a_quotient`), as the generated code does."""
 
     def _print_Mul(self, expr: sp.Expr) -> str:
         powered = power_of_a_quotient(expr)
         if powered is not None:
             return str(self._print(quotient_power(*powered, divided)))
-        scaled = scaled_quotient(expr)
+        scaled = scaled_product(expr)
         if scaled is None:
             return str(super()._print_Mul(expr))
         coefficient, rest = scaled

@@ -31,6 +31,7 @@ from rulegen.derive.routes import Gives, choose_routes
 from rulegen.derive.saved import completed
 from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.derive.stabilise import BUDGET, DEFAULT_POLICY, Choice, Sampling, searchable, stabilise
+from rulegen.derive.stabilise.cost import NOTHING_FREE, Free, reused
 from rulegen.derive.symbols import scope, symbols_of
 from rulegen.spec.errors import Loc, SpecError, SpecErrors
 from rulegen.spec.names import COTANGENT, TANGENT
@@ -487,6 +488,7 @@ def stabilised(d: Derivation) -> Derivation:
         alternatives: tuple[tuple[str, sp.Expr], ...] = (),
         written: sp.Expr | None = None,
         where: Sampling | None = None,
+        free: Free = NOTHING_FREE,
     ) -> Choice | None:
         where = where or sampling
         if not searchable(expr, where):
@@ -495,7 +497,15 @@ def stabilised(d: Derivation) -> Derivation:
             if len(searched) >= BUDGET.searches_per_rule:
                 return None
             searched.add(expr)
-        choice = stabilise(expr, where, quantity=label, alternatives=alternatives, policy=policy, written=written)
+        choice = stabilise(
+            expr,
+            where,
+            quantity=label,
+            alternatives=alternatives,
+            policy=policy,
+            written=written,
+            free=free,
+        )
         choices.setdefault(label, choice)
         return choice
 
@@ -514,6 +524,10 @@ def stabilised(d: Derivation) -> Derivation:
         found = () if choice is None else choice.good_forms
         forms[n] = tuple(dict.fromkeys((*found, e, written[n])))
     derived = dict(d.forward)
+    # What a partial reads of the forward for nothing: the function calls of the forward the backends compute, and
+    # of the forward as written, which autodiff of it reads.
+    free = {n: reused([e]) for n, e in forward}
+    written_free = {n: reused([e]) for n, e in written.items()}
     # Where each output is defined, once: every partial of it, in either mode, is searched there.
     defined = {o: defined_where(sampling, e) for o, e in derived.items()}
 
@@ -533,7 +547,14 @@ def stabilised(d: Derivation) -> Derivation:
                 )
                 # What autodiff of the forward as written computes: the reference of `fast` and `balanced`.
                 reference = differentiate(written[o], symbol) if written[o] != derived[o] else None
-            choice = chosen(f"d{o}/d{i}", e, alternatives, reference, defined.get(o))
+            choice = chosen(
+                f"d{o}/d{i}",
+                e,
+                alternatives,
+                reference,
+                defined.get(o),
+                Free(free.get(o, frozenset()), written_free.get(o, frozenset())),
+            )
             table[(o, i)] = slopes(e if choice is None else choice.chosen)
         return MappingProxyType(table)
 

@@ -188,6 +188,13 @@ class _TorchForms:
         """A float tensor a native kernel takes: not a Python number, not an integer mask (`torch.where(c, 1, 0)`)."""
         return any(s.name not in self.scalars for s in expr.free_symbols) and not expr.has(sp.Piecewise)
 
+    def _varies(self, expr: sp.Expr) -> bool:
+        """An `_operand` of an array, not only of static inputs cast to a float (`in_float(s, x)`, a 0-d tensor):
+        a sigmoid of statics is a number, `a * sigmoid(s)` one multiplication, and softplus's backward computes
+        `a * z / (z + 1)`, z = exp(s), inf where `a * z` overflows (x = 2.7e38 in float32 at s = 0.5)."""
+        held = expr.replace(lambda e: isinstance(e, in_float), lambda e: e.args[0])
+        return self._operand(expr) and any(s.name not in self.scalars for s in held.free_symbols)
+
     def _tensor_operand(self, factors: Sequence[sp.Expr], skip: int) -> int | None:
         """The factor to hand a native kernel as its tensor, a bare name first (it needs no pass of its own)."""
         candidates = [j for j, f in enumerate(factors) if j != skip and self._operand(f)]
@@ -256,7 +263,7 @@ class _TorchForms:
     def _sigmoid_product(self, product: sp.Expr) -> sp.Expr:
         """`u * sigmoid(u) * rest` -> `silu(u) * rest`; `a * sigmoid(beta * u) * rest` -> softplus's backward * rest."""
         factors = list(product.args)
-        k = next((k for k, f in enumerate(factors) if isinstance(f, sigmoid) and self._operand(f)), None)
+        k = next((k for k, f in enumerate(factors) if isinstance(f, sigmoid) and self._varies(f)), None)
         if k is None:
             return product
         beta, u = self._split(factors[k].args[0])

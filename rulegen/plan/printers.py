@@ -27,7 +27,7 @@ from rulegen.computation.quotients import (
     divided_by_a_square,
     power_of_a_quotient,
     quotient_power,
-    scaled_quotient,
+    scaled_product,
     square_of_a_name,
 )
 from rulegen.computation.sharing import added, cancelling_pair_first
@@ -530,7 +530,7 @@ class _ArrayCode:
                 if rest.is_Mul or not self._parenthesized(rest, PRECEDENCE["Mul"], strict=True)
                 else PRIMARY
             )
-        if scaled_quotient(expr) is not None:
+        if scaled_product(expr, self.scalars) is not None:
             return PRECEDENCE["Mul"]
         return precedence(expr)  # `a * b / c`, `-a * b`: a product, or a negated one at a sum's level
 
@@ -638,9 +638,9 @@ class _ArrayCode:
         powered = power_of_a_quotient(expr)
         if powered is not None:
             return self._print_power_of_a_quotient(*powered)
-        scaled = scaled_quotient(expr)
+        scaled = scaled_product(expr, self.scalars)
         if scaled is not None:
-            return self._print_scaled_quotient(*scaled)
+            return self._print_scaled_product(*scaled)
         squared = divided_by_a_square(expr)
         if squared is None:
             return None
@@ -660,8 +660,8 @@ class _ArrayCode:
 
         return self._print(quotient_power(rest, u, v, k, e, divide))
 
-    def _print_scaled_quotient(self, coefficient: sp.Integer, quotient: sp.Expr) -> str:
-        """k * (a / b): an integer times a quotient multiplies last (`scaled_quotient`)."""
+    def _print_scaled_product(self, coefficient: sp.Integer, quotient: sp.Expr) -> str:
+        """k * (r): an integer times a quotient or a product multiplies last (`scaled_product`)."""
         return f"{self._print(coefficient)} * {self.parenthesize(quotient, PRECEDENCE['Mul'])}"
 
     # -- functions
@@ -854,9 +854,9 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
         powered = power_of_a_quotient(expr)
         if powered is not None:
             return self._print_power_of_a_quotient(*powered)
-        scaled = scaled_quotient(expr)
+        scaled = scaled_product(expr, self.scalars)
         if scaled is not None:
-            return self._print_scaled_quotient(*scaled)
+            return self._print_scaled_product(*scaled)
         quotient = self._as_quotient(expr)
         if quotient is not None:
             numerator, divisor = quotient
@@ -876,7 +876,7 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     def _product_binding(self, expr: sp.Mul) -> int:
         if power_of_a_quotient(expr) is not None:
             return PRECEDENCE["Mul"]  # `c * quotient(u, v)**2`
-        if scaled_quotient(expr) is None and self._as_quotient(expr) is not None:
+        if scaled_product(expr, self.scalars) is None and self._as_quotient(expr) is not None:
             return PRIMARY  # `quotient(a, b)`
         return super()._product_binding(expr)
 

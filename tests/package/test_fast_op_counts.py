@@ -15,6 +15,8 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -31,6 +33,8 @@ rules:
   - {name: z_poisson_nll, inputs: {r: {}, y: {domain: [0, 10]}}, forward: exp(r) - y * r}
   - {name: z_normal_log_prob, inputs: [x, mu], forward: -(x - mu)**2 / 2 - log(sqrt(2 * pi))}
   - {name: z_hinge_smooth, inputs: [z], forward: softplus(1 - z)}
+  - {name: z_gaussian, inputs: [x], forward: exp(-x**2)}
+  - {name: z_gelu_tanh, inputs: [x], forward: x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))) / 2}
 """
 WRITTEN: dict[str, Callable[..., torch.Tensor]] = {
     "z_squared_error": lambda x, y: (x - y) ** 2 / 2,
@@ -40,10 +44,19 @@ WRITTEN: dict[str, Callable[..., torch.Tensor]] = {
     "z_poisson_nll": lambda r, y: torch.exp(r) - y * r,
     "z_normal_log_prob": lambda x, mu: -((x - mu) ** 2) / 2 - math.log(math.sqrt(2 * math.pi)),
     "z_hinge_smooth": lambda z: torch.nn.functional.softplus(1 - z),
+    "z_gaussian": lambda x: torch.exp(-(x**2)),
+    "z_gelu_tanh": lambda x: x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))) / 2,
 }
 WRITTEN_JAX = {
     "z_squared_error": lambda x, y: (x - y) ** 2 / 2,
     "z_normal_log_prob": lambda x, mu: -((x - mu) ** 2) / 2 - math.log(math.sqrt(2 * math.pi)),
+}
+#: Written forms that are inadmissible as autodiff differentiates them (nan where the exact derivative is 0:
+#: -2 x exp(-x**2) past half the largest float, x**2 inf beside a tanh of 1), whose admissible forms read the
+#: forward's function: the partial multiplies its integer last, and clamps only the factors that overflow.
+READING = {
+    "z_gaussian": lambda x: jnp.exp(-(x**2)),
+    "z_gelu_tanh": lambda x: x * (1 + jnp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))) / 2,
 }
 #: Where the generated jvp runs one kernel more than autodiff's, and why (docs/performance.md says so too):
 #: the partial 1/x - 1 is computed whole before the tangent multiplies it, where autodiff distributes the
@@ -119,3 +132,42 @@ def test_a_shared_factor_is_multiplied_once_under_jit(fast, name):
     arrays = [jnp.linspace(0.5, 3.0, 4096, dtype=jnp.float32) + k for k in range(2)]
     generated = getattr(fast[1], name)
     assert _compiled_operations(generated, arrays) <= _compiled_operations(WRITTEN_JAX[name], arrays)
+
+
+def _compiled_jvp_operations(f: Callable, arrays: list) -> int:
+    """The array operations of `jit(jvp(f))` as XLA compiles it (as `_compiled_operations` counts them)."""
+    import jax
+
+    jvp = jax.jit(lambda *a: jax.jvp(f, a, tuple(jnp.ones_like(b) for b in a)))
+    text = jvp.lower(*arrays).compile().as_text()
+    operation = re.compile(rf"= f32\[{arrays[0].size}\]\S* (\w[\w-]*)\(")
+    ignored = {"parameter", "broadcast", "constant", "fusion", "bitcast", "copy"}
+    return sum(1 for m in map(operation.search, text.splitlines()) if m and m.group(1) not in ignored)
+
+
+@pytest.mark.parametrize("name", sorted(READING))
+def test_a_partial_that_reads_the_forward_runs_no_more_operations_under_jit(fast, name):
+    arrays = [jnp.linspace(0.5, 3.0, 4096, dtype=jnp.float32)]
+    generated = getattr(fast[1], name)
+    assert _compiled_operations(generated, arrays) <= _compiled_operations(READING[name], arrays)
+    assert _compiled_jvp_operations(generated, arrays) <= _compiled_jvp_operations(READING[name], arrays)
+
+
+@pytest.mark.parametrize("name", sorted(READING))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_partial_that_reads_the_forward_is_finite_far_out(fast, name, dtype):
+    # Where autodiff of the written forward is nan, at the largest floats and past x**2's overflow, the exact
+    # value and derivative round to 0 or x and 1.
+    import jax
+
+    top = float(torch.finfo(dtype).max)
+    values = [v for m in (1.0, 3.0, 1e4, math.sqrt(top) * 2, top / 1.5, top) for v in (m, -m)]
+    x = torch.tensor(values, dtype=dtype, requires_grad=True)
+    (slope,) = torch.autograd.grad(getattr(fast[0], name)(x).sum(), x)
+    _, tangent = torch.func.jvp(getattr(fast[0], name), (x.detach(),), (torch.ones_like(x.detach()),))
+    assert torch.isfinite(slope).all() and torch.isfinite(tangent).all()
+    point = jnp.asarray(values, dtype=jnp.float32 if dtype == torch.float32 else jnp.float64)  # x64: conftest
+    generated = getattr(fast[1], name)
+    _, jax_tangent = jax.jvp(generated, (point,), (jnp.ones_like(point),))
+    assert np.isfinite(np.asarray(jax.vmap(jax.grad(generated))(point))).all()
+    assert np.isfinite(np.asarray(jax_tangent)).all()

@@ -175,7 +175,8 @@ def test_mish_backward_allocates_two_buffers():
         (X * fn.sigmoid(X), "torch.nn.functional.silu(x)"),
         (G * X * fn.sigmoid(X), "g*torch.nn.functional.silu(x)"),
         (G * fn.silu_derivative(X), "silu_backward(g, x)"),
-        (2 * G * S * fn.silu_derivative(2 * X), "2*s*silu_backward(g, 2*x)"),
+        # An integer multiplies last (rulegen.computation.quotients.scaled_product): as many kernels.
+        (2 * G * S * fn.silu_derivative(2 * X), "2 * (s*silu_backward(g, 2*x))"),
         (-G * fn.silu_derivative(Y - X), "-silu_backward(g, y - x)"),
         # In a sum the derivative has no tensor factor: the product is multiplied out.
         (G * (sp.cos(X) + fn.silu_derivative(X)), "g*torch.cos(x) + silu_backward(g, x)"),

@@ -1,5 +1,8 @@
-"""How the printers write quotients by a square and products with a Float 1.0."""
+"""How the printers write quotients by a square, products with an integer and products with a Float 1.0."""
 
+import math
+
+import numpy as np
 import pytest
 import sympy as sp
 import torch
@@ -58,7 +61,7 @@ def test_an_integer_times_a_quotient_multiplies_last():
     # the overflow the generated code would have and turned the form down.
     a, b, c = sp.symbols("a b c", real=True)
     expr = -2 * c / (b + sp.sqrt(b**2 - 4 * a * c))
-    assert print_torch(expr)[0].text == "-2 * (c/(b + torch.sqrt(b * b - 4*a*c)))"
+    assert print_torch(expr)[0].text == "-2 * (c/(b + torch.sqrt(b * b - 4 * (a*c))))"
     assert print_jax(expr)[0].text.startswith("-2 * quotient(c, ")
     values = {"a": 4.7295197743819505e-91, "b": 7.039856586209132e101, "c": -1.7976931348623157e308}
     assert _torch_value(expr, **values) == pytest.approx(1.949616719326133e199, rel=1e-15)
@@ -113,3 +116,25 @@ def test_a_shared_power_is_put_back_into_a_quotient_of_its_degree():
     )
     assert value.has((x - z) ** 2), (replacements, value)
     assert print_torch(value)[0].text.count("((x - z)/y)**2") == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_an_integer_times_a_product_multiplies_last(dtype):
+    # -2 x exp(-x**2), a Gaussian's derivative: (-2 x) overflows past half the largest float, where exp(-x**2) is
+    # 0, and inf * 0 is nan; multiplied last, -2 (x exp(-x**2)) is 0 there, as the exact value rounds.  No clamp
+    # is needed, so the derivative reads the forward's exp.
+    expr = -2 * x * sp.exp(-(x**2))
+    text = print_torch(expr)[0].text
+    assert text.replace(" ", "") == "-2*(x*torch.exp(-(x*x)))"
+    assert print_jax(expr)[0].text.replace(" ", "") == "-2*(x*jnp.exp(-(x*x)))"
+    top = torch.finfo(dtype).max
+    point = torch.tensor([top, -top, 1.0], dtype=dtype)
+    assert eval(text, {"torch": torch}, {"x": point}).tolist() == pytest.approx([0.0, 0.0, -2 * math.exp(-1)])
+    # The search's numpy evaluation computes it as the printers do.
+    from rulegen.derive.expr import lambdified
+
+    with np.errstate(all="ignore"):
+        got = lambdified([x], expr, modules=["numpy"])(point.numpy())
+    assert np.isfinite(got).all()
+    # A product of numbers and one variable keeps its one constant: 2 sqrt(2) x / sqrt(pi) is one multiplication.
+    assert "2 * (" not in print_jax(2 * sp.sqrt(2) * x / sp.sqrt(sp.pi))[0].text

@@ -98,3 +98,19 @@ def test_a_product_shared_with_a_partial_is_computed_in_its_own_order():
     assert d_x.xreplace(dict(replacements)) == y * z
     value = sp.lambdify([x, y, z], out, "numpy")(np.float64(-2.4e-184), np.float64(1.4e206), np.float64(-3.7e121))
     assert value == pytest.approx(1.2432e144)
+
+
+def test_a_function_in_products_put_back_is_computed_once():
+    # cse shares exp(-x**2)*sin(x) of sin_exp_mul's value and of its partial in x, -2 (x y exp(-x**2) sin(x))
+    # (an integer multiplied last); put back into the products as factors, sin(x) was computed three times.
+    x, y = sp.symbols("x y", real=True)
+    gauss = sp.exp(-(x**2))
+    exprs = [gauss * sp.sin(x) * y, gauss * y * sp.cos(x) - 2 * x * y * gauss * sp.sin(x), gauss * sp.sin(x)]
+    replacements, reduced = shared_subexpressions(exprs, sp.numbered_symbols("t"))
+    computed = [*(v for _, v in replacements), *reduced]
+    assert sum(sum(1 for n in sp.preorder_traversal(e) if n == sp.sin(x)) for e in computed) == 1
+    names = dict(replacements)
+    for expr, shared in zip(exprs, reduced, strict=True):
+        for _ in range(len(names)):
+            shared = shared.xreplace(names)
+        assert sp.simplify(shared - expr) == 0

@@ -141,3 +141,16 @@ def test_a_scaling_is_undone_by_a_product_and_its_reciprocal_cancels_in_a_deriva
         assert printer(divided(v, divided(1, b)).subs(b, sp.Symbol("b")))[0].text == "v * b"
     root = divided(sp.sqrt(divided(x, b) ** 2 + divided(y, b) ** 2), divided(1, b))
     assert sp.diff(root, x) == divided(x, b) / sp.sqrt(divided(x, b) ** 2 + divided(y, b) ** 2)
+
+
+def test_a_sigmoid_of_statics_alone_is_no_softplus_backward():
+    # softplus's backward computes a * z / (z + 1), z = exp(u): with u a static (s = 0.5, z = 1.65) and a = x,
+    # inf past x = 2.1e38 in float32 where x * sigmoid(s) is 1.7e38; the sigmoid of a static is a number, and
+    # multiplying by it one kernel.  A sigmoid of an array stays one kernel.
+    from rulegen.plan.forms import torch_forms
+
+    s = sp.Symbol("s", real=True)
+    native = torch_forms(("s",), ())
+    assert not native(X * fn.sigmoid(fn.in_float(s, X))).has(fn.sigmoid_product)
+    assert native(X * fn.sigmoid(Y)).has(fn.sigmoid_product)
+    assert native(X * fn.sigmoid(s * Y)).has(fn.sigmoid_product)

@@ -13,6 +13,10 @@
   so arithmetic is nearly free and the transcendental calls dominate; a unit
   is one `exp`.
 
+A subexpression the forward computes (`reused`: its function calls and what holds one) costs nothing: the
+backward reads it as autodiff reads what the forward saved (`exp(-x**2)` in `-2 x exp(-x**2)`, the forward's
+value), where a form that computes the same value of another argument (the input clamped) computes it again.
+
 A `Piecewise` (a `where`) costs its branches, its conditions (one comparison
 each) and a select per branch after the first.  A function of Python numbers
 alone costs nothing (the printers compute it once, as a number).
@@ -31,9 +35,10 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
+from typing import NamedTuple
 
 import sympy as sp
 
@@ -102,16 +107,41 @@ def _call(name: str, weights: Mapping[str, float]) -> float:
     return weights["function" if known is None or known.one_torch_kernel else "composite"]
 
 
+class Free(NamedTuple):
+    """What a search's forms read of a forward for nothing (`reused`): `forms` of the forward the backends
+    compute, `written` of the forward as written, which autodiff of it (a policy's reference) reads."""
+
+    forms: frozenset[sp.Expr] = frozenset()
+    written: frozenset[sp.Expr] = frozenset()
+
+
+#: Nothing read for nothing: `best`'s searches, and a form no forward computes a part of.
+NOTHING_FREE = Free()
+
+
+def reused(forward: Sequence[sp.Expr]) -> frozenset[sp.Expr]:
+    """What the backward may read of what the `forward` forms compute: each subexpression in the inputs that calls
+    a function (`exp(-x**2)`, `x*sigmoid(u)` and `sigmoid(u)`, not `x**2`, which is as cheap to compute again as
+    to keep)."""
+    return frozenset(
+        node
+        for expr in forward
+        for node in sp.preorder_traversal(expr)
+        if isinstance(node, sp.Expr) and node.free_symbols and not node.is_Atom and node.has(sp.Function)
+    )
+
+
 @functools.lru_cache(maxsize=4096)
-def cost(expr: sp.Basic, backend: str) -> float:
-    """What computing `expr` costs in `backend` ("torch" eager or "jax" under jit), in `WEIGHTS`' units."""
+def cost(expr: sp.Basic, backend: str, free: frozenset[sp.Expr] = frozenset()) -> float:
+    """What computing `expr` costs in `backend` ("torch" eager or "jax" under jit), in `WEIGHTS`' units, the
+    subexpressions in `free` (`reused`) for nothing."""
     weights = WEIGHTS[backend]
     seen: set[sp.Basic] = set()
     total = 0.0
     stack = [expr]
     while stack:
         node = stack.pop()
-        if node in seen or node.is_Atom or not node.free_symbols:
+        if node in seen or node.is_Atom or not node.free_symbols or node in free:
             continue
         seen.add(node)
         total += _own(node, weights)
@@ -119,13 +149,20 @@ def cost(expr: sp.Basic, backend: str) -> float:
     return total
 
 
-def costs(expr: sp.Basic) -> tuple[float, ...]:
+def costs(expr: sp.Basic, free: frozenset[sp.Expr] = frozenset()) -> tuple[float, ...]:
     """`cost` of `expr` in each of `BACKENDS`."""
-    return tuple(cost(expr, b) for b in BACKENDS)
+    return tuple(cost(expr, b, free) for b in BACKENDS)
 
 
-def relative(expr: sp.Basic, reference: sp.Basic) -> float:
-    """`expr`'s cost over `reference`'s, the larger ratio of the backends' (1 where both cost nothing)."""
+def relative(
+    expr: sp.Basic,
+    reference: sp.Basic,
+    free: frozenset[sp.Expr] = frozenset(),
+    reference_free: frozenset[sp.Expr] = frozenset(),
+) -> float:
+    """`expr`'s cost over `reference`'s (`free` and `reference_free` what each reads of its forward), the larger
+    ratio of the backends' (1 where both cost nothing)."""
     return max(
-        (c / r if r > 0 else (1.0 if c <= 0 else math.inf)) for c, r in zip(costs(expr), costs(reference), strict=True)
+        (c / r if r > 0 else (1.0 if c <= 0 else math.inf))
+        for c, r in zip(costs(expr, free), costs(reference, reference_free), strict=True)
     )

@@ -9,7 +9,9 @@
 The reference is what autodiff of the forward as the rule writes it computes: the derived form, or, where
 the derivation rewrote the forward into a stable form before it searched (log(1 + x) into log1p(x), c + c
 erf(u) into an erfc), the written form or its derivative, which is then a candidate too: the cheap written
-form is kept wherever it is admissible.
+form is kept wherever it is admissible.  A form's cost leaves out what it
+reads of the forward the backends compute, and the reference's what it reads
+of the forward as written (`cost.Free`).
 
 Admissible, under every policy, is the acceptance gate's (`gate.admissible`: finite wherever the derived form
 and the exact value are, no worse on average, on points the search never saw) and, where the policy keeps
@@ -22,6 +24,7 @@ each input.  A form no policy can keep leaves the choice to `best`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, get_args
 
@@ -31,7 +34,7 @@ import sympy as sp
 from rulegen.derive.expr import lambdified
 from rulegen.derive.measure import inside
 from rulegen.derive.stabilise.budget import BUDGET
-from rulegen.derive.stabilise.cost import costs, relative
+from rulegen.derive.stabilise.cost import NOTHING_FREE, Free, costs, relative
 from rulegen.derive.stabilise.flushed import flushed_call
 from rulegen.derive.stabilise.gate import _finite_where_exact, _validation, admissible, as_computed, both_ways
 from rulegen.derive.stabilise.points import Sampling, _evaluated, _Measured, _numpy_implementations
@@ -152,22 +155,32 @@ def pick(
     forms: Sequence[_Measured],
     sampling: Sampling,
     seed: int,
-    charged: dict[int, float] | None = None,
     reference: _Measured | None = None,
+    free: Free = NOTHING_FREE,
 ) -> _Measured:
     """The form `policy` keeps of `forms`, `best` being the search's own choice and `derived` the form searched.
 
     `reference` is what autodiff of the forward as written computes, where the derivation rewrote the forward
     first (None: `derived`): the cost and the accuracy `fast` and `balanced` weigh forms against, and a form they
     may keep (finite wherever `best` is and the exact value is a finite float, as any form they keep).
-    `charged` gives a form's score as the search ranks it (a joined form charged what a regime costs), by id."""
+    A form joined by regimes is scored as the search ranks it, charged what a regime costs.
+    `free` is what the forms read of the forward the backends compute, and what `reference` reads of the forward
+    as written (`cost.Free`): those cost nothing."""
     if policy == "best":
         return best
     expr = derived.expr
     ref = derived if reference is None else reference
 
+    def price(m: _Measured) -> tuple[float, ...]:
+        return costs(m.expr, free.written if m is reference else free.forms)
+
+    def ratio(m: _Measured) -> float:
+        return max(
+            (c / r if r > 0 else (1.0 if c <= 0 else math.inf)) for c, r in zip(price(m), price(ref), strict=True)
+        )
+
     def score(m: _Measured) -> float:
-        return (charged or {}).get(id(m), m.score)
+        return m.score + (BUDGET.regime_margin_bits if m.branches else 0.0)
 
     def keeps(m: _Measured) -> bool:
         if m is best:
@@ -180,20 +193,19 @@ def pick(
 
     unique = list({m.expr: m for m in reversed([best, *forms, ref])}.values())
     if policy == "balanced":
-        limit = [BALANCED_COST * c for c in costs(ref.expr)]
+        limit = [BALANCED_COST * c for c in price(ref)]
 
         def within(m: _Measured) -> bool:
-            return all(c <= bound + 1e-9 for c, bound in zip(costs(m.expr), limit, strict=True))
+            return all(c <= bound + 1e-9 for c, bound in zip(price(m), limit, strict=True))
 
         if within(best):
             return best
-        ranked = sorted((m for m in unique if within(m)), key=lambda m: (score(m), relative(m.expr, expr)))
-    elif policy == "fast":
-        ceiling = relative(best.expr, ref.expr)
         ranked = sorted(
-            (m for m in unique if m is best or relative(m.expr, ref.expr) < ceiling),
-            key=lambda m: (relative(m.expr, ref.expr), score(m)),
+            (m for m in unique if within(m)), key=lambda m: (score(m), relative(m.expr, expr, free.forms, free.forms))
         )
+    elif policy == "fast":
+        ceiling = ratio(best)
+        ranked = sorted((m for m in unique if m is best or ratio(m) < ceiling), key=lambda m: (ratio(m), score(m)))
     else:
         raise ValueError(f"unknown accuracy policy {policy!r}: one of {', '.join(POLICIES)}")
     for tried, m in enumerate(ranked):
@@ -204,11 +216,16 @@ def pick(
     return best
 
 
-def front(forms: Sequence[_Measured], derived: _Measured, keep: Sequence[_Measured] = ()) -> list[_Measured]:
-    """The forms on the Pareto front of mean bits of error (float64, float32) against cost (per backend), fewest
-    bits first, `derived` and `keep` always among them."""
+def front(
+    forms: Sequence[_Measured],
+    derived: _Measured,
+    keep: Sequence[_Measured] = (),
+    free: frozenset[sp.Expr] = frozenset(),
+) -> list[_Measured]:
+    """The forms on the Pareto front of mean bits of error (float64, float32) against cost (per backend, `free`
+    costing nothing), fewest bits first, `derived` and `keep` always among them."""
     unique = list({m.expr: m for m in reversed([derived, *keep, *forms])}.values())
-    keys = {id(m): (*m.means, *costs(m.expr)) for m in unique}
+    keys = {id(m): (*m.means, *costs(m.expr, free)) for m in unique}
 
     def dominated(m: _Measured) -> bool:
         mine = keys[id(m)]
@@ -219,4 +236,6 @@ def front(forms: Sequence[_Measured], derived: _Measured, keep: Sequence[_Measur
         )
 
     kept = {id(m) for m in (derived, *keep)}
-    return sorted((m for m in unique if id(m) in kept or not dominated(m)), key=lambda m: (m.score, costs(m.expr)))
+    return sorted(
+        (m for m in unique if id(m) in kept or not dominated(m)), key=lambda m: (m.score, costs(m.expr, free))
+    )

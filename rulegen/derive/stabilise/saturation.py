@@ -139,11 +139,22 @@ def _divided(node: sp.Expr) -> list[sp.Expr]:
     return [*node.args, *(f.base ** (-f.exp) for f in node.args if _is_divisor(f))]
 
 
-def _saturated(pool: Sequence[_Measured], sampling: Sampling, points: Sequence[_Points]) -> list[_Measured]:
+def _saturated(
+    pool: Sequence[_Measured],
+    sampling: Sampling,
+    points: Sequence[_Points],
+    free: frozenset[sp.Expr] | None = None,
+) -> list[_Measured]:
     """Forms not finite at some sampled magnitude, each input clamped short of it, where that measures better than
     the best form of `pool` and is exact: x**3 * sigmoid(-x**3) is inf * 0 past x = 1e102 (float64), on the
     way to the 0 it has reached by x = 30.  The measure says whether the value at the bound is the value beyond it;
-    `_flat_beyond`, whether the derivative's is (0, which is what the frameworks' derivative of a clamp gives)."""
+    `_flat_beyond`, whether the derivative's is (0, which is what the frameworks' derivative of a clamp gives).
+    Where `free` is given (what the forward computes, `cost.reused`: the `fast` policy's searches), besides, each
+    form with v clamped in some factors of a product only (`_factor_saturated`), from the same forms and from
+    those that read what the forward computes, which such a clamp keeps.  Such a form is finite where the exact
+    value is, but its derivative (a second derivative, where the form is a partial) differentiates what the
+    forward computes at an input not clamped, which may overflow where a clamp of the whole input is 0 at every
+    order: `fast` alone trades that for the read."""
     variables = sampling.variables
     domains = dict(sampling.domains)
     least = min(m.score for m in pool)
@@ -163,7 +174,13 @@ def _saturated(pool: Sequence[_Measured], sampling: Sampling, points: Sequence[_
     plain = sorted((m for m in pool if not m.expr.has(sp.Piecewise, sp.Min, sp.Max)), key=lambda m: m.score)
     for m in [m for m in plain if _reduced_arguments(m.expr)][: BUDGET.saturation_starts]:
         found += _argument_saturated(m, variables, points, least)
-    for m in broken[: BUDGET.saturation_starts]:
+    first = broken[: BUDGET.saturation_starts]
+    if free is not None:
+        reading = [m for m in broken[BUDGET.saturation_starts :] if _reads(m.expr, free)][: BUDGET.saturation_starts]
+        for m in [*reading, *first]:
+            for index, v in enumerate(variables):
+                found += _factor_saturated(m, v, index, domains[v], starts[id(m)][index], variables, points, least)
+    for m in first:
         for index, v in enumerate(variables):
             for bound in (b for b in BUDGET.saturation_bounds if b < starts[id(m)][index]):
                 candidate = _clamped(m.expr, v, domains[v], bound)
@@ -176,6 +193,134 @@ def _saturated(pool: Sequence[_Measured], sampling: Sampling, points: Sequence[_
                     found.append(measured)
                     break
     return found
+
+
+def _reads(expr: sp.Expr, free: frozenset[sp.Expr]) -> bool:
+    """Whether `expr` holds a subexpression of `free`."""
+    return any(node in free for node in sp.preorder_traversal(expr))
+
+
+def _factor_saturated(
+    m: _Measured,
+    v: sp.Symbol,
+    index: int,
+    domain: Domain,
+    start: float,
+    variables: Sequence[sp.Symbol],
+    points: Sequence[_Points],
+    least: float,
+) -> list[_Measured]:
+    """`m` with v clamped in some factors of one product only: the factor that is not finite where `m` is not and
+    the exact value is, alone, or with every factor of the product that calls no function (those that grow
+    without bound, whose partial products may overflow before a factor that has reached 0 multiplies them).
+    The rest of the form keeps v, and with it what the forward computes of v.  The derivative of x sigmoid(u),
+    u = k (x + c x**3), x (1 - s) (1 + 3c x**2) k s + s, is 0 * inf = nan past x**2's overflow on the way to the
+    0 its product has reached, and x (1 + 3c x**2) overflows before s = 0 multiplies it: with x clamped in x
+    and (1 + 3c x**2) alone, its s is the forward's.  Kept where it measures better than the best form of the
+    pool (`least`) and, at the sampled points beyond the bound, its value and its derivative in v (the
+    frameworks' derivative of a clamped factor: the factor a constant there) round as the exact ones do in
+    every dtype."""
+    broken = [
+        (bits >= np.dtype(p.dtype).itemsize * 8) & np.isfinite(p.exact) for bits, p in zip(m.bits, points, strict=True)
+    ]
+    found: list[_Measured] = []
+    for product, held in _overflowing_factors(m.expr, v, variables, points, broken):
+        for bound in (b for b in BUDGET.saturation_bounds if b < start):
+            clamped = sp.Mul(*(_clamped(f, v, domain, bound) if f in held else f for f in product.args))
+            candidate = m.expr.xreplace({product: clamped})
+            measured = _measure(candidate, f"{m.family}, factors clamped at {bound:g}", variables, points)
+            if measured is None or measured.score > least - BUDGET.margin_bits:
+                continue
+            if _factors_held_beyond(m.expr, product, held, v, index, bound, variables, points):
+                found.append(measured)
+                break
+    return found
+
+
+def _overflowing_factors(
+    expr: sp.Expr,
+    v: sp.Symbol,
+    variables: Sequence[sp.Symbol],
+    points: Sequence[_Points],
+    broken: Sequence[np.ndarray],
+) -> list[tuple[sp.Mul, frozenset[sp.Expr]]]:
+    """(product, factors) for each factor of `expr`'s products that holds v and is not finite at a `broken`
+    point: that factor alone, and with the product's other factors in v that call no function.  None that
+    holds every v of `expr` (clamping it is clamping the input)."""
+    found: list[tuple[sp.Mul, frozenset[sp.Expr]]] = []
+    for product in dict.fromkeys(e for e in sp.preorder_traversal(expr) if isinstance(e, sp.Mul)):
+        algebraic = frozenset(f for f in product.args if v in f.free_symbols and not f.has(sp.Function))
+        for factor in product.args:
+            if v not in factor.free_symbols or not _not_finite_at(factor, variables, points, broken):
+                continue
+            for held in (frozenset({factor}), algebraic | {factor}):
+                rest = expr.xreplace({product: sp.Mul(*(sp.Dummy() if f in held else f for f in product.args))})
+                if v in rest.free_symbols and (product, held) not in found:
+                    found.append((product, held))
+            if len(found) >= BUDGET.saturation_starts:
+                return found[: BUDGET.saturation_starts]
+    return found
+
+
+def _not_finite_at(
+    factor: sp.Expr, variables: Sequence[sp.Symbol], points: Sequence[_Points], broken: Sequence[np.ndarray]
+) -> bool:
+    """Whether `factor` is inf or nan (numpy, in the points' dtype) at some `broken` point."""
+    fn = _numpy_function(factor, tuple(variables))
+    if fn is None:
+        return False
+    for p, where in zip(points, broken, strict=True):
+        if not where.any():
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                values = np.asarray(fn(*(c[where] for c in p.columns)), dtype=p.dtype)
+        except Exception:
+            continue
+        if not np.isfinite(values).all():
+            return True
+    return False
+
+
+def _factors_held_beyond(
+    expr: sp.Expr,
+    product: sp.Mul,
+    held: frozenset[sp.Expr],
+    v: sp.Symbol,
+    index: int,
+    bound: float,
+    variables: Sequence[sp.Symbol],
+    points: Sequence[_Points],
+) -> bool:
+    """Whether `expr` with v held at +-bound in the `held` factors of `product` alone rounds as `expr` does,
+    value and derivative in v, at the sampled points beyond the bound (`BUDGET.flat_points` of each dtype at
+    most), in every dtype."""
+    exact = _attempt(functools.partial(sp.diff, expr, v))
+    if exact is None:
+        return False
+    reference = [_mpmath_function(e, tuple(variables)) for e in (expr, exact)]
+    sides = {}
+    for sign in (-1.0, 1.0):
+        at = sp.Float(sign * bound)
+        kept = expr.xreplace({product: sp.Mul(*(f.xreplace({v: at}) if f in held else f for f in product.args))})
+        derivative = _attempt(functools.partial(sp.diff, kept, v))
+        if derivative is None:
+            return False
+        sides[sign] = [_mpmath_function(e, tuple(variables)) for e in (kept, derivative)]
+    checked = 0
+    for p in points:
+        magnitudes = np.abs(p.columns[index].astype(np.float64))
+        beyond = np.flatnonzero(magnitudes > bound)
+        beyond = beyond[np.argsort(magnitudes[beyond])]
+        for j in dict.fromkeys([*beyond[: BUDGET.flat_points // 2], *beyond[-(BUDGET.flat_points // 2) :]]):
+            point = [float(c[j]) for c in p.columns]
+            precision = initial_precision(point) + 1100
+            for there_fn, here_fn in zip(reference, sides[math.copysign(1.0, point[index])], strict=True):
+                there, here = value_at(there_fn, point, precision), value_at(here_fn, point, precision)
+                if there is None or here is None or to_floats(there) != to_floats(here):
+                    return False
+            checked += 1
+    return checked > 0
 
 
 def _breaks(m: _Measured, points: Sequence[_Points]) -> bool:

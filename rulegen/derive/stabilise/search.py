@@ -12,6 +12,7 @@ import sympy as sp
 
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cache import load, search_key, store
+from rulegen.derive.stabilise.cost import NOTHING_FREE, Free
 from rulegen.derive.stabilise.families import _candidates, _finishing
 from rulegen.derive.stabilise.gate import admissible, inadmissible_points, validated_bits
 from rulegen.derive.stabilise.points import (
@@ -49,6 +50,8 @@ class Choice:
     #: The measured forms on the Pareto front of bits of error against cost: (family, form, (float64, float32)
     #: mean bits), fewest bits first, the derived and the chosen form among them.
     front: tuple[tuple[str, sp.Expr, tuple[float, float]], ...] = ()
+    #: What the forms read of the forward for nothing (rulegen.derive.stabilise.cost.reused): their costs'.
+    free: frozenset[sp.Expr] = frozenset()
 
     @property
     def changed(self) -> bool:
@@ -82,10 +85,10 @@ def stabilise(
     *,
     quantity: str = "",
     seed: int = 0,
-    points: int = BUDGET.search_points,
     alternatives: tuple[tuple[str, sp.Expr], ...] = (),
     policy: str = DEFAULT_POLICY,
     written: sp.Expr | None = None,
+    free: Free = NOTHING_FREE,
 ) -> Choice:
     """The form of `expr` with the least measured error, and the bits before and after.
 
@@ -101,25 +104,40 @@ def stabilise(
     derivation rewrote the forward into a stable form first (log(1 + x) into
     log1p(x)): under `fast` and `balanced` it is a candidate beside `expr`,
     searched even where `expr` looks accurate, and the reference of their
-    cost and accuracy; `best` ignores it.
+    cost and accuracy; `best` ignores it.  `free` is what the forward the
+    backends compute gives the backward to read, and what the forward as
+    written gives autodiff of it (`cost.Free`): a partial that reads the
+    forward's `exp` costs less than one that computes another.  The search
+    measures `BUDGET.search_points` points per dtype.
     """
-    unchanged = Choice(quantity, expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan), policy=policy)
+    unchanged = Choice(
+        quantity, expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan), policy=policy, free=free.forms
+    )
     if not searchable(expr, sampling):
         return unchanged
     if policy == "best" or written == expr or (written is not None and not searchable(written, sampling)):
         written = None
-    key = (expr, sampling, seed, points, alternatives, policy, written)
+    if policy == "best":
+        free = NOTHING_FREE
+    elif written is None:
+        free = Free(free.forms, free.forms)
+    points = BUDGET.search_points
+    key = (expr, sampling, seed, points, alternatives, policy, written, free)
     found = _SEARCHED.get(key)
     if found is None:
-        decided_by = (sampling.domains, sampling.condition, seed, points, alternatives, BUDGET, policy)
-        on_disk = search_key(expr, decided_by if written is None else (*decided_by, written))
+        decided_by: tuple[Any, ...] = (sampling.domains, sampling.condition, seed, points, alternatives, BUDGET, policy)
+        if written is not None:
+            decided_by = (*decided_by, written)
+        if free != NOTHING_FREE:
+            decided_by = (*decided_by, *(tuple(sorted(f, key=sp.default_sort_key)) for f in free))
+        on_disk = search_key(expr, decided_by)
         found = load(on_disk)
         if found is None:
-            found = _search(expr, sampling, seed, points, alternatives, policy, written)
+            found = _search(expr, sampling, seed, points, alternatives, policy, written, free)
             store(on_disk, found)
         _SEARCHED[key] = found
     derived, chosen, family, before, after, good_forms, shown = found
-    return Choice(quantity, derived, chosen, family, before, after, good_forms, policy, shown)
+    return Choice(quantity, derived, chosen, family, before, after, good_forms, policy, shown, free.forms)
 
 
 #: Searches done in this process, by what decides them: an expression met again (a JVP's partial is the VJP's) is
@@ -135,9 +153,11 @@ def _search(
     alternatives: tuple[tuple[str, sp.Expr], ...],
     policy: str = DEFAULT_POLICY,
     written: sp.Expr | None = None,
+    free: Free = NOTHING_FREE,
 ) -> tuple[Any, ...]:
     """(derived, chosen, family, bits before, bits after, good forms, front) for `expr` under `policy`, `written`
-    the reference of a policy other than `best` where the derivation rewrote the forward (None: `expr`)."""
+    the reference of a policy other than `best` where the derivation rewrote the forward (None: `expr`), `free`
+    what the forms and `written` read of their forwards for nothing."""
     variables = sampling.variables
     nothing = (expr, expr, "as derived", (math.nan, math.nan), (math.nan, math.nan), (), ())
     # Inf or nan at validation points where the exact value is finite: searched, however accurate it looks.
@@ -148,7 +168,9 @@ def _search(
     derived = _measure(expr, "as derived", variables, search)
     reference = None if written is None else _measure(written, "as written", variables, search)
     if derived is None or accurate:
-        return nothing if derived is None or reference is None else _alone(derived, reference, policy, sampling, seed)
+        if derived is None or reference is None:
+            return nothing
+        return _alone(derived, reference, policy, sampling, seed, free)
     pool = [derived, *([] if reference is None else [reference])]
     seen = {m.expr for m in pool}
 
@@ -190,7 +212,8 @@ def _search(
         BUDGET.reassociated_starts * 3,
     )
     # Inputs clamped where forms overflow on the way to a limit they have reached.
-    pool += _saturated(pool, sampling, search)
+    # A clamp of some factors alone, which keeps what the forward computes, under `fast` alone (`_saturated`).
+    pool += _saturated(pool, sampling, search, free.forms if policy == "fast" else None)
     # Least error first; within `BUDGET.margin_bits` of the least, the fewest operations.
     least = min(m.score for m in pool)
     best = min((m for m in pool if m.score <= least + BUDGET.margin_bits / 2), key=lambda m: (m.ops, m.score))
@@ -241,10 +264,21 @@ def _search(
             if m is derived or admissible(m.expr, expr, sampling, seed)
         )
     forms = [*joined_forms, *pool]
-    best = _repaired(best, derived, forms, sampling, seed, charged)
-    # The accuracy policy: `best` keeps the form above; the others may keep a cheaper admissible one.
-    best = pick(policy, best, derived, forms, sampling, seed, {id(m): charged(m) for m in forms}, reference)
-    shown = tuple((m.family, m.expr, m.means) for m in front(forms, derived, (best, *filter(None, [reference]))))
+    # The accuracy policy: `best` (repaired where it is inf) keeps the form above; the others may keep a cheaper
+    # admissible one.
+    best = pick(
+        policy,
+        _repaired(best, derived, forms, sampling, seed, charged),
+        derived,
+        forms,
+        sampling,
+        seed,
+        reference,
+        free,
+    )
+    shown = tuple(
+        (m.family, m.expr, m.means) for m in front(forms, derived, (best, *filter(None, [reference])), free.forms)
+    )
     return (expr, best.expr, best.family, derived.means, best.means, _good_forms(best, pool), shown)
 
 
@@ -311,12 +345,19 @@ def _good_forms(best: _Measured, pool: list[_Measured]) -> tuple[sp.Expr, ...]:
     return tuple(e for e in dict.fromkeys(ranked) if not e.has(sp.Piecewise))[: BUDGET.good_forms]
 
 
-def _alone(derived: _Measured, reference: _Measured, policy: str, sampling: Sampling, seed: int) -> tuple[Any, ...]:
+def _alone(
+    derived: _Measured,
+    reference: _Measured,
+    policy: str,
+    sampling: Sampling,
+    seed: int,
+    free: Free = NOTHING_FREE,
+) -> tuple[Any, ...]:
     """`_search`'s answer where the derived form looks accurate: the policy weighs it against the written one
     alone."""
     pool = [derived, reference]
-    chosen = pick(policy, derived, derived, pool, sampling, seed, reference=reference)
-    shown = tuple((m.family, m.expr, m.means) for m in front(pool, derived, (chosen, reference)))
+    chosen = pick(policy, derived, derived, pool, sampling, seed, reference=reference, free=free)
+    shown = tuple((m.family, m.expr, m.means) for m in front(pool, derived, (chosen, reference), free.forms))
     return (derived.expr, chosen.expr, chosen.family, derived.means, chosen.means, (), shown)
 
 
