@@ -7,6 +7,7 @@ unit lane, and with the mechanism it pins: how branches are printed, how a deriv
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -466,13 +467,15 @@ def test_a_partial_is_searched_where_one_comparison_is_its_domain(tmp_path, sear
 # -------------------------------------------------------------------- beta by cases, its partial by the registry
 
 
+@functools.cache
 def _registry_beta(order: str, name: str = "beta", *, traced: bool = False) -> object:
     """beta or betaln (value) or its partial in a as JAX code computes it (the registry's replacement, printed);
     `traced`, the code itself, of arrays (which JAX may differentiate).
 
     The function takes every point at once, one array per argument: the code by cases is hundreds of JAX
     operations, each run eagerly, and a call per point ran them all again (seconds of a worker's CPU a test).
-    The operations are elementwise, so each point's value is the one a call of its own gives.
+    The operations are elementwise, so each point's value is the one a call of its own gives.  Made once per
+    process: printing the code by cases takes seconds.
     """
     import rulegen.runtime.jax._util as jax_util
     from rulegen.derive import functions as fn
@@ -596,21 +599,30 @@ def _exact_beta(a: float, b: float, order: int) -> float:
         return float(value * (difference**2 + mpmath.psi(1, x) - mpmath.psi(1, x + y)))
 
 
-@pytest.mark.parametrize(("a", "b"), [(-10000.3, 0.7), (-117.3, 0.7), (-30.7, 0.7), (-2.5, 0.7), (-3.3, 2.5)])
-def test_beta_of_a_negative_argument_is_reflected(a, b):
+#: Pairs whose first argument beta reflects.
+REFLECTED = [(-10000.3, 0.7), (-117.3, 0.7), (-30.7, 0.7), (-2.5, 0.7), (-3.3, 2.5)]
+
+
+def test_beta_of_a_negative_argument_is_reflected():
     # log|Gamma(a)| - log|Gamma(a + b)|, about -8.2e4 each at a = -10000.3, cancelled (1.6e4 eps off), and at
     # -30.7 + 0.7, which rounds to the pole -30, beta's partial was 0 * inf (0.0 for -0.457) and its second
     # derivative nan: beta(b, 1 - a - b) sin(pi (a + b)) / sin(pi a), the sine of the sum reduced exactly.
+    # Every pair in one call (the code is elementwise, see `_registry_beta`): a test per pair ran JAX's hundreds
+    # of eager operations, and their derivatives', again for each (10 s of CPU a pair, 13 s for all five).
     eps = float(np.finfo(np.float64).eps)
     beta, slope = _registry_beta("value"), _registry_beta("first")
-    (value,) = beta([(a, b)])
-    assert value == pytest.approx(_exact_beta(a, b, 0), rel=16 * eps, abs=1e-300)
-    in_a, in_b = slope([(a, b), (b, a)])
-    assert in_a == pytest.approx(_exact_beta(a, b, 1), rel=64 * eps)
-    assert in_b == pytest.approx(_exact_beta(b, a, 1), rel=64 * eps)
+    values = beta(REFLECTED)
+    slopes = slope([*REFLECTED, *((b, a) for a, b in REFLECTED)])
     second = _registry_beta("first", traced=True)
-    curvature = float(jax.grad(lambda x: second(x, jnp.asarray(b))[()])(jnp.asarray(a)))
-    assert curvature == pytest.approx(_exact_beta(a, b, 2), rel=1024 * eps)
+    a_column, b_column = (jnp.asarray(column) for column in zip(*REFLECTED, strict=True))
+    # The gradient of the sum is each point's own: no point's value reads another's.
+    curvatures = jax.grad(lambda x: second(x, b_column).sum())(a_column)
+    for k, (a, b) in enumerate(REFLECTED):
+        assert values[k] == pytest.approx(_exact_beta(a, b, 0), rel=16 * eps, abs=1e-300), (a, b)
+        in_a, in_b = slopes[k], slopes[len(REFLECTED) + k]
+        assert in_a == pytest.approx(_exact_beta(a, b, 1), rel=64 * eps), (a, b)
+        assert in_b == pytest.approx(_exact_beta(b, a, 1), rel=64 * eps), (a, b)
+        assert float(curvatures[k]) == pytest.approx(_exact_beta(a, b, 2), rel=1024 * eps), (a, b)
 
 
 def _exact_beta_mixed(a: float, b: float) -> float:
