@@ -249,10 +249,6 @@ KNOWN_FAILURES = {
         "JAX: the derivative in z is nan at a label of -5.9e302 and z = -2.2e29, where it is 5.9e302: "
         "y*sigmoid(-z)**2*softplus(-z) overflows before the terms of the sum meet"
     ),
-    ("focal_loss", "accuracy"): (
-        "JAX: the derivative in z is nan at z = the largest float, where it is 1 (autodiff's is nan too): a "
-        "product of the sum's terms overflows before sigmoid(-z) = 0 meets it"
-    ),
     ("student_t_log_prob", "accuracy"): (
         "JAX float64: at df = the smallest normal, XLA flushes df/2 (a subnormal) to 0, where betaln(df/2, 1/2) is "
         "inf: the value is -inf for -712; its partial in s is nan at df = 1.8e308, s = 9.8e-145, where df s**3 "
