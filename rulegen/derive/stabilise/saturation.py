@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -66,19 +66,25 @@ def _flat_beyond(
         return False
     reference = _mpmath_function(derivative, tuple(variables))
     checked = 0
+    for point in _points_beyond(points, index, bound):
+        # One evaluation wide enough to resolve a difference of terms near 1 down to float64's least subnormal
+        # (exact_value's doubling would chase exp(-1e48) for ever).
+        value = value_at(reference, point, initial_precision(point) + 1100)
+        if value is None or to_floats(value) != (0.0, 0.0):
+            return False
+        checked += 1
+    return checked > 0
+
+
+def _points_beyond(points: Sequence[_Points], index: int, bound: float) -> Iterator[list[float]]:
+    """The sampled points where input `index` is beyond `bound` in magnitude, the nearest and the farthest of each
+    dtype's (`BUDGET.flat_points` of each at most)."""
     for p in points:
         magnitudes = np.abs(p.columns[index].astype(np.float64))
         beyond = np.flatnonzero(magnitudes > bound)
         beyond = beyond[np.argsort(magnitudes[beyond])]
         for j in dict.fromkeys([*beyond[: BUDGET.flat_points // 2], *beyond[-(BUDGET.flat_points // 2) :]]):
-            # One evaluation wide enough to resolve a difference of terms near 1 down to float64's least subnormal
-            # (exact_value's doubling would chase exp(-1e48) for ever).
-            point = [float(c[j]) for c in p.columns]
-            value = value_at(reference, point, initial_precision(point) + 1100)
-            if value is None or to_floats(value) != (0.0, 0.0):
-                return False
-            checked += 1
-    return checked > 0
+            yield [float(c[j]) for c in p.columns]
 
 
 def _in_range_held(
@@ -308,18 +314,13 @@ def _factors_held_beyond(
             return False
         sides[sign] = [_mpmath_function(e, tuple(variables)) for e in (kept, derivative)]
     checked = 0
-    for p in points:
-        magnitudes = np.abs(p.columns[index].astype(np.float64))
-        beyond = np.flatnonzero(magnitudes > bound)
-        beyond = beyond[np.argsort(magnitudes[beyond])]
-        for j in dict.fromkeys([*beyond[: BUDGET.flat_points // 2], *beyond[-(BUDGET.flat_points // 2) :]]):
-            point = [float(c[j]) for c in p.columns]
-            precision = initial_precision(point) + 1100
-            for there_fn, here_fn in zip(reference, sides[math.copysign(1.0, point[index])], strict=True):
-                there, here = value_at(there_fn, point, precision), value_at(here_fn, point, precision)
-                if there is None or here is None or to_floats(there) != to_floats(here):
-                    return False
-            checked += 1
+    for point in _points_beyond(points, index, bound):
+        precision = initial_precision(point) + 1100
+        for there_fn, here_fn in zip(reference, sides[math.copysign(1.0, point[index])], strict=True):
+            there, here = value_at(there_fn, point, precision), value_at(here_fn, point, precision)
+            if there is None or here is None or to_floats(there) != to_floats(here):
+                return False
+        checked += 1
     return checked > 0
 
 
