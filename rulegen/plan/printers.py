@@ -633,14 +633,22 @@ class _ArrayCode:
             return f"{p} * {body} / {q}"
         return self._print_quotient_in_order(expr) or super()._print_Mul(expr)  # type: ignore[misc]
 
-    def _print_quotient_in_order(self, expr: sp.Mul) -> str | None:
-        """A quotient in the order that over- or underflows only where its value does; None for another product."""
+    def _print_reordered(self, expr: sp.Mul) -> str | None:
+        """A power of a quotient taken whole, or an integer times a quotient or a product multiplied last, in every
+        printer's order (`power_of_a_quotient`, `scaled_product`); None for another product."""
         powered = power_of_a_quotient(expr)
         if powered is not None:
             return self._print_power_of_a_quotient(*powered)
         scaled = scaled_product(expr, self.scalars)
         if scaled is not None:
             return self._print_scaled_product(*scaled)
+        return None
+
+    def _print_quotient_in_order(self, expr: sp.Mul) -> str | None:
+        """A quotient in the order that over- or underflows only where its value does; None for another product."""
+        reordered = self._print_reordered(expr)
+        if reordered is not None:
+            return reordered
         squared = divided_by_a_square(expr)
         if squared is None:
             return None
@@ -851,12 +859,9 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
         # a / b of arrays through the runtime's `quotient`: JAX differentiates a / b in b as -a * b**-2, whose
         # square under- or overflows where the quotient's derivative -(a / b) / b is a float (xlogy's partial
         # x / y at (0, 1e-38): 0 * inf = nan in its second derivative).
-        powered = power_of_a_quotient(expr)
-        if powered is not None:
-            return self._print_power_of_a_quotient(*powered)
-        scaled = scaled_product(expr, self.scalars)
-        if scaled is not None:
-            return self._print_scaled_product(*scaled)
+        reordered = self._print_reordered(expr)
+        if reordered is not None:
+            return reordered
         quotient = self._as_quotient(expr)
         if quotient is not None:
             numerator, divisor = quotient

@@ -188,6 +188,9 @@ def _of_ordinary_size(columns: Sequence[np.ndarray]) -> np.ndarray:
     return np.logical_and.reduce(sizes, axis=0) if sizes else np.zeros(0, bool)
 
 
+# The gate, the repairs and the policies ask again for the forms they compare (the derived form at each candidate
+# the gate weighs): cse is the cost.
+@functools.lru_cache(maxsize=1024)
 def as_computed(expr: sp.Expr) -> sp.Expr:
     """`expr` as generated code computes it: the planner's common subexpressions (`shared_subexpressions`), a
     power of a quotient taken whole and a quotient by the square of a name divided twice (as the printers write

@@ -24,7 +24,6 @@ each input.  A form no policy can keep leaves the choice to `best`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, get_args
 
@@ -171,13 +170,14 @@ def pick(
     expr = derived.expr
     ref = derived if reference is None else reference
 
+    def reads(m: _Measured) -> frozenset[sp.Expr]:
+        return free.written if m is reference else free.forms
+
     def price(m: _Measured) -> tuple[float, ...]:
-        return costs(m.expr, free.written if m is reference else free.forms)
+        return costs(m.expr, reads(m))
 
     def ratio(m: _Measured) -> float:
-        return max(
-            (c / r if r > 0 else (1.0 if c <= 0 else math.inf)) for c, r in zip(price(m), price(ref), strict=True)
-        )
+        return relative(m.expr, ref.expr, reads(m), reads(ref))
 
     def score(m: _Measured) -> float:
         return m.score + (BUDGET.regime_margin_bits if m.branches else 0.0)

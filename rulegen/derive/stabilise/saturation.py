@@ -20,6 +20,7 @@ from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import (
     Sampling,
     _attempt,
+    _evaluated,
     _measure,
     _Measured,
     _mpmath_function,
@@ -272,19 +273,11 @@ def _not_finite_at(
     factor: sp.Expr, variables: Sequence[sp.Symbol], points: Sequence[_Points], broken: Sequence[np.ndarray]
 ) -> bool:
     """Whether `factor` is inf or nan (numpy, in the points' dtype) at some `broken` point."""
-    fn = _numpy_function(factor, tuple(variables))
-    if fn is None:
-        return False
     for p, where in zip(points, broken, strict=True):
-        if not where.any():
-            continue
-        try:
-            with np.errstate(all="ignore"):
-                values = np.asarray(fn(*(c[where] for c in p.columns)), dtype=p.dtype)
-        except Exception:
-            continue
-        if not np.isfinite(values).all():
-            return True
+        if where.any():
+            values = _evaluated(factor, variables, [c[where] for c in p.columns], p.dtype)
+            if values is not None and not np.isfinite(values).all():
+                return True
     return False
 
 
