@@ -312,7 +312,6 @@ def check_wide(s: Subject) -> str:
 
 def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales: np.ndarray) -> None:
     """A point's float64 values and gradients against the references, and float32 finiteness."""
-    xs = point.xs()
     at = point.where()
     first = point.backends[0]
     convert = from_numpy(first)
@@ -322,7 +321,7 @@ def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales:
         name = point.rule.outputs[k].name
         compare(f"at {at}: {first} output {name} vs 40 digits", to_numpy(o), np.asarray(r), 1e-8, 1e-9 * scales[k])
     for backend in point.backends if grads else ():
-        got = [_point_grad(point, backend, j) for j in range(len(xs))]
+        got = _point_grads(point, backend)
         for j, (g, r) in enumerate(zip(got, grads, strict=True)):
             scale = scales[len(refs) + j]
             compare(
@@ -343,7 +342,7 @@ def _wide_compare(point: Subject, refs: list[float], grads: list[float], scales:
             exact = ", ".join(f"{o.name} = {r:.8g}" for o, r in zip(point.rule.outputs, refs, strict=False))
             raise CheckFailed(f"at {at}: {backend} float32 value is not finite where the exact one is {exact}")
         if grads:
-            got = [_point_grad(f32, backend, j) for j in range(len(xs))]
+            got = _point_grads(f32, backend)
             if not all(np.isfinite(g).all() for g in got):
                 found = ", ".join(
                     f"{point.partial(j)} = {g.item():.8g} (exactly {r:.8g})"
@@ -560,11 +559,22 @@ def _point_grad(s: Subject, backend: str, position: int) -> np.ndarray:
         import jax
 
         return to_numpy(jax.grad(sum_of(s.jax_f), position)(*xs))
+    return _point_grads(s, backend)[position]
+
+
+def _point_grads(s: Subject, backend: str) -> list[np.ndarray]:
+    """The gradient of the sum of the differentiable outputs for each input, from one backward pass: each
+    input's is the one `_point_grad` gives (a pass per input took most of the wide check's time)."""
+    xs = s.xs()
+    if backend == "jax":
+        import jax
+
+        return [to_numpy(g) for g in jax.grad(sum_of(s.jax_f), tuple(range(len(xs))))(*xs)]
     import torch
 
     leaves = [torch.from_numpy(x).requires_grad_() for x in xs]
     grads = torch.autograd.grad(sum_of(s.torch_f)(*leaves), leaves, allow_unused=True, materialize_grads=True)
-    return to_numpy(grads[position])
+    return [to_numpy(g) for g in grads]
 
 
 def _point_hessian(s: Subject, backend: str, first: int, second: int) -> np.ndarray:

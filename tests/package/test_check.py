@@ -442,3 +442,34 @@ def test_wide_takes_an_input_with_a_domain_inside_it(tmp_path, monkeypatch):
     assert len(seen) == 8
     assert all(0 <= p["y"] <= 1 and p["s"] > 0 for p in seen), seen
     assert len({p["y"] for p in seen}) == 8 and max(abs(p["z"]) for p in seen) > 1e4
+
+
+@pytest.mark.parametrize("name", ["f_hypot", "f_atan2", "f_pow", "f_xlogy"])
+def test_the_wide_check_takes_every_input_s_gradient_from_one_pass_as_a_pass_per_input_gives(bundled, name):
+    # `_point_grads` differentiates in every input at once: the numbers are each input's gradient alone, JAX's
+    # (argnums one input) and torch's (one leaf needing grad), at the sample and at the wide points.
+    import dataclasses
+    import importlib
+
+    import jax
+    import torch
+
+    from rulegen.check.derivatives import sum_of
+    from rulegen.check.numerical import WIDE_POINTS, _point_grads, wide_point
+    from rulegen.check.subject import subject_of, to_numpy
+
+    (rule,) = [r for r in read_rules([RULES / "functions.yaml"]) if r.name == name]
+    jax_pkg, torch_pkg = (importlib.import_module(f"{bundled}.{backend}") for backend in ("jax", "torch"))
+    s = subject_of(rule, jax_pkg, torch_pkg, 0, [name])
+    assert len(s.xs()) == 2
+    points = [s] + [dataclasses.replace(s, values=v) for c in WIDE_POINTS if (v := wide_point(s, c)) is not None]
+    assert len(points) > 2
+    for point in points:
+        xs = point.xs()
+        for k, got in enumerate(_point_grads(point, "jax")):
+            want = to_numpy(jax.grad(sum_of(point.jax_f), k)(*xs))
+            np.testing.assert_array_equal(got, want)
+        for k, got in enumerate(_point_grads(point, "torch")):
+            leaves = [torch.from_numpy(x).requires_grad_(j == k) for j, x in enumerate(xs)]
+            (want,) = torch.autograd.grad(sum_of(point.torch_f)(*leaves), leaves[k])
+            np.testing.assert_array_equal(got, to_numpy(want))

@@ -404,7 +404,11 @@ def _specials() -> dict[str, Special]:
 SPECIALS = _specials()
 
 
+@functools.cache
 def special_reference(special: Special, order: str, varied: int) -> tuple[Callable[..., object], sp.Expr]:
+    """The exact reference of `special`'s `order` in input `varied` (an mpmath function) and its sympy expression,
+    made once per process: a cell asks for it per order and, for the second, per point (`_complex_first`), and
+    sympy's derivative and lambdify took half the CPU of a cheap function's cell."""
     expr, symbols = special.expr()
     for _ in range({"value": 0, "first": 1, "jvp": 1, "second": 2}[order]):
         expr = sp.diff(expr, symbols[varied])
@@ -712,9 +716,17 @@ def _one_sided(row: tuple[float, ...], depth: int, order: tuple[int, ...]) -> tu
     zeros of `row` in the order of `order`'s magnitudes."""
     step = max(50, depth // 10)
     return tuple(
-        mpmath.mpf(f"{'-' if math.copysign(1, v) < 0 else ''}1e-{depth + step * order[k]}") if v == 0 else v
+        _tiny_power(math.copysign(1, v) < 0, depth + step * order[k], mpmath.mp.prec) if v == 0 else v
         for k, v in enumerate(row)
     )
+
+
+@functools.cache
+def _tiny_power(negative: bool, exponent: int, prec: int) -> mpmath.mpf:
+    """(-)10**-exponent as mpmath reads the decimal at `prec` bits, made once: the stand-ins' exponents run past
+    1e300 (10**-(1000 / 5e-324)), whose decimal mpmath raises 10 to the power of, for each ladder of each cell."""
+    with mpmath.workprec(prec):
+        return mpmath.mpf(f"{'-' if negative else ''}1e-{exponent}")
 
 
 def _ladder(f: Callable[..., object], row: tuple[float, ...], depth: int, order: tuple[int, ...]) -> float | None:
