@@ -1828,8 +1828,9 @@ class betaln(sp.Function):  # noqa: N801
 
 
 class beta_slope(sp.Function):  # noqa: N801
-    """beta_slope(a, b) = d/da beta(a, b) = beta(a, b) (digamma(a) - digamma(a + b)): both backends compute it by
-    `beta_slope_by_cases`."""
+    """beta_slope(a, b) = d/da beta(a, b) = beta(a, b) (digamma(a) - digamma(a + b)), the runtime's `beta_slope` in
+    both backends (`_beta.py`): `beta_slope_by_cases`, differentiated in a by `beta_curvature_by_cases` (the first
+    partial stated here, computed whole) and in b by autodiff of the cases."""
 
     nargs = 2
 
