@@ -1742,6 +1742,116 @@ def _reflected_slope_beside(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     return sp.exp(log_beta) / sine_b * (difference * sine_s + sp.pi * cosine_s)
 
 
+def _trigamma_difference(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """trigamma(a) - trigamma(a + b) as trigamma(1 + a) - trigamma(1 + a + b) + (b / a / (a + b)) (1 / a +
+    1 / (a + b)), by the recurrence (`_digamma_difference`'s): 1 / a**2 - 1 / (a + b)**2 is inf - inf where a is
+    tiny, the product of its factors a number or an infinity of its sign."""
+    s = a + b
+    ratio = divided(divided(b, a), s)
+    return (
+        _polygamma_by_reflection(sp.S.One, 1 + a)
+        - _polygamma_by_reflection(sp.S.One, 1 + s)
+        + _Grouped(ratio) * (divided(sp.S.One, a) + divided(sp.S.One, s))
+    )
+
+
+@functools.cache
+def beta_curvature_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """d^2/da^2 beta(a, b) = beta(a, b) ((digamma(a) - digamma(a + b))**2 + trigamma(a) - trigamma(a + b)),
+    beta_slope's partial in a, stated (`beta_slope.fdiff`) and computed whole, as beta_slope's cases are.
+
+    In logarithms, sgn exp(log|beta| + log|q|) of q = d**2 + t, where beta under- or overflows and the product
+    is a number (at (2, 1.29e20) float32's beta is 0, the curvature 1.27e-37).  2 / a**3 where that overflows
+    (a = 0 and tiny a, whatever b: its leading term), an infinity of a's sign.  Where |b| is below
+    `BETA_EXPANDED_BELOW` of |a|, the derivative of beta_slope's expansion, -Gamma(1 + b) exp(-b digamma(m))
+    (tetragamma(m) - b trigamma(m)**2), m = a + b / 2: the limit -tetragamma(a) at b = 0.  At b = inf, 0 beside
+    a > 0 and Gamma(a)'s sign times inf beside a < 0 (beta ~ Gamma(a) b**-a); at a pole of Gamma in a or b
+    other than b = 0, where beta has no value, nan.  Where an argument is reflected (`_reflects`), the second
+    derivative of the reflection's product (`_reflected_curvature`, `_reflected_curvature_beside`).  Autodiff
+    of beta_slope's cases was inf * 0 and inf - inf at these (nan at 76 float64 special points).
+    """
+    expanded = (sp.Abs(b) <= BETA_EXPANDED_BELOW * sp.Abs(a)) & sp.Ne(a, 0)
+    cube = divided(divided(divided(sp.Integer(2), a), a), a)
+
+    def expansion_of(a1: sp.Expr, b1: sp.Expr) -> sp.Expr:
+        middle = a1 + b1 / 2
+        trigamma = _polygamma_by_reflection(sp.S.One, middle)
+        scale = sp.exp(
+            sp.loggamma(1 + b1)
+            - Piecewise((sp.S.Zero, sp.Eq(b1, 0)), (b1 * _polygamma_by_reflection(sp.S.Zero, middle), True))
+        )
+        # b trigamma(m) first: trigamma(m)**2 overflows where the product does not (m = 1e-90).
+        return (
+            -sign_of_gamma(1 + b1)
+            * scale
+            * (_polygamma_by_reflection(sp.Integer(2), middle) - _Grouped(b1 * trigamma) * trigamma)
+        )
+
+    expansion = _of_stand_ins(expansion_of, expanded, (a, sp.S.Half), (b, sp.S.Zero))
+    reflected = _reflects(a, b) | _reflects(b, a)
+
+    def last(a2: sp.Expr, b2: sp.Expr) -> sp.Expr:
+        d = _digamma_difference(a2, b2)
+        return sp.Tuple(_log_abs_beta(a2, b2), d * d + _trigamma_difference(a2, b2), _beta_sign(a2, b2))
+
+    log_beta_inside, q, sign = _of_stand_ins(last, ~reflected, (a, sp.S.Half), (b, sp.S.Half))
+    log_beta = _log_abs_beta(a, b)
+    return Piecewise(
+        (sp.S.Zero, sp.Min(a, b) >= BETA_VANISHES_FROM),
+        (sp.S.Zero, _is_inf(a) & (b >= 0)),
+        (sp.S.Zero, _is_inf(b) & (a > 0)),
+        (-sp.oo, _is_inf(b) & (a < 0) & ~_is_pole(a) & (sign_of_gamma(a) < 0)),
+        (sp.oo, _is_inf(b) & (a < 0) & ~_is_pole(a)),
+        (cube, _is_inf(sp.Abs(cube)) & _finite(b) & ~(_is_pole(b) & (b < 0))),
+        (sp.nan, _is_pole(b) & (b < 0)),
+        (expansion, expanded),
+        (sp.nan, _is_pole(a) | _is_pole(b)),
+        (_reflected_curvature(a, b), _reflects(a, b)),
+        (_reflected_curvature_beside(a, b), _reflects(b, a)),
+        (sp.S.Zero, log_beta < -(sp.Integer(2) ** 126)),
+        # Grouped: sympy writes exp(l + log(q)) as q exp(l), whose exp(l) is subnormal, which XLA flushes to 0
+        # (at (2, 1.29e20) in float32, beta is 5.6e-41, the curvature 1.27e-37).
+        (sign * sp.sign(q) * sp.exp(_Grouped(log_beta_inside + sp.log(sp.Abs(q)))), True),
+    )
+
+
+def _reflected_curvature(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """d^2/da^2 beta(a, b) where a is reflected: with B = beta(b, 1 - a - b), g = psi(1 - a) - psi(1 - a - b)
+    (log B's derivative) and its derivative g' = psi1(1 - a - b) - psi1(1 - a), the product B sin(pi (a + b)) /
+    sin(pi a) differentiated twice: B / sin(pi a) ((g**2 + g') sin(pi (a + b)) - 2 pi g sin(pi b) / sin(pi a) +
+    2 pi**2 sin(pi b) cos(pi a) / sin(pi a)**2), a number at a pole a + b of Gamma."""
+    sine_a, sine_s, sine_b, log_beta = _reflected_pieces(a, b)
+
+    def parts(a1: sp.Expr, s1: sp.Expr) -> sp.Expr:
+        g = _polygamma_by_reflection(sp.S.Zero, 1 - a1) - _polygamma_by_reflection(sp.S.Zero, 1 - s1)
+        slope = _polygamma_by_reflection(sp.S.One, 1 - s1) - _polygamma_by_reflection(sp.S.One, 1 - a1)
+        return sp.Tuple(g, slope, _sin_pi_of_sum(a1, sp.S.Half))
+
+    g, slope, cosine_a = _of_stand_ins(parts, _reflects(a, b), (a, sp.Rational(-5, 4)), (a + b, sp.Rational(-3, 4)))
+    ratio = sine_b / sine_a
+    return (
+        sp.exp(log_beta)
+        / sine_a
+        * ((g * g + slope) * sine_s - 2 * sp.pi * g * ratio + 2 * sp.pi**2 * ratio * cosine_a / sine_a)
+    )
+
+
+def _reflected_curvature_beside(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """d^2/da^2 beta(a, b) where b is reflected: with B = beta(a, 1 - a - b), h = psi(a) - psi(1 - a - b) and
+    h' = psi1(a) + psi1(1 - a - b), B sin(pi (a + b)) / sin(pi b) differentiated twice in a: B / sin(pi b)
+    ((h**2 + h' - pi**2) sin(pi (a + b)) + 2 pi h cos(pi (a + b)))."""
+    sine_b, sine_s, _, log_beta = _reflected_pieces(b, a)
+
+    def parts(a1: sp.Expr, b1: sp.Expr, s1: sp.Expr) -> sp.Expr:
+        h = _polygamma_by_reflection(sp.S.Zero, a1) - _polygamma_by_reflection(sp.S.Zero, 1 - s1)
+        slope = _polygamma_by_reflection(sp.S.One, a1) + _polygamma_by_reflection(sp.S.One, 1 - s1)
+        return sp.Tuple(h, slope, _sin_pi_of_sum(b1, a1 + sp.S.Half))
+
+    pairs = ((a, sp.S.Half), (b, sp.Rational(-5, 4)), (a + b, sp.Rational(-3, 4)))
+    h, slope, cosine_s = _of_stand_ins(parts, _reflects(b, a), *pairs)
+    return sp.exp(log_beta) / sine_b * ((h * h + slope - sp.pi**2) * sine_s + 2 * sp.pi * h * cosine_s)
+
+
 class beta(sp.beta):  # noqa: N801
     """Euler's beta function, whose partials are `beta_slope`: beta (digamma(a) - digamma(a + b)) written so that
     it is right where beta over- or underflows (sympy's product is inf * 0 and 0 * inf there)."""
@@ -1780,8 +1890,9 @@ class betaln(sp.Function):  # noqa: N801
 
 
 class beta_slope(sp.Function):  # noqa: N801
-    """beta_slope(a, b) = d/da beta(a, b) = beta(a, b) (digamma(a) - digamma(a + b)): both backends compute it by
-    `beta_slope_by_cases`."""
+    """beta_slope(a, b) = d/da beta(a, b) = beta(a, b) (digamma(a) - digamma(a + b)), the runtime's `beta_slope` in
+    both backends (`_beta.py`): `beta_slope_by_cases`, differentiated in a by `beta_curvature_by_cases` (the first
+    partial stated here, computed whole) and in b by autodiff of the cases."""
 
     nargs = 2
 
@@ -2223,6 +2334,8 @@ REGISTRY: tuple[MathFunction, ...] = (
         jax_replacement=betaln_by_cases,
         torch_replacement=betaln_by_cases,
     ),
+    # beta's partial, printed as the runtime's `beta_slope` (`_beta.py`): its cases, differentiated by the registry's
+    # partial in a (`beta_curvature_by_cases`), not autodiff of the cases.
     MathFunction(
         "beta_slope",
         beta_slope,
@@ -2230,8 +2343,9 @@ REGISTRY: tuple[MathFunction, ...] = (
         arity=(2, 2),
         refuses_large_numbers=True,
         internal=True,
-        jax_replacement=beta_slope_by_cases,
-        torch_replacement=beta_slope_by_cases,
+        jax_runtime="beta_slope",
+        torch_runtime="beta_slope",
+        torch_one_kernel=False,
     ),
     # The Hurwitz zeta function zeta(s, q), differentiated in q only (as by torch, JAX and sympy).
     # torch's (torch.special.zeta) is called by the runtime's hurwitz_zeta, which differentiates it.

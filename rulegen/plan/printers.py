@@ -91,6 +91,9 @@ BESSEL_IE_SERIES_IMPORT = Import("._util", "bessel_ie_series")
 
 # Functions whose op is wrong or lacks a derivative, mended by the runtime (MathFunction.torch_runtime, jax_runtime).
 SPECIAL_MODULE = "._special"
+# The runtime functions of a module of their own, by name: beta's partial, whose cases (`_beta_cases.py`) only a
+# package that calls it ships.
+RUNTIME_MODULES = {"beta_slope": "._beta"}
 
 # A rational power's exact root (x**(2/3) is nth_root(x, 3)**2), the runtime's: differentiated by its stated
 # derivative, in JAX a custom_jvp of its helpers, in torch a Function of the mended functions.
@@ -163,7 +166,7 @@ class _ArrayCode:
 
     def _record(self, path: str) -> str:
         if path in self.runtime:
-            self.module_imports_.add(Import(SPECIAL_MODULE, path))
+            self.module_imports_.add(Import(RUNTIME_MODULES.get(path, SPECIAL_MODULE), path))
         else:
             self.module_imports_.add(_IMPORTS[path.rsplit(".", 1)[0]])
         return self._spelled(path)
@@ -761,10 +764,6 @@ class _ArrayCode:
         """`value` where `cond` holds, else the code `otherwise`."""
         return f"{self._record(self.functions['Piecewise'])}({self._print(cond)}, {self._print(value)}, {otherwise})"
 
-    def _print_beta_slope(self, expr: fn.beta_slope) -> str:
-        # Neither framework has one: by its cases (the registry's replacement in both).
-        return self._print(fn.beta_slope_by_cases(*expr.args))
-
     def _print_betaln(self, expr: fn.betaln) -> str:
         return self._print(fn.betaln_by_cases(*expr.args))
 
@@ -1032,7 +1031,6 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     rewritten: ClassVar[dict[str, Callable[[sp.Basic], sp.Basic]]] = {
         **_ArrayCode.rewritten,
         "beta": lambda e: fn.beta_by_cases(*e.args),
-        "beta_slope": lambda e: fn.beta_slope_by_cases(*e.args),
         "betaln": lambda e: fn.betaln_by_cases(*e.args),
         "silu_derivative": lambda e: e.rewrite(fn.sigmoid),
     }

@@ -64,6 +64,7 @@ HELPER_NAMES = frozenset(
         "ndtri_slope",
         "bessel_i1_curvature",
         "bessel_ie_series",
+        "beta_slope",
         "binade",
         "broadcast",
         "broadcast_tangents",

@@ -476,17 +476,20 @@ def _registry_beta(order: str, name: str = "beta", *, traced: bool = False) -> o
     operations, each run eagerly, and a call per point ran them all again (seconds of a worker's CPU a test).
     The operations are elementwise, so each point's value is the one a call of its own gives.  Made once per
     process: printing the code by cases takes seconds.
+    beta's partial prints as the runtime's `beta_slope` (its cases, differentiated in a by the registry's stated
+    partial), which the code calls.
     """
     import rulegen.runtime.jax._util as jax_util
     from rulegen.derive import functions as fn
     from rulegen.plan.forms import corrections
     from rulegen.plan.printers import JaxArrayPrinter
+    from rulegen.runtime.jax._beta import beta_slope
 
     a, b = sp.symbols("a b", real=True)
     expr = fn.FUNCTIONS[name](a, b) if name in fn.FUNCTIONS else fn.BY_NAME[name].sympy(a, b)
     expr = sp.diff(expr, a) if order == "first" else expr
     code = JaxArrayPrinter().doprint(corrections("jax")(expr))
-    f = eval(f"lambda a, b: {code}", {"jnp": jnp, "jax": jax, "math": math, **vars(jax_util)})
+    f = eval(f"lambda a, b: {code}", {"jnp": jnp, "jax": jax, "math": math, **vars(jax_util), "beta_slope": beta_slope})
     if traced:
         return f
 

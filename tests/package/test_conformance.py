@@ -425,7 +425,12 @@ def _beta_curvature(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
     """d^2/da^2 beta(a, b) = beta(a, b) (d**2 + t), d = psi(a) - psi(a + b), t = psi1(a) - psi1(a + b), at the
     working precision and the digits that span a's and b's scales (as the registry's beta references): its limit
     -psi2(a) at b = 0, and d and t by their expansions in b, -b psi1(a + b/2) and -b psi2(a + b/2), where b is
-    below the precision of a + b (a one-sided limit's stand-in for 0, 1e-900)."""
+    below the precision of a + b (a one-sided limit's stand-in for 0, 1e-900).  None (ValueError) at a pole b < 0
+    of Gamma, where beta has no value: mpmath's beta there is an unsigned inf, and its product with d**2 + t, which
+    is 0 at b = -1 (d = 1 / (a - 1), t = -d**2), was an infinity of the sign of that 0's rounding error (-inf at
+    (1e-30, -1), inf at (3.64e-31, -1))."""
+    if b < 0 and b == mpmath.floor(b):
+        raise ValueError("beta has no value at a pole of Gamma in b")
     with fn._spanning_precision(a, b):
         if b == 0:
             return -mpmath.psi(2, a)
@@ -976,27 +981,7 @@ SPECIAL_BACKENDS = ("jax", "jax.jit", "torch")
 
 
 # Measured with this module's special values on the bundled registry: why each fails, and the first point.
-SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str]] = {
-    ("beta", "second"): (
-        (
-            ("jax", "float32"),
-            ("jax", "float64"),
-            ("jax.jit", "float32"),
-            ("jax.jit", "float64"),
-            ("torch", "float32"),
-            ("torch", "float64"),
-        ),
-        (
-            "the autodiff of beta_slope's cases (the registry states no second-order entry of beta, whose partial "
-            "is printed inline, not a runtime function with stated partials): nan at 74 (JAX) and 96 (torch) "
-            "float64 points, inf * 0 and inf - inf where the log-space product's factors are infinite (torch's "
-            "anomaly mode: MulBackward0 at (max, 5e-324), exact 0; WhereBackward0 at (1e-300, 0.5), exact inf), "
-            "and where the partial is a constant piece (-inf at a = 0) whose exact derivative is an infinity, "
-            "which no autodiff of a constant gives; 2.1e-6 relative off at (1.5, 1e200) (1.87918e-295)"
-        ),
-        "jax float64 second in x0 at (0.0, 1.7976931348623157e+308): nan, exact inf",
-    ),
-}
+SPECIAL_KNOWN: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], str, str]] = {}
 
 
 #: The special-value cells known to fail, by (function, backend, dtype, order): why, and a point that shows it.
