@@ -42,7 +42,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "plan each backend: the code model, printers, in-place bodies, one planner per body kind and backend",
         (
             *("forms", "code", "model", "printers", "torch_route", "inplace", "symbolic", "header", "emit"),
-            *("torch", "snippet", "jax", "snippet_jax", "snippet_torch"),
+            *("beta_runtime", "torch", "snippet", "jax", "snippet_jax", "snippet_torch"),
         ),
     ),
     ("render", "render through the template, format and write", ("layout", "write", "build")),
