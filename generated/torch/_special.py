@@ -318,20 +318,23 @@ def nth_root(x: torch.Tensor, n: int) -> torch.Tensor:
 def _pair_differentiated_by(
     name: str,
     forward: Callable[[torch.Tensor, torch.Tensor], Any],
-    partials: Callable[[torch.Tensor, torch.Tensor], Any],
+    partials: Callable[[torch.Tensor, torch.Tensor, tuple[bool, bool]], Any],
     outputs: int = 1,
 ) -> tuple[type[torch.autograd.Function], type[torch.autograd.Function]]:
-    """A Function of two tensors computing `forward(x, y)`, differentiated by `partials(x, y)`.
+    """A Function of two tensors computing `forward(x, y)`, differentiated by
+    `partials(x, y, needed)`.
 
     Of one output, `partials` gives its (d/dx, d/dy); of several (`outputs`), `forward` gives a
     tuple and `partials` each output's pair.  The partials are torch code of this module,
     differentiable again.  An input with no gradient asked, an output with no cotangent and an
-    input with no tangent add no term (not 0 times a partial that may be inf).  Returned with
-    its twin without `jvp`.
+    input with no tangent add no term (not 0 times a partial that may be inf); `needed` says
+    which inputs' partials are read, and `partials` may skip the others (beta's in b is
+    autodiff of its cases).  Returned with its twin without `jvp`.
     """
 
-    def rows(x: torch.Tensor, y: torch.Tensor) -> Any:
-        return (partials(x, y),) if outputs == 1 else partials(x, y)
+    def rows(x: torch.Tensor, y: torch.Tensor, needed: tuple[bool, bool]) -> Any:
+        found = partials(x, y, needed)
+        return (found,) if outputs == 1 else found
 
     class Mended(torch.autograd.Function):
         # Elementwise, it batches as it is: torch.func.vmap and jacfwd need no rule of their own.
@@ -353,7 +356,7 @@ def _pair_differentiated_by(
             present = [(g, k) for k, g in enumerate(grads) if g is not None]
             if not present:
                 return None, None
-            found = rows(x, y)
+            found = rows(x, y, tuple(ctx.needs_input_grad))
             gradients = []
             for j, (needed, like) in enumerate(zip(ctx.needs_input_grad, (x, y), strict=True)):
                 terms = [g * found[k][j] for g, k in present] if needed else []
@@ -366,7 +369,7 @@ def _pair_differentiated_by(
             x, y = ctx.saved_tensors
             shape = torch.broadcast_shapes(x.shape, y.shape)
             tangents = []
-            for dx, dy in rows(x, y):
+            for dx, dy in rows(x, y, (x_dot is not None, y_dot is not None)):
                 terms = [t * d for t, d in ((x_dot, dx), (y_dot, dy)) if t is not None]
                 if terms:
                     tangents.append(sum(terms[1:], terms[0]).expand(shape))
@@ -414,7 +417,7 @@ def _two_input_slope(
     `partials(torch, x, y)` (d/dx, d/dy) at every order, elsewhere alone (`_pair_applied`)."""
 
     def slope(value: _Slope) -> _Slope:
-        def stated(x: torch.Tensor, y: torch.Tensor) -> tuple[Any, Any]:
+        def stated(x: torch.Tensor, y: torch.Tensor, needed: tuple[bool, bool]) -> tuple[Any, Any]:
             return partials(torch, x, y)
 
         stated.__name__ = partials.__name__
@@ -471,7 +474,7 @@ def _joint(name: str, outputs: int) -> Any:
     def value(x: torch.Tensor, y: torch.Tensor) -> Any:
         return getattr(_scaling, name)(torch, x, y)
 
-    def curvature(x: torch.Tensor, y: torch.Tensor) -> Any:
+    def curvature(x: torch.Tensor, y: torch.Tensor, needed: tuple[bool, bool]) -> Any:
         return _scaling.plane_curvature(torch, x, y)[_ROWS[name]]
 
     value.__name__, curvature.__name__ = name, f"{name}'s curvature"

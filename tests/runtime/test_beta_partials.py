@@ -98,3 +98,20 @@ def test_the_third_derivative_is_autodiff_of_the_stated_curvature():
     with mpmath.workdps(40):
         exact = mpmath.diff(lambda a: mpmath.beta(a, mpmath.mpf(2.5)), mpmath.mpf(0.7), 3)
     assert _agrees(got, float(exact), rtol=1e-9)
+
+
+def test_torch_computes_no_partial_in_b_where_b_takes_no_gradient(monkeypatch):
+    # The partial in b is forward-mode autodiff of beta's printed cases, a second pass over them: a gradient in a
+    # alone (b a constant, as a Beta's parameter often is) computes only the stated curvature.
+    from rulegen.runtime.torch import _beta
+
+    a = torch.tensor([0.7, 3.0], dtype=torch.float64, requires_grad=True)
+    b = torch.tensor([2.5, -0.4], dtype=torch.float64)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the partial in b was computed")
+
+    monkeypatch.setattr(torch.func, "jvp", refused)
+    (got,) = torch.autograd.grad(_beta.beta_slope(a, b).sum(), a)
+    for value, (x, y) in zip(got.tolist(), [(0.7, 2.5), (3.0, -0.4)], strict=True):
+        assert _agrees(value, _exact(_curvature, x, y))

@@ -21,15 +21,16 @@ def _value(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return _beta_cases.beta_slope_cases(a, b)
 
 
-def _partials(a: torch.Tensor, b: torch.Tensor) -> tuple[Any, Any]:
-    """(d/da, d/db) of beta_slope: the stated curvature, and forward-mode autodiff of the cases
-    in b."""
+def _partials(a: torch.Tensor, b: torch.Tensor, needed: tuple[bool, bool]) -> tuple[Any, Any]:
+    """(d/da, d/db) of beta_slope, those `needed` alone: the stated curvature, and forward-mode
+    autodiff of the cases in b (a second pass over them, skipped where b takes no gradient)."""
 
     def in_b(v: torch.Tensor) -> torch.Tensor:
         return _beta_cases.beta_slope_cases(a, v)
 
-    slope_in_b = torch.func.jvp(in_b, (b,), (torch.ones_like(b),))[1]
-    return _beta_cases.beta_curvature_cases(a, b), slope_in_b
+    in_a = _beta_cases.beta_curvature_cases(a, b) if needed[0] else None
+    slope_in_b = torch.func.jvp(in_b, (b,), (torch.ones_like(b),))[1] if needed[1] else None
+    return in_a, slope_in_b
 
 
 _value.__name__, _partials.__name__ = "beta_slope", "beta_slope's partials"
