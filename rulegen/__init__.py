@@ -45,7 +45,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             *("beta_runtime", "torch", "snippet", "jax", "snippet_jax", "snippet_torch"),
         ),
     ),
-    ("render", "render through the template, format and write", ("layout", "write", "build")),
+    ("render", "render through the template, format and write", ("layout", "write", "build", "beta_runtime")),
     (
         "check",
         "check and measure the generated rules",
