@@ -24,7 +24,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "facts (function registry, framework floors, routes); bodies parsed as data; derive, rewrite, stabilise by "
         "measured error; choose what torch saves",
         (
-            *("functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure"),
+            *("stored", "functions", "floors", "routes", "symbols", "expr", "snippet", "forms", "measure"),
             *(
                 "stabilise.budget",
                 "stabilise.cache",

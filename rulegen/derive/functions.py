@@ -34,6 +34,7 @@ from sympy.core.function import ArgumentIndexError
 from sympy.printing.precedence import PRECEDENCE
 
 # The shipped runtime's series, which the registry's erfcx derivative names and the measure evaluates.
+from rulegen.derive.stored import kept
 from rulegen.runtime import _asymptotic, _scaling
 
 
@@ -1540,9 +1541,11 @@ def _beta_pieces(a: sp.Expr, b: sp.Expr, *, logarithm: bool) -> sp.Expr:
 
 
 # beta's, betaln's and beta_slope's cases are built once per pair of arguments: sympy simplifies each Piecewise as
-# it is built (a second of CPU for beta_slope's), and a printer asks for them twice (its text and how tightly that
-# binds), a build once per printer and call.  The expressions are immutable; the cache hands out the same one.
-@functools.cache
+# it is built (seconds of CPU for each), and a printer asks for them twice (its text and how tightly that binds).
+# Every process that prints them (a build, each test worker) built them again: they are kept on disk
+# (`stored.kept`), but for betaln's, whose tree pickle does not give back as it was (an `Or`'s arguments), and
+# which `stored.load` would refuse each time.
+@kept
 def beta_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """beta(a, b) at every real pair (`_beta_pieces`)."""
     return _beta_pieces(a, b, logarithm=False)
@@ -1587,7 +1590,7 @@ def _digamma_difference(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     )
 
 
-@functools.cache
+@kept
 def beta_slope_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """d/da beta(a, b) = beta(a, b) (digamma(a) - digamma(a + b)), right where beta over- or underflows.
 
@@ -1693,7 +1696,7 @@ def _trigamma_difference(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     )
 
 
-@functools.cache
+@kept
 def beta_curvature_by_cases(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """d^2/da^2 beta(a, b) = beta(a, b) ((digamma(a) - digamma(a + b))**2 + trigamma(a) - trigamma(a + b)),
     beta_slope's partial in a, stated (`beta_slope.fdiff`) and computed whole, as beta_slope's cases are.

@@ -103,3 +103,24 @@ def test_the_key_holds_what_decides_the_search():
     assert base != search_key(sp.exp(positive), (((positive, Domain(ge=0)),), 0))  # assumptions
     assert base != search_key(sp.exp(x), (((x, Domain(gt=0)),), 0))  # an open bound
     assert base != search_key(sp.exp(x), (((x, Domain(ge=0)),), 1))  # the seed
+
+
+def test_an_expression_by_cases_is_built_once_and_read_back_in_another_process(cache, monkeypatch):
+    # beta's cases take seconds of sympy to build, in every process that prints them: kept on disk, a second
+    # process reads them back, the same tree.
+    from rulegen.derive import functions as fn
+
+    a, b = sp.Symbol("a_kept", real=True), sp.Symbol("b_kept", real=True)
+    built = fn.beta_by_cases(a, b)
+    assert any(path.is_file() for path in cache.rglob("*")), "nothing was stored"
+    fn.beta_by_cases.cache_clear()  # type: ignore[attr-defined]  # as a new process starts
+
+    def refused(*args: object, **kwargs: object) -> object:
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(fn, "_beta_pieces", refused)
+    read = fn.beta_by_cases(a, b)
+    assert sp.srepr(read) == sp.srepr(built)
+    # Other arguments are another key: built, not read.
+    with pytest.raises(AssertionError, match="built again"):
+        fn.beta_by_cases(b, a)

@@ -1,116 +1,22 @@
-"""Searches kept on disk, by what decides them: a rebuild never searches again what a build has searched.
+"""Searches kept on disk (`derive.stored`), by what decides them: a rebuild never searches again what a build has
+searched.
 
-The key is the expression and its sampling as sympy writes them out in full
-(`srepr`, assumptions included), the search's budget and a hash of the code
-that searches (this package's derive and spec stages) and of the libraries
-that compute (sympy, numpy, mpmath): an entry is read back only where the
-search would find the same thing again. Entries are pickles in the user's own
-cache folder, written whole or not at all (`os.replace`); one that cannot be
-read is a miss.
+The key is the expression and its sampling as sympy writes them out in full, the search's budget and the
+fingerprint of the code that searches: an entry is read back only where the search would find the same thing
+again.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import importlib.metadata
-import os
-import pickle
-import sys
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import sympy as sp
 
-from rulegen.spec.rules import Node
+from rulegen.derive.stored import CACHE_ENV, key_of, load, store
 
-#: Where the cache lives: a folder, or "off" for none. Default: `$XDG_CACHE_HOME/rulegen/search`
-#: (`~/.cache/rulegen/search`).
-CACHE_ENV = "RULEGEN_SEARCH_CACHE"
-
-
-def cache_dir() -> Path | None:
-    """The folder of the search cache, or None where it is turned off."""
-    setting = os.environ.get(CACHE_ENV, "")
-    if setting.lower() == "off":
-        return None
-    if setting:
-        return Path(setting)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "rulegen" / "search"
-
-
-@functools.cache
-def searcher_fingerprint() -> str:
-    """A hash of the code and the libraries that decide what a search finds."""
-    package = Path(__file__).resolve().parent.parent.parent
-    digest = hashlib.sha256()
-    for library in ("sympy", "numpy", "mpmath"):
-        digest.update(f"{library} {importlib.metadata.version(library)}\n".encode())
-    digest.update(f"python {sys.version_info[:2]}\n".encode())
-    for path in sorted(
-        [
-            *(package / "derive").rglob("*.py"),
-            *(package / "derive").rglob("*.json"),
-            *(package / "spec").rglob("*.py"),
-            # The gate measures a form as the planners compute it (`gate.as_computed`: computation.sharing).
-            *(package / "computation").rglob("*.py"),
-        ]
-    ):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\n" + path.read_bytes())
-    return digest.hexdigest()
-
-
-def _written(value: object) -> str:
-    """`value` written out in full: sympy objects as `srepr`, assumptions included; rule nodes without places."""
-    if isinstance(value, sp.Basic):
-        return sp.srepr(value)
-    if isinstance(value, tuple | list):
-        return "(" + ", ".join(_written(v) for v in value) + ")"
-    if isinstance(value, Node):  # where a rule file wrote it decides nothing
-        return f"{type(value).__name__}{_written(tuple(value.model_dump(exclude={'loc'}).items()))}"
-    return repr(value)
+__all__ = ["CACHE_ENV", "load", "search_key", "store"]
 
 
 def search_key(expr: sp.Expr, decided_by: Sequence[object]) -> str:
     """The cache key of searching `expr`, as decided by `decided_by`."""
-    text = "\n".join([searcher_fingerprint(), _written(expr), *(_written(v) for v in decided_by)])
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def load(key: str) -> tuple[Any, ...] | None:
-    """The search stored under `key`, exactly as it was found, or None."""
-    folder = cache_dir()
-    if folder is None:
-        return None
-    try:
-        text, data = pickle.loads((folder / key[:2] / key).read_bytes())
-        # Unpickling calls each node's constructor, which would simplify again (a power of a Piecewise
-        # folds into it): built as stored, then held to the text it was stored with.
-        with sp.evaluate(False):
-            found = pickle.loads(data)
-    except Exception:  # missing, written by another rulegen, unreadable: searched again
-        return None
-    return found if isinstance(found, tuple) and _written(found) == text else None
-
-
-def store(key: str, found: tuple[Any, ...]) -> None:
-    folder = cache_dir()
-    if folder is None:
-        return
-    target = folder / key[:2]
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        entry = (_written(found), pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
-        data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError, RecursionError, OSError):
-        return  # an expression pickle cannot write, a read-only home: the build goes on uncached
-    handle, temporary = tempfile.mkstemp(dir=target, prefix=".tmp-")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-        os.replace(temporary, target / key)
-    except OSError:  # a full disk
-        Path(temporary).unlink(missing_ok=True)
+    return key_of((expr, *decided_by))
