@@ -15,7 +15,7 @@ def f_logit(x: jax.typing.ArrayLike) -> jax.Array:
         out = logit(x)
 
     Partials (derived by sympy):
-        dout/dx = -1/(x - 1) + 1/x
+        dout/dx = 1/(1 - x) + 1/x
 
     Inputs:
         x: float array; checked on [0.05, 0.95]
@@ -34,4 +34,4 @@ def _f_logit(x):
 @_f_logit.defjvp
 def _f_logit_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    return jax.scipy.special.logit(x), x_dot * (1 / x - 1 / (x - 1))
+    return jax.scipy.special.logit(x), x_dot * (1 / (1 - x) + 1 / x)

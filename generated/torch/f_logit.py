@@ -21,8 +21,8 @@ class FLogit(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         if plain(x, out_bar):
-            return torch.reciprocal(x).sub_((x - 1).reciprocal_()).mul_(out_bar)
-        return out_bar * (torch.reciprocal(x) - 1 / (x - 1))
+            return (1 - x).reciprocal_().add_(torch.reciprocal(x)).mul_(out_bar)
+        return out_bar * (torch.reciprocal(1 - x) + torch.reciprocal(x))
 
     jvp = backward
 
@@ -37,7 +37,7 @@ def f_logit(x: torch.Tensor | float) -> torch.Tensor:
         out = logit(x)
 
     Partials (derived by sympy):
-        dout/dx = -1/(x - 1) + 1/x
+        dout/dx = 1/(1 - x) + 1/x
 
     Inputs:
         x: float array; checked on [0.05, 0.95]

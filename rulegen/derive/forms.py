@@ -238,6 +238,11 @@ CANONICAL_FORMS = (
         ReplaceOptim(lambda e: e.is_Mul and _gamma_ratio(e) is not None, lambda e: _gamma_ratio(e)),
         writes=("loggamma", "gamma_sign", "exp"),
     ),
+    CanonicalForm(  # log(|gamma(u)|) -> loggamma(u), the registry's log|Gamma|: |Gamma| is 0 below x = -184 (float64)
+        # and inf past 171.6, where its log is finite (-82110.33 at x = -10000.3)
+        ReplaceOptim(lambda e: _log_abs_gamma(e) is not None, lambda e: sp.loggamma(_log_abs_gamma(e))),
+        writes=("loggamma",),
+    ),
     CanonicalForm(  # log(beta(a, b)) -> betaln(a, b) of positive a, b: beta(11, 1e308) is 0, its log -7792.5
         ReplaceOptim(lambda e: isinstance(e, sp.log) and _positive_beta(e.args[0]), lambda e: betaln(*e.args[0].args)),
         writes=("betaln",),
@@ -332,6 +337,13 @@ def _gamma_ratio(product: sp.Mul) -> sp.Expr | None:
     rest = [f for f, (b, e) in zip(product.args, powers, strict=True) if not (isinstance(b, sp.gamma) and e.is_Integer)]
     sign = sp.Mul(*(gamma_sign(u) ** abs(e) for u, e in gammas))
     return sp.Mul(*rest, sign, sp.exp(sp.Add(*(e * sp.loggamma(u) for u, e in gammas))))
+
+
+def _log_abs_gamma(expr: sp.Expr) -> sp.Expr | None:
+    """u of log(Abs(gamma(u))); None for any other expression."""
+    if isinstance(expr, sp.log) and isinstance(expr.args[0], sp.Abs) and isinstance(expr.args[0].args[0], sp.gamma):
+        return expr.args[0].args[0].args[0]
+    return None
 
 
 def _log_erfcx(u: sp.Expr) -> sp.Expr:

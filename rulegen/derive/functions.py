@@ -2565,13 +2565,13 @@ REGISTRY: tuple[MathFunction, ...] = (
 )
 
 
-def _in_partial_fractions(cls: type[sp.Function]) -> None:
+def _in_partial_fractions(cls: type[sp.Function], domain: tuple[float, float]) -> None:
     """State `cls`'s partial in partial fractions (`sympy.apart`) where it is a rational function of its one
     argument: the form whose own derivative is well behaved.
 
     Autodiff differentiates the partial as written.  logit's 1 / (p (1 - p)) differentiates to a quotient by
     its square, (p (1 - p))**2, which underflows at subnormal p (0 / 0, nan, where logit'' is -inf) and
-    overflows first; 1 / p - 1 / (p - 1) differentiates term by term, each term's square of its own.
+    overflows first; 1 / p + 1 / (1 - p) differentiates term by term, each term's square of its own.
     Computed once per class, on a dummy argument, and substituted.
     """
     stated = cls.fdiff
@@ -2582,7 +2582,7 @@ def _in_partial_fractions(cls: type[sp.Function]) -> None:
         return
     if partial.free_symbols != {x} or not partial.is_rational_function(x) or partial.is_polynomial(x):
         return
-    fractions = sp.apart(partial, x)
+    fractions = _facing_the_domain(sp.apart(partial, x), x, domain)
     if fractions == partial:
         return
 
@@ -2595,10 +2595,30 @@ def _in_partial_fractions(cls: type[sp.Function]) -> None:
     setattr(cls, "fdiff", fdiff)  # noqa: B010 - a method replaced on the class
 
 
+def _facing_the_domain(fractions: sp.Expr, x: sp.Symbol, domain: tuple[float, float]) -> sp.Expr:
+    """Each pole's linear factor written as it is nonnegative on `domain`: 1 / (1 - p), not -1 / (p - 1).
+
+    At a pole on the domain's edge the factor is +0 either way (1 - 1 and 1 - 1 round to +0), so its sign
+    as written chooses the infinity: -1 / (p - 1) made logit'(1) -inf where it and both frameworks' are +inf.
+    """
+    lo, hi = domain
+    inside = (lo + hi) / 2 if math.isfinite(lo) and math.isfinite(hi) else lo + 1 if math.isfinite(lo) else hi - 1
+    if not math.isfinite(inside):
+        return fractions
+
+    def faced(power: sp.Pow) -> sp.Expr:
+        base, exponent = power.args
+        if exponent.is_Integer and base.is_polynomial(x) and sp.degree(base, x) == 1 and base.subs(x, inside) < 0:
+            return (-1) ** exponent * sp.Pow(-base, exponent)
+        return power
+
+    return fractions.replace(lambda e: isinstance(e, sp.Pow) and e.base.has(x) and e.exp.is_negative, faced)
+
+
 for _function in REGISTRY:
     _class = _function.sympy
     if isinstance(_class, type) and _class.__module__ == __name__ and getattr(_class, "nargs", None) == {1}:
-        _in_partial_fractions(_class)
+        _in_partial_fractions(_class, _function.argument_domain(0))
 
 #: The registered functions a symbolic body may call, by the names it calls them.
 RULE_FUNCTIONS: Mapping[str, MathFunction] = MappingProxyType(

@@ -307,6 +307,12 @@ def differentiate(expr: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
     # floor and ceiling are steps: sympy leaves their derivative
     # unevaluated; the frameworks' own autodiff gives 0, as here.
     result = sp.diff(expr, symbol).replace(_is_step_derivative, lambda _: sp.S.Zero)
+    if expr.free_symbols and all(s.is_extended_real for s in expr.free_symbols):
+        # A real rule computes in real arithmetic, nan wherever a value would be complex.  sympy differentiates
+        # Abs(u) of a u it cannot show real (gamma(x), real but at its poles) through re(u) and im(u), which no
+        # printer prints: abs(gamma(x)) and log(abs(gamma(x))) were internal errors.  Their real parts are them.
+        result = result.replace(lambda e: isinstance(e, sp.re), lambda e: e.args[0])
+        result = result.replace(lambda e: isinstance(e, sp.im), lambda _: sp.S.Zero)
     # DiracDelta of a kink (sign, Abs's second derivative) is 0 to the frameworks' autodiff too.
     result = result.replace(lambda e: isinstance(e, VANISHING), lambda _: sp.S.Zero)
     result = result.replace(lambda e: isinstance(e, sp.Subs) and not e.expr.has(sp.Derivative), sp.Subs.doit)

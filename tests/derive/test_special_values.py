@@ -65,6 +65,22 @@ def test_log_ndtr_of_nan_is_nan(dtype):
         assert math.isnan(got[0]) and np.isfinite(got[1:]).all()
 
 
+# -------------------------------------------------------------------- a real rule's derivative has no real parts
+
+
+def test_abs_of_a_function_with_poles_differentiates_to_its_sign_times_its_derivative():
+    # sympy cannot show gamma(x) or loggamma(x) real (their poles), so d/dx Abs(u) came back through re(u) and
+    # im(u), which no printer prints: abs(loggamma(x)) and log(abs(gamma(x))) were internal errors at build.
+    from rulegen.derive.partials import differentiate
+
+    x = sp.Symbol("x", real=True)
+    assert differentiate(sp.Abs(sp.gamma(x)), x) == sp.sign(sp.gamma(x)) * sp.gamma(x) * sp.polygamma(0, x)
+    assert differentiate(sp.Abs(sp.loggamma(x)), x) == sp.sign(sp.loggamma(x)) * sp.polygamma(0, x)
+    # A complex rule's symbols are not real: its Abs keeps sympy's own derivative.
+    z = sp.Symbol("z")
+    assert differentiate(sp.Abs(sp.gamma(z)), z).has(sp.re)
+
+
 # -------------------------------------------------------------------- a derivative is not divided out of the output
 
 
@@ -402,8 +418,23 @@ def test_a_registry_partial_rational_in_its_argument_is_in_partial_fractions():
     from rulegen.derive.functions import logit
 
     p = sp.Symbol("p", real=True)
-    assert sp.Add.make_args(logit(p).diff(p)) == sp.Add.make_args(1 / p - 1 / (p - 1))
+    assert sp.Add.make_args(logit(p).diff(p)) == sp.Add.make_args(1 / p + 1 / (1 - p))
     assert sp.simplify(logit(p).diff(p) - 1 / (p * (1 - p))) == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_logit_derivative_at_the_ends_of_its_domain_is_plus_inf_as_the_frameworks(dtype):
+    # At p = 1 both p - 1 and 1 - p are +0: the fraction -1 / (p - 1) that sympy's apart writes was -inf there,
+    # where logit' = 1 / (p (1 - p)) tends to +inf from inside the domain, as torch's and JAX's own logit give.
+    p = np.asarray([1.0, 0.0, np.nextafter(dtype(1), dtype(0)), 0.5], dtype=dtype)
+    below_one = float(p[2])
+    want = [math.inf, math.inf, float(1 / (mpmath.mpf(below_one) * (1 - mpmath.mpf(below_one)))), 4.0]
+    for got in (jax_grad(gj.f_logit, p), torch_grad(gt.f_logit, p)):
+        assert list(got) == pytest.approx(want, rel=2 * float(np.finfo(dtype).eps))
+    # The frameworks' own agree at the ends.
+    torch_own = torch.vmap(torch.func.grad(torch.special.logit))(torch.from_numpy(p[:2])).numpy()
+    jax_own = np.asarray(jax.vmap(jax.grad(jax.scipy.special.logit))(jnp.asarray(p[:2])))
+    assert list(torch_own) == list(jax_own) == [math.inf, math.inf]
 
 
 def test_a_partial_is_measured_where_the_registry_s_function_is_defined():

@@ -73,7 +73,7 @@ def test_eager_host_and_bridged_jax_rules_compile_once_per_signature():
     import jax
     import jax.numpy as jnp
 
-    from generated.jax import numpy_sort, scipy_erfcx, torch_mish
+    from generated.jax import host_mul_sin_jvp, numpy_sort, scipy_erfcx, torch_mish
 
     compiles = []
 
@@ -87,6 +87,12 @@ def test_eager_host_and_bridged_jax_rules_compile_once_per_signature():
         lambda: torch_mish(x),
         lambda: numpy_sort(x, 0),
         lambda: numpy_sort(x, -1),
+        # The backward's and the JVP's callbacks, and vmap's batched one, compiled on every eager call too.
+        lambda: jax.grad(lambda v: scipy_erfcx(v).sum())(x),
+        lambda: jax.grad(lambda v: torch_mish(v).sum())(x),
+        lambda: jax.grad(lambda v: numpy_sort(v, 0).sum())(x),
+        lambda: jax.jvp(lambda v: host_mul_sin_jvp(v, x), (x,), (x,)),
+        lambda: jax.vmap(scipy_erfcx)(x),
     ]
     for call in calls:
         call()

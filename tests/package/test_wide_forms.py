@@ -2,8 +2,9 @@
 
 `log(2**x + 2**y)/log(2)` (logaddexp2) overflows once 2**x does (x = 1024
 in float64, 128 in float32), `gamma(x + 3)/gamma(x)` (poch) once gamma(x)
-does (x = 171.6, 35 in float32), and `log(erfcx(x))` once erfcx(x) ~
-2*exp(x**2) does (x = -26.6, -9.3 in float32).  Each is compared, value and
+does (x = 171.6, 35 in float32), `log(erfcx(x))` once erfcx(x) ~
+2*exp(x**2) does (x = -26.6, -9.3 in float32), and `log(abs(gamma(x)))`
+once |Gamma(x)| under- or overflows (x = -184.5, 171.7).  Each is compared, value and
 first and second derivative, in both backends and dtypes, with a 40-digit
 mpmath reference there and at ordinary points.
 """
@@ -31,6 +32,8 @@ rules:
   - {name: logaddexp2_written_out, inputs: [x, y], forward: 'log(2**x + 2**y) / log(2)'}
   - {name: poch_written_out, inputs: [x], forward: 'gamma(x + 3) / gamma(x)'}
   - {name: log_erfcx, inputs: [x], forward: 'log(erfcx(x))'}
+  - {name: log_abs_gamma, inputs: [x], forward: 'log(abs(gamma(x)))'}
+  - {name: abs_loggamma, inputs: [x], forward: 'abs(loggamma(x))'}
 """
 
 Y = 0.5  # logaddexp2's second argument
@@ -44,13 +47,27 @@ REFERENCES = {
     "logaddexp2_written_out": lambda x: mpmath.log(2**x + 2 ** mpmath.mpf(Y)) / mpmath.log(2),
     "poch_written_out": lambda x: mpmath.rf(x, 3),
     "log_erfcx": lambda x: mpmath.log(_mp_erfcx(x)),
+    "log_abs_gamma": lambda x: mpmath.log(abs(mpmath.gamma(x))),
+    "abs_loggamma": lambda x: abs(mpmath.log(abs(mpmath.gamma(x)))),
 }
 # Points by dtype: past where the written form overflows, and ordinary ones (poch's negative ones by its sign).
 # Not log_erfcx at 1e4: its second derivative there is erfcx's own cancellation (a conformance xfail).
 POINTS = {
     "logaddexp2_written_out": {"float32": [-3.0, 0.7, 60.0, 200.0], "float64": [-3.0, 0.7, 200.0, 2000.0]},
     "poch_written_out": {"float32": [-2.5, -0.7, 0.3, 7.5, 40.0, 100.0], "float64": [-2.5, -0.7, 0.3, 180.0, 1e4]},
-    "log_erfcx": {"float32": [-12.0, -3.0, 0.5, 30.0], "float64": [-30.0, -12.0, -3.0, 0.5, 30.0, 100.0]},
+    # 9.27 and 26.6: where JAX's own erfcx is 0 (float32 [9.195, 9.419], float64 [26.544, 26.641]), and its log -inf.
+    "log_erfcx": {
+        "float32": [-12.0, -3.0, 0.5, 9.27, 30.0],
+        "float64": [-30.0, -12.0, -3.0, 0.5, 26.6, 30.0, 100.0],
+    },
+    # Where |Gamma| underflows (below -184 in float64, -10000.3 the issue's point) and overflows (past 171.6); float32's
+    # negative points exact in it, where psi(x) moves by 15 x's rounding.
+    "log_abs_gamma": {
+        "float32": [-10000.25, -117.25, -2.5, 0.3, 25.1, 200.0],
+        "float64": [-10000.3, -184.5, -117.3, -2.5, 0.3, 171.7, 1e4],
+    },
+    # loggamma's sign changes at 1 and 2: its abs's derivative is sign(loggamma) digamma, without real parts.
+    "abs_loggamma": {"float32": [-10000.25, -2.5, 0.3, 1.5, 25.1], "float64": [-10000.3, -2.5, 0.3, 1.5, 25.1]},
 }
 TOLERANCE = {"float32": 2e-4, "float64": 1e-9}
 
@@ -100,8 +117,10 @@ def test_the_forms_hold_on_the_real_line_only():
     assert canonical(sp.log(sp.exp(x) + sp.exp(2 * y))) == logaddexp(x, 2 * y)
     assert not canonical(sp.gamma(x + 3) / sp.gamma(x)).has(sp.gamma)
     assert canonical(sp.log(erfcx(x))).has(sp.erfc)
+    assert canonical(sp.log(sp.Abs(sp.gamma(x + 1)))) == sp.loggamma(x + 1)
     # A lone gamma, a sum with a number, and a complex rule keep what they are.
     assert canonical(sp.gamma(x) * y) == sp.gamma(x) * y
     assert canonical(sp.log(2 + 2**x)) == sp.log(2 + 2**x)
     z = sp.Symbol("z")
     assert not canonical(sp.log(sp.exp(z) + sp.exp(2 * z)), complex_rule=True).has(logaddexp)
+    assert canonical(sp.log(sp.Abs(sp.gamma(z))), complex_rule=True) == sp.log(sp.Abs(sp.gamma(z)))

@@ -1,10 +1,15 @@
 """erfcx's derivatives in the runtime at float32's largest x: finite, as the exact values are."""
 
 import jax
+import jax.numpy as jnp
+import mpmath
 import numpy as np
+import pytest
 import torch
 
 from rulegen.runtime import _asymptotic
+
+jax.config.update("jax_enable_x64", True)
 
 LARGEST = float(np.finfo(np.float32).max)
 # erfcx''(x) ~ 1 / (sqrt(pi) x**3) * 2: 2.9e-116, below float32's smallest subnormal; erfcx' is -1/(sqrt(pi) x**2).
@@ -33,3 +38,19 @@ def test_jax_erfcx_second_derivative_is_finite_at_the_largest_float32():
     second = jax.grad(jax.grad(lambda v: erfcx(v)))
     got = float(second(np.float32(LARGEST)))
     assert got == 0.0  # 2.9e-116, below float32's smallest subnormal
+
+
+@pytest.mark.parametrize(("dtype", "band"), [(np.float32, (9.195, 9.419)), (np.float64, (26.544, 26.641))])
+def test_jax_erfcx_is_right_where_jax_s_own_is_zero(dtype, band):
+    # jax.scipy.special.erfcx is 0 on these bands (JAX 0.10), where erfcx is 0.06 and 0.02: a rule's
+    # log(erfcx(x)) was -inf at x = 9.27 in float32.  The runtime's erfcx is its asymptotic series from 8.
+    from rulegen.runtime.jax._special import erfcx
+
+    x = np.linspace(*band, 9, dtype=dtype)
+    with mpmath.workdps(40):
+        exact = np.array([float(mpmath.exp(mpmath.mpf(float(v)) ** 2) * mpmath.erfc(float(v))) for v in x])
+    for f in (erfcx, jax.jit(erfcx)):
+        got = np.asarray(f(jnp.asarray(x)))
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, exact, rtol=4 * float(np.finfo(dtype).eps))
+        assert np.isfinite(np.log(got)).all()
