@@ -803,7 +803,7 @@ def _reassociations(expr: sp.Expr) -> Iterator[sp.Expr]:
     """`expr` with each quotient of products computed as a product of quotients, each factor below the line
     divided into one above it: tan(x)**2 (x - sin x) / (x - tan x)**2 as (tan(x) / (x - tan x))**2 (x - sin x),
     whose square never overflows where the quotient is in range.  Two pairings: the factors above in sympy's
-    order and reversed."""
+    order and reversed (those below reversed where there are fewer above)."""
     if expr.has(sp.Piecewise):
         return
     for reverse in (False, True):
@@ -834,6 +834,10 @@ def _paired(product: sp.Expr, *, reverse: bool) -> sp.Expr:
         above.reverse()
     # A power below beyond the factors above is divided into 1: 1/x**3 as (1/x)**3, in range where x**3 is not.
     below.sort(key=lambda b: -below.count(b))
+    if reverse and len(above) < len(below):
+        # Fewer factors above than below: the other pairing takes the factors below in reverse, a/(s d) as
+        # (a/d)/s where a/s overflows and a/d does not (a scaled quotient over a subnormal scale).
+        below.reverse()
     above += [sp.S.One] * sum(1 for b in below[len(above) :] if below.count(b) > 1)
     pairs = [divided(a, b) for a, b in zip(above, below, strict=False)]
     n = len(pairs)

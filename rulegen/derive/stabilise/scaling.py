@@ -14,6 +14,7 @@ import sympy as sp
 
 from rulegen.derive.functions import binade, divided
 from rulegen.derive.stabilise.budget import BUDGET
+from rulegen.derive.stabilise.families import _finishing
 from rulegen.derive.stabilise.points import Sampling, _measure, _Measured, _mpmath_function, _Points
 
 
@@ -213,7 +214,18 @@ def _with_scaling(
     ]
     sums_scaled = (_sums_rescaled(m.expr, variables, scaling) for m in starts for scaling in joint)
     scaled += [_measure(e, "sums scaled", variables, points) for e in sums_scaled if e is not None]
-    chosen = min((m for m in scaled if m is not None), key=lambda m: m.score, default=None)
+    measured = sorted((m for m in scaled if m is not None), key=lambda m: m.score)
+    # The scaling keeps the scaled sums in range, not the products it leaves: sympy joins a factor kept outside
+    # the scaling with the sums' quotient, and (d'**2 - s'**2)/(s (d'**2 + s'**2)) multiplies s = 1.4e-288 by a
+    # scaled sum of 5e-32 into a subnormal (0 under XLA, 0 in numpy below 5e-324): inf, where dividing by one
+    # and then the other is 7e287.  Each of the best scaled forms with its products reassociated, as the search's
+    # own forms are before scaling.
+    reassociated = (
+        _measure(e, f"{m.family}, reassociated", variables, points)
+        for m in measured[: BUDGET.reassociated_starts]
+        for e in _finishing("reassociated", m.expr)
+    )
+    chosen = min([*measured, *(m for m in reassociated if m is not None)], key=lambda m: m.score, default=None)
     # The margin of a regime: the scaling costs a binade and a division per input, paid only for a bit.
     if chosen is None or chosen.score > best.score - BUDGET.regime_margin_bits:
         return best
