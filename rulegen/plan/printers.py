@@ -82,6 +82,8 @@ TANGENT_OR_ZERO_IMPORT = Import("._native", "tangent_or_zero")
 
 # The power of two that a homogeneous expression's inputs are scaled by (functions.binade), the runtime's.
 BINADE_IMPORT = Import("._util", "binade")
+# A product whose order of operations under- or overflows on the way (functions.power_product), the runtime's.
+POWER_PRODUCT_IMPORT = Import("._util", "power_product")
 # erfcx's derivatives from x = 8 (functions.erfcx_series), the runtime's.
 ERFCX_SERIES_IMPORT = Import("._util", "erfcx_series")
 # i0e's and i1e's derivatives beyond |x| = 25 (functions.bessel_ie_series), the runtime's.
@@ -421,6 +423,11 @@ class _ArrayCode:
     def _print_binade(self, expr: fn.binade) -> str:
         self.module_imports_.add(BINADE_IMPORT)
         return f"{self._spelled('binade')}({self._print(expr.args[0])})"
+
+    def _print_power_product(self, expr: fn.power_product) -> str:
+        self.module_imports_.add(POWER_PRODUCT_IMPORT)
+        pairs = ", ".join(f"{self._print(b)}, {int(k)}" for b, k in zip(expr.args[0::2], expr.args[1::2], strict=True))
+        return f"{self._spelled('power_product')}({pairs})"
 
     def _print_erfcx_series(self, expr: fn.erfcx_series) -> str:
         self.module_imports_.add(ERFCX_SERIES_IMPORT)

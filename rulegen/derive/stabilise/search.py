@@ -199,24 +199,26 @@ def _search(
         measured_from(((f"{start.family}, {family}", c) for family, c in found), BUDGET.candidates_per_alternative)
     # The best forms found, each overflow they keep mended: families that rewrite what the others made, once each.
     # Logs are taken apart in a form the gamma series made (a `where` of thresholds) that keeps the log1p of a
-    # product that overflows; products reassociate in a form without a `where`.
-    leaders = sorted(pool, key=lambda m: m.score)[: BUDGET.reassociated_starts]
+    # product that overflows; products reassociate, or are scaled (`power_product`), in a form without a `where`.
+    leaders = sorted(pool, key=lambda m: m.score + m.charge)[: BUDGET.reassociated_starts]
     measured_from(
         (
             (f"{m.family}, {family}", c)
-            for family in ("reassociated", "logs taken apart")
+            for family in ("reassociated", "logs taken apart", "products scaled")
             for m in leaders
             for c in _finishing(family, m.expr)
             if family not in m.family.split(", ")
         ),
-        BUDGET.reassociated_starts * 3,
+        BUDGET.reassociated_starts * 5,
     )
     # Inputs clamped where forms overflow on the way to a limit they have reached.
     # A clamp of some factors alone, which keeps what the forward computes, under `fast` alone (`_saturated`).
     pool += _saturated(pool, sampling, search, free.forms if policy == "fast" else None)
     # Least error first; within `BUDGET.margin_bits` of the least, the fewest operations.
-    least = min(m.score for m in pool)
-    best = min((m for m in pool if m.score <= least + BUDGET.margin_bits / 2), key=lambda m: (m.ops, m.score))
+    least = min(m.score + m.charge for m in pool)
+    best = min(
+        (m for m in pool if m.score + m.charge <= least + BUDGET.margin_bits / 2), key=lambda m: (m.ops, m.score)
+    )
     # Regimes from the best and from the next ones too: the pair that joins best need not include the best alone
     # (the derived form for x < 0 and a derivative of the conjugate for x > 0 beat an expanded form on its own).
     regime_starts = [best]
@@ -235,10 +237,11 @@ def _search(
     best = _with_scaling(best, pool, expr, sampling, search)
 
     # The acceptance gate: the best form proven on points it was not chosen on, else the next that is, a joined
-    # form charged what a regime costs (the branch that fails the gate may be the one a regime keeps out of its
-    # region: (2 + 1/x)/(3 + 1/x) is nan at subnormal x, and right where (2x + 1)/(3x + 1) overflows).
+    # form (or one of scaled products) charged what a regime costs (the branch that fails the gate may be the one
+    # a regime keeps out of its region: (2 + 1/x)/(3 + 1/x) is nan at subnormal x, and right where (2x + 1)/(3x + 1)
+    # overflows).
     def charged(m: _Measured) -> float:
-        return m.score + (BUDGET.regime_margin_bits if m.branches else 0.0)
+        return m.score + m.charge
 
     joined_forms = [j for j in joined if j.branches]
     ranked_forms = [best, *sorted((m for m in (*joined_forms, *pool) if m is not best), key=charged)]
@@ -288,11 +291,8 @@ def _validated_choice(admitted: list[_Measured], derived: sp.Expr, sampling: Sam
     where a form ranked a little behind is right."""
     if len(admitted) < 2:
         return admitted[0] if admitted else None
-    # A joined form is charged what a regime costs, as in the search's own ranking.
-    bits = [
-        validated_bits(m.expr, derived, sampling, seed) + (BUDGET.regime_margin_bits if m.branches else 0.0)
-        for m in admitted
-    ]
+    # A joined form, or one of scaled products, is charged what a regime costs, as in the search's own ranking.
+    bits = [validated_bits(m.expr, derived, sampling, seed) + m.charge for m in admitted]
     first = bits[0]
     better = min(range(len(admitted)), key=lambda k: bits[k])
     return admitted[better] if bits[better] < first - BUDGET.margin_bits else admitted[0]

@@ -17,6 +17,21 @@ unpack_fields = _structures.unpack_fields
 unpack_keys = _structures.unpack_keys
 unpack_tuple = _structures.unpack_tuple
 binade = functools.partial(_scaling.binade, jnp)
+
+
+def power_product(*pairs: Any) -> jax.Array:
+    """`_scaling.power_product` of JAX arrays or Python numbers (b1, k1, b2, k2, ...)."""
+    bases = jnp.broadcast_arrays(*(jnp.asarray(b) for b in pairs[0::2]))
+    pairs = tuple(a for b, k in zip(bases, pairs[1::2], strict=True) for a in (b, k))
+    return _scaling.power_product(jnp, *pairs, exponent_of=_exponent_of)
+
+
+def _exponent_of(size: jax.Array) -> jax.Array:
+    """floor(log2(size)) from the float's bits (`frexp`), not a logarithm: XLA computes a log2
+    as a log."""
+    return (jnp.frexp(size)[1] - 1).astype(size.dtype)
+
+
 erfcx_series = functools.partial(_asymptotic.erfcx_series, jnp)
 bessel_ie_series = functools.partial(_asymptotic.bessel_ie_series, jnp)
 
