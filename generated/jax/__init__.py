@@ -72,7 +72,6 @@ if _typing.TYPE_CHECKING:
     from .hypot_pair import hypot_pair
     from .l2_normalize import l2_normalize
     from .log1pexp import log1pexp
-    from .lognormal_log_prob import lognormal_log_prob
     from .logsumexp import logsumexp
     from .moments import moments
     from .my_cube import my_cube
@@ -158,7 +157,6 @@ _MODULE_OF = {
     "hypot_pair": "hypot_pair",
     "l2_normalize": "l2_normalize",
     "log1pexp": "log1pexp",
-    "lognormal_log_prob": "lognormal_log_prob",
     "logsumexp": "logsumexp",
     "moments": "moments",
     "my_cube": "my_cube",
@@ -244,7 +242,6 @@ __all__ = [
     "hypot_pair",
     "l2_normalize",
     "log1pexp",
-    "lognormal_log_prob",
     "logsumexp",
     "moments",
     "my_cube",

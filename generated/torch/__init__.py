@@ -72,7 +72,6 @@ if _typing.TYPE_CHECKING:
     from .hypot_pair import HypotPair, hypot_pair
     from .l2_normalize import L2Normalize, l2_normalize
     from .log1pexp import Log1pexp, log1pexp
-    from .lognormal_log_prob import LognormalLogProb, lognormal_log_prob
     from .logsumexp import Logsumexp, logsumexp
     from .moments import moments
     from .my_cube import MyCube, my_cube
@@ -222,8 +221,6 @@ _MODULE_OF = {
     "l2_normalize": "l2_normalize",
     "Log1pexp": "log1pexp",
     "log1pexp": "log1pexp",
-    "LognormalLogProb": "lognormal_log_prob",
-    "lognormal_log_prob": "lognormal_log_prob",
     "Logsumexp": "logsumexp",
     "logsumexp": "logsumexp",
     "moments": "moments",
@@ -326,7 +323,6 @@ __all__ = [
     "HypotPair",
     "L2Normalize",
     "Log1pexp",
-    "LognormalLogProb",
     "Logsumexp",
     "MyCube",
     "NumpySort",
@@ -408,7 +404,6 @@ __all__ = [
     "hypot_pair",
     "l2_normalize",
     "log1pexp",
-    "lognormal_log_prob",
     "logsumexp",
     "moments",
     "my_cube",

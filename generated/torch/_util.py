@@ -22,16 +22,6 @@ unpack_tuple = _structures.unpack_tuple
 binade = functools.partial(_scaling.binade, torch)
 
 
-def power_product(*pairs: Any) -> torch.Tensor:
-    """`_scaling.power_product` of tensors (b1, k1, b2, k2, ...); a Python number among the bases
-    is a tensor of the first tensor's dtype and device."""
-    like = next(b for b in pairs[0::2] if isinstance(b, torch.Tensor))
-    bases = [b if isinstance(b, torch.Tensor) else like.new_tensor(b) for b in pairs[0::2]]
-    return _scaling.power_product(
-        torch, *(a for b, k in zip(bases, pairs[1::2], strict=True) for a in (b, k))
-    )
-
-
 def erfcx_series(order: int, x: torch.Tensor) -> torch.Tensor:
     """`_asymptotic.erfcx_series` of torch tensors (see `_read_above`)."""
     series = functools.partial(_asymptotic.erfcx_series, torch, order)

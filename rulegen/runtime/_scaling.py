@@ -49,6 +49,17 @@ def power_product(xp: ModuleType, *pairs: Any, exponent_of: Any = None) -> Any:
     gives floor(log2(size)) of a positive finite size, as a float (any
     integer within one of it scales as well); log2's by default.
     """
+    product, low, high = power_product_parts(xp, *pairs, exponent_of=exponent_of)
+    return product * low * high
+
+
+def power_product_parts(
+    xp: ModuleType, *pairs: Any, exponent_of: Any = None
+) -> tuple[Any, Any, Any]:
+    """`power_product`'s near-1 product and the two normal powers of two that
+    scale it back, low first: v * product * low * high scales any v by the
+    product with no partial product out of range where the whole is in
+    range, and is linear in v (JAX's tangent of it)."""
     bases, exponents = pairs[0::2], [int(k) for k in pairs[1::2]]
     product, total = 1.0, 0.0
     for base, k in zip(bases, exponents, strict=True):
@@ -66,7 +77,7 @@ def power_product(xp: ModuleType, *pairs: Any, exponent_of: Any = None) -> Any:
     top, bottom = _normal_exponents(xp, product)
     total = xp.clip(total, 2.0 * bottom, 2.0 * top)
     half = xp.floor(total / 2)
-    return product * 2.0**half * 2.0 ** (total - half)
+    return product, 2.0**half, 2.0 ** (total - half)
 
 
 def _normal_exponents(xp: ModuleType, like: Any) -> tuple[int, int]:

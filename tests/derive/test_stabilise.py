@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import sympy as sp
@@ -673,3 +675,22 @@ def test_a_polygamma_s_pole_is_taken_out_where_it_overflows():
     columns = [np.array([small, 2.0, 1e-200]), np.array([tiny, 3.0, 1e-300]), np.ones(3), np.ones(3)]
     got = _evaluated(choice.chosen, (p, q, r, s), columns, np.float64)
     np.testing.assert_allclose(got, [1 / small, -float(sp.polygamma(1, 2)), 1e200], rtol=1e-14)
+
+
+def test_products_are_scaled_only_to_repair_a_form_inf_where_the_exact_value_is_a_float():
+    # Where the derived form is admissible, no product is scaled (power_product costs about 14 plain products in
+    # eager torch): swish's partial stays what torch computes as silu_backward.  Before, the family ranked with
+    # the others and took it (and sin_exp_mul's tangent).
+    from rulegen.derive.functions import power_product, sigmoid
+
+    swish_partial = x * (1 - sigmoid(x)) * sigmoid(x) + sigmoid(x)
+    assert not search(swish_partial, x=Domain()).chosen.has(power_product)
+    (rule,) = read_rule_file(Path(__file__).parents[2] / "rules" / "sin_exp_mul.yaml")
+    for choice in derive_rule(rule, [rule.name]).choices:
+        assert not choice.chosen.has(power_product), (choice.quantity, choice.family)
+    # Where the best form is inf or nan at points where the exact value is a float, it repairs: the same
+    # partial on the whole line of y is nan where y (cos x - 2 x sin x) overflows before exp(-x**2) is 0.
+    exp_partial = y * sp.exp(-(x**2)) * (sp.cos(x) - 2 * x * sp.sin(x))
+    choice = search(exp_partial, x=Domain(), y=Domain())
+    assert choice.chosen.has(power_product)
+    assert choice.bits_after[0] < choice.bits_before[0] - 2

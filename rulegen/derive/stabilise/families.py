@@ -792,7 +792,8 @@ def _factored(expr: sp.Expr) -> sp.Expr:
 def _finishing(family: str, expr: sp.Expr) -> Iterator[sp.Expr]:
     """The forms of `family`'s rewrites that mend one overflow of a form the other families made and leave the rest
     of it as it is: its products reassociated, its logs of products taken apart (a Student t's loggamma difference
-    as the gamma series write it, and its log1p((x/s)**2/df) inf past |x|/s = 1.3e154)."""
+    as the gamma series write it, and its log1p((x/s)**2/df) inf past |x|/s = 1.3e154), its products scaled (the
+    search's repair of a choice still inf where the exact value is a float, `search._scaled_repair`, alone)."""
     if family == "reassociated":
         yield from _reassociations(expr)
     elif family == "products scaled":
