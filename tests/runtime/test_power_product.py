@@ -277,13 +277,31 @@ def test_jax_checks_its_derivatives_at_every_order_and_mode():
     np.testing.assert_allclose(jax.jit(per_point)(args[0], args[1]), 3 * args[0] ** 2 / args[1], rtol=1e-15)
 
 
-def test_torch_compile_traces_it_and_its_backward():
-    # Dynamo took integer inputs of the Function for tensors (the bases and exponents misaligned), and cannot trace
-    # a Function applied in a Function's backward: the exponents are one string, the compiled backward plain code.
-    def product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch_special.power_product(x, 3, y, -1, torch.sigmoid(-x), 1)
+class _Square(torch.autograd.Function):
+    """x**2, its backward a power_product, as a generated rule's backward calls it."""
 
-    x = torch.tensor([1.0, 1e100, -2.0], dtype=torch.float64, requires_grad=True)
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return torch_special.power_product(grad, 1, x, 1, 2.0, 1)
+
+
+def test_torch_compile_traces_it_and_a_backward_that_calls_it():
+    # Dynamo misread the Function's exponents where a rule's backward applied it (zip() of bases and exponents
+    # of different lengths): under torch.compile the product is its code itself.
+    def product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch_special.power_product(_Square.apply(x), 3, y, -1, torch.sigmoid(-x), 1)
+
+    # Ordinary points: a compiled gradient is autodiff of the scaling, nan at the edges the Function mends.
+    x = torch.tensor([1.0, 30.0, -2.0], dtype=torch.float64, requires_grad=True)
     y = torch.tensor([0.5, 1e-200, 3.0], dtype=torch.float64, requires_grad=True)
     compiled = torch.compile(product, fullgraph=True)(x, y)
     eager = product(x, y)

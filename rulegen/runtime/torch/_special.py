@@ -321,9 +321,8 @@ class _PowerProduct(torch.autograd.Function):
     product (autodiff of the scaling: the gradient of power_product(x, 1, y, 1) at (max, 0) was
     nan, and x exp(-x**2)'s second derivative at x = max).
 
-    The exponents are one string, "k1,k2,...", the last input: integers among a Function's
-    inputs Dynamo took for tensors, a tuple torch.func's vmap rule takes apart into inputs of
-    their own, and Dynamo gave setup_context other inputs where the first was no tensor.
+    The exponents are one string, "k1,k2,...", the last input: a tuple torch.func's vmap rule
+    takes apart into inputs of their own.
     """
 
     # Elementwise, it batches as it is: torch.func.vmap and jacfwd need no rule of their own.
@@ -367,9 +366,6 @@ class _PowerProduct(torch.autograd.Function):
         return sum(terms[1:], terms[0]).expand(shape)
 
 
-_PowerProductCompiled = without_jvp(_PowerProduct)
-
-
 def _read(exponents: str) -> tuple[int, ...]:
     return tuple(int(k) for k in exponents.split(","))
 
@@ -382,17 +378,14 @@ def _power_product_slope_times(
     v: torch.Tensor, exponents: tuple[int, ...], bases: tuple[torch.Tensor, ...], i: int
 ) -> torch.Tensor:
     """v d/db_i of the product: k_i power_product(v, 1, ..., b_i, k_i - 1, ...), a base whose
-    exponent is then 0 left out.  Where torch.compile traces the backward, the product's code
-    itself: Dynamo does not trace a Function applied in a Function's backward (a compiled
-    graph's first derivative is stated, its second autodiff of the scaling)."""
+    exponent is then 0 left out."""
     lowered = [k - 1 if j == i else k for j, k in enumerate(exponents)]
     kept = [j for j, k in enumerate(lowered) if k != 0]
     if not kept:
         return exponents[i] * v
-    pairs = (v, 1, *_paired([bases[j] for j in kept], [lowered[j] for j in kept]))
-    if torch.compiler.is_compiling():
-        return exponents[i] * _scaling.power_product(torch, *pairs)
-    return exponents[i] * power_product(*pairs)
+    return exponents[i] * power_product(
+        v, 1, *_paired([bases[j] for j in kept], [lowered[j] for j in kept])
+    )
 
 
 def power_product(*pairs: Any) -> torch.Tensor:
@@ -402,10 +395,11 @@ def power_product(*pairs: Any) -> torch.Tensor:
     like = next(b for b in pairs[0::2] if isinstance(b, torch.Tensor))
     bases = tuple(b if isinstance(b, torch.Tensor) else like.new_tensor(b) for b in pairs[0::2])
     exponents = tuple(int(k) for k in pairs[1::2])
-    if plain_tensors(bases) and not torch.compiler.is_compiling():
+    # Under torch.compile, the product's code itself: Dynamo misreads the exponents of the Function
+    # applied in a rule's backward (a compiled gradient is autodiff of the scaling).
+    if plain_tensors(bases) or torch.compiler.is_compiling():
         return _scaling.power_product(torch, *_paired(bases, exponents))
-    function = _PowerProductCompiled if torch.compiler.is_compiling() else _PowerProduct
-    return function.apply(*bases, ",".join(map(str, exponents)))
+    return _PowerProduct.apply(*bases, ",".join(map(str, exponents)))
 
 
 def _pair_differentiated_by(
