@@ -15,7 +15,7 @@ from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.cost import NOTHING_FREE, Free
 from rulegen.derive.stabilise.families import _candidates, _finishing
-from rulegen.derive.stabilise.gate import admissible, inadmissible_points, validated_bits
+from rulegen.derive.stabilise.gate import admissible, inadmissible_points, nan_where_not, validated_bits
 from rulegen.derive.stabilise.points import (
     _DTYPES,
     Sampling,
@@ -375,7 +375,7 @@ def _scaled_repair(
     # Each candidate once, by its form: the best form's scaled products may be a leader's too.
     candidates = dict(itertools.islice(((c, f) for f, c in found), BUDGET.reassociated_starts * 3))
     measured = (_measure(c, family, sampling.variables, search) for c, family in candidates.items())
-    scaled = [m for m in measured if m is not None]
+    scaled = [m for m in measured if m is not None and not nan_where_not(m.expr, best.expr, sampling, seed)]
     return _repaired(best, derived, scaled, sampling, seed, lambda m: m.score, behind=BUDGET.margin_bits)
 
 
