@@ -508,3 +508,23 @@ def test_a_repair_never_takes_a_form_measured_worse_than_the_choice(tmp_path):
     (rule,) = read_rule_file(path)
     (choice,) = [c for c in derive_rule(rule, [rule.name]).choices if c.quantity == "dout/dscale"]
     assert sum(choice.bits_after) <= 0.25, (choice.family, choice.bits_after)
+
+
+def test_a_product_whose_every_order_overflows_somewhere_is_scaled():
+    # A log-normal log-density's partial in x, -1/x - (log(x) - loc)/(scale**2 x): as derived, scale**2 underflows
+    # where the quotient is in range, and every order of the products overflows at some point where the partial is
+    # a float (t / s / s / x at t = -8.1e301, s = 1.1e-17, x = 3.4e289, whose partial is -1.9e46).  The search
+    # takes the product scaled (`power_product`); before, it kept the derived form (3.8 bits float64 on its points).
+    loc = sp.Symbol("loc", real=True)
+    partial = -1 / x - (sp.log(x) - loc) / (scale**2 * x)
+    sampling = Sampling(((loc, Domain()), (scale, POSITIVE), (x, POSITIVE)))
+    choice = stabilise(partial, sampling)
+    assert "products scaled" in choice.family
+    assert choice.bits_after[0] < 0.5 < choice.bits_before[0]
+    variables = (loc, scale, x)
+    for point in [(8.088664238509922e301, 1.1253405361045708e-17, 3.3867879885711135e289), (0.0, 1e-200, 1e250)]:
+        mpmath.mp.prec = 200
+        exact = -1 / mpmath.mpf(point[2]) - (mpmath.log(point[2]) - point[0]) / (mpmath.mpf(point[1]) ** 2 * point[2])
+        value = evaluated(choice.chosen, variables, point, np.float64)
+        assert math.isfinite(value)
+        assert bits(value, exact) <= 2

@@ -12,7 +12,7 @@ import mpmath
 import numpy as np
 import sympy as sp
 
-from rulegen.derive.functions import binade, divided
+from rulegen.derive.functions import binade, divided, power_product
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.families import _finishing
 from rulegen.derive.stabilise.points import Sampling, _measure, _Measured, _mpmath_function, _Points
@@ -205,7 +205,11 @@ def _with_scaling(
         return best
     # The expression as derived and over one denominator among the starts: scaled, the simplest form is often the
     # best, though unscaled it measured worst (a sum over one denominator overflows first).
-    ranked = sorted((m for m in pool if m is not best), key=lambda m: (m.family not in _SIMPLEST, m.score))
+    # A form of scaled products (`power_product`) keeps its products in range already: it starts no scaling.
+    ranked = sorted(
+        (m for m in pool if m is not best and not m.expr.has(power_product)),
+        key=lambda m: (m.family not in _SIMPLEST, m.score),
+    )
     starts = [best, *ranked[: BUDGET.regime_starts]]
     scaled = [
         _measure(_rescaled(m.expr, variables, scalings), f"{m.family}, scaled", variables, points)
