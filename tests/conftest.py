@@ -68,6 +68,15 @@ def bundled_package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
     return built_once(tmp_path_factory, "built", lambda root: build([RULES], root / "rg_built")), "rg_built"
 
 
+def rules_from(folder: Path, text: str, name: str = "rules.yaml") -> list:
+    """The rules of `text`, read as a user's rule file `folder/name` is read (its places name that file)."""
+    from rulegen.spec.rules import read_rule_file
+
+    path = folder / name
+    path.write_text(text)
+    return read_rule_file(path)
+
+
 def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
     """A folder `make(folder)` filled once per test run: the xdist workers of one run share it.
 

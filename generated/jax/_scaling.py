@@ -33,6 +33,60 @@ def _exponents(xp: ModuleType, m: Any) -> tuple[int, int]:
     return top, -top
 
 
+def power_product(xp: ModuleType, *pairs: Any, exponent_of: Any = None) -> Any:
+    """b1**k1 * b2**k2 * ... of `pairs` (b1, k1, b2, k2, ...), each k an integer: no partial product
+    under- or overflows where the whole is in range.
+
+    Each base is multiplied by a power of two that brings it near 1 (two
+    normal factors: a subnormal base's own would be 2**1074), the products of
+    those taken, and the sum of the exponents taken out put back at the end,
+    in two normal halves: every step is exact but the products of the near-1
+    numbers, which round as the plain product's do.  t / (s**2 x) at
+    (t, s, x) = (-8e301, 1.1e-17, 3.4e289) is 1.9e46, where t / s / s / x is
+    inf and t / (s**2 x) is 0 once s**2 underflows.  0, inf and nan bases
+    are taken as they are (no exponent out of them): x / 0 is inf, 0 * inf
+    nan.  The exponents are piecewise constant: the derivative is that of
+    the product of the near-1 numbers, scaled back.  `exponent_of(size)`
+    gives floor(log2(size)) of a positive finite size, as a float (any
+    integer within one of it scales as well); log2's by default.
+    """
+    product, low, high = power_product_parts(xp, *pairs, exponent_of=exponent_of)
+    return product * low * high
+
+
+def power_product_parts(
+    xp: ModuleType, *pairs: Any, exponent_of: Any = None
+) -> tuple[Any, Any, Any]:
+    """`power_product`'s near-1 product and the two normal powers of two that
+    scale it back, low first: v * product * low * high scales any v by the
+    product with no partial product out of range where the whole is in
+    range, and is linear in v (JAX's tangent of it)."""
+    bases, exponents = pairs[0::2], [int(k) for k in pairs[1::2]]
+    product, total = 1.0, 0.0
+    for base, k in zip(bases, exponents, strict=True):
+        size = xp.abs(base)
+        finite = (size > 0) & (size < math.inf)
+        guarded = xp.where(finite, size, 1.0)
+        exponent = xp.where(
+            finite, xp.floor(xp.log2(guarded)) if exponent_of is None else exponent_of(guarded), 0.0
+        )
+        half = xp.floor(exponent / 2)
+        near_one = base * 2.0 ** (-half) * 2.0 ** (half - exponent)
+        product = product * near_one**k
+        total = total + k * exponent
+    # Past twice the normal exponents the product is 0 or inf whatever the near-1 numbers are.
+    top, bottom = _normal_exponents(xp, product)
+    total = xp.clip(total, 2.0 * bottom, 2.0 * top)
+    half = xp.floor(total / 2)
+    return product, 2.0**half, 2.0 ** (total - half)
+
+
+def _normal_exponents(xp: ModuleType, like: Any) -> tuple[int, int]:
+    """The exponents of the largest and smallest normal powers of two of `like`'s dtype."""
+    info = xp.finfo(like.dtype)
+    return math.frexp(float(info.max))[1] - 1, math.frexp(float(info.tiny))[1] - 1
+
+
 def nth_root(xp: ModuleType, x: Any, n: int) -> Any:
     """x**(1/n), within an ulp.
 

@@ -18,6 +18,77 @@ unpack_fields = _structures.unpack_fields
 unpack_keys = _structures.unpack_keys
 unpack_tuple = _structures.unpack_tuple
 binade = functools.partial(_scaling.binade, jnp)
+
+
+def power_product(*pairs: Any) -> jax.Array:
+    """`_scaling.power_product` of JAX arrays or Python numbers (b1, k1, b2, k2, ...),
+    differentiated by its stated partials at every order (`_power_product`)."""
+    bases = jnp.broadcast_arrays(*(jnp.asarray(b) for b in pairs[0::2]))
+    return _power_product(tuple(int(k) for k in pairs[1::2]), *bases)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _power_product(exponents: tuple[int, ...], *bases: jax.Array) -> jax.Array:
+    """b1**k1 * b2**k2 * ... of `bases` and the integer `exponents`, whose partial in b_i is
+    k_i power_product(..., b_i, k_i - 1, ...), a product of the same kind (`_scaled_by`).
+
+    Autodiff of the scaling multiplies the cotangent by the scale-back powers of two before the
+    near-1 product's 0: the gradient of power_product(x, 1, y, 1) at (max, 0) was nan, not
+    (0, max).
+    """
+    return _scaling.power_product(jnp, *_paired(bases, exponents), exponent_of=_exponent_of)
+
+
+def _paired(bases: Sequence[Any], exponents: Sequence[int]) -> tuple[Any, ...]:
+    return tuple(a for b, k in zip(bases, exponents, strict=True) for a in (b, k))
+
+
+def _scaled_by(t: Any, exponents: tuple[int, ...], bases: tuple[Any, ...], i: int) -> Any:
+    """t times the partial in b_i, k_i power_product(..., b_i, k_i - 1, ...) (a base whose
+    exponent is then 0 left out): linear in t, which JAX transposes in reverse mode (t taken in
+    as one more base, as torch takes it, is not: its exponent is taken out of it).
+
+    Where the partial is a normal float, t times it: the partial is this function again, so
+    every order is stated.  Elsewhere (out of range, subnormal or 0), t multiplied into its
+    near-1 product before the powers of two that scale it back: 0 where t is 0 (a one-hot
+    tangent of jacfwd, not 0 * inf), a float where t times the partial is one.
+    """
+    lowered = tuple(k - 1 if j == i else k for j, k in enumerate(exponents))
+    kept = [j for j, k in enumerate(lowered) if k != 0]
+    if not kept:
+        return exponents[i] * t
+    partial = _power_product(tuple(lowered[j] for j in kept), *(bases[j] for j in kept))
+    pairs = _paired([bases[j] for j in kept], [lowered[j] for j in kept])
+    product, low, high = _scaling.power_product_parts(jnp, *pairs, exponent_of=_exponent_of)
+    normal = jnp.isfinite(partial) & (jnp.abs(partial) >= jnp.finfo(partial.dtype).tiny)
+    # Reverse mode takes both sides, the other's cotangent 0: each side's factors are finite.
+    kept_partial = jnp.where(normal, partial, 1.0)
+    return exponents[i] * jnp.where(normal, t * kept_partial, t * product * low * high)
+
+
+def _power_product_jvp(
+    exponents: tuple[int, ...], primals: tuple[Any, ...], tangents: tuple[Any, ...]
+) -> tuple[jax.Array, jax.Array]:
+    out = _power_product(exponents, *primals)
+    # An input with no tangent adds no term.
+    terms = [
+        _scaled_by(t, exponents, primals, i)
+        for i, t in enumerate(tangents)
+        if not isinstance(t, jax.custom_derivatives.SymbolicZero)
+    ]
+    tangent = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(out)
+    return out, tangent
+
+
+_power_product.defjvp(_power_product_jvp, symbolic_zeros=True)
+
+
+def _exponent_of(size: jax.Array) -> jax.Array:
+    """floor(log2(size)) from the float's bits (`frexp`), not a logarithm: XLA computes a log2
+    as a log."""
+    return (jnp.frexp(size)[1] - 1).astype(size.dtype)
+
+
 erfcx_series = functools.partial(_asymptotic.erfcx_series, jnp)
 bessel_ie_series = functools.partial(_asymptotic.bessel_ie_series, jnp)
 

@@ -315,6 +315,94 @@ def nth_root(x: torch.Tensor, n: int) -> torch.Tensor:
     return (_NthRootCompiled if torch.compiler.is_compiling() else _NthRoot).apply(x, n)
 
 
+class _PowerProduct(torch.autograd.Function):
+    """`_scaling.power_product` of the bases before their exponents, differentiated at every
+    order by k_i power_product(v, 1, ..., b_i, k_i - 1, ...), v the cotangent or tangent taken in
+    as one more base: no chain rule multiplies by the scale-back powers of two before the near-1
+    product (autodiff of the scaling: the gradient of power_product(x, 1, y, 1) at (max, 0) was
+    nan, and x exp(-x**2)'s second derivative at x = max).
+
+    The exponents are one string, "k1,k2,...", the last input: a tuple torch.func's vmap rule
+    takes apart into inputs of their own.
+    """
+
+    # Elementwise, it batches as it is: torch.func.vmap and jacfwd need no rule of their own.
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*inputs: Any) -> Any:
+        *bases, exponents = inputs
+        return _scaling.power_product(torch, *_paired(bases, _read(exponents)))
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: str) -> None:
+        # An absent tangent arrives as None, not as a dense zero (0 * an inf partial: nan).
+        ctx.set_materialize_grads(False)
+        ctx.exponents = _read(inputs[-1])
+        save_for_derivatives(ctx, *inputs[:-1])
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor | None) -> Any:
+        bases = ctx.saved_tensors
+        gradients = (
+            _reduced(_power_product_slope_times(grad, ctx.exponents, bases, i), bases[i])
+            if needed and grad is not None
+            else None
+            for i, needed in enumerate(ctx.needs_input_grad[:-1])
+        )
+        return (*gradients, None)
+
+    @staticmethod
+    @seen_by_outer_levels
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        bases = ctx.saved_tensors
+        terms = [
+            _power_product_slope_times(t, ctx.exponents, bases, i)
+            for i, t in enumerate(tangents[:-1])
+            if t is not None
+        ]
+        if not terms:
+            return torch.zeros_like(torch.broadcast_tensors(*bases)[0])
+        shape = torch.broadcast_shapes(*(b.shape for b in bases))
+        return sum(terms[1:], terms[0]).expand(shape)
+
+
+def _read(exponents: str) -> tuple[int, ...]:
+    return tuple(int(k) for k in exponents.split(","))
+
+
+def _paired(bases: Any, exponents: Any) -> tuple[Any, ...]:
+    return tuple(a for b, k in zip(bases, exponents, strict=True) for a in (b, k))
+
+
+def _power_product_slope_times(
+    v: torch.Tensor, exponents: tuple[int, ...], bases: tuple[torch.Tensor, ...], i: int
+) -> torch.Tensor:
+    """v d/db_i of the product: k_i power_product(v, 1, ..., b_i, k_i - 1, ...), a base whose
+    exponent is then 0 left out."""
+    lowered = [k - 1 if j == i else k for j, k in enumerate(exponents)]
+    kept = [j for j, k in enumerate(lowered) if k != 0]
+    if not kept:
+        return exponents[i] * v
+    return exponents[i] * power_product(
+        v, 1, *_paired([bases[j] for j in kept], [lowered[j] for j in kept])
+    )
+
+
+def power_product(*pairs: Any) -> torch.Tensor:
+    """`_scaling.power_product` of (b1, k1, b2, k2, ...), differentiated by its stated partials
+    at every order (`_PowerProduct`); where nothing differentiates it, the value alone.  A
+    Python number among the bases is a tensor of the first tensor's dtype and device."""
+    like = next(b for b in pairs[0::2] if isinstance(b, torch.Tensor))
+    bases = tuple(b if isinstance(b, torch.Tensor) else like.new_tensor(b) for b in pairs[0::2])
+    exponents = tuple(int(k) for k in pairs[1::2])
+    # Under torch.compile, the product's code itself: Dynamo misreads the exponents of the Function
+    # applied in a rule's backward (a compiled gradient is autodiff of the scaling).
+    if plain_tensors(bases) or torch.compiler.is_compiling():
+        return _scaling.power_product(torch, *_paired(bases, exponents))
+    return _PowerProduct.apply(*bases, ",".join(map(str, exponents)))
+
+
 def _pair_differentiated_by(
     name: str,
     forward: Callable[[torch.Tensor, torch.Tensor], Any],

@@ -31,6 +31,7 @@ import sympy as sp
 from sympy.codegen import cfunctions
 from sympy.codegen.cfunctions import expm1, log1p
 from sympy.core.function import ArgumentIndexError
+from sympy.core.logic import fuzzy_and
 from sympy.printing.precedence import PRECEDENCE
 
 # The shipped runtime's series, which the registry's erfcx derivative names and the measure evaluates.
@@ -836,6 +837,67 @@ class divided(sp.Function):  # noqa: N801
         # As a reader writes it (docstrings, `rulegen show`): the parentheses say it is computed whole.
         x, s = (printer.parenthesize(a, PRECEDENCE["Mul"]) for a in self.args)
         return f"({x}/{s})"
+
+
+class power_product(sp.Function):  # noqa: N801
+    """power_product(b1, k1, b2, k2, ...) = b1**k1 * b2**k2 * ..., each k a nonzero integer, computed by the
+    runtime's `power_product` (`_scaling.power_product`): each base brought near 1 by a power of two and the
+    exponents put back at the end, so that no partial product under- or overflows where the whole is in range
+    (t / (s**2 x) at (-8e301, 1.1e-17, 3.4e289) is 1.9e46: any order of its products is inf or 0 on the way).
+
+    Its partial in b_i is k_i power_product(..., b_i, k_i - 1, ...): a product of the same kind, never the
+    value divided by b_i.  Written with a single base, it is that base's power.
+    """
+
+    @classmethod
+    def eval(cls, *args: sp.Expr) -> sp.Expr | None:
+        if len(args) % 2 or not all(k.is_Integer for k in args[1::2]):
+            raise TypeError(f"power_product takes (base, integer exponent) pairs, not {args}")
+        pairs = _merged_powers(args)
+        if len(pairs) < 2:
+            return sp.Mul(*(b**k for b, k in pairs))
+        if len(pairs) * 2 != len(args):
+            return cls(*(a for pair in pairs for a in pair))
+        return None
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex % 2 == 0:
+            return sp.S.Zero  # an exponent: an integer literal
+        args = list(self.args)
+        k = args[argindex]
+        args[argindex] = k - 1
+        return k * power_product(*args)
+
+    def _eval_is_real(self) -> bool | None:
+        return fuzzy_and(b.is_real for b in self.args[0::2])
+
+    def _eval_rewrite_as_Mul(self, *args: sp.Expr, **kwargs: object) -> sp.Expr:  # noqa: N802 (sympy's name)
+        return sp.Mul(*(b**k for b, k in zip(args[0::2], args[1::2], strict=True)))
+
+    _eval_rewrite_as_tractable = _eval_rewrite_as_Mul
+
+
+def _merged_powers(args: tuple[sp.Expr, ...]) -> list[tuple[sp.Expr, sp.Expr]]:
+    """The (base, exponent) pairs of `args`, a base met twice once with the exponents added, none of exponent 0."""
+    merged: dict[sp.Expr, sp.Expr] = {}
+    for b, k in zip(args[0::2], args[1::2], strict=True):
+        merged[b] = merged.get(b, sp.S.Zero) + k
+    return [(b, k) for b, k in merged.items() if k != 0]
+
+
+def power_product_of(*args: Any) -> Any:
+    """power_product in numpy, as the runtime computes it: the accuracy search's evaluation."""
+    bases = np.broadcast_arrays(*(np.asarray(b, dtype=np.result_type(b, 1.0)) for b in args[0::2]))
+    pairs = [a for b, k in zip(bases, args[1::2], strict=True) for a in (b, int(k))]
+    with np.errstate(all="ignore"):
+        return _scaling.power_product(np, *pairs)
+
+
+def _mp_power_product(*args: mpmath.mpf) -> mpmath.mpf:
+    value = mpmath.mpf(1)
+    for b, k in zip(args[0::2], args[1::2], strict=True):
+        value *= mpmath.mpf(b) ** int(k)
+    return value
 
 
 class hypot(cfunctions.hypot):  # noqa: N801
@@ -2529,6 +2591,16 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("in_float", in_float, internal=True),
     # What the stabilising search's scaling of a homogeneous expression writes (stabilise.scaling._rescaled).
     MathFunction("binade", binade, numpy="rulegen.derive.functions.binade_of", mpmath=_mp_binade, internal=True),
+    # What the search's "products scaled" family writes (stabilise.families): a product whose order of operations
+    # under- or overflows on the way, computed on its factors brought near 1.
+    MathFunction(
+        "power_product",
+        power_product,
+        numpy="rulegen.derive.functions.power_product_of",
+        mpmath=_mp_power_product,
+        arity=(4, 64),
+        internal=True,
+    ),
     # Of static inputs alone, Python's IEEE division (`_numbers.div`), no array: a `where` on such a condition of
     # Python numbers is torch's default dtype, float32, in a float64 rule.
     MathFunction(

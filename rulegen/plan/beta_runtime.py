@@ -13,6 +13,7 @@ it printed, which `tests/plan/test_beta_runtime.py` checks against the registry'
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterable
 from typing import Literal
@@ -43,6 +44,7 @@ def _symbols() -> tuple[sp.Symbol, sp.Symbol]:
     return sp.Symbol("a", real=True), sp.Symbol("b", real=True)
 
 
+@functools.cache
 def digest() -> str:
     """The sha256 of the cases the module prints (their srepr): what the shipped module's header says it was
     printed from, checked in seconds where printing them takes minutes."""

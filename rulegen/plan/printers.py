@@ -82,6 +82,8 @@ TANGENT_OR_ZERO_IMPORT = Import("._native", "tangent_or_zero")
 
 # The power of two that a homogeneous expression's inputs are scaled by (functions.binade), the runtime's.
 BINADE_IMPORT = Import("._util", "binade")
+# A product whose order of operations under- or overflows on the way (functions.power_product), the runtime's.
+POWER_PRODUCT_IMPORT = Import("._util", "power_product")
 # erfcx's derivatives from x = 8 (functions.erfcx_series), the runtime's.
 ERFCX_SERIES_IMPORT = Import("._util", "erfcx_series")
 # i0e's and i1e's derivatives beyond |x| = 25 (functions.bessel_ie_series), the runtime's.
@@ -97,6 +99,8 @@ RUNTIME_MODULES = {"beta_slope": "._beta"}
 # derivative, in JAX a custom_jvp of its helpers, in torch a Function of the mended functions.
 NTH_ROOT_IMPORT = Import("._util", "nth_root")
 TORCH_NTH_ROOT_IMPORT = Import(SPECIAL_MODULE, "nth_root")
+# torch's power_product is an autograd.Function with its stated partials, beside the other such functions.
+TORCH_POWER_PRODUCT_IMPORT = Import(SPECIAL_MODULE, "power_product")
 
 # A quotient of arrays whose JAX derivative in the divisor is -(a / b) / b (JAX's own: -a * b**-2, inf * 0 where
 # b**2 under- or overflows), the runtime's.
@@ -257,6 +261,8 @@ class _ArrayCode:
     exact_roots = True
     #: Where the runtime's nth_root is imported from.
     nth_root_import: ClassVar[Import] = NTH_ROOT_IMPORT
+    #: Where the runtime's power_product is imported from.
+    power_product_import: ClassVar[Import] = POWER_PRODUCT_IMPORT
     #: Symbols that stand for Python numbers (static inputs), not arrays.
     scalars: frozenset[str] = frozenset()
     #: Symbols that stand for boolean arrays, which neither framework
@@ -421,6 +427,11 @@ class _ArrayCode:
     def _print_binade(self, expr: fn.binade) -> str:
         self.module_imports_.add(BINADE_IMPORT)
         return f"{self._spelled('binade')}({self._print(expr.args[0])})"
+
+    def _print_power_product(self, expr: fn.power_product) -> str:
+        self.module_imports_.add(self.power_product_import)
+        pairs = ", ".join(f"{self._print(b)}, {int(k)}" for b, k in zip(expr.args[0::2], expr.args[1::2], strict=True))
+        return f"{self._spelled('power_product')}({pairs})"
 
     def _print_erfcx_series(self, expr: fn.erfcx_series) -> str:
         self.module_imports_.add(ERFCX_SERIES_IMPORT)
@@ -906,6 +917,7 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     """
 
     nth_root_import = TORCH_NTH_ROOT_IMPORT
+    power_product_import = TORCH_POWER_PRODUCT_IMPORT
 
     lazy_terms = True
 

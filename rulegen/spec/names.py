@@ -82,6 +82,7 @@ HELPER_NAMES = frozenset(
         "hurwitz_zeta",
         "hypot_slope",
         "power_slope",
+        "power_product",
         "power_log",
         "xlogy",
         "linear_map",

@@ -13,6 +13,7 @@ import pytest
 from rulegen.check.accuracy import measure_rule
 from rulegen.derive.measure import bits_of_error, exact_value, from_ordinals, ordinals, sample_floats, sampled_domain
 from rulegen.spec.rules import Domain, Input, read_rule_file
+from tests.conftest import rules_from
 
 TINY64, TINY32 = 5e-324, float(np.finfo(np.float32).smallest_subnormal)
 
@@ -196,9 +197,11 @@ def test_plot_ticks_are_the_dtype_s_own_and_never_overlap(dtype):
 def test_rulegen_test_samples_points_where_the_joint_domain_holds(tmp_path):
     from rulegen.check import sample
 
-    path = tmp_path / "joint.yaml"
-    path.write_text("name: joint\ninputs: {x: {}, y: {domain: {ge: 0}}}\ndomain: x * x < y\nforward: sqrt(y - x * x)\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(
+        tmp_path,
+        "name: joint\ninputs: {x: {}, y: {domain: {ge: 0}}}\ndomain: x * x < y\nforward: sqrt(y - x * x)\n",
+        "joint.yaml",
+    )
     for seed in range(5):
         x, y = sample(rule, np.random.default_rng(seed))
         assert x.shape == y.shape == (3, 4) and (x * x < y).all(), seed
@@ -210,12 +213,12 @@ def test_a_rule_of_the_gamma_family_is_checked_on_the_whole_line_its_inputs_allo
     # no `assume` is checked where the search chooses, its whole float line, as every other rule is.
     from rulegen.check.accuracy import _plan
 
-    path = tmp_path / "count.yaml"
-    path.write_text(
+    (rule,) = rules_from(
+        tmp_path,
         "name: count\ninputs: {k: {domain: {ge: 0}}, r: {assume: positive}}\n"
-        "forward: loggamma(k + r) - loggamma(k + 1) + digamma(r)\n"
+        "forward: loggamma(k + r) - loggamma(k + 1) + digamma(r)\n",
+        "count.yaml",
     )
-    (rule,) = read_rule_file(path)
     plan = _plan(rule, [rule.name])
     bounds = [[(d.gt, d.ge, d.lt, d.le) for d in domains] for domains in (plan.whole_line, plan.domains)]
     assert bounds == [[(None, None, None, None), (0, None, None, None)], [(None, 0, None, None), (0, None, None, None)]]
@@ -224,9 +227,9 @@ def test_a_rule_of_the_gamma_family_is_checked_on_the_whole_line_its_inputs_allo
 def test_a_joint_domain_that_no_drawn_point_meets_makes_the_checks_not_applicable(tmp_path):
     from rulegen.check import NotApplicable, sample
 
-    path = tmp_path / "never.yaml"
-    path.write_text("name: never\ninputs: {x: {domain: [0, 1]}}\ndomain: x > 2\nforward: x\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(
+        tmp_path, "name: never\ninputs: {x: {domain: [0, 1]}}\ndomain: x > 2\nforward: x\n", "never.yaml"
+    )
     with pytest.raises(NotApplicable, match="domain `x > 2` held at too few"):
         sample(rule, np.random.default_rng(0))
 

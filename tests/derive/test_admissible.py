@@ -180,6 +180,49 @@ def test_cauchy_s_scale_partial_is_right_over_the_whole_line():
     assert sum(choice.bits_before) > 40 and max(choice.bits_after) < 2
 
 
+def test_cauchy_s_scale_partial_divides_by_the_scale_it_keeps_out_of_the_scaling_last():
+    # The sums scaled by the binade of max(|x|, |loc|, scale), times the scale kept outside: s (d'**2 + s'**2) at
+    # s = 1.36e-288 and d' ~ 2e-16 is a subnormal 6e-320, which XLA flushes to 0 (and numpy rounds to 0 below
+    # 5e-324, at s = 1e-300): the quotient inf where it is 1/s.  Divided by the scaled sum and then by s, it is not.
+    import mpmath
+
+    from rulegen.derive.stabilise.points import _evaluated
+
+    loc = sp.Symbol("loc", real=True)
+    derived = sp.diff(-sp.log(s_) - sp.log(1 + ((x - loc) / s_) ** 2), s_)
+    sampling = Sampling(((x, Domain()), (loc, Domain()), (s_, Domain(gt=0))))
+    chosen = stabilise(derived, sampling).chosen
+    reference = sp.lambdify((x, loc, s_), derived, modules="mpmath")
+    for scale in (1.36e-288, 1e-300):
+        point = (-0.685, -0.685 - 2.2e-16, scale)
+        with mpmath.workprec(4000):
+            exact = float(reference(*(mpmath.mpf(p) for p in point)))
+        for flushed in (False, True):
+            value = float(
+                _evaluated(chosen, (x, loc, s_), [np.array([p]) for p in point], np.float64, flushed=flushed)[0]
+            )
+            assert value == pytest.approx(exact, rel=1e-14), (point, flushed, value, exact)
+
+
+def test_a_quotient_by_two_factors_is_reassociated_dividing_by_either_first():
+    from rulegen.derive.functions import divided
+    from rulegen.derive.stabilise.families import _reassociations
+
+    # A scaled numerator over a subnormal scale overflows where over the scaled denominator first it does not
+    # (Cauchy's partial in its scale, float32, scale = 8.6e-39: inf, for 1.2e38): both orders are candidates.
+    a, d = sp.symbols("a d", real=True)
+    forms = set(_reassociations(a / (s_ * d)))
+    assert forms == {divided(a, s_) / d, divided(a, d) / s_}, forms
+
+
+def test_a_threshold_between_two_magnitudes_of_the_top_binade_is_the_largest_allowed():
+    from rulegen.derive.stabilise.regimes import _THRESHOLDS, _power_of_two
+
+    # Their geometric mean rounds to 2**1024, past the float range: the exponent is clamped before it is raised.
+    assert _power_of_two(math.sqrt(1.5e308) * math.sqrt(1.7e308)) == _THRESHOLDS[1]
+    assert _power_of_two(3.0) == 4.0 and _power_of_two(0.0) == _THRESHOLDS[0]
+
+
 def test_two_terms_with_a_common_factor_are_joined_where_an_identity_then_applies():
     from rulegen.derive.stabilise.families import _common_factors
 

@@ -18,7 +18,7 @@ import sympy as sp
 
 from rulegen.derive.partials import derive_rule
 from rulegen.derive.stabilise.flushed import flushed_call
-from rulegen.spec.rules import read_rule_file
+from tests.conftest import rules_from
 
 jax.config.update("jax_enable_x64", True)
 
@@ -73,9 +73,7 @@ def test_the_flushed_evaluation_computes_as_jax_does(dtype):
 
 
 def test_cbrt_s_derivative_is_right_where_xla_flushes_a_reciprocal(tmp_path):
-    path = tmp_path / "r.yaml"
-    path.write_text("name: f_cbrt\ninputs: {x: {domain: [0.1, 4]}}\nforward: x**(1/3)\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(tmp_path, "name: f_cbrt\ninputs: {x: {domain: [0.1, 4]}}\nforward: x**(1/3)\n", "r.yaml")
     d = derive_rule(rule, [rule.name])
     (partial,) = [c for c in d.choices if c.quantity == "dout/dx"]
     fn = sp.lambdify([d.symbols["x"]], partial.chosen, modules="jax")

@@ -14,7 +14,7 @@ import sympy as sp
 from rulegen.derive.functions import erfcx, log_ndtr, ndtr
 from rulegen.derive.partials import derive_rule
 from rulegen.derive.stabilise.families import _identities
-from rulegen.spec.rules import read_rule_file
+from tests.conftest import rules_from
 
 x = sp.Symbol("x", real=True)
 loc = sp.Symbol("loc", real=True)
@@ -36,13 +36,13 @@ def test_a_gaussian_over_its_own_tail_is_an_erfcx() -> None:
 
 
 def test_the_normal_log_cdf_is_searched_where_float64_is_infinite(tmp_path: Path) -> None:
-    path = tmp_path / "normal_log_cdf.yaml"
-    path.write_text(
+    (rule,) = rules_from(
+        tmp_path,
         "name: normal_log_cdf\n"
         "inputs: {x: {}, loc: {}, scale: {assume: positive, domain: {gt: 0}}}\n"
-        "forward: log(erfc(-(x - loc) / (scale * sqrt(2))) / 2)\n"
+        "forward: log(erfc(-(x - loc) / (scale * sqrt(2))) / 2)\n",
+        "normal_log_cdf.yaml",
     )
-    (rule,) = read_rule_file(path)
     d = derive_rule(rule)
     (forward,) = (expr for name, expr in d.forward if name == "out")
     assert forward.has(log_ndtr), forward

@@ -19,7 +19,7 @@ from rulegen.derive.functions import softplus
 from rulegen.derive.partials import derive_rule
 from rulegen.derive.stabilise.families import _identities
 from rulegen.derive.stabilise.points import _numpy_implementations
-from rulegen.spec.rules import read_rule_file
+from tests.conftest import rules_from
 
 x = sp.Symbol("x", real=True)
 
@@ -34,9 +34,7 @@ def test_the_log_of_a_cosh_is_taken_without_the_cosh() -> None:
 
 
 def test_log_cosh_is_finite_where_cosh_overflows(tmp_path: Path) -> None:
-    path = tmp_path / "log_cosh.yaml"
-    path.write_text("name: log_cosh\ninputs: [x]\nforward: log(cosh(x))\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(tmp_path, "name: log_cosh\ninputs: [x]\nforward: log(cosh(x))\n", "log_cosh.yaml")
     d = derive_rule(rule)
     chosen = {c.quantity: c.chosen for c in d.choices}
     points = np.array([-1e300, -800.0, -100.0, 1e-3, 0.5, 100.0, 800.0, 1e300])

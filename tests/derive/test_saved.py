@@ -7,13 +7,11 @@ from pathlib import Path
 import pytest
 
 from rulegen.derive.partials import Derivation, derive_rule
-from rulegen.spec.rules import read_rule_file
+from tests.conftest import rules_from
 
 
 def _derived(tmp_path: Path, text: str) -> Derivation:
-    path = tmp_path / "r.yaml"
-    path.write_text(text)
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(tmp_path, text, "r.yaml")
     d = derive_rule(rule)
     assert isinstance(d, Derivation)
     return d

@@ -23,6 +23,7 @@ import generated.jax as gj
 import generated.torch as gt
 from rulegen.derive.functions import MPMATH_IMPLEMENTATIONS, Piecewise, bessel_i1
 from rulegen.derive.saved import saved_form
+from tests.conftest import rules_from
 
 jax.config.update("jax_enable_x64", True)
 
@@ -483,15 +484,14 @@ def test_a_partial_is_searched_where_one_comparison_is_its_domain(tmp_path, sear
     # path (a search of -log(beta(a, b))'s partials adds 12 s and nothing to it); the whole density is built
     # and checked by tests/docs/test_cookbook.py.
     from rulegen.derive.partials import derive_rule
-    from rulegen.spec.rules import read_rule_file
 
-    path = tmp_path / "beta_log_terms.yaml"
-    path.write_text(
+    (rule,) = rules_from(
+        tmp_path,
         "name: beta_log_terms\n"
         "inputs: {x: {}, a: {assume: positive}, b: {assume: positive}}\n"
-        "forward: xlogy(a - 1, x) + xlog1py(b - 1, -x)\n"
+        "forward: xlogy(a - 1, x) + xlog1py(b - 1, -x)\n",
+        "beta_log_terms.yaml",
     )
-    (rule,) = read_rule_file(path)
     assert derive_rule(rule).choices
 
 

@@ -62,7 +62,7 @@ FORM_EXAMPLES = {
     "sigmoid": [1 / (1 + sp.exp(X)), 1 - sigmoid(-X), sp.exp(X) * sigmoid(-X)],
     "one_plus_erf": [1 + sp.erf(X), 3 - 3 * sp.erf(X)],
     "logaddexp": [sp.log(2**X + 2 ** (2 * X)) / sp.log(2), sp.log(sp.exp(X) + 3**X)],
-    "loggamma": [sp.gamma(X + 3) / sp.gamma(X), sp.gamma(X) ** 2 / sp.gamma(2 * X)],
+    "loggamma": [sp.gamma(X + 3) / sp.gamma(X), sp.gamma(X) ** 2 / sp.gamma(2 * X), sp.log(sp.Abs(sp.gamma(X)))],
     "gamma_sign": [],
     "Piecewise": [],
     "exp": [],

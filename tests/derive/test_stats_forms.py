@@ -588,3 +588,23 @@ def test_a_difference_of_logs_of_a_sum_and_its_part_never_computes_the_sum():
     difference = log_difference(k + r, k, r)
     assert evaluated(difference, (k, r), (1.7e308, 1.7e308), np.float64) == math.log(2)
     assert evaluated(difference, (k, r), (1e-300, 1e300), np.float64) == pytest.approx(1381.551055796427, rel=1e-15)
+
+
+def test_a_product_whose_every_order_overflows_somewhere_is_scaled():
+    # A log-normal log-density's partial in x, -1/x - (log(x) - loc)/(scale**2 x): as derived, scale**2 underflows
+    # where the quotient is in range, and every order of the products overflows at some point where the partial is
+    # a float (t / s / s / x at t = -8.1e301, s = 1.1e-17, x = 3.4e289, whose partial is -1.9e46).  The search
+    # takes the product scaled (`power_product`); before, it kept the derived form (3.8 bits float64 on its points).
+    loc = sp.Symbol("loc", real=True)
+    partial = -1 / x - (sp.log(x) - loc) / (scale**2 * x)
+    sampling = Sampling(((loc, Domain()), (scale, POSITIVE), (x, POSITIVE)))
+    choice = stabilise(partial, sampling)
+    assert "products scaled" in choice.family
+    assert choice.bits_after[0] < 0.5 < choice.bits_before[0]
+    variables = (loc, scale, x)
+    for point in [(8.088664238509922e301, 1.1253405361045708e-17, 3.3867879885711135e289), (0.0, 1e-200, 1e250)]:
+        mpmath.mp.prec = 200
+        exact = -1 / mpmath.mpf(point[2]) - (mpmath.log(point[2]) - point[0]) / (mpmath.mpf(point[1]) ** 2 * point[2])
+        value = evaluated(choice.chosen, variables, point, np.float64)
+        assert math.isfinite(value)
+        assert bits(value, exact) <= 2

@@ -16,7 +16,8 @@ from rulegen.derive.partials import derive_rule
 from rulegen.derive.stabilise import Sampling, stabilise
 from rulegen.derive.stabilise.points import _numpy_function
 from rulegen.derive.stabilise.policy import finite_as
-from rulegen.spec.rules import Domain, read_rule_file
+from rulegen.spec.rules import Domain
+from tests.conftest import rules_from
 
 x = sp.Symbol("x", real=True)
 LINE = Sampling(((x, Domain()),))
@@ -40,9 +41,9 @@ def test_no_policy_keeps_a_written_form_that_overflows_where_the_exact_value_is_
 
 
 def _forward_and_partial(tmp_path, forward: str, accuracy: str, domain: str = "{}") -> tuple[sp.Expr, sp.Expr]:
-    path = tmp_path / f"r_{accuracy}.yaml"
-    path.write_text(f"name: r\ninputs: {{x: {domain}}}\naccuracy: {accuracy}\nforward: {forward}\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(
+        tmp_path, f"name: r\ninputs: {{x: {domain}}}\naccuracy: {accuracy}\nforward: {forward}\n", f"r_{accuracy}.yaml"
+    )
     d = derive_rule(rule, [rule.name])
     ((_, out),) = d.forward
     ((_, partial),) = d.jvp_partials.items()
@@ -72,9 +73,9 @@ def test_the_planners_print_the_written_form_a_policy_kept_not_its_fused_form_ag
     from rulegen.plan.torch import plan_torch
 
     for policy, fused in (("best", True), ("fast", False), ("balanced", False)):
-        path = tmp_path / f"r_{policy}.yaml"
-        path.write_text(f"name: r\ninputs: [x]\naccuracy: {policy}\nforward: log(1 + x/3)\n")
-        (rule,) = read_rule_file(path)
+        (rule,) = rules_from(
+            tmp_path, f"name: r\ninputs: [x]\naccuracy: {policy}\nforward: log(1 + x/3)\n", f"r_{policy}.yaml"
+        )
         d = derive_rule(rule, [rule.name])
         ((_, out),) = with_fused_forms(d).forward
         assert out.has(log1p) == fused, (policy, out)

@@ -15,7 +15,7 @@ from rulegen.check.accuracy import PROBES, measure_rule
 from rulegen.cli import app
 from rulegen.derive.measure import bits_of_error
 from rulegen.spec.rules import read_rule_file
-from tests.conftest import built_package
+from tests.conftest import built_package, rules_from
 
 # ---------------------------------------------------------------- one rule, and the command
 
@@ -203,9 +203,11 @@ def _split3_functions():
 
 def _split3_plan(tmp_path):
     """What the evaluations read of a measurement's plan, for split3: a = x, b = 2x + 1, c = exp(x) y + x."""
-    path = tmp_path / "r.yaml"
-    path.write_text("name: split3\ninputs: [x, y]\noutputs: [a, b, c]\nforward: {a: x, b: 2*x + 1, c: exp(x)*y + x}\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(
+        tmp_path,
+        "name: split3\ninputs: [x, y]\noutputs: [a, b, c]\nforward: {a: x, b: 2*x + 1, c: exp(x)*y + x}\n",
+        "r.yaml",
+    )
     return types.SimpleNamespace(rule=rule)
 
 
@@ -264,9 +266,9 @@ def test_a_flushed_subnormal_counts_as_correctly_rounded_for_jax_alone(tmp_path)
     from rulegen.check.accuracy import Quantity, measure_functions
 
     assert float(jnp.asarray(np.float64(1e-320)) * 1.0) == 0.0
-    path = tmp_path / "r.yaml"
-    path.write_text("name: tiny_scale\ninputs: {x: {domain: {ge: 1.0e-20, le: 1.0e-10}}}\nforward: x * 1e-300\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(
+        tmp_path, "name: tiny_scale\ninputs: {x: {domain: {ge: 1.0e-20, le: 1.0e-10}}}\nforward: x * 1e-300\n", "r.yaml"
+    )
     flushed = {"jax": lambda x: x * 1e-300 * 0.0, "torch": lambda x: x * 1e-300 * 0.0}
     measured = measure_functions(rule, flushed, points=16, dtypes=("float64",))
     value = Quantity("out")
@@ -345,9 +347,9 @@ def test_the_check_is_finite_wherever_the_exact_value_is_whatever_autodiff_does(
     or nan where the exact value is a finite float fails, whatever autodiff does."""
     from rulegen.check.accuracy import CHECK_POINTS, accuracy_failures, measure_functions
 
-    path = tmp_path / "r.yaml"
-    path.write_text("name: logistic\ninputs: {x: {domain: [-3, 3]}}\nforward: exp(x) / (exp(x) + 1)\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(
+        tmp_path, "name: logistic\ninputs: {x: {domain: [-3, 3]}}\nforward: exp(x) / (exp(x) + 1)\n", "r.yaml"
+    )
 
     def written(exp):
         return lambda x: exp(x) / (exp(x) + 1)
@@ -371,9 +373,7 @@ def test_the_checks_sample_each_input_s_special_floats(tmp_path):
 
     from rulegen.check.accuracy import inadmissible_results
 
-    path = tmp_path / "r.yaml"
-    path.write_text("name: at_zero\ninputs: [x]\nforward: sin(x)\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(tmp_path, "name: at_zero\ninputs: [x]\nforward: sin(x)\n", "r.yaml")
 
     def custom(backend):
         if backend == "jax":

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import math
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.special as sps
@@ -20,6 +22,8 @@ from rulegen.derive import functions as fn
 from tests.conftest import built_package
 from tests.dispatch import AtenOps
 from tests.plan.test_torch_forms import D, _derived
+
+jax.config.update("jax_enable_x64", True)
 
 RULES = """
 rules:
@@ -176,8 +180,29 @@ def test_forms_refused_where_static_or_integer(package):
     swish_beta = (folder / "torch" / "swish_beta.py").read_text()
     assert "silu_backward" not in swish_beta and "softplus_backward" in swish_beta
     assert "silu_backward" not in (folder / "torch" / "swish_shifted.py").read_text()
-    for name in ("swish_affine", "swish_square_sin", "swish_negated", "swish_saved"):
+    for name in ("swish_affine", "swish_negated", "swish_saved"):
         assert "silu_backward(" in (folder / "torch" / f"{name}.py").read_text(), name
+
+
+def test_a_silu_form_nan_where_its_argument_overflows_is_repaired_by_products_scaled(package):
+    # d/dx (x**2 sigmoid(x**2) + sin(x)) as silu_backward(2x, x**2) is nan where x**2 overflows (x**2 (1 -
+    # sigmoid(x**2)) is inf * 0), from |x| = 1.3e154 in float64 and 1.8e19 in float32, where it is 2x + cos(x):
+    # the search's repair takes 2x**3 sigmoid(x**2) sigmoid(-x**2) as a scaled product (`power_product`), 0 there.
+    folder, pkg = package
+    assert "power_product(" in (folder / "torch" / "swish_square_sin.py").read_text()
+    jax_pkg = importlib.import_module("rg_torch_forms.jax")
+    for dtype, points in ((torch.float64, [3.0, 1e103, 1e155, 1e300]), (torch.float32, [3.0, 1e10, 1e20, 1e30])):
+        x = torch.tensor(points, dtype=dtype, requires_grad=True)
+        (grad,) = torch.autograd.grad(pkg.swish_square_sin(x).sum(), x)
+        xs = jnp.asarray(points, dtype=jnp.float64 if dtype == torch.float64 else jnp.float32)
+        jax_grad = np.asarray(jax.vmap(jax.grad(jax_pkg.swish_square_sin))(xs))
+        p = np.asarray(points)
+        # 2x**3 sigmoid(x**2) sigmoid(-x**2) is below 1e-300 past |x| = 27.
+        near = np.where(p < 27, p, 0)
+        with np.errstate(over="ignore"):  # p**2 is inf, sigmoid of it 1
+            exact = 2 * p * sps.expit(p**2) + np.cos(p) + 2 * near**3 * sps.expit(near**2) * sps.expit(-(near**2))
+        for got in (grad.double().numpy(), jax_grad.astype(np.float64)):
+            np.testing.assert_allclose(got, exact, rtol=8 * float(torch.finfo(dtype).eps))
 
 
 def _composites(beta: float) -> dict:

@@ -24,6 +24,7 @@ from rulegen.plan.forms import torch_forms
 from rulegen.plan.printers import print_jax, print_torch, print_torch_framework
 from rulegen.runtime.torch._function import summed_like
 from rulegen.spec.rules import read_rule_file
+from tests.conftest import rules_from
 
 X, Y = sp.symbols("x y", real=True)
 T0 = sp.Symbol("t0", real=True)  # a name cse gives, which sympy orders before x
@@ -92,9 +93,7 @@ def test_an_in_place_difference_of_names_is_not_a_negation_then_a_sum():
 
 def test_a_negated_tangent_term_is_subtracted(tmp_path):
     # Poisson NLL's tangent: r_dot * (saved_exp - y) + y_dot * (-r) was a negation, a product and a sum.
-    path = tmp_path / "r.yaml"
-    path.write_text("name: nll\ninputs: [r, y]\nforward: exp(r) - y * r\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(tmp_path, "name: nll\ninputs: [r, y]\nforward: exp(r) - y * r\n", "r.yaml")
     jvp = plan_torch(derive_rule(rule)).jvp
     text = "\n".join([*(a.line for a in jvp.lines), jvp.result]).replace(" ", "")
     assert "(-r)" not in text and "-r*y_dot" in text, text
@@ -114,9 +113,9 @@ def test_the_cost_model_counts_a_subtraction_as_one_pass():
 
 
 def _jax_tangent(tmp_path, forward: str, accuracy: str) -> str:
-    path = tmp_path / f"r_{accuracy}.yaml"
-    path.write_text(f"name: sq\ninputs: [x, y]\naccuracy: {accuracy}\nforward: {forward}\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(
+        tmp_path, f"name: sq\ninputs: [x, y]\naccuracy: {accuracy}\nforward: {forward}\n", f"r_{accuracy}.yaml"
+    )
     jvp = plan_jax(derive_rule(rule)).jvp
     assert jvp is not None
     return jvp.result.replace(" ", "")
@@ -137,9 +136,7 @@ def test_a_negated_function_times_the_cotangent_is_one_native_kernel_negated(tmp
     # softplus(1 - z)'s partial -sigmoid(1 - z): out_bar * (-sigmoid(1 - z)) was a sigmoid, a negation and a
     # product; as -(out_bar * sigmoid(1 - z)) it is softplus's own backward kernel, negated.  With the residual
     # 1 - z kept, the lone output's term is that product too, not a pair summed_like multiplies (sigmoid, neg, mul).
-    path = tmp_path / "r.yaml"
-    path.write_text("name: hinge\ninputs: [z]\nforward: softplus(1 - z)\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(tmp_path, "name: hinge\ninputs: [z]\nforward: softplus(1 - z)\n", "r.yaml")
     plan = plan_torch(derive_rule(rule))
     backward = plan.backward.result.replace(" ", "")
     assert "else-torch.ops.aten.softplus_backward(out_bar,saved_value,1.0," in backward, backward

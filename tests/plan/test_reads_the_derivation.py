@@ -24,7 +24,7 @@ import ast
 from pathlib import Path
 
 import rulegen.plan
-from rulegen.spec.rules import read_rule_file
+from tests.conftest import rules_from
 from tests.sources import parsed
 
 PLAN = Path(rulegen.plan.__file__).parent
@@ -98,9 +98,9 @@ def test_no_planner_differentiates() -> None:
 
 
 def test_a_rules_spelling_is_worked_out_once(tmp_path: Path) -> None:
-    path = tmp_path / "ctx_rule.yaml"
-    path.write_text("name: ctx_rule\ninputs: [ctx, x]\nforward:\n  python: return ctx * max(x, 0.0)\n")
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(
+        tmp_path, "name: ctx_rule\ninputs: [ctx, x]\nforward:\n  python: return ctx * max(x, 0.0)\n", "ctx_rule.yaml"
+    )
     assert rule.own_names is rule.own_names
     assert rule.torch_context == "ctx_" and rule.own_names["max"] == "max_" and rule.own_names["torch"] == "torch"
 

@@ -11,6 +11,7 @@ from rulegen.cli import app, build_accuracy, load_config
 from rulegen.render.build import with_accuracy
 from rulegen.spec.errors import SpecErrors
 from rulegen.spec.rules import read_rule_file
+from tests.conftest import rules_from
 
 RULE = """\
 name: softer
@@ -26,9 +27,7 @@ def test_the_key_reads_each_policy_and_defaults_to_none(tmp_path):
         path.write_text(RULE.format(policy=policy))
         (rule,) = read_rule_file(path)
         assert rule.accuracy == policy
-    path = tmp_path / "none.yaml"
-    path.write_text(RULE.replace("accuracy: {policy}\n", ""))
-    (rule,) = read_rule_file(path)
+    (rule,) = rules_from(tmp_path, RULE.replace("accuracy: {policy}\n", ""), "none.yaml")
     assert rule.accuracy is None
 
 

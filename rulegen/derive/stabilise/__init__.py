@@ -59,7 +59,12 @@ derivative nan.
 The form as derived stays unless a candidate is measurably better and
 passes the acceptance gate (`gate`: finite wherever the derived form and the
 exact value are, and no worse on average, on points the search never saw);
-ties go to the one with fewer operations.  The accuracy policy (`policy`:
+ties go to the one with fewer operations.  A choice still inf or nan where
+the exact value is a finite float is repaired by a form finite at more such
+points, and where none of the others is, by its products scaled (each
+product of three or more factors computed by the runtime's `power_product`,
+which brings each base near 1 by a power of two): a repair alone, never a
+rival of a plain form elsewhere.  The accuracy policy (`policy`:
 `best`, `balanced`, `fast`) may then keep a cheaper admissible form, by a
 cost model per backend (`cost`).  An expression already within `good_bits`
 at a few screening points (float32 against float64, and mpmath where

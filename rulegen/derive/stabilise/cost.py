@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import sympy as sp
 
-from rulegen.derive.functions import BY_NAME
+from rulegen.derive.functions import BY_NAME, power_product
 
 #: The backends a form is costed for, in the order reports print them.
 BACKENDS = ("torch", "jax")
@@ -94,9 +94,20 @@ def _own(node: sp.Basic, weights: Mapping[str, float]) -> float:
         return (len(node.args) - 1) * weights["select"]
     if isinstance(node, (sp.And, sp.Or, sp.Not, sp.core.relational.Relational)):
         return max(len(node.args) - 1, 1) * weights["arithmetic"]
+    if isinstance(node, power_product):
+        return _power_product(node, weights)
     if isinstance(node, sp.Function):
         return _call(type(node).__name__, weights)
     return 0.0
+
+
+def _power_product(node: power_product, weights: Mapping[str, float]) -> float:
+    """What the runtime's `power_product` computes (`_scaling.power_product`): per base its exponent (a log2, a
+    floor, a select), two powers of two and the products, and two powers of two more at the end."""
+    bases = node.args[0::2]
+    per_base = weights["log"] + 2 * weights["pow"] + 2 * weights["select"] + 8 * weights["arithmetic"]
+    powers = sum(_power(k, weights) for k in node.args[1::2] if abs(k) != 1)
+    return len(bases) * per_base + powers + 2 * weights["pow"] + 5 * weights["arithmetic"]
 
 
 def _call(name: str, weights: Mapping[str, float]) -> float:

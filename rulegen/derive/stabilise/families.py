@@ -11,7 +11,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.expr import log_difference, reciprocal_difference
 from rulegen.derive.forms import canonical
-from rulegen.derive.functions import divided, erfcx, hypot, log_ndtr, ndtr, sigmoid, softplus
+from rulegen.derive.functions import divided, erfcx, hypot, log_ndtr, ndtr, power_product, sigmoid, softplus
 from rulegen.derive.stabilise.asymptotic import (
     gamma_difference,
     held,
@@ -796,9 +796,16 @@ def _factored(expr: sp.Expr) -> sp.Expr:
 def _finishing(family: str, expr: sp.Expr) -> Iterator[sp.Expr]:
     """The forms of `family`'s rewrites that mend one overflow of a form the other families made and leave the rest
     of it as it is: its products reassociated, its logs of products taken apart (a Student t's loggamma difference
-    as the gamma series write it, and its log1p((x/s)**2/df) inf past |x|/s = 1.3e154)."""
+    as the gamma series write it, and its log1p((x/s)**2/df) inf past |x|/s = 1.3e154), its products scaled (the
+    search's repair of a choice still inf where the exact value is a float, `search._scaled_repair`, alone)."""
     if family == "reassociated":
         yield from _reassociations(expr)
+    elif family == "products scaled":
+        # The factors the terms of a sum share taken out first: each term scaled with an infinite input in it is
+        # inf - inf where the sum times it is inf (sin_exp_mul's partial in x at y = inf).
+        shared = _attempt(functools.partial(_products_scaled, sp.factor_terms(expr)))
+        plain = _attempt(functools.partial(_products_scaled, expr))
+        yield from (found for found in dict.fromkeys((shared, plain)) if found is not None and found.has(power_product))
     else:
         yield from (found for _, found in _changed(family, _logs_taken_apart, expr))
 
@@ -807,7 +814,7 @@ def _reassociations(expr: sp.Expr) -> Iterator[sp.Expr]:
     """`expr` with each quotient of products computed as a product of quotients, each factor below the line
     divided into one above it: tan(x)**2 (x - sin x) / (x - tan x)**2 as (tan(x) / (x - tan x))**2 (x - sin x),
     whose square never overflows where the quotient is in range.  Two pairings: the factors above in sympy's
-    order and reversed."""
+    order and reversed (those below reversed where there are fewer above)."""
     if expr.has(sp.Piecewise):
         return
     for reverse in (False, True):
@@ -838,7 +845,39 @@ def _paired(product: sp.Expr, *, reverse: bool) -> sp.Expr:
         above.reverse()
     # A power below beyond the factors above is divided into 1: 1/x**3 as (1/x)**3, in range where x**3 is not.
     below.sort(key=lambda b: -below.count(b))
+    if reverse and len(above) < len(below):
+        # Fewer factors above than below: the other pairing takes the factors below in reverse, a/(s d) as
+        # (a/d)/s where a/s overflows and a/d does not (a scaled quotient over a subnormal scale).
+        below.reverse()
     above += [sp.S.One] * sum(1 for b in below[len(above) :] if below.count(b) > 1)
     pairs = [divided(a, b) for a, b in zip(above, below, strict=False)]
     n = len(pairs)
     return sp.Mul(*rest, *pairs, *above[n:]) / sp.Mul(*below[n:])
+
+
+# ---------------------------------------------------------------- products scaled
+
+
+def _products_scaled(expr: sp.Expr) -> sp.Expr:
+    """`expr` with each product of three or more factors (powers counted by their exponents) of at least two
+    bases computed as a `power_product`: no order of its multiplications and divisions keeps every partial product
+    in range at every point (t / s / s / x overflows at t / s where t / (s**2 x) is 1.9e46, t / (s**2 x)
+    underflows at s**2 where (t / s) / (s x) is in range), its factors brought near 1 first do."""
+    if expr.has(sp.Piecewise):
+        return expr
+    return expr.replace(lambda e: e.is_Mul, _product_scaled)
+
+
+def _product_scaled(product: sp.Expr) -> sp.Expr:
+    numbers, pairs = [], []
+    for factor in sp.Mul.make_args(product):
+        base, exponent = factor.as_base_exp()
+        if factor.is_number:
+            numbers.append(factor)
+        elif exponent.is_Integer and abs(exponent) <= BUDGET.paired_power:
+            pairs.append((base, exponent))
+        else:
+            pairs.append((factor, sp.S.One))
+    if len(pairs) < 2 or sum(abs(int(k)) for _, k in pairs) < 3:
+        return product
+    return sp.Mul(*numbers) * power_product(*(a for pair in pairs for a in pair))

@@ -15,7 +15,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.expr import lambdified
-from rulegen.derive.functions import sigmoid
+from rulegen.derive.functions import power_product, sigmoid
 from rulegen.derive.measure import (
     bits_of_error,
     exact_value,
@@ -486,7 +486,22 @@ class _Measured:
 
     @functools.cached_property
     def ops(self) -> int:
-        return int(sp.count_ops(self.expr))
+        """The operations the form computes: a `power_product` as its products, and the exponents it takes out of
+        each base (sympy counts a call as one)."""
+        scaled = list(self.expr.atoms(power_product))
+        plain = self.expr.xreplace({p: p.rewrite(sp.Mul) for p in scaled})
+        return int(sp.count_ops(plain)) + sum(_SCALING_OPS * len(p.args[0::2]) for p in scaled)
+
+    @property
+    def charge(self) -> float:
+        """The bits a form must save beyond another's to be ranked before it: a regime's (`regime_margin_bits`)
+        for a form joined by regimes or computing a `power_product`, each several times its plain form's work."""
+        costly = self.branches or self.expr.has(power_product)
+        return BUDGET.regime_margin_bits if costly else 0.0
+
+
+#: What `power_product` computes per base besides the product: a log2, a floor, a select and two powers of two.
+_SCALING_OPS = 5
 
 
 def _measure(expr: sp.Expr, family: str, variables: Sequence[sp.Symbol], points: Sequence[_Points]) -> _Measured | None:

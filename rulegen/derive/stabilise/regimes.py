@@ -46,8 +46,11 @@ _RATIOS = tuple(2.0**e for e in range(-12, 13, 4))
 
 def _power_of_two(t: float) -> float:
     """`t` rounded to the nearest power of two (geometrically), within `_THRESHOLDS`."""
-    rounded = 2.0 ** round(math.log2(t)) if 0 < t < math.inf else _THRESHOLDS[0]
-    return min(max(rounded, _THRESHOLDS[0]), _THRESHOLDS[1])
+    if not 0 < t < math.inf:
+        return _THRESHOLDS[0]
+    # The exponent clamped before it is raised: between two magnitudes of the top binade it rounds to 2**1024.
+    low, high = (round(math.log2(b)) for b in _THRESHOLDS)
+    return 2.0 ** min(max(round(math.log2(t)), low), high)
 
 
 @dataclass(frozen=True)

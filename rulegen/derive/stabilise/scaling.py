@@ -12,8 +12,9 @@ import mpmath
 import numpy as np
 import sympy as sp
 
-from rulegen.derive.functions import binade, divided
+from rulegen.derive.functions import binade, divided, power_product
 from rulegen.derive.stabilise.budget import BUDGET
+from rulegen.derive.stabilise.families import _finishing
 from rulegen.derive.stabilise.points import Sampling, _measure, _Measured, _mpmath_function, _Points
 
 
@@ -204,7 +205,11 @@ def _with_scaling(
         return best
     # The expression as derived and over one denominator among the starts: scaled, the simplest form is often the
     # best, though unscaled it measured worst (a sum over one denominator overflows first).
-    ranked = sorted((m for m in pool if m is not best), key=lambda m: (m.family not in _SIMPLEST, m.score))
+    # A form of scaled products (`power_product`) keeps its products in range already: it starts no scaling.
+    ranked = sorted(
+        (m for m in pool if m is not best and not m.expr.has(power_product)),
+        key=lambda m: (m.family not in _SIMPLEST, m.score),
+    )
     starts = [best, *ranked[: BUDGET.regime_starts]]
     scaled = [
         _measure(_rescaled(m.expr, variables, scalings), f"{m.family}, scaled", variables, points)
@@ -213,7 +218,18 @@ def _with_scaling(
     ]
     sums_scaled = (_sums_rescaled(m.expr, variables, scaling) for m in starts for scaling in joint)
     scaled += [_measure(e, "sums scaled", variables, points) for e in sums_scaled if e is not None]
-    chosen = min((m for m in scaled if m is not None), key=lambda m: m.score, default=None)
+    measured = sorted((m for m in scaled if m is not None), key=lambda m: m.score)
+    # The scaling keeps the scaled sums in range, not the products it leaves: sympy joins a factor kept outside
+    # the scaling with the sums' quotient, and (d'**2 - s'**2)/(s (d'**2 + s'**2)) multiplies s = 1.4e-288 by a
+    # scaled sum of 5e-32 into a subnormal (0 under XLA, 0 in numpy below 5e-324): inf, where dividing by one
+    # and then the other is 7e287.  Each of the best scaled forms with its products reassociated, as the search's
+    # own forms are before scaling.
+    reassociated = (
+        _measure(e, f"{m.family}, reassociated", variables, points)
+        for m in measured[: BUDGET.reassociated_starts]
+        for e in _finishing("reassociated", m.expr)
+    )
+    chosen = min([*measured, *(m for m in reassociated if m is not None)], key=lambda m: m.score, default=None)
     # The margin of a regime: the scaling costs a binade and a division per input, paid only for a bit.
     if chosen is None or chosen.score > best.score - BUDGET.regime_margin_bits:
         return best

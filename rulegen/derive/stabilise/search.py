@@ -10,17 +10,19 @@ from typing import Any
 
 import sympy as sp
 
+from rulegen.derive.functions import power_product
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.cost import NOTHING_FREE, Free
 from rulegen.derive.stabilise.families import _candidates, _finishing
-from rulegen.derive.stabilise.gate import admissible, inadmissible_points, validated_bits
+from rulegen.derive.stabilise.gate import admissible, inadmissible_points, nan_where_not, validated_bits
 from rulegen.derive.stabilise.points import (
     _DTYPES,
     Sampling,
     _looks_accurate,
     _measure,
     _Measured,
+    _Points,
     _sample,
 )
 from rulegen.derive.stabilise.policy import DEFAULT_POLICY, front, pick
@@ -186,8 +188,10 @@ def _search(
             if measured is not None:
                 pool.append(measured)
 
+    # Forms of scaled products (`power_product`) that alternatives bring (derivatives of a scaled form of the
+    # forward) are kept for the repair below (`_scaled_repair`), never ranked with the ordinary forms.
     measured_from(
-        itertools.chain(alternatives, _candidates(expr, variables)),
+        itertools.chain(_scaled(alternatives, expr, scaled=False), _candidates(expr, variables)),
         BUDGET.candidates_per_expression + len(alternatives),
     )
     # The families again from the best alternative, which may be a better start than the expression itself (the
@@ -200,7 +204,7 @@ def _search(
     # The best forms found, each overflow they keep mended: families that rewrite what the others made, once each.
     # Logs are taken apart in a form the gamma series made (a `where` of thresholds) that keeps the log1p of a
     # product that overflows; products reassociate in a form without a `where`.
-    leaders = sorted(pool, key=lambda m: m.score)[: BUDGET.reassociated_starts]
+    leaders = sorted(pool, key=lambda m: m.score + m.charge)[: BUDGET.reassociated_starts]
     measured_from(
         (
             (f"{m.family}, {family}", c)
@@ -215,8 +219,10 @@ def _search(
     # A clamp of some factors alone, which keeps what the forward computes, under `fast` alone (`_saturated`).
     pool += _saturated(pool, sampling, search, free.forms if policy == "fast" else None)
     # Least error first; within `BUDGET.margin_bits` of the least, the fewest operations.
-    least = min(m.score for m in pool)
-    best = min((m for m in pool if m.score <= least + BUDGET.margin_bits / 2), key=lambda m: (m.ops, m.score))
+    least = min(m.score + m.charge for m in pool)
+    best = min(
+        (m for m in pool if m.score + m.charge <= least + BUDGET.margin_bits / 2), key=lambda m: (m.ops, m.score)
+    )
     # Regimes from the best and from the next ones too: the pair that joins best need not include the best alone
     # (the derived form for x < 0 and a derivative of the conjugate for x > 0 beat an expanded form on its own).
     regime_starts = [best]
@@ -235,10 +241,11 @@ def _search(
     best = _with_scaling(best, pool, expr, sampling, search)
 
     # The acceptance gate: the best form proven on points it was not chosen on, else the next that is, a joined
-    # form charged what a regime costs (the branch that fails the gate may be the one a regime keeps out of its
-    # region: (2 + 1/x)/(3 + 1/x) is nan at subnormal x, and right where (2x + 1)/(3x + 1) overflows).
+    # form (or one of scaled products) charged what a regime costs (the branch that fails the gate may be the one
+    # a regime keeps out of its region: (2 + 1/x)/(3 + 1/x) is nan at subnormal x, and right where (2x + 1)/(3x + 1)
+    # overflows).
     def charged(m: _Measured) -> float:
-        return m.score + (BUDGET.regime_margin_bits if m.branches else 0.0)
+        return m.score + m.charge
 
     joined_forms = [j for j in joined if j.branches]
     ranked_forms = [best, *sorted((m for m in (*joined_forms, *pool) if m is not best), key=charged)]
@@ -264,11 +271,20 @@ def _search(
             if m is derived or admissible(m.expr, expr, sampling, seed)
         )
     forms = [*joined_forms, *pool]
-    # The accuracy policy: `best` (repaired where it is inf) keeps the form above; the others may keep a cheaper
+    # The accuracy policy: `best` (repaired where it is inf, by products scaled (`power_product`, several times a
+    # plain product's work) where nothing else repairs it) keeps the form above; the others may keep a cheaper
     # admissible one.
     best = pick(
         policy,
-        _repaired(best, derived, forms, sampling, seed, charged),
+        _scaled_repair(
+            _repaired(best, derived, forms, sampling, seed, charged),
+            derived,
+            pool,
+            alternatives,
+            sampling,
+            search,
+            seed,
+        ),
         derived,
         forms,
         sampling,
@@ -288,11 +304,8 @@ def _validated_choice(admitted: list[_Measured], derived: sp.Expr, sampling: Sam
     where a form ranked a little behind is right."""
     if len(admitted) < 2:
         return admitted[0] if admitted else None
-    # A joined form is charged what a regime costs, as in the search's own ranking.
-    bits = [
-        validated_bits(m.expr, derived, sampling, seed) + (BUDGET.regime_margin_bits if m.branches else 0.0)
-        for m in admitted
-    ]
+    # A joined form, or one of scaled products, is charged what a regime costs, as in the search's own ranking.
+    bits = [validated_bits(m.expr, derived, sampling, seed) + m.charge for m in admitted]
     first = bits[0]
     better = min(range(len(admitted)), key=lambda k: bits[k])
     return admitted[better] if bits[better] < first - BUDGET.margin_bits else admitted[0]
@@ -305,17 +318,20 @@ def _repaired(
     sampling: Sampling,
     seed: int,
     charged: Callable[[_Measured], float],
+    *,
+    behind: float = 0.0,
 ) -> _Measured:
     """`best`, unless it is inf or nan at validation points where the derived form is and the exact value is
     finite (`inadmissible_points`) and another form the gate admits is so at fewer: then the one at fewest, in the
     search's order among equals.  The forms the search's points rank alike are the ones told apart: a form
     finite at the overflow edge measures as the derived one wherever the search looked.  Only forms measured no
-    worse than `best` are tried: one a little behind on the search's points was 19 bits behind on others."""
+    worse than `best` (by at most `behind` bits) are tried: one a little behind on the search's points was 19 bits
+    behind on others."""
     expr = derived.expr
     left = inadmissible_points(best.expr, expr, sampling, seed)
     if not left:
         return best
-    tied = [m for m in forms if m is not best and m.expr != expr and m.score <= best.score]
+    tied = [m for m in forms if m is not best and m.expr != expr and m.score <= best.score + behind]
     counted = []
     for m in sorted(tied, key=lambda m: (charged(m), m.ops))[: BUDGET.repair_forms]:
         count = inadmissible_points(m.expr, expr, sampling, seed)
@@ -328,6 +344,47 @@ def _repaired(
         if admissible(m.expr, expr, sampling, seed) and validated_bits(m.expr, expr, sampling, seed) <= limit:
             return m
     return best
+
+
+def _scaled_repair(
+    best: _Measured,
+    derived: _Measured,
+    pool: list[_Measured],
+    alternatives: tuple[tuple[str, sp.Expr], ...],
+    sampling: Sampling,
+    search: list[_Points],
+    seed: int,
+) -> _Measured:
+    """`best`, unless it is still inf or nan at validation points where the exact value is a finite float
+    (`inadmissible_points`): then its products scaled (`power_product`), or those of the next forms, or the
+    `alternatives` of scaled products, that `_repaired` finds at fewer such points.  Nowhere else: a
+    scaled product costs ~14 plain ones in eager torch, and a form the frameworks fuse (silu_backward) or that
+    reads the forward's values is what an admissible form keeps."""
+    expr = derived.expr
+    if not inadmissible_points(best.expr, expr, sampling, seed):
+        return best
+    ranked = sorted((m for m in pool if m.expr != best.expr), key=lambda m: m.score)
+    found = itertools.chain(
+        (
+            (f"{m.family}, products scaled", c)
+            for m in [best, *ranked[: BUDGET.reassociated_starts]]
+            for c in _finishing("products scaled", m.expr)
+        ),
+        _scaled(alternatives, expr, scaled=True),
+    )
+    # Each candidate once, by its form: the best form's scaled products may be a leader's too.
+    candidates = dict(itertools.islice(((c, f) for f, c in found), BUDGET.reassociated_starts * 3))
+    measured = (_measure(c, family, sampling.variables, search) for c, family in candidates.items())
+    scaled = [m for m in measured if m is not None and not nan_where_not(m.expr, best.expr, sampling, seed)]
+    return _repaired(best, derived, scaled, sampling, seed, lambda m: m.score, behind=BUDGET.margin_bits)
+
+
+def _scaled(
+    alternatives: Iterable[tuple[str, sp.Expr]], derived: sp.Expr, *, scaled: bool
+) -> list[tuple[str, sp.Expr]]:
+    """The (family, form) `alternatives` that compute products scaled (`power_product`) where `derived` computes
+    none (`scaled`), or the others."""
+    return [(f, c) for f, c in alternatives if (c.has(power_product) and not derived.has(power_product)) == scaled]
 
 
 def _good_forms(best: _Measured, pool: list[_Measured]) -> tuple[sp.Expr, ...]:
