@@ -435,21 +435,32 @@ def reciprocal_difference(p: sp.Expr, q: sp.Expr, d: sp.Expr, where: tuple[sp.Ex
 FAR_LOG_RATIO = sp.Integer(700)
 
 
+#: Where a - b is at most this many times b (a >= b), `log_difference` takes log1p((a - b)/b): the quotient is in
+#: range in float32 too, and past it log(a) - log(b) loses at most log2(89/69) bits to the quotient's log.
+GROWTH_IN_RANGE = sp.Integer(2) ** 100
+
+
 def log_difference(
     a: sp.Expr,
     b: sp.Expr,
     d: sp.Expr,
     where: tuple[sp.Expr, sp.Expr] | None = None,
     kept: Callable[[sp.Expr], sp.Expr] = lambda e: e,
+    far_log_ratio: sp.Expr = FAR_LOG_RATIO,
 ) -> sp.Expr:
     """log(a) - log(b), d = a - b, for positive a and b, its conditions read at `where` (stand-ins fed a and b, where
     a caller evaluates a and b at points of its own; None: a and b): log1p(d/b) where a and b are close (log(a/b)
     rounds the ratio near 1), log(a/b) where they are not (1 + d/b rounds a small ratio), log(a) - log(b) where
-    the ratio's log is past `FAR_LOG_RATIO` (the ratio may have overflowed or underflowed: 21.92/2.2e-308), `kept`
-    from a caller's rewriting it again."""
+    the ratio's log is past `far_log_ratio` (the ratio may have overflowed or underflowed: 21.92/2.2e-308), `kept`
+    from a caller's rewriting it again.  Where a - b is nonnegative by the inputs' assumptions, log1p(d/b) up to
+    `GROWTH_IN_RANGE`."""
     at_a, at_b = where or (a, b)
+    if sp.expand(at_a - at_b).is_nonnegative:
+        # a >= b: log1p(d/b) is accurate wherever d/b is in range, and a itself is never computed (a = k + r
+        # overflows where log(a/k) is 0.7).
+        return sp.Piecewise((log1p(d / b), d <= GROWTH_IN_RANGE * b), (kept(sp.log(a) - sp.log(b)), True))
     close = sp.Abs(sp.expand(at_a - at_b)) < sp.Abs(at_b) / 2
-    far = sp.Abs(sp.log(at_a / at_b)) >= FAR_LOG_RATIO
+    far = sp.Abs(sp.log(at_a / at_b)) >= far_log_ratio
     return sp.Piecewise((log1p(d / b), close), (kept(sp.log(a) - sp.log(b)), far), (sp.log(a / b), True))
 
 

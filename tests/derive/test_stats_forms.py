@@ -510,6 +510,86 @@ def test_a_repair_never_takes_a_form_measured_worse_than_the_choice(tmp_path):
     assert sum(choice.bits_after) <= 0.25, (choice.family, choice.bits_after)
 
 
+COUNT = sp.Symbol("k", real=True, nonnegative=True)
+RATE = sp.Symbol("rate", real=True, positive=True)
+COUNTS = Sampling(((COUNT, Domain(ge=0)), (RATE, POSITIVE)))
+
+
+def _poisson_exact(k: float, rate: float) -> tuple[mpmath.mpf, mpmath.mpf]:
+    """A Poisson log-mass and its partial in k at (k, rate), exactly."""
+    with mpmath.workprec(1200):
+        k_, rate_ = mpmath.mpf(k), mpmath.mpf(rate)
+        value = k_ * mpmath.log(rate_) - rate_ - mpmath.loggamma(k_ + 1)
+        return value, mpmath.log(rate_) - mpmath.digamma(k_ + 1)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "point"),
+    [
+        (np.float64, (1e305, 1e305)),
+        (np.float64, (1e307, 1e307)),
+        (np.float64, (1.7e308, 1.7e308)),
+        (np.float64, (1e6, 2.5e5)),
+        (np.float32, (1e36, 1e36)),
+        (np.float32, (3.4e38, 3.4e38)),
+    ],
+)
+def test_a_poisson_log_mass_joins_its_log_to_the_loggamma_s_series(dtype, point):
+    # torch's Poisson.log_prob: xlogy(k, rate) - loggamma(k + 1) is inf - inf past k = 2.5e305 (float64) and loses
+    # every bit before that, where the log-mass is -log(2 pi k)/2 (-356 at k = rate = 1.7e308).
+    from rulegen.derive.functions import xlogy
+
+    expr = xlogy(COUNT, RATE) - RATE - sp.loggamma(COUNT + 1)
+    choice = stabilise(expr, COUNTS)
+    exact = _poisson_exact(*point)[0]
+    assert bits(evaluated(choice.chosen, (COUNT, RATE), point, dtype), exact, dtype) <= 2, choice.chosen
+    if point[0] > 1e30:  # as written: every bit lost, nan from 1e307 (float64)
+        assert not bits(evaluated(expr, (COUNT, RATE), point, dtype), exact, dtype) <= 10
+
+
+@pytest.mark.parametrize("point", [(1e305, 1e305), (1e12, 1.000001e12), (4e40, 1e40)])
+def test_a_poisson_log_mass_s_partial_in_k_joins_its_log_to_the_digamma_s_series(point):
+    # log(rate) - digamma(k + 1): two logs that agree to every digit where rate ~ k, log(rate/k) - 1/(2k) + ...
+    expr = sp.log(RATE) - sp.polygamma(0, COUNT + 1)
+    choice = stabilise(expr, COUNTS)
+    exact = _poisson_exact(*point)[1]
+    assert bits(evaluated(choice.chosen, (COUNT, RATE), point, np.float64), exact) <= 2, choice.chosen
+    if point != (4e40, 1e40):
+        assert not bits(evaluated(expr, (COUNT, RATE), point, np.float64), exact) <= 10  # as derived
+
+
+@pytest.mark.parametrize(
+    "point",
+    [(2.486107661297034e306, 1.1822086614231764e307, -3.26), (4.465955247752999e305, 8.721649393522329e282, 0.99)],
+)
+def test_a_negative_binomial_log_mass_takes_its_gamma_series_in_the_arguments_bases(point):
+    # torch's NegativeBinomial.log_prob: loggamma(k + r) - loggamma(k + 1) - loggamma(r) with k near the largest
+    # float.  In the arguments themselves the series leave (k + 1) log(k + 1) apart, which overflows; in their
+    # bases k + r, k and r, (k + r) log(k + r) - k log k - r log r is k log1p(r/k) + r log1p(k/r).
+    from rulegen.derive.functions import softplus
+
+    count, r, logits = COUNT, sp.Symbol("r", real=True, positive=True), sp.Symbol("logits", real=True)
+    expr = -r * softplus(logits) - count * softplus(-logits)
+    expr += sp.loggamma(count + r) - sp.loggamma(count + 1) - sp.loggamma(r)
+    choice = stabilise(expr, Sampling(((count, Domain(ge=0)), (r, POSITIVE), (logits, Domain()))))
+    with mpmath.workprec(1200):
+        k_, r_, l_ = (mpmath.mpf(v) for v in point)
+        exact = -r_ * mpmath.log1p(mpmath.exp(l_)) - k_ * mpmath.log1p(mpmath.exp(-l_))
+        exact += mpmath.loggamma(k_ + r_) - mpmath.loggamma(k_ + 1) - mpmath.loggamma(r_)
+    assert bits(evaluated(choice.chosen, (count, r, logits), point, np.float64), exact) <= 8, choice.chosen
+    assert not math.isfinite(evaluated(expr, (count, r, logits), point, np.float64))  # as written: inf - inf
+
+
+def test_a_difference_of_logs_of_a_sum_and_its_part_never_computes_the_sum():
+    # log(k + r) - log(k) for positive k and r is log1p(r/k): k + r overflows where the difference is log(2).
+    from rulegen.derive.expr import log_difference
+
+    k, r = sp.symbols("k r", positive=True)
+    difference = log_difference(k + r, k, r)
+    assert evaluated(difference, (k, r), (1.7e308, 1.7e308), np.float64) == math.log(2)
+    assert evaluated(difference, (k, r), (1e-300, 1e300), np.float64) == pytest.approx(1381.551055796427, rel=1e-15)
+
+
 def test_a_product_whose_every_order_overflows_somewhere_is_scaled():
     # A log-normal log-density's partial in x, -1/x - (log(x) - loc)/(scale**2 x): as derived, scale**2 underflows
     # where the quotient is in range, and every order of the products overflows at some point where the partial is

@@ -125,3 +125,39 @@ def test_a_focal_loss_as_papers_write_it_is_finite_and_right_at_every_float32_lo
         assert _bits(got_value[normal], value[normal], np.float32).mean() <= 2.0
         normal = np.abs(dz) >= np.finfo(np.float32).tiny
         assert _bits(got_grad[normal], dz[normal], np.float32).mean() <= 2.0
+
+
+POISSON = """
+name: poisson_as_torch_writes_it
+doc: The Poisson log-mass as torch.distributions.Poisson.log_prob writes it.
+inputs:
+  k: {assume: nonnegative}
+  rate: {assume: positive}
+forward: xlogy(k, rate) - rate - loggamma(k + 1)
+"""
+
+
+@pytest.mark.parametrize(("dtype", "sizes"), [(np.float64, (1e305, 1e307, 1.7e308)), (np.float32, (1e36, 3.4e38))])
+def test_a_poisson_log_mass_is_finite_and_accurate_at_counts_near_the_largest_float(tmp_path, dtype, sizes):
+    # xlogy(k, rate) - loggamma(k + 1) is inf - inf from k = 1e307 (float64) and every bit wrong before that, where
+    # the log-mass is -log(2 pi k)/2, about -356.
+    import importlib
+
+    import mpmath
+
+    with built_package(tmp_path, POISSON, "rg_poisson"):
+        jax_rule = importlib.import_module("rg_poisson.jax").poisson_as_torch_writes_it
+        torch_rule = importlib.import_module("rg_poisson.torch").poisson_as_torch_writes_it
+        counts = np.asarray(sizes, dtype=dtype)
+        with mpmath.workprec(1200):
+            exact = np.asarray(
+                [float(mpmath.mpf(c) * mpmath.log(c) - c - mpmath.loggamma(mpmath.mpf(c) + 1)) for c in counts.tolist()]
+            )
+        value = np.asarray(jax_rule(counts, counts))
+        gradients = jax.grad(lambda k, r: jax_rule(k, r).sum(), argnums=(0, 1))(counts, counts)
+        assert np.all(_bits(value, exact, dtype) <= 2), value
+        assert all(np.all(np.isfinite(np.asarray(g))) for g in gradients)
+        k, rate = (torch.tensor(counts, requires_grad=True) for _ in range(2))
+        out = torch_rule(k, rate)
+        assert np.all(_bits(out.detach().numpy(), exact, dtype) <= 2), out
+        assert all(bool(torch.isfinite(g).all()) for g in torch.autograd.grad(out.sum(), (k, rate)))

@@ -25,7 +25,13 @@ expression:
   0 (a Beta entropy's three digammas) as differences from one of them;
   calls all of one argument, or of its shifts by constants (a Student-t's
   df/2 and (df + 1)/2), replaced by their series and expanded, so that like
-  orders cancel exactly (`1 + (1 - c) trigamma(c)`);
+  orders cancel exactly (`1 + (1 - c) trigamma(c)`); calls at several
+  arguments as series in each argument's base, without its constant (k for
+  `loggamma(k + 1)`: a negative binomial's `(k + r) log(k + r) - k log k -
+  r log r` is `k log1p(r/k) + r log1p(k/r)`); a log beside a loggamma or
+  digamma whose series leads with it (`k log(rate) - loggamma(k + 1)` is
+  `k log(rate/k) + k - log(2 pi k)/2 - ...`, `log(rate) - digamma(k + 1)`
+  is `log(rate/k) - 1/(2k) + ...`) joined to it;
 - norms: `a**2 + b**2` through `hypot(a, b)` (`p/(a**2 + b**2)` is
   `(p/h)/h`), a ratio of magnitudes no single input's regime can express;
   a power below -1 split (`x**(-3/2)/2` is `x**(-1/2)/(2x)`);

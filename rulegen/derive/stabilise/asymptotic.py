@@ -13,13 +13,21 @@ is computed as written, on its own before anything is added to it: a
 Binomial log-mass's partial in k, logits - digamma(k + 1) + digamma(n - k +
 1), adds logits to one digamma before the other cancels it.
 
-The identity is general (any two arguments of one of these functions); the
-search measures it like every other family's candidate and the gate proves
-it.
+A log beside a loggamma or digamma whose series leads with it is joined to
+that series (`logs_against_gamma`): a Poisson log-mass k log(rate) - rate -
+loggamma(k + 1) is k log(rate/k) + (k - rate) - log(2 pi k)/2 - ..., finite
+where both of its terms overflow.  Calls at several arguments are series in
+each argument's base, the argument without its constant
+(`several_argument_series_in_bases`), so that the bases' sums are seen:
+loggamma(k + r) - loggamma(k + 1) - loggamma(r).
+
+The identities are general (any arguments of these functions); the search
+measures them like every other family's candidate and the gate proves them.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -28,6 +36,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import log1p
 
 from rulegen.derive.expr import log_difference, reciprocal_difference
+from rulegen.derive.functions import xlogy
 from rulegen.derive.stabilise.points import exact_floats
 
 #: Where the series take over: both arguments above 2**5.  With `TERMS` Bernoulli terms the first one left out
@@ -505,14 +514,25 @@ def _arguments_past(arguments: list[sp.Expr]) -> list[set[sp.Expr]]:
 
 
 def _series_branch(
-    called: list[tuple[sp.Expr, sp.Expr, sp.Expr]], others: list[sp.Expr], big: dict[sp.Expr, sp.Dummy], large: sp.Expr
+    called: list[tuple[sp.Expr, sp.Expr, sp.Expr]],
+    others: list[sp.Expr],
+    big: dict[sp.Expr, sp.Dummy],
+    large: sp.Expr,
+    in_bases: bool = False,
 ) -> sp.Expr:
     """The sum of `called` terms (term, call, its coefficient in its argument) and `others` with each call at an
     argument of `big` its Stirling series, like orders of two arguments joined (-1/(2a) + 1/(2(a + b)) at b << a),
-    fed its argument where `large` holds; the other calls as written."""
+    fed its argument where `large` holds; the other calls as written.  `in_bases`: `big` holds the arguments without
+    their constants (k for loggamma(k + 1)), and each call is its series in that base (`_series_in_base`)."""
+
+    def series(f: sp.Expr) -> sp.Expr | None:
+        shift, base = f.args[-1].as_coeff_Add() if in_bases else (sp.S.Zero, f.args[-1])
+        if base not in big:
+            return None
+        return _series_in_base(f, big[base], shift) if in_bases else _series(f, big[base])
+
     terms = [
-        sp.expand(written * _series(f, big[f.args[-1]]), log=False) if f.args[-1] in big else term
-        for term, f, written in called
+        term if (found := series(f)) is None else sp.expand(written * found, log=False) for term, f, written in called
     ]
     series = sp.collect(sp.Add(*terms, *others), [sp.log(b) for b in big.values()])
     series = _in_horner_form(_joined(series, big, orders=(-1, *range(_SERIES_ORDERS)))[0], list(big.values()))
@@ -526,3 +546,169 @@ def _series_branch(
     with sp.evaluate(False):
         guarded = [t.xreplace(fed) for t in series_terms if t not in polynomial]
         return sp.Add(*([exact_part] if exact_part != 0 else []), *guarded)
+
+
+def _gamma_term(term: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
+    """(g, f) for a term g f(u) with f loggamma or digamma and g a number, else None."""
+    coefficient, rest = term.as_coeff_Mul()
+    if isinstance(rest, sp.loggamma) or (isinstance(rest, sp.polygamma) and rest.args[0] == 0):
+        return (coefficient, rest) if rest.args[-1].free_symbols else None
+    return None
+
+
+def _log_term(term: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
+    """(c, b) for a term c log(b) or c xlogy(x, b) (c x log(b)), else None."""
+    factors = sp.Mul.make_args(term)
+    logs = [f for f in factors if isinstance(f, (sp.log, xlogy))]
+    if len(logs) != 1:
+        return None
+    (f,) = logs
+    coefficient = sp.Mul(*(g for g in factors if g is not f))
+    if isinstance(f, xlogy):
+        return coefficient * f.args[0], f.args[1]
+    return coefficient, f.args[0]
+
+
+def _leading(function: sp.Expr, w: sp.Expr, shift: sp.Expr) -> sp.Expr:
+    """The terms of f(w + shift)'s series in w that are not powers of 1/w: (w + shift - 1/2) log w - w + log(2 pi)/2
+    for loggamma, log w for digamma, none for trigamma and on."""
+    if isinstance(function, sp.loggamma):
+        return (w + shift - sp.S.Half) * sp.log(w) - w + sp.log(2 * sp.pi) / 2
+    return sp.log(w) if function.args[0] == 0 else sp.S.Zero
+
+
+def _series_in_base(function: sp.Expr, w: sp.Expr, shift: sp.Expr) -> sp.Expr:
+    """f(w + shift) for f = loggamma or polygamma(n, .) as a series in w: its logs are of w, not of w + shift."""
+    order = 0 if isinstance(function, sp.loggamma) else int(function.args[0])
+    tail = _shifted_tail(function.func, order, shift).xreplace({_TAIL_VARIABLE: w})
+    return _leading(function, w, shift) + tail
+
+
+@functools.lru_cache(maxsize=32)
+def _shifted_tail(function: type, order: int, shift: sp.Rational) -> sp.Expr:
+    """What is left of f(w + shift)'s series past its leading terms in w, as powers of 1/`_TAIL_VARIABLE`:
+    loggamma(w + t) - ((w + t - 1/2) log w - w + log(2 pi)/2), digamma(w + t) - log w (order 0), polygamma(n, w +
+    t) (order n >= 1)."""
+    w, x = _TAIL_VARIABLE, sp.Dummy("x", positive=True)
+    call = sp.loggamma(w) if function is sp.loggamma else sp.polygamma(order, w)
+    rest = _series(call, w + shift) - _leading(call, w, shift)
+    if shift == 0:
+        return sp.expand(rest)
+    expanded = sp.series(rest.xreplace({w: 1 / x}), x, 0, SHIFTED_ORDERS).removeO()
+    return sp.expand(expanded.xreplace({x: 1 / w}))
+
+
+_TAIL_VARIABLE = sp.Dummy("w", positive=True)
+
+
+#: Past this log of the ratio of the log's argument to the call's, the joined log is a difference of two logs: the
+#: ratio itself would leave float32's normal range from e**87 (its under- and overflow are float64's past e**700).
+FAR_LOG_RATIO_IN_EITHER_DTYPE = sp.Integer(2**6)
+
+
+def logs_against_gamma(expr: sp.Expr) -> sp.Expr | None:
+    """`expr`, a sum with a term c log(b) (or xlogy) beside g loggamma(w + t), c = -g (w + m) for constants t and m,
+    or beside g digamma(w + t), c = -g, with the pair written past `THRESHOLD` as Stirling's series of the call in
+    w joined to the log: g (loggamma(w + t) - (w + m) log b) is g (-(w + m) (log b - log w) + (t - 1/2 - m) log w
+    - w + log(2 pi)/2 + rest(w)), and g (digamma(w + t) - log b) is g (-(log b - log w) + digamma(w + t) - log w),
+    rest and the last in powers of 1/w.  A Poisson log-mass k log(rate) - rate - loggamma(k + 1) is inf - inf past
+    k = 2.5e305 as written (both terms overflow) and loses every bit before that (each is 700 times the value),
+    where the pair is k log(rate/k) - log(k)/2 + (k - rate) - log(2 pi)/2 - rest(k); its partial in k, log(rate) -
+    digamma(k + 1), is log(rate/k) - 1/(2k) + ..., not two logs that agree to every digit.  w is the call's
+    argument without its constant, so that b - w (rate - k) is not rounded through w + t (k + 1 is k at 1e305).
+    The terms polynomial in the variables (w beside -rate) are added first, so that they cancel exactly.  Below
+    the threshold, `expr` as it is.  None where no pair is found."""
+    terms = list(sp.Add.make_args(expr))
+    logs = {k: found for k, term in enumerate(terms) if (found := _log_term(term)) is not None}
+    pairs: list[tuple[int, int, sp.Expr, sp.Expr, sp.Expr, sp.Expr]] = []
+    used: set[int] = set()
+    for index, term in enumerate(terms):
+        gamma = _gamma_term(term)
+        if gamma is None:
+            continue
+        g, f = gamma
+        for other, (c, b) in logs.items():
+            if other in used:
+                continue
+            w = f.args[-1].as_coeff_Add()[1]
+            # loggamma: the log's coefficient is -g (w + m); digamma: it is -g.
+            m = sp.expand(-c / g - w) if isinstance(f, sp.loggamma) else sp.expand(c + g)
+            if m.is_Rational and (isinstance(f, sp.loggamma) or m == 0):
+                pairs.append((index, other, g, f, b, m))
+                used |= {index, other}
+                break
+    if not pairs:
+        return None
+    large = sp.And(*(f.args[-1].as_coeff_Add()[1] > THRESHOLD for _, _, _, f, _, _ in pairs))
+    polynomial: list[sp.Expr] = []
+    guarded: list[sp.Expr] = []
+    for _, _, g, f, b, m in pairs:
+        t, w = f.args[-1].as_coeff_Add()
+        big_w, big_b, small_d = sp.Dummy("w", positive=True), sp.Dummy("b", positive=True), sp.Dummy("d")
+        fed = {
+            big_w: sp.Piecewise((w, large), (2 * THRESHOLD, True)),
+            big_b: sp.Piecewise((b, large), (1, True)),
+            small_d: sp.Piecewise((sp.expand(b - w), large), (1 - 2 * THRESHOLD, True)),
+        }
+        order = 0 if isinstance(f, sp.loggamma) else int(f.args[0])
+        tail = g * _shifted_tail(f.func, order, t).xreplace({_TAIL_VARIABLE: big_w})
+        tail = _in_horner_form(sp.expand(tail), [big_w])
+        apart = log_difference(big_b, big_w, small_d, (b, w), far_log_ratio=FAR_LOG_RATIO_IN_EITHER_DTYPE)
+        if isinstance(f, sp.loggamma):
+            polynomial.append(-g * w)
+            joined = -g * (w + m) * apart + g * (t - sp.S.Half - m) * sp.log(big_w) + g * sp.log(2 * sp.pi) / 2
+        else:
+            joined = -g * apart
+        with sp.evaluate(False):
+            guarded.append((joined + tail).xreplace(fed))
+    others = [t for k, t in enumerate(terms) if k not in used]
+    polynomial += [t for t in others if t.is_polynomial(*t.free_symbols)]
+    rest = [t for t in others if not t.is_polynomial(*t.free_symbols)]
+    exact_part = sp.expand(sp.Add(*polynomial))
+    with sp.evaluate(False):
+        branch = sp.Add(*([exact_part] if exact_part != 0 else []), *guarded, *rest)
+    return sp.Piecewise((branch, large), (expr, True))
+
+
+def several_argument_series_in_bases(expr: sp.Expr) -> sp.Expr | None:
+    """`several_argument_series` with each call's argument taken apart into a base and a constant, u = w + t, and
+    the call its series in w (`_series_in_base`): a negative binomial log-mass's loggamma(k + r) - loggamma(k + 1) -
+    loggamma(r) leads with (k + r) log(k + r) - k log k - r log r, whose parts sum to the whole (k + r = k + r, where
+    (k + 1) + r is not k + r) and are joined as k log((k + r)/k) + r log((k + r)/r); in the arguments themselves
+    (k + 1) log(k + 1) is left alone, 700 times the value, and overflows past k = 2.5e305.  A branch per set of bases
+    past `THRESHOLD` (`_arguments_past`), as there; where none or one is, `expr` as it is.  None where no argument
+    has a constant, or where `several_argument_series` would be."""
+    exact = exact_floats(expr)
+    calls = [f for f in exact.atoms(sp.Function) if is_gamma_function(f)]
+    if not any(f.args[-1].as_coeff_Add()[0] != 0 for f in calls):
+        return None
+    bases = sorted(
+        {f.args[-1].as_coeff_Add()[1] for f in calls}, key=lambda a: (sp.count_ops(a), sp.default_sort_key(a))
+    )
+    if len(bases) < 2:
+        return None
+    for w in bases:
+        if not w.free_symbols or any(sp.Poly(w, s).degree() != 1 for s in w.free_symbols):
+            return None
+    big = {w: sp.Dummy("w", positive=True) for w in bases}
+    called: list[tuple[sp.Expr, sp.Expr, sp.Expr]] = []
+    others = []
+    for term in sp.Add.make_args(sp.expand(exact, log=False, deep=False)):
+        factors = [f for f in sp.Mul.make_args(term) if is_gamma_function(f)]
+        if len(factors) != 1:
+            if term.has(*calls):
+                return None
+            others.append(term)
+            continue
+        (f,) = factors
+        w = f.args[-1].as_coeff_Add()[1]
+        called.append((term, f, _rewritten_in(term / f, w, big[w])))
+    branches = [
+        (
+            _series_branch(called, others, {w: big[w] for w in past}, large, in_bases=True) if len(past) > 1 else expr,
+            large,
+        )
+        for past in _arguments_past(bases)
+        for large in [sp.And(*(w > THRESHOLD if w in past else w <= THRESHOLD for w in bases))]
+    ]
+    return sp.Piecewise(*branches, (expr, True))

@@ -15,10 +15,12 @@ from rulegen.derive.functions import divided, erfcx, hypot, log_ndtr, ndtr, powe
 from rulegen.derive.stabilise.asymptotic import (
     gamma_difference,
     held,
+    logs_against_gamma,
     one_argument_series,
     pole_weight,
     released,
     several_argument_series,
+    several_argument_series_in_bases,
     zero_sum_groups,
 )
 from rulegen.derive.stabilise.budget import BUDGET
@@ -668,6 +670,8 @@ def _gamma_series(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
     for family, make in (
         ("gamma series", one_argument_series),
         ("gamma series, each argument", several_argument_series),
+        ("gamma series, logs joined", logs_against_gamma),
+        ("gamma series, each argument's base", several_argument_series_in_bases),
     ):
         series = _attempt(functools.partial(make, expr))
         if series is not None:
