@@ -313,9 +313,12 @@ from pathlib import Path
 import rulegen.render.write
 from rulegen.render.build import build
 
-replace, calls = os.replace, []
+# Only the package's own files count: the search cache (`derive.stored`) puts its entries in place with os.replace
+# too, and a build that searched wrote those first and died before any of the package's.
+replace, calls, package = os.replace, [], Path(sys.argv[2]).resolve()
 def replace_then_die(src, dst):
-    calls.append(dst)
+    if package in Path(dst).resolve().parents:
+        calls.append(dst)
     if len(calls) == 3:
         os.kill(os.getpid(), signal.SIGKILL)
     replace(src, dst)
