@@ -446,23 +446,15 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     arguments are one or not linear."""
     exact = exact_floats(expr)
     calls = [f for f in exact.atoms(sp.Function) if is_gamma_function(f)]
-    arguments = sorted({f.args[-1] for f in calls}, key=lambda a: (sp.count_ops(a), sp.default_sort_key(a)))
-    if len(arguments) < 2:
+    arguments = _linear_arguments({f.args[-1] for f in calls})
+    split = _terms_by_call(exact, calls)
+    if arguments is None or split is None:
         return None
-    for u in arguments:
-        if not u.free_symbols or any(sp.Poly(u, s).degree() != 1 for s in u.free_symbols):
-            return None
     big = {u: sp.Dummy("u", positive=True) for u in arguments}
     called: list[tuple[sp.Expr, sp.Expr, sp.Expr]] = []
-    others, poles, shifted = [], [], []
-    for term in sp.Add.make_args(sp.expand(exact, log=False, deep=False)):
-        factors = [f for f in sp.Mul.make_args(term) if is_gamma_function(f)]
-        if len(factors) != 1:
-            if term.has(*calls):
-                return None
-            others.append(term)
-            continue
-        (f,) = factors
+    by_call, others = split
+    poles, shifted = [], []
+    for term, f in by_call:
         u, coefficient = f.args[-1], term / f
         written = _rewritten_in(coefficient, u, big[u])
         called.append((term, f, written))
@@ -491,6 +483,32 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
         called_sum = sp.Piecewise((sp.Add(near_poles.xreplace(raw), *shifted), region), (expr - sp.Add(*others), True))
         small = called_sum + sp.Add(*others)
     return sp.Piecewise(*branches, (small, True))
+
+
+def _linear_arguments(arguments: set[sp.Expr]) -> list[sp.Expr] | None:
+    """`arguments`, simplest first, where there are two or more and each is linear in its variables; else None."""
+    ordered = sorted(arguments, key=lambda a: (sp.count_ops(a), sp.default_sort_key(a)))
+    if len(ordered) < 2:
+        return None
+    for u in ordered:
+        if not u.free_symbols or any(sp.Poly(u, s).degree() != 1 for s in u.free_symbols):
+            return None
+    return ordered
+
+
+def _terms_by_call(exact: sp.Expr, calls: list[sp.Expr]) -> tuple[list[tuple[sp.Expr, sp.Expr]], list[sp.Expr]] | None:
+    """(term, its call) for each term of the sum `exact` that is a coefficient times one of `calls`, and the terms
+    that hold none; None where a term holds them otherwise (two calls, or one inside another function)."""
+    by_call, others = [], []
+    for term in sp.Add.make_args(sp.expand(exact, log=False, deep=False)):
+        factors = [f for f in sp.Mul.make_args(term) if is_gamma_function(f)]
+        if len(factors) == 1:
+            by_call.append((term, factors[0]))
+        elif term.has(*calls):
+            return None
+        else:
+            others.append(term)
+    return by_call, others
 
 
 #: The most sets of arguments past the threshold, each a branch of its own, beside the one where all are: 3 reach
@@ -682,25 +700,14 @@ def several_argument_series_in_bases(expr: sp.Expr) -> sp.Expr | None:
     calls = [f for f in exact.atoms(sp.Function) if is_gamma_function(f)]
     if not any(f.args[-1].as_coeff_Add()[0] != 0 for f in calls):
         return None
-    bases = sorted(
-        {f.args[-1].as_coeff_Add()[1] for f in calls}, key=lambda a: (sp.count_ops(a), sp.default_sort_key(a))
-    )
-    if len(bases) < 2:
+    bases = _linear_arguments({f.args[-1].as_coeff_Add()[1] for f in calls})
+    split = _terms_by_call(exact, calls)
+    if bases is None or split is None:
         return None
-    for w in bases:
-        if not w.free_symbols or any(sp.Poly(w, s).degree() != 1 for s in w.free_symbols):
-            return None
     big = {w: sp.Dummy("w", positive=True) for w in bases}
     called: list[tuple[sp.Expr, sp.Expr, sp.Expr]] = []
-    others = []
-    for term in sp.Add.make_args(sp.expand(exact, log=False, deep=False)):
-        factors = [f for f in sp.Mul.make_args(term) if is_gamma_function(f)]
-        if len(factors) != 1:
-            if term.has(*calls):
-                return None
-            others.append(term)
-            continue
-        (f,) = factors
+    by_call, others = split
+    for term, f in by_call:
         w = f.args[-1].as_coeff_Add()[1]
         called.append((term, f, _rewritten_in(term / f, w, big[w])))
     branches = [
