@@ -525,7 +525,11 @@ def accuracy(
                     )
                 else:
                     for gap in backend_gaps(result):
-                        out_console.print(f"[yellow]{rule.name}: the backends differ: {escape(gap)}[/yellow]")
+                        # Folded at the console's width, as the table is; the paths below are not (a path cut
+                        # across lines cannot be copied).
+                        out_console.print(
+                            f"[yellow]{rule.name}: the backends differ: {escape(gap)}[/yellow]", soft_wrap=False
+                        )
                     if plot is not None:
                         written = write_plot(result, plot, plot_format.value)
                         out_console.print(f"[dim]wrote {escape(str(written))}[/dim]")
