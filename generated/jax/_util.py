@@ -36,11 +36,7 @@ def _power_product(exponents: tuple[int, ...], *bases: jax.Array) -> jax.Array:
     near-1 product's 0: the gradient of power_product(x, 1, y, 1) at (max, 0) was nan, not
     (0, max).
     """
-    return _scaling.power_product(jnp, *_paired(bases, exponents), exponent_of=_exponent_of)
-
-
-def _paired(bases: Sequence[Any], exponents: Sequence[int]) -> tuple[Any, ...]:
-    return tuple(a for b, k in zip(bases, exponents, strict=True) for a in (b, k))
+    return _scaling.power_product(jnp, *_scaling.paired(bases, exponents), exponent_of=_exponent_of)
 
 
 def _scaled_by(t: Any, exponents: tuple[int, ...], bases: tuple[Any, ...], i: int) -> Any:
@@ -53,12 +49,10 @@ def _scaled_by(t: Any, exponents: tuple[int, ...], bases: tuple[Any, ...], i: in
     near-1 product before the powers of two that scale it back: 0 where t is 0 (a one-hot
     tangent of jacfwd, not 0 * inf), a float where t times the partial is one.
     """
-    lowered = tuple(k - 1 if j == i else k for j, k in enumerate(exponents))
-    kept = [j for j, k in enumerate(lowered) if k != 0]
-    if not kept:
+    pairs = _scaling.partial_pairs(bases, exponents, i)
+    if not pairs:
         return exponents[i] * t
-    partial = _power_product(tuple(lowered[j] for j in kept), *(bases[j] for j in kept))
-    pairs = _paired([bases[j] for j in kept], [lowered[j] for j in kept])
+    partial = _power_product(tuple(pairs[1::2]), *pairs[0::2])
     product, low, high = _scaling.power_product_parts(jnp, *pairs, exponent_of=_exponent_of)
     normal = jnp.isfinite(partial) & (jnp.abs(partial) >= jnp.finfo(partial.dtype).tiny)
     # Reverse mode takes both sides, the other's cotangent 0: each side's factors are finite.

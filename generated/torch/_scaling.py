@@ -81,6 +81,19 @@ def power_product_parts(
     return product, 2.0**half, 2.0 ** (total - half)
 
 
+def paired(bases: Any, exponents: Any) -> tuple[Any, ...]:
+    """(b1, k1, b2, k2, ...): `power_product`'s arguments from its bases and their exponents."""
+    return tuple(a for b, k in zip(bases, exponents, strict=True) for a in (b, k))
+
+
+def partial_pairs(bases: Any, exponents: Any, i: int) -> tuple[Any, ...]:
+    """The arguments of the product in `power_product`'s partial in b_i,
+    k_i power_product(..., b_i, k_i - 1, ...), a base whose exponent is then 0
+    left out; () where none is left (the partial is k_i)."""
+    lowered = [k - 1 if j == i else k for j, k in enumerate(exponents)]
+    return tuple(a for b, k in zip(bases, lowered, strict=True) if k != 0 for a in (b, k))
+
+
 def _normal_exponents(xp: ModuleType, like: Any) -> tuple[int, int]:
     """The exponents of the largest and smallest normal powers of two of `like`'s dtype."""
     info = xp.finfo(like.dtype)

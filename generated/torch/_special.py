@@ -332,7 +332,7 @@ class _PowerProduct(torch.autograd.Function):
     @staticmethod
     def forward(*inputs: Any) -> Any:
         *bases, exponents = inputs
-        return _scaling.power_product(torch, *_paired(bases, _read(exponents)))
+        return _scaling.power_product(torch, *_scaling.paired(bases, _read(exponents)))
 
     @staticmethod
     def setup_context(ctx: Any, inputs: Any, output: str) -> None:
@@ -371,22 +371,13 @@ def _read(exponents: str) -> tuple[int, ...]:
     return tuple(int(k) for k in exponents.split(","))
 
 
-def _paired(bases: Any, exponents: Any) -> tuple[Any, ...]:
-    return tuple(a for b, k in zip(bases, exponents, strict=True) for a in (b, k))
-
-
 def _power_product_slope_times(
     v: torch.Tensor, exponents: tuple[int, ...], bases: tuple[torch.Tensor, ...], i: int
 ) -> torch.Tensor:
     """v d/db_i of the product: k_i power_product(v, 1, ..., b_i, k_i - 1, ...), a base whose
     exponent is then 0 left out."""
-    lowered = [k - 1 if j == i else k for j, k in enumerate(exponents)]
-    kept = [j for j, k in enumerate(lowered) if k != 0]
-    if not kept:
-        return exponents[i] * v
-    return exponents[i] * power_product(
-        v, 1, *_paired([bases[j] for j in kept], [lowered[j] for j in kept])
-    )
+    pairs = _scaling.partial_pairs(bases, exponents, i)
+    return exponents[i] * power_product(v, 1, *pairs) if pairs else exponents[i] * v
 
 
 def power_product(*pairs: Any) -> torch.Tensor:
@@ -399,7 +390,7 @@ def power_product(*pairs: Any) -> torch.Tensor:
     # Under torch.compile, the product's code itself: Dynamo misreads the exponents of the Function
     # applied in a rule's backward (a compiled gradient is autodiff of the scaling).
     if plain_tensors(bases) or torch.compiler.is_compiling():
-        return _scaling.power_product(torch, *_paired(bases, exponents))
+        return _scaling.power_product(torch, *_scaling.paired(bases, exponents))
     return _PowerProduct.apply(*bases, ",".join(map(str, exponents)))
 
 
