@@ -888,9 +888,8 @@ def _merged_powers(args: tuple[sp.Expr, ...]) -> list[tuple[sp.Expr, sp.Expr]]:
 def power_product_of(*args: Any) -> Any:
     """power_product in numpy, as the runtime computes it: the accuracy search's evaluation."""
     bases = np.broadcast_arrays(*(np.asarray(b, dtype=np.result_type(b, 1.0)) for b in args[0::2]))
-    pairs = [a for b, k in zip(bases, args[1::2], strict=True) for a in (b, int(k))]
     with np.errstate(all="ignore"):
-        return _scaling.power_product(np, *pairs)
+        return _scaling.power_product(np, *_scaling.paired(bases, [int(k) for k in args[1::2]]))
 
 
 def _mp_power_product(*args: mpmath.mpf) -> mpmath.mpf:
