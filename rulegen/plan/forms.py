@@ -317,6 +317,12 @@ def jax_forms(exprs: Iterable[sp.Expr], scalars: Iterable[str]) -> Callable[[sp.
     rule selects on x >= 0), so the pieces agree with the derivatives.  An
     argument with a static input in it is left alone: its sign, and so the
     piece at 0, is unknown.
+
+    A softplus of an argument no greater than 0 (-|u|, the logistic
+    log-density's) is `log1p(exp(u))`, the number `jax.nn.softplus` computes
+    there, where that computes `logaddexp(u, 0)`: a maximum, an absolute
+    value, a select for nan and an `exp` of its own, not shared with the
+    `exp(-|u|)` of the partial beside it.
     """
     scalars = frozenset(scalars)
 
@@ -332,13 +338,16 @@ def jax_forms(exprs: Iterable[sp.Expr], scalars: Iterable[str]) -> Callable[[sp.
         for u in found[softplus]
         if (u in found[sigmoid] or -u in found[sigmoid]) and not any(s.name in scalars for s in u.free_symbols)
     }
-    if not shared:
+    nonpositive = {u for u in found[softplus] if u.is_nonpositive and canonical(u) not in shared}
+    if not shared and not nonpositive:
         return lambda expr: expr
 
     def pieces(u: sp.Expr, at_least_zero: sp.Expr, below: sp.Expr) -> sp.Expr:
         return sp.Piecewise((at_least_zero, sp.Ge(u, 0)), (below, True))
 
     def rewrite(f: sp.Function) -> sp.Expr:
+        if isinstance(f, softplus) and f.args[0] in nonpositive:
+            return log1p(sp.exp(f.args[0]))
         u = canonical(f.args[0])
         if u not in shared:
             return f

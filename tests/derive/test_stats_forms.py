@@ -608,3 +608,21 @@ def test_a_product_whose_every_order_overflows_somewhere_is_scaled():
         value = evaluated(choice.chosen, variables, point, np.float64)
         assert math.isfinite(value)
         assert bits(value, exact) <= 2
+
+
+def test_an_even_sum_of_softplus_terms_is_one_form_at_the_absolute_value():
+    # The logistic log-density, -u - 2 softplus(-u): below 0 its form by sign is the form above 0 at -u, the same
+    # operations on the same numbers.  A `where` of the two computed both (under jit half again autodiff's
+    # operations); at |u| it is one, and every value as before, to the bit.
+    from rulegen.derive.stabilise.families import _softplus_by_sign
+
+    forward = -x - 2 * softplus(-x)
+    folded = _softplus_by_sign(forward)
+    assert not folded.has(sp.Piecewise) and folded.has(sp.Abs), folded
+    by_sign = sp.Piecewise((x - 2 * softplus(x), x < 0), (-x - 2 * softplus(-x), True))
+    for dtype in (np.float32, np.float64):
+        for point in (-1e30, -88.5, -3.0, -1e-30, 0.0, 2.5, 40.0, 3e38):
+            assert evaluated(folded, (x,), (point,), dtype) == evaluated(by_sign, (x,), (point,), dtype), point
+    # Not even in z (a Bernoulli log-mass): by sign, as before.
+    y, z = sp.Symbol("y", real=True), sp.Symbol("z", real=True)
+    assert _softplus_by_sign(-y * softplus(-z) - (1 - y) * softplus(z)).has(sp.Piecewise)

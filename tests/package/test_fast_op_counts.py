@@ -35,6 +35,7 @@ rules:
   - {name: z_hinge_smooth, inputs: [z], forward: softplus(1 - z)}
   - {name: z_gaussian, inputs: [x], forward: exp(-x**2)}
   - {name: z_gelu_tanh, inputs: [x], forward: x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))) / 2}
+  - {name: z_logistic_log_prob, inputs: [x], forward: -x - 2 * log(1 + exp(-x))}
 """
 WRITTEN: dict[str, Callable[..., torch.Tensor]] = {
     "z_squared_error": lambda x, y: (x - y) ** 2 / 2,
@@ -132,6 +133,21 @@ def test_a_shared_factor_is_multiplied_once_under_jit(fast, name):
     arrays = [jnp.linspace(0.5, 3.0, 4096, dtype=jnp.float32) + k for k in range(2)]
     generated = getattr(fast[1], name)
     assert _compiled_operations(generated, arrays) <= _compiled_operations(WRITTEN_JAX[name], arrays)
+
+
+#: Written forms that overflow (exp(-x) past x = -88 in float32), whose stable forms are as cheap under jit.
+STABLE_JAX = {"z_logistic_log_prob": lambda x: -x - 2 * jnp.log(1 + jnp.exp(-x))}
+
+
+@pytest.mark.parametrize("name", sorted(STABLE_JAX))
+def test_an_even_stable_form_runs_no_more_operations_under_jit(fast, name):
+    # The logistic log-density by the sign of x was a `where` of two forms, each with its softplus as a `where`
+    # of its own (24 operations for grad, 21 for jvp, against autodiff's 16 and 12): even in x, it is one form
+    # at |x|, -|x| - 2 log1p(exp(-|x|)), its softplus of an argument below 0 one log1p of one exp.
+    arrays = [jnp.linspace(-3.0, 3.0, 4096, dtype=jnp.float32)]
+    generated = getattr(fast[1], name)
+    assert _compiled_operations(generated, arrays) <= _compiled_operations(STABLE_JAX[name], arrays)
+    assert _compiled_jvp_operations(generated, arrays) <= _compiled_jvp_operations(STABLE_JAX[name], arrays)
 
 
 def _compiled_jvp_operations(f: Callable, arrays: list) -> int:

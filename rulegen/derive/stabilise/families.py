@@ -617,11 +617,16 @@ def _softplus_by_sign(expr: sp.Expr) -> sp.Expr:
 
     def collected(e: sp.Expr) -> sp.Expr:
         spread = sp.Add(*(sp.expand_mul(t) if t.has(whole, softplus) else t for t in sp.Add.make_args(e)))
-        return sp.collect(spread, [softplus(whole), softplus(-whole), whole]).xreplace({whole: u})
+        return sp.collect(spread, [softplus(whole), softplus(-whole), whole])
 
     above = collected(named.xreplace({softplus(whole): whole + softplus(-whole)}))
     below = collected(named.xreplace({softplus(-whole): -whole + softplus(whole)}))
-    return sp.Piecewise((above, u > 0), (below, True))
+    if sp.expand(below - above.xreplace({whole: -whole})) == 0:
+        # An even function of u (the logistic log-density): below 0 the form is the one above 0 at -u, the same
+        # operations on the same numbers, so it is that form at |u|, one expression where a `where` of two computed
+        # both (under XLA half again autodiff's operations; -|u| - 2 log1p(exp(-|u|)) is as many).
+        return above.xreplace({whole: sp.Abs(u)})
+    return sp.Piecewise((above.xreplace({whole: u}), u > 0), (below.xreplace({whole: u}), True))
 
 
 def _power_of_quotient(parts: list[tuple[sp.Expr, sp.Expr]]) -> sp.Expr:
