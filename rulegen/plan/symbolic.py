@@ -19,6 +19,7 @@ def linear_combination(
     variables: Iterable[str],
     suffix: str,
     transpose: bool = False,
+    distributed: bool = False,
 ) -> sp.Expr:
     """`sum_v partial(result, v) * v<suffix>`, or its transpose, each partial computed whole before the product.
 
@@ -32,6 +33,10 @@ def linear_combination(
 
     A negated product, function or name is subtracted, `a - r * y_dot` (the same number as `a + y_dot * (-r)`,
     one operation fewer: in eager torch a negation is a kernel of its own), or negated after the product.
+
+    `distributed` (eager torch, under `fast`): a partial that is a sum of reciprocals and units, `1/x - 1`, is
+    multiplied term by term, `x_dot/x - x_dot`, as autodiff of `log(x) - x` computes it: a division for each
+    reciprocal and no product, one kernel fewer than computing it whole and multiplying.
     """
     total = sp.S.Zero
     for v in variables:
@@ -43,10 +48,28 @@ def linear_combination(
             negated = isinstance(partial, sp.Mul) and partial.as_coeff_Mul()[0] == -1
             if negated and not isinstance(-partial, (sp.Pow, sp.Add)):
                 sign, partial = sp.S.NegativeOne, -partial
+            tangent = d.symbols[f"{v}{suffix}"]
+            if distributed and _reciprocals_and_units(partial):
+                total += sign * sp.Add(*(term * tangent for term in sp.Add.make_args(partial)))
+                continue
             if isinstance(partial, sp.Mul):
                 partial = sp.UnevaluatedExpr(partial)
-            total += sign * partial * d.symbols[f"{v}{suffix}"]
+            total += sign * partial * tangent
     return total
+
+
+def _reciprocal_or_unit(term: sp.Expr) -> bool:
+    """`term` is 1, -1, 1/w or -1/w: a tangent times it is the tangent itself, or one division."""
+    if term in (sp.S.One, sp.S.NegativeOne):
+        return True
+    coefficient, rest = term.as_coeff_Mul()
+    return coefficient in (1, -1) and isinstance(rest, sp.Pow) and rest.exp == -1 and not rest.base.is_number
+
+
+def _reciprocals_and_units(partial: sp.Expr) -> bool:
+    """`partial` is a sum of reciprocals and units with a reciprocal among them (`1/x - 1`)."""
+    terms = sp.Add.make_args(partial)
+    return len(terms) > 1 and all(map(_reciprocal_or_unit, terms)) and any(t.free_symbols for t in terms)
 
 
 def _shape_inputs(d: Derivation, expr: sp.Expr) -> set[str] | None:

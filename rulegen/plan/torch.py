@@ -59,6 +59,7 @@ from rulegen.plan.symbolic import (
     needs_broadcast,
 )
 from rulegen.plan.torch_route import Kept, setup_context_method, torch_route, values_saved
+from rulegen.spec.model import DEFAULT_ACCURACY
 from rulegen.spec.names import (
     COTANGENT,
     TANGENT,
@@ -152,10 +153,18 @@ class _Torch:
         return self.cotangents_absent or len(self.diff_inputs) > 1
 
     @functools.cached_property
+    def as_autodiff(self) -> bool:
+        """Whether the rule's policy (`fast`) takes autodiff's arithmetic as it is: its partials may then be
+        multiplied as autodiff multiplies them (`linear_combination`'s `distributed`)."""
+        return (self.rule.accuracy or DEFAULT_ACCURACY) == "fast"
+
+    @functools.cached_property
     def output_tangents(self) -> dict[str, sp.Expr]:
         """Each output's tangent from the derived partials: sum over inputs of partial * x_dot."""
         return {
-            o.name: linear_combination(self.d, self.jvp_partials, o.name, self.diff_inputs, TANGENT)
+            o.name: linear_combination(
+                self.d, self.jvp_partials, o.name, self.diff_inputs, TANGENT, distributed=self.as_autodiff
+            )
             for o in self.rule.outputs
         }
 
@@ -477,7 +486,9 @@ def _backward_results(t: _Torch, *, with_residuals: bool, guarded: bool = True) 
         if with_residuals and t.cotangents_absent:
             expr = _terms_of_present_cotangents(t, i.name)
         else:
-            expr = linear_combination(t.d, t.backward_partials, i.name, t.outputs, COTANGENT, transpose=True)
+            expr = linear_combination(
+                t.d, t.backward_partials, i.name, t.outputs, COTANGENT, transpose=True, distributed=t.as_autodiff
+            )
         reads = frozenset({i.name})
         if i.name not in t.diff_inputs or expr == 0:
             found.append(Result(cotangent(i.name), code="None"))
