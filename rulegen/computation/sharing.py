@@ -127,7 +127,8 @@ def shared_subexpressions(
     `t0 = 1/hypot(x, y)`, then `t0*y`: where the divisor is large (1.3e38 in
     float32) the reciprocal is subnormal and the product keeps a few bits of
     what `y/hypot` gets right (or 0 where it underflows).  A shared
-    reciprocal becomes the shared divisor, each use a division.
+    reciprocal becomes the shared divisor, each use a division, and a shared
+    negation the value negated, each use subtracting it.
     """
     replacements, reduced = _cse_with_selections_named([pairs_added_first(e) for e in exprs], symbols)
     divisors: dict[sp.Symbol, sp.Expr] = {}
@@ -150,6 +151,13 @@ def shared_subexpressions(
                 continue
             divisors[symbol] = coefficient * symbol**power.exp
             value = power.base
+        elif isinstance(value, sp.Mul) and value.as_coeff_Mul()[0] == -1 and not (-value).is_Atom:
+            # A negated value, -exp(r), shared as exp(r), each use negating it: sp.cse names -exp(r) of
+            # exp(r) - r*y and exp(r) - y, which read it back as -r*y - t0 and -t0 - y, a negation more
+            # for each (an eager kernel; under jit a Poisson NLL's tangent had three more operations than
+            # autodiff's), where t0 - r*y and t0 - y subtract it.
+            divisors[symbol] = -symbol
+            value = -value
         shared.append((symbol, value))
     return _calls_named(*_products_kept_whole(shared, [e.xreplace(divisors) for e in reduced]), symbols)
 

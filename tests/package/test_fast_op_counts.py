@@ -150,13 +150,28 @@ def test_an_even_stable_form_runs_no_more_operations_under_jit(fast, name):
 
 def _compiled_jvp_operations(f: Callable, arrays: list) -> int:
     """The array operations of `jit(jvp(f))` as XLA compiles it (as `_compiled_operations` counts them)."""
+    return sum(_compiled_jvp_operation_names(f, arrays).values())
+
+
+def _compiled_jvp_operation_names(f: Callable, arrays: list) -> Counter[str]:
     import jax
 
     jvp = jax.jit(lambda *a: jax.jvp(f, a, tuple(jnp.ones_like(b) for b in a)))
     text = jvp.lower(*arrays).compile().as_text()
     operation = re.compile(rf"= f32\[{arrays[0].size}\]\S* (\w[\w-]*)\(")
     ignored = {"parameter", "broadcast", "constant", "fusion", "bitcast", "copy"}
-    return sum(1 for m in map(operation.search, text.splitlines()) if m and m.group(1) not in ignored)
+    return Counter(m.group(1) for m in map(operation.search, text.splitlines()) if m and m.group(1) not in ignored)
+
+
+def test_a_shared_negated_value_is_subtracted_under_jit(fast):
+    # cse shared -exp(r) of the Poisson NLL's exp(r) - r y and its partial exp(r) - y, read back as -r y - t0 and
+    # -t0 - y: three negations where autodiff's jvp has none (8 operations against 5).  Shared as exp(r), each
+    # use subtracts it; the one negation left is the held input's partial, -r, which `summed_like` multiplies.
+    arrays = [jnp.linspace(0.5, 3.0, 4096, dtype=jnp.float32) + k for k in range(2)]
+    generated = _compiled_jvp_operation_names(fast[1].z_poisson_nll, arrays)
+    written = _compiled_jvp_operation_names(lambda r, y: jnp.exp(r) - y * r, arrays)
+    assert generated["negate"] <= 1, generated
+    assert sum(generated.values()) - generated["negate"] <= sum(written.values()) - written["negate"], generated
 
 
 @pytest.mark.parametrize("name", sorted(READING))

@@ -166,3 +166,17 @@ def test_a_one_operation_argument_autodiff_keeps_is_kept_where_it_stands_in_for_
     path.write_text("name: r\ninputs: [x]\nforward: log1p(x**2)\n")
     (rule,) = read_rule_file(path)
     assert plan_torch(derive_rule(rule)).saved == ("x",)
+
+
+def test_a_shared_negation_is_shared_as_the_value_it_negates():
+    # sp.cse names -exp(x) of exp(x) - x*y and exp(x) - y; each use then negates it again (-x*y - t0).
+    from rulegen.computation.sharing import shared_subexpressions
+
+    replacements, reduced = shared_subexpressions([sp.exp(X) - X * Y, sp.exp(X) - Y], sp.numbered_symbols("t"))
+    (name, value), = replacements
+    assert value == sp.exp(X) and reduced == [name - X * Y, name - Y], (replacements, reduced)
+    assert eager_passes(reduced, set()) < eager_passes([-X * Y + name, -name - Y], set())
+    # A negated name stays shared as the negation: t0 = y would be no value, each use negating it again.
+    selections = [sp.Piecewise((1, X > 0), (-Y, True)), X * sp.Piecewise((2, X < 0), (-Y, True))]
+    replacements, _ = shared_subexpressions(selections, sp.numbered_symbols("t"))
+    assert [v for _, v in replacements] == [-Y], replacements
