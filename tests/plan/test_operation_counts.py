@@ -173,7 +173,7 @@ def test_a_shared_negation_is_shared_as_the_value_it_negates():
     from rulegen.computation.sharing import shared_subexpressions
 
     replacements, reduced = shared_subexpressions([sp.exp(X) - X * Y, sp.exp(X) - Y], sp.numbered_symbols("t"))
-    (name, value), = replacements
+    ((name, value),) = replacements
     assert value == sp.exp(X) and reduced == [name - X * Y, name - Y], (replacements, reduced)
     assert eager_passes(reduced, set()) < eager_passes([-X * Y + name, -name - Y], set())
     # A negated name stays shared as the negation: t0 = y would be no value, each use negating it again.
