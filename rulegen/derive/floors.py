@@ -165,7 +165,7 @@ PRIVATE_APIS: Mapping[str, PrivateApi] = {
     ),
     "torch._C._functorch.get_interpreter_stack": PrivateApi("torch", ("torch/_route.py",), _IMPORT_FAILS),
     "torch._C._functorch.is_functorch_wrapped_tensor": PrivateApi(
-        "torch", ("torch/_plain.py", "torch/_util.py"), _IMPORT_FAILS
+        "torch", ("torch/_plain.py", "torch/_route.py", "torch/_util.py"), _IMPORT_FAILS
     ),
     "torch._C._functorch.is_legacy_batchedtensor": PrivateApi("torch", ("torch/_plain.py",), _IMPORT_FAILS),
     "torch._C._functorch.pop_dynamic_layer_stack": PrivateApi("torch", ("torch/_route.py",), _IMPORT_FAILS),
