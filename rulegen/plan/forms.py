@@ -321,8 +321,8 @@ def jax_forms(exprs: Iterable[sp.Expr], scalars: Iterable[str]) -> Callable[[sp.
     A softplus of an argument no greater than 0 (-|u|, the logistic
     log-density's) is `log1p(exp(u))`, the number `jax.nn.softplus` computes
     there, where that computes `logaddexp(u, 0)`: a maximum, an absolute
-    value, a select for nan and an `exp` of its own, not shared with the
-    `exp(-|u|)` of the partial beside it.
+    value, a select for nan and an `exp` of its own.  Beside a sigmoid of
+    u, softplus(-|u|) is log1p(e) with the sigmoid's e.
     """
     scalars = frozenset(scalars)
 
@@ -337,6 +337,13 @@ def jax_forms(exprs: Iterable[sp.Expr], scalars: Iterable[str]) -> Callable[[sp.
         canonical(u)
         for u in found[softplus]
         if (u in found[sigmoid] or -u in found[sigmoid]) and not any(s.name in scalars for s in u.free_symbols)
+    }
+    # softplus(-|u|) is log1p(exp(-|u|)) (below), whose exp a sigmoid of u shares.
+    shared |= {
+        canonical(u.args[0])
+        for u in (-w for w in found[softplus] if isinstance(-w, sp.Abs))
+        if (u.args[0] in found[sigmoid] or -u.args[0] in found[sigmoid])
+        and not any(s.name in scalars for s in u.free_symbols)
     }
     nonpositive = {u for u in found[softplus] if u.is_nonpositive and canonical(u) not in shared}
     if not shared and not nonpositive:
