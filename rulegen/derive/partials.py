@@ -31,7 +31,7 @@ from rulegen.derive.routes import Gives, choose_routes
 from rulegen.derive.saved import completed
 from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
 from rulegen.derive.stabilise import BUDGET, DEFAULT_POLICY, Choice, Sampling, searchable, stabilise
-from rulegen.derive.stabilise.cost import NOTHING_FREE, Free, reused
+from rulegen.derive.stabilise.cost import NOTHING_FREE, Free, reused, roots
 from rulegen.derive.symbols import scope, symbols_of
 from rulegen.spec.errors import Loc, SpecError, SpecErrors
 from rulegen.spec.names import COTANGENT, TANGENT
@@ -534,6 +534,7 @@ def stabilised(d: Derivation) -> Derivation:
     # of the forward as written, which autodiff of it reads.
     free = {n: reused([e]) for n, e in forward}
     written_free = {n: reused([e]) for n, e in written.items()}
+    written_roots = {n: roots([e]) for n, e in written.items()}
     # Where each output is defined, once: every partial of it, in either mode, is searched there.
     defined = {o: defined_where(sampling, e) for o, e in derived.items()}
 
@@ -559,7 +560,7 @@ def stabilised(d: Derivation) -> Derivation:
                 alternatives,
                 reference,
                 defined.get(o),
-                Free(free.get(o, frozenset()), written_free.get(o, frozenset())),
+                Free(free.get(o, frozenset()), written_free.get(o, frozenset()), written_roots.get(o, frozenset())),
             )
             table[(o, i)] = slopes(e if choice is None else choice.chosen)
         return MappingProxyType(table)

@@ -120,10 +120,12 @@ def _call(name: str, weights: Mapping[str, float]) -> float:
 
 class Free(NamedTuple):
     """What a search's forms read of a forward for nothing (`reused`): `forms` of the forward the backends
-    compute, `written` of the forward as written, which autodiff of it (a policy's reference) reads."""
+    compute, `written` of the forward as written, which autodiff of it (a policy's reference) reads; `roots`
+    the bases of the written forward's square roots (`roots`), whose powers autodiff multiplies out of them."""
 
     forms: frozenset[sp.Expr] = frozenset()
     written: frozenset[sp.Expr] = frozenset()
+    roots: frozenset[sp.Expr] = frozenset()
 
 
 #: Nothing read for nothing: `best`'s searches, and a form no forward computes a part of.
@@ -142,10 +144,39 @@ def reused(forward: Sequence[sp.Expr]) -> frozenset[sp.Expr]:
     )
 
 
+def roots(forward: Sequence[sp.Expr]) -> frozenset[sp.Expr]:
+    """The bases whose square root, or its reciprocal, the `forward` computes (`x**2 + 1` of `x/sqrt(x**2 + 1)`)."""
+    return frozenset(
+        node.base
+        for expr in forward
+        for node in sp.preorder_traversal(expr)
+        if isinstance(node, sp.Pow) and abs(node.exp) == sp.S.Half and node.base.free_symbols
+    )
+
+
+def _multiplied_out_of_a_root(node: sp.Basic, roots: frozenset[sp.Expr]) -> tuple[sp.Expr, sp.Expr] | None:
+    """(the root, the integer power beside it) where `node` is a power of one of `roots`' bases by an odd
+    multiple of 1/2 other than +-1/2: u**(-3/2) as rsqrt(u) times 1/u."""
+    if not (isinstance(node, sp.Pow) and node.base in roots):
+        return None
+    twice = 2 * node.exp
+    if not (twice.is_Integer and twice % 2 == 1) or abs(node.exp) == sp.S.Half:
+        return None
+    half = sp.S.Half if node.exp > 0 else -sp.S.Half
+    return sp.Pow(node.base, half, evaluate=False), node.exp - half
+
+
 @functools.lru_cache(maxsize=4096)
-def cost(expr: sp.Basic, backend: str, free: frozenset[sp.Expr] = frozenset()) -> float:
+def cost(
+    expr: sp.Basic, backend: str, free: frozenset[sp.Expr] = frozenset(), roots: frozenset[sp.Expr] = frozenset()
+) -> float:
     """What computing `expr` costs in `backend` ("torch" eager or "jax" under jit), in `WEIGHTS`' units, the
-    subexpressions in `free` (`reused`) for nothing."""
+    subexpressions in `free` (`reused`) for nothing.
+
+    `roots` prices `expr` as autodiff of a forward that computes the square roots of those bases does
+    (`roots`): sympy's derivative of 1/sqrt(u) is u**(-3/2), which the printers write as one power (an
+    exponential of a logarithm under XLA, 60 times a square root), where autodiff divides the root it has by u.
+    """
     weights = WEIGHTS[backend]
     seen: set[sp.Basic] = set()
     total = 0.0
@@ -155,14 +186,23 @@ def cost(expr: sp.Basic, backend: str, free: frozenset[sp.Expr] = frozenset()) -
         if node in seen or node.is_Atom or not node.free_symbols or node in free:
             continue
         seen.add(node)
+        split = _multiplied_out_of_a_root(node, roots) if roots else None
+        if split is not None:
+            root, exponent = split
+            # A division where the power beside the root is 1/u, a product with that power otherwise.
+            total += weights["arithmetic"] + (0.0 if exponent == -1 else _power(exponent, weights))
+            stack.append(root)
+            continue
         total += _own(node, weights)
         stack.extend(node.args)
     return total
 
 
-def costs(expr: sp.Basic, free: frozenset[sp.Expr] = frozenset()) -> tuple[float, ...]:
+def costs(
+    expr: sp.Basic, free: frozenset[sp.Expr] = frozenset(), roots: frozenset[sp.Expr] = frozenset()
+) -> tuple[float, ...]:
     """`cost` of `expr` in each of `BACKENDS`."""
-    return tuple(cost(expr, b, free) for b in BACKENDS)
+    return tuple(cost(expr, b, free, roots) for b in BACKENDS)
 
 
 def relative(
@@ -170,10 +210,12 @@ def relative(
     reference: sp.Basic,
     free: frozenset[sp.Expr] = frozenset(),
     reference_free: frozenset[sp.Expr] = frozenset(),
+    reference_roots: frozenset[sp.Expr] = frozenset(),
 ) -> float:
-    """`expr`'s cost over `reference`'s (`free` and `reference_free` what each reads of its forward), the larger
-    ratio of the backends' (1 where both cost nothing)."""
+    """`expr`'s cost over `reference`'s (`free` and `reference_free` what each reads of its forward,
+    `reference_roots` the roots autodiff multiplies powers out of, `cost`), the larger ratio of the backends'
+    (1 where both cost nothing)."""
     return max(
         (c / r if r > 0 else (1.0 if c <= 0 else math.inf))
-        for c, r in zip(costs(expr, free), costs(reference, reference_free), strict=True)
+        for c, r in zip(costs(expr, free), costs(reference, reference_free, reference_roots), strict=True)
     )

@@ -11,7 +11,9 @@ the derivation rewrote the forward into a stable form before it searched (log(1 
 erf(u) into an erfc), the written form or its derivative, which is then a candidate too: the cheap written
 form is kept wherever it is admissible.  A form's cost leaves out what it
 reads of the forward the backends compute, and the reference's what it reads
-of the forward as written (`cost.Free`).
+of the forward as written (`cost.Free`); the reference's powers of the written
+forward's square roots cost what autodiff pays, the root times an integer
+power, not the one power sympy's derivative writes (u**(-3/2) of 1/sqrt(u)).
 
 Admissible, under every policy, is the acceptance gate's (`gate.admissible`: finite wherever the derived form
 and the exact value are, no worse on average, on points the search never saw) and, where the policy keeps
@@ -177,7 +179,7 @@ def pick(
         return costs(m.expr, reads(m))
 
     def ratio(m: _Measured) -> float:
-        return relative(m.expr, ref.expr, reads(m), reads(ref))
+        return relative(m.expr, ref.expr, reads(m), reads(ref), free.roots)
 
     def score(m: _Measured) -> float:
         return m.score + (BUDGET.regime_margin_bits if m.branches else 0.0)
@@ -193,7 +195,9 @@ def pick(
 
     unique = list({m.expr: m for m in reversed([best, *forms, ref])}.values())
     if policy == "balanced":
-        limit = [BALANCED_COST * c for c in price(ref)]
+        # The reference priced as autodiff computes it (its powers of the forward's roots multiplied out of them),
+        # a candidate as the printers write it: the derived form itself may cost more than its reference.
+        limit = [BALANCED_COST * c for c in costs(ref.expr, reads(ref), free.roots)]
 
         def within(m: _Measured) -> bool:
             return all(c <= bound + 1e-9 for c, bound in zip(price(m), limit, strict=True))

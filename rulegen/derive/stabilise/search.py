@@ -122,7 +122,7 @@ def stabilise(
     if policy == "best":
         free = NOTHING_FREE
     elif written is None:
-        free = Free(free.forms, free.forms)
+        free = free._replace(written=free.forms)
     points = BUDGET.search_points
     key = (expr, sampling, seed, points, alternatives, policy, written, free)
     found = _SEARCHED.get(key)
