@@ -132,7 +132,7 @@ NATIVE_KERNELS = (silu, silu_backward, softplus_scaled, sigmoid_product, tanh_ba
 
 
 def torch_forms(
-    scalars: Iterable[str], integral: Iterable[str], tanh_values: Iterable[str] = ()
+    scalars: Iterable[str], integral: Iterable[str], tanh_values: Iterable[str] = (), inputs: Iterable[str] = ()
 ) -> Callable[[sp.Expr], sp.Expr]:
     """A rewrite of products with a sigmoid, softplus, silu's or tanh's derivative into torch's one-kernel forms.
 
@@ -145,9 +145,14 @@ def torch_forms(
     boolean arrays (silu refuses them; softplus's backward promotes them),
     `tanh_values` the saved values that are a tanh (`saved_tanh`); none for
     a complex rule, whose conjugated partials aten's tanh_backward would
-    conjugate again.
+    conjugate again.  `inputs` name the rule's array inputs: softplus's
+    backward computes `a * z / (z + 1)`, z = exp(beta * u), inf where
+    `a * z` overflows, and is handed no `a` that holds an input `u` does not
+    (a negative binomial's `r * sigmoid(logits)` at r = 8.4e37, logits =
+    5.48 in float32, where it is -8.4e37): a cotangent, a saved value, or a
+    function of u's own inputs (gelu's `x` beside `x + 0.044715 x**3`) is.
     """
-    return _TorchForms(frozenset(scalars), frozenset(integral), frozenset(tanh_values))
+    return _TorchForms(frozenset(scalars), frozenset(integral), frozenset(tanh_values), frozenset(inputs))
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,7 @@ class _TorchForms:
     scalars: frozenset[str]
     integral: frozenset[str]
     tanh_values: frozenset[str] = frozenset()
+    inputs: frozenset[str] = frozenset()
 
     def __call__(self, expr: sp.Expr) -> sp.Expr:
         # A partial kept whole before its cotangent multiplies it (plan.symbolic.linear_combination) opens
@@ -195,10 +201,20 @@ class _TorchForms:
         held = expr.replace(lambda e: isinstance(e, in_float), lambda e: e.args[0])
         return self._operand(expr) and any(s.name not in self.scalars for s in held.free_symbols)
 
-    def _tensor_operand(self, factors: Sequence[sp.Expr], skip: int) -> int | None:
-        """The factor to hand a native kernel as its tensor, a bare name first (it needs no pass of its own)."""
-        candidates = [j for j, f in enumerate(factors) if j != skip and self._operand(f)]
+    def _tensor_operand(self, factors: Sequence[sp.Expr], skip: int, beside: sp.Expr | None = None) -> int | None:
+        """The factor to hand a native kernel as its tensor, a bare name first (it needs no pass of its own); with
+        `beside`, one that holds no input `beside` does not hold."""
+        candidates = [
+            j
+            for j, f in enumerate(factors)
+            if j != skip and self._operand(f) and (beside is None or not self._independent_of(f, beside))
+        ]
         return min(candidates, key=lambda j: (not factors[j].is_Atom, j)) if candidates else None
+
+    def _independent_of(self, factor: sp.Expr, argument: sp.Expr) -> bool:
+        """Whether `factor` holds an array input that `argument` does not: the two are drawn apart."""
+        held = {s.name for s in argument.free_symbols}
+        return any(s.name in self.inputs and s.name not in held for s in factor.free_symbols)
 
     def _split(self, expr: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
         """`expr` as (numbers and static inputs, the rest): `2*beta*x` is (2*beta, x)."""
@@ -273,7 +289,7 @@ class _TorchForms:
             rest = [f for j, f in enumerate(factors) if j != k]
             rest.remove(u)
             return sp.Mul(*rest, silu(u))
-        a = self._tensor_operand(factors, k)
+        a = self._tensor_operand(factors, k, beside=u)
         if a is None:
             return product
         rest = [f for j, f in enumerate(factors) if j not in (a, k)]

@@ -219,7 +219,8 @@ class _Torch:
     def forms(self, *cotangents: str) -> Callable[[sp.Expr], sp.Expr]:
         """What torch computes of an expression: its corrected functions, the float rewrites, the one-kernel forms
         (those of products with the `cotangents` too)."""
-        native = torch_forms((*self.statics, *cotangents), self.integral, self.tanh_values)
+        inputs = tuple(i.name for i in self.rule.inputs if not i.static)
+        native = torch_forms((*self.statics, *cotangents), self.integral, self.tanh_values, inputs)
         in_float = self.in_float
         corrected = corrections("torch")
         return lambda e: native(in_float(corrected(e)))

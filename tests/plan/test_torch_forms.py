@@ -154,3 +154,25 @@ def test_a_sigmoid_of_statics_alone_is_no_softplus_backward():
     assert not native(X * fn.sigmoid(fn.in_float(s, X))).has(fn.sigmoid_product)
     assert native(X * fn.sigmoid(Y)).has(fn.sigmoid_product)
     assert native(X * fn.sigmoid(s * Y)).has(fn.sigmoid_product)
+
+
+def test_softplus_s_backward_is_handed_no_input_its_argument_does_not_hold(tmp_path):
+    # softplus's backward computes a * z / (z + 1), z = exp(u): a negative binomial's partial in its logits,
+    # k sigmoid(-logits) - r sigmoid(logits), was -inf in float32 at r = 8.4e37, logits = 5.48 (r * z overflows),
+    # where it is -8.4e37; r and logits are drawn apart.  A cotangent, or a factor of u's own inputs, is handed to it.
+    from rulegen.plan.forms import torch_forms
+    from tests.conftest import rules_from
+
+    c = sp.Symbol("out_bar", real=True)
+    native = torch_forms((), (), inputs=("x", "y"))
+    assert not native(X * fn.sigmoid(Y)).has(fn.sigmoid_product)
+    assert native(c * fn.sigmoid(Y)).has(fn.sigmoid_product)
+    assert native(X * fn.sigmoid(X + X**3 / 20)).has(fn.sigmoid_product)
+    (rule,) = rules_from(
+        tmp_path,
+        "name: nb\ninputs: {k: {domain: {ge: 0}}, r: {assume: positive, domain: {gt: 0}}, logits: {}}\n"
+        "forward: r * log(sigmoid(-logits)) + k * log(sigmoid(logits))\n",
+    )
+    torch_plan = plan_torch(derive_rule(rule))
+    code = "\n".join([*(str(line) for line in torch_plan.backward.lines), str(torch_plan.backward.result)])
+    assert "softplus_backward(k" not in code and "softplus_backward(r" not in code, code

@@ -31,7 +31,10 @@ expression:
   r log r` is `k log1p(r/k) + r log1p(k/r)`); a log beside a loggamma or
   digamma whose series leads with it (`k log(rate) - loggamma(k + 1)` is
   `k log(rate/k) + k - log(2 pi k)/2 - ...`, `log(rate) - digamma(k + 1)`
-  is `log(rate/k) - 1/(2k) + ...`) joined to it;
+  is `log(rate/k) - 1/(2k) + ...`) joined to it; poles taken out of
+  trigamma and on, and of a loggamma or digamma of `a v` (`0 < a < 1`)
+  where XLA flushes `a v` to 0 (`loggamma(df/2)` as
+  `loggamma(df/2 + 1) - log(df) + log(2)` there);
 - norms: `a**2 + b**2` through `hypot(a, b)` (`p/(a**2 + b**2)` is
   `(p/h)/h`), a ratio of magnitudes no single input's regime can express;
   a power below -1 split (`x**(-3/2)/2` is `x**(-1/2)/(2x)`);

@@ -500,7 +500,7 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
     yield from _changed("softplus by sign", _softplus_by_sign, expr)
     yield from _changed("reciprocals paired", _reciprocals_paired, expr)
     yield from _gamma_series(expr, ops)
-    yield from _changed("poles taken out", _poles_taken_out, expr)
+    yield from _changed(POLES, _poles_taken_out, expr)
     if ops <= BUDGET.factor_ops:
         for v in variables:
             scaled = _attempt(functools.partial(_scaled, expr, v))
@@ -684,19 +684,29 @@ def _gamma_series(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
             # Below the series' threshold the calls as written, each pole taken out (trigamma(p) at p = 1e-165).
             poles = _attempt(functools.partial(_each_sum_poles_taken_out, series))
             if poles is not None and poles != series:
-                yield f"{family}, poles taken out", poles
+                yield f"{family}, {POLES}", poles
+
+
+#: The family of `_poles_taken_out`, a step of other families' names as well.
+POLES = "poles taken out"
 
 
 def _each_sum_poles_taken_out(expr: sp.Expr) -> sp.Expr:
-    return expr.replace(lambda e: e.is_Add, _poles_taken_out)
+    return _small_argument_poles(expr).replace(lambda e: e.is_Add, _polygamma_poles)
 
 
 def _poles_taken_out(expr: sp.Expr) -> sp.Expr:
-    """Each term c f(u) of `expr`, f digamma, trigamma, ... (polygamma(n, .), n >= 1), as c f(u + 1) plus its pole
-    part at 0, c (-1)**(n+1) n! / u**(n+1), computed as c divided by u n + 1 times: a KL divergence of two Gammas'
+    """`expr` with the poles of its gamma family taken out: digamma(u) and loggamma(u) where XLA flushes u to 0
+    (`_small_argument_poles`), trigamma and on everywhere (`_polygamma_poles`)."""
+    return _polygamma_poles(_small_argument_poles(expr))
+
+
+def _polygamma_poles(expr: sp.Expr) -> sp.Expr:
+    """Each term c f(u) of `expr`, f trigamma, ... (polygamma(n, .), n >= 1), as c f(u + 1) plus its pole part at
+    0, c (-1)**(n+1) n! / u**(n+1), computed as c divided by u n + 1 times: a KL divergence of two Gammas'
     partial (p - q) trigamma(p) is inf at p = 1e-165 (trigamma(p) = 1/p**2 overflows) where it is 1/p = 1e165,
     and ((p - q)/p)/p is in range wherever the product is.  Exact at every u (the recurrence f(u) = f(u + 1) +
-    pole); where a pole part cancels against f(u + 1) (digamma's near its root) the search measures it."""
+    pole)."""
     calls = [f for f in expr.atoms(sp.polygamma) if int(f.args[0]) >= 1 and f.args[1].free_symbols]
     if not calls:
         return expr
@@ -714,6 +724,36 @@ def _poles_taken_out(expr: sp.Expr) -> sp.Expr:
             pole = divided(pole, u)
         terms += [coefficient * sp.polygamma(n, u + 1), pole_weight(n) * pole]
     return sp.Add(*terms)
+
+
+def _small_argument_poles(expr: sp.Expr) -> sp.Expr:
+    """Each loggamma(u) and digamma(u) of `expr` whose argument is a v, a a number in (0, 1), as loggamma(u + 1) -
+    log(v) - log(a) and digamma(u + 1) - (1/a)/v where u is 0 and v is not: where XLA flushes a subnormal u to 0 (or
+    u underflows), the recurrences f(u) = f(u + 1) + pole with the pole computed of v.  A Student t's loggamma(df/2)
+    is inf at df = 2.2e-308, whose half XLA flushes, where the log-density is a finite -710; digamma(df/2) there is
+    nan where the log-density's partial in df is 1/df.  Elsewhere each call is as it is (and so is the rest of
+    `expr`): the form computes what `expr` does wherever u is not 0.  Each branch's own v is fed a point of its
+    region where it is not taken."""
+
+    def flushed(f: sp.Expr) -> bool:
+        if not (isinstance(f, sp.loggamma) or (isinstance(f, sp.polygamma) and f.args[0] == 0)):
+            return False
+        a, v = f.args[-1].as_coeff_Mul()
+        return 0 < a < 1 and bool(v.free_symbols) and not v.has(sp.Piecewise)
+
+    def taken(f: sp.Expr) -> sp.Expr:
+        a, v = f.args[-1].as_coeff_Mul()
+        # u computed whole, as the call's argument is (sympy would decide a v <= 0 from v's assumptions).
+        region = sp.And(v > 0, divided(v, 1 / a) <= 0)
+        fed = sp.Piecewise((v, region), (sp.S.One, True))
+        elsewhere = f.func(*f.args[:-1], a * sp.Piecewise((sp.S.One, region), (v, True)))
+        if isinstance(f, sp.loggamma):
+            branch = sp.loggamma(a * fed + 1) - sp.log(fed) - sp.log(a)
+        else:
+            branch = sp.polygamma(0, a * fed + 1) - divided(1 / a, fed)
+        return sp.Piecewise((branch, region), (elsewhere, True))
+
+    return expr.replace(flushed, taken)
 
 
 def _squares(total: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
@@ -801,8 +841,9 @@ def _factored(expr: sp.Expr) -> sp.Expr:
 def _finishing(family: str, expr: sp.Expr) -> Iterator[sp.Expr]:
     """The forms of `family`'s rewrites that mend one overflow of a form the other families made and leave the rest
     of it as it is: its products reassociated, its logs of products taken apart (a Student t's loggamma difference
-    as the gamma series write it, and its log1p((x/s)**2/df) inf past |x|/s = 1.3e154), its products scaled (the
-    search's repair of a choice still inf where the exact value is a float, `search._scaled_repair`, alone)."""
+    as the gamma series write it, and its log1p((x/s)**2/df) inf past |x|/s = 1.3e154), its gamma family's poles
+    taken out (a digamma(df/2) beside the logs taken apart, nan where XLA flushes df/2 to 0), its products scaled
+    (the search's repair of a choice still inf where the exact value is a float, `search._scaled_repair`, alone)."""
     if family == "reassociated":
         yield from _reassociations(expr)
     elif family == "products scaled":
@@ -811,6 +852,8 @@ def _finishing(family: str, expr: sp.Expr) -> Iterator[sp.Expr]:
         shared = _attempt(functools.partial(_products_scaled, sp.factor_terms(expr)))
         plain = _attempt(functools.partial(_products_scaled, expr))
         yield from (found for found in dict.fromkeys((shared, plain)) if found is not None and found.has(power_product))
+    elif family == POLES:
+        yield from (found for _, found in _changed(family, _each_sum_poles_taken_out, expr))
     else:
         yield from (found for _, found in _changed(family, _logs_taken_apart, expr))
 

@@ -14,7 +14,7 @@ from rulegen.derive.functions import power_product
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.cost import NOTHING_FREE, Free
-from rulegen.derive.stabilise.families import _candidates, _finishing
+from rulegen.derive.stabilise.families import POLES, _candidates, _finishing
 from rulegen.derive.stabilise.gate import admissible, inadmissible_points, nan_where_not, validated_bits
 from rulegen.derive.stabilise.points import (
     _DTYPES,
@@ -203,18 +203,24 @@ def _search(
         measured_from(((f"{start.family}, {family}", c) for family, c in found), BUDGET.candidates_per_alternative)
     # The best forms found, each overflow they keep mended: families that rewrite what the others made, once each.
     # Logs are taken apart in a form the gamma series made (a `where` of thresholds) that keeps the log1p of a
-    # product that overflows; products reassociate in a form without a `where`.
-    leaders = sorted(pool, key=lambda m: m.score + m.charge)[: BUDGET.reassociated_starts]
-    measured_from(
-        (
-            (f"{m.family}, {family}", c)
-            for family in ("reassociated", "logs taken apart")
-            for m in leaders
-            for c in _finishing(family, m.expr)
-            if family not in m.family.split(", ")
-        ),
-        BUDGET.reassociated_starts * 3,
-    )
+    # product that overflows; products reassociate in a form without a `where`.  Then poles are taken out of the
+    # best forms, those just made among them: a Student t's partial in df is best with its logs taken apart (a
+    # derivative of a forward form), and its digamma(df/2) is nan where XLA flushes df/2 to 0.
+    for finishing, budget in (
+        (("reassociated", "logs taken apart"), BUDGET.reassociated_starts * 3),
+        ((POLES,), BUDGET.reassociated_starts),
+    ):
+        measured_from(
+            (
+                (f"{m.family}, {family}", c)
+                for leaders in [sorted(pool, key=lambda m: m.score + m.charge)[: BUDGET.reassociated_starts]]
+                for family in finishing
+                for m in leaders
+                for c in _finishing(family, m.expr)
+                if family not in m.family.split(", ")
+            ),
+            budget,
+        )
     # Inputs clamped where forms overflow on the way to a limit they have reached.
     # A clamp of some factors alone, which keeps what the forward computes, under `fast` alone (`_saturated`).
     pool += _saturated(pool, sampling, search, free.forms if policy == "fast" else None)
@@ -326,12 +332,22 @@ def _repaired(
     search's order among equals.  The forms the search's points rank alike are the ones told apart: a form
     finite at the overflow edge measures as the derived one wherever the search looked.  Only forms measured no
     worse than `best` (by at most `behind` bits) are tried: one a little behind on the search's points was 19 bits
-    behind on others."""
+    behind on others.  `best` with its poles taken out (`_poles_of`), a form that differs from it where an argument
+    of the gamma family is flushed to 0 and in the order of its sums, is tried `BUDGET.margin_bits` behind, as a
+    form of scaled products is: a Student t's partial in df as derived loses up to 60 bits at large df, and in
+    another order they are others.
+    """
     expr = derived.expr
     left = inadmissible_points(best.expr, expr, sampling, seed)
     if not left:
         return best
-    tied = [m for m in forms if m is not best and m.expr != expr and m.score <= best.score + behind]
+    tied = [
+        m
+        for m in forms
+        if m is not best
+        and m.expr != expr
+        and m.score <= best.score + (BUDGET.margin_bits if _poles_of(best, m) else behind)
+    ]
     counted = []
     for m in sorted(tied, key=lambda m: (charged(m), m.ops))[: BUDGET.repair_forms]:
         count = inadmissible_points(m.expr, expr, sampling, seed)
@@ -344,6 +360,12 @@ def _repaired(
         if admissible(m.expr, expr, sampling, seed) and validated_bits(m.expr, expr, sampling, seed) <= limit:
             return m
     return best
+
+
+def _poles_of(best: _Measured, m: _Measured) -> bool:
+    """Whether `m` is `best` with its gamma family's poles taken out: its family, but for that step, is `best`'s."""
+    steps = m.family.split(", ")
+    return POLES in steps and [s for s in steps if s != POLES] == best.family.split(", ")
 
 
 def _scaled_repair(
