@@ -265,6 +265,32 @@ def inside(domain: Domain, values: np.ndarray) -> np.ndarray:
     return above & below & ~np.isin(values, np.asarray(domain.exclude, dtype=values.dtype))
 
 
+def edge_pairs(drawn: Sequence[np.ndarray], domains: Sequence[Domain], dtype: Any, count: int) -> list[np.ndarray]:
+    """For each pair of variables and either order of signs, `count` points where one is in the top binade of
+    `dtype` (max/2 to max) and the other in the top binade of the other sign, the others as drawn, every point
+    inside every domain: where their difference overflows and a quotient of it need not ((x - loc)/scale at
+    x = 1e308, loc = -1e308, scale = 1e10 is 2e298; x - loc is inf).  Drawn over the float bit patterns, a pair
+    lands there once in four million.  The significands come from a generator of their own, so that adding these
+    points changes no other draw."""
+    count = min(count, len(drawn[0]) if drawn else 0)
+    if len(drawn) < 2 or not count:
+        return [np.empty(0, dtype) for _ in drawn]
+    rng = np.random.default_rng([len(drawn), count, np.dtype(dtype).itemsize])
+    top = float(np.finfo(dtype).max)
+    made: list[list[np.ndarray]] = [[] for _ in drawn]
+    for (i, j), sign in itertools.product(itertools.combinations(range(len(drawn)), 2), (1.0, -1.0)):
+        edge = {i: sign, j: -sign}
+        for k, column in enumerate(drawn):
+            if k in edge:
+                # The top binade's significands, uniform as the bit patterns are there.
+                made[k].append((edge[k] * top * rng.uniform(0.5, 1.0, count)).astype(dtype))
+            else:
+                made[k].append(column[:count])
+    pairs = [np.concatenate(m) for m in made]
+    keep = np.logical_and.reduce([inside(d, c) for d, c in zip(domains, pairs, strict=True)])
+    return [p[keep] for p in pairs]
+
+
 def special_points(
     drawn: Sequence[np.ndarray],
     domains: Sequence[Domain],

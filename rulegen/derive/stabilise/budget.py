@@ -119,6 +119,10 @@ class Budget:
     #: form that is inf or nan at such a point.
     repair_points: int = 16
     repair_forms: int = 6
+    #: Points per pair of inputs and order of signs where both are in the top binade, of opposite signs
+    #: (`measure.edge_pairs`): targets of the divided-first repair alone (`search._divided_at_the_edge`), which the
+    #: gate does not hold a form to (a sum over one denominator is inf there where the derived form is not).
+    edge_points: int = 8
 
     # ------------------------------------------------ what the caller is given
     #: How far (sum of the dtypes' mean bits) behind the chosen form another good form may be.

@@ -11,7 +11,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.expr import log_difference, reciprocal_difference
 from rulegen.derive.forms import canonical
-from rulegen.derive.functions import divided, erfcx, hypot, log_ndtr, ndtr, power_product, sigmoid, softplus
+from rulegen.derive.functions import _finite, divided, erfcx, hypot, log_ndtr, ndtr, power_product, sigmoid, softplus
 from rulegen.derive.stabilise.asymptotic import (
     gamma_difference,
     held,
@@ -852,10 +852,66 @@ def _finishing(family: str, expr: sp.Expr) -> Iterator[sp.Expr]:
         shared = _attempt(functools.partial(_products_scaled, sp.factor_terms(expr)))
         plain = _attempt(functools.partial(_products_scaled, expr))
         yield from (found for found in dict.fromkeys((shared, plain)) if found is not None and found.has(power_product))
+    elif family == DIVIDED_FIRST:
+        yield from (found for _, found in _changed(family, _divided_first, expr))
     elif family == POLES:
         yield from (found for _, found in _changed(family, _each_sum_poles_taken_out, expr))
     else:
         yield from (found for _, found in _changed(family, _logs_taken_apart, expr))
+
+
+#: The family of `_divided_first`, a repair of a chosen form alone (`search._divided_at_the_edge`).
+DIVIDED_FIRST = "divided first"
+
+
+def _divided_first(expr: sp.Expr) -> sp.Expr:
+    """Each quotient of a sum by a divisor computed term by term where the sum overflows, as it is elsewhere:
+    (x - loc)/s as x/s - loc/s where x - loc is inf (a Gumbel's log-density at x = 1e308, loc = -1e308, s = 1e10,
+    whose z is 2e298), and a power of it, (x - loc)**2/s**3 as ((x - loc)/s)**2/s, the same way.  Only there:
+    where x ~ loc, x/s - loc/s keeps the roundings of both quotients, which (x - loc)/s, its difference exact, does
+    not.  Never inside a function's argument: exp(-(x - loc)/s) is 0 or inf where x - loc overflows but for
+    scales beyond 1e305, and a `where` inside it is one in every derivative of it too."""
+
+    def finite(value: sp.Expr) -> sp.Basic:
+        return _finite(sp.Abs(value))
+
+    def termwise(total: sp.Add, divisor: sp.Expr) -> sp.Expr:
+        # Where the quotient whole is inf or nan and its terms divided are finite: a term inf itself (exp(-z) beside
+        # z = -inf) makes them inf or nan too, and the quotient whole is then the infinity it is.
+        whole = divided(total, divisor)
+        parts = sp.Add(*(term_divided(t, divisor) for t in total.args))
+        return sp.Piecewise((parts, ~finite(whole) & finite(parts)), (whole, True))
+
+    def term_divided(term: sp.Expr, divisor: sp.Expr) -> sp.Expr:
+        # A term with a sum among its factors, the sum divided: (loc - x) exp(z)/s as ((loc - x)/s) exp(z), whose
+        # (loc - x)/s is finite where loc - x is -inf and exp(z) 0.
+        factors = sp.Mul.make_args(term)
+        total = next((f for f in factors if f.is_Add), None)
+        if total is None:
+            return divided(term, divisor)
+        return sp.Mul(*(f for f in factors if f is not total)) * termwise(total, divisor)
+
+    def distributed(product: sp.Expr) -> sp.Expr:
+        powers = [f.as_base_exp() for f in sp.Mul.make_args(product)]
+        found = next(((b, e) for b, e in powers if b.is_Add and e.is_Integer and e > 0), None)
+        divisor = next(((b, e) for b, e in powers if not b.is_number and not b.is_Add and e.is_Integer and e < 0), None)
+        if found is None or divisor is None:
+            return product
+        (total, power), (base, exponent) = found, divisor
+        # The divisor once per power of the sum, as far as it goes; the rest of it stays outside.
+        taken = min(int(power), -int(exponent))
+        rest = sp.Mul(*(f for f in sp.Mul.make_args(product) if f.as_base_exp() not in (found, divisor)))
+        return rest * total ** (power - taken) * base ** (exponent + taken) * termwise(total, base) ** taken
+
+    def walk(e: sp.Expr) -> sp.Expr:
+        if e.is_Atom or (isinstance(e, sp.Function) and not isinstance(e, (divided, sp.Piecewise))):
+            return e
+        rebuilt = e.func(*(walk(a) for a in e.args)) if not isinstance(e, sp.Piecewise) else e
+        if isinstance(rebuilt, divided) and rebuilt.args[0].is_Add:
+            return termwise(*rebuilt.args)
+        return distributed(rebuilt) if rebuilt.is_Mul else rebuilt
+
+    return walk(expr)
 
 
 def _reassociations(expr: sp.Expr) -> Iterator[sp.Expr]:

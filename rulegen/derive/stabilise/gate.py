@@ -37,7 +37,7 @@ from rulegen.computation.quotients import divided_by_a_square, power_of_a_quotie
 from rulegen.computation.sharing import shared_subexpressions
 from rulegen.derive.expr import lambdified
 from rulegen.derive.functions import divided, power_product
-from rulegen.derive.measure import bits_of_error, inside, sample_floats, special_points
+from rulegen.derive.measure import bits_of_error, edge_pairs, inside, sample_floats, special_points
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.flushed import read_as_zero
 from rulegen.derive.stabilise.points import (
@@ -364,12 +364,37 @@ def _not_finite(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence
 
 
 @functools.lru_cache(maxsize=64)
-def _inadmissible_rows(derived: sp.Expr, sampling: Sampling, seed: int) -> tuple[np.ndarray, ...]:
-    """Per dtype, the validation points where `derived` is inf or nan (`_not_finite`) and its exact value is a
-    finite float of the dtype (of the first `BUDGET.repair_points` suspects: mpmath is the cost)."""
+def _edge_columns(sampling: Sampling, seed: int) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
+    """(dtype, columns) per dtype: each pair of inputs in the top binade with opposite signs (`measure.edge_pairs`),
+    the other inputs as in the validation sample's first rows (ordinary ones), inside the joint condition.  Apart
+    from the gate's own points: a form inf there where the derived one is not (a partial over one denominator, whose
+    x - scale overflows at x = -1e308, scale = 1e308) is no worse than the search's other forms, all of which are
+    inf somewhere there, and refusing it kept a form that cancels (0.1 -> 8 bits)."""
+    found = []
+    domains = [d for _, d in sampling.domains]
+    for dtype, columns in _columns(sampling, seed):
+        edges = edge_pairs(columns, domains, dtype, BUDGET.edge_points)
+        if sampling.condition is not None and len(edges[0]):
+            condition = lambdified(sampling.variables, sampling.condition, modules="numpy")
+            with np.errstate(all="ignore"):
+                keep = np.broadcast_to(np.asarray(condition(*edges)) > 0.5, edges[0].shape)
+            edges = [c[keep] for c in edges]
+        found.append((dtype, tuple(edges)))
+    return tuple(found)
+
+
+def _columns_of(sampling: Sampling, seed: int, edges: bool) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
+    return _edge_columns(sampling, seed) if edges else _columns(sampling, seed)
+
+
+@functools.lru_cache(maxsize=64)
+def _inadmissible_rows(derived: sp.Expr, sampling: Sampling, seed: int, edges: bool = False) -> tuple[np.ndarray, ...]:
+    """Per dtype, the validation points (with `edges`, the overflow edge's pairs instead, `_edge_columns`) where
+    `derived` is inf or nan (`_not_finite`) and its exact value is a finite float of the dtype (of the first
+    `BUDGET.repair_points` suspects: mpmath is the cost)."""
     variables = sampling.variables
     rows = []
-    for dtype, columns in _columns(sampling, seed):
+    for dtype, columns in _columns_of(sampling, seed, edges):
         suspect = np.flatnonzero(_not_finite(derived, variables, columns, dtype))
         # Most such points are where the exact value is past the float range too: where a wider float can say, only
         # those where it says the value is in range are asked.
@@ -395,18 +420,21 @@ def _in_range_wider(
         return np.isfinite(values) & (np.abs(values) <= np.finfo(dtype).max)
 
 
-def inadmissible_points(form: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0) -> int:
+def inadmissible_points(
+    form: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0, *, edges: bool = False
+) -> int:
     """How many validation points (either dtype) where `derived` is inf or nan and the exact value is a finite
     float `form` is inf or nan at too, both as the generated code computes them.  A form finite where `derived`
     is not and not finite where it is (the gate's invariant) is right at more points by this count.
 
     A derived form can be inf at points the search's few never draw (a logistic log-density's -u - 2 softplus(-u)
     is inf - inf where 2|u| overflows, float32's top binade of u), and measure there as accurate as any form:
-    this count is what a form must lower to replace it."""
+    this count is what a form must lower to replace it.  With `edges`, counted at the overflow edge's pairs
+    (`_edge_columns`) instead."""
     variables = sampling.variables
     count = 0
-    broken = _inadmissible_rows(derived, sampling, seed)
-    for rows, (dtype, columns) in zip(broken, _columns(sampling, seed), strict=True):
+    broken = _inadmissible_rows(derived, sampling, seed, edges)
+    for rows, (dtype, columns) in zip(broken, _columns_of(sampling, seed, edges), strict=True):
         if len(rows):
             count += int(_not_finite(form, variables, [c[rows] for c in columns], dtype).sum())
     return count

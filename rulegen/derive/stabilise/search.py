@@ -14,7 +14,7 @@ from rulegen.derive.functions import power_product
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.cost import NOTHING_FREE, Free
-from rulegen.derive.stabilise.families import POLES, _candidates, _finishing
+from rulegen.derive.stabilise.families import DIVIDED_FIRST, POLES, _candidates, _finishing
 from rulegen.derive.stabilise.gate import admissible, inadmissible_points, nan_where_not, validated_bits
 from rulegen.derive.stabilise.points import (
     _DTYPES,
@@ -165,7 +165,7 @@ def _search(
     # Inf or nan at validation points where the exact value is finite: searched, however accurate it looks.
     accurate = _looks_accurate(expr, sampling, seed) and not inadmissible_points(expr, expr, sampling, seed)
     if accurate and written is None:
-        return nothing
+        return _mended_alone(expr, sampling, seed, count, free) or nothing
     search = [_sample(expr, sampling, count, seed + 1, dtype) for dtype in _DTYPES]
     derived = _measure(expr, "as derived", variables, search)
     reference = None if written is None else _measure(written, "as written", variables, search)
@@ -280,7 +280,7 @@ def _search(
     # The accuracy policy: `best` (repaired where it is inf, by products scaled (`power_product`, several times a
     # plain product's work) where nothing else repairs it) keeps the form above; the others may keep a cheaper
     # admissible one.
-    best = pick(
+    chosen = pick(
         policy,
         _scaled_repair(
             _repaired(best, derived, forms, sampling, seed, charged),
@@ -298,10 +298,13 @@ def _search(
         reference,
         free,
     )
+    # Last, the chosen form's quotients of sums divided first where the sum overflows at the top of the float range,
+    # where that mends it; the good forms are the chosen one's, the `where` it adds no start of a partial's search.
+    best = _divided_at_the_edge(chosen, derived, sampling, search, seed)
     shown = tuple(
         (m.family, m.expr, m.means) for m in front(forms, derived, (best, *filter(None, [reference])), free.forms)
     )
-    return (expr, best.expr, best.family, derived.means, best.means, _good_forms(best, pool), shown)
+    return (expr, best.expr, best.family, derived.means, best.means, _good_forms(chosen, pool), shown)
 
 
 def _validated_choice(admitted: list[_Measured], derived: sp.Expr, sampling: Sampling, seed: int) -> _Measured | None:
@@ -359,6 +362,50 @@ def _repaired(
     for _, m in sorted(counted, key=lambda c: c[0]):
         if admissible(m.expr, expr, sampling, seed) and validated_bits(m.expr, expr, sampling, seed) <= limit:
             return m
+    return best
+
+
+def _mended_alone(expr: sp.Expr, sampling: Sampling, seed: int, count: int, free: Free) -> tuple[Any, ...] | None:
+    """`_search`'s answer for an `expr` that looks accurate and is finite at the gate's points, but inf or nan where
+    a sum of two inputs overflows at the top of the float range: its divided-first repair alone
+    (`_divided_at_the_edge`), no good forms (the partials' alternatives are as they were); None where there is
+    nothing to mend or it does not mend."""
+    if not inadmissible_points(expr, expr, sampling, seed, edges=True):
+        return None
+    search = [_sample(expr, sampling, count, seed + 1, dtype) for dtype in _DTYPES]
+    derived = _measure(expr, "as derived", sampling.variables, search)
+    mended = None if derived is None else _divided_at_the_edge(derived, derived, sampling, search, seed)
+    if derived is None or mended is None or mended is derived:
+        return None
+    shown = tuple((m.family, m.expr, m.means) for m in front([derived, mended], derived, (mended,), free.forms))
+    return (expr, mended.expr, mended.family, derived.means, mended.means, (), shown)
+
+
+def _divided_at_the_edge(
+    best: _Measured, derived: _Measured, sampling: Sampling, search: list[_Points], seed: int
+) -> _Measured:
+    """`best`, unless it is inf or nan where two inputs of opposite signs are at the top of the float range, the
+    derived form is too and the exact value is a finite float (`inadmissible_points` at the edge's pairs): then
+    `best` with its quotients of sums divided first where the sum overflows (`families._divided_first`), where
+    that is inf or nan at fewer of them, the gate admits it, it is nan nowhere `best` is not, and it is no worse on
+    the gate's measured points.  A Gumbel's log-density, -(x - loc)/s - exp(-(x - loc)/s) - log(s), is -inf at
+    x = 1e308, loc = -1e308, s = 1e10, where it is -2e298.  A repair alone, never a form the search ranks: it
+    computes as `best` does wherever the sum is finite, at a comparison's cost."""
+    expr = derived.expr
+    left = inadmissible_points(best.expr, expr, sampling, seed, edges=True)
+    if not left:
+        return best
+    limit = validated_bits(best.expr, expr, sampling, seed) + BUDGET.tie_bits
+    for candidate in _finishing(DIVIDED_FIRST, best.expr):
+        mended = _measure(candidate, f"{best.family}, {DIVIDED_FIRST}", sampling.variables, search)
+        if (
+            mended is not None
+            and inadmissible_points(candidate, expr, sampling, seed, edges=True) < left
+            and not nan_where_not(candidate, best.expr, sampling, seed)
+            and admissible(candidate, expr, sampling, seed)
+            and validated_bits(candidate, expr, sampling, seed) <= limit
+        ):
+            return mended
     return best
 
 
