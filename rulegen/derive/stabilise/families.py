@@ -877,19 +877,27 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
 
     def termwise(total: sp.Add, divisor: sp.Expr) -> sp.Expr:
         # Where the quotient whole is inf or nan and its terms divided are finite: a term inf itself (exp(-z) beside
-        # z = -inf) makes them inf or nan too, and the quotient whole is then the infinity it is.
+        # z = -inf) makes them inf or nan too, and the quotient whole is then the infinity it is.  A sum of inputs
+        # and numbers times them is of finite terms (or inf or nan whole, and divided so too).  The terms' own sums
+        # are divided term by term throughout in the condition: a `where` in a `where`'s condition is one per case.
         whole = divided(total, divisor)
+        condition = ~finite(whole)
+        if not all(f.is_Symbol or f.is_number for t in total.args for f in sp.Mul.make_args(t)):
+            condition &= finite(sp.Add(*(term_divided(t, divisor, selected=False) for t in total.args)))
         parts = sp.Add(*(term_divided(t, divisor) for t in total.args))
-        return sp.Piecewise((parts, ~finite(whole) & finite(parts)), (whole, True))
+        return sp.Piecewise((parts, condition), (whole, True))
 
-    def term_divided(term: sp.Expr, divisor: sp.Expr) -> sp.Expr:
+    def term_divided(term: sp.Expr, divisor: sp.Expr, *, selected: bool = True) -> sp.Expr:
         # A term with a sum among its factors, the sum divided: (loc - x) exp(z)/s as ((loc - x)/s) exp(z), whose
         # (loc - x)/s is finite where loc - x is -inf and exp(z) 0.
         factors = sp.Mul.make_args(term)
         total = next((f for f in factors if f.is_Add), None)
         if total is None:
             return divided(term, divisor)
-        return sp.Mul(*(f for f in factors if f is not total)) * termwise(total, divisor)
+        rest = sp.Mul(*(f for f in factors if f is not total))
+        if selected:
+            return rest * termwise(total, divisor)
+        return rest * sp.Add(*(term_divided(t, divisor, selected=False) for t in total.args))
 
     def distributed(product: sp.Expr) -> sp.Expr:
         powers = [f.as_base_exp() for f in sp.Mul.make_args(product)]
