@@ -877,15 +877,14 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
 
     def termwise(total: sp.Add, divisor: sp.Expr) -> sp.Expr:
         # Where the quotient whole is inf or nan and its terms divided are finite: a term inf itself (exp(-z) beside
-        # z = -inf) makes them inf or nan too, and the quotient whole is then the infinity it is.  A sum of inputs
-        # and numbers times them is of finite terms (or inf or nan whole, and divided so too).  The terms' own sums
-        # are divided term by term throughout in the condition: a `where` in a `where`'s condition is one per case.
+        # z = -inf) makes them inf or nan too, and the quotient whole is then the infinity it is; where the sum is
+        # finite and the quotient overflows (x - loc = -1, s = 1e-320), x/s - loc/s is inf - inf.  The terms' own
+        # sums are divided term by term throughout in the condition: a `where` in a `where`'s condition is one per
+        # case of it.
         whole = divided(total, divisor)
-        condition = ~finite(whole)
-        if not all(f.is_Symbol or f.is_number for t in total.args for f in sp.Mul.make_args(t)):
-            condition &= finite(sp.Add(*(term_divided(t, divisor, selected=False) for t in total.args)))
+        plain = sp.Add(*(term_divided(t, divisor, selected=False) for t in total.args))
         parts = sp.Add(*(term_divided(t, divisor) for t in total.args))
-        return sp.Piecewise((parts, condition), (whole, True))
+        return sp.Piecewise((parts, ~finite(whole) & finite(plain)), (whole, True))
 
     def term_divided(term: sp.Expr, divisor: sp.Expr, *, selected: bool = True) -> sp.Expr:
         # A term with a sum among its factors, the sum divided: (loc - x) exp(z)/s as ((loc - x)/s) exp(z), whose
