@@ -1,0 +1,91 @@
+"""Quotients of differences whose difference overflows: x - loc at x = 1e308, loc = -1e308 is inf, (x - loc)/scale at
+scale = 1e10 is 2e298.  A Gumbel's log-density, -((x - loc)/scale + exp(-(x - loc)/scale)) - log(scale), was -inf
+there and its partial in scale nan (2e288 exact), in both backends and both dtypes; the search's points and the
+gate's, drawn over the float bit patterns, put two inputs at the top of the range with opposite signs once in
+four million.  The divided-first repair computes such a quotient term by term where the whole is inf or nan and
+its terms divided are not, and nowhere else."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+import sympy as sp
+
+from rulegen.derive.measure import edge_pairs
+from rulegen.derive.partials import derive_rule
+from rulegen.derive.stabilise.families import _divided_first
+from rulegen.derive.stabilise.gate import as_computed
+from rulegen.derive.stabilise.points import _numpy_function
+from rulegen.spec.rules import Domain
+from tests.conftest import rules_from
+
+GUMBEL = """\
+name: gumbel_log_prob
+inputs: {x: {}, loc: {}, scale: {assume: positive, domain: {gt: 0}}}
+forward: -((x - loc) / scale + exp(-(x - loc) / scale)) - log(scale)
+"""
+
+
+def evaluated(expr: sp.Expr, variables: tuple[sp.Symbol, ...], point: tuple[float, ...], dtype: type) -> float:
+    fn = _numpy_function(as_computed(expr), variables)
+    assert fn is not None
+    with np.errstate(all="ignore"):
+        return float(np.asarray(fn(*(np.asarray([v], dtype=dtype) for v in point))).reshape(-1)[0])
+
+
+def exact_gumbel(x: float, loc: float, scale: float) -> tuple[float, float]:
+    """The log-density and its partial in scale, at 400 bits."""
+    with mpmath.workprec(400):
+        z = (mpmath.mpf(x) - loc) / scale
+        value = -(z + mpmath.exp(-z)) - mpmath.log(scale)
+        slope = (z - 1 - z * mpmath.exp(-z)) / scale
+        return float(value), float(slope)
+
+
+@pytest.mark.parametrize(
+    ("point", "dtype"),
+    [((1e308, -1e308, 1e10), np.float64), ((1.7e308, -1.7e308, 3.0), np.float64), ((3e38, -3e38, 1e10), np.float32)],
+)
+def test_a_gumbel_log_density_is_finite_where_its_difference_overflows(tmp_path, search_cache_off, point, dtype):
+    (rule,) = rules_from(tmp_path, GUMBEL)
+    d = derive_rule(rule, [rule.name])
+    variables = tuple(d.symbols[n] for n in ("x", "loc", "scale"))
+    chosen = {c.quantity: c.chosen for c in d.choices}
+    value, slope = exact_gumbel(*point)
+    got = evaluated(chosen["out"], variables, point, dtype)
+    assert got == pytest.approx(value, rel=1e-6), chosen["out"]
+    got = evaluated(chosen["dout/dscale"], variables, point, dtype)
+    assert got == pytest.approx(slope, rel=1e-6), chosen["dout/dscale"]
+
+
+def test_the_divided_first_form_computes_as_the_quotient_wherever_that_is_finite():
+    x, loc = sp.symbols("x loc", real=True)
+    scale = sp.Symbol("scale", positive=True)
+    z = (x - loc) / scale
+    variables = (x, loc, scale)
+    form = _divided_first(-z - sp.log(scale))
+    assert form.has(sp.Piecewise)
+    # Bit for bit the quotient where it is finite; where x - loc = -1 and the quotient overflows, inf as it is,
+    # not x/s - loc/s = inf - inf.
+    for point in ((1.0, 2.0, 3.0), (1e300, 1e300 * (1 + 2**-50), 1e-8), (1.0, 2.0, 1e-320), (1e308, 1e307, 1e-10)):
+        for dtype in (np.float64, np.float32):
+            with np.errstate(all="ignore"):
+                written = evaluated(-z - sp.log(scale), variables, point, dtype)
+            assert evaluated(form, variables, point, dtype) == written or np.isnan(written), point
+    assert evaluated(form, variables, (1e308, -1e308, 1e10), np.float64) == pytest.approx(-2e298 - np.log(1e10))
+    # Not inside a function's argument: exp(-z) keeps its quotient whole.
+    assert _divided_first(sp.exp(-z)) == sp.exp(-z)
+
+
+def test_the_edge_pairs_put_each_pair_of_inputs_at_the_top_with_opposite_signs():
+    drawn = [np.asarray([1.0, 2.0]), np.asarray([3.0, 4.0]), np.asarray([5.0, 6.0])]
+    domains = [Domain(), Domain(), Domain(gt=0)]
+    columns = edge_pairs(drawn, domains, np.float64, 2)
+    top = np.finfo(np.float64).max / 2
+    edge = [np.abs(c) >= top for c in columns]
+    # Every point has two inputs at the top and of opposite signs, and `scale` never below 0.
+    assert (np.sum(edge, axis=0) == 2).all()
+    assert (columns[2] > 0).all()
+    assert ((np.sign(columns[0]) != np.sign(columns[1])) | ~(edge[0] & edge[1])).all()
+    assert (edge[0] & edge[1]).any() and (edge[0] & edge[2]).any() and (edge[1] & edge[2]).any()
