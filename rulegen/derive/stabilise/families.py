@@ -11,7 +11,7 @@ from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.expr import log_difference, reciprocal_difference
 from rulegen.derive.forms import canonical
-from rulegen.derive.functions import _finite, divided, erfcx, hypot, log_ndtr, ndtr, power_product, sigmoid, softplus
+from rulegen.derive.functions import divided, erfcx, hypot, log_ndtr, ndtr, power_product, sigmoid, softplus
 from rulegen.derive.stabilise.asymptotic import (
     gamma_difference,
     held,
@@ -873,7 +873,10 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
     scales beyond 1e305, and a `where` inside it is one in every derivative of it too."""
 
     def finite(value: sp.Expr) -> sp.Basic:
-        return _finite(sp.Abs(value))
+        # Half of a finite nonzero size is below it (the smallest subnormal's rounds to 0); of inf it is inf, and
+        # nan is below nothing.  One division and two comparisons, which the printers keep as written.
+        size = sp.Abs(value)
+        return (divided(size, 2) < size) | sp.Eq(size, 0)
 
     def termwise(total: sp.Add, divisor: sp.Expr) -> sp.Expr:
         # Where the quotient whole is inf or nan and its terms divided are finite: a term inf itself (exp(-z) beside
