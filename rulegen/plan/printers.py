@@ -446,10 +446,15 @@ class _ArrayCode:
     def _print_added(self, expr: added) -> str:
         # A chain of them (`summed_in_order`) is Python's left-to-right sum: `a + b - c` adds a and b first.
         left, right = expr.args
+        if not isinstance(left, added) and left.could_extract_minus_sign() and not right.could_extract_minus_sign():
+            left, right = right, left  # `b - a`, the same number as `-a + b`
         text = self._print(left) if isinstance(left, added) else self.parenthesize(left, PRECEDENCE["Add"], strict=True)
         if right.could_extract_minus_sign():
-            return f"{text} - {self.parenthesize(-right, PRECEDENCE['Add'])}"
-        return f"{text} + {self.parenthesize(right, PRECEDENCE['Add'])}"
+            text = f"{text} - {self.parenthesize(-right, PRECEDENCE['Add'])}"
+        else:
+            text = f"{text} + {self.parenthesize(right, PRECEDENCE['Add'])}"
+        # sympy's sum reads a term's leading `-` as its sign and negates the rest: `-a - b` is a whole here.
+        return f"({text})" if text.startswith("-") else text
 
     def _print_divided(self, expr: fn.divided) -> str:
         x, s = expr.args

@@ -76,3 +76,21 @@ def test_a_pinned_sum_prints_as_python_adds_it():
     # Python adds left to right: the chain needs no parentheses of its own; a product of it does.
     assert "(" not in text and text.count("+") + text.count("-") == 2, text
     assert print_torch(2 * pinned)[0].text.startswith("2*("), print_torch(2 * pinned)[0].text
+
+
+def test_a_pinned_sum_with_a_leading_negation_keeps_its_signs():
+    # sympy's sum reads a term whose text starts with `-` as a negated term and negates the rest: a pinned
+    # -a - b inside a sum was printed -(a - b), and a Student t's log-density's -betaln(df/2, 1/2) lost a sign.
+    x, y, z = sp.symbols("x y z", real=True)
+    values = {x: 1.3, y: 2.7, z: 0.4}
+    env = {"torch": torch, "math": math, **{str(s): v for s, v in values.items()}}
+    for expr in (
+        z + added(-x, y),
+        z + added(-x, -y),
+        z - added(-x, y),
+        2 * added(-x, -y),
+        x * z - summed_in_order(-x - y - z),
+    ):
+        plain = expr.replace(lambda e: isinstance(e, added), lambda e: sp.Add(*e.args))
+        text = print_torch(expr)[0].text
+        assert math.isclose(eval(text, env), float(plain.subs(values)), rel_tol=1e-15), text
