@@ -646,10 +646,7 @@ def show(
         err_console.print(escape(f"no rule named {name!r}{_did_you_mean(name, [r.name for r in found])}"))
         raise typer.Exit(EXIT_SPEC)
     if why:
-        from rulegen.spec.model import DEFAULT_ACCURACY
-
-        policy = rule.accuracy or DEFAULT_ACCURACY
-        out_console.print(_why_table(rule.name, made.stabilised, searched=made.searched, policy=policy))
+        out_console.print(_why_table(rule.name, made.stabilised, searched=made.searched, policy=rule.policy))
         return
     out_console.print(f"[dim]routes: {escape(describe(routes))}[/dim]")
     for rel, text in sorted(generated.items()):

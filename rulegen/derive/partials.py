@@ -30,7 +30,7 @@ from rulegen.derive.functions import VANISHING, Piecewise, beta_ratios
 from rulegen.derive.routes import Gives, choose_routes
 from rulegen.derive.saved import completed
 from rulegen.derive.snippet import SnippetDerivation, derive_snippet_rule
-from rulegen.derive.stabilise import BUDGET, DEFAULT_POLICY, Choice, Sampling, searchable, stabilise
+from rulegen.derive.stabilise import BUDGET, Choice, Sampling, searchable, stabilise
 from rulegen.derive.stabilise.cost import NOTHING_FREE, Free, reused, roots
 from rulegen.derive.symbols import scope, symbols_of
 from rulegen.spec.errors import Loc, SpecError, SpecErrors
@@ -486,7 +486,7 @@ def stabilised(d: Derivation) -> Derivation:
         return d
     choices: dict[str, Choice] = {}
     searched: set[sp.Expr] = set()
-    policy = d.rule.accuracy or DEFAULT_POLICY
+    policy = d.rule.policy
 
     def chosen(
         label: str,

@@ -54,7 +54,6 @@ from rulegen.plan.symbolic import (
     names_in,
     needs_broadcast,
 )
-from rulegen.spec.model import DEFAULT_ACCURACY
 from rulegen.spec.names import (
     COTANGENT,
     TANGENT,
@@ -355,7 +354,7 @@ def _tangent(d: Derivation, o: Output, *, held: bool) -> Result:
 def _as_autodiff(d: Derivation) -> bool:
     """Whether the rule's accuracy policy weighs forms against autodiff's (`fast`, `balanced`): its tangent may then
     be summed as autodiff sums it, whose rounding and range the policy accepts."""
-    return (d.rule.accuracy or DEFAULT_ACCURACY) != "best"
+    return d.rule.policy != "best"
 
 
 def _shared_factor(partials: Sequence[sp.Expr]) -> sp.Expr | None:

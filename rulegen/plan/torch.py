@@ -59,7 +59,6 @@ from rulegen.plan.symbolic import (
     needs_broadcast,
 )
 from rulegen.plan.torch_route import Kept, setup_context_method, torch_route, values_saved
-from rulegen.spec.model import DEFAULT_ACCURACY
 from rulegen.spec.names import (
     COTANGENT,
     TANGENT,
@@ -156,7 +155,7 @@ class _Torch:
     def as_autodiff(self) -> bool:
         """Whether the rule's policy (`fast`) takes autodiff's arithmetic as it is: its partials may then be
         multiplied as autodiff multiplies them (`linear_combination`'s `distributed`)."""
-        return (self.rule.accuracy or DEFAULT_ACCURACY) == "fast"
+        return self.rule.policy == "fast"
 
     @functools.cached_property
     def output_tangents(self) -> dict[str, sp.Expr]:

@@ -535,6 +535,12 @@ class Rule(Node):
     source: SkipJsonSchema[str] = Field(default="", exclude=True)
     source_hash: SkipJsonSchema[str] = Field(default="", exclude=True)
 
+    @property
+    def policy(self) -> Accuracy:
+        """The accuracy policy the rule is built under: its own `accuracy`, else the default (a build's policy is
+        each rule's own where the rule names none, `render.build.with_accuracy`)."""
+        return self.accuracy or DEFAULT_ACCURACY
+
     @model_validator(mode="before")
     @classmethod
     def _complex_outputs(cls, data: Any) -> Any:

@@ -89,12 +89,18 @@ def _validation_columns(sampling: Sampling, seed: int, dtype: Any) -> tuple[np.n
     ordinary = _ordinary_rows(sampling, rng, dtype)
     columns = special_points(drawn, [d for _, d in sampling.domains], dtype, rng, BUDGET.mixed_points)
     columns = [np.concatenate([o, c]) for o, c in zip(ordinary, columns, strict=True)]
-    if sampling.condition is not None:
-        condition = lambdified(sampling.variables, sampling.condition, modules="numpy")
-        with np.errstate(all="ignore"):
-            keep = np.broadcast_to(np.asarray(condition(*columns)) > 0.5, columns[0].shape)
-        columns = [c[keep] for c in columns]
-    return tuple(columns)
+    return tuple(meeting_the_condition(sampling, columns))
+
+
+def meeting_the_condition(sampling: Sampling, columns: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The rows of `columns` (one per variable of `sampling`) where the sampling's joint condition holds: all of
+    them where it has none."""
+    if sampling.condition is None or not len(columns[0]):
+        return list(columns)
+    condition = lambdified(sampling.variables, sampling.condition, modules="numpy")
+    with np.errstate(all="ignore"):
+        keep = np.broadcast_to(np.asarray(condition(*columns)) > 0.5, np.shape(columns[0]))
+    return [np.asarray(c)[keep] for c in columns]
 
 
 @functools.lru_cache(maxsize=64)
@@ -376,12 +382,7 @@ def _edge_columns(sampling: Sampling, seed: int) -> tuple[tuple[Any, tuple[np.nd
     found = []
     domains = [d for _, d in sampling.domains]
     for dtype, columns in _columns(sampling, seed):
-        edges = edge_pairs(columns, domains, dtype, BUDGET.edge_points)
-        if sampling.condition is not None and len(edges[0]):
-            condition = lambdified(sampling.variables, sampling.condition, modules="numpy")
-            with np.errstate(all="ignore"):
-                keep = np.broadcast_to(np.asarray(condition(*edges)) > 0.5, edges[0].shape)
-            edges = [c[keep] for c in edges]
+        edges = meeting_the_condition(sampling, edge_pairs(columns, domains, dtype, BUDGET.edge_points))
         found.append((dtype, tuple(edges)))
     return tuple(found)
 

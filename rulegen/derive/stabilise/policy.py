@@ -37,7 +37,14 @@ from rulegen.derive.measure import inside
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cost import NOTHING_FREE, Free, costs, relative
 from rulegen.derive.stabilise.flushed import flushed_call
-from rulegen.derive.stabilise.gate import _finite_where_exact, _validation, admissible, as_computed, both_ways
+from rulegen.derive.stabilise.gate import (
+    _finite_where_exact,
+    _validation,
+    admissible,
+    as_computed,
+    both_ways,
+    meeting_the_condition,
+)
 from rulegen.derive.stabilise.points import Sampling, _evaluated, _Measured, _numpy_implementations
 from rulegen.spec.model import DEFAULT_ACCURACY, Accuracy
 
@@ -115,12 +122,9 @@ def _binade_columns(sampling: Sampling, columns: Sequence[np.ndarray], dtype: An
     for index, (_, domain) in enumerate(sampling.domains):
         values = grid[inside(domain, grid)]
         rows = np.arange(len(values)) % len(columns[0])
-        drawn = [values if k == index else np.asarray(columns[k])[rows] for k in range(len(out))]
-        if sampling.condition is not None:
-            condition = lambdified(sampling.variables, sampling.condition, modules="numpy")
-            with np.errstate(all="ignore"):
-                keep = np.broadcast_to(np.asarray(condition(*drawn)) > 0.5, drawn[0].shape)
-            drawn = [d[keep] for d in drawn]
+        drawn = meeting_the_condition(
+            sampling, [values if k == index else np.asarray(columns[k])[rows] for k in range(len(out))]
+        )
         out = [np.concatenate([o, d]) for o, d in zip(out, drawn, strict=True)]
     return out
 

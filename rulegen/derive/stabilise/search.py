@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,17 +210,7 @@ def _search(
         (("reassociated", "logs taken apart"), BUDGET.reassociated_starts * 3),
         ((POLES,), BUDGET.reassociated_starts),
     ):
-        measured_from(
-            (
-                (f"{m.family}, {family}", c)
-                for leaders in [sorted(pool, key=lambda m: m.score + m.charge)[: BUDGET.reassociated_starts]]
-                for family in finishing
-                for m in leaders
-                for c in _finishing(family, m.expr)
-                if family not in m.family.split(", ")
-            ),
-            budget,
-        )
+        measured_from(_finished(finishing, sorted(pool, key=lambda m: m.score + m.charge)), budget)
     # Inputs clamped where forms overflow on the way to a limit they have reached.
     # A clamp of some factors alone, which keeps what the forward computes, under `fast` alone (`_saturated`).
     pool += _saturated(pool, sampling, search, free.forms if policy == "fast" else None)
@@ -305,6 +295,17 @@ def _search(
         (m.family, m.expr, m.means) for m in front(forms, derived, (best, *filter(None, [reference])), free.forms)
     )
     return (expr, best.expr, best.family, derived.means, best.means, _good_forms(chosen, pool), shown)
+
+
+def _finished(families: Sequence[str], ranked: Sequence[_Measured]) -> Iterator[tuple[str, sp.Expr]]:
+    """(family, form) of each of `families`' finishing rewrites (`families._finishing`) of the first
+    `BUDGET.reassociated_starts` of `ranked`, those a family has already rewritten left out."""
+    leaders = ranked[: BUDGET.reassociated_starts]
+    for family in families:
+        for m in leaders:
+            if family not in m.family.split(", "):
+                for c in _finishing(family, m.expr):
+                    yield f"{m.family}, {family}", c
 
 
 def _validated_choice(admitted: list[_Measured], derived: sp.Expr, sampling: Sampling, seed: int) -> _Measured | None:
