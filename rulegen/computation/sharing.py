@@ -37,14 +37,15 @@ class added(sp.Function):  # noqa: N801 - sympy functions are lower case
 
 
 def cancelling_pair(terms: Sequence[sp.Expr]) -> tuple[int, int] | None:
-    """The positions of the first pair c*f(u), -c*f(v) of one function (or one `where`) among `terms` of a sum of
-    three or more: at k = 5, logits = 1e-6, logits - digamma(k + 1) + digamma(11 - k) keeps logits whole only as
-    (digamma(11 - k) - digamma(k + 1)) + logits."""
+    """The positions of the first pair c*f(u), -c*f(v) of one function (or one `where`), or c*u, -c*v of two
+    inputs, among `terms` of a sum of three or more: at k = 5, logits = 1e-6, logits - digamma(k + 1) +
+    digamma(11 - k) keeps logits whole only as (digamma(11 - k) - digamma(k + 1)) + logits, and -loc - scale + x
+    is -inf at loc = x = 1.5e308, scale = 1e308 unless x - loc comes first."""
     if len(terms) < 3:
         return None
     split = [t.as_coeff_Mul() for t in terms]
     for i, (c, f) in enumerate(split):
-        if not (isinstance(f, (sp.Function, sp.Piecewise)) and c.is_number):
+        if not (isinstance(f, (sp.Function, sp.Piecewise, sp.Symbol)) and c.is_number):
             continue
         for j in range(i + 1, len(terms)):
             d, g = split[j]

@@ -94,3 +94,16 @@ def test_a_pinned_sum_with_a_leading_negation_keeps_its_signs():
         plain = expr.replace(lambda e: isinstance(e, added), lambda e: sp.Add(*e.args))
         text = print_torch(expr)[0].text
         assert math.isclose(eval(text, env), float(plain.subs(values)), rel_tol=1e-15), text
+
+
+def test_a_difference_of_inputs_is_added_before_the_terms_beside_it():
+    # A Gumbel log-density's partial in its scale over one denominator, -loc - scale + x + (loc - x) exp(...): in
+    # sympy's order (-loc - scale) + x is -inf at loc = x = 1.5e308, scale = 1e308, where x - loc is 0 and the
+    # sum -1e308.  Inputs a sum subtracts from each other pair up as a function's cancelling values do.
+    x, loc = sp.symbols("x loc", real=True)
+    scale = sp.Symbol("scale", positive=True)
+    numerator = -loc - scale + x + (loc - x) * sp.exp((loc - x) / scale)
+    computed = _numpy_function(as_computed(numerator), (x, loc, scale))
+    assert computed is not None
+    value = float(np.asarray(computed(*(np.asarray([v]) for v in (1.5e308, 1.5e308, 1e308)))).reshape(-1)[0])
+    assert value == -1e308, value
