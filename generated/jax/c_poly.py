@@ -27,7 +27,7 @@ def c_poly(z: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.custom_jvp
 def _c_poly(z):
-    return 2 * z**3 + (2 * 1j - 1) * z + 3 * 1j
+    return 2 * z**3 - (1 - 2 * 1j) * z + 3 * 1j
 
 
 @_c_poly.defjvp

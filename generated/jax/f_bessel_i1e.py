@@ -50,8 +50,7 @@ def _f_bessel_i1e_jvp(primals, tangents):
         jnp.where(
             x <= -25,
             bessel_ie_series(1, 1, jnp.where(x > -25, 25, -x)),
-            -out * t0
-            - jnp.where(t1 >= 1 / 67108864, quotient(out, t2), jnp.exp(-t0 * x) / 2)
+            (-out * t0 - jnp.where(t1 >= 1 / 67108864, quotient(out, t2), jnp.exp(-t0 * x) / 2))
             + jax.scipy.special.i0e(x),
         ),
     )

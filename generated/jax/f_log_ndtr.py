@@ -63,7 +63,7 @@ def _f_log_ndtr_jvp(primals, tangents):
     )
     return out, x_dot * jnp.where(
         t8,
-        -t6 - 10 * t7**5 + 2 * t7**3 - t7,
+        (-t6 - 10 * t7**5) + 2 * t7**3 - t7,
         jnp.where(
             t4,
             t2 * t9 / erfcx(-t3 * jnp.where(t0 | t8, -1, x)),

@@ -15,7 +15,7 @@ class CPoly(RuleFunction):
     def forward(z):
         if plain(z):
             return (z**3).mul_(2).sub_((1 - 2 * 1j) * z).add_(3 * 1j)
-        return 2 * z**3 + (2 * 1j - 1) * z + 3 * 1j
+        return 2 * z**3 - (1 - 2 * 1j) * z + 3 * 1j
 
     setup_context = saves_inputs()
 

@@ -22,17 +22,17 @@ class FBesselI1e(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = torch.special.i1e(x)
-        t1 = torch.where(x.isnan(), math.nan, torch.sign(x))
-        t2 = torch.abs(x) < 1 / 67108864
-        t3 = torch.where(t2, 1, x)
+        t0 = torch.where(x.isnan(), math.nan, torch.sign(x))
+        t1 = torch.abs(x) < 1 / 67108864
+        t2 = torch.special.i1e(x)
+        t3 = torch.where(t1, 1, x)
         return out_bar * torch.where(
             x >= 25,
             bessel_ie_series(1, 1, torch.where(x < 25, 25, x)),
             torch.where(
                 x <= -25,
                 bessel_ie_series(1, 1, torch.where(x > -25, 25, -x)),
-                -t0 * t1 - torch.where(t2, torch.exp(-t1 * x) / 2, t0 / t3) + torch.special.i0e(x),
+                torch.special.i0e(x) - torch.where(t1, torch.exp(-t0 * x) / 2, t2 / t3) - t0 * t2,
             ),
         )
 

@@ -33,7 +33,7 @@ class FLogNdtr(RuleFunction):
         t7 = torch.where(t6, 1, x)
         return out_bar * torch.where(
             t2,
-            -t0 - 10 * t1**5 + 2 * t1**3 - t1,
+            (-t0 - 10 * t1**5) + 2 * t1**3 - t1,
             torch.where(
                 t6,
                 t5 / erfcx(-t4 * torch.where(t2 | (x >= 0), -1, x)),

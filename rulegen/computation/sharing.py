@@ -12,15 +12,22 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sympy as sp
+from sympy.printing.precedence import PRECEDENCE
 
 from rulegen.computation.quotients import power_of_a_quotient
 
 
 class added(sp.Function):  # noqa: N801 - sympy functions are lower case
-    """added(a, b): a + b computed before anything else is added to it, the pair of like terms of a sum that cancel
-    (`cancelling_pair`); sympy flattens a sum into its terms, and cse names one of the pair apart from the other."""
+    """added(a, b): a + b computed before anything else is added to it: the pair of like terms of a sum that cancel
+    (`cancelling_pair`), and each step of a sum pinned in its order (`summed_in_order`); sympy flattens a sum into
+    its terms and orders them by their names, and cse names one of the pair apart from the other."""
 
     nargs = 2
+    # Looser than a sum's terms: a sum that holds it adds it whole, `c + (a + b)`.
+    precedence = PRECEDENCE["Add"] - 1
+
+    def _eval_derivative(self, s: sp.Symbol) -> sp.Expr:
+        return sp.Add(*(a.diff(s) for a in self.args))
 
     def _eval_is_real(self) -> bool | None:
         return self.args[0].is_real and self.args[1].is_real
@@ -30,20 +37,53 @@ class added(sp.Function):  # noqa: N801 - sympy functions are lower case
 
 
 def cancelling_pair(terms: Sequence[sp.Expr]) -> tuple[int, int] | None:
-    """The positions of the first pair c*f(u), -c*f(v) of one function (or one `where`) among `terms` of a sum of
-    three or more: at k = 5, logits = 1e-6, logits - digamma(k + 1) + digamma(11 - k) keeps logits whole only as
-    (digamma(11 - k) - digamma(k + 1)) + logits."""
+    """The positions of the first pair c*f(u), -c*f(v) of one function (or one `where`), or c*u, -c*v of two
+    inputs, among `terms` of a sum of three or more: at k = 5, logits = 1e-6, logits - digamma(k + 1) +
+    digamma(11 - k) keeps logits whole only as (digamma(11 - k) - digamma(k + 1)) + logits, and -loc - scale + x
+    is -inf at loc = x = 1.5e308, scale = 1e308 unless x - loc comes first."""
     if len(terms) < 3:
         return None
     split = [t.as_coeff_Mul() for t in terms]
     for i, (c, f) in enumerate(split):
-        if not (isinstance(f, (sp.Function, sp.Piecewise)) and c.is_number):
+        if not (isinstance(f, (sp.Function, sp.Piecewise, sp.Symbol)) and c.is_number):
             continue
         for j in range(i + 1, len(terms)):
             d, g = split[j]
             if type(g) is type(f) and g != f and d.is_number and c + d == 0:
                 return i, j
     return None
+
+
+def summation_order(total: sp.Add) -> list[sp.Expr]:
+    """The terms of `total` in the order generated code adds them, left to right: sympy's order of the terms
+    (`as_ordered_terms`), a `cancelling_pair` first.  Decided on the sum as the derive stage measures it
+    (`summed_in_order`), never on what the planner shares of it: named subexpressions sort by their names, and
+    the same sum's terms came out in another order."""
+    return cancelling_pair_first(total.as_ordered_terms())
+
+
+def summed_in_order(expr: sp.Expr) -> sp.Expr:
+    """`expr` with each sum of three or more terms `added` left to right in `summation_order`, so that sharing
+    subexpressions and the backends' forms cannot add them in another order.
+
+    The one definition of the order a sum is computed in, for the stabilising search's gate (`as_computed`) and
+    the planners (`rulegen.plan.emit`) alike: a negative binomial's log-mass at k = r = 1e300 adds
+    k*log1p(r/k) and r*log1p(k/r), each 6.9e299, to -(k + r)*log(2) before -log(k)/2 as measured (-346.65),
+    where the planner's named terms sorted -log(k)/2 between them and it was absorbed (-1.27)."""
+
+    def chain(total: sp.Expr) -> sp.Expr:
+        first, second, *rest = summation_order(total)
+        if first.could_extract_minus_sign() and not second.could_extract_minus_sign():
+            # `b - a`, one kernel in eager torch where `-a + b` is two, and the same number.
+            first, second = second, first
+        first = added(first, second)
+        for term in rest:
+            first = added(first, term)
+        return first
+
+    if not isinstance(expr, sp.Basic):
+        return expr
+    return expr.replace(lambda e: e.is_Add and len(e.args) >= 3, chain)
 
 
 def cancelling_pair_first(terms: Sequence[sp.Expr]) -> list[sp.Expr]:

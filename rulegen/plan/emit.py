@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import sympy as sp
 
-from rulegen.computation.sharing import shared_subexpressions
+from rulegen.computation.sharing import shared_subexpressions, summed_in_order
 from rulegen.derive import functions as fn
 from rulegen.plan.code import Assign, Block, If, Import, Value, fits_a_line, is_short
 from rulegen.plan.inplace import InPlaceWriter
@@ -98,7 +98,8 @@ class Emitter:
         """
         computed = [r for r in results if r.expr is not None]
         forms = forms or self.forms
-        exprs = [forms(e) for e in (*(e for _, e in lets), *(r.expr for r in computed))]
+        # Each sum pinned in its order before the forms and the sharing, as the derive stage measured it.
+        exprs = [forms(summed_in_order(e)) for e in (*(e for _, e in lets), *(r.expr for r in computed))]
         replacements, reduced = shared_subexpressions(exprs, temp_symbols(self.taken))
         renamed = _named_by_lets(replacements, reduced, [name for name, _ in lets]) if named_by_lets else {}
         scalars = self._scalar_temporaries([*replacements, *zip((n for n, _ in lets), reduced, strict=False)])
@@ -153,7 +154,7 @@ class Emitter:
         """
         computed = [r for r in results if r.expr is not None]
         names = temp_symbols(self.taken)
-        replacements, reduced = shared_subexpressions([self.forms(r.expr) for r in computed], names)
+        replacements, reduced = shared_subexpressions([self.forms(summed_in_order(r.expr)) for r in computed], names)
         printed = functools.partial(self.value, scalars=self._scalar_temporaries(replacements))
         writer = InPlaceWriter(printed, tensors, names)
         for sym, value in replacements:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 import sympy as sp
 
 from rulegen.computation.quotients import power_of_a_quotient, square_of_a_name
+from rulegen.computation.sharing import added
 from rulegen.derive import functions as fn
 from rulegen.plan.code import Assign, Expr, Value, fits_a_line
 from rulegen.plan.printers import float_unit, printed_terms
@@ -159,7 +160,9 @@ class InPlaceWriter:
             return self._owned(expr.args[0], target)
         expr = _without_float_units(expr)
         if isinstance(expr, sp.Add):
-            return self._sum(expr, target)
+            return self._sum(printed_terms(expr), expr, target)
+        if isinstance(expr, added):
+            return self._sum(_chained_terms(expr), expr, target)
         if isinstance(expr, sp.Mul):
             return self._product(expr, target)
         if isinstance(expr, sp.Pow):
@@ -188,8 +191,8 @@ class InPlaceWriter:
     def _tensor_product(self, term: sp.Expr) -> bool:
         return term.is_Mul and sum(self._is_tensor(f) for f in term.args) >= 2
 
-    def _sum(self, expr: sp.Add, target: str | None) -> str:
-        terms = printed_terms(expr)
+    def _sum(self, terms: list[sp.Expr], expr: sp.Expr, target: str | None) -> str:
+        """`expr`, the sum of `terms` in the order they are added, into a buffer."""
         if len(terms) > 2:
             # Left to right, as the out-of-place code adds them: a sum's rounding depends on its order
             # (softsign's (|x| - x sign(x)) + 1 is 1; (1 - x sign(x)) + |x| is 0 from |x| = 2**53).
@@ -278,6 +281,12 @@ class InPlaceWriter:
 
 def _is_negated(term: sp.Expr) -> bool:
     return isinstance(term, sp.Mul) and term.as_coeff_mul()[0] == -1
+
+
+def _chained_terms(chain: added) -> list[sp.Expr]:
+    """The terms an `added` chain (`summed_in_order`) adds, left to right."""
+    left, right = chain.args
+    return [*(_chained_terms(left) if isinstance(left, added) else [left]), right]
 
 
 def _without_float_units(expr: sp.Expr) -> sp.Expr:

@@ -30,7 +30,7 @@ from rulegen.computation.quotients import (
     scaled_product,
     square_of_a_name,
 )
-from rulegen.computation.sharing import added, cancelling_pair_first
+from rulegen.computation.sharing import added, summation_order
 from rulegen.derive import functions as fn
 from rulegen.plan.code import LITERAL, LOOSEST, PRIMARY, Import, Value
 
@@ -117,7 +117,7 @@ def printed_terms(total: sp.Add) -> list[sp.Expr]:
 
     A negated first term and a second that is not swap places: `x - t0`, one operation (and the same number),
     where `-t0 + x` is a negation and a sum, two kernels in eager torch."""
-    terms = cancelling_pair_first(total.as_ordered_terms())
+    terms = summation_order(total)
     if len(terms) >= 2 and terms[0].could_extract_minus_sign() and not terms[1].could_extract_minus_sign():
         terms[0], terms[1] = terms[1], terms[0]
     return terms
@@ -444,7 +444,17 @@ class _ArrayCode:
         return f"{self._spelled('bessel_ie_series')}({int(nu)}, {int(order)}, {self._print(x)})"
 
     def _print_added(self, expr: added) -> str:
-        return f"({self._print(sp.Add(*expr.args))})"
+        # A chain of them (`summed_in_order`) is Python's left-to-right sum: `a + b - c` adds a and b first.
+        left, right = expr.args
+        if not isinstance(left, added) and left.could_extract_minus_sign() and not right.could_extract_minus_sign():
+            left, right = right, left  # `b - a`, the same number as `-a + b`
+        text = self._print(left) if isinstance(left, added) else self.parenthesize(left, PRECEDENCE["Add"], strict=True)
+        if right.could_extract_minus_sign():
+            text = f"{text} - {self.parenthesize(-right, PRECEDENCE['Add'])}"
+        else:
+            text = f"{text} + {self.parenthesize(right, PRECEDENCE['Add'])}"
+        # sympy's sum reads a term's leading `-` as its sign and negates the rest: `-a - b` is a whole here.
+        return f"({text})" if text.startswith("-") else text
 
     def _print_divided(self, expr: fn.divided) -> str:
         x, s = expr.args
@@ -569,6 +579,7 @@ class _ArrayCode:
     #: Registered functions the printers write as an operator, not a call: how tightly that binds.
     operator_functions: ClassVar[dict[str, int]] = {
         "divided": PRECEDENCE["Mul"],  # `x / s`, `x * t`
+        "added": PRECEDENCE["Add"],  # `a + b`
         "Heaviside": PRECEDENCE["Mul"],  # `(sign(x) + 1) / 2`
         "cotangent_term": LOOSEST,  # `(c, p)`, `None if c is None else c * p`
         "cotangent_product": LOOSEST,  # `None if c is None else e`

@@ -34,7 +34,7 @@ import numpy as np
 import sympy as sp
 
 from rulegen.computation.quotients import divided_by_a_square, power_of_a_quotient, quotient_power
-from rulegen.computation.sharing import shared_subexpressions
+from rulegen.computation.sharing import shared_subexpressions, summed_in_order
 from rulegen.derive.expr import lambdified
 from rulegen.derive.functions import divided, power_product
 from rulegen.derive.measure import bits_of_error, edge_pairs, inside, sample_floats, special_points
@@ -204,9 +204,12 @@ def as_computed(expr: sp.Expr) -> sp.Expr:
     them: `power_of_a_quotient`, `divided_by_a_square`), put back
     without sympy evaluating the result again.  cse takes ((-2s)/h)/h apart as -2s*t**-2, t = h, which the
     printers compute as (-2s/t)/t and numpy would as -2s/t**2, whose square overflows where the divisions do not;
-    and cse's own rebuilding (-sqrt(1/x)/(2x) as -(1/x)**(3/2)/2) is the generated code's too."""
+    and cse's own rebuilding (-sqrt(1/x)/(2x) as -(1/x)**(3/2)/2) is the generated code's too.  Each sum is
+    added in the order the planners print it (`summed_in_order`, which both call)."""
     try:
-        replacements, (reduced,) = shared_subexpressions([expr], sp.numbered_symbols("_computed", cls=sp.Dummy))
+        replacements, (reduced,) = shared_subexpressions(
+            [summed_in_order(expr)], sp.numbered_symbols("_computed", cls=sp.Dummy)
+        )
     except Exception:  # cse cannot take every expression apart; the planner's own cse then keeps it whole
         return expr
     reduced = _squares_divided(reduced)
