@@ -38,6 +38,32 @@ def _erfcx_coefficients(order: int, terms: int) -> tuple[float, ...]:
     return tuple(coefficients)
 
 
+#: Where log1pmx is its series (|z| < 1/2, so |w| <= 1/3 below).
+LOG1PMX_SERIES_BELOW = 0.5
+#: Terms of atanh(w) - w's series by dtype: (1/3)**(2n + 1) below half an eps of the whole.
+_LOG1PMX_TERMS = {"float64": 17, "float32": 8}
+
+
+def log1pmx(xp: ModuleType, z: Any) -> Any:
+    """log1p(z) - z, which is -z**2/2 at small z, where the difference loses log2(2/|z|) bits.
+
+    log1p(z) is 2 atanh(w), w = z/(2 + z), so log1p(z) - z is -z**2/(2 + z) +
+    2 (atanh(w) - w), two terms of one sign where z > 0 and of sizes 1 : |z|/6
+    where z < 0; atanh(w) - w = w**3/3 + w**5/5 + ..., Horner's scheme in
+    w**2, below |z| = 1/2.  Above, log1p(z) - z cancels at most a bit and a
+    half.  Each branch is fed a stand-in where the other is taken (0 and 1),
+    so that neither is inf or nan under the `where`'s derivative.
+    """
+    near = abs(z) < LOG1PMX_SERIES_BELOW
+    small = xp.where(near, z, 0.0)
+    w = small / (2 + small)
+    w2 = w * w
+    terms = _terms(xp, z, _LOG1PMX_TERMS)
+    series = _horner(tuple(1 / (2 * k + 3) for k in range(terms)), w2)
+    far = xp.where(near, 1.0, z)
+    return xp.where(near, 2 * (w * w2) * series - small * small / (2 + small), xp.log1p(far) - far)
+
+
 def _terms(xp: ModuleType, x: Any, by_dtype: dict[str, int]) -> int:
     """How many terms of a series `x`'s dtype takes (`by_dtype`: float64's and float32's)."""
     return by_dtype["float32" if xp.finfo(x.dtype).eps > 1e-10 else "float64"]

@@ -85,6 +85,7 @@ def _exponent_of(size: jax.Array) -> jax.Array:
 
 erfcx_series = functools.partial(_asymptotic.erfcx_series, jnp)
 bessel_ie_series = functools.partial(_asymptotic.bessel_ie_series, jnp)
+log1pmx = functools.partial(_asymptotic.log1pmx, jnp)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))

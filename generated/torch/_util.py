@@ -20,6 +20,7 @@ unpack_fields = _structures.unpack_fields
 unpack_keys = _structures.unpack_keys
 unpack_tuple = _structures.unpack_tuple
 binade = functools.partial(_scaling.binade, torch)
+log1pmx = functools.partial(_asymptotic.log1pmx, torch)
 
 
 def erfcx_series(order: int, x: torch.Tensor) -> torch.Tensor:

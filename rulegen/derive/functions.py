@@ -645,6 +645,23 @@ class xlog1py(sp.Function):  # noqa: N801
         raise ArgumentIndexError(self, argindex)
 
 
+class log1pmx(sp.Function):  # noqa: N801
+    """log1p(z) - z, computed without its cancellation at small z (the runtime's `_asymptotic.log1pmx`): the
+    stabilising search writes a log1p beside its argument's rational terms with it."""
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        z = self.args[0]
+        return -z / (1 + z)
+
+
+def log1pmx_of(z: Any) -> Any:
+    """log1pmx for numpy arrays (the stabilising search's measure)."""
+    with np.errstate(all="ignore"):
+        return _asymptotic.log1pmx(np, np.asarray(z))
+
+
 class entr(sp.Function):  # noqa: N801
     """-x * log(x), the elementwise entropy."""
 
@@ -1264,6 +1281,13 @@ def _mp_i1e(x: mpmath.mpf) -> mpmath.mpf:
 
 def _mp_xlog1py(x: mpmath.mpf, y: mpmath.mpf) -> mpmath.mpf:
     return mpmath.mpf(0) if x == 0 else x * mpmath.log1p(y)
+
+
+def _mp_log1pmx(z: mpmath.mpf) -> mpmath.mpf:
+    """log1p(z) - z with the digits its cancellation takes (-z**2/2 of terms of size z)."""
+    with mpmath.extraprec(max(0, -int(mpmath.log(abs(z), 2))) + 10 if z else 10):
+        value = mpmath.log1p(z) - z
+    return +value
 
 
 def _mp_entr(x: mpmath.mpf) -> mpmath.mpf:
@@ -2569,6 +2593,16 @@ REGISTRY: tuple[MathFunction, ...] = (
         "torch.special.xlog1py",
         mpmath=_mp_xlog1py,
         domain=((-math.inf, math.inf), (-1.0, math.inf)),
+    ),
+    # A log1p beside its argument's rational terms, without their cancellation (stabilise.families).
+    MathFunction(
+        "log1pmx",
+        log1pmx,
+        numpy="rulegen.derive.functions.log1pmx_of",
+        mpmath=_mp_log1pmx,
+        torch_one_kernel=False,
+        domain=((-1.0, math.inf),),
+        internal=True,
     ),
     MathFunction(
         "entr", entr, "jax.scipy.special.entr", "torch.special.entr", mpmath=_mp_entr, domain=((0.0, math.inf),)

@@ -88,6 +88,8 @@ POWER_PRODUCT_IMPORT = Import("._util", "power_product")
 ERFCX_SERIES_IMPORT = Import("._util", "erfcx_series")
 # i0e's and i1e's derivatives beyond |x| = 25 (functions.bessel_ie_series), the runtime's.
 BESSEL_IE_SERIES_IMPORT = Import("._util", "bessel_ie_series")
+# log1p(z) - z without its cancellation (functions.log1pmx), the runtime's.
+LOG1PMX_IMPORT = Import("._util", "log1pmx")
 
 # Functions whose op is wrong or lacks a derivative, mended by the runtime (MathFunction.torch_runtime, jax_runtime).
 SPECIAL_MODULE = "._special"
@@ -442,6 +444,10 @@ class _ArrayCode:
         self.module_imports_.add(BESSEL_IE_SERIES_IMPORT)
         nu, order, x = expr.args
         return f"{self._spelled('bessel_ie_series')}({int(nu)}, {int(order)}, {self._print(x)})"
+
+    def _print_log1pmx(self, expr: fn.log1pmx) -> str:
+        self.module_imports_.add(LOG1PMX_IMPORT)
+        return f"{self._spelled('log1pmx')}({self._print(expr.args[0])})"
 
     def _print_added(self, expr: added) -> str:
         # A chain of them (`summed_in_order`) is Python's left-to-right sum: `a + b - c` adds a and b first.

@@ -11,7 +11,18 @@ from sympy.codegen.cfunctions import expm1, log1p
 
 from rulegen.derive.expr import log_difference, reciprocal_difference
 from rulegen.derive.forms import canonical
-from rulegen.derive.functions import divided, erfcx, hypot, log_ndtr, ndtr, power_product, sigmoid, softplus
+from rulegen.derive.functions import (
+    Piecewise,
+    divided,
+    erfcx,
+    hypot,
+    log1pmx,
+    log_ndtr,
+    ndtr,
+    power_product,
+    sigmoid,
+    softplus,
+)
 from rulegen.derive.stabilise.asymptotic import (
     gamma_difference,
     held,
@@ -500,6 +511,7 @@ def _candidates(expr: sp.Expr, variables: Sequence[sp.Symbol]) -> Iterator[tuple
     yield from _changed("softplus by sign", _softplus_by_sign, expr)
     yield from _changed("reciprocals paired", _reciprocals_paired, expr)
     yield from _gamma_series(expr, ops)
+    yield from _log1p_forms(expr, ops)
     yield from _changed(POLES, _poles_taken_out, expr)
     if ops <= BUDGET.factor_ops:
         for v in variables:
@@ -685,6 +697,73 @@ def _gamma_series(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
             poles = _attempt(functools.partial(_each_sum_poles_taken_out, series))
             if poles is not None and poles != series:
                 yield f"{family}, {POLES}", poles
+
+
+#: The family of `_log1p_beside_its_argument`.
+LOG1PMX = "log1p less its argument"
+
+
+def _log1p_beside_its_argument(expr: sp.Expr, *, conjugate: bool) -> sp.Expr:
+    """`expr` with the first c*log1p(v) of each sum written as c*(log1p(v) - z) + c*z, log1p(v) - z computed
+    without its cancellation, and c*z joined to the sum's rational terms in every input of v: -log1p(t)/2 +
+    t/(2(1 + t)), a Student t's partial in df at t = x**2/df, is -t**2/4 at small t, from terms of size t.
+
+    z is v (log1p(v) - v is `log1pmx(v)`), or with `conjugate` v/(1 + v), which the terms t/(1 + t) join exactly:
+    log1p(v) - v/(1 + v) is -log1pmx(-v/(1 + v)) where |v| < 1 (its branch fed 0 beyond), and log1p(v) -
+    1/(1 + 1/v) beyond, where 1 - v/(1 + v) rounds away what the log needs and v may overflow.  A term in only
+    some of v's inputs (-1/(2 df)) is left to cancel what it cancels (a difference of digammas)."""
+
+    def rewritten(total: sp.Expr) -> sp.Expr:
+        terms = list(sp.Add.make_args(total))
+        for k, term in enumerate(terms):
+            calls = [f for f in sp.Mul.make_args(term) if isinstance(f, log1p)]
+            if len(calls) != 1:
+                continue
+            (call,) = calls
+            v = call.args[0]
+            inputs = v.free_symbols
+            rest = terms[:k] + terms[k + 1 :]
+            rational = [t for t in rest if inputs <= t.free_symbols and t.is_rational_function(*t.free_symbols)]
+            if not inputs or not rational:
+                continue
+            coefficient = term / call
+            # v and 1/v as products of quotients (x*(x/df), (df/x)/x): neither overflows where v is in range.
+            paired, inverse = (_each_product_paired(e, reverse=False) for e in (v, sp.cancel(1 / v)))
+            if conjugate:
+                z, computed = sp.cancel(v / (1 + v)), 1 / (1 + inverse)
+                near = sp.Abs(paired) < 1
+                fed = Piecewise((paired, near), (0, True))
+                less = Piecewise((-log1pmx(-fed / (1 + fed)), near), (call - computed, True))
+            else:
+                z, computed, less = v, paired, log1pmx(paired)
+            joined = _joined_with(z, computed, coefficient, rational)
+            others = [t for t in rest if not any(t is r for r in rational)]
+            return sp.Add(coefficient * less, joined, *others)
+        return total
+
+    return expr.replace(lambda e: e.is_Add and not e.has(log1pmx), rewritten)
+
+
+def _joined_with(z: sp.Expr, computed: sp.Expr, coefficient: sp.Expr, rational: Sequence[sp.Expr]) -> sp.Expr:
+    """coefficient*z plus the `rational` terms, as z times one factor (z as `computed`) where each term is z times
+    a simpler one: x**2/(2 df (df + x**2)) overflows where x**2 does, z/(2 df), z = 1/(1 + df/x**2), does not.
+    Else the terms over one denominator."""
+    factors = [sp.cancel(r / z) for r in rational]
+    if all(sp.count_ops(f) < sp.count_ops(r) for f, r in zip(factors, rational, strict=True)):
+        return computed * sp.factor(sp.cancel(coefficient + sp.Add(*factors)))
+    return sp.factor(sp.cancel(sp.together(coefficient * z + sp.Add(*rational))))
+
+
+def _log1p_forms(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
+    """The forms of `_log1p_beside_its_argument`, each with the gamma series' forms of it: the sum it joins may
+    also hold differences of digammas at large arguments."""
+    for conjugate in (True, False):
+        form = _attempt(functools.partial(_log1p_beside_its_argument, expr, conjugate=conjugate))
+        if form is None or form == expr:
+            continue
+        yield LOG1PMX, form
+        for family, series in _gamma_series(form, ops):
+            yield f"{LOG1PMX}, {family}", series
 
 
 #: The family of `_poles_taken_out`, a step of other families' names as well.
