@@ -33,6 +33,14 @@ os.environ.setdefault(
     "RULEGEN_SEARCH_CACHE", str(Path(tempfile.gettempdir()) / f"rulegen-tests-search-cache-{getpass.getuser()}")
 )
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+# mpmath's values of the special-value matrix's references (tests/reference_cache.py), kept the same way: the key is
+# the reference's expression, the precision and the exact arguments, with rulegen's derive fingerprint (sympy's,
+# mpmath's versions, the registry's mpmath implementations), so the cells of both dtypes and backends, both xdist
+# workers and later runs compute each value once.
+os.environ.setdefault(
+    "RULEGEN_TESTS_REFERENCE_CACHE",
+    str(Path(tempfile.gettempdir()) / f"rulegen-tests-reference-cache-{getpass.getuser()}"),
+)
 
 # The collector's youngest generation is collected every 700 container allocations, and its survivors are traversed
 # again by the older generations' collections: the tests build sympy expressions, syntax trees and JAX traces by
