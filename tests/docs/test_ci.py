@@ -112,3 +112,57 @@ def test_a_passing_test_s_temporary_folder_is_removed_as_it_ends(request):
     # Kept, a lane's folders were removed by pytest's cleanup in a later session, after the kernel had written them
     # out: 3 ms a file on the CI disk, half a minute of the unit lane spent on an earlier package lane's files.
     assert request.config.getini("tmp_path_retention_policy") == "failed"
+
+
+class _Run:
+    """A test run's temporary folders, as `built_once` reads them (`getbasetemp`)."""
+
+    def __init__(self, base: Path) -> None:
+        base.mkdir()
+        self.base = base
+
+    def getbasetemp(self) -> Path:
+        return self.base
+
+
+def test_a_shared_package_is_built_over_the_last_run_s_and_rebuilt_where_its_rules_changed(tmp_path, monkeypatch):
+    # Each run built the conformance matrix's rules (54 s), tests/right_rules/ and the cookbook's from nothing.
+    import rulegen.render.build
+    import tests.conftest
+    from tests.conftest import shared_package
+
+    monkeypatch.setattr(tests.conftest, "KEPT_BUILDS", tmp_path / "kept")
+    planned = []
+
+    def plan_build(*args, **kwargs):
+        found = plan(*args, **kwargs)
+        planned.append((found[2], found[3]))  # the rule files derived, those reused
+        return found
+
+    plan = rulegen.render.build.plan_build
+    monkeypatch.setattr(rulegen.render.build, "plan_build", plan_build)
+    halved = "rules:\n  - {name: halved, inputs: [x], forward: x / 2}\n"
+    thirded = halved + "  - {name: thirded, inputs: [x], forward: x / 3}\n"
+    folders = []
+    for k, text in enumerate([halved, halved, thirded]):
+        with shared_package(_Run(tmp_path / f"run{k}"), text, "rg_kept") as package:
+            folders.append(package)
+    assert planned == [(("rg_kept.yaml",), ()), ((), ("rg_kept.yaml",)), (("rg_kept.yaml",), ())]
+    assert (folders[1] / "jax" / "halved.py").read_text() == (folders[0] / "jax" / "halved.py").read_text()
+    assert (folders[2] / "jax" / "thirded.py").exists() and not (folders[1] / "jax" / "thirded.py").exists()
+
+
+def test_a_kept_build_a_build_refuses_over_is_built_again_from_nothing(tmp_path, monkeypatch):
+    import tests.conftest
+    from tests.conftest import shared_package
+
+    monkeypatch.setattr(tests.conftest, "KEPT_BUILDS", tmp_path / "kept")
+    halved = "rules:\n  - {name: halved, inputs: [x], forward: x / 2}\n"
+    with shared_package(_Run(tmp_path / "run0"), halved, "rg_kept"):
+        pass
+    (kept,) = (tmp_path / "kept").glob("rg_kept-*[!k]")
+    edited = kept / "rg_kept" / "jax" / "halved.py"
+    edited.write_text(edited.read_text() + "# edited by hand\n")  # a build refuses to write over it
+    with shared_package(_Run(tmp_path / "run1"), halved, "rg_kept") as package:
+        assert "edited by hand" not in (package / "jax" / "halved.py").read_text()
+    assert "edited by hand" not in edited.read_text()

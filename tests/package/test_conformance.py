@@ -29,6 +29,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +50,7 @@ from tests.derive.test_conformance import (
     fixed,
     reference,
 )
+from tests.reference_cache import NO_VALUE, KeptReference, identity_of
 
 jax.config.update("jax_enable_x64", True)
 
@@ -855,28 +857,117 @@ def special_agrees(got: float, exact: float, dtype: np.dtype) -> bool:
     return abs(got - exact) <= tolerance * abs(exact) + 2 * float(info.tiny)
 
 
-#: mpmath's values of each special reference by (function, order, input varied, precision, arguments), or what it
-#: raised: the backends of a dtype ask for the same exact values, and some take mpmath most of a second (beta's
-#: partials, digamma at hundreds of digits).
-_REFERENCE_VALUES: dict[tuple[object, ...], object] = {}
+#: Each special reference with its values kept on disk (tests/reference_cache.py), by (function, order, input varied):
+#: the backends of a dtype ask for the same exact values, float32's for many of float64's, and some take mpmath most
+#: of a second (beta's partials, digamma at hundreds of digits).  `special_cell` saves them as it ends.
+_KEPT_REFERENCES: dict[tuple[str, str, int], KeptReference] = {}
 
 
-def _remembered(key: tuple[object, ...], f: Callable[..., object]) -> Callable[..., object]:
-    """`f`, each value (or exception `_exact` reads as no value) kept in `_REFERENCE_VALUES` under `key`."""
+def _remembered(special: Special, order: str, varied: int) -> KeptReference:
+    """`special_reference`'s mpmath function, each value (or what `_exact` reads as no value) computed once and kept.
 
-    def remembered(*args: object) -> object:
-        at = (*key, mpmath.mp.prec, args)
-        if at not in _REFERENCE_VALUES:
+    Its values are decided by its sympy expression, or, for a reference of this module's own (`OWN_REFERENCES`), by
+    this module's source."""
+    key = (special.name, order, varied)
+    if key not in _KEPT_REFERENCES:
+        reference, expr = special_reference(special, order, varied)
+        decided = Path(__file__).read_text() if (special.name, order) in OWN_REFERENCES else sp.srepr(expr)
+        identity = identity_of("special-value reference", special.name, order, str(varied), decided)
+        _KEPT_REFERENCES[key] = KeptReference(identity, reference)
+    return _KEPT_REFERENCES[key]
+
+
+class _Counted:
+    """An mpmath reference that counts its calls: psi(1, x), with no value at the pole x = 0 (ZeroDivisionError)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, x: mpmath.mpf) -> mpmath.mpf:
+        self.calls += 1
+        return mpmath.psi(1, x)
+
+
+def _kept_at(identity: str, f: Callable[..., object], points: list[float], prec: int) -> list[object]:
+    kept = KeptReference(identity, f)
+    found: list[object] = []
+    with mpmath.workprec(prec):
+        for x in points:
             try:
-                _REFERENCE_VALUES[at] = f(*args)
-            except (ValueError, ZeroDivisionError, OverflowError, TypeError) as exc:
-                _REFERENCE_VALUES[at] = exc
-        found = _REFERENCE_VALUES[at]
-        if isinstance(found, Exception):
-            raise found
-        return found
+                found.append(kept(mpmath.mpf(x)))
+            except NO_VALUE as exc:
+                found.append(type(exc))
+    kept.save()
+    return found
 
-    return remembered
+
+def test_a_kept_reference_is_read_back_as_computed_in_another_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("RULEGEN_TESTS_REFERENCE_CACHE", str(tmp_path))
+    identity = identity_of("trigamma")
+    first, again = _Counted(), _Counted()
+    points = [1e-300, 0.5, 0.0, -2.5]
+    computed = _kept_at(identity, first, points, 1100)
+    read = _kept_at(identity, again, points, 1100)
+    assert first.calls == 4 and again.calls == 0
+    assert read == computed and computed[2] is ZeroDivisionError  # the pole's "no value" too
+    digits = [[mpmath.nstr(v, 300) for k, v in enumerate(values) if k != 2] for values in (read, computed)]
+    assert digits[0] == digits[1]  # every digit at the precision computed, not a float's
+
+
+def test_a_kept_value_is_computed_again_at_another_precision_or_reference(tmp_path, monkeypatch):
+    monkeypatch.setenv("RULEGEN_TESTS_REFERENCE_CACHE", str(tmp_path))
+    first = _Counted()
+    _kept_at(identity_of("trigamma"), first, [0.5], 200)
+    for identity, prec in ((identity_of("trigamma"), 300), (identity_of("trigamma, changed"), 200)):
+        again = _Counted()
+        _kept_at(identity, again, [0.5], prec)
+        assert again.calls == 1, (identity, prec)
+
+
+def test_a_special_reference_s_values_are_kept_under_its_expression_and_the_deriving_code(monkeypatch):
+    import rulegen.derive.stored
+
+    def identity(special: Special, order: str, varied: int) -> str:
+        monkeypatch.setattr(sys.modules[__name__], "_KEPT_REFERENCES", {})
+        kept = _remembered(special, order, varied)
+        assert kept.path is not None
+        return kept.path.name
+
+    beta, lgamma = SPECIALS["beta"], SPECIALS["loggamma"]
+    ids = {identity(beta, "first", 0), identity(beta, "first", 1), identity(beta, "second", 0)}
+    assert len(ids) == 3 and identity(beta, "first", 0) != identity(lgamma, "first", 0)
+    # A rule's expression changed: its derivative's expression, and the file, change with it.
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "special_reference",
+        functools.cache(lambda special, order, varied: (mpmath.psi, sp.Symbol("x0") + 1)),
+    )
+    changed = identity(beta, "first", 0)
+    assert changed not in ids
+    # The code that evaluates it (the registry's mpmath implementations, mpmath itself) changed.
+    monkeypatch.setattr(rulegen.derive.stored, "deriving_fingerprint", lambda: "another rulegen")
+    assert identity(beta, "first", 0) not in {changed, *ids}
+
+
+def test_two_workers_kept_values_are_merged(tmp_path, monkeypatch):
+    monkeypatch.setenv("RULEGEN_TESTS_REFERENCE_CACHE", str(tmp_path))
+    identity = identity_of("trigamma")
+    one, other = KeptReference(identity, _Counted()), KeptReference(identity, _Counted())
+    with mpmath.workprec(100):
+        one(mpmath.mpf(0.5)), other(mpmath.mpf(1.5))  # both read the file before either saves
+        one.save(), other.save()
+        third = _Counted()
+        _kept_at(identity, third, [0.5, 1.5], 100)
+    assert third.calls == 0
+
+
+def test_no_reference_is_kept_where_the_cache_is_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("RULEGEN_TESTS_REFERENCE_CACHE", "off")
+    monkeypatch.chdir(tmp_path)
+    counted = _Counted()
+    _kept_at(identity_of("trigamma"), counted, [0.5], 100)
+    _kept_at(identity_of("trigamma"), counted, [0.5], 100)
+    assert counted.calls == 2 and not list(tmp_path.iterdir())
 
 
 def special_mismatches(
@@ -890,10 +981,10 @@ def special_mismatches(
 ) -> list[str]:
     """The points where `got` is not the exact value; `asked` gathers the points of `GIVEN_UP` asked for."""
     dtype = columns[0].dtype
-    reference, expr = special_reference(special, order, varied)
+    expr = special_reference(special, order, varied)[1]
     given_up = GIVEN_UP.get((special.name, dtype.name), frozenset())
     f = _Reference(
-        _remembered((special.name, order, varied), reference),
+        _remembered(special, order, varied),
         frozenset(point for o, v, point in given_up if (o, v) == (order, varied)),
     )
     got = np.broadcast_to(np.asarray(got, dtype=np.float64), columns[0].shape)
@@ -927,7 +1018,7 @@ def _complex_first(special: Special, varied: int, row: tuple[float, ...], dtype:
     given_up = GIVEN_UP.get((special.name, dtype.name), frozenset())
     if ("first", varied, _point(row)) in given_up:
         return False
-    first = _remembered((special.name, "first", varied), special_reference(special, "first", varied)[0])
+    first = _remembered(special, "first", varied)
     try:
         with mpmath.workdps(_digits(row)):
             return _complex(first(*(mpmath.mpf(v) for v in row)))
@@ -968,6 +1059,8 @@ def special_cell(package: tuple, name: str, backend: str, dtype: str) -> list[st
             failures += special_mismatches(special, order, varied, to_numpy(got), columns, framework, asked)
     if framework == "jax":
         failures += _given_up_unasked(name, dtype, asked)
+    for kept in _KEPT_REFERENCES.values():
+        kept.save()
     return failures
 
 
@@ -996,7 +1089,7 @@ SPECIAL_KNOWN_WRONG: dict[tuple[str, str, str, str], str] = {
 
 def _shares_references(name: str, dtype: str) -> pytest.MarkDecorator:
     """The cells of one function and dtype run in one process (`--dist loadgroup`): their backends ask mpmath for
-    the same values, which `_REFERENCE_VALUES` keeps (beta's float64 cells took 35 s of CPU each on two workers)."""
+    the same values, which `_KEPT_REFERENCES` keeps (beta's float64 cells took 35 s of CPU each on two workers)."""
     return pytest.mark.xdist_group(f"special-{name}-{dtype}")
 
 
