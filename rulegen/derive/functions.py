@@ -63,6 +63,10 @@ class sigmoid(sp.Function):  # noqa: N801 - sympy functions are lower case
     def _eval_is_real(self) -> bool | None:
         return self.args[0].is_real
 
+    def _eval_is_positive(self) -> bool | None:
+        # In (0, 1) on the real line: a log of a quotient of logistics may be taken apart.
+        return self.args[0].is_real
+
 
 class sigmoid_slope(sp.Function):  # noqa: N801
     """sigmoid'(x) = sigmoid(x) sigmoid(-x), the runtime's `sigmoid_slope` in both backends, differentiated as

@@ -373,6 +373,19 @@ def test_a_log1p_beside_its_argument_s_rational_terms_is_taken_without_their_can
         assert bits(value, exact) <= 2, (point, value, exact, choice.family)
 
 
+def test_a_log_odds_written_as_a_log_of_a_quotient_of_logistics_is_its_argument():
+    # log(sigmoid(z) / (1 - sigmoid(z))), the textbook logit of a sigmoid: its identities made
+    # log(sigmoid(z)/sigmoid(-z)), inf from z = 710 and -inf below -745 where the exact value is z.  The log of a
+    # product of positive factors is the sum of their logs where one has an identity.
+    from rulegen.derive.functions import sigmoid
+
+    z = sp.Symbol("z", real=True)
+    choice = stabilise(sp.log(sigmoid(z) / (1 - sigmoid(z))), Sampling(((z, Domain()),)))
+    assert choice.bits_after == (0.0, 0.0), (choice.family, choice.bits_after, choice.chosen)
+    for point in (1e3, -1e3, 3e38, 1e-300, -0.5):
+        assert evaluated(choice.chosen, (z,), (point,), np.float64) == point, choice.chosen
+
+
 def test_a_sum_of_softplus_terms_of_opposite_arguments_is_written_by_sign():
     # A Bernoulli log-mass, y log(sigmoid(z)) + (1 - y) log(1 - sigmoid(z)), is -y softplus(-z) - (1 - y) softplus(z)
     # by the canonical forms; its two softplus terms times y cancel to y z where |y| >> |z| (8 bits float64 at

@@ -185,6 +185,8 @@ def _log_of(argument: sp.Expr) -> sp.Expr | None:
         return None if found is None else sp.log(coefficient) + found
     if isinstance(argument, sigmoid):
         return -softplus(-argument.args[0])
+    if argument.is_Mul or argument.is_Pow:
+        return _log_of_product(argument)
     if isinstance(argument, sp.cosh):
         # cosh(u) = exp(|u|) (1 + exp(-2|u|)) / 2, which overflows from |u| = 710 where its log is about |u|.
         size = sp.Abs(argument.args[0])
@@ -193,6 +195,11 @@ def _log_of(argument: sp.Expr) -> sp.Expr | None:
         return log_ndtr(-sp.sqrt(2) * argument.args[0]) + sp.log(2)
     if isinstance(argument, ndtr):
         return log_ndtr(argument.args[0])
+    return _log_of_one_plus(argument)
+
+
+def _log_of_one_plus(argument: sp.Expr) -> sp.Expr | None:
+    """log(1 + erf(u)) as log_ndtr, log(1 + exp(u)) as softplus; None for any other argument."""
     if argument.is_Add and len(argument.args) == 2 and sp.S.One in argument.args:
         other = argument.args[1] if argument.args[0] == 1 else argument.args[0]
         if isinstance(other, sp.erf):
@@ -200,6 +207,19 @@ def _log_of(argument: sp.Expr) -> sp.Expr | None:
         if isinstance(other, sp.exp):
             return softplus(other.args[0])
     return None
+
+
+def _log_of_product(product: sp.Expr) -> sp.Expr | None:
+    """The log of a product of positive factors to integer powers as the sum of their logs, where one of them has
+    an identity (`_log_of`): log(sigmoid(z)/sigmoid(-z)), a log-odds, is softplus(z) - softplus(-z), that is z,
+    where the quotient overflows from z = 710.  None where no factor has one."""
+    parts = [f.as_base_exp() for f in sp.Mul.make_args(product)]
+    if not all(b.is_positive and e.is_Integer for b, e in parts):
+        return None
+    logs = [(b, e, _log_of(b)) for b, e in parts]
+    if all(found is None for _, _, found in logs):
+        return None
+    return sp.Add(*(e * (sp.log(b) if found is None else found) for b, e, found in logs))
 
 
 def _gaussian_over_tail(product: sp.Expr) -> sp.Expr:
