@@ -38,10 +38,10 @@ def _f_asinh(x):
 def _f_asinh_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
     t0 = jnp.abs(x)
-    t1 = t0 < 131072.0
-    t2 = jnp.where(t0 >= 131072.0, 65536.0, x)
-    t3 = jnp.where(t1, 262144.0, x)
+    t1 = t0 > 262144.0
+    t2 = jnp.where(t1, 131072.0, x)
+    t3 = jnp.where(t0 <= 262144.0, 524288.0, x)
     out = jnp.arcsinh(x)
     return out, x_dot * jnp.where(
-        t1, jax.lax.rsqrt(t2 * t2 + 1), 1 / (jnp.sqrt(1 + 1 / (t3 * t3)) * jnp.abs(t3))
+        t1, 1 / (jnp.sqrt(1 + 1 / (t3 * t3)) * jnp.abs(t3)), jax.lax.rsqrt(t2 * t2 + 1)
     )

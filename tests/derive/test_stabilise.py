@@ -53,6 +53,52 @@ def test_one_plus_a_cosine_becomes_a_squared_cosine():
     assert choice.chosen == 2 * sp.cos(x / 2) ** 2
 
 
+def test_a_squared_half_angle_sine_over_the_whole_angle_s_sine_is_a_tangent(tmp_path):
+    # (1 - cos x)/sin x: the identities make it 2 sin(x/2)**2/sin(x), and its derivative
+    # 1 - 2 cos(x) (sin(x/2)/sin(x))**2, which is 1 where x/2 underflows (torch at x = 1e-45 in float32, XLA
+    # flushing it at the smallest normal) and 0/0 where XLA reads a subnormal x as 0; the partial is 1/2 there.
+    # Over sin(x) = 2 sin(x/2) cos(x/2) the half angles cancel: 1 - cos(x)/(2 cos(x/2)**2).
+    from rulegen.derive.stabilise.flushed import flushed_call
+    from rulegen.derive.stabilise.points import _numpy_function
+
+    path = tmp_path / "half.yaml"
+    path.write_text("name: half_angle\ninputs: {x: {domain: {exclude: [0]}}}\nforward: (1 - cos(x)) / sin(x)\n")
+    (rule,) = read_rule_file(path)
+    (choice,) = [c for c in derive_rule(rule, [rule.name]).choices if c.quantity == "dout/dx"]
+    (variable,) = choice.chosen.free_symbols
+    fn = _numpy_function(choice.chosen, (variable,))
+    assert fn is not None
+    for dtype in (np.float32, np.float64):
+        tiny, smallest = np.finfo(dtype).tiny, np.finfo(dtype).smallest_subnormal
+        points = np.asarray([smallest, -smallest, tiny, -tiny, 0.25], dtype=dtype)
+        with np.errstate(all="ignore"):
+            as_numpy = np.asarray(fn(points), dtype=dtype)
+            as_xla = np.asarray(flushed_call(fn, [points], dtype), dtype=dtype)
+        expected = np.asarray([0.5, 0.5, 0.5, 0.5, 1 / (1 + np.cos(0.25))], dtype=dtype)
+        np.testing.assert_allclose(as_numpy, expected, rtol=4 * np.finfo(dtype).eps)
+        np.testing.assert_allclose(as_xla, expected, rtol=4 * np.finfo(dtype).eps)
+
+
+def test_a_partial_is_not_nan_at_the_smallest_subnormal_where_its_terms_in_one_over_x_overflow(tmp_path):
+    # 1/(x + 1) - 2/x + 1/(x - 1): its partial, 2/x**2 - 1/(x + 1)**2 - 1/(x - 1)**2, is inf at the smallest
+    # subnormals (2/x**2 overflows), and was taken as three reassociated terms of which two are +-2/x there,
+    # inf - inf = nan; the bit patterns draw that binade once in two thousand points, and now the search probes it.
+    path = tmp_path / "poles.yaml"
+    path.write_text("name: poles\ninputs: {x: {domain: {exclude: [0]}}}\nforward: 1 / (x + 1) - 2 / x + 1 / (x - 1)\n")
+    (rule,) = read_rule_file(path)
+    (choice,) = [c for c in derive_rule(rule, [rule.name]).choices if c.quantity == "dout/dx"]
+    from rulegen.derive.stabilise.points import _numpy_function
+
+    (variable,) = choice.chosen.free_symbols
+    fn = _numpy_function(choice.chosen, (variable,))
+    assert fn is not None
+    for dtype in (np.float32, np.float64):
+        smallest = np.finfo(dtype).smallest_subnormal
+        with np.errstate(all="ignore"):
+            got = np.asarray(fn(np.asarray([smallest, -smallest], dtype=dtype)), dtype=dtype)
+        assert (got == np.inf).all(), (dtype, got, choice.chosen)
+
+
 def test_tanh_s_and_sigmoid_s_derivatives_become_products_of_sigmoids():
     # 1 - tanh(u)**2 and 1 - sigmoid(u) round to 0 in the tails (past u = 19 and 37 in float64) and lose up to
     # that many bits before; tanh(u) = 2 sigmoid(2u) - 1, and 1 - sigmoid(u) = sigmoid(-u).

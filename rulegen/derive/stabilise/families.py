@@ -465,12 +465,31 @@ def _inside(rewrite: Callable[[sp.Expr], sp.Expr], expr: sp.Expr) -> sp.Expr:
     return rewrite(expr)
 
 
+def _half_angles(expr: sp.Expr) -> sp.Expr:
+    """Each sin(u) beside a sine or cosine of u/2 as 2 sin(u/2) cos(u/2), so that the half angles' powers cancel.
+
+    The identities write 1 - cos(x) as 2 sin(x/2)**2, which leaves (1 - cos(x))/sin(x) as 2 sin(x/2)**2/sin(x):
+    0/0 where x/2 underflows (XLA flushes it) or x is read as 0, where the quotient, tan(x/2), is x/2; over
+    2 sin(x/2) cos(x/2) it is sin(x/2)/cos(x/2), and its derivative 1 - cos(x)/(2 cos(x/2)**2), 1/2 there.
+    """
+    halves = {f.args[0] for f in expr.atoms(sp.sin, sp.cos)}
+
+    def halved(e: sp.Expr) -> sp.Expr:
+        half = _tidy(e.args[0] / 2)
+        return 2 * sp.sin(half) * sp.cos(half) if half in halves else e
+
+    return expr.replace(lambda e: isinstance(e, sp.sin), halved)
+
+
 def _identity_forms(base: sp.Expr) -> Iterator[sp.Expr]:
     joined = _attempt(functools.partial(_identities, base))
     if joined is None:
         return
     yield joined
     yield canonical(joined)
+    halved = _attempt(functools.partial(_half_angles, joined))
+    if halved is not None and halved != joined:
+        yield halved
     added = _attempt(functools.partial(_angles_added, joined))
     if added is not None:
         yield added

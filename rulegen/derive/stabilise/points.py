@@ -351,10 +351,16 @@ def _magnitudes(dtype: Any) -> tuple[float, ...]:
 
 
 def _with_probes(drawn: list[np.ndarray], sampling: Sampling, dtype: Any) -> list[np.ndarray]:
-    """`drawn` with, per variable, each probe magnitude of either sign the domain holds, the others as drawn; and,
-    for two variables or more, the close pairs (`_close_pairs`)."""
+    """`drawn` with, per variable, each probe magnitude of either sign the domain holds and the dtype's smallest
+    subnormal, the others as drawn; and, for two variables or more, the close pairs (`_close_pairs`).
+
+    The smallest subnormal is where 1/x overflows: a sum of terms in 1/x**2 and 1/x of either sign there is
+    inf - inf = nan where the exact value is inf (1/x**2 - 1/(x + 1)**2 reassociated as
+    (1/x)(1/(x + 1))/x + (1/(x + 1))**2/x); drawn points land in its binade once in two thousand (float64).
+    The screen does not probe it: float32 overflows there where float64 does not, cancelling or not."""
     domains = [domain for _, domain in sampling.domains]
-    return _close_pairs(with_probes(drawn, domains, _magnitudes(dtype), dtype), domains, dtype)
+    magnitudes = (*_magnitudes(dtype), float(np.finfo(dtype).smallest_subnormal))
+    return _close_pairs(with_probes(drawn, domains, magnitudes, dtype), domains, dtype)
 
 
 def _close_pairs(drawn: list[np.ndarray], domains: Sequence[Domain], dtype: Any) -> list[np.ndarray]:
