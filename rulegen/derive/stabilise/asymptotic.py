@@ -193,7 +193,8 @@ def one_argument_series(expr: sp.Expr) -> sp.Expr | None:
     if u.is_Symbol:
         inside = inside.xreplace({u: big})
     series = inside.xreplace({f: _series(f, big) for f in inside.atoms(sp.Function) if is_gamma_function(f)})
-    expanded = sp.collect(sp.expand(series, log=False), sp.log(big))
+    # Its tail in Horner form, each weight in other variables once (`_in_horner_form`).
+    expanded = _in_horner_form(sp.collect(sp.expand(series, log=False), sp.log(big)), [big])
     large = u > THRESHOLD
     fed = sp.Piecewise((u, large), (2 * THRESHOLD, True))
     with sp.evaluate(False):
@@ -269,6 +270,27 @@ def _in_horner_form(total: sp.Expr, variables: list[sp.Dummy]) -> sp.Expr:
         if tail != 0:
             total -= tail
             nested.append(sp.horner(sp.expand(tail.xreplace({u: 1 / w})), w).xreplace({w: 1 / u}))
+        # Terms c g u**-k with g a weight in variables that are no series' (q_c beside a digamma at p_c) as g times
+        # one polynomial in 1/u: -691 q_c/(32760 u**12) as written multiplies 691 q_c first, inf from q_c = 5e35 in
+        # float32 where the value is finite.
+        weighted: dict[sp.Expr, list[sp.Expr]] = {}
+        for t in sp.Add.make_args(total):
+            weight, power = t.as_independent(u, as_Add=False)
+            weight = weight.as_coeff_Mul()[1]
+            if (
+                weight.free_symbols
+                and not weight.free_symbols & set(variables)
+                and power.free_symbols == {u}
+                and power.as_coeff_exponent(u)[1] < 0
+                and (power / u ** power.as_coeff_exponent(u)[1]).is_number
+            ):
+                weighted.setdefault(weight, []).append(t)
+        for weight, terms in weighted.items():
+            if len(terms) < 2:
+                continue
+            total -= sp.Add(*terms)
+            polynomial = sp.expand((sp.Add(*terms) / weight).xreplace({u: 1 / w}))
+            nested.append(weight * sp.horner(polynomial, w).xreplace({w: 1 / u}))
     return total + sp.Add(*nested)
 
 
