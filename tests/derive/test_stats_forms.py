@@ -747,3 +747,62 @@ def test_a_student_t_s_partial_in_df_is_finite_where_xla_flushes_half_its_degree
     # Its log1p beside its argument's rational terms and its difference of digammas at large df, each without
     # its cancellation: 15.1 / 8.6 bits on the search's points (float64 / float32) when neither was.
     assert max(choice.bits_after) < 2, (choice.family, choice.bits_after)
+
+
+def test_a_call_past_the_threshold_alone_is_a_series_that_cancels_the_other_terms():
+    # (p - q) digamma(p) - loggamma(p) leads with p, which the -p beside it cancels: at p = 1e306 and q = 10.96
+    # (only p past 2**5) the calls as written are inf - inf, and at 5.4e292 every bit is lost, where the value is
+    # -q log(p) + log(p)/2 - 1/2 + loggamma(q) + ... (a KL divergence of two Gammas leads so).
+    from rulegen.derive.stabilise.asymptotic import several_argument_series
+
+    p, q = P, Q
+    expr = (p - q) * sp.polygamma(0, p) - sp.loggamma(p) - p + sp.loggamma(q)
+    series = several_argument_series(expr)
+    assert series is not None
+    for point in ((1e306, 10.96), (5.4e292, 10.96), (1e20, 0.3), (3.0, 40.0), (1e10, 1e-300)):
+        with mpmath.workprec(2000):
+            exact = sp.lambdify((p, q), expr, "mpmath")(*map(mpmath.mpf, point))
+        assert bits(evaluated(series, (p, q), point, np.float64), exact) <= 2, point
+    assert math.isnan(evaluated(expr, (p, q), (1e306, 10.96), np.float64))  # as written
+
+
+P_C, P_RATE, Q_C, Q_RATE = sp.symbols("p_c p_rate q_c q_rate", positive=True)
+#: torch's kl_divergence(Gamma, Gamma).
+GAMMA_KL = (
+    Q_C * sp.log(P_RATE / Q_RATE)
+    + sp.loggamma(Q_C)
+    - sp.loggamma(P_C)
+    + (P_C - Q_C) * sp.polygamma(0, P_C)
+    + (Q_RATE - P_RATE) * (P_C / P_RATE)
+)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "point"),
+    [
+        # Only p_c past the threshold: its series cancels the rate term's -p_c (inf - inf as written).
+        (np.float64, (5.425879068999402e292, 7.175392120627892e291, 10.96, 5.067413767855584e-273)),
+        (np.float64, (2.7510690097567857e114, 9.224230258490201e291, 3.9885348585909647e-168, 1.7303218987873364e189)),
+        # Both past, p_c q_rate overflowing in the product the series leave: reassociated.
+        (np.float64, (1.1595499930738382e306, 1873066435933.546, 5.251107439765306e266, 259589903.51855415)),
+        # Only q_c past: p_c (q_rate - p_rate)/p_rate as derived, where (q_rate - p_rate)/p_rate overflows.
+        (np.float64, (2.424061362559707e-91, 2.6604598945933062e-135, 7.65378448612464e110, 5.675254310611167e173)),
+        # None past: the calls' poles joined, log(p_rate/q_rate) taken apart where the ratio overflows.
+        (np.float64, (10.96, 6.212489507751478e150, 9.968061931431294e-12, 5.8569062518193637e-244)),
+        (np.float64, (4.009577364632919e-307, 6.420907213318526e-123, 5.48, 9.245953068182038e205)),
+        (np.float32, (3.6421137952126534e19, 1.4382811482706642e29, 2231844992974848.0, 21.920000076293945)),
+        (np.float32, (5.00402598560015e32, 2.0726396620478006e37, 2.0046775262017036e-07, 2.93565161913574e-39)),
+        (np.float32, (10.960000038146973, 181834825728.0, 10.960000991821289, 7.997446314563123e-38)),
+        (np.float64, (3.0, 2.0, 5.0, 0.5)),
+    ],
+)
+def test_a_gamma_kl_divergence_takes_its_series_with_the_other_terms_mended(dtype, point):
+    # The series' branches leave q_c log(p_rate/q_rate) and p_c q_rate/p_rate as they were, which overflow where
+    # the divergence is a float (9.8 bits float64 mean as the logs taken apart alone chose, inf or nan at 11 of 64
+    # points): their logs are taken apart and their products reassociated in the series' form.
+    variables = (P_C, P_RATE, Q_C, Q_RATE)
+    choice = stabilise(GAMMA_KL, Sampling(tuple((v, POSITIVE) for v in variables)))
+    with mpmath.workprec(2000):
+        exact = sp.lambdify(variables, GAMMA_KL, "mpmath")(*(mpmath.mpf(float(dtype(v))) for v in point))
+    value = evaluated(choice.chosen, variables, point, dtype)
+    assert bits(value, exact, dtype) <= 4, (point, value, float(exact), choice.family)

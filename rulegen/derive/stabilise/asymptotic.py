@@ -193,7 +193,8 @@ def one_argument_series(expr: sp.Expr) -> sp.Expr | None:
     if u.is_Symbol:
         inside = inside.xreplace({u: big})
     series = inside.xreplace({f: _series(f, big) for f in inside.atoms(sp.Function) if is_gamma_function(f)})
-    expanded = sp.collect(sp.expand(series, log=False), sp.log(big))
+    # Its tail in Horner form, each weight in other variables once (`_in_horner_form`).
+    expanded = _in_horner_form(sp.collect(sp.expand(series, log=False), sp.log(big)), [big])
     large = u > THRESHOLD
     fed = sp.Piecewise((u, large), (2 * THRESHOLD, True))
     with sp.evaluate(False):
@@ -269,6 +270,27 @@ def _in_horner_form(total: sp.Expr, variables: list[sp.Dummy]) -> sp.Expr:
         if tail != 0:
             total -= tail
             nested.append(sp.horner(sp.expand(tail.xreplace({u: 1 / w})), w).xreplace({w: 1 / u}))
+        # Terms c g u**-k with g a weight in variables that are no series' (q_c beside a digamma at p_c) as g times
+        # one polynomial in 1/u: -691 q_c/(32760 u**12) as written multiplies 691 q_c first, inf from q_c = 5e35 in
+        # float32 where the value is finite.
+        weighted: dict[sp.Expr, list[sp.Expr]] = {}
+        for t in sp.Add.make_args(total):
+            weight, power = t.as_independent(u, as_Add=False)
+            weight = weight.as_coeff_Mul()[1]
+            if (
+                weight.free_symbols
+                and not weight.free_symbols & set(variables)
+                and power.free_symbols == {u}
+                and power.as_coeff_exponent(u)[1] < 0
+                and (power / u ** power.as_coeff_exponent(u)[1]).is_number
+            ):
+                weighted.setdefault(weight, []).append(t)
+        for weight, terms in weighted.items():
+            if len(terms) < 2:
+                continue
+            total -= sp.Add(*terms)
+            polynomial = sp.expand((sp.Add(*terms) / weight).xreplace({u: 1 / w}))
+            nested.append(weight * sp.horner(polynomial, w).xreplace({w: 1 / u}))
     return total + sp.Add(*nested)
 
 
@@ -465,14 +487,20 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     # pole parts are joined: their sum is what overflows or cancels there.
     pole_terms, joins = _joined_terms(sp.collect(sp.Add(*poles), [sp.log(b) for b in big.values()]), big, (0, 1, 2))
     near_poles = _highest_order_first(pole_terms)
-    # One argument past the threshold has no like terms to cancel: its calls are as written, and so are the others,
-    # which the pole parts' joins would cancel against an infinite 1/u of the large one.
+    # One argument past the threshold is a series too: its leading terms cancel the other terms' (a KL divergence of
+    # two Gammas' (p - q) digamma(p) - loggamma(p) leads with p, which -p of its rate term cancels: inf - inf at
+    # p = 1e306 as written, where the divergence is 7200), and the calls at the others are as written.  The terms
+    # beside the calls are as written where nothing cancels against a series (below the threshold, or a series
+    # that cancels none of them): a Gamma KL's p (q_rate - p_rate)/p_rate, expanded, overflows in p q_rate
+    # (p = 1e-12 in float32).
+    written = _as_written(exact, calls, others)
     branches = [
-        (_series_branch(called, others, {u: big[u] for u in past}, large) if len(past) > 1 else expr, large)
+        (_series_branch(called, others, {u: big[u] for u in past}, large, others_written=written), large)
         for past in _arguments_past(arguments)
         for large in [sp.And(*(u > THRESHOLD if u in past else u <= THRESHOLD for u in arguments))]
     ]
     small = expr
+    others = written
     if joins:
         # The calls' sum is taken whole (a `where` of its own, on the last branch's own region) before the other
         # terms are added: a Beta log-density's partial in b, log1p(-x) - digamma(b + 1) + digamma(a + b + 1) at
@@ -483,6 +511,13 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
         called_sum = sp.Piecewise((sp.Add(near_poles.xreplace(raw), *shifted), region), (expr - sp.Add(*others), True))
         small = called_sum + sp.Add(*others)
     return sp.Piecewise(*branches, (small, True))
+
+
+def _as_written(exact: sp.Expr, calls: list[sp.Expr], others: list[sp.Expr]) -> list[sp.Expr]:
+    """The terms of the sum `exact` that hold none of `calls`, as written, where they add to `others` (the same terms
+    expanded); else `others`."""
+    written = [t for t in sp.Add.make_args(exact) if not t.has(*calls)]
+    return written if sp.expand(sp.Add(*written) - sp.Add(*others), log=False) == 0 else others
 
 
 def _linear_arguments(arguments: set[sp.Expr]) -> list[sp.Expr] | None:
@@ -537,11 +572,14 @@ def _series_branch(
     big: dict[sp.Expr, sp.Dummy],
     large: sp.Expr,
     in_bases: bool = False,
+    others_written: list[sp.Expr] | None = None,
 ) -> sp.Expr:
     """The sum of `called` terms (term, call, its coefficient in its argument) and `others` with each call at an
     argument of `big` its Stirling series, like orders of two arguments joined (-1/(2a) + 1/(2(a + b)) at b << a),
     fed its argument where `large` holds; the other calls as written.  `in_bases`: `big` holds the arguments without
-    their constants (k for loggamma(k + 1)), and each call is its series in that base (`_series_in_base`)."""
+    their constants (k for loggamma(k + 1)), and each call is its series in that base (`_series_in_base`).
+    `others_written`: `others` as the expression writes them (None: as they are), the polynomial part's where nothing of
+    it cancels (`_cancelled_or_as_written`)."""
 
     def series(f: sp.Expr) -> sp.Expr | None:
         shift, base = f.args[-1].as_coeff_Add() if in_bases else (sp.S.Zero, f.args[-1])
@@ -549,9 +587,18 @@ def _series_branch(
             return None
         return _series_in_base(f, big[base], shift) if in_bases else _series(f, big[base])
 
-    terms = [
-        term if (found := series(f)) is None else sp.expand(written * found, log=False) for term, f, written in called
-    ]
+    terms = []
+    # A call that is no series here keeps its terms' coefficients as one, as written, added after the series are
+    # joined (which expand what they join): (1 - a) trigamma(a) is inf at a = 5e-324, where a trigamma(a) alone is
+    # inf too, and their difference nan.
+    as_written: dict[sp.Expr, sp.Expr] = {}
+    for term, f, written in called:
+        found = series(f)
+        if found is None:
+            as_written[f] = as_written.get(f, sp.S.Zero) + term / f
+        else:
+            terms.append(sp.expand(written * found, log=False))
+    kept_whole = [coefficient * f for f, coefficient in as_written.items()]
     series = sp.collect(sp.Add(*terms, *others), [sp.log(b) for b in big.values()])
     series = _in_horner_form(_joined(series, big, orders=(-1, *range(_SERIES_ORDERS)))[0], list(big.values()))
     raw = {b: u for u, b in big.items()}
@@ -560,10 +607,27 @@ def _series_branch(
     polynomial = [t for t in series_terms if not t.has(sp.log) and t.is_polynomial(*big.values())]
     # A log or a power of 1/u is nan or inf at the points of the other branch, where a polynomial is not: it goes
     # back to the variables unguarded, and its like terms cancel (-a - b + (a + b) is 0).
-    exact_part = sp.Add(*polynomial).xreplace(raw)
+    exact_part = _cancelled_or_as_written(sp.Add(*polynomial).xreplace(raw), others, others_written)
     with sp.evaluate(False):
         guarded = [t.xreplace(fed) for t in series_terms if t not in polynomial]
-        return sp.Add(*([exact_part] if exact_part != 0 else []), *guarded)
+        return sp.Add(*([exact_part] if exact_part != 0 else []), *guarded, *kept_whole)
+
+
+def _cancelled_or_as_written(exact_part: sp.Expr, others: list[sp.Expr], written: list[sp.Expr] | None) -> sp.Expr:
+    """`exact_part`, the polynomial part of a series branch in the variables, its like terms added, where some of
+    `others` (the terms beside the calls, expanded) cancel in it; else the series' own part plus those terms as
+    `written`: p (q_rate - p_rate)/p_rate beside a loggamma(q) past the threshold, expanded as p q_rate/p_rate - p,
+    overflows in p q_rate where as written it does not, and the series' -q cancels nothing of it."""
+    if written is None:
+        return exact_part
+    plain = [t for t in others if not t.has(sp.log)]
+    own = sp.expand(exact_part - sp.Add(*plain))
+    if len(sp.Add.make_args(exact_part)) < len(plain) + len(sp.Add.make_args(own)) - (own == 0):
+        return exact_part
+    kept = [t for t in written if not t.has(sp.log)]
+    if sp.expand(sp.Add(*kept) - sp.Add(*plain)) != 0:
+        return exact_part
+    return own + sp.Add(*kept)
 
 
 def _gamma_term(term: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:

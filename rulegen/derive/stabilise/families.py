@@ -732,6 +732,15 @@ def _gamma_series(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
         series = _attempt(functools.partial(make, expr))
         if series is not None:
             yield family, series
+            # The terms the series leave as they were (a Gamma KL's q_c log(p_rate/q_rate), p_c q_rate/p_rate beside
+            # the series of its digamma and loggamma) overflow where the series do not: their logs taken apart and
+            # products paired in the series' branches (the finishing steps do neither to a form of `where`s), in
+            # either order, since neither keeps p_c q_rate/p_rate in range at every point where it is.
+            for reverse in (False, True):
+                products = functools.partial(_paired, reverse=reverse)
+                finished = _attempt(functools.partial(_outside_the_wheres, series, products))
+                if finished is not None and finished != series:
+                    yield f"{family}, finished", finished
             # Below the series' threshold the calls as written, each pole taken out (trigamma(p) at p = 1e-165).
             poles = _attempt(functools.partial(_each_sum_poles_taken_out, series))
             if poles is not None and poles != series:
@@ -803,6 +812,31 @@ def _log1p_forms(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
         yield LOG1PMX, form
         for family, series in _gamma_series(form, ops):
             yield f"{LOG1PMX}, {family}", series
+
+
+def _outside_the_wheres(expr: sp.Expr, products: Callable[[sp.Expr], sp.Expr]) -> sp.Expr:
+    """`expr`, a sum with a form of `where`s, with each log of a product that holds no `where` taken apart
+    (`_logs_taken_apart`) and each product that holds none rewritten by `products` (`_paired`), but for
+    those the last branch computes (the form as it was, below the series' threshold): the series' branches write
+    sums of the variables expanded, whose products overflow where the derived one's did not, and the products as
+    derived are left as they are (p (q_rate - p_rate)/p_rate beside a series that cancels nothing of it is in
+    range where its pairings are not)."""
+
+    def finished(e: sp.Expr, derived: set[sp.Basic]) -> sp.Expr:
+        # A log of a stand-in fed to a branch is that branch's own (its quotients' logs taken apart are conditions
+        # on constants elsewhere, which numpy's select cannot take).
+        plain = e.replace(
+            lambda f: isinstance(f, (sp.log, log1p)) and not f.has(sp.Piecewise), lambda f: _logs_taken_apart(f)
+        )
+        return plain.replace(lambda f: f.is_Mul and f not in derived and not f.has(sp.Piecewise), products)
+
+    def walk(e: sp.Expr) -> sp.Expr:
+        if isinstance(e, sp.Piecewise):
+            derived = set(sp.preorder_traversal(e.args[-1][0]))
+            return sp.Piecewise(*((finished(branch, derived), condition) for branch, condition in e.args))
+        return sp.Add(*(walk(t) for t in e.args)) if e.is_Add else e
+
+    return walk(expr)
 
 
 #: The family of `_poles_taken_out`, a step of other families' names as well.
