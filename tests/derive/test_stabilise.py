@@ -53,21 +53,29 @@ def test_one_plus_a_cosine_becomes_a_squared_cosine():
     assert choice.chosen == 2 * sp.cos(x / 2) ** 2
 
 
+def _chosen_partial(tmp_path, text: str):
+    """The search's choice for dout/dx of the one-input rule `text`, and its chosen form as numpy computes it."""
+    from rulegen.derive.stabilise.points import _numpy_function
+    from tests.conftest import rules_from
+
+    (rule,) = rules_from(tmp_path, text)
+    (choice,) = [c for c in derive_rule(rule, [rule.name]).choices if c.quantity == "dout/dx"]
+    (variable,) = choice.chosen.free_symbols
+    fn = _numpy_function(choice.chosen, (variable,))
+    assert fn is not None
+    return choice, fn
+
+
 def test_a_squared_half_angle_sine_over_the_whole_angle_s_sine_is_a_tangent(tmp_path):
     # (1 - cos x)/sin x: the identities make it 2 sin(x/2)**2/sin(x), and its derivative
     # 1 - 2 cos(x) (sin(x/2)/sin(x))**2, which is 1 where x/2 underflows (torch at x = 1e-45 in float32, XLA
     # flushing it at the smallest normal) and 0/0 where XLA reads a subnormal x as 0; the partial is 1/2 there.
     # Over sin(x) = 2 sin(x/2) cos(x/2) the half angles cancel: 1 - cos(x)/(2 cos(x/2)**2).
     from rulegen.derive.stabilise.flushed import flushed_call
-    from rulegen.derive.stabilise.points import _numpy_function
 
-    path = tmp_path / "half.yaml"
-    path.write_text("name: half_angle\ninputs: {x: {domain: {exclude: [0]}}}\nforward: (1 - cos(x)) / sin(x)\n")
-    (rule,) = read_rule_file(path)
-    (choice,) = [c for c in derive_rule(rule, [rule.name]).choices if c.quantity == "dout/dx"]
-    (variable,) = choice.chosen.free_symbols
-    fn = _numpy_function(choice.chosen, (variable,))
-    assert fn is not None
+    _, fn = _chosen_partial(
+        tmp_path, "name: half_angle\ninputs: {x: {domain: {exclude: [0]}}}\nforward: (1 - cos(x)) / sin(x)\n"
+    )
     for dtype in (np.float32, np.float64):
         tiny, smallest = np.finfo(dtype).tiny, np.finfo(dtype).smallest_subnormal
         points = np.asarray([smallest, -smallest, tiny, -tiny, 0.25], dtype=dtype)
@@ -83,15 +91,9 @@ def test_a_partial_is_not_nan_at_the_smallest_subnormal_where_its_terms_in_one_o
     # 1/(x + 1) - 2/x + 1/(x - 1): its partial, 2/x**2 - 1/(x + 1)**2 - 1/(x - 1)**2, is inf at the smallest
     # subnormals (2/x**2 overflows), and was taken as three reassociated terms of which two are +-2/x there,
     # inf - inf = nan; the bit patterns draw that binade once in two thousand points, and now the search probes it.
-    path = tmp_path / "poles.yaml"
-    path.write_text("name: poles\ninputs: {x: {domain: {exclude: [0]}}}\nforward: 1 / (x + 1) - 2 / x + 1 / (x - 1)\n")
-    (rule,) = read_rule_file(path)
-    (choice,) = [c for c in derive_rule(rule, [rule.name]).choices if c.quantity == "dout/dx"]
-    from rulegen.derive.stabilise.points import _numpy_function
-
-    (variable,) = choice.chosen.free_symbols
-    fn = _numpy_function(choice.chosen, (variable,))
-    assert fn is not None
+    choice, fn = _chosen_partial(
+        tmp_path, "name: poles\ninputs: {x: {domain: {exclude: [0]}}}\nforward: 1 / (x + 1) - 2 / x + 1 / (x - 1)\n"
+    )
     for dtype in (np.float32, np.float64):
         smallest = np.finfo(dtype).smallest_subnormal
         with np.errstate(all="ignore"):
