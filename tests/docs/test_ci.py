@@ -115,11 +115,12 @@ def test_a_passing_test_s_temporary_folder_is_removed_as_it_ends(request):
 
 
 class _Run:
-    """A test run's temporary folders, as `built_once` reads them (`getbasetemp`)."""
+    """A test run's temporary folders, as `built_once` reads them (`getbasetemp`): a worker's folder inside the
+    run's own, as under xdist, where `built_once` shares the run's folder (its parent) between workers."""
 
     def __init__(self, base: Path) -> None:
-        base.mkdir()
-        self.base = base
+        self.base = base / "popen-gw0"
+        self.base.mkdir(parents=True)
 
     def getbasetemp(self) -> Path:
         return self.base
