@@ -72,10 +72,8 @@ def summed_in_order(expr: sp.Expr) -> sp.Expr:
     where the planner's named terms sorted -log(k)/2 between them and it was absorbed (-1.27)."""
 
     def chain(total: sp.Expr) -> sp.Expr:
+        # The printers write a leading `-a + b` as `b - a` (one kernel in eager torch, the same number).
         first, second, *rest = summation_order(total)
-        if first.could_extract_minus_sign() and not second.could_extract_minus_sign():
-            # `b - a`, one kernel in eager torch where `-a + b` is two, and the same number.
-            first, second = second, first
         first = added(first, second)
         for term in rest:
             first = added(first, term)

@@ -776,9 +776,9 @@ def _log1p_beside_its_argument(expr: sp.Expr, *, conjugate: bool) -> sp.Expr:
                 continue
             coefficient = term / call
             # v and 1/v as products of quotients (x*(x/df), (df/x)/x): neither overflows where v is in range.
-            paired, inverse = (_each_product_paired(e, reverse=False) for e in (v, sp.cancel(1 / v)))
+            paired = _each_product_paired(v, reverse=False)
             if conjugate:
-                z, computed = sp.cancel(v / (1 + v)), 1 / (1 + inverse)
+                z, computed = sp.cancel(v / (1 + v)), 1 / (1 + _each_product_paired(sp.cancel(1 / v), reverse=False))
                 near = sp.Abs(paired) < 1
                 fed = Piecewise((paired, near), (0, True))
                 less = Piecewise((-log1pmx(-fed / (1 + fed)), near), (call - computed, True))
