@@ -449,19 +449,26 @@ def log_difference(
     far_log_ratio: sp.Expr = FAR_LOG_RATIO,
 ) -> sp.Expr:
     """log(a) - log(b), d = a - b, for positive a and b, its conditions read at `where` (stand-ins fed a and b, where
-    a caller evaluates a and b at points of its own; None: a and b): log1p(d/b) where a and b are close (log(a/b)
-    rounds the ratio near 1), log(a/b) where they are not (1 + d/b rounds a small ratio), log(a) - log(b) where
-    the ratio's log is past `far_log_ratio` (the ratio may have overflowed or underflowed: 21.92/2.2e-308), `kept`
-    from a caller's rewriting it again.  Where a - b is nonnegative by the inputs' assumptions, log1p(d/b) up to
-    `GROWTH_IN_RANGE`."""
+    a caller evaluates a and b at points of its own; None: a and b): log1p(d/b) from a = b/2 to a = b
+    `GROWTH_IN_RANGE` (log(a/b) rounds the ratio near 1), log(d) - log(b) past that, log(a/b) below b/2 (1 + d/b
+    rounds a small ratio), log(a) - log(b) where the ratio's log is past `far_log_ratio` below it (the ratio may
+    have underflowed: 2.2e-308/21.92), `kept` from a caller's rewriting it again."""
     at_a, at_b = where or (a, b)
-    if sp.expand(at_a - at_b).is_nonnegative:
-        # a >= b: log1p(d/b) is accurate wherever d/b is in range, and a itself is never computed (a = k + r
-        # overflows where log(a/k) is 0.7).
-        return sp.Piecewise((log1p(d / b), d <= GROWTH_IN_RANGE * b), (kept(sp.log(a) - sp.log(b)), True))
-    close = sp.Abs(sp.expand(at_a - at_b)) < sp.Abs(at_b) / 2
+    ahead = sp.expand(at_a - at_b)
+    # a >= b: log1p(d/b) is accurate wherever d/b is in range, and past that log(d) - log(b), log1p(b/d) below
+    # 2**-100 left out: a itself is never computed (a = k + r overflows where log(a/k) is 0.7, at k = 3.4e38 and
+    # r = 2.3e35 in float32).
+    past = kept(sp.log(d) - sp.log(b))
+    if ahead.is_nonnegative:
+        return sp.Piecewise((log1p(d / b), d <= GROWTH_IN_RANGE * b), (past, True))
+    close = (ahead > -sp.Abs(at_b) / 2) & (ahead <= GROWTH_IN_RANGE * sp.Abs(at_b))
     far = sp.Abs(sp.log(at_a / at_b)) >= far_log_ratio
-    return sp.Piecewise((log1p(d / b), close), (kept(sp.log(a) - sp.log(b)), far), (sp.log(a / b), True))
+    return sp.Piecewise(
+        (log1p(d / b), close),
+        (past, ahead > 0),
+        (kept(sp.log(a) - sp.log(b)), far),
+        (sp.log(a / b), True),
+    )
 
 
 class _NumPyOrder(NumPyPrinter):

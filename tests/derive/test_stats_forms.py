@@ -806,3 +806,32 @@ def test_a_gamma_kl_divergence_takes_its_series_with_the_other_terms_mended(dtyp
         exact = sp.lambdify(variables, GAMMA_KL, "mpmath")(*(mpmath.mpf(float(dtype(v))) for v in point))
     value = evaluated(choice.chosen, variables, point, dtype)
     assert bits(value, exact, dtype) <= 4, (point, value, float(exact), choice.family)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "point"),
+    [
+        (np.float32, (5.48, 8.4e37)),  # r and k + r past the threshold, k not
+        (np.float32, (1e-45, 8.4e37)),
+        (np.float64, (5.48, 1e300)),
+        (np.float64, (1.7976931348623157e308, 3.18e-164)),  # k and k + r past it, r not
+        (np.float32, (3.4028234663852886e38, 2.27e35)),  # k + r overflows where its log does not
+    ],
+)
+def test_calls_at_two_of_three_bases_past_the_threshold_are_their_series(dtype, point):
+    # A negative binomial's loggamma(k + r) - loggamma(k + 1) - loggamma(r), k a count (no sign assumed): with r
+    # alone small, or k alone, the two calls whose bases are past the threshold lead with terms that cancel, inf -
+    # inf as written (or every digit lost: 0 for 3779.8 at k = 5.48, r = 1e300).
+    from rulegen.derive.stabilise.asymptotic import released, several_argument_series_in_bases
+
+    k, r = sp.Symbol("k", real=True), sp.Symbol("r", positive=True)
+    expr = sp.loggamma(k + r) - sp.loggamma(k + 1) - sp.loggamma(r)
+    form = several_argument_series_in_bases(expr)
+    assert form is not None
+    point = tuple(float(dtype(v)) for v in point)
+    with mpmath.workprec(2000):
+        at_k, at_r = mpmath.mpf(point[0]), mpmath.mpf(point[1])
+        exact = mpmath.loggamma(at_k + at_r) - mpmath.loggamma(at_k + 1) - mpmath.loggamma(at_r)
+    written = evaluated(expr, (k, r), point, dtype)
+    assert not bits(written, exact, dtype) <= 2, written  # as written: nan, or every digit lost
+    assert bits(evaluated(released(form), (k, r), point, dtype), exact, dtype) <= 2

@@ -551,15 +551,16 @@ def _terms_by_call(exact: sp.Expr, calls: list[sp.Expr]) -> tuple[list[tuple[sp.
 MIXED_BRANCHES = 3
 
 
-def _arguments_past(arguments: list[sp.Expr]) -> list[set[sp.Expr]]:
+def _arguments_past(arguments: list[sp.Expr], fewest: int = 1) -> list[set[sp.Expr]]:
     """The sets of `arguments` that can be past the threshold while the others are not, all of them first: an
-    argument at least another (a + b beside a, for positive a and b) is past it wherever the other is.  All sets but
-    the first are left out where there are more than `MIXED_BRANCHES`."""
+    argument at least another (a + b beside a, for positive a and b) is past it wherever the other is.  Sets of
+    fewer than `fewest` arguments are none of them (a caller with no series for them).  All sets but the first are
+    left out where there are more than `MIXED_BRANCHES`."""
     everything = set(arguments)
     at_least = {(u, v) for u in arguments for v in arguments if u != v and sp.expand(v - u).is_nonnegative}
     mixed = [
         set(past)
-        for size in range(len(arguments) - 1, 0, -1)
+        for size in range(len(arguments) - 1, fewest - 1, -1)
         for past in itertools.combinations(arguments, size)
         if not any(u in past and v not in past for u, v in at_least)
     ]
@@ -776,10 +777,13 @@ def several_argument_series_in_bases(expr: sp.Expr) -> sp.Expr | None:
         called.append((term, f, _rewritten_in(term / f, w, big[w])))
     branches = [
         (
-            _series_branch(called, others, {w: big[w] for w in past}, large, in_bases=True) if len(past) > 1 else expr,
+            _series_branch(called, others, {w: big[w] for w in past}, large, in_bases=True),
             large,
         )
-        for past in _arguments_past(bases)
+        # One base past the threshold has no other to cancel its series' leading terms: those sets are `expr`'s,
+        # and counted among the branches they would crowd out the pairs that do (a negative binomial's k and k + r
+        # past it at r = 1e-164, where loggamma(k + r) - loggamma(k + 1) is inf - inf as written from k = 2.5e305).
+        for past in _arguments_past(bases, fewest=2)
         for large in [sp.And(*(w > THRESHOLD if w in past else w <= THRESHOLD for w in bases))]
     ]
     return sp.Piecewise(*branches, (expr, True))
