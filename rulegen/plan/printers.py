@@ -230,7 +230,7 @@ class _ArrayCode:
         return f"{'-' if value < 0 else ''}{self._spelled('float')}('inf')"
 
     def _print_Rational(self, expr: sp.Rational) -> str:
-        return f"{expr.p} / {expr.q}"
+        return f"{self._print_Integer(sp.Integer(expr.p))} / {self._print_Integer(sp.Integer(expr.q))}"
 
     def _print_Half(self, expr: sp.Rational) -> str:
         return "1 / 2"
@@ -655,11 +655,12 @@ class _ArrayCode:
         # Rationals as `2 * x / 3` rather than `(2/3)*x`.
         coefficient, rest = expr.as_coeff_Mul()
         if coefficient.is_Rational and not coefficient.is_Integer and rest != 1:
-            p, q = coefficient.p, coefficient.q
+            # Through `_print_Integer`: a denominator of 2**100 is the float it rounds to, not an int torch refuses.
+            p, q = (self._print_Integer(sp.Integer(n)) for n in (coefficient.p, coefficient.q))
             body = self._print_Mul(rest) if isinstance(rest, sp.Mul) else self.parenthesize(rest, PRECEDENCE["Mul"])
-            if p == -1:
+            if p == "-1":
                 return f"-{body} / {q}"
-            if p == 1:
+            if p == "1":
                 return f"{body} / {q}"
             return f"{p} * {body} / {q}"
         return self._print_quotient_in_order(expr) or super()._print_Mul(expr)  # type: ignore[misc]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import sympy as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rulegen.plan.printers import one_square_root, print_jax, print_torch
+from rulegen.plan.printers import TorchArrayPrinter, one_square_root, print_jax, print_torch
 
 x = sp.Symbol("x", real=True)
 
@@ -45,3 +46,16 @@ def test_a_folded_number_has_the_value_of_the_unfolded_one(p, q, a, b, k):
     text = print_torch(number * x)[0].text
     value = eval(text, {"math": math, "x": 1.0})
     assert math.isclose(value, float(number), rel_tol=4e-16), (number, text)
+
+
+def test_a_rational_past_int64_prints_as_the_float_it_rounds_to():
+    # A regime's bound `x <= 2**100 y` reaches the printers as x/2**100 - y/2**100 <= 0: printed as an int, eager
+    # torch refused it beside a tensor (OverflowError: int too big to convert) and the rule raised at every call.
+    torch = pytest.importorskip("torch")
+    y = sp.Symbol("y", real=True)
+    at = {"x": torch.tensor([3.0, 5.0], dtype=torch.float32), "y": torch.tensor([1e30, 2e30], dtype=torch.float32)}
+    for expr in (x / 2**100 - y / 2**100, sp.Rational(3, 2**100) * x, -x / 2**64, sp.Rational(2**70, 3) * x):
+        text = TorchArrayPrinter().doprint(expr)
+        value = eval(text, {"math": math, "torch": torch}, dict(at))
+        expected = sp.lambdify((x, y), expr, "math")(*(float(v[0]) for v in at.values()))
+        assert math.isclose(float(value[0]), expected, rel_tol=1e-6), (expr, text)
