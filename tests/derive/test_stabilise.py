@@ -755,3 +755,58 @@ def test_a_scaled_repair_is_not_nan_where_the_form_it_repairs_is_not():
     choice = stabilise(sp.diff(forward, scale), sampling)
     point = [np.array([v]) for v in (-0.685, 2.13709097e275, 3.36272902e-91)]
     assert not np.isnan(_evaluated(choice.chosen, (x, loc, scale), point, np.float64)).any(), choice.chosen
+
+
+def test_the_quadratic_s_root_scales_its_discriminant_alone_and_is_finite_wherever_its_value_is():
+    # (-b + sqrt(b**2 - 4ac))/(2a), its conjugate where b > 0: scaled whole, the root passed through 1/a'' = 1e316
+    # at a = -4.2e-168, b = -5.8e140, c = -3.2e-183 (value -1.4e308), and the gate refused it; unscaled, b**2
+    # overflows.  Its discriminant's root scaled alone is in range wherever the root is.
+    z = sp.Symbol("z", real=True)
+    expr = (-y + sp.sqrt(y * y - 4 * (x * z))) / (2 * x)
+    sampling = Sampling(tuple((s, Domain()) for s in (x, y, z)), y * y >= 4 * (x * z))
+    choice = stabilise(expr, sampling)
+    assert "radicands scaled" in choice.family
+    assert max(choice.bits_after) <= 1
+    points = {
+        "x": [-4.156317630820947e-168, 1.11e92, 2.0, 1e34],
+        "y": [-5.832343695418767e140, -5.85e302, -7.0, 4.097e-4],
+        "z": [-3.2156129550145553e-183, 2.44e232, 3.0, 0.0],
+    }
+    exact = [-1.4032478298023568e308, 5.27027027027027e210, 3.0, 0.0]
+    assert np.isnan(_evaluated(expr, **points)[1])  # b**2 overflows
+    assert np.allclose(_evaluated(choice.chosen, **points), exact, rtol=1e-9, atol=0)
+
+
+def test_a_root_of_a_discriminant_is_scaled_by_its_largest_monomial():
+    # b**2 - 4ac scaled by its largest input would divide by a = 1e34 where c = 0 and b = 4e-4: (b/a)**2 is 0 in
+    # float32 and the root with it.  By its largest monomial's root (|b|, sqrt|a| sqrt|c|) it is b**2 exactly.
+    from rulegen.derive.stabilise.points import _numpy_function
+    from rulegen.derive.stabilise.scaling import _radicands_rescaled
+
+    z = sp.Symbol("z", real=True)
+    root = sp.sqrt(y * y - 4 * (x * z))
+    scaled = _radicands_rescaled(root, Sampling(tuple((s, Domain()) for s in (x, y, z))))
+    assert scaled is not None
+    fn = _numpy_function(scaled, (x, y, z))
+    for dtype, point, exact in (
+        (np.float32, (1e34, 4.097e-4, 0.0), 4.097e-4),
+        (np.float64, (1e300, 1e-10, -1e-300), 2.0),
+        (np.float64, (3e200, 1e250, 2e100), 1e250),
+        (np.float64, (-2.0, 1e-5, 3.0), 4.898979485566356),
+    ):
+        with np.errstate(all="ignore"):
+            got = fn(*(np.asarray([v], dtype=dtype) for v in point))
+        assert np.isclose(float(np.asarray(got).reshape(-1)[0]), exact, rtol=1e-6), (point, got)
+
+
+def test_a_scaling_keeps_a_regime_s_conditions_on_the_inputs_as_they_are():
+    # A stand-in Piecewise((1.0, y <= 0), (y, True)) scaled with y = 1.1e-306 beside x = 4.2e150: y/2**500 is 0
+    # and took the 1.0 of the other branch.
+    from rulegen.derive.functions import binade, divided
+    from rulegen.derive.stabilise.scaling import _substituted
+
+    scale = binade(sp.Max(sp.Abs(x), sp.Abs(y)))
+    stand_in = sp.Piecewise((1.0, y <= 0), (y, True))
+    scaled = _substituted(stand_in + x, (x, y), (divided(x, scale), divided(y, scale)))
+    assert scaled == sp.Piecewise((1.0, y <= 0), (divided(y, scale), True)) + divided(x, scale)
+    assert _evaluated(scaled, x=[4.2e150], y=[1.1e-306])[0] == 4.2e150 / 2.0**500

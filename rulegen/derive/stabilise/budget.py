@@ -76,6 +76,9 @@ class Budget:
     regime_splits: int = 1
     #: Forms (the best, then the next by score) from which a regime split, or a scaling, is tried.
     regime_starts: int = 3
+    #: Forms of the pool whose square roots of homogeneous radicands are computed scaled (`_radicands_rescaled`),
+    #: best first: unscaled, a discriminant that overflows ranks every form that holds it alike.
+    radicand_starts: int = 24
     #: The bits a regime split (or an overflow-safe scaling, which costs a binade and a division per input) must
     #: save to be taken.
     regime_margin_bits: float = 1.0

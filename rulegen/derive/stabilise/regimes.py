@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from rulegen.derive.functions import Piecewise
+from rulegen.derive.functions import Piecewise, binade
 from rulegen.derive.measure import inside, special_magnitudes
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.points import (
@@ -315,6 +315,11 @@ def _fed(branch: sp.Expr, v: sp.Symbol, safe: sp.Piecewise) -> sp.Expr:
         return branch.xreplace({v: safe})
 
 
+def _has_regimes(expr: sp.Expr) -> bool:
+    """Whether `expr` has regimes or a clamp of its own: a scaling's binade of the largest input is neither."""
+    return expr.replace(lambda e: isinstance(e, binade), lambda _: sp.S.One).has(sp.Piecewise, sp.Min, sp.Max)
+
+
 def _with_regimes(
     best: _Measured, pool: Sequence[_Measured], sampling: Sampling, points: Sequence[_Points]
 ) -> _Measured:
@@ -324,11 +329,11 @@ def _with_regimes(
     ratios = _attempt(lambda: sp.Tuple(*(sp.Tuple(*pair) for pair in _ratio_pairs(best.expr, sampling))))
     pairs = [(int(i), int(j)) for i, j in ratios] if ratios is not None else []
     for _ in range(BUDGET.regime_splits):
-        if current.expr.has(sp.Piecewise, sp.Min, sp.Max):
+        if _has_regimes(current.expr):
             break  # a form with regimes (or a clamp) of its own is not split again
         options = []
         for inner in pool:
-            if inner.expr == current.expr or inner.expr.has(sp.Piecewise, sp.Min, sp.Max):
+            if inner.expr == current.expr or _has_regimes(inner.expr):
                 continue
             found = _best_split(current, inner, variables, points, pairs)
             if found is not None:

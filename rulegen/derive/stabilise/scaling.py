@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -89,7 +90,12 @@ def _magnitude(inputs: Sequence[sp.Expr]) -> sp.Expr:
     return sp.Max(*(sp.Abs(x) for x in inputs)) if len(inputs) > 1 else sp.Abs(inputs[0])
 
 
-def _rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scalings: Sequence[_Homogeneity]) -> sp.Expr:
+def _rescaled(
+    expr: sp.Expr,
+    variables: Sequence[sp.Symbol],
+    scalings: Sequence[_Homogeneity],
+    magnitude: Callable[[Sequence[sp.Expr]], sp.Expr] | None = None,
+) -> sp.Expr:
     """`expr` computed on its inputs scaled by powers of two (`binade`), one scaling after another, and the result
     scaled back in the reverse order: no square or product of the scaled inputs overflows or underflows where it
     matters, and no multiplication or division rounds.
@@ -98,6 +104,7 @@ def _rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scalings: Sequence[
     largest magnitude; one with weights of both signs brings the largest of
     each side to the same magnitude, t = sqrt(largest -1 / largest +1)
     (the quadratic's a and c to sqrt|ac|), for the joint scaling after it.
+    `magnitude`: the joint scaling's magnitude of the inputs scaled so far (None: the largest of them).
     """
     inputs: list[sp.Expr] = list(variables)
     undo: list[tuple[sp.Expr, int]] = []  # per scaling, (s, k): expr = expr(scaled) * s**k
@@ -124,7 +131,8 @@ def _rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scalings: Sequence[
             # other root, -b/a).
             undo.append((divided(up, down), scaling.degree))
         else:
-            scale = binade(_magnitude([x for x, w in zip(inputs, weights, strict=True) if w]))
+            scaled = [x for x, w in zip(inputs, weights, strict=True) if w]
+            scale = binade(_magnitude(scaled) if magnitude is None else magnitude(inputs))
             inputs = [divided(x, scale) if w else x for x, w in zip(inputs, weights, strict=True)]
             undo.append((scale, scaling.degree))
     if isinstance(expr, sp.Piecewise):
@@ -162,6 +170,72 @@ def _sums_rescaled(expr: sp.Expr, variables: Sequence[sp.Symbol], scaling: _Homo
     return sp.Mul(*kept) * _scaled_back(sp.Mul(*sums), [(scale, degree)])
 
 
+@functools.lru_cache(maxsize=64)
+def _radicand_homogeneities(radicand: sp.Expr, sampling: Sampling) -> list[_Homogeneity]:
+    """`_homogeneities` of a radicand, once: the forms of one search share their discriminant."""
+    return _homogeneities(radicand, sampling)
+
+
+def _radicands_rescaled(expr: sp.Expr, sampling: Sampling) -> sp.Expr | None:
+    """`expr` with each square root (or its power, 1/sqrt) of a radicand homogeneous of an even degree in all its
+    inputs at once computed on the inputs scaled (`_rescaled`, balanced first where the radicand keeps its value
+    under a balancing, by its largest monomial where it is of degree 2), the rest of `expr` as it is.  The
+    quadratic formula's (sqrt(b**2 - 4ac) - b)/(2a) scaled whole passes through 1/a'' = 1e316 at a = -4e-168,
+    b = -5.8e140, c = -3e-183, where its value is -1.4e308: only its discriminant needs the scaling, b**2 and 4ac
+    over- and underflowing, and the root is in range wherever the value is.  None where no root is such."""
+    roots = sorted(
+        (p for p in expr.atoms(sp.Pow) if p.exp.is_Rational and p.exp.q == 2 and p.base.free_symbols),
+        key=sp.default_sort_key,
+    )[: BUDGET.regime_starts]
+    replaced = {}
+    for root in roots:
+        # A regime's stand-ins (Piecewise((1.0, b <= 0), (b, True))) are their inputs where the branch runs.
+        plain = root.base.replace(lambda e: isinstance(e, sp.Piecewise), lambda e: e.args[-1].expr)
+        found = _radicand_homogeneities(plain, sampling)
+        joint = [h for h in found if min(h.weights) >= 0 and h.degree > 0 and h.degree % 2 == 0][:1]
+        if not joint:
+            continue
+        balancing = [h for h in found if min(h.weights) < 0 and h.degree == 0][:1]
+        # The root's own degrees: its radicand's times its exponent (-1 for 1/sqrt of a discriminant).
+        powered = [_Homogeneity(h.weights, int(h.degree * root.exp)) for h in (*balancing, *joint)]
+        magnitude = _monomials_magnitude(plain, sampling.variables, joint[0].weights)
+        replaced[root] = _rescaled(root, sampling.variables, powered, magnitude)
+    return expr.xreplace(replaced) if replaced else None
+
+
+def _monomials_magnitude(
+    radicand: sp.Expr, variables: Sequence[sp.Symbol], weights: Sequence[int]
+) -> Callable[[Sequence[sp.Expr]], sp.Expr] | None:
+    """For a radicand homogeneous of degree 2 in the inputs of `weights`, the magnitude of its largest monomial's
+    square root, |b| for b**2 and sqrt|a| sqrt|c| for a c, taken of the inputs given; None for another radicand.
+    The largest input would be a alone where c is 0 (a = 1e34, b = 4e-4): b/a squared is 0 in float32, and the
+    discriminant b**2 with it."""
+    scaled = [v for v, w in zip(variables, weights, strict=True) if w]
+    try:
+        poly = sp.Poly(radicand, *scaled)
+    except (sp.PolificationFailed, sp.PolynomialError):
+        return None
+    if not poly.is_homogeneous or poly.homogeneous_order() != 2:
+        return None
+    monomials = poly.monoms()
+    where = [variables.index(v) for v in scaled]
+
+    def magnitude(inputs: Sequence[sp.Expr]) -> sp.Expr:
+        roots = [
+            sp.Mul(
+                *(
+                    sp.Abs(inputs[k]) if e == 2 else sp.sqrt(sp.Abs(inputs[k]))
+                    for k, e in zip(where, m, strict=True)
+                    if e
+                )
+            )
+            for m in monomials
+        ]
+        return sp.Max(*roots) if len(roots) > 1 else roots[0]
+
+    return magnitude
+
+
 def _polynomial_order(base: sp.Expr, inputs: Sequence[sp.Symbol]) -> int | None:
     """The degree of `base` where it is a homogeneous polynomial in `inputs` (its other symbols coefficients)."""
     try:
@@ -185,11 +259,35 @@ def _scaled_back(value: sp.Expr, undo: Sequence[tuple[sp.Expr, int]]) -> sp.Expr
 
 
 def _substituted(expr: sp.Expr, variables: Sequence[sp.Symbol], inputs: Sequence[sp.Expr]) -> sp.Expr:
-    return expr.xreplace(dict(zip(variables, inputs, strict=True)))
+    """`expr` on the scaled `inputs`, its `where`s' conditions on the inputs as they are: a regime's stand-in
+    Piecewise((1.0, b <= 0), (b, True)) fed b = 1.1e-306 scaled by 2**-438 took its 1.0, and the quadratic's
+    discriminant was 1 + 4ac for 4ac."""
+    mapping = dict(zip(variables, inputs, strict=True))
+
+    def substituted(e: sp.Basic) -> sp.Basic:
+        if isinstance(e, sp.Piecewise):
+            return sp.Piecewise(*((substituted(value), condition) for value, condition in e.args))
+        if not e.args or not e.free_symbols & mapping.keys():
+            return e.xreplace(mapping)
+        return e.func(*(substituted(a) for a in e.args))
+
+    return substituted(expr)
 
 
 #: The families whose forms are scaled first: the derived form and the sums over one denominator.
 _SIMPLEST = frozenset({"as derived", "together", "cancel"})
+
+
+def radicands_scaled(pool: Sequence[_Measured], sampling: Sampling, points: Sequence[_Points]) -> list[_Measured]:
+    """The best forms of `pool` with their square roots of homogeneous radicands computed scaled, measured: before
+    the regimes, which join them (the quadratic's partial in b is (b/s - 1)/(2a) for b <= 0 and 2(c/(b + s))/s
+    for b > 0, s its discriminant's root, and each overflows in s alone)."""
+    ranked = sorted(pool, key=lambda m: m.score)[: BUDGET.radicand_starts]
+    found = ((m, _radicands_rescaled(m.expr, sampling)) for m in ranked)
+    measured = (
+        _measure(e, f"{m.family}, radicands scaled", sampling.variables, points) for m, e in found if e is not None
+    )
+    return [m for m in measured if m is not None]
 
 
 def _with_scaling(
@@ -218,6 +316,7 @@ def _with_scaling(
     ]
     sums_scaled = (_sums_rescaled(m.expr, variables, scaling) for m in starts for scaling in joint)
     scaled += [_measure(e, "sums scaled", variables, points) for e in sums_scaled if e is not None]
+    scaled += radicands_scaled(starts, sampling, points)
     measured = sorted((m for m in scaled if m is not None), key=lambda m: m.score)
     # The scaling keeps the scaled sums in range, not the products it leaves: sympy joins a factor kept outside
     # the scaling with the sums' quotient, and (d'**2 - s'**2)/(s (d'**2 + s'**2)) multiplies s = 1.4e-288 by a

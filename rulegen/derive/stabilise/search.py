@@ -28,7 +28,7 @@ from rulegen.derive.stabilise.points import (
 from rulegen.derive.stabilise.policy import DEFAULT_POLICY, front, pick
 from rulegen.derive.stabilise.regimes import _with_regimes
 from rulegen.derive.stabilise.saturation import _saturated
-from rulegen.derive.stabilise.scaling import _with_scaling
+from rulegen.derive.stabilise.scaling import _with_scaling, radicands_scaled
 from rulegen.spec.rules import Domain
 
 
@@ -213,7 +213,10 @@ def _search(
         measured_from(_finished(finishing, sorted(pool, key=lambda m: m.score + m.charge)), budget)
     # Inputs clamped where forms overflow on the way to a limit they have reached.
     # A clamp of some factors alone, which keeps what the forward computes, under `fast` alone (`_saturated`).
-    pool += _saturated(pool, sampling, search, free.forms if policy == "fast" else None)
+    # Square roots of a discriminant that overflows computed scaled, before the regimes that join them.
+    pool += _saturated(pool, sampling, search, free.forms if policy == "fast" else None) + radicands_scaled(
+        pool, sampling, search
+    )
     # Least error first; within `BUDGET.margin_bits` of the least, the fewest operations.
     least = min(m.score + m.charge for m in pool)
     best = min(
