@@ -475,6 +475,9 @@ class _NumPyOrder(NumPyPrinter):
     """numpy's printer, multiplying a quotient or a product by an integer last (`scaled_product`) and taking a power
     of a quotient whole (`power_of_a_quotient`), as the generated code does."""
 
+    def _print_isfinite(self, expr: sp.Basic) -> str:
+        return f"{self._module_format('numpy.isfinite')}({self._print(expr.args[0])})"
+
     def _print_Mul(self, expr: sp.Expr) -> str:
         powered = power_of_a_quotient(expr)
         if powered is not None:
@@ -488,6 +491,9 @@ class _NumPyOrder(NumPyPrinter):
 
 class _MpmathPowers(MpmathPrinter):
     """mpmath's printer, with powers of a variable exponent through `power_of`."""
+
+    def _print_isfinite(self, expr: sp.Basic) -> str:
+        return f"{self._module_format('mpmath.isfinite')}({self._print(expr.args[0])})"
 
     def _print_Pow(self, expr: sp.Pow, rational: bool = False) -> str:
         if expr.exp.is_Number:

@@ -32,6 +32,7 @@ from sympy.codegen import cfunctions
 from sympy.codegen.cfunctions import expm1, log1p
 from sympy.core.function import ArgumentIndexError
 from sympy.core.logic import fuzzy_and
+from sympy.logic.boolalg import BooleanFunction
 from sympy.printing.precedence import PRECEDENCE
 
 # The shipped runtime's series, which the registry's erfcx derivative names and the measure evaluates.
@@ -808,6 +809,20 @@ class gamma_sign(sp.Function):  # noqa: N801
 
     def _eval_is_real(self) -> bool:
         return True
+
+
+class isfinite(BooleanFunction):  # noqa: N801
+    """isfinite(v): whether v is a finite number (not inf, not nan), printed as each backend's `isfinite`: a
+    condition of a `where` that reads as what it tests (a quotient of a sum divided term by term where the sum
+    overflows)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, value: sp.Expr) -> sp.Basic | None:
+        if value.is_number:
+            return sp.true if value.is_finite else sp.false
+        return None
 
 
 class binade(sp.Function):  # noqa: N801

@@ -153,6 +153,8 @@ class _ArrayCode:
     """What both array printers (and the constant printer) print alike."""
 
     functions: ClassVar[dict[str, str]] = {}
+    #: The function that tests a number for finiteness (`isfinite`).
+    finite_test: ClassVar[str] = "math.isfinite"
     # The names in `functions` that are the runtime's own (`_special.py`: MathFunction.jax_runtime, torch_runtime).
     runtime: ClassVar[frozenset[str]] = frozenset()
     module_imports_: set[Import]
@@ -425,6 +427,9 @@ class _ArrayCode:
 
     def _print_gamma_sign(self, expr: fn.gamma_sign) -> str:
         return self._print(fn.sign_of_gamma(expr.args[0]))
+
+    def _print_isfinite(self, expr: fn.isfinite) -> str:
+        return f"{self._record(self.finite_test)}({self._print(expr.args[0])})"
 
     def _print_binade(self, expr: fn.binade) -> str:
         self.module_imports_.add(BINADE_IMPORT)
@@ -759,8 +764,9 @@ class _ArrayCode:
         return f"{self.parenthesize(expr.lhs, prec)} {op} {self.parenthesize(expr.rhs, prec)}"
 
     def _bitwise_operand(self, arg: sp.Basic) -> str:
-        # `&`, `|` and `~` bind tighter than comparisons: a comparison needs its parentheses, a name does not.
-        return self._print(arg) if isinstance(arg, sp.Symbol) else f"({self._print(arg)})"
+        # `&`, `|` and `~` bind tighter than comparisons: a comparison needs its parentheses, a name or a call
+        # does not.
+        return self._print(arg) if isinstance(arg, (sp.Symbol, fn.isfinite)) else f"({self._print(arg)})"
 
     def _print_And(self, expr: sp.And) -> str:
         return " & ".join(self._bitwise_operand(a) for a in expr.args)
@@ -849,6 +855,7 @@ class JaxArrayPrinter(_ArrayCode, JaxPrinter):
     """jax.numpy / jax.scipy.special code."""
 
     functions = _JAX_FUNCTIONS
+    finite_test = "jnp.isfinite"
     runtime = _JAX_RUNTIME
     as_integer = ".astype({int})"
 
@@ -940,6 +947,7 @@ class TorchArrayPrinter(_ArrayCode, PythonCodePrinter):
     lazy_terms = True
 
     functions = _TORCH_FUNCTIONS
+    finite_test = "torch.isfinite"
 
     def _print_sign(self, expr: sp.sign) -> str:
         # torch.sign(nan) is 0 (JAX's and C's nan): Abs's derivative and Max's at a nan were 0 and 1/2.

@@ -95,3 +95,25 @@ def test_the_edge_pairs_put_each_pair_of_inputs_at_the_top_with_opposite_signs()
     assert (columns[2] > 0).all()
     assert ((np.sign(columns[0]) != np.sign(columns[1])) | ~(edge[0] & edge[1])).all()
     assert (edge[0] & edge[1]).any() and (edge[0] & edge[2]).any() and (edge[1] & edge[2]).any()
+
+
+def test_the_divided_first_condition_is_each_backend_s_isfinite():
+    # "finite" was written as (|v|/2 < |v|) | (|v| == 0), a division and three comparisons per quotient in every
+    # generated `where` (torch.where(((t4 == 0) | (t4 > (t4 / 2))) & ~(...), ...)): the backends' own isfinite
+    # says what is tested, and computes the same (nan and inf are not finite, the smallest subnormal is).
+    torch = pytest.importorskip("torch")
+    from rulegen.derive.functions import isfinite
+    from rulegen.plan.printers import JaxArrayPrinter, TorchArrayPrinter
+
+    x, loc, scale = sp.symbols("x loc scale", real=True)
+    form = _divided_first(-((x - loc) / scale + sp.exp(-(x - loc) / scale)) - sp.log(scale))
+    (condition,) = (c for p in form.atoms(sp.Piecewise) for _, c in p.args if c != sp.true)
+    assert condition.atoms(isfinite) and not condition.atoms(sp.core.relational.Relational)
+    torch_code = TorchArrayPrinter().doprint(condition)
+    assert "torch.isfinite(" in torch_code and "/ 2" not in torch_code
+    assert "jnp.isfinite(" in JaxArrayPrinter().doprint(condition)
+    for point, dtype in (((1e308, -1e308, 1e10), np.float64), ((3e38, -3e38, 1e10), np.float32)):
+        assert evaluated(form, (x, loc, scale), point, dtype) == pytest.approx(exact_gumbel(*point)[0], rel=1e-6)
+    values = torch.tensor([1.0, 5e-324, float("inf"), float("nan"), 0.0], dtype=torch.float64)
+    got = eval(TorchArrayPrinter().doprint(isfinite(x)), {"torch": torch}, {"x": values})
+    assert got.tolist() == [True, True, False, False, True]

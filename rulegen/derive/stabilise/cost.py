@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import sympy as sp
 
-from rulegen.derive.functions import BY_NAME, power_product
+from rulegen.derive.functions import BY_NAME, isfinite, power_product
 
 #: The backends a form is costed for, in the order reports print them.
 BACKENDS = ("torch", "jax")
@@ -92,7 +92,7 @@ def _own(node: sp.Basic, weights: Mapping[str, float]) -> float:
         return _power(node.exp, weights)
     if isinstance(node, sp.Piecewise):
         return (len(node.args) - 1) * weights["select"]
-    if isinstance(node, (sp.And, sp.Or, sp.Not, sp.core.relational.Relational)):
+    if isinstance(node, (sp.And, sp.Or, sp.Not, sp.core.relational.Relational, isfinite)):
         return max(len(node.args) - 1, 1) * weights["arithmetic"]
     if isinstance(node, power_product):
         return _power_product(node, weights)

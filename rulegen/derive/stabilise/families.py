@@ -16,6 +16,7 @@ from rulegen.derive.functions import (
     divided,
     erfcx,
     hypot,
+    isfinite,
     log1pmx,
     log_ndtr,
     ndtr,
@@ -1024,12 +1025,6 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
     not.  Never inside a function's argument: exp(-(x - loc)/s) is 0 or inf where x - loc overflows but for
     scales beyond 1e305, and a `where` inside it is one in every derivative of it too."""
 
-    def finite(value: sp.Expr) -> sp.Basic:
-        # Half of a finite nonzero size is below it (the smallest subnormal's rounds to 0); of inf it is inf, and
-        # nan is below nothing.  One division and two comparisons, which the printers keep as written.
-        size = sp.Abs(value)
-        return (divided(size, 2) < size) | sp.Eq(size, 0)
-
     def termwise(total: sp.Add, divisor: sp.Expr) -> sp.Expr:
         # Where the quotient whole is inf or nan and its terms divided are finite: a term inf itself (exp(-z) beside
         # z = -inf) makes them inf or nan too, and the quotient whole is then the infinity it is; where the sum is
@@ -1039,7 +1034,7 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
         whole = divided(total, divisor)
         plain = sp.Add(*(term_divided(t, divisor, selected=False) for t in total.args))
         parts = sp.Add(*(term_divided(t, divisor) for t in total.args))
-        return sp.Piecewise((parts, ~finite(whole) & finite(plain)), (whole, True))
+        return sp.Piecewise((parts, ~isfinite(whole) & isfinite(plain)), (whole, True))
 
     def term_divided(term: sp.Expr, divisor: sp.Expr, *, selected: bool = True) -> sp.Expr:
         # A term with a sum among its factors, the sum divided: (loc - x) exp(z)/s as ((loc - x)/s) exp(z), whose
