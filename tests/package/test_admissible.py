@@ -17,7 +17,7 @@ import pytest
 import sympy as sp
 import torch
 
-from tests.conftest import built_package
+from tests.conftest import built_package, shared_package
 
 FOCAL = """
 name: focal_as_papers_write_it
@@ -137,27 +137,35 @@ forward: xlogy(k, rate) - rate - loggamma(k + 1)
 """
 
 
-@pytest.mark.parametrize(("dtype", "sizes"), [(np.float64, (1e305, 1e307, 1.7e308)), (np.float32, (1e36, 3.4e38))])
-def test_a_poisson_log_mass_is_finite_and_accurate_at_counts_near_the_largest_float(tmp_path, dtype, sizes):
-    # xlogy(k, rate) - loggamma(k + 1) is inf - inf from k = 1e307 (float64) and every bit wrong before that, where
-    # the log-mass is -log(2 pi k)/2, about -356.
+@pytest.fixture(scope="session")
+def poisson(tmp_path_factory):
+    """The Poisson rule built once per run (`shared_package`): each dtype's test built it again."""
     import importlib
 
+    with shared_package(tmp_path_factory, POISSON, "rg_poisson"):
+        yield (
+            importlib.import_module("rg_poisson.jax").poisson_as_torch_writes_it,
+            importlib.import_module("rg_poisson.torch").poisson_as_torch_writes_it,
+        )
+
+
+@pytest.mark.parametrize(("dtype", "sizes"), [(np.float64, (1e305, 1e307, 1.7e308)), (np.float32, (1e36, 3.4e38))])
+def test_a_poisson_log_mass_is_finite_and_accurate_at_counts_near_the_largest_float(poisson, dtype, sizes):
+    # xlogy(k, rate) - loggamma(k + 1) is inf - inf from k = 1e307 (float64) and every bit wrong before that, where
+    # the log-mass is -log(2 pi k)/2, about -356.
     import mpmath
 
-    with built_package(tmp_path, POISSON, "rg_poisson"):
-        jax_rule = importlib.import_module("rg_poisson.jax").poisson_as_torch_writes_it
-        torch_rule = importlib.import_module("rg_poisson.torch").poisson_as_torch_writes_it
-        counts = np.asarray(sizes, dtype=dtype)
-        with mpmath.workprec(1200):
-            exact = np.asarray(
-                [float(mpmath.mpf(c) * mpmath.log(c) - c - mpmath.loggamma(mpmath.mpf(c) + 1)) for c in counts.tolist()]
-            )
-        value = np.asarray(jax_rule(counts, counts))
-        gradients = jax.grad(lambda k, r: jax_rule(k, r).sum(), argnums=(0, 1))(counts, counts)
-        assert np.all(_bits(value, exact, dtype) <= 2), value
-        assert all(np.all(np.isfinite(np.asarray(g))) for g in gradients)
-        k, rate = (torch.tensor(counts, requires_grad=True) for _ in range(2))
-        out = torch_rule(k, rate)
-        assert np.all(_bits(out.detach().numpy(), exact, dtype) <= 2), out
-        assert all(bool(torch.isfinite(g).all()) for g in torch.autograd.grad(out.sum(), (k, rate)))
+    jax_rule, torch_rule = poisson
+    counts = np.asarray(sizes, dtype=dtype)
+    with mpmath.workprec(1200):
+        exact = np.asarray(
+            [float(mpmath.mpf(c) * mpmath.log(c) - c - mpmath.loggamma(mpmath.mpf(c) + 1)) for c in counts.tolist()]
+        )
+    value = np.asarray(jax_rule(counts, counts))
+    gradients = jax.grad(lambda k, r: jax_rule(k, r).sum(), argnums=(0, 1))(counts, counts)
+    assert np.all(_bits(value, exact, dtype) <= 2), value
+    assert all(np.all(np.isfinite(np.asarray(g))) for g in gradients)
+    k, rate = (torch.tensor(counts, requires_grad=True) for _ in range(2))
+    out = torch_rule(k, rate)
+    assert np.all(_bits(out.detach().numpy(), exact, dtype) <= 2), out
+    assert all(bool(torch.isfinite(g).all()) for g in torch.autograd.grad(out.sum(), (k, rate)))
