@@ -39,6 +39,7 @@ def _exact(k: float, r: float, logits: float) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.costly  # a cold search of a negative binomial: minutes under load, a lane's tail when handed out last
 def test_generated_value_is_the_measured_one(tmp_path):
     (rule,) = rules_from(tmp_path, NEGATIVE_BINOMIAL)
     derivation = derive_rule(rule)

@@ -340,7 +340,8 @@ def _calls_agree(jax_pkg, torch_pkg, n: str) -> list[str]:
             ],
             id="a-few",
         ),
-        pytest.param(_generators_own_names(), id="every", marks=pytest.mark.slow),
+        # Costly: a build of every name the generator gives its own, minutes under load (handed out first).
+        pytest.param(_generators_own_names(), id="every", marks=[pytest.mark.slow, pytest.mark.costly]),
     ],
 )
 def test_a_rule_takes_the_names_the_generator_gives_its_own_things(tmp_path, monkeypatch, taken):
