@@ -117,3 +117,30 @@ def test_the_divided_first_condition_is_each_backend_s_isfinite():
     values = torch.tensor([1.0, 5e-324, float("inf"), float("nan"), 0.0], dtype=torch.float64)
     got = eval(TorchArrayPrinter().doprint(isfinite(x)), {"torch": torch}, {"x": values})
     assert got.tolist() == [True, True, False, False, True]
+
+
+def test_a_scaled_product_over_a_sum_s_divisor_takes_the_divisor_where_the_sum_overflows():
+    # A Gamma KL divergence's partial in p_rate, (q_c - p_c q_rate/p_rate)/p_rate with its product scaled, was inf
+    # in float32 at (p_c, p_rate, q_c, q_rate) = (2.8e23, 1.5e9, 0.047, 1.3e32): p_c q_rate/p_rate is 2.4e46, the
+    # partial -1.7e37.  Divided first there, the product takes p_rate among its bases.
+    from rulegen.derive.stabilise import Sampling, stabilise
+
+    p_c, p_rate, q_c, q_rate = sp.symbols("p_c p_rate q_c q_rate", positive=True)
+    forward = (
+        q_c * sp.log(p_rate / q_rate)
+        + sp.loggamma(q_c)
+        - sp.loggamma(p_c)
+        + (p_c - q_c) * sp.digamma(p_c)
+        + (q_rate - p_rate) * (p_c / p_rate)
+    )
+    expr = sp.diff(forward, p_rate)
+    positive = Domain(gt=0)
+    choice = stabilise(expr, Sampling(tuple((s, positive) for s in (p_c, p_rate, q_c, q_rate))))
+    point = (2.7891612147437663e23, 1453923456.0, 0.04671352356672287, 1.2707107299769035e32)
+    with mpmath.workprec(200):
+        exact = float(mpmath.mpf(point[2]) / point[1] - mpmath.mpf(point[0]) * point[3] / mpmath.mpf(point[1]) ** 2)
+    got = evaluated(choice.chosen, (p_c, p_rate, q_c, q_rate), point, np.float32)
+    assert got == pytest.approx(exact, rel=1e-6)
+    assert evaluated(choice.chosen, (p_c, p_rate, q_c, q_rate), (2.0, 3.0, 5.0, 7.0), np.float64) == pytest.approx(
+        5 / 3 - 14 / 9, rel=1e-14
+    )

@@ -1004,7 +1004,14 @@ def _finishing(family: str, expr: sp.Expr) -> Iterator[sp.Expr]:
         # inf - inf where the sum times it is inf (sin_exp_mul's partial in x at y = inf).
         shared = _attempt(functools.partial(_products_scaled, sp.factor_terms(expr)))
         plain = _attempt(functools.partial(_products_scaled, expr))
-        yield from (found for found in dict.fromkeys((shared, plain)) if found is not None and found.has(power_product))
+        # And each product over the divisors it sits under, where the sum they divide does not cancel: a Gamma
+        # KL's partial in p_rate, (q_c - p_c q_rate/p_rate)/p_rate, has its product scaled and still inf where
+        # p_c q_rate/p_rate overflows (2.4e46 in float32) and p_c q_rate/p_rate**2 does not (1.7e37).
+        spread = None
+        if sp.count_ops(expr) <= BUDGET.factor_ops:
+            spread = _attempt(lambda: _products_scaled(sp.expand(expr, log=False)))
+        found = dict.fromkeys((shared, plain, spread))
+        yield from (f for f in found if f is not None and f.has(power_product))
     elif family == DIVIDED_FIRST:
         yield from (found for _, found in _changed(family, _divided_first, expr))
     elif family == POLES:
@@ -1041,6 +1048,12 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
         # (loc - x)/s is finite where loc - x is -inf and exp(z) 0.
         factors = sp.Mul.make_args(term)
         total = next((f for f in factors if f.is_Add), None)
+        scaled = next((f for f in factors if isinstance(f, power_product)), None)
+        if total is None and scaled is not None:
+            # A product scaled takes the divisor among its bases: p_c q_rate/p_rate over p_rate is 2.4e46 and inf in
+            # float32 before the division, p_c q_rate/p_rate**2 is 1.7e37.
+            rest = sp.Mul(*(f for f in factors if f is not scaled))
+            return rest * power_product(*scaled.args, divisor, -1)
         if total is None:
             return divided(term, divisor)
         rest = sp.Mul(*(f for f in factors if f is not total))

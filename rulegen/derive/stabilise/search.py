@@ -396,7 +396,13 @@ def _divided_at_the_edge(
     x = 1e308, loc = -1e308, s = 1e10, where it is -2e298.  A repair alone, never a form the search ranks: it
     computes as `best` does wherever the sum is finite, at a comparison's cost."""
     expr = derived.expr
-    left = inadmissible_points(best.expr, expr, sampling, seed, edges=True)
+    # At the edge's pairs, else at the validation points: a product scaled over a sum's divisor overflows where
+    # its quotient does not at two large inputs of one sign too (a Gamma KL's p_c q_rate/p_rate over p_rate).
+    edges = True
+    left = inadmissible_points(best.expr, expr, sampling, seed, edges=edges)
+    if not left:
+        edges = False
+        left = inadmissible_points(best.expr, expr, sampling, seed, edges=edges)
     if not left:
         return best
     limit = validated_bits(best.expr, expr, sampling, seed) + BUDGET.tie_bits
@@ -404,7 +410,7 @@ def _divided_at_the_edge(
         mended = _measure(candidate, f"{best.family}, {DIVIDED_FIRST}", sampling.variables, search)
         if (
             mended is not None
-            and inadmissible_points(candidate, expr, sampling, seed, edges=True) < left
+            and inadmissible_points(candidate, expr, sampling, seed, edges=edges) < left
             and not nan_where_not(candidate, best.expr, sampling, seed)
             and admissible(candidate, expr, sampling, seed)
             and validated_bits(candidate, expr, sampling, seed) <= limit
