@@ -5,7 +5,7 @@
 import jax
 import jax.numpy as jnp
 
-from ._util import as_lifted_arrays, rounded
+from ._util import as_lifted_arrays, quotient, rounded
 
 
 def f_asinh(x: jax.typing.ArrayLike) -> jax.Array:
@@ -37,11 +37,4 @@ def _f_asinh(x):
 @_f_asinh.defjvp
 def _f_asinh_jvp(primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    t0 = jnp.abs(x)
-    t1 = t0 > 262144.0
-    t2 = jnp.where(t1, 131072.0, x)
-    t3 = jnp.where(t0 <= 262144.0, 524288.0, x)
-    out = jnp.arcsinh(x)
-    return out, x_dot * jnp.where(
-        t1, 1 / (jnp.sqrt(1 + 1 / (t3 * t3)) * jnp.abs(t3)), jax.lax.rsqrt(t2 * t2 + 1)
-    )
+    return jnp.arcsinh(x), quotient(x_dot, jnp.hypot(1.0, x))

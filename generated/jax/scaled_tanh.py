@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 
 from . import _numbers
-from ._special import sigmoid_slope
 from ._util import as_lifted_arrays, check_statics, rounded
 
 
@@ -19,12 +18,12 @@ def scaled_tanh(x: jax.typing.ArrayLike, log_scale=0.5) -> jax.Array:
     functions.
 
     Forward:
-        out = tanh(x*exp(log_scale))/sqrt(log_scale**2 + 1)
+        out = tanh(x*exp(log_scale))/hypot(1, log_scale)
 
     Partials (derived by sympy):
         dout/dx = (1 - tanh(x*exp(log_scale))**2)*exp(log_scale)/sqrt(log_scale**2 + 1)
 
-    Computed in the form rulegen's accuracy search chose over the derived one: dout/dx
+    Computed in the form rulegen's accuracy search chose over the derived one: out, dout/dx
     (`rulegen show scaled_tanh --why` gives the forms and their measured error).
 
     Inputs:
@@ -40,13 +39,17 @@ def scaled_tanh(x: jax.typing.ArrayLike, log_scale=0.5) -> jax.Array:
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _scaled_tanh(x, log_scale):
-    return jnp.tanh(x * _numbers.exp(log_scale)) / _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)
+    # out = tanh(x*exp(log_scale))/sqrt(log_scale**2 + 1) is computed as
+    # tanh(x*exp(log_scale))/hypot(1, log_scale), the form with the least error measured (norms;
+    # `rulegen show scaled_tanh --why` gives the measurements).
+    return jnp.tanh(x * _numbers.exp(log_scale)) / _numbers.hypot(1, log_scale)
 
 
 @_scaled_tanh.defjvp
 def _scaled_tanh_jvp(log_scale, primals, tangents):
     (x,), (x_dot,) = primals, tangents
-    t0 = _numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1))
+    t0 = _numbers.hypot(1, log_scale)
     t1 = _numbers.exp(log_scale)
     t2 = t1 * x
-    return t0 * jnp.tanh(t2), x_dot * (4 * t0 * t1 * sigmoid_slope(2 * t2))
+    t3 = 2 * t2
+    return jnp.tanh(t2) / t0, x_dot * (4 * (t1 * (jax.nn.sigmoid(t3) / t0) * jax.nn.sigmoid(-t3)))

@@ -20,15 +20,7 @@ class FAsinh(RuleFunction):
     @staticmethod
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
-        t0 = torch.abs(x)
-        t1 = t0 > 262144.0
-        t2 = torch.where(t1, 131072.0, x)
-        t3 = torch.where(t0 <= 262144.0, 524288.0, x)
-        return out_bar * torch.where(
-            t1,
-            1 / (torch.sqrt(1 + torch.reciprocal(t3 * t3)) * torch.abs(t3)),
-            torch.rsqrt(t2 * t2 + 1),
-        )
+        return out_bar / torch.hypot(x.new_tensor(1), x)
 
     jvp = backward
 

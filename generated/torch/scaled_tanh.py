@@ -8,7 +8,6 @@ import torch
 
 from . import _numbers
 from ._function import RuleFunction, plain, routed, save_for_derivatives
-from ._special import sigmoid_slope
 from ._util import as_opmath_tensors, check_statics, rounded
 
 
@@ -17,12 +16,12 @@ class ScaledTanh(RuleFunction):
 
     @staticmethod
     def forward(x, log_scale):
+        # out = tanh(x*exp(log_scale))/sqrt(log_scale**2 + 1) is computed as
+        # tanh(x*exp(log_scale))/hypot(1, log_scale), the form with the least error measured (norms;
+        # `rulegen show scaled_tanh --why` gives the measurements).
         if plain(x):
-            t0 = (x * _numbers.exp(log_scale)).tanh_()
-            return t0.mul_(_numbers.div(1, _numbers.sqrt(_numbers.pow(log_scale, 2) + 1)))
-        return torch.tanh(x * _numbers.exp(log_scale)) / _numbers.sqrt(
-            _numbers.pow(log_scale, 2) + 1
-        )
+            return (x * _numbers.exp(log_scale)).tanh_().div_(_numbers.hypot(1, log_scale))
+        return torch.tanh(x * _numbers.exp(log_scale)) / _numbers.hypot(1, log_scale)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -34,14 +33,18 @@ class ScaledTanh(RuleFunction):
     def backward(ctx, out_bar):
         (x,) = ctx.saved_tensors
         t0 = _numbers.exp(ctx.log_scale)
+        t1 = 2 * t0
         if plain(x, out_bar):
-            t1 = sigmoid_slope(2 * t0 * x).mul_(t0)
-            t1.mul_(_numbers.div(1, _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1))).mul_(
-                4
-            ).mul_(out_bar)
-            return t1, None
+            t2 = torch.ops.aten.softplus_backward(
+                torch.sigmoid(t1 * x) / _numbers.hypot(1, ctx.log_scale), x, -t1, 40.0
+            )
+            return t2.mul_(t0).mul_(4).mul_(out_bar), None
         x_bar = out_bar * (
-            4 * (t0 * sigmoid_slope(2 * t0 * x) / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1))
+            4
+            * t0
+            * torch.ops.aten.softplus_backward(
+                torch.sigmoid(t1 * x) / _numbers.hypot(1, ctx.log_scale), x, -t1, 40.0
+            )
         )
         return x_bar, None
 
@@ -49,8 +52,13 @@ class ScaledTanh(RuleFunction):
     def jvp(ctx, x_dot, log_scale_dot):
         (x,) = ctx.saved_tensors
         t0 = _numbers.exp(ctx.log_scale)
+        t1 = 2 * t0
         return x_dot * (
-            4 * (t0 * sigmoid_slope(2 * t0 * x) / _numbers.sqrt(_numbers.pow(ctx.log_scale, 2) + 1))
+            4
+            * t0
+            * torch.ops.aten.softplus_backward(
+                torch.sigmoid(t1 * x) / _numbers.hypot(1, ctx.log_scale), x, -t1, 40.0
+            )
         )
 
 
@@ -62,12 +70,12 @@ def scaled_tanh(x: torch.Tensor | float, log_scale=0.5) -> torch.Tensor:
     functions.
 
     Forward:
-        out = tanh(x*exp(log_scale))/sqrt(log_scale**2 + 1)
+        out = tanh(x*exp(log_scale))/hypot(1, log_scale)
 
     Partials (derived by sympy):
         dout/dx = (1 - tanh(x*exp(log_scale))**2)*exp(log_scale)/sqrt(log_scale**2 + 1)
 
-    Computed in the form rulegen's accuracy search chose over the derived one: dout/dx
+    Computed in the form rulegen's accuracy search chose over the derived one: out, dout/dx
     (`rulegen show scaled_tanh --why` gives the forms and their measured error).
 
     Inputs:

@@ -2287,7 +2287,9 @@ REGISTRY: tuple[MathFunction, ...] = (
         in_place="expm1_",
         holomorphic=True,
     ),
-    MathFunction("hypot", hypot, "jnp.hypot", "torch.hypot", mpmath=mpmath.hypot, torch_tensor_only=True),
+    MathFunction(
+        "hypot", hypot, "jnp.hypot", "torch.hypot", math="math.hypot", mpmath=mpmath.hypot, torch_tensor_only=True
+    ),
     # hypot's and atan2's partials, printed as the runtime's: differentiated by the registry's derivatives.
     MathFunction(
         "hypot_slope",

@@ -87,8 +87,8 @@ def float_forms(
         if function is None:
             return []
         numbers = [a for a in e.args if python_number(a)]
-        if for_torch and function.torch_tensor_only:
-            return numbers
+        if for_torch and function.torch_tensor_only and len(numbers) < len(e.args):
+            return numbers  # beside a tensor; of Python numbers alone it is Python's (`math`), where it has one
         if len(numbers) < len(e.args) or function.numbers_alone != "array":
             return []
         # Python numbers alone, where `math` has no such function: the backend's, of an array.  An

@@ -307,7 +307,14 @@ def _primal_needed(d: Derivation) -> str | None:
         return "JAX differentiates complex functions by its own convention"
     if any(needs_broadcast(d, e) for _, e in d.forward):
         return "an output's expression lacks the inputs' shape, which the primal function gives it"
-    applied = {node.func for _, e in d.forward for node in sp.preorder_traversal(e) if not node.is_Atom}
+    # What only static inputs feed is a constant to autodiff: `hypot(1, log_scale)` is never differentiated.
+    statics = {d.symbols[i.name] for i in rule.inputs if i.static}
+    applied = {
+        node.func
+        for _, e in d.forward
+        for node in sp.preorder_traversal(e)
+        if not node.is_Atom and not node.free_symbols <= statics
+    }
     rough = applied - _SMOOTH - {sp.Add, sp.Mul, sp.Pow}
     if rough:
         # Named by the functions, not by the conditions and pairs inside a Piecewise.

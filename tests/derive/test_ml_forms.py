@@ -51,3 +51,20 @@ def test_a_variable_times_its_sign_is_its_magnitude() -> None:
     assert _identities(3 * x * sp.sign(x)) == 3 * sp.Abs(x)
     assert _identities(sp.Abs(x) - x * sp.sign(x) + 1) == 1
     assert _identities(y * sp.sign(x)) == y * sp.sign(x)
+
+
+def test_a_root_of_one_plus_a_squared_ratio_is_a_hypot() -> None:
+    # A smooth Huber loss's partial in x, x/sqrt(1 + x**2/delta**2): the squared ratio overflows past
+    # |x/delta| = 1.3e154 and the partial was 0 there, where it is delta (62 bits, 10.4 mean over the ML suite's
+    # points).  1 is 1**2 and x**2/delta**2 is (x/delta)**2: the root is hypot(1, x/delta).
+    from rulegen.derive.functions import hypot
+    from rulegen.derive.stabilise.families import _norm_form
+
+    delta = sp.Symbol("delta", positive=True)
+    form = _norm_form(x / sp.sqrt(1 + x**2 / delta**2))
+    assert form.has(hypot), form
+    fn = lambdified((x, delta), form, modules=[_numpy_implementations(), "numpy"])
+    got = fn(np.asarray([5.78e177, -4.44e259, 3.0]), np.asarray([1.92, 0.95, 4.0]))
+    np.testing.assert_allclose(got, [1.92, -0.95, 3.0 / np.sqrt(1 + (3.0 / 4.0) ** 2)], rtol=1e-15)
+    assert _norm_form(x / sp.sqrt(4 + x**2)).has(hypot)  # 4 is 2**2
+    assert not _norm_form(x / sp.sqrt(2 + x**2)).has(hypot)  # 2 is no rational's square

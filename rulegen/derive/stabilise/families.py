@@ -910,13 +910,26 @@ def _small_argument_poles(expr: sp.Expr) -> sp.Expr:
 
 
 def _squares(total: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
-    """(a, b) where `total` is a**2 + b**2, else None."""
+    """(a, b) where `total` is a**2 + b**2, each a square, a product of even powers (x**2/d**2 is (x/d)**2) or a
+    number's (1 is 1**2), else None."""
     if not total.is_Add or len(total.args) != 2:
         return None
-    roots = [t.base if t.is_Pow and t.exp == 2 else None for t in total.args]
+    roots = [_square_root(t) for t in total.args]
     if any(r is None for r in roots):
         return None
     return roots[0], roots[1]
+
+
+def _square_root(term: sp.Expr) -> sp.Expr | None:
+    """r where `term` is r**2 written as a square, a product of even integer powers, or a positive rational's; None
+    else."""
+    if term.is_Rational and term.is_positive:
+        root = sp.sqrt(term)
+        return root if root.is_Rational else None
+    factors = [f.as_base_exp() for f in sp.Mul.make_args(term)]
+    if not all(e.is_Integer and e % 2 == 0 for _, e in factors) or term.is_number:
+        return None
+    return sp.Mul(*(b ** (e // 2) for b, e in factors))
 
 
 def _norm_form(expr: sp.Expr) -> sp.Expr:
