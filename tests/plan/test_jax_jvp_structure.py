@@ -151,3 +151,13 @@ def test_an_input_held_constant_adds_no_term_to_the_tangent(dtype):
     hessian = jax.hessian(lambda x, y: gj.sin_exp_mul(x, y).sum(), argnums=(0, 1))(x[2:], y[2:])
     expected_hessian = jax.hessian(lambda x, y: composite(x, y).sum(), argnums=(0, 1))(x[2:], y[2:])
     np.testing.assert_allclose(np.asarray(hessian).ravel(), np.asarray(expected_hessian).ravel(), rtol=1e-5)
+
+
+def test_a_function_of_static_inputs_alone_keeps_no_primal_call():
+    """scaled_tanh's 1/hypot(1, log_scale), log_scale static: autodiff never differentiates it, so JAX's derivative
+    of hypot decides nothing, and the JVP computes its output beside its tangent (it called the primal)."""
+    source = inspect.getsource(sys.modules[gj.scaled_tanh.__module__])
+    assert "hypot(1, log_scale)" in source
+    assert "The primal function" not in source
+    jaxpr = str(jax.make_jaxpr(lambda x: jax.jvp(gj.scaled_tanh, (x,), (x,)))(jnp.linspace(-1.0, 1.0, 5)))
+    assert jaxpr.count("tanh") == 1, jaxpr
