@@ -79,6 +79,8 @@ class Budget:
     #: Forms of the pool whose square roots of homogeneous radicands are computed scaled (`_radicands_rescaled`),
     #: best first: unscaled, a discriminant that overflows ranks every form that holds it alike.
     radicand_starts: int = 24
+    #: Square roots per form computed on scaled inputs, in sympy's order of them.
+    radicand_roots: int = 3
     #: The bits a regime split (or an overflow-safe scaling, which costs a binade and a division per input) must
     #: save to be taken.
     regime_margin_bits: float = 1.0

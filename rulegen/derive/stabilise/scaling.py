@@ -131,8 +131,10 @@ def _rescaled(
             # other root, -b/a).
             undo.append((divided(up, down), scaling.degree))
         else:
-            scaled = [x for x, w in zip(inputs, weights, strict=True) if w]
-            scale = binade(_magnitude(scaled) if magnitude is None else magnitude(inputs))
+            if magnitude is None:
+                scale = binade(_magnitude([x for x, w in zip(inputs, weights, strict=True) if w]))
+            else:
+                scale = binade(magnitude(inputs))
             inputs = [divided(x, scale) if w else x for x, w in zip(inputs, weights, strict=True)]
             undo.append((scale, scaling.degree))
     if isinstance(expr, sp.Piecewise):
@@ -186,7 +188,7 @@ def _radicands_rescaled(expr: sp.Expr, sampling: Sampling) -> sp.Expr | None:
     roots = sorted(
         (p for p in expr.atoms(sp.Pow) if p.exp.is_Rational and p.exp.q == 2 and p.base.free_symbols),
         key=sp.default_sort_key,
-    )[: BUDGET.regime_starts]
+    )[: BUDGET.radicand_roots]
     replaced = {}
     for root in roots:
         # A regime's stand-ins (Piecewise((1.0, b <= 0), (b, True))) are their inputs where the branch runs.
@@ -316,7 +318,10 @@ def _with_scaling(
     ]
     sums_scaled = (_sums_rescaled(m.expr, variables, scaling) for m in starts for scaling in joint)
     scaled += [_measure(e, "sums scaled", variables, points) for e in sums_scaled if e is not None]
-    scaled += radicands_scaled(starts, sampling, points)
+    # The pool's own forms came with their radicands scaled (`radicands_scaled`, before the regimes): only a form
+    # the regimes joined is new here.
+    measured_already = {m.expr for m in pool}
+    scaled += radicands_scaled([m for m in starts if m.expr not in measured_already], sampling, points)
     measured = sorted((m for m in scaled if m is not None), key=lambda m: m.score)
     # The scaling keeps the scaled sums in range, not the products it leaves: sympy joins a factor kept outside
     # the scaling with the sums' quotient, and (d'**2 - s'**2)/(s (d'**2 + s'**2)) multiplies s = 1.4e-288 by a
