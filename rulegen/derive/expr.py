@@ -416,17 +416,24 @@ def lambdified(args: Sequence[sp.Symbol], expr: Any, modules: Any) -> Callable[.
     return sp.lambdify([fresh.get(s, s) for s in args], body, modules=listed, printer=_MpmathPowers(settings))
 
 
-def reciprocal_difference(p: sp.Expr, q: sp.Expr, d: sp.Expr, where: tuple[sp.Expr, sp.Expr] | None = None) -> sp.Expr:
+def reciprocal_difference(
+    p: sp.Expr, q: sp.Expr, d: sp.Expr, where: tuple[sp.Expr, sp.Expr] | None = None, weight: sp.Expr = sp.S.One
+) -> sp.Expr:
     """1/p - 1/q, d = q - p, as (d/p)/q divided by the larger magnitude first: |d| is at most twice it, so the
     quotient is in range wherever the difference is (1/p - 1/q cancels at q ~ p; d/(p q) overflows where p q
     does, and (d/p)/q where p << q).  Of two positives, the larger is their Max; else a `where` on magnitudes.
     `where`: what p and q stand for (stand-ins a caller feeds them), whose signs and magnitudes decide; None: p, q.
     A positive symbol may stand for an argument of either sign: a pole part's 1/r - 1/(k + r) at k = -1894,
-    r = 3e-36, where the larger magnitude is not the Max."""
+    r = 3e-36, where the larger magnitude is not the Max.  `weight` times the difference multiplies the first
+    quotient, at most itself, before the smaller divides: q1 (1/p1 - 1/(p1 + p0)) at p1 = 1.5e-320 is 4e263, where
+    1/p1 alone overflows."""
     at_p, at_q = where or (p, q)
     if at_p.is_positive and at_q.is_positive:
-        return divided(divided(d, sp.Max(p, q)), sp.Min(p, q))
-    return sp.Piecewise((divided(divided(d, p), q), sp.Abs(at_p) >= sp.Abs(at_q)), (divided(divided(d, q), p), True))
+        return divided(weight * divided(d, sp.Max(p, q)), sp.Min(p, q))
+    return sp.Piecewise(
+        (divided(weight * divided(d, p), q), sp.Abs(at_p) >= sp.Abs(at_q)),
+        (divided(weight * divided(d, q), p), True),
+    )
 
 
 #: Past this log of the ratio of two positives (either way) `log_difference` subtracts their logs: the ratio is near

@@ -36,7 +36,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import log1p
 
 from rulegen.derive.expr import log_difference, reciprocal_difference
-from rulegen.derive.functions import xlogy
+from rulegen.derive.functions import divided, xlogy
 from rulegen.derive.stabilise.points import exact_floats
 
 #: Where the series take over: both arguments above 2**5.  With `TERMS` Bernoulli terms the first one left out
@@ -286,12 +286,27 @@ def _in_horner_form(total: sp.Expr, variables: list[sp.Dummy]) -> sp.Expr:
             ):
                 weighted.setdefault(weight, []).append(t)
         for weight, terms in weighted.items():
-            if len(terms) < 2:
+            polynomial = sp.Poly(sp.expand((sp.Add(*terms) / weight).xreplace({u: 1 / w})), w)
+            if len(terms) < 2 and polynomial.degree() < 2:
                 continue
             total -= sp.Add(*terms)
-            polynomial = sp.expand((sp.Add(*terms) / weight).xreplace({u: 1 / w}))
-            nested.append(weight * sp.horner(polynomial, w).xreplace({w: 1 / u}))
+            nested.append(_weighted_horner(weight, polynomial, u))
     return total + sp.Add(*nested)
+
+
+def _weighted_horner(weight: sp.Expr, polynomial: sp.Poly, u: sp.Expr) -> sp.Expr:
+    """`weight` times `polynomial` in 1/u as Horner's rule by divisions, the weight multiplying the polynomial's
+    value before the last divisions by u: q0/(p1 + p0)**2 beside a pole is (q0/P)/P, finite in float32 where P**2
+    underflows (P = 1e-25), and each power of 1/u is a quotient, never a power that under- or overflows early."""
+    coefficients = {k: c for (k,), c in polynomial.terms()}
+    low, high = min(coefficients), max(coefficients)
+    inner: sp.Expr = coefficients[high]
+    for k in range(high - 1, low - 1, -1):
+        inner = coefficients.get(k, sp.S.Zero) + divided(inner, u)
+    chain = weight * inner
+    for _ in range(low):
+        chain = divided(chain, u)
+    return chain
 
 
 def pole_weight(n: int) -> int:
@@ -307,18 +322,21 @@ def _pole(function: sp.Expr, u: sp.Expr) -> sp.Expr:
     return pole_weight(n) * u ** -(n + 1)
 
 
-def _pair(order: int, p: sp.Dummy, q: sp.Dummy, d: sp.Expr, where: tuple[sp.Expr, sp.Expr]) -> sp.Expr:
-    """The difference of like terms at p and q, d = p - q (their arguments `where`), without subtracting two close
-    values:
+def _pair(
+    order: int, p: sp.Dummy, q: sp.Dummy, d: sp.Expr, where: tuple[sp.Expr, sp.Expr], weight: sp.Expr = sp.S.One
+) -> sp.Expr:
+    """`weight` times the difference of like terms at p and q, d = p - q (their arguments `where`), without
+    subtracting two close values:
     log(p) - log(q); 1/p - 1/q = -(d/max)/min, by the larger first (|d| <= max: in range wherever the difference
-    is); 1/p**k - 1/q**k = (1/p - 1/q) sum_j p**-j q**-(k-1-j)."""
+    is), the weight multiplying d/max before the smaller divides; 1/p**k - 1/q**k = (1/p - 1/q) sum_j p**-j
+    q**-(k-1-j)."""
     if order == 0:
-        return log_difference(p, q, d, where)
+        return weight * log_difference(p, q, d, where)
     if order == -1:
         # p log p - q log q = p (log p - log q) + (p - q) log q: loggamma(a + b) - loggamma(b) leads with it, every
         # digit of (a + b) log(a + b) cancelled by b log b where a << b.
-        return p * log_difference(p, q, d, where) + d * sp.log(q)
-    simple = -reciprocal_difference(q, p, d, (where[1], where[0]))
+        return weight * (p * log_difference(p, q, d, where) + d * sp.log(q))
+    simple = reciprocal_difference(q, p, -d, (where[1], where[0]), weight=weight)
     return simple if order == 1 else simple * sp.Add(*(p**-j * q ** -(order - 1 - j) for j in range(order)))
 
 
@@ -330,10 +348,12 @@ def _like_term(order: int, u: sp.Dummy) -> sp.Expr:
 def _sums_of_parts(weights: dict[tuple[int, sp.Dummy], sp.Expr], argument: dict[sp.Dummy, sp.Expr]) -> list[sp.Expr]:
     """c u log u - c sum_i v_i log v_i, for u = sum_i v_i (two or three), as c sum_i v_i log(u/v_i), each term of one
     sign, with those weights taken out of `weights`: a Beta log-density's (a + b) log(a + b) - a log a - b log b,
-    paired as two, cancels wherever a and b differ."""
+    paired as two, cancels wherever a and b differ; a log-Beta function's a log a + b log b - (a + b) log(a + b)
+    (c = -1) is inf - inf where a is 1e308."""
     found = []
-    for (order, u), c in list(weights.items()):
-        if order != -1 or not c > 0:
+    for order, u in list(weights):
+        c = weights[order, u]
+        if order != -1 or c == 0:
             continue
         others = [v for (o, v), w in weights.items() if o == -1 and w == -c]
         groups = (g for size in (2, 3) for g in itertools.combinations(others, size))
@@ -346,6 +366,39 @@ def _sums_of_parts(weights: dict[tuple[int, sp.Dummy], sp.Expr], argument: dict[
         found.append(c * sp.Add(*terms))
         for v in (u, *parts):
             weights[order, v] = sp.S.Zero
+    return found
+
+
+def _weight_size(weight: sp.Expr) -> tuple[int, int]:
+    """How complex a weight in other variables is: its variables, then its operations."""
+    return len(weight.free_symbols), int(sp.count_ops(weight))
+
+
+def _weights_joined(
+    symbolic: dict[tuple[int, sp.Dummy], sp.Expr], argument: dict[sp.Dummy, sp.Expr]
+) -> list[tuple[int | None, sp.Expr]]:
+    """The like terms of `symbolic` weights (in other variables), c and e, paired where c + e is simpler than e:
+    c (f(p) - f(q)) + (c + e) f(q), the weights left in `symbolic` (a KL divergence of two Betas: -q1/p1 + (q1 +
+    q0)/(p1 + p0) is -q1 (1/p1 - 1/(p1 + p0)) + q0/(p1 + p0)).  Until no pair is left: a join leaves the sum where
+    another can take it (-q0 log p0 + (q1 + q0) log P leaves q1 log P, which -q1 log p1 joins)."""
+    found: list[tuple[int | None, sp.Expr]] = []
+    joining = True
+    while joining:
+        joining = False
+        for (order, p), (other, q) in itertools.permutations(list(symbolic), 2):
+            if other != order or symbolic[order, p] == 0 or symbolic[order, q] == 0:
+                continue
+            c, e = symbolic[order, p], symbolic[order, q]
+            joined = sp.expand(c + e)
+            # The simpler weight multiplies the difference, the sum goes to the other's term: (q1 + q0)(1/p - 1/q) +
+            # q0/q cancels where q0 dwarfs q1.  The sum must be simpler than the weight it replaces: q0 beside
+            # -(q1 + q0) leaves -q1, and q1 beside -q1 nothing.
+            if not _weight_size(c) <= _weight_size(e) or (joined != 0 and not _weight_size(joined) < _weight_size(e)):
+                continue
+            d = sp.expand(argument[p] - argument[q])
+            found.append((order, _pair(order, p, q, d, (argument[p], argument[q]), weight=c)))
+            symbolic[order, p], symbolic[order, q] = sp.S.Zero, joined
+            joining = True
     return found
 
 
@@ -378,23 +431,9 @@ def _joined_terms(
             chosen = weights if coefficient.is_Rational else symbolic
             chosen[key] = chosen.get(key, sp.S.Zero) + coefficient
     argument = {b: u for u, b in big.items()}
-    count = 0
-    # Weights in the other variables, c and e, where c + e is simpler than either: c (f(p) - f(q)) + (c + e) f(q)
-    # (a KL divergence of two Betas: -q1/p1 + (q1 + q0)/(p1 + p0) is -q1 (1/p1 - 1/(p1 + p0)) + q0/(p1 + p0)).
-    for (order, p), (other, q) in itertools.permutations(list(symbolic), 2):
-        if other != order or symbolic[order, p] == 0 or symbolic[order, q] == 0:
-            continue
-        c, e = symbolic[order, p], symbolic[order, q]
-        joined = sp.expand(c + e)
-        # The simpler weight multiplies the difference, the sum goes to the other's term: (q1 + q0)(1/p - 1/q) +
-        # q0/q cancels where q0 dwarfs q1.
-        simpler = (len(c.free_symbols), sp.count_ops(c)) <= (len(e.free_symbols), sp.count_ops(e))
-        if sp.count_ops(joined) >= min(sp.count_ops(c), sp.count_ops(e)) or not simpler:
-            continue
-        d = sp.expand(argument[p] - argument[q])
-        rest.append((order, c * _pair(order, p, q, d, (argument[p], argument[q]))))
-        symbolic[order, p], symbolic[order, q] = sp.S.Zero, joined
-        count += 1
+    weighted = _weights_joined(symbolic, argument)
+    rest += weighted
+    count = len(weighted)
     for term in _sums_of_parts(weights, argument):
         rest.append((-1, term))
         count += 1
@@ -419,10 +458,16 @@ def _joined_terms(
             weights[order, p] = weights[order, q] = sp.S.Zero
             continue
         joined = min(c, e)
-        rest.append((order, joined * _pair(order, p, q, d, (argument[p], argument[q]))))
+        rest.append((order, _pair(order, p, q, d, (argument[p], argument[q]), weight=joined)))
         weights[order, p] -= joined
         weights[order, q] += joined
-    unpaired = [(order, w * _like_term(order, u)) for (order, u), w in (*symbolic.items(), *weights.items())]
+    # A weight that is a sum multiplies term by term: (q1 + q0)/(p1 + p0) overflows in q1 + q0 where q1/(p1 + p0) +
+    # q0/(p1 + p0) does not (float32 q0 = 3.4e38).
+    unpaired = [
+        (order, t * _like_term(order, u))
+        for (order, u), w in (*symbolic.items(), *weights.items())
+        for t in sp.Add.make_args(sp.expand(w))
+    ]
     return [*rest, *unpaired], count
 
 
@@ -486,6 +531,8 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     # Near 0 each call is its pole part and the call one further on (f(u) = pole + f(u + 1), exactly), and the
     # pole parts are joined: their sum is what overflows or cancels there.
     pole_terms, joins = _joined_terms(sp.collect(sp.Add(*poles), [sp.log(b) for b in big.values()]), big, (0, 1, 2))
+    # A weight in other variables over a double pole divides twice (`_weighted_horner`): q0/(p1 + p0)**2.
+    pole_terms = [(order, _in_horner_form(term, list(big.values()))) for order, term in pole_terms]
     near_poles = _highest_order_first(pole_terms)
     # One argument past the threshold is a series too: its leading terms cancel the other terms' (a KL divergence of
     # two Gammas' (p - q) digamma(p) - loggamma(p) leads with p, which -p of its rate term cancels: inf - inf at
@@ -787,3 +834,98 @@ def several_argument_series_in_bases(expr: sp.Expr) -> sp.Expr | None:
         for large in [sp.And(*(w > THRESHOLD if w in past else w <= THRESHOLD for w in bases))]
     ]
     return sp.Piecewise(*branches, (expr, True))
+
+
+def _independent_groups(arguments: list[sp.Expr]) -> list[list[sp.Expr]]:
+    """`arguments` in groups that share no variable, each argument with those it shares one with (through others):
+    a KL divergence of two Betas' (p1, p0, p1 + p0) and (q1, q0, q1 + q0).  Each group in `arguments`' order."""
+    groups: list[list[sp.Expr]] = []
+    for u in arguments:
+        touching = [g for g in groups if any(v.free_symbols & u.free_symbols for v in g)]
+        for g in touching:
+            groups.remove(g)
+        groups.append([v for v in arguments if v is u or any(v in g for g in touching)])
+    return groups
+
+
+def _series_and_poles_branch(
+    called: list[tuple[sp.Expr, sp.Expr, sp.Expr]],
+    others: list[sp.Expr],
+    big: dict[sp.Expr, sp.Dummy],
+    past: set[sp.Expr],
+    large: sp.Expr,
+    others_written: list[sp.Expr],
+) -> sp.Expr:
+    """The sum of `called` terms (term, call, its coefficient in its argument) and `others` with each call at an
+    argument in `past` its Stirling series and each other call its pole part and the call one further on (f(u) =
+    pole + f(u + 1), exactly), all the like terms of the series and the poles joined, weights in other variables
+    multiplying the differences (`_joined_terms`), fed their arguments where `large` holds: q1 (1/p1 - 1/(p1 + p0))
+    beside q1 + q0 past the threshold, where q1/p1 and (q1 + q0)/(p1 + p0) alone overflow to opposite infinities in
+    float32."""
+    terms, shifted = [], []
+    for term, f, written in called:
+        u = f.args[-1]
+        if u in past:
+            terms.append(sp.expand(written * _series(f, big[u]), log=False))
+        else:
+            terms.append(sp.expand(written * _pole(f, big[u]), log=False))
+            shifted.append(term / f * f.func(*f.args[:-1], u + 1))
+    variables = list(big.values())
+    raw = {b: u for u, b in big.items()}
+    orders = (-1, *range(_SERIES_ORDERS))
+    if not past:
+        # Poles alone, as `several_argument_series` joins them below the threshold: the calls' sum whole, its
+        # highest order apart where it overflows against the lower ones (`_highest_order_first`), the other terms as
+        # written.
+        poles, _ = _joined_terms(sp.collect(sp.Add(*terms), [sp.log(b) for b in variables]), big, orders)
+        near = _highest_order_first([(order, _in_horner_form(term, variables)) for order, term in poles])
+        return sp.Add(near.xreplace(raw), *shifted) + sp.Add(*others_written)
+    series = sp.collect(sp.Add(*terms, *others), [sp.log(b) for b in big.values()])
+    series = _in_horner_form(sp.Add(*(term for _, term in _joined_terms(series, big, orders)[0])), variables)
+    fed = {b: sp.Piecewise((u, large), (2 * THRESHOLD, True)) for u, b in big.items()}
+    series_terms = sp.Add.make_args(series)
+    polynomial = [t for t in series_terms if not t.has(sp.log) and t.is_polynomial(*big.values())]
+    exact_part = _cancelled_or_as_written(sp.Add(*polynomial).xreplace(raw), others, others_written)
+    with sp.evaluate(False):
+        guarded = [t.xreplace(fed) for t in series_terms if t not in polynomial]
+        return sp.Add(*([exact_part] if exact_part != 0 else []), *guarded, *shifted)
+
+
+def grouped_argument_series(expr: sp.Expr) -> sp.Expr | None:
+    """`several_argument_series` for calls whose arguments fall in groups that share no variable (a KL divergence
+    of two Betas: p1, p0, p1 + p0 and q1, q0, q1 + q0), the terms of each group's calls a sum of their own, with a
+    branch for each set of the group's arguments past `THRESHOLD` (`_arguments_past`, and none): six arguments are
+    too many sets for one group's branches, and where some are past the threshold and others not, every call
+    computed as written cancels (the divergence's -q1 digamma(p1) + (q1 + q0) digamma(p1 + p0) at q1 = 1e300 leads
+    with q1 log((p1 + p0)/p1)).  In each branch the calls past the threshold are series, the others their pole
+    parts and the calls one further on, the like terms of both joined (`_series_and_poles_branch`); one group's
+    branches never compute another's.  None where the arguments are one group, and
+    where `several_argument_series` is None (a call not a factor of a term, an argument not linear)."""
+    exact = exact_floats(expr)
+    calls = [f for f in exact.atoms(sp.Function) if is_gamma_function(f)]
+    arguments = _linear_arguments({f.args[-1] for f in calls})
+    split = _terms_by_call(exact, calls)
+    if arguments is None or split is None:
+        return None
+    groups = _independent_groups(arguments)
+    big = {u: sp.Dummy("u", positive=True) for u in arguments}
+    by_call, others = split
+    called = [(term, f, _rewritten_in(term / f, f.args[-1], big[f.args[-1]])) for term, f in by_call]
+    written = _as_written(exact, calls, others)
+    # The terms beside the calls go with the group whose variables they share most (a Gamma KL's -p_c cancels the
+    # series at p_c), where any.
+    shared = [len(set().union(*(u.free_symbols for u in g)) & sp.Add(*others).free_symbols) for g in groups]
+    home = shared.index(max(shared)) if others and max(shared) > 0 else None
+    pieces = [] if home is not None else list(written)
+    for k, group in enumerate(groups):
+        members = [c for c in called if c[1].args[-1] in group]
+        beside, beside_written = (others, written) if k == home else ([], [])
+        within = {u: big[u] for u in group}
+        branches = []
+        for past in [*_arguments_past(group), set()]:
+            large = sp.And(*(u > THRESHOLD if u in past else u <= THRESHOLD for u in group))
+            branch = _series_and_poles_branch(members, beside, within, past, large, beside_written)
+            branches.append((branch, large))
+        as_written = sp.Add(*(term for term, _, _ in members), *beside_written)
+        pieces.append(sp.Piecewise(*branches, (as_written, True)))
+    return sp.Add(*pieces)

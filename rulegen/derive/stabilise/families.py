@@ -26,6 +26,7 @@ from rulegen.derive.functions import (
 )
 from rulegen.derive.stabilise.asymptotic import (
     gamma_difference,
+    grouped_argument_series,
     held,
     logs_against_gamma,
     one_argument_series,
@@ -729,6 +730,7 @@ def _gamma_series(expr: sp.Expr, ops: int) -> Iterator[tuple[str, sp.Expr]]:
         ("gamma series, each argument", several_argument_series),
         ("gamma series, logs joined", logs_against_gamma),
         ("gamma series, each argument's base", several_argument_series_in_bases),
+        ("gamma series, each group of arguments", grouped_argument_series),
     ):
         series = _attempt(functools.partial(make, expr))
         if series is not None:
