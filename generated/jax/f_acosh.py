@@ -45,5 +45,5 @@ def _f_acosh_jvp(primals, tangents):
     return out, x_dot * jnp.where(
         t2,
         1 / (jnp.sqrt(t1 - 1) * jnp.sqrt(t1 + 1)),
-        1 / t3 + t3**-3 / 2 + 3 * t3**-5 / 8 + 5 * t3**-7 / 16,
+        1 / t3 + t3**-3 / 2 + 0.375 * t3**-5 + 0.3125 * t3**-7,
     )

@@ -27,7 +27,7 @@ class FAcosh(RuleFunction):
         return out_bar * torch.where(
             t2,
             1 / (torch.sqrt(t1 - 1) * torch.sqrt(t1 + 1)),
-            torch.reciprocal(t3) + t3**-3 / 2 + 3 * t3**-5 / 8 + 5 * t3**-7 / 16,
+            torch.reciprocal(t3) + t3**-3 / 2 + 0.375 * t3**-5 + 0.3125 * t3**-7,
         )
 
     jvp = backward

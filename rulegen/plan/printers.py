@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import sympy as sp
@@ -138,6 +139,10 @@ _OPERATOR_BINDINGS: tuple[tuple[type, int], ...] = (
 def _power_of_two_text(value: float) -> bool:
     """Whether `float_text` writes `value` as a power `2.0**k`."""
     return abs(math.frexp(value)[0]) == 0.5 and "e" in repr(value)
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
 
 
 def float_text(value: float) -> str:
@@ -657,18 +662,26 @@ class _ArrayCode:
                 constant = f"({constant})"
             body = self._print(rest) if rest.is_Mul else self.parenthesize(rest, PRECEDENCE["Mul"])
             return f"{constant} * {body}"
-        # Rationals as `2 * x / 3` rather than `(2/3)*x`.
         coefficient, rest = expr.as_coeff_Mul()
         if coefficient.is_Rational and not coefficient.is_Integer and rest != 1:
-            # Through `_print_Integer`: a denominator of 2**100 is the float it rounds to, not an int torch refuses.
-            p, q = (self._print_Integer(sp.Integer(n)) for n in (coefficient.p, coefficient.q))
             body = self._print_Mul(rest) if isinstance(rest, sp.Mul) else self.parenthesize(rest, PRECEDENCE["Mul"])
-            if p == "-1":
-                return f"-{body} / {q}"
-            if p == "1":
-                return f"{body} / {q}"
-            return f"{p} * {body} / {q}"
+            return self._print_rational_times(coefficient, body)
         return self._print_quotient_in_order(expr) or super()._print_Mul(expr)  # type: ignore[misc]
+
+    def _print_rational_times(self, coefficient: sp.Rational, body: str) -> str:
+        """p/q times `body`, never `p * body / q`: p * x overflows where the product does not (a Stirling series'
+        `691 * x / 32760` at x = 1.5e37 in float32).  One rounding where p/q or q/p is a float (`0.75 * x`, `x / 1.5`,
+        `x / 3`), as the search's numpy measures it; else the constant's rounding and the product's."""
+        p, q = coefficient.p, coefficient.q
+        sign = "-" if p < 0 else ""
+        if abs(p) == 1 or (_power_of_two(abs(p)) and Fraction(q / abs(p)) == Fraction(q, abs(p))):
+            # Through `_print_Integer`: a denominator of 2**100 is the float it rounds to, not an int torch refuses.
+            divisor = self._print_Integer(sp.Integer(q)) if abs(p) == 1 else float_text(q / abs(p))
+            return f"{sign}{body} / {divisor}"
+        if _power_of_two(q) and Fraction(p / q) == Fraction(p, q):
+            return f"{float_text(p / q)} * {body}"
+        numerator, denominator = (self._print_Integer(sp.Integer(n)) for n in (p, q))
+        return f"({numerator} / {denominator}) * {body}"
 
     def _print_reordered(self, expr: sp.Mul) -> str | None:
         """A power of a quotient taken whole, or an integer times a quotient or a product multiplied last, in every

@@ -59,3 +59,22 @@ def test_a_rational_past_int64_prints_as_the_float_it_rounds_to():
         value = eval(text, {"math": math, "torch": torch}, dict(at))
         expected = sp.lambdify((x, y), expr, "math")(*(float(v[0]) for v in at.values()))
         assert math.isclose(float(value[0]), expected, rel_tol=1e-6), (expr, text)
+
+
+@pytest.mark.parametrize(
+    ("coefficient", "at", "dtype"),
+    [
+        (sp.Rational(691, 32760), 1.5e37, "float32"),  # a Stirling series' coefficient, beside a large weight
+        (sp.Rational(2, 3), 1.7e308, "float64"),
+        (sp.Rational(-5, 594), 3e38, "float32"),
+        (sp.Rational(3, 4), 1.7e308, "float64"),
+    ],
+)
+def test_a_rational_coefficient_overflows_only_where_the_product_does(coefficient, at, dtype):
+    # `691 * x / 32760` is inf where x/47 is 3e35: a Beta KL divergence's series in float32 at q1 = 4e37 was -inf.
+    # p/q folds to one float (one rounding more at most), or divides where q/p is one (`x / 1.5`, correctly rounded).
+    torch = pytest.importorskip("torch")
+    value = torch.tensor([at], dtype=getattr(torch, dtype))
+    for printed in (TorchArrayPrinter().doprint(coefficient * x), print_jax(coefficient * x)[0].text):
+        got = eval(printed, {"math": math, "torch": torch}, {"x": value})
+        assert math.isclose(float(got[0]), float(coefficient) * at, rel_tol=2e-7), (printed, got)
