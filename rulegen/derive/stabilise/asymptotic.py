@@ -869,7 +869,8 @@ def _series_and_poles_branch(
             terms.append(sp.expand(written * _series(f, big[u]), log=False))
         else:
             terms.append(sp.expand(written * _pole(f, big[u]), log=False))
-            shifted.append(term / f * f.func(*f.args[:-1], u + 1))
+            further = f.func(*f.args[:-1], u + 1)
+            shifted += [c * further for c in sp.Add.make_args(sp.expand(term / f))]
     variables = list(big.values())
     raw = {b: u for u, b in big.items()}
     orders = (-1, *range(_SERIES_ORDERS))
@@ -879,7 +880,8 @@ def _series_and_poles_branch(
         # written.
         poles, _ = _joined_terms(sp.collect(sp.Add(*terms), [sp.log(b) for b in variables]), big, orders)
         near = _highest_order_first([(order, _in_horner_form(term, variables)) for order, term in poles])
-        return sp.Add(near.xreplace(raw), *shifted) + sp.Add(*others_written)
+        own = set().union(*(u.free_symbols for u in big))
+        return _weighted_together([*sp.Add.make_args(near.xreplace(raw)), *shifted], own) + sp.Add(*others_written)
     series = sp.collect(sp.Add(*terms, *others), [sp.log(b) for b in big.values()])
     series = _in_horner_form(sp.Add(*(term for _, term in _joined_terms(series, big, orders)[0])), variables)
     fed = {b: sp.Piecewise((u, large), (2 * THRESHOLD, True)) for u, b in big.items()}
@@ -888,7 +890,26 @@ def _series_and_poles_branch(
     exact_part = _cancelled_or_as_written(sp.Add(*polynomial).xreplace(raw), others, others_written)
     with sp.evaluate(False):
         guarded = [t.xreplace(fed) for t in series_terms if t not in polynomial]
-        return sp.Add(*([exact_part] if exact_part != 0 else []), *guarded, *shifted)
+        own = set().union(*(u.free_symbols for u in big))
+        return sp.Add(*([exact_part] if exact_part != 0 else []), _weighted_together([*guarded, *shifted], own))
+
+
+def _weighted_together(terms: list[sp.Expr], own: set[sp.Symbol]) -> sp.Expr:
+    """The sum of `terms`, those whose factor free of the `own` variables is the same weight in others summed
+    before it multiplies: q0 log(p1 + p0) - q0 digamma(p0 + 1), a KL divergence of two Betas' series beside a call
+    one further on, is q0 (log(p1 + p0) - digamma(p0 + 1)), finite where the weight's product with either overflows
+    (float32 q0 = 1.9e38 at p0 = 31).  A weight inside a quotient (a joined difference's) stays where it is."""
+    together: dict[sp.Expr, list[sp.Expr]] = {}
+    alone = []
+    for t in terms:
+        weight, rest = t.as_independent(*own, as_Add=False) if t.is_Mul else (sp.S.One, t)
+        number, weight = weight.as_coeff_Mul()
+        if weight.free_symbols and rest != 1:
+            together.setdefault(weight, []).append(number * rest)
+        else:
+            alone.append(t)
+    with sp.evaluate(False):
+        return sp.Add(*alone, *(w * sp.Add(*inner) for w, inner in together.items()))
 
 
 def grouped_argument_series(expr: sp.Expr) -> sp.Expr | None:
