@@ -468,6 +468,10 @@ def log_difference(
     past = kept(sp.log(d) - sp.log(b))
     if ahead.is_nonnegative:
         return sp.Piecewise((log1p(d / b), d <= GROWTH_IN_RANGE * b), (past, True))
+    if ahead.is_nonpositive:
+        # a <= b: the same without b, which may overflow where a does not (log(q1) - log(q1 + q0) at q1 = q0 =
+        # 1.9e38 in float32 is -0.69).
+        return -log_difference(b, a, -d, (at_b, at_a), kept, far_log_ratio)
     close = (ahead > -sp.Abs(at_b) / 2) & (ahead <= GROWTH_IN_RANGE * sp.Abs(at_b))
     far = sp.Abs(sp.log(at_a / at_b)) >= far_log_ratio
     return sp.Piecewise(

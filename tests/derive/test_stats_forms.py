@@ -620,6 +620,12 @@ def test_a_difference_of_logs_of_a_sum_and_its_part_never_computes_the_sum():
     difference = log_difference(k + r, k, r)
     assert evaluated(difference, (k, r), (1.7e308, 1.7e308), np.float64) == math.log(2)
     assert evaluated(difference, (k, r), (1e-300, 1e300), np.float64) == pytest.approx(1381.551055796427, rel=1e-15)
+    # Either way round: log(k) - log(k + r) (a Beta KL divergence's partial in q1, log(q1) - log(q1 + q0)) is
+    # -log1p(r/k), not -inf at k = r = 1.9e38 in float32.
+    reversed_difference = log_difference(k, k + r, -r)
+    for dtype, point in [(np.float32, (1.88e38, 1.88e38)), (np.float64, (1.7e308, 1.7e308)), (np.float64, (3.0, 5.0))]:
+        exact = -math.log1p(point[1] / point[0])
+        assert evaluated(reversed_difference, (k, r), point, dtype) == pytest.approx(exact, rel=1e-6), point
 
 
 def test_a_product_whose_every_order_overflows_somewhere_is_scaled():
