@@ -891,6 +891,27 @@ def test_calls_whose_arguments_share_no_variable_are_series_in_each_group_of_arg
     assert point == (3.0, 2.0, 5.0, 0.5) or not bits(written, exact, dtype) <= 2
 
 
+@pytest.mark.parametrize(
+    "point",
+    [
+        (5e-324, 5.3692368096093705e125, 4.71616589036374e-144, 1.6463591504222858e-93),
+        (2.83893186815e-312, 3.2930116778319797e35, 1.4933167441686373e-101, 1.0429797899116503e159),
+    ],
+)
+def test_a_weight_over_a_pole_stays_inside_its_quotient_in_each_group(point):
+    # A Gamma KL divergence's (p_c - q_c) digamma(p_c) below the threshold is its pole part, -1 + q_c/p_c, and the
+    # call one further on: q_c/p_c is 9.5e179 at p_c = 5e-324, where q_c (1/p_c - digamma(p_c + 1)), the weight
+    # summed with the call's, is inf.
+    from rulegen.derive.stabilise.asymptotic import grouped_argument_series, released
+
+    variables = (P_C, P_RATE, Q_C, Q_RATE)
+    series = grouped_argument_series(GAMMA_KL)
+    assert series is not None
+    with mpmath.workprec(3000):
+        exact = sp.lambdify(variables, GAMMA_KL, "mpmath")(*(mpmath.mpf(v) for v in point))
+    assert bits(evaluated(released(series), variables, point, np.float64), exact) <= 2
+
+
 @functools.cache
 def _grouped_beta_kl() -> sp.Expr:
     """The Beta KL divergence's series by groups of arguments, made once per test process (it takes seconds)."""

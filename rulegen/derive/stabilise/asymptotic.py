@@ -898,18 +898,26 @@ def _weighted_together(terms: list[sp.Expr], own: set[sp.Symbol]) -> sp.Expr:
     """The sum of `terms`, those whose factor free of the `own` variables is the same weight in others summed
     before it multiplies: q0 log(p1 + p0) - q0 digamma(p0 + 1), a KL divergence of two Betas' series beside a call
     one further on, is q0 (log(p1 + p0) - digamma(p0 + 1)), finite where the weight's product with either overflows
-    (float32 q0 = 1.9e38 at p0 = 31).  A weight inside a quotient (a joined difference's) stays where it is."""
+    (float32 q0 = 1.9e38 at p0 = 31).  A weight over a pole stays where it is, as one inside a quotient (a joined
+    difference's) does: q_c/p_c is 9.5e179 at p_c = 5e-324, where 1/p_c is inf (a Gamma KL divergence's pole part)."""
     together: dict[sp.Expr, list[sp.Expr]] = {}
     alone = []
     for t in terms:
         weight, rest = t.as_independent(*own, as_Add=False) if t.is_Mul else (sp.S.One, t)
         number, weight = weight.as_coeff_Mul()
-        if weight.free_symbols and rest != 1:
+        if weight.free_symbols and rest != 1 and not _over_a_pole(rest, own):
             together.setdefault(weight, []).append(number * rest)
         else:
             alone.append(t)
     with sp.evaluate(False):
         return sp.Add(*alone, *(w * sp.Add(*inner) for w, inner in together.items()))
+
+
+def _over_a_pole(expr: sp.Expr, own: set[sp.Symbol]) -> bool:
+    """Whether `expr` divides by an expression in the `own` variables: a pole where they near 0."""
+    if expr.has(divided):
+        return True
+    return any(p.exp.is_negative and p.base.free_symbols & own for p in expr.atoms(sp.Pow))
 
 
 def grouped_argument_series(expr: sp.Expr) -> sp.Expr | None:
