@@ -511,15 +511,12 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     cancel each other's leading terms, and b's calls are finite on their own.  Below the threshold in every
     argument, `expr` as it is, or its calls' pole parts joined.  None where a call is not a factor of a term, or the
     arguments are one or not linear."""
-    exact = exact_floats(expr)
-    calls = [f for f in exact.atoms(sp.Function) if is_gamma_function(f)]
-    arguments = _linear_arguments({f.args[-1] for f in calls})
-    split = _terms_by_call(exact, calls)
-    if arguments is None or split is None:
+    found = _calls_split(expr)
+    if found is None:
         return None
+    arguments, by_call, others, others_written = found
     big = {u: sp.Dummy("u", positive=True) for u in arguments}
     called: list[tuple[sp.Expr, sp.Expr, sp.Expr]] = []
-    by_call, others = split
     poles, shifted = [], []
     for term, f in by_call:
         u, coefficient = f.args[-1], term / f
@@ -540,14 +537,13 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
     # beside the calls are as written where nothing cancels against a series (below the threshold, or a series
     # that cancels none of them): a Gamma KL's p (q_rate - p_rate)/p_rate, expanded, overflows in p q_rate
     # (p = 1e-12 in float32).
-    written = _as_written(exact, calls, others)
     branches = [
-        (_series_branch(called, others, {u: big[u] for u in past}, large, others_written=written), large)
+        (_series_branch(called, others, {u: big[u] for u in past}, large, others_written=others_written), large)
         for past in _arguments_past(arguments)
         for large in [sp.And(*(u > THRESHOLD if u in past else u <= THRESHOLD for u in arguments))]
     ]
     small = expr
-    others = written
+    others = others_written
     if joins:
         # The calls' sum is taken whole (a `where` of its own, on the last branch's own region) before the other
         # terms are added: a Beta log-density's partial in b, log1p(-x) - digamma(b + 1) + digamma(a + b + 1) at
@@ -558,6 +554,22 @@ def several_argument_series(expr: sp.Expr) -> sp.Expr | None:
         called_sum = sp.Piecewise((sp.Add(near_poles.xreplace(raw), *shifted), region), (expr - sp.Add(*others), True))
         small = called_sum + sp.Add(*others)
     return sp.Piecewise(*branches, (small, True))
+
+
+def _calls_split(
+    expr: sp.Expr,
+) -> tuple[list[sp.Expr], list[tuple[sp.Expr, sp.Expr]], list[sp.Expr], list[sp.Expr]] | None:
+    """The linear arguments of `expr`'s calls of the gamma family, (term, its call) for each term that is a
+    coefficient times one, the terms that hold none, and those as written (`_as_written`); None where a call is not
+    a factor of a term or an argument is not linear."""
+    exact = exact_floats(expr)
+    calls = [f for f in exact.atoms(sp.Function) if is_gamma_function(f)]
+    arguments = _linear_arguments({f.args[-1] for f in calls})
+    split = _terms_by_call(exact, calls)
+    if arguments is None or split is None:
+        return None
+    by_call, others = split
+    return arguments, by_call, others, _as_written(exact, calls, others)
 
 
 def _as_written(exact: sp.Expr, calls: list[sp.Expr], others: list[sp.Expr]) -> list[sp.Expr]:
@@ -649,16 +661,26 @@ def _series_branch(
     kept_whole = [coefficient * f for f, coefficient in as_written.items()]
     series = sp.collect(sp.Add(*terms, *others), [sp.log(b) for b in big.values()])
     series = _in_horner_form(_joined(series, big, orders=(-1, *range(_SERIES_ORDERS)))[0], list(big.values()))
+    exact_part, guarded = _guarded(series, big, large, others, others_written)
+    with sp.evaluate(False):
+        return sp.Add(*exact_part, *guarded, *kept_whole)
+
+
+def _guarded(
+    series: sp.Expr, big: dict[sp.Expr, sp.Dummy], large: sp.Expr, others: list[sp.Expr], written: list[sp.Expr] | None
+) -> tuple[list[sp.Expr], list[sp.Expr]]:
+    """A series branch's terms in the variables: its polynomial part (none, or one term, `_cancelled_or_as_written`),
+    and each other term fed its arguments where `large` holds (2 THRESHOLD elsewhere).  A log or a power of 1/u is nan
+    or inf at the points of the other branch, where a polynomial is not: it goes back to the variables unguarded, and
+    its like terms cancel (-a - b + (a + b) is 0)."""
     raw = {b: u for u, b in big.items()}
     fed = {b: sp.Piecewise((u, large), (2 * THRESHOLD, True)) for u, b in big.items()}
     series_terms = sp.Add.make_args(series)
     polynomial = [t for t in series_terms if not t.has(sp.log) and t.is_polynomial(*big.values())]
-    # A log or a power of 1/u is nan or inf at the points of the other branch, where a polynomial is not: it goes
-    # back to the variables unguarded, and its like terms cancel (-a - b + (a + b) is 0).
-    exact_part = _cancelled_or_as_written(sp.Add(*polynomial).xreplace(raw), others, others_written)
+    exact_part = _cancelled_or_as_written(sp.Add(*polynomial).xreplace(raw), others, written)
     with sp.evaluate(False):
         guarded = [t.xreplace(fed) for t in series_terms if t not in polynomial]
-        return sp.Add(*([exact_part] if exact_part != 0 else []), *guarded, *kept_whole)
+    return ([exact_part] if exact_part != 0 else []), guarded
 
 
 def _cancelled_or_as_written(exact_part: sp.Expr, others: list[sp.Expr], written: list[sp.Expr] | None) -> sp.Expr:
@@ -874,24 +896,19 @@ def _series_and_poles_branch(
     variables = list(big.values())
     raw = {b: u for u, b in big.items()}
     orders = (-1, *range(_SERIES_ORDERS))
+    own = set().union(*(u.free_symbols for u in big))
     if not past:
         # Poles alone, as `several_argument_series` joins them below the threshold: the calls' sum whole, its
         # highest order apart where it overflows against the lower ones (`_highest_order_first`), the other terms as
         # written.
         poles, _ = _joined_terms(sp.collect(sp.Add(*terms), [sp.log(b) for b in variables]), big, orders)
         near = _highest_order_first([(order, _in_horner_form(term, variables)) for order, term in poles])
-        own = set().union(*(u.free_symbols for u in big))
         return _weighted_together([*sp.Add.make_args(near.xreplace(raw)), *shifted], own) + sp.Add(*others_written)
     series = sp.collect(sp.Add(*terms, *others), [sp.log(b) for b in big.values()])
     series = _in_horner_form(sp.Add(*(term for _, term in _joined_terms(series, big, orders)[0])), variables)
-    fed = {b: sp.Piecewise((u, large), (2 * THRESHOLD, True)) for u, b in big.items()}
-    series_terms = sp.Add.make_args(series)
-    polynomial = [t for t in series_terms if not t.has(sp.log) and t.is_polynomial(*big.values())]
-    exact_part = _cancelled_or_as_written(sp.Add(*polynomial).xreplace(raw), others, others_written)
+    exact_part, guarded = _guarded(series, big, large, others, others_written)
     with sp.evaluate(False):
-        guarded = [t.xreplace(fed) for t in series_terms if t not in polynomial]
-        own = set().union(*(u.free_symbols for u in big))
-        return sp.Add(*([exact_part] if exact_part != 0 else []), _weighted_together([*guarded, *shifted], own))
+        return sp.Add(*exact_part, _weighted_together([*guarded, *shifted], own))
 
 
 def _weighted_together(terms: list[sp.Expr], own: set[sp.Symbol]) -> sp.Expr:
@@ -930,17 +947,13 @@ def grouped_argument_series(expr: sp.Expr) -> sp.Expr | None:
     parts and the calls one further on, the like terms of both joined (`_series_and_poles_branch`); one group's
     branches never compute another's.  None where the arguments are one group, and
     where `several_argument_series` is None (a call not a factor of a term, an argument not linear)."""
-    exact = exact_floats(expr)
-    calls = [f for f in exact.atoms(sp.Function) if is_gamma_function(f)]
-    arguments = _linear_arguments({f.args[-1] for f in calls})
-    split = _terms_by_call(exact, calls)
-    if arguments is None or split is None:
+    found = _calls_split(expr)
+    if found is None:
         return None
+    arguments, by_call, others, written = found
     groups = _independent_groups(arguments)
     big = {u: sp.Dummy("u", positive=True) for u in arguments}
-    by_call, others = split
     called = [(term, f, _rewritten_in(term / f, f.args[-1], big[f.args[-1]])) for term, f in by_call]
-    written = _as_written(exact, calls, others)
     # The terms beside the calls go with the group whose variables they share most (a Gamma KL's -p_c cancels the
     # series at p_c), where any.
     shared = [len(set().union(*(u.free_symbols for u in g)) & sp.Add(*others).free_symbols) for g in groups]
