@@ -144,3 +144,30 @@ def test_a_scaled_product_over_a_sum_s_divisor_takes_the_divisor_where_the_sum_o
     assert evaluated(choice.chosen, (p_c, p_rate, q_c, q_rate), (2.0, 3.0, 5.0, 7.0), np.float64) == pytest.approx(
         5 / 3 - 14 / 9, rel=1e-14
     )
+
+
+@pytest.mark.parametrize(
+    ("point", "dtype"),
+    [
+        ((-27000.0, 0.0, 300.0), np.float32),  # (loc - x)/scale = 90: exp overflows, the partial is 4e36
+        ((-4.3e36, -0.685, 5.0e34), np.float32),
+        ((-7.1e5, 0.0, 1000.0), np.float64),  # 710
+        ((0.5, -1.5, 2.0), np.float64),
+    ],
+)
+def test_a_gumbel_partial_is_finite_where_its_exponential_alone_overflows(point, dtype):
+    # The partial in x, expm1((loc - x)/scale)/scale, is a float where expm1 overflows (float32 from
+    # (loc - x)/scale = 88.7) and scale is large enough.  The gate's rows near the exponential's overflow find those
+    # points, drawn over the bit patterns once in thousands, and the scaled products take expm1(u) as expm1(u/2)
+    # (exp(u/2) + 1), each factor in range.
+    from rulegen.derive.stabilise import Sampling, stabilise
+
+    x, loc = sp.symbols("x loc", real=True)
+    scale = sp.Symbol("scale", positive=True)
+    forward = -((x - loc) / scale + sp.exp(-(x - loc) / scale)) - sp.log(scale)
+    partial = sp.diff(forward, x)
+    choice = stabilise(partial, Sampling(((x, Domain()), (loc, Domain()), (scale, Domain(gt=0)))))
+    with mpmath.workprec(400):
+        exact = float(mpmath.expm1((mpmath.mpf(point[1]) - point[0]) / point[2]) / point[2])
+    got = evaluated(choice.chosen, (x, loc, scale), point, dtype)
+    assert got == pytest.approx(exact, rel=1e-5), choice.chosen

@@ -1025,7 +1025,11 @@ def _finishing(family: str, expr: sp.Expr) -> Iterator[sp.Expr]:
         spread = None
         if sp.count_ops(expr) <= BUDGET.factor_ops:
             spread = _attempt(lambda: _products_scaled(sp.expand(expr, log=False)))
-        found = dict.fromkeys((shared, plain, spread))
+        # Or over them at the top alone, each term's own sums whole: a Gumbel's partial in its scale,
+        # ((loc - x) expm1(u) - s)/s**2, is (loc - x) expm1(u)/s**2 - 1/s, whose product is in range where
+        # (loc - x) expm1(u) is not, and loc expm1(u)/s**2 - x expm1(u)/s**2 is inf - inf.
+        top = _attempt(lambda: _products_scaled(sp.expand(expr, deep=False, log=False)))
+        found = dict.fromkeys((shared, plain, spread, top))
         yield from (f for f in found if f is not None and f.has(power_product))
     elif family == DIVIDED_FIRST:
         yield from (found for _, found in _changed(family, _divided_first, expr))
@@ -1163,6 +1167,17 @@ def _product_scaled(product: sp.Expr) -> sp.Expr:
         base, exponent = factor.as_base_exp()
         if factor.is_number:
             numbers.append(factor)
+        elif isinstance(factor, sp.exp):
+            # Its square root squared: exp(u) overflows where its product with a small factor does not (a Gumbel's
+            # partial in its scale, (loc - x) exp((loc - x)/s)/s**2, is 2e4 where exp(86.9) is inf in float32), and
+            # exp(u/2) is in range wherever such a product is.
+            pairs.append((sp.exp(factor.args[0] / 2), sp.Integer(2)))
+        elif isinstance(factor, expm1):
+            # expm1(u/2) (exp(u/2) + 1), exactly: each factor accurate (the second is at least 1), in range where the
+            # product with a small factor is (a Gumbel's partial in x, expm1((loc - x)/s)/s, at (loc - x)/s = 90),
+            # and -1 times 1 as u nears -inf.
+            half = factor.args[0] / 2
+            pairs += [(expm1(half), sp.S.One), (sp.exp(half) + 1, sp.S.One)]
         elif exponent.is_Integer and abs(exponent) <= BUDGET.paired_power:
             pairs.append((base, exponent))
         else:

@@ -3,8 +3,9 @@
 The search decides on `BUDGET.search_points` points per dtype, where a regime's threshold or a rescaling can
 look right and be nan one binade away (atan2's derivative split on |y| < 3.9e-14 was nan at x = 1e-200,
 y = 1e-20).  Each chosen form is validated on a second sample, drawn with a seed of its own over the same float
-line, with each input's special floats (0, the smallest subnormal and normal, the largest float, either sign)
-and, for two inputs or more, pairs of mixed magnitudes (|a| << |b|, |b| << |a|, a ~ b):
+line, with each input's special floats (0, the smallest subnormal and normal, the largest float, either sign),
+for two inputs or more, pairs of mixed magnitudes (|a| << |b|, |b| << |a|, a ~ b), and rows where an
+exponential's argument is near its overflow (`exponent_edges`):
 
 - at every validation point (`BUDGET.validation_points` drawn, the special ones on top) the form is finite
   wherever the derived form is finite and the exact value is a finite float of the dtype: numpy says where the
@@ -105,13 +106,11 @@ def meeting_the_condition(sampling: Sampling, columns: Sequence[np.ndarray]) -> 
 
 @functools.lru_cache(maxsize=64)
 def _validation(expr: sp.Expr, sampling: Sampling, seed: int) -> tuple[tuple[_Points, tuple[np.ndarray, ...]], ...]:
-    """Per dtype: the measured points with `expr`'s exact values, and every validation point's columns."""
+    """Per dtype: the measured points with `expr`'s exact values, and every validation point's columns, those near
+    its exponentials' overflow included."""
     return tuple(
-        (
-            _sample(expr, sampling, BUDGET.validation_measured, seed + _VALIDATION_SEED, dtype),
-            _validation_columns(sampling, seed, dtype),
-        )
-        for dtype in _DTYPES
+        (_sample(expr, sampling, BUDGET.validation_measured, seed + _VALIDATION_SEED, dtype), columns)
+        for dtype, columns in _columns_near_exponent_edges(expr, sampling, seed)
     )
 
 
@@ -361,6 +360,52 @@ def _columns(sampling: Sampling, seed: int) -> tuple[tuple[Any, tuple[np.ndarray
     return tuple((dtype, _validation_columns(sampling, seed, dtype)) for dtype in _DTYPES)
 
 
+@functools.lru_cache(maxsize=64)
+def _columns_near_exponent_edges(
+    derived: sp.Expr, sampling: Sampling, seed: int
+) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
+    """`_columns`, and the rows where an exponential of `derived` is near its overflow (`exponent_edges`)."""
+    found = []
+    for dtype, columns in _columns(sampling, seed):
+        edges = meeting_the_condition(sampling, exponent_edges(derived, sampling, columns, dtype))
+        found.append((dtype, tuple(np.concatenate([c, e]) for c, e in zip(columns, edges, strict=True))))
+    return tuple(found)
+
+
+def exponent_edges(expr: sp.Expr, sampling: Sampling, columns: Sequence[np.ndarray], dtype: Any) -> list[np.ndarray]:
+    """Rows where the argument of an exponential in `expr` is a few units from where it overflows (or underflows):
+    the first `BUDGET.exponent_edge_rows` rows of `columns` with one input the exponential's argument is linear in
+    moved there, every row inside every domain.  A product of the exponential and a small factor is in range where
+    the exponential is not (a Gumbel's partial in x, expm1((loc - x)/s)/s, is 4e36 at (loc - x)/s = 90, s = 300 in
+    float32, where expm1(90) overflows); drawn over the bit patterns, the band of a few units about 88.7 is almost
+    never hit."""
+    variables = sampling.variables
+    domains = [d for _, d in sampling.domains]
+    rows = min(BUDGET.exponent_edge_rows, len(columns[0]) if columns else 0)
+    made: list[list[np.ndarray]] = [[] for _ in variables]
+    edge = math.log(float(np.finfo(dtype).max))
+    targets = [sign * (edge + step) for sign in (1.0, -1.0) for step in (-2.0, 1.0, 4.0, 16.0)]
+    target_symbol = sp.Dummy("target")
+    base = [np.asarray(c[:rows], np.float64) for c in columns]
+    for power in sorted(expr.atoms(sp.exp), key=sp.default_sort_key):
+        u = power.args[0]
+        for k, v in enumerate(variables):
+            slope = sp.diff(u, v)
+            if v not in u.free_symbols or v in slope.free_symbols:
+                continue
+            at = lambdified((*variables, target_symbol), v + (target_symbol - u) / slope, modules="numpy")
+            for target in targets:
+                with np.errstate(all="ignore"):
+                    value = np.broadcast_to(np.asarray(at(*base, target), np.float64), (rows,)).astype(dtype)
+                for j, column in enumerate(columns):
+                    made[j].append(value if j == k else column[:rows])
+    if not made or not made[0]:
+        return [np.empty(0, dtype) for _ in variables]
+    found = [np.concatenate(m) for m in made]
+    keep = np.logical_and.reduce([inside(d, c) & np.isfinite(c) for d, c in zip(domains, found, strict=True)])
+    return [c[keep] for c in found]
+
+
 def _not_finite(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
     """Per point, whether `expr` as the generated code computes it is inf or nan, numpy's way or XLA's (a point
     with a subnormal input not judged XLA's way); everywhere where numpy cannot evaluate it."""
@@ -387,8 +432,10 @@ def _edge_columns(sampling: Sampling, seed: int) -> tuple[tuple[Any, tuple[np.nd
     return tuple(found)
 
 
-def _columns_of(sampling: Sampling, seed: int, edges: bool) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
-    return _edge_columns(sampling, seed) if edges else _columns(sampling, seed)
+def _columns_of(
+    derived: sp.Expr, sampling: Sampling, seed: int, edges: bool
+) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
+    return _edge_columns(sampling, seed) if edges else _columns_near_exponent_edges(derived, sampling, seed)
 
 
 @functools.lru_cache(maxsize=64)
@@ -398,7 +445,7 @@ def _inadmissible_rows(derived: sp.Expr, sampling: Sampling, seed: int, edges: b
     `BUDGET.repair_points` suspects: mpmath is the cost)."""
     variables = sampling.variables
     rows = []
-    for dtype, columns in _columns_of(sampling, seed, edges):
+    for dtype, columns in _columns_of(derived, sampling, seed, edges):
         suspect = np.flatnonzero(_not_finite(derived, variables, columns, dtype))
         # Most such points are where the exact value is past the float range too: where a wider float can say, only
         # those where it says the value is in range are asked.
@@ -438,7 +485,7 @@ def inadmissible_points(
     variables = sampling.variables
     count = 0
     broken = _inadmissible_rows(derived, sampling, seed, edges)
-    for rows, (dtype, columns) in zip(broken, _columns_of(sampling, seed, edges), strict=True):
+    for rows, (dtype, columns) in zip(broken, _columns_of(derived, sampling, seed, edges), strict=True):
         if len(rows):
             count += int(_not_finite(form, variables, [c[rows] for c in columns], dtype).sum())
     return count
