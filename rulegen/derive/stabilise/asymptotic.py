@@ -945,8 +945,8 @@ def grouped_argument_series(expr: sp.Expr) -> sp.Expr | None:
     computed as written cancels (the divergence's -q1 digamma(p1) + (q1 + q0) digamma(p1 + p0) at q1 = 1e300 leads
     with q1 log((p1 + p0)/p1)).  In each branch the calls past the threshold are series, the others their pole
     parts and the calls one further on, the like terms of both joined (`_series_and_poles_branch`); one group's
-    branches never compute another's.  None where the arguments are one group, and
-    where `several_argument_series` is None (a call not a factor of a term, an argument not linear)."""
+    branches never compute another's.  Arguments that are one group make one such sum.  None where
+    `several_argument_series` is None (a call not a factor of a term, an argument not linear)."""
     found = _calls_split(expr)
     if found is None:
         return None

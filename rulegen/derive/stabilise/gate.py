@@ -365,6 +365,8 @@ def _columns_near_exponent_edges(
     derived: sp.Expr, sampling: Sampling, seed: int
 ) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
     """`_columns`, and the rows where an exponential of `derived` is near its overflow (`exponent_edges`)."""
+    if not derived.has(sp.exp):
+        return _columns(sampling, seed)
     found = []
     for dtype, columns in _columns(sampling, seed):
         edges = meeting_the_condition(sampling, exponent_edges(derived, sampling, columns, dtype))
