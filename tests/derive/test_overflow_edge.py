@@ -171,3 +171,59 @@ def test_a_gumbel_partial_is_finite_where_its_exponential_alone_overflows(point,
         exact = float(mpmath.expm1((mpmath.mpf(point[1]) - point[0]) / point[2]) / point[2])
     got = evaluated(choice.chosen, (x, loc, scale), point, dtype)
     assert got == pytest.approx(exact, rel=1e-5), choice.chosen
+
+
+@pytest.mark.parametrize(
+    ("point", "dtype"),
+    [
+        ((-26000.0, 0.0, 300.0), np.float32),  # (loc - x)/scale = 86.7: x exp(u) overflows, the partial is 1.3e37
+        ((-4.3e36, -0.685, 5.0e34), np.float32),
+        ((-7.1e5, 0.0, 1000.0), np.float64),
+        ((0.5, -1.5, 2.0), np.float64),
+    ],
+)
+def test_a_gumbel_partial_in_scale_is_finite_where_its_exponential_alone_overflows(point, dtype):
+    # -1/s + (x - loc)/s**2 + (loc - x) exp(u)/s**2, u = (loc - x)/s: the last two terms are (loc - x) expm1(u)/s**2,
+    # an identity whose "1" is another term of the sum, not a number; joined, the scaled products take it in range.
+    from rulegen.derive.stabilise import Sampling, stabilise
+
+    x, loc = sp.symbols("x loc", real=True)
+    scale = sp.Symbol("scale", positive=True)
+    forward = -((x - loc) / scale + sp.exp(-(x - loc) / scale)) - sp.log(scale)
+    partial = sp.diff(forward, scale)
+    choice = stabilise(partial, Sampling(((x, Domain()), (loc, Domain()), (scale, Domain(gt=0)))))
+    with mpmath.workprec(400):
+        u = (mpmath.mpf(point[1]) - point[0]) / point[2]
+        exact = float((u * mpmath.expm1(u) - 1) / point[2])
+    got = evaluated(choice.chosen, (x, loc, scale), point, dtype)
+    assert got == pytest.approx(exact, rel=1e-5), choice.chosen
+
+
+def test_a_scaled_product_s_difference_is_divided_first_where_it_overflows():
+    # The expm1 form of a Gumbel's partial in scale, its product scaled: loc - x among the bases is -inf at
+    # x = 1e308, loc = -1e308, where the partial is 2e288; the divisor among the bases divides it term by term there.
+    from rulegen.derive.functions import power_product
+
+    x, loc = sp.symbols("x loc", real=True)
+    scale = sp.Symbol("scale", positive=True)
+    half = (loc - x) / (2 * scale)
+    form = power_product(scale, -2, loc - x, 1, sp.exp(half) - 1, 1, sp.exp(half) + 1, 1) - 1 / scale
+    repaired = _divided_first(form)
+    variables = (x, loc, scale)
+    for point, dtype in (
+        ((1e308, -1e308, 1e10), np.float64),
+        ((3e38, -3e38, 1e10), np.float32),
+        # loc - x is finite here, its quotient by scale**2 is not: the divisor once is 8.9e292, the partial 8.9e300.
+        ((1e300, 1e300 * (1 + 2**-50), 1e-8), np.float64),
+    ):
+        assert np.isinf(evaluated(form, variables, point, dtype))
+        assert evaluated(repaired, variables, point, dtype) == pytest.approx(exact_gumbel(*point)[1], rel=1e-6)
+    # Where the difference is finite the product is as it was, the divisor taken once more from its base's power.
+    for point, dtype in (
+        ((0.5, -1.5, 2.0), np.float32),
+        ((-26000.0, 0.0, 300.0), np.float32),
+        ((1e300, 1e300 * (1 - 2**-40), 1e30), np.float64),
+    ):
+        written = evaluated(form, variables, point, dtype)
+        assert np.isfinite(written)
+        assert evaluated(repaired, variables, point, dtype) == pytest.approx(written, rel=1e-6)

@@ -149,6 +149,19 @@ def _split_term(term: sp.Expr) -> list[tuple[sp.Expr, sp.Expr]]:
     return found
 
 
+def _constant_ratio(term: sp.Expr, coefficient: sp.Expr) -> sp.Expr | None:
+    """c in (1, -1, 1/2) where term = -c * coefficient, else None."""
+    if term.is_number and coefficient.is_number:
+        c = sp.nsimplify(-term / coefficient)
+        return c if c in (1, -1, sp.Rational(1, 2)) else None
+    if term.free_symbols != coefficient.free_symbols:
+        return None
+    for c in (1, -1, sp.Rational(1, 2)):
+        if sp.expand(term + c * coefficient) == 0:
+            return c
+    return None
+
+
 def _rewrite_sum(total: sp.Expr) -> sp.Expr:
     """The first pair of terms of a sum that is a difference of like functions (or of one and its constant), joined."""
     terms = list(total.args)
@@ -163,10 +176,12 @@ def _rewrite_sum(total: sp.Expr) -> sp.Expr:
                         joined = _difference(f, g)
                         if joined is not None:
                             break
-                if joined is None and u.is_number and u != 0:
-                    # coefficient * f + u = coefficient * (f - c): the constants an identity knows, c = 1, -1, 1/2.
-                    c = sp.nsimplify(-u / coefficient) if coefficient.is_number else sp.simplify(-u / coefficient)
-                    if c in (1, -1, sp.Rational(1, 2)):
+                if joined is None and u != 0:
+                    # coefficient * f + u = coefficient * (f - c): the constants an identity knows, c = 1, -1, 1/2,
+                    # also where u is a term of the sum in other symbols: a Gumbel's partial in its scale,
+                    # (loc - x) exp(u)/s**2 + (x - loc)/s**2, is (loc - x) expm1(u)/s**2.
+                    c = _constant_ratio(u, coefficient)
+                    if c is not None:
                         joined = _minus_constant(f, c)
                 if joined is not None:
                     rest = [v for k, v in enumerate(terms) if k not in (i, j)]
@@ -1092,7 +1107,30 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
         rest = sp.Mul(*(f for f in sp.Mul.make_args(product) if f.as_base_exp() not in (found, divisor)))
         return rest * total ** (power - taken) * base ** (exponent + taken) * termwise(total, base) ** taken
 
+    def scaled_divided(product: power_product) -> sp.Expr:
+        # A product scaled whose bases hold a difference of inputs and a divisor: the difference divided, as
+        # `distributed` does.  A Gumbel's partial in its scale, power_product(s, -2, loc - x, 1, expm1(u/2), 1, ...),
+        # is inf at x = 1e308, loc = -1e308 where loc - x overflows and the partial is 2e288.
+        pairs = list(zip(product.args[::2], product.args[1::2], strict=True))
+        found = next(
+            (k for k, (b, e) in enumerate(pairs) if b.is_Add and not b.has(sp.Function) and e.is_Integer and e > 0),
+            None,
+        )
+        divisor = next(
+            (k for k, (b, e) in enumerate(pairs) if not b.is_number and not b.is_Add and e.is_Integer and e < 0), None
+        )
+        if found is None or divisor is None:
+            return product
+        (total, power), (base, exponent) = pairs[found], pairs[divisor]
+        taken = min(int(power), -int(exponent))
+        pairs[found] = (termwise(total, base), taken)
+        pairs[divisor] = (base, exponent + taken)
+        pairs.append((total, power - taken))
+        return power_product(*(a for b, e in pairs if e != 0 for a in (b, e)))
+
     def walk(e: sp.Expr) -> sp.Expr:
+        if isinstance(e, power_product):
+            return scaled_divided(e)
         if e.is_Atom or (isinstance(e, sp.Function) and not isinstance(e, (divided, sp.Piecewise))):
             return e
         rebuilt = e.func(*(walk(a) for a in e.args)) if not isinstance(e, sp.Piecewise) else e
