@@ -146,57 +146,41 @@ def test_a_scaled_product_over_a_sum_s_divisor_takes_the_divisor_where_the_sum_o
     )
 
 
+def exact_gumbel_partial(wrt: str, x: float, loc: float, scale: float) -> float:
+    """A Gumbel log-density's partial in `wrt`, at 400 bits: expm1(u)/s in x, (u expm1(u) - 1)/s in scale."""
+    with mpmath.workprec(400):
+        u = (mpmath.mpf(loc) - x) / scale
+        return float((mpmath.expm1(u) if wrt == "x" else u * mpmath.expm1(u) - 1) / scale)
+
+
 @pytest.mark.parametrize(
-    ("point", "dtype"),
+    ("wrt", "point", "dtype"),
     [
-        ((-27000.0, 0.0, 300.0), np.float32),  # (loc - x)/scale = 90: exp overflows, the partial is 4e36
-        ((-4.3e36, -0.685, 5.0e34), np.float32),
-        ((-7.1e5, 0.0, 1000.0), np.float64),  # 710
-        ((0.5, -1.5, 2.0), np.float64),
+        ("x", (-27000.0, 0.0, 300.0), np.float32),  # (loc - x)/scale = 90: exp overflows, the partial is 4e36
+        ("x", (-4.3e36, -0.685, 5.0e34), np.float32),
+        ("x", (-7.1e5, 0.0, 1000.0), np.float64),  # 710
+        ("x", (0.5, -1.5, 2.0), np.float64),
+        ("scale", (-26000.0, 0.0, 300.0), np.float32),  # 86.7: x exp(u) overflows, the partial is 1.3e37
+        ("scale", (-4.3e36, -0.685, 5.0e34), np.float32),
+        ("scale", (-7.1e5, 0.0, 1000.0), np.float64),
+        ("scale", (0.5, -1.5, 2.0), np.float64),
     ],
 )
-def test_a_gumbel_partial_is_finite_where_its_exponential_alone_overflows(point, dtype):
+def test_a_gumbel_partial_is_finite_where_its_exponential_alone_overflows(wrt, point, dtype):
     # The partial in x, expm1((loc - x)/scale)/scale, is a float where expm1 overflows (float32 from
     # (loc - x)/scale = 88.7) and scale is large enough.  The gate's rows near the exponential's overflow find those
     # points, drawn over the bit patterns once in thousands, and the scaled products take expm1(u) as expm1(u/2)
-    # (exp(u/2) + 1), each factor in range.
+    # (exp(u/2) + 1), each factor in range.  The partial in scale, -1/s + (x - loc)/s**2 + (loc - x) exp(u)/s**2,
+    # holds (loc - x) expm1(u)/s**2: an identity whose "1" is another term of the sum, not a number.
     from rulegen.derive.stabilise import Sampling, stabilise
 
     x, loc = sp.symbols("x loc", real=True)
     scale = sp.Symbol("scale", positive=True)
     forward = -((x - loc) / scale + sp.exp(-(x - loc) / scale)) - sp.log(scale)
-    partial = sp.diff(forward, x)
+    partial = sp.diff(forward, {"x": x, "scale": scale}[wrt])
     choice = stabilise(partial, Sampling(((x, Domain()), (loc, Domain()), (scale, Domain(gt=0)))))
-    with mpmath.workprec(400):
-        exact = float(mpmath.expm1((mpmath.mpf(point[1]) - point[0]) / point[2]) / point[2])
     got = evaluated(choice.chosen, (x, loc, scale), point, dtype)
-    assert got == pytest.approx(exact, rel=1e-5), choice.chosen
-
-
-@pytest.mark.parametrize(
-    ("point", "dtype"),
-    [
-        ((-26000.0, 0.0, 300.0), np.float32),  # (loc - x)/scale = 86.7: x exp(u) overflows, the partial is 1.3e37
-        ((-4.3e36, -0.685, 5.0e34), np.float32),
-        ((-7.1e5, 0.0, 1000.0), np.float64),
-        ((0.5, -1.5, 2.0), np.float64),
-    ],
-)
-def test_a_gumbel_partial_in_scale_is_finite_where_its_exponential_alone_overflows(point, dtype):
-    # -1/s + (x - loc)/s**2 + (loc - x) exp(u)/s**2, u = (loc - x)/s: the last two terms are (loc - x) expm1(u)/s**2,
-    # an identity whose "1" is another term of the sum, not a number; joined, the scaled products take it in range.
-    from rulegen.derive.stabilise import Sampling, stabilise
-
-    x, loc = sp.symbols("x loc", real=True)
-    scale = sp.Symbol("scale", positive=True)
-    forward = -((x - loc) / scale + sp.exp(-(x - loc) / scale)) - sp.log(scale)
-    partial = sp.diff(forward, scale)
-    choice = stabilise(partial, Sampling(((x, Domain()), (loc, Domain()), (scale, Domain(gt=0)))))
-    with mpmath.workprec(400):
-        u = (mpmath.mpf(point[1]) - point[0]) / point[2]
-        exact = float((u * mpmath.expm1(u) - 1) / point[2])
-    got = evaluated(choice.chosen, (x, loc, scale), point, dtype)
-    assert got == pytest.approx(exact, rel=1e-5), choice.chosen
+    assert got == pytest.approx(exact_gumbel_partial(wrt, *point), rel=1e-5), choice.chosen
 
 
 def test_a_scaled_product_s_difference_is_divided_first_where_it_overflows():
