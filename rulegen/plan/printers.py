@@ -665,15 +665,20 @@ class _ArrayCode:
         coefficient, rest = expr.as_coeff_Mul()
         if coefficient.is_Rational and not coefficient.is_Integer and rest != 1:
             body = self._print_Mul(rest) if isinstance(rest, sp.Mul) else self.parenthesize(rest, PRECEDENCE["Mul"])
-            return self._print_rational_times(coefficient, body)
+            return self._print_rational_times(coefficient, body, first=isinstance(rest, sp.Mul))
         return self._print_quotient_in_order(expr) or super()._print_Mul(expr)  # type: ignore[misc]
 
-    def _print_rational_times(self, coefficient: sp.Rational, body: str) -> str:
+    def _print_rational_times(self, coefficient: sp.Rational, body: str, *, first: bool = False) -> str:
         """p/q times `body`, never `p * body / q`: p * x overflows where the product does not (a Stirling series'
         `691 * x / 32760` at x = 1.5e37 in float32).  One rounding where p/q or q/p is a float (`0.75 * x`, `x / 1.5`,
-        `x / 3`), as the search's numpy measures it; else the constant's rounding and the product's."""
+        `x / 3`), as the search's numpy measures it; else the constant's rounding and the product's.  A power of two
+        below 1 times a product (`first`) multiplies first, exactly: `t / s / s / 2` overflows where the value is
+        in range (a normal KL's `(m - n)**2/(2 s**2)`, 2e38 at m - n = 1.1e19, s = 0.54 in float32), `0.5 * t / s / s`
+        only where it is not."""
         p, q = coefficient.p, coefficient.q
         sign = "-" if p < 0 else ""
+        if first and abs(p) == 1 and _power_of_two(q):
+            return f"{sign}{float_text(1 / q)} * {body}"
         if abs(p) == 1 or (_power_of_two(abs(p)) and Fraction(q / abs(p)) == Fraction(q, abs(p))):
             # Through `_print_Integer`: a denominator of 2**100 is the float it rounds to, not an int torch refuses.
             divisor = self._print_Integer(sp.Integer(q)) if abs(p) == 1 else float_text(q / abs(p))

@@ -211,3 +211,30 @@ def test_a_scaled_product_s_difference_is_divided_first_where_it_overflows():
         written = evaluated(form, variables, point, dtype)
         assert np.isfinite(written)
         assert evaluated(repaired, variables, point, dtype) == pytest.approx(written, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("point", "dtype"),
+    [
+        ((-1.25e-26, 0.2033, 2.2573841e20, 6.32229), np.float32),  # (m1 - m2)**2 overflows, the partial is -2e38
+        ((0.0, 1.0, 1.3e154, 2e3), np.float64),
+        ((0.5, 1.5, -2.0, 3.0), np.float64),
+    ],
+)
+def test_a_square_over_a_cube_is_divided_first_where_the_square_alone_overflows(point, dtype):
+    # A normal KL's partial in q's scale, 1/s2 - (s1**2 + (m1 - m2)**2)/s2**3.  The gate's rows near where a power
+    # leaves the range find the points, drawn over the bit patterns once in a great many, where (m1 - m2)**2
+    # overflows and the partial does not; the divisor's cube divides the terms' squares, ((m1 - m2)/s2)**2/s2.
+    from rulegen.derive.stabilise import Sampling, stabilise
+
+    m1, m2 = sp.symbols("m1 m2", real=True)
+    s1, s2 = sp.symbols("s1 s2", positive=True)
+    forward = sp.log(s2 / s1) + (s1**2 + (m1 - m2) ** 2) / (2 * s2**2) - sp.Rational(1, 2)
+    partial = sp.diff(forward, s2)
+    sampling = Sampling(((m1, Domain()), (s1, Domain(gt=0)), (m2, Domain()), (s2, Domain(gt=0))))
+    choice = stabilise(partial, sampling)
+    got = evaluated(choice.chosen, (m1, s1, m2, s2), point, dtype)
+    with mpmath.workprec(300):
+        a, b, c, d = (mpmath.mpf(v) for v in point)
+        exact = float(1 / d - (b**2 + (a - c) ** 2) / d**3)
+    assert got == pytest.approx(exact, rel=1e-5), choice.chosen

@@ -78,3 +78,18 @@ def test_a_rational_coefficient_overflows_only_where_the_product_does(coefficien
     for printed in (TorchArrayPrinter().doprint(coefficient * x), print_jax(coefficient * x)[0].text):
         got = eval(printed, {"math": math, "torch": torch}, {"x": value})
         assert math.isclose(float(got[0]), float(coefficient) * at, rel_tol=2e-7), (printed, got)
+
+
+def test_half_of_a_quotient_is_taken_before_it_divides():
+    # A normal KL's (s1**2 + (m1 - m2)**2)/(2 s2**2), its sum t shared with the backward: `t / s / s / 2` was inf in
+    # float32 at t = 1.15e38, s = 0.535 (torch), where the value is 2.0e38; halved first it is in range throughout.
+    torch = pytest.importorskip("torch")
+    t, s = sp.symbols("t s", positive=True)
+    expr = t / (2 * s**2)
+    at = {"t": torch.tensor([1.15e38, 3.0], dtype=torch.float32), "s": torch.tensor([0.535, 7.0], dtype=torch.float32)}
+    # JAX's `quotient` is a / b with a derivative of its own.
+    names = {"math": math, "torch": torch, "quotient": lambda a, b: a / b}
+    for printed in (TorchArrayPrinter().doprint(expr), print_jax(expr)[0].text):
+        got = eval(printed, names, dict(at))
+        for value, (tv, sv) in zip(got.tolist(), [(1.15e38, 0.535), (3.0, 7.0)], strict=True):
+            assert math.isclose(value, tv / (2 * sv * sv), rel_tol=1e-6), (printed, value)

@@ -128,9 +128,9 @@ class Budget:
     #: (`measure.edge_pairs`): targets of the divided-first repair alone (`search._divided_at_the_edge`), which the
     #: gate does not hold a form to (a sum over one denominator is inf there where the derived form is not).
     edge_points: int = 8
-    #: Rows per exponential, input it is linear in and target where that input is moved so that the exponential's
-    #: argument is within a few units of where it overflows or underflows (`gate.exponent_edges`).
-    exponent_edge_rows: int = 8
+    #: Rows per exponential or integer power, input its argument or base is linear in and target where that input
+    #: is moved so that the part is a few steps from where it overflows or underflows (`gate.range_edges`).
+    range_edge_rows: int = 8
 
     # ------------------------------------------------ what the caller is given
     #: How far (sum of the dtypes' mean bits) behind the chosen form another good form may be.

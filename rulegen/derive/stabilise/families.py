@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
+from rulegen.computation.quotients import power_of_a_quotient
 from rulegen.derive.expr import log_difference, reciprocal_difference
 from rulegen.derive.forms import canonical
 from rulegen.derive.functions import (
@@ -1066,18 +1067,18 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
     not.  Never inside a function's argument: exp(-(x - loc)/s) is 0 or inf where x - loc overflows but for
     scales beyond 1e305, and a `where` inside it is one in every derivative of it too."""
 
-    def termwise(total: sp.Add, divisor: sp.Expr) -> sp.Expr:
+    def termwise(total: sp.Add, divisor: sp.Expr, times: int = 1) -> sp.Expr:
         # Where the quotient whole is inf or nan and its terms divided are finite: a term inf itself (exp(-z) beside
         # z = -inf) makes them inf or nan too, and the quotient whole is then the infinity it is; where the sum is
         # finite and the quotient overflows (x - loc = -1, s = 1e-320), x/s - loc/s is inf - inf.  The terms' own
         # sums are divided term by term throughout in the condition: a `where` in a `where`'s condition is one per
-        # case of it.
-        whole = divided(total, divisor)
-        plain = sp.Add(*(term_divided(t, divisor, selected=False) for t in total.args))
-        parts = sp.Add(*(term_divided(t, divisor) for t in total.args))
+        # case of it.  Divided `times` times: the rest of a divisor's power goes into a term's own power.
+        whole = divided(total, divisor) * divisor ** (1 - times)
+        plain = sp.Add(*(term_divided(t, divisor, times, selected=False) for t in total.args))
+        parts = sp.Add(*(term_divided(t, divisor, times) for t in total.args))
         return sp.Piecewise((parts, ~isfinite(whole) & isfinite(plain)), (whole, True))
 
-    def term_divided(term: sp.Expr, divisor: sp.Expr, *, selected: bool = True) -> sp.Expr:
+    def term_divided(term: sp.Expr, divisor: sp.Expr, times: int = 1, *, selected: bool = True) -> sp.Expr:
         # A term with a sum among its factors, the sum divided: (loc - x) exp(z)/s as ((loc - x)/s) exp(z), whose
         # (loc - x)/s is finite where loc - x is -inf and exp(z) 0.
         factors = sp.Mul.make_args(term)
@@ -1087,24 +1088,27 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
             # A product scaled takes the divisor among its bases: p_c q_rate/p_rate over p_rate is 2.4e46 and inf in
             # float32 before the division, p_c q_rate/p_rate**2 is 1.7e37.
             rest = sp.Mul(*(f for f in factors if f is not scaled))
-            return rest * power_product(*scaled.args, divisor, -1)
+            return rest * power_product(*scaled.args, divisor, -times)
         if total is None:
-            return divided(term, divisor)
+            return _over_a_power(term, divisor, times)
         rest = sp.Mul(*(f for f in factors if f is not total))
         if selected:
-            return rest * termwise(total, divisor)
-        return rest * sp.Add(*(term_divided(t, divisor, selected=False) for t in total.args))
+            return rest * termwise(total, divisor, times)
+        return rest * sp.Add(*(term_divided(t, divisor, times, selected=False) for t in total.args))
 
     def distributed(product: sp.Expr) -> sp.Expr:
-        powers = [f.as_base_exp() for f in sp.Mul.make_args(product)]
-        found = next(((b, e) for b, e in powers if b.is_Add and e.is_Integer and e > 0), None)
-        divisor = next(((b, e) for b, e in powers if not b.is_number and not b.is_Add and e.is_Integer and e < 0), None)
-        if found is None or divisor is None:
+        factors = sp.Mul.make_args(product)
+        pairs = [f.as_base_exp() for f in factors]
+        chosen = _sum_and_divisor(pairs, plain=False)
+        if chosen is None:
             return product
-        (total, power), (base, exponent) = found, divisor
+        (total, power), (base, exponent) = (pairs[k] for k in chosen)
+        rest = sp.Mul(*(f for k, f in enumerate(factors) if k not in chosen))
+        if power == 1:
+            # The sum once: the whole divisor goes into it, its powers dividing its terms' powers.
+            return rest * termwise(total, base, -int(exponent))
         # The divisor once per power of the sum, as far as it goes; the rest of it stays outside.
         taken = min(int(power), -int(exponent))
-        rest = sp.Mul(*(f for f in sp.Mul.make_args(product) if f.as_base_exp() not in (found, divisor)))
         return rest * total ** (power - taken) * base ** (exponent + taken) * termwise(total, base) ** taken
 
     def scaled_divided(product: power_product) -> sp.Expr:
@@ -1112,15 +1116,10 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
         # `distributed` does.  A Gumbel's partial in its scale, power_product(s, -2, loc - x, 1, expm1(u/2), 1, ...),
         # is inf at x = 1e308, loc = -1e308 where loc - x overflows and the partial is 2e288.
         pairs = list(zip(product.args[::2], product.args[1::2], strict=True))
-        found = next(
-            (k for k, (b, e) in enumerate(pairs) if b.is_Add and not b.has(sp.Function) and e.is_Integer and e > 0),
-            None,
-        )
-        divisor = next(
-            (k for k, (b, e) in enumerate(pairs) if not b.is_number and not b.is_Add and e.is_Integer and e < 0), None
-        )
-        if found is None or divisor is None:
+        chosen = _sum_and_divisor(pairs, plain=True)
+        if chosen is None:
             return product
+        found, divisor = chosen
         (total, power), (base, exponent) = pairs[found], pairs[divisor]
         taken = min(int(power), -int(exponent))
         pairs[found] = (termwise(total, base), taken)
@@ -1139,6 +1138,33 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
         return distributed(rebuilt) if rebuilt.is_Mul else rebuilt
 
     return walk(expr)
+
+
+def _over_a_power(term: sp.Expr, divisor: sp.Expr, times: int) -> sp.Expr:
+    """`term` (no sum among its factors) over `divisor**times`, computed whole: a power in it over the divisor's as
+    the printers compute that (`power_of_a_quotient`), (m - n)**2/s**3 as ((m - n)/s)**2/s, in range where
+    (m - n)**2 is not (a normal KL's partial in its scale: -2e38 at m - n = 2.3e20, s = 6.3 in float32)."""
+    if times > 1 and power_of_a_quotient(term * divisor**-times) is not None:
+        return term * divisor**-times
+    return divided(term, divisor) * divisor ** (1 - times)
+
+
+def _sum_and_divisor(pairs: Sequence[tuple[sp.Expr, sp.Expr]], *, plain: bool) -> tuple[int, int] | None:
+    """Of (base, exponent) pairs, the indices of the first sum to a positive integer power (`plain`: a sum of no
+    function) and of the first divisor, neither a number nor a sum, to a negative one; None where there is not both:
+    where `_divided_first` divides a sum first."""
+    found = next(
+        (
+            k
+            for k, (b, e) in enumerate(pairs)
+            if b.is_Add and not (plain and b.has(sp.Function)) and e.is_Integer and e > 0
+        ),
+        None,
+    )
+    divisor = next(
+        (k for k, (b, e) in enumerate(pairs) if not b.is_number and not b.is_Add and e.is_Integer and e < 0), None
+    )
+    return None if found is None or divisor is None else (found, divisor)
 
 
 def _reassociations(expr: sp.Expr) -> Iterator[sp.Expr]:

@@ -5,7 +5,7 @@ look right and be nan one binade away (atan2's derivative split on |y| < 3.9e-14
 y = 1e-20).  Each chosen form is validated on a second sample, drawn with a seed of its own over the same float
 line, with each input's special floats (0, the smallest subnormal and normal, the largest float, either sign),
 for two inputs or more, pairs of mixed magnitudes (|a| << |b|, |b| << |a|, a ~ b), and rows where an
-exponential's argument is near its overflow (`exponent_edges`):
+exponential's argument or an integer power's base is near where it leaves the range (`range_edges`):
 
 - at every validation point (`BUDGET.validation_points` drawn, the special ones on top) the form is finite
   wherever the derived form is finite and the exact value is a finite float of the dtype: numpy says where the
@@ -107,10 +107,10 @@ def meeting_the_condition(sampling: Sampling, columns: Sequence[np.ndarray]) -> 
 @functools.lru_cache(maxsize=64)
 def _validation(expr: sp.Expr, sampling: Sampling, seed: int) -> tuple[tuple[_Points, tuple[np.ndarray, ...]], ...]:
     """Per dtype: the measured points with `expr`'s exact values, and every validation point's columns, those near
-    its exponentials' overflow included."""
+    where its parts leave the range included."""
     return tuple(
         (_sample(expr, sampling, BUDGET.validation_measured, seed + _VALIDATION_SEED, dtype), columns)
-        for dtype, columns in _columns_near_exponent_edges(expr, sampling, seed)
+        for dtype, columns in _columns_near_range_edges(expr, sampling, seed)
     )
 
 
@@ -361,36 +361,36 @@ def _columns(sampling: Sampling, seed: int) -> tuple[tuple[Any, tuple[np.ndarray
 
 
 @functools.lru_cache(maxsize=64)
-def _columns_near_exponent_edges(
+def _columns_near_range_edges(
     derived: sp.Expr, sampling: Sampling, seed: int
 ) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
-    """`_columns`, and the rows where an exponential of `derived` is near its overflow (`exponent_edges`)."""
-    if not derived.has(sp.exp):
+    """`_columns`, and the rows where a part of `derived` is near where it leaves the range (`range_edges`)."""
+    if not any(True for _ in _range_targets(derived, np.float64)):
         return _columns(sampling, seed)
     found = []
     for dtype, columns in _columns(sampling, seed):
-        edges = meeting_the_condition(sampling, exponent_edges(derived, sampling, columns, dtype))
+        edges = meeting_the_condition(sampling, range_edges(derived, sampling, columns, dtype))
         found.append((dtype, tuple(np.concatenate([c, e]) for c, e in zip(columns, edges, strict=True))))
     return tuple(found)
 
 
-def exponent_edges(expr: sp.Expr, sampling: Sampling, columns: Sequence[np.ndarray], dtype: Any) -> list[np.ndarray]:
-    """Rows where the argument of an exponential in `expr` is a few units from where it overflows (or underflows):
-    the first `BUDGET.exponent_edge_rows` rows of `columns` with one input the exponential's argument is linear in
-    moved there, every row inside every domain.  A product of the exponential and a small factor is in range where
-    the exponential is not (a Gumbel's partial in x, expm1((loc - x)/s)/s, is 4e36 at (loc - x)/s = 90, s = 300 in
-    float32, where expm1(90) overflows); drawn over the bit patterns, the band of a few units about 88.7 is almost
-    never hit."""
+def range_edges(expr: sp.Expr, sampling: Sampling, columns: Sequence[np.ndarray], dtype: Any) -> list[np.ndarray]:
+    """Rows where a part of `expr` is a few steps from where it leaves the float range: the argument of an
+    exponential a few units from where it overflows or underflows, the base of an integer power (a square, a
+    cube's reciprocal) a few binades from where the power does.  The first `BUDGET.range_edge_rows` rows of
+    `columns`, with one input the argument or base is linear in moved there, every row inside every domain.
+
+    A product of such a part and a small factor is in range where the part is not: a Gumbel's partial in x,
+    expm1((loc - x)/s)/s, is 4e36 at (loc - x)/s = 90, s = 300 in float32, where expm1(90) overflows; a normal
+    KL's partial in q_scale, 1/s - (p**2 + (m - n)**2)/s**3, is -2e38 at m - n = 2.3e20, s = 6.3, where
+    (m - n)**2 overflows.  Drawn over the bit patterns, such a band is almost never hit."""
     variables = sampling.variables
     domains = [d for _, d in sampling.domains]
-    rows = min(BUDGET.exponent_edge_rows, len(columns[0]) if columns else 0)
+    rows = min(BUDGET.range_edge_rows, len(columns[0]) if columns else 0)
     made: list[list[np.ndarray]] = [[] for _ in variables]
-    edge = math.log(float(np.finfo(dtype).max))
-    targets = [sign * (edge + step) for sign in (1.0, -1.0) for step in (-2.0, 1.0, 4.0, 16.0)]
     target_symbol = sp.Dummy("target")
     base = [np.asarray(c[:rows], np.float64) for c in columns]
-    for power in sorted(expr.atoms(sp.exp), key=sp.default_sort_key):
-        u = power.args[0]
+    for u, targets in _range_targets(expr, dtype):
         for k, v in enumerate(variables):
             slope = sp.diff(u, v)
             if v not in u.free_symbols or v in slope.free_symbols:
@@ -406,6 +406,25 @@ def exponent_edges(expr: sp.Expr, sampling: Sampling, columns: Sequence[np.ndarr
     found = [np.concatenate(m) for m in made]
     keep = np.logical_and.reduce([inside(d, c) & np.isfinite(c) for d, c in zip(domains, found, strict=True)])
     return [c[keep] for c in found]
+
+
+#: How far past (or, the first, short of) where it leaves the range a part of the form is moved: units of an
+#: exponential's argument, binades of a power's base.
+_EDGE_STEPS = (-2.0, 1.0, 4.0, 16.0)
+
+
+def _range_targets(expr: sp.Expr, dtype: Any) -> Iterator[tuple[sp.Expr, tuple[float, ...]]]:
+    """(u, the values u is moved to) for each exponential exp(u) and each integer power u**k (|k| >= 2) of `expr`."""
+    info = np.finfo(dtype)
+    edge = math.log(float(info.max))
+    for power in sorted(expr.atoms(sp.exp), key=sp.default_sort_key):
+        yield power.args[0], tuple(sign * (edge + step) for sign in (1.0, -1.0) for step in _EDGE_STEPS)
+    top, bottom = math.log2(float(info.max)), math.log2(float(info.tiny))
+    powers = (p for p in expr.atoms(sp.Pow) if p.exp.is_Integer and abs(p.exp) >= 2 and p.base.free_symbols)
+    for power in sorted(powers, key=sp.default_sort_key):
+        k = abs(int(power.exp))
+        binades = [top / k + step for step in _EDGE_STEPS] + [bottom / k - step for step in _EDGE_STEPS]
+        yield power.base, tuple(sign * 2.0**b for sign in (1.0, -1.0) for b in binades)
 
 
 def _not_finite(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
@@ -437,7 +456,7 @@ def _edge_columns(sampling: Sampling, seed: int) -> tuple[tuple[Any, tuple[np.nd
 def _columns_of(
     derived: sp.Expr, sampling: Sampling, seed: int, edges: bool
 ) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
-    return _edge_columns(sampling, seed) if edges else _columns_near_exponent_edges(derived, sampling, seed)
+    return _edge_columns(sampling, seed) if edges else _columns_near_range_edges(derived, sampling, seed)
 
 
 @functools.lru_cache(maxsize=64)

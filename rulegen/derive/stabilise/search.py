@@ -406,8 +406,11 @@ def _divided_at_the_edge(
     if not left:
         return best
     limit = validated_bits(best.expr, expr, sampling, seed) + BUDGET.tie_bits
-    for candidate in _finishing(DIVIDED_FIRST, best.expr):
-        mended = _measure(candidate, f"{best.family}, {DIVIDED_FIRST}", sampling.variables, search)
+    # The derived form's too, where `best`'s do not mend: a reassociated quotient ((1/s)**2 ((a**2 + b**2)/s)) divides
+    # its sum once, where the derived one's power of the divisor divides the terms' squares.
+    starts = [best] if best.expr == expr else [best, derived]
+    for start, candidate in ((m, c) for m in starts for c in _finishing(DIVIDED_FIRST, m.expr)):
+        mended = _measure(candidate, f"{start.family}, {DIVIDED_FIRST}", sampling.variables, search)
         if (
             mended is not None
             and inadmissible_points(candidate, expr, sampling, seed, edges=edges) < left
