@@ -41,9 +41,9 @@ from rulegen.spec.rules import Domain, Input, Rule, SnippetBody, SympyBody, Text
 #: sympy step that hangs, never what decides an output (the stabilising search is bounded by work).  CPU time, the
 #: process's own (`ITIMER_PROF`), not the wall clock: on a machine shared tenfold a rule's wall time is ten times its
 #: CPU time, and the load would decide which rules build.  The costliest rule of the benchmark suites, a KL
-#: divergence of two Betas (four inputs, ten gamma-family calls), takes 99 s of CPU searched cold on a quiet
-#: machine, and more where a busy core's sibling slows it; those of rules/, tests/right_rules and the shared
-#: examples take under 10 s.
+#: divergence of two Betas (four inputs, ten gamma-family calls, a series per group of arguments), takes about
+#: 520 s of CPU searched cold, and more where a busy core's sibling slows it; those of rules/, tests/right_rules and
+#: the shared examples take under 10 s.
 DERIVE_SECONDS = 600.0
 
 

@@ -68,3 +68,24 @@ def test_a_root_of_one_plus_a_squared_ratio_is_a_hypot() -> None:
     np.testing.assert_allclose(got, [1.92, -0.95, 3.0 / np.sqrt(1 + (3.0 / 4.0) ** 2)], rtol=1e-15)
     assert _norm_form(x / sp.sqrt(4 + x**2)).has(hypot)  # 4 is 2**2
     assert not _norm_form(x / sp.sqrt(2 + x**2)).has(hypot)  # 2 is no rational's square
+
+
+def test_an_identity_s_constant_term_is_expanded_only_where_it_can_be_one(monkeypatch) -> None:
+    # `c f + k` joins where k is another term equal to -c times a constant; `expand` decided it for every pair of
+    # terms, and over a Beta KL's series that took 650 s of CPU, past the rule's time limit.  A ratio at one point
+    # that is no such constant now says no first.
+    from rulegen.derive.stabilise import families
+
+    s, loc = sp.symbols("s loc", positive=True)
+    expanded = []
+    expand = sp.expand
+    monkeypatch.setattr(families.sp, "expand", lambda e, *a, **k: expanded.append(e) or expand(e, *a, **k))
+    c = (loc - x) / s**2
+    assert families._constant_ratio((x - loc) / s**2, c) == 1
+    assert expanded
+    expanded.clear()
+    assert families._constant_ratio((x + loc) ** 3 / s, c) is None
+    assert families._constant_ratio(sp.loggamma(x + loc) * s, c) is None
+    assert not expanded
+    # Where no number comes of it (a function numpy knows and sympy does not evaluate), expand decides as before.
+    assert families._constant_ratio(-softplus(x / s) * loc, softplus(x / s) * loc) == 1
