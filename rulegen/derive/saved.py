@@ -134,8 +134,18 @@ def as_factor(expr: sp.Expr, value: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
     (`out * y / x` at x = 1e-300, y = 1.5 in float64 is 0 for 1.5e-150), and nan at x = 0.
     """
     wanted = sp.Mul.make_args(value) if value.is_Mul else None
+    # A node whose arguments read nothing saved is kept as it is: rebuilding it re-runs sympy's evaluation
+    # (a Piecewise's collapse, Max/Min's search for comparable arguments) for the same node, seconds per
+    # partial of a large rule, and shared subtrees are visited once.
+    seen: dict[sp.Basic, sp.Basic] = {}
 
     def visit(node: sp.Basic) -> sp.Basic:
+        if node in seen:
+            return seen[node]
+        seen[node] = rewritten = rewrite(node)
+        return rewritten
+
+    def rewrite(node: sp.Basic) -> sp.Basic:
         if node == value:
             return symbol
         if node.is_Atom:
@@ -146,7 +156,10 @@ def as_factor(expr: sp.Expr, value: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
                 for f in wanted:
                     factors.remove(f)
                 return sp.Mul(symbol, *(visit(f) for f in factors))
-        return node.func(*(visit(a) for a in node.args))
+        args = [visit(a) for a in node.args]
+        if all(new is old for new, old in zip(args, node.args, strict=True)):
+            return node
+        return node.func(*args)
 
     return visit(expr)
 

@@ -238,3 +238,19 @@ def test_a_square_over_a_cube_is_divided_first_where_the_square_alone_overflows(
         a, b, c, d = (mpmath.mpf(v) for v in point)
         exact = float(1 / d - (b**2 + (a - c) ** 2) / d**3)
     assert got == pytest.approx(exact, rel=1e-5), choice.chosen
+
+
+def test_a_square_and_its_reciprocal_are_moved_to_their_edge_once():
+    # x**2 overflows and x**-2 underflows at the same |x|: the second set of rows would only weigh that band twice.
+    from rulegen.derive.stabilise import Sampling
+    from rulegen.derive.stabilise.gate import range_edges
+
+    x, y = sp.symbols("x y")
+    sampling = Sampling(((x, Domain()), (y, Domain())))
+    columns = [np.linspace(-3.0, 3.0, 64), np.linspace(0.5, 2.0, 64)]
+    alone = range_edges(x**2 * y, sampling, columns, np.float64)
+    both = range_edges(x**2 * y + y / x**2, sampling, columns, np.float64)
+    assert len(alone[0]) > 0
+    assert all(np.array_equal(a, b) for a, b in zip(alone, both, strict=True))
+    cube = range_edges(x**2 * y + y / x**3, sampling, columns, np.float64)
+    assert len(cube[0]) == 2 * len(alone[0])

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import sympy as sp
 
 from rulegen.derive.partials import Derivation, derive_rule
+from rulegen.derive.saved import as_factor
 from tests.conftest import rules_from
 
 
@@ -55,3 +57,15 @@ def test_an_output_torch_s_autodiff_would_keep_is_read_where_the_backward_comput
     )
     ((expr, symbol),) = d.saved
     assert str(expr) == "hypot(x, y)" and str(symbol) == "r"
+
+
+def test_reading_a_saved_value_leaves_the_parts_without_it_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rebuilt, each Piecewise and Max/Min of a partial re-runs sympy's evaluation: minutes for a Beta KL's partials.
+    x, y, s = sp.symbols("x y s")
+    shared = sp.Piecewise((sp.Max(x, y), x > 0), (sp.Min(x, y), True))
+    expr = sp.exp(x) * sp.sin(y) + sp.cos(shared) + shared**2
+    evaluated = []
+    monkeypatch.setattr(sp.Piecewise, "eval", classmethod(lambda cls, *a: evaluated.append(a)))
+    assert as_factor(expr, sp.sin(y), s) == sp.exp(x) * s + sp.cos(shared) + shared**2
+    assert as_factor(expr, sp.tan(y), s) is expr
+    assert evaluated == []

@@ -420,11 +420,15 @@ def _range_targets(expr: sp.Expr, dtype: Any) -> Iterator[tuple[sp.Expr, tuple[f
     for power in sorted(expr.atoms(sp.exp), key=sp.default_sort_key):
         yield power.args[0], tuple(sign * (edge + step) for sign in (1.0, -1.0) for step in _EDGE_STEPS)
     top, bottom = math.log2(float(info.max)), math.log2(float(info.tiny))
-    powers = (p for p in expr.atoms(sp.Pow) if p.exp.is_Integer and abs(p.exp) >= 2 and p.base.free_symbols)
-    for power in sorted(powers, key=sp.default_sort_key):
-        k = abs(int(power.exp))
+    # u**2 and u**-2 leave the range at the same u (one at the top, one at the bottom): one set of rows for both.
+    powers = {
+        (p.base, abs(int(p.exp)))
+        for p in expr.atoms(sp.Pow)
+        if p.exp.is_Integer and abs(p.exp) >= 2 and p.base.free_symbols
+    }
+    for base, k in sorted(powers, key=lambda bk: (sp.default_sort_key(bk[0]), bk[1])):
         binades = [top / k + step for step in _EDGE_STEPS] + [bottom / k - step for step in _EDGE_STEPS]
-        yield power.base, tuple(sign * 2.0**b for sign in (1.0, -1.0) for b in binades)
+        yield base, tuple(sign * 2.0**b for sign in (1.0, -1.0) for b in binades)
 
 
 def _not_finite(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
