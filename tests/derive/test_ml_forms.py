@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import sympy as sp
+from sympy.codegen.cfunctions import log1p
 
 from rulegen.derive.expr import lambdified
 from rulegen.derive.functions import softplus
@@ -89,3 +90,23 @@ def test_an_identity_s_constant_term_is_expanded_only_where_it_can_be_one(monkey
     assert not expanded
     # Where no number comes of it (a function numpy knows and sympy does not evaluate), expand decides as before.
     assert families._constant_ratio(-softplus(x / s) * loc, softplus(x / s) * loc) == 1
+
+
+def test_a_sum_s_pairs_are_expanded_only_where_an_identity_can_join_them(monkeypatch) -> None:
+    # Each pair of a sum's terms was expanded to ask whether their coefficients cancel, whatever their functions:
+    # over a Beta KL's series terms, most of its cold build.  Two calls of different functions, or coefficients
+    # whose ratio at a point is not -1, are no pair, and nothing is expanded for them.
+    from rulegen.derive.stabilise import families
+
+    a, b = sp.symbols("a b", positive=True)
+    expanded = []
+    expand = sp.expand
+    monkeypatch.setattr(families.sp, "expand", lambda e, *a, **k: expanded.append(e) or expand(e, *a, **k))
+    unlike = a * b * sp.sin(x) - a * b * sp.cos(a) + (a + b) * sp.exp(b)
+    assert families._rewrite_sum(unlike) == unlike
+    not_opposite = a * sp.log(x) + b * sp.log(a) + (a + b) ** 2 * sp.log(b)
+    assert families._rewrite_sum(not_opposite) == not_opposite
+    assert not expanded
+    # A pair that does cancel is still joined: (a + b) (log(x) - log(a)), by how close x and a are.
+    joined = families._rewrite_sum((a + b) * sp.log(x) - (a + b) * sp.log(a) + b)
+    assert joined.has(log1p((x - a) / a))

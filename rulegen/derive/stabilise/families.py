@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import sympy as sp
@@ -165,7 +166,7 @@ def _constant_ratio(term: sp.Expr, coefficient: sp.Expr) -> sp.Expr | None:
     return None
 
 
-#: Where `_ratio_at_a_point` evaluates: irrational-looking positive values, a different one per symbol.
+#: Where `_ratio_at_a_point` evaluates: irrational-looking positive values, one per symbol by its name's hash.
 _PROBE = tuple(sp.Float(0.61803398874989 + 0.36787944117144 * k, 30) for k in range(16))
 
 
@@ -173,17 +174,31 @@ def _ratio_at_a_point(term: sp.Expr, coefficient: sp.Expr) -> complex | None:
     """term/coefficient at one point (30 digits), None where either has no nonzero number there: a ratio that is
     not -c there is not -c anywhere, and `expand` over a series' terms is what the identities' time went to (a Beta
     KL's searches, 650 s of CPU in `_constant_ratio`)."""
-    symbols = sorted(term.free_symbols | coefficient.free_symbols, key=sp.default_sort_key)
-    if len(symbols) > len(_PROBE):
-        return None
-    point = dict(zip(symbols, _PROBE, strict=False))
-    try:
-        top, bottom = (complex(e.xreplace(point).evalf(30)) for e in (term, coefficient))
-    except (TypeError, ValueError, ArithmeticError):
-        return None
-    if bottom == 0 or not all(map(math.isfinite, (top.real, top.imag, bottom.real, bottom.imag))):
+    top, bottom = _value_at_a_point(term), _value_at_a_point(coefficient)
+    if top is None or bottom is None or bottom == 0:
         return None
     return top / bottom
+
+
+@functools.lru_cache(maxsize=8192)
+def _value_at_a_point(expr: sp.Expr) -> complex | None:
+    """`expr` at the probe point, each symbol at the probe its name picks, so that a term's value is computed once
+    for every pair it is in; None where it has no finite number there.  Two symbols at one probe only let more
+    pairs through to `expand`, which decides."""
+    point = {s: _PROBE[zlib.crc32(str(s).encode()) % len(_PROBE)] for s in expr.free_symbols}
+    try:
+        value = complex(expr.xreplace(point).evalf(30))
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    return value if math.isfinite(value.real) and math.isfinite(value.imag) else None
+
+
+def _opposite(a: sp.Expr, b: sp.Expr) -> bool:
+    """a = -b, tested at a point before it is expanded."""
+    ratio = _ratio_at_a_point(a, b)
+    if ratio is not None and abs(ratio + 1) > 1e-9:
+        return False
+    return bool(sp.expand(a + b) == 0)
 
 
 def _rewrite_sum(total: sp.Expr) -> sp.Expr:
@@ -196,7 +211,8 @@ def _rewrite_sum(total: sp.Expr) -> sp.Expr:
                     continue
                 joined = None
                 for other_coefficient, g in _split_term(u):
-                    if sp.expand(coefficient + other_coefficient) == 0 and g != f:
+                    # Every identity of `_difference` joins two calls of one function.
+                    if g != f and g.func == f.func and _opposite(coefficient, other_coefficient):
                         joined = _difference(f, g)
                         if joined is not None:
                             break
