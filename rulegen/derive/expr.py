@@ -26,6 +26,7 @@ from sympy.codegen.cfunctions import log1p
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import MpmathPrinter
 
+from rulegen.computation.printed import PrintedOnce
 from rulegen.computation.quotients import power_of_a_quotient, quotient_power, scaled_product
 from rulegen.derive.functions import CONSTANTS, HOLOMORPHIC, RULE_FUNCTIONS, Piecewise, divided
 from rulegen.spec.errors import Loc, SpecError
@@ -482,7 +483,7 @@ def log_difference(
     )
 
 
-class _NumPyOrder(NumPyPrinter):
+class _NumPyOrder(PrintedOnce, NumPyPrinter):
     """numpy's printer, multiplying a quotient or a product by an integer last (`scaled_product`) and taking a power
     of a quotient whole (`power_of_a_quotient`), as the generated code does."""
 
@@ -500,7 +501,7 @@ class _NumPyOrder(NumPyPrinter):
         return f"{self._print(coefficient)}*({self._print(rest)})"
 
 
-class _MpmathPowers(MpmathPrinter):
+class _MpmathPowers(PrintedOnce, MpmathPrinter):
     """mpmath's printer, with powers of a variable exponent through `power_of`."""
 
     def _print_isfinite(self, expr: sp.Basic) -> str:

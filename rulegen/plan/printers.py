@@ -24,6 +24,7 @@ from sympy.printing.numpy import JaxPrinter
 from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 
+from rulegen.computation.printed import PrintedOnce
 from rulegen.computation.quotients import (
     divided_by_a_square,
     power_of_a_quotient,
@@ -154,7 +155,7 @@ def float_text(value: float) -> str:
     return repr(value)
 
 
-class _ArrayCode:
+class _ArrayCode(PrintedOnce):
     """What both array printers (and the constant printer) print alike."""
 
     functions: ClassVar[dict[str, str]] = {}
@@ -348,30 +349,10 @@ class _ArrayCode:
             and expr.is_real is not False
         )
 
-    def doprint(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        # Each subexpression is printed once per call: the registry's cases repeat theirs (beta's 45,000
-        # characters print log|Gamma| and its sign terms many times over), and a printer's text for an
-        # expression depends on nothing else but whether it is the whole (sympy strips a Float's zeros below
-        # it), which the first `_print` is.
-        self._printed: dict[tuple[Any, ...], str] = {}
-        try:
-            return super().doprint(expr, *args, **kwargs)  # type: ignore[misc]
-        finally:
-            self._printed = {}
-
-    def _print(self, expr: Any, **kwargs: Any) -> str:
-        memo = getattr(self, "_printed", None)
-        if memo is None or not self._print_level or not isinstance(expr, sp.Basic):  # type: ignore[attr-defined]
-            return self._print_uncached(expr, **kwargs)
-        key = (expr, *sorted(kwargs.items()))
-        if key not in memo:
-            memo[key] = self._print_uncached(expr, **kwargs)
-        return memo[key]
-
     def _print_uncached(self, expr: Any, **kwargs: Any) -> str:
         if self._prints_as_constant(expr):
             return self._print_constant(expr)
-        return super()._print(expr, **kwargs)  # type: ignore[misc]
+        return super()._print_uncached(expr, **kwargs)
 
     # -- arithmetic
 
