@@ -10,9 +10,9 @@ __version__ = "0.1.0"
 STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "computation",
-        "how generated code computes an expression (what it shares, how it divides, what it costs), below the "
-        "stages that derive and print it",
-        ("quotients", "sharing", "cost"),
+        "how generated code computes an expression (what it shares, how it divides, what it costs, how it is "
+        "printed once), below the stages that derive and print it",
+        ("printed", "quotients", "sharing", "cost"),
     ),
     (
         "spec",
