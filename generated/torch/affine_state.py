@@ -16,7 +16,13 @@ class AffineState(RuleFunction):
 
     @staticmethod
     def forward(x, w, b):
-        return b + w * x
+        # out = b + w*x is computed as Piecewise((((x*(w/2**32) + (b/2**32))*2**32), ~isfinite(b +
+        # w*x)), (b + w*x, True)), the form with the least error measured (as derived, sum scaled;
+        # `rulegen show affine_state --why` gives the measurements).
+        t0 = b + w * x
+        return torch.where(
+            ~torch.isfinite(t0), (x * (w / 4294967296) + b / 4294967296) * 4294967296, t0
+        )
 
     setup_context = saves_inputs(materialize_grads=False)
 
@@ -47,11 +53,15 @@ def affine_state(x: torch.Tensor | float, params: dict[str, torch.Tensor | float
     Python names).
 
     Forward:
-        out = b + w*x
+        out = Piecewise((((x*(w/2**32) + (b/2**32))*2**32), ~isfinite(b + w*x)), (b + w*x,
+            True))
 
     Partials (derived by sympy):
         dout/dw = x
         dout/db = 1
+
+    Computed in the form rulegen's accuracy search chose over the derived one: out (`rulegen
+    show affine_state --why` gives the forms and their measured error).
 
     Inputs:
         x: float array, not differentiated; checked on [-3, 3]

@@ -870,9 +870,16 @@ class divided(sp.Function):  # noqa: N801
         return self.args[0].is_real and self.args[1].is_real
 
     def _sympystr(self, printer: Any) -> str:
-        # As a reader writes it (docstrings, `rulegen show`): the parentheses say it is computed whole.
-        x, s = (printer.parenthesize(a, PRECEDENCE["Mul"]) for a in self.args)
-        return f"({x}/{s})"
+        # As a reader writes it (docstrings, `rulegen show`): the parentheses say it is computed whole, and a
+        # scaling by a large power of two is one (x/2**32, not x/4294967296; x*2**32 for a scaling undone).
+        x, s = self.args
+        scale = undone_scale(s)
+        operator, divisor = ("*", scale) if scale is not None else ("/", s)
+        if divisor.is_Integer and divisor > 2**16 and int(divisor) & (int(divisor) - 1) == 0:
+            shown = f"2**{int(divisor).bit_length() - 1}"
+        else:
+            shown = printer.parenthesize(divisor, PRECEDENCE["Mul"])
+        return f"({printer.parenthesize(x, PRECEDENCE['Mul'])}{operator}{shown})"
 
 
 class power_product(sp.Function):  # noqa: N801
@@ -1234,9 +1241,16 @@ def polygamma_of(order: Any, x: Any) -> Any:
     special = importlib.import_module("scipy.special")
     x = np.asarray(x)
     n = int(order)
+    # In x's float: scipy's polygamma is float64 whatever x is, and a float32 form's products of it computed in
+    # float64 were finite where the generated code overflows (a Beta KL's (p0 - q0) digamma(p0) at q0 = 1.9e38).
+    dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float64
     if n == 0:
-        # scipy's digamma is right and fast on the whole line; its polygamma(0, x) is float64 whatever x is.
-        return special.polygamma(0, x)
+        # scipy's digamma is right and fast on the whole line.
+        return special.digamma(x).astype(dtype, copy=False)
+    return _polygamma_reflected(special, n, x).astype(dtype, copy=False)
+
+
+def _polygamma_reflected(special: Any, n: int, x: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         negative = np.where(x < 0, x, -0.5)
         nearest = negative - np.floor(negative + 0.5)
@@ -1247,7 +1261,7 @@ def polygamma_of(order: Any, x: Any) -> Any:
         for coefficient in coefficients[1:]:
             polynomial = polynomial * cotangent + coefficient
         reflected = (-1) ** n * special.polygamma(n, 1 - negative) - np.pi ** (n + 1) * polynomial
-        return np.where(x < 0, reflected, special.polygamma(n, np.where(x < 0, 1.0, x)))
+        return np.asarray(np.where(x < 0, reflected, special.polygamma(n, np.where(x < 0, 1.0, x))))
 
 
 def zeta_of(s: Any, q: Any) -> Any:

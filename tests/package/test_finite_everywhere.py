@@ -78,3 +78,22 @@ def test_the_right_rules_are_finite_wherever_the_exact_value_is(request, folder)
         jax_pkg, torch_pkg = session.modules
         found = _inadmissible(rules, jax_pkg, torch_pkg, [r.name for r in rules])
     assert not found, "\n".join(found)
+
+
+def test_an_affine_sum_is_finite_where_its_product_alone_overflows():
+    # b + w*x in float32 at x = 2.7e38, w = 1.52, b = -3.2e38: w*x is past the range, the sum is 8.8e37.  It was
+    # inf in both backends; its sum is computed scaled where it is not finite (the search's sum-scaled repair).
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    from generated.jax import affine_state as jax_affine
+    from generated.torch import affine_state as torch_affine
+
+    x, w, b = np.float32(2.7378294e38), np.float32(1.5202333), np.float32(-3.2307288e38)
+    exact = float(b) + float(w) * float(x)
+    params = {"layer.weight": w, "layer.bias": b}
+    got_torch = torch_affine(torch.tensor([x]), {k: torch.tensor([v]) for k, v in params.items()})
+    got_jax = jax_affine(jnp.asarray([x]), {k: jnp.asarray([v]) for k, v in params.items()})
+    for got in (float(got_torch[0]), float(np.asarray(got_jax)[0])):
+        assert got == pytest.approx(exact, rel=1e-6)

@@ -125,7 +125,7 @@ class Budget:
     repair_points: int = 16
     repair_forms: int = 6
     #: Points per pair of inputs and order of signs where both are in the top binade, of opposite signs
-    #: (`measure.edge_pairs`): targets of the divided-first repair alone (`search._divided_at_the_edge`), which the
+    #: (`measure.edge_pairs`): targets of the divided-first repair alone (`search._mended_at_the_edge`), which the
     #: gate does not hold a form to (a sum over one denominator is inf there where the derived form is not).
     edge_points: int = 8
     #: Rows per exponential or integer power, input its argument or base is linear in and target where that input

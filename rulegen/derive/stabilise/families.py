@@ -1090,11 +1090,13 @@ def _finishing(family: str, expr: sp.Expr) -> Iterator[sp.Expr]:
         yield from (found for _, found in _changed(family, _divided_first, expr))
     elif family == POLES:
         yield from (found for _, found in _changed(family, _each_sum_poles_taken_out, expr))
+    elif family == SUM_SCALED:
+        yield from (found for _, found in _changed(family, _sum_scaled, expr))
     else:
         yield from (found for _, found in _changed(family, _logs_taken_apart, expr))
 
 
-#: The family of `_divided_first`, a repair of a chosen form alone (`search._divided_at_the_edge`).
+#: The family of `_divided_first`, a repair of a chosen form alone (`search._mended_at_the_edge`).
 DIVIDED_FIRST = "divided first"
 
 
@@ -1177,6 +1179,70 @@ def _divided_first(expr: sp.Expr) -> sp.Expr:
         return distributed(rebuilt) if rebuilt.is_Mul else rebuilt
 
     return walk(expr)
+
+
+#: The family of `_sum_scaled`, a repair of a chosen form alone (`search._mended_at_the_edge`).
+SUM_SCALED = "sum scaled"
+#: What a sum's terms are divided by where the sum is not finite, a power of two (exact): a term past the largest
+#: float by as much as a log or a digamma can be (a few hundred) is back in range, and a term that matters to a sum
+#: in range, not less than the sum's rounding, stays above the subnormals.
+_SUM_SCALE = sp.Integer(2) ** 32
+
+
+def _sum_scaled(expr: sp.Expr) -> sp.Expr:
+    """Each outermost sum (of the form, or of a branch of its `where`) computed with its terms scaled by 2**-32 where
+    the sum is not finite, and the total scaled back: where a term overflows and the others bring the sum back into
+    range, as KL(Beta || Beta) written as torch writes it does ((p1 - q1) digamma(p1) and (q1 + q0 - p1 - p0)
+    digamma(p1 + p0) are each past float32's largest float at q1 = 5.9e36, p0 = 1.7e26, p1 = 11, where the KL is
+    3.2e38; the search's form of it, a sum of one `where` per group of arguments, has the p group's branch at 3.4e38
+    and the q group's at -2.6e37).  The division goes to each term's weight, through the sums and branches of a term
+    (`_scaled_down`).  Only there: where the sum is finite it is computed as it was, and where the exact sum
+    overflows, the scaled one does too when it is scaled back (the right infinity, where inf - inf was nan)."""
+
+    def scaled(total: sp.Add) -> sp.Expr:
+        back = divided(_scaled_down(total), divided(sp.S.One, _SUM_SCALE))
+        return sp.Piecewise((back, ~isfinite(total)), (total, True))
+
+    return _outermost_sums_replaced(expr, scaled)
+
+
+def outermost_sums(expr: sp.Expr) -> list[sp.Add]:
+    """The sums `_sum_scaled` computes scaled: `expr` where it is one, else its `where`'s branches' own."""
+    found: list[sp.Add] = []
+
+    def kept(total: sp.Add) -> sp.Expr:
+        found.append(total)
+        return total
+
+    _outermost_sums_replaced(expr, kept)
+    return found
+
+
+def _outermost_sums_replaced(expr: sp.Expr, replaced: Callable[[sp.Add], sp.Expr]) -> sp.Expr:
+    if isinstance(expr, sp.Piecewise):
+        return sp.Piecewise(*((_outermost_sums_replaced(e, replaced), c) for e, c in expr.args))
+    return replaced(expr) if isinstance(expr, sp.Add) else expr
+
+
+def _scaled_down(e: sp.Expr) -> sp.Expr:
+    """`e` over `_SUM_SCALE`, the division its first operation: through a sum or a `where`, each term or branch
+    scaled; in a product, the first factor that is a sum or a `where` scaled, else its weight (a factor that is no
+    function's value, else the first) divided, a node of its own, so that neither the planner's common
+    subexpressions nor the printers' order multiply the term's other factors first."""
+    if e.is_number:
+        return e / _SUM_SCALE
+    if isinstance(e, sp.Piecewise):
+        return sp.Piecewise(*((_scaled_down(b), c) for b, c in e.args))
+    if e.is_Add:
+        return sp.Add(*(_scaled_down(t) for t in e.args))
+    if not e.is_Mul:
+        return divided(e, _SUM_SCALE)
+    coefficient, rest = e.as_coeff_Mul()
+    factors = list(sp.Mul.make_args(rest))
+    inner = next((k for k, f in enumerate(factors) if f.is_Add or isinstance(f, sp.Piecewise)), None)
+    weight = next((k for k, f in enumerate(factors) if not isinstance(f, sp.Function)), 0) if inner is None else inner
+    factors[weight] = _scaled_down(factors[weight])
+    return coefficient * sp.Mul(*factors)
 
 
 def _over_a_power(term: sp.Expr, divisor: sp.Expr, times: int) -> sp.Expr:

@@ -33,11 +33,12 @@ from typing import Any
 
 import numpy as np
 import sympy as sp
+from sympy.codegen.cfunctions import log1p
 
 from rulegen.computation.quotients import divided_by_a_square, power_of_a_quotient, quotient_power
 from rulegen.computation.sharing import shared_subexpressions, summed_in_order
 from rulegen.derive.expr import lambdified
-from rulegen.derive.functions import divided, power_product
+from rulegen.derive.functions import betaln, divided, log_ndtr, logaddexp, power_product, softplus
 from rulegen.derive.measure import bits_of_error, edge_pairs, inside, sample_floats, special_points
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.flushed import read_as_zero
@@ -49,6 +50,7 @@ from rulegen.derive.stabilise.points import (
     _evaluated,
     _exact,
     _mpmath_function,
+    _numpy_function,
     _Points,
     _sample,
 )
@@ -365,7 +367,7 @@ def _columns_near_range_edges(
     derived: sp.Expr, sampling: Sampling, seed: int
 ) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
     """`_columns`, and the rows where a part of `derived` is near where it leaves the range (`range_edges`)."""
-    if not any(True for _ in _range_targets(derived, np.float64)):
+    if not any(True for _ in _range_targets(derived, np.float64)) and not _weighted_terms(derived):
         return _columns(sampling, seed)
     found = []
     for dtype, columns in _columns(sampling, seed):
@@ -401,6 +403,11 @@ def range_edges(expr: sp.Expr, sampling: Sampling, columns: Sequence[np.ndarray]
                     value = np.broadcast_to(np.asarray(at(*base, target), np.float64), (rows,)).astype(dtype)
                 for j, column in enumerate(columns):
                     made[j].append(value if j == k else column[:rows])
+    # A term of a sum, a weight times a log or a digamma, a little past the largest float: the sum is in range where
+    # the other terms bring it back, and no power or exponential marks the row (a Beta KL's (p1 - q1) digamma(p1)
+    # and (q1 + q0 - p1 - p0) digamma(p1 + p0), each past float32's range at q1 = 5.9e36, where the KL is 3.2e38).
+    for j, moved in enumerate(_terms_past_the_range(_weighted_terms(expr), variables, base, dtype)):
+        made[j] += moved
     if not made or not made[0]:
         return [np.empty(0, dtype) for _ in variables]
     found = [np.concatenate(m) for m in made]
@@ -408,9 +415,49 @@ def range_edges(expr: sp.Expr, sampling: Sampling, columns: Sequence[np.ndarray]
     return [c[keep] for c in found]
 
 
+def _terms_past_the_range(
+    terms: Sequence[sp.Expr], variables: Sequence[sp.Symbol], base: Sequence[np.ndarray], dtype: Any
+) -> list[list[np.ndarray]]:
+    """Per variable, the columns of the rows `base` (float64) with each of `terms` moved a little past `dtype`'s
+    largest float (`_SUM_STEPS` binades, either sign) by one variable it is linear in, the others as they are.  The
+    move is computed as v - u/slope + (largest/slope) 2**b: the target itself is past float64's range."""
+    made: list[list[np.ndarray]] = [[] for _ in variables]
+    rows = len(base[0]) if base else 0
+    target_symbol, factor_symbol = sp.Dummy("target"), sp.Dummy("factor")
+    largest = float(np.finfo(dtype).max)
+    for u in terms:
+        for k, v in enumerate(variables):
+            slope = sp.diff(u, v)
+            if v not in u.free_symbols or v in slope.free_symbols:
+                continue
+            moved = _numpy_function(
+                v - u / slope + (target_symbol / slope) * factor_symbol, (*variables, target_symbol, factor_symbol)
+            )
+            if moved is None:
+                continue
+            for target in (largest, -largest):
+                for b in _SUM_STEPS:
+                    with np.errstate(all="ignore"):
+                        value = np.broadcast_to(np.asarray(moved(*base, target, 2.0**b), np.float64), (rows,))
+                        value = value.astype(dtype)
+                    for j, column in enumerate(base):
+                        made[j].append(value if j == k else column.astype(dtype))
+    return made
+
+
 #: How far past (or, the first, short of) where it leaves the range a part of the form is moved: units of an
 #: exponential's argument, binades of a power's base.
 _EDGE_STEPS = (-2.0, 1.0, 4.0, 16.0)
+
+
+#: Binades past the largest float a term of a sum is moved to (`_terms_past_the_range`): the sum is in range only where
+#: the other terms cancel a part of it, a part these span.
+_SUM_STEPS = (0.05, 0.25, 1.0)
+#: The functions a weight multiplies in a term of a sum that make such a term: logs and the gamma family's (a digamma
+#: is at most a few hundred at any float), whose product with a weight near the largest float passes the range.
+_SLOW = frozenset(
+    {sp.log, sp.loggamma, sp.polygamma, sp.digamma, log1p, sp.atan, sp.asinh, softplus, logaddexp, log_ndtr, betaln}
+)
 
 
 def _range_targets(expr: sp.Expr, dtype: Any) -> Iterator[tuple[sp.Expr, tuple[float, ...]]]:
@@ -429,6 +476,17 @@ def _range_targets(expr: sp.Expr, dtype: Any) -> Iterator[tuple[sp.Expr, tuple[f
     for base, k in sorted(powers, key=lambda bk: (sp.default_sort_key(bk[0]), bk[1])):
         binades = [top / k + step for step in _EDGE_STEPS] + [bottom / k - step for step in _EDGE_STEPS]
         yield base, tuple(sign * 2.0**b for sign in (1.0, -1.0) for b in binades)
+
+
+def _weighted_terms(expr: sp.Expr) -> list[sp.Expr]:
+    """The terms of `expr`'s sums that weigh a function of slow growth (`_SLOW`): a log, a digamma."""
+    found = {
+        term
+        for total in expr.atoms(sp.Add)
+        for term in total.args
+        if term.is_Mul and any(isinstance(f, sp.Function) and f.func in _SLOW for f in term.args)
+    }
+    return sorted(found, key=sp.default_sort_key)
 
 
 def _not_finite(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
@@ -514,6 +572,29 @@ def inadmissible_points(
         if len(rows):
             count += int(_not_finite(form, variables, [c[rows] for c in columns], dtype).sum())
     return count
+
+
+def a_term_passes_the_range(
+    sums: Sequence[sp.Add], derived: sp.Expr, sampling: Sampling, seed: int = 0, *, edges: bool = False
+) -> bool:
+    """Whether at a validation point where `derived` is inf or nan and the exact value is a finite float (with
+    `edges`, at the overflow edge's pairs), a term of one of `sums` is inf and none is nan: where computing the sum
+    scaled (`families._sum_scaled`) mends it.  A term that is nan (inf * 0, x*y*exp(-x**2) at x = y = 1e308) is its
+    product's order, which the generated code's own may not share and no scaling of the sum mends."""
+    variables = sampling.variables
+    broken = _inadmissible_rows(derived, sampling, seed, edges)
+    for rows, (dtype, columns) in zip(broken, _columns_of(derived, sampling, seed, edges), strict=True):
+        if not len(rows):
+            continue
+        at = [c[rows] for c in columns]
+        for total in sums:
+            terms = [_evaluated(t, variables, at, dtype) for t in total.args]
+            if any(t is None for t in terms):
+                continue
+            values = np.stack([np.broadcast_to(t, np.shape(rows)) for t in terms])
+            if (np.isinf(values).any(axis=0) & ~np.isnan(values).any(axis=0)).any():
+                return True
+    return False
 
 
 def _measured_bits(expr: sp.Expr, variables: Sequence[sp.Symbol], measured: _Points) -> float | None:

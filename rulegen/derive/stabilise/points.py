@@ -421,8 +421,28 @@ def _numpy_implementations() -> dict[str, Callable[..., Any]]:
     found: dict[str, Callable[..., Any]] = {"log1p": np.log1p, "expm1": np.expm1, "added": np.add}
     for name, dotted in NUMPY_IMPLEMENTATIONS.items():
         module, _, attribute = dotted.rpartition(".")
-        found[name] = getattr(importlib.import_module(module), attribute)
+        found[name] = _in_the_arguments_float(getattr(importlib.import_module(module), attribute))
     return found
+
+
+def _in_the_arguments_float(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` with its value rounded to its float arguments' float, as the generated code computes it: scipy's
+    polygamma and the registry's own numpy functions compute in float64 whatever their arguments are, and a float32
+    form's products of such a value were finite where the generated code overflows (a Beta KL's (p0 - q0)
+    digamma(p0) at q0 = 1.9e38, p0 = 1.7e26)."""
+
+    @functools.wraps(function)
+    def rounded(*args: Any) -> Any:
+        value = function(*args)
+        # The arrays' float: a number (a 0-d one too, numpy's quotient of two constants) is a Python float in the
+        # generated code, which takes the array's float.
+        floats = [a.dtype for a in args if isinstance(a, np.ndarray) and a.ndim and a.dtype.kind == "f"]
+        if not floats or not isinstance(value, np.ndarray | np.floating) or value.dtype.kind != "f":
+            return value
+        with np.errstate(over="ignore"):
+            return value.astype(np.result_type(*floats), copy=False)
+
+    return rounded
 
 
 def _evaluated(

@@ -14,8 +14,21 @@ from rulegen.derive.functions import power_product
 from rulegen.derive.stabilise.budget import BUDGET
 from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.cost import NOTHING_FREE, Free
-from rulegen.derive.stabilise.families import DIVIDED_FIRST, POLES, _candidates, _finishing
-from rulegen.derive.stabilise.gate import admissible, inadmissible_points, nan_where_not, validated_bits
+from rulegen.derive.stabilise.families import (
+    DIVIDED_FIRST,
+    POLES,
+    SUM_SCALED,
+    _candidates,
+    _finishing,
+    outermost_sums,
+)
+from rulegen.derive.stabilise.gate import (
+    a_term_passes_the_range,
+    admissible,
+    inadmissible_points,
+    nan_where_not,
+    validated_bits,
+)
 from rulegen.derive.stabilise.points import (
     _DTYPES,
     Sampling,
@@ -292,8 +305,9 @@ def _search(
         free,
     )
     # Last, the chosen form's quotients of sums divided first where the sum overflows at the top of the float range,
-    # where that mends it; the good forms are the chosen one's, the `where` it adds no start of a partial's search.
-    best = _divided_at_the_edge(chosen, derived, sampling, search, seed)
+    # and its sums scaled where a term passes the range, where that mends it; the good forms are the chosen one's,
+    # the `where` it adds no start of a partial's search.
+    best = _mended_at_the_edge(chosen, derived, sampling, search, seed)
     shown = tuple(
         (m.family, m.expr, m.means) for m in front(forms, derived, (best, *filter(None, [reference])), free.forms)
     )
@@ -371,30 +385,41 @@ def _repaired(
 
 def _mended_alone(expr: sp.Expr, sampling: Sampling, seed: int, count: int, free: Free) -> tuple[Any, ...] | None:
     """`_search`'s answer for an `expr` that looks accurate and is finite at the gate's points, but inf or nan where
-    a sum of two inputs overflows at the top of the float range: its divided-first repair alone
-    (`_divided_at_the_edge`), no good forms (the partials' alternatives are as they were); None where there is
+    a sum of two inputs overflows at the top of the float range: its repairs there alone
+    (`_mended_at_the_edge`), no good forms (the partials' alternatives are as they were); None where there is
     nothing to mend or it does not mend."""
     if not inadmissible_points(expr, expr, sampling, seed, edges=True):
         return None
     search = [_sample(expr, sampling, count, seed + 1, dtype) for dtype in _DTYPES]
     derived = _measure(expr, "as derived", sampling.variables, search)
-    mended = None if derived is None else _divided_at_the_edge(derived, derived, sampling, search, seed)
+    mended = None if derived is None else _mended_at_the_edge(derived, derived, sampling, search, seed)
     if derived is None or mended is None or mended is derived:
         return None
     shown = tuple((m.family, m.expr, m.means) for m in front([derived, mended], derived, (mended,), free.forms))
     return (expr, mended.expr, mended.family, derived.means, mended.means, (), shown)
 
 
-def _divided_at_the_edge(
+def _mended_at_the_edge(
     best: _Measured, derived: _Measured, sampling: Sampling, search: list[_Points], seed: int
 ) -> _Measured:
+    """`best` with its quotients of sums divided first where the sum overflows (`families._divided_first`), then
+    its sums scaled where they are not finite (`families._sum_scaled`), each where it mends (`_mended_by`)."""
+    for family in (DIVIDED_FIRST, SUM_SCALED):
+        best = _mended_by(family, best, derived, sampling, search, seed)
+    return best
+
+
+def _mended_by(
+    family: str, best: _Measured, derived: _Measured, sampling: Sampling, search: list[_Points], seed: int
+) -> _Measured:
     """`best`, unless it is inf or nan where two inputs of opposite signs are at the top of the float range, the
-    derived form is too and the exact value is a finite float (`inadmissible_points` at the edge's pairs): then
-    `best` with its quotients of sums divided first where the sum overflows (`families._divided_first`), where
-    that is inf or nan at fewer of them, the gate admits it, it is nan nowhere `best` is not, and it is no worse on
-    the gate's measured points.  A Gumbel's log-density, -(x - loc)/s - exp(-(x - loc)/s) - log(s), is -inf at
-    x = 1e308, loc = -1e308, s = 1e10, where it is -2e298.  A repair alone, never a form the search ranks: it
-    computes as `best` does wherever the sum is finite, at a comparison's cost."""
+    derived form is too and the exact value is a finite float (`inadmissible_points` at the edge's pairs), or else
+    at the gate's points: then `best` rewritten by `family`'s repair (`families._finishing`), where that is inf or
+    nan at fewer of them, the gate admits it, it is nan nowhere `best` is not, and it is no worse on the gate's
+    measured points.  A Gumbel's log-density, -(x - loc)/s - exp(-(x - loc)/s) - log(s), is -inf at x = 1e308,
+    loc = -1e308, s = 1e10, where it is -2e298, until its quotient is divided first; a Beta KL is inf in float32
+    where one term overflows and the sum does not, until the sum is scaled.  A repair alone, never a form the
+    search ranks: it computes as `best` does wherever the sum is finite, at a comparison's cost."""
     expr = derived.expr
     # At the edge's pairs, else at the validation points: a product scaled over a sum's divisor overflows where
     # its quotient does not at two large inputs of one sign too (a Gamma KL's p_c q_rate/p_rate over p_rate).
@@ -405,12 +430,17 @@ def _divided_at_the_edge(
         left = inadmissible_points(best.expr, expr, sampling, seed, edges=edges)
     if not left:
         return best
+    # A term that is nan is its product's order (inf * 0), which no scaling of the sum mends.
+    if family == SUM_SCALED and not a_term_passes_the_range(
+        tuple(outermost_sums(best.expr)), expr, sampling, seed, edges=edges
+    ):
+        return best
     limit = validated_bits(best.expr, expr, sampling, seed) + BUDGET.tie_bits
     # The derived form's too, where `best`'s do not mend: a reassociated quotient ((1/s)**2 ((a**2 + b**2)/s)) divides
     # its sum once, where the derived one's power of the divisor divides the terms' squares.
     starts = [best] if best.expr == expr else [best, derived]
-    for start, candidate in ((m, c) for m in starts for c in _finishing(DIVIDED_FIRST, m.expr)):
-        mended = _measure(candidate, f"{start.family}, {DIVIDED_FIRST}", sampling.variables, search)
+    for start, candidate in ((m, c) for m in starts for c in _finishing(family, m.expr)):
+        mended = _measure(candidate, f"{start.family}, {family}", sampling.variables, search)
         if (
             mended is not None
             and inadmissible_points(candidate, expr, sampling, seed, edges=edges) < left

@@ -1,0 +1,97 @@
+"""Sums whose terms pass the float range where the sum does not.  KL(Beta(p1, p0) || Beta(q1, q0)) as torch writes
+it, a sum of loggammas and digammas weighted by differences of the parameters, was inf in float32 at
+(p1, p0, q1, q0) = (10.96, 1.71e26, 5.9e36, 1.88e38), where it is 3.16e38: (p1 - q1) digamma(p1) and
+(q1 + q0 - p1 - p0) digamma(p1 + p0) are each past float32's largest float, and their sum is not.  No rewriting of
+the terms mends that; the sum computed with its terms scaled by a power of two does, where it is not finite and
+nowhere else.  The gate's points had no row where such a term passes the range: drawn over the bit patterns, a
+weight lands within a binade of the largest float once in hundreds, and the other inputs must make the rest of the
+sum cancel it."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+import sympy as sp
+
+from rulegen.derive.stabilise import Sampling
+from rulegen.derive.stabilise.families import _sum_scaled
+from rulegen.derive.stabilise.gate import as_computed, inadmissible_points
+from rulegen.derive.stabilise.points import _numpy_function
+from rulegen.spec.rules import Domain
+
+p1, p0, q1, q0 = sp.symbols("p1 p0 q1 q0", positive=True)
+VARIABLES = (p1, p0, q1, q0)
+#: The KL's weighted digammas (its loggammas overflow there too, and the search joins them into differences).
+WEIGHTED = (p1 - q1) * sp.digamma(p1) + (p0 - q0) * sp.digamma(p0) + (q1 + q0 - p1 - p0) * sp.digamma(p1 + p0)
+POINT = (10.96, 1.71e26, 4.0e36, 1.88e38)
+
+
+def evaluated(expr: sp.Expr, point: tuple[float, ...], dtype: type) -> float:
+    fn = _numpy_function(as_computed(expr), VARIABLES)
+    assert fn is not None
+    with np.errstate(all="ignore"):
+        return float(np.asarray(fn(*(np.asarray([v], dtype=dtype) for v in point))).reshape(-1)[0])
+
+
+def exact_weighted(point: tuple[float, ...]) -> float:
+    with mpmath.workprec(300):
+        a, b, c, d = (mpmath.mpf(float(np.float32(v))) for v in point)
+        psi = mpmath.digamma
+        return float((a - c) * psi(a) + (b - d) * psi(b) + (c + d - a - b) * psi(a + b))
+
+
+def test_a_sum_whose_terms_overflow_is_computed_scaled_where_it_is_not_finite():
+    scaled = _sum_scaled(WEIGHTED)
+    assert np.isnan(evaluated(WEIGHTED, POINT, np.float32))
+    exact = exact_weighted(POINT)
+    assert exact == pytest.approx(2.32e38, rel=1e-2)
+    assert evaluated(scaled, POINT, np.float32) == pytest.approx(exact, rel=1e-5)
+    # Bit for bit the sum as written wherever that is finite: at ordinary points, and at large and tiny ones.
+    rng = np.random.default_rng(0)
+    for dtype in (np.float64, np.float32):
+        for _ in range(40):
+            point = tuple(float(v) for v in 2.0 ** rng.uniform(-60, 60, size=4))
+            written = evaluated(WEIGHTED, point, dtype)
+            if np.isfinite(written):
+                assert evaluated(scaled, point, dtype) == written, point
+
+
+def test_a_scaled_sum_past_the_range_is_the_infinity_it_is():
+    # Where the sum itself passes float32's range, the scaled sum scaled back overflows to +inf, as the sum does.
+    point = (10.96, 1.71e26, 7.0e36, 1.88e38)
+    assert exact_weighted(point) > float(np.finfo(np.float32).max)
+    assert np.isnan(evaluated(WEIGHTED, point, np.float32))
+    assert evaluated(_sum_scaled(WEIGHTED), point, np.float32) == np.inf
+
+
+def test_a_sum_in_a_function_s_argument_or_a_product_is_left_as_it_is():
+    x, y = sp.symbols("x y", positive=True)
+    assert _sum_scaled(sp.log(x + y)) == sp.log(x + y)
+    assert _sum_scaled(x * (x + y)) == x * (x + y)
+    assert _sum_scaled(x * sp.log(y) - y).has(sp.Piecewise)
+
+
+def test_the_gate_has_rows_where_a_weighted_digamma_passes_the_range():
+    # The gate's rows put each weighted term of a sum a little past the largest float: the sum as written is inf or
+    # nan at some of them where its exact value is a float, which the gate's draws over the bit patterns never showed.
+    sampling = Sampling(tuple((v, Domain(gt=0)) for v in VARIABLES))
+    broken = inadmissible_points(WEIGHTED, WEIGHTED, sampling)
+    assert broken > 0
+    assert inadmissible_points(_sum_scaled(WEIGHTED), WEIGHTED, sampling) < broken
+
+
+def test_a_float32_form_of_a_digamma_is_measured_in_float32():
+    # scipy's polygamma is float64 whatever its argument: the gate measured (p0 - q0) digamma(p0) in float32 as
+    # -1.1e40 rounded once at the end (inf), but a sum of two such terms as a float64 number in range, where the
+    # generated code's float32 products overflow.  The registry's numpy functions give their arguments' float.
+    from rulegen.derive.stabilise.points import _evaluated
+
+    columns = [np.asarray([v], np.float32) for v in POINT]
+    value = _evaluated(WEIGHTED, VARIABLES, columns, np.float32)
+    assert value.dtype == np.float32 and np.isnan(value[0])
+    term = _evaluated((p0 - q0) * sp.digamma(p0), VARIABLES, columns, np.float32)
+    assert term[0] == -np.inf
+    assert _evaluated(WEIGHTED, VARIABLES, [c.astype(np.float64) for c in columns], np.float64)[0] == pytest.approx(
+        exact_weighted(POINT), rel=1e-6
+    )
