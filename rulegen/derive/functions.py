@@ -1241,16 +1241,9 @@ def polygamma_of(order: Any, x: Any) -> Any:
     special = importlib.import_module("scipy.special")
     x = np.asarray(x)
     n = int(order)
-    # In x's float: scipy's polygamma is float64 whatever x is, and a float32 form's products of it computed in
-    # float64 were finite where the generated code overflows (a Beta KL's (p0 - q0) digamma(p0) at q0 = 1.9e38).
-    dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float64
     if n == 0:
-        # scipy's digamma is right and fast on the whole line.
-        return special.digamma(x).astype(dtype, copy=False)
-    return _polygamma_reflected(special, n, x).astype(dtype, copy=False)
-
-
-def _polygamma_reflected(special: Any, n: int, x: np.ndarray) -> np.ndarray:
+        # scipy's digamma is right and fast on the whole line; its polygamma(0, x) is float64 whatever x is.
+        return special.polygamma(0, x)
     with np.errstate(all="ignore"):
         negative = np.where(x < 0, x, -0.5)
         nearest = negative - np.floor(negative + 0.5)
@@ -1261,7 +1254,7 @@ def _polygamma_reflected(special: Any, n: int, x: np.ndarray) -> np.ndarray:
         for coefficient in coefficients[1:]:
             polynomial = polynomial * cotangent + coefficient
         reflected = (-1) ** n * special.polygamma(n, 1 - negative) - np.pi ** (n + 1) * polynomial
-        return np.asarray(np.where(x < 0, reflected, special.polygamma(n, np.where(x < 0, 1.0, x))))
+        return np.where(x < 0, reflected, special.polygamma(n, np.where(x < 0, 1.0, x)))
 
 
 def zeta_of(s: Any, q: Any) -> Any:
