@@ -590,26 +590,25 @@ def test_a_poisson_log_mass_s_partial_in_k_joins_its_log_to_the_digamma_s_series
         assert not bits(evaluated(expr, (COUNT, RATE), point, np.float64), exact) <= 10  # as derived
 
 
-@pytest.mark.parametrize(
-    "point",
-    [(2.486107661297034e306, 1.1822086614231764e307, -3.26), (4.465955247752999e305, 8.721649393522329e282, 0.99)],
-)
-def test_a_negative_binomial_log_mass_takes_its_gamma_series_in_the_arguments_bases(point):
+def test_a_negative_binomial_log_mass_takes_its_gamma_series_in_the_arguments_bases():
     # torch's NegativeBinomial.log_prob: loggamma(k + r) - loggamma(k + 1) - loggamma(r) with k near the largest
     # float.  In the arguments themselves the series leave (k + 1) log(k + 1) apart, which overflows; in their
-    # bases k + r, k and r, (k + r) log(k + r) - k log k - r log r is k log1p(r/k) + r log1p(k/r).
-    from rulegen.derive.functions import softplus
-
+    # bases k + r, k and r, (k + r) log(k + r) - k log k - r log r is k log1p(r/k) + r log1p(k/r).  One test over
+    # the points: parametrized, two test workers could each search it cold at once.
     count, r, logits = COUNT, sp.Symbol("r", real=True, positive=True), sp.Symbol("logits", real=True)
     expr = -r * softplus(logits) - count * softplus(-logits)
     expr += sp.loggamma(count + r) - sp.loggamma(count + 1) - sp.loggamma(r)
     choice = stabilise(expr, Sampling(((count, Domain(ge=0)), (r, POSITIVE), (logits, Domain()))))
-    with mpmath.workprec(1200):
-        k_, r_, l_ = (mpmath.mpf(v) for v in point)
-        exact = -r_ * mpmath.log1p(mpmath.exp(l_)) - k_ * mpmath.log1p(mpmath.exp(-l_))
-        exact += mpmath.loggamma(k_ + r_) - mpmath.loggamma(k_ + 1) - mpmath.loggamma(r_)
-    assert bits(evaluated(choice.chosen, (count, r, logits), point, np.float64), exact) <= 8, choice.chosen
-    assert not math.isfinite(evaluated(expr, (count, r, logits), point, np.float64))  # as written: inf - inf
+    for point in [
+        (2.486107661297034e306, 1.1822086614231764e307, -3.26),
+        (4.465955247752999e305, 8.721649393522329e282, 0.99),
+    ]:
+        with mpmath.workprec(1200):
+            k_, r_, l_ = (mpmath.mpf(v) for v in point)
+            exact = -r_ * mpmath.log1p(mpmath.exp(l_)) - k_ * mpmath.log1p(mpmath.exp(-l_))
+            exact += mpmath.loggamma(k_ + r_) - mpmath.loggamma(k_ + 1) - mpmath.loggamma(r_)
+        assert bits(evaluated(choice.chosen, (count, r, logits), point, np.float64), exact) <= 8, choice.chosen
+        assert not math.isfinite(evaluated(expr, (count, r, logits), point, np.float64))  # as written: inf - inf
 
 
 def test_a_difference_of_logs_of_a_sum_and_its_part_never_computes_the_sum():
@@ -922,23 +921,25 @@ def _grouped_beta_kl() -> sp.Expr:
     return series
 
 
-@pytest.mark.parametrize(
-    ("dtype", "point"),
-    [
-        (np.float32, (1.0727719068527222, 1.0, 186.8392791748047, 1.1273868867298401e38)),
-        (np.float32, (7.730848856154698e23, 3.5801213241294334e21, 6.475802004434193e34, 4.2454964846580845e37)),
-        (np.float64, (1e-300, 3e200, 7e4, 1e-3)),
-        (np.float64, (1.2127012129996428e145, 2.368847542581901e100, 1.7667743329126636e307, 1.2790063429253585e-299)),
-        (np.float64, (3.0, 2.0, 5.0, 0.5)),
-    ],
-)
-def test_a_beta_kl_divergence_s_partial_in_q1_is_searched_in_each_group_of_arguments(dtype, point):
+#: Points of a Beta KL divergence's partial in q1 where the derived form loses bits (both dtypes) or is exact.
+_BETA_KL_Q1_POINTS = [
+    (np.float32, (1.0727719068527222, 1.0, 186.8392791748047, 1.1273868867298401e38)),
+    (np.float32, (7.730848856154698e23, 3.5801213241294334e21, 6.475802004434193e34, 4.2454964846580845e37)),
+    (np.float64, (1e-300, 3e200, 7e4, 1e-3)),
+    (np.float64, (1.2127012129996428e145, 2.368847542581901e100, 1.7667743329126636e307, 1.2790063429253585e-299)),
+    (np.float64, (3.0, 2.0, 5.0, 0.5)),
+]
+
+
+def test_a_beta_kl_divergence_s_partial_in_q1_is_searched_in_each_group_of_arguments():
     # digamma(q1) - digamma(q1 + q0) - digamma(p1) + digamma(p1 + p0): two groups of arguments that share no
-    # variable; the search measures the series in each group and chooses it (22.1/6.1 -> 3.2/1.4 bits).
+    # variable; the search measures the series in each group and chooses it (22.1/6.1 -> 3.2/1.4 bits).  One test
+    # over the points: parametrized, two test workers each searched it cold at once (30 s each).
     variables = (P1, P0, Q1, Q0)
     partial = BETA_KL.diff(Q1)
     choice = stabilise(partial, Sampling(tuple((v, POSITIVE) for v in variables)))
     assert "each group of arguments" in choice.family
-    with mpmath.workprec(2000):
-        exact = sp.lambdify(variables, partial, "mpmath")(*(mpmath.mpf(float(dtype(v))) for v in point))
-    assert bits(evaluated(choice.chosen, variables, point, dtype), exact, dtype) <= 4, (point, choice.family)
+    for dtype, point in _BETA_KL_Q1_POINTS:
+        with mpmath.workprec(2000):
+            exact = sp.lambdify(variables, partial, "mpmath")(*(mpmath.mpf(float(dtype(v))) for v in point))
+        assert bits(evaluated(choice.chosen, variables, point, dtype), exact, dtype) <= 4, (point, choice.family)

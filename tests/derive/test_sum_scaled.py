@@ -95,3 +95,15 @@ def test_a_float32_form_of_a_digamma_is_measured_in_float32():
     assert _evaluated(WEIGHTED, VARIABLES, [c.astype(np.float64) for c in columns], np.float64)[0] == pytest.approx(
         exact_weighted(POINT), rel=1e-6
     )
+
+
+def test_a_sum_holding_a_where_is_left_and_a_where_s_branch_sums_are_scaled():
+    # sympy folds a `where` inside a condition into if-then-elses over every branch each time the pair is built:
+    # a negative binomial's search spent two thirds of its time building such conditions for its gamma series'
+    # sums.  A sum that holds a `where` is left as it is; the sums that are a `where`'s branches are scaled.
+    x, y = sp.symbols("x y", positive=True)
+    holding = x * sp.log(y) - sp.Piecewise((y, x > 1), (x, True))
+    assert _sum_scaled(holding) == holding
+    branches = _sum_scaled(sp.Piecewise((x * sp.log(y) - y, x > 1), (x - y, True)))
+    assert isinstance(branches, sp.Piecewise)
+    assert all(isinstance(branch, sp.Piecewise) for branch, _ in branches.args)

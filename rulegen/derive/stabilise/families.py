@@ -1192,16 +1192,21 @@ _SUM_SCALE = sp.Integer(2) ** 32
 def _sum_scaled(expr: sp.Expr) -> sp.Expr:
     """Each outermost sum (of the form, or of a branch of its `where`) computed with its terms scaled by 2**-32 where
     the sum is not finite, and the total scaled back: where a term overflows and the others bring the sum back into
-    range, as KL(Beta || Beta) written as torch writes it does ((p1 - q1) digamma(p1) and (q1 + q0 - p1 - p0)
-    digamma(p1 + p0) are each past float32's largest float at q1 = 5.9e36, p0 = 1.7e26, p1 = 11, where the KL is
-    3.2e38; the search's form of it, a sum of one `where` per group of arguments, has the p group's branch at 3.4e38
-    and the q group's at -2.6e37).  The division goes to each term's weight, through the sums and branches of a term
-    (`_scaled_down`).  Only there: where the sum is finite it is computed as it was, and where the exact sum
-    overflows, the scaled one does too when it is scaled back (the right infinity, where inf - inf was nan)."""
+    range, as the weighted digammas of KL(Beta || Beta) written as torch writes it do ((p1 - q1) digamma(p1) and
+    (q1 + q0 - p1 - p0) digamma(p1 + p0) are each past float32's largest float at q1 = 5.9e36, p0 = 1.7e26, p1 = 11,
+    and their sum is not), or an affine map's b + w x.  The division goes to each term's weight, through the sums of
+    a term (`_scaled_down`).  Only there: where the sum is finite it is computed as it was, and where the exact sum
+    overflows, the scaled one does too when it is scaled back (the right infinity, where inf - inf was nan).  A sum
+    that holds a `where` is left as it is (below)."""
 
     def scaled(total: sp.Add) -> sp.Expr:
+        # A condition holding a `where` is folded by sympy into a nest of if-then-elses over every branch, whenever
+        # the pair is built (here, and by each rebuild after): a negative binomial's search spent two thirds of its
+        # minute building that for its gamma series' sums, none of which it took.
+        if total.has(sp.Piecewise):
+            return total
         back = divided(_scaled_down(total), divided(sp.S.One, _SUM_SCALE))
-        return sp.Piecewise((back, ~isfinite(total)), (total, True))
+        return sp.Piecewise((back, ~isfinite(total)), (total, True), evaluate=False)
 
     return _outermost_sums_replaced(expr, scaled)
 
@@ -1220,26 +1225,24 @@ def outermost_sums(expr: sp.Expr) -> list[sp.Add]:
 
 def _outermost_sums_replaced(expr: sp.Expr, replaced: Callable[[sp.Add], sp.Expr]) -> sp.Expr:
     if isinstance(expr, sp.Piecewise):
-        return sp.Piecewise(*((_outermost_sums_replaced(e, replaced), c) for e, c in expr.args))
+        return sp.Piecewise(*((_outermost_sums_replaced(e, replaced), c) for e, c in expr.args), evaluate=False)
     return replaced(expr) if isinstance(expr, sp.Add) else expr
 
 
 def _scaled_down(e: sp.Expr) -> sp.Expr:
-    """`e` over `_SUM_SCALE`, the division its first operation: through a sum or a `where`, each term or branch
-    scaled; in a product, the first factor that is a sum or a `where` scaled, else its weight (a factor that is no
-    function's value, else the first) divided, a node of its own, so that neither the planner's common
-    subexpressions nor the printers' order multiply the term's other factors first."""
+    """`e` over `_SUM_SCALE`, the division its first operation: through a sum, each term scaled; in a product, the
+    first factor that is a sum scaled, else its weight (a factor that is no function's value, else the first)
+    divided, a node of its own, so that neither the planner's common subexpressions nor the printers' order multiply
+    the term's other factors first."""
     if e.is_number:
         return e / _SUM_SCALE
-    if isinstance(e, sp.Piecewise):
-        return sp.Piecewise(*((_scaled_down(b), c) for b, c in e.args))
     if e.is_Add:
         return sp.Add(*(_scaled_down(t) for t in e.args))
     if not e.is_Mul:
         return divided(e, _SUM_SCALE)
     coefficient, rest = e.as_coeff_Mul()
     factors = list(sp.Mul.make_args(rest))
-    inner = next((k for k, f in enumerate(factors) if f.is_Add or isinstance(f, sp.Piecewise)), None)
+    inner = next((k for k, f in enumerate(factors) if f.is_Add), None)
     weight = next((k for k, f in enumerate(factors) if not isinstance(f, sp.Function)), 0) if inner is None else inner
     factors[weight] = _scaled_down(factors[weight])
     return coefficient * sp.Mul(*factors)
