@@ -1197,14 +1197,9 @@ def _sum_scaled(expr: sp.Expr) -> sp.Expr:
     and their sum is not), or an affine map's b + w x.  The division goes to each term's weight, through the sums of
     a term (`_scaled_down`).  Only there: where the sum is finite it is computed as it was, and where the exact sum
     overflows, the scaled one does too when it is scaled back (the right infinity, where inf - inf was nan).  A sum
-    that holds a `where` is left as it is (below)."""
+    that holds a `where` is left as it is (`_outermost_sums_replaced`)."""
 
     def scaled(total: sp.Add) -> sp.Expr:
-        # A condition holding a `where` is folded by sympy into a nest of if-then-elses over every branch, whenever
-        # the pair is built (here, and by each rebuild after): a negative binomial's search spent two thirds of its
-        # minute building that for its gamma series' sums, none of which it took.
-        if total.has(sp.Piecewise):
-            return total
         back = divided(_scaled_down(total), divided(sp.S.One, _SUM_SCALE))
         return sp.Piecewise((back, ~isfinite(total)), (total, True), evaluate=False)
 
@@ -1212,7 +1207,8 @@ def _sum_scaled(expr: sp.Expr) -> sp.Expr:
 
 
 def outermost_sums(expr: sp.Expr) -> list[sp.Add]:
-    """The sums `_sum_scaled` computes scaled: `expr` where it is one, else its `where`'s branches' own."""
+    """The sums `_sum_scaled` computes scaled: `expr` where it is one, else its `where`'s branches' own, each holding
+    no `where`."""
     found: list[sp.Add] = []
 
     def kept(total: sp.Add) -> sp.Expr:
@@ -1226,7 +1222,10 @@ def outermost_sums(expr: sp.Expr) -> list[sp.Add]:
 def _outermost_sums_replaced(expr: sp.Expr, replaced: Callable[[sp.Add], sp.Expr]) -> sp.Expr:
     if isinstance(expr, sp.Piecewise):
         return sp.Piecewise(*((_outermost_sums_replaced(e, replaced), c) for e, c in expr.args), evaluate=False)
-    return replaced(expr) if isinstance(expr, sp.Add) else expr
+    # Not a sum that holds a `where`: sympy folds a `where` inside a condition (`~isfinite(sum)`) into a nest of
+    # if-then-elses over every branch, whenever the pair is built (here, and by each rebuild after): a negative
+    # binomial's search spent two thirds of its minute building that for its gamma series' sums, none of which it took.
+    return replaced(expr) if isinstance(expr, sp.Add) and not expr.has(sp.Piecewise) else expr
 
 
 def _scaled_down(e: sp.Expr) -> sp.Expr:

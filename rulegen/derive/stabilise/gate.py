@@ -425,6 +425,7 @@ def _terms_past_the_range(
     rows = len(base[0]) if base else 0
     target_symbol, factor_symbol = sp.Dummy("target"), sp.Dummy("factor")
     largest = float(np.finfo(dtype).max)
+    kept = [column.astype(dtype) for column in base]
     for u in terms:
         for k, v in enumerate(variables):
             slope = sp.diff(u, v)
@@ -440,8 +441,8 @@ def _terms_past_the_range(
                     with np.errstate(all="ignore"):
                         value = np.broadcast_to(np.asarray(moved(*base, target, 2.0**b), np.float64), (rows,))
                         value = value.astype(dtype)
-                    for j, column in enumerate(base):
-                        made[j].append(value if j == k else column.astype(dtype))
+                    for j, column in enumerate(kept):
+                        made[j].append(value if j == k else column)
     return made
 
 
