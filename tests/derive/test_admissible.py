@@ -20,7 +20,7 @@ import sympy as sp
 import torch
 from sympy.codegen.cfunctions import hypot
 
-from rulegen.derive.functions import binade, sigmoid
+from rulegen.derive.functions import binade, divided, sigmoid
 from rulegen.derive.stabilise import Sampling, admissible, stabilise
 from rulegen.derive.stabilise.families import _identities, _norm_form, _powers_split
 from rulegen.derive.stabilise.points import _numpy_function
@@ -294,3 +294,20 @@ def test_the_gate_weighs_points_a_form_breaks_at_extremes_against_those_it_mends
     # At a point of ordinary size no break is weighed against anything.
     ours[3] = exact[3] * (1 + 2.0**-40)
     assert _breaks_accurate_points(ours, theirs, x, (x,), columns, np.float64)
+
+
+def test_an_alternative_s_rewrites_do_not_crowd_out_the_expression_s_own():
+    # A normal KL's partial in p's location, with the derivative of a forward form as the alternative: that form's
+    # rewrites all rank first and are nan where p/s and q/s overflow; (p - q)/s/s, finished from the expression's
+    # own, is the admissible one.  The search once finished the alternative's alone and kept the derived form, inf
+    # where p - q overflows.
+    p, q = sp.symbols("p_loc q_loc", real=True)
+    r = sp.Symbol("p_scale", positive=True)
+    # As the derivation leaves it: -2*q_loc unevaluated, as the forward was written.
+    derived = sp.Float(0.5) * s_**-2 * sp.Add(2 * p, sp.Mul(-1, 2, q, evaluate=False), evaluate=False)
+    alternative = sp.Float(1.0) * divided(p, s_) / s_ - sp.Float(1.0) * divided(q, s_) / s_
+    sampling = Sampling(((p, Domain()), (r, Domain(gt=0)), (q, Domain()), (s_, Domain(gt=0))))
+    choice = stabilise(derived, sampling, alternatives=(("derivative of a forward form", alternative),))
+    assert choice.changed
+    assert admissible(choice.chosen, derived, sampling)
+    assert max(choice.bits_after) < 1

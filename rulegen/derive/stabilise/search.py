@@ -223,7 +223,7 @@ def _search(
         (("reassociated", "logs taken apart"), BUDGET.reassociated_starts * 3),
         ((POLES,), BUDGET.reassociated_starts),
     ):
-        measured_from(_finished(finishing, sorted(pool, key=lambda m: m.score + m.charge)), budget)
+        measured_from(_finished(finishing, _leaders(pool, alternatives)), budget)
     # Inputs clamped where forms overflow on the way to a limit they have reached.
     # A clamp of some factors alone, which keeps what the forward computes, under `fast` alone (`_saturated`).
     # Square roots of a discriminant that overflows computed scaled, before the regimes that join them.
@@ -314,10 +314,25 @@ def _search(
     return (expr, best.expr, best.family, derived.means, best.means, _good_forms(chosen, pool), shown)
 
 
-def _finished(families: Sequence[str], ranked: Sequence[_Measured]) -> Iterator[tuple[str, sp.Expr]]:
-    """(family, form) of each of `families`' finishing rewrites (`families._finishing`) of the first
-    `BUDGET.reassociated_starts` of `ranked`, those a family has already rewritten left out."""
-    leaders = ranked[: BUDGET.reassociated_starts]
+def _leaders(pool: Sequence[_Measured], alternatives: tuple[tuple[str, sp.Expr], ...]) -> list[_Measured]:
+    """The first `BUDGET.reassociated_starts` forms of `pool` by score and charge, the first of the expression's own
+    forms and the first of the `alternatives`' forms among them: an alternative's rewrites can rank first
+    and be inadmissible all alike, where the expression's own form, finished, is the admissible one (a normal KL's
+    partial in a location: (p/s)/s - (q/s)/s is nan where p/s and q/s overflow, (p - q)/s/s is right)."""
+    from_alternatives = {family for family, _ in alternatives}
+    ranked = sorted(pool, key=lambda m: m.score + m.charge)
+
+    def origin(m: _Measured) -> bool:
+        return m.family.split(", ")[0] in from_alternatives
+
+    firsts = {id(next(m for m in ranked if origin(m) == o)) for o in {origin(m) for m in ranked}}
+    rest = [id(m) for m in ranked if id(m) not in firsts][: BUDGET.reassociated_starts - len(firsts)]
+    return [m for m in ranked if id(m) in firsts or id(m) in rest]
+
+
+def _finished(families: Sequence[str], leaders: Sequence[_Measured]) -> Iterator[tuple[str, sp.Expr]]:
+    """(family, form) of each of `families`' finishing rewrites (`families._finishing`) of `leaders`, those a
+    family has already rewritten left out."""
     for family in families:
         for m in leaders:
             if family not in m.family.split(", "):
