@@ -679,8 +679,19 @@ def _guarded(
     polynomial = [t for t in series_terms if not t.has(sp.log) and t.is_polynomial(*big.values())]
     exact_part = _cancelled_or_as_written(sp.Add(*polynomial).xreplace(raw), others, written)
     with sp.evaluate(False):
-        guarded = [t.xreplace(fed) for t in series_terms if t not in polynomial]
+        guarded = [_fed(t, fed, raw) for t in series_terms if t not in polynomial]
     return ([exact_part] if exact_part != 0 else []), guarded
+
+
+def _fed(term: sp.Expr, fed: dict[sp.Expr, sp.Expr], raw: dict[sp.Expr, sp.Expr]) -> sp.Expr:
+    """`term` with its arguments `fed`, but in the conditions of its `where`s (`_highest_order_first`), where they
+    are `raw`: a condition is never differentiated, and a `where` in a condition is folded by sympy into
+    if-then-elses over every branch (seconds per term, or a RecursionError) whenever the condition is built."""
+    if isinstance(term, sp.Piecewise):
+        return sp.Piecewise(*((_fed(e, fed, raw), c.xreplace(raw)) for e, c in term.args), evaluate=False)
+    if not term.args or not term.has(sp.Piecewise):
+        return term.xreplace(fed)
+    return term.func(*(_fed(a, fed, raw) for a in term.args))
 
 
 def _cancelled_or_as_written(exact_part: sp.Expr, others: list[sp.Expr], written: list[sp.Expr] | None) -> sp.Expr:

@@ -318,16 +318,28 @@ def _leaders(pool: Sequence[_Measured], alternatives: tuple[tuple[str, sp.Expr],
     """The first `BUDGET.reassociated_starts` forms of `pool` by score and charge, the first of the expression's own
     forms and the first of the `alternatives`' forms among them: an alternative's rewrites can rank first
     and be inadmissible all alike, where the expression's own form, finished, is the admissible one (a normal KL's
-    partial in a location: (p/s)/s - (q/s)/s is nan where p/s and q/s overflow, (p - q)/s/s is right)."""
+    partial in a location: (p/s)/s - (q/s)/s is nan where p/s and q/s overflow, (p - q)/s/s is right).  A form
+    of the family of one already among them that measures as it does (within `BUDGET.tie_bits` at each dtype) is no
+    further start: two series families' forms alike took the starts from a series with its poles taken out, whose
+    logs taken apart are a Student t's log-density to 0.5 bits."""
     from_alternatives = {family for family, _ in alternatives}
     ranked = sorted(pool, key=lambda m: m.score + m.charge)
 
     def origin(m: _Measured) -> bool:
         return m.family.split(", ")[0] in from_alternatives
 
-    firsts = {id(next(m for m in ranked if origin(m) == o)) for o in {origin(m) for m in ranked}}
-    rest = [id(m) for m in ranked if id(m) not in firsts][: BUDGET.reassociated_starts - len(firsts)]
-    return [m for m in ranked if id(m) in firsts or id(m) in rest]
+    def alike(m: _Measured, n: _Measured) -> bool:
+        return m.family.split(", ")[0] == n.family.split(", ")[0] and all(
+            abs(a - b) <= BUDGET.tie_bits for a, b in zip(m.means, n.means, strict=True)
+        )
+
+    leaders = [next(m for m in ranked if origin(m) == o) for o in sorted({origin(m) for m in ranked})]
+    for m in ranked:
+        if len(leaders) >= BUDGET.reassociated_starts:
+            break
+        if all(m is not n and not alike(m, n) for n in leaders):
+            leaders.append(m)
+    return sorted(leaders, key=lambda m: m.score + m.charge)
 
 
 def _finished(families: Sequence[str], leaders: Sequence[_Measured]) -> Iterator[tuple[str, sp.Expr]]:
