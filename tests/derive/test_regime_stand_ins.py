@@ -1,5 +1,8 @@
 """A regime's branch is fed its own region's input wherever an intermediate value of it is not finite untaken."""
 
+import itertools
+import math
+
 import numpy as np
 import sympy as sp
 
@@ -50,3 +53,51 @@ def test_a_stand_in_keeps_a_negative_power_outside_its_selection():
     with np.errstate(all="ignore"):
         value = np.asarray(_numpy_function(evaluated, (p, q))(*point), np.float32)
     assert np.isfinite(value).all() and abs(float(value[0]) + 1.0995246e12) < 1e7, evaluated
+
+
+def test_the_best_split_is_the_first_least_of_a_scan_over_every_split():
+    # The splits are scored as the rows of one array per dtype; a scan scoring each alone (`_split_score`) and
+    # keeping the first strictly lower must find the same split and the same score, to the bit.
+    from rulegen.derive.stabilise.points import _Measured, _Points
+    from rulegen.derive.stabilise.regimes import _RATIOS, _best_split, _Split, _split_score
+
+    a, b = sp.symbols("a b", real=True)
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        points = []
+        for dtype, n in ((np.float64, 40), (np.float32, 24)):
+            magnitudes = 10.0 ** rng.uniform(-40, 40, size=(2, n))
+            signs = rng.choice([-1.0, 1.0], size=(2, n)) if trial % 2 else 1.0
+            columns = tuple((signs * magnitudes).astype(dtype))
+            points.append(_Points(dtype, columns, np.zeros(n)))
+        # Bits in eighths, so that ties between splits are common.
+        outer = _Measured(a, "outer", tuple(rng.integers(0, 9, len(p)) / 8 for p in points))
+        inner = _Measured(a, "inner", tuple(rng.integers(0, 9, len(p)) / 8 for p in points))
+        found = _best_split(outer, inner, (a, b), points, [(0, 1)])
+        assert found is not None
+        scan: tuple[float, _Split] | None = None
+        for split in _every_split(points, _RATIOS):
+            score = _split_score(split, outer, inner, points)
+            if scan is None or score < scan[0]:
+                scan = (score, split)
+        assert scan == found
+
+
+def _every_split(points, ratios):
+    """Every split `_best_split` scores, in its order, for the variables a and b and the ratio of a over b."""
+    from rulegen.derive.stabilise.regimes import _power_of_two, _Split
+
+    a, b = sp.symbols("a b", real=True)
+    for index, v in enumerate((a, b)):
+        candidates = sorted({float(abs(x)) for p in points for x in p.columns[index] if x != 0})
+        both = any((p.columns[index] < 0).any() for p in points) and any((p.columns[index] > 0).any() for p in points)
+        for below in (True, False):
+            if both:
+                yield _Split(v, index, below, 0.0, signed=True)
+            for lo, hi in itertools.pairwise(candidates):
+                t = _power_of_two(math.sqrt(lo) * math.sqrt(hi))
+                if lo <= t <= hi:
+                    yield _Split(v, index, below, t)
+    for ratio in ratios:
+        for below in (True, False):
+            yield _Split(a, 0, below, ratio, over=b, over_index=1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -98,10 +99,37 @@ def _masks(split: _Split, points: Sequence[_Points]) -> list[np.ndarray]:
 
 
 def _split_score(split: _Split, outer: _Measured, inner: _Measured, points: Sequence[_Points]) -> float:
-    return sum(
-        float(np.mean(np.where(m, i, o))) if m.size else 0.0
-        for m, i, o in zip(_regions(split, points), inner.bits, outer.bits, strict=True)
-    )
+    return float(_split_scores([split], outer, inner, points)[0])
+
+
+def _split_scores(
+    splits: Sequence[_Split], outer: _Measured, inner: _Measured, points: Sequence[_Points]
+) -> np.ndarray:
+    """Each split's sum of the dtypes' mean bits, `inner` where it is taken, `outer` elsewhere: the splits' masks as
+    the rows of one array per dtype, each row's mean as numpy takes a row's (a split alone has the same score)."""
+    total = np.zeros(len(splits))
+    for p, i, o in zip(points, inner.bits, outer.bits, strict=True):
+        if not p.columns[0].size:
+            continue
+        total += np.where(_mask_rows(splits, p), i, o).mean(axis=1)
+    return total
+
+
+def _mask_rows(splits: Sequence[_Split], p: _Points) -> np.ndarray:
+    """`_regions` of each split at `p`'s points, a row each; the splits on a magnitude compared all at once."""
+    rows = np.empty((len(splits), p.columns[0].size), dtype=bool)
+    plain = [k for k, s in enumerate(splits) if not s.signed and s.over is None]
+    for k in set(range(len(splits))) - set(plain):
+        (rows[k],) = _regions(splits[k], [p])
+    by_index: dict[int, list[int]] = {}
+    for k in plain:
+        by_index.setdefault(splits[k].index, []).append(k)
+    for index, ks in by_index.items():
+        magnitude = np.abs(p.columns[index].astype(np.float64))
+        bounds = np.array([splits[k].threshold for k in ks])[:, None]
+        below = np.array([splits[k].below for k in ks])[:, None]
+        rows[ks] = np.where(below, magnitude < bounds, magnitude > bounds)
+    return rows
 
 
 def _best_split(
@@ -112,33 +140,36 @@ def _best_split(
     ratios: Sequence[tuple[int, int]] = (),
 ) -> tuple[float, _Split] | None:
     """The split on one variable's magnitude (or sign), or on the ratio of a pair in `ratios`, that most lowers the
-    sum of the dtypes' mean bits."""
-    best: tuple[float, _Split] | None = None
+    sum of the dtypes' mean bits; the first of those that lower it most."""
+    splits: list[_Split] = []
     for index, v in enumerate(variables):
         candidates = sorted({float(abs(x)) for p in points for x in p.columns[index] if x != 0})
+        # Midway (geometrically) between two sampled magnitudes, a power of two.
+        thresholds = [
+            t
+            for lo, hi in itertools.pairwise(candidates)
+            if lo <= (t := _power_of_two(math.sqrt(lo) * math.sqrt(hi))) <= hi
+        ]
+        both_signs = any((p.columns[index] < 0).any() for p in points) and any(
+            (p.columns[index] > 0).any() for p in points
+        )
         for below in (True, False):
-            if any((p.columns[index] < 0).any() for p in points) and any((p.columns[index] > 0).any() for p in points):
-                signed = _Split(v, index, below, 0.0, signed=True)
-                score = _split_score(signed, outer, inner, points)
-                if best is None or score < best[0]:
-                    best = (score, signed)
-            for k in range(len(candidates) - 1):
-                # Midway (geometrically) between two sampled magnitudes, a power of two.
-                threshold = _power_of_two(math.sqrt(candidates[k]) * math.sqrt(candidates[k + 1]))
-                if not candidates[k] <= threshold <= candidates[k + 1]:
-                    continue
-                split = _Split(v, index, below, threshold)
-                score = _split_score(split, outer, inner, points)
-                if best is None or score < best[0]:
-                    best = (score, split)
+            if both_signs:
+                splits.append(_Split(v, index, below, 0.0, signed=True))
+            splits += [_Split(v, index, below, t) for t in thresholds]
     for index, over_index in ratios:
         for ratio in _RATIOS:
             for below in (True, False):
-                split = _Split(variables[index], index, below, ratio, over=variables[over_index], over_index=over_index)
-                score = _split_score(split, outer, inner, points)
-                if best is None or score < best[0]:
-                    best = (score, split)
-    return best
+                splits.append(
+                    _Split(variables[index], index, below, ratio, over=variables[over_index], over_index=over_index)
+                )
+    if not splits:
+        return None
+    scores = _split_scores(splits, outer, inner, points)
+    # As a scan that keeps the first and takes a later split only where it is strictly lower: a nan is never lower,
+    # and a nan first stands.
+    best = 0 if np.isnan(scores[0]) else int(np.nanargmin(scores))
+    return float(scores[best]), splits[best]
 
 
 def _ratio_pairs(expr: sp.Expr, sampling: Sampling) -> list[tuple[int, int]]:
