@@ -1,8 +1,5 @@
 """A regime's branch is fed its own region's input wherever an intermediate value of it is not finite untaken."""
 
-import itertools
-import math
-
 import numpy as np
 import sympy as sp
 
@@ -56,10 +53,10 @@ def test_a_stand_in_keeps_a_negative_power_outside_its_selection():
 
 
 def test_the_best_split_is_the_first_least_of_a_scan_over_every_split():
-    # The splits are scored as the rows of one array per dtype; a scan scoring each alone (`_split_score`) and
+    # The splits are scored as the rows of one array per dtype; a scan scoring each alone by its own masks and
     # keeping the first strictly lower must find the same split and the same score, to the bit.
     from rulegen.derive.stabilise.points import _Measured, _Points
-    from rulegen.derive.stabilise.regimes import _RATIOS, _best_split, _Split, _split_score
+    from rulegen.derive.stabilise.regimes import _best_split, _regions, _Split, _splits
 
     a, b = sp.symbols("a b", real=True)
     rng = np.random.default_rng(7)
@@ -74,30 +71,12 @@ def test_the_best_split_is_the_first_least_of_a_scan_over_every_split():
         outer = _Measured(a, "outer", tuple(rng.integers(0, 9, len(p)) / 8 for p in points))
         inner = _Measured(a, "inner", tuple(rng.integers(0, 9, len(p)) / 8 for p in points))
         found = _best_split(outer, inner, (a, b), points, [(0, 1)])
-        assert found is not None
         scan: tuple[float, _Split] | None = None
-        for split in _every_split(points, _RATIOS):
-            score = _split_score(split, outer, inner, points)
+        for split in _splits((a, b), points, [(0, 1)]):
+            score = sum(
+                float(np.mean(np.where(m, i, o)))
+                for m, i, o in zip(_regions(split, points), inner.bits, outer.bits, strict=True)
+            )
             if scan is None or score < scan[0]:
                 scan = (score, split)
-        assert scan == found
-
-
-def _every_split(points, ratios):
-    """Every split `_best_split` scores, in its order, for the variables a and b and the ratio of a over b."""
-    from rulegen.derive.stabilise.regimes import _power_of_two, _Split
-
-    a, b = sp.symbols("a b", real=True)
-    for index, v in enumerate((a, b)):
-        candidates = sorted({float(abs(x)) for p in points for x in p.columns[index] if x != 0})
-        both = any((p.columns[index] < 0).any() for p in points) and any((p.columns[index] > 0).any() for p in points)
-        for below in (True, False):
-            if both:
-                yield _Split(v, index, below, 0.0, signed=True)
-            for lo, hi in itertools.pairwise(candidates):
-                t = _power_of_two(math.sqrt(lo) * math.sqrt(hi))
-                if lo <= t <= hi:
-                    yield _Split(v, index, below, t)
-    for ratio in ratios:
-        for below in (True, False):
-            yield _Split(a, 0, below, ratio, over=b, over_index=1)
+        assert scan is not None and scan == found

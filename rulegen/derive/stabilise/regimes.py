@@ -98,53 +98,42 @@ def _masks(split: _Split, points: Sequence[_Points]) -> list[np.ndarray]:
     ]
 
 
-def _split_score(split: _Split, outer: _Measured, inner: _Measured, points: Sequence[_Points]) -> float:
-    return float(_split_scores([split], outer, inner, points)[0])
-
-
 def _split_scores(
     splits: Sequence[_Split], outer: _Measured, inner: _Measured, points: Sequence[_Points]
 ) -> np.ndarray:
-    """Each split's sum of the dtypes' mean bits, `inner` where it is taken, `outer` elsewhere: the splits' masks as
-    the rows of one array per dtype, each row's mean as numpy takes a row's (a split alone has the same score)."""
+    """Each split's sum of the dtypes' mean bits, `inner` where it is taken, `outer` elsewhere: the splits' masks
+    (`_regions`) as the rows of one array per dtype, those on a magnitude compared all at once, and each row's mean
+    as numpy takes a row's."""
+    others = [k for k, s in enumerate(splits) if s.signed or s.over is not None]
+    by_index: dict[int, list[int]] = {}
+    for k, s in enumerate(splits):
+        if not (s.signed or s.over is not None):
+            by_index.setdefault(s.index, []).append(k)
+    bounds = {index: np.array([splits[k].threshold for k in ks])[:, None] for index, ks in by_index.items()}
+    below = {index: np.array([splits[k].below for k in ks])[:, None] for index, ks in by_index.items()}
     total = np.zeros(len(splits))
     for p, i, o in zip(points, inner.bits, outer.bits, strict=True):
         if not p.columns[0].size:
             continue
-        total += np.where(_mask_rows(splits, p), i, o).mean(axis=1)
+        rows = np.empty((len(splits), p.columns[0].size), dtype=bool)
+        for k in others:
+            (rows[k],) = _regions(splits[k], [p])
+        for index, ks in by_index.items():
+            magnitude = np.abs(p.columns[index].astype(np.float64))
+            rows[ks] = np.where(below[index], magnitude < bounds[index], magnitude > bounds[index])
+        total += np.where(rows, i, o).mean(axis=1)
     return total
 
 
-def _mask_rows(splits: Sequence[_Split], p: _Points) -> np.ndarray:
-    """`_regions` of each split at `p`'s points, a row each; the splits on a magnitude compared all at once."""
-    rows = np.empty((len(splits), p.columns[0].size), dtype=bool)
-    plain = [k for k, s in enumerate(splits) if not s.signed and s.over is None]
-    for k in set(range(len(splits))) - set(plain):
-        (rows[k],) = _regions(splits[k], [p])
-    by_index: dict[int, list[int]] = {}
-    for k in plain:
-        by_index.setdefault(splits[k].index, []).append(k)
-    for index, ks in by_index.items():
-        magnitude = np.abs(p.columns[index].astype(np.float64))
-        bounds = np.array([splits[k].threshold for k in ks])[:, None]
-        below = np.array([splits[k].below for k in ks])[:, None]
-        rows[ks] = np.where(below, magnitude < bounds, magnitude > bounds)
-    return rows
-
-
-def _best_split(
-    outer: _Measured,
-    inner: _Measured,
-    variables: Sequence[sp.Symbol],
-    points: Sequence[_Points],
-    ratios: Sequence[tuple[int, int]] = (),
-) -> tuple[float, _Split] | None:
-    """The split on one variable's magnitude (or sign), or on the ratio of a pair in `ratios`, that most lowers the
-    sum of the dtypes' mean bits; the first of those that lower it most."""
+def _splits(
+    variables: Sequence[sp.Symbol], points: Sequence[_Points], ratios: Sequence[tuple[int, int]] = ()
+) -> list[_Split]:
+    """The splits `_best_split` scores, in its order: on each variable's sign where it takes both, and its magnitude
+    midway (geometrically, a power of two) between two sampled magnitudes, each way; on the ratio of each pair in
+    `ratios` at each of `_RATIOS`."""
     splits: list[_Split] = []
     for index, v in enumerate(variables):
         candidates = sorted({float(abs(x)) for p in points for x in p.columns[index] if x != 0})
-        # Midway (geometrically) between two sampled magnitudes, a power of two.
         thresholds = [
             t
             for lo, hi in itertools.pairwise(candidates)
@@ -163,6 +152,19 @@ def _best_split(
                 splits.append(
                     _Split(variables[index], index, below, ratio, over=variables[over_index], over_index=over_index)
                 )
+    return splits
+
+
+def _best_split(
+    outer: _Measured,
+    inner: _Measured,
+    variables: Sequence[sp.Symbol],
+    points: Sequence[_Points],
+    ratios: Sequence[tuple[int, int]] = (),
+) -> tuple[float, _Split] | None:
+    """The split on one variable's magnitude (or sign), or on the ratio of a pair in `ratios`, that most lowers the
+    sum of the dtypes' mean bits (`_splits`, `_split_scores`); the first of those that lower it most."""
+    splits = _splits(variables, points, ratios)
     if not splits:
         return None
     scores = _split_scores(splits, outer, inner, points)
