@@ -16,12 +16,12 @@ class AffineState(RuleFunction):
 
     @staticmethod
     def forward(x, w, b):
-        # out = b + w*x is computed as Piecewise((((x*(w/2**32) + (b/2**32))*2**32), ~isfinite(b +
-        # w*x)), (b + w*x, True)), the form with the least error measured (as derived, sum scaled;
+        # out = b + w*x is computed as where_finite(b + w*x, b + w*x, ((x*(w/2**32) +
+        # (b/2**32))*2**32)), the form with the least error measured (as derived, sum scaled;
         # `rulegen show affine_state --why` gives the measurements).
         t0 = b + w * x
         return torch.where(
-            ~torch.isfinite(t0), (x * (w / 4294967296) + b / 4294967296) * 4294967296, t0
+            torch.isfinite(t0), t0, (x * (w / 4294967296) + b / 4294967296) * 4294967296
         )
 
     setup_context = saves_inputs(materialize_grads=False)
@@ -53,8 +53,7 @@ def affine_state(x: torch.Tensor | float, params: dict[str, torch.Tensor | float
     Python names).
 
     Forward:
-        out = Piecewise((((x*(w/2**32) + (b/2**32))*2**32), ~isfinite(b + w*x)), (b + w*x,
-            True))
+        out = where_finite(b + w*x, b + w*x, ((x*(w/2**32) + (b/2**32))*2**32))
 
     Partials (derived by sympy):
         dout/dw = x

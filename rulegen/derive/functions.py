@@ -825,6 +825,41 @@ class isfinite(BooleanFunction):  # noqa: N801
         return None
 
 
+class where_finite(sp.Function):  # noqa: N801
+    """where_finite(t, a, b): a where t is a finite number, else b; printed as `where(isfinite(t), a, b)`.
+
+    A `where` whose condition tests a sum of `where`s: sympy folds any `where` inside a condition of its own
+    Piecewise into if-then-elses over every branch, whenever the condition is built (seconds per sum, or a
+    RecursionError).  A function of the test keeps it whole.
+    """
+
+    nargs = 3
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        if argindex == 1:
+            return sp.S.Zero
+        t = self.args[0]
+        return where_finite(t, sp.S.One, sp.S.Zero) if argindex == 2 else where_finite(t, sp.S.Zero, sp.S.One)
+
+    def _eval_is_real(self) -> bool | None:
+        return fuzzy_and([self.args[1].is_real, self.args[2].is_real])
+
+    def _eval_derivative(self, v: sp.Symbol) -> sp.Expr:
+        # The selected branch's derivative: where_finite(t, a', b'), not a' times a where of 1 and 0.
+        t, a, b = self.args
+        return where_finite(t, sp.diff(a, v), sp.diff(b, v))
+
+
+def where_finite_of(t: Any, a: Any, b: Any) -> Any:
+    """where_finite in numpy (the accuracy search's evaluation)."""
+    with np.errstate(all="ignore"):
+        return np.where(np.isfinite(t), a, b)
+
+
+def _mp_where_finite(t: mpmath.mpf, a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
+    return a if mpmath.isfinite(t) else b
+
+
 class binade(sp.Function):  # noqa: N801
     """binade(m): the power of two at or below m > 0 (within a factor of two: any power of two scales exactly), and
     1 where m is 0, subnormal to the framework, inf or nan, so that no input is divided by 0 or inf.
@@ -2652,6 +2687,14 @@ REGISTRY: tuple[MathFunction, ...] = (
     MathFunction("in_float", in_float, internal=True),
     # What the stabilising search's scaling of a homogeneous expression writes (stabilise.scaling._rescaled).
     MathFunction("binade", binade, numpy="rulegen.derive.functions.binade_of", mpmath=_mp_binade, internal=True),
+    # What the search's sum-scaled repair writes for a sum that holds a `where` (stabilise.families._sum_scaled).
+    MathFunction(
+        "where_finite",
+        where_finite,
+        numpy="rulegen.derive.functions.where_finite_of",
+        mpmath=_mp_where_finite,
+        internal=True,
+    ),
     # What the search's "products scaled" family writes (stabilise.families): a product whose order of operations
     # under- or overflows on the way, computed on its factors brought near 1.
     MathFunction(

@@ -417,6 +417,10 @@ class _ArrayCode(PrintedOnce):
     def _print_isfinite(self, expr: fn.isfinite) -> str:
         return f"{self._record(self.finite_test)}({self._print(expr.args[0])})"
 
+    def _print_where_finite(self, expr: fn.where_finite) -> str:
+        t, a, b = expr.args
+        return self._piece(fn.isfinite(t), a, self._print(b))
+
     def _print_binade(self, expr: fn.binade) -> str:
         self.module_imports_.add(BINADE_IMPORT)
         return f"{self._spelled('binade')}({self._print(expr.args[0])})"

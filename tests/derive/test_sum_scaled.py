@@ -13,10 +13,12 @@ import mpmath
 import numpy as np
 import pytest
 import sympy as sp
+from sympy.codegen.cfunctions import log1p
 
+from rulegen.derive.functions import where_finite
 from rulegen.derive.stabilise import Sampling
-from rulegen.derive.stabilise.families import _sum_scaled
-from rulegen.derive.stabilise.gate import as_computed, inadmissible_points
+from rulegen.derive.stabilise.families import _sum_scaled, outermost_sums
+from rulegen.derive.stabilise.gate import as_computed, inadmissible_points, not_finite_at, past_the_range
 from rulegen.derive.stabilise.points import _numpy_function
 from rulegen.spec.rules import Domain
 
@@ -69,7 +71,7 @@ def test_a_sum_in_a_function_s_argument_or_a_product_is_left_as_it_is():
     x, y = sp.symbols("x y", positive=True)
     assert _sum_scaled(sp.log(x + y)) == sp.log(x + y)
     assert _sum_scaled(x * (x + y)) == x * (x + y)
-    assert _sum_scaled(x * sp.log(y) - y).has(sp.Piecewise)
+    assert _sum_scaled(x * sp.log(y) - y).has(where_finite)
 
 
 def test_the_gate_has_rows_where_a_weighted_digamma_passes_the_range():
@@ -97,13 +99,39 @@ def test_a_float32_form_of_a_digamma_is_measured_in_float32():
     )
 
 
-def test_a_sum_holding_a_where_is_left_and_a_where_s_branch_sums_are_scaled():
-    # sympy folds a `where` inside a condition into if-then-elses over every branch each time the pair is built:
-    # a negative binomial's search spent two thirds of its time building such conditions for its gamma series'
-    # sums.  A sum that holds a `where` is left as it is; the sums that are a `where`'s branches are scaled.
+def test_a_sum_holding_a_where_is_scaled_without_folding_the_where_into_a_condition():
+    # sympy folds a `where` inside a condition into if-then-elses over every branch each time the pair is built (a
+    # negative binomial's search spent two thirds of its time so); the test of the sum is a `where_finite`, a
+    # function of it, and the `where`'s branches are scaled inside the scaled sum.
     x, y = sp.symbols("x y", positive=True)
     holding = x * sp.log(y) - sp.Piecewise((y, x > 1), (x, True))
-    assert _sum_scaled(holding) == holding
+    scaled = _sum_scaled(holding)
+    assert isinstance(scaled, where_finite) and scaled.args[:2] == (holding, holding)
+    assert not scaled.args[0].has(sp.ITE)
+    at = (3.0e37, 1.0e3)  # x log(y) = 2.1e38, in range; x 10 log(y) = 2.1e39 is not
+    fn = _numpy_function(as_computed(scaled), (x, y))
+    with np.errstate(all="ignore"):
+        value = fn(*(np.asarray([v], np.float32) for v in at))[0]
+    assert value == pytest.approx(3.0e37 * np.log(1.0e3) - 1.0e3, rel=1e-6)
     branches = _sum_scaled(sp.Piecewise((x * sp.log(y) - y, x > 1), (x - y, True)))
     assert isinstance(branches, sp.Piecewise)
-    assert all(isinstance(branch, sp.Piecewise) for branch, _ in branches.args)
+    assert all(isinstance(branch, where_finite) for branch, _ in branches.args)
+
+
+def _own_terms_case() -> tuple[sp.Expr, sp.Expr, Sampling, tuple[sp.Symbol, ...]]:
+    """A derived form finite everywhere, x (log(y) - log(y + 1)) = -x log1p(1/y), and a form of it whose own sum
+    holds a `where` and weighs log(y) by x: inf - inf where x log(y) passes the range and the value does not.  The
+    derived form's terms give the gate no row there (none of them is linear in an input)."""
+    x, y = sp.symbols("x y", positive=True)
+    derived = x * (sp.log(y) - sp.log(y + 1))
+    form = sp.Piecewise((x * sp.log(y), y > 1), (x * log1p(y - 1), True)) - x * sp.log(y + 1)
+    return derived, form, Sampling(((x, Domain(gt=0)), (y, Domain(gt=0)))), (x, y)
+
+
+def test_a_form_s_own_terms_past_the_range_are_the_sum_scaled_repair_s_targets():
+    derived, form, sampling, variables = _own_terms_case()
+    assert inadmissible_points(form, derived, sampling) == 0
+    points = past_the_range(form, tuple(outermost_sums(form)), derived, sampling)
+    assert not_finite_at(form, variables, points) > 0
+    assert all(len(columns[0]) for _, columns in points)  # float64 as well as float32
+    assert not_finite_at(_sum_scaled(form), variables, points) == 0

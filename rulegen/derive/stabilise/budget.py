@@ -131,6 +131,10 @@ class Budget:
     #: Rows per exponential or integer power, input its argument or base is linear in and target where that input
     #: is moved so that the part is a few steps from where it overflows or underflows (`gate.range_edges`).
     range_edge_rows: int = 8
+    #: Rows a chosen form's own sums' terms are moved past the range from (`gate.past_the_range`), the targets of
+    #: the sum-scaled repair: a sum is back in range only where its other terms cancel enough of the moved one, in
+    #: one regime of a `where`'s (a Beta KL's q1 group, p1 <= 32 < p0), which a few rows do not reach.
+    own_sum_rows: int = 64
 
     # ------------------------------------------------ what the caller is given
     #: How far (sum of the dtypes' mean bits) behind the chosen form another good form may be.

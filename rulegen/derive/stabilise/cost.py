@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import sympy as sp
 
-from rulegen.derive.functions import BY_NAME, isfinite, power_product
+from rulegen.derive.functions import BY_NAME, isfinite, power_product, where_finite
 
 #: The backends a form is costed for, in the order reports print them.
 BACKENDS = ("torch", "jax")
@@ -90,8 +90,8 @@ def _own(node: sp.Basic, weights: Mapping[str, float]) -> float:
         return (len(factors) - 1 + (coefficient not in (1, -1))) * weights["arithmetic"]
     if isinstance(node, sp.Pow):
         return _power(node.exp, weights)
-    if isinstance(node, sp.Piecewise):
-        return (len(node.args) - 1) * weights["select"]
+    if isinstance(node, sp.Piecewise | where_finite):
+        return _selects(node, weights)
     if isinstance(node, (sp.And, sp.Or, sp.Not, sp.core.relational.Relational, isfinite)):
         return max(len(node.args) - 1, 1) * weights["arithmetic"]
     if isinstance(node, power_product):
@@ -99,6 +99,13 @@ def _own(node: sp.Basic, weights: Mapping[str, float]) -> float:
     if isinstance(node, sp.Function):
         return _call(type(node).__name__, weights)
     return 0.0
+
+
+def _selects(node: sp.Piecewise | where_finite, weights: Mapping[str, float]) -> float:
+    """What a `where` costs: a select per branch after the first; `where_finite`'s one select and its test."""
+    if isinstance(node, where_finite):
+        return weights["select"] + weights["arithmetic"]
+    return (len(node.args) - 1) * weights["select"]
 
 
 def _power_product(node: power_product, weights: Mapping[str, float]) -> float:

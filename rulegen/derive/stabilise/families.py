@@ -26,6 +26,7 @@ from rulegen.derive.functions import (
     power_product,
     sigmoid,
     softplus,
+    where_finite,
 )
 from rulegen.derive.stabilise.asymptotic import (
     gamma_difference,
@@ -1196,12 +1197,12 @@ def _sum_scaled(expr: sp.Expr) -> sp.Expr:
     (q1 + q0 - p1 - p0) digamma(p1 + p0) are each past float32's largest float at q1 = 5.9e36, p0 = 1.7e26, p1 = 11,
     and their sum is not), or an affine map's b + w x.  The division goes to each term's weight, through the sums of
     a term (`_scaled_down`).  Only there: where the sum is finite it is computed as it was, and where the exact sum
-    overflows, the scaled one does too when it is scaled back (the right infinity, where inf - inf was nan).  A sum
-    that holds a `where` is left as it is (`_outermost_sums_replaced`)."""
+    overflows, the scaled one does too when it is scaled back (the right infinity, where inf - inf was nan).  The
+    test is a `where_finite`, whose sum may hold `where`s (each group of a Beta KL's series is one), each of their
+    branches scaled."""
 
     def scaled(total: sp.Add) -> sp.Expr:
-        back = divided(_scaled_down(total), divided(sp.S.One, _SUM_SCALE))
-        return sp.Piecewise((back, ~isfinite(total)), (total, True), evaluate=False)
+        return where_finite(total, total, divided(_scaled_down(total), divided(sp.S.One, _SUM_SCALE)))
 
     return _outermost_sums_replaced(expr, scaled)
 
@@ -1222,10 +1223,7 @@ def outermost_sums(expr: sp.Expr) -> list[sp.Add]:
 def _outermost_sums_replaced(expr: sp.Expr, replaced: Callable[[sp.Add], sp.Expr]) -> sp.Expr:
     if isinstance(expr, sp.Piecewise):
         return sp.Piecewise(*((_outermost_sums_replaced(e, replaced), c) for e, c in expr.args), evaluate=False)
-    # Not a sum that holds a `where`: sympy folds a `where` inside a condition (`~isfinite(sum)`) into a nest of
-    # if-then-elses over every branch, whenever the pair is built (here, and by each rebuild after): a negative
-    # binomial's search spent two thirds of its minute building that for its gamma series' sums, none of which it took.
-    return replaced(expr) if isinstance(expr, sp.Add) and not expr.has(sp.Piecewise) else expr
+    return replaced(expr) if isinstance(expr, sp.Add) else expr
 
 
 def _scaled_down(e: sp.Expr) -> sp.Expr:
@@ -1237,6 +1235,8 @@ def _scaled_down(e: sp.Expr) -> sp.Expr:
         return e / _SUM_SCALE
     if e.is_Add:
         return sp.Add(*(_scaled_down(t) for t in e.args))
+    if isinstance(e, sp.Piecewise):
+        return sp.Piecewise(*((_scaled_down(v), c) for v, c in e.args), evaluate=False)
     if not e.is_Mul:
         return divided(e, _SUM_SCALE)
     coefficient, rest = e.as_coeff_Mul()

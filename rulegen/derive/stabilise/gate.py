@@ -419,31 +419,46 @@ def _terms_past_the_range(
     terms: Sequence[sp.Expr], variables: Sequence[sp.Symbol], base: Sequence[np.ndarray], dtype: Any
 ) -> list[list[np.ndarray]]:
     """Per variable, the columns of the rows `base` (float64) with each of `terms` moved a little past `dtype`'s
-    largest float (`_SUM_STEPS` binades, either sign) by one variable it is linear in, the others as they are.  The
-    move is computed as v - u/slope + (largest/slope) 2**b: the target itself is past float64's range."""
+    largest float (`_SUM_STEPS` binades, either sign) by one variable it is linear in at that row, the others as
+    they are.  The line is read off the term's float64 values at v, 2v and 3v (a row where they do not lie on one is
+    left out): a term's symbolic derivative costs more than the search whose form it probes (a Beta KL's series,
+    each term a `where` of sums, took a minute).  The move is computed as v - u/slope + (largest/slope) 2**b: the
+    target itself is past float64's range."""
     made: list[list[np.ndarray]] = [[] for _ in variables]
-    rows = len(base[0]) if base else 0
-    target_symbol, factor_symbol = sp.Dummy("target"), sp.Dummy("factor")
     largest = float(np.finfo(dtype).max)
     kept = [column.astype(dtype) for column in base]
     for u in terms:
+        fn = _numpy_function(u, tuple(variables))
+        if fn is None:
+            continue
         for k, v in enumerate(variables):
-            slope = sp.diff(u, v)
-            if v not in u.free_symbols or v in slope.free_symbols:
+            if v not in u.free_symbols:
                 continue
-            moved = _numpy_function(
-                v - u / slope + (target_symbol / slope) * factor_symbol, (*variables, target_symbol, factor_symbol)
-            )
-            if moved is None:
+            u1, u2, u3 = (_values_of(fn, base, k, factor) for factor in (1.0, 2.0, 3.0))
+            if u1 is None or u2 is None or u3 is None:
+                continue
+            with np.errstate(all="ignore"):
+                slope = (u2 - u1) / base[k]
+                linear = np.isfinite(slope) & (slope != 0) & np.isclose(u3 - u2, u2 - u1, rtol=1e-9, atol=0.0)
+            if not linear.any():
                 continue
             for target in (largest, -largest):
                 for b in _SUM_STEPS:
                     with np.errstate(all="ignore"):
-                        value = np.broadcast_to(np.asarray(moved(*base, target, 2.0**b), np.float64), (rows,))
-                        value = value.astype(dtype)
+                        value = (base[k] - u1 / slope + (target / slope) * 2.0**b)[linear].astype(dtype)
                     for j, column in enumerate(kept):
-                        made[j].append(value if j == k else column)
+                        made[j].append(value if j == k else column[linear])
     return made
+
+
+def _values_of(fn: Callable[..., Any], base: Sequence[np.ndarray], k: int, factor: float) -> np.ndarray | None:
+    """`fn` in float64 at the rows `base` with the `k`th column times `factor`; None where numpy cannot."""
+    columns = [c * factor if j == k else c for j, c in enumerate(base)]
+    try:
+        with np.errstate(all="ignore"):
+            return np.broadcast_to(np.asarray(fn(*columns), np.float64), np.shape(base[0]))
+    except Exception:
+        return None
 
 
 #: How far past (or, the first, short of) where it leaves the range a part of the form is moved: units of an
@@ -596,6 +611,47 @@ def a_term_passes_the_range(
             if (np.isinf(values).any(axis=0) & ~np.isnan(values).any(axis=0)).any():
                 return True
     return False
+
+
+@functools.lru_cache(maxsize=64)
+def past_the_range(
+    form: sp.Expr, sums: tuple[sp.Add, ...], derived: sp.Expr, sampling: Sampling, seed: int = 0
+) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
+    """(dtype, columns) per dtype: the points where a term of one of `sums` (`form`'s own) is a little past the
+    largest float (`_terms_past_the_range`, from the validation sample's first rows), `form` is inf or nan and the
+    exact value is a finite float (of the first `BUDGET.repair_points` suspects).
+
+    The validation rows near the range's edge are made from the derived form's terms; a chosen form's terms are
+    its own, and pass the range elsewhere: a Beta KL's series, each group of arguments, weighs log(p0 + p1) -
+    digamma(p1 + 1) by q1, 3.4e38 at q1 = 5.9e36, p0 = 1.7e26, p1 = 11 in float32, where the KL is 3.2e38 and no row
+    of the derived form's lies.  From the first `BUDGET.own_sum_rows` rows."""
+    variables = sampling.variables
+    domains = [d for _, d in sampling.domains]
+    terms = sorted({term for total in sums for term in total.args}, key=sp.default_sort_key)
+    found = []
+    for dtype, columns in _columns(sampling, seed):
+        rows = min(BUDGET.own_sum_rows, len(columns[0]) if columns else 0)
+        made = _terms_past_the_range(terms, variables, [np.asarray(c[:rows], np.float64) for c in columns], dtype)
+        if not made or not made[0]:
+            found.append((dtype, tuple(np.empty(0, dtype) for _ in variables)))
+            continue
+        moved = [np.concatenate(m) for m in made]
+        keep = np.logical_and.reduce([inside(d, c) & np.isfinite(c) for d, c in zip(domains, moved, strict=True)])
+        moved = meeting_the_condition(sampling, [c[keep] for c in moved])
+        suspect = np.flatnonzero(_not_finite(form, variables, moved, dtype))
+        in_range = _in_range_wider(derived, variables, moved, dtype, suspect)
+        suspect = (suspect if in_range is None else suspect[in_range])[: BUDGET.repair_points]
+        exact = _exact_at(derived, variables, moved, dtype, suspect)
+        broken = np.asarray([j for j, value in exact if value is not None and math.isfinite(value)], int)
+        found.append((dtype, tuple(c[broken] for c in moved)))
+    return tuple(found)
+
+
+def not_finite_at(
+    form: sp.Expr, variables: Sequence[sp.Symbol], points: Sequence[tuple[Any, Sequence[np.ndarray]]]
+) -> int:
+    """At how many of `points` ((dtype, columns) per dtype) `form` is inf or nan as the generated code computes it."""
+    return sum(int(_not_finite(form, variables, columns, dtype).sum()) for dtype, columns in points if len(columns[0]))
 
 
 def _measured_bits(expr: sp.Expr, variables: Sequence[sp.Symbol], measured: _Points) -> float | None:

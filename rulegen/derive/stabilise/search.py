@@ -27,6 +27,8 @@ from rulegen.derive.stabilise.gate import (
     admissible,
     inadmissible_points,
     nan_where_not,
+    not_finite_at,
+    past_the_range,
     validated_bits,
 )
 from rulegen.derive.stabilise.points import (
@@ -441,13 +443,15 @@ def _mended_by(
 ) -> _Measured:
     """`best`, unless it is inf or nan where two inputs of opposite signs are at the top of the float range, the
     derived form is too and the exact value is a finite float (`inadmissible_points` at the edge's pairs), or else
-    at the gate's points: then `best` rewritten by `family`'s repair (`families._finishing`), where that is inf or
-    nan at fewer of them, the gate admits it, it is nan nowhere `best` is not, and it is no worse on the gate's
+    at the gate's points, or else (the sum-scaled repair) where a term of its own sums passes the range
+    (`past_the_range`): then `best` rewritten by `family`'s repair (`families._finishing`), where that is inf or nan
+    at fewer of them, the gate admits it, it is nan nowhere `best` is not, and it is no worse on the gate's
     measured points.  A Gumbel's log-density, -(x - loc)/s - exp(-(x - loc)/s) - log(s), is -inf at x = 1e308,
     loc = -1e308, s = 1e10, where it is -2e298, until its quotient is divided first; a Beta KL is inf in float32
     where one term overflows and the sum does not, until the sum is scaled.  A repair alone, never a form the
     search ranks: it computes as `best` does wherever the sum is finite, at a comparison's cost."""
     expr = derived.expr
+    variables = sampling.variables
     # At the edge's pairs, else at the validation points: a product scaled over a sum's divisor overflows where
     # its quotient does not at two large inputs of one sign too (a Gamma KL's p_c q_rate/p_rate over p_rate).
     edges = True
@@ -455,22 +459,34 @@ def _mended_by(
     if not left:
         edges = False
         left = inadmissible_points(best.expr, expr, sampling, seed, edges=edges)
-    if not left:
-        return best
-    # A term that is nan is its product's order (inf * 0), which no scaling of the sum mends.
-    if family == SUM_SCALED and not a_term_passes_the_range(
-        tuple(outermost_sums(best.expr)), expr, sampling, seed, edges=edges
+    if (
+        left
+        and family == SUM_SCALED
+        and not a_term_passes_the_range(tuple(outermost_sums(best.expr)), expr, sampling, seed, edges=edges)
     ):
+        # A term that is nan is its product's order (inf * 0), which no scaling of the sum mends.
+        return best
+    own_terms = None
+    if not left and family == SUM_SCALED:
+        own_terms = past_the_range(best.expr, tuple(outermost_sums(best.expr)), expr, sampling, seed)
+        left = not_finite_at(best.expr, variables, own_terms)
+
+    def broken(form: sp.Expr) -> int:
+        if own_terms is None:
+            return inadmissible_points(form, expr, sampling, seed, edges=edges)
+        return not_finite_at(form, variables, own_terms)
+
+    if not left:
         return best
     limit = validated_bits(best.expr, expr, sampling, seed) + BUDGET.tie_bits
     # The derived form's too, where `best`'s do not mend: a reassociated quotient ((1/s)**2 ((a**2 + b**2)/s)) divides
     # its sum once, where the derived one's power of the divisor divides the terms' squares.
     starts = [best] if best.expr == expr else [best, derived]
     for start, candidate in ((m, c) for m in starts for c in _finishing(family, m.expr)):
-        mended = _measure(candidate, f"{start.family}, {family}", sampling.variables, search)
+        mended = _measure(candidate, f"{start.family}, {family}", variables, search)
         if (
             mended is not None
-            and inadmissible_points(candidate, expr, sampling, seed, edges=edges) < left
+            and broken(candidate) < left
             and not nan_where_not(candidate, best.expr, sampling, seed)
             and admissible(candidate, expr, sampling, seed)
             and validated_bits(candidate, expr, sampling, seed) <= limit
