@@ -490,6 +490,19 @@ class _NumPyOrder(PrintedOnce, NumPyPrinter):
     def _print_isfinite(self, expr: sp.Basic) -> str:
         return f"{self._module_format('numpy.isfinite')}({self._print(expr.args[0])})"
 
+    def _print_ITE(self, expr: sp.Basic) -> str:
+        # numpy's where: a condition's branches are booleans, and sympy's select of them defaults to nan (a float).
+        test, then, otherwise = (self._print(a) for a in expr.args)
+        return f"{self._module_format('numpy.where')}({test}, {then}, {otherwise})"
+
+    def _print_Piecewise(self, expr: sp.Piecewise) -> str:
+        # sympy's simplifies a condition that holds an if-then-else first (`simplify_logic`, exponential in the
+        # condition's atoms: a Beta KL's series spent half a minute a search there); printed as it stands
+        # (`_print_ITE`), it is the same test.
+        values = ",".join(self._print(a.expr) for a in expr.args)
+        tests = ",".join(self._print(a.cond) for a in expr.args)
+        return f"{self._module_format('numpy.select')}([{tests}], [{values}], default={self._print(sp.nan)})"
+
     def _print_Mul(self, expr: sp.Expr) -> str:
         powered = power_of_a_quotient(expr)
         if powered is not None:

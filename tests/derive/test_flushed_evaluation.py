@@ -97,3 +97,23 @@ def test_a_form_is_not_judged_where_xla_reads_a_subnormal_input_as_zero(search_c
     choice = stabilise(sp.sqrt(x**2 + eps**2) - eps, Sampling(((x, Domain()), (eps, Domain(gt=0)))))
     assert choice.chosen.has(binade), choice.chosen
     assert choice.bits_after[0] < 8 < choice.bits_before[0]
+
+
+def test_a_condition_holding_an_if_then_else_is_evaluated_as_it_stands(monkeypatch):
+    # sympy's numpy printer simplified such a condition first (`simplify_logic`, exponential in its atoms: half a
+    # minute of a Beta KL's search); printed as numpy's where of booleans it is the same test.
+    import sympy.logic.boolalg
+
+    from rulegen.derive.stabilise.points import _numpy_function
+
+    def refused(*args, **kwargs):
+        raise AssertionError("simplify_logic")
+
+    monkeypatch.setattr(sympy.logic.boolalg, "simplify_logic", refused)
+    x, y = sp.symbols("x y")
+    form = sp.Piecewise((x, sp.ITE(x > 0, y > 0, y < 1)), (y, True))
+    fn = _numpy_function(form, (x, y))
+    assert fn is not None
+    xs, ys = np.asarray([-1.0, -1.0, 1.0, 1.0]), np.asarray([0.5, 2.0, 0.5, -1.0])
+    assert fn(xs, ys).tolist() == [-1.0, 2.0, 1.0, -1.0]
+    assert flushed_call(fn, [xs, ys], np.float32).tolist() == [-1.0, 2.0, 1.0, -1.0]

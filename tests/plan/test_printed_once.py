@@ -7,10 +7,9 @@ import math
 
 import pytest
 import sympy as sp
-from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import MpmathPrinter
 
-from rulegen.derive.expr import lambdified
+from rulegen.derive.expr import _NumPyOrder, lambdified
 from rulegen.plan.printers import print_jax, print_torch
 
 x, y = sp.symbols("x y", real=True)
@@ -28,7 +27,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch, printer: type) -> list[sp.Expr]:
 @pytest.mark.parametrize("modules", ["numpy", "mpmath"])
 def test_a_shared_branch_is_printed_once_for_the_search_s_functions(monkeypatch, modules):
     # A Beta KL's series forms printed their shared branches again in each branch and condition: minutes of lambdify.
-    printed = _counting(monkeypatch, NumPyPrinter if modules == "numpy" else MpmathPrinter)
+    printed = _counting(monkeypatch, _NumPyOrder if modules == "numpy" else MpmathPrinter)
     f = lambdified((x, y), EXPR, modules=modules)
     assert printed.count(SHARED) == 1
     shared = math.log(2.0) * 3.0
