@@ -496,7 +496,7 @@ class _NumPyOrder(PrintedOnce, NumPyPrinter):
         return f"{self._module_format('numpy.where')}({test}, {then}, {otherwise})"
 
     def _print_Piecewise(self, expr: sp.Piecewise) -> str:
-        # sympy's simplifies a condition that holds an if-then-else first (`simplify_logic`, exponential in the
+        # sympy's printer simplifies a condition that holds an if-then-else first (`simplify_logic`, exponential in the
         # condition's atoms: a Beta KL's series spent half a minute a search there); printed as it stands
         # (`_print_ITE`), it is the same test.
         values = ",".join(self._print(a.expr) for a in expr.args)

@@ -50,10 +50,10 @@ from rulegen.derive.stabilise.points import (
     _evaluated,
     _exact,
     _mpmath_function,
-    _numpy_function,
     _Points,
     _sample,
 )
+from rulegen.spec.rules import Domain
 
 #: Added to a search's seed for the gate's points: a form is proven on points it was not chosen on.
 _VALIDATION_SEED = 0x5EED
@@ -411,8 +411,14 @@ def range_edges(expr: sp.Expr, sampling: Sampling, columns: Sequence[np.ndarray]
     # and (q1 + q0 - p1 - p0) digamma(p1 + p0), each past float32's range at q1 = 5.9e36, where the KL is 3.2e38).
     for j, moved in enumerate(_terms_past_the_range(_weighted_terms(expr), variables, base, dtype)):
         made[j] += moved
+    return _rows_inside(made, domains, dtype)
+
+
+def _rows_inside(made: Sequence[Sequence[np.ndarray]], domains: Sequence[Domain], dtype: Any) -> list[np.ndarray]:
+    """The rows `made` (per variable, its columns' pieces), joined, where every input is finite and inside its
+    domain."""
     if not made or not made[0]:
-        return [np.empty(0, dtype) for _ in variables]
+        return [np.empty(0, dtype) for _ in made]
     found = [np.concatenate(m) for m in made]
     keep = np.logical_and.reduce([inside(d, c) & np.isfinite(c) for d, c in zip(domains, found, strict=True)])
     return [c[keep] for c in found]
@@ -431,13 +437,13 @@ def _terms_past_the_range(
     largest = float(np.finfo(dtype).max)
     kept = [column.astype(dtype) for column in base]
     for u in terms:
-        fn = _numpy_function(u, tuple(variables))
-        if fn is None:
-            continue
         for k, v in enumerate(variables):
             if v not in u.free_symbols:
                 continue
-            u1, u2, u3 = (_values_of(fn, base, k, factor) for factor in (1.0, 2.0, 3.0))
+            u1, u2, u3 = (
+                _evaluated(u, variables, [c * factor if j == k else c for j, c in enumerate(base)], np.float64)
+                for factor in (1.0, 2.0, 3.0)
+            )
             if u1 is None or u2 is None or u3 is None:
                 continue
             with np.errstate(all="ignore"):
@@ -452,16 +458,6 @@ def _terms_past_the_range(
                     for j, column in enumerate(kept):
                         made[j].append(value if j == k else column[linear])
     return made
-
-
-def _values_of(fn: Callable[..., Any], base: Sequence[np.ndarray], k: int, factor: float) -> np.ndarray | None:
-    """`fn` in float64 at the rows `base` with the `k`th column times `factor`; None where numpy cannot."""
-    columns = [c * factor if j == k else c for j, c in enumerate(base)]
-    try:
-        with np.errstate(all="ignore"):
-            return np.broadcast_to(np.asarray(fn(*columns), np.float64), np.shape(base[0]))
-    except Exception:
-        return None
 
 
 #: How far past (or, the first, short of) where it leaves the range a part of the form is moved: units of an
@@ -545,17 +541,24 @@ def _inadmissible_rows(derived: sp.Expr, sampling: Sampling, seed: int, edges: b
     """Per dtype, the validation points (with `edges`, the overflow edge's pairs instead, `_edge_columns`) where
     `derived` is inf or nan (`_not_finite`) and its exact value is a finite float of the dtype (of the first
     `BUDGET.repair_points` suspects: mpmath is the cost)."""
-    variables = sampling.variables
-    rows = []
-    for dtype, columns in _columns_of(derived, sampling, seed, edges):
-        suspect = np.flatnonzero(_not_finite(derived, variables, columns, dtype))
-        # Most such points are where the exact value is past the float range too: where a wider float can say, only
-        # those where it says the value is in range are asked.
-        in_range = _in_range_wider(derived, variables, columns, dtype, suspect)
-        suspect = (suspect if in_range is None else suspect[in_range])[: BUDGET.repair_points]
-        exact = _exact_at(derived, variables, columns, dtype, suspect)
-        rows.append(np.asarray([j for j, value in exact if value is not None and math.isfinite(value)], int))
-    return tuple(rows)
+    return tuple(
+        _broken_rows(derived, derived, sampling.variables, columns, dtype)
+        for dtype, columns in _columns_of(derived, sampling, seed, edges)
+    )
+
+
+def _broken_rows(
+    form: sp.Expr, derived: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any
+) -> np.ndarray:
+    """The rows of `columns` where `form` is inf or nan (`_not_finite`) and `derived`'s exact value is a finite
+    float of the dtype (of the first `BUDGET.repair_points` suspects: mpmath is the cost)."""
+    suspect = np.flatnonzero(_not_finite(form, variables, columns, dtype))
+    # Most such points are where the exact value is past the float range too: where a wider float can say, only
+    # those where it says the value is in range are asked.
+    in_range = _in_range_wider(derived, variables, columns, dtype, suspect)
+    suspect = (suspect if in_range is None else suspect[in_range])[: BUDGET.repair_points]
+    exact = _exact_at(derived, variables, columns, dtype, suspect)
+    return np.asarray([j for j, value in exact if value is not None and math.isfinite(value)], int)
 
 
 def _in_range_wider(
@@ -584,13 +587,12 @@ def inadmissible_points(
     is inf - inf where 2|u| overflows, float32's top binade of u), and measure there as accurate as any form:
     this count is what a form must lower to replace it.  With `edges`, counted at the overflow edge's pairs
     (`_edge_columns`) instead."""
-    variables = sampling.variables
-    count = 0
     broken = _inadmissible_rows(derived, sampling, seed, edges)
-    for rows, (dtype, columns) in zip(broken, _columns_of(derived, sampling, seed, edges), strict=True):
-        if len(rows):
-            count += int(_not_finite(form, variables, [c[rows] for c in columns], dtype).sum())
-    return count
+    points = [
+        (dtype, [c[rows] for c in columns])
+        for rows, (dtype, columns) in zip(broken, _columns_of(derived, sampling, seed, edges), strict=True)
+    ]
+    return not_finite_at(form, sampling.variables, points)
 
 
 def a_term_passes_the_range(
@@ -635,17 +637,8 @@ def past_the_range(
     for dtype, columns in _columns(sampling, seed):
         rows = min(BUDGET.own_sum_rows, len(columns[0]) if columns else 0)
         made = _terms_past_the_range(terms, variables, [np.asarray(c[:rows], np.float64) for c in columns], dtype)
-        if not made or not made[0]:
-            found.append((dtype, tuple(np.empty(0, dtype) for _ in variables)))
-            continue
-        moved = [np.concatenate(m) for m in made]
-        keep = np.logical_and.reduce([inside(d, c) & np.isfinite(c) for d, c in zip(domains, moved, strict=True)])
-        moved = meeting_the_condition(sampling, [c[keep] for c in moved])
-        suspect = np.flatnonzero(_not_finite(form, variables, moved, dtype))
-        in_range = _in_range_wider(derived, variables, moved, dtype, suspect)
-        suspect = (suspect if in_range is None else suspect[in_range])[: BUDGET.repair_points]
-        exact = _exact_at(derived, variables, moved, dtype, suspect)
-        broken = np.asarray([j for j, value in exact if value is not None and math.isfinite(value)], int)
+        moved = meeting_the_condition(sampling, _rows_inside(made, domains, dtype))
+        broken = _broken_rows(form, derived, variables, moved, dtype)
         found.append((dtype, tuple(c[broken] for c in moved)))
     return tuple(found)
 
