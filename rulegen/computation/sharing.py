@@ -100,6 +100,10 @@ def pairs_added_first(expr: sp.Expr) -> sp.Expr:
     and the sum read (-softplus(logits) + t) - digamma(r), 0 at k = 7.5e-110, r = 2.6e-25 (exact -0.0626)."""
 
     def pair_added(total: sp.Expr) -> sp.Expr:
+        # Whether a sum holds a pair does not depend on the order of its terms: most hold none, and sorting
+        # them (`as_ordered_terms`) is the costly step.
+        if cancelling_pair(total.args) is None:
+            return total
         terms = total.as_ordered_terms()
         pair = cancelling_pair(terms)
         if pair is None:

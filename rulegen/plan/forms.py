@@ -15,6 +15,7 @@ float arrays, so float64 in is float64 throughout, and float32 stays float32.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -67,19 +68,23 @@ def float_forms(
     """
     casts = {k: in_float(k, *anchors) for k in integral}
 
+    # `replace` asks of every subexpression, and sympy's free_symbols walks the whole subtree each time: on large
+    # forms that was quadratic (a third of the conformance package's planning).
+    @functools.cache
+    def names(e: sp.Basic) -> frozenset[str]:
+        if e.is_Atom or getattr(e, "bound_symbols", ()):
+            return frozenset(s.name for s in e.free_symbols)
+        return frozenset().union(*map(names, e.args))
+
     def pieces_of_numbers(e: sp.Basic) -> bool:
-        return (
-            isinstance(e, sp.Piecewise)
-            and all(all(s.name in scalars for s in v.free_symbols) for v, _ in e.args)
-            and any(s.name not in scalars for s in e.free_symbols)
-        )
+        return isinstance(e, sp.Piecewise) and all(names(v) <= scalars for v, _ in e.args) and not names(e) <= scalars
 
     def cast_first_piece(e: sp.Piecewise) -> sp.Piecewise:
         (value, cond), *rest = e.args
         return sp.Piecewise((in_float(value, *anchors), cond), *rest, evaluate=False)
 
     def python_number(e: sp.Basic) -> bool:
-        return all(s.name in scalars for s in e.free_symbols)
+        return names(e) <= scalars
 
     def numbers_to_cast(e: sp.Basic) -> list[sp.Basic]:
         """The arguments of a call that become arrays of the rule's float dtype: none where the call stays as it is."""
