@@ -127,6 +127,49 @@ def test_the_beta_references_round_their_spanning_precision_up_to_a_step_and_kee
     assert len(set(stepped)) < len(set(seen))
 
 
+def test_the_beta_references_take_the_larger_of_the_working_and_the_spanning_precision(monkeypatch):
+    # The digits that span a and b were added on top of the working precision, which `exact_value` already sets to
+    # span the inputs' scales: beta_slope's digammas ran at 4,600 bits where 2,300 give the same value, 3x slower.
+    seen = []
+    beta = mpmath.beta
+
+    def recorded(*args):
+        seen.append(mpmath.mp.prec)
+        return beta(*args)
+
+    monkeypatch.setattr(mpmath, "beta", recorded)
+    reference = MPMATH_IMPLEMENTATIONS["beta"]
+    with mpmath.workprec(3000):
+        wide = reference(mpmath.mpf(0.5), mpmath.mpf(1e200))
+    with mpmath.workprec(53):
+        narrow = reference(mpmath.mpf(0.5), mpmath.mpf(1e200))
+    assert seen == [3072, 1024]  # the working 3,000 bits; 200 digits (665 bits) and the guard bits over 53
+    assert mpmath.almosteq(wide, narrow, rel_eps=mpmath.mpf(2) ** -100)
+
+
+def test_the_beta_slope_reference_takes_trigamma_at_a_negative_argument_by_reflection(monkeypatch):
+    # mpmath's polygamma of order 1 sums |x| terms at a negative x (5 s a call at a = -1e6, unbounded further out):
+    # where b is below a + b's precision the slope is -b trigamma(a + b/2), and a search of beta(x0, x1) ran past
+    # its 600 s there.
+    reference = MPMATH_IMPLEMENTATIONS["beta_slope"]
+    points = [(-50.25, 1e-40), (-50.25, 0.0), (-1e6 - 0.25, 1e-40), (-1e12 - 0.75, 0.0)]
+    with mpmath.workprec(200):
+        before = [reference(mpmath.mpf(a), mpmath.mpf(b)) for a, b in points[:2]]
+    psi = mpmath.psi
+
+    def by_reflection_only(order, x):
+        assert order == 0 or x > 0, f"mpmath's polygamma({order}, {x}) sums |x| terms"
+        return psi(order, x)
+
+    monkeypatch.setattr(mpmath, "psi", by_reflection_only)
+    with mpmath.workprec(200):
+        after = [reference(mpmath.mpf(a), mpmath.mpf(b)) for a, b in points]
+    assert all(mpmath.almosteq(x, y, rel_eps=mpmath.mpf(2) ** -150) for x, y in zip(before, after, strict=False))
+    # -trigamma(a) = trigamma(1 - a) - pi**2 / sin(pi a)**2, and sin(pi a)**2 = 1/2 a quarter past an integer.
+    assert mpmath.almosteq(after[2], mpmath.psi(1, 1 - mpmath.mpf(points[2][0])) - 2 * mpmath.pi**2, 1e-14)
+    assert mpmath.almosteq(after[3], mpmath.psi(1, 1 - mpmath.mpf(points[3][0])) - 2 * mpmath.pi**2, 1e-14)
+
+
 def test_the_search_s_numpy_zeta_returns_on_the_negative_axis():
     # scipy's (cephes') zeta(s, q) sums from q up to 9 one term at a time: 6 s at q = -1e8 - 0.5, and it never
     # returns at q = -1e300 (q + 1 == q), which hung a build whose input q has no sign assumed.

@@ -434,13 +434,15 @@ def _beta_curvature(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
     if b < 0 and b == mpmath.floor(b):
         raise ValueError("beta has no value at a pole of Gamma in b")
     with fn._spanning_precision(a, b):
+        # Polygammas by the registry's reference: mpmath's sums |x| terms at a negative x.
+        psi = fn._mp_polygamma
         if b == 0:
-            return -mpmath.psi(2, a)
+            return -psi(2, a)
         if abs(b) < abs(a) * mpmath.mpf(10) ** (-mpmath.mp.dps // 2):
             middle = a + b / 2
-            d, t = -b * mpmath.psi(1, middle), -b * mpmath.psi(2, middle)
+            d, t = -b * psi(1, middle), -b * psi(2, middle)
         else:
-            d, t = mpmath.psi(0, a) - mpmath.psi(0, a + b), mpmath.psi(1, a) - mpmath.psi(1, a + b)
+            d, t = psi(0, a) - psi(0, a + b), psi(1, a) - psi(1, a + b)
         return +(mpmath.beta(a, b) * (d * d + t))
 
 
