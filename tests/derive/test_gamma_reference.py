@@ -103,6 +103,19 @@ def test_the_search_refuses_no_gamma_family_expression_off_the_positive_axis():
         assert searchable(expr, whole), expr
 
 
+def _beta_precisions(monkeypatch) -> list[int]:
+    """The working precision of each call of mpmath's beta from here on, as the references make them."""
+    seen: list[int] = []
+    beta = mpmath.beta
+
+    def recorded(*args):
+        seen.append(mpmath.mp.prec)
+        return beta(*args)
+
+    monkeypatch.setattr(mpmath, "beta", recorded)
+    return seen
+
+
 @pytest.mark.parametrize("name", ["beta", "beta_slope"])
 def test_the_beta_references_round_their_spanning_precision_up_to_a_step_and_keep_their_value(monkeypatch, name):
     # Digits that follow each point's scales made a working precision of its own at almost every point, and mpmath
@@ -111,14 +124,7 @@ def test_the_beta_references_round_their_spanning_precision_up_to_a_step_and_kee
 
     reference = MPMATH_IMPLEMENTATIONS[name]
     points = [(0.5, 1e200), (3.0, 7.0), (2.5e-20, 4.0), (1e5, 3e-3), (6.5, 1e30)]
-    seen = []
-    beta = mpmath.beta
-
-    def recorded(*args):
-        seen.append(mpmath.mp.prec)
-        return beta(*args)
-
-    monkeypatch.setattr(mpmath, "beta", recorded)
+    seen = _beta_precisions(monkeypatch)
     values = [exact_value(reference, point) for point in points]
     stepped, seen[:] = seen[:], []
     monkeypatch.setattr(functions, "SPANNING_PRECISION_STEP", 1)  # each point's own precision
@@ -130,14 +136,7 @@ def test_the_beta_references_round_their_spanning_precision_up_to_a_step_and_kee
 def test_the_beta_references_take_the_larger_of_the_working_and_the_spanning_precision(monkeypatch):
     # The digits that span a and b were added on top of the working precision, which `exact_value` already sets to
     # span the inputs' scales: beta_slope's digammas ran at 4,600 bits where 2,300 give the same value, 3x slower.
-    seen = []
-    beta = mpmath.beta
-
-    def recorded(*args):
-        seen.append(mpmath.mp.prec)
-        return beta(*args)
-
-    monkeypatch.setattr(mpmath, "beta", recorded)
+    seen = _beta_precisions(monkeypatch)
     reference = MPMATH_IMPLEMENTATIONS["beta"]
     with mpmath.workprec(3000):
         wide = reference(mpmath.mpf(0.5), mpmath.mpf(1e200))
