@@ -2073,6 +2073,9 @@ def _mp_beta_slope(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
         # Trigamma by `_mp_polygamma`: mpmath's sums |x| terms at a negative x (minutes at a = -1e6).
         if b == 0:
             return -_mp_polygamma(1, a)
+        if _mp_pole(a) or _mp_pole(a + b):
+            # No value, as the digammas' difference says (it raises there); b's expansion, taken at a + b/2, has one.
+            raise ValueError("polygamma pole")
         if abs(b) < abs(a) * mpmath.mpf(10) ** (-mpmath.mp.dps // 2):
             difference = -b * _mp_polygamma(1, a + b / 2)
         else:

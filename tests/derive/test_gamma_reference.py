@@ -169,6 +169,18 @@ def test_the_beta_slope_reference_takes_trigamma_at_a_negative_argument_by_refle
     assert mpmath.almosteq(after[3], mpmath.psi(1, 1 - mpmath.mpf(points[3][0])) - 2 * mpmath.pi**2, 1e-14)
 
 
+def test_the_beta_slope_reference_has_no_value_where_a_or_a_plus_b_is_a_pole_of_gamma():
+    # b's expansion, -b trigamma(a + b/2), has a value at a pole a of Gamma where beta has none: with the digits
+    # that span a and b no longer on top of the working precision it was taken at (a, b) = (-3.4e38, -1.4e-45), a
+    # float32's largest integer, and the special-value cells held the generated code to an "exact" inf there.
+    reference = MPMATH_IMPLEMENTATIONS["beta_slope"]
+    for a, b in [(-3.4028234663852886e38, -1.401298464324817e-45), (-3.0, 1e-30), (-2.5, -0.5), (-7.0, 2.0)]:
+        with mpmath.workdps(40), pytest.raises(ValueError):  # the special-value cells' precision
+            reference(mpmath.mpf(a), mpmath.mpf(b))
+        assert exact_value(reference, (a, b)) is None, (a, b)
+    assert exact_value(reference, (-3.25, 1e-30)) is not None
+
+
 def test_the_search_s_numpy_zeta_returns_on_the_negative_axis():
     # scipy's (cephes') zeta(s, q) sums from q up to 9 one term at a time: 6 s at q = -1e8 - 0.5, and it never
     # returns at q = -1e300 (q + 1 == q), which hung a build whose input q has no sign assumed.

@@ -438,6 +438,8 @@ def _beta_curvature(a: mpmath.mpf, b: mpmath.mpf) -> mpmath.mpf:
         psi = fn._mp_polygamma
         if b == 0:
             return -psi(2, a)
+        if fn._mp_pole(a) or fn._mp_pole(a + b):
+            raise ValueError("polygamma pole")  # as the digammas' difference says; b's expansion has a value there
         if abs(b) < abs(a) * mpmath.mpf(10) ** (-mpmath.mp.dps // 2):
             middle = a + b / 2
             d, t = -b * psi(1, middle), -b * psi(2, middle)
