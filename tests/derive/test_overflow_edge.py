@@ -254,3 +254,25 @@ def test_a_square_and_its_reciprocal_are_moved_to_their_edge_once():
     assert all(np.array_equal(a, b) for a, b in zip(alone, both, strict=True))
     cube = range_edges(x**2 * y + y / x**3, sampling, columns, np.float64)
     assert len(cube[0]) == 2 * len(alone[0])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "point"),
+    [(np.float64, 709.9), (np.float64, 712.0), (np.float64, 716.0), (np.float32, 88.8), (np.float32, 91.0)],
+)
+def test_a_regime_s_branch_has_its_products_scaled_where_an_exponential_alone_overflows(dtype, point):
+    # expm1(x)/x's derivative takes a series below |x| = 1/16 and exp(x)/x - (1/x)(expm1(x)/x) above it: nan from
+    # exp(x)'s overflow (x = 709.8) to the derivative's own (716.4), where it is a float.  The repair scaled the
+    # products of forms without a `where` alone, and took a quotient the reassociation wrote as one factor.
+    from sympy.codegen.cfunctions import expm1
+
+    from rulegen.derive.stabilise import Sampling, stabilise
+
+    x = sp.Symbol("x", real=True)
+    derivative = sp.exp(x) / x - expm1(x) / x**2
+    choice = stabilise(derivative, Sampling(((x, Domain()),)))
+    with mpmath.workprec(400):
+        t = mpmath.mpf(float(dtype(point)))
+        exact = float(mpmath.exp(t) / t - mpmath.expm1(t) / t**2)
+    assert np.isnan(evaluated(derivative, (x,), (point,), dtype))
+    assert evaluated(choice.chosen, (x,), (point,), dtype) == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps))

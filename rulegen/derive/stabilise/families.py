@@ -1322,19 +1322,37 @@ def _paired(product: sp.Expr, *, reverse: bool) -> sp.Expr:
 # ---------------------------------------------------------------- products scaled
 
 
+def _factors(product: sp.Expr) -> list[sp.Expr]:
+    """`product`'s factors, each quotient's (`divided`, the order the reassociation chose) taken apart: a scaled
+    product orders its own divisions."""
+    factors = []
+    for factor in sp.Mul.make_args(product):
+        if isinstance(factor, divided):
+            numerator, denominator = factor.args
+            factors += [*_factors(numerator), *(f**-1 for f in _factors(denominator))]
+        else:
+            factors.append(factor)
+    return factors
+
+
 def _products_scaled(expr: sp.Expr) -> sp.Expr:
     """`expr` with each product of three or more factors (powers counted by their exponents) of at least two
     bases computed as a `power_product`: no order of its multiplications and divisions keeps every partial product
     in range at every point (t / s / s / x overflows at t / s where t / (s**2 x) is 1.9e46, t / (s**2 x)
-    underflows at s**2 where (t / s) / (s x) is in range), its factors brought near 1 first do."""
-    if expr.has(sp.Piecewise):
+    underflows at s**2 where (t / s) / (s x) is in range), its factors brought near 1 first do.  In each branch of
+    a `where`, its conditions as they are: a regime split's branch for |x| > 1/16 of expm1(x)/x's derivative,
+    exp(x)/x - expm1(x)/x**2, is nan from exp(x)'s overflow at x = 709.8 to the derivative's own at 716.4."""
+    if expr.is_Atom:
         return expr
-    return expr.replace(lambda e: e.is_Mul, _product_scaled)
+    if isinstance(expr, sp.Piecewise):
+        return sp.Piecewise(*((_products_scaled(e), c) for e, c in expr.args))
+    rebuilt = expr.func(*(_products_scaled(a) for a in expr.args))
+    return _product_scaled(rebuilt) if rebuilt.is_Mul else rebuilt
 
 
 def _product_scaled(product: sp.Expr) -> sp.Expr:
     numbers, pairs = [], []
-    for factor in sp.Mul.make_args(product):
+    for factor in _factors(product):
         base, exponent = factor.as_base_exp()
         if factor.is_number:
             numbers.append(factor)
