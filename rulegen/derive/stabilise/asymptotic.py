@@ -331,22 +331,21 @@ CLOSE_RATIO = sp.Integer(2**5)
 CLOSE_TERMS = 6
 
 
-def _nth_derivative(function: sp.Expr, k: int, x: sp.Expr) -> sp.Expr:
-    """The k-th derivative of loggamma or polygamma(n, .) at x, k >= 1: polygamma(n + k, x) or polygamma(k - 1, x)."""
-    if isinstance(function, sp.loggamma):
-        return sp.polygamma(k - 1, x)
-    return sp.polygamma(int(function.args[0]) + k, x)
-
-
 def close_difference(function: sp.Expr, a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """f(a) - f(b) for f = loggamma or polygamma(n, .) (`function`'s own): where a and b are close (`CLOSE_RATIO`)
     the odd terms of its Taylor series about m = (a + b)/2, 2 h (f1(m) + h**2/3! (f3(m) + ...)) with fk the k-th
     derivative and h = (a - b)/2 taken symbolically ((p1 + p0 + 1) - (p1 + 1) is p0), else as written."""
     h, m = (a - b) / 2, (a + b) / 2
+    t = sp.Dummy("t")
+    at_t = function.func(*function.args[:-1], t)
+
+    def derivative(k: int) -> sp.Expr:
+        return at_t.diff(t, k).xreplace({t: m})
+
     square = h**2
-    nested: sp.Expr = _nth_derivative(function, 2 * CLOSE_TERMS - 1, m)
+    nested = derivative(2 * CLOSE_TERMS - 1)
     for j in range(CLOSE_TERMS - 2, -1, -1):
-        nested = _nth_derivative(function, 2 * j + 1, m) + square / ((2 * j + 2) * (2 * j + 3)) * nested
+        nested = derivative(2 * j + 1) + square / ((2 * j + 2) * (2 * j + 3)) * nested
     near = sp.And(a + b >= 2, CLOSE_RATIO * sp.Abs(a - b) <= a + b)
     as_written = function.func(*function.args[:-1], a) - function.func(*function.args[:-1], b)
     return sp.Piecewise((2 * h * nested, near), (as_written, True))
