@@ -276,3 +276,61 @@ def test_a_regime_s_branch_has_its_products_scaled_where_an_exponential_alone_ov
         exact = float(mpmath.exp(t) / t - mpmath.expm1(t) / t**2)
     assert np.isnan(evaluated(derivative, (x,), (point,), dtype))
     assert evaluated(choice.chosen, (x,), (point,), dtype) == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "point"),
+    [
+        (np.float64, 723.0),
+        (np.float64, 1500.0),
+        (np.float64, 1e30),
+        (np.float64, 1.7e308),
+        (np.float32, 100.0),
+        (np.float32, 200.0),
+        (np.float32, 1e20),
+        (np.float32, 3.4e38),
+    ],
+)
+def test_a_sum_whose_terms_overflow_to_opposite_infinities_is_the_infinity_the_exact_value_is(dtype, point):
+    # exp(x)/x - expm1(x)/x**2, expm1(x)/x's derivative, has both terms past the range from x = 723 (float32: 97),
+    # inf - inf = nan where the exact value is inf: every bit wrong, and nan where the caller's loss wants inf.
+    from sympy.codegen.cfunctions import expm1
+
+    from rulegen.derive.stabilise import Sampling, stabilise
+
+    x = sp.Symbol("x", real=True)
+    derivative = sp.exp(x) / x - expm1(x) / x**2
+    choice = stabilise(derivative, Sampling(((x, Domain()),)))
+    assert np.isnan(evaluated(derivative, (x,), (point,), dtype))
+    assert evaluated(choice.chosen, (x,), (point,), dtype) == np.inf
+
+
+@pytest.mark.parametrize(
+    ("dtype", "point"),
+    [(np.float64, v) for v in (0.3, 5.0, 700.0, -800.0, -1e300)] + [(np.float32, v) for v in (0.3, 5.0, 88.0, -100.0)],
+)
+def test_the_sum_over_a_lead_term_leaves_the_sum_as_it_was_where_it_is_finite(dtype, point):
+    from sympy.codegen.cfunctions import expm1
+
+    from rulegen.derive.stabilise import Sampling, stabilise
+
+    x = sp.Symbol("x", real=True)
+    derivative = sp.exp(x) / x - expm1(x) / x**2
+    choice = stabilise(derivative, Sampling(((x, Domain()),)))
+    with mpmath.workprec(400):
+        t = mpmath.mpf(float(dtype(point)))
+        exact = float(mpmath.exp(t) / t - mpmath.expm1(t) / t**2)
+    assert evaluated(choice.chosen, (x,), (point,), dtype) == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps))
+
+
+def test_a_ratio_of_terms_has_what_they_share_divided_out():
+    # The lead-term form's ratio: exp(x/2)**2 of the lead and expm1(x/2) (exp(x/2) + 1) of the other term, each inf
+    # past x = 1419, are expm1(-x) together, finite on the whole line.
+    from sympy.codegen.cfunctions import expm1
+
+    from rulegen.derive.stabilise.families import _ratio
+
+    x = sp.Symbol("x", real=True)
+    lead = sp.exp(x / 2) ** 2 / x
+    term = -expm1(x / 2) * (sp.exp(x / 2) + 1) / x**2
+    assert _ratio(term, lead) == expm1(-x) / x

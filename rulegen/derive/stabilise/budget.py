@@ -135,6 +135,9 @@ class Budget:
     #: the sum-scaled repair: a sum is back in range only where its other terms cancel enough of the moved one, in
     #: one regime of a `where`'s (a Beta KL's q1 group, p1 <= 32 < p0), which a few rows do not reach.
     own_sum_rows: int = 64
+    #: The most terms a sum may have for the lead-term repair to take it over each of them in turn
+    #: (`families._over_lead_terms`): one form per term, each measured by the gate.
+    lead_terms: int = 4
 
     # ------------------------------------------------ what the caller is given
     #: How far (sum of the dtypes' mean bits) behind the chosen form another good form may be.

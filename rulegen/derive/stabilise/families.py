@@ -1093,6 +1093,8 @@ def _finishing(family: str, expr: sp.Expr) -> Iterator[sp.Expr]:
         yield from (found for _, found in _changed(family, _each_sum_poles_taken_out, expr))
     elif family == SUM_SCALED:
         yield from (found for _, found in _changed(family, _sum_scaled, expr))
+    elif family == LEAD_TERM:
+        yield from _over_lead_terms(expr)
     else:
         yield from (found for _, found in _changed(family, _logs_taken_apart, expr))
 
@@ -1205,6 +1207,52 @@ def _sum_scaled(expr: sp.Expr) -> sp.Expr:
         return where_finite(total, total, divided(_scaled_down(total), divided(sp.S.One, _SUM_SCALE)))
 
     return _outermost_sums_replaced(expr, scaled)
+
+
+#: The family of `_over_lead_terms`, a repair of a chosen form alone (`search._mended_where_infinite`).
+LEAD_TERM = "sum over a lead term"
+
+
+def _over_lead_terms(expr: sp.Expr) -> Iterator[sp.Expr]:
+    """`expr` with each outermost sum (of the form, or of a branch of its `where`), t_1 + ... + t_n, computed as
+    t_k (1 + sum of t_i/t_k) where the sum is not finite, for each k in turn (the sums of `BUDGET.lead_terms` terms
+    or fewer): each ratio with what the two terms share divided out (`_ratio`), the product scaled.  Terms that
+    overflow together are then divided before they are added: expm1(x)/x's derivative, exp(x)/x - expm1(x)/x**2,
+    is inf - inf from x = 723, where the exact value is inf; over its first term it is exp(x)/x (1 + expm1(-x)/x),
+    inf there.  Where the sum is finite it is computed as it was, and a longer sum (a series) as it is."""
+    width = max((len(total.args) for total in outermost_sums(expr) if len(total.args) <= BUDGET.lead_terms), default=0)
+    for k in range(width):
+        found = _attempt(functools.partial(_outermost_sums_replaced, expr, functools.partial(_over_lead, k=k)))
+        if found is not None and found != expr:
+            yield found
+
+
+def _over_lead(total: sp.Add, k: int) -> sp.Expr:
+    terms = [_unscaled(term) for term in total.args]
+    if k >= len(terms) or len(terms) > BUDGET.lead_terms:
+        return total
+    lead = terms[k]
+    ratios = sp.Add(*(_ratio(term, lead) for i, term in enumerate(terms) if i != k))
+    return where_finite(total, total, _products_scaled(sp.Mul(lead, 1 + ratios)))
+
+
+def _unscaled(expr: sp.Expr) -> sp.Expr:
+    """`expr` with each `power_product` written as the product it computes."""
+    return expr.replace(
+        lambda e: isinstance(e, power_product),
+        lambda e: sp.Mul(*(base**exponent for base, exponent in zip(e.args[0::2], e.args[1::2], strict=True))),
+    )
+
+
+def _ratio(term: sp.Expr, lead: sp.Expr) -> sp.Expr:
+    """term/lead with what the two share divided out before anything is computed: each expm1 written as exp - 1,
+    the exponentials joined and the whole expanded, then the canonical forms again
+    (expm1(x/2) (exp(x/2) + 1)/(x exp(x)) is expm1(-x)/x, finite where both exponentials overflow)."""
+    quotient = term / lead
+    written = quotient.replace(lambda e: isinstance(e, expm1), lambda e: sp.exp(e.args[0]) - 1)
+    if sp.count_ops(written) > BUDGET.factor_ops:
+        return quotient
+    return canonical(sp.factor_terms(sp.expand(sp.powsimp(sp.expand(written)))))
 
 
 def outermost_sums(expr: sp.Expr) -> list[sp.Add]:

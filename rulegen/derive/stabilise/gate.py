@@ -504,15 +504,18 @@ def _weighted_terms(expr: sp.Expr) -> list[sp.Expr]:
     return sorted(found, key=sp.default_sort_key)
 
 
-def _not_finite(expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
-    """Per point, whether `expr` as the generated code computes it is inf or nan, numpy's way or XLA's (a point
-    with a subnormal input not judged XLA's way); everywhere where numpy cannot evaluate it."""
+def _not_finite(
+    expr: sp.Expr, variables: Sequence[sp.Symbol], columns: Sequence[np.ndarray], dtype: Any, *, nan: bool = False
+) -> np.ndarray:
+    """Per point, whether `expr` as the generated code computes it is inf or nan (with `nan`, nan), numpy's way or
+    XLA's (a point with a subnormal input not judged XLA's way); everywhere where numpy cannot evaluate it."""
     computed = as_computed(expr)
     plain = _evaluated(computed, variables, columns, dtype)
     xla = _evaluated(computed, variables, columns, dtype, flushed=True)
     if plain is None or xla is None:
         return np.ones(np.shape(columns[0]), bool)
-    return ~np.isfinite(plain) | (~np.isfinite(xla) & ~read_as_zero(columns, dtype))
+    broken = np.isnan if nan else lambda values: ~np.isfinite(values)
+    return broken(plain) | (broken(xla) & ~read_as_zero(columns, dtype))
 
 
 @functools.lru_cache(maxsize=64)
@@ -644,10 +647,36 @@ def past_the_range(
 
 
 def not_finite_at(
-    form: sp.Expr, variables: Sequence[sp.Symbol], points: Sequence[tuple[Any, Sequence[np.ndarray]]]
+    form: sp.Expr,
+    variables: Sequence[sp.Symbol],
+    points: Sequence[tuple[Any, Sequence[np.ndarray]]],
+    *,
+    nan: bool = False,
 ) -> int:
-    """At how many of `points` ((dtype, columns) per dtype) `form` is inf or nan as the generated code computes it."""
-    return sum(int(_not_finite(form, variables, columns, dtype).sum()) for dtype, columns in points if len(columns[0]))
+    """At how many of `points` ((dtype, columns) per dtype) `form` is inf or nan (with `nan`, nan) as the generated
+    code computes it."""
+    return sum(
+        int(_not_finite(form, variables, columns, dtype, nan=nan).sum()) for dtype, columns in points if len(columns[0])
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def nan_where_infinite(
+    form: sp.Expr, derived: sp.Expr, sampling: Sampling, seed: int = 0
+) -> tuple[tuple[Any, tuple[np.ndarray, ...]], ...]:
+    """(dtype, columns) per dtype: the validation points where `form` is nan as the generated code computes it and
+    the exact value is past the dtype's range, whose correctly rounded value is an infinity (of the first
+    `BUDGET.repair_points` suspects: mpmath is the cost).  No promise of the gate's (the exact value is no finite
+    float), but every bit wrong where the value is inf: expm1(x)/x's derivative, exp(x)/x - expm1(x)/x**2, is
+    inf - inf from x = 723, where it is inf (the lead-term repair's targets, `search._mended_where_infinite`)."""
+    variables = sampling.variables
+    found = []
+    for dtype, columns in _columns_near_range_edges(derived, sampling, seed):
+        suspect = np.flatnonzero(_not_finite(form, variables, columns, dtype, nan=True))[: BUDGET.repair_points]
+        exact = _exact_at(derived, variables, columns, dtype, suspect)
+        rows = np.asarray([j for j, value in exact if value is not None and math.isinf(value)], int)
+        found.append((dtype, tuple(c[rows] for c in columns)))
+    return tuple(found)
 
 
 def _measured_bits(expr: sp.Expr, variables: Sequence[sp.Symbol], measured: _Points) -> float | None:

@@ -16,6 +16,7 @@ from rulegen.derive.stabilise.cache import load, search_key, store
 from rulegen.derive.stabilise.cost import NOTHING_FREE, Free
 from rulegen.derive.stabilise.families import (
     DIVIDED_FIRST,
+    LEAD_TERM,
     POLES,
     SUM_SCALED,
     _candidates,
@@ -26,6 +27,7 @@ from rulegen.derive.stabilise.gate import (
     a_term_passes_the_range,
     admissible,
     inadmissible_points,
+    nan_where_infinite,
     nan_where_not,
     not_finite_at,
     past_the_range,
@@ -432,9 +434,39 @@ def _mended_at_the_edge(
     best: _Measured, derived: _Measured, sampling: Sampling, search: list[_Points], seed: int
 ) -> _Measured:
     """`best` with its quotients of sums divided first where the sum overflows (`families._divided_first`), then
-    its sums scaled where they are not finite (`families._sum_scaled`), each where it mends (`_mended_by`)."""
+    its sums scaled where they are not finite (`families._sum_scaled`), each where it mends (`_mended_by`), then
+    its sums taken over a lead term where they are nan and the exact value is an infinity
+    (`_mended_where_infinite`)."""
     for family in (DIVIDED_FIRST, SUM_SCALED):
         best = _mended_by(family, best, derived, sampling, search, seed)
+    return _mended_where_infinite(best, derived, sampling, search, seed)
+
+
+def _mended_where_infinite(
+    best: _Measured, derived: _Measured, sampling: Sampling, search: list[_Points], seed: int
+) -> _Measured:
+    """`best`, unless it is nan at a validation point where the exact value is past the float range
+    (`gate.nan_where_infinite`): then `best` with each of its sums taken over a lead term where the sum is not
+    finite (`families._over_lead_terms`), the first such form that is nan at fewer of those points, nan nowhere
+    `best` is not, admitted by the gate and no worse on its measured points.  Terms that overflow to opposite
+    infinities are inf - inf where the exact sum is an infinity of one sign: expm1(x)/x's derivative, exp(x)/x -
+    expm1(x)/x**2, from x = 723 (float32: 97), which a sum scaled by a constant does not reach."""
+    expr, variables = derived.expr, sampling.variables
+    targets = nan_where_infinite(best.expr, expr, sampling, seed)
+    left = not_finite_at(best.expr, variables, targets, nan=True)
+    if not left:
+        return best
+    limit = validated_bits(best.expr, expr, sampling, seed) + BUDGET.tie_bits
+    for candidate in _finishing(LEAD_TERM, best.expr):
+        mended = _measure(candidate, f"{best.family}, {LEAD_TERM}", variables, search)
+        if (
+            mended is not None
+            and not_finite_at(candidate, variables, targets, nan=True) < left
+            and not nan_where_not(candidate, best.expr, sampling, seed)
+            and admissible(candidate, expr, sampling, seed)
+            and validated_bits(candidate, expr, sampling, seed) <= limit
+        ):
+            return mended
     return best
 
 
