@@ -334,3 +334,19 @@ def test_a_ratio_of_terms_has_what_they_share_divided_out():
     lead = sp.exp(x / 2) ** 2 / x
     term = -expm1(x / 2) * (sp.exp(x / 2) + 1) / x**2
     assert _ratio(term, lead) == expm1(-x) / x
+
+
+def test_a_regime_s_clamped_power_is_scaled_through_its_base_where_xla_flushes_the_power():
+    # A regime's 1/x for |x| > 1/16 is where(|x| <= 1/16, 8, 1/x): a product scaled with that factor as one base
+    # multiplied 1/x, subnormal from x = 4.5e307, which XLA reads as 0, by exp(x/2)**2 = inf (nan where the
+    # derivative of expm1(x)/x is inf).  Its clamp goes onto x, whose power the product scales.
+    from sympy.codegen.cfunctions import expm1
+
+    from rulegen.derive.stabilise import Sampling, stabilise
+    from rulegen.derive.stabilise.points import _evaluated
+
+    x = sp.Symbol("x", real=True)
+    choice = stabilise(sp.exp(x) / x - expm1(x) / x**2, Sampling(((x, Domain()),)))
+    for dtype, points in ((np.float64, [5e307, 1e308, 1.7976931348623157e308]), (np.float32, [1e38, 3.4e38])):
+        computed = _evaluated(as_computed(choice.chosen), (x,), [np.asarray(points, dtype)], dtype, flushed=True)
+        assert np.all(computed == np.inf), (dtype, computed)

@@ -1383,6 +1383,23 @@ def _factors(product: sp.Expr) -> list[sp.Expr]:
     return factors
 
 
+def _clamped_power(factor: sp.Expr) -> tuple[sp.Expr, sp.Integer] | None:
+    """(base clamped, k) where `factor` is a regime's clamp of a power, `where(c, a, b**k)`, `a` a number whose k-th
+    root is a float exactly: the clamp moved onto the base, `where(c, a**(1/k), b)`, so that the product scales `b`
+    itself, in range where `b**k` is not.  A regime's 1/x for |x| > 1/16 is subnormal from x = 4.5e307, which XLA
+    reads as 0: expm1(x)/x's derivative over its lead term, exp(x)/x times a near-1 factor, was 0 * inf there."""
+    if not isinstance(factor, sp.Piecewise) or len(factor.args) != 2 or factor.args[1].cond != sp.true:
+        return None
+    (value, condition), (power, _) = factor.args
+    base, k = power.as_base_exp()
+    if not value.is_Number or not k.is_Integer or k == 0 or abs(k) > BUDGET.paired_power or base.is_number:
+        return None
+    root = float(value) ** (1.0 / int(k)) if float(value) > 0 else math.nan
+    if not math.isfinite(root) or root == 0.0 or root ** int(k) != float(value):
+        return None
+    return sp.Piecewise((sp.Float(root), condition), (base, True)), k
+
+
 def _products_scaled(expr: sp.Expr) -> sp.Expr:
     """`expr` with each product of three or more factors (powers counted by their exponents) of at least two
     bases computed as a `power_product`: no order of its multiplications and divisions keeps every partial product
@@ -1415,6 +1432,8 @@ def _product_scaled(product: sp.Expr) -> sp.Expr:
             # and -1 times 1 as u nears -inf.
             half = factor.args[0] / 2
             pairs += [(expm1(half), sp.S.One), (sp.exp(half) + 1, sp.S.One)]
+        elif (clamped := _clamped_power(factor)) is not None:
+            pairs.append(clamped)
         elif exponent.is_Integer and abs(exponent) <= BUDGET.paired_power:
             pairs.append((base, exponent))
         else:
