@@ -350,3 +350,59 @@ def test_a_regime_s_clamped_power_is_scaled_through_its_base_where_xla_flushes_t
     for dtype, points in ((np.float64, [5e307, 1e308, 1.7976931348623157e308]), (np.float32, [1e38, 3.4e38])):
         computed = _evaluated(as_computed(choice.chosen), (x,), [np.asarray(points, dtype)], dtype, flushed=True)
         assert np.all(computed == np.inf), (dtype, computed)
+
+
+GAUSSIAN_KL = """\
+name: gaussian_kl
+inputs: {m1: {}, s1: {domain: [0.1, 10], assume: positive}, m2: {}, s2: {domain: [0.1, 10], assume: positive}}
+forward: log(s2/s1) + (s1**2 + (m1 - m2)**2)/(2*s2**2) - 1/2
+"""
+
+
+def test_a_scaled_product_takes_a_sum_of_two_squares_as_the_square_of_their_hypot(tmp_path):
+    # A Gaussian KL divergence's partial in s2, 1/s2 - (s1**2 + (m1 - m2)**2)/s2**3, is -2.0e38 at m1 - m2 = -2.3e20,
+    # s2 = 6.3 in float32, where the sum of squares overflows: a base of its scaled product, it was -inf there.
+    from rulegen.derive.stabilise.points import _evaluated
+
+    (rule,) = rules_from(tmp_path, GAUSSIAN_KL)
+    d = derive_rule(rule, [rule.name])
+    variables = tuple(d.symbols[n] for n in ("m1", "s1", "m2", "s2"))
+    chosen = {c.quantity: c.chosen for c in d.choices}["dout/ds2"]
+    point = (-1.2484642878891973e-26, 0.20332543551921844, 2.257384101301327e20, 6.322289943695068)
+    with mpmath.workprec(400):
+        a, b, c, e = (mpmath.mpf(float(np.float32(v))) for v in point)
+        exact = float(1 / e - (b**2 + (a - c) ** 2) / e**3)
+    columns = [np.asarray([v], np.float32) for v in point]
+    for flushed in (False, True):
+        computed = _evaluated(as_computed(chosen), variables, columns, np.float32, flushed=flushed)
+        assert computed[0] == pytest.approx(exact, rel=8 * float(np.finfo(np.float32).eps)), chosen
+
+
+COSINE_DISTANCE = """\
+name: cosine_distance
+inputs: [a, b]
+forward: 1 - a*b/(sqrt(a**2)*sqrt(b**2) + 1e-12)
+"""
+
+
+@pytest.mark.parametrize(
+    ("dtype", "point", "exact"),
+    [
+        (np.float64, (1.7976931348623157e308, 2.8613713334855373e82), 0.0),
+        (np.float64, (-3.945736354600411e212, 1.5652214790162075e240), 2.0),
+        (np.float32, (3.4e38, 1.5e22), 0.0),
+        (np.float32, (-3.4e38, 9575549.0), 2.0),
+    ],
+)
+def test_a_quotient_whose_parts_overflow_is_taken_over_a_lead_term_of_its_divisor(tmp_path, dtype, point, exact):
+    # A cosine distance as ML code writes it: a b and |a| |b| overflow together, inf/inf where the value is 0 or 2.
+    from rulegen.derive.stabilise.points import _evaluated
+
+    (rule,) = rules_from(tmp_path, COSINE_DISTANCE)
+    d = derive_rule(rule, [rule.name])
+    variables = tuple(d.symbols[n] for n in ("a", "b"))
+    chosen = {c.quantity: c.chosen for c in d.choices}["out"]
+    columns = [np.asarray([v], dtype) for v in point]
+    for flushed in (False, True):
+        computed = _evaluated(as_computed(chosen), variables, columns, dtype, flushed=flushed)
+        assert computed[0] == pytest.approx(exact, abs=float(np.finfo(dtype).eps)), chosen

@@ -1095,6 +1095,8 @@ def _finishing(family: str, expr: sp.Expr) -> Iterator[sp.Expr]:
         yield from (found for _, found in _changed(family, _sum_scaled, expr))
     elif family == LEAD_TERM:
         yield from _over_lead_terms(expr)
+    elif family == QUOTIENT_LEAD_TERM:
+        yield from _quotients_over_lead_terms(expr)
     else:
         yield from (found for _, found in _changed(family, _logs_taken_apart, expr))
 
@@ -1234,6 +1236,40 @@ def _over_lead(total: sp.Add, k: int) -> sp.Expr:
     lead = terms[k]
     ratios = sp.Add(*(_ratio(term, lead) for i, term in enumerate(terms) if i != k))
     return where_finite(total, total, _products_scaled(sp.Mul(lead, 1 + ratios)))
+
+
+#: The family of `_quotients_over_lead_terms`, a repair of a chosen form alone (`search._mended_at_the_edge`).
+QUOTIENT_LEAD_TERM = "quotient over a lead term"
+
+
+def _quotients_over_lead_terms(expr: sp.Expr) -> Iterator[sp.Expr]:
+    """`expr` (or each branch of its `where`) that is a quotient n/d, d a sum of `BUDGET.lead_terms` terms or fewer,
+    computed as (n/t)/(d/t) where it is not finite, t each term of d in turn: each term's ratio to t with what the
+    two share divided out (`_ratio`), each sum's products scaled.  A cosine distance, (|a| |b| - a b + 1e-12)/(|a|
+    |b| + 1e-12), is inf/inf where a b overflows and the value is 0 or 2; over |a| |b| both sums are near 1."""
+    for k in range(BUDGET.lead_terms):
+        found = _attempt(functools.partial(_branches_mapped, expr, functools.partial(_quotient_over_lead, k=k)))
+        if found is not None and found != expr:
+            yield found
+
+
+def _branches_mapped(expr: sp.Expr, mapped: Callable[[sp.Expr], sp.Expr]) -> sp.Expr:
+    if isinstance(expr, sp.Piecewise):
+        return sp.Piecewise(*((_branches_mapped(e, mapped), c) for e, c in expr.args), evaluate=False)
+    return mapped(expr)
+
+
+def _quotient_over_lead(expr: sp.Expr, k: int) -> sp.Expr:
+    numerator, denominator = sp.fraction(expr)
+    terms = sp.Add.make_args(_unscaled(denominator))
+    if not isinstance(denominator, sp.Add) or k >= len(terms) or len(terms) > BUDGET.lead_terms:
+        return expr
+    lead = terms[k]
+
+    def over_lead(total: sp.Expr) -> sp.Expr:
+        return _products_scaled(sp.Add(*(_ratio(term, lead) for term in sp.Add.make_args(_unscaled(total)))))
+
+    return where_finite(expr, expr, divided(over_lead(numerator), over_lead(denominator)))
 
 
 def _unscaled(expr: sp.Expr) -> sp.Expr:
@@ -1383,6 +1419,21 @@ def _factors(product: sp.Expr) -> list[sp.Expr]:
     return factors
 
 
+def _root_of_squares(total: sp.Expr) -> sp.Expr | None:
+    """hypot(u, v) where `total` is u**2 + v**2, else None: a product scales the root, in range where the sum of
+    squares is not (a Gaussian KL's partial in s2, 1/s2 - (s1**2 + (m1 - m2)**2)/s2**3, is -2e38 at m1 - m2 =
+    -2.3e20, s2 = 6.3 in float32, where the sum of squares is inf)."""
+    if not isinstance(total, sp.Add) or len(total.args) != 2:
+        return None
+    roots = []
+    for term in total.args:
+        base, exponent = term.as_base_exp()
+        if exponent != 2 or base.is_number:
+            return None
+        roots.append(base)
+    return hypot(*roots)
+
+
 def _clamped_power(factor: sp.Expr) -> tuple[sp.Expr, sp.Integer] | None:
     """(base clamped, k) where `factor` is a regime's clamp of a power, `where(c, a, b**k)`, `a` a number whose k-th
     root is a float exactly: the clamp moved onto the base, `where(c, a**(1/k), b)`, so that the product scales `b`
@@ -1434,6 +1485,8 @@ def _product_scaled(product: sp.Expr) -> sp.Expr:
             pairs += [(expm1(half), sp.S.One), (sp.exp(half) + 1, sp.S.One)]
         elif (clamped := _clamped_power(factor)) is not None:
             pairs.append(clamped)
+        elif exponent.is_Integer and abs(exponent) <= BUDGET.paired_power and (root := _root_of_squares(base)):
+            pairs.append((root, 2 * exponent))
         elif exponent.is_Integer and abs(exponent) <= BUDGET.paired_power:
             pairs.append((base, exponent))
         else:

@@ -18,6 +18,7 @@ from rulegen.derive.stabilise.families import (
     DIVIDED_FIRST,
     LEAD_TERM,
     POLES,
+    QUOTIENT_LEAD_TERM,
     SUM_SCALED,
     _candidates,
     _finishing,
@@ -434,10 +435,11 @@ def _mended_at_the_edge(
     best: _Measured, derived: _Measured, sampling: Sampling, search: list[_Points], seed: int
 ) -> _Measured:
     """`best` with its quotients of sums divided first where the sum overflows (`families._divided_first`), then
-    its sums scaled where they are not finite (`families._sum_scaled`), each where it mends (`_mended_by`), then
+    its sums scaled where they are not finite (`families._sum_scaled`), then its quotients over a lead term of their
+    divisors where they are not finite (`families._quotients_over_lead_terms`), each where it mends (`_mended_by`), then
     its sums taken over a lead term where they are nan and the exact value is an infinity
     (`_mended_where_infinite`)."""
-    for family in (DIVIDED_FIRST, SUM_SCALED):
+    for family in (DIVIDED_FIRST, SUM_SCALED, QUOTIENT_LEAD_TERM):
         best = _mended_by(family, best, derived, sampling, search, seed)
     return _mended_where_infinite(best, derived, sampling, search, seed)
 
