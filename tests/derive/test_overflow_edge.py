@@ -256,6 +256,23 @@ def test_a_square_and_its_reciprocal_are_moved_to_their_edge_once():
     assert len(cube[0]) == 2 * len(alone[0])
 
 
+def expm1_ratio_slope() -> tuple[sp.Symbol, sp.Expr, sp.Expr]:
+    """x, the derivative of expm1(x)/x as sympy derives it, and the search's form of it."""
+    from sympy.codegen.cfunctions import expm1
+
+    from rulegen.derive.stabilise import Sampling, stabilise
+
+    x = sp.Symbol("x", real=True)
+    derivative = sp.exp(x) / x - expm1(x) / x**2
+    return x, derivative, stabilise(derivative, Sampling(((x, Domain()),))).chosen
+
+
+def exact_expm1_ratio_slope(point: float, dtype: type) -> float:
+    with mpmath.workprec(400):
+        t = mpmath.mpf(float(dtype(point)))
+        return float(mpmath.exp(t) / t - mpmath.expm1(t) / t**2)
+
+
 @pytest.mark.parametrize(
     ("dtype", "point"),
     [(np.float64, 709.9), (np.float64, 712.0), (np.float64, 716.0), (np.float32, 88.8), (np.float32, 91.0)],
@@ -264,18 +281,10 @@ def test_a_regime_s_branch_has_its_products_scaled_where_an_exponential_alone_ov
     # expm1(x)/x's derivative takes a series below |x| = 1/16 and exp(x)/x - (1/x)(expm1(x)/x) above it: nan from
     # exp(x)'s overflow (x = 709.8) to the derivative's own (716.4), where it is a float.  The repair scaled the
     # products of forms without a `where` alone, and took a quotient the reassociation wrote as one factor.
-    from sympy.codegen.cfunctions import expm1
-
-    from rulegen.derive.stabilise import Sampling, stabilise
-
-    x = sp.Symbol("x", real=True)
-    derivative = sp.exp(x) / x - expm1(x) / x**2
-    choice = stabilise(derivative, Sampling(((x, Domain()),)))
-    with mpmath.workprec(400):
-        t = mpmath.mpf(float(dtype(point)))
-        exact = float(mpmath.exp(t) / t - mpmath.expm1(t) / t**2)
+    x, derivative, chosen = expm1_ratio_slope()
+    exact = exact_expm1_ratio_slope(point, dtype)
     assert np.isnan(evaluated(derivative, (x,), (point,), dtype))
-    assert evaluated(choice.chosen, (x,), (point,), dtype) == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps))
+    assert evaluated(chosen, (x,), (point,), dtype) == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps))
 
 
 @pytest.mark.parametrize(
@@ -294,15 +303,9 @@ def test_a_regime_s_branch_has_its_products_scaled_where_an_exponential_alone_ov
 def test_a_sum_whose_terms_overflow_to_opposite_infinities_is_the_infinity_the_exact_value_is(dtype, point):
     # exp(x)/x - expm1(x)/x**2, expm1(x)/x's derivative, has both terms past the range from x = 723 (float32: 97),
     # inf - inf = nan where the exact value is inf: every bit wrong, and nan where the caller's loss wants inf.
-    from sympy.codegen.cfunctions import expm1
-
-    from rulegen.derive.stabilise import Sampling, stabilise
-
-    x = sp.Symbol("x", real=True)
-    derivative = sp.exp(x) / x - expm1(x) / x**2
-    choice = stabilise(derivative, Sampling(((x, Domain()),)))
+    x, derivative, chosen = expm1_ratio_slope()
     assert np.isnan(evaluated(derivative, (x,), (point,), dtype))
-    assert evaluated(choice.chosen, (x,), (point,), dtype) == np.inf
+    assert evaluated(chosen, (x,), (point,), dtype) == np.inf
 
 
 @pytest.mark.parametrize(
@@ -310,17 +313,9 @@ def test_a_sum_whose_terms_overflow_to_opposite_infinities_is_the_infinity_the_e
     [(np.float64, v) for v in (0.3, 5.0, 700.0, -800.0, -1e300)] + [(np.float32, v) for v in (0.3, 5.0, 88.0, -100.0)],
 )
 def test_the_sum_over_a_lead_term_leaves_the_sum_as_it_was_where_it_is_finite(dtype, point):
-    from sympy.codegen.cfunctions import expm1
-
-    from rulegen.derive.stabilise import Sampling, stabilise
-
-    x = sp.Symbol("x", real=True)
-    derivative = sp.exp(x) / x - expm1(x) / x**2
-    choice = stabilise(derivative, Sampling(((x, Domain()),)))
-    with mpmath.workprec(400):
-        t = mpmath.mpf(float(dtype(point)))
-        exact = float(mpmath.exp(t) / t - mpmath.expm1(t) / t**2)
-    assert evaluated(choice.chosen, (x,), (point,), dtype) == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps))
+    x, _, chosen = expm1_ratio_slope()
+    exact = exact_expm1_ratio_slope(point, dtype)
+    assert evaluated(chosen, (x,), (point,), dtype) == pytest.approx(exact, rel=8 * float(np.finfo(dtype).eps))
 
 
 def test_a_ratio_of_terms_has_what_they_share_divided_out():
@@ -340,15 +335,11 @@ def test_a_regime_s_clamped_power_is_scaled_through_its_base_where_xla_flushes_t
     # A regime's 1/x for |x| > 1/16 is where(|x| <= 1/16, 8, 1/x): a product scaled with that factor as one base
     # multiplied 1/x, subnormal from x = 4.5e307, which XLA reads as 0, by exp(x/2)**2 = inf (nan where the
     # derivative of expm1(x)/x is inf).  Its clamp goes onto x, whose power the product scales.
-    from sympy.codegen.cfunctions import expm1
-
-    from rulegen.derive.stabilise import Sampling, stabilise
     from rulegen.derive.stabilise.points import _evaluated
 
-    x = sp.Symbol("x", real=True)
-    choice = stabilise(sp.exp(x) / x - expm1(x) / x**2, Sampling(((x, Domain()),)))
+    x, _, chosen = expm1_ratio_slope()
     for dtype, points in ((np.float64, [5e307, 1e308, 1.7976931348623157e308]), (np.float32, [1e38, 3.4e38])):
-        computed = _evaluated(as_computed(choice.chosen), (x,), [np.asarray(points, dtype)], dtype, flushed=True)
+        computed = _evaluated(as_computed(chosen), (x,), [np.asarray(points, dtype)], dtype, flushed=True)
         assert np.all(computed == np.inf), (dtype, computed)
 
 
