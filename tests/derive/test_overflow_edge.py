@@ -397,3 +397,28 @@ def test_a_quotient_whose_parts_overflow_is_taken_over_a_lead_term_of_its_diviso
     for flushed in (False, True):
         computed = _evaluated(as_computed(chosen), variables, columns, dtype, flushed=flushed)
         assert computed[0] == pytest.approx(exact, abs=float(np.finfo(dtype).eps)), chosen
+
+
+RECIPROCAL_DIFFERENCE = """\
+name: reciprocal_difference
+inputs: {x: {domain: {exclude: [0]}}}
+forward: 1 / (x + 1) - 1 / x
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_sum_over_a_lead_term_is_sought_past_the_points_that_repeat_an_input(tmp_path, dtype):
+    # FPBench's 3.3.1: its partial, (1/x)**2/(x + 1) + (1/x)(1/(x + 1))/(x + 1) as the search reassociates it, is
+    # inf - inf at the smallest subnormal of either sign, where it is inf.  The gate's first nan rows were all the
+    # ordinary rows' x = -1, a pole, and the repair never saw the subnormal; and the ratio of the terms is x/(x + 1)
+    # only with the reassociated quotients read as plain ones.
+    from rulegen.derive.stabilise.points import _evaluated
+
+    (rule,) = rules_from(tmp_path, RECIPROCAL_DIFFERENCE)
+    d = derive_rule(rule, [rule.name])
+    x = d.symbols["x"]
+    chosen = {c.quantity: c.chosen for c in d.choices}["dout/dx"]
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    computed = _evaluated(as_computed(chosen), (x,), [np.asarray([-tiny, tiny, 0.5, -2.0], dtype)], dtype)
+    assert computed[0] == computed[1] == np.inf, chosen
+    assert computed[2:] == pytest.approx([32 / 9, -0.75], rel=4 * float(np.finfo(dtype).eps))

@@ -1273,7 +1273,10 @@ def _quotient_over_lead(expr: sp.Expr, k: int) -> sp.Expr:
 
 
 def _unscaled(expr: sp.Expr) -> sp.Expr:
-    """`expr` with each `power_product` written as the product it computes."""
+    """`expr` with each `power_product` written as the product it computes and each quotient the reassociation
+    ordered (`divided`) as a plain one, so that a ratio of terms can cancel what they share: (1/x)**2/(x + 1)
+    beside (1/x)(1/(x + 1))/(x + 1), each infinite at the smallest subnormal x, are x/(x + 1) apart."""
+    expr = expr.replace(lambda e: isinstance(e, divided), lambda e: e.args[0] / e.args[1])
     return expr.replace(
         lambda e: isinstance(e, power_product),
         lambda e: sp.Mul(*(base**exponent for base, exponent in zip(e.args[0::2], e.args[1::2], strict=True))),

@@ -672,11 +672,20 @@ def nan_where_infinite(
     variables = sampling.variables
     found = []
     for dtype, columns in _columns_near_range_edges(derived, sampling, seed):
-        suspect = np.flatnonzero(_not_finite(form, variables, columns, dtype, nan=True))[: BUDGET.repair_points]
-        exact = _exact_at(derived, variables, columns, dtype, suspect)
+        suspect = _distinct(columns, np.flatnonzero(_not_finite(form, variables, columns, dtype, nan=True)))
+        exact = _exact_at(derived, variables, columns, dtype, suspect[: BUDGET.repair_points])
         rows = np.asarray([j for j, value in exact if value is not None and math.isinf(value)], int)
         found.append((dtype, tuple(c[rows] for c in columns)))
     return tuple(found)
+
+
+def _distinct(columns: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """`rows` less each whose inputs repeat an earlier one's: the ordinary rows hold each ordinary number many times,
+    and x = -1, a pole of 1/(x + 1)'s derivative, took every one of mpmath's turns where it is nan."""
+    if len(rows) < 2:
+        return rows
+    _, first = np.unique(np.stack([np.asarray(c)[rows] for c in columns]), axis=1, return_index=True)
+    return rows[np.sort(first)]
 
 
 def _measured_bits(expr: sp.Expr, variables: Sequence[sp.Symbol], measured: _Points) -> float | None:
