@@ -1233,9 +1233,7 @@ def _over_lead(total: sp.Add, k: int) -> sp.Expr:
     terms = [_unscaled(term) for term in total.args]
     if k >= len(terms) or len(terms) > BUDGET.lead_terms:
         return total
-    lead = terms[k]
-    ratios = sp.Add(*(_ratio(term, lead) for i, term in enumerate(terms) if i != k))
-    return where_finite(total, total, _products_scaled(sp.Mul(lead, 1 + ratios)))
+    return where_finite(total, total, _products_scaled(sp.Mul(terms[k], _over(terms, terms[k]))))
 
 
 #: The family of `_quotients_over_lead_terms`, a repair of a chosen form alone (`search._mended_at_the_edge`).
@@ -1264,12 +1262,15 @@ def _quotient_over_lead(expr: sp.Expr, k: int) -> sp.Expr:
     terms = sp.Add.make_args(_unscaled(denominator))
     if not isinstance(denominator, sp.Add) or k >= len(terms) or len(terms) > BUDGET.lead_terms:
         return expr
-    lead = terms[k]
+    parts = (_over(sp.Add.make_args(_unscaled(part)), terms[k]) for part in (numerator, denominator))
+    return where_finite(expr, expr, divided(*(_products_scaled(part) for part in parts)))
 
-    def over_lead(total: sp.Expr) -> sp.Expr:
-        return _products_scaled(sp.Add(*(_ratio(term, lead) for term in sp.Add.make_args(_unscaled(total)))))
 
-    return where_finite(expr, expr, divided(over_lead(numerator), over_lead(denominator)))
+def _over(terms: Sequence[sp.Expr], lead: sp.Expr) -> sp.Expr:
+    """The sum of `terms` divided by `lead` term by term, each ratio with what the two share divided out
+    (`_ratio`), the lead's own 1: sympy takes a `where`'s reciprocal branch by branch, so that lead/lead is
+    where(c, 8, 1/x) where(c, 1/8, x), not 1."""
+    return sp.Add(*(sp.S.One if term == lead else _ratio(term, lead) for term in terms))
 
 
 def _unscaled(expr: sp.Expr) -> sp.Expr:
