@@ -1252,6 +1252,7 @@ def _quotients_over_lead_terms(expr: sp.Expr) -> Iterator[sp.Expr]:
 
 
 def _branches_mapped(expr: sp.Expr, mapped: Callable[[sp.Expr], sp.Expr]) -> sp.Expr:
+    """`mapped` of `expr`, or of each branch of its `where`s, their conditions as they are."""
     if isinstance(expr, sp.Piecewise):
         return sp.Piecewise(*((_branches_mapped(e, mapped), c) for e, c in expr.args), evaluate=False)
     return mapped(expr)
@@ -1309,9 +1310,7 @@ def outermost_sums(expr: sp.Expr) -> list[sp.Add]:
 
 
 def _outermost_sums_replaced(expr: sp.Expr, replaced: Callable[[sp.Add], sp.Expr]) -> sp.Expr:
-    if isinstance(expr, sp.Piecewise):
-        return sp.Piecewise(*((_outermost_sums_replaced(e, replaced), c) for e, c in expr.args), evaluate=False)
-    return replaced(expr) if isinstance(expr, sp.Add) else expr
+    return _branches_mapped(expr, lambda e: replaced(e) if isinstance(e, sp.Add) else e)
 
 
 def _scaled_down(e: sp.Expr) -> sp.Expr:

@@ -458,18 +458,12 @@ def _mended_where_infinite(
     left = not_finite_at(best.expr, variables, targets, nan=True)
     if not left:
         return best
-    limit = validated_bits(best.expr, expr, sampling, seed) + BUDGET.tie_bits
-    for candidate in _finishing(LEAD_TERM, best.expr):
-        mended = _measure(candidate, f"{best.family}, {LEAD_TERM}", variables, search)
-        if (
-            mended is not None
-            and not_finite_at(candidate, variables, targets, nan=True) < left
-            and not nan_where_not(candidate, best.expr, sampling, seed)
-            and admissible(candidate, expr, sampling, seed)
-            and validated_bits(candidate, expr, sampling, seed) <= limit
-        ):
-            return mended
-    return best
+    repairs = ((f"{best.family}, {LEAD_TERM}", c) for c in _finishing(LEAD_TERM, best.expr))
+
+    def broken(form: sp.Expr) -> int:
+        return not_finite_at(form, variables, targets, nan=True)
+
+    return _first_that_mends(repairs, broken, left, best, expr, sampling, search, seed) or best
 
 
 def _mended_by(
@@ -512,12 +506,28 @@ def _mended_by(
 
     if not left:
         return best
-    limit = validated_bits(best.expr, expr, sampling, seed) + BUDGET.tie_bits
     # The derived form's too, where `best`'s do not mend: a reassociated quotient ((1/s)**2 ((a**2 + b**2)/s)) divides
     # its sum once, where the derived one's power of the divisor divides the terms' squares.
     starts = [best] if best.expr == expr else [best, derived]
-    for start, candidate in ((m, c) for m in starts for c in _finishing(family, m.expr)):
-        mended = _measure(candidate, f"{start.family}, {family}", variables, search)
+    repairs = ((f"{m.family}, {family}", c) for m in starts for c in _finishing(family, m.expr))
+    return _first_that_mends(repairs, broken, left, best, expr, sampling, search, seed) or best
+
+
+def _first_that_mends(
+    repairs: Iterable[tuple[str, sp.Expr]],
+    broken: Callable[[sp.Expr], int],
+    left: int,
+    best: _Measured,
+    expr: sp.Expr,
+    sampling: Sampling,
+    search: list[_Points],
+    seed: int,
+) -> _Measured | None:
+    """The first of `repairs` ((family, form)) broken at fewer points than `best`'s `left`, nan nowhere `best` is
+    not, admitted by the gate and no worse than `best` on its measured points; None where none is."""
+    limit = validated_bits(best.expr, expr, sampling, seed) + BUDGET.tie_bits
+    for family, candidate in repairs:
+        mended = _measure(candidate, family, sampling.variables, search)
         if (
             mended is not None
             and broken(candidate) < left
@@ -526,7 +536,7 @@ def _mended_by(
             and validated_bits(candidate, expr, sampling, seed) <= limit
         ):
             return mended
-    return best
+    return None
 
 
 def _poles_of(best: _Measured, m: _Measured) -> bool:
