@@ -78,7 +78,9 @@ def _run(command: list[str | Path], cwd: Path | None = None, env: dict[str, str]
 
 
 def _pip_install(python: Path, *args: str) -> None:
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", *args])
+    # pip runs under `python` with this environment: a PYTHONPATH naming the checkout showed it the checkout's
+    # rulegen.egg-info, the wheel's version already installed, and pip installed nothing.
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", *args], env=_clean_env())
 
 
 def _clean_env() -> dict[str, str]:
